@@ -1,0 +1,280 @@
+/*
+ * oneflow.h -- the public C API of OneFlow-Lua.
+ *
+ * This one header serves C hosts and LuaJIT's FFI: the build strips the
+ * preprocessor lines and embeds the rest in the library (of_cdef()), which
+ * lua/oneflow/init.lua hands to ffi.cdef. So below the include guard there are
+ * only fixed-width types, enums and prototypes: no macros in declarations,
+ * no `long`, no structs passed by value.
+ *
+ * Conventions
+ *   - Every fallible call returns of_status (OF_OK == 0); on failure
+ *     of_last_error() holds a thread-local message naming the op, the shapes
+ *     and the dtypes.
+ *   - Outputs come last and are written through pointers (`/ * out * /`).
+ *     A returned tensor is owned by the caller: of_tensor_release() it.
+ *   - Dims are 0-based and may be negative (-1 = last). Ops that take or give
+ *     index *values* (gather, argmax, sort, ...) take an `index_base` so a
+ *     1-based caller (Lua) needs no conversion pass.
+ *   - `out` arguments named `into` may be NULL (allocate a result) or an
+ *     existing tensor of the right shape and dtype to write into.
+ */
+#ifndef ONEFLOW_ONEFLOW_H
+#define ONEFLOW_ONEFLOW_H
+#include <stdint.h>
+#include <stddef.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { OF_VERSION = 100, OF_MAX_DIMS = 8 };
+
+typedef int32_t of_status;
+enum {
+  OF_OK = 0,
+  OF_ERR_ARG = 1,      /* bad argument (value, option) */
+  OF_ERR_SHAPE = 2,    /* shapes do not fit */
+  OF_ERR_DTYPE = 3,    /* dtype not supported by the op */
+  OF_ERR_INDEX = 4,    /* index or dim out of range */
+  OF_ERR_OOM = 5,      /* allocation failed */
+  OF_ERR_IO = 6,       /* file or stream error */
+  OF_ERR_DEVICE = 7,   /* device unavailable or mismatched */
+  OF_ERR_STATE = 8     /* call not valid in this state */
+};
+
+/* Ordered by PyTorch's promotion lattice: bool < integers < floats. */
+typedef int32_t of_dtype;
+enum {
+  OF_BOOL = 0, OF_UINT8 = 1, OF_INT8 = 2, OF_INT32 = 3, OF_INT64 = 4,
+  OF_FLOAT16 = 5, OF_BFLOAT16 = 6, OF_FLOAT32 = 7, OF_FLOAT64 = 8,
+  OF_NUM_DTYPES = 9
+};
+
+/* A device is `type | index << 8`: OF_CPU == 0, cuda:1 == OF_CUDA | 1 << 8. */
+typedef int32_t of_device;
+enum { OF_CPU = 0, OF_CUDA = 1 };
+
+typedef struct of_tensor of_tensor;
+
+/* ---- library ---------------------------------------------------------- */
+int32_t of_version(void);
+const char *of_last_error(void);
+void of_set_error(of_status code, const char *msg);
+void of_clear_error(void);
+const char *of_cdef(void);                     /* this header, cdef-ready */
+void of_set_num_threads(int32_t n);
+int32_t of_get_num_threads(void);
+
+/* ---- dtypes ----------------------------------------------------------- */
+const char *of_dtype_name(of_dtype t);          /* "float32", ... */
+int32_t of_dtype_size(of_dtype t);
+int32_t of_dtype_is_floating(of_dtype t);
+of_dtype of_promote_types(of_dtype a, of_dtype b);
+
+/* ---- memory ----------------------------------------------------------- */
+typedef struct of_memory_stats {
+  int64_t current_bytes;      /* bytes held by live tensors */
+  int64_t peak_bytes;         /* high-water mark of current_bytes */
+  int64_t cached_bytes;       /* freed blocks kept for reuse */
+  int64_t alloc_count;        /* allocations served */
+  int64_t cache_hits;         /* ... of which from the cache */
+  int64_t bytes_since_sweep;  /* allocated since the last of_memory_mark */
+} of_memory_stats;
+const of_memory_stats *of_memory_stats_get(of_device dev);
+void of_memory_mark(of_device dev);           /* zero bytes_since_sweep */
+void of_memory_reset_peak(of_device dev);
+void of_empty_cache(of_device dev);
+
+/* ---- tensor handles ---------------------------------------------------- */
+void of_tensor_retain(of_tensor *t);
+void of_tensor_release(of_tensor *t);
+/* Release many at once (the Lua side frees collected handles in batches). */
+void of_tensor_release_many(of_tensor **ts, int64_t n);
+
+of_dtype of_tensor_dtype(const of_tensor *t);
+of_device of_tensor_device(const of_tensor *t);
+int32_t of_tensor_ndim(const of_tensor *t);
+int64_t of_tensor_size(const of_tensor *t, int32_t dim);     /* dim 0-based */
+int64_t of_tensor_stride(const of_tensor *t, int32_t dim);   /* elements */
+const int64_t *of_tensor_shape(const of_tensor *t);
+const int64_t *of_tensor_strides(const of_tensor *t);
+int64_t of_tensor_numel(const of_tensor *t);
+int64_t of_tensor_offset(const of_tensor *t);                /* elements */
+int32_t of_tensor_is_contiguous(const of_tensor *t);
+void *of_tensor_data(const of_tensor *t);        /* first element */
+int64_t of_tensor_storage_id(const of_tensor *t);   /* equal => shared */
+int64_t of_tensor_version(const of_tensor *t);
+
+/* ---- creation (shape: int64_t[ndim]) ---------------------------------- */
+of_status of_empty(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                   of_tensor **out);
+of_status of_zeros(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                   of_tensor **out);
+of_status of_full(const int64_t *shape, int32_t ndim, double value, of_dtype dt,
+                  of_device dev, of_tensor **out);
+of_status of_eye(int64_t n, int64_t m, of_dtype dt, of_device dev, of_tensor **out);
+of_status of_arange(double start, double end, double step, of_dtype dt, of_device dev,
+                    of_tensor **out);
+of_status of_linspace(double start, double end, int64_t steps, of_dtype dt,
+                      of_device dev, of_tensor **out);
+/* Copy `n` doubles into a new tensor of dtype dt (values converted). */
+of_status of_from_doubles(const double *values, const int64_t *shape, int32_t ndim,
+                          of_dtype dt, of_tensor **out);
+/* Copy a C buffer of dtype dt laid out contiguously. */
+of_status of_from_buffer(const void *data, const int64_t *shape, int32_t ndim,
+                         of_dtype dt, of_tensor **out);
+/* Zero-copy: wrap caller memory (strides NULL = contiguous). The caller keeps
+ * the memory alive; `deleter(data, ctx)` runs when the last view dies. */
+typedef void (*of_deleter)(void *data, void *ctx);
+of_status of_from_blob(void *data, const int64_t *shape, const int64_t *strides,
+                       int32_t ndim, of_dtype dt, of_deleter deleter, void *ctx,
+                       of_tensor **out);
+/* Element read/write by linear (row-major logical) index, as doubles. */
+of_status of_tensor_get_flat(const of_tensor *t, int64_t i, double *out);
+of_status of_tensor_to_doubles(const of_tensor *t, double *buf, int64_t n);
+
+/* ---- views (share storage) -------------------------------------------- */
+of_status of_view(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out);
+of_status of_reshape(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out);
+of_status of_as_strided(of_tensor *t, const int64_t *shape, const int64_t *strides,
+                        int32_t ndim, int64_t offset, of_tensor **out);
+of_status of_transpose(of_tensor *t, int32_t d0, int32_t d1, of_tensor **out);
+of_status of_permute(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor **out);
+of_status of_narrow(of_tensor *t, int32_t dim, int64_t start, int64_t length,
+                    of_tensor **out);
+of_status of_slice(of_tensor *t, int32_t dim, int64_t start, int64_t end, int64_t step,
+                   of_tensor **out);
+of_status of_select(of_tensor *t, int32_t dim, int64_t index, of_tensor **out);
+of_status of_unsqueeze(of_tensor *t, int32_t dim, of_tensor **out);
+of_status of_squeeze(of_tensor *t, int32_t dim, of_tensor **out);   /* dim -100: all */
+of_status of_expand(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out);
+of_status of_flatten(of_tensor *t, int32_t start, int32_t end, of_tensor **out);
+of_status of_contiguous(of_tensor *t, of_tensor **out);  /* t itself if contiguous */
+of_status of_clone(of_tensor *t, of_tensor **out);
+of_status of_to_dtype(of_tensor *t, of_dtype dt, of_tensor **out);  /* t if same */
+/* dst <- src with broadcasting and dtype conversion. */
+of_status of_copy_(of_tensor *dst, of_tensor *src);
+of_status of_fill_(of_tensor *t, double value);
+
+/* ---- elementwise ------------------------------------------------------- */
+/* One table of binary ops (core/ops/binary.c); names from of_binary_name. */
+typedef int32_t of_binary_op;
+enum {
+  OF_ADD = 0, OF_SUB, OF_MUL, OF_DIV, OF_POW, OF_MAXIMUM, OF_MINIMUM,
+  OF_FLOOR_DIVIDE, OF_REMAINDER, OF_FMOD, OF_ATAN2,
+  OF_EQ, OF_NE, OF_LT, OF_LE, OF_GT, OF_GE,
+  OF_LOGICAL_AND, OF_LOGICAL_OR, OF_LOGICAL_XOR,
+  OF_BITWISE_AND, OF_BITWISE_OR, OF_BITWISE_XOR,
+  OF_NUM_BINARY
+};
+const char *of_binary_name(of_binary_op op);
+/* result = a op b with broadcasting and type promotion. `into` may be NULL,
+ * or a tensor to write into (in-place when it is `a`). */
+of_status of_binary(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into,
+                    of_tensor **out);
+/* a op s (reverse != 0: s op a). A number has PyTorch's "scalar" priority in
+ * promotion: int tensor + 2.5 -> float32, float16 tensor * 2 -> float16. */
+of_status of_binary_scalar(of_binary_op op, of_tensor *a, double s, int32_t reverse,
+                           of_tensor *into, of_tensor **out);
+
+typedef int32_t of_unary_op;
+enum {
+  OF_NEG = 0, OF_ABS, OF_EXP, OF_LOG, OF_SQRT, OF_RSQRT, OF_SIN, OF_COS, OF_TAN,
+  OF_TANH, OF_SIGMOID, OF_RELU, OF_GELU, OF_GELU_TANH, OF_SILU, OF_FLOOR, OF_CEIL,
+  OF_ROUND, OF_TRUNC, OF_SIGN, OF_RECIPROCAL, OF_SQUARE, OF_LOG2, OF_LOG10,
+  OF_LOG1P, OF_EXPM1, OF_ASIN, OF_ACOS, OF_ATAN, OF_SINH, OF_COSH, OF_ERF,
+  OF_ERFC, OF_SOFTPLUS, OF_MISH, OF_HARDSWISH, OF_HARDSIGMOID, OF_LOGICAL_NOT,
+  OF_BITWISE_NOT, OF_ISNAN, OF_ISINF, OF_ISFINITE,
+  OF_NUM_UNARY
+};
+const char *of_unary_name(of_unary_op op);
+of_status of_unary(of_unary_op op, of_tensor *x, of_tensor *into, of_tensor **out);
+/* Clamp to [lo, hi]; has_lo/has_hi say which bounds apply. */
+of_status of_clamp(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
+                   of_tensor *into, of_tensor **out);
+of_status of_leaky_relu(of_tensor *x, double slope, of_tensor *into, of_tensor **out);
+/* where(cond, a, b); cond is bool (or converted), a/b promoted. */
+of_status of_where(of_tensor *cond, of_tensor *a, of_tensor *b, of_tensor **out);
+of_status of_masked_fill(of_tensor *x, of_tensor *mask, double value, of_tensor *into,
+                         of_tensor **out);
+
+/* ---- reductions (core/ops/reduce.c) ------------------------------------ */
+typedef int32_t of_reduce_op;
+enum {
+  OF_RED_SUM = 0, OF_RED_MEAN, OF_RED_PROD, OF_RED_AMAX, OF_RED_AMIN,
+  OF_RED_ALL, OF_RED_ANY, OF_RED_LOGSUMEXP, OF_RED_NORM,
+  OF_NUM_REDUCE
+};
+const char *of_reduce_name(of_reduce_op op);
+/* Reduce over dims[0..ndims) (ndims == 0: all dims). `p` is the norm order
+ * (OF_RED_NORM only: 1, 2, inf = HUGE_VAL, ...). dt < 0 keeps the default
+ * result dtype (sum of ints -> int64, all/any -> bool). */
+of_status of_reduce(of_reduce_op op, of_tensor *x, const int32_t *dims, int32_t ndims,
+                    int32_t keepdim, double p, of_dtype dt, of_tensor **out);
+/* values and indices of max (is_max) or min along dim. */
+of_status of_max_dim(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max,
+                     int64_t index_base, of_tensor **values, of_tensor **indices);
+of_status of_argmax(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max,
+                    int64_t index_base, of_tensor **out);   /* dim -100: flat */
+/* Variance with `correction` (1 = unbiased); is_std takes the square root. */
+of_status of_var(of_tensor *x, const int32_t *dims, int32_t ndims, double correction,
+                 int32_t keepdim, int32_t is_std, of_tensor **out);
+of_status of_softmax(of_tensor *x, int32_t dim, int32_t log, of_tensor **out);
+of_status of_cumulative(of_tensor *x, int32_t dim, int32_t is_prod, of_tensor **out);
+
+/* ---- linear algebra (core/ops/matmul.c) -------------------------------- */
+/* PyTorch matmul semantics: 1-D x 1-D dot, 2-D mm, batched with broadcast. */
+of_status of_matmul(of_tensor *a, of_tensor *b, of_tensor **out);
+of_status of_mm(of_tensor *a, of_tensor *b, of_tensor *into, of_tensor **out);
+of_status of_bmm(of_tensor *a, of_tensor *b, of_tensor **out);
+/* beta * c + alpha * (a @ b) */
+of_status of_addmm(of_tensor *c, of_tensor *a, of_tensor *b, double beta, double alpha,
+                   of_tensor **out);
+
+/* ---- shape and index ops (core/ops/index.c, core/ops/shape.c) ---------- */
+of_status of_cat(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out);
+of_status of_stack(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out);
+of_status of_gather(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base,
+                    of_tensor **out);
+/* reduce: 0 replace, 1 add. `into` NULL: out-of-place on a clone of x. */
+of_status of_scatter(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
+                     double value, int32_t use_value, int32_t reduce,
+                     int64_t index_base, of_tensor *into, of_tensor **out);
+of_status of_index_select(of_tensor *x, int32_t dim, of_tensor *index,
+                          int64_t index_base, of_tensor **out);
+of_status of_index_add(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
+                       double alpha, int64_t index_base, of_tensor *into,
+                       of_tensor **out);
+of_status of_sort(of_tensor *x, int32_t dim, int32_t descending, int32_t stable,
+                  int64_t index_base, of_tensor **values, of_tensor **indices);
+of_status of_topk(of_tensor *x, int64_t k, int32_t dim, int32_t largest,
+                  int32_t sorted, int64_t index_base, of_tensor **values,
+                  of_tensor **indices);
+/* diagonal offset k; upper != 0: triu */
+of_status of_tri(of_tensor *x, int64_t k, int32_t upper, of_tensor **out);
+of_status of_flip(of_tensor *x, const int32_t *dims, int32_t ndims, of_tensor **out);
+of_status of_roll(of_tensor *x, const int64_t *shifts, const int32_t *dims,
+                  int32_t n, of_tensor **out);   /* n == 0 dims: flattened */
+of_status of_repeat(of_tensor *x, const int64_t *repeats, int32_t n, of_tensor **out);
+of_status of_one_hot(of_tensor *index, int64_t num_classes, int64_t index_base,
+                     of_tensor **out);
+of_status of_masked_select(of_tensor *x, of_tensor *mask, of_tensor **out);
+of_status of_nonzero(of_tensor *x, int64_t index_base, of_tensor **out);
+
+/* ---- random (core/random.c): Philox4x32-10, counter based --------------- */
+void of_manual_seed(uint64_t seed);
+uint64_t of_initial_seed(void);
+/* The generator state is (seed, offset); saving and restoring it replays. */
+void of_rng_get_state(uint64_t *seed, uint64_t *offset);
+void of_rng_set_state(uint64_t seed, uint64_t offset);
+of_status of_uniform_(of_tensor *t, double lo, double hi);
+of_status of_normal_(of_tensor *t, double mean, double std);
+of_status of_randint_(of_tensor *t, int64_t lo, int64_t hi);      /* [lo, hi) */
+of_status of_bernoulli(of_tensor *p, of_tensor **out);            /* p in [0,1] */
+of_status of_bernoulli_(of_tensor *t, double p);
+of_status of_randperm(int64_t n, int64_t index_base, of_dtype dt, of_tensor **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,118 @@
+/* internal.h -- what the core's .c files share and hosts never see. */
+#ifndef ONEFLOW_INTERNAL_H
+#define ONEFLOW_INTERNAL_H
+#include "oneflow/oneflow.h"
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#define OF_ALL_DIMS (-100)
+
+/* A refcounted block of memory. Views share one; the version counter lives
+ * here so that an in-place write through any view bumps it. */
+typedef struct of_storage {
+  int64_t refcount;
+  void *data;
+  int64_t nbytes;
+  of_device device;
+  int64_t id;           /* unique per storage, for of_tensor_storage_id */
+  int64_t version;
+  of_deleter deleter;   /* from_blob memory; NULL: caching allocator */
+  void *deleter_ctx;
+} of_storage;
+
+struct of_tensor {
+  int64_t refcount;
+  of_storage *storage;
+  int64_t offset;                 /* in elements */
+  int64_t numel;
+  int64_t shape[OF_MAX_DIMS];
+  int64_t strides[OF_MAX_DIMS];   /* in elements */
+  int32_t ndim;
+  of_dtype dtype;
+};
+
+/* ---- errors (error.c) ---- */
+/* printf-style; returns `code` so callers can `return of_fail(...)`. */
+of_status of_fail(of_status code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Appends "[2,3]" for a shape to buf (returns buf) for messages. */
+const char *of_shape_str(const int64_t *shape, int32_t ndim, char *buf, size_t cap);
+#define OF_SHAPE_STR(t) of_shape_str((t)->shape, (t)->ndim, (char[96]){0}, 96)
+#define OF_DT(t) of_dtype_name((t)->dtype)
+#define OF_CHECK(expr)                  \
+  do {                                  \
+    of_status st_ = (expr);             \
+    if (st_ != OF_OK) return st_;       \
+  } while (0)
+
+/* ---- allocator (alloc.c) ---- */
+void *of_alloc(of_device dev, int64_t nbytes);   /* NULL + error on failure */
+void of_free(of_device dev, void *p, int64_t nbytes);
+
+/* ---- tensors (tensor.c) ---- */
+/* New contiguous tensor; memory uninitialised. */
+of_status of_tensor_new(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                        of_tensor **out);
+/* New view header sharing t's storage. */
+of_tensor *of_tensor_alias(const of_tensor *t, const int64_t *shape,
+                           const int64_t *strides, int32_t ndim, int64_t offset);
+int64_t of_shape_numel(const int64_t *shape, int32_t ndim);
+void of_contiguous_strides(const int64_t *shape, int32_t ndim, int64_t *strides);
+/* Normalise a possibly negative dim against ndim; error names `op`. */
+of_status of_norm_dim(const char *op, int32_t dim, int32_t ndim, int32_t *out);
+/* `into` given: check shape/dtype and retain it; else allocate. */
+of_status of_prepare_out(const char *op, of_tensor *into, const int64_t *shape,
+                         int32_t ndim, of_dtype dt, of_tensor **out);
+static inline char *of_ptr(const of_tensor *t) {
+  return (char *)t->storage->data + t->offset * of_dtype_size(t->dtype);
+}
+static inline void of_bump_version(of_tensor *t) { t->storage->version++; }
+
+/* ---- scalar conversion (dtype.c) ---- */
+uint16_t of_f32_to_f16(float f);
+float of_f16_to_f32(uint16_t h);
+uint16_t of_f32_to_bf16(float f);
+float of_bf16_to_f32(uint16_t h);
+double of_load_double(const void *p, of_dtype dt);
+void of_store_double(void *p, of_dtype dt, double v);
+bool of_dtype_is_int(of_dtype dt);   /* integral, not bool */
+
+/* ---- elementwise iteration (iter.c) ----
+ * Walks n operands of one common shape (already broadcast: stride 0 on
+ * broadcast dims, strides in bytes), merging dims that are contiguous in all
+ * operands, and calls `fn` on 1-D runs. Runs are split across threads when
+ * the total is large. */
+enum { OF_ITER_MAX = 4 };
+typedef void (*of_loop_fn)(char **ptrs, const int64_t *strides, int64_t n, void *ctx);
+typedef struct of_iter {
+  int32_t nops, ndim;
+  int64_t shape[OF_MAX_DIMS];
+  int64_t strides[OF_ITER_MAX][OF_MAX_DIMS];   /* bytes */
+  char *base[OF_ITER_MAX];
+} of_iter;
+/* Set up from tensors already broadcast to `shape` (operand 0 is the output). */
+of_status of_iter_init(of_iter *it, of_tensor **ops, int32_t nops,
+                       const int64_t *shape, int32_t ndim);
+void of_iter_run(of_iter *it, of_loop_fn fn, void *ctx, bool parallel);
+/* Broadcast shapes a and b to out (PyTorch rules); error names op. */
+of_status of_broadcast_shapes(const char *op, const int64_t *a, int32_t na,
+                              const int64_t *b, int32_t nb, int64_t *out,
+                              int32_t *nout);
+
+/* ---- threading ---- */
+int32_t of_threads(void);
+enum { OF_PARALLEL_GRAIN = 32768 };
+
+/* Dtype dispatch at the leaf: X(enum, ctype) for each arithmetic dtype the
+ * kernels instantiate. Half types are computed through float32. */
+#define OF_FOR_NATIVE_DTYPES(X) \
+  X(OF_BOOL, bool)              \
+  X(OF_UINT8, uint8_t)          \
+  X(OF_INT8, int8_t)            \
+  X(OF_INT32, int32_t)          \
+  X(OF_INT64, int64_t)          \
+  X(OF_FLOAT32, float)          \
+  X(OF_FLOAT64, double)
+
+#endif

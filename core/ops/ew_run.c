@@ -1,0 +1,51 @@
+/* ew_run.c -- the shared driver of elementwise ops: dtype conversion of the
+ * operands, output allocation or in-place writing, then one of_iter pass. */
+#include "elementwise.h"
+
+static void release_all(of_tensor **ts, int32_t n) {
+  for (int32_t i = 0; i < n; i++) of_tensor_release(ts[i]);
+}
+
+of_status of_ew_run(const char *op, of_loop_fn fn, of_ew_ctx *ctx, of_tensor **ins, int32_t nin,
+                    of_dtype compute, of_dtype kernel_out, of_dtype result_dt,
+                    const int64_t *shape, int32_t ndim, of_tensor *into, of_tensor **out) {
+  of_tensor *conv[OF_ITER_MAX] = {0};
+  for (int32_t i = 0; i < nin; i++) {
+    of_status st = of_to_dtype(ins[i], compute, &conv[i]);
+    if (st != OF_OK) {
+      release_all(conv, i);
+      return st;
+    }
+  }
+  of_tensor *res = NULL, *direct = NULL;
+  of_status st = of_prepare_out(op, into, shape, ndim, result_dt, &res);
+  if (st != OF_OK) goto done;
+  /* the kernel writes kernel_out; a different result dtype goes through a temp */
+  if (res->dtype == kernel_out) {
+    direct = res;
+    of_tensor_retain(direct);
+  } else {
+    st = of_tensor_new(shape, ndim, kernel_out, OF_CPU, &direct);
+    if (st != OF_OK) goto done;
+  }
+  of_tensor *ops[OF_ITER_MAX + 1] = {direct};
+  for (int32_t i = 0; i < nin; i++) ops[i + 1] = conv[i];
+  of_iter it;
+  of_iter_init(&it, ops, nin + 1, shape, ndim);
+  of_iter_run(&it, fn, ctx, true);
+  if (ctx->err) {
+    st = of_fail(OF_ERR_ARG, "%s: integer division by zero (dtype %s)", op, of_dtype_name(compute));
+    goto done;
+  }
+  if (direct != res) st = of_copy_(res, direct);
+  else of_bump_version(res);
+done:
+  release_all(conv, nin);
+  of_tensor_release(direct);
+  if (st != OF_OK) {
+    of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return OF_OK;
+}

@@ -1,0 +1,180 @@
+/* tensor.c -- storage, tensor headers, accessors and views. */
+#include "internal.h"
+#include <stdatomic.h>
+#include <stdlib.h>
+
+static _Atomic int64_t next_storage_id = 1;
+
+static of_storage *storage_new(int64_t nbytes, of_device dev) {
+  of_storage *s = malloc(sizeof *s);
+  if (!s) {
+    of_fail(OF_ERR_OOM, "tensor: out of memory for a storage header");
+    return NULL;
+  }
+  s->data = of_alloc(dev, nbytes);
+  if (!s->data) {
+    free(s);
+    return NULL;
+  }
+  s->refcount = 1;
+  s->nbytes = nbytes;
+  s->device = dev;
+  s->id = atomic_fetch_add(&next_storage_id, 1);
+  s->version = 0;
+  s->deleter = NULL;
+  s->deleter_ctx = NULL;
+  return s;
+}
+
+static void storage_release(of_storage *s) {
+  if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
+  if (s->deleter) s->deleter(s->data, s->deleter_ctx);
+  else if (s->data) of_free(s->device, s->data, s->nbytes);
+  free(s);
+}
+
+int64_t of_shape_numel(const int64_t *shape, int32_t ndim) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < ndim; i++) n *= shape[i];
+  return n;
+}
+
+void of_contiguous_strides(const int64_t *shape, int32_t ndim, int64_t *strides) {
+  int64_t s = 1;
+  for (int32_t i = ndim - 1; i >= 0; i--) {
+    strides[i] = s;
+    s *= shape[i] > 1 ? shape[i] : 1;
+  }
+}
+
+static of_status check_shape(const char *op, const int64_t *shape, int32_t ndim) {
+  if (ndim < 0 || ndim > OF_MAX_DIMS)
+    return of_fail(OF_ERR_SHAPE, "%s: %d dims given, at most %d supported", op, (int)ndim,
+                   OF_MAX_DIMS);
+  for (int32_t i = 0; i < ndim; i++)
+    if (shape[i] < 0) {
+      char b[96];
+      return of_fail(OF_ERR_SHAPE, "%s: negative size %lld in shape %s", op,
+                     (long long)shape[i], of_shape_str(shape, ndim, b, 96));
+    }
+  return OF_OK;
+}
+
+static of_tensor *header_new(void) {
+  of_tensor *t = malloc(sizeof *t);
+  if (!t) of_fail(OF_ERR_OOM, "tensor: out of memory for a tensor header");
+  return t;
+}
+
+of_status of_tensor_new(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                        of_tensor **out) {
+  OF_CHECK(check_shape("empty", shape, ndim));
+  if (dt < 0 || dt >= OF_NUM_DTYPES)
+    return of_fail(OF_ERR_DTYPE, "empty: unknown dtype %d", (int)dt);
+  int64_t numel = of_shape_numel(shape, ndim);
+  if (numel > ((int64_t)1 << 48) / of_dtype_size(dt))
+    return of_fail(OF_ERR_OOM, "empty: %lld elements of %s is too large", (long long)numel,
+                   of_dtype_name(dt));
+  of_tensor *t = header_new();
+  if (!t) return OF_ERR_OOM;
+  t->storage = storage_new(numel * of_dtype_size(dt), dev);
+  if (!t->storage) {
+    free(t);
+    return OF_ERR_OOM;
+  }
+  t->refcount = 1;
+  t->offset = 0;
+  t->numel = numel;
+  t->ndim = ndim;
+  t->dtype = dt;
+  for (int32_t i = 0; i < ndim; i++) t->shape[i] = shape[i];
+  of_contiguous_strides(shape, ndim, t->strides);
+  *out = t;
+  return OF_OK;
+}
+
+of_tensor *of_tensor_alias(const of_tensor *src, const int64_t *shape,
+                           const int64_t *strides, int32_t ndim, int64_t offset) {
+  of_tensor *t = header_new();
+  if (!t) return NULL;
+  t->refcount = 1;
+  t->storage = src->storage;
+  __atomic_add_fetch(&src->storage->refcount, 1, __ATOMIC_RELAXED);
+  t->offset = offset;
+  t->ndim = ndim;
+  t->dtype = src->dtype;
+  for (int32_t i = 0; i < ndim; i++) {
+    t->shape[i] = shape[i];
+    t->strides[i] = strides[i];
+  }
+  t->numel = of_shape_numel(shape, ndim);
+  return t;
+}
+
+void of_tensor_retain(of_tensor *t) {
+  if (t) __atomic_add_fetch(&t->refcount, 1, __ATOMIC_RELAXED);
+}
+
+void of_tensor_release(of_tensor *t) {
+  if (!t || __atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
+  storage_release(t->storage);
+  free(t);
+}
+
+void of_tensor_release_many(of_tensor **ts, int64_t n) {
+  for (int64_t i = 0; i < n; i++) of_tensor_release(ts[i]);
+}
+
+of_dtype of_tensor_dtype(const of_tensor *t) { return t->dtype; }
+of_device of_tensor_device(const of_tensor *t) { return t->storage->device; }
+int32_t of_tensor_ndim(const of_tensor *t) { return t->ndim; }
+int64_t of_tensor_size(const of_tensor *t, int32_t d) {
+  return d >= 0 && d < t->ndim ? t->shape[d] : -1;
+}
+int64_t of_tensor_stride(const of_tensor *t, int32_t d) {
+  return d >= 0 && d < t->ndim ? t->strides[d] : -1;
+}
+const int64_t *of_tensor_shape(const of_tensor *t) { return t->shape; }
+const int64_t *of_tensor_strides(const of_tensor *t) { return t->strides; }
+int64_t of_tensor_numel(const of_tensor *t) { return t->numel; }
+int64_t of_tensor_offset(const of_tensor *t) { return t->offset; }
+void *of_tensor_data(const of_tensor *t) { return of_ptr(t); }
+int64_t of_tensor_storage_id(const of_tensor *t) { return t->storage->id; }
+int64_t of_tensor_version(const of_tensor *t) { return t->storage->version; }
+
+int32_t of_tensor_is_contiguous(const of_tensor *t) {
+  int64_t s = 1;
+  for (int32_t i = t->ndim - 1; i >= 0; i--) {
+    if (t->shape[i] != 1 && t->strides[i] != s) return 0;
+    s *= t->shape[i];
+  }
+  return 1;
+}
+
+of_status of_norm_dim(const char *op, int32_t dim, int32_t ndim, int32_t *out) {
+  int32_t n = ndim > 0 ? ndim : 1;
+  if (dim < -n || dim >= n)
+    return of_fail(OF_ERR_INDEX, "%s: dim %d out of range for a %d-d tensor "
+                   "(1-based: expected %d..%d or -%d..-1)", op, dim >= 0 ? dim + 1 : dim,
+                   (int)ndim, 1, n, n);
+  *out = dim < 0 ? dim + n : dim;
+  return OF_OK;
+}
+
+of_status of_prepare_out(const char *op, of_tensor *into, const int64_t *shape,
+                         int32_t ndim, of_dtype dt, of_tensor **out) {
+  if (!into) return of_tensor_new(shape, ndim, dt, OF_CPU, out);
+  bool same = into->ndim == ndim;
+  for (int32_t i = 0; same && i < ndim; i++) same = into->shape[i] == shape[i];
+  if (!same) {
+    char b[96];
+    return of_fail(OF_ERR_SHAPE, "%s: output has shape %s, the result needs %s", op,
+                   OF_SHAPE_STR(into), of_shape_str(shape, ndim, b, 96));
+  }
+  if (into->dtype != dt && !(of_dtype_is_floating(into->dtype) || !of_dtype_is_floating(dt)))
+    return of_fail(OF_ERR_DTYPE, "%s: result type %s can't be cast to the output dtype %s",
+                   op, of_dtype_name(dt), OF_DT(into));
+  of_tensor_retain(into);
+  *out = into;
+  return OF_OK;
+}

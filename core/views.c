@@ -1,0 +1,384 @@
+/* views.c -- view ops (share storage), copy, fill, contiguous, dtype casts. */
+#include "internal.h"
+#include <stdlib.h>
+
+static of_status alias_out(of_tensor *t, const int64_t *shape, const int64_t *strides,
+                           int32_t ndim, int64_t offset, of_tensor **out) {
+  of_tensor *v = of_tensor_alias(t, shape, strides, ndim, offset);
+  if (!v) return OF_ERR_OOM;
+  *out = v;
+  return OF_OK;
+}
+
+/* Strides for viewing t as `shape` without a copy, or false (PyTorch's
+ * computeStride: each run of merged dims must be contiguous in itself). */
+static bool view_strides(const of_tensor *t, const int64_t *shape, int32_t ndim,
+                         int64_t *strides) {
+  if (t->numel == 0 || t->ndim == 0) {
+    of_contiguous_strides(shape, ndim, strides);
+    return true;
+  }
+  int32_t view_d = ndim - 1;
+  int64_t base = t->strides[t->ndim - 1], chunk = 1, tensor_numel = 1;
+  for (int32_t d = t->ndim - 1; d >= 0; d--) {
+    tensor_numel *= t->shape[d];
+    if (d == 0 || (t->shape[d - 1] != 1 && t->strides[d - 1] != tensor_numel * base)) {
+      while (view_d >= 0 && (chunk < tensor_numel || shape[view_d] == 1)) {
+        strides[view_d] = chunk * base;
+        chunk *= shape[view_d];
+        view_d--;
+      }
+      if (chunk != tensor_numel) return false;
+      if (d > 0) {
+        base = t->strides[d - 1];
+        tensor_numel = 1;
+        chunk = 1;
+      }
+    }
+  }
+  return view_d == -1;
+}
+
+/* Resolves one -1 in a requested shape against numel. */
+static of_status infer_shape(const char *op, const of_tensor *t, const int64_t *shape,
+                             int32_t ndim, int64_t *res) {
+  if (ndim > OF_MAX_DIMS)
+    return of_fail(OF_ERR_SHAPE, "%s: %d dims given, at most %d", op, (int)ndim, OF_MAX_DIMS);
+  int32_t infer = -1;
+  int64_t known = 1;
+  for (int32_t i = 0; i < ndim; i++) {
+    if (shape[i] == -1) {
+      if (infer >= 0) return of_fail(OF_ERR_SHAPE, "%s: only one dimension can be -1", op);
+      infer = i;
+    } else if (shape[i] < 0) {
+      return of_fail(OF_ERR_SHAPE, "%s: invalid size %lld", op, (long long)shape[i]);
+    } else {
+      known *= shape[i];
+    }
+    res[i] = shape[i];
+  }
+  if (infer >= 0 && known > 0 && t->numel % known == 0) res[infer] = t->numel / known;
+  if (of_shape_numel(res, ndim) != t->numel || (infer >= 0 && known == 0)) {
+    char b[96];
+    return of_fail(OF_ERR_SHAPE, "%s: shape %s is invalid for input of size %lld (shape %s)",
+                   op, of_shape_str(shape, ndim, b, 96), (long long)t->numel,
+                   OF_SHAPE_STR(t));
+  }
+  return OF_OK;
+}
+
+of_status of_view(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+  int64_t res[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  OF_CHECK(infer_shape("view", t, shape, ndim, res));
+  if (!view_strides(t, res, ndim, strides)) {
+    char b[96];
+    return of_fail(OF_ERR_SHAPE,
+                   "view: shape %s is not compatible with the input's size and strides "
+                   "(shape %s, non-contiguous); use reshape or contiguous() first",
+                   of_shape_str(res, ndim, b, 96), OF_SHAPE_STR(t));
+  }
+  return alias_out(t, res, strides, ndim, t->offset, out);
+}
+
+of_status of_reshape(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+  int64_t res[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  OF_CHECK(infer_shape("reshape", t, shape, ndim, res));
+  if (view_strides(t, res, ndim, strides)) return alias_out(t, res, strides, ndim, t->offset, out);
+  of_tensor *c;
+  OF_CHECK(of_clone(t, &c));
+  of_status st = of_view(c, res, ndim, out);
+  of_tensor_release(c);
+  return st;
+}
+
+of_status of_as_strided(of_tensor *t, const int64_t *shape, const int64_t *strides,
+                        int32_t ndim, int64_t offset, of_tensor **out) {
+  if (ndim < 0 || ndim > OF_MAX_DIMS) return of_fail(OF_ERR_SHAPE, "as_strided: bad ndim %d", ndim);
+  int64_t hi = offset, lo = offset;
+  for (int32_t i = 0; i < ndim; i++) {
+    if (shape[i] < 0) return of_fail(OF_ERR_SHAPE, "as_strided: negative size");
+    if (shape[i] == 0) { hi = lo = offset; break; }
+    int64_t ext = (shape[i] - 1) * strides[i];
+    if (ext > 0) hi += ext; else lo += ext;
+  }
+  int64_t cap = t->storage->nbytes / of_dtype_size(t->dtype);
+  if (lo < 0 || (of_shape_numel(shape, ndim) > 0 && hi >= cap))
+    return of_fail(OF_ERR_INDEX, "as_strided: view reaches elements %lld..%lld outside a "
+                   "storage of %lld elements", (long long)lo, (long long)hi, (long long)cap);
+  return alias_out(t, shape, strides, ndim, offset, out);
+}
+
+of_status of_transpose(of_tensor *t, int32_t d0, int32_t d1, of_tensor **out) {
+  OF_CHECK(of_norm_dim("transpose", d0, t->ndim, &d0));
+  OF_CHECK(of_norm_dim("transpose", d1, t->ndim, &d1));
+  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  memcpy(shape, t->shape, sizeof shape);
+  memcpy(strides, t->strides, sizeof strides);
+  if (t->ndim > 0) {
+    shape[d0] = t->shape[d1]; shape[d1] = t->shape[d0];
+    strides[d0] = t->strides[d1]; strides[d1] = t->strides[d0];
+  }
+  return alias_out(t, shape, strides, t->ndim, t->offset, out);
+}
+
+of_status of_permute(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor **out) {
+  if (ndim != t->ndim)
+    return of_fail(OF_ERR_SHAPE, "permute: %d dims given for a %d-d tensor %s", (int)ndim,
+                   (int)t->ndim, OF_SHAPE_STR(t));
+  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  bool seen[OF_MAX_DIMS] = {0};
+  for (int32_t i = 0; i < ndim; i++) {
+    int32_t d;
+    OF_CHECK(of_norm_dim("permute", dims[i], ndim, &d));
+    if (seen[d]) return of_fail(OF_ERR_ARG, "permute: dim %d repeated", d + 1);
+    seen[d] = true;
+    shape[i] = t->shape[d];
+    strides[i] = t->strides[d];
+  }
+  return alias_out(t, shape, strides, ndim, t->offset, out);
+}
+
+of_status of_slice(of_tensor *t, int32_t dim, int64_t start, int64_t end, int64_t step,
+                   of_tensor **out) {
+  if (t->ndim == 0) return of_fail(OF_ERR_INDEX, "slice: cannot slice a 0-d tensor");
+  OF_CHECK(of_norm_dim("slice", dim, t->ndim, &dim));
+  if (step <= 0) return of_fail(OF_ERR_ARG, "slice: step must be positive, got %lld", (long long)step);
+  int64_t n = t->shape[dim];
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  if (start < 0) start = 0;
+  if (end > n) end = n;
+  if (start > n) start = n;
+  if (end < start) end = start;
+  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  memcpy(shape, t->shape, sizeof shape);
+  memcpy(strides, t->strides, sizeof strides);
+  shape[dim] = (end - start + step - 1) / step;
+  strides[dim] = t->strides[dim] * step;
+  return alias_out(t, shape, strides, t->ndim, t->offset + start * t->strides[dim], out);
+}
+
+of_status of_narrow(of_tensor *t, int32_t dim, int64_t start, int64_t length, of_tensor **out) {
+  if (t->ndim == 0) return of_fail(OF_ERR_INDEX, "narrow: cannot narrow a 0-d tensor");
+  OF_CHECK(of_norm_dim("narrow", dim, t->ndim, &dim));
+  int64_t n = t->shape[dim];
+  if (start < 0) start += n;
+  if (start < 0 || length < 0 || start + length > n)
+    return of_fail(OF_ERR_INDEX, "narrow: start %lld (1-based) and length %lld exceed "
+                   "dim %d of size %lld (shape %s)", (long long)start + 1, (long long)length,
+                   dim + 1, (long long)n, OF_SHAPE_STR(t));
+  return of_slice(t, dim, start, start + length, 1, out);
+}
+
+of_status of_select(of_tensor *t, int32_t dim, int64_t index, of_tensor **out) {
+  if (t->ndim == 0) return of_fail(OF_ERR_INDEX, "select: cannot index a 0-d tensor");
+  OF_CHECK(of_norm_dim("select", dim, t->ndim, &dim));
+  int64_t n = t->shape[dim];
+  if (index < -n || index >= n)
+    return of_fail(OF_ERR_INDEX, "select: index %lld out of range for dim %d of size %lld "
+                   "(shape %s; 1-based indices 1..%lld or -%lld..-1)",
+                   (long long)(index >= 0 ? index + 1 : index), dim + 1, (long long)n,
+                   OF_SHAPE_STR(t), (long long)n, (long long)n);
+  if (index < 0) index += n;
+  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  int32_t k = 0;
+  for (int32_t i = 0; i < t->ndim; i++) {
+    if (i == dim) continue;
+    shape[k] = t->shape[i];
+    strides[k++] = t->strides[i];
+  }
+  return alias_out(t, shape, strides, k, t->offset + index * t->strides[dim], out);
+}
+
+of_status of_unsqueeze(of_tensor *t, int32_t dim, of_tensor **out) {
+  if (t->ndim >= OF_MAX_DIMS) return of_fail(OF_ERR_SHAPE, "unsqueeze: tensor already has %d dims", OF_MAX_DIMS);
+  OF_CHECK(of_norm_dim("unsqueeze", dim, t->ndim + 1, &dim));
+  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  int32_t k = 0;
+  for (int32_t i = 0; i <= t->ndim; i++) {
+    if (i == dim) {
+      shape[k] = 1;
+      strides[k++] = i < t->ndim ? t->strides[i] * t->shape[i] : 1;
+    }
+    if (i < t->ndim) {
+      shape[k] = t->shape[i];
+      strides[k++] = t->strides[i];
+    }
+  }
+  return alias_out(t, shape, strides, t->ndim + 1, t->offset, out);
+}
+
+of_status of_squeeze(of_tensor *t, int32_t dim, of_tensor **out) {
+  if (dim != OF_ALL_DIMS) OF_CHECK(of_norm_dim("squeeze", dim, t->ndim, &dim));
+  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  int32_t k = 0;
+  for (int32_t i = 0; i < t->ndim; i++) {
+    if (t->shape[i] == 1 && (dim == OF_ALL_DIMS || dim == i)) continue;
+    shape[k] = t->shape[i];
+    strides[k++] = t->strides[i];
+  }
+  return alias_out(t, shape, strides, k, t->offset, out);
+}
+
+of_status of_expand(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+  if (ndim < t->ndim || ndim > OF_MAX_DIMS) {
+    char b[96];
+    return of_fail(OF_ERR_SHAPE, "expand: cannot expand %s to %s (fewer dims)", OF_SHAPE_STR(t),
+                   of_shape_str(shape, ndim, b, 96));
+  }
+  int64_t nshape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  for (int32_t i = 0; i < ndim; i++) {
+    int32_t td = i - (ndim - t->ndim);
+    int64_t have = td >= 0 ? t->shape[td] : 1;
+    int64_t want = shape[i] == -1 && td >= 0 ? have : shape[i];
+    if (want < 0 || (have != 1 && have != want)) {
+      char b[96];
+      return of_fail(OF_ERR_SHAPE, "expand: cannot expand %s to %s (dim %d: %lld to %lld)",
+                     OF_SHAPE_STR(t), of_shape_str(shape, ndim, b, 96), (int)i + 1,
+                     (long long)have, (long long)want);
+    }
+    nshape[i] = want;
+    strides[i] = (td >= 0 && have == want) ? t->strides[td] : 0;
+  }
+  return alias_out(t, nshape, strides, ndim, t->offset, out);
+}
+
+of_status of_flatten(of_tensor *t, int32_t start, int32_t end, of_tensor **out) {
+  if (t->ndim == 0) {
+    int64_t one = 1;
+    return of_reshape(t, &one, 1, out);
+  }
+  OF_CHECK(of_norm_dim("flatten", start, t->ndim, &start));
+  OF_CHECK(of_norm_dim("flatten", end, t->ndim, &end));
+  if (start > end) return of_fail(OF_ERR_ARG, "flatten: start dim %d after end dim %d", start + 1, end + 1);
+  int64_t shape[OF_MAX_DIMS];
+  int32_t k = 0;
+  for (int32_t i = 0; i < t->ndim; i++) {
+    if (i > start && i <= end) shape[k - 1] *= t->shape[i];
+    else shape[k++] = t->shape[i];
+  }
+  return of_reshape(t, shape, k, out);
+}
+
+/* ---- copy with conversion ---- */
+
+#define CONV_LOOP(TD, TS)                                                         \
+  static void conv_##TD##_##TS(char **p, const int64_t *s, int64_t n, void *c) { \
+    (void)c;                                                                      \
+    char *d = p[0], *x = p[1];                                                    \
+    if (s[0] == sizeof(TD) && s[1] == sizeof(TS)) {                               \
+      TD *restrict dd = (TD *)d;                                                  \
+      const TS *restrict xx = (const TS *)x;                                      \
+      for (int64_t i = 0; i < n; i++) dd[i] = (TD)xx[i];                          \
+    } else {                                                                      \
+      for (int64_t i = 0; i < n; i++) *(TD *)(d + i * s[0]) = (TD) * (const TS *)(x + i * s[1]); \
+    }                                                                             \
+  }
+
+#define NATIVE_TYPES(X, A) X(A, bool) X(A, uint8_t) X(A, int8_t) X(A, int32_t) X(A, int64_t) X(A, float) X(A, double)
+#define NATIVE_TYPES2(X, A) X(A, bool) X(A, uint8_t) X(A, int8_t) X(A, int32_t) X(A, int64_t) X(A, float) X(A, double)
+NATIVE_TYPES2(CONV_LOOP, bool)
+NATIVE_TYPES2(CONV_LOOP, uint8_t)
+NATIVE_TYPES2(CONV_LOOP, int8_t)
+NATIVE_TYPES2(CONV_LOOP, int32_t)
+NATIVE_TYPES2(CONV_LOOP, int64_t)
+NATIVE_TYPES2(CONV_LOOP, float)
+NATIVE_TYPES2(CONV_LOOP, double)
+
+typedef void (*loop_t)(char **, const int64_t *, int64_t, void *);
+static int native_index(of_dtype t) {
+  switch (t) {
+    case OF_BOOL: return 0; case OF_UINT8: return 1; case OF_INT8: return 2;
+    case OF_INT32: return 3; case OF_INT64: return 4; case OF_FLOAT32: return 5;
+    case OF_FLOAT64: return 6; default: return -1;
+  }
+}
+#define CONV_PTR(TD, TS) conv_##TD##_##TS,
+static const loop_t conv_table[7][7] = {
+    {NATIVE_TYPES(CONV_PTR, bool)},    {NATIVE_TYPES(CONV_PTR, uint8_t)},
+    {NATIVE_TYPES(CONV_PTR, int8_t)},  {NATIVE_TYPES(CONV_PTR, int32_t)},
+    {NATIVE_TYPES(CONV_PTR, int64_t)}, {NATIVE_TYPES(CONV_PTR, float)},
+    {NATIVE_TYPES(CONV_PTR, double)}};
+
+static void copy_bits16(char **p, const int64_t *s, int64_t n, void *c) {
+  (void)c;
+  for (int64_t i = 0; i < n; i++) *(uint16_t *)(p[0] + i * s[0]) = *(const uint16_t *)(p[1] + i * s[1]);
+}
+
+typedef struct { of_dtype dst, src; } slow_ctx;
+static void conv_slow(char **p, const int64_t *s, int64_t n, void *c) {
+  slow_ctx *k = c;
+  for (int64_t i = 0; i < n; i++)
+    of_store_double(p[0] + i * s[0], k->dst, of_load_double(p[1] + i * s[1], k->src));
+}
+
+/* Float to int conversion of NaN/inf is UB in C; send those through the
+ * saturating slow path. Checked only for float -> int copies. */
+static bool needs_saturation(of_tensor *dst, of_tensor *src) {
+  return of_dtype_is_int(dst->dtype) && of_dtype_is_floating(src->dtype);
+}
+
+of_status of_copy_(of_tensor *dst, of_tensor *src) {
+  int64_t shape[OF_MAX_DIMS];
+  int32_t nd;
+  OF_CHECK(of_broadcast_shapes("copy_", dst->shape, dst->ndim, src->shape, src->ndim, shape, &nd));
+  if (nd != dst->ndim || of_shape_numel(shape, nd) != dst->numel) {
+    char b[96];
+    return of_fail(OF_ERR_SHAPE, "copy_: source %s does not broadcast to destination %s",
+                   OF_SHAPE_STR(src), of_shape_str(dst->shape, dst->ndim, b, 96));
+  }
+  of_iter it;
+  of_tensor *ops[2] = {dst, src};
+  OF_CHECK(of_iter_init(&it, ops, 2, dst->shape, dst->ndim));
+  int a = native_index(dst->dtype), b = native_index(src->dtype);
+  slow_ctx ctx = {dst->dtype, src->dtype};
+  if (a >= 0 && b >= 0 && !needs_saturation(dst, src))
+    of_iter_run(&it, conv_table[a][b], NULL, true);
+  else if (dst->dtype == src->dtype)   /* half to half: move the bits */
+    of_iter_run(&it, copy_bits16, NULL, true);
+  else
+    of_iter_run(&it, conv_slow, &ctx, true);
+  of_bump_version(dst);
+  return OF_OK;
+}
+
+of_status of_clone(of_tensor *t, of_tensor **out) {
+  of_tensor *c;
+  OF_CHECK(of_tensor_new(t->shape, t->ndim, t->dtype, of_tensor_device(t), &c));
+  of_status st = of_copy_(c, t);
+  if (st != OF_OK) {
+    of_tensor_release(c);
+    return st;
+  }
+  c->storage->version = 0;
+  *out = c;
+  return OF_OK;
+}
+
+of_status of_contiguous(of_tensor *t, of_tensor **out) {
+  if (of_tensor_is_contiguous(t)) {
+    of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  return of_clone(t, out);
+}
+
+of_status of_to_dtype(of_tensor *t, of_dtype dt, of_tensor **out) {
+  if (dt < 0 || dt >= OF_NUM_DTYPES) return of_fail(OF_ERR_DTYPE, "to: unknown dtype %d", (int)dt);
+  if (t->dtype == dt) {
+    of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  of_tensor *c;
+  OF_CHECK(of_tensor_new(t->shape, t->ndim, dt, of_tensor_device(t), &c));
+  of_status st = of_copy_(c, t);
+  if (st != OF_OK) {
+    of_tensor_release(c);
+    return st;
+  }
+  c->storage->version = 0;
+  *out = c;
+  return OF_OK;
+}

@@ -1,0 +1,69 @@
+-- oneflow: `local flow = require 'oneflow'`.
+-- Assembles the flow table from the tensor type and the op modules, and
+-- attaches the metatype that makes an `of_tensor*` behave as a tensor.
+local ffi = require 'ffi'
+local core = require 'oneflow._C'
+local types = require 'oneflow.types'
+local T = require 'oneflow.tensor'
+
+local op_modules = {
+  'oneflow.ops.views', 'oneflow.ops.elementwise', 'oneflow.ops.reduce',
+  'oneflow.ops.linalg', 'oneflow.ops.index', 'oneflow.ops.random',
+}
+for _, name in ipairs(op_modules) do
+  local ok, err = pcall(require, name)
+  -- a family not written yet is skipped; any other load error is real
+  if not ok and not tostring(err):find("module '" .. name .. "' not found", 1, true) then
+    error(err, 0)
+  end
+end
+local printing = require 'oneflow.print'
+
+local flow = {}
+for k, v in pairs(T.flow) do flow[k] = v end
+
+local methods, getters, index, newindex = T.methods, T.getters, T.index, T.newindex
+local mt = T.metatable_ops
+mt.__index = function(t, k)
+  local m = methods[k]
+  if m ~= nil then return m end
+  local g = getters[k]
+  if g ~= nil then return g(t) end
+  return index(t, k)
+end
+mt.__newindex = function(t, k, v)
+  local setter = T.setters and T.setters[k]
+  if setter then return setter(t, v) end
+  return newindex(t, k, v)
+end
+mt.__tostring = printing.tostring
+mt.__len = function(t) return t:size(1) end
+ffi.metatype('struct of_lua_tensor', mt)
+
+flow.C = core.C
+flow.Tensor = methods
+flow.is_tensor = T.is_tensor
+flow.Size = types.Size
+flow.device = types.device
+flow.dtype = types.dtype
+for name, d in pairs(types.by_name) do flow[name] = d end
+flow.get_default_dtype, flow.set_default_dtype = T.get_default_dtype, T.set_default_dtype
+flow.set_printoptions = function(o) for k, v in pairs(o) do printing.options[k] = v end end
+
+function flow.set_num_threads(n) core.C.of_set_num_threads(n) end
+function flow.get_num_threads() return core.C.of_get_num_threads() end
+
+--- Allocator statistics: current, peak and cached bytes (CPU).
+function flow.memory_stats()
+  local s = core.C.of_memory_stats_get(0)
+  return {current_bytes = tonumber(s.current_bytes), peak_bytes = tonumber(s.peak_bytes),
+          cached_bytes = tonumber(s.cached_bytes), alloc_count = tonumber(s.alloc_count),
+          cache_hits = tonumber(s.cache_hits)}
+end
+function flow.reset_peak_memory_stats() core.C.of_memory_reset_peak(0) end
+function flow.empty_cache() core.C.of_empty_cache(0) end
+flow.collect = core.collect
+flow.version = core.C.of_version()
+flow.__version__ = '0.1.0'
+
+return flow

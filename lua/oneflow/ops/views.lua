@@ -1,0 +1,247 @@
+-- oneflow.ops.views: views (share storage), copies, dtype conversion and
+-- Torch7-style indexing. Dims and indices are 1-based; -1 is the last.
+local core = require 'oneflow._C'
+local types = require 'oneflow.types'
+local util = require 'oneflow._util'
+local T = require 'oneflow.tensor'
+
+local C, out1, raise = core.C, core.out1, core.raise
+local call1, def, methods = T.call1, T.def, T.methods
+local dim = util.dim
+
+local function shape_call(cfn, name)
+  return function(x, ...)
+    local sizes = util.sizes_and_options(name, ...)
+    local ptr, n = util.shape_ptr(sizes)
+    return call1(cfn, x.p, ptr, n, out1)
+  end
+end
+def('view', shape_call(C.of_view, 'view'), 'method')
+def('reshape', shape_call(C.of_reshape, 'reshape'))
+def('expand', shape_call(C.of_expand, 'expand'), 'method')
+function methods.view_as(x, o) return x:view(o:size()) end
+function methods.reshape_as(x, o) return x:reshape(o:size()) end
+function methods.expand_as(x, o) return x:expand(o:size()) end
+def('broadcast_to', function(x, ...) return x:expand(...) end)
+
+def('transpose', function(x, d0, d1)
+  return call1(C.of_transpose, x.p, dim(d0, 'transpose'), dim(d1, 'transpose'), out1)
+end)
+def('swapaxes', function(x, d0, d1) return x:transpose(d0, d1) end)
+
+def('t', function(x)
+  local n = x:dim()
+  if n > 2 then error(('t: expects a tensor with <= 2 dims, got %d-d'):format(n), 2) end
+  if n < 2 then return x:view(x:size()) end
+  return call1(C.of_transpose, x.p, 0, 1, out1)
+end)
+
+def('permute', function(x, ...)
+  local dims = util.sizes_and_options('permute', ...)
+  local ptr, n = util.dims_ptr(dims, 'permute')
+  return call1(C.of_permute, x.p, ptr, n, out1)
+end)
+
+--- x:narrow(dim, start, length): start is 1-based.
+def('narrow', function(x, d, start, length)
+  if start == 0 then error('narrow: start 0 is not valid; indices are 1-based', 2) end
+  return call1(C.of_narrow, x.p, dim(d, 'narrow'), start > 0 and start - 1 or start, length, out1)
+end)
+
+--- x:select(dim, index): index is 1-based, negative counts from the end.
+def('select', function(x, d, index)
+  if index == 0 then error('select: index 0 is not valid; indices are 1-based', 2) end
+  return call1(C.of_select, x.p, dim(d, 'select'), index > 0 and index - 1 or index, out1)
+end)
+
+def('unsqueeze', function(x, d)
+  -- dims for unsqueeze range over ndim + 1 positions; -1 appends
+  return call1(C.of_unsqueeze, x.p, dim(d, 'unsqueeze'), out1)
+end)
+
+def('squeeze', function(x, d)
+  return call1(C.of_squeeze, x.p, d == nil and -100 or dim(d, 'squeeze'), out1)
+end)
+
+def('flatten', function(x, s, e)
+  return call1(C.of_flatten, x.p, s and dim(s, 'flatten') or 0, e and dim(e, 'flatten') or -1, out1)
+end)
+
+def('contiguous', function(x) return call1(C.of_contiguous, x.p, out1) end, 'method')
+def('clone', function(x) return call1(C.of_clone, x.p, out1) end)
+
+------------------------------------------------------------------ split family
+--- x:chunk(n, dim): a Lua array of views.
+def('chunk', function(x, chunks, d)
+  d = d or 1
+  if type(chunks) ~= 'number' or chunks < 1 then
+    error('chunk: number of chunks must be a positive integer, got ' .. tostring(chunks), 2)
+  end
+  local size = x:size(d)
+  local step = math.ceil(size / chunks)
+  local res = {}
+  for start = 1, size, math.max(step, 1) do
+    res[#res + 1] = x:narrow(d, start, math.min(step, size - start + 1))
+  end
+  if size == 0 then res[1] = x end
+  return res
+end)
+
+--- x:split(size_or_sizes, dim) as in PyTorch.
+def('split', function(x, sizes, d)
+  d = d or 1
+  local size, res = x:size(d), {}
+  if type(sizes) == 'number' then
+    if sizes < 1 then error('split: split size must be positive, got ' .. sizes, 2) end
+    for start = 1, size, sizes do
+      res[#res + 1] = x:narrow(d, start, math.min(sizes, size - start + 1))
+    end
+  else
+    local total = 0
+    for i = 1, #sizes do total = total + sizes[i] end
+    if total ~= size then
+      error(('split: sizes add up to %d but dim %d has size %d'):format(total, d, size), 2)
+    end
+    local start = 1
+    for i = 1, #sizes do
+      res[i] = x:narrow(d, start, sizes[i])
+      start = start + sizes[i]
+    end
+  end
+  return res
+end)
+
+def('unbind', function(x, d)
+  d = d or 1
+  local res = {}
+  for i = 1, x:size(d) do res[i] = x:select(d, i) end
+  return res
+end)
+
+------------------------------------------------------------------ copy / fill
+function methods.copy_(x, src)
+  if type(src) == 'number' then return x:fill_(src) end
+  if C.of_copy_(x.p, src.p) ~= 0 then raise(2) end
+  return x
+end
+
+function methods.fill_(x, v)
+  if type(v) == 'boolean' then v = v and 1 or 0 end
+  if T.is_tensor(v) then v = v:item() end
+  if C.of_fill_(x.p, v) ~= 0 then raise(2) end
+  return x
+end
+
+function methods.zero_(x) return x:fill_(0) end
+
+------------------------------------------------------------------ dtype / device
+local function to_dtype(x, d)
+  return call1(C.of_to_dtype, x.p, types.dtype(d, 3).id, out1)
+end
+
+--- x:to(dtype), x:to('cpu'), x:to(other_tensor), x:to{dtype =, device =}.
+function methods.to(x, a, b)
+  local dt, dev
+  if T.is_tensor(a) then
+    dt, dev = a.dtype, a.device
+  elseif type(a) == 'table' and getmetatable(a) == nil then
+    dt, dev = a.dtype, a.device
+  elseif getmetatable(a) == types.DType then
+    dt = a
+  elseif getmetatable(a) == types.Device then
+    dev = a
+  elseif type(a) == 'string' then
+    if types.by_name[a] then dt = a else dev = a end
+  end
+  if getmetatable(b) == types.DType or (type(b) == 'string' and types.by_name[b]) then dt = b end
+  if dev ~= nil then
+    dev = types.device(dev)
+    if dev.type ~= 'cpu' then
+      error(('to: device %s is not available: this build has no CUDA backend yet')
+            :format(tostring(dev)), 2)
+    end
+  end
+  if dt ~= nil then return to_dtype(x, dt) end
+  return x
+end
+
+for name, dt in pairs({float = 'float32', double = 'float64', half = 'float16',
+                       bfloat16 = 'bfloat16', long = 'int64', int = 'int32', short = 'int32',
+                       char = 'int8', byte = 'uint8', bool = 'bool'}) do
+  methods[name] = function(x) return to_dtype(x, dt) end
+end
+function methods.type_as(x, o) return to_dtype(x, o.dtype) end
+function methods.cpu(x) return x end
+function methods.cuda(x) return x:to('cuda') end
+
+--- x:type() -> 'oneflow.FloatTensor' style name; x:type(dtype) converts.
+local type_names = {float32 = 'FloatTensor', float64 = 'DoubleTensor', float16 = 'HalfTensor',
+                    bfloat16 = 'BFloat16Tensor', int64 = 'LongTensor', int32 = 'IntTensor',
+                    int8 = 'CharTensor', uint8 = 'ByteTensor', bool = 'BoolTensor'}
+function methods.type(x, d)
+  if d == nil then return 'oneflow.' .. type_names[x.dtype.name] end
+  return to_dtype(x, d)
+end
+
+------------------------------------------------------------------ indexing
+-- x[i] selects along dim 1; x[{a, {b, c}, {}}] takes Torch7 ranges:
+-- a number selects (drops the dim), {b, c} is the inclusive range b..c
+-- (negative counts from the end), {b} is b..b, {} the whole dim.
+local function range_view(x, d, r)
+  local n = x:size(d)
+  local s, e = r[1] or 1, r[2] or r[1] or n
+  if r[1] == nil then s, e = 1, n end
+  if s < 0 then s = n + s + 1 end
+  if e < 0 then e = n + e + 1 end
+  if s < 1 or e > n or s > e + 1 then
+    error(('index: range {%s, %s} out of bounds for dim %d of size %d'):format(
+      tostring(r[1]), tostring(r[2]), d, n), 4)
+  end
+  local step = r[3] or 1
+  if step == 1 then return x:narrow(d, s, e - s + 1) end
+  return call1(C.of_slice, x.p, d - 1, s - 1, e, step, out1)
+end
+
+local function index_table(x, idx)
+  local d = 1
+  for i = 1, #idx do
+    local k = idx[i]
+    if type(k) == 'number' then
+      x = x:select(d, k)
+    elseif type(k) == 'table' then
+      x = range_view(x, d, k)
+      d = d + 1
+    else
+      error('index: entries must be numbers or {start, end} ranges, got ' .. type(k), 3)
+    end
+  end
+  return x
+end
+
+function T.index(x, k)
+  if type(k) == 'number' then
+    if k == 0 then error('index: 0 is not a valid index; indices are 1-based', 2) end
+    return call1(C.of_select, x.p, 0, k > 0 and k - 1 or k, out1)
+  elseif type(k) == 'table' then
+    return index_table(x, k)
+  elseif T.is_tensor(k) then
+    if k.dtype.name == 'bool' then return x:masked_select(k) end
+    return x:index_select(1, k)
+  end
+  return nil
+end
+
+function T.newindex(x, k, v)
+  local target
+  if T.is_tensor(k) and k.dtype.name == 'bool' then
+    if type(v) ~= 'number' then v = v:item() end
+    return x:masked_fill_(k, v)
+  end
+  if type(k) == 'number' then target = T.index(x, k)
+  elseif type(k) == 'table' then target = index_table(x, k)
+  else error('index assignment: unsupported key ' .. tostring(k), 2) end
+  if type(v) == 'number' or type(v) == 'boolean' then target:fill_(v)
+  else target:copy_(v) end
+end
+
+return {}

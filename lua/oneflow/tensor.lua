@@ -1,0 +1,321 @@
+-- oneflow.tensor: the Tensor type. A Lua tensor *is* the C handle
+-- (`of_tensor*` cdata with a metatype), so calling an op costs one FFI call
+-- plus two table stores for the handle's slot (see oneflow._C).
+local ffi = require 'ffi'
+local core = require 'oneflow._C'
+local types = require 'oneflow.types'
+local util = require 'oneflow._util'
+
+local C, wrap, raise = core.C, core.wrap, core.raise
+local out1 = core.out1
+
+local T = {}
+local methods, getters = {}, {}
+T.methods, T.getters = methods, getters
+T.flow = {}   -- functions exported as flow.<name>
+
+--- Registers `fn` as tensor method and/or flow function.
+function T.def(name, fn, where)
+  where = where or 'both'
+  if where ~= 'func' then methods[name] = fn end
+  if where ~= 'method' then T.flow[name] = fn end
+  return fn
+end
+local def = T.def
+
+local Handle = core.Handle
+function T.is_tensor(x) return type(x) == 'cdata' and ffi.istype(Handle, x) end
+local is_tensor = T.is_tensor
+
+--- Calls a C function returning one tensor through `out1`; wraps it.
+function T.call1(fn, ...)
+  if fn(...) ~= 0 then raise(2) end
+  return wrap(out1[0])
+end
+
+-- In-place results come back retained; drop that extra reference.
+function T.finish_inplace(self, st)
+  if st ~= 0 then raise(2) end
+  C.of_tensor_release(out1[0])
+  return self
+end
+
+------------------------------------------------------------------ properties
+local dtypes = types.dtypes
+getters.dtype = function(t) return dtypes[C.of_tensor_dtype(t.p)] end
+getters.device = function(t) return types.device_of_code(C.of_tensor_device(t.p)) end
+getters.shape = function(t) return t:size() end
+getters.ndim = function(t) return C.of_tensor_ndim(t.p) end
+getters.is_cuda = function(t) return C.of_tensor_device(t.p) ~= 0 end
+getters.T = function(t)
+  local n = C.of_tensor_ndim(t.p)
+  local perm = {}
+  for i = 1, n do perm[i] = n - i + 1 end
+  return t:permute(perm)
+end
+
+------------------------------------------------------------------ basics
+function methods.dim(t) return C.of_tensor_ndim(t.p) end
+methods.ndimension = methods.dim
+function methods.numel(t) return tonumber(C.of_tensor_numel(t.p)) end
+methods.nelement = methods.numel
+
+--- x:size() -> flow.Size; x:size(d) -> number (d 1-based, negative ok).
+function methods.size(t, d)
+  local n = C.of_tensor_ndim(t.p)
+  if d == nil then
+    local shape, s = C.of_tensor_shape(t.p), {}
+    for i = 1, n do s[i] = tonumber(shape[i - 1]) end
+    return types.Size(s)
+  end
+  local cd = util.dim(d, 'size')
+  if cd < 0 then cd = cd + n end
+  if cd < 0 or cd >= n then
+    error(('size: dim %d out of range for a %d-d tensor'):format(d, n), 2)
+  end
+  return tonumber(C.of_tensor_size(t.p, cd))
+end
+
+function methods.stride(t, d)
+  local n = C.of_tensor_ndim(t.p)
+  if d == nil then
+    local st, s = C.of_tensor_strides(t.p), {}
+    for i = 1, n do s[i] = tonumber(st[i - 1]) end
+    return s
+  end
+  local cd = util.dim(d, 'stride')
+  if cd < 0 then cd = cd + n end
+  if cd < 0 or cd >= n then error(('stride: dim %d out of range for a %d-d tensor'):format(d, n), 2) end
+  return tonumber(C.of_tensor_stride(t.p, cd))
+end
+
+function methods.is_contiguous(t) return C.of_tensor_is_contiguous(t.p) ~= 0 end
+function methods.storage_offset(t) return tonumber(C.of_tensor_offset(t.p)) end
+function methods.element_size(t) return C.of_dtype_size(C.of_tensor_dtype(t.p)) end
+function methods.is_floating_point(t) return C.of_dtype_is_floating(C.of_tensor_dtype(t.p)) ~= 0 end
+
+--- Pointer to the first element, typed by dtype (uint16_t* for halves).
+function methods.data_ptr(t)
+  return ffi.cast(dtypes[C.of_tensor_dtype(t.p)].ctype .. '*', C.of_tensor_data(t.p))
+end
+
+local function to_lua_value(v, dt)
+  if dt == C.OF_BOOL then return v ~= 0 end
+  return v
+end
+
+local dbl = ffi.new('double[1]')
+function methods.item(t)
+  local n = C.of_tensor_numel(t.p)
+  if n ~= 1 then
+    error(('item: only one-element tensors can be converted to a number, got %d elements'):format(tonumber(n)), 2)
+  end
+  if C.of_tensor_get_flat(t.p, 0, dbl) ~= 0 then raise(2) end
+  return to_lua_value(dbl[0], C.of_tensor_dtype(t.p))
+end
+
+--- Nested Lua tables (a number for a 0-d tensor).
+function methods.totable(t)
+  local n = tonumber(C.of_tensor_numel(t.p))
+  local buf = ffi.new('double[?]', math.max(n, 1))
+  if C.of_tensor_to_doubles(t.p, buf, n) ~= 0 then raise(2) end
+  local dt, shape, nd = C.of_tensor_dtype(t.p), t:size(), C.of_tensor_ndim(t.p)
+  if nd == 0 then return to_lua_value(buf[0], dt) end
+  local pos = 0
+  local function build(d)
+    local res = {}
+    for i = 1, shape[d] do
+      if d == nd then
+        res[i] = to_lua_value(buf[pos], dt)
+        pos = pos + 1
+      else
+        res[i] = build(d + 1)
+      end
+    end
+    return res
+  end
+  return build(1)
+end
+
+------------------------------------------------------------------ creation
+local default_dtype = types.by_name.float32
+function T.get_default_dtype() return default_dtype end
+function T.set_default_dtype(d) default_dtype = types.dtype(d, 2) end
+
+local function device_opt(opts)
+  if opts.device == nil then return C.OF_CPU end
+  return types.device_code(types.device(opts.device))
+end
+
+local function shaped(cfn, name)
+  return function(...)
+    local sizes, opts = util.sizes_and_options(name, ...)
+    local ptr, n = util.shape_ptr(sizes)
+    local t = T.call1(cfn, ptr, n, util.dtype_opt(opts, default_dtype).id, device_opt(opts), out1)
+    if opts.requires_grad then t:requires_grad_(true) end
+    return t
+  end
+end
+def('empty', shaped(C.of_empty, 'empty'), 'func')
+def('zeros', shaped(C.of_zeros, 'zeros'), 'func')
+def('ones', function(...)
+  local sizes, opts = util.sizes_and_options('ones', ...)
+  return T.flow.full(sizes, 1, opts)
+end, 'func')
+
+function T.flow.full(size, value, opts)
+  opts = opts or {}
+  if type(size) == 'number' then size = {size} end
+  local sizes = util.sizes_and_options('full', size)
+  local ptr, n = util.shape_ptr(sizes)
+  local dt = opts.dtype and types.dtype(opts.dtype, 2)
+  if not dt then dt = type(value) == 'boolean' and types.by_name.bool or default_dtype end
+  if type(value) == 'boolean' then value = value and 1 or 0 end
+  local t = T.call1(C.of_full, ptr, n, value, dt.id, device_opt(opts), out1)
+  if opts.requires_grad then t:requires_grad_(true) end
+  return t
+end
+
+function T.flow.eye(n, m, opts)
+  if type(m) == 'table' then opts, m = m, nil end
+  opts = opts or {}
+  return T.call1(C.of_eye, n, m or -1, util.dtype_opt(opts, default_dtype).id, device_opt(opts), out1)
+end
+
+--- flow.arange(end), flow.arange(start, end[, step])[, opts]; int64 unless
+-- a bound is fractional (as PyTorch).
+function T.flow.arange(a, b, c, opts)
+  local args = {a, b, c, opts}
+  local n = 0
+  while type(args[n + 1]) == 'number' do n = n + 1 end
+  opts = args[n + 1] or {}
+  local start, stop, step = 0, a, 1
+  if n >= 2 then start, stop = a, b end
+  if n >= 3 then step = c end
+  if n == 0 then error('arange: expected at least an end value', 2) end
+  local integral = start == math.floor(start) and stop == math.floor(stop) and step == math.floor(step)
+  local dt = util.dtype_opt(opts, integral and types.by_name.int64 or default_dtype)
+  return T.call1(C.of_arange, start, stop, step, dt.id, device_opt(opts), out1)
+end
+
+function T.flow.linspace(start, stop, steps, opts)
+  opts = opts or {}
+  return T.call1(C.of_linspace, start, stop, steps, util.dtype_opt(opts, default_dtype).id,
+                 device_opt(opts), out1)
+end
+
+-- Shape of a nested Lua table, and whether its leaves are booleans.
+local function table_shape(data, op)
+  local shape, x = {}, data
+  while type(x) == 'table' and not is_tensor(x) do
+    shape[#shape + 1] = #x
+    if #x == 0 then break end
+    x = x[1]
+  end
+  if #shape > 8 then error(op .. ': nesting deeper than 8 dims', 3) end
+  return shape, type(x) == 'boolean'
+end
+
+local function flatten_table(data, shape, op)
+  local n = 1
+  for i = 1, #shape do n = n * shape[i] end
+  local buf, pos = ffi.new('double[?]', math.max(n, 1)), 0
+  local function walk(x, d)
+    if d > #shape then
+      local v = x
+      if type(v) == 'boolean' then v = v and 1 or 0 end
+      if is_tensor(v) then v = v:item() end
+      if type(v) ~= 'number' then
+        error(('%s: expected a number at position %d, got %s'):format(op, pos + 1, type(x)), 5)
+      end
+      buf[pos] = v
+      pos = pos + 1
+      return
+    end
+    if type(x) ~= 'table' or #x ~= shape[d] then
+      error(('%s: ragged nested table: dim %d should have %d entries, got %s'):format(
+        op, d, shape[d], type(x) == 'table' and #x or type(x)), 5)
+    end
+    for i = 1, shape[d] do walk(x[i], d + 1) end
+  end
+  walk(data, 1)
+  return buf
+end
+
+--- flow.tensor(data, {dtype =, device =, requires_grad =}): data is a number,
+-- a boolean, a nested table or a tensor (copied). float32 unless told.
+function T.flow.tensor(data, opts)
+  opts = opts or {}
+  if is_tensor(data) then
+    local t = data:clone()
+    if opts.dtype then t = t:to(opts.dtype) end
+    return t
+  end
+  local shape, is_bool
+  if type(data) == 'number' or type(data) == 'boolean' then
+    shape, is_bool = {}, type(data) == 'boolean'
+  elseif type(data) == 'table' then
+    shape, is_bool = table_shape(data, 'tensor')
+  else
+    error('tensor: expected a number, boolean, table or tensor, got ' .. type(data), 2)
+  end
+  local buf = flatten_table(#shape == 0 and {data} or data, #shape == 0 and {1} or shape, 'tensor')
+  local dt = util.dtype_opt(opts, is_bool and types.by_name.bool or default_dtype)
+  local ptr, n = util.shape_ptr(shape)
+  local t = T.call1(C.of_from_doubles, buf, ptr, n, dt.id, out1)
+  if opts.requires_grad then t:requires_grad_(true) end
+  return t
+end
+
+--- Zero-copy view of C memory: flow.from_blob(ptr, sizes, {dtype =,
+-- strides =, deleter = fn(ptr)}). The memory must outlive the tensor.
+function T.flow.from_blob(ptr, sizes, opts)
+  opts = opts or {}
+  local dt = util.dtype_opt(opts, default_dtype)
+  local s = util.sizes_and_options('from_blob', sizes)
+  local shape, n = util.shape_ptr(s)
+  local strides = nil
+  if opts.strides then strides = util.shape_ptr(opts.strides, 2) end
+  return T.call1(C.of_from_blob, ffi.cast('void*', ptr), shape, strides, n, dt.id, nil, nil, out1)
+end
+
+local function like(fill)
+  return function(x, opts)
+    opts = opts or {}
+    local dt = opts.dtype or x.dtype
+    return T.flow.full(x:size():totable(), fill, {dtype = dt, requires_grad = opts.requires_grad})
+  end
+end
+def('zeros_like', like(0), 'func')
+def('ones_like', like(1), 'func')
+def('full_like', function(x, v, opts)
+  opts = opts or {}
+  return T.flow.full(x:size():totable(), v, {dtype = opts.dtype or x.dtype})
+end, 'func')
+def('empty_like', function(x, opts)
+  opts = opts or {}
+  return T.flow.empty(x:size():totable(), {dtype = opts.dtype or x.dtype})
+end, 'func')
+
+function methods.new_zeros(x, ...)
+  local s, o = util.sizes_and_options('new_zeros', ...)
+  o.dtype = o.dtype or x.dtype
+  return T.flow.zeros(s, o)
+end
+function methods.new_ones(x, ...)
+  local s, o = util.sizes_and_options('new_ones', ...)
+  o.dtype = o.dtype or x.dtype
+  return T.flow.ones(s, o)
+end
+function methods.new_full(x, size, v, o)
+  o = o or {}
+  o.dtype = o.dtype or x.dtype
+  return T.flow.full(size, v, o)
+end
+function methods.new_tensor(x, data, o)
+  o = o or {}
+  o.dtype = o.dtype or x.dtype
+  return T.flow.tensor(data, o)
+end
+
+return T

@@ -1,0 +1,45 @@
+-- Shared helpers for the specs: closeness checks against Lua tables.
+local flow = require 'oneflow'
+
+local H = {}
+
+local function flat(t, res)
+  res = res or {}
+  if type(t) ~= 'table' then res[#res + 1] = t; return res end
+  for i = 1, #t do flat(t[i], res) end
+  return res
+end
+H.flat = flat
+
+--- Asserts that tensor `t` equals the nested table `expected` within tol.
+function H.close(t, expected, tol, msg)
+  tol = tol or 1e-6
+  local got = flat(flow.is_tensor(t) and t:totable() or t)
+  local want = flat(flow.is_tensor(expected) and expected:totable() or expected)
+  assert(#got == #want, ('%s: %d elements, expected %d'):format(msg or 'close', #got, #want))
+  for i = 1, #got do
+    local a, b = got[i], want[i]
+    if type(a) == 'boolean' or type(b) == 'boolean' then
+      assert(a == b, ('%s: element %d is %s, expected %s'):format(msg or 'close', i, tostring(a), tostring(b)))
+    elseif not (a == b or (a ~= a and b ~= b) or math.abs(a - b) <= tol * (1 + math.abs(b))) then
+      error(('%s: element %d is %.10g, expected %.10g'):format(msg or 'close', i, a, b), 2)
+    end
+  end
+  return true
+end
+
+--- Asserts fn raises an error whose message contains every pattern (plain).
+function H.raises(fn, ...)
+  local ok, err = pcall(fn)
+  assert(not ok, 'expected an error')
+  err = tostring(err)
+  for i = 1, select('#', ...) do
+    local p = select(i, ...)
+    assert(err:find(p, 1, true), ('error %q does not mention %q'):format(err, p))
+  end
+  return err
+end
+
+function H.shape(t) return t:size():totable() end
+
+return H
