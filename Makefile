@@ -31,7 +31,7 @@ test-c: build
 	cd $(BUILD) && ctest --output-on-failure
 
 lint:
-	luacheck lua spec bench examples
+	luacheck $(wildcard lua spec bench examples)
 
 bench: deps build
 	$(LUA_ENV) luajit bench/ops.lua

@@ -63,6 +63,18 @@ end
 function flow.reset_peak_memory_stats() core.C.of_memory_reset_peak(0) end
 function flow.empty_cache() core.C.of_empty_cache(0) end
 flow.collect = core.collect
+
+--- Shares a C host's `of_tensor*` with Lua (takes a reference of its own).
+function flow.from_handle(ptr)
+  core.C.of_tensor_retain(ptr)
+  return core.wrap(ptr)
+end
+
+--- Gives a C host a retained `of_tensor*` for x; the host releases it.
+function flow.to_handle(x)
+  core.C.of_tensor_retain(x.p)
+  return x.p
+end
 flow.version = core.C.of_version()
 flow.__version__ = '0.1.0'
 

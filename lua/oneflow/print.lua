@@ -86,7 +86,12 @@ function M.tostring(t)
     fmt = function(v) return ('%d'):format(v) end
   end
   local width = 0
-  for _, v in ipairs(order) do width = math.max(width, #fmt(v)) end
+  for _, v in ipairs(order) do
+    -- as PyTorch: nan and inf do not widen the columns
+    if not dt.is_floating_point or (v == v and v ~= math.huge and v ~= -math.huge) then
+      width = math.max(width, #fmt(v))
+    end
+  end
   local function cell(v) local s = fmt(v) return (' '):rep(width - #s) .. s end
 
   local nd, edge, indent0 = #shape, M.options.edgeitems, 7
@@ -97,7 +102,7 @@ function M.tostring(t)
     local n, parts = shape[d], {}
     local skip = summarize and n > 2 * edge
     for i = 0, n - 1 do
-      if skip and i == edge then parts[#parts + 1] = '...' end
+      if skip and i == edge then parts[#parts + 1] = d == nd and ' ...' or '...' end
       if not (skip and i >= edge and i < n - edge) then
         if d == nd then parts[#parts + 1] = cell(values[base + i])
         else parts[#parts + 1] = rec(d + 1, base + i * strides[d], indent + 1) end

@@ -62,7 +62,10 @@ end
 
 -- alpha scales the second operand: x:add(y, {alpha = 2}) is x + 2 * y
 local function scaled(b, opts)
-  if opts and opts.alpha and opts.alpha ~= 1 then return binary(C.OF_MUL, b, opts.alpha) end
+  if opts and opts.alpha and opts.alpha ~= 1 then
+    if type(b) == 'number' then return b * opts.alpha end
+    return binary(C.OF_MUL, b, opts.alpha)
+  end
   return b
 end
 def('add', function(a, b, opts) return binary(C.OF_ADD, a, scaled(b, opts)) end)
