@@ -21,6 +21,8 @@ typedef struct of_storage {
   void *deleter_ctx;
 } of_storage;
 
+struct of_node;
+
 struct of_tensor {
   int64_t refcount;
   of_storage *storage;
@@ -30,7 +32,29 @@ struct of_tensor {
   int64_t strides[OF_MAX_DIMS];   /* in elements */
   int32_t ndim;
   of_dtype dtype;
+  /* autograd (core/autograd.c) */
+  bool requires_grad;
+  int32_t output_nr;              /* which output of grad_fn this is */
+  struct of_tensor *grad;         /* retained */
+  struct of_node *grad_fn;        /* retained; NULL for leaves */
+  struct of_node *grad_acc;       /* weak: a leaf's AccumulateGrad node */
+  struct of_tensor *view_base;    /* retained: the tensor a view looks into */
+  int64_t *hooks;                 /* host hook ids (leaf tensors) */
+  int32_t nhooks;
 };
+
+/* Zero the autograd fields of a fresh header. */
+static inline void of_tensor_clear_autograd(of_tensor *t) {
+  t->requires_grad = false;
+  t->output_nr = 0;
+  t->grad = NULL;
+  t->grad_fn = NULL;
+  t->grad_acc = NULL;
+  t->view_base = NULL;
+  t->hooks = NULL;
+  t->nhooks = 0;
+}
+void of_tensor_free_autograd(of_tensor *t);
 
 /* ---- errors (error.c) ---- */
 /* printf-style; returns `code` so callers can `return of_fail(...)`. */
@@ -68,6 +92,12 @@ static inline char *of_ptr(const of_tensor *t) {
   return (char *)t->storage->data + t->offset * of_dtype_size(t->dtype);
 }
 static inline void of_bump_version(of_tensor *t) { t->storage->version++; }
+
+/* Data movement without autograd recording (for use inside ops). */
+of_status of_copy_data(of_tensor *dst, of_tensor *src);
+of_status of_clone_data(of_tensor *t, of_tensor **out);
+of_status of_cast_data(of_tensor *t, of_dtype dt, of_tensor **out);
+of_status of_contiguous_data(of_tensor *t, of_tensor **out);
 
 /* ---- scalar conversion (dtype.c) ---- */
 uint16_t of_f32_to_f16(float f);

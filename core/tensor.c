@@ -83,6 +83,7 @@ of_status of_tensor_new(const int64_t *shape, int32_t ndim, of_dtype dt, of_devi
     return OF_ERR_OOM;
   }
   t->refcount = 1;
+  of_tensor_clear_autograd(t);
   t->offset = 0;
   t->numel = numel;
   t->ndim = ndim;
@@ -98,6 +99,7 @@ of_tensor *of_tensor_alias(const of_tensor *src, const int64_t *shape,
   of_tensor *t = header_new();
   if (!t) return NULL;
   t->refcount = 1;
+  of_tensor_clear_autograd(t);
   t->storage = src->storage;
   __atomic_add_fetch(&src->storage->refcount, 1, __ATOMIC_RELAXED);
   t->offset = offset;
@@ -117,6 +119,7 @@ void of_tensor_retain(of_tensor *t) {
 
 void of_tensor_release(of_tensor *t) {
   if (!t || __atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
+  of_tensor_free_autograd(t);
   storage_release(t->storage);
   free(t);
 }

@@ -1,5 +1,5 @@
 /* views.c -- view ops (share storage), copy, fill, contiguous, dtype casts. */
-#include "internal.h"
+#include "autograd.h"
 #include <stdlib.h>
 
 static of_status alias_out(of_tensor *t, const int64_t *shape, const int64_t *strides,
@@ -67,7 +67,7 @@ static of_status infer_shape(const char *op, const of_tensor *t, const int64_t *
   return OF_OK;
 }
 
-of_status of_view(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+static of_status view_impl(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
   int64_t res[OF_MAX_DIMS], strides[OF_MAX_DIMS];
   OF_CHECK(infer_shape("view", t, shape, ndim, res));
   if (!view_strides(t, res, ndim, strides)) {
@@ -80,19 +80,22 @@ of_status of_view(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **
   return alias_out(t, res, strides, ndim, t->offset, out);
 }
 
-of_status of_reshape(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+static of_status reshape_impl(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
   int64_t res[OF_MAX_DIMS], strides[OF_MAX_DIMS];
   OF_CHECK(infer_shape("reshape", t, shape, ndim, res));
   if (view_strides(t, res, ndim, strides)) return alias_out(t, res, strides, ndim, t->offset, out);
   of_tensor *c;
-  OF_CHECK(of_clone(t, &c));
-  of_status st = of_view(c, res, ndim, out);
+  OF_CHECK(of_clone_data(t, &c));
+  of_status st = view_impl(c, res, ndim, out);
   of_tensor_release(c);
   return st;
 }
 
 of_status of_as_strided(of_tensor *t, const int64_t *shape, const int64_t *strides,
                         int32_t ndim, int64_t offset, of_tensor **out) {
+  if (of_grad_needed(&t, 1))
+    return of_fail(OF_ERR_STATE, "as_strided: not differentiable; detach() the input %s first",
+                   OF_SHAPE_STR(t));
   if (ndim < 0 || ndim > OF_MAX_DIMS) return of_fail(OF_ERR_SHAPE, "as_strided: bad ndim %d", ndim);
   int64_t hi = offset, lo = offset;
   for (int32_t i = 0; i < ndim; i++) {
@@ -108,7 +111,7 @@ of_status of_as_strided(of_tensor *t, const int64_t *shape, const int64_t *strid
   return alias_out(t, shape, strides, ndim, offset, out);
 }
 
-of_status of_transpose(of_tensor *t, int32_t d0, int32_t d1, of_tensor **out) {
+static of_status transpose_impl(of_tensor *t, int32_t d0, int32_t d1, of_tensor **out) {
   OF_CHECK(of_norm_dim("transpose", d0, t->ndim, &d0));
   OF_CHECK(of_norm_dim("transpose", d1, t->ndim, &d1));
   int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
@@ -121,7 +124,7 @@ of_status of_transpose(of_tensor *t, int32_t d0, int32_t d1, of_tensor **out) {
   return alias_out(t, shape, strides, t->ndim, t->offset, out);
 }
 
-of_status of_permute(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor **out) {
+static of_status permute_impl(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor **out) {
   if (ndim != t->ndim)
     return of_fail(OF_ERR_SHAPE, "permute: %d dims given for a %d-d tensor %s", (int)ndim,
                    (int)t->ndim, OF_SHAPE_STR(t));
@@ -138,7 +141,7 @@ of_status of_permute(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor 
   return alias_out(t, shape, strides, ndim, t->offset, out);
 }
 
-of_status of_slice(of_tensor *t, int32_t dim, int64_t start, int64_t end, int64_t step,
+static of_status slice_impl(of_tensor *t, int32_t dim, int64_t start, int64_t end, int64_t step,
                    of_tensor **out) {
   if (t->ndim == 0) return of_fail(OF_ERR_INDEX, "slice: cannot slice a 0-d tensor");
   OF_CHECK(of_norm_dim("slice", dim, t->ndim, &dim));
@@ -170,7 +173,7 @@ of_status of_narrow(of_tensor *t, int32_t dim, int64_t start, int64_t length, of
   return of_slice(t, dim, start, start + length, 1, out);
 }
 
-of_status of_select(of_tensor *t, int32_t dim, int64_t index, of_tensor **out) {
+static of_status select_impl(of_tensor *t, int32_t dim, int64_t index, of_tensor **out) {
   if (t->ndim == 0) return of_fail(OF_ERR_INDEX, "select: cannot index a 0-d tensor");
   OF_CHECK(of_norm_dim("select", dim, t->ndim, &dim));
   int64_t n = t->shape[dim];
@@ -190,7 +193,7 @@ of_status of_select(of_tensor *t, int32_t dim, int64_t index, of_tensor **out) {
   return alias_out(t, shape, strides, k, t->offset + index * t->strides[dim], out);
 }
 
-of_status of_unsqueeze(of_tensor *t, int32_t dim, of_tensor **out) {
+static of_status unsqueeze_impl(of_tensor *t, int32_t dim, of_tensor **out) {
   if (t->ndim >= OF_MAX_DIMS) return of_fail(OF_ERR_SHAPE, "unsqueeze: tensor already has %d dims", OF_MAX_DIMS);
   OF_CHECK(of_norm_dim("unsqueeze", dim, t->ndim + 1, &dim));
   int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
@@ -208,7 +211,7 @@ of_status of_unsqueeze(of_tensor *t, int32_t dim, of_tensor **out) {
   return alias_out(t, shape, strides, t->ndim + 1, t->offset, out);
 }
 
-of_status of_squeeze(of_tensor *t, int32_t dim, of_tensor **out) {
+static of_status squeeze_impl(of_tensor *t, int32_t dim, of_tensor **out) {
   if (dim != OF_ALL_DIMS) OF_CHECK(of_norm_dim("squeeze", dim, t->ndim, &dim));
   int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
   int32_t k = 0;
@@ -220,7 +223,7 @@ of_status of_squeeze(of_tensor *t, int32_t dim, of_tensor **out) {
   return alias_out(t, shape, strides, k, t->offset, out);
 }
 
-of_status of_expand(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+static of_status expand_impl(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
   if (ndim < t->ndim || ndim > OF_MAX_DIMS) {
     char b[96];
     return of_fail(OF_ERR_SHAPE, "expand: cannot expand %s to %s (fewer dims)", OF_SHAPE_STR(t),
@@ -243,10 +246,10 @@ of_status of_expand(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor 
   return alias_out(t, nshape, strides, ndim, t->offset, out);
 }
 
-of_status of_flatten(of_tensor *t, int32_t start, int32_t end, of_tensor **out) {
+static of_status flatten_impl(of_tensor *t, int32_t start, int32_t end, of_tensor **out) {
   if (t->ndim == 0) {
     int64_t one = 1;
-    return of_reshape(t, &one, 1, out);
+    return reshape_impl(t, &one, 1, out);
   }
   OF_CHECK(of_norm_dim("flatten", start, t->ndim, &start));
   OF_CHECK(of_norm_dim("flatten", end, t->ndim, &end));
@@ -257,7 +260,7 @@ of_status of_flatten(of_tensor *t, int32_t start, int32_t end, of_tensor **out) 
     if (i > start && i <= end) shape[k - 1] *= t->shape[i];
     else shape[k++] = t->shape[i];
   }
-  return of_reshape(t, shape, k, out);
+  return reshape_impl(t, shape, k, out);
 }
 
 /* ---- copy with conversion ---- */
@@ -318,7 +321,7 @@ static bool needs_saturation(of_tensor *dst, of_tensor *src) {
   return of_dtype_is_int(dst->dtype) && of_dtype_is_floating(src->dtype);
 }
 
-of_status of_copy_(of_tensor *dst, of_tensor *src) {
+of_status of_copy_data(of_tensor *dst, of_tensor *src) {
   int64_t shape[OF_MAX_DIMS];
   int32_t nd;
   OF_CHECK(of_broadcast_shapes("copy_", dst->shape, dst->ndim, src->shape, src->ndim, shape, &nd));
@@ -342,10 +345,10 @@ of_status of_copy_(of_tensor *dst, of_tensor *src) {
   return OF_OK;
 }
 
-of_status of_clone(of_tensor *t, of_tensor **out) {
+of_status of_clone_data(of_tensor *t, of_tensor **out) {
   of_tensor *c;
   OF_CHECK(of_tensor_new(t->shape, t->ndim, t->dtype, of_tensor_device(t), &c));
-  of_status st = of_copy_(c, t);
+  of_status st = of_copy_data(c, t);
   if (st != OF_OK) {
     of_tensor_release(c);
     return st;
@@ -353,6 +356,15 @@ of_status of_clone(of_tensor *t, of_tensor **out) {
   c->storage->version = 0;
   *out = c;
   return OF_OK;
+}
+
+of_status of_contiguous_data(of_tensor *t, of_tensor **out) {
+  if (of_tensor_is_contiguous(t)) {
+    of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  return of_clone_data(t, out);
 }
 
 of_status of_contiguous(of_tensor *t, of_tensor **out) {
@@ -364,7 +376,7 @@ of_status of_contiguous(of_tensor *t, of_tensor **out) {
   return of_clone(t, out);
 }
 
-of_status of_to_dtype(of_tensor *t, of_dtype dt, of_tensor **out) {
+of_status of_cast_data(of_tensor *t, of_dtype dt, of_tensor **out) {
   if (dt < 0 || dt >= OF_NUM_DTYPES) return of_fail(OF_ERR_DTYPE, "to: unknown dtype %d", (int)dt);
   if (t->dtype == dt) {
     of_tensor_retain(t);
@@ -373,12 +385,215 @@ of_status of_to_dtype(of_tensor *t, of_dtype dt, of_tensor **out) {
   }
   of_tensor *c;
   OF_CHECK(of_tensor_new(t->shape, t->ndim, dt, of_tensor_device(t), &c));
-  of_status st = of_copy_(c, t);
+  of_status st = of_copy_data(c, t);
   if (st != OF_OK) {
     of_tensor_release(c);
     return st;
   }
   c->storage->version = 0;
   *out = c;
+  return OF_OK;
+}
+
+/* ---- autograd: public entry points record a node per view ---- */
+
+static of_status give(of_tensor *g, of_tensor **gi) {
+  of_tensor_retain(g);
+  *gi = g;
+  return OF_OK;
+}
+
+static of_status reshape_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  return of_reshape(g[0], n->in_meta[0].shape, n->in_meta[0].ndim, &gi[0]);
+}
+static const of_grad_def reshape_grad = {"ReshapeBackward", reshape_backward};
+static const of_grad_def view_grad = {"ViewBackward", reshape_backward};
+
+static of_status transpose_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  return of_transpose(g[0], (int32_t)n->i[0], (int32_t)n->i[1], &gi[0]);
+}
+static const of_grad_def transpose_grad = {"TransposeBackward", transpose_backward};
+
+static of_status permute_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  int32_t inv[OF_MAX_DIMS];
+  for (int32_t k = 0; k < n->in_meta[0].ndim; k++) inv[n->i[k]] = k;
+  return of_permute(g[0], inv, n->in_meta[0].ndim, &gi[0]);
+}
+static const of_grad_def permute_grad = {"PermuteBackward", permute_backward};
+
+/* slice and select: the grad lands in a zero tensor of the input's shape */
+static of_status scatter_view_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  const of_meta *m = &n->in_meta[0];
+  of_tensor *z, *v = NULL;
+  OF_CHECK(of_zeros(m->shape, m->ndim, g[0]->dtype, OF_CPU, &z));
+  of_status st = n->i[0] == 0 ? slice_impl(z, (int32_t)n->i[1], n->i[2], n->i[3], n->i[4], &v)
+                              : select_impl(z, (int32_t)n->i[1], n->i[2], &v);
+  if (st == OF_OK) {
+    st = of_copy_data(v, g[0]);
+    of_tensor_release(v);
+  }
+  if (st != OF_OK) {
+    of_tensor_release(z);
+    return st;
+  }
+  gi[0] = z;
+  return OF_OK;
+}
+static const of_grad_def slice_grad = {"SliceBackward", scatter_view_backward};
+static const of_grad_def select_grad = {"SelectBackward", scatter_view_backward};
+
+static of_status expand_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  return of_sum_to(g[0], &n->in_meta[0], &gi[0]);
+}
+static const of_grad_def expand_grad = {"ExpandBackward", expand_backward};
+
+static of_status clone_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  (void)n;
+  return g[0] ? give(g[0], &gi[0]) : OF_OK;
+}
+static const of_grad_def clone_grad = {"CloneBackward", clone_backward};
+
+static of_status cast_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  return of_to_dtype(g[0], n->in_meta[0].dtype, &gi[0]);
+}
+static const of_grad_def cast_grad = {"ToCopyBackward", cast_backward};
+
+static of_status copy_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  of_tensor *s;
+  OF_CHECK(of_sum_to(g[0], &n->in_meta[0], &s));
+  of_status st = of_to_dtype(s, n->in_meta[0].dtype, &gi[0]);
+  of_tensor_release(s);
+  return st;
+}
+static const of_grad_def copy_grad = {"CopyBackward", copy_backward};
+
+/* Records `def` for out = view(t) when t requires grad; keeps the view base. */
+static of_status finish_view(const of_grad_def *def, of_tensor *t, of_tensor **out,
+                             of_node **node) {
+  of_tensor *o = *out;
+  if (o != t && !o->view_base && o->storage == t->storage) {
+    o->view_base = t->view_base ? t->view_base : t;
+    of_tensor_retain(o->view_base);
+  }
+  *node = NULL;
+  if (!of_grad_needed(&t, 1)) return OF_OK;
+  of_status st = of_record(def, &t, 1, out, 1, node);
+  if (st != OF_OK) {
+    of_tensor_release(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
+of_status of_view(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+  of_node *n;
+  OF_CHECK(view_impl(t, shape, ndim, out));
+  return finish_view(&view_grad, t, out, &n);
+}
+
+of_status of_reshape(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+  of_node *n;
+  OF_CHECK(reshape_impl(t, shape, ndim, out));
+  return finish_view(&reshape_grad, t, out, &n);
+}
+
+of_status of_flatten(of_tensor *t, int32_t start, int32_t end, of_tensor **out) {
+  of_node *n;
+  OF_CHECK(flatten_impl(t, start, end, out));
+  return finish_view(&reshape_grad, t, out, &n);
+}
+
+of_status of_squeeze(of_tensor *t, int32_t dim, of_tensor **out) {
+  of_node *n;
+  OF_CHECK(squeeze_impl(t, dim, out));
+  return finish_view(&reshape_grad, t, out, &n);
+}
+
+of_status of_unsqueeze(of_tensor *t, int32_t dim, of_tensor **out) {
+  of_node *n;
+  OF_CHECK(unsqueeze_impl(t, dim, out));
+  return finish_view(&reshape_grad, t, out, &n);
+}
+
+of_status of_transpose(of_tensor *t, int32_t d0, int32_t d1, of_tensor **out) {
+  of_node *n;
+  OF_CHECK(transpose_impl(t, d0, d1, out));
+  OF_CHECK(finish_view(&transpose_grad, t, out, &n));
+  if (n) {
+    n->i[0] = d0;
+    n->i[1] = d1;
+  }
+  return OF_OK;
+}
+
+of_status of_permute(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor **out) {
+  of_node *n;
+  OF_CHECK(permute_impl(t, dims, ndim, out));
+  OF_CHECK(finish_view(&permute_grad, t, out, &n));
+  for (int32_t k = 0; n && k < ndim; k++) n->i[k] = dims[k] < 0 ? dims[k] + ndim : dims[k];
+  return OF_OK;
+}
+
+of_status of_slice(of_tensor *t, int32_t dim, int64_t start, int64_t end, int64_t step,
+                   of_tensor **out) {
+  of_node *n;
+  OF_CHECK(slice_impl(t, dim, start, end, step, out));
+  OF_CHECK(finish_view(&slice_grad, t, out, &n));
+  if (n) {
+    n->i[0] = 0;
+    n->i[1] = dim;
+    n->i[2] = start;
+    n->i[3] = end;
+    n->i[4] = step;
+  }
+  return OF_OK;
+}
+
+of_status of_select(of_tensor *t, int32_t dim, int64_t index, of_tensor **out) {
+  of_node *n;
+  OF_CHECK(select_impl(t, dim, index, out));
+  OF_CHECK(finish_view(&select_grad, t, out, &n));
+  if (n) {
+    n->i[0] = 1;
+    n->i[1] = dim;
+    n->i[2] = index;
+  }
+  return OF_OK;
+}
+
+of_status of_expand(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+  of_node *n;
+  OF_CHECK(expand_impl(t, shape, ndim, out));
+  return finish_view(&expand_grad, t, out, &n);
+}
+
+of_status of_clone(of_tensor *t, of_tensor **out) {
+  OF_CHECK(of_clone_data(t, out));
+  if (!of_grad_needed(&t, 1)) return OF_OK;
+  return of_record(&clone_grad, &t, 1, out, 1, NULL);
+}
+
+of_status of_to_dtype(of_tensor *t, of_dtype dt, of_tensor **out) {
+  OF_CHECK(of_cast_data(t, dt, out));
+  if (*out == t || !of_grad_needed(&t, 1)) return OF_OK;
+  return of_record(&cast_grad, &t, 1, out, 1, NULL);
+}
+
+of_status of_copy_(of_tensor *dst, of_tensor *src) {
+  OF_CHECK(of_check_inplace("copy_", dst));
+  OF_CHECK(of_copy_data(dst, src));
+  if (of_grad_needed(&src, 1)) return of_record(&copy_grad, &src, 1, &dst, 1, NULL);
+  if (dst->grad_fn) {   /* overwritten: the old history gets no grad */
+    of_node_release(dst->grad_fn);
+    dst->grad_fn = NULL;
+    dst->requires_grad = false;
+  }
   return OF_OK;
 }

@@ -1,6 +1,7 @@
 /* binary.c -- the binary elementwise ops: one table row per op (name, kind,
  * kernels per compute dtype). Broadcasting and promotion follow PyTorch. */
 #include "elementwise.h"
+#include "../autograd.h"
 
 typedef enum { ARITH, TRUE_DIV, COMPARE, LOGICAL, BITWISE } kind_t;
 
@@ -122,9 +123,8 @@ static of_dtype half_to_float(of_dtype t) {
   return t == OF_FLOAT16 || t == OF_BFLOAT16 ? OF_FLOAT32 : t;
 }
 
-of_status of_binary(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into,
-                    of_tensor **out) {
-  if (op < 0 || op >= OF_NUM_BINARY) return of_fail(OF_ERR_ARG, "binary: unknown op %d", (int)op);
+static of_status binary_compute(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into,
+                               of_tensor **out) {
   const binary_def *def = &binary_ops[op];
   of_dtype common = of_promote_types(a->dtype, b->dtype), result = common;
   if (def->kind == TRUE_DIV && !of_dtype_is_floating(common)) result = common = OF_FLOAT32;
@@ -147,6 +147,231 @@ of_status of_binary(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into
   if (st != OF_OK && ctx.err == 2)
     return of_fail(OF_ERR_ARG, "pow: integers to negative integer powers are not allowed "
                    "(dtype %s)", of_dtype_name(compute));
+  return st;
+}
+
+
+/* ---- autograd ---- */
+
+static of_status binary_backward(of_node *n, of_tensor **g, of_tensor **gi);
+#define GRAD(OP, NAME) [OF_##OP] = {NAME, binary_backward},
+static const of_grad_def binary_grads[OF_NUM_BINARY] = {
+    GRAD(ADD, "AddBackward") GRAD(SUB, "SubBackward") GRAD(MUL, "MulBackward")
+    GRAD(DIV, "DivBackward") GRAD(POW, "PowBackward") GRAD(MAXIMUM, "MaximumBackward")
+    GRAD(MINIMUM, "MinimumBackward") GRAD(REMAINDER, "RemainderBackward")
+    GRAD(FMOD, "FmodBackward") GRAD(ATAN2, "Atan2Backward")};
+
+/* t1 op t2 with t1 borrowed, releasing t2 (for chaining in rules). */
+static of_status bin(of_binary_op op, of_tensor *x, of_tensor *y, of_tensor **out) {
+  return of_binary(op, x, y, NULL, out);
+}
+static of_status bin_s(of_binary_op op, of_tensor *x, double s, of_tensor **out) {
+  return of_binary_scalar(op, x, s, 0, NULL, out);
+}
+
+/* gi[k] = sum_to(t) with t consumed */
+static of_status reduce_grad(of_node *n, int32_t k, of_tensor *t, of_tensor **gi) {
+  of_status st = of_sum_to(t, &n->in_meta[k], &gi[k]);
+  of_tensor_release(t);
+  return st;
+}
+
+static of_status binary_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  of_binary_op op = (of_binary_op)n->i[0];
+  of_tensor *a = NULL, *b = NULL, *t = NULL, *u = NULL, *v = NULL;
+  of_status st = OF_OK;
+  if (op != OF_ADD && op != OF_SUB) {
+    st = of_node_saved(n, 0, &a);
+    if (st == OF_OK) st = of_node_saved(n, 1, &b);
+    if (st != OF_OK) goto done;
+  }
+#define TRY(x) do { if ((st = (x)) != OF_OK) goto done; } while (0)
+  switch (op) {
+    case OF_ADD:
+    case OF_SUB:
+      if (n->needs[0]) { of_tensor_retain(g[0]); TRY(reduce_grad(n, 0, g[0], gi)); }
+      if (n->needs[1]) {
+        if (op == OF_ADD) of_tensor_retain(g[0]), t = g[0];
+        else TRY(of_unary(OF_NEG, g[0], NULL, &t));
+        TRY(reduce_grad(n, 1, t, gi));
+        t = NULL;
+      }
+      break;
+    case OF_MUL:
+      if (n->needs[0]) { TRY(bin(OF_MUL, g[0], b, &t)); TRY(reduce_grad(n, 0, t, gi)); t = NULL; }
+      if (n->needs[1]) { TRY(bin(OF_MUL, g[0], a, &t)); TRY(reduce_grad(n, 1, t, gi)); t = NULL; }
+      break;
+    case OF_DIV:   /* d/da = g / b, d/db = -g * a / b^2 */
+      if (n->needs[0]) { TRY(bin(OF_DIV, g[0], b, &t)); TRY(reduce_grad(n, 0, t, gi)); t = NULL; }
+      if (n->needs[1]) {
+        TRY(bin(OF_MUL, g[0], a, &t));
+        TRY(bin(OF_MUL, b, b, &u));
+        TRY(bin(OF_DIV, t, u, &v));
+        of_tensor_release(t);
+        TRY(of_unary(OF_NEG, v, NULL, &t));
+        TRY(reduce_grad(n, 1, t, gi));
+        t = NULL;
+      }
+      break;
+    case OF_POW:   /* d/da = g * b * a^(b-1); d/db = g * a^b * log(a), 0 where a == 0 */
+      if (n->needs[0]) {
+        TRY(bin_s(OF_SUB, b, 1, &t));
+        TRY(bin(OF_POW, a, t, &u));
+        of_tensor_release(t);
+        TRY(bin(OF_MUL, u, b, &t));
+        of_tensor_release(u);
+        TRY(bin(OF_MUL, t, g[0], &u));
+        of_tensor_release(t);
+        t = NULL;
+        TRY(reduce_grad(n, 0, u, gi));
+        u = NULL;
+      }
+      if (n->needs[1]) {
+        of_tensor *mask, *la;
+        TRY(bin(OF_POW, a, b, &t));
+        TRY(of_unary(OF_LOG, a, NULL, &la));
+        st = bin(OF_MUL, t, la, &u);
+        of_tensor_release(la);
+        if (st != OF_OK) goto done;
+        of_tensor_release(t);
+        t = NULL;
+        TRY(bin_s(OF_EQ, a, 0, &mask));
+        st = of_masked_fill(u, mask, 0, NULL, &v);
+        of_tensor_release(mask);
+        if (st != OF_OK) goto done;
+        of_tensor_release(u);
+        u = NULL;
+        TRY(bin(OF_MUL, v, g[0], &t));
+        TRY(reduce_grad(n, 1, t, gi));
+        t = NULL;
+      }
+      break;
+    case OF_MAXIMUM:
+    case OF_MINIMUM: {   /* ties split the grad in half, as PyTorch */
+      of_tensor *gt, *eq;
+      TRY(bin(op == OF_MAXIMUM ? OF_GT : OF_LT, a, b, &gt));
+      st = bin(OF_EQ, a, b, &eq);
+      if (st == OF_OK) {
+        of_tensor *wa, *half;
+        st = of_to_dtype(gt, g[0]->dtype, &wa);
+        if (st == OF_OK) st = of_to_dtype(eq, g[0]->dtype, &t);
+        if (st == OF_OK) st = bin_s(OF_MUL, t, 0.5, &half);
+        of_tensor_release(t);
+        t = NULL;
+        if (st == OF_OK) st = bin(OF_ADD, wa, half, &u);   /* weight of a */
+        of_tensor_release(half);
+        of_tensor_release(wa);
+      }
+      of_tensor_release(gt);
+      of_tensor_release(eq);
+      if (st != OF_OK) goto done;
+      if (n->needs[0]) { TRY(bin(OF_MUL, g[0], u, &t)); TRY(reduce_grad(n, 0, t, gi)); t = NULL; }
+      if (n->needs[1]) {
+        TRY(of_binary_scalar(OF_SUB, u, 1, 1, NULL, &v));   /* 1 - w */
+        TRY(bin(OF_MUL, g[0], v, &t));
+        TRY(reduce_grad(n, 1, t, gi));
+        t = NULL;
+      }
+      break;
+    }
+    case OF_REMAINDER:
+    case OF_FMOD:   /* d/da = g; d/db = -g * floor(a/b) (trunc for fmod) */
+      if (n->needs[0]) { of_tensor_retain(g[0]); TRY(reduce_grad(n, 0, g[0], gi)); }
+      if (n->needs[1]) {
+        TRY(bin(OF_DIV, a, b, &t));
+        TRY(of_unary(op == OF_FMOD ? OF_TRUNC : OF_FLOOR, t, NULL, &u));
+        of_tensor_release(t);
+        TRY(bin(OF_MUL, g[0], u, &t));
+        of_tensor_release(u);
+        TRY(of_unary(OF_NEG, t, NULL, &u));
+        of_tensor_release(t);
+        t = NULL;
+        TRY(reduce_grad(n, 1, u, gi));
+        u = NULL;
+      }
+      break;
+    case OF_ATAN2: {   /* d/da = g * b / (a^2 + b^2), d/db = -g * a / (a^2 + b^2) */
+      of_tensor *den, *a2;
+      TRY(bin(OF_MUL, a, a, &a2));
+      st = bin(OF_MUL, b, b, &t);
+      if (st == OF_OK) st = bin(OF_ADD, a2, t, &den);
+      of_tensor_release(a2);
+      of_tensor_release(t);
+      t = NULL;
+      if (st != OF_OK) goto done;
+      if (n->needs[0]) {
+        st = bin(OF_MUL, g[0], b, &t);
+        if (st == OF_OK) st = bin(OF_DIV, t, den, &u);
+        of_tensor_release(t);
+        t = NULL;
+        if (st == OF_OK) { st = reduce_grad(n, 0, u, gi); u = NULL; }
+      }
+      if (st == OF_OK && n->needs[1]) {
+        st = bin(OF_MUL, g[0], a, &t);
+        if (st == OF_OK) st = bin(OF_DIV, t, den, &u);
+        of_tensor_release(t);
+        t = NULL;
+        if (st == OF_OK) st = of_unary(OF_NEG, u, NULL, &t);
+        of_tensor_release(u);
+        u = NULL;
+        if (st == OF_OK) { st = reduce_grad(n, 1, t, gi); t = NULL; }
+      }
+      of_tensor_release(den);
+      break;
+    }
+    default:
+      break;
+  }
+#undef TRY
+done:
+  of_tensor_release(a);
+  of_tensor_release(b);
+  of_tensor_release(t);
+  of_tensor_release(u);
+  of_tensor_release(v);
+  return st;
+}
+
+of_status of_binary(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into,
+                    of_tensor **out) {
+  if (op < 0 || op >= OF_NUM_BINARY) return of_fail(OF_ERR_ARG, "binary: unknown op %d", (int)op);
+  of_tensor *ins[2] = {a, b};
+  const of_grad_def *gd = binary_grads[op].name ? &binary_grads[op] : NULL;
+  bool grad = gd && of_grad_needed(ins, 2);
+  if (into && (grad || (into->requires_grad && of_is_grad_enabled()))) {
+    /* in-place under autograd: compute out of place (operands that alias the
+     * output are cloned first, so saved values stay intact), then take over
+     * the result's data and history */
+    OF_CHECK(of_check_inplace(binary_ops[op].name, into));
+    of_tensor *a2 = a, *b2 = b, *r;
+    of_status st = OF_OK;
+    if (a->storage == into->storage) st = of_clone(a, &a2);
+    if (st == OF_OK && b->storage == into->storage) st = of_clone(b, &b2);
+    if (st == OF_OK) st = of_binary(op, a2, b2, NULL, &r);
+    if (a2 != a) of_tensor_release(a2);
+    if (b2 != b) of_tensor_release(b2);
+    if (st != OF_OK) return st;
+    st = of_assign_result(into, r);
+    of_tensor_release(r);
+    if (st != OF_OK) return st;
+    of_tensor_retain(into);
+    *out = into;
+    return OF_OK;
+  }
+  OF_CHECK(binary_compute(op, a, b, into, out));
+  if (!grad || !of_dtype_is_floating((*out)->dtype)) return OF_OK;
+  of_node *n;
+  of_status st = of_record(gd, ins, 2, out, 1, &n);
+  if (st == OF_OK) {
+    n->i[0] = op;
+    if (op != OF_ADD && op != OF_SUB) {
+      of_node_save(n, 0, a);
+      of_node_save(n, 1, b);
+    }
+  } else {
+    of_tensor_release(*out);
+  }
   return st;
 }
 

@@ -155,6 +155,7 @@ of_status of_from_blob(void *data, const int64_t *shape, const int64_t *strides,
                     .device = OF_CPU, .id = __atomic_sub_fetch(&blob_ids, 1, __ATOMIC_RELAXED),
                     .deleter = deleter ? deleter : no_delete, .deleter_ctx = ctx};
   t->refcount = 1;
+  of_tensor_clear_autograd(t);
   t->storage = s;
   t->offset = 0;
   t->ndim = ndim;

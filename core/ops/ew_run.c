@@ -11,7 +11,7 @@ of_status of_ew_run(const char *op, of_loop_fn fn, of_ew_ctx *ctx, of_tensor **i
                     const int64_t *shape, int32_t ndim, of_tensor *into, of_tensor **out) {
   of_tensor *conv[OF_ITER_MAX] = {0};
   for (int32_t i = 0; i < nin; i++) {
-    of_status st = of_to_dtype(ins[i], compute, &conv[i]);
+    of_status st = of_cast_data(ins[i], compute, &conv[i]);
     if (st != OF_OK) {
       release_all(conv, i);
       return st;
@@ -37,7 +37,7 @@ of_status of_ew_run(const char *op, of_loop_fn fn, of_ew_ctx *ctx, of_tensor **i
     st = of_fail(OF_ERR_ARG, "%s: integer division by zero (dtype %s)", op, of_dtype_name(compute));
     goto done;
   }
-  if (direct != res) st = of_copy_(res, direct);
+  if (direct != res) st = of_copy_data(res, direct);
   else of_bump_version(res);
 done:
   release_all(conv, nin);

@@ -2,6 +2,7 @@
  * One table row per op: name, whether integers go to float (exp of an int
  * tensor is float32, as in PyTorch), and kernels per compute dtype. */
 #include "elementwise.h"
+#include "../autograd.h"
 
 typedef enum { KEEP, TO_FLOAT, TO_BOOL, INT_ONLY } ukind_t;
 
@@ -110,8 +111,7 @@ static of_status unsupported(const char *name, of_tensor *x) {
                  OF_SHAPE_STR(x));
 }
 
-of_status of_unary(of_unary_op op, of_tensor *x, of_tensor *into, of_tensor **out) {
-  if (op < 0 || op >= OF_NUM_UNARY) return of_fail(OF_ERR_ARG, "unary: unknown op %d", (int)op);
+static of_status unary_compute(of_unary_op op, of_tensor *x, of_tensor *into, of_tensor **out) {
   const unary_def *def = &unary_ops[op];
   of_dtype result = x->dtype;
   if (def->kind == TO_FLOAT && !of_dtype_is_floating(result)) result = OF_FLOAT32;
@@ -152,7 +152,7 @@ static const of_loop_fn clamp_loops[OF_NUM_DTYPES] = {
     [OF_UINT8] = p_clamp_uint8_t, [OF_INT8] = p_clamp_int8_t, [OF_INT32] = p_clamp_int32_t,
     [OF_INT64] = p_clamp_int64_t, [OF_FLOAT32] = p_clamp_float, [OF_FLOAT64] = p_clamp_double};
 
-of_status of_clamp(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
+static of_status clamp_compute(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
                    of_tensor *into, of_tensor **out) {
   if (!has_lo && !has_hi)
     return of_fail(OF_ERR_ARG, "clamp: at least one of min and max must be given");
@@ -167,7 +167,7 @@ of_status of_clamp(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t h
                    x->shape, x->ndim, into, out);
 }
 
-of_status of_leaky_relu(of_tensor *x, double slope, of_tensor *into, of_tensor **out) {
+static of_status leaky_compute(of_tensor *x, double slope, of_tensor *into, of_tensor **out) {
   if (!of_dtype_is_floating(x->dtype)) return unsupported("leaky_relu", x);
   of_dtype compute = half_to_float(x->dtype);
   of_ew_ctx ctx = {.p0 = slope};
@@ -198,17 +198,17 @@ static of_loop_fn where_loop(of_dtype dt) {
   }
 }
 
-of_status of_where(of_tensor *cond, of_tensor *a, of_tensor *b, of_tensor **out) {
+static of_status where_compute(of_tensor *cond, of_tensor *a, of_tensor *b, of_tensor **out) {
   int64_t s1[OF_MAX_DIMS], s2[OF_MAX_DIMS];
   int32_t n1, n2;
   OF_CHECK(of_broadcast_shapes("where", cond->shape, cond->ndim, a->shape, a->ndim, s1, &n1));
   OF_CHECK(of_broadcast_shapes("where", s1, n1, b->shape, b->ndim, s2, &n2));
   of_dtype dt = of_promote_types(a->dtype, b->dtype);
   of_tensor *c;
-  OF_CHECK(of_to_dtype(cond, OF_BOOL, &c));
+  OF_CHECK(of_cast_data(cond, OF_BOOL, &c));
   of_tensor *ins[3] = {c, a, b}, *conv[3] = {c, NULL, NULL};
-  of_status st = of_to_dtype(a, dt, &conv[1]);
-  if (st == OF_OK) st = of_to_dtype(b, dt, &conv[2]);
+  of_status st = of_cast_data(a, dt, &conv[1]);
+  if (st == OF_OK) st = of_cast_data(b, dt, &conv[2]);
   (void)ins;
   if (st == OF_OK) {
     of_tensor *res;
@@ -225,7 +225,7 @@ of_status of_where(of_tensor *cond, of_tensor *a, of_tensor *b, of_tensor **out)
   return st;
 }
 
-of_status of_masked_fill(of_tensor *x, of_tensor *mask, double value, of_tensor *into,
+static of_status masked_fill_compute(of_tensor *x, of_tensor *mask, double value, of_tensor *into,
                          of_tensor **out) {
   if (mask->dtype != OF_BOOL)
     return of_fail(OF_ERR_DTYPE, "masked_fill: mask must be bool, got %s (shape %s)",
@@ -251,4 +251,315 @@ of_status of_masked_fill(of_tensor *x, of_tensor *mask, double value, of_tensor 
   }
   of_tensor_release(v);
   return st;
+}
+
+/* ---- autograd ----
+ * Rules are written with ops (through of_scope) so that create_graph gives
+ * double backward. x is saved in slot 0, the output in slot 1. */
+
+#define S_X of_s_saved(&s, n, 0)
+#define S_Y of_s_saved(&s, n, 1)
+#define MUL(a, b) of_s_bin(&s, OF_MUL, a, b)
+#define DIV(a, b) of_s_bin(&s, OF_DIV, a, b)
+#define ADD(a, b) of_s_bin(&s, OF_ADD, a, b)
+#define MULS(a, v) of_s_bins(&s, OF_MUL, a, v)
+#define ADDS(a, v) of_s_bins(&s, OF_ADD, a, v)
+#define RSUB(v, a) of_s_sbin(&s, OF_SUB, v, a)
+#define UN(op, a) of_s_unary(&s, OF_##op, a)
+#define CAST(a) of_s_cast(&s, a, g->dtype)
+
+static of_tensor *of_s_cast(of_scope *sc, of_tensor *x, of_dtype dt) {
+  if (sc->st != OF_OK || !x) return NULL;
+  of_tensor *r = NULL;
+  of_status st = of_to_dtype(x, dt, &r);
+  return of_s_keep(sc, st, r);
+}
+static of_tensor *of_s_cmps(of_scope *sc, of_binary_op op, of_tensor *x, double v) {
+  return of_s_bins(sc, op, x, v);
+}
+
+/* d/dx of each op, as an expression in x (S_X) and y (S_Y), times g */
+static of_tensor *unary_grad_expr(of_scope *sp, of_unary_op op, of_node *n, of_tensor *g) {
+  of_scope s = *sp;   /* macros use `s`; copied back below */
+  of_tensor *r = NULL, *x, *y, *sg, *t;
+  const double inv_sqrt_pi2 = 1.1283791670955126;   /* 2 / sqrt(pi) */
+  switch (op) {
+    case OF_NEG: r = UN(NEG, g); break;
+    case OF_ABS: r = MUL(g, UN(SIGN, S_X)); break;
+    case OF_EXP: r = MUL(g, S_Y); break;
+    case OF_LOG: r = DIV(g, S_X); break;
+    case OF_SQRT: r = DIV(g, MULS(S_Y, 2)); break;
+    case OF_RSQRT: y = S_Y; r = MULS(MUL(g, MUL(y, MUL(y, y))), -0.5); break;
+    case OF_SIN: r = MUL(g, UN(COS, S_X)); break;
+    case OF_COS: r = UN(NEG, MUL(g, UN(SIN, S_X))); break;
+    case OF_TAN: y = S_Y; r = MUL(g, ADDS(MUL(y, y), 1)); break;
+    case OF_TANH: y = S_Y; r = MUL(g, RSUB(1, MUL(y, y))); break;
+    case OF_SIGMOID: y = S_Y; r = MUL(g, MUL(y, RSUB(1, y))); break;
+    case OF_RELU: r = MUL(g, CAST(of_s_cmps(&s, OF_GT, S_Y, 0))); break;
+    case OF_GELU:
+      x = S_X;
+      t = MULS(ADDS(UN(ERF, MULS(x, M_SQRT1_2)), 1), 0.5);                     /* cdf */
+      sg = MULS(UN(EXP, MULS(MUL(x, x), -0.5)), 0.3989422804014327);       /* pdf */
+      r = MUL(g, ADD(t, MUL(x, sg)));
+      break;
+    case OF_GELU_TANH: {
+      const double k = 0.7978845608028654, c = 0.044715;
+      x = S_X;
+      t = UN(TANH, MULS(ADD(x, MULS(MUL(x, MUL(x, x)), c)), k));
+      sg = MUL(MULS(MUL(x, RSUB(1, MUL(t, t))), 0.5 * k), ADDS(MULS(MUL(x, x), 3 * c), 1));
+      r = MUL(g, ADD(MULS(ADDS(t, 1), 0.5), sg));
+      break;
+    }
+    case OF_SILU:
+      x = S_X;
+      sg = UN(SIGMOID, x);
+      r = MUL(g, MUL(sg, ADDS(MUL(x, RSUB(1, sg)), 1)));
+      break;
+    case OF_RECIPROCAL: y = S_Y; r = UN(NEG, MUL(g, MUL(y, y))); break;
+    case OF_SQUARE: r = MUL(g, MULS(S_X, 2)); break;
+    case OF_LOG2: r = DIV(g, MULS(S_X, M_LN2)); break;
+    case OF_LOG10: r = DIV(g, MULS(S_X, M_LN10)); break;
+    case OF_LOG1P: r = DIV(g, ADDS(S_X, 1)); break;
+    case OF_EXPM1: r = MUL(g, ADDS(S_Y, 1)); break;
+    case OF_ASIN: x = S_X; r = DIV(g, UN(SQRT, RSUB(1, MUL(x, x)))); break;
+    case OF_ACOS: x = S_X; r = UN(NEG, DIV(g, UN(SQRT, RSUB(1, MUL(x, x))))); break;
+    case OF_ATAN: x = S_X; r = DIV(g, ADDS(MUL(x, x), 1)); break;
+    case OF_SINH: r = MUL(g, UN(COSH, S_X)); break;
+    case OF_COSH: r = MUL(g, UN(SINH, S_X)); break;
+    case OF_ERF: x = S_X; r = MUL(g, MULS(UN(EXP, UN(NEG, MUL(x, x))), inv_sqrt_pi2)); break;
+    case OF_ERFC: x = S_X; r = MUL(g, MULS(UN(EXP, UN(NEG, MUL(x, x))), -inv_sqrt_pi2)); break;
+    case OF_SOFTPLUS: r = MUL(g, UN(SIGMOID, S_X)); break;
+    case OF_MISH:
+      x = S_X;
+      t = UN(TANH, UN(SOFTPLUS, x));
+      r = MUL(g, ADD(t, MUL(MUL(x, UN(SIGMOID, x)), RSUB(1, MUL(t, t)))));
+      break;
+    case OF_HARDSWISH: {   /* 0 below -3, 1 above 3, (2x + 3) / 6 between */
+      x = S_X;
+      of_tensor *mid = CAST(of_s_bin(&s, OF_LOGICAL_AND, of_s_cmps(&s, OF_GT, x, -3),
+                                     of_s_cmps(&s, OF_LT, x, 3)));
+      of_tensor *hi = CAST(of_s_cmps(&s, OF_GE, x, 3));
+      r = MUL(g, ADD(MUL(mid, MULS(ADDS(MULS(x, 2), 3), 1.0 / 6)), hi));
+      break;
+    }
+    case OF_HARDSIGMOID:
+      x = S_X;
+      r = MUL(g, MULS(CAST(of_s_bin(&s, OF_LOGICAL_AND, of_s_cmps(&s, OF_GT, x, -3),
+                                    of_s_cmps(&s, OF_LT, x, 3))), 1.0 / 6));
+      break;
+    default:   /* floor, ceil, round, trunc, sign: zero almost everywhere */
+      r = NULL;
+      break;
+  }
+  *sp = s;
+  return r;
+}
+
+static of_status unary_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  of_scope s = {0};
+  of_tensor *r = unary_grad_expr(&s, (of_unary_op)n->i[0], n, g[0]);
+  if (!r && s.st == OF_OK) return of_s_end(&s, NULL, &gi[0]);
+  return of_s_end(&s, r, &gi[0]);
+}
+
+#define UGRAD(OP, NAME) [OF_##OP] = {NAME, unary_backward},
+static const of_grad_def unary_grads[OF_NUM_UNARY] = {
+    UGRAD(NEG, "NegBackward") UGRAD(ABS, "AbsBackward") UGRAD(EXP, "ExpBackward")
+    UGRAD(LOG, "LogBackward") UGRAD(SQRT, "SqrtBackward") UGRAD(RSQRT, "RsqrtBackward")
+    UGRAD(SIN, "SinBackward") UGRAD(COS, "CosBackward") UGRAD(TAN, "TanBackward")
+    UGRAD(TANH, "TanhBackward") UGRAD(SIGMOID, "SigmoidBackward") UGRAD(RELU, "ReluBackward")
+    UGRAD(GELU, "GeluBackward") UGRAD(GELU_TANH, "GeluBackward") UGRAD(SILU, "SiluBackward")
+    UGRAD(FLOOR, "FloorBackward") UGRAD(CEIL, "CeilBackward") UGRAD(ROUND, "RoundBackward")
+    UGRAD(TRUNC, "TruncBackward") UGRAD(SIGN, "SignBackward")
+    UGRAD(RECIPROCAL, "ReciprocalBackward") UGRAD(SQUARE, "SquareBackward")
+    UGRAD(LOG2, "Log2Backward") UGRAD(LOG10, "Log10Backward") UGRAD(LOG1P, "Log1pBackward")
+    UGRAD(EXPM1, "Expm1Backward") UGRAD(ASIN, "AsinBackward") UGRAD(ACOS, "AcosBackward")
+    UGRAD(ATAN, "AtanBackward") UGRAD(SINH, "SinhBackward") UGRAD(COSH, "CoshBackward")
+    UGRAD(ERF, "ErfBackward") UGRAD(ERFC, "ErfcBackward") UGRAD(SOFTPLUS, "SoftplusBackward")
+    UGRAD(MISH, "MishBackward") UGRAD(HARDSWISH, "HardswishBackward")
+    UGRAD(HARDSIGMOID, "HardsigmoidBackward")};
+
+/* Under autograd an in-place op computes out of place and takes the result
+ * over (the input is cloned first so its saved value survives). */
+typedef of_status (*compute1_fn)(of_tensor *x, of_tensor *into, of_tensor **out, void *ctx);
+
+static of_status inplace_via_result(const char *name, of_tensor *x, of_tensor *into,
+                                    of_tensor **out,
+                                    of_status (*again)(of_tensor *x, of_tensor **r, void *ctx),
+                                    void *ctx) {
+  OF_CHECK(of_check_inplace(name, into));
+  of_tensor *x2 = x, *r;
+  if (x->storage == into->storage) OF_CHECK(of_clone(x, &x2));
+  of_status st = again(x2, &r, ctx);
+  if (x2 != x) of_tensor_release(x2);
+  if (st != OF_OK) return st;
+  st = of_assign_result(into, r);
+  of_tensor_release(r);
+  if (st != OF_OK) return st;
+  of_tensor_retain(into);
+  *out = into;
+  return OF_OK;
+}
+
+static of_status unary_again(of_tensor *x, of_tensor **r, void *ctx) {
+  return of_unary(*(of_unary_op *)ctx, x, NULL, r);
+}
+
+static bool wants_inplace_autograd(of_tensor *x, of_tensor *into, bool diff) {
+  return into && ((diff && of_grad_needed(&x, 1)) || (into->requires_grad && of_is_grad_enabled()));
+}
+
+of_status of_unary(of_unary_op op, of_tensor *x, of_tensor *into, of_tensor **out) {
+  if (op < 0 || op >= OF_NUM_UNARY) return of_fail(OF_ERR_ARG, "unary: unknown op %d", (int)op);
+  const of_grad_def *gd = unary_grads[op].name ? &unary_grads[op] : NULL;
+  if (wants_inplace_autograd(x, into, gd != NULL))
+    return inplace_via_result(unary_ops[op].name, x, into, out, unary_again, &op);
+  OF_CHECK(unary_compute(op, x, into, out));
+  if (!gd || !of_grad_needed(&x, 1) || !of_dtype_is_floating((*out)->dtype)) return OF_OK;
+  of_node *n;
+  of_status st = of_record(gd, &x, 1, out, 1, &n);
+  if (st != OF_OK) {
+    of_tensor_release(*out);
+    return st;
+  }
+  n->i[0] = op;
+  of_node_save(n, 0, x);
+  of_node_save(n, 1, *out);
+  return OF_OK;
+}
+
+/* clamp: the grad passes where the input was inside the bounds */
+static of_status clamp_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  of_scope s = {0};
+  of_tensor *x = S_X;
+  of_tensor *lo = n->i[0] ? of_s_cmps(&s, OF_GE, x, n->d[0]) : NULL;
+  of_tensor *hi = n->i[1] ? of_s_cmps(&s, OF_LE, x, n->d[1]) : NULL;
+  of_tensor *keep = lo && hi ? of_s_bin(&s, OF_LOGICAL_AND, lo, hi) : (lo ? lo : hi);
+  return of_s_end(&s, MUL(g[0], of_s_cast(&s, keep, g[0]->dtype)), &gi[0]);
+}
+static const of_grad_def clamp_grad = {"ClampBackward", clamp_backward};
+
+typedef struct { double lo, hi; int32_t has_lo, has_hi; } clamp_args;
+static of_status clamp_again(of_tensor *x, of_tensor **r, void *ctx) {
+  clamp_args *a = ctx;
+  return of_clamp(x, a->lo, a->hi, a->has_lo, a->has_hi, NULL, r);
+}
+
+of_status of_clamp(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
+                   of_tensor *into, of_tensor **out) {
+  clamp_args a = {lo, hi, has_lo, has_hi};
+  if (wants_inplace_autograd(x, into, true))
+    return inplace_via_result("clamp", x, into, out, clamp_again, &a);
+  OF_CHECK(clamp_compute(x, lo, hi, has_lo, has_hi, into, out));
+  if (!of_grad_needed(&x, 1) || !of_dtype_is_floating((*out)->dtype)) return OF_OK;
+  of_node *n;
+  of_status st = of_record(&clamp_grad, &x, 1, out, 1, &n);
+  if (st != OF_OK) {
+    of_tensor_release(*out);
+    return st;
+  }
+  n->i[0] = has_lo;
+  n->i[1] = has_hi;
+  n->d[0] = lo;
+  n->d[1] = hi;
+  of_node_save(n, 0, x);
+  return OF_OK;
+}
+
+static of_status leaky_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  of_scope s = {0};
+  /* slope + (1 - slope) * (x > 0) */
+  of_tensor *pos = of_s_cast(&s, of_s_cmps(&s, OF_GT, S_X, 0), g[0]->dtype);
+  of_tensor *w = ADDS(MULS(pos, 1 - n->d[0]), n->d[0]);
+  return of_s_end(&s, MUL(g[0], w), &gi[0]);
+}
+static const of_grad_def leaky_grad = {"LeakyReluBackward", leaky_backward};
+
+static of_status leaky_again(of_tensor *x, of_tensor **r, void *ctx) {
+  return of_leaky_relu(x, *(double *)ctx, NULL, r);
+}
+
+of_status of_leaky_relu(of_tensor *x, double slope, of_tensor *into, of_tensor **out) {
+  if (wants_inplace_autograd(x, into, true))
+    return inplace_via_result("leaky_relu", x, into, out, leaky_again, &slope);
+  OF_CHECK(leaky_compute(x, slope, into, out));
+  if (!of_grad_needed(&x, 1)) return OF_OK;
+  of_node *n;
+  of_status st = of_record(&leaky_grad, &x, 1, out, 1, &n);
+  if (st != OF_OK) {
+    of_tensor_release(*out);
+    return st;
+  }
+  n->d[0] = slope;
+  of_node_save(n, 0, x);
+  return OF_OK;
+}
+
+/* where: inputs (cond, a, b); grads go to a where cond, to b elsewhere */
+static of_status where_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  of_scope s = {0};
+  of_tensor *c = S_X, *z = NULL;
+  of_status st = of_zeros(NULL, 0, g[0]->dtype, OF_CPU, &z);
+  z = of_s_keep(&s, st, z);
+  for (int32_t k = 1; k <= 2 && s.st == OF_OK; k++) {
+    if (!n->needs[k]) continue;
+    of_tensor *w = NULL, *r = NULL;
+    if (s.st == OF_OK) s.st = k == 1 ? of_where(c, g[0], z, &w) : of_where(c, z, g[0], &w);
+    w = of_s_keep(&s, s.st, w);
+    if (s.st == OF_OK) s.st = of_sum_to(w, &n->in_meta[k], &r);
+    if (s.st == OF_OK) gi[k] = r;
+  }
+  return of_s_end(&s, NULL, &gi[0]);
+}
+static const of_grad_def where_grad = {"WhereBackward", where_backward};
+
+of_status of_where(of_tensor *cond, of_tensor *a, of_tensor *b, of_tensor **out) {
+  OF_CHECK(where_compute(cond, a, b, out));
+  of_tensor *ins[3] = {cond, a, b};
+  if (!of_grad_needed(ins, 3) || !of_dtype_is_floating((*out)->dtype)) return OF_OK;
+  of_node *n;
+  of_status st = of_record(&where_grad, ins, 3, out, 1, &n);
+  if (st != OF_OK) {
+    of_tensor_release(*out);
+    return st;
+  }
+  of_node_save(n, 0, cond);
+  return OF_OK;
+}
+
+static of_status masked_fill_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  of_tensor *m;
+  OF_CHECK(of_node_saved(n, 0, &m));
+  of_status st = of_masked_fill(g[0], m, 0, NULL, &gi[0]);
+  of_tensor_release(m);
+  return st;
+}
+static const of_grad_def masked_fill_grad = {"MaskedFillBackward", masked_fill_backward};
+
+typedef struct { of_tensor *mask; double v; } mf_args;
+static of_status masked_fill_again(of_tensor *x, of_tensor **r, void *ctx) {
+  mf_args *a = ctx;
+  return of_masked_fill(x, a->mask, a->v, NULL, r);
+}
+
+of_status of_masked_fill(of_tensor *x, of_tensor *mask, double value, of_tensor *into,
+                         of_tensor **out) {
+  mf_args a = {mask, value};
+  if (wants_inplace_autograd(x, into, true))
+    return inplace_via_result("masked_fill", x, into, out, masked_fill_again, &a);
+  OF_CHECK(masked_fill_compute(x, mask, value, into, out));
+  if (!of_grad_needed(&x, 1)) return OF_OK;
+  of_node *n;
+  of_status st = of_record(&masked_fill_grad, &x, 1, out, 1, &n);
+  if (st != OF_OK) {
+    of_tensor_release(*out);
+    return st;
+  }
+  of_node_save(n, 0, mask);
+  return OF_OK;
 }

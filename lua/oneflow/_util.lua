@@ -26,7 +26,7 @@ function M.sizes_and_options(op, ...)
     n = n - 1
   end
   local sizes
-  local first = ...
+  local first = (select(1, ...))   -- not `= ...`: LuaJIT 2.1.0-beta3 miscompiles it
   if n == 1 and type(first) == 'table' then
     sizes = first
   else

@@ -9,6 +9,8 @@ local T = require 'oneflow.tensor'
 local op_modules = {
   'oneflow.ops.views', 'oneflow.ops.elementwise', 'oneflow.ops.reduce',
   'oneflow.ops.linalg', 'oneflow.ops.index', 'oneflow.ops.random',
+  'oneflow.ops.nn_conv',
+  'oneflow.ops.nn_norm',
 }
 for _, name in ipairs(op_modules) do
   local ok, err = pcall(require, name)
@@ -18,6 +20,7 @@ for _, name in ipairs(op_modules) do
   end
 end
 local printing = require 'oneflow.print'
+local autograd = require 'oneflow.autograd'
 
 local flow = {}
 for k, v in pairs(T.flow) do flow[k] = v end
@@ -41,6 +44,9 @@ mt.__len = function(t) return t:size(1) end
 ffi.metatype('struct of_lua_tensor', mt)
 
 flow.C = core.C
+flow.autograd = autograd
+flow.no_grad, flow.enable_grad = autograd.no_grad, autograd.enable_grad
+flow.set_grad_enabled, flow.is_grad_enabled = autograd.set_grad_enabled, autograd.is_grad_enabled
 flow.Tensor = methods
 flow.is_tensor = T.is_tensor
 flow.Size = types.Size
@@ -75,6 +81,10 @@ function flow.to_handle(x)
   core.C.of_tensor_retain(x.p)
   return x.p
 end
+local serialization = require 'oneflow.serialization'
+flow.save, flow.load, flow.safetensors = serialization.save, serialization.load, serialization.safetensors
+flow.utils = {data = require 'oneflow.utils.data', progress = require 'oneflow.utils.progress'}
+flow.optim = require 'oneflow.optim'
 flow.version = core.C.of_version()
 flow.__version__ = '0.1.0'
 

@@ -63,7 +63,9 @@ function M.tostring(t)
   local dt = t.dtype
   local suffix = ''
   if not default_hidden[dt.name] then suffix = ', dtype=oneflow.' .. dt.name end
-  if t.requires_grad then suffix = suffix .. ', requires_grad=True' end
+  local grad_fn = t.requires_grad and t.grad_fn
+  if grad_fn then suffix = suffix .. ', grad_fn=<' .. grad_fn:name() .. '>'
+  elseif t.requires_grad then suffix = suffix .. ', requires_grad=True' end
   local dev = t.device
   if dev.type ~= 'cpu' then suffix = (", device='%s'"):format(tostring(dev)) .. suffix end
   if numel == 0 then

@@ -273,6 +273,134 @@ of_status of_randint_(of_tensor *t, int64_t lo, int64_t hi);      /* [lo, hi) */
 of_status of_bernoulli(of_tensor *p, of_tensor **out);            /* p in [0,1] */
 of_status of_bernoulli_(of_tensor *t, double p);
 of_status of_randperm(int64_t n, int64_t index_base, of_dtype dt, of_tensor **out);
+/* New tensors from U[0, 1) and N(0, 1) (floating dt). */
+of_status of_rand(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                  of_tensor **out);
+of_status of_randn(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                   of_tensor **out);
+
+/* ---- autograd (core/autograd.c) ---------------------------------------- */
+typedef struct of_node of_node;
+int32_t of_is_grad_enabled(void);                  /* thread-local */
+void of_set_grad_enabled(int32_t on);
+int32_t of_tensor_requires_grad(const of_tensor *t);
+of_status of_tensor_set_requires_grad(of_tensor *t, int32_t on);  /* leaves only */
+int32_t of_tensor_is_leaf(const of_tensor *t);
+of_tensor *of_tensor_grad(const of_tensor *t);       /* borrowed; NULL if none */
+of_status of_tensor_set_grad(of_tensor *t, of_tensor *g);   /* g NULL clears */
+of_node *of_tensor_grad_fn(const of_tensor *t);      /* borrowed; NULL for leaves */
+const char *of_node_name(const of_node *n);
+int32_t of_node_num_next(const of_node *n);
+of_node *of_node_next(const of_node *n, int32_t i);  /* NULL: input needs no grad */
+/* A view of t's data with no history. */
+of_status of_detach(of_tensor *t, of_tensor **out);
+/* Accumulates d(roots)/d(leaf) into every leaf's grad. grads[i] may be NULL
+ * for a scalar root (ones). */
+of_status of_backward(of_tensor **roots, of_tensor **grads, int32_t n, int32_t retain_graph,
+                      int32_t create_graph);
+/* d(outputs)/d(inputs) into grads[nin] (NULL: unused, with allow_unused). */
+of_status of_autograd_grad(of_tensor **outputs, of_tensor **grad_outputs, int32_t nout,
+                           of_tensor **inputs, int32_t nin, int32_t retain_graph,
+                           int32_t create_graph, int32_t allow_unused, of_tensor **grads);
+/* The host (Lua) runs hooks and custom Functions: `fn(id, ins, nin, outs, nout)`
+ * gets borrowed inputs and stores new (owned) outputs. It is only called
+ * from inside of_backward / of_autograd_grad. Ids the C side has dropped
+ * are queued; of_host_take_released moves up to cap of them into ids. */
+typedef of_status (*of_host_fn)(int64_t id, of_tensor **ins, int32_t nin, of_tensor **outs,
+                                int32_t nout);
+void of_set_host_callback(of_host_fn fn);
+int32_t of_host_take_released(int64_t *ids, int32_t cap);
+/* Hook `id` runs on the grad of t when it is computed; it may replace it. */
+of_status of_tensor_add_hook(of_tensor *t, int64_t id);
+/* Attaches a backward node to outputs that calls host function `id` with the
+ * output grads and expects the input grads. */
+of_status of_custom_function(int64_t id, const char *name, of_tensor **inputs, int32_t nin,
+                             of_tensor **outputs, int32_t nout);
+
+/* ---- nn kernels: conv and pooling (core/ops/conv.c, core/ops/pool.c) ---- */
+/* Convolution over nsp = 1, 2 or 3 spatial dims: x [N, C_in, *spatial],
+ * w [C_out, C_in/groups, *kernel], b [C_out] or NULL. stride, padding and
+ * dilation are int64_t[nsp] (NULL: 1, 0, 1). */
+of_status of_conv(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
+                  const int64_t *padding, const int64_t *dilation, int32_t nsp,
+                  int64_t groups, of_tensor **out);
+/* Transposed convolution (the input grad of of_conv): x [N, C_in, *spatial],
+ * w [C_in, C_out/groups, *kernel], b [C_out] or NULL; output size
+ * (in-1)*stride - 2*padding + dilation*(k-1) + 1 + output_padding. */
+of_status of_conv_transpose(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
+                            const int64_t *padding, const int64_t *output_padding,
+                            const int64_t *dilation, int32_t nsp, int64_t groups,
+                            of_tensor **out);
+/* Grad of of_conv w.r.t. its weight: x [N, C_in, *in], grad_out
+ * [N, C_out, *out] -> [C_out, C_in/groups, *kernel_size]. */
+of_status of_conv_weight_grad(of_tensor *x, of_tensor *grad_out, const int64_t *kernel_size,
+                              const int64_t *stride, const int64_t *padding,
+                              const int64_t *dilation, int32_t nsp, int64_t groups,
+                              of_tensor **out);
+/* Pooling over the last nsp dims of x ([N, C, *spatial] or [C, *spatial]).
+ * stride NULL: the kernel size. Indices (int64) point into each flattened
+ * input plane, plus index_base. */
+of_status of_max_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride,
+                      const int64_t *padding, const int64_t *dilation, int32_t nsp,
+                      int32_t ceil_mode, int64_t index_base, of_tensor **values,
+                      of_tensor **indices);
+/* divisor_override <= 0: none. */
+of_status of_avg_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride,
+                      const int64_t *padding, int32_t nsp, int32_t ceil_mode,
+                      int32_t count_include_pad, int64_t divisor_override, of_tensor **out);
+of_status of_adaptive_avg_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
+                               of_tensor **out);
+of_status of_adaptive_max_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
+                               int64_t index_base, of_tensor **values, of_tensor **indices);
+
+/* ---- nn kernels: norms, resampling, losses ------------------------------
+ * (core/ops/norm.c, core/ops/resample.c, core/ops/loss.c). Optional tensors
+ * are NULL. Forward and backward are fused C kernels, recorded in autograd;
+ * statistics accumulate in double. */
+/* x [N, C, *]; running_mean/running_var [C] (training: updated in place,
+ * running_var from the unbiased batch variance; else used to normalise);
+ * weight/bias [C]. */
+of_status of_batch_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
+                        of_tensor *weight, of_tensor *bias, int32_t training,
+                        double momentum, double eps, of_tensor **out);
+/* Over the last normalized_ndim dims; weight/bias have that trailing shape. */
+of_status of_layer_norm(of_tensor *x, int32_t normalized_ndim, of_tensor *weight,
+                        of_tensor *bias, double eps, of_tensor **out);
+/* x [N, C, *], C divisible by groups; weight/bias [C]. */
+of_status of_group_norm(of_tensor *x, int64_t groups, of_tensor *weight, of_tensor *bias,
+                        double eps, of_tensor **out);
+/* Statistics per (sample, channel) when use_input_stats (running stats [C],
+ * if given, get their batch average), else batch_norm with the running ones. */
+of_status of_instance_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
+                           of_tensor *weight, of_tensor *bias, int32_t use_input_stats,
+                           double momentum, double eps, of_tensor **out);
+typedef int32_t of_interp_mode;
+enum { OF_INTERP_NEAREST = 0, OF_INTERP_LINEAR = 1 };   /* linear: (bi/tri)linear */
+/* x [N, C, *spatial] with nsp = 1..3 spatial dims -> [N, C, *size].
+ * scales[nsp] (NULL or <= 0: in/out) are the caller's scale factors, used
+ * for the source index as PyTorch does; align_corners for linear only. */
+of_status of_interpolate(of_tensor *x, const int64_t *size, const double *scales,
+                         int32_t nsp, of_interp_mode mode, int32_t align_corners,
+                         of_tensor **out);
+typedef int32_t of_pad_mode;
+enum { OF_PAD_CONSTANT = 0, OF_PAD_REFLECT = 1, OF_PAD_REPLICATE = 2, OF_PAD_CIRCULAR = 3 };
+/* pad[2 * npad] in PyTorch's order: (left, right) of the last dim, then of
+ * the one before, ... Constant padding may be negative (crops). */
+of_status of_pad(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mode mode,
+                 double value, of_tensor **out);
+typedef int32_t of_loss_reduction;
+enum { OF_LOSS_NONE = 0, OF_LOSS_MEAN = 1, OF_LOSS_SUM = 2 };
+/* logits [N, C, *] or [C]. target: integer class indices [N, *] (or 0-d)
+ * counted from index_base, ignore_index in the same base; or floating class
+ * probabilities shaped like logits. weight [C]. Mean of class indices
+ * divides by the summed weights of the targets not ignored. */
+of_status of_cross_entropy(of_tensor *logits, of_tensor *target, of_tensor *weight,
+                           of_loss_reduction reduction, int64_t ignore_index,
+                           double label_smoothing, int64_t index_base, of_tensor **out);
+/* log_probs [N, C, *] or [C]; target and weight as for cross_entropy. */
+of_status of_nll_loss(of_tensor *log_probs, of_tensor *target, of_tensor *weight,
+                      of_loss_reduction reduction, int64_t ignore_index, int64_t index_base,
+                      of_tensor **out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,598 @@
+/* random.c -- random numbers from a counter-based generator (Philox4x32-10).
+ *
+ * The generator state is (seed, offset). The 64-bit seed is the Philox key;
+ * the 128-bit counter is (block, substream): block = offset + (element index
+ * / elements per block), substream 0 (rejection sampling retries use
+ * substreams 1, 2, ...). A fill of n elements reserves its blocks by
+ * advancing the offset, and element i's value depends only on (seed, offset,
+ * i). So fills are embarrassingly parallel and give the same numbers for any
+ * thread count and any memory layout: values are generated in logical
+ * row-major order.
+ *
+ * Elements per 128-bit block (the offset advances by ceil(n / k)):
+ *   uniform_ float16/bfloat16/float32: 4 (24-bit uniforms from 32-bit words)
+ *   uniform_ float64, bernoulli:       2 (53-bit uniforms from 64-bit words)
+ *   normal_:                           2 (Box-Muller: one pair per block)
+ *   randint_, randperm:                1 (64-bit draws, Lemire + rejection)
+ */
+#include "internal.h"
+#include <math.h>
+#include <pthread.h>
+
+/* ---- the generator state --------------------------------------------------
+ * One CPU generator per process, as in PyTorch's default generator. It is one
+ * of the few globals with a reason: `manual_seed` must reseed every later
+ * random call wherever it happens. The mutex keeps (seed, offset) consistent
+ * when several host threads reserve blocks or seed at once; the fills
+ * themselves run outside it. */
+static struct {
+  pthread_mutex_t lock;
+  uint64_t seed;     /* Philox key; also what of_initial_seed reports */
+  uint64_t offset;   /* next unused 128-bit counter block */
+} rng = {PTHREAD_MUTEX_INITIALIZER, 67280421310721ull, 0};
+
+void of_manual_seed(uint64_t seed) {
+  pthread_mutex_lock(&rng.lock);
+  rng.seed = seed;
+  rng.offset = 0;
+  pthread_mutex_unlock(&rng.lock);
+}
+
+uint64_t of_initial_seed(void) {
+  pthread_mutex_lock(&rng.lock);
+  uint64_t s = rng.seed;
+  pthread_mutex_unlock(&rng.lock);
+  return s;
+}
+
+void of_rng_get_state(uint64_t *seed, uint64_t *offset) {
+  pthread_mutex_lock(&rng.lock);
+  if (seed) *seed = rng.seed;
+  if (offset) *offset = rng.offset;
+  pthread_mutex_unlock(&rng.lock);
+}
+
+void of_rng_set_state(uint64_t seed, uint64_t offset) {
+  pthread_mutex_lock(&rng.lock);
+  rng.seed = seed;
+  rng.offset = offset;
+  pthread_mutex_unlock(&rng.lock);
+}
+
+/* Reserves `blocks` counter blocks; returns the key and the first block. */
+static void reserve(uint64_t blocks, uint64_t *seed, uint64_t *offset) {
+  pthread_mutex_lock(&rng.lock);
+  *seed = rng.seed;
+  *offset = rng.offset;
+  rng.offset += blocks;
+  pthread_mutex_unlock(&rng.lock);
+}
+
+/* ---- Philox4x32-10 (Salmon et al., SC'11; Random123's constants) -------- */
+typedef struct { uint32_t k0, k1; } pkey;
+enum { PHILOX_BATCH = 8 };   /* blocks per SIMD batch in philox_blocks */
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+static inline void philox(uint64_t block, uint64_t sub, pkey k, uint32_t out[4]) {
+  uint32_t c0 = (uint32_t)block, c1 = (uint32_t)(block >> 32);
+  uint32_t c2 = (uint32_t)sub, c3 = (uint32_t)(sub >> 32);
+  uint32_t k0 = k.k0, k1 = k.k1;
+  for (int r = 0; r < 10; r++) {
+    uint64_t p0 = (uint64_t)PHILOX_M0 * c0, p1 = (uint64_t)PHILOX_M1 * c2;
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c0 = n0;
+    c1 = (uint32_t)p1;
+    c2 = n2;
+    c3 = (uint32_t)p0;
+    k0 += PHILOX_W0;
+    k1 += PHILOX_W1;
+  }
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
+}
+
+/* out[4 j + w] = word w of block first + j (substream 0), j < n. Batches of
+ * blocks in struct-of-arrays form let the compiler vectorise the rounds. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void philox_blocks(uint64_t first, int64_t n, pkey k, uint32_t *out) {
+  int64_t j = 0;
+  for (; j + PHILOX_BATCH <= n; j += PHILOX_BATCH) {
+    uint32_t c0[PHILOX_BATCH], c1[PHILOX_BATCH], c2[PHILOX_BATCH], c3[PHILOX_BATCH];
+    for (int l = 0; l < PHILOX_BATCH; l++) {
+      uint64_t b = first + (uint64_t)(j + l);
+      c0[l] = (uint32_t)b;
+      c1[l] = (uint32_t)(b >> 32);
+      c2[l] = c3[l] = 0;
+    }
+    uint32_t k0 = k.k0, k1 = k.k1;
+    for (int r = 0; r < 10; r++) {
+      for (int l = 0; l < PHILOX_BATCH; l++) {
+        uint64_t p0 = (uint64_t)PHILOX_M0 * c0[l], p1 = (uint64_t)PHILOX_M1 * c2[l];
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[l] ^ k0;
+        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3[l] ^ k1;
+        c0[l] = n0;
+        c1[l] = (uint32_t)p1;
+        c2[l] = n2;
+        c3[l] = (uint32_t)p0;
+      }
+      k0 += PHILOX_W0;
+      k1 += PHILOX_W1;
+    }
+    for (int l = 0; l < PHILOX_BATCH; l++) {
+      uint32_t *o = out + 4 * (j + l);
+      o[0] = c0[l];
+      o[1] = c1[l];
+      o[2] = c2[l];
+      o[3] = c3[l];
+    }
+  }
+  for (; j < n; j++) philox(first + (uint64_t)j, 0, k, out + 4 * j);
+}
+
+/* 64-bit word `lane` (0 or 1) of a block's four 32-bit words. */
+static inline uint64_t word64(const uint32_t *w, int lane) {
+  return (uint64_t)w[2 * lane] | (uint64_t)w[2 * lane + 1] << 32;
+}
+/* [0, 1) with 24 and 53 random bits */
+static inline double u24(uint32_t x) { return (double)(x >> 8) * 0x1p-24; }
+static inline double u53(uint64_t x) { return (double)(x >> 11) * 0x1p-53; }
+
+/* Unbiased draw in [0, range) (range >= 1) for counter block `block`, whose
+ * substream-0 words are w: Lemire's multiply-shift on the first 64-bit word;
+ * a rejected word moves on to the second, then to substreams 1, 2, ... of the
+ * same block. thresh = 2^64 mod range. */
+static uint64_t bounded_slow(uint64_t block, pkey k, uint64_t range, uint64_t thresh) {
+  uint32_t w[4];
+  for (uint64_t sub = 1;; sub++) {
+    philox(block, sub, k, w);
+    for (int lane = 0; lane < 2; lane++) {
+      unsigned __int128 m = (unsigned __int128)word64(w, lane) * range;
+      if ((uint64_t)m >= thresh) return (uint64_t)(m >> 64);
+    }
+  }
+}
+
+static inline uint64_t bounded(const uint32_t *w, uint64_t block, pkey k, uint64_t range,
+                               uint64_t thresh) {
+  for (int lane = 0; lane < 2; lane++) {
+    unsigned __int128 m = (unsigned __int128)word64(w, lane) * range;
+    if ((uint64_t)m >= thresh) return (uint64_t)(m >> 64);
+  }
+  return bounded_slow(block, k, range, thresh);
+}
+
+/* ---- fill driver ----------------------------------------------------------
+ * The driver generates the Philox words of a tile of logical indices [b, e)
+ * (b a multiple of TILE, so of every elements-per-block count), a generator
+ * turns them into values (doubles, or int64 for randint), and the driver
+ * stores those into the tensor, contiguous or strided, converting to its
+ * dtype. Tiles never depend on the parallel split. */
+enum { TILE = 512 };
+
+typedef struct job job;
+/* words: the tile's blocks, 4 words each; element i of the tile is k = i - b */
+typedef void (*gen_fn)(const job *j, int64_t b, int64_t n, const uint32_t *words,
+                       double *dv, int64_t *iv);
+struct job {
+  gen_fn gen;
+  pkey key;
+  uint64_t offset;     /* first block */
+  int per_block;       /* elements per block: 1, 2 or 4 */
+  bool ints;           /* the tile holds int64 (else double) */
+  of_dtype dt;         /* dtype of the output */
+  double lo, hi, hi_below, scale;   /* uniform_; normal_ uses lo = mean, scale = std */
+  double p;            /* bernoulli_ */
+  int64_t ilo;         /* randint_ */
+  uint64_t range, thresh;
+  const char *pdata;   /* bernoulli: contiguous probabilities */
+  of_dtype pdt;
+};
+
+static pkey key_of(uint64_t seed) { return (pkey){(uint32_t)seed, (uint32_t)(seed >> 32)}; }
+
+#define STORE_TILE(T, CONV)                                                 \
+  do {                                                                      \
+    if (offs)                                                               \
+      for (int64_t i = 0; i < n; i++) *(T *)(base + offs[i]) = (T)(CONV);   \
+    else                                                                    \
+      for (int64_t i = 0; i < n; i++) ((T *)base)[i] = (T)(CONV);           \
+  } while (0)
+
+/* offs == NULL: base is where element 0 of the tile goes, contiguous. */
+static void store_tile(of_dtype dt, char *base, const int64_t *offs, int64_t n,
+                       const double *dv, const int64_t *iv, bool ints) {
+  if (ints) {
+    switch (dt) {
+      case OF_BOOL: STORE_TILE(bool, iv[i] != 0); return;
+      case OF_UINT8: STORE_TILE(uint8_t, iv[i]); return;
+      case OF_INT8: STORE_TILE(int8_t, iv[i]); return;
+      case OF_INT32: STORE_TILE(int32_t, iv[i]); return;
+      case OF_INT64: STORE_TILE(int64_t, iv[i]); return;
+      case OF_FLOAT32: STORE_TILE(float, (double)iv[i]); return;
+      case OF_FLOAT64: STORE_TILE(double, iv[i]); return;
+      default: break;
+    }
+    int64_t es = of_dtype_size(dt);
+    for (int64_t i = 0; i < n; i++)
+      of_store_double(base + (offs ? offs[i] : i * es), dt, (double)iv[i]);
+    return;
+  }
+  switch (dt) {   /* integer outputs only ever get 0 and 1 here (bernoulli) */
+    case OF_BOOL: STORE_TILE(bool, dv[i] != 0); return;
+    case OF_UINT8: STORE_TILE(uint8_t, dv[i]); return;
+    case OF_INT8: STORE_TILE(int8_t, dv[i]); return;
+    case OF_INT32: STORE_TILE(int32_t, dv[i]); return;
+    case OF_INT64: STORE_TILE(int64_t, dv[i]); return;
+    case OF_FLOAT32: STORE_TILE(float, dv[i]); return;
+    case OF_FLOAT64: STORE_TILE(double, dv[i]); return;
+    default: break;
+  }
+  int64_t es = of_dtype_size(dt);
+  for (int64_t i = 0; i < n; i++) of_store_double(base + (offs ? offs[i] : i * es), dt, dv[i]);
+}
+
+/* Byte offsets (from of_ptr(t)) of logical elements [b, e). */
+static void strided_offsets(const of_tensor *t, int64_t b, int64_t e, int64_t *offs) {
+  int64_t idx[OF_MAX_DIMS], rem = b, es = of_dtype_size(t->dtype), off = 0;
+  int32_t nd = t->ndim;
+  for (int32_t d = nd - 1; d >= 0; d--) {
+    idx[d] = rem % t->shape[d];
+    rem /= t->shape[d];
+    off += idx[d] * t->strides[d];
+  }
+  for (int64_t i = 0; i < e - b; i++) {
+    offs[i] = off * es;
+    for (int32_t d = nd - 1; d >= 0; d--) {
+      off += t->strides[d];
+      if (++idx[d] < t->shape[d]) break;
+      off -= idx[d] * t->strides[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+static void fill_tile(of_tensor *t, const job *j, bool contig, int64_t tile) {
+  union { double d[TILE]; int64_t i[TILE]; } buf;
+  uint32_t words[4 * TILE];
+  int64_t offs[TILE];
+  int64_t total = t->numel, b = tile * TILE, e = b + TILE < total ? b + TILE : total;
+  int64_t n = e - b, pb = j->per_block;
+  philox_blocks(j->offset + (uint64_t)(b / pb), (n + pb - 1) / pb, j->key, words);
+  j->gen(j, b, n, words, buf.d, buf.i);
+  char *base = of_ptr(t);
+  if (contig) {
+    store_tile(t->dtype, base + b * of_dtype_size(t->dtype), NULL, n, buf.d, buf.i, j->ints);
+  } else {
+    strided_offsets(t, b, e, offs);
+    store_tile(t->dtype, base, offs, n, buf.d, buf.i, j->ints);
+  }
+}
+
+/* Checks that t can be filled in place; error names op, shape and dtype. */
+static of_status check_target(const char *op, const of_tensor *t) {
+  if (!t) return of_fail(OF_ERR_ARG, "%s: tensor is NULL", op);
+  if (t->storage->device != OF_CPU)
+    return of_fail(OF_ERR_DEVICE, "%s: only CPU tensors are supported (tensor %s %s)", op,
+                   OF_SHAPE_STR(t), OF_DT(t));
+  for (int32_t d = 0; d < t->ndim; d++)
+    if (t->shape[d] > 1 && t->strides[d] == 0)
+      return of_fail(OF_ERR_ARG,
+                     "%s: more than one element of the tensor %s %s refers to the same "
+                     "memory location (expanded dim %d); clone it first",
+                     op, OF_SHAPE_STR(t), OF_DT(t), (int)d + 1);
+  return OF_OK;
+}
+
+/* Reserves the blocks for t's elements and runs the fill. */
+static void run_fill(of_tensor *t, job *j) {
+  int64_t n = t->numel;
+  uint64_t seed, blocks = (uint64_t)((n + j->per_block - 1) / j->per_block);
+  reserve(blocks, &seed, &j->offset);
+  j->key = key_of(seed);
+  if (n > 0) {
+    int64_t ntiles = (n + TILE - 1) / TILE;
+    bool contig = of_tensor_is_contiguous(t);
+    int32_t nt = of_threads();
+    if (n < OF_PARALLEL_GRAIN || nt <= 1) {
+      for (int64_t k = 0; k < ntiles; k++) fill_tile(t, j, contig, k);
+    } else {
+      if (nt > ntiles) nt = (int32_t)ntiles;
+#pragma omp parallel for num_threads(nt) schedule(static)
+      for (int64_t k = 0; k < ntiles; k++) fill_tile(t, j, contig, k);
+    }
+  }
+  of_bump_version(t);
+}
+
+/* ---- generators: tile element k is logical element b + k ------------------ */
+static void gen_uniform(const job *j, int64_t b, int64_t n, const uint32_t *w, double *dv,
+                        int64_t *iv) {
+  (void)b;
+  (void)iv;
+  double lo = j->lo, hi = j->hi, span = j->hi - j->lo, hb = j->hi_below;
+  /* values are rounded to the output dtype here, so rounding up to hi is caught */
+  switch (j->dt) {
+    case OF_FLOAT64:
+      for (int64_t k = 0; k < n; k++) {
+        double v = lo + u53(word64(w + 4 * (k >> 1), (int)(k & 1))) * span;
+        dv[k] = v >= hi ? hb : v;
+      }
+      return;
+    case OF_FLOAT32:
+      for (int64_t k = 0; k < n; k++) {
+        double v = (float)(lo + u24(w[k]) * span);
+        dv[k] = v >= hi ? hb : v;
+      }
+      return;
+    case OF_FLOAT16:
+      for (int64_t k = 0; k < n; k++) {
+        double v = of_f16_to_f32(of_f32_to_f16((float)(lo + u24(w[k]) * span)));
+        dv[k] = v >= hi ? hb : v;
+      }
+      return;
+    default:   /* bfloat16 */
+      for (int64_t k = 0; k < n; k++) {
+        double v = of_bf16_to_f32(of_f32_to_bf16((float)(lo + u24(w[k]) * span)));
+        dv[k] = v >= hi ? hb : v;
+      }
+      return;
+  }
+}
+
+/* Box-Muller: block p gives elements 2p and 2p + 1. */
+static void gen_normal(const job *j, int64_t b, int64_t n, const uint32_t *w, double *dv,
+                       int64_t *iv) {
+  (void)b;
+  (void)iv;
+  double mean = j->lo, std = j->scale;
+  for (int64_t k = 0; k < n; k += 2) {
+    const uint32_t *blk = w + 2 * k;
+    /* u1 in (0, 1]: log never sees 0 */
+    double u1 = (double)((word64(blk, 0) >> 11) + 1) * 0x1p-53, u2 = u53(word64(blk, 1));
+    double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586476925 * u2;
+    dv[k] = mean + std * (r * cos(th));
+    if (k + 1 < n) dv[k + 1] = mean + std * (r * sin(th));
+  }
+}
+
+static void gen_randint(const job *j, int64_t b, int64_t n, const uint32_t *w, double *dv,
+                        int64_t *iv) {
+  (void)dv;
+  for (int64_t k = 0; k < n; k++) {
+    uint64_t r = bounded(w + 4 * k, j->offset + (uint64_t)(b + k), j->key, j->range, j->thresh);
+    iv[k] = (int64_t)((uint64_t)j->ilo + r);   /* wraps into [lo, hi) */
+  }
+}
+
+static void gen_bernoulli(const job *j, int64_t b, int64_t n, const uint32_t *w, double *dv,
+                          int64_t *iv) {
+  (void)iv;
+  if (j->pdata) {
+    int64_t pes = of_dtype_size(j->pdt);
+    const char *pd = j->pdata + b * pes;
+    for (int64_t k = 0; k < n; k++) {
+      double p = of_load_double(pd + k * pes, j->pdt);
+      dv[k] = u53(word64(w + 4 * (k >> 1), (int)(k & 1))) < p ? 1.0 : 0.0;
+    }
+  } else {
+    double p = j->p;
+    for (int64_t k = 0; k < n; k++)
+      dv[k] = u53(word64(w + 4 * (k >> 1), (int)(k & 1))) < p ? 1.0 : 0.0;
+  }
+}
+
+/* ---- helpers ------------------------------------------------------------- */
+/* The largest value of floating dtype dt below hi. */
+static double below(double hi, of_dtype dt) {
+  if (dt == OF_FLOAT64) return nextafter(hi, -INFINITY);
+  if (dt == OF_FLOAT32) {
+    float h = (float)hi;
+    if ((double)h >= hi) h = nextafterf(h, -INFINITY);
+    return h;
+  }
+  bool f16 = dt == OF_FLOAT16;
+  uint16_t bits = f16 ? of_f32_to_f16((float)hi) : of_f32_to_bf16((float)hi);
+  for (int guard = 0; guard < 4; guard++) {
+    double v = f16 ? of_f16_to_f32(bits) : of_bf16_to_f32(bits);
+    if (v < hi) return v;
+    /* one step towards -inf in sign-magnitude encoding */
+    if ((bits & 0x7fffu) == 0) bits = 0x8001u;
+    else if (bits & 0x8000u) bits++;
+    else bits--;
+  }
+  return f16 ? of_f16_to_f32(bits) : of_bf16_to_f32(bits);
+}
+
+/* Integers exactly representable by dt, as [min, max]. */
+static void int_bounds(of_dtype dt, int64_t *mn, int64_t *mx) {
+  switch (dt) {
+    case OF_BOOL: *mn = 0; *mx = 1; return;
+    case OF_UINT8: *mn = 0; *mx = UINT8_MAX; return;
+    case OF_INT8: *mn = INT8_MIN; *mx = INT8_MAX; return;
+    case OF_INT32: *mn = INT32_MIN; *mx = INT32_MAX; return;
+    case OF_INT64: *mn = INT64_MIN; *mx = INT64_MAX; return;
+    case OF_FLOAT16: *mn = -2048; *mx = 2048; return;
+    case OF_BFLOAT16: *mn = -256; *mx = 256; return;
+    case OF_FLOAT32: *mn = -(1ll << 24); *mx = 1ll << 24; return;
+    default: *mn = -(1ll << 53); *mx = 1ll << 53; return;
+  }
+}
+
+static of_status need_float(const char *op, const of_tensor *t) {
+  if (!of_dtype_is_floating(t->dtype))
+    return of_fail(OF_ERR_DTYPE, "%s: expected a floating dtype, got %s (tensor %s)", op,
+                   OF_DT(t), OF_SHAPE_STR(t));
+  return OF_OK;
+}
+
+/* ---- public ops ---------------------------------------------------------- */
+of_status of_uniform_(of_tensor *t, double lo, double hi) {
+  OF_CHECK(check_target("uniform_", t));
+  OF_CHECK(need_float("uniform_", t));
+  if (!isfinite(lo) || !isfinite(hi) || !isfinite(hi - lo) || lo > hi)
+    return of_fail(OF_ERR_ARG,
+                   "uniform_: expects finite lo <= hi, got lo=%g hi=%g (tensor %s %s)", lo, hi,
+                   OF_SHAPE_STR(t), OF_DT(t));
+  job j = {.gen = gen_uniform, .per_block = t->dtype == OF_FLOAT64 ? 2 : 4, .dt = t->dtype,
+           .lo = lo, .hi = hi, .hi_below = lo};
+  if (hi > lo) {
+    j.hi_below = below(hi, t->dtype);
+    if (j.hi_below < lo) j.hi_below = lo;
+  } else {
+    j.hi = INFINITY;   /* lo == hi: every value is lo */
+  }
+  run_fill(t, &j);
+  return OF_OK;
+}
+
+of_status of_normal_(of_tensor *t, double mean, double std) {
+  OF_CHECK(check_target("normal_", t));
+  OF_CHECK(need_float("normal_", t));
+  if (!isfinite(mean) || !isfinite(std) || std < 0)
+    return of_fail(OF_ERR_ARG,
+                   "normal_: expects a finite mean and std >= 0, got mean=%g std=%g "
+                   "(tensor %s %s)", mean, std, OF_SHAPE_STR(t), OF_DT(t));
+  job j = {.gen = gen_normal, .per_block = 2, .dt = t->dtype, .lo = mean, .scale = std};
+  run_fill(t, &j);
+  return OF_OK;
+}
+
+of_status of_randint_(of_tensor *t, int64_t lo, int64_t hi) {
+  OF_CHECK(check_target("randint_", t));
+  if (hi <= lo)
+    return of_fail(OF_ERR_ARG,
+                   "randint_: expects lo < hi, got lo=%lld hi=%lld (tensor %s %s)",
+                   (long long)lo, (long long)hi, OF_SHAPE_STR(t), OF_DT(t));
+  int64_t mn, mx;
+  int_bounds(t->dtype, &mn, &mx);
+  if (lo < mn || hi - 1 > mx)
+    return of_fail(OF_ERR_ARG,
+                   "randint_: range [%lld, %lld) does not fit dtype %s ([%lld, %lld]) "
+                   "(tensor %s)", (long long)lo, (long long)hi, OF_DT(t), (long long)mn,
+                   (long long)mx, OF_SHAPE_STR(t));
+  uint64_t range = (uint64_t)hi - (uint64_t)lo;
+  job j = {.gen = gen_randint, .per_block = 1, .ints = true, .dt = t->dtype, .ilo = lo,
+           .range = range, .thresh = (0 - range) % range};
+  run_fill(t, &j);
+  return OF_OK;
+}
+
+of_status of_bernoulli_(of_tensor *t, double p) {
+  OF_CHECK(check_target("bernoulli_", t));
+  if (!(p >= 0 && p <= 1))
+    return of_fail(OF_ERR_ARG, "bernoulli_: probability p must be in [0, 1], got %g "
+                   "(tensor %s %s)", p, OF_SHAPE_STR(t), OF_DT(t));
+  job j = {.gen = gen_bernoulli, .per_block = 2, .dt = t->dtype, .p = p};
+  run_fill(t, &j);
+  return OF_OK;
+}
+
+of_status of_bernoulli(of_tensor *p, of_tensor **out) {
+  if (!p) return of_fail(OF_ERR_ARG, "bernoulli: tensor is NULL");
+  if (p->storage->device != OF_CPU)
+    return of_fail(OF_ERR_DEVICE, "bernoulli: only CPU tensors are supported (p %s %s)",
+                   OF_SHAPE_STR(p), OF_DT(p));
+  of_tensor *pc, *r;
+  OF_CHECK(of_contiguous(p, &pc));
+  const char *pd = of_ptr(pc);
+  int64_t es = of_dtype_size(pc->dtype);
+  for (int64_t i = 0; i < pc->numel; i++) {
+    double v = of_load_double(pd + i * es, pc->dtype);
+    if (!(v >= 0 && v <= 1)) {
+      of_tensor_release(pc);
+      return of_fail(OF_ERR_ARG,
+                     "bernoulli: probabilities must be in [0, 1], got %g at flat index %lld "
+                     "(p %s %s)", v, (long long)i + 1, OF_SHAPE_STR(p), OF_DT(p));
+    }
+  }
+  of_status st = of_tensor_new(p->shape, p->ndim, p->dtype, OF_CPU, &r);
+  if (st != OF_OK) {
+    of_tensor_release(pc);
+    return st;
+  }
+  job j = {.gen = gen_bernoulli, .per_block = 2, .dt = r->dtype, .pdata = pd,
+           .pdt = pc->dtype};
+  run_fill(r, &j);
+  r->storage->version = 0;
+  of_tensor_release(pc);
+  *out = r;
+  return OF_OK;
+}
+
+of_status of_randperm(int64_t n, int64_t index_base, of_dtype dt, of_tensor **out) {
+  if (dt < 0 || dt >= OF_NUM_DTYPES)
+    return of_fail(OF_ERR_DTYPE, "randperm: unknown dtype %d", (int)dt);
+  if (n < 0)
+    return of_fail(OF_ERR_ARG, "randperm: n must be >= 0, got %lld", (long long)n);
+  int64_t mn, mx;
+  int_bounds(dt, &mn, &mx);
+  if (n > 0 && (index_base < mn || (__int128)n - 1 + index_base > mx))
+    return of_fail(OF_ERR_ARG, "randperm: values %lld..%lld do not fit dtype %s",
+                   (long long)index_base, (long long)(n - 1 + index_base), of_dtype_name(dt));
+  of_tensor *a;
+  OF_CHECK(of_tensor_new(&n, 1, OF_INT64, OF_CPU, &a));
+  int64_t *v = (int64_t *)of_ptr(a);
+  for (int64_t i = 0; i < n; i++) v[i] = i + index_base;
+  uint64_t seed, offset;
+  reserve((uint64_t)n, &seed, &offset);
+  pkey k = key_of(seed);
+  /* Fisher-Yates: step i (n-1 down to 1) swaps v[i] with v[j], j uniform in
+   * [0, i], drawn from block offset + i. Blocks are made TILE at a time. */
+  uint32_t words[4 * TILE];
+  for (int64_t hi = n - 1; hi > 0; hi -= TILE) {
+    int64_t lo = hi - TILE + 1 > 1 ? hi - TILE + 1 : 1;
+    philox_blocks(offset + (uint64_t)lo, hi - lo + 1, k, words);
+    for (int64_t i = hi; i >= lo; i--) {
+      uint64_t range = (uint64_t)i + 1;
+      const uint32_t *w = words + 4 * (i - lo);
+      unsigned __int128 m = (unsigned __int128)word64(w, 0) * range;
+      int64_t jj;
+      if ((uint64_t)m >= range) jj = (int64_t)(m >> 64);   /* >= thresh for sure */
+      else jj = (int64_t)bounded(w, offset + (uint64_t)i, k, range, (0 - range) % range);
+      int64_t tmp = v[i];
+      v[i] = v[jj];
+      v[jj] = tmp;
+    }
+  }
+  if (dt == OF_INT64) {
+    *out = a;
+    return OF_OK;
+  }
+  of_status st = of_to_dtype(a, dt, out);
+  of_tensor_release(a);
+  if (st == OF_OK) (*out)->storage->version = 0;
+  return st;
+}
+
+/* flow.rand / flow.randn in one call (the C API's convenience). */
+static of_status make_filled(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                             bool normal, of_tensor **out) {
+  if (dt >= 0 && dt < OF_NUM_DTYPES && !of_dtype_is_floating(dt))
+    return of_fail(OF_ERR_DTYPE, "%s: dtype must be floating point, got %s",
+                   normal ? "randn" : "rand", of_dtype_name(dt));
+  of_tensor *t;
+  OF_CHECK(of_tensor_new(shape, ndim, dt, dev, &t));
+  of_status st = normal ? of_normal_(t, 0, 1) : of_uniform_(t, 0, 1);
+  if (st != OF_OK) {
+    of_tensor_release(t);
+    return st;
+  }
+  t->storage->version = 0;
+  *out = t;
+  return OF_OK;
+}
+
+of_status of_rand(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                  of_tensor **out) {
+  return make_filled(shape, ndim, dt, dev, false, out);
+}
+
+of_status of_randn(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                   of_tensor **out) {
+  return make_filled(shape, ndim, dt, dev, true, out);
+}

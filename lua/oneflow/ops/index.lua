@@ -1,0 +1,304 @@
+-- oneflow.ops.index: shape and index ops -- cat, stack, gather, scatter,
+-- index_select, index_add, sort, topk, tril/triu, flip, roll, repeat/tile,
+-- one_hot, masked_select, nonzero. Dims and index values are 1-based; the C
+-- side gets index_base = 1 and converts nothing in an extra pass.
+local ffi = require 'ffi'
+local core = require 'oneflow._C'
+local util = require 'oneflow._util'
+local T = require 'oneflow.tensor'
+
+local C, out1, out2, raise, wrap = core.C, core.out1, core.out2, core.raise, core.wrap
+local call1, def, methods, is_tensor = T.call1, T.def, T.methods, T.is_tensor
+local dim = util.dim
+local BASE = 1   -- Lua index values start at 1
+
+-- An index argument: an int tensor as given (C checks the dtype), or a Lua
+-- number / list turned into an int64 tensor.
+local function index_tensor(idx, op)
+  if is_tensor(idx) then return idx end
+  if type(idx) == 'number' or type(idx) == 'table' then
+    return T.flow.tensor(idx, {dtype = 'int64'})
+  end
+  error(('%s: index must be an int64 tensor, got %s'):format(op, type(idx)), 3)
+end
+
+local function check_tensor(v, op, what)
+  if not is_tensor(v) then
+    error(('%s: %s must be a tensor, got %s'):format(op, what, type(v)), 3)
+  end
+end
+
+-- Two results through out1/out2.
+local function two(st)
+  if st ~= 0 then raise(3) end
+  local a, b = out1[0], out2[0]
+  return wrap(a), wrap(b)
+end
+
+------------------------------------------------------------------ cat / stack
+local function tensor_list(ts, op)
+  if type(ts) ~= 'table' or is_tensor(ts) then
+    error(('%s: expected a table of tensors, got %s'):format(op, is_tensor(ts) and 'a tensor'
+          or type(ts)), 3)
+  end
+  local n = #ts
+  if n == 0 then error(op .. ': expected a non-empty table of tensors', 3) end
+  local arr = ffi.new('of_tensor*[?]', n)
+  for i = 1, n do
+    local t = ts[i]
+    if not is_tensor(t) then
+      error(('%s: entry %d is not a tensor (got %s)'):format(op, i, type(t)), 3)
+    end
+    arr[i - 1] = t.p
+  end
+  return arr, n
+end
+
+local function dim_arg(d, op)
+  if type(d) == 'table' then d = d.dim end
+  return dim(d or 1, op, 3)
+end
+
+--- flow.cat({a, b, ...}, dim): dim defaults to 1; dtypes promote.
+def('cat', function(ts, d)
+  local arr, n = tensor_list(ts, 'cat')
+  return call1(C.of_cat, arr, n, dim_arg(d, 'cat'), out1)
+end, 'func')
+T.flow.concat, T.flow.concatenate = T.flow.cat, T.flow.cat
+
+--- flow.stack({a, b, ...}, dim): a new dim (1 .. ndim + 1, -1 = last).
+def('stack', function(ts, d)
+  local arr, n = tensor_list(ts, 'stack')
+  return call1(C.of_stack, arr, n, dim_arg(d, 'stack'), out1)
+end, 'func')
+
+local function atleast(ts, nd)
+  local res = {}
+  for i, t in ipairs(ts) do
+    if nd == 2 and t:dim() < 2 then t = t:reshape(1, -1) end
+    res[i] = t
+  end
+  return res
+end
+def('hstack', function(ts)
+  tensor_list(ts, 'hstack')
+  return T.flow.cat(ts, ts[1]:dim() <= 1 and 1 or 2)
+end, 'func')
+def('vstack', function(ts)
+  tensor_list(ts, 'vstack')
+  return T.flow.cat(atleast(ts, 2), 1)
+end, 'func')
+
+------------------------------------------------------------------ gather / scatter
+--- x:gather(dim, index): out[i][j] = x[i][index[i][j]] (dim 2).
+def('gather', function(x, d, idx)
+  idx = index_tensor(idx, 'gather')
+  return call1(C.of_gather, x.p, dim(d, 'gather'), idx.p, BASE, out1)
+end)
+
+local function reduce_code(opts, op)
+  local r = type(opts) == 'table' and opts.reduce or opts
+  if r == nil then return 0 end
+  if r == 'add' or r == 'sum' then return 1 end
+  error(("%s: reduce must be 'add' (or nil to replace), got %s"):format(op, tostring(r)), 4)
+end
+
+local function scatter(x, d, idx, src, red, into, op)
+  idx = index_tensor(idx, op)
+  local cd = dim(d, op, 3)
+  if is_tensor(src) then
+    return C.of_scatter(x.p, cd, idx.p, src.p, 0, 0, red, BASE, into, out1)
+  end
+  if type(src) == 'boolean' then src = src and 1 or 0 end
+  if type(src) ~= 'number' then
+    error(('%s: src must be a tensor or a number, got %s'):format(op, type(src)), 3)
+  end
+  return C.of_scatter(x.p, cd, idx.p, nil, src, 1, red, BASE, into, out1)
+end
+
+--- x:scatter(dim, index, src_or_value[, {reduce = 'add'}]): a new tensor.
+def('scatter', function(x, d, idx, src, opts)
+  if scatter(x, d, idx, src, reduce_code(opts, 'scatter'), nil, 'scatter') ~= 0 then raise(2) end
+  return wrap(out1[0])
+end)
+function methods.scatter_(x, d, idx, src, opts)
+  return T.finish_inplace(x, scatter(x, d, idx, src, reduce_code(opts, 'scatter_'), x.p, 'scatter_'))
+end
+def('scatter_add', function(x, d, idx, src)
+  if scatter(x, d, idx, src, 1, nil, 'scatter_add') ~= 0 then raise(2) end
+  return wrap(out1[0])
+end)
+function methods.scatter_add_(x, d, idx, src)
+  return T.finish_inplace(x, scatter(x, d, idx, src, 1, x.p, 'scatter_add_'))
+end
+
+------------------------------------------------------------------ index_select / index_add
+--- x:index_select(dim, index): index a 1-D int tensor (or a Lua list).
+def('index_select', function(x, d, idx)
+  idx = index_tensor(idx, 'index_select')
+  return call1(C.of_index_select, x.p, dim(d, 'index_select'), idx.p, BASE, out1)
+end)
+
+local function index_add(x, d, idx, src, opts, into)
+  idx = index_tensor(idx, 'index_add')
+  check_tensor(src, 'index_add', 'source')
+  local alpha = type(opts) == 'number' and opts or (opts and opts.alpha) or 1
+  return C.of_index_add(x.p, dim(d, 'index_add', 3), idx.p, src.p, alpha, BASE, into, out1)
+end
+
+--- x:index_add(dim, index, source[, {alpha =}]): rows of source added at index.
+def('index_add', function(x, d, idx, src, opts)
+  if index_add(x, d, idx, src, opts, nil) ~= 0 then raise(2) end
+  return wrap(out1[0])
+end)
+function methods.index_add_(x, d, idx, src, opts)
+  return T.finish_inplace(x, index_add(x, d, idx, src, opts, x.p))
+end
+
+------------------------------------------------------------------ sort / topk
+-- (dim, opts) with dim optional (default -1, the last) and opts optional.
+local function dim_and_opts(d, opts, op)
+  if type(d) == 'table' then d, opts = nil, d end
+  if d == nil then return -1, opts or {} end
+  return dim(d, op, 4), opts or {}
+end
+
+--- x:sort([dim][, {descending =, stable =}]) -> values, indices (1-based).
+def('sort', function(x, d, opts)
+  local cd
+  if type(opts) == 'boolean' then opts = {descending = opts} end
+  cd, opts = dim_and_opts(d, opts, 'sort')
+  return two(C.of_sort(x.p, cd, opts.descending and 1 or 0, opts.stable and 1 or 0, BASE,
+                       out1, out2))
+end)
+
+--- x:argsort([dim][, {descending =, stable =}]) -> indices.
+def('argsort', function(x, d, opts)
+  local _, i = x:sort(d, opts)
+  return i
+end)
+def('msort', function(x) return (x:sort(1)) end)
+
+--- x:topk(k[, dim][, {largest = true, sorted = true}]) -> values, indices.
+def('topk', function(x, k, d, opts)
+  if type(k) ~= 'number' or k ~= math.floor(k) then
+    error('topk: k must be an integer, got ' .. tostring(k), 2)
+  end
+  local cd
+  cd, opts = dim_and_opts(d, opts, 'topk')
+  return two(C.of_topk(x.p, k, cd, opts.largest == false and 0 or 1, opts.sorted == false and 0 or 1,
+                       BASE, out1, out2))
+end)
+
+------------------------------------------------------------------ tril / triu
+local function diag_arg(k, op)
+  if type(k) == 'table' then k = k.diagonal end
+  k = k or 0
+  if type(k) ~= 'number' or k ~= math.floor(k) then
+    error(('%s: diagonal must be an integer, got %s'):format(op, tostring(k)), 3)
+  end
+  return k
+end
+
+--- x:tril(k): keep j - i <= k of the last two dims; x:triu(k): j - i >= k.
+def('tril', function(x, k) return call1(C.of_tri, x.p, diag_arg(k, 'tril'), 0, out1) end)
+def('triu', function(x, k) return call1(C.of_tri, x.p, diag_arg(k, 'triu'), 1, out1) end)
+function methods.tril_(x, k) return x:copy_(x:tril(k)) end
+function methods.triu_(x, k) return x:copy_(x:triu(k)) end
+
+------------------------------------------------------------------ flip / roll
+--- x:flip(dims): dims a number, a list, or several numbers.
+def('flip', function(x, ...)
+  local dims = ...
+  if type(dims) ~= 'table' then dims = {...} end
+  if #dims > 8 then error('flip: at most 8 dims, got ' .. #dims, 2) end
+  local ptr, n = util.dims_ptr(dims, 'flip')
+  return call1(C.of_flip, x.p, ptr, n, out1)
+end)
+def('fliplr', function(x)
+  if x:dim() < 2 then error(('fliplr: input must be at least 2-d, got %d-d'):format(x:dim()), 2) end
+  return x:flip(2)
+end)
+def('flipud', function(x)
+  if x:dim() < 1 then error('flipud: input must be at least 1-d, got 0-d', 2) end
+  return x:flip(1)
+end)
+
+--- x:roll(shifts[, dims]): without dims, rolls the flattened tensor.
+def('roll', function(x, shifts, dims)
+  if type(shifts) == 'number' then shifts = {shifts} end
+  if type(shifts) ~= 'table' then error('roll: shifts must be a number or a list, got ' .. type(shifts), 2) end
+  if #shifts > 8 then error('roll: at most 8 shifts, got ' .. #shifts, 2) end
+  for i = 1, #shifts do
+    if type(shifts[i]) ~= 'number' or shifts[i] ~= math.floor(shifts[i]) then
+      error(('roll: shift %d must be an integer, got %s'):format(i, tostring(shifts[i])), 2)
+    end
+  end
+  local sp = util.shape_ptr(shifts, 2)
+  if dims == nil then
+    if #shifts ~= 1 then
+      error(('roll: without dims, shifts must be a single number, got %d'):format(#shifts), 2)
+    end
+    return call1(C.of_roll, x.p, sp, nil, 0, out1)
+  end
+  if type(dims) == 'number' then dims = {dims} end
+  if #dims ~= #shifts then
+    error(('roll: shifts and dims must have the same length, got %d and %d'):format(#shifts, #dims), 2)
+  end
+  local dp, n = util.dims_ptr(dims, 'roll')
+  return call1(C.of_roll, x.p, sp, dp, n, out1)
+end)
+
+------------------------------------------------------------------ repeat / tile
+--- x['repeat'](x, 2, 3) (torch.Tensor.repeat; `repeat` is a Lua keyword).
+local function repeat_tensor(x, ...)
+  local reps = util.sizes_and_options('repeat', ...)
+  local ptr, n = util.shape_ptr(reps)
+  return call1(C.of_repeat, x.p, ptr, n, out1)
+end
+def('repeat', repeat_tensor, 'method')
+
+--- x:tile(reps): like repeat, but fewer reps than dims are padded with 1s.
+def('tile', function(x, ...)
+  local reps = util.sizes_and_options('tile', ...)
+  local nd, pad = x:dim(), {}
+  for _ = 1, nd - #reps do pad[#pad + 1] = 1 end
+  for i = 1, #reps do pad[#pad + 1] = reps[i] end
+  return repeat_tensor(x, pad)
+end)
+
+------------------------------------------------------------------ one_hot / masked_select / nonzero
+--- flow.one_hot(index, num_classes): int64, classes 1..num_classes map to
+-- columns 1..num_classes; num_classes -1 (default) infers max(index).
+def('one_hot', function(idx, num_classes)
+  idx = index_tensor(idx, 'one_hot')
+  num_classes = num_classes or -1
+  if type(num_classes) ~= 'number' or num_classes ~= math.floor(num_classes) then
+    error('one_hot: num_classes must be an integer, got ' .. tostring(num_classes), 2)
+  end
+  return call1(C.of_one_hot, idx.p, num_classes, BASE, out1)
+end, 'func')
+
+--- x:masked_select(mask): 1-D tensor of the elements where mask (bool,
+-- broadcast) is true.
+def('masked_select', function(x, mask)
+  check_tensor(mask, 'masked_select', 'mask')
+  return call1(C.of_masked_select, x.p, mask.p, out1)
+end)
+
+--- x:nonzero(): N x ndim int64 of 1-based indices; {as_tuple = true} gives
+-- a Lua array of ndim 1-D tensors instead.
+def('nonzero', function(x, opts)
+  local r = call1(C.of_nonzero, x.p, BASE, out1)
+  if not (opts and opts.as_tuple) then return r end
+  local res = {}
+  if x:dim() == 0 then   -- as PyTorch: a 0-d input counts as 1-d
+    res[1] = T.flow.ones(r:size(1), {dtype = 'int64'})
+    return res
+  end
+  for i = 1, x:dim() do res[i] = r:select(2, i):contiguous() end
+  return res
+end)
+def('argwhere', function(x) return x:nonzero() end)
+
+return {}

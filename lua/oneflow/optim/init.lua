@@ -1,0 +1,13 @@
+-- oneflow.optim: optimizers with PyTorch's update rules and state-dict
+-- layout, and learning-rate schedulers (flow.optim.lr_scheduler).
+return {
+  Optimizer = require 'oneflow.optim.optimizer',
+  SGD = require 'oneflow.optim.sgd',
+  Adam = require 'oneflow.optim.adam',
+  AdamW = require 'oneflow.optim.adamw',
+  RMSprop = require 'oneflow.optim.rmsprop',
+  Adagrad = require 'oneflow.optim.adagrad',
+  LAMB = require 'oneflow.optim.lamb',
+  lr_scheduler = require 'oneflow.optim.lr_scheduler',
+  REQUIRED = require('oneflow.optim._util').REQUIRED,
+}

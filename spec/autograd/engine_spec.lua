@@ -1,0 +1,177 @@
+local flow = require 'oneflow'
+local H = require 'spec.helpers'
+
+local function leaf(v, dt)
+  return flow.tensor(v, {dtype = dt or flow.float64, requires_grad = true})
+end
+
+describe('autograd engine', function()
+  it('accumulates grads into leaves, through broadcasting', function()
+    local x = leaf({1, 2, 3})
+    local b = leaf({10})
+    local y = (x * x + x:exp() * b):sum()
+    y:backward()
+    H.close(x.grad, {2 + 10 * math.exp(1), 4 + 10 * math.exp(2), 6 + 10 * math.exp(3)}, 1e-12)
+    H.close(b.grad, {math.exp(1) + math.exp(2) + math.exp(3)}, 1e-12)
+    -- a second backward adds to the grads
+    local y2 = (x * 2):sum()
+    y2:backward()
+    H.close(x.grad, {4 + 10 * math.exp(1), 6 + 10 * math.exp(2), 8 + 10 * math.exp(3)}, 1e-12)
+  end)
+
+  it('records grad_fn, is_leaf and requires_grad', function()
+    local x = leaf({1, 2})
+    local y = x * 2
+    assert.is_true(x.is_leaf)
+    assert.is_false(y.is_leaf)
+    assert.is_true(y.requires_grad)
+    assert.are.equal('MulBackward', y.grad_fn:name())
+    assert.are.equal('AccumulateGrad', y.grad_fn:next_functions()[1]:name())
+    assert.is_nil(x.grad_fn)
+    assert.is_false((x:detach() * 2).requires_grad)
+    assert.is_truthy(tostring(y):find('grad_fn=<MulBackward>', 1, true))
+  end)
+
+  it('no_grad and enable_grad', function()
+    local x = leaf({1})
+    local y = flow.no_grad(function() return x * 2 end)
+    assert.is_false(y.requires_grad)
+    flow.no_grad(function()
+      local z = flow.enable_grad(function() return x * 2 end)
+      assert.is_true(z.requires_grad)
+    end)
+    assert.is_true(flow.is_grad_enabled())
+    -- errors inside no_grad restore the mode
+    pcall(flow.no_grad, function() error('boom') end)
+    assert.is_true(flow.is_grad_enabled())
+  end)
+
+  it('retain_graph allows a second backward; without it the error is clear', function()
+    local x = leaf({2})
+    local y = (x * x):sum()
+    y:backward({retain_graph = true})
+    y:backward()
+    H.close(x.grad, {8})
+    H.raises(function() y:backward() end, 'second time', 'retain_graph')
+  end)
+
+  it('autograd.grad with create_graph gives higher derivatives', function()
+    local x = leaf({2})
+    local y = (x ^ 3):sum()
+    local g = flow.autograd.grad(y, x, nil, {create_graph = true})
+    H.close(g, {12})
+    local g2 = flow.autograd.grad(g:sum(), x, nil, {create_graph = true})
+    H.close(g2, {12})
+    local g3 = flow.autograd.grad(g2:sum(), x)
+    H.close(g3, {6})
+    assert.is_nil(x.grad)   -- autograd.grad does not touch .grad
+  end)
+
+  it('autograd.grad over several inputs and allow_unused', function()
+    local a, b, c = leaf({1, 2}), leaf({3, 4}), leaf({5})
+    local gs = flow.autograd.grad((a * b):sum(), {a, b})
+    H.close(gs[1], {3, 4})
+    H.close(gs[2], {1, 2})
+    H.raises(function() flow.autograd.grad((a * b):sum(), {a, c}) end, 'not used', 'allow_unused')
+    local gu = flow.autograd.grad((a * b):sum(), {a, c}, nil, {allow_unused = true})
+    assert.is_nil(gu[2])
+  end)
+
+  it('a non-scalar output needs an explicit grad', function()
+    local x = leaf({1, 2})
+    H.raises(function() local y = x * 2; y:backward() end, 'scalar', '[2]')
+    local y = x * 2
+    y:backward(flow.tensor({1, 10}, {dtype = flow.float64}))
+    H.close(x.grad, {2, 20})
+  end)
+
+  it('hooks see and may replace grads', function()
+    local x = leaf({1, 2})
+    local seen
+    x:register_hook(function(g) seen = g:totable() return g * 10 end)
+    local y = x * 3
+    y:register_hook(function(g) return g + 1 end)
+    y:sum():backward()
+    assert.are.same({2, 2}, {seen[1] / 3, seen[2] / 3})
+    H.close(x.grad, {60, 60})
+    H.raises(function() flow.tensor({1}):register_hook(function() end) end, 'register_hook')
+  end)
+
+  it('custom Functions', function()
+    local Cube = flow.autograd.Function:subclass('Cube')
+    function Cube.forward(ctx, x, k)
+      ctx:save_for_backward(x)
+      ctx.k = k
+      return x ^ 3 * k
+    end
+    function Cube.backward(ctx, g)
+      local x = ctx.saved_tensors[1]
+      return g * 3 * x * x * ctx.k
+    end
+    local x = leaf({1, 2})
+    local y = Cube.apply(x, 2)
+    assert.are.equal('CubeBackward', y.grad_fn:name())
+    y:sum():backward()
+    H.close(x.grad, {6, 24})
+    -- an error in backward is a Lua error, not a crash
+    local Bad = flow.autograd.Function:subclass('Bad')
+    function Bad.forward(_, a) return a * 1 end
+    function Bad.backward() error('bad backward') end
+    H.raises(function() Bad.apply(leaf({1})):sum():backward() end, 'bad backward')
+  end)
+
+  it('in-place changes to saved tensors are detected', function()
+    local x = leaf({1, 2})
+    local a = x * 1
+    local y = a * a          -- saves a
+    a:add_(1)
+    H.raises(function() y:sum():backward() end, 'MulBackward', 'modified by an in-place operation')
+    H.raises(function() x:add_(1) end, 'leaf', 'in-place')
+    flow.no_grad(function() x:add_(1) end)
+    H.close(x, {2, 3})
+  end)
+
+  it('in-place ops on non-leaves keep the history', function()
+    local x = leaf({1, 2})
+    local y = x * 2
+    y:mul_(x)                -- y = 2x * x
+    y:sum():backward()
+    H.close(x.grad, {4, 8})
+    local z = leaf({-1, 1})
+    local r = z * 1
+    r:relu_()
+    r:sum():backward()
+    H.close(z.grad, {0, 1})
+  end)
+
+  it('requires_grad only on floating leaves', function()
+    H.raises(function() flow.tensor({1}, {dtype = flow.int64}):requires_grad_() end, 'floating')
+    local y = leaf({1}) * 2
+    H.raises(function() y:requires_grad_(false) end, 'leaf')
+    local t = flow.tensor({1})
+    t.requires_grad = true
+    assert.is_true(t.requires_grad)
+  end)
+
+  it('grads flow through views and in-place copies', function()
+    local x = leaf({{1, 2}, {3, 4}})
+    local y = (x:t()[1] * 10):sum() + (x:view(4):narrow(1, 2, 2)):sum()
+    y:backward()
+    H.close(x.grad, {{10, 1}, {11, 0}})
+    local dst = flow.zeros(2, {dtype = flow.float64})
+    local src = leaf({5, 6})
+    dst:copy_(src)
+    local loss = (dst * dst):sum()
+    loss:backward()
+    H.close(src.grad, {10, 12})
+  end)
+
+  it('a long chain does not overflow the stack when released', function()
+    local x = leaf({1})
+    local y = x
+    for _ = 1, 20000 do y = y * 1 end
+    y:sum():backward()
+    H.close(x.grad, {1})
+    flow.collect()
+  end)
+end)
