@@ -424,24 +424,36 @@ static of_status permute_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def permute_grad = {"PermuteBackward", permute_backward};
 
-/* slice and select: the grad lands in a zero tensor of the input's shape */
+/* slice and select: the grad lands in a zero tensor of the input's shape,
+ * through index_add so that the rule is itself differentiable */
 static of_status scatter_view_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   const of_meta *m = &n->in_meta[0];
-  of_tensor *z, *v = NULL;
-  OF_CHECK(of_zeros(m->shape, m->ndim, g[0]->dtype, OF_CPU, &z));
-  of_status st = n->i[0] == 0 ? slice_impl(z, (int32_t)n->i[1], n->i[2], n->i[3], n->i[4], &v)
-                              : select_impl(z, (int32_t)n->i[1], n->i[2], &v);
-  if (st == OF_OK) {
-    st = of_copy_data(v, g[0]);
-    of_tensor_release(v);
+  int32_t dim = (int32_t)n->i[1];
+  if (dim < 0) dim += m->ndim;
+  int64_t size = m->shape[dim];
+  of_tensor *z = NULL, *idx = NULL, *src = NULL;
+  of_status st = of_zeros(m->shape, m->ndim, g[0]->dtype, OF_CPU, &z);
+  if (st == OF_OK && n->i[0] == 0) {   /* slice: positions start, start+step, ... */
+    int64_t start = n->i[2], end = n->i[3], step = n->i[4];
+    if (start < 0) start += size;
+    if (end < 0) end += size;
+    if (start < 0) start = 0;
+    if (end > size) end = size;
+    if (start > size) start = size;
+    if (end < start) end = start;
+    st = of_arange((double)start, (double)end, (double)step, OF_INT64, OF_CPU, &idx);
+    if (st == OF_OK) { src = g[0]; of_tensor_retain(src); }
+  } else if (st == OF_OK) {            /* select: one position, dim restored */
+    int64_t index = n->i[2] < 0 ? n->i[2] + size : n->i[2];
+    st = of_full(&(int64_t){1}, 1, (double)index, OF_INT64, OF_CPU, &idx);
+    if (st == OF_OK) st = of_unsqueeze(g[0], dim, &src);
   }
-  if (st != OF_OK) {
-    of_tensor_release(z);
-    return st;
-  }
-  gi[0] = z;
-  return OF_OK;
+  if (st == OF_OK) st = of_index_add(z, dim, idx, src, 1.0, 0, NULL, &gi[0]);
+  of_tensor_release(z);
+  of_tensor_release(idx);
+  of_tensor_release(src);
+  return st;
 }
 static const of_grad_def slice_grad = {"SliceBackward", scatter_view_backward};
 static const of_grad_def select_grad = {"SelectBackward", scatter_view_backward};

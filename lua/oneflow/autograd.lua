@@ -347,7 +347,12 @@ end
 --- Second-order check: gradcheck of the gradient function itself.
 function M.gradgradcheck(fn, inputs, opts)
   if T.is_tensor(inputs) then inputs = {inputs} end
+  local first_grads_impl
   local function first_grads(...)
+    -- gradcheck evaluates fn under no_grad; the first derivative needs a graph
+    return M.enable_grad(function(...) return first_grads_impl(...) end, ...)
+  end
+  function first_grads_impl(...)
     local args = {...}
     local out = fn(...)
     local diff = {}

@@ -166,6 +166,40 @@ describe('autograd engine', function()
     H.close(src.grad, {10, 12})
   end)
 
+  it('double backward through views (narrow, select, transpose, expand)', function()
+    local x = leaf({{1, 2, 3}, {4, 5, 6}})
+    assert.is_true(flow.autograd.gradgradcheck(function(a) return a:narrow(2, 2, 2) ^ 3 end, {x}))
+    assert.is_true(flow.autograd.gradgradcheck(function(a) return a:select(1, 2) ^ 3 end, {x}))
+    assert.is_true(flow.autograd.gradgradcheck(function(a) return a:t():expand(2, 3, 2) ^ 3 end, {x}))
+    assert.is_true(flow.autograd.gradgradcheck(function(a) return a[{{}, {1, 3, 2}}] ^ 3 end, {x}))
+  end)
+
+  it('gradcheck covers elementwise and reduction rules in float64', function()
+    local x = leaf({{0.3, -0.7, 1.2}, {0.5, 2.0, -1.1}})
+    local y = leaf({{1.1, 0.4, -0.3}, {0.9, 1.3, 0.2}})
+    local pos = leaf({{0.3, 0.7, 1.2}, {0.5, 2.0, 1.1}})
+    local check = flow.autograd.gradcheck
+    for _, f in ipairs({
+      function(a, b) return a * b + a / (b + 3) - b end,
+      function(a, b) return a:maximum(b) + a:minimum(b) + a:atan2(b) end,
+      function(a) return a:exp() + a:sin() + a:cos() + a:tanh() + a:sigmoid() + a:silu() end,
+      function(a) return a:gelu() + a:gelu_tanh() + a:softplus() + a:mish() + a:erf() end,
+      function(a) return a:abs() + a:relu() + a:square() + a:atan() + a:sinh() + a:clamp(-0.6, 0.6) end,
+      function(a) return a:sum(2) + a:mean(1):sum() + a:prod(2) + a:amax(1):sum() end,
+      function(a) return a:logsumexp(2) + a:norm() + a:var(1):sum() + a:std(2):sum() end,
+      function(a) return a:softmax(2) + a:log_softmax(1) + a:cumsum(2) end,
+      function(a) return (a:max(2)) + (a:min(1)):sum() end,
+      function(a) return flow.where(a:gt(0), a, a * 3) + a:masked_fill(a:lt(0), 0) end,
+    }) do
+      assert.is_true(check(f, {x, y}))
+    end
+    assert.is_true(check(function(a) return a:log() + a:sqrt() + a:rsqrt() + a:reciprocal() + a:pow(2.5) end, {pos}))
+    assert.is_true(check(function(a, b) return a:pow(b) end, {pos, y}))
+    assert.is_true(check(function(a) return a:cumprod(2) end, {pos}))
+    assert.is_true(flow.autograd.gradgradcheck(function(a, b) return a * b:exp() + a:sin() * b end, {x, y}))
+    assert.is_true(flow.autograd.gradgradcheck(function(a) return a:softmax(2) * a end, {x}))
+  end)
+
   it('a long chain does not overflow the stack when released', function()
     local x = leaf({1})
     local y = x
