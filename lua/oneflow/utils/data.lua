@@ -101,14 +101,16 @@ end
 local Object = {__name = 'Object'}
 Object.__index = Object
 function Object.init() end
+-- Constructors are `__init`, as for nn.Module; a class may define `init` instead.
+function Object:__init(...) return self:init(...) end
 
 local function construct(cls, ...)
   local o = instance(cls)
-  o:init(...)
+  o:__init(...)
   return o
 end
 
---- Cls:subclass(name): a new class; Cls(...) makes an instance and calls init.
+--- Cls:subclass(name): a new class; Cls(...) makes an instance and calls __init.
 function Object:subclass(name)
   local cls = setmetatable({__name = name or 'anonymous', super = self}, {__index = self, __call = construct})
   cls.__index = cls
