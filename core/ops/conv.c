@@ -1,0 +1,1070 @@
+/* conv.c -- convolution (1-, 2- and 3-D), transposed convolution and the
+ * weight gradient, on CPU, with autograd.
+ *
+ * Every convolution is computed as a 3-D one (leading spatial dims of size 1)
+ * through vol2col + gemm:
+ *   forward      y[n] = W @ col(x[n])                    (per group)
+ *   input grad   x[n] = col2vol(W^T @ gy[n])             = conv_transpose
+ *   weight grad  gW  += gy[n] @ col(x[n])^T              (summed over n)
+ * A 1x1 convolution with stride 1 and no padding needs no columns: the input
+ * is its own column matrix. Depthwise convolutions (one input channel per
+ * group) skip the columns too: direct per-row kernels.
+ *
+ * Threads (OpenBLAS always on the calling thread inside our OpenMP regions:
+ * its own pool competing with OpenMP's spinning threads made a conv 4-7x
+ * slower on 2 cores):
+ *   batch  samples split evenly over threads, each with its own column
+ *          buffer; the weight grad sums per-thread partial results.
+ *   team   fewer samples than threads, or an uneven split: all threads on one
+ *          sample at a time -- vol2col/col2vol split over channels, each gemm
+ *          split along the longer side of its result, barriers in between.
+ * Measured for x [16,64,56,56], w [64,64,3,3] at 2 threads: batch 17 + 15 +
+ * 16 ms (forward, input grad, weight grad), team 17 + 16 + 16 ms; the sgemm
+ * alone takes ~14.7 ms per pass.
+ *
+ * Autograd: the three ops record nodes whose backward rules are the other two
+ * ops (and a sum for the bias), so grads of grads work:
+ *   conv:            gx = conv_transpose(gy, W), gW = weight_grad(x, gy)
+ *   conv_transpose:  gx = conv(gy, W),           gW = weight_grad(gy, x)
+ *   weight_grad:     gx = conv_transpose(gy, G), ggy = conv(x, G)
+ * The internal entry points take explicit spatial sizes for their results,
+ * which is how output_padding and truncated outputs are expressed. */
+#include "../autograd.h"
+#include <cblas.h>
+#include <limits.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- arguments and geometry ---- */
+
+typedef struct {
+  char op[32];              /* "conv2d", "conv_transpose2d", ... for messages */
+  int32_t nsp;              /* spatial dims: 1, 2 or 3 */
+  int64_t groups;
+  int64_t stride[3], pad[3], dil[3];
+} conv_args;
+
+/* One convolution seen as 3-D: leading spatial dims padded with 1. In the
+ * terms of the forward conv: input [N, CI, in], weight [CO, CI/G, k],
+ * output [N, CO, out]. */
+typedef struct {
+  int64_t N, CI, CO, G;
+  int64_t in[3], out[3], k[3], s[3], p[3], d[3];
+  int64_t in_sz, out_sz, k_sz;
+  bool direct;              /* 1x1, stride 1, no padding: no columns */
+} geom;
+
+static void geom_init(geom *g, const conv_args *a, int64_t N, int64_t CI, int64_t CO,
+                      const int64_t *in, const int64_t *k, const int64_t *out) {
+  g->N = N, g->CI = CI, g->CO = CO, g->G = a->groups;
+  int32_t lead = 3 - a->nsp;
+  g->direct = true;
+  for (int32_t d = 0; d < 3; d++) {
+    bool real = d >= lead;
+    int32_t j = d - lead;
+    g->in[d] = real ? in[j] : 1;
+    g->out[d] = real ? out[j] : 1;
+    g->k[d] = real ? k[j] : 1;
+    g->s[d] = real ? a->stride[j] : 1;
+    g->p[d] = real ? a->pad[j] : 0;
+    g->d[d] = real ? a->dil[j] : 1;
+    if (g->k[d] != 1 || g->s[d] != 1 || g->p[d] != 0) g->direct = false;
+  }
+  g->in_sz = g->in[0] * g->in[1] * g->in[2];
+  g->out_sz = g->out[0] * g->out[1] * g->out[2];
+  g->k_sz = g->k[0] * g->k[1] * g->k[2];
+  if (g->direct && g->out_sz != g->in_sz) g->direct = false;
+}
+
+/* ---- openblas threads ---- */
+
+/* OpenBLAS (pthreads build) runs every call on its own thread pool; inside
+ * our batch-parallel regions each call must stay on the calling thread. */
+static int blas_single_begin(void) {
+  int prev = openblas_get_num_threads();
+  if (prev != 1) openblas_set_num_threads(1);
+  return prev;
+}
+static void blas_single_end(int prev) {
+  if (prev != 1) openblas_set_num_threads(prev);
+}
+
+/* ---- kernels, instantiated for float and double ---- */
+
+/* Range [lo, hi) of output positions o whose input position o*s + off lies
+ * in [0, n). */
+static inline void valid_range(int64_t off, int64_t s, int64_t n, int64_t nout, int64_t *lo,
+                               int64_t *hi) {
+  int64_t l = off >= 0 ? 0 : (-off + s - 1) / s;
+  int64_t h = n - 1 - off < 0 ? 0 : (n - 1 - off) / s + 1;
+  if (h > nout) h = nout;
+  if (l > h) l = h;
+  *lo = l;
+  *hi = h;
+}
+
+/* A thread's share [lo, hi) of n items. */
+static inline void share(int64_t n, int tid, int nth, int64_t *lo, int64_t *hi) {
+  *lo = n * tid / nth;
+  *hi = n * (tid + 1) / nth;
+}
+
+static inline void team_barrier(int nth) {
+  if (nth > 1) {
+#pragma omp barrier
+  }
+}
+
+/* Kernels work on a thread's share: `tid` of `nth` threads working on the
+ * same sample (nth == 1: the whole sample). */
+#define CONV_KERNELS(T, GEMM)                                                               \
+  /* col[(c, kd, kh, kw), (od, oh, ow)] = x[c, od*s + kd*d - p, ...] (0 outside),          \
+   * channels [c0, c1) */                                                                  \
+  static void vol2col_##T(const geom *g, const T *x, T *col, int64_t c0, int64_t c1) {      \
+    const int64_t D = g->in[0], H = g->in[1], W = g->in[2];                                \
+    const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];                          \
+    const int64_t KD = g->k[0], KH = g->k[1], KW = g->k[2], OL = g->out_sz;                \
+    const int64_t sw = g->s[2];                                                            \
+    for (int64_t c = c0; c < c1; c++) {                                                    \
+      for (int64_t kd = 0; kd < KD; kd++)                                                  \
+        for (int64_t kh = 0; kh < KH; kh++)                                                \
+          for (int64_t kw = 0; kw < KW; kw++) {                                            \
+            T *dst = col + (((c * KD + kd) * KH + kh) * KW + kw) * OL;                     \
+            int64_t offw = kw * g->d[2] - g->p[2], lo, hi;                                 \
+            valid_range(offw, sw, W, OW, &lo, &hi);                                        \
+            for (int64_t od = 0; od < OD; od++) {                                          \
+              int64_t id = od * g->s[0] + kd * g->d[0] - g->p[0];                          \
+              if (id < 0 || id >= D) {                                                     \
+                memset(dst, 0, sizeof(T) * (size_t)(OH * OW));                             \
+                dst += OH * OW;                                                            \
+                continue;                                                                  \
+              }                                                                            \
+              for (int64_t oh = 0; oh < OH; oh++, dst += OW) {                             \
+                int64_t ih = oh * g->s[1] + kh * g->d[1] - g->p[1];                        \
+                if (ih < 0 || ih >= H) {                                                   \
+                  memset(dst, 0, sizeof(T) * (size_t)OW);                                  \
+                  continue;                                                                \
+                }                                                                          \
+                const T *src = x + ((c * D + id) * H + ih) * W + offw;                     \
+                for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0;                           \
+                if (sw == 1)                                                               \
+                  memcpy(dst + lo, src + lo, sizeof(T) * (size_t)(hi - lo));               \
+                else                                                                       \
+                  for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * sw];             \
+                for (int64_t ow = hi; ow < OW; ow++) dst[ow] = 0;                          \
+              }                                                                            \
+            }                                                                              \
+          }                                                                                \
+    }                                                                                      \
+  }                                                                                        \
+                                                                                           \
+  /* x[c, ...] = sum of the columns that read it, channels [c0, c1) (overwritten) */       \
+  static void col2vol_##T(const geom *g, const T *col, T *x, int64_t c0, int64_t c1) {      \
+    const int64_t D = g->in[0], H = g->in[1], W = g->in[2];                                \
+    const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];                          \
+    const int64_t KD = g->k[0], KH = g->k[1], KW = g->k[2], OL = g->out_sz;                \
+    const int64_t sw = g->s[2];                                                            \
+    for (int64_t c = c0; c < c1; c++) {                                                    \
+      memset(x + c * g->in_sz, 0, sizeof(T) * (size_t)g->in_sz);                           \
+      for (int64_t kd = 0; kd < KD; kd++)                                                  \
+        for (int64_t kh = 0; kh < KH; kh++)                                                \
+          for (int64_t kw = 0; kw < KW; kw++) {                                            \
+            const T *src = col + (((c * KD + kd) * KH + kh) * KW + kw) * OL;               \
+            int64_t offw = kw * g->d[2] - g->p[2], lo, hi;                                 \
+            valid_range(offw, sw, W, OW, &lo, &hi);                                        \
+            for (int64_t od = 0; od < OD; od++) {                                          \
+              int64_t id = od * g->s[0] + kd * g->d[0] - g->p[0];                          \
+              if (id < 0 || id >= D) {                                                     \
+                src += OH * OW;                                                            \
+                continue;                                                                  \
+              }                                                                            \
+              for (int64_t oh = 0; oh < OH; oh++, src += OW) {                             \
+                int64_t ih = oh * g->s[1] + kh * g->d[1] - g->p[1];                        \
+                if (ih < 0 || ih >= H) continue;                                           \
+                T *dst = x + ((c * D + id) * H + ih) * W + offw;                           \
+                if (sw == 1)                                                               \
+                  for (int64_t ow = lo; ow < hi; ow++) dst[ow] += src[ow];                 \
+                else                                                                       \
+                  for (int64_t ow = lo; ow < hi; ow++) dst[ow * sw] += src[ow];            \
+              }                                                                            \
+            }                                                                              \
+          }                                                                                \
+    }                                                                                      \
+  }                                                                                        \
+                                                                                           \
+  /* C = op(A) @ op(B) + beta C, part `part` of `nparts` (split along the longer            \
+   * side of C) */                                                                         \
+  static void gemm_part_##T(int part, int nparts, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb,   \
+                            int64_t M, int64_t N, int64_t K, const T *A, int64_t lda,      \
+                            const T *B, int64_t ldb, T beta, T *Cm, int64_t ldc) {         \
+    int64_t lo = 0, hi = 0;                                                                \
+    if (nparts > 1 && N >= M) {                                                            \
+      share(N, part, nparts, &lo, &hi);                                                    \
+      B += tb == CblasNoTrans ? lo : lo * ldb;                                             \
+      Cm += lo;                                                                            \
+      N = hi - lo;                                                                         \
+    } else if (nparts > 1) {                                                               \
+      share(M, part, nparts, &lo, &hi);                                                    \
+      A += ta == CblasNoTrans ? lo * lda : lo;                                             \
+      Cm += lo * ldc;                                                                      \
+      M = hi - lo;                                                                         \
+    }                                                                                      \
+    if (M <= 0 || N <= 0) return;                                                          \
+    if (K == 0) {                                                                          \
+      for (int64_t i = 0; i < M; i++)                                                      \
+        for (int64_t j = 0; j < N; j++) Cm[i * ldc + j] *= beta;                           \
+      return;                                                                              \
+    }                                                                                      \
+    GEMM(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1, A, (int)lda, B, (int)ldb, beta,  \
+         Cm, (int)ldc);                                                                    \
+  }                                                                                        \
+                                                                                           \
+  /* the G group gemms: whole groups per thread when there are enough */                  \
+  static void gemm_groups_##T(int tid, int nth, int64_t G, CBLAS_TRANSPOSE ta,              \
+                              CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K,         \
+                              const T *A, int64_t lda, int64_t ag, const T *B, int64_t ldb, \
+                              int64_t bg, T beta, T *Cm, int64_t ldc, int64_t cg) {        \
+    if (G >= nth) {                                                                        \
+      int64_t lo, hi;                                                                      \
+      share(G, tid, nth, &lo, &hi);                                                        \
+      for (int64_t grp = lo; grp < hi; grp++)                                              \
+        gemm_part_##T(0, 1, ta, tb, M, N, K, A + grp * ag, lda, B + grp * bg, ldb, beta,    \
+                      Cm + grp * cg, ldc);                                                 \
+    } else {                                                                               \
+      for (int64_t grp = 0; grp < G; grp++)                                                \
+        gemm_part_##T(tid, nth, ta, tb, M, N, K, A + grp * ag, lda, B + grp * bg, ldb,      \
+                      beta, Cm + grp * cg, ldc);                                           \
+    }                                                                                      \
+  }                                                                                        \
+                                                                                           \
+  /* y[n] = W @ col(x[n]) + b */                                                           \
+  static void fwd_sample_##T(const geom *g, const T *x, const T *w, const T *b, T *y,       \
+                             T *col, int tid, int nth) {                                   \
+    const int64_t M = g->CO / g->G, K = g->CI / g->G * g->k_sz, L = g->out_sz;             \
+    int64_t lo, hi;                                                                        \
+    const T *src = x;                                                                      \
+    if (!g->direct) {                                                                      \
+      share(g->CI, tid, nth, &lo, &hi);                                                    \
+      vol2col_##T(g, x, col, lo, hi);                                                      \
+      src = col;                                                                           \
+    }                                                                                      \
+    if (b) {                                                                               \
+      share(g->CO, tid, nth, &lo, &hi);                                                    \
+      for (int64_t c = lo; c < hi; c++)                                                    \
+        for (int64_t i = 0; i < L; i++) y[c * L + i] = b[c];                               \
+    }                                                                                      \
+    if (b || !g->direct) team_barrier(nth);                                                \
+    gemm_groups_##T(tid, nth, g->G, CblasNoTrans, CblasNoTrans, M, L, K, w, K, M * K, src,  \
+                    L, K * L, b ? 1 : 0, y, L, M * L);                                     \
+    team_barrier(nth);                                                                     \
+  }                                                                                        \
+                                                                                           \
+  /* gx[n] = col2vol(W^T @ gy[n]) + b */                                                   \
+  static void bwd_input_sample_##T(const geom *g, const T *gy, const T *w, const T *b,      \
+                                   T *gx, T *col, int tid, int nth) {                      \
+    const int64_t M = g->CO / g->G, K = g->CI / g->G * g->k_sz, L = g->out_sz;             \
+    T *dst = g->direct ? gx : col;                                                         \
+    gemm_groups_##T(tid, nth, g->G, CblasTrans, CblasNoTrans, K, L, M, w, K, M * K, gy, L,  \
+                    M * L, 0, dst, L, K * L);                                              \
+    if (g->direct && !b) {                                                                 \
+      team_barrier(nth);                                                                   \
+      return;                                                                              \
+    }                                                                                      \
+    team_barrier(nth);                                                                     \
+    int64_t lo, hi;                                                                        \
+    share(g->CI, tid, nth, &lo, &hi);                                                      \
+    if (!g->direct) col2vol_##T(g, col, gx, lo, hi);                                       \
+    if (b)                                                                                 \
+      for (int64_t c = lo; c < hi; c++)                                                    \
+        for (int64_t i = 0; i < g->in_sz; i++) gx[c * g->in_sz + i] += b[c];               \
+    team_barrier(nth);                                                                     \
+  }                                                                                        \
+                                                                                           \
+  /* gw += gy[n] @ col(x[n])^T */                                                          \
+  static void bwd_weight_sample_##T(const geom *g, const T *x, const T *gy, T *gw, T *col,  \
+                                    int tid, int nth) {                                    \
+    const int64_t M = g->CO / g->G, K = g->CI / g->G * g->k_sz, L = g->out_sz;             \
+    const T *src = x;                                                                      \
+    if (!g->direct) {                                                                      \
+      int64_t lo, hi;                                                                      \
+      share(g->CI, tid, nth, &lo, &hi);                                                    \
+      vol2col_##T(g, x, col, lo, hi);                                                      \
+      src = col;                                                                           \
+      team_barrier(nth);                                                                   \
+    }                                                                                      \
+    gemm_groups_##T(tid, nth, g->G, CblasNoTrans, CblasTrans, M, K, L, gy, L, M * L, src,   \
+                    L, K * L, 1, gw, K, M * K);                                            \
+    team_barrier(nth);                                                                     \
+  }
+
+CONV_KERNELS(float, cblas_sgemm)
+CONV_KERNELS(double, cblas_dgemm)
+
+typedef enum { RUN_FWD, RUN_BWD_INPUT, RUN_BWD_WEIGHT } run_kind;
+
+/* ---- depthwise (every group one input channel): direct kernels ----
+ * Output channel co reads input channel co / mult. Per output row, each
+ * kernel tap updates the whole row; the column matrix would be k_sz times
+ * the input for a gemm with a single row. */
+
+/* Range of kernel taps t with 0 <= o*s + t*d - p < n, for an output o. */
+static inline void tap_range(int64_t o, int64_t s, int64_t d, int64_t p, int64_t k, int64_t n,
+                             int64_t *lo, int64_t *hi) {
+  int64_t start = o * s - p;
+  int64_t l = start >= 0 ? 0 : (-start + d - 1) / d;
+  int64_t h = n - 1 - start < 0 ? 0 : (n - 1 - start) / d + 1;
+  if (h > k) h = k;
+  if (l > h) l = h;
+  *lo = l;
+  *hi = h;
+}
+
+/* Row helpers for the depthwise kernels, compiled per instruction set. */
+#define DW_ROWS(T)                                                                          \
+  /* y[i] += a * x[i*sx] */                                                                \
+  __attribute__((target_clones("avx512f", "avx2", "default")))                             \
+  static void axpy_##T(T *restrict y, const T *restrict x, int64_t sx, T a, int64_t n) {    \
+    if (sx == 1)                                                                           \
+      for (int64_t i = 0; i < n; i++) y[i] += a * x[i];                                    \
+    else if (sx == 2)                                                                      \
+      for (int64_t i = 0; i < n; i++) y[i] += a * x[2 * i];                                \
+    else                                                                                   \
+      for (int64_t i = 0; i < n; i++) y[i] += a * x[i * sx];                               \
+  }                                                                                        \
+  /* x[i*sx] += a * y[i] */                                                                \
+  __attribute__((target_clones("avx512f", "avx2", "default")))                             \
+  static void axpy_to_##T(T *restrict x, int64_t sx, const T *restrict y, T a, int64_t n) { \
+    if (sx == 1)                                                                           \
+      for (int64_t i = 0; i < n; i++) x[i] += a * y[i];                                    \
+    else                                                                                   \
+      for (int64_t i = 0; i < n; i++) x[i * sx] += a * y[i];                               \
+  }                                                                                        \
+  /* sum y[i] * x[i*sx], eight partial sums so that it vectorises */                      \
+  __attribute__((target_clones("avx512f", "avx2", "default")))                             \
+  static T dot_##T(const T *y, const T *x, int64_t sx, int64_t n) {                        \
+    T acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                   \
+    int64_t i = 0;                                                                         \
+    if (sx == 1)                                                                           \
+      for (; i + 8 <= n; i += 8)                                                           \
+        for (int j = 0; j < 8; j++) acc[j] += y[i + j] * x[i + j];                         \
+    else                                                                                   \
+      for (; i + 8 <= n; i += 8)                                                           \
+        for (int j = 0; j < 8; j++) acc[j] += y[i + j] * x[(i + j) * sx];                  \
+    T s = 0;                                                                               \
+    for (; i < n; i++) s += y[i] * x[i * sx];                                              \
+    for (int j = 0; j < 8; j++) s += acc[j];                                               \
+    return s;                                                                              \
+  }
+DW_ROWS(float)
+DW_ROWS(double)
+
+#define DW_KERNELS(T)                                                                       \
+  /* y[n, co] = sum_taps w[co, tap] * x[n, co / mult] (+ b[co]) */                          \
+  static void dw_fwd_##T(const geom *g, const T *x, const T *w, const T *b, T *y) {         \
+    const int64_t D = g->in[0], H = g->in[1], W = g->in[2];                                \
+    const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];                          \
+    const int64_t KD = g->k[0], KH = g->k[1], KW = g->k[2], mult = g->CO / g->CI;          \
+    int64_t planes = g->N * g->CO;                                                         \
+    int nt = planes > 1 && planes * g->out_sz * g->k_sz >= OF_PARALLEL_GRAIN ? of_threads() : 1; \
+    _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")              \
+    for (int64_t pl = 0; pl < planes; pl++) {                                              \
+      int64_t n = pl / g->CO, co = pl % g->CO;                                             \
+      const T *xp = x + (n * g->CI + co / mult) * g->in_sz;                                \
+      const T *wp = w + co * g->k_sz;                                                      \
+      T *yp = y + pl * g->out_sz;                                                          \
+      T bias = b ? b[co] : 0;                                                              \
+      for (int64_t i = 0; i < g->out_sz; i++) yp[i] = bias;                                \
+      for (int64_t od = 0; od < OD; od++) {                                                \
+        int64_t kd0, kd1;                                                                  \
+        tap_range(od, g->s[0], g->d[0], g->p[0], KD, D, &kd0, &kd1);                       \
+        for (int64_t oh = 0; oh < OH; oh++) {                                              \
+          int64_t kh0, kh1;                                                                \
+          tap_range(oh, g->s[1], g->d[1], g->p[1], KH, H, &kh0, &kh1);                     \
+          T *yr = yp + (od * OH + oh) * OW;                                                \
+          for (int64_t kd = kd0; kd < kd1; kd++)                                           \
+            for (int64_t kh = kh0; kh < kh1; kh++) {                                       \
+              int64_t id = od * g->s[0] + kd * g->d[0] - g->p[0];                          \
+              int64_t ih = oh * g->s[1] + kh * g->d[1] - g->p[1];                          \
+              const T *xr = xp + (id * H + ih) * W;                                        \
+              for (int64_t kw = 0; kw < KW; kw++) {                                        \
+                int64_t off = kw * g->d[2] - g->p[2], lo, hi;                              \
+                valid_range(off, g->s[2], W, OW, &lo, &hi);                                \
+                T wv = wp[(kd * KH + kh) * KW + kw];                                       \
+                axpy_##T(yr + lo, xr + off + lo * g->s[2], g->s[2], wv, hi - lo);          \
+              }                                                                            \
+            }                                                                              \
+        }                                                                                  \
+      }                                                                                    \
+    }                                                                                      \
+  }                                                                                        \
+                                                                                           \
+  /* gx[n, ci] = sum over its mult output channels of the taps scattered back */           \
+  static void dw_bwd_input_##T(const geom *g, const T *gy, const T *w, const T *b, T *gx) { \
+    const int64_t D = g->in[0], H = g->in[1], W = g->in[2];                                \
+    const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];                          \
+    const int64_t KD = g->k[0], KH = g->k[1], KW = g->k[2], mult = g->CO / g->CI;          \
+    int64_t planes = g->N * g->CI;                                                         \
+    int nt = planes > 1 && planes * g->out_sz * g->k_sz >= OF_PARALLEL_GRAIN ? of_threads() : 1; \
+    _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")              \
+    for (int64_t pl = 0; pl < planes; pl++) {                                              \
+      int64_t n = pl / g->CI, ci = pl % g->CI;                                             \
+      T *xp = gx + pl * g->in_sz;                                                          \
+      T bias = b ? b[ci] : 0;                                                              \
+      for (int64_t i = 0; i < g->in_sz; i++) xp[i] = bias;                                 \
+      for (int64_t m = 0; m < mult; m++) {                                                 \
+        int64_t co = ci * mult + m;                                                        \
+        const T *yp = gy + (n * g->CO + co) * g->out_sz;                                   \
+        const T *wp = w + co * g->k_sz;                                                    \
+        for (int64_t od = 0; od < OD; od++) {                                              \
+          int64_t kd0, kd1;                                                                \
+          tap_range(od, g->s[0], g->d[0], g->p[0], KD, D, &kd0, &kd1);                     \
+          for (int64_t oh = 0; oh < OH; oh++) {                                            \
+            int64_t kh0, kh1;                                                              \
+            tap_range(oh, g->s[1], g->d[1], g->p[1], KH, H, &kh0, &kh1);                   \
+            const T *yr = yp + (od * OH + oh) * OW;                                        \
+            for (int64_t kd = kd0; kd < kd1; kd++)                                         \
+              for (int64_t kh = kh0; kh < kh1; kh++) {                                     \
+                int64_t id = od * g->s[0] + kd * g->d[0] - g->p[0];                        \
+                int64_t ih = oh * g->s[1] + kh * g->d[1] - g->p[1];                        \
+                T *xr = xp + (id * H + ih) * W;                                            \
+                for (int64_t kw = 0; kw < KW; kw++) {                                      \
+                  int64_t off = kw * g->d[2] - g->p[2], lo, hi;                            \
+                  valid_range(off, g->s[2], W, OW, &lo, &hi);                              \
+                  T wv = wp[(kd * KH + kh) * KW + kw];                                     \
+                  axpy_to_##T(xr + off + lo * g->s[2], g->s[2], yr + lo, wv, hi - lo);     \
+                }                                                                          \
+              }                                                                            \
+          }                                                                                \
+        }                                                                                  \
+      }                                                                                    \
+    }                                                                                      \
+  }                                                                                        \
+                                                                                           \
+  /* gw[co, tap] = sum over samples and outputs of gy * the input the tap read */          \
+  static void dw_bwd_weight_##T(const geom *g, const T *x, const T *gy, T *gw) {            \
+    const int64_t D = g->in[0], H = g->in[1], W = g->in[2];                                \
+    const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];                          \
+    const int64_t KD = g->k[0], KH = g->k[1], KW = g->k[2], mult = g->CO / g->CI;          \
+    int64_t CO = g->CO;                                                                    \
+    int nt = CO > 1 && g->N * CO * g->out_sz * g->k_sz >= OF_PARALLEL_GRAIN ? of_threads() : 1; \
+    _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")              \
+    for (int64_t co = 0; co < CO; co++) {                                                  \
+      T *wp = gw + co * g->k_sz;                                                           \
+      for (int64_t t = 0; t < g->k_sz; t++) wp[t] = 0;                                     \
+      for (int64_t n = 0; n < g->N; n++) {                                                 \
+        const T *xp = x + (n * g->CI + co / mult) * g->in_sz;                              \
+        const T *yp = gy + (n * CO + co) * g->out_sz;                                      \
+        for (int64_t od = 0; od < OD; od++) {                                              \
+          int64_t kd0, kd1;                                                                \
+          tap_range(od, g->s[0], g->d[0], g->p[0], KD, D, &kd0, &kd1);                     \
+          for (int64_t oh = 0; oh < OH; oh++) {                                            \
+            int64_t kh0, kh1;                                                              \
+            tap_range(oh, g->s[1], g->d[1], g->p[1], KH, H, &kh0, &kh1);                   \
+            const T *yr = yp + (od * OH + oh) * OW;                                        \
+            for (int64_t kd = kd0; kd < kd1; kd++)                                         \
+              for (int64_t kh = kh0; kh < kh1; kh++) {                                     \
+                int64_t id = od * g->s[0] + kd * g->d[0] - g->p[0];                        \
+                int64_t ih = oh * g->s[1] + kh * g->d[1] - g->p[1];                        \
+                const T *xr = xp + (id * H + ih) * W;                                      \
+                for (int64_t kw = 0; kw < KW; kw++) {                                      \
+                  int64_t off = kw * g->d[2] - g->p[2], lo, hi;                            \
+                  valid_range(off, g->s[2], W, OW, &lo, &hi);                              \
+                  wp[(kd * KH + kh) * KW + kw] +=                                          \
+                      dot_##T(yr + lo, xr + off + lo * g->s[2], g->s[2], hi - lo);         \
+                }                                                                          \
+              }                                                                            \
+          }                                                                                \
+        }                                                                                  \
+      }                                                                                    \
+    }                                                                                      \
+  }
+
+DW_KERNELS(float)
+DW_KERNELS(double)
+
+static bool is_depthwise(const geom *g) { return g->G > 1 && g->G == g->CI; }
+
+static void dw_run(run_kind kind, const geom *g, of_dtype dt, const char *a, const char *b,
+                   const char *bias, char *res) {
+  if (dt == OF_FLOAT32) {
+    if (kind == RUN_FWD)
+      dw_fwd_float(g, (const float *)a, (const float *)b, (const float *)bias, (float *)res);
+    else if (kind == RUN_BWD_INPUT)
+      dw_bwd_input_float(g, (const float *)a, (const float *)b, (const float *)bias,
+                         (float *)res);
+    else
+      dw_bwd_weight_float(g, (const float *)a, (const float *)b, (float *)res);
+  } else {
+    if (kind == RUN_FWD)
+      dw_fwd_double(g, (const double *)a, (const double *)b, (const double *)bias,
+                    (double *)res);
+    else if (kind == RUN_BWD_INPUT)
+      dw_bwd_input_double(g, (const double *)a, (const double *)b, (const double *)bias,
+                          (double *)res);
+    else
+      dw_bwd_weight_double(g, (const double *)a, (const double *)b, (double *)res);
+  }
+}
+
+/* ---- drivers over the batch ---- */
+
+/* Samples split over threads, or all threads on one sample at a time. The
+ * first needs no synchronisation; the second keeps every thread busy when
+ * there are fewer samples than threads (or an uneven split would idle some).
+ * OF_CONV_MODE=team or =batch forces one (for measurements). */
+static bool batch_parallel(const geom *g, int nt) {
+  const char *e = getenv("OF_CONV_MODE");
+  if (e && e[0] == 't') return false;
+  if (e && e[0] == 'b') return nt > 1 && g->N > 1;
+  if (nt <= 1 || g->N < nt) return false;
+  return g->N % nt == 0 || g->N >= 4 * nt;
+}
+
+/* a, b: the two operands (fwd: x, w; bwd_input: gy, w; bwd_weight: x, gy);
+ * bias for the forward and bwd_input; res: the contiguous result. All in
+ * dtype dt (float32 or float64), contiguous. */
+static of_status conv_run(const char *op, run_kind kind, const geom *g, of_dtype dt,
+                          const char *a, const char *b, const char *bias, char *res) {
+  if (is_depthwise(g)) {
+    dw_run(kind, g, dt, a, b, bias, res);
+    return OF_OK;
+  }
+  int64_t es = of_dtype_size(dt);
+  int64_t a_step, r_step = 0, b_step = 0;
+  if (kind == RUN_FWD) a_step = g->CI * g->in_sz, r_step = g->CO * g->out_sz;
+  else if (kind == RUN_BWD_INPUT) a_step = g->CO * g->out_sz, r_step = g->CI * g->in_sz;
+  else a_step = g->CI * g->in_sz, b_step = g->CO * g->out_sz;
+  int64_t wsize = g->CO * (g->CI / g->G) * g->k_sz;
+  int64_t colsz = g->direct ? 0 : g->CI * g->k_sz * g->out_sz;
+  int nt = of_threads();
+  bool batch = batch_parallel(g, nt);
+  if (batch && nt > g->N) nt = (int)g->N;
+  int64_t nbuf = batch ? nt : 1;
+  /* per-thread columns; in batch mode per-thread weight-grad partials
+   * (thread 0 accumulates into the result itself) */
+  int64_t partial = kind == RUN_BWD_WEIGHT && batch ? wsize : 0;
+  int64_t per = colsz + partial;
+  int64_t bytes = es * per * nbuf;
+  char *buf = NULL;
+  if (bytes > 0) {
+    buf = of_alloc(OF_CPU, bytes);
+    if (!buf) return of_fail(OF_ERR_OOM, "%s: out of memory for %lld bytes of columns", op,
+                             (long long)bytes);
+  }
+  if (kind == RUN_BWD_WEIGHT) memset(res, 0, (size_t)(es * wsize));
+
+#define SAMPLE(T, n, col, gw, tid, nth)                                                     \
+  do {                                                                                     \
+    const T *a_ = (const T *)(a + (n) * a_step * es);                                      \
+    if (kind == RUN_FWD)                                                                   \
+      fwd_sample_##T(g, a_, (const T *)b, (const T *)bias, (T *)(res + (n) * r_step * es),  \
+                     (T *)(col), tid, nth);                                                \
+    else if (kind == RUN_BWD_INPUT)                                                        \
+      bwd_input_sample_##T(g, a_, (const T *)b, (const T *)bias,                           \
+                           (T *)(res + (n) * r_step * es), (T *)(col), tid, nth);          \
+    else                                                                                   \
+      bwd_weight_sample_##T(g, a_, (const T *)(b + (n) * b_step * es), (T *)(gw),           \
+                            (T *)(col), tid, nth);                                         \
+  } while (0)
+
+  if (nt <= 1) {
+    for (int64_t n = 0; n < g->N; n++) {
+      if (dt == OF_FLOAT32) SAMPLE(float, n, buf, res, 0, 1);
+      else SAMPLE(double, n, buf, res, 0, 1);
+    }
+  } else {
+    /* OpenBLAS stays on the calling thread inside the region */
+    int prev = blas_single_begin();
+#pragma omp parallel num_threads(nt)
+    {
+      int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+      if (batch) {
+        char *col = buf ? buf + es * per * tid : NULL;
+        char *gw = res;
+        if (partial && tid > 0) {
+          gw = col + es * colsz;
+          memset(gw, 0, (size_t)(es * wsize));
+        }
+#pragma omp for schedule(static)
+        for (int64_t n = 0; n < g->N; n++) {
+          if (dt == OF_FLOAT32) SAMPLE(float, n, col, gw, 0, 1);
+          else SAMPLE(double, n, col, gw, 0, 1);
+        }
+        if (partial) {   /* (the omp for ended with a barrier) */
+          int64_t lo, hi;
+          share(wsize, tid, nth, &lo, &hi);
+          for (int t = 1; t < nth; t++) {
+            const char *src = buf + es * (per * t + colsz);
+            if (dt == OF_FLOAT32) {
+              float *d = (float *)res;
+              const float *s = (const float *)src;
+              for (int64_t i = lo; i < hi; i++) d[i] += s[i];
+            } else {
+              double *d = (double *)res;
+              const double *s = (const double *)src;
+              for (int64_t i = lo; i < hi; i++) d[i] += s[i];
+            }
+          }
+        }
+      } else {
+        for (int64_t n = 0; n < g->N; n++) {
+          if (dt == OF_FLOAT32) SAMPLE(float, n, buf, res, tid, nth);
+          else SAMPLE(double, n, buf, res, tid, nth);
+        }
+      }
+    }
+    blas_single_end(prev);
+  }
+#undef SAMPLE
+  if (buf) of_free(OF_CPU, buf, bytes);
+  return OF_OK;
+}
+
+/* ---- operand helpers ---- */
+
+static of_dtype compute_dtype(of_dtype dt) { return dt == OF_FLOAT64 ? OF_FLOAT64 : OF_FLOAT32; }
+
+/* t as a contiguous tensor of dtype dt (t itself, retained, when it is). */
+static of_status operand(of_tensor *t, of_dtype dt, of_tensor **out) {
+  if (t->dtype == dt && of_tensor_is_contiguous(t)) {
+    of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  if (t->dtype == dt) return of_clone_data(t, out);
+  return of_cast_data(t, dt, out);
+}
+
+static bool is_float(of_dtype dt) {
+  return dt == OF_FLOAT16 || dt == OF_BFLOAT16 || dt == OF_FLOAT32 || dt == OF_FLOAT64;
+}
+
+/* "[1,2]" from n int64s */
+static const char *list_str(const int64_t *v, int32_t n, char *buf, size_t cap) {
+  return of_shape_str(v, n, buf, cap);
+}
+#define LIST(v, n) list_str((v), (n), (char[64]){0}, 64)
+
+static const char *input_dims_name(int32_t nsp) {
+  return nsp == 1 ? "[N, C, L]" : nsp == 2 ? "[N, C, H, W]" : "[N, C, D, H, W]";
+}
+
+/* Dtype, device and argument checks shared by the ops. `what` names the
+ * second operand in messages ("weight", "grad_output"). */
+static of_status check_common(const conv_args *a, of_tensor *x, of_tensor *w, of_tensor *b,
+                              const char *what) {
+  const char *op = a->op;
+  if (!is_float(x->dtype))
+    return of_fail(OF_ERR_DTYPE, "%s: expected a floating-point input, got %s (input %s, %s %s)",
+                   op, OF_DT(x), OF_SHAPE_STR(x), what, OF_SHAPE_STR(w));
+  if (w->dtype != x->dtype)
+    return of_fail(OF_ERR_DTYPE, "%s: input and %s must have the same dtype, got %s and %s "
+                   "(input %s, %s %s)", op, what, OF_DT(x), OF_DT(w), OF_SHAPE_STR(x), what,
+                   OF_SHAPE_STR(w));
+  if (b && b->dtype != x->dtype)
+    return of_fail(OF_ERR_DTYPE, "%s: input and bias must have the same dtype, got %s and %s "
+                   "(input %s, bias %s)", op, OF_DT(x), OF_DT(b), OF_SHAPE_STR(x),
+                   OF_SHAPE_STR(b));
+  if (of_tensor_device(x) != OF_CPU || of_tensor_device(w) != OF_CPU ||
+      (b && of_tensor_device(b) != OF_CPU))
+    return of_fail(OF_ERR_DEVICE, "%s: only CPU tensors are supported here (input %s)", op,
+                   OF_SHAPE_STR(x));
+  int32_t nsp = a->nsp;
+  if (a->groups < 1)
+    return of_fail(OF_ERR_ARG, "%s: groups must be positive, got %lld", op,
+                   (long long)a->groups);
+  for (int32_t i = 0; i < nsp; i++) {
+    if (a->stride[i] < 1)
+      return of_fail(OF_ERR_ARG, "%s: stride must be positive, got %s", op,
+                     LIST(a->stride, nsp));
+    if (a->dil[i] < 1)
+      return of_fail(OF_ERR_ARG, "%s: dilation must be positive, got %s", op,
+                     LIST(a->dil, nsp));
+    if (a->pad[i] < 0)
+      return of_fail(OF_ERR_ARG, "%s: padding must be non-negative, got %s", op,
+                     LIST(a->pad, nsp));
+  }
+  return OF_OK;
+}
+
+static of_status init_args(conv_args *a, const char *kind, const int64_t *stride,
+                           const int64_t *padding, const int64_t *dilation, int32_t nsp,
+                           int64_t groups) {
+  if (nsp < 1 || nsp > 3)
+    return of_fail(OF_ERR_ARG, "%s: expected 1, 2 or 3 spatial dims, got %d", kind, (int)nsp);
+  snprintf(a->op, sizeof a->op, "%s%dd", kind, (int)nsp);
+  a->nsp = nsp;
+  a->groups = groups;
+  for (int32_t i = 0; i < 3; i++) {
+    a->stride[i] = i < nsp ? (stride ? stride[i] : 1) : 1;
+    a->pad[i] = i < nsp ? (padding ? padding[i] : 0) : 0;
+    a->dil[i] = i < nsp ? (dilation ? dilation[i] : 1) : 1;
+  }
+  return OF_OK;
+}
+
+/* BLAS takes int sizes. */
+static of_status check_blas_sizes(const conv_args *a, const geom *g) {
+  int64_t K = g->CI / g->G * g->k_sz, L = g->out_sz, M = g->CO / g->G;
+  if (K > INT_MAX || L > INT_MAX || M > INT_MAX || g->in_sz > INT_MAX)
+    return of_fail(OF_ERR_SHAPE, "%s: the problem is too large for BLAS (columns %lld x %lld)",
+                   a->op, (long long)K, (long long)L);
+  return OF_OK;
+}
+
+/* ---- autograd plumbing ---- */
+
+static void pack_args(of_node *n, const conv_args *a, int64_t transposed) {
+  n->i[0] = a->nsp;
+  n->i[1] = a->groups;
+  for (int32_t d = 0; d < 3; d++) {
+    n->i[2 + d] = a->stride[d];
+    n->i[5 + d] = a->pad[d];
+    n->i[8 + d] = a->dil[d];
+  }
+  n->i[11] = transposed;
+}
+
+static void unpack_args(const of_node *n, conv_args *a) {
+  a->nsp = (int32_t)n->i[0];
+  a->groups = n->i[1];
+  for (int32_t d = 0; d < 3; d++) {
+    a->stride[d] = n->i[2 + d];
+    a->pad[d] = n->i[5 + d];
+    a->dil[d] = n->i[8 + d];
+  }
+  snprintf(a->op, sizeof a->op, "%s%dd_backward", n->i[11] ? "conv_transpose" : "conv",
+           (int)a->nsp);
+}
+
+static of_status conv_fwd_op(of_tensor *x, of_tensor *w, of_tensor *b, const conv_args *a,
+                             const int64_t *out_sizes, of_tensor **out);
+static of_status conv_input_grad_op(of_tensor *gy, of_tensor *w, of_tensor *b,
+                                    const conv_args *a, const int64_t *in_sizes,
+                                    of_tensor **out);
+static of_status conv_weight_grad_op(of_tensor *x, of_tensor *gy, const conv_args *a,
+                                     const int64_t *k_sizes, of_tensor **out);
+
+static of_status bias_grad(of_tensor *g, int32_t nsp, of_tensor **out) {
+  int32_t dims[4] = {0, 2, 3, 4};
+  return of_reduce(OF_RED_SUM, g, dims, nsp + 1, 0, 0, -1, out);
+}
+
+/* y = conv(x, w, b): saved x (slot 0), w (slot 1) */
+static of_status conv_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  conv_args a;
+  unpack_args(n, &a);
+  of_tensor *t = NULL;
+  if (n->needs[0]) {
+    OF_CHECK(of_node_saved(n, 1, &t));
+    of_status st = conv_input_grad_op(g[0], t, NULL, &a, n->in_meta[0].shape + 2, &gi[0]);
+    of_tensor_release(t);
+    OF_CHECK(st);
+  }
+  if (n->needs[1]) {
+    OF_CHECK(of_node_saved(n, 0, &t));
+    of_status st = conv_weight_grad_op(t, g[0], &a, n->in_meta[1].shape + 2, &gi[1]);
+    of_tensor_release(t);
+    OF_CHECK(st);
+  }
+  if (n->needs[2]) OF_CHECK(bias_grad(g[0], a.nsp, &gi[2]));
+  return OF_OK;
+}
+static const of_grad_def conv_grad = {"ConvolutionBackward", conv_backward};
+
+/* y = conv_transpose(x, w, b): saved x (slot 0), w (slot 1) */
+static of_status conv_transpose_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  conv_args a;
+  unpack_args(n, &a);
+  of_tensor *t = NULL;
+  if (n->needs[0]) {
+    OF_CHECK(of_node_saved(n, 1, &t));
+    of_status st = conv_fwd_op(g[0], t, NULL, &a, n->in_meta[0].shape + 2, &gi[0]);
+    of_tensor_release(t);
+    OF_CHECK(st);
+  }
+  if (n->needs[1]) {
+    OF_CHECK(of_node_saved(n, 0, &t));
+    of_status st = conv_weight_grad_op(g[0], t, &a, n->in_meta[1].shape + 2, &gi[1]);
+    of_tensor_release(t);
+    OF_CHECK(st);
+  }
+  if (n->needs[2]) OF_CHECK(bias_grad(g[0], a.nsp, &gi[2]));
+  return OF_OK;
+}
+static const of_grad_def conv_transpose_grad = {"ConvTransposeBackward",
+                                                conv_transpose_backward};
+
+/* gw = weight_grad(x, gy): saved x (slot 0), gy (slot 1) */
+static of_status weight_grad_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  conv_args a;
+  unpack_args(n, &a);
+  of_tensor *t = NULL;
+  if (n->needs[0]) {
+    OF_CHECK(of_node_saved(n, 1, &t));
+    of_status st = conv_input_grad_op(t, g[0], NULL, &a, n->in_meta[0].shape + 2, &gi[0]);
+    of_tensor_release(t);
+    OF_CHECK(st);
+  }
+  if (n->needs[1]) {
+    OF_CHECK(of_node_saved(n, 0, &t));
+    of_status st = conv_fwd_op(t, g[0], NULL, &a, n->in_meta[1].shape + 2, &gi[1]);
+    of_tensor_release(t);
+    OF_CHECK(st);
+  }
+  return OF_OK;
+}
+static const of_grad_def weight_grad_grad = {"ConvWeightGradBackward", weight_grad_backward};
+
+/* Record `def` on out with inputs (p, q, r); saves p and q where the rule
+ * needs them. */
+static of_status record(const of_grad_def *def, const conv_args *a, int64_t transposed,
+                        of_tensor *p, of_tensor *q, of_tensor *r, int32_t nin,
+                        of_tensor **out) {
+  of_tensor *ins[3] = {p, q, r};
+  if (!of_grad_needed(ins, nin)) return OF_OK;
+  of_node *n;
+  of_status st = of_record(def, ins, nin, out, 1, &n);
+  if (st != OF_OK) {
+    of_tensor_release(*out);
+    *out = NULL;
+    return st;
+  }
+  pack_args(n, a, transposed);
+  /* conv/conv_transpose: grad of input 0 needs input 1 and vice versa;
+   * weight_grad likewise */
+  if (n->needs[1]) of_node_save(n, 0, p);
+  if (n->needs[0]) of_node_save(n, 1, q);
+  return OF_OK;
+}
+
+/* ---- the three ops ---- */
+
+/* Runs `kind` with operands converted to the compute dtype; the result (of
+ * shape rshape, dtype dt) goes to *out. */
+static of_status run_op(const conv_args *a, run_kind kind, const geom *g, of_tensor *p,
+                        of_tensor *q, of_tensor *bias, const int64_t *rshape, int32_t rnd,
+                        of_tensor **out) {
+  OF_CHECK(check_blas_sizes(a, g));
+  of_dtype dt = p->dtype, cd = compute_dtype(dt);
+  of_tensor *cp = NULL, *cq = NULL, *cb = NULL, *res = NULL;
+  of_status st = of_tensor_new(rshape, rnd, cd, OF_CPU, &res);
+  if (st == OF_OK && res->numel > 0) {
+    st = operand(p, cd, &cp);
+    if (st == OF_OK) st = operand(q, cd, &cq);
+    if (st == OF_OK && bias) st = operand(bias, cd, &cb);
+    if (st == OF_OK)
+      st = conv_run(a->op, kind, g, cd, of_ptr(cp), of_ptr(cq), cb ? of_ptr(cb) : NULL,
+                    of_ptr(res));
+  }
+  of_tensor_release(cp);
+  of_tensor_release(cq);
+  of_tensor_release(cb);
+  if (st == OF_OK && cd != dt) {
+    of_tensor *h = NULL;
+    st = of_cast_data(res, dt, &h);
+    of_tensor_release(res);
+    res = h;
+  }
+  if (st != OF_OK) {
+    of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return OF_OK;
+}
+
+/* Result must not need more input than there is: (out-1)*s + eff <= in + 2p */
+static of_status check_fit(const conv_args *a, const int64_t *in, const int64_t *k,
+                           const int64_t *out) {
+  for (int32_t i = 0; i < a->nsp; i++) {
+    int64_t eff = a->dil[i] * (k[i] - 1) + 1;
+    if (out[i] < 0 || (out[i] > 0 && (out[i] - 1) * a->stride[i] + eff > in[i] + 2 * a->pad[i]))
+      return of_fail(OF_ERR_SHAPE, "%s: output size %s does not fit input size %s with kernel "
+                     "%s, stride %s, padding %s, dilation %s", a->op, LIST(out, a->nsp),
+                     LIST(in, a->nsp), LIST(k, a->nsp), LIST(a->stride, a->nsp),
+                     LIST(a->pad, a->nsp), LIST(a->dil, a->nsp));
+  }
+  return OF_OK;
+}
+
+/* conv(x, w, b) with the output's spatial sizes given (NULL: the natural
+ * ones). x [N, CI, in], w [CO, CI/G, k]. */
+static of_status conv_fwd_op(of_tensor *x, of_tensor *w, of_tensor *b, const conv_args *a,
+                             const int64_t *out_sizes, of_tensor **out) {
+  const char *op = a->op;
+  int32_t nsp = a->nsp;
+  if (x->ndim != nsp + 2)
+    return of_fail(OF_ERR_SHAPE, "%s: expected input with %d dims %s, got %s", op, nsp + 2,
+                   input_dims_name(nsp), OF_SHAPE_STR(x));
+  if (w->ndim != nsp + 2)
+    return of_fail(OF_ERR_SHAPE, "%s: expected weight with %d dims [C_out, C_in/groups, "
+                   "kernel...], got %s", op, nsp + 2, OF_SHAPE_STR(w));
+  OF_CHECK(check_common(a, x, w, b, "weight"));
+  int64_t G = a->groups, CO = w->shape[0], CI = x->shape[1];
+  if (CI != w->shape[1] * G)
+    return of_fail(OF_ERR_SHAPE, "%s: input has %lld channels but weight expects %lld "
+                   "(groups %lld, weight %s)", op, (long long)CI,
+                   (long long)(w->shape[1] * G), (long long)G, OF_SHAPE_STR(w));
+  if (CO % G != 0)
+    return of_fail(OF_ERR_SHAPE, "%s: weight %s has %lld output channels, which groups %lld "
+                   "does not divide", op, OF_SHAPE_STR(w), (long long)CO, (long long)G);
+  if (b && (b->ndim != 1 || b->shape[0] != CO))
+    return of_fail(OF_ERR_SHAPE, "%s: expected bias of shape [%lld], got %s (weight %s)", op,
+                   (long long)CO, OF_SHAPE_STR(b), OF_SHAPE_STR(w));
+  const int64_t *in = x->shape + 2, *k = w->shape + 2;
+  int64_t osz[3];
+  for (int32_t i = 0; i < nsp; i++) {
+    if (k[i] < 1)
+      return of_fail(OF_ERR_SHAPE, "%s: weight %s has an empty kernel", op, OF_SHAPE_STR(w));
+    int64_t eff = a->dil[i] * (k[i] - 1) + 1, padded = in[i] + 2 * a->pad[i];
+    if (eff > padded) {
+      int64_t effs[3], pads[3];
+      for (int32_t j = 0; j < nsp; j++) {
+        effs[j] = a->dil[j] * (k[j] - 1) + 1;
+        pads[j] = in[j] + 2 * a->pad[j];
+      }
+      return of_fail(OF_ERR_SHAPE, "%s: kernel size %s (dilated %s) is larger than the padded "
+                     "input %s (input %s, padding %s)", op, LIST(k, nsp), LIST(effs, nsp),
+                     LIST(pads, nsp), OF_SHAPE_STR(x), LIST(a->pad, nsp));
+    }
+    osz[i] = out_sizes ? out_sizes[i] : (padded - eff) / a->stride[i] + 1;
+  }
+  if (out_sizes) OF_CHECK(check_fit(a, in, k, osz));
+  int64_t rshape[5] = {x->shape[0], CO};
+  for (int32_t i = 0; i < nsp; i++) rshape[2 + i] = osz[i];
+  geom g;
+  geom_init(&g, a, x->shape[0], CI, CO, in, k, osz);
+  OF_CHECK(run_op(a, RUN_FWD, &g, x, w, b, rshape, nsp + 2, out));
+  return record(&conv_grad, a, 0, x, w, b, 3, out);
+}
+
+/* conv_transpose(gy, w, b) = the input grad of conv, with the result's
+ * spatial sizes given. gy [N, CO, out], w [CO, CI/G, k] -> [N, CI, in]. */
+static of_status conv_input_grad_op(of_tensor *gy, of_tensor *w, of_tensor *b,
+                                    const conv_args *a, const int64_t *in_sizes,
+                                    of_tensor **out) {
+  const char *op = a->op;
+  int32_t nsp = a->nsp;
+  if (gy->ndim != nsp + 2)
+    return of_fail(OF_ERR_SHAPE, "%s: expected input with %d dims %s, got %s", op, nsp + 2,
+                   input_dims_name(nsp), OF_SHAPE_STR(gy));
+  if (w->ndim != nsp + 2)
+    return of_fail(OF_ERR_SHAPE, "%s: expected weight with %d dims [C_in, C_out/groups, "
+                   "kernel...], got %s", op, nsp + 2, OF_SHAPE_STR(w));
+  OF_CHECK(check_common(a, gy, w, b, "weight"));
+  int64_t G = a->groups, CO = gy->shape[1];
+  if (w->shape[0] != CO)
+    return of_fail(OF_ERR_SHAPE, "%s: input has %lld channels but weight expects %lld "
+                   "(groups %lld, weight %s)", op, (long long)CO, (long long)w->shape[0],
+                   (long long)G, OF_SHAPE_STR(w));
+  if (CO % G != 0)
+    return of_fail(OF_ERR_SHAPE, "%s: input has %lld channels, which groups %lld does not "
+                   "divide (weight %s)", op, (long long)CO, (long long)G, OF_SHAPE_STR(w));
+  int64_t CI = w->shape[1] * G;
+  if (b && (b->ndim != 1 || b->shape[0] != CI))
+    return of_fail(OF_ERR_SHAPE, "%s: expected bias of shape [%lld], got %s (weight %s)", op,
+                   (long long)CI, OF_SHAPE_STR(b), OF_SHAPE_STR(w));
+  const int64_t *k = w->shape + 2;
+  for (int32_t i = 0; i < nsp; i++)
+    if (k[i] < 1)
+      return of_fail(OF_ERR_SHAPE, "%s: weight %s has an empty kernel", op, OF_SHAPE_STR(w));
+  OF_CHECK(check_fit(a, in_sizes, k, gy->shape + 2));
+  int64_t rshape[5] = {gy->shape[0], CI};
+  for (int32_t i = 0; i < nsp; i++) rshape[2 + i] = in_sizes[i];
+  geom g;
+  geom_init(&g, a, gy->shape[0], CI, CO, in_sizes, k, gy->shape + 2);
+  OF_CHECK(run_op(a, RUN_BWD_INPUT, &g, gy, w, b, rshape, nsp + 2, out));
+  return record(&conv_transpose_grad, a, 1, gy, w, b, 3, out);
+}
+
+/* grad of conv w.r.t. its weight: x [N, CI, in], gy [N, CO, out] ->
+ * [CO, CI/G, k]. */
+static of_status conv_weight_grad_op(of_tensor *x, of_tensor *gy, const conv_args *a,
+                                     const int64_t *k_sizes, of_tensor **out) {
+  const char *op = a->op;
+  int32_t nsp = a->nsp;
+  if (x->ndim != nsp + 2)
+    return of_fail(OF_ERR_SHAPE, "%s: expected input with %d dims %s, got %s", op, nsp + 2,
+                   input_dims_name(nsp), OF_SHAPE_STR(x));
+  if (gy->ndim != nsp + 2 || gy->shape[0] != x->shape[0])
+    return of_fail(OF_ERR_SHAPE, "%s: expected grad_output with %d dims and %lld samples, got "
+                   "%s (input %s)", op, nsp + 2, (long long)x->shape[0], OF_SHAPE_STR(gy),
+                   OF_SHAPE_STR(x));
+  OF_CHECK(check_common(a, x, gy, NULL, "grad_output"));
+  int64_t G = a->groups, CI = x->shape[1], CO = gy->shape[1];
+  if (CI % G != 0 || CO % G != 0)
+    return of_fail(OF_ERR_SHAPE, "%s: groups %lld must divide the input's %lld channels and "
+                   "grad_output's %lld channels", op, (long long)G, (long long)CI,
+                   (long long)CO);
+  for (int32_t i = 0; i < nsp; i++)
+    if (k_sizes[i] < 1)
+      return of_fail(OF_ERR_ARG, "%s: kernel size must be positive, got %s", op,
+                     LIST(k_sizes, nsp));
+  OF_CHECK(check_fit(a, x->shape + 2, k_sizes, gy->shape + 2));
+  int64_t rshape[5] = {CO, CI / G};
+  for (int32_t i = 0; i < nsp; i++) rshape[2 + i] = k_sizes[i];
+  geom g;
+  geom_init(&g, a, x->shape[0], CI, CO, x->shape + 2, k_sizes, gy->shape + 2);
+  OF_CHECK(run_op(a, RUN_BWD_WEIGHT, &g, x, gy, NULL, rshape, nsp + 2, out));
+  return record(&weight_grad_grad, a, 0, x, gy, NULL, 2, out);
+}
+
+/* ---- public entry points ---- */
+
+of_status of_conv(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
+                  const int64_t *padding, const int64_t *dilation, int32_t nsp, int64_t groups,
+                  of_tensor **out) {
+  conv_args a;
+  OF_CHECK(init_args(&a, "conv", stride, padding, dilation, nsp, groups));
+  return conv_fwd_op(x, w, b, &a, NULL, out);
+}
+
+of_status of_conv_transpose(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
+                            const int64_t *padding, const int64_t *output_padding,
+                            const int64_t *dilation, int32_t nsp, int64_t groups,
+                            of_tensor **out) {
+  conv_args a;
+  OF_CHECK(init_args(&a, "conv_transpose", stride, padding, dilation, nsp, groups));
+  const char *op = a.op;
+  if (x->ndim != nsp + 2)
+    return of_fail(OF_ERR_SHAPE, "%s: expected input with %d dims %s, got %s", op, nsp + 2,
+                   input_dims_name(nsp), OF_SHAPE_STR(x));
+  if (w->ndim != nsp + 2)
+    return of_fail(OF_ERR_SHAPE, "%s: expected weight with %d dims [C_in, C_out/groups, "
+                   "kernel...], got %s", op, nsp + 2, OF_SHAPE_STR(w));
+  OF_CHECK(check_common(&a, x, w, b, "weight"));
+  int64_t opad[3] = {0, 0, 0}, osz[3];
+  for (int32_t i = 0; i < nsp; i++) opad[i] = output_padding ? output_padding[i] : 0;
+  for (int32_t i = 0; i < nsp; i++) {
+    int64_t lim = a.stride[i] > a.dil[i] ? a.stride[i] : a.dil[i];
+    if (opad[i] < 0 || opad[i] >= lim)
+      return of_fail(OF_ERR_ARG, "%s: output_padding %s must be non-negative and smaller than "
+                     "stride %s or dilation %s", op, LIST(opad, nsp), LIST(a.stride, nsp),
+                     LIST(a.dil, nsp));
+    int64_t k = w->shape[2 + i];
+    osz[i] = (x->shape[2 + i] - 1) * a.stride[i] - 2 * a.pad[i] + a.dil[i] * (k - 1) + 1 +
+             opad[i];
+  }
+  for (int32_t i = 0; i < nsp; i++)
+    if (osz[i] < 1)
+      return of_fail(OF_ERR_SHAPE, "%s: output size %s is too small (input %s, weight %s, "
+                     "stride %s, padding %s, dilation %s)", op, LIST(osz, nsp),
+                     OF_SHAPE_STR(x), OF_SHAPE_STR(w), LIST(a.stride, nsp), LIST(a.pad, nsp),
+                     LIST(a.dil, nsp));
+  return conv_input_grad_op(x, w, b, &a, osz, out);
+}
+
+of_status of_conv_weight_grad(of_tensor *x, of_tensor *grad_out, const int64_t *kernel_size,
+                              const int64_t *stride, const int64_t *padding,
+                              const int64_t *dilation, int32_t nsp, int64_t groups,
+                              of_tensor **out) {
+  conv_args a;
+  OF_CHECK(init_args(&a, "conv_weight_grad", stride, padding, dilation, nsp, groups));
+  if (!kernel_size) return of_fail(OF_ERR_ARG, "%s: kernel_size is required", a.op);
+  return conv_weight_grad_op(x, grad_out, &a, kernel_size, out);
+}

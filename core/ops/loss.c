@@ -1,0 +1,637 @@
+/* loss.c -- cross_entropy (fused with a numerically stable log_softmax) and
+ * nll_loss, forward and backward, with PyTorch's semantics:
+ *
+ *   logits x [N, C, *] (or [C] unbatched), viewed as [N, C, S]; one sample
+ *   per (n, s). With class weights w, smoothing eps and target class t:
+ *     loss = -(1 - eps) w[t] logp[t] - eps / C * sum_c w[c] logp[c]
+ *   (0 for an ignored target). With class probabilities q:
+ *     loss = -sum_c w[c] ((1 - eps) q[c] + eps / C) logp[c].
+ *   'mean' divides by the summed w[t] of the targets not ignored (class
+ *   indices) or by the number of samples (probabilities).
+ *
+ * The grad w.r.t. the logits is s * (A p - a) with p = softmax(x), a the
+ * per-class coefficients above and A their sum, s the per-sample scale. Under
+ * create_graph the same formula is composed from public ops (softmax
+ * included), so double backward is exact. Targets are range-checked before
+ * anything is computed. */
+#include "../autograd.h"
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int32_t nthreads(int64_t work) {
+  int32_t nt = of_threads();
+  if (nt <= 1 || work < OF_PARALLEL_GRAIN) return 1;
+  int64_t cap = work / (OF_PARALLEL_GRAIN / 4);
+  return cap < nt ? (int32_t)cap : nt;
+}
+
+static of_dtype compute_dt(of_dtype t) {
+  return t == OF_FLOAT16 || t == OF_BFLOAT16 ? OF_FLOAT32 : t;
+}
+
+static of_status dense(of_tensor *t, of_dtype dt, of_tensor **out) {
+  *out = NULL;
+  if (!t) return OF_OK;
+  if (t->dtype == dt && of_tensor_is_contiguous(t)) {
+    of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  return t->dtype != dt ? of_cast_data(t, dt, out) : of_clone_data(t, out);
+}
+
+static of_status finish(of_tensor *y, of_dtype dt, of_tensor **out) {
+  if (y->dtype == dt) {
+    *out = y;
+    return OF_OK;
+  }
+  of_status st = of_cast_data(y, dt, out);
+  of_tensor_release(y);
+  return st;
+}
+
+static void release_all(of_tensor **ts, int32_t n) {
+  for (int32_t i = 0; i < n; i++) of_tensor_release(ts[i]);
+}
+
+/* ------------------------------------------------------------ arguments */
+
+typedef struct {
+  int64_t N, C, S;
+  bool batched;
+  int64_t sshape[OF_MAX_DIMS];   /* per-sample shape: [N, *] or [] */
+  int32_t snd;
+} layout;
+
+static of_status parse_input(const char *op, of_tensor *x, layout *l) {
+  if (!of_dtype_is_floating(x->dtype))
+    return of_fail(OF_ERR_DTYPE, "%s: expected floating point input, got %s (shape %s)", op,
+                   OF_DT(x), OF_SHAPE_STR(x));
+  if (x->ndim < 1)
+    return of_fail(OF_ERR_SHAPE, "%s: expected input [N, C, *] or [C], got a 0-d tensor (%s)",
+                   op, OF_DT(x));
+  l->batched = x->ndim > 1;
+  l->N = l->batched ? x->shape[0] : 1;
+  l->C = x->shape[l->batched ? 1 : 0];
+  l->S = 1;
+  l->snd = 0;
+  if (l->batched) {
+    l->sshape[l->snd++] = x->shape[0];
+    for (int32_t d = 2; d < x->ndim; d++) l->S *= (l->sshape[l->snd++] = x->shape[d]);
+  }
+  if (l->C < 1)
+    return of_fail(OF_ERR_SHAPE, "%s: expected at least one class, got input %s (%s)", op,
+                   OF_SHAPE_STR(x), OF_DT(x));
+  return OF_OK;
+}
+
+static of_status check_reduction(const char *op, of_loss_reduction r) {
+  if (r < OF_LOSS_NONE || r > OF_LOSS_SUM)
+    return of_fail(OF_ERR_ARG, "%s: unknown reduction %d (0 none, 1 mean, 2 sum)", op, (int)r);
+  return OF_OK;
+}
+
+/* weight [C] -> contiguous doubles (NULL stays NULL) */
+static of_status parse_weight(const char *op, of_tensor *w, const layout *l, const of_tensor *x,
+                              of_tensor **out) {
+  *out = NULL;
+  if (!w) return OF_OK;
+  char b[96];
+  if (!of_dtype_is_floating(w->dtype))
+    return of_fail(OF_ERR_DTYPE, "%s: weight must be floating point, got %s (shape %s)", op,
+                   OF_DT(w), OF_SHAPE_STR(w));
+  if (w->ndim != 1 || w->shape[0] != l->C)
+    return of_fail(OF_ERR_SHAPE, "%s: weight of shape %s should be [%lld], one per class of "
+                   "the input %s", op, OF_SHAPE_STR(w), (long long)l->C,
+                   of_shape_str(x->shape, x->ndim, b, 96));
+  return dense(w, OF_FLOAT64, out);
+}
+
+/* Class-index target: integer, shaped like the samples, every value a class
+ * or ignore_index. -> contiguous int64 */
+static of_status parse_class_target(const char *op, of_tensor *t, const layout *l,
+                                    const of_tensor *x, int64_t ignore, int64_t base,
+                                    of_tensor **out) {
+  char b1[96], b2[96];
+  if (!of_dtype_is_int(t->dtype))
+    return of_fail(OF_ERR_DTYPE, "%s: target must hold integer class indices (int64), got %s "
+                   "(shape %s)", op, OF_DT(t), OF_SHAPE_STR(t));
+  bool same = t->ndim == l->snd;
+  for (int32_t d = 0; same && d < l->snd; d++) same = t->shape[d] == l->sshape[d];
+  if (!same)
+    return of_fail(OF_ERR_SHAPE, "%s: expected target of shape %s for input %s (class "
+                   "indices), got %s", op, of_shape_str(l->sshape, l->snd, b1, 96),
+                   of_shape_str(x->shape, x->ndim, b2, 96), OF_SHAPE_STR(t));
+  OF_CHECK(dense(t, OF_INT64, out));
+  const int64_t *tv = of_tensor_data(*out);
+  for (int64_t i = 0; i < (*out)->numel; i++) {
+    int64_t c = tv[i] - base;
+    if (tv[i] != ignore && (c < 0 || c >= l->C)) {
+      of_tensor_release(*out);
+      *out = NULL;
+      snprintf(b1, sizeof b1, "%s", base == 1 ? "1-based: " : "");
+      return of_fail(OF_ERR_INDEX, "%s: target %lld out of range for %lld classes (%sexpected "
+                     "%lld..%lld)", op, (long long)tv[i], (long long)l->C, b1, (long long)base,
+                     (long long)(base + l->C - 1));
+    }
+  }
+  return OF_OK;
+}
+
+/* ------------------------------------------------------------ kernels */
+
+typedef struct {
+  int64_t N, C, S, ignore, base;
+  double eps, wsum;        /* label smoothing; sum of the class weights (C if none) */
+  const int64_t *t;        /* class targets, or NULL */
+  const double *w;         /* class weights, or NULL */
+} ce_args;
+
+/* exp in the input's precision (float32 logits: expf, vectorisable) */
+#define EXP_float(v) ((double)expf((float)(v)))
+#define EXP_double(v) exp(v)
+
+#define CE_KERNELS(T)                                                                     \
+  /* lse[i], loss[i], wt[i] (the sample's weight in the mean) per sample */               \
+  static void ce_fwd_##T(const ce_args *a, const T *x, const T *q, double *lse,           \
+                         double *loss, double *wt) {                                      \
+    int64_t C = a->C, S = a->S, ns = a->N * S;                                            \
+    int32_t nt = nthreads(ns * C * 4);                                                    \
+    _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
+    for (int64_t i = 0; i < ns; i++) {                                                    \
+      int64_t base = (i / S) * C * S + i % S;                                             \
+      const T *xi = x + base;                                                             \
+      double m = -INFINITY, se = 0;                                                       \
+      for (int64_t c = 0; c < C; c++) m = fmax(m, (double)xi[c * S]);                     \
+      if (m == -INFINITY) m = 0;                                                          \
+      for (int64_t c = 0; c < C; c++) se += EXP_##T((double)xi[c * S] - m);               \
+      double l = m + log(se), v = 0;                                                      \
+      lse[i] = l;                                                                         \
+      if (q) {                                                                            \
+        const T *qi = q + base;                                                           \
+        for (int64_t c = 0; c < C; c++)                                                   \
+          v -= (a->w ? a->w[c] : 1.0) * ((1 - a->eps) * (double)qi[c * S] + a->eps / C) * \
+               ((double)xi[c * S] - l);                                                   \
+        wt[i] = 1;                                                                        \
+      } else if (a->t[i] == a->ignore) {                                                  \
+        wt[i] = 0;                                                                        \
+      } else {                                                                            \
+        int64_t ct = a->t[i] - a->base;                                                   \
+        double wc = a->w ? a->w[ct] : 1.0;                                                \
+        v = -(1 - a->eps) * wc * ((double)xi[ct * S] - l);                                \
+        if (a->eps > 0) {                                                                 \
+          double sm = 0;                                                                  \
+          for (int64_t c = 0; c < C; c++)                                                 \
+            sm += (a->w ? a->w[c] : 1.0) * ((double)xi[c * S] - l);                       \
+          v -= a->eps / C * sm;                                                           \
+        }                                                                                 \
+        wt[i] = wc;                                                                       \
+      }                                                                                   \
+      loss[i] = v;                                                                        \
+    }                                                                                     \
+  }                                                                                       \
+  /* gx = s (A p - a); gq (probabilities) = -s (1 - eps) w logp. s: per-sample scale */   \
+  static void ce_bwd_##T(const ce_args *a, const T *x, const T *q, const double *lse,     \
+                         const double *s, T *gx, T *gq) {                                 \
+    int64_t C = a->C, S = a->S, ns = a->N * S;                                            \
+    int32_t nt = nthreads(ns * C * 4);                                                    \
+    _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
+    for (int64_t i = 0; i < ns; i++) {                                                    \
+      int64_t base = (i / S) * C * S + i % S;                                             \
+      const T *xi = x + base;                                                             \
+      double l = lse[i], si = s[i];                                                       \
+      if (q) {                                                                            \
+        const T *qi = q + base;                                                           \
+        double A = 0;                                                                     \
+        for (int64_t c = 0; c < C; c++)                                                   \
+          A += (a->w ? a->w[c] : 1.0) * ((1 - a->eps) * (double)qi[c * S] + a->eps / C);  \
+        for (int64_t c = 0; c < C; c++) {                                                 \
+          double wc = a->w ? a->w[c] : 1.0, lp = (double)xi[c * S] - l;                   \
+          double ac = wc * ((1 - a->eps) * (double)qi[c * S] + a->eps / C);               \
+          if (gx) gx[base + c * S] = (T)(si * (A * EXP_##T(lp) - ac));                    \
+          if (gq) gq[base + c * S] = (T)(-si * (1 - a->eps) * wc * lp);                   \
+        }                                                                                 \
+        continue;                                                                         \
+      }                                                                                   \
+      if (a->t[i] == a->ignore) {                                                         \
+        for (int64_t c = 0; c < C; c++) gx[base + c * S] = 0;                             \
+        continue;                                                                         \
+      }                                                                                   \
+      int64_t ct = a->t[i] - a->base;                                                     \
+      double wt = a->w ? a->w[ct] : 1.0;                                                  \
+      double A = (1 - a->eps) * wt + a->eps / C * a->wsum;                                \
+      for (int64_t c = 0; c < C; c++) {                                                   \
+        double ac = a->eps / C * (a->w ? a->w[c] : 1.0) + (c == ct ? (1 - a->eps) * wt : 0); \
+        gx[base + c * S] = (T)(si * (A * EXP_##T((double)xi[c * S] - l) - ac));           \
+      }                                                                                   \
+    }                                                                                     \
+  }
+
+CE_KERNELS(float)
+CE_KERNELS(double)
+
+/* Per-sample scale of the output grad g: g[i] ('none'), g / denom ('mean'), g. */
+static of_status sample_scales(of_tensor *g, int32_t red, double denom, int64_t ns,
+                               double **out) {
+  double *s = malloc(sizeof(double) * (size_t)(ns + 1));
+  if (!s) return of_fail(OF_ERR_OOM, "loss backward: out of memory");
+  if (red == OF_LOSS_NONE) {
+    of_tensor *gd;
+    of_status st = dense(g, OF_FLOAT64, &gd);
+    if (st != OF_OK) {
+      free(s);
+      return st;
+    }
+    memcpy(s, of_tensor_data(gd), sizeof(double) * (size_t)ns);
+    of_tensor_release(gd);
+  } else {
+    double gv;
+    OF_CHECK(of_tensor_get_flat(g, 0, &gv));
+    if (red == OF_LOSS_MEAN) gv /= denom;
+    for (int64_t i = 0; i < ns; i++) s[i] = gv;
+  }
+  *out = s;
+  return OF_OK;
+}
+
+/* The loss from per-sample values: [samples] for 'none', else a scalar. */
+static of_status reduce_losses(const layout *l, int32_t red, const double *loss,
+                               const double *wt, bool prob, of_dtype dt, double *denom,
+                               of_tensor **out) {
+  int64_t ns = l->N * l->S;
+  double sum = 0, wsum = 0;
+  for (int64_t i = 0; i < ns; i++) sum += loss[i], wsum += wt[i];
+  *denom = prob ? (double)ns : wsum;
+  if (red == OF_LOSS_NONE) {
+    of_tensor *y;
+    OF_CHECK(of_from_doubles(loss, l->sshape, l->snd, OF_FLOAT64, &y));
+    return finish(y, dt, out);
+  }
+  double v = red == OF_LOSS_SUM ? sum : sum / *denom;
+  return of_from_doubles(&v, NULL, 0, dt, out);
+}
+
+/* ------------------------------------------------------------ composite backward */
+
+/* Scope helpers: each runs one op and keeps its result in the scope. */
+static of_tensor *s_unsqueeze(of_scope *s, of_tensor *x, int32_t dim) {
+  if (s->st != OF_OK || !x) return NULL;
+  of_tensor *r = NULL;
+  of_status st = of_unsqueeze(x, dim, &r);
+  return of_s_keep(s, st, r);
+}
+static of_tensor *s_reshape(of_scope *s, of_tensor *x, const int64_t *shape, int32_t nd) {
+  if (s->st != OF_OK || !x) return NULL;
+  of_tensor *r = NULL;
+  of_status st = of_reshape(x, shape, nd, &r);
+  return of_s_keep(s, st, r);
+}
+static of_tensor *s_cast(of_scope *s, of_tensor *x, of_dtype dt) {
+  if (s->st != OF_OK || !x) return NULL;
+  of_tensor *r = NULL;
+  of_status st = of_to_dtype(x, dt, &r);
+  return of_s_keep(s, st, r);
+}
+static of_tensor *s_sum_keep(of_scope *s, of_tensor *x, int32_t dim) {
+  if (s->st != OF_OK || !x) return NULL;
+  of_tensor *r = NULL;
+  of_status st = of_reduce(OF_RED_SUM, x, &dim, 1, 1, 0, -1, &r);
+  return of_s_keep(s, st, r);
+}
+static of_tensor *s_softmax(of_scope *s, of_tensor *x, int32_t dim, int32_t log_) {
+  if (s->st != OF_OK || !x) return NULL;
+  of_tensor *r = NULL;
+  of_status st = of_softmax(x, dim, log_, &r);
+  return of_s_keep(s, st, r);
+}
+/* A constant tensor (no history) from doubles. */
+static of_tensor *s_const(of_scope *s, const double *v, const int64_t *shape, int32_t nd,
+                          of_dtype dt) {
+  if (s->st != OF_OK) return NULL;
+  of_tensor *r = NULL;
+  of_status st = of_from_doubles(v, shape, nd, dt, &r);
+  return of_s_keep(s, st, r);
+}
+
+/* g shaped to broadcast against the logits, times `scale` */
+static of_tensor *s_grad_scale(of_scope *s, of_tensor *g, const layout *l, int32_t red,
+                               double scale) {
+  of_tensor *r = red == OF_LOSS_NONE && l->batched ? s_unsqueeze(s, g, 1) : g;
+  return scale == 1 ? r : of_s_bins(s, OF_MUL, r, scale);
+}
+
+/* ------------------------------------------------------------ cross_entropy */
+
+static of_status ce_backward(of_node *n, of_tensor **g, of_tensor **gi);
+static const of_grad_def ce_grad = {"CrossEntropyBackward", ce_backward};
+
+/* node: i[0] reduction, i[1] ignore_index, i[2] index_base, i[3] probabilities,
+ * i[4] has weight; d[0] label smoothing, d[1] denominator of 'mean', d[2] sum
+ * of the weights. saved: 0 logits, 1 target, 2 weight, 3 lse (double) */
+static of_status ce_composite(of_node *n, of_tensor *g, of_tensor *x, of_tensor *t,
+                              of_tensor *w, const layout *l, of_tensor **gi) {
+  of_scope s = {0};
+  int32_t red = (int32_t)n->i[0], cdim = l->batched ? 1 : 0;
+  bool prob = n->i[3] != 0;
+  double eps = n->d[0], C = (double)l->C;
+  of_tensor *wb = NULL, *a = NULL, *A = NULL;
+  if (w) {   /* [C] -> [1, C, 1, ...] when batched, in the logits' dtype */
+    int64_t shape[OF_MAX_DIMS];
+    for (int32_t d = 0; d < x->ndim; d++) shape[d] = d == cdim ? l->C : 1;
+    wb = s_cast(&s, s_reshape(&s, w, shape, x->ndim), x->dtype);
+  }
+  double scale = red == OF_LOSS_MEAN ? 1.0 / n->d[1] : 1.0;
+  of_tensor *gs = s_grad_scale(&s, g, l, red, scale);
+  if (prob) {
+    a = of_s_bins(&s, OF_ADD, of_s_bins(&s, OF_MUL, t, 1 - eps), eps / C);
+    if (wb) a = of_s_bin(&s, OF_MUL, a, wb);
+    A = s_sum_keep(&s, a, cdim);
+  } else if (s.st == OF_OK) {
+    /* constant coefficients from the class targets */
+    int64_t ns = l->N * l->S, ashape[OF_MAX_DIMS];
+    double *av = calloc((size_t)(ns * l->C + 1), sizeof(double));
+    double *Av = calloc((size_t)(ns + 1), sizeof(double));
+    const int64_t *tv = of_tensor_data(t);
+    const double *wv = w ? of_tensor_data(w) : NULL;
+    if (!av || !Av) s.st = of_fail(OF_ERR_OOM, "cross_entropy backward: out of memory");
+    for (int64_t i = 0; s.st == OF_OK && i < ns; i++) {
+      if (tv[i] == n->i[1]) continue;
+      int64_t ct = tv[i] - n->i[2], b = (i / l->S) * l->C * l->S + i % l->S;
+      double wt = wv ? wv[ct] : 1.0;
+      for (int64_t c = 0; c < l->C; c++) av[b + c * l->S] = eps / C * (wv ? wv[c] : 1.0);
+      av[b + ct * l->S] += (1 - eps) * wt;
+      Av[i] = (1 - eps) * wt + eps / C * n->d[2];
+    }
+    for (int32_t d = 0; d < x->ndim; d++) ashape[d] = d == cdim ? 1 : x->shape[d];
+    a = s_const(&s, av, x->shape, x->ndim, x->dtype);
+    A = s_const(&s, Av, ashape, x->ndim, x->dtype);
+    free(av);
+    free(Av);
+  }
+  of_tensor *p = s_softmax(&s, x, cdim, 0);
+  if (n->needs[0]) {
+    of_tensor *gx = of_s_bin(&s, OF_MUL, of_s_bin(&s, OF_SUB, of_s_bin(&s, OF_MUL, p, A), a), gs);
+    if (s.st == OF_OK && gx) of_tensor_retain(gx), gi[0] = gx;
+  }
+  if (prob && n->needs[1]) {
+    of_tensor *lp = s_softmax(&s, x, cdim, 1);
+    of_tensor *gt = of_s_bins(&s, OF_MUL, of_s_bin(&s, OF_MUL, wb ? of_s_bin(&s, OF_MUL, lp, wb)
+                                                                : lp, gs), -(1 - eps));
+    if (s.st == OF_OK && gt) of_tensor_retain(gt), gi[1] = gt;
+  }
+  return of_s_end(&s, NULL, &gi[0]);
+}
+
+static of_status ce_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  if (n->needs[2])
+    return of_fail(OF_ERR_STATE, "cross_entropy: the derivative for 'weight' is not "
+                   "implemented; detach the class weights");
+  of_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *tmp[5] = {NULL, NULL, NULL, NULL, NULL};
+  of_status st = OF_OK;
+  double *sc = NULL;
+  for (int32_t k = 0; k < 4 && st == OF_OK; k++)
+    if (k != 2 || n->i[4]) st = of_node_saved(n, k, &sv[k]);
+  if (st != OF_OK) goto done;
+  of_tensor *x = sv[0], *t = sv[1];
+  bool prob = n->i[3] != 0;
+  layout l;
+  st = parse_input("cross_entropy", x, &l);
+  if (st != OF_OK) goto done;
+  of_dtype cd = compute_dt(x->dtype);
+  st = dense(x, cd, &tmp[0]);
+  if (st == OF_OK) st = dense(t, prob ? cd : OF_INT64, &tmp[1]);
+  if (st == OF_OK) st = dense(sv[2], OF_FLOAT64, &tmp[2]);
+  if (st != OF_OK) goto done;
+  if (of_is_grad_enabled() &&
+      (g[0]->requires_grad || x->requires_grad || (prob && t->requires_grad))) {
+    st = ce_composite(n, g[0], x, prob ? t : tmp[1], tmp[2], &l, gi);
+    goto done;
+  }
+  ce_args a = {l.N, l.C, l.S, n->i[1], n->i[2], n->d[0], n->d[2],
+               prob ? NULL : of_tensor_data(tmp[1]), tmp[2] ? of_tensor_data(tmp[2]) : NULL};
+  st = sample_scales(g[0], (int32_t)n->i[0], n->d[1], l.N * l.S, &sc);
+  if (st == OF_OK) st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &tmp[3]);
+  if (st == OF_OK && prob && n->needs[1])
+    st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &tmp[4]);
+  if (st != OF_OK) goto done;
+  const void *q = prob ? of_tensor_data(tmp[1]) : NULL;
+  void *gq = tmp[4] ? of_tensor_data(tmp[4]) : NULL;
+  if (cd == OF_FLOAT64)
+    ce_bwd_double(&a, of_tensor_data(tmp[0]), q, of_tensor_data(sv[3]), sc,
+                  of_tensor_data(tmp[3]), gq);
+  else
+    ce_bwd_float(&a, of_tensor_data(tmp[0]), q, of_tensor_data(sv[3]), sc,
+                 of_tensor_data(tmp[3]), gq);
+  if (n->needs[0]) {
+    st = finish(tmp[3], n->in_meta[0].dtype, &gi[0]);
+    tmp[3] = NULL;
+  }
+  if (st == OF_OK && tmp[4]) {
+    st = finish(tmp[4], n->in_meta[1].dtype, &gi[1]);
+    tmp[4] = NULL;
+  }
+done:
+  free(sc);
+  release_all(sv, 4);
+  release_all(tmp, 5);
+  return st;
+}
+
+of_status of_cross_entropy(of_tensor *x, of_tensor *target, of_tensor *weight,
+                           of_loss_reduction reduction, int64_t ignore_index,
+                           double label_smoothing, int64_t index_base, of_tensor **out) {
+  const char *op = "cross_entropy";
+  layout l;
+  OF_CHECK(parse_input(op, x, &l));
+  OF_CHECK(check_reduction(op, reduction));
+  if (!(label_smoothing >= 0 && label_smoothing <= 1))
+    return of_fail(OF_ERR_ARG, "%s: label_smoothing must be between 0 and 1, got %g", op,
+                   label_smoothing);
+  bool prob = of_dtype_is_floating(target->dtype);
+  if (prob) {
+    bool same = target->ndim == x->ndim;
+    for (int32_t d = 0; same && d < x->ndim; d++) same = target->shape[d] == x->shape[d];
+    char b[96];
+    if (!same)
+      return of_fail(OF_ERR_SHAPE, "%s: a floating target holds class probabilities and must "
+                     "have the input's shape %s, got %s (%s); class indices must be int64",
+                     op, of_shape_str(x->shape, x->ndim, b, 96), OF_SHAPE_STR(target),
+                     OF_DT(target));
+  }
+  of_dtype cd = compute_dt(x->dtype);
+  of_tensor *w = NULL, *t = NULL, *xc = NULL, *lse = NULL;
+  double *buf = NULL;
+  int64_t ns = l.N * l.S;
+  of_status st = parse_weight(op, weight, &l, x, &w);
+  if (st == OF_OK) st = prob ? dense(target, cd, &t)
+                             : parse_class_target(op, target, &l, x, ignore_index, index_base,
+                                                  &t);
+  if (st == OF_OK) st = dense(x, cd, &xc);
+  if (st == OF_OK) st = of_tensor_new(&ns, 1, OF_FLOAT64, OF_CPU, &lse);
+  if (st == OF_OK && !(buf = malloc(sizeof(double) * (size_t)(2 * ns + 1))))
+    st = of_fail(OF_ERR_OOM, "%s: out of memory", op);
+  if (st != OF_OK) goto done;
+  double wsum = (double)l.C;
+  if (w) {
+    wsum = 0;
+    for (int64_t c = 0; c < l.C; c++) wsum += ((const double *)of_tensor_data(w))[c];
+  }
+  ce_args a = {l.N, l.C, l.S, ignore_index, index_base, label_smoothing, wsum,
+               prob ? NULL : of_tensor_data(t), w ? of_tensor_data(w) : NULL};
+  double *loss = buf, *wt = buf + ns, denom;
+  const void *q = prob ? of_tensor_data(t) : NULL;
+  if (cd == OF_FLOAT64) ce_fwd_double(&a, of_tensor_data(xc), q, of_tensor_data(lse), loss, wt);
+  else ce_fwd_float(&a, of_tensor_data(xc), q, of_tensor_data(lse), loss, wt);
+  st = reduce_losses(&l, reduction, loss, wt, prob, x->dtype, &denom, out);
+  of_tensor *ins[3] = {x, target, weight};
+  if (st == OF_OK && of_grad_needed(ins, 3)) {
+    of_node *n;
+    st = of_record(&ce_grad, ins, 3, out, 1, &n);
+    if (st != OF_OK) {
+      of_tensor_release(*out);
+      *out = NULL;
+    } else {
+      n->i[0] = reduction;
+      n->i[1] = ignore_index;
+      n->i[2] = index_base;
+      n->i[3] = prob;
+      n->i[4] = weight != NULL;
+      n->d[0] = label_smoothing;
+      n->d[1] = denom;
+      n->d[2] = wsum;
+      of_node_save(n, 0, x);
+      of_node_save(n, 1, target);
+      of_node_save(n, 2, weight);
+      of_node_save(n, 3, lse);
+    }
+  }
+done:
+  free(buf);
+  of_tensor *rel[4] = {w, t, xc, lse};
+  release_all(rel, 4);
+  return st;
+}
+
+/* ------------------------------------------------------------ nll_loss */
+
+static of_status nll_backward(of_node *n, of_tensor **g, of_tensor **gi);
+static const of_grad_def nll_grad = {"NllLossBackward", nll_backward};
+
+/* gx[n, t, s] = -w[t] * s_i, zero elsewhere (ignored samples: zero) */
+static void nll_grad_fill(const layout *l, const int64_t *t, const double *w, int64_t ignore,
+                          int64_t base, const double *s, double *gx) {
+  memset(gx, 0, sizeof(double) * (size_t)(l->N * l->C * l->S));
+  for (int64_t i = 0; i < l->N * l->S; i++) {
+    if (t[i] == ignore) continue;
+    int64_t ct = t[i] - base;
+    gx[(i / l->S) * l->C * l->S + ct * l->S + i % l->S] = -(w ? w[ct] : 1.0) * s[i];
+  }
+}
+
+/* node: i[0] reduction, i[1] ignore_index, i[2] index_base, i[4] has weight;
+ * d[1] denominator of 'mean'. saved: 0 target, 1 weight */
+static of_status nll_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0] || !n->needs[0]) return OF_OK;
+  if (n->needs[2])
+    return of_fail(OF_ERR_STATE, "nll_loss: the derivative for 'weight' is not implemented; "
+                   "detach the class weights");
+  of_tensor *sv[2] = {NULL, NULL}, *t = NULL, *w = NULL;
+  const of_meta *xm = &n->in_meta[0];
+  layout l = {.batched = xm->ndim > 1};
+  l.N = l.batched ? xm->shape[0] : 1;
+  l.C = xm->shape[l.batched ? 1 : 0];
+  l.S = 1;
+  for (int32_t d = 2; d < xm->ndim; d++) l.S *= xm->shape[d];
+  int32_t red = (int32_t)n->i[0];
+  int64_t ns = l.N * l.S;
+  bool composite = of_is_grad_enabled() && g[0]->requires_grad;
+  double *sc = NULL, *gx = malloc(sizeof(double) * (size_t)(ns * l.C + 1));
+  of_status st = gx ? of_node_saved(n, 0, &sv[0])
+                    : of_fail(OF_ERR_OOM, "nll_loss backward: out of memory");
+  if (st == OF_OK && n->i[4]) st = of_node_saved(n, 1, &sv[1]);
+  if (st == OF_OK) st = dense(sv[0], OF_INT64, &t);
+  if (st == OF_OK) st = dense(sv[1], OF_FLOAT64, &w);
+  if (st != OF_OK) goto done;
+  if (composite) {   /* a constant times g: recorded, so grads reach g */
+    if (!(sc = malloc(sizeof(double) * (size_t)(ns + 1)))) {
+      st = of_fail(OF_ERR_OOM, "nll_loss backward: out of memory");
+      goto done;
+    }
+    for (int64_t i = 0; i < ns; i++) sc[i] = red == OF_LOSS_MEAN ? 1.0 / n->d[1] : 1.0;
+    nll_grad_fill(&l, of_tensor_data(t), w ? of_tensor_data(w) : NULL, n->i[1], n->i[2], sc, gx);
+    of_scope s = {0};
+    of_tensor *m = s_const(&s, gx, xm->shape, xm->ndim, g[0]->dtype);
+    of_tensor *r = of_s_bin(&s, OF_MUL, m, s_grad_scale(&s, g[0], &l, red, 1.0));
+    st = of_s_end(&s, r, &gi[0]);
+    goto done;
+  }
+  st = sample_scales(g[0], red, n->d[1], ns, &sc);
+  if (st != OF_OK) goto done;
+  nll_grad_fill(&l, of_tensor_data(t), w ? of_tensor_data(w) : NULL, n->i[1], n->i[2], sc, gx);
+  st = of_from_doubles(gx, xm->shape, xm->ndim, xm->dtype, &gi[0]);
+done:
+  free(sc);
+  free(gx);
+  of_tensor *rel[4] = {sv[0], sv[1], t, w};
+  release_all(rel, 4);
+  return st;
+}
+
+of_status of_nll_loss(of_tensor *x, of_tensor *target, of_tensor *weight,
+                      of_loss_reduction reduction, int64_t ignore_index, int64_t index_base,
+                      of_tensor **out) {
+  const char *op = "nll_loss";
+  layout l;
+  OF_CHECK(parse_input(op, x, &l));
+  OF_CHECK(check_reduction(op, reduction));
+  of_tensor *w = NULL, *t = NULL, *xc = NULL;
+  double *buf = NULL;
+  int64_t ns = l.N * l.S;
+  of_status st = parse_weight(op, weight, &l, x, &w);
+  if (st == OF_OK) st = parse_class_target(op, target, &l, x, ignore_index, index_base, &t);
+  if (st == OF_OK) st = dense(x, x->dtype, &xc);
+  if (st == OF_OK && !(buf = malloc(sizeof(double) * (size_t)(2 * ns + 1))))
+    st = of_fail(OF_ERR_OOM, "%s: out of memory", op);
+  if (st != OF_OK) goto done;
+  const int64_t *tv = of_tensor_data(t);
+  const double *wv = w ? of_tensor_data(w) : NULL;
+  const char *xv = of_tensor_data(xc);
+  int64_t es = of_dtype_size(x->dtype);
+  double *loss = buf, *wt = buf + ns, denom;
+  for (int64_t i = 0; i < ns; i++) {
+    if (tv[i] == ignore_index) {
+      loss[i] = wt[i] = 0;
+      continue;
+    }
+    int64_t ct = tv[i] - index_base;
+    wt[i] = wv ? wv[ct] : 1.0;
+    int64_t at = (i / l.S) * l.C * l.S + ct * l.S + i % l.S;
+    loss[i] = -wt[i] * of_load_double(xv + at * es, x->dtype);
+  }
+  st = reduce_losses(&l, reduction, loss, wt, false, x->dtype, &denom, out);
+  of_tensor *ins[3] = {x, target, weight};
+  if (st == OF_OK && of_grad_needed(ins, 3)) {
+    of_node *n;
+    st = of_record(&nll_grad, ins, 3, out, 1, &n);
+    if (st != OF_OK) {
+      of_tensor_release(*out);
+      *out = NULL;
+    } else {
+      n->i[0] = reduction;
+      n->i[1] = ignore_index;
+      n->i[2] = index_base;
+      n->i[4] = weight != NULL;
+      n->d[1] = denom;
+      of_node_save(n, 0, target);
+      of_node_save(n, 1, weight);
+    }
+  }
+done:
+  free(buf);
+  of_tensor *rel[3] = {w, t, xc};
+  release_all(rel, 3);
+  return st;
+}

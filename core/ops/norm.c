@@ -1,0 +1,901 @@
+/* norm.c -- batch, layer, group and instance normalisation: fused forward
+ * and backward kernels, recorded in autograd.
+ *
+ * Two layouts cover the four ops:
+ *   - channels (batch_norm): x as [N, C, S], one statistic per channel over
+ *     N * S elements. Partial sums per (n, c) run in parallel and are
+ *     combined in a fixed order, so results do not depend on the thread count.
+ *   - rows (layer_norm, group_norm, instance_norm): x as [R, M], one
+ *     statistic per row over M contiguous elements. The affine parameter of
+ *     element j of row r is p = (r % G) * Cg + j / S  (layer_norm: G = 1,
+ *     Cg = M, S = 1; group_norm: G groups of Cg = C / G channels of S).
+ * Statistics are two-pass in double (the mean, then squared deviations);
+ * float16/bfloat16 run through float32.
+ *
+ * Backward rules are the closed forms, fused into one or two passes. Under
+ * create_graph, when the incoming grad or a saved input carries history, the
+ * rule is composed from public ops instead (norm_composite), so double
+ * backward is exact rather than silently zero. */
+#include "../autograd.h"
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+
+enum { PBLOCK = 64 };   /* parameters per task in the weight/bias grad pass */
+
+static int32_t nthreads(int64_t work) {
+  int32_t nt = of_threads();
+  if (nt <= 1 || work < OF_PARALLEL_GRAIN) return 1;
+  int64_t cap = work / (OF_PARALLEL_GRAIN / 4);
+  return cap < nt ? (int32_t)cap : nt;
+}
+
+/* ------------------------------------------------------------ kernels */
+
+/* channels: x [N, C, S]; q = n * C + c indexes one run of S elements */
+#define CHANNEL_KERNELS(T)                                                                \
+  /* part[q] = sum_s x, or sum_s (x - mu[c])^2 when mu is given */                        \
+  static void ch_sums_##T(const T *x, int64_t N, int64_t C, int64_t S, const double *mu,  \
+                          double *part) {                                                 \
+    int32_t nt = nthreads(N * C * S);                                                     \
+    _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
+    for (int64_t q = 0; q < N * C; q++) {                                                 \
+      const T *p = x + q * S;                                                             \
+      double acc = 0;                                                                     \
+      if (mu) {                                                                           \
+        double m = mu[q % C];                                                             \
+        _Pragma("omp simd reduction(+ : acc)")                                            \
+        for (int64_t s = 0; s < S; s++) acc += ((double)p[s] - m) * ((double)p[s] - m);   \
+      } else {                                                                            \
+        _Pragma("omp simd reduction(+ : acc)")                                            \
+        for (int64_t s = 0; s < S; s++) acc += (double)p[s];                              \
+      }                                                                                   \
+      part[q] = acc;                                                                      \
+    }                                                                                     \
+  }                                                                                       \
+  /* y = x * a[c] + b[c] */                                                               \
+  static void ch_affine_##T(const T *x, T *y, int64_t N, int64_t C, int64_t S,            \
+                            const double *a, const double *b) {                           \
+    int32_t nt = nthreads(N * C * S);                                                     \
+    _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
+    for (int64_t q = 0; q < N * C; q++) {                                                 \
+      const T *p = x + q * S;                                                             \
+      T *o = y + q * S;                                                                   \
+      double ac = a[q % C], bc = b[q % C];                                                \
+      for (int64_t s = 0; s < S; s++) o[s] = (T)((double)p[s] * ac + bc);                 \
+    }                                                                                     \
+  }                                                                                       \
+  /* pg[q] = sum_s g, pgx[q] = sum_s g * (x - mu[c]) */                                   \
+  static void ch_grad_sums_##T(const T *x, const T *g, int64_t N, int64_t C, int64_t S,   \
+                               const double *mu, double *pg, double *pgx) {               \
+    int32_t nt = nthreads(N * C * S);                                                     \
+    _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
+    for (int64_t q = 0; q < N * C; q++) {                                                 \
+      const T *px = x + q * S, *pg_ = g + q * S;                                          \
+      double m = mu[q % C], a = 0, b = 0;                                                 \
+      _Pragma("omp simd reduction(+ : a, b)")                                             \
+      for (int64_t s = 0; s < S; s++) {                                                   \
+        a += (double)pg_[s];                                                              \
+        b += (double)pg_[s] * ((double)px[s] - m);                                        \
+      }                                                                                   \
+      pg[q] = a;                                                                          \
+      pgx[q] = b;                                                                         \
+    }                                                                                     \
+  }                                                                                       \
+  /* gx = g * a[c] + (x - mu[c]) * b[c] + k[c] */                                         \
+  static void ch_grad_input_##T(const T *x, const T *g, T *gx, int64_t N, int64_t C,      \
+                                int64_t S, const double *mu, const double *a,             \
+                                const double *b, const double *k) {                       \
+    int32_t nt = nthreads(N * C * S);                                                     \
+    _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
+    for (int64_t q = 0; q < N * C; q++) {                                                 \
+      int64_t c = q % C;                                                                  \
+      const T *px = x + q * S, *pg_ = g + q * S;                                          \
+      T *o = gx + q * S;                                                                  \
+      double m = mu[c], ac = a[c], bc = b[c], kc = k[c];                                  \
+      for (int64_t s = 0; s < S; s++)                                                     \
+        o[s] = (T)((double)pg_[s] * ac + ((double)px[s] - m) * bc + kc);                  \
+    }                                                                                     \
+  }
+
+/* rows: x [R, M]; parameter p = (r % G) * Cg + j / S */
+#define ROW_KERNELS(T)                                                                    \
+  /* mean and biased variance of each row */                                              \
+  static void row_stats_##T(const T *x, int64_t R, int64_t M, double *mean, double *var) { \
+    int32_t nt = nthreads(R * M);                                                         \
+    _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
+    for (int64_t r = 0; r < R; r++) {                                                     \
+      const T *p = x + r * M;                                                             \
+      double s1 = 0, s2 = 0;                                                              \
+      _Pragma("omp simd reduction(+ : s1)")                                               \
+      for (int64_t j = 0; j < M; j++) s1 += (double)p[j];                                 \
+      double m = s1 / (double)M;                                                          \
+      _Pragma("omp simd reduction(+ : s2)")                                               \
+      for (int64_t j = 0; j < M; j++) s2 += ((double)p[j] - m) * ((double)p[j] - m);      \
+      mean[r] = m;                                                                        \
+      var[r] = s2 / (double)M;                                                            \
+    }                                                                                     \
+  }                                                                                       \
+  /* y = (x - mean) * rstd * w[p] + b[p] */                                               \
+  static void row_apply_##T(const T *x, T *y, int64_t R, int64_t M, int64_t G,            \
+                            int64_t Cg, int64_t S, const double *mean, const double *rstd, \
+                            const T *w, const T *b) {                                     \
+    int32_t nt = nthreads(R * M);                                                         \
+    _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
+    for (int64_t r = 0; r < R; r++) {                                                     \
+      const T *px = x + r * M;                                                            \
+      T *py = y + r * M;                                                                  \
+      double m = mean[r], rs = rstd[r];                                                   \
+      int64_t p0 = (r % G) * Cg;                                                          \
+      if (S == 1) {                                                                       \
+        for (int64_t j = 0; j < M; j++) {                                                 \
+          double v = ((double)px[j] - m) * rs;                                            \
+          if (w) v *= (double)w[p0 + j];                                                  \
+          if (b) v += (double)b[p0 + j];                                                  \
+          py[j] = (T)v;                                                                   \
+        }                                                                                 \
+        continue;                                                                         \
+      }                                                                                   \
+      for (int64_t cg = 0; cg < Cg; cg++) {                                               \
+        double sc = rs * (w ? (double)w[p0 + cg] : 1.0);                                  \
+        double sh = (b ? (double)b[p0 + cg] : 0.0) - m * sc;                              \
+        const T *qx = px + cg * S;                                                        \
+        T *qy = py + cg * S;                                                              \
+        for (int64_t s = 0; s < S; s++) qy[s] = (T)((double)qx[s] * sc + sh);             \
+      }                                                                                   \
+    }                                                                                     \
+  }                                                                                       \
+  /* gx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)), gw = g * w[p] */               \
+  static void row_grad_input_##T(const T *x, const T *g, T *gx, int64_t R, int64_t M,     \
+                                 int64_t G, int64_t Cg, int64_t S, const double *mean,    \
+                                 const double *rstd, const T *w) {                        \
+    int32_t nt = nthreads(R * M);                                                         \
+    _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
+    for (int64_t r = 0; r < R; r++) {                                                     \
+      const T *px = x + r * M, *pg = g + r * M;                                           \
+      T *po = gx + r * M;                                                                 \
+      const T *wr = w ? w + (r % G) * Cg : NULL;                                          \
+      double m = mean[r], rs = rstd[r], s1 = 0, s2 = 0;                                   \
+      if (S == 1) {   /* layer_norm: one parameter per element */                         \
+        _Pragma("omp simd reduction(+ : s1, s2)")                                         \
+        for (int64_t j = 0; j < M; j++) {                                                 \
+          double gw = (double)pg[j] * (wr ? (double)wr[j] : 1.0);                         \
+          s1 += gw;                                                                       \
+          s2 += gw * ((double)px[j] - m);                                                 \
+        }                                                                                 \
+      } else {                                                                            \
+        for (int64_t cg = 0; cg < Cg; cg++) {                                             \
+          const T *qx = px + cg * S, *qg = pg + cg * S;                                   \
+          double wv = wr ? (double)wr[cg] : 1.0, a = 0, b = 0;                            \
+          _Pragma("omp simd reduction(+ : a, b)")                                         \
+          for (int64_t s = 0; s < S; s++) {                                               \
+            a += (double)qg[s];                                                           \
+            b += (double)qg[s] * ((double)qx[s] - m);                                     \
+          }                                                                               \
+          s1 += wv * a;                                                                   \
+          s2 += wv * b;                                                                   \
+        }                                                                                 \
+      }                                                                                   \
+      double c1 = s1 / (double)M, c2 = rs * rs * s2 / (double)M;                          \
+      if (S == 1) {                                                                       \
+        for (int64_t j = 0; j < M; j++)                                                   \
+          po[j] = (T)(rs * ((double)pg[j] * (wr ? (double)wr[j] : 1.0) - c1 -             \
+                          ((double)px[j] - m) * c2));                                     \
+        continue;                                                                         \
+      }                                                                                   \
+      for (int64_t cg = 0; cg < Cg; cg++) {                                               \
+        const T *qx = px + cg * S, *qg = pg + cg * S;                                     \
+        T *qo = po + cg * S;                                                              \
+        double wv = wr ? (double)wr[cg] : 1.0;                                            \
+        for (int64_t s = 0; s < S; s++)                                                   \
+          qo[s] = (T)(rs * ((double)qg[s] * wv - c1 - ((double)qx[s] - m) * c2));         \
+      }                                                                                   \
+    }                                                                                     \
+  }                                                                                       \
+  /* gw[p] = sum g * xhat, gb[p] = sum g over the rows and elements of parameter p.       \
+   * Tasks are blocks of PBLOCK channels of one group, so each row's statistics are       \
+   * read once per block and, for S == 1 (layer_norm), the inner loop is contiguous. */   \
+  static void row_grad_params_##T(const T *x, const T *g, int64_t R, int64_t M, int64_t G, \
+                                  int64_t Cg, int64_t S, const double *mean,              \
+                                  const double *rstd, double *gw, double *gb) {           \
+    int64_t per = (Cg + PBLOCK - 1) / PBLOCK, nblk = G * per, NB = R / G;                 \
+    int32_t nt = nthreads(R * M);                                                         \
+    if (nt > nblk) nt = (int32_t)(nblk > 0 ? nblk : 1);                                   \
+    _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
+    for (int64_t blk = 0; blk < nblk; blk++) {                                            \
+      int64_t gi = blk / per, c0 = (blk % per) * PBLOCK;                                  \
+      int64_t c1 = c0 + PBLOCK < Cg ? c0 + PBLOCK : Cg;                                   \
+      double aw[PBLOCK] = {0}, ab[PBLOCK] = {0};                                          \
+      for (int64_t n = 0; n < NB; n++) {                                                  \
+        int64_t r = n * G + gi;                                                           \
+        double m = mean[r], rs = rstd[r];                                                 \
+        const T *xr = x + r * M, *gr = g + r * M;                                         \
+        if (S == 1) {                                                                     \
+          for (int64_t c = c0; c < c1; c++) {                                             \
+            double gv = (double)gr[c];                                                    \
+            ab[c - c0] += gv;                                                             \
+            aw[c - c0] += gv * ((double)xr[c] - m) * rs;                                  \
+          }                                                                               \
+          continue;                                                                       \
+        }                                                                                 \
+        for (int64_t c = c0; c < c1; c++) {                                               \
+          const T *qx = xr + c * S, *qg = gr + c * S;                                     \
+          double sw = 0, sb = 0;                                                          \
+          _Pragma("omp simd reduction(+ : sw, sb)")                                       \
+          for (int64_t s = 0; s < S; s++) {                                               \
+            sb += (double)qg[s];                                                          \
+            sw += (double)qg[s] * ((double)qx[s] - m);                                    \
+          }                                                                               \
+          aw[c - c0] += sw * rs;                                                          \
+          ab[c - c0] += sb;                                                               \
+        }                                                                                 \
+      }                                                                                   \
+      for (int64_t c = c0; c < c1; c++) {                                                 \
+        if (gw) gw[gi * Cg + c] = aw[c - c0];                                             \
+        if (gb) gb[gi * Cg + c] = ab[c - c0];                                             \
+      }                                                                                   \
+    }                                                                                     \
+  }
+
+CHANNEL_KERNELS(float)
+CHANNEL_KERNELS(double)
+ROW_KERNELS(float)
+ROW_KERNELS(double)
+
+/* ------------------------------------------------------------ helpers */
+
+static of_dtype compute_dt(of_dtype t) {
+  return t == OF_FLOAT16 || t == OF_BFLOAT16 ? OF_FLOAT32 : t;
+}
+
+/* t as a contiguous tensor of dtype dt, without history (NULL stays NULL). */
+static of_status dense(of_tensor *t, of_dtype dt, of_tensor **out) {
+  *out = NULL;
+  if (!t) return OF_OK;
+  if (t->dtype == dt && of_tensor_is_contiguous(t)) {
+    of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  return t->dtype != dt ? of_cast_data(t, dt, out) : of_clone_data(t, out);
+}
+
+static of_status check_input(const char *op, of_tensor *x, int32_t min_ndim) {
+  if (!x) return of_fail(OF_ERR_ARG, "%s: input is NULL", op);
+  if (!of_dtype_is_floating(x->dtype))
+    return of_fail(OF_ERR_DTYPE, "%s: expected a floating point input, got %s (shape %s)", op,
+                   OF_DT(x), OF_SHAPE_STR(x));
+  if (x->ndim < min_ndim)
+    return of_fail(OF_ERR_SHAPE, "%s: expected an input with at least %d dims, got %s (%s)", op,
+                   (int)min_ndim, OF_SHAPE_STR(x), OF_DT(x));
+  return OF_OK;
+}
+
+/* An optional per-channel tensor: floating, C elements. */
+static of_status check_param(const char *op, const char *what, of_tensor *t, int64_t C,
+                             const of_tensor *x) {
+  if (!t) return OF_OK;
+  char b[96];
+  if (!of_dtype_is_floating(t->dtype))
+    return of_fail(OF_ERR_DTYPE, "%s: %s must be floating point, got %s (shape %s)", op, what,
+                   OF_DT(t), OF_SHAPE_STR(t));
+  if (t->numel != C)
+    return of_fail(OF_ERR_SHAPE, "%s: %s of shape %s should have %lld elements, one per "
+                   "channel of the input %s (%s)", op, what, OF_SHAPE_STR(t), (long long)C,
+                   of_shape_str(x->shape, x->ndim, b, 96), OF_DT(x));
+  return OF_OK;
+}
+
+/* Element i of a 1-D (possibly strided) tensor as double, and back. */
+static double get1(const of_tensor *t, int64_t i) {
+  int64_t st = t->ndim ? t->strides[t->ndim - 1] : 1;
+  if (t->ndim > 1) st = 1;   /* [1, C] and similar: contiguous in practice */
+  return of_load_double(of_ptr(t) + i * st * of_dtype_size(t->dtype), t->dtype);
+}
+static void set1(of_tensor *t, int64_t i, double v) {
+  int64_t st = t->ndim ? t->strides[t->ndim - 1] : 1;
+  if (t->ndim > 1) st = 1;
+  of_store_double(of_ptr(t) + i * st * of_dtype_size(t->dtype), t->dtype, v);
+}
+
+static of_status check_stat(const char *op, const char *what, of_tensor *t, int64_t C,
+                            const of_tensor *x) {
+  OF_CHECK(check_param(op, what, t, C, x));
+  if (t && t->ndim > 1 && !of_tensor_is_contiguous(t))
+    return of_fail(OF_ERR_ARG, "%s: %s must be contiguous (shape %s)", op, what,
+                   OF_SHAPE_STR(t));
+  return OF_OK;
+}
+
+/* running = (1 - m) * running + m * v[c], c < C (no autograd: a buffer). */
+static void update_running(of_tensor *t, const double *v, int64_t C, double momentum) {
+  if (!t) return;
+  for (int64_t c = 0; c < C; c++) set1(t, c, (1 - momentum) * get1(t, c) + momentum * v[c]);
+  of_bump_version(t);
+}
+
+/* y (compute dtype) -> *out in dtype dt; y is consumed. */
+static of_status finish(of_tensor *y, of_dtype dt, of_tensor **out) {
+  if (y->dtype == dt) {
+    *out = y;
+    return OF_OK;
+  }
+  of_status st = of_cast_data(y, dt, out);
+  of_tensor_release(y);
+  return st;
+}
+
+/* A grad computed in doubles, shaped and typed like input k of node n. */
+static of_status grad_from_doubles(of_node *n, int32_t k, const double *v, of_tensor **out) {
+  const of_meta *m = &n->in_meta[k];
+  return of_from_doubles(v, m->shape, m->ndim, m->dtype, out);
+}
+
+static of_status new_doubles(int64_t n, of_tensor **out) {
+  return of_tensor_new(&n, 1, OF_FLOAT64, OF_CPU, out);
+}
+
+static void release_all(of_tensor **ts, int32_t n) {
+  for (int32_t i = 0; i < n; i++) of_tensor_release(ts[i]);
+}
+
+/* ------------------------------------------------------------ composite backward
+ * Used under create_graph: the closed form written with public ops, so the
+ * backward pass is itself recorded. x is viewed as vshape for the
+ * statistics, which reduce over rdims of that view; weight/bias grads sum
+ * over pdims of x. mean/rstd given (eval mode): constants broadcastable to
+ * the view; else they are recomputed from x (with history). */
+typedef struct {
+  int64_t vshape[OF_MAX_DIMS];
+  int32_t vnd;
+  int32_t rdims[OF_MAX_DIMS], nr;
+  int32_t pdims[OF_MAX_DIMS], np;
+  of_tensor *wb;              /* weight broadcastable to x, or NULL */
+  of_tensor *mean, *rstd;     /* eval-mode constants, or NULL */
+  double eps;
+} composite_t;
+
+static of_tensor *s_red(of_scope *s, of_reduce_op op, of_tensor *x, const int32_t *dims,
+                        int32_t nd, int32_t keep) {
+  if (s->st != OF_OK || !x) return NULL;
+  if (nd == 0) {   /* nothing to reduce (of_reduce would read 0 dims as all) */
+    of_tensor_retain(x);
+    return of_s_keep(s, OF_OK, x);
+  }
+  of_tensor *r = NULL;
+  of_status st = of_reduce(op, x, dims, nd, keep, 0, -1, &r);
+  return of_s_keep(s, st, r);
+}
+
+static of_tensor *s_reshape(of_scope *s, of_tensor *x, const int64_t *shape, int32_t nd) {
+  if (s->st != OF_OK || !x) return NULL;
+  of_tensor *r = NULL;
+  of_status st = of_reshape(x, shape, nd, &r);
+  return of_s_keep(s, st, r);
+}
+
+static of_tensor *s_cast(of_scope *s, of_tensor *x, of_dtype dt) {
+  if (s->st != OF_OK || !x) return NULL;
+  of_tensor *r = NULL;
+  of_status st = of_to_dtype(x, dt, &r);
+  return of_s_keep(s, st, r);
+}
+
+/* hands t (owned by the scope) out as a new reference */
+static void s_give(of_scope *s, of_tensor *t, of_tensor **out) {
+  if (s->st == OF_OK && t) {
+    of_tensor_retain(t);
+    *out = t;
+  }
+}
+
+#define MUL(a, b) of_s_bin(&s, OF_MUL, a, b)
+#define SUB(a, b) of_s_bin(&s, OF_SUB, a, b)
+
+static of_status norm_composite(of_node *n, const composite_t *c, of_tensor *g, of_tensor *x,
+                                of_tensor **gi) {
+  of_scope s = {0};
+  const of_meta *xm = &n->in_meta[0];
+  of_tensor *xv = s_reshape(&s, x, c->vshape, c->vnd), *mu = c->mean, *rs = c->rstd;
+  if (!mu) mu = s_red(&s, OF_RED_MEAN, xv, c->rdims, c->nr, 1);
+  of_tensor *xc = SUB(xv, mu);
+  if (!c->rstd) {
+    of_tensor *var = s_red(&s, OF_RED_MEAN, MUL(xc, xc), c->rdims, c->nr, 1);
+    rs = of_s_unary(&s, OF_RSQRT, of_s_bins(&s, OF_ADD, var, c->eps));
+  }
+  of_tensor *xh = MUL(xc, rs);   /* view shape */
+  if (n->needs[0]) {
+    of_tensor *gv = s_reshape(&s, c->wb ? MUL(g, c->wb) : g, c->vshape, c->vnd), *gxv;
+    if (c->mean) {
+      gxv = MUL(gv, rs);
+    } else {
+      of_tensor *m1 = s_red(&s, OF_RED_MEAN, gv, c->rdims, c->nr, 1);
+      of_tensor *m2 = s_red(&s, OF_RED_MEAN, MUL(gv, xh), c->rdims, c->nr, 1);
+      gxv = MUL(rs, SUB(SUB(gv, m1), MUL(xh, m2)));
+    }
+    s_give(&s, s_reshape(&s, gxv, xm->shape, xm->ndim), &gi[0]);
+  }
+  for (int32_t k = 1; k <= 2; k++) {
+    if (!n->needs[k]) continue;
+    of_tensor *t = k == 1 ? MUL(g, s_reshape(&s, xh, xm->shape, xm->ndim)) : g;
+    t = s_red(&s, OF_RED_SUM, t, c->pdims, c->np, 0);
+    t = s_reshape(&s, t, n->in_meta[k].shape, n->in_meta[k].ndim);
+    s_give(&s, s_cast(&s, t, n->in_meta[k].dtype), &gi[k]);
+  }
+  return of_s_end(&s, NULL, &gi[0]);
+}
+
+/* Under create_graph with history to follow, the fused kernels would drop it. */
+static bool wants_composite(of_tensor *g, of_tensor *x, of_tensor *w) {
+  return of_is_grad_enabled() && (g->requires_grad || x->requires_grad ||
+                                  (w && w->requires_grad));
+}
+
+/* Per-channel constants [C] (double) as a [1, C, 1, ...] tensor of dtype dt. */
+static of_status channel_view(of_tensor *v, int32_t ndim, of_dtype dt, of_tensor **out) {
+  int64_t shape[OF_MAX_DIMS];
+  for (int32_t d = 0; d < ndim; d++) shape[d] = 1;
+  shape[1] = v->numel;
+  of_tensor *c;
+  OF_CHECK(of_cast_data(v, dt, &c));
+  of_status st = of_reshape(c, shape, ndim, out);
+  of_tensor_release(c);
+  return st;
+}
+
+/* ------------------------------------------------------------ batch_norm */
+
+typedef struct {
+  int64_t N, C, S;
+} nc_shape;
+
+static nc_shape nc_of(const of_meta *m) {
+  nc_shape r = {m->shape[0], m->shape[1], 1};
+  for (int32_t d = 2; d < m->ndim; d++) r.S *= m->shape[d];
+  return r;
+}
+
+static of_meta meta_of_tensor(const of_tensor *t) {
+  of_meta m;
+  m.ndim = t->ndim;
+  m.dtype = t->dtype;
+  memcpy(m.shape, t->shape, sizeof m.shape);
+  return m;
+}
+
+static of_status bn_backward(of_node *n, of_tensor **g, of_tensor **gi);
+static const of_grad_def bn_grad = {"BatchNormBackward", bn_backward};
+
+static of_status bn_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  /* saved: 0 x, 1 weight (i[1]), 2 mean [C], 3 invstd [C] (double) */
+  of_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *tmp[3] = {NULL, NULL, NULL};
+  of_status st = OF_OK;
+  bool training = n->i[0] != 0;
+  for (int32_t k = 0; k < 4 && st == OF_OK; k++)
+    if (k != 1 || n->i[1]) st = of_node_saved(n, k, &sv[k]);
+  if (st != OF_OK) goto done;
+  of_tensor *x = sv[0], *w = sv[1];
+  nc_shape d = nc_of(&n->in_meta[0]);
+  if (wants_composite(g[0], x, w)) {
+    composite_t c = {.vnd = x->ndim, .eps = n->d[0]};
+    memcpy(c.vshape, x->shape, sizeof c.vshape);
+    for (int32_t k = 0; k < x->ndim; k++)
+      if (k != 1) c.rdims[c.nr++] = k, c.pdims[c.np++] = k;
+    if (w) st = channel_view(w, x->ndim, w->dtype, &tmp[0]);
+    if (st == OF_OK && !training) st = channel_view(sv[2], x->ndim, g[0]->dtype, &tmp[1]);
+    if (st == OF_OK && !training) st = channel_view(sv[3], x->ndim, g[0]->dtype, &tmp[2]);
+    c.wb = tmp[0];
+    if (!training) c.mean = tmp[1], c.rstd = tmp[2];
+    if (st == OF_OK) st = norm_composite(n, &c, g[0], x, gi);
+    goto done;
+  }
+  of_dtype cd = compute_dt(x->dtype);
+  of_tensor *xc = NULL, *gc = NULL, *gx = NULL;
+  st = dense(x, cd, &xc);
+  if (st == OF_OK) st = dense(g[0], cd, &gc);
+  int64_t NC = d.N * d.C, M = d.N * d.S;
+  double *buf = st == OF_OK ? malloc(sizeof(double) * (size_t)(2 * NC + 5 * d.C + 1)) : NULL;
+  if (st == OF_OK && !buf) st = of_fail(OF_ERR_OOM, "batch_norm backward: out of memory");
+  if (st == OF_OK) {
+    double *pg = buf, *pgx = buf + NC, *sg = pgx + NC, *sgx = sg + d.C, *a = sgx + d.C;
+    double *b = a + d.C, *k = b + d.C;
+    const double *mu = of_tensor_data(sv[2]), *is = of_tensor_data(sv[3]);
+    if (cd == OF_FLOAT64)
+      ch_grad_sums_double(of_tensor_data(xc), of_tensor_data(gc), d.N, d.C, d.S, mu, pg, pgx);
+    else
+      ch_grad_sums_float(of_tensor_data(xc), of_tensor_data(gc), d.N, d.C, d.S, mu, pg, pgx);
+    for (int64_t c = 0; c < d.C; c++) {
+      double s1 = 0, s2 = 0;
+      for (int64_t q = c; q < NC; q += d.C) s1 += pg[q], s2 += pgx[q];
+      sg[c] = s1;
+      sgx[c] = s2;
+      a[c] = is[c] * (w ? get1(w, c) : 1.0);
+      b[c] = training ? -a[c] * is[c] * is[c] * s2 / (double)M : 0;
+      k[c] = training ? -a[c] * s1 / (double)M : 0;
+    }
+    if (n->needs[0]) {
+      st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &gx);
+      if (st == OF_OK) {
+        if (cd == OF_FLOAT64)
+          ch_grad_input_double(of_tensor_data(xc), of_tensor_data(gc), of_tensor_data(gx),
+                               d.N, d.C, d.S, mu, a, b, k);
+        else
+          ch_grad_input_float(of_tensor_data(xc), of_tensor_data(gc), of_tensor_data(gx),
+                              d.N, d.C, d.S, mu, a, b, k);
+        st = finish(gx, n->in_meta[0].dtype, &gi[0]);
+      }
+    }
+    if (st == OF_OK && n->needs[1]) {
+      for (int64_t c = 0; c < d.C; c++) sgx[c] *= is[c];   /* sum g * xhat */
+      st = grad_from_doubles(n, 1, sgx, &gi[1]);
+    }
+    if (st == OF_OK && n->needs[2]) st = grad_from_doubles(n, 2, sg, &gi[2]);
+  }
+  free(buf);
+  of_tensor_release(xc);
+  of_tensor_release(gc);
+done:
+  release_all(sv, 4);
+  release_all(tmp, 3);
+  return st;
+}
+
+of_status of_batch_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
+                        of_tensor *weight, of_tensor *bias, int32_t training, double momentum,
+                        double eps, of_tensor **out) {
+  const char *op = "batch_norm";
+  OF_CHECK(check_input(op, x, 2));
+  of_meta xm = meta_of_tensor(x);
+  nc_shape d = nc_of(&xm);
+  OF_CHECK(check_stat(op, "running_mean", running_mean, d.C, x));
+  OF_CHECK(check_stat(op, "running_var", running_var, d.C, x));
+  OF_CHECK(check_param(op, "weight", weight, d.C, x));
+  OF_CHECK(check_param(op, "bias", bias, d.C, x));
+  if (!training && (!running_mean || !running_var))
+    return of_fail(OF_ERR_ARG, "%s: running_mean and running_var are needed when not "
+                   "training (input %s, %s)", op, OF_SHAPE_STR(x), OF_DT(x));
+  int64_t M = d.N * d.S, NC = d.N * d.C;
+  if (training && M <= 1)
+    return of_fail(OF_ERR_SHAPE, "%s: expected more than 1 value per channel when training, "
+                   "got input %s (%s)", op, OF_SHAPE_STR(x), OF_DT(x));
+  of_dtype cd = compute_dt(x->dtype);
+  of_tensor *xc = NULL, *mean = NULL, *invstd = NULL, *y = NULL;
+  double *buf = NULL;
+  of_status st = dense(x, cd, &xc);
+  if (st == OF_OK) st = new_doubles(d.C, &mean);
+  if (st == OF_OK) st = new_doubles(d.C, &invstd);
+  if (st == OF_OK) st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &y);
+  if (st == OF_OK && !(buf = malloc(sizeof(double) * (size_t)(NC + 3 * d.C + 1))))
+    st = of_fail(OF_ERR_OOM, "%s: out of memory", op);
+  if (st != OF_OK) goto done;
+  double *part = buf, *var = buf + NC, *a = var + d.C, *b = a + d.C;
+  double *mu = of_tensor_data(mean), *is = of_tensor_data(invstd);
+  const void *xp = of_tensor_data(xc);
+  if (training) {
+    for (int32_t pass = 0; pass < 2; pass++) {
+      if (cd == OF_FLOAT64) ch_sums_double(xp, d.N, d.C, d.S, pass ? mu : NULL, part);
+      else ch_sums_float(xp, d.N, d.C, d.S, pass ? mu : NULL, part);
+      for (int64_t c = 0; c < d.C; c++) {
+        double acc = 0;
+        for (int64_t q = c; q < NC; q += d.C) acc += part[q];
+        (pass ? var : mu)[c] = acc / (double)M;
+      }
+    }
+    for (int64_t c = 0; c < d.C; c++) is[c] = 1.0 / sqrt(var[c] + eps);
+    update_running(running_mean, mu, d.C, momentum);
+    for (int64_t c = 0; c < d.C; c++) var[c] *= (double)M / (double)(M - 1);   /* unbiased */
+    update_running(running_var, var, d.C, momentum);
+  } else {
+    for (int64_t c = 0; c < d.C; c++) {
+      mu[c] = get1(running_mean, c);
+      is[c] = 1.0 / sqrt(get1(running_var, c) + eps);
+    }
+  }
+  for (int64_t c = 0; c < d.C; c++) {
+    a[c] = is[c] * (weight ? get1(weight, c) : 1.0);
+    b[c] = (bias ? get1(bias, c) : 0.0) - mu[c] * a[c];
+  }
+  if (cd == OF_FLOAT64) ch_affine_double(xp, of_tensor_data(y), d.N, d.C, d.S, a, b);
+  else ch_affine_float(xp, of_tensor_data(y), d.N, d.C, d.S, a, b);
+  st = finish(y, x->dtype, out);
+  y = NULL;
+  of_tensor *ins[3] = {x, weight, bias};
+  if (st == OF_OK && of_grad_needed(ins, 3)) {
+    of_node *n;
+    st = of_record(&bn_grad, ins, 3, out, 1, &n);
+    if (st != OF_OK) {
+      of_tensor_release(*out);
+      *out = NULL;
+    } else {
+      n->i[0] = training != 0;
+      n->i[1] = weight != NULL;
+      n->d[0] = eps;
+      of_node_save(n, 0, x);
+      of_node_save(n, 1, weight);
+      of_node_save(n, 2, mean);
+      of_node_save(n, 3, invstd);
+    }
+  }
+done:
+  free(buf);
+  of_tensor *rel[4] = {xc, mean, invstd, y};
+  release_all(rel, 4);
+  return st;
+}
+
+/* ------------------------------------------------------------ layer/group/instance norm */
+
+enum { K_LAYER = 0, K_GROUP = 1, K_INSTANCE = 2 };
+
+typedef struct {
+  int64_t R, M, G, Cg, S;
+} rows_shape;
+
+static of_status rows_backward(of_node *n, of_tensor **g, of_tensor **gi);
+static const of_grad_def rows_grads[3] = {{"LayerNormBackward", rows_backward},
+                                          {"GroupNormBackward", rows_backward},
+                                          {"InstanceNormBackward", rows_backward}};
+
+static rows_shape rows_of(of_node *n) {
+  rows_shape r = {0, n->i[5], n->i[2], n->i[3], n->i[4]};
+  int64_t numel = of_shape_numel(n->in_meta[0].shape, n->in_meta[0].ndim);
+  r.R = r.M ? numel / r.M : 0;
+  return r;
+}
+
+static of_status rows_composite(of_node *n, of_tensor *g, of_tensor *x, of_tensor *w,
+                                of_tensor **gi) {
+  composite_t c = {.eps = n->d[0]};
+  of_tensor *wb = NULL;
+  int32_t nd = x->ndim;
+  if (n->i[0] == K_LAYER) {
+    int32_t k = (int32_t)n->i[6];
+    c.vnd = nd;
+    memcpy(c.vshape, x->shape, sizeof c.vshape);
+    for (int32_t d = nd - k; d < nd; d++) c.rdims[c.nr++] = d;
+    for (int32_t d = 0; d < nd - k; d++) c.pdims[c.np++] = d;
+    c.wb = w;
+  } else {
+    rows_shape r = rows_of(n);
+    c.vnd = 3;
+    c.vshape[0] = x->shape[0];
+    c.vshape[1] = r.G;
+    c.vshape[2] = r.M;
+    c.rdims[c.nr++] = 2;
+    for (int32_t d = 0; d < nd; d++)
+      if (d != 1) c.pdims[c.np++] = d;
+    if (w) OF_CHECK(channel_view(w, nd, w->dtype, &wb));
+    c.wb = wb;
+  }
+  of_status st = norm_composite(n, &c, g, x, gi);
+  of_tensor_release(wb);
+  return st;
+}
+
+static of_status rows_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  /* saved: 0 x, 1 weight (i[1]), 2 mean [R], 3 rstd [R] (double) */
+  of_tensor *sv[4] = {NULL, NULL, NULL, NULL};
+  of_status st = OF_OK;
+  for (int32_t k = 0; k < 4 && st == OF_OK; k++)
+    if (k != 1 || n->i[1]) st = of_node_saved(n, k, &sv[k]);
+  if (st != OF_OK) {
+    release_all(sv, 4);
+    return st;
+  }
+  of_tensor *x = sv[0], *w = sv[1];
+  if (wants_composite(g[0], x, w)) {
+    st = rows_composite(n, g[0], x, w, gi);
+    release_all(sv, 4);
+    return st;
+  }
+  rows_shape r = rows_of(n);
+  of_dtype cd = compute_dt(x->dtype);
+  of_tensor *xc = NULL, *gc = NULL, *wc = NULL, *gx = NULL;
+  double *buf = NULL;
+  int64_t P = r.G * r.Cg;
+  st = dense(x, cd, &xc);
+  if (st == OF_OK) st = dense(g[0], cd, &gc);
+  if (st == OF_OK) st = dense(w, cd, &wc);
+  const double *mu = of_tensor_data(sv[2]), *rs = of_tensor_data(sv[3]);
+  if (st == OF_OK && n->needs[0]) {
+    st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &gx);
+    if (st == OF_OK) {
+      if (cd == OF_FLOAT64)
+        row_grad_input_double(of_tensor_data(xc), of_tensor_data(gc), of_tensor_data(gx), r.R,
+                              r.M, r.G, r.Cg, r.S, mu, rs, wc ? of_tensor_data(wc) : NULL);
+      else
+        row_grad_input_float(of_tensor_data(xc), of_tensor_data(gc), of_tensor_data(gx), r.R,
+                             r.M, r.G, r.Cg, r.S, mu, rs, wc ? of_tensor_data(wc) : NULL);
+      st = finish(gx, n->in_meta[0].dtype, &gi[0]);
+    }
+  }
+  if (st == OF_OK && (n->needs[1] || n->needs[2])) {
+    if (!(buf = malloc(sizeof(double) * (size_t)(2 * P + 1))))
+      st = of_fail(OF_ERR_OOM, "%s: out of memory", n->def->name);
+  }
+  if (st == OF_OK && buf) {
+    double *gw = n->needs[1] ? buf : NULL, *gb = n->needs[2] ? buf + P : NULL;
+    if (cd == OF_FLOAT64)
+      row_grad_params_double(of_tensor_data(xc), of_tensor_data(gc), r.R, r.M, r.G, r.Cg, r.S,
+                             mu, rs, gw, gb);
+    else
+      row_grad_params_float(of_tensor_data(xc), of_tensor_data(gc), r.R, r.M, r.G, r.Cg, r.S,
+                            mu, rs, gw, gb);
+    if (gw) st = grad_from_doubles(n, 1, gw, &gi[1]);
+    if (st == OF_OK && gb) st = grad_from_doubles(n, 2, gb, &gi[2]);
+  }
+  free(buf);
+  of_tensor *rel[3] = {xc, gc, wc};
+  release_all(rel, 3);
+  release_all(sv, 4);
+  return st;
+}
+
+/* Normalises rows of x [R, M] (see the top of the file). stats, when
+ * given, receives the mean [R] then the biased variance [R] of each row. */
+static of_status rows_norm(const char *op, int32_t kind, of_tensor *x, rows_shape r,
+                           int32_t k, of_tensor *w, of_tensor *b, double eps, double *stats,
+                           of_tensor **out) {
+  of_dtype cd = compute_dt(x->dtype);
+  of_tensor *xc = NULL, *wc = NULL, *bc = NULL, *mean = NULL, *rstd = NULL, *y = NULL;
+  double *var = NULL;
+  of_status st = dense(x, cd, &xc);
+  if (st == OF_OK) st = dense(w, cd, &wc);
+  if (st == OF_OK) st = dense(b, cd, &bc);
+  if (st == OF_OK) st = new_doubles(r.R, &mean);
+  if (st == OF_OK) st = new_doubles(r.R, &rstd);
+  if (st == OF_OK) st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &y);
+  if (st == OF_OK && !(var = malloc(sizeof(double) * (size_t)(r.R + 1))))
+    st = of_fail(OF_ERR_OOM, "%s: out of memory", op);
+  if (st != OF_OK) goto done;
+  double *mu = of_tensor_data(mean), *rs = of_tensor_data(rstd);
+  if (r.M > 0) {
+    if (cd == OF_FLOAT64) row_stats_double(of_tensor_data(xc), r.R, r.M, mu, var);
+    else row_stats_float(of_tensor_data(xc), r.R, r.M, mu, var);
+  }
+  for (int64_t i = 0; i < r.R; i++) rs[i] = 1.0 / sqrt(var[i] + eps);
+  if (stats) {
+    memcpy(stats, mu, sizeof(double) * (size_t)r.R);
+    memcpy(stats + r.R, var, sizeof(double) * (size_t)r.R);
+  }
+  if (r.M > 0) {
+    if (cd == OF_FLOAT64)
+      row_apply_double(of_tensor_data(xc), of_tensor_data(y), r.R, r.M, r.G, r.Cg, r.S, mu, rs,
+                       wc ? of_tensor_data(wc) : NULL, bc ? of_tensor_data(bc) : NULL);
+    else
+      row_apply_float(of_tensor_data(xc), of_tensor_data(y), r.R, r.M, r.G, r.Cg, r.S, mu, rs,
+                      wc ? of_tensor_data(wc) : NULL, bc ? of_tensor_data(bc) : NULL);
+  }
+  st = finish(y, x->dtype, out);
+  y = NULL;
+  of_tensor *ins[3] = {x, w, b};
+  if (st == OF_OK && of_grad_needed(ins, 3)) {
+    of_node *n;
+    st = of_record(&rows_grads[kind], ins, 3, out, 1, &n);
+    if (st != OF_OK) {
+      of_tensor_release(*out);
+      *out = NULL;
+    } else {
+      n->i[0] = kind;
+      n->i[1] = w != NULL;
+      n->i[2] = r.G;
+      n->i[3] = r.Cg;
+      n->i[4] = r.S;
+      n->i[5] = r.M;
+      n->i[6] = k;
+      n->d[0] = eps;
+      of_node_save(n, 0, x);
+      of_node_save(n, 1, w);
+      of_node_save(n, 2, mean);
+      of_node_save(n, 3, rstd);
+    }
+  }
+done:
+  free(var);
+  of_tensor *rel[6] = {xc, wc, bc, mean, rstd, y};
+  release_all(rel, 6);
+  return st;
+}
+
+of_status of_layer_norm(of_tensor *x, int32_t normalized_ndim, of_tensor *weight,
+                        of_tensor *bias, double eps, of_tensor **out) {
+  const char *op = "layer_norm";
+  OF_CHECK(check_input(op, x, 1));
+  int32_t k = normalized_ndim;
+  if (k < 1 || k > x->ndim)
+    return of_fail(OF_ERR_ARG, "%s: normalized_shape has %d dims; expected 1..%d for the input "
+                   "%s (%s)", op, (int)k, (int)x->ndim, OF_SHAPE_STR(x), OF_DT(x));
+  const int64_t *tail = x->shape + (x->ndim - k);
+  of_tensor *ps[2] = {weight, bias};
+  const char *names[2] = {"weight", "bias"};
+  for (int32_t i = 0; i < 2; i++) {
+    of_tensor *p = ps[i];
+    if (!p) continue;
+    bool same = p->ndim == k;
+    for (int32_t d = 0; same && d < k; d++) same = p->shape[d] == tail[d];
+    char b1[96], b2[96];
+    if (!same)
+      return of_fail(OF_ERR_SHAPE, "%s: %s of shape %s should have the normalized shape %s "
+                     "(the last %d dims of the input %s, %s)", op, names[i], OF_SHAPE_STR(p),
+                     of_shape_str(tail, k, b1, 96), (int)k, of_shape_str(x->shape, x->ndim,
+                     b2, 96), OF_DT(x));
+    if (!of_dtype_is_floating(p->dtype))
+      return of_fail(OF_ERR_DTYPE, "%s: %s must be floating point, got %s (shape %s)", op,
+                     names[i], OF_DT(p), OF_SHAPE_STR(p));
+  }
+  rows_shape r = {0, of_shape_numel(tail, k), 1, 0, 1};
+  r.Cg = r.M;
+  r.R = r.M ? x->numel / r.M : 0;
+  return rows_norm(op, K_LAYER, x, r, k, weight, bias, eps, NULL, out);
+}
+
+static of_status group_shape(const char *op, of_tensor *x, int64_t groups, rows_shape *r) {
+  int64_t N = x->shape[0], C = x->shape[1], S = 1;
+  for (int32_t d = 2; d < x->ndim; d++) S *= x->shape[d];
+  if (groups < 1 || C % groups != 0)
+    return of_fail(OF_ERR_ARG, "%s: expected the number of channels %lld to be divisible by "
+                   "num_groups %lld (input %s, %s)", op, (long long)C, (long long)groups,
+                   OF_SHAPE_STR(x), OF_DT(x));
+  r->G = groups;
+  r->Cg = C / groups;
+  r->S = S;
+  r->M = r->Cg * S;
+  r->R = N * groups;
+  return OF_OK;
+}
+
+of_status of_group_norm(of_tensor *x, int64_t groups, of_tensor *weight, of_tensor *bias,
+                        double eps, of_tensor **out) {
+  const char *op = "group_norm";
+  OF_CHECK(check_input(op, x, 2));
+  rows_shape r;
+  OF_CHECK(group_shape(op, x, groups, &r));
+  OF_CHECK(check_param(op, "weight", weight, x->shape[1], x));
+  OF_CHECK(check_param(op, "bias", bias, x->shape[1], x));
+  return rows_norm(op, K_GROUP, x, r, 0, weight, bias, eps, NULL, out);
+}
+
+of_status of_instance_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
+                           of_tensor *weight, of_tensor *bias, int32_t use_input_stats,
+                           double momentum, double eps, of_tensor **out) {
+  const char *op = "instance_norm";
+  OF_CHECK(check_input(op, x, 2));
+  int64_t N = x->shape[0], C = x->shape[1];
+  OF_CHECK(check_stat(op, "running_mean", running_mean, C, x));
+  OF_CHECK(check_stat(op, "running_var", running_var, C, x));
+  OF_CHECK(check_param(op, "weight", weight, C, x));
+  OF_CHECK(check_param(op, "bias", bias, C, x));
+  if ((running_mean == NULL) != (running_var == NULL))
+    return of_fail(OF_ERR_ARG, "%s: give both running_mean and running_var, or neither "
+                   "(input %s, %s)", op, OF_SHAPE_STR(x), OF_DT(x));
+  if (!use_input_stats) {
+    if (!running_mean)
+      return of_fail(OF_ERR_ARG, "%s: running_mean and running_var are needed when "
+                     "use_input_stats is false (input %s, %s)", op, OF_SHAPE_STR(x), OF_DT(x));
+    return of_batch_norm(x, running_mean, running_var, weight, bias, 0, momentum, eps, out);
+  }
+  rows_shape r;
+  OF_CHECK(group_shape(op, x, C > 0 ? C : 1, &r));
+  if (r.S <= 1)
+    return of_fail(OF_ERR_SHAPE, "%s: expected more than 1 spatial element when training, "
+                   "got input %s (%s)", op, OF_SHAPE_STR(x), OF_DT(x));
+  double *stats = running_mean ? malloc(sizeof(double) * (size_t)(2 * r.R + 2 * C + 1)) : NULL;
+  if (running_mean && !stats) return of_fail(OF_ERR_OOM, "%s: out of memory", op);
+  of_status st = rows_norm(op, K_INSTANCE, x, r, 0, weight, bias, eps, stats, out);
+  if (st == OF_OK && running_mean) {
+    /* the per-instance statistics averaged over the batch (unbiased variance) */
+    const double *mu = stats, *var = stats + r.R;
+    double *mm = stats + 2 * r.R, *vv = mm + C;
+    for (int64_t c = 0; c < C; c++) mm[c] = vv[c] = 0;
+    for (int64_t q = 0; q < r.R; q++) {
+      mm[q % C] += mu[q] / (double)N;
+      vv[q % C] += var[q] * (double)r.S / (double)(r.S - 1) / (double)N;
+    }
+    update_running(running_mean, mm, C, momentum);
+    update_running(running_var, vv, C, momentum);
+  }
+  free(stats);
+  return st;
+}

@@ -1,0 +1,957 @@
+/* pool.c -- max, average and adaptive pooling over 1, 2 or 3 spatial dims,
+ * on CPU, with autograd.
+ *
+ * Input [N, C, *spatial] or [C, *spatial]: every leading (N, C) pair is one
+ * plane, pooled on its own. All pools are computed as 3-D (leading spatial
+ * dims of size 1) from per-dim window tables: for output position o along a
+ * dim, the first input position of the window, the number of valid
+ * positions, and (average pools) that dim's share of the divisor. The tables
+ * make the pools separable, so the inner loops carry no bounds checks.
+ *
+ * Windows (PyTorch's rules):
+ *   max/avg   start = o*stride - padding; max steps by dilation; out-of-range
+ *             positions are skipped. Average: the window is clipped to the
+ *             padded input; divisor = clipped-to-padded size
+ *             (count_include_pad), the in-range size, or divisor_override.
+ *   adaptive  [floor(o*in/out), ceil((o+1)*in/out)).
+ * Max pools return int64 indices into each flattened input plane (plus
+ * index_base); NaN wins, ties keep the first position.
+ *
+ * Autograd: every pool is linear in its input once the indices are known.
+ *   max:  gx = scatter(gy, idx)   whose grad is  gather(ggx, idx)  and back
+ *   avg:  gx = avg_grad(gy)       whose grad is  avg(ggx)          and back
+ * so grads of any order work. */
+#include "../autograd.h"
+#include <math.h>
+#include <stdint.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef enum { POOL_MAX, POOL_AVG } pool_kind;
+
+typedef struct {
+  char op[40];
+  int32_t nsp;
+  bool adaptive;
+  bool cip;                  /* count_include_pad */
+  int64_t divisor;           /* > 0: divisor_override */
+  int64_t k[3], s[3], p[3], d[3];   /* [nsp] used */
+} pool_args;
+
+/* One pool as 3-D over `planes` planes. */
+typedef struct {
+  int64_t planes;
+  int64_t in[3], out[3];
+  int64_t in_sz, out_sz;
+  int64_t step[3];           /* input step within a window (dilation) */
+  int64_t k[3], s[3], p[3];  /* fixed windows (max/avg, not adaptive) */
+  int64_t *first[3], *count[3], *dv[3];   /* per-dim tables [out[d]] */
+  int64_t *mem;
+} pgeom;
+
+static void pgeom_free(pgeom *g) { free(g->mem); }
+
+/* Tables for the pool of `a` from input sizes `in` to `out` (nsp each). */
+static of_status pgeom_init(pgeom *g, const pool_args *a, int64_t planes, const int64_t *in,
+                            const int64_t *out) {
+  int32_t lead = 3 - a->nsp;
+  g->planes = planes;
+  int64_t total = 0;
+  for (int32_t d = 0; d < 3; d++) {
+    g->in[d] = d >= lead ? in[d - lead] : 1;
+    g->out[d] = d >= lead ? out[d - lead] : 1;
+    total += g->out[d];
+  }
+  g->in_sz = g->in[0] * g->in[1] * g->in[2];
+  g->out_sz = g->out[0] * g->out[1] * g->out[2];
+  g->mem = malloc(sizeof(int64_t) * (size_t)(3 * total + 1));
+  if (!g->mem) return of_fail(OF_ERR_OOM, "%s: out of memory", a->op);
+  int64_t *m = g->mem;
+  for (int32_t d = 0; d < 3; d++) {
+    int64_t n = g->out[d], in_d = g->in[d];
+    g->first[d] = m, m += n;
+    g->count[d] = m, m += n;
+    g->dv[d] = m, m += n;
+    bool real = d >= lead;
+    int32_t j = d - lead;
+    int64_t k = real ? a->k[j] : 1, s = real ? a->s[j] : 1, p = real ? a->p[j] : 0;
+    int64_t dil = real ? a->d[j] : 1;
+    g->step[d] = a->adaptive ? 1 : dil;
+    g->k[d] = k, g->s[d] = s, g->p[d] = p;
+    for (int64_t o = 0; o < n; o++) {
+      int64_t first, cnt, dv;
+      if (a->adaptive || !real) {
+        int64_t st = real ? (o * in_d) / n : 0;
+        int64_t en = real ? ((o + 1) * in_d + n - 1) / n : 1;
+        first = st, cnt = en - st, dv = cnt;
+      } else {
+        int64_t start = o * s - p;
+        /* valid kernel taps: 0 <= start + t*dil < in_d */
+        int64_t lo = start >= 0 ? 0 : (-start + dil - 1) / dil;
+        int64_t hi = in_d - 1 - start < 0 ? 0 : (in_d - 1 - start) / dil + 1;
+        if (hi > k) hi = k;
+        if (lo > hi) lo = hi;
+        first = start + lo * dil;
+        cnt = hi - lo;
+        /* average: window clipped to the padded input */
+        int64_t pend = start + k < in_d + p ? start + k : in_d + p;
+        dv = a->cip ? pend - start : cnt;
+      }
+      g->first[d][o] = first;
+      g->count[d][o] = cnt;
+      g->dv[d][o] = dv;
+    }
+  }
+  return OF_OK;
+}
+
+/* int32s per thread in the max pool's scratch: whole cache lines apart */
+static int64_t scratch_stride(int64_t ow) { return (ow + 15) / 16 * 16 + 16; }
+
+static int pool_threads(int64_t units, int64_t work) {
+  int nt = of_threads();
+  if (work < OF_PARALLEL_GRAIN || units < 2) return 1;
+  return units < nt ? (int)units : nt;
+}
+
+/* ---- kernels for float and double ---- */
+
+/* Range [lo, hi) of output positions o whose input position o*s + off lies
+ * in [0, n). */
+static inline void valid_range(int64_t off, int64_t s, int64_t n, int64_t nout, int64_t *lo,
+                               int64_t *hi) {
+  int64_t l = off >= 0 ? 0 : (-off + s - 1) / s;
+  int64_t h = n - 1 - off < 0 ? 0 : (n - 1 - off) / s + 1;
+  if (h > nout) h = nout;
+  if (l > h) l = h;
+  *lo = l;
+  *hi = h;
+}
+
+/* m[o] = max(m[o], xr[o*sw]) for o in [lo, hi), recording `tap` where the
+ * new value wins (NaN always wins). Vectorised per instruction set. */
+#define MAX_UPDATE(T)                                                                       \
+  __attribute__((target_clones("avx512f", "avx2", "default")))                             \
+  static void max_update_##T(const T *xr, int64_t sw, int64_t lo, int64_t hi, T *m,          \
+                             int32_t *tp, int32_t tap) {                                   \
+    if (sw == 1) {                                                                         \
+      for (int64_t o = lo; o < hi; o++) {                                                  \
+        T v = xr[o], cur = m[o];                                                           \
+        bool take = (v > cur) | (v != v);                                                  \
+        m[o] = take ? v : cur;                                                             \
+        tp[o] = take ? tap : tp[o];                                                        \
+      }                                                                                    \
+    } else if (sw == 2) {                                                                  \
+      for (int64_t o = lo; o < hi; o++) {                                                  \
+        T v = xr[2 * o], cur = m[o];                                                       \
+        bool take = (v > cur) | (v != v);                                                  \
+        m[o] = take ? v : cur;                                                             \
+        tp[o] = take ? tap : tp[o];                                                        \
+      }                                                                                    \
+    } else {                                                                               \
+      for (int64_t o = lo; o < hi; o++) {                                                  \
+        T v = xr[o * sw], cur = m[o];                                                      \
+        bool take = (v > cur) | (v != v);                                                  \
+        m[o] = take ? v : cur;                                                             \
+        tp[o] = take ? tap : tp[o];                                                        \
+      }                                                                                    \
+    }                                                                                      \
+  }
+MAX_UPDATE(float)
+MAX_UPDATE(double)
+
+/* y[i] += x[i*sx] and x[i*sx] += y[i], per instruction set */
+#define ROW_ADD(T)                                                                          \
+  __attribute__((target_clones("avx512f", "avx2", "default")))                             \
+  static void row_add_##T(T *restrict y, const T *restrict x, int64_t sx, int64_t n) {      \
+    if (sx == 1)                                                                           \
+      for (int64_t i = 0; i < n; i++) y[i] += x[i];                                        \
+    else if (sx == 2)                                                                      \
+      for (int64_t i = 0; i < n; i++) y[i] += x[2 * i];                                    \
+    else                                                                                   \
+      for (int64_t i = 0; i < n; i++) y[i] += x[i * sx];                                   \
+  }                                                                                        \
+  __attribute__((target_clones("avx512f", "avx2", "default")))                             \
+  static void row_add_to_##T(T *restrict x, int64_t sx, const T *restrict y, int64_t n) {   \
+    if (sx == 1)                                                                           \
+      for (int64_t i = 0; i < n; i++) x[i] += y[i];                                        \
+    else                                                                                   \
+      for (int64_t i = 0; i < n; i++) x[i * sx] += y[i];                                   \
+  }
+ROW_ADD(float)
+ROW_ADD(double)
+
+#define POOL_KERNELS(T)                                                                     \
+  /* Average over windows of a fixed kernel (no dilation), tap by tap per output row. */   \
+  static void avg_fixed_fwd_##T(const pgeom *g, const T *x, T *y, int64_t divisor) {        \
+    const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];                          \
+    const int64_t H = g->in[1], W = g->in[2];                                              \
+    const int64_t KW = g->k[2], SW = g->s[2], PW = g->p[2];                                \
+    int64_t rows = g->planes * OD * OH;                                                    \
+    int nt = pool_threads(rows, g->planes * g->out_sz * 8);                                \
+    _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")              \
+    for (int64_t r = 0; r < rows; r++) {                                                   \
+      int64_t oh = r % OH, od = (r / OH) % OD, pl = r / (OH * OD);                         \
+      const T *xp = x + pl * g->in_sz;                                                     \
+      T *yp = y + r * OW;                                                                  \
+      int64_t fd = g->first[0][od], nd = g->count[0][od];                                  \
+      int64_t fh = g->first[1][oh], nh = g->count[1][oh];                                  \
+      for (int64_t ow = 0; ow < OW; ow++) yp[ow] = 0;                                      \
+      for (int64_t a = 0; a < nd; a++)                                                     \
+        for (int64_t b = 0; b < nh; b++) {                                                 \
+          const T *xr = xp + ((fd + a) * H + fh + b) * W;                                  \
+          for (int64_t c = 0; c < KW; c++) {                                               \
+            int64_t off = c - PW, lo, hi;                                                  \
+            valid_range(off, SW, W, OW, &lo, &hi);                                         \
+            row_add_##T(yp + lo, xr + off + lo * SW, SW, hi - lo);                         \
+          }                                                                                \
+        }                                                                                  \
+      int64_t dvdh = g->dv[0][od] * g->dv[1][oh];                                          \
+      for (int64_t ow = 0; ow < OW; ow++) {                                                \
+        int64_t dv = divisor > 0 ? divisor : dvdh * g->dv[2][ow];                          \
+        yp[ow] = nd * nh * g->count[2][ow] == 0 ? 0 : yp[ow] / (T)dv;                      \
+      }                                                                                    \
+    }                                                                                      \
+  }                                                                                        \
+                                                                                           \
+  /* gx (zeroed here) += gy / divisor over each window; planes in parallel;               \
+   * scratch: OW per thread */                                                             \
+  static void avg_fixed_bwd_##T(const pgeom *g, const T *gy, T *gx, int64_t divisor,        \
+                                T *scratch, int nt) {                                      \
+    const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];                          \
+    const int64_t H = g->in[1], W = g->in[2];                                              \
+    const int64_t KW = g->k[2], SW = g->s[2], PW = g->p[2];                                \
+    _Pragma("omp parallel num_threads(nt) if (nt > 1)")                                   \
+    {                                                                                      \
+      T *tmp = scratch + (int64_t)omp_get_thread_num() * scratch_stride(OW);               \
+      _Pragma("omp for schedule(static)")                                                  \
+      for (int64_t pl = 0; pl < g->planes; pl++) {                                         \
+        T *xp = gx + pl * g->in_sz;                                                        \
+        memset(xp, 0, sizeof(T) * (size_t)g->in_sz);                                       \
+        const T *yp = gy + pl * g->out_sz;                                                 \
+        for (int64_t od = 0; od < OD; od++)                                                \
+          for (int64_t oh = 0; oh < OH; oh++, yp += OW) {                                  \
+            int64_t fd = g->first[0][od], nd = g->count[0][od];                            \
+            int64_t fh = g->first[1][oh], nh = g->count[1][oh];                            \
+            int64_t dvdh = g->dv[0][od] * g->dv[1][oh];                                    \
+            for (int64_t ow = 0; ow < OW; ow++) {                                          \
+              int64_t dv = divisor > 0 ? divisor : dvdh * g->dv[2][ow];                    \
+              tmp[ow] = nd * nh * g->count[2][ow] == 0 ? 0 : yp[ow] / (T)dv;               \
+            }                                                                              \
+            for (int64_t a = 0; a < nd; a++)                                               \
+              for (int64_t b = 0; b < nh; b++) {                                           \
+                T *xr = xp + ((fd + a) * H + fh + b) * W;                                  \
+                for (int64_t c = 0; c < KW; c++) {                                         \
+                  int64_t off = c - PW, lo, hi;                                            \
+                  valid_range(off, SW, W, OW, &lo, &hi);                                   \
+                  row_add_to_##T(xr + off + lo * SW, SW, tmp + lo, hi - lo);               \
+                }                                                                          \
+              }                                                                            \
+          }                                                                                \
+      }                                                                                    \
+    }                                                                                      \
+  }                                                                                        \
+                                                                                           \
+  /* Max over windows of a fixed kernel: per output row, each kernel tap updates the       \
+   * whole row (no per-element bounds checks), remembering the winning tap; the tap        \
+   * becomes an index at the end. Taps go in (d, h, w) order, so ties keep the first       \
+   * position and the last NaN wins, as PyTorch. scratch: OW int32 per thread; planes      \
+   * must have fewer than 2^31 elements (else max_table_fwd). */                           \
+  static void max_fwd_##T(const pgeom *g, const T *x, T *y, int64_t *idx, int64_t base,     \
+                          int32_t *scratch, int nt) {                                      \
+    const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];                          \
+    const int64_t H = g->in[1], W = g->in[2];                                              \
+    const int64_t sd = g->step[0], sh = g->step[1], dw = g->step[2];                       \
+    const int64_t KW = g->k[2], SW = g->s[2], PW = g->p[2];                                \
+    int64_t rows = g->planes * OD * OH;                                                    \
+    _Pragma("omp parallel num_threads(nt) if (nt > 1)")                                   \
+    {                                                                                      \
+      int32_t *tp = scratch + (int64_t)omp_get_thread_num() * scratch_stride(OW);          \
+      _Pragma("omp for schedule(static)")                                                  \
+      for (int64_t r = 0; r < rows; r++) {                                                 \
+        int64_t oh = r % OH, od = (r / OH) % OD, pl = r / (OH * OD);                       \
+        const T *xp = x + pl * g->in_sz;                                                   \
+        T *yp = y + r * OW;                                                                \
+        int64_t *ip = idx + r * OW;                                                        \
+        int64_t fd = g->first[0][od], nd = g->count[0][od];                                \
+        int64_t fh = g->first[1][oh], nh = g->count[1][oh];                                \
+        for (int64_t ow = 0; ow < OW; ow++) {                                              \
+          yp[ow] = (T)-INFINITY;                                                           \
+          tp[ow] = INT32_MIN;                                                              \
+        }                                                                                  \
+        for (int64_t a = 0; a < nd; a++)                                                   \
+          for (int64_t b = 0; b < nh; b++) {                                               \
+            const T *xr = xp + ((fd + a * sd) * H + fh + b * sh) * W;                      \
+            for (int64_t c = 0; c < KW; c++) {                                             \
+              int64_t off = c * dw - PW, lo, hi;                                           \
+              valid_range(off, SW, W, OW, &lo, &hi);                                       \
+              /* the tap as an offset: position = tap + ow * SW */                         \
+              max_update_##T(xr + off, SW, lo, hi, yp, tp, (int32_t)(xr - xp + off));      \
+            }                                                                              \
+          }                                                                                \
+        for (int64_t ow = 0; ow < OW; ow++) {                                              \
+          int64_t pos = (int64_t)tp[ow] + ow * SW;                                         \
+          if (tp[ow] == INT32_MIN) {   /* all -inf (or an empty window): the first one */  \
+            pos = (fd * H + fh) * W + g->first[2][ow];                                     \
+            if (nd * nh * g->count[2][ow] == 0) yp[ow] = 0, pos = 0;                       \
+          }                                                                                \
+          ip[ow] = pos + base;                                                             \
+        }                                                                                  \
+      }                                                                                    \
+    }                                                                                      \
+  }                                                                                        \
+                                                                                           \
+  /* Max over the windows of the tables, one output at a time (adaptive pools, huge      \
+   * planes). */                                                                           \
+  static void max_table_fwd_##T(const pgeom *g, const T *x, T *y, int64_t *idx,            \
+                                int64_t base) {                                            \
+    const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];                          \
+    const int64_t H = g->in[1], W = g->in[2];                                              \
+    const int64_t sd = g->step[0], sh = g->step[1], sw = g->step[2];                       \
+    int64_t rows = g->planes * OD * OH;                                                    \
+    int nt = pool_threads(rows, g->planes * g->out_sz * 8);                                \
+    _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")              \
+    for (int64_t r = 0; r < rows; r++) {                                                   \
+      int64_t oh = r % OH, od = (r / OH) % OD, pl = r / (OH * OD);                         \
+      const T *xp = x + pl * g->in_sz;                                                     \
+      T *yp = y + r * OW;                                                                  \
+      int64_t *ip = idx + r * OW;                                                          \
+      int64_t fd = g->first[0][od], nd = g->count[0][od];                                  \
+      int64_t fh = g->first[1][oh], nh = g->count[1][oh];                                  \
+      for (int64_t ow = 0; ow < OW; ow++) {                                                \
+        int64_t fw = g->first[2][ow], nw = g->count[2][ow];                                \
+        T best = (T)-INFINITY;                                                             \
+        int64_t bi = ((fd * H) + fh) * W + fw;                                             \
+        for (int64_t a = 0; a < nd; a++)                                                   \
+          for (int64_t b = 0; b < nh; b++) {                                               \
+            int64_t row = ((fd + a * sd) * H + fh + b * sh) * W + fw;                      \
+            const T *xr = xp + row;                                                        \
+            for (int64_t c = 0; c < nw; c++) {                                             \
+              T v = xr[c * sw];                                                            \
+              if (v > best || v != v) {                                                    \
+                best = v;                                                                  \
+                bi = row + c * sw;                                                         \
+              }                                                                            \
+            }                                                                              \
+          }                                                                                \
+        if (nd * nh * nw == 0) best = 0, bi = 0;                                           \
+        yp[ow] = best;                                                                     \
+        ip[ow] = bi + base;                                                                \
+      }                                                                                    \
+    }                                                                                      \
+  }                                                                                        \
+                                                                                           \
+  static void avg_fwd_##T(const pgeom *g, const T *x, T *y, int64_t divisor) {              \
+    const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];                          \
+    const int64_t H = g->in[1], W = g->in[2];                                              \
+    int64_t rows = g->planes * OD * OH;                                                    \
+    int nt = pool_threads(rows, g->planes * g->out_sz * 8);                                \
+    _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")              \
+    for (int64_t r = 0; r < rows; r++) {                                                   \
+      int64_t oh = r % OH, od = (r / OH) % OD, pl = r / (OH * OD);                         \
+      const T *xp = x + pl * g->in_sz;                                                     \
+      T *yp = y + r * OW;                                                                  \
+      int64_t fd = g->first[0][od], nd = g->count[0][od];                                  \
+      int64_t fh = g->first[1][oh], nh = g->count[1][oh];                                  \
+      int64_t dvdh = g->dv[0][od] * g->dv[1][oh];                                          \
+      for (int64_t ow = 0; ow < OW; ow++) {                                                \
+        int64_t fw = g->first[2][ow], nw = g->count[2][ow];                                \
+        T acc = 0;                                                                         \
+        for (int64_t a = 0; a < nd; a++)                                                   \
+          for (int64_t b = 0; b < nh; b++) {                                               \
+            const T *xr = xp + ((fd + a) * H + fh + b) * W + fw;                           \
+            for (int64_t c = 0; c < nw; c++) acc += xr[c];                                 \
+          }                                                                                \
+        int64_t dv = divisor > 0 ? divisor : dvdh * g->dv[2][ow];                          \
+        yp[ow] = nd * nh * nw == 0 ? 0 : acc / (T)dv;                                      \
+      }                                                                                    \
+    }                                                                                      \
+  }                                                                                        \
+                                                                                           \
+  /* gx (zeroed here) += gy / divisor over each window; planes in parallel */              \
+  static void avg_bwd_##T(const pgeom *g, const T *gy, T *gx, int64_t divisor) {            \
+    const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];                          \
+    const int64_t H = g->in[1], W = g->in[2];                                              \
+    int nt = pool_threads(g->planes, g->planes * g->out_sz * 8);                           \
+    _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")              \
+    for (int64_t pl = 0; pl < g->planes; pl++) {                                           \
+      T *xp = gx + pl * g->in_sz;                                                          \
+      memset(xp, 0, sizeof(T) * (size_t)g->in_sz);                                         \
+      const T *yp = gy + pl * g->out_sz;                                                   \
+      for (int64_t od = 0; od < OD; od++)                                                  \
+        for (int64_t oh = 0; oh < OH; oh++, yp += OW) {                                    \
+          int64_t fd = g->first[0][od], nd = g->count[0][od];                              \
+          int64_t fh = g->first[1][oh], nh = g->count[1][oh];                              \
+          int64_t dvdh = g->dv[0][od] * g->dv[1][oh];                                      \
+          for (int64_t ow = 0; ow < OW; ow++) {                                            \
+            int64_t fw = g->first[2][ow], nw = g->count[2][ow];                            \
+            if (nd * nh * nw == 0) continue;                                               \
+            int64_t dv = divisor > 0 ? divisor : dvdh * g->dv[2][ow];                      \
+            T v = yp[ow] / (T)dv;                                                          \
+            for (int64_t a = 0; a < nd; a++)                                               \
+              for (int64_t b = 0; b < nh; b++) {                                           \
+                T *xr = xp + ((fd + a) * H + fh + b) * W + fw;                             \
+                for (int64_t c = 0; c < nw; c++) xr[c] += v;                               \
+              }                                                                            \
+          }                                                                                \
+        }                                                                                  \
+    }                                                                                      \
+  }                                                                                        \
+                                                                                           \
+  /* gx (zeroed here)[pl, idx[pl, j]] += gy[pl, j] */                                      \
+  static void scatter_##T(int64_t planes, int64_t in_sz, int64_t out_sz, const T *gy,       \
+                          const int64_t *idx, int64_t base, T *gx) {                       \
+    int nt = pool_threads(planes, planes * out_sz * 4);                                    \
+    _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")              \
+    for (int64_t pl = 0; pl < planes; pl++) {                                              \
+      T *xp = gx + pl * in_sz;                                                             \
+      memset(xp, 0, sizeof(T) * (size_t)in_sz);                                            \
+      const T *yp = gy + pl * out_sz;                                                      \
+      const int64_t *ip = idx + pl * out_sz;                                               \
+      for (int64_t j = 0; j < out_sz; j++) {                                               \
+        int64_t i = ip[j] - base;                                                          \
+        if (i >= 0 && i < in_sz) xp[i] += yp[j];                                           \
+      }                                                                                    \
+    }                                                                                      \
+  }                                                                                        \
+                                                                                           \
+  /* y[pl, j] = x[pl, idx[pl, j]] */                                                       \
+  static void gather_##T(int64_t planes, int64_t in_sz, int64_t out_sz, const T *x,         \
+                         const int64_t *idx, int64_t base, T *y) {                         \
+    int nt = pool_threads(planes, planes * out_sz * 4);                                    \
+    _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")              \
+    for (int64_t pl = 0; pl < planes; pl++) {                                              \
+      const T *xp = x + pl * in_sz;                                                        \
+      for (int64_t j = 0; j < out_sz; j++) {                                               \
+        int64_t i = idx[pl * out_sz + j] - base;                                           \
+        y[pl * out_sz + j] = i >= 0 && i < in_sz ? xp[i] : 0;                              \
+      }                                                                                    \
+    }                                                                                      \
+  }
+
+POOL_KERNELS(float)
+POOL_KERNELS(double)
+
+/* ---- helpers ---- */
+
+static bool is_float(of_dtype dt) {
+  return dt == OF_FLOAT16 || dt == OF_BFLOAT16 || dt == OF_FLOAT32 || dt == OF_FLOAT64;
+}
+static of_dtype compute_dtype(of_dtype dt) { return dt == OF_FLOAT64 ? OF_FLOAT64 : OF_FLOAT32; }
+
+static of_status operand(of_tensor *t, of_dtype dt, of_tensor **out) {
+  if (t->dtype == dt && of_tensor_is_contiguous(t)) {
+    of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  if (t->dtype == dt) return of_clone_data(t, out);
+  return of_cast_data(t, dt, out);
+}
+
+#define LIST(v, n) of_shape_str((v), (n), (char[64]){0}, 64)
+
+static const char *dims_name(int32_t nsp, bool batched) {
+  static const char *names[2][4] = {{"", "[C, L]", "[C, H, W]", "[C, D, H, W]"},
+                                    {"", "[N, C, L]", "[N, C, H, W]", "[N, C, D, H, W]"}};
+  return names[batched][nsp];
+}
+
+/* Input checks common to all pools; *planes = product of the leading dims. */
+static of_status check_input(const pool_args *a, of_tensor *x, int64_t *planes) {
+  int32_t nsp = a->nsp;
+  if (x->ndim != nsp + 1 && x->ndim != nsp + 2)
+    return of_fail(OF_ERR_SHAPE, "%s: expected input with %d or %d dims (%s or %s), got %s",
+                   a->op, nsp + 1, nsp + 2, dims_name(nsp, false), dims_name(nsp, true),
+                   OF_SHAPE_STR(x));
+  if (!is_float(x->dtype))
+    return of_fail(OF_ERR_DTYPE, "%s: expected a floating-point input, got %s (input %s)",
+                   a->op, OF_DT(x), OF_SHAPE_STR(x));
+  if (of_tensor_device(x) != OF_CPU)
+    return of_fail(OF_ERR_DEVICE, "%s: only CPU tensors are supported here (input %s)", a->op,
+                   OF_SHAPE_STR(x));
+  int64_t pl = 1;
+  for (int32_t i = 0; i < x->ndim - nsp; i++) pl *= x->shape[i];
+  *planes = pl;
+  return OF_OK;
+}
+
+static of_status init_args(pool_args *a, const char *kind, int32_t nsp) {
+  memset(a, 0, sizeof *a);
+  if (nsp < 1 || nsp > 3)
+    return of_fail(OF_ERR_ARG, "%s: expected 1, 2 or 3 spatial dims, got %d", kind, (int)nsp);
+  snprintf(a->op, sizeof a->op, "%s%dd", kind, (int)nsp);
+  a->nsp = nsp;
+  for (int32_t i = 0; i < 3; i++) a->k[i] = a->s[i] = a->d[i] = 1;
+  return OF_OK;
+}
+
+/* kernel/stride/padding/dilation checks and the output size. */
+static of_status windowed_out(pool_args *a, of_tensor *x, const int64_t *kernel,
+                              const int64_t *stride, const int64_t *padding,
+                              const int64_t *dilation, int32_t ceil_mode, int64_t *out) {
+  int32_t nsp = a->nsp;
+  if (!kernel) return of_fail(OF_ERR_ARG, "%s: kernel_size is required", a->op);
+  for (int32_t i = 0; i < nsp; i++) {
+    a->k[i] = kernel[i];
+    a->s[i] = stride ? stride[i] : kernel[i];
+    a->p[i] = padding ? padding[i] : 0;
+    a->d[i] = dilation ? dilation[i] : 1;
+  }
+  for (int32_t i = 0; i < nsp; i++) {
+    if (a->k[i] < 1)
+      return of_fail(OF_ERR_ARG, "%s: kernel_size must be positive, got %s", a->op,
+                     LIST(a->k, nsp));
+    if (a->s[i] < 1)
+      return of_fail(OF_ERR_ARG, "%s: stride must be positive, got %s", a->op, LIST(a->s, nsp));
+    if (a->d[i] < 1)
+      return of_fail(OF_ERR_ARG, "%s: dilation must be positive, got %s", a->op,
+                     LIST(a->d, nsp));
+    if (a->p[i] < 0 || a->p[i] > a->k[i] / 2)
+      return of_fail(OF_ERR_ARG, "%s: padding %s must be non-negative and at most half the "
+                     "kernel size %s", a->op, LIST(a->p, nsp), LIST(a->k, nsp));
+  }
+  const int64_t *in = x->shape + x->ndim - nsp;
+  bool bad = false;
+  for (int32_t i = 0; i < nsp; i++) {
+    int64_t num = in[i] + 2 * a->p[i] - a->d[i] * (a->k[i] - 1) - 1 + (ceil_mode ? a->s[i] - 1 : 0);
+    int64_t o = (num >= 0 ? num / a->s[i] : -((-num + a->s[i] - 1) / a->s[i])) + 1;
+    if (ceil_mode && o > 0 && (o - 1) * a->s[i] >= in[i] + a->p[i]) o--;
+    out[i] = o;
+    if (o < 1) bad = true;
+  }
+  if (bad)
+    return of_fail(OF_ERR_SHAPE, "%s: output size %s is too small (input %s, kernel %s, "
+                   "stride %s, padding %s, dilation %s)", a->op, LIST(out, nsp),
+                   OF_SHAPE_STR(x), LIST(a->k, nsp), LIST(a->s, nsp), LIST(a->p, nsp),
+                   LIST(a->d, nsp));
+  return OF_OK;
+}
+
+static void result_shape(of_tensor *x, int32_t nsp, const int64_t *osz, int64_t *shape) {
+  int32_t lead = x->ndim - nsp;
+  for (int32_t i = 0; i < lead; i++) shape[i] = x->shape[i];
+  for (int32_t i = 0; i < nsp; i++) shape[lead + i] = osz[i];
+}
+
+static void pack(of_node *n, const pool_args *a, int64_t base) {
+  n->i[0] = a->nsp;
+  n->i[1] = a->adaptive | (a->cip << 1);
+  n->i[2] = a->divisor;
+  n->i[3] = base;
+  for (int32_t d = 0; d < 3; d++) {
+    n->i[4 + d] = a->k[d];
+    n->i[7 + d] = a->s[d];
+    n->i[10 + d] = a->p[d];
+    n->i[13 + d] = a->d[d];
+  }
+}
+
+static void unpack(const of_node *n, pool_args *a, int64_t *base) {
+  memset(a, 0, sizeof *a);
+  a->nsp = (int32_t)n->i[0];
+  a->adaptive = n->i[1] & 1;
+  a->cip = (n->i[1] >> 1) & 1;
+  a->divisor = n->i[2];
+  *base = n->i[3];
+  for (int32_t d = 0; d < 3; d++) {
+    a->k[d] = n->i[4 + d];
+    a->s[d] = n->i[7 + d];
+    a->p[d] = n->i[10 + d];
+    a->d[d] = n->i[13 + d];
+  }
+  snprintf(a->op, sizeof a->op, "%spool%dd_backward", a->adaptive ? "adaptive_" : "",
+           (int)a->nsp);
+}
+
+/* ---- index scatter / gather (max pools' backward), with autograd ---- */
+
+static of_status idx_scatter(of_tensor *gy, of_tensor *idx, int64_t base, const of_meta *in,
+                             int32_t nsp, of_tensor **out);
+static of_status idx_gather(of_tensor *x, of_tensor *idx, int64_t base, int32_t nsp,
+                            of_tensor **out);
+
+/* scatter's grad: gather the grad at the indices (saved idx slot 0) */
+static of_status scatter_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  of_tensor *idx;
+  OF_CHECK(of_node_saved(n, 0, &idx));
+  of_status st = idx_gather(g[0], idx, n->i[3], (int32_t)n->i[0], &gi[0]);
+  of_tensor_release(idx);
+  return st;
+}
+static const of_grad_def scatter_grad = {"MaxPoolGradBackward", scatter_backward};
+
+static of_status gather_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  of_tensor *idx;
+  OF_CHECK(of_node_saved(n, 0, &idx));
+  of_status st = idx_scatter(g[0], idx, n->i[3], &n->in_meta[0], (int32_t)n->i[0], &gi[0]);
+  of_tensor_release(idx);
+  return st;
+}
+static const of_grad_def gather_grad = {"MaxPoolGatherBackward", gather_backward};
+
+static of_status record_idx(const of_grad_def *def, of_tensor *in, of_tensor *idx,
+                            int64_t base, int32_t nsp, of_tensor **out) {
+  if (!of_grad_needed(&in, 1)) return OF_OK;
+  of_node *n;
+  of_status st = of_record(def, &in, 1, out, 1, &n);
+  if (st != OF_OK) {
+    of_tensor_release(*out);
+    *out = NULL;
+    return st;
+  }
+  n->i[0] = nsp;
+  n->i[3] = base;
+  of_node_save(n, 0, idx);
+  return OF_OK;
+}
+
+static int64_t tail_numel(const int64_t *shape, int32_t ndim, int32_t nsp) {
+  int64_t s = 1;
+  for (int32_t i = ndim - nsp; i < ndim; i++) s *= shape[i];
+  return s;
+}
+
+/* Index-op operands: gy/x in compute dtype, idx int64 contiguous. */
+static of_status idx_operands(of_tensor *t, of_tensor *idx, of_dtype cd, of_tensor **ct,
+                              of_tensor **ci) {
+  *ct = *ci = NULL;
+  if (idx->dtype != OF_INT64 || t->numel != idx->numel)
+    return of_fail(OF_ERR_SHAPE, "max_pool_backward: indices %s (%s) do not match the grad %s",
+                   OF_SHAPE_STR(idx), OF_DT(idx), OF_SHAPE_STR(t));
+  of_status st = operand(t, cd, ct);
+  if (st == OF_OK) st = operand(idx, OF_INT64, ci);
+  if (st != OF_OK) {
+    of_tensor_release(*ct);
+    *ct = NULL;
+  }
+  return st;
+}
+
+static of_status idx_scatter(of_tensor *gy, of_tensor *idx, int64_t base, const of_meta *in,
+                             int32_t nsp, of_tensor **out) {
+  of_dtype dt = gy->dtype, cd = compute_dtype(dt);
+  of_tensor *cg, *ci, *res = NULL;
+  OF_CHECK(idx_operands(gy, idx, cd, &cg, &ci));
+  int64_t in_sz = tail_numel(in->shape, in->ndim, nsp);
+  int64_t out_sz = tail_numel(gy->shape, gy->ndim, nsp);
+  int64_t planes = out_sz ? gy->numel / out_sz : 0;
+  of_status st = of_tensor_new(in->shape, in->ndim, cd, OF_CPU, &res);
+  if (st == OF_OK && res->numel > 0) {
+    if (planes * in_sz != res->numel) {
+      char b[96];
+      st = of_fail(OF_ERR_SHAPE, "max_pool_backward: grad %s does not fit input %s",
+                   OF_SHAPE_STR(gy), of_shape_str(in->shape, in->ndim, b, 96));
+    } else if (cd == OF_FLOAT32) {
+      scatter_float(planes, in_sz, out_sz, (const float *)of_ptr(cg),
+                    (const int64_t *)of_ptr(ci), base, (float *)of_ptr(res));
+    } else {
+      scatter_double(planes, in_sz, out_sz, (const double *)of_ptr(cg),
+                     (const int64_t *)of_ptr(ci), base, (double *)of_ptr(res));
+    }
+  }
+  of_tensor_release(cg);
+  of_tensor_release(ci);
+  if (st == OF_OK && cd != dt) {
+    of_tensor *h = NULL;
+    st = of_cast_data(res, dt, &h);
+    of_tensor_release(res);
+    res = h;
+  }
+  if (st != OF_OK) {
+    of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return record_idx(&scatter_grad, gy, idx, base, nsp, out);
+}
+
+static of_status idx_gather(of_tensor *x, of_tensor *idx, int64_t base, int32_t nsp,
+                            of_tensor **out) {
+  of_dtype dt = x->dtype, cd = compute_dtype(dt);
+  of_tensor *cx = NULL, *ci = NULL, *res = NULL;
+  if (idx->dtype != OF_INT64)
+    return of_fail(OF_ERR_DTYPE, "max_pool_backward: indices must be int64, got %s",
+                   OF_DT(idx));
+  of_status st = operand(x, cd, &cx);
+  if (st == OF_OK) st = operand(idx, OF_INT64, &ci);
+  if (st == OF_OK) st = of_tensor_new(idx->shape, idx->ndim, cd, OF_CPU, &res);
+  int64_t in_sz = tail_numel(x->shape, x->ndim, nsp);
+  int64_t out_sz = tail_numel(idx->shape, idx->ndim, nsp);
+  int64_t planes = out_sz ? idx->numel / out_sz : 0;
+  if (st == OF_OK && res->numel > 0) {
+    if (planes * in_sz != x->numel) {
+      st = of_fail(OF_ERR_SHAPE, "max_pool_backward: grad %s does not fit indices %s",
+                   OF_SHAPE_STR(x), OF_SHAPE_STR(idx));
+    } else if (cd == OF_FLOAT32) {
+      gather_float(planes, in_sz, out_sz, (const float *)of_ptr(cx),
+                   (const int64_t *)of_ptr(ci), base, (float *)of_ptr(res));
+    } else {
+      gather_double(planes, in_sz, out_sz, (const double *)of_ptr(cx),
+                    (const int64_t *)of_ptr(ci), base, (double *)of_ptr(res));
+    }
+  }
+  of_tensor_release(cx);
+  of_tensor_release(ci);
+  if (st == OF_OK && cd != dt) {
+    of_tensor *h = NULL;
+    st = of_cast_data(res, dt, &h);
+    of_tensor_release(res);
+    res = h;
+  }
+  if (st != OF_OK) {
+    of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return record_idx(&gather_grad, x, idx, base, nsp, out);
+}
+
+/* ---- max pools ---- */
+
+static of_status max_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  of_tensor *idx;
+  OF_CHECK(of_node_saved(n, 0, &idx));
+  of_status st = idx_scatter(g[0], idx, n->i[3], &n->in_meta[0], (int32_t)n->i[0], &gi[0]);
+  of_tensor_release(idx);
+  return st;
+}
+static const of_grad_def max_pool_grad = {"MaxPoolBackward", max_backward};
+static const of_grad_def adaptive_max_grad = {"AdaptiveMaxPoolBackward", max_backward};
+
+static of_status max_run(const pool_args *a, of_tensor *x, int64_t planes, const int64_t *osz,
+                         int64_t base, of_tensor **values, of_tensor **indices) {
+  int32_t nsp = a->nsp;
+  int64_t shape[OF_MAX_DIMS];
+  result_shape(x, nsp, osz, shape);
+  of_dtype dt = x->dtype, cd = compute_dtype(dt);
+  of_tensor *cx = NULL, *val = NULL, *idx = NULL;
+  pgeom g = {0};
+  of_status st = of_tensor_new(shape, x->ndim, cd, OF_CPU, &val);
+  if (st == OF_OK) st = of_tensor_new(shape, x->ndim, OF_INT64, OF_CPU, &idx);
+  if (st == OF_OK && val->numel > 0) {
+    st = operand(x, cd, &cx);
+    if (st == OF_OK) st = pgeom_init(&g, a, planes, x->shape + x->ndim - nsp, osz);
+    if (st == OF_OK) {
+      float *yf = (float *)of_ptr(val);
+      double *yd = (double *)of_ptr(val);
+      int64_t *ip = (int64_t *)of_ptr(idx);
+      int64_t rows = g.planes * g.out[0] * g.out[1];
+      int nt = pool_threads(rows, g.planes * g.out_sz * 8);
+      int64_t sbytes = (int64_t)sizeof(int32_t) * nt * scratch_stride(g.out[2]);
+      bool table = a->adaptive || g.in_sz >= INT32_MAX;
+      int32_t *scratch = table ? NULL : of_alloc(OF_CPU, sbytes);
+      if (!table && !scratch) {
+        st = of_fail(OF_ERR_OOM, "%s: out of memory", a->op);
+      } else if (cd == OF_FLOAT32 && table) {
+        max_table_fwd_float(&g, (const float *)of_ptr(cx), yf, ip, base);
+      } else if (cd == OF_FLOAT32) {
+        max_fwd_float(&g, (const float *)of_ptr(cx), yf, ip, base, scratch, nt);
+      } else if (table) {
+        max_table_fwd_double(&g, (const double *)of_ptr(cx), yd, ip, base);
+      } else {
+        max_fwd_double(&g, (const double *)of_ptr(cx), yd, ip, base, scratch, nt);
+      }
+      if (scratch) of_free(OF_CPU, scratch, sbytes);
+    }
+  }
+  pgeom_free(&g);
+  of_tensor_release(cx);
+  if (st == OF_OK && cd != dt) {
+    of_tensor *h = NULL;
+    st = of_cast_data(val, dt, &h);
+    of_tensor_release(val);
+    val = h;
+  }
+  if (st == OF_OK && of_grad_needed(&x, 1)) {
+    of_tensor *outs[2] = {val, idx};
+    of_node *n;
+    st = of_record(a->adaptive ? &adaptive_max_grad : &max_pool_grad, &x, 1, outs, 2, &n);
+    if (st == OF_OK) {
+      pack(n, a, base);
+      of_node_save(n, 0, idx);
+    }
+  }
+  if (st != OF_OK) {
+    of_tensor_release(val);
+    of_tensor_release(idx);
+    return st;
+  }
+  *values = val;
+  if (indices) *indices = idx;
+  else of_tensor_release(idx);
+  return OF_OK;
+}
+
+of_status of_max_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride,
+                      const int64_t *padding, const int64_t *dilation, int32_t nsp,
+                      int32_t ceil_mode, int64_t index_base, of_tensor **values,
+                      of_tensor **indices) {
+  pool_args a;
+  int64_t planes, osz[3];
+  OF_CHECK(init_args(&a, "max_pool", nsp));
+  OF_CHECK(check_input(&a, x, &planes));
+  OF_CHECK(windowed_out(&a, x, kernel, stride, padding, dilation, ceil_mode, osz));
+  return max_run(&a, x, planes, osz, index_base, values, indices);
+}
+
+static of_status adaptive_sizes(pool_args *a, of_tensor *x, const int64_t *output_size,
+                                int64_t *osz) {
+  int32_t nsp = a->nsp;
+  if (!output_size) return of_fail(OF_ERR_ARG, "%s: output_size is required", a->op);
+  for (int32_t i = 0; i < nsp; i++) {
+    osz[i] = output_size[i];
+    if (osz[i] < 0)
+      return of_fail(OF_ERR_ARG, "%s: output_size must be non-negative, got %s", a->op,
+                     LIST(output_size, nsp));
+    if (x->shape[x->ndim - nsp + i] < 1)
+      return of_fail(OF_ERR_SHAPE, "%s: expected non-empty spatial dims, got input %s", a->op,
+                     OF_SHAPE_STR(x));
+  }
+  a->adaptive = true;
+  return OF_OK;
+}
+
+of_status of_adaptive_max_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
+                               int64_t index_base, of_tensor **values, of_tensor **indices) {
+  pool_args a;
+  int64_t planes, osz[3];
+  OF_CHECK(init_args(&a, "adaptive_max_pool", nsp));
+  OF_CHECK(check_input(&a, x, &planes));
+  OF_CHECK(adaptive_sizes(&a, x, output_size, osz));
+  return max_run(&a, x, planes, osz, index_base, values, indices);
+}
+
+/* ---- average pools ---- */
+
+static of_status avg_op(const pool_args *a, of_tensor *x, const int64_t *osz, bool backward,
+                        const int64_t *in_shape, int32_t in_ndim, of_tensor **out);
+
+/* forward's grad: avg_grad (saved nothing: the pool is linear) */
+static of_status avg_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  pool_args a;
+  int64_t base;
+  unpack(n, &a, &base);
+  const of_meta *m = &n->in_meta[0];
+  return avg_op(&a, g[0], m->shape + m->ndim - a.nsp, true, m->shape, m->ndim, &gi[0]);
+}
+static const of_grad_def avg_pool_grad = {"AvgPoolBackward", avg_backward};
+static const of_grad_def adaptive_avg_grad = {"AdaptiveAvgPoolBackward", avg_backward};
+
+/* avg_grad's grad: the forward pool of the incoming grad */
+static of_status avg_grad_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  pool_args a;
+  int64_t base;
+  unpack(n, &a, &base);
+  const of_meta *m = &n->in_meta[0];
+  return avg_op(&a, g[0], m->shape + m->ndim - a.nsp, false, m->shape, m->ndim, &gi[0]);
+}
+static const of_grad_def avg_pool_grad_grad = {"AvgPoolGradBackward", avg_grad_backward};
+
+/* Forward (backward = false): x [..., in] -> [..., osz] where the result has
+ * the leading dims of x. Backward: x is the grad [..., out]; osz are the
+ * input's spatial sizes, and the result has shape in_shape. */
+static of_status avg_op(const pool_args *a, of_tensor *x, const int64_t *osz, bool backward,
+                        const int64_t *in_shape, int32_t in_ndim, of_tensor **out) {
+  int32_t nsp = a->nsp;
+  int64_t shape[OF_MAX_DIMS];
+  int32_t nd = x->ndim;
+  if (backward) {
+    memcpy(shape, in_shape, sizeof(int64_t) * (size_t)in_ndim);
+    nd = in_ndim;
+  } else {
+    result_shape(x, nsp, osz, shape);
+  }
+  const int64_t *xsp = x->shape + x->ndim - nsp;
+  /* window tables run from the pool's input sizes to its output sizes */
+  const int64_t *pin = backward ? osz : xsp, *pout = backward ? xsp : osz;
+  of_dtype dt = x->dtype, cd = compute_dtype(dt);
+  of_tensor *cx = NULL, *res = NULL;
+  pgeom g = {0};
+  of_status st = of_tensor_new(shape, nd, cd, OF_CPU, &res);
+  if (st == OF_OK && res->numel > 0) {
+    int64_t planes = 1;
+    for (int32_t i = 0; i < nd - nsp; i++) planes *= shape[i];
+    st = operand(x, cd, &cx);
+    if (st == OF_OK) st = pgeom_init(&g, a, planes, pin, pout);
+    if (st == OF_OK && planes * (backward ? g.out_sz : g.in_sz) != cx->numel)
+      st = of_fail(OF_ERR_SHAPE, "%s: grad %s does not fit the pool", a->op, OF_SHAPE_STR(x));
+    /* fixed windows go tap by tap (the backward with a scaled row per thread);
+     * adaptive ones window by window */
+    bool fixed = !a->adaptive;
+    int nt = backward ? pool_threads(g.planes, g.planes * g.out_sz * 8) : 1;
+    int64_t sbytes = 0;
+    if (backward && fixed) sbytes = (int64_t)of_dtype_size(cd) * nt * scratch_stride(g.out[2]);
+    void *scratch = sbytes ? of_alloc(OF_CPU, sbytes) : NULL;
+    if (st == OF_OK && sbytes && !scratch) st = of_fail(OF_ERR_OOM, "%s: out of memory", a->op);
+    if (st == OF_OK) {
+      const char *src = of_ptr(cx);
+      char *dst = of_ptr(res);
+      int64_t dv = a->divisor;
+      if (cd == OF_FLOAT32) {
+        if (backward && fixed)
+          avg_fixed_bwd_float(&g, (const float *)src, (float *)dst, dv, scratch, nt);
+        else if (backward) avg_bwd_float(&g, (const float *)src, (float *)dst, dv);
+        else if (fixed) avg_fixed_fwd_float(&g, (const float *)src, (float *)dst, dv);
+        else avg_fwd_float(&g, (const float *)src, (float *)dst, dv);
+      } else {
+        if (backward && fixed)
+          avg_fixed_bwd_double(&g, (const double *)src, (double *)dst, dv, scratch, nt);
+        else if (backward) avg_bwd_double(&g, (const double *)src, (double *)dst, dv);
+        else if (fixed) avg_fixed_fwd_double(&g, (const double *)src, (double *)dst, dv);
+        else avg_fwd_double(&g, (const double *)src, (double *)dst, dv);
+      }
+    }
+    if (scratch) of_free(OF_CPU, scratch, sbytes);
+  }
+  pgeom_free(&g);
+  of_tensor_release(cx);
+  if (st == OF_OK && cd != dt) {
+    of_tensor *h = NULL;
+    st = of_cast_data(res, dt, &h);
+    of_tensor_release(res);
+    res = h;
+  }
+  if (st == OF_OK && of_grad_needed(&x, 1)) {
+    const of_grad_def *def = backward ? &avg_pool_grad_grad
+                             : a->adaptive ? &adaptive_avg_grad : &avg_pool_grad;
+    of_node *n;
+    st = of_record(def, &x, 1, &res, 1, &n);
+    if (st == OF_OK) pack(n, a, 0);
+  }
+  if (st != OF_OK) {
+    of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return OF_OK;
+}
+
+of_status of_avg_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride,
+                      const int64_t *padding, int32_t nsp, int32_t ceil_mode,
+                      int32_t count_include_pad, int64_t divisor_override, of_tensor **out) {
+  pool_args a;
+  int64_t planes, osz[3];
+  OF_CHECK(init_args(&a, "avg_pool", nsp));
+  OF_CHECK(check_input(&a, x, &planes));
+  OF_CHECK(windowed_out(&a, x, kernel, stride, padding, NULL, ceil_mode, osz));
+  a.cip = count_include_pad != 0;
+  a.divisor = divisor_override > 0 ? divisor_override : 0;
+  return avg_op(&a, x, osz, false, NULL, 0, out);
+}
+
+of_status of_adaptive_avg_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
+                               of_tensor **out) {
+  pool_args a;
+  int64_t planes, osz[3];
+  OF_CHECK(init_args(&a, "adaptive_avg_pool", nsp));
+  OF_CHECK(check_input(&a, x, &planes));
+  OF_CHECK(adaptive_sizes(&a, x, output_size, osz));
+  return avg_op(&a, x, osz, false, NULL, 0, out);
+}

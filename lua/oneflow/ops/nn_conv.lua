@@ -1,0 +1,295 @@
+-- oneflow.ops.nn_conv: convolution and pooling (core/ops/conv.c, core/ops/pool.c).
+--
+-- `require('oneflow.ops.nn_conv')` returns a table of functions for
+-- flow.nn.functional to re-export (they are not registered as tensor methods):
+--   conv1d/conv2d/conv3d(input, weight[, bias, stride, padding, dilation, groups][, opts])
+--   conv_transpose1d/2d/3d(input, weight[, bias, stride, padding, output_padding,
+--                          groups, dilation][, opts])
+--   conv_weight_grad(input, grad_output, kernel_size[, opts])   (weight grad of a conv)
+--   max_pool1d/2d/3d(input, kernel_size[, stride, padding, dilation, ceil_mode,
+--                    return_indices][, opts])
+--   avg_pool1d/2d/3d(input, kernel_size[, stride, padding, ceil_mode,
+--                    count_include_pad, divisor_override][, opts])
+--   adaptive_avg_pool1d/2d/3d(input, output_size)
+--   adaptive_max_pool1d/2d/3d(input, output_size[, return_indices][, opts])
+-- Positional arguments follow PyTorch's order; a trailing options table uses
+-- PyTorch's keyword names. Per-dim sizes are a number or a table of one per
+-- spatial dim. padding may also be 'same' (stride 1) or 'valid'.
+-- Max pools with return_indices give values, indices; indices are 1-based
+-- positions in each flattened input plane (as PyTorch's, plus one).
+local ffi = require 'ffi'
+local core = require 'oneflow._C'
+local T = require 'oneflow.tensor'
+local util = require 'oneflow._util'
+
+local C, out1, out2, raise, wrap = core.C, core.out1, core.out2, core.raise, core.wrap
+local is_tensor, is_options = T.is_tensor, util.is_options
+
+local M = {}
+
+local bufs = {}
+for i = 1, 5 do bufs[i] = ffi.new('int64_t[3]') end
+
+local function check_tensor(x, op, what)
+  if not is_tensor(x) then
+    error(('%s: expected a tensor %s, got %s'):format(op, what or 'input', type(x)), 3)
+  end
+end
+
+-- Positional arguments after the fixed ones, merged with a trailing options
+-- table: names[i] takes the i-th positional value unless opts has it.
+local function gather(op, names, ...)
+  local n = select('#', ...)
+  local args = {...}
+  local opts = {}
+  while n > 0 and args[n] == nil do n = n - 1 end
+  local last = args[n]
+  if n > 0 and (is_options(last) or (type(last) == 'table' and next(last) == nil
+                                     and getmetatable(last) == nil)) then
+    opts = args[n]
+    n = n - 1
+  end
+  local res = {}
+  for k, v in pairs(opts) do res[k] = v end
+  for i = 1, n do
+    if names[i] == nil then
+      error(('%s: too many arguments (%d extra)'):format(op, n - #names), 3)
+    end
+    if args[i] ~= nil and res[names[i]] == nil then res[names[i]] = args[i] end
+  end
+  return res
+end
+
+-- A per-dim size (number or table of nsp numbers) into bufs[which].
+local function per_dim(op, what, v, nsp, default, which)
+  local buf = bufs[which]
+  if v == nil then v = default end
+  if type(v) == 'number' then
+    if v ~= math.floor(v) then
+      error(('%s: %s must be an integer, got %s'):format(op, what, tostring(v)), 3)
+    end
+    for i = 0, nsp - 1 do buf[i] = v end
+    return buf
+  end
+  if type(v) ~= 'table' or #v ~= nsp then
+    error(('%s: %s must be a number or a table of %d numbers, got %s'):format(
+      op, what, nsp, type(v) == 'table' and ('a table of ' .. #v) or tostring(v)), 3)
+  end
+  for i = 1, nsp do
+    local e = v[i]
+    if type(e) ~= 'number' or e ~= math.floor(e) then
+      error(('%s: %s must hold integers, got %s'):format(op, what, tostring(e)), 3)
+    end
+    buf[i - 1] = e
+  end
+  return buf
+end
+
+local function flag(v, default)
+  if v == nil then return default end
+  return v and 1 or 0
+end
+
+------------------------------------------------------------------ convolution
+local conv_names = {'bias', 'stride', 'padding', 'dilation', 'groups'}
+
+local function make_conv(nsp)
+  local op = 'conv' .. nsp .. 'd'
+  return function(x, w, ...)
+    check_tensor(x, op)
+    check_tensor(w, op, 'weight')
+    local a = gather(op, conv_names, ...)
+    local b = a.bias
+    if b ~= nil and not is_tensor(b) then
+      error(('%s: bias must be a tensor or nil, got %s'):format(op, type(b)), 2)
+    end
+    local groups = a.groups or 1
+    local stride = per_dim(op, 'stride', a.stride, nsp, 1, 1)
+    local dilation = per_dim(op, 'dilation', a.dilation, nsp, 1, 3)
+    local pad = a.padding
+    local trim   -- 'same' with an odd total padding: one extra on the left, cut
+    if pad == 'valid' then
+      pad = 0
+    elseif pad == 'same' then
+      for i = 0, nsp - 1 do
+        if stride[i] ~= 1 then
+          error(op .. ": padding='same' is not supported for strided convolutions", 2)
+        end
+      end
+      if w:dim() ~= nsp + 2 then
+        error(('%s: expected weight with %d dims, got %d'):format(op, nsp + 2, w:dim()), 2)
+      end
+      pad = {}
+      for i = 1, nsp do
+        local total = tonumber(dilation[i - 1]) * (w:size(i + 2) - 1)
+        pad[i] = math.ceil(total / 2)
+        if total % 2 == 1 then
+          trim = trim or {}
+          trim[i] = true
+        end
+      end
+    elseif type(pad) == 'string' then
+      error(("%s: padding must be a number, a table, 'same' or 'valid', got '%s'"):format(op, pad), 2)
+    end
+    local padding = per_dim(op, 'padding', pad, nsp, 0, 2)
+    if C.of_conv(x.p, w.p, b and b.p, stride, padding, dilation, nsp, groups, out1) ~= 0 then
+      raise(2)
+    end
+    local y = wrap(out1[0])
+    if trim then
+      for i = 1, nsp do
+        if trim[i] then y = y:narrow(i + 2, 2, y:size(i + 2) - 1) end
+      end
+    end
+    return y
+  end
+end
+
+local convt_names = {'bias', 'stride', 'padding', 'output_padding', 'groups', 'dilation'}
+
+local function make_conv_transpose(nsp)
+  local op = 'conv_transpose' .. nsp .. 'd'
+  return function(x, w, ...)
+    check_tensor(x, op)
+    check_tensor(w, op, 'weight')
+    local a = gather(op, convt_names, ...)
+    local b = a.bias
+    if b ~= nil and not is_tensor(b) then
+      error(('%s: bias must be a tensor or nil, got %s'):format(op, type(b)), 2)
+    end
+    if type(a.padding) == 'string' then
+      error(('%s: padding must be a number or a table, got %s'):format(op, a.padding), 2)
+    end
+    local stride = per_dim(op, 'stride', a.stride, nsp, 1, 1)
+    local padding = per_dim(op, 'padding', a.padding, nsp, 0, 2)
+    local opad = per_dim(op, 'output_padding', a.output_padding, nsp, 0, 3)
+    local dilation = per_dim(op, 'dilation', a.dilation, nsp, 1, 4)
+    if C.of_conv_transpose(x.p, w.p, b and b.p, stride, padding, opad, dilation, nsp,
+                           a.groups or 1, out1) ~= 0 then
+      raise(2)
+    end
+    return wrap(out1[0])
+  end
+end
+
+for nsp = 1, 3 do
+  M['conv' .. nsp .. 'd'] = make_conv(nsp)
+  M['conv_transpose' .. nsp .. 'd'] = make_conv_transpose(nsp)
+end
+
+--- The grad of a convolution w.r.t. its weight:
+-- conv_weight_grad(input, grad_output, kernel_size, {stride, padding, dilation, groups})
+-- (the number of spatial dims comes from input).
+function M.conv_weight_grad(x, gy, kernel_size, opts)
+  local op = 'conv_weight_grad'
+  check_tensor(x, op)
+  check_tensor(gy, op, 'grad_output')
+  opts = opts or {}
+  local nsp = x:dim() - 2
+  if nsp < 1 or nsp > 3 then
+    error(('%s: expected an input with 3 to 5 dims, got %d'):format(op, x:dim()), 2)
+  end
+  local k = per_dim(op, 'kernel_size', kernel_size, nsp, nil, 5)
+  if C.of_conv_weight_grad(x.p, gy.p, k, per_dim(op, 'stride', opts.stride, nsp, 1, 1),
+                           per_dim(op, 'padding', opts.padding, nsp, 0, 2),
+                           per_dim(op, 'dilation', opts.dilation, nsp, 1, 3), nsp,
+                           opts.groups or 1, out1) ~= 0 then
+    raise(2)
+  end
+  return wrap(out1[0])
+end
+
+------------------------------------------------------------------ pooling
+local max_names = {'stride', 'padding', 'dilation', 'ceil_mode', 'return_indices'}
+local avg_names = {'stride', 'padding', 'ceil_mode', 'count_include_pad', 'divisor_override'}
+
+local function make_max_pool(nsp)
+  local op = 'max_pool' .. nsp .. 'd'
+  return function(x, kernel_size, ...)
+    check_tensor(x, op)
+    local a = gather(op, max_names, ...)
+    local k = per_dim(op, 'kernel_size', kernel_size, nsp, nil, 1)
+    local stride = a.stride ~= nil and per_dim(op, 'stride', a.stride, nsp, nil, 2) or nil
+    local padding = per_dim(op, 'padding', a.padding, nsp, 0, 3)
+    local dilation = per_dim(op, 'dilation', a.dilation, nsp, 1, 4)
+    if C.of_max_pool(x.p, k, stride, padding, dilation, nsp, flag(a.ceil_mode, 0), 1,
+                     out1, out2) ~= 0 then
+      raise(2)
+    end
+    local v, i = wrap(out1[0]), wrap(out2[0])
+    if a.return_indices then return v, i end
+    return v
+  end
+end
+
+local function make_avg_pool(nsp)
+  local op = 'avg_pool' .. nsp .. 'd'
+  return function(x, kernel_size, ...)
+    check_tensor(x, op)
+    local a = gather(op, avg_names, ...)
+    local k = per_dim(op, 'kernel_size', kernel_size, nsp, nil, 1)
+    local stride = a.stride ~= nil and per_dim(op, 'stride', a.stride, nsp, nil, 2) or nil
+    local padding = per_dim(op, 'padding', a.padding, nsp, 0, 3)
+    local div = a.divisor_override
+    if div ~= nil and (type(div) ~= 'number' or div < 1 or div ~= math.floor(div)) then
+      error(('%s: divisor_override must be a positive integer, got %s'):format(op, tostring(div)), 2)
+    end
+    if C.of_avg_pool(x.p, k, stride, padding, nsp, flag(a.ceil_mode, 0),
+                     flag(a.count_include_pad, 1), div or 0, out1) ~= 0 then
+      raise(2)
+    end
+    return wrap(out1[0])
+  end
+end
+
+-- output_size: a number or a table; nil entries keep the input's size.
+local function adaptive_size(op, x, size, nsp)
+  if type(size) == 'table' then
+    local full = {}
+    for i = 1, nsp do
+      local s = size[i]
+      if s == nil and x:dim() >= nsp then s = x:size(x:dim() - nsp + i) end
+      full[i] = s
+    end
+    if #size > nsp then
+      error(('%s: output_size must have %d entries, got %d'):format(op, nsp, #size), 3)
+    end
+    size = full
+  end
+  return per_dim(op, 'output_size', size, nsp, nil, 1)
+end
+
+local function make_adaptive_avg(nsp)
+  local op = 'adaptive_avg_pool' .. nsp .. 'd'
+  return function(x, output_size)
+    check_tensor(x, op)
+    if C.of_adaptive_avg_pool(x.p, adaptive_size(op, x, output_size, nsp), nsp, out1) ~= 0 then
+      raise(2)
+    end
+    return wrap(out1[0])
+  end
+end
+
+local function make_adaptive_max(nsp)
+  local op = 'adaptive_max_pool' .. nsp .. 'd'
+  return function(x, output_size, ...)
+    check_tensor(x, op)
+    local a = gather(op, {'return_indices'}, ...)
+    if C.of_adaptive_max_pool(x.p, adaptive_size(op, x, output_size, nsp), nsp, 1,
+                              out1, out2) ~= 0 then
+      raise(2)
+    end
+    local v, i = wrap(out1[0]), wrap(out2[0])
+    if a.return_indices then return v, i end
+    return v
+  end
+end
+
+for nsp = 1, 3 do
+  M['max_pool' .. nsp .. 'd'] = make_max_pool(nsp)
+  M['avg_pool' .. nsp .. 'd'] = make_avg_pool(nsp)
+  M['adaptive_avg_pool' .. nsp .. 'd'] = make_adaptive_avg(nsp)
+  M['adaptive_max_pool' .. nsp .. 'd'] = make_adaptive_max(nsp)
+end
+
+return M

@@ -1,0 +1,293 @@
+-- Normalisation: batch_norm, layer_norm, group_norm, instance_norm against
+-- plain-Lua references, running statistics, gradients and errors.
+local flow = require 'oneflow'
+local F = require 'oneflow.ops.nn_norm'
+local H = require 'spec.helpers'
+
+local gradcheck, gradgradcheck = flow.autograd.gradcheck, flow.autograd.gradgradcheck
+local f64 = flow.float64
+
+local function leaf(v) return flow.tensor(v, {dtype = f64, requires_grad = true}) end
+local function randn(shape) return flow.randn(shape, {dtype = f64, requires_grad = true}) end
+
+-- mean and biased variance of a Lua list
+local function stats(v)
+  local m, s = 0, 0
+  for i = 1, #v do m = m + v[i] end
+  m = m / #v
+  for i = 1, #v do s = s + (v[i] - m) ^ 2 end
+  return m, s / #v
+end
+
+-- normalise the list v with its own statistics
+local function normalise(v, eps)
+  local m, var = stats(v)
+  local r = {}
+  for i = 1, #v do r[i] = (v[i] - m) / math.sqrt(var + eps) end
+  return r
+end
+
+-- x [N][C][L] (nested tables): the values of channel c, and per-channel mean/var
+local function channel(x, c)
+  local v = {}
+  for n = 1, #x do for l = 1, #x[n][c] do v[#v + 1] = x[n][c][l] end end
+  return v
+end
+
+local X3 = {{{1, 2, 4}, {0.5, -1, 3}}, {{-2, 0, 1}, {2, 2.5, -0.5}}}   -- [2, 2, 3]
+
+describe('batch_norm', function()
+  it('normalises with the batch statistics when training', function()
+    local w, b = {1.5, -0.5}, {0.1, 2}
+    local y = F.batch_norm(flow.tensor(X3, {dtype = f64}), nil, nil,
+                           {weight = flow.tensor(w, {dtype = f64}), bias = flow.tensor(b, {dtype = f64}),
+                            training = true, eps = 1e-5})
+    local want = {{{}, {}}, {{}, {}}}
+    for c = 1, 2 do
+      local m, var = stats(channel(X3, c))
+      for n = 1, 2 do
+        for l = 1, 3 do
+          want[n][c][l] = (X3[n][c][l] - m) / math.sqrt(var + 1e-5) * w[c] + b[c]
+        end
+      end
+    end
+    H.close(y, want, 1e-12)
+  end)
+
+  it('updates running stats with momentum and the unbiased variance', function()
+    local rm, rv = flow.zeros(2, {dtype = f64}), flow.ones(2, {dtype = f64})
+    local x = flow.tensor(X3, {dtype = f64})
+    F.batch_norm(x, rm, rv, {training = true, momentum = 0.1})
+    local em, ev = {}, {}
+    for c = 1, 2 do
+      local v = channel(X3, c)
+      local m, var = stats(v)
+      em[c] = 0.9 * 0 + 0.1 * m
+      ev[c] = 0.9 * 1 + 0.1 * var * #v / (#v - 1)
+    end
+    H.close(rm, em, 1e-12)
+    H.close(rv, ev, 1e-12)
+    -- a second step folds in again; the default momentum is 0.1
+    F.batch_norm(x, rm, rv, {training = true})
+    for c = 1, 2 do
+      local v = channel(X3, c)
+      local m, var = stats(v)
+      em[c] = 0.9 * em[c] + 0.1 * m
+      ev[c] = 0.9 * ev[c] + 0.1 * var * #v / (#v - 1)
+    end
+    H.close(rm, em, 1e-12)
+    H.close(rv, ev, 1e-12)
+  end)
+
+  it('updates running stats under no_grad, and float32 buffers too', function()
+    local rm, rv = flow.zeros(2), flow.ones(2)
+    flow.no_grad(function() F.batch_norm(flow.tensor(X3), rm, rv, {training = true, momentum = 1}) end)
+    local m1, m2 = stats(channel(X3, 1)), stats(channel(X3, 2))
+    H.close(rm, {m1, m2}, 1e-6)
+  end)
+
+  it('uses the running stats in eval mode and leaves them alone', function()
+    local rm, rv = flow.tensor({0.5, -1}, {dtype = f64}), flow.tensor({4, 0.25}, {dtype = f64})
+    local y = F.batch_norm(flow.tensor(X3, {dtype = f64}), rm, rv, {eps = 0})
+    local want = {}
+    for n = 1, 2 do
+      want[n] = {}
+      for c = 1, 2 do
+        want[n][c] = {}
+        local m, v = ({0.5, -1})[c], ({4, 0.25})[c]
+        for l = 1, 3 do want[n][c][l] = (X3[n][c][l] - m) / math.sqrt(v) end
+      end
+    end
+    H.close(y, want, 1e-12)
+    H.close(rm, {0.5, -1})
+    H.close(rv, {4, 0.25})
+  end)
+
+  it('takes [N, C] and 4-d inputs', function()
+    local x = flow.tensor({{1, 10}, {3, 20}}, {dtype = f64})
+    local r = 1 / math.sqrt(1 + 1e-5)
+    local q = 5 / math.sqrt(25 + 1e-5)
+    H.close(F.batch_norm(x, nil, nil, {training = true}), {{-r, -q}, {r, q}}, 1e-12)
+    local y = F.batch_norm(flow.randn({2, 3, 4, 5}), nil, nil, {training = true})
+    H.close(y:mean({1, 3, 4}), {0, 0, 0}, 1e-5)
+    H.close(y:var({1, 3, 4}, {unbiased = false}), {1, 1, 1}, 1e-3)
+  end)
+
+  it('has gradients (train and eval)', function()
+    local x, w, b = randn({4, 3, 2}), randn({3}), randn({3})
+    assert.is_true(gradcheck(function(a, c, d)
+      return F.batch_norm(a, nil, nil, {weight = c, bias = d, training = true})
+    end, {x, w, b}))
+    local rm, rv = flow.randn({3}, {dtype = f64}), flow.rand({3}, {dtype = f64}) + 0.5
+    assert.is_true(gradcheck(function(a, c, d)
+      return F.batch_norm(a, rm, rv, {weight = c, bias = d})
+    end, {x, w, b}))
+    assert.are.equal('BatchNormBackward', F.batch_norm(x, rm, rv).grad_fn:name())
+  end)
+
+  it('has second derivatives under create_graph', function()
+    local x, w = randn({3, 2, 2}), randn({2})
+    assert.is_true(gradgradcheck(function(a, c)
+      return F.batch_norm(a, nil, nil, {weight = c, training = true})
+    end, {x, w}))
+  end)
+
+  it('reports bad arguments', function()
+    local x = flow.randn({2, 3})
+    H.raises(function() F.batch_norm(x, flow.zeros(2), flow.ones(2), {training = true}) end,
+             'batch_norm', 'running_mean', '[2]', '[2,3]')
+    H.raises(function() F.batch_norm(x, nil, nil) end, 'batch_norm', 'running_mean and running_var')
+    H.raises(function() F.batch_norm(flow.randn({1, 3}), nil, nil, {training = true}) end,
+             'expected more than 1 value per channel when training', '[1,3]')
+    H.raises(function() F.batch_norm(flow.ones({2, 3}, {dtype = flow.int64}), nil, nil,
+                                     {training = true}) end, 'batch_norm', 'int64')
+    H.raises(function() F.batch_norm(x, nil, nil, {training = true, weight = flow.ones(4)}) end,
+             'weight', '[4]')
+  end)
+end)
+
+describe('layer_norm', function()
+  it('normalises over the trailing dims with weight and bias', function()
+    local x = {{1, 2, 3, 5}, {-1, 0, 4, 9}}
+    local w, b = {1, 2, 0.5, -1}, {0, 0.5, 1, -2}
+    local y = F.layer_norm(flow.tensor(x, {dtype = f64}), 4, {weight = flow.tensor(w, {dtype = f64}),
+                                                              bias = flow.tensor(b, {dtype = f64})})
+    local want = {}
+    for r = 1, 2 do
+      local z = normalise(x[r], 1e-5)
+      want[r] = {}
+      for j = 1, 4 do want[r][j] = z[j] * w[j] + b[j] end
+    end
+    H.close(y, want, 1e-12)
+    -- over two dims: each [2, 2] block separately
+    local x3 = {{{1, 2}, {3, 4}}, {{0, 0}, {1, 7}}}
+    local y3 = F.layer_norm(flow.tensor(x3, {dtype = f64}), {2, 2}, {eps = 0})
+    local z1, z2 = normalise({1, 2, 3, 4}, 0), normalise({0, 0, 1, 7}, 0)
+    H.close(y3, {{{z1[1], z1[2]}, {z1[3], z1[4]}}, {{z2[1], z2[2]}, {z2[3], z2[4]}}}, 1e-12)
+  end)
+
+  it('is accurate in float32 for rows with a large mean (two-pass statistics)', function()
+    local y = F.layer_norm(flow.tensor({{10000 + 1, 10000 + 2, 10000 + 3, 10000 + 4}}), 4, {eps = 0})
+    local z = normalise({1, 2, 3, 4}, 0)
+    H.close(y, {z}, 1e-4)
+  end)
+
+  it('reads non-contiguous inputs', function()
+    local x = flow.randn({4, 3}, {dtype = f64})
+    H.close(F.layer_norm(x:t(), 4), F.layer_norm(x:t():contiguous(), 4), 1e-12)
+    local y = flow.randn({3, 2, 4}, {dtype = f64}):transpose(1, 2)
+    H.close(F.batch_norm(y, nil, nil, {training = true}),
+            F.batch_norm(y:contiguous(), nil, nil, {training = true}), 1e-12)
+  end)
+
+  it('keeps float16 and bfloat16 inputs in their dtype', function()
+    for _, dt in ipairs({flow.float16, flow.bfloat16}) do
+      local y = F.layer_norm(flow.tensor({{1, 2, 3}}, {dtype = dt}), 3)
+      assert.are.equal(dt, y.dtype)
+      H.close(y, {normalise({1, 2, 3}, 1e-5)}, 1e-2)
+    end
+  end)
+
+  it('has gradients and second derivatives', function()
+    local x, w, b = randn({3, 4}), randn({4}), randn({4})
+    assert.is_true(gradcheck(function(a, c, d) return F.layer_norm(a, 4, {weight = c, bias = d}) end,
+                             {x, w, b}))
+    local x3, w2 = randn({2, 2, 3}), randn({2, 3})
+    assert.is_true(gradcheck(function(a, c) return F.layer_norm(a, {2, 3}, {weight = c}) end, {x3, w2}))
+    assert.is_true(gradgradcheck(function(a, c) return F.layer_norm(a, 4, {weight = c}) end,
+                                 {randn({2, 4}), randn({4})}))
+    assert.are.equal('LayerNormBackward', F.layer_norm(x, 4).grad_fn:name())
+  end)
+
+  it('reports shape mismatches', function()
+    local x = flow.randn({2, 3})
+    H.raises(function() F.layer_norm(x, 4) end, 'layer_norm', 'normalized_shape [4]', '[2, 3]')
+    H.raises(function() F.layer_norm(x, 3, {weight = flow.ones(4)}) end,
+             'layer_norm', 'weight', '[4]', '[3]')
+  end)
+end)
+
+describe('group_norm and instance_norm', function()
+  -- x [N][C][L]: groups of C / G channels
+  local function group_ref(x, G, w, b, eps)
+    local N, Cn, L = #x, #x[1], #x[1][1]
+    local per = Cn / G
+    local out = {}
+    for n = 1, N do
+      out[n] = {}
+      for g = 0, G - 1 do
+        local v = {}
+        for c = g * per + 1, (g + 1) * per do for l = 1, L do v[#v + 1] = x[n][c][l] end end
+        local m, var = stats(v)
+        for c = g * per + 1, (g + 1) * per do
+          out[n][c] = {}
+          for l = 1, L do
+            out[n][c][l] = (x[n][c][l] - m) / math.sqrt(var + eps) * (w and w[c] or 1) + (b and b[c] or 0)
+          end
+        end
+      end
+    end
+    return out
+  end
+  local X = {{{1, 2}, {3, 5}, {0, -1}, {2, 2.5}}, {{-1, 0}, {4, 1}, {3, 3.5}, {7, -2}}}   -- [2, 4, 2]
+
+  it('group_norm matches the reference', function()
+    local w, b = {1, 2, 3, 4}, {0.5, 0, -0.5, 1}
+    local y = F.group_norm(flow.tensor(X, {dtype = f64}), 2, {weight = flow.tensor(w, {dtype = f64}),
+                                                              bias = flow.tensor(b, {dtype = f64})})
+    H.close(y, group_ref(X, 2, w, b, 1e-5), 1e-12)
+    H.close(F.group_norm(flow.tensor(X, {dtype = f64}), 1), group_ref(X, 1, nil, nil, 1e-5), 1e-12)
+  end)
+
+  it('instance_norm normalises each (sample, channel) and averages the running stats', function()
+    local rm, rv = flow.zeros(4, {dtype = f64}), flow.ones(4, {dtype = f64})
+    local y = F.instance_norm(flow.tensor(X, {dtype = f64}), {running_mean = rm, running_var = rv,
+                                                              momentum = 0.5})
+    H.close(y, group_ref(X, 4, nil, nil, 1e-5), 1e-12)
+    local em, ev = {}, {}
+    for c = 1, 4 do
+      local sm, sv = 0, 0
+      for n = 1, 2 do
+        local m, var = stats(X[n][c])
+        sm, sv = sm + m / 2, sv + var * 2 / (2 - 1) / 2
+      end
+      em[c], ev[c] = 0.5 * sm, 0.5 + 0.5 * sv
+    end
+    H.close(rm, em, 1e-12)
+    H.close(rv, ev, 1e-12)
+    -- use_input_stats = false: the running ones
+    local z = F.instance_norm(flow.tensor(X, {dtype = f64}), {running_mean = rm, running_var = rv,
+                                                              use_input_stats = false, eps = 0})
+    H.close(z[{2, 3, 1}], (X[2][3][1] - em[3]) / math.sqrt(ev[3]), 1e-12)
+  end)
+
+  it('have gradients and second derivatives', function()
+    local x, w, b = randn({2, 4, 3}), randn({4}), randn({4})
+    assert.is_true(gradcheck(function(a, c, d) return F.group_norm(a, 2, {weight = c, bias = d}) end,
+                             {x, w, b}))
+    assert.is_true(gradcheck(function(a, c, d) return F.instance_norm(a, {weight = c, bias = d}) end,
+                             {x, w, b}))
+    assert.is_true(gradgradcheck(function(a, c) return F.group_norm(a, 2, {weight = c}) end,
+                                 {randn({2, 4, 2}), randn({4})}))
+    assert.are.equal('GroupNormBackward', F.group_norm(x, 2).grad_fn:name())
+  end)
+
+  it('report bad arguments', function()
+    H.raises(function() F.group_norm(flow.randn({2, 6, 3}), 4) end,
+             'group_norm', 'number of channels 6', 'num_groups 4')
+    H.raises(function() F.instance_norm(flow.randn({2, 3, 1})) end,
+             'instance_norm', 'more than 1 spatial element')
+    H.raises(function() F.instance_norm(flow.randn({2, 3, 4}), {use_input_stats = false}) end,
+             'instance_norm', 'running_mean and running_var')
+  end)
+end)
+
+describe('norms under autograd', function()
+  it('sends grads to the input, weight and bias', function()
+    local x, w, b = leaf({{1, 2, 3}, {2, 0, 1}}), leaf({1, 1, 1}), leaf({0, 0, 0})
+    local y = F.layer_norm(x, 3, {weight = w, bias = b})
+    y:backward(flow.ones({2, 3}, {dtype = f64}))
+    H.close(b.grad, {2, 2, 2}, 1e-12)
+    H.close(x.grad, {{0, 0, 0}, {0, 0, 0}}, 1e-9)   -- a constant grad has no effect on x
+  end)
+end)
