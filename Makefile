@@ -19,7 +19,7 @@ build: $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
 
 example: deps build
-	$(LUA_ENV) luajit examples/tensor_demo.lua
+	$(LUA_ENV) luajit examples/mnist/train.lua
 
 test: deps build
 	@sh tools/run_tests.sh $(BUILD)

@@ -85,6 +85,7 @@ local serialization = require 'oneflow.serialization'
 flow.save, flow.load, flow.safetensors = serialization.save, serialization.load, serialization.safetensors
 flow.utils = {data = require 'oneflow.utils.data', progress = require 'oneflow.utils.progress'}
 flow.optim = require 'oneflow.optim'
+flow.nn = require 'oneflow.nn'
 flow.version = core.C.of_version()
 flow.__version__ = '0.1.0'
 

@@ -1,0 +1,108 @@
+-- oneflow.nn.activation: activation modules over nn.functional.
+--   nn.ReLU(), nn.LeakyReLU(0.2), nn.GELU({approximate = 'tanh'}),
+--   nn.Softmax(-1), nn.PReLU(16, 0.25)
+local flow = require 'oneflow.nn._flow'
+local U = require 'oneflow.nn._util'
+local module = require 'oneflow.nn.module'
+local F = require 'oneflow.nn.functional'
+
+local Module, parse, pyrepr = module.Module, U.parse, U.pyrepr
+local M = {}
+
+-- A class whose constructor parses `spec` into fields and whose forward is
+-- fn(self, x); repr lists the fields named in `shown`.
+local function activation(name, spec, fn, shown)
+  local cls = Module:subclass(name)
+  function cls:__init(...)
+    Module.__init(self)
+    local a = parse(name, spec, ...)
+    for _, s in ipairs(spec) do self[s[1]] = a[s[1]] end
+  end
+  cls.forward = fn
+  function cls:extra_repr()
+    local parts = {}
+    for _, k in ipairs(shown or {}) do parts[#parts + 1] = k .. '=' .. pyrepr(self[k]) end
+    if self.inplace then parts[#parts + 1] = 'inplace=True' end
+    return table.concat(parts, ', ')
+  end
+  M[name] = cls
+  return cls
+end
+
+local inplace = {{'inplace', false}}
+local none = {}
+
+activation('ReLU', inplace, function(self, x) return F.relu(x, self.inplace) end)
+activation('ReLU6', inplace, function(self, x) return F.relu6(x, self.inplace) end)
+activation('SiLU', inplace, function(self, x) return F.silu(x, self.inplace) end)
+activation('Mish', inplace, function(self, x) return F.mish(x, self.inplace) end)
+activation('Hardswish', inplace, function(self, x) return F.hardswish(x, self.inplace) end)
+activation('Hardsigmoid', inplace, function(self, x) return F.hardsigmoid(x, self.inplace) end)
+activation('Sigmoid', none, function(_, x) return x:sigmoid() end)
+activation('Tanh', none, function(_, x) return x:tanh() end)
+activation('LogSigmoid', none, function(_, x) return F.logsigmoid(x) end)
+activation('Softsign', none, function(_, x) return F.softsign(x) end)
+activation('Tanhshrink', none, function(_, x) return F.tanhshrink(x) end)
+activation('SELU', inplace, function(self, x) return F.selu(x, self.inplace) end)
+
+activation('GELU', {{'approximate', 'none'}}, function(self, x)
+  return F.gelu(x, {approximate = self.approximate})
+end, {'approximate'})
+activation('LeakyReLU', {{'negative_slope', 0.01}, {'inplace', false}}, function(self, x)
+  return F.leaky_relu(x, self.negative_slope, self.inplace)
+end, {'negative_slope'})
+activation('ELU', {{'alpha', 1}, {'inplace', false}}, function(self, x)
+  return F.elu(x, self.alpha, self.inplace)
+end, {'alpha'})
+activation('CELU', {{'alpha', 1}, {'inplace', false}}, function(self, x)
+  return F.celu(x, self.alpha, self.inplace)
+end, {'alpha'})
+activation('Hardtanh', {{'min_val', -1}, {'max_val', 1}, {'inplace', false}}, function(self, x)
+  return F.hardtanh(x, self.min_val, self.max_val, self.inplace)
+end, {'min_val', 'max_val'})
+activation('Softplus', {{'beta', 1}, {'threshold', 20}}, function(self, x)
+  return F.softplus(x, self.beta, self.threshold)
+end, {'beta', 'threshold'})
+activation('Hardshrink', {{'lambd', 0.5}}, function(self, x) return F.hardshrink(x, self.lambd) end,
+           {'lambd'})
+activation('Softshrink', {{'lambd', 0.5}}, function(self, x) return F.softshrink(x, self.lambd) end,
+           {'lambd'})
+activation('Threshold', {{'threshold', U.REQUIRED}, {'value', U.REQUIRED}, {'inplace', false}},
+           function(self, x) return F.threshold(x, self.threshold, self.value) end,
+           {'threshold', 'value'})
+activation('GLU', {{'dim', -1}}, function(self, x) return F.glu(x, self.dim) end, {'dim'})
+
+-- Softmax(dim): without a dim, PyTorch's legacy choice (dim 1 for 0-, 1- and
+-- 3-d inputs, else dim 2).
+local function softmax_dim(self, x)
+  if self.dim ~= nil then return self.dim end
+  local nd = x:dim()
+  return (nd == 0 or nd == 1 or nd == 3) and 1 or 2
+end
+activation('Softmax', {{'dim', nil}}, function(self, x) return F.softmax(x, softmax_dim(self, x)) end,
+           {'dim'})
+activation('LogSoftmax', {{'dim', nil}}, function(self, x)
+  return F.log_softmax(x, softmax_dim(self, x))
+end, {'dim'})
+activation('Softmin', {{'dim', nil}}, function(self, x) return F.softmin(x, softmax_dim(self, x)) end,
+           {'dim'})
+
+------------------------------------------------------------------ PReLU
+local PReLU = Module:subclass('PReLU')
+M.PReLU = PReLU
+
+--- nn.PReLU(num_parameters = 1, init = 0.25): a learnable negative slope
+-- per channel (dim 2) or shared.
+function PReLU:__init(...)
+  Module.__init(self)
+  local a = parse('PReLU', {{'num_parameters', 1}, {'init', 0.25}, {'device', nil}, {'dtype', nil}}, ...)
+  self.num_parameters, self.init = a.num_parameters, a.init
+  self.weight = module.Parameter(flow.full({a.num_parameters}, a.init, {dtype = a.dtype}))
+end
+function PReLU:reset_parameters()
+  flow.no_grad(function() self.weight:fill_(self.init) end)
+end
+function PReLU:forward(x) return F.prelu(x, self.weight) end
+function PReLU:extra_repr() return 'num_parameters=' .. self.num_parameters end
+
+return M

@@ -1,0 +1,134 @@
+-- oneflow.nn.functional.linear: linear, bilinear, embedding and distances,
+-- composed from matmul, index_select and reductions (all differentiable).
+local flow = require 'oneflow.nn._flow'
+local autograd = require 'oneflow.autograd'
+local U = require 'oneflow.nn._util'
+
+local parse, fail, shape_str = U.parse, U.fail, U.shape_str
+local F = {}
+
+--- F.linear(x, weight[, bias]): x [*, in] @ weight[out, in]^T + bias [out].
+function F.linear(x, w, b)
+  local in_f = w:size(w:dim())
+  if x:dim() == 0 or x:size(-1) ~= in_f then
+    fail(('linear: input %s and weight %s do not match (last dim of input must be %d)'):format(
+      shape_str(x), shape_str(w), in_f))
+  end
+  local y = x:matmul(w:t())
+  if b ~= nil then y = y + b end
+  return y
+end
+
+--- F.bilinear(x1, x2, weight[, bias]): y_k = x1^T W_k x2 + b_k with
+-- x1 [*, in1], x2 [*, in2], weight [out, in1, in2].
+function F.bilinear(x1, x2, w, b)
+  local out_f, in1, in2 = w:size(1), w:size(2), w:size(3)
+  if x1:size(-1) ~= in1 or x2:size(-1) ~= in2 then
+    fail(('bilinear: inputs %s and %s do not match weight %s'):format(
+      shape_str(x1), shape_str(x2), shape_str(w)))
+  end
+  local lead = x1:size():totable()
+  lead[#lead] = nil
+  local a = x1:reshape(-1, in1)
+  local c = x2:reshape(-1, in2)
+  -- (N, in1) @ (in1, out * in2) -> (N, out, in2), then dot with x2 over in2
+  local wm = w:permute(2, 1, 3):reshape(in1, out_f * in2)
+  local t = a:matmul(wm):view(-1, out_f, in2)
+  local y = (t * c:unsqueeze(2)):sum(3)
+  if b ~= nil then y = y + b end
+  lead[#lead + 1] = out_f
+  return y:view(lead)
+end
+
+------------------------------------------------------------------ embedding
+-- rows of weight referenced by ids with norm > max_norm are rescaled in place
+local function renorm(ids, weight, max_norm, p)
+  autograd.no_grad(function()
+    local seen = {}
+    for _, i in ipairs(ids:reshape(-1):totable()) do
+      if not seen[i] then
+        seen[i] = true
+        local row = weight[i]
+        local n = row:norm(p):item()
+        if n > max_norm then row:mul_(max_norm / (n + 1e-7)) end
+      end
+    end
+  end)
+end
+
+local emb_spec = {{'padding_idx', nil}, {'max_norm', nil}, {'norm_type', 2},
+                  {'scale_grad_by_freq', false}, {'sparse', false}}
+
+--- F.embedding(ids, weight, {padding_idx =, max_norm =, norm_type = 2}):
+-- rows of weight [num, dim] at the 1-based ids; the padding_idx row gets
+-- no gradient.
+function F.embedding(ids, weight, ...)
+  local a = parse('embedding', emb_spec, ...)
+  if ids.dtype.is_floating_point then
+    fail(('embedding: ids must be an integer tensor, got %s'):format(ids.dtype.name))
+  end
+  local num, dim = weight:size(1), weight:size(2)
+  local pad = a.padding_idx
+  if pad and pad < 0 then pad = num + pad + 1 end
+  if a.max_norm then renorm(ids, weight, a.max_norm, a.norm_type) end
+  local flat = ids:reshape(-1)
+  local ok, out = pcall(weight.index_select, weight, 1, flat)
+  if not ok then fail('embedding: ' .. tostring(out):gsub('^.-index_select: ', '')) end
+  if pad then
+    local keep = flat:ne(pad):unsqueeze(2)
+    out = flow.where(keep, out, out:detach())
+  end
+  local shape = ids:size():totable()
+  shape[#shape + 1] = dim
+  return out:view(shape)
+end
+
+function F.one_hot(ids, num_classes) return flow.one_hot(ids, num_classes) end
+
+------------------------------------------------------------------ distances
+local norm_spec = {{'p', 2}, {'dim', 2}, {'eps', 1e-12}}
+--- F.normalize(x, {p = 2, dim = 2, eps = 1e-12}): x / max(||x||_p, eps) along dim.
+function F.normalize(x, ...)
+  local a = parse('normalize', norm_spec, ...)
+  local n = x:norm(a.p, a.dim, {keepdim = true}):clamp(a.eps, nil)
+  return x / n
+end
+
+local cos_spec = {{'dim', 2}, {'eps', 1e-8}}
+--- F.cosine_similarity(x1, x2, {dim = 2, eps = 1e-8})
+function F.cosine_similarity(x1, x2, ...)
+  local a = parse('cosine_similarity', cos_spec, ...)
+  local n1 = x1:norm(2, a.dim, {keepdim = true}):clamp(a.eps, nil)
+  local n2 = x2:norm(2, a.dim, {keepdim = true}):clamp(a.eps, nil)
+  return ((x1 / n1) * (x2 / n2)):sum(a.dim)
+end
+
+local pd_spec = {{'p', 2}, {'eps', 1e-6}, {'keepdim', false}}
+--- F.pairwise_distance(x1, x2, {p = 2, eps = 1e-6, keepdim = false}):
+-- ||x1 - x2 + eps||_p over the last dim.
+function F.pairwise_distance(x1, x2, ...)
+  local a = parse('pairwise_distance', pd_spec, ...)
+  return (x1 - x2 + a.eps):norm(a.p, -1, {keepdim = a.keepdim})
+end
+
+--- F.pixel_shuffle(x, r): [*, C r^2, H, W] -> [*, C, H r, W r].
+function F.pixel_shuffle(x, r)
+  local s = x:size():totable()
+  local nd = #s
+  local c, h, w = s[nd - 2], s[nd - 1], s[nd]
+  if c % (r * r) ~= 0 then
+    fail(('pixel_shuffle: channels %d are not divisible by upscale_factor^2 = %d'):format(c, r * r))
+  end
+  local lead = {unpack(s, 1, nd - 3)}
+  local b = #lead
+  local v = {unpack(lead)}
+  for _, d in ipairs({c / (r * r), r, r, h, w}) do v[#v + 1] = d end
+  local perm = {}
+  for i = 1, b do perm[i] = i end
+  for _, d in ipairs({1, 4, 2, 5, 3}) do perm[#perm + 1] = b + d end
+  local out = {unpack(lead)}
+  for _, d in ipairs({c / (r * r), h * r, w * r}) do out[#out + 1] = d end
+  return x:reshape(v):permute(perm):reshape(out)
+end
+
+return F

@@ -1,0 +1,24 @@
+-- oneflow.nn: modules, containers, nn.functional, nn.init and nn.utils.
+--   local nn, F = flow.nn, flow.nn.functional
+local module = require 'oneflow.nn.module'
+
+local nn = {
+  Module = module.Module,
+  Parameter = module.Parameter,
+  is_parameter = module.is_parameter,
+  is_module = module.is_module,
+}
+
+local class_files = {
+  'container', 'linear', 'activation', 'dropout', 'sparse', 'loss', 'conv', 'pooling',
+  'normalization', 'padding', 'upsampling', 'rnn', 'transformer',
+}
+for _, f in ipairs(class_files) do
+  for name, cls in pairs(require('oneflow.nn.' .. f)) do nn[name] = cls end
+end
+
+nn.functional = require 'oneflow.nn.functional'
+nn.init = require 'oneflow.nn.initialization'
+nn.utils = require 'oneflow.nn.utils'
+
+return nn

@@ -1,0 +1,212 @@
+-- oneflow.nn.normalization: BatchNorm1d/2d/3d, InstanceNorm1d/2d/3d,
+-- LayerNorm and GroupNorm over the kernel-backed functions.
+-- BatchNorm keeps PyTorch's buffers: running_mean, running_var and
+-- num_batches_tracked (int64); momentum = false is the cumulative average
+-- (PyTorch's momentum=None).
+local flow = require 'oneflow.nn._flow'
+local U = require 'oneflow.nn._util'
+local module = require 'oneflow.nn.module'
+local F = require 'oneflow.nn.functional'
+
+local Module, Parameter = module.Module, module.Parameter
+local parse, fail, shape_str, pyrepr = U.parse, U.fail, U.shape_str, U.pyrepr
+local M = {}
+
+------------------------------------------------------------------ batch / instance norm
+local norm_spec = {{'num_features', U.REQUIRED}, {'eps', 1e-5}, {'momentum', 0.1}, {'affine', true},
+                   {'track_running_stats', true}, {'device', nil}, {'dtype', nil}}
+
+local function setup_norm(self, a)
+  self.num_features, self.eps, self.affine = a.num_features, a.eps, a.affine
+  self.momentum = a.momentum or nil   -- false (None) -> cumulative moving average
+  self.track_running_stats = a.track_running_stats
+  local n, o = a.num_features, {dtype = a.dtype}
+  if a.affine then
+    self.weight = Parameter(flow.ones({n}, o))
+    self.bias = Parameter(flow.zeros({n}, o))
+  else
+    self:register_parameter('weight', nil)
+    self:register_parameter('bias', nil)
+  end
+  if a.track_running_stats then
+    self:register_buffer('running_mean', flow.zeros({n}, o))
+    self:register_buffer('running_var', flow.ones({n}, o))
+    self:register_buffer('num_batches_tracked', flow.tensor(0, {dtype = flow.int64}))
+  else
+    self:register_buffer('running_mean', nil)
+    self:register_buffer('running_var', nil)
+    self:register_buffer('num_batches_tracked', nil)
+  end
+end
+
+local function reset_running_stats(self)
+  if not self.track_running_stats then return end
+  flow.no_grad(function()
+    self.running_mean:zero_()
+    self.running_var:fill_(1)
+    self.num_batches_tracked:zero_()
+  end)
+end
+
+local function reset_norm(self)
+  reset_running_stats(self)
+  if self.affine then
+    flow.no_grad(function() self.weight:fill_(1); self.bias:zero_() end)
+  end
+end
+
+local function norm_repr(self)
+  return ('%d, eps=%s, momentum=%s, affine=%s, track_running_stats=%s'):format(
+    self.num_features, tostring(self.eps), pyrepr(self.momentum), pyrepr(self.affine),
+    pyrepr(self.track_running_stats))
+end
+
+local function check_dims(self, x, dims)
+  local nd = x:dim()
+  for _, d in ipairs(dims) do
+    if nd == d then
+      if x:size(2) ~= self.num_features then
+        fail(('%s: expected %d channels (dim 2), got input %s'):format(
+          self.__name, self.num_features, shape_str(x)))
+      end
+      return
+    end
+  end
+  fail(('%s: expected %s input, got input %s'):format(
+    self.__name, table.concat(dims, 'D or ') .. 'D', shape_str(x)))
+end
+
+-- the momentum passed to F.batch_norm, after counting the batch
+local function batch_momentum(self)
+  if not (self.training and self.track_running_stats) then return self.momentum or 0 end
+  flow.no_grad(function() self.num_batches_tracked:add_(1) end)
+  if self.momentum == nil then return 1 / self.num_batches_tracked:item() end
+  return self.momentum
+end
+
+local function make_batch_norm(name, dims)
+  local cls = Module:subclass(name)
+  function cls:__init(...) Module.__init(self); setup_norm(self, parse(name, norm_spec, ...)) end
+  cls.reset_running_stats, cls.reset_parameters, cls.extra_repr = reset_running_stats, reset_norm, norm_repr
+  function cls:forward(x)
+    check_dims(self, x, dims)
+    local momentum = batch_momentum(self)
+    local use_batch = self.training or self.running_mean == nil
+    local track = not self.training or self.track_running_stats
+    return F.batch_norm(x, track and self.running_mean or nil, track and self.running_var or nil,
+      {weight = self.weight, bias = self.bias, training = use_batch, momentum = momentum, eps = self.eps})
+  end
+  M[name] = cls
+end
+make_batch_norm('BatchNorm1d', {2, 3})
+make_batch_norm('BatchNorm2d', {4})
+make_batch_norm('BatchNorm3d', {5})
+
+local inst_spec = {{'num_features', U.REQUIRED}, {'eps', 1e-5}, {'momentum', 0.1}, {'affine', false},
+                   {'track_running_stats', false}, {'device', nil}, {'dtype', nil}}
+
+local function make_instance_norm(name, nsp)
+  local cls = Module:subclass(name)
+  function cls:__init(...) Module.__init(self); setup_norm(self, parse(name, inst_spec, ...)) end
+  cls.reset_running_stats, cls.reset_parameters, cls.extra_repr = reset_running_stats, reset_norm, norm_repr
+  function cls:forward(x)
+    local nd = x:dim()
+    if nd ~= nsp + 1 and nd ~= nsp + 2 then
+      fail(('%s: expected %dD (unbatched) or %dD (batched) input, got input %s'):format(
+        name, nsp + 1, nsp + 2, shape_str(x)))
+    end
+    local unbatched = nd == nsp + 1
+    if unbatched then x = x:unsqueeze(1) end
+    if x:size(2) ~= self.num_features and self.affine then
+      fail(('%s: expected %d channels, got input %s'):format(name, self.num_features, shape_str(x)))
+    end
+    local y = F.instance_norm(x, {running_mean = self.running_mean, running_var = self.running_var,
+      weight = self.weight, bias = self.bias, momentum = self.momentum or 0.1, eps = self.eps,
+      use_input_stats = self.training or not self.track_running_stats})
+    if unbatched then y = y:squeeze(1) end
+    return y
+  end
+  M[name] = cls
+end
+make_instance_norm('InstanceNorm1d', 1)
+make_instance_norm('InstanceNorm2d', 2)
+make_instance_norm('InstanceNorm3d', 3)
+
+------------------------------------------------------------------ LayerNorm
+local LayerNorm = Module:subclass('LayerNorm')
+M.LayerNorm = LayerNorm
+
+local ln_spec = {{'normalized_shape', U.REQUIRED}, {'eps', 1e-5}, {'elementwise_affine', true},
+                 {'bias', true}, {'device', nil}, {'dtype', nil}}
+
+--- nn.LayerNorm(normalized_shape[, {eps = 1e-5, elementwise_affine = true, bias = true}])
+function LayerNorm:__init(...)
+  Module.__init(self)
+  local a = parse('LayerNorm', ln_spec, ...)
+  local shape = a.normalized_shape
+  if type(shape) == 'number' then shape = {shape} end
+  self.normalized_shape, self.eps, self.elementwise_affine = shape, a.eps, a.elementwise_affine
+  if a.elementwise_affine then
+    self.weight = Parameter(flow.ones(shape, {dtype = a.dtype}))
+    if a.bias then self.bias = Parameter(flow.zeros(shape, {dtype = a.dtype}))
+    else self:register_parameter('bias', nil) end
+  else
+    self:register_parameter('weight', nil)
+    self:register_parameter('bias', nil)
+  end
+end
+
+function LayerNorm:reset_parameters()
+  flow.no_grad(function()
+    if self.weight ~= nil then self.weight:fill_(1) end
+    if self.bias ~= nil then self.bias:zero_() end
+  end)
+end
+
+function LayerNorm:forward(x)
+  return F.layer_norm(x, self.normalized_shape, {weight = self.weight, bias = self.bias, eps = self.eps})
+end
+
+function LayerNorm:extra_repr()
+  return ('%s, eps=%s, elementwise_affine=%s'):format(U.tuple_str(self.normalized_shape),
+    tostring(self.eps), pyrepr(self.elementwise_affine))
+end
+
+------------------------------------------------------------------ GroupNorm
+local GroupNorm = Module:subclass('GroupNorm')
+M.GroupNorm = GroupNorm
+
+local gn_spec = {{'num_groups', U.REQUIRED}, {'num_channels', U.REQUIRED}, {'eps', 1e-5},
+                 {'affine', true}, {'device', nil}, {'dtype', nil}}
+
+function GroupNorm:__init(...)
+  Module.__init(self)
+  local a = parse('GroupNorm', gn_spec, ...)
+  if a.num_channels % a.num_groups ~= 0 then
+    fail(('GroupNorm: num_channels (%d) must be divisible by num_groups (%d)'):format(
+      a.num_channels, a.num_groups))
+  end
+  self.num_groups, self.num_channels, self.eps, self.affine = a.num_groups, a.num_channels, a.eps, a.affine
+  if a.affine then
+    self.weight = Parameter(flow.ones({a.num_channels}, {dtype = a.dtype}))
+    self.bias = Parameter(flow.zeros({a.num_channels}, {dtype = a.dtype}))
+  else
+    self:register_parameter('weight', nil)
+    self:register_parameter('bias', nil)
+  end
+end
+
+function GroupNorm:forward(x)
+  if x:dim() < 2 or x:size(2) ~= self.num_channels then
+    fail(('GroupNorm: expected input with %d channels (dim 2), got input %s'):format(
+      self.num_channels, shape_str(x)))
+  end
+  return F.group_norm(x, self.num_groups, {weight = self.weight, bias = self.bias, eps = self.eps})
+end
+
+function GroupNorm:extra_repr()
+  return ('%d, %d, eps=%s, affine=%s'):format(self.num_groups, self.num_channels, tostring(self.eps),
+    pyrepr(self.affine))
+end
+
+return M

@@ -1,0 +1,55 @@
+-- oneflow.nn.pooling: MaxPool/AvgPool 1d-3d and the adaptive pools over
+-- the kernel-backed functions of nn.functional.
+--   nn.MaxPool2d(2)   nn.AvgPool2d(3, {stride = 2, padding = 1})   nn.AdaptiveAvgPool2d({1, 1})
+local U = require 'oneflow.nn._util'
+local module = require 'oneflow.nn.module'
+local F = require 'oneflow.nn.functional'
+
+local Module, parse, pyrepr = module.Module, U.parse, U.pyrepr
+local M = {}
+
+-- A class whose fields come from `spec` and whose repr lists `shown`.
+local function pool_class(name, spec, shown, forward)
+  local cls = Module:subclass(name)
+  function cls:__init(...)
+    Module.__init(self)
+    local a = parse(name, spec, ...)
+    for _, s in ipairs(spec) do self[s[1]] = a[s[1]] end
+    if self.stride == nil and self.kernel_size ~= nil then self.stride = self.kernel_size end
+  end
+  cls.forward = forward
+  function cls:extra_repr()
+    local parts = {}
+    for _, k in ipairs(shown) do parts[#parts + 1] = k .. '=' .. pyrepr(self[k]) end
+    return table.concat(parts, ', ')
+  end
+  M[name] = cls
+end
+
+local max_spec = {{'kernel_size', U.REQUIRED}, {'stride', nil}, {'padding', 0}, {'dilation', 1},
+                  {'return_indices', false}, {'ceil_mode', false}}
+local avg_spec = {{'kernel_size', U.REQUIRED}, {'stride', nil}, {'padding', 0},
+                  {'ceil_mode', false}, {'count_include_pad', true}, {'divisor_override', nil}}
+
+for nsp = 1, 3 do
+  local max_fn, avg_fn = 'max_pool' .. nsp .. 'd', 'avg_pool' .. nsp .. 'd'
+  pool_class('MaxPool' .. nsp .. 'd', max_spec,
+    {'kernel_size', 'stride', 'padding', 'dilation', 'ceil_mode'}, function(self, x)
+      return F[max_fn](x, self.kernel_size, {stride = self.stride, padding = self.padding,
+        dilation = self.dilation, ceil_mode = self.ceil_mode, return_indices = self.return_indices})
+    end)
+  pool_class('AvgPool' .. nsp .. 'd', avg_spec, {'kernel_size', 'stride', 'padding'}, function(self, x)
+    return F[avg_fn](x, self.kernel_size, {stride = self.stride, padding = self.padding,
+      ceil_mode = self.ceil_mode, count_include_pad = self.count_include_pad,
+      divisor_override = self.divisor_override})
+  end)
+  local aavg, amax = 'adaptive_avg_pool' .. nsp .. 'd', 'adaptive_max_pool' .. nsp .. 'd'
+  pool_class('AdaptiveAvgPool' .. nsp .. 'd', {{'output_size', U.REQUIRED}}, {'output_size'},
+    function(self, x) return F[aavg](x, self.output_size) end)
+  pool_class('AdaptiveMaxPool' .. nsp .. 'd', {{'output_size', U.REQUIRED}, {'return_indices', false}},
+    {'output_size'}, function(self, x)
+      return F[amax](x, self.output_size, {return_indices = self.return_indices})
+    end)
+end
+
+return M

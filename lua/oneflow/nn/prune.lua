@@ -1,0 +1,197 @@
+-- oneflow.nn.prune (nn.utils.prune): PyTorch's reparametrisation pruning.
+-- Pruning `name` of a module moves the parameter to `<name>_orig`, adds a
+-- buffer `<name>_mask`, and recomputes `module.<name> = orig * mask` before
+-- every forward (a forward pre-hook). Pruning again prunes among the
+-- entries still kept. remove() makes the pruning permanent.
+--   prune.l1_unstructured(m, 'weight', 0.3)     -- 30% of the entries
+--   prune.random_unstructured(m, 'bias', 2)     -- 2 entries
+--   prune.remove(m, 'weight')
+-- amount: a fraction in [0, 1) or a whole number of entries (>= 1).
+local flow = require 'oneflow.nn._flow'
+local autograd = require 'oneflow.autograd'
+local U = require 'oneflow.nn._util'
+local module = require 'oneflow.nn.module'
+
+local fail, no_grad = U.fail, autograd.no_grad
+local P = {}
+
+local function round_half_even(x)
+  local f = math.floor(x)
+  local d = x - f
+  if d > 0.5 or (d == 0.5 and f % 2 == 1) then return f + 1 end
+  return f
+end
+
+--- The number of entries `amount` stands for out of n.
+function P._count(amount, n)
+  if type(amount) ~= 'number' or amount < 0 then
+    fail('prune: amount must be a non-negative number, got ' .. tostring(amount))
+  end
+  local k = amount < 1 and round_half_even(amount * n) or amount
+  if k ~= math.floor(k) then fail('prune: an amount >= 1 must be a whole number of entries, got ' .. amount) end
+  if k > n then
+    fail(('prune: amount=%d should be smaller than the number of parameters to prune=%d'):format(k, n))
+  end
+  return k
+end
+
+local function hooks_of(m)
+  local h = rawget(m, '_prune_hooks')
+  if not h then h = {}; rawset(m, '_prune_hooks', h) end
+  return h
+end
+
+local function recompute(m, name)
+  rawset(m, name, m[name .. '_orig'] * m[name .. '_mask'])
+end
+
+-- Prunes m.<name> with new_mask(orig, old_mask) -> mask (same shape, 0/1).
+local function apply(m, name, new_mask)
+  if not module.is_module(m) then fail('prune: expected a module, got ' .. type(m)) end
+  local hooks = hooks_of(m)
+  local orig
+  if hooks[name] then
+    orig = m[name .. '_orig']
+  else
+    orig = m._parameters:get(name)
+    if orig == nil then
+      fail(("prune: module %s has no parameter named '%s'"):format(m.__name, tostring(name)))
+    end
+  end
+  local old = hooks[name] and m[name .. '_mask'] or flow.ones_like(orig)
+  local mask = no_grad(function() return new_mask(orig:detach(), old):to(orig.dtype) end)
+  if not hooks[name] then
+    m:delete(name)
+    m:register_parameter(name .. '_orig', orig)
+    m:register_buffer(name .. '_mask', mask)
+    hooks[name] = m:register_forward_pre_hook(function(mod) recompute(mod, name) end)
+  else
+    m[name .. '_mask'] = mask
+  end
+  recompute(m, name)
+  return m
+end
+
+-- old mask with the k lowest-scored kept entries set to 0
+local function drop_lowest(scores, old, k)
+  local mask = old:clone()
+  if k == 0 then return mask end
+  local inf = flow.full_like(scores, math.huge)
+  local masked = flow.where(old:ne(0), scores, inf):reshape(-1)
+  local _, idx = masked:topk(k, 1, {largest = false})
+  mask:view(-1):scatter_(1, idx, 0)
+  return mask
+end
+
+local function kept(old) return old:ne(0):sum():item() end
+
+--- prune.identity(m, name): the reparametrisation with an all-ones mask.
+function P.identity(m, name)
+  return apply(m, name, function(_, old) return old end)
+end
+
+--- prune.random_unstructured(m, name, amount): drops random kept entries.
+function P.random_unstructured(m, name, amount)
+  return apply(m, name, function(t, old)
+    local k = P._count(amount, kept(old))
+    return drop_lowest(flow.rand_like(t, {dtype = flow.float64}), old, k)
+  end)
+end
+
+--- prune.l1_unstructured(m, name, amount, {importance_scores =}): drops the
+-- kept entries with the smallest absolute value (or score).
+function P.l1_unstructured(m, name, amount, opts)
+  local scores = opts and opts.importance_scores
+  return apply(m, name, function(t, old)
+    local k = P._count(amount, kept(old))
+    return drop_lowest((scores or t):abs(), old, k)
+  end)
+end
+
+--- prune.ln_structured(m, name, amount, n, dim): drops whole slices along
+-- dim (1-based) with the smallest L-n norm.
+function P.ln_structured(m, name, amount, n, dim)
+  return apply(m, name, function(t, old)
+    local nd = t:dim()
+    if dim < 0 then dim = nd + dim + 1 end
+    local others = {}
+    for d = 1, nd do if d ~= dim then others[#others + 1] = d end end
+    local norms = (t * old):norm(n, others)                 -- one per slice
+    local alive = #others > 0 and old:ne(0):any(others) or old:ne(0)
+    local k = P._count(amount, alive:sum():item())
+    local inf = flow.full_like(norms, math.huge)
+    local masked = flow.where(alive, norms, inf)
+    local mask = old:clone()
+    if k > 0 then
+      local _, idx = masked:topk(k, 1, {largest = false})
+      for _, i in ipairs(idx:totable()) do mask:select(dim, i):fill_(0) end
+    end
+    return mask
+  end)
+end
+
+--- prune.custom_from_mask(m, name, mask)
+function P.custom_from_mask(m, name, mask)
+  return apply(m, name, function(_, old) return old * mask end)
+end
+
+--- prune.global_unstructured({{m1, 'weight'}, {m2, 'weight'}}, {pruning_method = 'l1',
+-- amount =}): the smallest entries over all the tensors together.
+function P.global_unstructured(params, opts)
+  opts = opts or {}
+  local method = opts.pruning_method or 'l1'
+  if method ~= 'l1' and method ~= 'random' then
+    fail("global_unstructured: pruning_method must be 'l1' or 'random'")
+  end
+  local scores, olds = {}, {}
+  for i, e in ipairs(params) do
+    local m, name = e[1], e[2]
+    local hooks = hooks_of(m)
+    local t = hooks[name] and m[name .. '_orig'] or m._parameters:get(name)
+    if t == nil then fail(("global_unstructured: module %s has no parameter '%s'"):format(m.__name, name)) end
+    olds[i] = hooks[name] and m[name .. '_mask'] or flow.ones_like(t)
+    local s = method == 'l1' and t:detach():abs() or flow.rand_like(t)
+    scores[i] = s:reshape(-1)
+  end
+  local flat_old = {}
+  for i, o in ipairs(olds) do flat_old[i] = o:reshape(-1) end
+  local all_old = flow.cat(flat_old, 1)
+  local mask = drop_lowest(flow.cat(scores, 1), all_old, P._count(opts.amount or 0, kept(all_old)))
+  local pos = 1
+  for i, e in ipairs(params) do
+    local n = olds[i]:numel()
+    local piece = mask:narrow(1, pos, n):view(olds[i]:size())
+    apply(e[1], e[2], function() return piece end)
+    pos = pos + n
+  end
+end
+
+--- prune.remove(m, name): makes the pruning permanent (m.<name> becomes a
+-- parameter again, holding orig * mask).
+function P.remove(m, name)
+  local hooks = rawget(m, '_prune_hooks')
+  if not (hooks and hooks[name]) then
+    fail(("prune.remove: parameter '%s' of module %s has to be pruned before pruning can be removed")
+         :format(tostring(name), m.__name))
+  end
+  local orig, mask = m[name .. '_orig'], m[name .. '_mask']
+  no_grad(function() orig:mul_(mask) end)
+  hooks[name]:remove()
+  hooks[name] = nil
+  m:delete(name .. '_orig')
+  m:delete(name .. '_mask')
+  m:delete(name)
+  m:register_parameter(name, orig)
+  return m
+end
+
+--- prune.is_pruned(m): whether m or a submodule has a pruning hook.
+function P.is_pruned(m)
+  for _, sub in ipairs(m:modules()) do
+    local h = rawget(sub, '_prune_hooks')
+    if h and next(h) then return true end
+  end
+  return false
+end
+
+return P

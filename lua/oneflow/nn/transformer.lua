@@ -1,0 +1,244 @@
+-- oneflow.nn.transformer: MultiheadAttention, TransformerEncoderLayer and
+-- TransformerEncoder with PyTorch's parameter names (in_proj_weight,
+-- in_proj_bias, out_proj.weight, linear1, norm1, ...), composed from
+-- matmul, softmax and masking ops.
+--   local attn = nn.MultiheadAttention(64, 8, {batch_first = true})
+--   local out, weights = attn(q, k, v, {key_padding_mask = pad, attn_mask = causal})
+local flow = require 'oneflow.nn._flow'
+local U = require 'oneflow.nn._util'
+local module = require 'oneflow.nn.module'
+local init = require 'oneflow.nn.initialization'
+local F = require 'oneflow.nn.functional'
+local linear = require 'oneflow.nn.linear'
+local container = require 'oneflow.nn.container'
+local dropout = require 'oneflow.nn.dropout'
+local normalization = require 'oneflow.nn.normalization'
+
+local Module, Parameter = module.Module, module.Parameter
+local parse, fail, shape_str = U.parse, U.fail, U.shape_str
+local M = {}
+
+------------------------------------------------------------------ MultiheadAttention
+local MHA = Module:subclass('MultiheadAttention')
+M.MultiheadAttention = MHA
+
+local mha_spec = {{'embed_dim', U.REQUIRED}, {'num_heads', U.REQUIRED}, {'dropout', 0}, {'bias', true},
+                  {'add_bias_kv', false}, {'add_zero_attn', false}, {'kdim', nil}, {'vdim', nil},
+                  {'batch_first', false}, {'device', nil}, {'dtype', nil}}
+
+--- nn.MultiheadAttention(embed_dim, num_heads, {dropout = 0, bias = true,
+-- kdim =, vdim =, batch_first = false})
+function MHA:__init(...)
+  Module.__init(self)
+  local a = parse('MultiheadAttention', mha_spec, ...)
+  if a.add_bias_kv or a.add_zero_attn then
+    fail('MultiheadAttention: add_bias_kv and add_zero_attn are not supported')
+  end
+  local e, o = a.embed_dim, {dtype = a.dtype}
+  self.embed_dim, self.num_heads, self.dropout, self.batch_first = e, a.num_heads, a.dropout, a.batch_first
+  self.kdim, self.vdim = a.kdim or e, a.vdim or e
+  self.head_dim = math.floor(e / a.num_heads)
+  if self.head_dim * a.num_heads ~= e then fail('MultiheadAttention: embed_dim must be divisible by num_heads') end
+  self._qkv_same_embed_dim = self.kdim == e and self.vdim == e
+  if self._qkv_same_embed_dim then
+    self.in_proj_weight = Parameter(flow.empty({3 * e, e}, o))
+  else
+    self.q_proj_weight = Parameter(flow.empty({e, e}, o))
+    self.k_proj_weight = Parameter(flow.empty({e, self.kdim}, o))
+    self.v_proj_weight = Parameter(flow.empty({e, self.vdim}, o))
+  end
+  if a.bias then self.in_proj_bias = Parameter(flow.empty({3 * e}, o))
+  else self:register_parameter('in_proj_bias', nil) end
+  self.out_proj = linear.Linear(e, e, a.bias, {dtype = a.dtype})
+  self:reset_parameters()
+end
+
+function MHA:reset_parameters()
+  if self._qkv_same_embed_dim then init.xavier_uniform_(self.in_proj_weight)
+  else
+    init.xavier_uniform_(self.q_proj_weight)
+    init.xavier_uniform_(self.k_proj_weight)
+    init.xavier_uniform_(self.v_proj_weight)
+  end
+  if self.in_proj_bias ~= nil then
+    init.zeros_(self.in_proj_bias)
+    init.zeros_(self.out_proj.bias)
+  end
+end
+
+-- projection i (1 = q, 2 = k, 3 = v) of x
+local function project(self, x, i)
+  local e = self.embed_dim
+  local w
+  if self._qkv_same_embed_dim then w = self.in_proj_weight:narrow(1, (i - 1) * e + 1, e)
+  else w = self[({'q_proj_weight', 'k_proj_weight', 'v_proj_weight'})[i]] end
+  local b = self.in_proj_bias and self.in_proj_bias:narrow(1, (i - 1) * e + 1, e)
+  return F.linear(x, w, b)
+end
+
+-- scores [N, H, L, S] with the masks applied
+local function apply_masks(scores, attn_mask, kpm, n, h, l, s)
+  if attn_mask ~= nil then
+    local m = attn_mask
+    if m:dim() == 3 then m = m:view(n, h, l, s) end
+    if m.dtype.name == 'bool' then scores = scores:masked_fill(m, -math.huge)
+    else scores = scores + m end
+  end
+  if kpm ~= nil then
+    if kpm:dim() ~= 2 or kpm:size(1) ~= n or kpm:size(2) ~= s then
+      fail(('MultiheadAttention: expected key_padding_mask of size [%d,%d], got %s'):format(
+        n, s, shape_str(kpm)))
+    end
+    local m = kpm:view(n, 1, 1, s)
+    if m.dtype.name == 'bool' then scores = scores:masked_fill(m, -math.huge)
+    else scores = scores + m end
+  end
+  return scores
+end
+
+local function causal_mask(l, s)
+  return flow.ones(l, s, {dtype = flow.bool}):triu(1)
+end
+
+-- inputs -> [L, N, E] layout, and whether the batch dim was added
+local function mha_layout(self, q, k, v)
+  local unbatched = q:dim() == 2
+  if q:dim() ~= 2 and q:dim() ~= 3 then
+    fail(('MultiheadAttention: expected query of 2 or 3 dims, got %s'):format(shape_str(q)))
+  end
+  if q:size(-1) ~= self.embed_dim then
+    fail(('MultiheadAttention: expected query with last dim %d (embed_dim), got %s'):format(
+      self.embed_dim, shape_str(q)))
+  end
+  if unbatched then return q:unsqueeze(2), k:unsqueeze(2), v:unsqueeze(2), true end
+  if self.batch_first then return q:transpose(1, 2), k:transpose(1, 2), v:transpose(1, 2), false end
+  return q, k, v, false
+end
+
+--- forward(query, key, value, {key_padding_mask =, need_weights = true,
+-- attn_mask =, average_attn_weights = true, is_causal = false}) -> output,
+-- weights ([N, L, S] averaged over heads, or [N, H, L, S]; nil without need_weights).
+-- Boolean masks are true where attention is not allowed; float masks are added.
+function MHA:forward(query, key, value, opts)
+  opts = opts or {}
+  key, value = key or query, value or key or query
+  local q, k, v, unbatched = mha_layout(self, query, key, value)
+  local l, n, e = q:size(1), q:size(2), self.embed_dim
+  local s, h, hd = k:size(1), self.num_heads, self.head_dim
+  q, k, v = project(self, q, 1), project(self, k, 2), project(self, v, 3)
+  -- [L, N, E] -> [N * H, L, hd]
+  q = q:reshape(l, n * h, hd):transpose(1, 2):contiguous()
+  k = k:reshape(s, n * h, hd):transpose(1, 2):contiguous()
+  v = v:reshape(s, n * h, hd):transpose(1, 2):contiguous()
+  local scores = flow.bmm(q * (1 / math.sqrt(hd)), k:transpose(2, 3):contiguous()):view(n, h, l, s)
+  local attn_mask = opts.attn_mask
+  if attn_mask == nil and opts.is_causal then attn_mask = causal_mask(l, s) end
+  scores = apply_masks(scores, attn_mask, opts.key_padding_mask, n, h, l, s)
+  local attn = F.softmax(scores, -1)
+  attn = F.dropout(attn, self.dropout, self.training)
+  local out = flow.bmm(attn:reshape(n * h, l, s), v)             -- [N * H, L, hd]
+  out = out:transpose(1, 2):contiguous():view(l, n, e)
+  out = F.linear(out, self.out_proj.weight, self.out_proj.bias)
+  if self.batch_first and not unbatched then out = out:transpose(1, 2) end
+  if unbatched then out = out:squeeze(2) end
+  if opts.need_weights == false then return out, nil end
+  local w = attn
+  if opts.average_attn_weights ~= false then w = w:mean(2) end
+  if unbatched then w = w:squeeze(1) end
+  return out, w
+end
+
+function MHA.extra_repr() return '' end
+
+------------------------------------------------------------------ TransformerEncoderLayer
+local Layer = Module:subclass('TransformerEncoderLayer')
+M.TransformerEncoderLayer = Layer
+
+local layer_spec = {{'d_model', U.REQUIRED}, {'nhead', U.REQUIRED}, {'dim_feedforward', 2048},
+                    {'dropout', 0.1}, {'activation', 'relu'}, {'layer_norm_eps', 1e-5},
+                    {'batch_first', false}, {'norm_first', false}, {'bias', true},
+                    {'device', nil}, {'dtype', nil}}
+
+local activations = {relu = F.relu, gelu = F.gelu}
+
+--- nn.TransformerEncoderLayer(d_model, nhead, {dim_feedforward = 2048,
+-- dropout = 0.1, activation = 'relu' | 'gelu' | fn | module, layer_norm_eps =,
+-- batch_first = false, norm_first = false, bias = true})
+function Layer:__init(...)
+  Module.__init(self)
+  local a = parse('TransformerEncoderLayer', layer_spec, ...)
+  local o = {dtype = a.dtype}
+  self.self_attn = MHA(a.d_model, a.nhead, {dropout = a.dropout, bias = a.bias,
+                                            batch_first = a.batch_first, dtype = a.dtype})
+  self.linear1 = linear.Linear(a.d_model, a.dim_feedforward, a.bias, o)
+  self.dropout = dropout.Dropout(a.dropout)
+  self.linear2 = linear.Linear(a.dim_feedforward, a.d_model, a.bias, o)
+  self.norm_first = a.norm_first
+  self.norm1 = normalization.LayerNorm(a.d_model, {eps = a.layer_norm_eps, bias = a.bias, dtype = a.dtype})
+  self.norm2 = normalization.LayerNorm(a.d_model, {eps = a.layer_norm_eps, bias = a.bias, dtype = a.dtype})
+  self.dropout1 = dropout.Dropout(a.dropout)
+  self.dropout2 = dropout.Dropout(a.dropout)
+  local act = a.activation
+  if type(act) == 'string' then
+    if not activations[act] then
+      fail(("TransformerEncoderLayer: activation should be 'relu' or 'gelu', not '%s'"):format(act))
+    end
+    act = activations[act]
+  end
+  self.activation = act
+end
+
+local function self_attention(self, x, mask, kpm, is_causal)
+  local y = self.self_attn(x, x, x, {attn_mask = mask, key_padding_mask = kpm, need_weights = false,
+                                      is_causal = is_causal})
+  return self.dropout1(y)
+end
+
+local function feed_forward(self, x)
+  return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+end
+
+--- forward(src, {src_mask =, src_key_padding_mask =, is_causal =})
+function Layer:forward(src, opts)
+  opts = opts or {}
+  local x = src
+  local mask, kpm, causal = opts.src_mask, opts.src_key_padding_mask, opts.is_causal
+  if self.norm_first then
+    x = x + self_attention(self, self.norm1(x), mask, kpm, causal)
+    x = x + feed_forward(self, self.norm2(x))
+  else
+    x = self.norm1(x + self_attention(self, x, mask, kpm, causal))
+    x = self.norm2(x + feed_forward(self, x))
+  end
+  return x
+end
+
+------------------------------------------------------------------ TransformerEncoder
+local Encoder = Module:subclass('TransformerEncoder')
+M.TransformerEncoder = Encoder
+
+--- nn.TransformerEncoder(encoder_layer, num_layers, {norm =}): num_layers
+-- deep copies of encoder_layer (layers.0, layers.1, ...), then norm.
+function Encoder:__init(layer, num_layers, opts)
+  Module.__init(self)
+  if not module.is_module(layer) then fail('TransformerEncoder: expected an encoder layer module') end
+  opts = opts or {}
+  local layers = {}
+  for i = 1, num_layers do layers[i] = layer:clone() end
+  self.layers = container.ModuleList(layers)
+  self.num_layers = num_layers
+  if opts.norm then self.norm = opts.norm end
+end
+
+--- forward(src, {mask =, src_key_padding_mask =, is_causal =})
+function Encoder:forward(src, opts)
+  opts = opts or {}
+  local layer_opts = {src_mask = opts.mask, src_key_padding_mask = opts.src_key_padding_mask,
+                      is_causal = opts.is_causal}
+  local x = src
+  for _, layer in ipairs(self.layers) do x = layer(x, layer_opts) end
+  if self.norm ~= nil then x = self.norm(x) end
+  return x
+end
+
+return M

@@ -1,0 +1,57 @@
+-- oneflow.nn.upsampling: Upsample, UpsamplingNearest2d, UpsamplingBilinear2d
+-- (over F.interpolate) and PixelShuffle.
+--   nn.Upsample({scale_factor = 2, mode = 'bilinear', align_corners = false})
+local U = require 'oneflow.nn._util'
+local module = require 'oneflow.nn.module'
+local F = require 'oneflow.nn.functional'
+
+local Module, parse, pyrepr = module.Module, U.parse, U.pyrepr
+local M = {}
+
+local Upsample = Module:subclass('Upsample')
+M.Upsample = Upsample
+
+local spec = {{'size', nil}, {'scale_factor', nil}, {'mode', 'nearest'}, {'align_corners', nil},
+              {'recompute_scale_factor', nil}}
+
+function Upsample:__init(...)
+  Module.__init(self)
+  local a = parse('Upsample', spec, ...)
+  self.size, self.scale_factor, self.mode = a.size, a.scale_factor, a.mode
+  self.align_corners, self.recompute_scale_factor = a.align_corners, a.recompute_scale_factor
+end
+
+function Upsample:forward(x)
+  return F.interpolate(x, {size = self.size, scale_factor = self.scale_factor, mode = self.mode,
+                           align_corners = self.align_corners,
+                           recompute_scale_factor = self.recompute_scale_factor})
+end
+
+function Upsample:extra_repr()
+  local s = self.scale_factor ~= nil and ('scale_factor=' .. pyrepr(self.scale_factor))
+            or ('size=' .. pyrepr(self.size))
+  return s .. ', mode=' .. pyrepr(self.mode)
+end
+
+local UpsamplingNearest2d = Upsample:subclass('UpsamplingNearest2d')
+M.UpsamplingNearest2d = UpsamplingNearest2d
+function UpsamplingNearest2d:__init(size, scale_factor)
+  if type(size) == 'table' and U.is_options(size) then size, scale_factor = size.size, size.scale_factor end
+  Upsample.__init(self, {size = size, scale_factor = scale_factor, mode = 'nearest'})
+end
+
+local UpsamplingBilinear2d = Upsample:subclass('UpsamplingBilinear2d')
+M.UpsamplingBilinear2d = UpsamplingBilinear2d
+function UpsamplingBilinear2d:__init(size, scale_factor)
+  if type(size) == 'table' and U.is_options(size) then size, scale_factor = size.size, size.scale_factor end
+  Upsample.__init(self, {size = size, scale_factor = scale_factor, mode = 'bilinear',
+                         align_corners = true})
+end
+
+local PixelShuffle = Module:subclass('PixelShuffle')
+M.PixelShuffle = PixelShuffle
+function PixelShuffle:__init(r) Module.__init(self); self.upscale_factor = r end
+function PixelShuffle:forward(x) return F.pixel_shuffle(x, self.upscale_factor) end
+function PixelShuffle:extra_repr() return 'upscale_factor=' .. self.upscale_factor end
+
+return M
