@@ -1,0 +1,208 @@
+-- bench/train.lua -- ms per training step (forward, backward, SGD update) for
+-- the LeNet of examples/mnist (batch 64, 1x28x28) and a ResNet-18 (batch 16,
+-- 3x64x64, 10 classes), side by side with PyTorch CPU at the same thread count
+-- when /usr/bin/python3 can import torch.
+--
+--   luajit bench/train.lua [threads] [--steps N] [--no-write]
+--
+-- Writes the table to doc/benchmarks.md (section "Training steps").
+local ffi = require 'ffi'
+local flow = require 'oneflow'
+local nn, F = flow.nn, flow.nn.functional
+
+local threads, steps, write_doc = 2, 20, true
+do
+  local argv, i = arg or {}, 1
+  while i <= #argv do
+    if argv[i] == '--steps' then steps = tonumber(argv[i + 1]); i = i + 1
+    elseif argv[i] == '--no-write' then write_doc = false
+    elseif tonumber(argv[i]) then threads = tonumber(argv[i]) end
+    i = i + 1
+  end
+end
+flow.set_num_threads(threads)
+
+pcall(ffi.cdef, [[
+typedef struct { int64_t sec, nsec; } of_bench_timespec;
+int clock_gettime(int clk, of_bench_timespec *ts);
+]])
+local ts = ffi.new('of_bench_timespec')
+local function now()
+  ffi.C.clock_gettime(1, ts)
+  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
+end
+
+------------------------------------------------------------------ models
+local LeNet = nn.Module:subclass('LeNet')
+function LeNet:__init()
+  nn.Module.__init(self)
+  self.conv1 = nn.Conv2d(1, 32, 3, {padding = 1})
+  self.conv2 = nn.Conv2d(32, 64, 3, {padding = 1})
+  self.fc1 = nn.Linear(64 * 7 * 7, 128)
+  self.fc2 = nn.Linear(128, 10)
+end
+function LeNet:forward(x)
+  x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+  x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+  return self.fc2(F.relu(self.fc1(flow.flatten(x, 2))))
+end
+
+local BasicBlock = nn.Module:subclass('BasicBlock')
+function BasicBlock:__init(cin, cout, stride)
+  nn.Module.__init(self)
+  self.conv1 = nn.Conv2d(cin, cout, 3, {stride = stride, padding = 1, bias = false})
+  self.bn1 = nn.BatchNorm2d(cout)
+  self.conv2 = nn.Conv2d(cout, cout, 3, {padding = 1, bias = false})
+  self.bn2 = nn.BatchNorm2d(cout)
+  if stride ~= 1 or cin ~= cout then
+    self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, {stride = stride, bias = false}),
+                                    nn.BatchNorm2d(cout))
+  end
+end
+function BasicBlock:forward(x)
+  local out = F.relu(self.bn1(self.conv1(x)))
+  out = self.bn2(self.conv2(out))
+  local identity = self.downsample and self.downsample(x) or x
+  return F.relu(out + identity)
+end
+
+local ResNet18 = nn.Module:subclass('ResNet18')
+function ResNet18:__init(num_classes)
+  nn.Module.__init(self)
+  self.conv1 = nn.Conv2d(3, 64, 7, {stride = 2, padding = 3, bias = false})
+  self.bn1 = nn.BatchNorm2d(64)
+  local cin = 64
+  for i, cout in ipairs({64, 128, 256, 512}) do
+    local stride = i == 1 and 1 or 2
+    self['layer' .. i] = nn.Sequential(BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1))
+    cin = cout
+  end
+  self.fc = nn.Linear(512, num_classes)
+end
+function ResNet18:forward(x)
+  x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, {stride = 2, padding = 1})
+  x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+  return self.fc(flow.flatten(F.adaptive_avg_pool2d(x, 1), 2))
+end
+
+------------------------------------------------------------------ timing
+local function median(t)
+  table.sort(t)
+  return t[math.floor((#t + 1) / 2)]
+end
+
+local function bench(model, batch, shape)
+  flow.manual_seed(0)
+  local x = flow.randn(batch, unpack(shape))
+  local y = flow.randint(1, 11, {batch})
+  local opt = flow.optim.SGD(model:parameters(), {lr = 0.01, momentum = 0.9})
+  local function step()
+    local loss = F.cross_entropy(model(x), y)
+    opt:zero_grad()
+    loss:backward()
+    opt:step()
+  end
+  for _ = 1, 3 do step() end
+  flow.collect()
+  flow.reset_peak_memory_stats()
+  local times = {}
+  for i = 1, steps do
+    local t0 = now()
+    step()
+    times[i] = (now() - t0) * 1000
+  end
+  if os.getenv("OF_BENCH_VERBOSE") then print(table.concat(times, " ")) end
+  return median(times), flow.memory_stats().peak_bytes / 2 ^ 20
+end
+
+local torch_script = [[
+import sys, time, statistics, resource
+import torch, torch.nn as nn, torch.nn.functional as F
+torch.set_num_threads(int(sys.argv[1])); steps = int(sys.argv[2])
+class LeNet(nn.Module):
+    def __init__(s):
+        super().__init__(); s.conv1 = nn.Conv2d(1, 32, 3, padding=1); s.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+        s.fc1 = nn.Linear(64 * 7 * 7, 128); s.fc2 = nn.Linear(128, 10)
+    def forward(s, x):
+        x = F.max_pool2d(F.relu(s.conv1(x)), 2); x = F.max_pool2d(F.relu(s.conv2(x)), 2)
+        return s.fc2(F.relu(s.fc1(torch.flatten(x, 1))))
+def resnet18():
+    try:
+        import torchvision; return torchvision.models.resnet18(num_classes=10)
+    except Exception:
+        return None
+def bench(model, batch, shape):
+    torch.manual_seed(0); x = torch.randn(batch, *shape); y = torch.randint(0, 10, (batch,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    def step():
+        loss = F.cross_entropy(model(x), y); opt.zero_grad(); loss.backward(); opt.step()
+    for _ in range(3): step()
+    ts = []
+    for _ in range(steps):
+        t0 = time.perf_counter(); step(); ts.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(ts)
+print("lenet", bench(LeNet(), 64, (1, 28, 28)))
+r = resnet18()
+if r is not None: print("resnet18", bench(r, 16, (3, 64, 64)))
+print("version", torch.__version__)
+print("maxrss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+]]
+
+local function run_torch()
+  local path = os.tmpname()
+  local f = io.open(path, 'w')
+  f:write(torch_script)
+  f:close()
+  local p = io.popen(('/usr/bin/python3 %s %d %d 2>/dev/null'):format(path, threads, steps))
+  local out = p:read('*a')
+  p:close()
+  os.remove(path)
+  local res = {}
+  for k, v in out:gmatch('(%S+) (%S+)') do res[k] = tonumber(v) or v end
+  return res
+end
+
+------------------------------------------------------------------ run
+local lenet_ms, lenet_mb = bench(LeNet(), 64, {1, 28, 28})
+local resnet_ms, resnet_mb = bench(ResNet18(10), 16, {3, 64, 64})
+local torch = run_torch()
+
+local function ratio(a, b) return b and ('%.2fx'):format(a / b) or 'n/a' end
+local function fmt(v) return v and ('%.1f'):format(v) or 'n/a' end
+local rows = {
+  {'LeNet (examples/mnist), batch 64, 1x28x28', lenet_ms, torch.lenet, lenet_mb},
+  {'ResNet-18, batch 16, 3x64x64', resnet_ms, torch.resnet18, resnet_mb},
+}
+local lines = {
+  ('%d thread(s) on both sides; PyTorch %s; %d timed steps, median; SGD with momentum.')
+    :format(threads, torch.version or 'not installed', steps),
+  '',
+  '| Model | OneFlow-Lua ms/step | PyTorch ms/step | ratio (ours / PyTorch) | target | peak tensor memory (ours) |',
+  '|---|---|---|---|---|---|',
+}
+for _, r in ipairs(rows) do
+  lines[#lines + 1] = ('| %s | %s | %s | %s | <= 0.80x | %.0f MiB |'):format(
+    r[1], fmt(r[2]), fmt(r[3]), ratio(r[2], r[3]), r[4])
+end
+lines[#lines + 1] = ''
+lines[#lines + 1] = ('PyTorch process max RSS: %s MiB (includes the Python runtime and both models).')
+  :format(fmt(torch.maxrss_mb))
+local text = table.concat(lines, '\n')
+print(text)
+
+if write_doc then
+  local path = 'doc/benchmarks.md'
+  local f = io.open(path, 'r')
+  local doc = f and f:read('*a') or '# Benchmarks\n'
+  if f then f:close() end
+  local section = '## Training steps\n\n' .. text .. '\n'
+  local s, e = doc:find('## Training steps\n.-\n(## )', 1)
+  if s then doc = doc:sub(1, s - 1) .. section .. '\n' .. doc:sub(e - 2)
+  elseif doc:find('## Training steps', 1, true) then doc = doc:gsub('## Training steps\n.*$', section)
+  else doc = doc .. '\n' .. section end
+  local tmp = path .. '.tmp'
+  local o = assert(io.open(tmp, 'w'))
+  o:write(doc)
+  o:close()
+  os.rename(tmp, path)
+end
