@@ -1,4 +1,5 @@
 -- flowvision: `local vision = require 'flowvision'`.
 local vision = {}
 vision.datasets = require 'flowvision.datasets'
+vision.models = require 'flowvision.models'
 return vision
