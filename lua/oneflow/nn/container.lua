@@ -84,6 +84,21 @@ local function list_class(cls, reg, check)
     cls.__sync(self)
     return self
   end
+  --- add_module(name, v): as in PyTorch, a new name appends the element
+  -- under that name; an existing name replaces the element in place.
+  function cls:add_module(name, v)
+    v = check(v, op .. ':add_module')
+    local od = rawget(self, reg)
+    for i, k in ipairs(od.names) do
+      if k == name then
+        rawset(self, i, v)
+        od:set(name, v)
+        return
+      end
+    end
+    rawset(self, #self + 1, v)
+    od:set(name, v)
+  end
   function cls:extend(list)
     if is_module(list) then list = list:children() end
     for _, v in ipairs(list) do self:append(v) end
