@@ -85,10 +85,11 @@ local serialization = require 'oneflow.serialization'
 flow.save, flow.load, flow.safetensors = serialization.save, serialization.load, serialization.safetensors
 local torchio = require 'oneflow.io.torch'
 flow.load_torch, flow.save_torch = torchio.load, torchio.save
-flow.load_t7 = function(...) return require('oneflow.io.t7').load(...) end
+flow.load_t7 = require('oneflow.io.t7').load
 flow.utils = {data = require 'oneflow.utils.data', progress = require 'oneflow.utils.progress'}
 flow.optim = require 'oneflow.optim'
 flow.nn = require 'oneflow.nn'
+flow.onnx = require 'oneflow.onnx'
 flow.version = core.C.of_version()
 flow.__version__ = '0.1.0'
 
