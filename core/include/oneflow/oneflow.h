@@ -402,6 +402,29 @@ of_status of_nll_loss(of_tensor *log_probs, of_tensor *target, of_tensor *weight
                       of_loss_reduction reduction, int64_t ignore_index, int64_t index_base,
                       of_tensor **out);
 
+
+/* ---- image IO (core/io/image.c) -----------------------------------------
+ * JPEG through libjpeg(-turbo), PNG through libpng. Images are uint8
+ * [H, W, C]: JPEG gives C = 1 (grey) or 3 (RGB; CMYK is converted); PNG gives
+ * 1 (grey), 2 (grey + alpha), 3 (RGB) or 4 (RGBA): palettes expand to RGB,
+ * tRNS transparency to an alpha channel, 16-bit samples are scaled to 8.
+ * Corrupt or truncated data gives OF_ERR_IO; sides above 32768 or more than
+ * 1 GiB of pixels give OF_ERR_ARG; a build without the library gives
+ * OF_ERR_STATE ("built without libjpeg"). */
+typedef int32_t of_image_format;
+enum { OF_IMAGE_PNG = 0, OF_IMAGE_JPEG = 1 };
+/* 1 when this build can decode and encode the format. */
+int32_t of_image_supported(of_image_format fmt);
+/* The format is found from the data's signature. */
+of_status of_image_decode(const uint8_t *data, int64_t n, of_tensor **out);
+of_status of_image_read(const char *path, of_tensor **out);
+/* img uint8 [H, W, C] or [H, W] -> the file's bytes as uint8 [n]. quality:
+ * JPEG 1..100 (<= 0: 75); PNG ignores it (zlib level 6). */
+of_status of_image_encode(of_tensor *img, of_image_format fmt, int32_t quality,
+                          of_tensor **out);
+/* Format from the extension: .png, .jpg or .jpeg (any case). */
+of_status of_image_write(const char *path, of_tensor *img, int32_t quality);
+
 #ifdef __cplusplus
 }
 #endif

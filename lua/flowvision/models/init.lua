@@ -109,4 +109,13 @@ for _, family in ipairs(families) do
 end
 M.ops = require 'flowvision.models._ops'
 
+-- transformer / MLP, detection, segmentation and style-transfer families
+-- (their classes stay in flowvision.models.<family>.classes)
+for _, family in ipairs({'vit', 'deit', 'swin', 'pvt', 'mlp_mixer', 'resmlp', 'gmlp', 'detection', 'segmentation',
+                         'stylenet'}) do
+  for name, build in pairs(require('flowvision.models.' .. family).models) do M.register(name, build) end
+end
+M.detection = require 'flowvision.models.detection'
+M.segmentation = require 'flowvision.models.segmentation'
+
 return M
