@@ -1,10 +1,12 @@
 -- flow.load_torch / flow.save_torch: PyTorch checkpoints (zip and legacy
 -- formats), the restricted pickle reader, and hostile inputs.
 --
--- Fixtures: two tiny checkpoints made by torch 1.13 are embedded below (hex)
--- so the reader is tested everywhere; the rest are generated at run time by
--- /usr/bin/python3 when it can import torch (pending otherwise). The hostile
--- inputs are built by hand here and need no torch.
+-- Fixtures: a few tiny checkpoints made by torch 1.13 are committed under
+-- spec/fixtures/torch/ (made by tools/make_fixtures.py, which says what each
+-- holds) so the reader is tested everywhere, with a hand-built malicious
+-- pickle that must be refused; the rest are generated at run time by
+-- /usr/bin/python3 when it can import torch (pending otherwise). The other
+-- hostile inputs are built by hand here and need no torch.
 local ffi = require 'ffi'
 local flow = require 'oneflow'
 local H = require 'spec.helpers'
@@ -48,11 +50,6 @@ local function exists(path)
   local f = io.open(path, 'rb')
   if f then f:close() end
   return f ~= nil
-end
-
-local function unhex(s)
-  s = s:gsub('%s', '')
-  return (s:gsub('%x%x', function(h) return string.char(tonumber(h, 16)) end))
 end
 
 local function le(n, width)
@@ -173,51 +170,14 @@ local function refused(name, s, ...)
   return err
 end
 
------------------------------------------------------------------- embedded fixtures
+------------------------------------------------------------------ committed fixtures
+-- spec/fixtures/torch/, next to this directory (see tools/make_fixtures.py).
+local FIXTURES = (debug.getinfo(1, 'S').source:match('^@(.*)/io/[^/]*$') or 'spec') .. '/fixtures/torch/'
+local function fixture(name) return FIXTURES .. name end
 -- torch 1.13: w = [[1.5, -2], [3, 4.25]]; OrderedDict(w=w, row=w[1], b=int64 [1, -2],
--- h=float16 [0.5, -1], epoch=3, name='tiny'); saved as tiny.pt, zip and legacy.
-local TINY = unhex [[
-504b0304000008080000000000000000000000000000000000000d00150074696e792f646174612e706b6c464211005a5a5a5a5a5a5a5a5a
-5a5a5a5a5a5a5a5a800263636f6c6c656374696f6e730a4f726465726564446963740a71002952710128580100000077710263746f726368
-2e5f7574696c730a5f72656275696c645f74656e736f725f76320a71032828580700000073746f72616765710463746f7263680a466c6f61
-7453746f726167650a71055801000000307106580300000063707571074b04747108514b004b024b028671094b024b0186710a8968002952
-710b74710c52710d5803000000726f77710e6803282868046805680668074b0474710f514b024b028571104b018571118968002952711274
-7113527114580100000062711568032828680463746f7263680a4c6f6e6753746f726167650a7116580100000031711768074b0274711851
-4b004b028571194b0185711a8968002952711b74711c52711d580100000068711e68032828680463746f7263680a48616c6653746f726167
-650a711f580100000032712068074b02747121514b004b028571224b0185712389680029527124747125527126580500000065706f636871
-274b0358040000006e616d657128580400000074696e797129752e504b070836a9e0a19b0100009b010000504b0304000008080000000000
-000000000000000000000000000b002c0074696e792f646174612f30464228005a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a
-5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a0000c03f000000c00000404000008840504b0708e26992641000000010000000504b030400000808
-0000000000000000000000000000000000000b00370074696e792f646174612f31464233005a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a
-5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a0100000000000000feffffffffffffff504b07082fda1fca
-1000000010000000504b0304000008080000000000000000000000000000000000000b00370074696e792f646174612f32464233005a5a5a
-5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a003800bc504b0708
-9394ebc90400000004000000504b0304000008080000000000000000000000000000000000000c00420074696e792f76657273696f6e4642
-3e005a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a
-5a5a5a5a5a5a5a5a330a504b0708d19e67550200000002000000504b010200000000080800000000000036a9e0a19b0100009b0100000d00
-0000000000000000000000000000000074696e792f646174612e706b6c504b0102000000000808000000000000e269926410000000100000
-000b00000000000000000000000000eb01000074696e792f646174612f30504b01020000000008080000000000002fda1fca100000001000
-00000b000000000000000000000000006002000074696e792f646174612f31504b01020000000008080000000000009394ebc90400000004
-0000000b00000000000000000000000000e002000074696e792f646174612f32504b0102000000000808000000000000d19e675502000000
-020000000c000000000000000000000000005403000074696e792f76657273696f6e504b06062c000000000000001e032d00000000000000
-0000050000000000000005000000000000002001000000000000d203000000000000504b060700000000f20400000000000001000000504b
-0506000000000500050020010000d20300000000
-]]
-local TINY_LEGACY = unhex [[
-80028a0a6cfc9c46f9206aa850192e80024de9032e80027d710028581000000070726f746f636f6c5f76657273696f6e71014de903580d00
-00006c6974746c655f656e6469616e710288580a000000747970655f73697a657371037d710428580500000073686f727471054b02580300
-0000696e7471064b0458040000006c6f6e6771074b0475752e800263636f6c6c656374696f6e730a4f726465726564446963740a71002952
-710128580100000077710263746f7263682e5f7574696c730a5f72656275696c645f74656e736f725f76320a71032828580700000073746f
-72616765710463746f7263680a466c6f617453746f726167650a710558090000003934373736323232347106580300000063707571074b04
-4e747108514b004b024b028671094b024b0186710a8968002952710b74710c52710d5803000000726f77710e680328286804680558090000
-00393437373632323234710f68074b044e747110514b024b028571114b018571128968002952711374711452711558010000006271166803
-2828680463746f7263680a4c6f6e6753746f726167650a7117580a00000031303039353535313230711868074b024e747119514b004b0285
-711a4b0185711b8968002952711c74711d52711e580100000068711f68032828680463746f7263680a48616c6653746f726167650a712058
-0a00000031303039353535373736712168074b024e747122514b004b028571234b0185712489680029527125747126527127580500000065
-706f636871284b0358040000006e616d657129580400000074696e79712a752e80025d710028580a00000031303039353535313230710158
-0a00000031303039353535373736710258090000003934373736323232347103652e02000000000000000100000000000000feffffffffff
-ffff0200000000000000003800bc04000000000000000000c03f000000c00000404000008840
-]]
+-- h=float16 [0.5, -1], epoch=3, name='tiny'); zip and legacy formats.
+local TINY = readbytes(fixture('small_state_dict.pt'))
+local TINY_LEGACY = readbytes(fixture('legacy.pt'))
 
 local function check_tiny(v, what)
   assert.are.equal(3, v.epoch, what)
@@ -233,14 +193,55 @@ local function check_tiny(v, what)
   assert.are.same({'w', 'row', 'b', 'h', 'epoch', 'name'}, torchio.keys(v))
 end
 
-describe('flow.load_torch: embedded torch 1.13 files', function()
+describe('flow.load_torch: committed torch 1.13 files', function()
   it('reads the zip format', function()
-    check_tiny(load_bytes('tiny.pt', TINY), 'zip')
+    check_tiny(flow.load_torch(fixture('small_state_dict.pt')), 'zip')
     check_tiny(torchio.loads(TINY), 'zip (bytes)')
   end)
 
   it('reads the legacy format', function()
-    check_tiny(load_bytes('tiny_legacy.pt', TINY_LEGACY), 'legacy')
+    check_tiny(flow.load_torch(fixture('legacy.pt')), 'legacy')
+    check_tiny(torchio.loads(TINY_LEGACY), 'legacy (bytes)')
+  end)
+
+  it('keeps views of one storage: offsets, strides, shared memory', function()
+    local v = flow.load_torch(fixture('shared_views.pt'))
+    assert.are.same({'x', 'tail', 't', 'col', 'row', 'other'}, torchio.keys(v))
+    H.close(v.x, {{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}}, 0)
+    H.close(v.tail, {{4, 5, 6, 7}, {8, 9, 10, 11}}, 0)
+    H.close(v.t, {{0, 4, 8}, {1, 5, 9}, {2, 6, 10}, {3, 7, 11}}, 0)
+    H.close(v.col, {1, 5, 9}, 0)
+    H.close(v.row, {8, 9, 10, 11}, 0)
+    H.close(v.other, {5, 6}, 0)
+    local want = {x = {0, {4, 1}}, tail = {4, {4, 1}}, t = {0, {1, 4}}, col = {1, {4}}, row = {8, {1}}}
+    for k, e in pairs(want) do
+      assert.are.equal(e[1], v[k]:storage_offset(), k .. ' offset')
+      assert.are.same(e[2], v[k]:stride(), k .. ' stride')
+      assert.are.equal(storage_id(v.x), storage_id(v[k]), k .. ' shares x')
+    end
+    assert.are_not.equal(storage_id(v.x), storage_id(v.other))
+    v.x:select(1, 2):fill_(-1)
+    H.close(v.col, {1, -1, 9}, 0)
+    H.close(v.tail[1], {-1, -1, -1, -1}, 0)
+  end)
+
+  it('refuses the malicious pickle (os.system) and never runs it', function()
+    local marker = '/tmp/oneflow_fixture_pwned'
+    os.remove(marker)
+    for _, name in ipairs({'malicious.pt', 'malicious_legacy.pt'}) do
+      H.raises(function() flow.load_torch(fixture(name)) end, 'flow.load_torch', name,
+               "refusing to load global 'os.system'", 'only tensors and containers can be loaded')
+    end
+    assert.is_false(exists(marker), 'nothing ran')
+  end)
+
+  it('keeps the committed fixtures small (< 50 KB in all)', function()
+    local total = 0
+    for _, name in ipairs({'small_state_dict.pt', 'legacy.pt', 'shared_views.pt', 'malicious.pt',
+                           'malicious_legacy.pt'}) do
+      total = total + #readbytes(fixture(name))
+    end
+    assert(total < 50 * 1024, total .. ' bytes')
   end)
 
   it('keeps shared storage: writing through one view shows in the other', function()

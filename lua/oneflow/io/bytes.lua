@@ -130,10 +130,12 @@ local Reader = {}
 Reader.__index = Reader
 
 --- A reader over src for [start, limit); fail(fmt, ...) must raise.
-function M.reader(src, start, limit, fail)
+-- window (default M.WINDOW) is how much a file source reads ahead: small
+-- for a reader that only wants a header.
+function M.reader(src, start, limit, fail, window)
   start = start or 0
   limit = limit or src.size
-  local r = setmetatable({src = src, pos = start, limit = limit, fail = fail}, Reader)
+  local r = setmetatable({src = src, pos = start, limit = limit, fail = fail, window = window or M.WINDOW}, Reader)
   if src.str then
     r.buf, r.base = src.str, 0
   else
@@ -160,7 +162,7 @@ local function window(self, n, what)
   end
   local i = pos - self.base + 1
   if i < 1 or i + n - 1 > #self.buf then
-    local len = math.min(math.max(n, M.WINDOW), self.limit - pos)
+    local len = math.min(math.max(n, self.window), self.limit - pos)
     self.buf = self.src:sub(pos, len)
     self.base = pos
     i = 1

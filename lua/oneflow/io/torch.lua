@@ -40,7 +40,7 @@
 -- {['cuda:0'] = 'cpu'} keyed by the saved location, or a function(location)
 -- -> device) moves tensors afterwards, each view on its own.
 -- opts.check_crc = false skips the CRC-32 of stored storage records (torch
--- does not check them either; ~0.6 s per GB here): a corrupt record then
+-- does not check them either; ~0.3 s per GB here): a corrupt record then
 -- loads as wrong numbers, never as a bad read -- every offset and size is
 -- checked regardless.
 -- Errors name the file: "flow.load_torch: <path>: <what is wrong>".
@@ -133,7 +133,10 @@ local other_dtypes = {int16 = true, short = true, complex32 = true, complex64 = 
 
 ------------------------------------------------------------------ views
 local TWO53 = 2 ^ 53
-local STORAGE = setmetatable({}, {__mode = 'k'})   -- storage tensor -> {flat, offset, numel, dtype, location}
+-- storage tensor -> {flat, offset, numel, dtype, location}; flat is nil when
+-- it is the key itself: LuaJIT's weak tables are not ephemerons, so a value
+-- pointing at its own key would keep every loaded storage alive forever.
+local STORAGE = setmetatable({}, {__mode = 'k'})
 local LOCATION = setmetatable({}, {__mode = 'k'})  -- loaded tensor -> saved location
 
 local function int_list(v, what, err)
@@ -182,7 +185,7 @@ local function make_view(st, offset, size, stride, err)
     shape_buf[i - 1] = size[i]
     stride_buf[i - 1] = stride[i]
   end
-  local t = T.call1(C.of_as_strided, info.flat.p, shape_buf, stride_buf, #size, info.offset + offset, core.out1)
+  local t = T.call1(C.of_as_strided, (info.flat or st).p, shape_buf, stride_buf, #size, info.offset + offset, core.out1)
   LOCATION[t] = info.location
   return t
 end
@@ -418,7 +421,7 @@ end
 
 local function new_storage(dtype, numel, location)
   local flat = T.flow.empty({numel}, {dtype = dtype})
-  STORAGE[flat] = {flat = flat, offset = 0, numel = numel, dtype = dtype, location = location}
+  STORAGE[flat] = {offset = 0, numel = numel, dtype = dtype, location = location}
   return flat
 end
 

@@ -33,6 +33,7 @@ local M = {}
 
 M.MAX_ENTRIES = 1000000
 M.MAX_RATIO = 1100      -- deflate cannot expand data by more than ~1032:1
+M.CRC_SLICE = 64 * 1024   -- stored entries are read and CRC-checked in slices this size
 
 ------------------------------------------------------------------ zlib
 ffi.cdef [[
@@ -254,7 +255,8 @@ end
 
 local function data_offset(src, e, fail)
   if e.data_offset then return e.data_offset end
-  local r = bytes.reader(src, e.local_offset, e.limit, fail)
+  -- read ahead only the header and the name (not a whole window per entry)
+  local r = bytes.reader(src, e.local_offset, e.limit, fail, 30 + #e.name)
   if r:u32('local header') ~= SIG_LOCAL then
     fail('zip entry %q: bad local header signature at offset %.0f', e.name, e.local_offset)
   end
@@ -277,14 +279,26 @@ end
 function M.read_entry_into(src, e, ptr, fail, no_crc)
   local off = data_offset(src, e, fail)
   if e.method == 0 then
-    src:copy(off, e.usize, ptr)
+    if no_crc then return src:copy(off, e.usize, ptr) end
+    -- read and check in slices, so that each slice is summed while it is
+    -- still in the cache
+    local dst, n, crc, done = ffi.cast('uint8_t *', ptr), e.usize, 0, 0
+    while done < n do
+      local len = math.min(M.CRC_SLICE, n - done)
+      src:copy(off + done, len, dst + done)
+      crc = M.crc32(dst + done, len, crc)
+      done = done + len
+    end
+    if crc ~= e.crc then
+      fail('zip entry %q: CRC-32 mismatch (%08x, the directory says %08x): the data is corrupt', e.name, crc, e.crc)
+    end
+    return
   else
     local cbuf = ffi.new('uint8_t[?]', math.max(e.csize, 1))
     src:copy(off, e.csize, cbuf)
     local err = inflate_raw(cbuf, e.csize, ptr, e.usize)
     if err then fail('zip entry %q: %s', e.name, err) end
   end
-  if no_crc and e.method == 0 then return end
   local crc = M.crc32(ptr, e.usize)
   if crc ~= e.crc then
     fail('zip entry %q: CRC-32 mismatch (%08x, the directory says %08x): the data is corrupt', e.name, crc, e.crc)
