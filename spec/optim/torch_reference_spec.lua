@@ -18,8 +18,10 @@ local cases = {
   {'SGD', 'lr=0.05, momentum=0.8, dampening=0.3', {lr = 0.05, momentum = 0.8, dampening = 0.3}},
   {'Adam', 'lr=0.05, amsgrad=True, weight_decay=0.01', {lr = 0.05, amsgrad = true, weight_decay = 0.01}},
   {'AdamW', 'lr=0.05, betas=(0.8, 0.99), weight_decay=0.1', {lr = 0.05, betas = {0.8, 0.99}, weight_decay = 0.1}},
-  {'RMSprop', 'lr=0.01, alpha=0.9, momentum=0.5, centered=True', {lr = 0.01, alpha = 0.9, momentum = 0.5, centered = true}},
-  {'Adagrad', 'lr=0.1, lr_decay=0.01, initial_accumulator_value=0.1', {lr = 0.1, lr_decay = 0.01, initial_accumulator_value = 0.1}},
+  {'RMSprop', 'lr=0.01, alpha=0.9, momentum=0.5, centered=True',
+   {lr = 0.01, alpha = 0.9, momentum = 0.5, centered = true}},
+  {'Adagrad', 'lr=0.1, lr_decay=0.01, initial_accumulator_value=0.1',
+   {lr = 0.1, lr_decay = 0.01, initial_accumulator_value = 0.1}},
 }
 
 local STEPS = 25
