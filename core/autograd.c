@@ -7,6 +7,7 @@
  * from the roots, counts dependencies, and runs them newest first, summing
  * the gradients that meet at a node. */
 #include "autograd.h"
+#include "graph/graph.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -128,7 +129,7 @@ of_status of_tensor_add_hook(of_tensor *t, int64_t id) {
   return OF_OK;
 }
 
-of_status of_detach(of_tensor *t, of_tensor **out) {
+of_status of_impl_detach(of_tensor *t, of_tensor **out) {
   of_tensor *d = of_tensor_alias(t, t->shape, t->strides, t->ndim, t->offset);
   if (!d) return OF_ERR_OOM;
   *out = d;
@@ -584,7 +585,7 @@ static of_status run_node(engine *e, node_state *s) {
     return of_fail(OF_ERR_STATE, "%s: has no backward rule", n->def->name);
   of_tensor **gin = calloc((size_t)(n->nin ? n->nin : 1), sizeof *gin);
   if (!gin) return of_fail(OF_ERR_OOM, "backward: out of memory");
-  of_status st = n->def->backward(n, s->buf, gin);
+  of_status st = of_tracing() ? of_trace_backward(n, s->buf, gin) : n->def->backward(n, s->buf, gin);
   for (int32_t k = 0; st == OF_OK && k < n->nin; k++) {
     of_node *m = n->next[k].node;
     if (!m || !gin[k]) { of_tensor_release(gin[k]); gin[k] = NULL; continue; }

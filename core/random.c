@@ -431,7 +431,7 @@ static of_status need_float(const char *op, const of_tensor *t) {
 }
 
 /* ---- public ops ---------------------------------------------------------- */
-of_status of_uniform_(of_tensor *t, double lo, double hi) {
+of_status of_impl_uniform_(of_tensor *t, double lo, double hi) {
   OF_CHECK(check_target("uniform_", t));
   OF_CHECK(need_float("uniform_", t));
   if (!isfinite(lo) || !isfinite(hi) || !isfinite(hi - lo) || lo > hi)
@@ -450,7 +450,7 @@ of_status of_uniform_(of_tensor *t, double lo, double hi) {
   return OF_OK;
 }
 
-of_status of_normal_(of_tensor *t, double mean, double std) {
+of_status of_impl_normal_(of_tensor *t, double mean, double std) {
   OF_CHECK(check_target("normal_", t));
   OF_CHECK(need_float("normal_", t));
   if (!isfinite(mean) || !isfinite(std) || std < 0)
@@ -462,7 +462,7 @@ of_status of_normal_(of_tensor *t, double mean, double std) {
   return OF_OK;
 }
 
-of_status of_randint_(of_tensor *t, int64_t lo, int64_t hi) {
+of_status of_impl_randint_(of_tensor *t, int64_t lo, int64_t hi) {
   OF_CHECK(check_target("randint_", t));
   if (hi <= lo)
     return of_fail(OF_ERR_ARG,
@@ -482,7 +482,7 @@ of_status of_randint_(of_tensor *t, int64_t lo, int64_t hi) {
   return OF_OK;
 }
 
-of_status of_bernoulli_(of_tensor *t, double p) {
+of_status of_impl_bernoulli_(of_tensor *t, double p) {
   OF_CHECK(check_target("bernoulli_", t));
   if (!(p >= 0 && p <= 1))
     return of_fail(OF_ERR_ARG, "bernoulli_: probability p must be in [0, 1], got %g "
@@ -492,7 +492,7 @@ of_status of_bernoulli_(of_tensor *t, double p) {
   return OF_OK;
 }
 
-of_status of_bernoulli(of_tensor *p, of_tensor **out) {
+of_status of_impl_bernoulli(of_tensor *p, of_tensor **out) {
   if (!p) return of_fail(OF_ERR_ARG, "bernoulli: tensor is NULL");
   if (p->storage->device != OF_CPU)
     return of_fail(OF_ERR_DEVICE, "bernoulli: only CPU tensors are supported (p %s %s)",
@@ -524,7 +524,7 @@ of_status of_bernoulli(of_tensor *p, of_tensor **out) {
   return OF_OK;
 }
 
-of_status of_randperm(int64_t n, int64_t index_base, of_dtype dt, of_tensor **out) {
+of_status of_impl_randperm(int64_t n, int64_t index_base, of_dtype dt, of_tensor **out) {
   if (dt < 0 || dt >= OF_NUM_DTYPES)
     return of_fail(OF_ERR_DTYPE, "randperm: unknown dtype %d", (int)dt);
   if (n < 0)
@@ -587,12 +587,12 @@ static of_status make_filled(const int64_t *shape, int32_t ndim, of_dtype dt, of
   return OF_OK;
 }
 
-of_status of_rand(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
-                  of_tensor **out) {
+of_status of_impl_rand(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                       of_tensor **out) {
   return make_filled(shape, ndim, dt, dev, false, out);
 }
 
-of_status of_randn(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
-                   of_tensor **out) {
+of_status of_impl_randn(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                        of_tensor **out) {
   return make_filled(shape, ndim, dt, dev, true, out);
 }

@@ -91,8 +91,8 @@ static of_status reshape_impl(of_tensor *t, const int64_t *shape, int32_t ndim, 
   return st;
 }
 
-of_status of_as_strided(of_tensor *t, const int64_t *shape, const int64_t *strides,
-                        int32_t ndim, int64_t offset, of_tensor **out) {
+of_status of_impl_as_strided(of_tensor *t, const int64_t *shape, const int64_t *strides,
+                             int32_t ndim, int64_t offset, of_tensor **out) {
   if (of_grad_needed(&t, 1))
     return of_fail(OF_ERR_STATE, "as_strided: not differentiable; detach() the input %s first",
                    OF_SHAPE_STR(t));
@@ -161,7 +161,7 @@ static of_status slice_impl(of_tensor *t, int32_t dim, int64_t start, int64_t en
   return alias_out(t, shape, strides, t->ndim, t->offset + start * t->strides[dim], out);
 }
 
-of_status of_narrow(of_tensor *t, int32_t dim, int64_t start, int64_t length, of_tensor **out) {
+of_status of_impl_narrow(of_tensor *t, int32_t dim, int64_t start, int64_t length, of_tensor **out) {
   if (t->ndim == 0) return of_fail(OF_ERR_INDEX, "narrow: cannot narrow a 0-d tensor");
   OF_CHECK(of_norm_dim("narrow", dim, t->ndim, &dim));
   int64_t n = t->shape[dim];
@@ -367,7 +367,7 @@ of_status of_contiguous_data(of_tensor *t, of_tensor **out) {
   return of_clone_data(t, out);
 }
 
-of_status of_contiguous(of_tensor *t, of_tensor **out) {
+of_status of_impl_contiguous(of_tensor *t, of_tensor **out) {
   if (of_tensor_is_contiguous(t)) {
     of_tensor_retain(t);
     *out = t;
@@ -504,37 +504,37 @@ static of_status finish_view(const of_grad_def *def, of_tensor *t, of_tensor **o
   return st;
 }
 
-of_status of_view(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+of_status of_impl_view(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
   of_node *n;
   OF_CHECK(view_impl(t, shape, ndim, out));
   return finish_view(&view_grad, t, out, &n);
 }
 
-of_status of_reshape(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+of_status of_impl_reshape(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
   of_node *n;
   OF_CHECK(reshape_impl(t, shape, ndim, out));
   return finish_view(&reshape_grad, t, out, &n);
 }
 
-of_status of_flatten(of_tensor *t, int32_t start, int32_t end, of_tensor **out) {
+of_status of_impl_flatten(of_tensor *t, int32_t start, int32_t end, of_tensor **out) {
   of_node *n;
   OF_CHECK(flatten_impl(t, start, end, out));
   return finish_view(&reshape_grad, t, out, &n);
 }
 
-of_status of_squeeze(of_tensor *t, int32_t dim, of_tensor **out) {
+of_status of_impl_squeeze(of_tensor *t, int32_t dim, of_tensor **out) {
   of_node *n;
   OF_CHECK(squeeze_impl(t, dim, out));
   return finish_view(&reshape_grad, t, out, &n);
 }
 
-of_status of_unsqueeze(of_tensor *t, int32_t dim, of_tensor **out) {
+of_status of_impl_unsqueeze(of_tensor *t, int32_t dim, of_tensor **out) {
   of_node *n;
   OF_CHECK(unsqueeze_impl(t, dim, out));
   return finish_view(&reshape_grad, t, out, &n);
 }
 
-of_status of_transpose(of_tensor *t, int32_t d0, int32_t d1, of_tensor **out) {
+of_status of_impl_transpose(of_tensor *t, int32_t d0, int32_t d1, of_tensor **out) {
   of_node *n;
   OF_CHECK(transpose_impl(t, d0, d1, out));
   OF_CHECK(finish_view(&transpose_grad, t, out, &n));
@@ -545,7 +545,7 @@ of_status of_transpose(of_tensor *t, int32_t d0, int32_t d1, of_tensor **out) {
   return OF_OK;
 }
 
-of_status of_permute(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor **out) {
+of_status of_impl_permute(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor **out) {
   of_node *n;
   OF_CHECK(permute_impl(t, dims, ndim, out));
   OF_CHECK(finish_view(&permute_grad, t, out, &n));
@@ -553,8 +553,8 @@ of_status of_permute(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor 
   return OF_OK;
 }
 
-of_status of_slice(of_tensor *t, int32_t dim, int64_t start, int64_t end, int64_t step,
-                   of_tensor **out) {
+of_status of_impl_slice(of_tensor *t, int32_t dim, int64_t start, int64_t end, int64_t step,
+                        of_tensor **out) {
   of_node *n;
   OF_CHECK(slice_impl(t, dim, start, end, step, out));
   OF_CHECK(finish_view(&slice_grad, t, out, &n));
@@ -568,7 +568,7 @@ of_status of_slice(of_tensor *t, int32_t dim, int64_t start, int64_t end, int64_
   return OF_OK;
 }
 
-of_status of_select(of_tensor *t, int32_t dim, int64_t index, of_tensor **out) {
+of_status of_impl_select(of_tensor *t, int32_t dim, int64_t index, of_tensor **out) {
   of_node *n;
   OF_CHECK(select_impl(t, dim, index, out));
   OF_CHECK(finish_view(&select_grad, t, out, &n));
@@ -580,25 +580,25 @@ of_status of_select(of_tensor *t, int32_t dim, int64_t index, of_tensor **out) {
   return OF_OK;
 }
 
-of_status of_expand(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+of_status of_impl_expand(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
   of_node *n;
   OF_CHECK(expand_impl(t, shape, ndim, out));
   return finish_view(&expand_grad, t, out, &n);
 }
 
-of_status of_clone(of_tensor *t, of_tensor **out) {
+of_status of_impl_clone(of_tensor *t, of_tensor **out) {
   OF_CHECK(of_clone_data(t, out));
   if (!of_grad_needed(&t, 1)) return OF_OK;
   return of_record(&clone_grad, &t, 1, out, 1, NULL);
 }
 
-of_status of_to_dtype(of_tensor *t, of_dtype dt, of_tensor **out) {
+of_status of_impl_to_dtype(of_tensor *t, of_dtype dt, of_tensor **out) {
   OF_CHECK(of_cast_data(t, dt, out));
   if (*out == t || !of_grad_needed(&t, 1)) return OF_OK;
   return of_record(&cast_grad, &t, 1, out, 1, NULL);
 }
 
-of_status of_copy_(of_tensor *dst, of_tensor *src) {
+of_status of_impl_copy_(of_tensor *dst, of_tensor *src) {
   OF_CHECK(of_check_inplace("copy_", dst));
   OF_CHECK(of_copy_data(dst, src));
   if (of_grad_needed(&src, 1)) return of_record(&copy_grad, &src, 1, &dst, 1, NULL);

@@ -333,8 +333,8 @@ done:
   return st;
 }
 
-of_status of_binary(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into,
-                    of_tensor **out) {
+of_status of_impl_binary(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into,
+                         of_tensor **out) {
   if (op < 0 || op >= OF_NUM_BINARY) return of_fail(OF_ERR_ARG, "binary: unknown op %d", (int)op);
   of_tensor *ins[2] = {a, b};
   const of_grad_def *gd = binary_grads[op].name ? &binary_grads[op] : NULL;
@@ -386,12 +386,18 @@ static of_dtype scalar_dtype(of_dtype t, double s, kind_t kind) {
   return t;
 }
 
-of_status of_binary_scalar(of_binary_op op, of_tensor *a, double s, int32_t reverse,
-                           of_tensor *into, of_tensor **out) {
+of_status of_impl_binary_scalar(of_binary_op op, of_tensor *a, double s, int32_t reverse,
+                                of_tensor *into, of_tensor **out) {
   if (op < 0 || op >= OF_NUM_BINARY) return of_fail(OF_ERR_ARG, "binary: unknown op %d", (int)op);
   of_tensor *b;
   OF_CHECK(of_full(NULL, 0, s, scalar_dtype(a->dtype, s, binary_ops[op].kind), OF_CPU, &b));
   of_status st = reverse ? of_binary(op, b, a, into, out) : of_binary(op, a, b, into, out);
   of_tensor_release(b);
   return st;
+}
+
+/* The kernel for op at a compute dtype, for nn.Graph's fused elementwise nodes. */
+of_loop_fn of_binary_kernel(int32_t op, of_dtype dt) {
+  if (op < 0 || op >= OF_NUM_BINARY || dt < 0 || dt >= OF_NUM_DTYPES) return NULL;
+  return binary_ops[op].loop[dt];
 }

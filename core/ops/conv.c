@@ -53,7 +53,32 @@ typedef struct {
   int64_t in[3], out[3], k[3], s[3], p[3], d[3];
   int64_t in_sz, out_sz, k_sz;
   bool direct;              /* 1x1, stride 1, no padding: no columns */
+  const struct gather_tab *tab;   /* set by conv_run: the gather path, or NULL */
 } geom;
+
+/* The gather paths of vol2col/col2vol (per-row bounds cost a call or a
+ * branch per output row, which dominated for small maps):
+ *   rows   (output rows of >= ROW_MIN): a channel's input is copied into a
+ *          zero-bordered plane (padded by p on every side; the input itself
+ *          when p is 0); the columns of tap r and output row j are then one
+ *          plain (strided) row copy from plane[tap[r] + pos[j * OW]], and
+ *          col2vol adds rows back into a zeroed plane.
+ *   table  (short rows): idx[r, l] is the input offset that column (r, l)
+ *          reads, or -1 (padding): one masked gather per tap; col2vol
+ *          scatters back the same way (no conflicts within a tap). With unit
+ *          strides col2vol uses the inverse, idx[r, i] = the column of tap r
+ *          that reads input i, or -1, and gathers (AVX-512 scatters are
+ *          slower); with strides most of the inverse would be -1. Sums run
+ *          in tap order either way. */
+typedef struct gather_tab {
+  bool rows;
+  int64_t Hp, Wp, plane;    /* rows: padded height, width; elements of a plane */
+  bool padded;              /* rows: false when the input is its own plane */
+  int32_t *pos, *tap;       /* rows: [out_sz], [k_sz] */
+  char *pads;               /* rows: one plane per thread (when padded) */
+  int32_t *idx;             /* table: [k_sz, out_sz], or [k_sz, in_sz] when inv */
+  bool inv;                 /* table: the inverse (col2vol with unit strides) */
+} gather_tab;
 
 static void geom_init(geom *g, const conv_args *a, int64_t N, int64_t CI, int64_t CO,
                       const int64_t *in, const int64_t *k, const int64_t *out) {
@@ -71,6 +96,7 @@ static void geom_init(geom *g, const conv_args *a, int64_t N, int64_t CI, int64_
     g->d[d] = real ? a->dil[j] : 1;
     if (g->k[d] != 1 || g->s[d] != 1 || g->p[d] != 0) g->direct = false;
   }
+  g->tab = NULL;
   g->in_sz = g->in[0] * g->in[1] * g->in[2];
   g->out_sz = g->out[0] * g->out[1] * g->out[2];
   g->k_sz = g->k[0] * g->k[1] * g->k[2];
@@ -116,21 +142,162 @@ static inline void team_barrier(int nth) {
   }
 }
 
+/* Gather-path kernels over channels [c0, c1), compiled per instruction set
+ * (vector gathers: AVX2, AVX-512); no library call per row (loop
+ * distribution off). Columns of channel c start at col + c * K * ld. */
+enum { ROW_MIN = 8 };
+/* rows mode for one stride: NAME_g gathers rows (GET, from sr into dr),
+ * NAME_s adds them back (PUT); for a fixed tap the targets are distinct */
+#define ROWS_LOOPS(T, NAME, GET, PUT)                                                   \
+  __attribute__((target_clones("avx512f", "avx2", "default"),                              \
+                 optimize("no-tree-loop-distribute-patterns")))                            \
+  static void NAME##_g(T *restrict col, int64_t ld, const T *restrict pl,                  \
+                       const gather_tab *t, int64_t K, int64_t L, int64_t OW, int64_t sw) { \
+    (void)sw;                                                                              \
+    for (int64_t r = 0; r < K; r++) {                                                      \
+      const T *restrict src = pl + t->tap[r];                                              \
+      for (int64_t j = 0; j < L; j += OW) {                                                \
+        const T *restrict sr = src + t->pos[j];                                            \
+        T *restrict dr = col + r * ld + j;                                                 \
+        _Pragma("omp simd")                                                                \
+        for (int64_t o = 0; o < OW; o++) GET;                                              \
+      }                                                                                    \
+    }                                                                                      \
+  }                                                                                        \
+  __attribute__((target_clones("avx512f", "avx2", "default"),                              \
+                 optimize("no-tree-loop-distribute-patterns")))                            \
+  static void NAME##_s(T *restrict pl, const T *restrict col, int64_t ld,                  \
+                       const gather_tab *t, int64_t K, int64_t L, int64_t OW, int64_t sw) { \
+    (void)sw;                                                                              \
+    for (int64_t r = 0; r < K; r++) {                                                      \
+      T *restrict dst = pl + t->tap[r];                                                    \
+      for (int64_t j = 0; j < L; j += OW) {                                                \
+        T *restrict dr = dst + t->pos[j];                                                  \
+        const T *restrict sr = col + r * ld + j;                                           \
+        _Pragma("omp simd")                                                                \
+        for (int64_t o = 0; o < OW; o++) PUT;                                              \
+      }                                                                                    \
+    }                                                                                      \
+  }
+#define GATHER_KERNELS(T)                                                                   \
+  /* the input channel x (in_sz elements) into the interior of the thread's plane */       \
+  static const T *fill_plane_##T(const geom *g, const T *x) {                              \
+    const gather_tab *t = g->tab;                                                          \
+    if (!t->padded) return x;                                                              \
+    T *pl = (T *)t->pads + (int64_t)omp_get_thread_num() * t->plane;                       \
+    const int64_t H = g->in[1], W = g->in[2];                                              \
+    for (int64_t id = 0; id < g->in[0]; id++)                                              \
+      for (int64_t ih = 0; ih < H; ih++) {                                                 \
+        T *d = pl + ((id + g->p[0]) * t->Hp + ih + g->p[1]) * t->Wp + g->p[2];             \
+        const T *sx = x + (id * H + ih) * W;                                               \
+        for (int64_t iw = 0; iw < W; iw++) d[iw] = sx[iw];                                 \
+      }                                                                                    \
+    return pl;                                                                             \
+  }                                                                                        \
+  /* rows: col[r, j*OW + o] = pl[tap[r] + pos[j*OW] + o*sw] and back, per stride */      \
+  ROWS_LOOPS(T, rows_s1_##T, dr[o] = sr[o], dr[o] += sr[o])                      \
+  ROWS_LOOPS(T, rows_s2_##T, dr[o] = sr[2 * o], dr[2 * o] += sr[o])              \
+  ROWS_LOOPS(T, rows_sn_##T, dr[o] = sr[o * sw], dr[o * sw] += sr[o])           \
+  static void rows_gather_##T(T *col, int64_t ld, const T *pl, const gather_tab *t,        \
+                              int64_t K, int64_t L, int64_t OW, int64_t sw) {              \
+    if (sw == 1) rows_s1_##T##_g(col, ld, pl, t, K, L, OW, sw);                     \
+    else if (sw == 2) rows_s2_##T##_g(col, ld, pl, t, K, L, OW, sw);                \
+    else rows_sn_##T##_g(col, ld, pl, t, K, L, OW, sw);                             \
+  }                                                                                        \
+  static void rows_scatter_##T(T *pl, const T *col, int64_t ld, const gather_tab *t,       \
+                               int64_t K, int64_t L, int64_t OW, int64_t sw) {             \
+    if (sw == 1) rows_s1_##T##_s(pl, col, ld, t, K, L, OW, sw);                     \
+    else if (sw == 2) rows_s2_##T##_s(pl, col, ld, t, K, L, OW, sw);                \
+    else rows_sn_##T##_s(pl, col, ld, t, K, L, OW, sw);                             \
+  }                                                                                        \
+  /* table: col[c, r, l] = x[c, idx[r, l]] (0 where -1) */                                 \
+  __attribute__((target_clones("avx512f", "avx2", "default")))                             \
+  static void table_gather_##T(T *restrict col, int64_t ld, const T *restrict x,           \
+                               int64_t in_sz, int64_t c0, int64_t c1,                      \
+                               const int32_t *restrict idx, int64_t K, int64_t L) {        \
+    for (int64_t c = c0; c < c1; c++) {                                                    \
+      const T *restrict xc = x + c * in_sz;                                                \
+      for (int64_t r = 0; r < K; r++) {                                                    \
+        T *restrict dst = col + (c * K + r) * ld;                                          \
+        const int32_t *restrict ix = idx + r * L;                                          \
+        _Pragma("omp simd") /* (a load for every lane, clamped, then a select: masked  \
+                               gathers do not vectorise) */                                \
+        for (int64_t l = 0; l < L; l++) {                                                  \
+          int32_t k = ix[l];                                                               \
+          T v = xc[k & ~(k >> 31)]; /* 0 for -1 */                                          \
+          dst[l] = k < 0 ? (T)0 : v;                                                       \
+        }                                                                                  \
+      }                                                                                    \
+    }                                                                                      \
+  }                                                                                        \
+  /* table: x[c, idx[r, l]] += col[c, r, l] (where not -1), x zeroed first */             \
+  __attribute__((target_clones("avx512f", "avx2", "default")))                             \
+  static void table_scatter_##T(T *restrict x, int64_t in_sz, const T *restrict col,       \
+                                int64_t ld, int64_t c0, int64_t c1,                        \
+                                const int32_t *restrict idx, int64_t K, int64_t L) {       \
+    for (int64_t c = c0; c < c1; c++) {                                                    \
+      T *restrict xc = x + c * in_sz;                                                      \
+      for (int64_t i = 0; i < in_sz; i++) xc[i] = 0;                                       \
+      for (int64_t r = 0; r < K; r++) {                                                    \
+        const T *restrict src = col + (c * K + r) * ld;                                    \
+        const int32_t *restrict ix = idx + r * L;                                          \
+        _Pragma("omp simd")                                                                \
+        for (int64_t l = 0; l < L; l++)                                                    \
+          if (ix[l] >= 0) xc[ix[l]] += src[l];                                             \
+      }                                                                                    \
+    }                                                                                      \
+  }                                                                                        \
+  /* table: x[c, i] = sum over taps r of col[c, r, idx[r, i]] (where not -1) */            \
+  __attribute__((target_clones("avx512f", "avx2", "default")))                             \
+  static void table_col2vol_##T(T *restrict x, int64_t in_sz, const T *restrict col,       \
+                                int64_t ld, int64_t c0, int64_t c1,                        \
+                                const int32_t *restrict idx, int64_t K) {                  \
+    for (int64_t c = c0; c < c1; c++) {                                                    \
+      T *restrict xc = x + c * in_sz;                                                      \
+      for (int64_t i = 0; i < in_sz; i++) xc[i] = 0;                                       \
+      for (int64_t r = 0; r < K; r++) {                                                    \
+        const T *restrict src = col + (c * K + r) * ld;                                    \
+        const int32_t *restrict ix = idx + r * in_sz;                                      \
+        _Pragma("omp simd")                                                                \
+        for (int64_t i = 0; i < in_sz; i++) {                                              \
+          int32_t k = ix[i];                                                               \
+          T v = src[k & ~(k >> 31)];                                                        \
+          xc[i] += k < 0 ? (T)0 : v;                                                       \
+        }                                                                                  \
+      }                                                                                    \
+    }                                                                                      \
+  }
+GATHER_KERNELS(float)
+GATHER_KERNELS(double)
+
 /* Kernels work on a thread's share: `tid` of `nth` threads working on the
  * same sample (nth == 1: the whole sample). */
 #define CONV_KERNELS(T, GEMM)                                                               \
   /* col[(c, kd, kh, kw), (od, oh, ow)] = x[c, od*s + kd*d - p, ...] (0 outside),          \
-   * channels [c0, c1) */                                                                  \
-  static void vol2col_##T(const geom *g, const T *x, T *col, int64_t c0, int64_t c1) {      \
+   * channels [c0, c1); rows `ld` apart */                                                 \
+  static void vol2col_##T(const geom *g, const T *x, T *col, int64_t ld, int64_t c0,        \
+                          int64_t c1) {                                                    \
+    if (g->tab && !g->tab->rows) {                                                         \
+      table_gather_##T(col, ld, x, g->in_sz, c0, c1, g->tab->idx, g->k_sz, g->out_sz);      \
+      return;                                                                              \
+    }                                                                                      \
+    if (g->tab) {                                                                          \
+      for (int64_t c = c0; c < c1; c++) {                                                  \
+        const T *pl = fill_plane_##T(g, x + c * g->in_sz);                                 \
+        rows_gather_##T(col + c * g->k_sz * ld, ld, pl, g->tab, g->k_sz, g->out_sz,         \
+                        g->out[2], g->s[2]);                                               \
+      }                                                                                    \
+      return;                                                                              \
+    }                                                                                      \
     const int64_t D = g->in[0], H = g->in[1], W = g->in[2];                                \
     const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];                          \
-    const int64_t KD = g->k[0], KH = g->k[1], KW = g->k[2], OL = g->out_sz;                \
+    const int64_t KD = g->k[0], KH = g->k[1], KW = g->k[2];                                \
     const int64_t sw = g->s[2];                                                            \
     for (int64_t c = c0; c < c1; c++) {                                                    \
       for (int64_t kd = 0; kd < KD; kd++)                                                  \
         for (int64_t kh = 0; kh < KH; kh++)                                                \
           for (int64_t kw = 0; kw < KW; kw++) {                                            \
-            T *dst = col + (((c * KD + kd) * KH + kh) * KW + kw) * OL;                     \
+            T *dst = col + (((c * KD + kd) * KH + kh) * KW + kw) * ld;                     \
             int64_t offw = kw * g->d[2] - g->p[2], lo, hi;                                 \
             valid_range(offw, sw, W, OW, &lo, &hi);                                        \
             for (int64_t od = 0; od < OD; od++) {                                          \
@@ -148,9 +315,9 @@ static inline void team_barrier(int nth) {
                 }                                                                          \
                 const T *src = x + ((c * D + id) * H + ih) * W + offw;                     \
                 for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0;                           \
-                if (sw == 1)                                                               \
+                if (sw == 1 && hi - lo >= 16)                                              \
                   memcpy(dst + lo, src + lo, sizeof(T) * (size_t)(hi - lo));               \
-                else                                                                       \
+                else /* short rows: a call per row would cost more than the copy */        \
                   for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * sw];             \
                 for (int64_t ow = hi; ow < OW; ow++) dst[ow] = 0;                          \
               }                                                                            \
@@ -159,18 +326,46 @@ static inline void team_barrier(int nth) {
     }                                                                                      \
   }                                                                                        \
                                                                                            \
-  /* x[c, ...] = sum of the columns that read it, channels [c0, c1) (overwritten) */       \
-  static void col2vol_##T(const geom *g, const T *col, T *x, int64_t c0, int64_t c1) {      \
+  /* x[c, ...] = sum of the columns that read it, channels [c0, c1) (overwritten); rows     \
+   * `ld` apart */                                                                         \
+  static void col2vol_##T(const geom *g, const T *col, T *x, int64_t ld, int64_t c0,        \
+                          int64_t c1) {                                                    \
+    if (g->tab && !g->tab->rows) {                                                         \
+      if (g->tab->inv)                                                                     \
+        table_col2vol_##T(x, g->in_sz, col, ld, c0, c1, g->tab->idx, g->k_sz);             \
+      else                                                                                 \
+        table_scatter_##T(x, g->in_sz, col, ld, c0, c1, g->tab->idx, g->k_sz, g->out_sz);  \
+      return;                                                                              \
+    }                                                                                      \
+    if (g->tab) {                                                                          \
+      const gather_tab *t = g->tab;                                                        \
+      for (int64_t c = c0; c < c1; c++) {                                                  \
+        T *xc = x + c * g->in_sz;                                                          \
+        T *pl = t->padded ? (T *)t->pads + (int64_t)omp_get_thread_num() * t->plane : xc;  \
+        memset(pl, 0, sizeof(T) * (size_t)t->plane);                                       \
+        rows_scatter_##T(pl, col + c * g->k_sz * ld, ld, t, g->k_sz, g->out_sz, g->out[2],  \
+                         g->s[2]);                                                         \
+        if (!t->padded) continue;                                                          \
+        const int64_t H = g->in[1], W = g->in[2];                                          \
+        for (int64_t id = 0; id < g->in[0]; id++)                                          \
+          for (int64_t ih = 0; ih < H; ih++) {                                             \
+            const T *sp = pl + ((id + g->p[0]) * t->Hp + ih + g->p[1]) * t->Wp + g->p[2];  \
+            T *d = xc + (id * H + ih) * W;                                                 \
+            for (int64_t iw = 0; iw < W; iw++) d[iw] = sp[iw];                             \
+          }                                                                                \
+      }                                                                                    \
+      return;                                                                              \
+    }                                                                                      \
     const int64_t D = g->in[0], H = g->in[1], W = g->in[2];                                \
     const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];                          \
-    const int64_t KD = g->k[0], KH = g->k[1], KW = g->k[2], OL = g->out_sz;                \
+    const int64_t KD = g->k[0], KH = g->k[1], KW = g->k[2];                                \
     const int64_t sw = g->s[2];                                                            \
     for (int64_t c = c0; c < c1; c++) {                                                    \
       memset(x + c * g->in_sz, 0, sizeof(T) * (size_t)g->in_sz);                           \
       for (int64_t kd = 0; kd < KD; kd++)                                                  \
         for (int64_t kh = 0; kh < KH; kh++)                                                \
           for (int64_t kw = 0; kw < KW; kw++) {                                            \
-            const T *src = col + (((c * KD + kd) * KH + kh) * KW + kw) * OL;               \
+            const T *src = col + (((c * KD + kd) * KH + kh) * KW + kw) * ld;               \
             int64_t offw = kw * g->d[2] - g->p[2], lo, hi;                                 \
             valid_range(offw, sw, W, OW, &lo, &hi);                                        \
             for (int64_t od = 0; od < OD; od++) {                                          \
@@ -246,7 +441,7 @@ static inline void team_barrier(int nth) {
     const T *src = x;                                                                      \
     if (!g->direct) {                                                                      \
       share(g->CI, tid, nth, &lo, &hi);                                                    \
-      vol2col_##T(g, x, col, lo, hi);                                                      \
+      vol2col_##T(g, x, col, L, lo, hi);                                                   \
       src = col;                                                                           \
     }                                                                                      \
     if (b) {                                                                               \
@@ -274,7 +469,7 @@ static inline void team_barrier(int nth) {
     team_barrier(nth);                                                                     \
     int64_t lo, hi;                                                                        \
     share(g->CI, tid, nth, &lo, &hi);                                                      \
-    if (!g->direct) col2vol_##T(g, col, gx, lo, hi);                                       \
+    if (!g->direct) col2vol_##T(g, col, gx, L, lo, hi);                                    \
     if (b)                                                                                 \
       for (int64_t c = lo; c < hi; c++)                                                    \
         for (int64_t i = 0; i < g->in_sz; i++) gx[c * g->in_sz + i] += b[c];               \
@@ -289,12 +484,100 @@ static inline void team_barrier(int nth) {
     if (!g->direct) {                                                                      \
       int64_t lo, hi;                                                                      \
       share(g->CI, tid, nth, &lo, &hi);                                                    \
-      vol2col_##T(g, x, col, lo, hi);                                                      \
+      vol2col_##T(g, x, col, L, lo, hi);                                                   \
       src = col;                                                                           \
       team_barrier(nth);                                                                   \
     }                                                                                      \
     gemm_groups_##T(tid, nth, g->G, CblasNoTrans, CblasTrans, M, K, L, gy, L, M * L, src,   \
                     L, K * L, 1, gw, K, M * K);                                            \
+    team_barrier(nth);                                                                     \
+    }                                                                                        \
+                                                                                           \
+  /* Wide kernels: a chunk of nb samples at once, one gemm per group. Columns              \
+   * [C_in * k, nb * L]: sample n's L columns at n * L. The thread's share of the            \
+   * (sample, channel) pairs [lo, hi) of nb x C is walked as runs within one sample. */     \
+  static void to_cols_##T(const geom *g, int64_t nb, const T *x, T *col, int tid, int nth) { \
+    const int64_t C = g->CI, L = g->out_sz, NL = nb * L;                                   \
+    int64_t lo, hi;                                                                        \
+    share(nb * C, tid, nth, &lo, &hi);                                                     \
+    while (lo < hi) {                                                                      \
+      int64_t n = lo / C, c0 = lo % C, c1 = c0 + (hi - lo) < C ? c0 + (hi - lo) : C;       \
+      const T *xn = x + n * C * g->in_sz;                                                  \
+      if (g->direct)                                                                       \
+        for (int64_t c = c0; c < c1; c++)                                                  \
+          memcpy(col + c * NL + n * L, xn + c * L, sizeof(T) * (size_t)L);                 \
+      else                                                                                 \
+        vol2col_##T(g, xn, col + n * L, NL, c0, c1);                                       \
+      lo += c1 - c0;                                                                       \
+    }                                                                                      \
+  }                                                                                        \
+                                                                                           \
+  /* t[c, n * L + l] = y[n, c, l] (dir 0) or back (dir 1, plus bias[c] when given), for C  \
+   * channels of planes of L */                                                            \
+  static void transpose_nc_##T(int64_t nb, int64_t C, int64_t L, T *y, T *t, const T *bias, \
+                               int dir, int tid, int nth) {                                \
+    int64_t lo, hi, NL = nb * L;                                                           \
+    share(nb * C, tid, nth, &lo, &hi);                                                     \
+    for (int64_t i = lo; i < hi; i++) {                                                    \
+      int64_t n = i / C, c = i % C;                                                        \
+      T *yp = y + i * L, *tp = t + c * NL + n * L;                                         \
+      if (dir == 0)                                                                        \
+        memcpy(tp, yp, sizeof(T) * (size_t)L);                                             \
+      else if (!bias)                                                                      \
+        memcpy(yp, tp, sizeof(T) * (size_t)L);                                             \
+      else                                                                                 \
+        for (int64_t l = 0; l < L; l++) yp[l] = tp[l] + bias[c];                           \
+    }                                                                                      \
+  }                                                                                        \
+                                                                                           \
+  /* y[n] = W @ col(x[n]) + b for nb samples; ybuf [C_out, nb * L] */                      \
+  static void wide_fwd_##T(const geom *g, int64_t nb, const T *x, const T *w, const T *b,   \
+                           T *y, T *col, T *ybuf, int tid, int nth) {                      \
+    const int64_t M = g->CO / g->G, K = g->CI / g->G * g->k_sz, NL = nb * g->out_sz;       \
+    to_cols_##T(g, nb, x, col, tid, nth);                                                  \
+    team_barrier(nth);                                                                     \
+    gemm_groups_##T(tid, nth, g->G, CblasNoTrans, CblasNoTrans, M, NL, K, w, K, M * K, col, \
+                    NL, K * NL, 0, ybuf, NL, M * NL);                                      \
+    team_barrier(nth);                                                                     \
+    transpose_nc_##T(nb, g->CO, g->out_sz, y, ybuf, b, 1, tid, nth);                       \
+  }                                                                                        \
+                                                                                           \
+  /* gx[n] = col2vol(W^T @ gy[n]) + b for nb samples; gybuf [C_out, nb * L] */             \
+  static void wide_bwd_input_##T(const geom *g, int64_t nb, const T *gy, const T *w,        \
+                                 const T *b, T *gx, T *col, T *gybuf, int tid, int nth) {  \
+    const int64_t M = g->CO / g->G, K = g->CI / g->G * g->k_sz, L = g->out_sz, NL = nb * L; \
+    transpose_nc_##T(nb, g->CO, L, (T *)gy, gybuf, NULL, 0, tid, nth);                     \
+    team_barrier(nth);                                                                     \
+    gemm_groups_##T(tid, nth, g->G, CblasTrans, CblasNoTrans, K, NL, M, w, K, M * K, gybuf, \
+                    NL, M * NL, 0, col, NL, K * NL);                                       \
+    team_barrier(nth);                                                                     \
+    if (g->direct) {                                                                       \
+      transpose_nc_##T(nb, g->CI, L, gx, col, b, 1, tid, nth);                             \
+      return;                                                                              \
+    }                                                                                      \
+    const int64_t C = g->CI;                                                               \
+    int64_t lo, hi;                                                                        \
+    share(nb * C, tid, nth, &lo, &hi);                                                     \
+    while (lo < hi) {                                                                      \
+      int64_t n = lo / C, c0 = lo % C, c1 = c0 + (hi - lo) < C ? c0 + (hi - lo) : C;       \
+      T *xn = gx + n * C * g->in_sz;                                                       \
+      col2vol_##T(g, col + n * L, xn, NL, c0, c1);                                         \
+      if (b)                                                                               \
+        for (int64_t c = c0; c < c1; c++)                                                  \
+          for (int64_t i = 0; i < g->in_sz; i++) xn[c * g->in_sz + i] += b[c];             \
+      lo += c1 - c0;                                                                       \
+    }                                                                                      \
+  }                                                                                        \
+                                                                                           \
+  /* gw (+)= gy @ col(x)^T over nb samples (beta 0: overwrite) */                          \
+  static void wide_bwd_weight_##T(const geom *g, int64_t nb, const T *x, const T *gy,       \
+                                  T *gw, T beta, T *col, T *gybuf, int tid, int nth) {     \
+    const int64_t M = g->CO / g->G, K = g->CI / g->G * g->k_sz, NL = nb * g->out_sz;       \
+    to_cols_##T(g, nb, x, col, tid, nth);                                                  \
+    transpose_nc_##T(nb, g->CO, g->out_sz, (T *)gy, gybuf, NULL, 0, tid, nth);             \
+    team_barrier(nth);                                                                     \
+    gemm_groups_##T(tid, nth, g->G, CblasNoTrans, CblasTrans, M, K, NL, gybuf, NL, M * NL,  \
+                    col, NL, K * NL, beta, gw, K, M * K);                                  \
     team_barrier(nth);                                                                     \
   }
 
@@ -521,9 +804,203 @@ static bool batch_parallel(const geom *g, int nt) {
   return g->N % nt == 0 || g->N >= 4 * nt;
 }
 
+/* ---- wide driver: chunks of samples, one gemm per group and chunk ---- */
+
+enum { WIDE_MAX_BYTES = 64 << 20 };   /* scratch cap: columns + transposed operand */
+
+/* Samples per chunk for the wide path, 0 where the per-sample path is used. */
+static int64_t wide_chunk(const geom *g, int64_t es) {
+  int64_t L = g->out_sz;
+  int64_t per = es * (g->CI * g->k_sz + g->CO) * L;   /* scratch bytes per sample */
+  if (g->N < 2 || per <= 0 || per > WIDE_MAX_BYTES) return 0;
+  const char *e = getenv("OF_CONV_WIDE");
+  if (e && e[0] == '0') return 0;
+  if (!(e && e[0] == '1') && L >= 64) return 0;
+  int64_t nb = WIDE_MAX_BYTES / per;
+  const char *ec = getenv("OF_CONV_WIDE_COLS");
+  if (ec && atoll(ec) > 0 && nb * L > atoll(ec)) nb = atoll(ec) / L;
+  if (nb < 1) nb = 1;
+  if (nb > g->N) nb = g->N;
+  return nb;
+}
+
+/* Threads on the wide path: split the samples (each thread its own chunks,
+ * columns and weight-grad partial; no barriers) or all on each chunk
+ * (team: the gemm split between them, barriers around it). Split packs the
+ * weight once per thread and needs >= 64 columns per thread to pay; the
+ * weight grad's partials cost more than the team's barriers. Measured at 2
+ * threads, N = 16 (fwd, input grad, weight grad in ms):
+ *   [256,256,3x3] on 4x4:  team 1.26 1.63 1.13, split 1.10 1.51 1.18
+ *   [512,512,3x3] on 2x2:  team 1.29 1.21 1.29, split 1.34 1.27 1.65
+ * OF_CONV_WIDE_MODE=team or =split forces one. */
+static bool wide_split(const geom *g, run_kind kind, int nt) {
+  const char *e = getenv("OF_CONV_WIDE_MODE");
+  if (nt <= 1 || g->N < nt) return false;
+  if (e && e[0] == 't') return false;
+  if (e && e[0] == 's') return true;
+  return kind != RUN_BWD_WEIGHT && g->N / nt * g->out_sz >= 64;
+}
+
+static of_status wide_run(const char *op, run_kind kind, const geom *g, of_dtype dt,
+                          int64_t nb, const char *a, const char *b, const char *bias,
+                          char *res) {
+  int nt = of_threads();
+  bool split = wide_split(g, kind, nt);
+  if (split && nb > (g->N + nt - 1) / nt) nb = (g->N + nt - 1) / nt;
+  int64_t es = of_dtype_size(dt), L = g->out_sz;
+  int64_t colsz = g->CI * g->k_sz * nb * L, tsz = g->CO * nb * L;
+  int64_t wsize = kind == RUN_BWD_WEIGHT && split ? g->CO * (g->CI / g->G) * g->k_sz : 0;
+  int64_t per = colsz + tsz + wsize, bytes = es * per * (split ? nt : 1);
+  char *buf = of_alloc(OF_CPU, bytes);
+  if (!buf)
+    return of_fail(OF_ERR_OOM, "%s: out of memory for %lld bytes of columns", op,
+                   (long long)bytes);
+  int64_t xs = g->CI * g->in_sz, ys = g->CO * g->out_sz;
+  int prev = nt > 1 ? blas_single_begin() : 1;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+    int ktid = tid, knth = nth;   /* the kernels' team */
+    int64_t lo = 0, hi = g->N;
+    char *col = buf, *gw = res;
+    if (split) {
+      share(g->N, tid, nth, &lo, &hi);
+      ktid = 0, knth = 1;
+      col = buf + es * per * tid;
+      if (wsize && tid > 0) gw = col + es * (colsz + tsz);
+    }
+    char *tb = col + es * colsz;
+    for (int64_t n0 = lo; n0 < hi; n0 += nb) {
+      int64_t m = hi - n0 < nb ? hi - n0 : nb;
+#define WIDE(T)                                                                             \
+  do {                                                                                     \
+    if (kind == RUN_FWD)                                                                   \
+      wide_fwd_##T(g, m, (const T *)a + n0 * xs, (const T *)b, (const T *)bias,             \
+                   (T *)res + n0 * ys, (T *)col, (T *)tb, ktid, knth);                      \
+    else if (kind == RUN_BWD_INPUT)                                                        \
+      wide_bwd_input_##T(g, m, (const T *)a + n0 * ys, (const T *)b, (const T *)bias,       \
+                         (T *)res + n0 * xs, (T *)col, (T *)tb, ktid, knth);                \
+    else                                                                                   \
+      wide_bwd_weight_##T(g, m, (const T *)a + n0 * xs, (const T *)b + n0 * ys, (T *)gw,    \
+                          n0 == lo ? 0 : 1, (T *)col, (T *)tb, ktid, knth);                 \
+  } while (0)
+      if (dt == OF_FLOAT32) WIDE(float);
+      else WIDE(double);
+#undef WIDE
+    }
+    if (wsize) {   /* sum the partials into res: every thread ran at least one chunk */
+#pragma omp barrier
+      int64_t w0, w1;
+      share(wsize, tid, nth, &w0, &w1);
+      for (int t = 1; t < nth; t++) {
+        const char *src = buf + es * (per * t + colsz + tsz);
+        if (dt == OF_FLOAT32) {
+          float *d = (float *)res;
+          const float *p = (const float *)src;
+          for (int64_t i = w0; i < w1; i++) d[i] += p[i];
+        } else {
+          double *d = (double *)res;
+          const double *p = (const double *)src;
+          for (int64_t i = w0; i < w1; i++) d[i] += p[i];
+        }
+      }
+    }
+  }
+  if (nt > 1) blas_single_end(prev);
+  of_free(OF_CPU, buf, bytes);
+  return OF_OK;
+}
+
+/* ---- gather tables ---- */
+
+enum {
+  GATHER_MAX_PLANE = 1 << 20,   /* rows: elements of a padded plane */
+  GATHER_MAX_TABLE = 1 << 18,   /* table: entries */
+};
+
+static int64_t round64(int64_t b) { return (b + 63) / 64 * 64; }
+
+/* Bytes of tables (and per-thread planes) for the gather path of `kind` with
+ * nt threads; 0 where the row copies with bounds are used (1x1 direct, huge
+ * planes or tables). */
+static int64_t gather_bytes(const geom *g, run_kind kind, int64_t es, int nt) {
+  const char *e = getenv("OF_CONV_GATHER");
+  if (g->direct || (e && e[0] == '0')) return 0;
+  if (g->out[2] < ROW_MIN) {
+    bool inv = kind == RUN_BWD_INPUT && g->s[0] == 1 && g->s[1] == 1 && g->s[2] == 1;
+    int64_t n = g->k_sz * (inv ? g->in_sz : g->out_sz);
+    return n <= GATHER_MAX_TABLE ? round64(4 * n) : 0;
+  }
+  int64_t plane = 1;
+  bool padded = false;
+  for (int d = 0; d < 3; d++) {
+    plane *= g->in[d] + 2 * g->p[d];
+    padded |= g->p[d] != 0;
+  }
+  if (plane > GATHER_MAX_PLANE) return 0;
+  int64_t b = round64(4 * (g->out_sz + g->k_sz));
+  return padded ? b + es * plane * nt : b;
+}
+
+/* Tables in mem (gather_bytes of it); planes zeroed: only their interiors
+ * are written later, so the borders stay 0. */
+static void gather_init(gather_tab *t, const geom *g, run_kind kind, int64_t es, int nt,
+                        char *mem) {
+  memset(t, 0, sizeof *t);
+  t->rows = g->out[2] >= ROW_MIN;
+  if (!t->rows) {
+    /* input offset of column (r, l), or -1; col2vol: its inverse per tap */
+    bool inv = kind == RUN_BWD_INPUT && g->s[0] == 1 && g->s[1] == 1 && g->s[2] == 1;
+    t->inv = inv;
+    t->idx = (int32_t *)mem;
+    if (inv)
+      for (int64_t i = 0; i < g->k_sz * g->in_sz; i++) t->idx[i] = -1;
+    int64_t r = 0;
+    for (int64_t kd = 0; kd < g->k[0]; kd++)
+      for (int64_t kh = 0; kh < g->k[1]; kh++)
+        for (int64_t kw = 0; kw < g->k[2]; kw++, r++) {
+          int64_t l = 0;
+          for (int64_t od = 0; od < g->out[0]; od++)
+            for (int64_t oh = 0; oh < g->out[1]; oh++)
+              for (int64_t ow = 0; ow < g->out[2]; ow++, l++) {
+                int64_t id = od * g->s[0] + kd * g->d[0] - g->p[0];
+                int64_t ih = oh * g->s[1] + kh * g->d[1] - g->p[1];
+                int64_t iw = ow * g->s[2] + kw * g->d[2] - g->p[2];
+                bool in = id >= 0 && id < g->in[0] && ih >= 0 && ih < g->in[1] && iw >= 0 &&
+                          iw < g->in[2];
+                int64_t off = (id * g->in[1] + ih) * g->in[2] + iw;
+                if (!inv) t->idx[r * g->out_sz + l] = in ? (int32_t)off : -1;
+                else if (in) t->idx[r * g->in_sz + off] = (int32_t)l;
+              }
+        }
+    return;
+  }
+  t->Hp = g->in[1] + 2 * g->p[1];
+  t->Wp = g->in[2] + 2 * g->p[2];
+  t->plane = (g->in[0] + 2 * g->p[0]) * t->Hp * t->Wp;
+  t->padded = g->p[0] || g->p[1] || g->p[2];
+  t->pos = (int32_t *)mem;
+  t->tap = t->pos + g->out_sz;
+  t->pads = mem + round64(4 * (g->out_sz + g->k_sz));
+  if (t->padded) memset(t->pads, 0, (size_t)(es * t->plane * nt));
+  int64_t i = 0;
+  for (int64_t od = 0; od < g->out[0]; od++)
+    for (int64_t oh = 0; oh < g->out[1]; oh++)
+      for (int64_t ow = 0; ow < g->out[2]; ow++)
+        t->pos[i++] = (int32_t)(((od * g->s[0]) * t->Hp + oh * g->s[1]) * t->Wp + ow * g->s[2]);
+  i = 0;
+  for (int64_t kd = 0; kd < g->k[0]; kd++)
+    for (int64_t kh = 0; kh < g->k[1]; kh++)
+      for (int64_t kw = 0; kw < g->k[2]; kw++)
+        t->tap[i++] = (int32_t)(((kd * g->d[0]) * t->Hp + kh * g->d[1]) * t->Wp + kw * g->d[2]);
+}
+
 /* a, b: the two operands (fwd: x, w; bwd_input: gy, w; bwd_weight: x, gy);
  * bias for the forward and bwd_input; res: the contiguous result. All in
  * dtype dt (float32 or float64), contiguous. */
+static of_status conv_run_cols(const char *op, run_kind kind, const geom *g, of_dtype dt,
+                               const char *a, const char *b, const char *bias, char *res);
+
 static of_status conv_run(const char *op, run_kind kind, const geom *g, of_dtype dt,
                           const char *a, const char *b, const char *bias, char *res) {
   if (is_depthwise(g)) {
@@ -531,6 +1008,28 @@ static of_status conv_run(const char *op, run_kind kind, const geom *g, of_dtype
     return OF_OK;
   }
   int64_t es = of_dtype_size(dt);
+  int nt = of_threads();
+  int64_t tb = gather_bytes(g, kind, es, nt);
+  if (tb == 0) return conv_run_cols(op, kind, g, dt, a, b, bias, res);
+  char *mem = of_alloc(OF_CPU, tb);
+  if (!mem)
+    return of_fail(OF_ERR_OOM, "%s: out of memory for %lld bytes of gather tables", op,
+                   (long long)tb);
+  gather_tab tab;
+  gather_init(&tab, g, kind, es, nt, mem);
+  geom gt = *g;
+  gt.tab = &tab;
+  of_status st = conv_run_cols(op, kind, &gt, dt, a, b, bias, res);
+  of_free(OF_CPU, mem, tb);
+  return st;
+}
+
+/* conv_run past the depthwise case: columns and gemms */
+static of_status conv_run_cols(const char *op, run_kind kind, const geom *g, of_dtype dt,
+                               const char *a, const char *b, const char *bias, char *res) {
+  int64_t es = of_dtype_size(dt);
+  int64_t nb = wide_chunk(g, es);
+  if (nb > 0) return wide_run(op, kind, g, dt, nb, a, b, bias, res);
   int64_t a_step, r_step = 0, b_step = 0;
   if (kind == RUN_FWD) a_step = g->CI * g->in_sz, r_step = g->CO * g->out_sz;
   else if (kind == RUN_BWD_INPUT) a_step = g->CO * g->out_sz, r_step = g->CI * g->in_sz;
@@ -1016,18 +1515,18 @@ static of_status conv_weight_grad_op(of_tensor *x, of_tensor *gy, const conv_arg
 
 /* ---- public entry points ---- */
 
-of_status of_conv(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
-                  const int64_t *padding, const int64_t *dilation, int32_t nsp, int64_t groups,
-                  of_tensor **out) {
+of_status of_impl_conv(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
+                       const int64_t *padding, const int64_t *dilation, int32_t nsp, int64_t groups,
+                       of_tensor **out) {
   conv_args a;
   OF_CHECK(init_args(&a, "conv", stride, padding, dilation, nsp, groups));
   return conv_fwd_op(x, w, b, &a, NULL, out);
 }
 
-of_status of_conv_transpose(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
-                            const int64_t *padding, const int64_t *output_padding,
-                            const int64_t *dilation, int32_t nsp, int64_t groups,
-                            of_tensor **out) {
+of_status of_impl_conv_transpose(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
+                                 const int64_t *padding, const int64_t *output_padding,
+                                 const int64_t *dilation, int32_t nsp, int64_t groups,
+                                 of_tensor **out) {
   conv_args a;
   OF_CHECK(init_args(&a, "conv_transpose", stride, padding, dilation, nsp, groups));
   const char *op = a.op;
@@ -1059,10 +1558,10 @@ of_status of_conv_transpose(of_tensor *x, of_tensor *w, of_tensor *b, const int6
   return conv_input_grad_op(x, w, b, &a, osz, out);
 }
 
-of_status of_conv_weight_grad(of_tensor *x, of_tensor *grad_out, const int64_t *kernel_size,
-                              const int64_t *stride, const int64_t *padding,
-                              const int64_t *dilation, int32_t nsp, int64_t groups,
-                              of_tensor **out) {
+of_status of_impl_conv_weight_grad(of_tensor *x, of_tensor *grad_out, const int64_t *kernel_size,
+                                   const int64_t *stride, const int64_t *padding,
+                                   const int64_t *dilation, int32_t nsp, int64_t groups,
+                                   of_tensor **out) {
   conv_args a;
   OF_CHECK(init_args(&a, "conv_weight_grad", stride, padding, dilation, nsp, groups));
   if (!kernel_size) return of_fail(OF_ERR_ARG, "%s: kernel_size is required", a.op);

@@ -22,7 +22,7 @@ FILL_LOOP(uint16_t)
 FILL_LOOP(uint32_t)
 FILL_LOOP(uint64_t)
 
-of_status of_fill_(of_tensor *t, double value) {
+of_status of_impl_fill_(of_tensor *t, double value) {
   fill_ctx ctx = {0};
   of_store_double(&ctx.bits, t->dtype, value);
   of_iter it;
@@ -37,13 +37,13 @@ of_status of_fill_(of_tensor *t, double value) {
   return OF_OK;
 }
 
-of_status of_empty(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
-                   of_tensor **out) {
+of_status of_impl_empty(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                        of_tensor **out) {
   return of_tensor_new(shape, ndim, dt, dev, out);
 }
 
-of_status of_full(const int64_t *shape, int32_t ndim, double value, of_dtype dt,
-                  of_device dev, of_tensor **out) {
+of_status of_impl_full(const int64_t *shape, int32_t ndim, double value, of_dtype dt,
+                       of_device dev, of_tensor **out) {
   of_tensor *t;
   OF_CHECK(of_tensor_new(shape, ndim, dt, dev, &t));
   of_fill_(t, value);
@@ -52,12 +52,12 @@ of_status of_full(const int64_t *shape, int32_t ndim, double value, of_dtype dt,
   return OF_OK;
 }
 
-of_status of_zeros(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
-                   of_tensor **out) {
+of_status of_impl_zeros(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                        of_tensor **out) {
   return of_full(shape, ndim, 0.0, dt, dev, out);
 }
 
-of_status of_eye(int64_t n, int64_t m, of_dtype dt, of_device dev, of_tensor **out) {
+of_status of_impl_eye(int64_t n, int64_t m, of_dtype dt, of_device dev, of_tensor **out) {
   if (m < 0) m = n;
   if (n < 0) return of_fail(OF_ERR_SHAPE, "eye: negative size %lld", (long long)n);
   int64_t shape[2] = {n, m};
@@ -70,8 +70,8 @@ of_status of_eye(int64_t n, int64_t m, of_dtype dt, of_device dev, of_tensor **o
   return OF_OK;
 }
 
-of_status of_arange(double start, double end, double step, of_dtype dt, of_device dev,
-                    of_tensor **out) {
+of_status of_impl_arange(double start, double end, double step, of_dtype dt, of_device dev,
+                         of_tensor **out) {
   if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
     return of_fail(OF_ERR_ARG, "arange: invalid range start=%g end=%g step=%g", start, end, step);
   if ((end - start) / step < 0)
@@ -87,8 +87,8 @@ of_status of_arange(double start, double end, double step, of_dtype dt, of_devic
   return OF_OK;
 }
 
-of_status of_linspace(double start, double end, int64_t steps, of_dtype dt, of_device dev,
-                      of_tensor **out) {
+of_status of_impl_linspace(double start, double end, int64_t steps, of_dtype dt, of_device dev,
+                           of_tensor **out) {
   if (steps < 0) return of_fail(OF_ERR_ARG, "linspace: number of steps must be >= 0, got %lld", (long long)steps);
   of_tensor *t;
   OF_CHECK(of_tensor_new(&steps, 1, dt, dev, &t));
@@ -106,8 +106,8 @@ of_status of_linspace(double start, double end, int64_t steps, of_dtype dt, of_d
   return OF_OK;
 }
 
-of_status of_from_doubles(const double *values, const int64_t *shape, int32_t ndim,
-                          of_dtype dt, of_tensor **out) {
+of_status of_impl_from_doubles(const double *values, const int64_t *shape, int32_t ndim,
+                               of_dtype dt, of_tensor **out) {
   of_tensor *t;
   OF_CHECK(of_tensor_new(shape, ndim, dt, OF_CPU, &t));
   int64_t es = of_dtype_size(dt);
@@ -117,8 +117,8 @@ of_status of_from_doubles(const double *values, const int64_t *shape, int32_t nd
   return OF_OK;
 }
 
-of_status of_from_buffer(const void *data, const int64_t *shape, int32_t ndim, of_dtype dt,
-                         of_tensor **out) {
+of_status of_impl_from_buffer(const void *data, const int64_t *shape, int32_t ndim, of_dtype dt,
+                              of_tensor **out) {
   of_tensor *t;
   OF_CHECK(of_tensor_new(shape, ndim, dt, OF_CPU, &t));
   if (t->numel) memcpy(of_ptr(t), data, (size_t)(t->numel * of_dtype_size(dt)));
@@ -128,8 +128,8 @@ of_status of_from_buffer(const void *data, const int64_t *shape, int32_t ndim, o
 
 static void no_delete(void *data, void *ctx) { (void)data; (void)ctx; }
 
-of_status of_from_blob(void *data, const int64_t *shape, const int64_t *strides, int32_t ndim,
-                       of_dtype dt, of_deleter deleter, void *ctx, of_tensor **out) {
+of_status of_impl_from_blob(void *data, const int64_t *shape, const int64_t *strides, int32_t ndim,
+                            of_dtype dt, of_deleter deleter, void *ctx, of_tensor **out) {
   if (!data) return of_fail(OF_ERR_ARG, "from_blob: data pointer is NULL");
   if (dt < 0 || dt >= OF_NUM_DTYPES) return of_fail(OF_ERR_DTYPE, "from_blob: unknown dtype %d", (int)dt);
   if (ndim < 0 || ndim > OF_MAX_DIMS) return of_fail(OF_ERR_SHAPE, "from_blob: bad ndim %d", (int)ndim);
@@ -169,7 +169,7 @@ of_status of_from_blob(void *data, const int64_t *shape, const int64_t *strides,
   return OF_OK;
 }
 
-of_status of_tensor_get_flat(const of_tensor *t, int64_t i, double *out) {
+of_status of_impl_tensor_get_flat(const of_tensor *t, int64_t i, double *out) {
   if (i < 0 || i >= t->numel)
     return of_fail(OF_ERR_INDEX, "item: flat index %lld out of range for %lld elements",
                    (long long)i, (long long)t->numel);
@@ -182,7 +182,7 @@ of_status of_tensor_get_flat(const of_tensor *t, int64_t i, double *out) {
   return OF_OK;
 }
 
-of_status of_tensor_to_doubles(const of_tensor *t, double *buf, int64_t n) {
+of_status of_impl_tensor_to_doubles(const of_tensor *t, double *buf, int64_t n) {
   if (n < t->numel)
     return of_fail(OF_ERR_ARG, "totable: buffer of %lld for %lld elements", (long long)n,
                    (long long)t->numel);

@@ -727,8 +727,8 @@ static of_status topk_compute(of_tensor *x, int64_t k, int32_t dim, int32_t larg
 
 /* ---- one_hot ---- */
 
-of_status of_one_hot(of_tensor *index, int64_t num_classes, int64_t index_base,
-                     of_tensor **out) {
+of_status of_impl_one_hot(of_tensor *index, int64_t num_classes, int64_t index_base,
+                          of_tensor **out) {
   OF_CHECK(check_index_dtype("one_hot", index));
   if (index->ndim >= OF_MAX_DIMS)
     return of_fail(OF_ERR_SHAPE, "one_hot: index %s already has %d dims, the most supported",
@@ -857,7 +857,7 @@ static of_status masked_select_compute(of_tensor *x, of_tensor *mask, of_tensor 
   return OF_OK;
 }
 
-of_status of_nonzero(of_tensor *x, int64_t index_base, of_tensor **out) {
+of_status of_impl_nonzero(of_tensor *x, int64_t index_base, of_tensor **out) {
   of_tensor *b = NULL, *bc = NULL, *res = NULL;
   chunks ch = {0, NULL};
   of_status st = of_cast_data(x, OF_BOOL, &b);   /* NaN counts as nonzero, -0.0 does not */
@@ -1008,8 +1008,8 @@ static of_status gather_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def gather_grad = {"GatherBackward", gather_backward};
 
-of_status of_gather(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base,
-                    of_tensor **out) {
+of_status of_impl_gather(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base,
+                         of_tensor **out) {
   OF_CHECK(gather_compute(x, dim, index, index_base, out));
   of_node *n;
   OF_CHECK(record(&gather_grad, &x, 1, out, 1, &n));
@@ -1071,9 +1071,9 @@ static of_status scatter_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static const of_grad_def scatter_grad = {"ScatterBackward", scatter_backward};
 static const of_grad_def scatter_add_grad = {"ScatterAddBackward", scatter_backward};
 
-of_status of_scatter(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
-                     double value, int32_t use_value, int32_t reduce, int64_t index_base,
-                     of_tensor *into, of_tensor **out) {
+of_status of_impl_scatter(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
+                          double value, int32_t use_value, int32_t reduce, int64_t index_base,
+                          of_tensor *into, of_tensor **out) {
   of_tensor *ins[2] = {x, use_value ? NULL : src};
   if (wants_inplace_autograd(ins, 2, into)) {
     const char *op = reduce ? "scatter_add" : "scatter";
@@ -1116,8 +1116,8 @@ static of_status index_select_backward(of_node *n, of_tensor **g, of_tensor **gi
 }
 static const of_grad_def index_select_grad = {"IndexSelectBackward", index_select_backward};
 
-of_status of_index_select(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base,
-                          of_tensor **out) {
+of_status of_impl_index_select(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base,
+                               of_tensor **out) {
   OF_CHECK(index_select_compute(x, dim, index, index_base, out));
   of_node *n;
   OF_CHECK(record(&index_select_grad, &x, 1, out, 1, &n));
@@ -1150,8 +1150,8 @@ static of_status index_add_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def index_add_grad = {"IndexAddBackward", index_add_backward};
 
-of_status of_index_add(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
-                       double alpha, int64_t index_base, of_tensor *into, of_tensor **out) {
+of_status of_impl_index_add(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
+                            double alpha, int64_t index_base, of_tensor *into, of_tensor **out) {
   of_tensor *ins[2] = {x, src};
   if (wants_inplace_autograd(ins, 2, into)) {
     OF_CHECK(of_check_inplace("index_add", into));
@@ -1213,15 +1213,15 @@ static of_status record_sort(const of_grad_def *def, of_tensor *x, int32_t dim,
   return OF_OK;
 }
 
-of_status of_sort(of_tensor *x, int32_t dim, int32_t descending, int32_t stable,
-                  int64_t index_base, of_tensor **values, of_tensor **indices) {
+of_status of_impl_sort(of_tensor *x, int32_t dim, int32_t descending, int32_t stable,
+                       int64_t index_base, of_tensor **values, of_tensor **indices) {
   (void)stable;   /* the merge sort is always stable */
   OF_CHECK(sort_compute(x, dim, descending, index_base, values, indices));
   return record_sort(&sort_grad, x, dim, index_base, values, indices);
 }
 
-of_status of_topk(of_tensor *x, int64_t k, int32_t dim, int32_t largest, int32_t sorted,
-                  int64_t index_base, of_tensor **values, of_tensor **indices) {
+of_status of_impl_topk(of_tensor *x, int64_t k, int32_t dim, int32_t largest, int32_t sorted,
+                       int64_t index_base, of_tensor **values, of_tensor **indices) {
   (void)sorted;   /* results always come sorted */
   OF_CHECK(topk_compute(x, k, dim, largest, index_base, values, indices));
   return record_sort(&topk_grad, x, dim, index_base, values, indices);
@@ -1257,7 +1257,7 @@ static of_status masked_select_backward(of_node *n, of_tensor **g, of_tensor **g
 }
 static const of_grad_def masked_select_grad = {"MaskedSelectBackward", masked_select_backward};
 
-of_status of_masked_select(of_tensor *x, of_tensor *mask, of_tensor **out) {
+of_status of_impl_masked_select(of_tensor *x, of_tensor *mask, of_tensor **out) {
   OF_CHECK(masked_select_compute(x, mask, out));
   of_node *n;
   OF_CHECK(record(&masked_select_grad, &x, 1, out, 1, &n));

@@ -440,9 +440,9 @@ done:
   return st;
 }
 
-of_status of_cross_entropy(of_tensor *x, of_tensor *target, of_tensor *weight,
-                           of_loss_reduction reduction, int64_t ignore_index,
-                           double label_smoothing, int64_t index_base, of_tensor **out) {
+of_status of_impl_cross_entropy(of_tensor *x, of_tensor *target, of_tensor *weight,
+                                of_loss_reduction reduction, int64_t ignore_index,
+                                double label_smoothing, int64_t index_base, of_tensor **out) {
   const char *op = "cross_entropy";
   layout l;
   OF_CHECK(parse_input(op, x, &l));
@@ -580,9 +580,9 @@ done:
   return st;
 }
 
-of_status of_nll_loss(of_tensor *x, of_tensor *target, of_tensor *weight,
-                      of_loss_reduction reduction, int64_t ignore_index, int64_t index_base,
-                      of_tensor **out) {
+of_status of_impl_nll_loss(of_tensor *x, of_tensor *target, of_tensor *weight,
+                           of_loss_reduction reduction, int64_t ignore_index, int64_t index_base,
+                           of_tensor **out) {
   const char *op = "nll_loss";
   layout l;
   OF_CHECK(parse_input(op, x, &l));

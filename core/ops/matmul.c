@@ -551,7 +551,7 @@ static of_status run_recorded(const of_grad_def *gd, const mm_args *x, of_tensor
 }
 
 /* ---- entry points ---- */
-of_status of_matmul(of_tensor *a, of_tensor *b, of_tensor **out) {
+of_status of_impl_matmul(of_tensor *a, of_tensor *b, of_tensor **out) {
   if (a->ndim == 0 || b->ndim == 0)
     return of_fail(OF_ERR_SHAPE, "matmul: both arguments need at least 1 dim, got shapes "
                    "%s and %s", SHAPES(a, b));
@@ -560,7 +560,7 @@ of_status of_matmul(of_tensor *a, of_tensor *b, of_tensor **out) {
   return run_recorded(&matmul_grad, &x, out);
 }
 
-of_status of_mm(of_tensor *a, of_tensor *b, of_tensor *into, of_tensor **out) {
+of_status of_impl_mm(of_tensor *a, of_tensor *b, of_tensor *into, of_tensor **out) {
   if (a->ndim != 2 || b->ndim != 2)
     return of_fail(OF_ERR_SHAPE, "mm: expected 2-D tensors, got shapes %s and %s",
                    SHAPES(a, b));
@@ -583,7 +583,7 @@ of_status of_mm(of_tensor *a, of_tensor *b, of_tensor *into, of_tensor **out) {
   return run_recorded(&mm_grad, &x, out);
 }
 
-of_status of_bmm(of_tensor *a, of_tensor *b, of_tensor **out) {
+of_status of_impl_bmm(of_tensor *a, of_tensor *b, of_tensor **out) {
   if (a->ndim != 3 || b->ndim != 3)
     return of_fail(OF_ERR_SHAPE, "bmm: expected 3-D tensors, got shapes %s and %s",
                    SHAPES(a, b));
@@ -595,8 +595,8 @@ of_status of_bmm(of_tensor *a, of_tensor *b, of_tensor **out) {
   return run_recorded(&bmm_grad, &x, out);
 }
 
-of_status of_addmm(of_tensor *c, of_tensor *a, of_tensor *b, double beta, double alpha,
-                   of_tensor **out) {
+of_status of_impl_addmm(of_tensor *c, of_tensor *a, of_tensor *b, double beta, double alpha,
+                        of_tensor **out) {
   if (a->ndim != 2 || b->ndim != 2)
     return of_fail(OF_ERR_SHAPE, "addmm: expected 2-D tensors, got shapes %s and %s",
                    SHAPES(a, b));

@@ -20,6 +20,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { PBLOCK = 64 };   /* parameters per task in the weight/bias grad pass */
 
@@ -32,6 +33,87 @@ static int32_t nthreads(int64_t work) {
 
 /* ------------------------------------------------------------ kernels */
 
+/* Row helpers of the channel kernels, compiled per instruction set (the
+ * kernels' OpenMP bodies are outlined before target_clones could reach them,
+ * so they ran on SSE2). Sums keep eight partial sums in one 8-double vector
+ * (one zmm, two ymm or four xmm registers) combined in a fixed order, with
+ * no contraction into FMAs, so results do not depend on the instruction set
+ * either. */
+typedef float v8f_t __attribute__((vector_size(32)));
+typedef double v8d_t __attribute__((vector_size(64)));
+/* 8 elements at p as doubles into the v8d_t lvalue v (macros: vector
+ * arguments and results would depend on the instruction set's ABI) */
+#define LOAD8_float(v, p)                                                                 \
+  do {                                                                                    \
+    v8f_t f_;                                                                             \
+    memcpy(&f_, (p), sizeof f_);                                                          \
+    (v) = __builtin_convertvector(f_, v8d_t);                                             \
+  } while (0)
+#define LOAD8_double(v, p) memcpy(&(v), (p), sizeof(v8d_t))
+#define HSUM8(a) ((((a)[0] + (a)[1]) + ((a)[2] + (a)[3])) + (((a)[4] + (a)[5]) + ((a)[6] + (a)[7])))
+
+#define CH_ROWS(T)                                                                        \
+  /* sum of x, or of (x - m)^2 when sq */                                                 \
+  __attribute__((target_clones("avx512f", "avx2", "default"), optimize("fp-contract=off"))) \
+  static double chrow_sum_##T(const T *p, int64_t n, double m, int sq) {                  \
+    v8d_t acc = {0, 0, 0, 0, 0, 0, 0, 0};                                                 \
+    double t = 0;                                                                         \
+    int64_t i = 0;                                                                        \
+    if (sq) {                                                                             \
+      for (; i + 8 <= n; i += 8) {                                                        \
+        v8d_t d;                                                                          \
+        LOAD8_##T(d, p + i);                                                              \
+        d -= m;                                                                           \
+        acc += d * d;                                                                     \
+      }                                                                                   \
+      for (; i < n; i++) t += ((double)p[i] - m) * ((double)p[i] - m);                    \
+    } else {                                                                              \
+      for (; i + 8 <= n; i += 8) {                                                        \
+        v8d_t v;                                                                          \
+        LOAD8_##T(v, p + i);                                                              \
+        acc += v;                                                                         \
+      }                                                                                   \
+      for (; i < n; i++) t += (double)p[i];                                               \
+    }                                                                                     \
+    return HSUM8(acc) + t;                                                                \
+  }                                                                                       \
+  /* *sg = sum g, *sgx = sum g * (x - m) */                                               \
+  __attribute__((target_clones("avx512f", "avx2", "default"), optimize("fp-contract=off"))) \
+  static void chrow_grad_sums_##T(const T *x, const T *g, int64_t n, double m, double *sg, \
+                                  double *sgx) {                                          \
+    v8d_t a = {0, 0, 0, 0, 0, 0, 0, 0}, b = a;                                            \
+    double ta = 0, tb = 0;                                                                \
+    int64_t i = 0;                                                                        \
+    for (; i + 8 <= n; i += 8) {                                                          \
+      v8d_t gv, xv;                                                                       \
+      LOAD8_##T(gv, g + i);                                                               \
+      LOAD8_##T(xv, x + i);                                                               \
+      a += gv;                                                                            \
+      b += gv * (xv - m);                                                                 \
+    }                                                                                     \
+    for (; i < n; i++) {                                                                  \
+      ta += (double)g[i];                                                                 \
+      tb += (double)g[i] * ((double)x[i] - m);                                            \
+    }                                                                                     \
+    *sg = HSUM8(a) + ta;                                                                  \
+    *sgx = HSUM8(b) + tb;                                                                 \
+  }                                                                                       \
+  /* y = x * a + b */                                                                     \
+  __attribute__((target_clones("avx512f", "avx2", "default"), optimize("fp-contract=off"))) \
+  static void chrow_affine_##T(const T *restrict x, T *restrict y, int64_t n, double a,     \
+                             double b) {                                                  \
+    for (int64_t i = 0; i < n; i++) y[i] = (T)((double)x[i] * a + b);                     \
+  }                                                                                       \
+  /* gx = g * a + (x - m) * b + k */                                                      \
+  __attribute__((target_clones("avx512f", "avx2", "default"), optimize("fp-contract=off"))) \
+  static void chrow_grad_input_##T(const T *restrict x, const T *restrict g, T *restrict gx, \
+                                 int64_t n, double m, double a, double b, double k) {     \
+    for (int64_t i = 0; i < n; i++)                                                       \
+      gx[i] = (T)((double)g[i] * a + ((double)x[i] - m) * b + k);                         \
+  }
+CH_ROWS(float)
+CH_ROWS(double)
+
 /* channels: x [N, C, S]; q = n * C + c indexes one run of S elements */
 #define CHANNEL_KERNELS(T)                                                                \
   /* part[q] = sum_s x, or sum_s (x - mu[c])^2 when mu is given */                        \
@@ -39,48 +121,24 @@ static int32_t nthreads(int64_t work) {
                           double *part) {                                                 \
     int32_t nt = nthreads(N * C * S);                                                     \
     _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
-    for (int64_t q = 0; q < N * C; q++) {                                                 \
-      const T *p = x + q * S;                                                             \
-      double acc = 0;                                                                     \
-      if (mu) {                                                                           \
-        double m = mu[q % C];                                                             \
-        _Pragma("omp simd reduction(+ : acc)")                                            \
-        for (int64_t s = 0; s < S; s++) acc += ((double)p[s] - m) * ((double)p[s] - m);   \
-      } else {                                                                            \
-        _Pragma("omp simd reduction(+ : acc)")                                            \
-        for (int64_t s = 0; s < S; s++) acc += (double)p[s];                              \
-      }                                                                                   \
-      part[q] = acc;                                                                      \
-    }                                                                                     \
+    for (int64_t q = 0; q < N * C; q++)                                                   \
+      part[q] = chrow_sum_##T(x + q * S, S, mu ? mu[q % C] : 0, mu != NULL);                \
   }                                                                                       \
   /* y = x * a[c] + b[c] */                                                               \
   static void ch_affine_##T(const T *x, T *y, int64_t N, int64_t C, int64_t S,            \
                             const double *a, const double *b) {                           \
     int32_t nt = nthreads(N * C * S);                                                     \
     _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
-    for (int64_t q = 0; q < N * C; q++) {                                                 \
-      const T *p = x + q * S;                                                             \
-      T *o = y + q * S;                                                                   \
-      double ac = a[q % C], bc = b[q % C];                                                \
-      for (int64_t s = 0; s < S; s++) o[s] = (T)((double)p[s] * ac + bc);                 \
-    }                                                                                     \
+    for (int64_t q = 0; q < N * C; q++)                                                   \
+      chrow_affine_##T(x + q * S, y + q * S, S, a[q % C], b[q % C]);                        \
   }                                                                                       \
   /* pg[q] = sum_s g, pgx[q] = sum_s g * (x - mu[c]) */                                   \
   static void ch_grad_sums_##T(const T *x, const T *g, int64_t N, int64_t C, int64_t S,   \
                                const double *mu, double *pg, double *pgx) {               \
     int32_t nt = nthreads(N * C * S);                                                     \
     _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
-    for (int64_t q = 0; q < N * C; q++) {                                                 \
-      const T *px = x + q * S, *pg_ = g + q * S;                                          \
-      double m = mu[q % C], a = 0, b = 0;                                                 \
-      _Pragma("omp simd reduction(+ : a, b)")                                             \
-      for (int64_t s = 0; s < S; s++) {                                                   \
-        a += (double)pg_[s];                                                              \
-        b += (double)pg_[s] * ((double)px[s] - m);                                        \
-      }                                                                                   \
-      pg[q] = a;                                                                          \
-      pgx[q] = b;                                                                         \
-    }                                                                                     \
+    for (int64_t q = 0; q < N * C; q++)                                                   \
+      chrow_grad_sums_##T(x + q * S, g + q * S, S, mu[q % C], &pg[q], &pgx[q]);             \
   }                                                                                       \
   /* gx = g * a[c] + (x - mu[c]) * b[c] + k[c] */                                         \
   static void ch_grad_input_##T(const T *x, const T *g, T *gx, int64_t N, int64_t C,      \
@@ -90,11 +148,7 @@ static int32_t nthreads(int64_t work) {
     _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
     for (int64_t q = 0; q < N * C; q++) {                                                 \
       int64_t c = q % C;                                                                  \
-      const T *px = x + q * S, *pg_ = g + q * S;                                          \
-      T *o = gx + q * S;                                                                  \
-      double m = mu[c], ac = a[c], bc = b[c], kc = k[c];                                  \
-      for (int64_t s = 0; s < S; s++)                                                     \
-        o[s] = (T)((double)pg_[s] * ac + ((double)px[s] - m) * bc + kc);                  \
+      chrow_grad_input_##T(x + q * S, g + q * S, gx + q * S, S, mu[c], a[c], b[c], k[c]);   \
     }                                                                                     \
   }
 
@@ -541,9 +595,9 @@ done:
   return st;
 }
 
-of_status of_batch_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
-                        of_tensor *weight, of_tensor *bias, int32_t training, double momentum,
-                        double eps, of_tensor **out) {
+of_status of_impl_batch_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
+                             of_tensor *weight, of_tensor *bias, int32_t training, double momentum,
+                             double eps, of_tensor **out) {
   const char *op = "batch_norm";
   OF_CHECK(check_input(op, x, 2));
   of_meta xm = meta_of_tensor(x);
@@ -799,8 +853,8 @@ done:
   return st;
 }
 
-of_status of_layer_norm(of_tensor *x, int32_t normalized_ndim, of_tensor *weight,
-                        of_tensor *bias, double eps, of_tensor **out) {
+of_status of_impl_layer_norm(of_tensor *x, int32_t normalized_ndim, of_tensor *weight,
+                             of_tensor *bias, double eps, of_tensor **out) {
   const char *op = "layer_norm";
   OF_CHECK(check_input(op, x, 1));
   int32_t k = normalized_ndim;
@@ -846,8 +900,8 @@ static of_status group_shape(const char *op, of_tensor *x, int64_t groups, rows_
   return OF_OK;
 }
 
-of_status of_group_norm(of_tensor *x, int64_t groups, of_tensor *weight, of_tensor *bias,
-                        double eps, of_tensor **out) {
+of_status of_impl_group_norm(of_tensor *x, int64_t groups, of_tensor *weight, of_tensor *bias,
+                             double eps, of_tensor **out) {
   const char *op = "group_norm";
   OF_CHECK(check_input(op, x, 2));
   rows_shape r;
@@ -857,9 +911,9 @@ of_status of_group_norm(of_tensor *x, int64_t groups, of_tensor *weight, of_tens
   return rows_norm(op, K_GROUP, x, r, 0, weight, bias, eps, NULL, out);
 }
 
-of_status of_instance_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
-                           of_tensor *weight, of_tensor *bias, int32_t use_input_stats,
-                           double momentum, double eps, of_tensor **out) {
+of_status of_impl_instance_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
+                                of_tensor *weight, of_tensor *bias, int32_t use_input_stats,
+                                double momentum, double eps, of_tensor **out) {
   const char *op = "instance_norm";
   OF_CHECK(check_input(op, x, 2));
   int64_t N = x->shape[0], C = x->shape[1];

@@ -161,6 +161,37 @@ static inline void valid_range(int64_t off, int64_t s, int64_t n, int64_t nout, 
 MAX_UPDATE(float)
 MAX_UPDATE(double)
 
+/* Max over one small plane from a table of input offsets: tab[r, j] is the
+ * input position of tap r of output j, or -1 (outside). Taps in (d, h, w)
+ * order, so ties keep the first and the last NaN wins, as in max_fwd; t[j]
+ * gets the winning position, or -1 when no tap won (all -inf, or no valid
+ * tap). One vector pass per tap over the whole plane: rows of 7 or 14
+ * outputs left max_update's vector loop unused (its scalar remainder
+ * branched per element). */
+#define MAX_PLANE(T)                                                                        \
+  __attribute__((target_clones("avx512f", "avx2", "default")))                             \
+  static void max_plane_##T(const T *restrict xp, T *restrict y, int32_t *restrict t,      \
+                            const int32_t *restrict tab, int64_t K, int64_t L) {           \
+    for (int64_t j = 0; j < L; j++) {                                                      \
+      y[j] = (T)-INFINITY;                                                                 \
+      t[j] = -1;                                                                           \
+    }                                                                                      \
+    for (int64_t r = 0; r < K; r++) {                                                      \
+      const int32_t *restrict ix = tab + r * L;                                            \
+      _Pragma("omp simd")                                                                  \
+      for (int64_t j = 0; j < L; j++) {                                                    \
+        int32_t k = ix[j];   /* (a load for every lane: masked gathers do not vectorise) */ \
+        T v = xp[k & ~(k >> 31)], cur = y[j];  /* 0 for -1 */                               \
+        v = k < 0 ? (T)-INFINITY : v;   /* -inf never wins */                              \
+        bool take = (v > cur) | (v != v);                                                  \
+        y[j] = take ? v : cur;                                                             \
+        t[j] = take ? k : t[j];                                                            \
+      }                                                                                    \
+    }                                                                                      \
+  }
+MAX_PLANE(float)
+MAX_PLANE(double)
+
 /* y[i] += x[i*sx] and x[i*sx] += y[i], per instruction set */
 #define ROW_ADD(T)                                                                          \
   __attribute__((target_clones("avx512f", "avx2", "default")))                             \
@@ -432,6 +463,69 @@ ROW_ADD(double)
 
 POOL_KERNELS(float)
 POOL_KERNELS(double)
+
+/* ---- max pool over small planes (max_plane) ---- */
+
+enum { PLANE_MAX_TABLE = 1 << 16 };   /* taps x outputs */
+
+/* Entries of the plane tables for g, 0 where the row kernels are used
+ * (outputs rows of 32 and more vectorise there). */
+static int64_t plane_entries(const pgeom *g) {
+  int64_t K = g->k[0] * g->k[1] * g->k[2];
+  if (g->out[2] >= 32 || g->in_sz >= INT32_MAX || K * g->out_sz > PLANE_MAX_TABLE) return 0;
+  return K * g->out_sz;
+}
+
+/* tab [K, out_sz]: input positions of the taps (-1 outside); first[j]: the
+ * first valid one of output j (-1: none) */
+static void plane_tables(const pgeom *g, int32_t *tab, int32_t *first) {
+  int64_t L = g->out_sz, r = 0;
+  for (int64_t j = 0; j < L; j++) first[j] = -1;
+  for (int64_t a = 0; a < g->k[0]; a++)
+    for (int64_t b = 0; b < g->k[1]; b++)
+      for (int64_t c = 0; c < g->k[2]; c++, r++) {
+        int64_t j = 0;
+        for (int64_t od = 0; od < g->out[0]; od++)
+          for (int64_t oh = 0; oh < g->out[1]; oh++)
+            for (int64_t ow = 0; ow < g->out[2]; ow++, j++) {
+              int64_t id = od * g->s[0] - g->p[0] + a * g->step[0];
+              int64_t ih = oh * g->s[1] - g->p[1] + b * g->step[1];
+              int64_t iw = ow * g->s[2] - g->p[2] + c * g->step[2];
+              bool in = id >= 0 && id < g->in[0] && ih >= 0 && ih < g->in[1] && iw >= 0 &&
+                        iw < g->in[2];
+              int32_t pos = in ? (int32_t)((id * g->in[1] + ih) * g->in[2] + iw) : -1;
+              tab[r * L + j] = pos;
+              if (in && first[j] < 0) first[j] = pos;
+            }
+      }
+}
+
+#define PLANE_FWD(T)                                                                        \
+  static void max_planes_fwd_##T(const pgeom *g, const T *x, T *y, int64_t *idx,           \
+                                 int64_t base, const int32_t *tab, const int32_t *first,   \
+                                 int32_t *scratch, int nt) {                               \
+    int64_t K = g->k[0] * g->k[1] * g->k[2], L = g->out_sz;                                \
+    _Pragma("omp parallel num_threads(nt) if (nt > 1)")                                   \
+    {                                                                                      \
+      int32_t *t = scratch + (int64_t)omp_get_thread_num() * (L + 16);                     \
+      _Pragma("omp for schedule(static)")                                                  \
+      for (int64_t pl = 0; pl < g->planes; pl++) {                                         \
+        T *yp = y + pl * L;                                                                \
+        int64_t *ip = idx + pl * L;                                                        \
+        max_plane_##T(x + pl * g->in_sz, yp, t, tab, K, L);                                \
+        for (int64_t j = 0; j < L; j++) {                                                  \
+          int64_t pos = t[j];                                                              \
+          if (pos < 0) {   /* all -inf: the first position; no valid tap: 0 */             \
+            pos = first[j] < 0 ? 0 : first[j];                                             \
+            if (first[j] < 0) yp[j] = 0;                                                   \
+          }                                                                                \
+          ip[j] = pos + base;                                                              \
+        }                                                                                  \
+      }                                                                                    \
+    }                                                                                      \
+  }
+PLANE_FWD(float)
+PLANE_FWD(double)
 
 /* ---- helpers ---- */
 
@@ -744,9 +838,24 @@ static of_status max_run(const pool_args *a, of_tensor *x, int64_t planes, const
       int nt = pool_threads(rows, g.planes * g.out_sz * 8);
       int64_t sbytes = (int64_t)sizeof(int32_t) * nt * scratch_stride(g.out[2]);
       bool table = a->adaptive || g.in_sz >= INT32_MAX;
+      int64_t pe = table ? 0 : plane_entries(&g);
+      if (pe) {   /* tables, then per thread the winners of one plane */
+        int nt2 = pool_threads(g.planes, g.planes * g.out_sz * 8);
+        sbytes = (int64_t)sizeof(int32_t) * (pe + g.out_sz + nt2 * (g.out_sz + 16));
+        nt = nt2;
+      }
       int32_t *scratch = table ? NULL : of_alloc(OF_CPU, sbytes);
       if (!table && !scratch) {
         st = of_fail(OF_ERR_OOM, "%s: out of memory", a->op);
+      } else if (pe) {
+        int32_t *tab = scratch, *first = tab + pe, *per = first + g.out_sz;
+        plane_tables(&g, tab, first);
+        if (cd == OF_FLOAT32)
+          max_planes_fwd_float(&g, (const float *)of_ptr(cx), yf, ip, base, tab, first, per,
+                               nt);
+        else
+          max_planes_fwd_double(&g, (const double *)of_ptr(cx), yd, ip, base, tab, first, per,
+                                nt);
       } else if (cd == OF_FLOAT32 && table) {
         max_table_fwd_float(&g, (const float *)of_ptr(cx), yf, ip, base);
       } else if (cd == OF_FLOAT32) {
@@ -787,10 +896,10 @@ static of_status max_run(const pool_args *a, of_tensor *x, int64_t planes, const
   return OF_OK;
 }
 
-of_status of_max_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride,
-                      const int64_t *padding, const int64_t *dilation, int32_t nsp,
-                      int32_t ceil_mode, int64_t index_base, of_tensor **values,
-                      of_tensor **indices) {
+of_status of_impl_max_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride,
+                           const int64_t *padding, const int64_t *dilation, int32_t nsp,
+                           int32_t ceil_mode, int64_t index_base, of_tensor **values,
+                           of_tensor **indices) {
   pool_args a;
   int64_t planes, osz[3];
   OF_CHECK(init_args(&a, "max_pool", nsp));
@@ -816,8 +925,8 @@ static of_status adaptive_sizes(pool_args *a, of_tensor *x, const int64_t *outpu
   return OF_OK;
 }
 
-of_status of_adaptive_max_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
-                               int64_t index_base, of_tensor **values, of_tensor **indices) {
+of_status of_impl_adaptive_max_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
+                                    int64_t index_base, of_tensor **values, of_tensor **indices) {
   pool_args a;
   int64_t planes, osz[3];
   OF_CHECK(init_args(&a, "adaptive_max_pool", nsp));
@@ -933,9 +1042,9 @@ static of_status avg_op(const pool_args *a, of_tensor *x, const int64_t *osz, bo
   return OF_OK;
 }
 
-of_status of_avg_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride,
-                      const int64_t *padding, int32_t nsp, int32_t ceil_mode,
-                      int32_t count_include_pad, int64_t divisor_override, of_tensor **out) {
+of_status of_impl_avg_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride,
+                           const int64_t *padding, int32_t nsp, int32_t ceil_mode,
+                           int32_t count_include_pad, int64_t divisor_override, of_tensor **out) {
   pool_args a;
   int64_t planes, osz[3];
   OF_CHECK(init_args(&a, "avg_pool", nsp));
@@ -946,8 +1055,8 @@ of_status of_avg_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride
   return avg_op(&a, x, osz, false, NULL, 0, out);
 }
 
-of_status of_adaptive_avg_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
-                               of_tensor **out) {
+of_status of_impl_adaptive_avg_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
+                                    of_tensor **out) {
   pool_args a;
   int64_t planes, osz[3];
   OF_CHECK(init_args(&a, "adaptive_avg_pool", nsp));

@@ -1088,8 +1088,8 @@ static of_status max_dim_compute(of_tensor *x, int32_t dim, int32_t keepdim, int
   return max_dim_impl(name, x, dim, keepdim, is_max, index_base, x, values, indices);
 }
 
-of_status of_argmax(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max,
-                    int64_t index_base, of_tensor **out) {
+of_status of_impl_argmax(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max,
+                         int64_t index_base, of_tensor **out) {
   const char *name = is_max ? "argmax" : "argmin";
   if (!x || !out) return of_fail(OF_ERR_ARG, "%s: NULL tensor argument", name);
   if (dim != OF_ALL_DIMS)
@@ -1444,8 +1444,8 @@ static int64_t dims_mask(const of_tensor *x, const int32_t *dims, int32_t ndims)
   return m;
 }
 
-of_status of_reduce(of_reduce_op op, of_tensor *x, const int32_t *dims, int32_t ndims,
-                    int32_t keepdim, double p, of_dtype dt, of_tensor **out) {
+of_status of_impl_reduce(of_reduce_op op, of_tensor *x, const int32_t *dims, int32_t ndims,
+                         int32_t keepdim, double p, of_dtype dt, of_tensor **out) {
   OF_CHECK(reduce_compute(op, x, dims, ndims, keepdim, p, dt, out));
   const of_grad_def *gd = reduce_grads[op].name ? &reduce_grads[op] : NULL;
   if (!gd || !of_grad_needed(&x, 1) || !of_dtype_is_floating((*out)->dtype)) return OF_OK;
@@ -1487,8 +1487,8 @@ static of_status var_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static const of_grad_def var_grad = {"VarBackward", var_backward};
 static const of_grad_def std_grad = {"StdBackward", var_backward};
 
-of_status of_var(of_tensor *x, const int32_t *dims, int32_t ndims, double correction,
-                 int32_t keepdim, int32_t is_std, of_tensor **out) {
+of_status of_impl_var(of_tensor *x, const int32_t *dims, int32_t ndims, double correction,
+                      int32_t keepdim, int32_t is_std, of_tensor **out) {
   OF_CHECK(var_compute(x, dims, ndims, correction, keepdim, is_std, out));
   if (!of_grad_needed(&x, 1)) return OF_OK;
   of_node *n;
@@ -1530,8 +1530,8 @@ static of_status max_dim_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static const of_grad_def max_grad = {"MaxBackward", max_dim_backward};
 static const of_grad_def min_grad = {"MinBackward", max_dim_backward};
 
-of_status of_max_dim(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max,
-                     int64_t index_base, of_tensor **values, of_tensor **indices) {
+of_status of_impl_max_dim(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max,
+                          int64_t index_base, of_tensor **values, of_tensor **indices) {
   OF_CHECK(max_dim_compute(x, dim, keepdim, is_max, index_base, values, indices));
   if (!of_grad_needed(&x, 1) || !of_dtype_is_floating((*values)->dtype)) return OF_OK;
   of_node *n;
@@ -1564,7 +1564,7 @@ static of_status softmax_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static const of_grad_def softmax_grad = {"SoftmaxBackward", softmax_backward};
 static const of_grad_def log_softmax_grad = {"LogSoftmaxBackward", softmax_backward};
 
-of_status of_softmax(of_tensor *x, int32_t dim, int32_t log_, of_tensor **out) {
+of_status of_impl_softmax(of_tensor *x, int32_t dim, int32_t log_, of_tensor **out) {
   OF_CHECK(softmax_compute(x, dim, log_, out));
   if (!of_grad_needed(&x, 1)) return OF_OK;
   of_node *n;
@@ -1610,7 +1610,7 @@ static of_status cumulative_backward(of_node *n, of_tensor **g, of_tensor **gi) 
 static const of_grad_def cumsum_grad = {"CumsumBackward", cumulative_backward};
 static const of_grad_def cumprod_grad = {"CumprodBackward", cumulative_backward};
 
-of_status of_cumulative(of_tensor *x, int32_t dim, int32_t is_prod, of_tensor **out) {
+of_status of_impl_cumulative(of_tensor *x, int32_t dim, int32_t is_prod, of_tensor **out) {
   OF_CHECK(cumulative_compute(x, dim, is_prod, out));
   if (!of_grad_needed(&x, 1) || !of_dtype_is_floating((*out)->dtype)) return OF_OK;
   of_node *n;

@@ -287,9 +287,9 @@ static of_status interp_adjoint_backward(of_node *n, of_tensor **g, of_tensor **
                         (int32_t)n->i[1], &gi[0]);
 }
 
-of_status of_interpolate(of_tensor *x, const int64_t *size, const double *scales,
-                         int32_t nsp, of_interp_mode mode, int32_t align_corners,
-                         of_tensor **out) {
+of_status of_impl_interpolate(of_tensor *x, const int64_t *size, const double *scales,
+                              int32_t nsp, of_interp_mode mode, int32_t align_corners,
+                              of_tensor **out) {
   const char *op = "interpolate";
   if (mode != OF_INTERP_NEAREST && mode != OF_INTERP_LINEAR)
     return of_fail(OF_ERR_ARG, "%s: unknown mode %d", op, (int)mode);
@@ -531,8 +531,8 @@ static of_status pad_adjoint_backward(of_node *n, of_tensor **g, of_tensor **gi)
   return of_pad(g[0], n->i, (int32_t)n->d[1], (of_pad_mode)n->d[0], 0, &gi[0]);
 }
 
-of_status of_pad(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mode mode,
-                 double value, of_tensor **out) {
+of_status of_impl_pad(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mode mode,
+                      double value, of_tensor **out) {
   const char *op = "pad";
   if (mode < OF_PAD_CONSTANT || mode > OF_PAD_CIRCULAR)
     return of_fail(OF_ERR_ARG, "%s: unknown mode %d", op, (int)mode);

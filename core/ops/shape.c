@@ -398,7 +398,7 @@ static of_status cat_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def cat_grad = {"CatBackward", cat_backward};
 
-of_status of_cat(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
+of_status of_impl_cat(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
   OF_CHECK(cat_compute(ts, n, dim, out));
   of_node *node;
   OF_CHECK(record(&cat_grad, ts, n, out, &node));
@@ -423,7 +423,7 @@ static of_status stack_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def stack_grad = {"StackBackward", stack_backward};
 
-of_status of_stack(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
+of_status of_impl_stack(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
   OF_CHECK(stack_compute(ts, n, dim, out));
   of_node *node;
   OF_CHECK(record(&stack_grad, ts, n, out, &node));
@@ -443,7 +443,7 @@ static of_status tri_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static const of_grad_def tril_grad = {"TrilBackward", tri_backward};
 static const of_grad_def triu_grad = {"TriuBackward", tri_backward};
 
-of_status of_tri(of_tensor *x, int64_t k, int32_t upper, of_tensor **out) {
+of_status of_impl_tri(of_tensor *x, int64_t k, int32_t upper, of_tensor **out) {
   OF_CHECK(tri_compute(x, k, upper, out));
   of_node *node;
   OF_CHECK(record(upper ? &triu_grad : &tril_grad, &x, 1, out, &node));
@@ -463,7 +463,7 @@ static of_status flip_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def flip_grad = {"FlipBackward", flip_backward};
 
-of_status of_flip(of_tensor *x, const int32_t *dims, int32_t ndims, of_tensor **out) {
+of_status of_impl_flip(of_tensor *x, const int32_t *dims, int32_t ndims, of_tensor **out) {
   OF_CHECK(flip_compute(x, dims, ndims, out));
   of_node *node;
   OF_CHECK(record(&flip_grad, &x, 1, out, &node));
@@ -498,8 +498,8 @@ static of_status roll_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def roll_grad = {"RollBackward", roll_backward};
 
-of_status of_roll(of_tensor *x, const int64_t *shifts, const int32_t *dims, int32_t n,
-                  of_tensor **out) {
+of_status of_impl_roll(of_tensor *x, const int64_t *shifts, const int32_t *dims, int32_t n,
+                       of_tensor **out) {
   OF_CHECK(roll_compute(x, shifts, dims, n, out));
   of_node *node;
   OF_CHECK(record(&roll_grad, &x, 1, out, &node));
@@ -559,7 +559,7 @@ static of_status repeat_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def repeat_grad = {"RepeatBackward", repeat_backward};
 
-of_status of_repeat(of_tensor *x, const int64_t *repeats, int32_t n, of_tensor **out) {
+of_status of_impl_repeat(of_tensor *x, const int64_t *repeats, int32_t n, of_tensor **out) {
   OF_CHECK(repeat_compute(x, repeats, n, out));
   of_node *node;
   OF_CHECK(record(&repeat_grad, &x, 1, out, &node));

@@ -410,7 +410,7 @@ static bool wants_inplace_autograd(of_tensor *x, of_tensor *into, bool diff) {
   return into && ((diff && of_grad_needed(&x, 1)) || (into->requires_grad && of_is_grad_enabled()));
 }
 
-of_status of_unary(of_unary_op op, of_tensor *x, of_tensor *into, of_tensor **out) {
+of_status of_impl_unary(of_unary_op op, of_tensor *x, of_tensor *into, of_tensor **out) {
   if (op < 0 || op >= OF_NUM_UNARY) return of_fail(OF_ERR_ARG, "unary: unknown op %d", (int)op);
   const of_grad_def *gd = unary_grads[op].name ? &unary_grads[op] : NULL;
   if (wants_inplace_autograd(x, into, gd != NULL))
@@ -447,8 +447,8 @@ static of_status clamp_again(of_tensor *x, of_tensor **r, void *ctx) {
   return of_clamp(x, a->lo, a->hi, a->has_lo, a->has_hi, NULL, r);
 }
 
-of_status of_clamp(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
-                   of_tensor *into, of_tensor **out) {
+of_status of_impl_clamp(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
+                        of_tensor *into, of_tensor **out) {
   clamp_args a = {lo, hi, has_lo, has_hi};
   if (wants_inplace_autograd(x, into, true))
     return inplace_via_result("clamp", x, into, out, clamp_again, &a);
@@ -482,7 +482,7 @@ static of_status leaky_again(of_tensor *x, of_tensor **r, void *ctx) {
   return of_leaky_relu(x, *(double *)ctx, NULL, r);
 }
 
-of_status of_leaky_relu(of_tensor *x, double slope, of_tensor *into, of_tensor **out) {
+of_status of_impl_leaky_relu(of_tensor *x, double slope, of_tensor *into, of_tensor **out) {
   if (wants_inplace_autograd(x, into, true))
     return inplace_via_result("leaky_relu", x, into, out, leaky_again, &slope);
   OF_CHECK(leaky_compute(x, slope, into, out));
@@ -517,7 +517,7 @@ static of_status where_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def where_grad = {"WhereBackward", where_backward};
 
-of_status of_where(of_tensor *cond, of_tensor *a, of_tensor *b, of_tensor **out) {
+of_status of_impl_where(of_tensor *cond, of_tensor *a, of_tensor *b, of_tensor **out) {
   OF_CHECK(where_compute(cond, a, b, out));
   of_tensor *ins[3] = {cond, a, b};
   if (!of_grad_needed(ins, 3) || !of_dtype_is_floating((*out)->dtype)) return OF_OK;
@@ -547,8 +547,8 @@ static of_status masked_fill_again(of_tensor *x, of_tensor **r, void *ctx) {
   return of_masked_fill(x, a->mask, a->v, NULL, r);
 }
 
-of_status of_masked_fill(of_tensor *x, of_tensor *mask, double value, of_tensor *into,
-                         of_tensor **out) {
+of_status of_impl_masked_fill(of_tensor *x, of_tensor *mask, double value, of_tensor *into,
+                              of_tensor **out) {
   mf_args a = {mask, value};
   if (wants_inplace_autograd(x, into, true))
     return inplace_via_result("masked_fill", x, into, out, masked_fill_again, &a);
@@ -562,4 +562,16 @@ of_status of_masked_fill(of_tensor *x, of_tensor *mask, double value, of_tensor 
   }
   of_node_save(n, 0, mask);
   return OF_OK;
+}
+
+/* Kernels at a compute dtype, for nn.Graph's fused elementwise nodes. */
+of_loop_fn of_unary_kernel(int32_t op, of_dtype dt) {
+  if (op < 0 || op >= OF_NUM_UNARY || dt < 0 || dt >= OF_NUM_DTYPES) return NULL;
+  return unary_ops[op].loop[dt];
+}
+of_loop_fn of_clamp_kernel(of_dtype dt) {
+  return dt >= 0 && dt < OF_NUM_DTYPES ? clamp_loops[dt] : NULL;
+}
+of_loop_fn of_leaky_kernel(of_dtype dt) {
+  return dt == OF_FLOAT32 ? p_leaky_float : dt == OF_FLOAT64 ? p_leaky_double : NULL;
 }

@@ -58,6 +58,7 @@ end
 local default_hidden = {float32 = true, int64 = true, bool = true}
 
 function M.tostring(t)
+  if C.of_tracing() ~= 0 then require('oneflow.tensor').no_data_access(t, 'tostring()', 2) end
   local shape = t:size():totable()
   local numel = t:numel()
   local dt = t.dtype

@@ -104,8 +104,20 @@ local function to_lua_value(v, dt)
   return v
 end
 
+--- Raises when a graph is being traced: reading tensor values inside
+-- nn.Graph's build() would bake one call's data into the graph.
+function T.no_data_access(t, what, level)
+  local shape = {}
+  local nd, sz = C.of_tensor_ndim(t.p), C.of_tensor_shape(t.p)
+  for i = 1, nd do shape[i] = tostring(tonumber(sz[i - 1])) end
+  error(('nn.Graph: data-dependent control flow on tensor values is not supported inside build() '
+         .. '(called %s on a traced tensor [%s]); compute it outside build or use flow.where')
+        :format(what, table.concat(shape, ',')), (level or 2) + 1)
+end
+
 local dbl = ffi.new('double[1]')
 function methods.item(t)
+  if C.of_tracing() ~= 0 then T.no_data_access(t, ':item()', 2) end
   local n = C.of_tensor_numel(t.p)
   if n ~= 1 then
     error(('item: only one-element tensors can be converted to a number, got %d elements'):format(tonumber(n)), 2)
@@ -116,6 +128,7 @@ end
 
 --- Nested Lua tables (a number for a 0-d tensor).
 function methods.totable(t)
+  if C.of_tracing() ~= 0 then T.no_data_access(t, ':totable()', 2) end
   local n = tonumber(C.of_tensor_numel(t.p))
   local buf = ffi.new('double[?]', math.max(n, 1))
   if C.of_tensor_to_doubles(t.p, buf, n) ~= 0 then raise(2) end

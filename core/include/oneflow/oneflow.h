@@ -425,6 +425,65 @@ of_status of_image_encode(of_tensor *img, of_image_format fmt, int32_t quality,
 /* Format from the extension: .png, .jpg or .jpeg (any case). */
 of_status of_image_write(const char *path, of_tensor *img, int32_t quality);
 
+
+/* ---- nn.Graph (core/graph/) --------------------------------------------
+ * A graph is traced from eager code: between of_trace_begin and
+ * of_trace_end every public op called on this thread runs as usual and is
+ * also recorded (op, attributes, input and output values). Tensors that
+ * existed before are bound by reference (parameters, buffers, optimizer
+ * state). of_graph_optimize runs passes ("dce,cse,fold,fuse,inplace";
+ * NULL: all), of_graph_run runs the plan on new inputs of the traced shapes
+ * and dtypes, with grad mode off; results are new tensors owned by the
+ * caller. A saved graph (Lua: graph:save) loads and runs without Lua. */
+typedef struct of_graph of_graph;
+int32_t of_tracing(void);                    /* this thread is tracing */
+of_status of_trace_begin(of_tensor **inputs, int32_t n);
+of_status of_trace_end(of_tensor **outputs, int32_t n, of_graph **out);
+void of_trace_abort(void);
+of_status of_graph_optimize(of_graph *g, const char *passes);
+of_status of_graph_run(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor **outputs,
+                       int32_t nout);
+void of_graph_release(of_graph *g);
+of_status of_graph_load(const char *path, of_graph **out);
+/* The IR as a uint8 tensor (graph:save writes it with the externals). */
+of_status of_graph_serialize(of_graph *g, of_tensor **blob);
+int32_t of_graph_num_inputs(const of_graph *g);
+int32_t of_graph_num_outputs(const of_graph *g);
+int32_t of_graph_num_nodes(const of_graph *g);
+int32_t of_graph_count_op(const of_graph *g, const char *op);   /* live nodes of op */
+enum {
+  OF_GRAPH_PLANNED_PEAK = 0,     /* bytes of internal values live at once, at most */
+  OF_GRAPH_UNPLANNED_BYTES = 1,  /* bytes of all internal values together */
+  OF_GRAPH_NUM_VALUES = 2,
+  OF_GRAPH_RUNS = 3,
+  OF_GRAPH_NUM_EXTERNALS = 4
+};
+int64_t of_graph_stat(const of_graph *g, int32_t what);
+const char *of_graph_dump(of_graph *g, int32_t verbose);   /* valid until the next call */
+const char *of_graph_passes(const of_graph *g);
+void of_graph_set_debug(of_graph *g, int32_t level);        /* print IR around each pass */
+/* Time every node (also OF_GRAPH_PROFILE=1): the dump shows each node's
+ * fastest time over the runs since. */
+void of_graph_set_profile(of_graph *g, int32_t on);
+/* Externals the graph reads, in save order (borrowed tensors). */
+int32_t of_graph_num_externals(const of_graph *g);
+of_tensor *of_graph_external(const of_graph *g, int32_t i);
+const char *of_graph_external_name(const of_graph *g, int32_t i);
+int32_t of_graph_external_is_const(const of_graph *g, int32_t i);
+of_status of_graph_set_external_name(of_graph *g, int32_t i, const char *name);
+
+/* Fused optimizer updates, in place, one pass over memory (the update ops
+ * nn.Graph records; usable eagerly too). hyper: float64 {lr, steps taken};
+ * the call reads lr and increments the step count. Arithmetic follows the
+ * Lua optimizers exactly. NULL state tensors: none (momentum 0, no amsgrad). */
+of_status of_optim_sgd_(of_tensor *param, of_tensor *grad, of_tensor *momentum_buf,
+                        of_tensor *hyper, double momentum, double dampening,
+                        double weight_decay, int32_t nesterov, int32_t maximize);
+of_status of_optim_adam_(of_tensor *param, of_tensor *grad, of_tensor *exp_avg,
+                         of_tensor *exp_avg_sq, of_tensor *max_exp_avg_sq, of_tensor *hyper,
+                         double beta1, double beta2, double eps, double weight_decay,
+                         int32_t amsgrad, int32_t maximize, int32_t decoupled);
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,5 +20,6 @@ end
 nn.functional = require 'oneflow.nn.functional'
 nn.init = require 'oneflow.nn.initialization'
 nn.utils = require 'oneflow.nn.utils'
+nn.Graph = require 'oneflow.nn.graph'
 
 return nn

@@ -1,0 +1,201 @@
+/* graph.h -- nn.Graph internals: the IR (values and nodes), the op table,
+ * the tracer's recording entry points and the passes.
+ *
+ * The IR is a list of nodes in execution (trace) order. A value is one
+ * tensor object at one point in time: a graph input, an external (a tensor
+ * that existed before tracing and is bound by reference: parameters,
+ * buffers, optimizer state, captured constants), or an internal result.
+ * An in-place op makes a new *version* value of the tensor it writes
+ * (`same` names the value whose tensor it is); `root` names the value that
+ * owns the storage (views share their base's root). The executor runs the
+ * live nodes in order, so views and in-place writes behave as they did in
+ * eager mode; passes use `root` to stay clear of memory hazards. */
+#ifndef ONEFLOW_GRAPH_H
+#define ONEFLOW_GRAPH_H
+#include "../autograd.h"
+#include <stdbool.h>
+#include <stdint.h>
+
+enum { OF_GV_INPUT = 0, OF_GV_EXTERNAL = 1, OF_GV_INTERNAL = 2, OF_GV_HANDLE = 3 };
+
+typedef struct of_gval {
+  int8_t kind;
+  bool is_const;          /* external that nothing writes: folded or captured constant */
+  of_dtype dtype;
+  int32_t ndim;
+  int64_t shape[OF_MAX_DIMS];
+  int64_t strides[OF_MAX_DIMS];
+  int64_t offset;
+  int64_t sid;            /* trace-time storage id (0 after load) */
+  int32_t producer;       /* node index; -1 for inputs and externals */
+  int32_t root;           /* value owning the storage */
+  int32_t same;           /* value whose runtime tensor this is (self unless in-place) */
+  int32_t index;          /* input position / external number */
+  of_tensor *ext;         /* externals: the tensor (retained) */
+  char *name;             /* externals: optional name (malloc'ed) */
+} of_gval;
+
+enum {
+  OF_GN_CAPTURE = 1,      /* keeps its autograd node for an opaque backward node */
+};
+
+typedef struct of_gnode {
+  int32_t op;
+  int32_t nin, nout;      /* outputs: [0, nreal) from the op, [nreal, nreal + nmut)
+                             versions of mutated inputs, then the autograd handle */
+  int32_t nreal, nmut;
+  int32_t *in, *out;      /* value ids, -1 for a NULL tensor */
+  int32_t *mut;           /* [nmut] input positions written in place */
+  void *attrs;
+  int32_t attr_size;
+  int32_t flags;
+  uint32_t needs;         /* inputs that required grad at trace time (CAPTURE re-creates it) */
+  uint32_t keep_in, keep_out;   /* CAPTURE: inputs / results its autograd node saves */
+  int32_t handle_nr;      /* CAPTURE: the real output whose grad_fn is kept */
+  bool dead;
+} of_gnode;
+
+typedef struct of_graph {
+  of_gval *vals;
+  int32_t nvals, cap_vals;
+  of_gnode *nodes;
+  int32_t nnodes, cap_nodes;
+  int32_t *inputs, ninputs;
+  int32_t *outputs, noutputs;
+  char passes[512];       /* applied passes, for the summary */
+  int32_t pass_removed[16];
+  /* plan (exec.c) */
+  bool planned;
+  int32_t *free_idx;      /* CSR: values released after each node */
+  int32_t *free_start;    /* [nnodes + 1] */
+  int64_t planned_peak;   /* bytes of internal values live at once, at most */
+  int64_t eager_bytes;    /* bytes every internal value would take if none were freed */
+  int64_t runs;
+  int32_t busy;
+  char *text;             /* last dump */
+  int32_t debug;          /* print each pass (graph:debug / OF_DEBUG_PASS) */
+  bool profile;           /* time each node (graph:profile / OF_GRAPH_PROFILE) */
+  double *prof;           /* [nnodes] fastest time seen, ms */
+} of_graph;
+
+/* ---- op table (ops.c) ---- */
+enum {
+  OF_OPF_EW = 1,          /* elementwise (fusion candidate; see fuse.c) */
+  OF_OPF_RANDOM = 2,      /* draws from the generator: never merged or folded */
+  OF_OPF_VIEW = 4,        /* result shares the input's storage */
+  OF_OPF_CREATE = 8,      /* no tensor inputs: constant unless RANDOM or EMPTY */
+  OF_OPF_EMPTY = 16,      /* uninitialised result */
+  OF_OPF_OPAQUE = 32,     /* graph-only op not to be merged (backward of a captured node) */
+  OF_OPF_VARIN = 64,      /* variable number of inputs (cat, stack) */
+  OF_OPF_INTO = 128,      /* may write into a given tensor and return it */
+};
+
+typedef of_status (*of_invoke_fn)(of_gnode *n, of_tensor **ins, void **outs);
+
+typedef struct of_opdef {
+  const char *name;
+  int32_t attr_size;      /* -1: variable (checked by `check`) */
+  int32_t min_in, max_in; /* tensor inputs (NULL allowed where optional) */
+  int32_t nreal;          /* outputs the op makes; -1: from attrs */
+  uint32_t flags;
+  of_invoke_fn invoke;
+  /* inputs written in place (not counting an `into` that is returned) */
+  int32_t (*mutates)(const void *attrs, int32_t nin, int32_t *idx);
+  /* validate loaded attributes; NULL: size check only */
+  of_status (*check)(const void *attrs, int32_t size, int32_t nin);
+  void (*describe)(const void *attrs, char *buf, size_t cap);
+} of_opdef;
+
+enum {
+  OF_OPK_ALIAS = 0,       /* implicit view of a value (saved tensors, internal aliases) */
+  OF_OPK_BACKWARD,        /* opaque backward: runs a captured autograd node's rule */
+  OF_OPK_FUSED,           /* elementwise chain as one kernel (fuse.c) */
+  OF_OPK_FIRST_PUBLIC     /* the public ops follow, see ops.c */
+};
+
+const of_opdef *of_op_def(int32_t op);
+int32_t of_op_count(void);
+int32_t of_op_find(const char *name);
+/* Whether node n's op with these attrs reads only its inputs and writes
+ * only its fresh outputs. */
+bool of_node_pure(const of_graph *g, const of_gnode *n);
+
+/* ---- tracer (trace.c) ---- */
+typedef struct of_trace of_trace;
+/* initial-exec: one %fs-relative load, no __tls_get_addr call, on every op */
+#define OF_TLS_IE __attribute__((tls_model("initial-exec"), visibility("hidden")))
+extern _Thread_local of_trace *of_trace_tls OF_TLS_IE;
+extern _Thread_local int32_t of_trace_depth OF_TLS_IE;
+/* Records an outermost public op. ins may hold NULLs; outs[nreal]. On
+ * failure the outputs are released. */
+of_status of_trace_record(int32_t op, const void *attrs, int32_t attr_size, of_tensor **ins,
+                          int32_t nin, of_tensor **outs, int32_t nreal);
+/* A tensor made from host data while tracing: bound as a constant. */
+of_status of_trace_constant(of_tensor *t);
+/* Tensor values read by C code while tracing (of_tensor_get_flat, ...). */
+of_status of_trace_data_read(const of_tensor *t);
+/* The engine's call of a backward rule while tracing. */
+of_status of_trace_backward(of_node *n, of_tensor **gout, of_tensor **gin);
+
+/* The wrapper every public op goes through: one thread-local load when not
+ * tracing; while tracing, only the outermost public op records. */
+#define OF_TRACED(CALL, RECORD)                                     \
+  do {                                                              \
+    if (__builtin_expect(of_trace_tls == NULL, 1)) return CALL;     \
+    of_trace_depth++;                                               \
+    of_status st_ = CALL;                                           \
+    of_trace_depth--;                                               \
+    if (st_ == OF_OK && of_trace_depth == 0) st_ = (RECORD);        \
+    return st_;                                                     \
+  } while (0)
+
+/* ---- IR helpers (ir.c) ---- */
+of_graph *of_graph_new_empty(void);
+int32_t of_graph_add_value(of_graph *g, int8_t kind, const of_tensor *t);
+int32_t of_graph_add_node(of_graph *g, int32_t op, const void *attrs, int32_t attr_size,
+                          const int32_t *ins, int32_t nin, int32_t nreal, int32_t nmut);
+void of_graph_node_free(of_gnode *n);
+void of_graph_compact(of_graph *g);               /* drop dead nodes */
+int64_t of_gval_bytes(const of_gval *v);          /* bytes of a contiguous tensor of v's shape */
+bool of_gval_contiguous(const of_gval *v);
+/* uses[v] = number of live node inputs reading v (+1 per graph output). */
+int32_t *of_graph_use_counts(const of_graph *g);
+/* whether some live node in (from, to) writes into storage root r */
+bool of_graph_written_between(const of_graph *g, int32_t r, int32_t from, int32_t to);
+/* roots written by any live node */
+bool *of_graph_written_roots(const of_graph *g);
+void of_graph_note_pass(of_graph *g, const char *name, int32_t removed);
+const char *of_graph_text(of_graph *g, int32_t verbose);
+void of_graph_debug_print(of_graph *g, const char *when);
+int32_t of_node_writes(const of_graph *g, const of_gnode *n, int32_t *roots, int32_t cap);
+
+/* ---- passes (core/graph/passes) ---- */
+of_status of_pass_dce(of_graph *g, int32_t *removed);
+of_status of_pass_cse(of_graph *g, int32_t *removed);
+of_status of_pass_fold(of_graph *g, int32_t *removed);
+of_status of_pass_fuse(of_graph *g, int32_t *removed);
+of_status of_pass_inplace(of_graph *g, int32_t *removed);
+of_status of_pass_plan(of_graph *g, int32_t *removed);
+of_status of_pass_schedule(of_graph *g, int32_t *removed);
+of_status of_pass_bnfold(of_graph *g, int32_t *removed);
+
+/* ---- runtime (exec.c) ---- */
+of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor **outputs,
+                        int32_t nout, bool check_inputs);
+/* Runs node n on ins; outs[] gets nout entries (tensors or autograd handles). */
+of_status of_graph_invoke(of_graph *g, of_gnode *n, of_tensor **ins, void **outs);
+
+/* ---- fused elementwise (fuse.c) ---- */
+of_status of_fused_invoke(of_gnode *n, of_tensor **ins, void **outs);
+of_status of_fused_check(const void *attrs, int32_t size, int32_t nin);
+void of_fused_describe(const void *attrs, char *buf, size_t cap);
+
+/* kernels of the eager elementwise ops (binary.c, unary.c), for fusion */
+of_loop_fn of_binary_kernel(int32_t op, of_dtype compute);
+of_loop_fn of_unary_kernel(int32_t op, of_dtype compute);
+of_loop_fn of_clamp_kernel(of_dtype compute);
+of_loop_fn of_leaky_kernel(of_dtype compute);
+
+/* ---- the impl functions the public wrappers call (renamed op bodies) ---- */
+#include "impl.h"
+#endif

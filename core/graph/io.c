@@ -1,0 +1,724 @@
+/* io.c -- saving and loading graphs.
+ *
+ * A saved graph is one safetensors file: the externals (parameters,
+ * buffers, optimizer state, constants) as entries "ext.0", "ext.1", ...,
+ * and the IR as a uint8 entry "__graph__", with
+ * __metadata__ {"format": "oneflow-graph", "version": "1"}. Lua writes it
+ * with the writer of flow.save (of_graph_serialize gives the IR bytes);
+ * of_graph_load reads it back here in C so that a host without Lua can run
+ * it. The reader trusts nothing: every size, offset, count, id and
+ * attribute record is checked, and a checksum over the IR catches edits.
+ *
+ * IR bytes (little-endian):
+ *   "OFGRAPH\0" u32 version u32 0x01020304 u64 payload_len u64 fnv1a64(payload)
+ *   payload: u32 nvals nnodes ninputs noutputs nexternals
+ *     value: u8 kind u8 is_const i32 dtype ndim root same ext_index
+ *            i64 shape[8] strides[8] offset, u16 name_len, name
+ *     i32 inputs[ninputs] outputs[noutputs]
+ *     node:  u16 name_len, op name, i32 attr_size, attrs,
+ *            i32 nin nout nreal nmut flags, u32 needs keep_in keep_out, i32 handle_nr,
+ *            i32 in[nin] out[nout] mut[nmut] */
+#include "ops.h"
+#include "fused.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+enum { IR_VERSION = 1, MAX_COUNT = 1 << 24 };
+static const char MAGIC[8] = {'O', 'F', 'G', 'R', 'A', 'P', 'H', 0};
+
+static uint64_t fnv1a(const uint8_t *p, size_t n) {
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+/* ---- writer ---- */
+typedef struct {
+  uint8_t *buf;
+  size_t len, cap;
+  bool oom;
+} wbuf;
+
+static void put(wbuf *w, const void *p, size_t n) {
+  if (w->oom) return;
+  if (w->len + n > w->cap) {
+    size_t cap = w->cap ? w->cap * 2 : 4096;
+    while (cap < w->len + n) cap *= 2;
+    uint8_t *b = realloc(w->buf, cap);
+    if (!b) { w->oom = true; return; }
+    w->buf = b;
+    w->cap = cap;
+  }
+  memcpy(w->buf + w->len, p, n);
+  w->len += n;
+}
+static void put_u8(wbuf *w, uint8_t v) { put(w, &v, 1); }
+static void put_u16(wbuf *w, uint16_t v) { put(w, &v, 2); }
+static void put_i32(wbuf *w, int32_t v) { put(w, &v, 4); }
+static void put_u32(wbuf *w, uint32_t v) { put(w, &v, 4); }
+static void put_i64(wbuf *w, int64_t v) { put(w, &v, 8); }
+static void put_str(wbuf *w, const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (n > 65535) n = 65535;
+  put_u16(w, (uint16_t)n);
+  if (n) put(w, s, n);
+}
+
+of_status of_graph_serialize(of_graph *g, of_tensor **blob) {
+  if (!g) return of_fail(OF_ERR_ARG, "nn.Graph: no graph");
+  if (!((const union { uint32_t u; uint8_t b[4]; }){.u = 1}).b[0])
+    return of_fail(OF_ERR_STATE, "nn.Graph.save: big-endian hosts are not supported");
+  of_graph_compact(g);
+  int32_t *uses = of_graph_use_counts(g);
+  int32_t *ext_index = malloc(sizeof *ext_index * (size_t)(g->nvals ? g->nvals : 1));
+  if (!uses || !ext_index) {
+    free(uses);
+    free(ext_index);
+    return of_fail(OF_ERR_OOM, "nn.Graph.save: out of memory");
+  }
+  int32_t next = 0;
+  for (int32_t v = 0; v < g->nvals; v++)
+    ext_index[v] = g->vals[v].kind == OF_GV_EXTERNAL && uses[v] > 0 ? next++ : -1;
+  free(uses);
+  wbuf w = {0};
+  put_u32(&w, (uint32_t)g->nvals);
+  put_u32(&w, (uint32_t)g->nnodes);
+  put_u32(&w, (uint32_t)g->ninputs);
+  put_u32(&w, (uint32_t)g->noutputs);
+  put_u32(&w, (uint32_t)next);
+  for (int32_t v = 0; v < g->nvals; v++) {
+    const of_gval *x = &g->vals[v];
+    put_u8(&w, (uint8_t)x->kind);
+    put_u8(&w, x->is_const);
+    put_i32(&w, x->dtype);
+    put_i32(&w, x->ndim);
+    put_i32(&w, x->root);
+    put_i32(&w, x->same);
+    put_i32(&w, ext_index[v]);
+    for (int32_t i = 0; i < OF_MAX_DIMS; i++) put_i64(&w, x->shape[i]);
+    for (int32_t i = 0; i < OF_MAX_DIMS; i++) put_i64(&w, x->strides[i]);
+    put_i64(&w, x->offset);
+    put_str(&w, x->name);
+  }
+  free(ext_index);
+  for (int32_t i = 0; i < g->ninputs; i++) put_i32(&w, g->inputs[i]);
+  for (int32_t i = 0; i < g->noutputs; i++) put_i32(&w, g->outputs[i]);
+  for (int32_t i = 0; i < g->nnodes; i++) {
+    const of_gnode *n = &g->nodes[i];
+    const of_opdef *d = of_op_def(n->op);
+    put_str(&w, d ? d->name : "?");
+    put_i32(&w, n->attr_size);
+    put(&w, n->attrs, (size_t)n->attr_size);
+    put_i32(&w, n->nin);
+    put_i32(&w, n->nout);
+    put_i32(&w, n->nreal);
+    put_i32(&w, n->nmut);
+    put_i32(&w, n->flags);
+    put_u32(&w, n->needs);
+    put_u32(&w, n->keep_in);
+    put_u32(&w, n->keep_out);
+    put_i32(&w, n->handle_nr);
+    for (int32_t k = 0; k < n->nin; k++) put_i32(&w, n->in[k]);
+    for (int32_t j = 0; j < n->nout; j++) put_i32(&w, n->out[j]);
+    for (int32_t m = 0; m < n->nmut; m++) put_i32(&w, n->mut[m]);
+  }
+  if (w.oom) {
+    free(w.buf);
+    return of_fail(OF_ERR_OOM, "nn.Graph.save: out of memory");
+  }
+  int64_t total = 8 + 4 + 4 + 8 + 8 + (int64_t)w.len;
+  of_tensor *t;
+  of_status st = of_impl_empty(&total, 1, OF_UINT8, OF_CPU, &t);
+  if (st != OF_OK) {
+    free(w.buf);
+    return st;
+  }
+  uint8_t *p = (uint8_t *)of_ptr(t);
+  uint32_t version = IR_VERSION, endian = 0x01020304;
+  uint64_t plen = w.len, sum = fnv1a(w.buf, w.len);
+  memcpy(p, MAGIC, 8);
+  memcpy(p + 8, &version, 4);
+  memcpy(p + 12, &endian, 4);
+  memcpy(p + 16, &plen, 8);
+  memcpy(p + 24, &sum, 8);
+  memcpy(p + 32, w.buf, w.len);
+  free(w.buf);
+  *blob = t;
+  return OF_OK;
+}
+
+/* ---- reader of the IR bytes ---- */
+typedef struct {
+  const uint8_t *p;
+  size_t len, pos;
+  bool bad;
+} rbuf;
+
+static bool get(rbuf *r, void *out, size_t n) {
+  if (r->bad || n > r->len - r->pos) {
+    r->bad = true;
+    memset(out, 0, n);
+    return false;
+  }
+  memcpy(out, r->p + r->pos, n);
+  r->pos += n;
+  return true;
+}
+static uint8_t get_u8(rbuf *r) { uint8_t v; get(r, &v, 1); return v; }
+static uint16_t get_u16(rbuf *r) { uint16_t v; get(r, &v, 2); return v; }
+static int32_t get_i32(rbuf *r) { int32_t v; get(r, &v, 4); return v; }
+static uint32_t get_u32(rbuf *r) { uint32_t v; get(r, &v, 4); return v; }
+static int64_t get_i64(rbuf *r) { int64_t v; get(r, &v, 8); return v; }
+
+typedef struct {
+  const char *path;
+} ctx_t;
+
+static of_status corrupt(const ctx_t *c, const char *what) {
+  return of_fail(OF_ERR_IO, "nn.Graph.load: %s: %s", c->path, what);
+}
+
+/* Parses the IR into a graph whose externals are still missing. */
+static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_graph **out,
+                          int32_t **ext_of_value, int32_t *next_out) {
+  if (n < 32 || memcmp(bytes, MAGIC, 8) != 0) return corrupt(c, "not a saved graph (bad magic)");
+  uint32_t version, endian;
+  uint64_t plen, sum;
+  memcpy(&version, bytes + 8, 4);
+  memcpy(&endian, bytes + 12, 4);
+  memcpy(&plen, bytes + 16, 8);
+  memcpy(&sum, bytes + 24, 8);
+  if (endian != 0x01020304) return corrupt(c, "written with another byte order");
+  if (version > IR_VERSION)
+    return of_fail(OF_ERR_IO, "nn.Graph.load: %s: saved by a newer version (graph format %u, "
+                   "this build reads up to %d)", c->path, version, IR_VERSION);
+  if (version < 1) return corrupt(c, "bad format version");
+  if (plen != n - 32) return corrupt(c, "the graph record is truncated");
+  if (fnv1a(bytes + 32, (size_t)plen) != sum)
+    return corrupt(c, "checksum mismatch: the graph record is corrupt or was modified");
+  rbuf r = {bytes + 32, (size_t)plen, 0, false};
+  uint32_t nvals = get_u32(&r), nnodes = get_u32(&r), nin = get_u32(&r), nout = get_u32(&r),
+           next = get_u32(&r);
+  if (r.bad || nvals > MAX_COUNT || nnodes > MAX_COUNT || nin > nvals || nout > MAX_COUNT ||
+      next > nvals)
+    return corrupt(c, "bad counts");
+  of_graph *g = of_graph_new_empty();
+  int32_t *ext = calloc(nvals ? nvals : 1, sizeof *ext);
+  bool *defined = calloc(nvals ? nvals : 1, sizeof *defined);
+  if (!g || !ext || !defined) {
+    free(g); free(ext); free(defined);
+    return of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory");
+  }
+  of_status st = OF_OK;
+#define FAIL(msg) do { st = corrupt(c, msg); goto fail; } while (0)
+  for (uint32_t v = 0; v < nvals; v++) {
+    int32_t id = of_graph_add_value(g, OF_GV_INTERNAL, NULL);
+    if (id < 0) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto fail; }
+    of_gval *x = &g->vals[id];
+    x->kind = (int8_t)get_u8(&r);
+    x->is_const = get_u8(&r) != 0;
+    x->dtype = get_i32(&r);
+    x->ndim = get_i32(&r);
+    x->root = get_i32(&r);
+    x->same = get_i32(&r);
+    ext[v] = get_i32(&r);
+    for (int32_t i = 0; i < OF_MAX_DIMS; i++) x->shape[i] = get_i64(&r);
+    for (int32_t i = 0; i < OF_MAX_DIMS; i++) x->strides[i] = get_i64(&r);
+    x->offset = get_i64(&r);
+    uint16_t ln = get_u16(&r);
+    if (r.bad) FAIL("truncated value table");
+    if (ln) {
+      x->name = malloc((size_t)ln + 1);
+      if (!x->name) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto fail; }
+      get(&r, x->name, ln);
+      x->name[ln] = 0;
+    }
+    if (x->kind < OF_GV_INPUT || x->kind > OF_GV_HANDLE) FAIL("bad value kind");
+    if (x->kind != OF_GV_HANDLE && (x->dtype < 0 || x->dtype >= OF_NUM_DTYPES)) FAIL("bad dtype");
+    if (x->ndim < 0 || x->ndim > OF_MAX_DIMS) FAIL("bad ndim");
+    for (int32_t i = 0; i < x->ndim; i++)
+      if (x->shape[i] < 0 || x->shape[i] > ((int64_t)1 << 40)) FAIL("bad shape");
+    if (x->root < 0 || (uint32_t)x->root >= nvals || x->same < 0 || (uint32_t)x->same >= nvals)
+      FAIL("bad value reference");
+    if (x->kind == OF_GV_EXTERNAL ? (ext[v] < -1 || ext[v] >= (int32_t)next) : ext[v] != -1)
+      FAIL("bad external index");
+    if (x->kind == OF_GV_EXTERNAL || x->kind == OF_GV_INPUT) defined[v] = true;
+  }
+  g->inputs = calloc(nin ? nin : 1, sizeof *g->inputs);
+  g->outputs = calloc(nout ? nout : 1, sizeof *g->outputs);
+  if (!g->inputs || !g->outputs) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto fail; }
+  g->ninputs = (int32_t)nin;
+  g->noutputs = (int32_t)nout;
+  for (uint32_t i = 0; i < nin; i++) {
+    int32_t v = get_i32(&r);
+    if (r.bad || v < 0 || (uint32_t)v >= nvals || g->vals[v].kind != OF_GV_INPUT) FAIL("bad input");
+    g->vals[v].index = (int32_t)i;
+    g->inputs[i] = v;
+  }
+  for (uint32_t i = 0; i < nout; i++) {
+    int32_t v = get_i32(&r);
+    if (r.bad || v < 0 || (uint32_t)v >= nvals || g->vals[v].kind == OF_GV_HANDLE) FAIL("bad output");
+    g->outputs[i] = v;
+  }
+  for (uint32_t i = 0; i < nnodes; i++) {
+    char name[64];
+    uint16_t ln = get_u16(&r);
+    if (r.bad || ln == 0 || ln >= sizeof name) FAIL("bad op name");
+    get(&r, name, ln);
+    name[ln] = 0;
+    int32_t op = of_op_find(name);
+    if (op < 0) {
+      st = of_fail(OF_ERR_IO, "nn.Graph.load: %s: unknown op '%s' (saved by another version?)",
+                   c->path, name);
+      goto fail;
+    }
+    const of_opdef *d = of_op_def(op);
+    int32_t asz = get_i32(&r);
+    if (r.bad || asz != d->attr_size || asz < 0 || (size_t)asz > r.len - r.pos)
+      FAIL("bad attribute record size");
+    /* an aligned copy: the records are read as structs */
+    void *attrs = malloc((size_t)(asz ? asz : 1));
+    if (!attrs) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto fail; }
+    memcpy(attrs, r.p + r.pos, (size_t)asz);
+    r.pos += (size_t)asz;
+    int32_t nin_ = get_i32(&r), nout_ = get_i32(&r), nreal = get_i32(&r), nmut = get_i32(&r);
+    int32_t flags = get_i32(&r);
+    uint32_t needs = get_u32(&r), keep_in = get_u32(&r), keep_out = get_u32(&r);
+    int32_t handle_nr = get_i32(&r);
+    if (r.bad || nin_ < d->min_in || nin_ > d->max_in || nreal < 0 || nreal > 64 || nmut < 0 ||
+        nmut > 8 || (flags & ~OF_GN_CAPTURE) != 0) {
+      free(attrs);
+      FAIL("bad node header");
+    }
+    bool capture = (flags & OF_GN_CAPTURE) != 0;
+    const char *why = NULL;
+    if (d->nreal >= 0 && nreal != d->nreal) why = "bad number of results";
+    else if (nout_ != nreal + nmut + (capture ? 1 : 0)) why = "bad number of outputs";
+    else if (capture && (handle_nr < 0 || handle_nr >= nreal)) why = "bad autograd handle";
+    else if ((size_t)(nin_ + nout_ + nmut) * 4 > r.len - r.pos) why = "truncated node";
+    if (why) {
+      free(attrs);
+      FAIL(why);
+    }
+    if (d->check) {
+      st = d->check(attrs, asz, nin_);
+      if (st != OF_OK) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", of_last_error());
+        free(attrs);
+        FAIL(msg);
+      }
+    }
+    int32_t *ins = malloc(sizeof *ins * (size_t)(nin_ ? nin_ : 1));
+    if (!ins) { free(attrs); st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto fail; }
+    for (int32_t k = 0; k < nin_; k++) ins[k] = get_i32(&r);
+    int32_t ni = of_graph_add_node(g, op, attrs, asz, ins, nin_, nreal, nmut);
+    free(ins);
+    free(attrs);
+    if (ni < 0) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto fail; }
+    of_gnode *n = &g->nodes[ni];
+    if (capture) {
+      int32_t *o = realloc(n->out, sizeof *o * (size_t)(nout_ + 1));
+      if (!o) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto fail; }
+      n->out = o;
+      n->nout = nout_;
+    }
+    n->flags = flags;
+    n->needs = needs;
+    n->keep_in = keep_in;
+    n->keep_out = keep_out;
+    n->handle_nr = handle_nr;
+    for (int32_t j = 0; j < nout_; j++) n->out[j] = get_i32(&r);
+    for (int32_t m = 0; m < nmut; m++) n->mut[m] = get_i32(&r);
+    if (r.bad) FAIL("truncated node");
+    for (int32_t k = 0; k < nin_; k++) {
+      int32_t v = n->in[k];
+      if (v < -1 || v >= (int32_t)nvals) FAIL("node input out of range");
+      if (v < 0) continue;
+      if (!defined[v]) FAIL("node reads a value before it is computed");
+      bool handle = g->vals[v].kind == OF_GV_HANDLE;
+      if (handle != (op == OF_OPK_BACKWARD && k == 0)) FAIL("autograd handle used as a tensor");
+    }
+    if (op == OF_OPK_BACKWARD && n->in[0] < 0) FAIL("backward node without its autograd node");
+    for (int32_t j = 0; j < nout_; j++) {
+      int32_t v = n->out[j];
+      if (v < -1 || v >= (int32_t)nvals) FAIL("node output out of range");
+      if (v < 0) {
+        if (j >= nreal) FAIL("missing output");
+        continue;
+      }
+      bool handle_slot = capture && j == nout_ - 1;
+      if (defined[v] || (g->vals[v].kind == OF_GV_HANDLE) != handle_slot ||
+          (!handle_slot && g->vals[v].kind != OF_GV_INTERNAL))
+        FAIL("node output is not a fresh value");
+      defined[v] = true;
+      g->vals[v].producer = ni;
+    }
+    for (int32_t m = 0; m < nmut; m++)
+      if (n->mut[m] < 0 || n->mut[m] >= nin_ || n->in[n->mut[m]] < 0) FAIL("bad write target");
+  }
+  if (r.pos != r.len) FAIL("trailing bytes in the graph record");
+  for (uint32_t i = 0; i < nout; i++)
+    if (!defined[g->outputs[i]]) FAIL("an output is never computed");
+#undef FAIL
+  free(defined);
+  *out = g;
+  *ext_of_value = ext;
+  *next_out = (int32_t)next;
+  return OF_OK;
+fail:
+  free(defined);
+  free(ext);
+  of_graph_release(g);
+  return st;
+}
+
+/* ---- safetensors reader ---- */
+typedef struct {
+  const char *s;
+  size_t n, pos;
+  int depth;
+} json;
+
+static void ws(json *j) {
+  while (j->pos < j->n && (j->s[j->pos] == ' ' || j->s[j->pos] == '\t' || j->s[j->pos] == '\n' ||
+                           j->s[j->pos] == '\r'))
+    j->pos++;
+}
+static bool lit(json *j, char ch) {
+  ws(j);
+  if (j->pos < j->n && j->s[j->pos] == ch) { j->pos++; return true; }
+  return false;
+}
+static int hexv(char ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  return -1;
+}
+/* string into out (cap bytes incl. NUL; longer strings are rejected) */
+static bool jstring(json *j, char *out, size_t cap) {
+  if (!lit(j, '"')) return false;
+  size_t o = 0;
+  while (j->pos < j->n) {
+    unsigned char ch = (unsigned char)j->s[j->pos++];
+    if (ch == '"') {
+      if (o >= cap) return false;
+      out[o] = 0;
+      return true;
+    }
+    if (ch < 0x20) return false;
+    uint32_t cp = ch;
+    if (ch == '\\') {
+      if (j->pos >= j->n) return false;
+      char e = j->s[j->pos++];
+      switch (e) {
+        case '"': cp = '"'; break;
+        case '\\': cp = '\\'; break;
+        case '/': cp = '/'; break;
+        case 'b': cp = 8; break;
+        case 'f': cp = 12; break;
+        case 'n': cp = 10; break;
+        case 'r': cp = 13; break;
+        case 't': cp = 9; break;
+        case 'u': {
+          if (j->n - j->pos < 4) return false;
+          cp = 0;
+          for (int i = 0; i < 4; i++) {
+            int h = hexv(j->s[j->pos++]);
+            if (h < 0) return false;
+            cp = cp * 16 + (uint32_t)h;
+          }
+          if (cp >= 0xD800 && cp < 0xDC00) {   /* surrogate pair */
+            if (j->n - j->pos < 6 || j->s[j->pos] != '\\' || j->s[j->pos + 1] != 'u') return false;
+            j->pos += 2;
+            uint32_t lo = 0;
+            for (int i = 0; i < 4; i++) {
+              int h = hexv(j->s[j->pos++]);
+              if (h < 0) return false;
+              lo = lo * 16 + (uint32_t)h;
+            }
+            if (lo < 0xDC00 || lo >= 0xE000) return false;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          }
+          break;
+        }
+        default: return false;
+      }
+      char enc[4];
+      size_t ne;
+      if (cp < 0x80) { enc[0] = (char)cp; ne = 1; }
+      else if (cp < 0x800) { enc[0] = (char)(0xC0 | cp >> 6); enc[1] = (char)(0x80 | (cp & 63)); ne = 2; }
+      else if (cp < 0x10000) {
+        enc[0] = (char)(0xE0 | cp >> 12); enc[1] = (char)(0x80 | ((cp >> 6) & 63));
+        enc[2] = (char)(0x80 | (cp & 63)); ne = 3;
+      } else {
+        enc[0] = (char)(0xF0 | cp >> 18); enc[1] = (char)(0x80 | ((cp >> 12) & 63));
+        enc[2] = (char)(0x80 | ((cp >> 6) & 63)); enc[3] = (char)(0x80 | (cp & 63)); ne = 4;
+      }
+      if (o + ne >= cap) return false;
+      memcpy(out + o, enc, ne);
+      o += ne;
+      continue;
+    }
+    if (o + 1 >= cap) return false;
+    out[o++] = (char)ch;
+  }
+  return false;
+}
+static bool juint(json *j, int64_t *v) {
+  ws(j);
+  size_t start = j->pos;
+  int64_t x = 0;
+  while (j->pos < j->n && j->s[j->pos] >= '0' && j->s[j->pos] <= '9') {
+    if (x > (INT64_MAX - 9) / 10) return false;
+    x = x * 10 + (j->s[j->pos++] - '0');
+  }
+  if (j->pos == start) return false;
+  *v = x;
+  return true;
+}
+static bool jskip(json *j) {
+  ws(j);
+  if (j->pos >= j->n || ++j->depth > 64) return false;
+  char ch = j->s[j->pos];
+  bool ok = true;
+  if (ch == '"') {
+    char tmp[4096];
+    ok = jstring(j, tmp, sizeof tmp);
+  } else if (ch == '{' || ch == '[') {
+    char close = ch == '{' ? '}' : ']';
+    j->pos++;
+    if (!lit(j, close)) {
+      do {
+        if (ch == '{') {
+          char tmp[4096];
+          if (!jstring(j, tmp, sizeof tmp) || !lit(j, ':')) { ok = false; break; }
+        }
+        if (!jskip(j)) { ok = false; break; }
+      } while (lit(j, ','));
+      ok = ok && lit(j, close);
+    }
+  } else {
+    size_t start = j->pos;
+    while (j->pos < j->n && strchr("0123456789+-.eEtruefalsn", j->s[j->pos])) j->pos++;
+    ok = j->pos > start;
+  }
+  j->depth--;
+  return ok;
+}
+
+typedef struct {
+  char name[256];
+  of_dtype dtype;
+  int32_t ndim;
+  int64_t shape[OF_MAX_DIMS];
+  int64_t begin, end;
+} st_entry;
+
+static of_dtype dtype_code(const char *s) {
+  static const char *codes[] = {"BOOL", "U8", "I8", "I32", "I64", "F16", "BF16", "F32", "F64"};
+  for (int i = 0; i < OF_NUM_DTYPES; i++)
+    if (strcmp(s, codes[i]) == 0) return i;
+  return -1;
+}
+
+static bool parse_entry(json *j, st_entry *e) {
+  if (!lit(j, '{')) return false;
+  bool has_dt = false, has_shape = false, has_off = false;
+  if (lit(j, '}')) return false;
+  do {
+    char key[64];
+    if (!jstring(j, key, sizeof key) || !lit(j, ':')) return false;
+    if (strcmp(key, "dtype") == 0) {
+      char dt[16];
+      if (!jstring(j, dt, sizeof dt)) return false;
+      e->dtype = dtype_code(dt);
+      if (e->dtype < 0) return false;
+      has_dt = true;
+    } else if (strcmp(key, "shape") == 0) {
+      if (!lit(j, '[')) return false;
+      e->ndim = 0;
+      if (!lit(j, ']')) {
+        do {
+          if (e->ndim >= OF_MAX_DIMS || !juint(j, &e->shape[e->ndim])) return false;
+          e->ndim++;
+        } while (lit(j, ','));
+        if (!lit(j, ']')) return false;
+      }
+      has_shape = true;
+    } else if (strcmp(key, "data_offsets") == 0) {
+      if (!lit(j, '[') || !juint(j, &e->begin) || !lit(j, ',') || !juint(j, &e->end) ||
+          !lit(j, ']'))
+        return false;
+      has_off = true;
+    } else if (!jskip(j)) {
+      return false;
+    }
+  } while (lit(j, ','));
+  return lit(j, '}') && has_dt && has_shape && has_off;
+}
+
+static bool parse_metadata(json *j, bool *is_graph) {
+  if (!lit(j, '{')) return false;
+  if (lit(j, '}')) return true;
+  do {
+    char key[256], val[256];
+    if (!jstring(j, key, sizeof key) || !lit(j, ':')) return false;
+    ws(j);
+    if (j->pos < j->n && j->s[j->pos] == '"') {
+      if (!jstring(j, val, sizeof val)) {
+        return false;
+      }
+      if (strcmp(key, "format") == 0 && strcmp(val, "oneflow-graph") == 0) *is_graph = true;
+    } else if (!jskip(j)) {
+      return false;
+    }
+  } while (lit(j, ','));
+  return lit(j, '}');
+}
+
+of_status of_graph_load(const char *path, of_graph **out) {
+  if (!path || !out) return of_fail(OF_ERR_ARG, "nn.Graph.load: no path");
+  ctx_t c = {path};
+  FILE *f = fopen(path, "rb");
+  if (!f) return of_fail(OF_ERR_IO, "nn.Graph.load: %s: %s", path, strerror(errno));
+  of_status st = OF_OK;
+  char *header = NULL;
+  st_entry *ents = NULL;
+  int32_t nent = 0, cap = 0;
+  uint8_t *ir = NULL;
+  of_graph *g = NULL;
+  int32_t *ext_of_value = NULL, next = 0;
+  of_tensor **ext = NULL;
+  long fsize = -1;
+  if (fseek(f, 0, SEEK_END) == 0) fsize = ftell(f);
+  if (fsize < 0 || fseek(f, 0, SEEK_SET) != 0) { st = corrupt(&c, "cannot seek"); goto done; }
+  uint64_t hlen = 0;
+  if (fsize < 8 || fread(&hlen, 8, 1, f) != 1) { st = corrupt(&c, "file too short for a header"); goto done; }
+  if (hlen > (uint64_t)fsize - 8 || hlen > 100000000u || hlen < 2) {
+    st = corrupt(&c, "bad header size (truncated or not a safetensors file)");
+    goto done;
+  }
+  header = malloc((size_t)hlen + 1);
+  if (!header) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto done; }
+  if (fread(header, 1, (size_t)hlen, f) != hlen) { st = corrupt(&c, "truncated header"); goto done; }
+  header[hlen] = 0;
+  int64_t data_start = 8 + (int64_t)hlen, data_len = (int64_t)fsize - data_start;
+  json j = {header, (size_t)hlen, 0, 0};
+  bool is_graph = false;
+  if (!lit(&j, '{')) { st = corrupt(&c, "header is not a JSON object"); goto done; }
+  if (!lit(&j, '}')) {
+    do {
+      char name[256];
+      if (!jstring(&j, name, sizeof name) || !lit(&j, ':')) { st = corrupt(&c, "bad header JSON"); goto done; }
+      if (strcmp(name, "__metadata__") == 0) {
+        if (!parse_metadata(&j, &is_graph)) { st = corrupt(&c, "bad __metadata__"); goto done; }
+        continue;
+      }
+      if (nent == cap) {
+        cap = cap ? cap * 2 : 16;
+        if (cap > MAX_COUNT) { st = corrupt(&c, "too many entries"); goto done; }
+        st_entry *e2 = realloc(ents, sizeof *e2 * (size_t)cap);
+        if (!e2) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto done; }
+        ents = e2;
+      }
+      st_entry *e = &ents[nent];
+      memset(e, 0, sizeof *e);
+      snprintf(e->name, sizeof e->name, "%s", name);
+      if (!parse_entry(&j, e)) { st = corrupt(&c, "bad tensor entry in the header"); goto done; }
+      int64_t numel = 1;
+      for (int32_t i = 0; i < e->ndim; i++) {
+        if (e->shape[i] > 0 && numel > ((int64_t)1 << 50) / e->shape[i]) {
+          st = corrupt(&c, "tensor shape too large");
+          goto done;
+        }
+        numel *= e->shape[i];
+      }
+      if (e->begin > e->end || e->end > data_len ||
+          e->end - e->begin != numel * of_dtype_size(e->dtype)) {
+        st = corrupt(&c, "tensor data offsets out of range (truncated file?)");
+        goto done;
+      }
+      nent++;
+    } while (lit(&j, ','));
+    if (!lit(&j, '}')) { st = corrupt(&c, "bad header JSON"); goto done; }
+  }
+  if (!is_graph) { st = corrupt(&c, "not a saved graph (no oneflow-graph metadata)"); goto done; }
+  const st_entry *gi = NULL;
+  for (int32_t i = 0; i < nent; i++)
+    if (strcmp(ents[i].name, "__graph__") == 0) gi = &ents[i];
+  if (!gi || gi->dtype != OF_UINT8 || gi->ndim != 1) { st = corrupt(&c, "no __graph__ record"); goto done; }
+  size_t irn = (size_t)(gi->end - gi->begin);
+  ir = malloc(irn ? irn : 1);
+  if (!ir) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto done; }
+  if (fseek(f, (long)(data_start + gi->begin), SEEK_SET) != 0 || fread(ir, 1, irn, f) != irn) {
+    st = corrupt(&c, "cannot read the graph record");
+    goto done;
+  }
+  st = parse_ir(&c, ir, irn, &g, &ext_of_value, &next);
+  if (st != OF_OK) goto done;
+  ext = calloc((size_t)(next ? next : 1), sizeof *ext);
+  if (!ext) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto done; }
+  for (int32_t k = 0; k < next && st == OF_OK; k++) {
+    char want[32];
+    snprintf(want, sizeof want, "ext.%d", (int)k);
+    const st_entry *e = NULL;
+    for (int32_t i = 0; i < nent; i++)
+      if (strcmp(ents[i].name, want) == 0) e = &ents[i];
+    if (!e) { st = corrupt(&c, "an external tensor is missing"); break; }
+    st = of_impl_empty(e->shape, e->ndim, e->dtype, OF_CPU, &ext[k]);
+    if (st != OF_OK) break;
+    size_t nb = (size_t)(e->end - e->begin);
+    if (nb && (fseek(f, (long)(data_start + e->begin), SEEK_SET) != 0 ||
+               fread(of_ptr(ext[k]), 1, nb, f) != nb))
+      st = corrupt(&c, "cannot read an external tensor");
+  }
+  for (int32_t v = 0; v < g->nvals && st == OF_OK; v++) {
+    of_gval *x = &g->vals[v];
+    if (x->kind != OF_GV_EXTERNAL) continue;
+    int32_t k = ext_of_value[v];
+    if (k < 0) continue;   /* unused */
+    of_tensor *t = ext[k];
+    bool same = t->dtype == x->dtype && t->ndim == x->ndim;
+    for (int32_t i = 0; same && i < x->ndim; i++) same = t->shape[i] == x->shape[i];
+    if (!same) { st = corrupt(&c, "an external tensor does not match the graph"); break; }
+    of_tensor_retain(t);
+    x->ext = t;
+    memcpy(x->strides, t->strides, sizeof x->strides);
+    x->offset = 0;
+  }
+  for (int32_t v = 0; g && v < g->nvals && st == OF_OK; v++) {
+    /* a used external without data would leave a hole at run time */
+    if (g->vals[v].kind == OF_GV_EXTERNAL && !g->vals[v].ext) {
+      int32_t *uses = of_graph_use_counts(g);
+      bool used = uses && uses[v] > 0;
+      free(uses);
+      if (used) st = corrupt(&c, "the graph reads an external that was not saved");
+    }
+  }
+  if (st == OF_OK) {
+    snprintf(g->passes, sizeof g->passes, "loaded from %.400s", path);
+    int32_t r;
+    st = of_pass_plan(g, &r);
+  }
+done:
+  if (ext)
+    for (int32_t k = 0; k < next; k++) of_tensor_release(ext[k]);
+  free(ext);
+  free(ext_of_value);
+  free(ir);
+  free(ents);
+  free(header);
+  fclose(f);
+  if (st != OF_OK) {
+    of_graph_release(g);
+    return st;
+  }
+  *out = g;
+  return OF_OK;
+}

@@ -1,0 +1,94 @@
+/* inplace.c -- in-place rewriting.
+ *
+ * An elementwise node (or fused chain) whose operand dies at that node
+ * writes its result into the operand's buffer instead of a fresh one:
+ * same shape and dtype, contiguous, an internal value that owns its
+ * storage, nothing else views that storage, it is not a graph output, and
+ * no autograd node kept for an opaque backward (CAPTURE) holds it. */
+#include "../ops.h"
+#include "../fused.h"
+#include <stdlib.h>
+
+static bool same_meta(const of_gval *a, const of_gval *b) {
+  if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
+  for (int32_t i = 0; i < a->ndim; i++)
+    if (a->shape[i] != b->shape[i]) return false;
+  return true;
+}
+
+/* number of operand inputs (before an `into`) the op takes */
+static int32_t operands(const of_gnode *n) {
+  switch (n->op) {
+    case OPK_BINARY: return 2;
+    case OPK_BINARY_SCALAR: case OPK_UNARY: case OPK_CLAMP: case OPK_LEAKY_RELU: return 1;
+    case OF_OPK_FUSED: return n->nin;
+    default: return -1;
+  }
+}
+
+of_status of_pass_inplace(of_graph *g, int32_t *removed) {
+  *removed = 0;
+  int32_t nv = g->nvals ? g->nvals : 1;
+  int32_t *last = malloc(sizeof *last * (size_t)nv);
+  int32_t *sharers = calloc((size_t)nv, sizeof *sharers);   /* values on each root */
+  bool *pinned = calloc((size_t)nv, sizeof *pinned);
+  if (!last || !sharers || !pinned) {
+    free(last); free(sharers); free(pinned);
+    return of_fail(OF_ERR_OOM, "nn.Graph: inplace: out of memory");
+  }
+  for (int32_t v = 0; v < nv; v++) last[v] = -1;
+  for (int32_t i = 0; i < g->nnodes; i++) {
+    const of_gnode *n = &g->nodes[i];
+    if (n->dead) continue;
+    for (int32_t k = 0; k < n->nin; k++)
+      if (n->in[k] >= 0) last[n->in[k]] = i;
+    if (n->flags & OF_GN_CAPTURE) {   /* held by its autograd node until the backward */
+      for (int32_t k = 0; k < n->nin; k++)
+        if (n->in[k] >= 0 && (k >= 32 || ((n->keep_in >> k) & 1)))
+          pinned[g->vals[n->in[k]].root] = true;
+      for (int32_t j = 0; j < n->nreal; j++)
+        if (n->out[j] >= 0 && (j >= 32 || ((n->keep_out >> j) & 1)))
+          pinned[g->vals[n->out[j]].root] = true;
+    }
+  }
+  for (int32_t o = 0; o < g->noutputs; o++) {
+    last[g->outputs[o]] = g->nnodes;
+    pinned[g->vals[g->outputs[o]].root] = true;
+  }
+  for (int32_t v = 0; v < g->nvals; v++) sharers[g->vals[v].root]++;
+  int32_t count = 0;
+  for (int32_t i = 0; i < g->nnodes; i++) {
+    of_gnode *n = &g->nodes[i];
+    int32_t nops = operands(n);
+    if (n->dead || nops < 0 || n->nreal != 1 || n->out[0] < 0) continue;
+    if (n->op == OF_OPK_FUSED ? of_fused_into(n) >= 0 : n->nin != nops) continue;
+    int32_t o = n->out[0];
+    of_gval *ov = &g->vals[o];
+    if (ov->kind != OF_GV_INTERNAL || ov->same != o || ov->root != o) continue;
+    for (int32_t k = 0; k < nops; k++) {
+      int32_t x = n->in[k];
+      if (x < 0) continue;
+      const of_gval *xv = &g->vals[x];
+      if (xv->kind != OF_GV_INTERNAL || xv->root != x || xv->same != x || sharers[x] != 1 ||
+          pinned[x] || last[x] != i || xv->offset != 0 || !of_gval_contiguous(xv) ||
+          !same_meta(xv, ov))
+        continue;
+      if (n->op == OF_OPK_FUSED) {
+        of_fused_set_into(n, k);
+      } else {
+        int32_t *in = realloc(n->in, sizeof *in * (size_t)(n->nin + 1));
+        if (!in) break;
+        n->in = in;
+        n->in[n->nin++] = x;
+      }
+      ov->same = x;
+      ov->root = x;
+      sharers[x]++;
+      count++;
+      break;
+    }
+  }
+  free(last); free(sharers); free(pinned);
+  *removed = count;   /* reported as rewrites */
+  return OF_OK;
+}

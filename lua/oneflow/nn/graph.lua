@@ -1,0 +1,636 @@
+-- oneflow.nn.graph: flow.nn.Graph, the same module code run as a static
+-- graph (see doc/graph.md).
+--
+--   local TrainGraph = flow.nn.Graph:subclass('TrainGraph')
+--   function TrainGraph:__init(model, loss_fn, opt)
+--     flow.nn.Graph.__init(self)
+--     self.model, self.loss_fn = model, loss_fn
+--     self:add_optimizer(opt)            -- or (opt, {lr_sch = scheduler})
+--   end
+--   function TrainGraph:build(x, y)
+--     local loss = self.loss_fn(self.model(x), y)
+--     loss:backward()
+--     return loss
+--   end
+--   local g = TrainGraph(net, nn.CrossEntropyLoss(), opt)
+--   local loss = g(x, y)     -- traced and compiled on the first call per input signature
+--
+-- The first call with a given signature (input shapes and dtypes, other
+-- arguments by value) runs build() eagerly on the real inputs while the C
+-- tracer records every op, then optimizes the recorded graph; that call's
+-- results are the eager ones. Later calls run the compiled plan. Optimizers
+-- added with add_optimizer step inside the graph (fused update ops), after
+-- build returns, and the grads are dropped (set to nil) after each step.
+-- The parameters stay the module's own tensors: eager code sees the
+-- graph's updates and the graph sees eager changes.
+local ffi = require 'ffi'
+local core = require 'oneflow._C'
+local T = require 'oneflow.tensor'
+local autograd = require 'oneflow.autograd'
+local module = require 'oneflow.nn.module'
+
+local C, wrap = core.C, core.wrap
+local is_tensor, is_module = T.is_tensor, module.is_module
+local unpack = unpack
+
+local function fail(msg, level) error('nn.Graph: ' .. msg, (level or 1) + 1) end
+local function flow_stack(list) return T.flow.stack(list, 1) end
+
+local function raise(prefix)
+  local msg = ffi.string(C.of_last_error())
+  if prefix then msg = prefix .. msg end
+  error(msg, 3)
+end
+
+------------------------------------------------------------------ config
+local Config = {}
+Config.__index = Config
+
+--- self.config:enable_amp(true): not supported yet (raises); false is a no-op.
+function Config.enable_amp(_, on)
+  if on ~= false then fail('enable_amp: automatic mixed precision is not supported yet in graph mode', 2) end
+end
+function Config.enable_activation_checkpointing(_, on)
+  if on ~= false then fail('activation checkpointing is not supported yet in graph mode', 2) end
+end
+--- self.config:set_gradient_accumulation_steps(n): each call splits its
+-- tensor arguments along the first dim into n micro-batches, runs build on
+-- each (grads add up), averages the grads and steps the optimizers once.
+-- Results: scalars are averaged over the micro-batches, other tensors
+-- concatenated along the first dim.
+function Config:set_gradient_accumulation_steps(n)
+  if type(n) ~= 'number' or n < 1 or n ~= math.floor(n) then
+    fail('set_gradient_accumulation_steps: expected a positive integer', 2)
+  end
+  self.acc_steps = n
+end
+Config.enable_cudnn_conv_heuristic_search_algo = function() end
+
+--- self.config:set_passes('dce,cse,fold,fuse,inplace'): the optimization
+-- passes to run (in order); '' runs none.
+function Config:set_passes(list)
+  if type(list) ~= 'string' then fail('set_passes: expected a comma-separated string', 2) end
+  self.passes = list
+end
+
+--- self.config:enable_fusion(false): everything but elementwise fusion.
+function Config:enable_fusion(on)
+  self.passes = on and nil or 'dce,cse,bnfold,fold,dce,inplace,schedule'
+end
+
+------------------------------------------------------------------ Graph class
+local Graph = {__name = 'Graph'}
+Graph.__index = Graph
+
+local function new(cls, ...)
+  local self = setmetatable({}, cls)
+  self:__init(...)
+  return self
+end
+
+--- local G = flow.nn.Graph:subclass('G')
+function Graph:subclass(name)
+  local cls = {}
+  for k, v in pairs(self) do
+    if type(k) == 'string' and k:sub(1, 2) == '__' and k ~= '__index' and k ~= '__init' and k ~= '__name' then
+      cls[k] = v
+    end
+  end
+  cls.__name = name
+  cls.__index = cls
+  cls.super = self
+  return setmetatable(cls, {__index = self, __call = new,
+                            __tostring = function() return 'nn.Graph ' .. name end})
+end
+
+--- flow.nn.Graph.__init(self): call it first in a subclass's __init.
+function Graph:__init()
+  rawset(self, '_optimizers', {})
+  rawset(self, '_cache', {})
+  rawset(self, '_hyper', {})
+  rawset(self, '_debug', 0)
+  rawset(self, 'config', setmetatable({}, Config))
+end
+
+function Graph:build()
+  fail(self.__name .. ':build is not implemented (define ' .. self.__name .. ':build)', 2)
+end
+
+------------------------------------------------------------------ optimizers
+local function optim_kind(opt)
+  local optim = require 'oneflow.optim'
+  local U = require 'oneflow.optim._util'
+  if U.isinstance(opt, optim.Adam) then return 'adam' end   -- AdamW is an Adam
+  if U.isinstance(opt, optim.SGD) then return 'sgd' end
+  return nil
+end
+
+--- self:add_optimizer(opt[, {lr_sch = scheduler}]): opt steps inside the
+-- graph after build; the scheduler (if any) steps after each call.
+function Graph:add_optimizer(opt, opts)
+  if type(opt) ~= 'table' or type(opt.param_groups) ~= 'table' then
+    fail('add_optimizer: expected an optimizer', 2)
+  end
+  local kind = optim_kind(opt)
+  if not kind then
+    fail(('add_optimizer: %s has no graph update yet (supported: SGD, Adam, AdamW)')
+         :format(opt.__name or 'this optimizer'), 2)
+  end
+  opts = opts or {}
+  local os = self._optimizers
+  os[#os + 1] = {opt = opt, kind = kind, lr_sch = opts.lr_sch or opts.lr_scheduler}
+end
+
+-- The graph's own per-parameter tensors {lr, steps} (float64), shared by
+-- every compiled signature; the step count follows the optimizer's state.
+local function hyper_of(self, p, steps)
+  local h = self._hyper[p]
+  if h == nil then
+    local t = T.flow.zeros(2, {dtype = require('oneflow.types').by_name.float64})
+    h = {t = t, ptr = ffi.cast('double*', C.of_tensor_data(t.p))}
+    self._hyper[p] = h
+  end
+  h.ptr[1] = steps or 0
+  return h
+end
+
+-- Creates the optimizer state the update ops write (so that it exists
+-- before tracing and is bound by reference).
+local function prepare_state(self, e)
+  local opt = e.opt
+  for _, group in ipairs(opt.param_groups) do
+    for _, p in ipairs(group.params) do
+      local st = opt.state[p]
+      if st == nil then
+        st = {}
+        opt.state[p] = st
+      end
+      if e.kind == 'adam' then
+        if st.exp_avg == nil then
+          st.step = st.step or 0
+          st.exp_avg = T.flow.zeros_like(p)
+          st.exp_avg_sq = T.flow.zeros_like(p)
+        end
+        if group.amsgrad and st.max_exp_avg_sq == nil then st.max_exp_avg_sq = T.flow.zeros_like(p) end
+        hyper_of(self, p, st.step)
+      else
+        local had = st.momentum_buffer ~= nil
+        if group.momentum ~= 0 and not had then st.momentum_buffer = T.flow.zeros_like(p) end
+        hyper_of(self, p, had and 1 or 0)
+      end
+    end
+  end
+end
+
+local function write_lr(self)
+  for _, e in ipairs(self._optimizers) do
+    for _, group in ipairs(e.opt.param_groups) do
+      for _, p in ipairs(group.params) do
+        local h = self._hyper[p]
+        if h then h.ptr[0] = group.lr end
+      end
+    end
+  end
+end
+
+-- The update ops, called while tracing (eagerly, and recorded).
+local function step_optimizers(self, updated)
+  for _, e in ipairs(self._optimizers) do
+    local opt = e.opt
+    for _, group in ipairs(opt.param_groups) do
+      for _, p in ipairs(group.params) do
+        local g = p.grad
+        if g ~= nil then
+          local st, h = opt.state[p], self._hyper[p]
+          g = g:contiguous()
+          local rc
+          if e.kind == 'adam' then
+            local decoupled = (opt.decoupled or group.decoupled_weight_decay) and 1 or 0
+            rc = C.of_optim_adam_(p.p, g.p, st.exp_avg.p, st.exp_avg_sq.p,
+                                  group.amsgrad and st.max_exp_avg_sq.p or nil, h.t.p,
+                                  group.betas[1], group.betas[2], group.eps, group.weight_decay,
+                                  group.amsgrad and 1 or 0, group.maximize and 1 or 0, decoupled)
+          else
+            rc = C.of_optim_sgd_(p.p, g.p, st.momentum_buffer and st.momentum_buffer.p or nil,
+                                 h.t.p, group.momentum, group.dampening, group.weight_decay,
+                                 group.nesterov and 1 or 0, group.maximize and 1 or 0)
+          end
+          if rc ~= 0 then raise('nn.Graph: optimizer step: ') end
+          updated[#updated + 1] = {kind = e.kind, opt = opt, p = p, state = st,
+                                   bound = {st.exp_avg, st.exp_avg_sq, st.max_exp_avg_sq,
+                                            st.momentum_buffer}}
+        end
+      end
+    end
+  end
+end
+
+local function zero_grads(self)
+  for _, e in ipairs(self._optimizers) do e.opt:zero_grad(true) end
+end
+
+-- After every call: the Lua optimizer state follows the graph's steps, and
+-- schedulers step.
+local function after_step(self, entry)
+  for _, u in ipairs(entry.updated) do
+    if u.kind == 'adam' then u.state.step = (u.state.step or 0) + 1 end
+  end
+  for _, e in ipairs(self._optimizers) do
+    if e.lr_sch then e.lr_sch:step() end
+  end
+end
+
+------------------------------------------------------------------ values in and out
+-- Flattens build's results into a list of tensors and a template to
+-- rebuild the same shape of results from new tensors.
+local function flatten(v, list, depth)
+  if is_tensor(v) then
+    list[#list + 1] = v
+    return {tensor = #list}
+  end
+  if type(v) == 'table' and getmetatable(v) == nil then
+    if depth > 20 then fail('build returned a table nested too deeply', 3) end
+    local t = {}
+    for k, x in pairs(v) do t[k] = flatten(x, list, depth + 1) end
+    return {table = t}
+  end
+  if type(v) == 'table' or type(v) == 'userdata' or type(v) == 'function' or type(v) == 'cdata' then
+    fail(('build may return tensors, numbers, strings, booleans and tables of them, got a %s')
+         :format(type(v)), 3)
+  end
+  return {value = v}
+end
+
+local function rebuild(tpl, list)
+  if tpl.tensor then return list[tpl.tensor] end
+  if tpl.table then
+    local t = {}
+    for k, x in pairs(tpl.table) do t[k] = rebuild(x, list) end
+    return t
+  end
+  return tpl.value
+end
+
+-- Whether the optimizer state the compiled graph updates is still the
+-- optimizer's (load_state_dict replaces it): else the graph is compiled again.
+local function state_current(entry)
+  for _, u in ipairs(entry.updated) do
+    local st = u.opt.state[u.p]
+    if st ~= u.state then return false end
+    local b = u.bound
+    if st.exp_avg ~= b[1] or st.exp_avg_sq ~= b[2] or st.max_exp_avg_sq ~= b[3]
+       or st.momentum_buffer ~= b[4] then
+      return false
+    end
+  end
+  return true
+end
+
+-- The modules' train/eval mode is part of the signature: a graph traced in
+-- training mode (dropout, batch statistics) is not the eval one.
+local function modes(self)
+  local names = rawget(self, '_module_names')
+  if names == nil then
+    names = {}
+    for k, v in pairs(self) do
+      if type(k) == 'string' and is_module(v) then names[#names + 1] = k end
+    end
+    table.sort(names)
+    rawset(self, '_module_names', names)
+  end
+  local m = {}
+  for i, k in ipairs(names) do
+    local mod = self[k]
+    m[i] = (mod and mod.training) and 't' or 'e'
+  end
+  return table.concat(m)
+end
+
+local function signature(args, n)
+  local parts = {}
+  for i = 1, n do
+    local a = args[i]
+    if is_tensor(a) then
+      local nd, shape = C.of_tensor_ndim(a.p), C.of_tensor_shape(a.p)
+      local s = {'T', tostring(C.of_tensor_dtype(a.p))}
+      for d = 0, nd - 1 do s[#s + 1] = tostring(tonumber(shape[d])) end
+      parts[i] = table.concat(s, ',')
+    elseif type(a) == 'number' or type(a) == 'string' or type(a) == 'boolean' or a == nil then
+      parts[i] = type(a) .. ':' .. tostring(a)
+    else
+      fail(('argument %d: graphs take tensors, numbers, strings and booleans, got a %s')
+           :format(i, type(a)), 3)
+    end
+  end
+  return table.concat(parts, '|')
+end
+
+-- names of the parameters and buffers of the graph's modules (and of the
+-- optimizer state), keyed by C pointer
+local function addr(p) return tostring(ffi.cast('intptr_t', p)) end
+
+local function external_names(self)
+  local names = {}
+  local function add(prefix, m)
+    for name, p in m:named_parameters() do names[addr(p.p)] = prefix .. name end
+    for name, b in m:named_buffers() do names[addr(b.p)] = prefix .. name end
+  end
+  for k, v in pairs(self) do
+    if type(k) == 'string' and is_module(v) then add(k .. '.', v) end
+  end
+  for i, e in ipairs(self._optimizers) do
+    for _, group in ipairs(e.opt.param_groups) do
+      for _, p in ipairs(group.params) do
+        local base = ('optimizer%d.%s.'):format(i, names[addr(p.p)] or addr(p.p))
+        local st = e.opt.state[p] or {}
+        for _, key in ipairs({'exp_avg', 'exp_avg_sq', 'max_exp_avg_sq', 'momentum_buffer'}) do
+          if st[key] then names[addr(st[key].p)] = base .. key end
+        end
+        local h = self._hyper[p]
+        if h then names[addr(h.t.p)] = base .. 'hyper' end
+      end
+    end
+  end
+  return names
+end
+
+local function name_externals(self, g)
+  local names = external_names(self)
+  for i = 0, C.of_graph_num_externals(g) - 1 do
+    local name = names[addr(C.of_graph_external(g, i))]
+    if name then C.of_graph_set_external_name(g, i, name) end
+  end
+end
+
+------------------------------------------------------------------ compile and run
+local graph_ptr = ffi.typeof('of_graph*[1]')
+local tensor_list = ffi.typeof('of_tensor*[?]')
+
+-- build on acc micro-batches (while tracing); grads are averaged
+local function accumulate(self, acc, args, n)
+  local size
+  for i = 1, n do
+    local a = args[i]
+    if is_tensor(a) then
+      local s = a:dim() > 0 and a:size(1) or 0
+      if size and s ~= size then fail('gradient accumulation: tensor arguments differ in batch size', 3) end
+      size = s
+    end
+  end
+  if not size or size % acc ~= 0 then
+    fail(('gradient accumulation: the batch (%s) does not split into %d micro-batches')
+         :format(tostring(size), acc), 3)
+  end
+  local m, results = size / acc, {}
+  for k = 1, acc do
+    local micro = {}
+    for i = 1, n do
+      local a = args[i]
+      micro[i] = is_tensor(a) and a:narrow(1, (k - 1) * m + 1, m) or a
+    end
+    results[k] = {self:build(unpack(micro, 1, n))}
+  end
+  autograd.no_grad(function()
+    for _, e in ipairs(self._optimizers) do
+      for _, group in ipairs(e.opt.param_groups) do
+        for _, p in ipairs(group.params) do
+          local g = p.grad
+          if g ~= nil then g:mul_(1 / acc) end
+        end
+      end
+    end
+  end)
+  local out = {}
+  for j = 1, table.maxn(results[1]) do
+    local first = results[1][j]
+    if is_tensor(first) then
+      local parts = {}
+      for k = 1, acc do parts[k] = results[k][j] end
+      if first:dim() == 0 then out[j] = flow_stack(parts):mean()
+      else out[j] = T.flow.cat(parts, 1) end
+    else
+      out[j] = results[acc][j]
+    end
+  end
+  return unpack(out, 1, table.maxn(results[1]))
+end
+
+local function compile(self, key, args, n)
+  local ins, ninputs = {}, 0
+  for i = 1, n do
+    if is_tensor(args[i]) then
+      ninputs = ninputs + 1
+      ins[ninputs] = args[i]
+    end
+  end
+  local training = #self._optimizers > 0
+  for _, e in ipairs(self._optimizers) do prepare_state(self, e) end
+  zero_grads(self)
+  write_lr(self)
+  local cins = tensor_list(math.max(ninputs, 1))
+  for i = 1, ninputs do cins[i - 1] = ins[i].p end
+  if C.of_trace_begin(cins, ninputs) ~= 0 then raise() end
+  local updated = {}
+  local acc = self.config.acc_steps or 1
+  local res = {pcall(function()
+    local prev = C.of_is_grad_enabled()
+    if training then C.of_set_grad_enabled(1) end   -- else build runs in the caller's mode
+    local out
+    if acc == 1 then
+      out = {pcall(self.build, self, unpack(args, 1, n))}
+    else
+      out = {pcall(accumulate, self, acc, args, n)}
+    end
+    C.of_set_grad_enabled(prev)
+    if not out[1] then error(out[2], 0) end
+    if training then autograd.no_grad(step_optimizers, self, updated) end
+    return unpack(out, 2, table.maxn(out))
+  end)}
+  if not res[1] then
+    C.of_trace_abort()
+    zero_grads(self)
+    local msg = tostring(res[2])
+    if not msg:find('nn.Graph', 1, true) then msg = 'nn.Graph: in ' .. self.__name .. ':build: ' .. msg end
+    error(msg, 0)
+  end
+  zero_grads(self)
+  local nres = table.maxn(res) - 1
+  local list = {}
+  local tpl = {}
+  for i = 1, nres do tpl[i] = flatten(res[i + 1], list, 0) end
+  local couts = tensor_list(math.max(#list, 1))
+  for i = 1, #list do couts[i - 1] = list[i].p end
+  local gp = graph_ptr()
+  if C.of_trace_end(couts, #list, gp) ~= 0 then raise() end
+  local g = ffi.gc(gp[0], C.of_graph_release)
+  name_externals(self, g)
+  if self._debug > 0 then C.of_graph_set_debug(g, self._debug) end
+  if self._profile then C.of_graph_set_profile(g, 1) end
+  local passes = self.config.passes
+  if C.of_graph_optimize(g, passes) ~= 0 then raise('nn.Graph: optimizing: ') end
+  if self._debug > 0 then
+    io.stderr:write(ffi.string(C.of_graph_dump(g, self._debug)))
+    C.of_graph_set_debug(g, 0)
+  end
+  local entry = {g = g, template = tpl, nres = nres, ninputs = ninputs, noutputs = #list,
+                 updated = updated, key = key,
+                 cins = tensor_list(math.max(ninputs, 1)),
+                 couts = tensor_list(math.max(#list, 1))}
+  self._cache[key] = entry
+  rawset(self, '_last', entry)
+  after_step(self, entry)
+  -- results without history, as every later call gives them
+  local plain = {}
+  for i, t in ipairs(list) do plain[i] = t.requires_grad and t:detach() or t end
+  local out = {}
+  for i = 1, nres do out[i] = rebuild(tpl[i], plain) end
+  return unpack(out, 1, nres)
+end
+
+local function run(self, entry, args, n)
+  local cins, k = entry.cins, 0
+  for i = 1, n do
+    local a = args[i]
+    if is_tensor(a) then
+      cins[k] = a.p
+      k = k + 1
+    end
+  end
+  write_lr(self)
+  local couts = entry.couts
+  if C.of_graph_run(entry.g, cins, entry.ninputs, couts, entry.noutputs) ~= 0 then raise() end
+  local list = {}
+  for i = 1, entry.noutputs do list[i] = wrap(couts[i - 1]) end
+  rawset(self, '_last', entry)
+  after_step(self, entry)
+  if entry.nres == 1 and entry.template[1].tensor == 1 then return list[1] end
+  local out = {}
+  for i = 1, entry.nres do out[i] = rebuild(entry.template[i], list) end
+  return unpack(out, 1, entry.nres)
+end
+
+--- graph(...): compiles on a new input signature, then runs the plan.
+function Graph:__call(...)
+  local n = select('#', ...)
+  local args = {...}
+  if C.of_tracing() ~= 0 then fail('a graph cannot be called inside another graph\'s build()', 2) end
+  for i = 1, n do
+    local a = args[i]
+    if is_tensor(a) and C.of_tensor_is_contiguous(a.p) == 0 then args[i] = a:contiguous() end
+  end
+  local key = signature(args, n) .. '|' .. modes(self) .. '|' .. (self.config.acc_steps or 1)
+  local entry = self._cache[key]
+  if entry ~= nil and not state_current(entry) then
+    self._cache[key] = nil
+    entry = nil
+  end
+  if entry == nil then return compile(self, key, args, n) end
+  return run(self, entry, args, n)
+end
+
+------------------------------------------------------------------ inspection
+--- graph:debug(level[, out]): print the IR around every pass on the next
+-- compile (1: nodes, 2: with externals; C writes it to stderr), and the
+-- current graph now to `out` (a file, default io.stderr).
+function Graph:debug(level, out)
+  rawset(self, '_debug', level == nil and 1 or (level == false and 0 or level))
+  if self._last and self._debug > 0 then
+    (out or io.stderr):write(ffi.string(C.of_graph_dump(self._last.g, self._debug)))
+  end
+end
+
+--- graph:profile(true): time every node of the compiled graphs from now
+-- on; graph:ir() then shows each node's fastest time.
+function Graph:profile(on)
+  rawset(self, '_profile', on ~= false)
+  for _, e in pairs(self._cache) do C.of_graph_set_profile(e.g, on ~= false and 1 or 0) end
+end
+
+--- The compiled graph of the last call (nil before the first call).
+function Graph:_graph() return self._last and self._last.g end
+
+local function summary(g, name, ncompiled)
+  local nodes = C.of_graph_num_nodes(g)
+  local values = tonumber(C.of_graph_stat(g, C.OF_GRAPH_NUM_VALUES))
+  local peak = tonumber(C.of_graph_stat(g, C.OF_GRAPH_PLANNED_PEAK))
+  local next = tonumber(C.of_graph_stat(g, C.OF_GRAPH_NUM_EXTERNALS))
+  return ('%s(%s%d nodes, %d values, %d externals, planned peak %.1f KiB, passes: %s)')
+         :format(name, ncompiled and (ncompiled .. ' compiled, ') or '', nodes, values, next,
+                 peak / 1024, ffi.string(C.of_graph_passes(g)))
+end
+
+function Graph:__tostring()
+  local n = 0
+  for _ in pairs(self._cache) do n = n + 1 end
+  if not self._last then return ('%s(not compiled yet)'):format(self.__name) end
+  return summary(self._last.g, self.__name, n)
+end
+
+--- The IR of the last compiled graph as text.
+function Graph:ir(level)
+  if not self._last then return '' end
+  return ffi.string(C.of_graph_dump(self._last.g, level or 1))
+end
+
+------------------------------------------------------------------ save / load
+local function save_graph(g, path)
+  local serialization = require 'oneflow.serialization'
+  local out = ffi.new('of_tensor*[1]')
+  if C.of_graph_serialize(g, out) ~= 0 then raise('nn.Graph.save: ') end
+  local tbl = {__graph__ = wrap(out[0])}
+  for i = 0, C.of_graph_num_externals(g) - 1 do
+    local t = C.of_graph_external(g, i)
+    C.of_tensor_retain(t)
+    tbl['ext.' .. i] = wrap(t)
+  end
+  local meta = {format = 'oneflow-graph', version = '1'}
+  serialization.safetensors.save_file(tbl, path, meta)
+end
+
+--- graph:save(path): writes the last compiled graph (IR + externals, one
+-- safetensors file). flow.nn.Graph.load(path) runs it without this code.
+function Graph:save(path)
+  if not self._last then fail('save: call the graph once first (it compiles on the first call)', 2) end
+  save_graph(self._last.g, path)
+end
+
+local Loaded = {__name = 'LoadedGraph'}
+Loaded.__index = Loaded
+
+--- flow.nn.Graph.load(path): a saved graph, callable like the original
+-- (tensors in, tensors out; a single result is returned as is).
+function Graph.load(path)
+  if type(path) ~= 'string' then fail('load: expected a path', 2) end
+  local gp = graph_ptr()
+  if C.of_graph_load(path, gp) ~= 0 then raise() end
+  local g = ffi.gc(gp[0], C.of_graph_release)
+  local nin, nout = C.of_graph_num_inputs(g), C.of_graph_num_outputs(g)
+  return setmetatable({g = g, path = path, ninputs = nin, noutputs = nout,
+                       cins = tensor_list(math.max(nin, 1)), couts = tensor_list(math.max(nout, 1))},
+                      Loaded)
+end
+
+function Loaded:__call(...)
+  local n = select('#', ...)
+  if n ~= self.ninputs then
+    fail(('the loaded graph takes %d inputs, %d given'):format(self.ninputs, n), 2)
+  end
+  for i = 1, n do
+    local a = select(i, ...)
+    if not is_tensor(a) then fail(('input %d is not a tensor'):format(i), 2) end
+    self.cins[i - 1] = a.p
+  end
+  if C.of_graph_run(self.g, self.cins, n, self.couts, self.noutputs) ~= 0 then raise() end
+  local out = {}
+  for i = 1, self.noutputs do out[i] = wrap(self.couts[i - 1]) end
+  return unpack(out, 1, self.noutputs)
+end
+
+function Loaded:__tostring() return summary(self.g, 'LoadedGraph') end
+function Loaded:ir(level) return ffi.string(C.of_graph_dump(self.g, level or 1)) end
+function Loaded:save(path) save_graph(self.g, path) end
+function Loaded:debug(level)
+  io.stderr:write(ffi.string(C.of_graph_dump(self.g, level or 1)))
+end
+
+return Graph

@@ -1,0 +1,257 @@
+-- nn.Graph passes, each on its own (config:set_passes) on small graphs:
+-- dead-code elimination, common subexpressions, constant folding,
+-- elementwise fusion, in-place rewriting, and the memory plan.
+local flow = require 'oneflow'
+local H = require 'spec.helpers'
+local nn, F = flow.nn, flow.nn.functional
+local C = flow.C
+
+local function graph_of(build, passes)
+  local G = nn.Graph:subclass('P')
+  function G:__init() nn.Graph.__init(self) end
+  G.build = build
+  local g = G()
+  if passes then g.config:set_passes(passes) end
+  return g
+end
+
+local function count(g, op) return C.of_graph_count_op(g:_graph(), op) end
+local function nodes(g) return C.of_graph_num_nodes(g:_graph()) end
+
+describe('nn.Graph passes', function()
+  it('dce removes an unused branch', function()
+    local function build(_, x)
+      local _ = x:exp():sum()   -- unused
+      return x * 2
+    end
+    local none, dce = graph_of(build, ''), graph_of(build, 'dce')
+    local x = flow.randn(3, 4)
+    H.close(none(x), x * 2)
+    H.close(dce(x), x * 2)
+    assert.are.equal(1, count(none, 'unary'))
+    assert.are.equal(0, count(dce, 'unary'))
+    assert.are.equal(0, count(dce, 'reduce'))
+    assert.are.equal(1, nodes(dce))
+    H.close(dce(x), x * 2)
+  end)
+
+  it('dce keeps side effects (in-place writes into buffers)', function()
+    local buf = flow.zeros(3)
+    local function build(_, x)
+      buf:add_(x)      -- writes an external: kept although nothing reads it
+      return x + 1
+    end
+    local g = graph_of(build, 'dce')
+    local x = flow.ones(3)
+    g(x)
+    g(x)
+    H.close(buf, {2, 2, 2})
+  end)
+
+  it('cse merges duplicate subexpressions', function()
+    local function build(_, x)
+      local a = x:exp() + 1
+      local b = x:exp() + 1
+      return a * b
+    end
+    local none, cse = graph_of(build, ''), graph_of(build, 'cse,dce')
+    local x = flow.randn(4)
+    local want = (x:exp() + 1) * (x:exp() + 1)
+    H.close(none(x), want, 1e-6)
+    H.close(cse(x), want, 1e-6)
+    assert.are.equal(2, count(none, 'unary'))
+    assert.are.equal(1, count(cse, 'unary'))
+    assert.are.equal(1, count(cse, 'binary_scalar'))
+    H.close(cse(x), want, 1e-6)
+  end)
+
+  it('cse does not merge across an in-place write or random ops', function()
+    local function build(_, x)
+      local y = x * 1
+      local a = y:exp()
+      y:add_(1)
+      local b = y:exp()
+      local r1, r2 = flow.rand(3), flow.rand(3)
+      return a + b, r1 - r2
+    end
+    local g = graph_of(build, 'cse,dce')
+    local x = flow.zeros(3)
+    for _ = 1, 2 do
+      local s, d = g(x)
+      H.close(s, flow.full({3}, 1 + math.exp(1)), 1e-6)
+      assert.is_true(d:abs():max():item() > 0)
+    end
+    assert.are.equal(2, count(g, 'unary'))
+  end)
+
+  it('fold computes constants once', function()
+    local function build(_, x) return x + flow.ones(4) * 2 + flow.arange(0, 4):float() end
+    local none, fold = graph_of(build, ''), graph_of(build, 'fold,dce')
+    local x = flow.zeros(4)
+    H.close(none(x), {2, 3, 4, 5})
+    H.close(fold(x), {2, 3, 4, 5})
+    assert.are.equal(1, count(none, 'full'))
+    assert.are.equal(0, count(fold, 'full'))
+    assert.are.equal(0, count(fold, 'arange'))
+    assert.are.equal(2, count(fold, 'binary'))
+    H.close(fold(flow.ones(4)), {3, 4, 5, 6})
+  end)
+
+  it('fuse turns a 5-op elementwise chain into one node with identical numbers', function()
+    local function build(_, x, b)
+      return ((x * 1.5 + b):tanh() - 0.25):sigmoid():mul(x)
+    end
+    for _, dt in ipairs({flow.float32, flow.float64}) do
+      local none, fuse = graph_of(build, ''), graph_of(build, 'fuse')
+      local x, b = flow.randn(37, 129):to(dt), flow.randn(129):to(dt)
+      local eager = build(nil, x, b)
+      assert.are.equal(0, (none(x, b) - eager):abs():max():item())
+      assert.are.equal(0, (fuse(x, b) - eager):abs():max():item())
+      assert.are.equal(6, nodes(none))
+      assert.are.equal(1, nodes(fuse))
+      assert.are.equal(1, count(fuse, 'fused_elementwise'))
+      -- big enough to run on several threads, with a broadcast row
+      local xb, bb = flow.randn(300, 1000):to(dt), flow.randn(1000):to(dt)
+      local fb = graph_of(build, 'fuse')
+      assert.are.equal(0, (fb(xb, bb) - build(nil, xb, bb)):abs():max():item())
+    end
+  end)
+
+  it('fuse leaves results with other readers materialised', function()
+    local function build(_, x)
+      local t = x:exp()
+      return (t + 1):relu(), t * 2
+    end
+    local g = graph_of(build, 'fuse')
+    local x = flow.randn(8)
+    local a, b = g(x)
+    H.close(a, (x:exp() + 1):relu())
+    H.close(b, x:exp() * 2)
+    assert.are.equal(1, count(g, 'unary'))
+  end)
+
+  it('inplace writes a dying operand\'s buffer (bias add + activation after matmul)', function()
+    local lin = nn.Linear(8, 16)
+    local function build(_, x) return F.relu(lin(x)) end
+    local g = graph_of(build, 'fuse,inplace')
+    local x = flow.randn(4, 8)
+    H.close(g(x), F.relu(lin(x)), 1e-6)
+    assert.is_truthy(flow.C.of_graph_passes(g:_graph()) ~= nil)
+    local passes = require('ffi').string(flow.C.of_graph_passes(g:_graph()))
+    assert.is_truthy(passes:find('inplace(1)', 1, true))
+    assert.is_truthy(g:ir():find('into=0', 1, true))
+    H.close(g(x), F.relu(lin(x)), 1e-6)
+  end)
+
+  it('inplace leaves inputs, outputs and shared buffers alone', function()
+    local function build(_, x)
+      local y = x:exp()
+      return y:relu(), y   -- y is an output: relu may not overwrite it
+    end
+    local g = graph_of(build, 'inplace')
+    local x = flow.randn(6)
+    for _ = 1, 2 do
+      local a, b = g(x)
+      H.close(b, x:exp())
+      H.close(a, x:exp():relu())
+    end
+    local xin = flow.randn(6)
+    local keep = xin:clone()
+    graph_of(function(_, z) return z:neg() end, 'inplace')(xin)
+    H.close(xin, keep)
+  end)
+
+  it('the memory plan keeps peak memory below eager mode for a training step', function()
+    local function make()
+      flow.manual_seed(1)
+      return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                           nn.Linear(512, 10))
+    end
+    local x, y = flow.randn(64, 256), flow.randint(1, 11, {64})
+    local function peak(step)
+      step()
+      flow.collect()
+      flow.reset_peak_memory_stats()
+      for _ = 1, 3 do step() end
+      return flow.memory_stats().peak_bytes
+    end
+    local m1 = make()
+    local o1 = flow.optim.Adam(m1:parameters(), {lr = 1e-3})
+    local eager = peak(function()
+      local l = F.cross_entropy(m1(x), y)
+      o1:zero_grad()
+      l:backward()
+      o1:step()
+    end)
+    m1, o1 = nil, nil
+    flow.collect()
+    local T = nn.Graph:subclass('MemTrain')
+    function T:__init(m, o) nn.Graph.__init(self); self.m = m; self:add_optimizer(o) end
+    function T:build(a, b) local l = F.cross_entropy(self.m(a), b); l:backward(); return l end
+    local m2 = make()
+    local g = T(m2, flow.optim.Adam(m2:parameters(), {lr = 1e-3}))
+    local graph = peak(function() g(x, y) end)
+    assert.is_true(graph < eager, ('graph peak %d, eager peak %d'):format(graph, eager))
+    local planned = tonumber(C.of_graph_stat(g:_graph(), C.OF_GRAPH_PLANNED_PEAK))
+    local unplanned = tonumber(C.of_graph_stat(g:_graph(), C.OF_GRAPH_UNPLANNED_BYTES))
+    assert.is_true(planned > 0 and planned < unplanned)
+  end)
+
+  it('bnfold folds eval-mode BatchNorm into the convolution before it', function()
+    flow.manual_seed(3)
+    local m = nn.Sequential(nn.Conv2d(3, 8, 3, {padding = 1}), nn.BatchNorm2d(8), nn.ReLU(),
+                            nn.Conv2d(8, 4, 3, {bias = false}), nn.BatchNorm2d(4, {affine = false}))
+    for _ = 1, 3 do m(flow.randn(4, 3, 8, 8)) end   -- running statistics away from 0 and 1
+    m:eval()
+    local g = graph_of(function(_, x) return m(x) end)
+    local x = flow.randn(2, 3, 8, 8)
+    H.close(g(x), m(x), 1e-5)
+    H.close(g(x), m(x), 1e-5)
+    assert.are.equal(0, count(g, 'batch_norm'))
+    assert.are.equal(2, count(g, 'conv'))
+    -- later changes to the parameters and statistics are seen
+    flow.no_grad(function() m[2].weight:mul_(2); m[2].running_mean:add_(0.5) end)
+    H.close(g(x), m(x), 1e-5)
+    -- training mode is not folded
+    m:train()
+    local t = graph_of(function(_, z) return m(z) end)
+    t(x)
+    assert.are.equal(2, count(t, 'batch_norm'))
+  end)
+
+  it('schedule moves optimizer updates up to right after their grads', function()
+    local lin1, lin2 = nn.Linear(4, 8), nn.Linear(8, 2)
+    local params = {}
+    for _, p in ipairs(lin1:parameters()) do params[#params + 1] = p end
+    for _, p in ipairs(lin2:parameters()) do params[#params + 1] = p end
+    local T = nn.Graph:subclass('Sched')
+    function T:__init(o) nn.Graph.__init(self); self:add_optimizer(o) end
+    function T.build(_, x)
+      local l = lin2(F.relu(lin1(x))):pow(2):mean()
+      l:backward()
+      return l
+    end
+    local g = T(flow.optim.SGD(params, {lr = 0.1}))
+    g(flow.randn(3, 4))
+    local ir = g:ir()
+    local first_update = ir:find('sgd_update', 1, true)
+    local last_matmul
+    for p in ir:gmatch('()matmul') do last_matmul = p end
+    assert.is_true(first_update < last_matmul)   -- lin2 is updated before lin1's grads exist
+    assert.is_truthy(require('ffi').string(C.of_graph_passes(g:_graph())):find('schedule(', 1, true))
+  end)
+
+  it('rejects unknown passes', function()
+    local g = graph_of(function(_, x) return x end, 'dce,frobnicate')
+    H.raises(function() g(flow.ones(1)) end, "unknown pass 'frobnicate'")
+  end)
+
+  it('graph:debug prints the IR', function()
+    local g = graph_of(function(_, x) return (x + 1):relu() end)
+    g(flow.ones(2))
+    local parts = {}
+    g:debug(1, {write = function(_, s) parts[#parts + 1] = s end})
+    local text = table.concat(parts)
+    assert.is_truthy(text:find('fused_elementwise', 1, true))
+  end)
+end)
