@@ -10,6 +10,23 @@
  * is its own column matrix. Depthwise convolutions (one input channel per
  * group) skip the columns too: direct per-row kernels.
  *
+ * Small maps (L = out_sz < 64 outputs per sample, i.e. ResNet's later stages:
+ * 4x4 and 2x2 at 64x64 input) take the wide path instead: a chunk of samples
+ * at once, columns [C_in/G * k, n * L], ONE gemm per group and chunk, then
+ * the result transposed to [N, C, L] (the input grad's and weight grad's
+ * grad_output transposed to [C_out, n * L] first). Per sample, a [512 x 4608]
+ * x [4608 x 4] gemm spent its time packing the weight. Chunks keep columns
+ * plus transposed operand under WIDE_MAX_BYTES. Measured at 2 threads, N 16
+ * (forward + input grad + weight grad): [512,512,3x3] on 2x2 15.3 -> 3.9 ms,
+ * [256,256,3x3] on 4x4 5.3 -> 3.2 ms; [128,128,3x3] on 8x8 (L = 64) was 3.4
+ * per sample vs 4.2 wide, hence the threshold.
+ *
+ * vol2col/col2vol use gathers (gather_tab): whole-row copies from a
+ * zero-bordered plane for rows of ROW_MIN outputs and more, and an offset
+ * table per tap for shorter rows; the bounds per output row otherwise cost
+ * more than the copies for small maps (ResNet-18 at 64x64: 18% less CPU in
+ * the convolutions at 1 thread).
+ *
  * Threads (OpenBLAS always on the calling thread inside our OpenMP regions:
  * its own pool competing with OpenMP's spinning threads made a conv 4-7x
  * slower on 2 cores):
@@ -20,7 +37,10 @@
  *          split along the longer side of its result, barriers in between.
  * Measured for x [16,64,56,56], w [64,64,3,3] at 2 threads: batch 17 + 15 +
  * 16 ms (forward, input grad, weight grad), team 17 + 16 + 16 ms; the sgemm
- * alone takes ~14.7 ms per pass.
+ * alone takes ~14.7 ms per pass. The wide path splits samples or works as a
+ * team (wide_split). Its gemms split by hand beat OpenBLAS's own threads
+ * (2 threads; M x N x K, row-major): 512x64x4608 0.97 vs 1.25 ms,
+ * 4608x64x512 (A^T) 0.98 vs 2.3 ms, 512x4608x64 (B^T) 0.97 vs 1.03 ms.
  *
  * Autograd: the three ops record nodes whose backward rules are the other two
  * ops (and a sum for the bias), so grads of grads work:
@@ -64,7 +84,7 @@ typedef struct {
  *          plain (strided) row copy from plane[tap[r] + pos[j * OW]], and
  *          col2vol adds rows back into a zeroed plane.
  *   table  (short rows): idx[r, l] is the input offset that column (r, l)
- *          reads, or -1 (padding): one masked gather per tap; col2vol
+ *          reads, or -1 (padding): one gather per tap; col2vol
  *          scatters back the same way (no conflicts within a tap). With unit
  *          strides col2vol uses the inverse, idx[r, i] = the column of tap r
  *          that reads input i, or -1, and gathers (AVX-512 scatters are
@@ -148,7 +168,7 @@ static inline void team_barrier(int nth) {
 enum { ROW_MIN = 8 };
 /* rows mode for one stride: NAME_g gathers rows (GET, from sr into dr),
  * NAME_s adds them back (PUT); for a fixed tap the targets are distinct */
-#define ROWS_LOOPS(T, NAME, GET, PUT)                                                   \
+#define ROWS_LOOPS(T, NAME, GET, PUT)                                                      \
   __attribute__((target_clones("avx512f", "avx2", "default"),                              \
                  optimize("no-tree-loop-distribute-patterns")))                            \
   static void NAME##_g(T *restrict col, int64_t ld, const T *restrict pl,                  \
@@ -179,7 +199,7 @@ enum { ROW_MIN = 8 };
       }                                                                                    \
     }                                                                                      \
   }
-#define GATHER_KERNELS(T)                                                                   \
+#define GATHER_KERNELS(T)                                                                  \
   /* the input channel x (in_sz elements) into the interior of the thread's plane */       \
   static const T *fill_plane_##T(const geom *g, const T *x) {                              \
     const gather_tab *t = g->tab;                                                          \
@@ -194,21 +214,21 @@ enum { ROW_MIN = 8 };
       }                                                                                    \
     return pl;                                                                             \
   }                                                                                        \
-  /* rows: col[r, j*OW + o] = pl[tap[r] + pos[j*OW] + o*sw] and back, per stride */      \
-  ROWS_LOOPS(T, rows_s1_##T, dr[o] = sr[o], dr[o] += sr[o])                      \
-  ROWS_LOOPS(T, rows_s2_##T, dr[o] = sr[2 * o], dr[2 * o] += sr[o])              \
-  ROWS_LOOPS(T, rows_sn_##T, dr[o] = sr[o * sw], dr[o * sw] += sr[o])           \
+  /* rows: col[r, j*OW + o] = pl[tap[r] + pos[j*OW] + o*sw] and back, per stride */        \
+  ROWS_LOOPS(T, rows_s1_##T, dr[o] = sr[o], dr[o] += sr[o])                                \
+  ROWS_LOOPS(T, rows_s2_##T, dr[o] = sr[2 * o], dr[2 * o] += sr[o])                        \
+  ROWS_LOOPS(T, rows_sn_##T, dr[o] = sr[o * sw], dr[o * sw] += sr[o])                      \
   static void rows_gather_##T(T *col, int64_t ld, const T *pl, const gather_tab *t,        \
                               int64_t K, int64_t L, int64_t OW, int64_t sw) {              \
-    if (sw == 1) rows_s1_##T##_g(col, ld, pl, t, K, L, OW, sw);                     \
-    else if (sw == 2) rows_s2_##T##_g(col, ld, pl, t, K, L, OW, sw);                \
-    else rows_sn_##T##_g(col, ld, pl, t, K, L, OW, sw);                             \
+    if (sw == 1) rows_s1_##T##_g(col, ld, pl, t, K, L, OW, sw);                            \
+    else if (sw == 2) rows_s2_##T##_g(col, ld, pl, t, K, L, OW, sw);                       \
+    else rows_sn_##T##_g(col, ld, pl, t, K, L, OW, sw);                                    \
   }                                                                                        \
   static void rows_scatter_##T(T *pl, const T *col, int64_t ld, const gather_tab *t,       \
                                int64_t K, int64_t L, int64_t OW, int64_t sw) {             \
-    if (sw == 1) rows_s1_##T##_s(pl, col, ld, t, K, L, OW, sw);                     \
-    else if (sw == 2) rows_s2_##T##_s(pl, col, ld, t, K, L, OW, sw);                \
-    else rows_sn_##T##_s(pl, col, ld, t, K, L, OW, sw);                             \
+    if (sw == 1) rows_s1_##T##_s(pl, col, ld, t, K, L, OW, sw);                            \
+    else if (sw == 2) rows_s2_##T##_s(pl, col, ld, t, K, L, OW, sw);                       \
+    else rows_sn_##T##_s(pl, col, ld, t, K, L, OW, sw);                                    \
   }                                                                                        \
   /* table: col[c, r, l] = x[c, idx[r, l]] (0 where -1) */                                 \
   __attribute__((target_clones("avx512f", "avx2", "default")))                             \
@@ -220,17 +240,17 @@ enum { ROW_MIN = 8 };
       for (int64_t r = 0; r < K; r++) {                                                    \
         T *restrict dst = col + (c * K + r) * ld;                                          \
         const int32_t *restrict ix = idx + r * L;                                          \
-        _Pragma("omp simd") /* (a load for every lane, clamped, then a select: masked  \
-                               gathers do not vectorise) */                                \
+        _Pragma("omp simd") /* (every lane loads, -1 clamped to 0, then a select:          \
+                               masked gathers did not vectorise) */                        \
         for (int64_t l = 0; l < L; l++) {                                                  \
           int32_t k = ix[l];                                                               \
-          T v = xc[k & ~(k >> 31)]; /* 0 for -1 */                                          \
+          T v = xc[k & ~(k >> 31)]; /* 0 for -1 */                                         \
           dst[l] = k < 0 ? (T)0 : v;                                                       \
         }                                                                                  \
       }                                                                                    \
     }                                                                                      \
   }                                                                                        \
-  /* table: x[c, idx[r, l]] += col[c, r, l] (where not -1), x zeroed first */             \
+  /* table: x[c, idx[r, l]] += col[c, r, l] (where not -1), x zeroed first */              \
   __attribute__((target_clones("avx512f", "avx2", "default")))                             \
   static void table_scatter_##T(T *restrict x, int64_t in_sz, const T *restrict col,       \
                                 int64_t ld, int64_t c0, int64_t c1,                        \
@@ -261,7 +281,7 @@ enum { ROW_MIN = 8 };
         _Pragma("omp simd")                                                                \
         for (int64_t i = 0; i < in_sz; i++) {                                              \
           int32_t k = ix[i];                                                               \
-          T v = src[k & ~(k >> 31)];                                                        \
+          T v = src[k & ~(k >> 31)];                                                       \
           xc[i] += k < 0 ? (T)0 : v;                                                       \
         }                                                                                  \
       }                                                                                    \
@@ -275,16 +295,16 @@ GATHER_KERNELS(double)
 #define CONV_KERNELS(T, GEMM)                                                               \
   /* col[(c, kd, kh, kw), (od, oh, ow)] = x[c, od*s + kd*d - p, ...] (0 outside),          \
    * channels [c0, c1); rows `ld` apart */                                                 \
-  static void vol2col_##T(const geom *g, const T *x, T *col, int64_t ld, int64_t c0,        \
+  static void vol2col_##T(const geom *g, const T *x, T *col, int64_t ld, int64_t c0,       \
                           int64_t c1) {                                                    \
     if (g->tab && !g->tab->rows) {                                                         \
-      table_gather_##T(col, ld, x, g->in_sz, c0, c1, g->tab->idx, g->k_sz, g->out_sz);      \
+      table_gather_##T(col, ld, x, g->in_sz, c0, c1, g->tab->idx, g->k_sz, g->out_sz);     \
       return;                                                                              \
     }                                                                                      \
     if (g->tab) {                                                                          \
       for (int64_t c = c0; c < c1; c++) {                                                  \
         const T *pl = fill_plane_##T(g, x + c * g->in_sz);                                 \
-        rows_gather_##T(col + c * g->k_sz * ld, ld, pl, g->tab, g->k_sz, g->out_sz,         \
+        rows_gather_##T(col + c * g->k_sz * ld, ld, pl, g->tab, g->k_sz, g->out_sz,        \
                         g->out[2], g->s[2]);                                               \
       }                                                                                    \
       return;                                                                              \
@@ -326,9 +346,9 @@ GATHER_KERNELS(double)
     }                                                                                      \
   }                                                                                        \
                                                                                            \
-  /* x[c, ...] = sum of the columns that read it, channels [c0, c1) (overwritten); rows     \
+  /* x[c, ...] = sum of the columns that read it, channels [c0, c1) (overwritten); rows    \
    * `ld` apart */                                                                         \
-  static void col2vol_##T(const geom *g, const T *col, T *x, int64_t ld, int64_t c0,        \
+  static void col2vol_##T(const geom *g, const T *col, T *x, int64_t ld, int64_t c0,       \
                           int64_t c1) {                                                    \
     if (g->tab && !g->tab->rows) {                                                         \
       if (g->tab->inv)                                                                     \
@@ -343,7 +363,7 @@ GATHER_KERNELS(double)
         T *xc = x + c * g->in_sz;                                                          \
         T *pl = t->padded ? (T *)t->pads + (int64_t)omp_get_thread_num() * t->plane : xc;  \
         memset(pl, 0, sizeof(T) * (size_t)t->plane);                                       \
-        rows_scatter_##T(pl, col + c * g->k_sz * ld, ld, t, g->k_sz, g->out_sz, g->out[2],  \
+        rows_scatter_##T(pl, col + c * g->k_sz * ld, ld, t, g->k_sz, g->out_sz, g->out[2], \
                          g->s[2]);                                                         \
         if (!t->padded) continue;                                                          \
         const int64_t H = g->in[1], W = g->in[2];                                          \
@@ -408,7 +428,7 @@ GATHER_KERNELS(double)
     if (M <= 0 || N <= 0) return;                                                          \
     if (K == 0) {                                                                          \
       for (int64_t i = 0; i < M; i++)                                                      \
-        for (int64_t j = 0; j < N; j++) Cm[i * ldc + j] *= beta;                           \
+        for (int64_t j = 0; j < N; j++) Cm[i * ldc + j] = beta == 0 ? 0 : Cm[i * ldc + j] * beta; \
       return;                                                                              \
     }                                                                                      \
     GEMM(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1, A, (int)lda, B, (int)ldb, beta,  \
@@ -491,11 +511,11 @@ GATHER_KERNELS(double)
     gemm_groups_##T(tid, nth, g->G, CblasNoTrans, CblasTrans, M, K, L, gy, L, M * L, src,   \
                     L, K * L, 1, gw, K, M * K);                                            \
     team_barrier(nth);                                                                     \
-    }                                                                                        \
+    }                                                                                      \
                                                                                            \
   /* Wide kernels: a chunk of nb samples at once, one gemm per group. Columns              \
-   * [C_in * k, nb * L]: sample n's L columns at n * L. The thread's share of the            \
-   * (sample, channel) pairs [lo, hi) of nb x C is walked as runs within one sample. */     \
+   * [C_in * k, nb * L]: sample n's L columns at n * L. The thread's share of the          \
+   * (sample, channel) pairs [lo, hi) of nb x C is walked as runs within one sample. */    \
   static void to_cols_##T(const geom *g, int64_t nb, const T *x, T *col, int tid, int nth) { \
     const int64_t C = g->CI, L = g->out_sz, NL = nb * L;                                   \
     int64_t lo, hi;                                                                        \
@@ -531,7 +551,7 @@ GATHER_KERNELS(double)
   }                                                                                        \
                                                                                            \
   /* y[n] = W @ col(x[n]) + b for nb samples; ybuf [C_out, nb * L] */                      \
-  static void wide_fwd_##T(const geom *g, int64_t nb, const T *x, const T *w, const T *b,   \
+  static void wide_fwd_##T(const geom *g, int64_t nb, const T *x, const T *w, const T *b,  \
                            T *y, T *col, T *ybuf, int tid, int nth) {                      \
     const int64_t M = g->CO / g->G, K = g->CI / g->G * g->k_sz, NL = nb * g->out_sz;       \
     to_cols_##T(g, nb, x, col, tid, nth);                                                  \
@@ -543,7 +563,7 @@ GATHER_KERNELS(double)
   }                                                                                        \
                                                                                            \
   /* gx[n] = col2vol(W^T @ gy[n]) + b for nb samples; gybuf [C_out, nb * L] */             \
-  static void wide_bwd_input_##T(const geom *g, int64_t nb, const T *gy, const T *w,        \
+  static void wide_bwd_input_##T(const geom *g, int64_t nb, const T *gy, const T *w,       \
                                  const T *b, T *gx, T *col, T *gybuf, int tid, int nth) {  \
     const int64_t M = g->CO / g->G, K = g->CI / g->G * g->k_sz, L = g->out_sz, NL = nb * L; \
     transpose_nc_##T(nb, g->CO, L, (T *)gy, gybuf, NULL, 0, tid, nth);                     \
@@ -570,13 +590,13 @@ GATHER_KERNELS(double)
   }                                                                                        \
                                                                                            \
   /* gw (+)= gy @ col(x)^T over nb samples (beta 0: overwrite) */                          \
-  static void wide_bwd_weight_##T(const geom *g, int64_t nb, const T *x, const T *gy,       \
+  static void wide_bwd_weight_##T(const geom *g, int64_t nb, const T *x, const T *gy,      \
                                   T *gw, T beta, T *col, T *gybuf, int tid, int nth) {     \
     const int64_t M = g->CO / g->G, K = g->CI / g->G * g->k_sz, NL = nb * g->out_sz;       \
     to_cols_##T(g, nb, x, col, tid, nth);                                                  \
     transpose_nc_##T(nb, g->CO, g->out_sz, (T *)gy, gybuf, NULL, 0, tid, nth);             \
     team_barrier(nth);                                                                     \
-    gemm_groups_##T(tid, nth, g->G, CblasNoTrans, CblasTrans, M, K, NL, gybuf, NL, M * NL,  \
+    gemm_groups_##T(tid, nth, g->G, CblasNoTrans, CblasTrans, M, K, NL, gybuf, NL, M * NL, \
                     col, NL, K * NL, beta, gw, K, M * K);                                  \
     team_barrier(nth);                                                                     \
   }
@@ -808,7 +828,9 @@ static bool batch_parallel(const geom *g, int nt) {
 
 enum { WIDE_MAX_BYTES = 64 << 20 };   /* scratch cap: columns + transposed operand */
 
-/* Samples per chunk for the wide path, 0 where the per-sample path is used. */
+/* Samples per chunk for the wide path, 0 where the per-sample path is used.
+ * For measurements and tests: OF_CONV_WIDE=0 or =1 forces the choice,
+ * OF_CONV_WIDE_COLS=n caps a chunk at n columns (at least one sample). */
 static int64_t wide_chunk(const geom *g, int64_t es) {
   int64_t L = g->out_sz;
   int64_t per = es * (g->CI * g->k_sz + g->CO) * L;   /* scratch bytes per sample */
@@ -846,7 +868,10 @@ static of_status wide_run(const char *op, run_kind kind, const geom *g, of_dtype
                           char *res) {
   int nt = of_threads();
   bool split = wide_split(g, kind, nt);
-  if (split && nb > (g->N + nt - 1) / nt) nb = (g->N + nt - 1) / nt;
+  if (split) {   /* nt buffers within the same cap */
+    nb = nb / nt > 1 ? nb / nt : 1;
+    if (nb > (g->N + nt - 1) / nt) nb = (g->N + nt - 1) / nt;
+  }
   int64_t es = of_dtype_size(dt), L = g->out_sz;
   int64_t colsz = g->CI * g->k_sz * nb * L, tsz = g->CO * nb * L;
   int64_t wsize = kind == RUN_BWD_WEIGHT && split ? g->CO * (g->CI / g->G) * g->k_sz : 0;
@@ -872,17 +897,17 @@ static of_status wide_run(const char *op, run_kind kind, const geom *g, of_dtype
     char *tb = col + es * colsz;
     for (int64_t n0 = lo; n0 < hi; n0 += nb) {
       int64_t m = hi - n0 < nb ? hi - n0 : nb;
-#define WIDE(T)                                                                             \
+#define WIDE(T)                                                                            \
   do {                                                                                     \
     if (kind == RUN_FWD)                                                                   \
-      wide_fwd_##T(g, m, (const T *)a + n0 * xs, (const T *)b, (const T *)bias,             \
-                   (T *)res + n0 * ys, (T *)col, (T *)tb, ktid, knth);                      \
+      wide_fwd_##T(g, m, (const T *)a + n0 * xs, (const T *)b, (const T *)bias,            \
+                   (T *)res + n0 * ys, (T *)col, (T *)tb, ktid, knth);                     \
     else if (kind == RUN_BWD_INPUT)                                                        \
-      wide_bwd_input_##T(g, m, (const T *)a + n0 * ys, (const T *)b, (const T *)bias,       \
-                         (T *)res + n0 * xs, (T *)col, (T *)tb, ktid, knth);                \
+      wide_bwd_input_##T(g, m, (const T *)a + n0 * ys, (const T *)b, (const T *)bias,      \
+                         (T *)res + n0 * xs, (T *)col, (T *)tb, ktid, knth);               \
     else                                                                                   \
-      wide_bwd_weight_##T(g, m, (const T *)a + n0 * xs, (const T *)b + n0 * ys, (T *)gw,    \
-                          n0 == lo ? 0 : 1, (T *)col, (T *)tb, ktid, knth);                 \
+      wide_bwd_weight_##T(g, m, (const T *)a + n0 * xs, (const T *)b + n0 * ys, (T *)gw,   \
+                          n0 == lo ? 0 : 1, (T *)col, (T *)tb, ktid, knth);                \
   } while (0)
       if (dt == OF_FLOAT32) WIDE(float);
       else WIDE(double);
@@ -922,7 +947,7 @@ static int64_t round64(int64_t b) { return (b + 63) / 64 * 64; }
 
 /* Bytes of tables (and per-thread planes) for the gather path of `kind` with
  * nt threads; 0 where the row copies with bounds are used (1x1 direct, huge
- * planes or tables). */
+ * planes or tables; OF_CONV_GATHER=0 forces them, for measurements). */
 static int64_t gather_bytes(const geom *g, run_kind kind, int64_t es, int nt) {
   const char *e = getenv("OF_CONV_GATHER");
   if (g->direct || (e && e[0] == '0')) return 0;

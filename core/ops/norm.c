@@ -100,7 +100,7 @@ typedef double v8d_t __attribute__((vector_size(64)));
   }                                                                                       \
   /* y = x * a + b */                                                                     \
   __attribute__((target_clones("avx512f", "avx2", "default"), optimize("fp-contract=off"))) \
-  static void chrow_affine_##T(const T *restrict x, T *restrict y, int64_t n, double a,     \
+  static void chrow_affine_##T(const T *restrict x, T *restrict y, int64_t n, double a,   \
                              double b) {                                                  \
     for (int64_t i = 0; i < n; i++) y[i] = (T)((double)x[i] * a + b);                     \
   }                                                                                       \
@@ -122,7 +122,7 @@ CH_ROWS(double)
     int32_t nt = nthreads(N * C * S);                                                     \
     _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
     for (int64_t q = 0; q < N * C; q++)                                                   \
-      part[q] = chrow_sum_##T(x + q * S, S, mu ? mu[q % C] : 0, mu != NULL);                \
+      part[q] = chrow_sum_##T(x + q * S, S, mu ? mu[q % C] : 0, mu != NULL);              \
   }                                                                                       \
   /* y = x * a[c] + b[c] */                                                               \
   static void ch_affine_##T(const T *x, T *y, int64_t N, int64_t C, int64_t S,            \
@@ -130,7 +130,7 @@ CH_ROWS(double)
     int32_t nt = nthreads(N * C * S);                                                     \
     _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
     for (int64_t q = 0; q < N * C; q++)                                                   \
-      chrow_affine_##T(x + q * S, y + q * S, S, a[q % C], b[q % C]);                        \
+      chrow_affine_##T(x + q * S, y + q * S, S, a[q % C], b[q % C]);                      \
   }                                                                                       \
   /* pg[q] = sum_s g, pgx[q] = sum_s g * (x - mu[c]) */                                   \
   static void ch_grad_sums_##T(const T *x, const T *g, int64_t N, int64_t C, int64_t S,   \
@@ -138,7 +138,7 @@ CH_ROWS(double)
     int32_t nt = nthreads(N * C * S);                                                     \
     _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
     for (int64_t q = 0; q < N * C; q++)                                                   \
-      chrow_grad_sums_##T(x + q * S, g + q * S, S, mu[q % C], &pg[q], &pgx[q]);             \
+      chrow_grad_sums_##T(x + q * S, g + q * S, S, mu[q % C], &pg[q], &pgx[q]);           \
   }                                                                                       \
   /* gx = g * a[c] + (x - mu[c]) * b[c] + k[c] */                                         \
   static void ch_grad_input_##T(const T *x, const T *g, T *gx, int64_t N, int64_t C,      \
@@ -148,7 +148,7 @@ CH_ROWS(double)
     _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
     for (int64_t q = 0; q < N * C; q++) {                                                 \
       int64_t c = q % C;                                                                  \
-      chrow_grad_input_##T(x + q * S, g + q * S, gx + q * S, S, mu[c], a[c], b[c], k[c]);   \
+      chrow_grad_input_##T(x + q * S, g + q * S, gx + q * S, S, mu[c], a[c], b[c], k[c]); \
     }                                                                                     \
   }
 

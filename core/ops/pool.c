@@ -168,7 +168,7 @@ MAX_UPDATE(double)
  * tap). One vector pass per tap over the whole plane: rows of 7 or 14
  * outputs left max_update's vector loop unused (its scalar remainder
  * branched per element). */
-#define MAX_PLANE(T)                                                                        \
+#define MAX_PLANE(T)                                                                       \
   __attribute__((target_clones("avx512f", "avx2", "default")))                             \
   static void max_plane_##T(const T *restrict xp, T *restrict y, int32_t *restrict t,      \
                             const int32_t *restrict tab, int64_t K, int64_t L) {           \
@@ -180,10 +180,9 @@ MAX_UPDATE(double)
       const int32_t *restrict ix = tab + r * L;                                            \
       _Pragma("omp simd")                                                                  \
       for (int64_t j = 0; j < L; j++) {                                                    \
-        int32_t k = ix[j];   /* (a load for every lane: masked gathers do not vectorise) */ \
-        T v = xp[k & ~(k >> 31)], cur = y[j];  /* 0 for -1 */                               \
-        v = k < 0 ? (T)-INFINITY : v;   /* -inf never wins */                              \
-        bool take = (v > cur) | (v != v);                                                  \
+        int32_t k = ix[j];   /* a load for every lane (masked gathers did not vectorise) */ \
+        T v = xp[k & ~(k >> 31)], cur = y[j];   /* (position 0 for -1) */                  \
+        bool take = ((v > cur) | (v != v)) & (k >= 0);                                     \
         y[j] = take ? v : cur;                                                             \
         t[j] = take ? k : t[j];                                                            \
       }                                                                                    \
@@ -500,12 +499,12 @@ static void plane_tables(const pgeom *g, int32_t *tab, int32_t *first) {
       }
 }
 
-#define PLANE_FWD(T)                                                                        \
+#define PLANE_FWD(T)                                                                       \
   static void max_planes_fwd_##T(const pgeom *g, const T *x, T *y, int64_t *idx,           \
                                  int64_t base, const int32_t *tab, const int32_t *first,   \
                                  int32_t *scratch, int nt) {                               \
     int64_t K = g->k[0] * g->k[1] * g->k[2], L = g->out_sz;                                \
-    _Pragma("omp parallel num_threads(nt) if (nt > 1)")                                   \
+    _Pragma("omp parallel num_threads(nt) if (nt > 1)")                                    \
     {                                                                                      \
       int32_t *t = scratch + (int64_t)omp_get_thread_num() * (L + 16);                     \
       _Pragma("omp for schedule(static)")                                                  \
