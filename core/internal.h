@@ -93,11 +93,18 @@ static inline char *of_ptr(const of_tensor *t) {
 }
 static inline void of_bump_version(of_tensor *t) { t->storage->version++; }
 
+/* Kernels compute float16 and bfloat16 in float32. */
+static inline of_dtype of_compute_dtype(of_dtype t) {
+  return t == OF_FLOAT16 || t == OF_BFLOAT16 ? OF_FLOAT32 : t;
+}
+
 /* Data movement without autograd recording (for use inside ops). */
 of_status of_copy_data(of_tensor *dst, of_tensor *src);
 of_status of_clone_data(of_tensor *t, of_tensor **out);
 of_status of_cast_data(of_tensor *t, of_dtype dt, of_tensor **out);
 of_status of_contiguous_data(of_tensor *t, of_tensor **out);
+/* t as a contiguous tensor of dtype dt, without history (NULL stays NULL). */
+of_status of_dense(of_tensor *t, of_dtype dt, of_tensor **out);
 
 /* ---- scalar conversion (dtype.c) ---- */
 uint16_t of_f32_to_f16(float f);

@@ -358,6 +358,17 @@ of_status of_clone_data(of_tensor *t, of_tensor **out) {
   return OF_OK;
 }
 
+of_status of_dense(of_tensor *t, of_dtype dt, of_tensor **out) {
+  *out = NULL;
+  if (!t) return OF_OK;
+  if (t->dtype == dt && of_tensor_is_contiguous(t)) {
+    of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  return t->dtype != dt ? of_cast_data(t, dt, out) : of_clone_data(t, out);
+}
+
 of_status of_contiguous_data(of_tensor *t, of_tensor **out) {
   if (of_tensor_is_contiguous(t)) {
     of_tensor_retain(t);

@@ -119,17 +119,13 @@ const char *of_binary_name(of_binary_op op) {
   return op >= 0 && op < OF_NUM_BINARY ? binary_ops[op].name : "invalid";
 }
 
-static of_dtype half_to_float(of_dtype t) {
-  return t == OF_FLOAT16 || t == OF_BFLOAT16 ? OF_FLOAT32 : t;
-}
-
 static of_status binary_compute(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into,
                                of_tensor **out) {
   const binary_def *def = &binary_ops[op];
   of_dtype common = of_promote_types(a->dtype, b->dtype), result = common;
   if (def->kind == TRUE_DIV && !of_dtype_is_floating(common)) result = common = OF_FLOAT32;
   if (def->kind == COMPARE || def->kind == LOGICAL) result = OF_BOOL;
-  of_dtype compute = half_to_float(common);
+  of_dtype compute = of_compute_dtype(common);
   of_dtype kernel_out = (def->kind == COMPARE || def->kind == LOGICAL) ? OF_BOOL : compute;
   if (!def->loop[compute]) {
     char sa[96], sb[96];
@@ -149,7 +145,6 @@ static of_status binary_compute(of_binary_op op, of_tensor *a, of_tensor *b, of_
                    "(dtype %s)", of_dtype_name(compute));
   return st;
 }
-
 
 /* ---- autograd ---- */
 

@@ -27,21 +27,6 @@ static int32_t nthreads(int64_t work) {
   return cap < nt ? (int32_t)cap : nt;
 }
 
-static of_dtype compute_dt(of_dtype t) {
-  return t == OF_FLOAT16 || t == OF_BFLOAT16 ? OF_FLOAT32 : t;
-}
-
-static of_status dense(of_tensor *t, of_dtype dt, of_tensor **out) {
-  *out = NULL;
-  if (!t) return OF_OK;
-  if (t->dtype == dt && of_tensor_is_contiguous(t)) {
-    of_tensor_retain(t);
-    *out = t;
-    return OF_OK;
-  }
-  return t->dtype != dt ? of_cast_data(t, dt, out) : of_clone_data(t, out);
-}
-
 static of_status finish(of_tensor *y, of_dtype dt, of_tensor **out) {
   if (y->dtype == dt) {
     *out = y;
@@ -106,7 +91,7 @@ static of_status parse_weight(const char *op, of_tensor *w, const layout *l, con
     return of_fail(OF_ERR_SHAPE, "%s: weight of shape %s should be [%lld], one per class of "
                    "the input %s", op, OF_SHAPE_STR(w), (long long)l->C,
                    of_shape_str(x->shape, x->ndim, b, 96));
-  return dense(w, OF_FLOAT64, out);
+  return of_dense(w, OF_FLOAT64, out);
 }
 
 /* Class-index target: integer, shaped like the samples, every value a class
@@ -124,7 +109,7 @@ static of_status parse_class_target(const char *op, of_tensor *t, const layout *
     return of_fail(OF_ERR_SHAPE, "%s: expected target of shape %s for input %s (class "
                    "indices), got %s", op, of_shape_str(l->sshape, l->snd, b1, 96),
                    of_shape_str(x->shape, x->ndim, b2, 96), OF_SHAPE_STR(t));
-  OF_CHECK(dense(t, OF_INT64, out));
+  OF_CHECK(of_dense(t, OF_INT64, out));
   const int64_t *tv = of_tensor_data(*out);
   for (int64_t i = 0; i < (*out)->numel; i++) {
     int64_t c = tv[i] - base;
@@ -239,7 +224,7 @@ static of_status sample_scales(of_tensor *g, int32_t red, double denom, int64_t 
   if (!s) return of_fail(OF_ERR_OOM, "loss backward: out of memory");
   if (red == OF_LOSS_NONE) {
     of_tensor *gd;
-    of_status st = dense(g, OF_FLOAT64, &gd);
+    of_status st = of_dense(g, OF_FLOAT64, &gd);
     if (st != OF_OK) {
       free(s);
       return st;
@@ -400,10 +385,10 @@ static of_status ce_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   layout l;
   st = parse_input("cross_entropy", x, &l);
   if (st != OF_OK) goto done;
-  of_dtype cd = compute_dt(x->dtype);
-  st = dense(x, cd, &tmp[0]);
-  if (st == OF_OK) st = dense(t, prob ? cd : OF_INT64, &tmp[1]);
-  if (st == OF_OK) st = dense(sv[2], OF_FLOAT64, &tmp[2]);
+  of_dtype cd = of_compute_dtype(x->dtype);
+  st = of_dense(x, cd, &tmp[0]);
+  if (st == OF_OK) st = of_dense(t, prob ? cd : OF_INT64, &tmp[1]);
+  if (st == OF_OK) st = of_dense(sv[2], OF_FLOAT64, &tmp[2]);
   if (st != OF_OK) goto done;
   if (of_is_grad_enabled() &&
       (g[0]->requires_grad || x->requires_grad || (prob && t->requires_grad))) {
@@ -461,15 +446,15 @@ of_status of_impl_cross_entropy(of_tensor *x, of_tensor *target, of_tensor *weig
                      op, of_shape_str(x->shape, x->ndim, b, 96), OF_SHAPE_STR(target),
                      OF_DT(target));
   }
-  of_dtype cd = compute_dt(x->dtype);
+  of_dtype cd = of_compute_dtype(x->dtype);
   of_tensor *w = NULL, *t = NULL, *xc = NULL, *lse = NULL;
   double *buf = NULL;
   int64_t ns = l.N * l.S;
   of_status st = parse_weight(op, weight, &l, x, &w);
-  if (st == OF_OK) st = prob ? dense(target, cd, &t)
+  if (st == OF_OK) st = prob ? of_dense(target, cd, &t)
                              : parse_class_target(op, target, &l, x, ignore_index, index_base,
                                                   &t);
-  if (st == OF_OK) st = dense(x, cd, &xc);
+  if (st == OF_OK) st = of_dense(x, cd, &xc);
   if (st == OF_OK) st = of_tensor_new(&ns, 1, OF_FLOAT64, OF_CPU, &lse);
   if (st == OF_OK && !(buf = malloc(sizeof(double) * (size_t)(2 * ns + 1))))
     st = of_fail(OF_ERR_OOM, "%s: out of memory", op);
@@ -552,8 +537,8 @@ static of_status nll_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_status st = gx ? of_node_saved(n, 0, &sv[0])
                     : of_fail(OF_ERR_OOM, "nll_loss backward: out of memory");
   if (st == OF_OK && n->i[4]) st = of_node_saved(n, 1, &sv[1]);
-  if (st == OF_OK) st = dense(sv[0], OF_INT64, &t);
-  if (st == OF_OK) st = dense(sv[1], OF_FLOAT64, &w);
+  if (st == OF_OK) st = of_dense(sv[0], OF_INT64, &t);
+  if (st == OF_OK) st = of_dense(sv[1], OF_FLOAT64, &w);
   if (st != OF_OK) goto done;
   if (composite) {   /* a constant times g: recorded, so grads reach g */
     if (!(sc = malloc(sizeof(double) * (size_t)(ns + 1)))) {
@@ -592,7 +577,7 @@ of_status of_impl_nll_loss(of_tensor *x, of_tensor *target, of_tensor *weight,
   int64_t ns = l.N * l.S;
   of_status st = parse_weight(op, weight, &l, x, &w);
   if (st == OF_OK) st = parse_class_target(op, target, &l, x, ignore_index, index_base, &t);
-  if (st == OF_OK) st = dense(x, x->dtype, &xc);
+  if (st == OF_OK) st = of_dense(x, x->dtype, &xc);
   if (st == OF_OK && !(buf = malloc(sizeof(double) * (size_t)(2 * ns + 1))))
     st = of_fail(OF_ERR_OOM, "%s: out of memory", op);
   if (st != OF_OK) goto done;

@@ -298,22 +298,6 @@ ROW_KERNELS(double)
 
 /* ------------------------------------------------------------ helpers */
 
-static of_dtype compute_dt(of_dtype t) {
-  return t == OF_FLOAT16 || t == OF_BFLOAT16 ? OF_FLOAT32 : t;
-}
-
-/* t as a contiguous tensor of dtype dt, without history (NULL stays NULL). */
-static of_status dense(of_tensor *t, of_dtype dt, of_tensor **out) {
-  *out = NULL;
-  if (!t) return OF_OK;
-  if (t->dtype == dt && of_tensor_is_contiguous(t)) {
-    of_tensor_retain(t);
-    *out = t;
-    return OF_OK;
-  }
-  return t->dtype != dt ? of_cast_data(t, dt, out) : of_clone_data(t, out);
-}
-
 static of_status check_input(const char *op, of_tensor *x, int32_t min_ndim) {
   if (!x) return of_fail(OF_ERR_ARG, "%s: input is NULL", op);
   if (!of_dtype_is_floating(x->dtype))
@@ -544,10 +528,10 @@ static of_status bn_backward(of_node *n, of_tensor **g, of_tensor **gi) {
     if (st == OF_OK) st = norm_composite(n, &c, g[0], x, gi);
     goto done;
   }
-  of_dtype cd = compute_dt(x->dtype);
+  of_dtype cd = of_compute_dtype(x->dtype);
   of_tensor *xc = NULL, *gc = NULL, *gx = NULL;
-  st = dense(x, cd, &xc);
-  if (st == OF_OK) st = dense(g[0], cd, &gc);
+  st = of_dense(x, cd, &xc);
+  if (st == OF_OK) st = of_dense(g[0], cd, &gc);
   int64_t NC = d.N * d.C, M = d.N * d.S;
   double *buf = st == OF_OK ? malloc(sizeof(double) * (size_t)(2 * NC + 5 * d.C + 1)) : NULL;
   if (st == OF_OK && !buf) st = of_fail(OF_ERR_OOM, "batch_norm backward: out of memory");
@@ -613,10 +597,10 @@ of_status of_impl_batch_norm(of_tensor *x, of_tensor *running_mean, of_tensor *r
   if (training && M <= 1)
     return of_fail(OF_ERR_SHAPE, "%s: expected more than 1 value per channel when training, "
                    "got input %s (%s)", op, OF_SHAPE_STR(x), OF_DT(x));
-  of_dtype cd = compute_dt(x->dtype);
+  of_dtype cd = of_compute_dtype(x->dtype);
   of_tensor *xc = NULL, *mean = NULL, *invstd = NULL, *y = NULL;
   double *buf = NULL;
-  of_status st = dense(x, cd, &xc);
+  of_status st = of_dense(x, cd, &xc);
   if (st == OF_OK) st = new_doubles(d.C, &mean);
   if (st == OF_OK) st = new_doubles(d.C, &invstd);
   if (st == OF_OK) st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &y);
@@ -745,13 +729,13 @@ static of_status rows_backward(of_node *n, of_tensor **g, of_tensor **gi) {
     return st;
   }
   rows_shape r = rows_of(n);
-  of_dtype cd = compute_dt(x->dtype);
+  of_dtype cd = of_compute_dtype(x->dtype);
   of_tensor *xc = NULL, *gc = NULL, *wc = NULL, *gx = NULL;
   double *buf = NULL;
   int64_t P = r.G * r.Cg;
-  st = dense(x, cd, &xc);
-  if (st == OF_OK) st = dense(g[0], cd, &gc);
-  if (st == OF_OK) st = dense(w, cd, &wc);
+  st = of_dense(x, cd, &xc);
+  if (st == OF_OK) st = of_dense(g[0], cd, &gc);
+  if (st == OF_OK) st = of_dense(w, cd, &wc);
   const double *mu = of_tensor_data(sv[2]), *rs = of_tensor_data(sv[3]);
   if (st == OF_OK && n->needs[0]) {
     st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &gx);
@@ -792,12 +776,12 @@ static of_status rows_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static of_status rows_norm(const char *op, int32_t kind, of_tensor *x, rows_shape r,
                            int32_t k, of_tensor *w, of_tensor *b, double eps, double *stats,
                            of_tensor **out) {
-  of_dtype cd = compute_dt(x->dtype);
+  of_dtype cd = of_compute_dtype(x->dtype);
   of_tensor *xc = NULL, *wc = NULL, *bc = NULL, *mean = NULL, *rstd = NULL, *y = NULL;
   double *var = NULL;
-  of_status st = dense(x, cd, &xc);
-  if (st == OF_OK) st = dense(w, cd, &wc);
-  if (st == OF_OK) st = dense(b, cd, &bc);
+  of_status st = of_dense(x, cd, &xc);
+  if (st == OF_OK) st = of_dense(w, cd, &wc);
+  if (st == OF_OK) st = of_dense(b, cd, &bc);
   if (st == OF_OK) st = new_doubles(r.R, &mean);
   if (st == OF_OK) st = new_doubles(r.R, &rstd);
   if (st == OF_OK) st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &y);

@@ -41,10 +41,6 @@ static int32_t choose_threads(int64_t work) {
   return cap < nt ? (int32_t)cap : nt;
 }
 
-static of_dtype compute_dtype(of_dtype t) {
-  return t == OF_FLOAT16 || t == OF_BFLOAT16 ? OF_FLOAT32 : t;
-}
-
 /* dims[0..ndims) -> mask of reduced dims (ndims == 0: all). */
 static of_status parse_dims(const char *op, const of_tensor *x, const int32_t *dims,
                             int32_t ndims, bool *red) {
@@ -741,7 +737,7 @@ static void *acc_for(of_tensor *res, bool acc_d, int64_t n, int64_t *bytes) {
 static of_status to_compute(of_tensor *x, of_dtype dt, of_tensor **out) {
   of_tensor *a;
   OF_CHECK(of_cast_data(x, dt, &a));
-  of_dtype c = compute_dtype(dt);
+  of_dtype c = of_compute_dtype(dt);
   if (c == dt) {
     *out = a;
     return OF_OK;
@@ -1012,7 +1008,7 @@ static of_status max_dim_impl(const char *name, of_tensor *x, int32_t dim, int32
                      OF_SHAPE_STR(orig), OF_DT(orig));
     return fail_empty(name, x, d + 1);
   }
-  of_dtype cdt = compute_dtype(x->dtype);
+  of_dtype cdt = of_compute_dtype(x->dtype);
   of_tensor *xc = NULL, *vals = NULL, *idx = NULL;
   if ((st = of_cast_data(x, cdt, &xc)) != OF_OK) return st;
   if ((st = of_tensor_new(shape, nd, cdt, OF_CPU, &vals)) != OF_OK) goto done;
@@ -1183,7 +1179,7 @@ static of_status softmax_compute(of_tensor *x, int32_t dim, int32_t log_, of_ten
   of_status st = of_norm_dim(name, dim, x->ndim, &d);
   if (st != OF_OK) return with_input(st, x);
   if (!of_dtype_is_floating(x->dtype)) return not_floating(name, x, x->dtype);
-  of_dtype cdt = compute_dtype(x->dtype);
+  of_dtype cdt = of_compute_dtype(x->dtype);
   of_tensor *a = NULL, *xc = NULL, *res = NULL;
   if ((st = of_cast_data(x, cdt, &a)) != OF_OK) return st;
   st = of_contiguous_data(a, &xc);
@@ -1259,7 +1255,7 @@ static of_status cumulative_compute(of_tensor *x, int32_t dim, int32_t is_prod, 
   of_status st = of_norm_dim(name, dim, x->ndim, &d);
   if (st != OF_OK) return with_input(st, x);
   of_dtype out_dt = of_dtype_is_floating(x->dtype) ? x->dtype : OF_INT64;
-  of_dtype cdt = compute_dtype(out_dt);
+  of_dtype cdt = of_compute_dtype(out_dt);
   of_tensor *a = NULL, *xc = NULL, *res = NULL;
   if ((st = of_cast_data(x, cdt, &a)) != OF_OK) return st;
   st = of_contiguous_data(a, &xc);
@@ -1300,7 +1296,6 @@ done:
 #define DIV(a, b) of_s_bin(&s, OF_DIV, a, b)
 #define SUB(a, b) of_s_bin(&s, OF_SUB, a, b)
 #define MULS(a, v) of_s_bins(&s, OF_MUL, a, v)
-
 
 /* g reshaped to the keepdim shape of the reduction (no-op when keepdim). */
 static of_tensor *keep_shape(of_scope *sc, of_node *n, of_tensor *g) {

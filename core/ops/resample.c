@@ -19,19 +19,6 @@ static int32_t nthreads(int64_t work) {
   return cap < nt ? (int32_t)cap : nt;
 }
 
-static of_dtype compute_dt(of_dtype t) {
-  return t == OF_FLOAT16 || t == OF_BFLOAT16 ? OF_FLOAT32 : t;
-}
-
-static of_status dense(of_tensor *t, of_dtype dt, of_tensor **out) {
-  if (t->dtype == dt && of_tensor_is_contiguous(t)) {
-    of_tensor_retain(t);
-    *out = t;
-    return OF_OK;
-  }
-  return t->dtype != dt ? of_cast_data(t, dt, out) : of_clone_data(t, out);
-}
-
 /* y (any dtype) -> *out in dtype dt; y is consumed. */
 static of_status finish(of_tensor *y, of_dtype dt, of_tensor **out) {
   if (y->dtype == dt) {
@@ -250,11 +237,11 @@ static of_status interp_adjoint(of_tensor *g, const int64_t *in_sp, const int64_
                                 of_tensor **out) {
   int64_t xshape[OF_MAX_DIMS] = {g->shape[0], g->shape[1]};
   for (int32_t k = 0; k < nsp; k++) xshape[2 + k] = in_sp[k];
-  of_dtype cd = compute_dt(g->dtype);
+  of_dtype cd = of_compute_dtype(g->dtype);
   interp_plan p;
   OF_CHECK(plan_make(&p, xshape, nsp, size, scales, mode, align));
   of_tensor *gc = NULL, *gx = NULL;
-  of_status st = dense(g, cd, &gc);
+  of_status st = of_dense(g, cd, &gc);
   if (st == OF_OK) st = of_tensor_new(xshape, nsp + 2, cd, OF_CPU, &gx);
   if (st == OF_OK) {
     if (cd == OF_FLOAT64)
@@ -310,9 +297,9 @@ of_status of_impl_interpolate(of_tensor *x, const int64_t *size, const double *s
   for (int32_t k = 0; k < nsp; k++) yshape[2 + k] = size[k];
   interp_plan p;
   OF_CHECK(plan_make(&p, x->shape, nsp, size, scales, mode, align_corners));
-  of_dtype cd = mode == OF_INTERP_NEAREST ? x->dtype : compute_dt(x->dtype);
+  of_dtype cd = mode == OF_INTERP_NEAREST ? x->dtype : of_compute_dtype(x->dtype);
   of_tensor *xc = NULL, *y = NULL;
-  of_status st = dense(x, cd, &xc);
+  of_status st = of_dense(x, cd, &xc);
   if (st == OF_OK) st = of_tensor_new(yshape, nsp + 2, cd, OF_CPU, &y);
   if (st == OF_OK) {
     if (mode == OF_INTERP_NEAREST)
@@ -496,11 +483,11 @@ static void pad_attrs(of_node *n, const int64_t *pad, int32_t k, int32_t mode) {
  * backward is pad with zeros) */
 static of_status pad_adjoint(of_tensor *g, const int64_t *xshape, int32_t ndim,
                              const int64_t *pad, int32_t k, int32_t mode, of_tensor **out) {
-  of_dtype cd = compute_dt(g->dtype);
+  of_dtype cd = of_compute_dtype(g->dtype);
   pad_plan p;
   OF_CHECK(pad_plan_make(&p, xshape, ndim, pad, k, mode, true));
   of_tensor *gc = NULL, *gx = NULL;
-  of_status st = dense(g, cd, &gc);
+  of_status st = of_dense(g, cd, &gc);
   if (st == OF_OK) st = of_tensor_new(xshape, ndim, cd, OF_CPU, &gx);
   if (st == OF_OK) {
     if (gx->numel > 0) {
@@ -574,7 +561,7 @@ of_status of_impl_pad(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mod
   pad_plan p;
   OF_CHECK(pad_plan_make(&p, x->shape, x->ndim, pad, npad, mode, false));
   of_tensor *xc = NULL, *y = NULL;
-  of_status st = dense(x, x->dtype, &xc);
+  of_status st = of_dense(x, x->dtype, &xc);
   if (st == OF_OK) st = of_tensor_new(yshape, x->ndim, x->dtype, OF_CPU, &y);
   if (st == OF_OK) {
     uint64_t fill = 0;

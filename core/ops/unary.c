@@ -102,10 +102,6 @@ const char *of_unary_name(of_unary_op op) {
   return op >= 0 && op < OF_NUM_UNARY ? unary_ops[op].name : "invalid";
 }
 
-static of_dtype half_to_float(of_dtype t) {
-  return t == OF_FLOAT16 || t == OF_BFLOAT16 ? OF_FLOAT32 : t;
-}
-
 static of_status unsupported(const char *name, of_tensor *x) {
   return of_fail(OF_ERR_DTYPE, "%s: not supported for dtype %s (shape %s)", name, OF_DT(x),
                  OF_SHAPE_STR(x));
@@ -115,9 +111,9 @@ static of_status unary_compute(of_unary_op op, of_tensor *x, of_tensor *into, of
   const unary_def *def = &unary_ops[op];
   of_dtype result = x->dtype;
   if (def->kind == TO_FLOAT && !of_dtype_is_floating(result)) result = OF_FLOAT32;
-  of_dtype compute = half_to_float(result);
+  of_dtype compute = of_compute_dtype(result);
   if (def->kind == TO_BOOL) {
-    compute = half_to_float(x->dtype);
+    compute = of_compute_dtype(x->dtype);
     result = OF_BOOL;
   }
   if (op == OF_SIGN && x->dtype == OF_BOOL) compute = result = OF_BOOL;
@@ -160,7 +156,7 @@ static of_status clamp_compute(of_tensor *x, double lo, double hi, int32_t has_l
   /* a fractional bound on an int tensor makes the result float, as in torch */
   if (!of_dtype_is_floating(result) && ((has_lo && lo != floor(lo)) || (has_hi && hi != floor(hi))))
     result = OF_FLOAT32;
-  of_dtype compute = half_to_float(result);
+  of_dtype compute = of_compute_dtype(result);
   if (!clamp_loops[compute]) return unsupported("clamp", x);
   of_ew_ctx ctx = {.p0 = has_lo ? lo : NAN, .p1 = has_hi ? hi : NAN};
   return of_ew_run("clamp", clamp_loops[compute], &ctx, &x, 1, compute, compute, result,
@@ -169,7 +165,7 @@ static of_status clamp_compute(of_tensor *x, double lo, double hi, int32_t has_l
 
 static of_status leaky_compute(of_tensor *x, double slope, of_tensor *into, of_tensor **out) {
   if (!of_dtype_is_floating(x->dtype)) return unsupported("leaky_relu", x);
-  of_dtype compute = half_to_float(x->dtype);
+  of_dtype compute = of_compute_dtype(x->dtype);
   of_ew_ctx ctx = {.p0 = slope};
   return of_ew_run("leaky_relu", compute == OF_FLOAT64 ? p_leaky_double : p_leaky_float, &ctx, &x,
                    1, compute, compute, x->dtype, x->shape, x->ndim, into, out);
