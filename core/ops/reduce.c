@@ -1116,6 +1116,28 @@ static void split3(const of_tensor *x, int32_t d, int64_t *outer, int64_t *n, in
   for (int32_t i = d + 1; i < x->ndim; i++) *inner *= x->shape[i];
 }
 
+/* The driver shared by softmax and cumsum/cumprod: a contiguous tensor seen
+ * as [outer, n, inner] is worked along n, row by row when inner == 1, else in
+ * column blocks of BLOCK (walking memory contiguously), over OpenMP threads. */
+#define ALONG_DIM_RUN(NAME, S, T, BLOCK, FLAG)                                             \
+  static void NAME##_run_##S(T *o, const T *x, int64_t outer, int64_t n, int64_t inner,   \
+                             int FLAG) {                                                  \
+    int32_t nt = choose_threads(outer * n * inner);                                       \
+    if (inner == 1) {                                                                     \
+      _Pragma("omp parallel for num_threads(nt) schedule(static) if (nt > 1)")            \
+      for (int64_t r = 0; r < outer; r++) NAME##_row_##S(o + r * n, x + r * n, n, FLAG);  \
+      return;                                                                             \
+    }                                                                                     \
+    int64_t nb = (inner + BLOCK - 1) / BLOCK, units = outer * nb;                         \
+    _Pragma("omp parallel for num_threads(nt) schedule(static) if (nt > 1)")              \
+    for (int64_t u = 0; u < units; u++) {                                                 \
+      int64_t r = u / nb, j0 = (u % nb) * BLOCK;                                          \
+      int64_t B = inner - j0 < BLOCK ? inner - j0 : BLOCK;                                \
+      int64_t off = r * n * inner + j0;                                                   \
+      NAME##_cols_##S(o + off, x + off, n, inner, B, FLAG);                               \
+    }                                                                                     \
+  }
+
 #define DEF_SOFTMAX(S, T)                                                                \
   static void sm_row_##S(T *restrict o, const T *restrict x, int64_t n, int lg) {        \
     T m = k_MAX_##S##_best(x, n);                                                        \
@@ -1152,22 +1174,7 @@ static void split3(const of_tensor *x, int32_t d, int64_t *outer, int64_t *n, in
       else for (int64_t j = 0; j < B; j++) orow[j] *= f[j];                              \
     }                                                                                    \
   }                                                                                      \
-  static void sm_run_##S(T *o, const T *x, int64_t outer, int64_t n, int64_t inner, int lg) { \
-    int32_t nt = choose_threads(outer * n * inner);                                      \
-    if (inner == 1) {                                                                    \
-      _Pragma("omp parallel for num_threads(nt) schedule(static) if (nt > 1)")           \
-      for (int64_t r = 0; r < outer; r++) sm_row_##S(o + r * n, x + r * n, n, lg);       \
-      return;                                                                            \
-    }                                                                                    \
-    int64_t nb = (inner + SM_BLOCK - 1) / SM_BLOCK, units = outer * nb;                  \
-    _Pragma("omp parallel for num_threads(nt) schedule(static) if (nt > 1)")             \
-    for (int64_t u = 0; u < units; u++) {                                                \
-      int64_t r = u / nb, j0 = (u % nb) * SM_BLOCK;                                      \
-      int64_t B = inner - j0 < SM_BLOCK ? inner - j0 : SM_BLOCK;                         \
-      int64_t off = r * n * inner + j0;                                                  \
-      sm_cols_##S(o + off, x + off, n, inner, B, lg);                                    \
-    }                                                                                    \
-  }
+  ALONG_DIM_RUN(sm, S, T, SM_BLOCK, lg)
 
 DEF_SOFTMAX(f32, float)
 DEF_SOFTMAX(f64, double)
@@ -1227,22 +1234,7 @@ done:
       else for (int64_t j = 0; j < B; j++) { a[j] = OPS(a[j], (A)xr[j]); orow[j] = (T)a[j]; } \
     }                                                                                    \
   }                                                                                      \
-  static void cum_run_##S(T *o, const T *x, int64_t outer, int64_t n, int64_t inner, int prod) { \
-    int32_t nt = choose_threads(outer * n * inner);                                      \
-    if (inner == 1) {                                                                    \
-      _Pragma("omp parallel for num_threads(nt) schedule(static) if (nt > 1)")           \
-      for (int64_t r = 0; r < outer; r++) cum_row_##S(o + r * n, x + r * n, n, prod);    \
-      return;                                                                            \
-    }                                                                                    \
-    int64_t nb = (inner + CUM_BLOCK - 1) / CUM_BLOCK, units = outer * nb;                \
-    _Pragma("omp parallel for num_threads(nt) schedule(static) if (nt > 1)")             \
-    for (int64_t u = 0; u < units; u++) {                                                \
-      int64_t r = u / nb, j0 = (u % nb) * CUM_BLOCK;                                     \
-      int64_t B = inner - j0 < CUM_BLOCK ? inner - j0 : CUM_BLOCK;                       \
-      int64_t off = r * n * inner + j0;                                                  \
-      cum_cols_##S(o + off, x + off, n, inner, B, prod);                                 \
-    }                                                                                    \
-  }
+  ALONG_DIM_RUN(cum, S, T, CUM_BLOCK, prod)
 
 DEF_CUM(f32, float, double, cadd_d, cmul_d)
 DEF_CUM(f64, double, double, cadd_d, cmul_d)
