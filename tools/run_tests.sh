@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs every test: luacheck, the busted specs and the C tests (ctest), then
-# prints one line "N passed, N failed" summing busted and ctest (a luacheck
-# finding counts as one failure).
+# prints one line "N passed, N failed" summing busted, the mpirun specs
+# (spec/dist/*_mpi.lua at 2 and 4 processes) and ctest (a luacheck finding
+# counts as one failure).
 BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
@@ -24,6 +25,51 @@ b_fail=$(grep -c '^not ok ' "$out")
 grep -q '^# Errors\|error loading' "$out" && [ "$b_fail" -eq 0 ] && b_fail=1
 rm -f "$out"
 
+echo "== mpirun specs (spec/dist/*_mpi.lua)"
+# Each spec file runs on every rank of `mpirun -np 2` and `-np 4`; a test
+# passes when it passes on every rank. Bounded: a hung collective fails
+# after OF_DIST_TIMEOUT, a hung job after `timeout`.
+d_pass=0
+d_fail=0
+if ! command -v mpirun >/dev/null 2>&1; then
+  echo "mpirun not found: the distributed specs did not run"
+  [ "${CI:-}" = true ] && d_fail=1
+elif ls spec/dist/*_mpi.lua >/dev/null 2>&1; then
+  dir=$(mktemp -d)
+  for np in 2 4; do
+    OF_DIST_TIMEOUT=${OF_DIST_TIMEOUT:-30} timeout 900 mpirun --allow-run-as-root --oversubscribe \
+      -np "$np" sh -c 'luajit "$(command -v busted)" -o TAP -p _mpi spec/dist \
+        > "$0/out.$OMPI_COMM_WORLD_RANK" 2>&1' "$dir"
+    rc=$?
+    plan=$(sed -n 's/^1\.\.\([0-9]*\).*/\1/p' "$dir/out.0" | head -1)
+    [ -z "$plan" ] && plan=0
+    worst=0
+    r=0
+    while [ "$r" -lt "$np" ]; do
+      f="$dir/out.$r"
+      nf=$(grep -c '^not ok ' "$f" 2>/dev/null)
+      nok=$(grep -c '^ok ' "$f" 2>/dev/null)
+      [ -z "$nf" ] && nf=0
+      [ -z "$nok" ] && nok=0
+      # a missing or truncated report counts what it lacks as failed
+      miss=$((plan - nok))
+      [ "$miss" -gt "$nf" ] && nf=$miss
+      [ "$nf" -gt "$worst" ] && worst=$nf
+      if [ "$nf" -gt 0 ] || [ "$rc" -ne 0 ]; then
+        echo "-- rank $r of $np:"
+        grep -v '^ok ' "$f" | head -40
+      fi
+      r=$((r + 1))
+    done
+    [ "$plan" -eq 0 ] || [ "$rc" -ne 0 ] && [ "$worst" -eq 0 ] && worst=1
+    echo "mpirun -np $np: $((plan - worst)) passed, $worst failed (exit $rc)"
+    d_pass=$((d_pass + plan - worst))
+    d_fail=$((d_fail + worst))
+    rm -f "$dir"/out.*
+  done
+  rmdir "$dir"
+fi
+
 echo "== ctest"
 out=$(mktemp)
 (cd "$BUILD" && ctest --output-on-failure 2>&1) | tee "$out"
@@ -34,8 +80,8 @@ c_fail=$(sed -n 's/.*, \([0-9]*\) tests failed out of.*/\1/p' "$out")
 c_pass=$((c_total - c_fail))
 rm -f "$out"
 
-passed=$((b_pass + c_pass))
-failed=$((b_fail + c_fail + lint_fail))
+passed=$((b_pass + c_pass + d_pass))
+failed=$((b_fail + c_fail + lint_fail + d_fail))
 [ "$failed" -ne 0 ] && status=1
 echo "$passed passed, $failed failed"
 exit $status

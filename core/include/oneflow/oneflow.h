@@ -403,6 +403,49 @@ of_status of_nll_loss(of_tensor *log_probs, of_tensor *target, of_tensor *weight
                       of_tensor **out);
 
 
+/* ---- processes and communicators (core/dist/) ---------------------------
+ * A process started by mpirun or srun (PMI/PMIx in its environment) joins
+ * the MPI world on first use through liboneflow_mpi.so; any other process is
+ * a world of one. Collectives are called by every member of the
+ * communicator in the same order; they work on CPU tensors of any dtype
+ * (float16/bfloat16 reduce in float32, bool sums are logical or). A call
+ * that does not complete within the timeout (OF_DIST_TIMEOUT, default 60 s)
+ * fails with a message naming the ranks that did not take part, and the
+ * communicator is unusable afterwards. Results of gathers are 1-D. */
+typedef struct of_comm of_comm;
+typedef int32_t of_comm_op;
+enum { OF_COMM_SUM = 0, OF_COMM_MAX = 1, OF_COMM_MIN = 2 };
+of_status of_dist_init(void);                  /* idempotent; others call it */
+const char *of_dist_backend(void);             /* "self", "mpi" or "none" (failed) */
+int32_t of_dist_rank(void);
+int32_t of_dist_world_size(void);
+int32_t of_dist_local_rank(void);              /* rank among processes on this host */
+double of_dist_get_timeout(void);
+of_status of_dist_set_timeout(double seconds);
+of_status of_comm_world(of_comm **out);        /* borrowed; lives as long as the process */
+/* Called by the members only: ranks[n] of parent, in the new group's order. */
+of_status of_comm_new_group(of_comm *parent, const int32_t *ranks, int32_t n,
+                            of_comm **out);
+void of_comm_release(of_comm *c);
+int32_t of_comm_rank(const of_comm *c);
+int32_t of_comm_size(const of_comm *c);
+of_status of_comm_barrier(of_comm *c);
+of_status of_comm_all_reduce(of_comm *c, of_tensor *t, of_comm_op op);       /* in place */
+of_status of_comm_broadcast(of_comm *c, of_tensor *t, int32_t root);         /* in place */
+/* counts[size]: elements each rank gives (NULL: all numel(x)) -> [sum]. */
+of_status of_comm_all_gather(of_comm *c, of_tensor *x, const int64_t *counts,
+                             of_tensor **out);
+/* x holds sum(counts) elements (NULL: equal parts); out gets counts[rank]. */
+of_status of_comm_reduce_scatter(of_comm *c, of_tensor *x, const int64_t *counts,
+                                 of_comm_op op, of_tensor **out);
+/* Part i of x (send_counts[i] elements, in order) goes to rank i; out holds
+ * what each rank sent here, rank order (NULL counts: equal parts). */
+of_status of_comm_all_to_all(of_comm *c, of_tensor *x, const int64_t *send_counts,
+                             const int64_t *recv_counts, of_tensor **out);
+of_status of_comm_send(of_comm *c, of_tensor *x, int32_t dst, int32_t tag);
+of_status of_comm_recv(of_comm *c, of_tensor *into, int32_t src, int32_t tag);
+
+
 /* ---- image IO (core/io/image.c) -----------------------------------------
  * JPEG through libjpeg(-turbo), PNG through libpng. Images are uint8
  * [H, W, C]: JPEG gives C = 1 (grey) or 3 (RGB; CMYK is converted); PNG gives

@@ -1,0 +1,496 @@
+/* comm.c -- processes and communicators (public of_dist_* / of_comm_* API).
+ *
+ * The backend is chosen once, on first use: a process started by a launcher
+ * (mpirun, srun with PMI/PMIx) dlopens liboneflow_mpi.so; any other process
+ * is a world of one, served in-process. Tensors are CPU and contiguous on the
+ * wire; float16/bfloat16 reductions go through float32, bool through uint8
+ * (sum of bools is a logical or). */
+#define _GNU_SOURCE
+#include "internal.h"
+#include "dist/backend.h"
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct of_comm {
+  int64_t refcount;
+  void *bc;            /* the backend's communicator */
+  int32_t rank, size;
+};
+
+static const of_comm_backend *backend;
+static of_comm world = {1, NULL, 0, 1};
+static int init_state;            /* 0 not tried, 1 ok, -1 failed */
+static char init_error[1024];
+static double timeout_s = -1;
+
+/* ---- world of one ------------------------------------------------------ */
+static int self_dummy;
+static const char *self_err = "";
+static int s_init(void) { return 0; }
+static void *s_world(void) { return &self_dummy; }
+static int32_t s_rank(void *c) { return 0; }
+static int32_t s_size(void *c) { return 1; }
+static int32_t s_local_rank(void) { return 0; }
+static int s_group(void *p, const int32_t *r, int32_t n, void **out) {
+  *out = &self_dummy;
+  return 0;
+}
+static void s_free(void *c) {}
+static int s_barrier(void *c, const char *op, double t) { return 0; }
+static int s_all_reduce(void *c, void *b, int64_t n, of_wire w, int32_t r, const char *op,
+                        double t) {
+  return 0;
+}
+static int s_broadcast(void *c, void *b, int64_t n, of_wire w, int32_t root, const char *op,
+                       double t) {
+  return 0;
+}
+static int64_t wire_size(of_wire w) {
+  static const int64_t sz[] = {1, 1, 4, 8, 4, 8, 2};
+  return sz[w];
+}
+static int s_all_gather(void *c, const void *in, void *out, const int64_t *counts, of_wire w,
+                        const char *op, double t) {
+  memmove(out, in, (size_t)(counts[0] * wire_size(w)));
+  return 0;
+}
+static int s_reduce_scatter(void *c, const void *in, void *out, const int64_t *counts,
+                            of_wire w, int32_t r, const char *op, double t) {
+  memmove(out, in, (size_t)(counts[0] * wire_size(w)));
+  return 0;
+}
+static int s_all_to_all(void *c, const void *in, const int64_t *sc, void *out,
+                        const int64_t *rc, of_wire w, const char *op, double t) {
+  memmove(out, in, (size_t)(sc[0] * wire_size(w)));
+  return 0;
+}
+static int s_p2p(void *c, void *b, int64_t n, of_wire w, int32_t peer, int32_t tag,
+                 const char *op, double t) {
+  self_err = "a world of one process has no peer to send to or receive from "
+             "(launch with mpirun to use several processes)";
+  return 1;
+}
+static int s_send(void *c, const void *b, int64_t n, of_wire w, int32_t peer, int32_t tag,
+                  const char *op, double t) {
+  return s_p2p(c, NULL, n, w, peer, tag, op, t);
+}
+static const char *s_error(void) { return self_err; }
+static const of_comm_backend self_backend = {
+  OF_COMM_ABI, "self", s_init, s_world, s_rank, s_size, s_local_rank, s_group, s_free,
+  s_barrier, s_all_reduce, s_broadcast, s_all_gather, s_reduce_scatter, s_all_to_all,
+  s_send, s_p2p, s_error,
+};
+
+/* ---- choosing the backend --------------------------------------------- */
+static int launched_by_mpi(void) {
+  static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK",
+                               "MV2_COMM_WORLD_SIZE"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+    if (getenv(vars[i])) return 1;
+  return 0;
+}
+
+static const of_comm_backend *load_mpi(char *err, size_t cap) {
+  char path[512];
+  const char *env = getenv("OF_MPI_LIBRARY");
+  Dl_info info;
+  if (env && *env) {
+    snprintf(path, sizeof path, "%s", env);
+  } else if (dladdr((void *)&of_dist_init, &info) && info.dli_fname &&
+             strrchr(info.dli_fname, '/')) {
+    const char *slash = strrchr(info.dli_fname, '/');
+    snprintf(path, sizeof path, "%.*s/liboneflow_mpi.so", (int)(slash - info.dli_fname),
+             info.dli_fname);
+  } else {
+    snprintf(path, sizeof path, "liboneflow_mpi.so");
+  }
+  /* RTLD_GLOBAL: Open MPI's components are libraries of their own that
+   * expect libmpi's symbols in the global scope. */
+  void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+  if (!h) {
+    snprintf(err, cap, "cannot load the MPI backend %.300s: %.400s", path, dlerror());
+    return NULL;
+  }
+  of_comm_backend_fn get = (of_comm_backend_fn)dlsym(h, "of_comm_backend_mpi");
+  const of_comm_backend *b = get ? get() : NULL;
+  if (!b || b->abi != OF_COMM_ABI) {
+    snprintf(err, cap, "%.300s is not a matching oneflow MPI backend (rebuild it)", path);
+    return NULL;
+  }
+  return b;
+}
+
+double of_dist_get_timeout(void) {
+  if (timeout_s < 0) {
+    const char *e = getenv("OF_DIST_TIMEOUT");
+    double v = e ? atof(e) : 0;
+    timeout_s = v > 0 ? v : 60.0;
+  }
+  return timeout_s;
+}
+
+of_status of_dist_set_timeout(double seconds) {
+  if (!(seconds > 0))
+    return of_fail(OF_ERR_ARG, "set_timeout: expected a positive number of seconds, got %g",
+                   seconds);
+  timeout_s = seconds;
+  return OF_OK;
+}
+
+of_status of_dist_init(void) {
+  if (init_state == 1) return OF_OK;
+  if (init_state == -1) return of_fail(OF_ERR_STATE, "%s", init_error);
+  const of_comm_backend *b = &self_backend;
+  if (launched_by_mpi()) {
+    char err[800];
+    b = load_mpi(err, sizeof err);
+    if (!b) {
+      snprintf(init_error, sizeof init_error,
+               "distributed: the process was started by an MPI launcher but %.800s", err);
+      init_state = -1;
+      return of_fail(OF_ERR_STATE, "%s", init_error);
+    }
+  }
+  if (b->init() != 0) {
+    snprintf(init_error, sizeof init_error, "distributed: %s backend: %.900s", b->name,
+             b->error());
+    init_state = -1;
+    return of_fail(OF_ERR_STATE, "%s", init_error);
+  }
+  backend = b;
+  world.bc = b->world();
+  world.rank = b->rank(world.bc);
+  world.size = b->size(world.bc);
+  init_state = 1;
+  return OF_OK;
+}
+
+const char *of_dist_backend(void) {
+  return of_dist_init() == OF_OK ? backend->name : "none";
+}
+int32_t of_dist_rank(void) { return of_dist_init() == OF_OK ? world.rank : 0; }
+int32_t of_dist_world_size(void) { return of_dist_init() == OF_OK ? world.size : 1; }
+int32_t of_dist_local_rank(void) {
+  return of_dist_init() == OF_OK ? backend->local_rank() : 0;
+}
+
+of_status of_comm_world(of_comm **out) {
+  *out = NULL;
+  OF_CHECK(of_dist_init());
+  *out = &world;
+  return OF_OK;
+}
+
+int32_t of_comm_rank(const of_comm *c) { return c->rank; }
+int32_t of_comm_size(const of_comm *c) { return c->size; }
+
+static of_status bfail(const char *op) {
+  return of_fail(OF_ERR_STATE, "%s", backend->error()[0] ? backend->error() : op);
+}
+
+of_status of_comm_new_group(of_comm *parent, const int32_t *ranks, int32_t n,
+                            of_comm **out) {
+  *out = NULL;
+  OF_CHECK(of_dist_init());
+  if (n < 1 || n > parent->size)
+    return of_fail(OF_ERR_ARG, "new_group: %d ranks for a communicator of %d", (int)n,
+                   (int)parent->size);
+  int member = 0;
+  for (int32_t i = 0; i < n; i++) {
+    if (ranks[i] < 0 || ranks[i] >= parent->size)
+      return of_fail(OF_ERR_INDEX, "new_group: rank %d out of range for %d processes",
+                     (int)ranks[i], (int)parent->size);
+    for (int32_t j = 0; j < i; j++)
+      if (ranks[j] == ranks[i])
+        return of_fail(OF_ERR_ARG, "new_group: rank %d listed twice", (int)ranks[i]);
+    if (ranks[i] == parent->rank) member = 1;
+  }
+  if (!member)
+    return of_fail(OF_ERR_ARG, "new_group: rank %d is not in the group; only members may "
+                   "create it", (int)parent->rank);
+  of_comm *c = calloc(1, sizeof *c);
+  if (!c) return of_fail(OF_ERR_OOM, "new_group: out of memory");
+  if (backend->group(parent->bc, ranks, n, &c->bc) != 0) {
+    free(c);
+    return bfail("new_group");
+  }
+  c->refcount = 1;
+  c->rank = backend->rank(c->bc);
+  c->size = backend->size(c->bc);
+  *out = c;
+  return OF_OK;
+}
+
+void of_comm_release(of_comm *c) {
+  if (!c || c == &world) return;
+  if (--c->refcount > 0) return;
+  backend->free(c->bc);
+  free(c);
+}
+
+/* ---- tensors on the wire ----------------------------------------------- */
+static of_status wire_of(const char *op, of_dtype dt, int reducing, of_wire *w, of_dtype *as) {
+  *as = dt;
+  switch (dt) {
+    case OF_BOOL: case OF_UINT8: *w = OF_WIRE_U8; return OF_OK;
+    case OF_INT8: *w = OF_WIRE_I8; return OF_OK;
+    case OF_INT32: *w = OF_WIRE_I32; return OF_OK;
+    case OF_INT64: *w = OF_WIRE_I64; return OF_OK;
+    case OF_FLOAT32: *w = OF_WIRE_F32; return OF_OK;
+    case OF_FLOAT64: *w = OF_WIRE_F64; return OF_OK;
+    case OF_FLOAT16: case OF_BFLOAT16:
+      if (reducing) {
+        *as = OF_FLOAT32;
+        *w = OF_WIRE_F32;
+      } else {
+        *w = OF_WIRE_U16;
+      }
+      return OF_OK;
+  }
+  return of_fail(OF_ERR_DTYPE, "%s: unknown dtype %d", op, (int)dt);
+}
+
+static of_status check_tensor(const char *op, const of_tensor *t) {
+  if (!t) return of_fail(OF_ERR_ARG, "%s: tensor is NULL", op);
+  if (of_tensor_device(t) != OF_CPU)
+    return of_fail(OF_ERR_DEVICE, "%s: only CPU tensors are supported by the %s backend", op,
+                   backend ? backend->name : "current");
+  return OF_OK;
+}
+
+static of_status check_op(const char *op, of_comm_op r) {
+  if (r < OF_COMM_SUM || r > OF_COMM_MIN)
+    return of_fail(OF_ERR_ARG, "%s: unknown reduction %d (sum 0, max 1, min 2)", op, (int)r);
+  return OF_OK;
+}
+
+static int32_t wire_red(of_dtype dt, of_comm_op r) {
+  /* a sum of bools saturates: logical or */
+  return dt == OF_BOOL && r == OF_COMM_SUM ? OF_COMM_MAX : r;
+}
+
+of_status of_comm_barrier(of_comm *c) {
+  OF_CHECK(of_dist_init());
+  if (backend->barrier(c->bc, "barrier", of_dist_get_timeout()) != 0) return bfail("barrier");
+  return OF_OK;
+}
+
+of_status of_comm_all_reduce(of_comm *c, of_tensor *t, of_comm_op r) {
+  const char *op = "all_reduce";
+  OF_CHECK(of_dist_init());
+  OF_CHECK(check_tensor(op, t));
+  OF_CHECK(check_op(op, r));
+  of_wire w = OF_WIRE_U8;
+  of_dtype as;
+  OF_CHECK(wire_of(op, t->dtype, 1, &w, &as));
+  of_tensor *buf;
+  OF_CHECK(of_dense(t, as, &buf));
+  of_status st = OF_OK;
+  if (backend->all_reduce(c->bc, of_ptr(buf), buf->numel, w, wire_red(t->dtype, r), op,
+                          of_dist_get_timeout()) != 0)
+    st = bfail(op);
+  else if (buf != t)
+    st = of_copy_data(t, buf);
+  else
+    of_bump_version(t);
+  of_tensor_release(buf);
+  return st;
+}
+
+of_status of_comm_broadcast(of_comm *c, of_tensor *t, int32_t root) {
+  const char *op = "broadcast";
+  OF_CHECK(of_dist_init());
+  OF_CHECK(check_tensor(op, t));
+  if (root < 0 || root >= c->size)
+    return of_fail(OF_ERR_INDEX, "broadcast: root %d out of range for %d processes",
+                   (int)root, (int)c->size);
+  of_wire w = OF_WIRE_U8;
+  of_dtype as;
+  OF_CHECK(wire_of(op, t->dtype, 0, &w, &as));
+  of_tensor *buf;
+  OF_CHECK(of_dense(t, as, &buf));
+  of_status st = OF_OK;
+  if (backend->broadcast(c->bc, of_ptr(buf), buf->numel, w, root, op, of_dist_get_timeout()))
+    st = bfail(op);
+  else if (buf != t)
+    st = of_copy_data(t, buf);
+  else
+    of_bump_version(t);
+  of_tensor_release(buf);
+  return st;
+}
+
+/* counts[size] or NULL (each rank gives `own`); checks and sums them. */
+static of_status fill_counts(const char *op, of_comm *c, const int64_t *counts, int64_t own,
+                             int64_t *buf, int64_t *total) {
+  *total = 0;
+  for (int32_t i = 0; i < c->size; i++) {
+    buf[i] = counts ? counts[i] : own;
+    if (buf[i] < 0)
+      return of_fail(OF_ERR_ARG, "%s: negative count %lld for rank %d", op,
+                     (long long)buf[i], (int)i);
+    *total += buf[i];
+  }
+  return OF_OK;
+}
+
+static int64_t *counts_buf(of_comm *c) { return malloc(sizeof(int64_t) * (size_t)c->size); }
+
+of_status of_comm_all_gather(of_comm *c, of_tensor *x, const int64_t *counts,
+                             of_tensor **out) {
+  const char *op = "all_gather";
+  *out = NULL;
+  OF_CHECK(of_dist_init());
+  OF_CHECK(check_tensor(op, x));
+  int64_t *cnt = counts_buf(c), total;
+  if (!cnt) return of_fail(OF_ERR_OOM, "%s: out of memory", op);
+  of_status st = fill_counts(op, c, counts, x->numel, cnt, &total);
+  if (st == OF_OK && cnt[c->rank] != x->numel)
+    st = of_fail(OF_ERR_SHAPE, "%s: rank %d gives %lld elements but counts say %lld", op,
+                 (int)c->rank, (long long)x->numel, (long long)cnt[c->rank]);
+  of_wire w = OF_WIRE_U8;
+  of_dtype as;
+  of_tensor *in = NULL, *res = NULL;
+  if (st == OF_OK) st = wire_of(op, x->dtype, 0, &w, &as);
+  if (st == OF_OK) st = of_dense(x, as, &in);
+  if (st == OF_OK) st = of_tensor_new(&total, 1, x->dtype, OF_CPU, &res);
+  if (st == OF_OK && backend->all_gather(c->bc, of_ptr(in), of_ptr(res), cnt, w, op,
+                                         of_dist_get_timeout()) != 0)
+    st = bfail(op);
+  free(cnt);
+  of_tensor_release(in);
+  if (st != OF_OK) {
+    if (res) of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return OF_OK;
+}
+
+of_status of_comm_reduce_scatter(of_comm *c, of_tensor *x, const int64_t *counts,
+                                 of_comm_op r, of_tensor **out) {
+  const char *op = "reduce_scatter";
+  *out = NULL;
+  OF_CHECK(of_dist_init());
+  OF_CHECK(check_tensor(op, x));
+  OF_CHECK(check_op(op, r));
+  int64_t *cnt = counts_buf(c), total;
+  if (!cnt) return of_fail(OF_ERR_OOM, "%s: out of memory", op);
+  int64_t even = c->size ? x->numel / c->size : 0;
+  of_status st = fill_counts(op, c, counts, even, cnt, &total);
+  if (st == OF_OK && total != x->numel)
+    st = of_fail(OF_ERR_SHAPE, "%s: counts add up to %lld but the tensor has %lld elements%s",
+                 op, (long long)total, (long long)x->numel,
+                 counts ? "" : " (not divisible by the number of processes; give counts)");
+  of_wire w = OF_WIRE_U8;
+  of_dtype as;
+  of_tensor *in = NULL, *res = NULL;
+  if (st == OF_OK) st = wire_of(op, x->dtype, 1, &w, &as);
+  if (st == OF_OK) st = of_dense(x, as, &in);
+  int64_t mine = cnt[c->rank];
+  if (st == OF_OK) st = of_tensor_new(&mine, 1, as, OF_CPU, &res);
+  if (st == OF_OK && backend->reduce_scatter(c->bc, of_ptr(in), of_ptr(res), cnt, w,
+                                             wire_red(x->dtype, r), op,
+                                             of_dist_get_timeout()) != 0)
+    st = bfail(op);
+  free(cnt);
+  of_tensor_release(in);
+  if (st == OF_OK && as != x->dtype) {
+    of_tensor *back;
+    st = of_cast_data(res, x->dtype, &back);
+    of_tensor_release(res);
+    res = st == OF_OK ? back : NULL;
+  }
+  if (st != OF_OK) {
+    if (res) of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return OF_OK;
+}
+
+of_status of_comm_all_to_all(of_comm *c, of_tensor *x, const int64_t *send_counts,
+                             const int64_t *recv_counts, of_tensor **out) {
+  const char *op = "all_to_all";
+  *out = NULL;
+  OF_CHECK(of_dist_init());
+  OF_CHECK(check_tensor(op, x));
+  int64_t *sc = counts_buf(c), *rc = counts_buf(c), stot = 0, rtot = 0;
+  of_status st = sc && rc ? OF_OK : of_fail(OF_ERR_OOM, "%s: out of memory", op);
+  int64_t even = c->size ? x->numel / c->size : 0;
+  if (st == OF_OK) st = fill_counts(op, c, send_counts, even, sc, &stot);
+  if (st == OF_OK) st = fill_counts(op, c, recv_counts, even, rc, &rtot);
+  if (st == OF_OK && stot != x->numel)
+    st = of_fail(OF_ERR_SHAPE, "%s: send counts add up to %lld but the tensor has %lld "
+                 "elements", op, (long long)stot, (long long)x->numel);
+  of_wire w = OF_WIRE_U8;
+  of_dtype as;
+  of_tensor *in = NULL, *res = NULL;
+  if (st == OF_OK) st = wire_of(op, x->dtype, 0, &w, &as);
+  if (st == OF_OK) st = of_dense(x, as, &in);
+  if (st == OF_OK) st = of_tensor_new(&rtot, 1, x->dtype, OF_CPU, &res);
+  if (st == OF_OK && backend->all_to_all(c->bc, of_ptr(in), sc, of_ptr(res), rc, w, op,
+                                         of_dist_get_timeout()) != 0)
+    st = bfail(op);
+  free(sc);
+  free(rc);
+  of_tensor_release(in);
+  if (st != OF_OK) {
+    if (res) of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return OF_OK;
+}
+
+static of_status check_peer(const char *op, of_comm *c, int32_t peer, int32_t tag) {
+  if (peer < 0 || peer >= c->size)
+    return of_fail(OF_ERR_INDEX, "%s: rank %d out of range for %d processes", op, (int)peer,
+                   (int)c->size);
+  if (peer == c->rank)
+    return of_fail(OF_ERR_ARG, "%s: rank %d cannot %s itself", op, (int)peer,
+                   op[0] == 's' ? "send to" : "receive from");
+  if (tag < 0 || tag > 32767)
+    return of_fail(OF_ERR_ARG, "%s: tag %d outside 0..32767", op, (int)tag);
+  return OF_OK;
+}
+
+of_status of_comm_send(of_comm *c, of_tensor *x, int32_t dst, int32_t tag) {
+  const char *op = "send";
+  OF_CHECK(of_dist_init());
+  OF_CHECK(check_tensor(op, x));
+  OF_CHECK(check_peer(op, c, dst, tag));
+  of_wire w = OF_WIRE_U8;
+  of_dtype as;
+  OF_CHECK(wire_of(op, x->dtype, 0, &w, &as));
+  of_tensor *in;
+  OF_CHECK(of_dense(x, as, &in));
+  of_status st = OF_OK;
+  if (backend->send(c->bc, of_ptr(in), in->numel, w, dst, tag, op, of_dist_get_timeout()))
+    st = bfail(op);
+  of_tensor_release(in);
+  return st;
+}
+
+of_status of_comm_recv(of_comm *c, of_tensor *into, int32_t src, int32_t tag) {
+  const char *op = "recv";
+  OF_CHECK(of_dist_init());
+  OF_CHECK(check_tensor(op, into));
+  OF_CHECK(check_peer(op, c, src, tag));
+  of_wire w = OF_WIRE_U8;
+  of_dtype as;
+  OF_CHECK(wire_of(op, into->dtype, 0, &w, &as));
+  of_tensor *buf;
+  OF_CHECK(of_dense(into, as, &buf));
+  of_status st = OF_OK;
+  if (backend->recv(c->bc, of_ptr(buf), buf->numel, w, src, tag, op, of_dist_get_timeout()))
+    st = bfail(op);
+  else if (buf != into)
+    st = of_copy_data(into, buf);
+  else
+    of_bump_version(into);
+  of_tensor_release(buf);
+  return st;
+}

@@ -1,0 +1,24 @@
+-- Run under mpirun by spec/dist/comm_spec.lua: rank 1 stays out of a
+-- collective; the others must fail within the timeout, naming rank 1.
+local flow = require 'oneflow'
+local mode = arg[1] or 'absent'
+flow.env.set_timeout(tonumber(arg[2]) or 2)
+local r = flow.env.get_rank()
+flow.env.barrier()
+if r == 1 then
+  if mode == 'absent' then
+    -- stays away long enough for the others to time out and ask around
+    os.execute('sleep 8')
+    os.exit(0, true)
+  end
+  local ok, err = pcall(flow.env.barrier)   -- a different collective
+  io.write(('rank %d: %s\n'):format(r, ok and 'ok' or tostring(err)))
+  io.stdout:flush()
+  os.exit(3, true)
+else
+  local t0 = os.time()
+  local ok, err = pcall(flow.comm.all_reduce, flow.ones(4))
+  io.write(('rank %d after %d s: %s\n'):format(r, os.time() - t0, ok and 'ok' or tostring(err)))
+  io.stdout:flush()
+  os.exit(3, true)
+end
