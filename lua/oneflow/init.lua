@@ -92,6 +92,7 @@ flow.nn = require 'oneflow.nn'
 flow.onnx = require 'oneflow.onnx'
 flow.distributed = require 'oneflow.distributed'
 flow.env, flow.comm = flow.distributed.env, flow.distributed.comm
+require('oneflow.distributed.global').attach(flow)
 flow.version = core.C.of_version()
 flow.__version__ = '0.1.0'
 

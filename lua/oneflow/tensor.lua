@@ -23,6 +23,14 @@ function T.def(name, fn, where)
 end
 local def = T.def
 
+--- SBP signatures of an op for global tensors (see oneflow.distributed.rules):
+-- declared beside the op's binding, read when the first global tensor is made.
+T.sbp_rules = {}
+function T.sbp(names, rule)
+  if type(names) == 'string' then names = {names} end
+  for _, n in ipairs(names) do T.sbp_rules[n] = rule end
+end
+
 local Handle = core.Handle
 function T.is_tensor(x) return type(x) == 'cdata' and ffi.istype(Handle, x) end
 local is_tensor = T.is_tensor

@@ -8,4 +8,6 @@ M.comm = comm
 M.get_rank, M.get_world_size = comm.env.get_rank, comm.env.get_world_size
 M.get_local_rank, M.barrier = comm.env.get_local_rank, comm.env.barrier
 M.new_group = comm.new_group
+local PL = require 'oneflow.distributed.placement'
+M.placement, M.sbp = PL.placement, PL.sbp
 return M

@@ -178,4 +178,18 @@ mt.__unm = function(a)
   return wrap(out1[0])
 end
 
+------------------------------------------------------------------ SBP (global tensors)
+local R = require 'oneflow.distributed.rules'
+T.sbp({'add', 'sub'}, R.elementwise('add'))
+T.sbp('mul', R.elementwise('mul'))
+T.sbp('div', R.elementwise('div'))
+T.sbp('neg', R.elementwise('add'))
+for name in pairs(binary_ops) do
+  if not T.sbp_rules[name] then T.sbp(name, R.elementwise()) end
+end
+for _, name in ipairs(unary_names) do
+  if not T.sbp_rules[name] then T.sbp(name, R.elementwise()) end
+end
+T.sbp({'clamp', 'leaky_relu', 'where', 'masked_fill'}, R.elementwise())
+
 return {}

@@ -301,4 +301,8 @@ def('nonzero', function(x, opts)
 end)
 def('argwhere', function(x) return x:nonzero() end)
 
+------------------------------------------------------------------ SBP (global tensors)
+local R = require 'oneflow.distributed.rules'
+T.sbp('cat', R.cat)
+
 return {}

@@ -101,4 +101,8 @@ def('outer', function(a, b)
 end)
 def('ger', T.flow.outer)
 
+------------------------------------------------------------------ SBP (global tensors)
+local R = require 'oneflow.distributed.rules'
+T.sbp({'matmul', 'mm', 'bmm'}, R.matmul)
+
 return {}

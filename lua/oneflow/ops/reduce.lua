@@ -218,4 +218,11 @@ end
 M.cumsum = def('cumsum', cumulative(0, 'cumsum'))
 M.cumprod = def('cumprod', cumulative(1, 'cumprod'))
 
+------------------------------------------------------------------ SBP (global tensors)
+local R = require 'oneflow.distributed.rules'
+T.sbp('sum', R.reduce('sum'))
+T.sbp('mean', R.reduce('mean'))
+T.sbp({'amax', 'amin', 'prod', 'logsumexp', 'all', 'any'}, R.reduce())
+T.sbp({'softmax', 'log_softmax', 'cumsum', 'cumprod'}, R.along_dim(2))
+
 return M

@@ -244,4 +244,9 @@ function T.newindex(x, k, v)
   else target:copy_(v) end
 end
 
+------------------------------------------------------------------ SBP (global tensors)
+local R = require 'oneflow.distributed.rules'
+T.sbp({'reshape', 'view'}, R.reshape)
+T.sbp({'narrow'}, R.slice(2))
+
 return {}
