@@ -25,14 +25,15 @@ local function norm_dim(d, nd)
 end
 M.norm_dim = norm_dim
 
---- Shape of the shard at `coord` (0-based per axis) after applying axes
--- 1..upto (default all) of `nd_sbp` to `shape`; also the start offsets.
-function M.shard(shape, hierarchy, nd_sbp, coord, upto)
+--- Shape of the shard at `coord` (0-based per axis) after applying the
+-- axes of `nd_sbp` to `shape` (all but axis `skip`, if given); also the
+-- start offsets.
+function M.shard(shape, hierarchy, nd_sbp, coord, skip)
   local s, start = {}, {}
   for i = 1, #shape do s[i], start[i] = shape[i], 0 end
-  for k = 1, upto or #hierarchy do
+  for k = 1, #hierarchy do
     local v = nd_sbp[k]
-    if v.kind == 'S' then
+    if v.kind == 'S' and k ~= skip then
       local d = norm_dim(v.dim, #shape)
       local off, size = part(s[d], hierarchy[k], coord[k])
       start[d] = start[d] + off
@@ -145,7 +146,9 @@ local function same_placement(x, shape, P, from, to)
   for k = 1, #from do cur[k] = from[k] end
   local nd = #shape
   local function apply(k, b)
-    local lshape = M.shard(shape, P.hierarchy, cur, P.coord, k - 1)
+    -- this rank's piece before axis k cuts it: the other axes never split
+    -- the dims axis k moves (direct_ok), so their order does not matter
+    local lshape = M.shard(shape, P.hierarchy, cur, P.coord, k)
     x = step(x, lshape, cur[k], b, P:axis_group(k), P.coord[k])
     cur[k] = b
   end
@@ -198,7 +201,7 @@ end
 
 -- Every rank of P2 receives from one rank of P1 through one all-to-all over
 -- the union of both placements (no send/recv cycles to deadlock on).
-local function move(x, shape, P1, P2, pairing, dtype)
+local function move(x, P1, P2, pairing, dtype)
   local ranks = union_ranks(P1, P2)
   local g = comm.new_group(ranks)
   local pos = {}
@@ -240,7 +243,7 @@ function M.box(x, shape, P1, s1, P2, s2, dtype)
   end
   if same_layout(P1, s1, P2, s2) then
     -- shard j moves from the j-th rank of P1 to the j-th rank of P2
-    return move(x, shape, P1, P2, function(j)
+    return move(x, P1, P2, function(j)
       local c = P2.hierarchy[2] and {math.floor((j - 1) / P2.hierarchy[2]), (j - 1) % P2.hierarchy[2]}
                 or {j - 1}
       return P1.ranks[j], (M.shard(shape, P2.hierarchy, s2, c))
@@ -249,7 +252,7 @@ function M.box(x, shape, P1, s1, P2, s2, dtype)
   -- general: broadcast on P1, copy to every rank of P2, cut there
   local b1, b2 = all_b(#P1.hierarchy), all_b(#P2.hierarchy)
   if P1:has_me() then x = same_placement(x, shape, P1, s1, b1) end
-  x = move(x, shape, P1, P2, function(j) return P1.ranks[(j - 1) % #P1.ranks + 1], shape end, dtype)
+  x = move(x, P1, P2, function(j) return P1.ranks[(j - 1) % #P1.ranks + 1], shape end, dtype)
   if P2:has_me() then return same_placement(x, shape, P2, b2, s2) end
   return x
 end

@@ -12,7 +12,6 @@
 -- local backward is already the right global backward, and a boxing's
 -- backward is the reverse boxing between the dual SBPs. `g.grad` boxes the
 -- gradient back to g's own SBP (a collective: call it on every rank).
-local core = require 'oneflow._C'
 local T = require 'oneflow.tensor'
 local types = require 'oneflow.types'
 local comm = require 'oneflow.distributed.comm'

@@ -77,7 +77,7 @@ function M.placement(typ, ranks)
   if type(ranks) ~= 'table' or #ranks == 0 then
     error('placement: ranks must be a non-empty list or grid of ranks', 2)
   end
-  local flat, hierarchy = {}, nil
+  local flat, hierarchy = {}
   if type(ranks[1]) == 'table' then
     local cols = #ranks[1]
     for i, row in ipairs(ranks) do
