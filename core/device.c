@@ -124,7 +124,7 @@ const of_device_ops *of_device_ops_for(const char *op, of_device dev) {
   }
   const of_device_ops *o = cuda_ops();
   if (!o) {
-    of_fail(OF_ERR_DEVICE, "%s: CUDA is not available: %s", op, cuda.why);
+    of_fail(OF_ERR_DEVICE, "%s: %s is not available: %s", op, OF_DEV_STR(dev), cuda.why);
     return NULL;
   }
   if (of_device_index(dev) >= o->device_count()) {
