@@ -65,9 +65,8 @@ of_status of_impl_zeros(const int64_t *shape, int32_t ndim, of_dtype dt, of_devi
 
 /* Factories with values computed on the host build them on the CPU and move
  * them: they are small and rarely on a hot path. */
-static of_status moved(of_status st, of_tensor *t, of_device dev, of_tensor **out) {
-  if (st != OF_OK) return st;
-  st = of_to_device(t, dev, 0, out);
+static of_status moved(of_tensor *t, of_device dev, of_tensor **out) {
+  of_status st = of_to_device(t, dev, 0, out);
   of_tensor_release(t);
   return st;
 }
@@ -75,7 +74,8 @@ static of_status moved(of_status st, of_tensor *t, of_device dev, of_tensor **ou
 of_status of_impl_eye(int64_t n, int64_t m, of_dtype dt, of_device dev, of_tensor **out) {
   if (dev != OF_CPU) {
     of_tensor *t = NULL;
-    return moved(of_impl_eye(n, m, dt, OF_CPU, &t), t, dev, out);
+    OF_CHECK(of_impl_eye(n, m, dt, OF_CPU, &t));
+    return moved(t, dev, out);
   }
   if (m < 0) m = n;
   if (n < 0) return of_fail(OF_ERR_SHAPE, "eye: negative size %lld", (long long)n);
@@ -93,7 +93,8 @@ of_status of_impl_arange(double start, double end, double step, of_dtype dt, of_
                          of_tensor **out) {
   if (dev != OF_CPU) {
     of_tensor *t = NULL;
-    return moved(of_impl_arange(start, end, step, dt, OF_CPU, &t), t, dev, out);
+    OF_CHECK(of_impl_arange(start, end, step, dt, OF_CPU, &t));
+    return moved(t, dev, out);
   }
   if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
     return of_fail(OF_ERR_ARG, "arange: invalid range start=%g end=%g step=%g", start, end, step);
@@ -114,7 +115,8 @@ of_status of_impl_linspace(double start, double end, int64_t steps, of_dtype dt,
                            of_tensor **out) {
   if (dev != OF_CPU) {
     of_tensor *t = NULL;
-    return moved(of_impl_linspace(start, end, steps, dt, OF_CPU, &t), t, dev, out);
+    OF_CHECK(of_impl_linspace(start, end, steps, dt, OF_CPU, &t));
+    return moved(t, dev, out);
   }
   if (steps < 0) return of_fail(OF_ERR_ARG, "linspace: number of steps must be >= 0, got %lld", (long long)steps);
   of_tensor *t;
