@@ -470,7 +470,29 @@ static of_status scatter_view_backward(of_node *n, of_tensor **g, of_tensor **gi
     st = of_full(&(int64_t){1}, 1, (double)index, OF_INT64, of_dev(g[0]), &idx);
     if (st == OF_OK) st = of_unsqueeze(g[0], dim, &src);
   }
-  if (st == OF_OK) st = of_index_add(z, dim, idx, src, 1.0, 0, NULL, &gi[0]);
+  if (st == OF_OK && of_dev(z) != OF_CPU && !of_is_grad_enabled()) {
+    /* on a device, outside double backward: write g into the view of z it
+     * came from (no index kernel needed) */
+    int64_t first = n->i[0] == 0 ? n->i[2] : n->i[2], step = n->i[0] == 0 ? n->i[4] : 1;
+    if (first < 0) first += size;
+    if (first < 0) first = 0;
+    int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+    for (int32_t d = 0; d < z->ndim; d++) {
+      shape[d] = d == dim ? src->shape[d] : z->shape[d];
+      strides[d] = d == dim ? z->strides[d] * step : z->strides[d];
+    }
+    of_tensor *v = shape[dim] ? of_tensor_alias(z, shape, strides, z->ndim,
+                                                first * z->strides[dim]) : NULL;
+    if (shape[dim] && !v) st = OF_ERR_OOM;
+    if (v) st = of_copy_data(v, src);
+    of_tensor_release(v);
+    if (st == OF_OK) {
+      gi[0] = z;
+      z = NULL;
+    }
+  } else if (st == OF_OK) {
+    st = of_index_add(z, dim, idx, src, 1.0, 0, NULL, &gi[0]);
+  }
   of_tensor_release(z);
   of_tensor_release(idx);
   of_tensor_release(src);

@@ -1609,6 +1609,29 @@ static of_status max_dim_backward(of_node *n, of_tensor **g, of_tensor **gi) {
     gv = of_s_keep(&s, s.st, b);
   }
   of_tensor *z = NULL, *r = NULL;
+  if (s.st == OF_OK && of_dev(gv) != OF_CPU) {
+    /* on a device: where(position == index, g, 0) with covered kernels */
+    const of_meta *m = &n->in_meta[0];
+    int64_t shape[OF_MAX_DIMS];
+    for (int32_t d = 0; d < m->ndim; d++) shape[d] = d == dim ? m->shape[d] : 1;
+    of_tensor *ar = NULL, *pos = NULL, *eq = NULL, *zero = NULL;
+    s.st = of_arange((double)n->i[2], (double)(n->i[2] + m->shape[dim]), 1, OF_INT64,
+                     of_dev(gv), &ar);
+    ar = of_s_keep(&s, s.st, ar);
+    if (s.st == OF_OK) s.st = of_reshape(ar, shape, m->ndim, &pos);
+    pos = of_s_keep(&s, s.st, pos);
+    eq = of_s_bin(&s, OF_EQ, pos, idx);
+    if (s.st == OF_OK) s.st = of_zeros(NULL, 0, gv->dtype, of_dev(gv), &zero);
+    zero = of_s_keep(&s, s.st, zero);
+    if (s.st == OF_OK) s.st = of_where(eq, gv, zero, &r);
+    r = of_s_keep(&s, s.st, r);
+    if (s.st == OF_OK && r->ndim == m->ndim) {   /* broadcast may leave it right already */
+      bool same = true;
+      for (int32_t d = 0; d < m->ndim; d++) same = same && r->shape[d] == m->shape[d];
+      if (!same) s.st = of_fail(OF_ERR_SHAPE, "max backward: shape mismatch on device");
+    }
+    return of_s_end(&s, r, &gi[0]);
+  }
   if (s.st == OF_OK) s.st = of_zeros(n->in_meta[0].shape, n->in_meta[0].ndim, gv->dtype, of_dev(gv), &z);
   z = of_s_keep(&s, s.st, z);
   if (s.st == OF_OK)
