@@ -7,7 +7,7 @@
  * Size classes: multiples of 64 B up to 512 B, then four per power of two,
  * so at most 25% of a block is slack. */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "device.h"
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -74,8 +74,8 @@ static void os_free(void *p, int64_t size) {
 
 void *of_alloc(of_device dev, int64_t nbytes) {
   if (dev != OF_CPU) {
-    of_fail(OF_ERR_DEVICE, "alloc: device %d has no allocator in this build", (int)dev);
-    return NULL;
+    const of_device_ops *o = of_device_ops_for("alloc", dev);
+    return o ? o->alloc(dev, nbytes) : NULL;
   }
   if (nbytes < 0) {
     of_fail(OF_ERR_ARG, "alloc: negative size %lld", (long long)nbytes);
@@ -115,7 +115,12 @@ void *of_alloc(of_device dev, int64_t nbytes) {
 }
 
 void of_free(of_device dev, void *p, int64_t nbytes) {
-  if (!p || dev != OF_CPU) return;
+  if (!p) return;
+  if (dev != OF_CPU) {
+    const of_device_ops *o = of_device_ops_loaded();
+    if (o) o->free(dev, p, nbytes);
+    return;
+  }
   int cls;
   int64_t size = size_class(nbytes ? nbytes : 1, &cls);
   pthread_mutex_lock(&cpu.lock);
@@ -132,7 +137,11 @@ void of_free(of_device dev, void *p, int64_t nbytes) {
 }
 
 void of_empty_cache(of_device dev) {
-  if (dev != OF_CPU) return;
+  if (dev != OF_CPU) {
+    const of_device_ops *o = of_device_ops_loaded();
+    if (o) o->empty_cache(dev);
+    return;
+  }
   pthread_mutex_lock(&cpu.lock);
   for (int c = 0; c < NCLASS; c++) {
     free_block *b = cpu.free[c];
@@ -150,19 +159,27 @@ void of_empty_cache(of_device dev) {
 }
 
 const of_memory_stats *of_memory_stats_get(of_device dev) {
-  (void)dev;
+  static const of_memory_stats none;
+  if (dev != OF_CPU) {
+    const of_device_ops *o = of_device_ops_loaded();
+    return o ? o->memory_stats(dev) : &none;
+  }
   return &cpu.stats;
 }
 
 void of_memory_mark(of_device dev) {
-  (void)dev;
+  if (dev != OF_CPU) return;
   pthread_mutex_lock(&cpu.lock);
   cpu.stats.bytes_since_sweep = 0;
   pthread_mutex_unlock(&cpu.lock);
 }
 
 void of_memory_reset_peak(of_device dev) {
-  (void)dev;
+  if (dev != OF_CPU) {
+    const of_device_ops *o = of_device_ops_loaded();
+    if (o) o->reset_peak(dev);
+    return;
+  }
   pthread_mutex_lock(&cpu.lock);
   cpu.stats.peak_bytes = cpu.stats.current_bytes;
   pthread_mutex_unlock(&cpu.lock);

@@ -634,7 +634,7 @@ static of_status root_grad(of_tensor *root, of_tensor *g, of_tensor **out) {
     return of_fail(OF_ERR_SHAPE, "backward: grad can be implicitly created only for scalar "
                    "outputs; the output has shape %s -- pass a gradient",
                    OF_SHAPE_STR(root));
-  return of_full(root->shape, root->ndim, 1.0, root->dtype, OF_CPU, out);
+  return of_full(root->shape, root->ndim, 1.0, root->dtype, root->storage->device, out);
 }
 
 static of_status run_engine(of_tensor **roots, of_tensor **grads, int32_t n,

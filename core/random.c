@@ -15,7 +15,7 @@
  *   normal_:                           2 (Box-Muller: one pair per block)
  *   randint_, randperm:                1 (64-bit draws, Lemire + rejection)
  */
-#include "internal.h"
+#include "device.h"
 #include <math.h>
 #include <pthread.h>
 
@@ -276,9 +276,8 @@ static void fill_tile(of_tensor *t, const job *j, bool contig, int64_t tile) {
 /* Checks that t can be filled in place; error names op, shape and dtype. */
 static of_status check_target(const char *op, const of_tensor *t) {
   if (!t) return of_fail(OF_ERR_ARG, "%s: tensor is NULL", op);
-  if (t->storage->device != OF_CPU)
-    return of_fail(OF_ERR_DEVICE, "%s: only CPU tensors are supported (tensor %s %s)", op,
-                   OF_SHAPE_STR(t), OF_DT(t));
+  if (t->storage->device != OF_CPU && !of_device_ops_for(op, t->storage->device))
+    return OF_ERR_DEVICE;
   for (int32_t d = 0; d < t->ndim; d++)
     if (t->shape[d] > 1 && t->strides[d] == 0)
       return of_fail(OF_ERR_ARG,
@@ -288,8 +287,44 @@ static of_status check_target(const char *op, const of_tensor *t) {
   return OF_OK;
 }
 
+static void run_fill(of_tensor *t, job *j);
+static void gen_uniform(const job *j, int64_t b, int64_t n, const uint32_t *w, double *dv,
+                        int64_t *iv);
+static void gen_normal(const job *j, int64_t b, int64_t n, const uint32_t *w, double *dv,
+                       int64_t *iv);
+static void gen_bernoulli(const job *j, int64_t b, int64_t n, const uint32_t *w, double *dv,
+                          int64_t *iv);
+
+/* A fill of a device tensor: the device's Philox kernel for uniform, normal
+ * and bernoulli with a scalar p (same blocks, same words, same values as
+ * here); randint goes through the host (its rejection loop is rare but
+ * unbounded) and is copied over. Either way the numbers are the CPU's. */
+static void run_fill_device(of_tensor *t, job *j) {
+  const of_device_ops *o = of_device_ops_loaded();
+  int32_t dist = j->gen == gen_uniform ? 0 : j->gen == gen_normal ? 1
+               : (j->gen == gen_bernoulli && !j->pdata) ? 2 : -1;
+  if (o && o->random && dist >= 0) {
+    uint64_t seed, blocks = (uint64_t)((t->numel + j->per_block - 1) / j->per_block);
+    reserve(blocks, &seed, &j->offset);
+    double prm[3] = {j->lo, dist == 0 ? j->hi : j->scale, dist == 0 ? j->hi_below : j->p};
+    if (dist == 2) prm[0] = j->p;
+    of_device_last_op = "random";
+    if (o->random(t, dist, prm, seed, j->offset) == OF_OK) of_bump_version(t);
+    return;
+  }
+  of_tensor *h = NULL;
+  if (of_tensor_new(t->shape, t->ndim, t->dtype, OF_CPU, &h) != OF_OK) return;
+  run_fill(h, j);
+  of_copy_data(t, h);
+  of_tensor_release(h);
+}
+
 /* Reserves the blocks for t's elements and runs the fill. */
 static void run_fill(of_tensor *t, job *j) {
+  if (t->storage->device != OF_CPU) {
+    run_fill_device(t, j);
+    return;
+  }
   int64_t n = t->numel;
   uint64_t seed, blocks = (uint64_t)((n + j->per_block - 1) / j->per_block);
   reserve(blocks, &seed, &j->offset);

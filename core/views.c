@@ -1,5 +1,6 @@
 /* views.c -- view ops (share storage), copy, fill, contiguous, dtype casts. */
 #include "autograd.h"
+#include "device.h"
 #include <stdlib.h>
 
 static of_status alias_out(of_tensor *t, const int64_t *shape, const int64_t *strides,
@@ -330,6 +331,15 @@ of_status of_copy_data(of_tensor *dst, of_tensor *src) {
     return of_fail(OF_ERR_SHAPE, "copy_: source %s does not broadcast to destination %s",
                    OF_SHAPE_STR(src), of_shape_str(dst->shape, dst->ndim, b, 96));
   }
+  if (of_dev(dst) != OF_CPU || of_dev(src) != OF_CPU) {
+    if (of_dev(dst) != of_dev(src)) return of_copy_across(dst, src);
+    const of_device_ops *o = of_device_ops_for("copy_", of_dev(dst));
+    if (!o) return OF_ERR_DEVICE;
+    of_device_last_op = "copy_";
+    OF_CHECK(o->copy(dst, src));
+    of_bump_version(dst);
+    return OF_OK;
+  }
   of_iter it;
   of_tensor *ops[2] = {dst, src};
   OF_CHECK(of_iter_init(&it, ops, 2, dst->shape, dst->ndim));
@@ -444,7 +454,7 @@ static of_status scatter_view_backward(of_node *n, of_tensor **g, of_tensor **gi
   if (dim < 0) dim += m->ndim;
   int64_t size = m->shape[dim];
   of_tensor *z = NULL, *idx = NULL, *src = NULL;
-  of_status st = of_zeros(m->shape, m->ndim, g[0]->dtype, OF_CPU, &z);
+  of_status st = of_zeros(m->shape, m->ndim, g[0]->dtype, of_dev(g[0]), &z);
   if (st == OF_OK && n->i[0] == 0) {   /* slice: positions start, start+step, ... */
     int64_t start = n->i[2], end = n->i[3], step = n->i[4];
     if (start < 0) start += size;
@@ -453,14 +463,36 @@ static of_status scatter_view_backward(of_node *n, of_tensor **g, of_tensor **gi
     if (end > size) end = size;
     if (start > size) start = size;
     if (end < start) end = start;
-    st = of_arange((double)start, (double)end, (double)step, OF_INT64, OF_CPU, &idx);
+    st = of_arange((double)start, (double)end, (double)step, OF_INT64, of_dev(g[0]), &idx);
     if (st == OF_OK) { src = g[0]; of_tensor_retain(src); }
   } else if (st == OF_OK) {            /* select: one position, dim restored */
     int64_t index = n->i[2] < 0 ? n->i[2] + size : n->i[2];
-    st = of_full(&(int64_t){1}, 1, (double)index, OF_INT64, OF_CPU, &idx);
+    st = of_full(&(int64_t){1}, 1, (double)index, OF_INT64, of_dev(g[0]), &idx);
     if (st == OF_OK) st = of_unsqueeze(g[0], dim, &src);
   }
-  if (st == OF_OK) st = of_index_add(z, dim, idx, src, 1.0, 0, NULL, &gi[0]);
+  if (st == OF_OK && of_dev(z) != OF_CPU && !of_is_grad_enabled()) {
+    /* on a device, outside double backward: write g into the view of z it
+     * came from (no index kernel needed) */
+    int64_t first = n->i[0] == 0 ? n->i[2] : n->i[2], step = n->i[0] == 0 ? n->i[4] : 1;
+    if (first < 0) first += size;
+    if (first < 0) first = 0;
+    int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+    for (int32_t d = 0; d < z->ndim; d++) {
+      shape[d] = d == dim ? src->shape[d] : z->shape[d];
+      strides[d] = d == dim ? z->strides[d] * step : z->strides[d];
+    }
+    of_tensor *v = shape[dim] ? of_tensor_alias(z, shape, strides, z->ndim,
+                                                first * z->strides[dim]) : NULL;
+    if (shape[dim] && !v) st = OF_ERR_OOM;
+    if (v) st = of_copy_data(v, src);
+    of_tensor_release(v);
+    if (st == OF_OK) {
+      gi[0] = z;
+      z = NULL;
+    }
+  } else if (st == OF_OK) {
+    st = of_index_add(z, dim, idx, src, 1.0, 0, NULL, &gi[0]);
+  }
   of_tensor_release(z);
   of_tensor_release(idx);
   of_tensor_release(src);

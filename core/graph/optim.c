@@ -9,6 +9,7 @@
  * call (a scheduler writes it), and the number of steps taken so far, which
  * the call increments. */
 #include "ops.h"
+#include "../device.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -110,8 +111,16 @@ static of_status sgd_impl(of_tensor *param, of_tensor *grad, of_tensor *buf, of_
   OF_CHECK(check_common(op, param, grad, hyper));
   OF_CHECK(check_pair(op, param, buf, "momentum buffer"));
   if (momentum != 0 && !buf) return of_fail(OF_ERR_ARG, "%s: momentum needs a buffer", op);
+  if (of_dev(hyper) != OF_CPU)
+    return of_fail(OF_ERR_DEVICE, "%s: hyper {lr, step} must stay on the CPU", op);
   double *h = (double *)of_ptr(hyper);
   int first = h[1] == 0;
+  OF_ROUTE(op, dev, dops, sgd, param, grad, buf);
+  if (dops) {
+    OF_CHECK(dops->sgd(param, grad, buf, h[0], momentum, dampening, weight_decay, nesterov,
+                       maximize, first));
+    goto done;
+  }
   if (param->dtype == OF_FLOAT32)
     sgd_float(param->numel, (float *)of_ptr(param), (const float *)of_ptr(grad),
               buf ? (float *)of_ptr(buf) : NULL, h[0], momentum, dampening, weight_decay,
@@ -120,6 +129,7 @@ static of_status sgd_impl(of_tensor *param, of_tensor *grad, of_tensor *buf, of_
     sgd_double(param->numel, (double *)of_ptr(param), (const double *)of_ptr(grad),
                buf ? (double *)of_ptr(buf) : NULL, h[0], momentum, dampening, weight_decay,
                nesterov, maximize, first);
+done:
   h[1] += 1;
   of_bump_version(param);
   if (buf) of_bump_version(buf);
@@ -138,8 +148,16 @@ static of_status adam_impl(of_tensor *param, of_tensor *grad, of_tensor *m, of_t
   OF_CHECK(check_pair(op, param, v, "exp_avg_sq"));
   OF_CHECK(check_pair(op, param, vmax, "max_exp_avg_sq"));
   if (amsgrad && !vmax) return of_fail(OF_ERR_ARG, "%s: amsgrad needs max_exp_avg_sq", op);
+  if (of_dev(hyper) != OF_CPU)
+    return of_fail(OF_ERR_DEVICE, "%s: hyper {lr, step} must stay on the CPU", op);
   double *h = (double *)of_ptr(hyper);
   double step = h[1] + 1;
+  OF_ROUTE(op, dev, dops, adam, param, grad, m, v, vmax);
+  if (dops) {
+    OF_CHECK(dops->adam(param, grad, m, v, vmax, h[0], beta1, beta2, eps, weight_decay, amsgrad,
+                        maximize, decoupled, step));
+    goto done;
+  }
   if (param->dtype == OF_FLOAT32)
     adam_float(param->numel, (float *)of_ptr(param), (const float *)of_ptr(grad),
                (float *)of_ptr(m), (float *)of_ptr(v), vmax ? (float *)of_ptr(vmax) : NULL,
@@ -148,6 +166,7 @@ static of_status adam_impl(of_tensor *param, of_tensor *grad, of_tensor *m, of_t
     adam_double(param->numel, (double *)of_ptr(param), (const double *)of_ptr(grad),
                 (double *)of_ptr(m), (double *)of_ptr(v), vmax ? (double *)of_ptr(vmax) : NULL,
                 h[0], step, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled);
+done:
   h[1] = step;
   of_bump_version(param);
   of_bump_version(m);

@@ -136,7 +136,7 @@ static of_status binary_compute(of_binary_op op, of_tensor *a, of_tensor *b, of_
   int64_t shape[OF_MAX_DIMS];
   int32_t nd;
   OF_CHECK(of_broadcast_shapes(def->name, a->shape, a->ndim, b->shape, b->ndim, shape, &nd));
-  of_ew_ctx ctx = {0};
+  of_ew_ctx ctx = {.kind = OF_EWK_BINARY, .op = op};
   of_tensor *ins[2] = {a, b};
   of_status st = of_ew_run(def->name, def->loop[compute], &ctx, ins, 2, compute, kernel_out,
                            result, shape, nd, into, out);
@@ -385,7 +385,8 @@ of_status of_impl_binary_scalar(of_binary_op op, of_tensor *a, double s, int32_t
                                 of_tensor *into, of_tensor **out) {
   if (op < 0 || op >= OF_NUM_BINARY) return of_fail(OF_ERR_ARG, "binary: unknown op %d", (int)op);
   of_tensor *b;
-  OF_CHECK(of_full(NULL, 0, s, scalar_dtype(a->dtype, s, binary_ops[op].kind), OF_CPU, &b));
+  OF_CHECK(of_full(NULL, 0, s, scalar_dtype(a->dtype, s, binary_ops[op].kind),
+                   a->storage->device, &b));
   of_status st = reverse ? of_binary(op, b, a, into, out) : of_binary(op, a, b, into, out);
   of_tensor_release(b);
   return st;

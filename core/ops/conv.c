@@ -50,6 +50,7 @@
  * The internal entry points take explicit spatial sizes for their results,
  * which is how output_padding and truncated outputs are expressed. */
 #include "../autograd.h"
+#include "../device.h"
 #include <cblas.h>
 #include <limits.h>
 #include <omp.h>
@@ -1543,6 +1544,7 @@ static of_status conv_weight_grad_op(of_tensor *x, of_tensor *gy, const conv_arg
 of_status of_impl_conv(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
                        const int64_t *padding, const int64_t *dilation, int32_t nsp, int64_t groups,
                        of_tensor **out) {
+  OF_CPU_ONLY("conv", x, w, b);
   conv_args a;
   OF_CHECK(init_args(&a, "conv", stride, padding, dilation, nsp, groups));
   return conv_fwd_op(x, w, b, &a, NULL, out);

@@ -1,6 +1,6 @@
 /* creation.c -- factories: empty, zeros, full, eye, arange, linspace, from
  * doubles / buffers / blobs, and fill_. */
-#include "../internal.h"
+#include "../device.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -23,6 +23,12 @@ FILL_LOOP(uint32_t)
 FILL_LOOP(uint64_t)
 
 of_status of_impl_fill_(of_tensor *t, double value) {
+  OF_ROUTE("fill_", dev, ops, fill, t);
+  if (ops) {
+    OF_CHECK(ops->fill(t, value));
+    of_bump_version(t);
+    return OF_OK;
+  }
   fill_ctx ctx = {0};
   of_store_double(&ctx.bits, t->dtype, value);
   of_iter it;
@@ -57,7 +63,20 @@ of_status of_impl_zeros(const int64_t *shape, int32_t ndim, of_dtype dt, of_devi
   return of_full(shape, ndim, 0.0, dt, dev, out);
 }
 
+/* Factories with values computed on the host build them on the CPU and move
+ * them: they are small and rarely on a hot path. */
+static of_status moved(of_tensor *t, of_device dev, of_tensor **out) {
+  of_status st = of_to_device(t, dev, 0, out);
+  of_tensor_release(t);
+  return st;
+}
+
 of_status of_impl_eye(int64_t n, int64_t m, of_dtype dt, of_device dev, of_tensor **out) {
+  if (dev != OF_CPU) {
+    of_tensor *t = NULL;
+    OF_CHECK(of_impl_eye(n, m, dt, OF_CPU, &t));
+    return moved(t, dev, out);
+  }
   if (m < 0) m = n;
   if (n < 0) return of_fail(OF_ERR_SHAPE, "eye: negative size %lld", (long long)n);
   int64_t shape[2] = {n, m};
@@ -72,6 +91,11 @@ of_status of_impl_eye(int64_t n, int64_t m, of_dtype dt, of_device dev, of_tenso
 
 of_status of_impl_arange(double start, double end, double step, of_dtype dt, of_device dev,
                          of_tensor **out) {
+  if (dev != OF_CPU) {
+    of_tensor *t = NULL;
+    OF_CHECK(of_impl_arange(start, end, step, dt, OF_CPU, &t));
+    return moved(t, dev, out);
+  }
   if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
     return of_fail(OF_ERR_ARG, "arange: invalid range start=%g end=%g step=%g", start, end, step);
   if ((end - start) / step < 0)
@@ -89,6 +113,11 @@ of_status of_impl_arange(double start, double end, double step, of_dtype dt, of_
 
 of_status of_impl_linspace(double start, double end, int64_t steps, of_dtype dt, of_device dev,
                            of_tensor **out) {
+  if (dev != OF_CPU) {
+    of_tensor *t = NULL;
+    OF_CHECK(of_impl_linspace(start, end, steps, dt, OF_CPU, &t));
+    return moved(t, dev, out);
+  }
   if (steps < 0) return of_fail(OF_ERR_ARG, "linspace: number of steps must be >= 0, got %lld", (long long)steps);
   of_tensor *t;
   OF_CHECK(of_tensor_new(&steps, 1, dt, dev, &t));
@@ -170,6 +199,16 @@ of_status of_impl_from_blob(void *data, const int64_t *shape, const int64_t *str
 }
 
 of_status of_impl_tensor_get_flat(const of_tensor *t, int64_t i, double *out) {
+  if (of_dev(t) != OF_CPU) {   /* one element through the host */
+    if (i < 0 || i >= t->numel)
+      return of_fail(OF_ERR_INDEX, "item: flat index %lld out of range for %lld elements",
+                     (long long)i, (long long)t->numel);
+    of_tensor *c;
+    OF_CHECK(of_to_device((of_tensor *)t, OF_CPU, 0, &c));
+    of_status st = of_impl_tensor_get_flat(c, i, out);
+    of_tensor_release(c);
+    return st;
+  }
   if (i < 0 || i >= t->numel)
     return of_fail(OF_ERR_INDEX, "item: flat index %lld out of range for %lld elements",
                    (long long)i, (long long)t->numel);
@@ -183,6 +222,13 @@ of_status of_impl_tensor_get_flat(const of_tensor *t, int64_t i, double *out) {
 }
 
 of_status of_impl_tensor_to_doubles(const of_tensor *t, double *buf, int64_t n) {
+  if (of_dev(t) != OF_CPU) {
+    of_tensor *c;
+    OF_CHECK(of_to_device((of_tensor *)t, OF_CPU, 0, &c));
+    of_status st = of_impl_tensor_to_doubles(c, buf, n);
+    of_tensor_release(c);
+    return st;
+  }
   if (n < t->numel)
     return of_fail(OF_ERR_ARG, "totable: buffer of %lld for %lld elements", (long long)n,
                    (long long)t->numel);

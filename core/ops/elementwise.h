@@ -5,11 +5,14 @@
 #ifndef ONEFLOW_ELEMENTWISE_H
 #define ONEFLOW_ELEMENTWISE_H
 #include "../internal.h"
+#include "../device.h"
 #include <math.h>
 
 typedef struct {
   double p0, p1;    /* op parameters (clamp bounds, slope, ...) */
   int err;          /* set by a kernel that met bad input (int division by 0) */
+  /* what a device kernel needs instead of the CPU loop (device.h OF_EWK_*) */
+  int32_t kind, op, flags;
 } of_ew_ctx;
 
 #define OF_BINARY_LOOP(NAME, TI, TO, EXPR)                                        \

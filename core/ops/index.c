@@ -9,6 +9,7 @@
  * never record; the public entry points at the end of the file record the
  * backward nodes, with rules written in public ops (double backward works). */
 #include "autograd.h"
+#include "../device.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -729,6 +730,7 @@ static of_status topk_compute(of_tensor *x, int64_t k, int32_t dim, int32_t larg
 
 of_status of_impl_one_hot(of_tensor *index, int64_t num_classes, int64_t index_base,
                           of_tensor **out) {
+  OF_CPU_ONLY("one_hot", index);
   OF_CHECK(check_index_dtype("one_hot", index));
   if (index->ndim >= OF_MAX_DIMS)
     return of_fail(OF_ERR_SHAPE, "one_hot: index %s already has %d dims, the most supported",
@@ -858,6 +860,7 @@ static of_status masked_select_compute(of_tensor *x, of_tensor *mask, of_tensor 
 }
 
 of_status of_impl_nonzero(of_tensor *x, int64_t index_base, of_tensor **out) {
+  OF_CPU_ONLY("nonzero", x);
   of_tensor *b = NULL, *bc = NULL, *res = NULL;
   chunks ch = {0, NULL};
   of_status st = of_cast_data(x, OF_BOOL, &b);   /* NaN counts as nonzero, -0.0 does not */
@@ -1010,6 +1013,7 @@ static const of_grad_def gather_grad = {"GatherBackward", gather_backward};
 
 of_status of_impl_gather(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base,
                          of_tensor **out) {
+  OF_CPU_ONLY("gather", x, index);
   OF_CHECK(gather_compute(x, dim, index, index_base, out));
   of_node *n;
   OF_CHECK(record(&gather_grad, &x, 1, out, 1, &n));
@@ -1074,6 +1078,7 @@ static const of_grad_def scatter_add_grad = {"ScatterAddBackward", scatter_backw
 of_status of_impl_scatter(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
                           double value, int32_t use_value, int32_t reduce, int64_t index_base,
                           of_tensor *into, of_tensor **out) {
+  OF_CPU_ONLY("scatter", x, index, src, into);
   of_tensor *ins[2] = {x, use_value ? NULL : src};
   if (wants_inplace_autograd(ins, 2, into)) {
     const char *op = reduce ? "scatter_add" : "scatter";
@@ -1118,6 +1123,7 @@ static const of_grad_def index_select_grad = {"IndexSelectBackward", index_selec
 
 of_status of_impl_index_select(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base,
                                of_tensor **out) {
+  OF_CPU_ONLY("index_select", x, index);
   OF_CHECK(index_select_compute(x, dim, index, index_base, out));
   of_node *n;
   OF_CHECK(record(&index_select_grad, &x, 1, out, 1, &n));
@@ -1152,6 +1158,7 @@ static const of_grad_def index_add_grad = {"IndexAddBackward", index_add_backwar
 
 of_status of_impl_index_add(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
                             double alpha, int64_t index_base, of_tensor *into, of_tensor **out) {
+  OF_CPU_ONLY("index_add", x, index, src, into);
   of_tensor *ins[2] = {x, src};
   if (wants_inplace_autograd(ins, 2, into)) {
     OF_CHECK(of_check_inplace("index_add", into));
@@ -1215,6 +1222,7 @@ static of_status record_sort(const of_grad_def *def, of_tensor *x, int32_t dim,
 
 of_status of_impl_sort(of_tensor *x, int32_t dim, int32_t descending, int32_t stable,
                        int64_t index_base, of_tensor **values, of_tensor **indices) {
+  OF_CPU_ONLY("sort", x);
   (void)stable;   /* the merge sort is always stable */
   OF_CHECK(sort_compute(x, dim, descending, index_base, values, indices));
   return record_sort(&sort_grad, x, dim, index_base, values, indices);
@@ -1222,6 +1230,7 @@ of_status of_impl_sort(of_tensor *x, int32_t dim, int32_t descending, int32_t st
 
 of_status of_impl_topk(of_tensor *x, int64_t k, int32_t dim, int32_t largest, int32_t sorted,
                        int64_t index_base, of_tensor **values, of_tensor **indices) {
+  OF_CPU_ONLY("topk", x);
   (void)sorted;   /* results always come sorted */
   OF_CHECK(topk_compute(x, k, dim, largest, index_base, values, indices));
   return record_sort(&topk_grad, x, dim, index_base, values, indices);
@@ -1258,6 +1267,7 @@ static of_status masked_select_backward(of_node *n, of_tensor **g, of_tensor **g
 static const of_grad_def masked_select_grad = {"MaskedSelectBackward", masked_select_backward};
 
 of_status of_impl_masked_select(of_tensor *x, of_tensor *mask, of_tensor **out) {
+  OF_CPU_ONLY("masked_select", x, mask);
   OF_CHECK(masked_select_compute(x, mask, out));
   of_node *n;
   OF_CHECK(record(&masked_select_grad, &x, 1, out, 1, &n));

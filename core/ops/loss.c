@@ -15,6 +15,7 @@
  * included), so double backward is exact. Targets are range-checked before
  * anything is computed. */
 #include "../autograd.h"
+#include "../device.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -428,6 +429,7 @@ done:
 of_status of_impl_cross_entropy(of_tensor *x, of_tensor *target, of_tensor *weight,
                                 of_loss_reduction reduction, int64_t ignore_index,
                                 double label_smoothing, int64_t index_base, of_tensor **out) {
+  OF_CPU_ONLY("cross_entropy", x, target, weight);
   const char *op = "cross_entropy";
   layout l;
   OF_CHECK(parse_input(op, x, &l));
@@ -568,6 +570,7 @@ done:
 of_status of_impl_nll_loss(of_tensor *x, of_tensor *target, of_tensor *weight,
                            of_loss_reduction reduction, int64_t ignore_index, int64_t index_base,
                            of_tensor **out) {
+  OF_CPU_ONLY("nll_loss", x, target, weight);
   const char *op = "nll_loss";
   layout l;
   OF_CHECK(parse_input(op, x, &l));

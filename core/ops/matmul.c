@@ -17,6 +17,7 @@
  * summed over broadcast batch dims), written with the public ops so that
  * double backward works. */
 #include "../autograd.h"
+#include "../device.h"
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
@@ -264,9 +265,8 @@ static of_status check_dtypes(const mm_args *x) {
   if (a->dtype == OF_BOOL || a->dtype < 0 || a->dtype >= OF_NUM_DTYPES)
     return of_fail(OF_ERR_DTYPE, "%s: not supported for dtype %s (shapes %s and %s)", x->op,
                    OF_DT(a), SHAPES(a, b));
-  if (of_tensor_device(a) != OF_CPU || of_tensor_device(b) != OF_CPU)
-    return of_fail(OF_ERR_DEVICE, "%s: only CPU tensors are supported here (shapes %s and %s)",
-                   x->op, SHAPES(a, b));
+  of_device dev;
+  OF_CHECK(of_common_device(x->op, (of_tensor *[]){a, b, x->c, x->into}, 4, &dev));
   if (!of_dtype_is_floating(a->dtype) &&
       (x->alpha != floor(x->alpha) || (x->c && x->beta != floor(x->beta))))
     return of_fail(OF_ERR_ARG, "%s: alpha and beta must be integers for dtype %s "
@@ -342,6 +342,9 @@ static of_status run(const mm_args *x, of_tensor **out) {
                      of_shape_str(rshape, rnd, s, 96), SHAPES(a, b));
     }
   }
+  if (of_dev(a) != OF_CPU || of_dev(b) != OF_CPU)
+    return of_device_matmul(x->op, a, b, x->c, x->beta, x->alpha, x->a_vec, x->b_vec, x->into,
+                            out);
   of_tensor *dest = NULL;
   if (x->into) OF_CHECK(of_prepare_out(x->op, x->into, rshape, rnd, a->dtype, &dest));
 

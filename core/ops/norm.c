@@ -17,6 +17,7 @@
  * rule is composed from public ops instead (norm_composite), so double
  * backward is exact rather than silently zero. */
 #include "../autograd.h"
+#include "../device.h"
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -582,6 +583,7 @@ done:
 of_status of_impl_batch_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
                              of_tensor *weight, of_tensor *bias, int32_t training, double momentum,
                              double eps, of_tensor **out) {
+  OF_CPU_ONLY("batch_norm", x, running_mean, running_var, weight, bias);
   const char *op = "batch_norm";
   OF_CHECK(check_input(op, x, 2));
   of_meta xm = meta_of_tensor(x);
@@ -863,6 +865,9 @@ of_status of_impl_layer_norm(of_tensor *x, int32_t normalized_ndim, of_tensor *w
       return of_fail(OF_ERR_DTYPE, "%s: %s must be floating point, got %s (shape %s)", op,
                      names[i], OF_DT(p), OF_SHAPE_STR(p));
   }
+  of_device dev;
+  OF_CHECK(of_common_device(op, (of_tensor *[]){x, weight, bias}, 3, &dev));
+  if (dev != OF_CPU) return of_device_layer_norm(x, k, weight, bias, eps, out);
   rows_shape r = {0, of_shape_numel(tail, k), 1, 0, 1};
   r.Cg = r.M;
   r.R = r.M ? x->numel / r.M : 0;
@@ -886,6 +891,7 @@ static of_status group_shape(const char *op, of_tensor *x, int64_t groups, rows_
 
 of_status of_impl_group_norm(of_tensor *x, int64_t groups, of_tensor *weight, of_tensor *bias,
                              double eps, of_tensor **out) {
+  OF_CPU_ONLY("group_norm", x, weight, bias);
   const char *op = "group_norm";
   OF_CHECK(check_input(op, x, 2));
   rows_shape r;
@@ -898,6 +904,7 @@ of_status of_impl_group_norm(of_tensor *x, int64_t groups, of_tensor *weight, of
 of_status of_impl_instance_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
                                 of_tensor *weight, of_tensor *bias, int32_t use_input_stats,
                                 double momentum, double eps, of_tensor **out) {
+  OF_CPU_ONLY("instance_norm", x, running_mean, running_var, weight, bias);
   const char *op = "instance_norm";
   OF_CHECK(check_input(op, x, 2));
   int64_t N = x->shape[0], C = x->shape[1];

@@ -22,6 +22,7 @@
  *   avg:  gx = avg_grad(gy)       whose grad is  avg(ggx)          and back
  * so grads of any order work. */
 #include "../autograd.h"
+#include "../device.h"
 #include <math.h>
 #include <stdint.h>
 #include <omp.h>
@@ -899,6 +900,7 @@ of_status of_impl_max_pool(of_tensor *x, const int64_t *kernel, const int64_t *s
                            const int64_t *padding, const int64_t *dilation, int32_t nsp,
                            int32_t ceil_mode, int64_t index_base, of_tensor **values,
                            of_tensor **indices) {
+  OF_CPU_ONLY("max_pool", x);
   pool_args a;
   int64_t planes, osz[3];
   OF_CHECK(init_args(&a, "max_pool", nsp));
@@ -926,6 +928,7 @@ static of_status adaptive_sizes(pool_args *a, of_tensor *x, const int64_t *outpu
 
 of_status of_impl_adaptive_max_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
                                     int64_t index_base, of_tensor **values, of_tensor **indices) {
+  OF_CPU_ONLY("adaptive_max_pool", x);
   pool_args a;
   int64_t planes, osz[3];
   OF_CHECK(init_args(&a, "adaptive_max_pool", nsp));
@@ -1044,6 +1047,7 @@ static of_status avg_op(const pool_args *a, of_tensor *x, const int64_t *osz, bo
 of_status of_impl_avg_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride,
                            const int64_t *padding, int32_t nsp, int32_t ceil_mode,
                            int32_t count_include_pad, int64_t divisor_override, of_tensor **out) {
+  OF_CPU_ONLY("avg_pool", x);
   pool_args a;
   int64_t planes, osz[3];
   OF_CHECK(init_args(&a, "avg_pool", nsp));
@@ -1056,6 +1060,7 @@ of_status of_impl_avg_pool(of_tensor *x, const int64_t *kernel, const int64_t *s
 
 of_status of_impl_adaptive_avg_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
                                     of_tensor **out) {
+  OF_CPU_ONLY("adaptive_avg_pool", x);
   pool_args a;
   int64_t planes, osz[3];
   OF_CHECK(init_args(&a, "adaptive_avg_pool", nsp));

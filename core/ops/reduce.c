@@ -18,6 +18,7 @@
  * NaN-aware max/min and exp (softmax, logsumexp) are written with GCC vector
  * extensions, since without -ffast-math the auto-vectoriser leaves them scalar. */
 #include "../autograd.h"
+#include "../device.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -747,6 +748,47 @@ static of_status to_compute(of_tensor *x, of_dtype dt, of_tensor **out) {
   return st;
 }
 
+/* ------------------------------------------------------------ device path
+ * A device reduces rows: the kept dims go first, the reduced dims last, the
+ * view is made dense in the compute dtype (one copy when the reduced dims
+ * are not already innermost) and seen as [outer, n]. */
+static of_status device_rows(of_tensor *x, const bool *red, of_dtype cdt, of_tensor **rows,
+                             int64_t *outer, int64_t *n) {
+  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  int32_t k = 0;
+  *outer = *n = 1;
+  for (int pass = 0; pass < 2; pass++)
+    for (int32_t d = 0; d < x->ndim; d++) {
+      if (red[d] != (pass == 1)) continue;
+      shape[k] = x->shape[d];
+      strides[k++] = x->strides[d];
+      *(pass ? n : outer) *= x->shape[d];
+    }
+  of_tensor *v = of_tensor_alias(x, shape, strides, x->ndim, x->offset);
+  if (!v) return OF_ERR_OOM;
+  of_status st = of_dense(v, cdt, rows);
+  of_tensor_release(v);
+  return st;
+}
+
+static of_status device_reduce(const char *name, of_reduce_op op, of_tensor *x, const bool *red,
+                               double p, of_dtype in_dt, of_dtype out_dt, const int64_t *shape,
+                               int32_t nd, of_tensor **out) {
+  OF_ROUTE(name, dev, o, reduce_rows, x);
+  of_tensor *rows = NULL, *res = NULL;
+  int64_t outer, n;
+  of_status st = device_rows(x, red, of_compute_dtype(in_dt), &rows, &outer, &n);
+  if (st == OF_OK) st = of_tensor_new(shape, nd, out_dt, dev, &res);
+  if (st == OF_OK) st = o->reduce_rows(op, p, rows, outer, n, res);
+  of_tensor_release(rows);
+  if (st != OF_OK) {
+    of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return OF_OK;
+}
+
 /* ------------------------------------------------------------ of_reduce */
 static const char *const reduce_names[OF_NUM_REDUCE] = {
     "sum", "mean", "prod", "amax", "amin", "all", "any", "logsumexp", "norm"};
@@ -824,6 +866,7 @@ static of_status reduce_compute(of_reduce_op op, of_tensor *x, const int32_t *di
   }
   if (red_n == 0 && (kind == K_MAX || kind == K_MIN || kind == K_ABSMAX || kind == K_ABSMIN))
     return fail_empty(name, x, empty_dim(x, red));
+  if (of_dev(x) != OF_CPU) return device_reduce(name, op, x, red, p, in_dt, out_dt, shape, nd, out);
 
   of_tensor *xc = NULL, *res = NULL;
   void *acc = NULL;
@@ -882,6 +925,18 @@ static of_status var_compute(of_tensor *x, const int32_t *dims, int32_t ndims, d
   int64_t shape[OF_MAX_DIMS], out_n, red_n;
   int32_t nd;
   result_shape(x, red, keepdim, shape, &nd, &out_n, &red_n);
+  if (of_dev(x) != OF_CPU) {
+    OF_ROUTE(name, dev, o, var_rows, x);
+    of_tensor *rows = NULL, *r = NULL;
+    int64_t outer, n;
+    of_status st = device_rows(x, red, of_compute_dtype(x->dtype), &rows, &outer, &n);
+    if (st == OF_OK) st = of_tensor_new(shape, nd, x->dtype, dev, &r);
+    if (st == OF_OK) st = o->var_rows(rows, outer, n, correction, is_std, r);
+    of_tensor_release(rows);
+    if (st != OF_OK) of_tensor_release(r);
+    else *out = r;
+    return st;
+  }
   of_tensor *xc = NULL, *res = NULL;
   double *mean = NULL, *acc = NULL;
   int64_t mean_bytes = out_n > 0 ? out_n * 8 : 8, acc_bytes = 0;
@@ -1010,10 +1065,19 @@ static of_status max_dim_impl(const char *name, of_tensor *x, int32_t dim, int32
   }
   of_dtype cdt = of_compute_dtype(x->dtype);
   of_tensor *xc = NULL, *vals = NULL, *idx = NULL;
+  if (of_dev(x) != OF_CPU) {
+    OF_ROUTE(name, dev, o, argreduce_rows, x);
+    int64_t outer, n;
+    if ((st = device_rows(x, red, cdt, &xc, &outer, &n)) != OF_OK) return st;
+    if ((st = of_tensor_new(shape, nd, cdt, dev, &vals)) != OF_OK) goto done;
+    if ((st = of_tensor_new(shape, nd, OF_INT64, dev, &idx)) != OF_OK) goto done;
+    if ((st = o->argreduce_rows(is_max, xc, outer, n, index_base, vals, idx)) != OF_OK) goto done;
+  } else {
   if ((st = of_cast_data(x, cdt, &xc)) != OF_OK) return st;
   if ((st = of_tensor_new(shape, nd, cdt, OF_CPU, &vals)) != OF_OK) goto done;
   if ((st = of_tensor_new(shape, nd, OF_INT64, OF_CPU, &idx)) != OF_OK) goto done;
-  if (out_n > 0) {
+  }
+  if (out_n > 0 && of_dev(x) == OF_CPU) {
     const md_kern *k = &md_kernels[native_index(cdt)][is_max ? 1 : 0];
     plan_t pl;
     make_plan(xc, red, &pl);
@@ -1179,6 +1243,43 @@ static void split3(const of_tensor *x, int32_t d, int64_t *outer, int64_t *n, in
 DEF_SOFTMAX(f32, float)
 DEF_SOFTMAX(f64, double)
 
+/* softmax on a device: rows along dim d (moved last, then moved back) */
+static of_status device_softmax(const char *name, of_tensor *x, int32_t d, int32_t log_,
+                                of_dtype cdt, of_tensor **out) {
+  OF_ROUTE(name, dev, o, softmax_rows, x);
+  bool red[OF_MAX_DIMS] = {false};
+  if (x->ndim > 0) red[d] = true;
+  of_tensor *rows = NULL, *y = NULL, *res = NULL;
+  int64_t outer, n;
+  of_status st = device_rows(x, red, cdt, &rows, &outer, &n);
+  if (st == OF_OK) st = of_tensor_new(rows->shape, rows->ndim, cdt, dev, &y);
+  if (st == OF_OK) st = o->softmax_rows(rows, outer, n, log_, y);
+  if (st == OF_OK && x->ndim > 0 && d != x->ndim - 1) {   /* y's last dim back to d */
+    int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+    for (int32_t i = 0, k = 0; i < x->ndim; i++) {
+      int32_t src = i == d ? x->ndim - 1 : k++;
+      shape[i] = y->shape[src];
+      strides[i] = y->strides[src];
+    }
+    of_tensor *v = of_tensor_alias(y, shape, strides, x->ndim, 0);
+    if (!v) st = OF_ERR_OOM;
+    else st = of_dense(v, x->dtype, &res);
+    of_tensor_release(v);
+  } else if (st == OF_OK) {
+    st = of_cast_data(y, x->dtype, &res);
+  }
+  of_tensor_release(rows);
+  of_tensor_release(y);
+  if (st != OF_OK) return st;
+  if (res->ndim != x->ndim) {   /* 0-d input: rows were [1] */
+    st = of_reshape(res, x->shape, x->ndim, out);
+    of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return OF_OK;
+}
+
 static of_status softmax_compute(of_tensor *x, int32_t dim, int32_t log_, of_tensor **out) {
   const char *name = log_ ? "log_softmax" : "softmax";
   if (!x || !out) return of_fail(OF_ERR_ARG, "%s: NULL tensor argument", name);
@@ -1188,6 +1289,7 @@ static of_status softmax_compute(of_tensor *x, int32_t dim, int32_t log_, of_ten
   if (!of_dtype_is_floating(x->dtype)) return not_floating(name, x, x->dtype);
   of_dtype cdt = of_compute_dtype(x->dtype);
   of_tensor *a = NULL, *xc = NULL, *res = NULL;
+  if (of_dev(x) != OF_CPU) return device_softmax(name, x, d, log_, cdt, out);
   if ((st = of_cast_data(x, cdt, &a)) != OF_OK) return st;
   st = of_contiguous_data(a, &xc);
   of_tensor_release(a);
@@ -1507,7 +1609,30 @@ static of_status max_dim_backward(of_node *n, of_tensor **g, of_tensor **gi) {
     gv = of_s_keep(&s, s.st, b);
   }
   of_tensor *z = NULL, *r = NULL;
-  if (s.st == OF_OK) s.st = of_zeros(n->in_meta[0].shape, n->in_meta[0].ndim, gv->dtype, OF_CPU, &z);
+  if (s.st == OF_OK && of_dev(gv) != OF_CPU) {
+    /* on a device: where(position == index, g, 0) with covered kernels */
+    const of_meta *m = &n->in_meta[0];
+    int64_t shape[OF_MAX_DIMS];
+    for (int32_t d = 0; d < m->ndim; d++) shape[d] = d == dim ? m->shape[d] : 1;
+    of_tensor *ar = NULL, *pos = NULL, *eq = NULL, *zero = NULL;
+    s.st = of_arange((double)n->i[2], (double)(n->i[2] + m->shape[dim]), 1, OF_INT64,
+                     of_dev(gv), &ar);
+    ar = of_s_keep(&s, s.st, ar);
+    if (s.st == OF_OK) s.st = of_reshape(ar, shape, m->ndim, &pos);
+    pos = of_s_keep(&s, s.st, pos);
+    eq = of_s_bin(&s, OF_EQ, pos, idx);
+    if (s.st == OF_OK) s.st = of_zeros(NULL, 0, gv->dtype, of_dev(gv), &zero);
+    zero = of_s_keep(&s, s.st, zero);
+    if (s.st == OF_OK) s.st = of_where(eq, gv, zero, &r);
+    r = of_s_keep(&s, s.st, r);
+    if (s.st == OF_OK && r->ndim == m->ndim) {   /* broadcast may leave it right already */
+      bool same = true;
+      for (int32_t d = 0; d < m->ndim; d++) same = same && r->shape[d] == m->shape[d];
+      if (!same) s.st = of_fail(OF_ERR_SHAPE, "max backward: shape mismatch on device");
+    }
+    return of_s_end(&s, r, &gi[0]);
+  }
+  if (s.st == OF_OK) s.st = of_zeros(n->in_meta[0].shape, n->in_meta[0].ndim, gv->dtype, of_dev(gv), &z);
   z = of_s_keep(&s, s.st, z);
   if (s.st == OF_OK)
     s.st = of_scatter(z, dim, idx, gv, 0, 0, 0, n->i[2], NULL, &r);
@@ -1598,6 +1723,7 @@ static const of_grad_def cumsum_grad = {"CumsumBackward", cumulative_backward};
 static const of_grad_def cumprod_grad = {"CumprodBackward", cumulative_backward};
 
 of_status of_impl_cumulative(of_tensor *x, int32_t dim, int32_t is_prod, of_tensor **out) {
+  OF_CPU_ONLY(is_prod ? "cumprod" : "cumsum", x);
   OF_CHECK(cumulative_compute(x, dim, is_prod, out));
   if (!of_grad_needed(&x, 1) || !of_dtype_is_floating((*out)->dtype)) return OF_OK;
   of_node *n;

@@ -8,6 +8,7 @@
  * double backward is exact. x is made contiguous first; interpolate works on
  * [NC, D, H, W] with missing spatial dims of size 1, pad on [B, padded dims]. */
 #include "../autograd.h"
+#include "../device.h"
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -277,6 +278,7 @@ static of_status interp_adjoint_backward(of_node *n, of_tensor **g, of_tensor **
 of_status of_impl_interpolate(of_tensor *x, const int64_t *size, const double *scales,
                               int32_t nsp, of_interp_mode mode, int32_t align_corners,
                               of_tensor **out) {
+  OF_CPU_ONLY("interpolate", x);
   const char *op = "interpolate";
   if (mode != OF_INTERP_NEAREST && mode != OF_INTERP_LINEAR)
     return of_fail(OF_ERR_ARG, "%s: unknown mode %d", op, (int)mode);
@@ -520,6 +522,7 @@ static of_status pad_adjoint_backward(of_node *n, of_tensor **g, of_tensor **gi)
 
 of_status of_impl_pad(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mode mode,
                       double value, of_tensor **out) {
+  OF_CPU_ONLY("pad", x);
   const char *op = "pad";
   if (mode < OF_PAD_CONSTANT || mode > OF_PAD_CIRCULAR)
     return of_fail(OF_ERR_ARG, "%s: unknown mode %d", op, (int)mode);

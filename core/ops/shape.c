@@ -3,6 +3,7 @@
  * input) as a strided view and let of_copy_ move and convert the data, so
  * every dtype, layout and 0-size case goes through one tested path. */
 #include "autograd.h"
+#include "../device.h"
 #include <omp.h>
 #include <stdlib.h>
 
@@ -43,6 +44,8 @@ static bool legacy_empty(const of_tensor *t) { return t->ndim == 1 && t->shape[0
 
 static of_status cat_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
   if (!ts || n <= 0) return of_fail(OF_ERR_ARG, "cat: expected a non-empty list of tensors");
+  of_device dev;
+  OF_CHECK(of_common_device("cat", ts, n, &dev));
   of_dtype dt = -1;
   int32_t ref = -1;
   for (int32_t i = 0; i < n; i++) {
@@ -81,7 +84,7 @@ static of_status cat_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor *
     shape[d] += t->shape[d];
   }
   of_tensor *res;
-  OF_CHECK(of_tensor_new(shape, r->ndim, dt, OF_CPU, &res));
+  OF_CHECK(of_tensor_new(shape, r->ndim, dt, dev, &res));
   int64_t pos = 0;
   for (int32_t i = 0; i < n; i++) {
     of_tensor *t = ts[i];
@@ -103,6 +106,8 @@ static of_status stack_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor
   if (!ts || n <= 0) return of_fail(OF_ERR_ARG, "stack: expected a non-empty list of tensors");
   for (int32_t i = 0; i < n; i++)
     if (!ts[i]) return of_fail(OF_ERR_ARG, "stack: tensor %d of %d is NULL", (int)i + 1, (int)n);
+  of_device dev;
+  OF_CHECK(of_common_device("stack", ts, n, &dev));
   const of_tensor *r = ts[0];
   if (r->ndim >= OF_MAX_DIMS)
     return of_fail(OF_ERR_SHAPE, "stack: tensors already have %d dims (shape %s), the most "
@@ -122,7 +127,7 @@ static of_status stack_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor
   int64_t shape[OF_MAX_DIMS];
   for (int32_t k = 0, j = 0; k <= r->ndim; k++) shape[k] = k == d ? n : r->shape[j++];
   of_tensor *res;
-  OF_CHECK(of_tensor_new(shape, r->ndim + 1, dt, OF_CPU, &res));
+  OF_CHECK(of_tensor_new(shape, r->ndim + 1, dt, dev, &res));
   int64_t strides[OF_MAX_DIMS];
   for (int32_t k = 0, j = 0; k <= r->ndim; k++)
     if (k != d) strides[j++] = res->strides[k];
@@ -444,6 +449,7 @@ static const of_grad_def tril_grad = {"TrilBackward", tri_backward};
 static const of_grad_def triu_grad = {"TriuBackward", tri_backward};
 
 of_status of_impl_tri(of_tensor *x, int64_t k, int32_t upper, of_tensor **out) {
+  OF_CPU_ONLY("tri", x);
   OF_CHECK(tri_compute(x, k, upper, out));
   of_node *node;
   OF_CHECK(record(upper ? &triu_grad : &tril_grad, &x, 1, out, &node));
@@ -464,6 +470,7 @@ static of_status flip_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static const of_grad_def flip_grad = {"FlipBackward", flip_backward};
 
 of_status of_impl_flip(of_tensor *x, const int32_t *dims, int32_t ndims, of_tensor **out) {
+  OF_CPU_ONLY("flip", x);
   OF_CHECK(flip_compute(x, dims, ndims, out));
   of_node *node;
   OF_CHECK(record(&flip_grad, &x, 1, out, &node));
@@ -500,6 +507,7 @@ static const of_grad_def roll_grad = {"RollBackward", roll_backward};
 
 of_status of_impl_roll(of_tensor *x, const int64_t *shifts, const int32_t *dims, int32_t n,
                        of_tensor **out) {
+  OF_CPU_ONLY("roll", x);
   OF_CHECK(roll_compute(x, shifts, dims, n, out));
   of_node *node;
   OF_CHECK(record(&roll_grad, &x, 1, out, &node));
@@ -560,6 +568,7 @@ static of_status repeat_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static const of_grad_def repeat_grad = {"RepeatBackward", repeat_backward};
 
 of_status of_impl_repeat(of_tensor *x, const int64_t *repeats, int32_t n, of_tensor **out) {
+  OF_CPU_ONLY("repeat", x);
   OF_CHECK(repeat_compute(x, repeats, n, out));
   of_node *node;
   OF_CHECK(record(&repeat_grad, &x, 1, out, &node));

@@ -2,6 +2,7 @@
  * One table row per op: name, whether integers go to float (exp of an int
  * tensor is float32, as in PyTorch), and kernels per compute dtype. */
 #include "elementwise.h"
+#include "../device.h"
 #include "../autograd.h"
 
 typedef enum { KEEP, TO_FLOAT, TO_BOOL, INT_ONLY } ukind_t;
@@ -124,7 +125,8 @@ static of_status unary_compute(of_unary_op op, of_tensor *x, of_tensor *into, of
                    "logical_not (shape %s)", OF_SHAPE_STR(x));
   if (!fn) return unsupported(def->name, x);
   of_dtype kernel_out = (def->kind == TO_BOOL || op == OF_LOGICAL_NOT) ? OF_BOOL : compute;
-  of_ew_ctx ctx = {0};
+  of_ew_ctx ctx = {.kind = OF_EWK_UNARY,
+                   .op = op == OF_SIGN && compute == OF_BOOL ? OF_ABS : op};
   return of_ew_run(def->name, fn, &ctx, &x, 1, compute, kernel_out, result, x->shape, x->ndim,
                    into, out);
 }
@@ -158,7 +160,7 @@ static of_status clamp_compute(of_tensor *x, double lo, double hi, int32_t has_l
     result = OF_FLOAT32;
   of_dtype compute = of_compute_dtype(result);
   if (!clamp_loops[compute]) return unsupported("clamp", x);
-  of_ew_ctx ctx = {.p0 = has_lo ? lo : NAN, .p1 = has_hi ? hi : NAN};
+  of_ew_ctx ctx = {.p0 = has_lo ? lo : NAN, .p1 = has_hi ? hi : NAN, .kind = OF_EWK_CLAMP};
   return of_ew_run("clamp", clamp_loops[compute], &ctx, &x, 1, compute, compute, result,
                    x->shape, x->ndim, into, out);
 }
@@ -166,7 +168,7 @@ static of_status clamp_compute(of_tensor *x, double lo, double hi, int32_t has_l
 static of_status leaky_compute(of_tensor *x, double slope, of_tensor *into, of_tensor **out) {
   if (!of_dtype_is_floating(x->dtype)) return unsupported("leaky_relu", x);
   of_dtype compute = of_compute_dtype(x->dtype);
-  of_ew_ctx ctx = {.p0 = slope};
+  of_ew_ctx ctx = {.p0 = slope, .kind = OF_EWK_LEAKY};
   return of_ew_run("leaky_relu", compute == OF_FLOAT64 ? p_leaky_double : p_leaky_float, &ctx, &x,
                    1, compute, compute, x->dtype, x->shape, x->ndim, into, out);
 }
@@ -194,12 +196,43 @@ static of_loop_fn where_loop(of_dtype dt) {
   }
 }
 
+/* where on a device: operands converted (and CPU scalars moved) there */
+static of_status device_where(const of_device_ops *dops, of_device dev, of_tensor *cond,
+                              of_tensor *a, of_tensor *b, of_dtype dt, const int64_t *shape,
+                              int32_t nd, of_tensor *into, of_tensor **out) {
+  of_tensor *src[3] = {cond, a, b}, *conv[3] = {NULL, NULL, NULL}, *res = NULL;
+  of_dtype want[3] = {OF_BOOL, dt, dt};
+  of_status st = OF_OK;
+  for (int i = 0; i < 3 && st == OF_OK; i++) {
+    of_tensor *t = NULL;
+    st = of_cast_data(src[i], want[i], &t);
+    if (st == OF_OK && of_dev(t) != dev) {
+      st = of_to_device(t, dev, 0, &conv[i]);
+      of_tensor_release(t);
+    } else {
+      conv[i] = t;
+    }
+  }
+  if (st == OF_OK) st = of_prepare_out_on("where", into, shape, nd, dt, dev, &res);
+  if (st == OF_OK) st = dops->where(res, conv[0], conv[1], conv[2]);
+  for (int i = 0; i < 3; i++) of_tensor_release(conv[i]);
+  if (st != OF_OK) {
+    of_tensor_release(res);
+    return st;
+  }
+  of_bump_version(res);
+  *out = res;
+  return OF_OK;
+}
+
 static of_status where_compute(of_tensor *cond, of_tensor *a, of_tensor *b, of_tensor **out) {
   int64_t s1[OF_MAX_DIMS], s2[OF_MAX_DIMS];
   int32_t n1, n2;
   OF_CHECK(of_broadcast_shapes("where", cond->shape, cond->ndim, a->shape, a->ndim, s1, &n1));
   OF_CHECK(of_broadcast_shapes("where", s1, n1, b->shape, b->ndim, s2, &n2));
   of_dtype dt = of_promote_types(a->dtype, b->dtype);
+  OF_ROUTE("where", dev, dops, where, cond, a, b);
+  if (dops) return device_where(dops, dev, cond, a, b, dt, s2, n2, NULL, out);
   of_tensor *c;
   OF_CHECK(of_cast_data(cond, OF_BOOL, &c));
   of_tensor *ins[3] = {c, a, b}, *conv[3] = {c, NULL, NULL};
@@ -235,7 +268,13 @@ static of_status masked_fill_compute(of_tensor *x, of_tensor *mask, double value
                    OF_SHAPE_STR(mask), of_shape_str(x->shape, x->ndim, b, 96));
   }
   of_tensor *v, *res;
-  OF_CHECK(of_full(NULL, 0, value, x->dtype, OF_CPU, &v));
+  OF_ROUTE("masked_fill", dev, dops, where, x, mask, into);
+  OF_CHECK(of_full(NULL, 0, value, x->dtype, dev, &v));
+  if (dops) {
+    of_status st = device_where(dops, dev, mask, v, x, x->dtype, x->shape, x->ndim, into, out);
+    of_tensor_release(v);
+    return st;
+  }
   of_status st = of_prepare_out("masked_fill", into, x->shape, x->ndim, x->dtype, &res);
   if (st == OF_OK) {
     of_tensor *ops[4] = {res, mask, v, x};

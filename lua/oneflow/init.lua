@@ -88,6 +88,8 @@ flow.load_torch, flow.save_torch = torchio.load, torchio.save
 flow.load_t7 = require('oneflow.io.t7').load
 flow.utils = {data = require 'oneflow.utils.data', progress = require 'oneflow.utils.progress'}
 flow.optim = require 'oneflow.optim'
+flow.cuda = require 'oneflow.cuda'
+flow.backends = flow.cuda.backends
 flow.nn = require 'oneflow.nn'
 flow.onnx = require 'oneflow.onnx'
 flow.distributed = require 'oneflow.distributed'

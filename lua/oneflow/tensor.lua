@@ -270,6 +270,7 @@ function T.flow.tensor(data, opts)
   if is_tensor(data) then
     local t = data:clone()
     if opts.dtype then t = t:to(opts.dtype) end
+    if opts.device then t = t:to(opts.device) end
     return t
   end
   local shape, is_bool
@@ -284,6 +285,7 @@ function T.flow.tensor(data, opts)
   local dt = util.dtype_opt(opts, is_bool and types.by_name.bool or default_dtype)
   local ptr, n = util.shape_ptr(shape)
   local t = T.call1(C.of_from_doubles, buf, ptr, n, dt.id, out1)
+  if opts.device ~= nil and types.device(opts.device).type ~= 'cpu' then t = t:to(opts.device) end
   if opts.requires_grad then t:requires_grad_(true) end
   return t
 end
@@ -304,7 +306,8 @@ local function like(fill)
   return function(x, opts)
     opts = opts or {}
     local dt = opts.dtype or x.dtype
-    return T.flow.full(x:size():totable(), fill, {dtype = dt, requires_grad = opts.requires_grad})
+    return T.flow.full(x:size():totable(), fill, {dtype = dt, requires_grad = opts.requires_grad,
+                                                  device = opts.device or x.device})
   end
 end
 def('zeros_like', like(0), 'func')

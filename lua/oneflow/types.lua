@@ -63,9 +63,13 @@ function M.device(spec, index)
 end
 M.Device = Device
 
+-- 'cuda' without an index is the current CUDA device (asking loads the
+-- CUDA library; -1 without CUDA becomes 0 and the op says why).
 function M.device_code(d)
   if d.type == 'cpu' then return C.OF_CPU end
-  return C.OF_CUDA + (d.index or 0) * 256
+  local idx = d.index
+  if idx == nil then idx = math.max(C.of_cuda_current_device(), 0) end
+  return C.OF_CUDA + idx * 256
 end
 
 function M.device_of_code(code)

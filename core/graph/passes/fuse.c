@@ -452,7 +452,7 @@ of_status of_fused_invoke(of_gnode *n, of_tensor **ins, void **outs) {
         str[base + i] = oes;
         char *pp[3] = {dst, ptr[in->a], in->kind == FUSED_BINARY ? ptr[in->b] : NULL};
         int64_t ss[3] = {oes, str[in->a], in->kind == FUSED_BINARY ? str[in->b] : 0};
-        of_ew_ctx ctx = {in->p0, in->p1, 0};
+        of_ew_ctx ctx = {.p0 = in->p0, .p1 = in->p1};
         fn[i](pp, ss, len, &ctx);
       }
     }

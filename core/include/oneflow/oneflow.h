@@ -85,6 +85,47 @@ void of_memory_mark(of_device dev);           /* zero bytes_since_sweep */
 void of_memory_reset_peak(of_device dev);
 void of_empty_cache(of_device dev);
 
+/* ---- devices (core/device.c; kernels in cuda/, liboneflow_cuda.so) ------
+ * The CUDA library is loaded on first CUDA use (never at startup): a build
+ * with CUDA runs every CPU feature on a machine without a GPU driver.
+ * of_cuda_is_available() loads it and checks for a device; when it is 0,
+ * of_cuda_why_unavailable() says why (not built, dlopen error, no driver, no
+ * device). index -1: the current device. */
+int32_t of_cuda_is_available(void);
+const char *of_cuda_why_unavailable(void);
+int32_t of_cuda_library_loaded(void);   /* 1 once loaded; never loads */
+int32_t of_cuda_built(void);            /* 1 when this build has the CUDA part */
+int32_t of_cuda_device_count(void);     /* 0 when unavailable */
+of_status of_cuda_set_device(int32_t index);
+int32_t of_cuda_current_device(void);
+/* Waits for queued work; an asynchronous kernel error is reported here with
+ * the op that launched it. */
+of_status of_cuda_synchronize(int32_t index);
+void of_cuda_set_allow_tf32(int32_t on);   /* matmul may use TF32 (default off) */
+int32_t of_cuda_get_allow_tf32(void);
+/* t on device dev (a copy, recorded for autograd; t itself when already
+ * there). non_blocking: from pinned memory or to the GPU, the copy is queued
+ * on the current stream. */
+of_status of_to_device(of_tensor *t, of_device dev, int32_t non_blocking, of_tensor **out);
+/* A copy of a CPU tensor in page-locked memory (cudaHostAlloc) when CUDA is
+ * available, else a plain copy; of_tensor_is_pinned tells which. */
+of_status of_pin_memory(of_tensor *t, of_tensor **out);
+int32_t of_tensor_is_pinned(const of_tensor *t);
+typedef struct of_stream of_stream;
+typedef struct of_event of_event;
+of_status of_stream_new(int32_t index, of_stream **out);
+void of_stream_release(of_stream *s);
+of_status of_stream_synchronize(of_stream *s);
+int32_t of_stream_query(of_stream *s);          /* 1: all work done */
+of_status of_set_stream(of_stream *s);           /* NULL: the default stream */
+of_status of_stream_wait_event(of_stream *s, of_event *e);
+of_status of_event_new(int32_t enable_timing, of_event **out);
+void of_event_release(of_event *e);
+of_status of_event_record(of_event *e, of_stream *s);   /* s NULL: current */
+of_status of_event_synchronize(of_event *e);
+int32_t of_event_query(of_event *e);
+of_status of_event_elapsed_ms(of_event *start, of_event *end, double *out);
+
 /* ---- tensor handles ---------------------------------------------------- */
 void of_tensor_retain(of_tensor *t);
 void of_tensor_release(of_tensor *t);

@@ -129,11 +129,9 @@ def('set_rng_state', function(state)
 end, 'func')
 
 ------------------------------------------------------------------ factories
-local function device_check(op, opts)
-  if opts.device ~= nil and types.device(opts.device).type ~= 'cpu' then
-    error(('%s: device %s is not available: this build has no CUDA backend yet')
-          :format(op, tostring(types.device(opts.device))), 4)
-  end
+local function device_code(opts)
+  if opts.device == nil then return C.OF_CPU end
+  return types.device_code(types.device(opts.device))
 end
 
 -- An uninitialised tensor of `sizes` (checked here so errors name op).
@@ -144,9 +142,8 @@ local function new_empty(op, sizes, dt, opts)
             table.concat(sizes, ',')), 4)
     end
   end
-  device_check(op, opts)
   local ptr, n = util.shape_ptr(sizes)
-  return T.call1(C.of_empty, ptr, n, dt.id, C.OF_CPU, out1)
+  return T.call1(C.of_empty, ptr, n, dt.id, device_code(opts), out1)
 end
 
 local function finish(t, st, opts)
@@ -203,10 +200,11 @@ end, 'func')
 def('randperm', function(n, opts)
   opts = opts or {}
   n = to_i64(n, 'randperm', 'n')
-  device_check('randperm', opts)
   local dt = util.dtype_opt(opts, types.by_name.int64)
   if C.of_randperm(n, 1, dt.id, out1) ~= 0 then raise(2) end
-  return finish(core.wrap(out1[0]), 0, opts)
+  local t = core.wrap(out1[0])
+  if device_code(opts) ~= C.OF_CPU then t = t:to(opts.device) end
+  return finish(t, 0, opts)
 end, 'func')
 
 --- flow.normal(mean, std, size[, opts]) with numbers, or with tensor mean

@@ -139,13 +139,20 @@ local function to_dtype(x, d)
   return call1(C.of_to_dtype, x.p, types.dtype(d, 3).id, out1)
 end
 
---- x:to(dtype), x:to('cpu'), x:to(other_tensor), x:to{dtype =, device =}.
+local function to_device(x, dev, non_blocking)
+  local code = types.device_code(dev)
+  if C.of_tensor_device(x.p) == code then return x end
+  return call1(C.of_to_device, x.p, code, non_blocking and 1 or 0, out1)
+end
+
+--- x:to(dtype), x:to('cuda'), x:to(other_tensor), x:to{dtype =, device =,
+-- non_blocking =}, x:to('cuda', 'float16'), x:to('cuda', {non_blocking = true}).
 function methods.to(x, a, b)
-  local dt, dev
+  local dt, dev, nb
   if T.is_tensor(a) then
     dt, dev = a.dtype, a.device
   elseif type(a) == 'table' and getmetatable(a) == nil then
-    dt, dev = a.dtype, a.device
+    dt, dev, nb = a.dtype, a.device, a.non_blocking
   elseif getmetatable(a) == types.DType then
     dt = a
   elseif getmetatable(a) == types.Device then
@@ -154,12 +161,11 @@ function methods.to(x, a, b)
     if types.by_name[a] then dt = a else dev = a end
   end
   if getmetatable(b) == types.DType or (type(b) == 'string' and types.by_name[b]) then dt = b end
+  if type(b) == 'table' and getmetatable(b) == nil then nb = b.non_blocking end
   if dev ~= nil then
-    dev = types.device(dev)
-    if dev.type ~= 'cpu' then
-      error(('to: device %s is not available: this build has no CUDA backend yet')
-            :format(tostring(dev)), 2)
-    end
+    local ok, d = pcall(types.device, dev)
+    if not ok then error('to: ' .. tostring(d):gsub('^.-device: ', 'device: '), 2) end
+    x = to_device(x, d, nb)
   end
   if dt ~= nil then return to_dtype(x, dt) end
   return x
@@ -171,8 +177,17 @@ for name, dt in pairs({float = 'float32', double = 'float64', half = 'float16',
   methods[name] = function(x) return to_dtype(x, dt) end
 end
 function methods.type_as(x, o) return to_dtype(x, o.dtype) end
-function methods.cpu(x) return x end
-function methods.cuda(x) return x:to('cuda') end
+function methods.cpu(x) return to_device(x, types.device('cpu')) end
+--- x:cuda(), x:cuda(1), x:cuda{non_blocking = true}, x:cuda(1, {non_blocking = true})
+function methods.cuda(x, index, opts)
+  if type(index) == 'table' then index, opts = nil, index end
+  if index == nil then index = C.of_cuda_current_device() end
+  if index < 0 then index = 0 end   -- no CUDA: the copy reports why
+  return to_device(x, types.device('cuda', index), opts and opts.non_blocking)
+end
+--- A copy in page-locked host memory (a plain copy where CUDA is unavailable).
+function methods.pin_memory(x) return call1(C.of_pin_memory, x.p, out1) end
+function methods.is_pinned(x) return C.of_tensor_is_pinned(x.p) ~= 0 end
 
 --- x:type() -> 'oneflow.FloatTensor' style name; x:type(dtype) converts.
 local type_names = {float32 = 'FloatTensor', float64 = 'DoubleTensor', float16 = 'HalfTensor',

@@ -1,0 +1,191 @@
+/* device.h -- the device-ops table and the routing helpers of the op runners.
+ *
+ * The CUDA part (cuda/, liboneflow_cuda.so) is loaded on first CUDA use by
+ * core/device.c and fills one of_device_ops. Op runners check the devices of
+ * their tensors once, at the entry of the family's runner:
+ *   - all CPU: the CPU kernel runs (one load per tensor on the fast path);
+ *   - tensors on two devices: a clear error naming the op and the devices;
+ *   - on CUDA: the family's entry of the table, or "not implemented on CUDA".
+ * The header compiles as C11 and as C++ (nvcc includes it). */
+#ifndef ONEFLOW_DEVICE_H
+#define ONEFLOW_DEVICE_H
+#include "internal.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { OF_DEVICE_ABI = 1 };
+static inline int32_t of_device_type(of_device d) { return d & 0xff; }
+static inline int32_t of_device_index(of_device d) { return d >> 8; }
+static inline of_device of_dev(const of_tensor *t) { return t->storage->device; }
+/* "cpu", "cuda:1" (for messages; buf of >= 16 bytes) */
+const char *of_device_str(of_device d, char *buf);
+#define OF_DEV_STR(d) of_device_str((d), (char[16]){0})
+
+/* Elementwise kernel kinds (the `kind` of of_device_ops.ew). */
+enum { OF_EWK_BINARY = 0, OF_EWK_UNARY = 1, OF_EWK_CLAMP = 2, OF_EWK_LEAKY = 3 };
+
+typedef struct of_device_ops {
+  int32_t abi;                        /* OF_DEVICE_ABI */
+  /* ---- devices ---- */
+  int32_t (*device_count)(void);
+  of_status (*set_device)(int32_t index);
+  int32_t (*current_device)(void);
+  /* Waits for the device's work; reports an asynchronous kernel error with the
+   * op that launched it. index -1: the current device. */
+  of_status (*synchronize)(int32_t index);
+  /* ---- memory: a stream-ordered caching allocator ---- */
+  void *(*alloc)(of_device dev, int64_t nbytes);        /* NULL + of_fail */
+  void (*free)(of_device dev, void *p, int64_t nbytes);
+  void (*empty_cache)(of_device dev);
+  const of_memory_stats *(*memory_stats)(of_device dev);
+  void (*reset_peak)(of_device dev);
+  void *(*host_alloc)(int64_t nbytes);                  /* pinned; NULL: failed */
+  void (*host_free)(void *p);
+  /* nbytes between contiguous buffers on any two devices (one may be the CPU);
+   * non_blocking: ordered on the current stream, the caller synchronises. */
+  of_status (*memcpy)(void *dst, of_device ddev, const void *src, of_device sdev,
+                      int64_t nbytes, int32_t non_blocking);
+  /* ---- streams and events (opaque handles) ---- */
+  of_status (*stream_new)(int32_t index, void **out);
+  void (*stream_free)(void *s);
+  of_status (*stream_synchronize)(void *s);
+  int32_t (*stream_query)(void *s);                    /* 1 done, 0 busy */
+  void (*set_stream)(void *s);                         /* NULL: the default stream */
+  void *(*get_stream)(void);
+  of_status (*stream_wait_event)(void *s, void *e);
+  of_status (*event_new)(int32_t timing, void **out);
+  void (*event_free)(void *e);
+  of_status (*event_record)(void *e, void *s);
+  of_status (*event_synchronize)(void *e);
+  int32_t (*event_query)(void *e);
+  of_status (*event_elapsed)(void *start, void *end, double *ms);
+  void (*set_allow_tf32)(int32_t on);
+  /* ---- kernels by family; NULL: not implemented on this device ----
+   * Callers have checked shapes and dtypes and made every operand live on
+   * the same device; results are allocated by the caller unless `out`. */
+  /* dst <- src, same device, src broadcast to dst, any two dtypes */
+  of_status (*copy)(of_tensor *dst, of_tensor *src);
+  of_status (*fill)(of_tensor *t, double value);
+  /* ops[0] (output, dtype kernel_out) <- f(ops[1..nops)), inputs of the
+   * compute dtype broadcast to ops[0]'s shape. p0/p1: op parameters. */
+  of_status (*ew)(const char *name, int32_t kind, int32_t op, double p0, double p1,
+                  int32_t flags, of_tensor **ops, int32_t nops);
+  /* out <- cond ? a : b, operands broadcast to out, a/b of out's dtype */
+  of_status (*where)(of_tensor *out, of_tensor *cond, of_tensor *a, of_tensor *b);
+  /* rows: x contiguous [outer, n] of the compute dtype -> out [outer] (op
+   * an of_reduce_op, p its norm order, results in out's dtype) */
+  of_status (*reduce_rows)(int32_t op, double p, of_tensor *x, int64_t outer, int64_t n,
+                           of_tensor *out);
+  /* arg-reduce rows: values (may be NULL) and int64 indices + index_base */
+  of_status (*argreduce_rows)(int32_t is_max, of_tensor *x, int64_t outer, int64_t n,
+                              int64_t index_base, of_tensor *values, of_tensor *indices);
+  /* variance rows */
+  of_status (*var_rows)(of_tensor *x, int64_t outer, int64_t n, double correction,
+                        int32_t is_std, of_tensor *out);
+  /* softmax over rows of x [outer, n] into y */
+  of_status (*softmax_rows)(of_tensor *x, int64_t outer, int64_t n, int32_t log, of_tensor *y);
+  /* layer norm over rows [outer, n]; mean/rstd float [outer] saved for backward */
+  of_status (*layer_norm_rows)(of_tensor *x, of_tensor *w, of_tensor *b, int64_t outer,
+                               int64_t n, double eps, of_tensor *y, of_tensor *mean,
+                               of_tensor *rstd);
+  of_status (*layer_norm_back_rows)(of_tensor *g, of_tensor *x, of_tensor *w,
+                                    of_tensor *mean, of_tensor *rstd, int64_t outer, int64_t n,
+                                    of_tensor *gx, of_tensor *gw, of_tensor *gb);
+  /* Philox: fill t from the (seed, offset) stream of core/random.c, values
+   * in logical row-major order. dist 0 uniform (p: lo, hi, largest value
+   * below hi), 1 normal (mean, std), 2 bernoulli (p) */
+  of_status (*random)(of_tensor *t, int32_t dist, const double *p, uint64_t seed,
+                      uint64_t offset);
+  /* c [batch, m, n] = alpha * a @ b + beta * c, a [batch, m, k] / [batch, k, m]
+   * when ta, batch strides in elements (0: broadcast) */
+  of_status (*gemm)(int32_t ta, int32_t tb, int64_t m, int64_t n, int64_t k, double alpha,
+                    of_tensor *a, int64_t lda, int64_t sa, of_tensor *b, int64_t ldb,
+                    int64_t sb, double beta, of_tensor *c, int64_t ldc, int64_t sc,
+                    int64_t batch);
+  /* gather along dim of out's shape (index int64, index_base); scatter: the
+   * reverse with reduce 0 replace / 1 add into dst (a clone made by the caller) */
+  of_status (*gather)(of_tensor *out, of_tensor *x, int32_t dim, of_tensor *index,
+                      int64_t index_base);
+  of_status (*scatter)(of_tensor *dst, int32_t dim, of_tensor *index, of_tensor *src,
+                       double value, int32_t use_value, int32_t reduce, int64_t index_base);
+  /* out = x with rows `index` along dim (index_select), or dst[index] += alpha src */
+  of_status (*index_select)(of_tensor *out, of_tensor *x, int32_t dim, of_tensor *index,
+                            int64_t index_base);
+  of_status (*index_add)(of_tensor *dst, int32_t dim, of_tensor *index, of_tensor *src,
+                         double alpha, int64_t index_base);
+  /* rows x [outer, n] sorted into values/indices [outer, k] (k <= n) */
+  of_status (*sort_rows)(of_tensor *x, int64_t outer, int64_t n, int64_t k, int32_t descending,
+                         int64_t index_base, of_tensor *values, of_tensor *indices);
+  /* fused optimizer updates (same arithmetic as core/graph/optim.c) */
+  of_status (*sgd)(of_tensor *param, of_tensor *grad, of_tensor *buf, double lr,
+                   double momentum, double dampening, double wd, int32_t nesterov,
+                   int32_t maximize, int32_t first);
+  of_status (*adam)(of_tensor *param, of_tensor *grad, of_tensor *m, of_tensor *v,
+                    of_tensor *vmax, double lr, double beta1, double beta2, double eps,
+                    double wd, int32_t amsgrad, int32_t maximize, int32_t decoupled,
+                    double step);
+} of_device_ops;
+
+/* The CUDA library's entry point: fills ops; returns 0 or sets why (cap bytes). */
+typedef int32_t (*of_device_init_fn)(of_device_ops *ops, char *why, int32_t cap);
+
+/* ---- core/device.c ---- */
+/* The ops of dev's type (loading the library on first use), or NULL with an
+ * error naming `op` and saying why CUDA is unavailable. */
+const of_device_ops *of_device_ops_for(const char *op, of_device dev);
+/* The ops when the library is already loaded and usable (never loads). */
+const of_device_ops *of_device_ops_loaded(void);
+/* The common device of the tensors (NULL entries skipped). A 0-d CPU tensor
+ * may join tensors of another device (it is a scalar, as in PyTorch). */
+of_status of_common_device(const char *op, of_tensor *const *ts, int32_t n, of_device *out);
+/* Error for a family without a kernel on dev. */
+of_status of_device_unsupported(const char *op, of_device dev);
+/* When an op runs on a device, the op's name is kept for error reports of
+ * asynchronous kernel failures. */
+extern const char *of_device_last_op;
+/* of_prepare_out for a result on `dev`; `into` must live there. */
+of_status of_prepare_out_on(const char *op, of_tensor *into, const int64_t *shape,
+                            int32_t ndim, of_dtype dt, of_device dev, of_tensor **out);
+/* Copies data between tensors on different devices (dst <- src, broadcast,
+ * cast); of_copy_data calls it. */
+of_status of_copy_across(of_tensor *dst, of_tensor *src);
+
+/* Device halves of CPU runners (core/ops/device_ops.c); inputs checked. */
+of_status of_device_matmul(const char *op, of_tensor *a, of_tensor *b, of_tensor *c,
+                           double beta, double alpha, int32_t a_vec, int32_t b_vec,
+                           of_tensor *into, of_tensor **out);
+of_status of_device_layer_norm(of_tensor *x, int32_t k, of_tensor *w, of_tensor *b,
+                               double eps, of_tensor **out);
+
+/* Route a family runner: `DEV` is set to the common device of the tensors;
+ * for a non-CPU device, `ops` is the table (already checked non-NULL for
+ * the entry FIELD). */
+#define OF_ROUTE(OP, DEV, OPS, FIELD, ...)                                         \
+  of_device DEV = OF_CPU;                                                          \
+  const of_device_ops *OPS = NULL;                                                 \
+  do {                                                                             \
+    of_tensor *ts_[] = {__VA_ARGS__};                                              \
+    OF_CHECK(of_common_device(OP, ts_, (int32_t)(sizeof ts_ / sizeof ts_[0]), &DEV)); \
+    if (DEV != OF_CPU) {                                                           \
+      OPS = of_device_ops_for(OP, DEV);                                            \
+      if (!OPS) return OF_ERR_DEVICE;                                              \
+      if (!OPS->FIELD) return of_device_unsupported(OP, DEV);                      \
+      of_device_last_op = OP;                                                      \
+    }                                                                              \
+    (void)DEV;                                                                     \
+  } while (0)
+
+/* A runner with no device kernels yet: refuse non-CPU tensors clearly. */
+#define OF_CPU_ONLY(OP, ...)                                                       \
+  do {                                                                             \
+    of_device d_;                                                                  \
+    of_tensor *ts_[] = {__VA_ARGS__};                                              \
+    OF_CHECK(of_common_device(OP, ts_, (int32_t)(sizeof ts_ / sizeof ts_[0]), &d_)); \
+    if (d_ != OF_CPU) return of_device_unsupported(OP, d_);                        \
+  } while (0)
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,198 @@
+/* device_ops.c -- the device side of op families whose CPU runners are too
+ * specialised to share (matmul's operand layouts, layer_norm's fused rows):
+ * shapes are checked by the CPU runner, which calls in here for device
+ * tensors; the kernels come from the device-ops table. */
+#include "../autograd.h"
+#include "../device.h"
+
+/* ---- matmul ---------------------------------------------------------------
+ * Operands are made dense [batch, rows, cols] in their dtype; a batch dim
+ * that broadcasts gets stride 0 when the whole operand is shared, else the
+ * broadcast is materialised. [B, m, k] @ [k, n] folds into one gemm. */
+
+/* t seen with the matmul shape (a 1-D a is [1, k], a 1-D b is [k, 1]) */
+static void promoted(const of_tensor *t, bool vec, bool is_a, int64_t *shape, int64_t *strides,
+                     int32_t *nd) {
+  if (!vec) {
+    *nd = t->ndim;
+    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    memcpy(strides, t->strides, sizeof(int64_t) * (size_t)t->ndim);
+    return;
+  }
+  *nd = 2;
+  if (is_a) {
+    shape[0] = 1, strides[0] = t->shape[0] * t->strides[0];
+    shape[1] = t->shape[0], strides[1] = t->strides[0];
+  } else {
+    shape[0] = t->shape[0], strides[0] = t->strides[0];
+    shape[1] = 1, strides[1] = 1;
+  }
+}
+
+/* Dense [nbt, r, c] operand (stride 0 between batches when shared). */
+static of_status operand(of_tensor *t, bool vec, bool is_a, const int64_t *bshape,
+                         int32_t nbatch, of_tensor **out, int64_t *bstride) {
+  int64_t sh[OF_MAX_DIMS], st[OF_MAX_DIMS], esh[OF_MAX_DIMS], est[OF_MAX_DIMS];
+  int32_t nd;
+  promoted(t, vec, is_a, sh, st, &nd);
+  int32_t own = nd - 2;
+  bool shared = true;
+  for (int32_t i = 0; i < nbatch; i++) {
+    int32_t j = i - (nbatch - own);
+    esh[i] = bshape[i];
+    est[i] = j >= 0 && sh[j] == bshape[i] ? st[j] : 0;
+    if (est[i] != 0 && bshape[i] > 1) shared = false;
+  }
+  esh[nbatch] = sh[nd - 2], est[nbatch] = st[nd - 2];
+  esh[nbatch + 1] = sh[nd - 1], est[nbatch + 1] = st[nd - 1];
+  of_tensor *v = shared ? of_tensor_alias(t, esh + nbatch, est + nbatch, 2, t->offset)
+                        : of_tensor_alias(t, esh, est, nbatch + 2, t->offset);
+  if (!v) return OF_ERR_OOM;
+  of_status s = of_dense(v, t->dtype, out);
+  of_tensor_release(v);
+  *bstride = shared ? 0 : esh[nbatch] * esh[nbatch + 1];
+  return s;
+}
+
+of_status of_device_matmul(const char *op, of_tensor *a, of_tensor *b, of_tensor *c,
+                           double beta, double alpha, int32_t a_vec, int32_t b_vec,
+                           of_tensor *into, of_tensor **out) {
+  OF_ROUTE(op, dev, o, gemm, a, b, c, into);
+  if (!of_dtype_is_floating(a->dtype))
+    return of_fail(OF_ERR_DTYPE, "%s: only floating dtypes are implemented on %s, got %s", op,
+                   OF_DEV_STR(dev), OF_DT(a));
+  int64_t sa[OF_MAX_DIMS], ta[OF_MAX_DIMS], sb[OF_MAX_DIMS], tb[OF_MAX_DIMS];
+  int32_t na, nb;
+  promoted(a, a_vec, true, sa, ta, &na);
+  promoted(b, b_vec, false, sb, tb, &nb);
+  int64_t m = sa[na - 2], k = sa[na - 1], n = sb[nb - 1];
+  int32_t ba = na - 2, bbn = nb - 2, nbatch = ba > bbn ? ba : bbn;
+  int64_t bshape[OF_MAX_DIMS], rshape[OF_MAX_DIMS + 2];
+  for (int32_t i = 0; i < nbatch; i++) {
+    int64_t da = i < nbatch - ba ? 1 : sa[i - (nbatch - ba)];
+    int64_t db = i < nbatch - bbn ? 1 : sb[i - (nbatch - bbn)];
+    bshape[i] = da == 1 ? db : da;
+  }
+  int32_t rnd = 0;
+  for (int32_t i = 0; i < nbatch; i++) rshape[rnd++] = bshape[i];
+  if (!a_vec) rshape[rnd++] = m;
+  if (!b_vec) rshape[rnd++] = n;
+  int64_t nbt = of_shape_numel(bshape, nbatch);
+
+  of_tensor *A = NULL, *B = NULL, *res = NULL, *view = NULL, *dest = NULL;
+  int64_t strA = 0, strB = 0;
+  of_status st = operand(a, a_vec, true, bshape, nbatch, &A, &strA);
+  if (st == OF_OK) st = operand(b, b_vec, false, bshape, nbatch, &B, &strB);
+  if (st == OF_OK && into) st = of_prepare_out_on(op, into, rshape, rnd, a->dtype, dev, &dest);
+  if (st == OF_OK) st = of_tensor_new(rshape, rnd, a->dtype, dev, &res);
+  if (st != OF_OK) goto done;
+  if (c && beta != 0) {
+    if ((st = of_copy_data(res, c)) != OF_OK) goto done;
+  }
+  int64_t M = m, batch = nbt;
+  if (strB == 0 && strA != 0) {   /* [B, m, k] @ shared [k, n]: one tall gemm */
+    M = m * nbt;
+    batch = 1;
+  }
+  if (res->numel > 0) {
+    if (k == 0) {
+      if (!(c && beta != 0)) st = o->fill(res, 0);
+      else if (beta != 1) {
+        of_tensor *r2;
+        st = of_binary_scalar(OF_MUL, res, beta, 0, res, &r2);
+        if (st == OF_OK) of_tensor_release(r2);
+      }
+    } else {
+      st = o->gemm(0, 0, M, n, k, alpha, A, k, strA, B, n, strB, c ? beta : 0, res, n, m * n,
+                   batch);
+    }
+    if (st != OF_OK) goto done;
+  }
+  if (dest) {
+    st = of_copy_data(dest, res);
+    if (st != OF_OK) goto done;
+    view = dest;
+    of_tensor_retain(view);
+  } else {
+    view = res;
+    of_tensor_retain(view);
+  }
+done:
+  of_tensor_release(A);
+  of_tensor_release(B);
+  of_tensor_release(res);
+  of_tensor_release(dest);
+  if (st != OF_OK) return st;
+  *out = view;
+  return OF_OK;
+}
+
+/* ---- layer_norm -------------------------------------------------------------
+ * Rows [R, M] (the normalized dims are the last ones); mean and rstd float32
+ * [R] are saved for the fused backward. */
+static of_status ln_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  of_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *gd = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
+  of_status st = OF_OK;
+  for (int32_t k = 0; k < 4 && st == OF_OK; k++)
+    if (k != 1 || n->i[1]) st = of_node_saved(n, k, &sv[k]);
+  of_tensor *x = sv[0], *w = sv[1];
+  int64_t M = n->i[2], R = M ? x->numel / M : 0;
+  of_device dev = of_dev(x);
+  const of_device_ops *o = st == OF_OK ? of_device_ops_for("layer_norm_backward", dev) : NULL;
+  if (st == OF_OK && !o) st = OF_ERR_DEVICE;
+  if (st == OF_OK) st = of_dense(g[0], x->dtype, &gd);
+  if (st == OF_OK && n->needs[0]) st = of_tensor_new(x->shape, x->ndim, x->dtype, dev, &gx);
+  if (st == OF_OK && n->needs[1] && w)
+    st = of_tensor_new(n->in_meta[1].shape, n->in_meta[1].ndim, n->in_meta[1].dtype, dev, &gw);
+  if (st == OF_OK && n->needs[2])
+    st = of_tensor_new(n->in_meta[2].shape, n->in_meta[2].ndim, n->in_meta[2].dtype, dev, &gb);
+  if (st == OF_OK) {
+    of_device_last_op = "layer_norm_backward";
+    st = o->layer_norm_back_rows(gd, x, w, sv[2], sv[3], R, M, gx, gw, gb);
+  }
+  if (st == OF_OK) {
+    gi[0] = gx, gi[1] = gw, gi[2] = gb;
+    gx = gw = gb = NULL;
+  }
+  of_tensor *rel[8] = {sv[0], sv[1], sv[2], sv[3], gd, gx, gw, gb};
+  for (int i = 0; i < 8; i++) of_tensor_release(rel[i]);
+  return st;
+}
+static const of_grad_def ln_grad = {"NativeLayerNormBackward", ln_backward};
+
+of_status of_device_layer_norm(of_tensor *x, int32_t k, of_tensor *w, of_tensor *b,
+                               double eps, of_tensor **out) {
+  OF_ROUTE("layer_norm", dev, o, layer_norm_rows, x, w, b);
+  int64_t M = of_shape_numel(x->shape + (x->ndim - k), k), R = M ? x->numel / M : 0;
+  of_tensor *xd = NULL, *wd = NULL, *bd = NULL, *y = NULL, *mean = NULL, *rstd = NULL;
+  /* weight and bias are used in x's dtype (as the CPU's compute dtype) */
+  of_status st = of_dense(x, x->dtype, &xd);
+  if (st == OF_OK) st = of_dense(w, x->dtype, &wd);
+  if (st == OF_OK) st = of_dense(b, x->dtype, &bd);
+  if (st == OF_OK) st = of_tensor_new(x->shape, x->ndim, x->dtype, dev, &y);
+  if (st == OF_OK) st = of_tensor_new(&R, 1, OF_FLOAT32, dev, &mean);
+  if (st == OF_OK) st = of_tensor_new(&R, 1, OF_FLOAT32, dev, &rstd);
+  if (st == OF_OK) st = o->layer_norm_rows(xd, wd, bd, R, M, eps, y, mean, rstd);
+  of_tensor *ins[3] = {x, w, b};
+  if (st == OF_OK && of_grad_needed(ins, 3)) {
+    of_node *n;
+    st = of_record(&ln_grad, ins, 3, &y, 1, &n);
+    if (st == OF_OK) {
+      n->i[1] = w != NULL;
+      n->i[2] = M;
+      of_node_save(n, 0, xd);
+      of_node_save(n, 1, wd);
+      of_node_save(n, 2, mean);
+      of_node_save(n, 3, rstd);
+    }
+  }
+  of_tensor *rel[5] = {xd, wd, bd, mean, rstd};
+  for (int i = 0; i < 5; i++) of_tensor_release(rel[i]);
+  if (st != OF_OK) {
+    of_tensor_release(y);
+    return st;
+  }
+  *out = y;
+  return OF_OK;
+}

@@ -1,0 +1,18 @@
+// kernels.cuh -- each kernel file fills its part of the device-ops table.
+#pragma once
+#include "common.cuh"
+
+namespace ofc {
+void register_elementwise(of_device_ops *ops);
+void register_reduce(of_device_ops *ops);
+void register_random(of_device_ops *ops);
+void register_blas(of_device_ops *ops);
+void register_optim(of_device_ops *ops);
+inline void register_kernels(of_device_ops *ops) {
+  register_elementwise(ops);
+  register_reduce(ops);
+  register_random(ops);
+  register_blas(ops);
+  register_optim(ops);
+}
+}  // namespace ofc

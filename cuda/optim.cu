@@ -1,0 +1,124 @@
+// optim.cu -- fused SGD and Adam updates: each element goes through the
+// float operations of core/graph/optim.c in the parameter's dtype, in the
+// same order, so CPU and GPU agree to rounding of the device's sqrt/pow.
+#include "common.cuh"
+#include "kernels.cuh"
+
+namespace ofc {
+
+// a product rounded on its own, so nvcc cannot fuse it into a following add
+__device__ __forceinline__ float __fmul_rn_t(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double __fmul_rn_t(double a, double b) { return __dmul_rn(a, b); }
+
+template <typename T>
+__global__ void sgd_kernel(int64_t n, T *p, const T *g, T *buf, double lr, double mom,
+                           double damp, double wd, int nesterov, int maximize, int first) {
+  const T twd = (T)wd, tmom = (T)mom, talpha = (T)(1 - damp), tlr = (T)(-lr);
+  const bool alpha_one = (1 - damp) == 1, lr_one = -lr == 1;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    T gv = g[i];
+    if (maximize) gv = -gv;
+    if (wd != 0) { T t = __fmul_rn_t(p[i], twd); gv = gv + t; }
+    if (mom != 0) {
+      T bv;
+      if (first) bv = gv;
+      else {
+        bv = __fmul_rn_t(buf[i], tmom);
+        if (alpha_one) bv = bv + gv;
+        else { T t = __fmul_rn_t(gv, talpha); bv = bv + t; }
+      }
+      buf[i] = bv;
+      if (nesterov) { T t = __fmul_rn_t(bv, tmom); gv = gv + t; }
+      else gv = bv;
+    }
+    if (lr_one) p[i] = p[i] + gv;
+    else { T t = __fmul_rn_t(gv, tlr); p[i] = p[i] + t; }
+  }
+}
+
+template <typename T>
+__global__ void adam_kernel(int64_t n, T *p, const T *g, T *m, T *v, T *vmax, double lr,
+                            double step, double b1, double b2, double eps, double wd,
+                            int amsgrad, int maximize, int decoupled) {
+  const double w = 1 - b1, c = 1 - b2;
+  const bool w_small = fabs(w) < 0.5, c_one = c == 1;
+  const double bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
+  const double step_size = lr / bc1, bc2s = sqrt(bc2), val = -step_size;
+  const T tw = (T)w, tw1 = (T)(1 - w), tc = (T)c, tb2 = (T)b2, tbc2s = (T)bc2s;
+  const T teps = (T)eps, tval = (T)val, twd = (T)wd, tdec = (T)(1 - lr * wd);
+  const bool val_one = val == 1;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    T gv = g[i];
+    if (maximize) gv = -gv;
+    if (wd != 0) {
+      if (decoupled) p[i] = __fmul_rn_t(p[i], tdec);
+      else { T t = __fmul_rn_t(p[i], twd); gv = gv + t; }
+    }
+    T d = gv - m[i];
+    if (w_small) { d = __fmul_rn_t(d, tw); m[i] = m[i] + d; }
+    else { d = __fmul_rn_t(d, tw1); d = -d; d = d + gv; m[i] = d; }
+    T vv = __fmul_rn_t(v[i], tb2);
+    T t2 = c_one ? __fmul_rn_t(gv, gv) : __fmul_rn_t(__fmul_rn_t(gv, tc), gv);
+    vv = vv + t2;
+    v[i] = vv;
+    T den;
+    if (amsgrad) {
+      T mx = (vmax[i] != vmax[i] || vmax[i] > vv) ? vmax[i] : vv;
+      vmax[i] = mx;
+      den = sqrt(mx);
+    } else {
+      den = sqrt(vv);
+    }
+    den = den / tbc2s;
+    den = den + teps;
+    T u = val_one ? m[i] / den : __fmul_rn_t(m[i], tval) / den;
+    p[i] = p[i] + u;
+  }
+}
+
+static of_status sgd(of_tensor *param, of_tensor *grad, of_tensor *buf, double lr,
+                     double momentum, double dampening, double wd, int32_t nesterov,
+                     int32_t maximize, int32_t first) {
+  int64_t n = param->numel;
+  if (n == 0) return OF_OK;
+  int dev = use_device(of_dev(param));
+  cudaStream_t s = current_stream(dev);
+  if (param->dtype == OF_FLOAT32)
+    sgd_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(
+        n, (float *)ptr(param), (const float *)ptr(grad), buf ? (float *)ptr(buf) : nullptr, lr,
+        momentum, dampening, wd, nesterov, maximize, first);
+  else
+    sgd_kernel<double><<<blocks_for(n), kThreads, 0, s>>>(
+        n, (double *)ptr(param), (const double *)ptr(grad), buf ? (double *)ptr(buf) : nullptr,
+        lr, momentum, dampening, wd, nesterov, maximize, first);
+  return launched("sgd_update");
+}
+
+static of_status adam(of_tensor *param, of_tensor *grad, of_tensor *m, of_tensor *v,
+                      of_tensor *vmax, double lr, double b1, double b2, double eps, double wd,
+                      int32_t amsgrad, int32_t maximize, int32_t decoupled, double step) {
+  int64_t n = param->numel;
+  if (n == 0) return OF_OK;
+  int dev = use_device(of_dev(param));
+  cudaStream_t s = current_stream(dev);
+  if (param->dtype == OF_FLOAT32)
+    adam_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(
+        n, (float *)ptr(param), (const float *)ptr(grad), (float *)ptr(m), (float *)ptr(v),
+        vmax ? (float *)ptr(vmax) : nullptr, lr, step, b1, b2, eps, wd, amsgrad, maximize,
+        decoupled);
+  else
+    adam_kernel<double><<<blocks_for(n), kThreads, 0, s>>>(
+        n, (double *)ptr(param), (const double *)ptr(grad), (double *)ptr(m), (double *)ptr(v),
+        vmax ? (double *)ptr(vmax) : nullptr, lr, step, b1, b2, eps, wd, amsgrad, maximize,
+        decoupled);
+  return launched("adam_update");
+}
+
+void register_optim(of_device_ops *ops) {
+  ops->sgd = sgd;
+  ops->adam = adam;
+}
+
+}  // namespace ofc
