@@ -701,6 +701,8 @@ static of_status run_engine(of_tensor **roots, of_tensor **grads, int32_t n,
     if (e.st.s[i].deps == 0) heap_push(&e, i);
   int disabled_before = grad_disabled;
   grad_disabled = create_graph ? 0 : 1;
+  int32_t amp_before = of_amp_tls;   /* rules run in the forward's dtypes */
+  of_amp_tls = 0;
   while (e.heap_n && st == OF_OK) {
     int64_t idx = heap_pop(&e);
     node_state *s = &e.st.s[idx];
@@ -717,6 +719,7 @@ static of_status run_engine(of_tensor **roots, of_tensor **grads, int32_t n,
     }
   }
   grad_disabled = disabled_before;
+  of_amp_tls = amp_before;
 done:
   engine_free(&e);
   for (int32_t r = 0; root_nodes && r < n; r++)

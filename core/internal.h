@@ -152,4 +152,12 @@ enum { OF_PARALLEL_GRAIN = 32768 };
   X(OF_FLOAT32, float)          \
   X(OF_FLOAT64, double)
 
+/* autocast (amp.c): 0 off, else the low dtype + 1; see of_set_autocast */
+extern _Thread_local int32_t of_amp_tls __attribute__((tls_model("initial-exec"), visibility("hidden")));
+enum { OF_AMP_LOW = 0, OF_AMP_F32 = 1 };
+/* Casts in[0..n) for an op of class cls into cast[] (borrowed when
+ * unchanged) and turns autocast off for the op's own body; of_amp_end
+ * releases the casts and restores the state. */
+of_status of_amp_begin(int32_t cls, of_tensor **in, of_tensor **cast, int32_t n, int32_t *saved);
+void of_amp_end(of_tensor **in, of_tensor **cast, int32_t n, int32_t saved);
 #endif

@@ -149,8 +149,9 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
   }
   for (int32_t v = 0; v < g->nvals; v++)
     if (g->vals[v].kind == OF_GV_EXTERNAL) slot[v] = g->vals[v].ext;
-  int32_t was = of_is_grad_enabled();
+  int32_t was = of_is_grad_enabled(), amp_was = of_amp_tls;
   of_set_grad_enabled(0);
+  of_amp_tls = 0;   /* the graph's casts are nodes already */
   g->busy = 1;
   of_tensor *ibuf_small[16], **ibuf = ibuf_small;
   void *obuf_small[16], **obuf = obuf_small;
@@ -230,6 +231,7 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
   if (obuf != obuf_small) free(obuf);
   g->busy = 0;
   of_set_grad_enabled(was);
+  of_amp_tls = amp_was;
   for (int32_t o = 0; o < nout && st == OF_OK; o++)
     if (!slot[g->outputs[o]])
       st = of_fail(OF_ERR_STATE, "nn.Graph: output %d was not computed", (int)o + 1);

@@ -90,6 +90,7 @@ flow.utils = {data = require 'oneflow.utils.data', progress = require 'oneflow.u
 flow.optim = require 'oneflow.optim'
 flow.nn = require 'oneflow.nn'
 flow.onnx = require 'oneflow.onnx'
+flow.amp = require 'oneflow.amp'
 flow.version = core.C.of_version()
 flow.__version__ = '0.1.0'
 

@@ -46,9 +46,23 @@ end
 local Config = {}
 Config.__index = Config
 
---- self.config:enable_amp(true): not supported yet (raises); false is a no-op.
-function Config.enable_amp(_, on)
-  if on ~= false then fail('enable_amp: automatic mixed precision is not supported yet in graph mode', 2) end
+--- self.config:enable_amp(true): build's forward runs under autocast
+-- (flow.amp: matmul/linear/conv in the AMP dtype, reductions, softmax,
+-- losses and norms in float32), so the graph holds the casts as nodes and
+-- backward follows them. With float16 the loss is scaled (a GradScaler, see
+-- Graph:set_grad_scaler) and a step with inf/nan grads is skipped.
+function Config:enable_amp(on)
+  self.amp = on ~= false
+end
+--- self.config:set_amp_dtype(flow.bfloat16 | flow.float16): the AMP dtype
+-- (default bfloat16; float16 turns on loss scaling).
+function Config:set_amp_dtype(dt)
+  local types = require 'oneflow.types'
+  if type(dt) == 'string' then dt = types.by_name[dt] end
+  if dt ~= types.by_name.float16 and dt ~= types.by_name.bfloat16 then
+    fail('set_amp_dtype: expected flow.float16 or flow.bfloat16, got ' .. tostring(dt), 2)
+  end
+  self.amp_dtype = dt
 end
 function Config.enable_activation_checkpointing(_, on)
   if on ~= false then fail('activation checkpointing is not supported yet in graph mode', 2) end
@@ -195,6 +209,24 @@ end
 
 -- The update ops, called while tracing (eagerly, and recorded).
 local function step_optimizers(self, updated)
+  local sc = self._scaling
+  local found = sc and sc.found.p or nil
+  if sc then   -- unscale every grad, noting inf/nan (the updates then skip)
+    sc.found:zero_()
+    for _, e in ipairs(self._optimizers) do
+      for _, group in ipairs(e.opt.param_groups) do
+        for _, p in ipairs(group.params) do
+          local g = p.grad
+          if g ~= nil then
+            if C.of_tensor_is_contiguous(g.p) == 0 then g = g:contiguous(); p.grad = g end
+            if C.of_amp_unscale_(g.p, sc.scaler._scale.p, sc.found.p) ~= 0 then
+              raise('nn.Graph: loss scaling: ')
+            end
+          end
+        end
+      end
+    end
+  end
   for _, e in ipairs(self._optimizers) do
     local opt = e.opt
     for _, group in ipairs(opt.param_groups) do
@@ -209,11 +241,12 @@ local function step_optimizers(self, updated)
             rc = C.of_optim_adam_(p.p, g.p, st.exp_avg.p, st.exp_avg_sq.p,
                                   group.amsgrad and st.max_exp_avg_sq.p or nil, h.t.p,
                                   group.betas[1], group.betas[2], group.eps, group.weight_decay,
-                                  group.amsgrad and 1 or 0, group.maximize and 1 or 0, decoupled)
+                                  group.amsgrad and 1 or 0, group.maximize and 1 or 0, decoupled,
+                                  found)
           else
             rc = C.of_optim_sgd_(p.p, g.p, st.momentum_buffer and st.momentum_buffer.p or nil,
                                  h.t.p, group.momentum, group.dampening, group.weight_decay,
-                                 group.nesterov and 1 or 0, group.maximize and 1 or 0)
+                                 group.nesterov and 1 or 0, group.maximize and 1 or 0, found)
           end
           if rc ~= 0 then raise('nn.Graph: optimizer step: ') end
           updated[#updated + 1] = {kind = e.kind, opt = opt, p = p, state = st,
@@ -221,6 +254,13 @@ local function step_optimizers(self, updated)
                                             st.momentum_buffer}}
         end
       end
+    end
+  end
+  if sc then
+    local k = sc.scaler
+    if C.of_amp_update_scale_(k._scale.p, k._growth_tracker.p, sc.found.p, k._growth_factor,
+                              k._backoff_factor, k._growth_interval) ~= 0 then
+      raise('nn.Graph: loss scaling: ')
     end
   end
 end
@@ -232,8 +272,11 @@ end
 -- After every call: the Lua optimizer state follows the graph's steps, and
 -- schedulers step.
 local function after_step(self, entry)
+  local sc = entry.scaling
+  local skipped = sc and sc.found:item() ~= 0
+  rawset(self, '_skipped', skipped or false)
   for _, u in ipairs(entry.updated) do
-    if u.kind == 'adam' then u.state.step = (u.state.step or 0) + 1 end
+    if u.kind == 'adam' and not skipped then u.state.step = (u.state.step or 0) + 1 end
   end
   for _, e in ipairs(self._optimizers) do
     if e.lr_sch then e.lr_sch:step() end
@@ -415,6 +458,32 @@ local function accumulate(self, acc, args, n)
   return unpack(out, 1, table.maxn(results[1]))
 end
 
+-- AMP: the autocast to trace build's forward under, and the loss scaling
+-- state (float16, or a scaler set with set_grad_scaler) of a train graph.
+local function amp_setup(self, training)
+  local cfg = self.config
+  rawset(self, '_scaling', nil)
+  if not cfg.amp then return nil, nil end
+  local amp, types = require 'oneflow.amp', require 'oneflow.types'
+  local dt = cfg.amp_dtype or types.by_name.bfloat16
+  local scaler = rawget(self, '_grad_scaler')
+  if training and scaler == nil and dt == types.by_name.float16 then
+    scaler = amp.GradScaler()
+    rawset(self, '_grad_scaler', scaler)
+  end
+  local sc
+  if training and scaler and scaler:is_enabled() then
+    local found = rawget(self, '_found_inf')
+    if found == nil then
+      found = T.flow.zeros(1, {dtype = types.by_name.float32})
+      rawset(self, '_found_inf', found)
+    end
+    sc = {scaler = scaler, found = found}
+    rawset(self, '_scaling', sc)
+  end
+  return amp.autocast({dtype = dt}), sc
+end
+
 local function compile(self, key, args, n)
   local ins, ninputs = {}, 0
   for i = 1, n do
@@ -427,6 +496,7 @@ local function compile(self, key, args, n)
   for _, e in ipairs(self._optimizers) do prepare_state(self, e) end
   zero_grads(self)
   write_lr(self)
+  local autocast, sc = amp_setup(self, training)   -- its tensors exist before tracing
   local cins = tensor_list(math.max(ninputs, 1))
   for i = 1, ninputs do cins[i - 1] = ins[i].p end
   if C.of_trace_begin(cins, ninputs) ~= 0 then raise() end
@@ -435,12 +505,16 @@ local function compile(self, key, args, n)
   local res = {pcall(function()
     local prev = C.of_is_grad_enabled()
     if training then C.of_set_grad_enabled(1) end   -- else build runs in the caller's mode
+    if autocast then autocast:enter() end
+    if sc then autograd._loss_scale = sc.scaler._scale end
     local out
     if acc == 1 then
       out = {pcall(self.build, self, unpack(args, 1, n))}
     else
       out = {pcall(accumulate, self, acc, args, n)}
     end
+    autograd._loss_scale = nil
+    if autocast then autocast:exit() end
     C.of_set_grad_enabled(prev)
     if not out[1] then error(out[2], 0) end
     if training then autograd.no_grad(step_optimizers, self, updated) end
@@ -473,7 +547,7 @@ local function compile(self, key, args, n)
     C.of_graph_set_debug(g, 0)
   end
   local entry = {g = g, template = tpl, nres = nres, ninputs = ninputs, noutputs = #list,
-                 updated = updated, key = key,
+                 updated = updated, key = key, scaling = sc,
                  cins = tensor_list(math.max(ninputs, 1)),
                  couts = tensor_list(math.max(#list, 1))}
   self._cache[key] = entry
@@ -518,7 +592,9 @@ function Graph:__call(...)
     local a = args[i]
     if is_tensor(a) and C.of_tensor_is_contiguous(a.p) == 0 then args[i] = a:contiguous() end
   end
-  local key = signature(args, n) .. '|' .. modes(self) .. '|' .. (self.config.acc_steps or 1)
+  local cfg = self.config
+  local key = signature(args, n) .. '|' .. modes(self) .. '|' .. (cfg.acc_steps or 1) .. '|'
+              .. (cfg.amp and tostring(cfg.amp_dtype or 'bf16') or '')
   local entry = self._cache[key]
   if entry ~= nil and not state_current(entry) then
     self._cache[key] = nil
@@ -527,6 +603,20 @@ function Graph:__call(...)
   if entry == nil then return compile(self, key, args, n) end
   return run(self, entry, args, n)
 end
+
+--- self:set_grad_scaler(flow.amp.GradScaler{...}) (in __init): the loss
+-- scaler of an AMP train graph; its scale and growth tracker are updated
+-- inside the graph. A float16 AMP graph without one gets GradScaler().
+function Graph:set_grad_scaler(scaler)
+  if getmetatable(scaler) ~= require('oneflow.amp').GradScaler_class then
+    fail('set_grad_scaler: expected a flow.amp.GradScaler', 2)
+  end
+  rawset(self, '_grad_scaler', scaler)
+end
+
+--- Whether the last call skipped the optimizer step (inf/nan grads under
+-- loss scaling).
+function Graph:step_skipped() return rawget(self, '_skipped') or false end
 
 ------------------------------------------------------------------ inspection
 --- graph:debug(level[, out]): print the IR around every pass on the next
