@@ -730,7 +730,10 @@ done:
 
 of_status of_backward(of_tensor **roots, of_tensor **grads, int32_t n, int32_t retain_graph,
                       int32_t create_graph) {
-  return run_engine(roots, grads, n, NULL, 0, retain_graph, create_graph, NULL);
+  of_trace_engine(1);
+  of_status st = run_engine(roots, grads, n, NULL, 0, retain_graph, create_graph, NULL);
+  of_trace_engine(-1);
+  return st;
 }
 
 of_status of_autograd_grad(of_tensor **outputs, of_tensor **grad_outputs, int32_t nout,
@@ -747,8 +750,10 @@ of_status of_autograd_grad(of_tensor **outputs, of_tensor **grad_outputs, int32_
   if (!tmp) return of_fail(OF_ERR_OOM, "autograd.grad: out of memory");
   for (int32_t i = 0; i < nin; i++)
     if (!inputs[i]->grad_fn && !inputs[i]->grad_acc) tmp[i] = grad_accumulator(inputs[i]);
+  of_trace_engine(1);
   of_status st = run_engine(outputs, grad_outputs, nout, inputs, nin, retain_graph,
                             create_graph, grads);
+  of_trace_engine(-1);
   for (int32_t i = 0; i < nin; i++) if (tmp[i]) of_node_release(tmp[i]);
   free(tmp);
   if (st != OF_OK) {

@@ -251,7 +251,7 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
 typedef of_status (*pass_fn)(of_graph *g, int32_t *removed);
 static const struct { const char *name; pass_fn fn; } passes[] = {
   {"dce", of_pass_dce},     {"cse", of_pass_cse},         {"fold", of_pass_fold},
-  {"bnfold", of_pass_bnfold},
+  {"bnfold", of_pass_bnfold}, {"checkpoint", of_pass_checkpoint},
   {"fuse", of_pass_fuse},   {"inplace", of_pass_inplace}, {"schedule", of_pass_schedule},
   {"plan", of_pass_plan},
 };
@@ -272,13 +272,13 @@ static of_status run_pass(of_graph *g, const char *name, size_t len) {
     of_graph_debug_print(g, when);
     return OF_OK;
   }
-  return of_fail(OF_ERR_ARG, "nn.Graph: unknown pass '%.*s' (dce, cse, bnfold, fold, fuse, "
-                 "inplace, schedule, plan)", (int)len, name);
+  return of_fail(OF_ERR_ARG, "nn.Graph: unknown pass '%.*s' (dce, cse, bnfold, fold, "
+                 "checkpoint, fuse, inplace, schedule, plan)", (int)len, name);
 }
 
 of_status of_graph_optimize(of_graph *g, const char *list) {
   if (!g) return of_fail(OF_ERR_ARG, "nn.Graph: no graph");
-  if (!list) list = "dce,cse,bnfold,fold,dce,fuse,inplace,schedule";
+  if (!list) list = "dce,cse,bnfold,fold,dce,checkpoint,fuse,inplace,schedule";
   const char *p = list;
   while (*p) {
     while (*p == ',' || *p == ' ') p++;

@@ -37,6 +37,7 @@ typedef struct of_gval {
 
 enum {
   OF_GN_CAPTURE = 1,      /* keeps its autograd node for an opaque backward node */
+  OF_GN_BACKWARD = 2,     /* recorded while the autograd engine ran (trace time only) */
 };
 
 typedef struct of_gnode {
@@ -52,6 +53,7 @@ typedef struct of_gnode {
   uint32_t needs;         /* inputs that required grad at trace time (CAPTURE re-creates it) */
   uint32_t keep_in, keep_out;   /* CAPTURE: inputs / results its autograd node saves */
   int32_t handle_nr;      /* CAPTURE: the real output whose grad_fn is kept */
+  int32_t scope;          /* activation checkpointing: segment (module call) id, 0 none */
   bool dead;
 } of_gnode;
 
@@ -134,6 +136,9 @@ of_status of_trace_record(int32_t op, const void *attrs, int32_t attr_size, of_t
 of_status of_trace_constant(of_tensor *t);
 /* Tensor values read by C code while tracing (of_tensor_get_flat, ...). */
 of_status of_trace_data_read(const of_tensor *t);
+/* The autograd engine starts (+1) / ends (-1) a backward pass: nodes
+ * recorded meanwhile are backward nodes. */
+void of_trace_engine(int32_t delta);
 /* The engine's call of a backward rule while tracing. */
 of_status of_trace_backward(of_node *n, of_tensor **gout, of_tensor **gin);
 
@@ -178,6 +183,7 @@ of_status of_pass_inplace(of_graph *g, int32_t *removed);
 of_status of_pass_plan(of_graph *g, int32_t *removed);
 of_status of_pass_schedule(of_graph *g, int32_t *removed);
 of_status of_pass_bnfold(of_graph *g, int32_t *removed);
+of_status of_pass_checkpoint(of_graph *g, int32_t *removed);
 
 /* ---- runtime (exec.c) ---- */
 of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor **outputs,

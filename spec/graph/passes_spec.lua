@@ -241,6 +241,37 @@ describe('nn.Graph passes', function()
     assert.is_truthy(require('ffi').string(C.of_graph_passes(g:_graph())):find('schedule(', 1, true))
   end)
 
+  it('checkpoint recomputes a checkpointed module\'s activations right before backward', function()
+    flow.manual_seed(4)
+    local inner = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+    local m = nn.Sequential(nn.Linear(3, 4), inner, nn.Linear(4, 2))
+    local T = nn.Graph:subclass('CkPass')
+    function T:__init(on)
+      nn.Graph.__init(self)
+      self.m = m
+      self:add_optimizer(flow.optim.SGD(m:parameters(), {lr = 0}))
+      self.config:set_passes('checkpoint')
+      if on then self.m[2].config.activation_checkpointing = true end
+    end
+    function T.build(g, x) local l = g.m(x):sum(); l:backward(); return l end
+    local x = flow.randn(5, 3)
+    local plain = T(false)
+    local want = {plain(x), plain(x)}   -- compiled before the module is marked
+    local ck = T(true)
+    H.close(ck(x), want[1], 0)
+    H.close(ck(x), want[2], 0)
+    -- the segment's matmul and tanh run again in backward: two more nodes of each
+    assert.are.equal(count(plain, 'matmul') + 1, count(ck, 'matmul'))
+    assert.are.equal(count(plain, 'unary') + 1, count(ck, 'unary'))
+    local ir = ck:ir()
+    local first_bwd = ir:find('backward', 1, true) or ir:find('sgd_update', 1, true)
+    local last_tanh
+    for p in ir:gmatch('()unary') do last_tanh = p end
+    assert.is_true(last_tanh > ir:find('sum dims', 1, true))   -- the copy comes after the loss
+    assert.is_truthy(first_bwd)
+    m[2].config.activation_checkpointing = nil
+  end)
+
   it('rejects unknown passes', function()
     local g = graph_of(function(_, x) return x end, 'dce,frobnicate')
     H.raises(function() g(flow.ones(1)) end, "unknown pass 'frobnicate'")

@@ -448,6 +448,11 @@ int32_t of_tracing(void);                    /* this thread is tracing */
 of_status of_trace_begin(of_tensor **inputs, int32_t n);
 of_status of_trace_end(of_tensor **outputs, int32_t n, of_graph **out);
 void of_trace_abort(void);
+/* Activation checkpointing: ops recorded from now on (outside backward)
+ * belong to segment `scope` (> 0; 0: none); returns the previous one. The
+ * "checkpoint" pass recomputes a segment's values in backward instead of
+ * keeping them. */
+int32_t of_trace_set_scope(int32_t scope);
 of_status of_graph_optimize(of_graph *g, const char *passes);
 of_status of_graph_run(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor **outputs,
                        int32_t nout);

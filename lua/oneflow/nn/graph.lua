@@ -64,8 +64,13 @@ function Config:set_amp_dtype(dt)
   end
   self.amp_dtype = dt
 end
-function Config.enable_activation_checkpointing(_, on)
-  if on ~= false then fail('activation checkpointing is not supported yet in graph mode', 2) end
+--- self.config:enable_activation_checkpointing(true): every child module
+-- of the graph's modules (a ResNet's layer1..layer4, a Sequential's
+-- layers) is checkpointed: its forward activations are dropped after the
+-- forward pass and recomputed in backward. Per module:
+-- `self.model.layer2.config.activation_checkpointing = true` in __init.
+function Config:enable_activation_checkpointing(on)
+  self.checkpointing = on ~= false
 end
 --- self.config:set_gradient_accumulation_steps(n): each call splits its
 -- tensor arguments along the first dim into n micro-batches, runs build on
@@ -89,7 +94,7 @@ end
 
 --- self.config:enable_fusion(false): everything but elementwise fusion.
 function Config:enable_fusion(on)
-  self.passes = on and nil or 'dce,cse,bnfold,fold,dce,inplace,schedule'
+  self.passes = on and nil or 'dce,cse,bnfold,fold,dce,checkpoint,inplace,schedule'
 end
 
 ------------------------------------------------------------------ Graph class
@@ -484,6 +489,54 @@ local function amp_setup(self, training)
   return amp.autocast({dtype = dt}), sc
 end
 
+-- Activation checkpointing: the modules whose calls are traced as segments
+-- (of_trace_set_scope), for the checkpoint pass.
+local function checkpointed(self)
+  local set, list = {}, {}
+  local function add(m)
+    if not set[m] then set[m] = true; list[#list + 1] = m end
+  end
+  for k, v in pairs(self) do
+    if type(k) == 'string' and is_module(v) then
+      if self.config.checkpointing then
+        for _, c in v:named_children() do add(c) end
+      end
+      for _, m in v:named_modules() do
+        local cfg = rawget(m, 'config')
+        if type(cfg) == 'table' and cfg.activation_checkpointing then add(m) end
+      end
+    end
+  end
+  return list
+end
+
+-- Wraps the forward of each checkpointed module so that its calls are
+-- segments while tracing; returns the function that undoes it.
+local function mark_segments(list)
+  local saved, next_id = {}, 0
+  for i, m in ipairs(list) do
+    local own = rawget(m, 'forward')
+    saved[i] = own or false
+    local fwd = own or getmetatable(m).forward
+    rawset(m, 'forward', function(...)
+      local outer = C.of_trace_set_scope(0)
+      if outer > 0 then   -- inside another segment: part of it
+        C.of_trace_set_scope(outer)
+        return fwd(...)
+      end
+      next_id = next_id + 1
+      C.of_trace_set_scope(next_id)
+      local res = {pcall(fwd, ...)}
+      C.of_trace_set_scope(0)
+      if not res[1] then error(res[2], 0) end
+      return unpack(res, 2, table.maxn(res))
+    end)
+  end
+  return function()
+    for i, m in ipairs(list) do rawset(m, 'forward', saved[i] or nil) end
+  end
+end
+
 local function compile(self, key, args, n)
   local ins, ninputs = {}, 0
   for i = 1, n do
@@ -497,6 +550,7 @@ local function compile(self, key, args, n)
   zero_grads(self)
   write_lr(self)
   local autocast, sc = amp_setup(self, training)   -- its tensors exist before tracing
+  local unmark = training and mark_segments(checkpointed(self)) or function() end
   local cins = tensor_list(math.max(ninputs, 1))
   for i = 1, ninputs do cins[i - 1] = ins[i].p end
   if C.of_trace_begin(cins, ninputs) ~= 0 then raise() end
@@ -520,6 +574,7 @@ local function compile(self, key, args, n)
     if training then autograd.no_grad(step_optimizers, self, updated) end
     return unpack(out, 2, table.maxn(out))
   end)}
+  unmark()
   if not res[1] then
     C.of_trace_abort()
     zero_grads(self)
@@ -594,7 +649,8 @@ function Graph:__call(...)
   end
   local cfg = self.config
   local key = signature(args, n) .. '|' .. modes(self) .. '|' .. (cfg.acc_steps or 1) .. '|'
-              .. (cfg.amp and tostring(cfg.amp_dtype or 'bf16') or '')
+              .. (cfg.amp and tostring(cfg.amp_dtype or 'bf16') or '') .. '|'
+              .. (cfg.checkpointing and 'ck' or '')
   local entry = self._cache[key]
   if entry ~= nil and not state_current(entry) then
     self._cache[key] = nil
