@@ -153,6 +153,12 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
   of_set_grad_enabled(0);
   of_amp_tls = 0;   /* the graph's casts are nodes already */
   g->busy = 1;
+  if (!g->arena && !g->no_arena) {
+    const char *env = getenv("OF_GRAPH_ARENA");
+    g->no_arena = env && strcmp(env, "0") == 0;
+    if (!g->no_arena) g->arena = of_arena_new();
+  }
+  of_arena_begin(g->arena);
   of_tensor *ibuf_small[16], **ibuf = ibuf_small;
   void *obuf_small[16], **obuf = obuf_small;
   int32_t icap = 16, ocap = 16;
@@ -229,6 +235,7 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
   }
   if (ibuf != ibuf_small) free(ibuf);
   if (obuf != obuf_small) free(obuf);
+  of_arena_end(g->arena);
   g->busy = 0;
   of_set_grad_enabled(was);
   of_amp_tls = amp_was;
@@ -326,6 +333,7 @@ int64_t of_graph_stat(const of_graph *g, int32_t what) {
     case OF_GRAPH_NUM_VALUES: return g->nvals;
     case OF_GRAPH_RUNS: return g->runs;
     case OF_GRAPH_NUM_EXTERNALS: return of_graph_num_externals(g);
+    case OF_GRAPH_ARENA_BYTES: return of_arena_bytes(g->arena);
     default: return 0;
   }
 }

@@ -72,6 +72,8 @@ typedef struct of_graph {
   int32_t *free_start;    /* [nnodes + 1] */
   int64_t planned_peak;   /* bytes of internal values live at once, at most */
   int64_t eager_bytes;    /* bytes every internal value would take if none were freed */
+  of_arena *arena;        /* the runs' allocations in one block (alloc.c), NULL: none */
+  bool no_arena;          /* OF_GRAPH_ARENA=0 when the graph first ran */
   int64_t runs;
   int32_t busy;
   char *text;             /* last dump */

@@ -272,6 +272,46 @@ describe('nn.Graph passes', function()
     m[2].config.activation_checkpointing = nil
   end)
 
+  it('the arena holds a run\'s buffers in one block laid out from the first run', function()
+    local ffi = require 'ffi'
+    pcall(ffi.cdef, 'int setenv(const char *, const char *, int); int unsetenv(const char *);')
+    local function make()
+      flow.manual_seed(6)
+      return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.Tanh(),
+                           nn.Linear(256, 10))
+    end
+    local T = nn.Graph:subclass('Arena')
+    function T:__init(m) nn.Graph.__init(self); self.m = m
+      self:add_optimizer(flow.optim.SGD(m:parameters(), {lr = 0.1, momentum = 0.9})) end
+    function T:build(a, b) local l = F.cross_entropy(self.m(a), b); l:backward(); return l end
+    flow.manual_seed(2)
+    local data = {}
+    for i = 1, 5 do data[i] = {flow.randn(128, 64), flow.randint(1, 11, {128})} end
+    local function train(arena)
+      if not arena then ffi.C.setenv('OF_GRAPH_ARENA', '0', 1) end
+      local m = make()
+      local g = T(m)
+      local losses = {}
+      for i, xy in ipairs(data) do losses[i] = g(xy[1], xy[2]):item() end
+      ffi.C.unsetenv('OF_GRAPH_ARENA')
+      local bytes = tonumber(C.of_graph_stat(g:_graph(), C.OF_GRAPH_ARENA_BYTES))
+      local p = flow.collect and 0
+      flow.collect()
+      flow.reset_peak_memory_stats()
+      for _ = 1, 3 do g(data[1][1], data[1][2]) end
+      p = flow.memory_stats().peak_bytes
+      assert.are.equal(bytes, tonumber(C.of_graph_stat(g:_graph(), C.OF_GRAPH_ARENA_BYTES)))
+      return m, losses, bytes, p
+    end
+    local m1, l1, b1, p1 = train(true)
+    local m2, l2, b2, p2 = train(false)
+    assert.are.same(l2, l1)
+    local q1, q2 = m1:parameters(), m2:parameters()
+    for i = 1, #q1 do H.close(q1[i], q2[i], 0) end
+    assert.is_true(b1 > 0 and b2 == 0, ('arena %d / %d bytes'):format(b1, b2))
+    assert.is_true(p1 <= p2, ('peak with the arena %d, without %d'):format(p1, p2))
+  end)
+
   it('rejects unknown passes', function()
     local g = graph_of(function(_, x) return x end, 'dce,frobnicate')
     H.raises(function() g(flow.ones(1)) end, "unknown pass 'frobnicate'")

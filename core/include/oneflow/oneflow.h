@@ -469,7 +469,8 @@ enum {
   OF_GRAPH_UNPLANNED_BYTES = 1,  /* bytes of all internal values together */
   OF_GRAPH_NUM_VALUES = 2,
   OF_GRAPH_RUNS = 3,
-  OF_GRAPH_NUM_EXTERNALS = 4
+  OF_GRAPH_NUM_EXTERNALS = 4,
+  OF_GRAPH_ARENA_BYTES = 5       /* the arena laid out after the first run (0: none yet) */
 };
 int64_t of_graph_stat(const of_graph *g, int32_t what);
 const char *of_graph_dump(of_graph *g, int32_t verbose);   /* valid until the next call */

@@ -700,9 +700,10 @@ local function summary(g, name, ncompiled)
   local values = tonumber(C.of_graph_stat(g, C.OF_GRAPH_NUM_VALUES))
   local peak = tonumber(C.of_graph_stat(g, C.OF_GRAPH_PLANNED_PEAK))
   local next = tonumber(C.of_graph_stat(g, C.OF_GRAPH_NUM_EXTERNALS))
-  return ('%s(%s%d nodes, %d values, %d externals, planned peak %.1f KiB, passes: %s)')
+  local arena = tonumber(C.of_graph_stat(g, C.OF_GRAPH_ARENA_BYTES))
+  return ('%s(%s%d nodes, %d values, %d externals, planned peak %.1f KiB, arena %.1f KiB, passes: %s)')
          :format(name, ncompiled and (ncompiled .. ' compiled, ') or '', nodes, values, next,
-                 peak / 1024, ffi.string(C.of_graph_passes(g)))
+                 peak / 1024, arena / 1024, ffi.string(C.of_graph_passes(g)))
 end
 
 function Graph:__tostring()
