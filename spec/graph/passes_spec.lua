@@ -295,11 +295,10 @@ describe('nn.Graph passes', function()
       for i, xy in ipairs(data) do losses[i] = g(xy[1], xy[2]):item() end
       ffi.C.unsetenv('OF_GRAPH_ARENA')
       local bytes = tonumber(C.of_graph_stat(g:_graph(), C.OF_GRAPH_ARENA_BYTES))
-      local p = flow.collect and 0
       flow.collect()
       flow.reset_peak_memory_stats()
       for _ = 1, 3 do g(data[1][1], data[1][2]) end
-      p = flow.memory_stats().peak_bytes
+      local p = flow.memory_stats().peak_bytes
       assert.are.equal(bytes, tonumber(C.of_graph_stat(g:_graph(), C.OF_GRAPH_ARENA_BYTES)))
       return m, losses, bytes, p
     end
