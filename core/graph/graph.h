@@ -38,6 +38,7 @@ typedef struct of_gval {
 enum {
   OF_GN_CAPTURE = 1,      /* keeps its autograd node for an opaque backward node */
   OF_GN_BACKWARD = 2,     /* recorded while the autograd engine ran (trace time only) */
+  OF_GN_RECOMPUTE = 4,    /* a checkpointed value's recomputation (not saved) */
 };
 
 typedef struct of_gnode {
@@ -74,6 +75,8 @@ typedef struct of_graph {
   int64_t eager_bytes;    /* bytes every internal value would take if none were freed */
   of_arena *arena;        /* the runs' allocations in one block (alloc.c), NULL: none */
   bool no_arena;          /* OF_GRAPH_ARENA=0 when the graph first ran */
+  int32_t concurrency;    /* >= 2: run independent nodes side by side (sched.c) */
+  int64_t waves_parallel, max_wave, worker_nodes;   /* what the scheduler did */
   int64_t runs;
   int32_t busy;
   char *text;             /* last dump */
@@ -190,6 +193,8 @@ of_status of_pass_checkpoint(of_graph *g, int32_t *removed);
 /* ---- runtime (exec.c) ---- */
 of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor **outputs,
                         int32_t nout, bool check_inputs);
+/* The wave scheduler (sched.c): runs the live nodes on the executor's slots. */
+of_status of_graph_exec_waves(of_graph *g, void **slot, bool *own, int32_t width);
 /* Runs node n on ins; outs[] gets nout entries (tensors or autograd handles). */
 of_status of_graph_invoke(of_graph *g, of_gnode *n, of_tensor **ins, void **outs);
 

@@ -97,7 +97,7 @@ static int32_t need(ck *c, int32_t v, int32_t seg) {
   if (ni < 0) return -2;
   n = &g->nodes[p];
   of_gnode *m = &g->nodes[ni];
-  m->flags = n->flags & OF_GN_CAPTURE;
+  m->flags = (n->flags & OF_GN_CAPTURE) | OF_GN_RECOMPUTE;
   m->needs = n->needs;
   m->keep_in = n->keep_in;
   m->keep_out = n->keep_out;

@@ -470,7 +470,10 @@ enum {
   OF_GRAPH_NUM_VALUES = 2,
   OF_GRAPH_RUNS = 3,
   OF_GRAPH_NUM_EXTERNALS = 4,
-  OF_GRAPH_ARENA_BYTES = 5       /* the arena laid out after the first run (0: none yet) */
+  OF_GRAPH_ARENA_BYTES = 5,      /* the arena laid out after the first run (0: none yet) */
+  OF_GRAPH_PARALLEL_WAVES = 6,   /* waves that ran several nodes side by side */
+  OF_GRAPH_MAX_WAVE = 7,         /* most nodes run side by side */
+  OF_GRAPH_WORKER_NODES = 8      /* nodes that ran on a worker thread */
 };
 int64_t of_graph_stat(const of_graph *g, int32_t what);
 const char *of_graph_dump(of_graph *g, int32_t verbose);   /* valid until the next call */
@@ -479,6 +482,10 @@ void of_graph_set_debug(of_graph *g, int32_t level);        /* print IR around e
 /* Time every node (also OF_GRAPH_PROFILE=1): the dump shows each node's
  * fastest time over the runs since. */
 void of_graph_set_profile(of_graph *g, int32_t on);
+/* n >= 2: run nodes whose inputs are ready side by side, up to n at once,
+ * one CPU thread each (a lone ready node keeps all threads); 0/1: in order
+ * (the default). Results are the same either way. */
+void of_graph_set_concurrency(of_graph *g, int32_t n);
 /* Externals the graph reads, in save order (borrowed tensors). */
 int32_t of_graph_num_externals(const of_graph *g);
 of_tensor *of_graph_external(const of_graph *g, int32_t i);

@@ -85,6 +85,17 @@ function Config:set_gradient_accumulation_steps(n)
 end
 Config.enable_cudnn_conv_heuristic_search_algo = function() end
 
+--- self.config:set_concurrency(n): run nodes whose inputs are ready side
+-- by side, up to n at once, one CPU thread each (a lone ready node keeps
+-- all threads); helps graphs with independent branches of small ops.
+-- Default 1: in order. Results are the same.
+function Config:set_concurrency(n)
+  if type(n) ~= 'number' or n < 1 or n ~= math.floor(n) then
+    fail('set_concurrency: expected a positive integer', 2)
+  end
+  self.concurrency = n
+end
+
 --- self.config:set_passes('dce,cse,fold,fuse,inplace'): the optimization
 -- passes to run (in order); '' runs none.
 function Config:set_passes(list)
@@ -595,6 +606,7 @@ local function compile(self, key, args, n)
   name_externals(self, g)
   if self._debug > 0 then C.of_graph_set_debug(g, self._debug) end
   if self._profile then C.of_graph_set_profile(g, 1) end
+  if self.config.concurrency then C.of_graph_set_concurrency(g, self.config.concurrency) end
   local passes = self.config.passes
   if C.of_graph_optimize(g, passes) ~= 0 then raise('nn.Graph: optimizing: ') end
   if self._debug > 0 then
