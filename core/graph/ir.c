@@ -311,5 +311,7 @@ const char *of_graph_text(of_graph *g, int32_t verbose) {
 
 void of_graph_debug_print(of_graph *g, const char *when) {
   if (!g->debug) return;
+  int32_t r;
+  if (!g->planned && of_pass_plan(g, &r) != OF_OK) of_clear_error();   /* for the memory line */
   fprintf(stderr, "---- %s ----\n%s", when, of_graph_text(g, g->debug));
 }

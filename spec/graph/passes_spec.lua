@@ -316,6 +316,45 @@ describe('nn.Graph passes', function()
     H.raises(function() g(flow.ones(1)) end, "unknown pass 'frobnicate'")
   end)
 
+  it('graph:debug(1) and OF_DEBUG_PASS=1 print the IR before and after every pass', function()
+    local script = os.tmpname()
+    local f = assert(io.open(script, 'w'))
+    f:write([[
+local flow = require 'oneflow'
+local nn, F = flow.nn, flow.nn.functional
+local G = nn.Graph:subclass('Dbg')
+function G:__init() nn.Graph.__init(self); self.m = nn.Linear(3, 2)
+  self:add_optimizer(flow.optim.SGD(self.m:parameters(), {lr = 0.1}))
+  if arg[1] == 'debug' then self:debug(1) end end
+function G:build(x) local l = F.relu(self.m(x)):sum(); l:backward(); return l end
+local g = G()
+g(flow.ones(4, 3))
+print('SUMMARY ' .. tostring(g))
+]])
+    f:close()
+    local env = "LUA_PATH='lua/?.lua;lua/?/init.lua;;' "
+    local function run(prefix, a)
+      local p = io.popen(prefix .. env .. 'luajit ' .. script .. ' ' .. a .. ' 2>&1')
+      local out = p:read('*a')
+      p:close()
+      return out
+    end
+    for _, out in ipairs({run('', 'debug'), run('OF_DEBUG_PASS=1 ', '')}) do
+      for _, pass in ipairs({'dce', 'cse', 'fold', 'checkpoint', 'fuse', 'inplace', 'schedule'}) do
+        assert.is_truthy(out:find('---- before ' .. pass .. ' ----', 1, true), pass .. ':\n' .. out)
+        assert.is_truthy(out:find('---- after ' .. pass .. ' ----', 1, true), pass)
+      end
+      -- ops with shapes, and memory, in every printed IR
+      local _, nmem = out:gsub('memory: planned peak', '')
+      local _, nbefore = out:gsub('%-%-%-%- before ', '')
+      assert.is_true(nmem >= nbefore and nbefore >= 9, out)
+      assert.is_truthy(out:find('matmul(%', 1, true) and out:find(': f32[4,2]', 1, true))
+      assert.is_truthy(out:find('SUMMARY Dbg%(1 compiled, %d+ nodes, %d+ values, %d+ externals, planned peak'))
+    end
+    assert.is_falsy(run('', ''):find('---- before', 1, true))
+    os.remove(script)
+  end)
+
   it('graph:debug prints the IR', function()
     local g = graph_of(function(_, x) return (x + 1):relu() end)
     g(flow.ones(2))
