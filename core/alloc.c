@@ -77,7 +77,8 @@ static _Thread_local of_arena *cur_arena;
 static void *arena_alloc(of_arena *a, int64_t nbytes);
 static void arena_record(of_arena *a, void *p, int64_t nbytes);
 static void arena_record_free(of_arena *a, void *p);
-static bool arena_free(void *p);
+static bool arena_free_locked(void *p);
+static int narenas;   /* graph arenas alive; read without the lock first */
 static bool arena_recording(const of_arena *a);
 
 void *of_alloc(of_device dev, int64_t nbytes) {
@@ -130,11 +131,14 @@ void *of_alloc(of_device dev, int64_t nbytes) {
 
 void of_free(of_device dev, void *p, int64_t nbytes) {
   if (!p || dev != OF_CPU) return;
-  if (arena_free(p)) return;
   if (cur_arena && arena_recording(cur_arena)) arena_record_free(cur_arena, p);
   int cls;
   int64_t size = size_class(nbytes ? nbytes : 1, &cls);
   pthread_mutex_lock(&cpu.lock);
+  if (__atomic_load_n(&narenas, __ATOMIC_ACQUIRE) && arena_free_locked(p)) {
+    pthread_mutex_unlock(&cpu.lock);
+    return;
+  }
   cpu.stats.current_bytes -= size;
   bool keep = cpu.stats.cached_bytes + size <= cache_limit();
   if (keep) {
@@ -218,7 +222,6 @@ struct of_arena {
 };
 
 static of_arena *arenas[256];
-static int narenas;   /* read without the lock on the free path: atomic */
 
 static bool arena_recording(const of_arena *a) { return a->mode == ARENA_RECORD; }
 
@@ -231,7 +234,8 @@ of_arena *of_arena_new(void) {
 static void arena_drop(of_arena *a) {   /* under cpu.lock */
   for (int i = 0; i < narenas; i++)
     if (arenas[i] == a) {
-      arenas[i] = arenas[--narenas];
+      arenas[i] = arenas[narenas - 1];
+      __atomic_store_n(&narenas, narenas - 1, __ATOMIC_RELEASE);
       break;
     }
   if (a->base) {
@@ -418,16 +422,13 @@ static void arena_record_free(of_arena *a, void *p) {
     }
 }
 
-/* a free of arena memory (any thread): true when p was in an arena */
-static bool arena_free(void *p) {
-  if (__atomic_load_n(&narenas, __ATOMIC_ACQUIRE) == 0) return false;
-  bool found = false;
-  pthread_mutex_lock(&cpu.lock);
-  for (int i = 0; i < narenas && !found; i++) {
+/* a free of arena memory (any thread, cpu.lock held): true when p was in
+ * an arena */
+static bool arena_free_locked(void *p) {
+  for (int i = 0; i < narenas; i++) {
     of_arena *a = arenas[i];
     char *c = p;
     if (c < a->base || c >= a->base + a->bytes) continue;
-    found = true;
     int64_t off = c - a->base;
     for (int32_t r = a->nlive - 1; r >= 0; r--)
       if (a->off[a->live[r]] == off) {
@@ -435,7 +436,7 @@ static bool arena_free(void *p) {
         break;
       }
     if (a->released && a->nlive == 0) arena_drop(a);
+    return true;
   }
-  pthread_mutex_unlock(&cpu.lock);
-  return found;
+  return false;
 }
