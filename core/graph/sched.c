@@ -254,7 +254,7 @@ of_status of_graph_exec_waves(of_graph *g, void **slot, bool *own, int32_t width
       }
     } else {
       int32_t t = nw < threads ? nw : threads;
-      #pragma omp parallel for num_threads(t) schedule(dynamic, 1)
+      #pragma omp parallel for num_threads(t) schedule(static, 1)   /* job q on thread q % t */
       for (int32_t q = 0; q < nw; q++) run_job(g, &jobs[q]);
       of_set_grad_enabled(0);
       g->waves_parallel++;
