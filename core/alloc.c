@@ -72,6 +72,15 @@ static void os_free(void *p, int64_t size) {
   else munmap(p, (size_t)size);
 }
 
+typedef struct of_arena of_arena;
+static _Thread_local of_arena *cur_arena;
+static void *arena_alloc(of_arena *a, int64_t nbytes);
+static void arena_record(of_arena *a, void *p, int64_t nbytes);
+static void arena_record_free(of_arena *a, void *p);
+static bool arena_free_locked(void *p);
+static int narenas;   /* graph arenas alive; read without the lock first */
+static bool arena_recording(const of_arena *a);
+
 void *of_alloc(of_device dev, int64_t nbytes) {
   if (dev != OF_CPU) {
     const of_device_ops *o = of_device_ops_for("alloc", dev);
@@ -80,6 +89,11 @@ void *of_alloc(of_device dev, int64_t nbytes) {
   if (nbytes < 0) {
     of_fail(OF_ERR_ARG, "alloc: negative size %lld", (long long)nbytes);
     return NULL;
+  }
+  of_arena *ar = cur_arena;
+  if (ar) {
+    void *q = arena_alloc(ar, nbytes);
+    if (q) return q;
   }
   int cls;
   int64_t size = size_class(nbytes ? nbytes : 1, &cls);
@@ -111,6 +125,7 @@ void *of_alloc(of_device dev, int64_t nbytes) {
   s->bytes_since_sweep += size;
   if (s->current_bytes > s->peak_bytes) s->peak_bytes = s->current_bytes;
   pthread_mutex_unlock(&cpu.lock);
+  if (ar && arena_recording(ar)) arena_record(ar, p, nbytes);
   return p;
 }
 
@@ -121,9 +136,14 @@ void of_free(of_device dev, void *p, int64_t nbytes) {
     if (o) o->free(dev, p, nbytes);
     return;
   }
+  if (cur_arena && arena_recording(cur_arena)) arena_record_free(cur_arena, p);
   int cls;
   int64_t size = size_class(nbytes ? nbytes : 1, &cls);
   pthread_mutex_lock(&cpu.lock);
+  if (__atomic_load_n(&narenas, __ATOMIC_ACQUIRE) && arena_free_locked(p)) {
+    pthread_mutex_unlock(&cpu.lock);
+    return;
+  }
   cpu.stats.current_bytes -= size;
   bool keep = cpu.stats.cached_bytes + size <= cache_limit();
   if (keep) {
@@ -183,4 +203,257 @@ void of_memory_reset_peak(of_device dev) {
   pthread_mutex_lock(&cpu.lock);
   cpu.stats.peak_bytes = cpu.stats.current_bytes;
   pthread_mutex_unlock(&cpu.lock);
+}
+
+/* ---- graph arenas ----
+ * A compiled graph's run makes the same allocations in the same order every
+ * time (the liveness plan fixes when each value is freed). The first run
+ * records them on the running thread: size, and the clock of its alloc and
+ * free. Blocks freed within the run are then laid out in one arena by
+ * their lifetimes (largest first, at the lowest offset that no block alive
+ * at the same time uses); later runs hand out arena + offset for the k-th
+ * allocation instead of asking the caches. Blocks that outlive the run
+ * (outputs) or are freed on another thread stay on the heap. A run that
+ * does not match the record (another size at position k, or a planned
+ * range still in use) takes the rest of its allocations from the heap. */
+enum { ARENA_OFF = 0, ARENA_RECORD = 1, ARENA_REPLAY = 2 };
+
+struct of_arena {
+  int mode;
+  /* record */
+  int64_t *size, *t0, *t1;
+  void **ptr;
+  int32_t n, cap;
+  int64_t clock;
+  /* plan */
+  int64_t *off;
+  char *base;
+  int64_t bytes;
+  /* replay */
+  int32_t k;
+  bool failed;
+  int32_t failures;
+  int32_t *live;    /* positions k handed out and not freed */
+  int32_t nlive, live_cap;
+  bool released;
+};
+
+static of_arena *arenas[256];
+
+static bool arena_recording(const of_arena *a) { return a->mode == ARENA_RECORD; }
+
+of_arena *of_arena_new(void) {
+  of_arena *a = calloc(1, sizeof *a);
+  if (a) a->mode = ARENA_RECORD;
+  return a;
+}
+
+static void arena_drop(of_arena *a) {   /* under cpu.lock */
+  for (int i = 0; i < narenas; i++)
+    if (arenas[i] == a) {
+      arenas[i] = arenas[narenas - 1];
+      __atomic_store_n(&narenas, narenas - 1, __ATOMIC_RELEASE);
+      break;
+    }
+  if (a->base) {
+    cpu.stats.current_bytes -= a->bytes;
+    os_free(a->base, a->bytes);
+  }
+  free(a->size); free(a->t0); free(a->t1); free(a->ptr); free(a->off); free(a->live);
+  free(a);
+}
+
+void of_arena_release(of_arena *a) {
+  if (!a) return;
+  if (cur_arena == a) cur_arena = NULL;
+  pthread_mutex_lock(&cpu.lock);
+  a->released = true;
+  if (a->nlive == 0) arena_drop(a);
+  pthread_mutex_unlock(&cpu.lock);
+}
+
+int64_t of_arena_bytes(const of_arena *a) { return a ? a->bytes : 0; }
+
+void of_arena_begin(of_arena *a) {
+  if (!a || a->mode == ARENA_OFF) return;
+  a->k = 0;
+  a->failed = false;
+  a->clock = 0;
+  if (a->mode == ARENA_RECORD) a->n = 0;
+  cur_arena = a;
+}
+
+typedef struct { int64_t off, end; } span;
+static int span_cmp(const void *x, const void *y) {
+  const span *a = x, *b = y;
+  return a->off < b->off ? -1 : a->off > b->off;
+}
+static int64_t *order_size;
+static int by_size(const void *x, const void *y) {
+  int64_t a = order_size[*(const int32_t *)x], b = order_size[*(const int32_t *)y];
+  return a > b ? -1 : a < b;
+}
+
+/* Offsets for the blocks recorded with a lifetime; -1: heap. */
+static bool arena_plan(of_arena *a) {
+  int32_t n = a->n;
+  a->off = malloc(sizeof *a->off * (size_t)(n ? n : 1));
+  int32_t *idx = malloc(sizeof *idx * (size_t)(n ? n : 1));
+  span *sp = malloc(sizeof *sp * (size_t)(n ? n : 1));
+  int32_t *placed = malloc(sizeof *placed * (size_t)(n ? n : 1));
+  if (!a->off || !idx || !sp || !placed) {
+    free(idx); free(sp); free(placed);
+    return false;
+  }
+  int32_t m = 0, np = 0;
+  for (int32_t i = 0; i < n; i++) {
+    a->off[i] = -1;
+    if (a->t1[i] >= 0) idx[m++] = i;
+  }
+  order_size = a->size;
+  qsort(idx, (size_t)m, sizeof *idx, by_size);
+  int64_t total = 0;
+  for (int32_t q = 0; q < m; q++) {
+    int32_t i = idx[q];
+    int64_t sz = (a->size[i] + ALIGN - 1) / ALIGN * ALIGN;
+    if (sz == 0) sz = ALIGN;
+    int32_t ns = 0;
+    for (int32_t r = 0; r < np; r++) {
+      int32_t j = placed[r];
+      if (a->t0[j] <= a->t1[i] && a->t0[i] <= a->t1[j]) {   /* alive together */
+        int64_t szj = (a->size[j] + ALIGN - 1) / ALIGN * ALIGN;
+        sp[ns].off = a->off[j];
+        sp[ns++].end = a->off[j] + (szj ? szj : ALIGN);
+      }
+    }
+    qsort(sp, (size_t)ns, sizeof *sp, span_cmp);
+    int64_t at = 0;
+    for (int32_t r = 0; r < ns; r++) {
+      if (sp[r].off >= at + sz) break;   /* fits in the gap before */
+      if (sp[r].end > at) at = sp[r].end;
+    }
+    a->off[i] = at;
+    placed[np++] = i;
+    if (at + sz > total) total = at + sz;
+  }
+  free(idx); free(sp); free(placed);
+  a->bytes = total;
+  if (total == 0) return true;
+  a->base = os_alloc(total);
+  if (!a->base) {
+    a->bytes = 0;
+    return false;
+  }
+  pthread_mutex_lock(&cpu.lock);
+  cpu.stats.current_bytes += total;
+  if (cpu.stats.current_bytes > cpu.stats.peak_bytes) cpu.stats.peak_bytes = cpu.stats.current_bytes;
+  if (narenas < (int)(sizeof arenas / sizeof *arenas)) {
+    arenas[narenas] = a;
+    __atomic_store_n(&narenas, narenas + 1, __ATOMIC_RELEASE);
+  } else {
+    a->failures = 1 << 20;   /* no slot: never hand out arena memory */
+  }
+  pthread_mutex_unlock(&cpu.lock);
+  return true;
+}
+
+void of_arena_end(of_arena *a) {
+  if (!a || cur_arena != a) return;
+  cur_arena = NULL;
+  if (a->mode == ARENA_RECORD) {
+    a->mode = arena_plan(a) ? ARENA_REPLAY : ARENA_OFF;
+    free(a->ptr);
+    a->ptr = NULL;
+  } else if (a->mode == ARENA_REPLAY && (a->failed || a->k != a->n)) {
+    if (++a->failures >= 3) a->mode = ARENA_OFF;   /* the runs differ: caches only */
+  }
+}
+
+/* the exec thread's allocation: arena memory, or NULL to use the caches */
+static void *arena_alloc(of_arena *a, int64_t nbytes) {
+  if (a->mode == ARENA_REPLAY) {
+    int32_t k = a->k++;
+    if (a->failed || a->failures >= (1 << 20) || k >= a->n || a->size[k] != nbytes ||
+        a->off[k] < 0) {
+      if (k >= a->n || a->size[k] != nbytes) a->failed = true;
+      return NULL;
+    }
+    int64_t lo = a->off[k], hi = lo + (nbytes ? nbytes : 1);
+    pthread_mutex_lock(&cpu.lock);
+    for (int32_t r = 0; r < a->nlive; r++) {
+      int32_t j = a->live[r];
+      int64_t jl = a->off[j], jh = jl + (a->size[j] ? a->size[j] : 1);
+      if (jl < hi && lo < jh) {   /* still in use: the run differs from the record */
+        a->failed = true;
+        pthread_mutex_unlock(&cpu.lock);
+        return NULL;
+      }
+    }
+    if (a->nlive == a->live_cap) {
+      int32_t cap = a->live_cap ? a->live_cap * 2 : 64;
+      int32_t *l = realloc(a->live, sizeof *l * (size_t)cap);
+      if (!l) {
+        a->failed = true;
+        pthread_mutex_unlock(&cpu.lock);
+        return NULL;
+      }
+      a->live = l;
+      a->live_cap = cap;
+    }
+    a->live[a->nlive++] = k;
+    pthread_mutex_unlock(&cpu.lock);
+    return a->base + lo;
+  }
+  return NULL;
+}
+
+static void arena_record(of_arena *a, void *p, int64_t nbytes) {
+  if (a->n == a->cap) {
+    int32_t cap = a->cap ? a->cap * 2 : 256;
+    int64_t *s = realloc(a->size, sizeof *s * (size_t)cap);
+    if (s) a->size = s;
+    int64_t *t0 = s ? realloc(a->t0, sizeof *t0 * (size_t)cap) : NULL;
+    if (t0) a->t0 = t0;
+    int64_t *t1 = t0 ? realloc(a->t1, sizeof *t1 * (size_t)cap) : NULL;
+    if (t1) a->t1 = t1;
+    void **pp = t1 ? realloc(a->ptr, sizeof *pp * (size_t)cap) : NULL;
+    if (pp) a->ptr = pp;
+    if (!pp) {
+      a->mode = ARENA_OFF;
+      return;
+    }
+    a->cap = cap;
+  }
+  a->size[a->n] = nbytes;
+  a->t0[a->n] = a->clock++;
+  a->t1[a->n] = -1;
+  a->ptr[a->n++] = p;
+}
+
+/* a free on the exec thread while recording: closes the block's lifetime */
+static void arena_record_free(of_arena *a, void *p) {
+  for (int32_t i = a->n - 1; i >= 0; i--)
+    if (a->ptr[i] == p && a->t1[i] < 0) {
+      a->t1[i] = a->clock++;
+      return;
+    }
+}
+
+/* a free of arena memory (any thread, cpu.lock held): true when p was in
+ * an arena */
+static bool arena_free_locked(void *p) {
+  for (int i = 0; i < narenas; i++) {
+    of_arena *a = arenas[i];
+    char *c = p;
+    if (c < a->base || c >= a->base + a->bytes) continue;
+    int64_t off = c - a->base;
+    for (int32_t r = a->nlive - 1; r >= 0; r--)
+      if (a->off[a->live[r]] == off) {
+        a->live[r] = a->live[--a->nlive];
+        break;
+      }
+    if (a->released && a->nlive == 0) arena_drop(a);
+    return true;
+  }
+  return false;
 }

@@ -701,6 +701,8 @@ static of_status run_engine(of_tensor **roots, of_tensor **grads, int32_t n,
     if (e.st.s[i].deps == 0) heap_push(&e, i);
   int disabled_before = grad_disabled;
   grad_disabled = create_graph ? 0 : 1;
+  int32_t amp_before = of_amp_tls;   /* rules run in the forward's dtypes */
+  of_amp_tls = 0;
   while (e.heap_n && st == OF_OK) {
     int64_t idx = heap_pop(&e);
     node_state *s = &e.st.s[idx];
@@ -717,6 +719,7 @@ static of_status run_engine(of_tensor **roots, of_tensor **grads, int32_t n,
     }
   }
   grad_disabled = disabled_before;
+  of_amp_tls = amp_before;
 done:
   engine_free(&e);
   for (int32_t r = 0; root_nodes && r < n; r++)
@@ -727,7 +730,10 @@ done:
 
 of_status of_backward(of_tensor **roots, of_tensor **grads, int32_t n, int32_t retain_graph,
                       int32_t create_graph) {
-  return run_engine(roots, grads, n, NULL, 0, retain_graph, create_graph, NULL);
+  of_trace_engine(1);
+  of_status st = run_engine(roots, grads, n, NULL, 0, retain_graph, create_graph, NULL);
+  of_trace_engine(-1);
+  return st;
 }
 
 of_status of_autograd_grad(of_tensor **outputs, of_tensor **grad_outputs, int32_t nout,
@@ -744,8 +750,10 @@ of_status of_autograd_grad(of_tensor **outputs, of_tensor **grad_outputs, int32_
   if (!tmp) return of_fail(OF_ERR_OOM, "autograd.grad: out of memory");
   for (int32_t i = 0; i < nin; i++)
     if (!inputs[i]->grad_fn && !inputs[i]->grad_acc) tmp[i] = grad_accumulator(inputs[i]);
+  of_trace_engine(1);
   of_status st = run_engine(outputs, grad_outputs, nout, inputs, nin, retain_graph,
                             create_graph, grads);
+  of_trace_engine(-1);
   for (int32_t i = 0; i < nin; i++) if (tmp[i]) of_node_release(tmp[i]);
   free(tmp);
   if (st != OF_OK) {

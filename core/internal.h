@@ -152,4 +152,23 @@ enum { OF_PARALLEL_GRAIN = 32768 };
   X(OF_FLOAT32, float)          \
   X(OF_FLOAT64, double)
 
+/* autocast (amp.c): 0 off, else the low dtype + 1; see of_set_autocast.
+ * The CUDA sources (C++) include this header but never read it. */
+#ifndef __cplusplus
+extern _Thread_local int32_t of_amp_tls __attribute__((tls_model("initial-exec"), visibility("hidden")));
+#endif
+enum { OF_AMP_LOW = 0, OF_AMP_F32 = 1 };
+/* Casts in[0..n) for an op of class cls into cast[] (borrowed when
+ * unchanged) and turns autocast off for the op's own body; of_amp_end
+ * releases the casts and restores the state. */
+of_status of_amp_begin(int32_t cls, of_tensor **in, of_tensor **cast, int32_t n, int32_t *saved);
+void of_amp_end(of_tensor **in, of_tensor **cast, int32_t n, int32_t saved);
+/* Graph arenas (alloc.c): allocations on this thread between begin and end
+ * come from one block laid out from the first run's record. */
+typedef struct of_arena of_arena;
+of_arena *of_arena_new(void);
+void of_arena_begin(of_arena *a);
+void of_arena_end(of_arena *a);
+void of_arena_release(of_arena *a);   /* freed once no block of it is in use */
+int64_t of_arena_bytes(const of_arena *a);
 #endif

@@ -149,13 +149,24 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
   }
   for (int32_t v = 0; v < g->nvals; v++)
     if (g->vals[v].kind == OF_GV_EXTERNAL) slot[v] = g->vals[v].ext;
-  int32_t was = of_is_grad_enabled();
+  int32_t was = of_is_grad_enabled(), amp_was = of_amp_tls;
   of_set_grad_enabled(0);
+  of_amp_tls = 0;   /* the graph's casts are nodes already */
   g->busy = 1;
+  if (!g->arena && !g->no_arena) {   /* first run */
+    const char *conc = getenv("OF_GRAPH_CONCURRENCY");
+    if (conc && g->concurrency == 0) g->concurrency = atoi(conc);
+    const char *env = getenv("OF_GRAPH_ARENA");
+    g->no_arena = env && strcmp(env, "0") == 0;
+    if (!g->no_arena) g->arena = of_arena_new();
+  }
+  bool waves = g->concurrency >= 2 && !g->prof;
+  if (!waves) of_arena_begin(g->arena);   /* workers' allocations would not follow the record */
   of_tensor *ibuf_small[16], **ibuf = ibuf_small;
   void *obuf_small[16], **obuf = obuf_small;
   int32_t icap = 16, ocap = 16;
-  for (int32_t i = 0; i < g->nnodes && st == OF_OK; i++) {
+  if (waves && st == OF_OK) st = of_graph_exec_waves(g, slot, own, g->concurrency);
+  for (int32_t i = 0; !waves && i < g->nnodes && st == OF_OK; i++) {
     of_gnode *n = &g->nodes[i];
     if (n->dead) continue;
     if (n->nin > icap || n->nout > ocap) {
@@ -228,8 +239,10 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
   }
   if (ibuf != ibuf_small) free(ibuf);
   if (obuf != obuf_small) free(obuf);
+  if (!waves) of_arena_end(g->arena);
   g->busy = 0;
   of_set_grad_enabled(was);
+  of_amp_tls = amp_was;
   for (int32_t o = 0; o < nout && st == OF_OK; o++)
     if (!slot[g->outputs[o]])
       st = of_fail(OF_ERR_STATE, "nn.Graph: output %d was not computed", (int)o + 1);
@@ -249,7 +262,7 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
 typedef of_status (*pass_fn)(of_graph *g, int32_t *removed);
 static const struct { const char *name; pass_fn fn; } passes[] = {
   {"dce", of_pass_dce},     {"cse", of_pass_cse},         {"fold", of_pass_fold},
-  {"bnfold", of_pass_bnfold},
+  {"bnfold", of_pass_bnfold}, {"checkpoint", of_pass_checkpoint},
   {"fuse", of_pass_fuse},   {"inplace", of_pass_inplace}, {"schedule", of_pass_schedule},
   {"plan", of_pass_plan},
 };
@@ -270,13 +283,13 @@ static of_status run_pass(of_graph *g, const char *name, size_t len) {
     of_graph_debug_print(g, when);
     return OF_OK;
   }
-  return of_fail(OF_ERR_ARG, "nn.Graph: unknown pass '%.*s' (dce, cse, bnfold, fold, fuse, "
-                 "inplace, schedule, plan)", (int)len, name);
+  return of_fail(OF_ERR_ARG, "nn.Graph: unknown pass '%.*s' (dce, cse, bnfold, fold, "
+                 "checkpoint, fuse, inplace, schedule, plan)", (int)len, name);
 }
 
 of_status of_graph_optimize(of_graph *g, const char *list) {
   if (!g) return of_fail(OF_ERR_ARG, "nn.Graph: no graph");
-  if (!list) list = "dce,cse,bnfold,fold,dce,fuse,inplace,schedule";
+  if (!list) list = "dce,cse,bnfold,fold,dce,checkpoint,fuse,inplace,schedule";
   const char *p = list;
   while (*p) {
     while (*p == ',' || *p == ' ') p++;
@@ -324,6 +337,10 @@ int64_t of_graph_stat(const of_graph *g, int32_t what) {
     case OF_GRAPH_NUM_VALUES: return g->nvals;
     case OF_GRAPH_RUNS: return g->runs;
     case OF_GRAPH_NUM_EXTERNALS: return of_graph_num_externals(g);
+    case OF_GRAPH_ARENA_BYTES: return of_arena_bytes(g->arena);
+    case OF_GRAPH_PARALLEL_WAVES: return g->waves_parallel;
+    case OF_GRAPH_MAX_WAVE: return g->max_wave;
+    case OF_GRAPH_WORKER_NODES: return g->worker_nodes;
     default: return 0;
   }
 }
@@ -335,6 +352,10 @@ const char *of_graph_dump(of_graph *g, int32_t verbose) {
 
 void of_graph_set_debug(of_graph *g, int32_t level) {
   if (g) g->debug = level;
+}
+
+void of_graph_set_concurrency(of_graph *g, int32_t n) {
+  if (g) g->concurrency = n;
 }
 
 void of_graph_set_profile(of_graph *g, int32_t on) {

@@ -37,6 +37,8 @@ typedef struct of_gval {
 
 enum {
   OF_GN_CAPTURE = 1,      /* keeps its autograd node for an opaque backward node */
+  OF_GN_BACKWARD = 2,     /* recorded while the autograd engine ran (trace time only) */
+  OF_GN_RECOMPUTE = 4,    /* a checkpointed value's recomputation (not saved) */
 };
 
 typedef struct of_gnode {
@@ -52,6 +54,7 @@ typedef struct of_gnode {
   uint32_t needs;         /* inputs that required grad at trace time (CAPTURE re-creates it) */
   uint32_t keep_in, keep_out;   /* CAPTURE: inputs / results its autograd node saves */
   int32_t handle_nr;      /* CAPTURE: the real output whose grad_fn is kept */
+  int32_t scope;          /* activation checkpointing: segment (module call) id, 0 none */
   bool dead;
 } of_gnode;
 
@@ -70,6 +73,10 @@ typedef struct of_graph {
   int32_t *free_start;    /* [nnodes + 1] */
   int64_t planned_peak;   /* bytes of internal values live at once, at most */
   int64_t eager_bytes;    /* bytes every internal value would take if none were freed */
+  of_arena *arena;        /* the runs' allocations in one block (alloc.c), NULL: none */
+  bool no_arena;          /* OF_GRAPH_ARENA=0 when the graph first ran */
+  int32_t concurrency;    /* >= 2: run independent nodes side by side (sched.c) */
+  int64_t waves_parallel, max_wave, worker_nodes;   /* what the scheduler did */
   int64_t runs;
   int32_t busy;
   char *text;             /* last dump */
@@ -134,6 +141,9 @@ of_status of_trace_record(int32_t op, const void *attrs, int32_t attr_size, of_t
 of_status of_trace_constant(of_tensor *t);
 /* Tensor values read by C code while tracing (of_tensor_get_flat, ...). */
 of_status of_trace_data_read(const of_tensor *t);
+/* The autograd engine starts (+1) / ends (-1) a backward pass: nodes
+ * recorded meanwhile are backward nodes. */
+void of_trace_engine(int32_t delta);
 /* The engine's call of a backward rule while tracing. */
 of_status of_trace_backward(of_node *n, of_tensor **gout, of_tensor **gin);
 
@@ -178,10 +188,13 @@ of_status of_pass_inplace(of_graph *g, int32_t *removed);
 of_status of_pass_plan(of_graph *g, int32_t *removed);
 of_status of_pass_schedule(of_graph *g, int32_t *removed);
 of_status of_pass_bnfold(of_graph *g, int32_t *removed);
+of_status of_pass_checkpoint(of_graph *g, int32_t *removed);
 
 /* ---- runtime (exec.c) ---- */
 of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor **outputs,
                         int32_t nout, bool check_inputs);
+/* The wave scheduler (sched.c): runs the live nodes on the executor's slots. */
+of_status of_graph_exec_waves(of_graph *g, void **slot, bool *own, int32_t width);
 /* Runs node n on ins; outs[] gets nout entries (tensors or autograd handles). */
 of_status of_graph_invoke(of_graph *g, of_gnode *n, of_tensor **ins, void **outs);
 

@@ -117,7 +117,7 @@ of_status of_graph_serialize(of_graph *g, of_tensor **blob) {
     put_i32(&w, n->nout);
     put_i32(&w, n->nreal);
     put_i32(&w, n->nmut);
-    put_i32(&w, n->flags);
+    put_i32(&w, n->flags & OF_GN_CAPTURE);
     put_u32(&w, n->needs);
     put_u32(&w, n->keep_in);
     put_u32(&w, n->keep_out);

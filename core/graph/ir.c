@@ -80,6 +80,8 @@ void of_graph_node_free(of_gnode *n) {
 }
 
 static void plan_free(of_graph *g) {
+  of_arena_release(g->arena);   /* the node order changed: laid out again */
+  g->arena = NULL;
   free(g->prof);
   g->prof = NULL;
   free(g->free_idx);
@@ -250,7 +252,9 @@ const char *of_graph_text(of_graph *g, int32_t verbose) {
   }
   if (g->planned)
     sb_printf(&s, "  memory: planned peak %.1f KiB of internal values (%.1f KiB if none were "
-              "freed)\n", (double)g->planned_peak / 1024, (double)g->eager_bytes / 1024);
+              "freed); arena %.1f KiB%s\n", (double)g->planned_peak / 1024,
+              (double)g->eager_bytes / 1024, (double)of_arena_bytes(g->arena) / 1024,
+              g->arena && of_arena_bytes(g->arena) ? "" : " (laid out after the first run)");
   if (verbose) {
     for (int32_t i = 0; i < g->ninputs; i++) {
       sb_printf(&s, "  input %%%d: ", (int)g->inputs[i]);
@@ -307,5 +311,7 @@ const char *of_graph_text(of_graph *g, int32_t verbose) {
 
 void of_graph_debug_print(of_graph *g, const char *when) {
   if (!g->debug) return;
+  int32_t r;
+  if (!g->planned && of_pass_plan(g, &r) != OF_OK) of_clear_error();   /* for the memory line */
   fprintf(stderr, "---- %s ----\n%s", when, of_graph_text(g, g->debug));
 }

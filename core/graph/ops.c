@@ -22,6 +22,24 @@
 #define ATTRS(T) const T *a = (const T *)n->attrs
 #define ZERO(a) memset(&(a), 0, sizeof(a))
 
+/* Autocast (amp.c): the outermost call casts its inputs by the op's class
+ * and calls the entry point again with autocast off, so the casts are
+ * ordinary to_dtype ops (recorded while tracing, with their backward). */
+#define AMP(CLASS, CALL, ...)                                                    \
+  do {                                                                           \
+    if (__builtin_expect(of_amp_tls != 0, 0)) {                                  \
+      of_tensor *amp_in_[] = {__VA_ARGS__};                                      \
+      enum { AMP_N_ = sizeof amp_in_ / sizeof *amp_in_ };                        \
+      of_tensor *A_[AMP_N_];                                                     \
+      int32_t amp_saved_;                                                        \
+      of_status amp_st_ = of_amp_begin(CLASS, amp_in_, A_, AMP_N_, &amp_saved_); \
+      if (amp_st_ != OF_OK) return amp_st_;                                      \
+      amp_st_ = (CALL);                                                          \
+      of_amp_end(amp_in_, A_, AMP_N_, amp_saved_);                               \
+      return amp_st_;                                                            \
+    }                                                                            \
+  } while (0)
+
 static of_status bad_record(const of_gnode *n, const char *what) {
   const of_opdef *d = of_op_def(n->op);
   return of_fail(OF_ERR_ARG, "nn.Graph: %s node has a bad %s in its record", d ? d->name : "?",
@@ -580,6 +598,9 @@ static of_status rec_reduce(of_reduce_op op, of_tensor *x, const int32_t *dims, 
 }
 of_status of_reduce(of_reduce_op op, of_tensor *x, const int32_t *dims, int32_t ndims,
                     int32_t keepdim, double p, of_dtype dt, of_tensor **out) {
+  if (dt < 0 && (op == OF_RED_SUM || op == OF_RED_MEAN || op == OF_RED_PROD ||
+                 op == OF_RED_LOGSUMEXP || op == OF_RED_NORM))
+    AMP(OF_AMP_F32, of_reduce(op, A_[0], dims, ndims, keepdim, p, dt, out), x);
   OF_TRACED(of_impl_reduce(op, x, dims, ndims, keepdim, p, dt, out),
             rec_reduce(op, x, dims, ndims, keepdim, p, dt, out));
 }
@@ -659,6 +680,7 @@ static of_status rec_var(of_tensor *x, const int32_t *dims, int32_t ndims, doubl
 }
 of_status of_var(of_tensor *x, const int32_t *dims, int32_t ndims, double correction,
                  int32_t keepdim, int32_t is_std, of_tensor **out) {
+  AMP(OF_AMP_F32, of_var(A_[0], dims, ndims, correction, keepdim, is_std, out), x);
   OF_TRACED(of_impl_var(x, dims, ndims, correction, keepdim, is_std, out),
             rec_var(x, dims, ndims, correction, keepdim, is_std, out));
 }
@@ -674,6 +696,7 @@ static of_status rec_softmax(int32_t op, of_tensor *x, int32_t dim, int32_t flag
   return REC(op, a, &x, 1, out, 1);
 }
 of_status of_softmax(of_tensor *x, int32_t dim, int32_t log, of_tensor **out) {
+  AMP(OF_AMP_F32, of_softmax(A_[0], dim, log, out), x);
   OF_TRACED(of_impl_softmax(x, dim, log, out), rec_softmax(OPK_SOFTMAX, x, dim, log, out));
 }
 static of_status inv_softmax(of_gnode *n, of_tensor **ins, void **outs) {
@@ -681,6 +704,7 @@ static of_status inv_softmax(of_gnode *n, of_tensor **ins, void **outs) {
   RUN1(of_softmax(ins[0], a->dim, a->flag, R));
 }
 of_status of_cumulative(of_tensor *x, int32_t dim, int32_t is_prod, of_tensor **out) {
+  AMP(OF_AMP_F32, of_cumulative(A_[0], dim, is_prod, out), x);
   OF_TRACED(of_impl_cumulative(x, dim, is_prod, out),
             rec_softmax(OPK_CUMULATIVE, x, dim, is_prod, out));
 }
@@ -701,12 +725,15 @@ static of_status rec_mm(int32_t op, of_tensor *x, of_tensor *y, of_tensor *into,
   return REC(op, a, ins, into ? 3 : 2, out, 1);
 }
 of_status of_matmul(of_tensor *a, of_tensor *b, of_tensor **out) {
+  AMP(OF_AMP_LOW, of_matmul(A_[0], A_[1], out), a, b);
   OF_TRACED(of_impl_matmul(a, b, out), rec_mm(OPK_MATMUL, a, b, NULL, out));
 }
 of_status of_mm(of_tensor *a, of_tensor *b, of_tensor *into, of_tensor **out) {
+  if (!into) AMP(OF_AMP_LOW, of_mm(A_[0], A_[1], NULL, out), a, b);
   OF_TRACED(of_impl_mm(a, b, into, out), rec_mm(OPK_MM, a, b, into, out));
 }
 of_status of_bmm(of_tensor *a, of_tensor *b, of_tensor **out) {
+  AMP(OF_AMP_LOW, of_bmm(A_[0], A_[1], out), a, b);
   OF_TRACED(of_impl_bmm(a, b, out), rec_mm(OPK_BMM, a, b, NULL, out));
 }
 static of_status inv_mm(of_gnode *n, of_tensor **ins, void **outs) {
@@ -726,6 +753,7 @@ static of_status rec_addmm(of_tensor *c, of_tensor *x, of_tensor *y, double beta
 }
 of_status of_addmm(of_tensor *c, of_tensor *a, of_tensor *b, double beta, double alpha,
                    of_tensor **out) {
+  AMP(OF_AMP_LOW, of_addmm(A_[0], A_[1], A_[2], beta, alpha, out), c, a, b);
   OF_TRACED(of_impl_addmm(c, a, b, beta, alpha, out), rec_addmm(c, a, b, beta, alpha, out));
 }
 static of_status inv_addmm(of_gnode *n, of_tensor **ins, void **outs) {
@@ -1035,6 +1063,8 @@ static of_status rec_conv(int32_t op, of_tensor *x, of_tensor *w, of_tensor *bia
 of_status of_conv(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
                   const int64_t *padding, const int64_t *dilation, int32_t nsp, int64_t groups,
                   of_tensor **out) {
+  AMP(OF_AMP_LOW, of_conv(A_[0], A_[1], A_[2], stride, padding, dilation, nsp, groups, out), x,
+      w, b);
   OF_TRACED(of_impl_conv(x, w, b, stride, padding, dilation, nsp, groups, out),
             rec_conv(OPK_CONV, x, w, b, stride, padding, dilation, NULL, nsp, groups, out));
 }
@@ -1042,6 +1072,9 @@ of_status of_conv_transpose(of_tensor *x, of_tensor *w, of_tensor *b, const int6
                             const int64_t *padding, const int64_t *output_padding,
                             const int64_t *dilation, int32_t nsp, int64_t groups,
                             of_tensor **out) {
+  AMP(OF_AMP_LOW, of_conv_transpose(A_[0], A_[1], A_[2], stride, padding, output_padding, dilation,
+                                    nsp, groups, out),
+      x, w, b);
   OF_TRACED(of_impl_conv_transpose(x, w, b, stride, padding, output_padding, dilation, nsp,
                                    groups, out),
             rec_conv(OPK_CONV_TRANSPOSE, x, w, b, stride, padding, dilation, output_padding, nsp,
@@ -1218,6 +1251,9 @@ static int32_t mut_none(const void *p, int32_t nin, int32_t *idx) {
 of_status of_batch_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
                         of_tensor *weight, of_tensor *bias, int32_t training, double momentum,
                         double eps, of_tensor **out) {
+  AMP(OF_AMP_F32, of_batch_norm(A_[0], running_mean, running_var, A_[1], A_[2], training, momentum,
+                                eps, out),
+      x, weight, bias);
   OF_TRACED(of_impl_batch_norm(x, running_mean, running_var, weight, bias, training, momentum,
                                eps, out),
             rec_norm(OPK_BATCH_NORM, x, running_mean, running_var, weight, bias, training,
@@ -1226,6 +1262,9 @@ of_status of_batch_norm(of_tensor *x, of_tensor *running_mean, of_tensor *runnin
 of_status of_instance_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
                            of_tensor *weight, of_tensor *bias, int32_t use_input_stats,
                            double momentum, double eps, of_tensor **out) {
+  AMP(OF_AMP_F32, of_instance_norm(A_[0], running_mean, running_var, A_[1], A_[2], use_input_stats,
+                                   momentum, eps, out),
+      x, weight, bias);
   OF_TRACED(of_impl_instance_norm(x, running_mean, running_var, weight, bias, use_input_stats,
                                   momentum, eps, out),
             rec_norm(OPK_INSTANCE_NORM, x, running_mean, running_var, weight, bias,
@@ -1233,12 +1272,14 @@ of_status of_instance_norm(of_tensor *x, of_tensor *running_mean, of_tensor *run
 }
 of_status of_layer_norm(of_tensor *x, int32_t normalized_ndim, of_tensor *weight,
                         of_tensor *bias, double eps, of_tensor **out) {
+  AMP(OF_AMP_F32, of_layer_norm(A_[0], normalized_ndim, A_[1], A_[2], eps, out), x, weight, bias);
   OF_TRACED(of_impl_layer_norm(x, normalized_ndim, weight, bias, eps, out),
             rec_norm(OPK_LAYER_NORM, x, NULL, NULL, weight, bias, 0, 0, eps, normalized_ndim,
                      out));
 }
 of_status of_group_norm(of_tensor *x, int64_t groups, of_tensor *weight, of_tensor *bias,
                         double eps, of_tensor **out) {
+  AMP(OF_AMP_F32, of_group_norm(A_[0], groups, A_[1], A_[2], eps, out), x, weight, bias);
   OF_TRACED(of_impl_group_norm(x, groups, weight, bias, eps, out),
             rec_norm(OPK_GROUP_NORM, x, NULL, NULL, weight, bias, 0, 0, eps, groups, out));
 }
@@ -1324,6 +1365,9 @@ static of_status rec_loss(int32_t op, of_tensor *x, of_tensor *t, of_tensor *w,
 of_status of_cross_entropy(of_tensor *logits, of_tensor *target, of_tensor *weight,
                            of_loss_reduction reduction, int64_t ignore_index,
                            double label_smoothing, int64_t index_base, of_tensor **out) {
+  AMP(OF_AMP_F32, of_cross_entropy(A_[0], A_[1], A_[2], reduction, ignore_index, label_smoothing,
+                                   index_base, out),
+      logits, target, weight);
   OF_TRACED(of_impl_cross_entropy(logits, target, weight, reduction, ignore_index,
                                   label_smoothing, index_base, out),
             rec_loss(OPK_CROSS_ENTROPY, logits, target, weight, reduction, ignore_index,
@@ -1332,6 +1376,8 @@ of_status of_cross_entropy(of_tensor *logits, of_tensor *target, of_tensor *weig
 of_status of_nll_loss(of_tensor *log_probs, of_tensor *target, of_tensor *weight,
                       of_loss_reduction reduction, int64_t ignore_index, int64_t index_base,
                       of_tensor **out) {
+  AMP(OF_AMP_F32, of_nll_loss(A_[0], A_[1], A_[2], reduction, ignore_index, index_base, out),
+      log_probs, target, weight);
   OF_TRACED(of_impl_nll_loss(log_probs, target, weight, reduction, ignore_index, index_base, out),
             rec_loss(OPK_NLL_LOSS, log_probs, target, weight, reduction, ignore_index, 0,
                      index_base, out));
@@ -1394,6 +1440,18 @@ static int32_t mut_sgd(const void *p, int32_t nin, int32_t *idx) {
   idx[1] = 2;   /* momentum buffer */
   idx[2] = 3;   /* hyper (step) */
   return 3;
+}
+static int32_t mut_unscale(const void *p, int32_t nin, int32_t *idx) {
+  (void)p; (void)nin;
+  idx[0] = 0;   /* grad, found_inf */
+  idx[1] = 2;
+  return 2;
+}
+static int32_t mut_update_scale(const void *p, int32_t nin, int32_t *idx) {
+  (void)p; (void)nin;
+  idx[0] = 0;   /* scale, growth_tracker */
+  idx[1] = 1;
+  return 2;
 }
 static int32_t mut_adam(const void *p, int32_t nin, int32_t *idx) {
   (void)p; (void)nin;
@@ -1519,10 +1577,14 @@ static const of_opdef op_table[OPK_COUNT] = {
   [OPK_PAD] = {"pad", sizeof(a_pad), 1, 1, 1, 0, inv_pad, NULL, NULL, NULL},
   [OPK_CROSS_ENTROPY] = {"cross_entropy", sizeof(a_loss), 3, 3, 1, 0, inv_loss, NULL, NULL, NULL},
   [OPK_NLL_LOSS] = {"nll_loss", sizeof(a_loss), 3, 3, 1, 0, inv_loss, NULL, NULL, NULL},
-  [OPK_OPTIM_SGD] = {"sgd_update", sizeof(a_sgd), 4, 4, 0, 0, of_optim_sgd_invoke, mut_sgd, NULL,
+  [OPK_OPTIM_SGD] = {"sgd_update", sizeof(a_sgd), 4, 5, 0, 0, of_optim_sgd_invoke, mut_sgd, NULL,
                      d_sgd},
-  [OPK_OPTIM_ADAM] = {"adam_update", sizeof(a_adam), 6, 6, 0, 0, of_optim_adam_invoke, mut_adam,
+  [OPK_OPTIM_ADAM] = {"adam_update", sizeof(a_adam), 6, 7, 0, 0, of_optim_adam_invoke, mut_adam,
                       NULL, d_adam},
+  [OPK_AMP_UNSCALE] = {"amp_unscale_", sizeof(a_i1), 3, 3, 0, 0, of_amp_unscale_invoke,
+                       mut_unscale, NULL, NULL},
+  [OPK_AMP_UPDATE] = {"amp_update_scale_", sizeof(a_amp_update), 3, 3, 0, 0,
+                      of_amp_update_scale_invoke, mut_update_scale, NULL, NULL},
 };
 
 const of_opdef *of_op_def(int32_t op) {

@@ -23,7 +23,7 @@ enum {
   OPK_ADAPTIVE_AVG_POOL, OPK_ADAPTIVE_MAX_POOL,
   OPK_BATCH_NORM, OPK_LAYER_NORM, OPK_GROUP_NORM, OPK_INSTANCE_NORM, OPK_INTERPOLATE,
   OPK_PAD, OPK_CROSS_ENTROPY, OPK_NLL_LOSS,
-  OPK_OPTIM_SGD, OPK_OPTIM_ADAM,
+  OPK_OPTIM_SGD, OPK_OPTIM_ADAM, OPK_AMP_UNSCALE, OPK_AMP_UPDATE,
   OPK_COUNT
 };
 
@@ -93,6 +93,10 @@ typedef struct { char name[48]; int32_t nin, nout; int32_t in_pos[OF_BACKWARD_MA
 typedef struct { double momentum, dampening, weight_decay; int32_t nesterov, maximize; } a_sgd;
 typedef struct { double beta1, beta2, eps, weight_decay; int32_t amsgrad, maximize, decoupled, pad_; } a_adam;
 
+typedef struct { double growth, backoff; int64_t interval; } a_amp_update;
+
+of_status of_amp_unscale_invoke(of_gnode *n, of_tensor **ins, void **outs);
+of_status of_amp_update_scale_invoke(of_gnode *n, of_tensor **ins, void **outs);
 of_status of_optim_sgd_invoke(of_gnode *n, of_tensor **ins, void **outs);
 of_status of_optim_adam_invoke(of_gnode *n, of_tensor **ins, void **outs);
 of_status of_backward_invoke(of_gnode *n, of_tensor **ins, void **outs);

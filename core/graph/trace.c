@@ -44,6 +44,8 @@ struct of_trace {
   int32_t *prev_on_storage;   /* per value: the previous value on its storage */
   int32_t prev_cap;
   int32_t rule_depth;
+  int32_t engine_depth;    /* inside of_backward: recorded nodes are backward nodes */
+  int32_t scope;           /* checkpointed segment being traced (of_trace_set_scope) */
   bool rule_bad;
   bool grad_was;
 };
@@ -136,6 +138,25 @@ static bool sidmap_put(sidmap *m, int64_t key, int32_t val) {
   return true;
 }
 
+/* ---- node tags (activation checkpointing) ---- */
+static void tag(of_trace *tr, int32_t ni) {
+  of_gnode *n = &tr->g->nodes[ni];
+  if (tr->engine_depth > 0) n->flags |= OF_GN_BACKWARD;
+  else n->scope = tr->scope;
+}
+
+void of_trace_engine(int32_t delta) {
+  if (of_trace_tls) of_trace_tls->engine_depth += delta;
+}
+
+int32_t of_trace_set_scope(int32_t scope) {
+  of_trace *tr = of_trace_tls;
+  if (!tr) return 0;
+  int32_t old = tr->scope;
+  tr->scope = scope > 0 ? scope : 0;
+  return old;
+}
+
 /* ---- values ---- */
 static bool same_geometry(const of_gval *v, const of_tensor *t) {
   if (v->dtype != t->dtype || v->ndim != t->ndim || v->offset != t->offset) return false;
@@ -222,6 +243,7 @@ static of_status input_value(of_trace *tr, int32_t op, of_tensor *t, int32_t *ou
     int32_t in = latest;
     int32_t ni = of_graph_add_node(g, OF_OPK_ALIAS, &a, sizeof a, &in, 1, 1, 0);
     if (ni < 0) return oom();
+    tag(tr, ni);
     int32_t v = new_value(tr, OF_GV_INTERNAL, t, ni);
     if (v < 0) return oom();
     g->vals[v].root = g->vals[latest].root;
@@ -297,6 +319,7 @@ of_status of_trace_record(int32_t op, const void *attrs, int32_t attr_size, of_t
   if (st == OF_OK) {
     ni = of_graph_add_node(tr->g, op, attrs, attr_size, inv, nin, nreal, nmut);
     if (ni < 0) st = oom();
+    else tag(tr, ni);
   }
   if (st == OF_OK) {
     of_gnode *n = &tr->g->nodes[ni];
@@ -444,6 +467,7 @@ static of_status record_opaque(of_trace *tr, of_node *n, of_tensor **gout, of_te
   }
   int32_t bi = of_graph_add_node(g, OF_OPK_BACKWARD, &a, sizeof a, ins, 1 + n->nout, nres, 0);
   if (bi < 0) return oom();
+  tag(tr, bi);
   for (int32_t r = 0; r < nres; r++) {
     of_tensor *t = gin[a.in_pos[r]];
     int32_t version_of = -1;

@@ -161,6 +161,10 @@ end
 methods.backward = interpreted(function(t, grad, opts)
   if type(grad) == 'table' and not T.is_tensor(grad) then opts, grad = grad, nil end
   opts = opts or {}
+  -- nn.Graph AMP with loss scaling: the traced backward starts from the scale
+  if grad == nil and M._loss_scale ~= nil then
+    grad = M._loss_scale:to(t.dtype):view(t:size():totable())
+  end
   local roots = ffi.new('of_tensor*[1]', t.p)
   local grads = ffi.new('of_tensor*[1]', grad and grad.p or nil)
   if C.of_backward(roots, grads, 1, opts.retain_graph and 1 or 0,

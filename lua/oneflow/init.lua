@@ -92,6 +92,7 @@ flow.cuda = require 'oneflow.cuda'
 flow.backends = flow.cuda.backends
 flow.nn = require 'oneflow.nn'
 flow.onnx = require 'oneflow.onnx'
+flow.amp = require 'oneflow.amp'
 flow.distributed = require 'oneflow.distributed'
 flow.env, flow.comm = flow.distributed.env, flow.distributed.comm
 require('oneflow.distributed.global').attach(flow)

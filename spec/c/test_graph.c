@@ -93,7 +93,7 @@ static void test_train_step(void) {
   CHECK(of_reduce(OF_RED_SUM, b, NULL, 0, 0, 0, -1, &loss) == OF_OK);
   CHECK(of_backward(&loss, NULL, 1, 0, 0) == OF_OK);
   of_set_grad_enabled(0);
-  CHECK(of_optim_sgd_(w, of_tensor_grad(w), NULL, hyper, 0, 0, 0, 0, 0) == OF_OK);
+  CHECK(of_optim_sgd_(w, of_tensor_grad(w), NULL, hyper, 0, 0, 0, 0, 0, NULL) == OF_OK);
   of_set_grad_enabled(1);
   CHECK(of_tensor_set_grad(w, NULL) == OF_OK);
   of_graph *g = NULL;

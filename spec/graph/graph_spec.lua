@@ -397,7 +397,7 @@ describe('nn.Graph', function()
     local G = nn.Graph:subclass('Cfg')
     function G:__init() nn.Graph.__init(self) end
     local g = G()
-    H.raises(function() g.config:enable_amp(true) end, 'not supported yet')
+    H.raises(function() g.config:set_amp_dtype(flow.float32) end, 'float16 or flow.bfloat16')
     H.raises(function() g.config:set_gradient_accumulation_steps(0) end, 'positive integer')
     g.config:enable_amp(false)
     local m = mlp(1)

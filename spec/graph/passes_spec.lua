@@ -241,9 +241,118 @@ describe('nn.Graph passes', function()
     assert.is_truthy(require('ffi').string(C.of_graph_passes(g:_graph())):find('schedule(', 1, true))
   end)
 
+  it('checkpoint recomputes a checkpointed module\'s activations right before backward', function()
+    flow.manual_seed(4)
+    local inner = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+    local m = nn.Sequential(nn.Linear(3, 4), inner, nn.Linear(4, 2))
+    local T = nn.Graph:subclass('CkPass')
+    function T:__init(on)
+      nn.Graph.__init(self)
+      self.m = m
+      self:add_optimizer(flow.optim.SGD(m:parameters(), {lr = 0}))
+      self.config:set_passes('checkpoint')
+      if on then self.m[2].config.activation_checkpointing = true end
+    end
+    function T.build(g, x) local l = g.m(x):sum(); l:backward(); return l end
+    local x = flow.randn(5, 3)
+    local plain = T(false)
+    local want = {plain(x), plain(x)}   -- compiled before the module is marked
+    local ck = T(true)
+    H.close(ck(x), want[1], 0)
+    H.close(ck(x), want[2], 0)
+    -- the segment's matmul and tanh run again in backward: two more nodes of each
+    assert.are.equal(count(plain, 'matmul') + 1, count(ck, 'matmul'))
+    assert.are.equal(count(plain, 'unary') + 1, count(ck, 'unary'))
+    local ir = ck:ir()
+    local first_bwd = ir:find('backward', 1, true) or ir:find('sgd_update', 1, true)
+    local last_tanh
+    for p in ir:gmatch('()unary') do last_tanh = p end
+    assert.is_true(last_tanh > ir:find('sum dims', 1, true))   -- the copy comes after the loss
+    assert.is_truthy(first_bwd)
+    m[2].config.activation_checkpointing = nil
+  end)
+
+  it('the arena holds a run\'s buffers in one block laid out from the first run', function()
+    local ffi = require 'ffi'
+    pcall(ffi.cdef, 'int setenv(const char *, const char *, int); int unsetenv(const char *);')
+    local function make()
+      flow.manual_seed(6)
+      return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.Tanh(),
+                           nn.Linear(256, 10))
+    end
+    local T = nn.Graph:subclass('Arena')
+    function T:__init(m) nn.Graph.__init(self); self.m = m
+      self:add_optimizer(flow.optim.SGD(m:parameters(), {lr = 0.1, momentum = 0.9})) end
+    function T:build(a, b) local l = F.cross_entropy(self.m(a), b); l:backward(); return l end
+    flow.manual_seed(2)
+    local data = {}
+    for i = 1, 5 do data[i] = {flow.randn(128, 64), flow.randint(1, 11, {128})} end
+    local function train(arena)
+      if not arena then ffi.C.setenv('OF_GRAPH_ARENA', '0', 1) end
+      local m = make()
+      local g = T(m)
+      local losses = {}
+      for i, xy in ipairs(data) do losses[i] = g(xy[1], xy[2]):item() end
+      ffi.C.unsetenv('OF_GRAPH_ARENA')
+      local bytes = tonumber(C.of_graph_stat(g:_graph(), C.OF_GRAPH_ARENA_BYTES))
+      flow.collect()
+      flow.reset_peak_memory_stats()
+      for _ = 1, 3 do g(data[1][1], data[1][2]) end
+      local p = flow.memory_stats().peak_bytes
+      assert.are.equal(bytes, tonumber(C.of_graph_stat(g:_graph(), C.OF_GRAPH_ARENA_BYTES)))
+      return m, losses, bytes, p
+    end
+    local m1, l1, b1, p1 = train(true)
+    local m2, l2, b2, p2 = train(false)
+    assert.are.same(l2, l1)
+    local q1, q2 = m1:parameters(), m2:parameters()
+    for i = 1, #q1 do H.close(q1[i], q2[i], 0) end
+    assert.is_true(b1 > 0 and b2 == 0, ('arena %d / %d bytes'):format(b1, b2))
+    assert.is_true(p1 <= p2, ('peak with the arena %d, without %d'):format(p1, p2))
+  end)
+
   it('rejects unknown passes', function()
     local g = graph_of(function(_, x) return x end, 'dce,frobnicate')
     H.raises(function() g(flow.ones(1)) end, "unknown pass 'frobnicate'")
+  end)
+
+  it('graph:debug(1) and OF_DEBUG_PASS=1 print the IR before and after every pass', function()
+    local script = os.tmpname()
+    local f = assert(io.open(script, 'w'))
+    f:write([[
+local flow = require 'oneflow'
+local nn, F = flow.nn, flow.nn.functional
+local G = nn.Graph:subclass('Dbg')
+function G:__init() nn.Graph.__init(self); self.m = nn.Linear(3, 2)
+  self:add_optimizer(flow.optim.SGD(self.m:parameters(), {lr = 0.1}))
+  if arg[1] == 'debug' then self:debug(1) end end
+function G:build(x) local l = F.relu(self.m(x)):sum(); l:backward(); return l end
+local g = G()
+g(flow.ones(4, 3))
+print('SUMMARY ' .. tostring(g))
+]])
+    f:close()
+    local env = "LUA_PATH='lua/?.lua;lua/?/init.lua;;' "
+    local function run(prefix, a)
+      local p = io.popen(prefix .. env .. 'luajit ' .. script .. ' ' .. a .. ' 2>&1')
+      local out = p:read('*a')
+      p:close()
+      return out
+    end
+    for _, out in ipairs({run('', 'debug'), run('OF_DEBUG_PASS=1 ', '')}) do
+      for _, pass in ipairs({'dce', 'cse', 'fold', 'checkpoint', 'fuse', 'inplace', 'schedule'}) do
+        assert.is_truthy(out:find('---- before ' .. pass .. ' ----', 1, true), pass .. ':\n' .. out)
+        assert.is_truthy(out:find('---- after ' .. pass .. ' ----', 1, true), pass)
+      end
+      -- ops with shapes, and memory, in every printed IR
+      local _, nmem = out:gsub('memory: planned peak', '')
+      local _, nbefore = out:gsub('%-%-%-%- before ', '')
+      assert.is_true(nmem >= nbefore and nbefore >= 9, out)
+      assert.is_truthy(out:find('matmul(%', 1, true) and out:find(': f32[4,2]', 1, true))
+      assert.is_truthy(out:find('SUMMARY Dbg%(1 compiled, %d+ nodes, %d+ values, %d+ externals, planned peak'))
+    end
+    assert.is_falsy(run('', ''):find('---- before', 1, true))
+    os.remove(script)
   end)
 
   it('graph:debug prints the IR', function()

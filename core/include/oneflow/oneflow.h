@@ -339,6 +339,14 @@ of_status of_detach(of_tensor *t, of_tensor **out);
  * for a scalar root (ones). */
 of_status of_backward(of_tensor **roots, of_tensor **grads, int32_t n, int32_t retain_graph,
                       int32_t create_graph);
+/* Autocast (flow.amp.autocast, thread-local): while enabled, matmul, mm,
+ * bmm, addmm and convolutions cast floating inputs (not float64) to dt
+ * (OF_FLOAT16 or OF_BFLOAT16); reductions, softmax, cumsum, losses and norms
+ * cast float16/bfloat16 inputs to float32; other ops follow their inputs.
+ * Off inside backward rules and compiled graphs. */
+of_status of_set_autocast(int32_t enabled, of_dtype dt);
+int32_t of_autocast_enabled(void);
+of_dtype of_autocast_dtype(void);
 /* d(outputs)/d(inputs) into grads[nin] (NULL: unused, with allow_unused). */
 of_status of_autograd_grad(of_tensor **outputs, of_tensor **grad_outputs, int32_t nout,
                            of_tensor **inputs, int32_t nin, int32_t retain_graph,
@@ -524,6 +532,11 @@ int32_t of_tracing(void);                    /* this thread is tracing */
 of_status of_trace_begin(of_tensor **inputs, int32_t n);
 of_status of_trace_end(of_tensor **outputs, int32_t n, of_graph **out);
 void of_trace_abort(void);
+/* Activation checkpointing: ops recorded from now on (outside backward)
+ * belong to segment `scope` (> 0; 0: none); returns the previous one. The
+ * "checkpoint" pass recomputes a segment's values in backward instead of
+ * keeping them. */
+int32_t of_trace_set_scope(int32_t scope);
 of_status of_graph_optimize(of_graph *g, const char *passes);
 of_status of_graph_run(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor **outputs,
                        int32_t nout);
@@ -540,7 +553,11 @@ enum {
   OF_GRAPH_UNPLANNED_BYTES = 1,  /* bytes of all internal values together */
   OF_GRAPH_NUM_VALUES = 2,
   OF_GRAPH_RUNS = 3,
-  OF_GRAPH_NUM_EXTERNALS = 4
+  OF_GRAPH_NUM_EXTERNALS = 4,
+  OF_GRAPH_ARENA_BYTES = 5,      /* the arena laid out after the first run (0: none yet) */
+  OF_GRAPH_PARALLEL_WAVES = 6,   /* waves that ran several nodes side by side */
+  OF_GRAPH_MAX_WAVE = 7,         /* most nodes run side by side */
+  OF_GRAPH_WORKER_NODES = 8      /* nodes that ran on a worker thread */
 };
 int64_t of_graph_stat(const of_graph *g, int32_t what);
 const char *of_graph_dump(of_graph *g, int32_t verbose);   /* valid until the next call */
@@ -549,6 +566,10 @@ void of_graph_set_debug(of_graph *g, int32_t level);        /* print IR around e
 /* Time every node (also OF_GRAPH_PROFILE=1): the dump shows each node's
  * fastest time over the runs since. */
 void of_graph_set_profile(of_graph *g, int32_t on);
+/* n >= 2: run nodes whose inputs are ready side by side, up to n at once,
+ * one CPU thread each (a lone ready node keeps all threads); 0/1: in order
+ * (the default). Results are the same either way. */
+void of_graph_set_concurrency(of_graph *g, int32_t n);
 /* Externals the graph reads, in save order (borrowed tensors). */
 int32_t of_graph_num_externals(const of_graph *g);
 of_tensor *of_graph_external(const of_graph *g, int32_t i);
@@ -558,15 +579,28 @@ of_status of_graph_set_external_name(of_graph *g, int32_t i, const char *name);
 
 /* Fused optimizer updates, in place, one pass over memory (the update ops
  * nn.Graph records; usable eagerly too). hyper: float64 {lr, steps taken};
- * the call reads lr and increments the step count. Arithmetic follows the
+ * the call reads lr and increments the step count (not when found_inf says
+ * to skip the step). Arithmetic follows the
  * Lua optimizers exactly. NULL state tensors: none (momentum 0, no amsgrad). */
 of_status of_optim_sgd_(of_tensor *param, of_tensor *grad, of_tensor *momentum_buf,
                         of_tensor *hyper, double momentum, double dampening,
-                        double weight_decay, int32_t nesterov, int32_t maximize);
+                        double weight_decay, int32_t nesterov, int32_t maximize,
+                        of_tensor *found_inf);
 of_status of_optim_adam_(of_tensor *param, of_tensor *grad, of_tensor *exp_avg,
                          of_tensor *exp_avg_sq, of_tensor *max_exp_avg_sq, of_tensor *hyper,
                          double beta1, double beta2, double eps, double weight_decay,
-                         int32_t amsgrad, int32_t maximize, int32_t decoupled);
+                         int32_t amsgrad, int32_t maximize, int32_t decoupled,
+                         of_tensor *found_inf);
+/* Loss scaling (flow.amp.GradScaler): grad *= float(1 / scale); found_inf
+ * (float32, one element) is set to 1 when grad had an inf or nan (it is
+ * not cleared). The update ops above skip the step when found_inf (may be
+ * NULL) is nonzero. of_amp_update_scale_: scale (float32) *= backoff after
+ * inf/nan, else growth_tracker (int32) counts up and the scale grows by
+ * growth_factor every growth_interval good steps (if finite). */
+of_status of_amp_unscale_(of_tensor *grad, of_tensor *scale, of_tensor *found_inf);
+of_status of_amp_update_scale_(of_tensor *scale, of_tensor *growth_tracker, of_tensor *found_inf,
+                               double growth_factor, double backoff_factor,
+                               int64_t growth_interval);
 
 #ifdef __cplusplus
 }

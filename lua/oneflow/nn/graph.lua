@@ -46,12 +46,31 @@ end
 local Config = {}
 Config.__index = Config
 
---- self.config:enable_amp(true): not supported yet (raises); false is a no-op.
-function Config.enable_amp(_, on)
-  if on ~= false then fail('enable_amp: automatic mixed precision is not supported yet in graph mode', 2) end
+--- self.config:enable_amp(true): build's forward runs under autocast
+-- (flow.amp: matmul/linear/conv in the AMP dtype, reductions, softmax,
+-- losses and norms in float32), so the graph holds the casts as nodes and
+-- backward follows them. With float16 the loss is scaled (a GradScaler, see
+-- Graph:set_grad_scaler) and a step with inf/nan grads is skipped.
+function Config:enable_amp(on)
+  self.amp = on ~= false
 end
-function Config.enable_activation_checkpointing(_, on)
-  if on ~= false then fail('activation checkpointing is not supported yet in graph mode', 2) end
+--- self.config:set_amp_dtype(flow.bfloat16 | flow.float16): the AMP dtype
+-- (default bfloat16; float16 turns on loss scaling).
+function Config:set_amp_dtype(dt)
+  local types = require 'oneflow.types'
+  if type(dt) == 'string' then dt = types.by_name[dt] end
+  if dt ~= types.by_name.float16 and dt ~= types.by_name.bfloat16 then
+    fail('set_amp_dtype: expected flow.float16 or flow.bfloat16, got ' .. tostring(dt), 2)
+  end
+  self.amp_dtype = dt
+end
+--- self.config:enable_activation_checkpointing(true): every child module
+-- of the graph's modules (a ResNet's layer1..layer4, a Sequential's
+-- layers) is checkpointed: its forward activations are dropped after the
+-- forward pass and recomputed in backward. Per module:
+-- `self.model.layer2.config.activation_checkpointing = true` in __init.
+function Config:enable_activation_checkpointing(on)
+  self.checkpointing = on ~= false
 end
 --- self.config:set_gradient_accumulation_steps(n): each call splits its
 -- tensor arguments along the first dim into n micro-batches, runs build on
@@ -66,6 +85,17 @@ function Config:set_gradient_accumulation_steps(n)
 end
 Config.enable_cudnn_conv_heuristic_search_algo = function() end
 
+--- self.config:set_concurrency(n): run nodes whose inputs are ready side
+-- by side, up to n at once, one CPU thread each (a lone ready node keeps
+-- all threads); helps graphs with independent branches of small ops.
+-- Default 1: in order. Results are the same.
+function Config:set_concurrency(n)
+  if type(n) ~= 'number' or n < 1 or n ~= math.floor(n) then
+    fail('set_concurrency: expected a positive integer', 2)
+  end
+  self.concurrency = n
+end
+
 --- self.config:set_passes('dce,cse,fold,fuse,inplace'): the optimization
 -- passes to run (in order); '' runs none.
 function Config:set_passes(list)
@@ -75,7 +105,7 @@ end
 
 --- self.config:enable_fusion(false): everything but elementwise fusion.
 function Config:enable_fusion(on)
-  self.passes = on and nil or 'dce,cse,bnfold,fold,dce,inplace,schedule'
+  self.passes = on and nil or 'dce,cse,bnfold,fold,dce,checkpoint,inplace,schedule'
 end
 
 ------------------------------------------------------------------ Graph class
@@ -195,6 +225,24 @@ end
 
 -- The update ops, called while tracing (eagerly, and recorded).
 local function step_optimizers(self, updated)
+  local sc = self._scaling
+  local found = sc and sc.found.p or nil
+  if sc then   -- unscale every grad, noting inf/nan (the updates then skip)
+    sc.found:zero_()
+    for _, e in ipairs(self._optimizers) do
+      for _, group in ipairs(e.opt.param_groups) do
+        for _, p in ipairs(group.params) do
+          local g = p.grad
+          if g ~= nil then
+            if C.of_tensor_is_contiguous(g.p) == 0 then g = g:contiguous(); p.grad = g end
+            if C.of_amp_unscale_(g.p, sc.scaler._scale.p, sc.found.p) ~= 0 then
+              raise('nn.Graph: loss scaling: ')
+            end
+          end
+        end
+      end
+    end
+  end
   for _, e in ipairs(self._optimizers) do
     local opt = e.opt
     for _, group in ipairs(opt.param_groups) do
@@ -209,11 +257,12 @@ local function step_optimizers(self, updated)
             rc = C.of_optim_adam_(p.p, g.p, st.exp_avg.p, st.exp_avg_sq.p,
                                   group.amsgrad and st.max_exp_avg_sq.p or nil, h.t.p,
                                   group.betas[1], group.betas[2], group.eps, group.weight_decay,
-                                  group.amsgrad and 1 or 0, group.maximize and 1 or 0, decoupled)
+                                  group.amsgrad and 1 or 0, group.maximize and 1 or 0, decoupled,
+                                  found)
           else
             rc = C.of_optim_sgd_(p.p, g.p, st.momentum_buffer and st.momentum_buffer.p or nil,
                                  h.t.p, group.momentum, group.dampening, group.weight_decay,
-                                 group.nesterov and 1 or 0, group.maximize and 1 or 0)
+                                 group.nesterov and 1 or 0, group.maximize and 1 or 0, found)
           end
           if rc ~= 0 then raise('nn.Graph: optimizer step: ') end
           updated[#updated + 1] = {kind = e.kind, opt = opt, p = p, state = st,
@@ -221,6 +270,13 @@ local function step_optimizers(self, updated)
                                             st.momentum_buffer}}
         end
       end
+    end
+  end
+  if sc then
+    local k = sc.scaler
+    if C.of_amp_update_scale_(k._scale.p, k._growth_tracker.p, sc.found.p, k._growth_factor,
+                              k._backoff_factor, k._growth_interval) ~= 0 then
+      raise('nn.Graph: loss scaling: ')
     end
   end
 end
@@ -232,8 +288,11 @@ end
 -- After every call: the Lua optimizer state follows the graph's steps, and
 -- schedulers step.
 local function after_step(self, entry)
+  local sc = entry.scaling
+  local skipped = sc and sc.found:item() ~= 0
+  rawset(self, '_skipped', skipped or false)
   for _, u in ipairs(entry.updated) do
-    if u.kind == 'adam' then u.state.step = (u.state.step or 0) + 1 end
+    if u.kind == 'adam' and not skipped then u.state.step = (u.state.step or 0) + 1 end
   end
   for _, e in ipairs(self._optimizers) do
     if e.lr_sch then e.lr_sch:step() end
@@ -415,6 +474,80 @@ local function accumulate(self, acc, args, n)
   return unpack(out, 1, table.maxn(results[1]))
 end
 
+-- AMP: the autocast to trace build's forward under, and the loss scaling
+-- state (float16, or a scaler set with set_grad_scaler) of a train graph.
+local function amp_setup(self, training)
+  local cfg = self.config
+  rawset(self, '_scaling', nil)
+  if not cfg.amp then return nil, nil end
+  local amp, types = require 'oneflow.amp', require 'oneflow.types'
+  local dt = cfg.amp_dtype or types.by_name.bfloat16
+  local scaler = rawget(self, '_grad_scaler')
+  if training and scaler == nil and dt == types.by_name.float16 then
+    scaler = amp.GradScaler()
+    rawset(self, '_grad_scaler', scaler)
+  end
+  local sc
+  if training and scaler and scaler:is_enabled() then
+    local found = rawget(self, '_found_inf')
+    if found == nil then
+      found = T.flow.zeros(1, {dtype = types.by_name.float32})
+      rawset(self, '_found_inf', found)
+    end
+    sc = {scaler = scaler, found = found}
+    rawset(self, '_scaling', sc)
+  end
+  return amp.autocast({dtype = dt}), sc
+end
+
+-- Activation checkpointing: the modules whose calls are traced as segments
+-- (of_trace_set_scope), for the checkpoint pass.
+local function checkpointed(self)
+  local set, list = {}, {}
+  local function add(m)
+    if not set[m] then set[m] = true; list[#list + 1] = m end
+  end
+  for k, v in pairs(self) do
+    if type(k) == 'string' and is_module(v) then
+      if self.config.checkpointing then
+        for _, c in v:named_children() do add(c) end
+      end
+      for _, m in v:named_modules() do
+        local cfg = rawget(m, 'config')
+        if type(cfg) == 'table' and cfg.activation_checkpointing then add(m) end
+      end
+    end
+  end
+  return list
+end
+
+-- Wraps the forward of each checkpointed module so that its calls are
+-- segments while tracing; returns the function that undoes it.
+local function mark_segments(list)
+  local saved, next_id = {}, 0
+  for i, m in ipairs(list) do
+    local own = rawget(m, 'forward')
+    saved[i] = own or false
+    local fwd = own or getmetatable(m).forward
+    rawset(m, 'forward', function(...)
+      local outer = C.of_trace_set_scope(0)
+      if outer > 0 then   -- inside another segment: part of it
+        C.of_trace_set_scope(outer)
+        return fwd(...)
+      end
+      next_id = next_id + 1
+      C.of_trace_set_scope(next_id)
+      local res = {pcall(fwd, ...)}
+      C.of_trace_set_scope(0)
+      if not res[1] then error(res[2], 0) end
+      return unpack(res, 2, table.maxn(res))
+    end)
+  end
+  return function()
+    for i, m in ipairs(list) do rawset(m, 'forward', saved[i] or nil) end
+  end
+end
+
 local function compile(self, key, args, n)
   local ins, ninputs = {}, 0
   for i = 1, n do
@@ -427,6 +560,8 @@ local function compile(self, key, args, n)
   for _, e in ipairs(self._optimizers) do prepare_state(self, e) end
   zero_grads(self)
   write_lr(self)
+  local autocast, sc = amp_setup(self, training)   -- its tensors exist before tracing
+  local unmark = training and mark_segments(checkpointed(self)) or function() end
   local cins = tensor_list(math.max(ninputs, 1))
   for i = 1, ninputs do cins[i - 1] = ins[i].p end
   if C.of_trace_begin(cins, ninputs) ~= 0 then raise() end
@@ -435,17 +570,22 @@ local function compile(self, key, args, n)
   local res = {pcall(function()
     local prev = C.of_is_grad_enabled()
     if training then C.of_set_grad_enabled(1) end   -- else build runs in the caller's mode
+    if autocast then autocast:enter() end
+    if sc then autograd._loss_scale = sc.scaler._scale end
     local out
     if acc == 1 then
       out = {pcall(self.build, self, unpack(args, 1, n))}
     else
       out = {pcall(accumulate, self, acc, args, n)}
     end
+    autograd._loss_scale = nil
+    if autocast then autocast:exit() end
     C.of_set_grad_enabled(prev)
     if not out[1] then error(out[2], 0) end
     if training then autograd.no_grad(step_optimizers, self, updated) end
     return unpack(out, 2, table.maxn(out))
   end)}
+  unmark()
   if not res[1] then
     C.of_trace_abort()
     zero_grads(self)
@@ -466,6 +606,7 @@ local function compile(self, key, args, n)
   name_externals(self, g)
   if self._debug > 0 then C.of_graph_set_debug(g, self._debug) end
   if self._profile then C.of_graph_set_profile(g, 1) end
+  if self.config.concurrency then C.of_graph_set_concurrency(g, self.config.concurrency) end
   local passes = self.config.passes
   if C.of_graph_optimize(g, passes) ~= 0 then raise('nn.Graph: optimizing: ') end
   if self._debug > 0 then
@@ -473,7 +614,7 @@ local function compile(self, key, args, n)
     C.of_graph_set_debug(g, 0)
   end
   local entry = {g = g, template = tpl, nres = nres, ninputs = ninputs, noutputs = #list,
-                 updated = updated, key = key,
+                 updated = updated, key = key, scaling = sc,
                  cins = tensor_list(math.max(ninputs, 1)),
                  couts = tensor_list(math.max(#list, 1))}
   self._cache[key] = entry
@@ -518,7 +659,10 @@ function Graph:__call(...)
     local a = args[i]
     if is_tensor(a) and C.of_tensor_is_contiguous(a.p) == 0 then args[i] = a:contiguous() end
   end
-  local key = signature(args, n) .. '|' .. modes(self) .. '|' .. (self.config.acc_steps or 1)
+  local cfg = self.config
+  local key = signature(args, n) .. '|' .. modes(self) .. '|' .. (cfg.acc_steps or 1) .. '|'
+              .. (cfg.amp and tostring(cfg.amp_dtype or 'bf16') or '') .. '|'
+              .. (cfg.checkpointing and 'ck' or '')
   local entry = self._cache[key]
   if entry ~= nil and not state_current(entry) then
     self._cache[key] = nil
@@ -527,6 +671,20 @@ function Graph:__call(...)
   if entry == nil then return compile(self, key, args, n) end
   return run(self, entry, args, n)
 end
+
+--- self:set_grad_scaler(flow.amp.GradScaler{...}) (in __init): the loss
+-- scaler of an AMP train graph; its scale and growth tracker are updated
+-- inside the graph. A float16 AMP graph without one gets GradScaler().
+function Graph:set_grad_scaler(scaler)
+  if getmetatable(scaler) ~= require('oneflow.amp').GradScaler_class then
+    fail('set_grad_scaler: expected a flow.amp.GradScaler', 2)
+  end
+  rawset(self, '_grad_scaler', scaler)
+end
+
+--- Whether the last call skipped the optimizer step (inf/nan grads under
+-- loss scaling).
+function Graph:step_skipped() return rawget(self, '_skipped') or false end
 
 ------------------------------------------------------------------ inspection
 --- graph:debug(level[, out]): print the IR around every pass on the next
@@ -554,9 +712,10 @@ local function summary(g, name, ncompiled)
   local values = tonumber(C.of_graph_stat(g, C.OF_GRAPH_NUM_VALUES))
   local peak = tonumber(C.of_graph_stat(g, C.OF_GRAPH_PLANNED_PEAK))
   local next = tonumber(C.of_graph_stat(g, C.OF_GRAPH_NUM_EXTERNALS))
-  return ('%s(%s%d nodes, %d values, %d externals, planned peak %.1f KiB, passes: %s)')
+  local arena = tonumber(C.of_graph_stat(g, C.OF_GRAPH_ARENA_BYTES))
+  return ('%s(%s%d nodes, %d values, %d externals, planned peak %.1f KiB, arena %.1f KiB, passes: %s)')
          :format(name, ncompiled and (ncompiled .. ' compiled, ') or '', nodes, values, next,
-                 peak / 1024, ffi.string(C.of_graph_passes(g)))
+                 peak / 1024, arena / 1024, ffi.string(C.of_graph_passes(g)))
 end
 
 function Graph:__tostring()

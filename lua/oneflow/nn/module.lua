@@ -77,7 +77,13 @@ local function make_index(cls)
     if v ~= nil then return v end
     v = rawget(self, '_buffers').vals[k]
     if v ~= nil then return v end
-    return rawget(self, '_modules').vals[k]
+    v = rawget(self, '_modules').vals[k]
+    if v == nil and k == 'config' then
+      -- per-module nn.Graph settings (m.config.activation_checkpointing = true)
+      v = {}
+      rawset(self, 'config', v)
+    end
+    return v
   end
 end
 

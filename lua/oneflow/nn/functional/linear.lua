@@ -3,6 +3,7 @@
 local flow = require 'oneflow.nn._flow'
 local autograd = require 'oneflow.autograd'
 local U = require 'oneflow.nn._util'
+local C = require('oneflow._C').C
 
 local parse, fail, shape_str = U.parse, U.fail, U.shape_str
 local F = {}
@@ -15,7 +16,11 @@ function F.linear(x, w, b)
       shape_str(x), shape_str(w), in_f))
   end
   local y = x:matmul(w:t())
-  if b ~= nil then y = y + b end
+  if b ~= nil then
+    -- under autocast linear runs in the low dtype as a whole, bias included
+    if b.dtype ~= y.dtype and C.of_autocast_enabled() ~= 0 then b = b:to(y.dtype) end
+    y = y + b
+  end
   return y
 end
 

@@ -1,0 +1,261 @@
+-- oneflow.amp: automatic mixed precision (see doc/amp.md).
+--
+--   flow.amp.autocast({dtype = flow.bfloat16}, function()   -- or the with-style:
+--     loss = loss_fn(model(x), y)                          --   local ac = flow.amp.autocast{...}
+--   end)                                                   --   ac:enter() ... ac:exit()
+--   local scaler = flow.amp.GradScaler()
+--   scaler:scale(loss):backward(); scaler:step(opt); scaler:update()
+--
+-- The op classes live in C (core/amp.c): matmul/linear/conv run in the
+-- autocast dtype; reductions, softmax, cumsum, losses and norms in float32;
+-- everything else follows its inputs. The state is thread-local and off
+-- inside backward rules, so backward runs in the forward's dtypes.
+local ffi = require 'ffi'
+local core = require 'oneflow._C'
+local T = require 'oneflow.tensor'
+local types = require 'oneflow.types'
+
+local C = core.C
+local M = {}
+
+local function raise(level)
+  error(ffi.string(C.of_last_error()), (level or 1) + 1)
+end
+
+local function as_dtype(dt, what)
+  if type(dt) == 'string' then dt = types.by_name[dt] end
+  local f16, bf16 = types.by_name.float16, types.by_name.bfloat16
+  if dt ~= f16 and dt ~= bf16 then
+    error(('%s: dtype must be flow.float16 or flow.bfloat16, got %s'):format(what, tostring(dt)), 3)
+  end
+  return dt
+end
+
+------------------------------------------------------------------ autocast
+local Autocast = {}
+Autocast.__index = Autocast
+
+--- flow.amp.is_autocast_enabled(), flow.amp.get_autocast_dtype()
+function M.is_autocast_enabled() return C.of_autocast_enabled() ~= 0 end
+function M.get_autocast_dtype() return types.dtypes[tonumber(C.of_autocast_dtype())] end
+
+local function set(enabled, dt)
+  if C.of_set_autocast(enabled and 1 or 0, dt and dt.id or 0) ~= 0 then raise(3) end
+end
+
+--- flow.amp.autocast([device_type,] [{dtype =, enabled =, device_type =}] [, fn, ...])
+-- With fn: runs fn(...) under autocast and returns its results (the
+-- previous state comes back even when fn raises). Without: an object with
+-- :enter() and :exit() (with-style), also callable as ac(fn, ...).
+-- device_type is 'cpu' (the default); dtype defaults to bfloat16.
+function M.autocast(a, b, ...)
+  local device, opts, rest
+  if type(a) == 'string' then
+    device = a
+    if type(b) == 'table' then opts, rest = b, {n = select('#', ...), ...}
+    else opts, rest = {}, {n = select('#', ...) + 1, b, ...} end
+  else
+    opts = a or {}
+    if type(opts) ~= 'table' then error('autocast: expected an options table or a device type', 2) end
+    rest = {n = select('#', ...) + 1, b, ...}
+    device = opts.device_type or 'cpu'
+  end
+  if device ~= 'cpu' then
+    error(("autocast: device_type '%s' is not available (CPU tensors only in this build)")
+          :format(tostring(device)), 2)
+  end
+  local self = setmetatable({device_type = device,
+                             dtype = as_dtype(opts.dtype or types.by_name.bfloat16, 'autocast'),
+                             enabled = opts.enabled ~= false, stack = {}}, Autocast)
+  if rest.n >= 1 and type(rest[1]) == 'function' then
+    return self(unpack(rest, 1, rest.n))
+  end
+  return self
+end
+
+function Autocast:enter()
+  local st = self.stack
+  st[#st + 1] = {C.of_autocast_enabled() ~= 0, C.of_autocast_dtype()}
+  set(self.enabled, self.dtype)
+  return self
+end
+
+function Autocast:exit()
+  local st = self.stack
+  local prev = st[#st]
+  if prev == nil then error('autocast: exit() without enter()', 2) end
+  st[#st] = nil
+  if C.of_set_autocast(prev[1] and 1 or 0, prev[2]) ~= 0 then raise(2) end
+end
+
+local function finish(self, ok, ...)
+  self:exit()
+  if not ok then error((...), 0) end
+  return ...
+end
+
+function Autocast:__call(fn, ...)
+  if type(fn) ~= 'function' then error('autocast: expected a function to run', 2) end
+  self:enter()
+  return finish(self, pcall(fn, ...))
+end
+
+function Autocast:__tostring()
+  return ('autocast(%s, %s, enabled=%s)'):format(self.device_type, tostring(self.dtype),
+                                                 tostring(self.enabled))
+end
+
+------------------------------------------------------------------ GradScaler
+local GradScaler = {__name = 'GradScaler'}
+GradScaler.__index = GradScaler
+local READY, UNSCALED, STEPPED = 0, 1, 2
+
+local function f32(name) return types.by_name[name] end
+
+--- flow.amp.GradScaler{init_scale = 2^16, growth_factor = 2, backoff_factor = 0.5,
+--   growth_interval = 2000, enabled = true}
+-- The scale and the growth tracker are tensors (float32, int32), so that a
+-- graph can bind them (nn.Graph:set_grad_scaler).
+function M.GradScaler(opts)
+  opts = opts or {}
+  local self = setmetatable({}, GradScaler)
+  self._enabled = opts.enabled ~= false
+  self._growth_factor = opts.growth_factor or 2.0
+  self._backoff_factor = opts.backoff_factor or 0.5
+  self._growth_interval = opts.growth_interval or 2000
+  if self._growth_factor <= 1 then error('GradScaler: growth_factor must be > 1', 2) end
+  if self._backoff_factor >= 1 or self._backoff_factor <= 0 then
+    error('GradScaler: backoff_factor must be in (0, 1)', 2)
+  end
+  if self._growth_interval < 1 or self._growth_interval % 1 ~= 0 then
+    error('GradScaler: growth_interval must be a positive integer', 2)
+  end
+  self._scale = T.flow.full({1}, opts.init_scale or 65536.0, {dtype = f32('float32')})
+  self._growth_tracker = T.flow.zeros(1, {dtype = f32('int32')})
+  self._found_inf = T.flow.zeros(1, {dtype = f32('float32')})
+  self._per_optimizer = setmetatable({}, {__mode = 'k'})
+  return self
+end
+M.GradScaler_class = GradScaler
+
+function GradScaler:is_enabled() return self._enabled end
+function GradScaler:get_scale() return self._enabled and self._scale:item() or 1.0 end
+function GradScaler:get_growth_factor() return self._growth_factor end
+function GradScaler:set_growth_factor(v) self._growth_factor = v end
+function GradScaler:get_backoff_factor() return self._backoff_factor end
+function GradScaler:set_backoff_factor(v) self._backoff_factor = v end
+function GradScaler:get_growth_interval() return self._growth_interval end
+function GradScaler:set_growth_interval(v) self._growth_interval = v end
+function GradScaler:_get_growth_tracker() return self._growth_tracker:item() end
+
+--- scaler:scale(outputs): outputs (a tensor or a nested table of tensors)
+-- times the current scale.
+function GradScaler:scale(outputs)
+  if not self._enabled then return outputs end
+  if T.is_tensor(outputs) then
+    local s = self._scale
+    if s.dtype ~= outputs.dtype then s = s:to(outputs.dtype) end
+    return outputs * s:reshape({})
+  end
+  if type(outputs) ~= 'table' then error('GradScaler.scale: expected a tensor or a table of tensors', 2) end
+  local out = {}
+  for k, v in pairs(outputs) do out[k] = self:scale(v) end
+  return out
+end
+
+local function state_of(self, opt)
+  local st = self._per_optimizer[opt]
+  if st == nil then
+    st = {stage = READY, found_inf = T.flow.zeros(1, {dtype = f32('float32')})}
+    self._per_optimizer[opt] = st
+  end
+  return st
+end
+
+--- scaler:unscale_(opt): divides opt's grads by the scale (in place) and
+-- notes whether any has an inf or nan.
+function GradScaler:unscale_(opt)
+  if not self._enabled then return end
+  local st = state_of(self, opt)
+  if st.stage == UNSCALED then
+    error('GradScaler.unscale_: unscale_() has already been called on this optimizer since the last update()', 2)
+  elseif st.stage == STEPPED then
+    error('GradScaler.unscale_: unscale_() is being called after step()', 2)
+  end
+  st.found_inf:zero_()
+  for _, group in ipairs(opt.param_groups) do
+    for _, p in ipairs(group.params) do
+      local g = p.grad
+      if g ~= nil then
+        if C.of_tensor_is_contiguous(g.p) == 0 then
+          g = g:contiguous()
+          p.grad = g
+        end
+        if C.of_amp_unscale_(g.p, self._scale.p, st.found_inf.p) ~= 0 then raise(2) end
+      end
+    end
+  end
+  st.stage = UNSCALED
+end
+
+--- scaler:step(opt, ...): unscales (if not done yet) and runs opt:step(...)
+-- unless a grad had an inf or nan; returns what opt:step returned (nil
+-- when skipped).
+function GradScaler:step(opt, ...)
+  if not self._enabled then return opt:step(...) end
+  local st = state_of(self, opt)
+  if st.stage == STEPPED then
+    error('GradScaler.step: step() has already been called since the last update()', 2)
+  end
+  if st.stage == READY then self:unscale_(opt) end
+  local ret
+  if st.found_inf:item() == 0 then ret = opt:step(...) end
+  st.stage = STEPPED
+  return ret
+end
+
+--- scaler:update([new_scale]): backs off after a step with inf/nan, grows
+-- after growth_interval good steps (PyTorch's rule); or sets new_scale.
+function GradScaler:update(new_scale)
+  if not self._enabled then return end
+  if new_scale ~= nil then
+    local v = T.is_tensor(new_scale) and new_scale:item() or new_scale
+    self._scale:fill_(v)
+  else
+    local found = self._found_inf
+    found:zero_()
+    for _, st in pairs(self._per_optimizer) do
+      if st.stage ~= READY and st.found_inf:item() ~= 0 then found:fill_(1) end
+    end
+    if C.of_amp_update_scale_(self._scale.p, self._growth_tracker.p, found.p, self._growth_factor,
+                              self._backoff_factor, self._growth_interval) ~= 0 then
+      raise(2)
+    end
+  end
+  for _, st in pairs(self._per_optimizer) do st.stage = READY end
+end
+
+function GradScaler:state_dict()
+  if not self._enabled then return {} end
+  return {scale = self:get_scale(), growth_factor = self._growth_factor,
+          backoff_factor = self._backoff_factor, growth_interval = self._growth_interval,
+          _growth_tracker = self:_get_growth_tracker()}
+end
+
+function GradScaler:load_state_dict(sd)
+  if not self._enabled then return end
+  if type(sd) ~= 'table' or sd.scale == nil then
+    error('GradScaler.load_state_dict: the state dict is empty or has no scale', 2)
+  end
+  self._scale:fill_(sd.scale)
+  self._growth_factor = sd.growth_factor or self._growth_factor
+  self._backoff_factor = sd.backoff_factor or self._backoff_factor
+  self._growth_interval = sd.growth_interval or self._growth_interval
+  self._growth_tracker:fill_(sd._growth_tracker or 0)
+end
+
+function GradScaler:__tostring()
+  return ('GradScaler(scale=%g, enabled=%s)'):format(self:get_scale(), tostring(self._enabled))
+end
+
+return M
