@@ -88,9 +88,9 @@ function M.conv2d(x, w, y, pad, stride)
   ck(dnn.cudnnFindConvolutionForwardAlgorithm(dnn_handle, d[0], d[1], d[3], d[2], 8, n, perf),
      'cudnnFind')
   local best = perf[0]
-  local ws = flow.empty({math.max(tonumber(best.memory), 1)}, {dtype = 'uint8', device = 'cuda'})
+  local wsbuf = flow.empty({math.max(tonumber(best.memory), 1)}, {dtype = "uint8", device = "cuda"})
   local one, zero = ffi.new('float[1]', 1), ffi.new('float[1]', 0)
-  local px, pw, py, pws = ptr(x), ptr(w), ptr(y), ptr(ws)
+  local px, pw, py, pws = ptr(x), ptr(w), ptr(y), ptr(wsbuf)
   local wsn = best.memory
   return function()
     ck(dnn.cudnnConvolutionForward(dnn_handle, one, d[0], px, d[1], pw, d[3], best.algo, pws,
