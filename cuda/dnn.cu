@@ -371,6 +371,8 @@ static of_status conv(int32_t kind, const of_conv_desc *d, of_tensor *x, of_tens
                      "algorithm (the smallest needs %.2f MiB; input %s)", op,
                      cand.back().ws / 1048576.0, Str(x).b);
     chosen = cand[i];
+    // the heuristics may offer TF32 math for float32 when it is not allowed
+    if (dt == CUDNN_DATA_FLOAT && !g_tf32) chosen.math = CUDNN_FMA_MATH;
     std::lock_guard<std::mutex> g(g_dnn_lock);
     g_algos[key] = chosen;
   }
