@@ -1,6 +1,8 @@
 -- bench/cuda.lua -- GPU benchmarks: bandwidth of add, softmax and layer_norm
 -- (forward + backward) against the device's HBM bandwidth, gemm TFLOP/s,
--- and ResNet-50 training throughput on synthetic data.
+-- our convolution and gemm against cuDNN / cuBLAS called directly, and
+-- ResNet-50 training throughput (channels-last, mixed precision) on
+-- synthetic data.
 --
 --   LUA_PATH='lua/?.lua;lua/?/init.lua;;' luajit bench/cuda.lua [--hbm GBps] [--batch N]
 --
@@ -93,20 +95,98 @@ for _, cfg in ipairs({{'float32', false}, {'float32', true}, {'float16', false},
 end
 flow.backends.cuda.matmul.allow_tf32 = false
 
--- ResNet-50 training step (synthetic data): needs convolution, pooling and
--- batch norm on the GPU, which are not implemented on CUDA yet; the
--- attempt reports the op that stops it.
+-- Ours against the libraries called directly (bench/cuda_ref.lua: FFI into
+-- libcudnn / libcublas on the same buffers): convolutions of ResNet-50's
+-- shapes with cuDNN's fastest algorithm on both sides
+-- (flow.backends.cudnn.benchmark), and gemm.
+local ref = require 'bench.cuda_ref'
+if ref.why_unavailable() ~= '' then
+  print('direct cuDNN/cuBLAS comparison: not run: ' .. ref.why_unavailable())
+else
+  print()
+  print('| vs library (same buffers)                 | ours ms | lib ms | ours/lib |')
+  print('|-------------------------------------------|---------|--------|----------|')
+  flow.backends.cudnn.benchmark = true
+  local F = flow.nn.functional
+  local convs = {   -- N, C, H, K, kernel, stride, pad
+    {batch, 64, 56, 64, 3, 1, 1}, {batch, 256, 56, 64, 1, 1, 0}, {batch, 128, 28, 128, 3, 1, 1},
+    {batch, 512, 7, 512, 3, 1, 1}, {batch, 3, 224, 64, 7, 2, 3},
+  }
+  for _, c in ipairs(convs) do
+    for _, cfg in ipairs({{'float16', true}, {'float32', false}}) do
+      local dt, cl = cfg[1], cfg[2]
+      local x = flow.randn(c[1], c[2], c[3], c[3], {device = 'cuda'}):to(dt)
+      local w = flow.randn(c[4], c[2], c[5], c[5], {device = 'cuda'}):to(dt)
+      if cl then
+        x = x:to({memory_format = flow.channels_last})
+        w = w:to({memory_format = flow.channels_last})
+      end
+      local y = F.conv2d(x, w, nil, {stride = c[6], padding = c[7]})
+      local ours = time_ms(function() return F.conv2d(x, w, nil, {stride = c[6], padding = c[7]}) end, 10)
+      local run = ref.conv2d(x, w, y, c[7], c[6])
+      local lib = time_ms(run, 10)
+      print(('| conv %dx%d %3d->%3d @%3d %s %-8s | %7.3f | %6.3f | %8.2f |'):format(c[5], c[5], c[2],
+            c[4], c[3], cl and 'NHWC' or 'NCHW', dt, ours, lib, ours / lib))
+    end
+  end
+  flow.backends.cudnn.benchmark = false
+  for _, cfg in ipairs({{'float16', false}, {'bfloat16', false}, {'float32', true}}) do
+    local m = 8192
+    flow.backends.cuda.matmul.allow_tf32 = cfg[2]
+    local p = flow.randn(m, m, {device = 'cuda'}):to(cfg[1])
+    local q = flow.randn(m, m, {device = 'cuda'}):to(cfg[1])
+    local r = flow.matmul(p, q)
+    local ours = time_ms(function() return flow.matmul(p, q) end, 10)
+    local lib = time_ms(ref.gemm(p, q, r, cfg[2]), 10)
+    print(('| gemm %d^3 %-9s%s                  | %7.3f | %6.3f | %8.2f |'):format(m, cfg[1],
+          cfg[2] and ' tf32' or '     ', ours, lib, ours / lib))
+  end
+  flow.backends.cuda.matmul.allow_tf32 = false
+end
+
+-- ResNet-50 training on synthetic data: channels-last, mixed precision
+-- (flow.amp when this build has it, else the model and data in float16),
+-- cuDNN's timed algorithm choice, SGD with momentum.
+print()
 local ok, err = pcall(function()
   local models = require 'flowvision.models'
-  local net = models.resnet50():to('cuda')
+  local F = flow.nn.functional
+  flow.backends.cudnn.benchmark = true
+  local cl = {memory_format = flow.channels_last}
+  local net = models.resnet50():to('cuda'):to(cl)
+  local amp = flow.amp and flow.amp.autocast and flow.amp.GradScaler
+  local mode
+  if amp then
+    mode = 'AMP (flow.amp)'
+  else
+    net:half()
+    mode = 'float16 weights'
+  end
   local opt = flow.optim.SGD(net:parameters(), {lr = 0.1, momentum = 0.9})
   local x = flow.randn(batch, 3, 224, 224, {device = 'cuda'})
-  local y = flow.randint(0, 1000, {batch}):to('cuda')
-  local ms = time_ms(function()
-    opt:zero_grad()
-    flow.nn.functional.cross_entropy(net(x), y):backward()
-    opt:step()
-  end, 10)
-  print(('ResNet-50 training, batch %d: %.0f img/s'):format(batch, batch / (ms * 1e-3)))
+  if not amp then x = x:half() end
+  x = x:to(cl)
+  local y = flow.randint(1, 1001, {batch}):to('cuda')
+  local scaler = amp and flow.amp.GradScaler()
+  local step
+  if amp then
+    step = function()
+      opt:zero_grad()
+      local loss = flow.amp.autocast('cuda', function() return F.cross_entropy(net(x), y) end)
+      scaler:scale(loss):backward()
+      scaler:step(opt)
+      scaler:update()
+    end
+  else
+    step = function()
+      opt:zero_grad()
+      F.cross_entropy(net(x):float(), y):backward()
+      opt:step()
+    end
+  end
+  local ms = time_ms(step, 10)
+  print(('ResNet-50 training, batch %d, channels-last, %s: %.1f ms/step, %.0f img/s'):format(
+        batch, mode, ms, batch / (ms * 1e-3)))
+  flow.backends.cudnn.benchmark = false
 end)
-if not ok then print('ResNet-50 training: not run: ' .. tostring(err)) end
+if not ok then print('ResNet-50 training: failed: ' .. tostring(err)) end

@@ -15,6 +15,8 @@
 
 const char *of_device_last_op = "";
 
+static struct { int benchmark, deterministic, allow_tf32; } dnn_flags = {0, 0, 1};
+
 static struct {
   pthread_mutex_t lock;
   int state;              /* 0 not tried, 1 loaded and usable, -1 unavailable */
@@ -97,6 +99,8 @@ static void load_locked(void) {
   }
   cuda.ops = ops;
   if (cuda.ops.set_allow_tf32) cuda.ops.set_allow_tf32(cuda.allow_tf32);
+  if (cuda.ops.set_dnn_flags)
+    cuda.ops.set_dnn_flags(dnn_flags.benchmark, dnn_flags.deterministic, dnn_flags.allow_tf32);
   cuda.state = 1;
 }
 
@@ -190,6 +194,11 @@ static of_status copy_across(of_tensor *dst, of_tensor *src, int32_t non_blockin
   bool same = src->ndim == dst->ndim && src->dtype == dst->dtype &&
               of_tensor_is_contiguous(src);
   for (int32_t i = 0; same && i < dst->ndim; i++) same = src->shape[i] == dst->shape[i];
+  /* two channels-last tensors of one shape and dtype: the same bytes */
+  bool cl = src->ndim == dst->ndim && src->dtype == dst->dtype && of_is_channels_last(src) &&
+            of_is_channels_last(dst);
+  for (int32_t i = 0; cl && i < dst->ndim; i++) cl = src->shape[i] == dst->shape[i];
+  if (cl) return move_bytes(dst, src, non_blocking);
   if (same) {
     s = src;
     of_tensor_retain(s);
@@ -232,7 +241,10 @@ of_status of_to_device(of_tensor *t, of_device dev, int32_t non_blocking, of_ten
                    "is not supported; move the inputs before calling the graph");
   if (dev != OF_CPU && !of_device_ops_for("to", dev)) return OF_ERR_DEVICE;
   of_tensor *r;
-  OF_CHECK(of_tensor_new(t->shape, t->ndim, t->dtype, dev, &r));
+  /* the memory format moves with the data, as in PyTorch */
+  if (of_prefers_channels_last(t))
+    OF_CHECK(of_tensor_new_channels_last(t->shape, t->ndim, t->dtype, dev, &r));
+  else OF_CHECK(of_tensor_new(t->shape, t->ndim, t->dtype, dev, &r));
   /* non-blocking from pageable memory would race with the caller reusing
    * it; only a pinned source (or a device source) may be queued */
   int32_t nb = non_blocking && (of_dev(t) != OF_CPU || of_tensor_is_pinned(t));
@@ -410,4 +422,79 @@ int32_t of_event_query(of_event *e) {
 of_status of_event_elapsed_ms(of_event *start, of_event *end, double *out) {
   NEED_CUDA("Event.elapsed_time");
   return o->event_elapsed(start->h, end->h, out);
+}
+
+/* ---- cuDNN and CUDA graphs ---- */
+
+const char *of_cudnn_why_unavailable(void) {
+  const of_device_ops *o = cuda_ops();
+  if (!o) return cuda.why;
+  if (!o->dnn_why_unavailable) return "the CUDA library has no cuDNN part";
+  return o->dnn_why_unavailable();
+}
+
+int32_t of_cudnn_version(void) {
+  const of_device_ops *o = cuda_ops();
+  return o && o->dnn_version ? o->dnn_version() : 0;
+}
+
+void of_cudnn_set_flags(int32_t benchmark, int32_t deterministic, int32_t allow_tf32) {
+  dnn_flags.benchmark = benchmark != 0;
+  dnn_flags.deterministic = deterministic != 0;
+  dnn_flags.allow_tf32 = allow_tf32 != 0;
+  const of_device_ops *o = of_device_ops_loaded();
+  if (o && o->set_dnn_flags) o->set_dnn_flags(benchmark, deterministic, allow_tf32);
+}
+
+struct of_cuda_graph {
+  void *capture;   /* between capture_begin and capture_end */
+  void *graph;     /* the instantiated graph */
+};
+
+of_status of_cuda_graph_new(of_cuda_graph **out) {
+  of_cuda_graph *g = calloc(1, sizeof *g);
+  if (!g) return of_fail(OF_ERR_OOM, "CUDAGraph: out of memory");
+  *out = g;
+  return OF_OK;
+}
+
+void of_cuda_graph_release(of_cuda_graph *g) {
+  if (!g) return;
+  if (cuda.state == 1 && g->graph) cuda.ops.graph_free(g->graph);
+  if (cuda.state == 1 && g->capture) {   /* an unfinished capture: end and drop it */
+    void *h = NULL;
+    if (cuda.ops.graph_capture_end(g->capture, &h) == OF_OK) cuda.ops.graph_free(h);
+  }
+  free(g);
+}
+
+of_status of_cuda_graph_capture_begin(of_cuda_graph *g, int32_t index) {
+  NEED_CUDA("CUDAGraph.capture_begin");
+  if (!g) return of_fail(OF_ERR_ARG, "CUDAGraph.capture_begin: graph is NULL");
+  if (g->capture) return of_fail(OF_ERR_STATE, "CUDAGraph.capture_begin: already capturing");
+  if (g->graph) return of_fail(OF_ERR_STATE, "CUDAGraph.capture_begin: this graph was already "
+                               "captured; make a new CUDAGraph");
+  if (!o->graph_capture_begin)
+    return of_fail(OF_ERR_DEVICE, "CUDAGraph: the CUDA library has no graph support");
+  if (index >= o->device_count())
+    return of_fail(OF_ERR_DEVICE, "CUDAGraph.capture_begin: device %d does not exist (%d CUDA "
+                   "devices)", (int)index, (int)o->device_count());
+  return o->graph_capture_begin(index, &g->capture);
+}
+
+of_status of_cuda_graph_capture_end(of_cuda_graph *g) {
+  NEED_CUDA("CUDAGraph.capture_end");
+  if (!g || !g->capture)
+    return of_fail(OF_ERR_STATE, "CUDAGraph.capture_end: no capture in progress");
+  void *c = g->capture;
+  g->capture = NULL;
+  return o->graph_capture_end(c, &g->graph);
+}
+
+of_status of_cuda_graph_replay(of_cuda_graph *g) {
+  NEED_CUDA("CUDAGraph.replay");
+  if (!g || !g->graph)
+    return of_fail(OF_ERR_STATE, "CUDAGraph.replay: nothing captured yet (call capture_begin "
+                   "and capture_end first)");
+  return o->graph_launch(g->graph);
 }

@@ -25,6 +25,24 @@ const char *of_device_str(of_device d, char *buf);
 /* Elementwise kernel kinds (the `kind` of of_device_ops.ew). */
 enum { OF_EWK_BINARY = 0, OF_EWK_UNARY = 1, OF_EWK_CLAMP = 2, OF_EWK_LEAKY = 3 };
 
+/* cudnn branch: the descriptors of the convolution, pooling and loss entries */
+typedef struct of_conv_desc {
+  int32_t nsp;              /* spatial dims 1..3 */
+  int32_t channels_last;    /* operands are NHWC / NDHWC */
+  int64_t groups;
+  int64_t stride[3], pad[3], dil[3];
+} of_conv_desc;
+typedef struct of_pool_desc {
+  int32_t adaptive, cip;    /* count_include_pad */
+  int64_t divisor;          /* > 0: divisor_override */
+  int64_t planes, in[3], out[3];          /* as 3-D: leading dims of 1 */
+  int64_t k[3], s[3], p[3], d[3];
+} of_pool_desc;
+typedef struct of_loss_desc {
+  int64_t N, C, S, ignore, base;
+  double eps, wsum;         /* label smoothing; sum of the class weights */
+} of_loss_desc;
+
 typedef struct of_device_ops {
   int32_t abi;                        /* OF_DEVICE_ABI */
   /* ---- devices ---- */
@@ -125,6 +143,70 @@ typedef struct of_device_ops {
                     of_tensor *vmax, double lr, double beta1, double beta2, double eps,
                     double wd, int32_t amsgrad, int32_t maximize, int32_t decoupled,
                     double step);
+  /* ==== cudnn branch: convolution, pooling and normalisation (cuDNN,
+   * cuda/dnn.cu), losses, resampling and padding (cuda/nn.cu), CUDA graphs
+   * (cuda/graph.cu). Dense operands of the compute dtype unless said. ==== */
+  /* cuDNN is loaded (dlopen) on first use: "" when usable, else why not */
+  const char *(*dnn_why_unavailable)(void);
+  int32_t (*dnn_version)(void);                        /* 0: not loaded */
+  void (*set_dnn_flags)(int32_t benchmark, int32_t deterministic, int32_t allow_tf32);
+  /* kind 0: y = conv(x, w) + b; 1: y = conv_backward_data(dy = x, w) + b
+   * (= conv_transpose); 2: y = conv_backward_filter(x, dy = w). Operands of
+   * one dtype (float16/bfloat16 accumulate in float32), each dense either
+   * [N, C, *spatial] or channels-last (d->channels_last: all of them). */
+  of_status (*conv)(int32_t kind, const of_conv_desc *d, of_tensor *x, of_tensor *w,
+                    of_tensor *b, of_tensor *y);
+  /* batch norm over dim 1 of x (dense or channels-last, y likewise); w, b,
+   * running stats and the saved mean/invstd [C] are float32 (float64 for a
+   * float64 x); running stats may be NULL. Training: batch statistics
+   * into smean/sinvstd, running stats updated with momentum (unbiased var). */
+  of_status (*batch_norm)(of_tensor *x, of_tensor *w, of_tensor *b, of_tensor *rmean,
+                          of_tensor *rvar, int32_t training, double momentum, double eps,
+                          of_tensor *y, of_tensor *smean, of_tensor *sinvstd);
+  of_status (*batch_norm_back)(of_tensor *x, of_tensor *dy, of_tensor *w, of_tensor *smean,
+                               of_tensor *sinvstd, double eps, of_tensor *dx, of_tensor *dw,
+                               of_tensor *db);
+  /* pools over planes [P, in...] -> [P, out...]; max: int64 indices into
+   * each plane + base; avg backward: x is the grad [P, out], y [P, in] */
+  of_status (*max_pool)(const of_pool_desc *d, of_tensor *x, of_tensor *y, of_tensor *idx,
+                        int64_t base);
+  of_status (*avg_pool)(const of_pool_desc *d, int32_t backward, of_tensor *x, of_tensor *y);
+  /* max pool backward (scatter: dst[p, idx - base] += src, dst zeroed here)
+   * and its adjoint (gather: dst = src[p, idx - base]); src/idx [P, out_sz] */
+  of_status (*pool_index)(int32_t scatter, int64_t planes, int64_t in_sz, int64_t out_sz,
+                          of_tensor *src, of_tensor *idx, int64_t base, of_tensor *dst);
+  /* cross_entropy / nll_loss over x [N, C, S]: per sample i = (n, s) the
+   * loss, its weight (0 when ignored) and (cross entropy) the log-sum-exp,
+   * all float64 [N*S]. t: int64 class targets, or NULL with q probabilities
+   * shaped like x; w: float64 [C] or NULL. */
+  of_status (*cross_entropy)(const of_loss_desc *d, of_tensor *x, of_tensor *t, of_tensor *q,
+                             of_tensor *w, of_tensor *lse, of_tensor *loss, of_tensor *wt);
+  /* sc: float64 per-sample scale of the grad; gx like x; gq (grad of q) or NULL */
+  of_status (*cross_entropy_back)(const of_loss_desc *d, of_tensor *x, of_tensor *t,
+                                  of_tensor *q, of_tensor *w, of_tensor *lse, of_tensor *sc,
+                                  of_tensor *gx, of_tensor *gq);
+  of_status (*nll_loss)(const of_loss_desc *d, of_tensor *x, of_tensor *t, of_tensor *w,
+                        of_tensor *loss, of_tensor *wt);
+  of_status (*nll_loss_back)(const of_loss_desc *d, of_tensor *t, of_tensor *w, of_tensor *sc,
+                             of_tensor *gx);
+  /* interpolate x [NC, in(3)] -> y [NC, out(3)] (backward: x is the grad
+   * [NC, out], y [NC, in], zeroed here). tab: int64 per dim d the source
+   * indices i0 then i1 (out[d] each); wts: float64 the weights l0 then l1. */
+  of_status (*interpolate)(int32_t backward, int32_t linear, int64_t NC, const int64_t *in,
+                           const int64_t *out, of_tensor *tab, of_tensor *wts, of_tensor *x,
+                           of_tensor *y);
+  /* pad the last k dims: y [B, out(k)] from x [B, in(k)]; map: int64 per dim
+   * the source index of each output index (-1: `value`). backward: x is the
+   * grad [B, out], y [B, in] (zeroed here). */
+  of_status (*pad)(int32_t backward, int32_t k, int64_t B, const int64_t *in,
+                   const int64_t *out, of_tensor *map, double value, of_tensor *x,
+                   of_tensor *y);
+  /* CUDA graphs: capture the work queued on the current stream of device
+   * `index` (a side stream is made current meanwhile), instantiate, launch */
+  of_status (*graph_capture_begin)(int32_t index, void **capture);
+  of_status (*graph_capture_end)(void *capture, void **graph);
+  of_status (*graph_launch)(void *graph);
+  void (*graph_free)(void *graph);
 } of_device_ops;
 
 /* The CUDA library's entry point: fills ops; returns 0 or sets why (cap bytes). */

@@ -106,6 +106,20 @@ of_status of_contiguous_data(of_tensor *t, of_tensor **out);
 /* t as a contiguous tensor of dtype dt, without history (NULL stays NULL). */
 of_status of_dense(of_tensor *t, of_dtype dt, of_tensor **out);
 
+/* ---- memory formats (views.c) ----
+ * Channels-last: a 4-D [N, C, H, W] or 5-D [N, C, D, H, W] tensor whose
+ * memory is laid out as NHWC / NDHWC (strides of size-1 dims ignored). */
+bool of_is_channels_last(const of_tensor *t);
+/* Channels-last and not also contiguous (the layout an op should keep). */
+bool of_prefers_channels_last(const of_tensor *t);
+of_status of_tensor_new_channels_last(const int64_t *shape, int32_t ndim, of_dtype dt,
+                                      of_device dev, of_tensor **out);
+/* t dense in the layout (cl: channels-last, else contiguous) and dtype dt,
+ * without history; t itself (retained) when it already is. */
+of_status of_dense_format(of_tensor *t, bool cl, of_dtype dt, of_tensor **out);
+/* ONEFLOW_ENABLE_NHWC=1: CUDA convolutions compute in NHWC whatever the layout */
+bool of_nhwc_enabled(void);
+
 /* ---- scalar conversion (dtype.c) ---- */
 uint16_t of_f32_to_f16(float f);
 float of_f16_to_f32(uint16_t h);

@@ -652,3 +652,69 @@ of_status of_impl_copy_(of_tensor *dst, of_tensor *src) {
   }
   return OF_OK;
 }
+
+/* ---- memory formats ---- */
+
+static void channels_last_strides(const int64_t *shape, int32_t ndim, int64_t *st) {
+  /* memory order N, spatial..., C */
+  int64_t acc = 1;
+  st[1] = acc;
+  acc *= shape[1];
+  for (int32_t d = ndim - 1; d >= 2; d--) {
+    st[d] = acc;
+    acc *= shape[d];
+  }
+  st[0] = acc;
+}
+
+bool of_is_channels_last(const of_tensor *t) {
+  if (!t || (t->ndim != 4 && t->ndim != 5)) return false;
+  int64_t st[OF_MAX_DIMS];
+  channels_last_strides(t->shape, t->ndim, st);
+  for (int32_t d = 0; d < t->ndim; d++)
+    if (t->shape[d] != 1 && t->strides[d] != st[d]) return false;
+  return true;
+}
+
+bool of_prefers_channels_last(const of_tensor *t) {
+  return of_is_channels_last(t) && !of_tensor_is_contiguous(t);
+}
+
+of_status of_tensor_new_channels_last(const int64_t *shape, int32_t ndim, of_dtype dt,
+                                      of_device dev, of_tensor **out) {
+  if (ndim != 4 && ndim != 5) return of_tensor_new(shape, ndim, dt, dev, out);
+  of_tensor *base;
+  OF_CHECK(of_tensor_new(shape, ndim, dt, dev, &base));
+  int64_t st[OF_MAX_DIMS];
+  channels_last_strides(shape, ndim, st);
+  of_tensor *v = of_tensor_alias(base, shape, st, ndim, 0);
+  of_tensor_release(base);
+  if (!v) return of_fail(OF_ERR_OOM, "channels_last: out of memory");
+  *out = v;
+  return OF_OK;
+}
+
+of_status of_dense_format(of_tensor *t, bool cl, of_dtype dt, of_tensor **out) {
+  *out = NULL;
+  if (!t) return OF_OK;
+  if (!cl || (t->ndim != 4 && t->ndim != 5)) return of_dense(t, dt, out);
+  if (t->dtype == dt && of_is_channels_last(t)) {
+    of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  of_tensor *r;
+  OF_CHECK(of_tensor_new_channels_last(t->shape, t->ndim, dt, of_dev(t), &r));
+  of_status st = of_copy_data(r, t);
+  if (st != OF_OK) {
+    of_tensor_release(r);
+    return st;
+  }
+  *out = r;
+  return OF_OK;
+}
+
+bool of_nhwc_enabled(void) {
+  const char *e = getenv("ONEFLOW_ENABLE_NHWC");
+  return e && *e && strcmp(e, "0") != 0 && strcmp(e, "false") != 0;
+}

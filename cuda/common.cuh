@@ -30,6 +30,8 @@ int *error_flag(int dev);
 
 // ---- streams (runtime.cu) ----
 cudaStream_t current_stream(int dev);
+// Replaces this thread's current stream of a device (CUDA graph capture).
+void set_current_stream(int dev, cudaStream_t s);
 // Makes the tensor's device current for this thread; returns its index.
 int use_device(of_device d);
 

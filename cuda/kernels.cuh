@@ -8,11 +8,18 @@ void register_reduce(of_device_ops *ops);
 void register_random(of_device_ops *ops);
 void register_blas(of_device_ops *ops);
 void register_optim(of_device_ops *ops);
+// cudnn branch
+void register_dnn(of_device_ops *ops);
+void register_nn(of_device_ops *ops);
+void register_graph(of_device_ops *ops);
 inline void register_kernels(of_device_ops *ops) {
   register_elementwise(ops);
   register_reduce(ops);
   register_random(ops);
   register_blas(ops);
   register_optim(ops);
+  register_dnn(ops);
+  register_nn(ops);
+  register_graph(ops);
 }
 }  // namespace ofc

@@ -43,6 +43,7 @@ of_status launched(const char *op) {
 }
 
 cudaStream_t current_stream(int dev) { return t_stream[dev]; }
+void set_current_stream(int dev, cudaStream_t s) { t_stream[dev] = s; }
 
 static of_status init_device(int d) {
   std::lock_guard<std::mutex> g(g_lock);

@@ -1191,10 +1191,13 @@ static of_status check_common(const conv_args *a, of_tensor *x, of_tensor *w, of
     return of_fail(OF_ERR_DTYPE, "%s: input and bias must have the same dtype, got %s and %s "
                    "(input %s, bias %s)", op, OF_DT(x), OF_DT(b), OF_SHAPE_STR(x),
                    OF_SHAPE_STR(b));
-  if (of_tensor_device(x) != OF_CPU || of_tensor_device(w) != OF_CPU ||
-      (b && of_tensor_device(b) != OF_CPU))
-    return of_fail(OF_ERR_DEVICE, "%s: only CPU tensors are supported here (input %s)", op,
-                   OF_SHAPE_STR(x));
+  of_device dev;
+  OF_CHECK(of_common_device(op, (of_tensor *[]){x, w, b}, 3, &dev));
+  if (dev != OF_CPU) {
+    const of_device_ops *o = of_device_ops_for(op, dev);
+    if (!o) return OF_ERR_DEVICE;
+    if (!o->conv) return of_device_unsupported(op, dev);
+  }
   int32_t nsp = a->nsp;
   if (a->groups < 1)
     return of_fail(OF_ERR_ARG, "%s: groups must be positive, got %lld", op,
@@ -1371,9 +1374,58 @@ static of_status record(const of_grad_def *def, const conv_args *a, int64_t tran
 
 /* Runs `kind` with operands converted to the compute dtype; the result (of
  * shape rshape, dtype dt) goes to *out. */
+/* On a device: cuDNN with the operands dense in one layout -- channels-last
+ * when the first operand is (or ONEFLOW_ENABLE_NHWC=1), else contiguous;
+ * the result keeps the first operand's layout. float16/bfloat16 stay as
+ * they are (cuDNN accumulates in float32). */
+static of_status device_run_op(const conv_args *a, run_kind kind, of_tensor *p, of_tensor *q,
+                               of_tensor *bias, const int64_t *rshape, int32_t rnd,
+                               of_tensor **out) {
+  of_device dev = of_dev(p);
+  const of_device_ops *o = of_device_ops_for(a->op, dev);
+  if (!o) return OF_ERR_DEVICE;
+  of_device_last_op = a->op;
+  bool keep_cl = a->nsp >= 2 && of_prefers_channels_last(p);
+  bool cl = a->nsp >= 2 && (keep_cl || of_nhwc_enabled());
+  of_conv_desc d = {.nsp = a->nsp, .channels_last = cl, .groups = a->groups};
+  for (int32_t i = 0; i < 3; i++) {
+    d.stride[i] = a->stride[i];
+    d.pad[i] = a->pad[i];
+    d.dil[i] = a->dil[i];
+  }
+  of_dtype dt = p->dtype;
+  of_tensor *cp = NULL, *cq = NULL, *cb = NULL, *res = NULL, *fin = NULL;
+  of_status st = cl ? of_tensor_new_channels_last(rshape, rnd, dt, dev, &res)
+                    : of_tensor_new(rshape, rnd, dt, dev, &res);
+  if (st == OF_OK && res->numel > 0) {
+    st = of_dense_format(p, cl, dt, &cp);
+    if (st == OF_OK) st = of_dense_format(q, cl, dt, &cq);
+    if (st == OF_OK && bias) st = of_dense(bias, dt, &cb);
+    int32_t k = kind == RUN_FWD ? 0 : kind == RUN_BWD_INPUT ? 1 : 2;
+    if (st == OF_OK) st = o->conv(k, &d, cp, cq, cb, res);
+  } else if (st == OF_OK && kind == RUN_BWD_WEIGHT) {
+    st = o->fill(res, 0);   /* no samples: a zero grad */
+  }
+  if (st == OF_OK && cl && !keep_cl && kind != RUN_BWD_WEIGHT) {
+    st = of_dense(res, dt, &fin);   /* ONEFLOW_ENABLE_NHWC: back to the caller's layout */
+    of_tensor_release(res);
+    res = fin;
+  }
+  of_tensor_release(cp);
+  of_tensor_release(cq);
+  of_tensor_release(cb);
+  if (st != OF_OK) {
+    of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return OF_OK;
+}
+
 static of_status run_op(const conv_args *a, run_kind kind, const geom *g, of_tensor *p,
                         of_tensor *q, of_tensor *bias, const int64_t *rshape, int32_t rnd,
                         of_tensor **out) {
+  if (of_dev(p) != OF_CPU) return device_run_op(a, kind, p, q, bias, rshape, rnd, out);
   OF_CHECK(check_blas_sizes(a, g));
   of_dtype dt = p->dtype, cd = compute_dtype(dt);
   of_tensor *cp = NULL, *cq = NULL, *cb = NULL, *res = NULL;
@@ -1392,6 +1444,13 @@ static of_status run_op(const conv_args *a, run_kind kind, const geom *g, of_ten
   if (st == OF_OK && cd != dt) {
     of_tensor *h = NULL;
     st = of_cast_data(res, dt, &h);
+    of_tensor_release(res);
+    res = h;
+  }
+  /* a channels-last input gives a channels-last result, as on CUDA */
+  if (st == OF_OK && kind != RUN_BWD_WEIGHT && a->nsp >= 2 && of_prefers_channels_last(p)) {
+    of_tensor *h = NULL;
+    st = of_dense_format(res, true, res->dtype, &h);
     of_tensor_release(res);
     res = h;
   }
@@ -1544,7 +1603,6 @@ static of_status conv_weight_grad_op(of_tensor *x, of_tensor *gy, const conv_arg
 of_status of_impl_conv(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
                        const int64_t *padding, const int64_t *dilation, int32_t nsp, int64_t groups,
                        of_tensor **out) {
-  OF_CPU_ONLY("conv", x, w, b);
   conv_args a;
   OF_CHECK(init_args(&a, "conv", stride, padding, dilation, nsp, groups));
   return conv_fwd_op(x, w, b, &a, NULL, out);

@@ -308,6 +308,266 @@ static of_tensor *s_grad_scale(of_scope *s, of_tensor *g, const layout *l, int32
   return scale == 1 ? r : of_s_bins(s, OF_MUL, r, scale);
 }
 
+/* ------------------------------------------------------------ on a device
+ * The kernels of cuda/nn.cu compute the per-sample values; targets are
+ * range-checked on the host first (one copy), the reductions run on the
+ * device, and the 'mean' denominator is read back for the backward. */
+
+static of_status dev_ops(const char *op, of_tensor *x, const of_device_ops **o) {
+  *o = of_device_ops_for(op, of_dev(x));
+  if (!*o) return OF_ERR_DEVICE;
+  of_device_last_op = op;
+  return OF_OK;
+}
+
+/* class targets checked on the host, then int64 on x's device */
+static of_status dev_class_target(const char *op, of_tensor *t, const layout *l,
+                                  const of_tensor *x, int64_t ignore, int64_t base,
+                                  of_tensor **out) {
+  of_tensor *h = NULL, *c = NULL;
+  OF_CHECK(of_to_device(t, OF_CPU, 0, &h));
+  of_status st = parse_class_target(op, h, l, x, ignore, base, &c);
+  of_tensor_release(h);
+  if (st == OF_OK) st = of_to_device(c, of_dev(x), 0, out);
+  of_tensor_release(c);
+  return st;
+}
+
+/* weight as float64 on the device and the sum of its values */
+static of_status dev_weight(const char *op, of_tensor *weight, const layout *l,
+                            const of_tensor *x, of_tensor **w, double *wsum) {
+  *wsum = (double)l->C;
+  OF_CHECK(parse_weight(op, weight, l, x, w));
+  if (!*w) return OF_OK;
+  double *v = malloc(sizeof(double) * (size_t)(l->C + 1));
+  if (!v) return of_fail(OF_ERR_OOM, "%s: out of memory", op);
+  of_status st = of_tensor_to_doubles(*w, v, l->C);
+  *wsum = 0;
+  for (int64_t c = 0; st == OF_OK && c < l->C; c++) *wsum += v[c];
+  free(v);
+  return st;
+}
+
+/* the loss from per-sample values on the device */
+static of_status dev_reduce(const layout *l, int32_t red, of_tensor *loss, of_tensor *wt,
+                            bool prob, of_dtype dt, double *denom, of_tensor **out) {
+  *denom = (double)(l->N * l->S);
+  if (red == OF_LOSS_NONE) {
+    of_tensor *r = NULL;
+    OF_CHECK(of_reshape(loss, l->sshape, l->snd, &r));
+    of_status st = of_cast_data(r, dt, out);
+    of_tensor_release(r);
+    return st;
+  }
+  of_tensor *sum = NULL, *ws = NULL, *m = NULL;
+  of_status st = of_reduce(OF_RED_SUM, loss, NULL, 0, 0, 0, -1, &sum);
+  if (st == OF_OK && !prob) {
+    st = of_reduce(OF_RED_SUM, wt, NULL, 0, 0, 0, -1, &ws);
+    if (st == OF_OK) st = of_tensor_get_flat(ws, 0, denom);
+  }
+  if (st == OF_OK && red == OF_LOSS_MEAN) st = of_binary_scalar(OF_DIV, sum, *denom, 0, NULL, &m);
+  if (st == OF_OK) st = of_cast_data(m ? m : sum, dt, out);
+  of_tensor_release(sum);
+  of_tensor_release(ws);
+  of_tensor_release(m);
+  return st;
+}
+
+/* per-sample scale of the output grad, float64 [N*S] on the device */
+static of_status dev_scales(of_tensor *g, int32_t red, double denom, int64_t ns, of_device dev,
+                            of_tensor **out) {
+  if (red == OF_LOSS_NONE) {
+    of_tensor *d = NULL;
+    OF_CHECK(of_dense(g, OF_FLOAT64, &d));
+    of_status st = of_reshape(d, &ns, 1, out);
+    of_tensor_release(d);
+    return st;
+  }
+  double gv;
+  OF_CHECK(of_tensor_get_flat(g, 0, &gv));
+  if (red == OF_LOSS_MEAN) gv /= denom;
+  return of_full(&ns, 1, gv, OF_FLOAT64, dev, out);
+}
+
+static of_status ce_dev_backward(of_node *n, of_tensor **g, of_tensor **gi);
+static const of_grad_def ce_dev_grad = {"CrossEntropyBackward", ce_dev_backward};
+
+/* node as ce_grad's; saved: 0 logits, 1 target (int64 on the device, or
+ * the probabilities), 2 weight (float64), 3 lse */
+static of_status ce_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  if (n->needs[2])
+    return of_fail(OF_ERR_STATE, "cross_entropy: the derivative for 'weight' is not "
+                   "implemented; detach the class weights");
+  bool prob = n->i[3] != 0;
+  of_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *tmp[5] = {NULL, NULL, NULL, NULL, NULL};
+  of_status st = OF_OK;
+  for (int32_t k = 0; k < 4 && st == OF_OK; k++)
+    if (k != 2 || n->i[4]) st = of_node_saved(n, k, &sv[k]);
+  if (st != OF_OK) goto done;
+  of_tensor *x = sv[0], *t = sv[1];
+  if (of_is_grad_enabled() &&
+      (g[0]->requires_grad || x->requires_grad || (prob && t->requires_grad))) {
+    st = of_fail(OF_ERR_DEVICE, "cross_entropy: double backward (create_graph) is not "
+                 "implemented on %s yet; compute it on the CPU", OF_DEV_STR(of_dev(x)));
+    goto done;
+  }
+  layout l;
+  st = parse_input("cross_entropy", x, &l);
+  const of_device_ops *o = NULL;
+  if (st == OF_OK) st = dev_ops("cross_entropy_backward", x, &o);
+  of_dtype cd = of_compute_dtype(x->dtype);
+  if (st == OF_OK) st = of_dense(x, cd, &tmp[0]);
+  if (st == OF_OK && prob) st = of_dense(t, cd, &tmp[1]);
+  if (st == OF_OK) st = dev_scales(g[0], (int32_t)n->i[0], n->d[1], l.N * l.S, of_dev(x), &tmp[2]);
+  if (st == OF_OK) st = of_tensor_new(x->shape, x->ndim, cd, of_dev(x), &tmp[3]);
+  if (st == OF_OK && prob && n->needs[1])
+    st = of_tensor_new(x->shape, x->ndim, cd, of_dev(x), &tmp[4]);
+  if (st != OF_OK) goto done;
+  of_loss_desc d = {l.N, l.C, l.S, n->i[1], n->i[2], n->d[0], n->d[2]};
+  st = o->cross_entropy_back(&d, tmp[0], prob ? NULL : t, prob ? tmp[1] : NULL, sv[2], sv[3],
+                             tmp[2], tmp[3], tmp[4]);
+  if (st == OF_OK && n->needs[0]) {
+    st = finish(tmp[3], n->in_meta[0].dtype, &gi[0]);
+    tmp[3] = NULL;
+  }
+  if (st == OF_OK && tmp[4]) {
+    st = finish(tmp[4], n->in_meta[1].dtype, &gi[1]);
+    tmp[4] = NULL;
+  }
+done:
+  release_all(sv, 4);
+  release_all(tmp, 5);
+  return st;
+}
+
+static of_status ce_device(of_tensor *x, of_tensor *target, of_tensor *weight,
+                           of_loss_reduction reduction, int64_t ignore_index,
+                           double label_smoothing, int64_t index_base, const layout *l, bool prob,
+                           of_tensor **out) {
+  const char *op = "cross_entropy";
+  const of_device_ops *o;
+  OF_CHECK(dev_ops(op, x, &o));
+  of_dtype cd = of_compute_dtype(x->dtype);
+  of_device dev = of_dev(x);
+  int64_t ns = l->N * l->S;
+  double wsum = 0, denom = 0;
+  of_tensor *w = NULL, *t = NULL, *xc = NULL, *lse = NULL, *loss = NULL, *wt = NULL;
+  of_status st = dev_weight(op, weight, l, x, &w, &wsum);
+  if (st == OF_OK) st = prob ? of_dense(target, cd, &t)
+                             : dev_class_target(op, target, l, x, ignore_index, index_base, &t);
+  if (st == OF_OK) st = of_dense(x, cd, &xc);
+  if (st == OF_OK) st = of_tensor_new(&ns, 1, OF_FLOAT64, dev, &lse);
+  if (st == OF_OK) st = of_tensor_new(&ns, 1, OF_FLOAT64, dev, &loss);
+  if (st == OF_OK) st = of_tensor_new(&ns, 1, OF_FLOAT64, dev, &wt);
+  of_loss_desc d = {l->N, l->C, l->S, ignore_index, index_base, label_smoothing, wsum};
+  if (st == OF_OK)
+    st = o->cross_entropy(&d, xc, prob ? NULL : t, prob ? t : NULL, w, lse, loss, wt);
+  if (st == OF_OK) st = dev_reduce(l, reduction, loss, wt, prob, x->dtype, &denom, out);
+  of_tensor *ins[3] = {x, target, weight};
+  if (st == OF_OK && of_grad_needed(ins, 3)) {
+    of_node *n;
+    st = of_record(&ce_dev_grad, ins, 3, out, 1, &n);
+    if (st != OF_OK) {
+      of_tensor_release(*out);
+      *out = NULL;
+    } else {
+      n->i[0] = reduction;
+      n->i[1] = ignore_index;
+      n->i[2] = index_base;
+      n->i[3] = prob;
+      n->i[4] = weight != NULL;
+      n->d[0] = label_smoothing;
+      n->d[1] = denom;
+      n->d[2] = wsum;
+      of_node_save(n, 0, x);
+      of_node_save(n, 1, prob ? target : t);
+      of_node_save(n, 2, w);
+      of_node_save(n, 3, lse);
+    }
+  }
+  of_tensor *rel[6] = {w, t, xc, lse, loss, wt};
+  release_all(rel, 6);
+  return st;
+}
+
+static of_status nll_dev_backward(of_node *n, of_tensor **g, of_tensor **gi);
+static const of_grad_def nll_dev_grad = {"NllLossBackward", nll_dev_backward};
+
+/* saved: 0 target (int64 on the device), 1 weight (float64) */
+static of_status nll_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0] || !n->needs[0]) return OF_OK;
+  if (n->needs[2])
+    return of_fail(OF_ERR_STATE, "nll_loss: the derivative for 'weight' is not implemented; "
+                   "detach the class weights");
+  const of_meta *xm = &n->in_meta[0];
+  layout l = {.batched = xm->ndim > 1};
+  l.N = l.batched ? xm->shape[0] : 1;
+  l.C = xm->shape[l.batched ? 1 : 0];
+  l.S = 1;
+  for (int32_t d = 2; d < xm->ndim; d++) l.S *= xm->shape[d];
+  of_tensor *t = NULL, *w = NULL, *sc = NULL, *gx = NULL;
+  const of_device_ops *o = NULL;
+  of_status st = of_node_saved(n, 0, &t);
+  if (st == OF_OK && n->i[4]) st = of_node_saved(n, 1, &w);
+  if (st == OF_OK && of_is_grad_enabled() && g[0]->requires_grad)
+    st = of_fail(OF_ERR_DEVICE, "nll_loss: double backward (create_graph) is not implemented "
+                 "on %s yet; compute it on the CPU", OF_DEV_STR(of_dev(t)));
+  if (st == OF_OK) st = dev_ops("nll_loss_backward", t, &o);
+  of_dtype cd = of_compute_dtype(xm->dtype);
+  if (st == OF_OK) st = dev_scales(g[0], (int32_t)n->i[0], n->d[1], l.N * l.S, of_dev(t), &sc);
+  if (st == OF_OK) st = of_tensor_new(xm->shape, xm->ndim, cd, of_dev(t), &gx);
+  of_loss_desc d = {l.N, l.C, l.S, n->i[1], n->i[2], 0, 0};
+  if (st == OF_OK) st = o->nll_loss_back(&d, t, w, sc, gx);
+  if (st == OF_OK) {
+    st = finish(gx, xm->dtype, &gi[0]);
+    gx = NULL;
+  }
+  of_tensor *rel[4] = {t, w, sc, gx};
+  release_all(rel, 4);
+  return st;
+}
+
+static of_status nll_device(of_tensor *x, of_tensor *target, of_tensor *weight,
+                            of_loss_reduction reduction, int64_t ignore_index, int64_t index_base,
+                            const layout *l, of_tensor **out) {
+  const char *op = "nll_loss";
+  const of_device_ops *o;
+  OF_CHECK(dev_ops(op, x, &o));
+  of_device dev = of_dev(x);
+  int64_t ns = l->N * l->S;
+  double wsum = 0, denom = 0;
+  of_tensor *w = NULL, *t = NULL, *xc = NULL, *loss = NULL, *wt = NULL;
+  of_status st = dev_weight(op, weight, l, x, &w, &wsum);
+  if (st == OF_OK) st = dev_class_target(op, target, l, x, ignore_index, index_base, &t);
+  if (st == OF_OK) st = of_dense(x, of_compute_dtype(x->dtype), &xc);
+  if (st == OF_OK) st = of_tensor_new(&ns, 1, OF_FLOAT64, dev, &loss);
+  if (st == OF_OK) st = of_tensor_new(&ns, 1, OF_FLOAT64, dev, &wt);
+  of_loss_desc d = {l->N, l->C, l->S, ignore_index, index_base, 0, wsum};
+  if (st == OF_OK) st = o->nll_loss(&d, xc, t, w, loss, wt);
+  if (st == OF_OK) st = dev_reduce(l, reduction, loss, wt, false, x->dtype, &denom, out);
+  of_tensor *ins[3] = {x, target, weight};
+  if (st == OF_OK && of_grad_needed(ins, 3)) {
+    of_node *n;
+    st = of_record(&nll_dev_grad, ins, 3, out, 1, &n);
+    if (st != OF_OK) {
+      of_tensor_release(*out);
+      *out = NULL;
+    } else {
+      n->i[0] = reduction;
+      n->i[1] = ignore_index;
+      n->i[2] = index_base;
+      n->i[4] = weight != NULL;
+      n->d[1] = denom;
+      of_node_save(n, 0, t);
+      of_node_save(n, 1, w);
+    }
+  }
+  of_tensor *rel[5] = {w, t, xc, loss, wt};
+  release_all(rel, 5);
+  return st;
+}
+
 /* ------------------------------------------------------------ cross_entropy */
 
 static of_status ce_backward(of_node *n, of_tensor **g, of_tensor **gi);
@@ -429,7 +689,8 @@ done:
 of_status of_impl_cross_entropy(of_tensor *x, of_tensor *target, of_tensor *weight,
                                 of_loss_reduction reduction, int64_t ignore_index,
                                 double label_smoothing, int64_t index_base, of_tensor **out) {
-  OF_CPU_ONLY("cross_entropy", x, target, weight);
+  OF_ROUTE("cross_entropy", dev, dops, cross_entropy, x, target, weight);
+  (void)dops;
   const char *op = "cross_entropy";
   layout l;
   OF_CHECK(parse_input(op, x, &l));
@@ -448,6 +709,9 @@ of_status of_impl_cross_entropy(of_tensor *x, of_tensor *target, of_tensor *weig
                      op, of_shape_str(x->shape, x->ndim, b, 96), OF_SHAPE_STR(target),
                      OF_DT(target));
   }
+  if (dev != OF_CPU)
+    return ce_device(x, target, weight, reduction, ignore_index, label_smoothing, index_base,
+                     &l, prob, out);
   of_dtype cd = of_compute_dtype(x->dtype);
   of_tensor *w = NULL, *t = NULL, *xc = NULL, *lse = NULL;
   double *buf = NULL;
@@ -570,11 +834,14 @@ done:
 of_status of_impl_nll_loss(of_tensor *x, of_tensor *target, of_tensor *weight,
                            of_loss_reduction reduction, int64_t ignore_index, int64_t index_base,
                            of_tensor **out) {
-  OF_CPU_ONLY("nll_loss", x, target, weight);
+  OF_ROUTE("nll_loss", dev, dops, nll_loss, x, target, weight);
+  (void)dops;
   const char *op = "nll_loss";
   layout l;
   OF_CHECK(parse_input(op, x, &l));
   OF_CHECK(check_reduction(op, reduction));
+  if (dev != OF_CPU)
+    return nll_device(x, target, weight, reduction, ignore_index, index_base, &l, out);
   of_tensor *w = NULL, *t = NULL, *xc = NULL;
   double *buf = NULL;
   int64_t ns = l.N * l.S;

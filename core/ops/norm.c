@@ -580,11 +580,192 @@ done:
   return st;
 }
 
+/* ---- batch_norm on a device (cuDNN) ----
+ * x stays in its layout (channels-last or contiguous; anything else is made
+ * contiguous, and more than 5 dims folded to [N, C, S]); the parameters and
+ * statistics go to cuDNN in float32 (float64 for float64 x). Saved for the
+ * backward: x, weight, the batch mean and invstd (training) or the running
+ * mean and 1/sqrt(var + eps) (eval). */
+static of_status bn_dev_backward(of_node *n, of_tensor **g, of_tensor **gi);
+static const of_grad_def bn_dev_grad = {"CudnnBatchNormBackward", bn_dev_backward};
+
+/* x's operand for cuDNN and the shape cuDNN sees */
+static of_status bn_dev_operand(of_tensor *x, bool cl, of_tensor **out) {
+  of_tensor *d = NULL;
+  OF_CHECK(of_dense_format(x, cl, x->dtype, &d));
+  if (d->ndim <= 5) {
+    *out = d;
+    return OF_OK;
+  }
+  int64_t shape[3] = {d->shape[0], d->shape[1], d->numel / (d->shape[0] * d->shape[1])};
+  of_status st = of_reshape(d, shape, 3, out);
+  of_tensor_release(d);
+  return st;
+}
+
+/* a [C] parameter in dtype pdt, or a constant when absent */
+static of_status bn_dev_param(of_tensor *t, int64_t C, double fill, of_dtype pdt, of_device dev,
+                              of_tensor **out) {
+  if (!t) return of_full(&C, 1, fill, pdt, dev, out);
+  of_tensor *d = NULL;
+  OF_CHECK(of_dense(t, pdt, &d));
+  of_status st = d->ndim == 1 ? (of_tensor_retain(d), *out = d, OF_OK) : of_reshape(d, &C, 1, out);
+  of_tensor_release(d);
+  return st;
+}
+
+static of_status bn_device(of_device dev, of_tensor *x, of_tensor *rm, of_tensor *rv,
+                           of_tensor *weight, of_tensor *bias, int32_t training, double momentum,
+                           double eps, of_tensor **out) {
+  const of_device_ops *o = of_device_ops_for("batch_norm", dev);
+  if (!o) return OF_ERR_DEVICE;
+  if (!o->batch_norm) return of_device_unsupported("batch_norm", dev);
+  of_device_last_op = "batch_norm";
+  int64_t C = x->shape[1];
+  of_dtype pdt = x->dtype == OF_FLOAT64 ? OF_FLOAT64 : OF_FLOAT32;
+  bool cl = of_prefers_channels_last(x);
+  of_tensor *xc = NULL, *w = NULL, *b = NULL, *m = NULL, *v = NULL, *y = NULL;
+  of_tensor *sm = NULL, *si = NULL, *res = NULL;
+  of_status st = bn_dev_operand(x, cl, &xc);
+  if (st == OF_OK) st = bn_dev_param(weight, C, 1, pdt, dev, &w);
+  if (st == OF_OK) st = bn_dev_param(bias, C, 0, pdt, dev, &b);
+  /* cuDNN updates the running statistics in place: a temp when the dtype
+   * or layout differs, copied back after */
+  if (st == OF_OK && rm) st = bn_dev_param(rm, C, 0, pdt, dev, &m);
+  if (st == OF_OK && rv) st = bn_dev_param(rv, C, 1, pdt, dev, &v);
+  if (st == OF_OK && training && (m == NULL) != (v == NULL))   /* cuDNN wants both or none */
+    st = m ? of_full(&C, 1, 1, pdt, dev, &v) : of_zeros(&C, 1, pdt, dev, &m);
+  if (st == OF_OK) st = of_empty(&C, 1, pdt, dev, &sm);
+  if (st == OF_OK) st = of_empty(&C, 1, pdt, dev, &si);
+  if (st == OF_OK)
+    st = cl ? of_tensor_new_channels_last(xc->shape, xc->ndim, x->dtype, dev, &y)
+            : of_tensor_new(xc->shape, xc->ndim, x->dtype, dev, &y);
+  if (st != OF_OK) goto done;
+  if (y->numel > 0)
+    st = o->batch_norm(xc, w, b, m, v, training, momentum, eps, y, sm, si);
+  if (st == OF_OK && training) {
+    if (rm && m != rm) st = of_copy_data(rm, m);
+    if (st == OF_OK && rv && v != rv) st = of_copy_data(rv, v);
+    if (rm) of_bump_version(rm);
+    if (rv) of_bump_version(rv);
+  } else if (st == OF_OK) {   /* eval: save the constants the backward needs */
+    of_tensor_release(sm);
+    sm = m;
+    of_tensor_retain(sm);
+    of_tensor *t = NULL;
+    of_tensor_release(si);
+    si = NULL;
+    st = of_binary_scalar(OF_ADD, v, eps, 0, NULL, &t);
+    if (st == OF_OK) st = of_unary(OF_RSQRT, t, NULL, &si);
+    of_tensor_release(t);
+  }
+  if (st != OF_OK) goto done;
+  if (y->ndim != x->ndim) {
+    st = of_reshape(y, x->shape, x->ndim, &res);
+  } else {
+    res = y;
+    y = NULL;
+  }
+  of_tensor *ins[3] = {x, weight, bias};
+  if (st == OF_OK && of_grad_needed(ins, 3)) {
+    of_node *n;
+    st = of_record(&bn_dev_grad, ins, 3, &res, 1, &n);
+    if (st == OF_OK) {
+      n->i[0] = training != 0;
+      n->i[1] = weight != NULL;
+      n->d[0] = eps;
+      of_node_save(n, 0, x);
+      of_node_save(n, 1, weight);
+      of_node_save(n, 2, sm);
+      of_node_save(n, 3, si);
+    }
+  }
+  if (st == OF_OK) {
+    *out = res;
+    res = NULL;
+  }
+done:;
+  of_tensor *rel[9] = {xc, w, b, m, v, y, sm, si, res};
+  release_all(rel, 9);
+  return st;
+}
+
+static of_status bn_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  of_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *tmp[8] = {NULL};
+  of_status st = OF_OK;
+  bool training = n->i[0] != 0;
+  for (int32_t k = 0; k < 4 && st == OF_OK; k++)
+    if (k != 1 || n->i[1]) st = of_node_saved(n, k, &sv[k]);
+  if (st != OF_OK) goto done;
+  of_tensor *x = sv[0], *w = sv[1];
+  if (!training || wants_composite(g[0], x, w)) {
+    /* the closed form from public ops (eval mode: constant statistics) */
+    composite_t c = {.vnd = x->ndim, .eps = n->d[0]};
+    memcpy(c.vshape, x->shape, sizeof c.vshape);
+    for (int32_t k = 0; k < x->ndim; k++)
+      if (k != 1) c.rdims[c.nr++] = k, c.pdims[c.np++] = k;
+    if (w) st = channel_view(w, x->ndim, w->dtype, &tmp[0]);
+    if (st == OF_OK && !training) st = channel_view(sv[2], x->ndim, g[0]->dtype, &tmp[1]);
+    if (st == OF_OK && !training) st = channel_view(sv[3], x->ndim, g[0]->dtype, &tmp[2]);
+    c.wb = tmp[0];
+    if (!training) c.mean = tmp[1], c.rstd = tmp[2];
+    if (st == OF_OK) st = norm_composite(n, &c, g[0], x, gi);
+    goto done;
+  }
+  const of_device_ops *o = of_device_ops_for("batch_norm_backward", of_dev(x));
+  if (!o) {
+    st = OF_ERR_DEVICE;
+    goto done;
+  }
+  of_device dev = of_dev(x);
+  int64_t C = x->shape[1];
+  of_dtype pdt = sv[2]->dtype;
+  bool cl = of_prefers_channels_last(x);
+  of_tensor **xc = &tmp[0], **gc = &tmp[1], **wc = &tmp[2], **dx = &tmp[3], **dw = &tmp[4];
+  of_tensor **db = &tmp[5];
+  st = bn_dev_operand(x, cl, xc);
+  if (st == OF_OK) st = bn_dev_operand(g[0], cl, gc);
+  if (st == OF_OK && (*gc)->dtype != (*xc)->dtype) {
+    of_tensor *h = NULL;
+    st = of_cast_data(*gc, (*xc)->dtype, &h);
+    of_tensor_release(*gc);
+    *gc = h;
+  }
+  if (st == OF_OK) st = bn_dev_param(w, C, 1, pdt, dev, wc);
+  if (st == OF_OK)
+    st = cl ? of_tensor_new_channels_last((*xc)->shape, (*xc)->ndim, x->dtype, dev, dx)
+            : of_tensor_new((*xc)->shape, (*xc)->ndim, x->dtype, dev, dx);
+  if (st == OF_OK) st = of_empty(&C, 1, pdt, dev, dw);
+  if (st == OF_OK) st = of_empty(&C, 1, pdt, dev, db);
+  if (st == OF_OK && (*xc)->numel > 0)
+    st = o->batch_norm_back(*xc, *gc, *wc, sv[2], sv[3], n->d[0], *dx, *dw, *db);
+  if (st == OF_OK && n->needs[0]) {
+    if ((*dx)->ndim != x->ndim) st = of_reshape(*dx, x->shape, x->ndim, &gi[0]);
+    else of_tensor_retain(*dx), gi[0] = *dx;
+  }
+  for (int32_t k = 1; k <= 2 && st == OF_OK; k++) {
+    if (!n->needs[k]) continue;
+    of_tensor *src = k == 1 ? *dw : *db;
+    const of_meta *m = &n->in_meta[k];
+    of_tensor *h = NULL;
+    st = of_dense(src, m->dtype, &h);
+    if (st == OF_OK) st = of_reshape(h, m->shape, m->ndim, &gi[k]);
+    of_tensor_release(h);
+  }
+done:
+  release_all(sv, 4);
+  release_all(tmp, 8);
+  return st;
+}
+
 of_status of_impl_batch_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
                              of_tensor *weight, of_tensor *bias, int32_t training, double momentum,
                              double eps, of_tensor **out) {
-  OF_CPU_ONLY("batch_norm", x, running_mean, running_var, weight, bias);
   const char *op = "batch_norm";
+  of_device dev;
+  OF_CHECK(of_common_device(op, (of_tensor *[]){x, running_mean, running_var, weight, bias}, 5,
+                            &dev));
   OF_CHECK(check_input(op, x, 2));
   of_meta xm = meta_of_tensor(x);
   nc_shape d = nc_of(&xm);
@@ -599,6 +780,9 @@ of_status of_impl_batch_norm(of_tensor *x, of_tensor *running_mean, of_tensor *r
   if (training && M <= 1)
     return of_fail(OF_ERR_SHAPE, "%s: expected more than 1 value per channel when training, "
                    "got input %s (%s)", op, OF_SHAPE_STR(x), OF_DT(x));
+  if (dev != OF_CPU)
+    return bn_device(dev, x, running_mean, running_var, weight, bias, training, momentum, eps,
+                     out);
   of_dtype cd = of_compute_dtype(x->dtype);
   of_tensor *xc = NULL, *mean = NULL, *invstd = NULL, *y = NULL;
   double *buf = NULL;
@@ -889,23 +1073,48 @@ static of_status group_shape(const char *op, of_tensor *x, int64_t groups, rows_
   return OF_OK;
 }
 
+/* group norm on a device: the fused layer norm over [N, G, C/G * S], then
+ * the per-channel affine, all public ops (so autograd follows them) */
+static of_status group_norm_device(of_tensor *x, int64_t G, of_tensor *w, of_tensor *b,
+                                   double eps, of_tensor **out) {
+  of_scope s = {0};
+  int64_t N = x->shape[0], C = x->shape[1];
+  int64_t vshape[3] = {N, G, x->numel / (N * C > 0 ? N * C : 1) * (C / G)};
+  int64_t pshape[OF_MAX_DIMS];
+  for (int32_t d = 0; d < x->ndim; d++) pshape[d] = d == 1 ? C : 1;
+  of_tensor *y = NULL, *xv = s_reshape(&s, x, vshape, 3);
+  if (s.st == OF_OK) {
+    of_tensor *t = NULL;
+    of_status st = of_layer_norm(xv, 1, NULL, NULL, eps, &t);
+    y = of_s_keep(&s, st, t);
+  }
+  y = s_reshape(&s, y, x->shape, x->ndim);
+  if (w) y = MUL(y, s_reshape(&s, w, pshape, x->ndim));
+  if (b) y = of_s_bin(&s, OF_ADD, y, s_reshape(&s, b, pshape, x->ndim));
+  return of_s_end(&s, y, out);
+}
+
 of_status of_impl_group_norm(of_tensor *x, int64_t groups, of_tensor *weight, of_tensor *bias,
                              double eps, of_tensor **out) {
-  OF_CPU_ONLY("group_norm", x, weight, bias);
   const char *op = "group_norm";
+  of_device dev;
+  OF_CHECK(of_common_device(op, (of_tensor *[]){x, weight, bias}, 3, &dev));
   OF_CHECK(check_input(op, x, 2));
   rows_shape r;
   OF_CHECK(group_shape(op, x, groups, &r));
   OF_CHECK(check_param(op, "weight", weight, x->shape[1], x));
   OF_CHECK(check_param(op, "bias", bias, x->shape[1], x));
+  if (dev != OF_CPU) return group_norm_device(x, groups, weight, bias, eps, out);
   return rows_norm(op, K_GROUP, x, r, 0, weight, bias, eps, NULL, out);
 }
 
 of_status of_impl_instance_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
                                 of_tensor *weight, of_tensor *bias, int32_t use_input_stats,
                                 double momentum, double eps, of_tensor **out) {
-  OF_CPU_ONLY("instance_norm", x, running_mean, running_var, weight, bias);
   const char *op = "instance_norm";
+  of_device dev;
+  OF_CHECK(of_common_device(op, (of_tensor *[]){x, running_mean, running_var, weight, bias}, 5,
+                            &dev));
   OF_CHECK(check_input(op, x, 2));
   int64_t N = x->shape[0], C = x->shape[1];
   OF_CHECK(check_stat(op, "running_mean", running_mean, C, x));
@@ -926,6 +1135,36 @@ of_status of_impl_instance_norm(of_tensor *x, of_tensor *running_mean, of_tensor
   if (r.S <= 1)
     return of_fail(OF_ERR_SHAPE, "%s: expected more than 1 spatial element when training, "
                    "got input %s (%s)", op, OF_SHAPE_STR(x), OF_DT(x));
+  if (dev != OF_CPU) {
+    OF_CHECK(group_norm_device(x, C, weight, bias, eps, out));
+    if (!running_mean) return OF_OK;
+    /* the per-instance statistics averaged over the batch (unbiased var) */
+    int32_t grad_was = of_is_grad_enabled();   /* buffers: no history */
+    of_set_grad_enabled(0);
+    of_scope s = {0};
+    int64_t vshape[3] = {N, C, r.S};
+    int32_t sp = 2, b0 = 0;
+    of_tensor *xv = s_reshape(&s, x, vshape, 3), *var = NULL;
+    of_tensor *mu = s_red(&s, OF_RED_MEAN, s_red(&s, OF_RED_MEAN, xv, &sp, 1, 0), &b0, 1, 0);
+    if (s.st == OF_OK) {
+      of_tensor *t = NULL;
+      of_status st = of_var(xv, &sp, 1, 1, 0, 0, &t);
+      var = s_red(&s, OF_RED_MEAN, of_s_keep(&s, st, t), &b0, 1, 0);
+    }
+    of_tensor *stats[2] = {mu, var}, *run[2] = {running_mean, running_var};
+    for (int32_t k = 0; k < 2 && s.st == OF_OK; k++) {
+      of_tensor *old = of_s_bins(&s, OF_MUL, run[k], 1 - momentum);
+      of_tensor *nw = of_s_bin(&s, OF_ADD, old, of_s_bins(&s, OF_MUL, stats[k], momentum));
+      if (s.st == OF_OK) s.st = of_copy_data(run[k], nw);
+    }
+    of_status st = of_s_end(&s, NULL, NULL);
+    of_set_grad_enabled(grad_was);
+    if (st != OF_OK) {
+      of_tensor_release(*out);
+      *out = NULL;
+    }
+    return st;
+  }
   double *stats = running_mean ? malloc(sizeof(double) * (size_t)(2 * r.R + 2 * C + 1)) : NULL;
   if (running_mean && !stats) return of_fail(OF_ERR_OOM, "%s: out of memory", op);
   of_status st = rows_norm(op, K_INSTANCE, x, r, 0, weight, bias, eps, stats, out);

@@ -562,9 +562,6 @@ static of_status check_input(const pool_args *a, of_tensor *x, int64_t *planes) 
   if (!is_float(x->dtype))
     return of_fail(OF_ERR_DTYPE, "%s: expected a floating-point input, got %s (input %s)",
                    a->op, OF_DT(x), OF_SHAPE_STR(x));
-  if (of_tensor_device(x) != OF_CPU)
-    return of_fail(OF_ERR_DEVICE, "%s: only CPU tensors are supported here (input %s)", a->op,
-                   OF_SHAPE_STR(x));
   int64_t pl = 1;
   for (int32_t i = 0; i < x->ndim - nsp; i++) pl *= x->shape[i];
   *planes = pl;
@@ -659,6 +656,42 @@ static void unpack(const of_node *n, pool_args *a, int64_t *base) {
            (int)a->nsp);
 }
 
+/* ---- device kernels (cuda/nn.cu): the pool as 3-D, leading dims of 1 ---- */
+
+static of_pool_desc pool_desc(const pool_args *a, int64_t planes, const int64_t *in,
+                              const int64_t *out) {
+  of_pool_desc d = {.adaptive = a->adaptive, .cip = a->cip, .divisor = a->divisor,
+                    .planes = planes};
+  int32_t lead = 3 - a->nsp;
+  for (int32_t i = 0; i < 3; i++) {
+    bool real = i >= lead;
+    int32_t j = i - lead;
+    d.in[i] = real ? in[j] : 1;
+    d.out[i] = real ? out[j] : 1;
+    d.k[i] = real ? a->k[j] : 1;
+    d.s[i] = real ? a->s[j] : 1;
+    d.p[i] = real ? a->p[j] : 0;
+    d.d[i] = real ? a->d[j] : 1;
+  }
+  return d;
+}
+
+static const of_device_ops *pool_ops(const char *op, of_tensor *t) {
+  const of_device_ops *o = of_device_ops_for(op, of_dev(t));
+  if (o) of_device_last_op = op;
+  return o;
+}
+
+/* A channels-last input gives a channels-last result (t is consumed). */
+static of_status keep_format(of_tensor *x, of_tensor **t) {
+  if (!*t || !of_prefers_channels_last(x) || (*t)->ndim != x->ndim) return OF_OK;
+  of_tensor *h = NULL;
+  of_status st = of_dense_format(*t, true, (*t)->dtype, &h);
+  of_tensor_release(*t);
+  *t = h;
+  return st;
+}
+
 /* ---- index scatter / gather (max pools' backward), with autograd ---- */
 
 static of_status idx_scatter(of_tensor *gy, of_tensor *idx, int64_t base, const of_meta *in,
@@ -733,12 +766,18 @@ static of_status idx_scatter(of_tensor *gy, of_tensor *idx, int64_t base, const 
   int64_t in_sz = tail_numel(in->shape, in->ndim, nsp);
   int64_t out_sz = tail_numel(gy->shape, gy->ndim, nsp);
   int64_t planes = out_sz ? gy->numel / out_sz : 0;
-  of_status st = of_tensor_new(in->shape, in->ndim, cd, OF_CPU, &res);
+  of_status st = of_tensor_new(in->shape, in->ndim, cd, of_dev(gy), &res);
   if (st == OF_OK && res->numel > 0) {
+    const of_device_ops *o = NULL;
     if (planes * in_sz != res->numel) {
       char b[96];
       st = of_fail(OF_ERR_SHAPE, "max_pool_backward: grad %s does not fit input %s",
                    OF_SHAPE_STR(gy), of_shape_str(in->shape, in->ndim, b, 96));
+    } else if (of_dev(gy) != OF_CPU) {
+      o = pool_ops("max_pool_backward", gy);
+      st = !o ? OF_ERR_DEVICE : !o->pool_index
+                ? of_device_unsupported("max_pool_backward", of_dev(gy))
+                : o->pool_index(1, planes, in_sz, out_sz, cg, ci, base, res);
     } else if (cd == OF_FLOAT32) {
       scatter_float(planes, in_sz, out_sz, (const float *)of_ptr(cg),
                     (const int64_t *)of_ptr(ci), base, (float *)of_ptr(res));
@@ -772,7 +811,7 @@ static of_status idx_gather(of_tensor *x, of_tensor *idx, int64_t base, int32_t 
                    OF_DT(idx));
   of_status st = operand(x, cd, &cx);
   if (st == OF_OK) st = operand(idx, OF_INT64, &ci);
-  if (st == OF_OK) st = of_tensor_new(idx->shape, idx->ndim, cd, OF_CPU, &res);
+  if (st == OF_OK) st = of_tensor_new(idx->shape, idx->ndim, cd, of_dev(x), &res);
   int64_t in_sz = tail_numel(x->shape, x->ndim, nsp);
   int64_t out_sz = tail_numel(idx->shape, idx->ndim, nsp);
   int64_t planes = out_sz ? idx->numel / out_sz : 0;
@@ -780,6 +819,11 @@ static of_status idx_gather(of_tensor *x, of_tensor *idx, int64_t base, int32_t 
     if (planes * in_sz != x->numel) {
       st = of_fail(OF_ERR_SHAPE, "max_pool_backward: grad %s does not fit indices %s",
                    OF_SHAPE_STR(x), OF_SHAPE_STR(idx));
+    } else if (of_dev(x) != OF_CPU) {
+      const of_device_ops *o = pool_ops("max_pool_backward", x);
+      st = !o ? OF_ERR_DEVICE : !o->pool_index
+                ? of_device_unsupported("max_pool_backward", of_dev(x))
+                : o->pool_index(0, planes, in_sz, out_sz, cx, ci, base, res);
     } else if (cd == OF_FLOAT32) {
       gather_float(planes, in_sz, out_sz, (const float *)of_ptr(cx),
                    (const int64_t *)of_ptr(ci), base, (float *)of_ptr(res));
@@ -825,12 +869,19 @@ static of_status max_run(const pool_args *a, of_tensor *x, int64_t planes, const
   of_dtype dt = x->dtype, cd = compute_dtype(dt);
   of_tensor *cx = NULL, *val = NULL, *idx = NULL;
   pgeom g = {0};
-  of_status st = of_tensor_new(shape, x->ndim, cd, OF_CPU, &val);
-  if (st == OF_OK) st = of_tensor_new(shape, x->ndim, OF_INT64, OF_CPU, &idx);
+  of_device dev = of_dev(x);
+  of_status st = of_tensor_new(shape, x->ndim, cd, dev, &val);
+  if (st == OF_OK) st = of_tensor_new(shape, x->ndim, OF_INT64, dev, &idx);
   if (st == OF_OK && val->numel > 0) {
     st = operand(x, cd, &cx);
-    if (st == OF_OK) st = pgeom_init(&g, a, planes, x->shape + x->ndim - nsp, osz);
-    if (st == OF_OK) {
+    if (st == OF_OK && dev != OF_CPU) {
+      of_pool_desc pd = pool_desc(a, planes, x->shape + x->ndim - nsp, osz);
+      const of_device_ops *o = pool_ops(a->op, x);
+      st = o ? o->max_pool(&pd, cx, val, idx, base) : OF_ERR_DEVICE;
+    } else if (st == OF_OK) {
+      st = pgeom_init(&g, a, planes, x->shape + x->ndim - nsp, osz);
+    }
+    if (st == OF_OK && dev == OF_CPU) {
       float *yf = (float *)of_ptr(val);
       double *yd = (double *)of_ptr(val);
       int64_t *ip = (int64_t *)of_ptr(idx);
@@ -876,6 +927,7 @@ static of_status max_run(const pool_args *a, of_tensor *x, int64_t planes, const
     of_tensor_release(val);
     val = h;
   }
+  if (st == OF_OK) st = keep_format(x, &val);
   if (st == OF_OK && of_grad_needed(&x, 1)) {
     of_tensor *outs[2] = {val, idx};
     of_node *n;
@@ -900,7 +952,8 @@ of_status of_impl_max_pool(of_tensor *x, const int64_t *kernel, const int64_t *s
                            const int64_t *padding, const int64_t *dilation, int32_t nsp,
                            int32_t ceil_mode, int64_t index_base, of_tensor **values,
                            of_tensor **indices) {
-  OF_CPU_ONLY("max_pool", x);
+  OF_ROUTE("max_pool", dev, ops, max_pool, x);
+  (void)ops;
   pool_args a;
   int64_t planes, osz[3];
   OF_CHECK(init_args(&a, "max_pool", nsp));
@@ -928,7 +981,8 @@ static of_status adaptive_sizes(pool_args *a, of_tensor *x, const int64_t *outpu
 
 of_status of_impl_adaptive_max_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
                                     int64_t index_base, of_tensor **values, of_tensor **indices) {
-  OF_CPU_ONLY("adaptive_max_pool", x);
+  OF_ROUTE("adaptive_max_pool", dev, ops, max_pool, x);
+  (void)ops;
   pool_args a;
   int64_t planes, osz[3];
   OF_CHECK(init_args(&a, "adaptive_max_pool", nsp));
@@ -985,8 +1039,15 @@ static of_status avg_op(const pool_args *a, of_tensor *x, const int64_t *osz, bo
   of_dtype dt = x->dtype, cd = compute_dtype(dt);
   of_tensor *cx = NULL, *res = NULL;
   pgeom g = {0};
-  of_status st = of_tensor_new(shape, nd, cd, OF_CPU, &res);
-  if (st == OF_OK && res->numel > 0) {
+  of_status st = of_tensor_new(shape, nd, cd, of_dev(x), &res);
+  if (st == OF_OK && res->numel > 0 && of_dev(x) != OF_CPU) {
+    int64_t planes = 1;
+    for (int32_t i = 0; i < nd - nsp; i++) planes *= shape[i];
+    st = operand(x, cd, &cx);
+    of_pool_desc pd = pool_desc(a, planes, pin, pout);
+    const of_device_ops *o = st == OF_OK ? pool_ops(a->op, x) : NULL;
+    if (st == OF_OK) st = o ? o->avg_pool(&pd, backward, cx, res) : OF_ERR_DEVICE;
+  } else if (st == OF_OK && res->numel > 0) {
     int64_t planes = 1;
     for (int32_t i = 0; i < nd - nsp; i++) planes *= shape[i];
     st = operand(x, cd, &cx);
@@ -1029,6 +1090,7 @@ static of_status avg_op(const pool_args *a, of_tensor *x, const int64_t *osz, bo
     of_tensor_release(res);
     res = h;
   }
+  if (st == OF_OK && !backward) st = keep_format(x, &res);
   if (st == OF_OK && of_grad_needed(&x, 1)) {
     const of_grad_def *def = backward ? &avg_pool_grad_grad
                              : a->adaptive ? &adaptive_avg_grad : &avg_pool_grad;
@@ -1047,7 +1109,8 @@ static of_status avg_op(const pool_args *a, of_tensor *x, const int64_t *osz, bo
 of_status of_impl_avg_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride,
                            const int64_t *padding, int32_t nsp, int32_t ceil_mode,
                            int32_t count_include_pad, int64_t divisor_override, of_tensor **out) {
-  OF_CPU_ONLY("avg_pool", x);
+  OF_ROUTE("avg_pool", dev, ops, avg_pool, x);
+  (void)ops;
   pool_args a;
   int64_t planes, osz[3];
   OF_CHECK(init_args(&a, "avg_pool", nsp));
@@ -1060,7 +1123,8 @@ of_status of_impl_avg_pool(of_tensor *x, const int64_t *kernel, const int64_t *s
 
 of_status of_impl_adaptive_avg_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
                                     of_tensor **out) {
-  OF_CPU_ONLY("adaptive_avg_pool", x);
+  OF_ROUTE("adaptive_avg_pool", dev, ops, avg_pool, x);
+  (void)ops;
   pool_args a;
   int64_t planes, osz[3];
   OF_CHECK(init_args(&a, "adaptive_avg_pool", nsp));

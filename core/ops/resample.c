@@ -210,6 +210,49 @@ static void nearest_fwd(const interp_plan *p, const char *x, char *y, int64_t es
 INTERP_KERNELS(float)
 INTERP_KERNELS(double)
 
+/* The plan's tables on a device (cuda/nn.cu's layout): per dim the source
+ * indices i0 then i1, and the weights l0 then l1. */
+static of_status interp_tables(const interp_plan *p, of_device dev, of_tensor **tab,
+                               of_tensor **wts) {
+  int64_t n = 2 * (p->out[0] + p->out[1] + p->out[2]);
+  of_tensor *ht = NULL, *hw = NULL;
+  of_status st = of_tensor_new(&n, 1, OF_INT64, OF_CPU, &ht);
+  if (st == OF_OK) st = of_tensor_new(&n, 1, OF_FLOAT64, OF_CPU, &hw);
+  if (st == OF_OK) {
+    int64_t *ti = of_tensor_data(ht);
+    double *tw = of_tensor_data(hw);
+    for (int d = 0; d < 3; d++) {
+      int64_t o = p->out[d];
+      memcpy(ti, p->i0[d], sizeof(int64_t) * (size_t)o);
+      memcpy(ti + o, p->i1[d], sizeof(int64_t) * (size_t)o);
+      memcpy(tw, p->l0[d], sizeof(double) * (size_t)o);
+      memcpy(tw + o, p->l1[d], sizeof(double) * (size_t)o);
+      ti += 2 * o;
+      tw += 2 * o;
+    }
+    st = of_to_device(ht, dev, 0, tab);
+    if (st == OF_OK) st = of_to_device(hw, dev, 0, wts);
+  }
+  of_tensor_release(ht);
+  of_tensor_release(hw);
+  return st;
+}
+
+static of_status interp_device(const interp_plan *p, int32_t backward, int32_t linear,
+                               of_tensor *x, of_tensor *y) {
+  const char *op = backward ? "interpolate_backward" : "interpolate";
+  const of_device_ops *o = of_device_ops_for(op, of_dev(x));
+  if (!o) return OF_ERR_DEVICE;
+  if (!o->interpolate) return of_device_unsupported(op, of_dev(x));
+  of_device_last_op = op;
+  of_tensor *tab = NULL, *wts = NULL;
+  of_status st = interp_tables(p, of_dev(x), &tab, &wts);
+  if (st == OF_OK) st = o->interpolate(backward, linear, p->NC, p->in, p->out, tab, wts, x, y);
+  of_tensor_release(tab);
+  of_tensor_release(wts);
+  return st;
+}
+
 /* node attributes: i[0] mode, i[1] align_corners, i[2] nsp, i[3..5] output
  * size, i[6..8] input spatial size; d[0..2] scale factors */
 static void interp_attrs(of_node *n, const int64_t *in_sp, const int64_t *size,
@@ -243,8 +286,12 @@ static of_status interp_adjoint(of_tensor *g, const int64_t *in_sp, const int64_
   OF_CHECK(plan_make(&p, xshape, nsp, size, scales, mode, align));
   of_tensor *gc = NULL, *gx = NULL;
   of_status st = of_dense(g, cd, &gc);
-  if (st == OF_OK) st = of_tensor_new(xshape, nsp + 2, cd, OF_CPU, &gx);
-  if (st == OF_OK) {
+  if (st == OF_OK) st = of_tensor_new(xshape, nsp + 2, cd, of_dev(g), &gx);
+  if (st == OF_OK && of_dev(g) != OF_CPU) {
+    st = interp_device(&p, 1, mode == OF_INTERP_LINEAR, gc, gx);
+    if (st == OF_OK) st = finish(gx, g->dtype, out);
+    gx = NULL;
+  } else if (st == OF_OK) {
     if (cd == OF_FLOAT64)
       interp_bwd_double(&p, of_tensor_data(gc), of_tensor_data(gx), mode == OF_INTERP_LINEAR);
     else
@@ -278,7 +325,8 @@ static of_status interp_adjoint_backward(of_node *n, of_tensor **g, of_tensor **
 of_status of_impl_interpolate(of_tensor *x, const int64_t *size, const double *scales,
                               int32_t nsp, of_interp_mode mode, int32_t align_corners,
                               of_tensor **out) {
-  OF_CPU_ONLY("interpolate", x);
+  OF_ROUTE("interpolate", dev, dops, interpolate, x);
+  (void)dops;
   const char *op = "interpolate";
   if (mode != OF_INTERP_NEAREST && mode != OF_INTERP_LINEAR)
     return of_fail(OF_ERR_ARG, "%s: unknown mode %d", op, (int)mode);
@@ -302,8 +350,12 @@ of_status of_impl_interpolate(of_tensor *x, const int64_t *size, const double *s
   of_dtype cd = mode == OF_INTERP_NEAREST ? x->dtype : of_compute_dtype(x->dtype);
   of_tensor *xc = NULL, *y = NULL;
   of_status st = of_dense(x, cd, &xc);
-  if (st == OF_OK) st = of_tensor_new(yshape, nsp + 2, cd, OF_CPU, &y);
-  if (st == OF_OK) {
+  if (st == OF_OK) st = of_tensor_new(yshape, nsp + 2, cd, dev, &y);
+  if (st == OF_OK && dev != OF_CPU) {
+    st = interp_device(&p, 0, mode == OF_INTERP_LINEAR, xc, y);
+    if (st == OF_OK) st = finish(y, x->dtype, out);
+    y = NULL;
+  } else if (st == OF_OK) {
     if (mode == OF_INTERP_NEAREST)
       nearest_fwd(&p, of_tensor_data(xc), of_tensor_data(y), of_dtype_size(cd));
     else if (cd == OF_FLOAT64)
@@ -466,6 +518,32 @@ static void pad_fwd(const pad_plan *p, const char *x, char *y, int64_t es, const
 PAD_KERNELS(float)
 PAD_KERNELS(double)
 
+/* The plan's maps on a device, one after another, and the kernel. */
+static of_status pad_device(const pad_plan *p, int32_t backward, double value, of_tensor *x,
+                            of_tensor *y) {
+  const char *op = backward ? "pad_backward" : "pad";
+  const of_device_ops *o = of_device_ops_for(op, of_dev(x));
+  if (!o) return OF_ERR_DEVICE;
+  if (!o->pad) return of_device_unsupported(op, of_dev(x));
+  of_device_last_op = op;
+  int64_t n = 0;
+  for (int32_t j = 0; j < p->k; j++) n += p->out[j];
+  of_tensor *h = NULL, *m = NULL;
+  of_status st = of_tensor_new(&n, 1, OF_INT64, OF_CPU, &h);
+  if (st == OF_OK) {
+    int64_t *v = of_tensor_data(h);
+    for (int32_t j = 0; j < p->k; j++) {
+      memcpy(v, p->map[j], sizeof(int64_t) * (size_t)p->out[j]);
+      v += p->out[j];
+    }
+    st = of_to_device(h, of_dev(x), 0, &m);
+  }
+  if (st == OF_OK) st = o->pad(backward, p->k, p->B, p->in, p->out, m, value, x, y);
+  of_tensor_release(h);
+  of_tensor_release(m);
+  return st;
+}
+
 static of_status pad_backward(of_node *n, of_tensor **g, of_tensor **gi);
 static of_status pad_adjoint_backward(of_node *n, of_tensor **g, of_tensor **gi);
 static const of_grad_def pad_grads[4] = {{"ConstantPadBackward", pad_backward},
@@ -487,11 +565,15 @@ static of_status pad_adjoint(of_tensor *g, const int64_t *xshape, int32_t ndim,
                              const int64_t *pad, int32_t k, int32_t mode, of_tensor **out) {
   of_dtype cd = of_compute_dtype(g->dtype);
   pad_plan p;
-  OF_CHECK(pad_plan_make(&p, xshape, ndim, pad, k, mode, true));
+  OF_CHECK(pad_plan_make(&p, xshape, ndim, pad, k, mode, of_dev(g) == OF_CPU));
   of_tensor *gc = NULL, *gx = NULL;
   of_status st = of_dense(g, cd, &gc);
-  if (st == OF_OK) st = of_tensor_new(xshape, ndim, cd, OF_CPU, &gx);
-  if (st == OF_OK) {
+  if (st == OF_OK) st = of_tensor_new(xshape, ndim, cd, of_dev(g), &gx);
+  if (st == OF_OK && of_dev(g) != OF_CPU) {
+    if (gx->numel > 0) st = pad_device(&p, 1, 0, gc, gx);
+    if (st == OF_OK) st = finish(gx, g->dtype, out);
+    gx = NULL;
+  } else if (st == OF_OK) {
     if (gx->numel > 0) {
       if (cd == OF_FLOAT64) pad_bwd_double(&p, of_tensor_data(gc), of_tensor_data(gx));
       else pad_bwd_float(&p, of_tensor_data(gc), of_tensor_data(gx));
@@ -522,7 +604,8 @@ static of_status pad_adjoint_backward(of_node *n, of_tensor **g, of_tensor **gi)
 
 of_status of_impl_pad(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mode mode,
                       double value, of_tensor **out) {
-  OF_CPU_ONLY("pad", x);
+  OF_ROUTE("pad", dev, dops, pad, x);
+  (void)dops;
   const char *op = "pad";
   if (mode < OF_PAD_CONSTANT || mode > OF_PAD_CIRCULAR)
     return of_fail(OF_ERR_ARG, "%s: unknown mode %d", op, (int)mode);
@@ -565,8 +648,11 @@ of_status of_impl_pad(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mod
   OF_CHECK(pad_plan_make(&p, x->shape, x->ndim, pad, npad, mode, false));
   of_tensor *xc = NULL, *y = NULL;
   of_status st = of_dense(x, x->dtype, &xc);
-  if (st == OF_OK) st = of_tensor_new(yshape, x->ndim, x->dtype, OF_CPU, &y);
-  if (st == OF_OK) {
+  if (st == OF_OK) st = of_tensor_new(yshape, x->ndim, x->dtype, dev, &y);
+  if (st == OF_OK && dev != OF_CPU) {
+    if (y->numel > 0) st = pad_device(&p, 0, value, xc, y);
+    if (st == OF_OK) *out = y, y = NULL;
+  } else if (st == OF_OK) {
     uint64_t fill = 0;
     of_store_double(&fill, x->dtype, value);
     if (y->numel > 0) pad_fwd(&p, of_tensor_data(xc), of_tensor_data(y), of_dtype_size(x->dtype),

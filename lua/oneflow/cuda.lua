@@ -154,6 +154,78 @@ local matmul = setmetatable({}, {
     C.of_cuda_set_allow_tf32(v and 1 or 0)
   end,
 })
-M.backends = {cuda = {matmul = matmul, is_built = M.is_built}}
+
+-- flow.backends.cudnn: benchmark (cudnnFind: time every algorithm once per
+-- shape; default false), deterministic (only deterministic algorithms;
+-- default false), allow_tf32 (float32 convolutions may use TF32; default
+-- true, as in PyTorch), enabled (always true: convolutions on CUDA are
+-- cuDNN's), is_available(), version(), why_unavailable().
+local dnn_flags = {benchmark = false, deterministic = false, allow_tf32 = true}
+local cudnn = setmetatable({
+  is_available = function() return M.is_available() and C.of_cudnn_version() > 0 end,
+  version = function() return C.of_cudnn_version() end,
+  why_unavailable = function() return ffi.string(C.of_cudnn_why_unavailable()) end,
+}, {
+  __index = function(_, k)
+    if k == 'enabled' then return true end
+    return dnn_flags[k]
+  end,
+  __newindex = function(_, k, v)
+    if dnn_flags[k] == nil then error('backends.cudnn: unknown setting ' .. tostring(k), 2) end
+    if type(v) ~= 'boolean' then
+      error(('backends.cudnn.%s: expected a boolean, got %s'):format(k, tostring(v)), 2)
+    end
+    dnn_flags[k] = v
+    C.of_cudnn_set_flags(dnn_flags.benchmark and 1 or 0, dnn_flags.deterministic and 1 or 0,
+                         dnn_flags.allow_tf32 and 1 or 0)
+  end,
+})
+M.backends = {cuda = {matmul = matmul, is_built = M.is_built}, cudnn = cudnn}
+
+------------------------------------------------------------------ graphs
+-- flow.cuda.CUDAGraph: records the kernels queued on the current stream
+-- between capture_begin and capture_end (nothing runs then), and replays
+-- them with one launch. Tensors made during the capture are the graph's
+-- static outputs: each replay writes them again at the same addresses;
+-- inputs are fed by copying into tensors made before the capture.
+local CUDAGraph = {}
+CUDAGraph.__index = CUDAGraph
+local graph_t = ffi.typeof('of_cuda_graph*[1]')
+
+function M.CUDAGraph()
+  local out = graph_t()
+  if C.of_cuda_graph_new(out) ~= 0 then raise(2) end
+  return setmetatable({h = ffi.gc(out[0], C.of_cuda_graph_release)}, CUDAGraph)
+end
+
+function CUDAGraph:capture_begin(d)
+  if C.of_cuda_graph_capture_begin(self.h, index_of(d, 'CUDAGraph.capture_begin')) ~= 0 then
+    raise(2)
+  end
+end
+function CUDAGraph:capture_end()
+  if C.of_cuda_graph_capture_end(self.h) ~= 0 then raise(2) end
+end
+--- g:capture(fn[, device]): capture_begin, fn(), capture_end (ended also
+-- when fn fails, whose error is raised). Returns fn's results.
+function CUDAGraph:capture(fn, d)
+  self:capture_begin(d)
+  local res = {n = 0}
+  local function run(...)
+    res = {n = select('#', ...), ...}
+  end
+  local ok, err = pcall(function() run(fn()) end)
+  local ok_end, err_end = pcall(self.capture_end, self)
+  if not ok then error(err, 2) end
+  if not ok_end then error(err_end, 2) end
+  return unpack(res, 1, res.n)
+end
+function CUDAGraph:replay()
+  if C.of_cuda_graph_replay(self.h) ~= 0 then raise(2) end
+end
+M.CUDAGraph_type = CUDAGraph
+--- flow.cuda.graph(g, fn): g:capture(fn), as PyTorch's `with torch.cuda.graph(g)`.
+function M.graph(g, fn, d) return g:capture(fn, d) end
+M.graphs = {CUDAGraph = M.CUDAGraph, graph = M.graph}
 
 return M

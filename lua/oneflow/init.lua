@@ -90,6 +90,13 @@ flow.utils = {data = require 'oneflow.utils.data', progress = require 'oneflow.u
 flow.optim = require 'oneflow.optim'
 flow.cuda = require 'oneflow.cuda'
 flow.backends = flow.cuda.backends
+do
+  local mf = require 'oneflow.memory_format'
+  flow.memory_format = mf.Format
+  for _, k in ipairs({'contiguous_format', 'channels_last', 'channels_last_3d', 'preserve_format'}) do
+    flow[k] = mf[k]
+  end
+end
 flow.nn = require 'oneflow.nn'
 flow.onnx = require 'oneflow.onnx'
 flow.amp = require 'oneflow.amp'

@@ -97,7 +97,15 @@ function methods.stride(t, d)
   return tonumber(C.of_tensor_stride(t.p, cd))
 end
 
-function methods.is_contiguous(t) return C.of_tensor_is_contiguous(t.p) ~= 0 end
+--- t:is_contiguous(), t:is_contiguous{memory_format = flow.channels_last}
+function methods.is_contiguous(t, opts)
+  if opts ~= nil then
+    local mf = require 'oneflow.memory_format'
+    local f = type(opts) == 'table' and not mf.is_format(opts) and opts.memory_format or opts
+    if f ~= nil then return mf.is_contiguous(t, f) end
+  end
+  return C.of_tensor_is_contiguous(t.p) ~= 0
+end
 function methods.storage_offset(t) return tonumber(C.of_tensor_offset(t.p)) end
 function methods.element_size(t) return C.of_dtype_size(C.of_tensor_dtype(t.p)) end
 function methods.is_floating_point(t) return C.of_dtype_is_floating(C.of_tensor_dtype(t.p)) ~= 0 end

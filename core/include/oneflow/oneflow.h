@@ -125,6 +125,21 @@ of_status of_event_record(of_event *e, of_stream *s);   /* s NULL: current */
 of_status of_event_synchronize(of_event *e);
 int32_t of_event_query(of_event *e);
 of_status of_event_elapsed_ms(of_event *start, of_event *end, double *out);
+/* cuDNN, opened by the CUDA library on first use: "" when usable, else why
+ * not (also when CUDA itself is unavailable); version 0 when not usable. */
+const char *of_cudnn_why_unavailable(void);
+int32_t of_cudnn_version(void);
+/* flow.backends.cudnn: benchmark (time every algorithm once per shape),
+ * deterministic algorithms only, TF32 for float32 convolutions (default on) */
+void of_cudnn_set_flags(int32_t benchmark, int32_t deterministic, int32_t allow_tf32);
+/* CUDA graphs: between capture_begin and capture_end the work queued on the
+ * device's current stream is recorded (not run); replay launches it. */
+typedef struct of_cuda_graph of_cuda_graph;
+of_status of_cuda_graph_new(of_cuda_graph **out);
+void of_cuda_graph_release(of_cuda_graph *g);
+of_status of_cuda_graph_capture_begin(of_cuda_graph *g, int32_t index);
+of_status of_cuda_graph_capture_end(of_cuda_graph *g);
+of_status of_cuda_graph_replay(of_cuda_graph *g);
 
 /* ---- tensor handles ---------------------------------------------------- */
 void of_tensor_retain(of_tensor *t);

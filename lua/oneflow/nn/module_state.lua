@@ -4,6 +4,7 @@
 -- nn.Module by oneflow.nn.module.
 local T = require 'oneflow.tensor'
 local autograd = require 'oneflow.autograd'
+local mf = require 'oneflow.memory_format'
 local types = require 'oneflow.types'
 local U = require 'oneflow.nn._util'
 
@@ -129,28 +130,35 @@ local function float_only(convert)
   end
 end
 
--- (a, b) of m:to(...) -> dtype or nil, device or nil
+-- (a, b) of m:to(...) -> dtype or nil, device or nil, memory format or nil
 local function to_args(a, b)
-  local dt, dev
+  local dt, dev, fmt
   for _, v in ipairs({a, b}) do
     if type(v) == 'table' and getmetatable(v) == nil then
-      dt, dev = v.dtype or dt, v.device or dev
+      dt, dev, fmt = v.dtype or dt, v.device or dev, v.memory_format or fmt
+    elseif mf.is_format(v) then
+      fmt = v
     elseif getmetatable(v) == types.DType or (type(v) == 'string' and types.by_name[v]) then
       dt = v
     elseif v ~= nil then
       dev = v
     end
   end
-  return dt, dev
+  return dt, dev, fmt
 end
 
---- m:to(dtype), m:to('cpu'), m:to{dtype =, device =}: floating tensors
--- change dtype, all tensors move.
+--- m:to(dtype), m:to('cpu'), m:to{dtype =, device =, memory_format =}:
+-- floating tensors change dtype, all tensors move; with a channels-last
+-- memory_format the 4-D (5-D) ones, i.e. convolution weights, are laid out
+-- NHWC (NDHWC), as in PyTorch.
 function S:to(a, b)
-  local dt, dev = to_args(a, b)
+  local dt, dev, fmt = to_args(a, b)
   return self:_apply(function(t)
     if dt and t:is_floating_point() then t = t:to(dt) end
     if dev then t = t:to(dev) end
+    if fmt and (fmt.ndim == nil or t:dim() == fmt.ndim) then
+      t = t:contiguous{memory_format = fmt}
+    end
     return t
   end)
 end

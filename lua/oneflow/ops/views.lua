@@ -1,6 +1,7 @@
 -- oneflow.ops.views: views (share storage), copies, dtype conversion and
 -- Torch7-style indexing. Dims and indices are 1-based; -1 is the last.
 local core = require 'oneflow._C'
+local mf = require 'oneflow.memory_format'
 local types = require 'oneflow.types'
 local util = require 'oneflow._util'
 local T = require 'oneflow.tensor'
@@ -67,7 +68,14 @@ def('flatten', function(x, s, e)
   return call1(C.of_flatten, x.p, s and dim(s, 'flatten') or 0, e and dim(e, 'flatten') or -1, out1)
 end)
 
-def('contiguous', function(x) return call1(C.of_contiguous, x.p, out1) end, 'method')
+--- x:contiguous(), x:contiguous{memory_format = flow.channels_last}
+def('contiguous', function(x, opts)
+  if opts ~= nil then
+    local f = type(opts) == 'table' and not mf.is_format(opts) and opts.memory_format or opts
+    if f ~= nil and f ~= mf.contiguous_format then return mf.convert(x, f, 'contiguous') end
+  end
+  return call1(C.of_contiguous, x.p, out1)
+end, 'method')
 def('clone', function(x) return call1(C.of_clone, x.p, out1) end)
 
 ------------------------------------------------------------------ split family
@@ -148,11 +156,13 @@ end
 --- x:to(dtype), x:to('cuda'), x:to(other_tensor), x:to{dtype =, device =,
 -- non_blocking =}, x:to('cuda', 'float16'), x:to('cuda', {non_blocking = true}).
 function methods.to(x, a, b)
-  local dt, dev, nb
+  local dt, dev, nb, fmt
   if T.is_tensor(a) then
     dt, dev = a.dtype, a.device
+  elseif mf.is_format(a) then
+    fmt = a
   elseif type(a) == 'table' and getmetatable(a) == nil then
-    dt, dev, nb = a.dtype, a.device, a.non_blocking
+    dt, dev, nb, fmt = a.dtype, a.device, a.non_blocking, a.memory_format
   elseif getmetatable(a) == types.DType then
     dt = a
   elseif getmetatable(a) == types.Device then
@@ -161,13 +171,21 @@ function methods.to(x, a, b)
     if types.by_name[a] then dt = a else dev = a end
   end
   if getmetatable(b) == types.DType or (type(b) == 'string' and types.by_name[b]) then dt = b end
-  if type(b) == 'table' and getmetatable(b) == nil then nb = b.non_blocking end
+  if type(b) == 'table' and getmetatable(b) == nil then
+    nb = b.non_blocking
+    fmt = b.memory_format or fmt
+  end
   if dev ~= nil then
     local ok, d = pcall(types.device, dev)
     if not ok then error('to: ' .. tostring(d):gsub('^.-device: ', 'device: '), 2) end
     x = to_device(x, d, nb)
   end
-  if dt ~= nil then return to_dtype(x, dt) end
+  if dt ~= nil then x = to_dtype(x, dt) end
+  if fmt ~= nil then
+    local ok, r = pcall(mf.convert, x, fmt, 'to')
+    if not ok then error(r, 2) end
+    x = r
+  end
   return x
 end
 

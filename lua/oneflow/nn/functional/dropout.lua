@@ -21,7 +21,7 @@ end
 
 -- mask of shape `shape` with entries 1 / (1 - p) (kept) or 0, x's dtype
 local function scaled_mask(x, shape, p)
-  local m = flow.empty(shape, {dtype = x.dtype}):bernoulli_(1 - p)
+  local m = flow.empty(shape, {dtype = x.dtype, device = x.device}):bernoulli_(1 - p)
   return m:mul_(1 / (1 - p))
 end
 
@@ -67,7 +67,7 @@ function F.alpha_dropout(x, ...)
   if not a.training or a.p == 0 then return x end
   local p = a.p
   if p == 1 then return x * 0 end
-  local keep = flow.empty(x:size():totable(), {dtype = x.dtype}):bernoulli_(1 - p)
+  local keep = flow.empty(x:size():totable(), {dtype = x.dtype, device = x.device}):bernoulli_(1 - p)
   local scale = 1 / math.sqrt((ALPHA * ALPHA * p + 1) * (1 - p))
   local b = (keep - 1) * (ALPHA * scale) + ALPHA * scale * p
   return x * (keep * scale) + b

@@ -1,0 +1,131 @@
+-- Channels-last memory format on the CPU: flow.channels_last and friends,
+-- x:to{memory_format =}, x:contiguous{memory_format =},
+-- x:is_contiguous{memory_format =}, Module:to{memory_format =}, and ops that
+-- keep the layout (convolution, pooling) with the same values as NCHW.
+local flow = require 'oneflow'
+local H = require 'spec.helpers'
+local F = flow.nn.functional
+local nn = flow.nn
+
+describe('memory formats', function()
+  flow.manual_seed(21)
+
+  it('are named values of flow', function()
+    assert.are.equal('oneflow.channels_last', tostring(flow.channels_last))
+    assert.are.equal('oneflow.contiguous_format', tostring(flow.contiguous_format))
+    assert.are.equal('oneflow.channels_last_3d', tostring(flow.channels_last_3d))
+    assert.are.equal('oneflow.preserve_format', tostring(flow.preserve_format))
+  end)
+
+  it('x:to{memory_format = flow.channels_last} lays out NHWC with the same shape and values',
+     function()
+    local x = flow.randn(2, 3, 4, 5)
+    local y = x:to({memory_format = flow.channels_last})
+    assert.are.same({2, 3, 4, 5}, H.shape(y))
+    assert.are.same({60, 1, 15, 3}, y:stride())
+    assert.is_false(y:is_contiguous())
+    assert.is_true(y:is_contiguous({memory_format = flow.channels_last}))
+    assert.is_true(y:is_contiguous(flow.channels_last))
+    assert.is_false(x:is_contiguous({memory_format = flow.channels_last}))
+    H.close(y, x, 0)
+    -- a second conversion is the same tensor; back to contiguous copies
+    assert.are.equal(y, y:to(flow.channels_last))
+    local z = y:contiguous()
+    assert.is_true(z:is_contiguous())
+    assert.are.same({60, 20, 5, 1}, z:stride())
+    H.close(z, x, 0)
+    local w = x:contiguous({memory_format = flow.channels_last})
+    assert.are.same(y:stride(), w:stride())
+    -- together with dtype and device
+    local h = x:to({dtype = 'float64', memory_format = flow.channels_last})
+    assert.are.equal('float64', h.dtype.name)
+    assert.is_true(h:is_contiguous({memory_format = flow.channels_last}))
+  end)
+
+  it('channels_last_3d for 5-d tensors; size-1 dims do not matter', function()
+    local x = flow.randn(2, 3, 2, 4, 5)
+    local y = x:to({memory_format = flow.channels_last_3d})
+    assert.are.same({120, 1, 60, 15, 3}, y:stride())
+    assert.is_true(y:is_contiguous({memory_format = flow.channels_last_3d}))
+    H.close(y, x, 0)
+    local one = flow.randn(2, 1, 3, 3)   -- one channel: both layouts at once
+    assert.is_true(one:is_contiguous({memory_format = flow.channels_last}))
+  end)
+
+  it('reports wrong ranks and unknown formats clearly', function()
+    H.raises(function() flow.randn(2, 3, 4):to({memory_format = flow.channels_last}) end,
+             'to', 'channels_last needs a 4-d tensor', '[2,3,4]')
+    H.raises(function() flow.randn(2, 3, 4, 5):to({memory_format = flow.channels_last_3d}) end,
+             'channels_last_3d needs a 5-d tensor')
+    H.raises(function() flow.randn(2, 3, 4, 5):contiguous({memory_format = 'nhwc'}) end,
+             'memory_format must be')
+  end)
+
+  it('the conversion is recorded by autograd', function()
+    local x = flow.randn(2, 3, 4, 4):requires_grad_(true)
+    local w = flow.randn(2, 3, 4, 4)
+    ;(x:to({memory_format = flow.channels_last}) * w):sum():backward()
+    H.close(x.grad, w, 0)
+  end)
+
+  it('copies keep the layout', function()
+    local y = flow.randn(2, 3, 4, 5):to({memory_format = flow.channels_last})
+    local c = y:clone()
+    H.close(c, y, 0)
+    assert.are.same(H.shape(y), H.shape(c))
+  end)
+end)
+
+describe('ops on channels-last tensors (CPU)', function()
+  flow.manual_seed(22)
+  local cl = {memory_format = flow.channels_last}
+
+  it('conv2d gives the NCHW values, a channels-last result and the same grads', function()
+    local x, w, b = flow.randn(2, 4, 7, 6), flow.randn(6, 2, 3, 3), flow.randn(6)
+    local ref = F.conv2d(x, w, b, {padding = 1, stride = {2, 1}, groups = 2})
+    local xc = x:to(cl):requires_grad_(true)
+    local y = F.conv2d(xc, w, b, {padding = 1, stride = {2, 1}, groups = 2})
+    assert.is_true(y:is_contiguous(cl))
+    H.close(y, ref, 1e-5)
+    local g = flow.randn(H.shape(y))
+    ;(y * g):sum():backward()
+    local xr = x:clone():requires_grad_(true)
+    ;(F.conv2d(xr, w, b, {padding = 1, stride = {2, 1}, groups = 2}) * g):sum():backward()
+    H.close(xc.grad, xr.grad, 1e-5)
+  end)
+
+  it('conv_transpose2d, pools and batch_norm accept channels-last input', function()
+    local x = flow.randn(2, 4, 6, 6)
+    local xc = x:to(cl)
+    local w = flow.randn(4, 3, 3, 3)
+    H.close(F.conv_transpose2d(xc, w, nil, {stride = 2}), F.conv_transpose2d(x, w, nil,
+            {stride = 2}), 1e-5)
+    local mp = F.max_pool2d(xc, 2)
+    assert.is_true(mp:is_contiguous(cl))
+    H.close(mp, F.max_pool2d(x, 2), 0)
+    local ap = F.avg_pool2d(xc, 3, {stride = 1, padding = 1})
+    assert.is_true(ap:is_contiguous(cl))
+    H.close(ap, F.avg_pool2d(x, 3, {stride = 1, padding = 1}), 1e-6)
+    H.close(F.adaptive_avg_pool2d(xc, {1, 1}), F.adaptive_avg_pool2d(x, {1, 1}), 1e-6)
+    H.close(F.batch_norm(xc, nil, nil, {training = true}),
+            F.batch_norm(x, nil, nil, {training = true}), 1e-5)
+    H.close(F.relu(xc) + 1, F.relu(x) + 1, 0)
+  end)
+
+  it('Module:to{memory_format =} lays out the 4-d parameters NHWC', function()
+    local m = nn.Sequential(nn.Conv2d(3, 8, 3, {padding = 1}), nn.BatchNorm2d(8), nn.ReLU())
+    local x = flow.randn(2, 3, 5, 5)
+    m:eval()
+    local ref = m(x)
+    m:to({memory_format = flow.channels_last})
+    local wt = m[1].weight
+    assert.is_true(wt:is_contiguous(cl))
+    assert.is_true(wt.requires_grad)
+    assert.is_true(m[1].bias:is_contiguous())
+    local y = m(x:to(cl))
+    H.close(y, ref, 1e-5)
+    m:train()
+    m(x:to(cl)):sum():backward()
+    assert.are.same({8, 3, 3, 3}, H.shape(wt.grad))
+  end)
+end)
