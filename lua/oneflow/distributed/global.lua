@@ -82,31 +82,44 @@ local function check_placement(op, P, level)
 end
 
 -- The logical shape from the shards' shapes (shapes[i]: that of the i-th
--- rank of P): split dims add up over the ranks that differ in that axis
--- only (coordinate 0 on the other axes); the other dims must agree.
+-- rank of P): a split dim adds up over the ranks at coordinate 0 on the
+-- axes that do not split it (nested splits of one dim add up too).
+local function coord_at(P, i)
+  if #P.hierarchy == 1 then return {i - 1} end
+  return {math.floor((i - 1) / P.hierarchy[2]), (i - 1) % P.hierarchy[2]}
+end
+
 local function combine_shapes(op, shapes, P, s, level)
   local res = {}
   for i = 1, #shapes[1] do res[i] = shapes[1][i] end
-  local split = {}
+  local by_dim = {}
   for k, v in ipairs(s) do
     if v.kind == 'S' then
-      local d = v.dim
-      split[d] = true
-      local total = 0
-      for c = 0, P.hierarchy[k] - 1 do
-        local idx = #P.hierarchy == 1 and c or (k == 1 and c * P.hierarchy[2] or c)
-        total = total + (shapes[idx + 1][d] or 0)
-      end
-      res[d] = total
+      by_dim[v.dim] = by_dim[v.dim] or {}
+      by_dim[v.dim][k] = true
     end
   end
+  for d, axes in pairs(by_dim) do
+    local total = 0
+    for i, sh in ipairs(shapes) do
+      local c, first = coord_at(P, i), true
+      for k = 1, #P.hierarchy do
+        if not axes[k] and c[k] ~= 0 then first = false end
+      end
+      if first then total = total + (sh[d] or 0) end
+    end
+    res[d] = total
+  end
+  -- every shard must be the one the split gives (boxing relies on it)
   for i, sh in ipairs(shapes) do
-    local ok = #sh == #res
-    for d = 1, #res do if not split[d] and sh[d] ~= res[d] then ok = false end end
+    local want = B.shard(res, P.hierarchy, s, coord_at(P, i))
+    local ok = #sh == #want
+    for d = 1, #want do if sh[d] ~= want[d] then ok = false end end
     if not ok then
-      error(('%s: the shards do not fit together: rank %d has %s, rank %d has %s (only '
-             .. 'split dims may differ)'):format(op, P.ranks[1], shape_str(shapes[1]),
-             P.ranks[i], shape_str(sh)), level + 1)
+      error(('%s: the shards do not fit together: rank %d gives %s, but the logical shape %s '
+             .. 'split as %s gives it %s (only split dims may differ, and the first size %% n '
+             .. 'ranks get one more)'):format(op, P.ranks[i], shape_str(sh), shape_str(res),
+             sbp_str(s), shape_str(want)), level + 1)
     end
   end
   return res
@@ -652,9 +665,10 @@ function M.install()
   installed = true
   for name, rule in pairs(T.sbp_rules) do
     local fm, ff = methods[name], flow_table and flow_table[name]
-    local orig = fm or ff
-    if orig then
-      local function wrapped(...)
+    -- the method and flow.<name> may differ (x:where(c, y) vs
+    -- flow.where(c, x, y)): each wrapper falls back to its own function
+    local function wrap(orig)
+      return function(...)
         local n = select('#', ...)
         for i = 1, n do
           local a = select(i, ...)
@@ -667,10 +681,14 @@ function M.install()
         end
         return orig(...)
       end
-      G[name] = function(...) return dispatch(name, rule, orig, ...) end
-      if fm then methods[name] = wrapped end
-      if ff and T.flow[name] == ff then T.flow[name] = wrapped end
-      if ff then flow_table[name] = wrapped end
+    end
+    local orig = fm or ff
+    if orig then G[name] = function(...) return dispatch(name, rule, orig, ...) end end
+    if fm then methods[name] = wrap(fm) end
+    if ff then
+      local w = wrap(ff)
+      if T.flow[name] == ff then T.flow[name] = w end
+      flow_table[name] = w
     end
   end
   -- nn.functional ops declared with T.sbp_fn
