@@ -148,6 +148,11 @@ end
 -- op (name and sequence number), and local op failures are reported on
 -- every rank, so an op called on some ranks but not others fails with both
 -- names instead of pairing up mismatched collectives.
+-- The name of the global op this rank is in goes with every collective it
+-- makes, so errors and timeout reports say "all_gather (in conv2d)".
+local set_label = require('oneflow._C').C.of_dist_set_label
+M.set_label = set_label
+
 local debug_on = os.getenv('OF_DIST_DEBUG') == '1'
 local debug_seq = 0
 function comm.env.set_debug(on) debug_on = on and true or false end
@@ -244,9 +249,11 @@ end
 --- g:to_global(P2, sbp2): re-placement and re-SBP (differentiable).
 local function global_to_global(g, P2, s2)
   check_placement('to_global', P2, 3)
+  set_label('to_global')
   debug_enter('to_global', 3)
   s2 = check_sbp('to_global', P2, s2, g._shape, 3)
   local loc = box_local(g._local, g._shape, g.placement, g._sbp, P2, s2, g._dtype)
+  set_label(nil)
   return new(loc, g._shape, P2, s2, g._dtype)
 end
 
@@ -258,6 +265,7 @@ end
 local function local_to_global(x, P, s)
   check_placement('to_global', P, 3)
   M.install()
+  set_label('to_global')
   debug_enter('to_global', 3)
   if #P.ranks < comm.env.get_world_size() then
     local meta = gather_meta(x)
@@ -281,7 +289,9 @@ end
 
 function methods.to_global(x, P, s)
   if P == nil and s == nil then error('to_global: expected a placement and an sbp', 2) end
-  return local_to_global(x, P, s)
+  local g = local_to_global(x, P, s)
+  set_label(nil)
+  return g
 end
 
 --- Makes a global tensor from the full logical tensor `full`, the same on
@@ -398,6 +408,7 @@ function G.numpy() error('numpy: not available in Lua; use :totable()', 2) end
 -- tensor, boxed there).
 function G.backward(g, grad, opts)
   if type(grad) == 'table' and not is_global(grad) then opts, grad = grad, nil end
+  set_label('backward')
   debug_enter('backward', 2)
   local list = pending
   pending = {}
@@ -407,7 +418,11 @@ function G.backward(g, grad, opts)
       methods.backward(y, y:detach():zero_(), opts)
     end
   end
-  if not g.placement:has_me() then return run_pending() end
+  if not g.placement:has_me() then
+    run_pending()
+    set_label(nil)
+    return
+  end
   local d = dual_all(g._sbp)
   local seed
   if grad then
@@ -420,6 +435,7 @@ function G.backward(g, grad, opts)
   end
   methods.backward(g._local, seed, opts)
   run_pending()
+  set_label(nil)
 end
 
 GT.__tostring = function(g)
@@ -564,6 +580,7 @@ local function dispatch(name, rule, orig, ...)
   local n = select('#', ...)
   local args = {...}
   local ins, where, roles = collect(name, args, n)
+  set_label(name)
   debug_enter(name, 3)
   local P = ins[1].placement
   for i = 2, #ins do
@@ -649,6 +666,7 @@ local function dispatch(name, rule, orig, ...)
       res[o] = out
     end
   end
+  set_label(nil)
   return unpack(res, 1, #outs)
 end
 M.dispatch = dispatch
