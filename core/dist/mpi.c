@@ -432,12 +432,67 @@ static int m_recv(void *cv, void *buf, int64_t n, of_wire w, int32_t peer, int32
   return wait_req(c, &req, op, timeout);
 }
 
+/* ---- nonblocking all-reduce ---------------------------------------------
+ * Requests complete in any order locally but are started in the same order
+ * on every rank (MPI matches collectives by order). While one is pending
+ * this rank reports itself idle: it is busy elsewhere, not stuck in it. */
+typedef struct mreq {
+  MPI_Request req;
+  mcomm *c;
+  int64_t seq;
+  char op[48];
+} mreq;
+
+static int m_iall_reduce(void *cv, void *buf, int64_t n, of_wire w, int32_t red,
+                         const char *op, void **out) {
+  mcomm *c = cv;
+  *out = NULL;
+  if (begin(c, op) || check_count(op, n)) return 1;
+  mreq *r = calloc(1, sizeof *r);
+  if (!r) return fail("%s: out of memory", op);
+  r->c = c;
+  r->seq = c->seq;
+  snprintf(r->op, sizeof r->op, "%s", op);
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(w), mpi_op(red), c->comm,
+                          &r->req);
+  snprintf(doing, sizeof doing, "idle");
+  if (rc != MPI_SUCCESS) {
+    free(r);
+    return mpi_fail(op, rc);
+  }
+  *out = r;
+  return 0;
+}
+
+static int m_test(void *rv) {
+  mreq *r = rv;
+  int flag = 0;
+  int rc = MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) {
+    mpi_fail(r->op, rc);
+    free(r);
+    return -1;
+  }
+  serve_queries();
+  if (!flag) return 0;
+  free(r);
+  return 1;
+}
+
+static int m_wait(void *rv, double timeout) {
+  mreq *r = rv;
+  snprintf(doing, sizeof doing, "%s #%lld", r->op, (long long)r->seq);
+  int st = wait_req(r->c, &r->req, r->op, timeout);
+  free(r);
+  return st;
+}
+
 static const char *m_error(void) { return errbuf; }
 
 static const of_comm_backend backend = {
   OF_COMM_ABI, "mpi", m_init, m_world, m_rank, m_size, m_local_rank, m_group, m_free,
   m_barrier, m_all_reduce, m_broadcast, m_all_gather, m_reduce_scatter, m_all_to_all,
-  m_send, m_recv, m_error,
+  m_send, m_recv, m_error, m_iall_reduce, m_test, m_wait,
 };
 
 const of_comm_backend *of_comm_backend_mpi(void);
