@@ -25,6 +25,9 @@ local fail = U.fail
 local Module = module.Module
 
 local M = {}
+local PG = require 'oneflow.nn.parallel_global'
+M.to_global, M.linear_sbp = PG.to_global, PG.linear_sbp
+Module.to_global = PG.to_global
 
 local function comm() return require 'oneflow.distributed.comm' end
 local function work() return require 'oneflow.distributed.work' end
