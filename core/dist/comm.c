@@ -77,8 +77,9 @@ static int s_send(void *c, const void *b, int64_t n, of_wire w, int32_t peer, in
   return s_p2p(c, NULL, n, w, peer, tag, op, t);
 }
 static const char *s_error(void) { return self_err; }
-static int s_iall_reduce(void *c, void *b, int64_t n, of_wire w, int32_t r, const char *op,
-                         void **req) {
+static int s_iall_reduce(void *c, const void *in, void *out, int64_t n, of_wire w, int32_t r,
+                         const char *op, void **req) {
+  if (in != out) memmove(out, in, (size_t)(n * wire_size(w)));
   *req = &self_dummy;
   return 0;
 }
@@ -537,8 +538,8 @@ of_status of_comm_iall_reduce(of_comm *c, of_tensor *t, of_comm_op op,
     free(r);
     return st;
   }
-  if (backend->iall_reduce(c->bc, of_ptr(r->buf), r->buf->numel, w, wire_red(t->dtype, op),
-                           name, &r->breq) != 0) {
+  if (backend->iall_reduce(c->bc, of_ptr(r->buf), of_ptr(r->buf), r->buf->numel, w,
+                           wire_red(t->dtype, op), name, &r->breq) != 0) {
     of_tensor_release(r->buf);
     free(r);
     return bfail(name);
@@ -570,4 +571,43 @@ of_status of_comm_wait(of_comm_request *r) {
     return bfail("wait");
   }
   return finish_request(r);
+}
+
+/* Out of place: the reduction goes into a new tensor; x is left as it was.
+ * (A reduce-scatter into the result then an in-place all-gather, which
+ * would skip MPI's copy of x, measured 2-4x slower with Open MPI 4.1's
+ * nonblocking collectives.) */
+of_status of_comm_all_reduce_to(of_comm *c, of_tensor *x, of_comm_op r, of_tensor **out) {
+  const char *op = "all_reduce";
+  *out = NULL;
+  OF_CHECK(of_dist_init());
+  OF_CHECK(check_tensor(op, x));
+  OF_CHECK(check_op(op, r));
+  of_wire w = OF_WIRE_U8;
+  of_dtype as;
+  OF_CHECK(wire_of(op, x->dtype, 1, &w, &as));
+  of_tensor *in = NULL, *res = NULL;
+  OF_CHECK(of_dense(x, as, &in));
+  of_status st = of_tensor_new(x->shape, x->ndim, as, OF_CPU, &res);
+  void *req = NULL;
+  if (st == OF_OK && backend->iall_reduce(c->bc, of_ptr(in), of_ptr(res), in->numel, w,
+                                          wire_red(x->dtype, r), op, &req) != 0)
+    st = bfail(op);
+  if (st == OF_OK && backend->wait(req, of_dist_get_timeout()) != 0) {
+    /* a late peer could still write these buffers: keep them */
+    return bfail(op);
+  }
+  of_tensor_release(in);
+  if (st == OF_OK && as != x->dtype) {
+    of_tensor *back;
+    st = of_cast_data(res, x->dtype, &back);
+    of_tensor_release(res);
+    res = st == OF_OK ? back : NULL;
+  }
+  if (st != OF_OK) {
+    if (res) of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return OF_OK;
 }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sched.h>
 
 enum { TAG_QUERY = 1, TAG_ANSWER = 2, ANSWER_LEN = 160 };
 
@@ -174,8 +175,13 @@ static int wait_req(mcomm *c, MPI_Request *req, const char *op, double timeout) 
                   op, timeout, world_rank, (long long)c->seq, c->size,
                   who[0] ? who : "every rank answered");
     }
-    /* short spins first (latency), then back off to spare shared cores */
-    if (spins > 200) {
+    /* Open MPI progresses a nonblocking collective only inside MPI calls:
+     * keep testing (yielding the core to peers) for a while, so a large
+     * message is not slowed by naps between its steps; then back off to
+     * spare shared cores while a peer is late. */
+    if (now() - t0 < 0.05) {
+      if (spins % 16 == 15) sched_yield();
+    } else {
       nap = nap ? (nap * 2 > 1000000 ? 1000000 : nap * 2) : 20000;
       pause_for(nap);
     }
@@ -237,6 +243,11 @@ static int m_init(void) {
   int already = 0, provided = 0;
   MPI_Initialized(&already);
   if (!already) {
+    /* Open MPI's default schedule for MPI_Iallreduce (libnbc) runs several
+     * times slower than the blocking MPI_Allreduce on large messages;
+     * Rabenseifner's (reduce-scatter + all-gather) matches it (see
+     * doc/benchmarks.md, Distribution). The user's setting wins. */
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
     int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) return mpi_fail("MPI_Init_thread", rc);
     atexit(at_exit);
@@ -443,8 +454,8 @@ typedef struct mreq {
   char op[48];
 } mreq;
 
-static int m_iall_reduce(void *cv, void *buf, int64_t n, of_wire w, int32_t red,
-                         const char *op, void **out) {
+static int m_iall_reduce(void *cv, const void *in, void *buf, int64_t n, of_wire w,
+                         int32_t red, const char *op, void **out) {
   mcomm *c = cv;
   *out = NULL;
   if (begin(c, op) || check_count(op, n)) return 1;
@@ -453,8 +464,8 @@ static int m_iall_reduce(void *cv, void *buf, int64_t n, of_wire w, int32_t red,
   r->c = c;
   r->seq = c->seq;
   snprintf(r->op, sizeof r->op, "%s", op);
-  int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(w), mpi_op(red), c->comm,
-                          &r->req);
+  int rc = MPI_Iallreduce(in == buf ? MPI_IN_PLACE : in, buf, (int)n, mpi_type(w),
+                          mpi_op(red), c->comm, &r->req);
   snprintf(doing, sizeof doing, "idle");
   if (rc != MPI_SUCCESS) {
     free(r);

@@ -433,6 +433,8 @@ int32_t of_comm_rank(const of_comm *c);
 int32_t of_comm_size(const of_comm *c);
 of_status of_comm_barrier(of_comm *c);
 of_status of_comm_all_reduce(of_comm *c, of_tensor *t, of_comm_op op);       /* in place */
+/* Into a new tensor of x's shape and dtype; x unchanged. */
+of_status of_comm_all_reduce_to(of_comm *c, of_tensor *x, of_comm_op op, of_tensor **out);
 of_status of_comm_broadcast(of_comm *c, of_tensor *t, int32_t root);         /* in place */
 /* counts[size]: elements each rank gives (NULL: all numel(x)) -> [sum]. */
 of_status of_comm_all_gather(of_comm *c, of_tensor *x, const int64_t *counts,

@@ -133,6 +133,14 @@ function M.all_reduce(t, opts)
   return t
 end
 
+--- Like all_reduce but into a new tensor (t unchanged): no copy of t first.
+function M.all_reduced(t, opts)
+  check_tensor(t, 'all_reduce')
+  local g = group_of(opts)
+  return T.call1(C.of_comm_all_reduce_to, g.ptr, t.p, red_op(opts and opts.op, 'all_reduce'),
+                 out1)
+end
+
 --- In place: every rank gets root's t (root is a rank of the group).
 function M.broadcast(t, root, opts)
   check_tensor(t, 'broadcast')
