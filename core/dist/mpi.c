@@ -198,6 +198,34 @@ static int begin(mcomm *c, const char *op) {
   return 0;
 }
 
+/* Open MPI's MPI_Iallreduce (libnbc) uses a binomial tree for every
+ * in-place call on fewer than 4 processes: several times slower than the
+ * blocking MPI_Allreduce on large messages. Rabenseifner's schedule
+ * (reduce-scatter + all-gather) matches it (doc/benchmarks.md,
+ * Distribution), so large all-reduces switch to it through the MPI tool
+ * interface; small ones keep the default. Every rank reduces the same size,
+ * so all pick the same schedule. $OMPI_MCA_coll_libnbc_iallreduce_algorithm
+ * set by the user wins. */
+enum { LARGE_ALLREDUCE = 64 * 1024 };
+static MPI_T_cvar_handle ared_cvar;
+static int ared_ok, ared_now;
+
+static void ared_init(void) {
+  if (getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm")) return;
+  int prov = 0, idx = -1, count = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SERIALIZED, &prov) != MPI_SUCCESS) return;
+  if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &idx) != MPI_SUCCESS) return;
+  if (MPI_T_cvar_handle_alloc(idx, NULL, &ared_cvar, &count) != MPI_SUCCESS) return;
+  ared_ok = 1;
+}
+
+static void ared_pick(int64_t n, of_wire w) {
+  static const int64_t sz[] = {1, 1, 4, 8, 4, 8, 2};
+  int want = n * sz[w] >= LARGE_ALLREDUCE ? 3 : 0;
+  if (!ared_ok || want == ared_now) return;
+  if (MPI_T_cvar_write(ared_cvar, &want) == MPI_SUCCESS) ared_now = want;
+}
+
 static int check_count(const char *op, int64_t n) {
   if (n < 0 || n > INT_MAX)
     return fail("%s: %lld elements in one message; MPI counts stop at %d", op, (long long)n,
@@ -243,11 +271,6 @@ static int m_init(void) {
   int already = 0, provided = 0;
   MPI_Initialized(&already);
   if (!already) {
-    /* Open MPI's default schedule for MPI_Iallreduce (libnbc) runs several
-     * times slower than the blocking MPI_Allreduce on large messages;
-     * Rabenseifner's (reduce-scatter + all-gather) matches it (see
-     * doc/benchmarks.md, Distribution). The user's setting wins. */
-    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
     int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) return mpi_fail("MPI_Init_thread", rc);
     atexit(at_exit);
@@ -261,6 +284,7 @@ static int m_init(void) {
   world_comm.size = size;
   if (fill_world_ranks(&world_comm)) return 1;
   MPI_Comm_dup(MPI_COMM_WORLD, &ctl);
+  ared_init();
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node);
   int nr = 0;
@@ -336,6 +360,7 @@ static int m_all_reduce(void *cv, void *buf, int64_t n, of_wire w, int32_t red,
   mcomm *c = cv;
   if (begin(c, op) || check_count(op, n)) return 1;
   MPI_Request req;
+  ared_pick(n, w);
   int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(w), mpi_op(red), c->comm, &req);
   if (rc != MPI_SUCCESS) return mpi_fail(op, rc);
   return wait_req(c, &req, op, timeout);
@@ -464,6 +489,7 @@ static int m_iall_reduce(void *cv, const void *in, void *buf, int64_t n, of_wire
   r->c = c;
   r->seq = c->seq;
   snprintf(r->op, sizeof r->op, "%s", op);
+  ared_pick(n, w);
   int rc = MPI_Iallreduce(in == buf ? MPI_IN_PLACE : in, buf, (int)n, mpi_type(w),
                           mpi_op(red), c->comm, &r->req);
   snprintf(doing, sizeof doing, "idle");

@@ -480,23 +480,28 @@ function M.install()
     local fm, ff = methods[name], flow_table and flow_table[name]
     local orig = fm or ff
     if orig then
-      local function wrapped(...)
-        local n = select('#', ...)
-        for i = 1, n do
-          local a = select(i, ...)
-          if type(a) == 'table' then
-            if getmetatable(a) == GT then return dispatch(name, rule, orig, ...) end
-            if getmetatable(a) == nil and is_global(a[1]) then
-              return dispatch(name, rule, orig, ...)
+      -- one wrapper per original: a method that calls flow.<name> (where)
+      -- must not end up calling itself
+      local function wrap(local_fn)
+        return function(...)
+          local n = select('#', ...)
+          for i = 1, n do
+            local a = select(i, ...)
+            if type(a) == 'table' then
+              if getmetatable(a) == GT then return dispatch(name, rule, orig, ...) end
+              if getmetatable(a) == nil and is_global(a[1]) then
+                return dispatch(name, rule, orig, ...)
+              end
             end
           end
+          return local_fn(...)
         end
-        return orig(...)
       end
       G[name] = function(...) return dispatch(name, rule, orig, ...) end
-      if fm then methods[name] = wrapped end
-      if ff and T.flow[name] == ff then T.flow[name] = wrapped end
-      if ff then flow_table[name] = wrapped end
+      if fm then methods[name] = wrap(fm) end
+      local wf = ff and wrap(ff)
+      if ff and T.flow[name] == ff then T.flow[name] = wf end
+      if ff then flow_table[name] = wf end
     end
   end
   local function op(name)
