@@ -73,7 +73,7 @@ end
 
 local function timed(fn, n)
   local times = {}
-  for i = 0, n do
+  for i = 0, n + 2 do
     -- steady state as in a training loop: results of earlier runs are
     -- collected, so their blocks are back in the allocator's cache
     collectgarbage()
@@ -84,7 +84,7 @@ local function timed(fn, n)
     -- the slowest rank decides: reduce the time with max
     local m = flow.tensor({dt}, {dtype = 'float64'})
     flow.comm.all_reduce(m, {op = 'max'})
-    if i > 0 then times[#times + 1] = m[1]:item() end   -- run 0 warms up
+    if i > 2 then times[#times + 1] = m[1]:item() end   -- runs 0-2 warm up (and the JIT)
   end
   return median(times)
 end
@@ -132,6 +132,15 @@ end
 out('')
 out(('Largest boxing overhead over the same out-of-place MPI_Allreduce for messages >= 1 MiB: '
      .. '%+.0f%% (target <= 10%%).'):format(worst_big))
+out('')
+out('Notes: flow.comm.all_reduce runs MPI_Iallreduce (polled, so a missing peer times out); '
+    .. 'messages of 64 KiB and up switch Open MPI\'s libnbc to Rabenseifner\'s schedule, without '
+    .. 'which it was 5-8x slower than MPI_Allreduce at 1-16 MiB. The P->B boxing must leave '
+    .. 'the partial tensor as it was, so it reduces into a new tensor (out of place, compared '
+    .. 'with MPI_Allreduce t -> out); at 1-4 MiB it still trails that by 50-300%: the first '
+    .. 'collective after each barrier into a freshly handed-out block varies by 0.3-3 ms from '
+    .. 'run to run on this shared 2-core host, so those rows are noisy. The machine is shared '
+    .. 'with other jobs: figures vary between runs.')
 
 ------------------------------------------------------------------ LeNet
 local LeNet = nn.Module:subclass('LeNet')
@@ -203,7 +212,8 @@ if write_doc and rank == 0 then
                   .. world .. ' luajit bench/dist.lua`\n\n' .. text .. '\n'
   local s, e = doc:find('## Distribution\n.-\n(## )', 1)
   if s then doc = doc:sub(1, s - 1) .. section .. '\n' .. doc:sub(e - 2)
-  elseif doc:find('## Distribution', 1, true) then doc = doc:gsub('## Distribution\n.*$', section)
+  elseif doc:find('## Distribution', 1, true) then
+    doc = doc:gsub('## Distribution\n.*$', function() return section end)
   else doc = doc .. '\n' .. section end
   local tmp = path .. '.tmp'
   local o = assert(io.open(tmp, 'w'))
