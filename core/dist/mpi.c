@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sched.h>
 
 enum { TAG_QUERY = 1, TAG_ANSWER = 2, ANSWER_LEN = 160 };
 
@@ -158,7 +159,19 @@ static int wait_req(mcomm *c, MPI_Request *req, const char *op, double timeout) 
   for (int spins = 0;; spins++) {
     int flag = 0;
     int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return mpi_fail(op, rc);
+    if (rc != MPI_SUCCESS) {
+      /* Mismatched collectives often surface as an MPI error (truncation)
+       * rather than a hang: say what the other ranks are doing too. */
+      char s[MPI_MAX_ERROR_STRING], who[1600];
+      int len = 0;
+      MPI_Error_string(rc, s, &len);
+      diagnose(c, who, sizeof who);
+      c->broken = 1;
+      finalize_ok = 0;
+      return fail("%s: MPI error on rank %d (operation #%lld on a group of %d): %s; %s",
+                  op, world_rank, (long long)c->seq, c->size, s,
+                  who[0] ? who : "every rank answered");
+    }
     if (flag) {
       snprintf(doing, sizeof doing, "idle");
       return 0;
@@ -174,8 +187,13 @@ static int wait_req(mcomm *c, MPI_Request *req, const char *op, double timeout) 
                   op, timeout, world_rank, (long long)c->seq, c->size,
                   who[0] ? who : "every rank answered");
     }
-    /* short spins first (latency), then back off to spare shared cores */
-    if (spins > 200) {
+    /* Open MPI progresses a nonblocking collective only inside MPI calls:
+     * keep testing (yielding the core to peers) for a while, so a large
+     * message is not slowed by naps between its steps; then back off to
+     * spare shared cores while a peer is late. */
+    if (now() - t0 < 0.05) {
+      if (spins % 16 == 15) sched_yield();
+    } else {
       nap = nap ? (nap * 2 > 1000000 ? 1000000 : nap * 2) : 20000;
       pause_for(nap);
     }
@@ -190,6 +208,34 @@ static int begin(mcomm *c, const char *op) {
   c->seq++;
   snprintf(doing, sizeof doing, "%s #%lld", op, (long long)c->seq);
   return 0;
+}
+
+/* Open MPI's MPI_Iallreduce (libnbc) uses a binomial tree for every
+ * in-place call on fewer than 4 processes: several times slower than the
+ * blocking MPI_Allreduce on large messages. Rabenseifner's schedule
+ * (reduce-scatter + all-gather) matches it (doc/benchmarks.md,
+ * Distribution), so large all-reduces switch to it through the MPI tool
+ * interface; small ones keep the default. Every rank reduces the same size,
+ * so all pick the same schedule. $OMPI_MCA_coll_libnbc_iallreduce_algorithm
+ * set by the user wins. */
+enum { LARGE_ALLREDUCE = 64 * 1024 };
+static MPI_T_cvar_handle ared_cvar;
+static int ared_ok, ared_now;
+
+static void ared_init(void) {
+  if (getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm")) return;
+  int prov = 0, idx = -1, count = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SERIALIZED, &prov) != MPI_SUCCESS) return;
+  if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &idx) != MPI_SUCCESS) return;
+  if (MPI_T_cvar_handle_alloc(idx, NULL, &ared_cvar, &count) != MPI_SUCCESS) return;
+  ared_ok = 1;
+}
+
+static void ared_pick(int64_t n, of_wire w) {
+  static const int64_t sz[] = {1, 1, 4, 8, 4, 8, 2};
+  int want = n * sz[w] >= LARGE_ALLREDUCE ? 3 : 0;
+  if (!ared_ok || want == ared_now) return;
+  if (MPI_T_cvar_write(ared_cvar, &want) == MPI_SUCCESS) ared_now = want;
 }
 
 static int check_count(const char *op, int64_t n) {
@@ -250,6 +296,7 @@ static int m_init(void) {
   world_comm.size = size;
   if (fill_world_ranks(&world_comm)) return 1;
   MPI_Comm_dup(MPI_COMM_WORLD, &ctl);
+  ared_init();
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node);
   int nr = 0;
@@ -325,6 +372,7 @@ static int m_all_reduce(void *cv, void *buf, int64_t n, of_wire w, int32_t red,
   mcomm *c = cv;
   if (begin(c, op) || check_count(op, n)) return 1;
   MPI_Request req;
+  ared_pick(n, w);
   int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(w), mpi_op(red), c->comm, &req);
   if (rc != MPI_SUCCESS) return mpi_fail(op, rc);
   return wait_req(c, &req, op, timeout);
@@ -432,12 +480,68 @@ static int m_recv(void *cv, void *buf, int64_t n, of_wire w, int32_t peer, int32
   return wait_req(c, &req, op, timeout);
 }
 
+/* ---- nonblocking all-reduce ---------------------------------------------
+ * Requests complete in any order locally but are started in the same order
+ * on every rank (MPI matches collectives by order). While one is pending
+ * this rank reports itself idle: it is busy elsewhere, not stuck in it. */
+typedef struct mreq {
+  MPI_Request req;
+  mcomm *c;
+  int64_t seq;
+  char op[48];
+} mreq;
+
+static int m_iall_reduce(void *cv, const void *in, void *buf, int64_t n, of_wire w,
+                         int32_t red, const char *op, void **out) {
+  mcomm *c = cv;
+  *out = NULL;
+  if (begin(c, op) || check_count(op, n)) return 1;
+  mreq *r = calloc(1, sizeof *r);
+  if (!r) return fail("%s: out of memory", op);
+  r->c = c;
+  r->seq = c->seq;
+  snprintf(r->op, sizeof r->op, "%s", op);
+  ared_pick(n, w);
+  int rc = MPI_Iallreduce(in == buf ? MPI_IN_PLACE : in, buf, (int)n, mpi_type(w),
+                          mpi_op(red), c->comm, &r->req);
+  snprintf(doing, sizeof doing, "idle");
+  if (rc != MPI_SUCCESS) {
+    free(r);
+    return mpi_fail(op, rc);
+  }
+  *out = r;
+  return 0;
+}
+
+static int m_test(void *rv) {
+  mreq *r = rv;
+  int flag = 0;
+  int rc = MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) {
+    mpi_fail(r->op, rc);
+    free(r);
+    return -1;
+  }
+  serve_queries();
+  if (!flag) return 0;
+  free(r);
+  return 1;
+}
+
+static int m_wait(void *rv, double timeout) {
+  mreq *r = rv;
+  snprintf(doing, sizeof doing, "%s #%lld", r->op, (long long)r->seq);
+  int st = wait_req(r->c, &r->req, r->op, timeout);
+  free(r);
+  return st;
+}
+
 static const char *m_error(void) { return errbuf; }
 
 static const of_comm_backend backend = {
   OF_COMM_ABI, "mpi", m_init, m_world, m_rank, m_size, m_local_rank, m_group, m_free,
   m_barrier, m_all_reduce, m_broadcast, m_all_gather, m_reduce_scatter, m_all_to_all,
-  m_send, m_recv, m_error,
+  m_send, m_recv, m_error, m_iall_reduce, m_test, m_wait,
 };
 
 const of_comm_backend *of_comm_backend_mpi(void);
