@@ -77,6 +77,7 @@ int32_t of_tensor_requires_grad(const of_tensor *t) { return t->requires_grad; }
 int32_t of_tensor_is_leaf(const of_tensor *t) { return t->grad_fn == NULL; }
 of_tensor *of_tensor_grad(const of_tensor *t) { return t->grad; }
 of_node *of_tensor_grad_fn(const of_tensor *t) { return t->grad_fn; }
+of_node *of_tensor_grad_accumulator(const of_tensor *t) { return t->grad_acc; }
 
 of_status of_tensor_set_requires_grad(of_tensor *t, int32_t on) {
   if (t->grad_fn && !on)

@@ -15,7 +15,7 @@
 #define ONEFLOW_DIST_BACKEND_H
 #include <stdint.h>
 
-enum { OF_COMM_ABI = 1 };
+enum { OF_COMM_ABI = 2 };
 
 /* What travels on the wire; the core converts float16/bfloat16/bool. */
 typedef enum {
@@ -54,6 +54,15 @@ typedef struct of_comm_backend {
   int (*recv)(void *c, void *buf, int64_t n, of_wire w, int32_t peer, int32_t tag,
               const char *op, double timeout);
   const char *(*error)(void);
+  /* Nonblocking all-reduce of n elements from in into out (in == out: in
+   * place): *req is the backend's handle, ended by exactly one of wait
+   * (which frees it on success or failure) or a test that reports
+   * completion. test: 1 done (req freed), 0 pending, -1 error (req freed).
+   * wait gives up after `timeout` like the blocking calls. */
+  int (*iall_reduce)(void *c, const void *in, void *out, int64_t n, of_wire w, int32_t red,
+                     const char *op, void **req);
+  int (*test)(void *req);
+  int (*wait)(void *req, double timeout);
 } of_comm_backend;
 
 /* The symbol liboneflow_mpi.so exports. */

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sched.h>
 
 enum { TAG_QUERY = 1, TAG_ANSWER = 2, ANSWER_LEN = 160 };
 
@@ -174,8 +175,13 @@ static int wait_req(mcomm *c, MPI_Request *req, const char *op, double timeout) 
                   op, timeout, world_rank, (long long)c->seq, c->size,
                   who[0] ? who : "every rank answered");
     }
-    /* short spins first (latency), then back off to spare shared cores */
-    if (spins > 200) {
+    /* Open MPI progresses a nonblocking collective only inside MPI calls:
+     * keep testing (yielding the core to peers) for a while, so a large
+     * message is not slowed by naps between its steps; then back off to
+     * spare shared cores while a peer is late. */
+    if (now() - t0 < 0.05) {
+      if (spins % 16 == 15) sched_yield();
+    } else {
       nap = nap ? (nap * 2 > 1000000 ? 1000000 : nap * 2) : 20000;
       pause_for(nap);
     }
@@ -237,6 +243,11 @@ static int m_init(void) {
   int already = 0, provided = 0;
   MPI_Initialized(&already);
   if (!already) {
+    /* Open MPI's default schedule for MPI_Iallreduce (libnbc) runs several
+     * times slower than the blocking MPI_Allreduce on large messages;
+     * Rabenseifner's (reduce-scatter + all-gather) matches it (see
+     * doc/benchmarks.md, Distribution). The user's setting wins. */
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
     int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) return mpi_fail("MPI_Init_thread", rc);
     atexit(at_exit);
@@ -432,12 +443,67 @@ static int m_recv(void *cv, void *buf, int64_t n, of_wire w, int32_t peer, int32
   return wait_req(c, &req, op, timeout);
 }
 
+/* ---- nonblocking all-reduce ---------------------------------------------
+ * Requests complete in any order locally but are started in the same order
+ * on every rank (MPI matches collectives by order). While one is pending
+ * this rank reports itself idle: it is busy elsewhere, not stuck in it. */
+typedef struct mreq {
+  MPI_Request req;
+  mcomm *c;
+  int64_t seq;
+  char op[48];
+} mreq;
+
+static int m_iall_reduce(void *cv, const void *in, void *buf, int64_t n, of_wire w,
+                         int32_t red, const char *op, void **out) {
+  mcomm *c = cv;
+  *out = NULL;
+  if (begin(c, op) || check_count(op, n)) return 1;
+  mreq *r = calloc(1, sizeof *r);
+  if (!r) return fail("%s: out of memory", op);
+  r->c = c;
+  r->seq = c->seq;
+  snprintf(r->op, sizeof r->op, "%s", op);
+  int rc = MPI_Iallreduce(in == buf ? MPI_IN_PLACE : in, buf, (int)n, mpi_type(w),
+                          mpi_op(red), c->comm, &r->req);
+  snprintf(doing, sizeof doing, "idle");
+  if (rc != MPI_SUCCESS) {
+    free(r);
+    return mpi_fail(op, rc);
+  }
+  *out = r;
+  return 0;
+}
+
+static int m_test(void *rv) {
+  mreq *r = rv;
+  int flag = 0;
+  int rc = MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) {
+    mpi_fail(r->op, rc);
+    free(r);
+    return -1;
+  }
+  serve_queries();
+  if (!flag) return 0;
+  free(r);
+  return 1;
+}
+
+static int m_wait(void *rv, double timeout) {
+  mreq *r = rv;
+  snprintf(doing, sizeof doing, "%s #%lld", r->op, (long long)r->seq);
+  int st = wait_req(r->c, &r->req, r->op, timeout);
+  free(r);
+  return st;
+}
+
 static const char *m_error(void) { return errbuf; }
 
 static const of_comm_backend backend = {
   OF_COMM_ABI, "mpi", m_init, m_world, m_rank, m_size, m_local_rank, m_group, m_free,
   m_barrier, m_all_reduce, m_broadcast, m_all_gather, m_reduce_scatter, m_all_to_all,
-  m_send, m_recv, m_error,
+  m_send, m_recv, m_error, m_iall_reduce, m_test, m_wait,
 };
 
 const of_comm_backend *of_comm_backend_mpi(void);

@@ -330,6 +330,8 @@ int32_t of_tensor_is_leaf(const of_tensor *t);
 of_tensor *of_tensor_grad(const of_tensor *t);       /* borrowed; NULL if none */
 of_status of_tensor_set_grad(of_tensor *t, of_tensor *g);   /* g NULL clears */
 of_node *of_tensor_grad_fn(const of_tensor *t);      /* borrowed; NULL for leaves */
+/* A leaf's grad accumulator while some graph uses it (borrowed; else NULL). */
+of_node *of_tensor_grad_accumulator(const of_tensor *t);
 const char *of_node_name(const of_node *n);
 int32_t of_node_num_next(const of_node *n);
 of_node *of_node_next(const of_node *n, int32_t i);  /* NULL: input needs no grad */
@@ -480,6 +482,8 @@ int32_t of_comm_rank(const of_comm *c);
 int32_t of_comm_size(const of_comm *c);
 of_status of_comm_barrier(of_comm *c);
 of_status of_comm_all_reduce(of_comm *c, of_tensor *t, of_comm_op op);       /* in place */
+/* Into a new tensor of x's shape and dtype; x unchanged. */
+of_status of_comm_all_reduce_to(of_comm *c, of_tensor *x, of_comm_op op, of_tensor **out);
 of_status of_comm_broadcast(of_comm *c, of_tensor *t, int32_t root);         /* in place */
 /* counts[size]: elements each rank gives (NULL: all numel(x)) -> [sum]. */
 of_status of_comm_all_gather(of_comm *c, of_tensor *x, const int64_t *counts,
@@ -493,6 +497,15 @@ of_status of_comm_all_to_all(of_comm *c, of_tensor *x, const int64_t *send_count
                              const int64_t *recv_counts, of_tensor **out);
 of_status of_comm_send(of_comm *c, of_tensor *x, int32_t dst, int32_t tag);
 of_status of_comm_recv(of_comm *c, of_tensor *into, int32_t src, int32_t tag);
+/* Nonblocking in-place all-reduce: returns at once; t holds the result once
+ * of_comm_wait returns or of_comm_test sets *done (either frees the request;
+ * every request must end in one of them). Ranks start requests in the same
+ * order. Leave t alone meanwhile. */
+typedef struct of_comm_request of_comm_request;
+of_status of_comm_iall_reduce(of_comm *c, of_tensor *t, of_comm_op op,
+                              of_comm_request **out);
+of_status of_comm_test(of_comm_request *r, int32_t *done);
+of_status of_comm_wait(of_comm_request *r);
 
 
 /* ---- image IO (core/io/image.c) -----------------------------------------

@@ -82,7 +82,7 @@ local function step(x, lshape, from, to, g, i)
   if from == to then return x end
   if to.kind == 'B' then
     if from.kind == 'S' then return to_b_from_s(x, lshape, norm_dim(from.dim, #lshape), g) end
-    return comm.all_reduce(x:clone(), {group = g})   -- P -> B
+    return comm.all_reduced(x, {group = g})   -- P -> B
   end
   if to.kind == 'S' then
     local d = norm_dim(to.dim, #lshape)

@@ -120,13 +120,25 @@ end
 ------------------------------------------------------------------ collectives
 --- In place: every rank ends with the sum (max, min) of everyone's t.
 -- flow.comm.all_reduce(t[, {op = 'sum', group =}]) -> t
+-- With {async_op = true} it returns a Work at once (oneflow.distributed.work).
 function M.all_reduce(t, opts)
   check_tensor(t, 'all_reduce')
   local g = group_of(opts)
+  if opts and opts.async_op then
+    return require('oneflow.distributed.work').all_reduce(g, t, red_op(opts.op, 'all_reduce'))
+  end
   if C.of_comm_all_reduce(g.ptr, t.p, red_op(opts and opts.op, 'all_reduce')) ~= 0 then
     raise(2)
   end
   return t
+end
+
+--- Like all_reduce but into a new tensor (t unchanged): no copy of t first.
+function M.all_reduced(t, opts)
+  check_tensor(t, 'all_reduce')
+  local g = group_of(opts)
+  return T.call1(C.of_comm_all_reduce_to, g.ptr, t.p, red_op(opts and opts.op, 'all_reduce'),
+                 out1)
 end
 
 --- In place: every rank gets root's t (root is a rank of the group).

@@ -10,4 +10,6 @@ M.get_local_rank, M.barrier = comm.env.get_local_rank, comm.env.barrier
 M.new_group = comm.new_group
 local PL = require 'oneflow.distributed.placement'
 M.placement, M.sbp = PL.placement, PL.sbp
+local CK = require 'oneflow.distributed.checkpoint'
+M.save, M.load = CK.save, CK.load
 return M

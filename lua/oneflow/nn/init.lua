@@ -21,5 +21,6 @@ nn.functional = require 'oneflow.nn.functional'
 nn.init = require 'oneflow.nn.initialization'
 nn.utils = require 'oneflow.nn.utils'
 nn.Graph = require 'oneflow.nn.graph'
+nn.parallel = require 'oneflow.nn.parallel'
 
 return nn

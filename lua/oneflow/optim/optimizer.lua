@@ -42,7 +42,8 @@ local function to_groups(name, params)
     fail(('%s: params must be an array of tensors or parameter groups, got a table with non-array keys')
          :format(name))
   end
-  if #params > 0 and not is_tensor(params[1]) and type(params[1]) == 'table' then return params end
+  if #params > 0 and not is_tensor(params[1]) and type(params[1]) == 'table'
+     and not params[1].is_global then return params end
   return {{params = params}}
 end
 
@@ -84,6 +85,11 @@ function Optimizer:add_param_group(group)
   local list, seen = {}, {}
   for i = 1, #params do
     local p = params[i]
+    if type(p) == 'table' and p.is_global then
+      -- a global parameter: the optimizer updates this rank's shard
+      -- (oneflow.optim._global boxes the gradient to the shard's sbp)
+      p = require('oneflow.optim._global').adopt(self, p)
+    end
     if not is_tensor(p) then
       fail(('%s: optimizer can only optimize tensors, but params[%d] is a %s'):format(name, i, type(p)))
     end
@@ -155,7 +161,10 @@ function Optimizer:step(closure)
 end
 
 function Optimizer:_update()
+  local globals = self._globals
+  local saved = globals and require('oneflow.optim._global').box_grads(globals)
   for _, group in ipairs(self.param_groups) do self:_step_group(group) end
+  if saved then require('oneflow.optim._global').restore_grads(globals, saved) end
 end
 
 function Optimizer:_step_group()

@@ -941,6 +941,8 @@ function DataLoader:shutdown()
   for state in pairs(self._iters) do shutdown(state, true) end
 end
 
+M.DistributedSampler = require('oneflow.utils.data_distributed')(M)
+
 M._live_worker_fds = function()
   local n = 0
   for _ in pairs(parent_fds) do n = n + 1 end

@@ -1,0 +1,213 @@
+-- bench/dist.lua -- distribution overheads, all measured in one mpirun job:
+--   * all-reduce (sum, float32, in place) for 4 KiB .. 64 MiB: raw
+--     MPI_Allreduce called through the FFI on the tensor's own buffer,
+--     flow.comm.all_reduce on the same tensor, and the global-tensor boxing
+--     partial_sum -> broadcast (g:to_global(P, B) of a P tensor over the
+--     same local tensor; the result is a new tensor, reduced straight into
+--     it). Median of several runs, each between barriers, with garbage
+--     collected before each (untimed) as a training loop does every so often.
+--   * the LeNet of examples/mnist: ms per training step on 1 process
+--     (batch 64) vs DistributedDataParallel on every process of the job
+--     (batch 64 per process, and the same global batch 64 split).
+--
+--   mpirun --allow-run-as-root --oversubscribe -np 2 luajit bench/dist.lua [--reps N]
+--       [--steps N] [--no-write] [--no-lenet]
+--
+-- Writes the tables to doc/benchmarks.md (section "Distribution") from rank 0.
+local ffi = require 'ffi'
+local flow = require 'oneflow'
+local nn, F = flow.nn, flow.nn.functional
+
+local reps, steps, write_doc, lenet = 7, 10, true, true
+do
+  local argv, i = arg or {}, 1
+  while i <= #argv do
+    if argv[i] == '--reps' then reps = tonumber(argv[i + 1]); i = i + 1
+    elseif argv[i] == '--steps' then steps = tonumber(argv[i + 1]); i = i + 1
+    elseif argv[i] == '--no-write' then write_doc = false
+    elseif argv[i] == '--no-lenet' then lenet, write_doc = false, false end
+    i = i + 1
+  end
+end
+flow.set_num_threads(1)
+
+local rank, world = flow.env.get_rank(), flow.env.get_world_size()
+if flow.env.backend() ~= 'mpi' then
+  print('bench/dist.lua: run it under mpirun (-np 2 or more); this process is a world of one')
+  os.exit(0)
+end
+
+pcall(ffi.cdef, [[
+typedef struct { int64_t sec, nsec; } of_bench_timespec;
+int clock_gettime(int clk, of_bench_timespec *ts);
+]])
+local ts = ffi.new('of_bench_timespec')
+local function now()
+  ffi.C.clock_gettime(1, ts)
+  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
+end
+
+-- Open MPI's handles are the addresses of its predefined objects; libmpi is
+-- already in the global namespace (liboneflow_mpi.so loaded it so).
+pcall(ffi.cdef, [[
+extern char ompi_mpi_comm_world[];
+extern char ompi_mpi_float[];
+extern char ompi_mpi_op_sum[];
+int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, void *datatype, void *op,
+                  void *comm);
+]])
+local MPI_IN_PLACE = ffi.cast('void *', 1)
+-- in place on t, or from t into out (what a P -> B boxing must do: the
+-- partial tensor stays as it was)
+local function raw_allreduce(t, out)
+  local rc = ffi.C.MPI_Allreduce(out and t:data_ptr() or MPI_IN_PLACE,
+                                 (out or t):data_ptr(), t:numel(), ffi.C.ompi_mpi_float,
+                                 ffi.C.ompi_mpi_op_sum, ffi.C.ompi_mpi_comm_world)
+  assert(rc == 0, 'MPI_Allreduce failed')
+end
+
+local function median(list)
+  table.sort(list)
+  return list[math.floor((#list + 1) / 2)]
+end
+
+local function timed(fn, n)
+  local times = {}
+  for i = 0, n do
+    -- steady state as in a training loop: results of earlier runs are
+    -- collected, so their blocks are back in the allocator's cache
+    collectgarbage()
+    flow.env.barrier()
+    local t0 = now()
+    fn()
+    local dt = now() - t0
+    -- the slowest rank decides: reduce the time with max
+    local m = flow.tensor({dt}, {dtype = 'float64'})
+    flow.comm.all_reduce(m, {op = 'max'})
+    if i > 0 then times[#times + 1] = m[1]:item() end   -- run 0 warms up
+  end
+  return median(times)
+end
+
+------------------------------------------------------------------ all-reduce
+local all = {}
+for i = 0, world - 1 do all[i + 1] = i end
+local P = flow.placement('cpu', all)
+local Ps, Bc = flow.sbp.partial_sum, flow.sbp.broadcast
+
+local lines = {}
+local function out(s)
+  lines[#lines + 1] = s
+  if rank == 0 then print(s) end
+end
+
+out(('All-reduce (sum, float32) on %d processes of this host (Open MPI, shared memory), '
+     .. 'median of %d; bandwidth is message bytes / time:'):format(world, reps))
+out('')
+out('| size | MPI_Allreduce in place | flow.comm.all_reduce | MPI_Allreduce t -> out '
+    .. '| boxing P->B | comm vs in place | boxing vs t -> out | boxing vs in place |')
+out('|---|---|---|---|---|---|---|---|')
+local function human(b)
+  if b >= 1024 * 1024 then return ('%d MiB'):format(b / 1024 / 1024) end
+  return ('%d KiB'):format(b / 1024)
+end
+local function bw(bytes, s) return ('%.2f ms, %.2f GB/s'):format(s * 1e3, bytes / s / 1e9) end
+local size = 4 * 1024
+local worst_big = 0
+while size <= 64 * 1024 * 1024 do
+  local n = size / 4
+  local t = flow.ones(n)
+  local o = flow.empty(n)
+  local raw = timed(function() raw_allreduce(t) end, reps)
+  local lib = timed(function() flow.comm.all_reduce(t) end, reps)
+  local raw2 = timed(function() raw_allreduce(t, o) end, reps)
+  local g = t:to_global(P, Ps)
+  local box = timed(function() g:to_global(P, Bc) end, reps)
+  local oc, ob, ob2 = (lib / raw - 1) * 100, (box / raw2 - 1) * 100, (box / raw - 1) * 100
+  if size >= 1024 * 1024 then worst_big = math.max(worst_big, ob) end
+  out(('| %s | %s | %s | %s | %s | %+.0f%% | %+.0f%% | %+.0f%% |'):format(human(size),
+      bw(size, raw), bw(size, lib), bw(size, raw2), bw(size, box), oc, ob, ob2))
+  size = size * 4
+end
+out('')
+out(('Largest boxing overhead over the same out-of-place MPI_Allreduce for messages >= 1 MiB: '
+     .. '%+.0f%% (target <= 10%%).'):format(worst_big))
+
+------------------------------------------------------------------ LeNet
+local LeNet = nn.Module:subclass('LeNet')
+function LeNet:__init()
+  nn.Module.__init(self)
+  self.conv1 = nn.Conv2d(1, 32, 3, {padding = 1})
+  self.conv2 = nn.Conv2d(32, 64, 3, {padding = 1})
+  self.fc1 = nn.Linear(64 * 7 * 7, 128)
+  self.fc2 = nn.Linear(128, 10)
+end
+function LeNet:forward(x)
+  x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+  x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+  x = F.relu(self.fc1(flow.flatten(x, 2)))
+  return self.fc2(x)
+end
+
+local function step_time(model, batch, nsteps)
+  local opt = flow.optim.SGD(model:parameters(), {lr = 0.01, momentum = 0.9})
+  local x, y = flow.randn(batch, 1, 28, 28), flow.randint(1, 11, {batch})
+  local function step()
+    opt:zero_grad()
+    F.cross_entropy(model(x), y):backward()
+    opt:step()
+  end
+  step()
+  local times = {}
+  for _ = 1, nsteps do
+    local t0 = now()
+    step()
+    times[#times + 1] = now() - t0
+  end
+  return median(times)
+end
+
+if not lenet then os.exit(0) end
+flow.manual_seed(0)
+-- one process alone: rank 0 trains while the others wait at the barrier
+local single = 0
+if rank == 0 then single = step_time(LeNet(), 64, steps) end
+flow.env.barrier()
+local function ddp_time(batch)
+  local m = flow.nn.parallel.DistributedDataParallel(LeNet())
+  local dt = step_time(m, batch, steps)
+  local t = flow.tensor({dt}, {dtype = 'float64'})
+  flow.comm.all_reduce(t, {op = 'max'})
+  return t[1]:item()
+end
+local weak = ddp_time(64)
+local strong = ddp_time(math.floor(64 / world))
+out('')
+out(('LeNet training step (SGD, 1 thread per process, median of %d steps):'):format(steps))
+out('')
+out('| run | global batch | ms/step | images/s |')
+out('|---|---|---|---|')
+out(('| 1 process | 64 | %.1f | %.0f |'):format(single * 1e3, 64 / single))
+out(('| DDP, %d processes, 64 each | %d | %.1f | %.0f |'):format(world, 64 * world, weak * 1e3,
+    64 * world / weak))
+out(('| DDP, %d processes, %d each | %d | %.1f | %.0f |'):format(world, math.floor(64 / world),
+    math.floor(64 / world) * world, strong * 1e3, math.floor(64 / world) * world / strong))
+
+if write_doc and rank == 0 then
+  local path = 'doc/benchmarks.md'
+  local f = io.open(path, 'r')
+  local doc = f and f:read('*a') or '# Benchmarks\n'
+  if f then f:close() end
+  local text = table.concat(lines, '\n')
+  local section = '## Distribution\n\n`mpirun --allow-run-as-root --oversubscribe -np '
+                  .. world .. ' luajit bench/dist.lua`\n\n' .. text .. '\n'
+  local s, e = doc:find('## Distribution\n.-\n(## )', 1)
+  if s then doc = doc:sub(1, s - 1) .. section .. '\n' .. doc:sub(e - 2)
+  elseif doc:find('## Distribution', 1, true) then doc = doc:gsub('## Distribution\n.*$', section)
+  else doc = doc .. '\n' .. section end
+  local tmp = path .. '.tmp'
+  local o = assert(io.open(tmp, 'w'))
+  o:write(doc)
+  o:close()
+  os.rename(tmp, path)
+end

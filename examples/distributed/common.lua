@@ -1,0 +1,57 @@
+-- Shared parts of the distributed examples: options, the Fashion-MNIST data
+-- (Debian's dataset-fashion-mnist) and the LeNet of examples/mnist.
+local flow = require 'oneflow'
+local vision = require 'flowvision'
+
+local nn, F = flow.nn, flow.nn.functional
+local M = {}
+
+function M.parse_args(argv, defaults)
+  local opts = {epochs = 1, batch_size = 64, lr = 1e-3, threads = 1, limit = 6000,
+                data = '/usr/share/datasets/fashion-mnist'}
+  for k, v in pairs(defaults or {}) do opts[k] = v end
+  local i = 1
+  while i <= #argv do
+    local key = argv[i]:match('^%-%-(.+)$')
+    if not key or argv[i + 1] == nil then error('usage: [--option value]...', 0) end
+    key = key:gsub('-', '_')
+    if opts[key] == nil then error('unknown option --' .. key, 0) end
+    opts[key] = tonumber(argv[i + 1]) or argv[i + 1]
+    i = i + 2
+  end
+  return opts
+end
+
+local MEAN, STD = 0.2860, 0.3530
+
+--- TensorDataset of images [N, 1, 28, 28] and 1-based labels (the first
+-- `limit` images; 0 = all).
+function M.dataset(opts, train)
+  local ds = vision.datasets.FashionMNIST(opts.data, {train = train})
+  local x, y = ds:tensors(MEAN, STD)
+  local n = opts.limit > 0 and math.min(opts.limit, x:size(1)) or x:size(1)
+  return flow.utils.data.TensorDataset(x:narrow(1, 1, n), y:narrow(1, 1, n))
+end
+
+local LeNet = nn.Module:subclass('LeNet')
+M.LeNet = LeNet
+function LeNet:__init()
+  nn.Module.__init(self)
+  self.conv1 = nn.Conv2d(1, 32, 3, {padding = 1})
+  self.conv2 = nn.Conv2d(32, 64, 3, {padding = 1})
+  self.fc1 = nn.Linear(64 * 7 * 7, 128)
+  self.fc2 = nn.Linear(128, 10)
+end
+function LeNet:forward(x)
+  x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+  x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+  x = F.relu(self.fc1(flow.flatten(x, 2)))
+  return self.fc2(x)
+end
+
+--- Prints from rank 0 only.
+function M.say(fmt, ...)
+  if flow.env.get_rank() == 0 then print(fmt:format(...)) end
+end
+
+return M
