@@ -139,6 +139,24 @@ double of_dist_get_timeout(void) {
   return timeout_s;
 }
 
+/* What the caller is doing (a global op's name), added to the operation
+ * name the backend reports in errors and in answers to "what are you
+ * doing?" from a rank that timed out. */
+static char label[64];
+static char labelled_buf[128];
+
+of_status of_dist_set_label(const char *text) {
+  if (!text) text = "";
+  snprintf(label, sizeof label, "%s", text);
+  return OF_OK;
+}
+
+static const char *labelled(const char *op) {
+  if (!label[0]) return op;
+  snprintf(labelled_buf, sizeof labelled_buf, "%s (in %s)", op, label);
+  return labelled_buf;
+}
+
 of_status of_dist_set_timeout(double seconds) {
   if (!(seconds > 0))
     return of_fail(OF_ERR_ARG, "set_timeout: expected a positive number of seconds, got %g",
@@ -281,7 +299,8 @@ static int32_t wire_red(of_dtype dt, of_comm_op r) {
 
 of_status of_comm_barrier(of_comm *c) {
   OF_CHECK(of_dist_init());
-  if (backend->barrier(c->bc, "barrier", of_dist_get_timeout()) != 0) return bfail("barrier");
+  if (backend->barrier(c->bc, labelled("barrier"), of_dist_get_timeout()) != 0)
+    return bfail("barrier");
   return OF_OK;
 }
 
@@ -296,7 +315,7 @@ of_status of_comm_all_reduce(of_comm *c, of_tensor *t, of_comm_op r) {
   of_tensor *buf;
   OF_CHECK(of_dense(t, as, &buf));
   of_status st = OF_OK;
-  if (backend->all_reduce(c->bc, of_ptr(buf), buf->numel, w, wire_red(t->dtype, r), op,
+  if (backend->all_reduce(c->bc, of_ptr(buf), buf->numel, w, wire_red(t->dtype, r), labelled(op),
                           of_dist_get_timeout()) != 0)
     st = bfail(op);
   else if (buf != t)
@@ -320,7 +339,8 @@ of_status of_comm_broadcast(of_comm *c, of_tensor *t, int32_t root) {
   of_tensor *buf;
   OF_CHECK(of_dense(t, as, &buf));
   of_status st = OF_OK;
-  if (backend->broadcast(c->bc, of_ptr(buf), buf->numel, w, root, op, of_dist_get_timeout()))
+  if (backend->broadcast(c->bc, of_ptr(buf), buf->numel, w, root, labelled(op),
+                         of_dist_get_timeout()))
     st = bfail(op);
   else if (buf != t)
     st = of_copy_data(t, buf);
@@ -364,7 +384,7 @@ of_status of_comm_all_gather(of_comm *c, of_tensor *x, const int64_t *counts,
   if (st == OF_OK) st = wire_of(op, x->dtype, 0, &w, &as);
   if (st == OF_OK) st = of_dense(x, as, &in);
   if (st == OF_OK) st = of_tensor_new(&total, 1, x->dtype, OF_CPU, &res);
-  if (st == OF_OK && backend->all_gather(c->bc, of_ptr(in), of_ptr(res), cnt, w, op,
+  if (st == OF_OK && backend->all_gather(c->bc, of_ptr(in), of_ptr(res), cnt, w, labelled(op),
                                          of_dist_get_timeout()) != 0)
     st = bfail(op);
   free(cnt);
@@ -400,7 +420,7 @@ of_status of_comm_reduce_scatter(of_comm *c, of_tensor *x, const int64_t *counts
   int64_t mine = cnt[c->rank];
   if (st == OF_OK) st = of_tensor_new(&mine, 1, as, OF_CPU, &res);
   if (st == OF_OK && backend->reduce_scatter(c->bc, of_ptr(in), of_ptr(res), cnt, w,
-                                             wire_red(x->dtype, r), op,
+                                             wire_red(x->dtype, r), labelled(op),
                                              of_dist_get_timeout()) != 0)
     st = bfail(op);
   free(cnt);
@@ -439,7 +459,7 @@ of_status of_comm_all_to_all(of_comm *c, of_tensor *x, const int64_t *send_count
   if (st == OF_OK) st = wire_of(op, x->dtype, 0, &w, &as);
   if (st == OF_OK) st = of_dense(x, as, &in);
   if (st == OF_OK) st = of_tensor_new(&rtot, 1, x->dtype, OF_CPU, &res);
-  if (st == OF_OK && backend->all_to_all(c->bc, of_ptr(in), sc, of_ptr(res), rc, w, op,
+  if (st == OF_OK && backend->all_to_all(c->bc, of_ptr(in), sc, of_ptr(res), rc, w, labelled(op),
                                          of_dist_get_timeout()) != 0)
     st = bfail(op);
   free(sc);
@@ -476,7 +496,8 @@ of_status of_comm_send(of_comm *c, of_tensor *x, int32_t dst, int32_t tag) {
   of_tensor *in;
   OF_CHECK(of_dense(x, as, &in));
   of_status st = OF_OK;
-  if (backend->send(c->bc, of_ptr(in), in->numel, w, dst, tag, op, of_dist_get_timeout()))
+  if (backend->send(c->bc, of_ptr(in), in->numel, w, dst, tag, labelled(op),
+                    of_dist_get_timeout()))
     st = bfail(op);
   of_tensor_release(in);
   return st;
@@ -493,7 +514,8 @@ of_status of_comm_recv(of_comm *c, of_tensor *into, int32_t src, int32_t tag) {
   of_tensor *buf;
   OF_CHECK(of_dense(into, as, &buf));
   of_status st = OF_OK;
-  if (backend->recv(c->bc, of_ptr(buf), buf->numel, w, src, tag, op, of_dist_get_timeout()))
+  if (backend->recv(c->bc, of_ptr(buf), buf->numel, w, src, tag, labelled(op),
+                    of_dist_get_timeout()))
     st = bfail(op);
   else if (buf != into)
     st = of_copy_data(into, buf);

@@ -31,6 +31,22 @@ function T.sbp(names, rule)
   for _, n in ipairs(names) do T.sbp_rules[n] = rule end
 end
 
+--- The same for a function that is not a tensor method or flow.<name>
+-- (nn.functional's conv2d, batch_norm, ...): returns fn wrapped so that
+-- calls with global arguments (also inside option tables) go through the
+-- SBP dispatch; until the first global tensor exists the wrapper only
+-- checks one upvalue.
+T.sbp_fn_rules = {}
+T.global_call = nil   -- set by oneflow.distributed.global when installed
+function T.sbp_fn(name, rule, fn)
+  T.sbp_fn_rules[name] = rule
+  return function(...)
+    local call = T.global_call
+    if call then return call(name, rule, fn, ...) end
+    return fn(...)
+  end
+end
+
 local Handle = core.Handle
 function T.is_tensor(x) return type(x) == 'cdata' and ffi.istype(Handle, x) end
 local is_tensor = T.is_tensor

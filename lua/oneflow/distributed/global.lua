@@ -81,30 +81,138 @@ local function check_placement(op, P, level)
   end
 end
 
--- The logical shape from each rank's shard (split dims add up). Collective
--- over the placement when some axis splits.
-local function logical_shape(x, P, s)
-  local shape = x:size():totable()
-  local any = false
-  for _, v in ipairs(s) do if v.kind == 'S' then any = true end end
-  if not any then return shape end
-  local shapes = comm.gather_shapes(x:contiguous(), P:group())
-  -- sum the shard sizes along each split dim over the ranks that differ in
-  -- that axis only (coordinate 0 on the other axes)
+-- The logical shape from the shards' shapes (shapes[i]: that of the i-th
+-- rank of P): a split dim adds up over the ranks at coordinate 0 on the
+-- axes that do not split it (nested splits of one dim add up too).
+local function coord_at(P, i)
+  if #P.hierarchy == 1 then return {i - 1} end
+  return {math.floor((i - 1) / P.hierarchy[2]), (i - 1) % P.hierarchy[2]}
+end
+
+local function combine_shapes(op, shapes, P, s, level)
   local res = {}
-  for i = 1, #shape do res[i] = shapes[1][i] end
+  for i = 1, #shapes[1] do res[i] = shapes[1][i] end
+  local by_dim = {}
   for k, v in ipairs(s) do
     if v.kind == 'S' then
-      local d = v.dim
-      local total = 0
-      for c = 0, P.hierarchy[k] - 1 do
-        local idx = #P.hierarchy == 1 and c or (k == 1 and c * P.hierarchy[2] or c)
-        total = total + shapes[idx + 1][d]
+      by_dim[v.dim] = by_dim[v.dim] or {}
+      by_dim[v.dim][k] = true
+    end
+  end
+  for d, axes in pairs(by_dim) do
+    local total = 0
+    for i, sh in ipairs(shapes) do
+      local c, first = coord_at(P, i), true
+      for k = 1, #P.hierarchy do
+        if not axes[k] and c[k] ~= 0 then first = false end
       end
-      res[d] = total
+      if first then total = total + (sh[d] or 0) end
+    end
+    res[d] = total
+  end
+  -- every shard must be the one the split gives (boxing relies on it)
+  for i, sh in ipairs(shapes) do
+    local want = B.shard(res, P.hierarchy, s, coord_at(P, i))
+    local ok = #sh == #want
+    for d = 1, #want do if sh[d] ~= want[d] then ok = false end end
+    if not ok then
+      error(('%s: the shards do not fit together: rank %d gives %s, but the logical shape %s '
+             .. 'split as %s gives it %s (only split dims may differ, and the first size %% n '
+             .. 'ranks get one more)'):format(op, P.ranks[i], shape_str(sh), shape_str(res),
+             sbp_str(s), shape_str(want)), level + 1)
     end
   end
   return res
+end
+
+-- Each world rank's shape and dtype code (one small all-gather).
+local function gather_meta(x)
+  local ffi = require 'ffi'
+  local buf = ffi.new('int64_t[10]')
+  buf[0], buf[1] = x:dim(), require('oneflow._C').C.of_tensor_dtype(x.p)
+  for i = 1, math.min(x:dim(), 8) do buf[i + 1] = x:size(i) end
+  local info = T.flow.from_blob(buf, {10}, {dtype = 'int64'})
+  local all = comm.all_gather_flat(info, nil, {group = comm.world()})
+  local p = ffi.cast('int64_t*', all:data_ptr())
+  local res = {}
+  for r = 0, comm.env.get_world_size() - 1 do
+    local sh = {}
+    for i = 1, tonumber(p[r * 10]) do sh[i] = tonumber(p[r * 10 + i + 1]) end
+    res[r + 1] = {shape = sh, dtype = types.dtypes[tonumber(p[r * 10 + 1])]}
+  end
+  return res
+end
+------------------------------------------------------------------ debug checks
+-- flow.env.set_debug(true) (or OF_DIST_DEBUG=1): every global op, boxing
+-- and backward first checks over the world that every rank is at the same
+-- op (name and sequence number), and local op failures are reported on
+-- every rank, so an op called on some ranks but not others fails with both
+-- names instead of pairing up mismatched collectives.
+-- The name of the global op this rank is in goes with every collective it
+-- makes, so errors and timeout reports say "all_gather (in conv2d)".
+local set_label = require('oneflow._C').C.of_dist_set_label
+M.set_label = set_label
+
+local debug_on = os.getenv('OF_DIST_DEBUG') == '1'
+local debug_seq = 0
+function comm.env.set_debug(on) debug_on = on and true or false end
+function comm.env.get_debug() return debug_on end
+
+local NAME_BYTES = 48
+local function gather_text(text)
+  local w = comm.world()
+  local buf = T.flow.zeros({NAME_BYTES + 8}, {dtype = 'uint8'})
+  local ffi = require 'ffi'
+  local p = ffi.cast('uint8_t*', buf:data_ptr())
+  local str = text:sub(1, NAME_BYTES)
+  ffi.copy(p + 8, str, #str)
+  local seq = debug_seq
+  for i = 0, 7 do p[i] = math.floor(seq / 2 ^ (8 * i)) % 256 end
+  local flat = comm.all_gather_flat(buf, nil, {group = w})
+  local q = ffi.cast('uint8_t*', flat:data_ptr())
+  local res = {}
+  for r = 0, w.size - 1 do
+    local base = r * (NAME_BYTES + 8)
+    local v = 0
+    for i = 7, 0, -1 do v = v * 256 + q[base + i] end
+    local s = ffi.string(q + base + 8, NAME_BYTES):gsub('%z+$', '')
+    res[r + 1] = {seq = v, text = s}
+  end
+  return res
+end
+
+local function debug_enter(what, level)
+  if not debug_on or comm.env.get_world_size() == 1 then return end
+  debug_seq = debug_seq + 1
+  local all = gather_text(what)
+  local me = all[comm.env.get_rank() + 1]
+  for r, v in ipairs(all) do
+    if v.seq ~= me.seq or v.text ~= me.text then
+      local parts = {}
+      for q, u in ipairs(all) do
+        parts[q] = ('rank %d is at %s (global op #%d)'):format(q - 1, u.text, u.seq)
+      end
+      error(('global op mismatch (flow.env debug check): %s. Every rank must run the same '
+             .. 'global ops in the same order, also ranks outside the placement; first '
+             .. 'difference: rank %d'):format(table.concat(parts, '; '), r - 1), level + 1)
+    end
+  end
+end
+M.debug_enter = debug_enter
+
+-- In debug mode a local failure is shared: every rank raises, naming it.
+local function debug_run(name, fn)
+  if not debug_on or comm.env.get_world_size() == 1 then return fn() end
+  local res = {pcall(fn)}
+  local msg = res[1] and '' or ('!' .. tostring(res[2]))
+  local all = gather_text(msg)
+  for r, v in ipairs(all) do
+    if v.text ~= '' then
+      if not res[1] then error(res[2], 0) end
+      error(('%s: failed on rank %d: %s'):format(name, r - 1, v.text:sub(2)), 0)
+    end
+  end
+  return unpack(res, 2, table.maxn(res))
 end
 
 ------------------------------------------------------------------ autograd-aware boxing
@@ -123,9 +231,17 @@ function Boxing.backward(ctx, g)
   return B.box(g, sp.shape, sp.P2, dual_all(sp.s2), sp.P1, dual_all(sp.s1), sp.dtype), nil
 end
 
+-- Differentiable placement changes whose target leaves this rank out: the
+-- loss's backward never reaches them here, yet their backward is a
+-- collective the target's ranks join. G.backward runs them (newest first,
+-- the order the engine runs nodes in) on every rank.
+local pending = {}
+
 local function box_local(x, shape, P1, s1, P2, s2, dtype)
   if x.requires_grad and require('oneflow.autograd').is_grad_enabled() then
-    return Boxing.apply(x, {shape = shape, P1 = P1, s1 = s1, P2 = P2, s2 = s2, dtype = dtype})
+    local y = Boxing.apply(x, {shape = shape, P1 = P1, s1 = s1, P2 = P2, s2 = s2, dtype = dtype})
+    if P1 ~= P2 and not P2:has_me() then pending[#pending + 1] = y end
+    return y
   end
   return B.box(x, shape, P1, s1, P2, s2, dtype)
 end
@@ -133,29 +249,49 @@ end
 --- g:to_global(P2, sbp2): re-placement and re-SBP (differentiable).
 local function global_to_global(g, P2, s2)
   check_placement('to_global', P2, 3)
+  set_label('to_global')
+  debug_enter('to_global', 3)
   s2 = check_sbp('to_global', P2, s2, g._shape, 3)
   local loc = box_local(g._local, g._shape, g.placement, g._sbp, P2, s2, g._dtype)
+  set_label(nil)
   return new(loc, g._shape, P2, s2, g._dtype)
 end
 
 --- x:to_global(P, sbp) for a local x: x is this rank's shard. Broadcast
 -- assumes every rank holds the same x; split shards may differ in size
--- (the logical shape is gathered). Ranks outside P give an empty shard.
+-- (the logical shape is gathered). Every rank calls it; ranks outside P
+-- get an empty shard, and the logical shape and dtype from P's ranks (one
+-- small all-gather over the world when P is not all of it).
 local function local_to_global(x, P, s)
   check_placement('to_global', P, 3)
-  s = check_sbp('to_global', P, s, x:size():totable(), 3)
   M.install()
-  if not P:has_me() then
-    -- outside P the data is ignored; x gives the logical shape
-    return new(B.empty(x), x:size():totable(), P, s, x.dtype)
+  set_label('to_global')
+  debug_enter('to_global', 3)
+  if #P.ranks < comm.env.get_world_size() then
+    local meta = gather_meta(x)
+    local shapes = {}
+    for i, r in ipairs(P.ranks) do shapes[i] = meta[r + 1].shape end
+    local dtype = meta[P.ranks[1] + 1].dtype
+    s = check_sbp('to_global', P, s, shapes[1], 3)
+    local shape = combine_shapes('to_global', shapes, P, s, 3)
+    if not P:has_me() then
+      return new(T.flow.empty({0}, {dtype = dtype}), shape, P, s, dtype)
+    end
+    return new(x, shape, P, s, x.dtype)
   end
-  local shape = logical_shape(x, P, s)
-  return new(x, shape, P, s, x.dtype)
+  s = check_sbp('to_global', P, s, x:size():totable(), 3)
+  local any = false
+  for _, v in ipairs(s) do if v.kind == 'S' then any = true end end
+  if not any then return new(x, x:size():totable(), P, s, x.dtype) end
+  local shapes = comm.gather_shapes(x:contiguous(), P:group())
+  return new(x, combine_shapes('to_global', shapes, P, s, 3), P, s, x.dtype)
 end
 
 function methods.to_global(x, P, s)
   if P == nil and s == nil then error('to_global: expected a placement and an sbp', 2) end
-  return local_to_global(x, P, s)
+  local g = local_to_global(x, P, s)
+  set_label(nil)
+  return g
 end
 
 --- Makes a global tensor from the full logical tensor `full`, the same on
@@ -272,7 +408,21 @@ function G.numpy() error('numpy: not available in Lua; use :totable()', 2) end
 -- tensor, boxed there).
 function G.backward(g, grad, opts)
   if type(grad) == 'table' and not is_global(grad) then opts, grad = grad, nil end
-  if not g.placement:has_me() then return end
+  set_label('backward')
+  debug_enter('backward', 2)
+  local list = pending
+  pending = {}
+  local function run_pending()
+    for i = #list, 1, -1 do
+      local y = list[i]
+      methods.backward(y, y:detach():zero_(), opts)
+    end
+  end
+  if not g.placement:has_me() then
+    run_pending()
+    set_label(nil)
+    return
+  end
   local d = dual_all(g._sbp)
   local seed
   if grad then
@@ -284,6 +434,8 @@ function G.backward(g, grad, opts)
     seed = B.box(full, g._shape, g.placement, b, g.placement, d, g._dtype)
   end
   methods.backward(g._local, seed, opts)
+  run_pending()
+  set_label(nil)
 end
 
 GT.__tostring = function(g)
@@ -311,30 +463,45 @@ local function cost(from, to, bytes, n)
   return bytes / n                        -- S -> P: a zero-padded copy
 end
 
+local function plain(a) return type(a) == 'table' and getmetatable(a) == nil end
+
+local function key_order(a, b)
+  local ta, tb = type(a), type(b)
+  if ta ~= tb then return ta == 'number' end
+  return a < b
+end
+
+local MIX = 'cannot mix local and global tensors in one op; convert the local one with '
+            .. ':to_global(placement, sbp)'
+
 -- Global inputs of a call, in order; tensors inside list arguments (cat)
--- count too.
-local function collect(args, n)
-  local list, where = {}, {}
+-- and option tables ({weight =, bias =}: keys in sorted order) count too.
+-- where[j] = {i} or {i, key}; roles[j] = i, or the option's name.
+local function collect(name, args, n)
+  local list, where, roles = {}, {}, {}
   for i = 1, n do
     local a = args[i]
     if is_global(a) then
       list[#list + 1] = a
       where[#where + 1] = {i}
-    elseif type(a) == 'table' and getmetatable(a) == nil then
-      for j, v in ipairs(a) do
-        if is_global(v) then
-          list[#list + 1] = v
-          where[#where + 1] = {i, j}
-        elseif is_tensor(v) then
-          error('cannot mix local and global tensors in one op; convert with :to_global', 4)
-        end
+      roles[#roles + 1] = i
+    elseif plain(a) then
+      local keys = {}
+      for k, v in pairs(a) do
+        if is_global(v) then keys[#keys + 1] = k
+        elseif is_tensor(v) then error(name .. ': ' .. MIX .. ' (argument ' .. i .. ')', 4) end
+      end
+      table.sort(keys, key_order)
+      for _, k in ipairs(keys) do
+        list[#list + 1] = a[k]
+        where[#where + 1] = {i, k}
+        roles[#roles + 1] = type(k) == 'string' and k or i
       end
     elseif is_tensor(a) then
-      error('cannot mix local and global tensors in one op; convert the local one with '
-            .. ':to_global(placement, sbp)', 4)
+      error(name .. ': ' .. MIX .. ' (argument ' .. i .. ')', 4)
     end
   end
-  return list, where
+  return list, where, roles
 end
 
 local function copy_args(args, n)
@@ -394,10 +561,27 @@ local function infer_shape(out_local, out_sbp, ins, in_sbps, in_locals)
   return shape
 end
 
+-- The ranks of P along the grid axes where pred(chosen sbp of that axis)
+-- holds (other coordinates fixed): the group a rule's own collective runs
+-- in. nil when no axis qualifies or this rank is outside P.
+local function axes_group(P, chosen, pred)
+  if not P:has_me() then return nil end
+  local on = {}
+  for k = 1, #P.hierarchy do on[k] = pred(chosen[k]) and true or false end
+  if #P.hierarchy == 1 then return on[1] and P:group() or nil end
+  if on[1] and on[2] then return P:group() end
+  if on[1] then return P:axis_group(1) end
+  if on[2] then return P:axis_group(2) end
+  return nil
+end
+M.axes_group = axes_group
+
 local function dispatch(name, rule, orig, ...)
   local n = select('#', ...)
   local args = {...}
-  local ins, where = collect(args, n)
+  local ins, where, roles = collect(name, args, n)
+  set_label(name)
+  debug_enter(name, 3)
   local P = ins[1].placement
   for i = 2, #ins do
     if ins[i].placement ~= P then
@@ -407,7 +591,8 @@ local function dispatch(name, rule, orig, ...)
   end
   local shapes = {}
   for i, g in ipairs(ins) do shapes[i] = g._shape end
-  local ctx = {name = name, shapes = shapes, args = args, n = n, ins = ins}
+  local ctx = {name = name, shapes = shapes, args = args, n = n, ins = ins, where = where,
+               roles = roles, P = P}
   local sigs = rule(ctx)
   if type(sigs) == 'string' then error(name .. ': ' .. sigs, 3) end
   -- per grid axis, the cheapest signature for the inputs' current sbp
@@ -429,7 +614,13 @@ local function dispatch(name, rule, orig, ...)
     for k = 1, #P.hierarchy do s[k] = chosen[k].ins[i] end
     in_sbps[i] = s
   end
+  ctx.in_sbps = in_sbps
   local inside = P:has_me()
+  local autograd = require 'oneflow.autograd'
+  local wants_grad = false
+  if autograd.is_grad_enabled() then
+    for _, g in ipairs(ins) do if g._local.requires_grad then wants_grad = true end end
+  end
   local locals = {}
   for i, g in ipairs(ins) do
     if inside then
@@ -438,30 +629,44 @@ local function dispatch(name, rule, orig, ...)
       locals[i] = fake_shard(g, in_sbps[i])
     end
   end
+  ctx.locals = locals
   local largs = copy_args(args, n)
   for i, w in ipairs(where) do
     if #w == 1 then largs[w[1]] = locals[i] else largs[w[1]][w[2]] = locals[i] end
   end
-  local sig1 = chosen[1]
+  -- the first axis whose signature brings its own call runs it (a call
+  -- sees every axis's choice)
+  local call, out_shape
+  for k = 1, #P.hierarchy do
+    call = call or chosen[k].call
+    out_shape = out_shape or chosen[k].out_shape
+  end
   local outs
   local function run()
-    if sig1.call then return {sig1.call(orig, largs, ctx, chosen, P)} end
+    if call then return {call(orig, largs, ctx, chosen, P)} end
     return {orig(unpack(largs, 1, n))}
   end
-  if inside then outs = run()
-  else outs = require('oneflow.autograd').no_grad(run) end
+  if inside then outs = debug_run(name, function() return run() end)
+  else outs = autograd.no_grad(run) end
   local res = {}
   for o, out in ipairs(outs) do
     if is_tensor(out) then
       local s = {}
       for k = 1, #P.hierarchy do s[k] = chosen[k].out[o] or chosen[k].out[1] end
-      local shape = sig1.out_shape and sig1.out_shape[o]
-                    or infer_shape(out, s, ins, in_sbps, locals)
-      res[o] = new(inside and out or B.empty(out), shape, P, s, out.dtype)
+      local shape = out_shape and out_shape[o] or infer_shape(out, s, ins, in_sbps, locals)
+      local loc = out
+      if not inside then
+        -- an empty stand-in; it takes part in autograd (as a leaf) so that
+        -- a later placement change back to this rank records its backward
+        loc = B.empty(out)
+        if wants_grad and out:is_floating_point() then loc:requires_grad_(true) end
+      end
+      res[o] = new(loc, shape, P, s, out.dtype)
     else
       res[o] = out
     end
   end
+  set_label(nil)
   return unpack(res, 1, #outs)
 end
 M.dispatch = dispatch
@@ -478,9 +683,10 @@ function M.install()
   installed = true
   for name, rule in pairs(T.sbp_rules) do
     local fm, ff = methods[name], flow_table and flow_table[name]
-    local orig = fm or ff
-    if orig then
-      local function wrapped(...)
+    -- the method and flow.<name> may differ (x:where(c, y) vs
+    -- flow.where(c, x, y)): each wrapper falls back to its own function
+    local function wrap(orig)
+      return function(...)
         local n = select('#', ...)
         for i = 1, n do
           local a = select(i, ...)
@@ -493,11 +699,31 @@ function M.install()
         end
         return orig(...)
       end
-      G[name] = function(...) return dispatch(name, rule, orig, ...) end
-      if fm then methods[name] = wrapped end
-      if ff and T.flow[name] == ff then T.flow[name] = wrapped end
-      if ff then flow_table[name] = wrapped end
     end
+    local orig = fm or ff
+    if orig then G[name] = function(...) return dispatch(name, rule, orig, ...) end end
+    if fm then methods[name] = wrap(fm) end
+    if ff then
+      local w = wrap(ff)
+      if T.flow[name] == ff then T.flow[name] = w end
+      flow_table[name] = w
+    end
+  end
+  -- nn.functional ops declared with T.sbp_fn
+  T.global_call = function(name, rule, fn, ...)
+    for i = 1, select('#', ...) do
+      local a = select(i, ...)
+      if type(a) == 'table' then
+        local mt = getmetatable(a)
+        if mt == GT then return dispatch(name, rule, fn, ...) end
+        if mt == nil then
+          for _, v in pairs(a) do
+            if getmetatable(v) == GT then return dispatch(name, rule, fn, ...) end
+          end
+        end
+      end
+    end
+    return fn(...)
   end
   local function op(name)
     return function(a, b)

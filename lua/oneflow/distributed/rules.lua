@@ -17,6 +17,8 @@ local function fill(n, v)
   for i = 1, n do t[i] = v end
   return t
 end
+R.fill = fill
+R.S, R.B, R.P = S, Bc, Ps
 
 local function all_b(ctx, nout)
   return {ins = fill(#ctx.shapes, Bc), out = fill(nout or 1, Bc)}
@@ -220,6 +222,141 @@ end
 
 --- narrow/slice-like ops along dim argument `argpos`: other dims may split.
 R.slice = R.along_dim
+
+------------------------------------------------------------------ by role
+-- Functional ops (T.sbp_fn) take tensors positionally and in option
+-- tables; ctx.roles names each global input by position or option key.
+
+--- signer(ctx, {'input', 'weight', 'bias'}) -> sig(map, out[, extra]):
+-- map gives the sbp of named inputs (positions named by the list, options
+-- by their key); inputs not named are broadcast. out: an sbp or a list.
+function R.signer(ctx, positional)
+  local names = {}
+  for j, role in ipairs(ctx.roles) do
+    names[j] = type(role) == 'number' and (positional[role] or role) or role
+  end
+  local has = {}
+  for _, nm in ipairs(names) do has[nm] = true end
+  return function(map, out, extra)
+    local ins = {}
+    for j, nm in ipairs(names) do ins[j] = map[nm] or Bc end
+    local sig = {ins = ins, out = PL.is_sbp(out) and {out} or out}
+    for k, v in pairs(extra or {}) do sig[k] = v end
+    return sig
+  end, has
+end
+
+-- the value of option `key`: from a trailing options table or position i
+function R.opt(ctx, i, key)
+  local v = ctx.args[i]
+  if v ~= nil and not (type(v) == 'table' and getmetatable(v) == nil) then return v end
+  for j = ctx.n, 1, -1 do
+    local a = ctx.args[j]
+    if type(a) == 'table' and getmetatable(a) == nil and a[key] ~= nil then return a[key] end
+  end
+  return nil
+end
+
+--- Ops that treat dims 1 (batch) and 2 (channels) independently
+-- (pooling, interpolate, group/instance norm on batch): split on those
+-- dims stays split. nout outputs share the sbp. channels = false: batch only.
+function R.per_sample(channels, nout)
+  return function(ctx)
+    local sigs = {all_b(ctx, nout)}
+    local nd = #ctx.shapes[1]
+    if nd < 2 then return sigs end
+    local sig = R.signer(ctx, {'input'})
+    sigs[#sigs + 1] = sig({input = S(1)}, fill(nout or 1, S(1)))
+    if channels ~= false then sigs[#sigs + 1] = sig({input = S(2)}, fill(nout or 1, S(2))) end
+    return sigs
+  end
+end
+
+--- conv1d/2d/3d (input [N, C, *], weight [O, C / groups, *k], bias [O]):
+-- batch split with the weight broadcast (data parallel: the weight's
+-- gradient comes out partial and is summed when read); for groups = 1 also
+-- output channels (weight and bias split on dim 1) and input channels
+-- (input on dim 2, weight on dim 2: partial sums, the bias added once).
+function R.conv(nsp)
+  return function(ctx)
+    local sig, has = R.signer(ctx, {'input', 'weight', 'bias'})
+    local sigs = {all_b(ctx)}
+    local x = ctx.shapes[1]
+    if #x ~= nsp + 2 then return sigs end   -- unbatched: only broadcast
+    sigs[#sigs + 1] = sig({input = S(1)}, S(1))
+    local groups = R.opt(ctx, 7, 'groups') or 1
+    if groups == 1 and has.weight then
+      sigs[#sigs + 1] = sig({weight = S(1), bias = S(1)}, S(2))
+      sigs[#sigs + 1] = sig({input = S(2), weight = S(2), bias = Ps}, Ps)
+    end
+    return sigs
+  end
+end
+
+--- linear(x [*, in], weight [out, in], bias [out]): as matmul with weight^T:
+-- rows of x (any leading dim), output features (weight and bias split on
+-- dim 1), input features (x on its last dim, weight on dim 2: partial
+-- sums, the bias added once), and partial x with the bias added once.
+function R.linear(ctx)
+  local sig = R.signer(ctx, {'input', 'weight', 'bias'})
+  local nd = #ctx.shapes[1]
+  local sigs = {all_b(ctx)}
+  if nd < 1 then return sigs end
+  for d = 1, nd - 1 do sigs[#sigs + 1] = sig({input = S(d)}, S(d)) end
+  sigs[#sigs + 1] = sig({weight = S(1), bias = S(1)}, S(nd))
+  sigs[#sigs + 1] = sig({input = S(nd), weight = S(2), bias = Ps}, Ps)
+  sigs[#sigs + 1] = sig({input = Ps, bias = Ps}, Ps)
+  return sigs
+end
+
+--- Losses over class scores (input [N, C, *], target [N, *]): the batch
+-- and the extra dims may split (target on the same dim, one less). With
+-- reduction 'none' the output splits the same way; 'sum' gives partial
+-- sums; 'mean' gives partial sums over the global denominator, computed by
+-- `mean_call` (the op's own: it knows the denominator).
+function R.class_loss(mean_call)
+  return function(ctx)
+    local sig = R.signer(ctx, {'input', 'target'})
+    local sigs = {all_b(ctx)}
+    local x = ctx.shapes[1]
+    if #x < 2 then return sigs end
+    local red = R.opt(ctx, 3, 'reduction') or 'mean'
+    local prob = ctx.shapes[2] and #ctx.shapes[2] == #x
+    for d = 1, #x do
+      if d ~= 2 then
+        local td = (prob or d == 1) and d or d - 1
+        local out, extra = S(red == 'none' and (d == 1 and 1 or d - 1) or 1), nil
+        if red == 'sum' then out = Ps end
+        if red == 'mean' then out, extra = Ps, {call = mean_call} end
+        sigs[#sigs + 1] = sig({input = S(d), target = S(td)}, out, extra)
+      end
+    end
+    return sigs
+  end
+end
+
+--- Views that move dims around: a split dim follows its dim (map(d) ->
+-- the output dim, or nil where the op cannot keep it split).
+function R.dim_map(map_of)
+  return function(ctx)
+    local sigs = {all_b(ctx), {ins = {Ps}, out = {Ps}}}
+    local map = map_of(ctx)
+    if not map then return sigs end
+    for d = 1, #ctx.shapes[1] do
+      local e = map(d)
+      if e then sigs[#sigs + 1] = {ins = {S(d)}, out = {S(e)}} end
+    end
+    return sigs
+  end
+end
+
+--- Ops linear in their first input whose other arguments are not global
+-- tensors (dropout with its mask drawn per call): any sbp stays.
+function R.same_sbp(ctx)
+  local sigs = {all_b(ctx), {ins = {Ps}, out = {Ps}}}
+  for d = 1, #ctx.shapes[1] do sigs[#sigs + 1] = {ins = {S(d)}, out = {S(d)}} end
+  return sigs
+end
 
 --- Ops that only work on the full tensor (all broadcast).
 function R.broadcast_only(nout)

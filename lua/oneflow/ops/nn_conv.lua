@@ -292,4 +292,20 @@ for nsp = 1, 3 do
   M['adaptive_max_pool' .. nsp .. 'd'] = make_adaptive_max(nsp)
 end
 
+------------------------------------------------------------------ SBP (global tensors)
+-- Convolutions: batch split (data parallel), output or input channels
+-- (groups = 1); transposed convolutions and pools keep batch (pools also
+-- channel) splits. See oneflow.distributed.rules.
+local R = require 'oneflow.distributed.rules'
+for nsp = 1, 3 do
+  local conv = 'conv' .. nsp .. 'd'
+  M[conv] = T.sbp_fn(conv, R.conv(nsp), M[conv])
+  local convt = 'conv_transpose' .. nsp .. 'd'
+  M[convt] = T.sbp_fn(convt, R.per_sample(false), M[convt])
+  for _, pool in ipairs({'max_pool', 'avg_pool', 'adaptive_avg_pool', 'adaptive_max_pool'}) do
+    local name = pool .. nsp .. 'd'
+    M[name] = T.sbp_fn(name, R.per_sample(true, pool:find('max') and 2 or 1), M[name])
+  end
+end
+
 return M

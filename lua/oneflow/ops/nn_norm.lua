@@ -263,4 +263,186 @@ function M.nll_loss(input, target, opts)
   return wrap(out1[0])
 end
 
+------------------------------------------------------------------ SBP (global tensors)
+-- Beside each binding, its signatures for global tensors (see
+-- oneflow.distributed.rules); the calls below run on the local shards.
+local R = require 'oneflow.distributed.rules'
+local S, Bc = R.S, R.B
+
+-- The comm group spanning the grid axes where the chosen signature splits
+-- the input on a dim other than `except` (the ranks holding different
+-- samples), or nil.
+local function split_group(P, chosen, except)
+  return require('oneflow.distributed.global').axes_group(P, chosen, function(sg)
+    local v = sg.ins[1]
+    return v.kind == 'S' and v.dim ~= except
+  end)
+end
+
+local function all_reduce(t, g)
+  if g then require('oneflow.distributed.comm').all_reduce(t, {group = g}) end
+  return t
+end
+
+-- SyncBatchNorm: batch statistics over the whole split batch (two small
+-- all-reduces of C values forward, one of 2C backward); the weight and bias
+-- gradients stay per-rank partial sums, as for any broadcast parameter.
+local SyncBN = require('oneflow.autograd').Function:subclass('SyncBatchNorm')
+
+local function bn_layout(x)
+  local dims, shape = {}, {}
+  for d = 1, x:dim() do
+    if d ~= 2 then dims[#dims + 1] = d end
+    shape[d] = d == 2 and x:size(2) or 1
+  end
+  return dims, shape
+end
+
+function SyncBN.forward(ctx, x, w, b, o)
+  local dims, shape = bn_layout(x)
+  local mean = all_reduce(x:sum(dims), o.group) / o.n
+  local xc = x - mean:view(shape)
+  local var = all_reduce((xc * xc):sum(dims), o.group) / o.n
+  local invstd = (var + o.eps):rsqrt()
+  local xhat = xc * invstd:view(shape)
+  local y = xhat
+  if w ~= nil then y = y * w:view(shape) end
+  if b ~= nil then y = y + b:view(shape) end
+  local m = o.momentum
+  if o.running_mean ~= nil then
+    o.running_mean:mul_(1 - m):add_(mean:to(o.running_mean.dtype) * m)
+  end
+  if o.running_var ~= nil then
+    o.running_var:mul_(1 - m):add_((var * (o.n / (o.n - 1))):to(o.running_var.dtype) * m)
+  end
+  ctx.xhat, ctx.invstd, ctx.w, ctx.has_b, ctx.o = xhat, invstd, w, b ~= nil, o
+  return y
+end
+
+function SyncBN.backward(ctx, dy)
+  local xhat, o, w = ctx.xhat, ctx.o, ctx.w
+  local dims, shape = bn_layout(xhat)
+  local c = xhat:size(2)
+  local dxhat = w ~= nil and dy * w:view(shape) or dy
+  local sums = all_reduce(T.flow.cat({dxhat:sum(dims), (dxhat * xhat):sum(dims)}, 1), o.group)
+  local s1, s2 = sums:narrow(1, 1, c), sums:narrow(1, c + 1, c)
+  local dx = (dxhat * o.n - s1:view(shape) - xhat * s2:view(shape)) * (ctx.invstd / o.n):view(shape)
+  local dw = w ~= nil and (dy * xhat):sum(dims) or nil
+  local db = ctx.has_b and dy:sum(dims) or nil
+  return dx, dw, db, nil
+end
+
+local function sync_batch_norm(orig, largs, ctx, chosen, P)
+  local opts = largs[4] or EMPTY
+  if not opts.training then return orig(unpack(largs, 1, ctx.n)) end
+  local shape = ctx.shapes[1]
+  local n = 1
+  for d, v in ipairs(shape) do if d ~= 2 then n = n * v end end
+  if n <= 1 then
+    error(('batch_norm: expected more than 1 value per channel when training, got a global '
+           .. 'input [%s] (statistics are synchronised over the split batch)')
+          :format(table.concat(shape, ', ')), 0)
+  end
+  -- the running statistics are updated in place: they must be the global
+  -- tensors' own shards, not boxed copies
+  for i, what in pairs({[2] = 'running_mean', [3] = 'running_var'}) do
+    local g = ctx.args[i]
+    if g ~= nil and not rawequal(largs[i], g._local) then
+      error(('batch_norm: %s must be broadcast (split(1) when the input is split on '
+             .. 'channels) to be updated in place, got sbp %s'):format(what, tostring(g.sbp[1])), 0)
+    end
+  end
+  local momentum = opts.momentum
+  if momentum == nil then momentum = 0.1 end
+  return SyncBN.apply(largs[1], opts.weight, opts.bias, {
+    group = split_group(P, chosen, 2), n = n, eps = opts.eps or 1e-5, momentum = momentum,
+    running_mean = largs[2], running_var = largs[3]})
+end
+
+--- batch_norm: channels split (statistics, weight and bias split on dim 1)
+-- needs no communication; any other split dim synchronises the statistics
+-- (SyncBatchNorm) when training.
+M.batch_norm = T.sbp_fn('batch_norm', function(ctx)
+  local sig = R.signer(ctx, {'input', 'running_mean', 'running_var'})
+  local nd = #ctx.shapes[1]
+  local sigs = {sig({}, Bc)}
+  if nd < 2 then return sigs end
+  sigs[#sigs + 1] = sig({input = S(2), running_mean = S(1), running_var = S(1), weight = S(1),
+                         bias = S(1)}, S(2))
+  for d = 1, nd do
+    if d ~= 2 then sigs[#sigs + 1] = sig({input = S(d)}, S(d), {call = sync_batch_norm}) end
+  end
+  return sigs
+end, M.batch_norm)
+
+--- layer_norm: any dim before the normalised ones may split.
+M.layer_norm = T.sbp_fn('layer_norm', function(ctx)
+  local sig = R.signer(ctx, {'input'})
+  local nd = #ctx.shapes[1]
+  local ns = ctx.args[2]
+  local k = type(ns) == 'number' and 1 or (type(ns) == 'table' and (ns.totable and #ns:totable()
+                                                                    or #ns)) or nd
+  local sigs = {sig({}, Bc)}
+  for d = 1, nd - k do sigs[#sigs + 1] = sig({input = S(d)}, S(d)) end
+  return sigs
+end, M.layer_norm)
+
+M.group_norm = T.sbp_fn('group_norm', R.per_sample(false), M.group_norm)
+
+--- instance_norm: per sample; running statistics (averaged over the batch)
+-- need the whole batch.
+M.instance_norm = T.sbp_fn('instance_norm', function(ctx)
+  local o = ctx.args[2]
+  if type(o) == 'table' and o.running_mean ~= nil then return {{ins = R.fill(#ctx.shapes, Bc), out = {Bc}}} end
+  return R.per_sample(true)(ctx)
+end, M.instance_norm)
+
+M.interpolate = T.sbp_fn('interpolate', R.per_sample(true), M.interpolate)
+
+--- pad: dims that are not padded may split.
+M.pad = T.sbp_fn('pad', function(ctx)
+  local nd, pad = #ctx.shapes[1], ctx.args[2]
+  local m = type(pad) == 'table' and math.floor(#pad / 2) or nd
+  local sigs = {{ins = {Bc}, out = {Bc}}}
+  for d = 1, nd - m do sigs[#sigs + 1] = {ins = {S(d)}, out = {S(d)}} end
+  return sigs
+end, M.pad)
+
+-- reduction = 'mean' on a split batch: the local sum over the global
+-- denominator (the weight of the counted targets, as a single process
+-- divides by), so the partial sums add up to the global mean.
+local function global_mean(orig, largs, _, chosen, P)
+  local x, t = largs[1], largs[2]
+  local opts = {}
+  for k, v in pairs(largs[3] or EMPTY) do opts[k] = v end
+  opts.reduction = 'sum'
+  local total = orig(x, t, opts)
+  local den = require('oneflow.autograd').no_grad(function()
+    if t.dtype.is_floating_point then
+      return T.flow.tensor(t:numel() / x:size(2), {dtype = x.dtype})
+    end
+    local keep = t:ne(opts.ignore_index or -100)
+    if opts.weight == nil then return keep:sum():to(x.dtype) end
+    local safe = T.flow.where(keep, t, BASE):reshape(-1)
+    return (opts.weight:index_select(1, safe) * keep:reshape(-1):to(opts.weight.dtype)):sum()
+           :to(x.dtype)
+  end)
+  return total / all_reduce(den, split_group(P, chosen, 2))
+end
+
+local function needs_global_target(rule)
+  return function(ctx)
+    if ctx.roles[1] ~= 1 or ctx.roles[2] ~= 2 then
+      return 'input and target must both be global tensors'
+    end
+    return rule(ctx)
+  end
+end
+
+--- cross_entropy / nll_loss: the batch (and extra dims) may split; 'mean'
+-- is over the global batch.
+M.cross_entropy = T.sbp_fn('cross_entropy', needs_global_target(R.class_loss(global_mean)),
+                           M.cross_entropy)
+M.nll_loss = T.sbp_fn('nll_loss', needs_global_target(R.class_loss(global_mean)), M.nll_loss)
+
 return M

@@ -264,4 +264,56 @@ local R = require 'oneflow.distributed.rules'
 T.sbp({'reshape', 'view'}, R.reshape)
 T.sbp({'narrow'}, R.slice(2))
 
+local function pos(d, n) return d < 0 and d + n + 1 or d end
+-- a split dim follows its dim through the view
+T.sbp({'transpose', 'swapaxes'}, R.dim_map(function(ctx)
+  local n = #ctx.shapes[1]
+  local a, b = pos(ctx.args[2], n), pos(ctx.args[3], n)
+  return function(d) return d == a and b or d == b and a or d end
+end))
+T.sbp('t', R.dim_map(function(ctx)
+  if #ctx.shapes[1] < 2 then return function(d) return d end end
+  return function(d) return 3 - d end
+end))
+T.sbp('permute', R.dim_map(function(ctx)
+  local dims = {}
+  for i = 2, ctx.n do
+    local a = ctx.args[i]
+    if type(a) == 'number' then dims[#dims + 1] = a
+    elseif type(a) == 'table' then for _, v in ipairs(a) do dims[#dims + 1] = v end end
+  end
+  local n = #ctx.shapes[1]
+  return function(d)
+    for j, v in ipairs(dims) do if pos(v, n) == d then return j end end
+  end
+end))
+T.sbp('unsqueeze', R.dim_map(function(ctx)
+  local at = pos(ctx.args[2], #ctx.shapes[1] + 1)
+  return function(d) return d >= at and d + 1 or d end
+end))
+T.sbp('squeeze', R.dim_map(function(ctx)
+  local shape, at = ctx.shapes[1], ctx.args[2]
+  local gone = {}
+  for d, v in ipairs(shape) do
+    if v == 1 and (at == nil or pos(at, #shape) == d) then gone[d] = true end
+  end
+  return function(d)
+    if gone[d] then return nil end
+    local e = d
+    for f = 1, d - 1 do if gone[f] then e = e - 1 end end
+    return e
+  end
+end))
+-- dims start..end merge: only the dims outside them keep a split
+T.sbp('flatten', R.dim_map(function(ctx)
+  local n = #ctx.shapes[1]
+  if n == 0 then return nil end
+  local s, e = pos(ctx.args[2] or 1, n), pos(ctx.args[3] or -1, n)
+  return function(d)
+    if d < s then return d end
+    if d > e then return d - (e - s) end
+    if s == e then return d end
+  end
+end))
+
 return {}

@@ -4,6 +4,7 @@
 -- every function is the identity.
 --   F.dropout(x, 0.5, self.training)   F.dropout(x, {p = 0.2, training = true})
 local flow = require 'oneflow.nn._flow'
+local T = require 'oneflow.tensor'
 local U = require 'oneflow.nn._util'
 
 local parse, fail = U.parse, U.fail
@@ -71,6 +72,86 @@ function F.alpha_dropout(x, ...)
   local scale = 1 / math.sqrt((ALPHA * ALPHA * p + 1) * (1 - p))
   local b = (keep - 1) * (ALPHA * scale) + ALPHA * scale * p
   return x * (keep * scale) + b
+end
+
+------------------------------------------------------------------ global tensors
+-- On a global tensor any sbp stays (the op is linear in x given the mask).
+-- The mask is drawn for the whole logical shape, so it holds exactly the
+-- numbers one process would draw from the same generator state: every rank
+-- draws it (keeping the default generators in step, as the global
+-- factories do) and the first rank of the placement sends each rank its
+-- part (uint8), so ranks agree even when seeded differently.
+local R = require 'oneflow.distributed.rules'
+local B = require 'oneflow.distributed.boxing'
+local comm = require 'oneflow.distributed.comm'
+
+local function mask_part(m, shape, mshape, P, s, coord)
+  local sizes, start = B.shard(shape, P.hierarchy, s, coord)
+  for d = 1, #mshape do
+    if mshape[d] ~= 1 and sizes[d] ~= mshape[d] then m = m:narrow(d, start[d] + 1, sizes[d]) end
+  end
+  return m
+end
+
+local function coord_of(P, j)
+  if #P.hierarchy == 1 then return {j - 1} end
+  return {math.floor((j - 1) / P.hierarchy[2]), (j - 1) % P.hierarchy[2]}
+end
+
+-- the call for F[name] on shards; mask_shape(name, logical shape)
+local function global_dropout(name, mask_shape)
+  return function(orig, largs, ctx, _, P)
+    local a = args(name, unpack(largs, 2, ctx.n))
+    if not a.training or a.p == 0 or a.p == 1 then return orig(unpack(largs, 1, ctx.n)) end
+    local x, shape = largs[1], ctx.shapes[1]
+    local mshape = mask_shape(name, shape)
+    local full = flow.empty(mshape, {dtype = x.dtype}):bernoulli_(1 - a.p)
+    if not P:has_me() then return x end
+    local s, g = ctx.in_sbps[1], P:group()
+    local mine = mask_part(full, shape, mshape, P, s, P.coord):size():totable()
+    local sends, counts, recv = {}, {}, {}
+    for j = 1, #P.ranks do
+      counts[j], recv[j] = 0, 0
+      if P.index == 1 then
+        local part = mask_part(full, shape, mshape, P, s, coord_of(P, j))
+        sends[#sends + 1] = part:to('uint8'):contiguous():view(-1)
+        counts[j] = part:numel()
+      end
+    end
+    local n = 1
+    for _, v in ipairs(mine) do n = n * v end
+    recv[1] = n
+    local packed = #sends > 0 and flow.cat(sends, 1) or flow.empty({0}, {dtype = 'uint8'})
+    local got = comm.all_to_all_flat(packed, counts, recv, {group = g})
+    local m = got:view(mine):to(x.dtype):mul_(1 / (1 - a.p))
+    return apply(x, m, a.inplace)
+  end
+end
+
+local function same_shape(_, shape) return shape end
+local function channel_shape(spatial)
+  return function(name, shape)
+    local nd = #shape
+    if nd ~= spatial + 1 and nd ~= spatial + 2 then
+      fail(('%s: expected a %dD or %dD input, got [%s]'):format(name, spatial + 1, spatial + 2,
+        table.concat(shape, ', ')))
+    end
+    local m = {}
+    local first = nd == spatial + 1 and 1 or 2
+    for d = 1, nd do m[d] = d > first and 1 or shape[d] end
+    return m
+  end
+end
+
+for name, mshape in pairs({dropout = same_shape, dropout1d = channel_shape(1),
+                           dropout2d = channel_shape(2), dropout3d = channel_shape(3)}) do
+  local call = global_dropout(name, mshape)
+  local rule = function(ctx)
+    local sigs = R.same_sbp(ctx)
+    for _, sg in ipairs(sigs) do sg.call = call end
+    return sigs
+  end
+  F[name] = T.sbp_fn(name, rule, F[name])
 end
 
 return F

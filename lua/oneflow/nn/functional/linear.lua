@@ -4,6 +4,8 @@ local flow = require 'oneflow.nn._flow'
 local autograd = require 'oneflow.autograd'
 local U = require 'oneflow.nn._util'
 local C = require('oneflow._C').C
+local T = require 'oneflow.tensor'
+local B = require 'oneflow.distributed.boxing'
 
 local parse, fail, shape_str = U.parse, U.fail, U.shape_str
 local F = {}
@@ -135,5 +137,55 @@ function F.pixel_shuffle(x, r)
   for _, d in ipairs({c / (r * r), h * r, w * r}) do out[#out + 1] = d end
   return x:reshape(v):permute(perm):reshape(out)
 end
+
+------------------------------------------------------------------ global tensors
+local R = require 'oneflow.distributed.rules'
+local S, Bc, Ps = R.S, R.B, R.P
+
+--- linear follows matmul (rows, output features, input features -> partial).
+F.linear = T.sbp_fn('linear', R.linear, F.linear)
+
+-- Vocab-parallel lookup: this rank holds rows lo+1 .. lo+rows of the
+-- weight; ids outside them give zeros here and the partial sums over the
+-- ranks give every row once.
+local function vocab_parallel(orig, largs, ctx, _, P)
+  local ids, weight = largs[1], largs[2]
+  local coord = P.coord or {0, 0}
+  local _, start = B.shard(ctx.shapes[2], P.hierarchy, ctx.in_sbps[2], coord)
+  local lo, rows = start[1], weight:size(1)
+  local out_shape = ids:size():totable()
+  out_shape[#out_shape + 1] = weight:size(2)
+  if rows == 0 then
+    -- still a function of the (empty) shard, so every rank has its gradient
+    return flow.zeros(out_shape, {dtype = weight.dtype}) + weight:sum() * 0
+  end
+  local keep = ids:gt(lo):logical_and(ids:le(lo + rows))
+  local a = parse('embedding', emb_spec, unpack(largs, 3, ctx.n))
+  local opts = {}
+  local pad = a.padding_idx
+  if pad and pad < 0 then pad = ctx.shapes[2][1] + pad + 1 end
+  if pad and pad > lo and pad <= lo + rows then opts.padding_idx = pad - lo end
+  local out = orig(flow.where(keep, ids - lo, 1), weight, opts)
+  return out * keep:unsqueeze(-1):to(out.dtype)
+end
+
+--- embedding: ids split with the weight broadcast (data parallel), the
+-- weight split on rows (vocab parallel, masked lookup -> partial sums) or
+-- on columns (the embedding dim).
+F.embedding = T.sbp_fn('embedding', function(ctx)
+  if ctx.roles[1] ~= 1 or ctx.roles[2] ~= 2 then
+    return 'ids and weight must both be global tensors'
+  end
+  if R.opt(ctx, 4, 'max_norm') ~= nil then
+    return 'max_norm (renormalising rows in place) is not supported on global tensors'
+  end
+  local sig = R.signer(ctx, {'input', 'weight'})
+  local nd = #ctx.shapes[1]
+  local sigs = {sig({}, Bc)}
+  for d = 1, nd do sigs[#sigs + 1] = sig({input = S(d)}, S(d)) end
+  sigs[#sigs + 1] = sig({weight = S(1)}, Ps, {call = vocab_parallel})
+  sigs[#sigs + 1] = sig({weight = S(2)}, S(nd + 1))
+  return sigs
+end, F.embedding)
 
 return F
