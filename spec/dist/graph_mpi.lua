@@ -137,6 +137,28 @@ describe('nn.Graph with global tensors', function()
                    #grid .. 'x2> "net.0.weight"', 1, true), ir)
   end)
 
+  it('eval graph: column-parallel forward, global results, a new sbp compiles again', function()
+    flow.manual_seed(4)
+    local net, ref = mlp(), mlp()
+    ref:load_state_dict(net:state_dict())
+    net:to_global(P, function(name, p)
+      if name:match('^4%.') then return col(name, p) end   -- the last layer's outputs split
+      return Bc
+    end)
+    local Eval = nn.Graph:subclass('Eval')
+    function Eval:__init(m) nn.Graph.__init(self); self.m = m end
+    function Eval:build(x) return self.m(x) end
+    local g = Eval(net)
+    local X = batch(1, 2 * n + 1)
+    for _, sbp in ipairs({S(1), Bc, S(1)}) do
+      local y = g(flow.tensor(X:totable(), {placement = P, sbp = sbp}))
+      assert.is_true(y.is_global)
+      assert.equal(P, y.placement)
+      H.close(y:full_local(), ref(X), 1e-5, 'eval output with input ' .. tostring(sbp))
+    end
+    assert(tostring(g):find('2 compiled', 1, true), tostring(g))
+  end)
+
   it('graph:debug(1) prints the IR with placements and SBP', function()
     local _, g = graph_equals_eager(function(m) m:to_global(P, Bc) end, S(1), P, {steps = 1})
     local f = io.tmpfile()
@@ -185,6 +207,26 @@ describe('ZeRO (config:enable_zero)', function()
     for i = 1, #pa do H.close(pa[i]:to_local(), pb[i]:to_local(), 1e-5, 'parameter ' .. i) end
   end)
 
+  it('stage 3: parameters split between steps, equal to eager training', function()
+    local net, g = graph_equals_eager(function(m) m:to_global(P, Bc) end, S(1), P,
+                                      {optim = adam, zero = 3, batch = 8 * n + 1})
+    -- net.0.weight [10, 6] is now split on dim 1: this rank holds its rows
+    local w = net[1].weight
+    assert.equal(S(1), w.sbp[1])
+    local rows = math.floor(10 / n) + (r < 10 % n and 1 or 0)
+    assert.same({rows, 6}, w:to_local():size():totable())
+    assert.is_true(count(g, 'all_gather') > 0)
+    assert.equal(0, count(g, 'all_reduce_to') + count(g, 'all_reduce'))
+    -- eager code sees the same logical parameters and can keep training them
+    local opt = g._optimizers[1].opt
+    local X, OH = batch(9, 8 * n + 1)
+    local Xg = flow.tensor(X:totable(), {placement = P, sbp = S(1)})
+    local OHg = flow.tensor(OH:totable(), {placement = P, sbp = S(1)})
+    local l0 = loss_of(net(Xg), OHg, 8 * n + 1):item()
+    H.close(g(Xg, OHg):item(), l0, 1e-5, 'graph loss on the split parameters')
+    assert.equal(opt.param_groups[1].params[1], w:to_local())
+  end)
+
   it('2-D hybrid with ZeRO along the data-parallel axis equals eager training', function()
     local _, g = graph_equals_eager(hybrid, {S(1), Bc}, P2,
                                     {batch = 4 * n + 2, optim = adam, zero = 1})
@@ -216,35 +258,47 @@ describe('ZeRO (config:enable_zero)', function()
       flow.reset_peak_memory_stats()
       local loss = g(Xg, OHg)
       local peak = flow.memory_stats().peak_bytes - base
+      flow.collect()
+      local live = flow.memory_stats().current_bytes - base   -- between steps
       local params = {}
-      for i, p in ipairs(net:parameters()) do params[i] = p:to_local():clone() end
-      return peak, loss:item(), params
+      for i, p in ipairs(net:parameters()) do params[i] = p:full_local() end
+      return peak, loss:item(), params, live
     end
-    local plain, l1, p1 = measure(nil)
-    local zero, l2, p2 = measure(1)
+    local plain, l1, p1, live1 = measure(nil)
+    local zero, l2, p2, live2 = measure(1)
+    local peak3, l3, p3, live3 = measure(3)
     H.close(l2, l1, 1e-5, 'loss')
-    for i = 1, #p1 do H.close(p2[i], p1[i], 1e-5, 'parameter ' .. i) end
+    H.close(l3, l1, 1e-5, 'loss, stage 3')
+    for i = 1, #p1 do
+      H.close(p2[i], p1[i], 1e-5, 'parameter ' .. i)
+      H.close(p3[i], p1[i], 1e-5, 'parameter ' .. i .. ', stage 3')
+    end
     -- Adam keeps two tensors per parameter; with ZeRO 1/n of them per rank
     local pbytes = (64 * 256 + 256 + 256 * 64 + 64) * 4
     if r == 0 then
       io.stderr:write(('ZeRO, %d ranks: step peak %.0f KiB without, %.0f KiB with '
-                       .. '(parameters %.0f KiB)\n'):format(n, plain / 1024, zero / 1024,
-                                                        pbytes / 1024))
+                       .. '(stage 3: %.0f; parameters %.0f KiB); between steps %.0f, %.0f, '
+                       .. '%.0f KiB\n'):format(n, plain / 1024, zero / 1024, peak3 / 1024,
+                                           pbytes / 1024, live1 / 1024, live2 / 1024,
+                                           live3 / 1024))
     end
     assert.is_true(zero < plain - pbytes * (1 - 1 / n),
                    ('peak with ZeRO %d, without %d'):format(zero, plain))
+    -- stage 3 also keeps 1/n of the parameters between steps
+    assert.is_true(live3 < live2 - pbytes * (1 - 1 / n) / 2,
+                   ('between steps: stage 3 %d, stage 1 %d'):format(live3, live2))
   end)
 end)
 
 describe('nn.Graph with global tensors: limits', function()
-  it('refuses to save, ZeRO stage 3, and accumulation over global inputs', function()
+  it('refuses to save, ZeRO stage 4, and accumulation over global inputs', function()
     local _, g = graph_equals_eager(function(m) m:to_global(P, Bc) end, S(1), P, {steps = 1})
     local path = os.tmpname()
     H.raises(function() g:save(path) end, 'nn.Graph', 'save', 'global tensors')
     os.remove(path)
     local net = mlp():to_global(P, Bc)
     local g3 = TrainGraph(net, sgd(net:parameters()), 4)
-    H.raises(function() g3.config:enable_zero(true, {stage = 3}) end, 'enable_zero', 'stage 3')
+    H.raises(function() g3.config:enable_zero(true, {stage = 4}) end, 'enable_zero', 'stage must be')
     g3.config:set_gradient_accumulation_steps(2)
     local X, OH = batch(1, 2 * n)
     H.raises(function()

@@ -107,16 +107,15 @@ end
 -- along that axis, the gradient reduce-scattered instead of all-reduced,
 -- each rank updates its part of the parameter and the parts are
 -- all-gathered back. Stages 1 and 2 do the same here (a graph already
--- frees each full gradient once its part is made); stage 3 is not
--- supported. Local (non-global) parameters are not affected.
+-- frees each full gradient once its part is made). Stage 3 also splits
+-- the parameters themselves: when the graph compiles, each such global
+-- parameter becomes split along that axis (it stays the same logical
+-- tensor), so the global ops gather it where they need it and its gradient
+-- comes out reduce-scattered. Local (non-global) parameters are not affected.
 function Config:enable_zero(on, opts)
   local stage = type(opts) == 'number' and opts or (type(opts) == 'table' and opts.stage) or 1
-  if stage ~= 1 and stage ~= 2 then
-    if stage == 3 then
-      fail('enable_zero: stage 3 (parameters sharded between steps) is not supported; '
-           .. 'use stage 1 or 2', 2)
-    end
-    fail('enable_zero: stage must be 1 or 2, got ' .. tostring(stage), 2)
+  if stage ~= 1 and stage ~= 2 and stage ~= 3 then
+    fail('enable_zero: stage must be 1, 2 or 3, got ' .. tostring(stage), 2)
   end
   self.zero = on ~= false and stage or nil
 end
@@ -242,7 +241,9 @@ local function param_plan(self, opt, p)
   local pl = plans[p]
   if pl and pl.g == g and pl.stage == zero then return pl end
   pl = {g = g, stage = zero}
-  if g and zero and g.placement:has_me() then
+  if pl.g and pl.g.placement:has_me() and rawget(pl.g, '_zero3') then
+    pl.zero = nil   -- the parameter itself is already split (stage 3)
+  elseif g and zero and g.placement:has_me() then
     pl.zero = zero_sbp(g)
     if pl.zero then
       pl.shape = B.shard(g._shape, g.placement.hierarchy, pl.zero, g.placement.coord)
@@ -261,6 +262,38 @@ local function shard_state(t, pl)
   if same then return t end
   local g = pl.g
   return B.box(t, g._shape, g.placement, g._sbp, g.placement, pl.zero, g._dtype):contiguous()
+end
+
+-- ZeRO stage 3: the global parameter whose shard is group.params[i] becomes
+-- split as its ZeRO sbp says -- a new leaf holding this rank's part takes
+-- the old shard's place in the optimizer (its state cut to the part) and
+-- in the global tensor the modules hold.
+local function split_parameter(self, opt, group, i)
+  local p = group.params[i]
+  local pl = param_plan(self, opt, p)
+  if not pl.zero then return end
+  local g = pl.g
+  local part = autograd.no_grad(function()
+    return B.box(p:detach(), g._shape, g.placement, g._sbp, g.placement, pl.zero, g._dtype)
+             :contiguous():clone()
+  end)
+  part:requires_grad_(p.requires_grad)
+  local st = opt.state[p]
+  if st then
+    for _, key in ipairs({'exp_avg', 'exp_avg_sq', 'max_exp_avg_sq', 'momentum_buffer'}) do
+      if st[key] then st[key] = shard_state(st[key], pl) end
+    end
+    opt.state[part], opt.state[p] = st, nil
+  end
+  local map = rawget(opt, '_globals')
+  map[p], map[part] = nil, g
+  for j, q in ipairs(map.list) do if q == p then map.list[j] = part end end
+  group.params[i] = part
+  self._hyper[part], self._hyper[p] = self._hyper[p], nil
+  rawset(g, '_local', part)
+  rawset(g, '_sbp', pl.zero)
+  rawset(g, '_zero3', true)
+  GL.note(part, g.placement, g._sbp)
 end
 
 -- The graph's own per-parameter tensors {lr, steps} (float64), shared by
@@ -700,9 +733,10 @@ local function note_globals(self, args, n)
     for _, group in ipairs(e.opt.param_groups) do
       for _, p in ipairs(group.params) do
         local pl, st = plans[p], e.opt.state[p]
-        if pl and pl.zero and st then
+        local sbp = pl and (pl.zero or (pl.g and rawget(pl.g, '_zero3') and pl.g._sbp))
+        if sbp and st then
           for _, key in ipairs({'exp_avg', 'exp_avg_sq', 'max_exp_avg_sq', 'momentum_buffer'}) do
-            if st[key] then GL.note(st[key], pl.g.placement, pl.zero) end
+            if st[key] then GL.note(st[key], pl.g.placement, sbp) end
           end
         end
       end
@@ -727,6 +761,13 @@ local function compile(self, key, args, n)
     fail('gradient accumulation with global tensor arguments is not supported yet', 3)
   end
   local training = #self._optimizers > 0
+  if self.config.zero == 3 then
+    for _, e in ipairs(self._optimizers) do
+      for _, group in ipairs(e.opt.param_groups) do
+        for i = 1, #group.params do split_parameter(self, e.opt, group, i) end
+      end
+    end
+  end
   for _, e in ipairs(self._optimizers) do prepare_state(self, e) end
   zero_grads(self)
   write_lr(self)
