@@ -225,6 +225,12 @@ describe('ZeRO (config:enable_zero)', function()
     local l0 = loss_of(net(Xg), OHg, 8 * n + 1):item()
     H.close(g(Xg, OHg):item(), l0, 1e-5, 'graph loss on the split parameters')
     assert.equal(opt.param_groups[1].params[1], w:to_local())
+    -- an eager step of the same optimizer, then the graph again: both see it
+    opt:zero_grad()
+    loss_of(net(Xg), OHg, 8 * n + 1):backward()
+    opt:step()
+    local l1 = loss_of(net(Xg), OHg, 8 * n + 1):item()
+    H.close(g(Xg, OHg):item(), l1, 1e-5, 'graph after an eager step')
   end)
 
   it('2-D hybrid with ZeRO along the data-parallel axis equals eager training', function()
