@@ -619,7 +619,7 @@ of_status of_impl_comm_all_reduce_to(of_comm *c, of_tensor *x, of_comm_op r, of_
   of_status st = of_tensor_new(x->shape, x->ndim, as, OF_CPU, &res);
   void *req = NULL;
   if (st == OF_OK && backend->iall_reduce(c->bc, of_ptr(in), of_ptr(res), in->numel, w,
-                                          wire_red(x->dtype, r), op, &req) != 0)
+                                          wire_red(x->dtype, r), labelled(op), &req) != 0)
     st = bfail(op);
   if (st == OF_OK && backend->wait(req, of_dist_get_timeout()) != 0) {
     /* a late peer could still write these buffers: keep them */

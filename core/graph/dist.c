@@ -146,13 +146,13 @@ void of_comm_node_describe(const void *attrs, char *buf, size_t cap) {
   static const char *reds[] = {"sum", "max", "min"};
   size_t len = strlen(buf);
   if (len >= cap) return;
-  int w = snprintf(buf + len, cap - len, "group %d of %d%s%s", (int)a->comm,
-                   c ? (int)of_comm_size(c) : 0, a->red > 0 && a->red <= 2 ? " " : "",
+  int w = snprintf(buf + len, cap - len, "comm #%d, %d ranks%s%s", (int)a->comm,
+                   c ? (int)of_comm_size(c) : 0, a->red > 0 && a->red <= 2 ? ", " : "",
                    a->red > 0 && a->red <= 2 ? reds[a->red] : "");
   if (w < 0) return;
   len = strlen(buf);
   if (a->n > 0 && len < cap) {
-    snprintf(buf + len, cap - len, " counts=");
+    snprintf(buf + len, cap - len, ", counts=");
     for (int32_t i = 0; i < a->n && i < 16; i++) {
       len = strlen(buf);
       if (len >= cap) return;

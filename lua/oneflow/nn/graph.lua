@@ -32,6 +32,7 @@ local module = require 'oneflow.nn.module'
 local GL = require 'oneflow.distributed.global'
 local B = require 'oneflow.distributed.boxing'
 local PL = require 'oneflow.distributed.placement'
+local comm = require 'oneflow.distributed.comm'
 
 local C, wrap = core.C, core.wrap
 local is_tensor, is_module = T.is_tensor, module.is_module
@@ -368,6 +369,16 @@ local function step_optimizers(self, updated)
             end
           end
         end
+      end
+    end
+  end
+  if sc then
+    -- with global parameters each rank saw only its part of the grads:
+    -- every rank skips when one saw inf/nan
+    for _, e in ipairs(self._optimizers) do
+      if rawget(e.opt, '_globals') then
+        comm.all_reduce(sc.found, {op = 'max'})
+        break
       end
     end
   end
