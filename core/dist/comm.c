@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include "dist/backend.h"
+#include "graph/impl.h"
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,6 +250,11 @@ of_status of_comm_new_group(of_comm *parent, const int32_t *ranks, int32_t n,
   return OF_OK;
 }
 
+/* nn.Graph keeps the communicators its collective nodes use (core/graph/dist.c). */
+void of_comm_retain_internal(of_comm *c) {
+  if (c && c != &world) c->refcount++;
+}
+
 void of_comm_release(of_comm *c) {
   if (!c || c == &world) return;
   if (--c->refcount > 0) return;
@@ -304,7 +310,7 @@ of_status of_comm_barrier(of_comm *c) {
   return OF_OK;
 }
 
-of_status of_comm_all_reduce(of_comm *c, of_tensor *t, of_comm_op r) {
+of_status of_impl_comm_all_reduce(of_comm *c, of_tensor *t, of_comm_op r) {
   const char *op = "all_reduce";
   OF_CHECK(of_dist_init());
   OF_CHECK(check_tensor(op, t));
@@ -326,7 +332,7 @@ of_status of_comm_all_reduce(of_comm *c, of_tensor *t, of_comm_op r) {
   return st;
 }
 
-of_status of_comm_broadcast(of_comm *c, of_tensor *t, int32_t root) {
+of_status of_impl_comm_broadcast(of_comm *c, of_tensor *t, int32_t root) {
   const char *op = "broadcast";
   OF_CHECK(of_dist_init());
   OF_CHECK(check_tensor(op, t));
@@ -366,7 +372,7 @@ static of_status fill_counts(const char *op, of_comm *c, const int64_t *counts, 
 
 static int64_t *counts_buf(of_comm *c) { return malloc(sizeof(int64_t) * (size_t)c->size); }
 
-of_status of_comm_all_gather(of_comm *c, of_tensor *x, const int64_t *counts,
+of_status of_impl_comm_all_gather(of_comm *c, of_tensor *x, const int64_t *counts,
                              of_tensor **out) {
   const char *op = "all_gather";
   *out = NULL;
@@ -397,7 +403,7 @@ of_status of_comm_all_gather(of_comm *c, of_tensor *x, const int64_t *counts,
   return OF_OK;
 }
 
-of_status of_comm_reduce_scatter(of_comm *c, of_tensor *x, const int64_t *counts,
+of_status of_impl_comm_reduce_scatter(of_comm *c, of_tensor *x, const int64_t *counts,
                                  of_comm_op r, of_tensor **out) {
   const char *op = "reduce_scatter";
   *out = NULL;
@@ -439,7 +445,7 @@ of_status of_comm_reduce_scatter(of_comm *c, of_tensor *x, const int64_t *counts
   return OF_OK;
 }
 
-of_status of_comm_all_to_all(of_comm *c, of_tensor *x, const int64_t *send_counts,
+of_status of_impl_comm_all_to_all(of_comm *c, of_tensor *x, const int64_t *send_counts,
                              const int64_t *recv_counts, of_tensor **out) {
   const char *op = "all_to_all";
   *out = NULL;
@@ -599,7 +605,7 @@ of_status of_comm_wait(of_comm_request *r) {
  * (A reduce-scatter into the result then an in-place all-gather, which
  * would skip MPI's copy of x, measured 2-4x slower with Open MPI 4.1's
  * nonblocking collectives.) */
-of_status of_comm_all_reduce_to(of_comm *c, of_tensor *x, of_comm_op r, of_tensor **out) {
+of_status of_impl_comm_all_reduce_to(of_comm *c, of_tensor *x, of_comm_op r, of_tensor **out) {
   const char *op = "all_reduce";
   *out = NULL;
   OF_CHECK(of_dist_init());
@@ -613,7 +619,7 @@ of_status of_comm_all_reduce_to(of_comm *c, of_tensor *x, of_comm_op r, of_tenso
   of_status st = of_tensor_new(x->shape, x->ndim, as, OF_CPU, &res);
   void *req = NULL;
   if (st == OF_OK && backend->iall_reduce(c->bc, of_ptr(in), of_ptr(res), in->numel, w,
-                                          wire_red(x->dtype, r), op, &req) != 0)
+                                          wire_red(x->dtype, r), labelled(op), &req) != 0)
     st = bfail(op);
   if (st == OF_OK && backend->wait(req, of_dist_get_timeout()) != 0) {
     /* a late peer could still write these buffers: keep them */

@@ -33,6 +33,7 @@ typedef struct of_gval {
   int32_t index;          /* input position / external number */
   of_tensor *ext;         /* externals: the tensor (retained) */
   char *name;             /* externals: optional name (malloc'ed) */
+  char *note;             /* placement and SBP of a global tensor's shard (of_trace_note) */
 } of_gval;
 
 enum {
@@ -95,6 +96,10 @@ enum {
   OF_OPF_OPAQUE = 32,     /* graph-only op not to be merged (backward of a captured node) */
   OF_OPF_VARIN = 64,      /* variable number of inputs (cat, stack) */
   OF_OPF_INTO = 128,      /* may write into a given tensor and return it */
+  /* a collective (dist.c): every rank runs it in the same order, so it is
+   * flagged RANDOM as well -- kept, never merged, folded or recomputed, and
+   * ordered by the wave scheduler -- and a graph holding one is not saved */
+  OF_OPF_COLLECTIVE = 256,
 };
 
 typedef of_status (*of_invoke_fn)(of_gnode *n, of_tensor **ins, void **outs);

@@ -175,5 +175,17 @@ of_status of_impl_cross_entropy(of_tensor *logits, of_tensor *target, of_tensor 
 of_status of_impl_nll_loss(of_tensor *log_probs, of_tensor *target, of_tensor *weight,
                            of_loss_reduction reduction, int64_t ignore_index,
                            int64_t index_base, of_tensor **out);
+
+/* core/dist/comm.c: the collectives (core/graph/dist.c wraps them) */
+of_status of_impl_comm_all_reduce(of_comm *c, of_tensor *t, of_comm_op op);
+of_status of_impl_comm_all_reduce_to(of_comm *c, of_tensor *x, of_comm_op op, of_tensor **out);
+of_status of_impl_comm_broadcast(of_comm *c, of_tensor *t, int32_t root);
+of_status of_impl_comm_all_gather(of_comm *c, of_tensor *x, const int64_t *counts,
+                                  of_tensor **out);
+of_status of_impl_comm_reduce_scatter(of_comm *c, of_tensor *x, const int64_t *counts,
+                                      of_comm_op op, of_tensor **out);
+of_status of_impl_comm_all_to_all(of_comm *c, of_tensor *x, const int64_t *send_counts,
+                                  const int64_t *recv_counts, of_tensor **out);
+void of_comm_retain_internal(of_comm *c);
 #pragma GCC visibility pop
 #endif

@@ -73,6 +73,13 @@ of_status of_graph_serialize(of_graph *g, of_tensor **blob) {
   if (!((const union { uint32_t u; uint8_t b[4]; }){.u = 1}).b[0])
     return of_fail(OF_ERR_STATE, "nn.Graph.save: big-endian hosts are not supported");
   of_graph_compact(g);
+  for (int32_t i = 0; i < g->nnodes; i++) {
+    const of_opdef *d = of_op_def(g->nodes[i].op);
+    if (d && (d->flags & OF_OPF_COLLECTIVE))
+      return of_fail(OF_ERR_STATE, "nn.Graph.save: the graph holds a collective (%s): graphs "
+                     "with global tensors cannot be saved yet; save the parameters with "
+                     "flow.distributed.save instead", d->name);
+  }
   int32_t *uses = of_graph_use_counts(g);
   int32_t *ext_index = malloc(sizeof *ext_index * (size_t)(g->nvals ? g->nvals : 1));
   if (!uses || !ext_index) {
@@ -277,6 +284,11 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
       goto fail;
     }
     const of_opdef *d = of_op_def(op);
+    if (d->flags & OF_OPF_COLLECTIVE) {
+      st = of_fail(OF_ERR_IO, "nn.Graph.load: %s: holds a collective '%s'; graphs with global "
+                   "tensors cannot be saved or loaded", c->path, name);
+      goto fail;
+    }
     int32_t asz = get_i32(&r);
     if (r.bad || asz != d->attr_size || asz < 0 || (size_t)asz > r.len - r.pos)
       FAIL("bad attribute record size");

@@ -113,6 +113,7 @@ void of_graph_release(of_graph *g) {
   for (int32_t v = 0; v < g->nvals; v++) {
     if (g->vals[v].kind == OF_GV_EXTERNAL) of_tensor_release(g->vals[v].ext);
     free(g->vals[v].name);
+    free(g->vals[v].note);
   }
   plan_free(g);
   free(g->nodes);
@@ -230,6 +231,7 @@ static void sb_type(sbuf *s, const of_gval *v) {
   for (int32_t i = 0; i < v->ndim; i++) sb_printf(s, "%s%lld", i ? "," : "", (long long)v->shape[i]);
   sb_printf(s, "]");
   if (!of_gval_contiguous(v)) sb_printf(s, "{view}");
+  if (v->note) sb_printf(s, " <%s>", v->note);
 }
 
 const char *of_graph_text(of_graph *g, int32_t verbose) {

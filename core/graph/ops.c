@@ -1585,6 +1585,19 @@ static const of_opdef op_table[OPK_COUNT] = {
                        mut_unscale, NULL, NULL},
   [OPK_AMP_UPDATE] = {"amp_update_scale_", sizeof(a_amp_update), 3, 3, 0, 0,
                       of_amp_update_scale_invoke, mut_update_scale, NULL, NULL},
+#define COMMF (OF_OPF_COLLECTIVE | OF_OPF_RANDOM)
+  [OPK_COMM_ALL_REDUCE] = {"all_reduce", -1, 1, 1, 0, COMMF, of_comm_node_invoke, mut_first,
+                           of_comm_node_check, of_comm_node_describe},
+  [OPK_COMM_ALL_REDUCE_TO] = {"all_reduce_to", -1, 1, 1, 1, COMMF, of_comm_node_invoke, NULL,
+                              of_comm_node_check, of_comm_node_describe},
+  [OPK_COMM_BROADCAST] = {"broadcast", -1, 1, 1, 0, COMMF, of_comm_node_invoke, mut_first,
+                          of_comm_node_check, of_comm_node_describe},
+  [OPK_COMM_ALL_GATHER] = {"all_gather", -1, 1, 1, 1, COMMF, of_comm_node_invoke, NULL,
+                           of_comm_node_check, of_comm_node_describe},
+  [OPK_COMM_REDUCE_SCATTER] = {"reduce_scatter", -1, 1, 1, 1, COMMF, of_comm_node_invoke, NULL,
+                               of_comm_node_check, of_comm_node_describe},
+  [OPK_COMM_ALL_TO_ALL] = {"all_to_all", -1, 1, 1, 1, COMMF, of_comm_node_invoke, NULL,
+                           of_comm_node_check, of_comm_node_describe},
 };
 
 const of_opdef *of_op_def(int32_t op) {

@@ -24,6 +24,8 @@ enum {
   OPK_BATCH_NORM, OPK_LAYER_NORM, OPK_GROUP_NORM, OPK_INSTANCE_NORM, OPK_INTERPOLATE,
   OPK_PAD, OPK_CROSS_ENTROPY, OPK_NLL_LOSS,
   OPK_OPTIM_SGD, OPK_OPTIM_ADAM, OPK_AMP_UNSCALE, OPK_AMP_UPDATE,
+  OPK_COMM_ALL_REDUCE, OPK_COMM_ALL_REDUCE_TO, OPK_COMM_BROADCAST, OPK_COMM_ALL_GATHER,
+  OPK_COMM_REDUCE_SCATTER, OPK_COMM_ALL_TO_ALL,
   OPK_COUNT
 };
 
@@ -94,6 +96,17 @@ typedef struct { double momentum, dampening, weight_decay; int32_t nesterov, max
 typedef struct { double beta1, beta2, eps, weight_decay; int32_t amsgrad, maximize, decoupled, pad_; } a_adam;
 
 typedef struct { double growth, backoff; int64_t interval; } a_amp_update;
+
+/* ---- collectives (dist.c) ----
+ * comm: the communicator's number in this process's registry (a graph with
+ * collectives is never saved, so the number need not mean anything
+ * elsewhere); red: reduction; root: broadcast root; has: bit 0 send/gather
+ * counts given, bit 1 receive counts given; counts[n] follow the header. */
+typedef struct { int32_t comm, red, root, has, n, pad_; int64_t counts[]; } a_comm;
+
+of_status of_comm_node_invoke(of_gnode *n, of_tensor **ins, void **outs);
+of_status of_comm_node_check(const void *attrs, int32_t size, int32_t nin);
+void of_comm_node_describe(const void *attrs, char *buf, size_t cap);
 
 of_status of_amp_unscale_invoke(of_gnode *n, of_tensor **ins, void **outs);
 of_status of_amp_update_scale_invoke(of_gnode *n, of_tensor **ins, void **outs);

@@ -390,6 +390,7 @@ static void rollback(of_trace *tr, int32_t nn, int32_t nv) {
   for (int32_t v = nv; v < g->nvals; v++) {
     of_tensor_release(g->vals[v].ext);
     free(g->vals[v].name);
+    free(g->vals[v].note);
   }
   /* storages: step back to the latest value made before the snapshot */
   for (int64_t i = 0; i < tr->storages.cap; i++) {
@@ -511,6 +512,29 @@ of_status of_trace_data_read(const of_tensor *t) {
   return of_fail(OF_ERR_STATE, "nn.Graph: data-dependent control flow on tensor values is not "
                  "supported while tracing (a tensor %s was read); compute it outside build or "
                  "use flow.where", OF_SHAPE_STR(t));
+}
+
+of_status of_trace_note(of_tensor *t, const char *text) {
+  of_trace *tr = of_trace_tls;
+  if (!tr || !t || !text) return OF_OK;
+  of_graph *g = tr->g;
+  int32_t latest = -1;
+  int32_t vid = find_value(tr, t, &latest);
+  if (vid < 0) return OF_OK;
+  /* the value and its earlier versions (an external parameter, then each
+   * in-place update of it) */
+  for (int32_t v = vid; v >= 0; v = tr->prev_on_storage[v]) {
+    of_gval *x = &g->vals[v];
+    if (x->kind == OF_GV_HANDLE || !same_geometry(x, t)) continue;
+    if (x->note && v != vid) continue;
+    size_t n = strlen(text);
+    char *s = malloc(n + 1);
+    if (!s) return oom();
+    memcpy(s, text, n + 1);
+    free(x->note);
+    x->note = s;
+  }
+  return OF_OK;
 }
 
 /* ---- begin / end ---- */

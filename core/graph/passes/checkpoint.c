@@ -62,6 +62,7 @@ static int32_t copy_value(of_graph *g, int32_t v) {
   *dst = *src;
   dst->kind = kind;
   dst->name = NULL;
+  dst->note = NULL;
   dst->ext = NULL;
   dst->sid = 0;
   dst->root = dst->same = id;

@@ -568,6 +568,10 @@ void of_trace_abort(void);
  * "checkpoint" pass recomputes a segment's values in backward instead of
  * keeping them. */
 int32_t of_trace_set_scope(int32_t scope);
+/* While tracing: attach `text` (e.g. a global tensor's placement and SBP) to
+ * the value t currently is, and to its earlier versions without one; the
+ * IR printout shows it after the type. Not tracing, or t unseen: nothing. */
+of_status of_trace_note(of_tensor *t, const char *text);
 of_status of_graph_optimize(of_graph *g, const char *passes);
 of_status of_graph_run(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor **outputs,
                        int32_t nout);

@@ -224,7 +224,8 @@ function M.reduce_scatter(t, opts)
     counts[r] = numel_of(shp)
     start = start + sz
   end
-  local packed = T.flow.cat(parts, 1)
+  -- split along dim 1, the parts already lie in rank order: no packing copy
+  local packed = (dim == 1 or dim == -t:dim()) and t:contiguous():view(-1) or T.flow.cat(parts, 1)
   local res = T.call1(C.of_comm_reduce_scatter, g.ptr, packed.p, counts_ptr(counts),
                       red_op(opts and opts.op, 'reduce_scatter'), out1)
   local shp = t:size():totable()

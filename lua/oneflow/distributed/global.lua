@@ -39,10 +39,30 @@ end
 M.sbp_str = sbp_str
 
 ------------------------------------------------------------------ construction
+-- While nn.Graph traces build(), every global tensor made tells the tracer
+-- its shard's placement and SBP (shown by graph:debug).
+local C_ = require('oneflow._C').C
+local function note(loc, P, nd_sbp)
+  if C_.of_tracing() == 0 or not T.is_tensor(loc) then return end
+  local parts = {}
+  for k, v in ipairs(nd_sbp) do parts[k] = v.kind == 'S' and ('S(' .. v.dim .. ')') or v.kind end
+  local r = {}
+  for i, q in ipairs(P.ranks) do r[i] = q end
+  local grid = #P.hierarchy == 2 and (' grid ' .. P.hierarchy[1] .. 'x' .. P.hierarchy[2]) or ''
+  C_.of_trace_note(loc.p, ('sbp=(%s) placement=%s:%s%s'):format(table.concat(parts, ', '),
+                   P.type, table.concat(r, ','), grid))
+end
+M.note = note
+
 local function new(loc, shape, P, nd_sbp, dtype)
+  note(loc, P, nd_sbp)
   return setmetatable({_local = loc, _shape = shape, placement = P, _sbp = nd_sbp,
                        _dtype = dtype}, GT)
 end
+--- A global tensor over this rank's shard `loc` (no communication; the
+-- caller vouches for shape, placement and sbp). nn.Graph rebuilds its
+-- global results with it.
+M.new = new
 
 -- sbp argument -> list with one sbp per grid axis, split dims checked
 local function check_sbp(op, P, s, shape, level)

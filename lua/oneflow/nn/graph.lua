@@ -29,8 +29,14 @@ local T = require 'oneflow.tensor'
 local autograd = require 'oneflow.autograd'
 local module = require 'oneflow.nn.module'
 
+local GL = require 'oneflow.distributed.global'
+local B = require 'oneflow.distributed.boxing'
+local PL = require 'oneflow.distributed.placement'
+local comm = require 'oneflow.distributed.comm'
+
 local C, wrap = core.C, core.wrap
 local is_tensor, is_module = T.is_tensor, module.is_module
+local is_global = GL.is_global
 local unpack = unpack
 
 local function fail(msg, level) error('nn.Graph: ' .. msg, (level or 1) + 1) end
@@ -94,6 +100,25 @@ function Config:set_concurrency(n)
     fail('set_concurrency: expected a positive integer', 2)
   end
   self.concurrency = n
+end
+
+--- self.config:enable_zero(true[, {stage = 1}]) (OneFlow:
+-- config.enable_zero(True, stage=1)): for global parameters that are
+-- broadcast along a grid axis (data parallel), the optimizer state is split
+-- along that axis, the gradient reduce-scattered instead of all-reduced,
+-- each rank updates its part of the parameter and the parts are
+-- all-gathered back. Stages 1 and 2 do the same here (a graph already
+-- frees each full gradient once its part is made). Stage 3 also splits
+-- the parameters themselves: when the graph compiles, each such global
+-- parameter becomes split along that axis (it stays the same logical
+-- tensor), so the global ops gather it where they need it and its gradient
+-- comes out reduce-scattered. Local (non-global) parameters are not affected.
+function Config:enable_zero(on, opts)
+  local stage = type(opts) == 'number' and opts or (type(opts) == 'table' and opts.stage) or 1
+  if stage ~= 1 and stage ~= 2 and stage ~= 3 then
+    fail('enable_zero: stage must be 1, 2 or 3, got ' .. tostring(stage), 2)
+  end
+  self.zero = on ~= false and stage or nil
 end
 
 --- self.config:set_passes('dce,cse,fold,fuse,inplace'): the optimization
@@ -171,6 +196,107 @@ function Graph:add_optimizer(opt, opts)
   os[#os + 1] = {opt = opt, kind = kind, lr_sch = opts.lr_sch or opts.lr_scheduler}
 end
 
+-- The global parameter whose local shard p is (optimizers keep the shards
+-- of global parameters, oneflow.optim._global), or nil.
+local function global_of(opt, p)
+  local map = rawget(opt, '_globals')
+  return map and map[p] or nil
+end
+
+-- ZeRO: the sbp a global parameter's optimizer state, gradient and update
+-- use -- the first grid axis along which the parameter is broadcast gets
+-- split(d), d the first dim no other axis splits with at least as many
+-- elements as that axis has ranks (the same choice on every rank) -- or nil
+-- (nothing to shard).
+local function zero_sbp(g)
+  local P, s, shape = g.placement, g._sbp, g._shape
+  for k = 1, #P.hierarchy do
+    if s[k].kind == 'B' and P.hierarchy[k] > 1 then
+      for d = 1, #shape do
+        local free = shape[d] >= P.hierarchy[k]
+        for m = 1, #s do
+          if m ~= k and s[m].kind == 'S' and B.norm_dim(s[m].dim, #shape) == d then free = false end
+        end
+        if free then
+          local z = {}
+          for m = 1, #s do z[m] = s[m] end
+          z[k] = PL.sbp.split(d)
+          return z
+        end
+      end
+    end
+  end
+  return nil
+end
+
+-- Per parameter shard p: {g = global parameter, zero = sbp or nil,
+-- shape = local shape of the state}.
+local function param_plan(self, opt, p)
+  local plans = rawget(self, '_plans')
+  if plans == nil then
+    plans = setmetatable({}, {__mode = 'k'})
+    rawset(self, '_plans', plans)
+  end
+  local g = global_of(opt, p)
+  local zero = self.config.zero
+  local pl = plans[p]
+  if pl and pl.g == g and pl.stage == zero then return pl end
+  pl = {g = g, stage = zero}
+  if pl.g and pl.g.placement:has_me() and rawget(pl.g, '_zero3') then
+    pl.zero = nil   -- the parameter itself is already split (stage 3)
+  elseif g and zero and g.placement:has_me() then
+    pl.zero = zero_sbp(g)
+    if pl.zero then
+      pl.shape = B.shard(g._shape, g.placement.hierarchy, pl.zero, g.placement.coord)
+    end
+  end
+  plans[p] = pl
+  return pl
+end
+
+-- Optimizer state for a ZeRO-sharded parameter: its part (a state made
+-- before, e.g. by eager steps, the same on every rank, is cut).
+local function shard_state(t, pl)
+  if t == nil then return T.flow.zeros(pl.shape, {dtype = pl.g._dtype}) end
+  local same = t:dim() == #pl.shape
+  for i = 1, #pl.shape do same = same and t:size(i) == pl.shape[i] end
+  if same then return t end
+  local g = pl.g
+  return B.box(t, g._shape, g.placement, g._sbp, g.placement, pl.zero, g._dtype):contiguous()
+end
+
+-- ZeRO stage 3: the global parameter whose shard is group.params[i] becomes
+-- split as its ZeRO sbp says -- a new leaf holding this rank's part takes
+-- the old shard's place in the optimizer (its state cut to the part) and
+-- in the global tensor the modules hold.
+local function split_parameter(self, opt, group, i)
+  local p = group.params[i]
+  local pl = param_plan(self, opt, p)
+  if not pl.zero then return end
+  local g = pl.g
+  local part = autograd.no_grad(function()
+    return B.box(p:detach(), g._shape, g.placement, g._sbp, g.placement, pl.zero, g._dtype)
+             :contiguous():clone()
+  end)
+  part:requires_grad_(p.requires_grad)
+  local st = opt.state[p]
+  if st then
+    for _, key in ipairs({'exp_avg', 'exp_avg_sq', 'max_exp_avg_sq', 'momentum_buffer'}) do
+      if st[key] then st[key] = shard_state(st[key], pl) end
+    end
+    opt.state[part], opt.state[p] = st, nil
+  end
+  local map = rawget(opt, '_globals')
+  map[p], map[part] = nil, g
+  for j, q in ipairs(map.list) do if q == p then map.list[j] = part end end
+  group.params[i] = part
+  self._hyper[part], self._hyper[p] = self._hyper[p], nil
+  rawset(g, '_local', part)
+  rawset(g, '_sbp', pl.zero)
+  rawset(g, '_zero3', true)
+  GL.note(part, g.placement, g._sbp)
+end
+
 -- The graph's own per-parameter tensors {lr, steps} (float64), shared by
 -- every compiled signature; the step count follows the optimizer's state.
 local function hyper_of(self, p, steps)
@@ -195,17 +321,20 @@ local function prepare_state(self, e)
         st = {}
         opt.state[p] = st
       end
+      local pl = param_plan(self, opt, p)
+      local function fresh(t)
+        if pl.zero then return shard_state(t, pl) end
+        return t or T.flow.zeros_like(p)
+      end
       if e.kind == 'adam' then
-        if st.exp_avg == nil then
-          st.step = st.step or 0
-          st.exp_avg = T.flow.zeros_like(p)
-          st.exp_avg_sq = T.flow.zeros_like(p)
-        end
-        if group.amsgrad and st.max_exp_avg_sq == nil then st.max_exp_avg_sq = T.flow.zeros_like(p) end
+        if st.exp_avg == nil then st.step = st.step or 0 end
+        st.exp_avg = fresh(st.exp_avg)
+        st.exp_avg_sq = fresh(st.exp_avg_sq)
+        if group.amsgrad then st.max_exp_avg_sq = fresh(st.max_exp_avg_sq) end
         hyper_of(self, p, st.step)
       else
         local had = st.momentum_buffer ~= nil
-        if group.momentum ~= 0 and not had then st.momentum_buffer = T.flow.zeros_like(p) end
+        if group.momentum ~= 0 then st.momentum_buffer = fresh(st.momentum_buffer) end
         hyper_of(self, p, had and 1 or 0)
       end
     end
@@ -243,6 +372,16 @@ local function step_optimizers(self, updated)
       end
     end
   end
+  if sc then
+    -- with global parameters each rank saw only its part of the grads:
+    -- every rank skips when one saw inf/nan
+    for _, e in ipairs(self._optimizers) do
+      if rawget(e.opt, '_globals') then
+        comm.all_reduce(sc.found, {op = 'max'})
+        break
+      end
+    end
+  end
   for _, e in ipairs(self._optimizers) do
     local opt = e.opt
     for _, group in ipairs(opt.param_groups) do
@@ -250,21 +389,41 @@ local function step_optimizers(self, updated)
         local g = p.grad
         if g ~= nil then
           local st, h = opt.state[p], self._hyper[p]
+          local target = p   -- what the update writes: the shard, or its ZeRO part
+          local pl = param_plan(self, opt, p)
+          local glob = pl.g
+          if glob and glob.placement:has_me() then
+            -- the shard's grad is in the dual sbp (partial sums where the
+            -- parameter is broadcast): boxed to the parameter's sbp
+            -- (all-reduce), or to its ZeRO sbp (reduce-scatter)
+            local P, shape = glob.placement, glob._shape
+            local dual = {}
+            for k, v in ipairs(glob._sbp) do dual[k] = PL.dual(v) end
+            g = B.box(g, shape, P, dual, P, pl.zero or glob._sbp, glob._dtype)
+            if pl.zero then
+              target = B.box(p, shape, P, glob._sbp, P, pl.zero, glob._dtype):contiguous()
+            end
+          end
           g = g:contiguous()
           local rc
           if e.kind == 'adam' then
             local decoupled = (opt.decoupled or group.decoupled_weight_decay) and 1 or 0
-            rc = C.of_optim_adam_(p.p, g.p, st.exp_avg.p, st.exp_avg_sq.p,
+            rc = C.of_optim_adam_(target.p, g.p, st.exp_avg.p, st.exp_avg_sq.p,
                                   group.amsgrad and st.max_exp_avg_sq.p or nil, h.t.p,
                                   group.betas[1], group.betas[2], group.eps, group.weight_decay,
                                   group.amsgrad and 1 or 0, group.maximize and 1 or 0, decoupled,
                                   found)
           else
-            rc = C.of_optim_sgd_(p.p, g.p, st.momentum_buffer and st.momentum_buffer.p or nil,
+            rc = C.of_optim_sgd_(target.p, g.p, st.momentum_buffer and st.momentum_buffer.p or nil,
                                  h.t.p, group.momentum, group.dampening, group.weight_decay,
                                  group.nesterov and 1 or 0, group.maximize and 1 or 0, found)
           end
           if rc ~= 0 then raise('nn.Graph: optimizer step: ') end
+          if target ~= p then   -- ZeRO: every rank's part, gathered into the shard
+            local full = B.box(target, glob._shape, glob.placement, pl.zero, glob.placement,
+                               glob._sbp, glob._dtype)
+            p:copy_(full)
+          end
           updated[#updated + 1] = {kind = e.kind, opt = opt, p = p, state = st,
                                    bound = {st.exp_avg, st.exp_avg_sq, st.max_exp_avg_sq,
                                             st.momentum_buffer}}
@@ -307,6 +466,11 @@ local function flatten(v, list, depth)
     list[#list + 1] = v
     return {tensor = #list}
   end
+  if is_global(v) then   -- its shard is the graph's result
+    list[#list + 1] = v._local
+    return {global = #list, shape = v._shape, placement = v.placement, sbp = v._sbp,
+            dtype = v._dtype}
+  end
   if type(v) == 'table' and getmetatable(v) == nil then
     if depth > 20 then fail('build returned a table nested too deeply', 3) end
     local t = {}
@@ -322,6 +486,9 @@ end
 
 local function rebuild(tpl, list)
   if tpl.tensor then return list[tpl.tensor] end
+  if tpl.global then
+    return GL.new(list[tpl.global], tpl.shape, tpl.placement, tpl.sbp, tpl.dtype)
+  end
   if tpl.table then
     local t = {}
     for k, x in pairs(tpl.table) do t[k] = rebuild(x, list) end
@@ -374,6 +541,11 @@ local function signature(args, n)
       local s = {'T', tostring(C.of_tensor_dtype(a.p))}
       for d = 0, nd - 1 do s[#s + 1] = tostring(tonumber(shape[d])) end
       parts[i] = table.concat(s, ',')
+    elseif is_global(a) then
+      -- the logical tensor and its layout; the shard's shape follows
+      local s = {'G', tostring(a._dtype), a.placement.key, GL.sbp_str(a._sbp),
+                 table.concat(a._shape, ','), table.concat(a._local:size():totable(), ',')}
+      parts[i] = table.concat(s, ';')
     elseif type(a) == 'number' or type(a) == 'string' or type(a) == 'boolean' or a == nil then
       parts[i] = type(a) .. ':' .. tostring(a)
     else
@@ -390,9 +562,10 @@ local function addr(p) return tostring(ffi.cast('intptr_t', p)) end
 
 local function external_names(self)
   local names = {}
+  local function ptr(t) return is_global(t) and t._local.p or t.p end
   local function add(prefix, m)
-    for name, p in m:named_parameters() do names[addr(p.p)] = prefix .. name end
-    for name, b in m:named_buffers() do names[addr(b.p)] = prefix .. name end
+    for name, p in m:named_parameters() do names[addr(ptr(p))] = prefix .. name end
+    for name, b in m:named_buffers() do names[addr(ptr(b))] = prefix .. name end
   end
   for k, v in pairs(self) do
     if type(k) == 'string' and is_module(v) then add(k .. '.', v) end
@@ -548,15 +721,64 @@ local function mark_segments(list)
   end
 end
 
+-- The placement and sbp of every global value the graph binds (inputs,
+-- parameters and buffers, ZeRO-sharded optimizer state) go with their
+-- values into the IR printout.
+local function note_globals(self, args, n)
+  local any = false
+  local function note(g)
+    if is_global(g) then
+      GL.note(g._local, g.placement, g._sbp)
+      any = true
+    end
+  end
+  for i = 1, n do note(args[i]) end
+  for k, v in pairs(self) do
+    if type(k) == 'string' and is_module(v) then
+      for _, p in v:named_parameters() do note(p) end
+      for _, b in v:named_buffers() do note(b) end
+    end
+  end
+  local plans = rawget(self, '_plans') or {}
+  for _, e in ipairs(self._optimizers) do
+    for _, group in ipairs(e.opt.param_groups) do
+      for _, p in ipairs(group.params) do
+        local pl, st = plans[p], e.opt.state[p]
+        local sbp = pl and (pl.zero or (pl.g and rawget(pl.g, '_zero3') and pl.g._sbp))
+        if sbp and st then
+          for _, key in ipairs({'exp_avg', 'exp_avg_sq', 'max_exp_avg_sq', 'momentum_buffer'}) do
+            if st[key] then GL.note(st[key], pl.g.placement, sbp) end
+          end
+        end
+      end
+    end
+  end
+  return any
+end
+
 local function compile(self, key, args, n)
-  local ins, ninputs = {}, 0
+  local ins, ninputs, globals = {}, 0, false
   for i = 1, n do
     if is_tensor(args[i]) then
       ninputs = ninputs + 1
       ins[ninputs] = args[i]
+    elseif is_global(args[i]) then
+      ninputs = ninputs + 1
+      ins[ninputs] = args[i]._local
+      globals = true
     end
   end
+  if globals and (self.config.acc_steps or 1) > 1 then
+    fail('gradient accumulation with global tensor arguments is not supported yet', 3)
+  end
   local training = #self._optimizers > 0
+  if self.config.zero == 3 then
+    for _, e in ipairs(self._optimizers) do
+      for _, group in ipairs(e.opt.param_groups) do
+        for i = 1, #group.params do split_parameter(self, e.opt, group, i) end
+      end
+    end
+  end
   for _, e in ipairs(self._optimizers) do prepare_state(self, e) end
   zero_grads(self)
   write_lr(self)
@@ -583,6 +805,7 @@ local function compile(self, key, args, n)
     C.of_set_grad_enabled(prev)
     if not out[1] then error(out[2], 0) end
     if training then autograd.no_grad(step_optimizers, self, updated) end
+    globals = note_globals(self, args, n) or globals
     return unpack(out, 2, table.maxn(out))
   end)}
   unmark()
@@ -597,7 +820,10 @@ local function compile(self, key, args, n)
   local nres = table.maxn(res) - 1
   local list = {}
   local tpl = {}
-  for i = 1, nres do tpl[i] = flatten(res[i + 1], list, 0) end
+  for i = 1, nres do
+    tpl[i] = flatten(res[i + 1], list, 0)
+    if tpl[i].global then globals = true end
+  end
   local couts = tensor_list(math.max(#list, 1))
   for i = 1, #list do couts[i - 1] = list[i].p end
   local gp = graph_ptr()
@@ -614,7 +840,7 @@ local function compile(self, key, args, n)
     C.of_graph_set_debug(g, 0)
   end
   local entry = {g = g, template = tpl, nres = nres, ninputs = ninputs, noutputs = #list,
-                 updated = updated, key = key, scaling = sc,
+                 updated = updated, key = key, scaling = sc, global = globals,
                  cins = tensor_list(math.max(ninputs, 1)),
                  couts = tensor_list(math.max(#list, 1))}
   self._cache[key] = entry
@@ -634,6 +860,9 @@ local function run(self, entry, args, n)
     local a = args[i]
     if is_tensor(a) then
       cins[k] = a.p
+      k = k + 1
+    elseif is_global(a) then
+      cins[k] = a._local.p
       k = k + 1
     end
   end
@@ -658,11 +887,14 @@ function Graph:__call(...)
   for i = 1, n do
     local a = args[i]
     if is_tensor(a) and C.of_tensor_is_contiguous(a.p) == 0 then args[i] = a:contiguous() end
+    if is_global(a) and C.of_tensor_is_contiguous(a._local.p) == 0 then
+      args[i] = GL.new(a._local:contiguous(), a._shape, a.placement, a._sbp, a._dtype)
+    end
   end
   local cfg = self.config
   local key = signature(args, n) .. '|' .. modes(self) .. '|' .. (cfg.acc_steps or 1) .. '|'
               .. (cfg.amp and tostring(cfg.amp_dtype or 'bf16') or '') .. '|'
-              .. (cfg.checkpointing and 'ck' or '')
+              .. (cfg.checkpointing and 'ck' or '') .. '|' .. (cfg.zero or '')
   local entry = self._cache[key]
   if entry ~= nil and not state_current(entry) then
     self._cache[key] = nil
@@ -750,6 +982,10 @@ end
 -- safetensors file). flow.nn.Graph.load(path) runs it without this code.
 function Graph:save(path)
   if not self._last then fail('save: call the graph once first (it compiles on the first call)', 2) end
+  if self._last.global then
+    fail('save: graphs with global tensors (placements, SBP, collectives) cannot be saved yet; '
+         .. 'save the parameters with flow.distributed.save and trace the graph again', 2)
+  end
   save_graph(self._last.g, path)
 end
 
