@@ -8,11 +8,15 @@ void register_reduce(of_device_ops *ops);
 void register_random(of_device_ops *ops);
 void register_blas(of_device_ops *ops);
 void register_optim(of_device_ops *ops);
+void register_index(of_device_ops *ops);   // index.cu
+void register_nccl(of_device_ops *ops);    // nccl.cu
 inline void register_kernels(of_device_ops *ops) {
   register_elementwise(ops);
   register_reduce(ops);
   register_random(ops);
   register_blas(ops);
   register_optim(ops);
+  register_index(ops);
+  register_nccl(ops);
 }
 }  // namespace ofc

@@ -463,6 +463,7 @@ int32_t of_dist_world_size(void);
 int32_t of_dist_local_rank(void);              /* rank among processes on this host */
 double of_dist_get_timeout(void);
 of_status of_dist_set_timeout(double seconds);
+int32_t of_dist_device_backend_loaded(void);   /* 1 once NCCL was loaded for a CUDA collective */
 of_status of_comm_world(of_comm **out);        /* borrowed; lives as long as the process */
 /* Called by the members only: ranks[n] of parent, in the new group's order. */
 of_status of_comm_new_group(of_comm *parent, const int32_t *ranks, int32_t n,

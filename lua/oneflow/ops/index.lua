@@ -13,11 +13,13 @@ local dim = util.dim
 local BASE = 1   -- Lua index values start at 1
 
 -- An index argument: an int tensor as given (C checks the dtype), or a Lua
--- number / list turned into an int64 tensor.
-local function index_tensor(idx, op)
+-- number / list turned into an int64 tensor on the device of `like`.
+local function index_tensor(idx, op, like)
   if is_tensor(idx) then return idx end
   if type(idx) == 'number' or type(idx) == 'table' then
-    return T.flow.tensor(idx, {dtype = 'int64'})
+    local t = T.flow.tensor(idx, {dtype = 'int64'})
+    if like and like.is_cuda then t = t:to(like.device) end
+    return t
   end
   error(('%s: index must be an int64 tensor, got %s'):format(op, type(idx)), 3)
 end
@@ -92,7 +94,7 @@ end, 'func')
 ------------------------------------------------------------------ gather / scatter
 --- x:gather(dim, index): out[i][j] = x[i][index[i][j]] (dim 2).
 def('gather', function(x, d, idx)
-  idx = index_tensor(idx, 'gather')
+  idx = index_tensor(idx, 'gather', x)
   return call1(C.of_gather, x.p, dim(d, 'gather'), idx.p, BASE, out1)
 end)
 
@@ -104,7 +106,7 @@ local function reduce_code(opts, op)
 end
 
 local function scatter(x, d, idx, src, red, into, op)
-  idx = index_tensor(idx, op)
+  idx = index_tensor(idx, op, x)
   local cd = dim(d, op, 3)
   if is_tensor(src) then
     return C.of_scatter(x.p, cd, idx.p, src.p, 0, 0, red, BASE, into, out1)
@@ -135,12 +137,12 @@ end
 ------------------------------------------------------------------ index_select / index_add
 --- x:index_select(dim, index): index a 1-D int tensor (or a Lua list).
 def('index_select', function(x, d, idx)
-  idx = index_tensor(idx, 'index_select')
+  idx = index_tensor(idx, 'index_select', x)
   return call1(C.of_index_select, x.p, dim(d, 'index_select'), idx.p, BASE, out1)
 end)
 
 local function index_add(x, d, idx, src, opts, into)
-  idx = index_tensor(idx, 'index_add')
+  idx = index_tensor(idx, 'index_add', x)
   check_tensor(src, 'index_add', 'source')
   local alpha = type(opts) == 'number' and opts or (opts and opts.alpha) or 1
   return C.of_index_add(x.p, dim(d, 'index_add', 3), idx.p, src.p, alpha, BASE, into, out1)
