@@ -938,7 +938,7 @@ local function pin(t) return t:is_pinned() and t or t:pin_memory() end
 
 local function pinned(it)
   return function()
-    local r = table.pack(it())
+    local r = pack(it())
     if r[1] == nil then return nil end
     for i = 1, r.n do r[i] = map_tensors(r[i], pin) end
     return unpack(r, 1, r.n)
@@ -950,7 +950,7 @@ local function to_device(it, device)
   local cuda = require 'oneflow.cuda'
   local side = cuda.Stream(device.index)
   local function stage()
-    local r = table.pack(it())
+    local r = pack(it())
     if r[1] == nil then return nil end
     local host, ev = r, cuda.Event()
     local dev = {n = r.n}
