@@ -10,7 +10,7 @@ local has_gpu = flow.cuda.is_available()
 local Pairs = data.Dataset:subclass('PinPairs')
 function Pairs:init(n) self.n = n end
 function Pairs:len() return self.n end
-function Pairs:get(i)
+function Pairs.get(_, i)
   return flow.full({3}, i), {label = i, w = flow.full({2, 2}, -i)}
 end
 
