@@ -23,7 +23,13 @@ namespace ofc {
 
 enum { kIndexFlag = 3 };
 
-__device__ __forceinline__ void bad_index(int *flag) { atomicCAS(flag, 0, kIndexFlag); }
+// The device's bad-input flag and the code naming the op (flag_code).
+struct Flag {
+  int *p;
+  int code;
+};
+static Flag make_flag(int dev, const char *op) { return Flag{error_flag(dev), flag_code(op, kIndexFlag)}; }
+__device__ __forceinline__ void bad_index(Flag f) { atomicCAS(f.p, 0, f.code); }
 
 template <typename I>
 __device__ __forceinline__ bool in_range(I raw, int64_t base, int64_t size, int64_t *v) {
@@ -72,7 +78,7 @@ static int64_t stride_at(const of_tensor *t, int32_t d) { return t->ndim > 0 ? t
 // ---- gather: out[..j..] = x[..index[..j..]..] along dim ----
 template <typename T, typename I>
 __global__ void gather_kernel(int64_t n, Offsets<3> o, T *out, const I *idx, const T *x,
-                              int64_t xd, int64_t size, int64_t base, int *flag) {
+                              int64_t xd, int64_t size, int64_t base, Flag flag) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     int64_t off[3], v;
@@ -92,7 +98,7 @@ static of_status gather(of_tensor *out, of_tensor *x, int32_t dim, of_tensor *in
   const of_tensor *all[3] = {out, index, &xv};
   Offsets<3> o = make_offsets<3>(out, all);
   int64_t size = size_at(x, dim), xd = stride_at(x, dim);
-  int *flag = error_flag(dev);
+  Flag flag = make_flag(dev, "gather");
   return dispatch_index(index->dtype, "gather", [&](auto zi) -> of_status {
     typedef decltype(zi) I;
     return dispatch_size(of_dtype_size(x->dtype), [&](auto z) -> of_status {
@@ -117,7 +123,7 @@ __device__ __forceinline__ T add_elem(T a, T b) {
 template <typename T, typename I>
 __global__ void scatter_lines(int64_t lines, Offsets<3> o, int64_t len, T *dst, const I *idx,
                               const T *src, T value, bool use_value, bool add, int64_t dd,
-                              int64_t si, int64_t ss, int64_t size, int64_t base, int *flag) {
+                              int64_t si, int64_t ss, int64_t size, int64_t base, Flag flag) {
   for (int64_t l = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; l < lines;
        l += (int64_t)gridDim.x * blockDim.x) {
     int64_t off[3];
@@ -152,7 +158,7 @@ __device__ __forceinline__ void atomic_add(T *p, T v) {
 template <typename T, typename I>
 __global__ void scatter_add_atomic(int64_t n, Offsets<3> o, T *dst, const I *idx, const T *src,
                                    T value, bool use_value, int64_t dd, int64_t size,
-                                   int64_t base, int *flag) {
+                                   int64_t base, Flag flag) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     int64_t off[3], v;
@@ -175,7 +181,7 @@ static of_status scatter(of_tensor *dst, int32_t dim, of_tensor *index, of_tenso
   int64_t len = size_at(index, dim), lines = index->numel / len, size = size_at(dst, dim);
   int64_t dd = stride_at(dst, dim), si = stride_at(index, dim);
   int64_t ss = use_value ? 0 : stride_at(src, dim);
-  int *flag = error_flag(dev);
+  Flag flag = make_flag(dev, reduce ? "scatter_add" : "scatter");
   const of_tensor *srct = use_value ? index : src;   // any header of the index's rank
   return dispatch_index(index->dtype, "scatter", [&](auto zi) -> of_status {
     typedef decltype(zi) I;
@@ -219,7 +225,7 @@ static of_status scatter(of_tensor *dst, int32_t dim, of_tensor *index, of_tenso
 // ---- index_select: out [outer, n, inner] <- x [outer, size, inner] rows ----
 template <typename T, typename I>
 __global__ void index_select_kernel(int64_t total, int64_t n, int64_t inner, int64_t size,
-                                    T *out, const T *x, const I *idx, int64_t base, int *flag) {
+                                    T *out, const T *x, const I *idx, int64_t base, Flag flag) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
     int64_t c = i % inner, r = i / inner, k = r % n, o = r / n, v;
@@ -244,7 +250,7 @@ static of_status index_select(of_tensor *out, of_tensor *x, int32_t dim, of_tens
   cudaStream_t s = current_stream(dev);
   int64_t outer, inner, n = index->numel, size = size_at(x, dim);
   split3(x, dim, &outer, &inner);
-  int *flag = error_flag(dev);
+  Flag flag = make_flag(dev, "index_select");
   return dispatch_index(index->dtype, "index_select", [&](auto zi) -> of_status {
     typedef decltype(zi) I;
     return dispatch_size(of_dtype_size(x->dtype), [&](auto z) -> of_status {
@@ -271,7 +277,7 @@ __device__ __forceinline__ T axpy(T d, A alpha, T s) {
 template <typename T, typename I>
 __global__ void index_add_cols(int64_t cols, int64_t n, int64_t inner, int64_t size, T *dst,
                                const T *src, const I *idx, double alpha, int64_t base,
-                               int *flag) {
+                               Flag flag) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < cols;
        i += (int64_t)gridDim.x * blockDim.x) {
     int64_t c = i % inner, o = i / inner;
@@ -290,7 +296,7 @@ __global__ void index_add_cols(int64_t cols, int64_t n, int64_t inner, int64_t s
 template <typename T, typename I>
 __global__ void index_add_atomic(int64_t total, int64_t n, int64_t inner, int64_t size, T *dst,
                                  const T *src, const I *idx, double alpha, int64_t base,
-                                 int *flag) {
+                                 Flag flag) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
     int64_t c = i % inner, r = i / inner, k = r % n, o = r / n, v;
@@ -316,7 +322,7 @@ static of_status index_add(of_tensor *dst, int32_t dim, of_tensor *index, of_ten
   int64_t outer, inner, size = size_at(dst, dim);
   split3(dst, dim, &outer, &inner);
   int64_t cols = outer * inner, total = cols * n;
-  int *flag = error_flag(dev);
+  Flag flag = make_flag(dev, "index_add");
   return dispatch_index(index->dtype, "index_add", [&](auto zi) -> of_status {
     typedef decltype(zi) I;
     return dispatch_all(dst->dtype, [&](auto z) -> of_status {
