@@ -28,7 +28,9 @@ struct Flag {
   int *p;
   int code;
 };
-static Flag make_flag(int dev, const char *op) { return Flag{error_flag(dev), flag_code(op, kIndexFlag)}; }
+static Flag make_flag(int dev, const char *op) {
+  return Flag{error_flag(dev), flag_code(op, kIndexFlag)};
+}
 __device__ __forceinline__ void bad_index(Flag f) { atomicCAS(f.p, 0, f.code); }
 
 template <typename I>
@@ -142,9 +144,10 @@ __global__ void scatter_lines(int64_t lines, Offsets<3> o, int64_t len, T *dst, 
 }
 
 template <typename T> struct HasAtomicAdd {
-  static constexpr bool value = std::is_same<T, float>::value || std::is_same<T, double>::value ||
-                                std::is_same<T, int32_t>::value || std::is_same<T, int64_t>::value ||
-                                std::is_same<T, half_t>::value || std::is_same<T, bf16_t>::value;
+  static constexpr bool value =
+      std::is_same<T, float>::value || std::is_same<T, double>::value ||
+      std::is_same<T, int32_t>::value || std::is_same<T, int64_t>::value ||
+      std::is_same<T, half_t>::value || std::is_same<T, bf16_t>::value;
 };
 
 template <typename T>
