@@ -207,6 +207,37 @@ typedef struct of_device_ops {
   of_status (*graph_capture_end)(void *capture, void **graph);
   of_status (*graph_launch)(void *graph);
   void (*graph_free)(void *graph);
+  /* ---- indexing, scans and shape kernels (cuda/index.cu), NCCL (cuda/nccl.cu) ----
+   * Index values outside their range raise the device's error flag (code
+   * 3): the op is named at the next synchronising call; nothing is written
+   * through a bad index. */
+  /* y [outer, n, inner] <- running sum (is_prod 0) or product of x along n;
+   * x, y contiguous of one compute dtype (float32/float64 accumulate in
+   * double, int64 wraps), each line in order, as on the CPU */
+  of_status (*scan)(of_tensor *x, int64_t outer, int64_t n, int64_t inner, int32_t is_prod,
+                    of_tensor *y);
+  /* out (contiguous, x's shape) <- x where column - row <= k (tril) or >= k
+   * (triu) over the last two dims, else 0 */
+  of_status (*tri)(of_tensor *out, of_tensor *x, int64_t k, int32_t upper);
+  /* out (contiguous) <- x tiled: x has out's rank, out->shape[d] a multiple
+   * of x->shape[d] (x may be strided, stride 0 on padded dims) */
+  of_status (*repeat)(of_tensor *out, of_tensor *x);
+  /* pos (int64 [n]) <- exclusive prefix count of mask (bool contiguous [n]);
+   * *total <- the number of true entries (waits for the device) */
+  of_status (*mask_scan)(of_tensor *mask, of_tensor *pos, int64_t *total);
+  /* with x: out[pos[i]] <- x[i] where mask[i] (x contiguous, mask's numel);
+   * without: row pos[i] of out [total, ndim] <- the coordinates (+ base) of
+   * i in `shape` */
+  of_status (*mask_compact)(of_tensor *mask, of_tensor *pos, of_tensor *x,
+                            const int64_t *shape, int32_t ndim, int64_t base, of_tensor *out);
+  /* out <- start + i * step for i < n (arange), in out's dtype; linspace:
+   * step = (end - start) / (n - 1), the second half counted from `end` */
+  of_status (*iota)(of_tensor *out, double start, double step, double end, int32_t linspace);
+  /* The raw cudaStream_t of the current stream on device `index`. */
+  void *(*raw_stream)(int32_t index);
+  /* The NCCL communicator table (libnccl dlopened on the first call), or
+   * NULL with the reason in why. */
+  const struct of_comm_device_backend *(*nccl)(char *why, int32_t cap);
 } of_device_ops;
 
 /* The CUDA library's entry point: fills ops; returns 0 or sets why (cap bytes). */

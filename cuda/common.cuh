@@ -27,6 +27,10 @@ void note_launch(const char *op);
 // Device-side flag for bad input met inside kernels (integer division by
 // zero, ...), reported at the next synchronising call.
 int *error_flag(int dev);
+// The value a kernel stores in the flag for `reason` (1 division by zero,
+// 2 negative power, 3 index out of range) so that the report names `op`
+// (a string that lives as long as the library), whatever ran after it.
+int flag_code(const char *op, int reason);
 
 // ---- streams (runtime.cu) ----
 cudaStream_t current_stream(int dev);

@@ -12,6 +12,8 @@ void register_optim(of_device_ops *ops);
 void register_dnn(of_device_ops *ops);
 void register_nn(of_device_ops *ops);
 void register_graph(of_device_ops *ops);
+void register_index(of_device_ops *ops);   // index.cu
+void register_nccl(of_device_ops *ops);    // nccl.cu
 inline void register_kernels(of_device_ops *ops) {
   register_elementwise(ops);
   register_reduce(ops);
@@ -21,5 +23,7 @@ inline void register_kernels(of_device_ops *ops) {
   register_dnn(ops);
   register_nn(ops);
   register_graph(ops);
+  register_index(ops);
+  register_nccl(ops);
 }
 }  // namespace ofc

@@ -80,16 +80,34 @@ static int32_t current_device() {
   return d;
 }
 
+// Ops that name themselves in the flag (flag_code): later launches must not
+// take the blame for an earlier kernel's bad input.
+static const char *g_flag_ops[256] = {""};
+static int g_nflag_ops = 1;
+
+int flag_code(const char *op, int reason) {
+  std::lock_guard<std::mutex> g(g_lock);
+  int id = 1;
+  while (id < g_nflag_ops && strcmp(g_flag_ops[id], op) != 0) id++;
+  if (id == g_nflag_ops) {
+    if (g_nflag_ops == 256) return reason;   // table full: the last op is named
+    g_flag_ops[g_nflag_ops++] = op;
+  }
+  return reason | id << 8;
+}
+
 static of_status check_flag(int d) {
   int h = 0;
   if (!g_dev[d].ready) return OF_OK;
   OFC_TRY(cudaMemcpy(&h, g_dev[d].flag, sizeof h, cudaMemcpyDeviceToHost), "synchronize");
   if (!h) return OF_OK;
   cudaMemset(g_dev[d].flag, 0, sizeof(int));
-  return of_fail(OF_ERR_ARG, "%s: a kernel met bad input on cuda:%d (%s)", t_last_op, d,
-                 h == 1 ? "integer division by zero" :
-                 h == 2 ? "integers to negative integer powers are not allowed" :
-                 h == 3 ? "index out of range" : "bad value");
+  int reason = h & 0xff, id = h >> 8;
+  const char *op = id > 0 && id < g_nflag_ops ? g_flag_ops[id] : t_last_op;
+  return of_fail(OF_ERR_ARG, "%s: a kernel met bad input on cuda:%d (%s)", op, d,
+                 reason == 1 ? "integer division by zero" :
+                 reason == 2 ? "integers to negative integer powers are not allowed" :
+                 reason == 3 ? "index out of range" : "bad value");
 }
 
 static of_status sync_one(int d) {

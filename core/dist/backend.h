@@ -65,6 +65,47 @@ typedef struct of_comm_backend {
   int (*wait)(void *req, double timeout);
 } of_comm_backend;
 
+/* A backend for device buffers (NCCL), provided by the device library
+ * (liboneflow_cuda.so, which dlopens libnccl on first use; see
+ * of_device_ops.nccl). core/dist/comm.c gives each of_comm its own device
+ * communicator, made on its first collective on a device tensor with an id
+ * that rank 0 makes and the host backend broadcasts.
+ *
+ * Calls are enqueued on `stream` (the caller's current stream) and then
+ * waited for, polling the communicator's asynchronous error: after
+ * `timeout` seconds (<= 0: never) the communicator is aborted and the call
+ * fails naming the op; an aborted communicator fails every later call.
+ * Point-to-point messages have no tags: a pair's sends and receives match
+ * in the order they are called. */
+enum { OF_COMM_DEVICE_ABI = 1, OF_COMM_ID_BYTES = 128 };
+
+typedef struct of_comm_device_backend {
+  int32_t abi;                               /* OF_COMM_DEVICE_ABI */
+  const char *name;
+  int (*unique_id)(void *id);                /* OF_COMM_ID_BYTES bytes */
+  /* every member calls it with rank 0's id; `device` the CUDA device index */
+  int (*comm_init)(const void *id, int32_t nranks, int32_t rank, int32_t device,
+                   const char *op, double timeout, void **out);
+  void (*free)(void *c);
+  int (*all_reduce)(void *c, void *stream, void *buf, int64_t n, of_wire w, int32_t red,
+                    const char *op, double timeout);
+  int (*broadcast)(void *c, void *stream, void *buf, int64_t n, of_wire w, int32_t root,
+                   const char *op, double timeout);
+  int (*all_gather)(void *c, void *stream, const void *in, void *out, const int64_t *counts,
+                    of_wire w, const char *op, double timeout);
+  int (*reduce_scatter)(void *c, void *stream, const void *in, void *out,
+                        const int64_t *counts, of_wire w, int32_t red, const char *op,
+                        double timeout);
+  int (*all_to_all)(void *c, void *stream, const void *in, const int64_t *send_counts,
+                    void *out, const int64_t *recv_counts, of_wire w, const char *op,
+                    double timeout);
+  int (*send)(void *c, void *stream, const void *buf, int64_t n, of_wire w, int32_t peer,
+              const char *op, double timeout);
+  int (*recv)(void *c, void *stream, void *buf, int64_t n, of_wire w, int32_t peer,
+              const char *op, double timeout);
+  const char *(*error)(void);
+} of_comm_device_backend;
+
 /* The symbol liboneflow_mpi.so exports. */
 typedef const of_comm_backend *(*of_comm_backend_fn)(void);
 

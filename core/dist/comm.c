@@ -7,6 +7,7 @@
  * (sum of bools is a logical or). */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "device.h"
 #include "dist/backend.h"
 #include "graph/impl.h"
 #include <dlfcn.h>
@@ -18,10 +19,13 @@ struct of_comm {
   int64_t refcount;
   void *bc;            /* the backend's communicator */
   int32_t rank, size;
+  void *dc;            /* the device backend's communicator (NCCL), made on first use */
+  of_device ddev;      /* its device */
 };
 
 static const of_comm_backend *backend;
-static of_comm world = {1, NULL, 0, 1};
+static const of_comm_device_backend *dbackend;   /* loaded with the first device collective */
+static of_comm world = {1, NULL, 0, 1, NULL, OF_CPU};
 static int init_state;            /* 0 not tried, 1 ok, -1 failed */
 static char init_error[1024];
 static double timeout_s = -1;
@@ -258,9 +262,61 @@ void of_comm_retain_internal(of_comm *c) {
 void of_comm_release(of_comm *c) {
   if (!c || c == &world) return;
   if (--c->refcount > 0) return;
+  if (c->dc) dbackend->free(c->dc);
   backend->free(c->bc);
   free(c);
 }
+
+/* ---- device tensors: the device backend (NCCL) ------------------------- */
+typedef struct {
+  const of_comm_device_backend *nb;   /* NULL: host tensors, the host backend */
+  void *dc, *stream;
+} dctx;
+
+int32_t of_dist_device_backend_loaded(void) { return dbackend != NULL; }
+
+/* The device communicator of c on dev, made on first use: rank 0 makes the
+ * id, the host backend broadcasts it (every member is in this collective). */
+static of_status dev_ctx(const char *op, of_comm *c, of_device dev, dctx *d) {
+  memset(d, 0, sizeof *d);
+  if (dev == OF_CPU) return OF_OK;
+  const of_device_ops *o = of_device_ops_for(op, dev);
+  if (!o) return OF_ERR_DEVICE;
+  if (!dbackend) {
+    char why[600] = "";
+    const of_comm_device_backend *nb = o->nccl ? o->nccl(why, sizeof why) : NULL;
+    if (!nb || nb->abi != OF_COMM_DEVICE_ABI)
+      return of_fail(OF_ERR_STATE, "%s: tensors on %s need the NCCL backend, which is not "
+                     "available: %s", op, OF_DEV_STR(dev),
+                     nb ? "liboneflow_cuda does not match (rebuild it)" :
+                     why[0] ? why : "this CUDA library has no NCCL support");
+    dbackend = nb;
+  }
+  if (c->dc && c->ddev != dev)
+    return of_fail(OF_ERR_DEVICE, "%s: this group already communicates on %s, not %s (one "
+                   "device per process and group)", op, OF_DEV_STR(c->ddev), OF_DEV_STR(dev));
+  if (!c->dc) {
+    unsigned char id[OF_COMM_ID_BYTES] = {0};
+    if (c->rank == 0 && dbackend->unique_id(id) != 0)
+      return of_fail(OF_ERR_STATE, "%s: %s", op, dbackend->error());
+    if (backend->broadcast(c->bc, id, OF_COMM_ID_BYTES, OF_WIRE_U8, 0, op,
+                           of_dist_get_timeout()) != 0)
+      return bfail(op);
+    if (dbackend->comm_init(id, c->size, c->rank, of_device_index(dev), op,
+                            of_dist_get_timeout(), &c->dc) != 0)
+      return of_fail(OF_ERR_STATE, "%s", dbackend->error());
+    c->ddev = dev;
+  }
+  d->nb = dbackend;
+  d->dc = c->dc;
+  d->stream = o->raw_stream(of_device_index(dev));
+  return OF_OK;
+}
+
+static of_status dfail(const dctx *d, const char *op) {
+  return of_fail(OF_ERR_STATE, "%s", d->nb->error()[0] ? d->nb->error() : op);
+}
+#define DFAIL(d, op) ((d).nb ? dfail(&(d), op) : bfail(op))
 
 /* ---- tensors on the wire ----------------------------------------------- */
 static of_status wire_of(const char *op, of_dtype dt, int reducing, of_wire *w, of_dtype *as) {
@@ -286,9 +342,6 @@ static of_status wire_of(const char *op, of_dtype dt, int reducing, of_wire *w, 
 
 static of_status check_tensor(const char *op, const of_tensor *t) {
   if (!t) return of_fail(OF_ERR_ARG, "%s: tensor is NULL", op);
-  if (of_tensor_device(t) != OF_CPU)
-    return of_fail(OF_ERR_DEVICE, "%s: only CPU tensors are supported by the %s backend", op,
-                   backend ? backend->name : "current");
   return OF_OK;
 }
 
@@ -318,12 +371,17 @@ of_status of_impl_comm_all_reduce(of_comm *c, of_tensor *t, of_comm_op r) {
   of_wire w = OF_WIRE_U8;
   of_dtype as;
   OF_CHECK(wire_of(op, t->dtype, 1, &w, &as));
+  dctx d;
+  OF_CHECK(dev_ctx(op, c, of_dev(t), &d));
   of_tensor *buf;
   OF_CHECK(of_dense(t, as, &buf));
   of_status st = OF_OK;
-  if (backend->all_reduce(c->bc, of_ptr(buf), buf->numel, w, wire_red(t->dtype, r), labelled(op),
-                          of_dist_get_timeout()) != 0)
-    st = bfail(op);
+  int rc = d.nb ? d.nb->all_reduce(d.dc, d.stream, of_ptr(buf), buf->numel, w,
+                                   wire_red(t->dtype, r), labelled(op), of_dist_get_timeout())
+                : backend->all_reduce(c->bc, of_ptr(buf), buf->numel, w, wire_red(t->dtype, r),
+                                      labelled(op), of_dist_get_timeout());
+  if (rc != 0)
+    st = DFAIL(d, op);
   else if (buf != t)
     st = of_copy_data(t, buf);
   else
@@ -342,12 +400,17 @@ of_status of_impl_comm_broadcast(of_comm *c, of_tensor *t, int32_t root) {
   of_wire w = OF_WIRE_U8;
   of_dtype as;
   OF_CHECK(wire_of(op, t->dtype, 0, &w, &as));
+  dctx d;
+  OF_CHECK(dev_ctx(op, c, of_dev(t), &d));
   of_tensor *buf;
   OF_CHECK(of_dense(t, as, &buf));
   of_status st = OF_OK;
-  if (backend->broadcast(c->bc, of_ptr(buf), buf->numel, w, root, labelled(op),
-                         of_dist_get_timeout()))
-    st = bfail(op);
+  int rc = d.nb ? d.nb->broadcast(d.dc, d.stream, of_ptr(buf), buf->numel, w, root, labelled(op),
+                                  of_dist_get_timeout())
+                : backend->broadcast(c->bc, of_ptr(buf), buf->numel, w, root, labelled(op),
+                                     of_dist_get_timeout());
+  if (rc != 0)
+    st = DFAIL(d, op);
   else if (buf != t)
     st = of_copy_data(t, buf);
   else
@@ -387,12 +450,17 @@ of_status of_impl_comm_all_gather(of_comm *c, of_tensor *x, const int64_t *count
   of_wire w = OF_WIRE_U8;
   of_dtype as;
   of_tensor *in = NULL, *res = NULL;
+  dctx d = {0};
   if (st == OF_OK) st = wire_of(op, x->dtype, 0, &w, &as);
+  if (st == OF_OK) st = dev_ctx(op, c, of_dev(x), &d);
   if (st == OF_OK) st = of_dense(x, as, &in);
-  if (st == OF_OK) st = of_tensor_new(&total, 1, x->dtype, OF_CPU, &res);
-  if (st == OF_OK && backend->all_gather(c->bc, of_ptr(in), of_ptr(res), cnt, w, labelled(op),
-                                         of_dist_get_timeout()) != 0)
-    st = bfail(op);
+  if (st == OF_OK) st = of_tensor_new(&total, 1, x->dtype, of_dev(x), &res);
+  if (st == OF_OK &&
+      (d.nb ? d.nb->all_gather(d.dc, d.stream, of_ptr(in), of_ptr(res), cnt, w, labelled(op),
+                               of_dist_get_timeout())
+            : backend->all_gather(c->bc, of_ptr(in), of_ptr(res), cnt, w, labelled(op),
+                                  of_dist_get_timeout())) != 0)
+    st = DFAIL(d, op);
   free(cnt);
   of_tensor_release(in);
   if (st != OF_OK) {
@@ -421,14 +489,18 @@ of_status of_impl_comm_reduce_scatter(of_comm *c, of_tensor *x, const int64_t *c
   of_wire w = OF_WIRE_U8;
   of_dtype as;
   of_tensor *in = NULL, *res = NULL;
+  dctx d = {0};
   if (st == OF_OK) st = wire_of(op, x->dtype, 1, &w, &as);
+  if (st == OF_OK) st = dev_ctx(op, c, of_dev(x), &d);
   if (st == OF_OK) st = of_dense(x, as, &in);
   int64_t mine = cnt[c->rank];
-  if (st == OF_OK) st = of_tensor_new(&mine, 1, as, OF_CPU, &res);
-  if (st == OF_OK && backend->reduce_scatter(c->bc, of_ptr(in), of_ptr(res), cnt, w,
-                                             wire_red(x->dtype, r), labelled(op),
-                                             of_dist_get_timeout()) != 0)
-    st = bfail(op);
+  if (st == OF_OK) st = of_tensor_new(&mine, 1, as, of_dev(x), &res);
+  if (st == OF_OK &&
+      (d.nb ? d.nb->reduce_scatter(d.dc, d.stream, of_ptr(in), of_ptr(res), cnt, w,
+                                   wire_red(x->dtype, r), labelled(op), of_dist_get_timeout())
+            : backend->reduce_scatter(c->bc, of_ptr(in), of_ptr(res), cnt, w,
+                                      wire_red(x->dtype, r), labelled(op), of_dist_get_timeout())) != 0)
+    st = DFAIL(d, op);
   free(cnt);
   of_tensor_release(in);
   if (st == OF_OK && as != x->dtype) {
@@ -462,12 +534,17 @@ of_status of_impl_comm_all_to_all(of_comm *c, of_tensor *x, const int64_t *send_
   of_wire w = OF_WIRE_U8;
   of_dtype as;
   of_tensor *in = NULL, *res = NULL;
+  dctx d = {0};
   if (st == OF_OK) st = wire_of(op, x->dtype, 0, &w, &as);
+  if (st == OF_OK) st = dev_ctx(op, c, of_dev(x), &d);
   if (st == OF_OK) st = of_dense(x, as, &in);
-  if (st == OF_OK) st = of_tensor_new(&rtot, 1, x->dtype, OF_CPU, &res);
-  if (st == OF_OK && backend->all_to_all(c->bc, of_ptr(in), sc, of_ptr(res), rc, w, labelled(op),
-                                         of_dist_get_timeout()) != 0)
-    st = bfail(op);
+  if (st == OF_OK) st = of_tensor_new(&rtot, 1, x->dtype, of_dev(x), &res);
+  if (st == OF_OK &&
+      (d.nb ? d.nb->all_to_all(d.dc, d.stream, of_ptr(in), sc, of_ptr(res), rc, w, labelled(op),
+                               of_dist_get_timeout())
+            : backend->all_to_all(c->bc, of_ptr(in), sc, of_ptr(res), rc, w, labelled(op),
+                                  of_dist_get_timeout())) != 0)
+    st = DFAIL(d, op);
   free(sc);
   free(rc);
   of_tensor_release(in);
@@ -499,12 +576,17 @@ of_status of_comm_send(of_comm *c, of_tensor *x, int32_t dst, int32_t tag) {
   of_wire w = OF_WIRE_U8;
   of_dtype as;
   OF_CHECK(wire_of(op, x->dtype, 0, &w, &as));
+  dctx d;
+  OF_CHECK(dev_ctx(op, c, of_dev(x), &d));
   of_tensor *in;
   OF_CHECK(of_dense(x, as, &in));
   of_status st = OF_OK;
-  if (backend->send(c->bc, of_ptr(in), in->numel, w, dst, tag, labelled(op),
-                    of_dist_get_timeout()))
-    st = bfail(op);
+  int rc = d.nb ? d.nb->send(d.dc, d.stream, of_ptr(in), in->numel, w, dst, labelled(op),
+                             of_dist_get_timeout())
+                : backend->send(c->bc, of_ptr(in), in->numel, w, dst, tag, labelled(op),
+                                of_dist_get_timeout());
+  if (rc != 0)
+    st = DFAIL(d, op);
   of_tensor_release(in);
   return st;
 }
@@ -517,12 +599,17 @@ of_status of_comm_recv(of_comm *c, of_tensor *into, int32_t src, int32_t tag) {
   of_wire w = OF_WIRE_U8;
   of_dtype as;
   OF_CHECK(wire_of(op, into->dtype, 0, &w, &as));
+  dctx d;
+  OF_CHECK(dev_ctx(op, c, of_dev(into), &d));
   of_tensor *buf;
   OF_CHECK(of_dense(into, as, &buf));
   of_status st = OF_OK;
-  if (backend->recv(c->bc, of_ptr(buf), buf->numel, w, src, tag, labelled(op),
-                    of_dist_get_timeout()))
-    st = bfail(op);
+  int rc = d.nb ? d.nb->recv(d.dc, d.stream, of_ptr(buf), buf->numel, w, src, labelled(op),
+                             of_dist_get_timeout())
+                : backend->recv(c->bc, of_ptr(buf), buf->numel, w, src, tag, labelled(op),
+                                of_dist_get_timeout());
+  if (rc != 0)
+    st = DFAIL(d, op);
   else if (buf != into)
     st = of_copy_data(into, buf);
   else

@@ -91,7 +91,9 @@ of_status of_impl_eye(int64_t n, int64_t m, of_dtype dt, of_device dev, of_tenso
 
 of_status of_impl_arange(double start, double end, double step, of_dtype dt, of_device dev,
                          of_tensor **out) {
-  if (dev != OF_CPU) {
+  const of_device_ops *dops = dev != OF_CPU ? of_device_ops_for("arange", dev) : NULL;
+  if (dev != OF_CPU && !dops) return OF_ERR_DEVICE;
+  if (dops && !dops->iota) {
     of_tensor *t = NULL;
     OF_CHECK(of_impl_arange(start, end, step, dt, OF_CPU, &t));
     return moved(t, dev, out);
@@ -104,6 +106,12 @@ of_status of_impl_arange(double start, double end, double step, of_dtype dt, of_
   int64_t n = (int64_t)ceil((end - start) / step);
   of_tensor *t;
   OF_CHECK(of_tensor_new(&n, 1, dt, dev, &t));
+  if (dops) {   /* the same double arithmetic and conversion, on the device */
+    of_status st = dops->iota(t, start, step, end, 0);
+    if (st != OF_OK) of_tensor_release(t);
+    else *out = t;
+    return st;
+  }
   int64_t es = of_dtype_size(dt);
   char *p = of_ptr(t);
   for (int64_t i = 0; i < n; i++) of_store_double(p + i * es, dt, start + (double)i * step);
@@ -113,7 +121,9 @@ of_status of_impl_arange(double start, double end, double step, of_dtype dt, of_
 
 of_status of_impl_linspace(double start, double end, int64_t steps, of_dtype dt, of_device dev,
                            of_tensor **out) {
-  if (dev != OF_CPU) {
+  const of_device_ops *dops = dev != OF_CPU ? of_device_ops_for("linspace", dev) : NULL;
+  if (dev != OF_CPU && !dops) return OF_ERR_DEVICE;
+  if (dops && !dops->iota) {
     of_tensor *t = NULL;
     OF_CHECK(of_impl_linspace(start, end, steps, dt, OF_CPU, &t));
     return moved(t, dev, out);
@@ -124,6 +134,12 @@ of_status of_impl_linspace(double start, double end, int64_t steps, of_dtype dt,
   int64_t es = of_dtype_size(dt);
   char *p = of_ptr(t);
   double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0;
+  if (dops) {
+    of_status st = dops->iota(t, start, step, end, 1);
+    if (st != OF_OK) of_tensor_release(t);
+    else *out = t;
+    return st;
+  }
   /* PyTorch fills the second half backwards from `end` so both ends are exact */
   int64_t half = steps / 2;
   for (int64_t i = 0; i < steps; i++) {

@@ -25,6 +25,24 @@ static of_status contig_data(of_tensor *t, of_tensor **out) {
   return of_clone_data(t, out);
 }
 
+/* t on dev: t itself, or a copy (a 0-d CPU index may join a device op). */
+static of_status on_dev(of_tensor *t, of_device dev, of_tensor **out) {
+  if (!t || of_dev(t) == dev) {
+    if (t) of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  return of_to_device(t, dev, 0, out);
+}
+
+/* Data operands of a device op must live there (a 0-d CPU tensor may join
+ * as a scalar only where the op reads it as one). */
+static of_status need_on(const char *op, const of_tensor *t, of_device dev) {
+  if (!t || of_dev(t) == dev) return OF_OK;
+  return of_fail(OF_ERR_DEVICE, "%s: expected all tensors on %s, got a %s tensor %s; move it "
+                 "with :to()", op, OF_DEV_STR(dev), OF_DEV_STR(of_dev(t)), OF_SHAPE_STR(t));
+}
+
 /* ---- index checks ---- */
 
 static of_status check_index_dtype(const char *op, const of_tensor *idx) {
@@ -211,6 +229,7 @@ static int64_t size_at(const of_tensor *t, int32_t d) { return t->ndim > 0 ? t->
 
 static of_status gather_compute(of_tensor *x, int32_t dim, of_tensor *index,
                                int64_t index_base, of_tensor **out) {
+  OF_ROUTE("gather", dev, dops, gather, x, index);
   OF_CHECK(check_index_dtype("gather", index));
   int32_t d;
   OF_CHECK(of_norm_dim("gather", dim, x->ndim, &d));
@@ -224,8 +243,21 @@ static of_status gather_compute(of_tensor *x, int32_t dim, of_tensor *index,
                      "(%lld > %lld); only dim %d may be larger", OF_SHAPE_STR(index),
                      OF_SHAPE_STR(x), k + 1, (long long)size_at(index, k),
                      (long long)size_at(x, k), d + 1);
-  OF_CHECK(check_range("gather", index, d, size_at(x, d), index_base));
   of_tensor *res;
+  if (dops) {   /* index values are checked by the kernel */
+    OF_CHECK(need_on("gather", x, dev));
+    of_tensor *ix = NULL;
+    of_status st = on_dev(index, dev, &ix);
+    if (st == OF_OK) st = of_tensor_new(index->shape, index->ndim, x->dtype, dev, &res);
+    if (st == OF_OK) {
+      st = dops->gather(res, x, d, ix, index_base);
+      if (st != OF_OK) of_tensor_release(res);
+    }
+    of_tensor_release(ix);
+    if (st == OF_OK) *out = res;
+    return st;
+  }
+  OF_CHECK(check_range("gather", index, d, size_at(x, d), index_base));
   OF_CHECK(of_tensor_new(index->shape, index->ndim, x->dtype, OF_CPU, &res));
   /* lines along the index's innermost dim; x moves along dim by index value */
   lines L;
@@ -312,6 +344,7 @@ static of_status scatter_compute(of_tensor *x, int32_t dim, of_tensor *index, of
                                 double value, int32_t use_value, int32_t reduce,
                                 int64_t index_base, of_tensor *into, of_tensor **out) {
   const char *op = reduce ? "scatter_add" : "scatter";
+  OF_ROUTE(op, dev, dops, scatter, x, index, use_value ? NULL : src, into);
   if (reduce != 0 && reduce != 1)
     return of_fail(OF_ERR_ARG, "scatter: reduce must be 0 (replace) or 1 (add), got %d",
                    (int)reduce);
@@ -337,8 +370,28 @@ static of_status scatter_compute(of_tensor *x, int32_t dim, of_tensor *index, of
                      op, OF_SHAPE_STR(index), OF_SHAPE_STR(src), k + 1,
                      (long long)size_at(index, k), (long long)size_at(src, k));
   }
-  OF_CHECK(check_range(op, index, d, size_at(x, d), index_base));
   of_tensor *s, *res;
+  if (dops) {
+    OF_CHECK(need_on(op, x, dev));
+    OF_CHECK(need_on(op, into, dev));
+    OF_CHECK(need_on(op, use_value ? NULL : src, dev));
+    of_tensor *ix = NULL;
+    s = res = NULL;
+    of_status st = on_dev(index, dev, &ix);
+    if (st == OF_OK && !use_value) st = of_cast_data(src, x->dtype, &s);
+    if (st == OF_OK) st = inplace_target(op, x, into, &res);
+    if (st == OF_OK) st = dops->scatter(res, d, ix, s, value, use_value, reduce, index_base);
+    if (st == OF_OK) of_bump_version(res);
+    of_tensor_release(ix);
+    of_tensor_release(s);
+    if (st != OF_OK) {
+      of_tensor_release(res);
+      return st;
+    }
+    *out = res;
+    return OF_OK;
+  }
+  OF_CHECK(check_range(op, index, d, size_at(x, d), index_base));
   if (use_value) OF_CHECK(of_full(NULL, 0, value, x->dtype, OF_CPU, &s));
   else OF_CHECK(of_cast_data(src, x->dtype, &s));
   of_status st = inplace_target(op, x, into, &res);
@@ -372,6 +425,7 @@ static of_status scatter_compute(of_tensor *x, int32_t dim, of_tensor *index, of
 
 static of_status index_select_compute(of_tensor *x, int32_t dim, of_tensor *index,
                                      int64_t index_base, of_tensor **out) {
+  OF_ROUTE("index_select", dev, dops, index_select, x, index);
   OF_CHECK(check_index_dtype("index_select", index));
   if (index->ndim > 1)
     return of_fail(OF_ERR_SHAPE, "index_select: index must be 0-d or 1-d, got shape %s",
@@ -379,7 +433,8 @@ static of_status index_select_compute(of_tensor *x, int32_t dim, of_tensor *inde
   int32_t d;
   OF_CHECK(of_norm_dim("index_select", dim, x->ndim, &d));
   int64_t size = size_at(x, d), n = index->numel;
-  OF_CHECK(check_range("index_select", index, d, size, index_base));
+  if (!dops) OF_CHECK(check_range("index_select", index, d, size, index_base));
+  else OF_CHECK(need_on("index_select", x, dev));
   int64_t shape[OF_MAX_DIMS];
   int32_t nd = x->ndim;
   memcpy(shape, x->shape, sizeof shape);
@@ -388,14 +443,27 @@ static of_status index_select_compute(of_tensor *x, int32_t dim, of_tensor *inde
     shape[0] = n;
     nd = 1;
   }
-  of_tensor *res, *xc = NULL, *ic = NULL;
-  OF_CHECK(of_tensor_new(shape, nd, x->dtype, OF_CPU, &res));
+  of_tensor *res, *xc = NULL, *ic = NULL, *id = NULL;
+  OF_CHECK(of_tensor_new(shape, nd, x->dtype, dev, &res));
   if (res->numel == 0) {
     *out = res;
     return OF_OK;
   }
   of_status st = contig_data(x, &xc);
-  if (st == OF_OK) st = contig_data(index, &ic);
+  if (st == OF_OK) st = on_dev(index, dev, &id);
+  if (st == OF_OK) st = contig_data(id, &ic);
+  of_tensor_release(id);
+  if (st == OF_OK && dops) {
+    st = dops->index_select(res, xc, d, ic, index_base);
+    of_tensor_release(ic);
+    of_tensor_release(xc);
+    if (st != OF_OK) {
+      of_tensor_release(res);
+      return st;
+    }
+    *out = res;
+    return OF_OK;
+  }
   if (st != OF_OK) {
     of_tensor_release(xc);
     of_tensor_release(res);
@@ -429,6 +497,7 @@ static of_status index_select_compute(of_tensor *x, int32_t dim, of_tensor *inde
 static of_status index_add_compute(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
                                   double alpha, int64_t index_base, of_tensor *into,
                                   of_tensor **out) {
+  OF_ROUTE("index_add", dev, dops, index_add, x, index, src, into);
   OF_CHECK(check_index_dtype("index_add", index));
   if (index->ndim > 1)
     return of_fail(OF_ERR_SHAPE, "index_add: index must be 0-d or 1-d, got shape %s",
@@ -446,14 +515,24 @@ static of_status index_add_compute(of_tensor *x, int32_t dim, of_tensor *index, 
   if (!of_dtype_is_floating(x->dtype) && alpha != floor(alpha))
     return of_fail(OF_ERR_ARG, "index_add: alpha %g must be an integer for an input of dtype "
                    "%s", alpha, OF_DT(x));
-  OF_CHECK(check_range("index_add", index, d, size, index_base));
-  of_tensor *s0 = NULL, *s = NULL, *ic = NULL, *res = NULL, *work = NULL;
+  if (!dops) OF_CHECK(check_range("index_add", index, d, size, index_base));
+  if (dops) {
+    OF_CHECK(need_on("index_add", x, dev));
+    OF_CHECK(need_on("index_add", src, dev));
+    OF_CHECK(need_on("index_add", into, dev));
+  }
+  of_tensor *s0 = NULL, *s = NULL, *ic = NULL, *res = NULL, *work = NULL, *id = NULL;
   of_status st = of_cast_data(src, x->dtype, &s0);
   if (st == OF_OK) st = contig_data(s0, &s);
-  if (st == OF_OK) st = contig_data(index, &ic);
+  if (st == OF_OK) st = on_dev(index, dev, &id);
+  if (st == OF_OK) st = contig_data(id, &ic);
+  of_tensor_release(id);
   if (st == OF_OK) st = inplace_target("index_add", x, into, &res);
   if (st == OF_OK) st = contig_data(res, &work);
-  if (st == OF_OK && res->numel > 0 && n > 0) {
+  if (st == OF_OK && dops && res->numel > 0 && n > 0) {
+    st = dops->index_add(work, d, ic, s, alpha, index_base);
+    if (st == OF_OK && work != res) st = of_copy_data(res, work);
+  } else if (st == OF_OK && res->numel > 0 && n > 0) {
     int64_t outer = 1, inner = 1;
     for (int32_t k = 0; k < x->ndim; k++) {
       if (k < d) outer *= x->shape[k];
@@ -662,10 +741,74 @@ static void sort_line(const lines *L, char **p, void *vctx) {
 }
 _Static_assert(sizeof(dkey) == sizeof(ikey), "sort keys share a layout");
 
+/* t [.., take] (dim d moved last) with its last dim moved back to d, dense. */
+static of_status last_back(of_tensor *t, int32_t d, int32_t nd, of_tensor **out) {
+  if (nd == 0) return of_reshape(t, NULL, 0, out);
+  if (d == nd - 1) {
+    of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  for (int32_t i = 0, k = 0; i < nd; i++) {
+    int32_t from = i == d ? nd - 1 : k++;
+    shape[i] = t->shape[from];
+    strides[i] = t->strides[from];
+  }
+  of_tensor *v = of_tensor_alias(t, shape, strides, nd, t->offset);
+  if (!v) return OF_ERR_OOM;
+  of_status st = of_dense(v, t->dtype, out);
+  of_tensor_release(v);
+  return st;
+}
+
+/* sort/topk on a device: rows along d (moved last), sorted by the kernel. */
+static of_status device_sort(const char *op, const of_device_ops *dops, of_device dev,
+                             of_tensor *x, int32_t d, int64_t take, int32_t descending,
+                             int64_t base, of_tensor **values, of_tensor **indices) {
+  const int32_t nd = x->ndim;
+  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS], n = size_at(x, d);
+  int32_t k = 0;
+  for (int32_t i = 0; i < nd; i++)
+    if (i != d) {
+      shape[k] = x->shape[i];
+      strides[k++] = x->strides[i];
+    }
+  shape[k] = n;
+  strides[k++] = nd > 0 ? x->strides[d] : 1;
+  int64_t outer = n > 0 ? of_shape_numel(shape, k) / n : 0;
+  if (n == 0) outer = of_shape_numel(shape, k - 1);
+  of_tensor *v = of_tensor_alias(x, shape, strides, k, x->offset);
+  if (!v) return OF_ERR_OOM;
+  of_tensor *rows = NULL, *vals = NULL, *ix = NULL;
+  of_status st = of_dense(v, x->dtype, &rows);
+  of_tensor_release(v);
+  shape[k - 1] = take;
+  if (st == OF_OK) st = of_tensor_new(shape, k, x->dtype, dev, &vals);
+  if (st == OF_OK) st = of_tensor_new(shape, k, OF_INT64, dev, &ix);
+  if (st == OF_OK) st = dops->sort_rows(rows, outer, n, take, descending, base, vals, ix);
+  of_tensor_release(rows);
+  of_tensor *rv = NULL, *ri = NULL;
+  if (st == OF_OK) st = last_back(vals, d, nd, &rv);
+  if (st == OF_OK) st = last_back(ix, d, nd, &ri);
+  of_tensor_release(vals);
+  of_tensor_release(ix);
+  if (st != OF_OK) {
+    of_tensor_release(rv);
+    of_tensor_release(ri);
+    return st;
+  }
+  *values = rv;
+  *indices = ri;
+  return OF_OK;
+}
+
 /* values/indices have x's shape except `take` entries along dim. */
 static of_status sort_impl(const char *op, of_tensor *x, int32_t d, int64_t take,
                            int32_t descending, int64_t base, of_tensor **values,
                            of_tensor **indices) {
+  OF_ROUTE(op, dev, dops, sort_rows, x);
+  if (dops) return device_sort(op, dops, dev, x, d, take, descending, base, values, indices);
   int64_t shape[OF_MAX_DIMS];
   memcpy(shape, x->shape, sizeof shape);
   if (x->ndim > 0) shape[d] = take;
@@ -728,9 +871,54 @@ static of_status topk_compute(of_tensor *x, int64_t k, int32_t dim, int32_t larg
 
 /* ---- one_hot ---- */
 
+/* On a device: zeros [.., C] with ones scattered along the new last dim. */
+static of_status device_one_hot(const of_device_ops *dops, of_device dev, of_tensor *index,
+                                int64_t num_classes, int64_t base, of_tensor **out) {
+  if (num_classes == -1) {   /* the largest index, read back to the host */
+    if (index->numel == 0)
+      return of_fail(OF_ERR_ARG, "one_hot: cannot infer the number of classes from an empty "
+                     "index %s; pass num_classes", OF_SHAPE_STR(index));
+    of_tensor *m = NULL, *h = NULL;
+    of_status st = of_reduce(OF_RED_AMAX, index, NULL, 0, 0, 0, -1, &m);
+    if (st == OF_OK) st = of_to_device(m, OF_CPU, 0, &h);
+    of_tensor_release(m);
+    if (st != OF_OK) return st;
+    int64_t mx = h->dtype == OF_INT32 ? *(int32_t *)of_ptr(h) : *(int64_t *)of_ptr(h);
+    of_tensor_release(h);
+    num_classes = mx - base + 1 > 0 ? mx - base + 1 : 0;
+  }
+  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  const int32_t nd = index->ndim;
+  memcpy(shape, index->shape, sizeof shape);
+  memcpy(strides, index->strides, sizeof strides);
+  shape[nd] = num_classes;
+  strides[nd] = 0;
+  of_tensor *res = NULL;
+  OF_CHECK(of_zeros(shape, nd + 1, OF_INT64, dev, &res));
+  if (index->numel > 0 && num_classes == 0) {
+    of_tensor_release(res);
+    return of_fail(OF_ERR_INDEX, "one_hot: index %s out of range for num_classes 0 (no index "
+                   "is valid)", OF_SHAPE_STR(index));
+  }
+  if (res->numel == 0) {
+    *out = res;
+    return OF_OK;
+  }
+  shape[nd] = 1;   /* the index as [.., 1]: one write per row */
+  of_tensor *iv = of_tensor_alias(index, shape, strides, nd + 1, index->offset);
+  of_status st = iv ? dops->scatter(res, nd, iv, NULL, 1, 1, 0, base) : OF_ERR_OOM;
+  of_tensor_release(iv);
+  if (st != OF_OK) {
+    of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return OF_OK;
+}
+
 of_status of_impl_one_hot(of_tensor *index, int64_t num_classes, int64_t index_base,
                           of_tensor **out) {
-  OF_CPU_ONLY("one_hot", index);
+  OF_ROUTE("one_hot", dev, dops, scatter, index);
   OF_CHECK(check_index_dtype("one_hot", index));
   if (index->ndim >= OF_MAX_DIMS)
     return of_fail(OF_ERR_SHAPE, "one_hot: index %s already has %d dims, the most supported",
@@ -738,6 +926,7 @@ of_status of_impl_one_hot(of_tensor *index, int64_t num_classes, int64_t index_b
   if (num_classes < -1)
     return of_fail(OF_ERR_ARG, "one_hot: num_classes must be -1 (infer) or >= 0, got %lld",
                    (long long)num_classes);
+  if (dops) return device_one_hot(dops, dev, index, num_classes, index_base, out);
   of_tensor *ic;
   OF_CHECK(contig_data(index, &ic));
   const bool i32 = ic->dtype == OF_INT32;
@@ -818,7 +1007,36 @@ static of_status expand_data(of_tensor *t, const int64_t *shape, int32_t nd, of_
   return of_clone_data(&v, out);
 }
 
+/* On a device: a prefix count of the (dense) mask gives each true entry its
+ * slot; the count is read back to size the result. x NULL: nonzero's
+ * coordinates in `shape`. */
+static of_status device_compact(const char *op, const of_device_ops *dops, of_device dev,
+                                of_tensor *mc, of_tensor *xc, const int64_t *shape,
+                                int32_t nd, int64_t base, of_tensor **out) {
+  of_tensor *pos = NULL, *res = NULL;
+  int64_t n = mc->numel, total = 0;
+  of_status st = of_tensor_new(&n, 1, OF_INT64, dev, &pos);
+  if (st == OF_OK) st = dops->mask_scan(mc, pos, &total);
+  if (st == OF_OK) {
+    if (xc) st = of_tensor_new(&total, 1, xc->dtype, dev, &res);
+    else {
+      int64_t rs[2] = {total, nd};
+      st = of_tensor_new(rs, 2, OF_INT64, dev, &res);
+    }
+  }
+  if (st == OF_OK) st = dops->mask_compact(mc, pos, xc, shape, nd, base, res);
+  of_tensor_release(pos);
+  if (st != OF_OK) {
+    of_tensor_release(res);
+    return st;
+  }
+  (void)op;
+  *out = res;
+  return OF_OK;
+}
+
 static of_status masked_select_compute(of_tensor *x, of_tensor *mask, of_tensor **out) {
+  OF_ROUTE("masked_select", dev, dops, mask_compact, x, mask);
   if (mask->dtype != OF_BOOL)
     return of_fail(OF_ERR_DTYPE, "masked_select: mask must be a bool tensor, got %s (shape %s)",
                    OF_DT(mask), OF_SHAPE_STR(mask));
@@ -826,9 +1044,20 @@ static of_status masked_select_compute(of_tensor *x, of_tensor *mask, of_tensor 
   int32_t nd;
   OF_CHECK(of_broadcast_shapes("masked_select", x->shape, x->ndim, mask->shape, mask->ndim,
                                shape, &nd));
-  of_tensor *xc = NULL, *mc = NULL, *res = NULL;
+  of_tensor *xc = NULL, *mc = NULL, *res = NULL, *md = NULL, *xd = NULL;
   chunks ch = {0, NULL};
-  of_status st = expand_data(x, shape, nd, &xc);
+  of_status st = dops ? on_dev(x, dev, &xd) : OF_OK;
+  if (st == OF_OK) st = expand_data(dops ? xd : x, shape, nd, &xc);
+  of_tensor_release(xd);
+  if (st == OF_OK && dops) {
+    st = on_dev(mask, dev, &md);
+    if (st == OF_OK) st = expand_data(md, shape, nd, &mc);
+    of_tensor_release(md);
+    if (st == OF_OK) st = device_compact("masked_select", dops, dev, mc, xc, shape, nd, 0, out);
+    of_tensor_release(mc);
+    of_tensor_release(xc);
+    return st;
+  }
   if (st == OF_OK) st = expand_data(mask, shape, nd, &mc);
   if (st == OF_OK) st = count_true("masked_select", (const bool *)of_ptr(mc), mc->numel, &ch);
   if (st == OF_OK) {
@@ -860,11 +1089,17 @@ static of_status masked_select_compute(of_tensor *x, of_tensor *mask, of_tensor 
 }
 
 of_status of_impl_nonzero(of_tensor *x, int64_t index_base, of_tensor **out) {
-  OF_CPU_ONLY("nonzero", x);
+  OF_ROUTE("nonzero", dev, dops, mask_compact, x);
   of_tensor *b = NULL, *bc = NULL, *res = NULL;
   chunks ch = {0, NULL};
   of_status st = of_cast_data(x, OF_BOOL, &b);   /* NaN counts as nonzero, -0.0 does not */
   if (st == OF_OK) st = contig_data(b, &bc);
+  if (st == OF_OK && dops) {
+    st = device_compact("nonzero", dops, dev, bc, NULL, x->shape, x->ndim, index_base, out);
+    of_tensor_release(bc);
+    of_tensor_release(b);
+    return st;
+  }
   if (st == OF_OK) st = count_true("nonzero", (const bool *)of_ptr(bc), bc->numel, &ch);
   const int32_t nd = x->ndim;
   if (st == OF_OK) {
@@ -955,7 +1190,7 @@ static of_tensor *s_cast_to(of_scope *s, of_tensor *t, const of_meta *m) {
 static of_tensor *s_pad_to(of_scope *s, of_tensor *t, const of_meta *m) {
   of_tensor *r_ = NULL;
   if (!t) return NULL;
-  if (t->numel == 0) return SK(s, of_zeros(m->shape, m->ndim, t->dtype, OF_CPU, &r_));
+  if (t->numel == 0) return SK(s, of_zeros(m->shape, m->ndim, t->dtype, of_dev(t), &r_));
   if (t->ndim != m->ndim) {
     int64_t ones[OF_MAX_DIMS];
     for (int32_t k = 0; k < OF_MAX_DIMS; k++) ones[k] = 1;
@@ -966,7 +1201,7 @@ static of_tensor *s_pad_to(of_scope *s, of_tensor *t, const of_meta *m) {
     int64_t zs[OF_MAX_DIMS];
     memcpy(zs, t->shape, sizeof zs);
     zs[k] = m->shape[k] - t->shape[k];
-    of_tensor *z = SK(s, of_zeros(zs, m->ndim, t->dtype, OF_CPU, &r_));
+    of_tensor *z = SK(s, of_zeros(zs, m->ndim, t->dtype, of_dev(t), &r_));
     if (!z) return NULL;
     of_tensor *pair[2] = {t, z};
     t = SK(s, of_cat(pair, 2, k, &r_));
@@ -1005,7 +1240,7 @@ static of_status gather_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_scope s = {0};
   of_tensor *r_ = NULL;
   of_tensor *idx = of_s_saved(&s, n, 0);
-  of_tensor *z = SK(&s, of_zeros(m->shape, m->ndim, m->dtype, OF_CPU, &r_));
+  of_tensor *z = SK(&s, of_zeros(m->shape, m->ndim, m->dtype, of_dev(g[0]), &r_));
   of_tensor *r = SK(&s, of_scatter(z, (int32_t)n->i[0], idx, g[0], 0, 0, 1, n->i[1], NULL, &r_));
   return of_s_end(&s, r, &gi[0]);
 }
@@ -1013,7 +1248,6 @@ static const of_grad_def gather_grad = {"GatherBackward", gather_backward};
 
 of_status of_impl_gather(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base,
                          of_tensor **out) {
-  OF_CPU_ONLY("gather", x, index);
   OF_CHECK(gather_compute(x, dim, index, index_base, out));
   of_node *n;
   OF_CHECK(record(&gather_grad, &x, 1, out, 1, &n));
@@ -1038,10 +1272,10 @@ static of_tensor *s_overwritten(of_scope *s, of_tensor *idx, int32_t d, int64_t 
   const int64_t len = size_at(idx, d);
   int64_t ps[OF_MAX_DIMS];
   for (int32_t k = 0; k < idx->ndim; k++) ps[k] = k == d ? len : 1;
-  of_tensor *ar = SK(s, of_arange(0, (double)len, 1, OF_INT64, OF_CPU, &r_));
+  of_tensor *ar = SK(s, of_arange(0, (double)len, 1, OF_INT64, of_dev(idx), &r_));
   of_tensor *pv = SK(s, of_reshape(ar, ps, idx->ndim, &r_));
   of_tensor *pos = SK(s, of_expand(pv, idx->shape, idx->ndim, &r_));
-  of_tensor *w0 = SK(s, of_full(xm->shape, xm->ndim, -1, OF_INT64, OF_CPU, &r_));
+  of_tensor *w0 = SK(s, of_full(xm->shape, xm->ndim, -1, OF_INT64, of_dev(idx), &r_));
   of_tensor *w = SK(s, of_scatter(w0, d, idx, pos, 0, 0, 0, base, NULL, &r_));
   of_tensor *back = SK(s, of_gather(w, d, idx, base, &r_));
   return of_s_bin(s, OF_NE, back, pos);
@@ -1078,7 +1312,6 @@ static const of_grad_def scatter_add_grad = {"ScatterAddBackward", scatter_backw
 of_status of_impl_scatter(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
                           double value, int32_t use_value, int32_t reduce, int64_t index_base,
                           of_tensor *into, of_tensor **out) {
-  OF_CPU_ONLY("scatter", x, index, src, into);
   of_tensor *ins[2] = {x, use_value ? NULL : src};
   if (wants_inplace_autograd(ins, 2, into)) {
     const char *op = reduce ? "scatter_add" : "scatter";
@@ -1115,7 +1348,7 @@ static of_status index_select_backward(of_node *n, of_tensor **g, of_tensor **gi
   of_scope s = {0};
   of_tensor *r_ = NULL;
   of_tensor *idx = of_s_saved(&s, n, 0);
-  of_tensor *z = SK(&s, of_zeros(m->shape, m->ndim, m->dtype, OF_CPU, &r_));
+  of_tensor *z = SK(&s, of_zeros(m->shape, m->ndim, m->dtype, of_dev(g[0]), &r_));
   of_tensor *r = SK(&s, of_index_add(z, (int32_t)n->i[0], idx, g[0], 1, n->i[1], NULL, &r_));
   return of_s_end(&s, r, &gi[0]);
 }
@@ -1123,7 +1356,6 @@ static const of_grad_def index_select_grad = {"IndexSelectBackward", index_selec
 
 of_status of_impl_index_select(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base,
                                of_tensor **out) {
-  OF_CPU_ONLY("index_select", x, index);
   OF_CHECK(index_select_compute(x, dim, index, index_base, out));
   of_node *n;
   OF_CHECK(record(&index_select_grad, &x, 1, out, 1, &n));
@@ -1158,7 +1390,6 @@ static const of_grad_def index_add_grad = {"IndexAddBackward", index_add_backwar
 
 of_status of_impl_index_add(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
                             double alpha, int64_t index_base, of_tensor *into, of_tensor **out) {
-  OF_CPU_ONLY("index_add", x, index, src, into);
   of_tensor *ins[2] = {x, src};
   if (wants_inplace_autograd(ins, 2, into)) {
     OF_CHECK(of_check_inplace("index_add", into));
@@ -1194,7 +1425,7 @@ static of_status sort_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_scope s = {0};
   of_tensor *r_ = NULL;
   of_tensor *idx = of_s_saved(&s, n, 0);
-  of_tensor *z = SK(&s, of_zeros(m->shape, m->ndim, m->dtype, OF_CPU, &r_));
+  of_tensor *z = SK(&s, of_zeros(m->shape, m->ndim, m->dtype, of_dev(g[0]), &r_));
   of_tensor *r = SK(&s, of_scatter(z, (int32_t)n->i[0], idx, g[0], 0, 0, 0, n->i[1], NULL, &r_));
   return of_s_end(&s, r, &gi[0]);
 }
@@ -1222,7 +1453,6 @@ static of_status record_sort(const of_grad_def *def, of_tensor *x, int32_t dim,
 
 of_status of_impl_sort(of_tensor *x, int32_t dim, int32_t descending, int32_t stable,
                        int64_t index_base, of_tensor **values, of_tensor **indices) {
-  OF_CPU_ONLY("sort", x);
   (void)stable;   /* the merge sort is always stable */
   OF_CHECK(sort_compute(x, dim, descending, index_base, values, indices));
   return record_sort(&sort_grad, x, dim, index_base, values, indices);
@@ -1230,7 +1460,6 @@ of_status of_impl_sort(of_tensor *x, int32_t dim, int32_t descending, int32_t st
 
 of_status of_impl_topk(of_tensor *x, int64_t k, int32_t dim, int32_t largest, int32_t sorted,
                        int64_t index_base, of_tensor **values, of_tensor **indices) {
-  OF_CPU_ONLY("topk", x);
   (void)sorted;   /* results always come sorted */
   OF_CHECK(topk_compute(x, k, dim, largest, index_base, values, indices));
   return record_sort(&topk_grad, x, dim, index_base, values, indices);
@@ -1256,7 +1485,7 @@ static of_status masked_select_backward(of_node *n, of_tensor **g, of_tensor **g
   of_tensor *nz = SK(&s, of_nonzero(flat, 0, &r_));   /* [K, 1], 0-based */
   int64_t k = nz ? nz->shape[0] : 0;
   of_tensor *idx = SK(&s, of_reshape(nz, &k, 1, &r_));
-  of_tensor *z = SK(&s, of_zeros(&total, 1, m->dtype, OF_CPU, &r_));
+  of_tensor *z = SK(&s, of_zeros(&total, 1, m->dtype, of_dev(g[0]), &r_));
   of_tensor *sc = SK(&s, of_index_add(z, 0, idx, g[0], 1, 0, NULL, &r_));
   of_tensor *full = SK(&s, of_reshape(sc, shape, nd, &r_));
   if (s.st == OF_OK) s.st = of_sum_to(full, m, &res);
@@ -1267,7 +1496,6 @@ static of_status masked_select_backward(of_node *n, of_tensor **g, of_tensor **g
 static const of_grad_def masked_select_grad = {"MaskedSelectBackward", masked_select_backward};
 
 of_status of_impl_masked_select(of_tensor *x, of_tensor *mask, of_tensor **out) {
-  OF_CPU_ONLY("masked_select", x, mask);
   OF_CHECK(masked_select_compute(x, mask, out));
   of_node *n;
   OF_CHECK(record(&masked_select_grad, &x, 1, out, 1, &n));

@@ -1345,6 +1345,7 @@ DEF_CUM(i64, int64_t, int64_t, cadd_i, cmul_i)
 static of_status cumulative_compute(of_tensor *x, int32_t dim, int32_t is_prod, of_tensor **out) {
   const char *name = is_prod ? "cumprod" : "cumsum";
   if (!x || !out) return of_fail(OF_ERR_ARG, "%s: NULL tensor argument", name);
+  OF_ROUTE(name, dev, dops, scan, x);
   int32_t d;
   of_status st = of_norm_dim(name, dim, x->ndim, &d);
   if (st != OF_OK) return with_input(st, x);
@@ -1355,10 +1356,12 @@ static of_status cumulative_compute(of_tensor *x, int32_t dim, int32_t is_prod, 
   st = of_contiguous_data(a, &xc);
   of_tensor_release(a);
   if (st != OF_OK) return st;
-  if ((st = of_tensor_new(xc->shape, xc->ndim, cdt, OF_CPU, &res)) != OF_OK) goto done;
+  if ((st = of_tensor_new(xc->shape, xc->ndim, cdt, dev, &res)) != OF_OK) goto done;
   int64_t outer, n, inner;
   split3(xc, d, &outer, &n, &inner);
-  if (xc->numel > 0) {
+  if (dops) {
+    if ((st = dops->scan(xc, outer, n, inner, is_prod, res)) != OF_OK) goto done;
+  } else if (xc->numel > 0) {
     void *o = of_tensor_data(res);
     const void *i = of_tensor_data(xc);
     if (cdt == OF_FLOAT32) cum_run_f32(o, i, outer, n, inner, is_prod);
@@ -1713,6 +1716,11 @@ static of_status cumulative_backward(of_node *n, of_tensor **g, of_tensor **gi) 
   if (s.st == OF_OK) {
     s.st = of_reduce(OF_RED_ANY, of_s_bins(&s, OF_EQ, x, 0), NULL, 0, 0, 0, -1, &z);
     z = of_s_keep(&s, s.st, z);
+    if (s.st == OF_OK && of_dev(z) != OF_CPU) {   /* read the flag on the host */
+      of_tensor *h = NULL;
+      s.st = of_to_device(z, OF_CPU, 0, &h);
+      z = of_s_keep(&s, s.st, h);
+    }
     if (s.st == OF_OK && *(bool *)of_tensor_data(z))
       s.st = of_fail(OF_ERR_ARG, "cumprod: backward through an input containing zeros is not "
                      "supported yet (input %s)", OF_SHAPE_STR(x));
@@ -1723,7 +1731,6 @@ static const of_grad_def cumsum_grad = {"CumsumBackward", cumulative_backward};
 static const of_grad_def cumprod_grad = {"CumprodBackward", cumulative_backward};
 
 of_status of_impl_cumulative(of_tensor *x, int32_t dim, int32_t is_prod, of_tensor **out) {
-  OF_CPU_ONLY(is_prod ? "cumprod" : "cumsum", x);
   OF_CHECK(cumulative_compute(x, dim, is_prod, out));
   if (!of_grad_needed(&x, 1) || !of_dtype_is_floating((*out)->dtype)) return OF_OK;
   of_node *n;

@@ -60,7 +60,7 @@ static of_status cat_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor *
     int32_t d;
     OF_CHECK(of_norm_dim("cat", dim, 1, &d));
     int64_t zero = 0;
-    return of_tensor_new(&zero, 1, dt, OF_CPU, out);
+    return of_tensor_new(&zero, 1, dt, dev, out);
   }
   const of_tensor *r = ts[ref];
   int32_t d;
@@ -148,10 +148,21 @@ static of_status stack_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor
 
 static of_status tri_compute(of_tensor *x, int64_t k, int32_t upper, of_tensor **out) {
   const char *op = upper ? "triu" : "tril";
+  OF_ROUTE(op, dev, dops, tri, x);
   if (x->ndim < 2)
     return of_fail(OF_ERR_SHAPE, "%s: input must have at least 2 dims, got shape %s (%s)", op,
                    OF_SHAPE_STR(x), OF_DT(x));
   of_tensor *res;
+  if (dops) {   /* one pass: copy inside the triangle, zero outside */
+    OF_CHECK(of_tensor_new(x->shape, x->ndim, x->dtype, dev, &res));
+    of_status st = dops->tri(res, x, k, upper);
+    if (st != OF_OK) {
+      of_tensor_release(res);
+      return st;
+    }
+    *out = res;
+    return OF_OK;
+  }
   OF_CHECK(of_clone_data(x, &res));   /* contiguous; now zero what falls outside */
   int64_t rows = x->shape[x->ndim - 2], cols = x->shape[x->ndim - 1];
   if (res->numel == 0) {
@@ -244,7 +255,7 @@ static of_status roll_compute(of_tensor *x, const int64_t *shifts, const int32_t
   if (n == 0 || !dims) {   /* roll the flattened tensor by shifts[0] */
     of_tensor *c;
     OF_CHECK(contig_data(x, &c));
-    of_status st = of_tensor_new(x->shape, x->ndim, x->dtype, OF_CPU, &res);
+    of_status st = of_tensor_new(x->shape, x->ndim, x->dtype, of_dev(x), &res);
     if (st == OF_OK && x->numel > 0) {
       int64_t len = x->numel, one = 1;
       int32_t d0 = 0;
@@ -280,7 +291,7 @@ static of_status roll_compute(of_tensor *x, const int64_t *shifts, const int32_t
       rs[m++] = s;
     }
   }
-  OF_CHECK(of_tensor_new(x->shape, x->ndim, x->dtype, OF_CPU, &res));
+  OF_CHECK(of_tensor_new(x->shape, x->ndim, x->dtype, of_dev(x), &res));
   of_status st = OF_OK;
   if (x->numel > 0) {
     of_tensor dv = stack_view(res, res->shape, res->strides, res->ndim, res->offset);
@@ -300,6 +311,7 @@ static of_status roll_compute(of_tensor *x, const int64_t *shifts, const int32_t
 
 static of_status repeat_compute(of_tensor *x, const int64_t *repeats, int32_t n,
                                of_tensor **out) {
+  OF_ROUTE("repeat", dev, dops, repeat, x);
   if (n < x->ndim)
     return of_fail(OF_ERR_SHAPE, "repeat: number of repeats (%d) cannot be smaller than the "
                    "number of dims of the tensor (%d, shape %s)", (int)n, (int)x->ndim,
@@ -320,8 +332,20 @@ static of_status repeat_compute(of_tensor *x, const int64_t *repeats, int32_t n,
     shape[i] = xs[i] * repeats[i];
   }
   of_tensor *res, *c;
-  OF_CHECK(of_tensor_new(shape, n, x->dtype, OF_CPU, &res));
+  OF_CHECK(of_tensor_new(shape, n, x->dtype, dev, &res));
   if (res->numel == 0) {
+    *out = res;
+    return OF_OK;
+  }
+  if (dops) {   /* x as an n-d view (stride 0 on the leading dims) */
+    int64_t st0[OF_MAX_DIMS];
+    for (int32_t i = 0; i < n; i++) st0[i] = i < lead ? 0 : x->strides[i - lead];
+    of_tensor xv = stack_view(x, xs, st0, n, x->offset);
+    of_status st = dops->repeat(res, &xv);
+    if (st != OF_OK) {
+      of_tensor_release(res);
+      return st;
+    }
     *out = res;
     return OF_OK;
   }
@@ -389,7 +413,7 @@ static of_status cat_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   for (int32_t k = 0; k < n->nin; k++) {
     const of_meta *m = &n->in_meta[k];
     if (skip_legacy && m->ndim == 1 && m->shape[0] == 0) {   /* skipped by the forward */
-      if (n->needs[k]) OF_CHECK(of_zeros(m->shape, 1, m->dtype, OF_CPU, &gi[k]));
+      if (n->needs[k]) OF_CHECK(of_zeros(m->shape, 1, m->dtype, of_dev(g[0]), &gi[k]));
       continue;
     }
     if (n->needs[k]) {
@@ -449,7 +473,6 @@ static const of_grad_def tril_grad = {"TrilBackward", tri_backward};
 static const of_grad_def triu_grad = {"TriuBackward", tri_backward};
 
 of_status of_impl_tri(of_tensor *x, int64_t k, int32_t upper, of_tensor **out) {
-  OF_CPU_ONLY("tri", x);
   OF_CHECK(tri_compute(x, k, upper, out));
   of_node *node;
   OF_CHECK(record(upper ? &triu_grad : &tril_grad, &x, 1, out, &node));
@@ -470,7 +493,6 @@ static of_status flip_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static const of_grad_def flip_grad = {"FlipBackward", flip_backward};
 
 of_status of_impl_flip(of_tensor *x, const int32_t *dims, int32_t ndims, of_tensor **out) {
-  OF_CPU_ONLY("flip", x);
   OF_CHECK(flip_compute(x, dims, ndims, out));
   of_node *node;
   OF_CHECK(record(&flip_grad, &x, 1, out, &node));
@@ -507,7 +529,6 @@ static const of_grad_def roll_grad = {"RollBackward", roll_backward};
 
 of_status of_impl_roll(of_tensor *x, const int64_t *shifts, const int32_t *dims, int32_t n,
                        of_tensor **out) {
-  OF_CPU_ONLY("roll", x);
   OF_CHECK(roll_compute(x, shifts, dims, n, out));
   of_node *node;
   OF_CHECK(record(&roll_grad, &x, 1, out, &node));
@@ -568,7 +589,6 @@ static of_status repeat_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static const of_grad_def repeat_grad = {"RepeatBackward", repeat_backward};
 
 of_status of_impl_repeat(of_tensor *x, const int64_t *repeats, int32_t n, of_tensor **out) {
-  OF_CPU_ONLY("repeat", x);
   OF_CHECK(repeat_compute(x, repeats, n, out));
   of_node *node;
   OF_CHECK(record(&repeat_grad, &x, 1, out, &node));

@@ -107,6 +107,10 @@ function M.set_stream(s)
   current = s
 end
 function M.current_stream() return current end
+--- flow.cuda.wait_event(e): later work on the current stream waits for e.
+function M.wait_event(e)
+  if C.of_stream_wait_event(current and current.h or nil, e.h) ~= 0 then raise(2) end
+end
 --- flow.cuda.stream(s, fn): runs fn with s as the current stream.
 function M.stream(s, fn)
   local prev = current

@@ -491,6 +491,7 @@ of_status of_dist_set_timeout(double seconds);
 /* What the caller is doing (e.g. a global op's name): named in errors and in
  * timeout reports; NULL clears. */
 of_status of_dist_set_label(const char *text);
+int32_t of_dist_device_backend_loaded(void);   /* 1 once NCCL was loaded for a CUDA collective */
 of_status of_comm_world(of_comm **out);        /* borrowed; lives as long as the process */
 /* Called by the members only: ranks[n] of parent, in the new group's order. */
 of_status of_comm_new_group(of_comm *parent, const int32_t *ranks, int32_t n,

@@ -115,11 +115,11 @@ local function step(x, lshape, from, to, g, i)
   -- to P
   if from.kind == 'B' then
     if i == 0 then return x:clone() end
-    return flow_T.flow.zeros(x:size():totable(), {dtype = x.dtype})
+    return flow_T.flow.zeros(x:size():totable(), {dtype = x.dtype, device = x.device})
   end
   -- S -> P: the piece in place, zeros elsewhere
   local d = norm_dim(from.dim, #lshape)
-  local z = flow_T.flow.zeros(lshape, {dtype = x.dtype})
+  local z = flow_T.flow.zeros(lshape, {dtype = x.dtype, device = x.device})
   local off, size = part(lshape[d], n, i)
   if size > 0 then z:narrow(d, off + 1, size):copy_(x) end
   return z
@@ -179,7 +179,7 @@ local function all_b(n)
 end
 
 local function empty_like(x, dtype)
-  return flow_T.flow.empty({0}, {dtype = dtype or x.dtype})
+  return flow_T.flow.empty({0}, {dtype = dtype or x.dtype, device = x.device})
 end
 M.empty = empty_like
 

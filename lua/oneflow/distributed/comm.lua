@@ -49,6 +49,9 @@ function env.set_timeout(seconds)
   if C.of_dist_set_timeout(seconds) ~= 0 then raise(2) end
 end
 function env.get_timeout() return C.of_dist_get_timeout() end
+--- True once a collective on CUDA tensors loaded NCCL (it is never loaded
+-- before one asks for it).
+function M.nccl_loaded() return C.of_dist_device_backend_loaded() ~= 0 end
 
 ------------------------------------------------------------------ groups
 local groups = {}   -- key "0,2,3" -> Group (creating one is collective)

@@ -95,10 +95,17 @@ local function check_placement(op, P, level)
   if getmetatable(P) ~= Placement then
     error(('%s: expected a placement from flow.placement, got %s'):format(op, type(P)), (level or 2) + 1)
   end
-  if P.type ~= 'cpu' then
-    error(('%s: placement type "%s" needs the NCCL backend, which this build lacks; use "cpu"')
-          :format(op, P.type), (level or 2) + 1)
+  if P.type == 'cuda' and not require('oneflow.cuda').is_available() then
+    error(('%s: placement type "cuda" needs a usable GPU on every rank: %s; use "cpu"')
+          :format(op, require('oneflow.cuda').why_unavailable()), (level or 2) + 1)
   end
+end
+
+-- x on the device of P's shards (a differentiable copy when it is not).
+local function on_placement(x, P)
+  local d = P:device()
+  if x.device == d then return x end
+  return x:to(d)
 end
 
 -- The logical shape from the shards' shapes (shapes[i]: that of the i-th
@@ -272,7 +279,9 @@ local function global_to_global(g, P2, s2)
   set_label('to_global')
   debug_enter('to_global', 3)
   s2 = check_sbp('to_global', P2, s2, g._shape, 3)
-  local loc = box_local(g._local, g._shape, g.placement, g._sbp, P2, s2, g._dtype)
+  local src = g._local
+  if P2.type ~= g.placement.type then src = on_placement(src, P2) end
+  local loc = box_local(src, g._shape, g.placement, g._sbp, P2, s2, g._dtype)
   set_label(nil)
   return new(loc, g._shape, P2, s2, g._dtype)
 end
@@ -285,6 +294,7 @@ end
 local function local_to_global(x, P, s)
   check_placement('to_global', P, 3)
   M.install()
+  x = on_placement(x, P)
   set_label('to_global')
   debug_enter('to_global', 3)
   if #P.ranks < comm.env.get_world_size() then
@@ -295,7 +305,7 @@ local function local_to_global(x, P, s)
     s = check_sbp('to_global', P, s, shapes[1], 3)
     local shape = combine_shapes('to_global', shapes, P, s, 3)
     if not P:has_me() then
-      return new(T.flow.empty({0}, {dtype = dtype}), shape, P, s, dtype)
+      return new(T.flow.empty({0}, {dtype = dtype, device = P:device()}), shape, P, s, dtype)
     end
     return new(x, shape, P, s, x.dtype)
   end
@@ -320,6 +330,7 @@ function M.from_full(full, P, s)
   check_placement('global tensor', P, 3)
   s = check_sbp('global tensor', P, s, full:size():totable(), 3)
   M.install()
+  full = on_placement(full, P)
   local shape = full:size():totable()
   local b = {}
   for k = 1, #s do b[k] = sbp.broadcast end
@@ -448,7 +459,7 @@ function G.backward(g, grad, opts)
   if grad then
     seed = B.box(grad._local, g._shape, grad.placement, grad._sbp, g.placement, d, g._dtype)
   else
-    local full = T.flow.ones(g._shape, {dtype = g._dtype})
+    local full = T.flow.ones(g._shape, {dtype = g._dtype, device = g._local.device})
     local b = {}
     for k = 1, #d do b[k] = sbp.broadcast end
     seed = B.box(full, g._shape, g.placement, b, g.placement, d, g._dtype)
@@ -543,7 +554,7 @@ local function fake_shard(g, s)
   local c = {}
   for k = 1, #g.placement.hierarchy do c[k] = 0 end
   local shape = B.shard(g._shape, g.placement.hierarchy, s, c)
-  return T.flow.zeros({1}, {dtype = g._dtype}):expand(shape)
+  return T.flow.zeros({1}, {dtype = g._dtype, device = g._local.device}):expand(shape)
 end
 
 -- Logical size of an output's split dims from an input with the same

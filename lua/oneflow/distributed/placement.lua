@@ -119,6 +119,15 @@ function M.placement(typ, ranks)
 end
 
 function Placement:ndim() return #self.hierarchy end
+--- The device of this rank's shards: the CPU, or for "cuda" the GPU of the
+-- process's local rank (modulo the GPUs of the host), as OneFlow does.
+function Placement:device()
+  local types = require 'oneflow.types'
+  if self.type == 'cpu' then return types.device('cpu') end
+  local cuda = require 'oneflow.cuda'
+  local n = math.max(cuda.device_count(), 1)
+  return types.device('cuda', comm.env.get_local_rank() % n)
+end
 function Placement:has_me() return self.index ~= nil end
 function Placement:size() return #self.ranks end
 

@@ -13,11 +13,13 @@ local dim = util.dim
 local BASE = 1   -- Lua index values start at 1
 
 -- An index argument: an int tensor as given (C checks the dtype), or a Lua
--- number / list turned into an int64 tensor.
-local function index_tensor(idx, op)
+-- number / list turned into an int64 tensor on the device of `like`.
+local function index_tensor(idx, op, like)
   if is_tensor(idx) then return idx end
   if type(idx) == 'number' or type(idx) == 'table' then
-    return T.flow.tensor(idx, {dtype = 'int64'})
+    local t = T.flow.tensor(idx, {dtype = 'int64'})
+    if like and like.is_cuda then t = t:to(like.device) end
+    return t
   end
   error(('%s: index must be an int64 tensor, got %s'):format(op, type(idx)), 3)
 end
@@ -92,7 +94,7 @@ end, 'func')
 ------------------------------------------------------------------ gather / scatter
 --- x:gather(dim, index): out[i][j] = x[i][index[i][j]] (dim 2).
 def('gather', function(x, d, idx)
-  idx = index_tensor(idx, 'gather')
+  idx = index_tensor(idx, 'gather', x)
   return call1(C.of_gather, x.p, dim(d, 'gather'), idx.p, BASE, out1)
 end)
 
@@ -104,7 +106,7 @@ local function reduce_code(opts, op)
 end
 
 local function scatter(x, d, idx, src, red, into, op)
-  idx = index_tensor(idx, op)
+  idx = index_tensor(idx, op, x)
   local cd = dim(d, op, 3)
   if is_tensor(src) then
     return C.of_scatter(x.p, cd, idx.p, src.p, 0, 0, red, BASE, into, out1)
@@ -135,12 +137,12 @@ end
 ------------------------------------------------------------------ index_select / index_add
 --- x:index_select(dim, index): index a 1-D int tensor (or a Lua list).
 def('index_select', function(x, d, idx)
-  idx = index_tensor(idx, 'index_select')
+  idx = index_tensor(idx, 'index_select', x)
   return call1(C.of_index_select, x.p, dim(d, 'index_select'), idx.p, BASE, out1)
 end)
 
 local function index_add(x, d, idx, src, opts, into)
-  idx = index_tensor(idx, 'index_add')
+  idx = index_tensor(idx, 'index_add', x)
   check_tensor(src, 'index_add', 'source')
   local alpha = type(opts) == 'number' and opts or (opts and opts.alpha) or 1
   return C.of_index_add(x.p, dim(d, 'index_add', 3), idx.p, src.p, alpha, BASE, into, out1)
@@ -300,6 +302,147 @@ def('nonzero', function(x, opts)
   return res
 end)
 def('argwhere', function(x) return x:nonzero() end)
+
+------------------------------------------------------------------ composed index ops
+-- Written with the kernel-backed ops above, so they run on every device and
+-- are differentiable through them. Errors of the inner op are renamed.
+local function renamed(op, inner, f, ...)
+  local ok, r = pcall(f, ...)
+  if not ok then error((tostring(r):gsub('^.-' .. inner .. ': ', op .. ': ')), 3) end
+  return r
+end
+
+-- idx (1-D) as an index of x's shape with `n` entries along dim d.
+local function spread(x, d, idx)
+  local shape, view = x:size():totable(), {}
+  for i = 1, #shape do view[i] = 1 end
+  view[d], shape[d] = idx:numel(), idx:numel()
+  return idx:reshape(view):expand(shape)
+end
+
+local function number_value(v, op)
+  if is_tensor(v) then
+    if v:numel() ~= 1 then error(op .. ': value must be a number or a 1-element tensor', 3) end
+    return v:item()
+  end
+  if type(v) == 'boolean' then return v and 1 or 0 end
+  if type(v) ~= 'number' then error(op .. ': value must be a number, got ' .. type(v), 3) end
+  return v
+end
+
+local function need_dims(x, op)
+  if x:dim() == 0 then error(op .. ': input must have at least 1 dim, got a 0-d tensor', 3) end
+end
+
+-- A 1-based dim of x (negative from the end), checked.
+local function lua_dim(x, d, op)
+  dim(d, op, 3)
+  local nd = x:dim()
+  local r = d < 0 and nd + d + 1 or d
+  if r < 1 or r > math.max(nd, 1) then
+    error(('%s: dim %d out of range for a %d-d tensor'):format(op, d, nd), 3)
+  end
+  return r
+end
+
+--- x:index_fill(dim, index, value): entries at index along dim set to value.
+def('index_fill', function(x, d, idx, value)
+  need_dims(x, 'index_fill')
+  d = lua_dim(x, d, 'index_fill')
+  idx = index_tensor(idx, 'index_fill', x):reshape(-1)
+  local v = number_value(value, 'index_fill')
+  return renamed('index_fill', 'scatter', x.scatter, x, d, spread(x, d, idx), v)
+end)
+function methods.index_fill_(x, d, idx, value) return x:copy_(x:index_fill(d, idx, value)) end
+
+--- x:index_copy(dim, index, source): slices of source put at index along dim
+-- (source is x's shape with #index entries along dim).
+def('index_copy', function(x, d, idx, src)
+  need_dims(x, 'index_copy')
+  check_tensor(src, 'index_copy', 'source')
+  d = lua_dim(x, d, 'index_copy')
+  idx = index_tensor(idx, 'index_copy', x):reshape(-1)
+  local want = x:size():totable()
+  want[d] = idx:numel()
+  local got = src:size():totable()
+  if table.concat(got, ',') ~= table.concat(want, ',') then
+    error(('index_copy: source of shape [%s] must have shape [%s] (the input [%s] with %d '
+           .. 'entries along dim %d)'):format(table.concat(got, ', '), table.concat(want, ', '),
+           table.concat(x:size():totable(), ', '), idx:numel(), d), 2)
+  end
+  return renamed('index_copy', 'scatter', x.scatter, x, d, spread(x, d, idx), src)
+end)
+function methods.index_copy_(x, d, idx, src) return x:copy_(x:index_copy(d, idx, src)) end
+
+--- x:take(index): x flattened, read at index (the result has index's shape).
+def('take', function(x, idx)
+  idx = index_tensor(idx, 'take', x)
+  local r = renamed('take', 'index_select', x.index_select, x:reshape(-1), 1, idx:reshape(-1))
+  return r:view(idx:size():totable())
+end)
+
+--- x:put(index, source[, {accumulate = false}]): x flattened, written (or
+-- added to, with accumulate) at index from source (flattened).
+local function put(x, idx, src, opts)
+  idx = index_tensor(idx, 'put', x):reshape(-1)
+  check_tensor(src, 'put', 'source')
+  if src:numel() ~= idx:numel() then
+    error(('put: source has %d elements for %d indices'):format(src:numel(), idx:numel()), 3)
+  end
+  local flat, s = x:reshape(-1), src:reshape(-1)
+  local acc = type(opts) == 'table' and opts.accumulate or opts == true
+  local r = acc and renamed('put', 'index_add', flat.index_add, flat, 1, idx, s)
+            or renamed('put', 'scatter', flat.scatter, flat, 1, idx, s)
+  return r:view(x:size():totable())
+end
+def('put', put)
+function methods.put_(x, idx, src, opts) return x:copy_(put(x, idx, src, opts)) end
+
+--- x:masked_scatter(mask, source): where mask (bool, broadcast to x) is
+-- true, the next elements of source in row-major order.
+local function masked_scatter(x, mask, src)
+  check_tensor(mask, 'masked_scatter', 'mask')
+  check_tensor(src, 'masked_scatter', 'source')
+  if mask.dtype.name ~= 'bool' then
+    error('masked_scatter: mask must be a bool tensor, got ' .. mask.dtype.name, 3)
+  end
+  local shape = x:size():totable()
+  local ok, m = pcall(mask.expand, mask, shape)
+  if not ok then
+    error(('masked_scatter: mask of shape [%s] does not broadcast to the input [%s]'):format(
+      table.concat(mask:size():totable(), ', '), table.concat(shape, ', ')), 3)
+  end
+  local pos = m:reshape(-1):nonzero():reshape(-1)
+  local k = pos:numel()
+  if k > src:numel() then
+    error(('masked_scatter: the mask selects %d elements but source has only %d'):format(
+      k, src:numel()), 3)
+  end
+  local s = src:reshape(-1):narrow(1, 1, k)
+  return x:reshape(-1):scatter(1, pos, s):view(shape)
+end
+def('masked_scatter', masked_scatter)
+function methods.masked_scatter_(x, mask, src) return x:copy_(masked_scatter(x, mask, src)) end
+
+--- x:kthvalue(k[, dim = -1][, {keepdim = false}]) -> values, indices: the
+-- k-th smallest along dim (ties: the first in the stable order).
+def('kthvalue', function(x, k, d, opts)
+  if type(d) == 'table' then d, opts = nil, d end
+  if type(k) ~= 'number' or k ~= math.floor(k) then
+    error('kthvalue: k must be an integer, got ' .. tostring(k), 2)
+  end
+  local cd = d == nil and math.max(x:dim(), 1) or lua_dim(x, d, 'kthvalue')
+  local len = x:dim() == 0 and 1 or x:size(cd)
+  if k < 1 or k > len then
+    error(('kthvalue: k %d out of range for dim %d of size %d (expected 1..%d)'):format(
+      k, cd, len, len), 2)
+  end
+  if x:dim() == 0 then return x:clone(), T.flow.ones({}, {dtype = 'int64', device = x.device}) end
+  local v, i = x:sort(cd)
+  v, i = v:narrow(cd, k, 1), i:narrow(cd, k, 1)
+  if not (opts and opts.keepdim) then v, i = v:squeeze(cd), i:squeeze(cd) end
+  return v, i
+end)
 
 ------------------------------------------------------------------ SBP (global tensors)
 local R = require 'oneflow.distributed.rules'

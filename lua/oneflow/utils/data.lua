@@ -63,6 +63,16 @@
 --   Each iter() forks fresh workers (no persistent workers); what the
 --   dataset does in get() inside a worker (caches, counters) is not seen by
 --   the parent.
+--
+-- pin_memory = true: every tensor of a batch is copied into page-locked
+-- host memory (x:pin_memory()) in the main process, so that a copy to the
+-- GPU can be asynchronous. Without a usable GPU it is a no-op, said once
+-- on stderr (loader.pin_memory_note keeps the reason).
+-- device = 'cuda' (or 'cuda:1'): batches arrive on that device. The copy of
+-- batch k + 1 is queued on a side stream (pinned source, non_blocking) as
+-- soon as batch k is handed out, so it overlaps the caller's work on k; the
+-- current stream waits for the copy's event before batch k + 1 is used.
+-- Implies pin_memory; an error when CUDA is unavailable.
 local ffi = require 'ffi'
 local OF = require('oneflow._C').C
 local types = require 'oneflow.types'
@@ -875,6 +885,22 @@ function DataLoader:init(ds, opts)
   self.worker_init_fn = opts.worker_init_fn
   self.progress = opts.progress
   self._iters = setmetatable({}, {__mode = 'k'})
+  self.device = opts.device and types.device(opts.device) or nil
+  if self.device and self.device.type == 'cpu' then self.device = nil end
+  if self.device and not require('oneflow.cuda').is_available() then
+    error(format('DataLoader: device %s is not available: %s', tostring(self.device),
+                 require('oneflow.cuda').why_unavailable()), 3)
+  end
+  self.pin_memory = (opts.pin_memory or self.device ~= nil) and true or false
+  if self.pin_memory and not require('oneflow.cuda').is_available() then
+    self.pin_memory = false
+    self.pin_memory_note = 'pin_memory ignored: CUDA is not available (' ..
+                           require('oneflow.cuda').why_unavailable() .. ')'
+    if not M._pin_note_said then
+      M._pin_note_said = true
+      io.stderr:write('DataLoader: ', self.pin_memory_note, '\n')
+    end
+  end
   if opts.batch_sampler ~= nil then
     if (opts.batch_size ~= nil and opts.batch_size ~= 1) or opts.shuffle or opts.sampler ~= nil or opts.drop_last then
       error('DataLoader: batch_sampler is mutually exclusive with batch_size, shuffle, sampler and drop_last', 3)
@@ -899,6 +925,56 @@ local function draw_seed()
   return flowf.randint(0, 2 ^ 31 - 1, {1}):item()
 end
 
+-- f applied to every tensor of a collated value (tables key by key).
+local function map_tensors(v, f)
+  if is_tensor(v) then return f(v) end
+  if type(v) ~= 'table' then return v end
+  local r = {}
+  for k, x in pairs(v) do r[k] = map_tensors(x, f) end
+  return r
+end
+
+local function pin(t) return t:is_pinned() and t or t:pin_memory() end
+
+local function pinned(it)
+  return function()
+    local r = pack(it())
+    if r[1] == nil then return nil end
+    for i = 1, r.n do r[i] = map_tensors(r[i], pin) end
+    return unpack(r, 1, r.n)
+  end
+end
+
+-- Batches copied to `device` one ahead, on a side stream (see the header).
+local function to_device(it, device)
+  local cuda = require 'oneflow.cuda'
+  local side = cuda.Stream(device.index)
+  local function stage()
+    local r = pack(it())
+    if r[1] == nil then return nil end
+    local host, ev = r, cuda.Event()
+    local dev = {n = r.n}
+    cuda.stream(side, function()
+      for i = 1, r.n do
+        dev[i] = map_tensors(r[i], function(t) return t:to(device, {non_blocking = true}) end)
+      end
+      ev:record(side)
+    end)
+    return {dev = dev, host = host, ev = ev}
+  end
+  local nxt, prev = stage(), nil
+  return function()
+    -- the batch handed out last time has been copied long ago; its pinned
+    -- host buffers may go only once the copy is known to be done
+    if prev then prev.ev:synchronize() end
+    local cur = nxt
+    if not cur then return nil end
+    cuda.wait_event(cur.ev)
+    prev, nxt = cur, stage()
+    return unpack(cur.dev, 1, cur.dev.n)
+  end
+end
+
 --- loader:iter([{progress = true | {desc =, ...}}]): an iterator for a generic for.
 function DataLoader:iter(opts)
   opts = opts or {}
@@ -918,6 +994,8 @@ function DataLoader:iter(opts)
     total = #batches
     it = start_workers(self, batches, base_seed)
   end
+  if self.pin_memory then it = pinned(it) end
+  if self.device then it = to_device(it, self.device) end
   local pg = opts.progress
   if pg == nil then pg = self.progress end
   if pg then
