@@ -372,9 +372,8 @@ static const char *not_capturable(const of_graph *g, const of_device_ops *o) {
 static of_status give_up(of_graph *g, const char *why) {
   g->cg_off = true;
   set_status(g, "%s", why);
-  if (!getenv("OF_QUIET"))
-    fprintf(stderr, "nn.Graph: CUDA graph capture is off for this graph: %s; the step runs "
-            "without it\n", g->cg_status);
+  fprintf(stderr, "nn.Graph: CUDA graph capture is off for this graph: %s; the step runs "
+          "without it\n", g->cg_status);
   return OF_OK;
 }
 
