@@ -131,7 +131,6 @@ describe('ops on channels-last tensors (CPU)', function()
 end)
 
 describe('memory-format propagation of elementwise ops', function()
-  local F = flow.nn.functional
   local mf = flow.channels_last
   local function is_cl(t) return t:is_contiguous({memory_format = mf}) and not t:is_contiguous() end
 
@@ -179,7 +178,6 @@ describe('memory-format propagation of elementwise ops', function()
   end)
 
   it('keeps the layout through a conv -> relu -> add block and its grads', function()
-    local nn = flow.nn
     flow.manual_seed(2)
     local conv = nn.Conv2d(3, 4, 3, {padding = 1})
     local x = flow.randn(2, 3, 6, 6)
