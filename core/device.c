@@ -236,9 +236,15 @@ of_status of_to_device(of_tensor *t, of_device dev, int32_t non_blocking, of_ten
     *out = t;
     return OF_OK;
   }
-  if (of_tracing())
-    return of_fail(OF_ERR_STATE, "to: moving tensors between devices inside an nn.Graph trace "
-                   "is not supported; move the inputs before calling the graph");
+  /* an op's own copies (a CPU scalar joining a device op, index tables,
+   * host-side checks) are part of that op; the user's are not recorded */
+  if (of_trace_at_user_level()) {
+    char a[16], b[16];
+    return of_fail(OF_ERR_DEVICE, "nn.Graph: to(%s): a graph runs on one device; moving a "
+                   "tensor %s from %s inside build() is not supported: move the module and "
+                   "the inputs to %s before calling the graph", of_device_str(dev, a),
+                   OF_SHAPE_STR(t), of_device_str(of_dev(t), b), of_device_str(dev, a));
+  }
   if (dev != OF_CPU && !of_device_ops_for("to", dev)) return OF_ERR_DEVICE;
   of_tensor *r;
   /* the memory format moves with the data, as in PyTorch */

@@ -135,14 +135,18 @@ typedef struct of_device_ops {
   /* rows x [outer, n] sorted into values/indices [outer, k] (k <= n) */
   of_status (*sort_rows)(of_tensor *x, int64_t outer, int64_t n, int64_t k, int32_t descending,
                          int64_t index_base, of_tensor *values, of_tensor *indices);
-  /* fused optimizer updates (same arithmetic as core/graph/optim.c) */
-  of_status (*sgd)(of_tensor *param, of_tensor *grad, of_tensor *buf, double lr,
-                   double momentum, double dampening, double wd, int32_t nesterov,
-                   int32_t maximize, int32_t first);
+  /* fused optimizer updates (same arithmetic as core/graph/optim.c). hyper
+   * (float64 {lr, step}) and found_inf (float32 [1], may be NULL: skip the
+   * update when != 0) live on the parameter's device and are read there;
+   * the step count advances there too. Nothing is read on the host, so a
+   * CUDA graph can capture the updates (cudagraph branch). */
+  of_status (*sgd)(of_tensor *param, of_tensor *grad, of_tensor *buf, of_tensor *hyper,
+                   of_tensor *found_inf, double momentum, double dampening, double wd,
+                   int32_t nesterov, int32_t maximize);
   of_status (*adam)(of_tensor *param, of_tensor *grad, of_tensor *m, of_tensor *v,
-                    of_tensor *vmax, double lr, double beta1, double beta2, double eps,
-                    double wd, int32_t amsgrad, int32_t maximize, int32_t decoupled,
-                    double step);
+                    of_tensor *vmax, of_tensor *hyper, of_tensor *found_inf, double beta1,
+                    double beta2, double eps, double wd, int32_t amsgrad, int32_t maximize,
+                    int32_t decoupled);
   /* ==== cudnn branch: convolution, pooling and normalisation (cuDNN,
    * cuda/dnn.cu), losses, resampling and padding (cuda/nn.cu), CUDA graphs
    * (cuda/graph.cu). Dense operands of the compute dtype unless said. ==== */
@@ -238,10 +242,24 @@ typedef struct of_device_ops {
   /* The NCCL communicator table (libnccl dlopened on the first call), or
    * NULL with the reason in why. */
   const struct of_comm_device_backend *(*nccl)(char *why, int32_t cap);
+  /* ==== cudagraph branch: loss scaling on the device and nn.Graph capture ==== */
+  /* grad *= float(1 / scale); found_inf = 1 when a grad element is inf/nan
+   * (scale, found_inf float32 [1] on the grad's device) */
+  of_status (*amp_unscale)(of_tensor *grad, of_tensor *scale, of_tensor *found_inf);
+  /* GradScaler.update's rule on scale (float32 [1]) and tracker (int32 [1]) */
+  of_status (*amp_update_scale)(of_tensor *scale, of_tensor *tracker, of_tensor *found_inf,
+                                double growth, double backoff, int64_t interval);
+  /* the current stream of device `index` (-1: current device): 0 not being
+   * captured, 1 capturing, -1 a capture that an operation invalidated */
+  int32_t (*capture_status)(int32_t index);
 } of_device_ops;
 
 /* The CUDA library's entry point: fills ops; returns 0 or sets why (cap bytes). */
 typedef int32_t (*of_device_init_fn)(of_device_ops *ops, char *why, int32_t cap);
+
+/* While nn.Graph traces: the op being called is the user's own (not an
+ * op's internal call nor a backward rule's); core/graph/trace.c. */
+bool of_trace_at_user_level(void);
 
 /* ---- core/device.c ---- */
 /* The ops of dev's type (loading the library on first use), or NULL with an

@@ -38,6 +38,22 @@ of_status of_iter_init(of_iter *it, of_tensor **ops, int32_t nops, const int64_t
     nd++;
   }
   for (int32_t k = 0; k < nops; k++) it->base[k] = of_ptr(ops[k]);
+  /* Walk the dims in the output's memory order (largest stride first): an
+   * output laid out channels-last then merges with operands of the same
+   * layout into one dense run instead of a strided 4-d walk. Every user is
+   * elementwise, so the visiting order does not change results. */
+  for (int32_t i = 1; i < nd; i++) {
+    int32_t j = i;
+    while (j > 0 && it->strides[0][j - 1] < it->strides[0][j]) {
+      int64_t t = it->shape[j]; it->shape[j] = it->shape[j - 1]; it->shape[j - 1] = t;
+      for (int32_t k = 0; k < nops; k++) {
+        int64_t s = it->strides[k][j];
+        it->strides[k][j] = it->strides[k][j - 1];
+        it->strides[k][j - 1] = s;
+      }
+      j--;
+    }
+  }
   /* merge dim i into i+1 when every operand steps contiguously across them */
   int32_t out = 0;
   for (int32_t d = 0; d < nd; d++) {

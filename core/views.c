@@ -405,7 +405,11 @@ of_status of_cast_data(of_tensor *t, of_dtype dt, of_tensor **out) {
     return OF_OK;
   }
   of_tensor *c;
-  OF_CHECK(of_tensor_new(t->shape, t->ndim, dt, of_tensor_device(t), &c));
+  /* a cast keeps the memory format (PyTorch's preserve_format) */
+  if (of_prefers_channels_last(t))
+    OF_CHECK(of_tensor_new_channels_last(t->shape, t->ndim, dt, of_tensor_device(t), &c));
+  else
+    OF_CHECK(of_tensor_new(t->shape, t->ndim, dt, of_tensor_device(t), &c));
   of_status st = of_copy_data(c, t);
   if (st != OF_OK) {
     of_tensor_release(c);

@@ -10,7 +10,12 @@
 namespace ofc {
 
 static cublasHandle_t g_handles[64];
+static void *g_workspace[64];
 static int g_tf32 = 0;
+// A workspace of our own, set again after every cublasSetStream (which
+// resets it): cuBLAS then never allocates on a new stream, so its calls can
+// be captured into a CUDA graph (nn.Graph's capture runs on a side stream).
+enum : size_t { kWorkspaceBytes = 32u << 20 };
 
 static of_status handle_for(int dev, cublasHandle_t *h) {
   if (!g_handles[dev]) {
@@ -18,9 +23,18 @@ static of_status handle_for(int dev, cublasHandle_t *h) {
     if (s != CUBLAS_STATUS_SUCCESS)
       return of_fail(OF_ERR_DEVICE, "matmul: cublasCreate failed on cuda:%d (status %d)", dev,
                      (int)s);
+    if (cudaMalloc(&g_workspace[dev], kWorkspaceBytes) != cudaSuccess) {
+      cudaGetLastError();
+      g_workspace[dev] = nullptr;   // cuBLAS's own pool then (not capturable)
+    }
   }
   *h = g_handles[dev];
   return OF_OK;
+}
+
+static void bind_stream(int dev, cublasHandle_t h) {
+  cublasSetStream(h, current_stream(dev));
+  if (g_workspace[dev]) cublasSetWorkspace(h, g_workspace[dev], kWorkspaceBytes);
 }
 
 static void set_allow_tf32(int32_t on) { g_tf32 = on != 0; }
@@ -32,7 +46,7 @@ static of_status gemm(int32_t ta, int32_t tb, int64_t m, int64_t n, int64_t k, d
   int dev = use_device(of_dev(c));
   cublasHandle_t h = nullptr;
   OF_CHECK(handle_for(dev, &h));
-  cublasSetStream(h, current_stream(dev));
+  bind_stream(dev, h);
   cudaDataType_t dt;
   cublasComputeType_t ct;
   float af = (float)alpha, bf = (float)beta;

@@ -67,8 +67,13 @@ struct Offsets {
 
 // Operand k broadcast to shape `out` (right-aligned, stride 0 on size-1 dims);
 // dims of size 1 in the output are dropped and contiguous runs merged.
+// by_layout: walk the dims in operand 0's memory order (largest stride
+// first), so that operands sharing a permuted dense layout (channels-last)
+// merge into one linear run; only for elementwise work, where the order of
+// visiting does not matter (random fills keep the logical order).
 template <int N>
-inline Offsets<N> make_offsets(const of_tensor *out, const of_tensor *const *ops) {
+inline Offsets<N> make_offsets(const of_tensor *out, const of_tensor *const *ops,
+                               bool by_layout = false) {
   Offsets<N> o;
   int32_t nd = out->ndim, k = 0;
   for (int32_t d = 0; d < nd; d++) {
@@ -81,6 +86,13 @@ inline Offsets<N> make_offsets(const of_tensor *out, const of_tensor *const *ops
     }
     k++;
   }
+  for (int32_t i = 1; by_layout && i < k; i++)
+    for (int32_t j = i; j > 0 && o.strides[0][j - 1] < o.strides[0][j]; j--) {
+      int64_t t = o.shape[j]; o.shape[j] = o.shape[j - 1]; o.shape[j - 1] = t;
+      for (int q = 0; q < N; q++) {
+        int64_t u = o.strides[q][j]; o.strides[q][j] = o.strides[q][j - 1]; o.strides[q][j - 1] = u;
+      }
+    }
   // merge dim k-1 into k when every operand is contiguous across them
   int32_t m = 0;
   for (int32_t d = 0; d < k; d++) {

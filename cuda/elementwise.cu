@@ -280,7 +280,7 @@ static of_status launch_ew(const char *name, of_tensor **ops, Fn<T> f) {
   f.g.flag = error_flag(dev);
   const of_tensor *all[NIN + 1];
   for (int k = 0; k <= NIN; k++) all[k] = ops[k];
-  Offsets<NIN + 1> o = make_offsets<NIN + 1>(out, all);
+  Offsets<NIN + 1> o = make_offsets<NIN + 1>(out, all, true);
   TO *po = (TO *)ptr(out);
   const T *pa = (const T *)ptr(ops[1]), *pb = NIN == 2 ? (const T *)ptr(ops[2]) : nullptr;
   constexpr int V = vec_width<T>();
@@ -331,7 +331,7 @@ static of_status copy(of_tensor *dst, of_tensor *src) {
   int dev = use_device(of_dev(dst));
   cudaStream_t s = current_stream(dev);
   const of_tensor *all[2] = {dst, src};
-  Offsets<2> o = make_offsets<2>(dst, all);
+  Offsets<2> o = make_offsets<2>(dst, all, true);
   if (dst->dtype == src->dtype && all_linear(o)) {
     OFC_TRY(cudaMemcpyAsync(ptr(dst), ptr(src), (size_t)(n * of_dtype_size(dst->dtype)),
                             cudaMemcpyDeviceToDevice, s), "copy_");
@@ -370,7 +370,7 @@ static of_status fill(of_tensor *t, double value) {
   if (n == 0) return OF_OK;
   int dev = use_device(of_dev(t));
   const of_tensor *all[1] = {t};
-  Offsets<1> o = make_offsets<1>(t, all);
+  Offsets<1> o = make_offsets<1>(t, all, true);
   // the value in the tensor's dtype, converted by the core's rules, as bits
   uint64_t bits = 0;
   of_store_double(&bits, t->dtype, value);
@@ -402,7 +402,7 @@ static of_status where(of_tensor *out, of_tensor *cond, of_tensor *a, of_tensor 
   int dev = use_device(of_dev(out));
   cudaStream_t s = current_stream(dev);
   const of_tensor *all[4] = {out, cond, a, b};
-  Offsets<4> o = make_offsets<4>(out, all);
+  Offsets<4> o = make_offsets<4>(out, all, true);
   const bool *c = (const bool *)ptr(cond);
   switch (of_dtype_size(out->dtype)) {
 #define W(T) where_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(n, o, (T *)ptr(out), c, \

@@ -83,7 +83,19 @@ static void graph_free(void *p) {
   delete g;
 }
 
+static int32_t capture_status(int32_t index) {
+  int cur = 0;
+  cudaGetDevice(&cur);
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(current_stream(index < 0 ? cur : index), &cs) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return cs == cudaStreamCaptureStatusActive ? 1 : cs == cudaStreamCaptureStatusNone ? 0 : -1;
+}
+
 void register_graph(of_device_ops *ops) {
+  ops->capture_status = capture_status;
   ops->graph_capture_begin = graph_capture_begin;
   ops->graph_capture_end = graph_capture_end;
   ops->graph_launch = graph_launch;

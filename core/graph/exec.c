@@ -7,6 +7,7 @@
  * after its last reader (the plan, passes/plan.c). Grad mode is off while a
  * graph runs: the recorded backward nodes are ordinary ops. */
 #include "ops.h"
+#include "../device.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -90,6 +91,23 @@ of_status of_backward_invoke(of_gnode *n, of_tensor **ins, void **outs) {
   return st;
 }
 
+/* ---- CUDA graph capture of a step ----
+ * While capturing, a node that synchronised with the host (a copy to or
+ * from pageable memory, a host-side check) has invalidated the capture:
+ * the capture is given up, naming that node, and the step runs as usual. */
+static of_status capture_check(of_graph *g, const of_gnode *n, int32_t i, of_status st) {
+  const of_device_ops *o = of_device_ops_loaded();
+  int32_t cs = o && o->capture_status ? o->capture_status(of_device_index(g->device)) : -1;
+  if (st == OF_OK && cs == 1) return OF_OK;
+  const of_opdef *d = of_op_def(n->op);
+  char why[200];
+  snprintf(why, sizeof why, "%s", st != OF_OK ? of_last_error() : "");
+  return of_fail(OF_ERR_DEVICE, "node %d (%s) cannot be captured: %s", (int)i + 1,
+                 d ? d->name : "?",
+                 st != OF_OK ? why : "it synchronised with the host (a copy between the CPU and "
+                 "the device, or a host-side check)");
+}
+
 /* ---- the executor ---- */
 static void release_slot(const of_graph *g, int32_t v, void *p) {
   if (!p) return;
@@ -98,7 +116,7 @@ static void release_slot(const of_graph *g, int32_t v, void *p) {
 }
 
 static bool meta_matches(const of_gval *v, const of_tensor *t) {
-  if (v->dtype != t->dtype || v->ndim != t->ndim) return false;
+  if (v->dtype != t->dtype || v->ndim != t->ndim || v->device != of_dev(t)) return false;
   for (int32_t i = 0; i < t->ndim; i++)
     if (v->shape[i] != t->shape[i]) return false;
   return true;
@@ -135,8 +153,11 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
     if (check_inputs && !meta_matches(v, t)) {
       char want[96];
       of_shape_str(v->shape, v->ndim, want, sizeof want);
-      st = of_fail(OF_ERR_SHAPE, "nn.Graph: input %d is %s %s, the graph was compiled for %s %s",
-                   (int)i + 1, OF_SHAPE_STR(t), OF_DT(t), want, of_dtype_name(v->dtype));
+      char d1[16], d2[16];
+      st = of_fail(v->device != of_dev(t) ? OF_ERR_DEVICE : OF_ERR_SHAPE,
+                   "nn.Graph: input %d is %s %s on %s, the graph was compiled for %s %s on %s",
+                   (int)i + 1, OF_SHAPE_STR(t), OF_DT(t), of_device_str(of_dev(t), d1), want,
+                   of_dtype_name(v->dtype), of_device_str(v->device, d2));
       break;
     }
     if (!of_tensor_is_contiguous(t) && of_gval_contiguous(v)) {
@@ -157,10 +178,13 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
     const char *conc = getenv("OF_GRAPH_CONCURRENCY");
     if (conc && g->concurrency == 0) g->concurrency = atoi(conc);
     const char *env = getenv("OF_GRAPH_ARENA");
-    g->no_arena = env && strcmp(env, "0") == 0;
+    /* the arena lays out CPU memory; a device graph's buffers come from the
+     * device's own stream-ordered allocator (of_alloc never asks the arena
+     * for them) */
+    g->no_arena = (env && strcmp(env, "0") == 0) || g->device != OF_CPU;
     if (!g->no_arena) g->arena = of_arena_new();
   }
-  bool waves = g->concurrency >= 2 && !g->prof;
+  bool waves = g->concurrency >= 2 && !g->prof && !g->cg_capturing;
   if (!waves) of_arena_begin(g->arena);   /* workers' allocations would not follow the record */
   of_tensor *ibuf_small[16], **ibuf = ibuf_small;
   void *obuf_small[16], **obuf = obuf_small;
@@ -200,6 +224,7 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
       double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
       if (g->prof[i] == 0 || ms < g->prof[i]) g->prof[i] = ms;   /* fastest run */
     }
+    if (g->cg_capturing) st = capture_check(g, n, i, st);
     if (st != OF_OK) break;
     for (int32_t j = 0; j < n->nreal; j++) {
       int32_t v = n->out[j];
@@ -302,13 +327,247 @@ of_status of_graph_optimize(of_graph *g, const char *list) {
   return of_pass_plan(g, &r);
 }
 
+/* ---- CUDA graphs: capture the step once, then replay it ----
+ * The first run after compiling is a warm-up (cuDNN picks its algorithms,
+ * cuBLAS and the caching allocator settle). The next run copies its inputs
+ * into static input tensors and runs the executor on them while the
+ * device's stream is captured: every kernel, allocation and free of the step
+ * becomes one CUDA graph, whose allocations keep fixed addresses, so the
+ * tensors the captured run returned are the static outputs. Later runs
+ * copy the inputs into the static ones and launch the graph. */
+static void set_status(of_graph *g, const char *fmt, const char *arg) {
+  snprintf(g->cg_status, sizeof g->cg_status, fmt, arg);
+}
+
+void of_graph_cuda_graph_drop(of_graph *g) {
+  if (!g) return;
+  const of_device_ops *o = of_device_ops_loaded();
+  if (g->cg_graph && o && o->graph_free) o->graph_free(g->cg_graph);
+  g->cg_graph = NULL;
+  for (int32_t i = 0; g->cg_in && i < g->ninputs; i++) of_tensor_release(g->cg_in[i]);
+  for (int32_t i = 0; g->cg_out && i < g->noutputs; i++) of_tensor_release(g->cg_out[i]);
+  free(g->cg_in);
+  free(g->cg_out);
+  g->cg_in = g->cg_out = NULL;
+  g->cg_warm = 0;
+  g->cg_off = false;
+  g->cg_status[0] = 0;
+}
+
+/* Why the step cannot be captured before trying, or NULL. */
+static const char *not_capturable(const of_graph *g, const of_device_ops *o) {
+  if (of_device_type(g->device) != OF_CUDA) return "the graph does not run on a CUDA device";
+  if (!o || !o->graph_capture_begin || !o->capture_status)
+    return "the CUDA library has no graph capture";
+  if (g->concurrency >= 2) return "set_concurrency runs nodes on several threads";
+  for (int32_t i = 0; i < g->nnodes; i++) {
+    const of_gnode *n = &g->nodes[i];
+    const of_opdef *d = of_op_def(n->op);
+    if (!n->dead && d && (d->flags & OF_OPF_RANDOM))
+      return d->name;   /* the generator's offset is host state: every replay would repeat it */
+  }
+  return NULL;
+}
+
+static of_status give_up(of_graph *g, const char *why) {
+  g->cg_off = true;
+  set_status(g, "%s", why);
+  fprintf(stderr, "nn.Graph: CUDA graph capture is off for this graph: %s; the step runs "
+          "without it\n", g->cg_status);
+  return OF_OK;
+}
+
+static of_status static_outputs(of_graph *g, of_tensor **outputs) {
+  of_status st = OF_OK;
+  for (int32_t o = 0; o < g->noutputs; o++) outputs[o] = NULL;
+  for (int32_t o = 0; o < g->noutputs && st == OF_OK; o++) {
+    if (g->cg_mode == 2) {
+      of_tensor_retain(g->cg_out[o]);
+      outputs[o] = g->cg_out[o];
+    } else {
+      st = of_clone_data(g->cg_out[o], &outputs[o]);
+    }
+  }
+  if (st != OF_OK)
+    for (int32_t o = 0; o < g->noutputs; o++) { of_tensor_release(outputs[o]); outputs[o] = NULL; }
+  return st;
+}
+
+static of_status capture(of_graph *g, const of_device_ops *o, of_tensor **inputs) {
+  of_status st = OF_OK;
+  g->cg_in = calloc((size_t)(g->ninputs ? g->ninputs : 1), sizeof *g->cg_in);
+  g->cg_out = calloc((size_t)(g->noutputs ? g->noutputs : 1), sizeof *g->cg_out);
+  if (!g->cg_in || !g->cg_out) return of_fail(OF_ERR_OOM, "nn.Graph: out of memory");
+  for (int32_t i = 0; i < g->ninputs && st == OF_OK; i++) {
+    of_tensor *t = inputs[i];
+    st = of_tensor_new(t->shape, t->ndim, t->dtype, of_dev(t), &g->cg_in[i]);
+    if (st == OF_OK) st = of_copy_data(g->cg_in[i], t);
+  }
+  if (st != OF_OK) return st;
+  void *cap = NULL;
+  st = o->graph_capture_begin(of_device_index(g->device), &cap);
+  if (st != OF_OK) return give_up(g, of_last_error());
+  g->cg_capturing = true;
+  of_status run = of_graph_exec(g, g->cg_in, g->ninputs, g->cg_out, g->noutputs, true);
+  g->cg_capturing = false;
+  char why[320];
+  snprintf(why, sizeof why, "%s", run != OF_OK ? of_last_error() : "");
+  void *graph = NULL;
+  st = o->graph_capture_end(cap, &graph);
+  if (run == OF_OK && st != OF_OK) snprintf(why, sizeof why, "%s", of_last_error());
+  if (run != OF_OK || st != OF_OK) {
+    if (graph) o->graph_free(graph);
+    for (int32_t i = 0; i < g->noutputs; i++) { of_tensor_release(g->cg_out[i]); g->cg_out[i] = NULL; }
+    return give_up(g, why);
+  }
+  g->cg_graph = graph;
+  set_status(g, "%s", "captured");
+  return OF_OK;
+}
+
+static of_status run_cuda_graph(of_graph *g, of_tensor **inputs, int32_t nin,
+                                of_tensor **outputs, int32_t nout, bool *done) {
+  *done = false;
+  const of_device_ops *o = of_device_ops_loaded();
+  if (!g->cg_graph) {
+    const char *why = not_capturable(g, o);
+    if (why) {
+      char buf[160];
+      if (o && of_device_type(g->device) == OF_CUDA && of_op_find(why) >= 0)
+        snprintf(buf, sizeof buf, "the graph has a random op (%s): a replay would draw the same "
+                 "numbers again", why);
+      else
+        snprintf(buf, sizeof buf, "%s", why);
+      return give_up(g, buf);
+    }
+    if (g->cg_warm < 1) {   /* warm-up: a plain run */
+      g->cg_warm++;
+      return OF_OK;
+    }
+  }
+  /* the inputs must match before anything is copied or captured */
+  if (nin != g->ninputs || nout != g->noutputs) return OF_OK;   /* exec reports it */
+  for (int32_t i = 0; i < nin; i++)
+    if (!inputs[i] || !meta_matches(&g->vals[g->inputs[i]], inputs[i])) return OF_OK;
+  if (!g->cg_graph) {
+    OF_CHECK(capture(g, o, inputs));
+    if (!g->cg_graph) return OF_OK;   /* gave up: run as usual */
+    g->runs--;                         /* the captured run ran nothing; the launch counts */
+  } else {
+    for (int32_t i = 0; i < nin; i++)
+      if (inputs[i] != g->cg_in[i]) OF_CHECK(of_copy_data(g->cg_in[i], inputs[i]));
+  }
+  OF_CHECK(o->graph_launch(g->cg_graph));
+  OF_CHECK(static_outputs(g, outputs));
+  g->runs++;
+  *done = true;
+  return OF_OK;
+}
+
 of_status of_graph_run(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor **outputs,
                        int32_t nout) {
   if (!g) return of_fail(OF_ERR_ARG, "nn.Graph: no graph");
   if (of_trace_tls)
     return of_fail(OF_ERR_STATE, "nn.Graph: a compiled graph cannot run inside another graph's "
                    "build()");
+  if (g->cg_mode && !g->cg_off) {
+    bool done;
+    OF_CHECK(run_cuda_graph(g, inputs, nin, outputs, nout, &done));
+    if (done) return OF_OK;
+  }
   return of_graph_exec(g, inputs, nin, outputs, nout, true);
+}
+
+of_device of_graph_device(const of_graph *g) { return g ? g->device : OF_CPU; }
+
+/* Moves every value of the graph's device (and every external that is not
+ * where its value says: a loaded graph's externals come from the file on
+ * the CPU) to dev; ops that create tensors on the old device create them on
+ * dev. CPU values of a device graph (scalars, host-side constants) stay. */
+of_status of_graph_to(of_graph *g, of_device dev) {
+  if (!g) return of_fail(OF_ERR_ARG, "nn.Graph.to: no graph");
+  if (g->busy) return of_fail(OF_ERR_STATE, "nn.Graph.to: the graph is running");
+  if (of_device_type(dev) != OF_CPU && of_device_type(dev) != OF_CUDA)
+    return of_fail(OF_ERR_DEVICE, "nn.Graph.to: unknown device %d", (int)dev);
+  if (dev != OF_CPU && !of_device_ops_for("nn.Graph.to", dev)) return OF_ERR_DEVICE;
+  of_device old = g->device;
+  if (dev != OF_CPU)
+    for (int32_t i = 0; i < g->nnodes; i++)
+      if (!g->nodes[i].dead && g->nodes[i].op == OF_OPK_FUSED)
+        return of_fail(OF_ERR_DEVICE, "nn.Graph.to(%s): the graph has fused elementwise nodes, "
+                       "which run on the CPU only; compile it on %s (or compile it with "
+                       "config:enable_fusion(false) before saving)", OF_DEV_STR(dev),
+                       OF_DEV_STR(dev));
+  /* the new externals first, so that a failure leaves the graph as it was */
+  of_tensor **moved = calloc((size_t)(g->nvals ? g->nvals : 1), sizeof *moved);
+  if (!moved) return of_fail(OF_ERR_OOM, "nn.Graph.to: out of memory");
+  of_status st = OF_OK;
+  for (int32_t v = 0; v < g->nvals && st == OF_OK; v++) {
+    of_gval *x = &g->vals[v];
+    if (x->kind != OF_GV_EXTERNAL || !x->ext) continue;
+    of_device want = x->device == old ? dev : x->device;
+    of_tensor *t = x->ext;
+    if (of_dev(t) == want) continue;
+    bool cl = of_prefers_channels_last(t);
+    if (!cl && !of_tensor_is_contiguous(t)) {
+      st = of_fail(OF_ERR_STATE, "nn.Graph.to: external %s %s is a strided view; it cannot be "
+                   "moved", x->name ? x->name : "", OF_SHAPE_STR(t));
+      break;
+    }
+    st = cl ? of_tensor_new_channels_last(t->shape, t->ndim, t->dtype, want, &moved[v])
+            : of_tensor_new(t->shape, t->ndim, t->dtype, want, &moved[v]);
+    if (st == OF_OK) st = of_copy_data(moved[v], t);
+  }
+  if (st != OF_OK) {
+    for (int32_t v = 0; v < g->nvals; v++) of_tensor_release(moved[v]);
+    free(moved);
+    return st;
+  }
+  of_graph_cuda_graph_drop(g);
+  for (int32_t v = 0; v < g->nvals; v++) {
+    of_gval *x = &g->vals[v];
+    if (moved[v]) {
+      of_tensor_release(x->ext);
+      x->ext = moved[v];
+      memcpy(x->strides, moved[v]->strides, sizeof x->strides);
+      x->offset = moved[v]->offset;
+    }
+    if (x->kind != OF_GV_HANDLE && x->device == old) x->device = dev;
+  }
+  free(moved);
+  for (int32_t i = 0; i < g->nnodes; i++) {
+    of_gnode *n = &g->nodes[i];
+    if ((n->op == OPK_EMPTY || n->op == OPK_ZEROS || n->op == OPK_FULL || n->op == OPK_RAND ||
+         n->op == OPK_RANDN) && n->attr_size == (int32_t)sizeof(a_create)) {
+      a_create *a = n->attrs;
+      if (a->device == old) a->device = dev;
+    } else if ((n->op == OPK_EYE || n->op == OPK_ARANGE || n->op == OPK_LINSPACE) &&
+               n->attr_size == (int32_t)sizeof(a_range)) {
+      a_range *a = n->attrs;
+      if (a->device == old) a->device = dev;
+    }
+  }
+  g->device = dev;
+  if (g->arena) {   /* laid out for the old device's run */
+    of_arena_release(g->arena);
+    g->arena = NULL;
+  }
+  g->no_arena = false;
+  return OF_OK;
+}
+
+void of_graph_set_cuda_graph(of_graph *g, int32_t mode) {
+  if (!g) return;
+  mode = mode < 0 ? 0 : mode > 2 ? 2 : mode;
+  if (mode == g->cg_mode) return;
+  if (mode == 0 || g->cg_mode == 0) of_graph_cuda_graph_drop(g);
+  g->cg_mode = mode;
+}
+
+const char *of_graph_cuda_graph_status(const of_graph *g) {
+  if (!g) return "";
+  if (!g->cg_mode) return "off";
+  return g->cg_status;
 }
 
 /* ---- inspection ---- */

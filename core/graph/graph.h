@@ -31,6 +31,7 @@ typedef struct of_gval {
   int32_t root;           /* value owning the storage */
   int32_t same;           /* value whose runtime tensor this is (self unless in-place) */
   int32_t index;          /* input position / external number */
+  of_device device;       /* where the tensor lived when traced */
   of_tensor *ext;         /* externals: the tensor (retained) */
   char *name;             /* externals: optional name (malloc'ed) */
   char *note;             /* placement and SBP of a global tensor's shard (of_trace_note) */
@@ -84,6 +85,15 @@ typedef struct of_graph {
   int32_t debug;          /* print each pass (graph:debug / OF_DEBUG_PASS) */
   bool profile;           /* time each node (graph:profile / OF_GRAPH_PROFILE) */
   double *prof;           /* [nnodes] fastest time seen, ms */
+  of_device device;       /* the device it computes on (of_graph_device) */
+  /* CUDA graph capture of the whole step (exec.c) */
+  int32_t cg_mode;        /* 0 off, 1 outputs cloned, 2 static outputs */
+  int32_t cg_warm;        /* runs before capturing */
+  bool cg_off;            /* capture failed or impossible: plain runs */
+  bool cg_capturing;      /* exec: check the capture after each node */
+  void *cg_graph;         /* the instantiated CUDA graph */
+  of_tensor **cg_in, **cg_out;   /* static inputs / outputs */
+  char cg_status[320];
 } of_graph;
 
 /* ---- op table (ops.c) ---- */
@@ -200,6 +210,8 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
                         int32_t nout, bool check_inputs);
 /* The wave scheduler (sched.c): runs the live nodes on the executor's slots. */
 of_status of_graph_exec_waves(of_graph *g, void **slot, bool *own, int32_t width);
+/* Frees a CUDA graph capture of g (exec.c; the next run captures again). */
+void of_graph_cuda_graph_drop(of_graph *g);
 /* Runs node n on ins; outs[] gets nout entries (tensors or autograd handles). */
 of_status of_graph_invoke(of_graph *g, of_gnode *n, of_tensor **ins, void **outs);
 

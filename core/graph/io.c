@@ -19,12 +19,13 @@
  *            i32 nin nout nreal nmut flags, u32 needs keep_in keep_out, i32 handle_nr,
  *            i32 in[nin] out[nout] mut[nmut] */
 #include "ops.h"
+#include "../device.h"
 #include "fused.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-enum { IR_VERSION = 1, MAX_COUNT = 1 << 24 };
+enum { IR_VERSION = 2, MAX_COUNT = 1 << 24 };   /* 2: devices */
 static const char MAGIC[8] = {'O', 'F', 'G', 'R', 'A', 'P', 'H', 0};
 
 static uint64_t fnv1a(const uint8_t *p, size_t n) {
@@ -97,11 +98,13 @@ of_status of_graph_serialize(of_graph *g, of_tensor **blob) {
   put_u32(&w, (uint32_t)g->ninputs);
   put_u32(&w, (uint32_t)g->noutputs);
   put_u32(&w, (uint32_t)next);
+  put_i32(&w, g->device);
   for (int32_t v = 0; v < g->nvals; v++) {
     const of_gval *x = &g->vals[v];
     put_u8(&w, (uint8_t)x->kind);
     put_u8(&w, x->is_const);
     put_i32(&w, x->dtype);
+    put_i32(&w, x->device);
     put_i32(&w, x->ndim);
     put_i32(&w, x->root);
     put_i32(&w, x->same);
@@ -210,10 +213,13 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
   rbuf r = {bytes + 32, (size_t)plen, 0, false};
   uint32_t nvals = get_u32(&r), nnodes = get_u32(&r), nin = get_u32(&r), nout = get_u32(&r),
            next = get_u32(&r);
+  of_device gdev = version >= 2 ? get_i32(&r) : OF_CPU;
   if (r.bad || nvals > MAX_COUNT || nnodes > MAX_COUNT || nin > nvals || nout > MAX_COUNT ||
       next > nvals)
     return corrupt(c, "bad counts");
+  if ((gdev & 0xff) > OF_CUDA || gdev < 0) return corrupt(c, "bad device");
   of_graph *g = of_graph_new_empty();
+  if (g) g->device = gdev;
   int32_t *ext = calloc(nvals ? nvals : 1, sizeof *ext);
   bool *defined = calloc(nvals ? nvals : 1, sizeof *defined);
   if (!g || !ext || !defined) {
@@ -229,6 +235,7 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
     x->kind = (int8_t)get_u8(&r);
     x->is_const = get_u8(&r) != 0;
     x->dtype = get_i32(&r);
+    x->device = version >= 2 ? get_i32(&r) : OF_CPU;
     x->ndim = get_i32(&r);
     x->root = get_i32(&r);
     x->same = get_i32(&r);
@@ -247,6 +254,7 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
     if (x->kind < OF_GV_INPUT || x->kind > OF_GV_HANDLE) FAIL("bad value kind");
     if (x->kind != OF_GV_HANDLE && (x->dtype < 0 || x->dtype >= OF_NUM_DTYPES)) FAIL("bad dtype");
     if (x->ndim < 0 || x->ndim > OF_MAX_DIMS) FAIL("bad ndim");
+    if (x->device < 0 || (x->device & 0xff) > OF_CUDA) FAIL("bad device");
     for (int32_t i = 0; i < x->ndim; i++)
       if (x->shape[i] < 0 || x->shape[i] > ((int64_t)1 << 40)) FAIL("bad shape");
     if (x->root < 0 || (uint32_t)x->root >= nvals || x->same < 0 || (uint32_t)x->same >= nvals)
@@ -594,7 +602,40 @@ static bool parse_metadata(json *j, bool *is_graph) {
   return lit(j, '}');
 }
 
+static of_status load_impl(const char *path, of_graph **out);
+
+/* The file's externals are read onto the CPU; then the graph goes to its
+ * saved device, or to `dev`. */
+static of_status load_to(const char *path, bool given, of_device dev, of_graph **out) {
+  of_graph *g = NULL;
+  OF_CHECK(load_impl(path, &g));
+  of_device saved = g->device;
+  of_status st = of_graph_to(g, given ? dev : saved);
+  if (st != OF_OK) {
+    char why[300];
+    snprintf(why, sizeof why, "%s", of_last_error());
+    of_graph_release(g);
+    char a[16];
+    return of_fail(OF_ERR_DEVICE, "nn.Graph.load: %s was saved from %s: %s%s", path,
+                   of_device_str(saved, a), why,
+                   given ? "" : " (load it onto another device: flow.nn.Graph.load(path, "
+                   "{device = 'cpu'}), of_graph_load_on)");
+  }
+  *out = g;
+  return OF_OK;
+}
+
 of_status of_graph_load(const char *path, of_graph **out) {
+  if (!path || !out) return of_fail(OF_ERR_ARG, "nn.Graph.load: no path");
+  return load_to(path, false, OF_CPU, out);
+}
+
+of_status of_graph_load_on(const char *path, of_device dev, of_graph **out) {
+  if (!path || !out) return of_fail(OF_ERR_ARG, "nn.Graph.load: no path");
+  return load_to(path, true, dev, out);
+}
+
+static of_status load_impl(const char *path, of_graph **out) {
   if (!path || !out) return of_fail(OF_ERR_ARG, "nn.Graph.load: no path");
   ctx_t c = {path};
   FILE *f = fopen(path, "rb");

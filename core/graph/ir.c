@@ -35,6 +35,7 @@ int32_t of_graph_add_value(of_graph *g, int8_t kind, const of_tensor *t) {
     memcpy(v->shape, t->shape, sizeof v->shape);
     memcpy(v->strides, t->strides, sizeof v->strides);
     v->offset = t->offset;
+    v->device = t->storage->device;
   }
   return id;
 }
@@ -115,6 +116,7 @@ void of_graph_release(of_graph *g) {
     free(g->vals[v].name);
     free(g->vals[v].note);
   }
+  of_graph_cuda_graph_drop(g);
   plan_free(g);
   free(g->nodes);
   free(g->vals);

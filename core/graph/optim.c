@@ -36,14 +36,51 @@ static of_status check_common(const char *op, of_tensor *p, of_tensor *g, of_ten
 /* found_inf (optional, float32): a loss scaler saw inf/nan in the grads of
  * this step (of_amp_unscale_), so the update is skipped, as
  * GradScaler.step skips optimizer.step. */
+static of_status check_found(const char *op, of_tensor *found_inf) {
+  if (found_inf && (found_inf->dtype != OF_FLOAT32 || found_inf->numel != 1))
+    return of_fail(OF_ERR_ARG, "%s: found_inf must be a float32 tensor with one element, got %s %s",
+                   op, OF_SHAPE_STR(found_inf), OF_DT(found_inf));
+  return OF_OK;
+}
+
 static of_status skipped(const char *op, of_tensor *found_inf, bool *skip) {
   *skip = false;
   if (!found_inf) return OF_OK;
-  if (found_inf->dtype != OF_FLOAT32 || found_inf->numel != 1)
-    return of_fail(OF_ERR_ARG, "%s: found_inf must be a float32 tensor with one element, got %s %s",
-                   op, OF_SHAPE_STR(found_inf), OF_DT(found_inf));
+  OF_CHECK(check_found(op, found_inf));
   *skip = *(const float *)of_ptr(found_inf) != 0;
   return OF_OK;
+}
+
+/* The device half of an update or a scale op: hyper/found_inf/scale that
+ * live on the CPU are copied to dev for the call (and hyper back, since the
+ * step count advances); on the device's own tensors nothing touches the
+ * host, which is what a CUDA graph capture needs. */
+typedef struct { of_tensor *h, *f; } dev_aux;
+
+static of_status aux_to(of_tensor *t, of_device dev, of_tensor **out) {
+  *out = NULL;
+  if (!t) return OF_OK;
+  if (of_dev(t) == dev) {
+    of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  return of_to_device(t, dev, 0, out);
+}
+
+static of_status aux_begin(of_device dev, of_tensor *hyper, of_tensor *found, dev_aux *a) {
+  a->h = a->f = NULL;
+  OF_CHECK(aux_to(hyper, dev, &a->h));
+  of_status st = aux_to(found, dev, &a->f);
+  if (st != OF_OK) of_tensor_release(a->h);
+  return st;
+}
+
+static of_status aux_end(of_tensor *hyper, dev_aux *a, of_status st) {
+  if (st == OF_OK && hyper && a->h && a->h != hyper) st = of_copy_data(hyper, a->h);
+  of_tensor_release(a->h);
+  of_tensor_release(a->f);
+  return st;
 }
 
 #define SQRT_float sqrtf
@@ -122,21 +159,29 @@ static of_status sgd_impl(of_tensor *param, of_tensor *grad, of_tensor *buf, of_
                           int32_t nesterov, int32_t maximize, of_tensor *found_inf) {
   const char *op = "sgd_update";
   OF_CHECK(check_common(op, param, grad, hyper));
+  OF_CHECK(check_pair(op, param, buf, "momentum buffer"));
+  if (momentum != 0 && !buf) return of_fail(OF_ERR_ARG, "%s: momentum needs a buffer", op);
+  OF_CHECK(check_found(op, found_inf));
+  OF_ROUTE(op, dev, dops, sgd, param, grad, buf);
+  if (dops) {
+    dev_aux ax;
+    OF_CHECK(aux_begin(dev, hyper, found_inf, &ax));
+    of_status st = dops->sgd(param, grad, buf, ax.h, ax.f, momentum, dampening, weight_decay,
+                             nesterov, maximize);
+    OF_CHECK(aux_end(hyper, &ax, st));
+    of_bump_version(param);
+    if (buf) of_bump_version(buf);
+    of_bump_version(hyper);
+    return OF_OK;
+  }
+  if (of_dev(hyper) != OF_CPU || (found_inf && of_dev(found_inf) != OF_CPU))
+    return of_fail(OF_ERR_DEVICE, "%s: hyper and found_inf of a CPU parameter must be on the "
+                   "CPU", op);
   bool skip;
   OF_CHECK(skipped(op, found_inf, &skip));
   if (skip) return OF_OK;
-  OF_CHECK(check_pair(op, param, buf, "momentum buffer"));
-  if (momentum != 0 && !buf) return of_fail(OF_ERR_ARG, "%s: momentum needs a buffer", op);
-  if (of_dev(hyper) != OF_CPU)
-    return of_fail(OF_ERR_DEVICE, "%s: hyper {lr, step} must stay on the CPU", op);
   double *h = (double *)of_ptr(hyper);
   int first = h[1] == 0;
-  OF_ROUTE(op, dev, dops, sgd, param, grad, buf);
-  if (dops) {
-    OF_CHECK(dops->sgd(param, grad, buf, h[0], momentum, dampening, weight_decay, nesterov,
-                       maximize, first));
-    goto done;
-  }
   if (param->dtype == OF_FLOAT32)
     sgd_float(param->numel, (float *)of_ptr(param), (const float *)of_ptr(grad),
               buf ? (float *)of_ptr(buf) : NULL, h[0], momentum, dampening, weight_decay,
@@ -145,7 +190,6 @@ static of_status sgd_impl(of_tensor *param, of_tensor *grad, of_tensor *buf, of_
     sgd_double(param->numel, (double *)of_ptr(param), (const double *)of_ptr(grad),
                buf ? (double *)of_ptr(buf) : NULL, h[0], momentum, dampening, weight_decay,
                nesterov, maximize, first);
-done:
   h[1] += 1;
   of_bump_version(param);
   if (buf) of_bump_version(buf);
@@ -159,24 +203,29 @@ static of_status adam_impl(of_tensor *param, of_tensor *grad, of_tensor *m, of_t
                            int32_t decoupled, of_tensor *found_inf) {
   const char *op = "adam_update";
   OF_CHECK(check_common(op, param, grad, hyper));
-  bool skip;
-  OF_CHECK(skipped(op, found_inf, &skip));
-  if (skip) return OF_OK;
+  OF_CHECK(check_found(op, found_inf));
   if (!m || !v) return of_fail(OF_ERR_ARG, "%s: exp_avg and exp_avg_sq are required", op);
   OF_CHECK(check_pair(op, param, m, "exp_avg"));
   OF_CHECK(check_pair(op, param, v, "exp_avg_sq"));
   OF_CHECK(check_pair(op, param, vmax, "max_exp_avg_sq"));
   if (amsgrad && !vmax) return of_fail(OF_ERR_ARG, "%s: amsgrad needs max_exp_avg_sq", op);
-  if (of_dev(hyper) != OF_CPU)
-    return of_fail(OF_ERR_DEVICE, "%s: hyper {lr, step} must stay on the CPU", op);
-  double *h = (double *)of_ptr(hyper);
-  double step = h[1] + 1;
   OF_ROUTE(op, dev, dops, adam, param, grad, m, v, vmax);
   if (dops) {
-    OF_CHECK(dops->adam(param, grad, m, v, vmax, h[0], beta1, beta2, eps, weight_decay, amsgrad,
-                        maximize, decoupled, step));
-    goto done;
+    dev_aux ax;
+    OF_CHECK(aux_begin(dev, hyper, found_inf, &ax));
+    of_status st = dops->adam(param, grad, m, v, vmax, ax.h, ax.f, beta1, beta2, eps,
+                              weight_decay, amsgrad, maximize, decoupled);
+    OF_CHECK(aux_end(hyper, &ax, st));
+    goto bump;
   }
+  if (of_dev(hyper) != OF_CPU || (found_inf && of_dev(found_inf) != OF_CPU))
+    return of_fail(OF_ERR_DEVICE, "%s: hyper and found_inf of a CPU parameter must be on the "
+                   "CPU", op);
+  bool skip;
+  OF_CHECK(skipped(op, found_inf, &skip));
+  if (skip) return OF_OK;
+  double *h = (double *)of_ptr(hyper);
+  double step = h[1] + 1;
   if (param->dtype == OF_FLOAT32)
     adam_float(param->numel, (float *)of_ptr(param), (const float *)of_ptr(grad),
                (float *)of_ptr(m), (float *)of_ptr(v), vmax ? (float *)of_ptr(vmax) : NULL,
@@ -185,8 +234,8 @@ static of_status adam_impl(of_tensor *param, of_tensor *grad, of_tensor *m, of_t
     adam_double(param->numel, (double *)of_ptr(param), (const double *)of_ptr(grad),
                 (double *)of_ptr(m), (double *)of_ptr(v), vmax ? (double *)of_ptr(vmax) : NULL,
                 h[0], step, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled);
-done:
   h[1] = step;
+bump:
   of_bump_version(param);
   of_bump_version(m);
   of_bump_version(v);
@@ -297,6 +346,16 @@ static of_status unscale_impl(of_tensor *grad, of_tensor *scale, of_tensor *foun
       !of_tensor_is_contiguous(grad))
     return of_fail(OF_ERR_DTYPE, "%s: the grad must be a contiguous float32 or float64 tensor%s%s",
                    op, grad ? ", got " : "", grad ? OF_DT(grad) : "");
+  OF_ROUTE(op, dev, dops, amp_unscale, grad, scale, found_inf);
+  if (dops) {
+    if (of_dev(scale) != dev || of_dev(found_inf) != dev)   /* 0-d CPU tensors joined */
+      return of_fail(OF_ERR_DEVICE, "%s: scale and found_inf must be on %s with the grad", op,
+                     OF_DEV_STR(dev));
+    OF_CHECK(dops->amp_unscale(grad, scale, found_inf));
+    of_bump_version(grad);
+    of_bump_version(found_inf);
+    return OF_OK;
+  }
   double inv = (double)(float)(1.0 / (double)*(const float *)of_ptr(scale));
   int bad = grad->dtype == OF_FLOAT32
                 ? unscale_float(grad->numel, (float *)of_ptr(grad), (float)inv)
@@ -327,6 +386,16 @@ static of_status update_scale_impl(of_tensor *scale, of_tensor *tracker, of_tens
   OF_CHECK(check_scalar(op, "growth_tracker", tracker, OF_INT32));
   OF_CHECK(check_scalar(op, "found_inf", found_inf, OF_FLOAT32));
   if (interval < 1) return of_fail(OF_ERR_ARG, "%s: growth_interval must be >= 1", op);
+  OF_ROUTE(op, dev, dops, amp_update_scale, scale, tracker, found_inf);
+  if (dops) {
+    if (of_dev(scale) != dev || of_dev(tracker) != dev || of_dev(found_inf) != dev)
+      return of_fail(OF_ERR_DEVICE, "%s: scale, growth_tracker and found_inf must be on one "
+                     "device", op);
+    OF_CHECK(dops->amp_update_scale(scale, tracker, found_inf, growth, backoff, interval));
+    of_bump_version(scale);
+    of_bump_version(tracker);
+    return OF_OK;
+  }
   float *s = (float *)of_ptr(scale);
   int32_t *t = (int32_t *)of_ptr(tracker);
   if (*(const float *)of_ptr(found_inf) != 0) {

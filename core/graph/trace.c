@@ -17,6 +17,7 @@
  * one opaque node: the forward node keeps its autograd node at run time
  * (CAPTURE) and the opaque node calls the rule on it. */
 #include "ops.h"
+#include "../device.h"
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -540,6 +541,33 @@ of_status of_trace_note(of_tensor *t, const char *text) {
 /* ---- begin / end ---- */
 int32_t of_tracing(void) { return of_trace_tls != NULL; }
 
+bool of_trace_at_user_level(void) {
+  const of_trace *tr = of_trace_tls;
+  return tr && of_trace_depth == 0 && tr->rule_depth == 0 && tr->engine_depth == 0;
+}
+
+/* A graph computes on one device: the non-CPU device of its values (CPU
+ * tensors may join as eager ops allow: 0-d scalars, host-side constants
+ * that ops copy themselves). Two accelerators in one trace are an error. */
+static of_status graph_device(of_graph *g) {
+  g->device = OF_CPU;
+  int32_t first = -1;
+  for (int32_t v = 0; v < g->nvals; v++) {
+    const of_gval *x = &g->vals[v];
+    if (x->kind == OF_GV_HANDLE || x->device == OF_CPU) continue;
+    if (first < 0) {
+      first = v;
+      g->device = x->device;
+    } else if (x->device != g->device) {
+      char a[16], b[16];
+      return of_fail(OF_ERR_DEVICE, "nn.Graph: build() used tensors on %s and %s; a graph runs "
+                     "on one device (move the module and the inputs to one of them)",
+                     of_device_str(g->device, a), of_device_str(x->device, b));
+    }
+  }
+  return OF_OK;
+}
+
 static void trace_free(of_trace *tr) {
   for (int64_t i = 0; i < tr->nodes.cap; i++)
     if (tr->nodes.keys[i]) of_node_release((of_node *)tr->nodes.keys[i]);
@@ -618,6 +646,7 @@ of_status of_trace_end(of_tensor **outputs, int32_t n, of_graph **out) {
   }
   of_trace_tls = NULL;
   trace_free(tr);
+  if (st == OF_OK) st = graph_device(g);
   if (st != OF_OK) {
     of_graph_release(g);
     return st;

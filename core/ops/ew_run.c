@@ -3,6 +3,25 @@
 #include "elementwise.h"
 #include "../device.h"
 
+/* PyTorch's memory-format propagation: without `into`, the result is laid
+ * out channels-last when the first operand of the result's full shape is
+ * (strictly) channels-last, so conv -> bn -> relu -> add chains keep NHWC
+ * instead of converting back and forth. Ambiguous operands (C == 1, or
+ * both layouts at once) and broadcast ones do not decide. */
+static bool wants_channels_last(of_tensor **ins, int32_t nin, const int64_t *shape, int32_t ndim) {
+  if (ndim != 4 && ndim != 5) return false;
+  for (int32_t i = 0; i < nin; i++) {
+    const of_tensor *t = ins[i];
+    if (!t || t->ndim != ndim) continue;
+    bool full = true;
+    for (int32_t d = 0; full && d < ndim; d++) full = t->shape[d] == shape[d];
+    if (!full) continue;
+    if (of_prefers_channels_last(t)) return true;
+    if (of_tensor_is_contiguous(t)) return false;
+  }
+  return false;
+}
+
 static void release_all(of_tensor **ts, int32_t n) {
   for (int32_t i = 0; i < n; i++) of_tensor_release(ts[i]);
 }
@@ -26,14 +45,17 @@ of_status of_ew_run(const char *op, of_loop_fn fn, of_ew_ctx *ctx, of_tensor **i
     }
   }
   of_tensor *res = NULL, *direct = NULL;
-  of_status st = of_prepare_out_on(op, into, shape, ndim, result_dt, dev, &res);
+  bool cl = !into && wants_channels_last(ins, nin, shape, ndim);
+  of_status st = cl ? of_tensor_new_channels_last(shape, ndim, result_dt, dev, &res)
+                    : of_prepare_out_on(op, into, shape, ndim, result_dt, dev, &res);
   if (st != OF_OK) goto done;
   /* the kernel writes kernel_out; a different result dtype goes through a temp */
   if (res->dtype == kernel_out) {
     direct = res;
     of_tensor_retain(direct);
   } else {
-    st = of_tensor_new(shape, ndim, kernel_out, dev, &direct);
+    st = cl ? of_tensor_new_channels_last(shape, ndim, kernel_out, dev, &direct)
+            : of_tensor_new(shape, ndim, kernel_out, dev, &direct);
     if (st != OF_OK) goto done;
   }
   of_tensor *ops[OF_ITER_MAX + 1] = {direct};

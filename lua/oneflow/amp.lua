@@ -35,19 +35,32 @@ end
 local Autocast = {}
 Autocast.__index = Autocast
 
---- flow.amp.is_autocast_enabled(), flow.amp.get_autocast_dtype()
-function M.is_autocast_enabled() return C.of_autocast_enabled() ~= 0 end
-function M.get_autocast_dtype() return types.dtypes[tonumber(C.of_autocast_dtype())] end
+local DEVICE_TYPES = {cpu = 0, cuda = 1}
 
-local function set(enabled, dt)
-  if C.of_set_autocast(enabled and 1 or 0, dt and dt.id or 0) ~= 0 then raise(3) end
+local function device_code(device, what)
+  local code = DEVICE_TYPES[device]
+  if code == nil then
+    error(("%s: device_type must be 'cpu' or 'cuda', got '%s'"):format(what, tostring(device)), 3)
+  end
+  return code
+end
+
+--- flow.amp.is_autocast_enabled([device_type]), flow.amp.get_autocast_dtype([device_type])
+-- (device_type 'cpu', the default, or 'cuda': each has its own state)
+function M.is_autocast_enabled(device)
+  return C.of_autocast_enabled_device(device_code(device or 'cpu', 'is_autocast_enabled')) ~= 0
+end
+function M.get_autocast_dtype(device)
+  return types.dtypes[tonumber(C.of_autocast_dtype_device(device_code(device or 'cpu',
+                                                                      'get_autocast_dtype')))]
 end
 
 --- flow.amp.autocast([device_type,] [{dtype =, enabled =, device_type =}] [, fn, ...])
 -- With fn: runs fn(...) under autocast and returns its results (the
 -- previous state comes back even when fn raises). Without: an object with
 -- :enter() and :exit() (with-style), also callable as ac(fn, ...).
--- device_type is 'cpu' (the default); dtype defaults to bfloat16.
+-- device_type is 'cpu' (the default; dtype defaults to bfloat16) or 'cuda'
+-- (dtype defaults to float16); ops cast by the state of their inputs' device.
 function M.autocast(a, b, ...)
   local device, opts, rest
   if type(a) == 'string' then
@@ -60,12 +73,10 @@ function M.autocast(a, b, ...)
     rest = {n = select('#', ...) + 1, b, ...}
     device = opts.device_type or 'cpu'
   end
-  if device ~= 'cpu' then
-    error(("autocast: device_type '%s' is not available (CPU tensors only in this build)")
-          :format(tostring(device)), 2)
-  end
-  local self = setmetatable({device_type = device,
-                             dtype = as_dtype(opts.dtype or types.by_name.bfloat16, 'autocast'),
+  local code = device_code(device, 'autocast')
+  local default = code == 1 and types.by_name.float16 or types.by_name.bfloat16
+  local self = setmetatable({device_type = device, code = code,
+                             dtype = as_dtype(opts.dtype or default, 'autocast'),
                              enabled = opts.enabled ~= false, stack = {}}, Autocast)
   if rest.n >= 1 and type(rest[1]) == 'function' then
     return self(unpack(rest, 1, rest.n))
@@ -73,10 +84,14 @@ function M.autocast(a, b, ...)
   return self
 end
 
+local function set(code, enabled, dt)
+  if C.of_set_autocast_device(code, enabled and 1 or 0, dt) ~= 0 then raise(3) end
+end
+
 function Autocast:enter()
   local st = self.stack
-  st[#st + 1] = {C.of_autocast_enabled() ~= 0, C.of_autocast_dtype()}
-  set(self.enabled, self.dtype)
+  st[#st + 1] = {C.of_autocast_enabled_device(self.code) ~= 0, C.of_autocast_dtype_device(self.code)}
+  set(self.code, self.enabled, self.dtype.id)
   return self
 end
 
@@ -85,7 +100,7 @@ function Autocast:exit()
   local prev = st[#st]
   if prev == nil then error('autocast: exit() without enter()', 2) end
   st[#st] = nil
-  if C.of_set_autocast(prev[1] and 1 or 0, prev[2]) ~= 0 then raise(2) end
+  if C.of_set_autocast_device(self.code, prev[1] and 1 or 0, prev[2]) ~= 0 then raise(2) end
 end
 
 local function finish(self, ok, ...)
@@ -130,13 +145,37 @@ function M.GradScaler(opts)
   if self._growth_interval < 1 or self._growth_interval % 1 ~= 0 then
     error('GradScaler: growth_interval must be a positive integer', 2)
   end
-  self._scale = T.flow.full({1}, opts.init_scale or 65536.0, {dtype = f32('float32')})
-  self._growth_tracker = T.flow.zeros(1, {dtype = f32('int32')})
-  self._found_inf = T.flow.zeros(1, {dtype = f32('float32')})
+  -- on opts.device, else on the CPU until the first scaled output or grad
+  -- shows where the work runs (PyTorch makes them lazily, on that device)
+  local dev = opts.device
+  self._device_fixed = dev ~= nil
+  self._scale = T.flow.full({1}, opts.init_scale or 65536.0, {dtype = f32('float32'), device = dev})
+  self._growth_tracker = T.flow.zeros(1, {dtype = f32('int32'), device = dev})
+  self._found_inf = T.flow.zeros(1, {dtype = f32('float32'), device = dev})
   self._per_optimizer = setmetatable({}, {__mode = 'k'})
   return self
 end
 M.GradScaler_class = GradScaler
+
+--- scaler:to(device): moves the scale, the growth tracker and the inf flags
+-- (nn.Graph puts them on the graph's device).
+function GradScaler:to(device)
+  local dev = types.device(device)
+  if tostring(self._scale.device) == tostring(dev) then return self end
+  self._scale = self._scale:to(dev)
+  self._growth_tracker = self._growth_tracker:to(dev)
+  self._found_inf = self._found_inf:to(dev)
+  for _, st in pairs(self._per_optimizer) do st.found_inf = st.found_inf:to(dev) end
+  return self
+end
+
+-- the first tensor seen decides the device (unless given to the constructor)
+local function follow(self, t)
+  if not self._device_fixed then
+    self._device_fixed = true
+    self:to(t.device)
+  end
+end
 
 function GradScaler:is_enabled() return self._enabled end
 function GradScaler:get_scale() return self._enabled and self._scale:item() or 1.0 end
@@ -153,6 +192,7 @@ function GradScaler:_get_growth_tracker() return self._growth_tracker:item() end
 function GradScaler:scale(outputs)
   if not self._enabled then return outputs end
   if T.is_tensor(outputs) then
+    follow(self, outputs)
     local s = self._scale
     if s.dtype ~= outputs.dtype then s = s:to(outputs.dtype) end
     return outputs * s:reshape({})
@@ -166,7 +206,8 @@ end
 local function state_of(self, opt)
   local st = self._per_optimizer[opt]
   if st == nil then
-    st = {stage = READY, found_inf = T.flow.zeros(1, {dtype = f32('float32')})}
+    st = {stage = READY, found_inf = T.flow.zeros(1, {dtype = f32('float32'),
+                                                      device = self._scale.device})}
     self._per_optimizer[opt] = st
   end
   return st
@@ -176,6 +217,11 @@ end
 -- notes whether any has an inf or nan.
 function GradScaler:unscale_(opt)
   if not self._enabled then return end
+  for _, group in ipairs(opt.param_groups) do
+    for _, p in ipairs(group.params) do
+      if p.grad ~= nil then follow(self, p.grad) end
+    end
+  end
   local st = state_of(self, opt)
   if st.stage == UNSCALED then
     error('GradScaler.unscale_: unscale_() has already been called on this optimizer since the last update()', 2)

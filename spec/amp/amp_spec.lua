@@ -90,7 +90,8 @@ describe('flow.amp.autocast', function()
 
   it('rejects bad options', function()
     H.raises(function() amp.autocast({dtype = flow.float32}) end, 'float16 or flow.bfloat16')
-    H.raises(function() amp.autocast('cuda', {}) end, "device_type 'cuda'")
+    H.raises(function() amp.autocast('tpu', {}) end, "device_type must be 'cpu' or 'cuda', got 'tpu'")
+    H.raises(function() amp.is_autocast_enabled('xla') end, "device_type must be 'cpu' or 'cuda'")
   end)
 end)
 

@@ -154,11 +154,42 @@ static void test_errors(void) {
   of_tensor_release(x);
 }
 
+/* the graph's device, moving it, and the CUDA graph flag on a CPU graph */
+static void test_devices(void) {
+  of_graph *g = trace_forward();
+  CHECK(g != NULL);
+  if (!g) return;
+  CHECK(of_graph_optimize(g, NULL) == OF_OK);
+  CHECK(of_graph_device(g) == OF_CPU);
+  CHECK(of_graph_to(g, OF_CPU) == OF_OK);
+  CHECK(strcmp(of_graph_cuda_graph_status(g), "off") == 0);
+  of_graph_set_cuda_graph(g, 1);
+  CHECK(strcmp(of_graph_cuda_graph_status(g), "") == 0);
+  int64_t shape[2] = {3, 4};
+  of_tensor *x, *y = NULL;
+  CHECK(of_randn(shape, 2, OF_FLOAT32, OF_CPU, &x) == OF_OK);
+  CHECK(of_graph_run(g, &x, 1, &y, 1) == OF_OK);   /* runs as usual, says why */
+  CHECK(strstr(of_graph_cuda_graph_status(g), "not run on a CUDA device") != NULL);
+  of_tensor_release(y);
+  if (of_cuda_device_count() == 0) {
+    CHECK(of_graph_to(g, OF_CUDA) != OF_OK);
+    CHECK(strstr(of_last_error(), "not available") != NULL);
+    CHECK(of_graph_device(g) == OF_CPU);
+    CHECK(of_graph_run(g, &x, 1, &y, 1) == OF_OK);   /* untouched by the failed move */
+    of_tensor_release(y);
+  }
+  of_tensor_release(x);
+  of_graph_set_cuda_graph(g, 0);
+  CHECK(strcmp(of_graph_cuda_graph_status(g), "off") == 0);
+  of_graph_release(g);
+}
+
 int main(void) {
   int64_t start = of_memory_stats_get(OF_CPU)->current_bytes;
   test_forward();
   test_train_step();
   test_errors();
+  test_devices();
   int64_t left = of_memory_stats_get(OF_CPU)->current_bytes - start;
   if (left != 0) {
     fprintf(stderr, "test_graph: %lld bytes still allocated\n", (long long)left);

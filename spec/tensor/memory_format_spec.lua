@@ -129,3 +129,66 @@ describe('ops on channels-last tensors (CPU)', function()
     assert.are.same({8, 3, 3, 3}, H.shape(wt.grad))
   end)
 end)
+
+describe('memory-format propagation of elementwise ops', function()
+  local mf = flow.channels_last
+  local function is_cl(t) return t:is_contiguous({memory_format = mf}) and not t:is_contiguous() end
+
+  it('keeps channels-last through unary, binary, scalar, clamp, leaky_relu and casts', function()
+    flow.manual_seed(1)
+    local x = flow.randn(2, 3, 4, 5)
+    local xc = x:to({memory_format = mf})
+    local b = flow.randn(1, 3, 1, 1)
+    local y = flow.randn(2, 3, 4, 5)
+    local cases = {
+      {xc:relu(), x:relu()}, {flow.sigmoid(xc), flow.sigmoid(x)}, {xc * 2 + 1, x * 2 + 1},
+      {xc + b, x + b}, {b + xc, b + x}, {xc - y, x - y}, {xc:clamp(-0.5, 0.5), x:clamp(-0.5, 0.5)},
+      {F.leaky_relu(xc, 0.1), F.leaky_relu(x, 0.1)}, {xc:double(), x:double()},
+      {xc:to('float16'), x:to('float16')}, {xc:double() * xc, x:double() * x},
+      {xc:gt(0), x:gt(0)},
+    }
+    for i, c in ipairs(cases) do
+      assert.is_true(is_cl(c[1]), 'case ' .. i .. ' lost the layout')
+      H.close(c[1], c[2], 0, 'case ' .. i)
+    end
+    -- 5-d: channels_last_3d
+    local v = flow.randn(2, 3, 2, 3, 4)
+    local vc = v:to({memory_format = flow.channels_last_3d})
+    local r = vc:exp()
+    assert.is_true(r:is_contiguous({memory_format = flow.channels_last_3d}))
+    H.close(r, v:exp(), 0)
+  end)
+
+  it('follows the first full-size operand, as PyTorch does', function()
+    local x = flow.randn(2, 3, 4, 5)
+    local xc = x:to({memory_format = mf})
+    assert.is_true((x + xc):is_contiguous())          -- contiguous first: contiguous
+    assert.is_true(is_cl(xc + x))                      -- channels-last first
+    -- ambiguous operands (C == 1) and broadcast ones do not decide
+    local one = flow.randn(2, 1, 4, 5)
+    assert.is_true((one:to({memory_format = mf}) + one):is_contiguous())
+    -- an `out`/in-place result keeps its own layout
+    local z = flow.zeros(2, 3, 4, 5)
+    z:add_(xc)
+    assert.is_true(z:is_contiguous())
+    H.close(z, x, 0)
+    xc:mul_(2)
+    assert.is_true(is_cl(xc))
+    H.close(xc, x * 2, 0)
+  end)
+
+  it('keeps the layout through a conv -> relu -> add block and its grads', function()
+    flow.manual_seed(2)
+    local conv = nn.Conv2d(3, 4, 3, {padding = 1})
+    local x = flow.randn(2, 3, 6, 6)
+    local function block(inp) local h = F.relu(conv(inp)); return h + h * 0.5 end
+    local ref = block(x)
+    conv:to({memory_format = mf})
+    local xc = x:to({memory_format = mf}):requires_grad_(true)
+    local out = block(xc)
+    assert.is_true(is_cl(out))
+    H.close(out, ref, 1e-5)
+    out:sum():backward()
+    assert.are.same({2, 3, 6, 6}, H.shape(xc.grad))
+  end)
+end)

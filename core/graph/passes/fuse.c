@@ -11,6 +11,7 @@
  * fused node write into the matmul's buffer. */
 #include "../ops.h"
 #include "../fused.h"
+#include "../../device.h"
 #include "../../ops/elementwise.h"
 #include <math.h>
 #include <omp.h>
@@ -183,6 +184,9 @@ static bool build_prog(const of_graph *g, const group *gr, const int32_t *owner,
 
 of_status of_pass_fuse(of_graph *g, int32_t *removed) {
   *removed = 0;
+  /* the fused program calls the CPU loops; on a device every elementwise op
+   * is already one kernel (and a CUDA graph removes the launch cost) */
+  if (g->device != OF_CPU) return OF_OK;
   int32_t nn = g->nnodes;
   int32_t *uses = of_graph_use_counts(g);
   int32_t *owner = malloc(sizeof *owner * (size_t)(nn ? nn : 1));
@@ -365,6 +369,10 @@ of_status of_fused_invoke(of_gnode *n, of_tensor **ins, void **outs) {
     if (!t || t->dtype != (p->in_bool[k] ? OF_BOOL : dt) || t->ndim > p->ndim)
       return of_fail(OF_ERR_ARG, "fused_elementwise: input %d does not match the program",
                      (int)k + 1);
+    if (t->storage->device != OF_CPU)
+      return of_fail(OF_ERR_DEVICE, "fused_elementwise: input %d is on %s; fused elementwise "
+                     "nodes run on the CPU only (compile the graph on that device instead)",
+                     (int)k + 1, OF_DEV_STR(t->storage->device));
     operand *o = &ops[k];
     o->base = of_ptr(t);
     bool same = t->ndim == p->ndim && of_tensor_is_contiguous(t);

@@ -364,6 +364,12 @@ of_status of_backward(of_tensor **roots, of_tensor **grads, int32_t n, int32_t r
 of_status of_set_autocast(int32_t enabled, of_dtype dt);
 int32_t of_autocast_enabled(void);
 of_dtype of_autocast_dtype(void);
+/* The same per device type (OF_CPU, OF_CUDA): each device has its own state,
+ * as in PyTorch; an op casts by the state of its inputs' device.
+ * of_set_autocast / of_autocast_enabled / of_autocast_dtype are the CPU's. */
+of_status of_set_autocast_device(int32_t device_type, int32_t enabled, of_dtype dt);
+int32_t of_autocast_enabled_device(int32_t device_type);
+of_dtype of_autocast_dtype_device(int32_t device_type);
 /* d(outputs)/d(inputs) into grads[nin] (NULL: unused, with allow_unused). */
 of_status of_autograd_grad(of_tensor **outputs, of_tensor **grad_outputs, int32_t nout,
                            of_tensor **inputs, int32_t nin, int32_t retain_graph,
@@ -612,6 +618,21 @@ of_tensor *of_graph_external(const of_graph *g, int32_t i);
 const char *of_graph_external_name(const of_graph *g, int32_t i);
 int32_t of_graph_external_is_const(const of_graph *g, int32_t i);
 of_status of_graph_set_external_name(of_graph *g, int32_t i, const char *name);
+/* Devices: a graph computes on one device, the one its inputs and
+ * parameters were on when traced (CPU scalars may join). of_graph_load
+ * puts a saved graph on the device it was saved from; of_graph_load_on on
+ * `dev`; of_graph_to moves a graph's externals (and device-creating ops)
+ * from its device to dev. */
+of_device of_graph_device(const of_graph *g);
+of_status of_graph_load_on(const char *path, of_device dev, of_graph **out);
+of_status of_graph_to(of_graph *g, of_device dev);
+/* CUDA graphs (graph:config:enable_cuda_graph): mode 0 off, 1 capture the
+ * step after a warm-up run and replay it with outputs cloned, 2 the same
+ * but the outputs are the graph's static tensors (overwritten by the next
+ * call). A step that cannot be captured runs as usual; the reason is
+ * of_graph_cuda_graph_status: "" not captured yet, "captured", or why not. */
+void of_graph_set_cuda_graph(of_graph *g, int32_t mode);
+const char *of_graph_cuda_graph_status(const of_graph *g);
 
 /* Fused optimizer updates, in place, one pass over memory (the update ops
  * nn.Graph records; usable eagerly too). hyper: float64 {lr, steps taken};

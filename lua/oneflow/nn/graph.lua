@@ -40,6 +40,7 @@ local is_global = GL.is_global
 local unpack = unpack
 
 local function fail(msg, level) error('nn.Graph: ' .. msg, (level or 1) + 1) end
+local channels_last
 local function flow_stack(list) return T.flow.stack(list, 1) end
 
 local function raise(prefix)
@@ -90,6 +91,21 @@ function Config:set_gradient_accumulation_steps(n)
   self.acc_steps = n
 end
 Config.enable_cudnn_conv_heuristic_search_algo = function() end
+
+--- self.config:enable_cuda_graph(true[, {static_outputs = true}]) (OneFlow:
+-- enable_cudagraph): on a CUDA device the compiled step is captured into a
+-- CUDA graph after one warm-up call and replayed by later calls of the same
+-- signature: the inputs are copied into static input tensors, one launch
+-- runs the whole step. Results are clones of the graph's static outputs,
+-- or (static_outputs) the static tensors themselves, which the next call
+-- overwrites. A step that cannot be captured (random ops, host syncs) runs
+-- as usual; graph:cuda_graph_status() says why.
+function Config:enable_cuda_graph(on, opts)
+  if on ~= nil and type(on) ~= 'boolean' then fail('enable_cuda_graph: expected a boolean', 2) end
+  if opts ~= nil and type(opts) ~= 'table' then fail('enable_cuda_graph: expected an options table', 2) end
+  self.cuda_graph = on ~= false and ((opts and opts.static_outputs) and 2 or 1) or 0
+end
+Config.enable_cudagraph = Config.enable_cuda_graph
 
 --- self.config:set_concurrency(n): run nodes whose inputs are ready side
 -- by side, up to n at once, one CPU thread each (a lone ready node keeps
@@ -299,14 +315,21 @@ end
 
 -- The graph's own per-parameter tensors {lr, steps} (float64), shared by
 -- every compiled signature; the step count follows the optimizer's state.
+-- On a device the tensor lives there (the update kernels read it there, so
+-- that a CUDA graph sees each step's lr and step count): lr is written only
+-- when it changed, by a fill (a kernel, no host sync).
 local function hyper_of(self, p, steps)
   local h = self._hyper[p]
+  local dev = p.device
+  if h ~= nil and tostring(h.t.device) ~= tostring(dev) then h = nil end
   if h == nil then
-    local t = T.flow.zeros(2, {dtype = require('oneflow.types').by_name.float64})
-    h = {t = t, ptr = ffi.cast('double*', C.of_tensor_data(t.p))}
+    local t = T.flow.zeros(2, {dtype = require('oneflow.types').by_name.float64, device = dev})
+    h = {t = t}
+    if dev.type == 'cpu' then h.ptr = ffi.cast('double*', C.of_tensor_data(t.p)) end
     self._hyper[p] = h
   end
-  h.ptr[1] = steps or 0
+  if h.ptr then h.ptr[1] = steps or 0
+  else h.t:narrow(1, 2, 1):fill_(steps or 0) end
   return h
 end
 
@@ -346,7 +369,13 @@ local function write_lr(self)
     for _, group in ipairs(e.opt.param_groups) do
       for _, p in ipairs(group.params) do
         local h = self._hyper[p]
-        if h then h.ptr[0] = group.lr end
+        if h then
+          if h.ptr then h.ptr[0] = group.lr
+          elseif h.lr ~= group.lr then
+            h.t:narrow(1, 1, 1):fill_(group.lr)
+            h.lr = group.lr
+          end
+        end
       end
     end
   end
@@ -532,13 +561,49 @@ local function modes(self)
   return table.concat(m)
 end
 
+-- channels-last inputs are passed as they are (the graph keeps the layout)
+channels_last = function(a)
+  local mf = require 'oneflow.memory_format'
+  local nd = a:dim()
+  return (nd == 4 and mf.is_contiguous(a, mf.channels_last))
+      or (nd == 5 and mf.is_contiguous(a, mf.channels_last_3d))
+end
+
+-- The device a call computes on: its tensor arguments' and its modules'
+-- parameters'. Mixing is refused before tracing, naming what is where.
+local function call_device(self, args, n)
+  local pdev, pname
+  for k, v in pairs(self) do
+    if pdev == nil and type(k) == 'string' and is_module(v) then
+      local iter, st, ctl = v:named_parameters()
+      local name, p = iter(st, ctl)
+      if p ~= nil then pdev, pname = p.device, k .. '.' .. name end
+    end
+  end
+  local dev, where = pdev, pname
+  for i = 1, n do
+    local a = args[i]
+    if is_tensor(a) and not (a:dim() == 0 and a.device.type == 'cpu') then
+      local d = a.device
+      if dev == nil then dev, where = d, ('input %d'):format(i)
+      elseif tostring(d) ~= tostring(dev) then
+        fail(('input %d is on %s but %s is on %s: a graph runs on one device; move the inputs '
+              .. "(x:to('%s')) or the module (module:to('%s')) before calling it")
+             :format(i, tostring(d), where, tostring(dev), tostring(dev), tostring(d)), 3)
+      end
+    end
+  end
+  return dev or require('oneflow.types').device('cpu')
+end
+
 local function signature(args, n)
   local parts = {}
   for i = 1, n do
     local a = args[i]
     if is_tensor(a) then
       local nd, shape = C.of_tensor_ndim(a.p), C.of_tensor_shape(a.p)
-      local s = {'T', tostring(C.of_tensor_dtype(a.p))}
+      local s = {'T', tostring(C.of_tensor_dtype(a.p)), tostring(C.of_tensor_device(a.p)),
+                 C.of_tensor_is_contiguous(a.p) == 0 and 'cl' or ''}
       for d = 0, nd - 1 do s[#s + 1] = tostring(tonumber(shape[d])) end
       parts[i] = table.concat(s, ',')
     elseif is_global(a) then
@@ -649,12 +714,17 @@ end
 
 -- AMP: the autocast to trace build's forward under, and the loss scaling
 -- state (float16, or a scaler set with set_grad_scaler) of a train graph.
-local function amp_setup(self, training)
+local function amp_dtype(cfg, dev)
+  local types = require 'oneflow.types'
+  return cfg.amp_dtype or (dev.type == 'cuda' and types.by_name.float16 or types.by_name.bfloat16)
+end
+
+local function amp_setup(self, training, dev)
   local cfg = self.config
   rawset(self, '_scaling', nil)
   if not cfg.amp then return nil, nil end
   local amp, types = require 'oneflow.amp', require 'oneflow.types'
-  local dt = cfg.amp_dtype or types.by_name.bfloat16
+  local dt = amp_dtype(cfg, dev)
   local scaler = rawget(self, '_grad_scaler')
   if training and scaler == nil and dt == types.by_name.float16 then
     scaler = amp.GradScaler()
@@ -662,15 +732,19 @@ local function amp_setup(self, training)
   end
   local sc
   if training and scaler and scaler:is_enabled() then
+    -- the scaler's tensors and the inf flag live on the graph's device, so
+    -- that unscaling, the skip test and the scale update stay there
+    scaler:to(dev)
+    scaler._device_fixed = true
     local found = rawget(self, '_found_inf')
-    if found == nil then
-      found = T.flow.zeros(1, {dtype = types.by_name.float32})
+    if found == nil or tostring(found.device) ~= tostring(dev) then
+      found = T.flow.zeros(1, {dtype = types.by_name.float32, device = dev})
       rawset(self, '_found_inf', found)
     end
     sc = {scaler = scaler, found = found}
     rawset(self, '_scaling', sc)
   end
-  return amp.autocast({dtype = dt}), sc
+  return amp.autocast(dev.type, {dtype = dt}), sc
 end
 
 -- Activation checkpointing: the modules whose calls are traced as segments
@@ -756,7 +830,7 @@ local function note_globals(self, args, n)
   return any
 end
 
-local function compile(self, key, args, n)
+local function compile(self, key, args, n, dev)
   local ins, ninputs, globals = {}, 0, false
   for i = 1, n do
     if is_tensor(args[i]) then
@@ -782,7 +856,7 @@ local function compile(self, key, args, n)
   for _, e in ipairs(self._optimizers) do prepare_state(self, e) end
   zero_grads(self)
   write_lr(self)
-  local autocast, sc = amp_setup(self, training)   -- its tensors exist before tracing
+  local autocast, sc = amp_setup(self, training, dev)   -- its tensors exist before tracing
   local unmark = training and mark_segments(checkpointed(self)) or function() end
   local cins = tensor_list(math.max(ninputs, 1))
   for i = 1, ninputs do cins[i - 1] = ins[i].p end
@@ -833,6 +907,7 @@ local function compile(self, key, args, n)
   if self._debug > 0 then C.of_graph_set_debug(g, self._debug) end
   if self._profile then C.of_graph_set_profile(g, 1) end
   if self.config.concurrency then C.of_graph_set_concurrency(g, self.config.concurrency) end
+  if self.config.cuda_graph then C.of_graph_set_cuda_graph(g, self.config.cuda_graph) end
   local passes = self.config.passes
   if C.of_graph_optimize(g, passes) ~= 0 then raise('nn.Graph: optimizing: ') end
   if self._debug > 0 then
@@ -841,6 +916,7 @@ local function compile(self, key, args, n)
   end
   local entry = {g = g, template = tpl, nres = nres, ninputs = ninputs, noutputs = #list,
                  updated = updated, key = key, scaling = sc, global = globals,
+                 cuda_graph = self.config.cuda_graph,
                  cins = tensor_list(math.max(ninputs, 1)),
                  couts = tensor_list(math.max(#list, 1))}
   self._cache[key] = entry
@@ -886,21 +962,27 @@ function Graph:__call(...)
   if C.of_tracing() ~= 0 then fail('a graph cannot be called inside another graph\'s build()', 2) end
   for i = 1, n do
     local a = args[i]
-    if is_tensor(a) and C.of_tensor_is_contiguous(a.p) == 0 then args[i] = a:contiguous() end
+    if is_tensor(a) and C.of_tensor_is_contiguous(a.p) == 0 and not channels_last(a) then
+      args[i] = a:contiguous()
+    end
     if is_global(a) and C.of_tensor_is_contiguous(a._local.p) == 0 then
       args[i] = GL.new(a._local:contiguous(), a._shape, a.placement, a._sbp, a._dtype)
     end
   end
   local cfg = self.config
   local key = signature(args, n) .. '|' .. modes(self) .. '|' .. (cfg.acc_steps or 1) .. '|'
-              .. (cfg.amp and tostring(cfg.amp_dtype or 'bf16') or '') .. '|'
+              .. (cfg.amp and tostring(cfg.amp_dtype or 'default') or '') .. '|'
               .. (cfg.checkpointing and 'ck' or '') .. '|' .. (cfg.zero or '')
   local entry = self._cache[key]
   if entry ~= nil and not state_current(entry) then
     self._cache[key] = nil
     entry = nil
   end
-  if entry == nil then return compile(self, key, args, n) end
+  if entry == nil then return compile(self, key, args, n, call_device(self, args, n)) end
+  if cfg.cuda_graph ~= entry.cuda_graph then
+    C.of_graph_set_cuda_graph(entry.g, cfg.cuda_graph or 0)
+    entry.cuda_graph = cfg.cuda_graph
+  end
   return run(self, entry, args, n)
 end
 
@@ -912,6 +994,20 @@ function Graph:set_grad_scaler(scaler)
     fail('set_grad_scaler: expected a flow.amp.GradScaler', 2)
   end
   rawset(self, '_grad_scaler', scaler)
+end
+
+--- The CUDA graph state of the last compiled graph: 'off' (not enabled),
+-- '' (not captured yet: the first call after compiling is the warm-up),
+-- 'captured', or why the step could not be captured.
+function Graph:cuda_graph_status()
+  if not self._last then return 'off' end
+  return ffi.string(C.of_graph_cuda_graph_status(self._last.g))
+end
+
+--- The device the last compiled graph computes on.
+function Graph:device()
+  if not self._last then return nil end
+  return require('oneflow.types').device_of_code(C.of_graph_device(self._last.g))
 end
 
 --- Whether the last call skipped the optimizer step (inf/nan grads under
@@ -994,10 +1090,17 @@ Loaded.__index = Loaded
 
 --- flow.nn.Graph.load(path): a saved graph, callable like the original
 -- (tensors in, tensors out; a single result is returned as is).
-function Graph.load(path)
+function Graph.load(path, opts)
   if type(path) ~= 'string' then fail('load: expected a path', 2) end
+  if opts ~= nil and type(opts) ~= 'table' then fail('load: expected an options table {device =}', 2) end
   local gp = graph_ptr()
-  if C.of_graph_load(path, gp) ~= 0 then raise() end
+  local dev = opts and (opts.device or opts.map_location)
+  if dev ~= nil then
+    local types = require 'oneflow.types'
+    if C.of_graph_load_on(path, types.device_code(types.device(dev)), gp) ~= 0 then raise() end
+  elseif C.of_graph_load(path, gp) ~= 0 then
+    raise()
+  end
   local g = ffi.gc(gp[0], C.of_graph_release)
   local nin, nout = C.of_graph_num_inputs(g), C.of_graph_num_outputs(g)
   return setmetatable({g = g, path = path, ninputs = nin, noutputs = nout,
@@ -1022,6 +1125,21 @@ function Loaded:__call(...)
 end
 
 function Loaded:__tostring() return summary(self.g, 'LoadedGraph') end
+--- loaded:to(device): moves the graph's weights and state to device.
+function Loaded:to(device)
+  local types = require 'oneflow.types'
+  if C.of_graph_to(self.g, types.device_code(types.device(device))) ~= 0 then raise() end
+  return self
+end
+function Loaded:device()
+  return require('oneflow.types').device_of_code(C.of_graph_device(self.g))
+end
+--- loaded:enable_cuda_graph(true[, {static_outputs = true}]): as config:enable_cuda_graph.
+function Loaded:enable_cuda_graph(on, opts)
+  C.of_graph_set_cuda_graph(self.g, on ~= false and ((opts and opts.static_outputs) and 2 or 1) or 0)
+  return self
+end
+function Loaded:cuda_graph_status() return ffi.string(C.of_graph_cuda_graph_status(self.g)) end
 function Loaded:ir(level) return ffi.string(C.of_graph_dump(self.g, level or 1)) end
 function Loaded:save(path) save_graph(self.g, path) end
 function Loaded:debug(level)
