@@ -519,6 +519,25 @@ GATHER_KERNELS(double)
   static void to_cols_##T(const geom *g, int64_t nb, const T *x, T *col, int tid, int nth) { \
     const int64_t C = g->CI, L = g->out_sz, NL = nb * L;                                   \
     int64_t lo, hi;                                                                        \
+    if (g->tab && !g->tab->rows && nb > 1 && nb * C * g->in_sz <= INT32_MAX) {              \
+      /* the table over the chunk's samples, idx2[r, n * L + l] = n * C * in_sz +          \
+       * idx[r, l]: one gather of nb * L per (channel, tap) instead of nb of L (the         \
+       * maps here are tiny: L = 4 for 2x2) */                                             \
+      const int64_t K = g->k_sz;                                                           \
+      int32_t *ix2 = malloc(sizeof(int32_t) * (size_t)(K * NL));                           \
+      if (ix2) {                                                                           \
+        for (int64_t r = 0; r < K; r++)                                                    \
+          for (int64_t n = 0; n < nb; n++)                                                 \
+            for (int64_t l = 0; l < L; l++) {                                              \
+              int32_t k = g->tab->idx[r * L + l];                                          \
+              ix2[r * NL + n * L + l] = k < 0 ? -1 : (int32_t)(n * C * g->in_sz + k);      \
+            }                                                                              \
+        share(C, tid, nth, &lo, &hi);                                                      \
+        table_gather_##T(col, NL, x, g->in_sz, lo, hi, ix2, K, NL);                        \
+        free(ix2);                                                                         \
+        return;                                                                            \
+      }                                                                                    \
+    }                                                                                      \
     share(nb * C, tid, nth, &lo, &hi);                                                     \
     while (lo < hi) {                                                                      \
       int64_t n = lo / C, c0 = lo % C, c1 = c0 + (hi - lo) < C ? c0 + (hi - lo) : C;       \

@@ -361,7 +361,10 @@ static of_tensor *unary_grad_expr(of_scope *sp, of_unary_op op, of_node *n, of_t
     const T *yp = (const T *)of_ptr(y), *gp = (const T *)of_ptr(g);                  \
     T *rp = (T *)of_ptr(r);                                                          \
     _Pragma("omp parallel for simd schedule(static) if (nel > 4 * OF_PARALLEL_GRAIN)") \
-    for (int64_t i = 0; i < nel; i++) rp[i] = yp[i] > 0 ? gp[i] : 0;                \
+    for (int64_t i = 0; i < nel; i++) {                                              \
+      T gv = gp[i]; /* loaded unconditionally: a select, not a branch */             \
+      rp[i] = yp[i] > 0 ? gv : (T)0;                                                 \
+    }                                                                                \
   } while (0)
 
 static of_status relu_grad_direct(of_node *n, of_tensor *g, of_tensor **out, bool *done) {
