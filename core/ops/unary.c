@@ -356,14 +356,23 @@ static of_tensor *unary_grad_expr(of_scope *sp, of_unary_op op, of_node *n, of_t
  * compare, a cast and a product with their temporaries. Written into g
  * itself when the engine holds the only reference to it. *done stays false
  * where the expression rule must run (other dtypes, strided operands). */
-#define RELU_GRAD_LOOP(T)                                                            \
+/* bits of g where y > 0, else +0: branch-free, so the loop vectorizes even
+ * when it writes into g itself (an aliasing check sent it to a branchy
+ * scalar loop) */
+#define RELU_GRAD_LOOP(T, U)                                                         \
   do {                                                                               \
     const T *yp = (const T *)of_ptr(y), *gp = (const T *)of_ptr(g);                  \
     T *rp = (T *)of_ptr(r);                                                          \
-    _Pragma("omp parallel for simd schedule(static) if (nel > 4 * OF_PARALLEL_GRAIN)") \
-    for (int64_t i = 0; i < nel; i++) {                                              \
-      T gv = gp[i]; /* loaded unconditionally: a select, not a branch */             \
-      rp[i] = yp[i] > 0 ? gv : (T)0;                                                 \
+    const int64_t nb = (nel + 4095) / 4096;                                          \
+    _Pragma("omp parallel for schedule(static) if (nel > 4 * OF_PARALLEL_GRAIN)")   \
+    for (int64_t blk = 0; blk < nb; blk++) {                                         \
+      const int64_t hi = blk * 4096 + 4096 < nel ? blk * 4096 + 4096 : nel;          \
+      for (int64_t i = blk * 4096; i < hi; i++) {                                    \
+        U bits;                                                                      \
+        memcpy(&bits, gp + i, sizeof bits);                                          \
+        bits &= (U)0 - (U)(yp[i] > 0);                                               \
+        memcpy(rp + i, &bits, sizeof bits);                                          \
+      }                                                                              \
     }                                                                                \
   } while (0)
 
@@ -394,8 +403,8 @@ static of_status relu_grad_direct(of_node *n, of_tensor *g, of_tensor **out, boo
     }
   }
   int64_t nel = g->numel;
-  if (g->dtype == OF_FLOAT32) RELU_GRAD_LOOP(float);
-  else RELU_GRAD_LOOP(double);
+  if (g->dtype == OF_FLOAT32) RELU_GRAD_LOOP(float, uint32_t);
+  else RELU_GRAD_LOOP(double, uint64_t);
   if (own) of_bump_version(r);
   of_tensor_release(y);
   *out = r;
