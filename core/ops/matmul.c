@@ -528,7 +528,13 @@ static of_status matmul_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   }
   if (n->needs[ib]) {
     of_tensor *a = s_as_matrix(&s, of_s_saved(&s, n, 0), a_vec, true);
-    gb = s_matmul(&s, s_mT(&s, a), gm);                 /* (..., k, n) */
+    if (n->i[3] && !a_vec && a && a->ndim == 2)
+      /* b is a transposed matrix (linear's weight.t()): its grad as the
+       * transpose of a contiguous product, so the transpose's own backward
+       * hands the weight a contiguous grad (no copy into the leaf) */
+      gb = s_mT(&s, s_matmul(&s, s_mT(&s, gm), a));
+    else
+      gb = s_matmul(&s, s_mT(&s, a), gm);                 /* (..., k, n) */
     if (b_vec) gb = s_squeeze(&s, gb, -1);
     gb = s_sum_to(&s, s_scale(&s, gb, alpha), &n->in_meta[ib]);
   }
@@ -565,6 +571,10 @@ static of_status record(const of_grad_def *gd, const mm_args *x, of_tensor **out
   n->i[0] = x->a_vec;
   n->i[1] = x->b_vec;
   n->i[2] = ia;
+  /* b a transposed (column-major) matrix, as linear's weight.t() */
+  const of_tensor *b = x->b;
+  n->i[3] = b->ndim == 2 && b->shape[0] > 1 && b->shape[1] > 1 && b->strides[0] == 1 &&
+            b->strides[1] == b->shape[0];
   n->d[0] = x->alpha;
   n->d[1] = x->c ? x->beta : 0;
   if (n->needs[ia + 1]) of_node_save(n, 0, x->a);
