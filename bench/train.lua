@@ -229,6 +229,12 @@ end
 lines[#lines + 1] = ''
 lines[#lines + 1] = ('PyTorch process max RSS: %s MiB (includes the Python runtime and both models).')
   :format(fmt(torch.maxrss_mb))
+lines[#lines + 1] = ''
+lines[#lines + 1] = ('Both sides use libgomp; the PyTorch subprocess inherits GOMP_SPINCOUNT=%s '
+  .. '(set by `require \'oneflow\'` unless given, see doc/tensor.md "Threads"), so idle OpenMP '
+  .. 'threads spin alike on both sides. Peak tensor memory: the allocator\'s high-water mark '
+  .. 'over the timed steps (parameters, grads and optimizer state included).')
+  :format(os.getenv('GOMP_SPINCOUNT') or 'unset')
 local text = table.concat(lines, '\n')
 print(text)
 
