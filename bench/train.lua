@@ -98,6 +98,10 @@ local function median(t)
 end
 
 local function bench(model, batch, shape)
+  -- compiled traces can hold the previous round's model as a constant: drop
+  -- them so that its memory is free before this model's peak is measured
+  jit.flush()
+  flow.collect()
   flow.manual_seed(0)
   local x = flow.randn(batch, unpack(shape))
   local y = flow.randint(1, 11, {batch})
