@@ -318,6 +318,21 @@ describe('fused updates (SGD, Adam, AdamW)', function()
     same_bits('AdamW', {lr = 0.01, amsgrad = true}, m)
   end
 
+  it('keeps the op-by-op update while nn.Graph traces', function()
+    local G = flow.nn.Graph:subclass('FusedProbe')
+    local seen, ran
+    function G:build(x)
+      local w = x * 1
+      seen, ran = U.fused_grad(x, w), true
+      return w
+    end
+    local x = flow.randn(4)
+    assert.is_not_nil(U.fused_grad(x, x * 1))
+    G()(x)
+    assert.is_true(ran)
+    assert.is_nil(seen)
+  end)
+
   it('float64 parameters and non-contiguous grads use the kernel too', function()
     local p = flow.randn(3, 4, {dtype = flow.float64}):requires_grad_()
     local g = flow.randn(4, 3, {dtype = flow.float64}):t()

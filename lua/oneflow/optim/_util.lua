@@ -220,6 +220,9 @@ end
 -- p, grad or one of the state tensors (nil ones are skipped) does not fit
 -- the kernels and the op-by-op path must run.
 function U.fused_grad(p, grad, s1, s2, s3)
+  -- while nn.Graph traces, the op-by-op path is recorded as before (the
+  -- optimizer's one shared hyper tensor would be replayed stale)
+  if C.of_tracing() ~= 0 then return nil end
   local pp = p.p
   local dt = C.of_tensor_dtype(pp)
   if (dt ~= F32 and dt ~= F64) or C.of_tensor_device(pp) ~= 0
