@@ -321,7 +321,7 @@ describe('fused updates (SGD, Adam, AdamW)', function()
   it('keeps the op-by-op update while nn.Graph traces', function()
     local G = flow.nn.Graph:subclass('FusedProbe')
     local seen, ran
-    function G:build(x)
+    function G.build(_, x)
       local w = x * 1
       seen, ran = U.fused_grad(x, w), true
       return w
