@@ -55,7 +55,7 @@ end
 -- user win.
 if not os.getenv('GOMP_SPINCOUNT') and not os.getenv('OMP_WAIT_POLICY') then
   pcall(ffi.cdef, 'int setenv(const char *name, const char *value, int overwrite);')
-  pcall(function() ffi.C.setenv('GOMP_SPINCOUNT', '10000', 0) end)
+  M.set_spincount = pcall(function() ffi.C.setenv('GOMP_SPINCOUNT', '10000', 0) end)
 end
 
 local C, path = load_library()
