@@ -3,18 +3,24 @@
 -- 3x64x64, 10 classes), side by side with PyTorch CPU at the same thread count
 -- when /usr/bin/python3 can import torch.
 --
---   luajit bench/train.lua [threads] [--steps N] [--no-write]
+--   luajit bench/train.lua [threads] [--steps N] [--rounds R] [--no-write]
+--
+-- The machine is shared: each round times our two models, then PyTorch's in
+-- a subprocess, and each side keeps its best round (the median step of that
+-- round), so a burst of other work hits both sides alike. The load average
+-- before and after goes into the table.
 --
 -- Writes the table to doc/benchmarks.md (section "Training steps").
 local ffi = require 'ffi'
 local flow = require 'oneflow'
 local nn, F = flow.nn, flow.nn.functional
 
-local threads, steps, write_doc = 2, 20, true
+local threads, steps, rounds, write_doc = 2, 20, 3, true
 do
   local argv, i = arg or {}, 1
   while i <= #argv do
     if argv[i] == '--steps' then steps = tonumber(argv[i + 1]); i = i + 1
+    elseif argv[i] == '--rounds' then rounds = tonumber(argv[i + 1]); i = i + 1
     elseif argv[i] == '--no-write' then write_doc = false
     elseif tonumber(argv[i]) then threads = tonumber(argv[i]) end
     i = i + 1
@@ -92,6 +98,10 @@ local function median(t)
 end
 
 local function bench(model, batch, shape)
+  -- compiled traces can hold the previous round's model as a constant: drop
+  -- them so that its memory is free before this model's peak is measured
+  jit.flush()
+  flow.collect()
   flow.manual_seed(0)
   local x = flow.randn(batch, unpack(shape))
   local y = flow.randint(1, 11, {batch})
@@ -153,7 +163,10 @@ local function run_torch()
   local f = io.open(path, 'w')
   f:write(torch_script)
   f:close()
-  local p = io.popen(('/usr/bin/python3 %s %d %d 2>/dev/null'):format(path, threads, steps))
+  -- PyTorch as its users get it: without the GOMP_SPINCOUNT that
+  -- require 'oneflow' put into this process's environment
+  local env = require('oneflow._C').set_spincount and 'env -u GOMP_SPINCOUNT ' or ''
+  local p = io.popen(('%s/usr/bin/python3 %s %d %d 2>/dev/null'):format(env, path, threads, steps))
   local out = p:read('*a')
   p:close()
   os.remove(path)
@@ -163,9 +176,43 @@ local function run_torch()
 end
 
 ------------------------------------------------------------------ run
-local lenet_ms, lenet_mb = bench(LeNet(), 64, {1, 28, 28})
-local resnet_ms, resnet_mb = bench(ResNet18(10), 16, {3, 64, 64})
-local torch = run_torch()
+local function loadavg()
+  local f = io.open('/proc/loadavg')
+  if not f then return 'n/a' end
+  local l = f:read('*l') or ''
+  f:close()
+  return l:match('^(%S+ %S+ %S+)') or 'n/a'
+end
+local function cpu_name()
+  local f = io.open('/proc/cpuinfo')
+  if not f then return 'unknown CPU' end
+  local s = f:read('*a')
+  f:close()
+  local n = 0
+  for _ in s:gmatch('\nprocessor') do n = n + 1 end
+  return ('%s, %d cores'):format(s:match('model name%s*:%s*([^\n]+)') or 'unknown CPU', n + 1)
+end
+
+local load_before = loadavg()
+local best, torch = {}, {}
+local function keep(key, v) if v and (best[key] == nil or v < best[key]) then best[key] = v end end
+for _ = 1, rounds do
+  local ms, mb = bench(LeNet(), 64, {1, 28, 28})
+  keep('lenet', ms)
+  best.lenet_mb = math.max(best.lenet_mb or 0, mb)
+  ms, mb = bench(ResNet18(10), 16, {3, 64, 64})
+  keep('resnet', ms)
+  best.resnet_mb = math.max(best.resnet_mb or 0, mb)
+  local t = run_torch()
+  for _, k in ipairs({'lenet', 'resnet18', 'maxrss_mb'}) do
+    if type(t[k]) == 'number' and (torch[k] == nil or t[k] < torch[k] or k == 'maxrss_mb') then
+      torch[k] = k == 'maxrss_mb' and math.max(torch[k] or 0, t[k]) or t[k]
+    end
+  end
+  torch.version = torch.version or t.version
+end
+local load_after = loadavg()
+local lenet_ms, lenet_mb, resnet_ms, resnet_mb = best.lenet, best.lenet_mb, best.resnet, best.resnet_mb
 
 local function ratio(a, b) return b and ('%.2fx'):format(a / b) or 'n/a' end
 local function fmt(v) return v and ('%.1f'):format(v) or 'n/a' end
@@ -174,8 +221,10 @@ local rows = {
   {'ResNet-18, batch 16, 3x64x64', resnet_ms, torch.resnet18, resnet_mb},
 }
 local lines = {
-  ('%d thread(s) on both sides; PyTorch %s; %d timed steps, median; SGD with momentum.')
-    :format(threads, torch.version or 'not installed', steps),
+  ('%s; %d thread(s) on both sides; LuaJIT %s; PyTorch %s; SGD with momentum; %d rounds of '
+   .. '%d timed steps, each side\'s best round (median step); load average %s before, %s after '
+   .. 'the run; %s.'):format(cpu_name(), threads, jit.version:gsub('^LuaJIT ', ''),
+     torch.version or 'not installed', rounds, steps, load_before, load_after, os.date('%Y-%m-%d')),
   '',
   '| Model | OneFlow-Lua ms/step | PyTorch ms/step | ratio (ours / PyTorch) | target | peak tensor memory (ours) |',
   '|---|---|---|---|---|---|',
@@ -187,6 +236,13 @@ end
 lines[#lines + 1] = ''
 lines[#lines + 1] = ('PyTorch process max RSS: %s MiB (includes the Python runtime and both models).')
   :format(fmt(torch.maxrss_mb))
+lines[#lines + 1] = ''
+lines[#lines + 1] = ('Both sides use libgomp. OneFlow-Lua runs with GOMP_SPINCOUNT=%s (set by '
+  .. '`require \'oneflow\'` unless given, see doc/tensor.md "Threads"); PyTorch runs with %s. '
+  .. 'Peak tensor memory: the allocator\'s high-water mark over the timed steps (parameters, '
+  .. 'grads and optimizer state included).')
+  :format(os.getenv('GOMP_SPINCOUNT') or 'unset', require('oneflow._C').set_spincount
+          and 'libgomp\'s default' or 'the same setting')
 local text = table.concat(lines, '\n')
 print(text)
 

@@ -506,8 +506,28 @@ static int64_t heap_pop(engine *e) {
 }
 
 /* buf += g (g consumed). */
-static of_status accumulate_into(of_tensor **buf, of_tensor *g) {
+/* Whether t is a temporary only the engine holds: nothing else sees it, so
+ * a sum may be written into it. */
+static bool private_grad(const of_tensor *t) {
+  return t->refcount == 1 && t->storage->refcount == 1 && !t->view_base && !t->grad_fn &&
+         !t->requires_grad && of_tensor_is_contiguous(t);
+}
+
+static of_status accumulate_into(const engine *e, of_tensor **buf, of_tensor *g) {
   if (!*buf) { *buf = g; return OF_OK; }
+  of_tensor *a = *buf;
+  bool same = !e->create_graph && !of_tracing() && a->dtype == g->dtype && a->ndim == g->ndim &&
+              a->storage != g->storage && !a->requires_grad && !g->requires_grad;
+  for (int32_t d = 0; same && d < a->ndim; d++) same = a->shape[d] == g->shape[d];
+  if (same && (private_grad(a) || private_grad(g))) {
+    /* the sum goes into whichever of the two is private (no allocation) */
+    of_tensor *dst = private_grad(a) ? a : g, *src = dst == a ? g : a, *res;
+    of_status st = of_binary(OF_ADD, dst, src, dst, &res);
+    if (st == OF_OK) of_tensor_release(res);
+    of_tensor_release(src);
+    *buf = dst;
+    return st;
+  }
   of_tensor *sum;
   of_status st = of_binary(OF_ADD, *buf, g, NULL, &sum);
   of_tensor_release(g);
@@ -593,7 +613,7 @@ static of_status run_node(engine *e, node_state *s) {
     int64_t idx = map_get(&e->map, m);
     node_state *ms = &e->st.s[idx];
     if (!ms->needed) { of_tensor_release(gin[k]); gin[k] = NULL; continue; }
-    st = accumulate_into(&ms->buf[n->next[k].input_nr], gin[k]);
+    st = accumulate_into(e, &ms->buf[n->next[k].input_nr], gin[k]);
     gin[k] = NULL;
   }
   for (int32_t k = 0; k < n->nin; k++) of_tensor_release(gin[k]);
@@ -695,7 +715,7 @@ static of_status run_engine(of_tensor **roots, of_tensor **grads, int32_t n,
     st = root_grad(roots[r], grads ? grads[r] : NULL, &g);
     if (st != OF_OK) goto done;
     int32_t nr = roots[r]->grad_fn ? roots[r]->output_nr : 0;
-    st = accumulate_into(&e.st.s[idx].buf[nr], g);
+    st = accumulate_into(&e, &e.st.s[idx].buf[nr], g);
     if (st != OF_OK) goto done;
   }
   for (int64_t i = 0; i < e.st.n; i++)

@@ -1,9 +1,9 @@
 /* optim.c -- fused optimizer updates: one pass over a parameter, its grad
  * and its state per step, in place. nn.Graph records these for the
- * optimizers added with add_optimizer; they are ordinary ops in eager mode
- * too (oneflow.h). Each element goes through exactly the float operations
- * of the eager Lua optimizer (lua/oneflow/optim/sgd.lua, adam.lua), in the
- * parameter's dtype, so the two modes agree to the last bit.
+ * optimizers added with add_optimizer; the eager SGD and Adam call them too
+ * (the kernels are in core/ops/optim.c). Each element goes through exactly
+ * the float operations of the op-by-op Lua optimizer, in the parameter's
+ * dtype, so all paths agree to the last bit.
  *
  * `hyper` is a float64 tensor {lr, step}: the learning rate, read at each
  * call (a scheduler writes it), and the number of steps taken so far, which
@@ -12,6 +12,7 @@
 #include "../device.h"
 #include <math.h>
 #include <stdlib.h>
+#include "ops/optim_kernels.h"
 
 static of_status check_pair(const char *op, of_tensor *p, of_tensor *t, const char *what) {
   if (!t) return OF_OK;
@@ -83,77 +84,6 @@ static of_status aux_end(of_tensor *hyper, dev_aux *a, of_status st) {
   return st;
 }
 
-#define SQRT_float sqrtf
-#define SQRT_double sqrt
-
-#define SGD_KERNEL(T)                                                                     \
-  static void sgd_##T(int64_t n, T *p, const T *g, T *buf, double lr, double mom,          \
-                      double damp, double wd, int nesterov, int maximize, int first) {     \
-    const T twd = (T)wd, tmom = (T)mom, talpha = (T)(1 - damp), tlr = (T)(-lr);          \
-    const int alpha_one = (1 - damp) == 1, lr_one = -lr == 1;                            \
-    _Pragma("omp parallel for schedule(static) if (n > 65536)")                         \
-    for (int64_t i = 0; i < n; i++) {                                                    \
-      T gv = g[i];                                                                       \
-      if (maximize) gv = -gv;                                                            \
-      if (wd != 0) { T t = p[i] * twd; gv = gv + t; }                                    \
-      if (mom != 0) {                                                                    \
-        T bv;                                                                            \
-        if (first) bv = gv;                                                              \
-        else {                                                                           \
-          bv = buf[i] * tmom;                                                            \
-          if (alpha_one) bv = bv + gv;                                                   \
-          else { T t = gv * talpha; bv = bv + t; }                                       \
-        }                                                                                \
-        buf[i] = bv;                                                                     \
-        if (nesterov) { T t = bv * tmom; gv = gv + t; }                                  \
-        else gv = bv;                                                                    \
-      }                                                                                  \
-      if (lr_one) p[i] = p[i] + gv;                                                      \
-      else { T t = gv * tlr; p[i] = p[i] + t; }                                          \
-    }                                                                                    \
-  }
-SGD_KERNEL(float)
-SGD_KERNEL(double)
-
-#define FMAXN(a, b) ((a) != (a) || (a) > (b) ? (a) : (b))
-#define ADAM_KERNEL(T)                                                                    \
-  static void adam_##T(int64_t n, T *p, const T *g, T *m, T *v, T *vmax, double lr,        \
-                       double step, double b1, double b2, double eps, double wd, int amsgrad, \
-                       int maximize, int decoupled) {                                    \
-    const double w = 1 - b1, c = 1 - b2;                                                 \
-    const int w_small = fabs(w) < 0.5, c_one = c == 1;                                   \
-    const double bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);                       \
-    const double step_size = lr / bc1, bc2s = sqrt(bc2), val = -step_size;               \
-    const T tw = (T)w, tw1 = (T)(1 - w), tc = (T)c, tb2 = (T)b2, tbc2s = (T)bc2s;        \
-    const T teps = (T)eps, tval = (T)val, twd = (T)wd, tdec = (T)(1 - lr * wd);          \
-    const int val_one = val == 1;                                                        \
-    _Pragma("omp parallel for schedule(static) if (n > 65536)")                         \
-    for (int64_t i = 0; i < n; i++) {                                                    \
-      T gv = g[i];                                                                       \
-      if (maximize) gv = -gv;                                                            \
-      if (wd != 0) {                                                                     \
-        if (decoupled) p[i] = p[i] * tdec;                                               \
-        else { T t = p[i] * twd; gv = gv + t; }                                          \
-      }                                                                                  \
-      T d = gv - m[i];                                                                   \
-      if (w_small) { d = d * tw; m[i] = m[i] + d; }                                      \
-      else { d = d * tw1; d = -d; d = d + gv; m[i] = d; }                                \
-      T vv = v[i] * tb2;                                                                 \
-      T t2 = c_one ? gv * gv : (T)(gv * tc) * gv;                                        \
-      vv = vv + t2;                                                                      \
-      v[i] = vv;                                                                         \
-      T den;                                                                             \
-      if (amsgrad) { T mx = FMAXN(vmax[i], vv); vmax[i] = mx; den = SQRT_##T(mx); }      \
-      else den = SQRT_##T(vv);                                                           \
-      den = den / tbc2s;                                                                 \
-      den = den + teps;                                                                  \
-      T u = val_one ? m[i] / den : (T)(m[i] * tval) / den;                               \
-      p[i] = p[i] + u;                                                                   \
-    }                                                                                    \
-  }
-ADAM_KERNEL(float)
-ADAM_KERNEL(double)
-
 static of_status sgd_impl(of_tensor *param, of_tensor *grad, of_tensor *buf, of_tensor *hyper,
                           double momentum, double dampening, double weight_decay,
                           int32_t nesterov, int32_t maximize, of_tensor *found_inf) {
@@ -182,14 +112,8 @@ static of_status sgd_impl(of_tensor *param, of_tensor *grad, of_tensor *buf, of_
   if (skip) return OF_OK;
   double *h = (double *)of_ptr(hyper);
   int first = h[1] == 0;
-  if (param->dtype == OF_FLOAT32)
-    sgd_float(param->numel, (float *)of_ptr(param), (const float *)of_ptr(grad),
-              buf ? (float *)of_ptr(buf) : NULL, h[0], momentum, dampening, weight_decay,
-              nesterov, maximize, first);
-  else
-    sgd_double(param->numel, (double *)of_ptr(param), (const double *)of_ptr(grad),
-               buf ? (double *)of_ptr(buf) : NULL, h[0], momentum, dampening, weight_decay,
-               nesterov, maximize, first);
+  of_sgd_kernel(param->dtype, param->numel, of_ptr(param), of_ptr(grad), buf ? of_ptr(buf) : NULL,
+                h[0], momentum, dampening, weight_decay, nesterov, maximize, first);
   h[1] += 1;
   of_bump_version(param);
   if (buf) of_bump_version(buf);
@@ -226,14 +150,9 @@ static of_status adam_impl(of_tensor *param, of_tensor *grad, of_tensor *m, of_t
   if (skip) return OF_OK;
   double *h = (double *)of_ptr(hyper);
   double step = h[1] + 1;
-  if (param->dtype == OF_FLOAT32)
-    adam_float(param->numel, (float *)of_ptr(param), (const float *)of_ptr(grad),
-               (float *)of_ptr(m), (float *)of_ptr(v), vmax ? (float *)of_ptr(vmax) : NULL,
-               h[0], step, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled);
-  else
-    adam_double(param->numel, (double *)of_ptr(param), (const double *)of_ptr(grad),
-                (double *)of_ptr(m), (double *)of_ptr(v), vmax ? (double *)of_ptr(vmax) : NULL,
-                h[0], step, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled);
+  of_adam_kernel(param->dtype, param->numel, of_ptr(param), of_ptr(grad), of_ptr(m), of_ptr(v),
+                 vmax ? of_ptr(vmax) : NULL, h[0], step, beta1, beta2, eps, weight_decay, amsgrad,
+                 maximize, decoupled);
   h[1] = step;
 bump:
   of_bump_version(param);

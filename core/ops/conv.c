@@ -520,6 +520,25 @@ GATHER_KERNELS(double)
   static void to_cols_##T(const geom *g, int64_t nb, const T *x, T *col, int tid, int nth) { \
     const int64_t C = g->CI, L = g->out_sz, NL = nb * L;                                   \
     int64_t lo, hi;                                                                        \
+    if (g->tab && !g->tab->rows && nb > 1 && nb * C * g->in_sz <= INT32_MAX) {              \
+      /* the table over the chunk's samples, idx2[r, n * L + l] = n * C * in_sz +          \
+       * idx[r, l]: one gather of nb * L per (channel, tap) instead of nb of L (the         \
+       * maps here are tiny: L = 4 for 2x2) */                                             \
+      const int64_t K = g->k_sz;                                                           \
+      int32_t *ix2 = malloc(sizeof(int32_t) * (size_t)(K * NL));                           \
+      if (ix2) {                                                                           \
+        for (int64_t r = 0; r < K; r++)                                                    \
+          for (int64_t n = 0; n < nb; n++)                                                 \
+            for (int64_t l = 0; l < L; l++) {                                              \
+              int32_t k = g->tab->idx[r * L + l];                                          \
+              ix2[r * NL + n * L + l] = k < 0 ? -1 : (int32_t)(n * C * g->in_sz + k);      \
+            }                                                                              \
+        share(C, tid, nth, &lo, &hi);                                                      \
+        table_gather_##T(col, NL, x, g->in_sz, lo, hi, ix2, K, NL);                        \
+        free(ix2);                                                                         \
+        return;                                                                            \
+      }                                                                                    \
+    }                                                                                      \
     share(nb * C, tid, nth, &lo, &hi);                                                     \
     while (lo < hi) {                                                                      \
       int64_t n = lo / C, c0 = lo % C, c1 = c0 + (hi - lo) < C ? c0 + (hi - lo) : C;       \
@@ -578,6 +597,39 @@ GATHER_KERNELS(double)
     }                                                                                      \
     const int64_t C = g->CI;                                                               \
     int64_t lo, hi;                                                                        \
+    if (g->tab && !g->tab->rows && g->tab->inv && nb > 1 && NL <= INT32_MAX) {              \
+      /* as to_cols: the inverse table over the chunk, idx2[r, n * S + i] = n * L +        \
+       * idx[r, i]; a channel's sums for all nb samples in one pass per tap, then          \
+       * copied out per sample */                                                          \
+      const int64_t Kt = g->k_sz, S = g->in_sz, NS = nb * S;                               \
+      int32_t *ix2 = malloc(sizeof(int32_t) * (size_t)(Kt * NS));                          \
+      T *acc = malloc(sizeof(T) * (size_t)NS);                                             \
+      if (ix2 && acc) {                                                                    \
+        for (int64_t r = 0; r < Kt; r++)                                                   \
+          for (int64_t n = 0; n < nb; n++)                                                 \
+            for (int64_t i = 0; i < S; i++) {                                              \
+              int32_t k = g->tab->idx[r * S + i];                                          \
+              ix2[r * NS + n * S + i] = k < 0 ? -1 : (int32_t)(n * L + k);                 \
+            }                                                                              \
+        share(C, tid, nth, &lo, &hi);                                                      \
+        for (int64_t c = lo; c < hi; c++) {                                                \
+          table_col2vol_##T(acc, NS, col + c * Kt * NL, NL, 0, 1, ix2, Kt);                \
+          for (int64_t n = 0; n < nb; n++) {                                               \
+            T *dst = gx + (n * C + c) * S;                                                 \
+            const T *src = acc + n * S;                                                    \
+            if (b)                                                                         \
+              for (int64_t i = 0; i < S; i++) dst[i] = src[i] + b[c];                      \
+            else                                                                           \
+              for (int64_t i = 0; i < S; i++) dst[i] = src[i];                             \
+          }                                                                                \
+        }                                                                                  \
+        free(ix2);                                                                         \
+        free(acc);                                                                         \
+        return;                                                                            \
+      }                                                                                    \
+      free(ix2);                                                                           \
+      free(acc);                                                                           \
+    }                                                                                      \
     share(nb * C, tid, nth, &lo, &hi);                                                     \
     while (lo < hi) {                                                                      \
       int64_t n = lo / C, c0 = lo % C, c1 = c0 + (hi - lo) < C ? c0 + (hi - lo) : C;       \

@@ -12,7 +12,10 @@
  *   - uint8/int8/int32/int64: an i-k-j loop with int64 accumulation
  *     (wrapping on overflow, as PyTorch).
  * Small matrices in a batch are spread over OpenMP threads; large ones are
- * computed one after the other and OpenBLAS threads each.
+ * computed one after the other, each split over the OpenMP threads along
+ * the longer side of its result (OpenBLAS itself stays single-threaded:
+ * its own thread pool spinning next to OpenMP's made every op around a
+ * matmul slower on 2 cores).
  * Autograd: one backward rule for all four ops (ga = g @ b^T, gb = a^T @ g,
  * summed over broadcast batch dims), written with the public ops so that
  * double backward works. */
@@ -100,26 +103,41 @@ typedef struct {
 } gemm_job;
 
 /* ---- floating point: BLAS ---- */
-static void blas_one(const gemm_job *j, int64_t b) {
+/* Part `part` of `nparts` of batch b's product: the result split along its
+ * longer side (OpenBLAS runs single-threaded, see threads.c; our OpenMP
+ * threads each take a part). */
+static void blas_part(const gemm_job *j, int64_t b, int part, int nparts) {
   int64_t oa, ob;
   batch_offsets(b, j->bshape, j->nbatch, j->A, j->B, &oa, &ob);
   CBLAS_TRANSPOSE ta = CblasNoTrans, tb = CblasNoTrans;
   int64_t lda = 1, ldb = 1;   /* checked by the caller: both layouts are valid */
   blas_layout(j->A, &ta, &lda);
   blas_layout(j->B, &tb, &ldb);
-  int m = (int)j->m, n = (int)j->n, k = (int)j->k;
+  int64_t m = j->m, n = j->n, ldc = n > 0 ? n : 1, co = b * j->m * j->n;
+  if (nparts > 1) {
+    int64_t len = n >= m ? n : m, lo = len * part / nparts, hi = len * (part + 1) / nparts;
+    if (n >= m) {
+      ob += tb == CblasNoTrans ? lo : lo * ldb;
+      co += lo;
+      n = hi - lo;
+    } else {
+      oa += ta == CblasNoTrans ? lo * lda : lo;
+      co += lo * ldc;
+      m = hi - lo;
+    }
+    if (m <= 0 || n <= 0) return;
+  }
   if (j->dt == OF_FLOAT32) {
     const float *a = (const float *)j->A->base + oa, *bp = (const float *)j->B->base + ob;
-    float *c = (float *)j->out + b * j->m * j->n;
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, (float)j->alpha, a, (int)lda, bp, (int)ldb,
-                (float)j->beta, c, n > 0 ? n : 1);
+    cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)j->k, (float)j->alpha, a, (int)lda,
+                bp, (int)ldb, (float)j->beta, (float *)j->out + co, (int)ldc);
   } else {
     const double *a = (const double *)j->A->base + oa, *bp = (const double *)j->B->base + ob;
-    double *c = (double *)j->out + b * j->m * j->n;
-    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, j->alpha, a, (int)lda, bp, (int)ldb,
-                j->beta, c, n > 0 ? n : 1);
+    cblas_dgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)j->k, j->alpha, a, (int)lda, bp,
+                (int)ldb, j->beta, (double *)j->out + co, (int)ldc);
   }
 }
+static void blas_one(const gemm_job *j, int64_t b) { blas_part(j, b, 0, 1); }
 
 /* ---- integers: i-k-j with int64 accumulation (unsigned: wraps, no UB) ---- */
 #define INT_KERNEL(T)                                                              \
@@ -207,9 +225,18 @@ static of_status gemm_exec(const char *op, gemm_job *j) {
   }
   if (j->dt != OF_FLOAT32 && j->dt != OF_FLOAT64) return int_gemm(op, j);
   int64_t per = j->m * j->n * j->k;
-  if (j->nbatch_total > 1 && per <= SMALL_GEMM && of_threads() > 1) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(of_threads())
+  int nt = of_threads();
+  if (j->nbatch_total > 1 && per <= SMALL_GEMM && nt > 1) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int64_t b = 0; b < j->nbatch_total; b++) blas_one(j, b);
+  } else if (per > SMALL_GEMM && nt > 1 && (j->m > 1 || j->n > 1)) {
+    /* each product split over the threads (parts are disjoint: no barrier
+     * between products) */
+#pragma omp parallel num_threads(nt)
+    {
+      int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+      for (int64_t b = 0; b < j->nbatch_total; b++) blas_part(j, b, tid, nth);
+    }
   } else {
     for (int64_t b = 0; b < j->nbatch_total; b++) blas_one(j, b);
   }
@@ -504,7 +531,13 @@ static of_status matmul_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   }
   if (n->needs[ib]) {
     of_tensor *a = s_as_matrix(&s, of_s_saved(&s, n, 0), a_vec, true);
-    gb = s_matmul(&s, s_mT(&s, a), gm);                 /* (..., k, n) */
+    if (n->i[3] && !a_vec && a && a->ndim == 2)
+      /* b is a transposed matrix (linear's weight.t()): its grad as the
+       * transpose of a contiguous product, so the transpose's own backward
+       * hands the weight a contiguous grad (no copy into the leaf) */
+      gb = s_mT(&s, s_matmul(&s, s_mT(&s, gm), a));
+    else
+      gb = s_matmul(&s, s_mT(&s, a), gm);                 /* (..., k, n) */
     if (b_vec) gb = s_squeeze(&s, gb, -1);
     gb = s_sum_to(&s, s_scale(&s, gb, alpha), &n->in_meta[ib]);
   }
@@ -541,6 +574,10 @@ static of_status record(const of_grad_def *gd, const mm_args *x, of_tensor **out
   n->i[0] = x->a_vec;
   n->i[1] = x->b_vec;
   n->i[2] = ia;
+  /* b a transposed (column-major) matrix, as linear's weight.t() */
+  const of_tensor *b = x->b;
+  n->i[3] = b->ndim == 2 && b->shape[0] > 1 && b->shape[1] > 1 && b->strides[0] == 1 &&
+            b->strides[1] == b->shape[0];
   n->d[0] = x->alpha;
   n->d[1] = x->c ? x->beta : 0;
   if (n->needs[ia + 1]) of_node_save(n, 0, x->a);

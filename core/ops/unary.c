@@ -390,8 +390,74 @@ static of_tensor *unary_grad_expr(of_scope *sp, of_unary_op op, of_node *n, of_t
   return r;
 }
 
+/* ReLU's grad when nothing records it (no create_graph, not tracing): one
+ * pass, g where y > 0 else 0 (PyTorch's threshold_backward), instead of a
+ * compare, a cast and a product with their temporaries. Written into g
+ * itself when the engine holds the only reference to it. *done stays false
+ * where the expression rule must run (other dtypes, strided operands). */
+/* bits of g where y > 0, else +0: branch-free, so the loop vectorizes even
+ * when it writes into g itself (an aliasing check sent it to a branchy
+ * scalar loop) */
+#define RELU_GRAD_LOOP(T, U)                                                         \
+  do {                                                                               \
+    const T *yp = (const T *)of_ptr(y), *gp = (const T *)of_ptr(g);                  \
+    T *rp = (T *)of_ptr(r);                                                          \
+    const int64_t nb = (nel + 4095) / 4096;                                          \
+    _Pragma("omp parallel for schedule(static) if (nel > 4 * OF_PARALLEL_GRAIN)")   \
+    for (int64_t blk = 0; blk < nb; blk++) {                                         \
+      const int64_t hi = blk * 4096 + 4096 < nel ? blk * 4096 + 4096 : nel;          \
+      for (int64_t i = blk * 4096; i < hi; i++) {                                    \
+        U bits;                                                                      \
+        memcpy(&bits, gp + i, sizeof bits);                                          \
+        bits &= (U)0 - (U)(yp[i] > 0);                                               \
+        memcpy(rp + i, &bits, sizeof bits);                                          \
+      }                                                                              \
+    }                                                                                \
+  } while (0)
+
+static of_status relu_grad_direct(of_node *n, of_tensor *g, of_tensor **out, bool *done) {
+  *done = false;
+  if (of_tracing() || of_is_grad_enabled()) return OF_OK;
+  if ((g->dtype != OF_FLOAT32 && g->dtype != OF_FLOAT64) || !of_tensor_is_contiguous(g))
+    return OF_OK;
+  of_tensor *y;
+  OF_CHECK(of_node_saved(n, 1, &y));
+  bool fits = y->dtype == g->dtype && y->ndim == g->ndim && of_tensor_is_contiguous(y);
+  for (int32_t d = 0; fits && d < g->ndim; d++) fits = y->shape[d] == g->shape[d];
+  if (!fits) {
+    of_tensor_release(y);
+    return OF_OK;
+  }
+  of_tensor *r;
+  bool own = g->refcount == 1 && g->storage->refcount == 1 && !g->view_base &&
+             !g->requires_grad && g->storage != y->storage;
+  if (own) {
+    of_tensor_retain(g);
+    r = g;
+  } else {
+    of_status st = of_tensor_new(g->shape, g->ndim, g->dtype, OF_CPU, &r);
+    if (st != OF_OK) {
+      of_tensor_release(y);
+      return st;
+    }
+  }
+  int64_t nel = g->numel;
+  if (g->dtype == OF_FLOAT32) RELU_GRAD_LOOP(float, uint32_t);
+  else RELU_GRAD_LOOP(double, uint64_t);
+  if (own) of_bump_version(r);
+  of_tensor_release(y);
+  *out = r;
+  *done = true;
+  return OF_OK;
+}
+
 static of_status unary_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
+  if ((of_unary_op)n->i[0] == OF_RELU) {
+    bool done;
+    OF_CHECK(relu_grad_direct(n, g[0], &gi[0], &done));
+    if (done) return OF_OK;
+  }
   of_scope s = {0};
   of_tensor *r = unary_grad_expr(&s, (of_unary_op)n->i[0], n, g[0]);
   if (!r && s.st == OF_OK) return of_s_end(&s, NULL, &gi[0]);

@@ -45,6 +45,19 @@ local function load_library()
         .. '\nBuild it with `make` in the checkout, or set OF_LIBRARY to its path.', 3)
 end
 
+-- OpenMP's worker threads spin up to 300000 pauses (milliseconds) for the
+-- next parallel region before they sleep. On a shared machine a spinning
+-- thread holds a core that other processes, and our own other thread, need:
+-- a ResNet-18 step at 2 threads took 0.8-2.5 s instead of ~0.5 s with a
+-- load average of 12 on 2 cores. 10000 (about half a millisecond) still
+-- bridges the gaps between one op and the next. Set before the library
+-- (and libgomp with it) loads; OMP_WAIT_POLICY or GOMP_SPINCOUNT set by the
+-- user win.
+if not os.getenv('GOMP_SPINCOUNT') and not os.getenv('OMP_WAIT_POLICY') then
+  pcall(ffi.cdef, 'int setenv(const char *name, const char *value, int overwrite);')
+  M.set_spincount = pcall(function() ffi.C.setenv('GOMP_SPINCOUNT', '10000', 0) end)
+end
+
 local C, path = load_library()
 ffi.cdef('const char *of_cdef(void); int32_t of_version(void);')
 ffi.cdef(ffi.string(C.of_cdef()))

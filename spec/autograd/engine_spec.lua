@@ -200,6 +200,53 @@ describe('autograd engine', function()
     assert.is_true(flow.autograd.gradgradcheck(function(a) return a:softmax(2) * a end, {x}))
   end)
 
+  it('relu backward: one pass without create_graph, the same values as the recorded rule', function()
+    for _, dt in ipairs({flow.float32, flow.float64}) do
+      local v = {{-1.5, 0, 2}, {3, -0.25, 0.5}}
+      local gv = flow.tensor({{1, 2, 3}, {4, 5, 6}}, {dtype = dt})
+      -- fast path (engine-owned grad, written in place) and the expression rule
+      local a, b = leaf(v, dt), leaf(v, dt)
+      local ya = (a * 1):relu() * gv
+      ya:sum():backward()
+      local gb = flow.autograd.grad(((b * 1):relu() * gv):sum(), {b}, {create_graph = true})[1]
+      H.close(a.grad, {{0, 0, 3}, {4, 0, 6}}, 0)
+      H.close(gb, a.grad:totable(), 0)
+      -- a grad given by the caller is read, never overwritten
+      local c = leaf(v, dt)
+      local y = (c * 1):relu()
+      local gy = gv:clone()
+      y:backward(gy)
+      H.close(gy, gv:totable(), 0)
+      H.close(c.grad, {{0, 0, 3}, {4, 0, 6}}, 0)
+    end
+    -- as PyTorch's threshold_backward: a dead unit passes 0 even for an inf grad
+    local d = leaf({-1, 1})
+    d:relu():backward(flow.tensor({math.huge, 2}, {dtype = flow.float64}))
+    H.close(d.grad, {0, 2}, 0)
+    assert.is_true(flow.autograd.gradgradcheck(function(x) return (x * x):relu() * x end,
+                                               {leaf({0.3, -0.7, 1.2})}))
+  end)
+
+  it('sums grads of a reused tensor in place only when no one else holds them', function()
+    local x = leaf({1, -2, 3})
+    local h = x * 2
+    local seen
+    h:register_hook(function(g) seen = g:clone() end)
+    -- h feeds three branches: relu (private grads) and an add that passes
+    -- the same grad on twice
+    local out = h:relu() * 3 + (h + h) * 5
+    out:sum():backward()
+    H.close(seen, {13, 10, 13}, 0)
+    H.close(x.grad, {26, 20, 26}, 0)
+    -- a leaf used twice: the first grad is the caller's, kept intact
+    local w = leaf({1, 2})
+    local gy = flow.tensor({1, 1}, {dtype = flow.float64})
+    local y = w * w
+    y:backward(gy)
+    H.close(gy, {1, 1}, 0)
+    H.close(w.grad, {2, 4}, 0)
+  end)
+
   it('a long chain does not overflow the stack when released', function()
     local x = leaf({1})
     local y = x

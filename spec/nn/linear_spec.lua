@@ -60,6 +60,24 @@ describe('nn.Linear', function()
   end)
 end)
 
+describe('linear weight grads', function()
+  it('reach the weight contiguous, equal to g^T x, with or without an input grad', function()
+    for _, x_grad in ipairs({false, true}) do
+      local w = rg64(4, 3)
+      local x = flow.randn(5, 3, f64)
+      if x_grad then x:requires_grad_() end
+      local g = flow.randn(5, 4, f64)
+      F.linear(x, w):backward(g)
+      assert.is_true(w.grad:is_contiguous())
+      H.close(w.grad, g:t():matmul(x):totable(), 1e-12)
+      if x_grad then H.close(x.grad, g:matmul(w:detach()):totable(), 1e-12) end
+    end
+    -- second order through the transposed product
+    assert.is_true(flow.autograd.gradgradcheck(function(x, w) return F.linear(x, w) end,
+                                               {rg64(3, 2), rg64(4, 2)}))
+  end)
+end)
+
 describe('nn.Bilinear', function()
   it('computes x1^T W_k x2 + b_k', function()
     local m = nn.Bilinear(2, 3, 4, {dtype = flow.float64})

@@ -139,6 +139,36 @@ describe('matmul', function()
     for b = 1, 16 do assert.are.same(ref_mm(xt[b], yt[b]), zt[b]) end
   end)
 
+  it('splits large products over the threads, in every layout', function()
+    -- integer-valued operands: every sum is exact, so splits must agree bit for bit
+    local nt = flow.get_num_threads()
+    flow.set_num_threads(2)
+    for _, dt in ipairs({flow.float32, flow.float64}) do
+      for _, mn in ipairs({{40, 50}, {90, 20}}) do
+        local m, n, k = mn[1], mn[2], 300
+        local a, b = seq({m, k}, dt), seq({k, n}, dt, 5)
+        local ref = ref_mm(a:totable(), b:totable())
+        assert.are.same(ref, a:matmul(b):totable())
+        assert.are.same(ref, a:t():contiguous():t():matmul(b):totable())          -- A^T layout
+        assert.are.same(ref, a:matmul(b:t():contiguous():t()):totable())          -- B^T layout
+        local ab = flow.bmm(flow.stack({a, a * 2}), flow.stack({b, b}))
+        assert.are.same(ref, ab[1]:totable())
+        local twice = {}
+        for i, row in ipairs(ref) do
+          twice[i] = {}
+          for j, v in ipairs(row) do twice[i][j] = 2 * v end
+        end
+        assert.are.same(twice, ab[2]:totable())
+        local c = flow.ones(m, n, {dtype = dt})
+        local r = flow.addmm(c, a, b, {beta = 3, alpha = 2})
+        for i, row in ipairs(r:totable()) do
+          for j, v in ipairs(row) do assert.equals(3 + 2 * ref[i][j], v) end
+        end
+      end
+    end
+    flow.set_num_threads(nt)
+  end)
+
   it('gives zeros for an empty inner dim and empty results for empty outer dims', function()
     local z = flow.zeros(2, 0):matmul(flow.zeros(0, 3))
     assert.are.same({{0, 0, 0}, {0, 0, 0}}, z:totable())

@@ -2,8 +2,12 @@
 -- fused-looking tensor updates (lerp_, addcmul_, addcdiv_) that optimizers
 -- share. The tensor helpers evaluate in the same order as PyTorch's CPU
 -- kernels, so float64 trajectories agree to the last few ulps.
+local ffi = require 'ffi'
+local core = require 'oneflow._C'
 local T = require 'oneflow.tensor'
+local types = require 'oneflow.types'
 
+local C = core.C
 local is_tensor = T.is_tensor
 local U = {}
 
@@ -174,6 +178,70 @@ end
 function U.add_(a, b, alpha)
   if alpha == 1 then return a:add_(b) end
   return a:add_(b * alpha)
+end
+
+------------------------------------------------------------------ fused updates
+-- SGD and Adam step a parameter with one fused C pass (of_optim_sgd_,
+-- of_optim_adam_, the kernels nn.Graph records) when the parameter, its grad
+-- and its state are dense CPU float32/float64 tensors of one shape. The
+-- kernels do the float operations of the op-by-op path above in the same
+-- order, so both paths give the same bits; the fused one reads and writes
+-- each tensor once and allocates nothing.
+
+--- The optimizer's {lr, step} float64 tensor the kernels read: one per
+-- optimizer, rewritten before each call.
+function U.hyper(opt)
+  local h = rawget(opt, '_fused_hyper')
+  if h == nil then
+    local t = T.flow.zeros(2, {dtype = types.by_name.float64})
+    h = {t = t, ptr = ffi.cast('double*', C.of_tensor_data(t.p))}
+    rawset(opt, '_fused_hyper', h)
+  end
+  return h
+end
+
+local F32, F64 = C.OF_FLOAT32, C.OF_FLOAT64
+
+-- t is dense, on the CPU, with p's dtype and shape (p already checked).
+local function fits(p, t, dt, nd)
+  local tp = t.p
+  if C.of_tensor_dtype(tp) ~= dt or C.of_tensor_ndim(tp) ~= nd or C.of_tensor_device(tp) ~= 0
+     or C.of_tensor_is_contiguous(tp) == 0 then
+    return false
+  end
+  local a, b = C.of_tensor_shape(p.p), C.of_tensor_shape(tp)
+  for i = 0, nd - 1 do
+    if a[i] ~= b[i] then return false end
+  end
+  return true
+end
+
+--- The grad to hand to a fused update of p (made contiguous), or nil when
+-- p, grad or one of the state tensors (nil ones are skipped) does not fit
+-- the kernels and the op-by-op path must run.
+function U.fused_grad(p, grad, s1, s2, s3)
+  -- while nn.Graph traces, the op-by-op path is recorded as before (the
+  -- optimizer's one shared hyper tensor would be replayed stale)
+  if C.of_tracing() ~= 0 then return nil end
+  local pp = p.p
+  local dt = C.of_tensor_dtype(pp)
+  if (dt ~= F32 and dt ~= F64) or C.of_tensor_device(pp) ~= 0
+     or C.of_tensor_is_contiguous(pp) == 0 then
+    return nil
+  end
+  local nd = C.of_tensor_ndim(pp)
+  if (s1 ~= nil and not fits(p, s1, dt, nd)) or (s2 ~= nil and not fits(p, s2, dt, nd))
+     or (s3 ~= nil and not fits(p, s3, dt, nd)) then
+    return nil
+  end
+  if C.of_tensor_is_contiguous(grad.p) == 0 then grad = grad:contiguous() end
+  if not fits(p, grad, dt, nd) then return nil end
+  return grad
+end
+
+--- Raises the C error of a failed fused update.
+function U.check(rc)
+  if rc ~= 0 then core.raise(2) end
 end
 
 return U

@@ -5,7 +5,9 @@
 --   buf = g on the first step, else momentum * buf + (1 - dampening) * g
 --   g = nesterov and g + momentum * buf or buf
 --   p = p - lr * g
+local C = require('oneflow._C').C
 local Optimizer = require 'oneflow.optim.optimizer'
+local T = require 'oneflow.tensor'
 local U = require 'oneflow.optim._util'
 
 local SGD = Optimizer:subclass('SGD')
@@ -33,34 +35,59 @@ end
 function SGD:_step_group(group)
   local lr, momentum, dampening = group.lr, group.momentum, group.dampening
   local wd, nesterov, maximize = group.weight_decay, group.nesterov, group.maximize
+  local nest, maxi = nesterov and 1 or 0, maximize and 1 or 0
   for _, p in ipairs(group.params) do
     local grad = p.grad
     if grad ~= nil then
-      if maximize then grad = -grad end
-      if wd ~= 0 then grad = grad + p * wd end
-      if momentum ~= 0 then
-        local state = self.state[p]
-        if state == nil then
-          state = {}
-          self.state[p] = state
-        end
-        local buf = state.momentum_buffer
-        if buf == nil then
-          buf = grad:clone()
+      local state = self.state[p]
+      local buf = momentum ~= 0 and state ~= nil and state.momentum_buffer or nil
+      local g = U.fused_grad(p, grad, buf)
+      if g ~= nil then
+        local h = U.hyper(self)
+        h.ptr[0], h.ptr[1] = lr, buf ~= nil and 1 or 0
+        if momentum ~= 0 and buf == nil then
+          -- the kernel's first step writes the whole buffer
+          buf = T.flow.empty_like(p)
+          if state == nil then
+            state = {}
+            self.state[p] = state
+          end
           state.momentum_buffer = buf
-        else
-          buf:mul_(momentum)
-          U.add_(buf, grad, 1 - dampening)
         end
-        if nesterov then
-          grad = grad + buf * momentum
-        else
-          grad = buf
-        end
+        U.check(C.of_optim_sgd_(p.p, g.p, buf ~= nil and buf.p or nil, h.t.p, momentum, dampening,
+                                wd, nest, maxi, nil))
+      else
+        self:_step_param(p, grad, lr, momentum, dampening, wd, nesterov, maximize)
       end
-      U.add_(p, grad, -lr)
     end
   end
+end
+
+-- The op-by-op update, for what the fused kernel does not take.
+function SGD:_step_param(p, grad, lr, momentum, dampening, wd, nesterov, maximize)
+  if maximize then grad = -grad end
+  if wd ~= 0 then grad = grad + p * wd end
+  if momentum ~= 0 then
+    local state = self.state[p]
+    if state == nil then
+      state = {}
+      self.state[p] = state
+    end
+    local buf = state.momentum_buffer
+    if buf == nil then
+      buf = grad:clone()
+      state.momentum_buffer = buf
+    else
+      buf:mul_(momentum)
+      U.add_(buf, grad, 1 - dampening)
+    end
+    if nesterov then
+      grad = grad + buf * momentum
+    else
+      grad = buf
+    end
+  end
+  U.add_(p, grad, -lr)
 end
 
 return SGD
