@@ -475,7 +475,13 @@ static of_status encode_input(of_tensor *img, of_tensor **c, int64_t *h, int64_t
   *ch = img->ndim == 3 ? img->shape[2] : 1;
   OF_CHECK(check_dims("image", *w, *h, *ch));
   /* the codecs read host memory: a device image is copied over (dense) */
-  if (img->storage->device != OF_CPU) return of_to_device(img, OF_CPU, 0, c);
+  if (img->storage->device != OF_CPU) {
+    of_tensor *h = NULL;
+    OF_CHECK(of_to_device(img, OF_CPU, 0, &h));
+    of_status st = of_contiguous_data(h, c);
+    of_tensor_release(h);
+    return st;
+  }
   return of_contiguous_data(img, c);
 }
 
