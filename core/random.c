@@ -16,6 +16,7 @@
  *   randint_, randperm:                1 (64-bit draws, Lemire + rejection)
  */
 #include "device.h"
+#include "graph/impl.h"
 #include <math.h>
 #include <pthread.h>
 
@@ -527,11 +528,36 @@ of_status of_impl_bernoulli_(of_tensor *t, double p) {
   return OF_OK;
 }
 
+/* bernoulli(p) on a device: the CPU draws u53 from the float64 uniform
+ * stream (2 per block), so a float64 uniform_(0, 1) fill there gives the same
+ * u and `u < p` the same elements; the [0, 1] check waits for the device. */
+static of_status bernoulli_device(of_tensor *p, of_tensor **out) {
+  of_tensor *p64 = NULL, *ge = NULL, *le = NULL, *ok = NULL, *all = NULL, *u = NULL,
+            *lt = NULL;
+  double allok = 0;
+  of_status st = of_cast_data(p, OF_FLOAT64, &p64);
+  if (st == OF_OK) st = of_impl_binary_scalar(OF_GE, p64, 0.0, 0, NULL, &ge);
+  if (st == OF_OK) st = of_impl_binary_scalar(OF_LE, p64, 1.0, 0, NULL, &le);
+  if (st == OF_OK) st = of_impl_binary(OF_LOGICAL_AND, ge, le, NULL, &ok);
+  if (st == OF_OK) st = of_impl_reduce(OF_RED_ALL, ok, NULL, 0, 0, 0, -1, &all);
+  if (st == OF_OK) st = of_impl_tensor_get_flat(all, 0, &allok);
+  if (st == OF_OK && !allok)
+    st = of_fail(OF_ERR_ARG, "bernoulli: probabilities must be in [0, 1] (p %s %s on %s)",
+                 OF_SHAPE_STR(p), OF_DT(p), OF_DEV_STR(of_dev(p)));
+  if (st == OF_OK) st = of_tensor_new(p->shape, p->ndim, OF_FLOAT64, of_dev(p), &u);
+  if (st == OF_OK) st = of_impl_uniform_(u, 0.0, 1.0);
+  if (st == OF_OK) st = of_impl_binary(OF_LT, u, p64, NULL, &lt);
+  if (st == OF_OK) st = of_cast_data(lt, p->dtype, out);
+  of_tensor *tmp[] = {p64, ge, le, ok, all, u, lt};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+    if (tmp[i]) of_tensor_release(tmp[i]);
+  if (st == OF_OK) (*out)->storage->version = 0;
+  return st;
+}
+
 of_status of_impl_bernoulli(of_tensor *p, of_tensor **out) {
   if (!p) return of_fail(OF_ERR_ARG, "bernoulli: tensor is NULL");
-  if (p->storage->device != OF_CPU)
-    return of_fail(OF_ERR_DEVICE, "bernoulli: only CPU tensors are supported (p %s %s)",
-                   OF_SHAPE_STR(p), OF_DT(p));
+  if (p->storage->device != OF_CPU) return bernoulli_device(p, out);
   of_tensor *pc, *r;
   OF_CHECK(of_contiguous(p, &pc));
   const char *pd = of_ptr(pc);

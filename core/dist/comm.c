@@ -648,6 +648,21 @@ of_status of_comm_iall_reduce(of_comm *c, of_tensor *t, of_comm_op op,
   OF_CHECK(wire_of(name, t->dtype, 1, &w, &as));
   of_comm_request *r = calloc(1, sizeof *r);
   if (!r) return of_fail(OF_ERR_OOM, "%s: out of memory", name);
+  if (of_dev(t) != OF_CPU) {
+    /* device tensors go through NCCL, which is already asynchronous for the
+     * host (queued on the device's stream): the request is complete at once
+     * (breq NULL) and t is reduced in stream order */
+    of_status st = of_impl_comm_all_reduce(c, t, op);
+    if (st != OF_OK) {
+      free(r);
+      return st;
+    }
+    of_tensor_retain(t);
+    of_tensor_retain(t);
+    r->t = r->buf = t;
+    *out = r;
+    return OF_OK;
+  }
   of_status st = of_dense(t, as, &r->buf);
   if (st != OF_OK) {
     free(r);
@@ -668,7 +683,7 @@ of_status of_comm_iall_reduce(of_comm *c, of_tensor *t, of_comm_op op,
 of_status of_comm_test(of_comm_request *r, int32_t *done) {
   *done = 0;
   if (!r) return of_fail(OF_ERR_ARG, "test: request is NULL");
-  int k = backend->test(r->breq);
+  int k = r->breq ? backend->test(r->breq) : 1;
   if (k < 0) {
     /* the buffer may still be written by MPI: keep it (a leak on a fatal path) */
     free(r);
@@ -681,7 +696,7 @@ of_status of_comm_test(of_comm_request *r, int32_t *done) {
 
 of_status of_comm_wait(of_comm_request *r) {
   if (!r) return of_fail(OF_ERR_ARG, "wait: request is NULL");
-  if (backend->wait(r->breq, of_dist_get_timeout()) != 0) {
+  if (r->breq && backend->wait(r->breq, of_dist_get_timeout()) != 0) {
     free(r);   /* buffers leak on purpose: a late peer could still write them */
     return bfail("wait");
   }
@@ -701,6 +716,19 @@ of_status of_impl_comm_all_reduce_to(of_comm *c, of_tensor *x, of_comm_op r, of_
   of_wire w = OF_WIRE_U8;
   of_dtype as;
   OF_CHECK(wire_of(op, x->dtype, 1, &w, &as));
+  if (of_dev(x) != OF_CPU) {
+    /* the host backend's out-of-place call would read device memory: reduce
+     * a device copy in place (NCCL, on the device's stream) */
+    of_tensor *cp = NULL;
+    OF_CHECK(of_clone_data(x, &cp));
+    of_status st = of_impl_comm_all_reduce(c, cp, r);
+    if (st != OF_OK) {
+      of_tensor_release(cp);
+      return st;
+    }
+    *out = cp;
+    return OF_OK;
+  }
   of_tensor *in = NULL, *res = NULL;
   OF_CHECK(of_dense(x, as, &in));
   of_status st = of_tensor_new(x->shape, x->ndim, as, OF_CPU, &res);

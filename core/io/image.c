@@ -468,14 +468,20 @@ static of_status encode_input(of_tensor *img, of_tensor **c, int64_t *h, int64_t
   if (!img) return of_fail(OF_ERR_ARG, "image is NULL");
   if (img->dtype != OF_UINT8)
     return of_fail(OF_ERR_DTYPE, "expected a uint8 image [H, W, C], got %s", OF_DT(img));
-  if (img->storage->device != OF_CPU)
-    return of_fail(OF_ERR_DEVICE, "expected a CPU image, move it with :cpu() first");
   if (img->ndim != 2 && img->ndim != 3)
     return of_fail(OF_ERR_SHAPE, "expected an image [H, W, C] or [H, W], got %s", OF_SHAPE_STR(img));
   *h = img->shape[0];
   *w = img->shape[1];
   *ch = img->ndim == 3 ? img->shape[2] : 1;
   OF_CHECK(check_dims("image", *w, *h, *ch));
+  /* the codecs read host memory: a device image is copied over (dense) */
+  if (img->storage->device != OF_CPU) {
+    of_tensor *h = NULL;
+    OF_CHECK(of_to_device(img, OF_CPU, 0, &h));
+    of_status st = of_contiguous_data(h, c);
+    of_tensor_release(h);
+    return st;
+  }
   return of_contiguous_data(img, c);
 }
 

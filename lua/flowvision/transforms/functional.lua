@@ -710,12 +710,13 @@ function TF.equalize(img)
     return TF.convert_image_dtype(TF.equalize(u), img.dtype)
   end
   if img.dtype ~= flow.uint8 then fail('equalize', 'expected a uint8 or float image, got ' .. img.dtype.name) end
-  local out = img:contiguous():clone()
+  -- the histogram loop reads host memory: a device image goes through the CPU
+  local out = img:cpu():contiguous():clone()
   local _, h, w = get_dimensions(out)
   local planes = out:numel() / (h * w)
   local base = ffi.cast('uint8_t *', out:data_ptr())
   for k = 0, planes - 1 do equalize_plane(base + k * h * w, h * w) end
-  return out
+  return out:to(img.device)
 end
 
 --- gaussian_blur(img, kernel_size, sigma): reflect-padded separable Gaussian.

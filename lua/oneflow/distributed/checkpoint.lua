@@ -40,7 +40,7 @@ local st = serialization.safetensors
 local function is_global(x) return type(x) == 'table' and x.is_global == true end
 
 local function crc_of(t)
-  local c = t:contiguous()
+  local c = t:cpu():contiguous()   -- crc32 reads host memory
   return zip.crc32(c:data_ptr(), c:numel() * c:element_size()), c
 end
 

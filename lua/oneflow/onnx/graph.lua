@@ -138,7 +138,7 @@ function Graph:initializer(hint, dtype, dims, raw)
 end
 
 local function tensor_bytes(x)
-  local c = x:contiguous()
+  local c = x:cpu():contiguous()   -- weights of a model on the GPU are read from a host copy
   local n = c:numel() * c:element_size()
   if n == 0 then return '', c end
   return ffi.string(c:data_ptr(), n), c

@@ -109,7 +109,7 @@ def('set_rng_state', function(state)
       error(('set_rng_state: expected an int64 tensor of 2 elements {seed, offset} (from '
              .. 'get_rng_state), got %s with %d elements'):format(state.dtype.name, state:numel()), 2)
     end
-    local c = state:contiguous()
+    local c = state:cpu():contiguous()   -- read on the host
     local p = ffi.cast('int64_t*', C.of_tensor_data(c.p))
     seed, offset = ffi.cast(u64, p[0]), ffi.cast(u64, p[1])
   elseif type(state) == 'table' then

@@ -111,7 +111,8 @@ end
 -- (so it is not collected) until unpin()
 local pinned = {}
 local function ptr64(t)
-  local v = t:detach():to(flow.float64):contiguous()
+  -- the loops read host memory: device boxes are copied over
+  local v = t:detach():cpu():to(flow.float64):contiguous()
   pinned[#pinned + 1] = v
   return ffi.cast('double *', v:data_ptr())
 end
@@ -176,7 +177,7 @@ function M.nms(boxes, scores, iou_threshold)
   local bp, sp = ptr64(boxes), ptr64(scores)
   local keep = greedy(bp, score_order(sp, n), iou_threshold)
   unpin()
-  return to_index(keep)
+  return to_index(keep):to(boxes.device)
 end
 
 --- batched_nms(boxes, scores, idxs, iou_threshold): NMS done independently
@@ -190,7 +191,7 @@ function M.batched_nms(boxes, scores, idxs, iou_threshold)
   for i = 0, n - 1 do group[i] = gp[i] end
   local keep = greedy(bp, score_order(sp, n), iou_threshold, group)
   unpin()
-  return to_index(keep)
+  return to_index(keep):to(boxes.device)
 end
 
 ------------------------------------------------------------------ roi_align
