@@ -218,17 +218,18 @@ function M.reduce_scatter(t, opts)
   local n = g.size
   if t:dim() == 0 then error('reduce_scatter: a 0-d tensor cannot be scattered', 2) end
   local len = t:size(dim)
+  -- split along dim 1, the parts already lie in rank order: no packing copy
+  -- (and no per-part views to make)
+  local along1 = dim == 1 or dim == -t:dim()
   local parts, counts, start = {}, {}, 1
+  local rest = len > 0 and t:numel() / len or 0   -- elements per index of dim
   for r = 1, n do
     local sz = math.floor(len / n) + ((r - 1) < len % n and 1 or 0)
-    parts[r] = t:narrow(dim, start, sz):contiguous():view(-1)
-    local shp = t:size():totable()
-    shp[dim < 0 and #shp + dim + 1 or dim] = sz
-    counts[r] = numel_of(shp)
+    if not along1 then parts[r] = t:narrow(dim, start, sz):contiguous():view(-1) end
+    counts[r] = sz * rest
     start = start + sz
   end
-  -- split along dim 1, the parts already lie in rank order: no packing copy
-  local packed = (dim == 1 or dim == -t:dim()) and t:contiguous():view(-1) or T.flow.cat(parts, 1)
+  local packed = along1 and t:contiguous():view(-1) or T.flow.cat(parts, 1)
   local res = T.call1(C.of_comm_reduce_scatter, g.ptr, packed.p, counts_ptr(counts),
                       red_op(opts and opts.op, 'reduce_scatter'), out1)
   local shp = t:size():totable()
