@@ -8,6 +8,10 @@ local core = require 'oneflow._C'
 local T = require 'oneflow.tensor'
 
 local C, wrap, raise, out1 = core.C, core.wrap, core.raise, core.out1
+-- Collectives that return a new tensor release dead tensors first, so the
+-- result takes a warm block just freed (e.g. the previous step's) rather
+-- than a further one. Their inputs are live locals here, never swept.
+local sweep_due = core.sweep_due
 
 local M = {}
 local env = {}
@@ -139,6 +143,7 @@ end
 --- Like all_reduce but into a new tensor (t unchanged): no copy of t first.
 function M.all_reduced(t, opts)
   check_tensor(t, 'all_reduce')
+  sweep_due()
   local g = group_of(opts)
   return T.call1(C.of_comm_all_reduce_to, g.ptr, t.p, red_op(opts and opts.op, 'all_reduce'),
                  out1)
@@ -160,6 +165,7 @@ end
 -- from rank i (nil: all give as many as this rank). Returns a 1-D tensor.
 function M.all_gather_flat(t, counts, opts)
   check_tensor(t, 'all_gather')
+  sweep_due()
   local g = group_of(opts)
   if counts and #counts ~= g.size then
     error(('all_gather: %d counts for a group of %d'):format(#counts, g.size), 2)
@@ -213,6 +219,7 @@ end
 -- PyTorch split. flow.comm.reduce_scatter(t[, {op =, dim =, group =}])
 function M.reduce_scatter(t, opts)
   check_tensor(t, 'reduce_scatter')
+  sweep_due()
   local g = group_of(opts)
   local dim = opts and opts.dim or 1
   local n = g.size
@@ -276,6 +283,7 @@ end
 --- Flat all-to-all on one contiguous tensor with explicit counts.
 function M.all_to_all_flat(t, send_counts, recv_counts, opts)
   check_tensor(t, 'all_to_all')
+  sweep_due()
   local g = group_of(opts)
   return T.call1(C.of_comm_all_to_all, g.ptr, t.p, counts_ptr(send_counts),
                  counts_ptr(recv_counts), out1)
