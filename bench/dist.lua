@@ -148,8 +148,9 @@ out('Notes: flow.comm.all_reduce runs MPI_Iallreduce (polled, so a missing peer 
     .. 'messages of 64 KiB and up switch Open MPI\'s libnbc to Rabenseifner\'s schedule, without '
     .. 'which it was 5-8x slower than MPI_Allreduce at 1-16 MiB. The P->B boxing must leave '
     .. 'the partial tensor as it was, so it reduces into a new tensor (out of place, compared '
-    .. 'with MPI_Allreduce t -> out into a preallocated tensor); that block comes warm from the '
-    .. 'caching allocator (strace: no mmap/munmap per call in steady state). Below 1 MiB the '
+    .. 'with MPI_Allreduce t -> out into a preallocated tensor); dead tensors are released before '
+    .. 'it allocates, so a loop reuses the previous result\'s warm block from the caching '
+    .. 'allocator (strace: no mmap/munmap per call). Below 1 MiB the '
     .. 'boxing pays a fixed ~20-40 us (the polled wait, the result tensor, the SBP checks). '
     .. 'The four columns run in turns each round, so the shared 2-core host\'s changes of load '
     .. 'hit them alike; figures still vary between runs.')
