@@ -1,11 +1,14 @@
 -- bench/dist.lua -- distribution overheads, all measured in one mpirun job:
---   * all-reduce (sum, float32, in place) for 4 KiB .. 64 MiB: raw
---     MPI_Allreduce called through the FFI on the tensor's own buffer,
---     flow.comm.all_reduce on the same tensor, and the global-tensor boxing
---     partial_sum -> broadcast (g:to_global(P, B) of a P tensor over the
---     same local tensor; the result is a new tensor, reduced straight into
---     it). Median of several runs, each between barriers, with garbage
---     collected before each (untimed) as a training loop does every so often.
+--   * all-reduce (sum, float32) for 4 KiB .. 64 MiB: raw MPI_Allreduce
+--     called through the FFI in place on a tensor's own buffer and
+--     flow.comm.all_reduce on the same tensor; raw MPI_Allreduce out of
+--     place from t into a preallocated tensor, and the global-tensor boxing
+--     partial_sum -> broadcast (g:to_global(P, B) of a P tensor over t; the
+--     result is a new tensor from the caching allocator, reduced straight
+--     into it). Median of --reps rounds (default 21, after 3 warm-up
+--     rounds); each round runs the four in turn, each between barriers with
+--     garbage collected before it (untimed), as a training loop does every
+--     so often.
 --   * the LeNet of examples/mnist: ms per training step on 1 process
 --     (batch 64) vs DistributedDataParallel on every process of the job
 --     (batch 64 per process, and the same global batch 64 split).
@@ -18,7 +21,7 @@ local ffi = require 'ffi'
 local flow = require 'oneflow'
 local nn, F = flow.nn, flow.nn.functional
 
-local reps, steps, write_doc, lenet = 7, 10, true, true
+local reps, steps, write_doc, lenet = 21, 10, true, true
 do
   local argv, i = arg or {}, 1
   while i <= #argv do
@@ -71,22 +74,31 @@ local function median(list)
   return list[math.floor((#list + 1) / 2)]
 end
 
-local function timed(fn, n)
+-- Median time of each of `fns`, run in turns: every round runs each once
+-- (in a rotating order), so a change of load on this shared host hits all
+-- of them alike instead of the one whose runs happened to be in progress.
+local function timed(fns, n)
   local times = {}
+  for k = 1, #fns do times[k] = {} end
   for i = 0, n + 2 do
-    -- steady state as in a training loop: results of earlier runs are
-    -- collected, so their blocks are back in the allocator's cache
-    collectgarbage()
-    flow.env.barrier()
-    local t0 = now()
-    fn()
-    local dt = now() - t0
-    -- the slowest rank decides: reduce the time with max
-    local m = flow.tensor({dt}, {dtype = 'float64'})
-    flow.comm.all_reduce(m, {op = 'max'})
-    if i > 2 then times[#times + 1] = m[1]:item() end   -- runs 0-2 warm up (and the JIT)
+    for j = 0, #fns - 1 do
+      local k = (i + j) % #fns + 1
+      -- steady state as in a training loop: results of earlier runs are
+      -- collected, so their blocks are back in the allocator's cache
+      collectgarbage()
+      flow.env.barrier()
+      local t0 = now()
+      fns[k]()
+      local dt = now() - t0
+      -- the slowest rank decides: reduce the time with max
+      local m = flow.tensor({dt}, {dtype = 'float64'})
+      flow.comm.all_reduce(m, {op = 'max'})
+      if i > 2 then times[k][#times[k] + 1] = m[1]:item() end   -- rounds 0-2 warm up
+    end
   end
-  return median(times)
+  local res = {}
+  for k = 1, #fns do res[k] = median(times[k]) end
+  return res
 end
 
 ------------------------------------------------------------------ all-reduce
@@ -116,13 +128,12 @@ local size = 4 * 1024
 local worst_big = 0
 while size <= 64 * 1024 * 1024 do
   local n = size / 4
-  local t = flow.ones(n)
-  local o = flow.empty(n)
-  local raw = timed(function() raw_allreduce(t) end, reps)
-  local lib = timed(function() flow.comm.all_reduce(t) end, reps)
-  local raw2 = timed(function() raw_allreduce(t, o) end, reps)
+  -- u is reduced in place; t, the partial tensor, stays as it was
+  local t, u, o = flow.ones(n), flow.ones(n), flow.empty(n)
   local g = t:to_global(P, Ps)
-  local box = timed(function() g:to_global(P, Bc) end, reps)
+  local r = timed({function() raw_allreduce(u) end, function() flow.comm.all_reduce(u) end,
+                   function() raw_allreduce(t, o) end, function() g:to_global(P, Bc) end}, reps)
+  local raw, lib, raw2, box = r[1], r[2], r[3], r[4]
   local oc, ob, ob2 = (lib / raw - 1) * 100, (box / raw2 - 1) * 100, (box / raw - 1) * 100
   if size >= 1024 * 1024 then worst_big = math.max(worst_big, ob) end
   out(('| %s | %s | %s | %s | %s | %+.0f%% | %+.0f%% | %+.0f%% |'):format(human(size),
@@ -137,10 +148,13 @@ out('Notes: flow.comm.all_reduce runs MPI_Iallreduce (polled, so a missing peer 
     .. 'messages of 64 KiB and up switch Open MPI\'s libnbc to Rabenseifner\'s schedule, without '
     .. 'which it was 5-8x slower than MPI_Allreduce at 1-16 MiB. The P->B boxing must leave '
     .. 'the partial tensor as it was, so it reduces into a new tensor (out of place, compared '
-    .. 'with MPI_Allreduce t -> out); at 1-4 MiB it still trails that by 50-300%: the first '
-    .. 'collective after each barrier into a freshly handed-out block varies by 0.3-3 ms from '
-    .. 'run to run on this shared 2-core host, so those rows are noisy. The machine is shared '
-    .. 'with other jobs: figures vary between runs.')
+    .. 'with MPI_Allreduce t -> out into a preallocated tensor); dead tensors are released before '
+    .. 'it allocates, so a loop reuses the previous result\'s warm block from the caching '
+    .. 'allocator (strace: no mmap/munmap per call). Below 1 MiB the '
+    .. 'boxing pays a fixed ~20-40 us (the polled wait, the result tensor, the SBP checks). '
+    .. 'The four columns run in turns each round, so the shared 2-core host\'s changes of load '
+    .. 'hit them alike; figures still vary between runs.')
+out('')
 
 ------------------------------------------------------------------ LeNet
 local LeNet = nn.Module:subclass('LeNet')

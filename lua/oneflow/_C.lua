@@ -168,6 +168,14 @@ end
 --- Releases every handle whose Lua tensor is gone (also runs on its own).
 M.collect = full_sweep
 
+--- Releases the handles of tensors the GC has collected since the last
+-- sweep, if any. wrap() does it after the C call; calling this before a
+-- C call that allocates lets that call reuse the dead tensors' blocks
+-- (warm, from the allocator's cache) rather than take further ones.
+function M.sweep_due()
+  if gc_epoch ~= swept_epoch then sweep() end
+end
+
 function M.live_handles()
   local n = 0
   for id = 1, top do if slots[id] ~= nil then n = n + 1 end end

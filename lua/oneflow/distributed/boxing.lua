@@ -63,12 +63,13 @@ local function to_b_from_s(x, lshape, d, g)
     shapes[i + 1], counts[i + 1] = s, numel(s)
   end
   local flat = comm.all_gather_flat(x:contiguous(), counts, {group = g})
+  -- along dim 1 the pieces already lie in order: the gathered buffer is the result
+  if d == 1 then return flat:view(lshape) end
   local parts, off = {}, 0
   for i = 1, n do
     parts[i] = flat:narrow(1, off + 1, counts[i]):view(shapes[i])
     off = off + counts[i]
   end
-  if d == 1 then return flat:view(lshape) end
   return flow_T.flow.cat(parts, d)
 end
 
@@ -86,7 +87,14 @@ local function step(x, lshape, from, to, g, i)
   end
   if to.kind == 'S' then
     local d = norm_dim(to.dim, #lshape)
-    if from.kind == 'B' then return slice(x, lshape, d, n, i):clone() end
+    if from.kind == 'B' then
+      -- a piece that is not contiguous is copied by contiguous() already;
+      -- only a contiguous view (an alias of x) needs its own copy
+      local off, size = part(lshape[d], n, i)
+      local piece = x:narrow(d, off + 1, size)
+      if piece:is_contiguous() then return piece:clone() end
+      return piece:contiguous()
+    end
     if from.kind == 'P' then return comm.reduce_scatter(x, {dim = d, group = g}) end
     -- S(a) -> S(d): everyone cuts its piece along d and swaps
     local a = norm_dim(from.dim, #lshape)

@@ -8,6 +8,10 @@ local core = require 'oneflow._C'
 local T = require 'oneflow.tensor'
 
 local C, wrap, raise, out1 = core.C, core.wrap, core.raise, core.out1
+-- Collectives that return a new tensor release dead tensors first, so the
+-- result takes a warm block just freed (e.g. the previous step's) rather
+-- than a further one. Their inputs are live locals here, never swept.
+local sweep_due = core.sweep_due
 
 local M = {}
 local env = {}
@@ -139,6 +143,7 @@ end
 --- Like all_reduce but into a new tensor (t unchanged): no copy of t first.
 function M.all_reduced(t, opts)
   check_tensor(t, 'all_reduce')
+  sweep_due()
   local g = group_of(opts)
   return T.call1(C.of_comm_all_reduce_to, g.ptr, t.p, red_op(opts and opts.op, 'all_reduce'),
                  out1)
@@ -160,6 +165,7 @@ end
 -- from rank i (nil: all give as many as this rank). Returns a 1-D tensor.
 function M.all_gather_flat(t, counts, opts)
   check_tensor(t, 'all_gather')
+  sweep_due()
   local g = group_of(opts)
   if counts and #counts ~= g.size then
     error(('all_gather: %d counts for a group of %d'):format(#counts, g.size), 2)
@@ -213,22 +219,24 @@ end
 -- PyTorch split. flow.comm.reduce_scatter(t[, {op =, dim =, group =}])
 function M.reduce_scatter(t, opts)
   check_tensor(t, 'reduce_scatter')
+  sweep_due()
   local g = group_of(opts)
   local dim = opts and opts.dim or 1
   local n = g.size
   if t:dim() == 0 then error('reduce_scatter: a 0-d tensor cannot be scattered', 2) end
   local len = t:size(dim)
+  -- split along dim 1, the parts already lie in rank order: no packing copy
+  -- (and no per-part views to make)
+  local along1 = dim == 1 or dim == -t:dim()
   local parts, counts, start = {}, {}, 1
+  local rest = len > 0 and t:numel() / len or 0   -- elements per index of dim
   for r = 1, n do
     local sz = math.floor(len / n) + ((r - 1) < len % n and 1 or 0)
-    parts[r] = t:narrow(dim, start, sz):contiguous():view(-1)
-    local shp = t:size():totable()
-    shp[dim < 0 and #shp + dim + 1 or dim] = sz
-    counts[r] = numel_of(shp)
+    if not along1 then parts[r] = t:narrow(dim, start, sz):contiguous():view(-1) end
+    counts[r] = sz * rest
     start = start + sz
   end
-  -- split along dim 1, the parts already lie in rank order: no packing copy
-  local packed = (dim == 1 or dim == -t:dim()) and t:contiguous():view(-1) or T.flow.cat(parts, 1)
+  local packed = along1 and t:contiguous():view(-1) or T.flow.cat(parts, 1)
   local res = T.call1(C.of_comm_reduce_scatter, g.ptr, packed.p, counts_ptr(counts),
                       red_op(opts and opts.op, 'reduce_scatter'), out1)
   local shp = t:size():totable()
@@ -275,6 +283,7 @@ end
 --- Flat all-to-all on one contiguous tensor with explicit counts.
 function M.all_to_all_flat(t, send_counts, recv_counts, opts)
   check_tensor(t, 'all_to_all')
+  sweep_due()
   local g = group_of(opts)
   return T.call1(C.of_comm_all_to_all, g.ptr, t.p, counts_ptr(send_counts),
                  counts_ptr(recv_counts), out1)
