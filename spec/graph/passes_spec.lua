@@ -219,6 +219,61 @@ describe('nn.Graph passes', function()
     assert.are.equal(2, count(t, 'batch_norm'))
   end)
 
+  it('poolmask moves the relu-backward mask before the max-pool backward', function()
+    local ffi = require 'ffi'
+    -- relu -> max_pool, and a compare on the pool's input (y > 0.3) likewise;
+    -- overlapping windows (kernel 3, stride 2) scatter twice into some elements
+    local cases = {
+      {function(y) return F.max_pool2d(F.relu(y), 2) end, 1},
+      {function(y) return F.max_pool2d(F.relu(y), 3, 2) end, 1},
+      {function(y) return F.max_pool2d(y * y:gt(0.3):to(y.dtype), 2) end, 0},
+    }
+    local T = nn.Graph:subclass('PoolMask')
+    function T:__init(m) nn.Graph.__init(self); self.m = m end
+    for _, case in ipairs(cases) do
+      for _, dt in ipairs({flow.float32, flow.float64}) do
+        local m = nn.Conv2d(3, 3, 3, {padding = 1}):to(dt)
+        local c = flow.randn(case[1](flow.randn(2, 3, 8, 8):to(dt)).shape):to(dt)
+        local function build(self, x)
+          local l = (case[1](self.m(x)) * c):sum()
+          l:backward()
+          return l, self.m.weight.grad
+        end
+        local x = flow.randn(2, 3, 8, 8):to(dt)
+        x = x * x:gt(-0.3):to(dt)   -- zeros: some pooled values are 0, masked out
+        local _, want = build({m = m}, x)
+        want = want:clone()
+        for _, passes in ipairs({'', 'poolmask', 'poolmask,fuse,inplace'}) do
+          T.build = build
+          local g = T(m)
+          g.config:set_passes(passes)
+          for _ = 1, 3 do   -- compiling, then plain runs
+            m.weight.grad = nil
+            local _, gw = g(x)
+            assert.are.equal(0, (gw - want):abs():max():item(), passes)
+          end
+          if passes ~= '' then
+            local done = ffi.string(C.of_graph_passes(g:_graph()))
+            assert.is_truthy(done:find('poolmask(' .. case[2] .. ')', 1, true), done)
+          end
+        end
+      end
+    end
+    -- the mask of the pool's input is computed on the pooled shape
+    function T.build(self, x)
+      local l = F.max_pool2d(F.relu(self.m(x)), 2):sum()
+      l:backward()
+      return l
+    end
+    local g = T(nn.Conv2d(3, 3, 3, {padding = 1}))
+    g.config:set_passes('poolmask')
+    g(flow.randn(2, 3, 8, 8))
+    assert.is_truthy(g:ir():find('to(%', 1, true))
+    local ir = g:ir()
+    local mask_line = ir:match('[^\n]*to%(%%[^\n]*')
+    assert.is_truthy(mask_line:find('[2,3,4,4]', 1, true), ir)
+  end)
+
   it('schedule moves optimizer updates up to right after their grads', function()
     local lin1, lin2 = nn.Linear(4, 8), nn.Linear(8, 2)
     local params = {}

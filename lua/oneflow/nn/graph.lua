@@ -146,7 +146,7 @@ end
 
 --- self.config:enable_fusion(false): everything but elementwise fusion.
 function Config:enable_fusion(on)
-  self.passes = on and nil or 'dce,cse,bnfold,fold,dce,checkpoint,inplace,schedule'
+  self.passes = on and nil or 'dce,cse,bnfold,fold,dce,checkpoint,poolmask,inplace,schedule'
 end
 
 ------------------------------------------------------------------ Graph class
