@@ -25,7 +25,7 @@ typedef struct of_grad_def {
   of_backward_fn backward;
 } of_grad_def;
 
-enum { OF_NODE_MAX_SAVED = 4 };
+enum { OF_NODE_MAX_SAVED = 5 };
 
 typedef struct of_edge {
   of_node *node;             /* retained; NULL: input needs no grad */

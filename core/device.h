@@ -40,7 +40,7 @@ typedef struct of_pool_desc {
 } of_pool_desc;
 typedef struct of_loss_desc {
   int64_t N, C, S, ignore, base;
-  double eps, wsum;         /* label smoothing; sum of the class weights */
+  double eps, wsum;         /* label smoothing; class count (0 with weights: the kernel sums them) */
 } of_loss_desc;
 
 typedef struct of_device_ops {

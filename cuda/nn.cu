@@ -191,12 +191,29 @@ static of_status pool_index(int32_t scatter, int64_t planes, int64_t in_sz, int6
 
 // ---- cross entropy and nll ----
 
+// Class targets are range-checked here, not on the host, so that the loss
+// can be captured in a CUDA graph: a target that is neither a class nor
+// ignore_index raises the device's bad-input flag (named by `code`, see
+// flag_code) and counts as ignored.
 struct LossArgs {
   int64_t N, C, S, ignore, base;
-  double eps, wsum;
+  double eps, wsum;   // wsum: 0 with class weights, summed by the kernel
   const int64_t *t;
   const double *w;
+  int *flag;
+  int code;
 };
+
+// The target of sample i as a class, or -1 (ignored or out of range; the
+// forward kernels flag the latter).
+__device__ __forceinline__ int64_t class_of(const LossArgs &a, int64_t i, bool report) {
+  int64_t t = a.t[i];
+  if (t == a.ignore) return -1;
+  int64_t c = t - a.base;
+  if ((uint64_t)c < (uint64_t)a.C) return c;
+  if (report) atomicCAS(a.flag, 0, a.code);
+  return -1;
+}
 
 template <typename T> __device__ __forceinline__ double dexp(double v);
 template <> __device__ __forceinline__ double dexp<float>(double v) { return (double)expf((float)v); }
@@ -215,6 +232,7 @@ __global__ void ce_fwd_k(LossArgs a, const T *x, const T *q, double *lse, double
     if (m == -INFINITY) m = 0;
     for (int64_t c = 0; c < C; c++) se += dexp<T>((double)xi[c * S] - m);
     double l = m + log(se), v = 0;
+    int64_t ct;
     lse[i] = l;
     if (q) {
       const T *qi = q + b;
@@ -222,10 +240,9 @@ __global__ void ce_fwd_k(LossArgs a, const T *x, const T *q, double *lse, double
         v -= (a.w ? a.w[c] : 1.0) * ((1 - a.eps) * (double)qi[c * S] + a.eps / C) *
              ((double)xi[c * S] - l);
       wt[i] = 1;
-    } else if (a.t[i] == a.ignore) {
+    } else if ((ct = class_of(a, i, true)) < 0) {
       wt[i] = 0;
     } else {
-      int64_t ct = a.t[i] - a.base;
       double wc = a.w ? a.w[ct] : 1.0;
       v = -(1 - a.eps) * wc * ((double)xi[ct * S] - l);
       if (a.eps > 0) {
@@ -261,13 +278,15 @@ __global__ void ce_bwd_k(LossArgs a, const T *x, const T *q, const double *lse, 
       }
       continue;
     }
-    if (a.t[i] == a.ignore) {
+    int64_t ct = class_of(a, i, false);
+    if (ct < 0) {
       for (int64_t c = 0; c < C; c++) gx[b + c * S] = 0;
       continue;
     }
-    int64_t ct = a.t[i] - a.base;
-    double w_t = a.w ? a.w[ct] : 1.0;
-    double A = (1 - a.eps) * w_t + a.eps / C * a.wsum;
+    double w_t = a.w ? a.w[ct] : 1.0, wsum = a.wsum;
+    if (a.w && a.eps > 0)
+      for (int64_t c = 0; c < C; c++) wsum += a.w[c];
+    double A = (1 - a.eps) * w_t + a.eps / C * wsum;
     for (int64_t c = 0; c < C; c++) {
       double ac = a.eps / C * (a.w ? a.w[c] : 1.0) + (c == ct ? (1 - a.eps) * w_t : 0);
       gx[b + c * S] = (T)(si * (A * dexp<T>((double)xi[c * S] - l) - ac));
@@ -275,9 +294,11 @@ __global__ void ce_bwd_k(LossArgs a, const T *x, const T *q, const double *lse, 
   }
 }
 
-static LossArgs loss_args(const of_loss_desc *d, of_tensor *t, of_tensor *w) {
+static LossArgs loss_args(const of_loss_desc *d, of_tensor *t, of_tensor *w, int dev,
+                          const char *op) {
   return LossArgs{d->N, d->C, d->S, d->ignore, d->base, d->eps, d->wsum,
-                  t ? (const int64_t *)ptr(t) : nullptr, w ? (const double *)ptr(w) : nullptr};
+                  t ? (const int64_t *)ptr(t) : nullptr, w ? (const double *)ptr(w) : nullptr,
+                  error_flag(dev), flag_code(op, 3)};
 }
 
 
@@ -286,7 +307,7 @@ static of_status cross_entropy(const of_loss_desc *d, of_tensor *x, of_tensor *t
   int dev = use_device(of_dev(x));
   int64_t ns = d->N * d->S;
   if (ns == 0) return OF_OK;
-  LossArgs a = loss_args(d, t, w);
+  LossArgs a = loss_args(d, t, w, dev, "cross_entropy");
   return dispatch_fd(x->dtype, "cross_entropy", [&](auto z) -> of_status {
     typedef decltype(z) T;
     ce_fwd_k<T><<<blocks_for(ns), kThreads, 0, current_stream(dev)>>>(
@@ -302,7 +323,7 @@ static of_status cross_entropy_back(const of_loss_desc *d, of_tensor *x, of_tens
   int dev = use_device(of_dev(x));
   int64_t ns = d->N * d->S;
   if (ns == 0) return OF_OK;
-  LossArgs a = loss_args(d, t, w);
+  LossArgs a = loss_args(d, t, w, dev, "cross_entropy");
   return dispatch_fd(x->dtype, "cross_entropy_backward", [&](auto z) -> of_status {
     typedef decltype(z) T;
     ce_bwd_k<T><<<blocks_for(ns), kThreads, 0, current_stream(dev)>>>(
@@ -317,11 +338,11 @@ __global__ void nll_fwd_k(LossArgs a, const T *x, double *loss, double *wt) {
   int64_t C = a.C, S = a.S, ns = a.N * S;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < ns;
        i += (int64_t)gridDim.x * blockDim.x) {
-    if (a.t[i] == a.ignore) {
+    int64_t ct = class_of(a, i, true);
+    if (ct < 0) {
       loss[i] = wt[i] = 0;
       continue;
     }
-    int64_t ct = a.t[i] - a.base;
     wt[i] = a.w ? a.w[ct] : 1.0;
     loss[i] = -wt[i] * (double)x[(i / S) * C * S + ct * S + i % S];
   }
@@ -332,8 +353,8 @@ __global__ void nll_bwd_k(LossArgs a, const double *s, T *gx) {
   int64_t C = a.C, S = a.S, ns = a.N * S;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < ns;
        i += (int64_t)gridDim.x * blockDim.x) {
-    if (a.t[i] == a.ignore) continue;
-    int64_t ct = a.t[i] - a.base;
+    int64_t ct = class_of(a, i, false);
+    if (ct < 0) continue;
     gx[(i / S) * C * S + ct * S + i % S] = (T)(-(a.w ? a.w[ct] : 1.0) * s[i]);
   }
 }
@@ -343,7 +364,7 @@ static of_status nll_loss(const of_loss_desc *d, of_tensor *x, of_tensor *t, of_
   int dev = use_device(of_dev(x));
   int64_t ns = d->N * d->S;
   if (ns == 0) return OF_OK;
-  LossArgs a = loss_args(d, t, w);
+  LossArgs a = loss_args(d, t, w, dev, "nll_loss");
   return dispatch_fd(x->dtype, "nll_loss", [&](auto z) -> of_status {
     typedef decltype(z) T;
     nll_fwd_k<T><<<blocks_for(ns), kThreads, 0, current_stream(dev)>>>(
@@ -360,7 +381,7 @@ static of_status nll_loss_back(const of_loss_desc *d, of_tensor *t, of_tensor *w
           "nll_loss_backward");
   int64_t ns = d->N * d->S;
   if (ns == 0) return OF_OK;
-  LossArgs a = loss_args(d, t, w);
+  LossArgs a = loss_args(d, t, w, dev, "nll_loss");
   return dispatch_fd(gx->dtype, "nll_loss_backward", [&](auto z) -> of_status {
     typedef decltype(z) T;
     nll_bwd_k<T><<<blocks_for(ns), kThreads, 0, s>>>(a, (const double *)ptr(sc), (T *)ptr(gx));

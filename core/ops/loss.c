@@ -97,9 +97,8 @@ static of_status parse_weight(const char *op, of_tensor *w, const layout *l, con
 
 /* Class-index target: integer, shaped like the samples, every value a class
  * or ignore_index. -> contiguous int64 */
-static of_status parse_class_target(const char *op, of_tensor *t, const layout *l,
-                                    const of_tensor *x, int64_t ignore, int64_t base,
-                                    of_tensor **out) {
+static of_status check_class_target(const char *op, of_tensor *t, const layout *l,
+                                    const of_tensor *x) {
   char b1[96], b2[96];
   if (!of_dtype_is_int(t->dtype))
     return of_fail(OF_ERR_DTYPE, "%s: target must hold integer class indices (int64), got %s "
@@ -110,6 +109,14 @@ static of_status parse_class_target(const char *op, of_tensor *t, const layout *
     return of_fail(OF_ERR_SHAPE, "%s: expected target of shape %s for input %s (class "
                    "indices), got %s", op, of_shape_str(l->sshape, l->snd, b1, 96),
                    of_shape_str(x->shape, x->ndim, b2, 96), OF_SHAPE_STR(t));
+  return OF_OK;
+}
+
+static of_status parse_class_target(const char *op, of_tensor *t, const layout *l,
+                                    const of_tensor *x, int64_t ignore, int64_t base,
+                                    of_tensor **out) {
+  char b1[96];
+  OF_CHECK(check_class_target(op, t, l, x));
   OF_CHECK(of_dense(t, OF_INT64, out));
   const int64_t *tv = of_tensor_data(*out);
   for (int64_t i = 0; i < (*out)->numel; i++) {
@@ -309,9 +316,11 @@ static of_tensor *s_grad_scale(of_scope *s, of_tensor *g, const layout *l, int32
 }
 
 /* ------------------------------------------------------------ on a device
- * The kernels of cuda/nn.cu compute the per-sample values; targets are
- * range-checked on the host first (one copy), the reductions run on the
- * device, and the 'mean' denominator is read back for the backward. */
+ * The kernels of cuda/nn.cu compute the per-sample values and check the
+ * class targets (an out-of-range one raises the device's bad-input flag,
+ * reported at the next synchronising call); the reductions and the 'mean'
+ * denominator stay on the device. Nothing is read back to the host, so a
+ * CUDA graph can capture the forward and the backward. */
 
 static of_status dev_ops(const char *op, of_tensor *x, const of_device_ops **o) {
   *o = of_device_ops_for(op, of_dev(x));
@@ -320,38 +329,33 @@ static of_status dev_ops(const char *op, of_tensor *x, const of_device_ops **o) 
   return OF_OK;
 }
 
-/* class targets checked on the host, then int64 on x's device */
+/* class targets as int64 on x's device; their range is checked by the kernel */
 static of_status dev_class_target(const char *op, of_tensor *t, const layout *l,
-                                  const of_tensor *x, int64_t ignore, int64_t base,
-                                  of_tensor **out) {
-  of_tensor *h = NULL, *c = NULL;
-  OF_CHECK(of_to_device(t, OF_CPU, 0, &h));
-  of_status st = parse_class_target(op, h, l, x, ignore, base, &c);
-  of_tensor_release(h);
-  if (st == OF_OK) st = of_to_device(c, of_dev(x), 0, out);
-  of_tensor_release(c);
+                                  const of_tensor *x, of_tensor **out) {
+  OF_CHECK(check_class_target(op, t, l, x));
+  if (of_dev(t) == of_dev(x)) return of_dense(t, OF_INT64, out);
+  of_tensor *m = NULL;
+  OF_CHECK(of_to_device(t, of_dev(x), 0, &m));
+  of_status st = of_dense(m, OF_INT64, out);
+  of_tensor_release(m);
   return st;
 }
 
-/* weight as float64 on the device and the sum of its values */
+/* weight as float64 on the device; wsum is the class count without weights,
+ * 0 with them (the kernels sum the weights themselves, see of_loss_desc) */
 static of_status dev_weight(const char *op, of_tensor *weight, const layout *l,
                             const of_tensor *x, of_tensor **w, double *wsum) {
-  *wsum = (double)l->C;
   OF_CHECK(parse_weight(op, weight, l, x, w));
-  if (!*w) return OF_OK;
-  double *v = malloc(sizeof(double) * (size_t)(l->C + 1));
-  if (!v) return of_fail(OF_ERR_OOM, "%s: out of memory", op);
-  of_status st = of_tensor_to_doubles(*w, v, l->C);
-  *wsum = 0;
-  for (int64_t c = 0; st == OF_OK && c < l->C; c++) *wsum += v[c];
-  free(v);
-  return st;
+  *wsum = *w ? 0 : (double)l->C;
+  return OF_OK;
 }
 
-/* the loss from per-sample values on the device */
+/* the loss from per-sample values on the device; *denom: the 'mean'
+ * denominator of class targets (the sum of the sample weights, a float64
+ * scalar on the device), NULL where it is the sample count */
 static of_status dev_reduce(const layout *l, int32_t red, of_tensor *loss, of_tensor *wt,
-                            bool prob, of_dtype dt, double *denom, of_tensor **out) {
-  *denom = (double)(l->N * l->S);
+                            bool prob, of_dtype dt, of_tensor **denom, of_tensor **out) {
+  *denom = NULL;
   if (red == OF_LOSS_NONE) {
     of_tensor *r = NULL;
     OF_CHECK(of_reshape(loss, l->sshape, l->snd, &r));
@@ -361,39 +365,57 @@ static of_status dev_reduce(const layout *l, int32_t red, of_tensor *loss, of_te
   }
   of_tensor *sum = NULL, *ws = NULL, *m = NULL;
   of_status st = of_reduce(OF_RED_SUM, loss, NULL, 0, 0, 0, -1, &sum);
-  if (st == OF_OK && !prob) {
-    st = of_reduce(OF_RED_SUM, wt, NULL, 0, 0, 0, -1, &ws);
-    if (st == OF_OK) st = of_tensor_get_flat(ws, 0, denom);
+  if (st == OF_OK && red == OF_LOSS_MEAN) {
+    if (prob) {
+      st = of_binary_scalar(OF_DIV, sum, (double)(l->N * l->S), 0, NULL, &m);
+    } else {
+      st = of_reduce(OF_RED_SUM, wt, NULL, 0, 0, 0, -1, &ws);
+      if (st == OF_OK) st = of_binary(OF_DIV, sum, ws, NULL, &m);
+    }
   }
-  if (st == OF_OK && red == OF_LOSS_MEAN) st = of_binary_scalar(OF_DIV, sum, *denom, 0, NULL, &m);
   if (st == OF_OK) st = of_cast_data(m ? m : sum, dt, out);
+  if (st == OF_OK) {
+    *denom = ws;
+    ws = NULL;
+  }
   of_tensor_release(sum);
   of_tensor_release(ws);
   of_tensor_release(m);
   return st;
 }
 
-/* per-sample scale of the output grad, float64 [N*S] on the device */
-static of_status dev_scales(of_tensor *g, int32_t red, double denom, int64_t ns, of_device dev,
+/* per-sample scale of the output grad, float64 [N*S] on the device; denom:
+ * the device scalar of dev_reduce, or NULL for the sample count */
+static of_status dev_scales(of_tensor *g, int32_t red, of_tensor *denom, int64_t ns,
                             of_tensor **out) {
+  of_tensor *d = NULL, *q = NULL, *e = NULL;
+  OF_CHECK(of_dense(g, OF_FLOAT64, &d));
+  of_status st;
   if (red == OF_LOSS_NONE) {
-    of_tensor *d = NULL;
-    OF_CHECK(of_dense(g, OF_FLOAT64, &d));
-    of_status st = of_reshape(d, &ns, 1, out);
+    st = of_reshape(d, &ns, 1, out);
     of_tensor_release(d);
     return st;
   }
-  double gv;
-  OF_CHECK(of_tensor_get_flat(g, 0, &gv));
-  if (red == OF_LOSS_MEAN) gv /= denom;
-  return of_full(&ns, 1, gv, OF_FLOAT64, dev, out);
+  if (red != OF_LOSS_MEAN) {
+    q = d;
+    d = NULL;
+    st = OF_OK;
+  } else if (denom) st = of_binary(OF_DIV, d, denom, NULL, &q);
+  else st = of_binary_scalar(OF_DIV, d, (double)ns, 0, NULL, &q);
+  if (st == OF_OK) st = of_expand(q, &ns, 1, &e);
+  if (st == OF_OK) st = of_dense(e, OF_FLOAT64, out);
+  of_tensor_release(d);
+  of_tensor_release(q);
+  of_tensor_release(e);
+  return st;
 }
 
 static of_status ce_dev_backward(of_node *n, of_tensor **g, of_tensor **gi);
 static const of_grad_def ce_dev_grad = {"CrossEntropyBackward", ce_dev_backward};
 
 /* node as ce_grad's; saved: 0 logits, 1 target (int64 on the device, or
- * the probabilities), 2 weight (float64), 3 lse */
+ * the probabilities), 2 weight (float64), 3 lse, 4 the 'mean' denominator
+ * of class targets (a device scalar; i[5] says whether there is one) */
 static of_status ce_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   if (n->needs[2])
@@ -402,8 +424,10 @@ static of_status ce_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   bool prob = n->i[3] != 0;
   of_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *tmp[5] = {NULL, NULL, NULL, NULL, NULL};
   of_status st = OF_OK;
+  of_tensor *den = NULL;
   for (int32_t k = 0; k < 4 && st == OF_OK; k++)
     if (k != 2 || n->i[4]) st = of_node_saved(n, k, &sv[k]);
+  if (st == OF_OK && n->i[5]) st = of_node_saved(n, 4, &den);
   if (st != OF_OK) goto done;
   of_tensor *x = sv[0], *t = sv[1];
   if (of_is_grad_enabled() &&
@@ -419,7 +443,7 @@ static of_status ce_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_dtype cd = of_compute_dtype(x->dtype);
   if (st == OF_OK) st = of_dense(x, cd, &tmp[0]);
   if (st == OF_OK && prob) st = of_dense(t, cd, &tmp[1]);
-  if (st == OF_OK) st = dev_scales(g[0], (int32_t)n->i[0], n->d[1], l.N * l.S, of_dev(x), &tmp[2]);
+  if (st == OF_OK) st = dev_scales(g[0], (int32_t)n->i[0], den, l.N * l.S, &tmp[2]);
   if (st == OF_OK) st = of_tensor_new(x->shape, x->ndim, cd, of_dev(x), &tmp[3]);
   if (st == OF_OK && prob && n->needs[1])
     st = of_tensor_new(x->shape, x->ndim, cd, of_dev(x), &tmp[4]);
@@ -436,6 +460,7 @@ static of_status ce_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
     tmp[4] = NULL;
   }
 done:
+  of_tensor_release(den);
   release_all(sv, 4);
   release_all(tmp, 5);
   return st;
@@ -451,11 +476,10 @@ static of_status ce_device(of_tensor *x, of_tensor *target, of_tensor *weight,
   of_dtype cd = of_compute_dtype(x->dtype);
   of_device dev = of_dev(x);
   int64_t ns = l->N * l->S;
-  double wsum = 0, denom = 0;
-  of_tensor *w = NULL, *t = NULL, *xc = NULL, *lse = NULL, *loss = NULL, *wt = NULL;
+  double wsum = 0;
+  of_tensor *w = NULL, *t = NULL, *xc = NULL, *lse = NULL, *loss = NULL, *wt = NULL, *den = NULL;
   of_status st = dev_weight(op, weight, l, x, &w, &wsum);
-  if (st == OF_OK) st = prob ? of_dense(target, cd, &t)
-                             : dev_class_target(op, target, l, x, ignore_index, index_base, &t);
+  if (st == OF_OK) st = prob ? of_dense(target, cd, &t) : dev_class_target(op, target, l, x, &t);
   if (st == OF_OK) st = of_dense(x, cd, &xc);
   if (st == OF_OK) st = of_tensor_new(&ns, 1, OF_FLOAT64, dev, &lse);
   if (st == OF_OK) st = of_tensor_new(&ns, 1, OF_FLOAT64, dev, &loss);
@@ -463,7 +487,7 @@ static of_status ce_device(of_tensor *x, of_tensor *target, of_tensor *weight,
   of_loss_desc d = {l->N, l->C, l->S, ignore_index, index_base, label_smoothing, wsum};
   if (st == OF_OK)
     st = o->cross_entropy(&d, xc, prob ? NULL : t, prob ? t : NULL, w, lse, loss, wt);
-  if (st == OF_OK) st = dev_reduce(l, reduction, loss, wt, prob, x->dtype, &denom, out);
+  if (st == OF_OK) st = dev_reduce(l, reduction, loss, wt, prob, x->dtype, &den, out);
   of_tensor *ins[3] = {x, target, weight};
   if (st == OF_OK && of_grad_needed(ins, 3)) {
     of_node *n;
@@ -477,17 +501,18 @@ static of_status ce_device(of_tensor *x, of_tensor *target, of_tensor *weight,
       n->i[2] = index_base;
       n->i[3] = prob;
       n->i[4] = weight != NULL;
+      n->i[5] = den != NULL;
       n->d[0] = label_smoothing;
-      n->d[1] = denom;
       n->d[2] = wsum;
       of_node_save(n, 0, x);
       of_node_save(n, 1, prob ? target : t);
       of_node_save(n, 2, w);
       of_node_save(n, 3, lse);
+      of_node_save(n, 4, den);
     }
   }
-  of_tensor *rel[6] = {w, t, xc, lse, loss, wt};
-  release_all(rel, 6);
+  of_tensor *rel[7] = {w, t, xc, lse, loss, wt, den};
+  release_all(rel, 7);
   return st;
 }
 
@@ -506,16 +531,17 @@ static of_status nll_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   l.C = xm->shape[l.batched ? 1 : 0];
   l.S = 1;
   for (int32_t d = 2; d < xm->ndim; d++) l.S *= xm->shape[d];
-  of_tensor *t = NULL, *w = NULL, *sc = NULL, *gx = NULL;
+  of_tensor *t = NULL, *w = NULL, *sc = NULL, *gx = NULL, *den = NULL;
   const of_device_ops *o = NULL;
   of_status st = of_node_saved(n, 0, &t);
   if (st == OF_OK && n->i[4]) st = of_node_saved(n, 1, &w);
+  if (st == OF_OK && n->i[5]) st = of_node_saved(n, 2, &den);
   if (st == OF_OK && of_is_grad_enabled() && g[0]->requires_grad)
     st = of_fail(OF_ERR_DEVICE, "nll_loss: double backward (create_graph) is not implemented "
                  "on %s yet; compute it on the CPU", OF_DEV_STR(of_dev(t)));
   if (st == OF_OK) st = dev_ops("nll_loss_backward", t, &o);
   of_dtype cd = of_compute_dtype(xm->dtype);
-  if (st == OF_OK) st = dev_scales(g[0], (int32_t)n->i[0], n->d[1], l.N * l.S, of_dev(t), &sc);
+  if (st == OF_OK) st = dev_scales(g[0], (int32_t)n->i[0], den, l.N * l.S, &sc);
   if (st == OF_OK) st = of_tensor_new(xm->shape, xm->ndim, cd, of_dev(t), &gx);
   of_loss_desc d = {l.N, l.C, l.S, n->i[1], n->i[2], 0, 0};
   if (st == OF_OK) st = o->nll_loss_back(&d, t, w, sc, gx);
@@ -523,8 +549,8 @@ static of_status nll_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
     st = finish(gx, xm->dtype, &gi[0]);
     gx = NULL;
   }
-  of_tensor *rel[4] = {t, w, sc, gx};
-  release_all(rel, 4);
+  of_tensor *rel[5] = {t, w, sc, gx, den};
+  release_all(rel, 5);
   return st;
 }
 
@@ -536,16 +562,16 @@ static of_status nll_device(of_tensor *x, of_tensor *target, of_tensor *weight,
   OF_CHECK(dev_ops(op, x, &o));
   of_device dev = of_dev(x);
   int64_t ns = l->N * l->S;
-  double wsum = 0, denom = 0;
-  of_tensor *w = NULL, *t = NULL, *xc = NULL, *loss = NULL, *wt = NULL;
+  double wsum = 0;
+  of_tensor *w = NULL, *t = NULL, *xc = NULL, *loss = NULL, *wt = NULL, *den = NULL;
   of_status st = dev_weight(op, weight, l, x, &w, &wsum);
-  if (st == OF_OK) st = dev_class_target(op, target, l, x, ignore_index, index_base, &t);
+  if (st == OF_OK) st = dev_class_target(op, target, l, x, &t);
   if (st == OF_OK) st = of_dense(x, of_compute_dtype(x->dtype), &xc);
   if (st == OF_OK) st = of_tensor_new(&ns, 1, OF_FLOAT64, dev, &loss);
   if (st == OF_OK) st = of_tensor_new(&ns, 1, OF_FLOAT64, dev, &wt);
   of_loss_desc d = {l->N, l->C, l->S, ignore_index, index_base, 0, wsum};
   if (st == OF_OK) st = o->nll_loss(&d, xc, t, w, loss, wt);
-  if (st == OF_OK) st = dev_reduce(l, reduction, loss, wt, false, x->dtype, &denom, out);
+  if (st == OF_OK) st = dev_reduce(l, reduction, loss, wt, false, x->dtype, &den, out);
   of_tensor *ins[3] = {x, target, weight};
   if (st == OF_OK && of_grad_needed(ins, 3)) {
     of_node *n;
@@ -558,13 +584,14 @@ static of_status nll_device(of_tensor *x, of_tensor *target, of_tensor *weight,
       n->i[1] = ignore_index;
       n->i[2] = index_base;
       n->i[4] = weight != NULL;
-      n->d[1] = denom;
+      n->i[5] = den != NULL;
       of_node_save(n, 0, t);
       of_node_save(n, 1, w);
+      of_node_save(n, 2, den);
     }
   }
-  of_tensor *rel[5] = {w, t, xc, loss, wt};
-  release_all(rel, 5);
+  of_tensor *rel[6] = {w, t, xc, loss, wt, den};
+  release_all(rel, 6);
   return st;
 }
 
@@ -638,8 +665,10 @@ static of_status ce_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *tmp[5] = {NULL, NULL, NULL, NULL, NULL};
   of_status st = OF_OK;
   double *sc = NULL;
+  of_tensor *den = NULL;
   for (int32_t k = 0; k < 4 && st == OF_OK; k++)
     if (k != 2 || n->i[4]) st = of_node_saved(n, k, &sv[k]);
+  if (st == OF_OK && n->i[5]) st = of_node_saved(n, 4, &den);
   if (st != OF_OK) goto done;
   of_tensor *x = sv[0], *t = sv[1];
   bool prob = n->i[3] != 0;

@@ -235,8 +235,25 @@ describe('CUDA losses', function()
     local t4 = flow.randint(1, 6, {2, 3, 2})
     check('ce spatial', function(a) return F.cross_entropy(a, t4) end, {x4}, 1e-9, true)
     check('ce float32', function(a) return F.cross_entropy(a, t) end, {x:float()}, 1e-5, true)
-    H.raises(function() F.cross_entropy(x:cuda(), flow.tensor({1, 9, 2, 3, 3, 4}):cuda()) end,
-             'cross_entropy', 'out of range')
+    local wg = w:cuda()
+    check('ce weight smoothing', function(a) return F.cross_entropy(a, ti, {
+      weight = a.device.type == 'cpu' and w or wg, label_smoothing = 0.3}) end, {x}, 1e-9, true)
+  end)
+  it('checks class targets in the kernels, reported at the next synchronising call', function()
+    -- no host copy of the targets (capture-safe): the kernel flags a bad one
+    local bad = flow.tensor({1, 9, 2, 3, 3, 4}, {dtype = 'int64'}):cuda()
+    H.raises(function()
+      F.cross_entropy(x:cuda(), bad)
+      flow.cuda.synchronize()
+    end, 'cross_entropy', 'index out of range')
+    H.raises(function() return F.nll_loss(F.log_softmax(x, 2):cuda(), bad):item() end,
+             'nll_loss', 'index out of range')
+    -- ignore_index is not out of range, and the flag was cleared
+    local ti = flow.tensor({1, -100, 2, 3, 3, 4}, {dtype = 'int64'})
+    H.close(F.cross_entropy(x:cuda(), ti:cuda()):cpu(), F.cross_entropy(x, ti), 1e-9)
+    -- shapes and dtypes are still checked when the op is called
+    H.raises(function() F.cross_entropy(x:cuda(), flow.tensor({1, 2}):cuda()) end,
+             'cross_entropy', 'expected target of shape')
   end)
   it('nll_loss with weights and ignore_index', function()
     local lp = F.log_softmax(x, 2)
