@@ -135,7 +135,7 @@ static of_status build_dag(const of_graph *g, dag *d) {
     ok = d->succ_start && d->succ;
     for (int32_t i = 0, at = 0; ok && i < nn; i++) {
       d->succ_start[i] = at;
-      memcpy(d->succ + at, succ[i].a, sizeof *d->succ * (size_t)succ[i].n);
+      if (succ[i].n) memcpy(d->succ + at, succ[i].a, sizeof *d->succ * (size_t)succ[i].n);
       at += succ[i].n;
       d->succ_start[i + 1] = at;
     }
