@@ -356,6 +356,35 @@ static int32_t wire_red(of_dtype dt, of_comm_op r) {
   return dt == OF_BOOL && r == OF_COMM_SUM ? OF_COMM_MAX : r;
 }
 
+/* A tensor as the wire sees it: wire type, compute dtype, the device
+ * context and a dense buffer in that dtype (the tensor itself when it
+ * already is one). */
+typedef struct {
+  of_wire w;
+  of_dtype as;
+  dctx d;
+  of_tensor *buf;
+} wired;
+
+static of_status wire_up(const char *op, of_comm *c, of_tensor *t, int reducing, wired *x) {
+  x->w = OF_WIRE_U8;
+  x->d = (dctx){0};
+  x->buf = NULL;
+  OF_CHECK(wire_of(op, t->dtype, reducing, &x->w, &x->as));
+  OF_CHECK(dev_ctx(op, c, of_dev(t), &x->d));
+  return of_dense(t, x->as, &x->buf);
+}
+
+/* After a collective that wrote x->buf in place: the result into t. */
+static of_status wire_down(of_tensor *t, wired *x, of_status st) {
+  if (st == OF_OK) {
+    if (x->buf != t) st = of_copy_data(t, x->buf);
+    else of_bump_version(t);
+  }
+  of_tensor_release(x->buf);
+  return st;
+}
+
 of_status of_comm_barrier(of_comm *c) {
   OF_CHECK(of_dist_init());
   if (backend->barrier(c->bc, labelled("barrier"), of_dist_get_timeout()) != 0)
@@ -368,26 +397,17 @@ of_status of_impl_comm_all_reduce(of_comm *c, of_tensor *t, of_comm_op r) {
   OF_CHECK(of_dist_init());
   OF_CHECK(check_tensor(op, t));
   OF_CHECK(check_op(op, r));
-  of_wire w = OF_WIRE_U8;
-  of_dtype as;
-  OF_CHECK(wire_of(op, t->dtype, 1, &w, &as));
-  dctx d;
-  OF_CHECK(dev_ctx(op, c, of_dev(t), &d));
-  of_tensor *buf;
-  OF_CHECK(of_dense(t, as, &buf));
-  of_status st = OF_OK;
-  int rc = d.nb ? d.nb->all_reduce(d.dc, d.stream, of_ptr(buf), buf->numel, w,
-                                   wire_red(t->dtype, r), labelled(op), of_dist_get_timeout())
-                : backend->all_reduce(c->bc, of_ptr(buf), buf->numel, w, wire_red(t->dtype, r),
-                                      labelled(op), of_dist_get_timeout());
-  if (rc != 0)
-    st = DFAIL(d, op);
-  else if (buf != t)
-    st = of_copy_data(t, buf);
-  else
-    of_bump_version(t);
-  of_tensor_release(buf);
-  return st;
+  wired x;
+  of_status st = wire_up(op, c, t, 1, &x);
+  if (st == OF_OK) {
+    int32_t red = wire_red(t->dtype, r);
+    int rc = x.d.nb ? x.d.nb->all_reduce(x.d.dc, x.d.stream, of_ptr(x.buf), x.buf->numel, x.w,
+                                         red, labelled(op), of_dist_get_timeout())
+                    : backend->all_reduce(c->bc, of_ptr(x.buf), x.buf->numel, x.w, red,
+                                          labelled(op), of_dist_get_timeout());
+    if (rc != 0) st = DFAIL(x.d, op);
+  }
+  return wire_down(t, &x, st);
 }
 
 of_status of_impl_comm_broadcast(of_comm *c, of_tensor *t, int32_t root) {
@@ -397,26 +417,16 @@ of_status of_impl_comm_broadcast(of_comm *c, of_tensor *t, int32_t root) {
   if (root < 0 || root >= c->size)
     return of_fail(OF_ERR_INDEX, "broadcast: root %d out of range for %d processes",
                    (int)root, (int)c->size);
-  of_wire w = OF_WIRE_U8;
-  of_dtype as;
-  OF_CHECK(wire_of(op, t->dtype, 0, &w, &as));
-  dctx d;
-  OF_CHECK(dev_ctx(op, c, of_dev(t), &d));
-  of_tensor *buf;
-  OF_CHECK(of_dense(t, as, &buf));
-  of_status st = OF_OK;
-  int rc = d.nb ? d.nb->broadcast(d.dc, d.stream, of_ptr(buf), buf->numel, w, root, labelled(op),
-                                  of_dist_get_timeout())
-                : backend->broadcast(c->bc, of_ptr(buf), buf->numel, w, root, labelled(op),
-                                     of_dist_get_timeout());
-  if (rc != 0)
-    st = DFAIL(d, op);
-  else if (buf != t)
-    st = of_copy_data(t, buf);
-  else
-    of_bump_version(t);
-  of_tensor_release(buf);
-  return st;
+  wired x;
+  of_status st = wire_up(op, c, t, 0, &x);
+  if (st == OF_OK) {
+    int rc = x.d.nb ? x.d.nb->broadcast(x.d.dc, x.d.stream, of_ptr(x.buf), x.buf->numel, x.w,
+                                        root, labelled(op), of_dist_get_timeout())
+                    : backend->broadcast(c->bc, of_ptr(x.buf), x.buf->numel, x.w, root,
+                                         labelled(op), of_dist_get_timeout());
+    if (rc != 0) st = DFAIL(x.d, op);
+  }
+  return wire_down(t, &x, st);
 }
 
 /* counts[size] or NULL (each rank gives `own`); checks and sums them. */
@@ -447,13 +457,12 @@ of_status of_impl_comm_all_gather(of_comm *c, of_tensor *x, const int64_t *count
   if (st == OF_OK && cnt[c->rank] != x->numel)
     st = of_fail(OF_ERR_SHAPE, "%s: rank %d gives %lld elements but counts say %lld", op,
                  (int)c->rank, (long long)x->numel, (long long)cnt[c->rank]);
-  of_wire w = OF_WIRE_U8;
-  of_dtype as;
-  of_tensor *in = NULL, *res = NULL;
-  dctx d = {0};
-  if (st == OF_OK) st = wire_of(op, x->dtype, 0, &w, &as);
-  if (st == OF_OK) st = dev_ctx(op, c, of_dev(x), &d);
-  if (st == OF_OK) st = of_dense(x, as, &in);
+  wired wx = {.buf = NULL};
+  of_tensor *res = NULL;
+  if (st == OF_OK) st = wire_up(op, c, x, 0, &wx);
+  of_wire w = wx.w;
+  dctx d = wx.d;
+  of_tensor *in = wx.buf;
   if (st == OF_OK) st = of_tensor_new(&total, 1, x->dtype, of_dev(x), &res);
   if (st == OF_OK &&
       (d.nb ? d.nb->all_gather(d.dc, d.stream, of_ptr(in), of_ptr(res), cnt, w, labelled(op),
@@ -486,13 +495,13 @@ of_status of_impl_comm_reduce_scatter(of_comm *c, of_tensor *x, const int64_t *c
     st = of_fail(OF_ERR_SHAPE, "%s: counts add up to %lld but the tensor has %lld elements%s",
                  op, (long long)total, (long long)x->numel,
                  counts ? "" : " (not divisible by the number of processes; give counts)");
-  of_wire w = OF_WIRE_U8;
-  of_dtype as;
-  of_tensor *in = NULL, *res = NULL;
-  dctx d = {0};
-  if (st == OF_OK) st = wire_of(op, x->dtype, 1, &w, &as);
-  if (st == OF_OK) st = dev_ctx(op, c, of_dev(x), &d);
-  if (st == OF_OK) st = of_dense(x, as, &in);
+  wired wx = {.buf = NULL};
+  of_tensor *res = NULL;
+  if (st == OF_OK) st = wire_up(op, c, x, 1, &wx);
+  of_wire w = wx.w;
+  of_dtype as = wx.as;
+  dctx d = wx.d;
+  of_tensor *in = wx.buf;
   int64_t mine = cnt[c->rank];
   if (st == OF_OK) st = of_tensor_new(&mine, 1, as, of_dev(x), &res);
   if (st == OF_OK &&
@@ -531,13 +540,12 @@ of_status of_impl_comm_all_to_all(of_comm *c, of_tensor *x, const int64_t *send_
   if (st == OF_OK && stot != x->numel)
     st = of_fail(OF_ERR_SHAPE, "%s: send counts add up to %lld but the tensor has %lld "
                  "elements", op, (long long)stot, (long long)x->numel);
-  of_wire w = OF_WIRE_U8;
-  of_dtype as;
-  of_tensor *in = NULL, *res = NULL;
-  dctx d = {0};
-  if (st == OF_OK) st = wire_of(op, x->dtype, 0, &w, &as);
-  if (st == OF_OK) st = dev_ctx(op, c, of_dev(x), &d);
-  if (st == OF_OK) st = of_dense(x, as, &in);
+  wired wx = {.buf = NULL};
+  of_tensor *res = NULL;
+  if (st == OF_OK) st = wire_up(op, c, x, 0, &wx);
+  of_wire w = wx.w;
+  dctx d = wx.d;
+  of_tensor *in = wx.buf;
   if (st == OF_OK) st = of_tensor_new(&rtot, 1, x->dtype, of_dev(x), &res);
   if (st == OF_OK &&
       (d.nb ? d.nb->all_to_all(d.dc, d.stream, of_ptr(in), sc, of_ptr(res), rc, w, labelled(op),
@@ -568,26 +576,21 @@ static of_status check_peer(const char *op, of_comm *c, int32_t peer, int32_t ta
   return OF_OK;
 }
 
-of_status of_comm_send(of_comm *c, of_tensor *x, int32_t dst, int32_t tag) {
+of_status of_comm_send(of_comm *c, of_tensor *t, int32_t dst, int32_t tag) {
   const char *op = "send";
   OF_CHECK(of_dist_init());
-  OF_CHECK(check_tensor(op, x));
+  OF_CHECK(check_tensor(op, t));
   OF_CHECK(check_peer(op, c, dst, tag));
-  of_wire w = OF_WIRE_U8;
-  of_dtype as;
-  OF_CHECK(wire_of(op, x->dtype, 0, &w, &as));
-  dctx d;
-  OF_CHECK(dev_ctx(op, c, of_dev(x), &d));
-  of_tensor *in;
-  OF_CHECK(of_dense(x, as, &in));
-  of_status st = OF_OK;
-  int rc = d.nb ? d.nb->send(d.dc, d.stream, of_ptr(in), in->numel, w, dst, labelled(op),
-                             of_dist_get_timeout())
-                : backend->send(c->bc, of_ptr(in), in->numel, w, dst, tag, labelled(op),
-                                of_dist_get_timeout());
-  if (rc != 0)
-    st = DFAIL(d, op);
-  of_tensor_release(in);
+  wired x;
+  of_status st = wire_up(op, c, t, 0, &x);
+  if (st == OF_OK) {
+    int rc = x.d.nb ? x.d.nb->send(x.d.dc, x.d.stream, of_ptr(x.buf), x.buf->numel, x.w, dst,
+                                   labelled(op), of_dist_get_timeout())
+                    : backend->send(c->bc, of_ptr(x.buf), x.buf->numel, x.w, dst, tag,
+                                    labelled(op), of_dist_get_timeout());
+    if (rc != 0) st = DFAIL(x.d, op);
+  }
+  of_tensor_release(x.buf);
   return st;
 }
 
@@ -596,26 +599,16 @@ of_status of_comm_recv(of_comm *c, of_tensor *into, int32_t src, int32_t tag) {
   OF_CHECK(of_dist_init());
   OF_CHECK(check_tensor(op, into));
   OF_CHECK(check_peer(op, c, src, tag));
-  of_wire w = OF_WIRE_U8;
-  of_dtype as;
-  OF_CHECK(wire_of(op, into->dtype, 0, &w, &as));
-  dctx d;
-  OF_CHECK(dev_ctx(op, c, of_dev(into), &d));
-  of_tensor *buf;
-  OF_CHECK(of_dense(into, as, &buf));
-  of_status st = OF_OK;
-  int rc = d.nb ? d.nb->recv(d.dc, d.stream, of_ptr(buf), buf->numel, w, src, labelled(op),
-                             of_dist_get_timeout())
-                : backend->recv(c->bc, of_ptr(buf), buf->numel, w, src, tag, labelled(op),
-                                of_dist_get_timeout());
-  if (rc != 0)
-    st = DFAIL(d, op);
-  else if (buf != into)
-    st = of_copy_data(into, buf);
-  else
-    of_bump_version(into);
-  of_tensor_release(buf);
-  return st;
+  wired x;
+  of_status st = wire_up(op, c, into, 0, &x);
+  if (st == OF_OK) {
+    int rc = x.d.nb ? x.d.nb->recv(x.d.dc, x.d.stream, of_ptr(x.buf), x.buf->numel, x.w, src,
+                                   labelled(op), of_dist_get_timeout())
+                    : backend->recv(c->bc, of_ptr(x.buf), x.buf->numel, x.w, src, tag,
+                                    labelled(op), of_dist_get_timeout());
+    if (rc != 0) st = DFAIL(x.d, op);
+  }
+  return wire_down(into, &x, st);
 }
 
 /* ---- nonblocking all-reduce ---------------------------------------------
