@@ -80,6 +80,16 @@ static of_status check_reduction(const char *op, of_loss_reduction r) {
 }
 
 /* weight [C] -> contiguous doubles (NULL stays NULL) */
+/* N, C, S of an input known only by its recorded meta (in backward). */
+static layout layout_of_meta(const of_meta *xm) {
+  layout l = {.batched = xm->ndim > 1};
+  l.N = l.batched ? xm->shape[0] : 1;
+  l.C = xm->shape[l.batched ? 1 : 0];
+  l.S = 1;
+  for (int32_t d = 2; d < xm->ndim; d++) l.S *= xm->shape[d];
+  return l;
+}
+
 static of_status parse_weight(const char *op, of_tensor *w, const layout *l, const of_tensor *x,
                               of_tensor **out) {
   *out = NULL;
@@ -526,11 +536,7 @@ static of_status nll_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
     return of_fail(OF_ERR_STATE, "nll_loss: the derivative for 'weight' is not implemented; "
                    "detach the class weights");
   const of_meta *xm = &n->in_meta[0];
-  layout l = {.batched = xm->ndim > 1};
-  l.N = l.batched ? xm->shape[0] : 1;
-  l.C = xm->shape[l.batched ? 1 : 0];
-  l.S = 1;
-  for (int32_t d = 2; d < xm->ndim; d++) l.S *= xm->shape[d];
+  layout l = layout_of_meta(xm);
   of_tensor *t = NULL, *w = NULL, *sc = NULL, *gx = NULL, *den = NULL;
   const of_device_ops *o = NULL;
   of_status st = of_node_saved(n, 0, &t);
@@ -820,11 +826,7 @@ static of_status nll_backward(of_node *n, of_tensor **g, of_tensor **gi) {
                    "detach the class weights");
   of_tensor *sv[2] = {NULL, NULL}, *t = NULL, *w = NULL;
   const of_meta *xm = &n->in_meta[0];
-  layout l = {.batched = xm->ndim > 1};
-  l.N = l.batched ? xm->shape[0] : 1;
-  l.C = xm->shape[l.batched ? 1 : 0];
-  l.S = 1;
-  for (int32_t d = 2; d < xm->ndim; d++) l.S *= xm->shape[d];
+  layout l = layout_of_meta(xm);
   int32_t red = (int32_t)n->i[0];
   int64_t ns = l.N * l.S;
   bool composite = of_is_grad_enabled() && g[0]->requires_grad;
