@@ -19,7 +19,7 @@
 -- Writes the tables to doc/benchmarks.md (section "Distribution") from rank 0.
 local ffi = require 'ffi'
 local flow = require 'oneflow'
-local nn, F = flow.nn, flow.nn.functional
+local F = flow.nn.functional
 
 local reps, steps, write_doc, lenet = 21, 10, true, true
 do
@@ -157,20 +157,7 @@ out('Notes: flow.comm.all_reduce runs MPI_Iallreduce (polled, so a missing peer 
 out('')
 
 ------------------------------------------------------------------ LeNet
-local LeNet = nn.Module:subclass('LeNet')
-function LeNet:__init()
-  nn.Module.__init(self)
-  self.conv1 = nn.Conv2d(1, 32, 3, {padding = 1})
-  self.conv2 = nn.Conv2d(32, 64, 3, {padding = 1})
-  self.fc1 = nn.Linear(64 * 7 * 7, 128)
-  self.fc2 = nn.Linear(128, 10)
-end
-function LeNet:forward(x)
-  x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-  x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-  x = F.relu(self.fc1(flow.flatten(x, 2)))
-  return self.fc2(x)
-end
+local LeNet = require 'bench.lenet'
 
 local function step_time(model, batch, nsteps)
   local opt = flow.optim.SGD(model:parameters(), {lr = 0.01, momentum = 0.9})
