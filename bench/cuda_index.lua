@@ -20,22 +20,7 @@ if not flow.cuda.is_available() then
   os.exit(0)
 end
 
-local function gpu_ms(fn, reps)
-  reps = reps or 20
-  for _ = 1, 3 do fn() end
-  flow.cuda.synchronize()
-  local times = {}
-  for r = 1, reps do
-    local e0, e1 = flow.cuda.Event({enable_timing = true}), flow.cuda.Event({enable_timing = true})
-    e0:record()
-    fn()
-    e1:record()
-    e1:synchronize()
-    times[r] = e0:elapsed_time(e1)
-  end
-  table.sort(times)
-  return times[math.floor(reps / 2) + 1]
-end
+local gpu_ms = require 'bench.cuda_time'
 
 local function cpu_ms(fn, reps)
   reps = reps or 3
