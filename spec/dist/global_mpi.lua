@@ -13,31 +13,10 @@ local S, Bc, Ps = flow.sbp.split, flow.sbp.broadcast, flow.sbp.partial_sum
 local grid = n == 4 and {{0, 1}, {2, 3}} or {{0, 1}}
 local P2 = n >= 2 and flow.placement('cpu', grid) or nil
 
--- independent of the library: the shard at coord for nested splits
-local function shard(full, hierarchy, sbps, coord)
-  local x = full
-  for k = 1, #hierarchy do
-    local v = sbps[k]
-    if v.kind == 'S' then
-      local len, parts = x:size(v.dim), hierarchy[k]
-      local base, extra = math.floor(len / parts), len % parts
-      local c = coord[k]
-      local start = c * base + math.min(c, extra)
-      local size = base + (c < extra and 1 or 0)
-      x = x:narrow(v.dim, start + 1, size)
-    end
-  end
-  return x
-end
+local D = require 'spec.dist.helpers'
+local shard = D.shard
 
-local function coord_of(Pl)
-  for i, q in ipairs(Pl.ranks) do
-    if q == r then
-      if #Pl.hierarchy == 1 then return {i - 1} end
-      return {math.floor((i - 1) / Pl.hierarchy[2]), (i - 1) % Pl.hierarchy[2]}
-    end
-  end
-end
+local function coord_of(Pl) return D.coord_of(Pl, r) end
 
 -- the global value g must equal `full`: shards checked where split or
 -- broadcast, partial shards summed

@@ -21,15 +21,8 @@ local S, Bc = flow.sbp.split, flow.sbp.broadcast
 local grid = n == 4 and {{0, 1}, {2, 3}} or {{0, 1}}
 local P2 = flow.placement('cpu', grid)
 
-local function mlp()
-  return nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 8), nn.Tanh(),
-                       nn.Linear(8, 4))
-end
-
--- cross entropy from ops with SBP rules: mean over the batch of -log p[y]
-local function loss_of(logits, onehot, N)
-  return -(F.log_softmax(logits, 2) * onehot):sum() / N
-end
+local D = require 'spec.dist.helpers'
+local mlp, loss_of = D.mlp, D.loss_of
 
 local TrainGraph = nn.Graph:subclass('TrainGraph')
 function TrainGraph:__init(net, opt, N, zero)

@@ -15,29 +15,10 @@ local P = flow.placement('cpu', all)
 local S, Bc, Ps = flow.sbp.split, flow.sbp.broadcast, flow.sbp.partial_sum
 local P2 = flow.placement('cpu', n == 4 and {{0, 1}, {2, 3}} or {{0, 1}})
 
--- independent of the library: the shard at coord for nested splits
-local function shard(full, hierarchy, sbps, coord)
-  local x = full
-  for k = 1, #hierarchy do
-    local v = sbps[k]
-    if v.kind == 'S' then
-      local len, parts = x:size(v.dim), hierarchy[k]
-      local base, extra = math.floor(len / parts), len % parts
-      local c = coord[k]
-      x = x:narrow(v.dim, c * base + math.min(c, extra) + 1, base + (c < extra and 1 or 0))
-    end
-  end
-  return x
-end
+local D = require 'spec.dist.helpers'
+local shard = D.shard
 
-local function coord_of(Pl)
-  for i, q in ipairs(Pl.ranks) do
-    if q == r then
-      if #Pl.hierarchy == 1 then return {i - 1} end
-      return {math.floor((i - 1) / Pl.hierarchy[2]), (i - 1) % Pl.hierarchy[2]}
-    end
-  end
-end
+local function coord_of(Pl) return D.coord_of(Pl, r) end
 
 local function has_partial(g)
   for _, v in ipairs(g.sbp) do if v.kind == 'P' then return true end end

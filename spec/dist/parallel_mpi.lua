@@ -6,7 +6,7 @@
 local flow = require 'oneflow'
 local H = require 'spec.helpers'
 
-local nn, F = flow.nn, flow.nn.functional
+local F = flow.nn.functional
 local r, n = flow.env.get_rank(), flow.env.get_world_size()
 local all = {}
 for i = 0, n - 1 do all[i + 1] = i end
@@ -15,15 +15,8 @@ local S, Bc = flow.sbp.split, flow.sbp.broadcast
 local grid = n == 4 and {{0, 1}, {2, 3}} or {{0, 1}}
 local P2 = flow.placement('cpu', grid)
 
-local function mlp()
-  return nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 8), nn.Tanh(),
-                       nn.Linear(8, 4))
-end
-
--- cross entropy from ops with SBP rules: mean over the batch of -log p[y]
-local function loss_of(logits, onehot, N)
-  return -(F.log_softmax(logits, 2) * onehot):sum() / N
-end
+local D = require 'spec.dist.helpers'
+local mlp, loss_of = D.mlp, D.loss_of
 
 -- trains `net` made global by `setup` and a plain copy for `steps` steps;
 -- x_sbp is the sbp of the input batch (and of the one-hot targets)
