@@ -307,15 +307,6 @@ of_status of_device_layer_norm(of_tensor *x, int32_t k, of_tensor *w, of_tensor 
     (void)DEV;                                                                     \
   } while (0)
 
-/* A runner with no device kernels yet: refuse non-CPU tensors clearly. */
-#define OF_CPU_ONLY(OP, ...)                                                       \
-  do {                                                                             \
-    of_device d_;                                                                  \
-    of_tensor *ts_[] = {__VA_ARGS__};                                              \
-    OF_CHECK(of_common_device(OP, ts_, (int32_t)(sizeof ts_ / sizeof ts_[0]), &d_)); \
-    if (d_ != OF_CPU) return of_device_unsupported(OP, d_);                        \
-  } while (0)
-
 #ifdef __cplusplus
 }
 #endif
