@@ -289,7 +289,7 @@ static const struct { const char *name; pass_fn fn; } passes[] = {
   {"dce", of_pass_dce},     {"cse", of_pass_cse},         {"fold", of_pass_fold},
   {"bnfold", of_pass_bnfold}, {"checkpoint", of_pass_checkpoint},
   {"fuse", of_pass_fuse},   {"inplace", of_pass_inplace}, {"schedule", of_pass_schedule},
-  {"plan", of_pass_plan},     {"poolmask", of_pass_poolmask},
+  {"plan", of_pass_plan},     {"poolmask", of_pass_poolmask}, {"relupool", of_pass_relupool},
 };
 
 static of_status run_pass(of_graph *g, const char *name, size_t len) {
@@ -309,12 +309,12 @@ static of_status run_pass(of_graph *g, const char *name, size_t len) {
     return OF_OK;
   }
   return of_fail(OF_ERR_ARG, "nn.Graph: unknown pass '%.*s' (dce, cse, bnfold, fold, "
-                 "checkpoint, poolmask, fuse, inplace, schedule, plan)", (int)len, name);
+                 "checkpoint, poolmask, relupool, fuse, inplace, schedule, plan)", (int)len, name);
 }
 
 of_status of_graph_optimize(of_graph *g, const char *list) {
   if (!g) return of_fail(OF_ERR_ARG, "nn.Graph: no graph");
-  if (!list) list = "dce,cse,bnfold,fold,dce,checkpoint,poolmask,fuse,inplace,schedule";
+  if (!list) list = "dce,cse,bnfold,fold,dce,checkpoint,poolmask,relupool,fuse,inplace,schedule";
   const char *p = list;
   while (*p) {
     while (*p == ',' || *p == ' ') p++;

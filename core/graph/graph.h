@@ -185,6 +185,11 @@ int64_t of_gval_bytes(const of_gval *v);          /* bytes of a contiguous tenso
 bool of_gval_contiguous(const of_gval *v);
 /* uses[v] = number of live node inputs reading v (+1 per graph output). */
 int32_t *of_graph_use_counts(const of_graph *g);
+/* the node making internal value v (a plain one-result op of kind op) when
+ * v has exactly one reader; NULL otherwise */
+of_gnode *of_graph_sole(of_graph *g, const int32_t *uses, int32_t v, int32_t op);
+/* v takes like's shape, contiguous, offset 0 */
+void of_gval_set_contiguous(of_gval *v, const of_gval *like);
 /* whether some live node in (from, to) writes into storage root r */
 bool of_graph_written_between(const of_graph *g, int32_t r, int32_t from, int32_t to);
 /* roots written by any live node */
@@ -205,6 +210,7 @@ of_status of_pass_schedule(of_graph *g, int32_t *removed);
 of_status of_pass_bnfold(of_graph *g, int32_t *removed);
 of_status of_pass_checkpoint(of_graph *g, int32_t *removed);
 of_status of_pass_poolmask(of_graph *g, int32_t *removed);
+of_status of_pass_relupool(of_graph *g, int32_t *removed);
 
 /* ---- runtime (exec.c) ---- */
 of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor **outputs,

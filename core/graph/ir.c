@@ -140,6 +140,30 @@ bool of_gval_contiguous(const of_gval *v) {
   return true;
 }
 
+/* the node producing internal value v, its only reader being one node, when
+ * that node is a plain one-result op of kind op; NULL otherwise */
+of_gnode *of_graph_sole(of_graph *g, const int32_t *uses, int32_t v, int32_t op) {
+  if (v < 0 || uses[v] != 1 || g->vals[v].producer < 0) return NULL;
+  const of_gval *x = &g->vals[v];
+  if (x->kind != OF_GV_INTERNAL || x->root != v || x->same != v) return NULL;
+  of_gnode *n = &g->nodes[x->producer];
+  if (n->dead || n->op != op || n->nreal != 1 || n->nmut || n->nout != 1 ||
+      (n->flags & OF_GN_CAPTURE))
+    return NULL;
+  return n;
+}
+
+void of_gval_set_contiguous(of_gval *v, const of_gval *like) {
+  v->ndim = like->ndim;
+  int64_t st = 1;
+  for (int32_t d = like->ndim - 1; d >= 0; d--) {
+    v->shape[d] = like->shape[d];
+    v->strides[d] = st;
+    st *= like->shape[d];
+  }
+  v->offset = 0;
+}
+
 int32_t *of_graph_use_counts(const of_graph *g) {
   int32_t *uses = calloc((size_t)(g->nvals ? g->nvals : 1), sizeof *uses);
   if (!uses) return NULL;

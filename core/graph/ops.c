@@ -1598,6 +1598,11 @@ static const of_opdef op_table[OPK_COUNT] = {
                                of_comm_node_check, of_comm_node_describe},
   [OPK_COMM_ALL_TO_ALL] = {"all_to_all", -1, 1, 1, 1, COMMF, of_comm_node_invoke, NULL,
                            of_comm_node_check, of_comm_node_describe},
+  [OPK_RELU_MAX_POOL] = {"relu_max_pool", sizeof(a_relu_pool), 1, 1, 2, 0, of_relu_pool_invoke,
+                         NULL, of_relu_pool_check, of_relu_pool_describe},
+  [OPK_RELU_MAX_POOL_BACKWARD] = {"relu_max_pool_backward", sizeof(a_relu_pool), 2, 2, 1, 0,
+                                  of_relu_pool_invoke, NULL, of_relu_pool_check,
+                                  of_relu_pool_describe},
 };
 
 const of_opdef *of_op_def(int32_t op) {

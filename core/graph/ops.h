@@ -26,6 +26,7 @@ enum {
   OPK_OPTIM_SGD, OPK_OPTIM_ADAM, OPK_AMP_UNSCALE, OPK_AMP_UPDATE,
   OPK_COMM_ALL_REDUCE, OPK_COMM_ALL_REDUCE_TO, OPK_COMM_BROADCAST, OPK_COMM_ALL_GATHER,
   OPK_COMM_REDUCE_SCATTER, OPK_COMM_ALL_TO_ALL,
+  OPK_RELU_MAX_POOL, OPK_RELU_MAX_POOL_BACKWARD,   /* graph-only (passes/relupool.c) */
   OPK_COUNT
 };
 
@@ -90,6 +91,8 @@ typedef struct { double smoothing; int64_t ignore, base; int32_t reduction, pad_
 typedef struct { int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS], rel_offset; int32_t ndim, pad_; } a_alias;
 enum { OF_BACKWARD_MAX_IN = 32 };
 typedef struct { char name[48]; int32_t nin, nout; int32_t in_pos[OF_BACKWARD_MAX_IN]; } a_backward;
+/* relu_max_pool(_backward): window kernel[] (= stride), input's last two dims in[] */
+typedef struct { int64_t kernel[2], in[2]; } a_relu_pool;
 
 /* ---- optimizers (optim.c) ---- */
 typedef struct { double momentum, dampening, weight_decay; int32_t nesterov, maximize; } a_sgd;
@@ -113,4 +116,7 @@ of_status of_amp_update_scale_invoke(of_gnode *n, of_tensor **ins, void **outs);
 of_status of_optim_sgd_invoke(of_gnode *n, of_tensor **ins, void **outs);
 of_status of_optim_adam_invoke(of_gnode *n, of_tensor **ins, void **outs);
 of_status of_backward_invoke(of_gnode *n, of_tensor **ins, void **outs);
+of_status of_relu_pool_invoke(of_gnode *n, of_tensor **ins, void **outs);
+of_status of_relu_pool_check(const void *attrs, int32_t size, int32_t nin);
+void of_relu_pool_describe(const void *attrs, char *buf, size_t cap);
 #endif

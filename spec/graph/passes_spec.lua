@@ -274,6 +274,78 @@ describe('nn.Graph passes', function()
     assert.is_truthy(mask_line:find('[2,3,4,4]', 1, true), ir)
   end)
 
+  it('relupool runs relu + max_pool2d and its backward as two fused nodes, same numbers as eager', function()
+    local ffi = require 'ffi'
+    -- {input H, W, pool args, fused?}: the 2x2 vector path with rows of
+    -- >= 8 windows (the last vector overlapping), 4..7, fewer than 4, odd
+    -- sizes (a row and a column outside every window), other windows, and
+    -- pools whose windows overlap or are padded (left alone)
+    local cases = {
+      {20, 20, {2}, true}, {12, 18, {2}, true}, {6, 6, {2}, true}, {9, 11, {2}, true},
+      {9, 8, {3}, true}, {8, 9, {{2, 3}}, true}, {8, 8, {3, 2}, false},
+      {8, 8, {2, {padding = 1}}, false}, {8, 8, {2, {ceil_mode = true}}, false},
+    }
+    local T = nn.Graph:subclass('ReluPool')
+    function T:__init(m) nn.Graph.__init(self); self.m = m end
+    for _, case in ipairs(cases) do
+      for _, dt in ipairs({flow.float32, flow.float64}) do
+        local m = nn.Conv2d(3, 4, 3, {padding = 1}):to(dt)
+        local pool = function(y) return F.max_pool2d(F.relu(y), unpack(case[3])) end
+        -- ties and zeros in the pool's input: inputs and weights on a coarse
+        -- grid (conv outputs repeat within windows), many windows all <= 0
+        flow.no_grad(function()
+          m.weight:copy_((m.weight * 4):round() / 4)
+          m.bias:copy_((m.bias * 4):round() / 4)
+        end)
+        local x = (flow.randn(2, 3, case[1], case[2]):to(dt) * 2):round() / 2
+        local c = flow.randn(pool(m(x)).shape):to(dt)
+        local function build(self, z)
+          local l = (pool(self.m(z)) * c):sum()
+          l:backward()
+          return l, self.m.weight.grad, self.m.bias.grad
+        end
+        local wl, wgw, wgb = build({m = m}, x)
+        wgw, wgb = wgw:clone(), wgb:clone()
+        T.build = build
+        local g = T(m)
+        for _ = 1, 3 do   -- compiling, then plain runs
+          m.weight.grad, m.bias.grad = nil, nil
+          local l, gw, gb = g(x)
+          assert.are.equal(0, (l - wl):abs():item())
+          assert.are.equal(0, (gw - wgw):abs():max():item())
+          assert.are.equal(0, (gb - wgb):abs():max():item())
+        end
+        local done = ffi.string(C.of_graph_passes(g:_graph()))
+        local ir = g:ir()
+        if case[4] then
+          assert.is_truthy(done:find('relupool(4)', 1, true), done)
+          assert.are.equal(1, count(g, 'relu_max_pool'))
+          assert.are.equal(1, count(g, 'relu_max_pool_backward'))
+          assert.are.equal(0, count(g, 'max_pool'))
+          assert.is_falsy(ir:find('MaxPoolBackward', 1, true), ir)
+        else
+          assert.are.equal(0, count(g, 'relu_max_pool'), ir)
+        end
+      end
+    end
+    -- the pool's indices used by the caller, a relu read elsewhere: left alone
+    local keep = {
+      function(y) local p, i = F.max_pool2d(F.relu(y), 2, {return_indices = true}); return p:sum() + i:sum() end,
+      function(y) local r = F.relu(y); return F.max_pool2d(r, 2):sum() + r:sum() end,
+    }
+    for _, f in ipairs(keep) do
+      local m = nn.Conv2d(3, 4, 3, {padding = 1})
+      local G = nn.Graph:subclass('ReluPoolKeep')
+      function G:__init() nn.Graph.__init(self); self.m = m end
+      function G.build(self, z) local l = f(self.m(z)); l:backward(); return l end
+      local g = G()
+      local x = flow.randn(2, 3, 8, 8)
+      g(x)
+      H.close(g(x), f(m(x)), 1e-5)
+      assert.are.equal(0, count(g, 'relu_max_pool'))
+    end
+  end)
+
   it('schedule moves optimizer updates up to right after their grads', function()
     local lin1, lin2 = nn.Linear(4, 8), nn.Linear(8, 2)
     local params = {}

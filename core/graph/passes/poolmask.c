@@ -37,30 +37,6 @@ static bool same_shape(const of_gval *a, const of_gval *b) {
   return true;
 }
 
-/* a fresh contiguous value of p's shape */
-static void reshape_like(of_gval *v, const of_gval *p) {
-  v->ndim = p->ndim;
-  int64_t st = 1;
-  for (int32_t d = p->ndim - 1; d >= 0; d--) {
-    v->shape[d] = p->shape[d];
-    v->strides[d] = st;
-    st *= p->shape[d];
-  }
-  v->offset = 0;
-}
-
-/* the node producing internal value v with one reader, or NULL */
-static of_gnode *sole(of_graph *g, const int32_t *uses, int32_t v, int32_t op) {
-  if (v < 0 || uses[v] != 1 || g->vals[v].producer < 0) return NULL;
-  const of_gval *x = &g->vals[v];
-  if (x->kind != OF_GV_INTERNAL || x->root != v || x->same != v) return NULL;
-  of_gnode *n = &g->nodes[x->producer];
-  if (n->dead || n->op != op || n->nreal != 1 || n->nmut || n->nout != 1 ||
-      (n->flags & OF_GN_CAPTURE))
-    return NULL;
-  return n;
-}
-
 static bool rewrite(of_graph *g, const int32_t *uses, int32_t xi) {
   of_gnode *X = &g->nodes[xi];
   if (X->dead || X->op != OPK_BINARY || X->nin != 2 || X->nreal != 1 || X->nmut ||
@@ -86,10 +62,10 @@ static bool rewrite(of_graph *g, const int32_t *uses, int32_t xi) {
     int32_t p = M->out[0];
     const of_gval *grx = &g->vals[gr];
     if (grx->kind != OF_GV_INTERNAL || grx->root != gr || grx->same != gr) continue;
-    of_gnode *T = sole(g, uses, fm, OPK_TO_DTYPE);
+    of_gnode *T = of_graph_sole(g, uses, fm, OPK_TO_DTYPE);
     if (!T || T->nin != 1) continue;
     int32_t bm = T->in[0];
-    of_gnode *G = sole(g, uses, bm, OPK_BINARY_SCALAR);
+    of_gnode *G = of_graph_sole(g, uses, bm, OPK_BINARY_SCALAR);
     if (!G || G->nin != 1 || G->in[0] < 0) continue;
     int32_t cop = ((const a_binary_scalar *)G->attrs)->op;
     if (cop < OF_EQ || cop > OF_GE) continue;
@@ -105,9 +81,9 @@ static bool rewrite(of_graph *g, const int32_t *uses, int32_t xi) {
     /* mask on the pooled value, multiply the pooled grad, then scatter */
     int32_t gc = X->out[0];
     G->in[0] = p;
-    reshape_like(&g->vals[bm], pv);
-    reshape_like(&g->vals[fm], pv);
-    reshape_like(&g->vals[gr], pv);
+    of_gval_set_contiguous(&g->vals[bm], pv);
+    of_gval_set_contiguous(&g->vals[fm], pv);
+    of_gval_set_contiguous(&g->vals[gr], pv);
     X->in[side] = gp;
     X->out[0] = gr;
     B->in[1] = gr;
