@@ -161,6 +161,66 @@ describe('nn.Graph passes', function()
     H.close(xin, keep)
   end)
 
+  it('inplace turns a clone of a dying value into an alias, and keeps clones that protect', function()
+    -- the weight grads of a train graph: autograd clones each first grad
+    local lin = nn.Linear(8, 4)
+    local T = nn.Graph:subclass('CloneAlias')
+    function T:__init(o) nn.Graph.__init(self); self:add_optimizer(o) end
+    function T.build(_, x)
+      local l = lin(x):pow(2):mean()
+      l:backward()
+      return l
+    end
+    local ref = nn.Linear(8, 4)
+    ref:load_state_dict(lin:state_dict())
+    local ro = flow.optim.Adam(ref:parameters(), {lr = 0.1})
+    local g = T(flow.optim.Adam(lin:parameters(), {lr = 0.1}))
+    local x = flow.randn(5, 8)
+    for _ = 1, 3 do
+      g(x)
+      ro:zero_grad()
+      ref(x):pow(2):mean():backward()
+      ro:step()
+    end
+    H.close(lin.weight, ref.weight, 1e-6)
+    H.close(lin.bias, ref.bias, 1e-6)
+    local ir = g:ir()
+    assert.are.equal(0, count(g, 'clone'), ir)
+    assert.is_truthy(ir:find('= alias(', 1, true), ir)
+    -- a clone whose source is read or written later keeps its copy
+    local builds = {
+      function(_, z)   -- the source read after the copy was written
+        local y = z * 2
+        local c = y:clone()
+        c:add_(1)
+        return c:sum(), y * 3
+      end,
+      function(_, z)   -- the source written after the copy
+        local y = z * 2
+        local c = y:clone()
+        y:add_(1)
+        return c * 3, y:sum()
+      end,
+    }
+    for b, build in ipairs(builds) do
+      local h = graph_of(build, 'inplace')
+      local z = flow.randn(4)
+      for _ = 1, 2 do
+        local a1, a2 = h(z)
+        local w1, w2 = build(nil, z)
+        H.close(a1, w1, 0)
+        H.close(a2, w2, 0)
+      end
+      assert.are.equal(1, count(h, 'clone'), b)
+    end
+    local k = graph_of(function(_, w) return w:clone() end, 'inplace')   -- an input: copied
+    local w = flow.randn(3)
+    local out = k(w)
+    out:fill_(7)
+    assert.is_true(w:abs():max():item() < 7)
+    assert.are.equal(1, count(k, 'clone'))
+  end)
+
   it('the memory plan keeps peak memory below eager mode for a training step', function()
     local function make()
       flow.manual_seed(1)

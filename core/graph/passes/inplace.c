@@ -4,7 +4,8 @@
  * writes its result into the operand's buffer instead of a fresh one:
  * same shape and dtype, contiguous, an internal value that owns its
  * storage, nothing else views that storage, it is not a graph output, and
- * no autograd node kept for an opaque backward (CAPTURE) holds it. */
+ * no autograd node kept for an opaque backward (CAPTURE) holds it. A clone
+ * whose operand's storage nobody reads afterwards becomes an alias. */
 #include "../ops.h"
 #include "../fused.h"
 #include <stdlib.h>
@@ -24,6 +25,39 @@ static int32_t operands(const of_gnode *n) {
     case OF_OPK_FUSED: return n->nin;
     default: return -1;
   }
+}
+
+/* A clone whose operand's storage is read by nothing after it becomes an
+ * alias of the operand: the copy had nobody to protect. (Autograd clones
+ * the first grad it accumulates; in a train graph that copy sat between
+ * each weight grad's matmul and its optimizer update.) */
+static bool clone_as_alias(of_graph *g, int32_t i, const int32_t *last, const bool *pinned) {
+  of_gnode *n = &g->nodes[i];
+  if (n->dead || n->op != OPK_CLONE || n->nin != 1 || n->nreal != 1 || n->nmut ||
+      n->in[0] < 0 || n->out[0] < 0 || (n->flags & OF_GN_CAPTURE))
+    return false;
+  int32_t x = n->in[0], o = n->out[0], r = g->vals[x].root;
+  const of_gval *xv = &g->vals[x];
+  of_gval *ov = &g->vals[o];
+  if (xv->kind != OF_GV_INTERNAL || g->vals[r].kind != OF_GV_INTERNAL || pinned[r] ||
+      pinned[o] || ov->kind != OF_GV_INTERNAL || ov->root != o || ov->same != o ||
+      !of_gval_contiguous(xv) || !of_gval_contiguous(ov) || !same_meta(xv, ov))
+    return false;
+  for (int32_t v = 0; v < g->nvals; v++)   /* the storage's views: none read later */
+    if (g->vals[v].root == r && last[v] > i) return false;
+  a_alias a;
+  memset(&a, 0, sizeof a);
+  a.ndim = ov->ndim;
+  memcpy(a.shape, ov->shape, sizeof a.shape);
+  memcpy(a.strides, ov->strides, sizeof a.strides);
+  void *p = realloc(n->attrs, sizeof a);
+  if (!p) return false;
+  memcpy(p, &a, sizeof a);
+  n->attrs = p;
+  n->attr_size = (int32_t)sizeof a;
+  n->op = OF_OPK_ALIAS;
+  ov->root = r;
+  return true;
 }
 
 of_status of_pass_inplace(of_graph *g, int32_t *removed) {
@@ -88,6 +122,8 @@ of_status of_pass_inplace(of_graph *g, int32_t *removed) {
       break;
     }
   }
+  for (int32_t i = 0; i < g->nnodes; i++)
+    if (clone_as_alias(g, i, last, pinned)) count++;
   free(last); free(sharers); free(pinned);
   *removed = count;   /* reported as rewrites */
   return OF_OK;
