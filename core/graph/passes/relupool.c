@@ -128,12 +128,14 @@ RELU_POOL_SCALAR(double)
         vf##N v = z + g * sel##N((c & MASKED) == 0, one, z);                               \
         vf##N e0 = sel##N(t == 0, v, z), d0 = sel##N(t == 1, v, z);                        \
         vf##N e1 = sel##N(t == 2, v, z), d1 = sel##N(t == 3, v, z);                        \
-        vf##N w[4] = {__builtin_shuffle(e0, d0, (vi##N)LO),                                \
-                      __builtin_shuffle(e0, d0, (vi##N)HI),                                \
-                      __builtin_shuffle(e1, d1, (vi##N)LO),                                \
-                      __builtin_shuffle(e1, d1, (vi##N)HI)};                               \
-        memcpy(g0 + 2 * o, &w[0], 2 * sizeof w[0]);                                        \
-        memcpy(g1 + 2 * o, &w[2], 2 * sizeof w[0]);                                        \
+        vf##N w0 = __builtin_shuffle(e0, d0, (vi##N)LO);                                   \
+        vf##N w1 = __builtin_shuffle(e0, d0, (vi##N)HI);                                   \
+        vf##N w2 = __builtin_shuffle(e1, d1, (vi##N)LO);                                   \
+        vf##N w3 = __builtin_shuffle(e1, d1, (vi##N)HI);                                   \
+        memcpy(g0 + 2 * o, &w0, sizeof w0);   /* one store each: no reload of a pair */   \
+        memcpy(g0 + 2 * o + N, &w1, sizeof w1);                                            \
+        memcpy(g1 + 2 * o, &w2, sizeof w2);                                                \
+        memcpy(g1 + 2 * o + N, &w3, sizeof w3);                                            \
       }                                                                                    \
     }                                                                                      \
     if (H > 2 * OH) memset(gx + 4 * OH * OW, 0, sizeof(float) * (size_t)(2 * OW));         \
