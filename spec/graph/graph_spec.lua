@@ -324,6 +324,44 @@ describe('nn.Graph', function()
     H.close(gg(x), want, 1e-6)
   end)
 
+  it('adds each call\'s grads into p.grad when the graph has no optimizer, as eager does', function()
+    local G = nn.Graph:subclass('NoOpt')
+    function G:__init(mm) nn.Graph.__init(self); self.m = mm end
+    function G:build(z)
+      local l = self.m(z):pow(2):mean()
+      l:backward()
+      return l
+    end
+    local m, ref = mlp(17), mlp(17)
+    local g = G(m)
+    local xs = {}
+    for i = 1, 4 do xs[i] = flow.randn(3, 6) end
+    -- a grad already there before the compiling call is added to, not replaced
+    m[1].weight.grad = flow.ones(m[1].weight.shape)
+    ref[1].weight.grad = flow.ones(ref[1].weight.shape)
+    for i = 1, 3 do   -- accumulating over calls (compiling, then plain runs)
+      g(xs[i])
+      ref(xs[i]):pow(2):mean():backward()
+      for k, p in ipairs(m:parameters()) do
+        H.close(p.grad, ref:parameters()[k].grad, 1e-6)
+      end
+    end
+    -- cleared between calls: each call's own grads
+    for _, p in ipairs(m:parameters()) do p.grad = nil end
+    for _, p in ipairs(ref:parameters()) do p.grad = nil end
+    g(xs[4])
+    ref(xs[4]):pow(2):mean():backward()
+    for k, p in ipairs(m:parameters()) do H.close(p.grad, ref:parameters()[k].grad, 1e-6) end
+    -- a frozen parameter gets none
+    m[1].bias.requires_grad = false
+    m[1].bias.grad = nil
+    local g2 = G(m)
+    g2(xs[1])
+    g2(xs[1])
+    assert.is_nil(m[1].bias.grad)
+    m[1].bias.requires_grad = true
+  end)
+
   it('compiles separately for train and eval mode', function()
     flow.manual_seed(13)
     local m = nn.Sequential(nn.Linear(6, 6), nn.Dropout(0.5), nn.Linear(6, 2))

@@ -830,6 +830,46 @@ local function note_globals(self, args, n)
   return any
 end
 
+-- Graphs without an optimizer hand their grads out as eager mode does: each
+-- call adds this call's grad into p.grad (or sets it) for the parameters of
+-- the graph's modules. While tracing, the grads existing before are set
+-- aside so that the grads the trace records are this call's alone; each of
+-- them becomes a hidden result of the graph.
+local function own_parameters(self)
+  local list, seen = {}, {}
+  for k, v in pairs(self) do
+    if type(k) == 'string' and is_module(v) then
+      for _, p in v:named_parameters() do
+        if is_tensor(p) and not seen[p] then
+          seen[p] = true
+          list[#list + 1] = p
+        end
+      end
+    end
+  end
+  return list
+end
+
+local function set_grads_aside(self)
+  local aside = {}
+  for _, p in ipairs(own_parameters(self)) do
+    aside[#aside + 1] = {p = p, grad = p.grad}
+    p.grad = nil
+  end
+  return aside
+end
+
+-- g: this call's grad of e.p (detached), added to what was there before
+local function add_grad(e, g)
+  local before = e.grad or e.p.grad
+  if before ~= nil then
+    autograd.no_grad(function() before:add_(g) end)
+    e.p.grad = before
+  else
+    e.p.grad = g
+  end
+end
+
 local function compile(self, key, args, n, dev)
   local ins, ninputs, globals = {}, 0, false
   for i = 1, n do
@@ -855,6 +895,7 @@ local function compile(self, key, args, n, dev)
   end
   for _, e in ipairs(self._optimizers) do prepare_state(self, e) end
   zero_grads(self)
+  local aside = not training and set_grads_aside(self) or {}
   write_lr(self)
   local autocast, sc = amp_setup(self, training, dev)   -- its tensors exist before tracing
   local unmark = training and mark_segments(checkpointed(self)) or function() end
@@ -885,6 +926,7 @@ local function compile(self, key, args, n, dev)
   unmark()
   if not res[1] then
     C.of_trace_abort()
+    for _, e in ipairs(aside) do e.p.grad = e.grad end
     zero_grads(self)
     local msg = tostring(res[2])
     if not msg:find('nn.Graph', 1, true) then msg = 'nn.Graph: in ' .. self.__name .. ':build: ' .. msg end
@@ -897,6 +939,14 @@ local function compile(self, key, args, n, dev)
   for i = 1, nres do
     tpl[i] = flatten(res[i + 1], list, 0)
     if tpl[i].global then globals = true end
+  end
+  local grads = {}   -- this call's grads: hidden results after the user's
+  for _, e in ipairs(aside) do
+    local g = e.p.grad
+    if g ~= nil then
+      list[#list + 1] = g
+      grads[#grads + 1] = {p = e.p, k = #list}
+    end
   end
   local couts = tensor_list(math.max(#list, 1))
   for i = 1, #list do couts[i - 1] = list[i].p end
@@ -914,7 +964,13 @@ local function compile(self, key, args, n, dev)
     io.stderr:write(ffi.string(C.of_graph_dump(g, self._debug)))
     C.of_graph_set_debug(g, 0)
   end
+  for _, e in ipairs(aside) do   -- the traced call's grads, as eager mode adds them
+    local traced = e.p.grad
+    e.p.grad = nil
+    if traced ~= nil then add_grad(e, traced:detach()) else e.p.grad = e.grad end
+  end
   local entry = {g = g, template = tpl, nres = nres, ninputs = ninputs, noutputs = #list,
+                 grads = grads,
                  updated = updated, key = key, scaling = sc, global = globals,
                  cuda_graph = self.config.cuda_graph,
                  cins = tensor_list(math.max(ninputs, 1)),
@@ -947,6 +1003,7 @@ local function run(self, entry, args, n)
   if C.of_graph_run(entry.g, cins, entry.ninputs, couts, entry.noutputs) ~= 0 then raise() end
   local list = {}
   for i = 1, entry.noutputs do list[i] = wrap(couts[i - 1]) end
+  for _, e in ipairs(entry.grads) do add_grad(e, list[e.k]) end
   rawset(self, '_last', entry)
   after_step(self, entry)
   if entry.nres == 1 and entry.template[1].tensor == 1 then return list[1] end
