@@ -81,6 +81,44 @@ describe('nn.Graph activation checkpointing', function()
     end
   end)
 
+  it('checkpointed conv + relu + max_pool blocks (relupool) train to the same parameters', function()
+    local function convnet()
+      flow.manual_seed(8)
+      local m = nn.Sequential(nn.Sequential(nn.Conv2d(1, 4, 3, {padding = 1}), nn.ReLU(),
+                                            nn.MaxPool2d(2)),
+                              nn.Sequential(nn.Conv2d(4, 8, 3, {padding = 1}), nn.ReLU(),
+                                            nn.MaxPool2d(2)),
+                              nn.Flatten(), nn.Linear(8 * 4 * 4, 5))
+      return m
+    end
+    local T = nn.Graph:subclass('CkConv')
+    function T:__init(m, ck)
+      nn.Graph.__init(self)
+      self.m = m
+      self:add_optimizer(flow.optim.Adam(m:parameters(), {lr = 1e-2}))
+      if ck then self.config:enable_activation_checkpointing(true) end
+    end
+    T.build = Train.build
+    local a, b, e = convnet(), convnet(), convnet()
+    local ga, gb = T(a, false), T(b, true)
+    local eo = flow.optim.Adam(e:parameters(), {lr = 1e-2})
+    flow.manual_seed(4)
+    for _ = 1, 3 do
+      local x, y = flow.randn(6, 1, 16, 16), flow.randint(1, 6, {6})
+      ga(x, y)
+      gb(x, y)
+      eo:zero_grad()
+      F.cross_entropy(e(x), y):backward()
+      eo:step()
+    end
+    local pa, pb, pe = a:parameters(), b:parameters(), e:parameters()
+    for i = 1, #pa do
+      H.close(pb[i], pa[i], 0, 'checkpointed param ' .. i)
+      H.close(pa[i], pe[i], 1e-5, 'eager param ' .. i)
+    end
+    assert.are.equal(2, C.of_graph_count_op(ga:_graph(), 'relu_max_pool'))
+  end)
+
   it('lowers the peak memory measured by the allocator', function()
     local x, y = flow.randn(2048, 16), flow.randint(1, 5, {2048})
     local a = Train(make(2, 256), nil)
