@@ -41,6 +41,20 @@ function Train:build(x, y)
   return loss
 end
 
+-- a train graph class over a module m: opt(m) its optimizer, checkpointed
+-- by configure(graph) when the graph is made with ck = true
+local function ck_graph(name, opt, configure)
+  local G = nn.Graph:subclass(name)
+  function G:__init(m, ck)
+    nn.Graph.__init(self)
+    self.m = m
+    self:add_optimizer(opt(m))
+    if ck then configure(self) end
+  end
+  G.build = Train.build
+  return G
+end
+
 local function make(seed, width, dropout)
   flow.manual_seed(seed)
   return Net(width, dropout)
@@ -91,14 +105,8 @@ describe('nn.Graph activation checkpointing', function()
                               nn.Flatten(), nn.Linear(8 * 4 * 4, 5))
       return m
     end
-    local T = nn.Graph:subclass('CkConv')
-    function T:__init(m, ck)
-      nn.Graph.__init(self)
-      self.m = m
-      self:add_optimizer(flow.optim.Adam(m:parameters(), {lr = 1e-2}))
-      if ck then self.config:enable_activation_checkpointing(true) end
-    end
-    T.build = Train.build
+    local T = ck_graph('CkPool', function(m) return flow.optim.Adam(m:parameters(), {lr = 1e-2}) end,
+                       function(g) g.config:enable_activation_checkpointing(true) end)
     local a, b, e = convnet(), convnet(), convnet()
     local ga, gb = T(a, false), T(b, true)
     local eo = flow.optim.Adam(e:parameters(), {lr = 1e-2})
@@ -140,18 +148,9 @@ describe('nn.Graph activation checkpointing', function()
                               nn.Flatten(), nn.Linear(8 * 6 * 6, 3))
       return m
     end
-    local G = nn.Graph:subclass('CkConv')
-    function G:__init(m, ck)
-      nn.Graph.__init(self)
-      self.m = m
-      self:add_optimizer(flow.optim.SGD(m:parameters(), {lr = 0.05, momentum = 0.9}))
-      if ck then self.m[4].config.activation_checkpointing = true end
-    end
-    function G:build(x, t)
-      local l = F.cross_entropy(self.m(x), t)
-      l:backward()
-      return l
-    end
+    local G = ck_graph('CkConv', function(m)
+      return flow.optim.SGD(m:parameters(), {lr = 0.05, momentum = 0.9})
+    end, function(g) g.m[4].config.activation_checkpointing = true end)
     local a, b = conv_net(), conv_net()
     local ga, gb = G(a, false), G(b, true)
     flow.manual_seed(8)
