@@ -388,6 +388,21 @@ describe('nn.Graph passes', function()
         end
       end
     end
+    -- eval graphs (no backward): the forward node alone
+    for _, hw in ipairs({{12, 16}, {7, 9}}) do
+      local m = nn.Conv2d(3, 4, 3, {padding = 1})
+      local E = nn.Graph:subclass('ReluPoolEval')
+      function E:__init() nn.Graph.__init(self); self.m = m end
+      function E.build(self, z) return F.max_pool2d(F.relu(self.m(z)), 2) end
+      local g = E()
+      local x = flow.randn(2, 3, hw[1], hw[2])
+      local want = flow.no_grad(function() return F.max_pool2d(F.relu(m(x)), 2) end)
+      for _ = 1, 2 do assert.are.equal(0, (g(x) - want):abs():max():item()) end
+      assert.are.equal(1, count(g, 'relu_max_pool'))
+      assert.are.equal(0, count(g, 'unary'))
+      local done = ffi.string(C.of_graph_passes(g:_graph()))
+      assert.is_truthy(done:find('relupool(1)', 1, true), done)
+    end
     -- the pool's indices used by the caller, a relu read elsewhere: left alone
     local keep = {
       function(y) local p, i = F.max_pool2d(F.relu(y), 2, {return_indices = true}); return p:sum() + i:sum() end,

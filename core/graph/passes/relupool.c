@@ -8,7 +8,7 @@
  *   m  = gp * to(p > 0)                   pooled size (poolmask)
  *   gy = MaxPoolBackward(h, m)            memset + scatter through idx
  * When the windows tile the input (stride = kernel, no padding, dilation 1,
- * floor mode) this pass rewrites it to
+ * floor mode) this pass rewrites it to (the first line alone in eval graphs)
  *   p, code = relu_max_pool(y)            one pass over y
  *   gy = relu_max_pool_backward(gp, code) one pass writing gy
  * code is an int32 per pooled value: the winning tap in the window (row-major)
@@ -335,15 +335,18 @@ static bool set_attrs(of_gnode *n, int32_t op, const a_relu_pool *a) {
   return true;
 }
 
-/* 1: rewritten, 0: no match, -1: out of memory */
+/* Nodes removed (4 with the backward, 1 without: an eval graph, or a
+ * forward whose pool is recomputed for the backward), 0: no match, -1: out
+ * of memory. */
 static int rewrite(of_graph *g, const int32_t *uses, int32_t mi) {
   of_gnode *M = &g->nodes[mi];
   int64_t kh, kw;
-  if (M->dead || M->op != OPK_MAX_POOL || !(M->flags & OF_GN_CAPTURE) || M->nin != 1 ||
-      M->nreal != 2 || M->nmut || M->nout != 3 || !tiling(M->attrs, &kh, &kw))
+  bool capture = (M->flags & OF_GN_CAPTURE) != 0;
+  if (M->dead || M->op != OPK_MAX_POOL || M->nin != 1 || M->nreal != 2 || M->nmut ||
+      M->nout != (capture ? 3 : 2) || !tiling(M->attrs, &kh, &kw))
     return 0;
-  int32_t r = M->in[0], p = M->out[0], idx = M->out[1], h = M->out[2];
-  if (r < 0 || p < 0 || h < 0 || uses[h] != 1 || (idx >= 0 && uses[idx] != 0)) return 0;
+  int32_t r = M->in[0], p = M->out[0], idx = M->out[1], h = capture ? M->out[2] : -1;
+  if (r < 0 || p < 0 || (idx >= 0 && uses[idx] != 0) || (h >= 0 && uses[h] > 1)) return 0;
   of_gnode *R = of_graph_sole(g, uses, r, OPK_UNARY);
   if (!R || R->nin != 1 || R->in[0] < 0 || ((const a_unary *)R->attrs)->op != OF_RELU) return 0;
   int32_t y = R->in[0];
@@ -355,20 +358,22 @@ static int rewrite(of_graph *g, const int32_t *uses, int32_t mi) {
   if (a.in[0] < kh || a.in[1] < kw || pv->shape[pv->ndim - 2] != a.in[0] / kh ||
       pv->shape[pv->ndim - 1] != a.in[1] / kw)
     return 0;
-  of_gnode *B = pool_backward_of(g, mi, h);
-  if (!B) return 0;
+  of_gnode *B = NULL, *X = NULL, *T = NULL, *G = NULL;
   int32_t gp = -1;
-  of_gnode *T = NULL, *G = NULL;
-  of_gnode *X = relu_mask_of(g, uses, B->in[1], p, &gp, &T, &G);
-  if (!X || gp < 0) return 0;
-  const of_gval *gv = &g->vals[gp], *gx = &g->vals[B->out[0]];
-  if (gv->dtype != yv->dtype || gx->dtype != yv->dtype || !of_gval_contiguous(gv) ||
-      gv->ndim != pv->ndim || gx->ndim != yv->ndim)
-    return 0;
-  for (int32_t d = 0; d < yv->ndim; d++)
-    if (gv->shape[d] != pv->shape[d] || gx->shape[d] != yv->shape[d]) return 0;
-  int32_t xi = (int32_t)(X - g->nodes), bi = (int32_t)(B - g->nodes);
-  if (of_graph_written_between(g, gv->root, xi, bi)) return 0;
+  if (h >= 0 && uses[h] == 1) {   /* the backward reads the pool's autograd node */
+    B = pool_backward_of(g, mi, h);
+    if (!B) return 0;
+    X = relu_mask_of(g, uses, B->in[1], p, &gp, &T, &G);
+    if (!X || gp < 0) return 0;
+    const of_gval *gv = &g->vals[gp], *gx = &g->vals[B->out[0]];
+    if (gv->dtype != yv->dtype || gx->dtype != yv->dtype || !of_gval_contiguous(gv) ||
+        gv->ndim != pv->ndim || gx->ndim != yv->ndim)
+      return 0;
+    for (int32_t d = 0; d < yv->ndim; d++)
+      if (gv->shape[d] != pv->shape[d] || gx->shape[d] != yv->shape[d]) return 0;
+    int32_t xi = (int32_t)(X - g->nodes), bi = (int32_t)(B - g->nodes);
+    if (of_graph_written_between(g, gv->root, xi, bi)) return 0;
+  }
   /* the code: a fresh int32 value of the pooled shape */
   int32_t code = of_graph_add_value(g, OF_GV_INTERNAL, NULL);
   if (code < 0) return -1;
@@ -378,16 +383,18 @@ static int rewrite(of_graph *g, const int32_t *uses, int32_t mi) {
   cv->dtype = OF_INT32;
   cv->device = pool->device;
   cv->producer = mi;
-  if (!set_attrs(M, OPK_RELU_MAX_POOL, &a) || !set_attrs(B, OPK_RELU_MAX_POOL_BACKWARD, &a))
+  if (!set_attrs(M, OPK_RELU_MAX_POOL, &a) || (B && !set_attrs(B, OPK_RELU_MAX_POOL_BACKWARD, &a)))
     return -1;
   M->in[0] = y;
   M->out[1] = code;
   M->nreal = M->nout = 2;
+  R->dead = true;
+  if (!B) return 1;
   B->in[0] = gp;
   B->in[1] = code;
   B->nin = 2;
-  R->dead = X->dead = T->dead = G->dead = true;
-  return 1;
+  X->dead = T->dead = G->dead = true;
+  return 4;
 }
 
 of_status of_pass_relupool(of_graph *g, int32_t *removed) {
@@ -402,7 +409,7 @@ of_status of_pass_relupool(of_graph *g, int32_t *removed) {
       free(uses);
       return of_fail(OF_ERR_OOM, "nn.Graph: relupool: out of memory");
     }
-    *removed += r * 4;   /* relu, compare, cast and multiply */
+    *removed += r;
   }
   free(uses);
   return OF_OK;
