@@ -951,7 +951,13 @@ local function compile(self, key, args, n, dev)
   local couts = tensor_list(math.max(#list, 1))
   for i = 1, #list do couts[i - 1] = list[i].p end
   local gp = graph_ptr()
-  if C.of_trace_end(couts, #list, gp) ~= 0 then raise() end
+  local traced_end = C.of_trace_end(couts, #list, gp)
+  for _, e in ipairs(aside) do   -- the traced call's grads, added as eager mode does
+    local traced = e.p.grad
+    e.p.grad = nil
+    if traced ~= nil and traced_end == 0 then add_grad(e, traced:detach()) else e.p.grad = e.grad end
+  end
+  if traced_end ~= 0 then raise() end
   local g = ffi.gc(gp[0], C.of_graph_release)
   name_externals(self, g)
   if self._debug > 0 then C.of_graph_set_debug(g, self._debug) end
@@ -963,11 +969,6 @@ local function compile(self, key, args, n, dev)
   if self._debug > 0 then
     io.stderr:write(ffi.string(C.of_graph_dump(g, self._debug)))
     C.of_graph_set_debug(g, 0)
-  end
-  for _, e in ipairs(aside) do   -- the traced call's grads, as eager mode adds them
-    local traced = e.p.grad
-    e.p.grad = nil
-    if traced ~= nil then add_grad(e, traced:detach()) else e.p.grad = e.grad end
   end
   local entry = {g = g, template = tpl, nres = nres, ninputs = ninputs, noutputs = #list,
                  grads = grads,
