@@ -131,6 +131,52 @@ describe('nn.Graph', function()
     assert.is_true(dl <= 1e-6 and dp <= 1e-6, ('loss diff %g, param diff %g'):format(dl, dp))
   end)
 
+  it('trains exactly like eager mode with the fusions off, and within 1e-5 with them (float32)', function()
+    local function resblock()
+      flow.manual_seed(9)
+      local Block = nn.Module:subclass('ResBlockSpec')
+      function Block:__init()
+        nn.Module.__init(self)
+        self.c1, self.b1 = nn.Conv2d(3, 6, 3, {padding = 1}), nn.BatchNorm2d(6)
+        self.c2, self.b2 = nn.Conv2d(6, 6, 3, {padding = 1}), nn.BatchNorm2d(6)
+        self.fc = nn.Linear(6 * 4 * 4, 4)
+      end
+      function Block:forward(x)
+        local h = F.relu(self.b1(self.c1(x)))
+        h = F.relu(self.b2(self.c2(h)) + h)
+        return self.fc(flow.flatten(F.max_pool2d(h, 2), 2))
+      end
+      return Block()
+    end
+    local cases = {{function() return lenet(21) end, {4, 1, 12, 12}, 5},
+                   {resblock, {4, 3, 8, 8}, 4}}
+    for _, case in ipairs(cases) do
+      for _, fusion in ipairs({false, true}) do
+        local a, b = case[1](), case[1]()
+        local oa = flow.optim.Adam(a:parameters(), {lr = 1e-2})
+        local g = Train(b, flow.optim.Adam(b:parameters(), {lr = 1e-2}))
+        g.config:enable_fusion(fusion)
+        for _, xy in ipairs(batches(4, case[2], case[3])) do
+          local la = F.cross_entropy(a(xy[1]), xy[2])
+          oa:zero_grad(); la:backward(); oa:step()
+          local lb = g(xy[1], xy[2])
+          if not fusion then assert.are.equal(la:item(), lb:item()) end
+        end
+        local dp = params_diff(a, b)
+        if fusion then
+          assert.is_true(dp <= 1e-5, tostring(dp))
+          assert.is_truthy(g:ir():find('fused_elementwise', 1, true), g:ir())
+          assert.is_truthy(g:ir():find('relu_max_pool', 1, true), g:ir())
+        else
+          assert.are.equal(0, dp)
+          local ir = g:ir()
+          assert.is_falsy(ir:find('fused_elementwise', 1, true), ir)
+          assert.is_falsy(ir:find('relu_max_pool', 1, true), ir)
+        end
+      end
+    end
+  end)
+
   it('accumulates gradients over micro-batches (set_gradient_accumulation_steps)', function()
     local a, b = mlp(15, flow.float64), mlp(15, flow.float64)
     local oa = flow.optim.SGD(a:parameters(), {lr = 0.1, momentum = 0.9})

@@ -144,9 +144,10 @@ function Config:set_passes(list)
   self.passes = list
 end
 
---- self.config:enable_fusion(false): everything but elementwise fusion.
+--- self.config:enable_fusion(false): every pass but the fusions (relupool, fuse).
 function Config:enable_fusion(on)
-  self.passes = on and nil or 'dce,cse,bnfold,fold,dce,checkpoint,poolmask,inplace,schedule'
+  if on == false then self.passes = 'dce,cse,bnfold,fold,dce,checkpoint,poolmask,inplace,schedule'
+  else self.passes = nil end   -- the default list
 end
 
 ------------------------------------------------------------------ Graph class
