@@ -308,8 +308,9 @@ function TF.resize(img, size, opts)
     y = flow.matmul(y, ww:t():unsqueeze(1))
     y = y:reshape(n, c, oh, ow)
   else
-    y = F.interpolate(b, {size = {oh, ow}, mode = mode,
-                          align_corners = mode == 'bilinear' and false or nil})
+    local opts_i = {size = {oh, ow}, mode = mode}
+    if mode == 'bilinear' then opts_i.align_corners = false end   -- torchvision's choice
+    y = F.interpolate(b, opts_i)
   end
   return from_float(undo(y), dt, mode == 'nearest')
 end
