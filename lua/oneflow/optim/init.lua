@@ -8,6 +8,12 @@ return {
   RMSprop = require 'oneflow.optim.rmsprop',
   Adagrad = require 'oneflow.optim.adagrad',
   LAMB = require 'oneflow.optim.lamb',
+  Adadelta = require 'oneflow.optim.adadelta',
+  Adamax = require 'oneflow.optim.adamax',
+  NAdam = require 'oneflow.optim.nadam',
+  RAdam = require 'oneflow.optim.radam',
+  Rprop = require 'oneflow.optim.rprop',
+  ASGD = require 'oneflow.optim.asgd',
   lr_scheduler = require 'oneflow.optim.lr_scheduler',
   REQUIRED = require('oneflow.optim._util').REQUIRED,
 }
