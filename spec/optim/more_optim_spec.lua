@@ -443,3 +443,198 @@ describe('Adadelta, Adamax, NAdam, RAdam, Rprop, ASGD arguments', function()
     end
   end)
 end)
+
+------------------------------------------------------------------ CyclicLR
+-- Rows {lr1, lr2[, momentum1, momentum2]} before each of 14 steps, printed
+-- by torch 1.13 (float64 default) as:
+--   opt = torch.optim.SGD([{'params': [a]}, {'params': [b]}], lr=0.1, momentum=0.5)
+--   s = torch.optim.lr_scheduler.CyclicLR(opt, **kwargs)
+--   for _ in range(14):
+--       g = opt.param_groups
+--       print([g[0]['lr'], g[1]['lr']] + ([g[0]['momentum'], g[1]['momentum']] if cycle_momentum else []))
+--       opt.step(); s.step()
+-- with kwargs as in CYCLIC_ARGS.
+local CYCLIC_ARGS = {
+  triangular = {{0.01, 0.02}, {0.1, 0.3}, {step_size_up = 3, step_size_down = 2}},
+  -- base_lr=[0.01, 0.02], max_lr=[0.1, 0.3], step_size_up=3, step_size_down=2
+  triangular2 = {0.01, 0.1, {step_size_up = 2, mode = 'triangular2', base_momentum = {0.7, 0.75},
+                             max_momentum = 0.95}},
+  -- base_lr=0.01, max_lr=0.1, step_size_up=2, mode='triangular2', base_momentum=[0.7, 0.75], max_momentum=0.95
+  exp_range = {0.01, 0.1, {step_size_up = 3, mode = 'exp_range', gamma = 0.9}},
+  -- base_lr=0.01, max_lr=0.1, step_size_up=3, mode='exp_range', gamma=0.9
+  scale_fn_cycle = {0.01, 0.1, {step_size_up = 2, step_size_down = 3, scale_fn = function(x) return 1 / x end,
+                                cycle_momentum = false}},
+  -- base_lr=0.01, max_lr=0.1, step_size_up=2, step_size_down=3, scale_fn=lambda x: 1 / x, cycle_momentum=False
+  scale_fn_iterations = {0.01, 0.1, {step_size_up = 2, scale_fn = function(x) return 0.95 ^ x end,
+                                     scale_mode = 'iterations', cycle_momentum = false}},
+  -- base_lr=0.01, max_lr=0.1, step_size_up=2, scale_fn=lambda x: 0.95 ** x, scale_mode='iterations',
+  -- cycle_momentum=False
+}
+
+local CYCLIC = {
+  triangular = {
+    {0.01, 0.02, 0.9, 0.9},
+    {0.039999999999999994, 0.11333333333333331, 0.8666666666666667, 0.8666666666666667},
+    {0.06999999999999999, 0.2066666666666666, 0.8333333333333334, 0.8333333333333334},
+    {0.09999999999999999, 0.29999999999999993, 0.8, 0.8},
+    {0.055, 0.15999999999999995, 0.8500000000000001, 0.8500000000000001},
+    {0.01, 0.02, 0.9, 0.9},
+    {0.04000000000000003, 0.11333333333333341, 0.8666666666666667, 0.8666666666666667},
+    {0.06999999999999999, 0.2066666666666666, 0.8333333333333334, 0.8333333333333334},
+    {0.09999999999999999, 0.29999999999999993, 0.8, 0.8},
+    {0.05500000000000005, 0.1600000000000001, 0.85, 0.85},
+    {0.01, 0.02, 0.9, 0.9},
+    {0.04000000000000003, 0.11333333333333341, 0.8666666666666667, 0.8666666666666667},
+    {0.06999999999999999, 0.2066666666666666, 0.8333333333333334, 0.8333333333333334},
+    {0.09999999999999999, 0.29999999999999993, 0.8, 0.8},
+  },
+  triangular2 = {
+    {0.01, 0.01, 0.95, 0.95},
+    {0.05500000000000001, 0.05500000000000001, 0.825, 0.85},
+    {0.1, 0.1, 0.7, 0.75},
+    {0.05500000000000001, 0.05500000000000001, 0.825, 0.85},
+    {0.01, 0.01, 0.95, 0.95},
+    {0.0325, 0.0325, 0.8875, 0.8999999999999999},
+    {0.05500000000000001, 0.05500000000000001, 0.825, 0.85},
+    {0.0325, 0.0325, 0.8875, 0.8999999999999999},
+    {0.01, 0.01, 0.95, 0.95},
+    {0.02125, 0.02125, 0.91875, 0.9249999999999999},
+    {0.0325, 0.0325, 0.8875, 0.8999999999999999},
+    {0.02125, 0.02125, 0.91875, 0.9249999999999999},
+    {0.01, 0.01, 0.95, 0.95},
+    {0.015625, 0.015625, 0.934375, 0.9375},
+  },
+  exp_range = {
+    {0.01, 0.01, 0.9, 0.9},
+    {0.03700000000000001, 0.03700000000000001, 0.87, 0.87},
+    {0.0586, 0.0586, 0.8460000000000001, 0.8460000000000001},
+    {0.07561000000000001, 0.07561000000000001, 0.8271000000000001, 0.8271000000000001},
+    {0.04936600000000002, 0.04936600000000002, 0.85626, 0.85626},
+    {0.027714699999999988, 0.027714699999999988, 0.880317, 0.880317},
+    {0.01, 0.01, 0.9, 0.9},
+    {0.02434890700000003, 0.02434890700000003, 0.8840567699999999, 0.8840567699999999},
+    {0.03582803259999999, 0.03582803259999999, 0.8713021860000001, 0.8713021860000001},
+    {0.04486784401000001, 0.04486784401000001, 0.8612579511, 0.8612579511},
+    {0.03092070640599999, 0.03092070640599999, 0.8767547706600001, 0.8767547706600001},
+    {0.019414317882700018, 0.019414317882700018, 0.889539646797, 0.889539646797},
+    {0.01, 0.01, 0.9, 0.9},
+    {0.017625597484986995, 0.017625597484986995, 0.89152711390557, 0.89152711390557},
+  },
+  scale_fn_cycle = {
+    {0.01, 0.01},
+    {0.055, 0.055},
+    {0.09999999999999999, 0.09999999999999999},
+    {0.06999999999999999, 0.06999999999999999},
+    {0.039999999999999994, 0.039999999999999994},
+    {0.01, 0.01},
+    {0.03250000000000002, 0.03250000000000002},
+    {0.055, 0.055},
+    {0.039999999999999994, 0.039999999999999994},
+    {0.025000000000000015, 0.025000000000000015},
+    {0.01, 0.01},
+    {0.025000000000000015, 0.025000000000000015},
+    {0.04, 0.04},
+    {0.03, 0.03},
+  },
+  scale_fn_iterations = {
+    {0.01, 0.01},
+    {0.052750000000000005, 0.052750000000000005},
+    {0.091225, 0.091225},
+    {0.048581875000000004, 0.048581875000000004},
+    {0.01, 0.01},
+    {0.044820142187499995, 0.044820142187499995},
+    {0.07615827015624999, 0.07615827015624999},
+    {0.04142517832421874, 0.04142517832421874},
+    {0.01, 0.01},
+    {0.038361223437607415, 0.038361223437607415},
+    {0.06388632453145408, 0.06388632453145408},
+    {0.035596004152440686, 0.035596004152440686},
+    {0.01, 0.01},
+    {0.03310039374757772, 0.03310039374757772},
+  },
+}
+
+describe('CyclicLR against torch 1.13', function()
+  local S = optim.lr_scheduler
+
+  local function sgd()
+    local a = flow.zeros(2, {requires_grad = true})
+    local b = flow.zeros(1, {requires_grad = true})
+    return optim.SGD({{params = {a}}, {params = {b}}}, {lr = 0.1, momentum = 0.5})
+  end
+
+  local function values(opt, with_momentum)
+    local g = opt.param_groups
+    local r = {g[1].lr, g[2].lr}
+    if with_momentum then r[3], r[4] = g[1].momentum, g[2].momentum end
+    return r
+  end
+
+  for key, a in pairs(CYCLIC_ARGS) do
+    it(key .. ' gives torch\'s lrs and momenta step for step', function()
+      local opt = sgd()
+      local s = S.CyclicLR(opt, a[1], a[2], a[3])
+      local with_m = a[3].cycle_momentum ~= false
+      for i, want in ipairs(CYCLIC[key]) do
+        H.close(values(opt, with_m), want, 1e-12, ('%s step %d'):format(key, i - 1))
+        assert.are.same({opt.param_groups[1].lr, opt.param_groups[2].lr}, s:get_last_lr())
+        s:step()
+      end
+    end)
+  end
+
+  it('continues identically after a state_dict round trip', function()
+    local a = CYCLIC_ARGS.triangular2
+    local opt = sgd()
+    local s = S.CyclicLR(opt, a[1], a[2], a[3])
+    for _ = 1, 5 do s:step() end
+    local sd = s:state_dict()
+    local opt2 = sgd()
+    local s2 = S.CyclicLR(opt2, 0.5, 0.9, {step_size_up = 7})
+    s2:load_state_dict(sd)
+    for i = 7, #CYCLIC.triangular2 do
+      s:step()
+      s2:step()
+      H.close(values(opt2, true), CYCLIC.triangular2[i], 1e-12, 'loaded step ' .. (i - 1))
+    end
+    -- a scale_fn is not saved; the loading scheduler keeps its own
+    local c = CYCLIC_ARGS.scale_fn_cycle
+    local s3 = S.CyclicLR(sgd(), c[1], c[2], c[3])
+    assert.is_nil(s3:state_dict()._scale_fn_custom)
+  end)
+
+  it('cycles beta1 of an Adam-style optimizer like momentum', function()
+    local p = flow.zeros(2, {requires_grad = true})
+    local opt = optim.Adam({p}, {lr = 0.1, betas = {0.5, 0.99}})
+    local s = S.CyclicLR(opt, 0.01, 0.1, {step_size_up = 2, mode = 'triangular2', base_momentum = 0.7,
+                                          max_momentum = 0.95})
+    for i, want in ipairs(CYCLIC.triangular2) do
+      H.close({opt.param_groups[1].lr, opt.param_groups[1].betas[1]}, {want[1], want[3]}, 1e-12,
+              'Adam step ' .. (i - 1))
+      assert.are.equal(0.99, opt.param_groups[1].betas[2])
+      s:step()
+    end
+  end)
+
+  it('jumps to an iteration with step(epoch)', function()
+    local a = CYCLIC_ARGS.exp_range
+    local opt = sgd()
+    local s = S.CyclicLR(opt, a[1], a[2], a[3])
+    s:step(9)
+    H.close(values(opt, true), CYCLIC.exp_range[10], 1e-12, 'step(9)')
+  end)
+
+  it("rejects bad arguments with torch's meaning", function()
+    local p = flow.zeros(2, {requires_grad = true})
+    H.raises(function() S.CyclicLR(optim.Adagrad({p}), 0.1, 1.0) end,
+             'CyclicLR: optimizer must support momentum or beta1 with `cycle_momentum` option enabled')
+    -- fine without cycle_momentum
+    S.CyclicLR(optim.Adagrad({p}), 0.1, 1.0, {cycle_momentum = false})
+    H.raises(function() S.CyclicLR(sgd(), 0.1, 1.0, {mode = 'foo'}) end,
+             'CyclicLR: mode is invalid and scale_fn is nil')
+    H.raises(function() S.CyclicLR(sgd(), {0.1, 0.2, 0.3}, 1.0) end,
+             'CyclicLR: base_lr must have the same length as optimizer.param_groups')
+    H.raises(function() S.CyclicLR(sgd(), 0.1) end, 'CyclicLR: missing required argument max_lr')
+    H.raises(function() S.CyclicLR({}, 0.1, 1.0) end, 'CyclicLR: expected an optimizer')
+  end)
+end)

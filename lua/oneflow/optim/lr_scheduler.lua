@@ -580,6 +580,121 @@ function OneCycleLR:get_lr()
   return res
 end
 
+------------------------------------------------------------------ CyclicLR
+--- CyclicLR(opt, base_lr, max_lr, {step_size_up = 2000, step_size_down = nil,
+-- mode = 'triangular', gamma = 1, scale_fn = nil, scale_mode = 'cycle',
+-- cycle_momentum = true, base_momentum = 0.8, max_momentum = 0.9}): the lr
+-- goes from base_lr up to max_lr in step_size_up steps and back down in
+-- step_size_down (default step_size_up) steps, the amplitude scaled by
+-- mode ('triangular': 1, 'triangular2': halved each cycle, 'exp_range':
+-- gamma^iteration) or by scale_fn(x), x the cycle number (scale_mode =
+-- 'cycle', from 1) or the iteration ('iterations'). Meant to be stepped
+-- after every batch. With cycle_momentum the momentum (or beta1 of an
+-- Adam-style optimizer, as PyTorch 2) moves inversely between max_momentum
+-- and base_momentum. base_lr, max_lr and the momenta may be per-group lists.
+-- A scale_fn is not saved by state_dict (as PyTorch does for functions).
+local CyclicLR = LRScheduler:subclass('CyclicLR')
+M.CyclicLR = CyclicLR
+function CyclicLR:__init(opt, ...)
+  local name = 'CyclicLR'
+  local a = args(name, {
+    {'base_lr', REQUIRED}, {'max_lr', REQUIRED}, {'step_size_up', 2000}, {'step_size_down', nil},
+    {'mode', 'triangular'}, {'gamma', 1}, {'scale_fn', nil}, {'scale_mode', 'cycle'},
+    {'cycle_momentum', true}, {'base_momentum', 0.8}, {'max_momentum', 0.9}, {'last_epoch', -1},
+  }, ...)
+  check_optimizer(name, opt)
+  local base_lrs = per_group(name, 'base_lr', opt, a.base_lr)
+  if a.last_epoch == -1 then
+    for i, g in ipairs(opt.param_groups) do g.lr = base_lrs[i] end
+  end
+  self.max_lrs = per_group(name, 'max_lr', opt, a.max_lr)
+  U.check_number(name, 'step_size_up', a.step_size_up)
+  local up = a.step_size_up
+  local down = a.step_size_down
+  if down == nil then down = up end
+  U.check_number(name, 'step_size_down', down)
+  if up + down <= 0 then
+    fail(('%s: step_size_up + step_size_down must be positive, got %s'):format(name, tostring(up + down)))
+  end
+  self.total_size = up + down
+  self.step_ratio = up / self.total_size
+  local mode, scale_fn = a.mode, a.scale_fn
+  if scale_fn == nil and mode ~= 'triangular' and mode ~= 'triangular2' and mode ~= 'exp_range' then
+    fail(("%s: mode is invalid and scale_fn is nil (mode must be 'triangular', 'triangular2' or " ..
+          "'exp_range', got %s)"):format(name, tostring(mode)))
+  end
+  self.mode, self.gamma = mode, a.gamma
+  if scale_fn ~= nil then
+    if type(scale_fn) ~= 'function' and not (type(scale_fn) == 'table' and getmetatable(scale_fn)
+                                              and getmetatable(scale_fn).__call) then
+      fail(('%s: scale_fn should be a function, got %s'):format(name, type(scale_fn)))
+    end
+    self._scale_fn_custom = scale_fn
+    self.scale_mode = a.scale_mode
+  else
+    self.scale_mode = mode == 'exp_range' and 'iterations' or 'cycle'
+  end
+  self.cycle_momentum = a.cycle_momentum
+  if self.cycle_momentum then
+    local defaults = opt.defaults or {}
+    if defaults.momentum == nil and defaults.betas == nil then
+      fail(name .. ': optimizer must support momentum or beta1 with `cycle_momentum` option enabled')
+    end
+    self.use_beta1 = defaults.momentum == nil
+    local base_m = per_group(name, 'base_momentum', opt, a.base_momentum)
+    if a.last_epoch == -1 then
+      for i, g in ipairs(opt.param_groups) do
+        if self.use_beta1 then g.betas = {base_m[i], g.betas[2]} else g.momentum = base_m[i] end
+      end
+    end
+    self.base_momentums = {}
+    for i, g in ipairs(opt.param_groups) do
+      self.base_momentums[i] = self.use_beta1 and g.betas[1] or g.momentum
+    end
+    self.max_momentums = per_group(name, 'max_momentum', opt, a.max_momentum)
+  end
+  LRScheduler.__init(self, opt, a.last_epoch)
+  self.base_lrs = base_lrs
+end
+
+function CyclicLR:scale_fn(x)
+  if self._scale_fn_custom ~= nil then return self._scale_fn_custom(x) end
+  if self.mode == 'triangular' then return 1 end
+  if self.mode == 'triangular2' then return 1 / 2 ^ (x - 1) end
+  return self.gamma ^ x
+end
+
+function CyclicLR:get_lr()
+  local cycle = math.floor(1 + self.last_epoch / self.total_size)
+  local x = 1 + self.last_epoch / self.total_size - cycle
+  local scale_factor
+  if x <= self.step_ratio then
+    scale_factor = x / self.step_ratio
+  else
+    scale_factor = (x - 1) / (self.step_ratio - 1)
+  end
+  -- scale_fn is called once per value, as PyTorch does
+  local at = self.scale_mode == 'cycle' and cycle or self.last_epoch
+  local res = {}
+  for i, base in ipairs(self.base_lrs) do
+    res[i] = base + (self.max_lrs[i] - base) * scale_factor * self:scale_fn(at)
+  end
+  if self.cycle_momentum then
+    for i, g in ipairs(self.optimizer.param_groups) do
+      local max_m = self.max_momentums[i]
+      local m = max_m - (max_m - self.base_momentums[i]) * scale_factor * self:scale_fn(at)
+      if self.use_beta1 then g.betas = {m, g.betas[2]} else g.momentum = m end
+    end
+  end
+  return res
+end
+
+function CyclicLR:state_dict()
+  local sd = LRScheduler.state_dict(self)
+  sd._scale_fn_custom = nil
+  return sd
+end
+
 ------------------------------------------------------------------ ReduceLROnPlateau
 --- ReduceLROnPlateau(opt, {mode = 'min', factor = 0.1, patience = 10,
 -- threshold = 1e-4, threshold_mode = 'rel', cooldown = 0, min_lr = 0,
