@@ -371,6 +371,32 @@ describe('optimizers against torch.optim 1.13', function()
       end
     end)
   end
+
+  -- PyTorch saves step, mu_product, eta and mu as 0-d tensors: a dict in
+  -- that form loads and continues the same trajectory
+  for _, key in ipairs({'NAdam', 'ASGD'}) do
+    it(key .. ' loads scalar state saved as 0-d tensors, as PyTorch saves it', function()
+      local c
+      for _, x in ipairs(CASES) do if x[1] == key then c = x end end
+      local W, b = model()
+      local opt = make(c[2], c[3], c[4], W, b)
+      for _ = 1, STEPS / 2 do train_step(opt, W, b) end
+      local sd = opt:state_dict()
+      for _, st in pairs(sd.state) do
+        for k, v in pairs(st) do
+          if type(v) == 'number' then st[k] = flow.tensor(v, f64) end
+        end
+      end
+      local W2 = W:detach():clone():requires_grad_()
+      local b2 = b:detach():clone():requires_grad_()
+      local opt2 = optim[c[2]]({{params = {W2}}, {params = {b2}}})
+      opt2:load_state_dict(sd)
+      for i = STEPS / 2 + 1, STEPS do
+        train_step(opt2, W2, b2)
+        H.close(row(W2, b2), REF[key].traj[i], TOL, ('%s step %d after loading'):format(key, i))
+      end
+    end)
+  end
 end)
 
 ------------------------------------------------------------------ defaults and errors
