@@ -428,6 +428,7 @@ def('std_mean', with_mean('std_mean', 'std'))
 def('aminmax', function(x, d, keepdim)
   check_tensor('aminmax', x)
   if is_options(d) then d, keepdim = d.dim, d.keepdim end
+  if type(keepdim) == 'table' then keepdim = keepdim.keepdim end
   if x:numel() == 0 and d == nil then
     error('aminmax: cannot reduce an empty tensor over all its elements', 2)
   end
@@ -873,11 +874,16 @@ local function rows_of(x, d)
   return rows, back
 end
 
+local cum_extreme_fn = {}
 local function cum_extreme(op, better)
-  return function(x, d)
+  cum_extreme_fn[op] = function(x, d)
     check_tensor(op, x)
     if d == nil then error(op .. ': dim is required', 2) end
-    if x:dim() == 0 then x = x:reshape(1); d = 1 end
+    if x:dim() == 0 then
+      norm_dim(op, d, 1)
+      local v, i = cum_extreme_fn[op](x:reshape(1), 1)
+      return v:reshape({}), i:reshape({})
+    end
     d = norm_dim(op, d, x:dim())
     if x:numel() == 0 then
       return x:clone(), flow.zeros(x:size():totable(), {dtype = int64, device = x.device})
@@ -898,6 +904,7 @@ local function cum_extreme(op, better)
     local index = back(flow.tensor(idx, {dtype = int64, device = x.device}))
     return x:gather(d, index), index
   end
+  return cum_extreme_fn[op]
 end
 --- x:cummax(dim) -> values, 1-based indices of the running maximum (the
 -- latest of equal maxima; NaN propagates). Values are differentiable.
@@ -1028,7 +1035,7 @@ local function search(op, seq, v, opts)
     error(op .. ": right = true contradicts side = 'left'", 3)
   end
   local scalar = type(v) == 'number'
-  if scalar then v = flow.tensor({v}, {dtype = seq.dtype, device = seq.device}) end
+  if scalar then v = as_tensor(v, seq):reshape(1) end
   if seq:dim() == 0 then error(op .. ': the boundaries must have at least 1 dim', 3) end
   if seq:dim() > 1 then
     local ok = v:dim() == seq:dim()
@@ -1263,6 +1270,10 @@ def('einsum', function(eq, ...)
   for i = 1, #ops do
     if not is_tensor(ops[i]) then
       error(('einsum: operand %d is not a tensor (%s)'):format(i, type(ops[i])), 2)
+    end
+    if ops[i].dtype ~= ops[1].dtype then
+      error(('einsum: operands must have the same dtype, got %s and %s'):format(
+        tostring(ops[1].dtype), tostring(ops[i].dtype)), 2)
     end
   end
   eq = eq:gsub('%s', '')
