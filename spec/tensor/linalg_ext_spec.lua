@@ -1,0 +1,184 @@
+-- flow.linalg (lua/oneflow/ops/linalg_ext.lua, core/ops/linalg_ext.c).
+-- Reference values are from torch 1.13 (torch.linalg.* on the same inputs, float64).
+local flow = require 'oneflow'
+local H = require 'spec.helpers'
+
+local L = flow.linalg
+local gradcheck = flow.autograd.gradcheck
+local INF = math.huge
+local f64 = flow.float64
+
+local X = {{1, -2, 0}, {3, 0.5, 4}}
+local A = {{{1, -2, 3}, {4, 5, -6}, {0.5, 8, 9}}, {{2, 0, 1}, {-1, 3, 2}, {1, 1, -4}}}
+local function t64(v, rg) return flow.tensor(v, {dtype = f64, requires_grad = rg}) end
+
+describe('linalg.vector_norm', function()
+  it('matches torch.linalg.vector_norm for every kind of ord', function()
+    -- torch.linalg.vector_norm(x, ord) and (x, ord, dim=1)
+    local want = {
+      {2, 5.5, {2.23606797749979, 5.024937810560445}},
+      {1, 10.5, {3.0, 7.5}},
+      {3, 4.643522023687861, {2.080083823051904, 4.5}},
+      {0.5, 46.96869613512066, {5.82842712474619, 19.706120097804877}},
+      {0, 5.0, {2.0, 3.0}},
+      {INF, 4.0, {2.0, 4.0}},
+      {-INF, 0.0, {0.0, 0.5}},
+      {-1, 0.0, {0.0, 0.3870967741935484}},
+    }
+    local x = t64(X)
+    for _, w in ipairs(want) do
+      H.close(L.vector_norm(x, w[1]), w[2], 1e-12, 'ord ' .. w[1])
+      H.close(L.vector_norm(x, w[1], 2), w[3], 1e-12, 'ord ' .. w[1] .. ' dim 2')
+      H.close(L.vector_norm(x, w[1], -1), w[3], 1e-12, 'ord ' .. w[1] .. ' dim -1')
+      assert.are.same({1, 1}, H.shape(L.vector_norm(x, w[1], {1, 2}, true)))
+      assert.are.same({1, 1}, H.shape(L.vector_norm(x, w[1], nil, {keepdim = true})))
+    end
+    H.close(L.vector_norm(x), 5.5, 1e-12)
+    H.close(L.vector_norm(x, {ord = 1, dim = 1}), {4, 2.5, 4}, 1e-12)
+    assert.are.same({2, 1}, H.shape(L.vector_norm(x, 2, 2, true)))
+    assert.are.equal(f64, L.vector_norm(flow.tensor(X), 2, nil, {dtype = f64}).dtype)
+  end)
+  it('has correct gradients', function()
+    local x = t64({{1, -2, 0.3}, {3, 0.5, 4}}, true)
+    for _, ord in ipairs({2, 1, 3, 0.5, INF, -INF, -1}) do
+      assert.is_true(gradcheck(function(a) return L.vector_norm(a, ord, 2) end, {x}))
+      assert.is_true(gradcheck(function(a) return L.vector_norm(a, ord) end, {x}))
+    end
+  end)
+  it('raises clear errors', function()
+    H.raises(function() L.vector_norm(t64(X), 'fro') end, 'linalg.vector_norm', 'ord')
+    H.raises(function() L.vector_norm(t64(X), 2, 3) end, 'linalg.vector_norm', 'dim 3')
+    H.raises(function() L.vector_norm(flow.tensor({1, 2}, {dtype = flow.int64})) end,
+      'linalg.vector_norm', 'floating point')
+  end)
+end)
+
+describe('linalg.matrix_norm', function()
+  it('matches torch.linalg.matrix_norm', function()
+    -- torch.linalg.matrix_norm(A, ord) and (A, ord, dim=(0, 2))
+    local want = {
+      {'fro', {15.370426148939398, 6.082762530298219}, {4.358898943540674, 9.539392014169456, 12.776932339180638}},
+      {INF, {17.5, 6.0}, {6.0, 15.0, 17.5}},
+      {-INF, {6.0, 3.0}, {3.0, 6.0, 6.0}},
+      {1, {18.0, 7.0}, {4.0, 8.0, 13.0}},
+      {-1, {5.5, 4.0}, {2.0, 5.0, 1.5}},
+    }
+    local a = t64(A)
+    for _, w in ipairs(want) do
+      H.close(L.matrix_norm(a, w[1]), w[2], 1e-12, tostring(w[1]))
+      H.close(L.matrix_norm(a, w[1], {1, 3}), w[3], 1e-12, tostring(w[1]) .. ' dims 1, 3')
+      assert.are.same({2, 1, 1}, H.shape(L.matrix_norm(a, w[1], nil, true)))
+      assert.are.same({2, 1, 1}, H.shape(L.matrix_norm(a, w[1], {keepdim = true})))
+    end
+    H.close(L.matrix_norm(a), {15.370426148939398, 6.082762530298219}, 1e-12)
+  end)
+  it('has correct gradients', function()
+    local a = t64(A, true)
+    for _, ord in ipairs({'fro', INF, -INF, 1, -1}) do
+      assert.is_true(gradcheck(function(x) return L.matrix_norm(x, ord) end, {a}))
+    end
+  end)
+  it('raises clear errors', function()
+    H.raises(function() L.matrix_norm(t64(A), 3) end, 'linalg.matrix_norm', 'ord 3')
+    H.raises(function() L.matrix_norm(t64({1, 2})) end, 'linalg.matrix_norm', 'shape [2]')
+    H.raises(function() L.matrix_norm(t64(A), 'fro', {1, 1}) end, 'linalg.matrix_norm', 'different')
+  end)
+end)
+
+describe('linalg.norm', function()
+  it('dispatches like torch.linalg.norm', function()
+    local x, a = t64(X), t64(A)
+    H.close(L.norm(x), 5.5, 1e-12)                       -- flattened 2-norm
+    H.close(L.norm(x, INF), 7.5, 1e-12)                  -- 2-D: matrix inf-norm
+    H.close(L.norm(x[1], 3), 2.080083823051904, 1e-12)   -- 1-D: vector norm
+    H.close(L.norm(a, nil, {2, 3}), {15.370426148939398, 6.082762530298219}, 1e-12)
+    H.close(L.norm(x, 1, 2), {3.0, 7.5}, 1e-12)          -- dim a number: vector norm
+    H.close(L.norm(x, 1, {2}), {3.0, 7.5}, 1e-12)
+    H.close(L.norm(a), math.sqrt(15.370426148939398 ^ 2 + 6.082762530298219 ^ 2), 1e-12)
+    assert.are.same({1, 1, 1}, H.shape(L.norm(a, nil, nil, true)))
+  end)
+  it('raises like torch for the cases it refuses', function()
+    H.raises(function() L.norm(t64(A), 2) end, 'linalg.norm', '1-D or 2-D', '[2,3,3]')
+    H.raises(function() L.norm(t64(X), 'fro', 1) end, 'linalg.norm', 'fro')
+    H.raises(function() L.norm(t64({1, 2}), 'fro') end, 'linalg.norm', '2-D')
+  end)
+end)
+
+describe('linalg.multi_dot', function()
+  it('multiplies a chain with vector ends', function()
+    local x, a = t64(X), t64(A)
+    -- torch.linalg.multi_dot([x[0], A[0], A[1], x[1]]) and ([A[0], A[1], x[1]])
+    H.close(L.multi_dot({x[1], a[1], a[2], x[2]}), -335.5, 1e-12)
+    assert.are.same({}, H.shape(L.multi_dot({x[1], a[1], a[2], x[2]})))
+    H.close(L.multi_dot({a[1], a[2], x[2]}), {-40.5, 147.5, -55.5}, 1e-12)
+    H.close(L.multi_dot({a[1], a[2]}), a[1]:matmul(a[2]), 1e-12)
+    H.close(L.multi_dot({x[1], a[1]}), x[1]:matmul(a[1]), 1e-12)
+  end)
+  it('has correct gradients', function()
+    local p, q, r = t64(X, true), t64(A[1], true), t64({1, 2, -1}, true)
+    assert.is_true(gradcheck(function(a, b, c) return L.multi_dot({a, b, c}) end, {p, q, r}))
+  end)
+  it('raises clear errors', function()
+    H.raises(function() L.multi_dot({t64(X)}) end, 'linalg.multi_dot', 'at least 2')
+    H.raises(function() L.multi_dot({t64(X), t64(X)}) end, 'linalg.multi_dot', '[2,3] and [2,3]')
+    H.raises(function() L.multi_dot({t64(X), t64({1, 2, 3}), t64(X)}) end, 'tensor 2 must be 2-D')
+    H.raises(function() L.multi_dot({t64(X), flow.tensor(A[1])}) end, 'same dtype')
+  end)
+end)
+
+describe('linalg.matrix_power', function()
+  it('matches torch.linalg.matrix_power', function()
+    local a = t64(A)
+    -- torch.linalg.matrix_power(A, 5)
+    H.close(L.matrix_power(a, 5), {
+      {{18909.25, 20279.5, -16649.25}, {-30231.5, -21994.0, 36052.5}, {4110.125, -44627.5, -42012.75}},
+      {{-13.0, 3.0, 268.0}, {-283.0, 279.0, 539.0}, {265.0, 271.0, -1615.0}}}, 1e-12)
+    H.close(L.matrix_power(a, 1), a, 0)
+    H.close(L.matrix_power(a, 0), flow.eye(3, {dtype = f64}):expand(2, 3, 3), 0)
+    H.close(L.matrix_power(a, 4), a:matmul(a):matmul(a):matmul(a), 1e-12)
+  end)
+  it('has correct gradients', function()
+    local a = t64(A[1], true)
+    assert.is_true(gradcheck(function(x) return L.matrix_power(x, 3) end, {a:div(4):detach():requires_grad_()}))
+  end)
+  it('raises clear errors', function()
+    H.raises(function() L.matrix_power(t64(X), 2) end, 'linalg.matrix_power', 'square', '[2,3]')
+    H.raises(function() L.matrix_power(t64(A), 1.5) end, 'linalg.matrix_power', 'integer')
+  end)
+end)
+
+describe('linalg.cross', function()
+  it('computes cross products with broadcasting', function()
+    local a, b = t64({{1, 2, 3}, {4, 5, 6}}), t64({{-1, 0.5, 2}})
+    -- torch.linalg.cross(a, b)
+    H.close(L.cross(a, b), {{2.5, -5.0, 2.5}, {7.0, -14.0, 7.0}}, 1e-12)
+    H.close(L.cross(a:t(), b:t(), {dim = 1}), flow.tensor({{2.5, -5.0, 2.5}, {7.0, -14.0, 7.0}}):t(), 1e-12)
+    H.close(L.cross(a:t(), b:t(), 1), flow.tensor({{2.5, -5.0, 2.5}, {7.0, -14.0, 7.0}}):t(), 1e-12)
+  end)
+  it('has correct gradients', function()
+    assert.is_true(gradcheck(L.cross, {t64({{1, 2, 3}, {4, 5, 6}}, true), t64({{-1, 0.5, 2}}, true)}))
+  end)
+  it('raises clear errors', function()
+    H.raises(function() L.cross(t64(X), t64(X):t()) end, 'linalg.cross', 'size 3')
+    H.raises(function() L.cross(t64(X), t64(X), {dim = 1}) end, 'linalg.cross', 'size 3', '[2,3]')
+  end)
+end)
+
+describe('linalg.diagonal', function()
+  it('takes diagonals with offsets and dims', function()
+    local a = t64(A)
+    -- torch.linalg.diagonal(A, offset=1), (A, offset=-1, dim1=0, dim2=2)
+    H.close(L.diagonal(a, {offset = 1}), {{-2.0, -6.0}, {0.0, 2.0}}, 0)
+    H.close(L.diagonal(a, {offset = -1, dim1 = 1, dim2 = 3}), {{2.0}, {-1.0}, {1.0}}, 0)
+    H.close(L.diagonal(a), {{1, 5, 9}, {2, 3, -4}}, 0)
+    assert.are.same({2, 0}, H.shape(L.diagonal(a, {offset = 3})))
+    H.close(L.diagonal(t64(X), {offset = 1}), {-2, 4}, 0)
+  end)
+  it('has correct gradients', function()
+    assert.is_true(gradcheck(function(x) return L.diagonal(x, {offset = 1}) end, {t64(A, true)}))
+  end)
+  it('raises clear errors', function()
+    H.raises(function() L.diagonal(t64({1, 2})) end, 'linalg.diagonal', 'at least 2 dims')
+    H.raises(function() L.diagonal(t64(A), {dim1 = 2, dim2 = -2}) end, 'linalg.diagonal', 'differ')
+  end)
+end)
