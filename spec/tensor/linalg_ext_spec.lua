@@ -182,3 +182,152 @@ describe('linalg.diagonal', function()
     H.raises(function() L.diagonal(t64(A), {dim1 = 2, dim2 = -2}) end, 'linalg.diagonal', 'differ')
   end)
 end)
+
+------------------------------------------------------------------ kernels (LAPACK)
+local SPD = {{4, 1, 2}, {1, 5, 3}, {2, 3, 6}}
+local NS = {{2, -1, 0.5}, {1, 3, -2}, {0, 1, -1}}
+local SING = {{1, 2, 3}, {2, 4, 6}, {1, 0, 1}}
+local BM = {{1, 2}, {3, 4}, {5, 6}}
+
+describe('linalg.inv', function()
+  it('matches torch.linalg.inv, batched, in float64 and float32', function()
+    -- torch.linalg.inv(torch.stack([SPD, NS]))
+    local want = {{{0.3, 0.0, -0.1}, {0.0, 0.2857142857142857, -0.14285714285714285},
+                   {-0.1, -0.14285714285714285, 0.2714285714285714}},
+                  {{0.4, 0.2, -0.2}, {-0.4, 0.8, -1.8}, {-0.4, 0.8, -2.8}}}
+    H.close(L.inv(t64({SPD, NS})), want, 1e-12)
+    local y = L.inv(flow.tensor({SPD, NS}, {dtype = flow.float32}))
+    assert.are.equal(flow.float32, y.dtype)
+    H.close(y, want, 1e-5)
+    H.close(L.inv(t64(NS):t()), t64(want[2]):t(), 1e-12)   -- strided input
+    assert.are.same({2, 0, 0}, H.shape(L.inv(flow.zeros(2, 0, 0, {dtype = f64}))))
+  end)
+  it('has correct gradients', function()
+    assert.is_true(gradcheck(L.inv, {t64({SPD, NS}, true)}))
+  end)
+  it('raises clear errors', function()
+    -- our LU is of A itself (as torch's batched path): its 3rd pivot is zero
+    H.raises(function() L.inv(t64(SING)) end, 'linalg.inv: The diagonal element 3 is zero, '
+      .. 'the inversion could not be completed because the input matrix is singular.')
+    H.raises(function() L.inv(t64({NS, SING})) end, 'linalg.inv: (Batch element 1): The diagonal element 3')
+    H.raises(function() L.inv(t64(X)) end, 'linalg.inv', 'square', '[2,3]')
+    H.raises(function() L.inv(flow.tensor({{1, 2}, {3, 4}}, {dtype = flow.int64})) end,
+      'linalg.inv', 'float32 or float64', 'int64')
+    H.raises(function() L.inv(t64({1, 2})) end, 'linalg.inv', '[2]')
+    H.raises(function() L.inv({{1}}) end, 'linalg.inv', 'expected a tensor')
+  end)
+end)
+
+describe('linalg.det and linalg.slogdet', function()
+  it('match torch', function()
+    local a = t64({SPD, NS})
+    H.close(L.det(a), {70.0, -2.5}, 1e-12)                -- torch.linalg.det
+    local sign, logabs = L.slogdet(a)                      -- torch.linalg.slogdet
+    H.close(sign, {1, -1}, 0)
+    H.close(logabs, {4.2484952420493585, 0.9162907318741553}, 1e-12)
+    H.close(L.det(t64(SING)), 0, 0)
+    sign, logabs = L.slogdet(t64(SING))
+    H.close(sign, 0, 0)
+    assert.are.equal(-INF, logabs:item())
+    H.close(L.det(flow.zeros(0, 0, {dtype = f64})), 1, 0)
+    sign, logabs = L.slogdet(t64({{-2}}))
+    H.close(sign, -1, 0)
+    H.close(logabs, math.log(2), 1e-15)
+    H.close(L.det(flow.tensor({SPD, NS}, {dtype = flow.float32})), {70.0, -2.5}, 1e-5)
+    assert.are.same({}, H.shape(L.det(t64(SPD))))
+  end)
+  it('have correct gradients', function()
+    local a = t64({SPD, NS}, true)
+    assert.is_true(gradcheck(L.det, {a}))
+    assert.is_true(gradcheck(function(x) local _, l = L.slogdet(x) return l end, {a}))
+  end)
+  it('raise clear errors', function()
+    H.raises(function() L.det(t64(X)) end, 'linalg.det', 'square', '[2,3]')
+    H.raises(function() L.slogdet(flow.tensor({{1}}, {dtype = flow.int32})) end, 'linalg.slogdet', 'int32')
+  end)
+end)
+
+describe('linalg.solve', function()
+  it('matches torch.linalg.solve with matrices, vectors and broadcasting', function()
+    local a = t64({SPD, NS})
+    -- torch.linalg.solve(A, B) with B (3, 2) broadcast over A's batch
+    H.close(L.solve(a, t64(BM)), {{{-0.2, 0}, {0.14285714285714302, 0.2857142857142857},
+      {0.8285714285714284, 0.8571428571428571}}, {{0, 0.4}, {-7, -8.4}, {-12, -14.4}}}, 1e-12)
+    -- B 1-D: a vector broadcast over the batch
+    H.close(L.solve(a, t64({1, 2, 3})), {{0.0, 0.14285714285714282, 0.4285714285714286},
+      {0.2, -4.2, -7.2}}, 1e-12)
+    -- B (2, 3) = A's shape without the last dim: a batch of vectors
+    H.close(L.solve(a, t64({{1, 2, 3}, {0, 1, 0}})), {{0.0, 0.14285714285714282, 0.4285714285714286},
+      {0.2, 0.8, 0.8}}, 1e-12)
+    -- torch.linalg.solve(SPD, BM.T, left=False)
+    H.close(L.solve(t64(SPD), t64(BM):t(), {left = false}), {{-0.2, 0.1428571428571429, 0.8285714285714285},
+      {0, 0.2857142857142857, 0.8571428571428571}}, 1e-12)
+    H.close(t64(NS):matmul(L.solve(t64(NS), t64(BM))), BM, 1e-12)
+    H.close(L.solve(flow.tensor(SPD), flow.tensor(BM)), L.solve(t64(SPD), t64(BM)), 1e-5)
+  end)
+  it('has correct gradients, broadcast batch dims included', function()
+    assert.is_true(gradcheck(L.solve, {t64({SPD, NS}, true), t64(BM, true)}))
+    assert.is_true(gradcheck(L.solve, {t64(NS, true), t64({1, 2, 3}, true)}))
+    assert.is_true(gradcheck(function(a, b) return L.solve(a, b, {left = false}) end,
+      {t64(NS, true), t64({{1, 2, 3}, {0, 1, -1}}, true)}))
+  end)
+  it('raises clear errors', function()
+    H.raises(function() L.solve(t64(SING), t64(BM)) end, 'linalg.solve', 'singular')
+    H.raises(function() L.solve(t64(SPD), t64({{1, 2}, {3, 4}})) end, 'linalg.solve',
+      'incompatible shapes', '[3,3] and [2,2]')
+    H.raises(function() L.solve(t64({SPD, NS}), t64({BM, BM, BM})) end, 'linalg.solve', 'do not broadcast')
+    H.raises(function() L.solve(t64(SPD), flow.tensor(BM)) end, 'linalg.solve', 'same dtype')
+  end)
+end)
+
+describe('linalg.cholesky', function()
+  it('matches torch.linalg.cholesky', function()
+    local want = {{2.0, 0.0, 0.0}, {0.5, 2.179449471770337, 0.0},
+                  {1.0, 1.1470786693528088, 1.9194297398747862}}   -- torch.linalg.cholesky(SPD)
+    H.close(L.cholesky(t64(SPD)), want, 1e-12)
+    H.close(L.cholesky(t64(SPD), {upper = true}), t64(want):t(), 1e-12)
+    H.close(L.cholesky(flow.tensor(SPD)), want, 1e-6)
+    local two = L.cholesky(t64({SPD, {{1, 0, 0}, {0, 4, 0}, {0, 0, 9}}}))
+    H.close(two[2], {{1, 0, 0}, {0, 2, 0}, {0, 0, 3}}, 1e-15)
+    -- only the lower triangle is read
+    H.close(L.cholesky(t64({{4, 100, 100}, {1, 5, 100}, {2, 3, 6}})), want, 1e-12)
+  end)
+  it('has torch gradients and passes finite differences', function()
+    local g = t64({{1, -2, 0.5}, {0.3, 1, 2}, {-1, 0.7, 1.5}})
+    local a = t64(SPD, true)
+    L.cholesky(a):mul(g):sum():backward()
+    -- torch: (torch.linalg.cholesky(A) * g).sum().backward(); A.grad
+    H.close(a.grad, {{0.45849051205035807, 0.03424791963448257, -0.4341049839179573},
+      {0.034247919634482565, 0.2531326668735946, -0.04506217270576243},
+      {-0.43410498391795727, -0.04506217270576244, 0.3907410541887958}}, 1e-12)
+    a = t64(SPD, true)
+    L.cholesky(a, {upper = true}):mul(g):sum():backward()
+    H.close(a.grad, {{0.4794900843072468, -0.6506301423772076, -0.13366509742588986},
+      {-0.6506301423772076, 0.09616400685689452, 0.25317828132596787},
+      {-0.13366509742588986, 0.25317828132596787, 0.3907410541887958}}, 1e-12)
+    -- through a symmetric input, so finite differences see the same function
+    local I = flow.eye(3, {dtype = f64})
+    for _, upper in ipairs({false, true}) do
+      assert.is_true(gradcheck(function(x)
+        return L.cholesky(x:matmul(x:t()) + I, {upper = upper})
+      end, {t64(NS, true)}))
+    end
+  end)
+  it('raises clear errors', function()
+    H.raises(function() L.cholesky(t64({{1, 2}, {2, 1}})) end, 'linalg.cholesky: The factorization '
+      .. 'could not be completed because the input is not positive-definite (the leading minor '
+      .. 'of order 2 is not positive-definite).')
+    H.raises(function() L.cholesky(t64({SPD, SING})) end, 'linalg.cholesky: (Batch element 1)')
+    H.raises(function() L.cholesky(t64(X)) end, 'linalg.cholesky', 'square')
+  end)
+end)
+
+describe('linalg.matrix_power with negative n', function()
+  it('uses the inverse', function()
+    -- torch.linalg.matrix_power(NS, -2)
+    H.close(L.matrix_power(t64(NS), -2), {{0.16, 0.08, 0.12}, {0.24, -0.88, 3.68},
+      {0.64, -1.68, 6.48}}, 1e-12)
+    assert.is_true(gradcheck(function(x) return L.matrix_power(x, -3) end, {t64(SPD, true)}))
+    H.raises(function() L.matrix_power(t64(SING), -1) end, 'linalg.inv', 'singular')
+  end)
+end)

@@ -8,12 +8,21 @@
 --   flow.linalg.diagonal(A, {offset = 0, dim1 = -2, dim2 = -1})
 -- Dims are 1-based, negative from the end. Options may also be given as
 -- trailing positional arguments in torch's order (keepdim after dim).
--- Everything is differentiable: written with existing differentiable ops.
+--   flow.linalg.inv(A), det(A), slogdet(A) -> sign, logabsdet
+--   flow.linalg.solve(A, B, {left = true}), cholesky(A, {upper = false})
+-- Everything is differentiable: the first group is written with existing
+-- differentiable ops; inv, det, slogdet, solve and cholesky are LAPACK kernels
+-- (core/ops/linalg_ext.c, float32/float64, CPU) wrapped in autograd Functions.
+local ffi = require 'ffi'
+local core = require 'oneflow._C'
 local util = require 'oneflow._util'
+local autograd = require 'oneflow.autograd'
 local T = require 'oneflow.tensor'
 local types = require 'oneflow.types'
 
 local is_tensor, is_options = T.is_tensor, util.is_options
+local C, out1, out2, wrap = core.C, core.out1, core.out2, core.wrap
+local Function = autograd.Function
 local EMPTY = {}
 local INF = math.huge
 
@@ -245,9 +254,7 @@ function linalg.matrix_power(A, n)
     local I = T.flow.eye(A:size(-1), {dtype = A.dtype})
     return I:expand(A:size()):contiguous()
   end
-  if n < 0 then
-    error('linalg.matrix_power: n must be >= 0, got ' .. n, 2)
-  end
+  if n < 0 then A, n = linalg.inv(A), -n end
   local result, base = nil, A
   while true do
     if n % 2 == 1 then result = result and result:matmul(base) or base end
@@ -312,6 +319,190 @@ function linalg.diagonal(A, o)
   local index = T.flow.tensor(idx, {dtype = types.by_name.int64})
   if len == 0 then return flat:narrow(-1, 1, 0) end
   return flat:index_select(-1, index)
+end
+
+
+------------------------------------------------------------------ kernels
+-- inv, det, slogdet, solve, cholesky: LAPACK kernels in C (core/ops/linalg_ext.c,
+-- float32/float64 on the CPU, batched over leading dims), made differentiable
+-- here as autograd Functions whose backward rules use differentiable ops.
+-- Kernel errors are raised without a position (they happen inside the
+-- Function's forward); `apply` re-raises them at the user's call.
+local function kraise() error(ffi.string(C.of_last_error()), 0) end
+local function kcall(fn, ...)
+  if fn(...) ~= 0 then kraise() end
+  return wrap(out1[0])
+end
+local function apply(F, ...)
+  local ok, a, b = pcall(F.apply, ...)
+  if not ok then error(a, 3) end
+  return a, b
+end
+
+local function mT(x) return x:transpose(-2, -1) end
+
+local Inv = Function:subclass('LinalgInv')
+function Inv.forward(ctx, A)
+  local Y = kcall(C.of_linalg_inv, A.p, out1)
+  ctx:save_for_backward(Y)
+  return Y
+end
+function Inv.backward(ctx, g)   -- gA = -Y^T g Y^T
+  local Yt = mT(ctx.saved_tensors[1])
+  return -(Yt:matmul(g):matmul(Yt))
+end
+
+local Det = Function:subclass('LinalgDet')
+function Det.forward(ctx, A)
+  local d = kcall(C.of_linalg_det, A.p, out1)
+  ctx:save_for_backward(A, d)
+  return d
+end
+function Det.backward(ctx, g)   -- gA = g det A^-T
+  local A, d = ctx.saved_tensors[1], ctx.saved_tensors[2]
+  return (g * d):unsqueeze(-1):unsqueeze(-1) * mT(Inv.apply(A))
+end
+
+local Slogdet = Function:subclass('LinalgSlogdet')
+function Slogdet.forward(ctx, A)
+  if C.of_linalg_slogdet(A.p, out1, out2) ~= 0 then kraise() end
+  local sign, logabs = wrap(out1[0]), wrap(out2[0])
+  ctx:save_for_backward(A)
+  return sign, logabs
+end
+function Slogdet.backward(ctx, _, glog)   -- gA = g_logabsdet A^-T (sign: no grad)
+  if glog == nil then return nil end
+  return glog:unsqueeze(-1):unsqueeze(-1) * mT(Inv.apply(ctx.saved_tensors[1]))
+end
+
+local Solve = Function:subclass('LinalgSolve')
+function Solve.forward(ctx, A, B)
+  if C.of_linalg_solve(A.p, B.p, out1) ~= 0 then kraise() end
+  local X = wrap(out1[0])
+  ctx:save_for_backward(A, X)
+  return X
+end
+function Solve.backward(ctx, g)   -- gB = A^-T g, gA = -gB X^T
+  local A, X = ctx.saved_tensors[1], ctx.saved_tensors[2]
+  local gB = Solve.apply(mT(A), g)
+  return -gB:matmul(mT(X)), gB
+end
+
+local Cholesky = Function:subclass('LinalgCholesky')
+function Cholesky.forward(ctx, A, upper)
+  local L = kcall(C.of_linalg_cholesky, A.p, upper and 1 or 0, out1)
+  ctx:save_for_backward(L)
+  ctx.upper = upper
+  return L
+end
+-- torch's rule (Iain Murray, arXiv 1602.07527), L lower:
+--   P = tril(L^T gL), P = (P + tril(P, -1)^T) / 2, gA = L^-T P L^-1
+function Cholesky.backward(ctx, g)
+  local L = ctx.saved_tensors[1]
+  if ctx.upper then L, g = mT(L), mT(g) end
+  local P = mT(L):matmul(g):tril()
+  P = (P + mT(P:tril(-1))) * 0.5
+  local W = Solve.apply(mT(L), P)              -- L^-T P
+  return mT(Solve.apply(mT(L), mT(W)))         -- W L^-1
+end
+
+local function check_kernel_input(op, A)
+  check_tensor(op, A, ' as A')
+  if A:dim() < 2 or A:size(-1) ~= A:size(-2) then
+    error(('linalg.%s: A must be batches of square matrices, got shape %s'):format(
+      op, shape_str(A)), 3)
+  end
+end
+
+--- linalg.inv(A): the inverse of each matrix of A (..., n, n). A singular
+-- matrix raises (as torch) naming the zero diagonal element of its LU factor.
+function linalg.inv(A)
+  check_kernel_input('inv', A)
+  return apply(Inv, A)
+end
+
+--- linalg.det(A): determinants (...) of A (..., n, n). Its gradient needs A
+-- invertible.
+function linalg.det(A)
+  check_kernel_input('det', A)
+  return apply(Det, A)
+end
+
+--- linalg.slogdet(A): sign, log|det| (two results), each of shape (...);
+-- for a singular matrix sign 0 and logabsdet -inf.
+function linalg.slogdet(A)
+  check_kernel_input('slogdet', A)
+  return apply(Slogdet, A)
+end
+
+-- Broadcast of two batch shapes (lists), or nil when they don't broadcast.
+local function broadcast_batch(a, b)
+  local n, r = math.max(#a, #b), {}
+  for i = 1, n do
+    local x, y = a[#a - n + i] or 1, b[#b - n + i] or 1
+    if x ~= y and x ~= 1 and y ~= 1 then return nil end
+    r[i] = x == 1 and y or x
+  end
+  return r
+end
+
+--- linalg.solve(A, B, {left = true}): X with A X = B (left = false: X A = B).
+-- A (..., n, n); B (..., n, k), or (..., n) / (n) for vectors (torch's rule:
+-- B is a vector when 1-D or when its shape is A's without the last dim);
+-- batch dims broadcast.
+function linalg.solve(A, B, o)
+  check_kernel_input('solve', A)
+  check_tensor('solve', B, ' as B')
+  if o ~= nil and type(o) ~= 'table' then
+    error('linalg.solve: options must be a table, got ' .. type(o), 2)
+  end
+  if o and o.left == false then
+    if B:dim() < 2 then
+      error(('linalg.solve: with left = false B must have at least 2 dims, got shape %s')
+        :format(shape_str(B)), 2)
+    end
+    return mT(linalg.solve(mT(A), mT(B)))
+  end
+  local ashape, bshape = A:size():totable(), B:size():totable()
+  local vec = B:dim() == 1
+  if B:dim() == A:dim() - 1 then
+    vec = true
+    for i = 1, #bshape do if bshape[i] ~= ashape[i] then vec = false end end
+  end
+  local n = A:size(-1)
+  if vec then B = B:unsqueeze(-1) end
+  if B:dim() < 2 or B:size(-2) ~= n then
+    error(('linalg.solve: incompatible shapes of A and B for the equation AX = B (%s and %s)')
+      :format(shape_str(A), shape_str(vec and B:squeeze(-1) or B)), 2)
+  end
+  local ab, bb = {}, {}
+  for i = 1, A:dim() - 2 do ab[i] = ashape[i] end
+  for i = 1, B:dim() - 2 do bb[i] = B:size(i) end
+  local batch = broadcast_batch(ab, bb)
+  if batch == nil then
+    error(('linalg.solve: the batch dims of A and B do not broadcast (shapes %s and %s)')
+      :format(shape_str(A), shape_str(B)), 2)
+  end
+  if A.dtype ~= B.dtype then
+    error(('linalg.solve: A and B must have the same dtype, got %s and %s'):format(
+      tostring(A.dtype), tostring(B.dtype)), 2)
+  end
+  local sa, sb = {unpack(batch)}, {unpack(batch)}
+  sa[#sa + 1], sa[#sa + 2] = n, n
+  sb[#sb + 1], sb[#sb + 2] = n, B:size(-1)
+  A, B = A:expand(sa), B:expand(sb)
+  local X = apply(Solve, A, B)
+  if vec then X = X:squeeze(-1) end
+  return X
+end
+
+--- linalg.cholesky(A, {upper = false}): L lower triangular with A = L L^T
+-- (upper: U = L^T with A = U^T U). Only A's lower triangle is read; a matrix
+-- that is not positive-definite raises (as torch).
+function linalg.cholesky(A, o)
+  check_kernel_input('cholesky', A)
+  local upper = type(o) == 'table' and o.upper or false
+  return apply(Cholesky, A, upper and true or false)
 end
 
 T.flow.linalg = linalg
