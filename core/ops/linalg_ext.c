@@ -7,11 +7,16 @@
  * torch), factored with OpenBLAS's LAPACK (dgetrf, dgetri, dgetrs, dpotrf),
  * and the result is written back row-major in the input's dtype. float32 is
  * computed in float64.
- * Errors name the op and, for batches, the batch element (as torch). These
- * functions record no autograd history: the Lua side (ops/linalg_ext.lua)
- * wraps them in autograd Functions whose backward rules are written with
- * these and other differentiable ops. */
-#include "../internal.h"
+ * Errors name the op and, for batches, the batch element (as torch).
+ * Autograd: each op records one backward rule, written with public ops
+ * (these five included), so double backward works:
+ *   inv:      gA = -Y^T g Y^T                     (Y = A^-1)
+ *   det:      gA = g det(A) A^-T
+ *   slogdet:  gA = g_logabsdet A^-T                (sign: no grad)
+ *   solve:    gB = A^-T g, gA = -gB X^T            (X = A^-1 B)
+ *   cholesky: torch's rule: P = tril(L^T gL), P = (P + tril(P, -1)^T) / 2,
+ *             gA = L^-T P L^-1                     (upper: L = U^T, gL = gU^T) */
+#include "../autograd.h"
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
@@ -122,7 +127,7 @@ static void scratch_free(scratch *s) {
 }
 
 /* ---- inv: A (..., n, n) -> A^-1 (..., n, n) ---- */
-of_status of_linalg_inv(of_tensor *a, of_tensor **out) {
+static of_status inv_kernel(of_tensor *a, of_tensor **out) {
   OF_CHECK(check_square("inv", a));
   mats m;
   OF_CHECK(load(a, &m));
@@ -228,16 +233,9 @@ done_m:
   return OF_OK;
 }
 
-of_status of_linalg_det(of_tensor *a, of_tensor **out) {
-  return dets("det", a, out, NULL, NULL);
-}
-
-of_status of_linalg_slogdet(of_tensor *a, of_tensor **sign, of_tensor **logabsdet) {
-  return dets("slogdet", a, NULL, sign, logabsdet);
-}
 
 /* ---- solve: A (..., n, n), B (..., n, k) with equal batch dims -> X ---- */
-of_status of_linalg_solve(of_tensor *a, of_tensor *bm, of_tensor **out) {
+static of_status solve_kernel(of_tensor *a, of_tensor *bm, of_tensor **out) {
   OF_CHECK(check_square("solve", a));
   OF_CHECK(check_input("solve", "B", bm));
   int64_t n = a->shape[a->ndim - 1], k = bm->shape[bm->ndim - 1];
@@ -290,7 +288,7 @@ done_m:
 
 /* ---- cholesky: A (..., n, n) symmetric positive-definite -> L (lower) with
  * A = L L^T, or U = L^T (upper != 0). Only A's lower triangle is read. ---- */
-of_status of_linalg_cholesky(of_tensor *a, int32_t upper, of_tensor **out) {
+static of_status cholesky_kernel(of_tensor *a, int32_t upper, of_tensor **out) {
   OF_CHECK(check_square("cholesky", a));
   mats m;
   OF_CHECK(load(a, &m));
@@ -328,5 +326,173 @@ done_m:
     return st;
   }
   *out = res;
+  return OF_OK;
+}
+
+/* ---- autograd ---- */
+/* The call is sequenced before r is read. */
+#define S_CALL(s, call)            \
+  do {                             \
+    of_status st_ = (call);        \
+    return of_s_keep(s, st_, r);   \
+  } while (0)
+static of_tensor *s_matmul(of_scope *s, of_tensor *x, of_tensor *y) {
+  if (s->st != OF_OK || !x || !y) return NULL;
+  of_tensor *r = NULL;
+  S_CALL(s, of_matmul(x, y, &r));
+}
+static of_tensor *s_mT(of_scope *s, of_tensor *x) {   /* swap the last two dims */
+  if (s->st != OF_OK || !x) return NULL;
+  of_tensor *r = NULL;
+  S_CALL(s, of_transpose(x, -1, -2, &r));
+}
+static of_tensor *s_unsqueeze(of_scope *s, of_tensor *x) {   /* (...) -> (..., 1) */
+  if (s->st != OF_OK || !x) return NULL;
+  of_tensor *r = NULL;
+  S_CALL(s, of_unsqueeze(x, x->ndim, &r));
+}
+static of_tensor *s_tril(of_scope *s, of_tensor *x, int64_t k) {
+  if (s->st != OF_OK || !x) return NULL;
+  of_tensor *r = NULL;
+  S_CALL(s, of_tri(x, k, 0, &r));
+}
+static of_tensor *s_inv(of_scope *s, of_tensor *x) {
+  if (s->st != OF_OK || !x) return NULL;
+  of_tensor *r = NULL;
+  S_CALL(s, of_linalg_inv(x, &r));
+}
+static of_tensor *s_solve(of_scope *s, of_tensor *a, of_tensor *b) {
+  if (s->st != OF_OK || !a || !b) return NULL;
+  of_tensor *r = NULL;
+  S_CALL(s, of_linalg_solve(a, b, &r));
+}
+/* g (...) times A^-T (..., n, n) */
+static of_tensor *s_scaled_inv_t(of_scope *s, of_tensor *g, of_tensor *a) {
+  of_tensor *g2 = s_unsqueeze(s, s_unsqueeze(s, g));
+  return of_s_bin(s, OF_MUL, g2, s_mT(s, s_inv(s, a)));
+}
+
+static of_status inv_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0] || !n->needs[0]) return OF_OK;
+  of_scope s = {0};
+  of_tensor *yt = s_mT(&s, of_s_saved(&s, n, 0));
+  return of_s_end(&s, of_s_unary(&s, OF_NEG, s_matmul(&s, s_matmul(&s, yt, g[0]), yt)), &gi[0]);
+}
+
+static of_status det_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0] || !n->needs[0]) return OF_OK;
+  of_scope s = {0};
+  of_tensor *gd = of_s_bin(&s, OF_MUL, g[0], of_s_saved(&s, n, 1));
+  return of_s_end(&s, s_scaled_inv_t(&s, gd, of_s_saved(&s, n, 0)), &gi[0]);
+}
+
+static of_status slogdet_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[1] || !n->needs[0]) return OF_OK;   /* the sign has no grad */
+  of_scope s = {0};
+  return of_s_end(&s, s_scaled_inv_t(&s, g[1], of_s_saved(&s, n, 0)), &gi[0]);
+}
+
+static of_status solve_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  of_scope s = {0};
+  of_tensor *gb = s_solve(&s, s_mT(&s, of_s_saved(&s, n, 0)), g[0]);
+  of_tensor *ga = NULL;
+  if (n->needs[0])
+    ga = of_s_unary(&s, OF_NEG, s_matmul(&s, gb, s_mT(&s, of_s_saved(&s, n, 1))));
+  if (s.st == OF_OK) {
+    of_tensor *res[2] = {ga, n->needs[1] ? gb : NULL};
+    for (int32_t k = 0; k < 2; k++) {
+      if (res[k]) of_tensor_retain(res[k]);
+      gi[k] = res[k];
+    }
+  }
+  return of_s_end(&s, NULL, NULL);
+}
+
+static of_status cholesky_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0] || !n->needs[0]) return OF_OK;
+  of_scope s = {0};
+  of_tensor *l = of_s_saved(&s, n, 0), *gl = g[0];
+  if (n->i[0]) {   /* upper: L = U^T, gL = gU^T */
+    l = s_mT(&s, l);
+    gl = s_mT(&s, gl);
+  }
+  of_tensor *lt = s_mT(&s, l);
+  of_tensor *p = s_tril(&s, s_matmul(&s, lt, gl), 0);
+  p = of_s_bins(&s, OF_MUL, of_s_bin(&s, OF_ADD, p, s_mT(&s, s_tril(&s, p, -1))), 0.5);
+  of_tensor *w = s_solve(&s, lt, p);                               /* L^-T P */
+  return of_s_end(&s, s_mT(&s, s_solve(&s, lt, s_mT(&s, w))), &gi[0]);   /* W L^-1 */
+}
+
+static const of_grad_def inv_grad = {"LinalgInvBackward", inv_backward};
+static const of_grad_def det_grad = {"LinalgDetBackward", det_backward};
+static const of_grad_def slogdet_grad = {"LinalgSlogdetBackward", slogdet_backward};
+static const of_grad_def solve_grad = {"LinalgSolveBackward", solve_backward};
+static const of_grad_def cholesky_grad = {"LinalgCholeskyBackward", cholesky_backward};
+
+/* Records gd for outs (released on failure); *n NULL when no grad is needed. */
+static of_status record(const of_grad_def *gd, of_tensor **ins, int32_t nin, of_tensor **outs,
+                        int32_t nout, of_node **n) {
+  *n = NULL;
+  if (!of_grad_needed(ins, nin)) return OF_OK;
+  of_status st = of_record(gd, ins, nin, outs, nout, n);
+  if (st != OF_OK) {
+    for (int32_t k = 0; k < nout; k++) of_tensor_release(outs[k]);
+    *n = NULL;
+  }
+  return st;
+}
+
+/* ---- entry points ---- */
+of_status of_linalg_inv(of_tensor *a, of_tensor **out) {
+  OF_CHECK(inv_kernel(a, out));
+  of_node *n;
+  OF_CHECK(record(&inv_grad, &a, 1, out, 1, &n));
+  if (n) of_node_save(n, 0, *out);
+  return OF_OK;
+}
+
+of_status of_linalg_det(of_tensor *a, of_tensor **out) {
+  OF_CHECK(dets("det", a, out, NULL, NULL));
+  of_node *n;
+  OF_CHECK(record(&det_grad, &a, 1, out, 1, &n));
+  if (n) {
+    of_node_save(n, 0, a);
+    of_node_save(n, 1, *out);
+  }
+  return OF_OK;
+}
+
+of_status of_linalg_slogdet(of_tensor *a, of_tensor **sign, of_tensor **logabsdet) {
+  of_tensor *outs[2];
+  OF_CHECK(dets("slogdet", a, NULL, &outs[0], &outs[1]));
+  of_node *n;
+  OF_CHECK(record(&slogdet_grad, &a, 1, outs, 2, &n));
+  if (n) of_node_save(n, 0, a);
+  *sign = outs[0];
+  *logabsdet = outs[1];
+  return OF_OK;
+}
+
+of_status of_linalg_solve(of_tensor *a, of_tensor *b, of_tensor **out) {
+  OF_CHECK(solve_kernel(a, b, out));
+  of_tensor *ins[2] = {a, b};
+  of_node *n;
+  OF_CHECK(record(&solve_grad, ins, 2, out, 1, &n));
+  if (n) {
+    of_node_save(n, 0, a);
+    if (n->needs[0]) of_node_save(n, 1, *out);
+  }
+  return OF_OK;
+}
+
+of_status of_linalg_cholesky(of_tensor *a, int32_t upper, of_tensor **out) {
+  OF_CHECK(cholesky_kernel(a, upper, out));
+  of_node *n;
+  OF_CHECK(record(&cholesky_grad, &a, 1, out, 1, &n));
+  if (n) {
+    n->i[0] = upper != 0;
+    of_node_save(n, 0, *out);
+  }
   return OF_OK;
 }

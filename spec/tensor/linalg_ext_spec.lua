@@ -331,3 +331,38 @@ describe('linalg.matrix_power with negative n', function()
     H.raises(function() L.matrix_power(t64(SING), -1) end, 'linalg.inv', 'singular')
   end)
 end)
+
+describe('linalg kernels under create_graph', function()
+  -- h(A) = sum(V * d/dA sum(W * f(A))): its gradient by double backward
+  -- against central finite differences of h.
+  local W = t64({{1, 2, 3}, {-1, 0.5, 2}, {0.3, 0.2, -1}})
+  local V = t64({{0.5, -1, 2}, {1, 0.25, -0.5}, {2, 1, 1}})
+  local function h(f, a)
+    local y = f(a)
+    local g = flow.autograd.grad({(y * (y:dim() == 0 and 1 or W)):sum()}, {a}, nil,
+      {create_graph = true})[1]
+    return (g * V):sum()
+  end
+  local I = flow.eye(3, {dtype = f64})
+  local fs = {
+    inv = L.inv, det = L.det, solve = function(x) return L.solve(x, W) end,
+    slogdet = function(x) local _, l = L.slogdet(x) return l end,
+    cholesky = function(x) return L.cholesky(x:matmul(x:t()) + I) end,
+  }
+  for name, f in pairs(fs) do
+    it(name .. ' has correct second derivatives', function()
+      local a = t64(NS, true)
+      local gg = flow.autograd.grad({h(f, a)}, {a})[1]
+      local eps = 1e-6
+      for i = 1, 3 do
+        for j = 1, 3 do
+          local p, m = t64(NS), t64(NS)
+          p[i][j] = NS[i][j] + eps
+          m[i][j] = NS[i][j] - eps
+          local fd = (h(f, p:requires_grad_()):item() - h(f, m:requires_grad_()):item()) / (2 * eps)
+          H.close(gg[i][j], fd, 1e-6, name .. (' [%d][%d]'):format(i, j))
+        end
+      end
+    end)
+  end
+end)

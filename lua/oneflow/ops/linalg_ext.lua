@@ -12,17 +12,14 @@
 --   flow.linalg.solve(A, B, {left = true}), cholesky(A, {upper = false})
 -- Everything is differentiable: the first group is written with existing
 -- differentiable ops; inv, det, slogdet, solve and cholesky are LAPACK kernels
--- (core/ops/linalg_ext.c, float32/float64, CPU) wrapped in autograd Functions.
-local ffi = require 'ffi'
+-- (core/ops/linalg_ext.c, float32/float64, CPU) with backward rules in C.
 local core = require 'oneflow._C'
 local util = require 'oneflow._util'
-local autograd = require 'oneflow.autograd'
 local T = require 'oneflow.tensor'
 local types = require 'oneflow.types'
 
 local is_tensor, is_options = T.is_tensor, util.is_options
-local C, out1, out2, wrap = core.C, core.out1, core.out2, core.wrap
-local Function = autograd.Function
+local C, out1, out2, raise, wrap = core.C, core.out1, core.out2, core.raise, core.wrap
 local EMPTY = {}
 local INF = math.huge
 
@@ -324,87 +321,14 @@ end
 
 ------------------------------------------------------------------ kernels
 -- inv, det, slogdet, solve, cholesky: LAPACK kernels in C (core/ops/linalg_ext.c,
--- float32/float64 on the CPU, batched over leading dims), made differentiable
--- here as autograd Functions whose backward rules use differentiable ops.
--- Kernel errors are raised without a position (they happen inside the
--- Function's forward); `apply` re-raises them at the user's call.
-local function kraise() error(ffi.string(C.of_last_error()), 0) end
+-- float32/float64 on the CPU, batched over leading dims); each records its
+-- backward rule there.
 local function kcall(fn, ...)
-  if fn(...) ~= 0 then kraise() end
+  if fn(...) ~= 0 then raise(3) end
   return wrap(out1[0])
-end
-local function apply(F, ...)
-  local ok, a, b = pcall(F.apply, ...)
-  if not ok then error(a, 3) end
-  return a, b
 end
 
 local function mT(x) return x:transpose(-2, -1) end
-
-local Inv = Function:subclass('LinalgInv')
-function Inv.forward(ctx, A)
-  local Y = kcall(C.of_linalg_inv, A.p, out1)
-  ctx:save_for_backward(Y)
-  return Y
-end
-function Inv.backward(ctx, g)   -- gA = -Y^T g Y^T
-  local Yt = mT(ctx.saved_tensors[1])
-  return -(Yt:matmul(g):matmul(Yt))
-end
-
-local Det = Function:subclass('LinalgDet')
-function Det.forward(ctx, A)
-  local d = kcall(C.of_linalg_det, A.p, out1)
-  ctx:save_for_backward(A, d)
-  return d
-end
-function Det.backward(ctx, g)   -- gA = g det A^-T
-  local A, d = ctx.saved_tensors[1], ctx.saved_tensors[2]
-  return (g * d):unsqueeze(-1):unsqueeze(-1) * mT(Inv.apply(A))
-end
-
-local Slogdet = Function:subclass('LinalgSlogdet')
-function Slogdet.forward(ctx, A)
-  if C.of_linalg_slogdet(A.p, out1, out2) ~= 0 then kraise() end
-  local sign, logabs = wrap(out1[0]), wrap(out2[0])
-  ctx:save_for_backward(A)
-  return sign, logabs
-end
-function Slogdet.backward(ctx, _, glog)   -- gA = g_logabsdet A^-T (sign: no grad)
-  if glog == nil then return nil end
-  return glog:unsqueeze(-1):unsqueeze(-1) * mT(Inv.apply(ctx.saved_tensors[1]))
-end
-
-local Solve = Function:subclass('LinalgSolve')
-function Solve.forward(ctx, A, B)
-  if C.of_linalg_solve(A.p, B.p, out1) ~= 0 then kraise() end
-  local X = wrap(out1[0])
-  ctx:save_for_backward(A, X)
-  return X
-end
-function Solve.backward(ctx, g)   -- gB = A^-T g, gA = -gB X^T
-  local A, X = ctx.saved_tensors[1], ctx.saved_tensors[2]
-  local gB = Solve.apply(mT(A), g)
-  return -gB:matmul(mT(X)), gB
-end
-
-local Cholesky = Function:subclass('LinalgCholesky')
-function Cholesky.forward(ctx, A, upper)
-  local L = kcall(C.of_linalg_cholesky, A.p, upper and 1 or 0, out1)
-  ctx:save_for_backward(L)
-  ctx.upper = upper
-  return L
-end
--- torch's rule (Iain Murray, arXiv 1602.07527), L lower:
---   P = tril(L^T gL), P = (P + tril(P, -1)^T) / 2, gA = L^-T P L^-1
-function Cholesky.backward(ctx, g)
-  local L = ctx.saved_tensors[1]
-  if ctx.upper then L, g = mT(L), mT(g) end
-  local P = mT(L):matmul(g):tril()
-  P = (P + mT(P:tril(-1))) * 0.5
-  local W = Solve.apply(mT(L), P)              -- L^-T P
-  return mT(Solve.apply(mT(L), mT(W)))         -- W L^-1
-end
 
 local function check_kernel_input(op, A)
   check_tensor(op, A, ' as A')
@@ -418,21 +342,22 @@ end
 -- matrix raises (as torch) naming the zero diagonal element of its LU factor.
 function linalg.inv(A)
   check_kernel_input('inv', A)
-  return apply(Inv, A)
+  return kcall(C.of_linalg_inv, A.p, out1)
 end
 
 --- linalg.det(A): determinants (...) of A (..., n, n). Its gradient needs A
 -- invertible.
 function linalg.det(A)
   check_kernel_input('det', A)
-  return apply(Det, A)
+  return kcall(C.of_linalg_det, A.p, out1)
 end
 
 --- linalg.slogdet(A): sign, log|det| (two results), each of shape (...);
 -- for a singular matrix sign 0 and logabsdet -inf.
 function linalg.slogdet(A)
   check_kernel_input('slogdet', A)
-  return apply(Slogdet, A)
+  if C.of_linalg_slogdet(A.p, out1, out2) ~= 0 then raise(2) end
+  return wrap(out1[0]), wrap(out2[0])
 end
 
 -- Broadcast of two batch shapes (lists), or nil when they don't broadcast.
@@ -491,7 +416,7 @@ function linalg.solve(A, B, o)
   sa[#sa + 1], sa[#sa + 2] = n, n
   sb[#sb + 1], sb[#sb + 2] = n, B:size(-1)
   A, B = A:expand(sa), B:expand(sb)
-  local X = apply(Solve, A, B)
+  local X = kcall(C.of_linalg_solve, A.p, B.p, out1)
   if vec then X = X:squeeze(-1) end
   return X
 end
@@ -502,7 +427,7 @@ end
 function linalg.cholesky(A, o)
   check_kernel_input('cholesky', A)
   local upper = type(o) == 'table' and o.upper or false
-  return apply(Cholesky, A, upper and true or false)
+  return kcall(C.of_linalg_cholesky, A.p, upper and 1 or 0, out1)
 end
 
 T.flow.linalg = linalg
