@@ -44,8 +44,9 @@ static of_status check_input(const char *op, const char *name, of_tensor *t) {
   if (of_tracing())
     return of_fail(OF_ERR_STATE, "linalg.%s: not supported while tracing an nn.Graph", op);
   if (t->storage->device != OF_CPU)
-    return of_fail(OF_ERR_DEVICE, "linalg.%s: only CPU tensors are supported, got %s on a "
-                   "CUDA device", op, name);
+    return of_fail(OF_ERR_DEVICE, "linalg.%s: not implemented on cuda (%s of shape %s is a "
+                   "CUDA tensor; the kernels use the CPU's LAPACK: move it with :cpu())", op, name,
+                   OF_SHAPE_STR(t));
   if (t->dtype != OF_FLOAT32 && t->dtype != OF_FLOAT64)
     return of_fail(OF_ERR_DTYPE, "linalg.%s: expected a float32 or float64 tensor as %s, got "
                    "%s (shape %s)", op, name, OF_DT(t), OF_SHAPE_STR(t));
