@@ -1,10 +1,12 @@
-/* linalg_ext.c -- kernels of flow.linalg: inv, det, slogdet, solve, cholesky.
+/* linalg_ext.c -- kernels of flow.linalg: inv, det, slogdet, solve, cholesky,
+ * svdvals.
  *
  * Inputs are float32 or float64 CPU tensors of shape (..., n, n) (solve's B:
  * (..., n, k) with the same batch dims; the Lua side broadcasts them first).
  * Each matrix is copied into a column-major float64 buffer (so LAPACK sees A
  * itself, as torch's LAPACK calls do, and pivots and error indices agree with
- * torch), factored with OpenBLAS's LAPACK (dgetrf, dgetri, dgetrs, dpotrf),
+ * torch), factored with OpenBLAS's LAPACK (dgetrf, dgetri, dgetrs, dpotrf,
+ * dgesdd),
  * and the result is written back row-major in the input's dtype. float32 is
  * computed in float64.
  * Errors name the op and, for batches, the batch element (as torch).
@@ -15,7 +17,9 @@
  *   slogdet:  gA = g_logabsdet A^-T                (sign: no grad)
  *   solve:    gB = A^-T g, gA = -gB X^T            (X = A^-1 B)
  *   cholesky: torch's rule: P = tril(L^T gL), P = (P + tril(P, -1)^T) / 2,
- *             gA = L^-T P L^-1                     (upper: L = U^T, gL = gU^T) */
+ *             gA = L^-T P L^-1                     (upper: L = U^T, gL = gU^T)
+ *   svdvals:  gA = U diag(gS) V^T (U, V from the forward's SVD, saved without
+ *             history: its double backward is refused with an error) */
 #include "../autograd.h"
 #include <limits.h>
 #include <math.h>
@@ -32,6 +36,9 @@ void dgetrs_(const char *trans, const int *n, const int *nrhs, const double *a, 
              const int *ipiv, double *b, const int *ldb, int *info, size_t trans_len);
 void dpotrf_(const char *uplo, const int *n, double *a, const int *lda, int *info,
              size_t uplo_len);
+void dgesdd_(const char *jobz, const int *m, const int *n, double *a, const int *lda, double *s,
+             double *u, const int *ldu, double *vt, const int *ldvt, double *work,
+             const int *lwork, int *iwork, int *info, size_t jobz_len);
 
 /* A batch of (rows, cols) matrices: a dense float64 copy of the input. */
 typedef struct {
@@ -330,6 +337,73 @@ done_m:
   return OF_OK;
 }
 
+/* ---- svdvals: A (..., m, n) -> S (..., k), k = min(m, n), descending; with
+ * u (..., m, k) and vh (..., k, n) of the thin SVD when asked (for the
+ * backward rule) ---- */
+static of_status svd_kernel(of_tensor *a, of_tensor **sv, of_tensor **u, of_tensor **vh) {
+  OF_CHECK(check_input("svdvals", "A", a));
+  mats m;
+  OF_CHECK(load(a, &m));
+  int64_t r = m.rows, c = m.cols, k = r < c ? r : c, nb = a->ndim - 2;
+  int64_t shape[OF_MAX_DIMS];
+  memcpy(shape, a->shape, sizeof(int64_t) * (size_t)nb);
+  of_tensor *res[3] = {NULL, NULL, NULL};
+  double *buf = NULL, *work = NULL;
+  int *iwork = NULL;
+  shape[nb] = k;
+  of_status st = of_tensor_new(shape, nb + 1, a->dtype, OF_CPU, &res[0]);
+  if (u && st == OF_OK) {
+    shape[nb] = r, shape[nb + 1] = k;
+    st = of_tensor_new(shape, nb + 2, a->dtype, OF_CPU, &res[1]);
+    shape[nb] = k, shape[nb + 1] = c;
+    if (st == OF_OK) st = of_tensor_new(shape, nb + 2, a->dtype, OF_CPU, &res[2]);
+  }
+  int mi = (int)r, ni = (int)c, ki = (int)(k > 0 ? k : 1), info = 0, lwork = -1;
+  int ldu = mi > 0 ? mi : 1, lda = ldu;
+  double q = 0;
+  if (st == OF_OK && k > 0) {   /* workspace query */
+    dgesdd_("S", &mi, &ni, NULL, &lda, NULL, NULL, &ldu, NULL, &ki, &q, &lwork, NULL, &info, 1);
+    lwork = (int)q + 1;
+    buf = malloc(sizeof(double) * (size_t)(r * c + k + r * k + k * c));
+    work = malloc(sizeof(double) * (size_t)lwork);
+    iwork = malloc(sizeof(int) * (size_t)(8 * k));
+    if (!buf || !work || !iwork)
+      st = of_fail(OF_ERR_OOM, "linalg.svdvals: out of memory for the SVD of %s",
+                   OF_SHAPE_STR(a));
+  }
+  for (int64_t b = 0; b < m.batch && st == OF_OK && k > 0; b++) {
+    double *ab = buf, *sb = buf + r * c, *ub = sb + k, *vb = ub + r * k;
+    to_colmajor(m.data + b * r * c, r, c, ab);
+    dgesdd_("S", &mi, &ni, ab, &lda, sb, ub, &ldu, vb, &ki, work, &lwork, iwork, &info, 1);
+    if (info != 0) {
+      char pre[48];
+      st = of_fail(OF_ERR_ARG, "linalg.svdvals: %sthe SVD did not converge (LAPACK info %d)",
+                   batch_prefix(a, b, pre, sizeof pre), info);
+      break;
+    }
+    for (int64_t i = 0; i < k; i++) put(res[0], b * k + i, sb[i]);
+    if (!u) continue;
+    for (int64_t i = 0; i < r; i++)   /* u: (r, k), column-major ld r */
+      for (int64_t j = 0; j < k; j++) put(res[1], b * r * k + i * k + j, ub[j * r + i]);
+    for (int64_t i = 0; i < k; i++)   /* vt: (k, c), column-major ld k */
+      for (int64_t j = 0; j < c; j++) put(res[2], b * k * c + i * c + j, vb[j * k + i]);
+  }
+  free(buf);
+  free(work);
+  free(iwork);
+  of_tensor_release(m.dense);
+  if (st != OF_OK) {
+    for (int32_t j = 0; j < 3; j++) of_tensor_release(res[j]);
+    return st;
+  }
+  *sv = res[0];
+  if (u) {
+    *u = res[1];
+    *vh = res[2];
+  }
+  return OF_OK;
+}
+
 /* ---- autograd ---- */
 /* The call is sequenced before r is read. */
 #define S_CALL(s, call)            \
@@ -425,11 +499,29 @@ static of_status cholesky_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   return of_s_end(&s, s_mT(&s, s_solve(&s, lt, s_mT(&s, w))), &gi[0]);   /* W L^-1 */
 }
 
+static of_tensor *s_unsqueeze_at(of_scope *s, of_tensor *x, int32_t dim) {
+  if (s->st != OF_OK || !x) return NULL;
+  of_tensor *r = NULL;
+  S_CALL(s, of_unsqueeze(x, dim, &r));
+}
+
+static of_status svdvals_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0] || !n->needs[0]) return OF_OK;
+  if (of_is_grad_enabled())
+    return of_fail(OF_ERR_STATE, "linalg.svdvals: double backward (create_graph = true) is "
+                   "not supported");
+  of_scope s = {0};
+  /* (U * gS[..., None, :]) @ Vh */
+  of_tensor *us = of_s_bin(&s, OF_MUL, of_s_saved(&s, n, 0), s_unsqueeze_at(&s, g[0], -2));
+  return of_s_end(&s, s_matmul(&s, us, of_s_saved(&s, n, 1)), &gi[0]);
+}
+
 static const of_grad_def inv_grad = {"LinalgInvBackward", inv_backward};
 static const of_grad_def det_grad = {"LinalgDetBackward", det_backward};
 static const of_grad_def slogdet_grad = {"LinalgSlogdetBackward", slogdet_backward};
 static const of_grad_def solve_grad = {"LinalgSolveBackward", solve_backward};
 static const of_grad_def cholesky_grad = {"LinalgCholeskyBackward", cholesky_backward};
+static const of_grad_def svdvals_grad = {"LinalgSvdvalsBackward", svdvals_backward};
 
 /* Records gd for outs (released on failure); *n NULL when no grad is needed. */
 static of_status record(const of_grad_def *gd, of_tensor **ins, int32_t nin, of_tensor **outs,
@@ -496,4 +588,19 @@ of_status of_linalg_cholesky(of_tensor *a, int32_t upper, of_tensor **out) {
     of_node_save(n, 0, *out);
   }
   return OF_OK;
+}
+
+of_status of_linalg_svdvals(of_tensor *a, of_tensor **out) {
+  bool grad = of_grad_needed(&a, 1);
+  of_tensor *u = NULL, *vh = NULL;
+  OF_CHECK(svd_kernel(a, out, grad ? &u : NULL, grad ? &vh : NULL));
+  of_node *n;
+  of_status st = record(&svdvals_grad, &a, 1, out, 1, &n);
+  if (n) {
+    of_node_save(n, 0, u);
+    of_node_save(n, 1, vh);
+  }
+  of_tensor_release(u);
+  of_tensor_release(vh);
+  return st;
 }

@@ -366,3 +366,45 @@ describe('linalg kernels under create_graph', function()
     end)
   end
 end)
+
+describe('linalg.svdvals and the singular-value matrix norms', function()
+  it('match torch', function()
+    local a, x = t64(A), t64(X)
+    -- torch.linalg.svdvals(A), (X), (X.T)
+    H.close(L.svdvals(a), {{12.212042887313794, 9.032227093501053, 2.3526330461493856},
+      {4.740897958188272, 3.1529054546192077, 2.1408114686442414}}, 1e-12)
+    H.close(L.svdvals(x), {5.044367227535482, 2.191884867817193}, 1e-12)
+    H.close(L.svdvals(x:t()), {5.044367227535482, 2.191884867817193}, 1e-12)
+    H.close(L.svdvals(flow.tensor(X)), {5.044367227535482, 2.191884867817193}, 1e-6)
+    assert.are.same({2, 0}, H.shape(L.svdvals(flow.zeros(2, 0, 3, {dtype = f64}))))
+    -- torch.linalg.matrix_norm(A, ord) and (A, ord, dim=(0, 2)); torch.linalg.norm(X, ord)
+    local want = {
+      {'nuc', {23.596903026964235, 10.034614881451722},
+        {5.6935408899031135, 12.515404760761346, 15.79445623974318}, 7.236252095352675},
+      {2, {12.212042887313794, 4.740897958188272},
+        {4.028251732890691, 8.775868562064888, 12.28571168742763}, 5.044367227535482},
+      {-2, {2.3526330461493856, 2.1408114686442414},
+        {1.6652891570124224, 3.7395361986964577, 3.5087445523155503}, 2.191884867817193},
+    }
+    for _, w in ipairs(want) do
+      H.close(L.matrix_norm(a, w[1]), w[2], 1e-12, tostring(w[1]))
+      H.close(L.matrix_norm(a, w[1], {1, 3}), w[3], 1e-12, tostring(w[1]) .. ' dims 1, 3')
+      H.close(L.norm(x, w[1]), w[4], 1e-12, 'norm ' .. tostring(w[1]))
+      assert.are.same({1, 3, 1}, H.shape(L.matrix_norm(a, w[1], {1, 3}, true)))
+    end
+  end)
+  it('have correct gradients', function()
+    assert.is_true(gradcheck(L.svdvals, {t64(A, true)}))
+    assert.is_true(gradcheck(L.svdvals, {t64(X, true)}))
+    for _, ord in ipairs({'nuc', 2, -2}) do
+      assert.is_true(gradcheck(function(v) return L.matrix_norm(v, ord) end, {t64(A, true)}))
+    end
+  end)
+  it('raise clear errors', function()
+    H.raises(function() L.svdvals(t64({1, 2})) end, 'linalg.svdvals', 'at least 2 dims')
+    H.raises(function() L.svdvals(flow.tensor({{1}}, {dtype = flow.int64})) end, 'linalg.svdvals', 'int64')
+    local a = t64(A, true)
+    H.raises(function() flow.autograd.grad({L.svdvals(a):sum()}, {a}, nil, {create_graph = true}) end,
+      'linalg.svdvals: double backward (create_graph = true) is not supported')
+  end)
+end)

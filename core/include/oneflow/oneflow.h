@@ -298,6 +298,8 @@ of_status of_linalg_slogdet(of_tensor *a, of_tensor **sign, of_tensor **logabsde
 of_status of_linalg_solve(of_tensor *a, of_tensor *b, of_tensor **out);
 /* lower L with A = L L^T (upper != 0: U = L^T); reads A's lower triangle */
 of_status of_linalg_cholesky(of_tensor *a, int32_t upper, of_tensor **out);
+/* singular values (..., min(m, n)), descending, of a (..., m, n) */
+of_status of_linalg_svdvals(of_tensor *a, of_tensor **out);
 
 /* ---- shape and index ops (core/ops/index.c, core/ops/shape.c) ---------- */
 of_status of_cat(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out);

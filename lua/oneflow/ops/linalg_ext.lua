@@ -9,9 +9,9 @@
 -- Dims are 1-based, negative from the end. Options may also be given as
 -- trailing positional arguments in torch's order (keepdim after dim).
 --   flow.linalg.inv(A), det(A), slogdet(A) -> sign, logabsdet
---   flow.linalg.solve(A, B, {left = true}), cholesky(A, {upper = false})
+--   flow.linalg.solve(A, B, {left = true}), cholesky(A, {upper = false}), svdvals(A)
 -- Everything is differentiable: the first group is written with existing
--- differentiable ops; inv, det, slogdet, solve and cholesky are LAPACK kernels
+-- differentiable ops; inv, det, slogdet, solve, cholesky, svdvals are LAPACK kernels
 -- (core/ops/linalg_ext.c, float32/float64, CPU) with backward rules in C.
 local core = require 'oneflow._C'
 local util = require 'oneflow._util'
@@ -105,13 +105,14 @@ function linalg.vector_norm(x, ord, d, k, o)
 end
 
 ------------------------------------------------------------------ matrix_norm
-local matrix_ords = {fro = true, [INF] = true, [-INF] = true, [1] = true, [-1] = true}
+local matrix_ords = {fro = true, nuc = true, [INF] = true, [-INF] = true, [1] = true,
+                     [-1] = true, [2] = true, [-2] = true}
 
 local function matrix_norm(op, A, ord, d, keepdim)
   check_float(op, A)
   if matrix_ords[ord] == nil then
-    error(("linalg.%s: ord %s is not supported for matrices (use 'fro', math.huge, "
-      .. "-math.huge, 1 or -1)"):format(op, tostring(ord)), 3)
+    error(("linalg.%s: ord %s is not supported for matrices (use 'fro', 'nuc', math.huge, "
+      .. "-math.huge, 1, -1, 2 or -2)"):format(op, tostring(ord)), 3)
   end
   if A:dim() < 2 then
     error(('linalg.%s: expected a tensor with 2 or more dims, got shape %s'):format(
@@ -125,6 +126,15 @@ local function matrix_norm(op, A, ord, d, keepdim)
   if d1 == d2 then error(('linalg.%s: dims must be different, got %d and %d'):format(
     op, d[1], d[2]), 3) end
   if ord == 'fro' then return A:norm(2, {d1, d2}, keepdim) end
+  if ord == 'nuc' or ord == 2 or ord == -2 then   -- from the singular values
+    local perm = {}
+    for i = 1, A:dim() do if i ~= d1 and i ~= d2 then perm[#perm + 1] = i end end
+    perm[#perm + 1], perm[#perm + 2] = d1, d2
+    local sv = linalg.svdvals(A:permute(perm))
+    local r = ord == 'nuc' and sv:sum(-1) or ord == 2 and sv:amax(-1) or sv:amin(-1)
+    if keepdim then r = r:unsqueeze(math.min(d1, d2)):unsqueeze(math.max(d1, d2)) end
+    return r
+  end
   -- inf: max row sum (sum over d2, extreme over d1); 1: max column sum
   local sum_dim, ext_dim = d2, d1
   if ord == 1 or ord == -1 then sum_dim, ext_dim = d1, d2 end
@@ -369,6 +379,16 @@ local function broadcast_batch(a, b)
     r[i] = x == 1 and y or x
   end
   return r
+end
+
+--- linalg.svdvals(A): the singular values (..., min(m, n)) of A (..., m, n),
+-- in descending order. Differentiable once (gA = U diag(gS) V^T).
+function linalg.svdvals(A)
+  check_tensor('svdvals', A, ' as A')
+  if A:dim() < 2 then
+    error(('linalg.svdvals: A must have at least 2 dims, got shape %s'):format(shape_str(A)), 2)
+  end
+  return kcall(C.of_linalg_svdvals, A.p, out1)
 end
 
 --- linalg.solve(A, B, {left = true}): X with A X = B (left = false: X A = B).
