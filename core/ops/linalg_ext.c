@@ -361,12 +361,15 @@ static of_status svd_kernel(of_tensor *a, of_tensor **sv, of_tensor **u, of_tens
   int mi = (int)r, ni = (int)c, ki = (int)(k > 0 ? k : 1), info = 0, lwork = -1;
   int ldu = mi > 0 ? mi : 1, lda = ldu;
   double q = 0;
-  if (st == OF_OK && k > 0) {   /* workspace query */
-    dgesdd_("S", &mi, &ni, NULL, &lda, NULL, NULL, &ldu, NULL, &ki, &q, &lwork, NULL, &info, 1);
-    lwork = (int)q + 1;
+  if (st == OF_OK && k > 0) {
     buf = malloc(sizeof(double) * (size_t)(r * c + k + r * k + k * c));
-    work = malloc(sizeof(double) * (size_t)lwork);
     iwork = malloc(sizeof(int) * (size_t)(8 * k));
+    if (buf && iwork) {   /* workspace query */
+      double *sb = buf + r * c, *ub = sb + k, *vb = ub + r * k;
+      dgesdd_("S", &mi, &ni, buf, &lda, sb, ub, &ldu, vb, &ki, &q, &lwork, iwork, &info, 1);
+      lwork = (int)q + 1;
+      work = malloc(sizeof(double) * (size_t)lwork);
+    }
     if (!buf || !work || !iwork)
       st = of_fail(OF_ERR_OOM, "linalg.svdvals: out of memory for the SVD of %s",
                    OF_SHAPE_STR(a));
