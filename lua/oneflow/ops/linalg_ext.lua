@@ -330,7 +330,7 @@ end
 
 
 ------------------------------------------------------------------ kernels
--- inv, det, slogdet, solve, cholesky: LAPACK kernels in C (core/ops/linalg_ext.c,
+-- inv, det, slogdet, solve, cholesky, svdvals: LAPACK kernels in C (core/ops/linalg_ext.c,
 -- float32/float64 on the CPU, batched over leading dims); each records its
 -- backward rule there.
 local function kcall(fn, ...)
