@@ -12,6 +12,7 @@ local op_modules = {
   'oneflow.ops.nn_conv',
   'oneflow.ops.nn_norm',
   'oneflow.ops.extras',
+  'oneflow.ops.linalg_ext',
 }
 for _, name in ipairs(op_modules) do
   local ok, err = pcall(require, name)

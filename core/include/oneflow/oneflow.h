@@ -287,6 +287,20 @@ of_status of_bmm(of_tensor *a, of_tensor *b, of_tensor **out);
 of_status of_addmm(of_tensor *c, of_tensor *a, of_tensor *b, double beta, double alpha,
                    of_tensor **out);
 
+/* ---- flow.linalg kernels (core/ops/linalg_ext.c) ----------------------
+ * float32/float64 CPU tensors, batched over leading dims; A: (..., n, n).
+ * No autograd history is recorded (the Lua side adds the backward rules).
+ * Singular or non-positive-definite inputs fail with torch's messages. */
+of_status of_linalg_inv(of_tensor *a, of_tensor **out);             /* (..., n, n) */
+of_status of_linalg_det(of_tensor *a, of_tensor **out);             /* (...) */
+of_status of_linalg_slogdet(of_tensor *a, of_tensor **sign, of_tensor **logabsdet);
+/* A X = B; b: (..., n, k) with A's batch dims -> X (..., n, k) */
+of_status of_linalg_solve(of_tensor *a, of_tensor *b, of_tensor **out);
+/* lower L with A = L L^T (upper != 0: U = L^T); reads A's lower triangle */
+of_status of_linalg_cholesky(of_tensor *a, int32_t upper, of_tensor **out);
+/* singular values (..., min(m, n)), descending, of a (..., m, n) */
+of_status of_linalg_svdvals(of_tensor *a, of_tensor **out);
+
 /* ---- shape and index ops (core/ops/index.c, core/ops/shape.c) ---------- */
 of_status of_cat(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out);
 of_status of_stack(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out);

@@ -1,0 +1,454 @@
+-- oneflow.ops.linalg_ext: the flow.linalg namespace (torch.linalg semantics).
+--   flow.linalg.vector_norm(x, ord = 2, dim = all, {keepdim =, dtype =})
+--   flow.linalg.matrix_norm(A, ord = 'fro', dim = {-2, -1}, {keepdim =})
+--   flow.linalg.norm(x, ord, dim, {keepdim =})      torch's dispatch rules
+--   flow.linalg.multi_dot({A, B, C, ...})
+--   flow.linalg.matrix_power(A, n)
+--   flow.linalg.cross(a, b, {dim = -1})
+--   flow.linalg.diagonal(A, {offset = 0, dim1 = -2, dim2 = -1})
+-- Dims are 1-based, negative from the end. Options may also be given as
+-- trailing positional arguments in torch's order (keepdim after dim).
+--   flow.linalg.inv(A), det(A), slogdet(A) -> sign, logabsdet
+--   flow.linalg.solve(A, B, {left = true}), cholesky(A, {upper = false}), svdvals(A)
+-- Everything is differentiable: the first group is written with existing
+-- differentiable ops; inv, det, slogdet, solve, cholesky, svdvals are LAPACK kernels
+-- (core/ops/linalg_ext.c, float32/float64, CPU) with backward rules in C.
+local core = require 'oneflow._C'
+local util = require 'oneflow._util'
+local T = require 'oneflow.tensor'
+local types = require 'oneflow.types'
+
+local is_tensor, is_options = T.is_tensor, util.is_options
+local C, out1, out2, raise, wrap = core.C, core.out1, core.out2, core.raise, core.wrap
+local EMPTY = {}
+local INF = math.huge
+
+local linalg = {}
+
+local function shape_str(x)
+  return '[' .. table.concat(x:size():totable(), ',') .. ']'
+end
+
+local function check_tensor(op, x, what)
+  if not is_tensor(x) then
+    error(('linalg.%s: expected a tensor%s, got %s'):format(op, what or '', type(x)), 3)
+  end
+end
+
+local function check_float(op, x)
+  if not x.dtype.is_floating_point then
+    error(('linalg.%s: expected a floating point tensor, got %s'):format(op, tostring(x.dtype)), 3)
+  end
+end
+
+-- 1-based dim (negative from the end) -> positive 1-based dim.
+local function norm_dim(op, d, nd)
+  if type(d) ~= 'number' or d % 1 ~= 0 then
+    error(('linalg.%s: dim must be an integer, got %s'):format(op, tostring(d)), 4)
+  end
+  local lo, hi = -math.max(nd, 1), math.max(nd, 1)
+  if d == 0 or d < lo or d > hi then
+    error(('linalg.%s: dim %d out of range for a %d-D tensor (1..%d or -%d..-1)'):format(
+      op, d, nd, hi, hi), 4)
+  end
+  return d < 0 and d + nd + 1 or d
+end
+
+-- (dim?, keepdim?, opts?) -> dim, keepdim, opts
+local function dim_args(d, k, o)
+  if is_options(d) then o, d = d, nil end
+  if type(k) == 'table' then o, k = k, nil end
+  o = o or EMPTY
+  if d == nil then d = o.dim end
+  if k == nil then k = o.keepdim end
+  return d, k and true or false, o
+end
+
+------------------------------------------------------------------ vector_norm
+local function vector_norm(op, x, ord, d, keepdim, dtype)
+  if dtype then x = x:to(dtype) end
+  check_float(op, x)
+  if d == nil then
+    if keepdim then
+      local dims = {}
+      for i = 1, x:dim() do dims[i] = i end
+      return x:norm(ord, dims, true)
+    end
+    return x:reshape(-1):norm(ord, 1)
+  end
+  if type(d) == 'number' then d = {d} end
+  if type(d) ~= 'table' then
+    error(('linalg.%s: dim must be a number or a list of numbers, got %s'):format(op, type(d)), 3)
+  end
+  local dims, seen = {}, {}
+  for i = 1, #d do
+    dims[i] = norm_dim(op, d[i], x:dim())
+    if seen[dims[i]] then error(('linalg.%s: dim %d appears twice'):format(op, d[i]), 3) end
+    seen[dims[i]] = true
+  end
+  return x:norm(ord, dims, keepdim)
+end
+
+--- linalg.vector_norm(x, ord = 2, dim = nil, keepdim = false, {dtype =}): the
+-- ord-norm of the elements over dim (all when nil). ord: any number,
+-- math.huge (max |x|), -math.huge (min |x|), 0 (number of non-zeros).
+function linalg.vector_norm(x, ord, d, k, o)
+  if is_options(ord) then o, ord = ord, nil end
+  check_tensor('vector_norm', x)
+  local keepdim, opts
+  d, keepdim, opts = dim_args(d, k, o)
+  if ord == nil then ord = opts.ord or 2 end
+  if type(ord) ~= 'number' then
+    error(('linalg.vector_norm: ord must be a number, got %s'):format(tostring(ord)), 2)
+  end
+  return vector_norm('vector_norm', x, ord, d, keepdim, opts.dtype)
+end
+
+------------------------------------------------------------------ matrix_norm
+local matrix_ords = {fro = true, nuc = true, [INF] = true, [-INF] = true, [1] = true,
+                     [-1] = true, [2] = true, [-2] = true}
+
+local function matrix_norm(op, A, ord, d, keepdim)
+  check_float(op, A)
+  if matrix_ords[ord] == nil then
+    error(("linalg.%s: ord %s is not supported for matrices (use 'fro', 'nuc', math.huge, "
+      .. "-math.huge, 1, -1, 2 or -2)"):format(op, tostring(ord)), 3)
+  end
+  if A:dim() < 2 then
+    error(('linalg.%s: expected a tensor with 2 or more dims, got shape %s'):format(
+      op, shape_str(A)), 3)
+  end
+  d = d or {-2, -1}
+  if type(d) ~= 'table' or #d ~= 2 then
+    error(('linalg.%s: dim must be a list of 2 dims, got %s'):format(op, tostring(d)), 3)
+  end
+  local d1, d2 = norm_dim(op, d[1], A:dim()), norm_dim(op, d[2], A:dim())
+  if d1 == d2 then error(('linalg.%s: dims must be different, got %d and %d'):format(
+    op, d[1], d[2]), 3) end
+  if ord == 'fro' then return A:norm(2, {d1, d2}, keepdim) end
+  if ord == 'nuc' or ord == 2 or ord == -2 then   -- from the singular values
+    local perm = {}
+    for i = 1, A:dim() do if i ~= d1 and i ~= d2 then perm[#perm + 1] = i end end
+    perm[#perm + 1], perm[#perm + 2] = d1, d2
+    local sv = linalg.svdvals(A:permute(perm))
+    local r = ord == 'nuc' and sv:sum(-1) or ord == 2 and sv:amax(-1) or sv:amin(-1)
+    if keepdim then r = r:unsqueeze(math.min(d1, d2)):unsqueeze(math.max(d1, d2)) end
+    return r
+  end
+  -- inf: max row sum (sum over d2, extreme over d1); 1: max column sum
+  local sum_dim, ext_dim = d2, d1
+  if ord == 1 or ord == -1 then sum_dim, ext_dim = d1, d2 end
+  local s = A:abs():sum(sum_dim, true)
+  local r = ord > 0 and s:amax(ext_dim, true) or s:amin(ext_dim, true)
+  if not keepdim then r = r:squeeze(math.max(d1, d2)):squeeze(math.min(d1, d2)) end
+  return r
+end
+
+--- linalg.matrix_norm(A, ord = 'fro', dim = {-2, -1}, keepdim = false):
+-- ord 'fro', math.huge / -math.huge (max / min row sum of |A|), 1 / -1
+-- (max / min column sum), over the two dims, batched over the others.
+function linalg.matrix_norm(A, ord, d, k, o)
+  if is_options(ord) then o, ord = ord, nil end
+  check_tensor('matrix_norm', A)
+  local keepdim, opts
+  d, keepdim, opts = dim_args(d, k, o)
+  if ord == nil then ord = opts.ord or 'fro' end
+  if opts.dtype then A = A:to(opts.dtype) end
+  return matrix_norm('matrix_norm', A, ord, d, keepdim)
+end
+
+------------------------------------------------------------------ norm
+--- linalg.norm(x, ord = nil, dim = nil, keepdim = false), as torch:
+-- dim a number (or list of one): vector norm; a list of two: matrix norm;
+-- dim nil: ord nil gives the 2-norm of all elements, else x must be 1-D
+-- (vector norm) or 2-D (matrix norm).
+function linalg.norm(x, ord, d, k, o)
+  if is_options(ord) then o, ord = ord, nil end
+  check_tensor('norm', x)
+  local keepdim, opts
+  d, keepdim, opts = dim_args(d, k, o)
+  if ord == nil then ord = opts.ord end
+  if opts.dtype then x = x:to(opts.dtype) end
+  if type(d) == 'number' or (type(d) == 'table' and #d == 1) then
+    if type(ord) == 'string' then
+      error(("linalg.norm: ord '%s' needs a matrix (dim with 2 dims)"):format(ord), 2)
+    end
+    return vector_norm('norm', x, ord or 2, d, keepdim)
+  end
+  if type(d) == 'table' then
+    if #d ~= 2 then
+      error(('linalg.norm: dim must have 1 or 2 dims, got %d'):format(#d), 2)
+    end
+    return matrix_norm('norm', x, ord or 'fro', d, keepdim)
+  end
+  if d ~= nil then error('linalg.norm: dim must be a number or a list, got ' .. type(d), 2) end
+  if ord == nil then return vector_norm('norm', x, 2, nil, keepdim) end
+  if x:dim() == 1 then
+    if type(ord) == 'string' then
+      error(("linalg.norm: ord '%s' needs a 2-D input, got shape %s"):format(
+        ord, shape_str(x)), 2)
+    end
+    return vector_norm('norm', x, ord, nil, keepdim)
+  elseif x:dim() == 2 then
+    return matrix_norm('norm', x, ord, {1, 2}, keepdim)
+  end
+  error(('linalg.norm: with ord given and dim nil the input must be 1-D or 2-D, got shape %s')
+    :format(shape_str(x)), 2)
+end
+
+------------------------------------------------------------------ multi_dot
+--- linalg.multi_dot({A1, ..., An}): A1 @ ... @ An; the first may be 1-D (a
+-- row vector), the last 1-D (a column vector), the others are 2-D.
+function linalg.multi_dot(ts)
+  if type(ts) ~= 'table' or is_tensor(ts) then
+    error('linalg.multi_dot: expected a list of tensors, got ' .. type(ts), 2)
+  end
+  local n = #ts
+  if n < 2 then
+    error(('linalg.multi_dot: expected at least 2 tensors, got %d'):format(n), 2)
+  end
+  for i = 1, n do
+    if not is_tensor(ts[i]) then
+      error(('linalg.multi_dot: element %d is a %s, not a tensor'):format(i, type(ts[i])), 2)
+    end
+    local nd, at_end = ts[i]:dim(), i == 1 or i == n
+    local ok = nd == 2 or (at_end and nd == 1)
+    if not ok then
+      error(('linalg.multi_dot: tensor %d must be %s, got shape %s'):format(
+        i, at_end and '1-D or 2-D' or '2-D', shape_str(ts[i])), 2)
+    end
+    if ts[i].dtype ~= ts[1].dtype then
+      error(('linalg.multi_dot: all tensors must have the same dtype, got %s and %s'):format(
+        tostring(ts[1].dtype), tostring(ts[i].dtype)), 2)
+    end
+  end
+  local first_vec, last_vec = ts[1]:dim() == 1, ts[n]:dim() == 1
+  local mats = {}
+  for i = 1, n do mats[i] = ts[i] end
+  if first_vec then mats[1] = mats[1]:unsqueeze(1) end
+  if last_vec then mats[n] = mats[n]:unsqueeze(2) end
+  for i = 1, n - 1 do
+    if mats[i]:size(2) ~= mats[i + 1]:size(1) then
+      error(('linalg.multi_dot: tensors %d and %d cannot be multiplied (shapes %s and %s)')
+        :format(i, i + 1, shape_str(ts[i]), shape_str(ts[i + 1])), 2)
+    end
+  end
+  local r = mats[1]
+  for i = 2, n do r = r:matmul(mats[i]) end
+  if first_vec and last_vec then return r:reshape({}) end
+  if first_vec then return r:squeeze(1) end
+  if last_vec then return r:squeeze(2) end
+  return r
+end
+
+------------------------------------------------------------------ matrix_power
+local function check_square(op, A)
+  if A:dim() < 2 or A:size(-1) ~= A:size(-2) then
+    error(('linalg.%s: expected a batch of square matrices, got shape %s'):format(
+      op, shape_str(A)), 3)
+  end
+end
+
+--- linalg.matrix_power(A, n): A^n for an integer n (n = 0: identity,
+-- n < 0: inv(A)^-n), batched over leading dims; by repeated squaring.
+function linalg.matrix_power(A, n)
+  check_tensor('matrix_power', A)
+  check_square('matrix_power', A)
+  if type(n) ~= 'number' or n % 1 ~= 0 then
+    error('linalg.matrix_power: n must be an integer, got ' .. tostring(n), 2)
+  end
+  if n == 0 then
+    local I = T.flow.eye(A:size(-1), {dtype = A.dtype})
+    return I:expand(A:size()):contiguous()
+  end
+  if n < 0 then A, n = linalg.inv(A), -n end
+  local result, base = nil, A
+  while true do
+    if n % 2 == 1 then result = result and result:matmul(base) or base end
+    n = math.floor(n / 2)
+    if n == 0 then break end
+    base = base:matmul(base)
+  end
+  return result
+end
+
+------------------------------------------------------------------ cross
+--- linalg.cross(a, b, {dim = -1}): the cross product of 3-vectors along dim
+-- (size 3 in both); the other dims broadcast.
+function linalg.cross(a, b, o)
+  check_tensor('cross', a)
+  check_tensor('cross', b)
+  local d = -1
+  if type(o) == 'number' then d = o elseif type(o) == 'table' and o.dim then d = o.dim end
+  if a:dim() ~= b:dim() then
+    error(('linalg.cross: inputs must have the same number of dims, got shapes %s and %s')
+      :format(shape_str(a), shape_str(b)), 2)
+  end
+  local dd = norm_dim('cross', d, a:dim())
+  if a:size(dd) ~= 3 or b:size(dd) ~= 3 then
+    error(('linalg.cross: dim %d must have size 3, got shapes %s and %s'):format(
+      d, shape_str(a), shape_str(b)), 2)
+  end
+  local a1, a2, a3 = a:select(dd, 1), a:select(dd, 2), a:select(dd, 3)
+  local b1, b2, b3 = b:select(dd, 1), b:select(dd, 2), b:select(dd, 3)
+  return T.flow.stack({a2 * b3 - a3 * b2, a3 * b1 - a1 * b3, a1 * b2 - a2 * b1}, dd)
+end
+
+------------------------------------------------------------------ diagonal
+--- linalg.diagonal(A, {offset = 0, dim1 = -2, dim2 = -1}): the diagonal
+-- (offset > 0 above, < 0 below) of the matrices in dims dim1, dim2, as a
+-- new last dim. Differentiable (a gather, not a view).
+function linalg.diagonal(A, o)
+  check_tensor('diagonal', A)
+  o = o or EMPTY
+  local offset = o.offset or 0
+  if type(offset) ~= 'number' or offset % 1 ~= 0 then
+    error('linalg.diagonal: offset must be an integer, got ' .. tostring(offset), 2)
+  end
+  if A:dim() < 2 then
+    error(('linalg.diagonal: expected at least 2 dims, got shape %s'):format(shape_str(A)), 2)
+  end
+  local d1 = norm_dim('diagonal', o.dim1 or -2, A:dim())
+  local d2 = norm_dim('diagonal', o.dim2 or -1, A:dim())
+  if d1 == d2 then
+    error(('linalg.diagonal: dim1 and dim2 must differ, got %d twice'):format(d1), 2)
+  end
+  local perm = {}
+  for i = 1, A:dim() do if i ~= d1 and i ~= d2 then perm[#perm + 1] = i end end
+  perm[#perm + 1], perm[#perm + 2] = d1, d2
+  local x = A:permute(perm)
+  local rows, cols = A:size(d1), A:size(d2)
+  local r0, c0 = math.max(-offset, 0), math.max(offset, 0)
+  local len = math.max(math.min(rows - r0, cols - c0), 0)
+  local idx = {}
+  for i = 0, len - 1 do idx[i + 1] = (r0 + i) * cols + c0 + i + 1 end
+  local flat = x:flatten(-2, -1)
+  local index = T.flow.tensor(idx, {dtype = types.by_name.int64})
+  if len == 0 then return flat:narrow(-1, 1, 0) end
+  return flat:index_select(-1, index)
+end
+
+
+------------------------------------------------------------------ kernels
+-- inv, det, slogdet, solve, cholesky, svdvals: LAPACK kernels in C (core/ops/linalg_ext.c,
+-- float32/float64 on the CPU, batched over leading dims); each records its
+-- backward rule there.
+local function kcall(fn, ...)
+  if fn(...) ~= 0 then raise(3) end
+  return wrap(out1[0])
+end
+
+local function mT(x) return x:transpose(-2, -1) end
+
+local function check_kernel_input(op, A)
+  check_tensor(op, A, ' as A')
+  if A:dim() < 2 or A:size(-1) ~= A:size(-2) then
+    error(('linalg.%s: A must be batches of square matrices, got shape %s'):format(
+      op, shape_str(A)), 3)
+  end
+end
+
+--- linalg.inv(A): the inverse of each matrix of A (..., n, n). A singular
+-- matrix raises (as torch) naming the zero diagonal element of its LU factor.
+function linalg.inv(A)
+  check_kernel_input('inv', A)
+  return kcall(C.of_linalg_inv, A.p, out1)
+end
+
+--- linalg.det(A): determinants (...) of A (..., n, n). Its gradient needs A
+-- invertible.
+function linalg.det(A)
+  check_kernel_input('det', A)
+  return kcall(C.of_linalg_det, A.p, out1)
+end
+
+--- linalg.slogdet(A): sign, log|det| (two results), each of shape (...);
+-- for a singular matrix sign 0 and logabsdet -inf.
+function linalg.slogdet(A)
+  check_kernel_input('slogdet', A)
+  if C.of_linalg_slogdet(A.p, out1, out2) ~= 0 then raise(2) end
+  return wrap(out1[0]), wrap(out2[0])
+end
+
+-- Broadcast of two batch shapes (lists), or nil when they don't broadcast.
+local function broadcast_batch(a, b)
+  local n, r = math.max(#a, #b), {}
+  for i = 1, n do
+    local x, y = a[#a - n + i] or 1, b[#b - n + i] or 1
+    if x ~= y and x ~= 1 and y ~= 1 then return nil end
+    r[i] = x == 1 and y or x
+  end
+  return r
+end
+
+--- linalg.svdvals(A): the singular values (..., min(m, n)) of A (..., m, n),
+-- in descending order. Differentiable once (gA = U diag(gS) V^T).
+function linalg.svdvals(A)
+  check_tensor('svdvals', A, ' as A')
+  if A:dim() < 2 then
+    error(('linalg.svdvals: A must have at least 2 dims, got shape %s'):format(shape_str(A)), 2)
+  end
+  return kcall(C.of_linalg_svdvals, A.p, out1)
+end
+
+--- linalg.solve(A, B, {left = true}): X with A X = B (left = false: X A = B).
+-- A (..., n, n); B (..., n, k), or (..., n) / (n) for vectors (torch's rule:
+-- B is a vector when 1-D or when its shape is A's without the last dim);
+-- batch dims broadcast.
+function linalg.solve(A, B, o)
+  check_kernel_input('solve', A)
+  check_tensor('solve', B, ' as B')
+  if o ~= nil and type(o) ~= 'table' then
+    error('linalg.solve: options must be a table, got ' .. type(o), 2)
+  end
+  if o and o.left == false then
+    if B:dim() < 2 then
+      error(('linalg.solve: with left = false B must have at least 2 dims, got shape %s')
+        :format(shape_str(B)), 2)
+    end
+    return mT(linalg.solve(mT(A), mT(B)))
+  end
+  local ashape, bshape = A:size():totable(), B:size():totable()
+  local vec = B:dim() == 1
+  if B:dim() == A:dim() - 1 then
+    vec = true
+    for i = 1, #bshape do if bshape[i] ~= ashape[i] then vec = false end end
+  end
+  local n = A:size(-1)
+  if vec then B = B:unsqueeze(-1) end
+  if B:dim() < 2 or B:size(-2) ~= n then
+    error(('linalg.solve: incompatible shapes of A and B for the equation AX = B (%s and %s)')
+      :format(shape_str(A), shape_str(vec and B:squeeze(-1) or B)), 2)
+  end
+  local ab, bb = {}, {}
+  for i = 1, A:dim() - 2 do ab[i] = ashape[i] end
+  for i = 1, B:dim() - 2 do bb[i] = B:size(i) end
+  local batch = broadcast_batch(ab, bb)
+  if batch == nil then
+    error(('linalg.solve: the batch dims of A and B do not broadcast (shapes %s and %s)')
+      :format(shape_str(A), shape_str(B)), 2)
+  end
+  if A.dtype ~= B.dtype then
+    error(('linalg.solve: A and B must have the same dtype, got %s and %s'):format(
+      tostring(A.dtype), tostring(B.dtype)), 2)
+  end
+  local sa, sb = {unpack(batch)}, {unpack(batch)}
+  sa[#sa + 1], sa[#sa + 2] = n, n
+  sb[#sb + 1], sb[#sb + 2] = n, B:size(-1)
+  A, B = A:expand(sa), B:expand(sb)
+  local X = kcall(C.of_linalg_solve, A.p, B.p, out1)
+  if vec then X = X:squeeze(-1) end
+  return X
+end
+
+--- linalg.cholesky(A, {upper = false}): L lower triangular with A = L L^T
+-- (upper: U = L^T with A = U^T U). Only A's lower triangle is read; a matrix
+-- that is not positive-definite raises (as torch).
+function linalg.cholesky(A, o)
+  check_kernel_input('cholesky', A)
+  local upper = type(o) == 'table' and o.upper or false
+  return kcall(C.of_linalg_cholesky, A.p, upper and 1 or 0, out1)
+end
+
+T.flow.linalg = linalg
+return linalg
