@@ -11,7 +11,7 @@ local op_modules = {
   'oneflow.ops.linalg', 'oneflow.ops.index', 'oneflow.ops.random',
   'oneflow.ops.nn_conv',
   'oneflow.ops.nn_norm',
-  'oneflow.ops.extras',
+  'oneflow.ops.extras', 'oneflow.ops.extras_shape', 'oneflow.ops.extras_stats',
   'oneflow.ops.linalg_ext',
 }
 for _, name in ipairs(op_modules) do
