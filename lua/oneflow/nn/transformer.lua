@@ -161,41 +161,52 @@ local layer_spec = {{'d_model', U.REQUIRED}, {'nhead', U.REQUIRED}, {'dim_feedfo
 
 local activations = {relu = F.relu, gelu = F.gelu}
 
+-- the layer's activation: 'relu', 'gelu', a function or a module
+local function activation_fn(name, act)
+  if type(act) ~= 'string' then return act end
+  if not activations[act] then
+    fail(("%s: activation should be 'relu' or 'gelu', not '%s'"):format(name, act))
+  end
+  return activations[act]
+end
+
+-- the feed-forward part and the n layer norms of an encoder or decoder layer
+-- (parsed options a), as PyTorch names them: linear1, dropout, linear2,
+-- norm1..n, dropout1..n, activation
+local function feed_forward_parts(self, name, a, n)
+  local o = {dtype = a.dtype}
+  self.linear1 = linear.Linear(a.d_model, a.dim_feedforward, a.bias, o)
+  self.dropout = dropout.Dropout(a.dropout)
+  self.linear2 = linear.Linear(a.dim_feedforward, a.d_model, a.bias, o)
+  self.norm_first = a.norm_first
+  local norm_opts = {eps = a.layer_norm_eps, bias = a.bias, dtype = a.dtype}
+  for i = 1, n do
+    self['norm' .. i] = normalization.LayerNorm(a.d_model, norm_opts)
+    self['dropout' .. i] = dropout.Dropout(a.dropout)
+  end
+  self.activation = activation_fn(name, a.activation)
+end
+
+-- attention of x over kv through mha, then the given dropout module
+local function attend(mha, drop, x, kv, mask, kpm, is_causal)
+  return drop(mha(x, kv, kv, {attn_mask = mask, key_padding_mask = kpm, need_weights = false,
+                              is_causal = is_causal}))
+end
+
+-- linear2(dropout(activation(linear1(x)))), then the given dropout module
+local function feed_forward(self, x, drop)
+  return drop(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+end
+
 --- nn.TransformerEncoderLayer(d_model, nhead, {dim_feedforward = 2048,
 -- dropout = 0.1, activation = 'relu' | 'gelu' | fn | module, layer_norm_eps =,
 -- batch_first = false, norm_first = false, bias = true})
 function Layer:__init(...)
   Module.__init(self)
   local a = parse('TransformerEncoderLayer', layer_spec, ...)
-  local o = {dtype = a.dtype}
   self.self_attn = MHA(a.d_model, a.nhead, {dropout = a.dropout, bias = a.bias,
                                             batch_first = a.batch_first, dtype = a.dtype})
-  self.linear1 = linear.Linear(a.d_model, a.dim_feedforward, a.bias, o)
-  self.dropout = dropout.Dropout(a.dropout)
-  self.linear2 = linear.Linear(a.dim_feedforward, a.d_model, a.bias, o)
-  self.norm_first = a.norm_first
-  self.norm1 = normalization.LayerNorm(a.d_model, {eps = a.layer_norm_eps, bias = a.bias, dtype = a.dtype})
-  self.norm2 = normalization.LayerNorm(a.d_model, {eps = a.layer_norm_eps, bias = a.bias, dtype = a.dtype})
-  self.dropout1 = dropout.Dropout(a.dropout)
-  self.dropout2 = dropout.Dropout(a.dropout)
-  local act = a.activation
-  if type(act) == 'string' then
-    if not activations[act] then
-      fail(("TransformerEncoderLayer: activation should be 'relu' or 'gelu', not '%s'"):format(act))
-    end
-    act = activations[act]
-  end
-  self.activation = act
-end
-
-local function self_attention(self, x, mask, kpm, is_causal)
-  local y = self.self_attn(x, x, x, {attn_mask = mask, key_padding_mask = kpm, need_weights = false,
-                                      is_causal = is_causal})
-  return self.dropout1(y)
-end
-
-local function feed_forward(self, x)
-  return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+  feed_forward_parts(self, 'TransformerEncoderLayer', a, 2)
 end
 
 --- forward(src, {src_mask =, src_key_padding_mask =, is_causal =})
@@ -204,11 +215,12 @@ function Layer:forward(src, opts)
   local x = src
   local mask, kpm, causal = opts.src_mask, opts.src_key_padding_mask, opts.is_causal
   if self.norm_first then
-    x = x + self_attention(self, self.norm1(x), mask, kpm, causal)
-    x = x + feed_forward(self, self.norm2(x))
+    local h = self.norm1(x)
+    x = x + attend(self.self_attn, self.dropout1, h, h, mask, kpm, causal)
+    x = x + feed_forward(self, self.norm2(x), self.dropout2)
   else
-    x = self.norm1(x + self_attention(self, x, mask, kpm, causal))
-    x = self.norm2(x + feed_forward(self, x))
+    x = self.norm1(x + attend(self.self_attn, self.dropout1, x, x, mask, kpm, causal))
+    x = self.norm2(x + feed_forward(self, x, self.dropout2))
   end
   return x
 end
@@ -219,15 +231,23 @@ M.TransformerEncoder = Encoder
 
 --- nn.TransformerEncoder(encoder_layer, num_layers, {norm =}): num_layers
 -- deep copies of encoder_layer (layers.0, layers.1, ...), then norm.
-function Encoder:__init(layer, num_layers, opts)
-  Module.__init(self)
-  if not module.is_module(layer) then fail('TransformerEncoder: expected an encoder layer module') end
+-- self.layers = num_layers deep copies of layer, self.norm = opts.norm
+local function stack_layers(self, name, layer, num_layers, opts)
+  if not module.is_module(layer) then fail(name .. ': expected a layer module as first argument') end
+  if type(num_layers) ~= 'number' or num_layers < 1 then
+    fail(('%s: num_layers must be a positive number, got %s'):format(name, tostring(num_layers)))
+  end
   opts = opts or {}
   local layers = {}
   for i = 1, num_layers do layers[i] = layer:clone() end
   self.layers = container.ModuleList(layers)
   self.num_layers = num_layers
   if opts.norm then self.norm = opts.norm end
+end
+
+function Encoder:__init(layer, num_layers, opts)
+  Module.__init(self)
+  stack_layers(self, 'TransformerEncoder', layer, num_layers, opts)
 end
 
 --- forward(src, {mask =, src_key_padding_mask =, is_causal =})
@@ -241,4 +261,7 @@ function Encoder:forward(src, opts)
   return x
 end
 
+-- for the decoder (transformer_decoder.lua): the parts both layers share
+M._parts = {layer_spec = layer_spec, feed_forward_parts = feed_forward_parts, attend = attend,
+            feed_forward = feed_forward, stack_layers = stack_layers, activation_fn = activation_fn}
 return M

@@ -9,10 +9,6 @@ local flow = require 'oneflow.nn._flow'
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'
 local init = require 'oneflow.nn.initialization'
-local F = require 'oneflow.nn.functional'
-local linear = require 'oneflow.nn.linear'
-local container = require 'oneflow.nn.container'
-local dropout = require 'oneflow.nn.dropout'
 local normalization = require 'oneflow.nn.normalization'
 local transformer = require 'oneflow.nn.transformer'
 
@@ -20,24 +16,12 @@ local Module, parse, fail, shape_str = module.Module, U.parse, U.fail, U.shape_s
 local MHA = transformer.MultiheadAttention
 local M = {}
 
-local activations = {relu = F.relu, gelu = F.gelu}
-
-local function activation_fn(name, act)
-  if type(act) ~= 'string' then return act end
-  if not activations[act] then
-    fail(("%s: activation should be 'relu' or 'gelu', not '%s'"):format(name, act))
-  end
-  return activations[act]
-end
+local parts = transformer._parts
+local attend, feed_forward = parts.attend, parts.feed_forward
 
 ------------------------------------------------------------------ TransformerDecoderLayer
 local Layer = Module:subclass('TransformerDecoderLayer')
 M.TransformerDecoderLayer = Layer
-
-local layer_spec = {{'d_model', U.REQUIRED}, {'nhead', U.REQUIRED}, {'dim_feedforward', 2048},
-                    {'dropout', 0.1}, {'activation', 'relu'}, {'layer_norm_eps', 1e-5},
-                    {'batch_first', false}, {'norm_first', false}, {'bias', true},
-                    {'device', nil}, {'dtype', nil}}
 
 --- nn.TransformerDecoderLayer(d_model, nhead, {dim_feedforward = 2048,
 -- dropout = 0.1, activation = 'relu' | 'gelu' | fn | module, layer_norm_eps =
@@ -45,39 +29,11 @@ local layer_spec = {{'d_model', U.REQUIRED}, {'nhead', U.REQUIRED}, {'dim_feedfo
 -- attention over the encoder output (memory), feed-forward.
 function Layer:__init(...)
   Module.__init(self)
-  local a = parse('TransformerDecoderLayer', layer_spec, ...)
-  local o = {dtype = a.dtype}
+  local a = parse('TransformerDecoderLayer', parts.layer_spec, ...)
   local attn_opts = {dropout = a.dropout, bias = a.bias, batch_first = a.batch_first, dtype = a.dtype}
   self.self_attn = MHA(a.d_model, a.nhead, attn_opts)
   self.multihead_attn = MHA(a.d_model, a.nhead, attn_opts)
-  self.linear1 = linear.Linear(a.d_model, a.dim_feedforward, a.bias, o)
-  self.dropout = dropout.Dropout(a.dropout)
-  self.linear2 = linear.Linear(a.dim_feedforward, a.d_model, a.bias, o)
-  self.norm_first = a.norm_first
-  local norm_opts = {eps = a.layer_norm_eps, bias = a.bias, dtype = a.dtype}
-  self.norm1 = normalization.LayerNorm(a.d_model, norm_opts)
-  self.norm2 = normalization.LayerNorm(a.d_model, norm_opts)
-  self.norm3 = normalization.LayerNorm(a.d_model, norm_opts)
-  self.dropout1 = dropout.Dropout(a.dropout)
-  self.dropout2 = dropout.Dropout(a.dropout)
-  self.dropout3 = dropout.Dropout(a.dropout)
-  self.activation = activation_fn('TransformerDecoderLayer', a.activation)
-end
-
-local function sa_block(self, x, mask, kpm, is_causal)
-  local y = self.self_attn(x, x, x, {attn_mask = mask, key_padding_mask = kpm, need_weights = false,
-                                      is_causal = is_causal})
-  return self.dropout1(y)
-end
-
-local function mha_block(self, x, mem, mask, kpm, is_causal)
-  local y = self.multihead_attn(x, mem, mem, {attn_mask = mask, key_padding_mask = kpm, need_weights = false,
-                                               is_causal = is_causal})
-  return self.dropout2(y)
-end
-
-local function ff_block(self, x)
-  return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+  parts.feed_forward_parts(self, 'TransformerDecoderLayer', a, 3)
 end
 
 local function check_memory(name, tgt, memory)
@@ -99,13 +55,14 @@ function Layer:forward(tgt, memory, opts)
   local mm, mk, mc = opts.memory_mask, opts.memory_key_padding_mask, opts.memory_is_causal
   local x = tgt
   if self.norm_first then
-    x = x + sa_block(self, self.norm1(x), tm, tk, tc)
-    x = x + mha_block(self, self.norm2(x), memory, mm, mk, mc)
-    x = x + ff_block(self, self.norm3(x))
+    local h = self.norm1(x)
+    x = x + attend(self.self_attn, self.dropout1, h, h, tm, tk, tc)
+    x = x + attend(self.multihead_attn, self.dropout2, self.norm2(x), memory, mm, mk, mc)
+    x = x + feed_forward(self, self.norm3(x), self.dropout3)
   else
-    x = self.norm1(x + sa_block(self, x, tm, tk, tc))
-    x = self.norm2(x + mha_block(self, x, memory, mm, mk, mc))
-    x = self.norm3(x + ff_block(self, x))
+    x = self.norm1(x + attend(self.self_attn, self.dropout1, x, x, tm, tk, tc))
+    x = self.norm2(x + attend(self.multihead_attn, self.dropout2, x, memory, mm, mk, mc))
+    x = self.norm3(x + feed_forward(self, x, self.dropout3))
   end
   return x
 end
@@ -118,16 +75,7 @@ M.TransformerDecoder = Decoder
 -- deep copies of decoder_layer (layers.0, layers.1, ...), then norm.
 function Decoder:__init(layer, num_layers, opts)
   Module.__init(self)
-  if not module.is_module(layer) then fail('TransformerDecoder: expected a decoder layer module') end
-  if type(num_layers) ~= 'number' or num_layers < 1 then
-    fail(('TransformerDecoder: num_layers must be a positive number, got %s'):format(tostring(num_layers)))
-  end
-  opts = opts or {}
-  local layers = {}
-  for i = 1, num_layers do layers[i] = layer:clone() end
-  self.layers = container.ModuleList(layers)
-  self.num_layers = num_layers
-  if opts.norm then self.norm = opts.norm end
+  parts.stack_layers(self, 'TransformerDecoder', layer, num_layers, opts)
 end
 
 --- forward(tgt, memory, {tgt_mask =, memory_mask =, tgt_key_padding_mask =,
@@ -164,7 +112,7 @@ function Transformer:__init(...)
   Module.__init(self)
   local a = parse('Transformer', spec, ...)
   local layer_opts = {dim_feedforward = a.dim_feedforward, dropout = a.dropout,
-                      activation = activation_fn('Transformer', a.activation),
+                      activation = parts.activation_fn('Transformer', a.activation),
                       layer_norm_eps = a.layer_norm_eps, batch_first = a.batch_first,
                       norm_first = a.norm_first, bias = a.bias, dtype = a.dtype}
   local norm_opts = {eps = a.layer_norm_eps, bias = a.bias, dtype = a.dtype}
