@@ -244,4 +244,34 @@ function U.check(rc)
   if rc ~= 0 then core.raise(2) end
 end
 
+-- A state value that PyTorch saves as a 0-d tensor (loaded state dicts), as a number.
+function U.num(v)
+  if U.is_tensor(v) then return v:item() end
+  return v
+end
+
+--- The loop of the element-wise optimizers: fn(p, grad, state, step) for each
+-- parameter of the group that has a grad. state is made by fresh(p, grad)
+-- when it has no `key` yet; step counts the calls; grad is negated under
+-- maximize and gets weight_decay * p added when the group has weight decay
+-- (PyTorch's order).
+function U.each_grad(opt, group, key, fresh, fn)
+  local wd, maximize = group.weight_decay or 0, group.maximize
+  for _, p in ipairs(group.params) do
+    local grad = p.grad
+    if grad ~= nil then
+      local state = opt.state[p]
+      if state == nil or state[key] == nil then
+        state = fresh(p, grad)
+        state.step = 0
+        opt.state[p] = state
+      end
+      state.step = state.step + 1
+      if maximize then grad = -grad end
+      if wd ~= 0 then grad = grad + p * wd end
+      fn(p, grad, state, state.step)
+    end
+  end
+end
+
 return U

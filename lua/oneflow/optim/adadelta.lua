@@ -28,29 +28,20 @@ function Adadelta.validate(_, g)
 end
 
 function Adadelta:_step_group(group)
-  local lr, rho, eps, wd, maximize = group.lr, group.rho, group.eps, group.weight_decay, group.maximize
+  local lr, rho, eps = group.lr, group.rho, group.eps
   local zeros_like = T.flow.zeros_like
-  for _, p in ipairs(group.params) do
-    local grad = p.grad
-    if grad ~= nil then
-      local state = self.state[p]
-      if state == nil or state.square_avg == nil then
-        state = {step = 0, square_avg = zeros_like(p), acc_delta = zeros_like(p)}
-        self.state[p] = state
-      end
-      state.step = state.step + 1
-      if maximize then grad = -grad end
-      if wd ~= 0 then grad = grad + p * wd end
-      local square_avg, acc_delta = state.square_avg, state.acc_delta
-      square_avg:mul_(rho)
-      U.addcmul_(square_avg, grad, grad, 1 - rho)
-      local std = (square_avg + eps):sqrt_()
-      local delta = (acc_delta + eps):sqrt_():div_(std):mul_(grad)
-      acc_delta:mul_(rho)
-      U.addcmul_(acc_delta, delta, delta, 1 - rho)
-      U.add_(p, delta, -lr)
-    end
-  end
+  U.each_grad(self, group, 'square_avg', function(p)
+    return {square_avg = zeros_like(p), acc_delta = zeros_like(p)}
+  end, function(p, grad, state)
+    local square_avg, acc_delta = state.square_avg, state.acc_delta
+    square_avg:mul_(rho)
+    U.addcmul_(square_avg, grad, grad, 1 - rho)
+    local std = (square_avg + eps):sqrt_()
+    local delta = (acc_delta + eps):sqrt_():div_(std):mul_(grad)
+    acc_delta:mul_(rho)
+    U.addcmul_(acc_delta, delta, delta, 1 - rho)
+    U.add_(p, delta, -lr)
+  end)
 end
 
 return Adadelta

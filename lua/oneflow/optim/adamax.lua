@@ -28,29 +28,18 @@ function Adamax.validate(_, g)
 end
 
 function Adamax:_step_group(group)
-  local lr, eps, wd, maximize = group.lr, group.eps, group.weight_decay, group.maximize
+  local lr, eps = group.lr, group.eps
   local beta1, beta2 = group.betas[1], group.betas[2]
   local zeros_like = T.flow.zeros_like
-  for _, p in ipairs(group.params) do
-    local grad = p.grad
-    if grad ~= nil then
-      local state = self.state[p]
-      if state == nil or state.exp_avg == nil then
-        state = {step = 0, exp_avg = zeros_like(p), exp_inf = zeros_like(p)}
-        self.state[p] = state
-      end
-      if maximize then grad = -grad end
-      state.step = state.step + 1
-      local step = state.step
-      if wd ~= 0 then grad = grad + p * wd end
-      local exp_avg, exp_inf = state.exp_avg, state.exp_inf
-      exp_avg:mul_(beta1)
-      U.add_(exp_avg, grad, 1 - beta1)
-      exp_inf:mul_(beta2):maximum_(grad:abs():add_(eps))
-      local clr = lr / (1 - beta1 ^ step)
-      U.addcdiv_(p, exp_avg, exp_inf, -clr)
-    end
-  end
+  U.each_grad(self, group, 'exp_avg', function(p)
+    return {exp_avg = zeros_like(p), exp_inf = zeros_like(p)}
+  end, function(p, grad, state, step)
+    local exp_avg, exp_inf = state.exp_avg, state.exp_inf
+    exp_avg:mul_(beta1)
+    U.add_(exp_avg, grad, 1 - beta1)
+    exp_inf:mul_(beta2):maximum_(grad:abs():add_(eps))
+    U.addcdiv_(p, exp_avg, exp_inf, -lr / (1 - beta1 ^ step))
+  end)
 end
 
 return Adamax

@@ -30,38 +30,23 @@ function ASGD.validate(_, g)
   U.check_number('ASGD', 't0', g.t0)
 end
 
-local function num(v)
-  if U.is_tensor(v) then return v:item() end
-  return v
-end
 
 function ASGD:_step_group(group)
-  local lr, lambd, alpha, t0, wd = group.lr, group.lambd, group.alpha, group.t0, group.weight_decay
-  local maximize = group.maximize
-  for _, p in ipairs(group.params) do
-    local grad = p.grad
-    if grad ~= nil then
-      local state = self.state[p]
-      if state == nil or state.ax == nil then
-        state = {step = 0, eta = lr, mu = 1, ax = T.flow.zeros_like(p)}
-        self.state[p] = state
-      end
-      if maximize then grad = -grad end
-      state.step = state.step + 1
-      local step = state.step
-      if wd ~= 0 then grad = grad + p * wd end
-      local eta, mu = num(state.eta), num(state.mu)
-      p:mul_(1 - lambd * eta)
-      U.add_(p, grad, -eta)
-      if mu ~= 1 then
-        state.ax:add_((p - state.ax):mul_(mu))
-      else
-        state.ax:copy_(p)
-      end
-      state.eta = lr / (1 + lambd * lr * step) ^ alpha
-      state.mu = 1 / math.max(1, step - t0)
+  local lr, lambd, alpha, t0 = group.lr, group.lambd, group.alpha, group.t0
+  U.each_grad(self, group, 'ax', function(p)
+    return {eta = lr, mu = 1, ax = T.flow.zeros_like(p)}
+  end, function(p, grad, state, step)
+    local eta, mu = U.num(state.eta), U.num(state.mu)
+    p:mul_(1 - lambd * eta)
+    U.add_(p, grad, -eta)
+    if mu ~= 1 then
+      state.ax:add_((p - state.ax):mul_(mu))
+    else
+      state.ax:copy_(p)
     end
-  end
+    state.eta = lr / (1 + lambd * lr * step) ^ alpha
+    state.mu = 1 / math.max(1, step - t0)
+  end)
 end
 
 return ASGD

@@ -33,42 +33,29 @@ function NAdam.validate(_, g)
   U.check_nonneg('NAdam', 'momentum_decay value', g.momentum_decay)
 end
 
-local function num(v)
-  if U.is_tensor(v) then return v:item() end
-  return v
-end
 
 function NAdam:_step_group(group)
-  local lr, eps, wd, mdecay = group.lr, group.eps, group.weight_decay, group.momentum_decay
+  local lr, eps, mdecay = group.lr, group.eps, group.momentum_decay
   local beta1, beta2 = group.betas[1], group.betas[2]
   local zeros_like = T.flow.zeros_like
-  for _, p in ipairs(group.params) do
-    local grad = p.grad
-    if grad ~= nil then
-      local state = self.state[p]
-      if state == nil or state.exp_avg == nil then
-        state = {step = 0, mu_product = 1, exp_avg = zeros_like(p), exp_avg_sq = zeros_like(p)}
-        self.state[p] = state
-      end
-      state.step = state.step + 1
-      local step = state.step
-      local bias_correction2 = 1 - beta2 ^ step
-      if wd ~= 0 then grad = grad + p * wd end
-      local mu = beta1 * (1 - 0.5 * 0.96 ^ (step * mdecay))
-      local mu_next = beta1 * (1 - 0.5 * 0.96 ^ ((step + 1) * mdecay))
-      local mu_product = num(state.mu_product) * mu
-      state.mu_product = mu_product
-      local mu_product_next = mu_product * mu * mu_next
-      local exp_avg, exp_avg_sq = state.exp_avg, state.exp_avg_sq
-      exp_avg:mul_(beta1)
-      U.add_(exp_avg, grad, 1 - beta1)
-      exp_avg_sq:mul_(beta2)
-      U.addcmul_(exp_avg_sq, grad, grad, 1 - beta2)
-      local denom = (exp_avg_sq / bias_correction2):sqrt():add_(eps)
-      U.addcdiv_(p, grad, denom, -lr * (1 - mu) / (1 - mu_product))
-      U.addcdiv_(p, exp_avg, denom, -lr * mu_next / (1 - mu_product_next))
-    end
-  end
+  U.each_grad(self, group, 'exp_avg', function(p)
+    return {mu_product = 1, exp_avg = zeros_like(p), exp_avg_sq = zeros_like(p)}
+  end, function(p, grad, state, step)
+    local bias_correction2 = 1 - beta2 ^ step
+    local mu = beta1 * (1 - 0.5 * 0.96 ^ (step * mdecay))
+    local mu_next = beta1 * (1 - 0.5 * 0.96 ^ ((step + 1) * mdecay))
+    local mu_product = U.num(state.mu_product) * mu
+    state.mu_product = mu_product
+    local mu_product_next = mu_product * mu * mu_next
+    local exp_avg, exp_avg_sq = state.exp_avg, state.exp_avg_sq
+    exp_avg:mul_(beta1)
+    U.add_(exp_avg, grad, 1 - beta1)
+    exp_avg_sq:mul_(beta2)
+    U.addcmul_(exp_avg_sq, grad, grad, 1 - beta2)
+    local denom = (exp_avg_sq / bias_correction2):sqrt():add_(eps)
+    U.addcdiv_(p, grad, denom, -lr * (1 - mu) / (1 - mu_product))
+    U.addcdiv_(p, exp_avg, denom, -lr * mu_next / (1 - mu_product_next))
+  end)
 end
 
 return NAdam

@@ -30,40 +30,31 @@ function RAdam.validate(_, g)
 end
 
 function RAdam:_step_group(group)
-  local lr, eps, wd = group.lr, group.eps, group.weight_decay
+  local lr, eps = group.lr, group.eps
   local beta1, beta2 = group.betas[1], group.betas[2]
   local zeros_like = T.flow.zeros_like
-  for _, p in ipairs(group.params) do
-    local grad = p.grad
-    if grad ~= nil then
-      local state = self.state[p]
-      if state == nil or state.exp_avg == nil then
-        state = {step = 0, exp_avg = zeros_like(p), exp_avg_sq = zeros_like(p)}
-        self.state[p] = state
-      end
-      state.step = state.step + 1
-      local step = state.step
-      local bias_correction1 = 1 - beta1 ^ step
-      local bias_correction2 = 1 - beta2 ^ step
-      if wd ~= 0 then grad = grad + p * wd end
-      local exp_avg, exp_avg_sq = state.exp_avg, state.exp_avg_sq
-      exp_avg:mul_(beta1)
-      U.add_(exp_avg, grad, 1 - beta1)
-      exp_avg_sq:mul_(beta2)
-      U.addcmul_(exp_avg_sq, grad, grad, 1 - beta2)
-      local corrected = exp_avg / bias_correction1
-      local rho_inf = 2 / (1 - beta2) - 1
-      local rho_t = rho_inf - 2 * step * (beta2 ^ step) / bias_correction2
-      if rho_t > 5 then
-        local rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf
-                               / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
-        local adaptive_lr = math.sqrt(bias_correction2) / exp_avg_sq:sqrt():add_(eps)
-        p:sub_((corrected * lr):mul_(adaptive_lr):mul_(rect))
-      else
-        p:sub_(corrected * lr)
-      end
+  U.each_grad(self, group, 'exp_avg', function(p)
+    return {exp_avg = zeros_like(p), exp_avg_sq = zeros_like(p)}
+  end, function(p, grad, state, step)
+    local bias_correction1 = 1 - beta1 ^ step
+    local bias_correction2 = 1 - beta2 ^ step
+    local exp_avg, exp_avg_sq = state.exp_avg, state.exp_avg_sq
+    exp_avg:mul_(beta1)
+    U.add_(exp_avg, grad, 1 - beta1)
+    exp_avg_sq:mul_(beta2)
+    U.addcmul_(exp_avg_sq, grad, grad, 1 - beta2)
+    local corrected = exp_avg / bias_correction1
+    local rho_inf = 2 / (1 - beta2) - 1
+    local rho_t = rho_inf - 2 * step * (beta2 ^ step) / bias_correction2
+    if rho_t > 5 then   -- the variance is tractable: rectified adaptive step
+      local rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf
+                             / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+      local adaptive_lr = math.sqrt(bias_correction2) / exp_avg_sq:sqrt():add_(eps)
+      p:sub_((corrected * lr):mul_(adaptive_lr):mul_(rect))
+    else
+      p:sub_(corrected * lr)
     end
-  end
+  end)
 end
 
 return RAdam

@@ -40,27 +40,18 @@ end
 function Rprop:_step_group(group)
   local etaminus, etaplus = group.etas[1], group.etas[2]
   local step_size_min, step_size_max = group.step_sizes[1], group.step_sizes[2]
-  local maximize = group.maximize
-  for _, p in ipairs(group.params) do
-    local grad = p.grad
-    if grad ~= nil then
-      local state = self.state[p]
-      if state == nil or state.prev == nil then
-        state = {step = 0, prev = T.flow.zeros_like(p), step_size = T.flow.full_like(grad, group.lr)}
-        self.state[p] = state
-      end
-      state.step = state.step + 1
-      if maximize then grad = -grad end
-      local sign = (grad * state.prev):sign()
-      local up, down = sign:gt(0), sign:lt(0)
-      local factor = sign:masked_fill_(up, etaplus):masked_fill_(down, etaminus)
-      factor:masked_fill_(factor:eq(0), 1)
-      state.step_size:mul_(factor):clamp_(step_size_min, step_size_max)
-      grad = grad:clone():masked_fill_(down, 0)
-      U.addcmul_(p, grad:sign(), state.step_size, -1)
-      state.prev:copy_(grad)
-    end
-  end
+  U.each_grad(self, group, 'prev', function(p, grad)
+    return {prev = T.flow.zeros_like(p), step_size = T.flow.full_like(grad, group.lr)}
+  end, function(p, grad, state)
+    local sign = (grad * state.prev):sign()
+    local up, down = sign:gt(0), sign:lt(0)
+    local factor = sign:masked_fill_(up, etaplus):masked_fill_(down, etaminus)
+    factor:masked_fill_(factor:eq(0), 1)
+    state.step_size:mul_(factor):clamp_(step_size_min, step_size_max)
+    grad = grad:clone():masked_fill_(down, 0)
+    U.addcmul_(p, grad:sign(), state.step_size, -1)
+    state.prev:copy_(grad)
+  end)
 end
 
 return Rprop
