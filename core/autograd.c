@@ -954,6 +954,20 @@ of_tensor *of_s_sbin(of_scope *s, of_binary_op op, double v, of_tensor *x) {
   return of_s_keep(s, st, r);
 }
 
+of_tensor *of_s_matmul(of_scope *s, of_tensor *x, of_tensor *y) {
+  if (s->st != OF_OK || !x || !y) return NULL;
+  of_tensor *r = NULL;
+  of_status st = of_matmul(x, y, &r);
+  return of_s_keep(s, st, r);
+}
+
+of_tensor *of_s_mT(of_scope *s, of_tensor *x) {
+  if (s->st != OF_OK || !x) return NULL;
+  of_tensor *r = NULL;
+  of_status st = of_transpose(x, -1, -2, &r);
+  return of_s_keep(s, st, r);
+}
+
 of_tensor *of_s_saved(of_scope *s, of_node *n, int32_t slot) {
   if (s->st != OF_OK) return NULL;
   of_tensor *r = NULL;

@@ -99,6 +99,8 @@ of_tensor *of_s_unary(of_scope *s, of_unary_op op, of_tensor *x);
 of_tensor *of_s_bin(of_scope *s, of_binary_op op, of_tensor *x, of_tensor *y);
 of_tensor *of_s_bins(of_scope *s, of_binary_op op, of_tensor *x, double v);   /* x op v */
 of_tensor *of_s_sbin(of_scope *s, of_binary_op op, double v, of_tensor *x);   /* v op x */
+of_tensor *of_s_matmul(of_scope *s, of_tensor *x, of_tensor *y);
+of_tensor *of_s_mT(of_scope *s, of_tensor *x);   /* swap the last two dims */
 of_tensor *of_s_saved(of_scope *s, of_node *n, int32_t slot);
 of_status of_s_end(of_scope *s, of_tensor *result, of_tensor **out);
 

@@ -414,16 +414,6 @@ static of_status svd_kernel(of_tensor *a, of_tensor **sv, of_tensor **u, of_tens
     of_status st_ = (call);        \
     return of_s_keep(s, st_, r);   \
   } while (0)
-static of_tensor *s_matmul(of_scope *s, of_tensor *x, of_tensor *y) {
-  if (s->st != OF_OK || !x || !y) return NULL;
-  of_tensor *r = NULL;
-  S_CALL(s, of_matmul(x, y, &r));
-}
-static of_tensor *s_mT(of_scope *s, of_tensor *x) {   /* swap the last two dims */
-  if (s->st != OF_OK || !x) return NULL;
-  of_tensor *r = NULL;
-  S_CALL(s, of_transpose(x, -1, -2, &r));
-}
 static of_tensor *s_unsqueeze(of_scope *s, of_tensor *x) {   /* (...) -> (..., 1) */
   if (s->st != OF_OK || !x) return NULL;
   of_tensor *r = NULL;
@@ -447,14 +437,14 @@ static of_tensor *s_solve(of_scope *s, of_tensor *a, of_tensor *b) {
 /* g (...) times A^-T (..., n, n) */
 static of_tensor *s_scaled_inv_t(of_scope *s, of_tensor *g, of_tensor *a) {
   of_tensor *g2 = s_unsqueeze(s, s_unsqueeze(s, g));
-  return of_s_bin(s, OF_MUL, g2, s_mT(s, s_inv(s, a)));
+  return of_s_bin(s, OF_MUL, g2, of_s_mT(s, s_inv(s, a)));
 }
 
 static of_status inv_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0] || !n->needs[0]) return OF_OK;
   of_scope s = {0};
-  of_tensor *yt = s_mT(&s, of_s_saved(&s, n, 0));
-  return of_s_end(&s, of_s_unary(&s, OF_NEG, s_matmul(&s, s_matmul(&s, yt, g[0]), yt)), &gi[0]);
+  of_tensor *yt = of_s_mT(&s, of_s_saved(&s, n, 0));
+  return of_s_end(&s, of_s_unary(&s, OF_NEG, of_s_matmul(&s, of_s_matmul(&s, yt, g[0]), yt)), &gi[0]);
 }
 
 static of_status det_backward(of_node *n, of_tensor **g, of_tensor **gi) {
@@ -473,10 +463,10 @@ static of_status slogdet_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static of_status solve_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   of_scope s = {0};
-  of_tensor *gb = s_solve(&s, s_mT(&s, of_s_saved(&s, n, 0)), g[0]);
+  of_tensor *gb = s_solve(&s, of_s_mT(&s, of_s_saved(&s, n, 0)), g[0]);
   of_tensor *ga = NULL;
   if (n->needs[0])
-    ga = of_s_unary(&s, OF_NEG, s_matmul(&s, gb, s_mT(&s, of_s_saved(&s, n, 1))));
+    ga = of_s_unary(&s, OF_NEG, of_s_matmul(&s, gb, of_s_mT(&s, of_s_saved(&s, n, 1))));
   if (s.st == OF_OK) {
     of_tensor *res[2] = {ga, n->needs[1] ? gb : NULL};
     for (int32_t k = 0; k < 2; k++) {
@@ -492,14 +482,14 @@ static of_status cholesky_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_scope s = {0};
   of_tensor *l = of_s_saved(&s, n, 0), *gl = g[0];
   if (n->i[0]) {   /* upper: L = U^T, gL = gU^T */
-    l = s_mT(&s, l);
-    gl = s_mT(&s, gl);
+    l = of_s_mT(&s, l);
+    gl = of_s_mT(&s, gl);
   }
-  of_tensor *lt = s_mT(&s, l);
-  of_tensor *p = s_tril(&s, s_matmul(&s, lt, gl), 0);
-  p = of_s_bins(&s, OF_MUL, of_s_bin(&s, OF_ADD, p, s_mT(&s, s_tril(&s, p, -1))), 0.5);
+  of_tensor *lt = of_s_mT(&s, l);
+  of_tensor *p = s_tril(&s, of_s_matmul(&s, lt, gl), 0);
+  p = of_s_bins(&s, OF_MUL, of_s_bin(&s, OF_ADD, p, of_s_mT(&s, s_tril(&s, p, -1))), 0.5);
   of_tensor *w = s_solve(&s, lt, p);                               /* L^-T P */
-  return of_s_end(&s, s_mT(&s, s_solve(&s, lt, s_mT(&s, w))), &gi[0]);   /* W L^-1 */
+  return of_s_end(&s, of_s_mT(&s, s_solve(&s, lt, of_s_mT(&s, w))), &gi[0]);   /* W L^-1 */
 }
 
 static of_tensor *s_unsqueeze_at(of_scope *s, of_tensor *x, int32_t dim) {
@@ -516,7 +506,7 @@ static of_status svdvals_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_scope s = {0};
   /* (U * gS[..., None, :]) @ Vh */
   of_tensor *us = of_s_bin(&s, OF_MUL, of_s_saved(&s, n, 0), s_unsqueeze_at(&s, g[0], -2));
-  return of_s_end(&s, s_matmul(&s, us, of_s_saved(&s, n, 1)), &gi[0]);
+  return of_s_end(&s, of_s_matmul(&s, us, of_s_saved(&s, n, 1)), &gi[0]);
 }
 
 static const of_grad_def inv_grad = {"LinalgInvBackward", inv_backward};

@@ -470,16 +470,6 @@ done:
     of_status st_ = (call);        \
     return of_s_keep(s, st_, r);   \
   } while (0)
-static of_tensor *s_matmul(of_scope *s, of_tensor *x, of_tensor *y) {
-  if (s->st != OF_OK || !x || !y) return NULL;
-  of_tensor *r = NULL;
-  S_CALL(s, of_matmul(x, y, &r));
-}
-static of_tensor *s_mT(of_scope *s, of_tensor *x) {   /* swap the last two dims */
-  if (s->st != OF_OK || !x) return NULL;
-  of_tensor *r = NULL;
-  S_CALL(s, of_transpose(x, -1, -2, &r));
-}
 static of_tensor *s_reshape(of_scope *s, of_tensor *x, const int64_t *shape, int32_t nd) {
   if (s->st != OF_OK || !x) return NULL;
   of_tensor *r = NULL;
@@ -525,7 +515,7 @@ static of_status matmul_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_tensor *ga = NULL, *gb = NULL, *gc = NULL;
   if (n->needs[ia]) {
     of_tensor *b = s_as_matrix(&s, of_s_saved(&s, n, 1), b_vec, false);
-    ga = s_matmul(&s, gm, s_mT(&s, b));                 /* (..., m, k) */
+    ga = of_s_matmul(&s, gm, of_s_mT(&s, b));                 /* (..., m, k) */
     if (a_vec) ga = s_squeeze(&s, ga, -2);
     ga = s_sum_to(&s, s_scale(&s, ga, alpha), &n->in_meta[ia]);
   }
@@ -535,9 +525,9 @@ static of_status matmul_backward(of_node *n, of_tensor **g, of_tensor **gi) {
       /* b is a transposed matrix (linear's weight.t()): its grad as the
        * transpose of a contiguous product, so the transpose's own backward
        * hands the weight a contiguous grad (no copy into the leaf) */
-      gb = s_mT(&s, s_matmul(&s, s_mT(&s, gm), a));
+      gb = of_s_mT(&s, of_s_matmul(&s, of_s_mT(&s, gm), a));
     else
-      gb = s_matmul(&s, s_mT(&s, a), gm);                 /* (..., k, n) */
+      gb = of_s_matmul(&s, of_s_mT(&s, a), gm);                 /* (..., k, n) */
     if (b_vec) gb = s_squeeze(&s, gb, -1);
     gb = s_sum_to(&s, s_scale(&s, gb, alpha), &n->in_meta[ib]);
   }
