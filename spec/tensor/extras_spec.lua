@@ -549,3 +549,74 @@ describe('einsum', function()
     assert.is_true(gradcheck(function(x, y) return flow.einsum('...ij,...j', x, y) end, {rg64(2, 2, 3), rg64(1, 3)}))
   end)
 end)
+
+describe('mode, histc, cdist, multinomial', function()
+  it('mode: the smallest of the most frequent values and its last position (torch.mode)', function()
+    -- torch.mode(torch.tensor([[1.,2,2,3,3,0],[5,5,1,1,1,5]]), 1) -> values [2, 1], indices [2, 4]
+    local x = flow.tensor({{1, 2, 2, 3, 3, 0}, {5, 5, 1, 1, 1, 5}})
+    local v, i = x:mode(2)
+    H.close(v, {2, 1}, 0)
+    H.close(i, {3, 5}, 0)
+    local vk, ik = x:mode(1, {keepdim = true})
+    assert.are.same({1, 6}, H.shape(vk))
+    -- torch.mode(x, 0, keepdim=True) -> values [[1,2,1,1,1,0]], indices [[0,0,1,1,1,0]]
+    H.close(vk, {{1, 2, 1, 1, 1, 0}}, 0)   -- ties: the smaller value
+    H.close(ik, {{1, 1, 2, 2, 2, 1}}, 0)
+    -- torch.mode(torch.tensor([4.,1,1,4,2])) -> (1., 2)
+    local g, gi = flow.tensor({4, 1, 1, 4, 2}):mode()
+    assert.are.equal(1, g:item())
+    assert.are.equal(3, gi:item())
+    local a = t64({{0.5, 0.5, 2}, {1, 3, 3}}, true)
+    local m = a:mode(2)
+    m:sum():backward()
+    H.close(a.grad, {{0, 1, 0}, {0, 0, 1}}, 0)   -- the grad goes to the returned position
+    H.raises(function() flow.zeros(2, 0):mode(2) end, 'mode', 'empty')
+  end)
+
+  it('histc counts into equal bins as torch.histc', function()
+    local x = flow.tensor({1, 2, 1, 4, 0.5})
+    H.close(x:histc(4, 0, 3), {1, 2, 1, 0}, 0)   -- torch.histc(x, bins=4, min=0, max=3)
+    H.close(x:histc(4), {3, 1, 0, 1}, 0)         -- the data's range [0.5, 4]
+    H.close(x:histc({bins = 2, min = 1, max = 1}), {4, 1}, 0)   -- min = max: the data's range
+    assert.are.equal(flow.float64, x:double():histc(3).dtype)
+    H.raises(function() flow.tensor({1, 2}, {dtype = flow.int64}):histc() end, 'histc', 'floating')
+    H.raises(function() x:histc(0) end, 'histc', 'bins')
+  end)
+
+  it('cdist gives p-norm distances between rows, with grads', function()
+    local a = flow.tensor({{0, 0}, {1, 1}, {2, 0.5}})
+    local b = flow.tensor({{1, 0}, {0, 2}})
+    -- torch.cdist(a, b), p=1, p=inf
+    H.close(flow.cdist(a, b), {{1, 2}, {1, math.sqrt(2)}, {math.sqrt(1.25), 2.5}}, 1e-6)
+    H.close(flow.cdist(a, b, {p = 1}), {{1, 2}, {1, 2}, {1.5, 3.5}}, 1e-6)
+    H.close(flow.cdist(a, b, {p = math.huge}), {{1, 2}, {1, 1}, {1, 2}}, 1e-6)
+    assert.are.same({4, 3, 5}, H.shape(flow.cdist(flow.randn(4, 3, 2), flow.randn(5, 2))))
+    assert.is_true(gradcheck(function(x, y) return flow.cdist(x, y) end, {rg64(3, 2), rg64(4, 2)}))
+    H.raises(function() flow.cdist(flow.randn(3, 2), flow.randn(3, 4)) end, 'cdist', '[3,2]', '[3,4]')
+  end)
+
+  it('multinomial draws 1-based categories in proportion to the weights', function()
+    flow.manual_seed(1)
+    local s = flow.multinomial(flow.tensor({0.2, 0.0, 0.8}), 4000, {replacement = true})
+    assert.are.equal(flow.int64, s.dtype)
+    local c = flow.bincount(s, {minlength = 4}):totable()
+    assert.are.equal(0, c[1] + c[3])   -- categories 1..3: no 0, none of the zero weight
+    assert.is_true(math.abs(c[2] / 4000 - 0.2) < 0.03, tostring(c[2]))
+    assert.is_true(math.abs(c[4] / 4000 - 0.8) < 0.03, tostring(c[4]))
+    -- without replacement: distinct, every positive weight eventually drawn
+    local rows = flow.multinomial(flow.tensor({{1, 1, 0, 5}, {3, 0, 1, 1}}), 3):totable()
+    for _, r in ipairs(rows) do
+      table.sort(r)
+      assert.is_true(r[1] ~= r[2] and r[2] ~= r[3])
+    end
+    assert.are.same({1, 2, 4}, rows[1])
+    -- the same seed gives the same draws
+    flow.manual_seed(5)
+    local a = flow.multinomial(flow.tensor({1, 2, 3}), 6, {replacement = true})
+    flow.manual_seed(5)
+    H.close(flow.multinomial(flow.tensor({1, 2, 3}), 6, {replacement = true}), a, 0)
+    H.raises(function() flow.multinomial(flow.tensor({1, 1}), 3) end, 'multinomial', 'without replacement')
+    H.raises(function() flow.multinomial(flow.tensor({1, -1}), 1) end, 'multinomial', 'non-negative')
+    H.raises(function() flow.multinomial(flow.tensor({0, 0}), 1) end, 'multinomial', 'no weight')
+  end)
+end)

@@ -1,7 +1,8 @@
 -- oneflow.ops.extras_stats: order statistics, searching and counting, and
 -- einsum (see extras.lua for the conventions):
---   order statistics: cummax, cummin, median, nanmedian, quantile
---   searching and counting: searchsorted, bucketize, unique, bincount
+--   order statistics: cummax, cummin, median, nanmedian, quantile, mode
+--   searching and counting: searchsorted, bucketize, unique, bincount, histc
+--   distances and sampling: cdist, multinomial
 --   einsum
 local X = require 'oneflow.ops._extras'
 local types = X.types
@@ -175,6 +176,49 @@ def('quantile', function(x, q, d, opts)
   return outs[1]
 end)
 
+-- Per row: the most frequent value (the smallest of equally frequent ones)
+-- and the 1-based position of its last occurrence, as PyTorch.
+local function row_modes(vals, n)
+  local order = {}
+  for j = 1, n do order[j] = j end
+  table.sort(order, function(a, b)
+    if vals[a] ~= vals[b] then return vals[a] < vals[b] end
+    return a < b
+  end)
+  local best_len, best_at, i = 0, 1, 1
+  while i <= n do
+    local j = i
+    while j < n and vals[order[j + 1]] == vals[order[i]] do j = j + 1 end
+    if j - i + 1 > best_len then best_len, best_at = j - i + 1, j end
+    i = j + 1
+  end
+  return order[best_at]   -- equal values are in position order: the last one
+end
+
+--- x:mode(dim = -1, keepdim = false | {keepdim =}) -> values, 1-based indices:
+-- per slice along dim the most frequent value (the smallest among equally
+-- frequent ones) and where it last occurs. Values are differentiable.
+def('mode', function(x, d, keepdim)
+  check_tensor('mode', x)
+  if is_options(d) then d, keepdim = d.dim, d.keepdim end
+  if type(keepdim) == 'table' then keepdim = keepdim.keepdim end
+  local scalar = x:dim() == 0
+  if scalar then x = x:reshape(1) end
+  d = norm_dim('mode', d or -1, x:dim())
+  local n = x:size(d)
+  if n == 0 then error(('mode: cannot take the mode of an empty dim (shape %s)'):format(shape_str(x)), 2) end
+  local rows, back = rows_of(x, d)
+  local data = rows:detach():totable()
+  local pos = {}
+  for r, vals in ipairs(data) do pos[r] = {row_modes(vals, n)} end
+  local index = flow.tensor(pos, {dtype = int64, device = x.device})
+  local values = rows:gather(2, index)
+  values, index = back(values), back(index)
+  if scalar then return values:reshape({}), index:reshape({}) end
+  if not keepdim then values, index = values:squeeze(d), index:squeeze(d) end
+  return values, index
+end)
+
 ------------------------------------------------------------------ searching, counting
 local function search(op, seq, v, opts)
   opts = opts or EMPTY
@@ -310,6 +354,99 @@ def('bincount', function(x, opts)
   if x:numel() == 0 then return res end
   local src = w and w:to(dt) or flow.ones(x:size(1), {dtype = dt, device = x.device})
   return res:scatter_add(1, x:to(int64) + 1, src)
+end)
+
+--- x:histc({bins = 100, min = 0, max = 0}) (or x:histc(bins, min, max)): the
+-- counts of the elements in bins equal-width bins over [min, max] (the data's
+-- range when min = max; values equal to max in the last bin; others outside
+-- ignored), in x's float dtype.
+def('histc', function(x, bins, lo, hi)
+  check_tensor('histc', x)
+  if is_options(bins) then bins, lo, hi = bins.bins, bins.min, bins.max end
+  bins, lo, hi = bins or 100, lo or 0, hi or 0
+  if not is_float(x) then
+    error(('histc: expected a floating point tensor, got %s'):format(tostring(x.dtype)), 2)
+  end
+  if type(bins) ~= 'number' or bins < 1 or bins ~= math.floor(bins) then
+    error(('histc: bins must be a positive integer, got %s'):format(tostring(bins)), 2)
+  end
+  if lo > hi then error(('histc: max (%g) must be >= min (%g)'):format(hi, lo), 2) end
+  local flat = x:detach():reshape(-1)
+  if lo == hi and flat:numel() > 0 then lo, hi = flat:amin():item(), flat:amax():item() end
+  if lo == hi then lo, hi = lo - 1, hi + 1 end
+  local inside = flat:ge(lo):logical_and(flat:le(hi))
+  local v = flat:masked_select(inside)
+  local res = flow.zeros(bins, {dtype = x.dtype, device = x.device})
+  if v:numel() == 0 then return res end
+  local b = ((v - lo) * (bins / (hi - lo))):floor():clamp(0, bins - 1):to(int64)
+  return res:scatter_add(1, b + 1, flow.ones(b:size(1), {dtype = x.dtype, device = x.device}))
+end)
+
+--- flow.cdist(x1, x2, {p = 2}): the p-norm distances between the rows of x1
+-- [..., P, M] and x2 [..., R, M] -> [..., P, R] (batch dims broadcast).
+-- Differentiable.
+def('cdist', function(x1, x2, opts)
+  check_tensor('cdist', x1)
+  check_tensor('cdist', x2)
+  local p = (type(opts) == 'number' and opts) or (opts or EMPTY).p or 2
+  if x1:dim() < 2 or x2:dim() < 2 or x1:size(-1) ~= x2:size(-1) then
+    error(('cdist: x1 %s and x2 %s must be [..., P, M] and [..., R, M] with the same M'):format(
+      shape_str(x1), shape_str(x2)), 2)
+  end
+  if p < 0 then error(('cdist: p must be >= 0, got %g'):format(p), 2) end
+  local diff = x1:unsqueeze(-2) - x2:unsqueeze(-3)
+  return flow.linalg.vector_norm(diff, p, -1)
+end, 'func')
+
+--- flow.multinomial(weights, n, {replacement = false}) (or x:multinomial):
+-- n 1-based category indices per row of the non-negative weights (1-D or
+-- 2-D), drawn in proportion to them from flow's generator (flow.manual_seed);
+-- without replacement each category is drawn at most once.
+def('multinomial', function(w, n, opts)
+  check_tensor('multinomial', w)
+  local replacement = (opts == true) or (type(opts) == 'table' and opts.replacement) or false
+  if w:dim() < 1 or w:dim() > 2 or not is_float(w) then
+    error(('multinomial: expected a 1-D or 2-D float tensor of weights, got shape %s and %s'):format(
+      shape_str(w), tostring(w.dtype)), 2)
+  end
+  local k = w:size(-1)
+  if type(n) ~= 'number' or n < 1 or n ~= math.floor(n) then
+    error(('multinomial: the number of samples must be a positive integer, got %s'):format(tostring(n)), 2)
+  end
+  if not replacement and n > k then
+    error(('multinomial: cannot draw %d samples from %d categories without replacement'):format(n, k), 2)
+  end
+  local rows = w:detach():reshape(-1, k):double():totable()
+  local u = flow.rand(#rows, n, {dtype = types.by_name.float64}):totable()
+  local out = {}
+  for r, ws in ipairs(rows) do
+    local total = 0
+    for j = 1, k do
+      local v = ws[j]
+      if v < 0 or v ~= v or v == math.huge then
+        error('multinomial: weights must be finite and non-negative', 3)
+      end
+      total = total + v
+    end
+    out[r] = {}
+    for i = 1, n do
+      if total <= 0 then
+        error(('multinomial: row %d has no weight left to draw sample %d from'):format(r, i), 3)
+      end
+      local target, acc, pick = u[r][i] * total, 0, nil
+      for j = 1, k do
+        if ws[j] > 0 then
+          acc = acc + ws[j]
+          pick = j
+          if target < acc then break end
+        end
+      end
+      out[r][i] = pick
+      if not replacement then total = total - ws[pick]; ws[pick] = 0 end
+    end
+  end
+  local res = flow.tensor(out, {dtype = int64, device = w.device})
+  return w:dim() == 1 and res:reshape(n) or res
 end)
 
 ------------------------------------------------------------------ einsum
