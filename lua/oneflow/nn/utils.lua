@@ -99,5 +99,6 @@ function M.vector_to_parameters(vec, params)
 end
 
 M.prune = require 'oneflow.nn.prune'
+for k, f in pairs(require 'oneflow.nn.reparam') do M[k] = f end
 
 return M
