@@ -155,3 +155,165 @@ describe('nn.utils.spectral_norm', function()
     end
   end)
 end)
+
+-- torch 1.13: weights p = W(*p.shape) * 0.8 (named_parameters), x = W(3, 4, 2) * 1.7 + 0.1,
+-- lengths {2, 4, 1}, pack_padded_sequence(batch_first=True, enforce_sorted=False);
+-- loss = sum(y * W(y.shape)) + sum(h_n^2) (+ sum(c_n^3) for LSTM)
+local REF = {
+  lstm = {
+    y = {0.044734923432, 0.246781256035, -0.0254937760498, 0.0791054617313, 0.331453651137, -0.0466354774239,
+      0.0868090917071, 0.316871423603, -0.0386813360573, 0.055097017864, 0.238642165969, -0.00958164045879, 0, 0, 0,
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0478953677405, 0.246765172314, -0.0147701456627, 0.113020698707, 0.37427691966,
+      -0.05575847198, 0.081376736717, 0.322739982148, -0.0319491602284, 0.101754565526, 0.354060425647,
+      -0.0377660218883, 0.100007949703, 0.354363381265, -0.0350611551605, 0.0821737781701, 0.325296789374,
+      -0.0180428975472, 0.116568953877, 0.35543768278, -0.0458669941617, 0.0529403756817, 0.236814262495,
+      -0.00789859560514, 0.0603909705995, 0.233714442123, -0.0207337576383, 0.0603909705995, 0.233714442123,
+      -0.0207337576383, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    hn = {0.135943653948, 0.369585482999, -0.0396544526055, 0.117231039962, 0.358462086489, -0.10362402591,
+      0.069050827906, 0.307500035407, 0.00192727954903, 0.156981329649, 0.213220009028, -0.144455934092,
+      0.160947284464, 0.319371673563, -0.132156959842, 0.069050827906, 0.307500035407, 0.00192727954903,
+      0.0868090917071, 0.316871423603, -0.0386813360573, 0.116568953877, 0.35543768278, -0.0458669941617,
+      0.0603909705995, 0.233714442123, -0.0207337576383, 0.0791054617313, 0.331453651137, -0.0466354774239,
+      0.113020698707, 0.37427691966, -0.05575847198, 0.0603909705995, 0.233714442123, -0.0207337576383},
+    cn = {0.258435563727, 0.487426352366, -0.121370744219, 0.235613809786, 0.518925148039, -0.392339544619,
+      0.135642367994, 0.406386423846, 0.0056904197547, 0.237121546201, 0.350598507158, -0.390780358085,
+      0.263715171689, 0.459365320521, -0.389777560117, 0.135642367994, 0.406386423846, 0.0056904197547,
+      0.146311795804, 0.50403689623, -0.108778080408, 0.195231980816, 0.571023437868, -0.128811671274,
+      0.107266177292, 0.36573931043, -0.0597611345107, 0.143230711253, 0.516927023328, -0.122184984218,
+      0.194153888447, 0.590008512362, -0.145671706957, 0.107266177292, 0.36573931043, -0.0597611345107},
+    xgrad = {0.0917700075993, 0.161903741799, 0.105464902281, 0.140630065158, 0, 0, 0, 0, 0.0848182397515,
+      0.218032229774, -0.000559194798696, 0.139483886857, 0.0157820881797, 0.130137692061, 0.0474083689153,
+      0.276792995776, 0.20099337116, 0.117902532569, 0, 0, 0, 0, 0, 0},
+    wgrad = {0.00568373233475, 0.0221148189227, -0.00149521669104, 0.0594099335747, 0.223556954063, -0.017650931391,
+      -0.000462544952678, -0.00206803123452, 4.25374182592e-05, 0.00302043677461, 0.0114935829443,
+      -0.000855204558076},
+  },
+  gru = {
+    y = {-0.0164232192377, 0.110185354677, -0.256132177212, 0.0688778344364, 0.484222082294, -0.0468435744143, 0, 0,
+      0, 0, 0, 0, 0.291525696021, 0.312693152494, -0.0727407217207, 0.228630998473, 0.724579307891, -0.208186588637,
+      0.259533187355, 0.626000725441, -0.191222328034, 0.231107564842, 0.826361590982, -0.254455731579,
+      0.210815938639, 0.555612307274, -0.0163192530436, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    hn = {0.0688778344364, 0.484222082294, -0.0468435744143, 0.231107564842, 0.826361590982, -0.254455731579,
+      0.210815938639, 0.555612307274, -0.0163192530436},
+    xgrad = {-0.0238317874519, 0.0201261081114, 0.107647324942, -0.0797722383518, 0, 0, 0, 0, 0.15562808443,
+      0.203638560157, 0.0569194071868, 0.058654238176, 0.0702262037859, -0.00656885191596, 0.0849008050798,
+      -0.00930975466673, 0.119936402544, -0.0587285713085, 0, 0, 0, 0, 0, 0},
+    wgrad = {0.00196738390851, 0.00371698357693, -0.00185625013324, 0.0244648362377, 0.0377025017202,
+      -0.0199959040287, 0.000862760066493, 0.00613702204242, -0.00299959691175, -0.00110790316391,
+      -0.00858463969197, 0.0137110923502},
+  },
+  rnn = {
+    y = {0, 0, 0.54476, 0, 0.0426016, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.314648, 0, 0, 0, 0, 0, 0.199592, 0, 0, 0, 0,
+      0.046712, 0.084536, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    hn = {0, 0.0426016, 0, 0, 0, 0, 0, 0.046712, 0.084536},
+    xgrad = {-0.051539668992, -0.00613567488, -0.0374972416, -0.1365970944, 0, 0, 0, 0, -0.22848, -0.0272, 0, 0,
+      -0.1008, -0.012, 0, 0, -0.069864704, -0.149045888, 0, 0, 0, 0, 0, 0},
+    wgrad = {0, 0, 0, 0, 0, -0.182383904768, 0, 0, 0},
+  },
+}
+
+describe('nn.utils.rnn', function()
+  local R = utils.rnn
+
+  it('pad_sequence pads to the longest sequence, time-major or batch_first', function()
+    local a, b, c = flow.tensor({1, 2, 3}), flow.tensor({4, 5}), flow.tensor({6})
+    H.close(R.pad_sequence({a, b, c}), {{1, 4, 6}, {2, 5, 0}, {3, 0, 0}}, 0)
+    H.close(R.pad_sequence({a, b, c}, {batch_first = true, padding_value = -1}),
+            {{1, 2, 3}, {4, 5, -1}, {6, -1, -1}}, 0)
+    local t = R.pad_sequence({flow.ones(2, 3), flow.ones(1, 3)}, {batch_first = true})
+    assert.are.same({2, 2, 3}, H.shape(t))
+  end)
+
+  it('pack_sequence / pack_padded_sequence match torch (1-based indices)', function()
+    local a, b, c = flow.tensor({1, 2, 3}), flow.tensor({4, 5}), flow.tensor({6})
+    local p = R.pack_sequence({a, b, c})
+    H.close(p.data, {1, 4, 6, 2, 5, 3}, 0)
+    assert.are.same({3, 2, 1}, p.batch_sizes:totable())
+    assert.are.equal(flow.int64, p.batch_sizes.dtype)
+    assert.is_nil(p.sorted_indices)
+    assert.is_nil(p.unsorted_indices)
+    assert.is_true(R.is_packed(p))
+    -- torch: pack_sequence([b, a, c], enforce_sorted=False): sorted_indices [1, 0, 2]
+    local q = R.pack_sequence({b, a, c}, {enforce_sorted = false})
+    H.close(q.data, {1, 4, 6, 2, 5, 3}, 0)
+    assert.are.same({2, 1, 3}, q.sorted_indices:totable())
+    assert.are.same({2, 1, 3}, q.unsorted_indices:totable())
+    local x = flow.tensor({{1, 2, 0}, {3, 4, 5}})
+    local r = R.pack_padded_sequence(x, flow.tensor({2, 3}), {batch_first = true, enforce_sorted = false})
+    H.close(r.data, {3, 1, 4, 2, 5}, 0)
+    assert.are.same({2, 2, 1}, r.batch_sizes:totable())
+    assert.are.same({2, 1}, r.sorted_indices:totable())
+    H.raises(function() R.pack_padded_sequence(x:t(), {2, 3}) end, 'decreasing')
+    H.raises(function() R.pack_padded_sequence(x:t(), {2, 0}) end, 'greater than 0')
+    H.raises(function() R.pack_padded_sequence(x:t(), {2}) end, 'lengths')
+  end)
+
+  it('pad_packed_sequence restores the batch order, lengths and total_length', function()
+    local b, a, c = flow.tensor({4, 5}), flow.tensor({1, 2, 3}), flow.tensor({6})
+    local p = R.pack_sequence({b, a, c}, {enforce_sorted = false})
+    local y, lengths = R.pad_packed_sequence(p, {batch_first = true, total_length = 4, padding_value = 9})
+    H.close(y, {{4, 5, 9, 9}, {1, 2, 3, 9}, {6, 9, 9, 9}}, 0)
+    assert.are.same({2, 3, 1}, lengths:totable())
+    assert.are.equal(flow.int64, lengths.dtype)
+    local z = R.pad_packed_sequence(p)
+    assert.are.same({3, 3}, H.shape(z))
+    H.raises(function() R.pad_packed_sequence(p, {total_length = 2}) end, 'total_length')
+  end)
+
+  it('packing and padding pass gradients through', function()
+    local x = flow.tensor({{1, 2, 0}, {3, 4, 5}}, {dtype = flow.float64, requires_grad = true})
+    local p = R.pack_padded_sequence(x, {2, 3}, {batch_first = true, enforce_sorted = false})
+    local y = R.pad_packed_sequence(p, {batch_first = true})
+    ;(y * flow.tensor({{1, 2, 3}, {4, 5, 6}}, f64)):sum():backward()
+    H.close(x.grad, {{1, 2, 0}, {4, 5, 6}}, 0)
+  end)
+
+  local function run(name, cls, opts)
+    local m = cls(2, 3, opts)
+    local sd = {}
+    for k, p in m:named_parameters() do sd[k] = W(unpack(p:size():totable())) * 0.8 end
+    m:load_state_dict(sd)
+    local x = (W(3, 4, 2) * 1.7 + 0.1):requires_grad_(true)
+    local pk = R.pack_padded_sequence(x, {2, 4, 1}, {batch_first = true, enforce_sorted = false})
+    local out, h
+    if name == 'gru' then out, h = m(pk, W(1, 3, 3) * 0.5) else out, h = m(pk) end
+    assert.is_true(R.is_packed(out))
+    assert.are.same({3, 2, 1, 1}, out.batch_sizes:totable())
+    assert.are.same({2, 1, 3}, out.sorted_indices:totable())
+    local y, lengths = R.pad_packed_sequence(out, {batch_first = true})
+    assert.are.same({2, 4, 1}, lengths:totable())
+    local hn = name == 'lstm' and h[1] or h
+    local loss = (y * W(unpack(y:size():totable()))):sum() + (hn * hn):sum()
+    if name == 'lstm' then loss = loss + h[2]:pow(3):sum() end
+    loss:backward()
+    local ref = REF[name]
+    H.close(y:reshape(-1), ref.y, 1e-9)
+    H.close(hn:reshape(-1), ref.hn, 1e-9)
+    if ref.cn then H.close(h[2]:reshape(-1), ref.cn, 1e-9) end
+    H.close(x.grad:reshape(-1), ref.xgrad, 1e-9)
+    local w = name == 'lstm' and m.weight_hh_l1_reverse or m.weight_hh_l0
+    H.close(w.grad:narrow(1, 1, math.min(4, w:size(1))):reshape(-1), ref.wgrad, 1e-9)   -- torch grad[:4]
+  end
+
+  it('nn.LSTM (2 layers, bidirectional) takes and returns a PackedSequence like torch', function()
+    run('lstm', nn.LSTM, {num_layers = 2, bidirectional = true, batch_first = true, dtype = flow.float64})
+  end)
+
+  it('nn.GRU with an initial state (permuted to the sorted order) matches torch', function()
+    run('gru', nn.GRU, {batch_first = true, dtype = flow.float64})
+  end)
+
+  it('nn.RNN (relu) matches torch', function()
+    run('rnn', nn.RNN, {nonlinearity = 'relu', batch_first = true, dtype = flow.float64})
+  end)
+
+  it('a packed batch gives the same h_n as running each sequence alone', function()
+    local gru = nn.GRU(2, 3, {dtype = flow.float64})
+    local seqs = {W(3, 2), W(5, 2) + 0.2, W(1, 2) - 0.1}
+    local _, h = gru(R.pack_sequence(seqs, {enforce_sorted = false}))
+    for i, s in ipairs(seqs) do
+      local _, hi = gru(s:unsqueeze(2))
+      H.close(h:select(2, i), hi:select(2, 1), 1e-12)
+    end
+  end)
+end)

@@ -9,9 +9,12 @@ local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'
 local init = require 'oneflow.nn.initialization'
 local F = require 'oneflow.nn.functional'
+local packed = require 'oneflow.nn.packed'
+local T = require 'oneflow.tensor'
 
 local Module, Parameter = module.Module, module.Parameter
 local parse, fail, shape_str, pyrepr = U.parse, U.fail, U.shape_str, U.pyrepr
+local is_tensor = T.is_tensor
 local M = {}
 
 local gate_count = {RNN_TANH = 1, RNN_RELU = 1, LSTM = 4, GRU = 3}
@@ -96,8 +99,16 @@ function RNNBase:extra_repr()
   return s
 end
 
--- one direction of one layer over x [L, N, in]: outputs [L, N, H], final h (and c)
-local function run_direction(self, x, l, d, h, c)
+-- rows 1..bs of a (the sequences still running), the rest from b
+local function take_rows(a, b, bs)
+  if bs == a:size(1) then return a end
+  return flow.cat({a:narrow(1, 1, bs), b:narrow(1, bs + 1, b:size(1) - bs)}, 1)
+end
+
+-- one direction of one layer over x [L, N, in]: outputs [L, N, H], final h (and c).
+-- batch_sizes (packed input, sorted longest first): at step t only the first
+-- batch_sizes[t] rows advance; the others keep their state and output zeros.
+local function run_direction(self, x, l, d, h, c, batch_sizes)
   local sfx = ('_l%d%s'):format(l, d == 1 and '_reverse' or '')
   local w_hh, b_hh = self['weight_hh' .. sfx], self['bias_hh' .. sfx]
   local pre = affine(x, self['weight_ih' .. sfx], self['bias_ih' .. sfx])   -- [L, N, G]
@@ -105,8 +116,15 @@ local function run_direction(self, x, l, d, h, c)
   local outs = {}
   for step = 1, L do
     local t = d == 1 and L - step + 1 or step
-    h, c = cell(pre:select(1, t), affine(h, w_hh, b_hh), h, c)
-    outs[t] = h
+    local h1, c1 = cell(pre:select(1, t), affine(h, w_hh, b_hh), h, c)
+    if batch_sizes then
+      local bs = batch_sizes[t]
+      h, c = take_rows(h1, h, bs), c1 and take_rows(c1, c, bs)
+      outs[t] = take_rows(h1, flow.zeros_like(h1), bs)
+    else
+      h, c = h1, c1
+      outs[t] = h
+    end
   end
   return flow.stack(outs, 1), h, c
 end
@@ -140,9 +158,36 @@ local function initial_state(self, hx, x, unbatched, what)
   return hx
 end
 
---- forward(input, hx): returns output and h_n ({h_n, c_n} for LSTM).
+-- PackedSequence -> sorted padded x [L, N, in], batch sizes, hx in sorted order
+local function unpack_input(self, input, hx)
+  local x = packed._pad_sorted(input.data, input.batch_sizes:totable(), 0)
+  if x:size(-1) ~= self.input_size then
+    fail(('%s: expected input with last dim %d (input_size), got %s'):format(
+      self.__name, self.input_size, shape_str(input.data)))
+  end
+  local idx = input.sorted_indices
+  if idx ~= nil and hx ~= nil then
+    if type(hx) == 'table' and not is_tensor(hx) then
+      hx = {hx[1] and hx[1]:index_select(2, idx), hx[2] and hx[2]:index_select(2, idx)}
+    else
+      hx = hx:index_select(2, idx)
+    end
+  end
+  return x, input.batch_sizes:totable(), hx
+end
+
+--- forward(input, hx): returns output and h_n ({h_n, c_n} for LSTM). input may
+-- be a PackedSequence (nn.utils.rnn); the output is then one too, and h_n (c_n)
+-- holds each sequence's state at its last step.
 function RNNBase:forward(input, hx)
-  local x, unbatched = layout(self, input)
+  local x, unbatched, batch_sizes
+  local is_packed = packed.is_packed(input)
+  if is_packed then
+    x, batch_sizes, hx = unpack_input(self, input, hx)
+    unbatched = false
+  else
+    x, unbatched = layout(self, input)
+  end
   local is_lstm = self.mode == 'LSTM'
   local h0, c0
   if is_lstm then
@@ -160,7 +205,7 @@ function RNNBase:forward(input, hx)
     local outs = {}
     for d = 0, dirs - 1 do
       local k = l * dirs + d + 1
-      local o, h, c = run_direction(self, x, l, d, h0[k], c0 and c0[k])
+      local o, h, c = run_direction(self, x, l, d, h0[k], c0 and c0[k], batch_sizes)
       outs[d + 1], hn[k], cn[k] = o, h, c
     end
     x = dirs == 2 and flow.cat(outs, 3) or outs[1]
@@ -169,7 +214,15 @@ function RNNBase:forward(input, hx)
     end
   end
   local h_n, c_n = flow.stack(hn, 1), is_lstm and flow.stack(cn, 1) or nil
-  if unbatched then
+  if is_packed then
+    x = packed.PackedSequence(packed._pack_sorted(x, batch_sizes), input.batch_sizes,
+                              input.sorted_indices, input.unsorted_indices)
+    local back = input.unsorted_indices
+    if back ~= nil then
+      h_n = h_n:index_select(2, back)
+      if c_n then c_n = c_n:index_select(2, back) end
+    end
+  elseif unbatched then
     x, h_n = x:squeeze(2), h_n:squeeze(2)
     if c_n then c_n = c_n:squeeze(2) end
   elseif self.batch_first then

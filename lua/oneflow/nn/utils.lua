@@ -100,5 +100,6 @@ end
 
 M.prune = require 'oneflow.nn.prune'
 for k, f in pairs(require 'oneflow.nn.reparam') do M[k] = f end
+M.rnn = require 'oneflow.nn.packed'
 
 return M
