@@ -126,6 +126,9 @@ describe('nn.utils.spectral_norm', function()
                 {-0.37995060626730787, 0.4047182886786865, 0.10445500843059641, -0.05581702340535327}}, 1e-10)
     H.close(lin.weight_u, {0.6274317955901315, 0.6662017566038909, -0.40311854507133926}, 1e-10)
     H.close(lin.weight_v, {-0.5765463761333139, 0.16949858498650955, 0.6383917859079162, 0.4809578292744753}, 1e-10)
+    local ct = utils.spectral_norm(nn.ConvTranspose2d(3, 8, 3))    -- weight [3, 8, 3, 3], dim 2
+    assert.are.same({8}, H.shape(ct.weight_u))
+    assert.are.same({27}, H.shape(ct.weight_v))
     H.raises(function() utils.spectral_norm(nn.Linear(2, 2), {n_power_iterations = 0}) end, 'positive')
     H.raises(function() utils.remove_spectral_norm(nn.Linear(2, 2)) end, 'not found')
   end)
@@ -314,6 +317,16 @@ describe('nn.utils.rnn', function()
     for i, s in ipairs(seqs) do
       local _, hi = gru(s:unsqueeze(2))
       H.close(h:select(2, i), hi:select(2, 1), 1e-12)
+    end
+    local lstm = nn.LSTM(2, 3, {dtype = flow.float64, bidirectional = true})
+    local h0, c0 = W(2, 3, 3) * 0.3, W(2, 3, 3) * -0.2
+    local out, st = lstm(R.pack_sequence(seqs, {enforce_sorted = false}), {h0, c0})
+    local y = R.pad_packed_sequence(out)
+    for i, s in ipairs(seqs) do
+      local oi, sti = lstm(s:unsqueeze(2), {h0:narrow(2, i, 1), c0:narrow(2, i, 1)})
+      H.close(st[1]:select(2, i), sti[1]:select(2, 1), 1e-12)
+      H.close(st[2]:select(2, i), sti[2]:select(2, 1), 1e-12)
+      H.close(y:select(2, i):narrow(1, 1, s:size(1)), oi:select(2, 1), 1e-12)
     end
   end)
 end)
