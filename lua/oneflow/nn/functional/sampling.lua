@@ -10,6 +10,25 @@ local U = require 'oneflow.nn._util'
 local parse, fail, shape_str = U.parse, U.fail, U.shape_str
 local F = {}
 
+local function reduce(loss, reduction, name)
+  if reduction == 'mean' then return loss:mean() end
+  if reduction == 'sum' then return loss:sum() end
+  if reduction == 'none' then return loss end
+  fail(("%s: reduction must be 'none', 'mean' or 'sum', got %s"):format(name, tostring(reduction)))
+end
+
+-- an int64 tensor [rows, cols] from a Lua list (row-major), on like's device
+local function long_tensor(list, rows, cols, like)
+  local t = flow.tensor(list, {dtype = flow.int64}):reshape(rows, cols)
+  if like.is_cuda then t = t:to(like.device) end
+  return t
+end
+
+-- a bool tensor [rows, cols] from a Lua list of 0/1, on like's device
+local function mask_tensor(list, rows, cols, like)
+  return long_tensor(list, rows, cols, like):ne(0)
+end
+
 ------------------------------------------------------------------ affine_grid
 -- n points spanning [-1, 1] (align_corners) or the pixel centres
 -- (-1 + 1/n ... 1 - 1/n); a single point is 0, as torch's linspace_from_neg_one.
@@ -144,6 +163,200 @@ function F.grid_sample(input, grid, ...)
         + corner(x0, y0 + 1, wx0 * wy1) + corner(x0 + 1, y0 + 1, wx1 * wy1)
   end
   return out:reshape(n, c, ho, wo)
+end
+
+------------------------------------------------------------------ embedding_bag
+local eb_spec = {{'offsets', nil}, {'mode', 'mean'}, {'per_sample_weights', nil}, {'padding_idx', nil},
+                 {'include_last_offset', false}}
+
+--- F.embedding_bag(input, weight, offsets, {mode = 'mean' | 'sum' | 'max',
+-- per_sample_weights =, padding_idx =, include_last_offset = false}) -> [B, dim]:
+-- the rows of weight [num, dim] at the 1-based ids of input, reduced per bag.
+-- input 1-D with offsets (1-based start positions of the bags in input; with
+-- include_last_offset the last one is #input + 1 and closes the last bag), or
+-- 2-D [B, L] (fixed-size bags, offsets nil). Ids equal to padding_idx are left
+-- out of their bag; an empty bag gives zeros. per_sample_weights (shaped like
+-- input) scale the rows, mode 'sum' only.
+function F.embedding_bag(input, weight, ...)
+  local a = parse('embedding_bag', eb_spec, ...)
+  if not flow.is_tensor(input) or input.dtype.is_floating_point then
+    fail(('embedding_bag: input must be an integer tensor of ids, got %s'):format(
+      flow.is_tensor(input) and input.dtype.name or type(input)))
+  end
+  if not flow.is_tensor(weight) or weight:dim() ~= 2 then
+    fail(('embedding_bag: weight must be 2-D [num, dim], got %s'):format(
+      flow.is_tensor(weight) and shape_str(weight) or type(weight)))
+  end
+  local mode = a.mode
+  if mode ~= 'sum' and mode ~= 'mean' and mode ~= 'max' then
+    fail(("embedding_bag: mode must be 'sum', 'mean' or 'max', got %s"):format(tostring(mode)))
+  end
+  local psw = a.per_sample_weights
+  if psw ~= nil and mode ~= 'sum' then
+    fail(("embedding_bag: per_sample_weights is only supported for mode='sum', got mode='%s'"):format(mode))
+  end
+  if psw ~= nil and psw:numel() ~= input:numel() then
+    fail(('embedding_bag: per_sample_weights %s must have the shape of input %s'):format(
+      shape_str(psw), shape_str(input)))
+  end
+  local num, dim = weight:size(1), weight:size(2)
+  local pad = a.padding_idx
+  if pad ~= nil then
+    if pad == 0 or pad > num or pad < -num then
+      fail(('embedding_bag: padding_idx must be within 1..%d (or -%d..-1), got %d'):format(num, num, pad))
+    end
+    if pad < 0 then pad = num + pad + 1 end
+  end
+  local ids = input:reshape(-1)
+  local len = ids:numel()
+  -- bag b covers positions starts[b] .. starts[b + 1] - 1 of the flat input
+  local starts = {}
+  if input:dim() == 2 then
+    if a.offsets ~= nil then fail('embedding_bag: offsets must be nil for a 2-D input') end
+    for b = 1, input:size(1) do starts[b] = (b - 1) * input:size(2) + 1 end
+    starts[#starts + 1] = len + 1
+  elseif input:dim() == 1 then
+    if a.offsets == nil then fail('embedding_bag: a 1-D input needs offsets') end
+    local offs = flow.is_tensor(a.offsets) and a.offsets:reshape(-1):totable() or a.offsets
+    for i, o in ipairs(offs) do starts[i] = o end
+    if not a.include_last_offset then starts[#starts + 1] = len + 1 end
+    if #starts < 2 then fail('embedding_bag: offsets must not be empty') end
+    if starts[1] ~= 1 then fail(('embedding_bag: the first offset must be 1, got %d'):format(starts[1])) end
+    for i = 2, #starts do
+      if starts[i] < starts[i - 1] or starts[i] > len + 1 then
+        fail(('embedding_bag: offsets must be non-decreasing within 1..%d, got %d after %d'):format(
+          len + 1, starts[i], starts[i - 1]))
+      end
+    end
+  else
+    fail(('embedding_bag: input must be 1-D (with offsets) or 2-D [B, L], got %s'):format(shape_str(input)))
+  end
+  local nb = #starts - 1
+  local idv = pad and ids:totable()
+  -- pos [B, M]: flat positions of each bag's entries (1 where unused), ok [B, M]
+  local m = 1
+  for b = 1, nb do m = math.max(m, starts[b + 1] - starts[b]) end
+  local pos, ok, count = {}, {}, {}
+  for b = 1, nb do
+    local k = 0
+    for p = starts[b], starts[b + 1] - 1 do
+      if not (pad and idv[p] == pad) then
+        k = k + 1
+        pos[(b - 1) * m + k], ok[(b - 1) * m + k] = p, 1
+      end
+    end
+    for j = k + 1, m do pos[(b - 1) * m + j], ok[(b - 1) * m + j] = 1, 0 end
+    count[b] = k
+  end
+  if len == 0 then
+    return flow.zeros(nb, dim, {dtype = weight.dtype, device = weight.device})
+  end
+  local posT = long_tensor(pos, nb, m, weight)
+  local okT = mask_tensor(ok, nb, m, weight):unsqueeze(3)           -- [B, M, 1]
+  local rows = flow.nn.functional.embedding(ids, weight)           -- [L, dim]
+  if psw ~= nil then rows = rows * psw:reshape(len, 1) end
+  local g = rows:index_select(1, posT:reshape(-1)):reshape(nb, m, dim)
+  local zero = flow.zeros(1, {dtype = weight.dtype, device = weight.device})
+  if mode == 'max' then
+    local filled = flow.where(okT, g, zero - math.huge)
+    local v = filled:max(2)
+    local nonempty = mask_tensor(count, nb, 1, weight)
+    return flow.where(nonempty, v, zero)
+  end
+  local s = flow.where(okT, g, zero):sum(2)
+  if mode == 'mean' then
+    local cnt = {}
+    for b = 1, nb do cnt[b] = math.max(count[b], 1) end
+    s = s / long_tensor(cnt, nb, 1, weight):to(weight.dtype)
+  end
+  return s
+end
+
+------------------------------------------------------------------ margin losses
+-- targets as a Lua list of 1-based class ids, checked against 1..c
+local function class_ids(name, target, n, c)
+  if not flow.is_tensor(target) or target.dtype.is_floating_point or target:numel() ~= n then
+    fail(('%s: target must be an integer tensor of %d class ids, got %s'):format(
+      name, n, flow.is_tensor(target) and (shape_str(target) .. ' ' .. target.dtype.name) or type(target)))
+  end
+  local t = target:reshape(-1):totable()
+  for i = 1, n do
+    if t[i] < 1 or t[i] > c then
+      fail(('%s: target %d is out of bounds 1..%d'):format(name, t[i], c))
+    end
+  end
+  return t
+end
+
+local mm_spec = {{'p', 1}, {'margin', 1}, {'weight', nil}, {'reduction', 'mean'}}
+
+--- F.multi_margin_loss(x [N, C] or [C], target [N] (1-based class ids),
+-- {p = 1, margin = 1, weight =, reduction = 'mean'}):
+-- sum over j ~= y of w[y] max(0, margin - x[y] + x[j])^p / C.
+function F.multi_margin_loss(x, target, ...)
+  local a = parse('multi_margin_loss', mm_spec, ...)
+  if a.p ~= 1 and a.p ~= 2 then fail(('multi_margin_loss: p must be 1 or 2, got %s'):format(tostring(a.p))) end
+  if not flow.is_tensor(x) or (x:dim() ~= 1 and x:dim() ~= 2) then
+    fail(('multi_margin_loss: expected input [N, C] or [C], got %s'):format(
+      flow.is_tensor(x) and shape_str(x) or type(x)))
+  end
+  local single = x:dim() == 1
+  if single then x = x:unsqueeze(1) end
+  local n, c = x:size(1), x:size(2)
+  local t = class_ids('multi_margin_loss', target, n, c)
+  local tt = long_tensor(t, n, 1, x)
+  local xy = x:gather(2, tt)                                          -- [N, 1]
+  local z = (x - xy + a.margin):clamp(0, nil)
+  if a.p == 2 then z = z * z end
+  local other = {}
+  for i = 1, n do for j = 1, c do other[(i - 1) * c + j] = (j == t[i]) and 0 or 1 end end
+  z = flow.where(mask_tensor(other, n, c, x), z, flow.zeros(1, {dtype = x.dtype, device = x.device}))
+  if a.weight ~= nil then z = z * a.weight:index_select(1, tt:reshape(-1)):unsqueeze(2) end
+  local loss = z:sum(2) / c
+  if single then loss = loss:squeeze(1) end
+  return reduce(loss, a.reduction, 'multi_margin_loss')
+end
+
+local mlm_spec = {{'reduction', 'mean'}}
+
+--- F.multilabel_margin_loss(x [N, C] or [C], target (same shape, 1-based class
+-- ids, the list ending at the first 0; torch's -1 terminator shifted), {reduction =
+-- 'mean'}): sum over listed j and unlisted k of max(0, 1 - (x[j] - x[k])) / C.
+function F.multilabel_margin_loss(x, target, ...)
+  local a = parse('multilabel_margin_loss', mlm_spec, ...)
+  if not flow.is_tensor(x) or (x:dim() ~= 1 and x:dim() ~= 2) or not flow.is_tensor(target)
+      or target:numel() ~= x:numel() or target.dtype.is_floating_point then
+    fail(('multilabel_margin_loss: expected input [N, C] or [C] and an integer target of the same shape, '
+          .. 'got %s and %s'):format(flow.is_tensor(x) and shape_str(x) or type(x),
+      flow.is_tensor(target) and (shape_str(target) .. ' ' .. target.dtype.name) or type(target)))
+  end
+  local single = x:dim() == 1
+  if single then x = x:unsqueeze(1) end
+  local n, c = x:size(1), x:size(2)
+  local t = target:reshape(-1):totable()
+  -- ids [N, C] (listed targets, 1 where unused), used [N, C], unlisted [N, C]
+  local ids, used, unlisted = {}, {}, {}
+  for i = 1, n do
+    local listed, stop = {}, false
+    for j = 1, c do
+      local v = t[(i - 1) * c + j]
+      if v == 0 then stop = true end
+      if not stop and (v < 1 or v > c) then
+        fail(('multilabel_margin_loss: target %d is out of bounds 1..%d (0 ends the list)'):format(v, c))
+      end
+      ids[(i - 1) * c + j] = stop and 1 or v
+      used[(i - 1) * c + j] = stop and 0 or 1
+      if not stop then listed[v] = true end
+    end
+    for k = 1, c do unlisted[(i - 1) * c + k] = listed[k] and 0 or 1 end
+  end
+  local xj = x:gather(2, long_tensor(ids, n, c, x))                   -- [N, C(listed)]
+  local z = (x:unsqueeze(2) - xj:unsqueeze(3) + 1):clamp(0, nil)      -- [N, listed, k]
+  local keep = mask_tensor(used, n, c, x):unsqueeze(3):logical_and(mask_tensor(unlisted, n, c, x):unsqueeze(2))
+  z = flow.where(keep, z, flow.zeros(1, {dtype = x.dtype, device = x.device}))
+  local loss = z:sum(3):sum(2) / c
+  if single then loss = loss:squeeze(1) end
+  return reduce(loss, a.reduction, 'multilabel_margin_loss')
 end
 
 return F
