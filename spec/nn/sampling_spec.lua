@@ -366,3 +366,74 @@ describe('F.multilabel_margin_loss / nn.MultiLabelMarginLoss', function()
              'out of bounds')
   end)
 end)
+
+describe('F.ctc_loss / nn.CTCLoss', function()
+  -- torch: x = sinx(6, 4, 5) * 2, lp = x.log_softmax(2), targets [[1,2,2],[3,0,0],[4,4,1],[0,0,0]] (padded),
+  -- input_lengths [6,4,5,3], target_lengths [3,1,3,0], blank=0; l = F.ctc_loss(lp, tg, il, tl, reduction=);
+  -- (l * cosw(l)).sum().backward(); l, {(x.grad * cosw(x.grad)).sum(), (x.grad**2).sum()}
+  local cases = {
+    {'none', {8.38529915886463, 3.5662210944582227, 9.315770601304632, 8.21262156606882},
+     {-1.904921677693915, 7.117311644869446}},
+    {'sum', {29.4799124206963}, {3.1054308061345486, 10.514884270448373}},
+    {'mean', {4.419799811812533}, {0.5609584879276177, 0.33600738160732696}},
+  }
+  local function lp_of(x) return x:log_softmax(3) end
+  local targets = flow.tensor({{2, 3, 3}, {4, 1, 1}, {5, 5, 2}, {1, 1, 1}}, {dtype = flow.int64})
+  for _, c in ipairs(cases) do
+    it('matches torch values and grads: reduction=' .. c[1], function()
+      local x = sinx(6, 4, 5) * 2
+      x.requires_grad = true
+      local l = F.ctc_loss(lp_of(x), targets, {6, 4, 5, 3}, flow.tensor({3, 1, 3, 0}, {dtype = flow.int64}),
+                           {reduction = c[1]})
+      H.close(l:reshape(-1), c[2], 1e-10)
+      ;(l * cosw(l)):sum():backward()
+      H.close({(x.grad * cosw(x.grad)):sum():item(), (x.grad * x.grad):sum():item()}, c[3], 1e-10)
+    end)
+  end
+
+  it('takes concatenated 1-D targets and another blank', function()
+    local x = sinx(6, 4, 5) * 2
+    x.requires_grad = true
+    -- torch: F.ctc_loss(lp, [0,1,1, 3, 4,4,0], [6,4,5,2], [3,1,3,0], blank=2, reduction='none')
+    local t = flow.tensor({1, 2, 2, 4, 5, 5, 1}, {dtype = flow.int64})
+    local l = F.ctc_loss(lp_of(x), t, {6, 4, 5, 2}, {3, 1, 3, 0}, {blank = 3, reduction = 'none'})
+    H.close(l, {8.986517774787046, 6.6618869410883725, 6.016588503836108, 7.247029619289334}, 1e-10)
+    ;(l * cosw(l)):sum():backward()
+    H.close({(x.grad * cosw(x.grad)):sum():item(), (x.grad * x.grad):sum():item()},
+            {-0.16272020546455457, 7.387235721610153}, 1e-10)
+  end)
+
+  it('gives inf for an impossible alignment, 0 with zero_infinity, and works as a module', function()
+    local x = sinx(6, 4, 5) * 2
+    x.requires_grad = true
+    -- torch: input_lengths [6,4,3,3]: sample 3 (target 4,4,1 needs 4 frames) is impossible
+    local l = F.ctc_loss(lp_of(x):detach(), targets, {6, 4, 3, 3}, {3, 1, 3, 0}, {reduction = 'none'})
+    H.close(l, {8.38529915886463, 3.5662210944582227, math.huge, 8.21262156606882}, 1e-10)
+    local ctc = nn.CTCLoss({reduction = 'none', zero_infinity = true})
+    l = ctc(lp_of(x), targets, {6, 4, 3, 3}, {3, 1, 3, 0})
+    H.close(l, {8.38529915886463, 3.5662210944582227, 0, 8.21262156606882}, 1e-10)
+    l:sum():backward()
+    H.close((x.grad * cosw(x.grad)):sum(), 2.0143307907136743, 1e-10)
+    H.raises(function() F.ctc_loss(lp_of(x), targets, {6, 4, 3}, {3, 1, 3, 0}) end, 'ctc_loss')
+    H.raises(function() F.ctc_loss(lp_of(x), targets, {6, 4, 3, 3}, {3, 1, 3, 0}, {blank = 2}) end, 'blank')
+  end)
+
+  it('takes unbatched [T, C] log_probs and float32', function()
+    local lp = lp_of(sinx(6, 4, 5) * 2)
+    local one = F.ctc_loss(lp:select(2, 1), flow.tensor({2, 3, 3}, {dtype = flow.int64}), 6, 3, {reduction = 'none'})
+    assert.same({}, H.shape(one))
+    H.close(one, 8.38529915886463, 1e-10)
+    local l32 = F.ctc_loss(lp:float(), targets, {6, 4, 5, 3}, {3, 1, 3, 0}, {reduction = 'none'})
+    assert.equal(flow.float32, l32.dtype)
+    H.close(l32, {8.38529915886463, 3.5662210944582227, 9.315770601304632, 8.21262156606882}, 1e-4)
+  end)
+
+  it('passes gradcheck', function()
+    local x = sinx(4, 2, 3)
+    x.requires_grad = true
+    local t = flow.tensor({{2, 3}, {3, 3}}, {dtype = flow.int64})
+    assert.is_true(flow.autograd.gradcheck(function(v)
+      return F.ctc_loss(v:log_softmax(3), t, {4, 4}, {2, 1}, {reduction = 'sum'})
+    end, {x}))
+  end)
+end)

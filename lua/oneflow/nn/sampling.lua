@@ -107,4 +107,21 @@ function MultiLabelMarginLoss:forward(x, target)
   return F.multilabel_margin_loss(x, target, {reduction = self.reduction})
 end
 
+------------------------------------------------------------------ CTCLoss
+local CTCLoss = Module:subclass('CTCLoss')
+M.CTCLoss = CTCLoss
+
+--- nn.CTCLoss({blank = 1, reduction = 'mean', zero_infinity = false}): blank is a 1-based class id;
+-- forward(log_probs, targets, input_lengths, target_lengths) as F.ctc_loss.
+function CTCLoss:__init(...)
+  Module.__init(self)
+  local a = parse('CTCLoss', {{'blank', 1}, {'reduction', 'mean'}, {'zero_infinity', false}}, ...)
+  self.blank, self.reduction, self.zero_infinity = a.blank, a.reduction, a.zero_infinity
+end
+
+function CTCLoss:forward(log_probs, targets, input_lengths, target_lengths)
+  return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, {
+    blank = self.blank, reduction = self.reduction, zero_infinity = self.zero_infinity})
+end
+
 return M

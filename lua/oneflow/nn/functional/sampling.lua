@@ -359,4 +359,118 @@ function F.multilabel_margin_loss(x, target, ...)
   return reduce(loss, a.reduction, 'multilabel_margin_loss')
 end
 
+------------------------------------------------------------------ ctc_loss
+-- a Lua list of numbers from a tensor, a list or a number
+local function int_list(v)
+  if flow.is_tensor(v) then return v:reshape(-1):totable() end
+  if type(v) == 'number' then return {v} end
+  return v
+end
+
+local NEG = -1e30   -- log(0) stand-in: finite, so no inf - inf in the gradients
+
+local ctc_spec = {{'blank', 1}, {'reduction', 'mean'}, {'zero_infinity', false}}
+
+--- F.ctc_loss(log_probs [T, N, C] (or [T, C]), targets, input_lengths, target_lengths,
+-- {blank = 1, reduction = 'mean', zero_infinity = false}): the connectionist temporal
+-- classification loss -log p(target | log_probs), by the alpha recursion in log
+-- space. targets are 1-based class ids, [N, S] padded or 1-D concatenated; blank is
+-- a 1-based class id (torch's blank = 0 is 1 here). input_lengths, target_lengths:
+-- tensors or Lua lists. 'mean' divides each loss by its target length, then
+-- averages. An impossible alignment gives inf (0 with zero_infinity).
+function F.ctc_loss(log_probs, targets, input_lengths, target_lengths, ...)
+  local a = parse('ctc_loss', ctc_spec, ...)
+  if not flow.is_tensor(log_probs) or (log_probs:dim() ~= 3 and log_probs:dim() ~= 2) then
+    fail(('ctc_loss: expected log_probs [T, N, C] or [T, C], got %s'):format(
+      flow.is_tensor(log_probs) and shape_str(log_probs) or type(log_probs)))
+  end
+  local single = log_probs:dim() == 2
+  if single then log_probs = log_probs:unsqueeze(2) end
+  local tmax, n, c = log_probs:size(1), log_probs:size(2), log_probs:size(3)
+  local blank = a.blank
+  if blank < 1 or blank > c then fail(('ctc_loss: blank must be within 1..%d, got %d'):format(c, blank)) end
+  local il, tl = int_list(input_lengths), int_list(target_lengths)
+  if #il ~= n or #tl ~= n then
+    fail(('ctc_loss: expected %d input_lengths and target_lengths, got %d and %d'):format(n, #il, #tl))
+  end
+  if not flow.is_tensor(targets) or targets.dtype.is_floating_point then
+    fail('ctc_loss: targets must be an integer tensor of class ids')
+  end
+  local tv = targets:reshape(-1):totable()
+  local padded = targets:dim() == 2 or (single and targets:dim() == 1)
+  local stride = padded and (targets:dim() == 2 and targets:size(2) or targets:numel()) or 0
+  -- per sample: its labels, then the extended sequence blank, l1, blank, ..., blank
+  local smax, base = 0, 0
+  local labels = {}
+  for b = 1, n do
+    if il[b] < 1 or il[b] > tmax then
+      fail(('ctc_loss: input_lengths[%d] = %d is out of 1..%d'):format(b, il[b], tmax))
+    end
+    local lab = {}
+    local first = padded and (b - 1) * stride or base
+    if padded and tl[b] > stride then
+      fail(('ctc_loss: target_lengths[%d] = %d exceeds the target width %d'):format(b, tl[b], stride))
+    end
+    for k = 1, tl[b] do
+      local v = tv[first + k]
+      if v == nil or v < 1 or v > c or v == blank then
+        fail(('ctc_loss: target %s of sample %d must be a class id within 1..%d other than blank %d'):format(
+          tostring(v), b, c, blank))
+      end
+      lab[k] = v
+    end
+    base = base + tl[b]
+    labels[b] = lab
+    smax = math.max(smax, tl[b])
+  end
+  local lmax = 2 * smax + 1
+  local ext, skip, last, endok = {}, {}, {}, {}
+  for b = 1, n do
+    local lab = labels[b]
+    for s = 1, lmax do
+      local k = (b - 1) * lmax + s
+      local lbl = (s % 2 == 0 and lab[s / 2]) or blank
+      ext[k] = lbl
+      -- s may come from s - 2: a label differing from the one two back
+      skip[k] = (s % 2 == 0 and s > 2 and lab[s / 2] ~= lab[s / 2 - 1]) and 1 or 0
+    end
+    -- the two end states (1-based); an empty target ends in state 1 only
+    last[2 * b - 1], last[2 * b] = math.max(2 * #lab, 1), 2 * #lab + 1
+    endok[2 * b - 1], endok[2 * b] = #lab > 0 and 1 or 0, 1
+  end
+  local extT = long_tensor(ext, n, lmax, log_probs)
+  local skipT = mask_tensor(skip, n, lmax, log_probs)
+  local opts = {dtype = log_probs.dtype, device = log_probs.device}
+  local neg1 = flow.full({n, 1}, NEG, opts)
+  local neg2 = flow.full({n, 2}, NEG, opts)
+  local negl = flow.full({n, lmax}, NEG, opts)
+  local lp1 = log_probs:select(1, 1):gather(2, extT)                  -- [N, L]
+  local start = {}
+  for b = 1, n do
+    for s = 1, lmax do start[(b - 1) * lmax + s] = (s <= 2) and 1 or 0 end
+  end
+  local alpha = flow.where(mask_tensor(start, n, lmax, log_probs), lp1, negl)
+  for t = 2, tmax do
+    local active = {}
+    for b = 1, n do active[b] = t <= il[b] and 1 or 0 end
+    local from1 = flow.cat({neg1, alpha:narrow(2, 1, lmax - 1)}, 2)
+    local from2 = lmax > 2 and flow.where(skipT, flow.cat({neg2, alpha:narrow(2, 1, lmax - 2)}, 2), negl) or negl
+    local nxt = flow.stack({alpha, from1, from2}, 3):logsumexp(3) + log_probs:select(1, t):gather(2, extT)
+    alpha = flow.where(mask_tensor(active, n, 1, log_probs), nxt, alpha)
+  end
+  local ends = alpha:gather(2, long_tensor(last, n, 2, log_probs))
+  ends = flow.where(mask_tensor(endok, n, 2, log_probs), ends, neg2)
+  local nll = -ends:logsumexp(2)                                      -- [N]
+  local impossible = nll:detach():gt(-NEG / 2)
+  local inf = flow.full({n}, a.zero_infinity and 0 or math.huge, opts)
+  nll = flow.where(impossible, inf, nll)
+  if single then nll = nll:squeeze(1) end
+  if a.reduction == 'mean' then
+    local d = {}
+    for b = 1, n do d[b] = math.max(tl[b], 1) end
+    return (nll:reshape(n) / flow.tensor(d, opts)):mean()
+  end
+  return reduce(nll, a.reduction, 'ctc_loss')
+end
+
 return F
