@@ -5,7 +5,7 @@
 -- nll_loss), which take precedence over same-named composed versions.
 local F = {}
 
-for _, part in ipairs({'activation', 'dropout', 'linear', 'loss', 'attention', 'extras'}) do
+for _, part in ipairs({'activation', 'dropout', 'linear', 'loss', 'attention', 'extras', 'sampling'}) do
   for k, v in pairs(require('oneflow.nn.functional.' .. part)) do F[k] = v end
 end
 
