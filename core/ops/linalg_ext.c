@@ -615,7 +615,9 @@ of_status of_linalg_svdvals(of_tensor *a, of_tensor **out) {
  *   eigh: gA = V (skew(V^T gV) / E + diag(gL)) V^T, skew(X) = (X - X^T) / 2,
  *         E_ij = L_j - L_i off the diagonal, 1 on it
  *   qr (reduced, m >= n): M = R gR^T - gQ^T Q,
- *         gA = (gQ + Q copyltu(M)) R^-T, copyltu(M) = tril(M) + tril(M, -1)^T
+ *         gA = (gQ + Q copyltu(M)) R^-T, copyltu(M) = tril(M) + tril(M, -1)^T;
+ *         m < n: A = [X | Y], R = [U | V]: gX = the same rule with gQ + Y gV^T,
+ *         gU, Q, U; gY = Q gV
  *   svd: torch's svd_backward, with E_jk = S_k^2 - S_j^2:
  *         gA = U [(skew(U^T gU) S + S skew(V^T gV)) / E + diag(gS)] V^T
  *              + (I - U U^T) gU S^-1 V^T + U S^-1 gV^T (I - V V^T),
@@ -765,10 +767,14 @@ static of_tensor *s_eye(of_scope *s, int64_t n, of_dtype dt) {
     for (int64_t i = 0; i < n; i++) put(r, i * n + i, 1);
   return of_s_keep(s, st, r);
 }
-static of_tensor *s_narrow(of_scope *s, of_tensor *x, int32_t dim, int64_t len) {
+static of_tensor *s_narrow_at(of_scope *s, of_tensor *x, int32_t dim, int64_t start,
+                              int64_t len) {
   if (s->st != OF_OK || !x) return NULL;
   of_tensor *r = NULL;
-  S_CALL(s, of_narrow(x, dim, 0, len, &r));
+  S_CALL(s, of_narrow(x, dim, start, len, &r));
+}
+static of_tensor *s_narrow(of_scope *s, of_tensor *x, int32_t dim, int64_t len) {
+  return s_narrow_at(s, x, dim, 0, len);
 }
 static of_tensor *s_add(of_scope *s, of_tensor *x, of_tensor *y) {   /* NULL: zero */
   if (!x) return y;
@@ -798,6 +804,20 @@ static of_status eigh_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   return of_s_end(&s, of_s_matmul(&s, of_s_matmul(&s, v, inner), vt), &gi[0]);
 }
 
+/* the m >= n rule: (gQ + Q copyltu(R gR^T - gQ^T Q)) R^-T; gq or gr NULL: zero */
+static of_tensor *qr_tall_grad(of_scope *s, of_tensor *gq, of_tensor *gr, of_tensor *q,
+                               of_tensor *r) {
+  of_tensor *mm = NULL;
+  if (gr) mm = of_s_matmul(s, r, of_s_mT(s, gr));
+  if (gq) {
+    of_tensor *t = of_s_matmul(s, of_s_mT(s, gq), q);
+    mm = mm ? of_s_bin(s, OF_SUB, mm, t) : of_s_unary(s, OF_NEG, t);
+  }
+  of_tensor *sym = of_s_bin(s, OF_ADD, s_tril(s, mm, 0), of_s_mT(s, s_tril(s, mm, -1)));
+  of_tensor *bq = s_add(s, gq, of_s_matmul(s, q, sym));
+  return of_s_mT(s, s_solve(s, r, of_s_mT(s, bq)));   /* b R^-T = (R^-1 b^T)^T */
+}
+
 static of_status qr_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!n->needs[0] || (!g[0] && !g[1])) return OF_OK;
   const of_meta *a = &n->in_meta[0];
@@ -809,21 +829,30 @@ static of_status qr_backward(of_node *n, of_tensor **g, of_tensor **gi) {
     return of_fail(OF_ERR_STATE, "linalg.qr: the QR decomposition is not differentiable when "
                    "mode = 'complete' and nrows > ncols (A has %lld rows, %lld columns)",
                    (long long)rows, (long long)cols);
-  if (rows < cols)
-    return of_fail(OF_ERR_STATE, "linalg.qr: the backward is only implemented for A with "
-                   "nrows >= ncols (A has %lld rows, %lld columns)", (long long)rows,
-                   (long long)cols);
   of_scope s = {0};
-  of_tensor *q = of_s_saved(&s, n, 0), *r = of_s_saved(&s, n, 1), *mm = NULL;
-  if (g[1]) mm = of_s_matmul(&s, r, of_s_mT(&s, g[1]));
-  if (g[0]) {
-    of_tensor *t = of_s_matmul(&s, of_s_mT(&s, g[0]), q);
-    mm = mm ? of_s_bin(&s, OF_SUB, mm, t) : of_s_unary(&s, OF_NEG, t);
+  of_tensor *q = of_s_saved(&s, n, 0), *r = of_s_saved(&s, n, 1);
+  if (rows >= cols) return of_s_end(&s, qr_tall_grad(&s, g[0], g[1], q, r), &gi[0]);
+  /* m < n (torch): A = [X | Y], R = [U | V], X = Q U, Y = Q V;
+   * gX = tall rule (gQ + Y gV^T, gU, Q, U), gY = Q gV */
+  of_tensor *u = s_narrow_at(&s, r, -1, 0, rows), *v = s_narrow_at(&s, r, -1, rows, cols - rows);
+  of_tensor *gu = NULL, *gv = NULL, *gq = g[0], *gy = NULL;
+  if (g[1]) {
+    gu = s_narrow_at(&s, g[1], -1, 0, rows);
+    gv = s_narrow_at(&s, g[1], -1, rows, cols - rows);
+    gq = s_add(&s, gq, of_s_matmul(&s, of_s_matmul(&s, q, v), of_s_mT(&s, gv)));
+    gy = of_s_matmul(&s, q, gv);
+  } else if (s.st == OF_OK) {
+    of_tensor *z = NULL;
+    of_status st = of_zeros(v->shape, v->ndim, v->dtype, OF_CPU, &z);
+    gy = of_s_keep(&s, st, z);
   }
-  of_tensor *sym = of_s_bin(&s, OF_ADD, s_tril(&s, mm, 0), of_s_mT(&s, s_tril(&s, mm, -1)));
-  of_tensor *bq = s_add(&s, g[0], of_s_matmul(&s, q, sym));
-  /* b R^-T = (R^-1 b^T)^T */
-  return of_s_end(&s, of_s_mT(&s, s_solve(&s, r, of_s_mT(&s, bq))), &gi[0]);
+  of_tensor *gx = qr_tall_grad(&s, gq, gu, q, u), *ga = NULL;
+  if (s.st == OF_OK) {
+    of_tensor *parts[2] = {gx, gy};
+    of_status st = of_cat(parts, 2, gx->ndim - 1, &ga);
+    ga = of_s_keep(&s, st, ga);
+  }
+  return of_s_end(&s, ga, &gi[0]);
 }
 
 static of_status svd_backward(of_node *n, of_tensor **g, of_tensor **gi) {

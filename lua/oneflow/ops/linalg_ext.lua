@@ -505,7 +505,7 @@ local qr_modes = {reduced = 0, complete = 1, r = 2}
 --- linalg.qr(A, {mode = 'reduced'}): Q, R with A = Q R, R upper triangular.
 -- A (..., m, n), k = min(m, n): 'reduced' Q (..., m, k), R (..., k, n);
 -- 'complete' Q (..., m, m), R (..., m, n); 'r' Q empty, R (..., k, n).
--- Differentiable for 'reduced' (and 'complete' with m <= n) when m >= n.
+-- Differentiable in 'reduced' mode, and in 'complete' mode when m <= n.
 function linalg.qr(A, o)
   check_tensor('qr', A, ' as A')
   if A:dim() < 2 then
