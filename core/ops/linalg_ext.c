@@ -621,7 +621,8 @@ of_status of_linalg_svdvals(of_tensor *a, of_tensor **out) {
  *   svd: torch's svd_backward, with E_jk = S_k^2 - S_j^2:
  *         gA = U [(skew(U^T gU) S + S skew(V^T gV)) / E + diag(gS)] V^T
  *              + (I - U U^T) gU S^-1 V^T + U S^-1 gV^T (I - V V^T),
- *         skew(X) = X - X^T; full_matrices: U, Vh, gU, gVh narrowed to k. */
+ *         skew(X) = X - X^T; full_matrices: U, Vh, gU, gVh narrowed to k.
+ * All are written with public ops, so double backward works. */
 void dsyevd_(const char *jobz, const char *uplo, const int *n, double *a, const int *lda,
              double *w, double *work, const int *lwork, int *iwork, const int *liwork,
              int *info, size_t jobz_len, size_t uplo_len);
@@ -858,9 +859,6 @@ static of_status qr_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static of_status svd_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!n->needs[0] || (!g[0] && !g[1] && !g[2])) return OF_OK;
   bool full = n->i[0] != 0;
-  if (full && of_is_grad_enabled())
-    return of_fail(OF_ERR_STATE, "linalg.svd: double backward (create_graph = true) is not "
-                   "supported with full_matrices = true");
   of_scope s = {0};
   of_tensor *u = of_s_saved(&s, n, 0), *sv = of_s_saved(&s, n, 1), *vh = of_s_saved(&s, n, 2);
   const of_meta *a = &n->in_meta[0];
@@ -919,11 +917,9 @@ of_status of_linalg_eigh(of_tensor *a, int32_t upper, of_tensor **l, of_tensor *
   OF_CHECK(eigh_kernel(v ? "eigh" : "eigvalsh", a, upper, &outs[0],
                        (v || grad) ? &outs[1] : NULL));
   of_node *n;
-  of_status st = record(&eigh_grad, &a, 1, outs, v ? 2 : 1, &n);
-  if (st != OF_OK) {
-    if (!v) of_tensor_release(outs[1]);
-    return st;
-  }
+  /* eigvalsh under autograd: V is still an output of the node (then dropped),
+   * so its backward V diag(gL) V^T is differentiable again */
+  OF_CHECK(record(&eigh_grad, &a, 1, outs, grad ? 2 : 1, &n));
   if (n) {
     of_node_save(n, 0, outs[0]);
     of_node_save(n, 1, outs[1]);

@@ -281,3 +281,19 @@ describe('linalg decompositions inside nn.Graph', function()
     end
   end)
 end)
+
+describe('linalg decompositions: double backward', function()
+  it('passes gradgradcheck', function()
+    local gg = flow.autograd.gradgradcheck
+    local a, y = t64(A[1], true), t64(Y, true)
+    assert.is_true(gg(function(x) return L.eigvalsh(sym(x)) end, {a}))
+    assert.is_true(gg(function(x) local _, v = L.eigh(sym(x)) return v * v end, {a}))
+    assert.is_true(gg(function(x) return (L.qr(x)) end, {y}))
+    assert.is_true(gg(function(x) local u, _, vh = L.svd(x, false) return u:matmul(vh) end, {y}))
+    assert.is_true(gg(function(x)
+      local u, s, vh = L.svd(x)   -- full_matrices: U narrowed to its first 2 columns
+      return (u:narrow(2, 1, 2) * s:unsqueeze(1)):matmul(vh):pow(2)
+    end, {y}))
+    assert.is_true(gg(L.pinv, {y}))
+  end)
+end)
