@@ -388,7 +388,9 @@ static of_status svd_kernel_full(const char *op, of_tensor *a, int32_t full, of_
     dgesdd_(jobz, &mi, &ni, ab, &lda, sb, ub, &ldu, vb, &ldvt, work, &lwork, iwork, &info, 1);
     if (info != 0) {
       char pre[48];
-      st = of_fail(OF_ERR_ARG, "linalg.%s: %sthe SVD did not converge (LAPACK dgesdd info %d)",
+      st = of_fail(OF_ERR_ARG, info == -4 ? "linalg.%s: %sThe algorithm failed to converge "
+                   "because the input matrix contained non-finite values (LAPACK dgesdd info %d)."
+                   : "linalg.%s: %sthe SVD did not converge (LAPACK dgesdd info %d)",
                    op, batch_prefix(a, b, pre, sizeof pre), info);
       break;
     }

@@ -604,19 +604,28 @@ function linalg.matrix_rank(A, o)
   return keep:to(types.by_name.int64):sum(-1)
 end
 
---- linalg.lstsq(A, B, {rcond =}) -> solution, residuals, rank, singular_values:
--- the least-squares solution X (..., n, k) of A X = B, A (..., m, n), B
--- (..., m, k) (or (m) for a 2-D A), batch dims broadcast. Computed through
--- the SVD (pinv with rtol = rcond, default eps * max(m, n)), so a
--- rank-deficient A gives the minimum-norm solution. residuals: the squared
--- residual norms (..., k) when m > n and every matrix has full rank, else an
--- empty tensor (as torch); rank (...) int64; singular_values (..., min(m, n)).
--- Differentiable in A and B.
+local lstsq_drivers = {gels = true, gelsy = true, gelsd = true, gelss = true}
+
+--- linalg.lstsq(A, B, {rcond =, driver = 'gelsy'}) -> solution, residuals,
+-- rank, singular_values: the least-squares solution X (..., n, k) of A X = B,
+-- A (..., m, n), B (..., m, k) (or (m) for a 2-D A), batch dims broadcast.
+-- Always computed through the SVD (pinv with rtol = rcond, default
+-- eps * max(m, n)): the minimum-norm solution, also for rank-deficient A.
+-- The other fields are filled as torch fills them for the driver: rank (...)
+-- int64 except for 'gels'; singular_values (..., min(m, n)) for 'gelsd' and
+-- 'gelss'; residuals (squared residual norms (..., k)) when m > n, for 'gels',
+-- and for 'gelsd' / 'gelss' when every matrix has full rank. The others are
+-- empty tensors. Differentiable in A and B (solution and residuals).
 function linalg.lstsq(A, B, o)
   check_matrix('lstsq', A)
   check_tensor('lstsq', B, ' as B')
   o = o or EMPTY
   if type(o) == 'number' then o = {rcond = o} end
+  local driver = o.driver or 'gelsy'
+  if not lstsq_drivers[driver] then
+    error(('linalg.lstsq: driver should be one of gels, gelsy, gelsd, gelss, got %s'):format(
+      tostring(driver)), 2)
+  end
   if A.dtype ~= B.dtype then
     error(('linalg.lstsq: A and B must have the same dtype, got %s and %s'):format(
       tostring(A.dtype), tostring(B.dtype)), 2)
@@ -630,17 +639,17 @@ function linalg.lstsq(A, B, o)
   local m, n = A:size(-2), A:size(-1)
   local rcond = o.rcond
   if rcond ~= nil and rcond < 0 then rcond = nil end
-  local P = linalg.pinv(A, {rtol = rcond})
-  local X = P:matmul(B)
-  local sv = linalg.svdvals(A):detach()
+  local X = linalg.pinv(A, {rtol = rcond}):matmul(B)
+  local empty = T.flow.zeros({0}, {dtype = A.dtype})
   local rank = linalg.matrix_rank(A:detach(), {rtol = rcond})
-  local residuals
-  if m > n and rank:eq(n):all():item() then
+  local sv = (driver == 'gelsd' or driver == 'gelss') and linalg.svdvals(A):detach() or empty
+  local residuals = empty
+  local full_rank = driver == 'gels' or rank:eq(n):all():item()
+  if m > n and driver ~= 'gelsy' and full_rank then
     residuals = (A:matmul(X) - B):pow(2):sum(-2)
     if vec then residuals = residuals:squeeze(-1) end
-  else
-    residuals = T.flow.zeros({0}, {dtype = A.dtype})
   end
+  if driver == 'gels' then rank = T.flow.zeros({0}, {dtype = types.by_name.int64}) end
   if vec then X = X:squeeze(-1) end
   return X, residuals, rank, sv
 end
