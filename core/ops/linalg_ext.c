@@ -1,12 +1,12 @@
 /* linalg_ext.c -- kernels of flow.linalg: inv, det, slogdet, solve, cholesky,
- * svdvals.
+ * svdvals, eigh, qr, svd.
  *
  * Inputs are float32 or float64 CPU tensors of shape (..., n, n) (solve's B:
  * (..., n, k) with the same batch dims; the Lua side broadcasts them first).
  * Each matrix is copied into a column-major float64 buffer (so LAPACK sees A
  * itself, as torch's LAPACK calls do, and pivots and error indices agree with
  * torch), factored with OpenBLAS's LAPACK (dgetrf, dgetri, dgetrs, dpotrf,
- * dgesdd),
+ * dgesdd, dsyevd, dgeqrf, dorgqr),
  * and the result is written back row-major in the input's dtype. float32 is
  * computed in float64.
  * Errors name the op and, for batches, the batch element (as torch).
@@ -340,11 +340,13 @@ done_m:
 /* ---- svdvals: A (..., m, n) -> S (..., k), k = min(m, n), descending; with
  * u (..., m, k) and vh (..., k, n) of the thin SVD when asked (for the
  * backward rule) ---- */
-static of_status svd_kernel(of_tensor *a, of_tensor **sv, of_tensor **u, of_tensor **vh) {
-  OF_CHECK(check_input("svdvals", "A", a));
+static of_status svd_kernel_full(const char *op, of_tensor *a, int32_t full, of_tensor **sv,
+                                 of_tensor **u, of_tensor **vh) {
+  OF_CHECK(check_input(op, "A", a));
   mats m;
   OF_CHECK(load(a, &m));
   int64_t r = m.rows, c = m.cols, k = r < c ? r : c, nb = a->ndim - 2;
+  int64_t uc = full ? r : k, vr = full ? c : k;   /* U (r, uc), Vh (vr, c) */
   int64_t shape[OF_MAX_DIMS];
   memcpy(shape, a->shape, sizeof(int64_t) * (size_t)nb);
   of_tensor *res[3] = {NULL, NULL, NULL};
@@ -353,43 +355,51 @@ static of_status svd_kernel(of_tensor *a, of_tensor **sv, of_tensor **u, of_tens
   shape[nb] = k;
   of_status st = of_tensor_new(shape, nb + 1, a->dtype, OF_CPU, &res[0]);
   if (u && st == OF_OK) {
-    shape[nb] = r, shape[nb + 1] = k;
+    shape[nb] = r, shape[nb + 1] = uc;
     st = of_tensor_new(shape, nb + 2, a->dtype, OF_CPU, &res[1]);
-    shape[nb] = k, shape[nb + 1] = c;
+    shape[nb] = vr, shape[nb + 1] = c;
     if (st == OF_OK) st = of_tensor_new(shape, nb + 2, a->dtype, OF_CPU, &res[2]);
   }
-  int mi = (int)r, ni = (int)c, ki = (int)(k > 0 ? k : 1), info = 0, lwork = -1;
-  int ldu = mi > 0 ? mi : 1, lda = ldu;
+  const char *jobz = full ? "A" : "S";
+  int mi = (int)r, ni = (int)c, info = 0, lwork = -1;
+  int ldu = mi > 0 ? mi : 1, lda = ldu, ldvt = (int)(vr > 0 ? vr : 1);
   double q = 0;
   if (st == OF_OK && k > 0) {
-    buf = malloc(sizeof(double) * (size_t)(r * c + k + r * k + k * c));
+    buf = malloc(sizeof(double) * (size_t)(r * c + k + r * uc + vr * c));
     iwork = malloc(sizeof(int) * (size_t)(8 * k));
     if (buf && iwork) {   /* workspace query */
-      double *sb = buf + r * c, *ub = sb + k, *vb = ub + r * k;
-      dgesdd_("S", &mi, &ni, buf, &lda, sb, ub, &ldu, vb, &ki, &q, &lwork, iwork, &info, 1);
+      double *sb = buf + r * c, *ub = sb + k, *vb = ub + r * uc;
+      dgesdd_(jobz, &mi, &ni, buf, &lda, sb, ub, &ldu, vb, &ldvt, &q, &lwork, iwork, &info, 1);
       lwork = (int)q + 1;
       work = malloc(sizeof(double) * (size_t)lwork);
     }
     if (!buf || !work || !iwork)
-      st = of_fail(OF_ERR_OOM, "linalg.svdvals: out of memory for the SVD of %s",
+      st = of_fail(OF_ERR_OOM, "linalg.%s: out of memory for the SVD of %s", op,
                    OF_SHAPE_STR(a));
   }
-  for (int64_t b = 0; b < m.batch && st == OF_OK && k > 0; b++) {
-    double *ab = buf, *sb = buf + r * c, *ub = sb + k, *vb = ub + r * k;
+  for (int64_t b = 0; b < m.batch && st == OF_OK; b++) {
+    if (k == 0) {   /* full U / Vh of an empty matrix: identities */
+      for (int64_t i = 0; u && i < r * uc; i++) put(res[1], b * r * uc + i, i / uc == i % uc);
+      for (int64_t i = 0; u && i < vr * c; i++) put(res[2], b * vr * c + i, i / c == i % c);
+      continue;
+    }
+    double *ab = buf, *sb = buf + r * c, *ub = sb + k, *vb = ub + r * uc;
     to_colmajor(m.data + b * r * c, r, c, ab);
-    dgesdd_("S", &mi, &ni, ab, &lda, sb, ub, &ldu, vb, &ki, work, &lwork, iwork, &info, 1);
+    dgesdd_(jobz, &mi, &ni, ab, &lda, sb, ub, &ldu, vb, &ldvt, work, &lwork, iwork, &info, 1);
     if (info != 0) {
       char pre[48];
-      st = of_fail(OF_ERR_ARG, "linalg.svdvals: %sthe SVD did not converge (LAPACK info %d)",
-                   batch_prefix(a, b, pre, sizeof pre), info);
+      st = of_fail(OF_ERR_ARG, info == -4 ? "linalg.%s: %sThe algorithm failed to converge "
+                   "because the input matrix contained non-finite values (LAPACK dgesdd info %d)."
+                   : "linalg.%s: %sthe SVD did not converge (LAPACK dgesdd info %d)",
+                   op, batch_prefix(a, b, pre, sizeof pre), info);
       break;
     }
     for (int64_t i = 0; i < k; i++) put(res[0], b * k + i, sb[i]);
     if (!u) continue;
-    for (int64_t i = 0; i < r; i++)   /* u: (r, k), column-major ld r */
-      for (int64_t j = 0; j < k; j++) put(res[1], b * r * k + i * k + j, ub[j * r + i]);
-    for (int64_t i = 0; i < k; i++)   /* vt: (k, c), column-major ld k */
-      for (int64_t j = 0; j < c; j++) put(res[2], b * k * c + i * c + j, vb[j * k + i]);
+    for (int64_t i = 0; i < r; i++)   /* u: (r, uc), column-major ld r */
+      for (int64_t j = 0; j < uc; j++) put(res[1], b * r * uc + i * uc + j, ub[j * r + i]);
+    for (int64_t i = 0; i < vr; i++)   /* vt: (vr, c), column-major ld vr */
+      for (int64_t j = 0; j < c; j++) put(res[2], b * vr * c + i * c + j, vb[j * vr + i]);
   }
   free(buf);
   free(work);
@@ -405,6 +415,10 @@ static of_status svd_kernel(of_tensor *a, of_tensor **sv, of_tensor **u, of_tens
     *vh = res[2];
   }
   return OF_OK;
+}
+
+static of_status svd_kernel(of_tensor *a, of_tensor **sv, of_tensor **u, of_tensor **vh) {
+  return svd_kernel_full("svdvals", a, 0, sv, u, vh);
 }
 
 /* ---- autograd ---- */
@@ -596,4 +610,377 @@ of_status of_linalg_svdvals(of_tensor *a, of_tensor **out) {
   of_tensor_release(u);
   of_tensor_release(vh);
   return st;
+}
+
+/* ==== decompositions: eigh, qr, svd (dsyevd, dgeqrf + dorgqr, dgesdd) ====
+ * Autograd (torch 1.13's rules, real case):
+ *   eigh: gA = V (skew(V^T gV) / E + diag(gL)) V^T, skew(X) = (X - X^T) / 2,
+ *         E_ij = L_j - L_i off the diagonal, 1 on it
+ *   qr (reduced, m >= n): M = R gR^T - gQ^T Q,
+ *         gA = (gQ + Q copyltu(M)) R^-T, copyltu(M) = tril(M) + tril(M, -1)^T;
+ *         m < n: A = [X | Y], R = [U | V]: gX = the same rule with gQ + Y gV^T,
+ *         gU, Q, U; gY = Q gV
+ *   svd: torch's svd_backward, with E_jk = S_k^2 - S_j^2:
+ *         gA = U [(skew(U^T gU) S + S skew(V^T gV)) / E + diag(gS)] V^T
+ *              + (I - U U^T) gU S^-1 V^T + U S^-1 gV^T (I - V V^T),
+ *         skew(X) = X - X^T; full_matrices: U, Vh, gU, gVh narrowed to k.
+ * All are written with public ops, so double backward works. */
+void dsyevd_(const char *jobz, const char *uplo, const int *n, double *a, const int *lda,
+             double *w, double *work, const int *lwork, int *iwork, const int *liwork,
+             int *info, size_t jobz_len, size_t uplo_len);
+void dgeqrf_(const int *m, const int *n, double *a, const int *lda, double *tau, double *work,
+             const int *lwork, int *info);
+void dorgqr_(const int *m, const int *n, const int *k, double *a, const int *lda,
+             const double *tau, double *work, const int *lwork, int *info);
+
+static int64_t batch_shape(const of_tensor *a, int64_t *shape) {
+  int64_t nb = a->ndim - 2;
+  memcpy(shape, a->shape, sizeof(int64_t) * (size_t)nb);
+  return nb;
+}
+
+/* ---- eigh: A (..., n, n) symmetric -> L (..., n) ascending, V (..., n, n)
+ * (columns the eigenvectors) when v; reads the triangle uplo names ---- */
+static of_status eigh_kernel(const char *op, of_tensor *a, int32_t upper, of_tensor **l,
+                            of_tensor **v) {
+  OF_CHECK(check_square(op, a));
+  mats m;
+  OF_CHECK(load(a, &m));
+  int64_t n = m.rows, shape[OF_MAX_DIMS], nb = batch_shape(a, shape);
+  of_tensor *res[2] = {NULL, NULL};
+  shape[nb] = n;
+  of_status st = of_tensor_new(shape, (int32_t)nb + 1, a->dtype, OF_CPU, &res[0]);
+  if (v && st == OF_OK) st = of_tensor_new(a->shape, a->ndim, a->dtype, OF_CPU, &res[1]);
+  int ni = (int)n, lda = ni > 0 ? ni : 1, info = 0, lwork = -1, liwork = -1, qi = 0;
+  double q = 0, *buf = NULL, *work = NULL;
+  int *iwork = NULL;
+  const char *jobz = v ? "V" : "N", *uplo = upper ? "U" : "L";
+  if (st == OF_OK && n > 0) {
+    buf = malloc(sizeof(double) * (size_t)(n * n + n));
+    if (buf) {   /* workspace query */
+      dsyevd_(jobz, uplo, &ni, buf, &lda, buf + n * n, &q, &lwork, &qi, &liwork, &info, 1, 1);
+      lwork = (int)q + 1;
+      liwork = qi + 1;
+      work = malloc(sizeof(double) * (size_t)lwork);
+      iwork = malloc(sizeof(int) * (size_t)liwork);
+    }
+    if (!buf || !work || !iwork)
+      st = of_fail(OF_ERR_OOM, "linalg.%s: out of memory for %s", op, OF_SHAPE_STR(a));
+  }
+  for (int64_t b = 0; b < m.batch && st == OF_OK && n > 0; b++) {
+    double *w = buf + n * n;
+    to_colmajor(m.data + b * n * n, n, n, buf);
+    dsyevd_(jobz, uplo, &ni, buf, &lda, w, work, &lwork, iwork, &liwork, &info, 1, 1);
+    if (info != 0) {
+      char pre[48];
+      st = of_fail(OF_ERR_ARG, info > 0 ? "linalg.%s: %sThe algorithm failed to converge "
+                   "because the input matrix is ill-conditioned or has too many repeated "
+                   "eigenvalues (LAPACK dsyevd info %d)."
+                   : "linalg.%s: %sLAPACK dsyevd failed (info %d)",
+                   op, batch_prefix(a, b, pre, sizeof pre), info);
+      break;
+    }
+    for (int64_t i = 0; i < n; i++) put(res[0], b * n + i, w[i]);
+    if (!v) continue;
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t j = 0; j < n; j++) put(res[1], b * n * n + i * n + j, buf[j * n + i]);
+  }
+  free(buf);
+  free(work);
+  free(iwork);
+  of_tensor_release(m.dense);
+  if (st != OF_OK) {
+    for (int32_t j = 0; j < 2; j++) of_tensor_release(res[j]);
+    return st;
+  }
+  *l = res[0];
+  if (v) *v = res[1];
+  return OF_OK;
+}
+
+/* ---- qr: A (..., m, n) -> Q (..., m, c), R (..., c, n); mode 0 reduced
+ * (c = min(m, n)), 1 complete (c = m), 2 r (Q not computed) ---- */
+static of_status qr_kernel(of_tensor *a, int32_t mode, of_tensor **q, of_tensor **r) {
+  OF_CHECK(check_input("qr", "A", a));
+  mats m;
+  OF_CHECK(load(a, &m));
+  int64_t rows = m.rows, cols = m.cols, k = rows < cols ? rows : cols;
+  int64_t c = mode == 1 ? rows : k, wide = rows > cols ? rows : cols;
+  int64_t shape[OF_MAX_DIMS], nb = batch_shape(a, shape);
+  of_tensor *res[2] = {NULL, NULL};
+  shape[nb] = c, shape[nb + 1] = cols;
+  of_status st = of_tensor_new(shape, (int32_t)nb + 2, a->dtype, OF_CPU, &res[1]);
+  shape[nb] = rows, shape[nb + 1] = c;
+  if (mode != 2 && st == OF_OK)
+    st = of_tensor_new(shape, (int32_t)nb + 2, a->dtype, OF_CPU, &res[0]);
+  int mi = (int)rows, ni = (int)cols, ki = (int)k, ci = (int)c, lda = mi > 0 ? mi : 1;
+  int lwork = (int)(64 * (wide + 1)), info = 0;
+  double *buf = NULL, *work = NULL;
+  if (st == OF_OK && rows > 0 && cols > 0) {
+    buf = malloc(sizeof(double) * (size_t)(rows * wide + k + 1));
+    work = malloc(sizeof(double) * (size_t)lwork);
+    if (!buf || !work)
+      st = of_fail(OF_ERR_OOM, "linalg.qr: out of memory for %s", OF_SHAPE_STR(a));
+  }
+  int64_t rsz = c * cols, qsz = rows * c;
+  for (int64_t b = 0; b < m.batch && st == OF_OK; b++) {
+    if (rows == 0 || cols == 0) {   /* Q: the first c columns of I; R: zeros */
+      for (int64_t i = 0; i < rsz; i++) put(res[1], b * rsz + i, 0);
+      for (int64_t i = 0; res[0] && i < qsz; i++) put(res[0], b * qsz + i, i / c == i % c);
+      continue;
+    }
+    double *tau = buf + rows * wide;
+    to_colmajor(m.data + b * rows * cols, rows, cols, buf);
+    dgeqrf_(&mi, &ni, buf, &lda, tau, work, &lwork, &info);
+    if (info == 0) {
+      for (int64_t i = 0; i < c; i++)   /* R: upper triangle of the first c rows */
+        for (int64_t j = 0; j < cols; j++)
+          put(res[1], b * rsz + i * cols + j, j >= i ? buf[j * rows + i] : 0);
+      if (res[0]) dorgqr_(&mi, &ci, &ki, buf, &lda, tau, work, &lwork, &info);
+    }
+    if (info != 0) {
+      char pre[48];
+      st = of_fail(OF_ERR_ARG, "linalg.qr: %sLAPACK failed (info %d)",
+                   batch_prefix(a, b, pre, sizeof pre), info);
+      break;
+    }
+    for (int64_t i = 0; res[0] && i < rows; i++)
+      for (int64_t j = 0; j < c; j++) put(res[0], b * qsz + i * c + j, buf[j * rows + i]);
+  }
+  free(buf);
+  free(work);
+  of_tensor_release(m.dense);
+  if (st != OF_OK) {
+    for (int32_t j = 0; j < 2; j++) of_tensor_release(res[j]);
+    return st;
+  }
+  *q = res[0];
+  *r = res[1];
+  return OF_OK;
+}
+
+/* ---- backward helpers ---- */
+/* identity (n, n) in dtype dt, no history */
+static of_tensor *s_eye(of_scope *s, int64_t n, of_dtype dt) {
+  if (s->st != OF_OK) return NULL;
+  int64_t shape[2] = {n, n};
+  of_tensor *r = NULL;
+  of_status st = of_zeros(shape, 2, dt, OF_CPU, &r);
+  if (st == OF_OK)
+    for (int64_t i = 0; i < n; i++) put(r, i * n + i, 1);
+  return of_s_keep(s, st, r);
+}
+static of_tensor *s_narrow_at(of_scope *s, of_tensor *x, int32_t dim, int64_t start,
+                              int64_t len) {
+  if (s->st != OF_OK || !x) return NULL;
+  of_tensor *r = NULL;
+  S_CALL(s, of_narrow(x, dim, start, len, &r));
+}
+static of_tensor *s_narrow(of_scope *s, of_tensor *x, int32_t dim, int64_t len) {
+  return s_narrow_at(s, x, dim, 0, len);
+}
+static of_tensor *s_add(of_scope *s, of_tensor *x, of_tensor *y) {   /* NULL: zero */
+  if (!x) return y;
+  if (!y) return x;
+  return of_s_bin(s, OF_ADD, x, y);
+}
+/* E_ij = d_j - d_i, with the diagonal set to 1: (..., n, n) from d (..., n) */
+static of_tensor *s_gaps(of_scope *s, of_tensor *d, int64_t n) {
+  of_tensor *e = of_s_bin(s, OF_SUB, s_unsqueeze_at(s, d, -2), s_unsqueeze(s, d));
+  return of_s_bin(s, OF_ADD, e, s_eye(s, n, d ? d->dtype : OF_FLOAT64));
+}
+
+static of_status eigh_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!n->needs[0] || (!g[0] && !g[1])) return OF_OK;
+  of_scope s = {0};
+  of_tensor *l = of_s_saved(&s, n, 0), *v = of_s_saved(&s, n, 1), *vt = of_s_mT(&s, v);
+  int64_t dim = n->in_meta[0].shape[n->in_meta[0].ndim - 1];
+  of_tensor *inner = NULL;
+  if (g[1]) {
+    of_tensor *x = of_s_matmul(&s, vt, g[1]);
+    x = of_s_bins(&s, OF_MUL, of_s_bin(&s, OF_SUB, x, of_s_mT(&s, x)), 0.5);
+    inner = of_s_bin(&s, OF_DIV, x, s_gaps(&s, l, dim));
+  }
+  if (g[0])
+    inner = s_add(&s, inner, of_s_bin(&s, OF_MUL, s_unsqueeze(&s, g[0]),
+                                      s_eye(&s, dim, l ? l->dtype : OF_FLOAT64)));
+  return of_s_end(&s, of_s_matmul(&s, of_s_matmul(&s, v, inner), vt), &gi[0]);
+}
+
+/* the m >= n rule: (gQ + Q copyltu(R gR^T - gQ^T Q)) R^-T; gq or gr NULL: zero */
+static of_tensor *qr_tall_grad(of_scope *s, of_tensor *gq, of_tensor *gr, of_tensor *q,
+                               of_tensor *r) {
+  of_tensor *mm = NULL;
+  if (gr) mm = of_s_matmul(s, r, of_s_mT(s, gr));
+  if (gq) {
+    of_tensor *t = of_s_matmul(s, of_s_mT(s, gq), q);
+    mm = mm ? of_s_bin(s, OF_SUB, mm, t) : of_s_unary(s, OF_NEG, t);
+  }
+  of_tensor *sym = of_s_bin(s, OF_ADD, s_tril(s, mm, 0), of_s_mT(s, s_tril(s, mm, -1)));
+  of_tensor *bq = s_add(s, gq, of_s_matmul(s, q, sym));
+  return of_s_mT(s, s_solve(s, r, of_s_mT(s, bq)));   /* b R^-T = (R^-1 b^T)^T */
+}
+
+static of_status qr_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!n->needs[0] || (!g[0] && !g[1])) return OF_OK;
+  const of_meta *a = &n->in_meta[0];
+  int64_t rows = a->shape[a->ndim - 2], cols = a->shape[a->ndim - 1];
+  if (n->i[0] == 2)
+    return of_fail(OF_ERR_STATE, "linalg.qr: the derivative of linalg.qr depends on Q, which "
+                   "is not computed when mode = 'r'; use mode = 'reduced'");
+  if (n->i[0] == 1 && rows > cols)
+    return of_fail(OF_ERR_STATE, "linalg.qr: the QR decomposition is not differentiable when "
+                   "mode = 'complete' and nrows > ncols (A has %lld rows, %lld columns)",
+                   (long long)rows, (long long)cols);
+  of_scope s = {0};
+  of_tensor *q = of_s_saved(&s, n, 0), *r = of_s_saved(&s, n, 1);
+  if (rows >= cols) return of_s_end(&s, qr_tall_grad(&s, g[0], g[1], q, r), &gi[0]);
+  /* m < n (torch): A = [X | Y], R = [U | V], X = Q U, Y = Q V;
+   * gX = tall rule (gQ + Y gV^T, gU, Q, U), gY = Q gV */
+  of_tensor *u = s_narrow_at(&s, r, -1, 0, rows), *v = s_narrow_at(&s, r, -1, rows, cols - rows);
+  of_tensor *gu = NULL, *gv = NULL, *gq = g[0], *gy = NULL;
+  if (g[1]) {
+    gu = s_narrow_at(&s, g[1], -1, 0, rows);
+    gv = s_narrow_at(&s, g[1], -1, rows, cols - rows);
+    gq = s_add(&s, gq, of_s_matmul(&s, of_s_matmul(&s, q, v), of_s_mT(&s, gv)));
+    gy = of_s_matmul(&s, q, gv);
+  } else if (s.st == OF_OK) {
+    of_tensor *z = NULL;
+    of_status st = of_zeros(v->shape, v->ndim, v->dtype, OF_CPU, &z);
+    gy = of_s_keep(&s, st, z);
+  }
+  of_tensor *gx = qr_tall_grad(&s, gq, gu, q, u), *ga = NULL;
+  if (s.st == OF_OK) {
+    of_tensor *parts[2] = {gx, gy};
+    of_status st = of_cat(parts, 2, gx->ndim - 1, &ga);
+    ga = of_s_keep(&s, st, ga);
+  }
+  return of_s_end(&s, ga, &gi[0]);
+}
+
+static of_status svd_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!n->needs[0] || (!g[0] && !g[1] && !g[2])) return OF_OK;
+  bool full = n->i[0] != 0;
+  of_scope s = {0};
+  of_tensor *u = of_s_saved(&s, n, 0), *sv = of_s_saved(&s, n, 1), *vh = of_s_saved(&s, n, 2);
+  const of_meta *a = &n->in_meta[0];
+  int64_t rows = a->shape[a->ndim - 2], cols = a->shape[a->ndim - 1];
+  int64_t k = rows < cols ? rows : cols;
+  of_tensor *gu = g[0], *gs = g[1], *gvh = g[2];
+  if (full) {
+    u = s_narrow(&s, u, -1, k);
+    vh = s_narrow(&s, vh, -2, k);
+    if (gu) gu = s_narrow(&s, gu, -1, k);
+    if (gvh) gvh = s_narrow(&s, gvh, -2, k);
+  }
+  of_tensor *srow = s_unsqueeze_at(&s, sv, -2), *scol = s_unsqueeze(&s, sv), *ga = NULL;
+  if (!gu && !gvh) {   /* U diag(gS) Vh */
+    of_tensor *us = of_s_bin(&s, OF_MUL, u, s_unsqueeze_at(&s, gs, -2));
+    return of_s_end(&s, of_s_matmul(&s, us, vh), &gi[0]);
+  }
+  of_tensor *e = s_gaps(&s, of_s_bin(&s, OF_MUL, sv, sv), k), *v = of_s_mT(&s, vh);
+  if (gu) {
+    of_tensor *x = of_s_matmul(&s, of_s_mT(&s, u), gu);
+    ga = of_s_bin(&s, OF_MUL, of_s_bin(&s, OF_SUB, x, of_s_mT(&s, x)), srow);
+  }
+  if (gvh) {
+    of_tensor *x = of_s_matmul(&s, vh, of_s_mT(&s, gvh));
+    ga = s_add(&s, ga, of_s_bin(&s, OF_MUL, scol, of_s_bin(&s, OF_SUB, x, of_s_mT(&s, x))));
+  }
+  ga = of_s_bin(&s, OF_DIV, ga, e);
+  if (gs)
+    ga = of_s_bin(&s, OF_ADD, ga, of_s_bin(&s, OF_MUL, s_unsqueeze(&s, gs),
+                                           s_eye(&s, k, sv ? sv->dtype : OF_FLOAT64)));
+  if (rows > k && gu) {   /* [U gA + (I - U U^T) gU S^-1] Vh */
+    of_tensor *gus = of_s_bin(&s, OF_DIV, gu, srow);
+    ga = of_s_matmul(&s, u, ga);
+    ga = of_s_bin(&s, OF_SUB, of_s_bin(&s, OF_ADD, ga, gus),
+                  of_s_matmul(&s, u, of_s_matmul(&s, of_s_mT(&s, u), gus)));
+    ga = of_s_matmul(&s, ga, vh);
+  } else if (cols > k && gvh) {   /* U [gA Vh + S^-1 gVh (I - V Vh)] */
+    of_tensor *sgv = of_s_bin(&s, OF_DIV, gvh, scol);
+    ga = of_s_matmul(&s, ga, vh);
+    ga = of_s_bin(&s, OF_SUB, of_s_bin(&s, OF_ADD, ga, sgv),
+                  of_s_matmul(&s, of_s_matmul(&s, sgv, v), vh));
+    ga = of_s_matmul(&s, u, ga);
+  } else {
+    ga = of_s_matmul(&s, u, of_s_matmul(&s, ga, vh));
+  }
+  return of_s_end(&s, ga, &gi[0]);
+}
+
+static const of_grad_def eigh_grad = {"LinalgEighBackward", eigh_backward};
+static const of_grad_def qr_grad = {"LinalgQrBackward", qr_backward};
+static const of_grad_def svd_grad = {"LinalgSvdBackward", svd_backward};
+
+of_status of_linalg_eigh(of_tensor *a, int32_t upper, of_tensor **l, of_tensor **v) {
+  bool grad = of_grad_needed(&a, 1);
+  of_tensor *outs[2] = {NULL, NULL};
+  OF_CHECK(eigh_kernel(v ? "eigh" : "eigvalsh", a, upper, &outs[0],
+                       (v || grad) ? &outs[1] : NULL));
+  of_node *n;
+  /* eigvalsh under autograd: V is still an output of the node (then dropped),
+   * so its backward V diag(gL) V^T is differentiable again */
+  OF_CHECK(record(&eigh_grad, &a, 1, outs, grad ? 2 : 1, &n));
+  if (n) {
+    of_node_save(n, 0, outs[0]);
+    of_node_save(n, 1, outs[1]);
+  }
+  *l = outs[0];
+  if (v)
+    *v = outs[1];
+  else
+    of_tensor_release(outs[1]);
+  return OF_OK;
+}
+
+of_status of_linalg_qr(of_tensor *a, int32_t mode, of_tensor **q, of_tensor **r) {
+  if (mode < 0 || mode > 2)
+    return of_fail(OF_ERR_ARG, "linalg.qr: mode must be 'reduced', 'complete' or 'r'");
+  bool grad = of_grad_needed(&a, 1);
+  of_tensor *outs[2] = {NULL, NULL};
+  OF_CHECK(qr_kernel(a, mode, &outs[0], &outs[1]));
+  if (mode == 2) {   /* Q: an empty tensor, as torch */
+    int64_t zero = 0;
+    of_status st = of_tensor_new(&zero, 1, a->dtype, OF_CPU, &outs[0]);
+    if (st != OF_OK) {
+      of_tensor_release(outs[1]);
+      return st;
+    }
+  }
+  of_node *n = NULL;
+  if (grad) {
+    of_tensor *rec[1] = {outs[1]};
+    of_status st = mode == 2 ? record(&qr_grad, &a, 1, rec, 1, &n)
+                             : record(&qr_grad, &a, 1, outs, 2, &n);
+    if (st != OF_OK) {
+      if (mode == 2) of_tensor_release(outs[0]);
+      return st;
+    }
+  }
+  if (n) {
+    n->i[0] = mode;
+    if (mode != 2) of_node_save(n, 0, outs[0]);
+    of_node_save(n, 1, outs[1]);
+  }
+  *q = outs[0];
+  *r = outs[1];
+  return OF_OK;
+}
+
+/* full_matrices: U (..., m, m), Vh (..., n, n); else the thin SVD */
+of_status of_linalg_svd(of_tensor *a, int32_t full, of_tensor **u, of_tensor **sv,
+                        of_tensor **vh) {
+  of_tensor *outs[3];
+  OF_CHECK(svd_kernel_full("svd", a, full, &outs[1], &outs[0], &outs[2]));
+  of_node *n;
+  OF_CHECK(record(&svd_grad, &a, 1, outs, 3, &n));
+  if (n) {
+    n->i[0] = full != 0;
+    for (int32_t j = 0; j < 3; j++) of_node_save(n, j, outs[j]);
+  }
+  *u = outs[0];
+  *sv = outs[1];
+  *vh = outs[2];
+  return OF_OK;
 }

@@ -300,6 +300,15 @@ of_status of_linalg_solve(of_tensor *a, of_tensor *b, of_tensor **out);
 of_status of_linalg_cholesky(of_tensor *a, int32_t upper, of_tensor **out);
 /* singular values (..., min(m, n)), descending, of a (..., m, n) */
 of_status of_linalg_svdvals(of_tensor *a, of_tensor **out);
+/* eigenvalues L (..., n) ascending and eigenvectors V (..., n, n) (columns)
+ * of symmetric A; reads the upper (upper != 0) or lower triangle; v NULL:
+ * eigenvalues only (eigvalsh) */
+of_status of_linalg_eigh(of_tensor *a, int32_t upper, of_tensor **l, of_tensor **v);
+/* A = QR; mode 0 reduced, 1 complete, 2 r (q: an empty tensor) */
+of_status of_linalg_qr(of_tensor *a, int32_t mode, of_tensor **q, of_tensor **r);
+/* A = U diag(S) Vh; full != 0: U (..., m, m), Vh (..., n, n), else thin */
+of_status of_linalg_svd(of_tensor *a, int32_t full, of_tensor **u, of_tensor **s,
+                        of_tensor **vh);
 
 /* ---- shape and index ops (core/ops/index.c, core/ops/shape.c) ---------- */
 of_status of_cat(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out);

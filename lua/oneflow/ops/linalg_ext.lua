@@ -10,9 +10,16 @@
 -- trailing positional arguments in torch's order (keepdim after dim).
 --   flow.linalg.inv(A), det(A), slogdet(A) -> sign, logabsdet
 --   flow.linalg.solve(A, B, {left = true}), cholesky(A, {upper = false}), svdvals(A)
+--   flow.linalg.eigh(A, {UPLO = 'L'}) -> L, V; eigvalsh(A, {UPLO = 'L'})
+--   flow.linalg.qr(A, {mode = 'reduced'}) -> Q, R
+--   flow.linalg.svd(A, {full_matrices = true}) -> U, S, Vh
+--   flow.linalg.pinv(A, {atol =, rtol =, hermitian = false})
+--   flow.linalg.matrix_rank(A, {atol =, rtol =, tol =, hermitian = false})
+--   flow.linalg.lstsq(A, B, {rcond =}) -> solution, residuals, rank, singular_values
 -- Everything is differentiable: the first group is written with existing
 -- differentiable ops; inv, det, slogdet, solve, cholesky, svdvals are LAPACK kernels
 -- (core/ops/linalg_ext.c, float32/float64, CPU) with backward rules in C.
+local ffi = require 'ffi'
 local core = require 'oneflow._C'
 local util = require 'oneflow._util'
 local T = require 'oneflow.tensor'
@@ -448,6 +455,203 @@ function linalg.cholesky(A, o)
   check_kernel_input('cholesky', A)
   local upper = type(o) == 'table' and o.upper or false
   return kcall(C.of_linalg_cholesky, A.p, upper and 1 or 0, out1)
+end
+
+------------------------------------------------------------------ decompositions
+-- eigh, qr, svd: LAPACK kernels (dsyevd, dgeqrf + dorgqr, dgesdd) in
+-- core/ops/linalg_ext.c with their backward rules; pinv, matrix_rank, lstsq
+-- are written on top of svd / eigh (so they are differentiable too).
+local out3 = ffi.new('of_tensor*[1]')
+
+local function opt(o, key, pos_type, default)
+  if type(o) == pos_type then return o end
+  if o == nil then return default end
+  if type(o) ~= 'table' then
+    error(('expected %s or an options table, got %s'):format(pos_type, type(o)), 3)
+  end
+  local v = o[key]
+  if v == nil then return default end
+  return v
+end
+
+local function uplo_arg(op, o)
+  local uplo = opt(o, 'UPLO', 'string', 'L')
+  if uplo ~= 'L' and uplo ~= 'U' and uplo ~= 'l' and uplo ~= 'u' then
+    error(("linalg.%s: UPLO must be 'L' or 'U', got %s"):format(op, tostring(uplo)), 3)
+  end
+  return (uplo == 'U' or uplo == 'u') and 1 or 0
+end
+
+--- linalg.eigh(A, {UPLO = 'L'}): eigenvalues (..., n) in ascending order and
+-- eigenvectors (..., n, n) (the columns) of the symmetric matrices A; only the
+-- triangle UPLO names is read. Eigenvectors are unique only up to sign.
+function linalg.eigh(A, o)
+  check_kernel_input('eigh', A)
+  local upper = uplo_arg('eigh', o)
+  if C.of_linalg_eigh(A.p, upper, out1, out2) ~= 0 then raise(2) end
+  return wrap(out1[0]), wrap(out2[0])
+end
+
+--- linalg.eigvalsh(A, {UPLO = 'L'}): the eigenvalues of eigh only.
+function linalg.eigvalsh(A, o)
+  check_kernel_input('eigvalsh', A)
+  local upper = uplo_arg('eigvalsh', o)
+  if C.of_linalg_eigh(A.p, upper, out1, nil) ~= 0 then raise(2) end
+  return wrap(out1[0])
+end
+
+local qr_modes = {reduced = 0, complete = 1, r = 2}
+
+--- linalg.qr(A, {mode = 'reduced'}): Q, R with A = Q R, R upper triangular.
+-- A (..., m, n), k = min(m, n): 'reduced' Q (..., m, k), R (..., k, n);
+-- 'complete' Q (..., m, m), R (..., m, n); 'r' Q empty, R (..., k, n).
+-- Differentiable in 'reduced' mode, and in 'complete' mode when m <= n.
+function linalg.qr(A, o)
+  check_tensor('qr', A, ' as A')
+  if A:dim() < 2 then
+    error(('linalg.qr: A must have at least 2 dims, got shape %s'):format(shape_str(A)), 2)
+  end
+  local mode = opt(o, 'mode', 'string', 'reduced')
+  if qr_modes[mode] == nil then
+    error(("linalg.qr: mode must be 'reduced', 'complete' or 'r', got %s"):format(
+      tostring(mode)), 2)
+  end
+  if C.of_linalg_qr(A.p, qr_modes[mode], out1, out2) ~= 0 then raise(2) end
+  return wrap(out1[0]), wrap(out2[0])
+end
+
+local function check_matrix(op, A)
+  check_tensor(op, A, ' as A')
+  if A:dim() < 2 then
+    error(('linalg.%s: A must have at least 2 dims, got shape %s'):format(op, shape_str(A)), 3)
+  end
+end
+
+--- linalg.svd(A, {full_matrices = true}): U, S, Vh with A = U diag(S) Vh, S
+-- descending. full_matrices: U (..., m, m), Vh (..., n, n); false: U (..., m, k),
+-- Vh (..., k, n), k = min(m, n). Singular vectors are unique only up to sign.
+function linalg.svd(A, o)
+  check_matrix('svd', A)
+  local full = opt(o, 'full_matrices', 'boolean', true)
+  if C.of_linalg_svd(A.p, full and 1 or 0, out1, out2, out3) ~= 0 then raise(2) end
+  return wrap(out1[0]), wrap(out2[0]), wrap(out3[0])
+end
+
+local function eps_of(op, A)
+  if A.dtype == types.by_name.float64 then return 2.220446049250313e-16 end
+  if A.dtype == types.by_name.float32 then return 1.1920928955078125e-07 end
+  error(('linalg.%s: expected a float32 or float64 tensor as A, got %s (shape %s)'):format(
+    op, tostring(A.dtype), shape_str(A)), 3)
+end
+
+-- torch's tolerances: atol (default 0), rtol (default eps * max(m, n) when
+-- atol is not given, else 0); threshold max(atol, rtol * smax) per matrix.
+local function threshold(op, A, o, smax)
+  local atol, rtol = o.atol, o.rtol
+  if o.tol ~= nil then atol = o.tol end
+  for _, v in ipairs({atol, rtol}) do
+    if v ~= nil and type(v) ~= 'number' then
+      error(('linalg.%s: atol / rtol must be numbers, got %s'):format(op, type(v)), 3)
+    end
+  end
+  if rtol == nil then rtol = (atol ~= nil and atol > 0) and 0 or
+    eps_of(op, A) * math.max(A:size(-1), A:size(-2)) end
+  local thr = smax:detach() * rtol
+  if atol ~= nil and atol > 0 then thr = thr:clamp_min(atol) end
+  return thr:unsqueeze(-1)
+end
+
+-- s, and the basis: U S Vh (svd) or V L V^T (hermitian, s = |L|)
+local function spectrum(op, A, hermitian)
+  if hermitian then
+    check_kernel_input(op, A)
+    local l, v = linalg.eigh(A)
+    return l, v, mT(v), l:abs()
+  end
+  local u, s, vh = linalg.svd(A, {full_matrices = false})
+  return s, u, vh, s
+end
+
+--- linalg.pinv(A, {atol =, rtol =, hermitian = false}): the pseudo-inverse
+-- (..., n, m) of A (..., m, n): singular values at or below max(atol, rtol *
+-- largest) count as zero (rtol's default: eps * max(m, n) when atol is not
+-- given). hermitian: A symmetric, through eigh. Differentiable.
+function linalg.pinv(A, o)
+  check_matrix('pinv', A)
+  o = o or EMPTY
+  local d, u, vh, mag = spectrum('pinv', A, o.hermitian)
+  if mag:size(-1) == 0 then return T.flow.zeros_like(mT(A)) end
+  local keep = mag:gt(threshold('pinv', A, o, mag:amax(-1)))
+  local dinv = T.flow.where(keep, d:reciprocal(), T.flow.zeros_like(d))
+  return mT(vh):matmul(dinv:unsqueeze(-1) * mT(u))
+end
+
+--- linalg.matrix_rank(A, {atol =, rtol =, tol =, hermitian = false}): the
+-- number of singular values above max(atol, rtol * largest) (int64, (...)).
+function linalg.matrix_rank(A, o)
+  check_matrix('matrix_rank', A)
+  o = o or EMPTY
+  if type(o) == 'number' then o = {tol = o} end
+  local mag
+  if o.hermitian then
+    check_kernel_input('matrix_rank', A)
+    mag = linalg.eigvalsh(A):abs()
+  else
+    mag = linalg.svdvals(A)
+  end
+  if mag:size(-1) == 0 then return mag:sum(-1):to(types.by_name.int64) end
+  local keep = mag:gt(threshold('matrix_rank', A, o, mag:amax(-1)))
+  return keep:to(types.by_name.int64):sum(-1)
+end
+
+local lstsq_drivers = {gels = true, gelsy = true, gelsd = true, gelss = true}
+
+--- linalg.lstsq(A, B, {rcond =, driver = 'gelsy'}) -> solution, residuals,
+-- rank, singular_values: the least-squares solution X (..., n, k) of A X = B,
+-- A (..., m, n), B (..., m, k) (or (m) for a 2-D A), batch dims broadcast.
+-- Always computed through the SVD (pinv with rtol = rcond, default
+-- eps * max(m, n)): the minimum-norm solution, also for rank-deficient A.
+-- The other fields are filled as torch fills them for the driver: rank (...)
+-- int64 except for 'gels'; singular_values (..., min(m, n)) for 'gelsd' and
+-- 'gelss'; residuals (squared residual norms (..., k)) when m > n, for 'gels',
+-- and for 'gelsd' / 'gelss' when every matrix has full rank. The others are
+-- empty tensors. Differentiable in A and B (solution and residuals).
+function linalg.lstsq(A, B, o)
+  check_matrix('lstsq', A)
+  check_tensor('lstsq', B, ' as B')
+  o = o or EMPTY
+  if type(o) == 'number' then o = {rcond = o} end
+  local driver = o.driver or 'gelsy'
+  if not lstsq_drivers[driver] then
+    error(('linalg.lstsq: driver should be one of gels, gelsy, gelsd, gelss, got %s'):format(
+      tostring(driver)), 2)
+  end
+  if A.dtype ~= B.dtype then
+    error(('linalg.lstsq: A and B must have the same dtype, got %s and %s'):format(
+      tostring(A.dtype), tostring(B.dtype)), 2)
+  end
+  local vec = B:dim() == 1 and A:dim() == 2
+  if vec then B = B:unsqueeze(-1) end
+  if B:dim() < 2 or B:size(-2) ~= A:size(-2) then
+    error(('linalg.lstsq: incompatible shapes of A and B for the equation AX = B (%s and %s)')
+      :format(shape_str(A), shape_str(vec and B:squeeze(-1) or B)), 2)
+  end
+  local m, n = A:size(-2), A:size(-1)
+  local rcond = o.rcond
+  if rcond ~= nil and rcond < 0 then rcond = nil end
+  local X = linalg.pinv(A, {rtol = rcond}):matmul(B)
+  local empty = T.flow.zeros({0}, {dtype = A.dtype})
+  local rank = linalg.matrix_rank(A:detach(), {rtol = rcond})
+  local sv = (driver == 'gelsd' or driver == 'gelss') and linalg.svdvals(A):detach() or empty
+  local residuals = empty
+  local full_rank = driver == 'gels' or rank:eq(n):all():item()
+  if m > n and driver ~= 'gelsy' and full_rank then
+    residuals = (A:matmul(X) - B):pow(2):sum(-2)
+    if vec then residuals = residuals:squeeze(-1) end
+  end
+  if driver == 'gels' then rank = T.flow.zeros({0}, {dtype = types.by_name.int64}) end
+  if vec then X = X:squeeze(-1) end
+  return X, residuals, rank, sv
 end
 
 T.flow.linalg = linalg
