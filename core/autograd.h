@@ -61,6 +61,9 @@ struct of_node {
   int32_t saved_output_nr[OF_NODE_MAX_SAVED];
   of_tensor *saved_leaf[OF_NODE_MAX_SAVED];
   bool released;             /* saved tensors freed after backward */
+  /* set by the engine before it runs the rule: nothing records the rule's
+   * ops (no create_graph, no trace), so it may use kernels directly */
+  bool direct;
   double d[4];               /* attributes */
   int64_t i[OF_MAX_DIMS * 2];
   of_tensor *leaf;           /* AccumulateGrad: the leaf (retained) */
@@ -78,6 +81,12 @@ void of_node_save(of_node *n, int32_t slot, of_tensor *t);
  * caller owns the result (of_tensor_release it). */
 of_status of_node_saved(of_node *n, int32_t slot, of_tensor **out);
 void of_node_release(of_node *n);
+/* For the engine (core/autograd/engine.c): free a node's saved tensors after
+ * its backward ran; a leaf's AccumulateGrad node (made on first use); the
+ * host (Lua) callback for hooks and custom Functions. */
+void of_node_free_saved(of_node *n);
+of_node *of_grad_accumulator(of_tensor *leaf);
+of_host_fn of_host_callback(void);
 
 /* grad of a broadcast input: sum `g` down to `m`'s shape (and dtype). */
 of_status of_sum_to(of_tensor *g, const of_meta *m, of_tensor **out);

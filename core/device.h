@@ -257,14 +257,20 @@ typedef struct of_device_ops {
 /* The CUDA library's entry point: fills ops; returns 0 or sets why (cap bytes). */
 typedef int32_t (*of_device_init_fn)(of_device_ops *ops, char *why, int32_t cap);
 
-/* While nn.Graph traces: the op being called is the user's own (not an
- * op's internal call nor a backward rule's); core/graph/trace.c. */
-bool of_trace_at_user_level(void);
 
 /* ---- core/device.c ---- */
 /* The ops of dev's type (loading the library on first use), or NULL with an
  * error naming `op` and saying why CUDA is unavailable. */
 const of_device_ops *of_device_ops_for(const char *op, of_device dev);
+/* Storage and data movement (the layers below the device backends) reach a
+ * device through these, which core/device/device.c installs when the
+ * library loads (core/storage/alloc.c forwards to them). */
+typedef struct of_device_hooks {
+  const of_device_ops *(*ops_for)(const char *op, of_device dev);
+  const of_device_ops *(*loaded)(void);   /* the CUDA table if loaded, else NULL */
+  of_status (*copy_across)(of_tensor *dst, of_tensor *src, int32_t non_blocking);
+} of_device_hooks;
+void of_device_install(const of_device_hooks *h);
 /* The ops when the library is already loaded and usable (never loads). */
 const of_device_ops *of_device_ops_loaded(void);
 /* The common device of the tensors (NULL entries skipped). A 0-d CPU tensor
@@ -281,6 +287,9 @@ of_status of_prepare_out_on(const char *op, of_tensor *into, const int64_t *shap
 /* Copies data between tensors on different devices (dst <- src, broadcast,
  * cast); of_copy_data calls it. */
 of_status of_copy_across(of_tensor *dst, of_tensor *src);
+/* The same, queued on the current stream when non_blocking and the source is
+ * pinned or on a device. */
+of_status of_copy_across_async(of_tensor *dst, of_tensor *src, int32_t non_blocking);
 
 /* Device halves of CPU runners (core/ops/device_ops.c); inputs checked. */
 of_status of_device_matmul(const char *op, of_tensor *a, of_tensor *b, of_tensor *c,

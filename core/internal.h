@@ -81,6 +81,11 @@ of_status of_tensor_new(const int64_t *shape, int32_t ndim, of_dtype dt, of_devi
 /* New view header sharing t's storage. */
 of_tensor *of_tensor_alias(const of_tensor *t, const int64_t *shape,
                            const int64_t *strides, int32_t ndim, int64_t offset);
+/* A tensor over caller-owned memory (deleter called when the storage dies);
+ * strides NULL: contiguous. No autograd, not traced (of_from_blob is). */
+of_status of_tensor_wrap_blob(void *data, const int64_t *shape, const int64_t *strides,
+                              int32_t ndim, of_dtype dt, of_deleter deleter, void *ctx,
+                              of_tensor **out);
 int64_t of_shape_numel(const int64_t *shape, int32_t ndim);
 void of_contiguous_strides(const int64_t *shape, int32_t ndim, int64_t *strides);
 /* Normalise a possibly negative dim against ndim; error names `op`. */

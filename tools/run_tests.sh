@@ -2,7 +2,8 @@
 # Runs every test: luacheck, the busted specs and the C tests (ctest), then
 # prints one line "N passed, N failed" summing busted, the mpirun specs
 # (spec/dist/*_mpi.lua at 2 and 4 processes) and ctest (a luacheck finding
-# counts as one failure).
+# counts as one failure, and so does a call into a higher layer of the C
+# core, tools/check_layers.sh).
 BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
@@ -70,6 +71,11 @@ elif ls spec/dist/*_mpi.lua >/dev/null 2>&1; then
   rmdir "$dir"
 fi
 
+echo "== layers (tools/check_layers.sh)"
+# the C core's one-way stack: a call into a higher layer counts as one failure
+layer_fail=0
+sh tools/check_layers.sh "$BUILD" || layer_fail=1
+
 echo "== ctest"
 out=$(mktemp)
 (cd "$BUILD" && ctest --output-on-failure 2>&1) | tee "$out"
@@ -81,7 +87,7 @@ c_pass=$((c_total - c_fail))
 rm -f "$out"
 
 passed=$((b_pass + c_pass + d_pass))
-failed=$((b_fail + c_fail + lint_fail + d_fail))
+failed=$((b_fail + c_fail + lint_fail + d_fail + layer_fail))
 [ "$failed" -ne 0 ] && status=1
 echo "$passed passed, $failed failed"
 exit $status

@@ -9,7 +9,7 @@
 #include "internal.h"
 #include "device.h"
 #include "dist/backend.h"
-#include "graph/impl.h"
+#include "dist/comm.h"
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -392,7 +392,7 @@ of_status of_comm_barrier(of_comm *c) {
   return OF_OK;
 }
 
-of_status of_impl_comm_all_reduce(of_comm *c, of_tensor *t, of_comm_op r) {
+of_status of_comm_all_reduce_body(of_comm *c, of_tensor *t, of_comm_op r) {
   const char *op = "all_reduce";
   OF_CHECK(of_dist_init());
   OF_CHECK(check_tensor(op, t));
@@ -410,7 +410,7 @@ of_status of_impl_comm_all_reduce(of_comm *c, of_tensor *t, of_comm_op r) {
   return wire_down(t, &x, st);
 }
 
-of_status of_impl_comm_broadcast(of_comm *c, of_tensor *t, int32_t root) {
+of_status of_comm_broadcast_body(of_comm *c, of_tensor *t, int32_t root) {
   const char *op = "broadcast";
   OF_CHECK(of_dist_init());
   OF_CHECK(check_tensor(op, t));
@@ -445,7 +445,7 @@ static of_status fill_counts(const char *op, of_comm *c, const int64_t *counts, 
 
 static int64_t *counts_buf(of_comm *c) { return malloc(sizeof(int64_t) * (size_t)c->size); }
 
-of_status of_impl_comm_all_gather(of_comm *c, of_tensor *x, const int64_t *counts,
+of_status of_comm_all_gather_body(of_comm *c, of_tensor *x, const int64_t *counts,
                              of_tensor **out) {
   const char *op = "all_gather";
   *out = NULL;
@@ -480,7 +480,7 @@ of_status of_impl_comm_all_gather(of_comm *c, of_tensor *x, const int64_t *count
   return OF_OK;
 }
 
-of_status of_impl_comm_reduce_scatter(of_comm *c, of_tensor *x, const int64_t *counts,
+of_status of_comm_reduce_scatter_body(of_comm *c, of_tensor *x, const int64_t *counts,
                                  of_comm_op r, of_tensor **out) {
   const char *op = "reduce_scatter";
   *out = NULL;
@@ -526,7 +526,7 @@ of_status of_impl_comm_reduce_scatter(of_comm *c, of_tensor *x, const int64_t *c
   return OF_OK;
 }
 
-of_status of_impl_comm_all_to_all(of_comm *c, of_tensor *x, const int64_t *send_counts,
+of_status of_comm_all_to_all_body(of_comm *c, of_tensor *x, const int64_t *send_counts,
                              const int64_t *recv_counts, of_tensor **out) {
   const char *op = "all_to_all";
   *out = NULL;
@@ -645,7 +645,7 @@ of_status of_comm_iall_reduce(of_comm *c, of_tensor *t, of_comm_op op,
     /* device tensors go through NCCL, which is already asynchronous for the
      * host (queued on the device's stream): the request is complete at once
      * (breq NULL) and t is reduced in stream order */
-    of_status st = of_impl_comm_all_reduce(c, t, op);
+    of_status st = of_comm_all_reduce_body(c, t, op);
     if (st != OF_OK) {
       free(r);
       return st;
@@ -700,7 +700,7 @@ of_status of_comm_wait(of_comm_request *r) {
  * (A reduce-scatter into the result then an in-place all-gather, which
  * would skip MPI's copy of x, measured 2-4x slower with Open MPI 4.1's
  * nonblocking collectives.) */
-of_status of_impl_comm_all_reduce_to(of_comm *c, of_tensor *x, of_comm_op r, of_tensor **out) {
+of_status of_comm_all_reduce_to_body(of_comm *c, of_tensor *x, of_comm_op r, of_tensor **out) {
   const char *op = "all_reduce";
   *out = NULL;
   OF_CHECK(of_dist_init());
@@ -714,7 +714,7 @@ of_status of_impl_comm_all_reduce_to(of_comm *c, of_tensor *x, of_comm_op r, of_
      * a device copy in place (NCCL, on the device's stream) */
     of_tensor *cp = NULL;
     OF_CHECK(of_clone_data(x, &cp));
-    of_status st = of_impl_comm_all_reduce(c, cp, r);
+    of_status st = of_comm_all_reduce_body(c, cp, r);
     if (st != OF_OK) {
       of_tensor_release(cp);
       return st;

@@ -12,7 +12,7 @@
  * eager mode; passes use `root` to stay clear of memory hazards. */
 #ifndef ONEFLOW_GRAPH_H
 #define ONEFLOW_GRAPH_H
-#include "../autograd.h"
+#include "../ops/op.h"
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -96,22 +96,7 @@ typedef struct of_graph {
   char cg_status[320];
 } of_graph;
 
-/* ---- op table (ops.c) ---- */
-enum {
-  OF_OPF_EW = 1,          /* elementwise (fusion candidate; see fuse.c) */
-  OF_OPF_RANDOM = 2,      /* draws from the generator: never merged or folded */
-  OF_OPF_VIEW = 4,        /* result shares the input's storage */
-  OF_OPF_CREATE = 8,      /* no tensor inputs: constant unless RANDOM or EMPTY */
-  OF_OPF_EMPTY = 16,      /* uninitialised result */
-  OF_OPF_OPAQUE = 32,     /* graph-only op not to be merged (backward of a captured node) */
-  OF_OPF_VARIN = 64,      /* variable number of inputs (cat, stack) */
-  OF_OPF_INTO = 128,      /* may write into a given tensor and return it */
-  /* a collective (dist.c): every rank runs it in the same order, so it is
-   * flagged RANDOM as well -- kept, never merged, folded or recomputed, and
-   * ordered by the wave scheduler -- and a graph holding one is not saved */
-  OF_OPF_COLLECTIVE = 256,
-};
-
+/* ---- op table (ops.c): the rows of core/ops plus the graph-only ops ---- */
 typedef of_status (*of_invoke_fn)(of_gnode *n, of_tensor **ins, void **outs);
 
 typedef struct of_opdef {
@@ -128,13 +113,6 @@ typedef struct of_opdef {
   void (*describe)(const void *attrs, char *buf, size_t cap);
 } of_opdef;
 
-enum {
-  OF_OPK_ALIAS = 0,       /* implicit view of a value (saved tensors, internal aliases) */
-  OF_OPK_BACKWARD,        /* opaque backward: runs a captured autograd node's rule */
-  OF_OPK_FUSED,           /* elementwise chain as one kernel (fuse.c) */
-  OF_OPK_FIRST_PUBLIC     /* the public ops follow, see ops.c */
-};
-
 const of_opdef *of_op_def(int32_t op);
 int32_t of_op_count(void);
 int32_t of_op_find(const char *name);
@@ -142,37 +120,16 @@ int32_t of_op_find(const char *name);
  * only its fresh outputs. */
 bool of_node_pure(const of_graph *g, const of_gnode *n);
 
-/* ---- tracer (trace.c) ---- */
+/* ---- tracer (trace.c) ----
+ * The tracer's state is the dispatcher's thread-local (of_dispatch_tls);
+ * the public ops reach the tracer only through the hooks trace.c installs
+ * (core/dispatch/dispatch.h). */
 typedef struct of_trace of_trace;
-/* initial-exec: one %fs-relative load, no __tls_get_addr call, on every op */
-#define OF_TLS_IE __attribute__((tls_model("initial-exec"), visibility("hidden")))
-extern _Thread_local of_trace *of_trace_tls OF_TLS_IE;
-extern _Thread_local int32_t of_trace_depth OF_TLS_IE;
+#define of_trace_tls ((of_trace *)of_dispatch_tls)
 /* Records an outermost public op. ins may hold NULLs; outs[nreal]. On
  * failure the outputs are released. */
 of_status of_trace_record(int32_t op, const void *attrs, int32_t attr_size, of_tensor **ins,
                           int32_t nin, of_tensor **outs, int32_t nreal);
-/* A tensor made from host data while tracing: bound as a constant. */
-of_status of_trace_constant(of_tensor *t);
-/* Tensor values read by C code while tracing (of_tensor_get_flat, ...). */
-of_status of_trace_data_read(const of_tensor *t);
-/* The autograd engine starts (+1) / ends (-1) a backward pass: nodes
- * recorded meanwhile are backward nodes. */
-void of_trace_engine(int32_t delta);
-/* The engine's call of a backward rule while tracing. */
-of_status of_trace_backward(of_node *n, of_tensor **gout, of_tensor **gin);
-
-/* The wrapper every public op goes through: one thread-local load when not
- * tracing; while tracing, only the outermost public op records. */
-#define OF_TRACED(CALL, RECORD)                                     \
-  do {                                                              \
-    if (__builtin_expect(of_trace_tls == NULL, 1)) return CALL;     \
-    of_trace_depth++;                                               \
-    of_status st_ = CALL;                                           \
-    of_trace_depth--;                                               \
-    if (st_ == OF_OK && of_trace_depth == 0) st_ = (RECORD);        \
-    return st_;                                                     \
-  } while (0)
 
 /* ---- IR helpers (ir.c) ---- */
 of_graph *of_graph_new_empty(void);
@@ -233,6 +190,4 @@ of_loop_fn of_unary_kernel(int32_t op, of_dtype compute);
 of_loop_fn of_clamp_kernel(of_dtype compute);
 of_loop_fn of_leaky_kernel(of_dtype compute);
 
-/* ---- the impl functions the public wrappers call (renamed op bodies) ---- */
-#include "impl.h"
 #endif

@@ -142,7 +142,7 @@ of_status of_graph_serialize(of_graph *g, of_tensor **blob) {
   }
   int64_t total = 8 + 4 + 4 + 8 + 8 + (int64_t)w.len;
   of_tensor *t;
-  of_status st = of_impl_empty(&total, 1, OF_UINT8, OF_CPU, &t);
+  of_status st = of_tensor_new(&total, 1, OF_UINT8, OF_CPU, &t);
   if (st != OF_OK) {
     free(w.buf);
     return st;
@@ -724,7 +724,7 @@ static of_status load_impl(const char *path, of_graph **out) {
     for (int32_t i = 0; i < nent; i++)
       if (strcmp(ents[i].name, want) == 0) e = &ents[i];
     if (!e) { st = corrupt(&c, "an external tensor is missing"); break; }
-    st = of_impl_empty(e->shape, e->ndim, e->dtype, OF_CPU, &ext[k]);
+    st = of_tensor_new(e->shape, e->ndim, e->dtype, OF_CPU, &ext[k]);
     if (st != OF_OK) break;
     size_t nb = (size_t)(e->end - e->begin);
     if (nb && (fseek(f, (long)(data_start + e->begin), SEEK_SET) != 0 ||

@@ -21,8 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-_Thread_local of_trace *of_trace_tls OF_TLS_IE;
-_Thread_local int32_t of_trace_depth OF_TLS_IE;
 
 typedef struct {
   void **keys;
@@ -146,7 +144,7 @@ static void tag(of_trace *tr, int32_t ni) {
   else n->scope = tr->scope;
 }
 
-void of_trace_engine(int32_t delta) {
+static void trace_engine(int32_t delta) {
   if (of_trace_tls) of_trace_tls->engine_depth += delta;
 }
 
@@ -351,7 +349,7 @@ of_status of_trace_record(int32_t op, const void *attrs, int32_t attr_size, of_t
   return st;
 }
 
-of_status of_trace_constant(of_tensor *t) {
+static of_status trace_constant(of_tensor *t) {
   of_trace *tr = of_trace_tls;
   if (tr->rule_depth > 0) {   /* a backward rule computed data itself: opaque */
     tr->rule_bad = true;
@@ -482,7 +480,7 @@ static of_status record_opaque(of_trace *tr, of_node *n, of_tensor **gout, of_te
   return OF_OK;
 }
 
-of_status of_trace_backward(of_node *n, of_tensor **gout, of_tensor **gin) {
+static of_status trace_backward(of_node *n, of_tensor **gout, of_tensor **gin) {
   of_trace *tr = of_trace_tls;
   of_graph *g = tr->g;
   int32_t nn = g->nnodes, nv = g->nvals;
@@ -504,7 +502,7 @@ of_status of_trace_backward(of_node *n, of_tensor **gout, of_tensor **gin) {
 /* C code reading tensor values while tracing: inside a backward rule the
  * rule becomes opaque (its result depends on data the trace cannot see);
  * elsewhere it is the data-dependent control flow nn.Graph cannot follow. */
-of_status of_trace_data_read(const of_tensor *t) {
+static of_status trace_data_read(const of_tensor *t) {
   of_trace *tr = of_trace_tls;
   if (tr->rule_depth > 0) {
     tr->rule_bad = true;
@@ -541,10 +539,16 @@ of_status of_trace_note(of_tensor *t, const char *text) {
 /* ---- begin / end ---- */
 int32_t of_tracing(void) { return of_trace_tls != NULL; }
 
-bool of_trace_at_user_level(void) {
+static bool trace_user_level(void) {
   const of_trace *tr = of_trace_tls;
-  return tr && of_trace_depth == 0 && tr->rule_depth == 0 && tr->engine_depth == 0;
+  return tr && of_dispatch_depth == 0 && tr->rule_depth == 0 && tr->engine_depth == 0;
 }
+
+/* what the layers below reach the tracer through (core/dispatch) */
+static const of_dispatch_hooks trace_hooks = {
+  of_trace_record, trace_constant, trace_data_read, trace_backward, trace_engine,
+  trace_user_level,
+};
 
 /* A graph computes on one device: the non-CPU device of its values (CPU
  * tensors may join as eager ops allow: 0-d scalars, host-side constants
@@ -587,7 +591,7 @@ of_status of_trace_begin(of_tensor **inputs, int32_t n) {
                    "called inside another graph's build?)");
   if (n < 0 || (n > 0 && !inputs)) return of_fail(OF_ERR_ARG, "nn.Graph: bad inputs");
   of_tensor *probe;
-  OF_CHECK(of_impl_empty(NULL, 0, OF_FLOAT32, OF_CPU, &probe));
+  OF_CHECK(of_tensor_new(NULL, 0, OF_FLOAT32, OF_CPU, &probe));
   of_trace *tr = calloc(1, sizeof *tr);
   of_graph *g = of_graph_new_empty();
   if (!tr || !g) {
@@ -615,15 +619,16 @@ of_status of_trace_begin(of_tensor **inputs, int32_t n) {
     trace_free(tr);
     return st;
   }
-  of_trace_depth = 0;
-  of_trace_tls = tr;
+  of_dispatch_install(&trace_hooks);
+  of_dispatch_depth = 0;
+  of_dispatch_tls = tr;
   return OF_OK;
 }
 
 void of_trace_abort(void) {
   of_trace *tr = of_trace_tls;
   if (!tr) return;
-  of_trace_tls = NULL;
+  of_dispatch_tls = NULL;
   of_graph_release(tr->g);
   trace_free(tr);
 }
@@ -644,7 +649,7 @@ of_status of_trace_end(of_tensor **outputs, int32_t n, of_graph **out) {
                    "was not computed by recorded graph ops", OF_SHAPE_STR(outputs[i]),
                    (int)i + 1);
   }
-  of_trace_tls = NULL;
+  of_dispatch_tls = NULL;
   trace_free(tr);
   if (st == OF_OK) st = graph_device(g);
   if (st != OF_OK) {

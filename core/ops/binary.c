@@ -2,6 +2,11 @@
  * kernels per compute dtype). Broadcasting and promotion follow PyTorch. */
 #include "elementwise.h"
 #include "../autograd.h"
+#include "family.h"
+
+/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
+static of_status binary_body(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into, of_tensor **out);
+static of_status binary_scalar_body(of_binary_op op, of_tensor *a, double s, int32_t reverse, of_tensor *into, of_tensor **out);
 
 typedef enum { ARITH, TRUE_DIV, COMPARE, LOGICAL, BITWISE } kind_t;
 
@@ -328,7 +333,7 @@ done:
   return st;
 }
 
-of_status of_impl_binary(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into,
+static of_status binary_body(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into,
                          of_tensor **out) {
   if (op < 0 || op >= OF_NUM_BINARY) return of_fail(OF_ERR_ARG, "binary: unknown op %d", (int)op);
   of_tensor *ins[2] = {a, b};
@@ -381,7 +386,7 @@ static of_dtype scalar_dtype(of_dtype t, double s, kind_t kind) {
   return t;
 }
 
-of_status of_impl_binary_scalar(of_binary_op op, of_tensor *a, double s, int32_t reverse,
+static of_status binary_scalar_body(of_binary_op op, of_tensor *a, double s, int32_t reverse,
                                 of_tensor *into, of_tensor **out) {
   if (op < 0 || op >= OF_NUM_BINARY) return of_fail(OF_ERR_ARG, "binary: unknown op %d", (int)op);
   of_tensor *b;
@@ -397,3 +402,50 @@ of_loop_fn of_binary_kernel(int32_t op, of_dtype dt) {
   if (op < 0 || op >= OF_NUM_BINARY || dt < 0 || dt >= OF_NUM_DTYPES) return NULL;
   return binary_ops[op].loop[dt];
 }
+
+/* ---- entry points (dispatch), run functions and table rows ---- */
+static of_status pack_binary(of_binary_op op, of_tensor *x, of_tensor *y, of_tensor *into,
+                            of_tensor **out) {
+  a_binary a = {op, 0};
+  of_tensor *ins[3] = {x, y, into};
+  return OF_RECORD(OPK_BINARY, a, ins, into ? 3 : 2, out, 1);
+}
+of_status of_binary(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into,
+                    of_tensor **out) {
+  OF_DISPATCH(binary_body(op, a, b, into, out), pack_binary(op, a, b, into, out));
+}
+static of_status run_binary(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_binary);
+  OF_RUN1(of_binary(a->op, ins[0], ins[1], n->nin > 2 ? ins[2] : NULL, OF_R));
+}
+static void describe_binary(const void *p, char *b, size_t c) {
+  of_catf(b, c, "%s", of_binary_name(((const a_binary *)p)->op));
+}
+
+static of_status pack_binary_scalar(of_binary_op op, of_tensor *x, double s, int32_t reverse,
+                                   of_tensor *into, of_tensor **out) {
+  a_binary_scalar a;
+  OF_ZERO(a);
+  a.op = op;
+  a.s = s;
+  a.reverse = reverse;
+  of_tensor *ins[2] = {x, into};
+  return OF_RECORD(OPK_BINARY_SCALAR, a, ins, into ? 2 : 1, out, 1);
+}
+of_status of_binary_scalar(of_binary_op op, of_tensor *a, double s, int32_t reverse,
+                           of_tensor *into, of_tensor **out) {
+  OF_DISPATCH(binary_scalar_body(op, a, s, reverse, into, out),
+            pack_binary_scalar(op, a, s, reverse, into, out));
+}
+static of_status run_binary_scalar(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_binary_scalar);
+  OF_RUN1(of_binary_scalar(a->op, ins[0], a->s, a->reverse, n->nin > 1 ? ins[1] : NULL, OF_R));
+}
+static void describe_binary_scalar(const void *p, char *b, size_t c) {
+  const a_binary_scalar *a = p;
+  if (a->reverse) of_catf(b, c, "%g %s x", a->s, of_binary_name(a->op));
+  else of_catf(b, c, "x %s %g", of_binary_name(a->op), a->s);
+}
+
+OF_OP_IMPL(BINARY, run_binary, NULL, NULL, describe_binary);
+OF_OP_IMPL(BINARY_SCALAR, run_binary_scalar, NULL, NULL, describe_binary_scalar);

@@ -56,6 +56,12 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "family.h"
+
+/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
+static of_status conv_body(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride, const int64_t *padding, const int64_t *dilation, int32_t nsp, int64_t groups, of_tensor **out);
+static of_status conv_transpose_body(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride, const int64_t *padding, const int64_t *output_padding, const int64_t *dilation, int32_t nsp, int64_t groups, of_tensor **out);
+static of_status conv_weight_grad_body(of_tensor *x, of_tensor *grad_out, const int64_t *kernel_size, const int64_t *stride, const int64_t *padding, const int64_t *dilation, int32_t nsp, int64_t groups, of_tensor **out);
 
 /* ---- arguments and geometry ---- */
 
@@ -1652,7 +1658,7 @@ static of_status conv_weight_grad_op(of_tensor *x, of_tensor *gy, const conv_arg
 
 /* ---- public entry points ---- */
 
-of_status of_impl_conv(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
+static of_status conv_body(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
                        const int64_t *padding, const int64_t *dilation, int32_t nsp, int64_t groups,
                        of_tensor **out) {
   conv_args a;
@@ -1660,7 +1666,7 @@ of_status of_impl_conv(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *
   return conv_fwd_op(x, w, b, &a, NULL, out);
 }
 
-of_status of_impl_conv_transpose(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
+static of_status conv_transpose_body(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
                                  const int64_t *padding, const int64_t *output_padding,
                                  const int64_t *dilation, int32_t nsp, int64_t groups,
                                  of_tensor **out) {
@@ -1695,7 +1701,7 @@ of_status of_impl_conv_transpose(of_tensor *x, of_tensor *w, of_tensor *b, const
   return conv_input_grad_op(x, w, b, &a, osz, out);
 }
 
-of_status of_impl_conv_weight_grad(of_tensor *x, of_tensor *grad_out, const int64_t *kernel_size,
+static of_status conv_weight_grad_body(of_tensor *x, of_tensor *grad_out, const int64_t *kernel_size,
                                    const int64_t *stride, const int64_t *padding,
                                    const int64_t *dilation, int32_t nsp, int64_t groups,
                                    of_tensor **out) {
@@ -1704,3 +1710,83 @@ of_status of_impl_conv_weight_grad(of_tensor *x, of_tensor *grad_out, const int6
   if (!kernel_size) return of_fail(OF_ERR_ARG, "%s: kernel_size is required", a.op);
   return conv_weight_grad_op(x, grad_out, &a, kernel_size, out);
 }
+
+/* ---- entry points (dispatch), run functions and table rows ---- */
+static void conv_pack(a_conv *a, const int64_t *stride, const int64_t *padding,
+                      const int64_t *dilation, const int64_t *extra, int32_t nsp, int64_t groups) {
+  memset(a, 0, sizeof *a);
+  int32_t k = nsp >= 0 && nsp <= 3 ? nsp : 0;
+  a->nsp = nsp;
+  a->groups = groups;
+  if (stride) { a->has |= 1; of_copy_i64(a->stride, stride, k); }
+  if (padding) { a->has |= 2; of_copy_i64(a->padding, padding, k); }
+  if (dilation) { a->has |= 4; of_copy_i64(a->dilation, dilation, k); }
+  if (extra) { a->has |= 8; of_copy_i64(a->extra, extra, k); }
+}
+static void describe_conv(const void *p, char *b, size_t c) {
+  const a_conv *a = p;
+  int32_t k = a->nsp >= 0 && a->nsp <= 3 ? a->nsp : 0;
+  of_catf(b, c, "nsp=%d", (int)a->nsp);
+  if (a->has & 1) of_cat_list(b, c, "stride", a->stride, k);
+  if (a->has & 2) of_cat_list(b, c, "padding", a->padding, k);
+  if (a->has & 4) of_cat_list(b, c, "dilation", a->dilation, k);
+  if (a->groups != 1) of_catf(b, c, " groups=%lld", (long long)a->groups);
+}
+static of_status pack_conv(int32_t op, of_tensor *x, of_tensor *w, of_tensor *bias,
+                          const int64_t *stride, const int64_t *padding, const int64_t *dilation,
+                          const int64_t *extra, int32_t nsp, int64_t groups, of_tensor **out) {
+  a_conv a;
+  conv_pack(&a, stride, padding, dilation, extra, nsp, groups);
+  of_tensor *ins[3] = {x, w, bias};
+  return OF_RECORD(op, a, ins, 3, out, 1);
+}
+of_status of_conv(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
+                  const int64_t *padding, const int64_t *dilation, int32_t nsp, int64_t groups,
+                  of_tensor **out) {
+  AMP(OF_AMP_LOW, of_conv(A_[0], A_[1], A_[2], stride, padding, dilation, nsp, groups, out), x,
+      w, b);
+  OF_DISPATCH(conv_body(x, w, b, stride, padding, dilation, nsp, groups, out),
+            pack_conv(OPK_CONV, x, w, b, stride, padding, dilation, NULL, nsp, groups, out));
+}
+of_status of_conv_transpose(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
+                            const int64_t *padding, const int64_t *output_padding,
+                            const int64_t *dilation, int32_t nsp, int64_t groups,
+                            of_tensor **out) {
+  AMP(OF_AMP_LOW, of_conv_transpose(A_[0], A_[1], A_[2], stride, padding, output_padding, dilation,
+                                    nsp, groups, out),
+      x, w, b);
+  OF_DISPATCH(conv_transpose_body(x, w, b, stride, padding, output_padding, dilation, nsp,
+                                   groups, out),
+            pack_conv(OPK_CONV_TRANSPOSE, x, w, b, stride, padding, dilation, output_padding, nsp,
+                     groups, out));
+}
+of_status of_conv_weight_grad(of_tensor *x, of_tensor *grad_out, const int64_t *kernel_size,
+                              const int64_t *stride, const int64_t *padding,
+                              const int64_t *dilation, int32_t nsp, int64_t groups,
+                              of_tensor **out) {
+  OF_DISPATCH(conv_weight_grad_body(x, grad_out, kernel_size, stride, padding, dilation, nsp,
+                                     groups, out),
+            pack_conv(OPK_CONV_WEIGHT_GRAD, x, grad_out, NULL, stride, padding, dilation,
+                     kernel_size, nsp, groups, out));
+}
+static of_status run_conv(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_conv);
+  OF_NEED(a->nsp >= 1 && a->nsp <= 3, "nsp");
+  of_tensor *r_ = NULL;
+  of_status st;
+  if (n->op == OPK_CONV)
+    st = of_conv(ins[0], ins[1], ins[2], OF_OPT(1, stride), OF_OPT(2, padding), OF_OPT(4, dilation),
+                 a->nsp, a->groups, &r_);
+  else if (n->op == OPK_CONV_TRANSPOSE)
+    st = of_conv_transpose(ins[0], ins[1], ins[2], OF_OPT(1, stride), OF_OPT(2, padding),
+                           OF_OPT(8, extra), OF_OPT(4, dilation), a->nsp, a->groups, &r_);
+  else
+    st = of_conv_weight_grad(ins[0], ins[1], OF_OPT(8, extra), OF_OPT(1, stride), OF_OPT(2, padding),
+                             OF_OPT(4, dilation), a->nsp, a->groups, &r_);
+  if (st == OF_OK) outs[0] = r_;
+  return st;
+}
+
+OF_OP_IMPL(CONV, run_conv, NULL, NULL, describe_conv);
+OF_OP_IMPL(CONV_TRANSPOSE, run_conv, NULL, NULL, describe_conv);
+OF_OP_IMPL(CONV_WEIGHT_GRAD, run_conv, NULL, NULL, describe_conv);

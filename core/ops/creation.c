@@ -3,6 +3,20 @@
 #include "../device.h"
 #include <math.h>
 #include <stdlib.h>
+#include "family.h"
+
+/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
+static of_status fill__body(of_tensor *t, double value);
+static of_status empty_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev, of_tensor **out);
+static of_status full_body(const int64_t *shape, int32_t ndim, double value, of_dtype dt, of_device dev, of_tensor **out);
+static of_status zeros_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev, of_tensor **out);
+static of_status eye_body(int64_t n, int64_t m, of_dtype dt, of_device dev, of_tensor **out);
+static of_status arange_body(double start, double end, double step, of_dtype dt, of_device dev, of_tensor **out);
+static of_status linspace_body(double start, double end, int64_t steps, of_dtype dt, of_device dev, of_tensor **out);
+static of_status from_doubles_body(const double *values, const int64_t *shape, int32_t ndim, of_dtype dt, of_tensor **out);
+static of_status from_buffer_body(const void *data, const int64_t *shape, int32_t ndim, of_dtype dt, of_tensor **out);
+static of_status tensor_get_flat_body(const of_tensor *t, int64_t i, double *out);
+static of_status tensor_to_doubles_body(const of_tensor *t, double *buf, int64_t n);
 
 typedef struct { uint64_t bits; } fill_ctx;
 
@@ -22,7 +36,7 @@ FILL_LOOP(uint16_t)
 FILL_LOOP(uint32_t)
 FILL_LOOP(uint64_t)
 
-of_status of_impl_fill_(of_tensor *t, double value) {
+static of_status fill__body(of_tensor *t, double value) {
   OF_ROUTE("fill_", dev, ops, fill, t);
   if (ops) {
     OF_CHECK(ops->fill(t, value));
@@ -43,12 +57,12 @@ of_status of_impl_fill_(of_tensor *t, double value) {
   return OF_OK;
 }
 
-of_status of_impl_empty(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+static of_status empty_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
                         of_tensor **out) {
   return of_tensor_new(shape, ndim, dt, dev, out);
 }
 
-of_status of_impl_full(const int64_t *shape, int32_t ndim, double value, of_dtype dt,
+static of_status full_body(const int64_t *shape, int32_t ndim, double value, of_dtype dt,
                        of_device dev, of_tensor **out) {
   of_tensor *t;
   OF_CHECK(of_tensor_new(shape, ndim, dt, dev, &t));
@@ -58,7 +72,7 @@ of_status of_impl_full(const int64_t *shape, int32_t ndim, double value, of_dtyp
   return OF_OK;
 }
 
-of_status of_impl_zeros(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+static of_status zeros_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
                         of_tensor **out) {
   return of_full(shape, ndim, 0.0, dt, dev, out);
 }
@@ -71,10 +85,10 @@ static of_status moved(of_tensor *t, of_device dev, of_tensor **out) {
   return st;
 }
 
-of_status of_impl_eye(int64_t n, int64_t m, of_dtype dt, of_device dev, of_tensor **out) {
+static of_status eye_body(int64_t n, int64_t m, of_dtype dt, of_device dev, of_tensor **out) {
   if (dev != OF_CPU) {
     of_tensor *t = NULL;
-    OF_CHECK(of_impl_eye(n, m, dt, OF_CPU, &t));
+    OF_CHECK(eye_body(n, m, dt, OF_CPU, &t));
     return moved(t, dev, out);
   }
   if (m < 0) m = n;
@@ -89,13 +103,13 @@ of_status of_impl_eye(int64_t n, int64_t m, of_dtype dt, of_device dev, of_tenso
   return OF_OK;
 }
 
-of_status of_impl_arange(double start, double end, double step, of_dtype dt, of_device dev,
+static of_status arange_body(double start, double end, double step, of_dtype dt, of_device dev,
                          of_tensor **out) {
   const of_device_ops *dops = dev != OF_CPU ? of_device_ops_for("arange", dev) : NULL;
   if (dev != OF_CPU && !dops) return OF_ERR_DEVICE;
   if (dops && !dops->iota) {
     of_tensor *t = NULL;
-    OF_CHECK(of_impl_arange(start, end, step, dt, OF_CPU, &t));
+    OF_CHECK(arange_body(start, end, step, dt, OF_CPU, &t));
     return moved(t, dev, out);
   }
   if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
@@ -119,13 +133,13 @@ of_status of_impl_arange(double start, double end, double step, of_dtype dt, of_
   return OF_OK;
 }
 
-of_status of_impl_linspace(double start, double end, int64_t steps, of_dtype dt, of_device dev,
+static of_status linspace_body(double start, double end, int64_t steps, of_dtype dt, of_device dev,
                            of_tensor **out) {
   const of_device_ops *dops = dev != OF_CPU ? of_device_ops_for("linspace", dev) : NULL;
   if (dev != OF_CPU && !dops) return OF_ERR_DEVICE;
   if (dops && !dops->iota) {
     of_tensor *t = NULL;
-    OF_CHECK(of_impl_linspace(start, end, steps, dt, OF_CPU, &t));
+    OF_CHECK(linspace_body(start, end, steps, dt, OF_CPU, &t));
     return moved(t, dev, out);
   }
   if (steps < 0) return of_fail(OF_ERR_ARG, "linspace: number of steps must be >= 0, got %lld", (long long)steps);
@@ -151,7 +165,7 @@ of_status of_impl_linspace(double start, double end, int64_t steps, of_dtype dt,
   return OF_OK;
 }
 
-of_status of_impl_from_doubles(const double *values, const int64_t *shape, int32_t ndim,
+static of_status from_doubles_body(const double *values, const int64_t *shape, int32_t ndim,
                                of_dtype dt, of_tensor **out) {
   of_tensor *t;
   OF_CHECK(of_tensor_new(shape, ndim, dt, OF_CPU, &t));
@@ -162,7 +176,7 @@ of_status of_impl_from_doubles(const double *values, const int64_t *shape, int32
   return OF_OK;
 }
 
-of_status of_impl_from_buffer(const void *data, const int64_t *shape, int32_t ndim, of_dtype dt,
+static of_status from_buffer_body(const void *data, const int64_t *shape, int32_t ndim, of_dtype dt,
                               of_tensor **out) {
   of_tensor *t;
   OF_CHECK(of_tensor_new(shape, ndim, dt, OF_CPU, &t));
@@ -171,57 +185,16 @@ of_status of_impl_from_buffer(const void *data, const int64_t *shape, int32_t nd
   return OF_OK;
 }
 
-static void no_delete(void *data, void *ctx) { (void)data; (void)ctx; }
 
-of_status of_impl_from_blob(void *data, const int64_t *shape, const int64_t *strides, int32_t ndim,
-                            of_dtype dt, of_deleter deleter, void *ctx, of_tensor **out) {
-  if (!data) return of_fail(OF_ERR_ARG, "from_blob: data pointer is NULL");
-  if (dt < 0 || dt >= OF_NUM_DTYPES) return of_fail(OF_ERR_DTYPE, "from_blob: unknown dtype %d", (int)dt);
-  if (ndim < 0 || ndim > OF_MAX_DIMS) return of_fail(OF_ERR_SHAPE, "from_blob: bad ndim %d", (int)ndim);
-  int64_t cs[OF_MAX_DIMS], hi = 0;
-  if (!strides) {
-    of_contiguous_strides(shape, ndim, cs);
-    strides = cs;
-  }
-  for (int32_t i = 0; i < ndim; i++) {
-    if (shape[i] < 0 || strides[i] < 0)
-      return of_fail(OF_ERR_SHAPE, "from_blob: negative size or stride at dim %d", (int)i + 1);
-    if (shape[i] > 0) hi += (shape[i] - 1) * strides[i];
-  }
-  of_storage *s = malloc(sizeof *s);
-  of_tensor *t = malloc(sizeof *t);
-  if (!s || !t) {
-    free(s);
-    free(t);
-    return of_fail(OF_ERR_OOM, "from_blob: out of memory");
-  }
-  static int64_t blob_ids = -1;   /* negative ids: never equal to allocator storages */
-  *s = (of_storage){.refcount = 1, .data = data, .nbytes = (hi + 1) * of_dtype_size(dt),
-                    .device = OF_CPU, .id = __atomic_sub_fetch(&blob_ids, 1, __ATOMIC_RELAXED),
-                    .deleter = deleter ? deleter : no_delete, .deleter_ctx = ctx};
-  t->refcount = 1;
-  of_tensor_clear_autograd(t);
-  t->storage = s;
-  t->offset = 0;
-  t->ndim = ndim;
-  t->dtype = dt;
-  for (int32_t i = 0; i < ndim; i++) {
-    t->shape[i] = shape[i];
-    t->strides[i] = strides[i];
-  }
-  t->numel = of_shape_numel(shape, ndim);
-  *out = t;
-  return OF_OK;
-}
 
-of_status of_impl_tensor_get_flat(const of_tensor *t, int64_t i, double *out) {
+static of_status tensor_get_flat_body(const of_tensor *t, int64_t i, double *out) {
   if (of_dev(t) != OF_CPU) {   /* one element through the host */
     if (i < 0 || i >= t->numel)
       return of_fail(OF_ERR_INDEX, "item: flat index %lld out of range for %lld elements",
                      (long long)i, (long long)t->numel);
     of_tensor *c;
     OF_CHECK(of_to_device((of_tensor *)t, OF_CPU, 0, &c));
-    of_status st = of_impl_tensor_get_flat(c, i, out);
+    of_status st = tensor_get_flat_body(c, i, out);
     of_tensor_release(c);
     return st;
   }
@@ -237,11 +210,11 @@ of_status of_impl_tensor_get_flat(const of_tensor *t, int64_t i, double *out) {
   return OF_OK;
 }
 
-of_status of_impl_tensor_to_doubles(const of_tensor *t, double *buf, int64_t n) {
+static of_status tensor_to_doubles_body(const of_tensor *t, double *buf, int64_t n) {
   if (of_dev(t) != OF_CPU) {
     of_tensor *c;
     OF_CHECK(of_to_device((of_tensor *)t, OF_CPU, 0, &c));
-    of_status st = of_impl_tensor_to_doubles(c, buf, n);
+    of_status st = tensor_to_doubles_body(c, buf, n);
     of_tensor_release(c);
     return st;
   }
@@ -261,3 +234,146 @@ of_status of_impl_tensor_to_doubles(const of_tensor *t, double *buf, int64_t n) 
   }
   return OF_OK;
 }
+
+/* ---- entry points (dispatch), run functions and table rows ---- */
+static of_status pack_fill_(of_tensor *t, double v) {
+  a_d1 a = {v};
+  return OF_RECORD(OPK_FILL_, a, &t, 1, NULL, 0);
+}
+of_status of_fill_(of_tensor *t, double value) {
+  OF_DISPATCH(fill__body(t, value), pack_fill_(t, value));
+}
+static of_status run_fill_(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_d1);
+  (void)outs;
+  return of_fill_(ins[0], a->v);
+}
+
+of_status of_record_create(int32_t op, const int64_t *shape, int32_t ndim, double v,
+                            of_dtype dt, of_device dev, of_tensor **out) {
+  a_create a;
+  OF_ZERO(a);
+  a.ndim = ndim;
+  of_copy_i64(a.shape, shape, ndim);
+  a.value = v;
+  a.dtype = dt;
+  a.device = dev;
+  return OF_RECORD(op, a, NULL, 0, out, 1);
+}
+void of_describe_create(const void *p, char *b, size_t c) {
+  const a_create *a = p;
+  of_cat_list(b, c, "shape", a->shape, NDIM_OK(a->ndim) ? a->ndim : 0);
+  of_catf(b, c, " value=%g %s", a->value, of_dtype_name(a->dtype));
+}
+of_status of_empty(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                   of_tensor **out) {
+  OF_DISPATCH(empty_body(shape, ndim, dt, dev, out),
+            of_record_create(OPK_EMPTY, shape, ndim, 0, dt, dev, out));
+}
+of_status of_zeros(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                   of_tensor **out) {
+  OF_DISPATCH(zeros_body(shape, ndim, dt, dev, out),
+            of_record_create(OPK_ZEROS, shape, ndim, 0, dt, dev, out));
+}
+of_status of_full(const int64_t *shape, int32_t ndim, double value, of_dtype dt,
+                  of_device dev, of_tensor **out) {
+  OF_DISPATCH(full_body(shape, ndim, value, dt, dev, out),
+            of_record_create(OPK_FULL, shape, ndim, value, dt, dev, out));
+}
+of_status of_run_create(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_create);
+  (void)ins;
+  OF_NEED(NDIM_OK(a->ndim), "ndim");
+  of_tensor *r_ = NULL;
+  of_status st;
+  switch (n->op) {
+    case OPK_EMPTY: st = of_empty(a->shape, a->ndim, a->dtype, a->device, &r_); break;
+    case OPK_ZEROS: st = of_zeros(a->shape, a->ndim, a->dtype, a->device, &r_); break;
+    case OPK_FULL: st = of_full(a->shape, a->ndim, a->value, a->dtype, a->device, &r_); break;
+    case OPK_RAND: st = of_rand(a->shape, a->ndim, a->dtype, a->device, &r_); break;
+    default: st = of_randn(a->shape, a->ndim, a->dtype, a->device, &r_); break;
+  }
+  if (st == OF_OK) outs[0] = r_;
+  return st;
+}
+
+static of_status pack_range(int32_t op, double x, double y, double z, of_dtype dt,
+                           of_device dev, of_tensor **out) {
+  a_range a;
+  OF_ZERO(a);
+  a.a = x;
+  a.b = y;
+  a.c = z;
+  a.dtype = dt;
+  a.device = dev;
+  return OF_RECORD(op, a, NULL, 0, out, 1);
+}
+static void describe_range(const void *p, char *b, size_t c) {
+  const a_range *a = p;
+  of_catf(b, c, "%g,%g,%g %s", a->a, a->b, a->c, of_dtype_name(a->dtype));
+}
+of_status of_eye(int64_t n, int64_t m, of_dtype dt, of_device dev, of_tensor **out) {
+  OF_DISPATCH(eye_body(n, m, dt, dev, out),
+            pack_range(OPK_EYE, (double)n, (double)m, 0, dt, dev, out));
+}
+of_status of_arange(double start, double end, double step, of_dtype dt, of_device dev,
+                    of_tensor **out) {
+  OF_DISPATCH(arange_body(start, end, step, dt, dev, out),
+            pack_range(OPK_ARANGE, start, end, step, dt, dev, out));
+}
+of_status of_linspace(double start, double end, int64_t steps, of_dtype dt, of_device dev,
+                      of_tensor **out) {
+  OF_DISPATCH(linspace_body(start, end, steps, dt, dev, out),
+            pack_range(OPK_LINSPACE, start, end, (double)steps, dt, dev, out));
+}
+static of_status run_range(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_range);
+  (void)ins;
+  of_tensor *r_ = NULL;
+  of_status st;
+  if (n->op == OPK_EYE) st = of_eye((int64_t)a->a, (int64_t)a->b, a->dtype, a->device, &r_);
+  else if (n->op == OPK_ARANGE) st = of_arange(a->a, a->b, a->c, a->dtype, a->device, &r_);
+  else st = of_linspace(a->a, a->b, (int64_t)a->c, a->dtype, a->device, &r_);
+  if (st == OF_OK) outs[0] = r_;
+  return st;
+}
+
+/* Host data: the result is bound as a constant, not replayed. */
+#define CONSTANT(CALL)                                                  \
+  do {                                                                  \
+    of_status st_ = CALL;                                               \
+    if (st_ != OF_OK || !of_dispatch_tls || of_dispatch_depth > 0) return st_; \
+    return of_dispatch_constant(*out);                                     \
+  } while (0)
+of_status of_from_doubles(const double *values, const int64_t *shape, int32_t ndim,
+                          of_dtype dt, of_tensor **out) {
+  CONSTANT(from_doubles_body(values, shape, ndim, dt, out));
+}
+of_status of_from_buffer(const void *data, const int64_t *shape, int32_t ndim, of_dtype dt,
+                         of_tensor **out) {
+  CONSTANT(from_buffer_body(data, shape, ndim, dt, out));
+}
+of_status of_from_blob(void *data, const int64_t *shape, const int64_t *strides, int32_t ndim,
+                       of_dtype dt, of_deleter deleter, void *ctx, of_tensor **out) {
+  CONSTANT(of_tensor_wrap_blob(data, shape, strides, ndim, dt, deleter, ctx, out));
+}
+
+/* Reading values: an op reading its own inputs is fine (depth > 0). */
+of_status of_tensor_get_flat(const of_tensor *t, int64_t i, double *out) {
+  if (__builtin_expect(of_dispatch_tls != NULL, 0) && of_dispatch_depth == 0)
+    OF_CHECK(of_dispatch_data_read(t));
+  return tensor_get_flat_body(t, i, out);
+}
+of_status of_tensor_to_doubles(const of_tensor *t, double *buf, int64_t n) {
+  if (__builtin_expect(of_dispatch_tls != NULL, 0) && of_dispatch_depth == 0)
+    OF_CHECK(of_dispatch_data_read(t));
+  return tensor_to_doubles_body(t, buf, n);
+}
+
+OF_OP_IMPL(FILL_, run_fill_, of_mutates_first, NULL, of_describe_d1);
+OF_OP_IMPL(EMPTY, of_run_create, NULL, NULL, of_describe_create);
+OF_OP_IMPL(ZEROS, of_run_create, NULL, NULL, of_describe_create);
+OF_OP_IMPL(FULL, of_run_create, NULL, NULL, of_describe_create);
+OF_OP_IMPL(EYE, run_range, NULL, NULL, describe_range);
+OF_OP_IMPL(ARANGE, run_range, NULL, NULL, describe_range);
+OF_OP_IMPL(LINSPACE, run_range, NULL, NULL, describe_range);

@@ -14,6 +14,18 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "family.h"
+
+/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
+static of_status one_hot_body(of_tensor *index, int64_t num_classes, int64_t index_base, of_tensor **out);
+static of_status nonzero_body(of_tensor *x, int64_t index_base, of_tensor **out);
+static of_status gather_body(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base, of_tensor **out);
+static of_status scatter_body(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src, double value, int32_t use_value, int32_t reduce, int64_t index_base, of_tensor *into, of_tensor **out);
+static of_status index_select_body(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base, of_tensor **out);
+static of_status index_add_body(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src, double alpha, int64_t index_base, of_tensor *into, of_tensor **out);
+static of_status sort_body(of_tensor *x, int32_t dim, int32_t descending, int32_t stable, int64_t index_base, of_tensor **values, of_tensor **indices);
+static of_status topk_body(of_tensor *x, int64_t k, int32_t dim, int32_t largest, int32_t sorted, int64_t index_base, of_tensor **values, of_tensor **indices);
+static of_status masked_select_body(of_tensor *x, of_tensor *mask, of_tensor **out);
 
 /* t itself if contiguous, else a contiguous copy (never a stack header). */
 static of_status contig_data(of_tensor *t, of_tensor **out) {
@@ -916,7 +928,7 @@ static of_status device_one_hot(const of_device_ops *dops, of_device dev, of_ten
   return OF_OK;
 }
 
-of_status of_impl_one_hot(of_tensor *index, int64_t num_classes, int64_t index_base,
+static of_status one_hot_body(of_tensor *index, int64_t num_classes, int64_t index_base,
                           of_tensor **out) {
   OF_ROUTE("one_hot", dev, dops, scatter, index);
   OF_CHECK(check_index_dtype("one_hot", index));
@@ -1088,7 +1100,7 @@ static of_status masked_select_compute(of_tensor *x, of_tensor *mask, of_tensor 
   return OF_OK;
 }
 
-of_status of_impl_nonzero(of_tensor *x, int64_t index_base, of_tensor **out) {
+static of_status nonzero_body(of_tensor *x, int64_t index_base, of_tensor **out) {
   OF_ROUTE("nonzero", dev, dops, mask_compact, x);
   of_tensor *b = NULL, *bc = NULL, *res = NULL;
   chunks ch = {0, NULL};
@@ -1246,7 +1258,7 @@ static of_status gather_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def gather_grad = {"GatherBackward", gather_backward};
 
-of_status of_impl_gather(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base,
+static of_status gather_body(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base,
                          of_tensor **out) {
   OF_CHECK(gather_compute(x, dim, index, index_base, out));
   of_node *n;
@@ -1309,7 +1321,7 @@ static of_status scatter_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static const of_grad_def scatter_grad = {"ScatterBackward", scatter_backward};
 static const of_grad_def scatter_add_grad = {"ScatterAddBackward", scatter_backward};
 
-of_status of_impl_scatter(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
+static of_status scatter_body(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
                           double value, int32_t use_value, int32_t reduce, int64_t index_base,
                           of_tensor *into, of_tensor **out) {
   of_tensor *ins[2] = {x, use_value ? NULL : src};
@@ -1354,7 +1366,7 @@ static of_status index_select_backward(of_node *n, of_tensor **g, of_tensor **gi
 }
 static const of_grad_def index_select_grad = {"IndexSelectBackward", index_select_backward};
 
-of_status of_impl_index_select(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base,
+static of_status index_select_body(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base,
                                of_tensor **out) {
   OF_CHECK(index_select_compute(x, dim, index, index_base, out));
   of_node *n;
@@ -1388,7 +1400,7 @@ static of_status index_add_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def index_add_grad = {"IndexAddBackward", index_add_backward};
 
-of_status of_impl_index_add(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
+static of_status index_add_body(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
                             double alpha, int64_t index_base, of_tensor *into, of_tensor **out) {
   of_tensor *ins[2] = {x, src};
   if (wants_inplace_autograd(ins, 2, into)) {
@@ -1451,14 +1463,14 @@ static of_status record_sort(const of_grad_def *def, of_tensor *x, int32_t dim,
   return OF_OK;
 }
 
-of_status of_impl_sort(of_tensor *x, int32_t dim, int32_t descending, int32_t stable,
+static of_status sort_body(of_tensor *x, int32_t dim, int32_t descending, int32_t stable,
                        int64_t index_base, of_tensor **values, of_tensor **indices) {
   (void)stable;   /* the merge sort is always stable */
   OF_CHECK(sort_compute(x, dim, descending, index_base, values, indices));
   return record_sort(&sort_grad, x, dim, index_base, values, indices);
 }
 
-of_status of_impl_topk(of_tensor *x, int64_t k, int32_t dim, int32_t largest, int32_t sorted,
+static of_status topk_body(of_tensor *x, int64_t k, int32_t dim, int32_t largest, int32_t sorted,
                        int64_t index_base, of_tensor **values, of_tensor **indices) {
   (void)sorted;   /* results always come sorted */
   OF_CHECK(topk_compute(x, k, dim, largest, index_base, values, indices));
@@ -1495,7 +1507,7 @@ static of_status masked_select_backward(of_node *n, of_tensor **g, of_tensor **g
 }
 static const of_grad_def masked_select_grad = {"MaskedSelectBackward", masked_select_backward};
 
-of_status of_impl_masked_select(of_tensor *x, of_tensor *mask, of_tensor **out) {
+static of_status masked_select_body(of_tensor *x, of_tensor *mask, of_tensor **out) {
   OF_CHECK(masked_select_compute(x, mask, out));
   of_node *n;
   OF_CHECK(record(&masked_select_grad, &x, 1, out, 1, &n));
@@ -1503,3 +1515,152 @@ of_status of_impl_masked_select(of_tensor *x, of_tensor *mask, of_tensor **out) 
   return OF_OK;
 }
 #undef SK
+
+/* ---- entry points (dispatch), run functions and table rows ---- */
+static of_status pack_gather(int32_t op, of_tensor *x, int32_t dim, of_tensor *idx, int64_t base,
+                            of_tensor **out) {
+  a_gather a;
+  OF_ZERO(a);
+  a.dim = dim;
+  a.base = base;
+  of_tensor *ins[2] = {x, idx};
+  return OF_RECORD(op, a, ins, 2, out, 1);
+}
+of_status of_gather(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base,
+                    of_tensor **out) {
+  OF_DISPATCH(gather_body(x, dim, index, index_base, out),
+            pack_gather(OPK_GATHER, x, dim, index, index_base, out));
+}
+of_status of_index_select(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base,
+                          of_tensor **out) {
+  OF_DISPATCH(index_select_body(x, dim, index, index_base, out),
+            pack_gather(OPK_INDEX_SELECT, x, dim, index, index_base, out));
+}
+static of_status run_gather(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_gather);
+  if (n->op == OPK_GATHER) OF_RUN1(of_gather(ins[0], a->dim, ins[1], a->base, OF_R));
+  OF_RUN1(of_index_select(ins[0], a->dim, ins[1], a->base, OF_R));
+}
+static void describe_gather(const void *p, char *b, size_t c) {
+  of_catf(b, c, "dim=%d", (int)((const a_gather *)p)->dim);
+}
+
+static of_status pack_scatter(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
+                             double value, int32_t use_value, int32_t reduce, int64_t base,
+                             of_tensor *into, of_tensor **out) {
+  a_scatter a;
+  OF_ZERO(a);
+  a.dim = dim;
+  a.value = value;
+  a.use_value = use_value;
+  a.reduce = reduce;
+  a.base = base;
+  a.has_src = src != NULL;
+  of_tensor *ins[4] = {x, index, src, into};
+  return OF_RECORD(OPK_SCATTER, a, ins, into ? 4 : 3, out, 1);
+}
+of_status of_scatter(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src, double value,
+                     int32_t use_value, int32_t reduce, int64_t index_base, of_tensor *into,
+                     of_tensor **out) {
+  OF_DISPATCH(scatter_body(x, dim, index, src, value, use_value, reduce, index_base, into, out),
+            pack_scatter(x, dim, index, src, value, use_value, reduce, index_base, into, out));
+}
+static of_status run_scatter(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_scatter);
+  OF_RUN1(of_scatter(ins[0], a->dim, ins[1], ins[2], a->value, a->use_value, a->reduce, a->base,
+                  n->nin > 3 ? ins[3] : NULL, OF_R));
+}
+
+static of_status pack_index_add(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
+                               double alpha, int64_t base, of_tensor *into, of_tensor **out) {
+  a_index_add a;
+  OF_ZERO(a);
+  a.dim = dim;
+  a.alpha = alpha;
+  a.base = base;
+  of_tensor *ins[4] = {x, index, src, into};
+  return OF_RECORD(OPK_INDEX_ADD, a, ins, into ? 4 : 3, out, 1);
+}
+of_status of_index_add(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src, double alpha,
+                       int64_t index_base, of_tensor *into, of_tensor **out) {
+  OF_DISPATCH(index_add_body(x, dim, index, src, alpha, index_base, into, out),
+            pack_index_add(x, dim, index, src, alpha, index_base, into, out));
+}
+static of_status run_index_add(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_index_add);
+  OF_RUN1(of_index_add(ins[0], a->dim, ins[1], ins[2], a->alpha, a->base,
+                    n->nin > 3 ? ins[3] : NULL, OF_R));
+}
+
+static of_status pack_sort(int32_t op, of_tensor *x, int64_t k, int32_t dim, int32_t f1,
+                          int32_t f2, int64_t base, of_tensor **values, of_tensor **indices) {
+  a_sort a;
+  OF_ZERO(a);
+  a.k = k;
+  a.dim = dim;
+  a.flag1 = f1;
+  a.flag2 = f2;
+  a.base = base;
+  of_tensor *outs[2] = {*values, *indices};
+  return OF_RECORD(op, a, &x, 1, outs, 2);
+}
+of_status of_sort(of_tensor *x, int32_t dim, int32_t descending, int32_t stable,
+                  int64_t index_base, of_tensor **values, of_tensor **indices) {
+  OF_DISPATCH(sort_body(x, dim, descending, stable, index_base, values, indices),
+            pack_sort(OPK_SORT, x, 0, dim, descending, stable, index_base, values, indices));
+}
+of_status of_topk(of_tensor *x, int64_t k, int32_t dim, int32_t largest, int32_t sorted,
+                  int64_t index_base, of_tensor **values, of_tensor **indices) {
+  OF_DISPATCH(topk_body(x, k, dim, largest, sorted, index_base, values, indices),
+            pack_sort(OPK_TOPK, x, k, dim, largest, sorted, index_base, values, indices));
+}
+static of_status run_sort(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_sort);
+  of_tensor *v = NULL, *i = NULL;
+  of_status st = n->op == OPK_SORT
+                     ? of_sort(ins[0], a->dim, a->flag1, a->flag2, a->base, &v, &i)
+                     : of_topk(ins[0], a->k, a->dim, a->flag1, a->flag2, a->base, &v, &i);
+  if (st == OF_OK) { outs[0] = v; outs[1] = i; }
+  return st;
+}
+
+static of_status pack_one_hot(int32_t op, of_tensor *x, int64_t v, int64_t base, of_tensor **out) {
+  a_one_hot a = {v, base};
+  return OF_RECORD(op, a, &x, 1, out, 1);
+}
+of_status of_one_hot(of_tensor *index, int64_t num_classes, int64_t index_base,
+                     of_tensor **out) {
+  OF_DISPATCH(one_hot_body(index, num_classes, index_base, out),
+            pack_one_hot(OPK_ONE_HOT, index, num_classes, index_base, out));
+}
+of_status of_nonzero(of_tensor *x, int64_t index_base, of_tensor **out) {
+  OF_DISPATCH(nonzero_body(x, index_base, out), pack_one_hot(OPK_NONZERO, x, 0, index_base, out));
+}
+static of_status run_one_hot(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_one_hot);
+  if (n->op == OPK_ONE_HOT) OF_RUN1(of_one_hot(ins[0], a->n, a->base, OF_R));
+  OF_RUN1(of_nonzero(ins[0], a->base, OF_R));
+}
+
+static of_status pack_masked_select(of_tensor *x, of_tensor *mask, of_tensor **out) {
+  a_i1 a = {0, 0};
+  of_tensor *ins[2] = {x, mask};
+  return OF_RECORD(OPK_MASKED_SELECT, a, ins, 2, out, 1);
+}
+of_status of_masked_select(of_tensor *x, of_tensor *mask, of_tensor **out) {
+  OF_DISPATCH(masked_select_body(x, mask, out), pack_masked_select(x, mask, out));
+}
+static of_status run_masked_select(const of_oprec *n, of_tensor **ins, void **outs) {
+  (void)n;
+  OF_RUN1(of_masked_select(ins[0], ins[1], OF_R));
+}
+
+OF_OP_IMPL(GATHER, run_gather, NULL, NULL, describe_gather);
+OF_OP_IMPL(SCATTER, run_scatter, NULL, NULL, NULL);
+OF_OP_IMPL(INDEX_SELECT, run_gather, NULL, NULL, describe_gather);
+OF_OP_IMPL(INDEX_ADD, run_index_add, NULL, NULL, NULL);
+OF_OP_IMPL(SORT, run_sort, NULL, NULL, NULL);
+OF_OP_IMPL(TOPK, run_sort, NULL, NULL, NULL);
+OF_OP_IMPL(ONE_HOT, run_one_hot, NULL, NULL, NULL);
+OF_OP_IMPL(MASKED_SELECT, run_masked_select, NULL, NULL, NULL);
+OF_OP_IMPL(NONZERO, run_one_hot, NULL, NULL, NULL);

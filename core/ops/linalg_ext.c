@@ -21,6 +21,7 @@
  *   svdvals:  gA = U diag(gS) V^T (U, V from the forward's SVD, saved without
  *             history: its double backward is refused with an error) */
 #include "../autograd.h"
+#include "../dispatch/dispatch.h"
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
@@ -48,8 +49,9 @@ typedef struct {
 } mats;
 
 static of_status check_input(const char *op, const char *name, of_tensor *t) {
-  if (of_tracing())
-    return of_fail(OF_ERR_STATE, "linalg.%s: not supported while tracing an nn.Graph", op);
+  char what[48];
+  snprintf(what, sizeof what, "linalg.%s", op);
+  OF_CHECK(of_dispatch_untraceable(what));
   if (t->storage->device != OF_CPU)
     return of_fail(OF_ERR_DEVICE, "linalg.%s: not implemented on cuda (%s of shape %s is a "
                    "CUDA tensor; the kernels use the CPU's LAPACK: move it with :cpu())", op, name,

@@ -20,6 +20,11 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "family.h"
+
+/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
+static of_status cross_entropy_body(of_tensor *logits, of_tensor *target, of_tensor *weight, of_loss_reduction reduction, int64_t ignore_index, double label_smoothing, int64_t index_base, of_tensor **out);
+static of_status nll_loss_body(of_tensor *log_probs, of_tensor *target, of_tensor *weight, of_loss_reduction reduction, int64_t ignore_index, int64_t index_base, of_tensor **out);
 
 static int32_t nthreads(int64_t work) {
   int32_t nt = of_threads();
@@ -721,7 +726,7 @@ done:
   return st;
 }
 
-of_status of_impl_cross_entropy(of_tensor *x, of_tensor *target, of_tensor *weight,
+static of_status cross_entropy_body(of_tensor *x, of_tensor *target, of_tensor *weight,
                                 of_loss_reduction reduction, int64_t ignore_index,
                                 double label_smoothing, int64_t index_base, of_tensor **out) {
   OF_ROUTE("cross_entropy", dev, dops, cross_entropy, x, target, weight);
@@ -862,7 +867,7 @@ done:
   return st;
 }
 
-of_status of_impl_nll_loss(of_tensor *x, of_tensor *target, of_tensor *weight,
+static of_status nll_loss_body(of_tensor *x, of_tensor *target, of_tensor *weight,
                            of_loss_reduction reduction, int64_t ignore_index, int64_t index_base,
                            of_tensor **out) {
   OF_ROUTE("nll_loss", dev, dops, nll_loss, x, target, weight);
@@ -921,3 +926,47 @@ done:
   release_all(rel, 3);
   return st;
 }
+
+/* ---- entry points (dispatch), run functions and table rows ---- */
+static of_status pack_loss(int32_t op, of_tensor *x, of_tensor *t, of_tensor *w,
+                          of_loss_reduction red, int64_t ignore, double smoothing, int64_t base,
+                          of_tensor **out) {
+  a_loss a;
+  OF_ZERO(a);
+  a.reduction = red;
+  a.ignore = ignore;
+  a.smoothing = smoothing;
+  a.base = base;
+  of_tensor *ins[3] = {x, t, w};
+  return OF_RECORD(op, a, ins, 3, out, 1);
+}
+of_status of_cross_entropy(of_tensor *logits, of_tensor *target, of_tensor *weight,
+                           of_loss_reduction reduction, int64_t ignore_index,
+                           double label_smoothing, int64_t index_base, of_tensor **out) {
+  AMP(OF_AMP_F32, of_cross_entropy(A_[0], A_[1], A_[2], reduction, ignore_index, label_smoothing,
+                                   index_base, out),
+      logits, target, weight);
+  OF_DISPATCH(cross_entropy_body(logits, target, weight, reduction, ignore_index,
+                                  label_smoothing, index_base, out),
+            pack_loss(OPK_CROSS_ENTROPY, logits, target, weight, reduction, ignore_index,
+                     label_smoothing, index_base, out));
+}
+of_status of_nll_loss(of_tensor *log_probs, of_tensor *target, of_tensor *weight,
+                      of_loss_reduction reduction, int64_t ignore_index, int64_t index_base,
+                      of_tensor **out) {
+  AMP(OF_AMP_F32, of_nll_loss(A_[0], A_[1], A_[2], reduction, ignore_index, index_base, out),
+      log_probs, target, weight);
+  OF_DISPATCH(nll_loss_body(log_probs, target, weight, reduction, ignore_index, index_base, out),
+            pack_loss(OPK_NLL_LOSS, log_probs, target, weight, reduction, ignore_index, 0,
+                     index_base, out));
+}
+static of_status run_loss(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_loss);
+  if (n->op == OPK_CROSS_ENTROPY)
+    OF_RUN1(of_cross_entropy(ins[0], ins[1], ins[2], a->reduction, a->ignore, a->smoothing, a->base,
+                          OF_R));
+  OF_RUN1(of_nll_loss(ins[0], ins[1], ins[2], a->reduction, a->ignore, a->base, OF_R));
+}
+
+OF_OP_IMPL(CROSS_ENTROPY, run_loss, NULL, NULL, NULL);
+OF_OP_IMPL(NLL_LOSS, run_loss, NULL, NULL, NULL);

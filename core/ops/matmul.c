@@ -26,6 +26,13 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include "family.h"
+
+/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
+static of_status matmul_body(of_tensor *a, of_tensor *b, of_tensor **out);
+static of_status mm_body(of_tensor *a, of_tensor *b, of_tensor *into, of_tensor **out);
+static of_status bmm_body(of_tensor *a, of_tensor *b, of_tensor **out);
+static of_status addmm_body(of_tensor *c, of_tensor *a, of_tensor *b, double beta, double alpha, of_tensor **out);
 
 enum { MAX_BATCH = OF_MAX_DIMS };
 /* OpenBLAS computes m*n*k <= 4 * 65536 on one thread: such gemms are run
@@ -581,7 +588,7 @@ static of_status run_recorded(const of_grad_def *gd, const mm_args *x, of_tensor
 }
 
 /* ---- entry points ---- */
-of_status of_impl_matmul(of_tensor *a, of_tensor *b, of_tensor **out) {
+static of_status matmul_body(of_tensor *a, of_tensor *b, of_tensor **out) {
   if (a->ndim == 0 || b->ndim == 0)
     return of_fail(OF_ERR_SHAPE, "matmul: both arguments need at least 1 dim, got shapes "
                    "%s and %s", SHAPES(a, b));
@@ -590,7 +597,7 @@ of_status of_impl_matmul(of_tensor *a, of_tensor *b, of_tensor **out) {
   return run_recorded(&matmul_grad, &x, out);
 }
 
-of_status of_impl_mm(of_tensor *a, of_tensor *b, of_tensor *into, of_tensor **out) {
+static of_status mm_body(of_tensor *a, of_tensor *b, of_tensor *into, of_tensor **out) {
   if (a->ndim != 2 || b->ndim != 2)
     return of_fail(OF_ERR_SHAPE, "mm: expected 2-D tensors, got shapes %s and %s",
                    SHAPES(a, b));
@@ -613,7 +620,7 @@ of_status of_impl_mm(of_tensor *a, of_tensor *b, of_tensor *into, of_tensor **ou
   return run_recorded(&mm_grad, &x, out);
 }
 
-of_status of_impl_bmm(of_tensor *a, of_tensor *b, of_tensor **out) {
+static of_status bmm_body(of_tensor *a, of_tensor *b, of_tensor **out) {
   if (a->ndim != 3 || b->ndim != 3)
     return of_fail(OF_ERR_SHAPE, "bmm: expected 3-D tensors, got shapes %s and %s",
                    SHAPES(a, b));
@@ -625,7 +632,7 @@ of_status of_impl_bmm(of_tensor *a, of_tensor *b, of_tensor **out) {
   return run_recorded(&bmm_grad, &x, out);
 }
 
-of_status of_impl_addmm(of_tensor *c, of_tensor *a, of_tensor *b, double beta, double alpha,
+static of_status addmm_body(of_tensor *c, of_tensor *a, of_tensor *b, double beta, double alpha,
                         of_tensor **out) {
   if (a->ndim != 2 || b->ndim != 2)
     return of_fail(OF_ERR_SHAPE, "addmm: expected 2-D tensors, got shapes %s and %s",
@@ -633,3 +640,52 @@ of_status of_impl_addmm(of_tensor *c, of_tensor *a, of_tensor *b, double beta, d
   mm_args x = {.op = "addmm", .a = a, .b = b, .c = c, .alpha = alpha, .beta = beta};
   return run_recorded(&addmm_grad, &x, out);
 }
+
+/* ---- entry points (dispatch), run functions and table rows ---- */
+static of_status pack_mm(int32_t op, of_tensor *x, of_tensor *y, of_tensor *into,
+                        of_tensor **out) {
+  a_i1 a = {0, 0};
+  of_tensor *ins[3] = {x, y, into};
+  return OF_RECORD(op, a, ins, into ? 3 : 2, out, 1);
+}
+of_status of_matmul(of_tensor *a, of_tensor *b, of_tensor **out) {
+  AMP(OF_AMP_LOW, of_matmul(A_[0], A_[1], out), a, b);
+  OF_DISPATCH(matmul_body(a, b, out), pack_mm(OPK_MATMUL, a, b, NULL, out));
+}
+of_status of_mm(of_tensor *a, of_tensor *b, of_tensor *into, of_tensor **out) {
+  if (!into) AMP(OF_AMP_LOW, of_mm(A_[0], A_[1], NULL, out), a, b);
+  OF_DISPATCH(mm_body(a, b, into, out), pack_mm(OPK_MM, a, b, into, out));
+}
+of_status of_bmm(of_tensor *a, of_tensor *b, of_tensor **out) {
+  AMP(OF_AMP_LOW, of_bmm(A_[0], A_[1], out), a, b);
+  OF_DISPATCH(bmm_body(a, b, out), pack_mm(OPK_BMM, a, b, NULL, out));
+}
+static of_status run_mm(const of_oprec *n, of_tensor **ins, void **outs) {
+  of_tensor *r_ = NULL;
+  of_status st;
+  if (n->op == OPK_MATMUL) st = of_matmul(ins[0], ins[1], &r_);
+  else if (n->op == OPK_BMM) st = of_bmm(ins[0], ins[1], &r_);
+  else st = of_mm(ins[0], ins[1], n->nin > 2 ? ins[2] : NULL, &r_);
+  if (st == OF_OK) outs[0] = r_;
+  return st;
+}
+static of_status pack_addmm(of_tensor *c, of_tensor *x, of_tensor *y, double beta, double alpha,
+                           of_tensor **out) {
+  a_addmm a = {beta, alpha};
+  of_tensor *ins[3] = {c, x, y};
+  return OF_RECORD(OPK_ADDMM, a, ins, 3, out, 1);
+}
+of_status of_addmm(of_tensor *c, of_tensor *a, of_tensor *b, double beta, double alpha,
+                   of_tensor **out) {
+  AMP(OF_AMP_LOW, of_addmm(A_[0], A_[1], A_[2], beta, alpha, out), c, a, b);
+  OF_DISPATCH(addmm_body(c, a, b, beta, alpha, out), pack_addmm(c, a, b, beta, alpha, out));
+}
+static of_status run_addmm(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_addmm);
+  OF_RUN1(of_addmm(ins[0], ins[1], ins[2], a->beta, a->alpha, OF_R));
+}
+
+OF_OP_IMPL(MATMUL, run_mm, NULL, NULL, NULL);
+OF_OP_IMPL(MM, run_mm, NULL, NULL, NULL);
+OF_OP_IMPL(BMM, run_mm, NULL, NULL, NULL);
+OF_OP_IMPL(ADDMM, run_addmm, NULL, NULL, NULL);

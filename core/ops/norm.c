@@ -22,6 +22,13 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include "family.h"
+
+/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
+static of_status batch_norm_body(of_tensor *x, of_tensor *running_mean, of_tensor *running_var, of_tensor *weight, of_tensor *bias, int32_t training, double momentum, double eps, of_tensor **out);
+static of_status layer_norm_body(of_tensor *x, int32_t normalized_ndim, of_tensor *weight, of_tensor *bias, double eps, of_tensor **out);
+static of_status group_norm_body(of_tensor *x, int64_t groups, of_tensor *weight, of_tensor *bias, double eps, of_tensor **out);
+static of_status instance_norm_body(of_tensor *x, of_tensor *running_mean, of_tensor *running_var, of_tensor *weight, of_tensor *bias, int32_t use_input_stats, double momentum, double eps, of_tensor **out);
 
 enum { PBLOCK = 64 };   /* parameters per task in the weight/bias grad pass */
 
@@ -759,7 +766,7 @@ done:
   return st;
 }
 
-of_status of_impl_batch_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
+static of_status batch_norm_body(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
                              of_tensor *weight, of_tensor *bias, int32_t training, double momentum,
                              double eps, of_tensor **out) {
   const char *op = "batch_norm";
@@ -1023,7 +1030,7 @@ done:
   return st;
 }
 
-of_status of_impl_layer_norm(of_tensor *x, int32_t normalized_ndim, of_tensor *weight,
+static of_status layer_norm_body(of_tensor *x, int32_t normalized_ndim, of_tensor *weight,
                              of_tensor *bias, double eps, of_tensor **out) {
   const char *op = "layer_norm";
   OF_CHECK(check_input(op, x, 1));
@@ -1094,7 +1101,7 @@ static of_status group_norm_device(of_tensor *x, int64_t G, of_tensor *w, of_ten
   return of_s_end(&s, y, out);
 }
 
-of_status of_impl_group_norm(of_tensor *x, int64_t groups, of_tensor *weight, of_tensor *bias,
+static of_status group_norm_body(of_tensor *x, int64_t groups, of_tensor *weight, of_tensor *bias,
                              double eps, of_tensor **out) {
   const char *op = "group_norm";
   of_device dev;
@@ -1108,7 +1115,7 @@ of_status of_impl_group_norm(of_tensor *x, int64_t groups, of_tensor *weight, of
   return rows_norm(op, K_GROUP, x, r, 0, weight, bias, eps, NULL, out);
 }
 
-of_status of_impl_instance_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
+static of_status instance_norm_body(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
                                 of_tensor *weight, of_tensor *bias, int32_t use_input_stats,
                                 double momentum, double eps, of_tensor **out) {
   const char *op = "instance_norm";
@@ -1183,3 +1190,88 @@ of_status of_impl_instance_norm(of_tensor *x, of_tensor *running_mean, of_tensor
   free(stats);
   return st;
 }
+
+/* ---- entry points (dispatch), run functions and table rows ---- */
+static of_status pack_norm(int32_t op, of_tensor *x, of_tensor *rm, of_tensor *rv, of_tensor *w,
+                          of_tensor *b, int32_t flag, double momentum, double eps,
+                          int64_t groups, of_tensor **out) {
+  a_norm a;
+  OF_ZERO(a);
+  a.flag = flag;
+  a.momentum = momentum;
+  a.eps = eps;
+  a.groups = groups;
+  of_tensor *ins[5] = {x, rm, rv, w, b};
+  return OF_RECORD(op, a, ins, 5, out, 1);
+}
+static int32_t mutates_norm(const void *p, int32_t nin, int32_t *idx) {
+  const a_norm *a = p;
+  (void)nin;
+  if (!a->flag) return 0;   /* training / use_input_stats: running stats are updated */
+  idx[0] = 1;
+  idx[1] = 2;
+  return 2;
+}
+static int32_t mutates_none(const void *p, int32_t nin, int32_t *idx) {
+  (void)p; (void)nin; (void)idx;
+  return 0;
+}
+of_status of_batch_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
+                        of_tensor *weight, of_tensor *bias, int32_t training, double momentum,
+                        double eps, of_tensor **out) {
+  AMP(OF_AMP_F32, of_batch_norm(A_[0], running_mean, running_var, A_[1], A_[2], training, momentum,
+                                eps, out),
+      x, weight, bias);
+  OF_DISPATCH(batch_norm_body(x, running_mean, running_var, weight, bias, training, momentum,
+                               eps, out),
+            pack_norm(OPK_BATCH_NORM, x, running_mean, running_var, weight, bias, training,
+                     momentum, eps, 0, out));
+}
+of_status of_instance_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
+                           of_tensor *weight, of_tensor *bias, int32_t use_input_stats,
+                           double momentum, double eps, of_tensor **out) {
+  AMP(OF_AMP_F32, of_instance_norm(A_[0], running_mean, running_var, A_[1], A_[2], use_input_stats,
+                                   momentum, eps, out),
+      x, weight, bias);
+  OF_DISPATCH(instance_norm_body(x, running_mean, running_var, weight, bias, use_input_stats,
+                                  momentum, eps, out),
+            pack_norm(OPK_INSTANCE_NORM, x, running_mean, running_var, weight, bias,
+                     use_input_stats, momentum, eps, 0, out));
+}
+of_status of_layer_norm(of_tensor *x, int32_t normalized_ndim, of_tensor *weight,
+                        of_tensor *bias, double eps, of_tensor **out) {
+  AMP(OF_AMP_F32, of_layer_norm(A_[0], normalized_ndim, A_[1], A_[2], eps, out), x, weight, bias);
+  OF_DISPATCH(layer_norm_body(x, normalized_ndim, weight, bias, eps, out),
+            pack_norm(OPK_LAYER_NORM, x, NULL, NULL, weight, bias, 0, 0, eps, normalized_ndim,
+                     out));
+}
+of_status of_group_norm(of_tensor *x, int64_t groups, of_tensor *weight, of_tensor *bias,
+                        double eps, of_tensor **out) {
+  AMP(OF_AMP_F32, of_group_norm(A_[0], groups, A_[1], A_[2], eps, out), x, weight, bias);
+  OF_DISPATCH(group_norm_body(x, groups, weight, bias, eps, out),
+            pack_norm(OPK_GROUP_NORM, x, NULL, NULL, weight, bias, 0, 0, eps, groups, out));
+}
+static of_status run_norm(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_norm);
+  OF_NEED(n->nin == 5, "inputs");
+  switch (n->op) {
+    case OPK_BATCH_NORM:
+      OF_RUN1(of_batch_norm(ins[0], ins[1], ins[2], ins[3], ins[4], a->flag, a->momentum, a->eps, OF_R));
+    case OPK_INSTANCE_NORM:
+      OF_RUN1(of_instance_norm(ins[0], ins[1], ins[2], ins[3], ins[4], a->flag, a->momentum, a->eps,
+                            OF_R));
+    case OPK_LAYER_NORM:
+      OF_RUN1(of_layer_norm(ins[0], (int32_t)a->groups, ins[3], ins[4], a->eps, OF_R));
+    default:
+      OF_RUN1(of_group_norm(ins[0], a->groups, ins[3], ins[4], a->eps, OF_R));
+  }
+}
+static void describe_norm(const void *p, char *b, size_t c) {
+  const a_norm *a = p;
+  of_catf(b, c, "eps=%g%s", a->eps, a->flag ? " training" : "");
+}
+
+OF_OP_IMPL(BATCH_NORM, run_norm, mutates_norm, NULL, describe_norm);
+OF_OP_IMPL(LAYER_NORM, run_norm, mutates_none, NULL, describe_norm);
+OF_OP_IMPL(GROUP_NORM, run_norm, mutates_none, NULL, describe_norm);
+OF_OP_IMPL(INSTANCE_NORM, run_norm, mutates_norm, NULL, describe_norm);

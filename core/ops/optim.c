@@ -11,8 +11,10 @@
  * ISA, which has no FMA to contract into. sqrt without errno changes no
  * result either. */
 #pragma GCC optimize("no-math-errno")
+#include "../device.h"
 #include "ops/optim_kernels.h"
 #include <math.h>
+#include "family.h"
 
 #define SQRT_float sqrtf
 #define SQRT_double sqrt
@@ -226,3 +228,260 @@ void of_adam_kernel(of_dtype dt, int64_t n, void *p, const void *g, void *m, voi
                              amsgrad, maximize, decoupled);
   }
 }
+
+/* The fused updates as ops -- fused optimizer updates: one pass over a parameter, its grad
+ * and its state per step, in place. nn.Graph records these for the
+ * optimizers added with add_optimizer; the eager SGD and Adam call them too
+ * (the kernels are in core/ops/optim.c). Each element goes through exactly
+ * the float operations of the op-by-op Lua optimizer, in the parameter's
+ * dtype, so all paths agree to the last bit.
+ *
+ * `hyper` is a float64 tensor {lr, step}: the learning rate, read at each
+ * call (a scheduler writes it), and the number of steps taken so far, which
+ * the call increments. */
+static of_status check_pair(const char *op, of_tensor *p, of_tensor *t, const char *what) {
+  if (!t) return OF_OK;
+  bool same = t->ndim == p->ndim && t->dtype == p->dtype && of_tensor_is_contiguous(t);
+  for (int32_t i = 0; same && i < p->ndim; i++) same = t->shape[i] == p->shape[i];
+  if (!same)
+    return of_fail(OF_ERR_SHAPE, "%s: %s %s (%s) must be contiguous and match the parameter %s (%s)",
+                   op, what, OF_SHAPE_STR(t), OF_DT(t), OF_SHAPE_STR(p), OF_DT(p));
+  return OF_OK;
+}
+
+static of_status check_common(const char *op, of_tensor *p, of_tensor *g, of_tensor *hyper) {
+  if (!p || !g || !hyper) return of_fail(OF_ERR_ARG, "%s: param, grad and hyper are required", op);
+  if ((p->dtype != OF_FLOAT32 && p->dtype != OF_FLOAT64) || !of_tensor_is_contiguous(p))
+    return of_fail(OF_ERR_DTYPE, "%s: the parameter must be a contiguous float32 or float64 "
+                   "tensor, got %s %s", op, OF_SHAPE_STR(p), OF_DT(p));
+  if (hyper->dtype != OF_FLOAT64 || hyper->numel < 2 || !of_tensor_is_contiguous(hyper))
+    return of_fail(OF_ERR_ARG, "%s: hyper must be a contiguous float64 tensor {lr, step}", op);
+  return check_pair(op, p, g, "grad");
+}
+
+/* found_inf (optional, float32): a loss scaler saw inf/nan in the grads of
+ * this step (of_amp_unscale_), so the update is skipped, as
+ * GradScaler.step skips optimizer.step. */
+static of_status check_found(const char *op, of_tensor *found_inf) {
+  if (found_inf && (found_inf->dtype != OF_FLOAT32 || found_inf->numel != 1))
+    return of_fail(OF_ERR_ARG, "%s: found_inf must be a float32 tensor with one element, got %s %s",
+                   op, OF_SHAPE_STR(found_inf), OF_DT(found_inf));
+  return OF_OK;
+}
+
+static of_status skipped(const char *op, of_tensor *found_inf, bool *skip) {
+  *skip = false;
+  if (!found_inf) return OF_OK;
+  OF_CHECK(check_found(op, found_inf));
+  *skip = *(const float *)of_ptr(found_inf) != 0;
+  return OF_OK;
+}
+
+/* The device half of an update or a scale op: hyper/found_inf/scale that
+ * live on the CPU are copied to dev for the call (and hyper back, since the
+ * step count advances); on the device's own tensors nothing touches the
+ * host, which is what a CUDA graph capture needs. */
+typedef struct { of_tensor *h, *f; } dev_aux;
+
+static of_status aux_to(of_tensor *t, of_device dev, of_tensor **out) {
+  *out = NULL;
+  if (!t) return OF_OK;
+  if (of_dev(t) == dev) {
+    of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  return of_to_device(t, dev, 0, out);
+}
+
+static of_status aux_begin(of_device dev, of_tensor *hyper, of_tensor *found, dev_aux *a) {
+  a->h = a->f = NULL;
+  OF_CHECK(aux_to(hyper, dev, &a->h));
+  of_status st = aux_to(found, dev, &a->f);
+  if (st != OF_OK) of_tensor_release(a->h);
+  return st;
+}
+
+static of_status aux_end(of_tensor *hyper, dev_aux *a, of_status st) {
+  if (st == OF_OK && hyper && a->h && a->h != hyper) st = of_copy_data(hyper, a->h);
+  of_tensor_release(a->h);
+  of_tensor_release(a->f);
+  return st;
+}
+
+static of_status sgd_body(of_tensor *param, of_tensor *grad, of_tensor *buf, of_tensor *hyper,
+                          double momentum, double dampening, double weight_decay,
+                          int32_t nesterov, int32_t maximize, of_tensor *found_inf) {
+  const char *op = "sgd_update";
+  OF_CHECK(check_common(op, param, grad, hyper));
+  OF_CHECK(check_pair(op, param, buf, "momentum buffer"));
+  if (momentum != 0 && !buf) return of_fail(OF_ERR_ARG, "%s: momentum needs a buffer", op);
+  OF_CHECK(check_found(op, found_inf));
+  OF_ROUTE(op, dev, dops, sgd, param, grad, buf);
+  if (dops) {
+    dev_aux ax;
+    OF_CHECK(aux_begin(dev, hyper, found_inf, &ax));
+    of_status st = dops->sgd(param, grad, buf, ax.h, ax.f, momentum, dampening, weight_decay,
+                             nesterov, maximize);
+    OF_CHECK(aux_end(hyper, &ax, st));
+    of_bump_version(param);
+    if (buf) of_bump_version(buf);
+    of_bump_version(hyper);
+    return OF_OK;
+  }
+  if (of_dev(hyper) != OF_CPU || (found_inf && of_dev(found_inf) != OF_CPU))
+    return of_fail(OF_ERR_DEVICE, "%s: hyper and found_inf of a CPU parameter must be on the "
+                   "CPU", op);
+  bool skip;
+  OF_CHECK(skipped(op, found_inf, &skip));
+  if (skip) return OF_OK;
+  double *h = (double *)of_ptr(hyper);
+  int first = h[1] == 0;
+  of_sgd_kernel(param->dtype, param->numel, of_ptr(param), of_ptr(grad), buf ? of_ptr(buf) : NULL,
+                h[0], momentum, dampening, weight_decay, nesterov, maximize, first);
+  h[1] += 1;
+  of_bump_version(param);
+  if (buf) of_bump_version(buf);
+  of_bump_version(hyper);
+  return OF_OK;
+}
+
+static of_status adam_body(of_tensor *param, of_tensor *grad, of_tensor *m, of_tensor *v,
+                           of_tensor *vmax, of_tensor *hyper, double beta1, double beta2,
+                           double eps, double weight_decay, int32_t amsgrad, int32_t maximize,
+                           int32_t decoupled, of_tensor *found_inf) {
+  const char *op = "adam_update";
+  OF_CHECK(check_common(op, param, grad, hyper));
+  OF_CHECK(check_found(op, found_inf));
+  if (!m || !v) return of_fail(OF_ERR_ARG, "%s: exp_avg and exp_avg_sq are required", op);
+  OF_CHECK(check_pair(op, param, m, "exp_avg"));
+  OF_CHECK(check_pair(op, param, v, "exp_avg_sq"));
+  OF_CHECK(check_pair(op, param, vmax, "max_exp_avg_sq"));
+  if (amsgrad && !vmax) return of_fail(OF_ERR_ARG, "%s: amsgrad needs max_exp_avg_sq", op);
+  OF_ROUTE(op, dev, dops, adam, param, grad, m, v, vmax);
+  if (dops) {
+    dev_aux ax;
+    OF_CHECK(aux_begin(dev, hyper, found_inf, &ax));
+    of_status st = dops->adam(param, grad, m, v, vmax, ax.h, ax.f, beta1, beta2, eps,
+                              weight_decay, amsgrad, maximize, decoupled);
+    OF_CHECK(aux_end(hyper, &ax, st));
+    goto bump;
+  }
+  if (of_dev(hyper) != OF_CPU || (found_inf && of_dev(found_inf) != OF_CPU))
+    return of_fail(OF_ERR_DEVICE, "%s: hyper and found_inf of a CPU parameter must be on the "
+                   "CPU", op);
+  bool skip;
+  OF_CHECK(skipped(op, found_inf, &skip));
+  if (skip) return OF_OK;
+  double *h = (double *)of_ptr(hyper);
+  double step = h[1] + 1;
+  of_adam_kernel(param->dtype, param->numel, of_ptr(param), of_ptr(grad), of_ptr(m), of_ptr(v),
+                 vmax ? of_ptr(vmax) : NULL, h[0], step, beta1, beta2, eps, weight_decay, amsgrad,
+                 maximize, decoupled);
+  h[1] = step;
+bump:
+  of_bump_version(param);
+  of_bump_version(m);
+  of_bump_version(v);
+  if (vmax) of_bump_version(vmax);
+  of_bump_version(hyper);
+  return OF_OK;
+}
+
+/* ---- public entry points, records, invokers ---- */
+static of_status pack_sgd(of_tensor *p, of_tensor *g, of_tensor *buf, of_tensor *hyper,
+                         double momentum, double dampening, double wd, int32_t nesterov,
+                         int32_t maximize, of_tensor *found_inf) {
+  a_sgd a;
+  memset(&a, 0, sizeof a);
+  a.momentum = momentum;
+  a.dampening = dampening;
+  a.weight_decay = wd;
+  a.nesterov = nesterov;
+  a.maximize = maximize;
+  of_tensor *ins[5] = {p, g, buf, hyper, found_inf};
+  return of_dispatch_record(OPK_OPTIM_SGD, &a, sizeof a, ins, found_inf ? 5 : 4, NULL, 0);
+}
+
+of_status of_optim_sgd_(of_tensor *param, of_tensor *grad, of_tensor *momentum_buf,
+                        of_tensor *hyper, double momentum, double dampening,
+                        double weight_decay, int32_t nesterov, int32_t maximize,
+                        of_tensor *found_inf) {
+  OF_DISPATCH(sgd_body(param, grad, momentum_buf, hyper, momentum, dampening, weight_decay,
+                     nesterov, maximize, found_inf),
+            pack_sgd(param, grad, momentum_buf, hyper, momentum, dampening, weight_decay,
+                    nesterov, maximize, found_inf));
+}
+
+static of_status run_sgd(const of_oprec *n, of_tensor **ins, void **outs) {
+  const a_sgd *a = n->attrs;
+  (void)outs;
+  return of_optim_sgd_(ins[0], ins[1], ins[2], ins[3], a->momentum, a->dampening,
+                       a->weight_decay, a->nesterov, a->maximize, n->nin > 4 ? ins[4] : NULL);
+}
+
+static of_status pack_adam(of_tensor *p, of_tensor *g, of_tensor *m, of_tensor *v,
+                          of_tensor *vmax, of_tensor *hyper, double beta1, double beta2,
+                          double eps, double wd, int32_t amsgrad, int32_t maximize,
+                          int32_t decoupled, of_tensor *found_inf) {
+  a_adam a;
+  memset(&a, 0, sizeof a);
+  a.beta1 = beta1;
+  a.beta2 = beta2;
+  a.eps = eps;
+  a.weight_decay = wd;
+  a.amsgrad = amsgrad;
+  a.maximize = maximize;
+  a.decoupled = decoupled;
+  of_tensor *ins[7] = {p, g, m, v, vmax, hyper, found_inf};
+  return of_dispatch_record(OPK_OPTIM_ADAM, &a, sizeof a, ins, found_inf ? 7 : 6, NULL, 0);
+}
+
+of_status of_optim_adam_(of_tensor *param, of_tensor *grad, of_tensor *exp_avg,
+                         of_tensor *exp_avg_sq, of_tensor *max_exp_avg_sq, of_tensor *hyper,
+                         double beta1, double beta2, double eps, double weight_decay,
+                         int32_t amsgrad, int32_t maximize, int32_t decoupled,
+                         of_tensor *found_inf) {
+  OF_DISPATCH(adam_body(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, hyper, beta1, beta2, eps,
+                      weight_decay, amsgrad, maximize, decoupled, found_inf),
+            pack_adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, hyper, beta1, beta2, eps,
+                     weight_decay, amsgrad, maximize, decoupled, found_inf));
+}
+
+static of_status run_adam(const of_oprec *n, of_tensor **ins, void **outs) {
+  const a_adam *a = n->attrs;
+  (void)outs;
+  return of_optim_adam_(ins[0], ins[1], ins[2], ins[3], ins[4], ins[5], a->beta1, a->beta2,
+                        a->eps, a->weight_decay, a->amsgrad, a->maximize, a->decoupled,
+                        n->nin > 6 ? ins[6] : NULL);
+}
+
+/* ---- entry points (dispatch), run functions and table rows ---- */
+static void describe_sgd(const void *p, char *b, size_t c) {
+  const a_sgd *a = p;
+  of_catf(b, c, "momentum=%g wd=%g%s", a->momentum, a->weight_decay, a->nesterov ? " nesterov" : "");
+}
+static void describe_adam(const void *p, char *b, size_t c) {
+  const a_adam *a = p;
+  of_catf(b, c, "betas=%g,%g eps=%g wd=%g%s%s", a->beta1, a->beta2, a->eps, a->weight_decay,
+       a->amsgrad ? " amsgrad" : "", a->decoupled ? " decoupled" : "");
+}
+static int32_t mutates_sgd(const void *p, int32_t nin, int32_t *idx) {
+  (void)p; (void)nin;
+  idx[0] = 0;   /* param */
+  idx[1] = 2;   /* momentum buffer */
+  idx[2] = 3;   /* hyper (step) */
+  return 3;
+}
+static int32_t mutates_adam(const void *p, int32_t nin, int32_t *idx) {
+  (void)p; (void)nin;
+  idx[0] = 0;   /* param, exp_avg, exp_avg_sq, max_exp_avg_sq, hyper */
+  idx[1] = 2;
+  idx[2] = 3;
+  idx[3] = 4;
+  idx[4] = 5;
+  return 5;
+}
+
+OF_OP_IMPL(OPTIM_SGD, run_sgd, mutates_sgd, NULL, describe_sgd);
+OF_OP_IMPL(OPTIM_ADAM, run_adam, mutates_adam, NULL, describe_adam);

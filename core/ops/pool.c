@@ -28,6 +28,13 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "family.h"
+
+/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
+static of_status max_pool_body(of_tensor *x, const int64_t *kernel, const int64_t *stride, const int64_t *padding, const int64_t *dilation, int32_t nsp, int32_t ceil_mode, int64_t index_base, of_tensor **values, of_tensor **indices);
+static of_status adaptive_max_pool_body(of_tensor *x, const int64_t *output_size, int32_t nsp, int64_t index_base, of_tensor **values, of_tensor **indices);
+static of_status avg_pool_body(of_tensor *x, const int64_t *kernel, const int64_t *stride, const int64_t *padding, int32_t nsp, int32_t ceil_mode, int32_t count_include_pad, int64_t divisor_override, of_tensor **out);
+static of_status adaptive_avg_pool_body(of_tensor *x, const int64_t *output_size, int32_t nsp, of_tensor **out);
 
 typedef enum { POOL_MAX, POOL_AVG } pool_kind;
 
@@ -948,7 +955,7 @@ static of_status max_run(const pool_args *a, of_tensor *x, int64_t planes, const
   return OF_OK;
 }
 
-of_status of_impl_max_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride,
+static of_status max_pool_body(of_tensor *x, const int64_t *kernel, const int64_t *stride,
                            const int64_t *padding, const int64_t *dilation, int32_t nsp,
                            int32_t ceil_mode, int64_t index_base, of_tensor **values,
                            of_tensor **indices) {
@@ -979,7 +986,7 @@ static of_status adaptive_sizes(pool_args *a, of_tensor *x, const int64_t *outpu
   return OF_OK;
 }
 
-of_status of_impl_adaptive_max_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
+static of_status adaptive_max_pool_body(of_tensor *x, const int64_t *output_size, int32_t nsp,
                                     int64_t index_base, of_tensor **values, of_tensor **indices) {
   OF_ROUTE("adaptive_max_pool", dev, ops, max_pool, x);
   (void)ops;
@@ -1106,7 +1113,7 @@ static of_status avg_op(const pool_args *a, of_tensor *x, const int64_t *osz, bo
   return OF_OK;
 }
 
-of_status of_impl_avg_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride,
+static of_status avg_pool_body(of_tensor *x, const int64_t *kernel, const int64_t *stride,
                            const int64_t *padding, int32_t nsp, int32_t ceil_mode,
                            int32_t count_include_pad, int64_t divisor_override, of_tensor **out) {
   OF_ROUTE("avg_pool", dev, ops, avg_pool, x);
@@ -1121,7 +1128,7 @@ of_status of_impl_avg_pool(of_tensor *x, const int64_t *kernel, const int64_t *s
   return avg_op(&a, x, osz, false, NULL, 0, out);
 }
 
-of_status of_impl_adaptive_avg_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
+static of_status adaptive_avg_pool_body(of_tensor *x, const int64_t *output_size, int32_t nsp,
                                     of_tensor **out) {
   OF_ROUTE("adaptive_avg_pool", dev, ops, avg_pool, x);
   (void)ops;
@@ -1132,3 +1139,124 @@ of_status of_impl_adaptive_avg_pool(of_tensor *x, const int64_t *output_size, in
   OF_CHECK(adaptive_sizes(&a, x, output_size, osz));
   return avg_op(&a, x, osz, false, NULL, 0, out);
 }
+
+/* ---- entry points (dispatch), run functions and table rows ---- */
+static void pool_pack(a_pool *a, const int64_t *kernel, const int64_t *stride,
+                      const int64_t *padding, const int64_t *dilation, int32_t nsp) {
+  memset(a, 0, sizeof *a);
+  int32_t k = nsp >= 0 && nsp <= 3 ? nsp : 0;
+  a->nsp = nsp;
+  if (kernel) { a->has |= 1; of_copy_i64(a->kernel, kernel, k); }
+  if (stride) { a->has |= 2; of_copy_i64(a->stride, stride, k); }
+  if (padding) { a->has |= 4; of_copy_i64(a->padding, padding, k); }
+  if (dilation) { a->has |= 8; of_copy_i64(a->dilation, dilation, k); }
+}
+static void describe_pool(const void *p, char *b, size_t c) {
+  const a_pool *a = p;
+  int32_t k = a->nsp >= 0 && a->nsp <= 3 ? a->nsp : 0;
+  of_catf(b, c, "nsp=%d", (int)a->nsp);
+  if (a->has & 1) of_cat_list(b, c, "kernel", a->kernel, k);
+  if (a->has & 2) of_cat_list(b, c, "stride", a->stride, k);
+  if (a->has & 4) of_cat_list(b, c, "padding", a->padding, k);
+}
+/* The indices are recorded even when the caller doesn't want them: the
+ * autograd node keeps them for its backward. On failure the record releases
+ * both results. */
+static of_status pool_max_record(int32_t op, a_pool *a, of_tensor *x, of_tensor **values,
+                                 of_tensor **indices, of_tensor *idx_local) {
+  of_tensor *outs[2] = {*values, indices ? *indices : idx_local};
+  return OF_RECORD(op, *a, &x, 1, outs, 2);
+}
+of_status of_max_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride,
+                      const int64_t *padding, const int64_t *dilation, int32_t nsp,
+                      int32_t ceil_mode, int64_t index_base, of_tensor **values,
+                      of_tensor **indices) {
+  if (__builtin_expect(of_dispatch_tls == NULL, 1) || of_dispatch_depth > 0)
+    return max_pool_body(x, kernel, stride, padding, dilation, nsp, ceil_mode, index_base,
+                            values, indices);
+  of_tensor *idx = NULL;
+  of_dispatch_depth++;
+  of_status st = max_pool_body(x, kernel, stride, padding, dilation, nsp, ceil_mode,
+                                  index_base, values, indices ? indices : &idx);
+  of_dispatch_depth--;
+  if (st != OF_OK) return st;
+  a_pool a;
+  pool_pack(&a, kernel, stride, padding, dilation, nsp);
+  a.ceil_mode = ceil_mode;
+  a.base = index_base;
+  if (indices) a.has |= 16;
+  st = pool_max_record(OPK_MAX_POOL, &a, x, values, indices, idx);
+  if (st == OF_OK && !indices) of_tensor_release(idx);   /* the caller didn't ask */
+  return st;
+}
+of_status of_adaptive_max_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
+                               int64_t index_base, of_tensor **values, of_tensor **indices) {
+  if (__builtin_expect(of_dispatch_tls == NULL, 1) || of_dispatch_depth > 0)
+    return adaptive_max_pool_body(x, output_size, nsp, index_base, values, indices);
+  of_tensor *idx = NULL;
+  of_dispatch_depth++;
+  of_status st = adaptive_max_pool_body(x, output_size, nsp, index_base, values,
+                                           indices ? indices : &idx);
+  of_dispatch_depth--;
+  if (st != OF_OK) return st;
+  a_pool a;
+  pool_pack(&a, output_size, NULL, NULL, NULL, nsp);
+  a.base = index_base;
+  if (indices) a.has |= 16;
+  st = pool_max_record(OPK_ADAPTIVE_MAX_POOL, &a, x, values, indices, idx);
+  if (st == OF_OK && !indices) of_tensor_release(idx);
+  return st;
+}
+static of_status run_max_pool(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_pool);
+  OF_NEED(a->nsp >= 1 && a->nsp <= 3, "nsp");
+  of_tensor *v = NULL, *i = NULL;
+  of_status st = n->op == OPK_MAX_POOL
+                     ? of_max_pool(ins[0], OF_OPT(1, kernel), OF_OPT(2, stride), OF_OPT(4, padding),
+                                   OF_OPT(8, dilation), a->nsp, a->ceil_mode, a->base, &v, &i)
+                     : of_adaptive_max_pool(ins[0], a->kernel, a->nsp, a->base, &v, &i);
+  if (st == OF_OK) { outs[0] = v; outs[1] = i; }
+  return st;
+}
+static of_status pack_avg_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride,
+                              const int64_t *padding, int32_t nsp, int32_t ceil_mode,
+                              int32_t cip, int64_t divisor, of_tensor **out) {
+  a_pool a;
+  pool_pack(&a, kernel, stride, padding, NULL, nsp);
+  a.ceil_mode = ceil_mode;
+  a.cip = cip;
+  a.divisor = divisor;
+  return OF_RECORD(OPK_AVG_POOL, a, &x, 1, out, 1);
+}
+of_status of_avg_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride,
+                      const int64_t *padding, int32_t nsp, int32_t ceil_mode,
+                      int32_t count_include_pad, int64_t divisor_override, of_tensor **out) {
+  OF_DISPATCH(avg_pool_body(x, kernel, stride, padding, nsp, ceil_mode, count_include_pad,
+                             divisor_override, out),
+            pack_avg_pool(x, kernel, stride, padding, nsp, ceil_mode, count_include_pad,
+                         divisor_override, out));
+}
+static of_status pack_adaptive_avg(of_tensor *x, const int64_t *size, int32_t nsp,
+                                  of_tensor **out) {
+  a_pool a;
+  pool_pack(&a, size, NULL, NULL, NULL, nsp);
+  return OF_RECORD(OPK_ADAPTIVE_AVG_POOL, a, &x, 1, out, 1);
+}
+of_status of_adaptive_avg_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
+                               of_tensor **out) {
+  OF_DISPATCH(adaptive_avg_pool_body(x, output_size, nsp, out),
+            pack_adaptive_avg(x, output_size, nsp, out));
+}
+static of_status run_avg_pool(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_pool);
+  OF_NEED(a->nsp >= 1 && a->nsp <= 3, "nsp");
+  if (n->op == OPK_AVG_POOL)
+    OF_RUN1(of_avg_pool(ins[0], OF_OPT(1, kernel), OF_OPT(2, stride), OF_OPT(4, padding), a->nsp,
+                     a->ceil_mode, a->cip, a->divisor, OF_R));
+  OF_RUN1(of_adaptive_avg_pool(ins[0], OF_OPT(1, kernel), a->nsp, OF_R));
+}
+
+OF_OP_IMPL(MAX_POOL, run_max_pool, NULL, NULL, describe_pool);
+OF_OP_IMPL(AVG_POOL, run_avg_pool, NULL, NULL, describe_pool);
+OF_OP_IMPL(ADAPTIVE_AVG_POOL, run_avg_pool, NULL, NULL, describe_pool);
+OF_OP_IMPL(ADAPTIVE_MAX_POOL, run_max_pool, NULL, NULL, describe_pool);

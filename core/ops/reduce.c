@@ -22,6 +22,15 @@
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
+#include "family.h"
+
+/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
+static of_status argmax_body(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max, int64_t index_base, of_tensor **out);
+static of_status reduce_body(of_reduce_op op, of_tensor *x, const int32_t *dims, int32_t ndims, int32_t keepdim, double p, of_dtype dt, of_tensor **out);
+static of_status var_body(of_tensor *x, const int32_t *dims, int32_t ndims, double correction, int32_t keepdim, int32_t is_std, of_tensor **out);
+static of_status max_dim_body(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max, int64_t index_base, of_tensor **values, of_tensor **indices);
+static of_status softmax_body(of_tensor *x, int32_t dim, int32_t log, of_tensor **out);
+static of_status cumulative_body(of_tensor *x, int32_t dim, int32_t is_prod, of_tensor **out);
 
 enum { PW_BLOCK = 1024, COLS_BLOCK = 1024, SM_BLOCK = 1024, CUM_BLOCK = 1024 };
 #define ISNAN(v) ((v) != (v))
@@ -1148,7 +1157,7 @@ static of_status max_dim_compute(of_tensor *x, int32_t dim, int32_t keepdim, int
   return max_dim_impl(name, x, dim, keepdim, is_max, index_base, x, values, indices);
 }
 
-of_status of_impl_argmax(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max,
+static of_status argmax_body(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max,
                          int64_t index_base, of_tensor **out) {
   const char *name = is_max ? "argmax" : "argmin";
   if (!x || !out) return of_fail(OF_ERR_ARG, "%s: NULL tensor argument", name);
@@ -1536,7 +1545,7 @@ static int64_t dims_mask(const of_tensor *x, const int32_t *dims, int32_t ndims)
   return m;
 }
 
-of_status of_impl_reduce(of_reduce_op op, of_tensor *x, const int32_t *dims, int32_t ndims,
+static of_status reduce_body(of_reduce_op op, of_tensor *x, const int32_t *dims, int32_t ndims,
                          int32_t keepdim, double p, of_dtype dt, of_tensor **out) {
   OF_CHECK(reduce_compute(op, x, dims, ndims, keepdim, p, dt, out));
   const of_grad_def *gd = reduce_grads[op].name ? &reduce_grads[op] : NULL;
@@ -1579,7 +1588,7 @@ static of_status var_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static const of_grad_def var_grad = {"VarBackward", var_backward};
 static const of_grad_def std_grad = {"StdBackward", var_backward};
 
-of_status of_impl_var(of_tensor *x, const int32_t *dims, int32_t ndims, double correction,
+static of_status var_body(of_tensor *x, const int32_t *dims, int32_t ndims, double correction,
                       int32_t keepdim, int32_t is_std, of_tensor **out) {
   OF_CHECK(var_compute(x, dims, ndims, correction, keepdim, is_std, out));
   if (!of_grad_needed(&x, 1)) return OF_OK;
@@ -1645,7 +1654,7 @@ static of_status max_dim_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static const of_grad_def max_grad = {"MaxBackward", max_dim_backward};
 static const of_grad_def min_grad = {"MinBackward", max_dim_backward};
 
-of_status of_impl_max_dim(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max,
+static of_status max_dim_body(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max,
                           int64_t index_base, of_tensor **values, of_tensor **indices) {
   OF_CHECK(max_dim_compute(x, dim, keepdim, is_max, index_base, values, indices));
   if (!of_grad_needed(&x, 1) || !of_dtype_is_floating((*values)->dtype)) return OF_OK;
@@ -1679,7 +1688,7 @@ static of_status softmax_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static const of_grad_def softmax_grad = {"SoftmaxBackward", softmax_backward};
 static const of_grad_def log_softmax_grad = {"LogSoftmaxBackward", softmax_backward};
 
-of_status of_impl_softmax(of_tensor *x, int32_t dim, int32_t log_, of_tensor **out) {
+static of_status softmax_body(of_tensor *x, int32_t dim, int32_t log_, of_tensor **out) {
   OF_CHECK(softmax_compute(x, dim, log_, out));
   if (!of_grad_needed(&x, 1)) return OF_OK;
   of_node *n;
@@ -1730,7 +1739,7 @@ static of_status cumulative_backward(of_node *n, of_tensor **g, of_tensor **gi) 
 static const of_grad_def cumsum_grad = {"CumsumBackward", cumulative_backward};
 static const of_grad_def cumprod_grad = {"CumprodBackward", cumulative_backward};
 
-of_status of_impl_cumulative(of_tensor *x, int32_t dim, int32_t is_prod, of_tensor **out) {
+static of_status cumulative_body(of_tensor *x, int32_t dim, int32_t is_prod, of_tensor **out) {
   OF_CHECK(cumulative_compute(x, dim, is_prod, out));
   if (!of_grad_needed(&x, 1) || !of_dtype_is_floating((*out)->dtype)) return OF_OK;
   of_node *n;
@@ -1747,3 +1756,144 @@ of_status of_impl_cumulative(of_tensor *x, int32_t dim, int32_t is_prod, of_tens
   }
   return OF_OK;
 }
+
+/* ---- entry points (dispatch), run functions and table rows ---- */
+static of_status pack_reduce(of_reduce_op op, of_tensor *x, const int32_t *dims, int32_t ndims,
+                            int32_t keepdim, double p, of_dtype dt, of_tensor **out) {
+  a_reduce a;
+  OF_ZERO(a);
+  a.op = op;
+  a.ndims = ndims;
+  of_copy_i32(a.dims, dims, ndims);
+  a.keepdim = keepdim;
+  a.p = p;
+  a.dtype = dt;
+  return OF_RECORD(OPK_REDUCE, a, &x, 1, out, 1);
+}
+of_status of_reduce(of_reduce_op op, of_tensor *x, const int32_t *dims, int32_t ndims,
+                    int32_t keepdim, double p, of_dtype dt, of_tensor **out) {
+  if (dt < 0 && (op == OF_RED_SUM || op == OF_RED_MEAN || op == OF_RED_PROD ||
+                 op == OF_RED_LOGSUMEXP || op == OF_RED_NORM))
+    AMP(OF_AMP_F32, of_reduce(op, A_[0], dims, ndims, keepdim, p, dt, out), x);
+  OF_DISPATCH(reduce_body(op, x, dims, ndims, keepdim, p, dt, out),
+            pack_reduce(op, x, dims, ndims, keepdim, p, dt, out));
+}
+static of_status run_reduce(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_reduce);
+  OF_NEED(NDIM_OK(a->ndims), "ndims");
+  OF_RUN1(of_reduce(a->op, ins[0], a->dims, a->ndims, a->keepdim, a->p, a->dtype, OF_R));
+}
+static void describe_reduce(const void *p, char *b, size_t c) {
+  const a_reduce *a = p;
+  of_catf(b, c, "%s dims=", of_reduce_name(a->op));
+  if (a->ndims == 0) of_catf(b, c, "all");
+  for (int32_t i = 0; i < (NDIM_OK(a->ndims) ? a->ndims : 0); i++)
+    of_catf(b, c, "%s%d", i ? "," : "", a->dims[i]);
+  if (a->keepdim) of_catf(b, c, " keepdim");
+}
+
+static of_status pack_max_dim(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max,
+                             int64_t base, of_tensor **values, of_tensor **indices) {
+  a_max_dim a;
+  OF_ZERO(a);
+  a.dim = dim;
+  a.keepdim = keepdim;
+  a.is_max = is_max;
+  a.base = base;
+  of_tensor *outs[2] = {*values, *indices};
+  of_status st = OF_RECORD(OPK_MAX_DIM, a, &x, 1, outs, 2);
+  return st;
+}
+of_status of_max_dim(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max,
+                     int64_t index_base, of_tensor **values, of_tensor **indices) {
+  OF_DISPATCH(max_dim_body(x, dim, keepdim, is_max, index_base, values, indices),
+            pack_max_dim(x, dim, keepdim, is_max, index_base, values, indices));
+}
+static of_status run_max_dim(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_max_dim);
+  of_tensor *v = NULL, *i = NULL;
+  of_status st = of_max_dim(ins[0], a->dim, a->keepdim, a->is_max, a->base, &v, &i);
+  if (st == OF_OK) { outs[0] = v; outs[1] = i; }
+  return st;
+}
+
+static of_status pack_argmax(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max,
+                            int64_t base, of_tensor **out) {
+  a_max_dim a;
+  OF_ZERO(a);
+  a.dim = dim;
+  a.keepdim = keepdim;
+  a.is_max = is_max;
+  a.base = base;
+  return OF_RECORD(OPK_ARGMAX, a, &x, 1, out, 1);
+}
+of_status of_argmax(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max,
+                    int64_t index_base, of_tensor **out) {
+  OF_DISPATCH(argmax_body(x, dim, keepdim, is_max, index_base, out),
+            pack_argmax(x, dim, keepdim, is_max, index_base, out));
+}
+static of_status run_argmax(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_max_dim);
+  OF_RUN1(of_argmax(ins[0], a->dim, a->keepdim, a->is_max, a->base, OF_R));
+}
+static void describe_max_dim(const void *p, char *b, size_t c) {
+  const a_max_dim *a = p;
+  of_catf(b, c, "%s dim=%d%s", a->is_max ? "max" : "min", (int)a->dim, a->keepdim ? " keepdim" : "");
+}
+
+static of_status pack_var(of_tensor *x, const int32_t *dims, int32_t ndims, double corr,
+                         int32_t keepdim, int32_t is_std, of_tensor **out) {
+  a_var a;
+  OF_ZERO(a);
+  a.ndims = ndims;
+  of_copy_i32(a.dims, dims, ndims);
+  a.correction = corr;
+  a.keepdim = keepdim;
+  a.is_std = is_std;
+  return OF_RECORD(OPK_VAR, a, &x, 1, out, 1);
+}
+of_status of_var(of_tensor *x, const int32_t *dims, int32_t ndims, double correction,
+                 int32_t keepdim, int32_t is_std, of_tensor **out) {
+  AMP(OF_AMP_F32, of_var(A_[0], dims, ndims, correction, keepdim, is_std, out), x);
+  OF_DISPATCH(var_body(x, dims, ndims, correction, keepdim, is_std, out),
+            pack_var(x, dims, ndims, correction, keepdim, is_std, out));
+}
+static of_status run_var(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_var);
+  OF_NEED(NDIM_OK(a->ndims), "ndims");
+  OF_RUN1(of_var(ins[0], a->dims, a->ndims, a->correction, a->keepdim, a->is_std, OF_R));
+}
+
+static of_status pack_softmax(int32_t op, of_tensor *x, int32_t dim, int32_t flag,
+                             of_tensor **out) {
+  a_softmax a = {dim, flag};
+  return OF_RECORD(op, a, &x, 1, out, 1);
+}
+of_status of_softmax(of_tensor *x, int32_t dim, int32_t log, of_tensor **out) {
+  AMP(OF_AMP_F32, of_softmax(A_[0], dim, log, out), x);
+  OF_DISPATCH(softmax_body(x, dim, log, out), pack_softmax(OPK_SOFTMAX, x, dim, log, out));
+}
+static of_status run_softmax(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_softmax);
+  OF_RUN1(of_softmax(ins[0], a->dim, a->flag, OF_R));
+}
+of_status of_cumulative(of_tensor *x, int32_t dim, int32_t is_prod, of_tensor **out) {
+  AMP(OF_AMP_F32, of_cumulative(A_[0], dim, is_prod, out), x);
+  OF_DISPATCH(cumulative_body(x, dim, is_prod, out),
+            pack_softmax(OPK_CUMULATIVE, x, dim, is_prod, out));
+}
+static of_status run_cumulative(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_softmax);
+  OF_RUN1(of_cumulative(ins[0], a->dim, a->flag, OF_R));
+}
+static void describe_softmax(const void *p, char *b, size_t c) {
+  const a_softmax *a = p;
+  of_catf(b, c, "dim=%d flag=%d", (int)a->dim, (int)a->flag);
+}
+
+OF_OP_IMPL(REDUCE, run_reduce, NULL, NULL, describe_reduce);
+OF_OP_IMPL(MAX_DIM, run_max_dim, NULL, NULL, describe_max_dim);
+OF_OP_IMPL(ARGMAX, run_argmax, NULL, NULL, describe_max_dim);
+OF_OP_IMPL(VAR, run_var, NULL, NULL, NULL);
+OF_OP_IMPL(SOFTMAX, run_softmax, NULL, NULL, describe_softmax);
+OF_OP_IMPL(CUMULATIVE, run_cumulative, NULL, NULL, describe_softmax);

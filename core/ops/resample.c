@@ -12,6 +12,11 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include "family.h"
+
+/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
+static of_status interpolate_body(of_tensor *x, const int64_t *size, const double *scales, int32_t nsp, of_interp_mode mode, int32_t align_corners, of_tensor **out);
+static of_status pad_body(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mode mode, double value, of_tensor **out);
 
 static int32_t nthreads(int64_t work) {
   int32_t nt = of_threads();
@@ -322,7 +327,7 @@ static of_status interp_adjoint_backward(of_node *n, of_tensor **g, of_tensor **
                         (int32_t)n->i[1], &gi[0]);
 }
 
-of_status of_impl_interpolate(of_tensor *x, const int64_t *size, const double *scales,
+static of_status interpolate_body(of_tensor *x, const int64_t *size, const double *scales,
                               int32_t nsp, of_interp_mode mode, int32_t align_corners,
                               of_tensor **out) {
   OF_ROUTE("interpolate", dev, dops, interpolate, x);
@@ -602,7 +607,7 @@ static of_status pad_adjoint_backward(of_node *n, of_tensor **g, of_tensor **gi)
   return of_pad(g[0], n->i, (int32_t)n->d[1], (of_pad_mode)n->d[0], 0, &gi[0]);
 }
 
-of_status of_impl_pad(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mode mode,
+static of_status pad_body(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mode mode,
                       double value, of_tensor **out) {
   OF_ROUTE("pad", dev, dops, pad, x);
   (void)dops;
@@ -670,3 +675,52 @@ of_status of_impl_pad(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mod
   if (n) pad_attrs(n, pad, npad, mode);
   return OF_OK;
 }
+
+/* ---- entry points (dispatch), run functions and table rows ---- */
+static of_status pack_interp(of_tensor *x, const int64_t *size, const double *scales,
+                            int32_t nsp, of_interp_mode mode, int32_t align, of_tensor **out) {
+  a_interp a;
+  OF_ZERO(a);
+  int32_t k = nsp >= 0 && nsp <= 3 ? nsp : 0;
+  a.nsp = nsp;
+  a.mode = mode;
+  a.align = align;
+  of_copy_i64(a.size, size, k);
+  if (scales) {
+    a.has = 1;
+    for (int32_t i = 0; i < k; i++) a.scales[i] = scales[i];
+  }
+  return OF_RECORD(OPK_INTERPOLATE, a, &x, 1, out, 1);
+}
+of_status of_interpolate(of_tensor *x, const int64_t *size, const double *scales, int32_t nsp,
+                         of_interp_mode mode, int32_t align_corners, of_tensor **out) {
+  OF_DISPATCH(interpolate_body(x, size, scales, nsp, mode, align_corners, out),
+            pack_interp(x, size, scales, nsp, mode, align_corners, out));
+}
+static of_status run_interp(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_interp);
+  OF_NEED(a->nsp >= 1 && a->nsp <= 3, "nsp");
+  OF_RUN1(of_interpolate(ins[0], a->size, a->has ? a->scales : NULL, a->nsp, a->mode, a->align, OF_R));
+}
+static of_status pack_pad(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mode mode,
+                         double value, of_tensor **out) {
+  a_pad a;
+  OF_ZERO(a);
+  a.npad = npad;
+  of_copy_i64(a.pad, pad, 2 * npad);
+  a.mode = mode;
+  a.value = value;
+  return OF_RECORD(OPK_PAD, a, &x, 1, out, 1);
+}
+of_status of_pad(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mode mode, double value,
+                 of_tensor **out) {
+  OF_DISPATCH(pad_body(x, pad, npad, mode, value, out), pack_pad(x, pad, npad, mode, value, out));
+}
+static of_status run_pad(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_pad);
+  OF_NEED(NDIM_OK(a->npad), "npad");
+  OF_RUN1(of_pad(ins[0], a->pad, a->npad, a->mode, a->value, OF_R));
+}
+
+OF_OP_IMPL(INTERPOLATE, run_interp, NULL, NULL, NULL);
+OF_OP_IMPL(PAD, run_pad, NULL, NULL, NULL);

@@ -6,6 +6,15 @@
 #include "../device.h"
 #include <omp.h>
 #include <stdlib.h>
+#include "family.h"
+
+/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
+static of_status cat_body(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out);
+static of_status stack_body(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out);
+static of_status tri_body(of_tensor *x, int64_t k, int32_t upper, of_tensor **out);
+static of_status flip_body(of_tensor *x, const int32_t *dims, int32_t ndims, of_tensor **out);
+static of_status roll_body(of_tensor *x, const int64_t *shifts, const int32_t *dims, int32_t n, of_tensor **out);
+static of_status repeat_body(of_tensor *x, const int64_t *repeats, int32_t n, of_tensor **out);
 
 /* The kernels (*_compute) move data with the of_*_data helpers, which never
  * record; the public entry points at the end of the file record one node per
@@ -427,7 +436,7 @@ static of_status cat_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def cat_grad = {"CatBackward", cat_backward};
 
-of_status of_impl_cat(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
+static of_status cat_body(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
   OF_CHECK(cat_compute(ts, n, dim, out));
   of_node *node;
   OF_CHECK(record(&cat_grad, ts, n, out, &node));
@@ -452,7 +461,7 @@ static of_status stack_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def stack_grad = {"StackBackward", stack_backward};
 
-of_status of_impl_stack(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
+static of_status stack_body(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
   OF_CHECK(stack_compute(ts, n, dim, out));
   of_node *node;
   OF_CHECK(record(&stack_grad, ts, n, out, &node));
@@ -472,7 +481,7 @@ static of_status tri_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static const of_grad_def tril_grad = {"TrilBackward", tri_backward};
 static const of_grad_def triu_grad = {"TriuBackward", tri_backward};
 
-of_status of_impl_tri(of_tensor *x, int64_t k, int32_t upper, of_tensor **out) {
+static of_status tri_body(of_tensor *x, int64_t k, int32_t upper, of_tensor **out) {
   OF_CHECK(tri_compute(x, k, upper, out));
   of_node *node;
   OF_CHECK(record(upper ? &triu_grad : &tril_grad, &x, 1, out, &node));
@@ -492,7 +501,7 @@ static of_status flip_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def flip_grad = {"FlipBackward", flip_backward};
 
-of_status of_impl_flip(of_tensor *x, const int32_t *dims, int32_t ndims, of_tensor **out) {
+static of_status flip_body(of_tensor *x, const int32_t *dims, int32_t ndims, of_tensor **out) {
   OF_CHECK(flip_compute(x, dims, ndims, out));
   of_node *node;
   OF_CHECK(record(&flip_grad, &x, 1, out, &node));
@@ -527,7 +536,7 @@ static of_status roll_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def roll_grad = {"RollBackward", roll_backward};
 
-of_status of_impl_roll(of_tensor *x, const int64_t *shifts, const int32_t *dims, int32_t n,
+static of_status roll_body(of_tensor *x, const int64_t *shifts, const int32_t *dims, int32_t n,
                        of_tensor **out) {
   OF_CHECK(roll_compute(x, shifts, dims, n, out));
   of_node *node;
@@ -588,10 +597,89 @@ static of_status repeat_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def repeat_grad = {"RepeatBackward", repeat_backward};
 
-of_status of_impl_repeat(of_tensor *x, const int64_t *repeats, int32_t n, of_tensor **out) {
+static of_status repeat_body(of_tensor *x, const int64_t *repeats, int32_t n, of_tensor **out) {
   OF_CHECK(repeat_compute(x, repeats, n, out));
   of_node *node;
   OF_CHECK(record(&repeat_grad, &x, 1, out, &node));
   for (int32_t i = 0; node && i < n; i++) node->i[i] = repeats[i];
   return OF_OK;
 }
+
+/* ---- entry points (dispatch), run functions and table rows ---- */
+static of_status pack_cat(int32_t op, of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
+  a_i1 a = {dim, 0};
+  return OF_RECORD(op, a, ts, n, out, 1);
+}
+of_status of_cat(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
+  OF_DISPATCH(cat_body(ts, n, dim, out), pack_cat(OPK_CAT, ts, n, dim, out));
+}
+of_status of_stack(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
+  OF_DISPATCH(stack_body(ts, n, dim, out), pack_cat(OPK_STACK, ts, n, dim, out));
+}
+static of_status run_cat(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_i1);
+  for (int32_t k = 0; k < n->nin; k++) OF_NEED(ins[k], "input");
+  if (n->op == OPK_CAT) OF_RUN1(of_cat(ins, n->nin, a->v, OF_R));
+  OF_RUN1(of_stack(ins, n->nin, a->v, OF_R));
+}
+
+static of_status pack_tri(of_tensor *x, int64_t k, int32_t upper, of_tensor **out) {
+  a_tri a;
+  OF_ZERO(a);
+  a.k = k;
+  a.upper = upper;
+  return OF_RECORD(OPK_TRI, a, &x, 1, out, 1);
+}
+of_status of_tri(of_tensor *x, int64_t k, int32_t upper, of_tensor **out) {
+  OF_DISPATCH(tri_body(x, k, upper, out), pack_tri(x, k, upper, out));
+}
+static of_status run_tri(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_tri);
+  OF_RUN1(of_tri(ins[0], a->k, a->upper, OF_R));
+}
+
+static of_status pack_flip(of_tensor *x, const int32_t *dims, int32_t ndims, of_tensor **out) {
+  a_dims a;
+  OF_ZERO(a);
+  a.n = ndims;
+  of_copy_i32(a.dims, dims, ndims);
+  return OF_RECORD(OPK_FLIP, a, &x, 1, out, 1);
+}
+of_status of_flip(of_tensor *x, const int32_t *dims, int32_t ndims, of_tensor **out) {
+  OF_DISPATCH(flip_body(x, dims, ndims, out), pack_flip(x, dims, ndims, out));
+}
+static of_status run_flip(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_dims);
+  OF_NEED(NDIM_OK(a->n), "ndims");
+  OF_RUN1(of_flip(ins[0], a->dims, a->n, OF_R));
+}
+
+static of_status pack_roll(int32_t op, of_tensor *x, const int64_t *shifts, const int32_t *dims,
+                          int32_t n, of_tensor **out) {
+  a_roll a;
+  OF_ZERO(a);
+  a.n = n;
+  of_copy_i64(a.shifts, shifts, n);
+  of_copy_i32(a.dims, dims, dims ? n : 0);
+  return OF_RECORD(op, a, &x, 1, out, 1);
+}
+of_status of_roll(of_tensor *x, const int64_t *shifts, const int32_t *dims, int32_t n,
+                  of_tensor **out) {
+  OF_DISPATCH(roll_body(x, shifts, dims, n, out), pack_roll(OPK_ROLL, x, shifts, dims, n, out));
+}
+of_status of_repeat(of_tensor *x, const int64_t *repeats, int32_t n, of_tensor **out) {
+  OF_DISPATCH(repeat_body(x, repeats, n, out), pack_roll(OPK_REPEAT, x, repeats, NULL, n, out));
+}
+static of_status run_roll(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_roll);
+  OF_NEED(NDIM_OK(a->n), "count");
+  if (n->op == OPK_REPEAT) OF_RUN1(of_repeat(ins[0], a->shifts, a->n, OF_R));
+  OF_RUN1(of_roll(ins[0], a->shifts, a->dims, a->n, OF_R));
+}
+
+OF_OP_IMPL(CAT, run_cat, NULL, NULL, of_describe_i1);
+OF_OP_IMPL(STACK, run_cat, NULL, NULL, of_describe_i1);
+OF_OP_IMPL(TRI, run_tri, NULL, NULL, NULL);
+OF_OP_IMPL(FLIP, run_flip, NULL, NULL, of_describe_dims);
+OF_OP_IMPL(ROLL, run_roll, NULL, NULL, NULL);
+OF_OP_IMPL(REPEAT, run_roll, NULL, NULL, NULL);

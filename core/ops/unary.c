@@ -4,6 +4,14 @@
 #include "elementwise.h"
 #include "../device.h"
 #include "../autograd.h"
+#include "family.h"
+
+/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
+static of_status unary_body(of_unary_op op, of_tensor *x, of_tensor *into, of_tensor **out);
+static of_status clamp_body(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi, of_tensor *into, of_tensor **out);
+static of_status leaky_relu_body(of_tensor *x, double slope, of_tensor *into, of_tensor **out);
+static of_status where_body(of_tensor *cond, of_tensor *a, of_tensor *b, of_tensor **out);
+static of_status masked_fill_body(of_tensor *x, of_tensor *mask, double value, of_tensor *into, of_tensor **out);
 
 typedef enum { KEEP, TO_FLOAT, TO_BOOL, INT_ONLY } ukind_t;
 
@@ -417,7 +425,7 @@ static of_tensor *unary_grad_expr(of_scope *sp, of_unary_op op, of_node *n, of_t
 
 static of_status relu_grad_direct(of_node *n, of_tensor *g, of_tensor **out, bool *done) {
   *done = false;
-  if (of_tracing() || of_is_grad_enabled()) return OF_OK;
+  if (!n->direct || of_is_grad_enabled()) return OF_OK;
   if ((g->dtype != OF_FLOAT32 && g->dtype != OF_FLOAT64) || !of_tensor_is_contiguous(g))
     return OF_OK;
   of_tensor *y;
@@ -511,7 +519,7 @@ static bool wants_inplace_autograd(of_tensor *x, of_tensor *into, bool diff) {
   return into && ((diff && of_grad_needed(&x, 1)) || (into->requires_grad && of_is_grad_enabled()));
 }
 
-of_status of_impl_unary(of_unary_op op, of_tensor *x, of_tensor *into, of_tensor **out) {
+static of_status unary_body(of_unary_op op, of_tensor *x, of_tensor *into, of_tensor **out) {
   if (op < 0 || op >= OF_NUM_UNARY) return of_fail(OF_ERR_ARG, "unary: unknown op %d", (int)op);
   const of_grad_def *gd = unary_grads[op].name ? &unary_grads[op] : NULL;
   if (wants_inplace_autograd(x, into, gd != NULL))
@@ -548,7 +556,7 @@ static of_status clamp_again(of_tensor *x, of_tensor **r, void *ctx) {
   return of_clamp(x, a->lo, a->hi, a->has_lo, a->has_hi, NULL, r);
 }
 
-of_status of_impl_clamp(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
+static of_status clamp_body(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
                         of_tensor *into, of_tensor **out) {
   clamp_args a = {lo, hi, has_lo, has_hi};
   if (wants_inplace_autograd(x, into, true))
@@ -583,7 +591,7 @@ static of_status leaky_again(of_tensor *x, of_tensor **r, void *ctx) {
   return of_leaky_relu(x, *(double *)ctx, NULL, r);
 }
 
-of_status of_impl_leaky_relu(of_tensor *x, double slope, of_tensor *into, of_tensor **out) {
+static of_status leaky_relu_body(of_tensor *x, double slope, of_tensor *into, of_tensor **out) {
   if (wants_inplace_autograd(x, into, true))
     return inplace_via_result("leaky_relu", x, into, out, leaky_again, &slope);
   OF_CHECK(leaky_compute(x, slope, into, out));
@@ -618,7 +626,7 @@ static of_status where_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 static const of_grad_def where_grad = {"WhereBackward", where_backward};
 
-of_status of_impl_where(of_tensor *cond, of_tensor *a, of_tensor *b, of_tensor **out) {
+static of_status where_body(of_tensor *cond, of_tensor *a, of_tensor *b, of_tensor **out) {
   OF_CHECK(where_compute(cond, a, b, out));
   of_tensor *ins[3] = {cond, a, b};
   if (!of_grad_needed(ins, 3) || !of_dtype_is_floating((*out)->dtype)) return OF_OK;
@@ -648,7 +656,7 @@ static of_status masked_fill_again(of_tensor *x, of_tensor **r, void *ctx) {
   return of_masked_fill(x, a->mask, a->v, NULL, r);
 }
 
-of_status of_impl_masked_fill(of_tensor *x, of_tensor *mask, double value, of_tensor *into,
+static of_status masked_fill_body(of_tensor *x, of_tensor *mask, double value, of_tensor *into,
                               of_tensor **out) {
   mf_args a = {mask, value};
   if (wants_inplace_autograd(x, into, true))
@@ -676,3 +684,94 @@ of_loop_fn of_clamp_kernel(of_dtype dt) {
 of_loop_fn of_leaky_kernel(of_dtype dt) {
   return dt == OF_FLOAT32 ? p_leaky_float : dt == OF_FLOAT64 ? p_leaky_double : NULL;
 }
+
+/* ---- entry points (dispatch), run functions and table rows ---- */
+static of_status pack_unary(of_unary_op op, of_tensor *x, of_tensor *into, of_tensor **out) {
+  a_unary a = {op, 0};
+  of_tensor *ins[2] = {x, into};
+  return OF_RECORD(OPK_UNARY, a, ins, into ? 2 : 1, out, 1);
+}
+of_status of_unary(of_unary_op op, of_tensor *x, of_tensor *into, of_tensor **out) {
+  OF_DISPATCH(unary_body(op, x, into, out), pack_unary(op, x, into, out));
+}
+static of_status run_unary(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_unary);
+  OF_RUN1(of_unary(a->op, ins[0], n->nin > 1 ? ins[1] : NULL, OF_R));
+}
+static void describe_unary(const void *p, char *b, size_t c) {
+  of_catf(b, c, "%s", of_unary_name(((const a_unary *)p)->op));
+}
+
+static of_status pack_clamp(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
+                           of_tensor *into, of_tensor **out) {
+  a_clamp a;
+  OF_ZERO(a);
+  a.lo = lo;
+  a.hi = hi;
+  a.has_lo = has_lo;
+  a.has_hi = has_hi;
+  of_tensor *ins[2] = {x, into};
+  return OF_RECORD(OPK_CLAMP, a, ins, into ? 2 : 1, out, 1);
+}
+of_status of_clamp(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
+                   of_tensor *into, of_tensor **out) {
+  OF_DISPATCH(clamp_body(x, lo, hi, has_lo, has_hi, into, out),
+            pack_clamp(x, lo, hi, has_lo, has_hi, into, out));
+}
+static of_status run_clamp(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_clamp);
+  OF_RUN1(of_clamp(ins[0], a->lo, a->hi, a->has_lo, a->has_hi, n->nin > 1 ? ins[1] : NULL, OF_R));
+}
+static void describe_clamp(const void *p, char *b, size_t c) {
+  const a_clamp *a = p;
+  if (a->has_lo) of_catf(b, c, "min=%g", a->lo);
+  if (a->has_hi) of_catf(b, c, "%smax=%g", a->has_lo ? " " : "", a->hi);
+}
+
+static of_status pack_leaky(of_tensor *x, double slope, of_tensor *into, of_tensor **out) {
+  a_leaky a = {slope};
+  of_tensor *ins[2] = {x, into};
+  return OF_RECORD(OPK_LEAKY_RELU, a, ins, into ? 2 : 1, out, 1);
+}
+of_status of_leaky_relu(of_tensor *x, double slope, of_tensor *into, of_tensor **out) {
+  OF_DISPATCH(leaky_relu_body(x, slope, into, out), pack_leaky(x, slope, into, out));
+}
+static of_status run_leaky(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_leaky);
+  OF_RUN1(of_leaky_relu(ins[0], a->slope, n->nin > 1 ? ins[1] : NULL, OF_R));
+}
+
+static of_status pack_where(of_tensor *c, of_tensor *x, of_tensor *y, of_tensor **out) {
+  a_i1 a = {0, 0};
+  of_tensor *ins[3] = {c, x, y};
+  return OF_RECORD(OPK_WHERE, a, ins, 3, out, 1);
+}
+of_status of_where(of_tensor *cond, of_tensor *a, of_tensor *b, of_tensor **out) {
+  OF_DISPATCH(where_body(cond, a, b, out), pack_where(cond, a, b, out));
+}
+static of_status run_where(const of_oprec *n, of_tensor **ins, void **outs) {
+  (void)n;
+  OF_RUN1(of_where(ins[0], ins[1], ins[2], OF_R));
+}
+
+static of_status pack_masked_fill(of_tensor *x, of_tensor *mask, double v, of_tensor *into,
+                                 of_tensor **out) {
+  a_masked_fill a = {v};
+  of_tensor *ins[3] = {x, mask, into};
+  return OF_RECORD(OPK_MASKED_FILL, a, ins, into ? 3 : 2, out, 1);
+}
+of_status of_masked_fill(of_tensor *x, of_tensor *mask, double value, of_tensor *into,
+                         of_tensor **out) {
+  OF_DISPATCH(masked_fill_body(x, mask, value, into, out),
+            pack_masked_fill(x, mask, value, into, out));
+}
+static of_status run_masked_fill(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_masked_fill);
+  OF_RUN1(of_masked_fill(ins[0], ins[1], a->value, n->nin > 2 ? ins[2] : NULL, OF_R));
+}
+
+OF_OP_IMPL(UNARY, run_unary, NULL, NULL, describe_unary);
+OF_OP_IMPL(CLAMP, run_clamp, NULL, NULL, describe_clamp);
+OF_OP_IMPL(LEAKY_RELU, run_leaky, NULL, NULL, of_describe_d1);
+OF_OP_IMPL(WHERE, run_where, NULL, NULL, NULL);
+OF_OP_IMPL(MASKED_FILL, run_masked_fill, NULL, NULL, of_describe_d1);

@@ -579,6 +579,23 @@ of_status of_image_encode(of_tensor *img, of_image_format fmt, int32_t quality,
 of_status of_image_write(const char *path, of_tensor *img, int32_t quality);
 
 
+/* ---- the op schema (core/ops/ops.def) ------------------------------------
+ * One row per op kind, in kind order: the name graphs record and save, the
+ * C struct of its attribute record and its size (-1: variable), tensor
+ * inputs (min..max), outputs (-1: from the record), OF_OPF_* flags (1
+ * elementwise, 2 random, 4 view, 8 creation, 16 uninitialised, 32 opaque,
+ * 64 variable inputs, 128 writes into a given output, 256 collective, 512
+ * variable record), the family file core/ops/<family>.c, and whether only
+ * the graph compiler makes it. Lua reads it as flow._C.op_schema(). */
+typedef struct of_op_info {
+  const char *name, *attrs, *family;
+  int32_t attr_size, min_inputs, max_inputs, outputs;
+  uint32_t flags;
+  int32_t graph_only;
+} of_op_info;
+int32_t of_op_schema_count(void);
+of_status of_op_schema(int32_t op, of_op_info *out);
+
 /* ---- nn.Graph (core/graph/) --------------------------------------------
  * A graph is traced from eager code: between of_trace_begin and
  * of_trace_end every public op called on this thread runs as usual and is

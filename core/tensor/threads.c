@@ -5,7 +5,7 @@
  * (with sched_yield) after each threaded call, competed for the cores with
  * OpenMP's threads: a LeNet step that ran a threaded Linear took 2-3x
  * longer on 2 cores. */
-#include "internal.h"
+#include "../internal.h"
 #include <omp.h>
 
 void openblas_set_num_threads(int n);

@@ -1,5 +1,5 @@
 /* tensor.c -- storage, tensor headers, accessors and views. */
-#include "internal.h"
+#include "../internal.h"
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -179,5 +179,48 @@ of_status of_prepare_out(const char *op, of_tensor *into, const int64_t *shape,
                    op, of_dtype_name(dt), OF_DT(into));
   of_tensor_retain(into);
   *out = into;
+  return OF_OK;
+}
+
+/* A tensor over memory the caller owns (of_from_blob, pinned memory). */
+static void no_delete(void *data, void *ctx) { (void)data; (void)ctx; }
+of_status of_tensor_wrap_blob(void *data, const int64_t *shape, const int64_t *strides, int32_t ndim,
+                             of_dtype dt, of_deleter deleter, void *ctx, of_tensor **out) {
+  if (!data) return of_fail(OF_ERR_ARG, "from_blob: data pointer is NULL");
+  if (dt < 0 || dt >= OF_NUM_DTYPES) return of_fail(OF_ERR_DTYPE, "from_blob: unknown dtype %d", (int)dt);
+  if (ndim < 0 || ndim > OF_MAX_DIMS) return of_fail(OF_ERR_SHAPE, "from_blob: bad ndim %d", (int)ndim);
+  int64_t cs[OF_MAX_DIMS], hi = 0;
+  if (!strides) {
+    of_contiguous_strides(shape, ndim, cs);
+    strides = cs;
+  }
+  for (int32_t i = 0; i < ndim; i++) {
+    if (shape[i] < 0 || strides[i] < 0)
+      return of_fail(OF_ERR_SHAPE, "from_blob: negative size or stride at dim %d", (int)i + 1);
+    if (shape[i] > 0) hi += (shape[i] - 1) * strides[i];
+  }
+  of_storage *s = malloc(sizeof *s);
+  of_tensor *t = malloc(sizeof *t);
+  if (!s || !t) {
+    free(s);
+    free(t);
+    return of_fail(OF_ERR_OOM, "from_blob: out of memory");
+  }
+  static int64_t blob_ids = -1;   /* negative ids: never equal to allocator storages */
+  *s = (of_storage){.refcount = 1, .data = data, .nbytes = (hi + 1) * of_dtype_size(dt),
+                    .device = OF_CPU, .id = __atomic_sub_fetch(&blob_ids, 1, __ATOMIC_RELAXED),
+                    .deleter = deleter ? deleter : no_delete, .deleter_ctx = ctx};
+  t->refcount = 1;
+  of_tensor_clear_autograd(t);
+  t->storage = s;
+  t->offset = 0;
+  t->ndim = ndim;
+  t->dtype = dt;
+  for (int32_t i = 0; i < ndim; i++) {
+    t->shape[i] = shape[i];
+    t->strides[i] = strides[i];
+  }
+  t->numel = of_shape_numel(shape, ndim);
+  *out = t;
   return OF_OK;
 }

@@ -15,10 +15,20 @@
  *   normal_:                           2 (Box-Muller: one pair per block)
  *   randint_, randperm:                1 (64-bit draws, Lemire + rejection)
  */
-#include "device.h"
-#include "graph/impl.h"
+#include "../device.h"
 #include <math.h>
 #include <pthread.h>
+#include "family.h"
+
+/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
+static of_status uniform__body(of_tensor *t, double lo, double hi);
+static of_status normal__body(of_tensor *t, double mean, double std);
+static of_status randint__body(of_tensor *t, int64_t lo, int64_t hi);
+static of_status bernoulli__body(of_tensor *t, double p);
+static of_status bernoulli_body(of_tensor *p, of_tensor **out);
+static of_status randperm_body(int64_t n, int64_t index_base, of_dtype dt, of_tensor **out);
+static of_status rand_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev, of_tensor **out);
+static of_status randn_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev, of_tensor **out);
 
 /* ---- the generator state --------------------------------------------------
  * One CPU generator per process, as in PyTorch's default generator. It is one
@@ -467,7 +477,7 @@ static of_status need_float(const char *op, const of_tensor *t) {
 }
 
 /* ---- public ops ---------------------------------------------------------- */
-of_status of_impl_uniform_(of_tensor *t, double lo, double hi) {
+static of_status uniform__body(of_tensor *t, double lo, double hi) {
   OF_CHECK(check_target("uniform_", t));
   OF_CHECK(need_float("uniform_", t));
   if (!isfinite(lo) || !isfinite(hi) || !isfinite(hi - lo) || lo > hi)
@@ -486,7 +496,7 @@ of_status of_impl_uniform_(of_tensor *t, double lo, double hi) {
   return OF_OK;
 }
 
-of_status of_impl_normal_(of_tensor *t, double mean, double std) {
+static of_status normal__body(of_tensor *t, double mean, double std) {
   OF_CHECK(check_target("normal_", t));
   OF_CHECK(need_float("normal_", t));
   if (!isfinite(mean) || !isfinite(std) || std < 0)
@@ -498,7 +508,7 @@ of_status of_impl_normal_(of_tensor *t, double mean, double std) {
   return OF_OK;
 }
 
-of_status of_impl_randint_(of_tensor *t, int64_t lo, int64_t hi) {
+static of_status randint__body(of_tensor *t, int64_t lo, int64_t hi) {
   OF_CHECK(check_target("randint_", t));
   if (hi <= lo)
     return of_fail(OF_ERR_ARG,
@@ -518,7 +528,7 @@ of_status of_impl_randint_(of_tensor *t, int64_t lo, int64_t hi) {
   return OF_OK;
 }
 
-of_status of_impl_bernoulli_(of_tensor *t, double p) {
+static of_status bernoulli__body(of_tensor *t, double p) {
   OF_CHECK(check_target("bernoulli_", t));
   if (!(p >= 0 && p <= 1))
     return of_fail(OF_ERR_ARG, "bernoulli_: probability p must be in [0, 1], got %g "
@@ -536,17 +546,17 @@ static of_status bernoulli_device(of_tensor *p, of_tensor **out) {
             *lt = NULL;
   double allok = 0;
   of_status st = of_cast_data(p, OF_FLOAT64, &p64);
-  if (st == OF_OK) st = of_impl_binary_scalar(OF_GE, p64, 0.0, 0, NULL, &ge);
-  if (st == OF_OK) st = of_impl_binary_scalar(OF_LE, p64, 1.0, 0, NULL, &le);
-  if (st == OF_OK) st = of_impl_binary(OF_LOGICAL_AND, ge, le, NULL, &ok);
-  if (st == OF_OK) st = of_impl_reduce(OF_RED_ALL, ok, NULL, 0, 0, 0, -1, &all);
-  if (st == OF_OK) st = of_impl_tensor_get_flat(all, 0, &allok);
+  if (st == OF_OK) st = of_binary_scalar(OF_GE, p64, 0.0, 0, NULL, &ge);
+  if (st == OF_OK) st = of_binary_scalar(OF_LE, p64, 1.0, 0, NULL, &le);
+  if (st == OF_OK) st = of_binary(OF_LOGICAL_AND, ge, le, NULL, &ok);
+  if (st == OF_OK) st = of_reduce(OF_RED_ALL, ok, NULL, 0, 0, 0, -1, &all);
+  if (st == OF_OK) st = of_tensor_get_flat(all, 0, &allok);
   if (st == OF_OK && !allok)
     st = of_fail(OF_ERR_ARG, "bernoulli: probabilities must be in [0, 1] (p %s %s on %s)",
                  OF_SHAPE_STR(p), OF_DT(p), OF_DEV_STR(of_dev(p)));
   if (st == OF_OK) st = of_tensor_new(p->shape, p->ndim, OF_FLOAT64, of_dev(p), &u);
-  if (st == OF_OK) st = of_impl_uniform_(u, 0.0, 1.0);
-  if (st == OF_OK) st = of_impl_binary(OF_LT, u, p64, NULL, &lt);
+  if (st == OF_OK) st = uniform__body(u, 0.0, 1.0);
+  if (st == OF_OK) st = of_binary(OF_LT, u, p64, NULL, &lt);
   if (st == OF_OK) st = of_cast_data(lt, p->dtype, out);
   of_tensor *tmp[] = {p64, ge, le, ok, all, u, lt};
   for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
@@ -555,7 +565,7 @@ static of_status bernoulli_device(of_tensor *p, of_tensor **out) {
   return st;
 }
 
-of_status of_impl_bernoulli(of_tensor *p, of_tensor **out) {
+static of_status bernoulli_body(of_tensor *p, of_tensor **out) {
   if (!p) return of_fail(OF_ERR_ARG, "bernoulli: tensor is NULL");
   if (p->storage->device != OF_CPU) return bernoulli_device(p, out);
   of_tensor *pc, *r;
@@ -585,7 +595,7 @@ of_status of_impl_bernoulli(of_tensor *p, of_tensor **out) {
   return OF_OK;
 }
 
-of_status of_impl_randperm(int64_t n, int64_t index_base, of_dtype dt, of_tensor **out) {
+static of_status randperm_body(int64_t n, int64_t index_base, of_dtype dt, of_tensor **out) {
   if (dt < 0 || dt >= OF_NUM_DTYPES)
     return of_fail(OF_ERR_DTYPE, "randperm: unknown dtype %d", (int)dt);
   if (n < 0)
@@ -648,12 +658,91 @@ static of_status make_filled(const int64_t *shape, int32_t ndim, of_dtype dt, of
   return OF_OK;
 }
 
-of_status of_impl_rand(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+static of_status rand_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
                        of_tensor **out) {
   return make_filled(shape, ndim, dt, dev, false, out);
 }
 
-of_status of_impl_randn(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+static of_status randn_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
                         of_tensor **out) {
   return make_filled(shape, ndim, dt, dev, true, out);
 }
+
+/* ---- entry points (dispatch), run functions and table rows ---- */
+of_status of_rand(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                  of_tensor **out) {
+  OF_DISPATCH(rand_body(shape, ndim, dt, dev, out),
+            of_record_create(OPK_RAND, shape, ndim, 0, dt, dev, out));
+}
+of_status of_randn(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                   of_tensor **out) {
+  OF_DISPATCH(randn_body(shape, ndim, dt, dev, out),
+            of_record_create(OPK_RANDN, shape, ndim, 0, dt, dev, out));
+}
+
+static of_status pack_rand_(int32_t op, of_tensor *t, double x, double y) {
+  a_rand2 a = {x, y};
+  return OF_RECORD(op, a, &t, 1, NULL, 0);
+}
+of_status of_uniform_(of_tensor *t, double lo, double hi) {
+  OF_DISPATCH(uniform__body(t, lo, hi), pack_rand_(OPK_UNIFORM_, t, lo, hi));
+}
+of_status of_normal_(of_tensor *t, double mean, double std) {
+  OF_DISPATCH(normal__body(t, mean, std), pack_rand_(OPK_NORMAL_, t, mean, std));
+}
+of_status of_randint_(of_tensor *t, int64_t lo, int64_t hi) {
+  OF_DISPATCH(randint__body(t, lo, hi), pack_rand_(OPK_RANDINT_, t, (double)lo, (double)hi));
+}
+of_status of_bernoulli_(of_tensor *t, double p) {
+  OF_DISPATCH(bernoulli__body(t, p), pack_rand_(OPK_BERNOULLI_, t, p, 0));
+}
+static of_status run_rand_(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_rand2);
+  (void)outs;
+  switch (n->op) {
+    case OPK_UNIFORM_: return of_uniform_(ins[0], a->a, a->b);
+    case OPK_NORMAL_: return of_normal_(ins[0], a->a, a->b);
+    case OPK_RANDINT_: return of_randint_(ins[0], (int64_t)a->a, (int64_t)a->b);
+    default: return of_bernoulli_(ins[0], a->a);
+  }
+}
+static void describe_rand2(const void *p, char *b, size_t c) {
+  const a_rand2 *a = p;
+  of_catf(b, c, "%g,%g", a->a, a->b);
+}
+static of_status pack_bernoulli(of_tensor *p, of_tensor **out) {
+  a_i1 a = {0, 0};
+  return OF_RECORD(OPK_BERNOULLI, a, &p, 1, out, 1);
+}
+of_status of_bernoulli(of_tensor *p, of_tensor **out) {
+  OF_DISPATCH(bernoulli_body(p, out), pack_bernoulli(p, out));
+}
+static of_status run_bernoulli(const of_oprec *n, of_tensor **ins, void **outs) {
+  (void)n;
+  OF_RUN1(of_bernoulli(ins[0], OF_R));
+}
+static of_status pack_randperm(int64_t n, int64_t base, of_dtype dt, of_tensor **out) {
+  a_randperm a;
+  OF_ZERO(a);
+  a.n = n;
+  a.base = base;
+  a.dtype = dt;
+  return OF_RECORD(OPK_RANDPERM, a, NULL, 0, out, 1);
+}
+of_status of_randperm(int64_t n, int64_t index_base, of_dtype dt, of_tensor **out) {
+  OF_DISPATCH(randperm_body(n, index_base, dt, out), pack_randperm(n, index_base, dt, out));
+}
+static of_status run_randperm(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_randperm);
+  (void)ins;
+  OF_RUN1(of_randperm(a->n, a->base, a->dtype, OF_R));
+}
+
+OF_OP_IMPL(UNIFORM_, run_rand_, of_mutates_first, NULL, describe_rand2);
+OF_OP_IMPL(NORMAL_, run_rand_, of_mutates_first, NULL, describe_rand2);
+OF_OP_IMPL(RANDINT_, run_rand_, of_mutates_first, NULL, describe_rand2);
+OF_OP_IMPL(BERNOULLI, run_bernoulli, NULL, NULL, NULL);
+OF_OP_IMPL(BERNOULLI_, run_rand_, of_mutates_first, NULL, describe_rand2);
+OF_OP_IMPL(RANDPERM, run_randperm, NULL, NULL, NULL);
+OF_OP_IMPL(RAND, of_run_create, NULL, NULL, of_describe_create);
+OF_OP_IMPL(RANDN, of_run_create, NULL, NULL, of_describe_create);

@@ -1,4 +1,4 @@
-/* dist.c -- the collectives as graph ops.
+/* comm.c -- the collectives as ops (the family file of the of_comm_* ops).
  *
  * The public of_comm_* collectives (bodies in core/dist/comm.c) are wrapped
  * here like every other public op: while a graph traces build(), the
@@ -13,7 +13,8 @@
  * merges, folds or recomputes them and the wave scheduler keeps their order.
  * Graphs holding them are not saved (a communicator does not outlive its
  * processes), and a file that claims to hold one is refused. */
-#include "ops.h"
+#include "family.h"
+#include "../dist/comm.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +50,7 @@ static of_comm *comm_at(int32_t id) {
 }
 
 /* Records a collective: header + counts (a: first list of `na`, b: second). */
-static of_status rec_comm(int32_t op, of_comm *c, int32_t red, int32_t root,
+static of_status pack_comm(int32_t op, of_comm *c, int32_t red, int32_t root,
                           const int64_t *a, const int64_t *b, of_tensor *in, of_tensor **out) {
   if (!c) return of_fail(OF_ERR_ARG, "nn.Graph: collective without a communicator");
   int32_t size = of_comm_size(c), n = (a ? size : 0) + (b ? size : 0);
@@ -68,7 +69,7 @@ static of_status rec_comm(int32_t op, of_comm *c, int32_t red, int32_t root,
   for (int32_t i = 0; a && i < size; i++) r->counts[k++] = a[i];
   for (int32_t i = 0; b && i < size; i++) r->counts[k++] = b[i];
   if (st == OF_OK)
-    st = of_trace_record(op, r, (int32_t)bytes, &in, 1, out, out ? 1 : 0);
+    st = of_dispatch_record(op, r, (int32_t)bytes, &in, 1, out, out ? 1 : 0);
   else if (out && *out)
     of_tensor_release(*out);
   free(r);
@@ -76,39 +77,39 @@ static of_status rec_comm(int32_t op, of_comm *c, int32_t red, int32_t root,
 }
 
 of_status of_comm_all_reduce(of_comm *c, of_tensor *t, of_comm_op op) {
-  OF_TRACED(of_impl_comm_all_reduce(c, t, op),
-            rec_comm(OPK_COMM_ALL_REDUCE, c, op, 0, NULL, NULL, t, NULL));
+  OF_DISPATCH(of_comm_all_reduce_body(c, t, op),
+            pack_comm(OPK_COMM_ALL_REDUCE, c, op, 0, NULL, NULL, t, NULL));
 }
 
 of_status of_comm_all_reduce_to(of_comm *c, of_tensor *x, of_comm_op op, of_tensor **out) {
-  OF_TRACED(of_impl_comm_all_reduce_to(c, x, op, out),
-            rec_comm(OPK_COMM_ALL_REDUCE_TO, c, op, 0, NULL, NULL, x, out));
+  OF_DISPATCH(of_comm_all_reduce_to_body(c, x, op, out),
+            pack_comm(OPK_COMM_ALL_REDUCE_TO, c, op, 0, NULL, NULL, x, out));
 }
 
 of_status of_comm_broadcast(of_comm *c, of_tensor *t, int32_t root) {
-  OF_TRACED(of_impl_comm_broadcast(c, t, root),
-            rec_comm(OPK_COMM_BROADCAST, c, 0, root, NULL, NULL, t, NULL));
+  OF_DISPATCH(of_comm_broadcast_body(c, t, root),
+            pack_comm(OPK_COMM_BROADCAST, c, 0, root, NULL, NULL, t, NULL));
 }
 
 of_status of_comm_all_gather(of_comm *c, of_tensor *x, const int64_t *counts,
                              of_tensor **out) {
-  OF_TRACED(of_impl_comm_all_gather(c, x, counts, out),
-            rec_comm(OPK_COMM_ALL_GATHER, c, 0, 0, counts, NULL, x, out));
+  OF_DISPATCH(of_comm_all_gather_body(c, x, counts, out),
+            pack_comm(OPK_COMM_ALL_GATHER, c, 0, 0, counts, NULL, x, out));
 }
 
 of_status of_comm_reduce_scatter(of_comm *c, of_tensor *x, const int64_t *counts,
                                  of_comm_op op, of_tensor **out) {
-  OF_TRACED(of_impl_comm_reduce_scatter(c, x, counts, op, out),
-            rec_comm(OPK_COMM_REDUCE_SCATTER, c, op, 0, counts, NULL, x, out));
+  OF_DISPATCH(of_comm_reduce_scatter_body(c, x, counts, op, out),
+            pack_comm(OPK_COMM_REDUCE_SCATTER, c, op, 0, counts, NULL, x, out));
 }
 
 of_status of_comm_all_to_all(of_comm *c, of_tensor *x, const int64_t *send_counts,
                              const int64_t *recv_counts, of_tensor **out) {
-  OF_TRACED(of_impl_comm_all_to_all(c, x, send_counts, recv_counts, out),
-            rec_comm(OPK_COMM_ALL_TO_ALL, c, 0, 0, send_counts, recv_counts, x, out));
+  OF_DISPATCH(of_comm_all_to_all_body(c, x, send_counts, recv_counts, out),
+            pack_comm(OPK_COMM_ALL_TO_ALL, c, 0, 0, send_counts, recv_counts, x, out));
 }
 
-of_status of_comm_node_invoke(of_gnode *n, of_tensor **ins, void **outs) {
+static of_status run_comm(const of_oprec *n, of_tensor **ins, void **outs) {
   const a_comm *a = n->attrs;
   of_comm *c = comm_at(a->comm);
   if (!c) return of_fail(OF_ERR_STATE, "nn.Graph: collective node with an unknown communicator");
@@ -134,13 +135,13 @@ of_status of_comm_node_invoke(of_gnode *n, of_tensor **ins, void **outs) {
 }
 
 /* Only a graph traced in this process can hold collectives. */
-of_status of_comm_node_check(const void *attrs, int32_t size, int32_t nin) {
+static of_status check_comm(const void *attrs, int32_t size, int32_t nin) {
   (void)attrs; (void)size; (void)nin;
   return of_fail(OF_ERR_ARG, "nn.Graph: the file holds a collective (a graph with global "
                  "tensors); such graphs cannot be saved or loaded");
 }
 
-void of_comm_node_describe(const void *attrs, char *buf, size_t cap) {
+static void describe_comm(const void *attrs, char *buf, size_t cap) {
   const a_comm *a = attrs;
   of_comm *c = comm_at(a->comm);
   static const char *reds[] = {"sum", "max", "min"};
@@ -164,3 +165,10 @@ void of_comm_node_describe(const void *attrs, char *buf, size_t cap) {
     }
   }
 }
+
+OF_OP_IMPL(COMM_ALL_REDUCE, run_comm, of_mutates_first, check_comm, describe_comm);
+OF_OP_IMPL(COMM_ALL_REDUCE_TO, run_comm, NULL, check_comm, describe_comm);
+OF_OP_IMPL(COMM_BROADCAST, run_comm, of_mutates_first, check_comm, describe_comm);
+OF_OP_IMPL(COMM_ALL_GATHER, run_comm, NULL, check_comm, describe_comm);
+OF_OP_IMPL(COMM_REDUCE_SCATTER, run_comm, NULL, check_comm, describe_comm);
+OF_OP_IMPL(COMM_ALL_TO_ALL, run_comm, NULL, check_comm, describe_comm);

@@ -1,5 +1,5 @@
 /* dtype.c -- dtype facts, promotion, and scalar conversions. */
-#include "internal.h"
+#include "../internal.h"
 #include <math.h>
 
 static const char *const names[OF_NUM_DTYPES] = {

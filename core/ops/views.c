@@ -1,7 +1,27 @@
 /* views.c -- view ops (share storage), copy, fill, contiguous, dtype casts. */
-#include "autograd.h"
-#include "device.h"
+#include "../autograd.h"
+#include "../device.h"
 #include <stdlib.h>
+#include "family.h"
+
+/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
+static of_status as_strided_body(of_tensor *t, const int64_t *shape, const int64_t *strides, int32_t ndim, int64_t offset, of_tensor **out);
+static of_status narrow_body(of_tensor *t, int32_t dim, int64_t start, int64_t length, of_tensor **out);
+static of_status contiguous_body(of_tensor *t, of_tensor **out);
+static of_status view_body(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out);
+static of_status reshape_body(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out);
+static of_status flatten_body(of_tensor *t, int32_t start, int32_t end, of_tensor **out);
+static of_status squeeze_body(of_tensor *t, int32_t dim, of_tensor **out);
+static of_status unsqueeze_body(of_tensor *t, int32_t dim, of_tensor **out);
+static of_status transpose_body(of_tensor *t, int32_t d0, int32_t d1, of_tensor **out);
+static of_status permute_body(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor **out);
+static of_status slice_body(of_tensor *t, int32_t dim, int64_t start, int64_t end, int64_t step, of_tensor **out);
+static of_status select_body(of_tensor *t, int32_t dim, int64_t index, of_tensor **out);
+static of_status expand_body(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out);
+static of_status clone_body(of_tensor *t, of_tensor **out);
+static of_status to_dtype_body(of_tensor *t, of_dtype dt, of_tensor **out);
+static of_status copy__body(of_tensor *dst, of_tensor *src);
+static of_status detach_body(of_tensor *t, of_tensor **out);
 
 static of_status alias_out(of_tensor *t, const int64_t *shape, const int64_t *strides,
                            int32_t ndim, int64_t offset, of_tensor **out) {
@@ -92,7 +112,7 @@ static of_status reshape_impl(of_tensor *t, const int64_t *shape, int32_t ndim, 
   return st;
 }
 
-of_status of_impl_as_strided(of_tensor *t, const int64_t *shape, const int64_t *strides,
+static of_status as_strided_body(of_tensor *t, const int64_t *shape, const int64_t *strides,
                              int32_t ndim, int64_t offset, of_tensor **out) {
   if (of_grad_needed(&t, 1))
     return of_fail(OF_ERR_STATE, "as_strided: not differentiable; detach() the input %s first",
@@ -162,7 +182,7 @@ static of_status slice_impl(of_tensor *t, int32_t dim, int64_t start, int64_t en
   return alias_out(t, shape, strides, t->ndim, t->offset + start * t->strides[dim], out);
 }
 
-of_status of_impl_narrow(of_tensor *t, int32_t dim, int64_t start, int64_t length, of_tensor **out) {
+static of_status narrow_body(of_tensor *t, int32_t dim, int64_t start, int64_t length, of_tensor **out) {
   if (t->ndim == 0) return of_fail(OF_ERR_INDEX, "narrow: cannot narrow a 0-d tensor");
   OF_CHECK(of_norm_dim("narrow", dim, t->ndim, &dim));
   int64_t n = t->shape[dim];
@@ -264,160 +284,13 @@ static of_status flatten_impl(of_tensor *t, int32_t start, int32_t end, of_tenso
   return reshape_impl(t, shape, k, out);
 }
 
-/* ---- copy with conversion ---- */
-
-#define CONV_LOOP(TD, TS)                                                         \
-  static void conv_##TD##_##TS(char **p, const int64_t *s, int64_t n, void *c) { \
-    (void)c;                                                                      \
-    char *d = p[0], *x = p[1];                                                    \
-    if (s[0] == sizeof(TD) && s[1] == sizeof(TS)) {                               \
-      TD *restrict dd = (TD *)d;                                                  \
-      const TS *restrict xx = (const TS *)x;                                      \
-      for (int64_t i = 0; i < n; i++) dd[i] = (TD)xx[i];                          \
-    } else {                                                                      \
-      for (int64_t i = 0; i < n; i++) *(TD *)(d + i * s[0]) = (TD) * (const TS *)(x + i * s[1]); \
-    }                                                                             \
-  }
-
-#define NATIVE_TYPES(X, A) X(A, bool) X(A, uint8_t) X(A, int8_t) X(A, int32_t) X(A, int64_t) X(A, float) X(A, double)
-#define NATIVE_TYPES2(X, A) X(A, bool) X(A, uint8_t) X(A, int8_t) X(A, int32_t) X(A, int64_t) X(A, float) X(A, double)
-NATIVE_TYPES2(CONV_LOOP, bool)
-NATIVE_TYPES2(CONV_LOOP, uint8_t)
-NATIVE_TYPES2(CONV_LOOP, int8_t)
-NATIVE_TYPES2(CONV_LOOP, int32_t)
-NATIVE_TYPES2(CONV_LOOP, int64_t)
-NATIVE_TYPES2(CONV_LOOP, float)
-NATIVE_TYPES2(CONV_LOOP, double)
-
-typedef void (*loop_t)(char **, const int64_t *, int64_t, void *);
-static int native_index(of_dtype t) {
-  switch (t) {
-    case OF_BOOL: return 0; case OF_UINT8: return 1; case OF_INT8: return 2;
-    case OF_INT32: return 3; case OF_INT64: return 4; case OF_FLOAT32: return 5;
-    case OF_FLOAT64: return 6; default: return -1;
-  }
-}
-#define CONV_PTR(TD, TS) conv_##TD##_##TS,
-static const loop_t conv_table[7][7] = {
-    {NATIVE_TYPES(CONV_PTR, bool)},    {NATIVE_TYPES(CONV_PTR, uint8_t)},
-    {NATIVE_TYPES(CONV_PTR, int8_t)},  {NATIVE_TYPES(CONV_PTR, int32_t)},
-    {NATIVE_TYPES(CONV_PTR, int64_t)}, {NATIVE_TYPES(CONV_PTR, float)},
-    {NATIVE_TYPES(CONV_PTR, double)}};
-
-static void copy_bits16(char **p, const int64_t *s, int64_t n, void *c) {
-  (void)c;
-  for (int64_t i = 0; i < n; i++) *(uint16_t *)(p[0] + i * s[0]) = *(const uint16_t *)(p[1] + i * s[1]);
-}
-
-typedef struct { of_dtype dst, src; } slow_ctx;
-static void conv_slow(char **p, const int64_t *s, int64_t n, void *c) {
-  slow_ctx *k = c;
-  for (int64_t i = 0; i < n; i++)
-    of_store_double(p[0] + i * s[0], k->dst, of_load_double(p[1] + i * s[1], k->src));
-}
-
-/* Float to int conversion of NaN/inf is UB in C; send those through the
- * saturating slow path. Checked only for float -> int copies. */
-static bool needs_saturation(of_tensor *dst, of_tensor *src) {
-  return of_dtype_is_int(dst->dtype) && of_dtype_is_floating(src->dtype);
-}
-
-of_status of_copy_data(of_tensor *dst, of_tensor *src) {
-  int64_t shape[OF_MAX_DIMS];
-  int32_t nd;
-  OF_CHECK(of_broadcast_shapes("copy_", dst->shape, dst->ndim, src->shape, src->ndim, shape, &nd));
-  if (nd != dst->ndim || of_shape_numel(shape, nd) != dst->numel) {
-    char b[96];
-    return of_fail(OF_ERR_SHAPE, "copy_: source %s does not broadcast to destination %s",
-                   OF_SHAPE_STR(src), of_shape_str(dst->shape, dst->ndim, b, 96));
-  }
-  if (of_dev(dst) != OF_CPU || of_dev(src) != OF_CPU) {
-    if (of_dev(dst) != of_dev(src)) return of_copy_across(dst, src);
-    const of_device_ops *o = of_device_ops_for("copy_", of_dev(dst));
-    if (!o) return OF_ERR_DEVICE;
-    of_device_last_op = "copy_";
-    OF_CHECK(o->copy(dst, src));
-    of_bump_version(dst);
-    return OF_OK;
-  }
-  of_iter it;
-  of_tensor *ops[2] = {dst, src};
-  OF_CHECK(of_iter_init(&it, ops, 2, dst->shape, dst->ndim));
-  int a = native_index(dst->dtype), b = native_index(src->dtype);
-  slow_ctx ctx = {dst->dtype, src->dtype};
-  if (a >= 0 && b >= 0 && !needs_saturation(dst, src))
-    of_iter_run(&it, conv_table[a][b], NULL, true);
-  else if (dst->dtype == src->dtype)   /* half to half: move the bits */
-    of_iter_run(&it, copy_bits16, NULL, true);
-  else
-    of_iter_run(&it, conv_slow, &ctx, true);
-  of_bump_version(dst);
-  return OF_OK;
-}
-
-of_status of_clone_data(of_tensor *t, of_tensor **out) {
-  of_tensor *c;
-  OF_CHECK(of_tensor_new(t->shape, t->ndim, t->dtype, of_tensor_device(t), &c));
-  of_status st = of_copy_data(c, t);
-  if (st != OF_OK) {
-    of_tensor_release(c);
-    return st;
-  }
-  c->storage->version = 0;
-  *out = c;
-  return OF_OK;
-}
-
-of_status of_dense(of_tensor *t, of_dtype dt, of_tensor **out) {
-  *out = NULL;
-  if (!t) return OF_OK;
-  if (t->dtype == dt && of_tensor_is_contiguous(t)) {
-    of_tensor_retain(t);
-    *out = t;
-    return OF_OK;
-  }
-  return t->dtype != dt ? of_cast_data(t, dt, out) : of_clone_data(t, out);
-}
-
-of_status of_contiguous_data(of_tensor *t, of_tensor **out) {
-  if (of_tensor_is_contiguous(t)) {
-    of_tensor_retain(t);
-    *out = t;
-    return OF_OK;
-  }
-  return of_clone_data(t, out);
-}
-
-of_status of_impl_contiguous(of_tensor *t, of_tensor **out) {
+static of_status contiguous_body(of_tensor *t, of_tensor **out) {
   if (of_tensor_is_contiguous(t)) {
     of_tensor_retain(t);
     *out = t;
     return OF_OK;
   }
   return of_clone(t, out);
-}
-
-of_status of_cast_data(of_tensor *t, of_dtype dt, of_tensor **out) {
-  if (dt < 0 || dt >= OF_NUM_DTYPES) return of_fail(OF_ERR_DTYPE, "to: unknown dtype %d", (int)dt);
-  if (t->dtype == dt) {
-    of_tensor_retain(t);
-    *out = t;
-    return OF_OK;
-  }
-  of_tensor *c;
-  /* a cast keeps the memory format (PyTorch's preserve_format) */
-  if (of_prefers_channels_last(t))
-    OF_CHECK(of_tensor_new_channels_last(t->shape, t->ndim, dt, of_tensor_device(t), &c));
-  else
-    OF_CHECK(of_tensor_new(t->shape, t->ndim, dt, of_tensor_device(t), &c));
-  of_status st = of_copy_data(c, t);
-  if (st != OF_OK) {
-    of_tensor_release(c);
-    return st;
-  }
-  c->storage->version = 0;
-  *out = c;
-  return OF_OK;
 }
 
 /* ---- autograd: public entry points record a node per view ---- */
@@ -551,37 +424,37 @@ static of_status finish_view(const of_grad_def *def, of_tensor *t, of_tensor **o
   return st;
 }
 
-of_status of_impl_view(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+static of_status view_body(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
   of_node *n;
   OF_CHECK(view_impl(t, shape, ndim, out));
   return finish_view(&view_grad, t, out, &n);
 }
 
-of_status of_impl_reshape(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+static of_status reshape_body(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
   of_node *n;
   OF_CHECK(reshape_impl(t, shape, ndim, out));
   return finish_view(&reshape_grad, t, out, &n);
 }
 
-of_status of_impl_flatten(of_tensor *t, int32_t start, int32_t end, of_tensor **out) {
+static of_status flatten_body(of_tensor *t, int32_t start, int32_t end, of_tensor **out) {
   of_node *n;
   OF_CHECK(flatten_impl(t, start, end, out));
   return finish_view(&reshape_grad, t, out, &n);
 }
 
-of_status of_impl_squeeze(of_tensor *t, int32_t dim, of_tensor **out) {
+static of_status squeeze_body(of_tensor *t, int32_t dim, of_tensor **out) {
   of_node *n;
   OF_CHECK(squeeze_impl(t, dim, out));
   return finish_view(&reshape_grad, t, out, &n);
 }
 
-of_status of_impl_unsqueeze(of_tensor *t, int32_t dim, of_tensor **out) {
+static of_status unsqueeze_body(of_tensor *t, int32_t dim, of_tensor **out) {
   of_node *n;
   OF_CHECK(unsqueeze_impl(t, dim, out));
   return finish_view(&reshape_grad, t, out, &n);
 }
 
-of_status of_impl_transpose(of_tensor *t, int32_t d0, int32_t d1, of_tensor **out) {
+static of_status transpose_body(of_tensor *t, int32_t d0, int32_t d1, of_tensor **out) {
   of_node *n;
   OF_CHECK(transpose_impl(t, d0, d1, out));
   OF_CHECK(finish_view(&transpose_grad, t, out, &n));
@@ -592,7 +465,7 @@ of_status of_impl_transpose(of_tensor *t, int32_t d0, int32_t d1, of_tensor **ou
   return OF_OK;
 }
 
-of_status of_impl_permute(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor **out) {
+static of_status permute_body(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor **out) {
   of_node *n;
   OF_CHECK(permute_impl(t, dims, ndim, out));
   OF_CHECK(finish_view(&permute_grad, t, out, &n));
@@ -600,7 +473,7 @@ of_status of_impl_permute(of_tensor *t, const int32_t *dims, int32_t ndim, of_te
   return OF_OK;
 }
 
-of_status of_impl_slice(of_tensor *t, int32_t dim, int64_t start, int64_t end, int64_t step,
+static of_status slice_body(of_tensor *t, int32_t dim, int64_t start, int64_t end, int64_t step,
                         of_tensor **out) {
   of_node *n;
   OF_CHECK(slice_impl(t, dim, start, end, step, out));
@@ -615,7 +488,7 @@ of_status of_impl_slice(of_tensor *t, int32_t dim, int64_t start, int64_t end, i
   return OF_OK;
 }
 
-of_status of_impl_select(of_tensor *t, int32_t dim, int64_t index, of_tensor **out) {
+static of_status select_body(of_tensor *t, int32_t dim, int64_t index, of_tensor **out) {
   of_node *n;
   OF_CHECK(select_impl(t, dim, index, out));
   OF_CHECK(finish_view(&select_grad, t, out, &n));
@@ -627,25 +500,25 @@ of_status of_impl_select(of_tensor *t, int32_t dim, int64_t index, of_tensor **o
   return OF_OK;
 }
 
-of_status of_impl_expand(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+static of_status expand_body(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
   of_node *n;
   OF_CHECK(expand_impl(t, shape, ndim, out));
   return finish_view(&expand_grad, t, out, &n);
 }
 
-of_status of_impl_clone(of_tensor *t, of_tensor **out) {
+static of_status clone_body(of_tensor *t, of_tensor **out) {
   OF_CHECK(of_clone_data(t, out));
   if (!of_grad_needed(&t, 1)) return OF_OK;
   return of_record(&clone_grad, &t, 1, out, 1, NULL);
 }
 
-of_status of_impl_to_dtype(of_tensor *t, of_dtype dt, of_tensor **out) {
+static of_status to_dtype_body(of_tensor *t, of_dtype dt, of_tensor **out) {
   OF_CHECK(of_cast_data(t, dt, out));
   if (*out == t || !of_grad_needed(&t, 1)) return OF_OK;
   return of_record(&cast_grad, &t, 1, out, 1, NULL);
 }
 
-of_status of_impl_copy_(of_tensor *dst, of_tensor *src) {
+static of_status copy__body(of_tensor *dst, of_tensor *src) {
   OF_CHECK(of_check_inplace("copy_", dst));
   OF_CHECK(of_copy_data(dst, src));
   if (of_grad_needed(&src, 1)) return of_record(&copy_grad, &src, 1, &dst, 1, NULL);
@@ -657,68 +530,243 @@ of_status of_impl_copy_(of_tensor *dst, of_tensor *src) {
   return OF_OK;
 }
 
-/* ---- memory formats ---- */
-
-static void channels_last_strides(const int64_t *shape, int32_t ndim, int64_t *st) {
-  /* memory order N, spatial..., C */
-  int64_t acc = 1;
-  st[1] = acc;
-  acc *= shape[1];
-  for (int32_t d = ndim - 1; d >= 2; d--) {
-    st[d] = acc;
-    acc *= shape[d];
-  }
-  st[0] = acc;
-}
-
-bool of_is_channels_last(const of_tensor *t) {
-  if (!t || (t->ndim != 4 && t->ndim != 5)) return false;
-  int64_t st[OF_MAX_DIMS];
-  channels_last_strides(t->shape, t->ndim, st);
-  for (int32_t d = 0; d < t->ndim; d++)
-    if (t->shape[d] != 1 && t->strides[d] != st[d]) return false;
-  return true;
-}
-
-bool of_prefers_channels_last(const of_tensor *t) {
-  return of_is_channels_last(t) && !of_tensor_is_contiguous(t);
-}
-
-of_status of_tensor_new_channels_last(const int64_t *shape, int32_t ndim, of_dtype dt,
-                                      of_device dev, of_tensor **out) {
-  if (ndim != 4 && ndim != 5) return of_tensor_new(shape, ndim, dt, dev, out);
-  of_tensor *base;
-  OF_CHECK(of_tensor_new(shape, ndim, dt, dev, &base));
-  int64_t st[OF_MAX_DIMS];
-  channels_last_strides(shape, ndim, st);
-  of_tensor *v = of_tensor_alias(base, shape, st, ndim, 0);
-  of_tensor_release(base);
-  if (!v) return of_fail(OF_ERR_OOM, "channels_last: out of memory");
-  *out = v;
+static of_status detach_body(of_tensor *t, of_tensor **out) {
+  of_tensor *d = of_tensor_alias(t, t->shape, t->strides, t->ndim, t->offset);
+  if (!d) return OF_ERR_OOM;
+  *out = d;
   return OF_OK;
 }
 
-of_status of_dense_format(of_tensor *t, bool cl, of_dtype dt, of_tensor **out) {
-  *out = NULL;
-  if (!t) return OF_OK;
-  if (!cl || (t->ndim != 4 && t->ndim != 5)) return of_dense(t, dt, out);
-  if (t->dtype == dt && of_is_channels_last(t)) {
-    of_tensor_retain(t);
-    *out = t;
-    return OF_OK;
-  }
-  of_tensor *r;
-  OF_CHECK(of_tensor_new_channels_last(t->shape, t->ndim, dt, of_dev(t), &r));
-  of_status st = of_copy_data(r, t);
-  if (st != OF_OK) {
-    of_tensor_release(r);
-    return st;
-  }
-  *out = r;
-  return OF_OK;
+/* ---- entry points (dispatch), run functions and table rows ---- */
+static of_status pack_shape(int32_t op, of_tensor *t, const int64_t *shape, int32_t ndim,
+                           of_tensor **out) {
+  a_shape a;
+  OF_ZERO(a);
+  a.ndim = ndim;
+  of_copy_i64(a.shape, shape, ndim);
+  return OF_RECORD(op, a, &t, 1, out, 1);
+}
+static void describe_shape(const void *p, char *b, size_t c) {
+  const a_shape *a = p;
+  of_cat_list(b, c, "shape", a->shape, NDIM_OK(a->ndim) ? a->ndim : 0);
 }
 
-bool of_nhwc_enabled(void) {
-  const char *e = getenv("ONEFLOW_ENABLE_NHWC");
-  return e && *e && strcmp(e, "0") != 0 && strcmp(e, "false") != 0;
+of_status of_view(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+  OF_DISPATCH(view_body(t, shape, ndim, out), pack_shape(OPK_VIEW, t, shape, ndim, out));
 }
+static of_status run_view(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_shape);
+  OF_NEED(NDIM_OK(a->ndim), "ndim");
+  OF_RUN1(of_view(ins[0], a->shape, a->ndim, OF_R));
+}
+
+of_status of_reshape(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+  OF_DISPATCH(reshape_body(t, shape, ndim, out), pack_shape(OPK_RESHAPE, t, shape, ndim, out));
+}
+static of_status run_reshape(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_shape);
+  OF_NEED(NDIM_OK(a->ndim), "ndim");
+  OF_RUN1(of_reshape(ins[0], a->shape, a->ndim, OF_R));
+}
+
+of_status of_expand(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
+  OF_DISPATCH(expand_body(t, shape, ndim, out), pack_shape(OPK_EXPAND, t, shape, ndim, out));
+}
+static of_status run_expand(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_shape);
+  OF_NEED(NDIM_OK(a->ndim), "ndim");
+  OF_RUN1(of_expand(ins[0], a->shape, a->ndim, OF_R));
+}
+
+static of_status pack_as_strided(of_tensor *t, const int64_t *shape, const int64_t *strides,
+                                int32_t ndim, int64_t offset, of_tensor **out) {
+  a_strided a;
+  OF_ZERO(a);
+  a.ndim = ndim;
+  of_copy_i64(a.shape, shape, ndim);
+  of_copy_i64(a.strides, strides, ndim);
+  a.offset = offset;
+  return OF_RECORD(OPK_AS_STRIDED, a, &t, 1, out, 1);
+}
+of_status of_as_strided(of_tensor *t, const int64_t *shape, const int64_t *strides,
+                        int32_t ndim, int64_t offset, of_tensor **out) {
+  OF_DISPATCH(as_strided_body(t, shape, strides, ndim, offset, out),
+            pack_as_strided(t, shape, strides, ndim, offset, out));
+}
+static of_status run_as_strided(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_strided);
+  OF_NEED(NDIM_OK(a->ndim), "ndim");
+  OF_RUN1(of_as_strided(ins[0], a->shape, a->strides, a->ndim, a->offset, OF_R));
+}
+static void describe_strided(const void *p, char *b, size_t c) {
+  const a_strided *a = p;
+  int32_t nd = NDIM_OK(a->ndim) ? a->ndim : 0;
+  of_cat_list(b, c, "shape", a->shape, nd);
+  of_cat_list(b, c, "strides", a->strides, nd);
+  of_catf(b, c, " offset=%lld", (long long)a->offset);
+}
+
+static of_status pack_i2(int32_t op, of_tensor *t, int32_t x, int32_t y, of_tensor **out) {
+  a_i2 a = {x, y};
+  return OF_RECORD(op, a, &t, 1, out, 1);
+}
+static void describe_i2(const void *p, char *b, size_t c) {
+  const a_i2 *a = p;
+  of_catf(b, c, "%d,%d", (int)a->a, (int)a->b);
+}
+of_status of_transpose(of_tensor *t, int32_t d0, int32_t d1, of_tensor **out) {
+  OF_DISPATCH(transpose_body(t, d0, d1, out), pack_i2(OPK_TRANSPOSE, t, d0, d1, out));
+}
+static of_status run_transpose(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_i2);
+  OF_RUN1(of_transpose(ins[0], a->a, a->b, OF_R));
+}
+of_status of_flatten(of_tensor *t, int32_t start, int32_t end, of_tensor **out) {
+  OF_DISPATCH(flatten_body(t, start, end, out), pack_i2(OPK_FLATTEN, t, start, end, out));
+}
+static of_status run_flatten(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_i2);
+  OF_RUN1(of_flatten(ins[0], a->a, a->b, OF_R));
+}
+
+static of_status pack_permute(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor **out) {
+  a_dims a;
+  OF_ZERO(a);
+  a.n = ndim;
+  of_copy_i32(a.dims, dims, ndim);
+  return OF_RECORD(OPK_PERMUTE, a, &t, 1, out, 1);
+}
+of_status of_permute(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor **out) {
+  OF_DISPATCH(permute_body(t, dims, ndim, out), pack_permute(t, dims, ndim, out));
+}
+static of_status run_permute(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_dims);
+  OF_NEED(NDIM_OK(a->n), "ndim");
+  OF_RUN1(of_permute(ins[0], a->dims, a->n, OF_R));
+}
+
+static of_status pack_dim3(int32_t op, of_tensor *t, int32_t dim, int64_t x, int64_t y,
+                          int64_t z, of_tensor **out) {
+  a_dim3 a;
+  OF_ZERO(a);
+  a.dim = dim;
+  a.a = x;
+  a.b = y;
+  a.c = z;
+  return OF_RECORD(op, a, &t, 1, out, 1);
+}
+static void describe_dim3(const void *p, char *b, size_t c) {
+  const a_dim3 *a = p;
+  of_catf(b, c, "dim=%d %lld,%lld,%lld", (int)a->dim, (long long)a->a, (long long)a->b,
+       (long long)a->c);
+}
+of_status of_narrow(of_tensor *t, int32_t dim, int64_t start, int64_t length, of_tensor **out) {
+  OF_DISPATCH(narrow_body(t, dim, start, length, out),
+            pack_dim3(OPK_NARROW, t, dim, start, length, 0, out));
+}
+static of_status run_narrow(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_dim3);
+  OF_RUN1(of_narrow(ins[0], a->dim, a->a, a->b, OF_R));
+}
+of_status of_slice(of_tensor *t, int32_t dim, int64_t start, int64_t end, int64_t step,
+                   of_tensor **out) {
+  OF_DISPATCH(slice_body(t, dim, start, end, step, out),
+            pack_dim3(OPK_SLICE, t, dim, start, end, step, out));
+}
+static of_status run_slice(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_dim3);
+  OF_RUN1(of_slice(ins[0], a->dim, a->a, a->b, a->c, OF_R));
+}
+of_status of_select(of_tensor *t, int32_t dim, int64_t index, of_tensor **out) {
+  OF_DISPATCH(select_body(t, dim, index, out), pack_dim3(OPK_SELECT, t, dim, index, 0, 0, out));
+}
+static of_status run_select(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_dim3);
+  OF_RUN1(of_select(ins[0], a->dim, a->a, OF_R));
+}
+
+static of_status pack_i1(int32_t op, of_tensor *t, int32_t v, of_tensor **out) {
+  a_i1 a = {v, 0};
+  return OF_RECORD(op, a, &t, 1, out, 1);
+}
+static void describe_dtype(const void *p, char *b, size_t c) {
+  of_catf(b, c, "%s", of_dtype_name(((const a_i1 *)p)->v));
+}
+of_status of_unsqueeze(of_tensor *t, int32_t dim, of_tensor **out) {
+  OF_DISPATCH(unsqueeze_body(t, dim, out), pack_i1(OPK_UNSQUEEZE, t, dim, out));
+}
+static of_status run_unsqueeze(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_i1);
+  OF_RUN1(of_unsqueeze(ins[0], a->v, OF_R));
+}
+of_status of_squeeze(of_tensor *t, int32_t dim, of_tensor **out) {
+  OF_DISPATCH(squeeze_body(t, dim, out), pack_i1(OPK_SQUEEZE, t, dim, out));
+}
+static of_status run_squeeze(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_i1);
+  OF_RUN1(of_squeeze(ins[0], a->v, OF_R));
+}
+of_status of_to_dtype(of_tensor *t, of_dtype dt, of_tensor **out) {
+  OF_DISPATCH(to_dtype_body(t, dt, out), pack_i1(OPK_TO_DTYPE, t, dt, out));
+}
+static of_status run_to_dtype(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_i1);
+  OF_RUN1(of_to_dtype(ins[0], a->v, OF_R));
+}
+
+static of_status pack_none(int32_t op, of_tensor *t, of_tensor **out) {
+  a_i1 a = {0, 0};
+  return OF_RECORD(op, a, &t, 1, out, 1);
+}
+of_status of_contiguous(of_tensor *t, of_tensor **out) {
+  OF_DISPATCH(contiguous_body(t, out), pack_none(OPK_CONTIGUOUS, t, out));
+}
+static of_status run_contiguous(const of_oprec *n, of_tensor **ins, void **outs) {
+  (void)n;
+  OF_RUN1(of_contiguous(ins[0], OF_R));
+}
+of_status of_clone(of_tensor *t, of_tensor **out) {
+  OF_DISPATCH(clone_body(t, out), pack_none(OPK_CLONE, t, out));
+}
+static of_status run_clone(const of_oprec *n, of_tensor **ins, void **outs) {
+  (void)n;
+  OF_RUN1(of_clone(ins[0], OF_R));
+}
+of_status of_detach(of_tensor *t, of_tensor **out) {
+  OF_DISPATCH(detach_body(t, out), pack_none(OPK_DETACH, t, out));
+}
+static of_status run_detach(const of_oprec *n, of_tensor **ins, void **outs) {
+  (void)n;
+  OF_RUN1(of_detach(ins[0], OF_R));
+}
+static of_status pack_copy_(of_tensor *dst, of_tensor *src) {
+  a_i1 a = {0, 0};
+  of_tensor *ins[2] = {dst, src};
+  return OF_RECORD(OPK_COPY_, a, ins, 2, NULL, 0);
+}
+of_status of_copy_(of_tensor *dst, of_tensor *src) {
+  OF_DISPATCH(copy__body(dst, src), pack_copy_(dst, src));
+}
+static of_status run_copy_(const of_oprec *n, of_tensor **ins, void **outs) {
+  (void)n;
+  (void)outs;
+  return of_copy_(ins[0], ins[1]);
+}
+
+OF_OP_IMPL(VIEW, run_view, NULL, NULL, describe_shape);
+OF_OP_IMPL(RESHAPE, run_reshape, NULL, NULL, describe_shape);
+OF_OP_IMPL(AS_STRIDED, run_as_strided, NULL, NULL, describe_strided);
+OF_OP_IMPL(TRANSPOSE, run_transpose, NULL, NULL, describe_i2);
+OF_OP_IMPL(PERMUTE, run_permute, NULL, NULL, of_describe_dims);
+OF_OP_IMPL(NARROW, run_narrow, NULL, NULL, describe_dim3);
+OF_OP_IMPL(SLICE, run_slice, NULL, NULL, describe_dim3);
+OF_OP_IMPL(SELECT, run_select, NULL, NULL, describe_dim3);
+OF_OP_IMPL(UNSQUEEZE, run_unsqueeze, NULL, NULL, of_describe_i1);
+OF_OP_IMPL(SQUEEZE, run_squeeze, NULL, NULL, of_describe_i1);
+OF_OP_IMPL(EXPAND, run_expand, NULL, NULL, describe_shape);
+OF_OP_IMPL(FLATTEN, run_flatten, NULL, NULL, describe_i2);
+OF_OP_IMPL(CONTIGUOUS, run_contiguous, NULL, NULL, NULL);
+OF_OP_IMPL(CLONE, run_clone, NULL, NULL, NULL);
+OF_OP_IMPL(TO_DTYPE, run_to_dtype, NULL, NULL, describe_dtype);
+OF_OP_IMPL(COPY_, run_copy_, of_mutates_first, NULL, NULL);
+OF_OP_IMPL(DETACH, run_detach, NULL, NULL, NULL);

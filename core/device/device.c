@@ -6,14 +6,13 @@
  * cuBLAS. Nothing here touches CUDA until a CUDA tensor, flow.cuda.* query
  * or pinned allocation asks for it. */
 #define _GNU_SOURCE
-#include "device.h"
-#include "autograd.h"
+#include "../device.h"
+#include "../autograd.h"
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-const char *of_device_last_op = "";
 
 static struct { int benchmark, deterministic, allow_tf32; } dnn_flags = {0, 0, 1};
 
@@ -121,7 +120,7 @@ int32_t of_cuda_is_available(void) { return cuda_ops() != NULL; }
 const char *of_cuda_why_unavailable(void) { return cuda_ops() ? "" : cuda.why; }
 int32_t of_cuda_library_loaded(void) { return cuda.loaded; }
 
-const of_device_ops *of_device_ops_for(const char *op, of_device dev) {
+static const of_device_ops *ops_for(const char *op, of_device dev) {
   if (of_device_type(dev) != OF_CUDA) {
     of_fail(OF_ERR_DEVICE, "%s: unknown device code %d", op, (int)dev);
     return NULL;
@@ -221,53 +220,9 @@ done:
   return st;
 }
 
-of_status of_copy_across(of_tensor *dst, of_tensor *src) { return copy_across(dst, src, 0); }
-
-static of_status to_device_backward(of_node *n, of_tensor **g, of_tensor **gi) {
-  if (!g[0]) return OF_OK;
-  return of_to_device(g[0], (of_device)n->i[0], 0, &gi[0]);
-}
-static const of_grad_def to_device_grad = {"ToCopyBackward", to_device_backward};
-
-of_status of_to_device(of_tensor *t, of_device dev, int32_t non_blocking, of_tensor **out) {
-  if (!t) return of_fail(OF_ERR_ARG, "to: tensor is NULL");
-  if (of_dev(t) == dev) {
-    of_tensor_retain(t);
-    *out = t;
-    return OF_OK;
-  }
-  /* an op's own copies (a CPU scalar joining a device op, index tables,
-   * host-side checks) are part of that op; the user's are not recorded */
-  if (of_trace_at_user_level()) {
-    char a[16], b[16];
-    return of_fail(OF_ERR_DEVICE, "nn.Graph: to(%s): a graph runs on one device; moving a "
-                   "tensor %s from %s inside build() is not supported: move the module and "
-                   "the inputs to %s before calling the graph", of_device_str(dev, a),
-                   OF_SHAPE_STR(t), of_device_str(of_dev(t), b), of_device_str(dev, a));
-  }
-  if (dev != OF_CPU && !of_device_ops_for("to", dev)) return OF_ERR_DEVICE;
-  of_tensor *r;
-  /* the memory format moves with the data, as in PyTorch */
-  if (of_prefers_channels_last(t))
-    OF_CHECK(of_tensor_new_channels_last(t->shape, t->ndim, t->dtype, dev, &r));
-  else OF_CHECK(of_tensor_new(t->shape, t->ndim, t->dtype, dev, &r));
-  /* non-blocking from pageable memory would race with the caller reusing
-   * it; only a pinned source (or a device source) may be queued */
-  int32_t nb = non_blocking && (of_dev(t) != OF_CPU || of_tensor_is_pinned(t));
-  of_status st = copy_across(r, t, nb);
-  if (st == OF_OK && of_grad_needed(&t, 1)) {
-    of_node *n;
-    st = of_record(&to_device_grad, &t, 1, &r, 1, &n);
-    if (st == OF_OK) n->i[0] = of_dev(t);
-  }
-  if (st != OF_OK) {
-    of_tensor_release(r);
-    return st;
-  }
-  r->storage->version = 0;
-  *out = r;
-  return OF_OK;
-}
+/* storage and data movement call down into the backends through these */
+static const of_device_hooks hooks = {ops_for, of_device_ops_loaded, copy_across};
+__attribute__((constructor)) static void install_hooks(void) { of_device_install(&hooks); }
 
 /* ---- pinned memory ---- */
 static void pinned_free(void *p, void *ctx) {
@@ -296,7 +251,7 @@ of_status of_pin_memory(of_tensor *t, of_tensor **out) {
   if (!p) {   /* no CUDA: a plain copy, as the documentation says */
     OF_CHECK(of_clone_data(t, &r));
   } else {
-    of_status st = of_from_blob(p, t->shape, NULL, t->ndim, t->dtype, pinned_free, NULL, &r);
+    of_status st = of_tensor_wrap_blob(p, t->shape, NULL, t->ndim, t->dtype, pinned_free, NULL, &r);
     if (st != OF_OK) {
       o->host_free(p);
       return st;

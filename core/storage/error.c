@@ -1,5 +1,5 @@
 /* error.c -- thread-local status messages; the library never aborts. */
-#include "internal.h"
+#include "../internal.h"
 #include <stdarg.h>
 #include <stdio.h>
 

@@ -1,5 +1,5 @@
 /* iter.c -- strided, broadcast iteration shared by all elementwise kernels. */
-#include "internal.h"
+#include "../internal.h"
 #include <omp.h>
 
 of_status of_broadcast_shapes(const char *op, const int64_t *a, int32_t na,

@@ -7,10 +7,25 @@
  * Size classes: multiples of 64 B up to 512 B, then four per power of two,
  * so at most 25% of a block is slack. */
 #define _GNU_SOURCE
-#include "device.h"
+#include "../device.h"
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+
+/* The device backends (core/device) install these when the library loads:
+ * device memory and cross-device copies live in the backends, a layer up. */
+static const of_device_hooks *device_hooks;
+const char *of_device_last_op = "";
+void of_device_install(const of_device_hooks *h) { device_hooks = h; }
+const of_device_ops *of_device_ops_for(const char *op, of_device dev) {
+  return device_hooks->ops_for(op, dev);
+}
+of_status of_copy_across(of_tensor *dst, of_tensor *src) {
+  return device_hooks->copy_across(dst, src, 0);
+}
+of_status of_copy_across_async(of_tensor *dst, of_tensor *src, int32_t non_blocking) {
+  return device_hooks->copy_across(dst, src, non_blocking);
+}
 
 enum { NCLASS = 200, ALIGN = 64 };
 #define HUGE_MIN ((int64_t)1 << 20)
@@ -132,7 +147,7 @@ void *of_alloc(of_device dev, int64_t nbytes) {
 void of_free(of_device dev, void *p, int64_t nbytes) {
   if (!p) return;
   if (dev != OF_CPU) {
-    const of_device_ops *o = of_device_ops_loaded();
+    const of_device_ops *o = device_hooks->loaded();
     if (o) o->free(dev, p, nbytes);
     return;
   }
@@ -158,7 +173,7 @@ void of_free(of_device dev, void *p, int64_t nbytes) {
 
 void of_empty_cache(of_device dev) {
   if (dev != OF_CPU) {
-    const of_device_ops *o = of_device_ops_loaded();
+    const of_device_ops *o = device_hooks->loaded();
     if (o) o->empty_cache(dev);
     return;
   }
@@ -181,7 +196,7 @@ void of_empty_cache(of_device dev) {
 const of_memory_stats *of_memory_stats_get(of_device dev) {
   static const of_memory_stats none;
   if (dev != OF_CPU) {
-    const of_device_ops *o = of_device_ops_loaded();
+    const of_device_ops *o = device_hooks->loaded();
     return o ? o->memory_stats(dev) : &none;
   }
   return &cpu.stats;
@@ -196,7 +211,7 @@ void of_memory_mark(of_device dev) {
 
 void of_memory_reset_peak(of_device dev) {
   if (dev != OF_CPU) {
-    const of_device_ops *o = of_device_ops_loaded();
+    const of_device_ops *o = device_hooks->loaded();
     if (o) o->reset_peak(dev);
     return;
   }

@@ -1,0 +1,162 @@
+-- bench/ab_step.lua -- one side of an A/B run (tools/ab_bench.sh): times our
+-- side only (no PyTorch, writes no doc) and prints machine-readable lines.
+--
+--   luajit bench/ab_step.lua add   [threads]              -> small_add_us X
+--   luajit bench/ab_step.lua train [threads] [--steps N]  -> lenet_ms X, resnet18_ms X
+--
+-- The timings copy bench/ops.lua (a) "1-element add" (best of 7 runs of 1e6
+-- adds, after a warm-up of a tenth of a run) and bench/train.lua's bench()
+-- (3 warm-up steps, then the median of N timed steps; LeNet batch 64 1x28x28
+-- from bench/lenet.lua, its ResNet-18 batch 16 3x64x64, SGD with momentum).
+--
+-- Which library and Lua modules are used is decided by the caller through
+-- OF_LIBRARY and LUA_PATH; the driver prints what it really loaded:
+--   lib <path>       the liboneflow.so mapped into this process (/proc/self/maps)
+--   lib_asked <path> the path oneflow._C resolved
+--   lua <path>       the oneflow/_C.lua this process loaded
+local ffi = require 'ffi'
+
+local mode = arg and arg[1] or 'train'
+local threads, steps = tonumber(os.getenv('OF_BENCH_THREADS') or '') or 2, 20
+do
+  local i = 2
+  while arg and i <= #arg do
+    if arg[i] == '--steps' then steps = tonumber(arg[i + 1]); i = i + 1
+    elseif tonumber(arg[i]) then threads = tonumber(arg[i]) end
+    i = i + 1
+  end
+end
+
+local flow = require 'oneflow'
+local core = require 'oneflow._C'
+flow.set_num_threads(threads)
+
+------------------------------------------------------------------ provenance
+do
+  local mapped
+  local f = io.open('/proc/self/maps')
+  if f then
+    for l in f:lines() do
+      local p = l:match('%s(/%S*liboneflow[^/%s]*%.so[^/%s]*)$')
+      if p then mapped = p; break end
+    end
+    f:close()
+  end
+  print('lib ' .. (mapped or 'unknown'))
+  print('lib_asked ' .. tostring(core.library_path))
+  print('lua ' .. tostring(package.searchpath('oneflow._C', package.path)))
+  print('threads ' .. flow.get_num_threads())
+end
+
+------------------------------------------------------------------ timing
+pcall(ffi.cdef, [[
+typedef struct { int64_t sec, nsec; } of_bench_timespec;
+int clock_gettime(int clk, of_bench_timespec *ts);
+]])
+local ts = ffi.new('of_bench_timespec')
+local function now()
+  ffi.C.clock_gettime(1, ts)   -- CLOCK_MONOTONIC
+  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
+end
+
+if mode == 'add' then
+  -- bench/ops.lua's best_of without `steady`, and its row (a)
+  local function best_of(repeats, iters, fn)
+    fn(math.max(1, math.floor(iters / 10)))
+    local best = math.huge
+    for _ = 1, repeats do
+      local t0 = now()
+      fn(iters)
+      local t = (now() - t0) / iters
+      if t < best then best = t end
+    end
+    return best
+  end
+  local a, b = flow.tensor({1}), flow.tensor({2})
+  local c
+  local t = best_of(7, 1000000, function(n)
+    for _ = 1, n do c = a + b end
+  end)
+  assert(c:item() == 3)
+  print(('small_add_us %.4f'):format(t * 1e6))
+  os.exit(0)
+end
+
+assert(mode == 'train', 'mode must be add or train')
+local nn, F = flow.nn, flow.nn.functional
+
+------------------------------------------------------------------ models (as bench/train.lua)
+local LeNet = require 'bench.lenet'
+
+local BasicBlock = nn.Module:subclass('BasicBlock')
+function BasicBlock:__init(cin, cout, stride)
+  nn.Module.__init(self)
+  self.conv1 = nn.Conv2d(cin, cout, 3, {stride = stride, padding = 1, bias = false})
+  self.bn1 = nn.BatchNorm2d(cout)
+  self.conv2 = nn.Conv2d(cout, cout, 3, {padding = 1, bias = false})
+  self.bn2 = nn.BatchNorm2d(cout)
+  if stride ~= 1 or cin ~= cout then
+    self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, {stride = stride, bias = false}),
+                                    nn.BatchNorm2d(cout))
+  end
+end
+function BasicBlock:forward(x)
+  local out = F.relu(self.bn1(self.conv1(x)))
+  out = self.bn2(self.conv2(out))
+  local identity = self.downsample and self.downsample(x) or x
+  return F.relu(out + identity)
+end
+
+local ResNet18 = nn.Module:subclass('ResNet18')
+function ResNet18:__init(num_classes)
+  nn.Module.__init(self)
+  self.conv1 = nn.Conv2d(3, 64, 7, {stride = 2, padding = 3, bias = false})
+  self.bn1 = nn.BatchNorm2d(64)
+  local cin = 64
+  for i, cout in ipairs({64, 128, 256, 512}) do
+    local stride = i == 1 and 1 or 2
+    self['layer' .. i] = nn.Sequential(BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1))
+    cin = cout
+  end
+  self.fc = nn.Linear(512, num_classes)
+end
+function ResNet18:forward(x)
+  x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, {stride = 2, padding = 1})
+  x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+  return self.fc(flow.flatten(F.adaptive_avg_pool2d(x, 1), 2))
+end
+
+local function median(t)
+  table.sort(t)
+  return t[math.floor((#t + 1) / 2)]
+end
+
+-- bench/train.lua's bench(), less the peak-memory figure
+local function bench(model, batch, shape)
+  jit.flush()
+  flow.collect()
+  flow.manual_seed(0)
+  local x = flow.randn(batch, unpack(shape))
+  local y = flow.randint(1, 11, {batch})
+  local opt = flow.optim.SGD(model:parameters(), {lr = 0.01, momentum = 0.9})
+  local function step()
+    local loss = F.cross_entropy(model(x), y)
+    opt:zero_grad()
+    loss:backward()
+    opt:step()
+  end
+  for _ = 1, 3 do step() end
+  flow.collect()
+  local times = {}
+  for i = 1, steps do
+    local t0 = now()
+    step()
+    times[i] = (now() - t0) * 1000
+  end
+  return median(times)
+end
+
+flow.manual_seed(0)
+print(('lenet_ms %.3f'):format(bench(LeNet(), 64, {1, 28, 28})))
+flow.manual_seed(0)
+print(('resnet18_ms %.3f'):format(bench(ResNet18(10), 16, {3, 64, 64})))

@@ -1,0 +1,218 @@
+/* layout.c -- data movement below the ops: copies with dtype conversion,
+ * dense copies, casts, and memory formats (channels-last). Nothing here
+ * records autograd or is traced; the ops (core/ops) build on it. */
+#include "../device.h"
+#include <stdlib.h>
+
+/* ---- copy with conversion ---- */
+
+#define CONV_LOOP(TD, TS)                                                         \
+  static void conv_##TD##_##TS(char **p, const int64_t *s, int64_t n, void *c) { \
+    (void)c;                                                                      \
+    char *d = p[0], *x = p[1];                                                    \
+    if (s[0] == sizeof(TD) && s[1] == sizeof(TS)) {                               \
+      TD *restrict dd = (TD *)d;                                                  \
+      const TS *restrict xx = (const TS *)x;                                      \
+      for (int64_t i = 0; i < n; i++) dd[i] = (TD)xx[i];                          \
+    } else {                                                                      \
+      for (int64_t i = 0; i < n; i++) *(TD *)(d + i * s[0]) = (TD) * (const TS *)(x + i * s[1]); \
+    }                                                                             \
+  }
+
+#define NATIVE_TYPES(X, A) X(A, bool) X(A, uint8_t) X(A, int8_t) X(A, int32_t) X(A, int64_t) X(A, float) X(A, double)
+#define NATIVE_TYPES2(X, A) X(A, bool) X(A, uint8_t) X(A, int8_t) X(A, int32_t) X(A, int64_t) X(A, float) X(A, double)
+NATIVE_TYPES2(CONV_LOOP, bool)
+NATIVE_TYPES2(CONV_LOOP, uint8_t)
+NATIVE_TYPES2(CONV_LOOP, int8_t)
+NATIVE_TYPES2(CONV_LOOP, int32_t)
+NATIVE_TYPES2(CONV_LOOP, int64_t)
+NATIVE_TYPES2(CONV_LOOP, float)
+NATIVE_TYPES2(CONV_LOOP, double)
+
+typedef void (*loop_t)(char **, const int64_t *, int64_t, void *);
+static int native_index(of_dtype t) {
+  switch (t) {
+    case OF_BOOL: return 0; case OF_UINT8: return 1; case OF_INT8: return 2;
+    case OF_INT32: return 3; case OF_INT64: return 4; case OF_FLOAT32: return 5;
+    case OF_FLOAT64: return 6; default: return -1;
+  }
+}
+#define CONV_PTR(TD, TS) conv_##TD##_##TS,
+static const loop_t conv_table[7][7] = {
+    {NATIVE_TYPES(CONV_PTR, bool)},    {NATIVE_TYPES(CONV_PTR, uint8_t)},
+    {NATIVE_TYPES(CONV_PTR, int8_t)},  {NATIVE_TYPES(CONV_PTR, int32_t)},
+    {NATIVE_TYPES(CONV_PTR, int64_t)}, {NATIVE_TYPES(CONV_PTR, float)},
+    {NATIVE_TYPES(CONV_PTR, double)}};
+
+static void copy_bits16(char **p, const int64_t *s, int64_t n, void *c) {
+  (void)c;
+  for (int64_t i = 0; i < n; i++) *(uint16_t *)(p[0] + i * s[0]) = *(const uint16_t *)(p[1] + i * s[1]);
+}
+
+typedef struct { of_dtype dst, src; } slow_ctx;
+static void conv_slow(char **p, const int64_t *s, int64_t n, void *c) {
+  slow_ctx *k = c;
+  for (int64_t i = 0; i < n; i++)
+    of_store_double(p[0] + i * s[0], k->dst, of_load_double(p[1] + i * s[1], k->src));
+}
+
+/* Float to int conversion of NaN/inf is UB in C; send those through the
+ * saturating slow path. Checked only for float -> int copies. */
+static bool needs_saturation(of_tensor *dst, of_tensor *src) {
+  return of_dtype_is_int(dst->dtype) && of_dtype_is_floating(src->dtype);
+}
+
+of_status of_copy_data(of_tensor *dst, of_tensor *src) {
+  int64_t shape[OF_MAX_DIMS];
+  int32_t nd;
+  OF_CHECK(of_broadcast_shapes("copy_", dst->shape, dst->ndim, src->shape, src->ndim, shape, &nd));
+  if (nd != dst->ndim || of_shape_numel(shape, nd) != dst->numel) {
+    char b[96];
+    return of_fail(OF_ERR_SHAPE, "copy_: source %s does not broadcast to destination %s",
+                   OF_SHAPE_STR(src), of_shape_str(dst->shape, dst->ndim, b, 96));
+  }
+  if (of_dev(dst) != OF_CPU || of_dev(src) != OF_CPU) {
+    if (of_dev(dst) != of_dev(src)) return of_copy_across(dst, src);
+    const of_device_ops *o = of_device_ops_for("copy_", of_dev(dst));
+    if (!o) return OF_ERR_DEVICE;
+    of_device_last_op = "copy_";
+    OF_CHECK(o->copy(dst, src));
+    of_bump_version(dst);
+    return OF_OK;
+  }
+  of_iter it;
+  of_tensor *ops[2] = {dst, src};
+  OF_CHECK(of_iter_init(&it, ops, 2, dst->shape, dst->ndim));
+  int a = native_index(dst->dtype), b = native_index(src->dtype);
+  slow_ctx ctx = {dst->dtype, src->dtype};
+  if (a >= 0 && b >= 0 && !needs_saturation(dst, src))
+    of_iter_run(&it, conv_table[a][b], NULL, true);
+  else if (dst->dtype == src->dtype)   /* half to half: move the bits */
+    of_iter_run(&it, copy_bits16, NULL, true);
+  else
+    of_iter_run(&it, conv_slow, &ctx, true);
+  of_bump_version(dst);
+  return OF_OK;
+}
+
+of_status of_clone_data(of_tensor *t, of_tensor **out) {
+  of_tensor *c;
+  OF_CHECK(of_tensor_new(t->shape, t->ndim, t->dtype, of_tensor_device(t), &c));
+  of_status st = of_copy_data(c, t);
+  if (st != OF_OK) {
+    of_tensor_release(c);
+    return st;
+  }
+  c->storage->version = 0;
+  *out = c;
+  return OF_OK;
+}
+
+of_status of_dense(of_tensor *t, of_dtype dt, of_tensor **out) {
+  *out = NULL;
+  if (!t) return OF_OK;
+  if (t->dtype == dt && of_tensor_is_contiguous(t)) {
+    of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  return t->dtype != dt ? of_cast_data(t, dt, out) : of_clone_data(t, out);
+}
+
+of_status of_contiguous_data(of_tensor *t, of_tensor **out) {
+  if (of_tensor_is_contiguous(t)) {
+    of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  return of_clone_data(t, out);
+}
+
+of_status of_cast_data(of_tensor *t, of_dtype dt, of_tensor **out) {
+  if (dt < 0 || dt >= OF_NUM_DTYPES) return of_fail(OF_ERR_DTYPE, "to: unknown dtype %d", (int)dt);
+  if (t->dtype == dt) {
+    of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  of_tensor *c;
+  /* a cast keeps the memory format (PyTorch's preserve_format) */
+  if (of_prefers_channels_last(t))
+    OF_CHECK(of_tensor_new_channels_last(t->shape, t->ndim, dt, of_tensor_device(t), &c));
+  else
+    OF_CHECK(of_tensor_new(t->shape, t->ndim, dt, of_tensor_device(t), &c));
+  of_status st = of_copy_data(c, t);
+  if (st != OF_OK) {
+    of_tensor_release(c);
+    return st;
+  }
+  c->storage->version = 0;
+  *out = c;
+  return OF_OK;
+}
+
+/* ---- memory formats ---- */
+
+static void channels_last_strides(const int64_t *shape, int32_t ndim, int64_t *st) {
+  /* memory order N, spatial..., C */
+  int64_t acc = 1;
+  st[1] = acc;
+  acc *= shape[1];
+  for (int32_t d = ndim - 1; d >= 2; d--) {
+    st[d] = acc;
+    acc *= shape[d];
+  }
+  st[0] = acc;
+}
+
+bool of_is_channels_last(const of_tensor *t) {
+  if (!t || (t->ndim != 4 && t->ndim != 5)) return false;
+  int64_t st[OF_MAX_DIMS];
+  channels_last_strides(t->shape, t->ndim, st);
+  for (int32_t d = 0; d < t->ndim; d++)
+    if (t->shape[d] != 1 && t->strides[d] != st[d]) return false;
+  return true;
+}
+
+bool of_prefers_channels_last(const of_tensor *t) {
+  return of_is_channels_last(t) && !of_tensor_is_contiguous(t);
+}
+
+of_status of_tensor_new_channels_last(const int64_t *shape, int32_t ndim, of_dtype dt,
+                                      of_device dev, of_tensor **out) {
+  if (ndim != 4 && ndim != 5) return of_tensor_new(shape, ndim, dt, dev, out);
+  of_tensor *base;
+  OF_CHECK(of_tensor_new(shape, ndim, dt, dev, &base));
+  int64_t st[OF_MAX_DIMS];
+  channels_last_strides(shape, ndim, st);
+  of_tensor *v = of_tensor_alias(base, shape, st, ndim, 0);
+  of_tensor_release(base);
+  if (!v) return of_fail(OF_ERR_OOM, "channels_last: out of memory");
+  *out = v;
+  return OF_OK;
+}
+
+of_status of_dense_format(of_tensor *t, bool cl, of_dtype dt, of_tensor **out) {
+  *out = NULL;
+  if (!t) return OF_OK;
+  if (!cl || (t->ndim != 4 && t->ndim != 5)) return of_dense(t, dt, out);
+  if (t->dtype == dt && of_is_channels_last(t)) {
+    of_tensor_retain(t);
+    *out = t;
+    return OF_OK;
+  }
+  of_tensor *r;
+  OF_CHECK(of_tensor_new_channels_last(t->shape, t->ndim, dt, of_dev(t), &r));
+  of_status st = of_copy_data(r, t);
+  if (st != OF_OK) {
+    of_tensor_release(r);
+    return st;
+  }
+  *out = r;
+  return OF_OK;
+}
+
+bool of_nhwc_enabled(void) {
+  const char *e = getenv("ONEFLOW_ENABLE_NHWC");
+  return e && *e && strcmp(e, "0") != 0 && strcmp(e, "false") != 0;
+}
