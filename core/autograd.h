@@ -5,9 +5,14 @@
  *   if (of_grad_needed(ins, nin)) {
  *     of_node *n;
  *     OF_CHECK(of_record(&my_grad_def, ins, nin, outs, nout, &n));
- *     of_node_save(n, 0, ins[0]);    // tensors the backward rule needs
- *     n->i[0] = dim;                 // and attributes
+ *     of_node_save(n, 0, ins[0]);        // tensors the backward rule needs
+ *     OF_NODE_KEEP(n, OPK_ROLL, a);      // and the op's attribute record
  *   }
+ *
+ * and its backward rule reads the record back typed:
+ *   const a_roll *a = OF_NODE_ATTRS(a_roll, n);
+ * The record is the op's struct of core/ops/op.h, the one tracing stores in
+ * a graph node (ops.def names it): one encoding of an op's attributes.
  *
  * The backward rule gets the output grads (NULL where an output got none)
  * and writes one grad per input (NULL = zero; skip inputs with
@@ -25,7 +30,7 @@ typedef struct of_grad_def {
   of_backward_fn backward;
 } of_grad_def;
 
-enum { OF_NODE_MAX_SAVED = 5 };
+enum { OF_NODE_MAX_SAVED = 5, OF_NODE_ATTR_MAX = 320 };
 
 typedef struct of_edge {
   of_node *node;             /* retained; NULL: input needs no grad */
@@ -64,8 +69,11 @@ struct of_node {
   /* set by the engine before it runs the rule: nothing records the rule's
    * ops (no create_graph, no trace), so it may use kernels directly */
   bool direct;
-  double d[4];               /* attributes */
+  double d[4];               /* attributes (being replaced by `attrs`) */
   int64_t i[OF_MAX_DIMS * 2];
+  /* the op's attribute record (OF_NODE_KEEP): op kind, size and bytes */
+  int32_t attr_op, attr_size;
+  union { double d_; int64_t i_; unsigned char b[OF_NODE_ATTR_MAX]; } attrs;
   of_tensor *leaf;           /* AccumulateGrad: the leaf (retained) */
   int64_t host_id;           /* custom function / host callback id, or 0 */
   int64_t *pre_hooks;        /* host hook ids per output, for non-leaf hooks */
@@ -81,6 +89,15 @@ void of_node_save(of_node *n, int32_t slot, of_tensor *t);
  * caller owns the result (of_tensor_release it). */
 of_status of_node_saved(of_node *n, int32_t slot, of_tensor **out);
 void of_node_release(of_node *n);
+/* Keeps the op's attribute record `rec` (a struct of core/ops/op.h) in the
+ * node; the backward rule reads it with OF_NODE_ATTRS. */
+#define OF_NODE_KEEP(n, OP, rec)                                                    \
+  do {                                                                              \
+    _Static_assert(sizeof(rec) <= OF_NODE_ATTR_MAX, "attribute record too large"); \
+    of_node_keep_attrs(n, OP, &(rec), (int32_t)sizeof(rec));                        \
+  } while (0)
+#define OF_NODE_ATTRS(T, n) ((const T *)(const void *)(n)->attrs.b)
+void of_node_keep_attrs(of_node *n, int32_t op, const void *rec, int32_t size);
 /* For the engine (core/autograd/engine.c): free a node's saved tensors after
  * its backward ran; a leaf's AccumulateGrad node (made on first use); the
  * host (Lua) callback for hooks and custom Functions. */

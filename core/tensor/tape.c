@@ -318,3 +318,9 @@ of_node *of_node_next(const of_node *n, int32_t i) {
 }
 
 of_host_fn of_host_callback(void) { return host_fn; }
+
+void of_node_keep_attrs(of_node *n, int32_t op, const void *rec, int32_t size) {
+  n->attr_op = op;
+  n->attr_size = size;
+  memcpy(n->attrs.b, rec, (size_t)size);
+}
