@@ -1,7 +1,7 @@
 /* device.h -- the device-ops table and the routing helpers of the op runners.
  *
  * The CUDA part (cuda/, liboneflow_cuda.so) is loaded on first CUDA use by
- * core/device.c and fills one of_device_ops. Op runners check the devices of
+ * core/device/device.c and fills one of_device_ops. Op runners check the devices of
  * their tensors once, at the entry of the family's runner:
  *   - all CPU: the CPU kernel runs (one load per tensor on the fast path);
  *   - tensors on two devices: a clear error naming the op and the devices;
@@ -110,7 +110,7 @@ typedef struct of_device_ops {
   of_status (*layer_norm_back_rows)(of_tensor *g, of_tensor *x, of_tensor *w,
                                     of_tensor *mean, of_tensor *rstd, int64_t outer, int64_t n,
                                     of_tensor *gx, of_tensor *gw, of_tensor *gb);
-  /* Philox: fill t from the (seed, offset) stream of core/random.c, values
+  /* Philox: fill t from the (seed, offset) stream of core/ops/random.c, values
    * in logical row-major order. dist 0 uniform (p: lo, hi, largest value
    * below hi), 1 normal (mean, std), 2 bernoulli (p) */
   of_status (*random)(of_tensor *t, int32_t dist, const double *p, uint64_t seed,
@@ -135,7 +135,7 @@ typedef struct of_device_ops {
   /* rows x [outer, n] sorted into values/indices [outer, k] (k <= n) */
   of_status (*sort_rows)(of_tensor *x, int64_t outer, int64_t n, int64_t k, int32_t descending,
                          int64_t index_base, of_tensor *values, of_tensor *indices);
-  /* fused optimizer updates (same arithmetic as core/graph/optim.c). hyper
+  /* fused optimizer updates (same arithmetic as core/ops/optim.c). hyper
    * (float64 {lr, step}) and found_inf (float32 [1], may be NULL: skip the
    * update when != 0) live on the parameter's device and are read there;
    * the step count advances there too. Nothing is read on the host, so a
@@ -258,7 +258,7 @@ typedef struct of_device_ops {
 typedef int32_t (*of_device_init_fn)(of_device_ops *ops, char *why, int32_t cap);
 
 
-/* ---- core/device.c ---- */
+/* ---- core/device/device.c ---- */
 /* The ops of dev's type (loading the library on first use), or NULL with an
  * error naming `op` and saying why CUDA is unavailable. */
 const of_device_ops *of_device_ops_for(const char *op, of_device dev);

@@ -32,7 +32,7 @@ struct of_tensor {
   int64_t strides[OF_MAX_DIMS];   /* in elements */
   int32_t ndim;
   of_dtype dtype;
-  /* autograd (core/autograd.c) */
+  /* autograd (core/tensor/tape.c, core/autograd/engine.c) */
   bool requires_grad;
   int32_t output_nr;              /* which output of grad_fn this is */
   struct of_tensor *grad;         /* retained */

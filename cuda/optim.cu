@@ -1,5 +1,5 @@
 // optim.cu -- fused SGD and Adam updates and loss scaling: each element goes through the
-// float operations of core/graph/optim.c in the parameter's dtype, in the
+// float operations of core/ops/optim.c in the parameter's dtype, in the
 // same order, so CPU and GPU agree to rounding of the device's sqrt/pow.
 #include "common.cuh"
 #include "kernels.cuh"
@@ -143,7 +143,7 @@ static of_status adam(of_tensor *param, of_tensor *grad, of_tensor *m, of_tensor
   return launched("adam_update");
 }
 
-// ---- loss scaling (core/graph/optim.c's maths on the device) ----
+// ---- loss scaling (core/ops/optim.c's maths on the device) ----
 template <typename T>
 __global__ void unscale_kernel(int64_t n, T *g, const float *scale, float *found) {
   const T inv = (T)(float)(1.0 / (double)*scale);

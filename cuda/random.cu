@@ -1,4 +1,4 @@
-// random.cu -- Philox4x32-10 fills with core/random.c's stream: element i
+// random.cu -- Philox4x32-10 fills with core/ops/random.c's stream: element i
 // (logical row-major order) of a fill that reserved blocks from `offset`
 // takes its bits from block offset + i / per_block, exactly as on the CPU,
 // so a seed gives the same numbers on both devices (normal_ up to the last

@@ -254,7 +254,7 @@ of_status of_comm_new_group(of_comm *parent, const int32_t *ranks, int32_t n,
   return OF_OK;
 }
 
-/* nn.Graph keeps the communicators its collective nodes use (core/graph/dist.c). */
+/* nn.Graph keeps the communicators its collective nodes use (core/ops/comm.c). */
 void of_comm_retain_internal(of_comm *c) {
   if (c && c != &world) c->refcount++;
 }

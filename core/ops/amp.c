@@ -1,5 +1,5 @@
 /* amp.c -- autocast state (flow.amp.autocast): a thread-local low-precision
- * dtype that the public entry points of core/graph/ops.c consult.
+ * dtype that the public entry points of the op families consult.
  *
  * Op classes (PyTorch's CPU lists, doc/amp.md):
  *   low:     matmul, mm, bmm, addmm, conv, conv_transpose -- floating inputs

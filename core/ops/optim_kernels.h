@@ -1,5 +1,5 @@
 /* optim_kernels.h -- the one-pass optimizer updates shared by the fused ops
- * (core/graph/optim.c: of_optim_sgd_, of_optim_adam_), which both nn.Graph
+ * (core/ops/optim.c: of_optim_sgd_, of_optim_adam_), which both nn.Graph
  * and the eager optimizers call. Contiguous buffers of `dt` (float32 or
  * float64), n elements each; NULL for state a configuration does not use. */
 #ifndef ONEFLOW_OPS_OPTIM_KERNELS_H

@@ -1,6 +1,7 @@
 -- oneflow._C: loads liboneflow, declares its API to the FFI from the header
 -- text embedded in the library, and owns the Lua side of tensor lifetimes.
 local ffi = require 'ffi'
+local bit = require 'bit'
 
 local M = {}
 
@@ -191,6 +192,30 @@ getmetatable(M._closer).__gc = function()
 end
 
 -- Scratch out-parameters, reused by every call (one Lua state is one thread).
+-- The op schema of core/ops/ops.def, one row per op kind in kind order
+-- (kind is 0-based, as the C enum): name, attribute record (C struct),
+-- record size (-1 variable), tensor inputs min..max, outputs (-1: from the
+-- record), OF_OPF_* flags, family file core/ops/<family>.c, graph_only.
+local FLAG_NAMES = {'elementwise', 'random', 'view', 'create', 'empty', 'opaque', 'varin',
+                    'into', 'collective', 'varattr'}
+function M.op_schema()
+  local rows, info = {}, ffi.new('of_op_info')
+  for k = 0, C.of_op_schema_count() - 1 do
+    if C.of_op_schema(k, info) ~= 0 then M.raise(2) end
+    local flags = {}
+    for b, name in ipairs(FLAG_NAMES) do
+      if bit.band(info.flags, bit.lshift(1, b - 1)) ~= 0 then flags[name] = true end
+    end
+    rows[#rows + 1] = {
+      kind = k, name = ffi.string(info.name), attrs = ffi.string(info.attrs),
+      family = ffi.string(info.family), attr_size = info.attr_size,
+      min_inputs = info.min_inputs, max_inputs = info.max_inputs, outputs = info.outputs,
+      flags = flags, graph_only = info.graph_only ~= 0,
+    }
+  end
+  return rows
+end
+
 M.out1 = ffi.new('of_tensor*[1]')
 M.out2 = ffi.new('of_tensor*[1]')
 

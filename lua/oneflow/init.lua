@@ -46,6 +46,7 @@ mt.__len = function(t) return t:size(1) end
 ffi.metatype('struct of_lua_tensor', mt)
 
 flow.C = core.C
+flow._C = core   -- the library loader; _C.op_schema() lists the C ops (core/ops/ops.def)
 flow.autograd = autograd
 flow.no_grad, flow.enable_grad = autograd.no_grad, autograd.enable_grad
 flow.set_grad_enabled, flow.is_grad_enabled = autograd.set_grad_enabled, autograd.is_grad_enabled

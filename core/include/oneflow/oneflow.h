@@ -85,7 +85,7 @@ void of_memory_mark(of_device dev);           /* zero bytes_since_sweep */
 void of_memory_reset_peak(of_device dev);
 void of_empty_cache(of_device dev);
 
-/* ---- devices (core/device.c; kernels in cuda/, liboneflow_cuda.so) ------
+/* ---- devices (core/device/device.c; kernels in cuda/, liboneflow_cuda.so) ------
  * The CUDA library is loaded on first CUDA use (never at startup): a build
  * with CUDA runs every CPU feature on a machine without a GPU driver.
  * of_cuda_is_available() loads it and checks for a device; when it is 0,
@@ -340,7 +340,7 @@ of_status of_one_hot(of_tensor *index, int64_t num_classes, int64_t index_base,
 of_status of_masked_select(of_tensor *x, of_tensor *mask, of_tensor **out);
 of_status of_nonzero(of_tensor *x, int64_t index_base, of_tensor **out);
 
-/* ---- random (core/random.c): Philox4x32-10, counter based --------------- */
+/* ---- random (core/ops/random.c): Philox4x32-10, counter based --------------- */
 void of_manual_seed(uint64_t seed);
 uint64_t of_initial_seed(void);
 /* The generator state is (seed, offset); saving and restoring it replays. */
@@ -358,7 +358,7 @@ of_status of_rand(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev
 of_status of_randn(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
                    of_tensor **out);
 
-/* ---- autograd (core/autograd.c) ---------------------------------------- */
+/* ---- autograd (core/tensor/tape.c, core/autograd/engine.c) ---------------------------------------- */
 typedef struct of_node of_node;
 int32_t of_is_grad_enabled(void);                  /* thread-local */
 void of_set_grad_enabled(int32_t on);
