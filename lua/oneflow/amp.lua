@@ -6,7 +6,7 @@
 --   local scaler = flow.amp.GradScaler()
 --   scaler:scale(loss):backward(); scaler:step(opt); scaler:update()
 --
--- The op classes live in C (core/amp.c): matmul/linear/conv run in the
+-- The op classes live in C (core/ops/amp.c): matmul/linear/conv run in the
 -- autocast dtype; reductions, softmax, cumsum, losses and norms in float32;
 -- everything else follows its inputs. The state is thread-local and off
 -- inside backward rules, so backward runs in the forward's dtypes.

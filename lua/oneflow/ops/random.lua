@@ -1,6 +1,6 @@
 -- oneflow.ops.random: seeding, generator state and random tensors.
 --
--- One Philox4x32-10 generator (core/random.c) whose state is (seed, offset):
+-- One Philox4x32-10 generator (core/ops/random.c) whose state is (seed, offset):
 -- the seed is the key, the offset counts the 128-bit counter blocks used so
 -- far. Element i of a fill depends only on (seed, offset, i), so results do
 -- not depend on the thread count or on the tensor's memory layout.
