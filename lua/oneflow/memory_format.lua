@@ -10,7 +10,7 @@
 -- CPU ops may convert internally).
 local M = {}
 
-local Format = {}
+local Format = require('oneflow._args').value_type({})
 Format.__index = Format
 Format.__tostring = function(f) return 'oneflow.' .. f.name end
 M.Format = Format

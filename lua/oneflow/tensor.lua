@@ -4,7 +4,7 @@
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
 local types = require 'oneflow.types'
-local util = require 'oneflow._util'
+local util = require 'oneflow._args'
 
 local C, wrap, raise = core.C, core.wrap, core.raise
 local out1 = core.out1

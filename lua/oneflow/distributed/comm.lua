@@ -19,7 +19,7 @@ M.env = env
 
 local comm_out = ffi.new('of_comm*[1]')
 
-local Group = {}
+local Group = require('oneflow._args').value_type({})
 Group.__index = Group
 M.Group = Group
 

@@ -24,7 +24,7 @@ local is_tensor = T.is_tensor
 local methods = T.methods
 
 local G = {}              -- methods of global tensors
-local GT = {}             -- their metatable
+local GT = require('oneflow._args').value_type({})             -- their metatable
 M.methods, M.metatable = G, GT
 
 local function is_global(x) return type(x) == 'table' and getmetatable(x) == GT end

@@ -1,7 +1,7 @@
 -- oneflow.nn.activation: activation modules over nn.functional.
 --   nn.ReLU(), nn.LeakyReLU(0.2), nn.GELU({approximate = 'tanh'}),
 --   nn.Softmax(-1), nn.PReLU(16, 0.25)
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'
 local F = require 'oneflow.nn.functional'

@@ -1,5 +1,10 @@
 -- oneflow.nn: modules, containers, nn.functional, nn.init and nn.utils.
 --   local nn, F = flow.nn, flow.nn.functional
+-- Required before oneflow itself: load oneflow, which loads this module.
+if package.loaded.oneflow == nil then
+  package.loaded['oneflow.nn'] = nil
+  return require('oneflow').nn
+end
 local module = require 'oneflow.nn.module'
 
 local nn = {

@@ -3,7 +3,7 @@
 -- BatchNorm keeps PyTorch's buffers: running_mean, running_var and
 -- num_batches_tracked (int64); momentum = false is the cumulative average
 -- (PyTorch's momentum=None).
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'
 local F = require 'oneflow.nn.functional'

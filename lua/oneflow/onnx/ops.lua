@@ -14,7 +14,7 @@
 -- get 1 added, so onnxruntime returns what the Lua model returns.
 local T = require 'oneflow.tensor'
 local graph = require 'oneflow.onnx.graph'
-local util = require 'oneflow._util'
+local util = require 'oneflow._args'
 local U = require 'oneflow.nn._util'
 
 local is_tensor, is_options = T.is_tensor, util.is_options

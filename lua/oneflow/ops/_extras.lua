@@ -1,7 +1,7 @@
 -- oneflow.ops._extras: what the extras modules (extras, extras_shape,
 -- extras_stats) share: argument checks and small tensor helpers.
 local types = require 'oneflow.types'
-local util = require 'oneflow._util'
+local util = require 'oneflow._args'
 local T = require 'oneflow.tensor'
 
 local def, is_tensor, is_options = T.def, T.is_tensor, util.is_options

@@ -4,7 +4,7 @@
 -- side gets index_base = 1 and converts nothing in an extra pass.
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
-local util = require 'oneflow._util'
+local util = require 'oneflow._args'
 local T = require 'oneflow.tensor'
 
 local C, out1, out2, raise, wrap = core.C, core.out1, core.out2, core.raise, core.wrap

@@ -21,7 +21,7 @@
 -- (core/ops/linalg_ext.c, float32/float64, CPU) with backward rules in C.
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
-local util = require 'oneflow._util'
+local util = require 'oneflow._args'
 local T = require 'oneflow.tensor'
 local types = require 'oneflow.types'
 

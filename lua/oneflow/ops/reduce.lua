@@ -8,7 +8,7 @@
 -- The module returns the functions nn.functional reuses (softmax, ...).
 local core = require 'oneflow._C'
 local types = require 'oneflow.types'
-local util = require 'oneflow._util'
+local util = require 'oneflow._args'
 local T = require 'oneflow.tensor'
 
 local C, out1, out2, raise, wrap = core.C, core.out1, core.out2, core.raise, core.wrap

@@ -3,7 +3,7 @@
 local core = require 'oneflow._C'
 local mf = require 'oneflow.memory_format'
 local types = require 'oneflow.types'
-local util = require 'oneflow._util'
+local util = require 'oneflow._args'
 local T = require 'oneflow.tensor'
 
 local C, out1, raise = core.C, core.out1, core.raise

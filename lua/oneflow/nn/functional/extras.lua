@@ -3,7 +3,7 @@
 -- index_add, reshape and permute (all differentiable).
 --   local cols = F.unfold(x, {2, 3}, {stride = 2})      -- [N, C*2*3, L]
 --   local y = F.fold(cols, {8, 8}, {2, 3}, {stride = 2}) -- [N, C, 8, 8]
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 
 local parse, fail, shape_str, ntuple = U.parse, U.fail, U.shape_str, U.ntuple

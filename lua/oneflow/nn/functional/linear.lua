@@ -1,6 +1,6 @@
 -- oneflow.nn.functional.linear: linear, bilinear, embedding and distances,
 -- composed from matmul, index_select and reductions (all differentiable).
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local autograd = require 'oneflow.autograd'
 local U = require 'oneflow.nn._util'
 local C = require('oneflow._C').C

@@ -2,7 +2,7 @@
 -- with {reduction = 'mean' | 'sum' | 'none'} (PyTorch semantics). Class
 -- labels are 1-based. nll_loss and cross_entropy here are the composed
 -- versions; nn.functional prefers the kernel-backed ones when they exist.
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local act = require 'oneflow.nn.functional.activation'
 

@@ -4,7 +4,7 @@
 -- differentiable).
 --   local grid = F.affine_grid(theta, {N, C, H, W})        -- [N, H, W, 2]
 --   local y = F.grid_sample(x, grid, {padding_mode = 'border'})
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 
 local parse, fail, shape_str = U.parse, U.fail, U.shape_str
