@@ -6,12 +6,12 @@ local core = require 'oneflow._C'
 local types = require 'oneflow.types'
 local T = require 'oneflow.tensor'
 
+-- One module per topic, as core/ops (see doc/internals.md, "Lua layout").
 local op_modules = {
-  'oneflow.ops.views', 'oneflow.ops.elementwise', 'oneflow.ops.reduce',
-  'oneflow.ops.linalg', 'oneflow.ops.index', 'oneflow.ops.random',
-  'oneflow.ops.nn_conv',
-  'oneflow.ops.nn_norm',
-  'oneflow.ops.extras', 'oneflow.ops.extras_shape', 'oneflow.ops.extras_stats',
+  'oneflow.ops.views', 'oneflow.ops.shape', 'oneflow.ops.creation',
+  'oneflow.ops.elementwise', 'oneflow.ops.reduce', 'oneflow.ops.scan', 'oneflow.ops.stats',
+  'oneflow.ops.index', 'oneflow.ops.linalg', 'oneflow.ops.einsum', 'oneflow.ops.random',
+  'oneflow.ops.nn_conv', 'oneflow.ops.nn_norm',
   'oneflow.ops.linalg_ext',
 }
 for _, name in ipairs(op_modules) do require(name) end

@@ -32,7 +32,7 @@ TF._py_round = py_round
 
 local function fail(op, msg, level) error(op .. ': ' .. msg, (level or 2) + 1) end
 
-local function shape_str(x) return '[' .. table.concat(x:size():totable(), ', ') .. ']' end
+local function shape_str(x) return require('oneflow._args').shape_str(x, ', ') end
 
 --- Checks for an image tensor [..., C, H, W] (or [H, W] when allow2d).
 local function check_image(img, op, allow2d)

@@ -353,7 +353,7 @@ local function region(ck, name, start, size, dtype, op)
   return out
 end
 
-local function shape_str(s) return '[' .. table.concat(s, ', ') .. ']' end
+local function shape_str(s) return require('oneflow._args').shape_str(s, ', ') end
 
 --- flow.distributed.load(path[, target]): target a module or a table
 -- name -> tensor (global or local): each is filled in place with its own

@@ -6,6 +6,7 @@
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
 local T = require 'oneflow.tensor'
+local A = require 'oneflow._args'
 
 local C, wrap, raise, out1 = core.C, core.wrap, core.raise, core.out1
 -- Collectives that return a new tensor release dead tensors first, so the
@@ -19,7 +20,7 @@ M.env = env
 
 local comm_out = ffi.new('of_comm*[1]')
 
-local Group = require('oneflow._args').value_type({})
+local Group = A.value_type({})
 Group.__index = Group
 M.Group = Group
 
@@ -111,12 +112,8 @@ local function red_op(op, name)
   return v
 end
 
-local function check_tensor(x, name, what)
-  if not T.is_tensor(x) then
-    error(('%s: expected a local tensor as %s, got %s'):format(name, what or 'input',
-          type(x) == 'table' and x.placement and 'a global tensor' or type(x)), 3)
-  end
-end
+-- Collectives take local tensors (a global tensor is described as one).
+local function check_tensor(x, name, what) A.check_tensor(name, x, (what or 'input') .. ' (a local tensor)') end
 
 local function counts_ptr(list)
   local p = ffi.new('int64_t[?]', #list)

@@ -14,6 +14,7 @@
 -- gradient back to g's own SBP (a collective: call it on every rank).
 local T = require 'oneflow.tensor'
 local types = require 'oneflow.types'
+local A = require 'oneflow._args'
 local comm = require 'oneflow.distributed.comm'
 local PL = require 'oneflow.distributed.placement'
 local B = require 'oneflow.distributed.boxing'
@@ -24,13 +25,13 @@ local is_tensor = T.is_tensor
 local methods = T.methods
 
 local G = {}              -- methods of global tensors
-local GT = require('oneflow._args').value_type({})             -- their metatable
+local GT = A.value_type({})             -- their metatable
 M.methods, M.metatable = G, GT
 
 local function is_global(x) return type(x) == 'table' and getmetatable(x) == GT end
 M.is_global = is_global
 
-local function shape_str(s) return '[' .. table.concat(s, ', ') .. ']' end
+local function shape_str(s) return A.shape_str(s, ', ') end
 local function sbp_str(s)
   local parts = {}
   for i, v in ipairs(s) do parts[i] = tostring(v) end

@@ -14,10 +14,10 @@
 -- get 1 added, so onnxruntime returns what the Lua model returns.
 local T = require 'oneflow.tensor'
 local graph = require 'oneflow.onnx.graph'
-local util = require 'oneflow._args'
+local A = require 'oneflow._args'
 local U = require 'oneflow.nn._util'
 
-local is_tensor, is_options = T.is_tensor, util.is_options
+local is_tensor, is_options = T.is_tensor, A.is_options
 local A_f, A_i, A_s, A_ints = graph.f, graph.i, graph.s, graph.ints
 local floor, ceil = math.floor, math.ceil
 local INT64_MIN = -2 ^ 63
@@ -416,7 +416,7 @@ R.t = function(g, out, x)
   transpose_perm(g, out, x, {1, 0})
 end
 R.permute = function(g, out, x, ...)
-  local dims = util.sizes_and_options('permute', ...)
+  local dims = A.sizes_and_options('permute', ...)
   local r, perm = x:dim(), {}
   for i = 1, #dims do perm[i] = axis(dims[i], r) end
   transpose_perm(g, out, x, perm)

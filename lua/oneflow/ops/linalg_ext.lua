@@ -32,15 +32,10 @@ local INF = math.huge
 
 local linalg = {}
 
-local function shape_str(x)
-  return '[' .. table.concat(x:size():totable(), ',') .. ']'
-end
+local shape_str = util.shape_str
 
-local function check_tensor(op, x, what)
-  if not is_tensor(x) then
-    error(('linalg.%s: expected a tensor%s, got %s'):format(op, what or '', type(x)), 3)
-  end
-end
+-- linalg ops name themselves linalg.<op> in errors.
+local function check_tensor(op, x, what) return util.check_tensor('linalg.' .. op, x, what) end
 
 local function check_float(op, x)
   if not x.dtype.is_floating_point then
@@ -283,22 +278,13 @@ end
 --- linalg.cross(a, b, {dim = -1}): the cross product of 3-vectors along dim
 -- (size 3 in both); the other dims broadcast.
 function linalg.cross(a, b, o)
-  check_tensor('cross', a)
-  check_tensor('cross', b)
   local d = -1
-  if type(o) == 'number' then d = o elseif type(o) == 'table' and o.dim then d = o.dim end
-  if a:dim() ~= b:dim() then
-    error(('linalg.cross: inputs must have the same number of dims, got shapes %s and %s')
-      :format(shape_str(a), shape_str(b)), 2)
+  if type(o) == 'number' then
+    d = o
+  elseif is_options(o) then
+    d = util.check_options('linalg.cross', o, {'dim'}).dim or -1
   end
-  local dd = norm_dim('cross', d, a:dim())
-  if a:size(dd) ~= 3 or b:size(dd) ~= 3 then
-    error(('linalg.cross: dim %d must have size 3, got shapes %s and %s'):format(
-      d, shape_str(a), shape_str(b)), 2)
-  end
-  local a1, a2, a3 = a:select(dd, 1), a:select(dd, 2), a:select(dd, 3)
-  local b1, b2, b3 = b:select(dd, 1), b:select(dd, 2), b:select(dd, 3)
-  return T.flow.stack({a2 * b3 - a3 * b2, a3 * b1 - a1 * b3, a1 * b2 - a2 * b1}, dd)
+  return require('oneflow.ops.linalg').cross('linalg.cross', a, b, d)
 end
 
 ------------------------------------------------------------------ diagonal
@@ -348,7 +334,7 @@ end
 local function mT(x) return x:transpose(-2, -1) end
 
 local function check_kernel_input(op, A)
-  check_tensor(op, A, ' as A')
+  check_tensor(op, A, 'A')
   if A:dim() < 2 or A:size(-1) ~= A:size(-2) then
     error(('linalg.%s: A must be batches of square matrices, got shape %s'):format(
       op, shape_str(A)), 3)
@@ -391,7 +377,7 @@ end
 --- linalg.svdvals(A): the singular values (..., min(m, n)) of A (..., m, n),
 -- in descending order. Differentiable once (gA = U diag(gS) V^T).
 function linalg.svdvals(A)
-  check_tensor('svdvals', A, ' as A')
+  check_tensor('svdvals', A, 'A')
   if A:dim() < 2 then
     error(('linalg.svdvals: A must have at least 2 dims, got shape %s'):format(shape_str(A)), 2)
   end
@@ -404,7 +390,7 @@ end
 -- batch dims broadcast.
 function linalg.solve(A, B, o)
   check_kernel_input('solve', A)
-  check_tensor('solve', B, ' as B')
+  check_tensor('solve', B, 'B')
   if o ~= nil and type(o) ~= 'table' then
     error('linalg.solve: options must be a table, got ' .. type(o), 2)
   end
@@ -507,7 +493,7 @@ local qr_modes = {reduced = 0, complete = 1, r = 2}
 -- 'complete' Q (..., m, m), R (..., m, n); 'r' Q empty, R (..., k, n).
 -- Differentiable in 'reduced' mode, and in 'complete' mode when m <= n.
 function linalg.qr(A, o)
-  check_tensor('qr', A, ' as A')
+  check_tensor('qr', A, 'A')
   if A:dim() < 2 then
     error(('linalg.qr: A must have at least 2 dims, got shape %s'):format(shape_str(A)), 2)
   end
@@ -521,7 +507,7 @@ function linalg.qr(A, o)
 end
 
 local function check_matrix(op, A)
-  check_tensor(op, A, ' as A')
+  check_tensor(op, A, 'A')
   if A:dim() < 2 then
     error(('linalg.%s: A must have at least 2 dims, got shape %s'):format(op, shape_str(A)), 3)
   end
@@ -618,7 +604,7 @@ local lstsq_drivers = {gels = true, gelsy = true, gelsd = true, gelss = true}
 -- empty tensors. Differentiable in A and B (solution and residuals).
 function linalg.lstsq(A, B, o)
   check_matrix('lstsq', A)
-  check_tensor('lstsq', B, ' as B')
+  check_tensor('lstsq', B, 'B')
   o = o or EMPTY
   if type(o) == 'number' then o = {rcond = o} end
   local driver = o.driver or 'gelsy'

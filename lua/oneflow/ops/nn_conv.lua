@@ -20,10 +20,10 @@
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
 local T = require 'oneflow.tensor'
-local util = require 'oneflow._args'
+local A = require 'oneflow._args'
 
 local C, out1, out2, raise, wrap = core.C, core.out1, core.out2, core.raise, core.wrap
-local is_tensor, is_options = T.is_tensor, util.is_options
+local is_tensor, is_options = T.is_tensor, A.is_options
 
 local M = {}
 
