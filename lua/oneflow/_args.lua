@@ -14,7 +14,7 @@
 -- library decoded with a metatable of its own still works as options.
 -- Unknown option keys are errors naming the op and the key.
 local ffi = require 'ffi'
-require 'oneflow._C'   -- declares struct of_lua_tensor
+local core = require 'oneflow._C'   -- also declares struct of_lua_tensor
 local class = require 'oneflow.class'
 
 local A = {}
@@ -185,6 +185,24 @@ function A.check_tensor(op, v, what)
     fail(('%s: expected a tensor for %s, got %s'):format(op, what or 'input', A.describe(v)))
   end
   return v
+end
+
+--- An optional tensor argument -> its C handle (nil for nil); anything else
+-- is an error naming op and the argument.
+function A.handle(op, v, what)
+  if v == nil then return nil end
+  if not is_tensor(v) then
+    fail(('%s: %s must be a tensor or nil, got %s'):format(op, what, A.describe(v)))
+  end
+  return v.p
+end
+
+--- Raises the C library's last error at the user's line.
+function A.raise_c() fail(ffi.string(core.C.of_last_error())) end
+
+--- A.raise_c() unless st (a C status) is 0.
+function A.check_status(st)
+  if st ~= 0 then fail(ffi.string(core.C.of_last_error())) end
 end
 
 --- '[2,3]' for a tensor, a Size or a list of sizes (sep ', ' gives '[2, 3]').

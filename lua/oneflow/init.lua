@@ -11,7 +11,8 @@ local op_modules = {
   'oneflow.ops.views', 'oneflow.ops.shape', 'oneflow.ops.creation',
   'oneflow.ops.elementwise', 'oneflow.ops.reduce', 'oneflow.ops.scan', 'oneflow.ops.stats',
   'oneflow.ops.index', 'oneflow.ops.linalg', 'oneflow.ops.einsum', 'oneflow.ops.random',
-  'oneflow.ops.nn_conv', 'oneflow.ops.nn_norm',
+  'oneflow.ops.nn_conv', 'oneflow.ops.nn_norm', 'oneflow.ops.nn_loss', 'oneflow.ops.nn_pad',
+  'oneflow.ops.nn_resample',
   'oneflow.ops.linalg_ext',
 }
 for _, name in ipairs(op_modules) do require(name) end
