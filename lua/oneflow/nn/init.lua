@@ -16,7 +16,8 @@ local nn = {
 
 local class_files = {
   'container', 'linear', 'activation', 'dropout', 'sparse', 'loss', 'conv', 'pooling',
-  'normalization', 'padding', 'upsampling', 'rnn', 'transformer', 'transformer_decoder', 'extras', 'sampling',
+  'normalization', 'padding', 'upsampling', 'shuffle', 'fold', 'distance', 'rnn', 'transformer',
+  'transformer_decoder', 'sampling',
 }
 for _, f in ipairs(class_files) do
   for name, cls in pairs(require('oneflow.nn.' .. f)) do nn[name] = cls end

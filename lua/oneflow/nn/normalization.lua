@@ -209,4 +209,26 @@ function GroupNorm:extra_repr()
     pyrepr(self.affine))
 end
 
+------------------------------------------------------------------ LocalResponseNorm
+local LRN = Module:subclass('LocalResponseNorm')
+M.LocalResponseNorm = LRN
+
+local lrn_spec = {{'size', U.REQUIRED}, {'alpha', 1e-4}, {'beta', 0.75}, {'k', 1}}
+
+--- nn.LocalResponseNorm(size, {alpha = 1e-4, beta = 0.75, k = 1})
+function LRN:__init(...)
+  Module.__init(self)
+  local a = parse('LocalResponseNorm', lrn_spec, ...)
+  self.size, self.alpha, self.beta, self.k = a.size, a.alpha, a.beta, a.k
+end
+
+function LRN:forward(x)
+  return F.local_response_norm(x, self.size, {alpha = self.alpha, beta = self.beta, k = self.k})
+end
+
+function LRN:extra_repr()
+  return ('%s, alpha=%s, beta=%s, k=%s'):format(self.size, self.alpha, self.beta, self.k)
+end
+
+
 return M

@@ -12,7 +12,8 @@ if package.loaded.oneflow == nil then
 end
 local F = {}
 
-for _, part in ipairs({'activation', 'dropout', 'linear', 'loss', 'attention', 'extras', 'sampling'}) do
+for _, part in ipairs({'activation', 'dropout', 'linear', 'normalization', 'distance', 'loss', 'attention',
+                       'fold', 'shuffle', 'sampling'}) do
   for k, v in pairs(require('oneflow.nn.functional.' .. part)) do F[k] = v end
 end
 
