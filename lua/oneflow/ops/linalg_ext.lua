@@ -34,8 +34,6 @@ local linalg = {}
 
 local shape_str = util.shape_str
 
--- linalg ops name themselves linalg.<op> in errors.
-local function check_tensor(op, x, what) return util.check_tensor('linalg.' .. op, x, what) end
 
 local function check_float(op, x)
   if not x.dtype.is_floating_point then
@@ -96,7 +94,7 @@ end
 -- math.huge (max |x|), -math.huge (min |x|), 0 (number of non-zeros).
 function linalg.vector_norm(x, ord, d, k, o)
   if is_options(ord) then o, ord = ord, nil end
-  check_tensor('vector_norm', x)
+  util.check_tensor('linalg.vector_norm', x)
   local keepdim, opts
   d, keepdim, opts = dim_args(d, k, o)
   if ord == nil then ord = opts.ord or 2 end
@@ -151,7 +149,7 @@ end
 -- (max / min column sum), over the two dims, batched over the others.
 function linalg.matrix_norm(A, ord, d, k, o)
   if is_options(ord) then o, ord = ord, nil end
-  check_tensor('matrix_norm', A)
+  util.check_tensor('linalg.matrix_norm', A)
   local keepdim, opts
   d, keepdim, opts = dim_args(d, k, o)
   if ord == nil then ord = opts.ord or 'fro' end
@@ -166,7 +164,7 @@ end
 -- (vector norm) or 2-D (matrix norm).
 function linalg.norm(x, ord, d, k, o)
   if is_options(ord) then o, ord = ord, nil end
-  check_tensor('norm', x)
+  util.check_tensor('linalg.norm', x)
   local keepdim, opts
   d, keepdim, opts = dim_args(d, k, o)
   if ord == nil then ord = opts.ord end
@@ -254,7 +252,7 @@ end
 --- linalg.matrix_power(A, n): A^n for an integer n (n = 0: identity,
 -- n < 0: inv(A)^-n), batched over leading dims; by repeated squaring.
 function linalg.matrix_power(A, n)
-  check_tensor('matrix_power', A)
+  util.check_tensor('linalg.matrix_power', A)
   check_square('matrix_power', A)
   if type(n) ~= 'number' or n % 1 ~= 0 then
     error('linalg.matrix_power: n must be an integer, got ' .. tostring(n), 2)
@@ -292,7 +290,7 @@ end
 -- (offset > 0 above, < 0 below) of the matrices in dims dim1, dim2, as a
 -- new last dim. Differentiable (a gather, not a view).
 function linalg.diagonal(A, o)
-  check_tensor('diagonal', A)
+  util.check_tensor('linalg.diagonal', A)
   o = o or EMPTY
   local offset = o.offset or 0
   if type(offset) ~= 'number' or offset % 1 ~= 0 then
@@ -334,7 +332,7 @@ end
 local function mT(x) return x:transpose(-2, -1) end
 
 local function check_kernel_input(op, A)
-  check_tensor(op, A, 'A')
+  util.check_tensor('linalg.' .. op, A, 'A')
   if A:dim() < 2 or A:size(-1) ~= A:size(-2) then
     error(('linalg.%s: A must be batches of square matrices, got shape %s'):format(
       op, shape_str(A)), 3)
@@ -377,7 +375,7 @@ end
 --- linalg.svdvals(A): the singular values (..., min(m, n)) of A (..., m, n),
 -- in descending order. Differentiable once (gA = U diag(gS) V^T).
 function linalg.svdvals(A)
-  check_tensor('svdvals', A, 'A')
+  util.check_tensor('linalg.svdvals', A, 'A')
   if A:dim() < 2 then
     error(('linalg.svdvals: A must have at least 2 dims, got shape %s'):format(shape_str(A)), 2)
   end
@@ -390,7 +388,7 @@ end
 -- batch dims broadcast.
 function linalg.solve(A, B, o)
   check_kernel_input('solve', A)
-  check_tensor('solve', B, 'B')
+  util.check_tensor('linalg.solve', B, 'B')
   if o ~= nil and type(o) ~= 'table' then
     error('linalg.solve: options must be a table, got ' .. type(o), 2)
   end
@@ -493,7 +491,7 @@ local qr_modes = {reduced = 0, complete = 1, r = 2}
 -- 'complete' Q (..., m, m), R (..., m, n); 'r' Q empty, R (..., k, n).
 -- Differentiable in 'reduced' mode, and in 'complete' mode when m <= n.
 function linalg.qr(A, o)
-  check_tensor('qr', A, 'A')
+  util.check_tensor('linalg.qr', A, 'A')
   if A:dim() < 2 then
     error(('linalg.qr: A must have at least 2 dims, got shape %s'):format(shape_str(A)), 2)
   end
@@ -507,7 +505,7 @@ function linalg.qr(A, o)
 end
 
 local function check_matrix(op, A)
-  check_tensor(op, A, 'A')
+  util.check_tensor('linalg.' .. op, A, 'A')
   if A:dim() < 2 then
     error(('linalg.%s: A must have at least 2 dims, got shape %s'):format(op, shape_str(A)), 3)
   end
@@ -604,7 +602,7 @@ local lstsq_drivers = {gels = true, gelsy = true, gelsd = true, gelss = true}
 -- empty tensors. Differentiable in A and B (solution and residuals).
 function linalg.lstsq(A, B, o)
   check_matrix('lstsq', A)
-  check_tensor('lstsq', B, 'B')
+  util.check_tensor('linalg.lstsq', B, 'B')
   o = o or EMPTY
   if type(o) == 'number' then o = {rcond = o} end
   local driver = o.driver or 'gelsy'

@@ -1,8 +1,9 @@
--- oneflow.nn.functional.linear: linear, bilinear, embedding and distances,
+-- oneflow.nn.functional.linear: linear, bilinear, embedding and one_hot,
 -- composed from matmul, index_select and reductions (all differentiable).
 local flow = require 'oneflow'   -- the table being built (used at call time)
 local autograd = require 'oneflow.autograd'
 local U = require 'oneflow.nn._util'
+local A = require 'oneflow._args'
 local C = require('oneflow._C').C
 local T = require 'oneflow.tensor'
 local B = require 'oneflow.distributed.boxing'
@@ -11,7 +12,12 @@ local parse, fail, shape_str = U.parse, U.fail, U.shape_str
 local F = {}
 
 --- F.linear(x, weight[, bias]): x [*, in] @ weight[out, in]^T + bias [out].
-function F.linear(x, w, b)
+local linear_spec = {{'bias'}}
+function F.linear(x, w, b, ...)
+  if b ~= nil and not flow.is_tensor(b) or select('#', ...) > 0 then b = parse('linear', linear_spec, b, ...).bias end
+  A.check_tensor('linear', x)
+  A.check_tensor('linear', w, 'weight')
+  if b ~= nil then A.check_tensor('linear', b, 'bias') end
   local in_f = w:size(w:dim())
   if x:dim() == 0 or x:size(-1) ~= in_f then
     fail(('linear: input %s and weight %s do not match (last dim of input must be %d)'):format(
