@@ -910,8 +910,7 @@ local function fn_args(names, ...)
   local opts = {}
   while n > 0 and args[n] == nil do n = n - 1 end
   local last = args[n]
-  if n > 0 and (is_options(last) or (type(last) == 'table' and next(last) == nil
-                                     and getmetatable(last) == nil)) then
+  if n > 0 and is_options(last) then
     opts = last
     n = n - 1
   end

@@ -161,7 +161,7 @@ function methods.to(x, a, b)
     dt, dev = a.dtype, a.device
   elseif mf.is_format(a) then
     fmt = a
-  elseif type(a) == 'table' and getmetatable(a) == nil then
+  elseif A.is_options(a) then
     dt, dev, nb, fmt = a.dtype, a.device, a.non_blocking, a.memory_format
   elseif getmetatable(a) == types.DType then
     dt = a
@@ -171,7 +171,7 @@ function methods.to(x, a, b)
     if types.by_name[a] then dt = a else dev = a end
   end
   if getmetatable(b) == types.DType or (type(b) == 'string' and types.by_name[b]) then dt = b end
-  if type(b) == 'table' and getmetatable(b) == nil then
+  if A.is_options(b) then
     nb = b.non_blocking
     fmt = b.memory_format or fmt
   end
