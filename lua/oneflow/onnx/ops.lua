@@ -1205,6 +1205,7 @@ R['F.interpolate'] = function(g, out, x, opts)
 end
 R['F.upsample'] = R['F.interpolate']
 
+
 local pad_modes = {constant = 'constant', reflect = 'reflect', replicate = 'edge', circular = 'wrap'}
 R['F.pad'] = function(g, out, x, pad, opts)
   if type(opts) == 'string' then opts = {mode = opts} end
@@ -1225,6 +1226,7 @@ R['F.pad'] = function(g, out, x, pad, opts)
 end
 
 R['F.linear'] = function(g, out, x, w, b)
+  if is_options(b) then b = b.bias end
   local dt = dtype(out[1])
   if x:dim() == 2 and w:dim() == 2 then
     local inputs = {g:val(x), g:val(w)}
@@ -1335,5 +1337,17 @@ function M.names()
   table.sort(t)
   return t
 end
+
+-- F.* take PyTorch's positional arguments or options; the rules above read
+-- the implementation's canonical form (ops/nn_*.lua's `canonical`).
+for _, mod in ipairs({'oneflow.ops.nn_norm', 'oneflow.ops.nn_pad', 'oneflow.ops.nn_resample'}) do
+  for name, canon in pairs(require(mod).canonical) do
+    local rule = R['F.' .. name]
+    if rule then
+      R['F.' .. name] = function(g, out, ...) return rule(g, out, canon(...)) end
+    end
+  end
+end
+R['F.upsample'] = R['F.interpolate']
 
 return M

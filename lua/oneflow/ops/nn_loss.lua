@@ -131,16 +131,21 @@ end
 
 local cross_entropy, nll_loss = M.cross_entropy, M.nll_loss
 
-function M.cross_entropy(input, target, ...)
+-- canonical.X(input, target, ...) -> input, target, options (what the SBP
+-- rules read).
+M.canonical = {}
+function M.canonical.cross_entropy(input, target, ...)
   local a = parse('cross_entropy', ce_spec, ...)
-  return cross_entropy(input, target, {weight = a.weight, ignore_index = a.ignore_index,
-    reduction = M.legacy_reduction(a), label_smoothing = a.label_smoothing})
+  return input, target, {weight = a.weight, ignore_index = a.ignore_index,
+    reduction = M.legacy_reduction(a), label_smoothing = a.label_smoothing}
 end
 
-function M.nll_loss(input, target, ...)
+function M.canonical.nll_loss(input, target, ...)
   local a = parse('nll_loss', nll_spec, ...)
-  return nll_loss(input, target, {weight = a.weight, ignore_index = a.ignore_index,
-    reduction = M.legacy_reduction(a)})
+  return input, target, {weight = a.weight, ignore_index = a.ignore_index, reduction = M.legacy_reduction(a)}
 end
+
+function M.cross_entropy(...) return cross_entropy(M.canonical.cross_entropy(...)) end
+function M.nll_loss(...) return nll_loss(M.canonical.nll_loss(...)) end
 
 return M

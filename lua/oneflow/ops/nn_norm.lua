@@ -230,26 +230,36 @@ local in_spec = {{'running_mean'}, {'running_var'}, {'weight'}, {'bias'}, {'use_
 local batch_norm, layer_norm, group_norm, instance_norm =
   M.batch_norm, M.layer_norm, M.group_norm, M.instance_norm
 
-function M.batch_norm(x, ...)
+-- canonical.X(x, ...) -> the arguments of the implementation (x, positional
+-- tensors, options), which the SBP rules and the ONNX exporter read.
+local canonical = {}
+M.canonical = canonical
+
+function canonical.batch_norm(x, ...)
   local a = parse('batch_norm', bn_spec, ...)
-  return batch_norm(x, a.running_mean, a.running_var, {weight = a.weight, bias = a.bias,
-    training = a.training, momentum = a.momentum, eps = a.eps})
+  return x, a.running_mean, a.running_var, {weight = a.weight, bias = a.bias, training = a.training,
+    momentum = a.momentum, eps = a.eps}
 end
 
-function M.layer_norm(x, ...)
+function canonical.layer_norm(x, ...)
   local a = parse('layer_norm', ln_spec, ...)
-  return layer_norm(x, a.normalized_shape, {weight = a.weight, bias = a.bias, eps = a.eps})
+  return x, a.normalized_shape, {weight = a.weight, bias = a.bias, eps = a.eps}
 end
 
-function M.group_norm(x, ...)
+function canonical.group_norm(x, ...)
   local a = parse('group_norm', gn_spec, ...)
-  return group_norm(x, a.num_groups, {weight = a.weight, bias = a.bias, eps = a.eps})
+  return x, a.num_groups, {weight = a.weight, bias = a.bias, eps = a.eps}
 end
 
-function M.instance_norm(x, ...)
+function canonical.instance_norm(x, ...)
   local a = parse('instance_norm', in_spec, ...)
-  return instance_norm(x, {running_mean = a.running_mean, running_var = a.running_var, weight = a.weight,
-    bias = a.bias, use_input_stats = a.use_input_stats, momentum = a.momentum, eps = a.eps})
+  return x, {running_mean = a.running_mean, running_var = a.running_var, weight = a.weight,
+    bias = a.bias, use_input_stats = a.use_input_stats, momentum = a.momentum, eps = a.eps}
 end
+
+function M.batch_norm(...) return batch_norm(canonical.batch_norm(...)) end
+function M.layer_norm(...) return layer_norm(canonical.layer_norm(...)) end
+function M.group_norm(...) return group_norm(canonical.group_norm(...)) end
+function M.instance_norm(...) return instance_norm(canonical.instance_norm(...)) end
 
 return M

@@ -61,9 +61,14 @@ end, M.pad)
 local pad_spec = {{'pad', A.REQUIRED}, {'mode', 'constant'}, {'value'}}
 local pad_impl = M.pad
 
-function M.pad(x, ...)
+-- canonical.pad(x, ...) -> x, pad, options (what the SBP rule and the ONNX
+-- exporter read).
+M.canonical = {}
+function M.canonical.pad(x, ...)
   local a = parse('pad', pad_spec, ...)
-  return pad_impl(x, a.pad, {mode = a.mode, value = a.value})
+  return x, a.pad, {mode = a.mode, value = a.value}
 end
+
+function M.pad(...) return pad_impl(M.canonical.pad(...)) end
 
 return M

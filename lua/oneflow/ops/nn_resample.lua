@@ -98,11 +98,16 @@ local interp_spec = {{'size'}, {'scale_factor'}, {'mode', 'nearest'}, {'align_co
                      {'recompute_scale_factor'}, {'antialias', false}}
 local interpolate = M.interpolate
 
-function M.interpolate(x, ...)
+-- canonical.interpolate(x, ...) -> x, options (what the SBP rule and the
+-- ONNX exporter read).
+M.canonical = {}
+function M.canonical.interpolate(x, ...)
   local a = parse('interpolate', interp_spec, ...)
   if a.antialias then A.fail('interpolate: antialias = true is not supported') end
-  return interpolate(x, {size = a.size, scale_factor = a.scale_factor, mode = a.mode,
-    align_corners = a.align_corners, recompute_scale_factor = a.recompute_scale_factor})
+  return x, {size = a.size, scale_factor = a.scale_factor, mode = a.mode,
+    align_corners = a.align_corners, recompute_scale_factor = a.recompute_scale_factor}
 end
+
+function M.interpolate(...) return interpolate(M.canonical.interpolate(...)) end
 
 return M
