@@ -902,25 +902,9 @@ for alias_name, name in pairs({multiply = 'mul', subtract = 'sub', divide = 'div
 end
 
 ------------------------------------------------------------------ nn.functional
--- positional arguments after the fixed ones merged with a trailing options
--- table, as oneflow.ops.nn_conv reads them
-local function fn_args(names, ...)
-  local n = select('#', ...)
-  local args = {...}
-  local opts = {}
-  while n > 0 and args[n] == nil do n = n - 1 end
-  local last = args[n]
-  if n > 0 and is_options(last) then
-    opts = last
-    n = n - 1
-  end
-  local res = {}
-  for k, v in pairs(opts) do res[k] = v end
-  for i = 1, n do
-    if names[i] and args[i] ~= nil and res[names[i]] == nil then res[names[i]] = args[i] end
-  end
-  return res
-end
+-- positional arguments after the fixed ones and a trailing options table,
+-- parsed with oneflow.ops.nn_conv's specs
+local conv_specs = require('oneflow.ops.nn_conv').specs
 
 local function per_dim(v, nsp, default)
   if v == nil then v = default end
@@ -941,10 +925,9 @@ local function all_equal(t, v)
   return true
 end
 
-local conv_names = {'bias', 'stride', 'padding', 'dilation', 'groups'}
 local function conv(nsp)
   return function(g, out, x, w, ...)
-    local a = fn_args(conv_names, ...)
+    local a = A.parse('conv' .. nsp .. 'd', conv_specs.conv, ...)
     local stride, dil = per_dim(a.stride, nsp, 1), per_dim(a.dilation, nsp, 1)
     local ks = {}
     for i = 1, nsp do ks[i] = w:size(i + 2) end
@@ -970,10 +953,9 @@ local function conv(nsp)
   end
 end
 
-local convt_names = {'bias', 'stride', 'padding', 'output_padding', 'groups', 'dilation'}
 local function conv_transpose(nsp)
   return function(g, out, x, w, ...)
-    local a = fn_args(convt_names, ...)
+    local a = A.parse('conv_transpose' .. nsp .. 'd', conv_specs.conv_transpose, ...)
     local ks = {}
     for i = 1, nsp do ks[i] = w:size(i + 2) end
     local p = per_dim(a.padding, nsp, 0)
@@ -1006,11 +988,10 @@ local function pool_ceil(op, x, y, nsp, k, s, p, d, ceil_mode)
   fail(op .. ': this ceil_mode configuration has no ONNX equivalent')
 end
 
-local max_names = {'stride', 'padding', 'dilation', 'ceil_mode', 'return_indices'}
 local function max_pool(nsp)
   local op = 'max_pool' .. nsp .. 'd'
   return function(g, out, x, kernel, ...)
-    local a = fn_args(max_names, ...)
+    local a = A.parse(op, conv_specs.max_pool, ...)
     if a.return_indices then fail(op .. ' with return_indices cannot be exported') end
     local k = per_dim(kernel, nsp)
     local s = a.stride ~= nil and per_dim(a.stride, nsp) or k
@@ -1022,11 +1003,10 @@ local function max_pool(nsp)
   end
 end
 
-local avg_names = {'stride', 'padding', 'ceil_mode', 'count_include_pad', 'divisor_override'}
 local function avg_pool(nsp)
   local op = 'avg_pool' .. nsp .. 'd'
   return function(g, out, x, kernel, ...)
-    local a = fn_args(avg_names, ...)
+    local a = A.parse(op, conv_specs.avg_pool, ...)
     local k = per_dim(kernel, nsp)
     local s = a.stride ~= nil and per_dim(a.stride, nsp) or k
     local p = per_dim(a.padding, nsp, 0)
@@ -1055,7 +1035,7 @@ local function adaptive(nsp, is_max)
   local global, pool, red = is_max and 'GlobalMaxPool' or 'GlobalAveragePool',
                             is_max and 'MaxPool' or 'AveragePool', is_max and 'ReduceMax' or 'ReduceMean'
   return function(g, out, x, _, ...)
-    local a = fn_args({'return_indices'}, ...)
+    local a = A.parse('adaptive_max_pool', conv_specs.adaptive_max_pool, ...)
     if a.return_indices then fail('adaptive_max_pool with return_indices cannot be exported') end
     local xs, ys = shape(x), shape(out[1])
     local r = #xs

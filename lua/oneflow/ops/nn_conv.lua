@@ -176,6 +176,9 @@ local max_spec = {{'stride'}, {'padding', 0}, {'dilation', 1}, {'ceil_mode', fal
 local avg_spec = {{'stride'}, {'padding', 0}, {'ceil_mode', false}, {'count_include_pad', true},
                   {'divisor_override'}}
 local amax_spec = {{'return_indices', false}}
+-- The argument specs after the fixed arguments (the ONNX exporter reads calls with them too).
+M.specs = {conv = conv_spec, conv_transpose = convt_spec, max_pool = max_spec, avg_pool = avg_spec,
+           adaptive_max_pool = amax_spec}
 
 local function make_max_pool(nsp)
   local op = 'max_pool' .. nsp .. 'd'
