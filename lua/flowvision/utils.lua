@@ -19,10 +19,7 @@ local known = {nrow = true, padding = true, normalize = true, value_range = true
 
 --- make_grid(tensor, opts) -> [C, H', W'] image of the batch laid out in rows of nrow.
 function M.make_grid(tensor, opts)
-  opts = opts or {}
-  for k in pairs(opts) do
-    if not known[k] then fail('make_grid', 'unknown option ' .. tostring(k)) end
-  end
+  opts = require('oneflow._args').check_options('make_grid', opts, known)
   if type(tensor) == 'table' and not is_tensor(tensor) then
     if #tensor == 0 then fail('make_grid', 'expected a tensor or a non-empty list of tensors') end
     tensor = flow.stack(tensor, 1)

@@ -14,6 +14,8 @@ local ffi = require 'ffi'
 local core = require 'oneflow._C'
 local T = require 'oneflow.tensor'
 local types = require 'oneflow.types'
+local class = require 'oneflow.class'
+local A = require 'oneflow._args'
 
 local C = core.C
 local M = {}
@@ -32,8 +34,11 @@ local function as_dtype(dt, what)
 end
 
 ------------------------------------------------------------------ autocast
-local Autocast = {}
-Autocast.__index = Autocast
+local Autocast = class('autocast')
+
+function Autocast:__init(device, code, dtype, enabled)
+  self.device_type, self.code, self.dtype, self.enabled, self.stack = device, code, dtype, enabled, {}
+end
 
 local DEVICE_TYPES = {cpu = 0, cuda = 1}
 
@@ -75,9 +80,7 @@ function M.autocast(a, b, ...)
   end
   local code = device_code(device, 'autocast')
   local default = code == 1 and types.by_name.float16 or types.by_name.bfloat16
-  local self = setmetatable({device_type = device, code = code,
-                             dtype = as_dtype(opts.dtype or default, 'autocast'),
-                             enabled = opts.enabled ~= false, stack = {}}, Autocast)
+  local self = Autocast(device, code, as_dtype(opts.dtype or default, 'autocast'), opts.enabled ~= false)
   if rest.n >= 1 and type(rest[1]) == 'function' then
     return self(unpack(rest, 1, rest.n))
   end
@@ -121,8 +124,7 @@ function Autocast:__tostring()
 end
 
 ------------------------------------------------------------------ GradScaler
-local GradScaler = {__name = 'GradScaler'}
-GradScaler.__index = GradScaler
+local GradScaler = class('GradScaler')
 local READY, UNSCALED, STEPPED = 0, 1, 2
 
 local function f32(name) return types.by_name[name] end
@@ -131,19 +133,18 @@ local function f32(name) return types.by_name[name] end
 --   growth_interval = 2000, enabled = true}
 -- The scale and the growth tracker are tensors (float32, int32), so that a
 -- graph can bind them (nn.Graph:set_grad_scaler).
-function M.GradScaler(opts)
+function GradScaler:__init(opts)
   opts = opts or {}
-  local self = setmetatable({}, GradScaler)
   self._enabled = opts.enabled ~= false
   self._growth_factor = opts.growth_factor or 2.0
   self._backoff_factor = opts.backoff_factor or 0.5
   self._growth_interval = opts.growth_interval or 2000
-  if self._growth_factor <= 1 then error('GradScaler: growth_factor must be > 1', 2) end
+  if self._growth_factor <= 1 then A.fail('GradScaler: growth_factor must be > 1') end
   if self._backoff_factor >= 1 or self._backoff_factor <= 0 then
-    error('GradScaler: backoff_factor must be in (0, 1)', 2)
+    A.fail('GradScaler: backoff_factor must be in (0, 1)')
   end
   if self._growth_interval < 1 or self._growth_interval % 1 ~= 0 then
-    error('GradScaler: growth_interval must be a positive integer', 2)
+    A.fail('GradScaler: growth_interval must be a positive integer')
   end
   -- on opts.device, else on the CPU until the first scaled output or grad
   -- shows where the work runs (PyTorch makes them lazily, on that device)
@@ -153,9 +154,8 @@ function M.GradScaler(opts)
   self._growth_tracker = T.flow.zeros(1, {dtype = f32('int32'), device = dev})
   self._found_inf = T.flow.zeros(1, {dtype = f32('float32'), device = dev})
   self._per_optimizer = setmetatable({}, {__mode = 'k'})
-  return self
 end
-M.GradScaler_class = GradScaler
+M.GradScaler, M.GradScaler_class = GradScaler, GradScaler
 
 --- scaler:to(device): moves the scale, the growth tracker and the inf flags
 -- (nn.Graph puts them on the graph's device).

@@ -4,6 +4,7 @@
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
 local T = require 'oneflow.tensor'
+local class = require 'oneflow.class'
 
 local C, wrap, raise, out1 = core.C, core.wrap, core.raise, core.out1
 local methods, getters = T.methods, T.getters
@@ -89,7 +90,7 @@ setters.grad = function(t, g)
   if C.of_tensor_set_grad(t.p, g and g.p or nil) ~= 0 then raise(3) end
 end
 
-local Node = {}
+local Node = require('oneflow._args').value_type({})
 Node.__index = Node
 Node.__tostring = function(n) return '<' .. n:name() .. '>' end
 function Node:name() return ffi.string(C.of_node_name(self.ptr)) end
@@ -232,15 +233,14 @@ end
 -- for PyTorch compatibility
 function Ctx.mark_non_differentiable() end
 
-local Function = {name = 'Function'}
-Function.__index = Function
+local Function = class('Function')
+Function.name = 'Function'
 M.Function = Function
 
-function Function:subclass(name)
-  local cls = setmetatable({name = name}, {__index = self})
-  cls.__index = cls
+-- oneflow.class hook: every subclass gets its name and apply.
+function Function.__setup(cls)
+  cls.name = cls.__name
   cls.apply = function(...) return Function.apply_class(cls, ...) end
-  return cls
 end
 
 local function as_list(...)

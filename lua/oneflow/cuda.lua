@@ -75,7 +75,7 @@ function M.empty_cache(d)
 end
 
 ------------------------------------------------------------------ streams
-local Stream = {}
+local Stream = require('oneflow._args').value_type({})
 Stream.__index = Stream
 local stream_t = ffi.typeof('of_stream*[1]')
 
@@ -121,7 +121,7 @@ function M.stream(s, fn)
 end
 
 ------------------------------------------------------------------ events
-local Event = {}
+local Event = require('oneflow._args').value_type({})
 Event.__index = Event
 local event_t = ffi.typeof('of_event*[1]')
 
@@ -192,7 +192,7 @@ M.backends = {cuda = {matmul = matmul, is_built = M.is_built}, cudnn = cudnn}
 -- them with one launch. Tensors made during the capture are the graph's
 -- static outputs: each replay writes them again at the same addresses;
 -- inputs are fed by copying into tensors made before the capture.
-local CUDAGraph = {}
+local CUDAGraph = require('oneflow._args').value_type({})
 CUDAGraph.__index = CUDAGraph
 local graph_t = ffi.typeof('of_cuda_graph*[1]')
 

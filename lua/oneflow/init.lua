@@ -6,25 +6,24 @@ local core = require 'oneflow._C'
 local types = require 'oneflow.types'
 local T = require 'oneflow.tensor'
 
+-- One module per topic, as core/ops (see doc/internals.md, "Lua layout").
 local op_modules = {
-  'oneflow.ops.views', 'oneflow.ops.elementwise', 'oneflow.ops.reduce',
-  'oneflow.ops.linalg', 'oneflow.ops.index', 'oneflow.ops.random',
-  'oneflow.ops.nn_conv',
-  'oneflow.ops.nn_norm',
-  'oneflow.ops.extras', 'oneflow.ops.extras_shape', 'oneflow.ops.extras_stats',
+  'oneflow.ops.views', 'oneflow.ops.shape', 'oneflow.ops.creation',
+  'oneflow.ops.elementwise', 'oneflow.ops.reduce', 'oneflow.ops.scan', 'oneflow.ops.stats',
+  'oneflow.ops.index', 'oneflow.ops.linalg', 'oneflow.ops.einsum', 'oneflow.ops.random',
+  'oneflow.ops.nn_conv', 'oneflow.ops.nn_norm', 'oneflow.ops.nn_loss', 'oneflow.ops.nn_pad',
+  'oneflow.ops.nn_resample',
   'oneflow.ops.linalg_ext',
 }
-for _, name in ipairs(op_modules) do
-  local ok, err = pcall(require, name)
-  -- a family not written yet is skipped; any other load error is real
-  if not ok and not tostring(err):find("module '" .. name .. "' not found", 1, true) then
-    error(err, 0)
-  end
-end
+for _, name in ipairs(op_modules) do require(name) end
 local printing = require 'oneflow.print'
 local autograd = require 'oneflow.autograd'
 
+-- The flow table is package.loaded.oneflow from here on, so the modules
+-- required below (nn, optim, ...) may `require 'oneflow'` while it is being
+-- built; they read it when they run, by which time it is complete.
 local flow = {}
+package.loaded.oneflow = flow
 for k, v in pairs(T.flow) do flow[k] = v end
 
 local methods, getters, index, newindex = T.methods, T.getters, T.index, T.newindex
@@ -47,6 +46,7 @@ ffi.metatype('struct of_lua_tensor', mt)
 
 flow.C = core.C
 flow._C = core   -- the library loader; _C.op_schema() lists the C ops (core/ops/ops.def)
+flow.class = require 'oneflow.class'
 flow.autograd = autograd
 flow.no_grad, flow.enable_grad = autograd.no_grad, autograd.enable_grad
 flow.set_grad_enabled, flow.is_grad_enabled = autograd.set_grad_enabled, autograd.is_grad_enabled

@@ -10,7 +10,9 @@
 -- CPU ops may convert internally).
 local M = {}
 
-local Format = {}
+local A = require 'oneflow._args'
+
+local Format = A.value_type({})
 Format.__index = Format
 Format.__tostring = function(f) return 'oneflow.' .. f.name end
 M.Format = Format
@@ -31,7 +33,7 @@ local function check(f, op, level)
   end
 end
 
-local function shape_str(x) return '[' .. table.concat(x:size():totable(), ',') .. ']' end
+local shape_str = A.shape_str
 
 --- true when x's memory is laid out as `f` (strides of size-1 dims ignored).
 function M.is_contiguous(x, f, op)

@@ -4,7 +4,7 @@
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
 local types = require 'oneflow.types'
-local util = require 'oneflow._util'
+local A = require 'oneflow._args'
 
 local C, wrap, raise = core.C, core.wrap, core.raise
 local out1 = core.out1
@@ -22,6 +22,21 @@ function T.def(name, fn, where)
   return fn
 end
 local def = T.def
+
+--- v as a tensor for an operation with `like`: a number becomes a 0-d
+-- tensor of like's dtype (the default float dtype for a fraction and an
+-- integral like) on like's device.
+function T.as_tensor_like(v, like)
+  if T.is_tensor(v) then return v end
+  local dt = like.dtype
+  if not dt.is_floating_point and v ~= math.floor(v) then dt = T.get_default_dtype() end
+  return T.flow.tensor(v, {dtype = dt, device = like.device})
+end
+
+--- Zeros of the given shape with like's dtype and device.
+function T.zeros_of(shape, like)
+  return T.flow.zeros(shape, {dtype = like.dtype, device = like.device})
+end
 
 --- SBP signatures of an op for global tensors (see oneflow.distributed.rules):
 -- declared beside the op's binding, read when the first global tensor is made.
@@ -92,7 +107,7 @@ function methods.size(t, d)
     for i = 1, n do s[i] = tonumber(shape[i - 1]) end
     return types.Size(s)
   end
-  local cd = util.dim(d, 'size')
+  local cd = A.dim(d, 'size')
   if cd < 0 then cd = cd + n end
   if cd < 0 or cd >= n then
     error(('size: dim %d out of range for a %d-d tensor'):format(d, n), 2)
@@ -107,7 +122,7 @@ function methods.stride(t, d)
     for i = 1, n do s[i] = tonumber(st[i - 1]) end
     return s
   end
-  local cd = util.dim(d, 'stride')
+  local cd = A.dim(d, 'stride')
   if cd < 0 then cd = cd + n end
   if cd < 0 or cd >= n then error(('stride: dim %d out of range for a %d-d tensor'):format(d, n), 2) end
   return tonumber(C.of_tensor_stride(t.p, cd))
@@ -194,9 +209,9 @@ end
 
 local function shaped(cfn, name)
   return function(...)
-    local sizes, opts = util.sizes_and_options(name, ...)
-    local ptr, n = util.shape_ptr(sizes)
-    local t = T.call1(cfn, ptr, n, util.dtype_opt(opts, default_dtype).id, device_opt(opts), out1)
+    local sizes, opts = A.sizes_and_options(name, ...)
+    local ptr, n = A.shape_ptr(sizes)
+    local t = T.call1(cfn, ptr, n, A.dtype_opt(opts, default_dtype).id, device_opt(opts), out1)
     if opts.requires_grad then t:requires_grad_(true) end
     return t
   end
@@ -204,15 +219,15 @@ end
 def('empty', shaped(C.of_empty, 'empty'), 'func')
 def('zeros', shaped(C.of_zeros, 'zeros'), 'func')
 def('ones', function(...)
-  local sizes, opts = util.sizes_and_options('ones', ...)
+  local sizes, opts = A.sizes_and_options('ones', ...)
   return T.flow.full(sizes, 1, opts)
 end, 'func')
 
 function T.flow.full(size, value, opts)
   opts = opts or {}
   if type(size) == 'number' then size = {size} end
-  local sizes = util.sizes_and_options('full', size)
-  local ptr, n = util.shape_ptr(sizes)
+  local sizes = A.sizes_and_options('full', size)
+  local ptr, n = A.shape_ptr(sizes)
   local dt = opts.dtype and types.dtype(opts.dtype, 2)
   if not dt then dt = type(value) == 'boolean' and types.by_name.bool or default_dtype end
   if type(value) == 'boolean' then value = value and 1 or 0 end
@@ -224,7 +239,7 @@ end
 function T.flow.eye(n, m, opts)
   if type(m) == 'table' then opts, m = m, nil end
   opts = opts or {}
-  return T.call1(C.of_eye, n, m or -1, util.dtype_opt(opts, default_dtype).id, device_opt(opts), out1)
+  return T.call1(C.of_eye, n, m or -1, A.dtype_opt(opts, default_dtype).id, device_opt(opts), out1)
 end
 
 --- flow.arange(end), flow.arange(start, end[, step])[, opts]; int64 unless
@@ -239,13 +254,13 @@ function T.flow.arange(a, b, c, opts)
   if n >= 3 then step = c end
   if n == 0 then error('arange: expected at least an end value', 2) end
   local integral = start == math.floor(start) and stop == math.floor(stop) and step == math.floor(step)
-  local dt = util.dtype_opt(opts, integral and types.by_name.int64 or default_dtype)
+  local dt = A.dtype_opt(opts, integral and types.by_name.int64 or default_dtype)
   return T.call1(C.of_arange, start, stop, step, dt.id, device_opt(opts), out1)
 end
 
 function T.flow.linspace(start, stop, steps, opts)
   opts = opts or {}
-  return T.call1(C.of_linspace, start, stop, steps, util.dtype_opt(opts, default_dtype).id,
+  return T.call1(C.of_linspace, start, stop, steps, A.dtype_opt(opts, default_dtype).id,
                  device_opt(opts), out1)
 end
 
@@ -306,8 +321,8 @@ function T.flow.tensor(data, opts)
     error('tensor: expected a number, boolean, table or tensor, got ' .. type(data), 2)
   end
   local buf = flatten_table(#shape == 0 and {data} or data, #shape == 0 and {1} or shape, 'tensor')
-  local dt = util.dtype_opt(opts, is_bool and types.by_name.bool or default_dtype)
-  local ptr, n = util.shape_ptr(shape)
+  local dt = A.dtype_opt(opts, is_bool and types.by_name.bool or default_dtype)
+  local ptr, n = A.shape_ptr(shape)
   local t = T.call1(C.of_from_doubles, buf, ptr, n, dt.id, out1)
   if opts.device ~= nil and types.device(opts.device).type ~= 'cpu' then t = t:to(opts.device) end
   if opts.requires_grad then t:requires_grad_(true) end
@@ -318,11 +333,11 @@ end
 -- strides =, deleter = fn(ptr)}). The memory must outlive the tensor.
 function T.flow.from_blob(ptr, sizes, opts)
   opts = opts or {}
-  local dt = util.dtype_opt(opts, default_dtype)
-  local s = util.sizes_and_options('from_blob', sizes)
-  local shape, n = util.shape_ptr(s)
+  local dt = A.dtype_opt(opts, default_dtype)
+  local s = A.sizes_and_options('from_blob', sizes)
+  local shape, n = A.shape_ptr(s)
   local strides = nil
-  if opts.strides then strides = util.shape_ptr(opts.strides, 2) end
+  if opts.strides then strides = A.shape_ptr(opts.strides, 2) end
   return T.call1(C.of_from_blob, ffi.cast('void*', ptr), shape, strides, n, dt.id, nil, nil, out1)
 end
 
@@ -346,12 +361,12 @@ def('empty_like', function(x, opts)
 end, 'func')
 
 function methods.new_zeros(x, ...)
-  local s, o = util.sizes_and_options('new_zeros', ...)
+  local s, o = A.sizes_and_options('new_zeros', ...)
   o.dtype = o.dtype or x.dtype
   return T.flow.zeros(s, o)
 end
 function methods.new_ones(x, ...)
-  local s, o = util.sizes_and_options('new_ones', ...)
+  local s, o = A.sizes_and_options('new_ones', ...)
   o.dtype = o.dtype or x.dtype
   return T.flow.ones(s, o)
 end

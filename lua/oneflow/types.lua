@@ -5,7 +5,7 @@ local C = require('oneflow._C').C
 local M = {}
 
 ------------------------------------------------------------------ dtypes
-local DType = {}
+local DType = require('oneflow._args').value_type({})
 DType.__index = DType
 DType.__tostring = function(d) return 'oneflow.' .. d.name end
 
@@ -37,7 +37,7 @@ end
 M.DType = DType
 
 ------------------------------------------------------------------ devices
-local Device = {}
+local Device = require('oneflow._args').value_type({})
 Device.__index = Device
 Device.__tostring = function(d)
   return d.index and (d.type .. ':' .. d.index) or d.type
@@ -78,7 +78,7 @@ function M.device_of_code(code)
 end
 
 ------------------------------------------------------------------ Size
-local Size = {}
+local Size = require('oneflow._args').value_type({})
 Size.__index = Size
 Size.__tostring = function(s)
   return 'flow.Size([' .. table.concat(s, ', ') .. '])'

@@ -2,7 +2,7 @@
 -- ignore_index, label smoothing, probability targets, reductions, spatial
 -- inputs, gradients and range errors. Class labels are 1-based.
 local flow = require 'oneflow'
-local F = require 'oneflow.ops.nn_norm'
+local F = require('oneflow').nn.functional
 local H = require 'spec.helpers'
 
 local gradcheck, gradgradcheck = flow.autograd.gradcheck, flow.autograd.gradgradcheck

@@ -1,7 +1,7 @@
 -- Normalisation: batch_norm, layer_norm, group_norm, instance_norm against
 -- plain-Lua references, running statistics, gradients and errors.
 local flow = require 'oneflow'
-local F = require 'oneflow.ops.nn_norm'
+local F = require('oneflow').nn.functional
 local H = require 'spec.helpers'
 
 local gradcheck, gradgradcheck = flow.autograd.gradcheck, flow.autograd.gradgradcheck

@@ -1,7 +1,7 @@
 -- interpolate (nearest, linear, bilinear, trilinear) and pad (constant,
 -- reflect, replicate, circular) against plain-Lua references, gradients.
 local flow = require 'oneflow'
-local F = require 'oneflow.ops.nn_norm'
+local F = require('oneflow').nn.functional
 local H = require 'spec.helpers'
 
 local gradcheck, gradgradcheck = flow.autograd.gradcheck, flow.autograd.gradgradcheck

@@ -521,6 +521,32 @@ describe('flow.onnx.export', function()
     assert.same({'best_dim1', 1}, m.graph.outputs[2].dims)
   end)
 
+  it('exports PyTorch-positional F calls like their options form', function()
+    local function make(positional)
+      local Net = nn.Module:subclass('PosNet')
+      function Net:__init()
+        nn.Module.__init(self)
+        self.w, self.b = nn.Parameter(flow.randn(6)), nn.Parameter(flow.randn(6))
+      end
+      function Net:forward(x)
+        local y
+        if positional then
+          y = F.layer_norm(F.pad(x, {1, 1}, 'constant', 2), {6}, self.w, self.b, 1e-3)
+          y = F.group_norm(y:unsqueeze(2), 1, nil, nil, 1e-4)
+          return F.interpolate(y, nil, 2, 'nearest')
+        end
+        y = F.layer_norm(F.pad(x, {1, 1}, {value = 2}), {6}, {weight = self.w, bias = self.b, eps = 1e-3})
+        y = F.group_norm(y:unsqueeze(2), 1, {eps = 1e-4})
+        return F.interpolate(y, {scale_factor = 2})
+      end
+      return Net()
+    end
+    local a, b = make(true), make(false)
+    b:load_state_dict(a:state_dict())
+    local x = flow.randn(2, 4)
+    assert.equal(flow.onnx.encode(flow.onnx.trace(b, x)), flow.onnx.encode(flow.onnx.trace(a, x)))
+  end)
+
   it('is deterministic', function()
     local net = nn.Sequential(nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(), nn.Linear(12, 2))
     local x = flow.randn(1, 2, 4, 4)

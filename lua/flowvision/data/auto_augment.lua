@@ -24,6 +24,7 @@
 -- turns them on); interpolation is one mode, not a random bilinear/bicubic pick.
 local TF = require 'flowvision.transforms.functional'
 local R = require 'flowvision.data.random'
+local class = require 'oneflow.class'
 
 local floor = math.floor
 local M = {}
@@ -140,12 +141,11 @@ local NAMES = {
 M.NAMES = NAMES
 
 ------------------------------------------------------------------ AugmentOp
-local AugmentOp = {}
-AugmentOp.__index = AugmentOp
-M.AugmentOp = setmetatable(AugmentOp, {__call = function(cls, ...) return cls.new(...) end})
+local AugmentOp = class('AugmentOp')
+M.AugmentOp = AugmentOp
 
 --- AugmentOp(name, prob = 0.5, magnitude = 10, hparams)
-function AugmentOp.new(name, prob, magnitude, hparams)
+function AugmentOp:__init(name, prob, magnitude, hparams)
   local entry = NAMES[name]
   if not entry then
     local known = {}
@@ -155,7 +155,6 @@ function AugmentOp.new(name, prob, magnitude, hparams)
   end
   hparams = copy(hparams or DEFAULT_HPARAMS)
   if hparams.translate_const == nil then hparams.translate_const = DEFAULT_HPARAMS.translate_const end
-  local self = setmetatable({}, AugmentOp)
   self.name, self.aug_fn, self.level_fn = name, OPS[entry[1]], entry[2]
   self.prob, self.magnitude = prob or 0.5, magnitude or 10
   self.hparams = hparams
@@ -163,8 +162,8 @@ function AugmentOp.new(name, prob, magnitude, hparams)
                  resample = hparams.interpolation or 'bilinear'}
   self.magnitude_std = hparams.magnitude_std or 0
   self.magnitude_max = hparams.magnitude_max
-  return self
 end
+AugmentOp.new = AugmentOp   -- AugmentOp.new(...) == AugmentOp(...)
 
 function AugmentOp:__tostring()
   return ('AugmentOp(name=%s, p=%g, m=%g, mstd=%g)'):format(self.name, self.prob, self.magnitude,
@@ -242,18 +241,18 @@ function M.auto_augment_policy(name, hparams)
   return out
 end
 
-local AutoAugment = {}
-AutoAugment.__index = AutoAugment
-M.AutoAugment = setmetatable(AutoAugment, {__call = function(cls, ...) return cls.new(...) end})
+local AutoAugment = class('AutoAugment')
+M.AutoAugment = AutoAugment
 
 --- AutoAugment(policy_or_config = 'original', hparams): a policy name or
 -- config string ('original-mstd0.5'), or a list of sub-policies.
-function AutoAugment.new(policy, hparams)
+function AutoAugment:__init(policy, hparams)
   if policy == nil or type(policy) == 'string' then
-    return M.auto_augment_transform(policy or 'original', hparams)
+    policy = M.auto_augment_transform(policy or 'original', hparams).policy
   end
-  return setmetatable({policy = policy}, AutoAugment)
+  self.policy = policy
 end
+AutoAugment.new = AutoAugment
 function AutoAugment:__call(img)
   local sub = R.choice(self.policy)
   for _, op in ipairs(sub) do img = op(img) end
@@ -334,17 +333,20 @@ function M.rand_augment_ops(magnitude, hparams, transforms)
   return ops
 end
 
-local RandAugment = {}
-RandAugment.__index = RandAugment
-M.RandAugment = setmetatable(RandAugment, {__call = function(cls, ...) return cls.new(...) end})
+local RandAugment = class('RandAugment')
+M.RandAugment = RandAugment
 
 --- RandAugment(config_str, hparams) (e.g. 'rand-m9-mstd0.5') or
 -- RandAugment(ops, num_layers = 2, choice_weights).
-function RandAugment.new(ops, num_layers, choice_weights)
-  if type(ops) == 'string' then return M.rand_augment_transform(ops, num_layers) end
+function RandAugment:__init(ops, num_layers, choice_weights)
+  if type(ops) == 'string' then
+    local t = M.rand_augment_transform(ops, num_layers)
+    ops, num_layers, choice_weights = t.ops, t.num_layers, t.choice_weights
+  end
   if type(ops) ~= 'table' or #ops == 0 then fail('RandAugment', 'expected a config string or a list of ops') end
-  return setmetatable({ops = ops, num_layers = num_layers or 2, choice_weights = choice_weights}, RandAugment)
+  self.ops, self.num_layers, self.choice_weights = ops, num_layers or 2, choice_weights
 end
+RandAugment.new = RandAugment
 function RandAugment:__call(img)
   for _, op in ipairs(R.choices(self.ops, self.num_layers, self.choice_weights)) do img = op(img) end
   return img
@@ -399,25 +401,26 @@ function M.augmix_ops(magnitude, hparams, transforms)
   return ops
 end
 
-local AugMix = {}
-AugMix.__index = AugMix
-M.AugMix = setmetatable(AugMix, {__call = function(cls, ...) return cls.new(...) end})
+local AugMix = class('AugMix')
+M.AugMix = AugMix
 
 --- AugMix(config_str, hparams) ('augmix-m3-w3-d-1-a1'), AugMix{severity = 3,
 -- width = 3, depth = -1, alpha = 1, hparams =}, or AugMix(ops, {alpha =, width =, depth =}).
-function AugMix.new(a, b)
-  if type(a) == 'string' then return M.augment_and_mix_transform(a, b) end
-  if type(a) == 'table' and #a == 0 then
+function AugMix:__init(a, b)
+  if type(a) == 'string' then
+    local t = M.augment_and_mix_transform(a, b)
+    a, b = t.ops, t
+  elseif type(a) == 'table' and #a == 0 then
     local hp = copy(a.hparams)
     if hp.magnitude_std == nil then hp.magnitude_std = math.huge end
-    return AugMix.new(M.augmix_ops(a.severity or 3, hp), a)
+    a, b = M.augmix_ops(a.severity or 3, hp), a
   end
   b = b or {}
   if b.blended then fail('AugMix', 'blended mode is not implemented') end
-  local self = setmetatable({ops = a, alpha = b.alpha or 1.0, width = b.width or 3, depth = b.depth or -1}, AugMix)
+  self.ops, self.alpha, self.width, self.depth = a, b.alpha or 1.0, b.width or 3, b.depth or -1
   if self.width < 1 then fail('AugMix', 'width must be at least 1') end
-  return self
 end
+AugMix.new = AugMix
 
 function AugMix:__tostring()
   return ('AugMix(width=%d, depth=%d, alpha=%g, %d ops)'):format(self.width, self.depth, self.alpha, #self.ops)

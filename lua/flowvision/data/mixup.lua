@@ -88,15 +88,13 @@ local function box(x, b)
   return x:narrow(-2, yl + 1, yh - yl):narrow(-1, xl + 1, xh - xl)
 end
 
-local Mixup = {}
-Mixup.__index = Mixup
-M.Mixup = setmetatable(Mixup, {__call = function(cls, opts) return cls.new(opts) end})
+local Mixup = flow.class('Mixup')
+M.Mixup = Mixup
 
 local modes = {batch = true, pair = true, elem = true}
 
-function Mixup.new(opts)
+function Mixup:__init(opts)
   opts = opts or {}
-  local self = setmetatable({}, Mixup)
   self.mixup_alpha = opts.mixup_alpha or 1.0
   self.cutmix_alpha = opts.cutmix_alpha or 0.0
   self.cutmix_minmax = opts.cutmix_minmax
@@ -117,8 +115,8 @@ function Mixup.new(opts)
   if self.mixup_alpha <= 0 and self.cutmix_alpha <= 0 then
     fail('Mixup', 'one of mixup_alpha > 0, cutmix_alpha > 0 or cutmix_minmax should be set')
   end
-  return self
 end
+Mixup.new = Mixup   -- Mixup.new(...) == Mixup(...)
 
 function Mixup:__tostring()
   return ('Mixup(mixup_alpha=%g, cutmix_alpha=%g, prob=%g, switch_prob=%g, mode=%s, label_smoothing=%g, '

@@ -16,15 +16,12 @@ local is_tensor = flow.is_tensor
 local log, exp, sqrt = math.log, math.exp, math.sqrt
 local py_round = require('flowvision.transforms.functional')._py_round
 
-local RandomErasing = {}
-RandomErasing.__index = RandomErasing
-setmetatable(RandomErasing, {__call = function(cls, opts) return cls.new(opts) end})
+local RandomErasing = flow.class('RandomErasing')
 
 local function fail(msg) error('RandomErasing: ' .. msg, 3) end
 
-function RandomErasing.new(opts)
+function RandomErasing:__init(opts)
   opts = opts or {}
-  local self = setmetatable({}, RandomErasing)
   self.probability = opts.probability or opts.p or 0.5
   self.min_area = opts.min_area or 0.02
   self.max_area = opts.max_area or 1 / 3
@@ -41,8 +38,8 @@ function RandomErasing.new(opts)
   self.rand_color = self.mode == 'rand'
   self.per_pixel = self.mode == 'pixel'
   if self.probability < 0 or self.probability > 1 then fail('probability must be in [0, 1]') end
-  return self
 end
+RandomErasing.new = RandomErasing   -- RandomErasing.new(...) == RandomErasing(...)
 
 function RandomErasing:__tostring()
   return ('RandomErasing(p=%g, mode=%s, count=(%d, %d))'):format(self.probability, self.mode,

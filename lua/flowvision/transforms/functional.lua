@@ -10,6 +10,7 @@
 -- 0-based offsets from the top-left corner, exactly torchvision's numbers:
 -- they are geometric values, not Lua indices.
 local ffi = require 'ffi'
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 
 local F = flow.nn.functional
@@ -32,7 +33,6 @@ TF._py_round = py_round
 
 local function fail(op, msg, level) error(op .. ': ' .. msg, (level or 2) + 1) end
 
-local function shape_str(x) return '[' .. table.concat(x:size():totable(), ', ') .. ']' end
 
 --- Checks for an image tensor [..., C, H, W] (or [H, W] when allow2d).
 local function check_image(img, op, allow2d)
@@ -41,7 +41,7 @@ local function check_image(img, op, allow2d)
   end
   local nd = img:dim()
   if nd < 2 or (nd == 2 and not allow2d) then
-    fail(op, ('expected an image tensor [..., C, H, W], got shape %s'):format(shape_str(img)), 3)
+    fail(op, ('expected an image tensor [..., C, H, W], got shape %s'):format(A.shape_str(img, ', ')), 3)
   end
 end
 TF._check_image = check_image
@@ -116,13 +116,13 @@ local function layout(pic, op)
   local nd = pic:dim()
   if nd == 2 then return 'hw' end
   if nd ~= 3 then
-    fail(op, ('expected an image [C, H, W], [H, W, C] or [H, W], got shape %s'):format(shape_str(pic)), 3)
+    fail(op, ('expected an image [C, H, W], [H, W, C] or [H, W], got shape %s'):format(A.shape_str(pic, ', ')), 3)
   end
   local first, last = pic:size(1) <= 4, pic:size(3) <= 4
   if last then return 'hwc' end
   if first then return 'chw' end
   fail(op, ('cannot tell the channel dim of shape %s (expected 1 to 4 channels first or last)')
-       :format(shape_str(pic)), 3)
+       :format(A.shape_str(pic, ', ')), 3)
 end
 TF._layout = layout
 
@@ -487,7 +487,7 @@ function TF.rgb_to_grayscale(img, num_output_channels)
   end
   local c = get_dimensions(img)
   if c ~= 1 and c ~= 3 then
-    fail('rgb_to_grayscale', ('expected 1 or 3 channels, got %d (shape %s)'):format(c, shape_str(img)))
+    fail('rgb_to_grayscale', ('expected 1 or 3 channels, got %d (shape %s)'):format(c, A.shape_str(img, ', ')))
   end
   local l
   if c == 3 then

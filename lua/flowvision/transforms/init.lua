@@ -23,8 +23,8 @@ local py_round = TF._py_round
 local T = {functional = TF}
 
 ------------------------------------------------------------------ classes
-local Transform = {__name = 'Transform'}
-Transform.__index = Transform
+local Transform = flow.class('Transform')
+Transform.__label = 'transforms.'
 T.Transform = Transform
 
 local function repr_value(v)
@@ -49,24 +49,14 @@ function Transform:__tostring()
 end
 function Transform.__call(self, ...) return self:forward(...) end
 
---- Cls = T.Transform:subclass(name, {'field', ...}): fields shown in tostring.
-function Transform:subclass(name, repr)
-  local cls = setmetatable({__name = name, __repr = repr, super = self}, {
-    __index = self,
-    __call = function(c, ...)
-      local o = setmetatable({}, c)
-      o:__init(...)
-      return o
-    end,
-    __tostring = function() return 'transforms.' .. name end,
-  })
-  cls.__index = cls
+--- Cls = T.Transform:subclass(name, {'field', ...}): fields shown in tostring
+-- (an oneflow.class __setup hook; the class is also T[name]).
+function Transform.__setup(cls, _, repr)
+  cls.__repr = repr
   cls.__call = Transform.__call
   cls.__tostring = Transform.__tostring
-  T[name] = cls
-  return cls
+  T[cls.__name] = cls
 end
-function Transform.__init() end
 function Transform:forward() error(self.__name .. ': forward is not implemented', 2) end
 
 local function fail(op, msg) error(op .. ': ' .. msg, 3) end

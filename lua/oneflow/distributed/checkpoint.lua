@@ -30,6 +30,7 @@ local zip = require 'oneflow.io.zip'
 local comm = require 'oneflow.distributed.comm'
 local PL = require 'oneflow.distributed.placement'
 local B = require 'oneflow.distributed.boxing'
+local A = require 'oneflow._args'
 
 pcall(ffi.cdef, 'int mkdir(const char *path, unsigned int mode);')
 
@@ -353,7 +354,6 @@ local function region(ck, name, start, size, dtype, op)
   return out
 end
 
-local function shape_str(s) return '[' .. table.concat(s, ', ') .. ']' end
 
 --- flow.distributed.load(path[, target]): target a module or a table
 -- name -> tensor (global or local): each is filled in place with its own
@@ -387,9 +387,9 @@ function M.load(path, target)
     for _, name in ipairs(names) do
       local v, info = tbl[name], ck.tensors[name]
       local shape = v:size():totable()
-      if shape_str(shape) ~= shape_str(info.shape) then
+      if A.shape_str(shape, ', ') ~= A.shape_str(info.shape, ', ') then
         error(('%s: %s: tensor %s has shape %s in the checkpoint but %s in the target')
-              :format(op, path, name, shape_str(info.shape), shape_str(shape)), 0)
+              :format(op, path, name, A.shape_str(info.shape, ', '), A.shape_str(shape, ', ')), 0)
       end
       if is_global(v) then
         local P = v.placement

@@ -6,6 +6,7 @@
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
 local T = require 'oneflow.tensor'
+local A = require 'oneflow._args'
 
 local C, wrap, raise, out1 = core.C, core.wrap, core.raise, core.out1
 -- Collectives that return a new tensor release dead tensors first, so the
@@ -19,7 +20,7 @@ M.env = env
 
 local comm_out = ffi.new('of_comm*[1]')
 
-local Group = {}
+local Group = A.value_type({})
 Group.__index = Group
 M.Group = Group
 
@@ -111,12 +112,8 @@ local function red_op(op, name)
   return v
 end
 
-local function check_tensor(x, name, what)
-  if not T.is_tensor(x) then
-    error(('%s: expected a local tensor as %s, got %s'):format(name, what or 'input',
-          type(x) == 'table' and x.placement and 'a global tensor' or type(x)), 3)
-  end
-end
+-- Collectives take local tensors (A.describe names a global tensor as one).
+local LOCAL = 'input (a local tensor)'
 
 local function counts_ptr(list)
   local p = ffi.new('int64_t[?]', #list)
@@ -129,7 +126,7 @@ end
 -- flow.comm.all_reduce(t[, {op = 'sum', group =}]) -> t
 -- With {async_op = true} it returns a Work at once (oneflow.distributed.work).
 function M.all_reduce(t, opts)
-  check_tensor(t, 'all_reduce')
+  A.check_tensor('all_reduce', t, LOCAL)
   local g = group_of(opts)
   if opts and opts.async_op then
     return require('oneflow.distributed.work').all_reduce(g, t, red_op(opts.op, 'all_reduce'))
@@ -142,7 +139,7 @@ end
 
 --- Like all_reduce but into a new tensor (t unchanged): no copy of t first.
 function M.all_reduced(t, opts)
-  check_tensor(t, 'all_reduce')
+  A.check_tensor('all_reduce', t, LOCAL)
   sweep_due()
   local g = group_of(opts)
   return T.call1(C.of_comm_all_reduce_to, g.ptr, t.p, red_op(opts and opts.op, 'all_reduce'),
@@ -151,7 +148,7 @@ end
 
 --- In place: every rank gets root's t (root is a rank of the group).
 function M.broadcast(t, root, opts)
-  check_tensor(t, 'broadcast')
+  A.check_tensor('broadcast', t, LOCAL)
   local g = group_of(opts)
   if C.of_comm_broadcast(g.ptr, t.p, root or 0) ~= 0 then raise(2) end
   return t
@@ -164,7 +161,7 @@ end
 --- Flat all-gather: each rank gives its (contiguous) elements, counts[i]
 -- from rank i (nil: all give as many as this rank). Returns a 1-D tensor.
 function M.all_gather_flat(t, counts, opts)
-  check_tensor(t, 'all_gather')
+  A.check_tensor('all_gather', t, LOCAL)
   sweep_due()
   local g = group_of(opts)
   if counts and #counts ~= g.size then
@@ -200,7 +197,7 @@ end
 
 --- Every rank's t, as a list indexed by group rank + 1 (shapes may differ).
 function M.all_gather(t, opts)
-  check_tensor(t, 'all_gather')
+  A.check_tensor('all_gather', t, LOCAL)
   local g = group_of(opts)
   local shapes = gather_shapes(t, g)
   local counts = {}
@@ -218,7 +215,7 @@ end
 -- (default 1): the first size % n ranks get one more row, as OneFlow and
 -- PyTorch split. flow.comm.reduce_scatter(t[, {op =, dim =, group =}])
 function M.reduce_scatter(t, opts)
-  check_tensor(t, 'reduce_scatter')
+  A.check_tensor('reduce_scatter', t, LOCAL)
   sweep_due()
   local g = group_of(opts)
   local dim = opts and opts.dim or 1
@@ -254,7 +251,7 @@ function M.all_to_all(list, opts)
   local parts, send = {}, {}
   local meta = ffi.new('int64_t[?]', 9 * g.size)
   for i = 1, g.size do
-    check_tensor(list[i], 'all_to_all', 'list[' .. i .. ']')
+    A.check_tensor('all_to_all', list[i], 'list[' .. i .. ']' .. ' (a local tensor)')
     parts[i] = list[i]:contiguous():view(-1)
     send[i] = list[i]:numel()
     meta[(i - 1) * 9] = list[i]:dim()
@@ -282,7 +279,7 @@ end
 
 --- Flat all-to-all on one contiguous tensor with explicit counts.
 function M.all_to_all_flat(t, send_counts, recv_counts, opts)
-  check_tensor(t, 'all_to_all')
+  A.check_tensor('all_to_all', t, LOCAL)
   sweep_due()
   local g = group_of(opts)
   return T.call1(C.of_comm_all_to_all, g.ptr, t.p, counts_ptr(send_counts),
@@ -291,13 +288,13 @@ end
 
 --- Point to point; recv fills `t` in place (shape and dtype agreed on).
 function M.send(t, dst, opts)
-  check_tensor(t, 'send')
+  A.check_tensor('send', t, LOCAL)
   local g = group_of(opts)
   if C.of_comm_send(g.ptr, t.p, dst, opts and opts.tag or 0) ~= 0 then raise(2) end
 end
 
 function M.recv(t, src, opts)
-  check_tensor(t, 'recv')
+  A.check_tensor('recv', t, LOCAL)
   local g = group_of(opts)
   if C.of_comm_recv(g.ptr, t.p, src, opts and opts.tag or 0) ~= 0 then raise(2) end
   return t

@@ -14,6 +14,7 @@
 -- gradient back to g's own SBP (a collective: call it on every rank).
 local T = require 'oneflow.tensor'
 local types = require 'oneflow.types'
+local A = require 'oneflow._args'
 local comm = require 'oneflow.distributed.comm'
 local PL = require 'oneflow.distributed.placement'
 local B = require 'oneflow.distributed.boxing'
@@ -24,13 +25,12 @@ local is_tensor = T.is_tensor
 local methods = T.methods
 
 local G = {}              -- methods of global tensors
-local GT = {}             -- their metatable
+local GT = A.value_type({})             -- their metatable
 M.methods, M.metatable = G, GT
 
 local function is_global(x) return type(x) == 'table' and getmetatable(x) == GT end
 M.is_global = is_global
 
-local function shape_str(s) return '[' .. table.concat(s, ', ') .. ']' end
 local function sbp_str(s)
   local parts = {}
   for i, v in ipairs(s) do parts[i] = tostring(v) end
@@ -83,7 +83,7 @@ local function check_sbp(op, P, s, shape, level)
       local d = B.norm_dim(v.dim, #shape)
       if d < 1 or d > #shape then
         error(('%s: split dim %d out of range for a %d-d tensor of shape %s')
-              :format(op, v.dim, #shape, shape_str(shape)), level)
+              :format(op, v.dim, #shape, A.shape_str(shape, ', ')), level)
       end
       if v.dim < 0 then s[k] = sbp.split(d) end
     end
@@ -145,8 +145,8 @@ local function combine_shapes(op, shapes, P, s, level)
     if not ok then
       error(('%s: the shards do not fit together: rank %d gives %s, but the logical shape %s '
              .. 'split as %s gives it %s (only split dims may differ, and the first size %% n '
-             .. 'ranks get one more)'):format(op, P.ranks[i], shape_str(sh), shape_str(res),
-             sbp_str(s), shape_str(want)), level + 1)
+             .. 'ranks get one more)'):format(op, P.ranks[i], A.shape_str(sh, ', '), A.shape_str(res, ', '),
+             sbp_str(s), A.shape_str(want, ', ')), level + 1)
     end
   end
   return res

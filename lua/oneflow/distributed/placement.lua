@@ -6,7 +6,7 @@ local comm = require 'oneflow.distributed.comm'
 local M = {}
 
 ------------------------------------------------------------------ SBP
-local Sbp = {}
+local Sbp = require('oneflow._args').value_type({})
 Sbp.__index = Sbp
 Sbp.__tostring = function(s)
   if s.kind == 'S' then return ('oneflow.sbp.split(dim=%d)'):format(s.dim) end
@@ -46,7 +46,7 @@ function M.dual(s)
 end
 
 ------------------------------------------------------------------ placement
-local Placement = {}
+local Placement = require('oneflow._args').value_type({})
 Placement.__index = Placement
 M.Placement = Placement
 

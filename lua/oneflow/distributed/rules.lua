@@ -8,6 +8,7 @@
 -- error: the op cannot run on these global inputs). Signatures are 1-D; on
 -- a 2-D placement each axis picks one. Every rule offers all-broadcast.
 local PL = require 'oneflow.distributed.placement'
+local is_options = require('oneflow._args').is_options
 
 local R = {}
 local S, Bc, Ps = PL.sbp.split, PL.sbp.broadcast, PL.sbp.partial_sum
@@ -249,10 +250,10 @@ end
 -- the value of option `key`: from a trailing options table or position i
 function R.opt(ctx, i, key)
   local v = ctx.args[i]
-  if v ~= nil and not (type(v) == 'table' and getmetatable(v) == nil) then return v end
+  if v ~= nil and not is_options(v) then return v end
   for j = ctx.n, 1, -1 do
     local a = ctx.args[j]
-    if type(a) == 'table' and getmetatable(a) == nil and a[key] ~= nil then return a[key] end
+    if is_options(a) and a[key] ~= nil then return a[key] end
   end
   return nil
 end

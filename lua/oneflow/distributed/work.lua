@@ -10,7 +10,7 @@ local C, raise = core.C, core.raise
 
 local M = {}
 
-local Work = {}
+local Work = require('oneflow._args').value_type({})
 Work.__index = Work
 M.Work = Work
 

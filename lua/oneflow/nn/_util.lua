@@ -1,85 +1,19 @@
--- oneflow.nn._util: what the nn files share -- errors that point at user
--- code, shape strings, PyTorch-style argument parsing, n-tuples and a small
+-- oneflow.nn._util: what the nn files share beyond oneflow._args (errors,
+-- shapes and argument parsing): n-tuples, Python-style reprs and a small
 -- insertion-ordered dictionary.
-local T = require 'oneflow.tensor'
+local A = require 'oneflow._args'
 
-local is_tensor = T.is_tensor
 local U = {}
 
------------------------------------------------------------------- errors
---- Raises msg at the first caller outside oneflow/nn (the user's line).
-function U.fail(msg)
-  local level = 2
-  while true do
-    local info = debug.getinfo(level, 'S')
-    if not info then level = 0; break end
-    local src = info.source
-    if src ~= '=[C]' and not src:find('oneflow/nn/', 1, true) then break end
-    level = level + 1
-  end
-  error(msg, level)
-end
-local fail = U.fail
-
---- '[2,3]' for a tensor or a list of sizes.
-function U.shape_str(x)
-  if is_tensor(x) then x = x:size():totable() end
-  return '[' .. table.concat(x, ',') .. ']'
-end
-
 ------------------------------------------------------------------ arguments
-U.REQUIRED = setmetatable({}, {__tostring = function() return '<required>' end})
-
--- A trailing plain table without an array part is an options table
--- ({3, 3} is a positional list, a module or tensor is a value).
-local function is_options(v)
-  return type(v) == 'table' and getmetatable(v) == nil and #v == 0
-end
-U.is_options = is_options
-
---- Parses `name(pos1, pos2, ..., {opt = v})` against spec, a list of
--- {key, default} in PyTorch's positional order. Returns a table of every key.
-function U.parse(name, spec, ...)
-  local n = select('#', ...)
-  local args = {...}
-  local opts = {}
-  if n > 0 and is_options(args[n]) then
-    opts = args[n]
-    n = n - 1
-  end
-  if n > #spec then
-    fail(('%s: expected at most %d positional arguments, got %d'):format(name, #spec, n))
-  end
-  local res, known = {}, {}
-  for i, s in ipairs(spec) do
-    local key, default = s[1], s[2]
-    known[key] = true
-    local v = args[i]
-    if i <= n and v ~= nil and opts[key] ~= nil then
-      fail(('%s: argument %s given twice (positionally and as an option)'):format(name, key))
-    end
-    if v == nil or i > n then v = opts[key] end
-    if v == nil then v = default end
-    if v == U.REQUIRED then fail(('%s: missing required argument %s'):format(name, key)) end
-    res[key] = v
-  end
-  for k in pairs(opts) do
-    if not known[k] then fail(('%s: unknown option %s'):format(name, tostring(k))) end
-  end
-  return res
-end
+-- Errors, shapes and argument parsing are oneflow._args's (one parser for
+-- the whole package); they are reachable here as well for brevity.
+U.fail, U.shape_str, U.is_options = A.fail, A.shape_str, A.is_options
+U.REQUIRED, U.parse, U.check_options = A.REQUIRED, A.parse, A.check_options
 
 --- Options table of a functional call: opts or {} with unknown keys rejected.
-function U.options(name, opts, allowed)
-  if opts == nil then return {} end
-  if type(opts) ~= 'table' then
-    fail(('%s: expected an options table, got %s'):format(name, type(opts)))
-  end
-  for k in pairs(opts) do
-    if not allowed[k] then fail(('%s: unknown option %s'):format(name, tostring(k))) end
-  end
-  return opts
-end
+function U.options(name, opts, allowed) return A.check_options(name, opts, allowed) end
+local fail = A.fail
 
 --- v -> a list of n numbers ({v, v, ...} for a number).
 function U.ntuple(v, n, name, what)

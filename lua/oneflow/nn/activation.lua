@@ -1,12 +1,12 @@
 -- oneflow.nn.activation: activation modules over nn.functional.
 --   nn.ReLU(), nn.LeakyReLU(0.2), nn.GELU({approximate = 'tanh'}),
 --   nn.Softmax(-1), nn.PReLU(16, 0.25)
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'
 local F = require 'oneflow.nn.functional'
 
-local Module, parse, pyrepr = module.Module, U.parse, U.pyrepr
+local Module, parse, pyrepr, fail, shape_str = module.Module, U.parse, U.pyrepr, U.fail, U.shape_str
 local M = {}
 
 -- A class whose constructor parses `spec` into fields and whose forward is
@@ -104,5 +104,18 @@ function PReLU:reset_parameters()
 end
 function PReLU:forward(x) return F.prelu(x, self.weight) end
 function PReLU:extra_repr() return 'num_parameters=' .. self.num_parameters end
+
+------------------------------------------------------------------ Softmax2d
+local Softmax2d = Module:subclass('Softmax2d')
+M.Softmax2d = Softmax2d
+
+--- nn.Softmax2d(): softmax over the channels of [N, C, H, W] or [C, H, W].
+function Softmax2d.forward(_, x)
+  if x:dim() ~= 3 and x:dim() ~= 4 then
+    fail(('Softmax2d: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got %s'):format(shape_str(x)))
+  end
+  return F.softmax(x, -3)
+end
+
 
 return M

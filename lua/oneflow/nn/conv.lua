@@ -2,7 +2,7 @@
 -- kernel-backed F.conv*d / F.conv_transpose*d, with PyTorch's parameter
 -- names (weight [out, in / groups, *k], bias [out]) and default init.
 --   nn.Conv2d(1, 32, 3, 1, 1)   nn.Conv2d(4, 6, 3, {stride = 2, padding = 'same', groups = 2})
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'
 local init = require 'oneflow.nn.initialization'

@@ -26,6 +26,7 @@
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
 local T = require 'oneflow.tensor'
+local class = require 'oneflow.class'
 local autograd = require 'oneflow.autograd'
 local module = require 'oneflow.nn.module'
 
@@ -151,29 +152,9 @@ function Config:enable_fusion(on)
 end
 
 ------------------------------------------------------------------ Graph class
-local Graph = {__name = 'Graph'}
-Graph.__index = Graph
-
-local function new(cls, ...)
-  local self = setmetatable({}, cls)
-  self:__init(...)
-  return self
-end
-
---- local G = flow.nn.Graph:subclass('G')
-function Graph:subclass(name)
-  local cls = {}
-  for k, v in pairs(self) do
-    if type(k) == 'string' and k:sub(1, 2) == '__' and k ~= '__index' and k ~= '__init' and k ~= '__name' then
-      cls[k] = v
-    end
-  end
-  cls.__name = name
-  cls.__index = cls
-  cls.super = self
-  return setmetatable(cls, {__index = self, __call = new,
-                            __tostring = function() return 'nn.Graph ' .. name end})
-end
+local Graph = class('Graph')
+Graph.__label = 'nn.Graph '
+-- local G = flow.nn.Graph:subclass('G')   (oneflow.class)
 
 --- flow.nn.Graph.__init(self): call it first in a subclass's __init.
 function Graph:__init()

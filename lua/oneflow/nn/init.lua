@@ -1,5 +1,10 @@
 -- oneflow.nn: modules, containers, nn.functional, nn.init and nn.utils.
 --   local nn, F = flow.nn, flow.nn.functional
+-- Required before oneflow itself: load oneflow, which loads this module.
+if package.loaded.oneflow == nil then
+  package.loaded['oneflow.nn'] = nil
+  return require('oneflow').nn
+end
 local module = require 'oneflow.nn.module'
 
 local nn = {
@@ -11,7 +16,8 @@ local nn = {
 
 local class_files = {
   'container', 'linear', 'activation', 'dropout', 'sparse', 'loss', 'conv', 'pooling',
-  'normalization', 'padding', 'upsampling', 'rnn', 'transformer', 'transformer_decoder', 'extras', 'sampling',
+  'normalization', 'padding', 'upsampling', 'shuffle', 'fold', 'distance', 'rnn', 'transformer',
+  'transformer_decoder', 'sampling',
 }
 for _, f in ipairs(class_files) do
   for name, cls in pairs(require('oneflow.nn.' .. f)) do nn[name] = cls end

@@ -2,7 +2,7 @@
 -- PyTorch's formulas. Each runs under no_grad and returns the tensor.
 --   nn.init.kaiming_uniform_(w, {a = math.sqrt(5)})
 --   nn.init.xavier_normal_(w, {gain = nn.init.calculate_gain('tanh')})
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local autograd = require 'oneflow.autograd'
 local U = require 'oneflow.nn._util'
 

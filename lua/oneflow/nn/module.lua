@@ -10,6 +10,7 @@
 -- Tensors are FFI cdata and cannot carry fields, so parameters are marked
 -- in a weak-keyed set (`nn.is_parameter`).
 local T = require 'oneflow.tensor'
+local class = require 'oneflow.class'
 local autograd = require 'oneflow.autograd'
 local U = require 'oneflow.nn._util'
 
@@ -36,7 +37,8 @@ function M.is_parameter(t) return param_set[t] == true end
 local is_parameter = M.is_parameter
 
 ------------------------------------------------------------------ class machinery
-local Module = {__name = 'Module', __is_module = true}
+local Module = class('Module')
+Module.__is_module, Module.__label = true, 'nn.'
 M.Module = Module
 
 function M.is_module(v)
@@ -53,10 +55,10 @@ local function init_fields(self)
   rawset(self, 'training', true)
 end
 
-local function new(cls, ...)
+-- oneflow.class hook: a fresh instance has its registries before __init.
+function Module.__alloc(cls)
   local self = setmetatable({}, cls)
   init_fields(self)
-  self:__init(...)
   return self
 end
 
@@ -254,25 +256,15 @@ local function module_tostring(self)
 end
 
 ------------------------------------------------------------------ subclassing
-local function setup_class(cls, base, name)
-  -- metamethods are looked up raw, so copy them down the hierarchy
-  for k, v in pairs(base) do
-    if type(k) == 'string' and k:sub(1, 2) == '__' and rawget(cls, k) == nil then cls[k] = v end
-  end
-  cls.__name, cls.super = name, base
+-- oneflow.class hook, run for every subclass (local Net = nn.Module:subclass('Net')):
+-- instances look fields up through the registries and assign through them.
+function Module.__setup(cls)
   cls.__index = make_index(cls)
   cls.__newindex = module_newindex
   cls.__call = module_call
   cls.__tostring = module_tostring
-  return setmetatable(cls, {__index = base, __call = new,
-                            __tostring = function() return 'nn.' .. name end})
 end
-
---- local Net = nn.Module:subclass('Net')
-function Module:subclass(name)
-  return setup_class({}, self, name)
-end
-setup_class(Module, {}, 'Module')
+Module.__setup(Module)
 
 ------------------------------------------------------------------ registration
 function Module:__init() if rawget(self, '_parameters') == nil then init_fields(self) end end

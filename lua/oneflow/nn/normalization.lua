@@ -3,7 +3,7 @@
 -- BatchNorm keeps PyTorch's buffers: running_mean, running_var and
 -- num_batches_tracked (int64); momentum = false is the cumulative average
 -- (PyTorch's momentum=None).
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'
 local F = require 'oneflow.nn.functional'
@@ -208,5 +208,27 @@ function GroupNorm:extra_repr()
   return ('%d, %d, eps=%s, affine=%s'):format(self.num_groups, self.num_channels, tostring(self.eps),
     pyrepr(self.affine))
 end
+
+------------------------------------------------------------------ LocalResponseNorm
+local LRN = Module:subclass('LocalResponseNorm')
+M.LocalResponseNorm = LRN
+
+local lrn_spec = {{'size', U.REQUIRED}, {'alpha', 1e-4}, {'beta', 0.75}, {'k', 1}}
+
+--- nn.LocalResponseNorm(size, {alpha = 1e-4, beta = 0.75, k = 1})
+function LRN:__init(...)
+  Module.__init(self)
+  local a = parse('LocalResponseNorm', lrn_spec, ...)
+  self.size, self.alpha, self.beta, self.k = a.size, a.alpha, a.beta, a.k
+end
+
+function LRN:forward(x)
+  return F.local_response_norm(x, self.size, {alpha = self.alpha, beta = self.beta, k = self.k})
+end
+
+function LRN:extra_repr()
+  return ('%s, alpha=%s, beta=%s, k=%s'):format(self.size, self.alpha, self.beta, self.k)
+end
+
 
 return M

@@ -6,14 +6,14 @@
 -- A PackedSequence holds data [sum(lengths), *] (the time steps one after the
 -- other, each with the sequences still running, longest first), batch_sizes
 -- (int64, one per step), sorted_indices / unsorted_indices (int64 or nil).
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local T = require 'oneflow.tensor'
 local U = require 'oneflow.nn._util'
 
 local fail, is_tensor = U.fail, T.is_tensor
 local M = {}
 
-local PackedSequence = {}
+local PackedSequence = require('oneflow._args').value_type({})
 PackedSequence.__index = PackedSequence
 PackedSequence.__name = 'PackedSequence'
 

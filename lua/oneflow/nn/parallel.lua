@@ -49,11 +49,7 @@ function DDP:__init(mod, opts)
   if not module.is_module(mod) then
     fail('DistributedDataParallel: expected an nn.Module to wrap, got ' .. type(mod))
   end
-  opts = opts or {}
-  if type(opts) ~= 'table' then fail('DistributedDataParallel: options must be a table') end
-  for k in pairs(opts) do
-    if not known[k] then fail('DistributedDataParallel: unknown option ' .. tostring(k)) end
-  end
+  opts = U.check_options('DistributedDataParallel', opts, known)
   local cap = opts.bucket_cap_mb or 25
   if type(cap) ~= 'number' or cap <= 0 then
     fail('DistributedDataParallel: bucket_cap_mb must be a positive number, got '

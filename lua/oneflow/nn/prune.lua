@@ -7,7 +7,7 @@
 --   prune.random_unstructured(m, 'bias', 2)     -- 2 entries
 --   prune.remove(m, 'weight')
 -- amount: a fraction in [0, 1) or a whole number of entries (>= 1).
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local autograd = require 'oneflow.autograd'
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'

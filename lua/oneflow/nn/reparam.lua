@@ -4,7 +4,7 @@
 --   nn.utils.spectral_norm(conv, {n_power_iterations = 2})
 --   nn.utils.remove_weight_norm(lin); nn.utils.remove_spectral_norm(conv)
 -- dim is 1-based (dim = 1 is the first dimension, PyTorch's 0).
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local autograd = require 'oneflow.autograd'
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'

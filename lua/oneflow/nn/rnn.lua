@@ -4,7 +4,7 @@
 --   local out, h = gru(x, h0)            -- x [L, N, in] ([N, L, in] if batch_first)
 --   local out, state = lstm(x, {h0, c0}) -- state = {h_n, c_n}
 --   local h, c = lstm_cell(x, {h, c})
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'
 local init = require 'oneflow.nn.initialization'

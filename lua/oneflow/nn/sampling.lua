@@ -3,7 +3,7 @@
 -- oneflow.nn.functional.sampling.
 --   local bag = nn.EmbeddingBag(1000, 64, {mode = 'sum'})
 --   local y = bag(ids, offsets)                          -- [#offsets, 64]
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'
 local init = require 'oneflow.nn.initialization'

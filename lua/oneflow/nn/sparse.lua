@@ -1,5 +1,5 @@
 -- oneflow.nn.sparse: Embedding (1-based ids; padding_idx 1-based too).
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'
 local init = require 'oneflow.nn.initialization'

@@ -4,7 +4,7 @@
 -- matmul, softmax and masking ops.
 --   local attn = nn.MultiheadAttention(64, 8, {batch_first = true})
 --   local out, weights = attn(q, k, v, {key_padding_mask = pad, attn_mask = causal})
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'
 local init = require 'oneflow.nn.initialization'

@@ -5,7 +5,7 @@
 --   local model = nn.Transformer({d_model = 64, nhead = 4, batch_first = true})
 --   local mask = nn.Transformer.generate_square_subsequent_mask(tgt:size(2))
 --   local out = model(src, tgt, {tgt_mask = mask, src_key_padding_mask = pad})
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'
 local init = require 'oneflow.nn.initialization'

@@ -1,5 +1,5 @@
 -- oneflow.nn.upsampling: Upsample, UpsamplingNearest2d, UpsamplingBilinear2d
--- (over F.interpolate) and PixelShuffle.
+-- (over F.interpolate); PixelShuffle is in shuffle.lua.
 --   nn.Upsample({scale_factor = 2, mode = 'bilinear', align_corners = false})
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'
@@ -47,11 +47,5 @@ function UpsamplingBilinear2d:__init(size, scale_factor)
   Upsample.__init(self, {size = size, scale_factor = scale_factor, mode = 'bilinear',
                          align_corners = true})
 end
-
-local PixelShuffle = Module:subclass('PixelShuffle')
-M.PixelShuffle = PixelShuffle
-function PixelShuffle:__init(r) Module.__init(self); self.upscale_factor = r end
-function PixelShuffle:forward(x) return F.pixel_shuffle(x, self.upscale_factor) end
-function PixelShuffle:extra_repr() return 'upscale_factor=' .. self.upscale_factor end
 
 return M

@@ -1,7 +1,7 @@
 -- oneflow.nn.utils: gradient clipping, parameter <-> vector, and pruning
 -- (nn.utils.prune).
 --   local total = nn.utils.clip_grad_norm_(net:parameters(), 1.0)
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local T = require 'oneflow.tensor'
 local autograd = require 'oneflow.autograd'
 local U = require 'oneflow.nn._util'

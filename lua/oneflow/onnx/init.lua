@@ -52,14 +52,10 @@ local function check_names(list, what)
 end
 
 local function options(opts)
-  opts = opts or {}
-  if type(opts) ~= 'table' then fail('options must be a table') end
   local known = {opset = true, opset_version = true, input_names = true, output_names = true,
                  dynamic_axes = true, do_constant_folding = true, doc_string = true,
                  producer_name = true, model_name = true}
-  for k in pairs(opts) do
-    if not known[k] then fail(('unknown option %s'):format(tostring(k))) end
-  end
+  opts = require('oneflow._args').check_options('onnx.export', opts, known)
   local opset = opts.opset or opts.opset_version or M.DEFAULT_OPSET
   if type(opset) ~= 'number' or opset ~= math.floor(opset) or opset < M.MIN_OPSET or opset > M.MAX_OPSET then
     fail(('opset must be an integer from %d to %d, got %s'):format(M.MIN_OPSET, M.MAX_OPSET, tostring(opset)))

@@ -14,10 +14,10 @@
 -- get 1 added, so onnxruntime returns what the Lua model returns.
 local T = require 'oneflow.tensor'
 local graph = require 'oneflow.onnx.graph'
-local util = require 'oneflow._util'
+local A = require 'oneflow._args'
 local U = require 'oneflow.nn._util'
 
-local is_tensor, is_options = T.is_tensor, util.is_options
+local is_tensor, is_options = T.is_tensor, A.is_options
 local A_f, A_i, A_s, A_ints = graph.f, graph.i, graph.s, graph.ints
 local floor, ceil = math.floor, math.ceil
 local INT64_MIN = -2 ^ 63
@@ -416,7 +416,7 @@ R.t = function(g, out, x)
   transpose_perm(g, out, x, {1, 0})
 end
 R.permute = function(g, out, x, ...)
-  local dims = util.sizes_and_options('permute', ...)
+  local dims = A.sizes_and_options('permute', ...)
   local r, perm = x:dim(), {}
   for i = 1, #dims do perm[i] = axis(dims[i], r) end
   transpose_perm(g, out, x, perm)
@@ -902,26 +902,9 @@ for alias_name, name in pairs({multiply = 'mul', subtract = 'sub', divide = 'div
 end
 
 ------------------------------------------------------------------ nn.functional
--- positional arguments after the fixed ones merged with a trailing options
--- table, as oneflow.ops.nn_conv reads them
-local function fn_args(names, ...)
-  local n = select('#', ...)
-  local args = {...}
-  local opts = {}
-  while n > 0 and args[n] == nil do n = n - 1 end
-  local last = args[n]
-  if n > 0 and (is_options(last) or (type(last) == 'table' and next(last) == nil
-                                     and getmetatable(last) == nil)) then
-    opts = last
-    n = n - 1
-  end
-  local res = {}
-  for k, v in pairs(opts) do res[k] = v end
-  for i = 1, n do
-    if names[i] and args[i] ~= nil and res[names[i]] == nil then res[names[i]] = args[i] end
-  end
-  return res
-end
+-- positional arguments after the fixed ones and a trailing options table,
+-- parsed with oneflow.ops.nn_conv's specs
+local conv_specs = require('oneflow.ops.nn_conv').specs
 
 local function per_dim(v, nsp, default)
   if v == nil then v = default end
@@ -942,10 +925,9 @@ local function all_equal(t, v)
   return true
 end
 
-local conv_names = {'bias', 'stride', 'padding', 'dilation', 'groups'}
 local function conv(nsp)
   return function(g, out, x, w, ...)
-    local a = fn_args(conv_names, ...)
+    local a = A.parse('conv' .. nsp .. 'd', conv_specs.conv, ...)
     local stride, dil = per_dim(a.stride, nsp, 1), per_dim(a.dilation, nsp, 1)
     local ks = {}
     for i = 1, nsp do ks[i] = w:size(i + 2) end
@@ -971,10 +953,9 @@ local function conv(nsp)
   end
 end
 
-local convt_names = {'bias', 'stride', 'padding', 'output_padding', 'groups', 'dilation'}
 local function conv_transpose(nsp)
   return function(g, out, x, w, ...)
-    local a = fn_args(convt_names, ...)
+    local a = A.parse('conv_transpose' .. nsp .. 'd', conv_specs.conv_transpose, ...)
     local ks = {}
     for i = 1, nsp do ks[i] = w:size(i + 2) end
     local p = per_dim(a.padding, nsp, 0)
@@ -1007,11 +988,10 @@ local function pool_ceil(op, x, y, nsp, k, s, p, d, ceil_mode)
   fail(op .. ': this ceil_mode configuration has no ONNX equivalent')
 end
 
-local max_names = {'stride', 'padding', 'dilation', 'ceil_mode', 'return_indices'}
 local function max_pool(nsp)
   local op = 'max_pool' .. nsp .. 'd'
   return function(g, out, x, kernel, ...)
-    local a = fn_args(max_names, ...)
+    local a = A.parse(op, conv_specs.max_pool, ...)
     if a.return_indices then fail(op .. ' with return_indices cannot be exported') end
     local k = per_dim(kernel, nsp)
     local s = a.stride ~= nil and per_dim(a.stride, nsp) or k
@@ -1023,11 +1003,10 @@ local function max_pool(nsp)
   end
 end
 
-local avg_names = {'stride', 'padding', 'ceil_mode', 'count_include_pad', 'divisor_override'}
 local function avg_pool(nsp)
   local op = 'avg_pool' .. nsp .. 'd'
   return function(g, out, x, kernel, ...)
-    local a = fn_args(avg_names, ...)
+    local a = A.parse(op, conv_specs.avg_pool, ...)
     local k = per_dim(kernel, nsp)
     local s = a.stride ~= nil and per_dim(a.stride, nsp) or k
     local p = per_dim(a.padding, nsp, 0)
@@ -1056,7 +1035,7 @@ local function adaptive(nsp, is_max)
   local global, pool, red = is_max and 'GlobalMaxPool' or 'GlobalAveragePool',
                             is_max and 'MaxPool' or 'AveragePool', is_max and 'ReduceMax' or 'ReduceMean'
   return function(g, out, x, _, ...)
-    local a = fn_args({'return_indices'}, ...)
+    local a = A.parse('adaptive_max_pool', conv_specs.adaptive_max_pool, ...)
     if a.return_indices then fail('adaptive_max_pool with return_indices cannot be exported') end
     local xs, ys = shape(x), shape(out[1])
     local r = #xs
@@ -1206,6 +1185,7 @@ R['F.interpolate'] = function(g, out, x, opts)
 end
 R['F.upsample'] = R['F.interpolate']
 
+
 local pad_modes = {constant = 'constant', reflect = 'reflect', replicate = 'edge', circular = 'wrap'}
 R['F.pad'] = function(g, out, x, pad, opts)
   if type(opts) == 'string' then opts = {mode = opts} end
@@ -1226,6 +1206,7 @@ R['F.pad'] = function(g, out, x, pad, opts)
 end
 
 R['F.linear'] = function(g, out, x, w, b)
+  if is_options(b) then b = b.bias end
   local dt = dtype(out[1])
   if x:dim() == 2 and w:dim() == 2 then
     local inputs = {g:val(x), g:val(w)}
@@ -1336,5 +1317,17 @@ function M.names()
   table.sort(t)
   return t
 end
+
+-- F.* take PyTorch's positional arguments or options; the rules above read
+-- the implementation's canonical form (ops/nn_*.lua's `canonical`).
+for _, mod in ipairs({'oneflow.ops.nn_norm', 'oneflow.ops.nn_pad', 'oneflow.ops.nn_resample'}) do
+  for name, canon in pairs(require(mod).canonical) do
+    local rule = R['F.' .. name]
+    if rule then
+      R['F.' .. name] = function(g, out, ...) return rule(g, out, canon(...)) end
+    end
+  end
+end
+R['F.upsample'] = R['F.interpolate']
 
 return M

@@ -178,6 +178,184 @@ mt.__unm = function(a)
   return wrap(out1[0])
 end
 
+local types = require 'oneflow.types'
+local A = require 'oneflow._args'
+local flow, is_options, check_tensor, EMPTY = T.flow, A.is_options, A.check_tensor, A.EMPTY
+local bool, as_tensor, zeros = types.by_name.bool, T.as_tensor_like, T.zeros_of
+
+------------------------------------------------------------------ comparison
+local function isclose(a, b, opts)
+  check_tensor('isclose', a)
+  b = as_tensor(b, a)
+  opts = opts or EMPTY
+  local rtol, atol = opts.rtol or 1e-5, opts.atol or 1e-8
+  if rtol < 0 or atol < 0 then
+    error(('isclose: rtol and atol must be >= 0, got %g and %g'):format(rtol, atol), 3)
+  end
+  local eq = a:eq(b)
+  local fa = a:is_floating_point() and a or a:double()
+  local fb = b:is_floating_point() and b or b:double()
+  local near = (fa - fb):abs():le(fb:abs() * rtol + atol):logical_and(fa:isfinite()):logical_and(fb:isfinite())
+  local res = eq:logical_or(near)
+  if opts.equal_nan then res = res:logical_or(fa:isnan():logical_and(fb:isnan())) end
+  return res
+end
+--- flow.isclose(a, b, {rtol = 1e-5, atol = 1e-8, equal_nan = false}):
+-- |a - b| <= atol + rtol * |b| elementwise (bool); infinities must be equal.
+def('isclose', function(a, b, opts) return isclose(a, b, opts) end)
+--- flow.allclose(a, b, opts): true when every element isclose (a Lua boolean).
+def('allclose', function(a, b, opts)
+  return isclose(a, b, opts):all():item()
+end)
+--- flow.equal(a, b): true when a and b have the same shape and elements.
+def('equal', function(a, b)
+  check_tensor('equal', a)
+  check_tensor('equal', b)
+  local sa, sb = a:size():totable(), b:size():totable()
+  if #sa ~= #sb then return false end
+  for i = 1, #sa do if sa[i] ~= sb[i] then return false end end
+  return a:eq(b):all():item()
+end)
+
+
+------------------------------------------------------------------ pointwise
+--- flow.lerp(start, end, weight): start + weight * (end - start); weight is
+-- a number or a tensor (broadcast).
+def('lerp', function(a, b, w)
+  check_tensor('lerp', a, 'start')
+  check_tensor('lerp', b, 'end')
+  if not is_tensor(w) and type(w) ~= 'number' then
+    error('lerp: weight must be a number or a tensor, got ' .. type(w), 2)
+  end
+  return a + (b - a) * w
+end)
+
+local function addc(op, combine)
+  return function(x, t1, t2, opts)
+    check_tensor(op, x, 'input')
+    check_tensor(op, t1, 'tensor1')
+    check_tensor(op, t2, 'tensor2')
+    local value = 1
+    if type(opts) == 'number' then value = opts elseif opts and opts.value then value = opts.value end
+    local p = combine(t1, t2)
+    if value ~= 1 then p = p * value end
+    return x + p
+  end
+end
+--- flow.addcmul(x, t1, t2, {value = 1}) = x + value * t1 * t2
+def('addcmul', addc('addcmul', function(a, b) return a * b end))
+--- flow.addcdiv(x, t1, t2, {value = 1}) = x + value * t1 / t2
+def('addcdiv', addc('addcdiv', function(a, b) return a / b end))
+
+--- x:frac(): x - trunc(x), with the sign of x; gradient 1.
+def('frac', function(x)
+  check_tensor('frac', x)
+  return x - x:detach():trunc()
+end)
+
+--- flow.hypot(a, b) = sqrt(a^2 + b^2)
+def('hypot', function(a, b)
+  check_tensor('hypot', a)
+  b = as_tensor(b, a)
+  return (a * a + b * b):sqrt()
+end)
+
+--- flow.logaddexp(a, b) = log(exp(a) + exp(b)), computed stably.
+def('logaddexp', function(a, b)
+  check_tensor('logaddexp', a)
+  b = as_tensor(b, a)
+  if not a:is_floating_point() then a = a:float() end
+  if not b:is_floating_point() then b = b:float() end
+  local m = a:maximum(b)
+  local both_inf = a:eq(b):logical_and(a:isinf())
+  local d = flow.where(both_inf, zeros({}, m), (a - b):abs())
+  return m + (-d):exp():log1p()
+end)
+
+local function fpick(op, pick)
+  return function(a, b)
+    check_tensor(op, a)
+    b = as_tensor(b, a)
+    local r = pick(a, b)
+    if r:is_floating_point() then
+      r = flow.where(b:isnan(), a + zeros({}, r), r)
+      r = flow.where(a:isnan(), b + zeros({}, r), r)
+    end
+    return r
+  end
+end
+--- flow.fmax(a, b): elementwise maximum where a NaN loses to a number.
+def('fmax', fpick('fmax', function(a, b) return a:maximum(b) end))
+--- flow.fmin(a, b): elementwise minimum where a NaN loses to a number.
+def('fmin', fpick('fmin', function(a, b) return a:minimum(b) end))
+
+--- flow.xlogy(x, y) = x * log(y), and 0 where x == 0 (unless y is NaN).
+def('xlogy', function(x, y)
+  if not is_tensor(x) and not is_tensor(y) then
+    error('xlogy: expected at least one tensor, got ' .. type(x) .. ' and ' .. type(y), 2)
+  end
+  if not is_tensor(x) then x = as_tensor(x, y) end
+  y = as_tensor(y, x)
+  if not x:is_floating_point() then x = x:to(y:is_floating_point() and y.dtype or T.get_default_dtype()) end
+  if not y:is_floating_point() then y = y:to(x.dtype) end
+  local zero_x = x:eq(0):logical_and(y:le(0):logical_or(y:isinf()))
+  local ys = flow.where(zero_x, flow.ones({}, {dtype = y.dtype, device = y.device}), y)
+  return x * ys:log()
+end)
+
+--- flow.heaviside(x, values): 0 where x < 0, values where x == 0, 1 where x > 0.
+def('heaviside', function(x, values)
+  check_tensor('heaviside', x)
+  check_tensor('heaviside', values, 'values')
+  if x.dtype ~= values.dtype then
+    error(('heaviside: input and values must have the same dtype, got %s and %s'):format(
+      tostring(x.dtype), tostring(values.dtype)), 2)
+  end
+  return flow.where(x:eq(0), values, x:gt(0):to(x.dtype))
+end)
+
+--- x:sgn(): sign(x) (the same as sign for real tensors).
+def('sgn', function(x)
+  check_tensor('sgn', x)
+  return x:sign()
+end)
+
+--- x:signbit(): true where the sign bit is set (x < 0, also -0.0).
+def('signbit', function(x)
+  check_tensor('signbit', x)
+  if x.dtype == bool or x.dtype == flow.uint8 then return zeros(x:size(), x):bool() end
+  local neg = x:lt(0)
+  if x:is_floating_point() then neg = neg:logical_or(x:eq(0):logical_and((1 / x:double()):lt(0))) end
+  return neg
+end)
+
+--- x:isneginf() / x:isposinf(): true where x is -inf / +inf.
+def('isneginf', function(x)
+  check_tensor('isneginf', x)
+  return x:isinf():logical_and(x:lt(0))
+end)
+def('isposinf', function(x)
+  check_tensor('isposinf', x)
+  return x:isinf():logical_and(x:gt(0))
+end)
+
+local FINITE_MAX = {float32 = 3.4028234663852886e38, float64 = 1.7976931348623157e308,
+                    float16 = 65504, bfloat16 = 3.3895313892515355e38}
+
+--- x:nan_to_num(nan = 0, posinf = max, neginf = lowest) (or {nan =, posinf =,
+-- neginf =}): replaces NaN and infinities; the defaults are the dtype's
+-- largest and lowest finite values. Integer tensors are returned as a copy.
+def('nan_to_num', function(x, nan, posinf, neginf)
+  check_tensor('nan_to_num', x)
+  if is_options(nan) then nan, posinf, neginf = nan.nan, nan.posinf, nan.neginf end
+  if not x:is_floating_point() then return x:clone() end
+  local big = FINITE_MAX[x.dtype.name] or FINITE_MAX.float32
+  local r = flow.where(x:isnan(), as_tensor(nan or 0, x), x)
+  r = flow.where(x:isinf():logical_and(x:gt(0)), as_tensor(posinf or big, x), r)
+  r = flow.where(x:isinf():logical_and(x:lt(0)), as_tensor(neginf or -big, x), r)
+  return r
+end)
+
 ------------------------------------------------------------------ SBP (global tensors)
 local R = require 'oneflow.distributed.rules'
 T.sbp({'add', 'sub'}, R.elementwise('add'))

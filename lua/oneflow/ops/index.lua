@@ -4,12 +4,12 @@
 -- side gets index_base = 1 and converts nothing in an extra pass.
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
-local util = require 'oneflow._util'
+local A = require 'oneflow._args'
 local T = require 'oneflow.tensor'
 
 local C, out1, out2, raise, wrap = core.C, core.out1, core.out2, core.raise, core.wrap
 local call1, def, methods, is_tensor = T.call1, T.def, T.methods, T.is_tensor
-local dim = util.dim
+local dim, check_tensor = A.dim, A.check_tensor
 local BASE = 1   -- Lua index values start at 1
 
 -- An index argument: an int tensor as given (C checks the dtype), or a Lua
@@ -24,11 +24,6 @@ local function index_tensor(idx, op, like)
   error(('%s: index must be an int64 tensor, got %s'):format(op, type(idx)), 3)
 end
 
-local function check_tensor(v, op, what)
-  if not is_tensor(v) then
-    error(('%s: %s must be a tensor, got %s'):format(op, what, type(v)), 3)
-  end
-end
 
 -- Two results through out1/out2.
 local function two(st)
@@ -143,7 +138,7 @@ end)
 
 local function index_add(x, d, idx, src, opts, into)
   idx = index_tensor(idx, 'index_add', x)
-  check_tensor(src, 'index_add', 'source')
+  check_tensor('index_add', src, 'source')
   local alpha = type(opts) == 'number' and opts or (opts and opts.alpha) or 1
   return C.of_index_add(x.p, dim(d, 'index_add', 3), idx.p, src.p, alpha, BASE, into, out1)
 end
@@ -214,7 +209,7 @@ def('flip', function(x, ...)
   local dims = ...
   if type(dims) ~= 'table' then dims = {...} end
   if #dims > 8 then error('flip: at most 8 dims, got ' .. #dims, 2) end
-  local ptr, n = util.dims_ptr(dims, 'flip')
+  local ptr, n = A.dims_ptr(dims, 'flip')
   return call1(C.of_flip, x.p, ptr, n, out1)
 end)
 def('fliplr', function(x)
@@ -236,7 +231,7 @@ def('roll', function(x, shifts, dims)
       error(('roll: shift %d must be an integer, got %s'):format(i, tostring(shifts[i])), 2)
     end
   end
-  local sp = util.shape_ptr(shifts, 2)
+  local sp = A.shape_ptr(shifts, 2)
   if dims == nil then
     if #shifts ~= 1 then
       error(('roll: without dims, shifts must be a single number, got %d'):format(#shifts), 2)
@@ -247,22 +242,22 @@ def('roll', function(x, shifts, dims)
   if #dims ~= #shifts then
     error(('roll: shifts and dims must have the same length, got %d and %d'):format(#shifts, #dims), 2)
   end
-  local dp, n = util.dims_ptr(dims, 'roll')
+  local dp, n = A.dims_ptr(dims, 'roll')
   return call1(C.of_roll, x.p, sp, dp, n, out1)
 end)
 
 ------------------------------------------------------------------ repeat / tile
 --- x['repeat'](x, 2, 3) (torch.Tensor.repeat; `repeat` is a Lua keyword).
 local function repeat_tensor(x, ...)
-  local reps = util.sizes_and_options('repeat', ...)
-  local ptr, n = util.shape_ptr(reps)
+  local reps = A.sizes_and_options('repeat', ...)
+  local ptr, n = A.shape_ptr(reps)
   return call1(C.of_repeat, x.p, ptr, n, out1)
 end
 def('repeat', repeat_tensor, 'method')
 
 --- x:tile(reps): like repeat, but fewer reps than dims are padded with 1s.
 def('tile', function(x, ...)
-  local reps = util.sizes_and_options('tile', ...)
+  local reps = A.sizes_and_options('tile', ...)
   local nd, pad = x:dim(), {}
   for _ = 1, nd - #reps do pad[#pad + 1] = 1 end
   for i = 1, #reps do pad[#pad + 1] = reps[i] end
@@ -284,7 +279,7 @@ end, 'func')
 --- x:masked_select(mask): 1-D tensor of the elements where mask (bool,
 -- broadcast) is true.
 def('masked_select', function(x, mask)
-  check_tensor(mask, 'masked_select', 'mask')
+  check_tensor('masked_select', mask, 'mask')
   return call1(C.of_masked_select, x.p, mask.p, out1)
 end)
 
@@ -359,7 +354,7 @@ function methods.index_fill_(x, d, idx, value) return x:copy_(x:index_fill(d, id
 -- (source is x's shape with #index entries along dim).
 def('index_copy', function(x, d, idx, src)
   need_dims(x, 'index_copy')
-  check_tensor(src, 'index_copy', 'source')
+  check_tensor('index_copy', src, 'source')
   d = lua_dim(x, d, 'index_copy')
   idx = index_tensor(idx, 'index_copy', x):reshape(-1)
   local want = x:size():totable()
@@ -385,7 +380,7 @@ end)
 -- added to, with accumulate) at index from source (flattened).
 local function put(x, idx, src, opts)
   idx = index_tensor(idx, 'put', x):reshape(-1)
-  check_tensor(src, 'put', 'source')
+  check_tensor('put', src, 'source')
   if src:numel() ~= idx:numel() then
     error(('put: source has %d elements for %d indices'):format(src:numel(), idx:numel()), 3)
   end
@@ -401,8 +396,8 @@ function methods.put_(x, idx, src, opts) return x:copy_(put(x, idx, src, opts)) 
 --- x:masked_scatter(mask, source): where mask (bool, broadcast to x) is
 -- true, the next elements of source in row-major order.
 local function masked_scatter(x, mask, src)
-  check_tensor(mask, 'masked_scatter', 'mask')
-  check_tensor(src, 'masked_scatter', 'source')
+  check_tensor('masked_scatter', mask, 'mask')
+  check_tensor('masked_scatter', src, 'source')
   if mask.dtype.name ~= 'bool' then
     error('masked_scatter: mask must be a bool tensor, got ' .. mask.dtype.name, 3)
   end
@@ -442,6 +437,65 @@ def('kthvalue', function(x, k, d, opts)
   v, i = v:narrow(cd, k, 1), i:narrow(cd, k, 1)
   if not (opts and opts.keepdim) then v, i = v:squeeze(cd), i:squeeze(cd) end
   return v, i
+end)
+
+local types = require 'oneflow.types'
+local flow, shape_str, EMPTY, as_tensor = T.flow, A.shape_str, A.EMPTY, T.as_tensor_like
+
+------------------------------------------------------------------ searching
+local function search(op, seq, v, opts)
+  opts = opts or EMPTY
+  local right = opts.right or opts.side == 'right'
+  if opts.side ~= nil and opts.side ~= 'left' and opts.side ~= 'right' then
+    error(op .. ": side must be 'left' or 'right', got " .. tostring(opts.side), 3)
+  end
+  if opts.right == true and opts.side == 'left' then
+    error(op .. ": right = true contradicts side = 'left'", 3)
+  end
+  local scalar = type(v) == 'number'
+  if scalar then v = as_tensor(v, seq):reshape(1) end
+  if seq:dim() == 0 then error(op .. ': the boundaries must have at least 1 dim', 3) end
+  if seq:dim() > 1 then
+    local ok = v:dim() == seq:dim()
+    for i = 1, seq:dim() - 1 do ok = ok and v:size(i) == seq:size(i) end
+    if not ok then
+      error(('%s: the leading dims of the sorted sequence %s and the values %s must match'):format(
+        op, shape_str(seq), shape_str(v)), 3)
+    end
+  end
+  local n = seq:size(-1)
+  local s = seq:dim() == 1 and seq or seq:unsqueeze(-2)           -- (..., 1, n)
+  local vv = v:unsqueeze(-1)                                      -- (..., m, 1)
+  local before = right and s:le(vv) or s:lt(vv)
+  local res = before:sum(-1) + 1
+  if v:is_floating_point() then res = flow.where(v:isnan(), as_tensor(n + 1, res), res) end
+  if opts.out_int32 then res = res:to(types.by_name.int32) end
+  if scalar then res = res:reshape({}) end
+  return res
+end
+
+--- flow.searchsorted(sorted, values, {right = false, side =, out_int32 =}):
+-- the 1-based positions where values would be inserted to keep each row
+-- of sorted in order (1 .. n + 1; torch's result + 1). values may be a number.
+def('searchsorted', function(seq, v, opts)
+  check_tensor('searchsorted', seq, 'sorted_sequence')
+  if not is_tensor(v) and type(v) ~= 'number' then
+    error('searchsorted: values must be a tensor or a number, got ' .. type(v), 2)
+  end
+  return search('searchsorted', seq, v, opts)
+end, 'func')
+
+--- flow.bucketize(x, boundaries, {right = false, out_int32 =}): the 1-based
+-- bucket of each element (1 .. #boundaries + 1; torch's result + 1).
+def('bucketize', function(x, boundaries, opts)
+  if not is_tensor(x) and type(x) ~= 'number' then
+    error('bucketize: input must be a tensor or a number, got ' .. type(x), 2)
+  end
+  check_tensor('bucketize', boundaries, 'boundaries')
+  if boundaries:dim() ~= 1 then
+    error(('bucketize: boundaries must be 1-D, got shape %s'):format(shape_str(boundaries)), 2)
+  end
+  return search('bucketize', boundaries, x, {right = opts and opts.right, out_int32 = opts and opts.out_int32})
 end)
 
 ------------------------------------------------------------------ SBP (global tensors)

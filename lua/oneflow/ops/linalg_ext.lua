@@ -21,7 +21,7 @@
 -- (core/ops/linalg_ext.c, float32/float64, CPU) with backward rules in C.
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
-local util = require 'oneflow._util'
+local util = require 'oneflow._args'
 local T = require 'oneflow.tensor'
 local types = require 'oneflow.types'
 
@@ -32,15 +32,8 @@ local INF = math.huge
 
 local linalg = {}
 
-local function shape_str(x)
-  return '[' .. table.concat(x:size():totable(), ',') .. ']'
-end
+local shape_str = util.shape_str
 
-local function check_tensor(op, x, what)
-  if not is_tensor(x) then
-    error(('linalg.%s: expected a tensor%s, got %s'):format(op, what or '', type(x)), 3)
-  end
-end
 
 local function check_float(op, x)
   if not x.dtype.is_floating_point then
@@ -101,7 +94,7 @@ end
 -- math.huge (max |x|), -math.huge (min |x|), 0 (number of non-zeros).
 function linalg.vector_norm(x, ord, d, k, o)
   if is_options(ord) then o, ord = ord, nil end
-  check_tensor('vector_norm', x)
+  util.check_tensor('linalg.vector_norm', x)
   local keepdim, opts
   d, keepdim, opts = dim_args(d, k, o)
   if ord == nil then ord = opts.ord or 2 end
@@ -156,7 +149,7 @@ end
 -- (max / min column sum), over the two dims, batched over the others.
 function linalg.matrix_norm(A, ord, d, k, o)
   if is_options(ord) then o, ord = ord, nil end
-  check_tensor('matrix_norm', A)
+  util.check_tensor('linalg.matrix_norm', A)
   local keepdim, opts
   d, keepdim, opts = dim_args(d, k, o)
   if ord == nil then ord = opts.ord or 'fro' end
@@ -171,7 +164,7 @@ end
 -- (vector norm) or 2-D (matrix norm).
 function linalg.norm(x, ord, d, k, o)
   if is_options(ord) then o, ord = ord, nil end
-  check_tensor('norm', x)
+  util.check_tensor('linalg.norm', x)
   local keepdim, opts
   d, keepdim, opts = dim_args(d, k, o)
   if ord == nil then ord = opts.ord end
@@ -259,7 +252,7 @@ end
 --- linalg.matrix_power(A, n): A^n for an integer n (n = 0: identity,
 -- n < 0: inv(A)^-n), batched over leading dims; by repeated squaring.
 function linalg.matrix_power(A, n)
-  check_tensor('matrix_power', A)
+  util.check_tensor('linalg.matrix_power', A)
   check_square('matrix_power', A)
   if type(n) ~= 'number' or n % 1 ~= 0 then
     error('linalg.matrix_power: n must be an integer, got ' .. tostring(n), 2)
@@ -283,22 +276,13 @@ end
 --- linalg.cross(a, b, {dim = -1}): the cross product of 3-vectors along dim
 -- (size 3 in both); the other dims broadcast.
 function linalg.cross(a, b, o)
-  check_tensor('cross', a)
-  check_tensor('cross', b)
   local d = -1
-  if type(o) == 'number' then d = o elseif type(o) == 'table' and o.dim then d = o.dim end
-  if a:dim() ~= b:dim() then
-    error(('linalg.cross: inputs must have the same number of dims, got shapes %s and %s')
-      :format(shape_str(a), shape_str(b)), 2)
+  if type(o) == 'number' then
+    d = o
+  elseif is_options(o) then
+    d = util.check_options('linalg.cross', o, {'dim'}).dim or -1
   end
-  local dd = norm_dim('cross', d, a:dim())
-  if a:size(dd) ~= 3 or b:size(dd) ~= 3 then
-    error(('linalg.cross: dim %d must have size 3, got shapes %s and %s'):format(
-      d, shape_str(a), shape_str(b)), 2)
-  end
-  local a1, a2, a3 = a:select(dd, 1), a:select(dd, 2), a:select(dd, 3)
-  local b1, b2, b3 = b:select(dd, 1), b:select(dd, 2), b:select(dd, 3)
-  return T.flow.stack({a2 * b3 - a3 * b2, a3 * b1 - a1 * b3, a1 * b2 - a2 * b1}, dd)
+  return require('oneflow.ops.linalg').cross('linalg.cross', a, b, d)
 end
 
 ------------------------------------------------------------------ diagonal
@@ -306,7 +290,7 @@ end
 -- (offset > 0 above, < 0 below) of the matrices in dims dim1, dim2, as a
 -- new last dim. Differentiable (a gather, not a view).
 function linalg.diagonal(A, o)
-  check_tensor('diagonal', A)
+  util.check_tensor('linalg.diagonal', A)
   o = o or EMPTY
   local offset = o.offset or 0
   if type(offset) ~= 'number' or offset % 1 ~= 0 then
@@ -348,7 +332,7 @@ end
 local function mT(x) return x:transpose(-2, -1) end
 
 local function check_kernel_input(op, A)
-  check_tensor(op, A, ' as A')
+  util.check_tensor('linalg.' .. op, A, 'A')
   if A:dim() < 2 or A:size(-1) ~= A:size(-2) then
     error(('linalg.%s: A must be batches of square matrices, got shape %s'):format(
       op, shape_str(A)), 3)
@@ -391,7 +375,7 @@ end
 --- linalg.svdvals(A): the singular values (..., min(m, n)) of A (..., m, n),
 -- in descending order. Differentiable once (gA = U diag(gS) V^T).
 function linalg.svdvals(A)
-  check_tensor('svdvals', A, ' as A')
+  util.check_tensor('linalg.svdvals', A, 'A')
   if A:dim() < 2 then
     error(('linalg.svdvals: A must have at least 2 dims, got shape %s'):format(shape_str(A)), 2)
   end
@@ -404,7 +388,7 @@ end
 -- batch dims broadcast.
 function linalg.solve(A, B, o)
   check_kernel_input('solve', A)
-  check_tensor('solve', B, ' as B')
+  util.check_tensor('linalg.solve', B, 'B')
   if o ~= nil and type(o) ~= 'table' then
     error('linalg.solve: options must be a table, got ' .. type(o), 2)
   end
@@ -507,7 +491,7 @@ local qr_modes = {reduced = 0, complete = 1, r = 2}
 -- 'complete' Q (..., m, m), R (..., m, n); 'r' Q empty, R (..., k, n).
 -- Differentiable in 'reduced' mode, and in 'complete' mode when m <= n.
 function linalg.qr(A, o)
-  check_tensor('qr', A, ' as A')
+  util.check_tensor('linalg.qr', A, 'A')
   if A:dim() < 2 then
     error(('linalg.qr: A must have at least 2 dims, got shape %s'):format(shape_str(A)), 2)
   end
@@ -521,7 +505,7 @@ function linalg.qr(A, o)
 end
 
 local function check_matrix(op, A)
-  check_tensor(op, A, ' as A')
+  util.check_tensor('linalg.' .. op, A, 'A')
   if A:dim() < 2 then
     error(('linalg.%s: A must have at least 2 dims, got shape %s'):format(op, shape_str(A)), 3)
   end
@@ -618,7 +602,7 @@ local lstsq_drivers = {gels = true, gelsy = true, gelsd = true, gelss = true}
 -- empty tensors. Differentiable in A and B (solution and residuals).
 function linalg.lstsq(A, B, o)
   check_matrix('lstsq', A)
-  check_tensor('lstsq', B, ' as B')
+  util.check_tensor('linalg.lstsq', B, 'B')
   o = o or EMPTY
   if type(o) == 'number' then o = {rcond = o} end
   local driver = o.driver or 'gelsy'

@@ -20,45 +20,16 @@
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
 local T = require 'oneflow.tensor'
-local util = require 'oneflow._util'
+local A = require 'oneflow._args'
 
-local C, out1, out2, raise, wrap = core.C, core.out1, core.out2, core.raise, core.wrap
-local is_tensor, is_options = T.is_tensor, util.is_options
+local C, out1, out2, wrap = core.C, core.out1, core.out2, core.wrap
+local raise_c = A.raise_c
+local is_tensor, parse, check_tensor = T.is_tensor, A.parse, A.check_tensor
 
 local M = {}
 
 local bufs = {}
 for i = 1, 5 do bufs[i] = ffi.new('int64_t[3]') end
-
-local function check_tensor(x, op, what)
-  if not is_tensor(x) then
-    error(('%s: expected a tensor %s, got %s'):format(op, what or 'input', type(x)), 3)
-  end
-end
-
--- Positional arguments after the fixed ones, merged with a trailing options
--- table: names[i] takes the i-th positional value unless opts has it.
-local function gather(op, names, ...)
-  local n = select('#', ...)
-  local args = {...}
-  local opts = {}
-  while n > 0 and args[n] == nil do n = n - 1 end
-  local last = args[n]
-  if n > 0 and (is_options(last) or (type(last) == 'table' and next(last) == nil
-                                     and getmetatable(last) == nil)) then
-    opts = args[n]
-    n = n - 1
-  end
-  local res = {}
-  for k, v in pairs(opts) do res[k] = v end
-  for i = 1, n do
-    if names[i] == nil then
-      error(('%s: too many arguments (%d extra)'):format(op, n - #names), 3)
-    end
-    if args[i] ~= nil and res[names[i]] == nil then res[names[i]] = args[i] end
-  end
-  return res
-end
 
 -- A per-dim size (number or table of nsp numbers) into bufs[which].
 local function per_dim(op, what, v, nsp, default, which)
@@ -66,19 +37,19 @@ local function per_dim(op, what, v, nsp, default, which)
   if v == nil then v = default end
   if type(v) == 'number' then
     if v ~= math.floor(v) then
-      error(('%s: %s must be an integer, got %s'):format(op, what, tostring(v)), 3)
+      A.fail(('%s: %s must be an integer, got %s'):format(op, what, tostring(v)))
     end
     for i = 0, nsp - 1 do buf[i] = v end
     return buf
   end
   if type(v) ~= 'table' or #v ~= nsp then
-    error(('%s: %s must be a number or a table of %d numbers, got %s'):format(
-      op, what, nsp, type(v) == 'table' and ('a table of ' .. #v) or tostring(v)), 3)
+    A.fail(('%s: %s must be a number or a table of %d numbers, got %s'):format(
+      op, what, nsp, type(v) == 'table' and ('a table of ' .. #v) or tostring(v)))
   end
   for i = 1, nsp do
     local e = v[i]
     if type(e) ~= 'number' or e ~= math.floor(e) then
-      error(('%s: %s must hold integers, got %s'):format(op, what, tostring(e)), 3)
+      A.fail(('%s: %s must hold integers, got %s'):format(op, what, tostring(e)))
     end
     buf[i - 1] = e
   end
@@ -91,17 +62,17 @@ local function flag(v, default)
 end
 
 ------------------------------------------------------------------ convolution
-local conv_names = {'bias', 'stride', 'padding', 'dilation', 'groups'}
+local conv_spec = {{'bias'}, {'stride', 1}, {'padding', 0}, {'dilation', 1}, {'groups', 1}}
 
 local function make_conv(nsp)
   local op = 'conv' .. nsp .. 'd'
   return function(x, w, ...)
-    check_tensor(x, op)
-    check_tensor(w, op, 'weight')
-    local a = gather(op, conv_names, ...)
+    check_tensor(op, x)
+    check_tensor(op, w, 'weight')
+    local a = parse(op, conv_spec, ...)
     local b = a.bias
     if b ~= nil and not is_tensor(b) then
-      error(('%s: bias must be a tensor or nil, got %s'):format(op, type(b)), 2)
+      A.fail(('%s: bias must be a tensor or nil, got %s'):format(op, type(b)))
     end
     local groups = a.groups or 1
     local stride = per_dim(op, 'stride', a.stride, nsp, 1, 1)
@@ -113,11 +84,11 @@ local function make_conv(nsp)
     elseif pad == 'same' then
       for i = 0, nsp - 1 do
         if stride[i] ~= 1 then
-          error(op .. ": padding='same' is not supported for strided convolutions", 2)
+          A.fail(op .. ": padding='same' is not supported for strided convolutions")
         end
       end
       if w:dim() ~= nsp + 2 then
-        error(('%s: expected weight with %d dims, got %d'):format(op, nsp + 2, w:dim()), 2)
+        A.fail(('%s: expected weight with %d dims, got %d'):format(op, nsp + 2, w:dim()))
       end
       pad = {}
       for i = 1, nsp do
@@ -129,11 +100,11 @@ local function make_conv(nsp)
         end
       end
     elseif type(pad) == 'string' then
-      error(("%s: padding must be a number, a table, 'same' or 'valid', got '%s'"):format(op, pad), 2)
+      A.fail(("%s: padding must be a number, a table, 'same' or 'valid', got '%s'"):format(op, pad))
     end
     local padding = per_dim(op, 'padding', pad, nsp, 0, 2)
     if C.of_conv(x.p, w.p, b and b.p, stride, padding, dilation, nsp, groups, out1) ~= 0 then
-      raise(2)
+      raise_c()
     end
     local y = wrap(out1[0])
     if trim then
@@ -145,20 +116,21 @@ local function make_conv(nsp)
   end
 end
 
-local convt_names = {'bias', 'stride', 'padding', 'output_padding', 'groups', 'dilation'}
+local convt_spec = {{'bias'}, {'stride', 1}, {'padding', 0}, {'output_padding', 0}, {'groups', 1},
+                    {'dilation', 1}}
 
 local function make_conv_transpose(nsp)
   local op = 'conv_transpose' .. nsp .. 'd'
   return function(x, w, ...)
-    check_tensor(x, op)
-    check_tensor(w, op, 'weight')
-    local a = gather(op, convt_names, ...)
+    check_tensor(op, x)
+    check_tensor(op, w, 'weight')
+    local a = parse(op, convt_spec, ...)
     local b = a.bias
     if b ~= nil and not is_tensor(b) then
-      error(('%s: bias must be a tensor or nil, got %s'):format(op, type(b)), 2)
+      A.fail(('%s: bias must be a tensor or nil, got %s'):format(op, type(b)))
     end
     if type(a.padding) == 'string' then
-      error(('%s: padding must be a number or a table, got %s'):format(op, a.padding), 2)
+      A.fail(('%s: padding must be a number or a table, got %s'):format(op, a.padding))
     end
     local stride = per_dim(op, 'stride', a.stride, nsp, 1, 1)
     local padding = per_dim(op, 'padding', a.padding, nsp, 0, 2)
@@ -166,7 +138,7 @@ local function make_conv_transpose(nsp)
     local dilation = per_dim(op, 'dilation', a.dilation, nsp, 1, 4)
     if C.of_conv_transpose(x.p, w.p, b and b.p, stride, padding, opad, dilation, nsp,
                            a.groups or 1, out1) ~= 0 then
-      raise(2)
+      raise_c()
     end
     return wrap(out1[0])
   end
@@ -182,39 +154,44 @@ end
 -- (the number of spatial dims comes from input).
 function M.conv_weight_grad(x, gy, kernel_size, opts)
   local op = 'conv_weight_grad'
-  check_tensor(x, op)
-  check_tensor(gy, op, 'grad_output')
-  opts = opts or {}
+  check_tensor(op, x)
+  check_tensor(op, gy, 'grad_output')
+  opts = A.check_options(op, opts, {'stride', 'padding', 'dilation', 'groups'})
   local nsp = x:dim() - 2
   if nsp < 1 or nsp > 3 then
-    error(('%s: expected an input with 3 to 5 dims, got %d'):format(op, x:dim()), 2)
+    A.fail(('%s: expected an input with 3 to 5 dims, got %d'):format(op, x:dim()))
   end
   local k = per_dim(op, 'kernel_size', kernel_size, nsp, nil, 5)
   if C.of_conv_weight_grad(x.p, gy.p, k, per_dim(op, 'stride', opts.stride, nsp, 1, 1),
                            per_dim(op, 'padding', opts.padding, nsp, 0, 2),
                            per_dim(op, 'dilation', opts.dilation, nsp, 1, 3), nsp,
                            opts.groups or 1, out1) ~= 0 then
-    raise(2)
+    raise_c()
   end
   return wrap(out1[0])
 end
 
 ------------------------------------------------------------------ pooling
-local max_names = {'stride', 'padding', 'dilation', 'ceil_mode', 'return_indices'}
-local avg_names = {'stride', 'padding', 'ceil_mode', 'count_include_pad', 'divisor_override'}
+local max_spec = {{'stride'}, {'padding', 0}, {'dilation', 1}, {'ceil_mode', false}, {'return_indices', false}}
+local avg_spec = {{'stride'}, {'padding', 0}, {'ceil_mode', false}, {'count_include_pad', true},
+                  {'divisor_override'}}
+local amax_spec = {{'return_indices', false}}
+-- The argument specs after the fixed arguments (the ONNX exporter reads calls with them too).
+M.specs = {conv = conv_spec, conv_transpose = convt_spec, max_pool = max_spec, avg_pool = avg_spec,
+           adaptive_max_pool = amax_spec}
 
 local function make_max_pool(nsp)
   local op = 'max_pool' .. nsp .. 'd'
   return function(x, kernel_size, ...)
-    check_tensor(x, op)
-    local a = gather(op, max_names, ...)
+    check_tensor(op, x)
+    local a = parse(op, max_spec, ...)
     local k = per_dim(op, 'kernel_size', kernel_size, nsp, nil, 1)
     local stride = a.stride ~= nil and per_dim(op, 'stride', a.stride, nsp, nil, 2) or nil
     local padding = per_dim(op, 'padding', a.padding, nsp, 0, 3)
     local dilation = per_dim(op, 'dilation', a.dilation, nsp, 1, 4)
     if C.of_max_pool(x.p, k, stride, padding, dilation, nsp, flag(a.ceil_mode, 0), 1,
                      out1, out2) ~= 0 then
-      raise(2)
+      raise_c()
     end
     local v, i = wrap(out1[0]), wrap(out2[0])
     if a.return_indices then return v, i end
@@ -225,18 +202,18 @@ end
 local function make_avg_pool(nsp)
   local op = 'avg_pool' .. nsp .. 'd'
   return function(x, kernel_size, ...)
-    check_tensor(x, op)
-    local a = gather(op, avg_names, ...)
+    check_tensor(op, x)
+    local a = parse(op, avg_spec, ...)
     local k = per_dim(op, 'kernel_size', kernel_size, nsp, nil, 1)
     local stride = a.stride ~= nil and per_dim(op, 'stride', a.stride, nsp, nil, 2) or nil
     local padding = per_dim(op, 'padding', a.padding, nsp, 0, 3)
     local div = a.divisor_override
     if div ~= nil and (type(div) ~= 'number' or div < 1 or div ~= math.floor(div)) then
-      error(('%s: divisor_override must be a positive integer, got %s'):format(op, tostring(div)), 2)
+      A.fail(('%s: divisor_override must be a positive integer, got %s'):format(op, tostring(div)))
     end
     if C.of_avg_pool(x.p, k, stride, padding, nsp, flag(a.ceil_mode, 0),
                      flag(a.count_include_pad, 1), div or 0, out1) ~= 0 then
-      raise(2)
+      raise_c()
     end
     return wrap(out1[0])
   end
@@ -252,7 +229,7 @@ local function adaptive_size(op, x, size, nsp)
       full[i] = s
     end
     if #size > nsp then
-      error(('%s: output_size must have %d entries, got %d'):format(op, nsp, #size), 3)
+      A.fail(('%s: output_size must have %d entries, got %d'):format(op, nsp, #size))
     end
     size = full
   end
@@ -262,9 +239,9 @@ end
 local function make_adaptive_avg(nsp)
   local op = 'adaptive_avg_pool' .. nsp .. 'd'
   return function(x, output_size)
-    check_tensor(x, op)
+    check_tensor(op, x)
     if C.of_adaptive_avg_pool(x.p, adaptive_size(op, x, output_size, nsp), nsp, out1) ~= 0 then
-      raise(2)
+      raise_c()
     end
     return wrap(out1[0])
   end
@@ -273,11 +250,11 @@ end
 local function make_adaptive_max(nsp)
   local op = 'adaptive_max_pool' .. nsp .. 'd'
   return function(x, output_size, ...)
-    check_tensor(x, op)
-    local a = gather(op, {'return_indices'}, ...)
+    check_tensor(op, x)
+    local a = parse(op, amax_spec, ...)
     if C.of_adaptive_max_pool(x.p, adaptive_size(op, x, output_size, nsp), nsp, 1,
                               out1, out2) ~= 0 then
-      raise(2)
+      raise_c()
     end
     local v, i = wrap(out1[0]), wrap(out2[0])
     if a.return_indices then return v, i end

@@ -26,7 +26,7 @@
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
 local types = require 'oneflow.types'
-local util = require 'oneflow._util'
+local A = require 'oneflow._args'
 local T = require 'oneflow.tensor'
 
 local C, out1, raise = core.C, core.out1, core.raise
@@ -142,7 +142,7 @@ local function new_empty(op, sizes, dt, opts)
             table.concat(sizes, ',')), 4)
     end
   end
-  local ptr, n = util.shape_ptr(sizes)
+  local ptr, n = A.shape_ptr(sizes)
   return T.call1(C.of_empty, ptr, n, dt.id, device_code(opts), out1)
 end
 
@@ -153,7 +153,7 @@ local function finish(t, st, opts)
 end
 
 local function float_dtype(op, opts)
-  local dt = util.dtype_opt(opts, T.get_default_dtype())
+  local dt = A.dtype_opt(opts, T.get_default_dtype())
   if not dt.is_floating_point then
     error(('%s: dtype must be a floating point type, got %s'):format(op, dt.name), 4)
   end
@@ -161,13 +161,13 @@ local function float_dtype(op, opts)
 end
 
 def('rand', function(...)
-  local sizes, opts = util.sizes_and_options('rand', ...)
+  local sizes, opts = A.sizes_and_options('rand', ...)
   local t = new_empty('rand', sizes, float_dtype('rand', opts), opts)
   return finish(t, C.of_uniform_(t.p, 0, 1), opts)
 end, 'func')
 
 def('randn', function(...)
-  local sizes, opts = util.sizes_and_options('randn', ...)
+  local sizes, opts = A.sizes_and_options('randn', ...)
   local t = new_empty('randn', sizes, float_dtype('randn', opts), opts)
   return finish(t, C.of_normal_(t.p, 0, 1), opts)
 end, 'func')
@@ -177,7 +177,7 @@ local function size_list(op, size)
   if type(size) ~= 'table' then
     error(('%s: expected a size (a number or a table), got %s'):format(op, type(size)), 4)
   end
-  return (util.sizes_and_options(op, size))
+  return (A.sizes_and_options(op, size))
 end
 
 --- flow.randint(low, high, size[, opts]) or flow.randint(high, size[, opts]).
@@ -192,7 +192,7 @@ def('randint', function(a, b, c, d)
   opts = opts or {}
   low, high = to_i64(low, 'randint', 'low'), to_i64(high, 'randint', 'high')
   local sizes = size_list('randint', size)
-  local t = new_empty('randint', sizes, util.dtype_opt(opts, types.by_name.int64), opts)
+  local t = new_empty('randint', sizes, A.dtype_opt(opts, types.by_name.int64), opts)
   return finish(t, C.of_randint_(t.p, low, high), opts)
 end, 'func')
 
@@ -200,7 +200,7 @@ end, 'func')
 def('randperm', function(n, opts)
   opts = opts or {}
   n = to_i64(n, 'randperm', 'n')
-  local dt = util.dtype_opt(opts, types.by_name.int64)
+  local dt = A.dtype_opt(opts, types.by_name.int64)
   if C.of_randperm(n, 1, dt.id, out1) ~= 0 then raise(2) end
   local t = core.wrap(out1[0])
   if device_code(opts) ~= C.OF_CPU then t = t:to(opts.device) end
@@ -305,5 +305,59 @@ def('bernoulli', function(p, q)
   end
   return T.call1(C.of_bernoulli, p.p, out1)
 end)
+local flow, check_tensor, shape_str, int64 = T.flow, A.check_tensor, A.shape_str, types.by_name.int64
+
+------------------------------------------------------------------ sampling
+--- flow.multinomial(weights, n, {replacement = false}) (or x:multinomial):
+-- n 1-based category indices per row of the non-negative weights (1-D or
+-- 2-D), drawn in proportion to them from flow's generator (flow.manual_seed);
+-- without replacement each category is drawn at most once.
+def('multinomial', function(w, n, opts)
+  check_tensor('multinomial', w)
+  local replacement = (opts == true) or (type(opts) == 'table' and opts.replacement) or false
+  if w:dim() < 1 or w:dim() > 2 or not w:is_floating_point() then
+    error(('multinomial: expected a 1-D or 2-D float tensor of weights, got shape %s and %s'):format(
+      shape_str(w), tostring(w.dtype)), 2)
+  end
+  local k = w:size(-1)
+  if type(n) ~= 'number' or n < 1 or n ~= math.floor(n) then
+    error(('multinomial: the number of samples must be a positive integer, got %s'):format(tostring(n)), 2)
+  end
+  if not replacement and n > k then
+    error(('multinomial: cannot draw %d samples from %d categories without replacement'):format(n, k), 2)
+  end
+  local rows = w:detach():reshape(-1, k):double():totable()
+  local u = flow.rand(#rows, n, {dtype = types.by_name.float64}):totable()
+  local out = {}
+  for r, ws in ipairs(rows) do
+    local total = 0
+    for j = 1, k do
+      local v = ws[j]
+      if v < 0 or v ~= v or v == math.huge then
+        error('multinomial: weights must be finite and non-negative', 3)
+      end
+      total = total + v
+    end
+    out[r] = {}
+    for i = 1, n do
+      if total <= 0 then
+        error(('multinomial: row %d has no weight left to draw sample %d from'):format(r, i), 3)
+      end
+      local target, acc, pick = u[r][i] * total, 0, nil
+      for j = 1, k do
+        if ws[j] > 0 then
+          acc = acc + ws[j]
+          pick = j
+          if target < acc then break end
+        end
+      end
+      out[r][i] = pick
+      if not replacement then total = total - ws[pick]; ws[pick] = 0 end
+    end
+  end
+  local res = flow.tensor(out, {dtype = int64, device = w.device})
+  return w:dim() == 1 and res:reshape(n) or res
+end)
+
 
 return {}

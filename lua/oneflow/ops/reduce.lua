@@ -1,6 +1,6 @@
 -- oneflow.ops.reduce: reductions -- sum, mean, prod, amax/amin, all/any,
 -- logsumexp, norm, var/std; max/min (values and 1-based indices), argmax/argmin;
--- softmax/log_softmax; cumsum/cumprod. Dims are 1-based, negative from the end.
+-- softmax/log_softmax (cumsum/cumprod are in scan.lua). Dims are 1-based, negative from the end.
 --
 -- Arguments follow PyTorch's order with a trailing options table:
 --   x:sum()  x:sum(2)  x:sum({1, 2})  x:sum(2, true)  x:sum(2, {keepdim = true})
@@ -8,21 +8,16 @@
 -- The module returns the functions nn.functional reuses (softmax, ...).
 local core = require 'oneflow._C'
 local types = require 'oneflow.types'
-local util = require 'oneflow._util'
+local A = require 'oneflow._args'
 local T = require 'oneflow.tensor'
 
 local C, out1, out2, raise, wrap = core.C, core.out1, core.out2, core.raise, core.wrap
-local def, is_tensor, is_options = T.def, T.is_tensor, util.is_options
+local def, is_tensor, is_options, check_tensor = T.def, T.is_tensor, A.is_options, A.check_tensor
 local EMPTY = {}
 local ALL_DIMS = -100
 
 local M = {}
 
-local function check_tensor(x, op)
-  if not is_tensor(x) then
-    error(('%s: expected a tensor, got %s'):format(op, type(x)), 3)
-  end
-end
 
 -- dim: nil (all), a number or a list -> int32_t* (or nil), count.
 local function dims_arg(op, d)
@@ -34,7 +29,7 @@ local function dims_arg(op, d)
   if t ~= 'number' and t ~= 'table' then
     error(('%s: dim must be a number or a list of numbers, got %s'):format(op, t), 4)
   end
-  return util.dims_ptr(d, op, 4)
+  return A.dims_ptr(d, op, 4)
 end
 
 -- (dim?, keepdim?, opts?) in any of the accepted forms -> dims, n, keepdim, opts
@@ -57,7 +52,7 @@ end
 ------------------------------------------------------------------ of_reduce family
 local function reducer(op, name)
   return function(x, d, a, b)
-    check_tensor(x, name)
+    check_tensor(name, x)
     local ptr, n, keep, opts = reduce_args(name, d, a, b)
     if C.of_reduce(op, x.p, ptr, n, keep, 0, dtype_id(opts), out1) ~= 0 then raise(2) end
     return wrap(out1[0])
@@ -79,7 +74,7 @@ local norm_names = {fro = 2, inf = math.huge, ['-inf'] = -math.huge}
 --- x:norm(p = 2, dim = all, {keepdim =, dtype =}): the vector p-norm over dim(s).
 -- p is a number (inf = math.huge, 0 counts non-zeros) or 'fro'.
 M.norm = def('norm', function(x, p, d, a, b)
-  check_tensor(x, 'norm')
+  check_tensor('norm', x)
   if is_options(p) then
     local o = p
     p, d, a = o.p, o.dim, o
@@ -102,7 +97,7 @@ end)
 -- x:var(false) is the biased variance over all elements.
 local function variance(is_std, name)
   return function(x, d, a, b)
-    check_tensor(x, name)
+    check_tensor(name, x)
     local unbiased, keepdim, opts
     if type(d) == 'boolean' then unbiased, d = d, nil end
     if is_options(d) then opts, d = d, nil end
@@ -134,7 +129,7 @@ local function extreme(is_max, name, whole_op, elementwise)
   local whole_name = is_max and 'amax' or 'amin'
   return function(x, d, a, b)
     if is_tensor(d) then return T.flow[elementwise](x, d) end
-    check_tensor(x, name)
+    check_tensor(name, x)
     local opts
     if is_options(d) then opts, d = d, nil end
     if type(a) == 'table' then opts = a end
@@ -153,7 +148,7 @@ local function extreme(is_max, name, whole_op, elementwise)
             :format(name, whole_name, type(d)), 2)
     end
     local keepdim = a == true or opts.keepdim
-    if C.of_max_dim(x.p, util.dim(d, name), keepdim and 1 or 0, is_max, 1, out1, out2) ~= 0 then
+    if C.of_max_dim(x.p, A.dim(d, name), keepdim and 1 or 0, is_max, 1, out1, out2) ~= 0 then
       raise(2)
     end
     return wrap(out1[0]), wrap(out2[0])
@@ -165,7 +160,7 @@ M.min = def('min', extreme(0, 'min', C.OF_RED_AMIN, 'minimum'))
 --- x:argmax(dim?, {keepdim =}): 1-based int64 indices; no dim: over the flattened tensor.
 local function arg_extreme(is_max, name)
   return function(x, d, a, b)
-    check_tensor(x, name)
+    check_tensor(name, x)
     local opts
     if is_options(d) then opts, d = d, nil end
     if type(a) == 'table' then opts = a end
@@ -173,7 +168,7 @@ local function arg_extreme(is_max, name)
     opts = opts or EMPTY
     if d == nil then d = opts.dim end
     local keepdim = a == true or opts.keepdim
-    local cd = d == nil and ALL_DIMS or util.dim(d, name)
+    local cd = d == nil and ALL_DIMS or A.dim(d, name)
     if C.of_argmax(x.p, cd, keepdim and 1 or 0, is_max, 1, out1) ~= 0 then raise(2) end
     return wrap(out1[0])
   end
@@ -192,37 +187,101 @@ end
 -- softmax(x, dim[, {dtype =}]) and log_softmax: along one dim, numerically stable.
 local function softmax_fn(log, name)
   return function(x, d, opts)
-    check_tensor(x, name)
+    check_tensor(name, x)
     if is_options(d) then opts, d = d, d.dim end
     if d == nil then error(name .. ': dim is required, e.g. ' .. name .. '(x, -1)', 2) end
     x = cast(x, opts)
-    if C.of_softmax(x.p, util.dim(d, name), log, out1) ~= 0 then raise(2) end
+    if C.of_softmax(x.p, A.dim(d, name), log, out1) ~= 0 then raise(2) end
     return wrap(out1[0])
   end
 end
 M.softmax = def('softmax', softmax_fn(0, 'softmax'))
 M.log_softmax = def('log_softmax', softmax_fn(1, 'log_softmax'))
 
------------------------------------------------------------------- cumulative
--- x:cumsum(dim[, {dtype =}]): ints and bool accumulate into int64.
-local function cumulative(is_prod, name)
-  return function(x, d, opts)
-    check_tensor(x, name)
-    if is_options(d) then opts, d = d, d.dim end
-    if d == nil then error(name .. ': dim is required, e.g. x:' .. name .. '(1)', 2) end
-    x = cast(x, opts)
-    if C.of_cumulative(x.p, util.dim(d, name), is_prod, out1) ~= 0 then raise(2) end
-    return wrap(out1[0])
+local flow, zeros = T.flow, T.zeros_of
+
+------------------------------------------------------------------ composed reductions
+--- x:count_nonzero(dim = all): the number of non-zero elements (int64);
+-- dim a number or a list.
+def('count_nonzero', function(x, d)
+  check_tensor('count_nonzero', x)
+  local nz = x:ne(0)
+  if d == nil then return nz:sum() end
+  return nz:sum(d)
+end)
+
+--- x:nansum(dim?, keepdim?, {keepdim =, dtype =}): sum treating NaN as 0.
+def('nansum', function(x, ...)
+  check_tensor('nansum', x)
+  if x:is_floating_point() then x = flow.where(x:isnan(), zeros({}, x), x) end
+  return x:sum(...)
+end)
+
+--- x:nanmean(dim?, keepdim?, {keepdim =}): mean of the non-NaN elements
+-- (NaN where there are none).
+def('nanmean', function(x, ...)
+  check_tensor('nanmean', x)
+  if not x:is_floating_point() then
+    error(('nanmean: expected a floating point tensor, got %s'):format(tostring(x.dtype)), 2)
+  end
+  local keep = x:isnan():logical_not()
+  local s = flow.where(keep, x, zeros({}, x)):sum(...)
+  return s / keep:sum(...):to(x.dtype)
+end)
+
+-- (dim?, unbiased?, keepdim?) / (dim, {keepdim =}) as var takes them -> dim, keepdim
+local function var_dims(d, a, b)
+  local keepdim
+  if type(d) == 'boolean' then d = nil end
+  if is_options(d) then keepdim, d = d.keepdim, d.dim end
+  if type(a) == 'boolean' and type(b) == 'boolean' then keepdim = b end
+  local opts = type(b) == 'table' and b or (type(a) == 'table' and a) or nil
+  if opts and opts.keepdim ~= nil then keepdim = opts.keepdim end
+  return d, keepdim
+end
+
+local function with_mean(name, stat)
+  return function(x, d, a, b)
+    check_tensor(name, x)
+    local v = x[stat](x, d, a, b)
+    local dim, keepdim = var_dims(d, a, b)
+    if dim == nil then
+      if not keepdim then return v, x:mean() end
+      dim = {}
+      for i = 1, x:dim() do dim[i] = i end
+    end
+    return v, x:mean(dim, {keepdim = keepdim})
   end
 end
-M.cumsum = def('cumsum', cumulative(0, 'cumsum'))
-M.cumprod = def('cumprod', cumulative(1, 'cumprod'))
+--- x:var_mean(dim?, {unbiased =, correction =, keepdim =}) -> var, mean
+def('var_mean', with_mean('var_mean', 'var'))
+--- x:std_mean(...) -> std, mean (arguments as x:std)
+def('std_mean', with_mean('std_mean', 'std'))
+
+--- x:aminmax({dim =, keepdim =}) (or x:aminmax(dim, keepdim)) -> min, max
+def('aminmax', function(x, d, keepdim)
+  check_tensor('aminmax', x)
+  if is_options(d) then d, keepdim = d.dim, d.keepdim end
+  if type(keepdim) == 'table' then keepdim = keepdim.keepdim end
+  if x:numel() == 0 and d == nil then
+    error('aminmax: cannot reduce an empty tensor over all its elements', 2)
+  end
+  if d == nil then
+    if keepdim then
+      local shape = {}
+      for i = 1, x:dim() do shape[i] = 1 end
+      return x:amin():reshape(shape), x:amax():reshape(shape)
+    end
+    return x:amin(), x:amax()
+  end
+  return x:amin(d, keepdim == true), x:amax(d, keepdim == true)
+end)
 
 ------------------------------------------------------------------ SBP (global tensors)
 local R = require 'oneflow.distributed.rules'
 T.sbp('sum', R.reduce('sum'))
 T.sbp('mean', R.reduce('mean'))
 T.sbp({'amax', 'amin', 'prod', 'logsumexp', 'all', 'any'}, R.reduce())
-T.sbp({'softmax', 'log_softmax', 'cumsum', 'cumprod'}, R.along_dim(2))
+T.sbp({'softmax', 'log_softmax'}, R.along_dim(2))
 
 return M

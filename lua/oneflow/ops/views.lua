@@ -3,17 +3,17 @@
 local core = require 'oneflow._C'
 local mf = require 'oneflow.memory_format'
 local types = require 'oneflow.types'
-local util = require 'oneflow._util'
+local A = require 'oneflow._args'
 local T = require 'oneflow.tensor'
 
 local C, out1, raise = core.C, core.out1, core.raise
 local call1, def, methods = T.call1, T.def, T.methods
-local dim = util.dim
+local dim = A.dim
 
 local function shape_call(cfn, name)
   return function(x, ...)
-    local sizes = util.sizes_and_options(name, ...)
-    local ptr, n = util.shape_ptr(sizes)
+    local sizes = A.sizes_and_options(name, ...)
+    local ptr, n = A.shape_ptr(sizes)
     return call1(cfn, x.p, ptr, n, out1)
   end
 end
@@ -38,8 +38,8 @@ def('t', function(x)
 end)
 
 def('permute', function(x, ...)
-  local dims = util.sizes_and_options('permute', ...)
-  local ptr, n = util.dims_ptr(dims, 'permute')
+  local dims = A.sizes_and_options('permute', ...)
+  local ptr, n = A.dims_ptr(dims, 'permute')
   return call1(C.of_permute, x.p, ptr, n, out1)
 end)
 
@@ -161,7 +161,7 @@ function methods.to(x, a, b)
     dt, dev = a.dtype, a.device
   elseif mf.is_format(a) then
     fmt = a
-  elseif type(a) == 'table' and getmetatable(a) == nil then
+  elseif A.is_options(a) then
     dt, dev, nb, fmt = a.dtype, a.device, a.non_blocking, a.memory_format
   elseif getmetatable(a) == types.DType then
     dt = a
@@ -171,7 +171,7 @@ function methods.to(x, a, b)
     if types.by_name[a] then dt = a else dev = a end
   end
   if getmetatable(b) == types.DType or (type(b) == 'string' and types.by_name[b]) then dt = b end
-  if type(b) == 'table' and getmetatable(b) == nil then
+  if A.is_options(b) then
     nb = b.non_blocking
     fmt = b.memory_format or fmt
   end

@@ -1,4 +1,4 @@
--- oneflow.optim._util: the small class helper, argument parsing and the
+-- oneflow.optim._util: the optimizer base class (oneflow.class) and the
 -- fused-looking tensor updates (lerp_, addcmul_, addcdiv_) that optimizers
 -- share. The tensor helpers evaluate in the same order as PyTorch's CPU
 -- kernels, so float64 trajectories agree to the last few ulps.
@@ -6,120 +6,35 @@ local ffi = require 'ffi'
 local core = require 'oneflow._C'
 local T = require 'oneflow.tensor'
 local types = require 'oneflow.types'
+local class = require 'oneflow.class'
+local A = require 'oneflow._args'
 
 local C = core.C
 local is_tensor = T.is_tensor
 local U = {}
 
 ------------------------------------------------------------------ errors
--- Errors are reported at the first caller outside oneflow/optim, so the
--- position in the message points at user code.
-function U.fail(msg)
-  local level = 2
-  while true do
-    local info = debug.getinfo(level, 'S')
-    if not info then level = 0; break end
-    if not info.source:find('oneflow/optim/', 1, true) then break end
-    level = level + 1
-  end
-  error(msg, level)
-end
+-- Errors are reported at the first caller outside oneflow (oneflow._args).
+U.fail = A.fail
 local fail = U.fail
 
 ------------------------------------------------------------------ classes
 -- local Foo = Base:subclass('Foo'); function Foo:__init(...) end; Foo(...)
-local Object = {__name = 'Object'}
-Object.__index = Object
+-- (oneflow.class)
+local Object = class('Object')
 U.Object = Object
 
-local function new(cls, ...)
-  local obj = setmetatable({}, cls)
-  obj:__init(...)
-  return obj
-end
-
-function Object.__init() end
-
-function Object:subclass(name)
-  local cls = {}
-  -- metamethods are looked up raw, so copy them down the hierarchy
-  for k, v in pairs(self) do
-    if type(k) == 'string' and k:sub(1, 2) == '__' and k ~= '__index' and k ~= '__init' and k ~= '__name' then
-      cls[k] = v
-    end
-  end
-  cls.__name = name
-  cls.__index = cls
-  cls.super = self
-  return setmetatable(cls, {__index = self, __call = new,
-                            __tostring = function() return name end})
-end
-
 --- Whether obj is an instance of cls or of one of its subclasses.
-function U.isinstance(obj, cls)
-  if type(obj) ~= 'table' then return false end
-  local c = getmetatable(obj)
-  while type(c) == 'table' do
-    if c == cls then return true end
-    c = rawget(c, 'super')
-  end
-  return false
-end
+U.isinstance = class.isinstance
 
 ------------------------------------------------------------------ arguments
-U.REQUIRED = setmetatable({}, {__tostring = function() return '<required>' end})
-
--- A trailing table is an options table when it is a plain table without an
--- array part ({30, 80} is a positional list, a scheduler is an object).
-local function is_options(v)
-  return type(v) == 'table' and getmetatable(v) == nil and #v == 0
-end
-U.is_options = is_options
+U.REQUIRED, U.is_options, U.copy = A.REQUIRED, A.is_options, A.copy
 
 --- Parses `name(pos1, pos2, ..., {opt = v})` against spec, a list of
--- {key, default} in PyTorch's positional order. Keys in `ignored` are
--- accepted and dropped. Returns a table of every key.
+-- {key, default} in PyTorch's positional order (oneflow._args.parse). Keys
+-- in `ignored` are accepted and dropped. Returns a table of every key.
 function U.parse_args(name, spec, ignored, ...)
-  local n = select('#', ...)
-  local args = {...}
-  local opts = {}
-  if n > 0 and is_options(args[n]) then
-    opts = args[n]
-    n = n - 1
-  end
-  if n > #spec then
-    fail(('%s: expected at most %d positional arguments, got %d'):format(name, #spec, n))
-  end
-  local res, known = {}, {}
-  for _, s in ipairs(spec) do known[s[1]] = true end
-  for i = 1, n do
-    local key = spec[i][1]
-    if opts[key] ~= nil then fail(('%s: argument %s given twice'):format(name, key)) end
-    res[key] = args[i]
-  end
-  for k, v in pairs(opts) do
-    if not known[k] and not (ignored and ignored[k]) then
-      fail(("%s: unknown option '%s'"):format(name, tostring(k)))
-    end
-    if known[k] then res[k] = v end
-  end
-  for _, s in ipairs(spec) do
-    local key, default = s[1], s[2]
-    if res[key] == nil then
-      if default == U.REQUIRED then fail(('%s: missing required argument %s'):format(name, key)) end
-      if type(default) == 'table' then default = U.copy(default) end
-      res[key] = default
-    end
-  end
-  return res
-end
-
---- Deep copy of plain tables; tensors and other values are shared.
-function U.copy(v)
-  if type(v) ~= 'table' or getmetatable(v) ~= nil then return v end
-  local r = {}
-  for k, x in pairs(v) do r[k] = U.copy(x) end
-  return r
+  return A.parse_ignoring(name, spec, ignored, ...)
 end
 
 ------------------------------------------------------------------ checks

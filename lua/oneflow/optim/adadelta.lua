@@ -11,7 +11,7 @@ local U = require 'oneflow.optim._util'
 
 local Adadelta = Optimizer:subclass('Adadelta')
 Adadelta.hyper = {
-  {'lr', 1.0}, {'rho', 0.9}, {'eps', 1e-6}, {'weight_decay', 0}, {'maximize', false},
+  {'lr', 1.0}, {'rho', 0.9}, {'eps', 1e-6}, {'weight_decay', 0}, {'maximize', false, kw = true},
 }
 
 --- Adadelta(params, {lr = 1.0, rho = 0.9, eps = 1e-6, weight_decay = 0, maximize = false})

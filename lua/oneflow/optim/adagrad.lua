@@ -11,7 +11,7 @@ local U = require 'oneflow.optim._util'
 local Adagrad = Optimizer:subclass('Adagrad')
 Adagrad.hyper = {
   {'lr', 1e-2}, {'lr_decay', 0}, {'weight_decay', 0}, {'initial_accumulator_value', 0},
-  {'eps', 1e-10}, {'maximize', false},
+  {'eps', 1e-10}, {'maximize', false, kw = true},
 }
 
 --- Adagrad(params, {lr = 1e-2, lr_decay = 0, weight_decay = 0,

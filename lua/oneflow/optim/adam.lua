@@ -14,7 +14,7 @@ local U = require 'oneflow.optim._util'
 local Adam = Optimizer:subclass('Adam')
 Adam.hyper = {
   {'lr', 1e-3}, {'betas', {0.9, 0.999}}, {'eps', 1e-8}, {'weight_decay', 0},
-  {'amsgrad', false}, {'maximize', false}, {'decoupled_weight_decay', false},
+  {'amsgrad', false}, {'maximize', false, kw = true}, {'decoupled_weight_decay', false, kw = true},
 }
 
 --- Adam(params, {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0,

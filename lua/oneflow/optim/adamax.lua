@@ -11,7 +11,7 @@ local U = require 'oneflow.optim._util'
 
 local Adamax = Optimizer:subclass('Adamax')
 Adamax.hyper = {
-  {'lr', 2e-3}, {'betas', {0.9, 0.999}}, {'eps', 1e-8}, {'weight_decay', 0}, {'maximize', false},
+  {'lr', 2e-3}, {'betas', {0.9, 0.999}}, {'eps', 1e-8}, {'weight_decay', 0}, {'maximize', false, kw = true},
 }
 
 --- Adamax(params, {lr = 2e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0,

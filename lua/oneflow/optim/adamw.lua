@@ -7,7 +7,7 @@ local AdamW = Adam:subclass('AdamW')
 AdamW.decoupled = true
 AdamW.hyper = {
   {'lr', 1e-3}, {'betas', {0.9, 0.999}}, {'eps', 1e-8}, {'weight_decay', 1e-2},
-  {'amsgrad', false}, {'maximize', false},
+  {'amsgrad', false}, {'maximize', false, kw = true},
 }
 
 --- AdamW(params, {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8,

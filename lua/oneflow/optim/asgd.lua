@@ -13,7 +13,7 @@ local U = require 'oneflow.optim._util'
 local ASGD = Optimizer:subclass('ASGD')
 ASGD.hyper = {
   {'lr', 1e-2}, {'lambd', 1e-4}, {'alpha', 0.75}, {'t0', 1e6}, {'weight_decay', 0},
-  {'maximize', false},
+  {'maximize', false, kw = true},
 }
 
 --- ASGD(params, {lr = 1e-2, lambd = 1e-4, alpha = 0.75, t0 = 1e6, weight_decay = 0,

@@ -12,7 +12,7 @@ local U = require 'oneflow.optim._util'
 local RMSprop = Optimizer:subclass('RMSprop')
 RMSprop.hyper = {
   {'lr', 1e-2}, {'alpha', 0.99}, {'eps', 1e-8}, {'weight_decay', 0}, {'momentum', 0},
-  {'centered', false}, {'maximize', false},
+  {'centered', false}, {'maximize', false, kw = true},
 }
 
 --- RMSprop(params, {lr = 1e-2, alpha = 0.99, eps = 1e-8, weight_decay = 0,

@@ -12,7 +12,7 @@ local U = require 'oneflow.optim._util'
 
 local Rprop = Optimizer:subclass('Rprop')
 Rprop.hyper = {
-  {'lr', 1e-2}, {'etas', {0.5, 1.2}}, {'step_sizes', {1e-6, 50}}, {'maximize', false},
+  {'lr', 1e-2}, {'etas', {0.5, 1.2}}, {'step_sizes', {1e-6, 50}}, {'maximize', false, kw = true},
 }
 
 --- Rprop(params, {lr = 1e-2, etas = {0.5, 1.2}, step_sizes = {1e-6, 50}, maximize = false})

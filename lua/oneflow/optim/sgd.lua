@@ -13,7 +13,7 @@ local U = require 'oneflow.optim._util'
 local SGD = Optimizer:subclass('SGD')
 SGD.hyper = {
   {'lr', 1e-3}, {'momentum', 0}, {'dampening', 0}, {'weight_decay', 0},
-  {'nesterov', false}, {'maximize', false},
+  {'nesterov', false}, {'maximize', false, kw = true},
 }
 
 --- SGD(params, {lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0,

@@ -77,6 +77,7 @@ local ffi = require 'ffi'
 local OF = require('oneflow._C').C
 local types = require 'oneflow.types'
 local T = require 'oneflow.tensor'
+local class = require 'oneflow.class'
 local P = require 'oneflow.utils.posix'
 local progress = require 'oneflow.utils.progress'
 
@@ -89,7 +90,14 @@ local unpack = unpack
 local M = {}
 
 ------------------------------------------------------------------ classes
-local function instance(cls)
+-- Instances are userdata proxies (so #ds and ds[i] work under LuaJIT's Lua
+-- 5.1 semantics), made through oneflow.class's __alloc hook.
+local Object = class('Object')
+function Object.init() end
+-- Constructors are `__init`, as for nn.Module; a class may define `init` instead.
+function Object:__init(...) return self:init(...) end
+
+function Object.__alloc(cls)
   local obj = setmetatable({}, cls)
   local proxy = newproxy(true)
   local mt = getmetatable(proxy)
@@ -108,36 +116,8 @@ local function instance(cls)
   return proxy
 end
 
-local Object = {__name = 'Object'}
-Object.__index = Object
-function Object.init() end
--- Constructors are `__init`, as for nn.Module; a class may define `init` instead.
-function Object:__init(...) return self:init(...) end
-
-local function construct(cls, ...)
-  local o = instance(cls)
-  o:__init(...)
-  return o
-end
-
---- Cls:subclass(name): a new class; Cls(...) makes an instance and calls __init.
-function Object:subclass(name)
-  local cls = setmetatable({__name = name or 'anonymous', super = self}, {__index = self, __call = construct})
-  cls.__index = cls
-  return cls
-end
-
 --- Whether x is an instance of cls (or of a subclass).
-function M.isinstance(x, cls)
-  if type(x) ~= 'userdata' then return false end
-  local mt = getmetatable(x)
-  local c = type(mt) == 'table' and rawget(mt, '__class')
-  while c do
-    if c == cls then return true end
-    c = rawget(c, 'super')
-  end
-  return false
-end
+M.isinstance = class.isinstance
 
 ------------------------------------------------------------------ datasets
 local Dataset = Object:subclass('Dataset')

@@ -15,8 +15,11 @@ local M = {}
 local byte, sub, find, char, format = string.byte, string.sub, string.find, string.char, string.format
 local concat = table.concat
 
-M.null = setmetatable({}, {__tostring = function() return 'json.null' end})
-local array_mt = {__name = 'json.array'}
+-- null and arrays are values, never an options table (oneflow._args); a
+-- decoded object is a plain table and works as one.
+local value_type = require('oneflow._args').value_type
+M.null = setmetatable({}, value_type({__tostring = function() return 'json.null' end}))
+local array_mt = value_type({__name = 'json.array'})
 --- Marks t as a JSON array (so that {} encodes as []).
 function M.array(t) return setmetatable(t or {}, array_mt) end
 function M.is_array(t) return getmetatable(t) == array_mt end

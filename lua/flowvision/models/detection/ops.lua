@@ -378,14 +378,14 @@ function MSRoIAlign:forward(features, boxes, image_shapes)
 end
 
 ------------------------------------------------------------------ BoxCoder
-local BoxCoder = {}
-BoxCoder.__index = BoxCoder
+local BoxCoder = flow.class('BoxCoder')
 M.BoxCoder = BoxCoder
 
---- BoxCoder.new({wx, wy, ww, wh}[, bbox_xform_clip = log(1000 / 16)])
-function BoxCoder.new(weights, clip)
-  return setmetatable({weights = weights, bbox_xform_clip = clip or math.log(1000 / 16)}, BoxCoder)
+--- BoxCoder({wx, wy, ww, wh}[, bbox_xform_clip = log(1000 / 16)]) (or BoxCoder.new)
+function BoxCoder:__init(weights, clip)
+  self.weights, self.bbox_xform_clip = weights, clip or math.log(1000 / 16)
 end
+BoxCoder.new = BoxCoder
 
 --- decode_single(rel_codes [N, 4k], boxes [N, 4]) -> [N, 4k]
 function BoxCoder:decode_single(rel, boxes)

@@ -2,7 +2,7 @@
 -- a kernel-backed unary op or composed from differentiable ops.
 --   F.relu(x), F.gelu(x, {approximate = 'tanh'}), F.softplus(x, {beta = 2}),
 --   F.leaky_relu(x, 0.2), F.softmax(x, -1)
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 
 local parse, fail = U.parse, U.fail

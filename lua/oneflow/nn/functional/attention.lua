@@ -1,6 +1,6 @@
 -- oneflow.nn.functional.attention: scaled_dot_product_attention, composed
 -- from matmul, softmax and masking (PyTorch semantics).
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local dropout = require 'oneflow.nn.functional.dropout'
 

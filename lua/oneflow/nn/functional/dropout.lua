@@ -3,7 +3,7 @@
 -- 1 / (1 - p) so the expectation is unchanged. In eval (training = false)
 -- every function is the identity.
 --   F.dropout(x, 0.5, self.training)   F.dropout(x, {p = 0.2, training = true})
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local T = require 'oneflow.tensor'
 local U = require 'oneflow.nn._util'
 

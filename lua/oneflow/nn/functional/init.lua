@@ -1,24 +1,25 @@
 -- oneflow.nn.functional (usually `F`): activations, dropout, linear,
 -- embedding, distances and losses written here, plus the kernel-backed
--- functions of oneflow.ops.nn_conv (convolution, pooling) and
--- oneflow.ops.nn_norm (normalization, interpolate, pad, cross_entropy,
--- nll_loss), which take precedence over same-named composed versions.
+-- functions of oneflow.ops.nn_conv (convolution, pooling), nn_norm
+-- (normalization), nn_loss (cross_entropy, nll_loss), nn_pad (pad) and
+-- nn_resample (interpolate), which take precedence over same-named composed
+-- versions. Every function takes PyTorch's positional arguments and/or an
+-- options table with the same names.
+-- Required before oneflow itself: load oneflow, which loads this module.
+if package.loaded.oneflow == nil then
+  package.loaded['oneflow.nn.functional'] = nil
+  return require('oneflow').nn.functional
+end
 local F = {}
 
-for _, part in ipairs({'activation', 'dropout', 'linear', 'loss', 'attention', 'extras', 'sampling'}) do
+for _, part in ipairs({'activation', 'dropout', 'linear', 'normalization', 'distance', 'loss', 'attention',
+                       'fold', 'shuffle', 'sampling'}) do
   for k, v in pairs(require('oneflow.nn.functional.' .. part)) do F[k] = v end
 end
 
--- A kernel module not written yet is skipped; any other load error is real.
-local function optional(name)
-  local ok, mod = pcall(require, name)
-  if ok then return type(mod) == 'table' and mod or {} end
-  if tostring(mod):find("module '" .. name .. "' not found", 1, true) then return {} end
-  error(mod, 0)
-end
-
-for _, name in ipairs({'oneflow.ops.nn_conv', 'oneflow.ops.nn_norm'}) do
-  for k, v in pairs(optional(name)) do
+for _, name in ipairs({'oneflow.ops.nn_conv', 'oneflow.ops.nn_norm', 'oneflow.ops.nn_loss',
+                       'oneflow.ops.nn_pad', 'oneflow.ops.nn_resample'}) do
+  for k, v in pairs(require(name)) do
     if type(v) == 'function' then F[k] = v end
   end
 end

@@ -1,8 +1,9 @@
--- oneflow.nn.functional.linear: linear, bilinear, embedding and distances,
+-- oneflow.nn.functional.linear: linear, bilinear, embedding and one_hot,
 -- composed from matmul, index_select and reductions (all differentiable).
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local autograd = require 'oneflow.autograd'
 local U = require 'oneflow.nn._util'
+local A = require 'oneflow._args'
 local C = require('oneflow._C').C
 local T = require 'oneflow.tensor'
 local B = require 'oneflow.distributed.boxing'
@@ -11,7 +12,12 @@ local parse, fail, shape_str = U.parse, U.fail, U.shape_str
 local F = {}
 
 --- F.linear(x, weight[, bias]): x [*, in] @ weight[out, in]^T + bias [out].
-function F.linear(x, w, b)
+local linear_spec = {{'bias'}}
+function F.linear(x, w, b, ...)
+  if b ~= nil and not flow.is_tensor(b) or select('#', ...) > 0 then b = parse('linear', linear_spec, b, ...).bias end
+  A.check_tensor('linear', x)
+  A.check_tensor('linear', w, 'weight')
+  if b ~= nil then A.check_tensor('linear', b, 'bias') end
   local in_f = w:size(w:dim())
   if x:dim() == 0 or x:size(-1) ~= in_f then
     fail(('linear: input %s and weight %s do not match (last dim of input must be %d)'):format(
@@ -91,52 +97,6 @@ function F.embedding(ids, weight, ...)
 end
 
 function F.one_hot(ids, num_classes) return flow.one_hot(ids, num_classes) end
-
------------------------------------------------------------------- distances
-local norm_spec = {{'p', 2}, {'dim', 2}, {'eps', 1e-12}}
---- F.normalize(x, {p = 2, dim = 2, eps = 1e-12}): x / max(||x||_p, eps) along dim.
-function F.normalize(x, ...)
-  local a = parse('normalize', norm_spec, ...)
-  local n = x:norm(a.p, a.dim, {keepdim = true}):clamp(a.eps, nil)
-  return x / n
-end
-
-local cos_spec = {{'dim', 2}, {'eps', 1e-8}}
---- F.cosine_similarity(x1, x2, {dim = 2, eps = 1e-8})
-function F.cosine_similarity(x1, x2, ...)
-  local a = parse('cosine_similarity', cos_spec, ...)
-  local n1 = x1:norm(2, a.dim, {keepdim = true}):clamp(a.eps, nil)
-  local n2 = x2:norm(2, a.dim, {keepdim = true}):clamp(a.eps, nil)
-  return ((x1 / n1) * (x2 / n2)):sum(a.dim)
-end
-
-local pd_spec = {{'p', 2}, {'eps', 1e-6}, {'keepdim', false}}
---- F.pairwise_distance(x1, x2, {p = 2, eps = 1e-6, keepdim = false}):
--- ||x1 - x2 + eps||_p over the last dim.
-function F.pairwise_distance(x1, x2, ...)
-  local a = parse('pairwise_distance', pd_spec, ...)
-  return (x1 - x2 + a.eps):norm(a.p, -1, {keepdim = a.keepdim})
-end
-
---- F.pixel_shuffle(x, r): [*, C r^2, H, W] -> [*, C, H r, W r].
-function F.pixel_shuffle(x, r)
-  local s = x:size():totable()
-  local nd = #s
-  local c, h, w = s[nd - 2], s[nd - 1], s[nd]
-  if c % (r * r) ~= 0 then
-    fail(('pixel_shuffle: channels %d are not divisible by upscale_factor^2 = %d'):format(c, r * r))
-  end
-  local lead = {unpack(s, 1, nd - 3)}
-  local b = #lead
-  local v = {unpack(lead)}
-  for _, d in ipairs({c / (r * r), r, r, h, w}) do v[#v + 1] = d end
-  local perm = {}
-  for i = 1, b do perm[i] = i end
-  for _, d in ipairs({1, 4, 2, 5, 3}) do perm[#perm + 1] = b + d end
-  local out = {unpack(lead)}
-  for _, d in ipairs({c / (r * r), h * r, w * r}) do out[#out + 1] = d end
-  return x:reshape(v):permute(perm):reshape(out)
-end
 
 ------------------------------------------------------------------ global tensors
 local R = require 'oneflow.distributed.rules'

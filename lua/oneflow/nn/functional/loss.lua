@@ -2,11 +2,20 @@
 -- with {reduction = 'mean' | 'sum' | 'none'} (PyTorch semantics). Class
 -- labels are 1-based. nll_loss and cross_entropy here are the composed
 -- versions; nn.functional prefers the kernel-backed ones when they exist.
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local act = require 'oneflow.nn.functional.activation'
 
-local parse, fail, shape_str = U.parse, U.fail, U.shape_str
+local fail, shape_str = U.fail, U.shape_str
+local legacy_reduction = require('oneflow.ops.nn_loss').legacy_reduction
+
+-- U.parse, then PyTorch's deprecated size_average / reduce (when the spec
+-- has them and either is given) folded into reduction, as PyTorch does.
+local function parse(name, spec, ...)
+  local a = U.parse(name, spec, ...)
+  a.reduction = legacy_reduction(a)
+  return a
+end
 local F = {}
 
 local function reduce(loss, reduction, name)
@@ -27,7 +36,7 @@ local function same_shape(name, input, target)
   end
 end
 
-local red_spec = {{'reduction', 'mean'}}
+local red_spec = {{'size_average'}, {'reduce'}, {'reduction', 'mean'}}
 
 --- F.mse_loss(input, target, {reduction = 'mean'})
 function F.mse_loss(input, target, ...)
@@ -40,7 +49,7 @@ function F.l1_loss(input, target, ...)
   return reduce((input - target):abs(), a.reduction, 'l1_loss')
 end
 
-local smooth_spec = {{'reduction', 'mean'}, {'beta', 1}}
+local smooth_spec = {{'size_average'}, {'reduce'}, {'reduction', 'mean'}, {'beta', 1}}
 --- F.smooth_l1_loss(input, target, {beta = 1}): 0.5 d^2 / beta below beta, d - beta / 2 above.
 function F.smooth_l1_loss(input, target, ...)
   local a = parse('smooth_l1_loss', smooth_spec, ...)
@@ -60,7 +69,7 @@ function F.huber_loss(input, target, ...)
   return reduce(loss, a.reduction, 'huber_loss')
 end
 
-local bce_spec = {{'weight', nil}, {'reduction', 'mean'}}
+local bce_spec = {{'weight', nil}, {'size_average'}, {'reduce'}, {'reduction', 'mean'}}
 --- F.binary_cross_entropy(p, y, {weight =, reduction =}): logs clamped at -100.
 function F.binary_cross_entropy(input, target, ...)
   local a = parse('binary_cross_entropy', bce_spec, ...)
@@ -75,7 +84,7 @@ function F.binary_cross_entropy(input, target, ...)
   return reduce(loss, a.reduction, 'binary_cross_entropy')
 end
 
-local bcel_spec = {{'weight', nil}, {'reduction', 'mean'}, {'pos_weight', nil}}
+local bcel_spec = {{'weight', nil}, {'size_average'}, {'reduce'}, {'reduction', 'mean'}, {'pos_weight', nil}}
 --- F.binary_cross_entropy_with_logits(x, y, {weight =, pos_weight =}):
 -- (1 - y) x + (1 + (pos_weight - 1) y) log(1 + exp(-x)), computed stably.
 function F.binary_cross_entropy_with_logits(input, target, ...)
@@ -93,7 +102,7 @@ function F.binary_cross_entropy_with_logits(input, target, ...)
   return reduce(loss, a.reduction, 'binary_cross_entropy_with_logits')
 end
 
-local kl_spec = {{'reduction', 'mean'}, {'log_target', false}}
+local kl_spec = {{'size_average'}, {'reduce'}, {'reduction', 'mean'}, {'log_target', false}}
 --- F.kl_div(input, target, {reduction = 'mean', log_target = false}):
 -- input holds log-probabilities; 'batchmean' divides the sum by size(1).
 function F.kl_div(input, target, ...)
@@ -114,7 +123,7 @@ function F.kl_div(input, target, ...)
 end
 
 ------------------------------------------------------------------ nll / cross entropy
-local nll_spec = {{'weight', nil}, {'ignore_index', -100}, {'reduction', 'mean'}}
+local nll_spec = {{'weight', nil}, {'size_average'}, {'ignore_index', -100}, {'reduce'}, {'reduction', 'mean'}}
 
 -- (input [N, C, *] or [C], target [N, *] or []) -> input, target, unbatched
 local function class_layout(name, input, target)
@@ -159,8 +168,8 @@ function F.nll_loss(input, target, ...)
   return reduce(loss, a.reduction, 'nll_loss')
 end
 
-local ce_spec = {{'weight', nil}, {'ignore_index', -100}, {'reduction', 'mean'},
-                 {'label_smoothing', 0}}
+local ce_spec = {{'weight', nil}, {'size_average'}, {'ignore_index', -100}, {'reduce'},
+                 {'reduction', 'mean'}, {'label_smoothing', 0}}
 
 local function weight_view(weight, x)
   local shape = {}
@@ -208,7 +217,7 @@ function F.cross_entropy(input, target, ...)
 end
 
 ------------------------------------------------------------------ margin losses
-local margin_spec = {{'margin', 0}, {'reduction', 'mean'}}
+local margin_spec = {{'margin', 0}, {'size_average'}, {'reduce'}, {'reduction', 'mean'}}
 
 --- F.margin_ranking_loss(x1, x2, y, {margin = 0}): max(0, -y (x1 - x2) + margin)
 function F.margin_ranking_loss(x1, x2, y, ...)
@@ -216,7 +225,7 @@ function F.margin_ranking_loss(x1, x2, y, ...)
   return reduce((-y * (x1 - x2) + a.margin):clamp(0, nil), a.reduction, 'margin_ranking_loss')
 end
 
-local hinge_spec = {{'margin', 1}, {'reduction', 'mean'}}
+local hinge_spec = {{'margin', 1}, {'size_average'}, {'reduce'}, {'reduction', 'mean'}}
 --- F.hinge_embedding_loss(x, y, {margin = 1}): x where y = 1, max(0, margin - x) where y = -1.
 function F.hinge_embedding_loss(x, y, ...)
   local a = parse('hinge_embedding_loss', hinge_spec, ...)
@@ -244,7 +253,8 @@ function F.cosine_embedding_loss(x1, x2, y, ...)
   return reduce(loss, a.reduction, 'cosine_embedding_loss')
 end
 
-local triplet_spec = {{'margin', 1}, {'p', 2}, {'eps', 1e-6}, {'swap', false}, {'reduction', 'mean'}}
+local triplet_spec = {{'margin', 1}, {'p', 2}, {'eps', 1e-6}, {'swap', false}, {'size_average'}, {'reduce'},
+                      {'reduction', 'mean'}}
 --- F.triplet_margin_loss(anchor, pos, neg, {margin = 1, p = 2, eps = 1e-6, swap = false})
 function F.triplet_margin_loss(an, pos, neg, ...)
   local a = parse('triplet_margin_loss', triplet_spec, ...)
@@ -254,7 +264,7 @@ function F.triplet_margin_loss(an, pos, neg, ...)
   return reduce((dp - dn + a.margin):clamp(0, nil), a.reduction, 'triplet_margin_loss')
 end
 
-local mlsm_spec = {{'weight', nil}, {'reduction', 'mean'}}
+local mlsm_spec = {{'weight', nil}, {'size_average'}, {'reduce'}, {'reduction', 'mean'}}
 --- F.multilabel_soft_margin_loss(x [N, C], y [N, C], {weight =})
 function F.multilabel_soft_margin_loss(x, y, ...)
   local a = parse('multilabel_soft_margin_loss', mlsm_spec, ...)
@@ -263,7 +273,8 @@ function F.multilabel_soft_margin_loss(x, y, ...)
   return reduce(loss:mean(-1), a.reduction, 'multilabel_soft_margin_loss')
 end
 
-local poisson_spec = {{'log_input', true}, {'full', false}, {'eps', 1e-8}, {'reduction', 'mean'}}
+local poisson_spec = {{'log_input', true}, {'full', false}, {'size_average'}, {'eps', 1e-8}, {'reduce'},
+                      {'reduction', 'mean'}}
 --- F.poisson_nll_loss(input, target, {log_input = true, full = false, eps = 1e-8})
 function F.poisson_nll_loss(input, target, ...)
   local a = parse('poisson_nll_loss', poisson_spec, ...)

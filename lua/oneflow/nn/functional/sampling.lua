@@ -4,10 +4,11 @@
 -- differentiable).
 --   local grid = F.affine_grid(theta, {N, C, H, W})        -- [N, H, W, 2]
 --   local y = F.grid_sample(x, grid, {padding_mode = 'border'})
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 
 local parse, fail, shape_str = U.parse, U.fail, U.shape_str
+local legacy_reduction = require('oneflow.ops.nn_loss').legacy_reduction
 local F = {}
 
 local function reduce(loss, reduction, name)
@@ -288,13 +289,14 @@ local function class_ids(name, target, n, c)
   return t
 end
 
-local mm_spec = {{'p', 1}, {'margin', 1}, {'weight', nil}, {'reduction', 'mean'}}
+local mm_spec = {{'p', 1}, {'margin', 1}, {'weight', nil}, {'size_average'}, {'reduce'}, {'reduction', 'mean'}}
 
 --- F.multi_margin_loss(x [N, C] or [C], target [N] (1-based class ids),
 -- {p = 1, margin = 1, weight =, reduction = 'mean'}):
 -- sum over j ~= y of w[y] max(0, margin - x[y] + x[j])^p / C.
 function F.multi_margin_loss(x, target, ...)
   local a = parse('multi_margin_loss', mm_spec, ...)
+  a.reduction = legacy_reduction(a)
   if a.p ~= 1 and a.p ~= 2 then fail(('multi_margin_loss: p must be 1 or 2, got %s'):format(tostring(a.p))) end
   if not flow.is_tensor(x) or (x:dim() ~= 1 and x:dim() ~= 2) then
     fail(('multi_margin_loss: expected input [N, C] or [C], got %s'):format(
@@ -317,13 +319,14 @@ function F.multi_margin_loss(x, target, ...)
   return reduce(loss, a.reduction, 'multi_margin_loss')
 end
 
-local mlm_spec = {{'reduction', 'mean'}}
+local mlm_spec = {{'size_average'}, {'reduce'}, {'reduction', 'mean'}}
 
 --- F.multilabel_margin_loss(x [N, C] or [C], target (same shape, 1-based class
 -- ids, the list ending at the first 0; torch's -1 terminator shifted), {reduction =
 -- 'mean'}): sum over listed j and unlisted k of max(0, 1 - (x[j] - x[k])) / C.
 function F.multilabel_margin_loss(x, target, ...)
   local a = parse('multilabel_margin_loss', mlm_spec, ...)
+  a.reduction = legacy_reduction(a)
   if not flow.is_tensor(x) or (x:dim() ~= 1 and x:dim() ~= 2) or not flow.is_tensor(target)
       or target:numel() ~= x:numel() or target.dtype.is_floating_point then
     fail(('multilabel_margin_loss: expected input [N, C] or [C] and an integer target of the same shape, '

@@ -106,7 +106,7 @@ describe('isclose, allclose, equal', function()
   end)
 end)
 
-describe('pointwise extras', function()
+describe('pointwise composed ops', function()
   it('lerp, addcmul, addcdiv', function()
     local a, b = flow.tensor({1, 2}), flow.tensor({3, 6})
     H.close(flow.lerp(a, b, 0.25), {1.5, 3})

@@ -1,14 +1,16 @@
--- oneflow.ops.extras_shape: PyTorch's shape functions and a few maths ones
--- (see extras.lua for the conventions):
---   shapes: movedim/moveaxis, unflatten, tolist, tensor_split, split_with_sizes,
---           hsplit, vsplit, repeat_interleave, broadcast_tensors, meshgrid,
---           rot90, column_stack, row_stack, dstack
---   math: cross, kron, logspace, diff
-local X = require 'oneflow.ops._extras'
-local types = X.types
-local def, is_tensor, is_options, flow, EMPTY = X.def, X.is_tensor, X.is_options, X.flow, X.EMPTY
-local int64, bool, shape_str, check_tensor = X.int64, X.bool, X.shape_str, X.check_tensor
-local norm_dim, T = X.norm_dim, X.T
+-- oneflow.ops.shape: PyTorch's shape functions composed from views, cat and
+-- index_select (core/ops/shape.c has the kernels they use): movedim/moveaxis,
+-- unflatten, tolist, tensor_split, split_with_sizes, hsplit, vsplit,
+-- repeat_interleave, broadcast_tensors, meshgrid, rot90, column_stack,
+-- row_stack, dstack. Dims are 1-based, negative from the end.
+local T = require 'oneflow.tensor'
+local types = require 'oneflow.types'
+local A = require 'oneflow._args'
+
+local def, is_tensor, flow, is_options = T.def, T.is_tensor, T.flow, A.is_options
+local check_tensor, shape_str, norm_dim, EMPTY = A.check_tensor, A.shape_str, A.norm_dim, A.EMPTY
+local int64 = types.by_name.int64
+local M = {}
 
 ------------------------------------------------------------------ shapes
 local function dim_list(op, d, n)
@@ -333,96 +335,7 @@ def('dstack', function(...)
   return flow.cat(t3, 3)
 end, 'func')
 
------------------------------------------------------------------- math
---- flow.cross(a, b, dim?): the 3-D cross product along dim (default: the
--- first dim of size 3); a and b broadcast.
-def('cross', function(a, b, d)
-  check_tensor('cross', a)
-  check_tensor('cross', b)
-  local shape = broadcast_shape('cross', {a:size():totable(), b:size():totable()})
-  if #shape > 0 then a, b = a:expand(unpack(shape)), b:expand(unpack(shape)) end
-  if d == nil then
-    for i = 1, #shape do if shape[i] == 3 then d = i; break end end
-    if d == nil then
-      error(('cross: no dim of size 3 in shapes %s and %s'):format(shape_str(a), shape_str(b)), 2)
-    end
-  end
-  d = norm_dim('cross', d, #shape)
-  if shape[d] ~= 3 then
-    error(('cross: dim %d must have size 3, got shapes %s and %s'):format(d, shape_str(a), shape_str(b)), 2)
-  end
-  local a1, a2, a3 = a:narrow(d, 1, 1), a:narrow(d, 2, 1), a:narrow(d, 3, 1)
-  local b1, b2, b3 = b:narrow(d, 1, 1), b:narrow(d, 2, 1), b:narrow(d, 3, 1)
-  return flow.cat({a2 * b3 - a3 * b2, a3 * b1 - a1 * b3, a1 * b2 - a2 * b1}, d)
-end)
 
---- flow.kron(a, b): the Kronecker product (at most 4 dims).
-def('kron', function(a, b)
-  check_tensor('kron', a)
-  check_tensor('kron', b)
-  local n = math.max(a:dim(), b:dim())
-  if n > 4 then
-    error(('kron: at most 4 dims are supported, got shapes %s and %s'):format(shape_str(a), shape_str(b)), 2)
-  end
-  local sa, sb = a:size():totable(), b:size():totable()
-  while #sa < n do table.insert(sa, 1, 1) end
-  while #sb < n do table.insert(sb, 1, 1) end
-  if n == 0 then return a * b end
-  local va, vb, out = {}, {}, {}
-  for i = 1, n do
-    va[2 * i - 1], va[2 * i] = sa[i], 1
-    vb[2 * i - 1], vb[2 * i] = 1, sb[i]
-    out[i] = sa[i] * sb[i]
-  end
-  return (a:reshape(unpack(va)) * b:reshape(unpack(vb))):reshape(unpack(out))
-end)
+M.broadcast_shape, M.tensor_list = broadcast_shape, tensor_list
 
---- flow.logspace(start, end, steps, base = 10, {dtype =, device =}):
--- base ^ linspace(start, end, steps) (function only).
-def('logspace', function(start, stop, steps, base, opts)
-  if type(base) == 'table' then base, opts = nil, base end
-  opts = opts or EMPTY
-  base = base or opts.base or 10
-  for _, v in ipairs({start, stop, steps, base}) do
-    if type(v) ~= 'number' then
-      error('logspace: start, end, steps and base must be numbers, got ' .. type(v), 2)
-    end
-  end
-  local dt = opts.dtype or T.get_default_dtype()
-  local e = flow.linspace(start, stop, steps, {dtype = types.by_name.float64})
-  return flow.pow(base, e):to(dt):to(opts.device or 'cpu')
-end, 'func')
-
---- x:diff(n = 1, dim = -1, {prepend =, append =}) (or x:diff({n =, dim =, ...})):
--- the n-th forward difference along dim; bool tensors give x[i+1] ~= x[i].
-def('diff', function(x, n, d, opts)
-  check_tensor('diff', x)
-  if is_options(n) then opts, n = n, nil end
-  if is_options(d) then opts, d = d, nil end
-  opts = opts or EMPTY
-  n, d = n or opts.n or 1, d or opts.dim or -1
-  if type(n) ~= 'number' or n < 0 or n ~= math.floor(n) then
-    error('diff: n must be a non-negative integer, got ' .. tostring(n), 2)
-  end
-  if x:dim() == 0 then error('diff: expected a tensor with at least 1 dim, got a 0-d tensor', 2) end
-  d = norm_dim('diff', d, x:dim())
-  if opts.prepend or opts.append then
-    local parts = {}
-    for _, p in ipairs({opts.prepend or false, x, opts.append or false}) do
-      if p then
-        if not is_tensor(p) then error('diff: prepend and append must be tensors, got ' .. type(p), 2) end
-        parts[#parts + 1] = p
-      end
-    end
-    x = flow.cat(parts, d)
-  end
-  for _ = 1, n do
-    local len = x:size(d)
-    if len == 0 then break end
-    local hi, lo = x:narrow(d, 2, len - 1), x:narrow(d, 1, len - 1)
-    x = x.dtype == bool and hi:ne(lo) or hi - lo
-  end
-  return x
-end)
-
-return {}
+return M

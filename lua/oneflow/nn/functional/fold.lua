@@ -1,9 +1,8 @@
--- oneflow.nn.functional.extras: unfold / fold (im2col / col2im), pixel_unshuffle,
--- channel_shuffle and local_response_norm, composed from pad, index_select,
--- index_add, reshape and permute (all differentiable).
+-- oneflow.nn.functional.fold: unfold / fold (im2col / col2im), composed from
+-- pad, index_select, index_add and reshape (differentiable).
 --   local cols = F.unfold(x, {2, 3}, {stride = 2})      -- [N, C*2*3, L]
 --   local y = F.fold(cols, {8, 8}, {2, 3}, {stride = 2}) -- [N, C, 8, 8]
-local flow = require 'oneflow.nn._flow'
+local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 
 local parse, fail, shape_str, ntuple = U.parse, U.fail, U.shape_str, U.ntuple
@@ -108,79 +107,6 @@ function F.fold(x, ...)
   if b.p[2] > 0 then out = out:narrow(4, b.p[2] + 1, o[2]) end
   if not batched then out = out:squeeze(1) end
   return out
-end
-
------------------------------------------------------------------- pixel_unshuffle
---- F.pixel_unshuffle(x, r): [*, C, H r, W r] -> [*, C r^2, H, W], the inverse
--- of pixel_shuffle.
-function F.pixel_unshuffle(x, r)
-  if type(r) ~= 'number' or r < 1 or r ~= math.floor(r) then
-    fail(('pixel_unshuffle: downscale_factor must be a positive integer, got %s'):format(tostring(r)))
-  end
-  if x:dim() < 3 then
-    fail(('pixel_unshuffle: expected an input of at least 3 dims [*, C, H, W], got %s'):format(shape_str(x)))
-  end
-  local s = x:size():totable()
-  local nd = #s
-  local c, h, w = s[nd - 2], s[nd - 1], s[nd]
-  if h % r ~= 0 or w % r ~= 0 then
-    fail(('pixel_unshuffle: height %d and width %d of input %s must be divisible by downscale_factor %d')
-         :format(h, w, shape_str(x), r))
-  end
-  local b = nd - 3
-  local v, perm, out = {}, {}, {}
-  for i = 1, b do v[i], perm[i], out[i] = s[i], i, s[i] end
-  for _, dd in ipairs({c, h / r, r, w / r, r}) do v[#v + 1] = dd end
-  for _, dd in ipairs({1, 3, 5, 2, 4}) do perm[#perm + 1] = b + dd end
-  for _, dd in ipairs({c * r * r, h / r, w / r}) do out[#out + 1] = dd end
-  return x:reshape(v):permute(perm):reshape(out)
-end
-
------------------------------------------------------------------- channel_shuffle
---- F.channel_shuffle(x, groups): [N, C, *] -> [N, C, *] with the channels
--- viewed as [groups, C / groups] and transposed.
-function F.channel_shuffle(x, groups)
-  if type(groups) ~= 'number' or groups < 1 or groups ~= math.floor(groups) then
-    fail(('channel_shuffle: groups must be a positive integer, got %s'):format(tostring(groups)))
-  end
-  if x:dim() < 3 then
-    fail(('channel_shuffle: expected an input of at least 3 dims [N, C, *], got %s'):format(shape_str(x)))
-  end
-  local s = x:size():totable()
-  if s[2] % groups ~= 0 then
-    fail(('channel_shuffle: channels %d of input %s are not divisible by groups %d'):format(
-      s[2], shape_str(x), groups))
-  end
-  local v = {s[1], groups, s[2] / groups}
-  for i = 3, #s do v[#v + 1] = s[i] end
-  return x:reshape(v):transpose(2, 3):reshape(s)
-end
-
------------------------------------------------------------------- local_response_norm
-local lrn_spec = {{'size', U.REQUIRED}, {'alpha', 1e-4}, {'beta', 0.75}, {'k', 1}}
-
---- F.local_response_norm(x, size, {alpha = 1e-4, beta = 0.75, k = 1}):
--- x / (k + alpha / size * sum of x^2 over `size` neighbouring channels)^beta,
--- on [N, C, *] (the window is zero-padded: size // 2 before, (size - 1) // 2 after).
-function F.local_response_norm(x, ...)
-  local a = parse('local_response_norm', lrn_spec, ...)
-  if x:dim() < 3 then
-    fail(('local_response_norm: expected an input of at least 3 dims [N, C, *], got %s'):format(
-      shape_str(x)))
-  end
-  if type(a.size) ~= 'number' or a.size < 1 or a.size ~= math.floor(a.size) then
-    fail(('local_response_norm: size must be a positive integer, got %s'):format(tostring(a.size)))
-  end
-  if x:numel() == 0 then return x end
-  local s = x:size():totable()
-  local n, c = s[1], s[2]
-  local sq = (x * x):reshape(n, c, -1)                 -- [N, C, R]
-  local size = a.size
-  local padded = flow.nn.functional.pad(sq, {0, 0, math.floor(size / 2), math.floor((size - 1) / 2)})
-  local acc = padded:narrow(2, 1, c)
-  for i = 2, size do acc = acc + padded:narrow(2, i, c) end
-  local div = (acc * (a.alpha / size) + a.k):pow(a.beta):reshape(s)
-  return x / div
 end
 
 return F

@@ -1,0 +1,300 @@
+-- oneflow._args: the one argument parser. Every Lua module checks its
+-- arguments through it: options tables, PyTorch-style positional arguments,
+-- tensor checks, shape strings, 1-based dims, sizes.
+--
+--   local A = require 'oneflow._args'
+--   local a = A.parse('F.linear', {{'weight', A.REQUIRED}, {'bias'}}, ...)
+--   A.check_tensor('sum', x)                 -- 'sum: expected a tensor for input, got number'
+--   opts = A.check_options('pad', opts, {mode = true, value = true})
+--
+-- An options table is recognised by what it is not: a table without an array
+-- part that is not a value -- not a tensor (cdata), global tensor, module or
+-- other class instance, dtype, device, Size, placement, sbp, ... (modules
+-- register their value metatables with A.value_type). So a table a JSON
+-- library decoded with a metatable of its own still works as options.
+-- Unknown option keys are errors naming the op and the key.
+local ffi = require 'ffi'
+local core = require 'oneflow._C'   -- also declares struct of_lua_tensor
+local class = require 'oneflow.class'
+
+local A = {}
+
+------------------------------------------------------------------ errors
+-- The directory of this package's Lua files, as debug.getinfo reports it.
+local ROOT = debug.getinfo(1, 'S').source:match('^(.*[/\\]oneflow[/\\])_args%.lua$') or false
+
+local function internal(src)
+  if src == '=[C]' then return true end
+  if ROOT then return src:sub(1, #ROOT) == ROOT end
+  return src:find('oneflow/', 1, true) ~= nil
+end
+
+--- Raises msg at the first caller outside the oneflow package (the user's
+-- line), whatever the depth of internal calls.
+function A.fail(msg)
+  local level = 2
+  while true do
+    local info = debug.getinfo(level, 'S')
+    if not info then level = 0; break end
+    if not internal(info.source) then break end
+    level = level + 1
+  end
+  error(msg, level)
+end
+local fail = A.fail
+
+------------------------------------------------------------------ values and options
+local value_mts = setmetatable({}, {__mode = 'k'})
+
+--- Marks tables with metatable mt as values (never an options table).
+function A.value_type(mt)
+  value_mts[mt] = true
+  return mt
+end
+
+--- A placeholder default: the argument must be given.
+A.REQUIRED = setmetatable({}, A.value_type({__tostring = function() return '<required>' end}))
+
+--- Whether v is a value rather than an options table (any non-table, a
+-- registered value type or an instance of an oneflow.class class).
+local function is_value(v)
+  if type(v) ~= 'table' then return true end
+  local mt = getmetatable(v)
+  if mt == nil then return false end
+  if value_mts[mt] or class.is_class(mt) then return true end
+  return type(mt) == 'table' and rawget(mt, '__is_module') == true
+end
+A.is_value = is_value
+
+--- Whether v is an options table: a table with no array part that is not a
+-- value. Its metatable, if any, does not matter (a JSON decoder's is fine).
+local function is_options(v)
+  return type(v) == 'table' and rawget(v, 1) == nil and not is_value(v)
+end
+A.is_options = is_options
+
+local EMPTY = setmetatable({}, {__newindex = function() error('oneflow._args: EMPTY is read-only', 2) end})
+A.EMPTY = EMPTY
+
+local function key_set(allowed)
+  if allowed[1] == nil then return allowed end
+  local s = {}
+  for _, k in ipairs(allowed) do s[k] = true end
+  return s
+end
+
+--- check_options(op, opts, allowed): opts (or an empty table for nil) after
+-- checking it is an options table whose keys are all in allowed (a set or a
+-- list of names); an unknown key is an error naming op and the key.
+function A.check_options(op, opts, allowed)
+  if opts == nil then return EMPTY end
+  if not is_options(opts) then
+    fail(('%s: expected an options table, got %s'):format(op, A.describe(opts)))
+  end
+  if allowed then
+    local set = key_set(allowed)
+    for k in pairs(opts) do
+      if not set[k] then fail(("%s: unknown option '%s'"):format(op, tostring(k))) end
+    end
+  end
+  return opts
+end
+
+local function copy_default(v)
+  if type(v) ~= 'table' or getmetatable(v) ~= nil then return v end
+  local r = {}
+  for k, x in pairs(v) do r[k] = copy_default(x) end
+  return r
+end
+A.copy = copy_default
+
+--- parse(op, spec, ...) -> a table of every argument by name.
+-- spec lists {name, default} in PyTorch's positional order; an entry with
+-- kw = true is keyword-only (options table only). spec.ignored is a set of
+-- option names accepted and dropped. The arguments are positional values
+-- (nil skips one) optionally followed by an options table with the same
+-- names; an argument given both ways, too many positional arguments, a
+-- missing required one or an unknown option is an error naming op.
+local function parse(op, spec, ignored, ...)
+  local n = select('#', ...)
+  local args = {...}
+  local opts = EMPTY
+  if n > 0 and is_options(args[n]) then
+    opts = args[n]
+    n = n - 1
+  end
+  local res, pos = {}, 0
+  for _, s in ipairs(spec) do
+    local key = s[1]
+    local v
+    if not s.kw then
+      pos = pos + 1
+      if pos <= n then v = args[pos] end
+    end
+    local o = opts[key]
+    if o ~= nil then
+      if v ~= nil then
+        fail(('%s: argument %s given twice (positionally and as an option)'):format(op, key))
+      end
+      v = o
+    end
+    if v == nil then
+      v = s[2]
+      if v == A.REQUIRED then fail(('%s: missing required argument %s'):format(op, key)) end
+      if type(v) == 'table' then v = copy_default(v) end
+    end
+    res[key] = v
+  end
+  if n > pos then
+    fail(('%s: expected at most %d positional arguments, got %d'):format(op, pos, n))
+  end
+  if opts ~= EMPTY then
+    for k in pairs(opts) do
+      if res[k] == nil and not (ignored and ignored[k]) then
+        local known = false
+        for _, s in ipairs(spec) do if s[1] == k then known = true; break end end
+        if not known then fail(("%s: unknown option '%s'"):format(op, tostring(k))) end
+      end
+    end
+  end
+  return res
+end
+function A.parse(op, spec, ...) return parse(op, spec, spec.ignored, ...) end
+--- parse_ignoring(op, spec, ignored, ...): parse with a set of option names
+-- accepted and dropped.
+A.parse_ignoring = parse
+
+------------------------------------------------------------------ tensors and shapes
+local function is_tensor(v)
+  return type(v) == 'cdata' and ffi.istype('struct of_lua_tensor', v)
+end
+
+--- 'tensor', 'a global tensor' or the Lua type, for messages.
+function A.describe(v)
+  if is_tensor(v) then return 'tensor' end
+  if type(v) == 'table' and rawget(v, '_local') ~= nil and v.placement ~= nil then
+    return 'a global tensor'
+  end
+  return type(v)
+end
+
+--- check_tensor(op, v[, what]): v must be a (local) tensor; what names the
+-- argument ('input' by default).
+function A.check_tensor(op, v, what)
+  if not is_tensor(v) then
+    fail(('%s: expected a tensor for %s, got %s'):format(op, what or 'input', A.describe(v)))
+  end
+  return v
+end
+
+--- An optional tensor argument -> its C handle (nil for nil); anything else
+-- is an error naming op and the argument.
+function A.handle(op, v, what)
+  if v == nil then return nil end
+  if not is_tensor(v) then
+    fail(('%s: %s must be a tensor or nil, got %s'):format(op, what, A.describe(v)))
+  end
+  return v.p
+end
+
+--- Raises the C library's last error at the user's line.
+function A.raise_c() fail(ffi.string(core.C.of_last_error())) end
+
+--- A.raise_c() unless st (a C status) is 0.
+function A.check_status(st)
+  if st ~= 0 then fail(ffi.string(core.C.of_last_error())) end
+end
+
+--- '[2,3]' for a tensor, a Size or a list of sizes (sep ', ' gives '[2, 3]').
+function A.shape_str(x, sep)
+  if is_tensor(x) then
+    x = x:size():totable()
+  elseif type(x) == 'table' and rawget(x, '_local') ~= nil and x.shape ~= nil then
+    x = x.shape
+  end
+  if type(x) == 'table' and x.totable then x = x:totable() end
+  if type(x) ~= 'table' then return tostring(x) end
+  return '[' .. table.concat(x, sep or ',') .. ']'
+end
+
+------------------------------------------------------------------ dims and sizes
+local shape_buf = ffi.new('int64_t[8]')
+local shape_buf2 = ffi.new('int64_t[8]')
+local dims_buf = ffi.new('int32_t[8]')
+
+--- 1-based (or negative) dim -> 0-based dim for C; C checks the range.
+-- 0 is never a valid Lua dim.
+function A.dim(d, op)
+  if type(d) ~= 'number' or d ~= math.floor(d) then
+    fail(('%s: dim must be an integer, got %s'):format(op, tostring(d)))
+  end
+  if d > 0 then return d - 1 end
+  if d == 0 then
+    fail(op .. ': dim 0 is not valid; dims are 1-based (1 = first, -1 = last)')
+  end
+  return d
+end
+
+--- 1-based (or negative) dim of an n-dim tensor -> 1..n, or an error naming op.
+function A.norm_dim(op, d, n)
+  if type(d) ~= 'number' or d ~= math.floor(d) then
+    fail(('%s: dim must be an integer, got %s'):format(op, tostring(d)))
+  end
+  local r = d < 0 and n + d + 1 or d
+  if d == 0 or r < 1 or r > n then
+    fail(('%s: dim %d out of range for a %d-D tensor (dims are 1-based)'):format(op, d, n))
+  end
+  return r
+end
+
+--- A list of dims (number or table) -> int32_t[8] of 0-based dims, count.
+function A.dims_ptr(dims, op)
+  if type(dims) == 'number' then dims = {dims} end
+  for i = 1, #dims do dims_buf[i - 1] = A.dim(dims[i], op) end
+  return dims_buf, #dims
+end
+
+--- Splits (...) into a list of sizes and an options table.
+-- Accepts f(2, 3), f({2, 3}), f(flow.Size), each with an optional trailing
+-- options table.
+function A.sizes_and_options(op, ...)
+  local n = select('#', ...)
+  local last = select(n, ...)
+  local opts = {}
+  if n > 0 and (is_options(last) or (type(last) == 'table' and next(last) == nil and n > 1)) then
+    opts = last
+    n = n - 1
+  end
+  local sizes
+  local first = (select(1, ...))   -- not `= ...`: LuaJIT 2.1.0-beta3 miscompiles it
+  if n == 1 and type(first) == 'table' then
+    sizes = first
+  else
+    sizes = {...}
+    sizes[n + 1] = nil
+  end
+  local res = {}
+  for i = 1, #sizes do
+    local s = sizes[i]
+    if type(s) ~= 'number' or s ~= math.floor(s) then
+      fail(('%s: size %d must be an integer, got %s'):format(op, i, tostring(s)))
+    end
+    res[i] = s
+  end
+  if #res > 8 then fail(op .. ': at most 8 dims are supported, got ' .. #res) end
+  return res, opts
+end
+
+--- Fills a reusable int64_t[8] with a Lua list (second buffer with which=2).
+function A.shape_ptr(list, which)
+  local buf = which == 2 and shape_buf2 or shape_buf
+  for i = 1, #list do buf[i - 1] = list[i] end
+  return buf, #list
+end
+
+--- opts.dtype as a dtype, or default.
+function A.dtype_opt(opts, default)
+  return opts.dtype and require('oneflow.types').dtype(opts.dtype, 3) or default
+end
+
+return A
