@@ -178,7 +178,7 @@ static of_status reduce_grad(of_node *n, int32_t k, of_tensor *t, of_tensor **gi
 
 static of_status binary_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
-  of_binary_op op = (of_binary_op)n->i[0];
+  of_binary_op op = (of_binary_op)OF_NODE_ATTRS(a_binary, n)->op;
   of_tensor *a = NULL, *b = NULL, *t = NULL, *u = NULL, *v = NULL;
   of_status st = OF_OK;
   if (op != OF_ADD && op != OF_SUB) {
@@ -364,7 +364,8 @@ static of_status binary_body(of_binary_op op, of_tensor *a, of_tensor *b, of_ten
   of_node *n;
   of_status st = of_record(gd, ins, 2, out, 1, &n);
   if (st == OF_OK) {
-    n->i[0] = op;
+    a_binary rec = {op, 0};
+    OF_NODE_KEEP(n, OPK_BINARY, rec);
     if (op != OF_ADD && op != OF_SUB) {
       of_node_save(n, 0, a);
       of_node_save(n, 1, b);

@@ -4,6 +4,7 @@
  * tensors; the kernels come from the device-ops table. */
 #include "../autograd.h"
 #include "../device.h"
+#include "op.h"
 
 /* ---- matmul ---------------------------------------------------------------
  * Operands are made dense [batch, rows, cols] in their dtype; a batch dim
@@ -129,15 +130,22 @@ done:
 
 /* ---- layer_norm -------------------------------------------------------------
  * Rows [R, M] (the normalized dims are the last ones); mean and rstd float32
- * [R] are saved for the fused backward. */
+ * [R] are saved for the fused backward. The node keeps the op's a_norm
+ * (groups: the number of normalized dims, >= 1, so a weight's meta has
+ * ndim >= 1 and an absent weight's is zeroed). */
 static of_status ln_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
+  const a_norm *a = OF_NODE_ATTRS(a_norm, n);
+  const of_meta *xm = &n->in_meta[0];
+  const int32_t k_norm = (int32_t)a->groups;
+  const bool has_w = n->in_meta[1].ndim > 0;
   of_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *gd = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
   of_status st = OF_OK;
   for (int32_t k = 0; k < 4 && st == OF_OK; k++)
-    if (k != 1 || n->i[1]) st = of_node_saved(n, k, &sv[k]);
+    if (k != 1 || has_w) st = of_node_saved(n, k, &sv[k]);
   of_tensor *x = sv[0], *w = sv[1];
-  int64_t M = n->i[2], R = M ? x->numel / M : 0;
+  int64_t M = of_shape_numel(xm->shape + (xm->ndim - k_norm), k_norm);
+  int64_t R = M && x ? x->numel / M : 0;
   of_device dev = of_dev(x);
   const of_device_ops *o = st == OF_OK ? of_device_ops_for("layer_norm_backward", dev) : NULL;
   if (st == OF_OK && !o) st = OF_ERR_DEVICE;
@@ -179,8 +187,11 @@ of_status of_device_layer_norm(of_tensor *x, int32_t k, of_tensor *w, of_tensor 
     of_node *n;
     st = of_record(&ln_grad, ins, 3, &y, 1, &n);
     if (st == OF_OK) {
-      n->i[1] = w != NULL;
-      n->i[2] = M;
+      a_norm a;
+      memset(&a, 0, sizeof a);
+      a.eps = eps;
+      a.groups = k;
+      OF_NODE_KEEP(n, OPK_LAYER_NORM, a);
       of_node_save(n, 0, xd);
       of_node_save(n, 1, wd);
       of_node_save(n, 2, mean);

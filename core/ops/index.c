@@ -1245,7 +1245,7 @@ static of_status unalias(of_tensor *t, const of_tensor *into, of_tensor **out) {
 }
 
 /* gather: grad x = scatter-add of g into zeros at the same indices;
- * i[0] dim, i[1] index base, saved[0] the index */
+ * a_gather (dim normalized), saved[0] the index */
 static of_status gather_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0] || !n->needs[0]) return OF_OK;
   const of_meta *m = &n->in_meta[0];
@@ -1253,7 +1253,8 @@ static of_status gather_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_tensor *r_ = NULL;
   of_tensor *idx = of_s_saved(&s, n, 0);
   of_tensor *z = SK(&s, of_zeros(m->shape, m->ndim, m->dtype, of_dev(g[0]), &r_));
-  of_tensor *r = SK(&s, of_scatter(z, (int32_t)n->i[0], idx, g[0], 0, 0, 1, n->i[1], NULL, &r_));
+  const a_gather *a = OF_NODE_ATTRS(a_gather, n);
+  of_tensor *r = SK(&s, of_scatter(z, a->dim, idx, g[0], 0, 0, 1, a->base, NULL, &r_));
   return of_s_end(&s, r, &gi[0]);
 }
 static const of_grad_def gather_grad = {"GatherBackward", gather_backward};
@@ -1266,8 +1267,11 @@ static of_status gather_body(of_tensor *x, int32_t dim, of_tensor *index, int64_
   if (n) {
     int32_t d;
     (void)of_norm_dim("gather", dim, x->ndim, &d);
-    n->i[0] = d;
-    n->i[1] = index_base;
+    a_gather a;
+    OF_ZERO(a);
+    a.dim = d;
+    a.base = index_base;
+    OF_NODE_KEEP(n, OPK_GATHER, a);
     of_node_save(n, 0, index);
   }
   return OF_OK;
@@ -1296,21 +1300,22 @@ static of_tensor *s_overwritten(of_scope *s, of_tensor *idx, int32_t d, int64_t 
 /* scatter (inputs x, src): replace -- grad x = g with the written cells
  * zeroed, grad src = gather(g) where the entry was not overwritten; add --
  * grad x = g, grad src = gather(g).
- * i[0] dim, i[1] index base, i[2] reduce, saved[0] the index */
+ * a_scatter (dim normalized), saved[0] the index */
 static of_status scatter_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
-  const int32_t d = (int32_t)n->i[0];
-  const int64_t base = n->i[1];
+  const a_scatter *a = OF_NODE_ATTRS(a_scatter, n);
+  const int32_t d = a->dim;
+  const int64_t base = a->base;
   of_scope s = {0};
   of_tensor *r_ = NULL;
   of_tensor *idx = of_s_saved(&s, n, 0);
   if (n->needs[0]) {
-    of_tensor *gx = n->i[2] ? g[0] : SK(&s, of_scatter(g[0], d, idx, NULL, 0, 1, 0, base, NULL, &r_));
+    of_tensor *gx = a->reduce ? g[0] : SK(&s, of_scatter(g[0], d, idx, NULL, 0, 1, 0, base, NULL, &r_));
     give_grad(&s, s_cast_to(&s, gx, &n->in_meta[0]), &gi[0]);
   }
   if (n->needs[1]) {
     of_tensor *gs = SK(&s, of_gather(g[0], d, idx, base, &r_));
-    if (!n->i[2]) {
+    if (!a->reduce) {
       of_tensor *lost = s_overwritten(&s, idx, d, base, &n->in_meta[0]);
       gs = SK(&s, of_masked_fill(gs, lost, 0, NULL, &r_));
     }
@@ -1345,15 +1350,21 @@ static of_status scatter_body(of_tensor *x, int32_t dim, of_tensor *index, of_te
   if (n) {
     int32_t d;
     (void)of_norm_dim("scatter", dim, x->ndim, &d);
-    n->i[0] = d;
-    n->i[1] = index_base;
-    n->i[2] = reduce;
+    a_scatter a;
+    OF_ZERO(a);
+    a.dim = d;
+    a.value = value;
+    a.use_value = use_value;
+    a.reduce = reduce;
+    a.base = index_base;
+    a.has_src = src != NULL;
+    OF_NODE_KEEP(n, OPK_SCATTER, a);
     of_node_save(n, 0, index);
   }
   return OF_OK;
 }
 
-/* index_select: grad x = index_add of g into zeros; i[0] dim, i[1] base */
+/* index_select: grad x = index_add of g into zeros; a_gather (dim normalized) */
 static of_status index_select_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0] || !n->needs[0]) return OF_OK;
   const of_meta *m = &n->in_meta[0];
@@ -1361,7 +1372,8 @@ static of_status index_select_backward(of_node *n, of_tensor **g, of_tensor **gi
   of_tensor *r_ = NULL;
   of_tensor *idx = of_s_saved(&s, n, 0);
   of_tensor *z = SK(&s, of_zeros(m->shape, m->ndim, m->dtype, of_dev(g[0]), &r_));
-  of_tensor *r = SK(&s, of_index_add(z, (int32_t)n->i[0], idx, g[0], 1, n->i[1], NULL, &r_));
+  const a_gather *a = OF_NODE_ATTRS(a_gather, n);
+  of_tensor *r = SK(&s, of_index_add(z, a->dim, idx, g[0], 1, a->base, NULL, &r_));
   return of_s_end(&s, r, &gi[0]);
 }
 static const of_grad_def index_select_grad = {"IndexSelectBackward", index_select_backward};
@@ -1374,15 +1386,18 @@ static of_status index_select_body(of_tensor *x, int32_t dim, of_tensor *index, 
   if (n) {
     int32_t d;
     (void)of_norm_dim("index_select", dim, x->ndim, &d);
-    n->i[0] = d;
-    n->i[1] = index_base;
+    a_gather a;
+    OF_ZERO(a);
+    a.dim = d;
+    a.base = index_base;
+    OF_NODE_KEEP(n, OPK_INDEX_SELECT, a);
     of_node_save(n, 0, index);
   }
   return OF_OK;
 }
 
 /* index_add (inputs x, src): grad x = g, grad src = alpha * index_select(g);
- * i[0] dim, i[1] base, d[0] alpha */
+ * a_index_add (dim normalized), saved[0] the index */
 static of_status index_add_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   of_scope s = {0};
@@ -1391,8 +1406,9 @@ static of_status index_add_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (n->needs[1]) {
     const of_meta *m = &n->in_meta[1];
     of_tensor *idx = of_s_saved(&s, n, 0);
-    of_tensor *t = SK(&s, of_index_select(g[0], (int32_t)n->i[0], idx, n->i[1], &r_));
-    if (n->d[0] != 1) t = of_s_bins(&s, OF_MUL, t, n->d[0]);
+    const a_index_add *a = OF_NODE_ATTRS(a_index_add, n);
+    of_tensor *t = SK(&s, of_index_select(g[0], a->dim, idx, a->base, &r_));
+    if (a->alpha != 1) t = of_s_bins(&s, OF_MUL, t, a->alpha);
     if (t && t->ndim != m->ndim) t = SK(&s, of_reshape(t, m->shape, m->ndim, &r_));
     give_grad(&s, s_cast_to(&s, t, m), &gi[1]);
   }
@@ -1421,16 +1437,20 @@ static of_status index_add_body(of_tensor *x, int32_t dim, of_tensor *index, of_
   if (n) {
     int32_t d;
     (void)of_norm_dim("index_add", dim, x->ndim, &d);
-    n->i[0] = d;
-    n->i[1] = index_base;
-    n->d[0] = alpha;
+    a_index_add a;
+    OF_ZERO(a);
+    a.dim = d;
+    a.alpha = alpha;
+    a.base = index_base;
+    OF_NODE_KEEP(n, OPK_INDEX_ADD, a);
     of_node_save(n, 0, index);
   }
   return OF_OK;
 }
 
 /* sort / topk: the values' grad goes back to where each value came from
- * (a scatter into zeros at the saved indices output); i[0] dim, i[1] base */
+ * (a scatter into zeros at the saved indices output); a_sort (dim
+ * normalized) */
 static of_status sort_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0] || !n->needs[0]) return OF_OK;
   const of_meta *m = &n->in_meta[0];
@@ -1438,14 +1458,16 @@ static of_status sort_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_tensor *r_ = NULL;
   of_tensor *idx = of_s_saved(&s, n, 0);
   of_tensor *z = SK(&s, of_zeros(m->shape, m->ndim, m->dtype, of_dev(g[0]), &r_));
-  of_tensor *r = SK(&s, of_scatter(z, (int32_t)n->i[0], idx, g[0], 0, 0, 0, n->i[1], NULL, &r_));
+  const a_sort *a = OF_NODE_ATTRS(a_sort, n);
+  of_tensor *r = SK(&s, of_scatter(z, a->dim, idx, g[0], 0, 0, 0, a->base, NULL, &r_));
   return of_s_end(&s, r, &gi[0]);
 }
 static const of_grad_def sort_grad = {"SortBackward", sort_backward};
 static const of_grad_def topk_grad = {"TopkBackward", sort_backward};
 
-static of_status record_sort(const of_grad_def *def, of_tensor *x, int32_t dim,
-                             int64_t index_base, of_tensor **values, of_tensor **indices) {
+/* `a`: the op's record as the entry point got it (dim normalized here) */
+static of_status record_sort(const of_grad_def *def, int32_t op, a_sort a, of_tensor *x,
+                             of_tensor **values, of_tensor **indices) {
   of_tensor *outs[2] = {*values, *indices};
   of_node *n;
   of_status st = record(def, &x, 1, outs, 2, &n);
@@ -1455,9 +1477,9 @@ static of_status record_sort(const of_grad_def *def, of_tensor *x, int32_t dim,
   }
   if (n) {
     int32_t d;
-    (void)of_norm_dim(def == &sort_grad ? "sort" : "topk", dim, x->ndim, &d);
-    n->i[0] = d;
-    n->i[1] = index_base;
+    (void)of_norm_dim(def == &sort_grad ? "sort" : "topk", a.dim, x->ndim, &d);
+    a.dim = d;
+    OF_NODE_KEEP(n, op, a);
     of_node_save(n, 0, *indices);
   }
   return OF_OK;
@@ -1467,14 +1489,27 @@ static of_status sort_body(of_tensor *x, int32_t dim, int32_t descending, int32_
                        int64_t index_base, of_tensor **values, of_tensor **indices) {
   (void)stable;   /* the merge sort is always stable */
   OF_CHECK(sort_compute(x, dim, descending, index_base, values, indices));
-  return record_sort(&sort_grad, x, dim, index_base, values, indices);
+  a_sort a;
+  OF_ZERO(a);
+  a.dim = dim;
+  a.flag1 = descending;
+  a.flag2 = stable;
+  a.base = index_base;
+  return record_sort(&sort_grad, OPK_SORT, a, x, values, indices);
 }
 
 static of_status topk_body(of_tensor *x, int64_t k, int32_t dim, int32_t largest, int32_t sorted,
                        int64_t index_base, of_tensor **values, of_tensor **indices) {
   (void)sorted;   /* results always come sorted */
   OF_CHECK(topk_compute(x, k, dim, largest, index_base, values, indices));
-  return record_sort(&topk_grad, x, dim, index_base, values, indices);
+  a_sort a;
+  OF_ZERO(a);
+  a.k = k;
+  a.dim = dim;
+  a.flag1 = largest;
+  a.flag2 = sorted;
+  a.base = index_base;
+  return record_sort(&topk_grad, OPK_TOPK, a, x, values, indices);
 }
 
 /* masked_select: g goes back to the true positions of the (broadcast) mask,

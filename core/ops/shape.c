@@ -416,7 +416,7 @@ static of_status cast_owned(of_tensor *t, of_dtype dt, of_tensor **out) {
 /* cat: each input's grad is its slice of g along dim */
 static of_status cat_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
-  const int32_t d = (int32_t)n->i[0];
+  const int32_t d = OF_NODE_ATTRS(a_i1, n)->v;   /* normalized */
   const bool skip_legacy = n->out_meta[0].ndim != 1;
   int64_t pos = 0;
   for (int32_t k = 0; k < n->nin; k++) {
@@ -443,7 +443,8 @@ static of_status cat_body(of_tensor **ts, int32_t n, int32_t dim, of_tensor **ou
   if (node) {
     int32_t d;
     (void)of_norm_dim("cat", dim, (*out)->ndim, &d);   /* valid: the forward passed */
-    node->i[0] = d;
+    a_i1 a = {d, 0};
+    OF_NODE_KEEP(node, OPK_CAT, a);
   }
   return OF_OK;
 }
@@ -454,7 +455,7 @@ static of_status stack_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   for (int32_t k = 0; k < n->nin; k++) {
     if (!n->needs[k]) continue;
     of_tensor *v;
-    OF_CHECK(of_select(g[0], (int32_t)n->i[0], k, &v));
+    OF_CHECK(of_select(g[0], OF_NODE_ATTRS(a_i1, n)->v, k, &v));
     OF_CHECK(cast_owned(v, n->in_meta[k].dtype, &gi[k]));
   }
   return OF_OK;
@@ -468,7 +469,8 @@ static of_status stack_body(of_tensor **ts, int32_t n, int32_t dim, of_tensor **
   if (node) {
     int32_t d;
     (void)of_norm_dim("stack", dim, (*out)->ndim, &d);
-    node->i[0] = d;
+    a_i1 a = {d, 0};
+    OF_NODE_KEEP(node, OPK_STACK, a);
   }
   return OF_OK;
 }
@@ -476,7 +478,8 @@ static of_status stack_body(of_tensor **ts, int32_t n, int32_t dim, of_tensor **
 /* tril / triu: the same triangle of g */
 static of_status tri_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
-  return of_tri(g[0], n->i[0], (int32_t)n->i[1], &gi[0]);
+  const a_tri *a = OF_NODE_ATTRS(a_tri, n);
+  return of_tri(g[0], a->k, a->upper, &gi[0]);
 }
 static const of_grad_def tril_grad = {"TrilBackward", tri_backward};
 static const of_grad_def triu_grad = {"TriuBackward", tri_backward};
@@ -486,18 +489,20 @@ static of_status tri_body(of_tensor *x, int64_t k, int32_t upper, of_tensor **ou
   of_node *node;
   OF_CHECK(record(upper ? &triu_grad : &tril_grad, &x, 1, out, &node));
   if (node) {
-    node->i[0] = k;
-    node->i[1] = upper;
+    a_tri a;
+    OF_ZERO(a);
+    a.k = k;
+    a.upper = upper;
+    OF_NODE_KEEP(node, OPK_TRI, a);
   }
   return OF_OK;
 }
 
-/* flip: flip g back; i[0..8) the dims, i[8] their count */
+/* flip: flip g back over the same (normalized) dims */
 static of_status flip_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
-  int32_t dims[OF_MAX_DIMS], nd = (int32_t)n->i[OF_MAX_DIMS];
-  for (int32_t k = 0; k < nd; k++) dims[k] = (int32_t)n->i[k];
-  return of_flip(g[0], dims, nd, &gi[0]);
+  const a_dims *a = OF_NODE_ATTRS(a_dims, n);
+  return of_flip(g[0], a->dims, a->n, &gi[0]);
 }
 static const of_grad_def flip_grad = {"FlipBackward", flip_backward};
 
@@ -506,33 +511,35 @@ static of_status flip_body(of_tensor *x, const int32_t *dims, int32_t ndims, of_
   of_node *node;
   OF_CHECK(record(&flip_grad, &x, 1, out, &node));
   if (node) {
-    int32_t m = 0;
-    for (int32_t k = 0; x->ndim > 0 && k < ndims && m < OF_MAX_DIMS; k++) {
+    a_dims a;
+    OF_ZERO(a);
+    for (int32_t k = 0; x->ndim > 0 && k < ndims && a.n < OF_MAX_DIMS; k++) {
       int32_t d;
       (void)of_norm_dim("flip", dims[k], x->ndim, &d);
-      node->i[m++] = d;
+      a.dims[a.n++] = d;
     }
-    node->i[OF_MAX_DIMS] = m;
+    OF_NODE_KEEP(node, OPK_FLIP, a);
   }
   return OF_OK;
 }
 
-/* roll: roll g back. The forward's net shift per dim (in 0..len) is stored
- * as the backward shift len - s: i[0..8) dims, i[8..16) shifts, d[0] their
- * count, d[1] = 1 for the flattened form (shift in i[8]). */
+/* roll: roll g back. The node keeps the forward as an equivalent a_roll:
+ * n = 0 for the flattened form (shifts[0] its shift, in 0..numel), else the
+ * dims with a nonzero net shift s (normalized, in 0..len), each rolled back
+ * by len - s. */
 static of_status roll_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
-  int32_t dims[OF_MAX_DIMS], m = (int32_t)n->d[0];
+  const a_roll *a = OF_NODE_ATTRS(a_roll, n);
+  const of_meta *x = &n->in_meta[0];
   int64_t shifts[OF_MAX_DIMS] = {0};
-  for (int32_t k = 0; k < m; k++) {
-    dims[k] = (int32_t)n->i[k];
-    shifts[k] = n->i[OF_MAX_DIMS + k];
-  }
-  if (n->d[1] != 0 || m == 0) {
-    shifts[0] = n->d[1] != 0 ? n->i[OF_MAX_DIMS] : 0;
+  if (a->n == 0) {
+    int64_t numel = 1;
+    for (int32_t d = 0; d < x->ndim; d++) numel *= x->shape[d];
+    shifts[0] = a->shifts[0] ? numel - a->shifts[0] : 0;
     return of_roll(g[0], shifts, NULL, 0, &gi[0]);
   }
-  return of_roll(g[0], shifts, dims, m, &gi[0]);
+  for (int32_t k = 0; k < a->n; k++) shifts[k] = x->shape[a->dims[k]] - a->shifts[k];
+  return of_roll(g[0], shifts, a->dims, a->n, &gi[0]);
 }
 static const of_grad_def roll_grad = {"RollBackward", roll_backward};
 
@@ -542,10 +549,11 @@ static of_status roll_body(of_tensor *x, const int64_t *shifts, const int32_t *d
   of_node *node;
   OF_CHECK(record(&roll_grad, &x, 1, out, &node));
   if (!node) return OF_OK;
+  a_roll a;
+  OF_ZERO(a);
   if (n == 0 || !dims) {
-    int64_t s = wrap_shift(shifts[0], x->numel);
-    node->d[1] = 1;
-    node->i[OF_MAX_DIMS] = s ? x->numel - s : 0;
+    a.shifts[0] = wrap_shift(shifts[0], x->numel);
+    OF_NODE_KEEP(node, OPK_ROLL, a);
     return OF_OK;
   }
   int64_t net[OF_MAX_DIMS] = {0};
@@ -554,14 +562,13 @@ static of_status roll_body(of_tensor *x, const int64_t *shifts, const int32_t *d
     (void)of_norm_dim("roll", dims[i], x->ndim, &d);
     net[d] += shifts[i] % (x->shape[d] > 0 ? x->shape[d] : 1);
   }
-  int32_t m = 0;
   for (int32_t d = 0; d < x->ndim; d++) {
     int64_t s = wrap_shift(net[d], x->shape[d]);
     if (s == 0) continue;
-    node->i[m] = d;
-    node->i[OF_MAX_DIMS + m++] = x->shape[d] - s;
+    a.dims[a.n] = d;
+    a.shifts[a.n++] = s;
   }
-  node->d[0] = m;
+  OF_NODE_KEEP(node, OPK_ROLL, a);
   return OF_OK;
 }
 
@@ -570,6 +577,7 @@ static of_status roll_body(of_tensor *x, const int64_t *shifts, const int32_t *d
 static of_status repeat_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   const of_meta *m = &n->in_meta[0];
+  const a_roll *a = OF_NODE_ATTRS(a_roll, n);   /* shifts: the repeats */
   const int32_t nd = n->out_meta[0].ndim, lead = nd - m->ndim;
   int64_t cur[OF_MAX_DIMS];
   memcpy(cur, n->out_meta[0].shape, sizeof cur);
@@ -577,7 +585,7 @@ static of_status repeat_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_tensor_retain(t);
   of_status st = OF_OK;
   for (int32_t i = 0; i < nd && st == OF_OK; i++) {
-    int64_t r = n->i[i], xs = i < lead ? 1 : m->shape[i - lead];
+    int64_t r = a->shifts[i], xs = i < lead ? 1 : m->shape[i - lead];
     if (r == 1) continue;
     int64_t sh[3] = {1, r, xs};
     for (int32_t k = 0; k < i; k++) sh[0] *= cur[k];
@@ -601,7 +609,13 @@ static of_status repeat_body(of_tensor *x, const int64_t *repeats, int32_t n, of
   OF_CHECK(repeat_compute(x, repeats, n, out));
   of_node *node;
   OF_CHECK(record(&repeat_grad, &x, 1, out, &node));
-  for (int32_t i = 0; node && i < n; i++) node->i[i] = repeats[i];
+  if (node) {
+    a_roll a;
+    OF_ZERO(a);
+    a.n = n;
+    of_copy_i64(a.shifts, repeats, n);
+    OF_NODE_KEEP(node, OPK_REPEAT, a);
+  }
   return OF_OK;
 }
 

@@ -5,9 +5,15 @@
 #include "../device.h"
 #include "../dispatch/dispatch.h"
 
+/* The node's attribute record: the source device, which the backward copies
+ * the grad back to. to() has no op kind (ops.def): a graph runs on one device
+ * and refuses a user's to() while tracing, so no op record names a device
+ * move; hence this small record, kept under op kind -1. */
+typedef struct { int32_t device, pad_; } a_to_device;
+
 static of_status to_device_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
-  return of_to_device(g[0], (of_device)n->i[0], 0, &gi[0]);
+  return of_to_device(g[0], (of_device)OF_NODE_ATTRS(a_to_device, n)->device, 0, &gi[0]);
 }
 static const of_grad_def to_device_grad = {"ToCopyBackward", to_device_backward};
 
@@ -40,7 +46,10 @@ of_status of_to_device(of_tensor *t, of_device dev, int32_t non_blocking, of_ten
   if (st == OF_OK && of_grad_needed(&t, 1)) {
     of_node *n;
     st = of_record(&to_device_grad, &t, 1, &r, 1, &n);
-    if (st == OF_OK) n->i[0] = of_dev(t);
+    if (st == OF_OK) {
+      a_to_device a = {of_dev(t), 0};
+      OF_NODE_KEEP(n, -1, a);
+    }
   }
   if (st != OF_OK) {
     of_tensor_release(r);

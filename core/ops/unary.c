@@ -461,13 +461,14 @@ static of_status relu_grad_direct(of_node *n, of_tensor *g, of_tensor **out, boo
 
 static of_status unary_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
-  if ((of_unary_op)n->i[0] == OF_RELU) {
+  const of_unary_op op = (of_unary_op)OF_NODE_ATTRS(a_unary, n)->op;
+  if (op == OF_RELU) {
     bool done;
     OF_CHECK(relu_grad_direct(n, g[0], &gi[0], &done));
     if (done) return OF_OK;
   }
   of_scope s = {0};
-  of_tensor *r = unary_grad_expr(&s, (of_unary_op)n->i[0], n, g[0]);
+  of_tensor *r = unary_grad_expr(&s, op, n, g[0]);
   if (!r && s.st == OF_OK) return of_s_end(&s, NULL, &gi[0]);
   return of_s_end(&s, r, &gi[0]);
 }
@@ -532,7 +533,8 @@ static of_status unary_body(of_unary_op op, of_tensor *x, of_tensor *into, of_te
     of_tensor_release(*out);
     return st;
   }
-  n->i[0] = op;
+  a_unary a = {op, 0};
+  OF_NODE_KEEP(n, OPK_UNARY, a);
   of_node_save(n, 0, x);
   of_node_save(n, 1, *out);
   return OF_OK;
@@ -542,23 +544,23 @@ static of_status unary_body(of_unary_op op, of_tensor *x, of_tensor *into, of_te
 static of_status clamp_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   of_scope s = {0};
+  const a_clamp *a = OF_NODE_ATTRS(a_clamp, n);
   of_tensor *x = S_X;
-  of_tensor *lo = n->i[0] ? of_s_cmps(&s, OF_GE, x, n->d[0]) : NULL;
-  of_tensor *hi = n->i[1] ? of_s_cmps(&s, OF_LE, x, n->d[1]) : NULL;
+  of_tensor *lo = a->has_lo ? of_s_cmps(&s, OF_GE, x, a->lo) : NULL;
+  of_tensor *hi = a->has_hi ? of_s_cmps(&s, OF_LE, x, a->hi) : NULL;
   of_tensor *keep = lo && hi ? of_s_bin(&s, OF_LOGICAL_AND, lo, hi) : (lo ? lo : hi);
   return of_s_end(&s, MUL(g[0], of_s_cast(&s, keep, g[0]->dtype)), &gi[0]);
 }
 static const of_grad_def clamp_grad = {"ClampBackward", clamp_backward};
 
-typedef struct { double lo, hi; int32_t has_lo, has_hi; } clamp_args;
 static of_status clamp_again(of_tensor *x, of_tensor **r, void *ctx) {
-  clamp_args *a = ctx;
+  const a_clamp *a = ctx;
   return of_clamp(x, a->lo, a->hi, a->has_lo, a->has_hi, NULL, r);
 }
 
 static of_status clamp_body(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
                         of_tensor *into, of_tensor **out) {
-  clamp_args a = {lo, hi, has_lo, has_hi};
+  a_clamp a = {lo, hi, has_lo, has_hi};
   if (wants_inplace_autograd(x, into, true))
     return inplace_via_result("clamp", x, into, out, clamp_again, &a);
   OF_CHECK(clamp_compute(x, lo, hi, has_lo, has_hi, into, out));
@@ -569,10 +571,7 @@ static of_status clamp_body(of_tensor *x, double lo, double hi, int32_t has_lo, 
     of_tensor_release(*out);
     return st;
   }
-  n->i[0] = has_lo;
-  n->i[1] = has_hi;
-  n->d[0] = lo;
-  n->d[1] = hi;
+  OF_NODE_KEEP(n, OPK_CLAMP, a);
   of_node_save(n, 0, x);
   return OF_OK;
 }
@@ -582,7 +581,8 @@ static of_status leaky_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_scope s = {0};
   /* slope + (1 - slope) * (x > 0) */
   of_tensor *pos = of_s_cast(&s, of_s_cmps(&s, OF_GT, S_X, 0), g[0]->dtype);
-  of_tensor *w = ADDS(MULS(pos, 1 - n->d[0]), n->d[0]);
+  const double slope = OF_NODE_ATTRS(a_leaky, n)->slope;
+  of_tensor *w = ADDS(MULS(pos, 1 - slope), slope);
   return of_s_end(&s, MUL(g[0], w), &gi[0]);
 }
 static const of_grad_def leaky_grad = {"LeakyReluBackward", leaky_backward};
@@ -602,7 +602,8 @@ static of_status leaky_relu_body(of_tensor *x, double slope, of_tensor *into, of
     of_tensor_release(*out);
     return st;
   }
-  n->d[0] = slope;
+  a_leaky a = {slope};
+  OF_NODE_KEEP(n, OPK_LEAKY_RELU, a);
   of_node_save(n, 0, x);
   return OF_OK;
 }

@@ -310,30 +310,36 @@ static const of_grad_def view_grad = {"ViewBackward", reshape_backward};
 
 static of_status transpose_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
-  return of_transpose(g[0], (int32_t)n->i[0], (int32_t)n->i[1], &gi[0]);
+  const a_i2 *a = OF_NODE_ATTRS(a_i2, n);
+  return of_transpose(g[0], a->a, a->b, &gi[0]);
 }
 static const of_grad_def transpose_grad = {"TransposeBackward", transpose_backward};
 
 static of_status permute_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
+  const a_dims *a = OF_NODE_ATTRS(a_dims, n);   /* dims normalized */
   int32_t inv[OF_MAX_DIMS];
-  for (int32_t k = 0; k < n->in_meta[0].ndim; k++) inv[n->i[k]] = k;
+  for (int32_t k = 0; k < n->in_meta[0].ndim; k++) inv[a->dims[k]] = k;
   return of_permute(g[0], inv, n->in_meta[0].ndim, &gi[0]);
 }
 static const of_grad_def permute_grad = {"PermuteBackward", permute_backward};
 
 /* slice and select: the grad lands in a zero tensor of the input's shape,
- * through index_add so that the rule is itself differentiable */
+ * through index_add so that the rule is itself differentiable. Both keep an
+ * a_dim3 (slice: a = start, b = end, c = step; select: a = index); the op
+ * kind tells them apart. */
 static of_status scatter_view_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   const of_meta *m = &n->in_meta[0];
-  int32_t dim = (int32_t)n->i[1];
+  const a_dim3 *a = OF_NODE_ATTRS(a_dim3, n);
+  const bool is_slice = n->attr_op == OPK_SLICE;
+  int32_t dim = a->dim;
   if (dim < 0) dim += m->ndim;
   int64_t size = m->shape[dim];
   of_tensor *z = NULL, *idx = NULL, *src = NULL;
   of_status st = of_zeros(m->shape, m->ndim, g[0]->dtype, of_dev(g[0]), &z);
-  if (st == OF_OK && n->i[0] == 0) {   /* slice: positions start, start+step, ... */
-    int64_t start = n->i[2], end = n->i[3], step = n->i[4];
+  if (st == OF_OK && is_slice) {   /* slice: positions start, start+step, ... */
+    int64_t start = a->a, end = a->b, step = a->c;
     if (start < 0) start += size;
     if (end < 0) end += size;
     if (start < 0) start = 0;
@@ -343,14 +349,14 @@ static of_status scatter_view_backward(of_node *n, of_tensor **g, of_tensor **gi
     st = of_arange((double)start, (double)end, (double)step, OF_INT64, of_dev(g[0]), &idx);
     if (st == OF_OK) { src = g[0]; of_tensor_retain(src); }
   } else if (st == OF_OK) {            /* select: one position, dim restored */
-    int64_t index = n->i[2] < 0 ? n->i[2] + size : n->i[2];
+    int64_t index = a->a < 0 ? a->a + size : a->a;
     st = of_full(&(int64_t){1}, 1, (double)index, OF_INT64, of_dev(g[0]), &idx);
     if (st == OF_OK) st = of_unsqueeze(g[0], dim, &src);
   }
   if (st == OF_OK && of_dev(z) != OF_CPU && !of_is_grad_enabled()) {
     /* on a device, outside double backward: write g into the view of z it
      * came from (no index kernel needed) */
-    int64_t first = n->i[0] == 0 ? n->i[2] : n->i[2], step = n->i[0] == 0 ? n->i[4] : 1;
+    int64_t first = a->a, step = is_slice ? a->c : 1;
     if (first < 0) first += size;
     if (first < 0) first = 0;
     int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
@@ -459,8 +465,8 @@ static of_status transpose_body(of_tensor *t, int32_t d0, int32_t d1, of_tensor 
   OF_CHECK(transpose_impl(t, d0, d1, out));
   OF_CHECK(finish_view(&transpose_grad, t, out, &n));
   if (n) {
-    n->i[0] = d0;
-    n->i[1] = d1;
+    a_i2 a = {d0, d1};
+    OF_NODE_KEEP(n, OPK_TRANSPOSE, a);
   }
   return OF_OK;
 }
@@ -469,7 +475,13 @@ static of_status permute_body(of_tensor *t, const int32_t *dims, int32_t ndim, o
   of_node *n;
   OF_CHECK(permute_impl(t, dims, ndim, out));
   OF_CHECK(finish_view(&permute_grad, t, out, &n));
-  for (int32_t k = 0; n && k < ndim; k++) n->i[k] = dims[k] < 0 ? dims[k] + ndim : dims[k];
+  if (n) {
+    a_dims a;
+    OF_ZERO(a);
+    a.n = ndim;
+    for (int32_t k = 0; k < ndim; k++) a.dims[k] = dims[k] < 0 ? dims[k] + ndim : dims[k];
+    OF_NODE_KEEP(n, OPK_PERMUTE, a);
+  }
   return OF_OK;
 }
 
@@ -479,11 +491,13 @@ static of_status slice_body(of_tensor *t, int32_t dim, int64_t start, int64_t en
   OF_CHECK(slice_impl(t, dim, start, end, step, out));
   OF_CHECK(finish_view(&slice_grad, t, out, &n));
   if (n) {
-    n->i[0] = 0;
-    n->i[1] = dim;
-    n->i[2] = start;
-    n->i[3] = end;
-    n->i[4] = step;
+    a_dim3 a;
+    OF_ZERO(a);
+    a.dim = dim;
+    a.a = start;
+    a.b = end;
+    a.c = step;
+    OF_NODE_KEEP(n, OPK_SLICE, a);
   }
   return OF_OK;
 }
@@ -493,9 +507,11 @@ static of_status select_body(of_tensor *t, int32_t dim, int64_t index, of_tensor
   OF_CHECK(select_impl(t, dim, index, out));
   OF_CHECK(finish_view(&select_grad, t, out, &n));
   if (n) {
-    n->i[0] = 1;
-    n->i[1] = dim;
-    n->i[2] = index;
+    a_dim3 a;
+    OF_ZERO(a);
+    a.dim = dim;
+    a.a = index;
+    OF_NODE_KEEP(n, OPK_SELECT, a);
   }
   return OF_OK;
 }
