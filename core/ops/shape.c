@@ -672,6 +672,11 @@ static of_status pack_roll(int32_t op, of_tensor *x, const int64_t *shifts, cons
                           int32_t n, of_tensor **out) {
   a_roll a;
   OF_ZERO(a);
+  if (op == OPK_ROLL && (n == 0 || !dims)) {
+    /* roll of the flattened tensor: one shift, no dims (n = 0) */
+    a.shifts[0] = shifts ? shifts[0] : 0;
+    return OF_RECORD(op, a, &x, 1, out, 1);
+  }
   a.n = n;
   of_copy_i64(a.shifts, shifts, n);
   of_copy_i32(a.dims, dims, dims ? n : 0);

@@ -439,6 +439,23 @@ describe('nn.Graph', function()
     assert.are.equal(0, params_diff(a, b))
   end)
 
+  it('replays shape ops from their records on new inputs (roll flattened and by dims, repeat, flip)', function()
+    local G = nn.Graph:subclass('ShapeOps')
+    function G:__init() nn.Graph.__init(self) end
+    function G.build(_, x)
+      return x:roll(4), x:roll({1, -1}, {1, 2}), x['repeat'](x, 2, 1), x:flip(2)
+    end
+    local g = G()
+    for k = 0, 2 do
+      local x = flow.arange(0, 6):reshape(2, 3) + 10 * k
+      local a, b, c, d = g(x)
+      H.close(a, x:roll(4), 0)
+      H.close(b, x:roll({1, -1}, {1, 2}), 0)
+      H.close(c, x['repeat'](x, 2, 1), 0)
+      H.close(d, x:flip(2), 0)
+    end
+  end)
+
   it('unrolls Lua control flow that does not read tensor values', function()
     local G = nn.Graph:subclass('Unroll')
     function G:__init() nn.Graph.__init(self) end
