@@ -424,6 +424,13 @@ static of_status svd_kernel(of_tensor *a, of_tensor **sv, of_tensor **u, of_tens
 }
 
 /* ---- autograd ---- */
+/* The attribute records of the nodes that need one. These ops are not graph
+ * ops (no ops.def line, no op.h record), so their records live here, kept
+ * with OF_NODE_KEEP(n, -1, rec) and read with OF_NODE_ATTRS. */
+typedef struct { int32_t upper, pad_; } la_cholesky;
+typedef struct { int32_t mode, pad_; } la_qr;    /* 0 reduced, 1 complete, 2 'r' */
+typedef struct { int32_t full, pad_; } la_svd;   /* full_matrices */
+
 /* The call is sequenced before r is read. */
 #define S_CALL(s, call)            \
   do {                             \
@@ -497,7 +504,7 @@ static of_status cholesky_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0] || !n->needs[0]) return OF_OK;
   of_scope s = {0};
   of_tensor *l = of_s_saved(&s, n, 0), *gl = g[0];
-  if (n->i[0]) {   /* upper: L = U^T, gL = gU^T */
+  if (OF_NODE_ATTRS(la_cholesky, n)->upper) {   /* upper: L = U^T, gL = gU^T */
     l = of_s_mT(&s, l);
     gl = of_s_mT(&s, gl);
   }
@@ -593,7 +600,8 @@ of_status of_linalg_cholesky(of_tensor *a, int32_t upper, of_tensor **out) {
   of_node *n;
   OF_CHECK(record(&cholesky_grad, &a, 1, out, 1, &n));
   if (n) {
-    n->i[0] = upper != 0;
+    la_cholesky rec = {upper != 0, 0};
+    OF_NODE_KEEP(n, -1, rec);
     of_node_save(n, 0, *out);
   }
   return OF_OK;
@@ -827,10 +835,11 @@ static of_status qr_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!n->needs[0] || (!g[0] && !g[1])) return OF_OK;
   const of_meta *a = &n->in_meta[0];
   int64_t rows = a->shape[a->ndim - 2], cols = a->shape[a->ndim - 1];
-  if (n->i[0] == 2)
+  int32_t mode = OF_NODE_ATTRS(la_qr, n)->mode;
+  if (mode == 2)
     return of_fail(OF_ERR_STATE, "linalg.qr: the derivative of linalg.qr depends on Q, which "
                    "is not computed when mode = 'r'; use mode = 'reduced'");
-  if (n->i[0] == 1 && rows > cols)
+  if (mode == 1 && rows > cols)
     return of_fail(OF_ERR_STATE, "linalg.qr: the QR decomposition is not differentiable when "
                    "mode = 'complete' and nrows > ncols (A has %lld rows, %lld columns)",
                    (long long)rows, (long long)cols);
@@ -862,7 +871,7 @@ static of_status qr_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 
 static of_status svd_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!n->needs[0] || (!g[0] && !g[1] && !g[2])) return OF_OK;
-  bool full = n->i[0] != 0;
+  bool full = OF_NODE_ATTRS(la_svd, n)->full != 0;
   of_scope s = {0};
   of_tensor *u = of_s_saved(&s, n, 0), *sv = of_s_saved(&s, n, 1), *vh = of_s_saved(&s, n, 2);
   const of_meta *a = &n->in_meta[0];
@@ -961,7 +970,8 @@ of_status of_linalg_qr(of_tensor *a, int32_t mode, of_tensor **q, of_tensor **r)
     }
   }
   if (n) {
-    n->i[0] = mode;
+    la_qr rec = {mode, 0};
+    OF_NODE_KEEP(n, -1, rec);
     if (mode != 2) of_node_save(n, 0, outs[0]);
     of_node_save(n, 1, outs[1]);
   }
@@ -978,7 +988,8 @@ of_status of_linalg_svd(of_tensor *a, int32_t full, of_tensor **u, of_tensor **s
   of_node *n;
   OF_CHECK(record(&svd_grad, &a, 1, outs, 3, &n));
   if (n) {
-    n->i[0] = full != 0;
+    la_svd rec = {full != 0, 0};
+    OF_NODE_KEEP(n, -1, rec);
     for (int32_t j = 0; j < 3; j++) of_node_save(n, j, outs[j]);
   }
   *u = outs[0];

@@ -467,8 +467,10 @@ done:
 }
 
 /* ---- autograd ----
- * Inputs are (a, b), or (c, a, b) for addmm. Node attributes: i[0] a was
- * 1-D, i[1] b was 1-D, i[2] index of a in the inputs; d[0] alpha, d[1] beta.
+ * Inputs are (a, b), or (c, a, b) for addmm: a's index is nin - 2, and a 1-D
+ * operand shows in in_meta. Nodes keep the op's record: a_i1 for matmul, mm
+ * and bmm (v: b_t), a_addmm for addmm (beta, alpha, b_t); b_t says b was a
+ * transposed matrix (b_transposed).
  * Saved: slot 0 = a (needed for b's grad), slot 1 = b (for a's grad). */
 /* The call is sequenced before r is read (as two arguments of one call it
  * would not be). */
@@ -502,11 +504,26 @@ static of_tensor *s_as_matrix(of_scope *s, of_tensor *x, bool vec, bool is_a) {
   return s_reshape(s, x, shape, 2);
 }
 
+/* b a transposed (column-major) matrix, as linear's weight.t() */
+static int32_t b_transposed(const of_tensor *b) {
+  return b->ndim == 2 && b->shape[0] > 1 && b->shape[1] > 1 && b->strides[0] == 1 &&
+         b->strides[1] == b->shape[0];
+}
+
 static of_status matmul_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
-  bool a_vec = n->i[0], b_vec = n->i[1];
-  int32_t ia = (int32_t)n->i[2], ib = ia + 1;
-  double alpha = n->d[0], beta = n->d[1];
+  int32_t ia = n->nin - 2, ib = ia + 1;
+  bool a_vec = n->in_meta[ia].ndim == 1, b_vec = n->in_meta[ib].ndim == 1;
+  double alpha = 1, beta = 0;
+  int32_t b_t;
+  if (n->attr_op == OPK_ADDMM) {
+    const a_addmm *r = OF_NODE_ATTRS(a_addmm, n);
+    alpha = r->alpha;
+    beta = r->beta;   /* read only with c (ia == 1) */
+    b_t = r->b_t;
+  } else {
+    b_t = OF_NODE_ATTRS(a_i1, n)->v;
+  }
   of_scope s = {0};
   /* the output grad with the dims that 1-D operands dropped put back */
   int64_t shape[OF_MAX_DIMS];
@@ -528,7 +545,7 @@ static of_status matmul_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   }
   if (n->needs[ib]) {
     of_tensor *a = s_as_matrix(&s, of_s_saved(&s, n, 0), a_vec, true);
-    if (n->i[3] && !a_vec && a && a->ndim == 2)
+    if (b_t && !a_vec && a && a->ndim == 2)
       /* b is a transposed matrix (linear's weight.t()): its grad as the
        * transpose of a contiguous product, so the transpose's own backward
        * hands the weight a contiguous grad (no copy into the leaf) */
@@ -557,7 +574,7 @@ static const of_grad_def bmm_grad = {"BmmBackward", matmul_backward};
 static const of_grad_def addmm_grad = {"AddmmBackward", matmul_backward};
 
 /* Records the node for a result computed by run() (which records nothing). */
-static of_status record(const of_grad_def *gd, const mm_args *x, of_tensor **out) {
+static of_status record(int32_t op, const of_grad_def *gd, const mm_args *x, of_tensor **out) {
   of_tensor *ins[3] = {x->c, x->a, x->b};
   of_tensor **in = x->c ? ins : ins + 1;
   int32_t nin = x->c ? 3 : 2, ia = nin - 2;
@@ -568,23 +585,26 @@ static of_status record(const of_grad_def *gd, const mm_args *x, of_tensor **out
     of_tensor_release(*out);
     return st;
   }
-  n->i[0] = x->a_vec;
-  n->i[1] = x->b_vec;
-  n->i[2] = ia;
-  /* b a transposed (column-major) matrix, as linear's weight.t() */
-  const of_tensor *b = x->b;
-  n->i[3] = b->ndim == 2 && b->shape[0] > 1 && b->shape[1] > 1 && b->strides[0] == 1 &&
-            b->strides[1] == b->shape[0];
-  n->d[0] = x->alpha;
-  n->d[1] = x->c ? x->beta : 0;
+  if (op == OPK_ADDMM) {
+    a_addmm a;
+    OF_ZERO(a);
+    a.beta = x->beta;
+    a.alpha = x->alpha;
+    a.b_t = b_transposed(x->b);
+    OF_NODE_KEEP(n, OPK_ADDMM, a);
+  } else {
+    a_i1 a = {b_transposed(x->b), 0};
+    OF_NODE_KEEP(n, op, a);
+  }
   if (n->needs[ia + 1]) of_node_save(n, 0, x->a);
   if (n->needs[ia]) of_node_save(n, 1, x->b);
   return OF_OK;
 }
 
-static of_status run_recorded(const of_grad_def *gd, const mm_args *x, of_tensor **out) {
+static of_status run_recorded(int32_t op, const of_grad_def *gd, const mm_args *x,
+                              of_tensor **out) {
   OF_CHECK(run(x, out));
-  return record(gd, x, out);
+  return record(op, gd, x, out);
 }
 
 /* ---- entry points ---- */
@@ -594,7 +614,7 @@ static of_status matmul_body(of_tensor *a, of_tensor *b, of_tensor **out) {
                    "%s and %s", SHAPES(a, b));
   mm_args x = {.op = "matmul", .a = a, .b = b, .a_vec = a->ndim == 1, .b_vec = b->ndim == 1,
                .alpha = 1};
-  return run_recorded(&matmul_grad, &x, out);
+  return run_recorded(OPK_MATMUL, &matmul_grad, &x, out);
 }
 
 static of_status mm_body(of_tensor *a, of_tensor *b, of_tensor *into, of_tensor **out) {
@@ -617,7 +637,7 @@ static of_status mm_body(of_tensor *a, of_tensor *b, of_tensor *into, of_tensor 
   }
   mm_args x = {.op = "mm", .a = a, .b = b, .alpha = 1, .into = into};
   if (into) return run(&x, out);
-  return run_recorded(&mm_grad, &x, out);
+  return run_recorded(OPK_MM, &mm_grad, &x, out);
 }
 
 static of_status bmm_body(of_tensor *a, of_tensor *b, of_tensor **out) {
@@ -629,7 +649,7 @@ static of_status bmm_body(of_tensor *a, of_tensor *b, of_tensor **out) {
                    "(%lld vs %lld)", SHAPES(a, b), (long long)a->shape[0],
                    (long long)b->shape[0]);
   mm_args x = {.op = "bmm", .a = a, .b = b, .alpha = 1};
-  return run_recorded(&bmm_grad, &x, out);
+  return run_recorded(OPK_BMM, &bmm_grad, &x, out);
 }
 
 static of_status addmm_body(of_tensor *c, of_tensor *a, of_tensor *b, double beta, double alpha,
@@ -638,13 +658,13 @@ static of_status addmm_body(of_tensor *c, of_tensor *a, of_tensor *b, double bet
     return of_fail(OF_ERR_SHAPE, "addmm: expected 2-D tensors, got shapes %s and %s",
                    SHAPES(a, b));
   mm_args x = {.op = "addmm", .a = a, .b = b, .c = c, .alpha = alpha, .beta = beta};
-  return run_recorded(&addmm_grad, &x, out);
+  return run_recorded(OPK_ADDMM, &addmm_grad, &x, out);
 }
 
 /* ---- entry points (dispatch), run functions and table rows ---- */
 static of_status pack_mm(int32_t op, of_tensor *x, of_tensor *y, of_tensor *into,
                         of_tensor **out) {
-  a_i1 a = {0, 0};
+  a_i1 a = {b_transposed(y), 0};   /* v: b_t, as the autograd node keeps it */
   of_tensor *ins[3] = {x, y, into};
   return OF_RECORD(op, a, ins, into ? 3 : 2, out, 1);
 }
@@ -671,7 +691,11 @@ static of_status run_mm(const of_oprec *n, of_tensor **ins, void **outs) {
 }
 static of_status pack_addmm(of_tensor *c, of_tensor *x, of_tensor *y, double beta, double alpha,
                            of_tensor **out) {
-  a_addmm a = {beta, alpha};
+  a_addmm a;
+  OF_ZERO(a);
+  a.beta = beta;
+  a.alpha = alpha;
+  a.b_t = b_transposed(y);
   of_tensor *ins[3] = {c, x, y};
   return OF_RECORD(OPK_ADDMM, a, ins, 3, out, 1);
 }

@@ -73,7 +73,10 @@ typedef struct { int64_t base; int32_t dim, keepdim, is_max, pad_; } a_max_dim;
 typedef struct { double correction; int32_t dims[OF_MAX_DIMS]; int32_t ndims, keepdim, is_std, pad_; } a_var;
 typedef struct { int32_t dim, flag; } a_softmax;   /* also cumulative */
 
-typedef struct { double beta, alpha; } a_addmm;
+/* b_t: b was a transposed (column-major) matrix, as linear's weight.t() -- a
+ * layout hint for the backward rule, which the run recomputes; matmul, mm
+ * and bmm keep it in a_i1's v */
+typedef struct { double beta, alpha; int32_t b_t, pad_; } a_addmm;
 
 /* ---- index / shape ---- */
 typedef struct { int64_t base; int32_t dim, pad_; } a_gather;   /* gather, index_select */

@@ -1395,21 +1395,53 @@ done:
 
 /* ------------------------------------------------------------ autograd
  * Rules are compositions of public ops (through of_scope), so create_graph
- * gives double backward. Reduced dims are kept as a bit mask in i[0],
- * keepdim in i[1]; grads are broadcast back through a keepdim-shaped view. */
+ * gives double backward. Nodes keep the op's record (a_reduce, a_var,
+ * a_max_dim, a_softmax) with its dims made non-negative; grads are
+ * broadcast back through a keepdim-shaped view. */
 
 #define MUL(a, b) of_s_bin(&s, OF_MUL, a, b)
 #define DIV(a, b) of_s_bin(&s, OF_DIV, a, b)
 #define SUB(a, b) of_s_bin(&s, OF_SUB, a, b)
 #define MULS(a, v) of_s_bins(&s, OF_MUL, a, v)
 
+/* A reduce or var node's record dims (ndims 0: all) as a bit mask of the
+ * reduced dims of the input. */
+static int64_t red_mask(const of_node *n) {
+  const int32_t *dims;
+  int32_t nd, ndim = n->in_meta[0].ndim;
+  if (n->attr_op == OPK_VAR) {
+    dims = OF_NODE_ATTRS(a_var, n)->dims;
+    nd = OF_NODE_ATTRS(a_var, n)->ndims;
+  } else {
+    dims = OF_NODE_ATTRS(a_reduce, n)->dims;
+    nd = OF_NODE_ATTRS(a_reduce, n)->ndims;
+  }
+  if (nd == 0) return ((int64_t)1 << ndim) - 1;
+  int64_t m = 0;
+  for (int32_t i = 0; i < nd; i++)
+    if (dims[i] >= 0 && dims[i] < ndim) m |= (int64_t)1 << dims[i];
+  return m;
+}
+
+static bool red_keepdim(const of_node *n) {
+  return n->attr_op == OPK_VAR ? OF_NODE_ATTRS(a_var, n)->keepdim != 0
+                               : OF_NODE_ATTRS(a_reduce, n)->keepdim != 0;
+}
+
+/* The body's dims for the node's record: non-negative (ndims 0: all). */
+static int32_t red_dims(const of_tensor *x, const int32_t *dims, int32_t ndims, int32_t *out) {
+  if (!dims) return 0;
+  for (int32_t i = 0; i < ndims; i++) out[i] = dims[i] < 0 ? dims[i] + x->ndim : dims[i];
+  return ndims;
+}
+
 /* g reshaped to the keepdim shape of the reduction (no-op when keepdim). */
 static of_tensor *keep_shape(of_scope *sc, of_node *n, of_tensor *g) {
   if (sc->st != OF_OK || !g) return NULL;
   const of_meta *m = &n->in_meta[0];
-  if (n->i[1]) return g;
-  int64_t shape[OF_MAX_DIMS];
-  for (int32_t d = 0; d < m->ndim; d++) shape[d] = (n->i[0] >> d) & 1 ? 1 : m->shape[d];
+  if (red_keepdim(n)) return g;
+  int64_t shape[OF_MAX_DIMS], mask = red_mask(n);
+  for (int32_t d = 0; d < m->ndim; d++) shape[d] = (mask >> d) & 1 ? 1 : m->shape[d];
   of_tensor *r = NULL;
   of_status st_ = of_reshape(g, shape, m->ndim, &r);
   return of_s_keep(sc, st_, r);
@@ -1425,7 +1457,8 @@ static of_tensor *expand_in(of_scope *sc, of_node *n, of_tensor *g) {
 static of_tensor *reduce_like(of_scope *sc, of_node *n, of_reduce_op op, of_tensor *x) {
   if (sc->st != OF_OK || !x) return NULL;
   int32_t dims[OF_MAX_DIMS], nd = 0;
-  for (int32_t d = 0; d < n->in_meta[0].ndim; d++) if ((n->i[0] >> d) & 1) dims[nd++] = d;
+  int64_t mask = red_mask(n);
+  for (int32_t d = 0; d < n->in_meta[0].ndim; d++) if ((mask >> d) & 1) dims[nd++] = d;
   of_tensor *r = NULL;
   if (nd == 0) { of_tensor_retain(x); return of_s_keep(sc, OF_OK, x); }
   of_status st_ = of_reduce(op, x, dims, nd, 1, 0, -1, &r);
@@ -1454,9 +1487,9 @@ static of_tensor *s_cast(of_scope *sc, of_tensor *x, of_dtype dt) {
 }
 
 static int64_t reduced_count(of_node *n) {
-  int64_t c = 1;
+  int64_t c = 1, mask = red_mask(n);
   for (int32_t d = 0; d < n->in_meta[0].ndim; d++)
-    if ((n->i[0] >> d) & 1) c *= n->in_meta[0].shape[d];
+    if ((mask >> d) & 1) c *= n->in_meta[0].shape[d];
   return c;
 }
 
@@ -1473,8 +1506,9 @@ static of_tensor *spread_to_extremes(of_scope *sc, of_node *n, of_tensor *ge, of
 static of_status reduce_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   of_scope s = {0};
-  of_reduce_op op = (of_reduce_op)n->i[2];
-  double p = n->d[0];
+  const a_reduce *a = OF_NODE_ATTRS(a_reduce, n);
+  of_reduce_op op = (of_reduce_op)a->op;
+  double p = a->p;
   of_tensor *ge = expand_in(&s, n, keep_shape(&s, n, g[0])), *r = NULL, *x, *y;
   switch (op) {
     case OF_RED_SUM: r = ge; break;
@@ -1535,16 +1569,6 @@ static const of_grad_def reduce_grads[OF_NUM_REDUCE] = {
     {"AminBackward", reduce_backward}, {NULL, NULL}, {NULL, NULL},
     {"LogsumexpBackward", reduce_backward}, {"NormBackward", reduce_backward}};
 
-static int64_t dims_mask(const of_tensor *x, const int32_t *dims, int32_t ndims) {
-  int64_t m = 0;
-  if (ndims == 0 || !dims) return (1 << x->ndim) - 1;
-  for (int32_t i = 0; i < ndims; i++) {
-    int32_t d = dims[i] < 0 ? dims[i] + x->ndim : dims[i];
-    m |= (int64_t)1 << d;
-  }
-  return m;
-}
-
 static of_status reduce_body(of_reduce_op op, of_tensor *x, const int32_t *dims, int32_t ndims,
                          int32_t keepdim, double p, of_dtype dt, of_tensor **out) {
   OF_CHECK(reduce_compute(op, x, dims, ndims, keepdim, p, dt, out));
@@ -1556,10 +1580,14 @@ static of_status reduce_body(of_reduce_op op, of_tensor *x, const int32_t *dims,
     of_tensor_release(*out);
     return st;
   }
-  n->i[0] = dims_mask(x, dims, ndims);
-  n->i[1] = keepdim;
-  n->i[2] = op;
-  n->d[0] = p;
+  a_reduce a;
+  OF_ZERO(a);
+  a.op = op;
+  a.ndims = red_dims(x, dims, ndims, a.dims);
+  a.keepdim = keepdim;
+  a.p = p;
+  a.dtype = dt;
+  OF_NODE_KEEP(n, OPK_REDUCE, a);
   if (op != OF_RED_SUM && op != OF_RED_MEAN) {
     of_node_save(n, 0, x);
     of_node_save(n, 1, *out);
@@ -1574,10 +1602,11 @@ static of_status var_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_scope s = {0};
   of_tensor *x = of_s_saved(&s, n, 0);
   of_tensor *mean = expand_in(&s, n, reduce_like(&s, n, OF_RED_MEAN, x));
-  double denom = (double)reduced_count(n) - n->d[0];
+  const a_var *a = OF_NODE_ATTRS(a_var, n);
+  double denom = (double)reduced_count(n) - a->correction;
   of_tensor *ge = expand_in(&s, n, keep_shape(&s, n, g[0]));
   of_tensor *dev = SUB(x, mean), *r;
-  if (n->i[3]) {
+  if (a->is_std) {
     of_tensor *sd = expand_in(&s, n, keep_shape(&s, n, of_s_saved(&s, n, 1)));
     r = DIV(MUL(ge, dev), MULS(sd, denom));
   } else {
@@ -1598,10 +1627,13 @@ static of_status var_body(of_tensor *x, const int32_t *dims, int32_t ndims, doub
     of_tensor_release(*out);
     return st;
   }
-  n->i[0] = dims_mask(x, dims, ndims);
-  n->i[1] = keepdim;
-  n->i[3] = is_std;
-  n->d[0] = correction;
+  a_var a;
+  OF_ZERO(a);
+  a.ndims = red_dims(x, dims, ndims, a.dims);
+  a.correction = correction;
+  a.keepdim = keepdim;
+  a.is_std = is_std;
+  OF_NODE_KEEP(n, OPK_VAR, a);
   of_node_save(n, 0, x);
   if (is_std) of_node_save(n, 1, *out);
   return OF_OK;
@@ -1611,14 +1643,15 @@ static of_status var_body(of_tensor *x, const int32_t *dims, int32_t ndims, doub
 static of_status max_dim_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   of_scope s = {0};
-  int32_t dim = (int32_t)n->i[0];
+  const a_max_dim *a = OF_NODE_ATTRS(a_max_dim, n);
+  int32_t dim = a->dim;
   of_tensor *idx = of_s_saved(&s, n, 0), *gv = g[0];
-  if (!n->i[1] && s.st == OF_OK) {   /* put the reduced dim back */
-    of_tensor *a = NULL, *b = NULL;
-    s.st = of_unsqueeze(idx, dim, &a);
-    idx = of_s_keep(&s, s.st, a);
-    if (s.st == OF_OK) s.st = of_unsqueeze(gv, dim, &b);
-    gv = of_s_keep(&s, s.st, b);
+  if (!a->keepdim && s.st == OF_OK) {   /* put the reduced dim back */
+    of_tensor *ui = NULL, *ug = NULL;
+    s.st = of_unsqueeze(idx, dim, &ui);
+    idx = of_s_keep(&s, s.st, ui);
+    if (s.st == OF_OK) s.st = of_unsqueeze(gv, dim, &ug);
+    gv = of_s_keep(&s, s.st, ug);
   }
   of_tensor *z = NULL, *r = NULL;
   if (s.st == OF_OK && of_dev(gv) != OF_CPU) {
@@ -1627,7 +1660,7 @@ static of_status max_dim_backward(of_node *n, of_tensor **g, of_tensor **gi) {
     int64_t shape[OF_MAX_DIMS];
     for (int32_t d = 0; d < m->ndim; d++) shape[d] = d == dim ? m->shape[d] : 1;
     of_tensor *ar = NULL, *pos = NULL, *eq = NULL, *zero = NULL;
-    s.st = of_arange((double)n->i[2], (double)(n->i[2] + m->shape[dim]), 1, OF_INT64,
+    s.st = of_arange((double)a->base, (double)(a->base + m->shape[dim]), 1, OF_INT64,
                      of_dev(gv), &ar);
     ar = of_s_keep(&s, s.st, ar);
     if (s.st == OF_OK) s.st = of_reshape(ar, shape, m->ndim, &pos);
@@ -1647,7 +1680,7 @@ static of_status max_dim_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (s.st == OF_OK) s.st = of_zeros(n->in_meta[0].shape, n->in_meta[0].ndim, gv->dtype, of_dev(gv), &z);
   z = of_s_keep(&s, s.st, z);
   if (s.st == OF_OK)
-    s.st = of_scatter(z, dim, idx, gv, 0, 0, 0, n->i[2], NULL, &r);
+    s.st = of_scatter(z, dim, idx, gv, 0, 0, 0, a->base, NULL, &r);
   r = of_s_keep(&s, s.st, r);
   return of_s_end(&s, r, &gi[0]);
 }
@@ -1665,9 +1698,13 @@ static of_status max_dim_body(of_tensor *x, int32_t dim, int32_t keepdim, int32_
     of_tensor_release(*indices);
     return st;
   }
-  n->i[0] = dim < 0 ? dim + x->ndim : dim;
-  n->i[1] = keepdim;
-  n->i[2] = index_base;
+  a_max_dim a;
+  OF_ZERO(a);
+  a.dim = dim < 0 ? dim + x->ndim : dim;
+  a.keepdim = keepdim;
+  a.is_max = is_max;
+  a.base = index_base;
+  OF_NODE_KEEP(n, OPK_MAX_DIM, a);
   of_node_save(n, 0, *indices);
   return OF_OK;
 }
@@ -1676,12 +1713,13 @@ static of_status max_dim_body(of_tensor *x, int32_t dim, int32_t keepdim, int32_
 static of_status softmax_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   of_scope s = {0};
-  int32_t dim = (int32_t)n->i[0];
+  const a_softmax *a = OF_NODE_ATTRS(a_softmax, n);   /* flag: log_softmax */
+  int32_t dim = a->dim;
   of_tensor *y = of_s_saved(&s, n, 0), *t = NULL, *r;
-  of_tensor *in = n->i[1] ? g[0] : MUL(g[0], y);
+  of_tensor *in = a->flag ? g[0] : MUL(g[0], y);
   if (s.st == OF_OK) s.st = of_reduce(OF_RED_SUM, in, &dim, 1, 1, 0, -1, &t);
   t = of_s_keep(&s, s.st, t);
-  if (n->i[1]) r = SUB(g[0], MUL(of_s_unary(&s, OF_EXP, y), t));
+  if (a->flag) r = SUB(g[0], MUL(of_s_unary(&s, OF_EXP, y), t));
   else r = MUL(y, SUB(g[0], t));
   return of_s_end(&s, r, &gi[0]);
 }
@@ -1697,8 +1735,8 @@ static of_status softmax_body(of_tensor *x, int32_t dim, int32_t log_, of_tensor
     of_tensor_release(*out);
     return st;
   }
-  n->i[0] = dim < 0 ? dim + x->ndim : dim;
-  n->i[1] = log_;
+  a_softmax a = {dim < 0 ? dim + x->ndim : dim, log_};
+  OF_NODE_KEEP(n, OPK_SOFTMAX, a);
   of_node_save(n, 0, *out);
   return OF_OK;
 }
@@ -1719,8 +1757,9 @@ static of_tensor *rev_cumsum(of_scope *sc, of_tensor *g, int32_t dim) {
 static of_status cumulative_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   of_scope s = {0};
-  int32_t dim = (int32_t)n->i[0];
-  if (!n->i[1]) return of_s_end(&s, rev_cumsum(&s, g[0], dim), &gi[0]);
+  const a_softmax *a = OF_NODE_ATTRS(a_softmax, n);   /* flag: cumprod */
+  int32_t dim = a->dim;
+  if (!a->flag) return of_s_end(&s, rev_cumsum(&s, g[0], dim), &gi[0]);
   of_tensor *x = of_s_saved(&s, n, 0), *y = of_s_saved(&s, n, 1), *z = NULL;
   if (s.st == OF_OK) {
     s.st = of_reduce(OF_RED_ANY, of_s_bins(&s, OF_EQ, x, 0), NULL, 0, 0, 0, -1, &z);
@@ -1748,8 +1787,8 @@ static of_status cumulative_body(of_tensor *x, int32_t dim, int32_t is_prod, of_
     of_tensor_release(*out);
     return st;
   }
-  n->i[0] = dim < 0 ? dim + x->ndim : dim;
-  n->i[1] = is_prod;
+  a_softmax a = {dim < 0 ? dim + x->ndim : dim, is_prod};
+  OF_NODE_KEEP(n, OPK_CUMULATIVE, a);
   if (is_prod) {
     of_node_save(n, 0, x);
     of_node_save(n, 1, *out);
