@@ -281,6 +281,53 @@ static of_status reduce_losses(const layout *l, int32_t red, const double *loss,
   return of_from_doubles(&v, NULL, 0, dt, out);
 }
 
+/* ------------------------------------------------------------ the node
+ * A loss node keeps its op's a_loss record (reduction, ignore_index,
+ * index_base, label smoothing -- 0 for nll_loss); n->attr_op says which op.
+ * The rest is recomputed from the node: whether the target holds class
+ * probabilities (its dtype), whether a weight was given (its meta), and the
+ * sum of the weights and the 'mean' denominator (from the saved target and
+ * weight, summed in the forward's order, so they are the same doubles). */
+static void keep_loss(of_node *n, int32_t op, of_loss_reduction red, int64_t ignore,
+                      double smoothing, int64_t base) {
+  a_loss a;
+  OF_ZERO(a);
+  a.reduction = red;
+  a.ignore = ignore;
+  a.smoothing = smoothing;
+  a.base = base;
+  OF_NODE_KEEP(n, op, a);
+}
+
+/* the target holds class probabilities (floating), not class indices */
+static bool node_prob(const of_node *n) { return of_dtype_is_floating(n->in_meta[1].dtype); }
+
+/* a weight was given: an absent input's meta is zeroed, a weight is [C] */
+static bool node_has_weight(const of_node *n) { return n->in_meta[2].ndim > 0; }
+
+/* on a device, the 'mean' denominator is a saved device scalar for class
+ * targets (see dev_reduce) */
+static bool node_has_den(const of_node *n) {
+  return OF_NODE_ATTRS(a_loss, n)->reduction == OF_LOSS_MEAN && !node_prob(n);
+}
+
+/* sum of the class weights w (float64 [C]), C without weights */
+static double weight_sum(const double *w, int64_t C) {
+  if (!w) return (double)C;
+  double s = 0;
+  for (int64_t c = 0; c < C; c++) s += w[c];
+  return s;
+}
+
+/* 'mean' denominator of class targets t (int64 [ns]): the summed weight of
+ * the samples not ignored, as reduce_losses sums it */
+static double target_weight_sum(const int64_t *t, const double *w, int64_t ns, int64_t ignore,
+                                int64_t base) {
+  double s = 0;
+  for (int64_t i = 0; i < ns; i++) s += t[i] == ignore ? 0 : (w ? w[t[i] - base] : 1.0);
+  return s;
+}
+
 /* ------------------------------------------------------------ composite backward */
 
 /* Scope helpers: each runs one op and keeps its result in the scope. */
@@ -428,21 +475,22 @@ static of_status dev_scales(of_tensor *g, int32_t red, of_tensor *denom, int64_t
 static of_status ce_dev_backward(of_node *n, of_tensor **g, of_tensor **gi);
 static const of_grad_def ce_dev_grad = {"CrossEntropyBackward", ce_dev_backward};
 
-/* node as ce_grad's; saved: 0 logits, 1 target (int64 on the device, or
- * the probabilities), 2 weight (float64), 3 lse, 4 the 'mean' denominator
- * of class targets (a device scalar; i[5] says whether there is one) */
+/* node: the a_loss record; saved: 0 logits, 1 target (int64 on the device,
+ * or the probabilities), 2 weight (float64), 3 lse, 4 the 'mean' denominator
+ * of class targets (a device scalar, where node_has_den) */
 static of_status ce_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   if (n->needs[2])
     return of_fail(OF_ERR_STATE, "cross_entropy: the derivative for 'weight' is not "
                    "implemented; detach the class weights");
-  bool prob = n->i[3] != 0;
+  const a_loss *a = OF_NODE_ATTRS(a_loss, n);
+  bool prob = node_prob(n), has_w = node_has_weight(n);
   of_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *tmp[5] = {NULL, NULL, NULL, NULL, NULL};
   of_status st = OF_OK;
   of_tensor *den = NULL;
   for (int32_t k = 0; k < 4 && st == OF_OK; k++)
-    if (k != 2 || n->i[4]) st = of_node_saved(n, k, &sv[k]);
-  if (st == OF_OK && n->i[5]) st = of_node_saved(n, 4, &den);
+    if (k != 2 || has_w) st = of_node_saved(n, k, &sv[k]);
+  if (st == OF_OK && node_has_den(n)) st = of_node_saved(n, 4, &den);
   if (st != OF_OK) goto done;
   of_tensor *x = sv[0], *t = sv[1];
   if (of_is_grad_enabled() &&
@@ -458,12 +506,14 @@ static of_status ce_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_dtype cd = of_compute_dtype(x->dtype);
   if (st == OF_OK) st = of_dense(x, cd, &tmp[0]);
   if (st == OF_OK && prob) st = of_dense(t, cd, &tmp[1]);
-  if (st == OF_OK) st = dev_scales(g[0], (int32_t)n->i[0], den, l.N * l.S, &tmp[2]);
+  if (st == OF_OK) st = dev_scales(g[0], a->reduction, den, l.N * l.S, &tmp[2]);
   if (st == OF_OK) st = of_tensor_new(x->shape, x->ndim, cd, of_dev(x), &tmp[3]);
   if (st == OF_OK && prob && n->needs[1])
     st = of_tensor_new(x->shape, x->ndim, cd, of_dev(x), &tmp[4]);
   if (st != OF_OK) goto done;
-  of_loss_desc d = {l.N, l.C, l.S, n->i[1], n->i[2], n->d[0], n->d[2]};
+  /* wsum as dev_weight: the class count, 0 with weights */
+  of_loss_desc d = {l.N, l.C, l.S, a->ignore, a->base, a->smoothing,
+                    has_w ? 0 : (double)l.C};
   st = o->cross_entropy_back(&d, tmp[0], prob ? NULL : t, prob ? tmp[1] : NULL, sv[2], sv[3],
                              tmp[2], tmp[3], tmp[4]);
   if (st == OF_OK && n->needs[0]) {
@@ -511,14 +561,7 @@ static of_status ce_device(of_tensor *x, of_tensor *target, of_tensor *weight,
       of_tensor_release(*out);
       *out = NULL;
     } else {
-      n->i[0] = reduction;
-      n->i[1] = ignore_index;
-      n->i[2] = index_base;
-      n->i[3] = prob;
-      n->i[4] = weight != NULL;
-      n->i[5] = den != NULL;
-      n->d[0] = label_smoothing;
-      n->d[2] = wsum;
+      keep_loss(n, OPK_CROSS_ENTROPY, reduction, ignore_index, label_smoothing, index_base);
       of_node_save(n, 0, x);
       of_node_save(n, 1, prob ? target : t);
       of_node_save(n, 2, w);
@@ -534,27 +577,29 @@ static of_status ce_device(of_tensor *x, of_tensor *target, of_tensor *weight,
 static of_status nll_dev_backward(of_node *n, of_tensor **g, of_tensor **gi);
 static const of_grad_def nll_dev_grad = {"NllLossBackward", nll_dev_backward};
 
-/* saved: 0 target (int64 on the device), 1 weight (float64) */
+/* node: the a_loss record; saved: 0 target (int64 on the device), 1 weight
+ * (float64), 2 the 'mean' denominator (a device scalar, where node_has_den) */
 static of_status nll_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0] || !n->needs[0]) return OF_OK;
   if (n->needs[2])
     return of_fail(OF_ERR_STATE, "nll_loss: the derivative for 'weight' is not implemented; "
                    "detach the class weights");
+  const a_loss *a = OF_NODE_ATTRS(a_loss, n);
   const of_meta *xm = &n->in_meta[0];
   layout l = layout_of_meta(xm);
   of_tensor *t = NULL, *w = NULL, *sc = NULL, *gx = NULL, *den = NULL;
   const of_device_ops *o = NULL;
   of_status st = of_node_saved(n, 0, &t);
-  if (st == OF_OK && n->i[4]) st = of_node_saved(n, 1, &w);
-  if (st == OF_OK && n->i[5]) st = of_node_saved(n, 2, &den);
+  if (st == OF_OK && node_has_weight(n)) st = of_node_saved(n, 1, &w);
+  if (st == OF_OK && node_has_den(n)) st = of_node_saved(n, 2, &den);
   if (st == OF_OK && of_is_grad_enabled() && g[0]->requires_grad)
     st = of_fail(OF_ERR_DEVICE, "nll_loss: double backward (create_graph) is not implemented "
                  "on %s yet; compute it on the CPU", OF_DEV_STR(of_dev(t)));
   if (st == OF_OK) st = dev_ops("nll_loss_backward", t, &o);
   of_dtype cd = of_compute_dtype(xm->dtype);
-  if (st == OF_OK) st = dev_scales(g[0], (int32_t)n->i[0], den, l.N * l.S, &sc);
+  if (st == OF_OK) st = dev_scales(g[0], a->reduction, den, l.N * l.S, &sc);
   if (st == OF_OK) st = of_tensor_new(xm->shape, xm->ndim, cd, of_dev(t), &gx);
-  of_loss_desc d = {l.N, l.C, l.S, n->i[1], n->i[2], 0, 0};
+  of_loss_desc d = {l.N, l.C, l.S, a->ignore, a->base, 0, 0};
   if (st == OF_OK) st = o->nll_loss_back(&d, t, w, sc, gx);
   if (st == OF_OK) {
     st = finish(gx, xm->dtype, &gi[0]);
@@ -591,11 +636,7 @@ static of_status nll_device(of_tensor *x, of_tensor *target, of_tensor *weight,
       of_tensor_release(*out);
       *out = NULL;
     } else {
-      n->i[0] = reduction;
-      n->i[1] = ignore_index;
-      n->i[2] = index_base;
-      n->i[4] = weight != NULL;
-      n->i[5] = den != NULL;
+      keep_loss(n, OPK_NLL_LOSS, reduction, ignore_index, 0, index_base);
       of_node_save(n, 0, t);
       of_node_save(n, 1, w);
       of_node_save(n, 2, den);
@@ -611,22 +652,22 @@ static of_status nll_device(of_tensor *x, of_tensor *target, of_tensor *weight,
 static of_status ce_backward(of_node *n, of_tensor **g, of_tensor **gi);
 static const of_grad_def ce_grad = {"CrossEntropyBackward", ce_backward};
 
-/* node: i[0] reduction, i[1] ignore_index, i[2] index_base, i[3] probabilities,
- * i[4] has weight; d[0] label smoothing, d[1] denominator of 'mean', d[2] sum
- * of the weights. saved: 0 logits, 1 target, 2 weight, 3 lse (double) */
-static of_status ce_composite(of_node *n, of_tensor *g, of_tensor *x, of_tensor *t,
-                              of_tensor *w, const layout *l, of_tensor **gi) {
+/* node: the a_loss record. saved: 0 logits, 1 target, 2 weight, 3 lse
+ * (double). denom: the 'mean' denominator; wsum: the sum of the weights. */
+static of_status ce_composite(of_node *n, double denom, double wsum, of_tensor *g, of_tensor *x,
+                              of_tensor *t, of_tensor *w, const layout *l, of_tensor **gi) {
   of_scope s = {0};
-  int32_t red = (int32_t)n->i[0], cdim = l->batched ? 1 : 0;
-  bool prob = n->i[3] != 0;
-  double eps = n->d[0], C = (double)l->C;
+  const a_loss *ra = OF_NODE_ATTRS(a_loss, n);
+  int32_t red = ra->reduction, cdim = l->batched ? 1 : 0;
+  bool prob = node_prob(n);
+  double eps = ra->smoothing, C = (double)l->C;
   of_tensor *wb = NULL, *a = NULL, *A = NULL;
   if (w) {   /* [C] -> [1, C, 1, ...] when batched, in the logits' dtype */
     int64_t shape[OF_MAX_DIMS];
     for (int32_t d = 0; d < x->ndim; d++) shape[d] = d == cdim ? l->C : 1;
     wb = s_cast(&s, s_reshape(&s, w, shape, x->ndim), x->dtype);
   }
-  double scale = red == OF_LOSS_MEAN ? 1.0 / n->d[1] : 1.0;
+  double scale = red == OF_LOSS_MEAN ? 1.0 / denom : 1.0;
   of_tensor *gs = s_grad_scale(&s, g, l, red, scale);
   if (prob) {
     a = of_s_bins(&s, OF_ADD, of_s_bins(&s, OF_MUL, t, 1 - eps), eps / C);
@@ -641,12 +682,12 @@ static of_status ce_composite(of_node *n, of_tensor *g, of_tensor *x, of_tensor 
     const double *wv = w ? of_tensor_data(w) : NULL;
     if (!av || !Av) s.st = of_fail(OF_ERR_OOM, "cross_entropy backward: out of memory");
     for (int64_t i = 0; s.st == OF_OK && i < ns; i++) {
-      if (tv[i] == n->i[1]) continue;
-      int64_t ct = tv[i] - n->i[2], b = (i / l->S) * l->C * l->S + i % l->S;
+      if (tv[i] == ra->ignore) continue;
+      int64_t ct = tv[i] - ra->base, b = (i / l->S) * l->C * l->S + i % l->S;
       double wt = wv ? wv[ct] : 1.0;
       for (int64_t c = 0; c < l->C; c++) av[b + c * l->S] = eps / C * (wv ? wv[c] : 1.0);
       av[b + ct * l->S] += (1 - eps) * wt;
-      Av[i] = (1 - eps) * wt + eps / C * n->d[2];
+      Av[i] = (1 - eps) * wt + eps / C * wsum;
     }
     for (int32_t d = 0; d < x->ndim; d++) ashape[d] = d == cdim ? 1 : x->shape[d];
     a = s_const(&s, av, x->shape, x->ndim, x->dtype);
@@ -673,16 +714,16 @@ static of_status ce_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (n->needs[2])
     return of_fail(OF_ERR_STATE, "cross_entropy: the derivative for 'weight' is not "
                    "implemented; detach the class weights");
+  const a_loss *ra = OF_NODE_ATTRS(a_loss, n);
+  bool has_w = node_has_weight(n);
   of_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *tmp[5] = {NULL, NULL, NULL, NULL, NULL};
   of_status st = OF_OK;
   double *sc = NULL;
-  of_tensor *den = NULL;
   for (int32_t k = 0; k < 4 && st == OF_OK; k++)
-    if (k != 2 || n->i[4]) st = of_node_saved(n, k, &sv[k]);
-  if (st == OF_OK && n->i[5]) st = of_node_saved(n, 4, &den);
+    if (k != 2 || has_w) st = of_node_saved(n, k, &sv[k]);
   if (st != OF_OK) goto done;
   of_tensor *x = sv[0], *t = sv[1];
-  bool prob = n->i[3] != 0;
+  bool prob = node_prob(n);
   layout l;
   st = parse_input("cross_entropy", x, &l);
   if (st != OF_OK) goto done;
@@ -691,14 +732,18 @@ static of_status ce_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (st == OF_OK) st = of_dense(t, prob ? cd : OF_INT64, &tmp[1]);
   if (st == OF_OK) st = of_dense(sv[2], OF_FLOAT64, &tmp[2]);
   if (st != OF_OK) goto done;
+  const int64_t *tv = prob ? NULL : of_tensor_data(tmp[1]);
+  const double *wv = tmp[2] ? of_tensor_data(tmp[2]) : NULL;
+  int64_t ns = l.N * l.S;
+  double wsum = weight_sum(wv, l.C);
+  double denom = prob ? (double)ns : target_weight_sum(tv, wv, ns, ra->ignore, ra->base);
   if (of_is_grad_enabled() &&
       (g[0]->requires_grad || x->requires_grad || (prob && t->requires_grad))) {
-    st = ce_composite(n, g[0], x, prob ? t : tmp[1], tmp[2], &l, gi);
+    st = ce_composite(n, denom, wsum, g[0], x, prob ? t : tmp[1], tmp[2], &l, gi);
     goto done;
   }
-  ce_args a = {l.N, l.C, l.S, n->i[1], n->i[2], n->d[0], n->d[2],
-               prob ? NULL : of_tensor_data(tmp[1]), tmp[2] ? of_tensor_data(tmp[2]) : NULL};
-  st = sample_scales(g[0], (int32_t)n->i[0], n->d[1], l.N * l.S, &sc);
+  ce_args a = {l.N, l.C, l.S, ra->ignore, ra->base, ra->smoothing, wsum, tv, wv};
+  st = sample_scales(g[0], ra->reduction, denom, ns, &sc);
   if (st == OF_OK) st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &tmp[3]);
   if (st == OF_OK && prob && n->needs[1])
     st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &tmp[4]);
@@ -765,11 +810,7 @@ static of_status cross_entropy_body(of_tensor *x, of_tensor *target, of_tensor *
   if (st == OF_OK && !(buf = malloc(sizeof(double) * (size_t)(2 * ns + 1))))
     st = of_fail(OF_ERR_OOM, "%s: out of memory", op);
   if (st != OF_OK) goto done;
-  double wsum = (double)l.C;
-  if (w) {
-    wsum = 0;
-    for (int64_t c = 0; c < l.C; c++) wsum += ((const double *)of_tensor_data(w))[c];
-  }
+  double wsum = weight_sum(w ? of_tensor_data(w) : NULL, l.C);
   ce_args a = {l.N, l.C, l.S, ignore_index, index_base, label_smoothing, wsum,
                prob ? NULL : of_tensor_data(t), w ? of_tensor_data(w) : NULL};
   double *loss = buf, *wt = buf + ns, denom;
@@ -785,14 +826,7 @@ static of_status cross_entropy_body(of_tensor *x, of_tensor *target, of_tensor *
       of_tensor_release(*out);
       *out = NULL;
     } else {
-      n->i[0] = reduction;
-      n->i[1] = ignore_index;
-      n->i[2] = index_base;
-      n->i[3] = prob;
-      n->i[4] = weight != NULL;
-      n->d[0] = label_smoothing;
-      n->d[1] = denom;
-      n->d[2] = wsum;
+      keep_loss(n, OPK_CROSS_ENTROPY, reduction, ignore_index, label_smoothing, index_base);
       of_node_save(n, 0, x);
       of_node_save(n, 1, target);
       of_node_save(n, 2, weight);
@@ -822,42 +856,45 @@ static void nll_grad_fill(const layout *l, const int64_t *t, const double *w, in
   }
 }
 
-/* node: i[0] reduction, i[1] ignore_index, i[2] index_base, i[4] has weight;
- * d[1] denominator of 'mean'. saved: 0 target, 1 weight */
+/* node: the a_loss record. saved: 0 target, 1 weight */
 static of_status nll_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0] || !n->needs[0]) return OF_OK;
   if (n->needs[2])
     return of_fail(OF_ERR_STATE, "nll_loss: the derivative for 'weight' is not implemented; "
                    "detach the class weights");
   of_tensor *sv[2] = {NULL, NULL}, *t = NULL, *w = NULL;
+  const a_loss *ra = OF_NODE_ATTRS(a_loss, n);
   const of_meta *xm = &n->in_meta[0];
   layout l = layout_of_meta(xm);
-  int32_t red = (int32_t)n->i[0];
+  int32_t red = ra->reduction;
   int64_t ns = l.N * l.S;
   bool composite = of_is_grad_enabled() && g[0]->requires_grad;
   double *sc = NULL, *gx = malloc(sizeof(double) * (size_t)(ns * l.C + 1));
   of_status st = gx ? of_node_saved(n, 0, &sv[0])
                     : of_fail(OF_ERR_OOM, "nll_loss backward: out of memory");
-  if (st == OF_OK && n->i[4]) st = of_node_saved(n, 1, &sv[1]);
+  if (st == OF_OK && node_has_weight(n)) st = of_node_saved(n, 1, &sv[1]);
   if (st == OF_OK) st = of_dense(sv[0], OF_INT64, &t);
   if (st == OF_OK) st = of_dense(sv[1], OF_FLOAT64, &w);
   if (st != OF_OK) goto done;
+  const int64_t *tv = of_tensor_data(t);
+  const double *wv = w ? of_tensor_data(w) : NULL;
+  double denom = target_weight_sum(tv, wv, ns, ra->ignore, ra->base);
   if (composite) {   /* a constant times g: recorded, so grads reach g */
     if (!(sc = malloc(sizeof(double) * (size_t)(ns + 1)))) {
       st = of_fail(OF_ERR_OOM, "nll_loss backward: out of memory");
       goto done;
     }
-    for (int64_t i = 0; i < ns; i++) sc[i] = red == OF_LOSS_MEAN ? 1.0 / n->d[1] : 1.0;
-    nll_grad_fill(&l, of_tensor_data(t), w ? of_tensor_data(w) : NULL, n->i[1], n->i[2], sc, gx);
+    for (int64_t i = 0; i < ns; i++) sc[i] = red == OF_LOSS_MEAN ? 1.0 / denom : 1.0;
+    nll_grad_fill(&l, tv, wv, ra->ignore, ra->base, sc, gx);
     of_scope s = {0};
     of_tensor *m = s_const(&s, gx, xm->shape, xm->ndim, g[0]->dtype);
     of_tensor *r = of_s_bin(&s, OF_MUL, m, s_grad_scale(&s, g[0], &l, red, 1.0));
     st = of_s_end(&s, r, &gi[0]);
     goto done;
   }
-  st = sample_scales(g[0], red, n->d[1], ns, &sc);
+  st = sample_scales(g[0], red, denom, ns, &sc);
   if (st != OF_OK) goto done;
-  nll_grad_fill(&l, of_tensor_data(t), w ? of_tensor_data(w) : NULL, n->i[1], n->i[2], sc, gx);
+  nll_grad_fill(&l, tv, wv, ra->ignore, ra->base, sc, gx);
   st = of_from_doubles(gx, xm->shape, xm->ndim, xm->dtype, &gi[0]);
 done:
   free(sc);
@@ -911,11 +948,7 @@ static of_status nll_loss_body(of_tensor *x, of_tensor *target, of_tensor *weigh
       of_tensor_release(*out);
       *out = NULL;
     } else {
-      n->i[0] = reduction;
-      n->i[1] = ignore_index;
-      n->i[2] = index_base;
-      n->i[4] = weight != NULL;
-      n->d[1] = denom;
+      keep_loss(n, OPK_NLL_LOSS, reduction, ignore_index, 0, index_base);
       of_node_save(n, 0, target);
       of_node_save(n, 1, weight);
     }

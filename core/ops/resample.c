@@ -258,18 +258,22 @@ static of_status interp_device(const interp_plan *p, int32_t backward, int32_t l
   return st;
 }
 
-/* node attributes: i[0] mode, i[1] align_corners, i[2] nsp, i[3..5] output
- * size, i[6..8] input spatial size; d[0..2] scale factors */
-static void interp_attrs(of_node *n, const int64_t *in_sp, const int64_t *size,
-                         const double *scales, int32_t nsp, int32_t mode, int32_t align) {
-  n->i[0] = mode;
-  n->i[1] = align;
-  n->i[2] = nsp;
+/* The node keeps the op's a_interp record (output size, scale factors --
+ * zero where not given --, mode, align_corners). The input's spatial size
+ * is the node's input meta (interpolate) or output meta (its adjoint). */
+static void interp_keep(of_node *n, const int64_t *size, const double *scales, int32_t nsp,
+                        int32_t mode, int32_t align) {
+  a_interp a;
+  OF_ZERO(a);
+  a.nsp = nsp;
+  a.mode = mode;
+  a.align = align;
+  a.has = scales != NULL;
   for (int32_t k = 0; k < nsp; k++) {
-    n->i[3 + k] = size[k];
-    n->i[6 + k] = in_sp[k];
-    n->d[k] = scales ? scales[k] : 0;
+    a.size[k] = size[k];
+    a.scales[k] = scales ? scales[k] : 0;
   }
+  OF_NODE_KEEP(n, OPK_INTERPOLATE, a);
 }
 
 static of_status interp_backward(of_node *n, of_tensor **g, of_tensor **gi);
@@ -310,21 +314,22 @@ static of_status interp_adjoint(of_tensor *g, const int64_t *in_sp, const int64_
   if (st != OF_OK) return st;
   of_node *n;
   OF_CHECK(record1(&interp_adjoint_grad, g, out, &n));
-  if (n) interp_attrs(n, in_sp, size, scales, nsp, mode, align);
+  if (n) interp_keep(n, size, scales, nsp, mode, align);
   return OF_OK;
 }
 
 static of_status interp_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
-  int32_t nsp = (int32_t)n->i[2];
-  return interp_adjoint(g[0], &n->i[6], &n->i[3], n->d, nsp, (int32_t)n->i[0],
-                        (int32_t)n->i[1], &gi[0]);
+  const a_interp *a = OF_NODE_ATTRS(a_interp, n);
+  return interp_adjoint(g[0], n->in_meta[0].shape + 2, a->size, a->scales, a->nsp, a->mode,
+                        a->align, &gi[0]);
 }
 
 static of_status interp_adjoint_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
-  return of_interpolate(g[0], &n->i[3], n->d, (int32_t)n->i[2], (of_interp_mode)n->i[0],
-                        (int32_t)n->i[1], &gi[0]);
+  const a_interp *a = OF_NODE_ATTRS(a_interp, n);
+  return of_interpolate(g[0], a->size, a->scales, a->nsp, (of_interp_mode)a->mode, a->align,
+                        &gi[0]);
 }
 
 static of_status interpolate_body(of_tensor *x, const int64_t *size, const double *scales,
@@ -377,7 +382,7 @@ static of_status interpolate_body(of_tensor *x, const int64_t *size, const doubl
   if (!of_dtype_is_floating(x->dtype)) return OF_OK;
   of_node *n;
   OF_CHECK(record1(&interp_grads[mode], x, out, &n));
-  if (n) interp_attrs(n, x->shape + 2, size, scales, nsp, mode, align_corners);
+  if (n) interp_keep(n, size, scales, nsp, mode, align_corners);
   return OF_OK;
 }
 
@@ -557,11 +562,16 @@ static const of_grad_def pad_grads[4] = {{"ConstantPadBackward", pad_backward},
                                          {"CircularPadBackward", pad_backward}};
 static const of_grad_def pad_adjoint_grad = {"PadBackwardBackward", pad_adjoint_backward};
 
-/* attributes: i[0..2k) the pads, d[0] mode, d[1] k */
-static void pad_attrs(of_node *n, const int64_t *pad, int32_t k, int32_t mode) {
-  for (int32_t j = 0; j < 2 * k; j++) n->i[j] = pad[j];
-  n->d[0] = mode;
-  n->d[1] = k;
+/* The node keeps the op's a_pad record (the pads, their count, the mode and
+ * the fill value; 0 for the adjoint, whose backward pads with zeros). */
+static void pad_keep(of_node *n, const int64_t *pad, int32_t k, int32_t mode, double value) {
+  a_pad a;
+  OF_ZERO(a);
+  a.npad = k;
+  of_copy_i64(a.pad, pad, 2 * k);
+  a.mode = mode;
+  a.value = value;
+  OF_NODE_KEEP(n, OPK_PAD, a);
 }
 
 /* grad of pad: g (padded shape) -> x's shape `xshape`, recorded (its
@@ -592,19 +602,21 @@ static of_status pad_adjoint(of_tensor *g, const int64_t *xshape, int32_t ndim,
   if (st != OF_OK) return st;
   of_node *n;
   OF_CHECK(record1(&pad_adjoint_grad, g, out, &n));
-  if (n) pad_attrs(n, pad, k, mode);
+  if (n) pad_keep(n, pad, k, mode, 0);
   return OF_OK;
 }
 
 static of_status pad_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
-  return pad_adjoint(g[0], n->in_meta[0].shape, n->in_meta[0].ndim, n->i, (int32_t)n->d[1],
-                     (int32_t)n->d[0], &gi[0]);
+  const a_pad *a = OF_NODE_ATTRS(a_pad, n);
+  return pad_adjoint(g[0], n->in_meta[0].shape, n->in_meta[0].ndim, a->pad, a->npad, a->mode,
+                     &gi[0]);
 }
 
 static of_status pad_adjoint_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
-  return of_pad(g[0], n->i, (int32_t)n->d[1], (of_pad_mode)n->d[0], 0, &gi[0]);
+  const a_pad *a = OF_NODE_ATTRS(a_pad, n);
+  return of_pad(g[0], a->pad, a->npad, (of_pad_mode)a->mode, 0, &gi[0]);
 }
 
 static of_status pad_body(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mode mode,
@@ -672,7 +684,7 @@ static of_status pad_body(of_tensor *x, const int64_t *pad, int32_t npad, of_pad
   if (!of_dtype_is_floating(x->dtype)) return OF_OK;
   of_node *n;
   OF_CHECK(record1(&pad_grads[mode], x, out, &n));
-  if (n) pad_attrs(n, pad, npad, mode);
+  if (n) pad_keep(n, pad, npad, mode, value);
   return OF_OK;
 }
 
