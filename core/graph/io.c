@@ -23,9 +23,10 @@
 #include "fused.h"
 #include <errno.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 
-enum { IR_VERSION = 2, MAX_COUNT = 1 << 24 };   /* 2: devices */
+enum { IR_VERSION = 3, MAX_COUNT = 1 << 24 };   /* 2: devices, 3: addmm record 24 bytes */
 static const char MAGIC[8] = {'O', 'F', 'G', 'R', 'A', 'P', 'H', 0};
 
 static uint64_t fnv1a(const uint8_t *p, size_t n) {
@@ -298,13 +299,16 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
       goto fail;
     }
     int32_t asz = get_i32(&r);
-    if (r.bad || asz != d->attr_size || asz < 0 || (size_t)asz > r.len - r.pos)
+    /* format 2 wrote addmm's record without its b_t field (zero there) */
+    int32_t want = version < 3 && op == OPK_ADDMM ? (int32_t)offsetof(a_addmm, b_t) : d->attr_size;
+    if (r.bad || asz != want || asz < 0 || (size_t)asz > r.len - r.pos)
       FAIL("bad attribute record size");
     /* an aligned copy: the records are read as structs */
-    void *attrs = malloc((size_t)(asz ? asz : 1));
+    void *attrs = calloc(1, (size_t)(d->attr_size > asz ? d->attr_size : asz ? asz : 1));
     if (!attrs) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto fail; }
     memcpy(attrs, r.p + r.pos, (size_t)asz);
     r.pos += (size_t)asz;
+    if (asz < d->attr_size) asz = d->attr_size;
     int32_t nin_ = get_i32(&r), nout_ = get_i32(&r), nreal = get_i32(&r), nmut = get_i32(&r);
     int32_t flags = get_i32(&r);
     uint32_t needs = get_u32(&r), keep_in = get_u32(&r), keep_out = get_u32(&r);

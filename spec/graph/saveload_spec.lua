@@ -42,6 +42,16 @@ describe('nn.Graph save/load', function()
   os.execute('mkdir -p ' .. dir)
   local path = dir .. '/eval.ofg'
 
+  it('loads a graph saved in format 2 (addmm record without its b_t field)', function()
+    local h = nn.Graph.load('spec/fixtures/graph/addmm_v2.ofg')
+    local x = flow.tensor({{1, 0}, {-1, 3}}, {dtype = flow.float64})
+    H.close(h(x), {{1.5, -1}, {12.5, 5.5}}, 0)
+    local c = flow.tensor({{1, 2}, {3, 4}}, {dtype = flow.float64})
+    local w = flow.tensor({{0.5, -1}, {2, 0.25}}, {dtype = flow.float64})
+    local x2 = flow.tensor({{2, 1}, {0.5, -4}}, {dtype = flow.float64})
+    H.close(h(x2), flow.addmm(c, x2, w, {beta = 0.5, alpha = 2}), 0)
+  end)
+
   it('round-trips an eval graph', function()
     local m = convnet()
     m:eval()
