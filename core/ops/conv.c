@@ -1301,27 +1301,35 @@ static of_status check_blas_sizes(const conv_args *a, const geom *g) {
 
 /* ---- autograd plumbing ---- */
 
-static void pack_args(of_node *n, const conv_args *a, int64_t transposed) {
-  n->i[0] = a->nsp;
-  n->i[1] = a->groups;
-  for (int32_t d = 0; d < 3; d++) {
-    n->i[2 + d] = a->stride[d];
-    n->i[5 + d] = a->pad[d];
-    n->i[8 + d] = a->dil[d];
+/* A node keeps its op's record (a_conv, ops.def): the normalized stride,
+ * padding and dilation, and in `extra` what the op's trace record holds
+ * there (conv_transpose: output_padding; conv_weight_grad: kernel size). */
+static void record_of_args(a_conv *r, const conv_args *a, const int64_t *extra) {
+  memset(r, 0, sizeof *r);
+  r->nsp = a->nsp;
+  r->groups = a->groups;
+  r->has = 1 | 2 | 4 | (extra ? 8 : 0);
+  for (int32_t d = 0; d < a->nsp; d++) {
+    r->stride[d] = a->stride[d];
+    r->padding[d] = a->pad[d];
+    r->dilation[d] = a->dil[d];
+    if (extra) r->extra[d] = extra[d];
   }
-  n->i[11] = transposed;
 }
 
-static void unpack_args(const of_node *n, conv_args *a) {
-  a->nsp = (int32_t)n->i[0];
-  a->groups = n->i[1];
+/* The backward's arguments from the record a node kept. */
+static void args_of_node(const of_node *n, conv_args *a) {
+  const a_conv *r = OF_NODE_ATTRS(a_conv, n);
+  a->nsp = r->nsp;
+  a->groups = r->groups;
   for (int32_t d = 0; d < 3; d++) {
-    a->stride[d] = n->i[2 + d];
-    a->pad[d] = n->i[5 + d];
-    a->dil[d] = n->i[8 + d];
+    bool real = d < r->nsp;
+    a->stride[d] = real ? r->stride[d] : 1;
+    a->pad[d] = real ? r->padding[d] : 0;
+    a->dil[d] = real ? r->dilation[d] : 1;
   }
-  snprintf(a->op, sizeof a->op, "%s%dd_backward", n->i[11] ? "conv_transpose" : "conv",
-           (int)a->nsp);
+  snprintf(a->op, sizeof a->op, "%s%dd_backward",
+           n->attr_op == OPK_CONV_TRANSPOSE ? "conv_transpose" : "conv", (int)a->nsp);
 }
 
 static of_status conv_fwd_op(of_tensor *x, of_tensor *w, of_tensor *b, const conv_args *a,
@@ -1341,7 +1349,7 @@ static of_status bias_grad(of_tensor *g, int32_t nsp, of_tensor **out) {
 static of_status conv_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   conv_args a;
-  unpack_args(n, &a);
+  args_of_node(n, &a);
   of_tensor *t = NULL;
   if (n->needs[0]) {
     OF_CHECK(of_node_saved(n, 1, &t));
@@ -1364,7 +1372,7 @@ static const of_grad_def conv_grad = {"ConvolutionBackward", conv_backward};
 static of_status conv_transpose_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   conv_args a;
-  unpack_args(n, &a);
+  args_of_node(n, &a);
   of_tensor *t = NULL;
   if (n->needs[0]) {
     OF_CHECK(of_node_saved(n, 1, &t));
@@ -1388,7 +1396,7 @@ static const of_grad_def conv_transpose_grad = {"ConvTransposeBackward",
 static of_status weight_grad_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   conv_args a;
-  unpack_args(n, &a);
+  args_of_node(n, &a);
   of_tensor *t = NULL;
   if (n->needs[0]) {
     OF_CHECK(of_node_saved(n, 1, &t));
@@ -1406,11 +1414,12 @@ static of_status weight_grad_backward(of_node *n, of_tensor **g, of_tensor **gi)
 }
 static const of_grad_def weight_grad_grad = {"ConvWeightGradBackward", weight_grad_backward};
 
-/* Record `def` on out with inputs (p, q, r); saves p and q where the rule
- * needs them. */
-static of_status record(const of_grad_def *def, const conv_args *a, int64_t transposed,
-                        of_tensor *p, of_tensor *q, of_tensor *r, int32_t nin,
-                        of_tensor **out) {
+/* Record `def` (the backward of op kind `op`) on out with inputs (p, q, r);
+ * saves p and q where the rule needs them and keeps the op's record (extra:
+ * see record_of_args). */
+static of_status record(const of_grad_def *def, int32_t op, const conv_args *a,
+                        const int64_t *extra, of_tensor *p, of_tensor *q, of_tensor *r,
+                        int32_t nin, of_tensor **out) {
   of_tensor *ins[3] = {p, q, r};
   if (!of_grad_needed(ins, nin)) return OF_OK;
   of_node *n;
@@ -1420,7 +1429,9 @@ static of_status record(const of_grad_def *def, const conv_args *a, int64_t tran
     *out = NULL;
     return st;
   }
-  pack_args(n, a, transposed);
+  a_conv rec;
+  record_of_args(&rec, a, extra);
+  OF_NODE_KEEP(n, op, rec);
   /* conv/conv_transpose: grad of input 0 needs input 1 and vice versa;
    * weight_grad likewise */
   if (n->needs[1]) of_node_save(n, 0, p);
@@ -1582,7 +1593,7 @@ static of_status conv_fwd_op(of_tensor *x, of_tensor *w, of_tensor *b, const con
   geom g;
   geom_init(&g, a, x->shape[0], CI, CO, in, k, osz);
   OF_CHECK(run_op(a, RUN_FWD, &g, x, w, b, rshape, nsp + 2, out));
-  return record(&conv_grad, a, 0, x, w, b, 3, out);
+  return record(&conv_grad, OPK_CONV, a, NULL, x, w, b, 3, out);
 }
 
 /* conv_transpose(gy, w, b) = the input grad of conv, with the result's
@@ -1621,7 +1632,12 @@ static of_status conv_input_grad_op(of_tensor *gy, of_tensor *w, of_tensor *b,
   geom g;
   geom_init(&g, a, gy->shape[0], CI, CO, in_sizes, k, gy->shape + 2);
   OF_CHECK(run_op(a, RUN_BWD_INPUT, &g, gy, w, b, rshape, nsp + 2, out));
-  return record(&conv_transpose_grad, a, 1, gy, w, b, 3, out);
+  /* output_padding: what the result has beyond the natural size */
+  int64_t opad[3] = {0, 0, 0};
+  for (int32_t i = 0; i < nsp; i++)
+    opad[i] = in_sizes[i] - ((gy->shape[2 + i] - 1) * a->stride[i] - 2 * a->pad[i] +
+                             a->dil[i] * (k[i] - 1) + 1);
+  return record(&conv_transpose_grad, OPK_CONV_TRANSPOSE, a, opad, gy, w, b, 3, out);
 }
 
 /* grad of conv w.r.t. its weight: x [N, CI, in], gy [N, CO, out] ->
@@ -1653,7 +1669,7 @@ static of_status conv_weight_grad_op(of_tensor *x, of_tensor *gy, const conv_arg
   geom g;
   geom_init(&g, a, x->shape[0], CI, CO, x->shape + 2, k_sizes, gy->shape + 2);
   OF_CHECK(run_op(a, RUN_BWD_WEIGHT, &g, x, gy, NULL, rshape, nsp + 2, out));
-  return record(&weight_grad_grad, a, 0, x, gy, NULL, 2, out);
+  return record(&weight_grad_grad, OPK_CONV_WEIGHT_GRAD, a, k_sizes, x, gy, NULL, 2, out);
 }
 
 /* ---- public entry points ---- */

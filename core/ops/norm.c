@@ -509,22 +509,39 @@ static of_meta meta_of_tensor(const of_tensor *t) {
   return m;
 }
 
+/* Norm nodes keep their op's record (a_norm): eps, flag (batch_norm:
+ * training; instance_norm: use_input_stats), momentum, and groups
+ * (layer_norm: the normalized dims; group_norm: the groups). Whether there
+ * was a weight is whether one was saved (slot 1). */
+static void keep_norm(of_node *n, int32_t op, int32_t flag, double momentum, double eps,
+                      int64_t groups) {
+  a_norm a;
+  OF_ZERO(a);
+  a.flag = flag;
+  a.momentum = momentum;
+  a.eps = eps;
+  a.groups = groups;
+  OF_NODE_KEEP(n, op, a);
+}
+static bool saved_weight(const of_node *n) { return n->saved[1].t != NULL; }
+
 static of_status bn_backward(of_node *n, of_tensor **g, of_tensor **gi);
 static const of_grad_def bn_grad = {"BatchNormBackward", bn_backward};
 
 static of_status bn_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
-  /* saved: 0 x, 1 weight (i[1]), 2 mean [C], 3 invstd [C] (double) */
+  /* saved: 0 x, 1 weight (if any), 2 mean [C], 3 invstd [C] (double) */
   of_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *tmp[3] = {NULL, NULL, NULL};
   of_status st = OF_OK;
-  bool training = n->i[0] != 0;
+  const a_norm *an = OF_NODE_ATTRS(a_norm, n);
+  bool training = an->flag != 0;
   for (int32_t k = 0; k < 4 && st == OF_OK; k++)
-    if (k != 1 || n->i[1]) st = of_node_saved(n, k, &sv[k]);
+    if (k != 1 || saved_weight(n)) st = of_node_saved(n, k, &sv[k]);
   if (st != OF_OK) goto done;
   of_tensor *x = sv[0], *w = sv[1];
   nc_shape d = nc_of(&n->in_meta[0]);
   if (wants_composite(g[0], x, w)) {
-    composite_t c = {.vnd = x->ndim, .eps = n->d[0]};
+    composite_t c = {.vnd = x->ndim, .eps = an->eps};
     memcpy(c.vshape, x->shape, sizeof c.vshape);
     for (int32_t k = 0; k < x->ndim; k++)
       if (k != 1) c.rdims[c.nr++] = k, c.pdims[c.np++] = k;
@@ -678,9 +695,7 @@ static of_status bn_device(of_device dev, of_tensor *x, of_tensor *rm, of_tensor
     of_node *n;
     st = of_record(&bn_dev_grad, ins, 3, &res, 1, &n);
     if (st == OF_OK) {
-      n->i[0] = training != 0;
-      n->i[1] = weight != NULL;
-      n->d[0] = eps;
+      keep_norm(n, OPK_BATCH_NORM, training != 0, momentum, eps, 0);
       of_node_save(n, 0, x);
       of_node_save(n, 1, weight);
       of_node_save(n, 2, sm);
@@ -701,14 +716,15 @@ static of_status bn_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   of_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *tmp[8] = {NULL};
   of_status st = OF_OK;
-  bool training = n->i[0] != 0;
+  const a_norm *an = OF_NODE_ATTRS(a_norm, n);
+  bool training = an->flag != 0;
   for (int32_t k = 0; k < 4 && st == OF_OK; k++)
-    if (k != 1 || n->i[1]) st = of_node_saved(n, k, &sv[k]);
+    if (k != 1 || saved_weight(n)) st = of_node_saved(n, k, &sv[k]);
   if (st != OF_OK) goto done;
   of_tensor *x = sv[0], *w = sv[1];
   if (!training || wants_composite(g[0], x, w)) {
     /* the closed form from public ops (eval mode: constant statistics) */
-    composite_t c = {.vnd = x->ndim, .eps = n->d[0]};
+    composite_t c = {.vnd = x->ndim, .eps = an->eps};
     memcpy(c.vshape, x->shape, sizeof c.vshape);
     for (int32_t k = 0; k < x->ndim; k++)
       if (k != 1) c.rdims[c.nr++] = k, c.pdims[c.np++] = k;
@@ -746,7 +762,7 @@ static of_status bn_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (st == OF_OK) st = of_empty(&C, 1, pdt, dev, dw);
   if (st == OF_OK) st = of_empty(&C, 1, pdt, dev, db);
   if (st == OF_OK && (*xc)->numel > 0)
-    st = o->batch_norm_back(*xc, *gc, *wc, sv[2], sv[3], n->d[0], *dx, *dw, *db);
+    st = o->batch_norm_back(*xc, *gc, *wc, sv[2], sv[3], an->eps, *dx, *dw, *db);
   if (st == OF_OK && n->needs[0]) {
     if ((*dx)->ndim != x->ndim) st = of_reshape(*dx, x->shape, x->ndim, &gi[0]);
     else of_tensor_retain(*dx), gi[0] = *dx;
@@ -839,9 +855,7 @@ static of_status batch_norm_body(of_tensor *x, of_tensor *running_mean, of_tenso
       of_tensor_release(*out);
       *out = NULL;
     } else {
-      n->i[0] = training != 0;
-      n->i[1] = weight != NULL;
-      n->d[0] = eps;
+      keep_norm(n, OPK_BATCH_NORM, training != 0, momentum, eps, 0);
       of_node_save(n, 0, x);
       of_node_save(n, 1, weight);
       of_node_save(n, 2, mean);
@@ -868,20 +882,42 @@ static const of_grad_def rows_grads[3] = {{"LayerNormBackward", rows_backward},
                                           {"GroupNormBackward", rows_backward},
                                           {"InstanceNormBackward", rows_backward}};
 
-static rows_shape rows_of(of_node *n) {
-  rows_shape r = {0, n->i[5], n->i[2], n->i[3], n->i[4]};
-  int64_t numel = of_shape_numel(n->in_meta[0].shape, n->in_meta[0].ndim);
+/* the op kinds of K_LAYER, K_GROUP, K_INSTANCE */
+static const int32_t rows_op[3] = {OPK_LAYER_NORM, OPK_GROUP_NORM, OPK_INSTANCE_NORM};
+
+/* The rows of a node's input, as the body laid them out (layer_norm_body,
+ * group_shape): from the input's shape and the kept record. */
+static rows_shape rows_of(const of_node *n) {
+  const a_norm *a = OF_NODE_ATTRS(a_norm, n);
+  const of_meta *m = &n->in_meta[0];
+  rows_shape r = {0};
+  if (n->attr_op == OPK_LAYER_NORM) {
+    int32_t k = (int32_t)a->groups;
+    r.M = of_shape_numel(m->shape + (m->ndim - k), k);
+    r.G = 1;
+    r.Cg = r.M;
+    r.S = 1;
+  } else {   /* group norm; instance norm: a group per channel */
+    int64_t C = m->shape[1], S = 1;
+    for (int32_t d = 2; d < m->ndim; d++) S *= m->shape[d];
+    r.G = n->attr_op == OPK_GROUP_NORM ? a->groups : C > 0 ? C : 1;
+    r.Cg = C / r.G;
+    r.S = S;
+    r.M = r.Cg * S;
+  }
+  int64_t numel = of_shape_numel(m->shape, m->ndim);
   r.R = r.M ? numel / r.M : 0;
   return r;
 }
 
 static of_status rows_composite(of_node *n, of_tensor *g, of_tensor *x, of_tensor *w,
                                 of_tensor **gi) {
-  composite_t c = {.eps = n->d[0]};
+  const a_norm *a = OF_NODE_ATTRS(a_norm, n);
+  composite_t c = {.eps = a->eps};
   of_tensor *wb = NULL;
   int32_t nd = x->ndim;
-  if (n->i[0] == K_LAYER) {
-    int32_t k = (int32_t)n->i[6];
+  if (n->attr_op == OPK_LAYER_NORM) {
+    int32_t k = (int32_t)a->groups;
     c.vnd = nd;
     memcpy(c.vshape, x->shape, sizeof c.vshape);
     for (int32_t d = nd - k; d < nd; d++) c.rdims[c.nr++] = d;
@@ -906,11 +942,11 @@ static of_status rows_composite(of_node *n, of_tensor *g, of_tensor *x, of_tenso
 
 static of_status rows_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
-  /* saved: 0 x, 1 weight (i[1]), 2 mean [R], 3 rstd [R] (double) */
+  /* saved: 0 x, 1 weight (if any), 2 mean [R], 3 rstd [R] (double) */
   of_tensor *sv[4] = {NULL, NULL, NULL, NULL};
   of_status st = OF_OK;
   for (int32_t k = 0; k < 4 && st == OF_OK; k++)
-    if (k != 1 || n->i[1]) st = of_node_saved(n, k, &sv[k]);
+    if (k != 1 || saved_weight(n)) st = of_node_saved(n, k, &sv[k]);
   if (st != OF_OK) {
     release_all(sv, 4);
     return st;
@@ -965,10 +1001,12 @@ static of_status rows_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 }
 
 /* Normalises rows of x [R, M] (see the top of the file). stats, when
- * given, receives the mean [R] then the biased variance [R] of each row. */
+ * given, receives the mean [R] then the biased variance [R] of each row.
+ * k: layer norm's normalized dims; momentum: instance norm's (for the
+ * node's record). */
 static of_status rows_norm(const char *op, int32_t kind, of_tensor *x, rows_shape r,
-                           int32_t k, of_tensor *w, of_tensor *b, double eps, double *stats,
-                           of_tensor **out) {
+                           int32_t k, of_tensor *w, of_tensor *b, double eps, double momentum,
+                           double *stats, of_tensor **out) {
   of_dtype cd = of_compute_dtype(x->dtype);
   of_tensor *xc = NULL, *wc = NULL, *bc = NULL, *mean = NULL, *rstd = NULL, *y = NULL;
   double *var = NULL;
@@ -1009,14 +1047,9 @@ static of_status rows_norm(const char *op, int32_t kind, of_tensor *x, rows_shap
       of_tensor_release(*out);
       *out = NULL;
     } else {
-      n->i[0] = kind;
-      n->i[1] = w != NULL;
-      n->i[2] = r.G;
-      n->i[3] = r.Cg;
-      n->i[4] = r.S;
-      n->i[5] = r.M;
-      n->i[6] = k;
-      n->d[0] = eps;
+      /* instance norm comes here with use_input_stats */
+      keep_norm(n, rows_op[kind], kind == K_INSTANCE, momentum, eps,
+                kind == K_LAYER ? k : kind == K_GROUP ? r.G : 0);
       of_node_save(n, 0, x);
       of_node_save(n, 1, w);
       of_node_save(n, 2, mean);
@@ -1062,7 +1095,7 @@ static of_status layer_norm_body(of_tensor *x, int32_t normalized_ndim, of_tenso
   rows_shape r = {0, of_shape_numel(tail, k), 1, 0, 1};
   r.Cg = r.M;
   r.R = r.M ? x->numel / r.M : 0;
-  return rows_norm(op, K_LAYER, x, r, k, weight, bias, eps, NULL, out);
+  return rows_norm(op, K_LAYER, x, r, k, weight, bias, eps, 0, NULL, out);
 }
 
 static of_status group_shape(const char *op, of_tensor *x, int64_t groups, rows_shape *r) {
@@ -1112,7 +1145,7 @@ static of_status group_norm_body(of_tensor *x, int64_t groups, of_tensor *weight
   OF_CHECK(check_param(op, "weight", weight, x->shape[1], x));
   OF_CHECK(check_param(op, "bias", bias, x->shape[1], x));
   if (dev != OF_CPU) return group_norm_device(x, groups, weight, bias, eps, out);
-  return rows_norm(op, K_GROUP, x, r, 0, weight, bias, eps, NULL, out);
+  return rows_norm(op, K_GROUP, x, r, 0, weight, bias, eps, 0, NULL, out);
 }
 
 static of_status instance_norm_body(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
@@ -1174,7 +1207,7 @@ static of_status instance_norm_body(of_tensor *x, of_tensor *running_mean, of_te
   }
   double *stats = running_mean ? malloc(sizeof(double) * (size_t)(2 * r.R + 2 * C + 1)) : NULL;
   if (running_mean && !stats) return of_fail(OF_ERR_OOM, "%s: out of memory", op);
-  of_status st = rows_norm(op, K_INSTANCE, x, r, 0, weight, bias, eps, stats, out);
+  of_status st = rows_norm(op, K_INSTANCE, x, r, 0, weight, bias, eps, momentum, stats, out);
   if (st == OF_OK && running_mean) {
     /* the per-instance statistics averaged over the batch (unbiased variance) */
     const double *mu = stats, *var = stats + r.R;

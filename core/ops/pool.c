@@ -36,10 +36,18 @@ static of_status adaptive_max_pool_body(of_tensor *x, const int64_t *output_size
 static of_status avg_pool_body(of_tensor *x, const int64_t *kernel, const int64_t *stride, const int64_t *padding, int32_t nsp, int32_t ceil_mode, int32_t count_include_pad, int64_t divisor_override, of_tensor **out);
 static of_status adaptive_avg_pool_body(of_tensor *x, const int64_t *output_size, int32_t nsp, of_tensor **out);
 
+static void pool_pack(a_pool *a, const int64_t *kernel, const int64_t *stride,
+                      const int64_t *padding, const int64_t *dilation, int32_t nsp);
+
 typedef enum { POOL_MAX, POOL_AVG } pool_kind;
 
+/* A pool's arguments, read from its attribute record (a_pool, ops.def):
+ * the record is what autograd nodes keep, and the backward rules rebuild
+ * these from it (args_of). */
 typedef struct {
   char op[40];
+  int32_t kind;              /* OPK_MAX_POOL, OPK_AVG_POOL, OPK_ADAPTIVE_... */
+  a_pool rec;                /* the op's record, as the body normalized it */
   int32_t nsp;
   bool adaptive;
   bool cip;                  /* count_include_pad */
@@ -575,28 +583,51 @@ static of_status check_input(const pool_args *a, of_tensor *x, int64_t *planes) 
   return OF_OK;
 }
 
-static of_status init_args(pool_args *a, const char *kind, int32_t nsp) {
+static bool is_adaptive(int32_t op) {
+  return op == OPK_ADAPTIVE_AVG_POOL || op == OPK_ADAPTIVE_MAX_POOL;
+}
+
+/* The arguments of the pool `op` from its record: windows default as the
+ * entry points document (stride: the kernel, padding 0, dilation 1);
+ * adaptive pools (record's kernel: the output size) have unit windows. */
+static void args_of(pool_args *a, int32_t op, const a_pool *r) {
   memset(a, 0, sizeof *a);
-  if (nsp < 1 || nsp > 3)
-    return of_fail(OF_ERR_ARG, "%s: expected 1, 2 or 3 spatial dims, got %d", kind, (int)nsp);
-  snprintf(a->op, sizeof a->op, "%s%dd", kind, (int)nsp);
-  a->nsp = nsp;
+  a->kind = op;
+  a->rec = *r;
+  a->nsp = r->nsp;
+  a->adaptive = is_adaptive(op);
+  a->cip = r->cip != 0;
+  a->divisor = r->divisor > 0 ? r->divisor : 0;
   for (int32_t i = 0; i < 3; i++) a->k[i] = a->s[i] = a->d[i] = 1;
+  if (a->adaptive) return;
+  for (int32_t i = 0; i < r->nsp && i < 3; i++) {
+    a->k[i] = r->kernel[i];
+    a->s[i] = (r->has & 2) ? r->stride[i] : r->kernel[i];
+    a->p[i] = (r->has & 4) ? r->padding[i] : 0;
+    a->d[i] = (r->has & 8) ? r->dilation[i] : 1;
+  }
+}
+
+/* The body's arguments: `kind` names the op in messages. */
+static of_status init_args(pool_args *a, const char *kind, int32_t op, const a_pool *r) {
+  if (r->nsp < 1 || r->nsp > 3)
+    return of_fail(OF_ERR_ARG, "%s: expected 1, 2 or 3 spatial dims, got %d", kind, (int)r->nsp);
+  args_of(a, op, r);
+  snprintf(a->op, sizeof a->op, "%s%dd", kind, (int)a->nsp);
   return OF_OK;
 }
 
+/* A backward rule's arguments: the record its node kept. */
+static void args_of_node(const of_node *n, pool_args *a) {
+  args_of(a, n->attr_op, OF_NODE_ATTRS(a_pool, n));
+  snprintf(a->op, sizeof a->op, "%spool%dd_backward", a->adaptive ? "adaptive_" : "",
+           (int)a->nsp);
+}
+
 /* kernel/stride/padding/dilation checks and the output size. */
-static of_status windowed_out(pool_args *a, of_tensor *x, const int64_t *kernel,
-                              const int64_t *stride, const int64_t *padding,
-                              const int64_t *dilation, int32_t ceil_mode, int64_t *out) {
-  int32_t nsp = a->nsp;
-  if (!kernel) return of_fail(OF_ERR_ARG, "%s: kernel_size is required", a->op);
-  for (int32_t i = 0; i < nsp; i++) {
-    a->k[i] = kernel[i];
-    a->s[i] = stride ? stride[i] : kernel[i];
-    a->p[i] = padding ? padding[i] : 0;
-    a->d[i] = dilation ? dilation[i] : 1;
-  }
+static of_status windowed_out(const pool_args *a, of_tensor *x, int64_t *out) {
+  int32_t nsp = a->nsp, ceil_mode = a->rec.ceil_mode;
+  if (!(a->rec.has & 1)) return of_fail(OF_ERR_ARG, "%s: kernel_size is required", a->op);
   for (int32_t i = 0; i < nsp; i++) {
     if (a->k[i] < 1)
       return of_fail(OF_ERR_ARG, "%s: kernel_size must be positive, got %s", a->op,
@@ -631,36 +662,6 @@ static void result_shape(of_tensor *x, int32_t nsp, const int64_t *osz, int64_t 
   int32_t lead = x->ndim - nsp;
   for (int32_t i = 0; i < lead; i++) shape[i] = x->shape[i];
   for (int32_t i = 0; i < nsp; i++) shape[lead + i] = osz[i];
-}
-
-static void pack(of_node *n, const pool_args *a, int64_t base) {
-  n->i[0] = a->nsp;
-  n->i[1] = a->adaptive | (a->cip << 1);
-  n->i[2] = a->divisor;
-  n->i[3] = base;
-  for (int32_t d = 0; d < 3; d++) {
-    n->i[4 + d] = a->k[d];
-    n->i[7 + d] = a->s[d];
-    n->i[10 + d] = a->p[d];
-    n->i[13 + d] = a->d[d];
-  }
-}
-
-static void unpack(const of_node *n, pool_args *a, int64_t *base) {
-  memset(a, 0, sizeof *a);
-  a->nsp = (int32_t)n->i[0];
-  a->adaptive = n->i[1] & 1;
-  a->cip = (n->i[1] >> 1) & 1;
-  a->divisor = n->i[2];
-  *base = n->i[3];
-  for (int32_t d = 0; d < 3; d++) {
-    a->k[d] = n->i[4 + d];
-    a->s[d] = n->i[7 + d];
-    a->p[d] = n->i[10 + d];
-    a->d[d] = n->i[13 + d];
-  }
-  snprintf(a->op, sizeof a->op, "%spool%dd_backward", a->adaptive ? "adaptive_" : "",
-           (int)a->nsp);
 }
 
 /* ---- device kernels (cuda/nn.cu): the pool as 3-D, leading dims of 1 ---- */
@@ -701,9 +702,11 @@ static of_status keep_format(of_tensor *x, of_tensor **t) {
 
 /* ---- index scatter / gather (max pools' backward), with autograd ---- */
 
-static of_status idx_scatter(of_tensor *gy, of_tensor *idx, int64_t base, const of_meta *in,
-                             int32_t nsp, of_tensor **out);
-static of_status idx_gather(of_tensor *x, of_tensor *idx, int64_t base, int32_t nsp,
+/* The nodes of these ops keep the max pool's record (kind `op`): its
+ * index base and spatial dims are theirs. */
+static of_status idx_scatter(of_tensor *gy, of_tensor *idx, int32_t op, const a_pool *r,
+                             const of_meta *in, of_tensor **out);
+static of_status idx_gather(of_tensor *x, of_tensor *idx, int32_t op, const a_pool *r,
                             of_tensor **out);
 
 /* scatter's grad: gather the grad at the indices (saved idx slot 0) */
@@ -711,7 +714,7 @@ static of_status scatter_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   of_tensor *idx;
   OF_CHECK(of_node_saved(n, 0, &idx));
-  of_status st = idx_gather(g[0], idx, n->i[3], (int32_t)n->i[0], &gi[0]);
+  of_status st = idx_gather(g[0], idx, n->attr_op, OF_NODE_ATTRS(a_pool, n), &gi[0]);
   of_tensor_release(idx);
   return st;
 }
@@ -721,14 +724,15 @@ static of_status gather_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   of_tensor *idx;
   OF_CHECK(of_node_saved(n, 0, &idx));
-  of_status st = idx_scatter(g[0], idx, n->i[3], &n->in_meta[0], (int32_t)n->i[0], &gi[0]);
+  of_status st = idx_scatter(g[0], idx, n->attr_op, OF_NODE_ATTRS(a_pool, n), &n->in_meta[0],
+                             &gi[0]);
   of_tensor_release(idx);
   return st;
 }
 static const of_grad_def gather_grad = {"MaxPoolGatherBackward", gather_backward};
 
-static of_status record_idx(const of_grad_def *def, of_tensor *in, of_tensor *idx,
-                            int64_t base, int32_t nsp, of_tensor **out) {
+static of_status record_idx(const of_grad_def *def, of_tensor *in, of_tensor *idx, int32_t op,
+                            const a_pool *r, of_tensor **out) {
   if (!of_grad_needed(&in, 1)) return OF_OK;
   of_node *n;
   of_status st = of_record(def, &in, 1, out, 1, &n);
@@ -737,8 +741,7 @@ static of_status record_idx(const of_grad_def *def, of_tensor *in, of_tensor *id
     *out = NULL;
     return st;
   }
-  n->i[0] = nsp;
-  n->i[3] = base;
+  OF_NODE_KEEP(n, op, *r);
   of_node_save(n, 0, idx);
   return OF_OK;
 }
@@ -765,8 +768,10 @@ static of_status idx_operands(of_tensor *t, of_tensor *idx, of_dtype cd, of_tens
   return st;
 }
 
-static of_status idx_scatter(of_tensor *gy, of_tensor *idx, int64_t base, const of_meta *in,
-                             int32_t nsp, of_tensor **out) {
+static of_status idx_scatter(of_tensor *gy, of_tensor *idx, int32_t op, const a_pool *r,
+                             const of_meta *in, of_tensor **out) {
+  int64_t base = r->base;
+  int32_t nsp = r->nsp;
   of_dtype dt = gy->dtype, cd = compute_dtype(dt);
   of_tensor *cg, *ci, *res = NULL;
   OF_CHECK(idx_operands(gy, idx, cd, &cg, &ci));
@@ -806,11 +811,13 @@ static of_status idx_scatter(of_tensor *gy, of_tensor *idx, int64_t base, const 
     return st;
   }
   *out = res;
-  return record_idx(&scatter_grad, gy, idx, base, nsp, out);
+  return record_idx(&scatter_grad, gy, idx, op, r, out);
 }
 
-static of_status idx_gather(of_tensor *x, of_tensor *idx, int64_t base, int32_t nsp,
+static of_status idx_gather(of_tensor *x, of_tensor *idx, int32_t op, const a_pool *r,
                             of_tensor **out) {
+  int64_t base = r->base;
+  int32_t nsp = r->nsp;
   of_dtype dt = x->dtype, cd = compute_dtype(dt);
   of_tensor *cx = NULL, *ci = NULL, *res = NULL;
   if (idx->dtype != OF_INT64)
@@ -852,7 +859,7 @@ static of_status idx_gather(of_tensor *x, of_tensor *idx, int64_t base, int32_t 
     return st;
   }
   *out = res;
-  return record_idx(&gather_grad, x, idx, base, nsp, out);
+  return record_idx(&gather_grad, x, idx, op, r, out);
 }
 
 /* ---- max pools ---- */
@@ -861,7 +868,8 @@ static of_status max_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   of_tensor *idx;
   OF_CHECK(of_node_saved(n, 0, &idx));
-  of_status st = idx_scatter(g[0], idx, n->i[3], &n->in_meta[0], (int32_t)n->i[0], &gi[0]);
+  of_status st = idx_scatter(g[0], idx, n->attr_op, OF_NODE_ATTRS(a_pool, n), &n->in_meta[0],
+                             &gi[0]);
   of_tensor_release(idx);
   return st;
 }
@@ -869,8 +877,9 @@ static const of_grad_def max_pool_grad = {"MaxPoolBackward", max_backward};
 static const of_grad_def adaptive_max_grad = {"AdaptiveMaxPoolBackward", max_backward};
 
 static of_status max_run(const pool_args *a, of_tensor *x, int64_t planes, const int64_t *osz,
-                         int64_t base, of_tensor **values, of_tensor **indices) {
+                         of_tensor **values, of_tensor **indices) {
   int32_t nsp = a->nsp;
+  int64_t base = a->rec.base;
   int64_t shape[OF_MAX_DIMS];
   result_shape(x, nsp, osz, shape);
   of_dtype dt = x->dtype, cd = compute_dtype(dt);
@@ -940,7 +949,7 @@ static of_status max_run(const pool_args *a, of_tensor *x, int64_t planes, const
     of_node *n;
     st = of_record(a->adaptive ? &adaptive_max_grad : &max_pool_grad, &x, 1, outs, 2, &n);
     if (st == OF_OK) {
-      pack(n, a, base);
+      OF_NODE_KEEP(n, a->kind, a->rec);
       of_node_save(n, 0, idx);
     }
   }
@@ -961,18 +970,24 @@ static of_status max_pool_body(of_tensor *x, const int64_t *kernel, const int64_
                            of_tensor **indices) {
   OF_ROUTE("max_pool", dev, ops, max_pool, x);
   (void)ops;
+  a_pool r;
+  pool_pack(&r, kernel, stride, padding, dilation, nsp);
+  r.ceil_mode = ceil_mode;
+  r.base = index_base;
+  if (indices) r.has |= 16;
   pool_args a;
   int64_t planes, osz[3];
-  OF_CHECK(init_args(&a, "max_pool", nsp));
+  OF_CHECK(init_args(&a, "max_pool", OPK_MAX_POOL, &r));
   OF_CHECK(check_input(&a, x, &planes));
-  OF_CHECK(windowed_out(&a, x, kernel, stride, padding, dilation, ceil_mode, osz));
-  return max_run(&a, x, planes, osz, index_base, values, indices);
+  OF_CHECK(windowed_out(&a, x, osz));
+  return max_run(&a, x, planes, osz, values, indices);
 }
 
-static of_status adaptive_sizes(pool_args *a, of_tensor *x, const int64_t *output_size,
-                                int64_t *osz) {
+/* the output size (the record's kernel) */
+static of_status adaptive_sizes(const pool_args *a, of_tensor *x, int64_t *osz) {
   int32_t nsp = a->nsp;
-  if (!output_size) return of_fail(OF_ERR_ARG, "%s: output_size is required", a->op);
+  const int64_t *output_size = a->rec.kernel;
+  if (!(a->rec.has & 1)) return of_fail(OF_ERR_ARG, "%s: output_size is required", a->op);
   for (int32_t i = 0; i < nsp; i++) {
     osz[i] = output_size[i];
     if (osz[i] < 0)
@@ -982,7 +997,6 @@ static of_status adaptive_sizes(pool_args *a, of_tensor *x, const int64_t *outpu
       return of_fail(OF_ERR_SHAPE, "%s: expected non-empty spatial dims, got input %s", a->op,
                      OF_SHAPE_STR(x));
   }
-  a->adaptive = true;
   return OF_OK;
 }
 
@@ -990,12 +1004,16 @@ static of_status adaptive_max_pool_body(of_tensor *x, const int64_t *output_size
                                     int64_t index_base, of_tensor **values, of_tensor **indices) {
   OF_ROUTE("adaptive_max_pool", dev, ops, max_pool, x);
   (void)ops;
+  a_pool r;
+  pool_pack(&r, output_size, NULL, NULL, NULL, nsp);
+  r.base = index_base;
+  if (indices) r.has |= 16;
   pool_args a;
   int64_t planes, osz[3];
-  OF_CHECK(init_args(&a, "adaptive_max_pool", nsp));
+  OF_CHECK(init_args(&a, "adaptive_max_pool", OPK_ADAPTIVE_MAX_POOL, &r));
   OF_CHECK(check_input(&a, x, &planes));
-  OF_CHECK(adaptive_sizes(&a, x, output_size, osz));
-  return max_run(&a, x, planes, osz, index_base, values, indices);
+  OF_CHECK(adaptive_sizes(&a, x, osz));
+  return max_run(&a, x, planes, osz, values, indices);
 }
 
 /* ---- average pools ---- */
@@ -1007,8 +1025,7 @@ static of_status avg_op(const pool_args *a, of_tensor *x, const int64_t *osz, bo
 static of_status avg_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   pool_args a;
-  int64_t base;
-  unpack(n, &a, &base);
+  args_of_node(n, &a);
   const of_meta *m = &n->in_meta[0];
   return avg_op(&a, g[0], m->shape + m->ndim - a.nsp, true, m->shape, m->ndim, &gi[0]);
 }
@@ -1019,8 +1036,7 @@ static const of_grad_def adaptive_avg_grad = {"AdaptiveAvgPoolBackward", avg_bac
 static of_status avg_grad_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   pool_args a;
-  int64_t base;
-  unpack(n, &a, &base);
+  args_of_node(n, &a);
   const of_meta *m = &n->in_meta[0];
   return avg_op(&a, g[0], m->shape + m->ndim - a.nsp, false, m->shape, m->ndim, &gi[0]);
 }
@@ -1103,7 +1119,7 @@ static of_status avg_op(const pool_args *a, of_tensor *x, const int64_t *osz, bo
                              : a->adaptive ? &adaptive_avg_grad : &avg_pool_grad;
     of_node *n;
     st = of_record(def, &x, 1, &res, 1, &n);
-    if (st == OF_OK) pack(n, a, 0);
+    if (st == OF_OK) OF_NODE_KEEP(n, a->kind, a->rec);   /* avg_grad too: the pool's record */
   }
   if (st != OF_OK) {
     of_tensor_release(res);
@@ -1118,13 +1134,16 @@ static of_status avg_pool_body(of_tensor *x, const int64_t *kernel, const int64_
                            int32_t count_include_pad, int64_t divisor_override, of_tensor **out) {
   OF_ROUTE("avg_pool", dev, ops, avg_pool, x);
   (void)ops;
+  a_pool r;
+  pool_pack(&r, kernel, stride, padding, NULL, nsp);
+  r.ceil_mode = ceil_mode;
+  r.cip = count_include_pad != 0;
+  r.divisor = divisor_override > 0 ? divisor_override : 0;
   pool_args a;
   int64_t planes, osz[3];
-  OF_CHECK(init_args(&a, "avg_pool", nsp));
+  OF_CHECK(init_args(&a, "avg_pool", OPK_AVG_POOL, &r));
   OF_CHECK(check_input(&a, x, &planes));
-  OF_CHECK(windowed_out(&a, x, kernel, stride, padding, NULL, ceil_mode, osz));
-  a.cip = count_include_pad != 0;
-  a.divisor = divisor_override > 0 ? divisor_override : 0;
+  OF_CHECK(windowed_out(&a, x, osz));
   return avg_op(&a, x, osz, false, NULL, 0, out);
 }
 
@@ -1132,11 +1151,13 @@ static of_status adaptive_avg_pool_body(of_tensor *x, const int64_t *output_size
                                     of_tensor **out) {
   OF_ROUTE("adaptive_avg_pool", dev, ops, avg_pool, x);
   (void)ops;
+  a_pool r;
+  pool_pack(&r, output_size, NULL, NULL, NULL, nsp);
   pool_args a;
   int64_t planes, osz[3];
-  OF_CHECK(init_args(&a, "adaptive_avg_pool", nsp));
+  OF_CHECK(init_args(&a, "adaptive_avg_pool", OPK_ADAPTIVE_AVG_POOL, &r));
   OF_CHECK(check_input(&a, x, &planes));
-  OF_CHECK(adaptive_sizes(&a, x, output_size, osz));
+  OF_CHECK(adaptive_sizes(&a, x, osz));
   return avg_op(&a, x, osz, false, NULL, 0, out);
 }
 
