@@ -69,8 +69,6 @@ struct of_node {
   /* set by the engine before it runs the rule: nothing records the rule's
    * ops (no create_graph, no trace), so it may use kernels directly */
   bool direct;
-  double d[4];               /* attributes (being replaced by `attrs`) */
-  int64_t i[OF_MAX_DIMS * 2];
   /* the op's attribute record (OF_NODE_KEEP): op kind, size and bytes */
   int32_t attr_op, attr_size;
   union { double d_; int64_t i_; unsigned char b[OF_NODE_ATTR_MAX]; } attrs;
