@@ -4,10 +4,6 @@
 #include "../autograd.h"
 #include "family.h"
 
-/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
-static of_status binary_body(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into, of_tensor **out);
-static of_status binary_scalar_body(of_binary_op op, of_tensor *a, double s, int32_t reverse, of_tensor *into, of_tensor **out);
-
 typedef enum { ARITH, TRUE_DIV, COMPARE, LOGICAL, BITWISE } kind_t;
 
 /* ---- scalar maths, per type family ---- */

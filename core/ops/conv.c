@@ -58,11 +58,6 @@
 #include <stdlib.h>
 #include "family.h"
 
-/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
-static of_status conv_body(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride, const int64_t *padding, const int64_t *dilation, int32_t nsp, int64_t groups, of_tensor **out);
-static of_status conv_transpose_body(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride, const int64_t *padding, const int64_t *output_padding, const int64_t *dilation, int32_t nsp, int64_t groups, of_tensor **out);
-static of_status conv_weight_grad_body(of_tensor *x, of_tensor *grad_out, const int64_t *kernel_size, const int64_t *stride, const int64_t *padding, const int64_t *dilation, int32_t nsp, int64_t groups, of_tensor **out);
-
 /* ---- arguments and geometry ---- */
 
 typedef struct {

@@ -5,19 +5,6 @@
 #include <stdlib.h>
 #include "family.h"
 
-/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
-static of_status fill__body(of_tensor *t, double value);
-static of_status empty_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev, of_tensor **out);
-static of_status full_body(const int64_t *shape, int32_t ndim, double value, of_dtype dt, of_device dev, of_tensor **out);
-static of_status zeros_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev, of_tensor **out);
-static of_status eye_body(int64_t n, int64_t m, of_dtype dt, of_device dev, of_tensor **out);
-static of_status arange_body(double start, double end, double step, of_dtype dt, of_device dev, of_tensor **out);
-static of_status linspace_body(double start, double end, int64_t steps, of_dtype dt, of_device dev, of_tensor **out);
-static of_status from_doubles_body(const double *values, const int64_t *shape, int32_t ndim, of_dtype dt, of_tensor **out);
-static of_status from_buffer_body(const void *data, const int64_t *shape, int32_t ndim, of_dtype dt, of_tensor **out);
-static of_status tensor_get_flat_body(const of_tensor *t, int64_t i, double *out);
-static of_status tensor_to_doubles_body(const of_tensor *t, double *buf, int64_t n);
-
 typedef struct { uint64_t bits; } fill_ctx;
 
 #define FILL_LOOP(T)                                                          \

@@ -16,17 +16,6 @@
 #include <stdlib.h>
 #include "family.h"
 
-/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
-static of_status one_hot_body(of_tensor *index, int64_t num_classes, int64_t index_base, of_tensor **out);
-static of_status nonzero_body(of_tensor *x, int64_t index_base, of_tensor **out);
-static of_status gather_body(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base, of_tensor **out);
-static of_status scatter_body(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src, double value, int32_t use_value, int32_t reduce, int64_t index_base, of_tensor *into, of_tensor **out);
-static of_status index_select_body(of_tensor *x, int32_t dim, of_tensor *index, int64_t index_base, of_tensor **out);
-static of_status index_add_body(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src, double alpha, int64_t index_base, of_tensor *into, of_tensor **out);
-static of_status sort_body(of_tensor *x, int32_t dim, int32_t descending, int32_t stable, int64_t index_base, of_tensor **values, of_tensor **indices);
-static of_status topk_body(of_tensor *x, int64_t k, int32_t dim, int32_t largest, int32_t sorted, int64_t index_base, of_tensor **values, of_tensor **indices);
-static of_status masked_select_body(of_tensor *x, of_tensor *mask, of_tensor **out);
-
 /* t itself if contiguous, else a contiguous copy (never a stack header). */
 static of_status contig_data(of_tensor *t, of_tensor **out) {
   if (of_tensor_is_contiguous(t)) {

@@ -22,10 +22,6 @@
 #include <stdlib.h>
 #include "family.h"
 
-/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
-static of_status cross_entropy_body(of_tensor *logits, of_tensor *target, of_tensor *weight, of_loss_reduction reduction, int64_t ignore_index, double label_smoothing, int64_t index_base, of_tensor **out);
-static of_status nll_loss_body(of_tensor *log_probs, of_tensor *target, of_tensor *weight, of_loss_reduction reduction, int64_t ignore_index, int64_t index_base, of_tensor **out);
-
 static int32_t nthreads(int64_t work) {
   int32_t nt = of_threads();
   if (nt <= 1 || work < OF_PARALLEL_GRAIN) return 1;

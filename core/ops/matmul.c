@@ -28,12 +28,6 @@
 #include <stdlib.h>
 #include "family.h"
 
-/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
-static of_status matmul_body(of_tensor *a, of_tensor *b, of_tensor **out);
-static of_status mm_body(of_tensor *a, of_tensor *b, of_tensor *into, of_tensor **out);
-static of_status bmm_body(of_tensor *a, of_tensor *b, of_tensor **out);
-static of_status addmm_body(of_tensor *c, of_tensor *a, of_tensor *b, double beta, double alpha, of_tensor **out);
-
 enum { MAX_BATCH = OF_MAX_DIMS };
 /* OpenBLAS computes m*n*k <= 4 * 65536 on one thread: such gemms are run
  * side by side over the batch instead. */

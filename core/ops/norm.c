@@ -24,12 +24,6 @@
 #include <string.h>
 #include "family.h"
 
-/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
-static of_status batch_norm_body(of_tensor *x, of_tensor *running_mean, of_tensor *running_var, of_tensor *weight, of_tensor *bias, int32_t training, double momentum, double eps, of_tensor **out);
-static of_status layer_norm_body(of_tensor *x, int32_t normalized_ndim, of_tensor *weight, of_tensor *bias, double eps, of_tensor **out);
-static of_status group_norm_body(of_tensor *x, int64_t groups, of_tensor *weight, of_tensor *bias, double eps, of_tensor **out);
-static of_status instance_norm_body(of_tensor *x, of_tensor *running_mean, of_tensor *running_var, of_tensor *weight, of_tensor *bias, int32_t use_input_stats, double momentum, double eps, of_tensor **out);
-
 enum { PBLOCK = 64 };   /* parameters per task in the weight/bias grad pass */
 
 static int32_t nthreads(int64_t work) {

@@ -30,12 +30,6 @@
 #include <stdlib.h>
 #include "family.h"
 
-/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
-static of_status max_pool_body(of_tensor *x, const int64_t *kernel, const int64_t *stride, const int64_t *padding, const int64_t *dilation, int32_t nsp, int32_t ceil_mode, int64_t index_base, of_tensor **values, of_tensor **indices);
-static of_status adaptive_max_pool_body(of_tensor *x, const int64_t *output_size, int32_t nsp, int64_t index_base, of_tensor **values, of_tensor **indices);
-static of_status avg_pool_body(of_tensor *x, const int64_t *kernel, const int64_t *stride, const int64_t *padding, int32_t nsp, int32_t ceil_mode, int32_t count_include_pad, int64_t divisor_override, of_tensor **out);
-static of_status adaptive_avg_pool_body(of_tensor *x, const int64_t *output_size, int32_t nsp, of_tensor **out);
-
 static void pool_pack(a_pool *a, const int64_t *kernel, const int64_t *stride,
                       const int64_t *padding, const int64_t *dilation, int32_t nsp);
 

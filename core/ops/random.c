@@ -20,16 +20,6 @@
 #include <pthread.h>
 #include "family.h"
 
-/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
-static of_status uniform__body(of_tensor *t, double lo, double hi);
-static of_status normal__body(of_tensor *t, double mean, double std);
-static of_status randint__body(of_tensor *t, int64_t lo, int64_t hi);
-static of_status bernoulli__body(of_tensor *t, double p);
-static of_status bernoulli_body(of_tensor *p, of_tensor **out);
-static of_status randperm_body(int64_t n, int64_t index_base, of_dtype dt, of_tensor **out);
-static of_status rand_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev, of_tensor **out);
-static of_status randn_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev, of_tensor **out);
-
 /* ---- the generator state --------------------------------------------------
  * One CPU generator per process, as in PyTorch's default generator. It is one
  * of the few globals with a reason: `manual_seed` must reseed every later

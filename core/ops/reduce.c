@@ -24,14 +24,6 @@
 #include <stdio.h>
 #include "family.h"
 
-/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
-static of_status argmax_body(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max, int64_t index_base, of_tensor **out);
-static of_status reduce_body(of_reduce_op op, of_tensor *x, const int32_t *dims, int32_t ndims, int32_t keepdim, double p, of_dtype dt, of_tensor **out);
-static of_status var_body(of_tensor *x, const int32_t *dims, int32_t ndims, double correction, int32_t keepdim, int32_t is_std, of_tensor **out);
-static of_status max_dim_body(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max, int64_t index_base, of_tensor **values, of_tensor **indices);
-static of_status softmax_body(of_tensor *x, int32_t dim, int32_t log, of_tensor **out);
-static of_status cumulative_body(of_tensor *x, int32_t dim, int32_t is_prod, of_tensor **out);
-
 enum { PW_BLOCK = 1024, COLS_BLOCK = 1024, SM_BLOCK = 1024, CUM_BLOCK = 1024 };
 #define ISNAN(v) ((v) != (v))
 

@@ -14,10 +14,6 @@
 #include <stdlib.h>
 #include "family.h"
 
-/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
-static of_status interpolate_body(of_tensor *x, const int64_t *size, const double *scales, int32_t nsp, of_interp_mode mode, int32_t align_corners, of_tensor **out);
-static of_status pad_body(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mode mode, double value, of_tensor **out);
-
 static int32_t nthreads(int64_t work) {
   int32_t nt = of_threads();
   if (nt <= 1 || work < OF_PARALLEL_GRAIN) return 1;

@@ -8,14 +8,6 @@
 #include <stdlib.h>
 #include "family.h"
 
-/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
-static of_status cat_body(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out);
-static of_status stack_body(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out);
-static of_status tri_body(of_tensor *x, int64_t k, int32_t upper, of_tensor **out);
-static of_status flip_body(of_tensor *x, const int32_t *dims, int32_t ndims, of_tensor **out);
-static of_status roll_body(of_tensor *x, const int64_t *shifts, const int32_t *dims, int32_t n, of_tensor **out);
-static of_status repeat_body(of_tensor *x, const int64_t *repeats, int32_t n, of_tensor **out);
-
 /* The kernels (*_compute) move data with the of_*_data helpers, which never
  * record; the public entry points at the end of the file record one node per
  * call, with backward rules written in public ops (so double backward works). */

@@ -6,13 +6,6 @@
 #include "../autograd.h"
 #include "family.h"
 
-/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
-static of_status unary_body(of_unary_op op, of_tensor *x, of_tensor *into, of_tensor **out);
-static of_status clamp_body(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi, of_tensor *into, of_tensor **out);
-static of_status leaky_relu_body(of_tensor *x, double slope, of_tensor *into, of_tensor **out);
-static of_status where_body(of_tensor *cond, of_tensor *a, of_tensor *b, of_tensor **out);
-static of_status masked_fill_body(of_tensor *x, of_tensor *mask, double value, of_tensor *into, of_tensor **out);
-
 typedef enum { KEEP, TO_FLOAT, TO_BOOL, INT_ONLY } ukind_t;
 
 static inline double gelu(double x) { return 0.5 * x * (1.0 + erf(x * M_SQRT1_2)); }

@@ -4,25 +4,6 @@
 #include <stdlib.h>
 #include "family.h"
 
-/* op bodies (their entry points, OF_DISPATCH wrappers, are at the end) */
-static of_status as_strided_body(of_tensor *t, const int64_t *shape, const int64_t *strides, int32_t ndim, int64_t offset, of_tensor **out);
-static of_status narrow_body(of_tensor *t, int32_t dim, int64_t start, int64_t length, of_tensor **out);
-static of_status contiguous_body(of_tensor *t, of_tensor **out);
-static of_status view_body(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out);
-static of_status reshape_body(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out);
-static of_status flatten_body(of_tensor *t, int32_t start, int32_t end, of_tensor **out);
-static of_status squeeze_body(of_tensor *t, int32_t dim, of_tensor **out);
-static of_status unsqueeze_body(of_tensor *t, int32_t dim, of_tensor **out);
-static of_status transpose_body(of_tensor *t, int32_t d0, int32_t d1, of_tensor **out);
-static of_status permute_body(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor **out);
-static of_status slice_body(of_tensor *t, int32_t dim, int64_t start, int64_t end, int64_t step, of_tensor **out);
-static of_status select_body(of_tensor *t, int32_t dim, int64_t index, of_tensor **out);
-static of_status expand_body(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out);
-static of_status clone_body(of_tensor *t, of_tensor **out);
-static of_status to_dtype_body(of_tensor *t, of_dtype dt, of_tensor **out);
-static of_status copy__body(of_tensor *dst, of_tensor *src);
-static of_status detach_body(of_tensor *t, of_tensor **out);
-
 static of_status alias_out(of_tensor *t, const int64_t *shape, const int64_t *strides,
                            int32_t ndim, int64_t offset, of_tensor **out) {
   of_tensor *v = of_tensor_alias(t, shape, strides, ndim, offset);
