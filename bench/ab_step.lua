@@ -5,7 +5,7 @@
 --   luajit bench/ab_step.lua train [threads] [--steps N]  -> lenet_ms X, resnet18_ms X
 --
 -- The timings copy bench/ops.lua (a) "1-element add" (best of 7 runs of 1e6
--- adds, after a warm-up of a tenth of a run) and bench/train.lua's bench()
+-- adds, after a warm-up of a tenth of a run) and bench/step.lua's train_step()
 -- (3 warm-up steps, then the median of N timed steps; LeNet batch 64 1x28x28
 -- from bench/lenet.lua, its ResNet-18 batch 16 3x64x64, SGD with momentum).
 --
@@ -14,7 +14,6 @@
 --   lib <path>       the liboneflow.so mapped into this process (/proc/self/maps)
 --   lib_asked <path> the path oneflow._C resolved
 --   lua <path>       the oneflow/_C.lua this process loaded
-local ffi = require 'ffi'
 
 local mode = arg and arg[1] or 'train'
 local threads, steps = tonumber(os.getenv('OF_BENCH_THREADS') or '') or 2, 20
@@ -49,15 +48,8 @@ do
 end
 
 ------------------------------------------------------------------ timing
-pcall(ffi.cdef, [[
-typedef struct { int64_t sec, nsec; } of_bench_timespec;
-int clock_gettime(int clk, of_bench_timespec *ts);
-]])
-local ts = ffi.new('of_bench_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts)   -- CLOCK_MONOTONIC
-  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
-end
+local S = require 'bench.step'
+local now = S.now
 
 if mode == 'add' then
   -- bench/ops.lua's best_of without `steady`, and its row (a)
@@ -83,42 +75,13 @@ if mode == 'add' then
 end
 
 assert(mode == 'train', 'mode must be add or train')
-local F = flow.nn.functional
 
 ------------------------------------------------------------------ models (as bench/train.lua)
 local LeNet = require 'bench.lenet'
 
 local ResNet18 = require 'bench.resnet'
 
-local function median(t)
-  table.sort(t)
-  return t[math.floor((#t + 1) / 2)]
-end
-
--- bench/train.lua's bench(), less the peak-memory figure
-local function bench(model, batch, shape)
-  jit.flush()
-  flow.collect()
-  flow.manual_seed(0)
-  local x = flow.randn(batch, unpack(shape))
-  local y = flow.randint(1, 11, {batch})
-  local opt = flow.optim.SGD(model:parameters(), {lr = 0.01, momentum = 0.9})
-  local function step()
-    local loss = F.cross_entropy(model(x), y)
-    opt:zero_grad()
-    loss:backward()
-    opt:step()
-  end
-  for _ = 1, 3 do step() end
-  flow.collect()
-  local times = {}
-  for i = 1, steps do
-    local t0 = now()
-    step()
-    times[i] = (now() - t0) * 1000
-  end
-  return median(times)
-end
+local function bench(model, batch, shape) return (S.train_step(model, batch, shape, steps)) end
 
 flow.manual_seed(0)
 print(('lenet_ms %.3f'):format(bench(LeNet(), 64, {1, 28, 28})))

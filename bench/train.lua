@@ -11,9 +11,7 @@
 -- before and after goes into the table.
 --
 -- Writes the table to doc/benchmarks.md (section "Training steps").
-local ffi = require 'ffi'
 local flow = require 'oneflow'
-local F = flow.nn.functional
 
 local threads, steps, rounds, write_doc = 2, 20, 3, true
 do
@@ -28,15 +26,7 @@ do
 end
 flow.set_num_threads(threads)
 
-pcall(ffi.cdef, [[
-typedef struct { int64_t sec, nsec; } of_bench_timespec;
-int clock_gettime(int clk, of_bench_timespec *ts);
-]])
-local ts = ffi.new('of_bench_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts)
-  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
-end
+local S = require 'bench.step'
 
 ------------------------------------------------------------------ models
 local LeNet = require 'bench.lenet'
@@ -44,38 +34,7 @@ local LeNet = require 'bench.lenet'
 local ResNet18 = require 'bench.resnet'
 
 ------------------------------------------------------------------ timing
-local function median(t)
-  table.sort(t)
-  return t[math.floor((#t + 1) / 2)]
-end
-
-local function bench(model, batch, shape)
-  -- compiled traces can hold the previous round's model as a constant: drop
-  -- them so that its memory is free before this model's peak is measured
-  jit.flush()
-  flow.collect()
-  flow.manual_seed(0)
-  local x = flow.randn(batch, unpack(shape))
-  local y = flow.randint(1, 11, {batch})
-  local opt = flow.optim.SGD(model:parameters(), {lr = 0.01, momentum = 0.9})
-  local function step()
-    local loss = F.cross_entropy(model(x), y)
-    opt:zero_grad()
-    loss:backward()
-    opt:step()
-  end
-  for _ = 1, 3 do step() end
-  flow.collect()
-  flow.reset_peak_memory_stats()
-  local times = {}
-  for i = 1, steps do
-    local t0 = now()
-    step()
-    times[i] = (now() - t0) * 1000
-  end
-  if os.getenv("OF_BENCH_VERBOSE") then print(table.concat(times, " ")) end
-  return median(times), flow.memory_stats().peak_bytes / 2 ^ 20
-end
+local function bench(model, batch, shape) return S.train_step(model, batch, shape, steps) end
 
 local torch_script = [[
 import sys, time, statistics, resource

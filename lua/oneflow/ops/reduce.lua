@@ -177,23 +177,23 @@ M.argmax = def('argmax', arg_extreme(1, 'argmax'))
 M.argmin = def('argmin', arg_extreme(0, 'argmin'))
 
 ------------------------------------------------------------------ softmax
-local function cast(x, opts)
-  if opts and opts.dtype then
-    return T.call1(C.of_to_dtype, x.p, types.dtype(opts.dtype, 4).id, out1)
-  end
-  return x
-end
-
--- softmax(x, dim[, {dtype =}]) and log_softmax: along one dim, numerically stable.
-local function softmax_fn(log, name)
+-- One op along one dim with an optional {dtype =} cast of the input first:
+-- softmax/log_softmax here, cumsum/cumprod in ops/scan.lua. `flag` is the
+-- C op's variant (log, is_prod); `hint` completes the missing-dim error.
+function M.along_dim(cfn, flag, name, hint)
   return function(x, d, opts)
     check_tensor(name, x)
     if is_options(d) then opts, d = d, d.dim end
-    if d == nil then error(name .. ': dim is required, e.g. ' .. name .. '(x, -1)', 2) end
-    x = cast(x, opts)
-    if C.of_softmax(x.p, A.dim(d, name), log, out1) ~= 0 then raise(2) end
+    if d == nil then error(name .. ': dim is required, e.g. ' .. hint, 2) end
+    if opts and opts.dtype then
+      x = T.call1(C.of_to_dtype, x.p, types.dtype(opts.dtype, 4).id, out1)
+    end
+    if cfn(x.p, A.dim(d, name), flag, out1) ~= 0 then raise(2) end
     return wrap(out1[0])
   end
+end
+local function softmax_fn(log, name)
+  return M.along_dim(C.of_softmax, log, name, name .. '(x, -1)')
 end
 M.softmax = def('softmax', softmax_fn(0, 'softmax'))
 M.log_softmax = def('log_softmax', softmax_fn(1, 'log_softmax'))

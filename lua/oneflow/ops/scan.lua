@@ -10,27 +10,14 @@ local A = require 'oneflow._args'
 local def, is_tensor, flow, is_options = T.def, T.is_tensor, T.flow, A.is_options
 local check_tensor, norm_dim, EMPTY, int64 = A.check_tensor, A.norm_dim, A.EMPTY, types.by_name.int64
 local bool = types.by_name.bool
-local C, out1, raise, wrap = core.C, core.out1, core.raise, core.wrap
+local C = core.C
+local along_dim = require('oneflow.ops.reduce').along_dim
 local M = {}
 
 ------------------------------------------------------------------ cumsum / cumprod (core/ops/reduce.c)
-local function cast(x, opts)
-  if opts and opts.dtype then
-    return T.call1(C.of_to_dtype, x.p, types.dtype(opts.dtype, 4).id, out1)
-  end
-  return x
-end
-
 -- x:cumsum(dim[, {dtype =}]): ints and bool accumulate into int64.
 local function cumulative(is_prod, name)
-  return function(x, d, opts)
-    check_tensor(name, x)
-    if is_options(d) then opts, d = d, d.dim end
-    if d == nil then error(name .. ': dim is required, e.g. x:' .. name .. '(1)', 2) end
-    x = cast(x, opts)
-    if C.of_cumulative(x.p, A.dim(d, name), is_prod, out1) ~= 0 then raise(2) end
-    return wrap(out1[0])
-  end
+  return along_dim(C.of_cumulative, is_prod, name, 'x:' .. name .. '(1)')
 end
 M.cumsum = def('cumsum', cumulative(0, 'cumsum'))
 M.cumprod = def('cumprod', cumulative(1, 'cumprod'))
