@@ -75,30 +75,63 @@ typedef struct {
 #define DT_double OF_FLOAT64
 #define SET(OP, TI, TO, EXPR) [OF_##OP].loop[DT_##TI] = un_##OP##_##TI,
 #define SETF(OP, TI, TO, EXPR) SET(OP, TI, TO, EXPR)
-#define DEF(OP, NAME, KIND) [OF_##OP].name = NAME, [OF_##OP].kind = KIND,
+/* One line per unary op: enum member (oneflow.h), name, result dtype rule,
+ * autograd node name (NULL: not differentiable). The kernels are the
+ * FLOAT_UNARY/INT_UNARY lines above, the derivatives unary_grad_expr. */
+#define UNARY_OPS(X) \
+  X(NEG, "neg", KEEP, "NegBackward") \
+  X(ABS, "abs", KEEP, "AbsBackward") \
+  X(EXP, "exp", TO_FLOAT, "ExpBackward") \
+  X(LOG, "log", TO_FLOAT, "LogBackward") \
+  X(SQRT, "sqrt", TO_FLOAT, "SqrtBackward") \
+  X(RSQRT, "rsqrt", TO_FLOAT, "RsqrtBackward") \
+  X(SIN, "sin", TO_FLOAT, "SinBackward") \
+  X(COS, "cos", TO_FLOAT, "CosBackward") \
+  X(TAN, "tan", TO_FLOAT, "TanBackward") \
+  X(TANH, "tanh", TO_FLOAT, "TanhBackward") \
+  X(SIGMOID, "sigmoid", TO_FLOAT, "SigmoidBackward") \
+  X(RELU, "relu", KEEP, "ReluBackward") \
+  X(GELU, "gelu", TO_FLOAT, "GeluBackward") \
+  X(GELU_TANH, "gelu_tanh", TO_FLOAT, "GeluBackward") \
+  X(SILU, "silu", TO_FLOAT, "SiluBackward") \
+  X(FLOOR, "floor", KEEP, "FloorBackward") \
+  X(CEIL, "ceil", KEEP, "CeilBackward") \
+  X(ROUND, "round", KEEP, "RoundBackward") \
+  X(TRUNC, "trunc", KEEP, "TruncBackward") \
+  X(SIGN, "sign", KEEP, "SignBackward") \
+  X(RECIPROCAL, "reciprocal", TO_FLOAT, "ReciprocalBackward") \
+  X(SQUARE, "square", KEEP, "SquareBackward") \
+  X(LOG2, "log2", TO_FLOAT, "Log2Backward") \
+  X(LOG10, "log10", TO_FLOAT, "Log10Backward") \
+  X(LOG1P, "log1p", TO_FLOAT, "Log1pBackward") \
+  X(EXPM1, "expm1", TO_FLOAT, "Expm1Backward") \
+  X(ASIN, "asin", TO_FLOAT, "AsinBackward") \
+  X(ACOS, "acos", TO_FLOAT, "AcosBackward") \
+  X(ATAN, "atan", TO_FLOAT, "AtanBackward") \
+  X(SINH, "sinh", TO_FLOAT, "SinhBackward") \
+  X(COSH, "cosh", TO_FLOAT, "CoshBackward") \
+  X(ERF, "erf", TO_FLOAT, "ErfBackward") \
+  X(ERFC, "erfc", TO_FLOAT, "ErfcBackward") \
+  X(SOFTPLUS, "softplus", TO_FLOAT, "SoftplusBackward") \
+  X(MISH, "mish", TO_FLOAT, "MishBackward") \
+  X(HARDSWISH, "hardswish", TO_FLOAT, "HardswishBackward") \
+  X(HARDSIGMOID, "hardsigmoid", TO_FLOAT, "HardsigmoidBackward") \
+  X(LOGICAL_NOT, "logical_not", TO_BOOL, NULL) \
+  X(BITWISE_NOT, "bitwise_not", INT_ONLY, NULL) \
+  X(ISNAN, "isnan", TO_BOOL, NULL) \
+  X(ISINF, "isinf", TO_BOOL, NULL) \
+  X(ISFINITE, "isfinite", TO_BOOL, NULL)
+
+#define DEF(OP, NAME, KIND, GRAD) [OF_##OP].name = NAME, [OF_##OP].kind = KIND,
 
 static const unary_def unary_ops[OF_NUM_UNARY] = {
-    DEF(NEG, "neg", KEEP) DEF(ABS, "abs", KEEP) DEF(EXP, "exp", TO_FLOAT)
-    DEF(LOG, "log", TO_FLOAT) DEF(SQRT, "sqrt", TO_FLOAT) DEF(RSQRT, "rsqrt", TO_FLOAT)
-    DEF(SIN, "sin", TO_FLOAT) DEF(COS, "cos", TO_FLOAT) DEF(TAN, "tan", TO_FLOAT)
-    DEF(TANH, "tanh", TO_FLOAT) DEF(SIGMOID, "sigmoid", TO_FLOAT) DEF(RELU, "relu", KEEP)
-    DEF(GELU, "gelu", TO_FLOAT) DEF(GELU_TANH, "gelu_tanh", TO_FLOAT)
-    DEF(SILU, "silu", TO_FLOAT) DEF(FLOOR, "floor", KEEP) DEF(CEIL, "ceil", KEEP)
-    DEF(ROUND, "round", KEEP) DEF(TRUNC, "trunc", KEEP) DEF(SIGN, "sign", KEEP)
-    DEF(RECIPROCAL, "reciprocal", TO_FLOAT) DEF(SQUARE, "square", KEEP)
-    DEF(LOG2, "log2", TO_FLOAT) DEF(LOG10, "log10", TO_FLOAT) DEF(LOG1P, "log1p", TO_FLOAT)
-    DEF(EXPM1, "expm1", TO_FLOAT) DEF(ASIN, "asin", TO_FLOAT) DEF(ACOS, "acos", TO_FLOAT)
-    DEF(ATAN, "atan", TO_FLOAT) DEF(SINH, "sinh", TO_FLOAT) DEF(COSH, "cosh", TO_FLOAT)
-    DEF(ERF, "erf", TO_FLOAT) DEF(ERFC, "erfc", TO_FLOAT) DEF(SOFTPLUS, "softplus", TO_FLOAT)
-    DEF(MISH, "mish", TO_FLOAT) DEF(HARDSWISH, "hardswish", TO_FLOAT)
-    DEF(HARDSIGMOID, "hardsigmoid", TO_FLOAT) DEF(LOGICAL_NOT, "logical_not", TO_BOOL)
-    DEF(BITWISE_NOT, "bitwise_not", INT_ONLY) DEF(ISNAN, "isnan", TO_BOOL)
-    DEF(ISINF, "isinf", TO_BOOL) DEF(ISFINITE, "isfinite", TO_BOOL)
+    UNARY_OPS(DEF)
     FLOAT_UNARY(SETF, float, f) FLOAT_UNARY(SETF, double, )
     INT_UNARY(SET, uint8_t) INT_UNARY(SET, int8_t) INT_UNARY(SET, int32_t)
     INT_UNARY(SET, int64_t) BOOL_UNARY(SET, bool)
 };
-_Static_assert(OF_NUM_UNARY == 42, "unary op table out of step with oneflow.h");
+#define COUNT_ONE(...) +1
+_Static_assert(0 UNARY_OPS(COUNT_ONE) == OF_NUM_UNARY, "UNARY_OPS and oneflow.h's of_unary_op differ");
 
 const char *of_unary_name(of_unary_op op) {
   return op >= 0 && op < OF_NUM_UNARY ? unary_ops[op].name : "invalid";
@@ -466,22 +499,8 @@ static of_status unary_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   return of_s_end(&s, r, &gi[0]);
 }
 
-#define UGRAD(OP, NAME) [OF_##OP] = {NAME, unary_backward},
-static const of_grad_def unary_grads[OF_NUM_UNARY] = {
-    UGRAD(NEG, "NegBackward") UGRAD(ABS, "AbsBackward") UGRAD(EXP, "ExpBackward")
-    UGRAD(LOG, "LogBackward") UGRAD(SQRT, "SqrtBackward") UGRAD(RSQRT, "RsqrtBackward")
-    UGRAD(SIN, "SinBackward") UGRAD(COS, "CosBackward") UGRAD(TAN, "TanBackward")
-    UGRAD(TANH, "TanhBackward") UGRAD(SIGMOID, "SigmoidBackward") UGRAD(RELU, "ReluBackward")
-    UGRAD(GELU, "GeluBackward") UGRAD(GELU_TANH, "GeluBackward") UGRAD(SILU, "SiluBackward")
-    UGRAD(FLOOR, "FloorBackward") UGRAD(CEIL, "CeilBackward") UGRAD(ROUND, "RoundBackward")
-    UGRAD(TRUNC, "TruncBackward") UGRAD(SIGN, "SignBackward")
-    UGRAD(RECIPROCAL, "ReciprocalBackward") UGRAD(SQUARE, "SquareBackward")
-    UGRAD(LOG2, "Log2Backward") UGRAD(LOG10, "Log10Backward") UGRAD(LOG1P, "Log1pBackward")
-    UGRAD(EXPM1, "Expm1Backward") UGRAD(ASIN, "AsinBackward") UGRAD(ACOS, "AcosBackward")
-    UGRAD(ATAN, "AtanBackward") UGRAD(SINH, "SinhBackward") UGRAD(COSH, "CoshBackward")
-    UGRAD(ERF, "ErfBackward") UGRAD(ERFC, "ErfcBackward") UGRAD(SOFTPLUS, "SoftplusBackward")
-    UGRAD(MISH, "MishBackward") UGRAD(HARDSWISH, "HardswishBackward")
-    UGRAD(HARDSIGMOID, "HardsigmoidBackward")};
+#define UGRAD(OP, NAME, KIND, GRAD) [OF_##OP] = {GRAD, unary_backward},
+static const of_grad_def unary_grads[OF_NUM_UNARY] = {UNARY_OPS(UGRAD)};
 
 /* Under autograd an in-place op computes out of place and takes the result
  * over (the input is cloned first so its saved value survives). */

@@ -551,27 +551,21 @@ static void describe_shape(const void *p, char *b, size_t c) {
 of_status of_view(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
   OF_DISPATCH(view_body(t, shape, ndim, out), pack_shape(OPK_VIEW, t, shape, ndim, out));
 }
-static of_status run_view(const of_oprec *n, of_tensor **ins, void **outs) {
-  OF_ATTRS(a_shape);
-  OF_NEED(NDIM_OK(a->ndim), "ndim");
-  OF_RUN1(of_view(ins[0], a->shape, a->ndim, OF_R));
-}
 
 of_status of_reshape(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
   OF_DISPATCH(reshape_body(t, shape, ndim, out), pack_shape(OPK_RESHAPE, t, shape, ndim, out));
-}
-static of_status run_reshape(const of_oprec *n, of_tensor **ins, void **outs) {
-  OF_ATTRS(a_shape);
-  OF_NEED(NDIM_OK(a->ndim), "ndim");
-  OF_RUN1(of_reshape(ins[0], a->shape, a->ndim, OF_R));
 }
 
 of_status of_expand(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
   OF_DISPATCH(expand_body(t, shape, ndim, out), pack_shape(OPK_EXPAND, t, shape, ndim, out));
 }
-static of_status run_expand(const of_oprec *n, of_tensor **ins, void **outs) {
+
+/* view, reshape and expand share their record */
+static of_status run_shape(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_ATTRS(a_shape);
   OF_NEED(NDIM_OK(a->ndim), "ndim");
+  if (n->op == OPK_VIEW) OF_RUN1(of_view(ins[0], a->shape, a->ndim, OF_R));
+  if (n->op == OPK_RESHAPE) OF_RUN1(of_reshape(ins[0], a->shape, a->ndim, OF_R));
   OF_RUN1(of_expand(ins[0], a->shape, a->ndim, OF_R));
 }
 
@@ -750,8 +744,8 @@ static of_status run_copy_(const of_oprec *n, of_tensor **ins, void **outs) {
   return of_copy_(ins[0], ins[1]);
 }
 
-OF_OP_IMPL(VIEW, run_view, NULL, NULL, describe_shape);
-OF_OP_IMPL(RESHAPE, run_reshape, NULL, NULL, describe_shape);
+OF_OP_IMPL(VIEW, run_shape, NULL, NULL, describe_shape);
+OF_OP_IMPL(RESHAPE, run_shape, NULL, NULL, describe_shape);
 OF_OP_IMPL(AS_STRIDED, run_as_strided, NULL, NULL, describe_strided);
 OF_OP_IMPL(TRANSPOSE, run_transpose, NULL, NULL, describe_i2);
 OF_OP_IMPL(PERMUTE, run_permute, NULL, NULL, of_describe_dims);
@@ -760,7 +754,7 @@ OF_OP_IMPL(SLICE, run_slice, NULL, NULL, describe_dim3);
 OF_OP_IMPL(SELECT, run_select, NULL, NULL, describe_dim3);
 OF_OP_IMPL(UNSQUEEZE, run_unsqueeze, NULL, NULL, of_describe_i1);
 OF_OP_IMPL(SQUEEZE, run_squeeze, NULL, NULL, of_describe_i1);
-OF_OP_IMPL(EXPAND, run_expand, NULL, NULL, describe_shape);
+OF_OP_IMPL(EXPAND, run_shape, NULL, NULL, describe_shape);
 OF_OP_IMPL(FLATTEN, run_flatten, NULL, NULL, describe_i2);
 OF_OP_IMPL(CONTIGUOUS, run_contiguous, NULL, NULL, NULL);
 OF_OP_IMPL(CLONE, run_clone, NULL, NULL, NULL);
