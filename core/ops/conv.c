@@ -75,6 +75,7 @@ typedef struct {
   int64_t in[3], out[3], k[3], s[3], p[3], d[3];
   int64_t in_sz, out_sz, k_sz;
   bool direct;              /* 1x1, stride 1, no padding: no columns */
+  int parts;                /* gemm parts of a team (see gemm_groups); 1 outside one */
   const struct gather_tab *tab;   /* set by conv_run: the gather path, or NULL */
 } geom;
 
@@ -119,6 +120,7 @@ static void geom_init(geom *g, const conv_args *a, int64_t N, int64_t CI, int64_
     if (g->k[d] != 1 || g->s[d] != 1 || g->p[d] != 0) g->direct = false;
   }
   g->tab = NULL;
+  g->parts = 1;
   g->in_sz = g->in[0] * g->in[1] * g->in[2];
   g->out_sz = g->out[0] * g->out[1] * g->out[2];
   g->k_sz = g->k[0] * g->k[1] * g->k[2];
@@ -437,12 +439,16 @@ GATHER_KERNELS(double)
          Cm, (int)ldc);                                                                    \
   }                                                                                        \
                                                                                            \
-  /* the G group gemms: whole groups per thread when there are enough */                  \
-  static void gemm_groups_##T(int tid, int nth, int64_t G, CBLAS_TRANSPOSE ta,              \
+  /* the G group gemms: whole groups per thread when there are enough, else each          \
+   * split into `parts` (the team's size as of_threads() planned it); the threads          \
+   * actually running (nth, 1 on a worker of the graph scheduler, where OpenMP does        \
+   * not nest) take parts tid, tid + nth, ... A gemm's bits depend on how its result        \
+   * is split (OpenBLAS's edge tiles sum differently), never on who runs a part. */        \
+  static void gemm_groups_##T(int tid, int nth, int parts, int64_t G, CBLAS_TRANSPOSE ta,   \
                               CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K,         \
                               const T *A, int64_t lda, int64_t ag, const T *B, int64_t ldb, \
                               int64_t bg, T beta, T *Cm, int64_t ldc, int64_t cg) {        \
-    if (G >= nth) {                                                                        \
+    if (G >= parts) {                                                                      \
       int64_t lo, hi;                                                                      \
       share(G, tid, nth, &lo, &hi);                                                        \
       for (int64_t grp = lo; grp < hi; grp++)                                              \
@@ -450,8 +456,9 @@ GATHER_KERNELS(double)
                       Cm + grp * cg, ldc);                                                 \
     } else {                                                                               \
       for (int64_t grp = 0; grp < G; grp++)                                                \
-        gemm_part_##T(tid, nth, ta, tb, M, N, K, A + grp * ag, lda, B + grp * bg, ldb,      \
-                      beta, Cm + grp * cg, ldc);                                           \
+        for (int part = tid; part < parts; part += nth)                                    \
+          gemm_part_##T(part, parts, ta, tb, M, N, K, A + grp * ag, lda, B + grp * bg, ldb, \
+                        beta, Cm + grp * cg, ldc);                                         \
     }                                                                                      \
   }                                                                                        \
                                                                                            \
@@ -472,8 +479,8 @@ GATHER_KERNELS(double)
         for (int64_t i = 0; i < L; i++) y[c * L + i] = b[c];                               \
     }                                                                                      \
     if (b || !g->direct) team_barrier(nth);                                                \
-    gemm_groups_##T(tid, nth, g->G, CblasNoTrans, CblasNoTrans, M, L, K, w, K, M * K, src,  \
-                    L, K * L, b ? 1 : 0, y, L, M * L);                                     \
+    gemm_groups_##T(tid, nth, g->parts, g->G, CblasNoTrans, CblasNoTrans, M, L, K, w, K,   \
+                    M * K, src, L, K * L, b ? 1 : 0, y, L, M * L);                         \
     team_barrier(nth);                                                                     \
   }                                                                                        \
                                                                                            \
@@ -482,8 +489,8 @@ GATHER_KERNELS(double)
                                    T *gx, T *col, int tid, int nth) {                      \
     const int64_t M = g->CO / g->G, K = g->CI / g->G * g->k_sz, L = g->out_sz;             \
     T *dst = g->direct ? gx : col;                                                         \
-    gemm_groups_##T(tid, nth, g->G, CblasTrans, CblasNoTrans, K, L, M, w, K, M * K, gy, L,  \
-                    M * L, 0, dst, L, K * L);                                              \
+    gemm_groups_##T(tid, nth, g->parts, g->G, CblasTrans, CblasNoTrans, K, L, M, w, K,     \
+                    M * K, gy, L, M * L, 0, dst, L, K * L);                                \
     if (g->direct && !b) {                                                                 \
       team_barrier(nth);                                                                   \
       return;                                                                              \
@@ -510,8 +517,8 @@ GATHER_KERNELS(double)
       src = col;                                                                           \
       team_barrier(nth);                                                                   \
     }                                                                                      \
-    gemm_groups_##T(tid, nth, g->G, CblasNoTrans, CblasTrans, M, K, L, gy, L, M * L, src,   \
-                    L, K * L, 1, gw, K, M * K);                                            \
+    gemm_groups_##T(tid, nth, g->parts, g->G, CblasNoTrans, CblasTrans, M, K, L, gy, L,    \
+                    M * L, src, L, K * L, 1, gw, K, M * K);                                \
     team_barrier(nth);                                                                     \
     }                                                                                      \
                                                                                            \
@@ -577,8 +584,8 @@ GATHER_KERNELS(double)
     const int64_t M = g->CO / g->G, K = g->CI / g->G * g->k_sz, NL = nb * g->out_sz;       \
     to_cols_##T(g, nb, x, col, tid, nth);                                                  \
     team_barrier(nth);                                                                     \
-    gemm_groups_##T(tid, nth, g->G, CblasNoTrans, CblasNoTrans, M, NL, K, w, K, M * K, col, \
-                    NL, K * NL, 0, ybuf, NL, M * NL);                                      \
+    gemm_groups_##T(tid, nth, g->parts, g->G, CblasNoTrans, CblasNoTrans, M, NL, K, w, K,  \
+                    M * K, col, NL, K * NL, 0, ybuf, NL, M * NL);                          \
     team_barrier(nth);                                                                     \
     transpose_nc_##T(nb, g->CO, g->out_sz, y, ybuf, b, 1, tid, nth);                       \
   }                                                                                        \
@@ -589,8 +596,8 @@ GATHER_KERNELS(double)
     const int64_t M = g->CO / g->G, K = g->CI / g->G * g->k_sz, L = g->out_sz, NL = nb * L; \
     transpose_nc_##T(nb, g->CO, L, (T *)gy, gybuf, NULL, 0, tid, nth);                     \
     team_barrier(nth);                                                                     \
-    gemm_groups_##T(tid, nth, g->G, CblasTrans, CblasNoTrans, K, NL, M, w, K, M * K, gybuf, \
-                    NL, M * NL, 0, col, NL, K * NL);                                       \
+    gemm_groups_##T(tid, nth, g->parts, g->G, CblasTrans, CblasNoTrans, K, NL, M, w, K,    \
+                    M * K, gybuf, NL, M * NL, 0, col, NL, K * NL);                         \
     team_barrier(nth);                                                                     \
     if (g->direct) {                                                                       \
       transpose_nc_##T(nb, g->CI, L, gx, col, b, 1, tid, nth);                             \
@@ -650,8 +657,8 @@ GATHER_KERNELS(double)
     to_cols_##T(g, nb, x, col, tid, nth);                                                  \
     transpose_nc_##T(nb, g->CO, g->out_sz, (T *)gy, gybuf, NULL, 0, tid, nth);             \
     team_barrier(nth);                                                                     \
-    gemm_groups_##T(tid, nth, g->G, CblasNoTrans, CblasTrans, M, K, NL, gybuf, NL, M * NL, \
-                    col, NL, K * NL, beta, gw, K, M * K);                                  \
+    gemm_groups_##T(tid, nth, g->parts, g->G, CblasNoTrans, CblasTrans, M, K, NL, gybuf,   \
+                    NL, M * NL, col, NL, K * NL, beta, gw, K, M * K);                      \
     team_barrier(nth);                                                                     \
   }
 
@@ -935,22 +942,30 @@ static of_status wide_run(const char *op, run_kind kind, const geom *g, of_dtype
     return of_fail(OF_ERR_OOM, "%s: out of memory for %lld bytes of columns", op,
                    (long long)bytes);
   int64_t xs = g->CI * g->in_sz, ys = g->CO * g->out_sz;
+  /* The nt parts (split: samples, team: each gemm) are fixed by nt alone; the
+   * threads that actually run (fewer on a worker of the graph scheduler) take
+   * parts tid, tid + nth, ..., so the bits never depend on who runs. */
+  geom gp = *g;
+  gp.parts = split ? 1 : nt;
+  g = &gp;
   int prev = nt > 1 ? blas_single_begin() : 1;
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     int tid = omp_get_thread_num(), nth = omp_get_num_threads();
     int ktid = tid, knth = nth;   /* the kernels' team */
-    int64_t lo = 0, hi = g->N;
-    char *col = buf, *gw = res;
-    if (split) {
-      share(g->N, tid, nth, &lo, &hi);
-      ktid = 0, knth = 1;
-      col = buf + es * per * tid;
-      if (wsize && tid > 0) gw = col + es * (colsz + tsz);
-    }
-    char *tb = col + es * colsz;
-    for (int64_t n0 = lo; n0 < hi; n0 += nb) {
-      int64_t m = hi - n0 < nb ? hi - n0 : nb;
+    int p0 = split ? tid : 0, pstep = split ? nth : 1, pend = split ? nt : 1;
+    if (split) ktid = 0, knth = 1;
+    for (int part = p0; part < pend; part += pstep) {
+      int64_t lo = 0, hi = g->N;
+      char *col = buf, *gw = res;
+      if (split) {
+        share(g->N, part, nt, &lo, &hi);
+        col = buf + es * per * part;
+        if (wsize && part > 0) gw = col + es * (colsz + tsz);
+      }
+      char *tb = col + es * colsz;
+      for (int64_t n0 = lo; n0 < hi; n0 += nb) {
+        int64_t m = hi - n0 < nb ? hi - n0 : nb;
 #define WIDE(T)                                                                            \
   do {                                                                                     \
     if (kind == RUN_FWD)                                                                   \
@@ -963,15 +978,16 @@ static of_status wide_run(const char *op, run_kind kind, const geom *g, of_dtype
       wide_bwd_weight_##T(g, m, (const T *)a + n0 * xs, (const T *)b + n0 * ys, (T *)gw,   \
                           n0 == lo ? 0 : 1, (T *)col, (T *)tb, ktid, knth);                \
   } while (0)
-      if (dt == OF_FLOAT32) WIDE(float);
-      else WIDE(double);
+        if (dt == OF_FLOAT32) WIDE(float);
+        else WIDE(double);
 #undef WIDE
+      }
     }
-    if (wsize) {   /* sum the partials into res: every thread ran at least one chunk */
+    if (wsize) {   /* sum the partials into res, in part order: every part ran a chunk */
 #pragma omp barrier
       int64_t w0, w1;
       share(wsize, tid, nth, &w0, &w1);
-      for (int t = 1; t < nth; t++) {
+      for (int t = 1; t < nt; t++) {
         const char *src = buf + es * (per * t + colsz + tsz);
         if (dt == OF_FLOAT32) {
           float *d = (float *)res;
@@ -1119,8 +1135,8 @@ static of_status conv_run_cols(const char *op, run_kind kind, const geom *g, of_
   bool batch = batch_parallel(g, nt);
   if (batch && nt > g->N) nt = (int)g->N;
   int64_t nbuf = batch ? nt : 1;
-  /* per-thread columns; in batch mode per-thread weight-grad partials
-   * (thread 0 accumulates into the result itself) */
+  /* per-part columns; in batch mode per-part weight-grad partials
+   * (part 0 accumulates into the result itself) */
   int64_t partial = kind == RUN_BWD_WEIGHT && batch ? wsize : 0;
   int64_t per = colsz + partial;
   int64_t bytes = es * per * nbuf;
@@ -1152,27 +1168,38 @@ static of_status conv_run_cols(const char *op, run_kind kind, const geom *g, of_
       else SAMPLE(double, n, buf, res, 0, 1);
     }
   } else {
+    /* The nt parts (batch: samples and their weight-grad partials, team: each
+     * gemm) are fixed by nt alone; the threads that actually run (fewer on a
+     * worker of the graph scheduler, where OpenMP does not nest) take parts
+     * tid, tid + nth, ..., so the bits never depend on who runs. */
+    geom gp = *g;
+    gp.parts = batch ? 1 : nt;
+    g = &gp;
     /* OpenBLAS stays on the calling thread inside the region */
     int prev = blas_single_begin();
 #pragma omp parallel num_threads(nt)
     {
       int tid = omp_get_thread_num(), nth = omp_get_num_threads();
       if (batch) {
-        char *col = buf ? buf + es * per * tid : NULL;
-        char *gw = res;
-        if (partial && tid > 0) {
-          gw = col + es * colsz;
-          memset(gw, 0, (size_t)(es * wsize));
+        for (int part = tid; part < nt; part += nth) {
+          char *col = buf ? buf + es * per * part : NULL;
+          char *gw = res;
+          if (partial && part > 0) {
+            gw = col + es * colsz;
+            memset(gw, 0, (size_t)(es * wsize));
+          }
+          int64_t n0, n1;
+          share(g->N, part, nt, &n0, &n1);
+          for (int64_t n = n0; n < n1; n++) {
+            if (dt == OF_FLOAT32) SAMPLE(float, n, col, gw, 0, 1);
+            else SAMPLE(double, n, col, gw, 0, 1);
+          }
         }
-#pragma omp for schedule(static)
-        for (int64_t n = 0; n < g->N; n++) {
-          if (dt == OF_FLOAT32) SAMPLE(float, n, col, gw, 0, 1);
-          else SAMPLE(double, n, col, gw, 0, 1);
-        }
-        if (partial) {   /* (the omp for ended with a barrier) */
+        if (partial) {   /* the parts' partials, summed in part order */
+#pragma omp barrier
           int64_t lo, hi;
           share(wsize, tid, nth, &lo, &hi);
-          for (int t = 1; t < nth; t++) {
+          for (int t = 1; t < nt; t++) {
             const char *src = buf + es * (per * t + colsz);
             if (dt == OF_FLOAT32) {
               float *d = (float *)res;

@@ -231,12 +231,16 @@ static of_status gemm_exec(const char *op, gemm_job *j) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int64_t b = 0; b < j->nbatch_total; b++) blas_one(j, b);
   } else if (per > SMALL_GEMM && nt > 1 && (j->m > 1 || j->n > 1)) {
-    /* each product split over the threads (parts are disjoint: no barrier
-     * between products) */
+    /* each product split into nt parts (disjoint: no barrier between
+     * products). A gemm's bits depend on how its result is split (OpenBLAS's
+     * edge tiles sum differently), so the split is fixed by nt alone: the
+     * threads that actually run (1 on a worker of the graph scheduler, where
+     * OpenMP does not nest) take parts tid, tid + nth, ... */
 #pragma omp parallel num_threads(nt)
     {
       int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-      for (int64_t b = 0; b < j->nbatch_total; b++) blas_part(j, b, tid, nth);
+      for (int64_t b = 0; b < j->nbatch_total; b++)
+        for (int part = tid; part < nt; part += nth) blas_part(j, b, part, nt);
     }
   } else {
     for (int64_t b = 0; b < j->nbatch_total; b++) blas_one(j, b);

@@ -648,21 +648,24 @@ static of_status reduce_run(kind_t kind, const of_tensor *x, const bool *red, vo
   if (j.C > pl.r_size) j.C = pl.r_size;
   j.chunk = (pl.r_size + j.C - 1) / j.C;
   j.C = (pl.r_size + j.chunk - 1) / j.chunk;
+  /* nt partials, fixed by nt alone: the threads that actually run (1 on a
+   * worker of the graph scheduler, where OpenMP does not nest) take partials
+   * t, t + nth, ..., so the sums never depend on who runs them */
   int64_t W = pl.n_ro * j.C, bytes = (int64_t)(nt - 1) * pl.out_n * 8;
   char *part = of_alloc(OF_CPU, bytes);
   if (!part) return OF_ERR_OOM;
-  int32_t used = 1;
 #pragma omp parallel num_threads(nt)
   {
-    int32_t t = omp_get_thread_num(), nth = omp_get_num_threads();
-    if (t == 0) used = nth;
-    char *buf = t == 0 ? (char *)acc : part + (int64_t)(t - 1) * pl.out_n * 8;
-    if (t > 0) fill_init(kind, acc_d, buf, pl.out_n);
-    int64_t wb = W * t / nth, we = W * (t + 1) / nth;
-    if (wb < we)
-      for (int64_t u = 0; u < units; u++) run_unit(&j, u, wb, we, buf);
+    int32_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
+    for (int32_t t = tid; t < nt; t += nth) {
+      char *buf = t == 0 ? (char *)acc : part + (int64_t)(t - 1) * pl.out_n * 8;
+      if (t > 0) fill_init(kind, acc_d, buf, pl.out_n);
+      int64_t wb = W * t / nt, we = W * (t + 1) / nt;
+      if (wb < we)
+        for (int64_t u = 0; u < units; u++) run_unit(&j, u, wb, we, buf);
+    }
   }
-  for (int32_t t = 1; t < used; t++)
+  for (int32_t t = 1; t < nt; t++)
     combine_into(kind, acc_d, acc, part + (int64_t)(t - 1) * pl.out_n * 8, pl.out_n);
   of_free(OF_CPU, part, bytes);
   return OF_OK;
