@@ -607,6 +607,22 @@ local function axes_group(P, chosen, pred)
 end
 M.axes_group = axes_group
 
+-- The group spanning the grid axes where the chosen signature splits the
+-- first input on a dim other than `except` (the ranks holding different
+-- samples: batch statistics and loss means sum over it), or nil.
+function M.sample_group(P, chosen, except)
+  return axes_group(P, chosen, function(sg)
+    local v = sg.ins[1]
+    return v.kind == 'S' and v.dim ~= except
+  end)
+end
+
+-- t summed in place over group g (nothing when g is nil); returns t.
+function M.all_reduce_in(t, g)
+  if g then require('oneflow.distributed.comm').all_reduce(t, {group = g}) end
+  return t
+end
+
 local function dispatch(name, rule, orig, ...)
   local n = select('#', ...)
   local args = {...}

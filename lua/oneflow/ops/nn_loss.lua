@@ -64,20 +64,12 @@ end
 -- oneflow.distributed.rules); the calls below run on the local shards.
 local R = require 'oneflow.distributed.rules'
 
--- The comm group spanning the grid axes where the chosen signature splits
--- the input on a dim other than `except` (the ranks holding different
--- samples), or nil.
+-- the sample group of a split batch and a sum over it (distributed/global.lua),
+-- looked up at call time: that module loads after the ops
 local function split_group(P, chosen, except)
-  return require('oneflow.distributed.global').axes_group(P, chosen, function(sg)
-    local v = sg.ins[1]
-    return v.kind == 'S' and v.dim ~= except
-  end)
+  return require('oneflow.distributed.global').sample_group(P, chosen, except)
 end
-
-local function all_reduce(t, g)
-  if g then require('oneflow.distributed.comm').all_reduce(t, {group = g}) end
-  return t
-end
+local function all_reduce(t, g) return require('oneflow.distributed.global').all_reduce_in(t, g) end
 
 -- reduction = 'mean' on a split batch: the local sum over the global
 -- denominator (the weight of the counted targets, as a single process
