@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-
 typedef struct {
   void **keys;
   int32_t *vals;
