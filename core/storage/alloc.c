@@ -15,7 +15,7 @@
 /* The device backends (core/device) install these when the library loads:
  * device memory and cross-device copies live in the backends, a layer up. */
 static const of_device_hooks *device_hooks;
-const char *of_device_last_op = "";
+const char *of_device_last_op = "";   /* the op last routed to a device (device.h) */
 void of_device_install(const of_device_hooks *h) { device_hooks = h; }
 const of_device_ops *of_device_ops_for(const char *op, of_device dev) {
   return device_hooks->ops_for(op, dev);
