@@ -2,6 +2,7 @@
 -- where, masked_fill, and the arithmetic operators of tensors.
 local core = require 'oneflow._C'
 local T = require 'oneflow.tensor'
+local A = require 'oneflow._args'
 
 local C, out1, raise, wrap = core.C, core.out1, core.raise, core.wrap
 local def, methods, is_tensor = T.def, T.methods, T.is_tensor
@@ -24,10 +25,11 @@ local function binary(op, a, b, into)
   else
     a, b = bool_num(a), bool_num(b)
     if type(a) == 'number' or type(b) == 'number' then return binary(op, a, b, into) end
-    error(('%s: expected tensors or numbers, got %s and %s'):format(
-      core.ffi.string(C.of_binary_name(op)), type(a), type(b)), 3)
+    A.fail(('%s: expected tensors or numbers, got %s and %s'):format(
+      core.ffi.string(C.of_binary_name(op)), type(a), type(b)))
   end
-  if st ~= 0 then raise(3) end
+  -- the user's line, also from an operator (a + b) or a composed op
+  if st ~= 0 then A.raise_c() end
   return wrap(out1[0])
 end
 T.binary = binary
@@ -36,7 +38,7 @@ local function binary_inplace(op, a, b)
   local st
   if type(b) == 'number' then st = of_binary_scalar(op, a.p, b, 0, a.p, out1)
   else st = of_binary(op, a.p, b.p, a.p, out1) end
-  if st ~= 0 then raise(3) end
+  if st ~= 0 then A.raise_c() end
   C.of_tensor_release(out1[0])
   return a
 end
@@ -167,13 +169,22 @@ mt.__mul = function(a, b) return binary(C.OF_MUL, a, b, nil) end
 mt.__div = function(a, b) return binary(C.OF_DIV, a, b, nil) end
 mt.__mod = function(a, b) return binary(C.OF_REMAINDER, a, b, nil) end
 mt.__pow = function(a, b) return binary(C.OF_POW, a, b, nil) end
+-- Lua turns the result of < and <= into a boolean, so they cannot compare
+-- tensors elementwise: say which method does.
+mt.__lt = function()
+  A.fail("attempt to compare tensors with '<' or '>': Lua cannot return a tensor from them; " ..
+         "use x:lt(y) or x:gt(y) (or flow.lt / flow.gt)")
+end
+mt.__le = function()
+  A.fail("attempt to compare tensors with '<=' or '>=': Lua cannot return a tensor from them; " ..
+         "use x:le(y) or x:ge(y) (or flow.le / flow.ge)")
+end
 mt.__unm = function(a)
   if C.of_unary(C.OF_NEG, a.p, nil, out1) ~= 0 then raise(2) end
   return wrap(out1[0])
 end
 
 local types = require 'oneflow.types'
-local A = require 'oneflow._args'
 local flow, is_options, check_tensor, EMPTY = T.flow, A.is_options, A.check_tensor, A.EMPTY
 local bool, as_tensor, zeros = types.by_name.bool, T.as_tensor_like, T.zeros_of
 
