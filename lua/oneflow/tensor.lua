@@ -243,7 +243,7 @@ end
 
 function T.flow.eye(n, m, opts)
   if type(m) == 'table' then opts, m = m, nil end
-  opts = opts or {}
+  opts = A.check_options('eye', opts, FACTORY)
   return T.call1(C.of_eye, n, m or -1, A.dtype_opt(opts, default_dtype).id, device_opt(opts), out1)
 end
 
@@ -253,7 +253,7 @@ function T.flow.arange(a, b, c, opts)
   local args = {a, b, c, opts}
   local n = 0
   while type(args[n + 1]) == 'number' do n = n + 1 end
-  opts = args[n + 1] or {}
+  opts = A.check_options('arange', args[n + 1], FACTORY)
   local start, stop, step = 0, a, 1
   if n >= 2 then start, stop = a, b end
   if n >= 3 then step = c end
@@ -264,7 +264,7 @@ function T.flow.arange(a, b, c, opts)
 end
 
 function T.flow.linspace(start, stop, steps, opts)
-  opts = opts or {}
+  opts = A.check_options('linspace', opts, FACTORY)
   return T.call1(C.of_linspace, start, stop, steps, A.dtype_opt(opts, default_dtype).id,
                  device_opt(opts), out1)
 end

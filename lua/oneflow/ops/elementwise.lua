@@ -63,21 +63,22 @@ for alias, name in pairs({multiply = 'mul', subtract = 'sub', divide = 'div',
 end
 
 -- alpha scales the second operand: x:add(y, {alpha = 2}) is x + 2 * y
-local function scaled(b, opts)
+local function scaled(b, opts, op)
+  opts = A.check_options(op, opts, {alpha = true})
   if opts and opts.alpha and opts.alpha ~= 1 then
     if type(b) == 'number' then return b * opts.alpha end
     return binary(C.OF_MUL, b, opts.alpha)
   end
   return b
 end
-def('add', function(a, b, opts) return binary(C.OF_ADD, a, scaled(b, opts)) end)
-def('sub', function(a, b, opts) return binary(C.OF_SUB, a, scaled(b, opts)) end)
-function methods.add_(a, b, opts) return binary_inplace(C.OF_ADD, a, scaled(b, opts)) end
-function methods.sub_(a, b, opts) return binary_inplace(C.OF_SUB, a, scaled(b, opts)) end
+def('add', function(a, b, opts) return binary(C.OF_ADD, a, scaled(b, opts, 'add')) end)
+def('sub', function(a, b, opts) return binary(C.OF_SUB, a, scaled(b, opts, 'sub')) end)
+function methods.add_(a, b, opts) return binary_inplace(C.OF_ADD, a, scaled(b, opts, 'add_')) end
+function methods.sub_(a, b, opts) return binary_inplace(C.OF_SUB, a, scaled(b, opts, 'sub_')) end
 
 --- div with {rounding_mode = 'floor' | 'trunc'}
 def('div', function(a, b, opts)
-  local mode = opts and opts.rounding_mode
+  local mode = A.check_options('div', opts, {rounding_mode = true}).rounding_mode
   if mode == nil then return binary(C.OF_DIV, a, b) end
   if mode == 'floor' then return binary(C.OF_FLOOR_DIVIDE, a, b) end
   if mode == 'trunc' then
@@ -185,14 +186,14 @@ mt.__unm = function(a)
 end
 
 local types = require 'oneflow.types'
-local flow, is_options, check_tensor, EMPTY = T.flow, A.is_options, A.check_tensor, A.EMPTY
+local flow, is_options, check_tensor = T.flow, A.is_options, A.check_tensor
 local bool, as_tensor, zeros = types.by_name.bool, T.as_tensor_like, T.zeros_of
 
 ------------------------------------------------------------------ comparison
-local function isclose(a, b, opts)
-  check_tensor('isclose', a)
+local function isclose(a, b, opts, op)
+  check_tensor(op or 'isclose', a)
   b = as_tensor(b, a)
-  opts = opts or EMPTY
+  opts = A.check_options(op or 'isclose', opts, {rtol = true, atol = true, equal_nan = true})
   local rtol, atol = opts.rtol or 1e-5, opts.atol or 1e-8
   if rtol < 0 or atol < 0 then
     error(('isclose: rtol and atol must be >= 0, got %g and %g'):format(rtol, atol), 3)
@@ -210,7 +211,7 @@ end
 def('isclose', function(a, b, opts) return isclose(a, b, opts) end)
 --- flow.allclose(a, b, opts): true when every element isclose (a Lua boolean).
 def('allclose', function(a, b, opts)
-  return isclose(a, b, opts):all():item()
+  return isclose(a, b, opts, 'allclose'):all():item()
 end)
 --- flow.equal(a, b): true when a and b have the same shape and elements.
 def('equal', function(a, b)

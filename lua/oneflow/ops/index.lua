@@ -154,17 +154,19 @@ end
 
 ------------------------------------------------------------------ sort / topk
 -- (dim, opts) with dim optional (default -1, the last) and opts optional.
-local function dim_and_opts(d, opts, op)
+local function dim_and_opts(d, opts, op, allowed)
   if type(d) == 'table' then d, opts = nil, d end
-  if d == nil then return -1, opts or {} end
-  return dim(d, op, 4), opts or {}
+  opts = A.check_options(op, opts, allowed)
+  if d == nil then d = opts.dim end
+  if d == nil then return -1, opts end
+  return dim(d, op, 4), opts
 end
 
 --- x:sort([dim][, {descending =, stable =}]) -> values, indices (1-based).
 def('sort', function(x, d, opts)
   local cd
   if type(opts) == 'boolean' then opts = {descending = opts} end
-  cd, opts = dim_and_opts(d, opts, 'sort')
+  cd, opts = dim_and_opts(d, opts, 'sort', {dim = true, descending = true, stable = true})
   return two(C.of_sort(x.p, cd, opts.descending and 1 or 0, opts.stable and 1 or 0, BASE,
                        out1, out2))
 end)
@@ -182,7 +184,7 @@ def('topk', function(x, k, d, opts)
     error('topk: k must be an integer, got ' .. tostring(k), 2)
   end
   local cd
-  cd, opts = dim_and_opts(d, opts, 'topk')
+  cd, opts = dim_and_opts(d, opts, 'topk', {dim = true, largest = true, sorted = true})
   return two(C.of_topk(x.p, k, cd, opts.largest == false and 0 or 1, opts.sorted == false and 0 or 1,
                        BASE, out1, out2))
 end)

@@ -172,7 +172,7 @@ end)
 -- asked, the 1-based inverse indices (x's shape) and the counts (int64).
 def('unique', function(x, opts)
   check_tensor('unique', x)
-  opts = opts or EMPTY
+  opts = A.check_options('unique', opts, {sorted = true, return_inverse = true, return_counts = true, dim = true})
   if opts.dim ~= nil then
     error('unique: only dim = nil (the flattened tensor) is supported', 2)
   end
