@@ -442,11 +442,11 @@ def('kthvalue', function(x, k, d, opts)
 end)
 
 local types = require 'oneflow.types'
-local flow, shape_str, EMPTY, as_tensor = T.flow, A.shape_str, A.EMPTY, T.as_tensor_like
+local flow, shape_str, as_tensor = T.flow, A.shape_str, T.as_tensor_like
 
 ------------------------------------------------------------------ searching
 local function search(op, seq, v, opts)
-  opts = opts or EMPTY
+  opts = A.check_options(op, opts, {right = true, side = true, out_int32 = true})
   local right = opts.right or opts.side == 'right'
   if opts.side ~= nil and opts.side ~= 'left' and opts.side ~= 'right' then
     error(op .. ": side must be 'left' or 'right', got " .. tostring(opts.side), 3)
@@ -497,7 +497,8 @@ def('bucketize', function(x, boundaries, opts)
   if boundaries:dim() ~= 1 then
     error(('bucketize: boundaries must be 1-D, got shape %s'):format(shape_str(boundaries)), 2)
   end
-  return search('bucketize', boundaries, x, {right = opts and opts.right, out_int32 = opts and opts.out_int32})
+  opts = A.check_options('bucketize', opts, {right = true, out_int32 = true})
+  return search('bucketize', boundaries, x, {right = opts.right, out_int32 = opts.out_int32})
 end)
 
 ------------------------------------------------------------------ SBP (global tensors)

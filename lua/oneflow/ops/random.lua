@@ -317,7 +317,10 @@ local flow, check_tensor, shape_str, int64 = T.flow, A.check_tensor, A.shape_str
 -- without replacement each category is drawn at most once.
 def('multinomial', function(w, n, opts)
   check_tensor('multinomial', w)
-  local replacement = (opts == true) or (type(opts) == 'table' and opts.replacement) or false
+  local replacement = opts == true
+  if type(opts) == 'table' then
+    replacement = A.check_options('multinomial', opts, {replacement = true}).replacement or false
+  end
   if w:dim() < 1 or w:dim() > 2 or not w:is_floating_point() then
     error(('multinomial: expected a 1-D or 2-D float tensor of weights, got shape %s and %s'):format(
       shape_str(w), tostring(w.dtype)), 2)

@@ -61,7 +61,7 @@ def('quantile', function(x, q, d, opts)
   check_tensor('quantile', x)
   if is_options(d) then opts, d = d, nil end
   if type(opts) == 'boolean' then opts = {keepdim = opts} end
-  opts = opts or EMPTY
+  opts = A.check_options('quantile', opts, {dim = true, keepdim = true, interpolation = true})
   if d == nil then d = opts.dim end
   local mode = opts.interpolation or 'linear'
   local modes = {linear = true, lower = true, higher = true, midpoint = true, nearest = true}
