@@ -60,6 +60,8 @@ local CASES = {
   {'flow.multinomial', 'multinomial', 'replacement', function(o) return flow.multinomial(x, 1, o) end},
   {'x:diff', 'diff', 'append', function(o) return x:diff(o) end},
   {'x:quantile', 'quantile', 'interpolation', function(o) return x:quantile(0.5, 1, o) end},
+  {'x:to', 'to', 'dtype', function(o) return x:to(o) end},
+  {'x:to(device, opts)', 'to', 'non_blocking', function(o) return x:to('cpu', o) end},
   -- reductions (function and method forms)
   {'x:sum', 'sum', 'keepdim', function(o) return x:sum(2, o) end},
   {'flow.sum', 'sum', 'dtype', function(o) return flow.sum(x, o) end},
@@ -106,6 +108,9 @@ local CASES = {
   {'F.binary_cross_entropy', 'binary_cross_entropy', 'reduction',
    function(o) return F.binary_cross_entropy(x:sigmoid(), x:sigmoid(), o) end},
   {'F.cosine_similarity', 'cosine_similarity', 'eps', function(o) return F.cosine_similarity(x, x, o) end},
+  {'F.gelu', 'gelu', 'approximate', function(o) return F.gelu(x, o) end},
+  {'nn.utils.clip_grad_norm_', 'clip_grad_norm_', 'norm_type',
+   function(o) return nn.utils.clip_grad_norm_(params(), 1, o) end},
   -- nn module constructors
   {'nn.Linear', 'Linear', 'bias', function(o) return nn.Linear(3, 2, o) end},
   {'nn.Conv2d', 'Conv2d', 'stride', function(o) return nn.Conv2d(2, 2, 3, o) end},
@@ -138,6 +143,8 @@ local CASES = {
   {'DataLoader', 'DataLoader', 'batch_size', function(o) return data.DataLoader(ds, o) end},
   {'RandomSampler', 'RandomSampler', 'replacement', function(o) return data.RandomSampler(ds, o) end},
   -- flowvision transforms
+  {'vision.utils.make_grid', 'make_grid', 'nrow',
+   function(o) return require('flowvision').utils.make_grid(flow.ones(1, 3, 4, 4), o) end},
   {'T.Resize', 'Resize', 'interpolation', function(o) return T.Resize(4, o) end},
   {'T.RandomCrop', 'RandomCrop', 'padding', function(o) return T.RandomCrop(4, o) end},
   {'T.Normalize', 'Normalize', 'inplace', function(o) return T.Normalize({0.5}, {0.5}, o) end},
