@@ -8,6 +8,7 @@ local H = require 'spec.helpers'
 local nn, F, optim = flow.nn, flow.nn.functional, flow.optim
 local data = require 'oneflow.utils.data'
 local T = require 'flowvision.transforms'
+local TF = require 'flowvision.transforms.functional'
 local A = require 'oneflow._args'
 
 local x = flow.ones(2, 3)
@@ -62,6 +63,8 @@ local CASES = {
   {'x:quantile', 'quantile', 'interpolation', function(o) return x:quantile(0.5, 1, o) end},
   {'x:to', 'to', 'dtype', function(o) return x:to(o) end},
   {'x:to(device, opts)', 'to', 'non_blocking', function(o) return x:to('cpu', o) end},
+  {'flow.bincount', 'bincount', 'minlength',
+   function(o) return flow.bincount(flow.tensor({1, 2}, {dtype = flow.int64}), o) end},
   -- reductions (function and method forms)
   {'x:sum', 'sum', 'keepdim', function(o) return x:sum(2, o) end},
   {'flow.sum', 'sum', 'dtype', function(o) return flow.sum(x, o) end},
@@ -126,6 +129,10 @@ local CASES = {
   {'nn.GroupNorm', 'GroupNorm', 'affine', function(o) return nn.GroupNorm(1, 2, o) end},
   {'nn.MultiheadAttention', 'MultiheadAttention', 'dropout',
    function(o) return nn.MultiheadAttention(4, 2, o) end},
+  {'MultiheadAttention:forward', 'MultiheadAttention', 'need_weights',
+   function(o) local q = flow.ones(1, 2, 4); return nn.MultiheadAttention(4, 2)(q, q, q, o) end},
+  {'TransformerEncoderLayer:forward', 'TransformerEncoderLayer', 'is_causal',
+   function(o) return nn.TransformerEncoderLayer(4, 2)(flow.ones(1, 2, 4), o) end},
   -- optimizers and schedulers
   {'optim.SGD', 'SGD', 'momentum', function(o) return optim.SGD(params(), o) end},
   {'optim.Adam', 'Adam', 'weight_decay', function(o) return optim.Adam(params(), o) end},
@@ -143,6 +150,9 @@ local CASES = {
   {'DataLoader', 'DataLoader', 'batch_size', function(o) return data.DataLoader(ds, o) end},
   {'RandomSampler', 'RandomSampler', 'replacement', function(o) return data.RandomSampler(ds, o) end},
   -- flowvision transforms
+  {'TF.resize', 'resize', 'antialias', function(o) return TF.resize(flow.ones(3, 8, 8), 4, o) end},
+  {'TF.pad', 'pad', 'fill', function(o) return TF.pad(flow.ones(3, 8, 8), 1, o) end},
+  {'TF.rotate', 'rotate', 'expand', function(o) return TF.rotate(flow.ones(3, 8, 8), 10, o) end},
   {'vision.utils.make_grid', 'make_grid', 'nrow',
    function(o) return require('flowvision').utils.make_grid(flow.ones(1, 3, 4, 4), o) end},
   {'T.Resize', 'Resize', 'interpolation', function(o) return T.Resize(4, o) end},
