@@ -960,7 +960,7 @@ end
 
 --- loader:iter([{progress = true | {desc =, ...}}]): an iterator for a generic for.
 function DataLoader:iter(opts)
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('DataLoader:iter', opts, {'progress'})
   local base_seed = draw_seed()
   local it, total
   if self.num_workers == 0 then
