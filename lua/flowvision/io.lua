@@ -69,7 +69,7 @@ function M.read_image(path, opts)
   if type(path) ~= 'string' then
     error('read_image: path must be a string, got ' .. type(path), 2)
   end
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('read_image', opts, {'mode'})
   if C.of_image_read(path, out1) ~= 0 then raise(2) end
   return convert_mode(chw(core.wrap(out1[0])), opts.mode, 'read_image')
 end
@@ -89,7 +89,7 @@ end
 
 --- decode_image(bytes, {mode =}) -> uint8 [C, H, W]; bytes a string or uint8 tensor.
 function M.decode_image(data, opts)
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('decode_image', opts, {'mode'})
   local ptr, n, keep = bytes_of(data, 'decode_image')
   local st = C.of_image_decode(ptr, n, out1)
   local _ = keep   -- the bytes stay alive over the call

@@ -23,14 +23,17 @@ local A = {}
 -- The directory of this package's Lua files, as debug.getinfo reports it.
 local ROOT = debug.getinfo(1, 'S').source:match('^(.*[/\\]oneflow[/\\])_args%.lua$') or false
 
+-- flowvision sits beside oneflow and reports its errors the same way.
+local FV_ROOT = ROOT and ROOT:gsub('oneflow([/\\])$', 'flowvision%1') or false
+
 local function internal(src)
   if src == '=[C]' then return true end
-  if ROOT then return src:sub(1, #ROOT) == ROOT end
-  return src:find('oneflow/', 1, true) ~= nil
+  if ROOT then return src:sub(1, #ROOT) == ROOT or src:sub(1, #FV_ROOT) == FV_ROOT end
+  return src:find('oneflow/', 1, true) ~= nil or src:find('flowvision/', 1, true) ~= nil
 end
 
---- Raises msg at the first caller outside the oneflow package (the user's
--- line), whatever the depth of internal calls.
+--- Raises msg at the first caller outside the oneflow and flowvision
+-- packages (the user's line), whatever the depth of internal calls.
 function A.fail(msg)
   local level = 2
   while true do
@@ -76,6 +79,51 @@ A.is_options = is_options
 local EMPTY = setmetatable({}, {__newindex = function() error('oneflow._args: EMPTY is read-only', 2) end})
 A.EMPTY = EMPTY
 
+-- Levenshtein distance between two strings.
+local function distance(a, b)
+  local la, lb = #a, #b
+  local prev, cur = {}, {}
+  for j = 0, lb do prev[j] = j end
+  for i = 1, la do
+    cur[0] = i
+    local ca = a:byte(i)
+    for j = 1, lb do
+      local cost = (ca == b:byte(j)) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev, cur = cur, prev
+  end
+  return prev[lb]
+end
+A.distance = distance
+
+--- nearest(key, names): the name in names (a set or a list) closest to key
+-- by edit distance, when it is close (<= max(2, #key/3)); nil otherwise.
+function A.nearest(key, names)
+  if type(key) ~= 'string' then return nil end
+  local best, bd
+  local function try(n)
+    if type(n) ~= 'string' then return end
+    local d = distance(key, n)
+    if not bd or d < bd or (d == bd and n < best) then best, bd = n, d end
+  end
+  if names[1] ~= nil then
+    for _, n in ipairs(names) do try(type(n) == 'table' and n[1] or n) end
+  else
+    for n in pairs(names) do try(n) end
+  end
+  if best and bd <= math.max(2, math.floor(#key / 3)) then return best end
+  return nil
+end
+
+--- The unknown-option error for key of op, suggesting the nearest of names.
+function A.unknown_option(op, key, names)
+  local near = names and A.nearest(key, names)
+  local msg = ("%s: unknown option '%s'"):format(op, tostring(key))
+  if near then msg = msg .. (" (did you mean '%s'?)"):format(near) end
+  fail(msg)
+end
+
 local function key_set(allowed)
   if allowed[1] == nil then return allowed end
   local s = {}
@@ -94,7 +142,7 @@ function A.check_options(op, opts, allowed)
   if allowed then
     local set = key_set(allowed)
     for k in pairs(opts) do
-      if not set[k] then fail(("%s: unknown option '%s'"):format(op, tostring(k))) end
+      if not set[k] then A.unknown_option(op, k, set) end
     end
   end
   return opts
@@ -153,7 +201,7 @@ local function parse(op, spec, ignored, ...)
       if res[k] == nil and not (ignored and ignored[k]) then
         local known = false
         for _, s in ipairs(spec) do if s[1] == k then known = true; break end end
-        if not known then fail(("%s: unknown option '%s'"):format(op, tostring(k))) end
+        if not known then A.unknown_option(op, k, spec) end
       end
     end
   end
@@ -168,6 +216,7 @@ A.parse_ignoring = parse
 local function is_tensor(v)
   return type(v) == 'cdata' and ffi.istype('struct of_lua_tensor', v)
 end
+A.is_tensor = is_tensor
 
 --- 'tensor', 'a global tensor' or the Lua type, for messages.
 function A.describe(v)
@@ -178,11 +227,16 @@ function A.describe(v)
   return type(v)
 end
 
---- check_tensor(op, v[, what]): v must be a (local) tensor; what names the
--- argument ('input' by default).
-function A.check_tensor(op, v, what)
+--- check_tensor(op, v[, what[, pos]]): v must be a (local) tensor; what
+-- names the argument ('input', argument 1, by default) and pos its position:
+-- 'linear: argument 1 (input) must be a tensor, got nil'.
+function A.check_tensor(op, v, what, pos)
   if not is_tensor(v) then
-    fail(('%s: expected a tensor for %s, got %s'):format(op, what or 'input', A.describe(v)))
+    if what == nil then what, pos = 'input', pos or 1 end
+    if pos then
+      fail(('%s: argument %d (%s) must be a tensor, got %s'):format(op, pos, what, A.describe(v)))
+    end
+    fail(('%s: expected a tensor for %s, got %s'):format(op, what, A.describe(v)))
   end
   return v
 end

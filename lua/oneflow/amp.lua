@@ -134,7 +134,8 @@ local function f32(name) return types.by_name[name] end
 -- The scale and the growth tracker are tensors (float32, int32), so that a
 -- graph can bind them (nn.Graph:set_grad_scaler).
 function GradScaler:__init(opts)
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('GradScaler', opts,
+      {'backoff_factor', 'device', 'enabled', 'growth_factor', 'growth_interval', 'init_scale'})
   self._enabled = opts.enabled ~= false
   self._growth_factor = opts.growth_factor or 2.0
   self._backoff_factor = opts.backoff_factor or 0.5

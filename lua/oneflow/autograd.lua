@@ -289,7 +289,7 @@ end)
 -- finite differences, in float64. Returns true or raises with the worst
 -- element. Inputs that require grad are checked.
 function M.gradcheck(fn, inputs, opts)
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('gradcheck', opts, {'atol', 'create_graph', 'eps', 'rtol'})
   local eps, atol, rtol = opts.eps or 1e-6, opts.atol or 1e-5, opts.rtol or 1e-3
   if T.is_tensor(inputs) then inputs = {inputs} end
   local function scalar_out(...)

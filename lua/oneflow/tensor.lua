@@ -207,9 +207,13 @@ local function device_opt(opts)
   return types.device_code(types.device(opts.device))
 end
 
+-- The options every factory takes.
+local FACTORY = {dtype = true, device = true, requires_grad = true, pin_memory = true}
+
 local function shaped(cfn, name)
   return function(...)
     local sizes, opts = A.sizes_and_options(name, ...)
+    A.check_options(name, opts, FACTORY)
     local ptr, n = A.shape_ptr(sizes)
     local t = T.call1(cfn, ptr, n, A.dtype_opt(opts, default_dtype).id, device_opt(opts), out1)
     if opts.requires_grad then t:requires_grad_(true) end
@@ -220,11 +224,12 @@ def('empty', shaped(C.of_empty, 'empty'), 'func')
 def('zeros', shaped(C.of_zeros, 'zeros'), 'func')
 def('ones', function(...)
   local sizes, opts = A.sizes_and_options('ones', ...)
+  A.check_options('ones', opts, FACTORY)
   return T.flow.full(sizes, 1, opts)
 end, 'func')
 
 function T.flow.full(size, value, opts)
-  opts = opts or {}
+  opts = A.check_options('full', opts, FACTORY)
   if type(size) == 'number' then size = {size} end
   local sizes = A.sizes_and_options('full', size)
   local ptr, n = A.shape_ptr(sizes)
@@ -238,7 +243,7 @@ end
 
 function T.flow.eye(n, m, opts)
   if type(m) == 'table' then opts, m = m, nil end
-  opts = opts or {}
+  opts = A.check_options('eye', opts, FACTORY)
   return T.call1(C.of_eye, n, m or -1, A.dtype_opt(opts, default_dtype).id, device_opt(opts), out1)
 end
 
@@ -248,7 +253,7 @@ function T.flow.arange(a, b, c, opts)
   local args = {a, b, c, opts}
   local n = 0
   while type(args[n + 1]) == 'number' do n = n + 1 end
-  opts = args[n + 1] or {}
+  opts = A.check_options('arange', args[n + 1], FACTORY)
   local start, stop, step = 0, a, 1
   if n >= 2 then start, stop = a, b end
   if n >= 3 then step = c end
@@ -259,7 +264,7 @@ function T.flow.arange(a, b, c, opts)
 end
 
 function T.flow.linspace(start, stop, steps, opts)
-  opts = opts or {}
+  opts = A.check_options('linspace', opts, FACTORY)
   return T.call1(C.of_linspace, start, stop, steps, A.dtype_opt(opts, default_dtype).id,
                  device_opt(opts), out1)
 end
@@ -305,7 +310,7 @@ end
 --- flow.tensor(data, {dtype =, device =, requires_grad =}): data is a number,
 -- a boolean, a nested table or a tensor (copied). float32 unless told.
 function T.flow.tensor(data, opts)
-  opts = opts or {}
+  opts = A.check_options('tensor', opts, FACTORY)
   if is_tensor(data) then
     local t = data:clone()
     if opts.dtype then t = t:to(opts.dtype) end
@@ -332,7 +337,7 @@ end
 --- Zero-copy view of C memory: flow.from_blob(ptr, sizes, {dtype =,
 -- strides =, deleter = fn(ptr)}). The memory must outlive the tensor.
 function T.flow.from_blob(ptr, sizes, opts)
-  opts = opts or {}
+  opts = A.check_options('from_blob', opts, {dtype = true, strides = true, deleter = true})
   local dt = A.dtype_opt(opts, default_dtype)
   local s = A.sizes_and_options('from_blob', sizes)
   local shape, n = A.shape_ptr(s)
@@ -341,32 +346,34 @@ function T.flow.from_blob(ptr, sizes, opts)
   return T.call1(C.of_from_blob, ffi.cast('void*', ptr), shape, strides, n, dt.id, nil, nil, out1)
 end
 
-local function like(fill)
+local function like(fill, name)
   return function(x, opts)
-    opts = opts or {}
+    opts = A.check_options(name, opts, FACTORY)
     local dt = opts.dtype or x.dtype
     return T.flow.full(x:size():totable(), fill, {dtype = dt, requires_grad = opts.requires_grad,
                                                   device = opts.device or x.device})
   end
 end
-def('zeros_like', like(0), 'func')
-def('ones_like', like(1), 'func')
+def('zeros_like', like(0, 'zeros_like'), 'func')
+def('ones_like', like(1, 'ones_like'), 'func')
 def('full_like', function(x, v, opts)
-  opts = opts or {}
+  opts = A.check_options('full_like', opts, FACTORY)
   return T.flow.full(x:size():totable(), v, {dtype = opts.dtype or x.dtype})
 end, 'func')
 def('empty_like', function(x, opts)
-  opts = opts or {}
+  opts = A.check_options('empty_like', opts, FACTORY)
   return T.flow.empty(x:size():totable(), {dtype = opts.dtype or x.dtype})
 end, 'func')
 
 function methods.new_zeros(x, ...)
   local s, o = A.sizes_and_options('new_zeros', ...)
+  A.check_options('new_zeros', o, FACTORY)
   o.dtype = o.dtype or x.dtype
   return T.flow.zeros(s, o)
 end
 function methods.new_ones(x, ...)
   local s, o = A.sizes_and_options('new_ones', ...)
+  A.check_options('new_ones', o, FACTORY)
   o.dtype = o.dtype or x.dtype
   return T.flow.ones(s, o)
 end

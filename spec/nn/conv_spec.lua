@@ -411,7 +411,8 @@ describe('conv errors', function()
     end, "padding='same' is not supported for strided convolutions")
     H.raises(function() F.conv2d(flow.ones(1, 1, 4, 4), flow.ones(1, 1, 3, 3), nil, {stride = {1, 2, 3}}) end,
              'conv2d: stride must be a number or a table of 2 numbers')
-    H.raises(function() F.conv2d('x', flow.ones(1, 1, 3, 3)) end, 'conv2d: expected a tensor for input, got string')
+    H.raises(function() F.conv2d('x', flow.ones(1, 1, 3, 3)) end,
+             'conv2d: argument 1 (input) must be a tensor, got string')
   end)
 
   it('checks conv_transpose arguments', function()

@@ -288,7 +288,7 @@ end
 -- default false is torchvision 0.14's tensor default.
 function TF.resize(img, size, opts)
   check_image(img, 'resize', true)
-  opts = opts or {}
+  opts = A.check_options('resize', opts, {'interpolation', 'max_size', 'antialias'})
   local mode = interp_modes(opts.interpolation, 'resize')
   local _, h, w = get_dimensions(img)
   local oh, ow = TF._resized_size(h, w, size, opts.max_size)
@@ -356,7 +356,7 @@ end
 function TF.pad(img, padding, opts)
   check_image(img, 'pad', true)
   if type(opts) == 'number' then opts = {fill = opts} end
-  opts = opts or {}
+  opts = A.check_options('pad', opts, {'fill', 'padding_mode'})
   local mode = opts.padding_mode or 'constant'
   if not pad_modes[mode] then
     fail('pad', ("padding_mode must be constant, edge, reflect or symmetric, got '%s'"):format(tostring(mode)))
@@ -882,7 +882,7 @@ end
 -- counter-clockwise by `angle` degrees about the centre (or center = {x, y}).
 function TF.rotate(img, angle, opts)
   check_image(img, 'rotate')
-  opts = opts or {}
+  opts = A.check_options('rotate', opts, {'interpolation', 'expand', 'center', 'fill'})
   local mode = interp_or_default(opts.interpolation, 'rotate')
   local _, h, w = get_dimensions(img)
   local cf = {0.0, 0.0}
@@ -898,7 +898,7 @@ end
 -- scale, shear a number (x only) or {sx, sy} in degrees.
 function TF.affine(img, angle, translate, scale, shear, opts)
   check_image(img, 'affine')
-  opts = opts or {}
+  opts = A.check_options('affine', opts, {'interpolation', 'fill', 'center'})
   local mode = interp_or_default(opts.interpolation, 'affine')
   if type(translate) ~= 'table' or #translate ~= 2 then fail('affine', 'translate must be a list of 2 numbers') end
   if type(scale) ~= 'number' or scale <= 0 then fail('affine', 'scale must be a positive number') end

@@ -73,7 +73,9 @@ local function check_prob(p, op)
   return p
 end
 
-local function opts_of(v) return type(v) == 'table' and v or {} end
+local check_options = require('oneflow._args').check_options
+-- The options table of transform op, checked against its known keys.
+local function opts_of(op, v, allowed) return check_options(op, v, allowed) end
 
 ------------------------------------------------------------------ composition
 local Compose = Transform:subclass('Compose')
@@ -153,14 +155,14 @@ function ConvertImageDtype:forward(img) return TF.convert_image_dtype(img, self.
 local Normalize = Transform:subclass('Normalize', {'mean', 'std'})
 function Normalize:__init(mean, std, opts)
   if mean == nil or std == nil then fail('Normalize', 'expected mean and std') end
-  self.mean, self.std, self.inplace = mean, std, opts_of(opts).inplace or false
+  self.mean, self.std, self.inplace = mean, std, opts_of('Normalize', opts, {'inplace'}).inplace or false
 end
 function Normalize:forward(x) return TF.normalize(x, self.mean, self.std, {inplace = self.inplace}) end
 
 ------------------------------------------------------------------ geometry
 local Resize = Transform:subclass('Resize', {'size', 'interpolation', 'max_size', 'antialias'})
 function Resize:__init(size, opts)
-  opts = opts_of(opts)
+  opts = opts_of('Resize', opts, {'interpolation', 'max_size', 'antialias'})
   if type(size) ~= 'number' and (type(size) ~= 'table' or (#size ~= 1 and #size ~= 2)) then
     fail('Resize', 'size must be a number or a list of 1 or 2 numbers, got ' .. repr_value(size))
   end
@@ -179,7 +181,7 @@ function CenterCrop:forward(img) return TF.center_crop(img, self.size) end
 local Pad = Transform:subclass('Pad', {'padding', 'fill', 'padding_mode'})
 function Pad:__init(padding, opts)
   if type(opts) == 'number' then opts = {fill = opts} end
-  opts = opts_of(opts)
+  opts = opts_of('Pad', opts, {'fill', 'padding_mode'})
   TF._padding_ltrb(padding, 'Pad')
   self.padding, self.fill, self.padding_mode = padding, opts.fill or 0, opts.padding_mode or 'constant'
 end
@@ -190,7 +192,7 @@ end
 local RandomCrop = Transform:subclass('RandomCrop', {'size', 'padding'})
 --- RandomCrop(size, {padding =, pad_if_needed = false, fill = 0, padding_mode = 'constant'})
 function RandomCrop:__init(size, opts)
-  opts = opts_of(opts)
+  opts = opts_of('RandomCrop', opts, {'padding', 'pad_if_needed', 'fill', 'padding_mode'})
   self.size = {TF._size_pair(size, 'RandomCrop')}
   self.padding, self.pad_if_needed = opts.padding, opts.pad_if_needed or false
   self.fill, self.padding_mode = opts.fill or 0, opts.padding_mode or 'constant'
@@ -235,7 +237,7 @@ local RandomResizedCrop = Transform:subclass('RandomResizedCrop',
 --- RandomResizedCrop(size, {scale = {0.08, 1}, ratio = {3/4, 4/3},
 --                     interpolation = 'bilinear', antialias =})
 function RandomResizedCrop:__init(size, opts)
-  opts = opts_of(opts)
+  opts = opts_of('RandomResizedCrop', opts, {'scale', 'ratio', 'interpolation', 'antialias'})
   self.size = {TF._size_pair(size, 'RandomResizedCrop')}
   self.scale = opts.scale or {0.08, 1.0}
   self.ratio = opts.ratio or {3 / 4, 4 / 3}
@@ -410,7 +412,7 @@ local RandomRotation = Transform:subclass('RandomRotation',
   {'degrees', 'interpolation', 'expand', 'fill'})
 --- RandomRotation(degrees, {interpolation = 'nearest', expand = false, center =, fill = 0})
 function RandomRotation:__init(degrees, opts)
-  opts = opts_of(opts)
+  opts = opts_of('RandomRotation', opts, {'interpolation', 'expand', 'center', 'fill'})
   self.degrees = degrees_range(degrees, 'RandomRotation')
   self.interpolation, self.expand = opts.interpolation or 'nearest', opts.expand or false
   self.center, self.fill = opts.center, opts.fill or 0
@@ -428,11 +430,10 @@ local RandomAffine = Transform:subclass('RandomAffine',
 --               interpolation = 'nearest', fill = 0, center =})
 -- (positional translate, scale, shear are accepted too, as in torchvision.)
 function RandomAffine:__init(degrees, translate, scale, shear, opts)
-  if type(translate) == 'table' and (translate.translate or translate.scale or translate.shear
-     or translate.interpolation or translate.fill or translate.center) then
+  if require('oneflow._args').is_options(translate) then
     opts, translate = translate, nil
   end
-  opts = opts_of(opts)
+  opts = opts_of('RandomAffine', opts, {'translate', 'scale', 'shear', 'interpolation', 'fill', 'center'})
   translate, scale, shear = translate or opts.translate, scale or opts.scale, shear or opts.shear
   self.degrees = degrees_range(degrees, 'RandomAffine')
   if translate then
@@ -485,7 +486,7 @@ local RandomErasing = Transform:subclass('RandomErasing', {'p', 'scale', 'ratio'
 -- RandomErasing{p =, scale =, ...}.
 function RandomErasing:__init(p, opts)
   if type(p) == 'table' then opts, p = p, p.p end
-  opts = opts_of(opts)
+  opts = opts_of('RandomErasing', opts, {'p', 'scale', 'ratio', 'value', 'inplace'})
   self.p = check_prob(p or 0.5, 'RandomErasing')
   self.scale = opts.scale or {0.02, 0.33}
   self.ratio = opts.ratio or {0.3, 3.3}

@@ -375,7 +375,7 @@ end
 
 --- for name, m in net:named_modules() do ... end (self first, as '').
 function Module:named_modules(opts)
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('named_modules', opts, {'prefix', 'remove_duplicate'})
   local out = {}
   collect_modules(self, opts.prefix or '', opts.remove_duplicate ~= false and {} or nil, out)
   return iter_list(out)

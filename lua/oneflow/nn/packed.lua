@@ -75,7 +75,7 @@ end
 -- enforce_sorted: lengths must be decreasing; otherwise the batch is sorted and
 -- the permutation kept in sorted_indices.
 function M.pack_padded_sequence(input, lengths, opts)
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('pack_padded_sequence', opts, {'batch_first', 'enforce_sorted'})
   local enforce = opts.enforce_sorted ~= false
   local lens = lengths_list(lengths, 'pack_padded_sequence')
   if opts.batch_first then input = input:transpose(1, 2) end
@@ -119,7 +119,8 @@ end
 --- pad_packed_sequence(packed, {batch_first = false, padding_value = 0, total_length}):
 -- padded [L, N, *] ([N, L, *]) in the original batch order, and the lengths (int64).
 function M.pad_packed_sequence(packed, opts)
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('pad_packed_sequence', opts,
+      {'batch_first', 'padding_value', 'total_length'})
   if not M.is_packed(packed) then fail('pad_packed_sequence: expected a PackedSequence') end
   local bsz = sizes_of(packed)
   local total = opts.total_length
@@ -146,7 +147,7 @@ end
 --- pad_sequence(list, {batch_first = false, padding_value = 0}): tensors [L_i, *]
 -- -> [max L, N, *] ([N, max L, *] if batch_first).
 function M.pad_sequence(list, opts)
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('pad_sequence', opts, {'batch_first', 'padding_value'})
   if type(list) ~= 'table' or #list == 0 then fail('pad_sequence: expected a non-empty list of tensors') end
   local maxlen = 0
   for _, s in ipairs(list) do maxlen = math.max(maxlen, s:size(1)) end
@@ -165,7 +166,7 @@ end
 
 --- pack_sequence(list, {enforce_sorted = true}): tensors [L_i, *] -> a PackedSequence.
 function M.pack_sequence(list, opts)
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('pack_sequence', opts, {'enforce_sorted'})
   local lens = {}
   for i, s in ipairs(list) do lens[i] = s:size(1) end
   return M.pack_padded_sequence(M.pad_sequence(list), lens, {enforce_sorted = opts.enforce_sorted})

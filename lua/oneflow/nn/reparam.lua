@@ -52,7 +52,7 @@ end
 -- becomes the parameters <name>_g and <name>_v, and is recomputed before each forward.
 function M.weight_norm(m, opts)
   if type(opts) == 'string' then opts = {name = opts} end
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('weight_norm', opts, {'dim', 'name'})
   local name = opts.name or 'weight'
   local reg = registry(m, '_weight_norm')
   if reg[name] then
@@ -134,7 +134,7 @@ end
 -- the buffers <name>_u, <name>_v.
 function M.spectral_norm(m, opts)
   if type(opts) == 'string' then opts = {name = opts} end
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('spectral_norm', opts, {'dim', 'eps', 'n_power_iterations', 'name'})
   local name = opts.name or 'weight'
   local reg = registry(m, '_spectral_norm')
   if reg[name] then

@@ -66,7 +66,8 @@ end
 
 --- nn.EmbeddingBag.from_pretrained(weight, {freeze = true, mode = 'mean', include_last_offset =, padding_idx =})
 function EmbeddingBag.from_pretrained(weight, opts)
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('EmbeddingBag.from_pretrained', opts,
+      {'freeze', 'include_last_offset', 'mode', 'padding_idx'})
   if weight:dim() ~= 2 then
     fail('EmbeddingBag.from_pretrained: embeddings parameter is expected to be 2-dimensional')
   end

@@ -62,7 +62,8 @@ end
 
 --- nn.Embedding.from_pretrained(weight, {freeze = true, padding_idx =, ...})
 function Embedding.from_pretrained(weight, opts)
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('Embedding.from_pretrained', opts,
+      {'freeze', 'max_norm', 'norm_type', 'padding_idx'})
   if weight:dim() ~= 2 then fail('Embedding.from_pretrained: embeddings parameter is expected to be 2-dimensional') end
   return Embedding(weight:size(1), weight:size(2), {
     _weight = weight, _freeze = opts.freeze ~= false, padding_idx = opts.padding_idx,

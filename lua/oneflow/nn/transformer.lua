@@ -4,6 +4,7 @@
 -- matmul, softmax and masking ops.
 --   local attn = nn.MultiheadAttention(64, 8, {batch_first = true})
 --   local out, weights = attn(q, k, v, {key_padding_mask = pad, attn_mask = causal})
+local check_options = require('oneflow._args').check_options
 local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'
@@ -120,7 +121,8 @@ end
 -- weights ([N, L, S] averaged over heads, or [N, H, L, S]; nil without need_weights).
 -- Boolean masks are true where attention is not allowed; float masks are added.
 function MHA:forward(query, key, value, opts)
-  opts = opts or {}
+  opts = check_options('MultiheadAttention', opts, {'key_padding_mask', 'need_weights', 'attn_mask',
+                                                    'average_attn_weights', 'is_causal'})
   key, value = key or query, value or key or query
   local q, k, v, unbatched = mha_layout(self, query, key, value)
   local l, n, e = q:size(1), q:size(2), self.embed_dim
@@ -211,7 +213,7 @@ end
 
 --- forward(src, {src_mask =, src_key_padding_mask =, is_causal =})
 function Layer:forward(src, opts)
-  opts = opts or {}
+  opts = check_options('TransformerEncoderLayer', opts, {'src_mask', 'src_key_padding_mask', 'is_causal'})
   local x = src
   local mask, kpm, causal = opts.src_mask, opts.src_key_padding_mask, opts.is_causal
   if self.norm_first then
@@ -252,7 +254,7 @@ end
 
 --- forward(src, {mask =, src_key_padding_mask =, is_causal =})
 function Encoder:forward(src, opts)
-  opts = opts or {}
+  opts = check_options('TransformerEncoder', opts, {'mask', 'src_key_padding_mask', 'is_causal'})
   local layer_opts = {src_mask = opts.mask, src_key_padding_mask = opts.src_key_padding_mask,
                       is_causal = opts.is_causal}
   local x = src

@@ -5,6 +5,9 @@
 --   local model = nn.Transformer({d_model = 64, nhead = 4, batch_first = true})
 --   local mask = nn.Transformer.generate_square_subsequent_mask(tgt:size(2))
 --   local out = model(src, tgt, {tgt_mask = mask, src_key_padding_mask = pad})
+local check_options = require('oneflow._args').check_options
+local DECODER_OPTS = {'tgt_mask', 'memory_mask', 'tgt_key_padding_mask', 'memory_key_padding_mask',
+                      'tgt_is_causal', 'memory_is_causal'}
 local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'
@@ -49,7 +52,7 @@ end
 --- forward(tgt, memory, {tgt_mask =, memory_mask =, tgt_key_padding_mask =,
 -- memory_key_padding_mask =, tgt_is_causal =, memory_is_causal =})
 function Layer:forward(tgt, memory, opts)
-  opts = opts or {}
+  opts = check_options('TransformerDecoderLayer', opts, DECODER_OPTS)
   check_memory('TransformerDecoderLayer', tgt, memory)
   local tm, tk, tc = opts.tgt_mask, opts.tgt_key_padding_mask, opts.tgt_is_causal
   local mm, mk, mc = opts.memory_mask, opts.memory_key_padding_mask, opts.memory_is_causal
@@ -81,7 +84,7 @@ end
 --- forward(tgt, memory, {tgt_mask =, memory_mask =, tgt_key_padding_mask =,
 -- memory_key_padding_mask =, tgt_is_causal =, memory_is_causal =})
 function Decoder:forward(tgt, memory, opts)
-  opts = opts or {}
+  opts = check_options('TransformerDecoder', opts, DECODER_OPTS)
   local layer_opts = {tgt_mask = opts.tgt_mask, memory_mask = opts.memory_mask,
                       tgt_key_padding_mask = opts.tgt_key_padding_mask,
                       memory_key_padding_mask = opts.memory_key_padding_mask,
@@ -139,7 +142,9 @@ end
 -- tgt [T, N, E] ([N, S, E], [N, T, E] with batch_first; [S, E], [T, E]
 -- unbatched) -> [T, N, E].
 function Transformer:forward(src, tgt, opts)
-  opts = opts or {}
+  opts = check_options('Transformer', opts, {'src_mask', 'src_key_padding_mask', 'src_is_causal', 'tgt_mask',
+                                             'memory_mask', 'tgt_key_padding_mask', 'memory_key_padding_mask',
+                                             'tgt_is_causal', 'memory_is_causal'})
   if not flow.is_tensor(src) or not flow.is_tensor(tgt) then
     fail('Transformer: expected src and tgt tensors')
   end

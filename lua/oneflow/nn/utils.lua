@@ -38,7 +38,7 @@ end
 -- grads together) exceeds max_norm; returns the total norm (a tensor).
 function M.clip_grad_norm_(params, max_norm, opts)
   if type(opts) == 'number' then opts = {norm_type = opts} end
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('clip_grad_norm_', opts, {norm_type = true, error_if_nonfinite = true})
   local p = opts.norm_type or 2
   if p == 'inf' then p = math.huge end
   local gs = grads_of(param_list(params, 'clip_grad_norm_'))

@@ -5,14 +5,14 @@ local T = require 'oneflow.tensor'
 local types = require 'oneflow.types'
 local A = require 'oneflow._args'
 
-local def, flow, is_options, EMPTY = T.def, T.flow, A.is_options, A.EMPTY
+local def, flow, is_options = T.def, T.flow, A.is_options
 local int64 = types.by_name.int64
 
 -- The 1-based (row, col) pairs of a row x col matrix where keep(j - i) holds,
 -- row-major, as a 2 x N int64 tensor.
 local function tri_indices(op, keep, row, col, offset, opts)
   if is_options(offset) then opts, offset = offset, nil end
-  opts = opts or EMPTY
+  opts = A.check_options(op, opts, {offset = true, dtype = true, device = true})
   offset = offset or opts.offset or 0
   for _, v in ipairs({row, col, offset}) do
     if type(v) ~= 'number' or v ~= math.floor(v) then
@@ -48,7 +48,7 @@ end, 'func')
 -- base ^ linspace(start, end, steps) (function only).
 def('logspace', function(start, stop, steps, base, opts)
   if type(base) == 'table' then base, opts = nil, base end
-  opts = opts or EMPTY
+  opts = A.check_options('logspace', opts, {base = true, dtype = true, device = true, requires_grad = true})
   base = base or opts.base or 10
   for _, v in ipairs({start, stop, steps, base}) do
     if type(v) ~= 'number' then

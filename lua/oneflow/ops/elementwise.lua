@@ -2,6 +2,7 @@
 -- where, masked_fill, and the arithmetic operators of tensors.
 local core = require 'oneflow._C'
 local T = require 'oneflow.tensor'
+local A = require 'oneflow._args'
 
 local C, out1, raise, wrap = core.C, core.out1, core.raise, core.wrap
 local def, methods, is_tensor = T.def, T.methods, T.is_tensor
@@ -24,10 +25,11 @@ local function binary(op, a, b, into)
   else
     a, b = bool_num(a), bool_num(b)
     if type(a) == 'number' or type(b) == 'number' then return binary(op, a, b, into) end
-    error(('%s: expected tensors or numbers, got %s and %s'):format(
-      core.ffi.string(C.of_binary_name(op)), type(a), type(b)), 3)
+    A.fail(('%s: expected tensors or numbers, got %s and %s'):format(
+      core.ffi.string(C.of_binary_name(op)), type(a), type(b)))
   end
-  if st ~= 0 then raise(3) end
+  -- the user's line, also from an operator (a + b) or a composed op
+  if st ~= 0 then A.raise_c() end
   return wrap(out1[0])
 end
 T.binary = binary
@@ -36,7 +38,7 @@ local function binary_inplace(op, a, b)
   local st
   if type(b) == 'number' then st = of_binary_scalar(op, a.p, b, 0, a.p, out1)
   else st = of_binary(op, a.p, b.p, a.p, out1) end
-  if st ~= 0 then raise(3) end
+  if st ~= 0 then A.raise_c() end
   C.of_tensor_release(out1[0])
   return a
 end
@@ -61,21 +63,22 @@ for alias, name in pairs({multiply = 'mul', subtract = 'sub', divide = 'div',
 end
 
 -- alpha scales the second operand: x:add(y, {alpha = 2}) is x + 2 * y
-local function scaled(b, opts)
+local function scaled(b, opts, op)
+  opts = A.check_options(op, opts, {alpha = true})
   if opts and opts.alpha and opts.alpha ~= 1 then
     if type(b) == 'number' then return b * opts.alpha end
     return binary(C.OF_MUL, b, opts.alpha)
   end
   return b
 end
-def('add', function(a, b, opts) return binary(C.OF_ADD, a, scaled(b, opts)) end)
-def('sub', function(a, b, opts) return binary(C.OF_SUB, a, scaled(b, opts)) end)
-function methods.add_(a, b, opts) return binary_inplace(C.OF_ADD, a, scaled(b, opts)) end
-function methods.sub_(a, b, opts) return binary_inplace(C.OF_SUB, a, scaled(b, opts)) end
+def('add', function(a, b, opts) return binary(C.OF_ADD, a, scaled(b, opts, 'add')) end)
+def('sub', function(a, b, opts) return binary(C.OF_SUB, a, scaled(b, opts, 'sub')) end)
+function methods.add_(a, b, opts) return binary_inplace(C.OF_ADD, a, scaled(b, opts, 'add_')) end
+function methods.sub_(a, b, opts) return binary_inplace(C.OF_SUB, a, scaled(b, opts, 'sub_')) end
 
 --- div with {rounding_mode = 'floor' | 'trunc'}
 def('div', function(a, b, opts)
-  local mode = opts and opts.rounding_mode
+  local mode = A.check_options('div', opts, {rounding_mode = true}).rounding_mode
   if mode == nil then return binary(C.OF_DIV, a, b) end
   if mode == 'floor' then return binary(C.OF_FLOOR_DIVIDE, a, b) end
   if mode == 'trunc' then
@@ -167,21 +170,30 @@ mt.__mul = function(a, b) return binary(C.OF_MUL, a, b, nil) end
 mt.__div = function(a, b) return binary(C.OF_DIV, a, b, nil) end
 mt.__mod = function(a, b) return binary(C.OF_REMAINDER, a, b, nil) end
 mt.__pow = function(a, b) return binary(C.OF_POW, a, b, nil) end
+-- Lua turns the result of < and <= into a boolean, so they cannot compare
+-- tensors elementwise: say which method does.
+mt.__lt = function()
+  A.fail("attempt to compare tensors with '<' or '>': Lua cannot return a tensor from them; " ..
+         "use x:lt(y) or x:gt(y) (or flow.lt / flow.gt)")
+end
+mt.__le = function()
+  A.fail("attempt to compare tensors with '<=' or '>=': Lua cannot return a tensor from them; " ..
+         "use x:le(y) or x:ge(y) (or flow.le / flow.ge)")
+end
 mt.__unm = function(a)
   if C.of_unary(C.OF_NEG, a.p, nil, out1) ~= 0 then raise(2) end
   return wrap(out1[0])
 end
 
 local types = require 'oneflow.types'
-local A = require 'oneflow._args'
-local flow, is_options, check_tensor, EMPTY = T.flow, A.is_options, A.check_tensor, A.EMPTY
+local flow, is_options, check_tensor = T.flow, A.is_options, A.check_tensor
 local bool, as_tensor, zeros = types.by_name.bool, T.as_tensor_like, T.zeros_of
 
 ------------------------------------------------------------------ comparison
-local function isclose(a, b, opts)
-  check_tensor('isclose', a)
+local function isclose(a, b, opts, op)
+  check_tensor(op or 'isclose', a)
   b = as_tensor(b, a)
-  opts = opts or EMPTY
+  opts = A.check_options(op or 'isclose', opts, {rtol = true, atol = true, equal_nan = true})
   local rtol, atol = opts.rtol or 1e-5, opts.atol or 1e-8
   if rtol < 0 or atol < 0 then
     error(('isclose: rtol and atol must be >= 0, got %g and %g'):format(rtol, atol), 3)
@@ -199,7 +211,7 @@ end
 def('isclose', function(a, b, opts) return isclose(a, b, opts) end)
 --- flow.allclose(a, b, opts): true when every element isclose (a Lua boolean).
 def('allclose', function(a, b, opts)
-  return isclose(a, b, opts):all():item()
+  return isclose(a, b, opts, 'allclose'):all():item()
 end)
 --- flow.equal(a, b): true when a and b have the same shape and elements.
 def('equal', function(a, b)

@@ -154,17 +154,19 @@ end
 
 ------------------------------------------------------------------ sort / topk
 -- (dim, opts) with dim optional (default -1, the last) and opts optional.
-local function dim_and_opts(d, opts, op)
+local function dim_and_opts(d, opts, op, allowed)
   if type(d) == 'table' then d, opts = nil, d end
-  if d == nil then return -1, opts or {} end
-  return dim(d, op, 4), opts or {}
+  opts = A.check_options(op, opts, allowed)
+  if d == nil then d = opts.dim end
+  if d == nil then return -1, opts end
+  return dim(d, op, 4), opts
 end
 
 --- x:sort([dim][, {descending =, stable =}]) -> values, indices (1-based).
 def('sort', function(x, d, opts)
   local cd
   if type(opts) == 'boolean' then opts = {descending = opts} end
-  cd, opts = dim_and_opts(d, opts, 'sort')
+  cd, opts = dim_and_opts(d, opts, 'sort', {dim = true, descending = true, stable = true})
   return two(C.of_sort(x.p, cd, opts.descending and 1 or 0, opts.stable and 1 or 0, BASE,
                        out1, out2))
 end)
@@ -182,7 +184,7 @@ def('topk', function(x, k, d, opts)
     error('topk: k must be an integer, got ' .. tostring(k), 2)
   end
   local cd
-  cd, opts = dim_and_opts(d, opts, 'topk')
+  cd, opts = dim_and_opts(d, opts, 'topk', {dim = true, largest = true, sorted = true})
   return two(C.of_topk(x.p, k, cd, opts.largest == false and 0 or 1, opts.sorted == false and 0 or 1,
                        BASE, out1, out2))
 end)
@@ -440,11 +442,11 @@ def('kthvalue', function(x, k, d, opts)
 end)
 
 local types = require 'oneflow.types'
-local flow, shape_str, EMPTY, as_tensor = T.flow, A.shape_str, A.EMPTY, T.as_tensor_like
+local flow, shape_str, as_tensor = T.flow, A.shape_str, T.as_tensor_like
 
 ------------------------------------------------------------------ searching
 local function search(op, seq, v, opts)
-  opts = opts or EMPTY
+  opts = A.check_options(op, opts, {right = true, side = true, out_int32 = true})
   local right = opts.right or opts.side == 'right'
   if opts.side ~= nil and opts.side ~= 'left' and opts.side ~= 'right' then
     error(op .. ": side must be 'left' or 'right', got " .. tostring(opts.side), 3)
@@ -495,7 +497,8 @@ def('bucketize', function(x, boundaries, opts)
   if boundaries:dim() ~= 1 then
     error(('bucketize: boundaries must be 1-D, got shape %s'):format(shape_str(boundaries)), 2)
   end
-  return search('bucketize', boundaries, x, {right = opts and opts.right, out_int32 = opts and opts.out_int32})
+  opts = A.check_options('bucketize', opts, {right = true, out_int32 = true})
+  return search('bucketize', boundaries, x, {right = opts.right, out_int32 = opts.out_int32})
 end)
 
 ------------------------------------------------------------------ SBP (global tensors)

@@ -103,7 +103,7 @@ def('ger', T.flow.outer)
 
 local types = require 'oneflow.types'
 local flow, is_options, check_tensor, norm_dim = T.flow, A.is_options, A.check_tensor, A.norm_dim
-local EMPTY, int64, bool, zeros = A.EMPTY, types.by_name.int64, types.by_name.bool, T.zeros_of
+local int64, bool, zeros = types.by_name.int64, types.by_name.bool, T.zeros_of
 
 ------------------------------------------------------------------ diagonals
 --- flow.diag_embed(x, offset = 0, dim1 = -2, dim2 = -1): the last dim of x
@@ -269,7 +269,8 @@ end)
 def('cdist', function(x1, x2, opts)
   check_tensor('cdist', x1)
   check_tensor('cdist', x2)
-  local p = (type(opts) == 'number' and opts) or (opts or EMPTY).p or 2
+  local p = (type(opts) == 'number' and opts)
+            or A.check_options('cdist', opts, {p = true}).p or 2
   if x1:dim() < 2 or x2:dim() < 2 or x1:size(-1) ~= x2:size(-1) then
     error(('cdist: x1 %s and x2 %s must be [..., P, M] and [..., R, M] with the same M'):format(
       shape_str(x1), shape_str(x2)), 2)

@@ -68,7 +68,7 @@ local function make_conv(nsp)
   local op = 'conv' .. nsp .. 'd'
   return function(x, w, ...)
     check_tensor(op, x)
-    check_tensor(op, w, 'weight')
+    check_tensor(op, w, 'weight', 2)
     local a = parse(op, conv_spec, ...)
     local b = a.bias
     if b ~= nil and not is_tensor(b) then
@@ -123,7 +123,7 @@ local function make_conv_transpose(nsp)
   local op = 'conv_transpose' .. nsp .. 'd'
   return function(x, w, ...)
     check_tensor(op, x)
-    check_tensor(op, w, 'weight')
+    check_tensor(op, w, 'weight', 2)
     local a = parse(op, convt_spec, ...)
     local b = a.bias
     if b ~= nil and not is_tensor(b) then

@@ -135,7 +135,10 @@ local function device_code(opts)
 end
 
 -- An uninitialised tensor of `sizes` (checked here so errors name op).
+local FACTORY = {dtype = true, device = true, requires_grad = true, pin_memory = true}
+
 local function new_empty(op, sizes, dt, opts)
+  A.check_options(op, opts, FACTORY)
   for i = 1, #sizes do
     if sizes[i] < 0 then
       error(('%s: negative size %d at dim %d in [%s]'):format(op, sizes[i], i,
@@ -198,7 +201,7 @@ end, 'func')
 
 --- flow.randperm(n[, opts]): the numbers 1..n in random order.
 def('randperm', function(n, opts)
-  opts = opts or {}
+  opts = A.check_options('randperm', opts, FACTORY)
   n = to_i64(n, 'randperm', 'n')
   local dt = A.dtype_opt(opts, types.by_name.int64)
   if C.of_randperm(n, 1, dt.id, out1) ~= 0 then raise(2) end
@@ -228,20 +231,20 @@ def('normal', function(mean, std, size, opts)
   return finish(t, C.of_normal_(t.p, mean, std), opts)
 end, 'func')
 
-local function like_opts(x, opts)
-  opts = opts or {}
+local function like_opts(x, opts, op)
+  opts = A.check_options(op, opts, {dtype = true, requires_grad = true})
   return {dtype = opts.dtype or x.dtype, requires_grad = opts.requires_grad}
 end
 
-def('rand_like', function(x, opts) return T.flow.rand(x:size():totable(), like_opts(x, opts)) end,
+def('rand_like', function(x, opts) return T.flow.rand(x:size():totable(), like_opts(x, opts, 'rand_like')) end,
     'func')
-def('randn_like', function(x, opts) return T.flow.randn(x:size():totable(), like_opts(x, opts)) end,
+def('randn_like', function(x, opts) return T.flow.randn(x:size():totable(), like_opts(x, opts, 'randn_like')) end,
     'func')
 --- flow.randint_like(x, [low,] high[, opts])
 def('randint_like', function(x, a, b, c)
   local low, high, opts = a, b, c
   if not (type(b) == 'number' or is_int64_cdata(b)) then low, high, opts = 0, a, b end
-  return T.flow.randint(low, high, x:size():totable(), like_opts(x, opts))
+  return T.flow.randint(low, high, x:size():totable(), like_opts(x, opts, 'randint_like'))
 end, 'func')
 
 ------------------------------------------------------------------ in place
@@ -314,7 +317,10 @@ local flow, check_tensor, shape_str, int64 = T.flow, A.check_tensor, A.shape_str
 -- without replacement each category is drawn at most once.
 def('multinomial', function(w, n, opts)
   check_tensor('multinomial', w)
-  local replacement = (opts == true) or (type(opts) == 'table' and opts.replacement) or false
+  local replacement = opts == true
+  if type(opts) == 'table' then
+    replacement = A.check_options('multinomial', opts, {replacement = true}).replacement or false
+  end
   if w:dim() < 1 or w:dim() > 2 or not w:is_floating_point() then
     error(('multinomial: expected a 1-D or 2-D float tensor of weights, got shape %s and %s'):format(
       shape_str(w), tostring(w.dtype)), 2)

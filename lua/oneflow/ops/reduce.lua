@@ -13,7 +13,6 @@ local T = require 'oneflow.tensor'
 
 local C, out1, out2, raise, wrap = core.C, core.out1, core.out2, core.raise, core.wrap
 local def, is_tensor, is_options, check_tensor = T.def, T.is_tensor, A.is_options, A.check_tensor
-local EMPTY = {}
 local ALL_DIMS = -100
 
 local M = {}
@@ -32,13 +31,15 @@ local function dims_arg(op, d)
   return A.dims_ptr(d, op, 4)
 end
 
+local REDUCE_OPTS = {dim = true, keepdim = true, dtype = true}
+
 -- (dim?, keepdim?, opts?) in any of the accepted forms -> dims, n, keepdim, opts
-local function reduce_args(op, d, a, b)
+local function reduce_args(op, d, a, b, allowed)
   local opts, keepdim
   if is_options(d) then opts, d = d, nil end
   if type(a) == 'boolean' then keepdim = a elseif type(a) == 'table' then opts = a end
   if type(b) == 'table' then opts = b end
-  opts = opts or EMPTY
+  opts = A.check_options(op, opts, allowed or REDUCE_OPTS)
   if d == nil then d = opts.dim end
   if opts.keepdim ~= nil then keepdim = opts.keepdim end
   local ptr, n = dims_arg(op, d)
@@ -87,7 +88,7 @@ M.norm = def('norm', function(x, p, d, a, b)
   end
   if p == nil then p = 2 end
   if type(p) ~= 'number' then error('norm: p must be a number, got ' .. type(p), 2) end
-  local ptr, n, keep, opts = reduce_args('norm', d, a, b)
+  local ptr, n, keep, opts = reduce_args('norm', d, a, b, {p = true, dim = true, keepdim = true, dtype = true})
   if C.of_reduce(C.OF_RED_NORM, x.p, ptr, n, keep, p, dtype_id(opts), out1) ~= 0 then raise(2) end
   return wrap(out1[0])
 end)
@@ -108,7 +109,7 @@ local function variance(is_std, name)
       opts = a
     end
     if type(b) == 'table' then opts = b end
-    opts = opts or EMPTY
+    opts = A.check_options(name, opts, {dim = true, keepdim = true, unbiased = true, correction = true})
     if d == nil then d = opts.dim end
     if opts.keepdim ~= nil then keepdim = opts.keepdim end
     if opts.unbiased ~= nil then unbiased = opts.unbiased end
@@ -134,7 +135,7 @@ local function extreme(is_max, name, whole_op, elementwise)
     if is_options(d) then opts, d = d, nil end
     if type(a) == 'table' then opts = a end
     if type(b) == 'table' then opts = b end
-    opts = opts or EMPTY
+    opts = A.check_options(name, opts, {dim = true, keepdim = true})
     if d == nil then d = opts.dim end
     if d == nil then
       if C.of_reduce(whole_op, x.p, nil, 0, 0, 0, -1, out1) ~= 0 then
@@ -165,7 +166,7 @@ local function arg_extreme(is_max, name)
     if is_options(d) then opts, d = d, nil end
     if type(a) == 'table' then opts = a end
     if type(b) == 'table' then opts = b end
-    opts = opts or EMPTY
+    opts = A.check_options(name, opts, {dim = true, keepdim = true})
     if d == nil then d = opts.dim end
     local keepdim = a == true or opts.keepdim
     local cd = d == nil and ALL_DIMS or A.dim(d, name)
@@ -184,6 +185,7 @@ function M.along_dim(cfn, flag, name, hint)
   return function(x, d, opts)
     check_tensor(name, x)
     if is_options(d) then opts, d = d, d.dim end
+    opts = A.check_options(name, opts, {dim = true, dtype = true})
     if d == nil then error(name .. ': dim is required, e.g. ' .. hint, 2) end
     if opts and opts.dtype then
       x = T.call1(C.of_to_dtype, x.p, types.dtype(opts.dtype, 4).id, out1)

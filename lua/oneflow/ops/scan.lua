@@ -8,7 +8,7 @@ local types = require 'oneflow.types'
 local A = require 'oneflow._args'
 
 local def, is_tensor, flow, is_options = T.def, T.is_tensor, T.flow, A.is_options
-local check_tensor, norm_dim, EMPTY, int64 = A.check_tensor, A.norm_dim, A.EMPTY, types.by_name.int64
+local check_tensor, norm_dim, int64 = A.check_tensor, A.norm_dim, types.by_name.int64
 local bool = types.by_name.bool
 local C = core.C
 local along_dim = require('oneflow.ops.reduce').along_dim
@@ -87,7 +87,7 @@ def('diff', function(x, n, d, opts)
   check_tensor('diff', x)
   if is_options(n) then opts, n = n, nil end
   if is_options(d) then opts, d = d, nil end
-  opts = opts or EMPTY
+  opts = A.check_options('diff', opts, {n = true, dim = true, prepend = true, append = true})
   n, d = n or opts.n or 1, d or opts.dim or -1
   if type(n) ~= 'number' or n < 0 or n ~= math.floor(n) then
     error('diff: n must be a non-negative integer, got ' .. tostring(n), 2)

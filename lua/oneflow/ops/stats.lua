@@ -7,7 +7,7 @@ local types = require 'oneflow.types'
 local A = require 'oneflow._args'
 
 local def, is_tensor, flow, is_options = T.def, T.is_tensor, T.flow, A.is_options
-local check_tensor, shape_str, norm_dim, EMPTY = A.check_tensor, A.shape_str, A.norm_dim, A.EMPTY
+local check_tensor, shape_str, norm_dim = A.check_tensor, A.shape_str, A.norm_dim
 local int64, bool, as_tensor = types.by_name.int64, types.by_name.bool, T.as_tensor_like
 
 -- Per row of the sorted matrix, the 1-based position to take -> values, indices.
@@ -61,7 +61,7 @@ def('quantile', function(x, q, d, opts)
   check_tensor('quantile', x)
   if is_options(d) then opts, d = d, nil end
   if type(opts) == 'boolean' then opts = {keepdim = opts} end
-  opts = opts or EMPTY
+  opts = A.check_options('quantile', opts, {dim = true, keepdim = true, interpolation = true})
   if d == nil then d = opts.dim end
   local mode = opts.interpolation or 'linear'
   local modes = {linear = true, lower = true, higher = true, midpoint = true, nearest = true}
@@ -172,7 +172,7 @@ end)
 -- asked, the 1-based inverse indices (x's shape) and the counts (int64).
 def('unique', function(x, opts)
   check_tensor('unique', x)
-  opts = opts or EMPTY
+  opts = A.check_options('unique', opts, {sorted = true, return_inverse = true, return_counts = true, dim = true})
   if opts.dim ~= nil then
     error('unique: only dim = nil (the flattened tensor) is supported', 2)
   end
@@ -223,7 +223,7 @@ end)
 -- (float32 weights give float32, others float64). Differentiable in weights.
 def('bincount', function(x, opts)
   check_tensor('bincount', x)
-  opts = opts or EMPTY
+  opts = A.check_options('bincount', opts, {weights = true, minlength = true})
   local w, minlength = opts.weights, opts.minlength or 0
   if x:dim() ~= 1 or x:is_floating_point() or x.dtype == bool then
     error(('bincount: expected a 1-D integer tensor, got shape %s and %s'):format(

@@ -162,6 +162,7 @@ function methods.to(x, a, b)
   elseif mf.is_format(a) then
     fmt = a
   elseif A.is_options(a) then
+    A.check_options('to', a, {dtype = true, device = true, non_blocking = true, memory_format = true})
     dt, dev, nb, fmt = a.dtype, a.device, a.non_blocking, a.memory_format
   elseif getmetatable(a) == types.DType then
     dt = a
@@ -172,6 +173,7 @@ function methods.to(x, a, b)
   end
   if getmetatable(b) == types.DType or (type(b) == 'string' and types.by_name[b]) then dt = b end
   if A.is_options(b) then
+    A.check_options('to', b, {non_blocking = true, memory_format = true})
     nb = b.non_blocking
     fmt = b.memory_format or fmt
   end

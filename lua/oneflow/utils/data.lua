@@ -301,7 +301,7 @@ end
 local RandomSampler = Sampler:subclass('RandomSampler')
 M.RandomSampler = RandomSampler
 function RandomSampler:init(ds, opts)
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('RandomSampler', opts, {replacement = true, num_samples = true})
   self.data_source, self.replacement, self.num_samples = ds, opts.replacement or false, opts.num_samples
 end
 function RandomSampler:len() return self.num_samples or self.data_source:len() end
@@ -856,7 +856,10 @@ end
 -- drop_last = false, collate_fn =, num_workers = 0, prefetch_factor = 2,
 -- worker_init_fn =, progress =}).
 function DataLoader:init(ds, opts)
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('DataLoader', opts, {
+    batch_size = true, shuffle = true, sampler = true, batch_sampler = true, drop_last = true,
+    collate_fn = true, num_workers = true, prefetch_factor = true, worker_init_fn = true,
+    progress = true, device = true, pin_memory = true})
   if ds == nil then error('DataLoader: expected a dataset', 3) end
   self.dataset = ds
   self.num_workers = opt_int(opts.num_workers, 'num_workers', 0, 0)
@@ -957,7 +960,7 @@ end
 
 --- loader:iter([{progress = true | {desc =, ...}}]): an iterator for a generic for.
 function DataLoader:iter(opts)
-  opts = opts or {}
+  opts = require('oneflow._args').check_options('DataLoader:iter', opts, {'progress'})
   local base_seed = draw_seed()
   local it, total
   if self.num_workers == 0 then

@@ -25,7 +25,8 @@ return function(data)
   --- DistributedSampler(dataset[, {num_replicas = world size, rank = this
   -- rank, shuffle = true, seed = 0, drop_last = false}])
   function DistributedSampler:init(ds, opts)
-    opts = opts or {}
+    opts = require('oneflow._args').check_options('DistributedSampler', opts,
+        {'drop_last', 'num_replicas', 'rank', 'seed', 'shuffle'})
     local ok, len = pcall(function() return ds:len() end)
     if not ok or type(len) ~= 'number' then
       error('DistributedSampler: expected a dataset with len()', 3)

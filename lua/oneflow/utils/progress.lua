@@ -29,7 +29,7 @@ end
 
 --- The text of the bar (without \r) for count n of total after `elapsed` s.
 function M.format(n, total, elapsed, opts)
-  opts = opts or {}
+  opts = opts or {}   -- wrap's options, passed through
   local desc = opts.desc and (opts.desc .. ': ') or ''
   local rate = elapsed > 0 and n / elapsed or 0
   if total and total > 0 then

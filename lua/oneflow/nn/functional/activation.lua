@@ -36,7 +36,8 @@ end
 
 --- F.gelu(x, {approximate = 'none' | 'tanh'})
 function F.gelu(x, opts)
-  local approx = type(opts) == 'table' and opts.approximate or opts or 'none'
+  local approx = opts or 'none'
+  if type(opts) == 'table' then approx = U.check_options('gelu', opts, {'approximate'}).approximate or 'none' end
   if approx == 'none' then return x:gelu() end
   if approx == 'tanh' then return x:gelu_tanh() end
   fail("gelu: approximate must be 'none' or 'tanh', got " .. tostring(approx))

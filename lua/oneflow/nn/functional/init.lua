@@ -25,4 +25,51 @@ for _, name in ipairs({'oneflow.ops.nn_conv', 'oneflow.ops.nn_norm', 'oneflow.op
 end
 F.upsample = F.upsample or F.interpolate
 
+-- Every public function checks its tensor arguments first, so a nil or a
+-- wrong type says "relu: argument 1 (input) must be a tensor, got nil" at the
+-- user's line rather than failing inside. FIRST names the first argument
+-- where it is not `input` (false: not a tensor); SECOND lists the functions
+-- whose second argument is a tensor too.
+local A = require 'oneflow._args'
+local FIRST = {
+  _reduce = false, legacy_reduction = false,
+  cosine_similarity = 'x1', pairwise_distance = 'x1', margin_ranking_loss = 'input1',
+  cosine_embedding_loss = 'input1', triplet_margin_loss = 'anchor',
+  scaled_dot_product_attention = 'query', affine_grid = 'theta', ctc_loss = 'log_probs',
+  bilinear = 'input1',
+}
+local SECOND = {
+  linear = 'weight', bilinear = 'input2', cosine_similarity = 'x2', pairwise_distance = 'x2',
+  margin_ranking_loss = 'input2', cosine_embedding_loss = 'input2', triplet_margin_loss = 'positive',
+  scaled_dot_product_attention = 'key', grid_sample = 'grid',
+  mse_loss = 'target', l1_loss = 'target', smooth_l1_loss = 'target', huber_loss = 'target',
+  binary_cross_entropy = 'target', binary_cross_entropy_with_logits = 'target', kl_div = 'target',
+  soft_margin_loss = 'target', cross_entropy = 'target', nll_loss = 'target',
+  hinge_embedding_loss = 'target', multilabel_soft_margin_loss = 'target',
+  poisson_nll_loss = 'target', gaussian_nll_loss = 'target', multi_margin_loss = 'target',
+  multilabel_margin_loss = 'target',
+}
+local is_tensor, describe, fail = A.is_tensor, A.describe, A.fail
+local function arg_error(name, i, what, v)
+  fail(('%s: argument %d (%s) must be a tensor, got %s'):format(name, i, what, describe(v)))
+end
+local function checked(name, f, first, second)
+  if second then
+    return function(x, y, ...)
+      if not is_tensor(x) and describe(x) ~= 'a global tensor' then arg_error(name, 1, first, x) end
+      if not is_tensor(y) and describe(y) ~= 'a global tensor' then arg_error(name, 2, second, y) end
+      return f(x, y, ...)
+    end
+  end
+  return function(x, ...)
+    if not is_tensor(x) and describe(x) ~= 'a global tensor' then arg_error(name, 1, first, x) end
+    return f(x, ...)
+  end
+end
+local names = {}
+for k, v in pairs(F) do
+  if type(v) == 'function' and FIRST[k] ~= false and k:sub(1, 1) ~= '_' then names[#names + 1] = k end
+end
+for _, k in ipairs(names) do F[k] = checked(k, F[k], FIRST[k] or 'input', SECOND[k]) end
+
 return F

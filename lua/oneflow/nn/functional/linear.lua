@@ -16,8 +16,8 @@ local linear_spec = {{'bias'}}
 function F.linear(x, w, b, ...)
   if b ~= nil and not flow.is_tensor(b) or select('#', ...) > 0 then b = parse('linear', linear_spec, b, ...).bias end
   A.check_tensor('linear', x)
-  A.check_tensor('linear', w, 'weight')
-  if b ~= nil then A.check_tensor('linear', b, 'bias') end
+  A.check_tensor('linear', w, 'weight', 2)
+  if b ~= nil then A.check_tensor('linear', b, 'bias', 3) end
   local in_f = w:size(w:dim())
   if x:dim() == 0 or x:size(-1) ~= in_f then
     fail(('linear: input %s and weight %s do not match (last dim of input must be %d)'):format(
