@@ -90,7 +90,8 @@ setters.grad = function(t, g)
   if C.of_tensor_set_grad(t.p, g and g.p or nil) ~= 0 then raise(3) end
 end
 
-local Node = require('oneflow._args').value_type({})
+local A = require 'oneflow._args'
+local Node = A.value_type({})
 Node.__index = Node
 Node.__tostring = function(n) return '<' .. n:name() .. '>' end
 function Node:name() return ffi.string(C.of_node_name(self.ptr)) end
@@ -161,7 +162,7 @@ end
 --- loss:backward(), y:backward(grad, {retain_graph =, create_graph =})
 methods.backward = interpreted(function(t, grad, opts)
   if type(grad) == 'table' and not T.is_tensor(grad) then opts, grad = grad, nil end
-  opts = opts or {}
+  opts = A.check_options('backward', opts, {create_graph = true, retain_graph = true})
   -- nn.Graph AMP with loss scaling: the traced backward starts from the scale
   if grad == nil and M._loss_scale ~= nil then
     grad = M._loss_scale:to(t.dtype):view(t:size():totable())
@@ -178,7 +179,7 @@ end)
 M.backward = interpreted(function(tensors, grads, opts)
   tensors = tensor_list(tensors, 'backward')
   grads = tensor_list(grads, 'backward')
-  opts = opts or {}
+  opts = A.check_options('autograd.backward', opts, {create_graph = true, retain_graph = true})
   if C.of_backward(ptr_array(tensors), ptr_array(grads), #tensors,
                    opts.retain_graph and 1 or 0, opts.create_graph and 1 or 0) ~= 0 then
     raise(2)
@@ -189,7 +190,8 @@ end)
 -- create_graph, allow_unused}) -> a tensor per input (an array when inputs
 -- is an array, a tensor when it is one tensor).
 M.grad = interpreted(function(outputs, inputs, grad_outputs, opts)
-  opts = opts or {}
+  opts = A.check_options('autograd.grad', opts, {
+    allow_unused = true, create_graph = true, retain_graph = true})
   local single = T.is_tensor(inputs)
   outputs = tensor_list(outputs, 'autograd.grad')
   inputs = tensor_list(inputs, 'autograd.grad')

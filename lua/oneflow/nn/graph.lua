@@ -23,6 +23,7 @@
 -- build returns, and the grads are dropped (set to nil) after each step.
 -- The parameters stay the module's own tensors: eager code sees the
 -- graph's updates and the graph sees eager changes.
+local A = require 'oneflow._args'
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
 local T = require 'oneflow.tensor'
@@ -189,7 +190,7 @@ function Graph:add_optimizer(opt, opts)
     fail(('add_optimizer: %s has no graph update yet (supported: SGD, Adam, AdamW)')
          :format(opt.__name or 'this optimizer'), 2)
   end
-  opts = opts or {}
+  opts = A.check_options('add_optimizer', opts, {lr_sch = true, lr_scheduler = true})
   local os = self._optimizers
   os[#os + 1] = {opt = opt, kind = kind, lr_sch = opts.lr_sch or opts.lr_scheduler}
 end
