@@ -252,11 +252,16 @@ local function incomplete(err)
   return err and err:find("<eof>", 1, true) ~= nil
 end
 
--- `src` as an expression first (to print its value), else as a chunk.
+-- `src` as an expression first (to print its value), else as a chunk. Text
+-- only: a line starting with ESC (an arrow key without readline) is a syntax
+-- error, not bytecode.
 local function compile(src, env)
-  local fn, err_expr = loadstring('return ' .. src, '=stdin')
+  local fn, err_expr = loadstring('return ' .. src, '=stdin', 't')
   local err
-  if not fn then fn, err = loadstring(src, '=stdin') end
+  if not fn then fn, err = loadstring(src, '=stdin', 't') end
+  if err and src:find('\27', 1, true) then
+    err = 'stdin: the line holds terminal escape codes (arrow keys?); line editing needs libreadline'
+  end
   if fn then setfenv(fn, env) end
   return fn, err, err_expr
 end
@@ -312,6 +317,7 @@ local function readline_reader(rl, env)
   rl.rl_completer_word_break_characters = anchors.breaks
   rl.rl_catch_signals = 0
   local matches
+  -- an error must not escape a callback into readline: complete() runs in pcall
   anchors.gen = ffi.cast('of_rl_compentry_t *', function(_, state)
     if state == 0 then matches.i = 0 end
     matches.i = matches.i + 1
@@ -403,7 +409,7 @@ function M.run(opts)
   local buffer = ''
   local function show(q)   -- ?expr
     if q == '' then print(help.usage) return end
-    local fn, err = loadstring('return ' .. q, '=stdin')
+    local fn, err = loadstring('return ' .. q, '=stdin', 't')
     if not fn then print(err) return end
     setfenv(fn, env)
     local ok, v = pcall(fn)
