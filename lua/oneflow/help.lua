@@ -130,10 +130,11 @@ end
 -- Where a value is reachable from the usual roots, as `flow.nn.Conv2d`.
 local roots
 local function find_name(v, env)
-  if not roots then
-    local ok, flow = pcall(require, 'oneflow')
-    roots = {}
-    if ok then
+  -- the roots, once oneflow is loaded (help never loads it itself)
+  local flow = package.loaded.oneflow
+  if not roots or (flow and not roots.flow) then
+    roots = {flow = flow}
+    if flow then
       roots[#roots + 1] = {'flow', flow}
       roots[#roots + 1] = {'flow.nn', flow.nn}
       roots[#roots + 1] = {'F', flow.nn and flow.nn.functional}

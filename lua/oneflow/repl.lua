@@ -18,7 +18,7 @@ local function short_value(v, flow)
     local name = help.find_name(v)
     return 'function' .. (name and (' ' .. name) or '') .. (help.params(v) or '(...)')
   end
-  if flow and flow.is_tensor(v) then
+  if flow and flow.is_tensor and flow.is_tensor(v) then
     return ('tensor(shape=%s, dtype=%s)'):format(tostring(v.shape), tostring(v.dtype))
   end
   return tostring(v)
@@ -67,8 +67,7 @@ end
 -- @param v any value
 -- @return a string
 function M.pretty(v)
-  local ok, flow = pcall(require, 'oneflow')
-  flow = ok and flow or nil
+  local flow = package.loaded.oneflow
   if type(v) == 'table' then return pretty_table(v, 3, 20, {}, flow, '') end
   if type(v) == 'function' then return help.describe_function(v) end
   return tostring(v)
