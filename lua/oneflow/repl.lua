@@ -74,10 +74,21 @@ function M.pretty(v)
 end
 
 ------------------------------------------------------------------ readline
-ffi.cdef [[
+-- one declaration at a time, each guarded: a module loaded twice, or
+-- another module that declared one of them, must not make the rest fail
+local function declare(text)
+  for d in text:gmatch('[^;]+;') do pcall(ffi.cdef, d) end
+end
+declare [[
 typedef char *of_rl_compentry_t(const char *, int);
 typedef char **of_rl_completion_t(const char *, int, int);
 typedef int of_rl_hook_t(void);
+void free(void *);
+char *strdup(const char *);
+int isatty(int fd);
+]]
+-- readline's functions and variables, reached through ffi.load's namespace
+local rl_funcs = [[
 char *readline(const char *prompt);
 void add_history(const char *line);
 void using_history(void);
@@ -86,13 +97,8 @@ int append_history(int n, const char *filename);
 int history_truncate_file(const char *filename, int lines);
 char **rl_completion_matches(const char *, of_rl_compentry_t *);
 void rl_replace_line(const char *, int);
-int rl_initialize(void);
 ]]
-pcall(ffi.cdef, [[
-void free(void *);
-char *strdup(const char *);
-int isatty(int fd);
-]])
+declare(rl_funcs)
 
 local rl_vars = [[
 extern const char *rl_readline_name;
@@ -105,8 +111,7 @@ extern const char *rl_completer_word_break_characters;
 extern of_rl_completion_t *rl_attempted_completion_function;
 extern of_rl_hook_t *rl_event_hook;
 ]]
--- the declarations are per library namespace, so they go in once
-local rl_declared = pcall(ffi.cdef, rl_vars)
+declare(rl_vars)
 
 local function load_readline()
   if os.getenv('FLOW_NO_READLINE') then return nil, 'FLOW_NO_READLINE is set' end
@@ -114,8 +119,8 @@ local function load_readline()
   for _, name in ipairs({'readline', 'libreadline.so.8', 'libreadline.so.7'}) do
     local ok, lib = pcall(ffi.load, name)
     if ok then
-      local has = pcall(function() return lib.readline end)
-      if has and rl_declared then return lib end
+      local has = pcall(function() return lib.readline, lib.rl_done, lib.rl_event_hook end)
+      if has then return lib end
     end
     errs[#errs + 1] = tostring(lib)
   end
@@ -128,14 +133,14 @@ end
 -- is consumed by a count hook during evaluation (raising "interrupted") and by
 -- readline's event hook at the prompt (clearing the line). No C signal
 -- handler runs, so nothing happens asynchronously.
-pcall(ffi.cdef, [[
-typedef struct { unsigned long val[1024 / (8 * sizeof(long))]; } of_sigset_t;
+pcall(ffi.cdef, 'typedef struct { unsigned long val[16]; } of_sigset_t;')   -- glibc: 1024 bits
+pcall(ffi.cdef, 'struct of_timespec { long tv_sec; long tv_nsec; };')
+declare([[
 int sigemptyset(of_sigset_t *set);
 int sigaddset(of_sigset_t *set, int sig);
 int sigismember(const of_sigset_t *set, int sig);
 int sigpending(of_sigset_t *set);
 int sigprocmask(int how, const of_sigset_t *set, of_sigset_t *old);
-struct of_timespec { long tv_sec; long tv_nsec; };
 int sigtimedwait(const of_sigset_t *set, void *info, const struct of_timespec *timeout);
 ]])
 local SIGINT, SIG_BLOCK, SIG_SETMASK = 2, 0, 2
