@@ -288,7 +288,7 @@ local function evaluate(fn, interruptible)
   if interruptible then
     if jit then jit.off(fn, true) end
     M.take_sigint()   -- a Ctrl-C typed before this line was read
-    debug.sethook(interrupt_hook, '', 1000)
+    debug.sethook(interrupt_hook, '', 10000)
   end
   local n, res = pack(xpcall(fn, traceback))
   if interruptible then debug.sethook() end
