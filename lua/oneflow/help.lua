@@ -236,6 +236,11 @@ function M.text(v, name)
     end
     return table.concat(out, '\n')
   end
+  local flow = package.loaded.oneflow
+  if flow and flow.is_tensor and flow.is_tensor(v) then
+    return ('%s: a Tensor of shape %s, dtype %s, on %s; ?%s:method (e.g. ?%s:sum) for a method')
+      :format(name or 'x', tostring(v.shape), tostring(v.dtype), tostring(v.device), name or 'x', name or 'x')
+  end
   return ('%s: a %s (%s)'):format(name or '?', type(v), tostring(v))
 end
 

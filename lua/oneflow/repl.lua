@@ -413,6 +413,7 @@ function M.run(opts)
   local buffer = ''
   local function show(q)   -- ?expr
     if q == '' then print(help.usage) return end
+    q = q:gsub(':([%a_][%w_]*)$', '.%1')   -- ?x:sum asks about the method x.sum
     local fn, err = loadstring('return ' .. q, '=stdin', 't')
     if not fn then print(err) return end
     setfenv(fn, env)
