@@ -418,7 +418,13 @@ function M.run(opts)
     if not fn then print(err) return end
     setfenv(fn, env)
     local ok, v = pcall(fn)
-    print(ok and help.text(v, q) or v)
+    if ok then ok, v = pcall(help.text, v, q) end
+    print(v)
+  end
+  -- a value whose __tostring fails must not end the session
+  local function safe_pretty(v)
+    local ok, s = pcall(M.pretty, v)
+    return ok and s or ('<' .. type(v) .. ': printing it failed: ' .. tostring(s) .. '>')
   end
   while true do
     local line = read(buffer == '' and '> ' or '>> ')
@@ -437,10 +443,10 @@ function M.run(opts)
         local n, res = evaluate(fn, true)
         if res[1] then
           local parts = {}
-          for i = 2, n do parts[#parts + 1] = M.pretty(res[i]) end
+          for i = 2, n do parts[#parts + 1] = safe_pretty(res[i]) end
           if n > 1 then print(table.concat(parts, '\t')) end
         else
-          print(res[2])
+          print(tostring(res[2]))
         end
       elseif not (incomplete(err) or incomplete(err_expr)) then
         buffer = ''

@@ -49,6 +49,12 @@ describe('repl printing', function()
     assert.truthy(out:find('{1, {2}}', 1, true), out)
   end)
 
+  it('survives a value that cannot be printed and a non-string error', function()
+    local out = pipe('setmetatable({}, {__tostring = function() error("bad") end})\nerror({})\n=7\n')
+    assert.truthy(out:find('printing it failed', 1, true), out)
+    assert.truthy(out:find('> 7\n', 1, true), out)
+  end)
+
   it('takes an arrow key without readline as an error, not as bytecode', function()
     local out = pipe('\27[A\n=40 + 2\n')
     assert.truthy(out:find('terminal escape codes', 1, true), out)
