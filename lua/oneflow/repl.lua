@@ -418,7 +418,7 @@ function M.run(opts)
     if not fn then print(err) return end
     setfenv(fn, env)
     local ok, v = pcall(fn)
-    if ok then ok, v = pcall(help.text, v, q) end
+    if ok then v = select(2, pcall(help.text, v, q)) end
     print(v)
   end
   -- a value whose __tostring fails must not end the session
