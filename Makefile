@@ -19,7 +19,7 @@ build: $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
 
 example: deps build
-	$(LUA_ENV) luajit examples/mnist/train.lua
+	./bin/flow examples/mnist/train.lua
 
 test: deps build
 	@sh tools/run_tests.sh $(BUILD)
@@ -33,8 +33,10 @@ test-c: build
 lint:
 	luacheck $(wildcard lua spec bench examples)
 
+# Results go to $(BUILD)/benchmarks.md; `make bench WRITE=1` updates the
+# tracked doc/benchmarks.md instead.
 bench: deps build
-	$(LUA_ENV) luajit bench/ops.lua
+	$(LUA_ENV) luajit bench/ops.lua $(if $(WRITE),,--out $(BUILD)/benchmarks.md)
 
 # AddressSanitizer + UBSan over the C tests and the busted specs.
 asan: deps
@@ -42,8 +44,10 @@ asan: deps
 	cmake --build build-asan -j $(JOBS)
 	@OF_BUILD_DIR=build-asan sh tools/run_asan.sh
 
+# make install [PREFIX=/usr/local] [DESTDIR=/staging]: the library, the header,
+# the Lua modules (PREFIX/share/lua/5.1) and bin/flow (PREFIX/bin).
 install: build
-	cmake --install $(BUILD)
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) $(if $(PREFIX),--prefix "$(PREFIX)")
 
 clean:
 	rm -rf $(BUILD) build-asan

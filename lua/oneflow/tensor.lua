@@ -221,7 +221,17 @@ local function shaped(cfn, name)
   end
 end
 def('empty', shaped(C.of_empty, 'empty'), 'func')
+--- A new tensor filled with zeros.
+-- `flow.zeros(2, 3)`, `flow.zeros({2, 3}, {dtype = flow.int64})`.
+-- @function zeros
+-- @param ... the sizes, as numbers or one table, then optionally an options
+--   table `{dtype =, device =, requires_grad =, pin_memory =}`
+-- @return a Tensor of that shape (default dtype float32, on the CPU)
 def('zeros', shaped(C.of_zeros, 'zeros'), 'func')
+--- A new tensor filled with ones; arguments as for flow.zeros.
+-- @function ones
+-- @param ... the sizes, then optionally `{dtype =, device =, requires_grad =}`
+-- @return a Tensor
 def('ones', function(...)
   local sizes, opts = A.sizes_and_options('ones', ...)
   A.check_options('ones', opts, FACTORY)
