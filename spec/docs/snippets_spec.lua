@@ -165,6 +165,20 @@ describe('doc snippets', function()
     end)
   end
 
+  it('README.md links only into the repository, to files that exist', function()
+    local text = read(ROOT .. '/README.md')
+    local n = 0
+    for target in text:gmatch('%]%(([^)]+)%)') do
+      n = n + 1
+      assert(not target:match('^%a+:'), 'README.md links outside the repository: ' .. target)
+      local path = target:gsub('#.*$', '')
+      local f = io.open(ROOT .. '/' .. path)
+      assert(f, 'README.md links to a missing file: ' .. target)
+      f:close()
+    end
+    assert(n > 0, 'README.md has no links into doc/')
+  end)
+
   it('finds the markers it documents in doc/internals.md', function()
     local doc = read(ROOT .. '/doc/internals.md')
     for _, m in ipairs({'<!-- snippet: fragment -->', '<!-- snippet: needs cuda -->',
