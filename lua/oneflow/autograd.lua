@@ -122,7 +122,12 @@ function methods.detach_()
 end
 
 ------------------------------------------------------------------ grad mode
---- flow.no_grad(fn, ...) runs fn with recording off and returns its results.
+--- Runs `fn(...)` with autograd recording off and returns its results:
+-- `flow.no_grad(function() w:sub_(w.grad * 0.1) end)` (PyTorch's `with torch.no_grad()`).
+-- @function flow.no_grad
+-- @tparam function fn
+-- @param ... its arguments
+-- @return what `fn` returns
 function M.no_grad(fn, ...)
   local prev = C.of_is_grad_enabled()
   C.of_set_grad_enabled(0)

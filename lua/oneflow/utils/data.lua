@@ -852,9 +852,14 @@ local function opt_int(v, name, min, default)
   return v
 end
 
---- DataLoader(ds, {batch_size = 1, shuffle = false, sampler =, batch_sampler =,
+--- Batches of a dataset: `for x, y in loader:iter() do ... end`.
+-- `flow.utils.data.DataLoader(ds, {batch_size = 64, shuffle = true, num_workers = 2})`.
+-- @function flow.utils.data.DataLoader
+-- @param dataset a Dataset (`:len()`, `:get(i)`, 1-based) or a TensorDataset
+-- @tparam[opt] table opts `{batch_size = 1, shuffle = false, sampler =, batch_sampler =,
 -- drop_last = false, collate_fn =, num_workers = 0, prefetch_factor = 2,
--- worker_init_fn =, progress =}).
+-- worker_init_fn =, progress =, pin_memory = false, device =, generator =}`
+-- @treturn DataLoader with `iter([opts])`, `len()`, `shutdown()`
 function DataLoader:init(ds, opts)
   opts = require('oneflow._args').check_options('DataLoader', opts, {
     batch_size = true, shuffle = true, sampler = true, batch_sampler = true, drop_last = true,
