@@ -32,6 +32,10 @@ local KEY = {
   {'oneflow.serialization', 'flow.save', 'path'},
   {'oneflow.serialization', 'flow.load', 'path'},
   {'oneflow.autograd', 'flow.no_grad', 'fn'},
+  {'oneflow.nn.functional.loss', 'F.cross_entropy', 'target'},
+  {'oneflow.utils.data', 'flow.utils.data.TensorDataset', '...'},
+  {'oneflow.io.torch', 'flow.load_torch', 'path'},
+  {'oneflow.onnx', 'flow.onnx.export', 'example_inputs'},
 }
 
 describe('make doc (LDoc API reference)', function()

@@ -131,7 +131,12 @@ local function check_index(ds, i, n)
   end
 end
 
---- TensorDataset(t1, t2, ...): sample i is t1[i], t2[i], ... (same size(1)).
+--- A dataset over tensors of one first size: sample i is t1[i], t2[i], ....
+-- `flow.utils.data.TensorDataset(images, labels)`.
+-- @function flow.utils.data.TensorDataset
+-- @tparam Tensor ... the tensors, of the same size(1)
+-- @treturn Dataset with `len()` and `get(i)` (1-based)
+
 local TensorDataset = Dataset:subclass('TensorDataset')
 M.TensorDataset = TensorDataset
 function TensorDataset:init(...)
