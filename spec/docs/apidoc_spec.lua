@@ -36,6 +36,10 @@ local KEY = {
   {'oneflow.utils.data', 'flow.utils.data.TensorDataset', '...'},
   {'oneflow.io.torch', 'flow.load_torch', 'path'},
   {'oneflow.onnx', 'flow.onnx.export', 'example_inputs'},
+  {'oneflow.nn.module', 'Module:parameters', 'recurse'},
+  {'oneflow.nn.module', 'Module:train', 'mode'},
+  {'oneflow.nn.module_state', 'Module:state_dict', 'opts'},
+  {'oneflow.nn.module_state', 'Module:load_state_dict', 'sd'},
 }
 
 describe('make doc (LDoc API reference)', function()
