@@ -40,6 +40,9 @@ local KEY = {
   {'oneflow.nn.module', 'Module:train', 'mode'},
   {'oneflow.nn.module_state', 'Module:state_dict', 'opts'},
   {'oneflow.nn.module_state', 'Module:load_state_dict', 'sd'},
+  {'oneflow.nn.graph', 'nn.Graph:add_optimizer', 'opt'},
+  {'oneflow.nn.graph', 'nn.Graph:save', 'path'},
+  {'oneflow.nn.graph', 'nn.Graph.load', 'path'},
 }
 
 describe('make doc (LDoc API reference)', function()
