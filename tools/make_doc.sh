@@ -22,7 +22,8 @@ cp -R lua/oneflow lua/flowvision "$SRC"/
 find "$SRC" -name '*.lua' -exec sed -i \
   -e 's/^----\+ *[^- ].*$//' \
   -e "s/^def('\\([A-Za-z0-9_]*\\)', *function *(/function flow.\\1(/" \
-  -e 's/^function T\.flow\./function flow./' {} +
+  -e 's/^function T\.flow\./function flow./' \
+  -e "s/^def('\\([A-Za-z0-9_]*\\)', */flow.\\1 = /" {} +
 # the header comment: `--- ` on its first line, `-- @module name` after it
 find "$SRC" -name '*.lua' | while read -r f; do
   mod=$(echo "${f#"$SRC"/}" | sed -e 's/\.lua$//' -e 's|/init$||' -e 's|/|.|g')
