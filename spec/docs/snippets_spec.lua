@@ -85,7 +85,7 @@ local function run_block(where, code, np)
   local f = assert(io.open(dir .. '/snippet.lua', 'wb'))
   f:write(code)
   f:close()
-  local env = ('LUA_PATH=%s OF_SNIPPET=1'):format(
+  local env = ('LUA_PATH=%s'):format(
     shell_quote(ROOT .. '/lua/?.lua;' .. ROOT .. '/lua/?/init.lua;;'))
   local launch = 'luajit snippet.lua'
   if np then
