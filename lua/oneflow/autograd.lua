@@ -163,7 +163,11 @@ local function ptr_array(list)
   return arr
 end
 
---- loss:backward(), y:backward(grad, {retain_graph =, create_graph =})
+--- Computes the gradients of this tensor with respect to the leaves that
+-- require grad and accumulates them into their `.grad`: `loss:backward()`.
+-- @function Tensor:backward
+-- @tparam[opt] Tensor grad d(something)/d(self), needed when self is not a scalar
+-- @tparam[opt] table opts `{retain_graph = false, create_graph = false}`
 methods.backward = interpreted(function(t, grad, opts)
   if type(grad) == 'table' and not T.is_tensor(grad) then opts, grad = grad, nil end
   opts = opts or {}

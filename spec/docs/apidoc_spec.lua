@@ -43,6 +43,11 @@ local KEY = {
   {'oneflow.nn.graph', 'nn.Graph:add_optimizer', 'opt'},
   {'oneflow.nn.graph', 'nn.Graph:save', 'path'},
   {'oneflow.nn.graph', 'nn.Graph.load', 'path'},
+  {'oneflow.autograd', 'Tensor:backward', 'grad'},
+  {'oneflow.optim.lr_scheduler', 'flow.optim.lr_scheduler.StepLR', 'step_size'},
+  {'oneflow.optim.lr_scheduler', 'flow.optim.lr_scheduler.CosineAnnealingLR', 'opt'},
+  {'oneflow.ops.random', 'flow.manual_seed', 's'},
+  {'oneflow.nn.rnn', 'nn.RNN', 'hidden_size'},
 }
 
 describe('make doc (LDoc API reference)', function()

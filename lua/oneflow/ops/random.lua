@@ -65,6 +65,8 @@ local function seed_value(s)
   return s
 end
 
+--- Seeds the default random generator (CPU and CUDA): `flow.manual_seed(42)`.
+-- @tparam int s the seed (a number, or an int64 cdata for seeds beyond 2^53)
 def('manual_seed', function(s) C.of_manual_seed(to_seed(s, 'manual_seed')) end, 'func')
 
 def('initial_seed', function() return seed_value(C.of_initial_seed()) end, 'func')
