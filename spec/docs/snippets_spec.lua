@@ -5,6 +5,9 @@
 --   <!-- snippet: fragment -->            compiled, not run (names defined elsewhere)
 --   <!-- snippet: needs cuda -->          run only where flow.cuda works
 --   <!-- snippet: needs mpirun -np N -->  run under mpirun with N processes
+--   <!-- snippet: after python3 F.py -->  the page's earlier ```python blocks
+--        that start with `# NAME.py` are written as NAME.py, `python3 F.py`
+--        runs first (pending where python3 cannot import torch)
 --   <!-- snippet: needs REASON -->        any other need: pending, with REASON
 -- A failure names the file and line of the block and the error.
 local ROOT = (function()
@@ -77,14 +80,24 @@ local function tail(s, n)
   return table.concat(lines, '\n', math.max(1, #lines - n + 1))
 end
 
+local function write_file(path, text)
+  local f = assert(io.open(path, 'wb'))
+  f:write(text)
+  f:close()
+end
+
 -- Runs one block in a fresh process; errors with "file:line: output".
-local function run_block(where, code, np)
+-- `prep(dir)`, if given, readies the directory first (returns an error or nil).
+local function run_block(where, code, np, prep)
   local dir = os.tmpname()
   os.remove(dir)
   assert(os.execute('mkdir -p ' .. shell_quote(dir)) == 0)
-  local f = assert(io.open(dir .. '/snippet.lua', 'wb'))
-  f:write(code)
-  f:close()
+  local perr = prep and prep(dir)
+  if perr then
+    os.execute('rm -rf ' .. shell_quote(dir))
+    error(('%s: %s'):format(where, perr), 0)
+  end
+  write_file(dir .. '/snippet.lua', code)
   local env = ('LUA_PATH=%s'):format(
     shell_quote(ROOT .. '/lua/?.lua;' .. ROOT .. '/lua/?/init.lua;;'))
   local launch = 'luajit snippet.lua'
@@ -113,6 +126,28 @@ local function have_cuda()
 end
 
 local function have_mpirun() return os.execute('command -v mpirun >/dev/null 2>&1') == 0 end
+
+local PYTHON = '/usr/bin/python3'
+local torch_ok
+local function have_torch()
+  if torch_ok == nil then
+    torch_ok = os.execute(PYTHON .. ' -c "import torch" >/dev/null 2>&1') == 0
+  end
+  return torch_ok
+end
+
+-- The page's ```python blocks before `line` that name their file (`# x.py`
+-- on their first line), written into dir; then `python3 script` there.
+local function python_prep(blocks, line, script)
+  return function(dir)
+    for _, b in ipairs(blocks) do
+      local name = b.line < line and b.info:match('^python') and b.code:match('^#%s*([%w_]+%.py)%s*\n')
+      if name then write_file(dir .. '/' .. name, b.code) end
+    end
+    local rc, out = run(('cd %s && timeout %d %s %s'):format(shell_quote(dir), TIMEOUT, PYTHON, script))
+    if rc ~= 0 then return ('python3 %s failed (exit %d):\n%s'):format(script, rc, tail(out, 12)) end
+  end
+end
 
 describe('doc snippets', function()
   for _, file in ipairs(doc_files()) do
@@ -150,11 +185,21 @@ describe('doc snippets', function()
               end
               run_block(where, b.code, np)
             end)
+          elseif m and m:match('^after python3 [%w_]+%.py$') then
+            local script = m:match('([%w_]+%.py)$')
+            it(where .. ' runs (after python3 ' .. script .. ')', function()
+              if not have_torch() then
+                pending(where .. ': needs ' .. PYTHON .. ' with torch (to run ' .. script .. ')')
+                return
+              end
+              run_block(where, b.code, nil, python_prep(blocks, b.line, script))
+            end)
           elseif m and m:match('^needs ') then
             it(where .. ' (' .. m .. ')', function() pending(where .. ': ' .. m) end)
           elseif m then
             it(where .. ' has a known marker', function()
-              error(('%s: unknown snippet marker %q (fragment, needs cuda, needs mpirun -np N, needs REASON)')
+              error(('%s: unknown snippet marker %q (fragment, needs cuda, needs mpirun -np N, '
+                     .. 'after python3 F.py, needs REASON)')
                 :format(where, m), 0)
             end)
           else
