@@ -48,6 +48,8 @@ local KEY = {
   {'oneflow.optim.lr_scheduler', 'flow.optim.lr_scheduler.CosineAnnealingLR', 'opt'},
   {'oneflow.ops.random', 'flow.manual_seed', 's'},
   {'oneflow.nn.rnn', 'nn.RNN', 'hidden_size'},
+  {'oneflow.nn.functional.activation', 'F.relu', 'x'},
+  {'oneflow.nn.container', 'nn.Sequential', '...'},
 }
 
 describe('make doc (LDoc API reference)', function()
