@@ -50,6 +50,10 @@ local KEY = {
   {'oneflow.nn.rnn', 'nn.RNN', 'hidden_size'},
   {'oneflow.nn.functional.activation', 'F.relu', 'x'},
   {'oneflow.nn.container', 'nn.Sequential', '...'},
+  {'oneflow.nn.normalization', 'nn.BatchNorm2d', 'num_features'},
+  {'oneflow.nn.normalization', 'nn.LayerNorm', 'normalized_shape'},
+  {'oneflow.nn.sparse', 'nn.Embedding', 'embedding_dim'},
+  {'oneflow.nn.dropout', 'nn.Dropout', 'p'},
 }
 
 describe('make doc (LDoc API reference)', function()
