@@ -54,6 +54,8 @@ local KEY = {
   {'oneflow.nn.normalization', 'nn.LayerNorm', 'normalized_shape'},
   {'oneflow.nn.sparse', 'nn.Embedding', 'embedding_dim'},
   {'oneflow.nn.dropout', 'nn.Dropout', 'p'},
+  {'oneflow.nn.loss', 'nn.CrossEntropyLoss', 'label_smoothing'},
+  {'oneflow.nn.pooling', 'nn.MaxPool2d', 'kernel_size'},
 }
 
 describe('make doc (LDoc API reference)', function()
