@@ -56,6 +56,10 @@ local KEY = {
   {'oneflow.nn.dropout', 'nn.Dropout', 'p'},
   {'oneflow.nn.loss', 'nn.CrossEntropyLoss', 'label_smoothing'},
   {'oneflow.nn.pooling', 'nn.MaxPool2d', 'kernel_size'},
+  {'oneflow.optim.adamw', 'flow.optim.AdamW', 'params'},
+  {'flowvision.models', 'flowvision.models.create', 'name'},
+  {'flowvision.transforms', 'flowvision.transforms.Compose', 'transforms'},
+  {'flowvision.transforms', 'flowvision.transforms.Normalize', 'std'},
 }
 
 describe('make doc (LDoc API reference)', function()
