@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 LUA_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;;"
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build example test test-lua test-c lint bench asan install clean
+.PHONY: all deps build example test test-lua test-c lint bench asan install clean doc
 
 all: build
 
@@ -29,6 +29,10 @@ test-lua: build
 
 test-c: build
 	cd $(BUILD) && ctest --output-on-failure
+
+# The API reference (LDoc, config.ld) from the doc comments, in build/doc.
+doc:
+	@sh tools/make_doc.sh $(BUILD)/doc
 
 lint:
 	luacheck $(wildcard lua spec bench examples)

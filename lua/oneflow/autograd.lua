@@ -123,7 +123,12 @@ function methods.detach_()
 end
 
 ------------------------------------------------------------------ grad mode
---- flow.no_grad(fn, ...) runs fn with recording off and returns its results.
+--- Runs `fn(...)` with autograd recording off and returns its results:
+-- `flow.no_grad(function() w:sub_(w.grad * 0.1) end)` (PyTorch's `with torch.no_grad()`).
+-- @function flow.no_grad
+-- @tparam function fn
+-- @param ... its arguments
+-- @return what `fn` returns
 function M.no_grad(fn, ...)
   local prev = C.of_is_grad_enabled()
   C.of_set_grad_enabled(0)
@@ -159,7 +164,11 @@ local function ptr_array(list)
   return arr
 end
 
---- loss:backward(), y:backward(grad, {retain_graph =, create_graph =})
+--- Computes the gradients of this tensor with respect to the leaves that
+-- require grad and accumulates them into their `.grad`: `loss:backward()`.
+-- @function Tensor:backward
+-- @tparam[opt] Tensor grad d(something)/d(self), needed when self is not a scalar
+-- @tparam[opt] table opts `{retain_graph = false, create_graph = false}`
 methods.backward = interpreted(function(t, grad, opts)
   if type(grad) == 'table' and not T.is_tensor(grad) then opts, grad = grad, nil end
   opts = A.check_options('backward', opts, {create_graph = true, retain_graph = true})
