@@ -189,7 +189,9 @@ function M.text(v, name)
     if not b then return head .. '\n  (no doc comment)' end
     local out, tags, cur = {head, ''}, {}, nil
     for _, l in ipairs(b.lines) do
+      -- LDoc modifiers (`@tparam[opt] table opts`) are dropped
       local tag, rest = l:match('^@(%w+)%s*(.*)$')
+      if rest then rest = rest:gsub('^%[[^%]]*%]%s*', '') end
       if tag then
         cur = {tag = tag, text = rest}
         tags[#tags + 1] = cur
@@ -206,7 +208,10 @@ function M.text(v, name)
       if t.tag == 'param' then
         local p, d = t.text:match('^([%w_.]+)%s*(.*)$')
         line = ('  %-12s %s'):format(p or t.text, d or '')
-      elseif t.tag == 'return' then line = '  returns      ' .. t.text
+      elseif t.tag == 'tparam' then
+        local ty, p, d = t.text:match('^(%S+)%s+([%w_.]+)%s*(.*)$')
+        line = ('  %-12s (%s) %s'):format(p or t.text, ty or '', d or '')
+      elseif t.tag == 'return' or t.tag == 'treturn' then line = '  returns      ' .. t.text
       elseif t.tag ~= 'function' and t.tag ~= 'local' then line = '  @' .. t.tag .. ' ' .. t.text end
       if line then
         if first then out[#out + 1] = ''; first = false end
