@@ -28,9 +28,12 @@ local function rate_str(r)
   return string.format('%.2fs/it', 1 / r)
 end
 
+local WRAP_OPTIONS = {desc = true, width = true, enable = true, file = true, interval = true, total = true}
+
 --- The text of the bar (without \r) for count n of total after `elapsed` s.
 function M.format(n, total, elapsed, opts)
-  opts = A.check_options('progress.format', opts, {desc = true, width = true})
+  -- wrap passes its own options through
+  opts = A.check_options('progress.format', opts, WRAP_OPTIONS)
   local desc = opts.desc and (opts.desc .. ': ') or ''
   local rate = elapsed > 0 and n / elapsed or 0
   if total and total > 0 then
@@ -47,7 +50,7 @@ end
 
 --- Wraps iterator function `it` (or anything with :iter(), e.g. a DataLoader).
 function M.wrap(it, opts)
-  opts = opts or {}
+  opts = A.check_options('progress.wrap', opts, WRAP_OPTIONS)
   local total = opts.total
   if type(it) ~= 'function' then
     if total == nil and it.len then total = it:len() end
