@@ -168,9 +168,13 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
   /* wave runs (sched.c keeps counters in g), profiled runs (g->prof) and
    * CUDA graph captures keep the lock to the end */
   bool serial = waves || g->prof || g->cg_capturing;
-  /* workers' allocations would not follow the arena's record */
-  bool use_arena = !waves && g->arena && !__atomic_exchange_n(&g->arena_busy, 1, __ATOMIC_ACQUIRE);
-  __atomic_add_fetch(&g->active, 1, __ATOMIC_RELAXED);
+  /* workers' allocations would not follow the arena's record; another run
+   * has it: this one allocates from the caches. The claim and its release
+   * are under the lock (a plain flag: the lock orders the arena's use from
+   * one run to the next, which checkers like Helgrind can see). */
+  bool use_arena = !waves && g->arena && !g->arena_busy;
+  if (use_arena) g->arena_busy = 1;
+  g->active++;
   if (!serial) pthread_mutex_unlock(&g->lock);
   running[nrunning++] = g;
   void **slot = calloc((size_t)(g->nvals ? g->nvals : 1), sizeof *slot);
@@ -283,13 +287,12 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
   }
   if (ibuf != ibuf_small) free(ibuf);
   if (obuf != obuf_small) free(obuf);
-  if (use_arena) {
-    of_arena_end(g->arena);
-    __atomic_store_n(&g->arena_busy, 0, __ATOMIC_RELEASE);
-  }
+  if (use_arena) of_arena_end(g->arena);
   nrunning--;
-  __atomic_sub_fetch(&g->active, 1, __ATOMIC_RELAXED);
-  if (serial) pthread_mutex_unlock(&g->lock);
+  if (!serial) pthread_mutex_lock(&g->lock);
+  if (use_arena) g->arena_busy = 0;
+  g->active--;
+  pthread_mutex_unlock(&g->lock);
   of_set_grad_enabled(was);
   of_amp_tls = amp_was;
   for (int32_t o = 0; o < nout && st == OF_OK; o++)
@@ -303,7 +306,7 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
     if (own[v]) release_slot(g, v, slot[v]);
   free(slot);
   free(own);
-  if (st == OF_OK) __atomic_add_fetch(&g->runs, 1, __ATOMIC_RELAXED);
+  if (st == OF_OK) __atomic_add_fetch(&g->runs, 1, __ATOMIC_RELAXED);   /* a statistic */
   return st;
 }
 
@@ -513,8 +516,10 @@ of_device of_graph_device(const of_graph *g) { return g ? g->device : OF_CPU; }
  * dev. CPU values of a device graph (scalars, host-side constants) stay. */
 of_status of_graph_to(of_graph *g, of_device dev) {
   if (!g) return of_fail(OF_ERR_ARG, "nn.Graph.to: no graph");
-  if (__atomic_load_n(&g->active, __ATOMIC_RELAXED))
-    return of_fail(OF_ERR_STATE, "nn.Graph.to: the graph is running");
+  pthread_mutex_lock(&g->lock);
+  int32_t active = g->active;
+  pthread_mutex_unlock(&g->lock);
+  if (active) return of_fail(OF_ERR_STATE, "nn.Graph.to: the graph is running");
   if (of_device_type(dev) != OF_CPU && of_device_type(dev) != OF_CUDA)
     return of_fail(OF_ERR_DEVICE, "nn.Graph.to: unknown device %d", (int)dev);
   if (dev != OF_CPU && !of_device_ops_for("nn.Graph.to", dev)) return OF_ERR_DEVICE;

@@ -86,8 +86,8 @@ typedef struct of_graph {
    * CUDA graph capture/replay takes `cg_lock`; one run at a time uses the
    * arena (`arena_busy`), the others allocate from the caches. */
   pthread_mutex_t lock, cg_lock;
-  int32_t active;         /* runs in flight (atomic) */
-  int32_t arena_busy;     /* a run is using the arena (atomic) */
+  int32_t active;         /* runs in flight (under lock) */
+  int32_t arena_busy;     /* a run is using the arena (under lock) */
   char *text;             /* last dump */
   int32_t debug;          /* print each pass (graph:debug / OF_DEBUG_PASS) */
   bool profile;           /* time each node (graph:profile / OF_GRAPH_PROFILE) */

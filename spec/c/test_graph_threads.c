@@ -9,6 +9,7 @@
  * Usage: test_graph_threads [threads [calls]] (default 8 x 50; `make soak`
  * runs 8 x 1000; the Helgrind run uses fewer). */
 #include <oneflow/oneflow.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@ typedef struct {
   of_tensor *x;          /* this thread's input */
   float *want;           /* the single-threaded output */
   int64_t nwant;
+  double grad_sum;       /* eager_step's single-threaded result */
   int failures;
   char why[512];
 } job;
@@ -88,6 +90,36 @@ static of_graph *trace_mlp(void) {
 
 static of_status run_shared(of_tensor *x, of_tensor **y) { return of_graph_run(shared, &x, 1, y, 1); }
 
+/* An eager autograd step on this thread's own tensors (big enough for the
+ * kernels' OpenMP loops): loss = sum(relu(x @ w)), backward; returns the
+ * sum of w's grad, or NAN on an error. */
+static double eager_step(int id) {
+  enum { N = 64 };
+  static const int64_t shape[2] = {N, N};
+  double *v = malloc(sizeof *v * N * N);
+  for (int i = 0; i < N * N; i++) v[i] = ((i * 31 + id * 17) % 41 - 20) / 10.0;
+  of_tensor *x = NULL, *w = NULL, *h = NULL, *r = NULL, *loss = NULL;
+  double res = NAN;
+  if (of_from_doubles(v, shape, 2, OF_FLOAT32, &x) == OF_OK) {
+    for (int i = 0; i < N * N; i++) v[i] = ((i * 7) % 13 - 6) / 13.0;
+    if (of_from_doubles(v, shape, 2, OF_FLOAT32, &w) == OF_OK && of_tensor_set_requires_grad(w, 1) == OF_OK &&
+        of_matmul(x, w, &h) == OF_OK && of_unary(OF_RELU, h, NULL, &r) == OF_OK &&
+        of_reduce(OF_RED_SUM, r, NULL, 0, 0, 2, (of_dtype)-1, &loss) == OF_OK &&
+        of_backward(&loss, NULL, 1, 0, 0) == OF_OK) {
+      const of_tensor *gw = of_tensor_grad(w);
+      if (gw) {
+        const float *g = of_tensor_data(gw);
+        res = 0;
+        for (int i = 0; i < N * N; i++) res += g[i];
+      }
+    }
+  }
+  of_tensor *ts[] = {x, w, h, r, loss};
+  for (int i = 0; i < 5; i++) of_tensor_release(ts[i]);
+  free(v);
+  return res;
+}
+
 static void *worker(void *arg) {
   job *j = arg;
   /* a graph of this thread's own, traced while the others run theirs */
@@ -123,6 +155,10 @@ static void *worker(void *arg) {
         }
         of_tensor_release(z);
       }
+    }
+    if (c % 16 == 0) {
+      double gs = eager_step(j->id);
+      if (gs != j->grad_sum) note(j, "%s", "an eager backward gave another gradient than single-threaded");
     }
     if (c % 8 == 0) {   /* errors are per thread: a shape mismatch naming this thread's shapes */
       int64_t sa[1] = {j->id + 2}, sb[1] = {j->id + 3};
@@ -187,6 +223,11 @@ int main(int argc, char **argv) {
     of_tensor *y;
     if (of_from_doubles(v, in_shape, in_ndim, OF_FLOAT32, &j->x) != OF_OK || run_shared(j->x, &y) != OF_OK) {
       fprintf(stderr, "test_graph_threads: single-threaded run: %s\n", of_last_error());
+      return 1;
+    }
+    j->grad_sum = eager_step(t);
+    if (j->grad_sum != j->grad_sum) {
+      fprintf(stderr, "test_graph_threads: eager step: %s\n", of_last_error());
       return 1;
     }
     j->nwant = of_tensor_numel(y);
