@@ -153,6 +153,8 @@ end
 --- Flushes, fsyncs and puts the file in place of h.path; on failure the
 -- target is left as it was and an error is raised (no temporary remains).
 -- before(tmp) runs after the fsync, before the file gets its name (tests).
+-- The rename follows the link at once (the descriptor is closed after it),
+-- so that the window in which a kill leaves a named file is the two calls.
 function M.commit(h, before)
   local ok, err = pcall(function()
     if C.fflush(h.f) ~= 0 then error('flush failed (' .. P.strerror() .. ')', 0) end
@@ -165,22 +167,19 @@ function M.commit(h, before)
       end
       h.linked = true
     end
+    if C.rename(h.tmp, h.path) ~= 0 then
+      error(format('cannot rename %s over it (%s)', h.tmp, P.strerror()), 0)
+    end
   end)
-  if ok then
-    local closed = C.fclose(h.f)
-    h.f = nil
-    if closed ~= 0 then ok, err = false, 'close failed (' .. P.strerror() .. ')' end
-  end
   if not ok then
     M.abort(h)
     error(tostring(err) .. ' (the file was left as it was)', 0)
   end
-  if C.rename(h.tmp, h.path) ~= 0 then
-    local e = P.strerror()
-    M.abort(h)
-    error(format('cannot rename %s over it (%s)', h.tmp, e), 0)
-  end
   in_flight[h.tmp] = nil
+  -- the data is on disk (fsync succeeded) and in place: a failing close
+  -- cannot lose it, so it is not an error here
+  C.fclose(h.f)
+  h.f = nil
   fsync_dir(h.dir)
 end
 
