@@ -110,6 +110,8 @@ end)
 
 describe('threads in DataLoader workers', function()
   it('workers run single-threaded; matmul works there', function()
+    local before = flow.get_num_threads()
+    finally(function() flow.set_num_threads(before) end)
     flow.set_num_threads(2)
     local a = flow.randn(64, 64)
     local _ = a:matmul(a)   -- the parent has started its OpenMP team
