@@ -75,12 +75,17 @@ local function save_and_kill(path, v, delay, mode)
   os.remove(marker)
 end
 
--- One save's duration in this process (the child's is about the same).
+-- One save's duration in this process (the child's is about the same): the
+-- fastest of three, so that a load spike does not push the kills past the
+-- child's save.
 local function save_seconds(path, save)
-  local s = state(1)
-  local t0 = P.now()
-  save(s, path)
-  return P.now() - t0
+  local s, best = state(1), math.huge
+  for _ = 1, 3 do
+    local t0 = P.now()
+    save(s, path)
+    best = math.min(best, P.now() - t0)
+  end
+  return best
 end
 
 local function kill_loop(d, kills, mode, loader, save)
@@ -127,7 +132,7 @@ describe('atomic checkpoints under SIGKILL', function()
   it('named temporary files (no O_TMPFILE): dead writers\' files go on the next save', function()
     local d = tmpdir()
     atomic._hooks.force_named = true
-    local ok, r = pcall(kill_loop, d, 8, 'named')
+    local ok, r = pcall(kill_loop, d, 10, 'named')
     atomic._hooks.force_named = nil
     assert(ok, r)
     assert.is_true(r.midway >= 1, 'no kill landed inside a save')

@@ -31,6 +31,7 @@ for _, d in ipairs({
   'void *opendir(const char *name);',
   'void *readdir(void *dir);',
   'int closedir(void *dir);',
+  'char *strstr(const char *haystack, const char *needle);',
 }) do pcall(ffi.cdef, d) end
 -- glibc's struct dirent on LP64 Linux
 pcall(ffi.cdef, [[typedef struct of_dirent { uint64_t d_ino; int64_t d_off; uint16_t d_reclen;
@@ -81,9 +82,10 @@ function M.cleanup(dir)
   while true do
     local e = C.readdir(d)
     if e == nil then break end
-    local name = ffi.string(ffi.cast('of_dirent *', e).d_name)
-    local pid = name:match('%.tmp%-(%d+)%-%d+$')
-    pid = tonumber(pid)
+    local dn = ffi.cast('of_dirent *', e).d_name
+    -- most names are not ours: skip them without making a Lua string
+    local name = C.strstr(dn, '.tmp-') ~= nil and ffi.string(dn)
+    local pid = name and tonumber(name:match('%.tmp%-(%d+)%-%d+$'))
     if pid and pid > 0 and pid < 2 ^ 31 then
       local full = dir .. '/' .. name
       if (pid == me and not in_flight[full]) or (pid ~= me and not alive(pid)) then
