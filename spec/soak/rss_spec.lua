@@ -55,7 +55,17 @@ local function mlp()
   return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
 end
 
+-- AddressSanitizer holds freed memory in its quarantine (256 MiB): RSS says
+-- nothing about leaks there (LeakSanitizer does, in the C tests).
+local under_asan = (os.getenv('LD_PRELOAD') or ''):find('libasan', 1, true) ~= nil
+
 describe('long runs keep RSS flat (' .. STEPS .. ' steps)', function()
+  if under_asan then
+    it('is skipped under AddressSanitizer', function()
+      pending('RSS is meaningless under AddressSanitizer (its quarantine keeps freed memory)')
+    end)
+    return
+  end
   it('an eager training loop', function()
     flow.manual_seed(1)
     local model = mlp()
