@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 LUA_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;;"
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build example test test-lua test-c lint bench asan soak install clean
+.PHONY: all deps build example test test-lua test-c lint bench asan soak install clean doc
 
 all: build
 
@@ -19,7 +19,7 @@ build: $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
 
 example: deps build
-	$(LUA_ENV) luajit examples/mnist/train.lua
+	./bin/flow examples/mnist/train.lua
 
 test: deps build
 	@sh tools/run_tests.sh $(BUILD)
@@ -30,11 +30,17 @@ test-lua: build
 test-c: build
 	cd $(BUILD) && ctest --output-on-failure
 
+# The API reference (LDoc, config.ld) from the doc comments, in build/doc.
+doc:
+	@sh tools/make_doc.sh $(BUILD)/doc
+
 lint:
 	luacheck $(wildcard lua spec bench examples)
 
+# Results go to $(BUILD)/benchmarks.md; `make bench WRITE=1` updates the
+# tracked doc/benchmarks.md instead.
 bench: deps build
-	$(LUA_ENV) luajit bench/ops.lua
+	$(LUA_ENV) luajit bench/ops.lua $(if $(WRITE),,--out $(BUILD)/benchmarks.md)
 
 # Long runs (doc/reliability.md): 20,000 steps of the RSS soak spec, the
 # compiled graph from 8 threads x 1000 calls, natively and under Helgrind.
@@ -50,8 +56,10 @@ asan: deps
 	cmake --build build-asan -j $(JOBS)
 	@OF_BUILD_DIR=build-asan sh tools/run_asan.sh
 
+# make install [PREFIX=/usr/local] [DESTDIR=/staging]: the library, the header,
+# the Lua modules (PREFIX/share/lua/5.1) and bin/flow (PREFIX/bin).
 install: build
-	cmake --install $(BUILD)
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) $(if $(PREFIX),--prefix "$(PREFIX)")
 
 clean:
 	rm -rf $(BUILD) build-asan

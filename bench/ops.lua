@@ -2,21 +2,29 @@
 -- C loop, OpenBLAS called directly, and PyTorch where it is installed.
 --
 --   make bench                    (or: LUA_PATH='lua/?.lua;lua/?/init.lua;;' luajit bench/ops.lua)
---   luajit bench/ops.lua [threads] [--no-write]
+--   luajit bench/ops.lua [threads] [--no-write] [--out FILE]
 --
 -- Threads: the first argument, else $OF_BENCH_THREADS, else 2; the same count
 -- is given to OneFlow-Lua, the C loop, OpenBLAS and PyTorch. The table is
--- printed and written to doc/benchmarks.md (section "Tensor ops").
+-- printed and written to doc/benchmarks.md (section "Tensor ops"), or to
+-- FILE with --out (`make bench` writes build/benchmarks.md unless WRITE=1).
 local ffi = require 'ffi'
 local flow = require 'oneflow'
 local core = require 'oneflow._C'
 
 local C, out1 = core.C, core.out1
 
-local threads, write_doc = nil, true
-for _, a in ipairs(arg or {}) do
-  if a == '--no-write' then write_doc = false
-  elseif tonumber(a) then threads = tonumber(a) end
+local threads, write_doc, out_file = nil, true, nil
+do
+  local argv, i = arg or {}, 1
+  while i <= #argv do
+    local a = argv[i]
+    if a == '--no-write' then write_doc = false
+    elseif a == '--out' and argv[i + 1] then out_file = argv[i + 1]; i = i + 1
+    elseif tonumber(a) then threads = tonumber(a)
+    else error('bench/ops.lua: unknown argument ' .. a .. ' (expected a thread count, --no-write or --out FILE)', 0) end
+    i = i + 1
+  end
 end
 threads = threads or tonumber(os.getenv('OF_BENCH_THREADS') or '') or 2
 flow.set_num_threads(threads)
@@ -338,14 +346,15 @@ local section = table.concat(md, '\n') .. '\n'
 if write_doc then
   local dir = script_dir()
   local root = dir == 'bench' and '.' or dir:match('^(.*)/bench$') or dir .. '/..'
-  local doc = root .. '/doc/benchmarks.md'
+  local doc = out_file or (root .. '/doc/benchmarks.md')
   local f = io.open(doc)
   local text = f and f:read('*a')
   if f then f:close() end
   local intro = '# Benchmarks\n\n' ..
     'Measured side by side in one run on the machine named in each section.\n' ..
-    'Regenerate with `make bench` (runs `luajit bench/ops.lua`; pass a thread count as\n' ..
-    'its argument or set `OF_BENCH_THREADS`, default 2). PyTorch figures appear where\n' ..
+    'Regenerate with `make bench WRITE=1` (runs `luajit bench/ops.lua`; pass a thread count as\n' ..
+    'its argument or set `OF_BENCH_THREADS`, default 2). Plain `make bench` writes its table to\n' ..
+    '`build/benchmarks.md` and leaves this page alone. PyTorch figures appear where\n' ..
     '`import torch` works.\n\n'
   if not text or not text:find('^# Benchmarks') then
     text = intro .. section
@@ -359,8 +368,9 @@ if write_doc then
       else text = text:gsub('\n*$', '\n\n') .. section end
     end
   end
-  f = assert(io.open(doc, 'w'))
+  f = assert(io.open(doc .. '.tmp', 'w'))   -- written whole, then renamed over
   f:write(text)
   f:close()
+  assert(os.rename(doc .. '.tmp', doc))
   print('wrote ' .. doc)
 end

@@ -1,4 +1,9 @@
 -- A tour of the tensor API: run with `make example` or `./bin/flow examples/tensor_demo.lua`.
+-- Runs from any directory: this checkout's lua/ and examples come first.
+local here = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
+package.path = ('%s/../lua/?.lua;%s/../lua/?/init.lua;%s/../?.lua;'):format(here, here, here) .. package.path
+require('argparse')('tensor_demo.lua', 'A tour of the tensor API: prints tensors made and '
+  .. 'transformed in a few ways.'):parse(arg or {})
 local flow = require 'oneflow'
 
 local x = flow.tensor({{1, 2, 3}, {4, 5, 6}})

@@ -1,25 +1,36 @@
 -- Shared parts of the distributed examples: options, the Fashion-MNIST data
 -- (Debian's dataset-fashion-mnist) and the LeNet of examples/mnist.
+local argparse = require 'argparse'
 local flow = require 'oneflow'
 local vision = require 'flowvision'
 
 local nn, F = flow.nn, flow.nn.functional
 local M = {}
 
-function M.parse_args(argv, defaults)
-  local opts = {epochs = 1, batch_size = 64, lr = 1e-3, threads = 1, limit = 6000,
-                data = '/usr/share/datasets/fashion-mnist'}
-  for k, v in pairs(defaults or {}) do opts[k] = v end
-  local i = 1
-  while i <= #argv do
-    local key = argv[i]:match('^%-%-(.+)$')
-    if not key or argv[i + 1] == nil then error('usage: [--option value]...', 0) end
-    key = key:gsub('-', '_')
-    if opts[key] == nil then error('unknown option --' .. key, 0) end
-    opts[key] = tonumber(argv[i + 1]) or argv[i + 1]
-    i = i + 2
+--- The options of a distributed example (lua-argparse: --help prints them).
+-- @param argv the script's arguments
+-- @param defaults the script's own defaults, e.g. `{batch_size = 128}`
+-- @param name the script's file name
+-- @param description what it does, for --help
+-- @return the options table (`batch_size`, `epochs`, ...)
+function M.parse_args(argv, defaults, name, description)
+  local d = {epochs = 1, batch_size = 64, lr = 1e-3, threads = 1, limit = 6000,
+             data = '/usr/share/datasets/fashion-mnist'}
+  for k, v in pairs(defaults or {}) do d[k] = v end
+  local p = argparse(name, description)
+  p:epilog('Run under mpirun, e.g. mpirun --allow-run-as-root --oversubscribe -np 2 ./bin/flow '
+    .. 'examples/distributed/' .. name .. '; alone it runs on one process.')
+  local function num(key, help)
+    p:option('--' .. key:gsub('_', '-'), help, tostring(d[key]), tonumber)
   end
-  return opts
+  num('epochs', 'Training epochs.')
+  num('batch_size', 'Images per step' .. (d.batch_size == 64 and ' per process.' or ' (global).'))
+  num('lr', 'Adam learning rate.')
+  num('threads', 'CPU threads per process.')
+  num('limit', 'Use the first N training images (0: all).')
+  p:option('--data', 'Fashion-MNIST directory (Debian: dataset-fashion-mnist).', d.data)
+  if d.out then p:option('--out', 'Checkpoint file.', d.out) end
+  return p:parse(argv)
 end
 
 local MEAN, STD = 0.2860, 0.3530

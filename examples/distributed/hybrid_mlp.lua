@@ -9,13 +9,18 @@
 --
 -- With -np 4 the grid is {{0, 1}, {2, 3}}; with -np 2 it is {{0, 1}} (model
 -- parallel only).
+-- Runs from any directory: this checkout's lua/ and examples come first.
+local here = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
+package.path = ('%s/../../lua/?.lua;%s/../../lua/?/init.lua;%s/../../?.lua;'):format(here, here, here) .. package.path
 local flow = require 'oneflow'
 local common = require 'examples.distributed.common'
 
 local nn, F, data = flow.nn, flow.nn.functional, flow.utils.data
 local say = common.say
 
-local opts = common.parse_args(arg or {}, {batch_size = 128})
+local opts = common.parse_args(arg or {}, {batch_size = 128}, 'hybrid_mlp.lua',
+  'A 2-D hybrid parallel MLP on Fashion-MNIST: data parallel along the first axis of the process '
+  .. 'grid, tensor model parallel along the second (needs an even number of processes).')
 flow.set_num_threads(opts.threads)
 local world = flow.env.get_world_size()
 if world % 2 ~= 0 then error('hybrid_mlp.lua: run it on an even number of processes', 0) end

@@ -5,13 +5,17 @@
 --   mpirun --allow-run-as-root --oversubscribe -np 2 luajit examples/distributed/lenet_ddp.lua
 --       [--epochs 1] [--batch-size 64] (per process) [--lr 0.001] [--limit 6000]
 --       [--out /tmp/lenet_ddp.safetensors]
+-- Runs from any directory: this checkout's lua/ and examples come first.
+local here = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
+package.path = ('%s/../../lua/?.lua;%s/../../lua/?/init.lua;%s/../../?.lua;'):format(here, here, here) .. package.path
 local flow = require 'oneflow'
 local common = require 'examples.distributed.common'
 
 local F, data = flow.nn.functional, flow.utils.data
 local say = common.say
 
-local opts = common.parse_args(arg or {}, {out = '/tmp/lenet_ddp.safetensors'})
+local opts = common.parse_args(arg or {}, {out = '/tmp/lenet_ddp.safetensors'}, 'lenet_ddp.lua',
+  'Data-parallel LeNet on Fashion-MNIST with DistributedDataParallel and a DistributedSampler.')
 flow.set_num_threads(opts.threads)
 local rank, world = flow.env.get_rank(), flow.env.get_world_size()
 flow.manual_seed(0)

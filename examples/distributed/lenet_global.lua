@@ -12,13 +12,17 @@
 -- the broadcast weights -- exactly the split(1) x broadcast -> split(1)
 -- signature such a rule would pick -- and its output becomes a global tensor
 -- again; the classifier runs on global tensors.
+-- Runs from any directory: this checkout's lua/ and examples come first.
+local here = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
+package.path = ('%s/../../lua/?.lua;%s/../../lua/?/init.lua;%s/../../?.lua;'):format(here, here, here) .. package.path
 local flow = require 'oneflow'
 local common = require 'examples.distributed.common'
 
 local F, data = flow.nn.functional, flow.utils.data
 local say = common.say
 
-local opts = common.parse_args(arg or {}, {batch_size = 128})
+local opts = common.parse_args(arg or {}, {batch_size = 128}, 'lenet_global.lua',
+  'Data-parallel LeNet on Fashion-MNIST with global tensors: SBP rules place the communication.')
 flow.set_num_threads(opts.threads)
 local world = flow.env.get_world_size()
 local ranks = {}

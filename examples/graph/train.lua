@@ -10,25 +10,30 @@
 -- batch of inputs and the eval graph's outputs for them, which the C host
 -- compares with its own run (raw little-endian: int64 count, float32 data,
 -- for the input then the output).
+-- Runs from any directory: this checkout's lua/ and examples come first.
+local here = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
+package.path = ('%s/../../lua/?.lua;%s/../../lua/?/init.lua;%s/../../?.lua;'):format(here, here, here) .. package.path
+local argparse = require 'argparse'
 local ffi = require 'ffi'
 local flow = require 'oneflow'
 
 local nn, F, optim = flow.nn, flow.nn.functional, flow.optim
 
 local function parse_args(argv)
-  local opts = {epochs = 1, batch_size = 64, lr = 1e-3, threads = 2, model = 'mlp',
-                data = '/usr/share/datasets/fashion-mnist', synthetic = 0,
-                out = (os.getenv('TMPDIR') or '/tmp') .. '/fashion_eval.ofg'}
-  local i = 1
-  while i <= #argv do
-    local key = argv[i]:match('^%-%-(.+)$')
-    if not key or argv[i + 1] == nil then error('usage: train.lua [--option value]...', 0) end
-    key = key:gsub('-', '_')
-    if opts[key] == nil and key ~= 'limit' then error('train.lua: unknown option --' .. key, 0) end
-    opts[key] = tonumber(argv[i + 1]) or argv[i + 1]
-    i = i + 2
-  end
-  return opts
+  local p = argparse('train.lua', 'Train on Fashion-MNIST with an nn.Graph train step, evaluate '
+    .. 'with an eval graph and save it for a C host (examples/graph/host.c). Without the data set '
+    .. '(or with --synthetic 1) it trains on generated blobs.')
+  p:option('--model', 'The network.', 'mlp'):choices({'mlp', 'lenet'})
+  p:option('--epochs', 'Training epochs.', '1', tonumber)
+  p:option('--batch-size', 'Images per step.', '64', tonumber)
+  p:option('--lr', 'Learning rate.', '0.001', tonumber)
+  p:option('--threads', 'CPU threads.', '2', tonumber)
+  p:option('--limit', 'Use only the first N images (synthetic: N blobs, default 2048).', nil, tonumber)
+  p:option('--data', 'Fashion-MNIST directory.', '/usr/share/datasets/fashion-mnist')
+  p:option('--synthetic', '1: train on generated blobs even when the data set is there.', '0', tonumber)
+  p:option('--out', 'Where the eval graph goes (and <out>.check).',
+           (os.getenv('TMPDIR') or '/tmp') .. '/fashion_eval.ofg')
+  return p:parse(argv)
 end
 
 local MLP = nn.Module:subclass('MLP')

@@ -3,29 +3,33 @@
 --
 --   ./bin/flow examples/mnist/train.lua [--epochs 3] [--batch-size 64]
 --       [--lr 0.001] [--threads 2] [--data /usr/share/datasets/fashion-mnist]
---       [--out /tmp/fashion_lenet.safetensors] [--limit N]
+--       [--out /tmp/fashion_lenet.safetensors] [--limit N] [--log-every N]
+--   ./bin/flow examples/mnist/train.lua --help
 --
 -- Data: Debian's dataset-fashion-mnist (`make example` installs it).
+-- Runs from any directory: this checkout's lua/ and examples come first.
+local here = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
+package.path = ('%s/../../lua/?.lua;%s/../../lua/?/init.lua;%s/../../?.lua;'):format(here, here, here) .. package.path
+local argparse = require 'argparse'
 local flow = require 'oneflow'
 local vision = require 'flowvision'
 
 local nn, F, optim = flow.nn, flow.nn.functional, flow.optim
 
 local function parse_args(argv)
-  local opts = {epochs = 3, batch_size = 64, lr = 1e-3, threads = 2,
-                data = '/usr/share/datasets/fashion-mnist',
-                out = os.getenv('TMPDIR') and (os.getenv('TMPDIR') .. '/fashion_lenet.safetensors')
-                      or '/tmp/fashion_lenet.safetensors'}
-  local i = 1
-  while i <= #argv do
-    local key = argv[i]:match('^%-%-(.+)$')
-    if not key or argv[i + 1] == nil then error('usage: train.lua [--option value]...', 0) end
-    key = key:gsub('-', '_')
-    if opts[key] == nil and key ~= 'limit' then error('train.lua: unknown option --' .. key, 0) end
-    opts[key] = tonumber(argv[i + 1]) or argv[i + 1]
-    i = i + 2
-  end
-  return opts
+  local p = argparse('train.lua', 'Train a LeNet-style CNN on Fashion-MNIST, save a checkpoint, '
+    .. 'reload it and check that the reloaded model scores the same.')
+  p:option('--epochs', 'Training epochs.', '3', tonumber)
+  p:option('--batch-size', 'Images per step.', '64', tonumber)
+  p:option('--lr', 'Adam learning rate.', '1e-3', tonumber)
+  p:option('--threads', 'CPU threads.', '2', tonumber)
+  p:option('--data', 'Fashion-MNIST directory (Debian: dataset-fashion-mnist).',
+           '/usr/share/datasets/fashion-mnist')
+  p:option('--out', 'Checkpoint file.', (os.getenv('TMPDIR') or '/tmp') .. '/fashion_lenet.safetensors')
+  p:option('--limit', 'Use only the first N training and test images.', nil, tonumber)
+  p:option('--log-every', 'Print the loss every N steps (0: only when stderr is not a terminal, '
+    .. 'every tenth of an epoch).', '0', tonumber)
+  return p:parse(argv)
 end
 
 local LeNet = nn.Module:subclass('LeNet')
@@ -82,6 +86,11 @@ local function main(argv)
   local model = LeNet()
   local opt = optim.Adam(model:parameters(), {lr = opts.lr})
   local loader = flow.utils.data.DataLoader(train_ds, {batch_size = opts.batch_size, shuffle = true})
+  -- the progress bar draws on a terminal; elsewhere (a log) plain lines show progress
+  local log_every = opts.log_every
+  if log_every == 0 and not require('oneflow.utils.posix').isatty(2) then
+    log_every = math.max(1, math.floor(#loader / 10))
+  end
   local acc
   for epoch = 1, opts.epochs do
     local t0, sum, n = os.time(), 0, 0
@@ -92,6 +101,9 @@ local function main(argv)
       loss:backward()
       opt:step()
       sum, n = sum + loss:item(), n + 1
+      if log_every > 0 and n % log_every == 0 then
+        print(('epoch %d: step %d/%d, loss %.4f'):format(epoch, n, #loader, sum / n))
+      end
     end
     acc = accuracy(model, test_ds, opts.batch_size)
     print(('epoch %d: train loss %.4f, test accuracy %.2f%% (%ds, %.1f ms/step cpu)'):format(

@@ -11,6 +11,10 @@
 -- (safetensors, torchvision names, 1000 classes) and replaces its head with a
 -- fresh 10-class one; without it the network starts from random weights.
 -- Data: Debian's dataset-fashion-mnist (`make example` installs it).
+-- Runs from any directory: this checkout's lua/ and examples come first.
+local here = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
+package.path = ('%s/../../lua/?.lua;%s/../../lua/?/init.lua;%s/../../?.lua;'):format(here, here, here) .. package.path
+local argparse = require 'argparse'
 local flow = require 'oneflow'
 local vision = require 'flowvision'
 
@@ -18,17 +22,20 @@ local nn, optim = flow.nn, flow.optim
 local T, D = vision.transforms, vision.data
 
 local function parse_args(argv)
-  local opts = {epochs = 2, batch_size = 64, lr = 0.05, limit = 5000, threads = 2, size = 32,
-                data = '/usr/share/datasets/fashion-mnist', pretrained = false}
-  local i = 1
-  while i <= #argv do
-    local key = argv[i]:match('^%-%-(.+)$')
-    if not key or argv[i + 1] == nil then error('usage: finetune.lua [--option value]...', 0) end
-    key = key:gsub('-', '_')
-    if opts[key] == nil then error('finetune.lua: unknown option --' .. key, 0) end
-    opts[key] = tonumber(argv[i + 1]) or argv[i + 1]
-    i = i + 2
-  end
+  local p = argparse('finetune.lua', "Fine-tune flowvision's resnet18 (10 classes) on Fashion-MNIST "
+    .. 'resized and replicated to 3 channels, with Mixup/CutMix, soft-target cross-entropy and a '
+    .. 'cosine learning-rate schedule.')
+  p:option('--epochs', 'Training epochs.', '2', tonumber)
+  p:option('--batch-size', 'Images per step.', '64', tonumber)
+  p:option('--lr', 'Peak SGD learning rate.', '0.05', tonumber)
+  p:option('--limit', 'Training images (the first N), also the size of the test subset.', '5000', tonumber)
+  p:option('--threads', 'CPU threads.', '2', tonumber)
+  p:option('--size', 'Image side after resizing.', '32', tonumber)
+  p:option('--data', 'Fashion-MNIST directory.', '/usr/share/datasets/fashion-mnist')
+  p:option('--pretrained', 'An ImageNet resnet18 checkpoint (safetensors, torchvision names); '
+    .. 'its head is replaced by a fresh 10-class one.')
+  local opts = p:parse(argv)
+  opts.pretrained = opts.pretrained or false
   return opts
 end
 

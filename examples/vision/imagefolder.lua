@@ -9,6 +9,10 @@
 -- The tree is  <tmp>/disk/*.png|jpg, <tmp>/hstripes/..., <tmp>/vstripes/...;
 -- ImageFolder sorts the subfolders into classes 1..3 and decodes each file to
 -- uint8 RGB [3, H, W] in C (libpng / libjpeg-turbo).
+-- Runs from any directory: this checkout's lua/ and examples come first.
+local here = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
+package.path = ('%s/../../lua/?.lua;%s/../../lua/?/init.lua;%s/../../?.lua;'):format(here, here, here) .. package.path
+local argparse = require 'argparse'
 local ffi = require 'ffi'
 local flow = require 'oneflow'
 local vision = require 'flowvision'
@@ -20,17 +24,14 @@ pcall(ffi.cdef, 'char *mkdtemp(char *template);')
 pcall(ffi.cdef, 'int mkdir(const char *path, unsigned int mode);')
 
 local function parse_args(argv)
-  local opts = {steps = 30, per_class = 4, threads = 2, keep = 0}
-  local i = 1
-  while i <= #argv do
-    local key = argv[i]:match('^%-%-(.+)$')
-    if not key or argv[i + 1] == nil then error('usage: imagefolder.lua [--option value]...', 0) end
-    key = key:gsub('-', '_')
-    if opts[key] == nil then error('imagefolder.lua: unknown option --' .. key, 0) end
-    opts[key] = tonumber(argv[i + 1]) or argv[i + 1]
-    i = i + 2
-  end
-  return opts
+  local p = argparse('imagefolder.lua', 'Write a tiny image tree (3 classes, PNG and JPEG) into a '
+    .. 'temporary directory, load it with ImageFolder + transforms + a DataLoader, train a tiny CNN '
+    .. 'for a few steps, then remove the directory.')
+  p:option('--steps', 'Training steps.', '30', tonumber)
+  p:option('--per-class', 'Pictures per class.', '4', tonumber)
+  p:option('--threads', 'CPU threads.', '2', tonumber)
+  p:option('--keep', '1: keep the image tree.', '0', tonumber)
+  return p:parse(argv)
 end
 
 local function make_tmpdir()

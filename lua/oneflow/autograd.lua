@@ -90,7 +90,8 @@ setters.grad = function(t, g)
   if C.of_tensor_set_grad(t.p, g and g.p or nil) ~= 0 then raise(3) end
 end
 
-local Node = require('oneflow._args').value_type({})
+local A = require 'oneflow._args'
+local Node = A.value_type({})
 Node.__index = Node
 Node.__tostring = function(n) return '<' .. n:name() .. '>' end
 function Node:name() return ffi.string(C.of_node_name(self.ptr)) end
@@ -122,7 +123,12 @@ function methods.detach_()
 end
 
 ------------------------------------------------------------------ grad mode
---- flow.no_grad(fn, ...) runs fn with recording off and returns its results.
+--- Runs `fn(...)` with autograd recording off and returns its results:
+-- `flow.no_grad(function() w:sub_(w.grad * 0.1) end)` (PyTorch's `with torch.no_grad()`).
+-- @function flow.no_grad
+-- @tparam function fn
+-- @param ... its arguments
+-- @return what `fn` returns
 function M.no_grad(fn, ...)
   local prev = C.of_is_grad_enabled()
   C.of_set_grad_enabled(0)
@@ -158,10 +164,14 @@ local function ptr_array(list)
   return arr
 end
 
---- loss:backward(), y:backward(grad, {retain_graph =, create_graph =})
+--- Computes the gradients of this tensor with respect to the leaves that
+-- require grad and accumulates them into their `.grad`: `loss:backward()`.
+-- @function Tensor:backward
+-- @tparam[opt] Tensor grad d(something)/d(self), needed when self is not a scalar
+-- @tparam[opt] table opts `{retain_graph = false, create_graph = false}`
 methods.backward = interpreted(function(t, grad, opts)
   if type(grad) == 'table' and not T.is_tensor(grad) then opts, grad = grad, nil end
-  opts = opts or {}
+  opts = A.check_options('backward', opts, {create_graph = true, retain_graph = true})
   -- nn.Graph AMP with loss scaling: the traced backward starts from the scale
   if grad == nil and M._loss_scale ~= nil then
     grad = M._loss_scale:to(t.dtype):view(t:size():totable())
@@ -178,7 +188,7 @@ end)
 M.backward = interpreted(function(tensors, grads, opts)
   tensors = tensor_list(tensors, 'backward')
   grads = tensor_list(grads, 'backward')
-  opts = opts or {}
+  opts = A.check_options('autograd.backward', opts, {create_graph = true, retain_graph = true})
   if C.of_backward(ptr_array(tensors), ptr_array(grads), #tensors,
                    opts.retain_graph and 1 or 0, opts.create_graph and 1 or 0) ~= 0 then
     raise(2)
@@ -189,7 +199,8 @@ end)
 -- create_graph, allow_unused}) -> a tensor per input (an array when inputs
 -- is an array, a tensor when it is one tensor).
 M.grad = interpreted(function(outputs, inputs, grad_outputs, opts)
-  opts = opts or {}
+  opts = A.check_options('autograd.grad', opts, {
+    allow_unused = true, create_graph = true, retain_graph = true})
   local single = T.is_tensor(inputs)
   outputs = tensor_list(outputs, 'autograd.grad')
   inputs = tensor_list(inputs, 'autograd.grad')

@@ -280,7 +280,12 @@ local function check_path(path, op)
   end
 end
 
---- flow.save(obj, path): see the file header.
+--- Saves a tensor, a state dict or a Lua table of tensors, numbers, strings
+-- and booleans as one safetensors file, atomically (a temporary file renamed).
+-- A flat table of tensors is a plain safetensors file any reader takes.
+-- @function flow.save
+-- @param obj the value to save
+-- @tparam string path the file to write
 function M.save(obj, path)
   check_path(path, 'flow.save')
   local ctx = {op = 'flow.save', path = path}
@@ -493,7 +498,11 @@ local function rebuild(structure, tensors, ctx)
   return build(doc.root)
 end
 
---- flow.load(path): see the file header.
+--- Loads what `flow.save` wrote (or any safetensors file): the same table
+-- structure with CPU tensors. Never runs code from the file.
+-- @function flow.load
+-- @tparam string path the file to read
+-- @return the saved value
 function M.load(path)
   local tensors, metadata, ctx = read_file(path, 'flow.load')
   local structure = metadata[M.STRUCTURE_KEY]

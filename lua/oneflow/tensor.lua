@@ -220,14 +220,35 @@ local function shaped(cfn, name)
     return t
   end
 end
+--- An uninitialised tensor of the given sizes.
+-- @function flow.empty
+-- @param ... sizes, as numbers or one table `{2, 3}`
+-- @tparam[opt] table opts `{dtype = flow.float32, device = 'cpu', requires_grad = false, pin_memory = false}`
+-- @treturn Tensor
 def('empty', shaped(C.of_empty, 'empty'), 'func')
+--- A tensor of zeros: `flow.zeros(2, 3)`, `flow.zeros({2, 3}, {dtype = flow.int64})`.
+-- @function flow.zeros
+-- @param ... sizes, as numbers or one table `{2, 3}`
+-- @tparam[opt] table opts `{dtype = flow.float32, device = 'cpu', requires_grad = false, pin_memory = false}`
+-- @treturn Tensor
 def('zeros', shaped(C.of_zeros, 'zeros'), 'func')
+--- A tensor of ones: `flow.ones(2, 3)`, `flow.ones{2, 3}`.
+-- @function flow.ones
+-- @param ... sizes, as numbers or one table `{2, 3}`
+-- @tparam[opt] table opts `{dtype = flow.float32, device = 'cpu', requires_grad = false, pin_memory = false}`
+-- @treturn Tensor
 def('ones', function(...)
   local sizes, opts = A.sizes_and_options('ones', ...)
   A.check_options('ones', opts, FACTORY)
   return T.flow.full(sizes, 1, opts)
 end, 'func')
 
+--- A tensor filled with `value`: `flow.full({2, 3}, 7)`.
+-- A boolean value gives a bool tensor unless `dtype` says otherwise.
+-- @tparam number|table size a number or a table of sizes
+-- @tparam number|boolean value the fill value
+-- @tparam[opt] table opts `{dtype =, device =, requires_grad =, pin_memory =}`
+-- @treturn Tensor
 function T.flow.full(size, value, opts)
   opts = A.check_options('full', opts, FACTORY)
   if type(size) == 'number' then size = {size} end
@@ -241,14 +262,26 @@ function T.flow.full(size, value, opts)
   return t
 end
 
+--- The identity matrix, `n` x `m` (`m` defaults to `n`).
+-- @tparam int n rows
+-- @tparam[opt] int m columns
+-- @tparam[opt] table opts `{dtype =, device =, requires_grad =, pin_memory =}`
+-- @treturn Tensor
 function T.flow.eye(n, m, opts)
   if type(m) == 'table' then opts, m = m, nil end
   opts = A.check_options('eye', opts, FACTORY)
   return T.call1(C.of_eye, n, m or -1, A.dtype_opt(opts, default_dtype).id, device_opt(opts), out1)
 end
 
---- flow.arange(end), flow.arange(start, end[, step])[, opts]; int64 unless
--- a bound is fractional (as PyTorch).
+--- Values from `start` up to (not including) `end` by `step`, as PyTorch:
+-- `flow.arange(5)` is 0, 1, 2, 3, 4 (values are not indices). int64 unless
+-- a bound is fractional.
+-- @usage flow.arange(end); flow.arange(start, end[, step])[, opts]
+-- @tparam number a `end`, or `start` when `b` is given
+-- @tparam[opt] number b `end`
+-- @tparam[opt] number c `step` (default 1)
+-- @tparam[opt] table opts `{dtype =, device =, requires_grad =, pin_memory =}`
+-- @treturn Tensor
 function T.flow.arange(a, b, c, opts)
   local args = {a, b, c, opts}
   local n = 0
@@ -307,8 +340,11 @@ local function flatten_table(data, shape, op)
   return buf
 end
 
---- flow.tensor(data, {dtype =, device =, requires_grad =}): data is a number,
--- a boolean, a nested table or a tensor (copied). float32 unless told.
+--- A tensor from Lua data: `flow.tensor({{1, 2}, {3, 4}})`.
+-- float32 unless told (bool for booleans).
+-- @param data a number, a boolean, a nested table or a tensor (copied)
+-- @tparam[opt] table opts `{dtype =, device =, requires_grad =, pin_memory =}`
+-- @treturn Tensor
 function T.flow.tensor(data, opts)
   opts = A.check_options('tensor', opts, FACTORY)
   if is_tensor(data) then

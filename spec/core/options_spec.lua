@@ -10,6 +10,9 @@ local data = require 'oneflow.utils.data'
 local T = require 'flowvision.transforms'
 local TF = require 'flowvision.transforms.functional'
 local A = require 'oneflow._args'
+local VM = require 'flowvision.models'
+local VL = require 'flowvision.layers'
+local VD = require 'flowvision.datasets'
 
 local x = flow.ones(2, 3)
 local x4 = flow.ones(1, 2, 4, 4)
@@ -173,6 +176,29 @@ local CASES = {
   {'T.RandomResizedCrop', 'RandomResizedCrop', 'ratio', function(o) return T.RandomResizedCrop(4, o) end},
   {'T.RandomRotation', 'RandomRotation', 'expand', function(o) return T.RandomRotation(10, o) end},
   {'T.RandomAffine', 'RandomAffine', 'shear', function(o) return T.RandomAffine(10, o) end},
+  -- flowvision models, layers, datasets and augmentations
+  {'models.resnet18', 'ResNet', 'num_classes', function(o) return VM.resnet18(o) end},
+  {'models.alexnet', 'AlexNet', 'dropout', function(o) return VM.alexnet(o) end},
+  {'models.vgg11', 'VGG', 'init_weights', function(o) return VM.vgg11(o) end},
+  {'models.mobilenet_v2', 'MobileNetV2', 'width_mult', function(o) return VM.mobilenet_v2(o) end},
+  {'models.squeezenet1_0', 'SqueezeNet', 'num_classes', function(o) return VM.squeezenet1_0(o) end},
+  {'layers.SEModule', 'SEModule', 'rd_ratio', function(o) return VL.SEModule(8, o) end},
+  {'layers.ConvNormAct', 'ConvNormAct', 'stride', function(o) return VL.ConvNormAct(2, 2, 3, o) end},
+  {'layers.DropBlock2d', 'DropBlock2d', 'batchwise', function(o) return VL.DropBlock2d(0.1, 3, o) end},
+  {'datasets.MNIST', 'MNIST', 'train', function(o) return VD.MNIST('/nonexistent', o) end},
+  {'data.Mixup', 'Mixup', 'mixup_alpha', function(o) return require('flowvision.data').Mixup(o) end},
+  {'detection.roi_align', 'roi_align', 'spatial_scale', function(o)
+    return require('flowvision.models.detection.ops').roi_align(x4, flow.tensor({{0, 0, 0, 2, 2}}), {2, 2}, o) end},
+  -- autograd, graph, pruning, transformers
+  {'y:backward', 'backward', 'retain_graph', function(o)
+    local p = flow.ones(2, {requires_grad = true}); return p:sum():backward(o) end},
+  {'autograd.grad', 'autograd.grad', 'allow_unused', function(o)
+    local p = flow.ones(2, {requires_grad = true}); return flow.autograd.grad(p:sum(), p, nil, o) end},
+  {'Graph:add_optimizer', 'add_optimizer', 'lr_sch', function(o) return nn.Graph():add_optimizer(opt(), o) end},
+  {'prune.global_unstructured', 'prune.global_unstructured', 'amount', function(o)
+    return nn.utils.prune.global_unstructured({{nn.Linear(2, 2), 'weight'}}, o) end},
+  {'generate_square_subsequent_mask', 'generate_square_subsequent_mask', 'dtype',
+   function(o) return nn.Transformer.generate_square_subsequent_mask(3, o) end},
 }
 
 -- A plausible misspelling of key, one edit away: a doubled letter dropped,

@@ -286,9 +286,12 @@ print(list(struct.unpack('<6f', b[8 + n + s:8 + n + t])), sorted(h))
   end)
 
   it('interoperates with the safetensors package, when installed', function()
-    local ok = os.execute('/usr/bin/python3 -c "import safetensors.torch" 2>/dev/null') == 0
+    -- Debian has no python3-safetensors: CI's venv (spec/vision/setup_timm.sh,
+    -- $FLOWVISION_PYTHON) carries it beside Debian's torch
+    local py = os.getenv('FLOWVISION_PYTHON') or '/usr/bin/python3'
+    local ok = os.execute(py .. ' -c "import safetensors.torch" 2>/dev/null') == 0
     if not ok then
-      pending('python3 has no safetensors + torch')
+      pending(py .. ' has no safetensors + torch (sh spec/vision/setup_timm.sh makes a venv with both)')
       return
     end
     flow.save(sd, p)
@@ -300,7 +303,7 @@ d = load_file(%q)
 assert d['conv1.weight'].tolist() == [[0, 1, 2], [3, 4, 5]]
 save_file({'a': torch.arange(6, dtype=torch.float16).reshape(2, 3)}, %q)
 ]==]):format(p, q)
-    local f = io.popen("/usr/bin/python3 -c '" .. script:gsub("'", "'\\''") .. "' 2>&1")
+    local f = io.popen(py .. " -c '" .. script:gsub("'", "'\\''") .. "' 2>&1")
     local out = f:read('*a')
     f:close()
     assert.are.equal('', out)

@@ -9,6 +9,7 @@
 -- Semantics are timm's (timm/data/mixup.py): 'batch' draws one lambda for the
 -- batch and mixes x with x:flip(1); 'pair' one per pair (i, N+1-i); 'elem'
 -- one per element. Draws come from oneflow's generator.
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 local R = require 'flowvision.data.random'
 
@@ -94,7 +95,9 @@ M.Mixup = Mixup
 local modes = {batch = true, pair = true, elem = true}
 
 function Mixup:__init(opts)
-  opts = opts or {}
+  opts = A.check_options('Mixup', opts, {
+    correct_lam = true, cutmix_alpha = true, cutmix_minmax = true, label_smoothing = true,
+    mixup_alpha = true, mode = true, num_classes = true, prob = true, switch_prob = true})
   self.mixup_alpha = opts.mixup_alpha or 1.0
   self.cutmix_alpha = opts.cutmix_alpha or 0.0
   self.cutmix_minmax = opts.cutmix_minmax

@@ -9,6 +9,7 @@
 -- (zeros, one normal colour per box, per-pixel normal noise), min_count = 1,
 -- max_count = min_count, num_splits = 0 (with > 1 the first N/num_splits
 -- samples of a batch are left clean).
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 local R = require 'flowvision.data.random'
 
@@ -21,7 +22,9 @@ local RandomErasing = flow.class('RandomErasing')
 local function fail(msg) error('RandomErasing: ' .. msg, 3) end
 
 function RandomErasing:__init(opts)
-  opts = opts or {}
+  opts = A.check_options('RandomErasing', opts, {
+    max_area = true, max_aspect = true, max_count = true, min_area = true, min_aspect = true,
+    min_count = true, mode = true, num_splits = true, p = true, probability = true})
   self.probability = opts.probability or opts.p or 0.5
   self.min_area = opts.min_area or 0.02
   self.max_area = opts.max_area or 1 / 3

@@ -12,6 +12,7 @@
 -- data: uint8 [N, 3, 32, 32] (channels first, as vision.io.read_image);
 -- targets: int64 [N], 1-based class indices. get(i) gives the image as float
 -- [3, 32, 32] in [0, 1], or transform(uint8 [3, 32, 32]), and the label.
+local A = require 'oneflow._args'
 local ffi = require 'ffi'
 local flow = require 'oneflow'
 
@@ -88,7 +89,7 @@ M.CIFAR10 = CIFAR10
 CIFAR10.classes = {'airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck'}
 
 function CIFAR10:__init(root, opts)
-  opts = opts or {}
+  opts = A.check_options('CIFAR10', opts, {target_transform = true, train = true, transform = true})
   local train = opts.train ~= false
   local dir = find_dir(root, 'cifar-10-batches-bin', train and 'data_batch_1.bin' or 'test_batch.bin',
                        'CIFAR10', 'cifar-10-binary.tar.gz')
@@ -143,7 +144,7 @@ local CIFAR100 = CIFAR10:subclass('CIFAR100')
 M.CIFAR100 = CIFAR100
 
 function CIFAR100:__init(root, opts)
-  opts = opts or {}
+  opts = A.check_options('CIFAR100', opts, {target_transform = true, train = true, transform = true})
   local train = opts.train ~= false
   local file = train and 'train.bin' or 'test.bin'
   local dir = find_dir(root, 'cifar-100-binary', file, 'CIFAR100', 'cifar-100-binary.tar.gz')

@@ -11,6 +11,7 @@
 -- Images are decoded in C (vision.io.read_image, RGB); a corrupt file raises
 -- an error naming it. Folders are walked recursively (symbolic links
 -- followed, 32 levels at most), names sorted bytewise as Python's sorted().
+local A = require 'oneflow._args'
 local ffi = require 'ffi'
 local flow = require 'oneflow'
 local vio = require 'flowvision.io'
@@ -129,7 +130,9 @@ M.DatasetFolder = DatasetFolder
 --- DatasetFolder(root, {loader =, extensions =, transform =, target_transform =,
 --                       is_valid_file =, allow_empty = false})
 function DatasetFolder:__init(root, opts)
-  opts = opts or {}
+  opts = A.check_options('DatasetFolder', opts, {
+    allow_empty = true, extensions = true, is_valid_file = true, loader = true,
+    target_transform = true, transform = true})
   if type(root) ~= 'string' then error(self.__name .. ': root must be a directory path, got ' .. type(root), 3) end
   self.root = root
   self.loader = opts.loader or M.default_loader

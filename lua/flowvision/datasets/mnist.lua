@@ -1,6 +1,7 @@
 -- flowvision.datasets.MNIST / FashionMNIST: the IDX files as distributed
 -- (gzip-compressed or not), read through zlib. Labels are 1-based class
 -- indices (1..10), as every class label in this API.
+local A = require 'oneflow._args'
 local ffi = require 'ffi'
 local flow = require 'oneflow'
 
@@ -91,7 +92,7 @@ M.MNIST = MNIST
 --- MNIST(root, {train = true, transform = fn, target_transform = fn})
 -- data: uint8 [N, 28, 28]; targets: int64 [N] in 1..10.
 function MNIST:__init(root, opts)
-  opts = opts or {}
+  opts = A.check_options('MNIST', opts, {target_transform = true, train = true, transform = true})
   if type(root) ~= 'string' then error('MNIST: root must be a directory path', 3) end
   local split = (opts.train == false) and 'test' or 'train'
   self.data = M.read_idx(find(root, files[split][1]))

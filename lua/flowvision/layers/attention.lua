@@ -3,6 +3,7 @@
 --   (channel.fc1/fc2, spatial.conv.conv/bn), NonLocalAttn (t, p, g, z, norm),
 --   and BAM (Park et al. 2018; channel_att.gate_c.*, spatial_att.gate_s.*).
 -- Inputs are [B, C, H, W]; outputs have the input's shape.
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 local B = require 'flowvision.layers.basic'
 
@@ -23,7 +24,9 @@ L.SEModule, L.SqueezeExcite, L.SE = SEModule, SEModule, SEModule
 --           bias = true, act_layer = 'relu', norm_layer = nil, gate_layer = 'sigmoid'})
 function SEModule:__init(channels, opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('SEModule', opts, {
+    act_layer = true, add_maxpool = true, bias = true, gate_layer = true, norm_layer = true,
+    rd_channels = true, rd_divisor = true, rd_ratio = true})
   local rd = opts.rd_channels or B.make_divisible(channels * (opts.rd_ratio or 1 / 16), opts.rd_divisor or 8, nil, 0)
   self.add_maxpool = opts.add_maxpool or false
   local bias = opts.bias ~= false
@@ -48,7 +51,8 @@ L.EcaModule, L.ECA = EcaModule, EcaModule
 -- with channels given, kernel_size = max(odd(|log2(C) + beta| / gamma), 3).
 function EcaModule:__init(channels, opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('EcaModule', opts, {
+    beta = true, gamma = true, gate_layer = true, kernel_size = true})
   local k = opts.kernel_size or 3
   if channels then
     local t = math.floor(math.abs(math.log(channels) / math.log(2) + (opts.beta or 1)) / (opts.gamma or 2))
@@ -71,7 +75,8 @@ local ChannelAttn = nn.Module:subclass('ChannelAttn')
 L.ChannelAttn = ChannelAttn
 function ChannelAttn:__init(channels, opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('ChannelAttn', opts, {
+    act_layer = true, gate_layer = true, mlp_bias = true, rd_channels = true, rd_divisor = true, rd_ratio = true})
   local rd = opts.rd_channels or B.make_divisible(channels * (opts.rd_ratio or 1 / 16), opts.rd_divisor or 1, nil, 0)
   local bias = opts.mlp_bias or false
   self.fc1 = nn.Conv2d(channels, rd, 1, {bias = bias})
@@ -89,7 +94,7 @@ local SpatialAttn = nn.Module:subclass('SpatialAttn')
 L.SpatialAttn = SpatialAttn
 function SpatialAttn:__init(kernel_size, opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('SpatialAttn', opts, {gate_layer = true})
   self.conv = B.ConvNormAct(2, 1, kernel_size or 7, {apply_act = false})
   self.gate = B.create_act_layer(opts.gate_layer or 'sigmoid')
 end
@@ -104,9 +109,14 @@ L.CbamModule, L.CBAM = CbamModule, CbamModule
 --             act_layer = 'relu', gate_layer = 'sigmoid', mlp_bias = false})
 function CbamModule:__init(channels, opts)
   nn.Module.__init(self)
-  opts = opts or {}
-  self.channel = ChannelAttn(channels, opts)
-  self.spatial = SpatialAttn(opts.spatial_kernel_size or 7, opts)
+  opts = A.check_options('CbamModule', opts, {
+    act_layer = true, gate_layer = true, mlp_bias = true, rd_channels = true, rd_divisor = true,
+    rd_ratio = true, spatial_kernel_size = true})
+  -- each half gets only the keys it knows
+  local channel = {}
+  for k, v in pairs(opts) do if k ~= 'spatial_kernel_size' then channel[k] = v end end
+  self.channel = ChannelAttn(channels, channel)
+  self.spatial = SpatialAttn(opts.spatial_kernel_size or 7, {gate_layer = opts.gate_layer})
 end
 function CbamModule:forward(x)
   check4('CbamModule', x)
@@ -159,7 +169,8 @@ L.BAM = BAM
 -- x * (1 + sigmoid(channel_gate(x) * spatial_gate(x))).
 function BAM:__init(gate_channel, opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('BAM', opts, {
+    dilation_conv_num = true, dilation_val = true, num_layers = true, reduction_ratio = true})
   if math.floor(gate_channel / (opts.reduction_ratio or 16)) < 1 then
     error(('BAM: gate_channel %d is smaller than reduction_ratio %d'):format(gate_channel,
           opts.reduction_ratio or 16), 3)
@@ -181,7 +192,8 @@ L.NonLocalAttn, L.NonLocal = NonLocalAttn, NonLocalAttn
 -- (the block is the identity at init), as timm.
 function NonLocalAttn:__init(in_channels, opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('NonLocalAttn', opts, {
+    rd_channels = true, rd_divisor = true, rd_ratio = true, use_scale = true})
   local rd = opts.rd_channels or B.make_divisible(in_channels * (opts.rd_ratio or 1 / 8), opts.rd_divisor or 8)
   self.scale = opts.use_scale == false and 1.0 or in_channels ^ -0.5
   self.t = nn.Conv2d(in_channels, rd, 1)

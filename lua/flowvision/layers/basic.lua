@@ -1,5 +1,6 @@
 -- flowvision.layers basics (timm/layers): helpers, ConvNormAct/ConvBnAct,
 -- PatchEmbed, SelectAdaptivePool2d (Pooler). Parameter names are timm's.
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 
 local nn = flow.nn
@@ -61,7 +62,9 @@ L.ConvNormAct = ConvNormAct
 function ConvNormAct:__init(in_channels, out_channels, kernel_size, opts)
   nn.Module.__init(self)
   if type(kernel_size) == 'table' and #kernel_size == 0 then opts, kernel_size = kernel_size, nil end
-  opts = opts or {}
+  opts = A.check_options('ConvNormAct', opts, {
+    act_layer = true, apply_act = true, bias = true, dilation = true, groups = true,
+    norm_layer = true, padding = true, stride = true})
   kernel_size = kernel_size or 1
   local stride, dilation = opts.stride or 1, opts.dilation or 1
   local k = type(kernel_size) == 'table' and kernel_size[1] or kernel_size
@@ -86,7 +89,9 @@ L.PatchEmbed = PatchEmbed
 -- [B, C, H, W] -> [B, num_patches, embed_dim] (or [B, D, H/p, W/p] unflattened).
 function PatchEmbed:__init(opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('PatchEmbed', opts, {
+    bias = true, embed_dim = true, flatten = true, img_size = true, in_chans = true,
+    norm_layer = true, patch_size = true, strict_img_size = true})
   self.img_size = L.to_2tuple(opts.img_size or 224)
   self.patch_size = L.to_2tuple(opts.patch_size or 16)
   self.grid_size = {math.floor(self.img_size[1] / self.patch_size[1]),
@@ -130,7 +135,7 @@ L.Pooler = SelectAdaptivePool2d
 --                       'catavgmax' | 'fast' | '', flatten = false}
 function SelectAdaptivePool2d:__init(opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('SelectAdaptivePool2d', opts, {flatten = true, output_size = true, pool_type = true})
   self.pool_type = opts.pool_type or 'avg'
   if not pool_types[self.pool_type] then
     fail('SelectAdaptivePool2d', ("pool_type must be '', 'avg', 'max', 'avgmax', 'catavgmax' or 'fast', got '%s'")

@@ -1,5 +1,6 @@
 -- flowvision.layers drop: DropPath (stochastic depth) and DropBlock2d, timm's
 -- semantics (timm/layers/drop.py). Both are identity in eval mode.
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 
 local nn = flow.nn
@@ -99,7 +100,8 @@ function DropBlock2d:__init(drop_prob, block_size, opts)
   if type(drop_prob) == 'table' then
     opts, drop_prob, block_size = drop_prob, drop_prob.drop_prob, drop_prob.block_size
   end
-  opts = opts or {}
+  opts = A.check_options('DropBlock2d', opts, {
+    batchwise = true, block_size = true, drop_prob = true, fast = true, gamma_scale = true, with_noise = true})
   self.drop_prob = drop_prob or 0.1
   self.block_size = block_size or 7
   self.gamma_scale = opts.gamma_scale or 1

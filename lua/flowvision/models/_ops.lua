@@ -2,6 +2,7 @@
 -- torchvision's names (so state-dict keys match): Conv2dNormActivation,
 -- SqueezeExcitation, StochasticDepth, LayerNorm2d, Permute, plus
 -- make_divisible, norm-layer factories and the init helpers.
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 
 local nn = flow.nn
@@ -31,7 +32,7 @@ end
 
 --- A BatchNorm2d factory: bn{eps = 1e-3, momentum = 0.01}(channels).
 function M.batch_norm(opts)
-  opts = opts or {}
+  opts = A.check_options('batch_norm', opts, {eps = true, momentum = true})
   return function(c) return nn.BatchNorm2d(c, {eps = opts.eps or 1e-5, momentum = opts.momentum or 0.1}) end
 end
 
@@ -80,7 +81,9 @@ end
 -- or false, activation_layer = ReLU factory or false}): Sequential of conv,
 -- norm, activation (keys 0, 1, 2 as torchvision's).
 function CNA:__init(cin, cout, opts)
-  opts = opts or {}
+  opts = A.check_options('Conv2dNormActivation', opts, {
+    activation_layer = true, bias = true, dilation = true, groups = true, kernel_size = true,
+    norm_layer = true, padding = true, stride = true})
   local k, d = opts.kernel_size or 3, opts.dilation or 1
   local norm = opts.norm_layer
   if norm == nil then norm = M.batch_norm() end
@@ -104,7 +107,7 @@ M.SqueezeExcitation = SE
 -- scale_activation = Sigmoid factory}): x * scale(fc2(act(fc1(avgpool(x))))).
 function SE:__init(cin, squeeze, opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('SqueezeExcitation', opts, {activation = true, scale_activation = true})
   self.avgpool = nn.AdaptiveAvgPool2d(1)
   self.fc1 = nn.Conv2d(cin, squeeze, 1)
   self.fc2 = nn.Conv2d(squeeze, cin, 1)

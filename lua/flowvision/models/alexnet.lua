@@ -1,5 +1,6 @@
 -- flowvision.models.alexnet: AlexNet as torchvision defines it (PyTorch's
 -- default initialisation).
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 
 local nn = flow.nn
@@ -11,7 +12,7 @@ M.AlexNet = AlexNet
 --- AlexNet({num_classes = 1000, dropout = 0.5})
 function AlexNet:__init(opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('AlexNet', opts, {dropout = true, num_classes = true})
   local p = opts.dropout or 0.5
   self.features = nn.Sequential(
     nn.Conv2d(3, 64, 11, {stride = 4, padding = 2}), nn.ReLU(), nn.MaxPool2d(3, {stride = 2}),

@@ -1,6 +1,7 @@
 -- flowvision.models.convnext: ConvNeXt tiny/small/base/large with
 -- torchvision's names (features.N.M.block.K, layer_scale, classifier) and
 -- initialisation (trunc_normal std 0.02).
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 local ops = require 'flowvision.models._ops'
 
@@ -63,7 +64,8 @@ end
 --- ConvNeXt(block_setting, {stochastic_depth_prob = 0, layer_scale = 1e-6, num_classes = 1000})
 function ConvNeXt:__init(setting, opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('ConvNeXt', opts, {
+    layer_scale = true, num_classes = true, stochastic_depth_prob = true})
   if #setting == 0 then error('ConvNeXt: the block_setting should not be empty', 2) end
   local layers = {ops.Conv2dNormActivation(3, setting[1].input_channels, {kernel_size = 4, stride = 4, padding = 0,
     norm_layer = layer_norm2d, activation_layer = false, bias = true})}

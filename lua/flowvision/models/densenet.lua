@@ -1,6 +1,7 @@
 -- flowvision.models.densenet: DenseNet 121/161/169/201 with torchvision's
 -- names (features.denseblock1.denselayer1.norm1, features.transition1.conv,
 -- classifier) and initialisation.
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 local ops = require 'flowvision.models._ops'
 
@@ -73,7 +74,9 @@ end
 -- bn_size = 4, drop_rate = 0, num_classes = 1000})
 function DenseNet:__init(opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('DenseNet', opts, {
+    block_config = true, bn_size = true, drop_rate = true, growth_rate = true, num_classes = true,
+    num_init_features = true})
   local growth, cfg = opts.growth_rate or 32, opts.block_config or {6, 12, 24, 16}
   local nf, bn_size = opts.num_init_features or 64, opts.bn_size or 4
   local layers = {{'conv0', nn.Conv2d(3, nf, 7, {stride = 2, padding = 3, bias = false})},

@@ -1,6 +1,7 @@
 -- flowvision.models.efficientnet: EfficientNet B0-B7 and V2 S/M/L in
 -- torchvision's layout (features.N.M.block.K, stochastic depth per block,
 -- classifier.1) and initialisation.
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 local ops = require 'flowvision.models._ops'
 
@@ -113,7 +114,8 @@ end
 -- num_classes = 1000, norm_layer = BatchNorm2d factory, last_channel})
 function EfficientNet:__init(setting, dropout, opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('EfficientNet', opts, {
+    last_channel = true, norm_layer = true, num_classes = true, stochastic_depth_prob = true})
   if #setting == 0 then error('EfficientNet: the inverted_residual_setting should not be empty', 2) end
   local norm = opts.norm_layer or ops.batch_norm()
   local layers = {CNA(3, setting[1].input_channels, {stride = 2, norm_layer = norm, activation_layer = silu})}

@@ -1,6 +1,7 @@
 -- flowvision.models.googlenet: GoogLeNet (Inception v1) with torchvision's
 -- names (conv1.conv, inception3a.branch2.1.bn, aux1.fc1, fc), auxiliary
 -- classifiers (aux_logits) and initialisation.
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 local ops = require 'flowvision.models._ops'
 
@@ -86,7 +87,9 @@ end
 -- GoogLeNetOutputs order); otherwise the logits.
 function GoogLeNet:__init(opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('GoogLeNet', opts, {
+    aux_logits = true, dropout = true, dropout_aux = true, init_weights = true, num_classes = true,
+    transform_input = true})
   local nc = opts.num_classes or 1000
   self.aux_logits = opts.aux_logits ~= false
   self.transform_input = opts.transform_input == true

@@ -2,6 +2,7 @@
 -- (Conv2d_1a_3x3.conv, Mixed_5b.branch1x1.bn, AuxLogits.fc, fc), the
 -- auxiliary classifier (aux_logits) and initialisation. Made for 299x299
 -- inputs (at least 75x75).
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 local ops = require 'flowvision.models._ops'
 local googlenet = require 'flowvision.models.googlenet'
@@ -137,7 +138,8 @@ end
 -- forward returns logits, aux (torchvision's InceptionOutputs).
 function Inception3:__init(opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('Inception3', opts, {
+    aux_logits = true, dropout = true, init_weights = true, num_classes = true, transform_input = true})
   local nc = opts.num_classes or 1000
   self.aux_logits = opts.aux_logits ~= false
   self.transform_input = opts.transform_input == true

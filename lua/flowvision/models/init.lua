@@ -80,7 +80,13 @@ local function copy(t)
   return r
 end
 
---- models.create(name, opts): builds a registered model (see the file header).
+--- Builds a registered model by name: `models.create('resnet18', {num_classes = 10})`
+-- (every name is also a constructor: `models.resnet18(opts)`).
+-- @function flowvision.models.create
+-- @tparam string name one of `models.list()`
+-- @tparam[opt] table opts `{num_classes = 1000, pretrained = false | true | path, ...}`
+-- plus the model's own options (dropout, width_mult, ...)
+-- @treturn Module
 function M.create(name, opts)
   local entry = registry[name]
   if not entry then

@@ -1,6 +1,7 @@
 -- flowvision.models.mobilenet: MobileNet V2 and V3 (large, small) with
 -- torchvision's names (features.N.conv / features.N.block, classifier) and
 -- initialisation.
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 local ops = require 'flowvision.models._ops'
 
@@ -49,7 +50,9 @@ local v2_setting = {{1, 16, 1, 1}, {6, 24, 2, 2}, {6, 32, 3, 2}, {6, 64, 4, 2}, 
 -- round_nearest = 8, norm_layer, dropout = 0.2})
 function MobileNetV2:__init(opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('MobileNetV2', opts, {
+    dropout = true, inverted_residual_setting = true, norm_layer = true, num_classes = true,
+    round_nearest = true, width_mult = true})
   local norm, wm, rn = opts.norm_layer or ops.batch_norm(), opts.width_mult or 1, opts.round_nearest or 8
   local setting = opts.inverted_residual_setting or v2_setting
   if #setting == 0 or #setting[1] ~= 4 then
@@ -126,7 +129,7 @@ M.MobileNetV3 = MobileNetV3
 -- norm_layer = BatchNorm2d(eps 1e-3, momentum 0.01), dropout = 0.2})
 function MobileNetV3:__init(setting, last_channel, opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('MobileNetV3', opts, {dropout = true, norm_layer = true, num_classes = true})
   if #setting == 0 then error('MobileNetV3: the inverted_residual_setting should not be empty', 2) end
   local norm = opts.norm_layer or ops.batch_norm({eps = 0.001, momentum = 0.01})
   local hs = ops.act(nn.Hardswish)

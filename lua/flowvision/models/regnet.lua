@@ -1,6 +1,7 @@
 -- flowvision.models.regnet: RegNetX / RegNetY with torchvision's
 -- configuration mechanism (BlockParams.from_init_params), names
 -- (stem, trunk_output.block1.block1-0.f.a, ...) and initialisation.
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 local ops = require 'flowvision.models._ops'
 
@@ -125,7 +126,8 @@ end
 --- RegNet(block_params, {num_classes = 1000, stem_width = 32, norm_layer, activation = ReLU factory})
 function RegNet:__init(bp, opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('RegNet', opts, {
+    activation = true, norm_layer = true, num_classes = true, stem_width = true})
   local norm, act = opts.norm_layer or ops.batch_norm(), opts.activation or ops.act(nn.ReLU)
   local width = opts.stem_width or 32
   self.stem = CNA(3, width, {kernel_size = 3, stride = 2, norm_layer = norm, activation_layer = act})

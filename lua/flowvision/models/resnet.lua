@@ -1,6 +1,7 @@
 -- flowvision.models.resnet: ResNet 18/34/50/101/152, ResNeXt and
 -- Wide-ResNet with torchvision's module names (conv1, bn1, layer1.0.conv1,
 -- layer1.0.downsample.0, fc) and initialisation.
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 local ops = require 'flowvision.models._ops'
 
@@ -121,7 +122,9 @@ end
 -- norm_layer = BatchNorm2d factory})
 function ResNet:__init(block, layers, opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('ResNet', opts, {
+    groups = true, norm_layer = true, num_classes = true, replace_stride_with_dilation = true,
+    width_per_group = true, zero_init_residual = true})
   local norm = opts.norm_layer or ops.batch_norm()
   self._norm_layer = norm
   self.inplanes, self.dilation = 64, 1

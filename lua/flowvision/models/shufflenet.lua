@@ -1,5 +1,6 @@
 -- flowvision.models.shufflenet: ShuffleNetV2 x0.5/x1.0/x1.5/x2.0 (torchvision's
 -- names; PyTorch's default initialisation).
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 
 local nn = flow.nn
@@ -56,7 +57,7 @@ M.ShuffleNetV2 = ShuffleNetV2
 --- ShuffleNetV2(stages_repeats {3 numbers}, stages_out_channels {5 numbers}, {num_classes = 1000})
 function ShuffleNetV2:__init(repeats, channels, opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('ShuffleNetV2', opts, {num_classes = true})
   if #repeats ~= 3 then error('ShuffleNetV2: expected stages_repeats as a list of 3 positive ints', 2) end
   if #channels ~= 5 then error('ShuffleNetV2: expected stages_out_channels as a list of 5 positive ints', 2) end
   self._stage_out_channels = channels

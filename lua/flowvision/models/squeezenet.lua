@@ -1,5 +1,6 @@
 -- flowvision.models.squeezenet: SqueezeNet 1.0 and 1.1 (torchvision's names
 -- and initialisation).
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 
 local nn = flow.nn
@@ -48,7 +49,7 @@ M.SqueezeNet = SqueezeNet
 --- SqueezeNet(version '1_0' | '1_1', {num_classes = 1000, dropout = 0.5})
 function SqueezeNet:__init(version, opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('SqueezeNet', opts, {dropout = true, num_classes = true})
   self.num_classes = opts.num_classes or 1000
   self.features = features(version)
   local final_conv = nn.Conv2d(512, self.num_classes, 1)

@@ -1,5 +1,6 @@
 -- flowvision.models.vgg: VGG 11/13/16/19 with and without BatchNorm
 -- (torchvision's features.N / classifier.N names and initialisation).
+local A = require 'oneflow._args'
 local flow = require 'oneflow'
 local ops = require 'flowvision.models._ops'
 
@@ -52,7 +53,7 @@ end
 --- VGG(features, {num_classes = 1000, init_weights = true, dropout = 0.5})
 function VGG:__init(features, opts)
   nn.Module.__init(self)
-  opts = opts or {}
+  opts = A.check_options('VGG', opts, {dropout = true, init_weights = true, num_classes = true})
   local p = opts.dropout or 0.5
   self.features = features
   self.avgpool = nn.AdaptiveAvgPool2d({7, 7})

@@ -78,6 +78,11 @@ local check_options = require('oneflow._args').check_options
 local function opts_of(op, v, allowed) return check_options(op, v, allowed) end
 
 ------------------------------------------------------------------ composition
+--- Chains transforms, applied in order: `T.Compose{T.ToTensor(), T.Normalize(mean, std)}`.
+-- @function flowvision.transforms.Compose
+-- @tparam table transforms a list of transforms (callables)
+-- @return a transform
+
 local Compose = Transform:subclass('Compose')
 function Compose:__init(transforms)
   if type(transforms) ~= 'table' then fail('Compose', 'expected a list of transforms') end
@@ -151,6 +156,13 @@ function PILToTensor.forward(_, pic) return TF.pil_to_tensor(pic) end
 local ConvertImageDtype = Transform:subclass('ConvertImageDtype', {'dtype'})
 function ConvertImageDtype:__init(dtype) self.dtype = flow.dtype(dtype or flow.float32) end
 function ConvertImageDtype:forward(img) return TF.convert_image_dtype(img, self.dtype) end
+
+--- Normalizes a float image [..., C, H, W] per channel: (x - mean) / std.
+-- @function flowvision.transforms.Normalize
+-- @tparam table mean one value per channel
+-- @tparam table std one value per channel
+-- @tparam[opt] table opts `{inplace = false}`
+-- @return a transform
 
 local Normalize = Transform:subclass('Normalize', {'mean', 'std'})
 function Normalize:__init(mean, std, opts)

@@ -231,7 +231,7 @@ function M.save(obj, path, opts)
   if type(path) ~= 'string' or path == '' then
     error(op .. ': expected a path (string), got ' .. tostring(path), 2)
   end
-  opts = opts or {}
+  opts = A.check_options('distributed.checkpoint.save', opts, {gather = true, root = true})
   local root = opts.root or 0
   if type(root) ~= 'number' or root < 0 or root >= comm.env.get_world_size() then
     error(('%s: root %s is not a rank (0..%d)'):format(op, tostring(root),

@@ -659,7 +659,13 @@ local function run(op, name, bytes_, opts, fn)
   return apply_map_location(res, opts.map_location)
 end
 
---- flow.load_torch(path[, opts]): see the file header.
+--- Reads a PyTorch checkpoint (what torch.save wrote: zip or legacy format)
+-- into Lua tables of flow tensors, without running any code from the file
+-- (only known classes are rebuilt). See doc/migrating.md.
+-- @function flow.load_torch
+-- @tparam string path the .pt / .pth file
+-- @tparam[opt] table opts `{map_location =}` (a device, accepted for PyTorch's sake)
+-- @return the loaded object (a state dict is a table name -> tensor)
 function M.load(path, opts)
   if type(path) ~= 'string' or path == '' then
     error('flow.load_torch: expected a file path (string), got ' .. tostring(path), 2)

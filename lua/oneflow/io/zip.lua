@@ -25,6 +25,7 @@
 --       pointer + size); w:finish(). sink(ptr_or_string, n) writes bytes.
 --   zip.build(entries, opts) -> string  ({{name, string}...}; for tests)
 --   zip.crc32(ptr_or_string, n[, crc])
+local A = require 'oneflow._args'
 local ffi = require 'ffi'
 local bytes = require 'oneflow.io.bytes'
 
@@ -337,7 +338,7 @@ local BIG = 0xFFFFFFFF
 
 --- A ZIP writer over sink(data, n): data is a string or a pointer.
 function M.writer(sink, opts)
-  opts = opts or {}
+  opts = A.check_options('zip.writer', opts, {align = true, force_zip64 = true})
   return setmetatable({sink = sink, offset = 0, entries = {}, force64 = opts.force_zip64,
                        align = opts.align or 64}, Writer)
 end

@@ -142,9 +142,13 @@ local Sequential = Module:subclass('Sequential')
 M.Sequential = Sequential
 list_class(Sequential, '_modules', check_module)
 
---- nn.Sequential(m1, m2, ...) or nn.Sequential({{'conv', m1}, {'relu', m2}})
--- (named children, in order) or nn.Sequential({conv = m1, relu = m2})
--- (named, sorted by name).
+--- A chain of modules, each called on the previous one's output:
+-- `nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))`. Children are
+-- `seq[1]`, `seq[2]`, ... in Lua; their state-dict keys are PyTorch's `0.weight`, ...
+-- @function nn.Sequential
+-- @param ... the modules; or one list `{{'conv', m1}, {'relu', m2}}` (named, in
+-- order); or one table `{conv = m1, relu = m2}` (named, sorted by name)
+-- @treturn Module
 function Sequential:__init(...)
   Module.__init(self)
   local first = ...

@@ -95,6 +95,21 @@ local function check_input(self, x)
 end
 
 ------------------------------------------------------------------ Conv
+--- A 2-D convolution over [N, C, H, W] (or [C, H, W]) inputs:
+-- `nn.Conv2d(1, 32, 3, 1, 1)`, `nn.Conv2d(4, 6, 3, {stride = 2, padding = 'same', groups = 2})`.
+-- nn.Conv1d and nn.Conv3d take the same arguments.
+-- @function nn.Conv2d
+-- @tparam int in_channels
+-- @tparam int out_channels
+-- @tparam int|table kernel_size a number or a pair
+-- @tparam[opt=1] int|table stride
+-- @tparam[opt=0] int|table|string padding numbers, `'same'` or `'valid'`
+-- @tparam[opt=1] int|table dilation
+-- @tparam[opt=1] int groups
+-- @tparam[opt=true] boolean bias
+-- @tparam[opt] table opts any of the above by name, and `{padding_mode = 'zeros', dtype =, device =}`
+-- @treturn Module
+
 local conv_spec = {{'in_channels', U.REQUIRED}, {'out_channels', U.REQUIRED},
                    {'kernel_size', U.REQUIRED}, {'stride', 1}, {'padding', 0}, {'dilation', 1},
                    {'groups', 1}, {'bias', true}, {'padding_mode', 'zeros'}, {'device', nil},

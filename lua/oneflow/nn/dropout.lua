@@ -7,6 +7,14 @@ local F = require 'oneflow.nn.functional'
 local Module, parse, fail = module.Module, U.parse, U.fail
 local M = {}
 
+--- Zeroes each element with probability p while training (scaling the rest
+-- by 1 / (1 - p)); the identity in eval mode: `nn.Dropout(0.1)`.
+-- nn.Dropout1d/2d/3d (whole channels) and nn.AlphaDropout take the same arguments.
+-- @function nn.Dropout
+-- @tparam[opt=0.5] number p
+-- @tparam[opt=false] boolean inplace
+-- @treturn Module
+
 local function dropout_class(name, fn)
   local cls = Module:subclass(name)
   --- nn.Dropout(p = 0.5[, inplace = false])

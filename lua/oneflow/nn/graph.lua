@@ -23,6 +23,7 @@
 -- build returns, and the grads are dropped (set to nil) after each step.
 -- The parameters stay the module's own tensors: eager code sees the
 -- graph's updates and the graph sees eager changes.
+local A = require 'oneflow._args'
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
 local T = require 'oneflow.tensor'
@@ -156,7 +157,11 @@ local Graph = class('Graph')
 Graph.__label = 'nn.Graph '
 -- local G = flow.nn.Graph:subclass('G')   (oneflow.class)
 
---- flow.nn.Graph.__init(self): call it first in a subclass's __init.
+--- The base of a static graph: subclass it (`nn.Graph:subclass('Step')`),
+-- call `nn.Graph.__init(self)` first in the subclass's `__init`, hold modules
+-- and optimizers there and define `build(...)` (doc/graph.md).
+-- @function nn.Graph.__init
+-- @param self the new graph
 function Graph:__init()
   rawset(self, '_optimizers', {})
   rawset(self, '_cache', {})
@@ -178,8 +183,11 @@ local function optim_kind(opt)
   return nil
 end
 
---- self:add_optimizer(opt[, {lr_sch = scheduler}]): opt steps inside the
--- graph after build; the scheduler (if any) steps after each call.
+--- Makes `opt` step inside the graph after `build` (SGD, Adam, AdamW); the
+-- scheduler, if any, steps after each call.
+-- @function nn.Graph:add_optimizer
+-- @tparam Optimizer opt
+-- @tparam[opt] table opts `{lr_sch = scheduler}`
 function Graph:add_optimizer(opt, opts)
   if type(opt) ~= 'table' or type(opt.param_groups) ~= 'table' then
     fail('add_optimizer: expected an optimizer', 2)
@@ -189,7 +197,7 @@ function Graph:add_optimizer(opt, opts)
     fail(('add_optimizer: %s has no graph update yet (supported: SGD, Adam, AdamW)')
          :format(opt.__name or 'this optimizer'), 2)
   end
-  opts = opts or {}
+  opts = A.check_options('add_optimizer', opts, {lr_sch = true, lr_scheduler = true})
   local os = self._optimizers
   os[#os + 1] = {opt = opt, kind = kind, lr_sch = opts.lr_sch or opts.lr_scheduler}
 end
@@ -995,7 +1003,12 @@ local function run(self, entry, args, n)
   return unpack(out, 1, entry.nres)
 end
 
---- graph(...): compiles on a new input signature, then runs the plan.
+--- Calls the graph: the first call with a new input signature (shapes,
+-- dtypes, devices, other arguments by value) traces `build` and compiles;
+-- later calls run the compiled plan.
+-- @function nn.Graph:__call
+-- @param ... the arguments of `build`
+-- @return what `build` returns
 function Graph:__call(...)
   local n = select('#', ...)
   local args = {...}
@@ -1114,8 +1127,10 @@ local function save_graph(g, path)
   serialization.safetensors.save_file(tbl, path, meta)
 end
 
---- graph:save(path): writes the last compiled graph (IR + externals, one
--- safetensors file). flow.nn.Graph.load(path) runs it without this code.
+--- Writes the last compiled graph (IR and weights, one safetensors file);
+-- `flow.nn.Graph.load(path)` runs it without this code.
+-- @function nn.Graph:save
+-- @tparam string path
 function Graph:save(path)
   if not self._last then fail('save: call the graph once first (it compiles on the first call)', 2) end
   if self._last.global then
@@ -1128,8 +1143,12 @@ end
 local Loaded = {__name = 'LoadedGraph'}
 Loaded.__index = Loaded
 
---- flow.nn.Graph.load(path): a saved graph, callable like the original
--- (tensors in, tensors out; a single result is returned as is).
+--- Loads a saved graph, callable like the original (tensors in, tensors
+-- out; a single result is returned as is).
+-- @function nn.Graph.load
+-- @tparam string path what `graph:save` wrote
+-- @tparam[opt] table opts `{device =}` (or `map_location`): where to run it
+-- @return the loaded graph
 function Graph.load(path, opts)
   if type(path) ~= 'string' then fail('load: expected a path', 2) end
   if opts ~= nil and type(opts) ~= 'table' then fail('load: expected an options table {device =}', 2) end

@@ -27,7 +27,15 @@ M.Linear = Linear
 local linear_spec = {{'in_features', U.REQUIRED}, {'out_features', U.REQUIRED}, {'bias', true},
                      {'device', nil}, {'dtype', nil}}
 
---- nn.Linear(in_features, out_features[, bias = true][, {dtype =}])
+--- A fully connected layer, `y = x W^T + b`: `nn.Linear(4, 8)`,
+-- `nn.Linear(4, 8, {bias = false})`. Parameters `weight` [out, in] and
+-- `bias` [out], initialised as PyTorch's.
+-- @function nn.Linear
+-- @tparam int in_features size of each input's last dim
+-- @tparam int out_features size of each output's last dim
+-- @tparam[opt=true] boolean bias whether to learn a bias
+-- @tparam[opt] table opts the same by name, and `{dtype =, device =}`
+-- @treturn Module
 function Linear:__init(...)
   Module.__init(self)
   local a = parse('Linear', linear_spec, ...)

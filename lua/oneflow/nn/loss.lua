@@ -34,6 +34,18 @@ local function loss_class(name, fname, spec, nin)
   return cls
 end
 
+--- The module form of F.cross_entropy: `nn.CrossEntropyLoss()(logits, y)`,
+-- class ids 1-based. Every loss module (nn.MSELoss, nn.L1Loss, nn.NLLLoss,
+-- nn.BCEWithLogitsLoss, ...) takes its F function's options, positionally in
+-- PyTorch's order or by name, and is called with the F function's tensors.
+-- @function nn.CrossEntropyLoss
+-- @tparam[opt] Tensor weight a weight per class
+-- @tparam[opt=-100] int ignore_index a target to leave out
+-- @tparam[opt='mean'] string reduction 'mean', 'sum' or 'none'
+-- @tparam[opt=0] number label_smoothing
+-- @tparam[opt] table opts the same by name
+-- @treturn Module
+
 local red = {'reduction', 'mean'}
 loss_class('MSELoss', 'mse_loss', {red}, 2)
 loss_class('L1Loss', 'l1_loss', {red}, 2)

@@ -437,9 +437,15 @@ local function members(self, reg, opts, named)
   return out
 end
 
---- for name, p in net:named_parameters() do ... end
+--- Iterates over (name, parameter) pairs, names as in the state dict:
+-- `for name, p in net:named_parameters() do ... end`.
+-- @tparam[opt] table opts `{prefix = '', recurse = true}`
+-- @return an iterator for a generic for
 function Module:named_parameters(opts) return iter_list(members(self, '_parameters', opts, true)) end
---- A Lua array of the parameters (recursively, each once).
+--- A Lua array of the parameters (recursively, each once), for an optimizer:
+-- `flow.optim.SGD(net:parameters(), {lr = 0.1})`.
+-- @tparam[opt=true] boolean recurse include submodules' parameters
+-- @treturn {Tensor,...}
 function Module:parameters(recurse) return members(self, '_parameters', {recurse = recurse}) end
 function Module:named_buffers(opts) return iter_list(members(self, '_buffers', opts, true)) end
 function Module:buffers(recurse) return members(self, '_buffers', {recurse = recurse}) end
@@ -465,6 +471,10 @@ function Module:get_parameter(target)
 end
 
 ------------------------------------------------------------------ modes and grads
+--- Sets training mode (dropout active, batch norm updating its statistics)
+-- on this module and its children.
+-- @tparam[opt=true] boolean mode false for evaluation mode
+-- @return the module
 function Module:train(mode)
   if mode == nil then mode = true end
   if type(mode) ~= 'boolean' then fail('train: mode is expected to be a boolean, got ' .. type(mode)) end
@@ -472,6 +482,8 @@ function Module:train(mode)
   for _, m in registry(self, '_modules'):items() do m:train(mode) end
   return self
 end
+--- Evaluation mode: `m:train(false)`.
+-- @return the module
 function Module:eval() return self:train(false) end
 
 --- fn(m) on every submodule (children first) and self.

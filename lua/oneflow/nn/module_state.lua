@@ -34,6 +34,10 @@ end
 --- A flat table name -> tensor with PyTorch's key names ('0.weight',
 -- 'layer1.0.conv1.weight', 'bn1.running_mean'); the tensors share storage
 -- with the module's. The second result lists the keys in module order.
+-- @function Module:state_dict
+-- @tparam[opt] table opts `{prefix = ''}`: prepended to every key
+-- @treturn table name -> tensor
+-- @treturn {string,...} the keys in module order
 function S:state_dict(opts)
   local out, keys = {}, {}
   save_into(self, opts and opts.prefix or '', out, keys)
@@ -85,9 +89,13 @@ local function load_problems(self, sd, strict)
   return problems, missing, unexpected, to_copy
 end
 
---- m:load_state_dict(sd, {strict = true}) copies into the existing tensors.
--- Returns {missing_keys =, unexpected_keys =}; raises on size mismatches
--- and, when strict, on missing or unexpected keys (naming all of them).
+--- Copies a state dict into the module's existing tensors:
+-- `net:load_state_dict(flow.load('net.safetensors'))`. Raises on size
+-- mismatches and, when strict, on missing or unexpected keys (naming all).
+-- @function Module:load_state_dict
+-- @tparam table sd name -> tensor (PyTorch's key names)
+-- @tparam[opt] table opts `{strict = true}`
+-- @treturn table `{missing_keys =, unexpected_keys =}`
 function S:load_state_dict(sd, opts)
   if type(sd) ~= 'table' then fail('load_state_dict: expected a table of tensors, got ' .. type(sd)) end
   local strict = not (opts == false or (type(opts) == 'table' and opts.strict == false))

@@ -13,6 +13,19 @@ local parse, fail, shape_str, pyrepr = U.parse, U.fail, U.shape_str, U.pyrepr
 local M = {}
 
 ------------------------------------------------------------------ batch / instance norm
+--- Batch normalization over the channel dim (dim 2) of [N, C, H, W] inputs,
+-- with running statistics for evaluation: `nn.BatchNorm2d(64)`. nn.BatchNorm1d
+-- ([N, C] or [N, C, L]), nn.BatchNorm3d and nn.InstanceNorm1d/2d/3d take the
+-- same arguments (instance norm: affine and track_running_stats default false).
+-- @function nn.BatchNorm2d
+-- @tparam int num_features C
+-- @tparam[opt=1e-5] number eps
+-- @tparam[opt=0.1] number|boolean momentum false for a cumulative average (PyTorch's None)
+-- @tparam[opt=true] boolean affine learn weight and bias
+-- @tparam[opt=true] boolean track_running_stats
+-- @tparam[opt] table opts any of the above by name, and `{dtype =, device =}`
+-- @treturn Module
+
 local norm_spec = {{'num_features', U.REQUIRED}, {'eps', 1e-5}, {'momentum', 0.1}, {'affine', true},
                    {'track_running_stats', true}, {'device', nil}, {'dtype', nil}}
 
@@ -139,7 +152,11 @@ M.LayerNorm = LayerNorm
 local ln_spec = {{'normalized_shape', U.REQUIRED}, {'eps', 1e-5}, {'elementwise_affine', true},
                  {'bias', true}, {'device', nil}, {'dtype', nil}}
 
---- nn.LayerNorm(normalized_shape[, {eps = 1e-5, elementwise_affine = true, bias = true}])
+--- Layer normalization over the last dims: `nn.LayerNorm(512)`, `nn.LayerNorm({C, H, W})`.
+-- @function nn.LayerNorm
+-- @tparam int|table normalized_shape the sizes of the last dims
+-- @tparam[opt] table opts `{eps = 1e-5, elementwise_affine = true, bias = true, dtype =, device =}`
+-- @treturn Module
 function LayerNorm:__init(...)
   Module.__init(self)
   local a = parse('LayerNorm', ln_spec, ...)

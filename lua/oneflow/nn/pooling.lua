@@ -31,6 +31,18 @@ local max_spec = {{'kernel_size', U.REQUIRED}, {'stride', nil}, {'padding', 0}, 
 local avg_spec = {{'kernel_size', U.REQUIRED}, {'stride', nil}, {'padding', 0},
                   {'ceil_mode', false}, {'count_include_pad', true}, {'divisor_override', nil}}
 
+--- Max pooling over [N, C, H, W] (or [C, H, W]): `nn.MaxPool2d(2)`,
+-- `nn.MaxPool2d(3, {stride = 2, padding = 1})`. nn.MaxPool1d/3d likewise;
+-- nn.AvgPool1d/2d/3d take kernel_size, stride, padding, ceil_mode,
+-- count_include_pad, divisor_override; nn.AdaptiveAvgPool/AdaptiveMaxPool
+-- take output_size.
+-- @function nn.MaxPool2d
+-- @tparam int|table kernel_size
+-- @tparam[opt] int|table stride defaults to kernel_size
+-- @tparam[opt=0] int|table padding
+-- @tparam[opt] table opts the same by name, and `{dilation = 1, return_indices = false, ceil_mode = false}`
+-- @treturn Module
+
 for nsp = 1, 3 do
   local max_fn, avg_fn = 'max_pool' .. nsp .. 'd', 'avg_pool' .. nsp .. 'd'
   pool_class('MaxPool' .. nsp .. 'd', max_spec,

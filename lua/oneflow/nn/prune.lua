@@ -7,6 +7,7 @@
 --   prune.random_unstructured(m, 'bias', 2)     -- 2 entries
 --   prune.remove(m, 'weight')
 -- amount: a fraction in [0, 1) or a whole number of entries (>= 1).
+local A = require 'oneflow._args'
 local flow = require 'oneflow'   -- the table being built (used at call time)
 local autograd = require 'oneflow.autograd'
 local U = require 'oneflow.nn._util'
@@ -138,7 +139,7 @@ end
 --- prune.global_unstructured({{m1, 'weight'}, {m2, 'weight'}}, {pruning_method = 'l1',
 -- amount =}): the smallest entries over all the tensors together.
 function P.global_unstructured(params, opts)
-  opts = opts or {}
+  opts = A.check_options('prune.global_unstructured', opts, {amount = true, pruning_method = true})
   local method = opts.pruning_method or 'l1'
   if method ~= 'l1' and method ~= 'random' then
     fail("global_unstructured: pruning_method must be 'l1' or 'random'")

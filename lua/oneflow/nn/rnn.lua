@@ -251,8 +251,16 @@ local function rnn_class(name, mode, extra_spec)
   M[name] = cls
 end
 
---- nn.RNN(input_size, hidden_size, {num_layers =, nonlinearity = 'tanh', bias =,
--- batch_first =, dropout =, bidirectional =})
+--- An Elman RNN (tanh or relu), as torch.nn.RNN; nn.LSTM and nn.GRU take the
+-- same arguments (without `nonlinearity`). Called as `rnn(x[, h0])`, it
+-- returns the output and the last hidden state (`{h, c}` for an LSTM).
+-- @function nn.RNN
+-- @tparam int input_size features of each input step
+-- @tparam int hidden_size features of the hidden state
+-- @tparam[opt] table opts `{num_layers = 1, nonlinearity = 'tanh', bias = true,
+-- batch_first = false, dropout = 0, bidirectional = false}`
+-- @treturn Module
+
 rnn_class('RNN', 'RNN_TANH', {'nonlinearity', 'tanh'})
 rnn_class('LSTM', 'LSTM')
 rnn_class('GRU', 'GRU')

@@ -24,8 +24,13 @@ local function check_padding(num, pad)
   return pad < 0 and num + pad + 1 or pad
 end
 
---- nn.Embedding(num_embeddings, embedding_dim, {padding_idx =, max_norm =}):
+--- A lookup table of embeddings for 1-based ids: `nn.Embedding(1000, 64)(ids)`.
 -- weight [num, dim] ~ N(0, 1), the padding_idx row zero.
+-- @function nn.Embedding
+-- @tparam int num_embeddings the number of ids (ids are 1 .. num_embeddings)
+-- @tparam int embedding_dim
+-- @tparam[opt] table opts `{padding_idx =, max_norm =, norm_type = 2, scale_grad_by_freq =, sparse =}`
+-- @treturn Module
 function Embedding:__init(...)
   Module.__init(self)
   local a = parse('Embedding', spec, ...)

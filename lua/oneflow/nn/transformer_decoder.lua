@@ -176,7 +176,7 @@ function Transformer.generate_square_subsequent_mask(sz, opts, extra)
     fail(('Transformer.generate_square_subsequent_mask: sz must be a non-negative integer, got %s')
          :format(tostring(sz)))
   end
-  opts = opts or {}
+  opts = check_options('generate_square_subsequent_mask', opts, {device = true, dtype = true})
   local blocked = flow.ones(sz, sz, {dtype = flow.bool, device = opts.device}):triu(1)
   return flow.zeros(sz, sz, {dtype = opts.dtype, device = opts.device}):masked_fill(blocked, -math.huge)
 end

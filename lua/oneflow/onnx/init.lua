@@ -298,8 +298,14 @@ function M.save(m, path)
   return w.len
 end
 
---- flow.onnx.export(model, example_inputs, path[, opts]): traces and writes;
--- returns the model table.
+--- Traces a model on example inputs and writes it as an ONNX file (doc/onnx.md).
+-- @function flow.onnx.export
+-- @param model an nn.Module, a Lua function of the inputs, or an object with `build`
+-- @param example_inputs a tensor or a list (non-tensors are passed as they are)
+-- @tparam string path the .onnx file to write (atomically)
+-- @tparam[opt] table opts `{opset = 17, input_names =, output_names =, dynamic_axes =,
+-- do_constant_folding =}`
+-- @treturn table the ONNX model table that was written
 function M.export(model, example_inputs, path, opts)
   if type(path) ~= 'string' or path == '' then
     fail('expected a file path as third argument, got ' .. tostring(path))

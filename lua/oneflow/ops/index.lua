@@ -56,14 +56,21 @@ local function dim_arg(d, op)
   return dim(d or 1, op, 3)
 end
 
---- flow.cat({a, b, ...}, dim): dim defaults to 1; dtypes promote.
+--- Concatenates tensors along an existing dim; dtypes promote.
+-- Also `flow.concat`, `flow.concatenate`.
+-- @tparam {Tensor,...} ts the tensors, a Lua list
+-- @tparam[opt=1] int d the dim (1-based, -1 = last), or `{dim = d}`
+-- @treturn Tensor
 def('cat', function(ts, d)
   local arr, n = tensor_list(ts, 'cat')
   return call1(C.of_cat, arr, n, dim_arg(d, 'cat'), out1)
 end, 'func')
 T.flow.concat, T.flow.concatenate = T.flow.cat, T.flow.cat
 
---- flow.stack({a, b, ...}, dim): a new dim (1 .. ndim + 1, -1 = last).
+--- Stacks tensors of one shape along a new dim.
+-- @tparam {Tensor,...} ts the tensors, a Lua list
+-- @tparam[opt=1] int d the new dim (1 .. ndim + 1, -1 = last)
+-- @treturn Tensor
 def('stack', function(ts, d)
   local arr, n = tensor_list(ts, 'stack')
   return call1(C.of_stack, arr, n, dim_arg(d, 'stack'), out1)

@@ -26,6 +26,11 @@ local function check2(op, a, b)
   end
 end
 
+--- Matrix product with PyTorch's rules: 1-D operands are vectors, batch dims
+-- broadcast. Also `x:matmul(y)`.
+-- @tparam Tensor a
+-- @tparam Tensor b
+-- @treturn Tensor
 def('matmul', function(a, b)
   check2('matmul', a, b)
   if of_matmul(a.p, b.p, out1) ~= 0 then raise(2) end

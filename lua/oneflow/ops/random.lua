@@ -65,6 +65,8 @@ local function seed_value(s)
   return s
 end
 
+--- Seeds the default random generator (CPU and CUDA): `flow.manual_seed(42)`.
+-- @tparam int s the seed (a number, or an int64 cdata for seeds beyond 2^53)
 def('manual_seed', function(s) C.of_manual_seed(to_seed(s, 'manual_seed')) end, 'func')
 
 def('initial_seed', function() return seed_value(C.of_initial_seed()) end, 'func')
@@ -163,12 +165,20 @@ local function float_dtype(op, opts)
   return dt
 end
 
+--- Uniform random numbers in [0, 1): `flow.rand(2, 3)`.
+-- @param ... sizes, as numbers or one table
+-- @tparam[opt] table opts `{dtype =, device =, requires_grad =, generator =}` (a floating dtype)
+-- @treturn Tensor
 def('rand', function(...)
   local sizes, opts = A.sizes_and_options('rand', ...)
   local t = new_empty('rand', sizes, float_dtype('rand', opts), opts)
   return finish(t, C.of_uniform_(t.p, 0, 1), opts)
 end, 'func')
 
+--- Standard normal random numbers: `flow.randn(2, 3)`.
+-- @param ... sizes, as numbers or one table
+-- @tparam[opt] table opts `{dtype =, device =, requires_grad =, generator =}` (a floating dtype)
+-- @treturn Tensor
 def('randn', function(...)
   local sizes, opts = A.sizes_and_options('randn', ...)
   local t = new_empty('randn', sizes, float_dtype('randn', opts), opts)
@@ -183,7 +193,13 @@ local function size_list(op, size)
   return (A.sizes_and_options(op, size))
 end
 
---- flow.randint(low, high, size[, opts]) or flow.randint(high, size[, opts]).
+--- Random integers in [low, high): values, not indices, so `low` defaults to 0.
+-- @usage flow.randint(low, high, size[, opts]); flow.randint(high, size[, opts])
+-- @tparam int a `low`, or `high` when `b` is the size
+-- @param b `high`, or the size
+-- @param[opt] c the size (a number or a table), or the options
+-- @tparam[opt] table d `{dtype = flow.int64, device =, generator =}`
+-- @treturn Tensor
 def('randint', function(a, b, c, d)
   local low, high, size, opts
   if type(b) == 'number' or is_int64_cdata(b) then

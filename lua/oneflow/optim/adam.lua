@@ -17,8 +17,13 @@ Adam.hyper = {
   {'amsgrad', false}, {'maximize', false, kw = true}, {'decoupled_weight_decay', false, kw = true},
 }
 
---- Adam(params, {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0,
---  amsgrad = false, maximize = false, decoupled_weight_decay = false})
+--- Adam, as torch.optim.Adam: `flow.optim.Adam(net:parameters(), {lr = 1e-3})`.
+-- @function flow.optim.Adam
+-- @tparam table params a list of tensors, or of param groups
+-- @tparam[opt] number|table ... lr, betas, eps, weight_decay, amsgrad positionally,
+-- or an options table `{lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8,
+-- weight_decay = 0, amsgrad = false, maximize = false, decoupled_weight_decay = false}`
+-- @treturn Optimizer
 function Adam:__init(params, ...)
   self:_construct(params, ...)
 end

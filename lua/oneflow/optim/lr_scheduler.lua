@@ -184,7 +184,13 @@ end
 MultiplicativeLR.state_dict = LambdaLR.state_dict
 
 ------------------------------------------------------------------ StepLR
---- StepLR(opt, step_size, {gamma = 0.1}): lr * gamma every step_size epochs.
+--- Multiplies the lr by gamma every step_size epochs (calls of `step()`):
+-- `flow.optim.lr_scheduler.StepLR(opt, 30, {gamma = 0.1})`.
+-- @function flow.optim.lr_scheduler.StepLR
+-- @tparam Optimizer opt
+-- @tparam int step_size
+-- @tparam[opt] table opts `{gamma = 0.1, last_epoch = -1}` (or positionally)
+
 local StepLR = LRScheduler:subclass('StepLR')
 M.StepLR = StepLR
 function StepLR:__init(opt, ...)
@@ -356,11 +362,16 @@ function PolynomialLR:_get_closed_form_lr()
 end
 
 ------------------------------------------------------------------ CosineAnnealingLR
---- CosineAnnealingLR(opt, T_max, {eta_min = 0}). step() uses PyTorch's
--- recursive form
+--- Cosine annealing of the lr from its initial value to eta_min over T_max
+-- epochs: `flow.optim.lr_scheduler.CosineAnnealingLR(opt, {T_max = 100})`.
+-- step() uses PyTorch's recursive form
 --   lr_t = eta_min + (lr_{t-1} - eta_min) * (1 + cos(pi t / T_max)) / (1 + cos(pi (t-1) / T_max))
 -- (which follows the closed form eta_min + (base - eta_min)(1 + cos(pi t / T_max)) / 2
 -- while nothing else changes the lr, and continues as a cosine wave past T_max).
+-- @function flow.optim.lr_scheduler.CosineAnnealingLR
+-- @tparam Optimizer opt
+-- @param ... T_max (and eta_min) positionally, or `{T_max =, eta_min = 0, last_epoch = -1}`
+
 local CosineAnnealingLR = LRScheduler:subclass('CosineAnnealingLR')
 M.CosineAnnealingLR = CosineAnnealingLR
 function CosineAnnealingLR:__init(opt, ...)

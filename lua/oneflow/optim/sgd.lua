@@ -16,8 +16,15 @@ SGD.hyper = {
   {'nesterov', false}, {'maximize', false, kw = true},
 }
 
---- SGD(params, {lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0,
---  nesterov = false, maximize = false}); lr may also be given positionally.
+--- Stochastic gradient descent with momentum, as torch.optim.SGD:
+-- `flow.optim.SGD(net:parameters(), {lr = 0.1, momentum = 0.9})`, or
+-- `flow.optim.SGD(params, 0.1, 0.9)` (PyTorch's positional order).
+-- @function flow.optim.SGD
+-- @tparam table params a list of tensors, or of param groups `{params = {...}, lr = ...}`
+-- @tparam[opt] number|table ... lr, momentum, dampening, weight_decay, nesterov
+-- positionally, or an options table `{lr = 1e-3, momentum = 0, dampening = 0,
+-- weight_decay = 0, nesterov = false, maximize = false}`
+-- @treturn Optimizer with `step()`, `zero_grad()`, `state_dict()`, `param_groups`
 function SGD:__init(params, ...)
   self:_construct(params, ...)
 end

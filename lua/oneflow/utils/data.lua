@@ -137,7 +137,12 @@ local function check_index(ds, i, n)
   end
 end
 
---- TensorDataset(t1, t2, ...): sample i is t1[i], t2[i], ... (same size(1)).
+--- A dataset over tensors of one first size: sample i is t1[i], t2[i], ....
+-- `flow.utils.data.TensorDataset(images, labels)`.
+-- @function flow.utils.data.TensorDataset
+-- @tparam Tensor ... the tensors, of the same size(1)
+-- @treturn Dataset with `len()` and `get(i)` (1-based)
+
 local TensorDataset = Dataset:subclass('TensorDataset')
 M.TensorDataset = TensorDataset
 function TensorDataset:init(...)
@@ -914,9 +919,14 @@ local function opt_int(v, name, min, default)
   return v
 end
 
---- DataLoader(ds, {batch_size = 1, shuffle = false, sampler =, batch_sampler =,
+--- Batches of a dataset: `for x, y in loader:iter() do ... end`.
+-- `flow.utils.data.DataLoader(ds, {batch_size = 64, shuffle = true, num_workers = 2})`.
+-- @function flow.utils.data.DataLoader
+-- @param dataset a Dataset (`:len()`, `:get(i)`, 1-based) or a TensorDataset
+-- @tparam[opt] table opts `{batch_size = 1, shuffle = false, sampler =, batch_sampler =,
 -- drop_last = false, collate_fn =, num_workers = 0, prefetch_factor = 2,
--- worker_init_fn =, timeout = 0, progress =}).
+-- worker_init_fn =, timeout = 0, progress =, pin_memory = false, device =, generator =}`
+-- @treturn DataLoader with `iter([opts])`, `len()`, `shutdown()`
 function DataLoader:init(ds, opts)
   opts = require('oneflow._args').check_options('DataLoader', opts, {
     batch_size = true, shuffle = true, sampler = true, batch_sampler = true, drop_last = true,

@@ -10,6 +10,7 @@
 -- the rate. It only draws when stderr is a terminal (isatty), unless
 -- opts.enable = true (or false to never draw); opts.file = an io file to
 -- draw on instead of io.stderr, opts.width = bar width (20).
+local A = require 'oneflow._args'
 local P = require 'oneflow.utils.posix'
 
 local M = {}
@@ -29,7 +30,7 @@ end
 
 --- The text of the bar (without \r) for count n of total after `elapsed` s.
 function M.format(n, total, elapsed, opts)
-  opts = opts or {}   -- wrap's options, passed through
+  opts = A.check_options('progress.format', opts, {desc = true, width = true})
   local desc = opts.desc and (opts.desc .. ': ') or ''
   local rate = elapsed > 0 and n / elapsed or 0
   if total and total > 0 then

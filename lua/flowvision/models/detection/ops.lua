@@ -17,6 +17,7 @@
 -- separable, so each box is Wy @ F @ Wx^T); ~0.25 ms per box on 256
 -- channels single-threaded (3000-box NMS: ~25 ms), differentiable with
 -- respect to the input features.
+local A = require 'oneflow._args'
 local ffi = require 'ffi'
 local flow = require 'oneflow'
 
@@ -265,7 +266,7 @@ end
 -- takes ceil(roi size / output size) samples per bin; aligned = true shifts
 -- the box by -0.5 pixel (pixel-center model).
 function M.roi_align(input, boxes, output_size, opts)
-  opts = opts or {}
+  opts = A.check_options('roi_align', opts, {aligned = true, sampling_ratio = true, spatial_scale = true})
   if type(output_size) == 'number' then output_size = {output_size, output_size} end
   local scale, ratio = opts.spatial_scale or 1, opts.sampling_ratio or -1
   local aligned = opts.aligned == true

@@ -13,6 +13,14 @@ local function inplace_of(opts)
   return type(opts) == 'table' and opts.inplace == true
 end
 
+--- max(x, 0) elementwise: `F.relu(x)`, `F.relu(x, {inplace = true})`.
+-- F.silu, F.mish, F.hardswish, F.hardsigmoid, F.sigmoid and F.tanh take the
+-- same arguments.
+-- @function F.relu
+-- @tparam Tensor x
+-- @tparam[opt] table|boolean opts `{inplace = false}` (or the boolean)
+-- @treturn Tensor
+
 -- unary kernels: F.name(x, {inplace =})
 for _, name in ipairs({'relu', 'silu', 'mish', 'hardswish', 'hardsigmoid', 'sigmoid', 'tanh'}) do
   F[name] = function(x, opts)

@@ -188,9 +188,14 @@ local function ce_probs(a, logp, target)
   return reduce(loss, a.reduction, 'cross_entropy')
 end
 
---- F.cross_entropy(logits, target, {weight =, ignore_index = -100,
--- reduction = 'mean', label_smoothing = 0}); target holds 1-based class
--- indices or class probabilities (same shape as logits).
+--- Cross entropy of logits against class ids or class probabilities, as
+-- PyTorch's: `F.cross_entropy(net(x), y)`. Class ids are 1-based.
+-- @function F.cross_entropy
+-- @tparam Tensor input logits [N, C] (or [C], or [N, C, d1, ...])
+-- @tparam Tensor target int64 class ids 1..C [N] (or [N, d1, ...]), or probabilities shaped like input
+-- @param[opt] ... weight, ignore_index, reduction, label_smoothing positionally,
+-- or an options table `{weight =, ignore_index = -100, reduction = 'mean', label_smoothing = 0}`
+-- @treturn Tensor a scalar, or [N, ...] with `reduction = 'none'`
 function F.cross_entropy(input, target, ...)
   local a = parse('cross_entropy', ce_spec, ...)
   local unbatched = input:dim() == 1

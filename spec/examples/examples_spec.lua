@@ -1,0 +1,68 @@
+-- Every example runs from any directory and answers --help (lua-argparse)
+-- with its usage; the small ones run end to end from /tmp.
+local src = debug.getinfo(1, 'S').source:sub(2)
+if src:sub(1, 1) ~= '/' then src = os.getenv('PWD') .. '/' .. src end
+local root = src:match('^(.*)/spec/examples/[^/]*$')
+
+local function sh(cmd)
+  local p = io.popen('(' .. cmd .. ') 2>&1; echo "rc=$?"')
+  local out = p:read('*a')
+  p:close()
+  local rc = tonumber(out:match('rc=(%d+)%s*$'))
+  return out:gsub('rc=%d+%s*$', ''), rc
+end
+
+-- not scripts with a command line: a module of the distributed examples and
+-- the script examples/embed/main.c runs inside its C host
+local NOT_SCRIPTS = {['distributed/common.lua'] = true, ['embed/script.lua'] = true}
+
+local scripts = {}
+for f in sh('cd ' .. root .. '/examples && find . -name "*.lua" | sort'):gmatch('%./(%S+%.lua)') do
+  if not NOT_SCRIPTS[f] then scripts[#scripts + 1] = f end
+end
+
+describe('examples', function()
+  it('are all found', function()
+    assert.truthy(#scripts >= 8, table.concat(scripts, ' '))
+  end)
+
+  for _, f in ipairs(scripts) do
+    it(f .. ' --help works from another directory, by plain luajit and by bin/flow', function()
+      local name = f:match('([^/]+)$')
+      for _, runner in ipairs({'env -u LUA_PATH luajit', root .. '/bin/flow'}) do
+        local out, rc = sh(('cd /tmp && %s %s/examples/%s --help'):format(runner, root, f))
+        assert.equal(0, rc, out)
+        assert.truthy(out:find('^Usage: ' .. name:gsub('%p', '%%%0')), out)
+        assert.truthy(out:find('-h, --help', 1, true), out)
+      end
+      local out, rc = sh(('cd /tmp && luajit %s/examples/%s --no-such-option 1'):format(root, f))
+      assert.are_not.equal(0, rc, out)
+      assert.truthy(out:find("unknown option '--no-such-option'", 1, true), out)
+    end)
+  end
+
+  it('tensor_demo.lua and imagefolder.lua run from /tmp', function()
+    local out, rc = sh(('cd /tmp && env -u LUA_PATH luajit %s/examples/tensor_demo.lua'):format(root))
+    assert.equal(0, rc, out)
+    assert.truthy(out:find('x @ x:t() =', 1, true), out)
+    out, rc = sh(('cd /tmp && env -u LUA_PATH luajit %s/examples/vision/imagefolder.lua --steps 2 --per-class 2 '
+                  .. '--threads 1'):format(root))
+    assert.equal(0, rc, out)
+    assert.truthy(out:find('step 2: loss', 1, true), out)
+  end)
+
+  it('mnist/train.lua prints progress within an epoch (log lines when not on a terminal)', function()
+    local f = io.open('/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz') or
+              io.open('/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte')
+    if not f then pending('dataset-fashion-mnist is not installed') return end
+    f:close()
+    local ckpt = os.tmpname()
+    local out, rc = sh(('cd /tmp && %s/bin/flow %s/examples/mnist/train.lua --epochs 1 --limit 128 '
+                        .. '--batch-size 32 --threads 1 --out %s'):format(root, root, ckpt))
+    os.remove(ckpt)
+    assert.equal(0, rc, out)
+    assert.truthy(out:find('epoch 1: step 1/4, loss', 1, true), out)
+    assert.truthy(out:find('epoch 1: step 4/4, loss', 1, true), out)
+    assert.truthy(out:find('(identical)', 1, true), out)
+  end)
+end)
