@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 LUA_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;;"
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build example test test-lua test-c lint bench asan install clean doc
+.PHONY: all deps build example test test-lua test-c lint bench asan soak install clean doc
 
 all: build
 
@@ -41,6 +41,14 @@ lint:
 # tracked doc/benchmarks.md instead.
 bench: deps build
 	$(LUA_ENV) luajit bench/ops.lua $(if $(WRITE),,--out $(BUILD)/benchmarks.md)
+
+# Long runs (doc/reliability.md): 20,000 steps of the RSS soak spec, the
+# compiled graph from 8 threads x 1000 calls, natively and under Helgrind.
+soak: build
+	$(LUA_ENV) luajit spec/c/graph_threads_save.lua $(BUILD)/graph_threads.ofg
+	OF_THREADS_GRAPH=$(BUILD)/graph_threads.ofg $(BUILD)/test_graph_threads 8 1000
+	OF_THREADS_GRAPH=$(BUILD)/graph_threads.ofg sh tools/helgrind_threads.sh $(BUILD)/test_graph_threads 8 1000
+	OF_SOAK_STEPS=20000 $(LUA_ENV) luajit $$(command -v busted) spec/soak
 
 # AddressSanitizer + UBSan over the C tests and the busted specs.
 asan: deps

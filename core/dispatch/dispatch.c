@@ -6,9 +6,15 @@
 _Thread_local void *of_dispatch_tls OF_TLS_IE;
 _Thread_local int32_t of_dispatch_depth OF_TLS_IE;
 
-static const of_dispatch_hooks *hooks;
+/* Installed by every trace_begin (the same table each time) and read by
+ * every backward pass, on any thread: atomic, and stored only when it
+ * changes. */
+static const of_dispatch_hooks *hooks_;
+#define hooks (__atomic_load_n(&hooks_, __ATOMIC_ACQUIRE))
 
-void of_dispatch_install(const of_dispatch_hooks *h) { hooks = h; }
+void of_dispatch_install(const of_dispatch_hooks *h) {
+  if (__atomic_load_n(&hooks_, __ATOMIC_ACQUIRE) != h) __atomic_store_n(&hooks_, h, __ATOMIC_RELEASE);
+}
 
 of_status of_dispatch_record(int32_t op, const void *attrs, int32_t attr_size, of_tensor **ins,
                              int32_t nin, of_tensor **outs, int32_t nreal) {

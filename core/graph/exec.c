@@ -122,6 +122,12 @@ static bool meta_matches(const of_gval *v, const of_tensor *t) {
   return true;
 }
 
+/* The graphs running on this thread, innermost last: a graph called from
+ * inside its own run (a callback) is an error; other threads may run it. */
+enum { MAX_NESTED_RUNS = 16 };
+static _Thread_local of_graph *running[MAX_NESTED_RUNS];
+static _Thread_local int32_t nrunning;
+
 of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor **outputs,
                         int32_t nout, bool check_inputs) {
   if (nin != g->ninputs)
@@ -130,22 +136,51 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
   if (nout != g->noutputs)
     return of_fail(OF_ERR_ARG, "nn.Graph: the graph has %d outputs, room for %d given",
                    (int)g->noutputs, (int)nout);
+  for (int32_t i = 0; i < nrunning; i++)
+    if (running[i] == g)
+      return of_fail(OF_ERR_STATE, "nn.Graph: the graph is already running on this thread (a "
+                     "graph called from inside itself)");
+  if (nrunning == MAX_NESTED_RUNS)
+    return of_fail(OF_ERR_STATE, "nn.Graph: graphs nested more than %d deep", MAX_NESTED_RUNS);
+  /* Setup and serial runs under the graph's lock. A plain run needs it only
+   * to start: its slots are its own, and one run at a time has the arena. */
+  pthread_mutex_lock(&g->lock);
   if (!g->planned) {
     int32_t r;
-    OF_CHECK(of_pass_plan(g, &r));
+    of_status pst = of_pass_plan(g, &r);
+    if (pst != OF_OK) {
+      pthread_mutex_unlock(&g->lock);
+      return pst;
+    }
   }
   if (!g->prof && g->profile) g->prof = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof *g->prof);
-  if (g->busy)
-    return of_fail(OF_ERR_STATE, "nn.Graph: the graph is already running (a graph called from "
-                   "inside itself or from two threads)");
+  if (!g->arena && !g->no_arena) {   /* first run */
+    const char *conc = getenv("OF_GRAPH_CONCURRENCY");
+    if (conc && g->concurrency == 0) g->concurrency = atoi(conc);
+    const char *env = getenv("OF_GRAPH_ARENA");
+    /* the arena lays out CPU memory; a device graph's buffers come from the
+     * device's own stream-ordered allocator (of_alloc never asks the arena
+     * for them) */
+    g->no_arena = (env && strcmp(env, "0") == 0) || g->device != OF_CPU;
+    if (!g->no_arena) g->arena = of_arena_new();
+  }
+  bool waves = g->concurrency >= 2 && !g->prof && !g->cg_capturing;
+  /* wave runs (sched.c keeps counters in g), profiled runs (g->prof) and
+   * CUDA graph captures keep the lock to the end */
+  bool serial = waves || g->prof || g->cg_capturing;
+  /* workers' allocations would not follow the arena's record; another run
+   * has it: this one allocates from the caches. The claim and its release
+   * are under the lock (a plain flag: the lock orders the arena's use from
+   * one run to the next, which checkers like Helgrind can see). */
+  bool use_arena = !waves && g->arena && !g->arena_busy;
+  if (use_arena) g->arena_busy = 1;
+  g->active++;
+  if (!serial) pthread_mutex_unlock(&g->lock);
+  running[nrunning++] = g;
   void **slot = calloc((size_t)(g->nvals ? g->nvals : 1), sizeof *slot);
   bool *own = calloc((size_t)(g->nvals ? g->nvals : 1), sizeof *own);
-  if (!slot || !own) {
-    free(slot);
-    free(own);
-    return of_fail(OF_ERR_OOM, "nn.Graph: out of memory");
-  }
   of_status st = OF_OK;
+  if (!slot || !own) st = of_fail(OF_ERR_OOM, "nn.Graph: out of memory");
   for (int32_t i = 0; i < nin && st == OF_OK; i++) {
     const of_gval *v = &g->vals[g->inputs[i]];
     of_tensor *t = inputs[i];
@@ -168,24 +203,12 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
       slot[g->inputs[i]] = t;
     }
   }
-  for (int32_t v = 0; v < g->nvals; v++)
+  for (int32_t v = 0; slot && v < g->nvals; v++)
     if (g->vals[v].kind == OF_GV_EXTERNAL) slot[v] = g->vals[v].ext;
   int32_t was = of_is_grad_enabled(), amp_was = of_amp_tls;
   of_set_grad_enabled(0);
   of_amp_tls = 0;   /* the graph's casts are nodes already */
-  g->busy = 1;
-  if (!g->arena && !g->no_arena) {   /* first run */
-    const char *conc = getenv("OF_GRAPH_CONCURRENCY");
-    if (conc && g->concurrency == 0) g->concurrency = atoi(conc);
-    const char *env = getenv("OF_GRAPH_ARENA");
-    /* the arena lays out CPU memory; a device graph's buffers come from the
-     * device's own stream-ordered allocator (of_alloc never asks the arena
-     * for them) */
-    g->no_arena = (env && strcmp(env, "0") == 0) || g->device != OF_CPU;
-    if (!g->no_arena) g->arena = of_arena_new();
-  }
-  bool waves = g->concurrency >= 2 && !g->prof && !g->cg_capturing;
-  if (!waves) of_arena_begin(g->arena);   /* workers' allocations would not follow the record */
+  if (use_arena) of_arena_begin(g->arena);
   of_tensor *ibuf_small[16], **ibuf = ibuf_small;
   void *obuf_small[16], **obuf = obuf_small;
   int32_t icap = 16, ocap = 16;
@@ -264,22 +287,26 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
   }
   if (ibuf != ibuf_small) free(ibuf);
   if (obuf != obuf_small) free(obuf);
-  if (!waves) of_arena_end(g->arena);
-  g->busy = 0;
+  if (use_arena) of_arena_end(g->arena);
+  nrunning--;
+  if (!serial) pthread_mutex_lock(&g->lock);
+  if (use_arena) g->arena_busy = 0;
+  g->active--;
+  pthread_mutex_unlock(&g->lock);
   of_set_grad_enabled(was);
   of_amp_tls = amp_was;
   for (int32_t o = 0; o < nout && st == OF_OK; o++)
-    if (!slot[g->outputs[o]])
+    if (!slot || !slot[g->outputs[o]])
       st = of_fail(OF_ERR_STATE, "nn.Graph: output %d was not computed", (int)o + 1);
   for (int32_t o = 0; o < nout; o++) {
     outputs[o] = st == OF_OK ? slot[g->outputs[o]] : NULL;
     if (outputs[o]) of_tensor_retain(outputs[o]);
   }
-  for (int32_t v = 0; v < g->nvals; v++)
+  for (int32_t v = 0; own && v < g->nvals; v++)
     if (own[v]) release_slot(g, v, slot[v]);
   free(slot);
   free(own);
-  if (st == OF_OK) g->runs++;
+  if (st == OF_OK) __atomic_add_fetch(&g->runs, 1, __ATOMIC_RELAXED);   /* a statistic */
   return st;
 }
 
@@ -470,9 +497,12 @@ of_status of_graph_run(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor *
   if (of_trace_tls)
     return of_fail(OF_ERR_STATE, "nn.Graph: a compiled graph cannot run inside another graph's "
                    "build()");
-  if (g->cg_mode && !g->cg_off) {
+  if (g->cg_mode && !g->cg_off) {   /* the captured graph is one: one thread at a time */
     bool done;
-    OF_CHECK(run_cuda_graph(g, inputs, nin, outputs, nout, &done));
+    pthread_mutex_lock(&g->cg_lock);
+    of_status st = run_cuda_graph(g, inputs, nin, outputs, nout, &done);
+    pthread_mutex_unlock(&g->cg_lock);
+    if (st != OF_OK) return st;
     if (done) return OF_OK;
   }
   return of_graph_exec(g, inputs, nin, outputs, nout, true);
@@ -486,7 +516,10 @@ of_device of_graph_device(const of_graph *g) { return g ? g->device : OF_CPU; }
  * dev. CPU values of a device graph (scalars, host-side constants) stay. */
 of_status of_graph_to(of_graph *g, of_device dev) {
   if (!g) return of_fail(OF_ERR_ARG, "nn.Graph.to: no graph");
-  if (g->busy) return of_fail(OF_ERR_STATE, "nn.Graph.to: the graph is running");
+  pthread_mutex_lock(&g->lock);
+  int32_t active = g->active;
+  pthread_mutex_unlock(&g->lock);
+  if (active) return of_fail(OF_ERR_STATE, "nn.Graph.to: the graph is running");
   if (of_device_type(dev) != OF_CPU && of_device_type(dev) != OF_CUDA)
     return of_fail(OF_ERR_DEVICE, "nn.Graph.to: unknown device %d", (int)dev);
   if (dev != OF_CPU && !of_device_ops_for("nn.Graph.to", dev)) return OF_ERR_DEVICE;

@@ -15,6 +15,7 @@
 #include "../ops/op.h"
 #include <stdbool.h>
 #include <stdint.h>
+#include <pthread.h>
 
 enum { OF_GV_INPUT = 0, OF_GV_EXTERNAL = 1, OF_GV_INTERNAL = 2, OF_GV_HANDLE = 3 };
 
@@ -79,8 +80,14 @@ typedef struct of_graph {
   bool no_arena;          /* OF_GRAPH_ARENA=0 when the graph first ran */
   int32_t concurrency;    /* >= 2: run independent nodes side by side (sched.c) */
   int64_t waves_parallel, max_wave, worker_nodes;   /* what the scheduler did */
-  int64_t runs;
-  int32_t busy;
+  int64_t runs;           /* atomic */
+  /* Concurrent runs (exec.c): each run has its own slots; the first-run
+   * setup (plan, arena), profiled runs and wave-scheduled runs take `lock`;
+   * CUDA graph capture/replay takes `cg_lock`; one run at a time uses the
+   * arena (`arena_busy`), the others allocate from the caches. */
+  pthread_mutex_t lock, cg_lock;
+  int32_t active;         /* runs in flight (under lock) */
+  int32_t arena_busy;     /* a run is using the arena (under lock) */
   char *text;             /* last dump */
   int32_t debug;          /* print each pass (graph:debug / OF_DEBUG_PASS) */
   bool profile;           /* time each node (graph:profile / OF_GRAPH_PROFILE) */

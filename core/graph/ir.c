@@ -7,6 +7,8 @@
 of_graph *of_graph_new_empty(void) {
   of_graph *g = calloc(1, sizeof *g);
   if (!g) return NULL;
+  pthread_mutex_init(&g->lock, NULL);
+  pthread_mutex_init(&g->cg_lock, NULL);
   const char *dbg = getenv("OF_DEBUG_PASS");
   g->debug = dbg && *dbg && strcmp(dbg, "0") != 0 ? 2 : 0;
   const char *prof = getenv("OF_GRAPH_PROFILE");
@@ -123,6 +125,8 @@ void of_graph_release(of_graph *g) {
   free(g->inputs);
   free(g->outputs);
   free(g->text);
+  pthread_mutex_destroy(&g->lock);
+  pthread_mutex_destroy(&g->cg_lock);
   free(g);
 }
 

@@ -102,7 +102,7 @@ void of_amp_end(of_tensor **in, of_tensor **cast, int32_t n, int32_t saved) {
 #define UNSCALE_KERNEL(T)                                                                 \
   static int unscale_##T(int64_t n, T *g, T inv) {                                        \
     int bad = 0;                                                                          \
-    _Pragma("omp parallel for schedule(static) reduction(|:bad) if (n > 65536)")          \
+    _Pragma("omp parallel for schedule(static) reduction(|:bad) if (n > 65536) num_threads(of_threads())")          \
     for (int64_t i = 0; i < n; i++) {                                                     \
       T v = g[i];                                                                         \
       bad |= !isfinite(v);                                                                \

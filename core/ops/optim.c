@@ -24,7 +24,7 @@
                         double damp, double wd, int nesterov, int maximize, int first) {   \
     const T twd = (T)wd, tmom = (T)mom, talpha = (T)(1 - damp), tlr = (T)(-lr);          \
     const int alpha_one = (1 - damp) == 1, lr_one = -lr == 1;                            \
-    _Pragma("omp parallel for schedule(static) if (n > 65536)")                         \
+    _Pragma("omp parallel for schedule(static) if (n > 65536) num_threads(of_threads())")                         \
     for (int64_t i = 0; i < n; i++) {                                                    \
       T gv = g[i];                                                                       \
       if (maximize) gv = -gv;                                                            \
@@ -60,7 +60,7 @@ SGD_KERNEL(double)
     const T tw = (T)w, tw1 = (T)(1 - w), tc = (T)c, tb2 = (T)b2, tbc2s = (T)bc2s;        \
     const T teps = (T)eps, tval = (T)val, twd = (T)wd, tdec = (T)(1 - lr * wd);          \
     const int val_one = val == 1;                                                        \
-    _Pragma("omp parallel for schedule(static) if (n > 65536)")                         \
+    _Pragma("omp parallel for schedule(static) if (n > 65536) num_threads(of_threads())")                         \
     for (int64_t i = 0; i < n; i++) {                                                    \
       T gv = g[i];                                                                       \
       if (maximize) gv = -gv;                                                            \
@@ -90,7 +90,7 @@ ADAM_KERNEL(double)
 /* Chunks the threads split; a multiple of every vector width. */
 #define CHUNK 8192
 #define FOR_CHUNKS(n)                                                                     \
-  _Pragma("omp parallel for schedule(static) if (n > 65536)")                           \
+  _Pragma("omp parallel for schedule(static) if (n > 65536) num_threads(of_threads())")                           \
   for (int64_t c_ = 0; c_ < ((n) + CHUNK - 1) / CHUNK; c_++)
 
 /* mode 0: no momentum; 1: first step (buffer = g); 2: buffer = mom * buffer + g */

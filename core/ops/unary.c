@@ -437,7 +437,7 @@ static of_tensor *unary_grad_expr(of_scope *sp, of_unary_op op, of_node *n, of_t
     const T *yp = (const T *)of_ptr(y), *gp = (const T *)of_ptr(g);                  \
     T *rp = (T *)of_ptr(r);                                                          \
     const int64_t nb = (nel + 4095) / 4096;                                          \
-    _Pragma("omp parallel for schedule(static) if (nel > 4 * OF_PARALLEL_GRAIN)")   \
+    _Pragma("omp parallel for schedule(static) if (nel > 4 * OF_PARALLEL_GRAIN) num_threads(of_threads())")   \
     for (int64_t blk = 0; blk < nb; blk++) {                                         \
       const int64_t hi = blk * 4096 + 4096 < nel ? blk * 4096 + 4096 : nel;          \
       for (int64_t i = blk * 4096; i < hi; i++) {                                    \

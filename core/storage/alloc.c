@@ -303,7 +303,7 @@ static int span_cmp(const void *x, const void *y) {
   const span *a = x, *b = y;
   return a->off < b->off ? -1 : a->off > b->off;
 }
-static int64_t *order_size;
+static _Thread_local int64_t *order_size;   /* qsort has no context argument */
 static int by_size(const void *x, const void *y) {
   int64_t a = order_size[*(const int32_t *)x], b = order_size[*(const int32_t *)y];
   return a > b ? -1 : a < b;

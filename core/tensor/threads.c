@@ -7,22 +7,54 @@
  * longer on 2 cores. */
 #include "../internal.h"
 #include <omp.h>
+#include <pthread.h>
 
 void openblas_set_num_threads(int n);
 
-static int32_t num_threads = 0;   /* 0: not set yet, use OpenMP's default */
+/* The thread count is read by every parallel op on every host thread:
+ * atomic loads and stores, no lock (0: not set yet, use OpenMP's default). */
+static int32_t num_threads = 0;
+/* This process is a fork() of one that loaded the library (a DataLoader
+ * worker, or any other fork). GNU OpenMP keeps its thread pool's state
+ * across fork() but not the threads: a forked child that starts a parallel
+ * team of two or more waits forever for threads that do not exist. So a
+ * forked child runs single-threaded and may not ask for more. */
+static int32_t forked = 0;
 
-__attribute__((constructor)) static void blas_single(void) { openblas_set_num_threads(1); }
-
-void of_set_num_threads(int32_t n) {
-  if (n < 1) n = 1;
-  num_threads = n;
-  omp_set_num_threads(n);
+static void after_fork_child(void) {
+  __atomic_store_n(&forked, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&num_threads, 1, __ATOMIC_RELAXED);
+  omp_set_num_threads(1);
 }
+
+__attribute__((constructor)) static void blas_single(void) {
+  openblas_set_num_threads(1);
+  pthread_atfork(NULL, NULL, after_fork_child);
+}
+
+of_status of_set_num_threads(int32_t n) {
+  if (n < 1) n = 1;
+  if (n > 1 && __atomic_load_n(&forked, __ATOMIC_RELAXED))
+    return of_fail(OF_ERR_STATE, "set_num_threads(%d): this process is a fork() of one that "
+                   "uses OpenMP (a DataLoader worker?) and runs single-threaded: GNU OpenMP hangs "
+                   "when a forked process starts a parallel team", (int)n);
+  __atomic_store_n(&num_threads, n, __ATOMIC_RELAXED);
+  omp_set_num_threads(n);
+  return OF_OK;
+}
+
+int32_t of_in_forked_child(void) { return __atomic_load_n(&forked, __ATOMIC_RELAXED); }
 
 int32_t of_get_num_threads(void) { return of_threads(); }
 
 int32_t of_threads(void) {
-  if (num_threads == 0) num_threads = omp_get_max_threads();
-  return num_threads;
+  int32_t n = __atomic_load_n(&num_threads, __ATOMIC_RELAXED);
+  if (n == 0) {
+    int32_t want = omp_get_max_threads(), zero = 0;
+    if (!__atomic_compare_exchange_n(&num_threads, &zero, want, false, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED))
+      want = zero;   /* another thread set it first */
+    n = want;
+  }
+  return n;
 }

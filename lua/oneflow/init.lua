@@ -59,7 +59,14 @@ for name, d in pairs(types.by_name) do flow[name] = d end
 flow.get_default_dtype, flow.set_default_dtype = T.get_default_dtype, T.set_default_dtype
 flow.set_printoptions = function(o) for k, v in pairs(o) do printing.options[k] = v end end
 
-function flow.set_num_threads(n) core.C.of_set_num_threads(n) end
+function flow.set_num_threads(n)
+  if type(n) ~= 'number' or n ~= math.floor(n) then
+    error('flow.set_num_threads: expected an integer, got ' .. tostring(n), 2)
+  end
+  if core.C.of_set_num_threads(n) ~= 0 then
+    error('flow.set_num_threads: ' .. ffi.string(core.C.of_last_error()), 2)
+  end
+end
 function flow.get_num_threads() return core.C.of_get_num_threads() end
 
 --- Allocator statistics: current, peak and cached bytes (CPU).

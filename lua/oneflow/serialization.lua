@@ -28,10 +28,13 @@
 --     Metatables are not saved (a flow.Size loads as a plain list). Cycles
 --     are an error.
 --   Writing is atomic: everything is checked and the header built before the
---   file is touched; then a temporary file in the same directory is written,
---   flushed and fsync'ed, renamed over the target, and the directory
---   fsync'ed. On any error the temporary file is removed and the target is
---   left as it was.
+--   file is touched; then the data is written to an unnamed file in the same
+--   directory (O_TMPFILE; a named temporary file where the file system has
+--   none), flushed and fsync'ed, given a temporary name, renamed over the
+--   target, and the directory fsync'ed (oneflow.utils.atomic). On any error
+--   the temporary file is removed and the target is left as it was; a writer
+--   killed midway leaves nothing, and temporary files of dead writers are
+--   removed by the next save into that directory.
 --
 -- flow.load(path): reads with stdio through the FFI straight into freshly
 -- allocated tensors (the data is read once, never through a Lua string).
@@ -48,6 +51,7 @@
 local ffi = require 'ffi'
 local json = require 'oneflow.utils.json'
 local P = require 'oneflow.utils.posix'
+local atomic = require 'oneflow.utils.atomic'
 local T = require 'oneflow.tensor'
 
 local C = P.C
@@ -243,30 +247,17 @@ local function build_header(entries, metadata)
   return header .. string.rep(' ', pad)
 end
 
-local tmp_counter = 0
-
 local function write_all(f, ptr, n, what)
   if n == 0 then return end
   local w = C.fwrite(ptr, 1, n, f)
   if tonumber(w) ~= n then error(format('write failed in %s (%s)', what, P.strerror()), 0) end
 end
 
-local function fsync_dir(dir)
-  local ok, fd = pcall(C.open, dir, P.O_RDONLY)
-  if ok and fd >= 0 then
-    C.fsync(fd)   -- best effort: some file systems refuse fsync on a directory
-    C.close(fd)
-  end
-end
-
 local function write_file(path, header, entries, ctx)
   if not little_endian then fail(ctx, 'big-endian hosts are not supported') end
-  local dir = path:match('^(.*)/[^/]*$')
-  if dir == '' then dir = '/' end
-  tmp_counter = tmp_counter + 1
-  local tmp = format('%s.tmp-%d-%d', path, C.getpid(), tmp_counter)
-  local f = C.fopen(tmp, 'wbx')
-  if f == nil then fail(ctx, 'cannot create %s (%s)', tmp, P.strerror()) end
+  local okh, h = pcall(atomic.open, path)
+  if not okh then fail(ctx, '%s', h) end
+  local f = h.f
   local ok, err = pcall(function()
     local size = ffi.new('uint64_t[1]', #header)
     write_all(f, size, 8, 'the header size')
@@ -274,22 +265,13 @@ local function write_file(path, header, entries, ctx)
     for _, e in ipairs(entries) do
       if e.nbytes > 0 then write_all(f, e.tensor:data_ptr(), e.nbytes, 'tensor ' .. q(e.name)) end
     end
-    if C.fflush(f) ~= 0 then error('flush failed (' .. P.strerror() .. ')', 0) end
-    if C.fsync(C.fileno(f)) ~= 0 then error('fsync failed (' .. P.strerror() .. ')', 0) end
-    if M._hooks.before_rename then M._hooks.before_rename(tmp) end
   end)
-  local closed = C.fclose(f)
-  if ok and closed ~= 0 then ok, err = false, 'close failed (' .. P.strerror() .. ')' end
   if not ok then
-    C.remove(tmp)
+    atomic.abort(h)
     fail(ctx, '%s (the file was left as it was)', tostring(err))
   end
-  if C.rename(tmp, path) ~= 0 then
-    local e = P.strerror()
-    C.remove(tmp)
-    fail(ctx, 'cannot rename %s over it (%s)', tmp, e)
-  end
-  fsync_dir(dir or '.')
+  ok, err = pcall(atomic.commit, h, M._hooks.before_rename)
+  if not ok then fail(ctx, '%s', tostring(err)) end
 end
 
 local function check_path(path, op)

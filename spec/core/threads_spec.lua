@@ -27,5 +27,38 @@ describe('threads', function()
     flow.set_num_threads(0)
     assert.equals(1, flow.get_num_threads())
     flow.set_num_threads(nt)
+    assert.has_error(function() flow.set_num_threads('2') end, 'flow.set_num_threads: expected an integer, got 2')
+  end)
+
+  it('a fork()ed child runs single-threaded and refuses more threads', function()
+    local ffi = require 'ffi'
+    pcall(ffi.cdef, 'unsigned int alarm(unsigned int seconds);')
+    local P = require 'oneflow.utils.posix'
+    local C = require('oneflow._C').C
+    local nt = flow.get_num_threads()
+    finally(function() flow.set_num_threads(nt) end)
+    flow.set_num_threads(2)
+    local a = flow.randn(128, 128)
+    local want = a:matmul(a)   -- the parent's OpenMP team exists
+    assert.equals(0, C.of_in_forked_child())
+    io.stdout:flush()
+    local pid = P.C.fork()
+    if pid == 0 then
+      ffi.C.alarm(20)   -- a hang (the bug this guards against) ends as SIGALRM, not a stuck suite
+      -- exit codes: 0 all as expected, else the first check that failed
+      local code = 0
+      if C.of_in_forked_child() ~= 1 then code = 1
+      elseif flow.get_num_threads() ~= 1 then code = 2
+      elseif pcall(flow.set_num_threads, 2) then code = 3
+      elseif not pcall(flow.set_num_threads, 1) then code = 4
+      elseif not a:matmul(a):allclose(want, {rtol = 1e-5, atol = 1e-4}) then code = 5   -- no hang, right
+      end
+      P.C._exit(code)
+    end
+    local st = ffi.new('int[1]')
+    assert.equals(pid, P.C.waitpid(pid, st, 0))
+    local how, v = P.wait_status(st[0])
+    assert.are.same({'exit', 0}, {how, v})
+    assert.equals(2, flow.get_num_threads())
   end)
 end)

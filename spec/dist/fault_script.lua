@@ -1,6 +1,6 @@
 -- Run under mpirun by spec/dist/comm_spec.lua: rank 1 stays out of a
--- collective (or runs another one, or another global op); the others must
--- fail within the timeout, naming rank 1 (and what it is doing).
+-- collective (or runs another one, or another global op, or dies); the
+-- others must fail within the timeout, naming rank 1 (and what it is doing).
 local flow = require 'oneflow'
 local mode = arg[1] or 'absent'
 flow.env.set_timeout(tonumber(arg[2]) or 2)
@@ -19,6 +19,11 @@ if mode == 'global' then
   os.exit(3, true)
 end
 if r == 1 then
+  if mode == 'dead' then
+    -- dies in the middle of the job, as a crash or the OOM killer would
+    local P = require 'oneflow.utils.posix'
+    P.C.kill(P.C.getpid(), P.SIGKILL)
+  end
   if mode == 'absent' then
     -- stays away long enough for the others to time out and ask around
     os.execute('sleep 8')

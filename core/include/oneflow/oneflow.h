@@ -62,8 +62,13 @@ const char *of_last_error(void);
 void of_set_error(of_status code, const char *msg);
 void of_clear_error(void);
 const char *of_cdef(void);                     /* this header, cdef-ready */
-void of_set_num_threads(int32_t n);
+/* OpenMP threads of every parallel op. A fork()ed child of a process that
+ * loaded the library runs single-threaded: asking it for more than one
+ * thread is an OF_ERR_STATE error (GNU OpenMP hangs in a forked child that
+ * starts a team); of_in_forked_child says whether this is such a child. */
+of_status of_set_num_threads(int32_t n);
 int32_t of_get_num_threads(void);
+int32_t of_in_forked_child(void);
 
 /* ---- dtypes ----------------------------------------------------------- */
 const char *of_dtype_name(of_dtype t);          /* "float32", ... */

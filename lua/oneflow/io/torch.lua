@@ -930,16 +930,6 @@ local function encode(obj, opts, fail)
   return w:result(), st.groups
 end
 
-local tmp_counter = 0
-
-local function fsync_dir(dir)
-  local ok, fd = pcall(C.open, dir, P.O_RDONLY)
-  if ok and fd >= 0 then
-    P.C.fsync(fd)
-    P.C.close(fd)
-  end
-end
-
 --- flow.save_torch(obj, path[, opts]): see the file header.
 function M.save(obj, path, opts)
   if type(path) ~= 'string' or path == '' then
@@ -955,12 +945,10 @@ function M.save(obj, path, opts)
   local pkl, groups = encode(obj, opts, fail)
 
   local PC = P.C
-  local dir = path:match('^(.*)/[^/]*$')
-  if dir == '' then dir = '/' end
-  tmp_counter = tmp_counter + 1
-  local tmp = format('%s.tmp-%d-%d', path, PC.getpid(), tmp_counter)
-  local f = PC.fopen(tmp, 'wbx')
-  if f == nil then fail('cannot create %s (%s)', tmp, P.strerror()) end
+  local atomic = require 'oneflow.utils.atomic'
+  local okh, h = pcall(atomic.open, path)
+  if not okh then fail('%s', h) end
+  local f = h.f
   local ok, err = pcall(function()
     local w = zip.writer(function(data, n)
       local wrote = PC.fwrite(data, 1, n, f)
@@ -977,22 +965,13 @@ function M.save(obj, path, opts)
     end
     w:add('archive/version', '3\n')
     w:finish()
-    if PC.fflush(f) ~= 0 then error('flush failed (' .. P.strerror() .. ')', 0) end
-    if PC.fsync(PC.fileno(f)) ~= 0 then error('fsync failed (' .. P.strerror() .. ')', 0) end
-    if M._hooks.before_rename then M._hooks.before_rename(tmp) end
   end)
-  local closed = PC.fclose(f)
-  if ok and closed ~= 0 then ok, err = false, 'close failed (' .. P.strerror() .. ')' end
   if not ok then
-    PC.remove(tmp)
+    atomic.abort(h)
     fail('%s (the file was left as it was)', tostring(err))
   end
-  if PC.rename(tmp, path) ~= 0 then
-    local e = P.strerror()
-    PC.remove(tmp)
-    fail('cannot rename %s over it (%s)', tmp, e)
-  end
-  fsync_dir(dir or '.')
+  ok, err = pcall(atomic.commit, h, M._hooks.before_rename)
+  if not ok then fail('%s', tostring(err)) end
 end
 
 M._internal = {encode = encode, zip = zip, pickle = pickle}

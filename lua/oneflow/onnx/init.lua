@@ -273,38 +273,28 @@ function M.encode(m)
   return pb.tostring(pb.model(m))
 end
 
-local tmp_counter = 0
-
---- Writes a model table to path atomically (temporary file + rename).
+--- Writes a model table to path atomically (oneflow.utils.atomic).
 function M.save(m, path)
   if type(path) ~= 'string' or path == '' then fail('expected a file path, got ' .. tostring(path)) end
   if not pb.little_endian then fail('big-endian hosts are not supported') end
   local w = pb.model(m)
-  tmp_counter = tmp_counter + 1
-  local tmp = ('%s.tmp-%d-%d'):format(path, C.getpid(), tmp_counter)
-  local f = C.fopen(tmp, 'wbx')
-  if f == nil then fail(('cannot create %s (%s)'):format(tmp, P.strerror())) end
+  local atomic = require 'oneflow.utils.atomic'
+  local okh, h = pcall(atomic.open, path)
+  if not okh then fail(h) end
   local ok, err = pcall(function()
     for i = 1, w.n do
       local s = w[i]
-      if #s > 0 and tonumber(C.fwrite(s, 1, #s, f)) ~= #s then
+      if #s > 0 and tonumber(C.fwrite(s, 1, #s, h.f)) ~= #s then
         error('write failed (' .. P.strerror() .. ')', 0)
       end
     end
-    if C.fflush(f) ~= 0 then error('flush failed (' .. P.strerror() .. ')', 0) end
-    if C.fsync(C.fileno(f)) ~= 0 then error('fsync failed (' .. P.strerror() .. ')', 0) end
   end)
-  local closed = C.fclose(f)
-  if ok and closed ~= 0 then ok, err = false, 'close failed (' .. P.strerror() .. ')' end
   if not ok then
-    C.remove(tmp)
+    atomic.abort(h)
     fail(('%s: %s (the file was left as it was)'):format(path, tostring(err)))
   end
-  if C.rename(tmp, path) ~= 0 then
-    local e = P.strerror()
-    C.remove(tmp)
-    fail(('cannot rename %s over %s (%s)'):format(tmp, path, e))
-  end
+  ok, err = pcall(atomic.commit, h)
+  if not ok then fail(('%s: %s'):format(path, tostring(err))) end
   return w.len
 end
 

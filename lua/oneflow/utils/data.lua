@@ -43,8 +43,9 @@
 --     into fresh tensors. Since each worker handles its batches in order
 --     and the parent reads batch k from worker (k-1) % n + 1, the order is
 --     the sampler's, exactly as with num_workers = 0.
---   * In the worker: flow.set_num_threads(1) (GNU OpenMP hangs in a forked
---     child that starts a parallel team; do not raise it there),
+--   * In the worker: one thread (the library makes every fork()ed child
+--     single-threaded, since GNU OpenMP hangs in a forked child that starts
+--     a parallel team; flow.set_num_threads(n > 1) there is an error),
 --     flow.manual_seed(base_seed + id - 1), math.randomseed likewise,
 --     get_worker_info() returns {id, num_workers, seed, dataset}, then
 --     worker_init_fn(id). The worker closes the parent's ends of every other
@@ -55,7 +56,12 @@
 --   * An error in get()/collate/worker_init_fn is sent to the parent with
 --     the worker's traceback; the parent kills and reaps all workers and
 --     raises "DataLoader worker 2 (pid N) failed: <message>". A worker that
---     dies is reported with its exit status or signal.
+--     dies is reported with its exit status or signal, within POLL_MS
+--     (0.1 s) even while the main process waits on another worker.
+--   * timeout = T (seconds, 0: wait forever): a batch that has not arrived
+--     T seconds after the main process asked for it raises "DataLoader
+--     worker N (pid P) timed out after T s"; as with every error, all
+--     workers are killed (SIGKILL) and reaped first.
 --   * The end: after the last batch the workers exit and are reaped
 --     (waitpid); an abandoned loop is cleaned up when the iterator is
 --     garbage collected (a __gc guard: SIGKILL + waitpid) or by
@@ -550,12 +556,15 @@ end
 
 local Reader = {}
 Reader.__index = Reader
-local function reader(fd)
-  return setmetatable({fd = fd, buf = ffi.new('uint8_t[?]', CAP), pos = 0, have = 0}, Reader)
+-- wait(): called before each read in the main process; it returns once the
+-- socket is readable and raises on a timeout or a dead worker
+local function reader(fd, wait)
+  return setmetatable({fd = fd, buf = ffi.new('uint8_t[?]', CAP), pos = 0, have = 0, wait = wait}, Reader)
 end
 
-local function read_some(fd, ptr, n)
+local function read_some(fd, ptr, n, wait)
   while true do
+    if wait then wait() end
     local r = tonumber(C.read(fd, ptr, n))
     if r > 0 then return r end
     if r == 0 then error(EOF, 0) end
@@ -574,7 +583,7 @@ function Reader:need(n)
   for i = 0, avail - 1 do buf[i] = buf[self.pos + i] end
   self.pos, self.have = 0, avail
   while self.have < n do
-    self.have = self.have + read_some(self.fd, buf + self.have, CAP - self.have)
+    self.have = self.have + read_some(self.fd, buf + self.have, CAP - self.have, self.wait)
   end
 end
 function Reader:raw(dst, n)
@@ -586,7 +595,7 @@ function Reader:raw(dst, n)
     p, n = p + avail, n - avail
   end
   while n > 0 do
-    local r = read_some(self.fd, p, n)
+    local r = read_some(self.fd, p, n, self.wait)
     p, n = p + r, n - r
   end
 end
@@ -764,6 +773,47 @@ local function shutdown(state, hard)
   for _, wk in ipairs(state.workers) do reap(wk, hard) end
 end
 
+-- Raised by wait_readable (tables, so that receive() can tell them apart).
+local TIMEOUT = {}
+
+-- A worker other than `id` that died: raises {dead = j} naming it. Workers
+-- that exit normally (status 0, after their last batch) are only reaped.
+local function check_others(state, id)
+  for j, wk in ipairs(state.workers) do
+    if j ~= id and not wk.reaped then
+      local r = C.waitpid(wk.pid, status_buf, P.WNOHANG)
+      if r == wk.pid then
+        local how, v = P.wait_status(status_buf[0])
+        wk.how = how == 'exit' and ('exit status ' .. v) or ('signal ' .. v)
+        wk.reaped = true
+        if not (how == 'exit' and v == 0) then error({dead = j}, 0) end
+      end
+    end
+  end
+end
+
+-- Waits until worker id's socket is readable (data, end of stream or an
+-- error: read() tells which), waking every POLL_MS to see whether another
+-- worker died, and raising TIMEOUT when the batch's deadline passes.
+local POLL_MS = 100
+local pfd = ffi.new('struct pollfd[1]')
+local function wait_readable(state, id)
+  local wk = state.workers[id]
+  while true do
+    local slice = POLL_MS
+    if state.deadline then
+      local left = state.deadline - P.now()
+      if left <= 0 then error(TIMEOUT, 0) end
+      slice = math.min(slice, math.ceil(left * 1000))
+    end
+    pfd[0].fd, pfd[0].events, pfd[0].revents = wk.fd, P.POLLIN, 0
+    local r = C.poll(pfd, 1, slice)
+    if r > 0 then return end
+    if r < 0 and ffi.errno() ~= P.EINTR then error('poll failed (' .. P.strerror() .. ')', 0) end
+    check_others(state, id)
+  end
+end
+
 local function credit(wk)
   if wk.fd < 0 or wk.credits >= wk.count then return end
   wk.credits = wk.credits + 1
@@ -778,6 +828,8 @@ end
 local function receive(state, k)
   local id = (k - 1) % state.nw + 1
   local wk = state.workers[id]
+  local timeout = state.loader.timeout
+  state.deadline = timeout > 0 and P.now() + timeout or nil
   local ok, res = pcall(function()
     local r = wk.reader
     local kind = r:u8()
@@ -789,6 +841,15 @@ local function receive(state, k)
     return vals
   end)
   if not ok then
+    if res == TIMEOUT then
+      fail(state, format('DataLoader worker %d (pid %d) timed out after %g s (waiting for batch %d)',
+                         id, wk.pid, timeout, k))
+    end
+    if type(res) == 'table' and res.dead then
+      local d = state.workers[res.dead]
+      fail(state, format('DataLoader worker %d (pid %d) exited unexpectedly (%s) while waiting for batch %d',
+                         res.dead, d.pid, d.how, k))
+    end
     if res == EOF then
       close_fd(wk)
       local how = reap(wk, false)
@@ -827,7 +888,8 @@ local function start_workers(loader, batches, base_seed)
     C.close(sv[1])
     parent_fds[sv[0]] = true
     local count = math.floor((#batches - id) / nw) + 1
-    local wk = {pid = pid, fd = sv[0], reader = reader(sv[0]), credits = 0, count = count}
+    local wk = {pid = pid, fd = sv[0], credits = 0, count = count}
+    wk.reader = reader(sv[0], function() wait_readable(state, id) end)
     state.workers[id] = wk
     for _ = 1, math.min(pf, count) do credit(wk) end
   end
@@ -863,17 +925,25 @@ end
 -- @param dataset a Dataset (`:len()`, `:get(i)`, 1-based) or a TensorDataset
 -- @tparam[opt] table opts `{batch_size = 1, shuffle = false, sampler =, batch_sampler =,
 -- drop_last = false, collate_fn =, num_workers = 0, prefetch_factor = 2,
--- worker_init_fn =, progress =, pin_memory = false, device =, generator =}`
+-- worker_init_fn =, timeout = 0, progress =, pin_memory = false, device =, generator =}`
 -- @treturn DataLoader with `iter([opts])`, `len()`, `shutdown()`
 function DataLoader:init(ds, opts)
   opts = require('oneflow._args').check_options('DataLoader', opts, {
     batch_size = true, shuffle = true, sampler = true, batch_sampler = true, drop_last = true,
     collate_fn = true, num_workers = true, prefetch_factor = true, worker_init_fn = true,
-    progress = true, device = true, pin_memory = true})
+    progress = true, device = true, pin_memory = true, timeout = true})
   if ds == nil then error('DataLoader: expected a dataset', 3) end
   self.dataset = ds
   self.num_workers = opt_int(opts.num_workers, 'num_workers', 0, 0)
   self.prefetch_factor = opt_int(opts.prefetch_factor, 'prefetch_factor', 1, 2)
+  local timeout = opts.timeout or 0
+  if type(timeout) ~= 'number' or timeout < 0 or timeout ~= timeout then
+    error(format('DataLoader: timeout must be a number of seconds >= 0, got %s', tostring(opts.timeout)), 3)
+  end
+  if timeout > 0 and self.num_workers == 0 then
+    error('DataLoader: timeout applies to worker processes; it must be 0 when num_workers = 0', 3)
+  end
+  self.timeout = timeout
   self.collate_fn = opts.collate_fn
   self.worker_init_fn = opts.worker_init_fn
   self.progress = opts.progress

@@ -42,6 +42,8 @@ local decls = {
   'int socketpair(int domain, int type, int protocol, int sv[2]);',
   'intptr_t send(int fd, const void *buf, size_t n, int flags);',
   'int setsockopt(int fd, int level, int name, const void *val, uint32_t len);',
+  'struct pollfd { int fd; short events; short revents; };',
+  'int poll(struct pollfd *fds, unsigned long nfds, int timeout);',
 }
 for _, d in ipairs(decls) do pcall(ffi.cdef, d) end
 
@@ -58,6 +60,7 @@ M.O_RDONLY = 0
 M.EPIPE, M.ECONNRESET = 32, 104
 M.AF_UNIX, M.SOCK_STREAM, M.SOCK_CLOEXEC = 1, 1, 0x80000
 M.MSG_NOSIGNAL = 0x4000
+M.POLLIN = 1
 M.SOL_SOCKET, M.SO_SNDBUF, M.SO_RCVBUF = 1, 7, 8
 
 --- The message for errno `e` (default: the current errno).
