@@ -59,8 +59,10 @@ local function event_name(e)
   if e.attr_size > 0 and e.attr_size <= C.OF_PROF_ATTR_BYTES then
     C.of_op_describe(e.op, e.attrs, e.attr_size, desc_buf, 256)
     local d = ffi.string(desc_buf)
-    -- a single word names the operation of a family op (binary: add)
-    if d:match('^[%a_][%w_]*$') then name = name .. '.' .. d end
+    -- a single word names the operation of a family op (binary: add);
+    -- binary_scalar describes itself as "x add 1" or "2 sub x"
+    local word = d:match('^([%a_][%w_]*)$') or d:match('^x ([%a_][%w_]*) ') or d:match(' ([%a_][%w_]*) x$')
+    if word then name = name .. '.' .. word end
   end
   return name
 end

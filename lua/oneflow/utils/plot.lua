@@ -59,7 +59,7 @@ function M.ticks(lo, hi, n)
   end
   local t, k = {}, math.ceil(lo / step - 1e-9)
   while k * step <= hi + step * 1e-9 do
-    local v = k * step
+    local v = tonumber(('%.12g'):format(k * step))   -- 0.6, not 0.6000000000000001
     if math.abs(v) < step * 1e-9 then v = 0 end
     t[#t + 1] = v
     k = k + 1
