@@ -3,7 +3,7 @@
 --
 --   ./bin/flow examples/mnist/train.lua [--epochs 3] [--batch-size 64]
 --       [--lr 0.001] [--threads 2] [--data /usr/share/datasets/fashion-mnist]
---       [--out /tmp/fashion_lenet.safetensors] [--limit N]
+--       [--out /tmp/fashion_lenet.safetensors] [--limit N] [--plot loss.svg]
 --
 -- Data: Debian's dataset-fashion-mnist (`make example` installs it).
 local flow = require 'oneflow'
@@ -12,7 +12,7 @@ local vision = require 'flowvision'
 local nn, F, optim = flow.nn, flow.nn.functional, flow.optim
 
 local function parse_args(argv)
-  local opts = {epochs = 3, batch_size = 64, lr = 1e-3, threads = 2,
+  local opts = {epochs = 3, batch_size = 64, lr = 1e-3, threads = 2, plot = false,
                 data = '/usr/share/datasets/fashion-mnist',
                 out = os.getenv('TMPDIR') and (os.getenv('TMPDIR') .. '/fashion_lenet.safetensors')
                       or '/tmp/fashion_lenet.safetensors'}
@@ -82,7 +82,7 @@ local function main(argv)
   local model = LeNet()
   local opt = optim.Adam(model:parameters(), {lr = opts.lr})
   local loader = flow.utils.data.DataLoader(train_ds, {batch_size = opts.batch_size, shuffle = true})
-  local acc
+  local acc, losses = nil, {}   -- losses: per step, for --plot
   for epoch = 1, opts.epochs do
     local t0, sum, n = os.time(), 0, 0
     local clock0 = os.clock()
@@ -91,13 +91,18 @@ local function main(argv)
       opt:zero_grad()
       loss:backward()
       opt:step()
-      sum, n = sum + loss:item(), n + 1
+      losses[#losses + 1] = loss:item()
+      sum, n = sum + losses[#losses], n + 1
     end
     acc = accuracy(model, test_ds, opts.batch_size)
     print(('epoch %d: train loss %.4f, test accuracy %.2f%% (%ds, %.1f ms/step cpu)'):format(
       epoch, sum / n, 100 * acc, os.time() - t0, (os.clock() - clock0) * 1000 / n))
   end
 
+  if opts.plot then   -- the loss curve as SVG (flow.utils.plot, doc/tools.md)
+    flow.utils.plot.curves(opts.plot, {{label = 'train loss', ys = losses}}, {xlabel = 'step',
+      ylabel = 'cross-entropy', title = ('LeNet, test accuracy %.2f%%'):format(100 * acc)})
+  end
   flow.save(model:state_dict(), opts.out)
   local reloaded = LeNet()
   reloaded:load_state_dict(flow.load(opts.out))

@@ -146,6 +146,15 @@ function Profile:stop()
     end
     stack[#stack + 1] = e
   end
+  -- a user range's bytes: those of the ops it holds (ops at depth 0 inside it)
+  for _, r in ipairs(self.ranges) do
+    for _, e in ipairs(list) do
+      if not e.user and e.depth == 0 and e.start_ns >= r.start_ns and e.end_ns <= r.end_ns then
+        r.bytes_allocated = r.bytes_allocated + e.bytes_allocated
+        r.bytes_net = r.bytes_net + e.bytes_net
+      end
+    end
+  end
   for _, e in ipairs(list) do
     if e.self_ns < 0 then e.self_ns = 0 end
     if e.self_bytes < 0 then e.self_bytes = 0 end

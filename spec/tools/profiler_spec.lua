@@ -97,6 +97,13 @@ describe('flow.profiler', function()
       flow.profiler.record_function('my_range', function() return x:matmul(x):relu() end)
     end)
     prof:export_chrome_trace(path)
+    local range, ops_bytes = nil, 0
+    for _, e in ipairs(prof:events()) do
+      if e.user then range = e elseif e.depth == 0 then ops_bytes = ops_bytes + e.bytes_allocated end
+    end
+    assert.are.equal('my_range', range.name)
+    assert.is_true(ops_bytes >= 2 * 16 * 4)
+    assert.are.equal(ops_bytes, range.bytes_allocated)
     local p = io.popen(([[python3 -c "
 import json, sys
 d = json.load(open(sys.argv[1]))

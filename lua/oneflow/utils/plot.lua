@@ -71,8 +71,9 @@ local function fmt(v, step)
   if v == 0 then return '0' end
   local a = math.abs(v)
   if a >= 1e5 or a < 1e-3 then return ('%.3g'):format(v) end
-  local dec = math.max(0, -math.floor(math.log10(step) + 1e-9))
-  return ('%.' .. dec .. 'f'):format(v)
+  local dec = -math.floor(math.log10(step) + 1e-9)
+  if dec < 1 then dec = 0 end   -- never "-0" in the format
+  return (('%%.%df'):format(dec)):format(v)
 end
 
 M.Figure = class('Figure')

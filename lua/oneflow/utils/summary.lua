@@ -49,8 +49,6 @@ local function shapes_of(flow, v, out)
   return out
 end
 
-local function shape_str(s) return '[' .. table.concat(s, ', ') .. ']' end
-
 -- 1234567 -> "1,234,567"
 local function commas(n)
   local s = tostring(math.floor(n))
@@ -161,7 +159,7 @@ function M.summary(model, input_shape, opts)
       local own = r.depth == 0 and r.class or (r.name:match('[^.]+$') .. ' (' .. r.class .. ')')
       local label = string.rep('  ', r.depth) .. own
       local shapes = {}
-      for i, s in ipairs(r.output_shapes) do shapes[i] = shape_str(s) end
+      for i, s in ipairs(r.output_shapes) do shapes[i] = A.shape_str(s, ', ') end
       local pc = (r.params == 0) and '--' or commas(r.params)
       line(label, table.concat(shapes, ', '), pc)
     end
