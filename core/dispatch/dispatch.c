@@ -12,6 +12,11 @@ static const of_dispatch_hooks *hooks;
 
 void of_dispatch_install(const of_dispatch_hooks *h) { hooks = h; }
 
+void of_dispatch_enter(void) {
+  if (of_dispatch_prof) of_prof_enter(of_dispatch_depth);
+  of_dispatch_depth++;
+}
+
 void of_dispatch_set_tracer(void *tr) {
   of_dispatch_tls = tr;
   of_dispatch_slow = tr != NULL || of_dispatch_prof;

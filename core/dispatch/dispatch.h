@@ -69,12 +69,11 @@ extern _Thread_local int32_t of_dispatch_in_engine OF_TLS_IE;
 void of_dispatch_install(const of_dispatch_hooks *h);
 void of_dispatch_set_tracer(void *tr);
 
-/* The profiler's mark at the start of an op running at nesting depth d. */
+/* The slow path's entry: the profiler's start mark (profile.c), depth + 1.
+ * Out of line, so that the eager path of OF_DISPATCH stays a test and a
+ * tail call (no registers saved before the test). */
 void of_prof_enter(int32_t d);
-static inline void of_dispatch_enter(void) {
-  if (of_dispatch_prof) of_prof_enter(of_dispatch_depth);
-  of_dispatch_depth++;
-}
+void of_dispatch_enter(void);
 
 /* The wrapper every public op goes through: one thread-local load when
  * neither tracing nor profiling. While tracing, only the outermost public
