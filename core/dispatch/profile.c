@@ -21,6 +21,9 @@
 static of_prof_event *events;
 static int64_t nevents, cap_events, dropped;
 static int32_t prof_flags;
+/* the depth the profiler was started at: ops already running then (a host
+ * callback inside an op may start it) have no start mark and no event */
+static int32_t base_depth;
 
 /* per depth: start time and the CPU allocator counters at the start. Not
  * thread-local (the library's TLS is initial-exec, and static TLS space is
@@ -48,7 +51,7 @@ void of_prof_event_add(int32_t op, const void *attrs, int32_t attr_size, of_tens
                        int32_t nin, of_tensor **outs, int32_t nreal) {
   int64_t end = of_profiler_now_ns();
   int32_t d = of_dispatch_depth;
-  if (d < 0 || d >= PROF_MAX_DEPTH) return;
+  if (d < base_depth || d >= PROF_MAX_DEPTH) return;
   if (nevents == cap_events) {
     int64_t cap = cap_events ? 2 * cap_events : 4096;
     of_prof_event *e = realloc(events, (size_t)cap * sizeof *e);
@@ -94,6 +97,7 @@ of_status of_profiler_start(int32_t flags) {
   nevents = 0;
   dropped = 0;
   prof_flags = flags;
+  base_depth = of_dispatch_depth;
   of_dispatch_prof = 1;
   of_dispatch_slow = 1;
   return OF_OK;
