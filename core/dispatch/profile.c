@@ -9,8 +9,9 @@
  * one thread-local load of of_dispatch_slow.
  *
  * Events go to one process-wide buffer written only by the thread that
- * started the profiler (the flag is thread-local); the buffer grows by
- * doubling, and an event that cannot be stored is counted as dropped. */
+ * started the profiler (the flag is thread-local; one thread at a time may
+ * profile); the buffer grows by doubling, and an event that cannot be
+ * stored is counted as dropped. */
 #include "dispatch.h"
 #include <stddef.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@ static int32_t prof_flags;
 /* the depth the profiler was started at: ops already running then (a host
  * callback inside an op may start it) have no start mark and no event */
 static int32_t base_depth;
+static int32_t owned;   /* a thread is profiling (atomic) */
 
 /* per depth: start time and the CPU allocator counters at the start. Not
  * thread-local (the library's TLS is initial-exec, and static TLS space is
@@ -94,6 +96,9 @@ void of_prof_event_add(int32_t op, const void *attrs, int32_t attr_size, of_tens
 
 of_status of_profiler_start(int32_t flags) {
   if (of_dispatch_prof) return of_fail(OF_ERR_STATE, "profiler: already running on this thread");
+  int32_t expect = 0;
+  if (!__atomic_compare_exchange_n(&owned, &expect, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return of_fail(OF_ERR_STATE, "profiler: already running on another thread");
   nevents = 0;
   dropped = 0;
   prof_flags = flags;
@@ -107,6 +112,7 @@ of_status of_profiler_stop(void) {
   if (!of_dispatch_prof) return of_fail(OF_ERR_STATE, "profiler: not running on this thread");
   of_dispatch_prof = 0;
   of_dispatch_slow = of_dispatch_tls != NULL;
+  __atomic_store_n(&owned, 0, __ATOMIC_RELEASE);
   return OF_OK;
 }
 
