@@ -101,7 +101,12 @@ describe('flow.utils.summary', function()
 import torchvision
 m = torchvision.models.resnet18()
 print(sum(p.numel() for p in m.parameters()), sum(p.numel() for p in m.parameters() if p.requires_grad))
-for n, c in m.named_children(): print(n, sum(p.numel() for p in c.parameters()))
+import torch
+shapes = {}
+for n, c in m.named_children():
+    c.register_forward_hook(lambda mod, i, o, n=n: shapes.__setitem__(n, list(o.shape)))
+m.eval()(torch.randn(1, 3, 64, 64))
+for n, c in m.named_children(): print(n, sum(p.numel() for p in c.parameters()), *shapes[n])
 "]])
     local out = p:read('*a')
     p:close()
@@ -109,10 +114,11 @@ for n, c in m.named_children(): print(n, sum(p.numel() for p in c.parameters()))
     assert.are.equal(tonumber(total), rows.total_params)
     assert.are.equal(tonumber(trainable), rows.trainable_params)
     local by_name = {}
-    for _, r in ipairs(rows) do if r.depth == 1 then by_name[r.name] = r.params end end
+    for _, r in ipairs(rows) do if r.depth == 1 then by_name[r.name] = r end end
     local n = 0
-    for name, count in out:gmatch('\n(%w+) (%d+)') do
-      assert.are.equal(tonumber(count), by_name[name], name)
+    for name, count, shape in out:gmatch('\n(%w+) (%d+) ([%d ]+)') do
+      assert.are.equal(tonumber(count), by_name[name].params, name)
+      assert.are.equal(shape, table.concat(by_name[name].output_shapes[1], ' '), name)
       n = n + 1
     end
     assert.are.equal(10, n)
