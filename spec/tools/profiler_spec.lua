@@ -46,6 +46,23 @@ describe('flow.profiler', function()
     assert.are.equal(outer.end_ns - outer.start_ns - (inner.end_ns - inner.start_ns), outer.self_ns)
   end)
 
+  it('records max pools (their own dispatch path) with and without indices', function()
+    local F = nn.functional
+    local x = flow.randn(1, 2, 6, 6)
+    local want_v, want_i = F.max_pool2d(x, 2, {return_indices = true})
+    local want = F.adaptive_max_pool2d(x, 3)
+    local v, i, a
+    local prof = flow.profiler.profile({record_shapes = true}, function()
+      v, i = F.max_pool2d(x, 2, {return_indices = true})
+      a = F.adaptive_max_pool2d(x, 3)
+    end)
+    H.close(v, want_v, 0)
+    H.close(i, want_i, 0)
+    H.close(a, want, 0)
+    assert.are.same({'max_pool', 'adaptive_max_pool'}, names(prof:events()))
+    assert.are.equal('[1, 2, 6, 6]', prof:events()[1].input_shapes)
+  end)
+
   it('marks the ops of backward rules and can leave them out', function()
     local x = flow.randn(3, 4, {requires_grad = true})
     local prof = flow.profiler.profile(function() x:mul(2):sum():backward() end)
