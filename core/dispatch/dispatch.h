@@ -56,22 +56,43 @@ extern _Thread_local void *of_dispatch_tls OF_TLS_IE;
 /* public ops running on this thread while tracing (only the outermost records) */
 extern _Thread_local int32_t of_dispatch_depth OF_TLS_IE;
 
-/* core/graph installs its hooks before it starts a trace. */
-void of_dispatch_install(const of_dispatch_hooks *h);
+/* Nonzero while this thread is tracing or profiling: the one word the
+ * eager path of every op reads. */
+extern _Thread_local int32_t of_dispatch_slow OF_TLS_IE;
+/* The profiler (core/dispatch/profile.c) is on for this thread. */
+extern _Thread_local int32_t of_dispatch_prof OF_TLS_IE;
+/* backward passes the autograd engine is running on this thread */
+extern _Thread_local int32_t of_dispatch_in_engine OF_TLS_IE;
 
-/* The wrapper every public op goes through: one thread-local load when not
- * tracing; while tracing, only the outermost public op records. */
+/* core/graph installs its hooks before it starts a trace, and sets (tr) or
+ * clears (NULL) the tracer's state through of_dispatch_set_tracer. */
+void of_dispatch_install(const of_dispatch_hooks *h);
+void of_dispatch_set_tracer(void *tr);
+
+/* The slow path's entry: the profiler's start mark (profile.c), depth + 1.
+ * Out of line, so that the eager path of OF_DISPATCH stays a test and a
+ * tail call (no registers saved before the test). */
+void of_prof_enter(int32_t d);
+void of_dispatch_enter(void);
+
+/* The wrapper every public op goes through: one thread-local load when
+ * neither tracing nor profiling. While tracing, only the outermost public
+ * op records a node; while profiling, every op's RECORD runs (it reaches
+ * of_dispatch_record, which logs the event, and records for the tracer only
+ * at depth 0). */
 #define OF_DISPATCH(CALL, RECORD)                                      \
   do {                                                                 \
-    if (__builtin_expect(of_dispatch_tls == NULL, 1)) return CALL;     \
-    of_dispatch_depth++;                                               \
+    if (__builtin_expect(of_dispatch_slow == 0, 1)) return CALL;       \
+    of_dispatch_enter();                                               \
     of_status st_ = CALL;                                              \
     of_dispatch_depth--;                                               \
-    if (st_ == OF_OK && of_dispatch_depth == 0) st_ = (RECORD);        \
+    if (st_ == OF_OK && (of_dispatch_depth == 0 || of_dispatch_prof))  \
+      st_ = (RECORD);                                                  \
     return st_;                                                        \
   } while (0)
 
-/* Records node `op` with attribute record `attrs` (the RECORD of OF_DISPATCH). */
+/* Records node `op` with attribute record `attrs` (the RECORD of OF_DISPATCH):
+ * a profiler event when profiling, a graph node when tracing at depth 0. */
 of_status of_dispatch_record(int32_t op, const void *attrs, int32_t attr_size, of_tensor **ins,
                              int32_t nin, of_tensor **outs, int32_t nreal);
 #define OF_RECORD(OP, A, INS, NIN, OUTS, NREAL) \

@@ -715,3 +715,52 @@ of_status of_graph_set_external_name(of_graph *g, int32_t i, const char *name) {
   g->vals[v].name = s;
   return OF_OK;
 }
+
+/* ---- introspection (oneflow.h) ---- */
+int32_t of_graph_node_slots(const of_graph *g) { return g ? g->nnodes : 0; }
+
+of_status of_graph_describe_value(const of_graph *g, int32_t v, of_graph_value_desc *out) {
+  if (!g || !out) return of_fail(OF_ERR_ARG, "nn.Graph: describe_value: no graph");
+  if (v < 0 || v >= g->nvals)
+    return of_fail(OF_ERR_INDEX, "nn.Graph: value %d is not in 0..%d", (int)v, (int)g->nvals - 1);
+  const of_gval *x = &g->vals[v];
+  memset(out, 0, sizeof *out);
+  out->kind = x->kind;
+  out->is_const = x->is_const;
+  out->dtype = x->dtype;
+  out->ndim = x->ndim;
+  for (int32_t k = 0; k < x->ndim && k < OF_MAX_DIMS; k++) out->shape[k] = x->shape[k];
+  out->producer = x->producer;
+  out->index = x->index;
+  out->name = x->name;
+  out->note = x->note;
+  return OF_OK;
+}
+
+of_status of_graph_describe_node(const of_graph *g, int32_t i, of_graph_node_desc *out) {
+  if (!g || !out) return of_fail(OF_ERR_ARG, "nn.Graph: describe_node: no graph");
+  if (i < 0 || i >= g->nnodes)
+    return of_fail(OF_ERR_INDEX, "nn.Graph: node %d is not in 0..%d", (int)i, (int)g->nnodes - 1);
+  const of_gnode *n = &g->nodes[i];
+  const of_opdef *d = of_op_def(n->op);
+  memset(out, 0, sizeof *out);
+  out->op = d ? d->name : "?";
+  out->nin = n->nin;
+  out->nout = n->nout;
+  out->nreal = n->nreal;
+  out->nmut = n->nmut;
+  out->in = n->in;
+  out->out = n->out;
+  out->dead = n->dead;
+  out->backward = (n->flags & OF_GN_BACKWARD) != 0;
+  out->fused = n->op == OF_OPK_FUSED || n->op == OPK_RELU_MAX_POOL ||
+               n->op == OPK_RELU_MAX_POOL_BACKWARD;
+  if (d && d->describe && n->attrs) d->describe(n->attrs, out->attrs, sizeof out->attrs);
+  return OF_OK;
+}
+
+int32_t of_graph_io_value(const of_graph *g, int32_t output, int32_t i) {
+  if (!g || i < 0) return -1;
+  if (output) return i < g->noutputs ? g->outputs[i] : -1;
+  return i < g->ninputs ? g->inputs[i] : -1;
+}

@@ -620,14 +620,14 @@ of_status of_trace_begin(of_tensor **inputs, int32_t n) {
   }
   of_dispatch_install(&trace_hooks);
   of_dispatch_depth = 0;
-  of_dispatch_tls = tr;
+  of_dispatch_set_tracer(tr);
   return OF_OK;
 }
 
 void of_trace_abort(void) {
   of_trace *tr = of_trace_tls;
   if (!tr) return;
-  of_dispatch_tls = NULL;
+  of_dispatch_set_tracer(NULL);
   of_graph_release(tr->g);
   trace_free(tr);
 }
@@ -648,7 +648,7 @@ of_status of_trace_end(of_tensor **outputs, int32_t n, of_graph **out) {
                    "was not computed by recorded graph ops", OF_SHAPE_STR(outputs[i]),
                    (int)i + 1);
   }
-  of_dispatch_tls = NULL;
+  of_dispatch_set_tracer(NULL);
   trace_free(tr);
   if (st == OF_OK) st = graph_device(g);
   if (st != OF_OK) {

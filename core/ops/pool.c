@@ -1186,11 +1186,11 @@ of_status of_max_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride
                       const int64_t *padding, const int64_t *dilation, int32_t nsp,
                       int32_t ceil_mode, int64_t index_base, of_tensor **values,
                       of_tensor **indices) {
-  if (__builtin_expect(of_dispatch_tls == NULL, 1) || of_dispatch_depth > 0)
+  if (__builtin_expect(of_dispatch_slow == 0, 1) || (of_dispatch_depth > 0 && !of_dispatch_prof))
     return max_pool_body(x, kernel, stride, padding, dilation, nsp, ceil_mode, index_base,
                             values, indices);
   of_tensor *idx = NULL;
-  of_dispatch_depth++;
+  of_dispatch_enter();
   of_status st = max_pool_body(x, kernel, stride, padding, dilation, nsp, ceil_mode,
                                   index_base, values, indices ? indices : &idx);
   of_dispatch_depth--;
@@ -1206,10 +1206,10 @@ of_status of_max_pool(of_tensor *x, const int64_t *kernel, const int64_t *stride
 }
 of_status of_adaptive_max_pool(of_tensor *x, const int64_t *output_size, int32_t nsp,
                                int64_t index_base, of_tensor **values, of_tensor **indices) {
-  if (__builtin_expect(of_dispatch_tls == NULL, 1) || of_dispatch_depth > 0)
+  if (__builtin_expect(of_dispatch_slow == 0, 1) || (of_dispatch_depth > 0 && !of_dispatch_prof))
     return adaptive_max_pool_body(x, output_size, nsp, index_base, values, indices);
   of_tensor *idx = NULL;
-  of_dispatch_depth++;
+  of_dispatch_enter();
   of_status st = adaptive_max_pool_body(x, output_size, nsp, index_base, values,
                                            indices ? indices : &idx);
   of_dispatch_depth--;

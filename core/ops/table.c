@@ -97,3 +97,16 @@ int32_t of_mutates_first(const void *a, int32_t nin, int32_t *idx) {
   idx[0] = 0;
   return 1;
 }
+
+of_status of_op_describe(int32_t op, const void *attrs, int32_t size, char *buf, int32_t cap) {
+  if (!buf || cap <= 0) return of_fail(OF_ERR_ARG, "op_describe: no buffer");
+  buf[0] = 0;
+  if (op < 0 || op >= OPK_COUNT)
+    return of_fail(OF_ERR_INDEX, "op_describe: op %d is not in 0..%d", (int)op, (int)OPK_COUNT - 1);
+  const of_opschema_row *s = &schema[op];
+  bool var = (s->flags & OF_OPF_VARATTR) != 0;
+  if (!attrs || !s->impl || !s->impl->describe) return OF_OK;
+  if (var ? size < s->attr_size : size != s->attr_size) return OF_OK;
+  s->impl->describe(attrs, buf, (size_t)cap);
+  return OF_OK;
+}

@@ -4,6 +4,7 @@
 --   ./bin/flow examples/mnist/train.lua [--epochs 3] [--batch-size 64]
 --       [--lr 0.001] [--threads 2] [--data /usr/share/datasets/fashion-mnist]
 --       [--out /tmp/fashion_lenet.safetensors] [--limit N] [--log-every N]
+--       [--plot loss.svg]
 --   ./bin/flow examples/mnist/train.lua --help
 --
 -- Data: Debian's dataset-fashion-mnist (`make example` installs it).
@@ -29,6 +30,7 @@ local function parse_args(argv)
   p:option('--limit', 'Use only the first N training and test images.', nil, tonumber)
   p:option('--log-every', 'Print the loss every N steps (0: only when stderr is not a terminal, '
     .. 'every tenth of an epoch).', '0', tonumber)
+  p:option('--plot', 'Write the per-step training loss curve to this SVG file.')
   return p:parse(argv)
 end
 
@@ -91,7 +93,7 @@ local function main(argv)
   if log_every == 0 and not require('oneflow.utils.posix').isatty(2) then
     log_every = math.max(1, math.floor(#loader / 10))
   end
-  local acc
+  local acc, losses = nil, {}   -- losses: per step, for --plot
   for epoch = 1, opts.epochs do
     local t0, sum, n = os.time(), 0, 0
     local clock0 = os.clock()
@@ -100,7 +102,8 @@ local function main(argv)
       opt:zero_grad()
       loss:backward()
       opt:step()
-      sum, n = sum + loss:item(), n + 1
+      losses[#losses + 1] = loss:item()
+      sum, n = sum + losses[#losses], n + 1
       if log_every > 0 and n % log_every == 0 then
         print(('epoch %d: step %d/%d, loss %.4f'):format(epoch, n, #loader, sum / n))
       end
@@ -110,6 +113,10 @@ local function main(argv)
       epoch, sum / n, 100 * acc, os.time() - t0, (os.clock() - clock0) * 1000 / n))
   end
 
+  if opts.plot then   -- the loss curve as SVG (flow.utils.plot, doc/tools.md)
+    flow.utils.plot.curves(opts.plot, {{label = 'train loss', ys = losses}}, {xlabel = 'step',
+      ylabel = 'cross-entropy', title = ('LeNet, test accuracy %.2f%%'):format(100 * acc)})
+  end
   flow.save(model:state_dict(), opts.out)
   local reloaded = LeNet()
   reloaded:load_state_dict(flow.load(opts.out))

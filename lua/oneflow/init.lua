@@ -96,7 +96,16 @@ flow.save, flow.load, flow.safetensors = serialization.save, serialization.load,
 local torchio = require 'oneflow.io.torch'
 flow.load_torch, flow.save_torch = torchio.load, torchio.save
 flow.load_t7 = require('oneflow.io.t7').load
-flow.utils = {data = require 'oneflow.utils.data', progress = require 'oneflow.utils.progress'}
+flow.utils = {data = require 'oneflow.utils.data', progress = require 'oneflow.utils.progress',
+              summary = require 'oneflow.utils.summary', plot = require 'oneflow.utils.plot'}
+-- loaded on first use: most programs never write TensorBoard files
+setmetatable(flow.utils, {__index = function(t, k)
+  if k == 'tensorboard' then
+    local m = require 'oneflow.utils.tensorboard'
+    rawset(t, k, m)
+    return m
+  end
+end})
 flow.optim = require 'oneflow.optim'
 flow.cuda = require 'oneflow.cuda'
 flow.backends = flow.cuda.backends
@@ -110,6 +119,7 @@ end
 flow.nn = require 'oneflow.nn'
 flow.onnx = require 'oneflow.onnx'
 flow.amp = require 'oneflow.amp'
+flow.profiler = require 'oneflow.profiler'
 flow.distributed = require 'oneflow.distributed'
 flow.env, flow.comm = flow.distributed.env, flow.distributed.comm
 require('oneflow.distributed.global').attach(flow)

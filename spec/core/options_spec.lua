@@ -201,6 +201,40 @@ local CASES = {
    function(o) return nn.Transformer.generate_square_subsequent_mask(3, o) end},
 }
 
+-- the tools (doc/tools.md); the writer's directory is removed after the specs
+local tools_logdir = os.tmpname()
+os.remove(tools_logdir)
+do
+  local plot, TB = flow.utils.plot, flow.utils.tensorboard
+  local prof = flow.profiler.profile(function() return x + 1 end)
+  local G = nn.Graph:subclass('OptionsG')
+  function G.build(_, a) return a * 2 end
+  local g = G()
+  g(x)
+  local logdir = tools_logdir
+  local writer
+  local function w()
+    writer = writer or TB.SummaryWriter(logdir)
+    return writer
+  end
+  for _, c in ipairs({
+    {'flow.utils.summary', 'summary', 'depth', function(o) return flow.utils.summary(nn.Linear(3, 2), {1, 3}, o) end},
+    {'plot.Figure', 'plot.Figure', 'title', function(o) return plot.Figure(o) end},
+    {'fig:line', 'plot.line', 'label', function(o) return plot.Figure():line({1, 2}, o) end},
+    {'plot.curves', 'plot.Figure', 'xlabel', function(o) return plot.curves(nil, {a = {1, 2}}, o) end},
+    {'profiler.profile', 'profiler.profile', 'record_shapes', function(o) return flow.profiler.profile(o) end},
+    {'prof:key_averages', 'profiler.key_averages', 'group_by_input_shape',
+     function(o) return prof:key_averages(o) end},
+    {'averages:table', 'profiler.table', 'row_limit', function(o) return prof:key_averages():table(o) end},
+    {'SummaryWriter', 'SummaryWriter', 'comment', function(o) return TB.SummaryWriter(logdir, o) end},
+    {'writer:add_histogram', 'add_histogram', 'bins', function(o) return w():add_histogram('h', {1, 2}, 1, o) end},
+    {'writer:add_image', 'add_image', 'dataformats',
+     function(o) return w():add_image('i', flow.ones(1, 2, 2), 1, o) end},
+    {'graph:to_dot', 'nn.Graph.to_dot', 'params', function(o) return g:to_dot(o) end},
+    {'graph:render', 'nn.Graph.render', 'format', function(o) return g:render(logdir .. '.svg', o) end},
+  }) do CASES[#CASES + 1] = c end
+end
+
 -- A plausible misspelling of key, one edit away: a doubled letter dropped,
 -- an 's' added, or the last letter dropped.
 local function misspell(key)
@@ -212,6 +246,7 @@ local function misspell(key)
 end
 
 describe('unknown option keys', function()
+  teardown(function() os.execute('rm -rf ' .. tools_logdir .. ' ' .. tools_logdir .. '.svg*') end)
   it('suggest the nearest known key, only when it is close', function()
     assert.equal('keepdim', A.nearest('keepdims', {'keepdim', 'dtype', 'dim'}))
     assert.equal('dtype', A.nearest('dtyp', {dtype = true, device = true}))

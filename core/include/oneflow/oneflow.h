@@ -600,6 +600,41 @@ typedef struct of_op_info {
 } of_op_info;
 int32_t of_op_schema_count(void);
 of_status of_op_schema(int32_t op, of_op_info *out);
+/* The text graphs print for an op's attribute record ("add", "dim=1" ...);
+ * "" where the op has no description or size is not the record's size. */
+of_status of_op_describe(int32_t op, const void *attrs, int32_t size, char *buf, int32_t cap);
+
+/* ---- the op profiler (core/dispatch/profile.c; Lua: flow.profiler) ------
+ * While on, every public op this thread runs (also inside other ops, in
+ * backward rules and in nn.Graph runs on this thread) appends an event:
+ * the op kind, its nesting depth (0: called by the host), start and end
+ * on CLOCK_MONOTONIC, the CPU allocator's bytes served during the op and
+ * the change of CPU bytes held by live tensors, and with OF_PROF_SHAPES
+ * the shapes and dtypes of its first OF_PROF_MAX_INPUTS inputs. When off,
+ * an op pays nothing more than before (one thread-local load). Events stay
+ * readable until the next of_profiler_start. */
+enum { OF_PROF_SHAPES = 1, OF_PROF_MAX_INPUTS = 4, OF_PROF_ATTR_BYTES = 160 };
+typedef struct of_prof_event {
+  int32_t op, depth;
+  int64_t start_ns, end_ns;
+  int64_t bytes_allocated;    /* CPU allocator bytes served while it ran */
+  int64_t bytes_net;          /* change of CPU bytes held by live tensors */
+  int32_t nin, nout;
+  int32_t backward;           /* run by the autograd engine */
+  int32_t attr_size;          /* the record's size (copied when <= OF_PROF_ATTR_BYTES) */
+  int32_t in_ndim[OF_PROF_MAX_INPUTS];    /* -1: no tensor there */
+  int32_t in_dtype[OF_PROF_MAX_INPUTS];
+  int64_t in_shape[OF_PROF_MAX_INPUTS][OF_MAX_DIMS];
+  int32_t out_dtype, out_device;
+  uint8_t attrs[OF_PROF_ATTR_BYTES];
+} of_prof_event;
+of_status of_profiler_start(int32_t flags);    /* on this thread; clears old events */
+of_status of_profiler_stop(void);
+int32_t of_profiler_enabled(void);
+int64_t of_profiler_num_events(void);
+const of_prof_event *of_profiler_events(void);
+int64_t of_profiler_dropped(void);             /* events lost to a failed allocation */
+int64_t of_profiler_now_ns(void);              /* the events' clock */
 
 /* ---- nn.Graph (core/graph/) --------------------------------------------
  * A graph is traced from eager code: between of_trace_begin and
@@ -678,6 +713,32 @@ of_status of_graph_to(of_graph *g, of_device dev);
  * of_graph_cuda_graph_status: "" not captured yet, "captured", or why not. */
 void of_graph_set_cuda_graph(of_graph *g, int32_t mode);
 const char *of_graph_cuda_graph_status(const of_graph *g);
+/* Introspection (graph:to_dot, SummaryWriter:add_graph): value v in
+ * 0..OF_GRAPH_NUM_VALUES-1, node i in 0..of_graph_node_slots-1 (dead nodes
+ * included, marked), graph input / output i as value ids. Pointers are
+ * borrowed from the graph. */
+typedef struct of_graph_value_desc {
+  int32_t kind;               /* 0 input, 1 external, 2 internal, 3 autograd handle */
+  int32_t is_const;
+  of_dtype dtype;
+  int32_t ndim;
+  int64_t shape[OF_MAX_DIMS];
+  int32_t producer;           /* node index, -1 for inputs and externals */
+  int32_t index;              /* input position / external number */
+  const char *name;           /* externals: the parameter's name, or NULL */
+  const char *note;           /* a global tensor's placement and SBP, or NULL */
+} of_graph_value_desc;
+typedef struct of_graph_node_desc {
+  const char *op;
+  int32_t nin, nout, nreal, nmut;
+  const int32_t *in, *out;    /* value ids, -1 for a NULL input */
+  int32_t dead, backward, fused;   /* fused: a pass made this node from several ops */
+  char attrs[256];            /* the record's description */
+} of_graph_node_desc;
+int32_t of_graph_node_slots(const of_graph *g);
+of_status of_graph_describe_value(const of_graph *g, int32_t v, of_graph_value_desc *out);
+of_status of_graph_describe_node(const of_graph *g, int32_t i, of_graph_node_desc *out);
+int32_t of_graph_io_value(const of_graph *g, int32_t output, int32_t i);   /* -1: none */
 
 /* Fused optimizer updates, in place, one pass over memory (the update ops
  * nn.Graph records; usable eagerly too). hyper: float64 {lr, steps taken};

@@ -1106,6 +1106,11 @@ function Graph:__tostring()
   return summary(self._last.g, self.__name, n)
 end
 
+--- The last compiled graph as Graphviz DOT text (oneflow.nn.graph_view).
+function Graph:to_dot(opts) return require('oneflow.nn.graph_view').to_dot(self, opts) end
+--- Renders it with Graphviz `dot` to path (.svg, .png, .pdf, .dot).
+function Graph:render(path, opts) return require('oneflow.nn.graph_view').render(self, path, opts) end
+
 --- The IR of the last compiled graph as text.
 function Graph:ir(level)
   if not self._last then return '' end

@@ -1,0 +1,190 @@
+-- flow.utils.tensorboard: CRC-32C and TFRecord framing checked in Lua, then
+-- the files read back by tensorboard's EventAccumulator (python venv made by
+-- spec/tools/setup_tensorboard.sh, run here when missing; pending when pip
+-- cannot install it).
+local flow = require 'oneflow'
+local H = require 'spec.helpers'
+local nn = flow.nn
+local TB = flow.utils.tensorboard
+
+local function tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  assert(os.execute('mkdir -p ' .. d) == 0)
+  return d
+end
+
+local function u32(s, i)
+  local a, b, c, d = s:byte(i, i + 3)
+  return a + b * 256 + c * 65536 + d * 16777216
+end
+
+-- the records of an event file, checking each CRC
+local function records(path)
+  local s = assert(io.open(path, 'rb')):read('*a')
+  local out, i = {}, 1
+  while i <= #s do
+    local len = u32(s, i)
+    assert.are.equal(0, u32(s, i + 4))
+    assert.are.equal(TB.masked_crc(s:sub(i, i + 7)), u32(s, i + 8))
+    local data = s:sub(i + 12, i + 11 + len)
+    assert.are.equal(len, #data)
+    assert.are.equal(TB.masked_crc(data), u32(s, i + 12 + len))
+    out[#out + 1] = data
+    i = i + 16 + len
+  end
+  return out
+end
+
+local function event_file(dir)
+  local f = io.popen('ls ' .. dir .. '/events.out.tfevents.*')
+  local p = f:read('*l')
+  f:close()
+  return p
+end
+
+local venv_python
+local function tb_python()
+  if venv_python ~= nil then return venv_python end
+  local cache = os.getenv('XDG_CACHE_HOME') or ((os.getenv('HOME') or '/tmp') .. '/.cache')
+  local candidates = {cache .. '/oneflow/tb-venv/bin/python'}
+  if os.getenv('TB_PYTHON') then table.insert(candidates, 1, os.getenv('TB_PYTHON')) end
+  for _ = 1, 2 do
+    for _, py in ipairs(candidates) do
+      if os.execute(py .. ' -c "import tensorboard" >/dev/null 2>&1') == 0 then
+        venv_python = py
+        return py
+      end
+    end
+    if os.getenv('TB_NO_SETUP') then break end
+    os.execute('timeout 600 sh spec/tools/setup_tensorboard.sh >/dev/null 2>&1')
+  end
+  venv_python = false
+  return false
+end
+
+describe('flow.utils.tensorboard', function()
+  it('computes CRC-32C and TFRecord masks', function()
+    assert.are.equal(0xE3069283, TB.crc32c('123456789'))
+    assert.are.equal(0, TB.crc32c(''))
+    assert.are.equal(0x8A9136AA, TB.crc32c(string.rep('\0', 32)))
+    -- mask(crc) = rotr15(crc) + 0xa282ead8 mod 2^32
+    local c = TB.crc32c('abc')
+    local rot = (math.floor(c / 2 ^ 15) + (c % 2 ^ 15) * 2 ^ 17) % 2 ^ 32
+    assert.are.equal((rot + 0xa282ead8) % 2 ^ 32, TB.masked_crc('abc'))
+    local r = TB.record('hello')
+    assert.are.equal(8 + 4 + 5 + 4, #r)
+    assert.are.equal(5, u32(r, 1))
+  end)
+
+  it('appends whole records, flushed after each call', function()
+    local dir = tmpdir()
+    local w = TB.SummaryWriter(dir)
+    local path = event_file(dir)
+    assert.are.equal(1, #records(path))                 -- the file_version event
+    assert.truthy(records(path)[1]:find('brain.Event:2', 1, true))
+    w:add_scalar('a', 1.5, 1)
+    assert.are.equal(2, #records(path))                 -- readable before close
+    w:add_text('t', 'x', 1)
+    w:close()
+    assert.are.equal(3, #records(path))
+    H.raises(function() w:add_scalar('a', 1, 2) end, 'the writer is closed')
+    os.execute('rm -rf ' .. dir)
+  end)
+
+  it('computes histograms like TensorFlow and in equal bins', function()
+    -- [-1, -0.25) [-0.25, 0.5) [0.5, 1.25) [1.25, 2]
+    local h = TB.histogram({-1, 0, 0.5, 2, 2}, 4)
+    assert.are.same({1, 1, 1, 2}, h.bucket)
+    H.close(h.bucket_limit, {-0.25, 0.5, 1.25, 2})
+    assert.are.equal(5, h.num)
+    assert.are.equal(3.5, h.sum)
+    assert.are.equal(9.25, h.sum_squares)
+    local t = TB.histogram({1, 1, 1})
+    local total = 0
+    for _, c in ipairs(t.bucket) do total = total + c end
+    assert.are.equal(3, total)
+    assert.are.equal(1, t.bucket_limit[#t.bucket_limit] >= 1 and 1 or 0)
+    H.raises(function() TB.histogram({1, 0 / 0}) end, 'NaN')
+  end)
+
+  it('checks its arguments', function()
+    local dir = tmpdir()
+    local w = TB.SummaryWriter(dir)
+    H.raises(function() w:add_scalar('', 1, 1) end, 'add_scalar: tag must be a non-empty string')
+    H.raises(function() w:add_scalar('a', flow.ones(2), 1) end, 'one-element tensor', '[2]')
+    H.raises(function() w:add_scalar('a', 1, 1.5) end, 'global_step must be an integer')
+    H.raises(function() w:add_image('i', flow.rand(5, 4, 4), 1) end, '1, 3 or 4 channels')
+    H.raises(function() w:add_image('i', flow.rand(4, 4), 1) end, 'dataformats CHW needs a 3-d tensor')
+    H.raises(function() w:add_histogram('h', {1}, 1, {bin = 3}) end, "unknown option 'bin'", "'bins'")
+    H.raises(function() TB.SummaryWriter(dir, {coment = 'x'}) end, "SummaryWriter: unknown option 'coment'")
+    H.raises(function() w:add_graph(nn.Linear(2, 2)) end, 'give example inputs')
+    w:close()
+    os.execute('rm -rf ' .. dir)
+  end)
+
+  it('is read back by tensorboard: scalars, histograms, images, text, graph', function()
+    local py = tb_python()
+    if not py then
+      pending('tensorboard could not be installed in a venv (spec/tools/setup_tensorboard.sh needs PyPI)')
+      return
+    end
+    local dir = tmpdir()
+    local w = TB.SummaryWriter(dir .. '/run')
+    for s = 1, 5 do w:add_scalar('loss/train', 1 / s, s) end
+    w:add_scalar('lr', flow.tensor({0.25}), 7)
+    w:add_scalars('acc', {train = 0.9, val = 0.75}, 3)
+    flow.manual_seed(1)
+    local vals = flow.randn(1000)
+    w:add_histogram('weights', vals, 2)
+    w:add_histogram('w10', vals, 2, {bins = 10})
+    w:add_image('rgb', flow.rand(3, 20, 30), 4)
+    w:add_image('gray', (flow.rand(12, 16) * 255):to(flow.uint8), 4, {dataformats = 'HW'})
+    w:add_text('notes', 'lr = 0.1 <b>', 5)
+    local nodes = w:add_graph(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), flow.randn(3, 4))
+    w:close()
+    local script = [[
+import sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+z = {'scalars': 0, 'histograms': 0, 'images': 0, 'tensors': 0}
+a = EventAccumulator(sys.argv[1] + '/run', size_guidance=z); a.Reload()
+print('scalars', ' '.join('%d:%.6g' % (e.step, e.value) for e in a.Scalars('loss/train')))
+print('lr', a.Scalars('lr')[0].step, a.Scalars('lr')[0].value)
+h = a.Histograms('weights')[0].histogram_value
+print('hist', a.Histograms('weights')[0].step, int(h.num), int(sum(h.bucket)), '%.6f %.6f' % (h.min, h.max))
+print('hist10', len(a.Histograms('w10')[0].histogram_value.bucket))
+for t in ('rgb', 'gray'):
+    im = a.Images(t)[0]
+    print('image', t, im.step, im.width, im.height, im.encoded_image_string[:8] == b'\x89PNG\r\n\x1a\n')
+t = a.Tensors('notes/text_summary')[0]
+print('text', t.step, t.tensor_proto.string_val[0].decode())
+g = a.Graph()
+print('graph', len(g.node), sum(1 for n in g.node if n.op == 'matmul'), sum(1 for n in g.node if n.op == 'Parameter'))
+for k in ('train', 'val'):
+    b = EventAccumulator(sys.argv[1] + '/run/acc_' + k); b.Reload()
+    print('acc', k, b.Scalars('acc')[0].step, '%.6g' % b.Scalars('acc')[0].value)
+]]
+    local sf = os.tmpname()
+    assert(io.open(sf, 'w')):write(script)
+    local p = io.popen(py .. ' ' .. sf .. ' ' .. dir .. ' 2>&1')
+    local out = p:read('*a')
+    p:close()
+    os.remove(sf)
+    local mn, mx = vals:min():item(), vals:max():item()
+    local want = table.concat({
+      'scalars 1:1 2:0.5 3:0.333333 4:0.25 5:0.2',
+      'lr 7 0.25',
+      ('hist 2 1000 1000 %.6f %.6f'):format(mn, mx),
+      'hist10 10',
+      'image rgb 4 30 20 True',
+      'image gray 4 16 12 True',
+      'text 5 lr = 0.1 <b>',
+      ('graph %d 2 4'):format(nodes),
+      'acc train 3 0.9',
+      'acc val 3 0.75', ''}, '\n')
+    assert.are.equal(want, out)
+    -- input, 4 parameters, 6 ops (2 x transpose, matmul, fused bias add (+relu)), output
+    assert.are.equal(1 + 4 + 6 + 1, nodes)
+    os.execute('rm -rf ' .. dir)
+  end)
+end)
