@@ -337,7 +337,8 @@ VEC_HELPERS(16)
           for (; i + W <= M; i += W)                                                            \
             st_##TS##_##W(py + i, vexp##W(ld_##TS##_##W(px + i) - mx) * inv);                   \
           if (i < M)                                                                            \
-            stn_##TS##_##W(py + i, vexp##W(ldn_##TS##_##W(px + i, M - i, 0.0f) - mx) * inv, M - i); \
+            stn_##TS##_##W(py + i, vexp##W(ldn_##TS##_##W(px + i, M - i, 0.0f) - mx) * inv,     \
+                           M - i);                                                              \
         }                                                                                       \
       }                                                                                         \
     }                                                                                           \
@@ -376,6 +377,32 @@ VEC_HELPERS(16)
         else stn_##TS##_##W(po + i, o, k);                                                      \
       }                                                                                         \
     }                                                                                           \
+  }                                                                                             \
+  /* y = gelu(x) (erf form) or silu(x), float32 */                                              \
+  ATTR static void ew_##TS##_##ISA(int32_t op, const void *x_, void *y_, int64_t n) {           \
+    const T *x = x_;                                                                            \
+    T *y = y_;                                                                                  \
+    for (int64_t i = 0; i < n; i += W) {                                                        \
+      int64_t k = n - i < W ? n - i : W;                                                        \
+      vf##W v = k == W ? ld_##TS##_##W(x + i) : ldn_##TS##_##W(x + i, k, 0.0f), o;              \
+      if (op == OF_SILU) {                                                                      \
+        o = v / (1.0f + vexp##W(-v));                                                           \
+        o = vsel##W(v == -INFINITY, vsplat##W(NAN), o);   /* -inf * sigmoid(-inf), as torch */  \
+      } else {                                                                                  \
+        /* 1 + erf(v / sqrt 2) as q (v < 0) or 2 - q (v >= 0), q = erfc(|v| / sqrt 2) by        \
+         * Abramowitz and Stegun 7.1.26 (absolute error <= 1.5e-7), so the tail for             \
+         * negative v keeps its small values instead of cancelling against 1 */                 \
+        vi##W neg = v < 0.0f;                                                                   \
+        vf##W z = vsel##W(neg, -v, v) * 0.70710678118654752f;                                   \
+        vf##W t = 1.0f / (1.0f + 0.3275911f * z);                                               \
+        vf##W p = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f);  \
+        p = (p * t + 0.254829592f) * t;                                                         \
+        vf##W q = p * vexp##W(-z * z);                                                          \
+        o = 0.5f * v * vsel##W(neg, q, 2.0f - q);                                               \
+      }                                                                                         \
+      if (k == W) st_##TS##_##W(y + i, o);                                                      \
+      else stn_##TS##_##W(y + i, o, k);                                                         \
+    }                                                                                           \
   }
 
 #define NO_ATTR
@@ -405,6 +432,8 @@ static const ln_fwd_fn ln_fwd_tab[2][3] = {ISA_TABLE(ln_fwd, f32), ISA_TABLE(ln_
 static const ln_bwd_fn ln_bwd_tab[2][3] = {ISA_TABLE(ln_bwd, f32), ISA_TABLE(ln_bwd, bf16)};
 static const sm_fwd_fn sm_fwd_tab[2][3] = {ISA_TABLE(sm_fwd, f32), ISA_TABLE(sm_fwd, bf16)};
 static const sm_bwd_fn sm_bwd_tab[2][3] = {ISA_TABLE(sm_bwd, f32), ISA_TABLE(sm_bwd, bf16)};
+typedef void (*ew_fn)(int32_t, const void *, void *, int64_t);
+static const ew_fn ew_tab[2][3] = {ISA_TABLE(ew, f32), ISA_TABLE(ew, bf16)};
 
 static int tix(of_dtype dt) { return dt == OF_BFLOAT16; }
 
@@ -507,4 +536,10 @@ void of_rowk_softmax_backward(of_dtype dt, const void *y, const void *g, void *g
     row_range(R, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
     fn(y, g, gx, r0, r1, M, lg);
   }
+}
+
+bool of_rowk_unary(int32_t op, of_dtype dt, const void *x, void *y, int64_t n) {
+  if ((op != OF_GELU && op != OF_SILU) || !of_rowk_dtype(dt)) return false;
+  if (n > 0) ew_tab[tix(dt)][of_cpu_isa()](op, x, y, n);
+  return true;
 }

@@ -29,4 +29,7 @@ void of_rowk_softmax(of_dtype dt, const void *x, void *y, int64_t R, int64_t M, 
  * log_softmax gx = g - exp(y) sum(g) */
 void of_rowk_softmax_backward(of_dtype dt, const void *y, const void *g, void *gx, int64_t R,
                               int64_t M, int32_t lg);
+/* y = op(x) over n contiguous elements, one thread (of_iter splits the work):
+ * op OF_GELU (erf form) or OF_SILU; false (nothing done) for other ops/dtypes */
+bool of_rowk_unary(int32_t op, of_dtype dt, const void *x, void *y, int64_t n);
 #endif

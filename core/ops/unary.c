@@ -5,6 +5,7 @@
 #include "../device.h"
 #include "../autograd.h"
 #include "family.h"
+#include "rowk.h"
 
 typedef enum { KEEP, TO_FLOAT, TO_BOOL, INT_ONLY } ukind_t;
 
@@ -137,6 +138,18 @@ const char *of_unary_name(of_unary_op op) {
   return op >= 0 && op < OF_NUM_UNARY ? unary_ops[op].name : "invalid";
 }
 
+/* GELU and SiLU on float32: contiguous runs go to the vectorised, run-time
+ * dispatched kernels of rowk.c (libm's erf and expf are scalar); strided runs
+ * keep the generic loops. */
+static void un_fast_float(char **p, const int64_t *s, int64_t n, void *ctx_) {
+  of_ew_ctx *ctx = ctx_;
+  if (s[0] == sizeof(float) && s[1] == sizeof(float) &&
+      of_rowk_unary(ctx->op, OF_FLOAT32, p[1], p[0], n))
+    return;
+  if (ctx->op == OF_GELU) un_GELU_float(p, s, n, ctx_);
+  else un_SILU_float(p, s, n, ctx_);
+}
+
 static of_status unsupported(const char *name, of_tensor *x) {
   return of_fail(OF_ERR_DTYPE, "%s: not supported for dtype %s (shape %s)", name, OF_DT(x),
                  OF_SHAPE_STR(x));
@@ -153,6 +166,7 @@ static of_status unary_compute(of_unary_op op, of_tensor *x, of_tensor *into, of
   }
   if (op == OF_SIGN && x->dtype == OF_BOOL) compute = result = OF_BOOL;
   of_loop_fn fn = def->loop[compute];
+  if (compute == OF_FLOAT32 && (op == OF_GELU || op == OF_SILU)) fn = un_fast_float;
   if (op == OF_SIGN && compute == OF_BOOL) fn = unary_ops[OF_ABS].loop[OF_BOOL];
   if (op == OF_NEG && x->dtype == OF_BOOL)
     return of_fail(OF_ERR_DTYPE, "neg: negation of a bool tensor is not supported; use "

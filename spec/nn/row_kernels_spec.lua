@@ -220,6 +220,26 @@ describe('softmax and log_softmax row kernels', function()
   end)
 end)
 
+describe('GELU and SiLU vector kernels', function()
+  it('match the float64 kernels on every instruction set, odd lengths, strided and special values', function()
+    each_isa(function()
+      for _, n in ipairs({1, 3, 17, 1000, 1025, 100003}) do
+        local x = flow.linspace(-12, 12, n)
+        for _, f in ipairs({F.gelu, F.silu}) do
+          close(f(x), f(x:double()), 1e-6, 'n=' .. n)
+        end
+      end
+      local s = flow.tensor({0, 1e-30, -1e-30, math.huge, -math.huge, 0 / 0, 88, -88, 30, -30})
+      for _, f in ipairs({F.gelu, F.silu}) do
+        close(f(s), f(s:double()), 1e-6, 'special values')
+        local m = flow.randn(9, 40):t()   -- strided runs take the generic loop
+        close(f(m), f(m:double()), 1e-6, 'strided')
+        assert.same({0, 3}, f(flow.randn(0, 3)):size():totable())
+      end
+    end)
+  end)
+end)
+
 -- PyTorch on the same inputs (an exact formula, so both sides build them)
 local function torch_available()
   return os.execute('/usr/bin/python3 -c "import torch" >/dev/null 2>&1') == 0
