@@ -218,7 +218,8 @@ add(('%s, %d cores online; %d thread(s) on every side; ISA %s; PyTorch %s and %s
      threads, flow.backends.cpu.get_cpu_capability(), v1, v2, load_before, load_after, rounds,
      REPEATS, triad_best or 0, os.date('!%Y-%m-%d %H:%M UTC')))
 add('')
-add('| case | ours ms | PyTorch 1.13 ms | PyTorch 2.x ms | ours / faster PyTorch | ours GB/s | % of triad | target met |')
+add('| case | ours ms | PyTorch 1.13 ms | PyTorch 2.x ms | ours / faster PyTorch | ours GB/s | % of triad '
+    .. '| target met |')
 add('|---|---|---|---|---|---|---|---|')
 for _, c in ipairs(CASES) do
   local n = c[1]

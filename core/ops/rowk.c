@@ -160,11 +160,16 @@ VEC_HELPERS(16)
         float cm = (float)(hsum##W(s0 + s1) / (double)nc);                                      \
         /* around cm (in L1): sum of d = x - cm and of d^2 */                                   \
         vf##W d0 = vsplat##W(0), q0 = vsplat##W(0), q1 = vsplat##W(0);                          \
-        for (i = 0; i + W <= nc; i += W) {                                                      \
+        for (i = 0; i + 2 * W <= nc; i += 2 * W) {                                              \
+          vf##W da = ld_##TS##_##W(pc + i) - cm, db = ld_##TS##_##W(pc + i + W) - cm;           \
+          d0 += da + db;                                                                        \
+          q0 += da * da;                                                                        \
+          q1 += db * db;                                                                        \
+        }                                                                                       \
+        for (; i + W <= nc; i += W) {                                                           \
           vf##W d = ld_##TS##_##W(pc + i) - cm;                                                 \
           d0 += d;                                                                              \
-          if ((i / W) & 1) q1 += d * d;                                                         \
-          else q0 += d * d;                                                                     \
+          q0 += d * d;                                                                          \
         }                                                                                       \
         if (i < nc) {                                                                           \
           vf##W d = ldn_##TS##_##W(pc + i, nc - i, cm) - cm;                                    \
@@ -285,11 +290,20 @@ VEC_HELPERS(16)
         if (i < M) m1 = vmax##W(m1, ldn_##TS##_##W(px + i, M - i, -INFINITY));                  \
         mx = hmax##W(vmax##W(m0, m1));                                                          \
         vf##W e0 = vsplat##W(0), e1 = e0;                                                       \
-        for (i = 0; i + W <= M; i += W) {                                                       \
+        for (i = 0; i + 2 * W <= M; i += 2 * W) {   /* two exps in flight */                    \
+          vf##W ea = vexp##W(ld_##TS##_##W(px + i) - mx);                                       \
+          vf##W eb = vexp##W(ld_##TS##_##W(px + i + W) - mx);                                   \
+          if (!lg) {                                                                            \
+            st_f32_##W(buf + i, ea);                                                            \
+            st_f32_##W(buf + i + W, eb);                                                        \
+          }                                                                                     \
+          e0 += ea;                                                                             \
+          e1 += eb;                                                                             \
+        }                                                                                       \
+        for (; i + W <= M; i += W) {                                                            \
           vf##W e = vexp##W(ld_##TS##_##W(px + i) - mx);                                        \
           if (!lg) st_f32_##W(buf + i, e);                                                      \
-          if ((i / W) & 1) e1 += e;                                                             \
-          else e0 += e;                                                                         \
+          e0 += e;                                                                              \
         }                                                                                       \
         if (i < M) {                                                                            \
           vf##W e = vfirst##W(vexp##W(ldn_##TS##_##W(px + i, M - i, 0.0f) - mx), M - i);        \
