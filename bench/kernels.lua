@@ -67,6 +67,8 @@ local CASES = {
   {'log_softmax_f32', 2, 'log_softmax forward'},
   {'softmax_bwd_f32', 5, 'softmax forward + backward'},
   {'log_softmax_bwd_f32', 5, 'log_softmax forward + backward'},
+  {'cross_entropy_f32', 1, 'cross_entropy forward, class indices, mean'},
+  {'cross_entropy_bwd_f32', 3, 'cross_entropy forward + backward'},
   {'gelu_f32', 2, 'GELU (erf) forward'},
   {'silu_f32', 2, 'SiLU forward'},
   {'add_out_f32', 3, 'add into an existing output, 16M floats'},
@@ -99,6 +101,9 @@ local function make(name)
   if op == 'layer_norm' then fn = function() return F.layer_norm(x, {M}, w, b, 1e-5) end
   elseif op == 'softmax' then fn = function() return flow.softmax(x, -1) end
   elseif op == 'log_softmax' then fn = function() return flow.log_softmax(x, -1) end
+  elseif op == 'cross_entropy' then
+    local t = flow.randint(1, M + 1, {R}, {dtype = flow.int64})
+    fn = function() return F.cross_entropy(x, t) end
   elseif op == 'gelu' then fn = function() return F.gelu(x) end
   elseif op == 'silu' then fn = function() return F.silu(x) end
   elseif op:match('_bwd$') then
@@ -108,10 +113,12 @@ local function make(name)
       layer_norm_bwd = function() return F.layer_norm(xg, {M}, wg, bg, 1e-5) end,
       softmax_bwd = function() return flow.softmax(xg, -1) end,
       log_softmax_bwd = function() return flow.log_softmax(xg, -1) end,
+      cross_entropy_bwd = function() return F.cross_entropy(xg, flow.randint(1, M + 1, {R}, {dtype = flow.int64})) end,
     })[op]
+    local scalar = op == 'cross_entropy_bwd'
     fn = function()
       xg.grad, wg.grad, bg.grad = nil, nil, nil
-      fwd():backward(g)
+      if scalar then fwd():backward() else fwd():backward(g) end
     end
   else
     error('kernels: unknown case ' .. name)

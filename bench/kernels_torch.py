@@ -34,16 +34,24 @@ def make(name):
         return lambda: torch.softmax(x, -1)
     if op == 'log_softmax':
         return lambda: torch.log_softmax(x, -1)
-    if op in ('layer_norm_bwd', 'softmax_bwd', 'log_softmax_bwd'):
+    if op == 'cross_entropy':
+        t = torch.randint(0, M, (R,))
+        return lambda: F.cross_entropy(x, t)
+    if op in ('layer_norm_bwd', 'softmax_bwd', 'log_softmax_bwd', 'cross_entropy_bwd'):
         xg = x.clone().requires_grad_()
         wg, bg = w.clone().requires_grad_(), b.clone().requires_grad_()
         fwd = {'layer_norm_bwd': lambda: F.layer_norm(xg, (M,), wg, bg, 1e-5),
                'softmax_bwd': lambda: torch.softmax(xg, -1),
-               'log_softmax_bwd': lambda: torch.log_softmax(xg, -1)}[op]
+               'log_softmax_bwd': lambda: torch.log_softmax(xg, -1),
+               'cross_entropy_bwd': lambda: F.cross_entropy(xg, torch.randint(0, M, (R,)))}[op]
+        scalar = op == 'cross_entropy_bwd'
 
         def step():
             xg.grad = wg.grad = bg.grad = None
-            fwd().backward(g)
+            if scalar:
+                fwd().backward()
+            else:
+                fwd().backward(g)
         return step
     if op == 'gelu':
         return lambda: F.gelu(x)

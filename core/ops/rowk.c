@@ -417,6 +417,54 @@ VEC_HELPERS(16)
       if (k == W) st_##TS##_##W(y + i, o);                                                      \
       else stn_##TS##_##W(y + i, o, k);                                                         \
     }                                                                                           \
+  }                                                                                             \
+  /* one row: log(sum(exp(x))) (online over chunks) */                                          \
+  ATTR static double lse_##TS##_##ISA(const void *x_, int64_t M) {                              \
+    const T *x = x_;                                                                            \
+    float mx = -INFINITY;                                                                       \
+    double s = 0;                                                                               \
+    for (int64_t c0 = 0; c0 < M; c0 += CH) {                                                    \
+      int64_t nc = M - c0 < CH ? M - c0 : CH, i = 0;                                            \
+      const T *pc = x + c0;                                                                     \
+      vf##W m0 = vsplat##W(-INFINITY), m1 = m0;                                                 \
+      for (; i + 2 * W <= nc; i += 2 * W) {                                                     \
+        m0 = vmax##W(m0, ld_##TS##_##W(pc + i));                                                \
+        m1 = vmax##W(m1, ld_##TS##_##W(pc + i + W));                                            \
+      }                                                                                         \
+      for (; i + W <= nc; i += W) m0 = vmax##W(m0, ld_##TS##_##W(pc + i));                      \
+      if (i < nc) m1 = vmax##W(m1, ldn_##TS##_##W(pc + i, nc - i, -INFINITY));                  \
+      float cm = hmax##W(vmax##W(m0, m1));                                                      \
+      if (cm == -INFINITY) continue;                                                            \
+      vf##W e0 = vsplat##W(0), e1 = e0;                                                         \
+      for (i = 0; i + 2 * W <= nc; i += 2 * W) {                                                \
+        e0 += vexp##W(ld_##TS##_##W(pc + i) - cm);                                              \
+        e1 += vexp##W(ld_##TS##_##W(pc + i + W) - cm);                                          \
+      }                                                                                         \
+      for (; i + W <= nc; i += W) e0 += vexp##W(ld_##TS##_##W(pc + i) - cm);                    \
+      if (i < nc) e1 += vfirst##W(vexp##W(ldn_##TS##_##W(pc + i, nc - i, 0.0f) - cm), nc - i);  \
+      double cs = hsum##W(e0 + e1);                                                             \
+      if (cm > mx || cm != cm) {                                                                \
+        s = s * exp((double)mx - (double)cm) + cs;                                              \
+        mx = cm;                                                                                \
+      } else {                                                                                  \
+        s += cs * exp((double)cm - (double)mx);                                                 \
+      }                                                                                         \
+    }                                                                                           \
+    return (double)mx + log(s);                                                                 \
+  }                                                                                             \
+  /* one row: gx = a * exp(x - l) - b */                                                        \
+  ATTR static void expaff_##TS##_##ISA(const void *x_, void *gx_, int64_t M, double l, double a, \
+                                       double b) {                                              \
+    const T *x = x_;                                                                            \
+    T *gx = gx_;                                                                                \
+    float lf = (float)l, af = (float)a, bf = (float)b;                                          \
+    for (int64_t i = 0; i < M; i += W) {                                                        \
+      int64_t k = M - i < W ? M - i : W;                                                        \
+      vf##W v = k == W ? ld_##TS##_##W(x + i) : ldn_##TS##_##W(x + i, k, 0.0f);                 \
+      vf##W o = af * vexp##W(v - lf) - bf;                                                      \
+      if (k == W) st_##TS##_##W(gx + i, o);                                                     \
+      else stn_##TS##_##W(gx + i, o, k);                                                        \
+    }                                                                                           \
   }
 
 #define NO_ATTR
@@ -448,6 +496,10 @@ static const sm_fwd_fn sm_fwd_tab[2][3] = {ISA_TABLE(sm_fwd, f32), ISA_TABLE(sm_
 static const sm_bwd_fn sm_bwd_tab[2][3] = {ISA_TABLE(sm_bwd, f32), ISA_TABLE(sm_bwd, bf16)};
 typedef void (*ew_fn)(int32_t, const void *, void *, int64_t);
 static const ew_fn ew_tab[2][3] = {ISA_TABLE(ew, f32), ISA_TABLE(ew, bf16)};
+typedef double (*lse_fn)(const void *, int64_t);
+static const lse_fn lse_tab[2][3] = {ISA_TABLE(lse, f32), ISA_TABLE(lse, bf16)};
+typedef void (*expaff_fn)(const void *, void *, int64_t, double, double, double);
+static const expaff_fn expaff_tab[2][3] = {ISA_TABLE(expaff, f32), ISA_TABLE(expaff, bf16)};
 
 static int tix(of_dtype dt) { return dt == OF_BFLOAT16; }
 
@@ -556,4 +608,13 @@ bool of_rowk_unary(int32_t op, of_dtype dt, const void *x, void *y, int64_t n) {
   if ((op != OF_GELU && op != OF_SILU) || !of_rowk_dtype(dt)) return false;
   if (n > 0) ew_tab[tix(dt)][of_cpu_isa()](op, x, y, n);
   return true;
+}
+
+double of_rowk_logsumexp_row(of_dtype dt, const void *x, int64_t M) {
+  return lse_tab[tix(dt)][of_cpu_isa()](x, M);
+}
+
+void of_rowk_exp_affine_row(of_dtype dt, const void *x, void *y, int64_t M, double l, double a,
+                            double b) {
+  expaff_tab[tix(dt)][of_cpu_isa()](x, y, M, l, a, b);
 }
