@@ -70,7 +70,9 @@ local CASES = {
   {'cross_entropy_f32', 1, 'cross_entropy forward, class indices, mean'},
   {'cross_entropy_bwd_f32', 3, 'cross_entropy forward + backward'},
   {'gelu_f32', 2, 'GELU (erf) forward'},
+  {'gelu_bwd_f32', 5, 'GELU forward + backward'},
   {'silu_f32', 2, 'SiLU forward'},
+  {'silu_bwd_f32', 5, 'SiLU forward + backward'},
   {'add_out_f32', 3, 'add into an existing output, 16M floats'},
 }
 
@@ -113,6 +115,8 @@ local function make(name)
       layer_norm_bwd = function() return F.layer_norm(xg, {M}, wg, bg, 1e-5) end,
       softmax_bwd = function() return flow.softmax(xg, -1) end,
       log_softmax_bwd = function() return flow.log_softmax(xg, -1) end,
+      gelu_bwd = function() return F.gelu(xg) end,
+      silu_bwd = function() return F.silu(xg) end,
       cross_entropy_bwd = function() return F.cross_entropy(xg, flow.randint(1, M + 1, {R}, {dtype = flow.int64})) end,
     })[op]
     local scalar = op == 'cross_entropy_bwd'

@@ -37,12 +37,15 @@ def make(name):
     if op == 'cross_entropy':
         t = torch.randint(0, M, (R,))
         return lambda: F.cross_entropy(x, t)
-    if op in ('layer_norm_bwd', 'softmax_bwd', 'log_softmax_bwd', 'cross_entropy_bwd'):
+    if op in ('layer_norm_bwd', 'softmax_bwd', 'log_softmax_bwd', 'cross_entropy_bwd',
+              'gelu_bwd', 'silu_bwd'):
         xg = x.clone().requires_grad_()
         wg, bg = w.clone().requires_grad_(), b.clone().requires_grad_()
         fwd = {'layer_norm_bwd': lambda: F.layer_norm(xg, (M,), wg, bg, 1e-5),
                'softmax_bwd': lambda: torch.softmax(xg, -1),
                'log_softmax_bwd': lambda: torch.log_softmax(xg, -1),
+               'gelu_bwd': lambda: F.gelu(xg),
+               'silu_bwd': lambda: F.silu(xg),
                'cross_entropy_bwd': lambda: F.cross_entropy(xg, torch.randint(0, M, (R,)))}[op]
         scalar = op == 'cross_entropy_bwd'
 

@@ -465,6 +465,32 @@ VEC_HELPERS(16)
       if (k == W) st_##TS##_##W(gx + i, o);                                                     \
       else stn_##TS##_##W(gx + i, o, k);                                                        \
     }                                                                                           \
+  }                                                                                             \
+  /* gx = g * gelu'(x) (erf form) or g * silu'(x) */                                            \
+  ATTR static void ewg_##TS##_##ISA(int32_t op, const void *x_, const void *g_, void *gx_,      \
+                                    int64_t n) {                                                \
+    const T *x = x_, *g = g_;                                                                   \
+    T *gx = gx_;                                                                                \
+    for (int64_t i = 0; i < n; i += W) {                                                        \
+      int64_t k = n - i < W ? n - i : W;                                                        \
+      vf##W v = k == W ? ld_##TS##_##W(x + i) : ldn_##TS##_##W(x + i, k, 0.0f), d;              \
+      vf##W gv = k == W ? ld_##TS##_##W(g + i) : ldn_##TS##_##W(g + i, k, 0.0f);                \
+      if (op == OF_SILU) {                                                                      \
+        vf##W sg = 1.0f / (1.0f + vexp##W(-v));                                                 \
+        d = sg * (1.0f + v * (1.0f - sg));                                                      \
+      } else {   /* cdf + x pdf; exp(-x^2 / 2) serves both */                                   \
+        vi##W neg = v < 0.0f;                                                                   \
+        vf##W z = vsel##W(neg, -v, v) * 0.70710678118654752f;                                   \
+        vf##W t = 1.0f / (1.0f + 0.3275911f * z);                                               \
+        vf##W p = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f);  \
+        p = (p * t + 0.254829592f) * t;                                                         \
+        vf##W e = vexp##W(-z * z), q = p * e;                                                   \
+        d = 0.5f * vsel##W(neg, q, 2.0f - q) + v * (e * 0.3989422804014327f);                   \
+      }                                                                                         \
+      vf##W o = gv * d;                                                                         \
+      if (k == W) st_##TS##_##W(gx + i, o);                                                     \
+      else stn_##TS##_##W(gx + i, o, k);                                                        \
+    }                                                                                           \
   }
 
 #define NO_ATTR
@@ -496,6 +522,8 @@ static const sm_fwd_fn sm_fwd_tab[2][3] = {ISA_TABLE(sm_fwd, f32), ISA_TABLE(sm_
 static const sm_bwd_fn sm_bwd_tab[2][3] = {ISA_TABLE(sm_bwd, f32), ISA_TABLE(sm_bwd, bf16)};
 typedef void (*ew_fn)(int32_t, const void *, void *, int64_t);
 static const ew_fn ew_tab[2][3] = {ISA_TABLE(ew, f32), ISA_TABLE(ew, bf16)};
+typedef void (*ewg_fn)(int32_t, const void *, const void *, void *, int64_t);
+static const ewg_fn ewg_tab[2][3] = {ISA_TABLE(ewg, f32), ISA_TABLE(ewg, bf16)};
 typedef double (*lse_fn)(const void *, int64_t);
 static const lse_fn lse_tab[2][3] = {ISA_TABLE(lse, f32), ISA_TABLE(lse, bf16)};
 typedef void (*expaff_fn)(const void *, void *, int64_t, double, double, double);
@@ -617,4 +645,23 @@ double of_rowk_logsumexp_row(of_dtype dt, const void *x, int64_t M) {
 void of_rowk_exp_affine_row(of_dtype dt, const void *x, void *y, int64_t M, double l, double a,
                             double b) {
   expaff_tab[tix(dt)][of_cpu_isa()](x, y, M, l, a, b);
+}
+
+bool of_rowk_unary_grad(int32_t op, of_dtype dt, const void *x, const void *g, void *gx,
+                        int64_t n) {
+  if ((op != OF_GELU && op != OF_SILU) || !of_rowk_dtype(dt)) return false;
+  if (n <= 0) return true;
+  ewg_fn fn = ewg_tab[tix(dt)][of_cpu_isa()];
+  size_t es = dt == OF_BFLOAT16 ? 2 : 4;
+  int32_t nt = row_threads(n, 1);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    /* 64-element boundaries keep each thread's vectors whole */
+    int64_t t = omp_get_thread_num(), k = omp_get_num_threads();
+    int64_t chunk = ((n + k - 1) / k + 63) / 64 * 64, b = t * chunk;
+    int64_t e = b + chunk < n ? b + chunk : n;
+    if (b < e)
+      fn(op, (const char *)x + b * es, (const char *)g + b * es, (char *)gx + b * es, e - b);
+  }
+  return true;
 }

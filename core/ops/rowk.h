@@ -32,6 +32,11 @@ void of_rowk_softmax_backward(of_dtype dt, const void *y, const void *g, void *g
 /* y = op(x) over n contiguous elements, one thread (of_iter splits the work):
  * op OF_GELU (erf form) or OF_SILU; false (nothing done) for other ops/dtypes */
 bool of_rowk_unary(int32_t op, of_dtype dt, const void *x, void *y, int64_t n);
+/* gx = g * op'(x) over n contiguous elements of dtype dt (threaded): op
+ * OF_GELU (erf form) or OF_SILU; false (nothing done) for other ops/dtypes */
+bool of_rowk_unary_grad(int32_t op, of_dtype dt, const void *x, const void *g, void *gx,
+                        int64_t n);
+
 /* One row, on the calling thread (cross_entropy's own loops split the rows):
  * log(sum(exp(x))) over M elements (-inf when all are -inf) ... */
 double of_rowk_logsumexp_row(of_dtype dt, const void *x, int64_t M);

@@ -499,12 +499,43 @@ static of_status relu_grad_direct(of_node *n, of_tensor *g, of_tensor **out, boo
   return OF_OK;
 }
 
+/* GELU / SiLU backward on contiguous float32 or bfloat16 CPU tensors, when
+ * nothing records the rule's ops: one fused pass (rowk.c) instead of the
+ * composed derivative's ten. */
+static of_status act_grad_direct(of_node *n, of_unary_op op, of_tensor *g, of_tensor **out,
+                                 bool *done) {
+  *done = false;
+  if (!n->direct || of_is_grad_enabled() || !of_rowk_dtype(g->dtype) || of_dev(g) != OF_CPU ||
+      !of_tensor_is_contiguous(g))
+    return OF_OK;
+  of_tensor *x;
+  OF_CHECK(of_node_saved(n, 0, &x));
+  bool fits = x->dtype == g->dtype && x->ndim == g->ndim && of_dev(x) == OF_CPU &&
+              of_tensor_is_contiguous(x);
+  for (int32_t d = 0; fits && d < g->ndim; d++) fits = x->shape[d] == g->shape[d];
+  of_tensor *r = NULL;
+  of_status st = fits ? of_tensor_new(g->shape, g->ndim, g->dtype, OF_CPU, &r) : OF_OK;
+  if (st == OF_OK && r) {
+    *done = of_rowk_unary_grad(op, g->dtype, of_tensor_data(x), of_tensor_data(g),
+                               of_tensor_data(r), g->numel);
+    if (*done) *out = r;
+    else of_tensor_release(r);
+  }
+  of_tensor_release(x);
+  return st;
+}
+
 static of_status unary_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   const of_unary_op op = (of_unary_op)OF_NODE_ATTRS(a_unary, n)->op;
   if (op == OF_RELU) {
     bool done;
     OF_CHECK(relu_grad_direct(n, g[0], &gi[0], &done));
+    if (done) return OF_OK;
+  }
+  if (op == OF_GELU || op == OF_SILU) {
+    bool done;
+    OF_CHECK(act_grad_direct(n, op, g[0], &gi[0], &done));
     if (done) return OF_OK;
   }
   of_scope s = {0};

@@ -238,6 +238,33 @@ describe('GELU and SiLU vector kernels', function()
       end
     end)
   end)
+
+  it('give the float64 gradients (fused backward), float32 and bfloat16', function()
+    each_isa(function()
+      for _, n in ipairs({1, 17, 1025, 100003}) do
+        local x0, g = flow.linspace(-9, 9, n), flow.randn(n)
+        for _, f in ipairs({F.gelu, F.silu}) do
+          local x, xd = x0:clone():requires_grad_(), x0:double():requires_grad_()
+          backward(f(x), g)
+          backward(f(xd), g:double())
+          close(x.grad, xd.grad, 1e-5, 'grad n=' .. n)
+          local xb = x0:to(bf16):requires_grad_()
+          local xbd = x0:to(bf16):double():requires_grad_()
+          backward(f(xb), g:to(bf16))
+          backward(f(xbd), g:to(bf16):double())
+          assert.equal(bf16, xb.grad.dtype)
+          close(xb.grad, xbd.grad, 2e-2, 'bf16 grad n=' .. n)
+        end
+      end
+      -- under create_graph the composed derivative keeps the history
+      local x = flow.linspace(-2, 2, 7):requires_grad_()
+      local gx = flow.autograd.grad(F.gelu(x):sum(), x, nil, {create_graph = true})[1]
+      assert.truthy(gx.requires_grad)
+      local xd = x:double():detach():requires_grad_()
+      local gxd = flow.autograd.grad(F.gelu(xd):sum(), xd, nil, {create_graph = true})[1]
+      close(flow.autograd.grad(gx:sum(), x)[1], flow.autograd.grad(gxd:sum(), xd)[1], 1e-5, 'double backward')
+    end)
+  end)
 end)
 
 describe('cross_entropy on float32 rows', function()
