@@ -1719,8 +1719,11 @@ static of_status softmax_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   const a_softmax *a = OF_NODE_ATTRS(a_softmax, n);   /* flag: log_softmax */
   int32_t dim = a->dim;
   of_tensor *y = of_s_saved(&s, n, 0), *t = NULL, *r;
-  if (s.st == OF_OK && n->direct && of_rowk_dtype(y->dtype) && of_dev(y) == OF_CPU &&
-      of_dev(g[0]) == OF_CPU) {
+  /* Without create_graph (grad mode off in backward): the fused kernel. While
+   * nn.Graph traces, its result makes the rule opaque, so a graph replays the
+   * same kernel as eager mode and gives the same bits. */
+  if (s.st == OF_OK && !of_is_grad_enabled() && of_rowk_dtype(y->dtype) &&
+      of_dev(y) == OF_CPU && of_dev(g[0]) == OF_CPU) {
     int64_t outer, len, inner;
     split3(y, dim, &outer, &len, &inner);
     if (inner == 1) {   /* rows along the last dim: one fused pass (rowk.c) */

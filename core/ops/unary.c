@@ -499,13 +499,14 @@ static of_status relu_grad_direct(of_node *n, of_tensor *g, of_tensor **out, boo
   return OF_OK;
 }
 
-/* GELU / SiLU backward on contiguous float32 or bfloat16 CPU tensors, when
- * nothing records the rule's ops: one fused pass (rowk.c) instead of the
- * composed derivative's ten. */
+/* GELU / SiLU backward on contiguous float32 or bfloat16 CPU tensors without
+ * create_graph (grad mode off): one fused pass (rowk.c) instead of the
+ * composed derivative's ten. While nn.Graph traces, the fused result makes
+ * the rule opaque, so the graph replays this kernel and matches eager mode. */
 static of_status act_grad_direct(of_node *n, of_unary_op op, of_tensor *g, of_tensor **out,
                                  bool *done) {
   *done = false;
-  if (!n->direct || of_is_grad_enabled() || !of_rowk_dtype(g->dtype) || of_dev(g) != OF_CPU ||
+  if (of_is_grad_enabled() || !of_rowk_dtype(g->dtype) || of_dev(g) != OF_CPU ||
       !of_tensor_is_contiguous(g))
     return OF_OK;
   of_tensor *x;
