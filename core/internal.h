@@ -159,6 +159,10 @@ of_status of_broadcast_shapes(const char *op, const int64_t *a, int32_t na,
 /* ---- threading ---- */
 int32_t of_threads(void);
 enum { OF_PARALLEL_GRAIN = 32768 };
+/* The vector instruction set the run-time dispatched CPU kernels use
+ * (core/tensor/cpu.c): at most what the CPU has, capped by OF_CPU_ISA. */
+enum { OF_ISA_DEFAULT = 0, OF_ISA_AVX2 = 1, OF_ISA_AVX512 = 2 };
+int32_t of_cpu_isa(void);
 
 /* Dtype dispatch at the leaf: X(enum, ctype) for each arithmetic dtype the
  * kernels instantiate. Half types are computed through float32. */

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "family.h"
+#include "rowk.h"
 
 static int32_t nthreads(int64_t work) {
   int32_t nt = of_threads();
@@ -156,6 +157,9 @@ typedef struct {
 /* exp in the input's precision (float32 logits: expf, vectorisable) */
 #define EXP_float(v) ((double)expf((float)(v)))
 #define EXP_double(v) exp(v)
+/* float32 rows go to the vector kernels of rowk.c */
+#define ROWK_float 1
+#define ROWK_double 0
 
 #define CE_KERNELS(T)                                                                     \
   /* lse[i], loss[i], wt[i] (the sample's weight in the mean) per sample */               \
@@ -167,11 +171,16 @@ typedef struct {
     for (int64_t i = 0; i < ns; i++) {                                                    \
       int64_t base = (i / S) * C * S + i % S;                                             \
       const T *xi = x + base;                                                             \
-      double m = -INFINITY, se = 0;                                                       \
-      for (int64_t c = 0; c < C; c++) m = fmax(m, (double)xi[c * S]);                     \
-      if (m == -INFINITY) m = 0;                                                          \
-      for (int64_t c = 0; c < C; c++) se += EXP_##T((double)xi[c * S] - m);               \
-      double l = m + log(se), v = 0;                                                      \
+      double l, v = 0;                                                                    \
+      if (S == 1 && ROWK_##T) {   /* a contiguous row: the vector kernel (rowk.c) */      \
+        l = of_rowk_logsumexp_row(OF_FLOAT32, xi, C);                                     \
+      } else {                                                                            \
+        double m = -INFINITY, se = 0;                                                     \
+        for (int64_t c = 0; c < C; c++) m = fmax(m, (double)xi[c * S]);                   \
+        if (m == -INFINITY) m = 0;                                                        \
+        for (int64_t c = 0; c < C; c++) se += EXP_##T((double)xi[c * S] - m);             \
+        l = m + log(se);                                                                  \
+      }                                                                                   \
       lse[i] = l;                                                                         \
       if (q) {                                                                            \
         const T *qi = q + base;                                                           \
@@ -226,6 +235,11 @@ typedef struct {
       int64_t ct = a->t[i] - a->base;                                                     \
       double wt = a->w ? a->w[ct] : 1.0;                                                  \
       double A = (1 - a->eps) * wt + a->eps / C * a->wsum;                                \
+      if (S == 1 && ROWK_##T && !a->w) {   /* gx = s A p - s eps / C, less at ct */       \
+        of_rowk_exp_affine_row(OF_FLOAT32, xi, gx + base, C, l, si * A, si * a->eps / C); \
+        gx[base + ct] = (T)((double)gx[base + ct] - si * (1 - a->eps) * wt);              \
+        continue;                                                                         \
+      }                                                                                   \
       for (int64_t c = 0; c < C; c++) {                                                   \
         double ac = a->eps / C * (a->w ? a->w[c] : 1.0) + (c == ct ? (1 - a->eps) * wt : 0); \
         gx[base + c * S] = (T)(si * (A * EXP_##T((double)xi[c * S] - l) - ac));           \

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "family.h"
+#include "rowk.h"
 
 enum { PBLOCK = 64 };   /* parameters per task in the weight/bias grad pass */
 
@@ -952,14 +953,39 @@ static of_status rows_backward(of_node *n, of_tensor **g, of_tensor **gi) {
     return st;
   }
   rows_shape r = rows_of(n);
-  of_dtype cd = of_compute_dtype(x->dtype);
+  /* layer_norm on float32/bfloat16 rows: the fused row kernels (rowk.c),
+   * reading the data in its own dtype and writing all grads in one pass */
+  bool fast = n->attr_op == OPK_LAYER_NORM && of_rowk_dtype(x->dtype) && r.M > 0;
+  of_dtype cd = fast ? x->dtype : of_compute_dtype(x->dtype);
   of_tensor *xc = NULL, *gc = NULL, *wc = NULL, *gx = NULL;
   double *buf = NULL;
   int64_t P = r.G * r.Cg;
   st = of_dense(x, cd, &xc);
   if (st == OF_OK) st = of_dense(g[0], cd, &gc);
-  if (st == OF_OK) st = of_dense(w, cd, &wc);
+  if (st == OF_OK) st = of_dense(w, fast ? OF_FLOAT32 : cd, &wc);
   const double *mu = of_tensor_data(sv[2]), *rs = of_tensor_data(sv[3]);
+  if (st == OF_OK && fast) {
+    if (n->needs[0]) st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &gx);
+    if (st == OF_OK && (n->needs[1] || n->needs[2]) &&
+        !(buf = malloc(sizeof(double) * (size_t)(2 * P + 1))))
+      st = of_fail(OF_ERR_OOM, "%s: out of memory", n->def->name);
+    double *gw = buf && n->needs[1] ? buf : NULL, *gb = buf && n->needs[2] ? buf + P : NULL;
+    if (st == OF_OK)
+      st = of_rowk_layer_norm_backward(cd, of_tensor_data(xc), of_tensor_data(gc),
+                                       gx ? of_tensor_data(gx) : NULL, r.R, r.M,
+                                       wc ? of_tensor_data(wc) : NULL, mu, rs, gw, gb);
+    if (st == OF_OK && gx) {
+      st = finish(gx, n->in_meta[0].dtype, &gi[0]);
+      gx = NULL;
+    }
+    if (st == OF_OK && gw) st = grad_from_doubles(n, 1, gw, &gi[1]);
+    if (st == OF_OK && gb) st = grad_from_doubles(n, 2, gb, &gi[2]);
+    free(buf);
+    of_tensor *rel[4] = {xc, gc, wc, gx};
+    release_all(rel, 4);
+    release_all(sv, 4);
+    return st;
+  }
   if (st == OF_OK && n->needs[0]) {
     st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &gx);
     if (st == OF_OK) {
@@ -1001,12 +1027,15 @@ static of_status rows_backward(of_node *n, of_tensor **g, of_tensor **gi) {
 static of_status rows_norm(const char *op, int32_t kind, of_tensor *x, rows_shape r,
                            int32_t k, of_tensor *w, of_tensor *b, double eps, double momentum,
                            double *stats, of_tensor **out) {
-  of_dtype cd = of_compute_dtype(x->dtype);
+  /* layer_norm on float32/bfloat16 rows: the one-pass row kernels (rowk.c),
+   * on the data in its own dtype (float32 parameters) */
+  bool fast = kind == K_LAYER && of_rowk_dtype(x->dtype) && !stats;
+  of_dtype cd = fast ? x->dtype : of_compute_dtype(x->dtype);
   of_tensor *xc = NULL, *wc = NULL, *bc = NULL, *mean = NULL, *rstd = NULL, *y = NULL;
   double *var = NULL;
   of_status st = of_dense(x, cd, &xc);
-  if (st == OF_OK) st = of_dense(w, cd, &wc);
-  if (st == OF_OK) st = of_dense(b, cd, &bc);
+  if (st == OF_OK) st = of_dense(w, fast ? OF_FLOAT32 : cd, &wc);
+  if (st == OF_OK) st = of_dense(b, fast ? OF_FLOAT32 : cd, &bc);
   if (st == OF_OK) st = new_doubles(r.R, &mean);
   if (st == OF_OK) st = new_doubles(r.R, &rstd);
   if (st == OF_OK) st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &y);
@@ -1014,16 +1043,20 @@ static of_status rows_norm(const char *op, int32_t kind, of_tensor *x, rows_shap
     st = of_fail(OF_ERR_OOM, "%s: out of memory", op);
   if (st != OF_OK) goto done;
   double *mu = of_tensor_data(mean), *rs = of_tensor_data(rstd);
-  if (r.M > 0) {
+  if (fast) {
+    of_rowk_layer_norm(cd, of_tensor_data(xc), of_tensor_data(y), r.R, r.M,
+                       wc ? of_tensor_data(wc) : NULL, bc ? of_tensor_data(bc) : NULL, eps, mu,
+                       rs);
+  } else if (r.M > 0) {
     if (cd == OF_FLOAT64) row_stats_double(of_tensor_data(xc), r.R, r.M, mu, var);
     else row_stats_float(of_tensor_data(xc), r.R, r.M, mu, var);
   }
-  for (int64_t i = 0; i < r.R; i++) rs[i] = 1.0 / sqrt(var[i] + eps);
+  for (int64_t i = 0; !fast && i < r.R; i++) rs[i] = 1.0 / sqrt(var[i] + eps);
   if (stats) {
     memcpy(stats, mu, sizeof(double) * (size_t)r.R);
     memcpy(stats + r.R, var, sizeof(double) * (size_t)r.R);
   }
-  if (r.M > 0) {
+  if (!fast && r.M > 0) {
     if (cd == OF_FLOAT64)
       row_apply_double(of_tensor_data(xc), of_tensor_data(y), r.R, r.M, r.G, r.Cg, r.S, mu, rs,
                        wc ? of_tensor_data(wc) : NULL, bc ? of_tensor_data(bc) : NULL);

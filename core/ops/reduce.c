@@ -23,6 +23,7 @@
 #include <omp.h>
 #include <stdio.h>
 #include "family.h"
+#include "rowk.h"
 
 enum { PW_BLOCK = 1024, COLS_BLOCK = 1024, SM_BLOCK = 1024, CUM_BLOCK = 1024 };
 #define ISNAN(v) ((v) != (v))
@@ -1294,13 +1295,20 @@ static of_status softmax_compute(of_tensor *x, int32_t dim, int32_t log_, of_ten
   of_dtype cdt = of_compute_dtype(x->dtype);
   of_tensor *a = NULL, *xc = NULL, *res = NULL;
   if (of_dev(x) != OF_CPU) return device_softmax(name, x, d, log_, cdt, out);
+  int64_t outer, n, inner;
+  split3(x, d, &outer, &n, &inner);
+  if (inner == 1 && of_rowk_dtype(x->dtype)) {
+    /* rows along the last dim, float32/bfloat16: the one-pass row kernels (rowk.c) */
+    if ((st = of_dense(x, x->dtype, &xc)) != OF_OK) return st;
+    st = of_tensor_new(x->shape, x->ndim, x->dtype, OF_CPU, &res);
+    if (st == OF_OK) of_rowk_softmax(x->dtype, of_tensor_data(xc), of_tensor_data(res), outer, n, log_);
+    goto done;
+  }
   if ((st = of_cast_data(x, cdt, &a)) != OF_OK) return st;
   st = of_contiguous_data(a, &xc);
   of_tensor_release(a);
   if (st != OF_OK) return st;
   if ((st = of_tensor_new(xc->shape, xc->ndim, cdt, OF_CPU, &res)) != OF_OK) goto done;
-  int64_t outer, n, inner;
-  split3(xc, d, &outer, &n, &inner);
   if (xc->numel > 0) {
     if (cdt == OF_FLOAT32) sm_run_f32(of_tensor_data(res), of_tensor_data(xc), outer, n, inner, log_);
     else sm_run_f64(of_tensor_data(res), of_tensor_data(xc), outer, n, inner, log_);
@@ -1711,6 +1719,24 @@ static of_status softmax_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   const a_softmax *a = OF_NODE_ATTRS(a_softmax, n);   /* flag: log_softmax */
   int32_t dim = a->dim;
   of_tensor *y = of_s_saved(&s, n, 0), *t = NULL, *r;
+  /* Without create_graph (grad mode off in backward): the fused kernel. While
+   * nn.Graph traces, its result makes the rule opaque, so a graph replays the
+   * same kernel as eager mode and gives the same bits. */
+  if (s.st == OF_OK && !of_is_grad_enabled() && of_rowk_dtype(y->dtype) &&
+      of_dev(y) == OF_CPU && of_dev(g[0]) == OF_CPU) {
+    int64_t outer, len, inner;
+    split3(y, dim, &outer, &len, &inner);
+    if (inner == 1) {   /* rows along the last dim: one fused pass (rowk.c) */
+      of_tensor *gc = NULL, *gx = NULL;
+      s.st = of_dense(g[0], y->dtype, &gc);
+      if (s.st == OF_OK) s.st = of_tensor_new(y->shape, y->ndim, y->dtype, OF_CPU, &gx);
+      if (s.st == OF_OK)
+        of_rowk_softmax_backward(y->dtype, of_tensor_data(y), of_tensor_data(gc),
+                                 of_tensor_data(gx), outer, len, a->flag);
+      of_tensor_release(gc);
+      return of_s_end(&s, of_s_keep(&s, s.st, gx), &gi[0]);
+    }
+  }
   of_tensor *in = a->flag ? g[0] : MUL(g[0], y);
   if (s.st == OF_OK) s.st = of_reduce(OF_RED_SUM, in, &dim, 1, 1, 0, -1, &t);
   t = of_s_keep(&s, s.st, t);

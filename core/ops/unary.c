@@ -5,6 +5,7 @@
 #include "../device.h"
 #include "../autograd.h"
 #include "family.h"
+#include "rowk.h"
 
 typedef enum { KEEP, TO_FLOAT, TO_BOOL, INT_ONLY } ukind_t;
 
@@ -137,6 +138,18 @@ const char *of_unary_name(of_unary_op op) {
   return op >= 0 && op < OF_NUM_UNARY ? unary_ops[op].name : "invalid";
 }
 
+/* GELU and SiLU on float32: contiguous runs go to the vectorised, run-time
+ * dispatched kernels of rowk.c (libm's erf and expf are scalar); strided runs
+ * keep the generic loops. */
+static void un_fast_float(char **p, const int64_t *s, int64_t n, void *ctx_) {
+  of_ew_ctx *ctx = ctx_;
+  if (s[0] == sizeof(float) && s[1] == sizeof(float) &&
+      of_rowk_unary(ctx->op, OF_FLOAT32, p[1], p[0], n))
+    return;
+  if (ctx->op == OF_GELU) un_GELU_float(p, s, n, ctx_);
+  else un_SILU_float(p, s, n, ctx_);
+}
+
 static of_status unsupported(const char *name, of_tensor *x) {
   return of_fail(OF_ERR_DTYPE, "%s: not supported for dtype %s (shape %s)", name, OF_DT(x),
                  OF_SHAPE_STR(x));
@@ -153,6 +166,7 @@ static of_status unary_compute(of_unary_op op, of_tensor *x, of_tensor *into, of
   }
   if (op == OF_SIGN && x->dtype == OF_BOOL) compute = result = OF_BOOL;
   of_loop_fn fn = def->loop[compute];
+  if (compute == OF_FLOAT32 && (op == OF_GELU || op == OF_SILU)) fn = un_fast_float;
   if (op == OF_SIGN && compute == OF_BOOL) fn = unary_ops[OF_ABS].loop[OF_BOOL];
   if (op == OF_NEG && x->dtype == OF_BOOL)
     return of_fail(OF_ERR_DTYPE, "neg: negation of a bool tensor is not supported; use "
@@ -485,12 +499,44 @@ static of_status relu_grad_direct(of_node *n, of_tensor *g, of_tensor **out, boo
   return OF_OK;
 }
 
+/* GELU / SiLU backward on contiguous float32 or bfloat16 CPU tensors without
+ * create_graph (grad mode off): one fused pass (rowk.c) instead of the
+ * composed derivative's ten. While nn.Graph traces, the fused result makes
+ * the rule opaque, so the graph replays this kernel and matches eager mode. */
+static of_status act_grad_direct(of_node *n, of_unary_op op, of_tensor *g, of_tensor **out,
+                                 bool *done) {
+  *done = false;
+  if (of_is_grad_enabled() || !of_rowk_dtype(g->dtype) || of_dev(g) != OF_CPU ||
+      !of_tensor_is_contiguous(g))
+    return OF_OK;
+  of_tensor *x;
+  OF_CHECK(of_node_saved(n, 0, &x));
+  bool fits = x->dtype == g->dtype && x->ndim == g->ndim && of_dev(x) == OF_CPU &&
+              of_tensor_is_contiguous(x);
+  for (int32_t d = 0; fits && d < g->ndim; d++) fits = x->shape[d] == g->shape[d];
+  of_tensor *r = NULL;
+  of_status st = fits ? of_tensor_new(g->shape, g->ndim, g->dtype, OF_CPU, &r) : OF_OK;
+  if (st == OF_OK && r) {
+    *done = of_rowk_unary_grad(op, g->dtype, of_tensor_data(x), of_tensor_data(g),
+                               of_tensor_data(r), g->numel);
+    if (*done) *out = r;
+    else of_tensor_release(r);
+  }
+  of_tensor_release(x);
+  return st;
+}
+
 static of_status unary_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   const of_unary_op op = (of_unary_op)OF_NODE_ATTRS(a_unary, n)->op;
   if (op == OF_RELU) {
     bool done;
     OF_CHECK(relu_grad_direct(n, g[0], &gi[0], &done));
+    if (done) return OF_OK;
+  }
+  if (op == OF_GELU || op == OF_SILU) {
+    bool done;
+    OF_CHECK(act_grad_direct(n, op, g[0], &gi[0], &done));
     if (done) return OF_OK;
   }
   of_scope s = {0};

@@ -109,6 +109,20 @@ end})
 flow.optim = require 'oneflow.optim'
 flow.cuda = require 'oneflow.cuda'
 flow.backends = flow.cuda.backends
+-- flow.backends.cpu: the instruction set of the run-time dispatched CPU
+-- kernels (layer_norm, softmax, log_softmax), as torch.backends.cpu:
+-- 'AVX512', 'AVX2' or 'DEFAULT'. OF_CPU_ISA caps it at load time;
+-- set_cpu_capability lowers or restores it (never above what the CPU has).
+flow.backends.cpu = {
+  get_cpu_capability = function() return ffi.string(core.C.of_get_cpu_capability()) end,
+  set_cpu_capability = function(name)
+    if type(name) ~= 'string' then
+      require('oneflow._args').fail(('backends.cpu.set_cpu_capability: expected a string, got %s')
+        :format(type(name)))
+    end
+    require('oneflow._args').check_status(core.C.of_set_cpu_capability(name))
+  end,
+}
 do
   local mf = require 'oneflow.memory_format'
   flow.memory_format = mf.Format

@@ -69,6 +69,13 @@ const char *of_cdef(void);                     /* this header, cdef-ready */
 of_status of_set_num_threads(int32_t n);
 int32_t of_get_num_threads(void);
 int32_t of_in_forked_child(void);
+/* The instruction set of the CPU kernels that pick one at run time
+ * (layer_norm, softmax, log_softmax and their backward passes): "AVX512",
+ * "AVX2" or "DEFAULT" (the build's baseline). Chosen from the CPU's features
+ * when the library loads, capped by the environment variable OF_CPU_ISA
+ * (avx512 | avx2 | default). Setting one the CPU lacks is an error. */
+const char *of_get_cpu_capability(void);
+of_status of_set_cpu_capability(const char *name);
 
 /* ---- dtypes ----------------------------------------------------------- */
 const char *of_dtype_name(of_dtype t);          /* "float32", ... */

@@ -1,0 +1,667 @@
+/* rowk.c -- row kernels of the memory-bound ops: layer_norm, softmax and
+ * log_softmax, forward and backward, for float32 and bfloat16 rows.
+ *
+ * Each row is read from memory once: it is worked in chunks of CH elements
+ * (8 KiB of float32, so every re-read of a chunk hits L1), and the chunks'
+ * partial results are combined in double (layer_norm: Chan's pairwise
+ * merge of chunk means and squared deviations, each chunk's own two passes
+ * running in L1; softmax: the running maximum and rescaled sum of an online
+ * softmax). A row of at most CH elements -- the common case -- costs one
+ * read of the input and one write of the output.
+ *
+ * The arithmetic is float32 in 16-lane GCC vectors (one zmm, two ymm or
+ * four xmm registers); bfloat16 is widened on load and rounded to nearest
+ * even on store. Every lane order is fixed, so the three instruction sets
+ * give the same sums in the same order (they may differ in the last bit
+ * where AVX2/AVX-512 contract a multiply-add into an FMA).
+ *
+ * The kernels are compiled three times from one body: for AVX-512
+ * (F/BW/VL/DQ), for AVX2 + FMA and for the build's baseline, and a table
+ * picks one per call from of_cpu_isa() (core/tensor/cpu.c: the CPU's
+ * features, capped by OF_CPU_ISA). OpenMP loops stay outside the target
+ * functions (an outlined parallel body would lose the target attribute)
+ * and hand each thread a contiguous range of rows. */
+#include "rowk.h"
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* vector arguments of inlined helpers: no ABI crosses a call */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
+
+#define AI static inline __attribute__((always_inline))
+
+/* Vectors of W float32 lanes, W the instruction set's own width (16 for
+ * AVX-512, 8 for AVX2, 4 for the SSE2 baseline): GCC splits a wider vector's
+ * arithmetic into native halves but scalarises its comparisons. */
+#define VEC_HELPERS(W)                                                                          \
+  typedef float vf##W __attribute__((vector_size(4 * W)));                                      \
+  typedef int32_t vi##W __attribute__((vector_size(4 * W)));                                    \
+  typedef uint32_t vu##W __attribute__((vector_size(4 * W)));                                   \
+  typedef uint16_t vh##W __attribute__((vector_size(2 * W)));                                   \
+  AI vf##W vsplat##W(float a) { return (vf##W){0} + a; }                                        \
+  AI vf##W vsel##W(vi##W m, vf##W a, vf##W b) {                                                 \
+    return (vf##W)((m & (vi##W)a) | (~m & (vi##W)b));                                           \
+  }                                                                                             \
+  /* max(a, b); a NaN in either sticks */                                                       \
+  AI vf##W vmax##W(vf##W a, vf##W b) { return vsel##W((b > a) | (b != b), b, a); }              \
+  /* lanes [0, n) kept, the rest zero */                                                        \
+  AI vf##W vfirst##W(vf##W v, int64_t n) {                                                      \
+    vi##W iota;                                                                                 \
+    for (int i = 0; i < W; i++) iota[i] = i;                                                    \
+    return vsel##W(iota < (int32_t)n, v, vsplat##W(0));                                         \
+  }                                                                                             \
+  /* exp(x), float32: Cephes' range reduction and polynomial (about 1.3 ulp);                   \
+   * below -87.33 the result is 0, above 88.3 it saturates; NaN stays NaN. */                   \
+  AI vf##W vexp##W(vf##W x) {                                                                   \
+    vf##W xc = vsel##W(x < -87.33f, vsplat##W(-87.33f), x);                                     \
+    xc = vsel##W(xc > 88.3f, vsplat##W(88.3f), xc);                                             \
+    vf##W t = xc * 1.44269504088896341f + 12582912.0f; /* 1.5 * 2^23: rounds to an integer */   \
+    vf##W n = t - 12582912.0f;                                                                  \
+    vf##W r = xc - n * 0.693359375f;                                                            \
+    r = r + n * 2.12194440e-4f;                                                                 \
+    vf##W p = vsplat##W(1.9875691500e-4f);                                                      \
+    p = p * r + 1.3981999507e-3f;                                                               \
+    p = p * r + 8.3334519073e-3f;                                                               \
+    p = p * r + 4.1665795894e-2f;                                                               \
+    p = p * r + 1.6666665459e-1f;                                                               \
+    p = p * r + 5.0000001201e-1f;                                                               \
+    vf##W y = p * r * r + r + 1.0f;                                                             \
+    vu##W eb = ((vu##W)t - 0x4B400000u + 127u) << 23; /* 2^n */                                 \
+    y = y * (vf##W)eb;                                                                          \
+    return vsel##W(x < -87.33f, vsplat##W(0), y);                                               \
+  }                                                                                             \
+  /* lanes summed in double, in lane order */                                                   \
+  AI double hsum##W(vf##W v) {                                                                  \
+    double s = 0;                                                                               \
+    for (int i = 0; i < W; i++) s += (double)v[i];                                              \
+    return s;                                                                                   \
+  }                                                                                             \
+  AI float hmax##W(vf##W v) {                                                                   \
+    float m = v[0];                                                                             \
+    for (int i = 1; i < W; i++)                                                                 \
+      if (v[i] > m || v[i] != v[i]) m = v[i];                                                   \
+    return m;                                                                                   \
+  }                                                                                             \
+  /* loads and stores: float32, and bfloat16 (as uint16_t) widened exactly and                  \
+   * rounded to nearest even (a NaN stays a quiet NaN) */                                       \
+  AI vf##W ld_f32_##W(const float *p) {                                                         \
+    vf##W v;                                                                                    \
+    memcpy(&v, p, sizeof v);                                                                    \
+    return v;                                                                                   \
+  }                                                                                             \
+  AI void st_f32_##W(float *p, vf##W v) { memcpy(p, &v, sizeof v); }                            \
+  AI vf##W ld_bf16_##W(const uint16_t *p) {                                                     \
+    vh##W h;                                                                                    \
+    memcpy(&h, p, sizeof h);                                                                    \
+    return (vf##W)(__builtin_convertvector(h, vu##W) << 16);                                    \
+  }                                                                                             \
+  AI void st_bf16_##W(uint16_t *p, vf##W v) {                                                   \
+    vu##W u = (vu##W)v;                                                                         \
+    vu##W r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;                                           \
+    vi##W nan = (vi##W)((u & 0x7fffffffu) > 0x7f800000u);                                       \
+    r = (vu##W)((nan & (vi##W)((u >> 16) | 0x40u)) | (~nan & (vi##W)r));                        \
+    vh##W h = __builtin_convertvector(r, vh##W);                                                \
+    memcpy(p, &h, sizeof h);                                                                    \
+  }                                                                                             \
+  /* n < W elements; the other lanes hold pad */                                                \
+  AI vf##W ldn_f32_##W(const float *p, int64_t n, float pad) {                                  \
+    float b[W];                                                                                 \
+    for (int i = 0; i < W; i++) b[i] = pad;                                                     \
+    memcpy(b, p, sizeof(float) * (size_t)n);                                                    \
+    return ld_f32_##W(b);                                                                       \
+  }                                                                                             \
+  AI vf##W ldn_bf16_##W(const uint16_t *p, int64_t n, float pad) {                              \
+    uint16_t h[W] = {0};                                                                        \
+    memcpy(h, p, sizeof(uint16_t) * (size_t)n);                                                 \
+    vf##W v = ld_bf16_##W(h);                                                                   \
+    for (int i = (int)n; i < W; i++) v[i] = pad;                                                \
+    return v;                                                                                   \
+  }                                                                                             \
+  AI void stn_f32_##W(float *p, vf##W v, int64_t n) {                                           \
+    memcpy(p, &v, sizeof(float) * (size_t)n);                                                   \
+  }                                                                                             \
+  AI void stn_bf16_##W(uint16_t *p, vf##W v, int64_t n) {                                       \
+    uint16_t h[W];                                                                              \
+    st_bf16_##W(h, v);                                                                          \
+    memcpy(p, h, sizeof(uint16_t) * (size_t)n);                                                 \
+  }
+
+VEC_HELPERS(4)
+VEC_HELPERS(8)
+VEC_HELPERS(16)
+
+/* One instantiation: TS the data type's suffix (f32, bf16), T its C type,
+ * ISA the instruction set's suffix, ATTR its target attribute. */
+#define ROW_KERNELS(TS, T, ISA, ATTR, W)                                                        \
+  ATTR static void ln_fwd_##TS##_##ISA(const void *x_, void *y_, int64_t r0, int64_t r1,        \
+                                       int64_t M,                                               \
+                                       const float *w, const float *b, double eps,              \
+                                       double *mean, double *rstd) {                            \
+    const T *x = x_;                                                                            \
+    T *y = y_;                                                                                  \
+    for (int64_t r = r0; r < r1; r++) {                                                         \
+      const T *px = x + r * M;                                                                  \
+      T *py = y + r * M;                                                                        \
+      double na = 0, mua = 0, m2a = 0;                                                          \
+      for (int64_t c0 = 0; c0 < M; c0 += CH) {                                                  \
+        int64_t nc = M - c0 < CH ? M - c0 : CH, i = 0;                                          \
+        const T *pc = px + c0;                                                                  \
+        vf##W s0 = vsplat##W(0), s1 = vsplat##W(0);                                             \
+        for (; i + 2 * W <= nc; i += 2 * W) {                                                   \
+          s0 += ld_##TS##_##W(pc + i);                                                          \
+          s1 += ld_##TS##_##W(pc + i + W);                                                      \
+        }                                                                                       \
+        for (; i + W <= nc; i += W) s0 += ld_##TS##_##W(pc + i);                                \
+        if (i < nc) s1 += ldn_##TS##_##W(pc + i, nc - i, 0.0f);                                 \
+        float cm = (float)(hsum##W(s0 + s1) / (double)nc);                                      \
+        /* around cm (in L1): sum of d = x - cm and of d^2 */                                   \
+        vf##W d0 = vsplat##W(0), q0 = vsplat##W(0), q1 = vsplat##W(0);                          \
+        for (i = 0; i + 2 * W <= nc; i += 2 * W) {                                              \
+          vf##W da = ld_##TS##_##W(pc + i) - cm, db = ld_##TS##_##W(pc + i + W) - cm;           \
+          d0 += da + db;                                                                        \
+          q0 += da * da;                                                                        \
+          q1 += db * db;                                                                        \
+        }                                                                                       \
+        for (; i + W <= nc; i += W) {                                                           \
+          vf##W d = ld_##TS##_##W(pc + i) - cm;                                                 \
+          d0 += d;                                                                              \
+          q0 += d * d;                                                                          \
+        }                                                                                       \
+        if (i < nc) {                                                                           \
+          vf##W d = ldn_##TS##_##W(pc + i, nc - i, cm) - cm;                                    \
+          d0 += d;                                                                              \
+          q1 += d * d;                                                                          \
+        }                                                                                       \
+        double sd = hsum##W(d0), nb = (double)nc;                                               \
+        double mub = (double)cm + sd / nb, m2b = hsum##W(q0 + q1) - sd * sd / nb;               \
+        if (m2b < 0) m2b = 0;                                                                   \
+        double n = na + nb, delta = mub - mua;                                                  \
+        mua += delta * nb / n;                                                                  \
+        m2a += m2b + delta * delta * na * nb / n;                                               \
+        na = n;                                                                                 \
+      }                                                                                         \
+      double rs = 1.0 / sqrt(m2a / (double)M + eps);                                            \
+      mean[r] = mua;                                                                            \
+      rstd[r] = rs;                                                                             \
+      /* the mean as hi + lo: x - hi is exact near the mean, so a mean far from 0               \
+       * (large against the spread) keeps the deviations' digits */                             \
+      float mf = (float)mua, ml = (float)(mua - (double)mf), rf = (float)rs;                    \
+      int64_t i = 0;                                                                            \
+      for (; i + W <= M; i += W) {                                                              \
+        vf##W v = ((ld_##TS##_##W(px + i) - mf) - ml) * rf;                                     \
+        if (w) v *= ld_f32_##W(w + i);                                                          \
+        if (b) v += ld_f32_##W(b + i);                                                          \
+        st_##TS##_##W(py + i, v);                                                               \
+      }                                                                                         \
+      if (i < M) {                                                                              \
+        int64_t k = M - i;                                                                      \
+        vf##W v = ((ldn_##TS##_##W(px + i, k, 0.0f) - mf) - ml) * rf;                           \
+        if (w) v *= ldn_f32_##W(w + i, k, 0.0f);                                                \
+        if (b) v += ldn_f32_##W(b + i, k, 0.0f);                                                \
+        stn_##TS##_##W(py + i, v, k);                                                           \
+      }                                                                                         \
+    }                                                                                           \
+  }                                                                                             \
+  /* rows [r0, r1): gx (or NULL); pw/pb (or NULL): [M] float sums over these rows */            \
+  ATTR static void ln_bwd_##TS##_##ISA(const void *x_, const void *g_, void *gx_, int64_t r0,   \
+                                       int64_t r1,                                              \
+                                       int64_t M, const float *w, const double *mean,           \
+                                       const double *rstd, float *pw, float *pb) {              \
+    const T *x = x_, *g = g_;                                                                   \
+    T *gx = gx_;                                                                                \
+    for (int64_t r = r0; r < r1; r++) {                                                         \
+      const T *px = x + r * M, *pg = g + r * M;                                                 \
+      float mf = (float)mean[r], ml = (float)(mean[r] - (double)mf), rf = (float)rstd[r];       \
+      float c1f = 0, c2f = 0;                                                                   \
+      if (gx) {                                                                                 \
+        double sa = 0, sb = 0;                                                                  \
+        for (int64_t c0 = 0; c0 < M; c0 += CH) {                                                \
+          int64_t nc = M - c0 < CH ? M - c0 : CH, i = 0;                                        \
+          vf##W a0 = vsplat##W(0), b0 = vsplat##W(0);                                           \
+          for (; i + W <= nc; i += W) {                                                         \
+            vf##W gv = ld_##TS##_##W(pg + c0 + i);                                              \
+            if (w) gv *= ld_f32_##W(w + c0 + i);                                                \
+            a0 += gv;                                                                           \
+            b0 += gv * ((ld_##TS##_##W(px + c0 + i) - mf) - ml);                                \
+          }                                                                                     \
+          if (i < nc) {                                                                         \
+            vf##W gv = ldn_##TS##_##W(pg + c0 + i, nc - i, 0.0f);                               \
+            if (w) gv *= ldn_f32_##W(w + c0 + i, nc - i, 0.0f);                                 \
+            a0 += gv;                                                                           \
+            b0 += gv * ((ldn_##TS##_##W(px + c0 + i, nc - i, mf) - mf) - ml);                   \
+          }                                                                                     \
+          sa += hsum##W(a0);                                                                    \
+          sb += hsum##W(b0);                                                                    \
+        }                                                                                       \
+        double rs = rstd[r];                                                                    \
+        c1f = (float)(sa / (double)M);                                                          \
+        c2f = (float)(rs * rs * sb / (double)M);                                                \
+      }                                                                                         \
+      T *po = gx ? gx + r * M : NULL;                                                           \
+      int64_t i = 0;                                                                            \
+      for (; i < M; i += W) {                                                                   \
+        int64_t k = M - i < W ? M - i : W;                                                      \
+        vf##W gv = k == W ? ld_##TS##_##W(pg + i) : ldn_##TS##_##W(pg + i, k, 0.0f);            \
+        vf##W d = ((k == W ? ld_##TS##_##W(px + i) : ldn_##TS##_##W(px + i, k, mf)) - mf) - ml; \
+        if (po) {                                                                               \
+          vf##W gw = gv;                                                                        \
+          if (w) gw *= k == W ? ld_f32_##W(w + i) : ldn_f32_##W(w + i, k, 0.0f);                \
+          vf##W o = (gw - c1f - d * c2f) * rf;                                                  \
+          if (k == W) st_##TS##_##W(po + i, o);                                                 \
+          else stn_##TS##_##W(po + i, o, k);                                                    \
+        }                                                                                       \
+        if (pw) {                                                                               \
+          vf##W a = (k == W ? ld_f32_##W(pw + i) : ldn_f32_##W(pw + i, k, 0.0f)) + gv * d * rf; \
+          if (k == W) st_f32_##W(pw + i, a);                                                    \
+          else stn_f32_##W(pw + i, a, k);                                                       \
+        }                                                                                       \
+        if (pb) {                                                                               \
+          vf##W a = (k == W ? ld_f32_##W(pb + i) : ldn_f32_##W(pb + i, k, 0.0f)) + gv;          \
+          if (k == W) st_f32_##W(pb + i, a);                                                    \
+          else stn_f32_##W(pb + i, a, k);                                                       \
+        }                                                                                       \
+      }                                                                                         \
+    }                                                                                           \
+  }                                                                                             \
+  ATTR static void sm_fwd_##TS##_##ISA(const void *x_, void *y_, int64_t r0, int64_t r1,        \
+                                       int64_t M,                                               \
+                                       int32_t lg) {                                            \
+    const T *x = x_;                                                                            \
+    T *y = y_;                                                                                  \
+    float buf[CH] __attribute__((aligned(64)));                                                 \
+    for (int64_t r = r0; r < r1; r++) {                                                         \
+      const T *px = x + r * M;                                                                  \
+      T *py = y + r * M;                                                                        \
+      float mx;                                                                                 \
+      double s;                                                                                 \
+      bool one = M <= CH;   /* one chunk: its exps stay in buf */                               \
+      if (one) {                                                                                \
+        vf##W m0 = vsplat##W(-INFINITY), m1 = m0;                                               \
+        int64_t i = 0;                                                                          \
+        for (; i + 2 * W <= M; i += 2 * W) {                                                    \
+          m0 = vmax##W(m0, ld_##TS##_##W(px + i));                                              \
+          m1 = vmax##W(m1, ld_##TS##_##W(px + i + W));                                          \
+        }                                                                                       \
+        for (; i + W <= M; i += W) m0 = vmax##W(m0, ld_##TS##_##W(px + i));                     \
+        if (i < M) m1 = vmax##W(m1, ldn_##TS##_##W(px + i, M - i, -INFINITY));                  \
+        mx = hmax##W(vmax##W(m0, m1));                                                          \
+        vf##W e0 = vsplat##W(0), e1 = e0;                                                       \
+        for (i = 0; i + 2 * W <= M; i += 2 * W) {   /* two exps in flight */                    \
+          vf##W ea = vexp##W(ld_##TS##_##W(px + i) - mx);                                       \
+          vf##W eb = vexp##W(ld_##TS##_##W(px + i + W) - mx);                                   \
+          if (!lg) {                                                                            \
+            st_f32_##W(buf + i, ea);                                                            \
+            st_f32_##W(buf + i + W, eb);                                                        \
+          }                                                                                     \
+          e0 += ea;                                                                             \
+          e1 += eb;                                                                             \
+        }                                                                                       \
+        for (; i + W <= M; i += W) {                                                            \
+          vf##W e = vexp##W(ld_##TS##_##W(px + i) - mx);                                        \
+          if (!lg) st_f32_##W(buf + i, e);                                                      \
+          e0 += e;                                                                              \
+        }                                                                                       \
+        if (i < M) {                                                                            \
+          vf##W e = vfirst##W(vexp##W(ldn_##TS##_##W(px + i, M - i, 0.0f) - mx), M - i);        \
+          if (!lg) st_f32_##W(buf + i, e);                                                      \
+          e1 += e;                                                                              \
+        }                                                                                       \
+        s = hsum##W(e0 + e1);                                                                   \
+      } else {   /* online: running max and the sum rescaled to it */                           \
+        mx = -INFINITY;                                                                         \
+        s = 0;                                                                                  \
+        for (int64_t c0 = 0; c0 < M; c0 += CH) {                                                \
+          int64_t nc = M - c0 < CH ? M - c0 : CH, i = 0;                                        \
+          const T *pc = px + c0;                                                                \
+          vf##W m0 = vsplat##W(-INFINITY);                                                      \
+          for (; i + W <= nc; i += W) m0 = vmax##W(m0, ld_##TS##_##W(pc + i));                  \
+          if (i < nc) m0 = vmax##W(m0, ldn_##TS##_##W(pc + i, nc - i, -INFINITY));              \
+          float cm = hmax##W(m0);                                                               \
+          if (cm == -INFINITY) continue;   /* adds nothing */                                   \
+          vf##W e0 = vsplat##W(0);                                                              \
+          for (i = 0; i + W <= nc; i += W) e0 += vexp##W(ld_##TS##_##W(pc + i) - cm);           \
+          if (i < nc) e0 += vfirst##W(vexp##W(ldn_##TS##_##W(pc + i, nc - i, 0.0f) - cm), nc - i); \
+          double cs = hsum##W(e0);                                                              \
+          if (cm > mx || cm != cm) {                                                            \
+            s = s * exp((double)mx - (double)cm) + cs;                                          \
+            mx = cm;                                                                            \
+          } else {                                                                              \
+            s += cs * exp((double)cm - (double)mx);                                             \
+          }                                                                                     \
+        }                                                                                       \
+      }                                                                                         \
+      if (lg) {                                                                                 \
+        /* (x - max) - log(sum): x - max is exact near the max, so large x keep their digits */ \
+        float ls = (float)log(s);                                                               \
+        int64_t i = 0;                                                                          \
+        for (; i + W <= M; i += W) st_##TS##_##W(py + i, (ld_##TS##_##W(px + i) - mx) - ls);    \
+        if (i < M)                                                                              \
+          stn_##TS##_##W(py + i, (ldn_##TS##_##W(px + i, M - i, 0.0f) - mx) - ls, M - i);       \
+      } else {                                                                                  \
+        float inv = (float)(1.0 / s);                                                           \
+        int64_t i = 0;                                                                          \
+        if (one) {                                                                              \
+          for (; i + W <= M; i += W) st_##TS##_##W(py + i, ld_f32_##W(buf + i) * inv);          \
+          if (i < M) stn_##TS##_##W(py + i, ld_f32_##W(buf + i) * inv, M - i);                  \
+        } else {                                                                                \
+          for (; i + W <= M; i += W)                                                            \
+            st_##TS##_##W(py + i, vexp##W(ld_##TS##_##W(px + i) - mx) * inv);                   \
+          if (i < M)                                                                            \
+            stn_##TS##_##W(py + i, vexp##W(ldn_##TS##_##W(px + i, M - i, 0.0f) - mx) * inv,     \
+                           M - i);                                                              \
+        }                                                                                       \
+      }                                                                                         \
+    }                                                                                           \
+  }                                                                                             \
+  ATTR static void sm_bwd_##TS##_##ISA(const void *y_, const void *g_, void *gx_, int64_t r0,   \
+                                       int64_t r1,                                              \
+                                       int64_t M, int32_t lg) {                                 \
+    const T *y = y_, *g = g_;                                                                   \
+    T *gx = gx_;                                                                                \
+    for (int64_t r = r0; r < r1; r++) {                                                         \
+      const T *py = y + r * M, *pg = g + r * M;                                                 \
+      T *po = gx + r * M;                                                                       \
+      double s = 0;                                                                             \
+      for (int64_t c0 = 0; c0 < M; c0 += CH) {                                                  \
+        int64_t nc = M - c0 < CH ? M - c0 : CH, i = 0;                                          \
+        vf##W a0 = vsplat##W(0), a1 = a0;                                                       \
+        for (; i + W <= nc; i += W) {                                                           \
+          vf##W gv = ld_##TS##_##W(pg + c0 + i);                                                \
+          if (lg) a0 += gv;                                                                     \
+          else if ((i / W) & 1) a1 += gv * ld_##TS##_##W(py + c0 + i);                          \
+          else a0 += gv * ld_##TS##_##W(py + c0 + i);                                           \
+        }                                                                                       \
+        if (i < nc) {                                                                           \
+          vf##W gv = ldn_##TS##_##W(pg + c0 + i, nc - i, 0.0f);                                 \
+          a1 += lg ? gv : gv * ldn_##TS##_##W(py + c0 + i, nc - i, 0.0f);                       \
+        }                                                                                       \
+        s += hsum##W(a0 + a1);                                                                  \
+      }                                                                                         \
+      float sf = (float)s;                                                                      \
+      for (int64_t i = 0; i < M; i += W) {                                                      \
+        int64_t k = M - i < W ? M - i : W;                                                      \
+        vf##W gv = k == W ? ld_##TS##_##W(pg + i) : ldn_##TS##_##W(pg + i, k, 0.0f);            \
+        vf##W yv = k == W ? ld_##TS##_##W(py + i) : ldn_##TS##_##W(py + i, k, 0.0f);            \
+        vf##W o = lg ? gv - vexp##W(yv) * sf : yv * (gv - sf);                                  \
+        if (k == W) st_##TS##_##W(po + i, o);                                                   \
+        else stn_##TS##_##W(po + i, o, k);                                                      \
+      }                                                                                         \
+    }                                                                                           \
+  }                                                                                             \
+  /* y = gelu(x) (erf form) or silu(x), float32 */                                              \
+  ATTR static void ew_##TS##_##ISA(int32_t op, const void *x_, void *y_, int64_t n) {           \
+    const T *x = x_;                                                                            \
+    T *y = y_;                                                                                  \
+    for (int64_t i = 0; i < n; i += W) {                                                        \
+      int64_t k = n - i < W ? n - i : W;                                                        \
+      vf##W v = k == W ? ld_##TS##_##W(x + i) : ldn_##TS##_##W(x + i, k, 0.0f), o;              \
+      if (op == OF_SILU) {                                                                      \
+        o = v / (1.0f + vexp##W(-v));                                                           \
+        o = vsel##W(v == -INFINITY, vsplat##W(NAN), o);   /* -inf * sigmoid(-inf), as torch */  \
+      } else {                                                                                  \
+        /* 1 + erf(v / sqrt 2) as q (v < 0) or 2 - q (v >= 0), q = erfc(|v| / sqrt 2) by        \
+         * Abramowitz and Stegun 7.1.26 (absolute error <= 1.5e-7), so the tail for             \
+         * negative v keeps its small values instead of cancelling against 1 */                 \
+        vi##W neg = v < 0.0f;                                                                   \
+        vf##W z = vsel##W(neg, -v, v) * 0.70710678118654752f;                                   \
+        vf##W t = 1.0f / (1.0f + 0.3275911f * z);                                               \
+        vf##W p = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f);  \
+        p = (p * t + 0.254829592f) * t;                                                         \
+        vf##W q = p * vexp##W(-z * z);                                                          \
+        o = 0.5f * v * vsel##W(neg, q, 2.0f - q);                                               \
+      }                                                                                         \
+      if (k == W) st_##TS##_##W(y + i, o);                                                      \
+      else stn_##TS##_##W(y + i, o, k);                                                         \
+    }                                                                                           \
+  }                                                                                             \
+  /* one row: log(sum(exp(x))) (online over chunks) */                                          \
+  ATTR static double lse_##TS##_##ISA(const void *x_, int64_t M) {                              \
+    const T *x = x_;                                                                            \
+    float mx = -INFINITY;                                                                       \
+    double s = 0;                                                                               \
+    for (int64_t c0 = 0; c0 < M; c0 += CH) {                                                    \
+      int64_t nc = M - c0 < CH ? M - c0 : CH, i = 0;                                            \
+      const T *pc = x + c0;                                                                     \
+      vf##W m0 = vsplat##W(-INFINITY), m1 = m0;                                                 \
+      for (; i + 2 * W <= nc; i += 2 * W) {                                                     \
+        m0 = vmax##W(m0, ld_##TS##_##W(pc + i));                                                \
+        m1 = vmax##W(m1, ld_##TS##_##W(pc + i + W));                                            \
+      }                                                                                         \
+      for (; i + W <= nc; i += W) m0 = vmax##W(m0, ld_##TS##_##W(pc + i));                      \
+      if (i < nc) m1 = vmax##W(m1, ldn_##TS##_##W(pc + i, nc - i, -INFINITY));                  \
+      float cm = hmax##W(vmax##W(m0, m1));                                                      \
+      if (cm == -INFINITY) continue;                                                            \
+      vf##W e0 = vsplat##W(0), e1 = e0;                                                         \
+      for (i = 0; i + 2 * W <= nc; i += 2 * W) {                                                \
+        e0 += vexp##W(ld_##TS##_##W(pc + i) - cm);                                              \
+        e1 += vexp##W(ld_##TS##_##W(pc + i + W) - cm);                                          \
+      }                                                                                         \
+      for (; i + W <= nc; i += W) e0 += vexp##W(ld_##TS##_##W(pc + i) - cm);                    \
+      if (i < nc) e1 += vfirst##W(vexp##W(ldn_##TS##_##W(pc + i, nc - i, 0.0f) - cm), nc - i);  \
+      double cs = hsum##W(e0 + e1);                                                             \
+      if (cm > mx || cm != cm) {                                                                \
+        s = s * exp((double)mx - (double)cm) + cs;                                              \
+        mx = cm;                                                                                \
+      } else {                                                                                  \
+        s += cs * exp((double)cm - (double)mx);                                                 \
+      }                                                                                         \
+    }                                                                                           \
+    return (double)mx + log(s);                                                                 \
+  }                                                                                             \
+  /* one row: gx = a * exp(x - l) - b */                                                        \
+  ATTR static void expaff_##TS##_##ISA(const void *x_, void *gx_, int64_t M, double l, double a, \
+                                       double b) {                                              \
+    const T *x = x_;                                                                            \
+    T *gx = gx_;                                                                                \
+    float lf = (float)l, af = (float)a, bf = (float)b;                                          \
+    for (int64_t i = 0; i < M; i += W) {                                                        \
+      int64_t k = M - i < W ? M - i : W;                                                        \
+      vf##W v = k == W ? ld_##TS##_##W(x + i) : ldn_##TS##_##W(x + i, k, 0.0f);                 \
+      vf##W o = af * vexp##W(v - lf) - bf;                                                      \
+      if (k == W) st_##TS##_##W(gx + i, o);                                                     \
+      else stn_##TS##_##W(gx + i, o, k);                                                        \
+    }                                                                                           \
+  }                                                                                             \
+  /* gx = g * gelu'(x) (erf form) or g * silu'(x) */                                            \
+  ATTR static void ewg_##TS##_##ISA(int32_t op, const void *x_, const void *g_, void *gx_,      \
+                                    int64_t n) {                                                \
+    const T *x = x_, *g = g_;                                                                   \
+    T *gx = gx_;                                                                                \
+    for (int64_t i = 0; i < n; i += W) {                                                        \
+      int64_t k = n - i < W ? n - i : W;                                                        \
+      vf##W v = k == W ? ld_##TS##_##W(x + i) : ldn_##TS##_##W(x + i, k, 0.0f), d;              \
+      vf##W gv = k == W ? ld_##TS##_##W(g + i) : ldn_##TS##_##W(g + i, k, 0.0f);                \
+      if (op == OF_SILU) {                                                                      \
+        vf##W sg = 1.0f / (1.0f + vexp##W(-v));                                                 \
+        d = sg * (1.0f + v * (1.0f - sg));                                                      \
+      } else {   /* cdf + x pdf; exp(-x^2 / 2) serves both */                                   \
+        vi##W neg = v < 0.0f;                                                                   \
+        vf##W z = vsel##W(neg, -v, v) * 0.70710678118654752f;                                   \
+        vf##W t = 1.0f / (1.0f + 0.3275911f * z);                                               \
+        vf##W p = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f);  \
+        p = (p * t + 0.254829592f) * t;                                                         \
+        vf##W e = vexp##W(-z * z), q = p * e;                                                   \
+        d = 0.5f * vsel##W(neg, q, 2.0f - q) + v * (e * 0.3989422804014327f);                   \
+      }                                                                                         \
+      vf##W o = gv * d;                                                                         \
+      if (k == W) st_##TS##_##W(gx + i, o);                                                     \
+      else stn_##TS##_##W(gx + i, o, k);                                                        \
+    }                                                                                           \
+  }
+
+#define NO_ATTR
+ROW_KERNELS(f32, float, def, NO_ATTR, 4)
+ROW_KERNELS(bf16, uint16_t, def, NO_ATTR, 4)
+#if defined(__x86_64__) || defined(__i386__)
+#define AVX2_ATTR __attribute__((target("avx2,fma,f16c")))
+#define AVX512_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+ROW_KERNELS(f32, float, avx2, AVX2_ATTR, 8)
+ROW_KERNELS(bf16, uint16_t, avx2, AVX2_ATTR, 8)
+ROW_KERNELS(f32, float, avx512, AVX512_ATTR, 16)
+ROW_KERNELS(bf16, uint16_t, avx512, AVX512_ATTR, 16)
+#define ISA_TABLE(NAME, TS) {NAME##_##TS##_def, NAME##_##TS##_avx2, NAME##_##TS##_avx512}
+#else
+#define ISA_TABLE(NAME, TS) {NAME##_##TS##_def, NAME##_##TS##_def, NAME##_##TS##_def}
+#endif
+
+/* [dtype: 0 float32, 1 bfloat16][of_cpu_isa()] */
+typedef void (*ln_fwd_fn)(const void *, void *, int64_t, int64_t, int64_t, const float *,
+                          const float *, double, double *, double *);
+typedef void (*ln_bwd_fn)(const void *, const void *, void *, int64_t, int64_t, int64_t,
+                          const float *, const double *, const double *, float *, float *);
+typedef void (*sm_fwd_fn)(const void *, void *, int64_t, int64_t, int64_t, int32_t);
+typedef void (*sm_bwd_fn)(const void *, const void *, void *, int64_t, int64_t, int64_t,
+                          int32_t);
+static const ln_fwd_fn ln_fwd_tab[2][3] = {ISA_TABLE(ln_fwd, f32), ISA_TABLE(ln_fwd, bf16)};
+static const ln_bwd_fn ln_bwd_tab[2][3] = {ISA_TABLE(ln_bwd, f32), ISA_TABLE(ln_bwd, bf16)};
+static const sm_fwd_fn sm_fwd_tab[2][3] = {ISA_TABLE(sm_fwd, f32), ISA_TABLE(sm_fwd, bf16)};
+static const sm_bwd_fn sm_bwd_tab[2][3] = {ISA_TABLE(sm_bwd, f32), ISA_TABLE(sm_bwd, bf16)};
+typedef void (*ew_fn)(int32_t, const void *, void *, int64_t);
+static const ew_fn ew_tab[2][3] = {ISA_TABLE(ew, f32), ISA_TABLE(ew, bf16)};
+typedef void (*ewg_fn)(int32_t, const void *, const void *, void *, int64_t);
+static const ewg_fn ewg_tab[2][3] = {ISA_TABLE(ewg, f32), ISA_TABLE(ewg, bf16)};
+typedef double (*lse_fn)(const void *, int64_t);
+static const lse_fn lse_tab[2][3] = {ISA_TABLE(lse, f32), ISA_TABLE(lse, bf16)};
+typedef void (*expaff_fn)(const void *, void *, int64_t, double, double, double);
+static const expaff_fn expaff_tab[2][3] = {ISA_TABLE(expaff, f32), ISA_TABLE(expaff, bf16)};
+
+static int tix(of_dtype dt) { return dt == OF_BFLOAT16; }
+
+/* threads for R rows of M elements: one per OF_PARALLEL_GRAIN / 4
+ * elements at most, as the other kernels, and never more than rows */
+static int32_t row_threads(int64_t R, int64_t M) {
+  int32_t nt = of_threads();
+  int64_t work = R * M;
+  if (nt <= 1 || work < OF_PARALLEL_GRAIN) return 1;
+  int64_t cap = work / (OF_PARALLEL_GRAIN / 4);
+  if (cap < nt) nt = (int32_t)cap;
+  if (R < nt) nt = (int32_t)R;
+  return nt > 0 ? nt : 1;
+}
+
+/* thread t of nt: rows [*r0, *r1) */
+static void row_range(int64_t R, int32_t t, int32_t nt, int64_t *r0, int64_t *r1) {
+  *r0 = R * t / nt;
+  *r1 = R * (t + 1) / nt;
+}
+
+void of_rowk_layer_norm(of_dtype dt, const void *x, void *y, int64_t R, int64_t M,
+                        const float *w, const float *b, double eps, double *mean, double *rstd) {
+  if (R <= 0 || M <= 0) return;
+  ln_fwd_fn fn = ln_fwd_tab[tix(dt)][of_cpu_isa()];
+  int32_t nt = row_threads(R, M);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    int64_t r0, r1;
+    row_range(R, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
+    fn(x, y, r0, r1, M, w, b, eps, mean, rstd);
+  }
+}
+
+of_status of_rowk_layer_norm_backward(of_dtype dt, const void *x, const void *g, void *gx,
+                                      int64_t R, int64_t M, const float *w, const double *mean,
+                                      const double *rstd, double *gwt, double *gbt) {
+  if (M <= 0) return OF_OK;
+  if (gwt) memset(gwt, 0, sizeof(double) * (size_t)M);
+  if (gbt) memset(gbt, 0, sizeof(double) * (size_t)M);
+  if (R <= 0) return OF_OK;
+  ln_bwd_fn fn = ln_bwd_tab[tix(dt)][of_cpu_isa()];
+  int32_t nt = row_threads(R, M);
+  if (!gwt && !gbt) {
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+      int64_t r0, r1;
+      row_range(R, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
+      fn(x, g, gx, r0, r1, M, w, mean, rstd, NULL, NULL);
+    }
+    return OF_OK;
+  }
+  /* Parameter grads: float partial sums over fixed blocks of PRB rows (the
+   * same blocks for any thread count), then added in block order in double. */
+  int64_t nblk = (R + PRB - 1) / PRB, nacc = (gwt != NULL) + (gbt != NULL);
+  float *part = calloc((size_t)(nblk * nacc), sizeof(float) * (size_t)M);
+  if (!part) return of_fail(OF_ERR_OOM, "layer_norm backward: out of memory");
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int64_t k = 0; k < nblk; k++) {
+    int64_t r0 = k * PRB, r1 = r0 + PRB < R ? r0 + PRB : R;
+    float *pw = gwt ? part + (k * nacc) * M : NULL;
+    float *pb = gbt ? part + (k * nacc + (gwt != NULL)) * M : NULL;
+    fn(x, g, gx, r0, r1, M, w, mean, rstd, pw, pb);
+  }
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int64_t j = 0; j < M; j++) {
+    double sw = 0, sb = 0;
+    for (int64_t k = 0; k < nblk; k++) {
+      const float *pk = part + (k * nacc) * M;
+      if (gwt) sw += (double)pk[j];
+      if (gbt) sb += (double)pk[(gwt != NULL) * M + j];
+    }
+    if (gwt) gwt[j] = sw;
+    if (gbt) gbt[j] = sb;
+  }
+  free(part);
+  return OF_OK;
+}
+
+void of_rowk_softmax(of_dtype dt, const void *x, void *y, int64_t R, int64_t M, int32_t lg) {
+  if (R <= 0 || M <= 0) return;
+  sm_fwd_fn fn = sm_fwd_tab[tix(dt)][of_cpu_isa()];
+  int32_t nt = row_threads(R, M);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    int64_t r0, r1;
+    row_range(R, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
+    fn(x, y, r0, r1, M, lg);
+  }
+}
+
+void of_rowk_softmax_backward(of_dtype dt, const void *y, const void *g, void *gx, int64_t R,
+                              int64_t M, int32_t lg) {
+  if (R <= 0 || M <= 0) return;
+  sm_bwd_fn fn = sm_bwd_tab[tix(dt)][of_cpu_isa()];
+  int32_t nt = row_threads(R, M);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    int64_t r0, r1;
+    row_range(R, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
+    fn(y, g, gx, r0, r1, M, lg);
+  }
+}
+
+bool of_rowk_unary(int32_t op, of_dtype dt, const void *x, void *y, int64_t n) {
+  if ((op != OF_GELU && op != OF_SILU) || !of_rowk_dtype(dt)) return false;
+  if (n > 0) ew_tab[tix(dt)][of_cpu_isa()](op, x, y, n);
+  return true;
+}
+
+double of_rowk_logsumexp_row(of_dtype dt, const void *x, int64_t M) {
+  return lse_tab[tix(dt)][of_cpu_isa()](x, M);
+}
+
+void of_rowk_exp_affine_row(of_dtype dt, const void *x, void *y, int64_t M, double l, double a,
+                            double b) {
+  expaff_tab[tix(dt)][of_cpu_isa()](x, y, M, l, a, b);
+}
+
+bool of_rowk_unary_grad(int32_t op, of_dtype dt, const void *x, const void *g, void *gx,
+                        int64_t n) {
+  if ((op != OF_GELU && op != OF_SILU) || !of_rowk_dtype(dt)) return false;
+  if (n <= 0) return true;
+  ewg_fn fn = ewg_tab[tix(dt)][of_cpu_isa()];
+  size_t es = dt == OF_BFLOAT16 ? 2 : 4;
+  int32_t nt = row_threads(n, 1);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    /* 64-element boundaries keep each thread's vectors whole */
+    int64_t t = omp_get_thread_num(), k = omp_get_num_threads();
+    int64_t chunk = ((n + k - 1) / k + 63) / 64 * 64, b = t * chunk;
+    int64_t e = b + chunk < n ? b + chunk : n;
+    if (b < e)
+      fn(op, (const char *)x + b * es, (const char *)g + b * es, (char *)gx + b * es, e - b);
+  }
+  return true;
+}
