@@ -3,7 +3,7 @@
 # Idempotent: with everything present it only checks.
 set -e
 PKGS="build-essential cmake pkg-config luajit libluajit-5.1-dev lua-busted lua-check
-libopenblas-dev zlib1g-dev libjpeg-dev libpng-dev dataset-fashion-mnist
+libopenblas-dev libdnnl-dev zlib1g-dev libjpeg-dev libpng-dev dataset-fashion-mnist
 libopenmpi-dev openmpi-bin"
 missing=""
 for p in $PKGS; do

@@ -51,6 +51,7 @@
  * which is how output_padding and truncated outputs are expressed. */
 #include "../autograd.h"
 #include "../device.h"
+#include "../device/dnnl.h"
 #include <cblas.h>
 #include <limits.h>
 #include <omp.h>
@@ -1513,10 +1514,96 @@ static of_status device_run_op(const conv_args *a, run_kind kind, of_tensor *p, 
   return OF_OK;
 }
 
+/* ---- the oneDNN provider (core/device/dnnl.c) ----
+ * OF_CONV_BACKEND picks the CPU kernels: "ref" (im2col + OpenBLAS here),
+ * "dnnl" (oneDNN whenever it has a kernel) or unset/"auto": oneDNN for what
+ * it measured faster at (doc/benchmarks.md, "Models: oneDNN convolutions"):
+ * every kind in bfloat16 (no casts to float32 around the im2col path) and
+ * in float32 (dnnl_auto). Read on every call, so tests can switch it. */
+static int conv_backend(void) {
+  const char *e = getenv("OF_CONV_BACKEND");
+  if (!e || !*e) return 1;
+  if (!strcmp(e, "ref")) return 0;
+  if (!strcmp(e, "dnnl")) return 2;
+  return 1;
+}
+
+static bool dnnl_auto(run_kind kind, of_dtype dt) {
+  (void)kind;
+  return dt == OF_FLOAT32 || dt == OF_BFLOAT16;
+}
+
+/* canonical element strides of a dense [N, C, sp...] in the layout */
+static void dense_strides(const int64_t *shape, int32_t nd, bool cl, int64_t *st) {
+  int64_t s = 1;
+  if (!cl) {
+    for (int32_t i = nd - 1; i >= 0; i--) st[i] = s, s *= shape[i];
+    return;
+  }
+  st[1] = 1, s = shape[1];
+  for (int32_t i = nd - 1; i >= 2; i--) st[i] = s, s *= shape[i];
+  st[0] = s;
+}
+
+/* run_op through oneDNN: *done false (nothing made) when it is not chosen
+ * or has no kernel for the problem. Activations go in as they are when
+ * contiguous or channels-last (a channels-last input gives a channels-last
+ * result), in the operands' own dtype: bfloat16 stays bfloat16. */
+static of_status dnnl_run_op(const conv_args *a, run_kind kind, const geom *g, of_tensor *p,
+                             of_tensor *q, of_tensor *bias, const int64_t *rshape, int32_t rnd,
+                             of_tensor **out, bool *done) {
+  *done = false;
+  of_dtype dt = p->dtype;
+  int be = conv_backend();
+  if (!of_dnnl_built() || be == 0 || g->N < 1 || (dt != OF_FLOAT32 && dt != OF_BFLOAT16) ||
+      (be == 1 && !dnnl_auto(kind, dt)))
+    return OF_OK;
+  if (kind == RUN_BWD_INPUT && bias) return OF_OK;   /* oneDNN's backward data has no bias */
+  int32_t nsp = a->nsp, lead = 3 - nsp;
+  bool cl = nsp >= 2 && of_prefers_channels_last(p);
+  of_tensor *cp = NULL, *cq = NULL, *cb = NULL, *res = NULL;
+  of_status st = of_dense_format(p, cl, dt, &cp);
+  if (st == OF_OK)
+    st = kind == RUN_BWD_WEIGHT ? of_dense_format(q, cl, dt, &cq) : of_dense(q, dt, &cq);
+  if (st == OF_OK && bias) st = of_dense(bias, dt, &cb);
+  bool rcl = cl && kind != RUN_BWD_WEIGHT;
+  if (st == OF_OK)
+    st = rcl ? of_tensor_new_channels_last(rshape, rnd, dt, OF_CPU, &res)
+             : of_tensor_new(rshape, rnd, dt, OF_CPU, &res);
+  if (st == OF_OK) {
+    of_dnnl_conv_desc d;
+    memset(&d, 0, sizeof d);
+    d.kind = kind == RUN_FWD ? OF_DNNL_FWD : kind == RUN_BWD_INPUT ? OF_DNNL_BWD_DATA
+                                                                   : OF_DNNL_BWD_WEIGHTS;
+    d.nsp = nsp, d.dt = dt, d.has_bias = cb != NULL;
+    d.N = g->N, d.CI = g->CI, d.CO = g->CO, d.groups = g->G;
+    for (int32_t i = 0; i < nsp; i++) {
+      d.in[i] = g->in[lead + i], d.out[i] = g->out[lead + i], d.k[i] = g->k[lead + i];
+      d.stride[i] = g->s[lead + i], d.pad[i] = g->p[lead + i], d.dil[i] = g->d[lead + i];
+    }
+    dense_strides(cp->shape, cp->ndim, cl, d.ps);
+    dense_strides(cq->shape, cq->ndim, kind == RUN_BWD_WEIGHT && cl, d.qs);
+    dense_strides(res->shape, res->ndim, rcl, d.rs);
+    st = of_dnnl_conv(&d, of_ptr(cp), of_ptr(cq), cb ? of_ptr(cb) : NULL, of_ptr(res), done);
+  }
+  of_tensor_release(cp);
+  of_tensor_release(cq);
+  of_tensor_release(cb);
+  if (st != OF_OK || !*done) {
+    of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return OF_OK;
+}
+
 static of_status run_op(const conv_args *a, run_kind kind, const geom *g, of_tensor *p,
                         of_tensor *q, of_tensor *bias, const int64_t *rshape, int32_t rnd,
                         of_tensor **out) {
   if (of_dev(p) != OF_CPU) return device_run_op(a, kind, p, q, bias, rshape, rnd, out);
+  bool done = false;
+  OF_CHECK(dnnl_run_op(a, kind, g, p, q, bias, rshape, rnd, out, &done));
+  if (done) return OF_OK;
   OF_CHECK(check_blas_sizes(a, g));
   of_dtype dt = p->dtype, cd = compute_dtype(dt);
   of_tensor *cp = NULL, *cq = NULL, *cb = NULL, *res = NULL;
