@@ -25,8 +25,8 @@
 bool of_dnnl_built(void) { return false; }
 
 of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
-                       const void *bias, void *r, bool *done) {
-  (void)d, (void)p, (void)q, (void)bias, (void)r;
+                       const void *bias, void *r, bool native_bf16, bool *done) {
+  (void)d, (void)p, (void)q, (void)bias, (void)r, (void)native_bf16;
   *done = false;
   return OF_OK;
 }
@@ -355,7 +355,7 @@ static of_status run(entry *e, const void *uptr[NOPS], bool has_bias) {
 }
 
 of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
-                       const void *bias, void *r, bool *done) {
+                       const void *bias, void *r, bool native_bf16, bool *done) {
   *done = false;
   if (d->N < 1 || d->nsp < 1 || d->nsp > 3 || (d->dt != OF_FLOAT32 && d->dt != OF_BFLOAT16))
     return OF_OK;
@@ -371,7 +371,7 @@ of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
   }
   entry *e = lookup(d);
   of_status st = OF_OK;
-  if (!e->unsupported) {
+  if (!e->unsupported && !(native_bf16 && e->via_f32)) {
     const void *ptr[NOPS] = {p, q, bias, r};
     st = run(e, ptr, d->has_bias);
     *done = st == OF_OK;

@@ -33,9 +33,11 @@ typedef struct of_dnnl_conv_desc {
 bool of_dnnl_built(void);
 
 /* Runs the convolution through oneDNN. *done is false (and nothing was
- * written) when oneDNN has no implementation for it; the caller then runs
- * its own kernels. Errors (out of memory) are returned as statuses. */
+ * written) when oneDNN has no implementation for it, or, with native_bf16,
+ * when bfloat16 operands would be computed in float32 (no bfloat16 kernel on
+ * this CPU); the caller then runs its own kernels. Errors (out of memory)
+ * are returned as statuses. */
 of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
-                       const void *bias, void *r, bool *done);
+                       const void *bias, void *r, bool native_bf16, bool *done);
 
 #endif
