@@ -281,17 +281,14 @@ if write_doc then
   local doc = f and f:read('*a') or '# Benchmarks\n'
   if f then f:close() end
   local title = '## Models: oneDNN convolutions'
-  local marker = '<!-- bench/models.lua table -->'
-  local s = doc:find('\n' .. title .. '\n', 1, true)
-  if s then
-    -- keep the section's prose; replace what follows the marker up to the next section
-    local e = doc:find('\n## ', s + 1, true)
-    local body = doc:sub(s + 1, e and e - 1 or #doc)
-    local m = body:find(marker, 1, true)
-    local prose = m and body:sub(1, m - 1) or (title .. '\n\n')
-    doc = doc:sub(1, s) .. prose .. marker .. '\n' .. text .. '\n' .. (e and doc:sub(e) or '')
+  local open_m, close_m = '<!-- bench/models.lua table -->', '<!-- end of the bench/models.lua table -->'
+  local a = doc:find(open_m, 1, true)
+  local b = a and doc:find(close_m, a, true)
+  if a and b then   -- the section's prose stays; only the table between the markers changes
+    doc = doc:sub(1, a - 1) .. open_m .. '\n' .. text .. '\n' .. doc:sub(b)
   else
-    doc = doc:gsub('%s+$', '') .. '\n\n' .. title .. '\n\n' .. marker .. '\n' .. text .. '\n'
+    doc = doc:gsub('%s+$', '') .. '\n\n' .. title .. '\n\n' .. open_m .. '\n' .. text .. '\n'
+      .. close_m .. '\n'
   end
   local tmp = path .. '.tmp'
   local o = assert(io.open(tmp, 'w'))

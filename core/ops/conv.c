@@ -1521,11 +1521,13 @@ static of_status device_run_op(const conv_args *a, run_kind kind, of_tensor *p, 
  *   - bfloat16 when oneDNN has a bfloat16 kernel on this CPU (AVX-512 /
  *     AMX): no conversions to float32 at all;
  *   - convolutions with at most 4 input channels (a stem: oneDNN reads the
- *     contiguous input as it is, no reorder): 0.79-0.89x the im2col time
- *     for [16,3,112,112] * [64,3,7,7] stride 2, forward and both grads.
- * Elsewhere, on the AVX2 machine measured (2 threads), oneDNN's reorders
- * to and from its blocked layouts cost more than its kernels save: 1.1-2.5x
- * the im2col time for ResNet-18's 3x3 and 1x1 layers at batch 16.
+ *     contiguous input as it is, no reorder): [16,3,112,112] * [64,3,7,7]
+ *     stride 2 took 0.79-0.80x the im2col time for the weight grad and
+ *     0.86-0.87x for the input grad in two runs (forward 0.89x and 1.37x).
+ * Elsewhere, on the AVX2 machine measured (2 threads, bench/conv_layers.lua),
+ * oneDNN's reorders to and from its blocked layouts cost more than its
+ * kernels save: mostly 1.0-2.5x the im2col time for ResNet-18's 3x3 and 1x1
+ * layers at batch 16 (a few input grads 0.85x, not in both runs).
  * Read on every call, so tests can switch it. */
 static int conv_backend(void) {
   const char *e = getenv("OF_CONV_BACKEND");
