@@ -8,7 +8,8 @@
 --   * ResNet-18 training step (forward, cross-entropy, backward, SGD
 --     momentum), batch 16, 3x112x112, 10 classes;
 --   * MobileNetV2 inference, batch 8, 3x224x224;
---   * ResNet-50 inference batch 1 under bfloat16 autocast.
+--   * ResNet-50 inference batch 1 under bfloat16 autocast, and with the
+--     model and input in bfloat16.
 -- The contenders alternate: each round times one call of every case on our
 -- two backends, then runs one PyTorch process per version (one warm-up and
 -- one timed call per case); the figures are medians over the rounds (after
@@ -85,11 +86,13 @@ local cases = {
   {key = 'r18_train', name = 'ResNet-18 training step, batch 16, 112'},
   {key = 'mb2_b8', name = 'MobileNetV2 inference, batch 8, 224'},
   {key = 'r50_bf16', name = 'ResNet-50 inference, batch 1, 224, bfloat16 autocast'},
+  {key = 'r50_bf16t', name = 'ResNet-50 inference, batch 1, 224, bfloat16 model and input'},
 }
 
 local function build_ours()
   flow.manual_seed(0)
   local r50 = vision.models.resnet50():eval()
+  local r50h = vision.models.resnet50():eval():to(flow.bfloat16)
   local mb2 = vision.models.mobilenet_v2():eval()
   local r18 = vision.models.resnet18({num_classes = 10}):train()
   local opt = flow.optim.SGD(r18:parameters(), {lr = 0.01, momentum = 0.9})
@@ -106,6 +109,7 @@ local function build_ours()
       loss:backward()
       opt:step()
     end,
+    r50_bf16t = infer(r50h, x1:to(flow.bfloat16)),
     r50_bf16 = function()
       flow.no_grad(function()
         return flow.amp.autocast('cpu', {dtype = flow.bfloat16}, function() return r50(x1) end)
@@ -132,6 +136,7 @@ torch.set_num_threads(int(sys.argv[1]))
 torch.manual_seed(0)
 m = torchvision.models
 r50 = m.resnet50().eval(); mb2 = m.mobilenet_v2().eval()
+r50h = m.resnet50().eval().to(torch.bfloat16)
 r18 = m.resnet18(num_classes=10).train()
 opt = torch.optim.SGD(r18.parameters(), lr=0.01, momentum=0.9)
 x1 = torch.randn(1, 3, 224, 224); x8 = torch.randn(8, 3, 224, 224)
@@ -145,7 +150,8 @@ def train():
 def bf16():
     with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16): r50(x1)
 cases = {'r50_b1': infer(r50, x1), 'r50_b8': infer(r50, x8), 'r18_train': train,
-         'mb2_b8': infer(mb2, x8), 'r50_bf16': bf16}
+         'mb2_b8': infer(mb2, x8), 'r50_bf16': bf16,
+         'r50_bf16t': infer(r50h, x1.to(torch.bfloat16))}
 print('version', torch.__version__, flush=True)
 for k, f in cases.items():
     f()

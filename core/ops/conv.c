@@ -1571,8 +1571,9 @@ static of_status dnnl_run_op(const conv_args *a, run_kind kind, const geom *g, o
   *done = false;
   of_dtype dt = p->dtype;
   int be = conv_backend();
-  if (!of_dnnl_built() || be == 0 || g->N < 1 || (dt != OF_FLOAT32 && dt != OF_BFLOAT16))
-    return OF_OK;
+  if (!of_dnnl_built() || be == 0 || (dt != OF_FLOAT32 && dt != OF_BFLOAT16) ||
+      p->numel == 0 || q->numel == 0 || of_shape_numel(rshape, rnd) == 0)
+    return OF_OK;   /* empty operands: the im2col path's zeros */
   /* auto: bfloat16 always asks (and runs only where oneDNN computes in
    * bfloat16), float32 where dnnl_auto says */
   bool native_bf16 = be == 1 && dt == OF_BFLOAT16 && !dnnl_auto(kind, g);

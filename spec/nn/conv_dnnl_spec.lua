@@ -101,6 +101,15 @@ describe('conv through oneDNN vs the im2col reference (float32)', function()
     local r, d = check_conv(F.conv2d, {0, 3, 5, 5}, {4, 3, 3, 3}, {kw = {padding = 1}}, 'empty')
     assert.are.same({0, 4, 5, 5}, d.y:size():totable())
     assert.are.same({0, 4, 5, 5}, r.y:size():totable())
+    -- no input channels: the bias alone; no output channels: an empty result
+    for _, be in ipairs({'ref', 'dnnl'}) do
+      local y = with_backend(be, F.conv2d, flow.randn(2, 0, 5, 5), flow.randn(4, 0, 3, 3),
+        flow.full({4}, 1.5))
+      assert.are.same({2, 4, 3, 3}, y:size():totable())
+      assert.are.equal(1.5 * 72, y:sum():item())
+      local e = with_backend(be, F.conv2d, flow.randn(2, 3, 5, 5), flow.randn(0, 3, 3, 3))
+      assert.are.same({2, 0, 3, 3}, e:size():totable())
+    end
     check_conv(F.conv2d, {2, 6, 9, 8}, {5, 6, 3, 3}, {bias = true, kw = {padding = 1}},
       'transposed view', function(x) return x:transpose(3, 4) end)
     local _, dc = check_conv(F.conv2d, {2, 6, 8, 8}, {5, 6, 3, 3}, {bias = true, kw = {stride = 2}},
