@@ -17,6 +17,7 @@ OBJ="$ROOT/$BUILD/CMakeFiles/oneflow.dir"
 LAYERS='
 0 storage   core/storage/*.c
 1 tensor    core/tensor/*.c
+2 device    core/device/dnnl.c
 2 device    core/device/*.c
 2 device    core/dist/comm.c
 3 dispatch  core/dispatch/*.c

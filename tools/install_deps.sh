@@ -3,7 +3,7 @@
 # Idempotent: with everything present it only checks.
 set -e
 PKGS="build-essential cmake pkg-config luajit libluajit-5.1-dev lua-busted lua-check
-libopenblas-dev zlib1g-dev libjpeg-dev libpng-dev dataset-fashion-mnist
+libopenblas-dev libdnnl-dev zlib1g-dev libjpeg-dev libpng-dev dataset-fashion-mnist
 libopenmpi-dev openmpi-bin libreadline-dev lua-argparse lua-ldoc valgrind graphviz"
 # CI (CI=true, as .ci/run sets it) also installs what the PyTorch-parity specs
 # compare with, so that none of them is pending there: Debian's PyTorch and

@@ -51,6 +51,7 @@
  * which is how output_padding and truncated outputs are expressed. */
 #include "../autograd.h"
 #include "../device.h"
+#include "../device/dnnl.h"
 #include <cblas.h>
 #include <limits.h>
 #include <omp.h>
@@ -1513,10 +1514,117 @@ static of_status device_run_op(const conv_args *a, run_kind kind, of_tensor *p, 
   return OF_OK;
 }
 
+/* ---- the oneDNN provider (core/device/dnnl.c) ----
+ * OF_CONV_BACKEND picks the CPU kernels: "ref" (im2col + OpenBLAS here),
+ * "dnnl" (oneDNN whenever it has a kernel) or unset/"auto": oneDNN where it
+ * measured faster (doc/benchmarks.md, "Models: oneDNN convolutions"):
+ *   - bfloat16 when oneDNN has a bfloat16 kernel on this CPU (AVX-512 /
+ *     AMX): no conversions to float32 at all;
+ *   - convolutions with at most 4 input channels (a stem: oneDNN reads the
+ *     contiguous input as it is, no reorder): [16,3,112,112] * [64,3,7,7]
+ *     stride 2 took 0.79-0.80x the im2col time for the weight grad and
+ *     0.86-0.87x for the input grad in two runs (forward 0.89x and 1.37x).
+ * Elsewhere, on the AVX2 machine measured (2 threads, bench/conv_layers.lua),
+ * oneDNN's reorders to and from its blocked layouts cost more than its
+ * kernels save: mostly 1.0-2.5x the im2col time for ResNet-18's 3x3 and 1x1
+ * layers at batch 16 (a few input grads 0.85x, not in both runs).
+ * Read on every call, so tests can switch it. */
+static int conv_backend(void) {
+  const char *e = getenv("OF_CONV_BACKEND");
+  if (!e || !*e) return 1;
+  if (!strcmp(e, "ref")) return 0;
+  if (!strcmp(e, "dnnl")) return 2;
+  return 1;
+}
+
+/* auto for float32: which problems go to oneDNN (bfloat16: see
+ * dnnl_run_op). For measurements, OF_CONV_DNNL_KINDS=m sends the kinds of
+ * the bit mask m (1 forward, 2 input grad, 4 weight grad) instead. */
+static bool dnnl_auto(run_kind kind, const geom *g) {
+  const char *e = getenv("OF_CONV_DNNL_KINDS");
+  if (e && *e) {
+    int bit = kind == RUN_FWD ? 1 : kind == RUN_BWD_INPUT ? 2 : 4;
+    return (atoi(e) & bit) != 0;
+  }
+  return g->G == 1 && g->CI <= 4;
+}
+
+/* canonical element strides of a dense [N, C, sp...] in the layout */
+static void dense_strides(const int64_t *shape, int32_t nd, bool cl, int64_t *st) {
+  int64_t s = 1;
+  if (!cl) {
+    for (int32_t i = nd - 1; i >= 0; i--) st[i] = s, s *= shape[i];
+    return;
+  }
+  st[1] = 1, s = shape[1];
+  for (int32_t i = nd - 1; i >= 2; i--) st[i] = s, s *= shape[i];
+  st[0] = s;
+}
+
+/* run_op through oneDNN: *done false (nothing made) when it is not chosen
+ * or has no kernel for the problem. Activations go in as they are when
+ * contiguous or channels-last (a channels-last input gives a channels-last
+ * result), in the operands' own dtype: bfloat16 stays bfloat16. */
+static of_status dnnl_run_op(const conv_args *a, run_kind kind, const geom *g, of_tensor *p,
+                             of_tensor *q, of_tensor *bias, const int64_t *rshape, int32_t rnd,
+                             of_tensor **out, bool *done) {
+  *done = false;
+  of_dtype dt = p->dtype;
+  int be = conv_backend();
+  if (!of_dnnl_built() || be == 0 || (dt != OF_FLOAT32 && dt != OF_BFLOAT16) ||
+      p->numel == 0 || q->numel == 0 || of_shape_numel(rshape, rnd) == 0)
+    return OF_OK;   /* empty operands: the im2col path's zeros */
+  /* auto: bfloat16 always asks (and runs only where oneDNN computes in
+   * bfloat16), float32 where dnnl_auto says */
+  bool native_bf16 = be == 1 && dt == OF_BFLOAT16 && !dnnl_auto(kind, g);
+  if (be == 1 && dt == OF_FLOAT32 && !dnnl_auto(kind, g)) return OF_OK;
+  if (kind == RUN_BWD_INPUT && bias) return OF_OK;   /* oneDNN's backward data has no bias */
+  int32_t nsp = a->nsp, lead = 3 - nsp;
+  bool cl = nsp >= 2 && of_prefers_channels_last(p);
+  of_tensor *cp = NULL, *cq = NULL, *cb = NULL, *res = NULL;
+  of_status st = of_dense_format(p, cl, dt, &cp);
+  if (st == OF_OK)
+    st = kind == RUN_BWD_WEIGHT ? of_dense_format(q, cl, dt, &cq) : of_dense(q, dt, &cq);
+  if (st == OF_OK && bias) st = of_dense(bias, dt, &cb);
+  bool rcl = cl && kind != RUN_BWD_WEIGHT;
+  if (st == OF_OK)
+    st = rcl ? of_tensor_new_channels_last(rshape, rnd, dt, OF_CPU, &res)
+             : of_tensor_new(rshape, rnd, dt, OF_CPU, &res);
+  if (st == OF_OK) {
+    of_dnnl_conv_desc d;
+    memset(&d, 0, sizeof d);
+    d.kind = kind == RUN_FWD ? OF_DNNL_FWD : kind == RUN_BWD_INPUT ? OF_DNNL_BWD_DATA
+                                                                   : OF_DNNL_BWD_WEIGHTS;
+    d.nsp = nsp, d.dt = dt, d.has_bias = cb != NULL;
+    d.N = g->N, d.CI = g->CI, d.CO = g->CO, d.groups = g->G;
+    for (int32_t i = 0; i < nsp; i++) {
+      d.in[i] = g->in[lead + i], d.out[i] = g->out[lead + i], d.k[i] = g->k[lead + i];
+      d.stride[i] = g->s[lead + i], d.pad[i] = g->p[lead + i], d.dil[i] = g->d[lead + i];
+    }
+    dense_strides(cp->shape, cp->ndim, cl, d.ps);
+    dense_strides(cq->shape, cq->ndim, kind == RUN_BWD_WEIGHT && cl, d.qs);
+    dense_strides(res->shape, res->ndim, rcl, d.rs);
+    st = of_dnnl_conv(&d, of_ptr(cp), of_ptr(cq), cb ? of_ptr(cb) : NULL, of_ptr(res),
+                      native_bf16, done);
+  }
+  of_tensor_release(cp);
+  of_tensor_release(cq);
+  of_tensor_release(cb);
+  if (st != OF_OK || !*done) {
+    of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return OF_OK;
+}
+
 static of_status run_op(const conv_args *a, run_kind kind, const geom *g, of_tensor *p,
                         of_tensor *q, of_tensor *bias, const int64_t *rshape, int32_t rnd,
                         of_tensor **out) {
   if (of_dev(p) != OF_CPU) return device_run_op(a, kind, p, q, bias, rshape, rnd, out);
+  bool done = false;
+  OF_CHECK(dnnl_run_op(a, kind, g, p, q, bias, rshape, rnd, out, &done));
+  if (done) return OF_OK;
   OF_CHECK(check_blas_sizes(a, g));
   of_dtype dt = p->dtype, cd = compute_dtype(dt);
   of_tensor *cp = NULL, *cq = NULL, *cb = NULL, *res = NULL;
