@@ -109,6 +109,19 @@ static of_status capture_check(of_graph *g, const of_gnode *n, int32_t i, of_sta
 }
 
 /* ---- the executor ---- */
+/* A node's failure names the node (1-based) and its op in front of the op's
+ * own message, so that a bad record in a loaded graph is found by its place. */
+static of_status node_error(const of_graph *g, const of_gnode *n, int32_t i, of_status st) {
+  (void)g;
+  const char *msg = of_last_error();
+  if (strncmp(msg, "nn.Graph: node ", 15) == 0 || strncmp(msg, "node ", 5) == 0)
+    return st;   /* said already */
+  char why[400];
+  snprintf(why, sizeof why, "%s", msg);
+  const of_opdef *d = of_op_def(n->op);
+  return of_fail(st, "nn.Graph: node %d (%s): %s", (int)i + 1, d ? d->name : "?", why);
+}
+
 static void release_slot(const of_graph *g, int32_t v, void *p) {
   if (!p) return;
   if (g->vals[v].kind == OF_GV_HANDLE) of_node_release(p);
@@ -225,7 +238,10 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
       if (g->prof[i] == 0 || ms < g->prof[i]) g->prof[i] = ms;   /* fastest run */
     }
     if (g->cg_capturing) st = capture_check(g, n, i, st);
-    if (st != OF_OK) break;
+    if (st != OF_OK) {
+      st = node_error(g, n, i, st);
+      break;
+    }
     for (int32_t j = 0; j < n->nreal; j++) {
       int32_t v = n->out[j];
       if (v >= 0) {

@@ -22,6 +22,7 @@
 #include "../device.h"
 #include "fused.h"
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -193,6 +194,79 @@ static of_status corrupt(const ctx_t *c, const char *what) {
   return of_fail(OF_ERR_IO, "nn.Graph.load: %s: %s", c->path, what);
 }
 
+/* An error in node i's record: names the node (1-based, as the IR dump
+ * numbers them), its op and the field. */
+static of_status node_bad(const ctx_t *c, uint32_t i, const char *op, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static of_status node_bad(const ctx_t *c, uint32_t i, const char *op, const char *fmt, ...) {
+  char what[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  return of_fail(OF_ERR_IO, "nn.Graph.load: %s: node %u (%s): %s", c->path, i + 1,
+                 op ? op : "?", what);
+}
+
+/* Inputs below an op's minimum arity that may be absent (NULL): bit k for
+ * input k. Every other input below the minimum is required -- the op's run
+ * function reads it -- and an input above the minimum is an optional extra
+ * (an `into` tensor, found_inf), absent or not. */
+static uint32_t optional_inputs(int32_t op) {
+  switch (op) {
+    case OPK_CONV: case OPK_CONV_TRANSPOSE: case OPK_CONV_WEIGHT_GRAD:
+      return 1u << 2;                                   /* bias (unused by the weight grad) */
+    case OPK_BATCH_NORM: case OPK_INSTANCE_NORM: case OPK_LAYER_NORM: case OPK_GROUP_NORM:
+      return 0x1eu;                                     /* running stats, weight, bias */
+    case OPK_CROSS_ENTROPY: case OPK_NLL_LOSS: return 1u << 2;   /* class weights */
+    case OPK_OPTIM_SGD: return 1u << 2;                 /* momentum buffer */
+    case OPK_OPTIM_ADAM: return 1u << 4;                /* max_exp_avg_sq (amsgrad) */
+    case OPK_SCATTER: return 1u << 2;                   /* src (a scalar value instead) */
+    case OF_OPK_BACKWARD: return ~1u;                   /* grads of unused outputs */
+    default: return 0;
+  }
+}
+
+/* bytes of a tensor of this shape and dtype, or -1 past 2^48 (no real
+ * tensor is that large; the bound keeps every later product in range) */
+static int64_t meta_bytes(const int64_t *shape, int32_t ndim, of_dtype dt) {
+  const int64_t lim = (int64_t)1 << 48;
+  int64_t n = 1;
+  for (int32_t i = 0; i < ndim; i++) {
+    if (shape[i] < 0) return -1;
+    if (shape[i] == 0) return 0;
+    if (n > lim / shape[i]) return -1;
+    n *= shape[i];
+  }
+  int64_t es = of_dtype_size(dt);
+  return n > lim / (es ? es : 1) ? -1 : n * es;
+}
+
+/* The output shape of a creation op, from its record alone: compared with
+ * the recorded value so that an edited record cannot make the first run
+ * allocate what the file never described. false: not a creation op. */
+static bool creation_shape(int32_t op, const void *attrs, int64_t *shape, int32_t *ndim,
+                           of_dtype *dt) {
+  switch (op) {
+    case OPK_EMPTY: case OPK_ZEROS: case OPK_FULL: case OPK_RAND: case OPK_RANDN: {
+      const a_create *a = attrs;
+      if (!NDIM_OK(a->ndim)) { *ndim = -1; return true; }
+      *ndim = a->ndim;
+      memcpy(shape, a->shape, sizeof(int64_t) * (size_t)a->ndim);
+      *dt = a->dtype;
+      return true;
+    }
+    case OPK_RANDPERM: {
+      const a_randperm *a = attrs;
+      *ndim = 1;
+      shape[0] = a->n;
+      *dt = a->dtype;
+      return true;
+    }
+    default: return false;
+  }
+}
+
 /* Parses the IR into a graph whose externals are still missing. */
 static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_graph **out,
                           int32_t **ext_of_value, int32_t *next_out) {
@@ -215,9 +289,15 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
   uint32_t nvals = get_u32(&r), nnodes = get_u32(&r), nin = get_u32(&r), nout = get_u32(&r),
            next = get_u32(&r);
   of_device gdev = version >= 2 ? get_i32(&r) : OF_CPU;
+  /* every count is bounded by the bytes that must follow it, so that no
+   * allocation is larger than the record can justify */
+  size_t left = r.len - r.pos;
+  size_t val_rec = 1 + 1 + 4 * (version >= 2 ? 6 : 5) + 8 * (2 * OF_MAX_DIMS + 1) + 2;
+  size_t node_rec = 2 + 1 + 4 + 4 * 9;
   if (r.bad || nvals > MAX_COUNT || nnodes > MAX_COUNT || nin > nvals || nout > MAX_COUNT ||
-      next > nvals)
-    return corrupt(c, "bad counts");
+      next > nvals || (uint64_t)nvals * val_rec > left ||
+      (uint64_t)nvals * val_rec + 4 * ((uint64_t)nin + nout) + (uint64_t)nnodes * node_rec > left)
+    return corrupt(c, "bad counts (more values, inputs, outputs or nodes than the record holds)");
   if ((gdev & 0xff) > OF_CUDA || gdev < 0) return corrupt(c, "bad device");
   of_graph *g = of_graph_new_empty();
   if (g) g->device = gdev;
@@ -229,6 +309,10 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
   }
   of_status st = OF_OK;
 #define FAIL(msg) do { st = corrupt(c, msg); goto fail; } while (0)
+#define VFAIL(msg) do {                                                                  \
+    st = of_fail(OF_ERR_IO, "nn.Graph.load: %s: value %%%u: %s", c->path, v, msg);          \
+    goto fail;                                                                           \
+  } while (0)
   for (uint32_t v = 0; v < nvals; v++) {
     int32_t id = of_graph_add_value(g, OF_GV_INTERNAL, NULL);
     if (id < 0) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto fail; }
@@ -245,23 +329,30 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
     for (int32_t i = 0; i < OF_MAX_DIMS; i++) x->strides[i] = get_i64(&r);
     x->offset = get_i64(&r);
     uint16_t ln = get_u16(&r);
-    if (r.bad) FAIL("truncated value table");
+    if (r.bad) VFAIL("truncated value table");
     if (ln) {
       x->name = malloc((size_t)ln + 1);
       if (!x->name) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto fail; }
       get(&r, x->name, ln);
       x->name[ln] = 0;
     }
-    if (x->kind < OF_GV_INPUT || x->kind > OF_GV_HANDLE) FAIL("bad value kind");
-    if (x->kind != OF_GV_HANDLE && (x->dtype < 0 || x->dtype >= OF_NUM_DTYPES)) FAIL("bad dtype");
-    if (x->ndim < 0 || x->ndim > OF_MAX_DIMS) FAIL("bad ndim");
-    if (x->device < 0 || (x->device & 0xff) > OF_CUDA) FAIL("bad device");
+    if (x->kind < OF_GV_INPUT || x->kind > OF_GV_HANDLE) VFAIL("bad value kind");
+    if (x->kind != OF_GV_HANDLE && (x->dtype < 0 || x->dtype >= OF_NUM_DTYPES)) VFAIL("bad dtype");
+    if (x->ndim < 0 || x->ndim > OF_MAX_DIMS) VFAIL("bad ndim");
+    if (x->device < 0 || (x->device & 0xff) > OF_CUDA) VFAIL("bad device");
     for (int32_t i = 0; i < x->ndim; i++)
-      if (x->shape[i] < 0 || x->shape[i] > ((int64_t)1 << 40)) FAIL("bad shape");
-    if (x->root < 0 || (uint32_t)x->root >= nvals || x->same < 0 || (uint32_t)x->same >= nvals)
-      FAIL("bad value reference");
+      if (x->shape[i] < 0 || x->shape[i] > ((int64_t)1 << 40)) VFAIL("bad shape");
+    if (x->kind != OF_GV_HANDLE && meta_bytes(x->shape, x->ndim, x->dtype) < 0)
+      VFAIL("bad shape (more than 2^48 bytes)");
+    for (int32_t i = 0; i < x->ndim; i++)
+      if (x->strides[i] < -((int64_t)1 << 48) || x->strides[i] > ((int64_t)1 << 48))
+        VFAIL("bad strides");
+    if (x->offset < 0 || x->offset > ((int64_t)1 << 48)) VFAIL("bad storage offset");
+    /* a view's root and an in-place version's tensor are values made before it */
+    if (x->root < 0 || (uint32_t)x->root > v || x->same < 0 || (uint32_t)x->same > v)
+      VFAIL("bad value reference");
     if (x->kind == OF_GV_EXTERNAL ? (ext[v] < -1 || ext[v] >= (int32_t)next) : ext[v] != -1)
-      FAIL("bad external index");
+      VFAIL("bad external index");
     if (x->kind == OF_GV_EXTERNAL || x->kind == OF_GV_INPUT) defined[v] = true;
   }
   g->inputs = calloc(nin ? nin : 1, sizeof *g->inputs);
@@ -283,26 +374,29 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
   for (uint32_t i = 0; i < nnodes; i++) {
     char name[64];
     uint16_t ln = get_u16(&r);
-    if (r.bad || ln == 0 || ln >= sizeof name) FAIL("bad op name");
+    if (r.bad || ln == 0 || ln >= sizeof name) {
+      st = node_bad(c, i, NULL, "bad op name (%u bytes)", (unsigned)ln);
+      goto fail;
+    }
     get(&r, name, ln);
     name[ln] = 0;
+    for (uint16_t k = 0; k < ln; k++)
+      if (name[k] < 0x21 || name[k] > 0x7e) name[k] = '?';   /* printable in messages */
     int32_t op = of_op_find(name);
     if (op < 0) {
-      st = of_fail(OF_ERR_IO, "nn.Graph.load: %s: unknown op '%s' (saved by another version?)",
-                   c->path, name);
+      st = node_bad(c, i, name, "unknown op (saved by another version?)");
       goto fail;
     }
     const of_opdef *d = of_op_def(op);
-    if (d->flags & OF_OPF_COLLECTIVE) {
-      st = of_fail(OF_ERR_IO, "nn.Graph.load: %s: holds a collective '%s'; graphs with global "
-                   "tensors cannot be saved or loaded", c->path, name);
-      goto fail;
-    }
+#define NODE_FAIL(...) do { st = node_bad(c, i, d->name, __VA_ARGS__); goto fail; } while (0)
+    if (d->flags & OF_OPF_COLLECTIVE)
+      NODE_FAIL("a collective; graphs with global tensors cannot be saved or loaded");
     int32_t asz = get_i32(&r);
     /* format 2 wrote addmm's record without its b_t field (zero there) */
     int32_t want = version < 3 && op == OPK_ADDMM ? (int32_t)offsetof(a_addmm, b_t) : d->attr_size;
     if (r.bad || asz != want || asz < 0 || (size_t)asz > r.len - r.pos)
-      FAIL("bad attribute record size");
+      NODE_FAIL("attrs: bad attribute record size %d (the op's record is %d bytes)", (int)asz,
+                (int)want);
     /* an aligned copy: the records are read as structs */
     void *attrs = calloc(1, (size_t)(d->attr_size > asz ? d->attr_size : asz ? asz : 1));
     if (!attrs) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto fail; }
@@ -313,20 +407,29 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
     int32_t flags = get_i32(&r);
     uint32_t needs = get_u32(&r), keep_in = get_u32(&r), keep_out = get_u32(&r);
     int32_t handle_nr = get_i32(&r);
-    if (r.bad || nin_ < d->min_in || nin_ > d->max_in || nreal < 0 || nreal > 64 || nmut < 0 ||
-        nmut > 8 || (flags & ~OF_GN_CAPTURE) != 0) {
-      free(attrs);
-      FAIL("bad node header");
-    }
-    bool capture = (flags & OF_GN_CAPTURE) != 0;
     const char *why = NULL;
-    if (d->nreal >= 0 && nreal != d->nreal) why = "bad number of results";
-    else if (nout_ != nreal + nmut + (capture ? 1 : 0)) why = "bad number of outputs";
-    else if (capture && (handle_nr < 0 || handle_nr >= nreal)) why = "bad autograd handle";
+    char whybuf[160];
+    if (r.bad) why = "truncated node header";
+    else if (nin_ < d->min_in || nin_ > d->max_in) {
+      snprintf(whybuf, sizeof whybuf, "nin: %d inputs, the op takes %d to %d", (int)nin_,
+               (int)d->min_in, (int)d->max_in);
+      why = whybuf;
+    } else if (nreal < 0 || nreal > 64) why = "nreal: bad number of results";
+    else if (nmut < 0 || nmut > 8) why = "nmut: bad number of inputs written in place";
+    else if ((flags & ~OF_GN_CAPTURE) != 0) why = "flags: unknown bits";
+    bool capture = (flags & OF_GN_CAPTURE) != 0;
+    if (why) {}
+    else if (d->nreal >= 0 && nreal != d->nreal) {
+      snprintf(whybuf, sizeof whybuf, "nreal: %d results, the op makes %d", (int)nreal,
+               (int)d->nreal);
+      why = whybuf;
+    } else if (nout_ != nreal + nmut + (capture ? 1 : 0)) why = "nout: bad number of outputs";
+    else if (capture && (handle_nr < 0 || handle_nr >= nreal)) why = "handle_nr: bad autograd handle";
+    else if (capture && op == OF_OPK_BACKWARD) why = "flags: a backward node cannot keep a handle";
     else if ((size_t)(nin_ + nout_ + nmut) * 4 > r.len - r.pos) why = "truncated node";
     if (why) {
       free(attrs);
-      FAIL(why);
+      NODE_FAIL("%s", why);
     }
     if (d->check) {
       st = d->check(attrs, asz, nin_);
@@ -334,7 +437,7 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
         char msg[256];
         snprintf(msg, sizeof msg, "%s", of_last_error());
         free(attrs);
-        FAIL(msg);
+        NODE_FAIL("attrs: %s", msg);
       }
     }
     int32_t *ins = malloc(sizeof *ins * (size_t)(nin_ ? nin_ : 1));
@@ -358,37 +461,62 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
     n->handle_nr = handle_nr;
     for (int32_t j = 0; j < nout_; j++) n->out[j] = get_i32(&r);
     for (int32_t m = 0; m < nmut; m++) n->mut[m] = get_i32(&r);
-    if (r.bad) FAIL("truncated node");
+    if (r.bad) NODE_FAIL("truncated node");
+    uint32_t optional = optional_inputs(op);
     for (int32_t k = 0; k < nin_; k++) {
       int32_t v = n->in[k];
-      if (v < -1 || v >= (int32_t)nvals) FAIL("node input out of range");
-      if (v < 0) continue;
-      if (!defined[v]) FAIL("node reads a value before it is computed");
+      if (v < -1 || v >= (int32_t)nvals)
+        NODE_FAIL("in[%d]: value %%%d out of range (%u values)", (int)k + 1, (int)v, nvals);
+      if (v < 0) {
+        if (k < d->min_in && !(k < 32 && ((optional >> k) & 1)))
+          NODE_FAIL("in[%d]: a required input is absent", (int)k + 1);
+        continue;
+      }
+      if (!defined[v])
+        NODE_FAIL("in[%d]: reads value %%%d before it is computed", (int)k + 1, (int)v);
       bool handle = g->vals[v].kind == OF_GV_HANDLE;
-      if (handle != (op == OF_OPK_BACKWARD && k == 0)) FAIL("autograd handle used as a tensor");
+      if (handle != (op == OF_OPK_BACKWARD && k == 0))
+        NODE_FAIL("in[%d]: %s", (int)k + 1, handle ? "an autograd handle used as a tensor"
+                                                   : "a tensor where the autograd handle goes");
     }
-    if (op == OF_OPK_BACKWARD && n->in[0] < 0) FAIL("backward node without its autograd node");
+    if (op == OF_OPK_BACKWARD && n->in[0] < 0) NODE_FAIL("in[1]: no autograd node");
+    if (op == OF_OPK_BACKWARD && nreal > OF_BACKWARD_MAX_IN) NODE_FAIL("nreal: too many grads");
     for (int32_t j = 0; j < nout_; j++) {
       int32_t v = n->out[j];
-      if (v < -1 || v >= (int32_t)nvals) FAIL("node output out of range");
+      if (v < -1 || v >= (int32_t)nvals)
+        NODE_FAIL("out[%d]: value %%%d out of range (%u values)", (int)j + 1, (int)v, nvals);
       if (v < 0) {
-        if (j >= nreal) FAIL("missing output");
+        if (j >= nreal) NODE_FAIL("out[%d]: missing output", (int)j + 1);
         continue;
       }
       bool handle_slot = capture && j == nout_ - 1;
       if (defined[v] || (g->vals[v].kind == OF_GV_HANDLE) != handle_slot ||
           (!handle_slot && g->vals[v].kind != OF_GV_INTERNAL))
-        FAIL("node output is not a fresh value");
+        NODE_FAIL("out[%d]: value %%%d is not a fresh value", (int)j + 1, (int)v);
       defined[v] = true;
       g->vals[v].producer = ni;
     }
     for (int32_t m = 0; m < nmut; m++)
-      if (n->mut[m] < 0 || n->mut[m] >= nin_ || n->in[n->mut[m]] < 0) FAIL("bad write target");
+      if (n->mut[m] < 0 || n->mut[m] >= nin_ || n->in[n->mut[m]] < 0)
+        NODE_FAIL("mut[%d]: bad write target %d", (int)m + 1, (int)n->mut[m]);
+    /* a creation op's result is what its record says: it must be the value
+     * the file describes */
+    int64_t cshape[OF_MAX_DIMS];
+    int32_t cnd = 0;
+    of_dtype cdt = 0;
+    if (creation_shape(op, n->attrs, cshape, &cnd, &cdt) && n->out[0] >= 0) {
+      const of_gval *x = &g->vals[n->out[0]];
+      bool same = cnd == x->ndim && cdt == x->dtype;
+      for (int32_t k = 0; same && k < cnd; k++) same = cshape[k] == x->shape[k];
+      if (!same) NODE_FAIL("attrs: the record's shape or dtype is not that of its result");
+    }
+#undef NODE_FAIL
   }
   if (r.pos != r.len) FAIL("trailing bytes in the graph record");
   for (uint32_t i = 0; i < nout; i++)
     if (!defined[g->outputs[i]]) FAIL("an output is never computed");
 #undef FAIL
+#undef VFAIL
   free(defined);
   *out = g;
   *ext_of_value = ext;
