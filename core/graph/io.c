@@ -267,6 +267,149 @@ static bool creation_shape(int32_t op, const void *attrs, int64_t *shape, int32_
   }
 }
 
+/* Attribute ranges that the record alone and its inputs' recorded ranks
+ * decide: dims within the input's rank, enum codes and dtypes in range,
+ * counts within their arrays, positive group and window counts. Writes the
+ * field and the reason into why; false when the record is bad. The op's run
+ * function checks everything again against the real tensors; this names
+ * the node before anything runs. */
+static bool dim_ok(int64_t d, int32_t nd) {
+  int32_t n = nd > 0 ? nd : 1;   /* a 0-d tensor takes dim 0 / -1 */
+  return d >= -n && d < n;
+}
+static bool dtype_ok(int32_t dt) { return dt >= 0 && dt < OF_NUM_DTYPES; }
+
+static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap) {
+  int32_t nd = n->nin > 0 && n->in[0] >= 0 ? g->vals[n->in[0]].ndim : 0;
+  const void *p = n->attrs;
+#define BAD(...) do { snprintf(why, cap, __VA_ARGS__); return false; } while (0)
+  switch (n->op) {
+    case OPK_SOFTMAX: case OPK_CUMULATIVE: {
+      const a_softmax *a = p;
+      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      break;
+    }
+    case OPK_TRANSPOSE: {
+      const a_i2 *a = p;
+      if (!dim_ok(a->a, nd) || !dim_ok(a->b, nd))
+        BAD("attrs.dims: %d, %d out of range for a %d-d input", (int)a->a, (int)a->b, (int)nd);
+      break;
+    }
+    case OPK_NARROW: case OPK_SLICE: case OPK_SELECT: {
+      const a_dim3 *a = p;
+      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      break;
+    }
+    case OPK_GATHER: case OPK_INDEX_SELECT: {
+      const a_gather *a = p;
+      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      break;
+    }
+    case OPK_SCATTER: {
+      const a_scatter *a = p;
+      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      break;
+    }
+    case OPK_INDEX_ADD: {
+      const a_index_add *a = p;
+      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      break;
+    }
+    case OPK_SORT: case OPK_TOPK: {
+      const a_sort *a = p;
+      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      if (n->op == OPK_TOPK && a->k < 0) BAD("attrs.k: %lld is negative", (long long)a->k);
+      break;
+    }
+    case OPK_PERMUTE: case OPK_FLIP: {
+      const a_dims *a = p;
+      if (!NDIM_OK(a->n)) BAD("attrs.n: %d dims", (int)a->n);
+      for (int32_t i = 0; i < a->n; i++)
+        if (!dim_ok(a->dims[i], nd))
+          BAD("attrs.dims[%d]: %d is out of range for a %d-d input", (int)i + 1, (int)a->dims[i], (int)nd);
+      break;
+    }
+    case OPK_REDUCE: {
+      const a_reduce *a = p;
+      if (!NDIM_OK(a->ndims)) BAD("attrs.ndims: %d dims", (int)a->ndims);
+      for (int32_t i = 0; i < a->ndims; i++)
+        if (!dim_ok(a->dims[i], nd))
+          BAD("attrs.dims[%d]: %d is out of range for a %d-d input", (int)i + 1, (int)a->dims[i], (int)nd);
+      if (a->dtype >= OF_NUM_DTYPES) BAD("attrs.dtype: unknown dtype %d", (int)a->dtype);   /* < 0: default */
+      break;
+    }
+    case OPK_VAR: {
+      const a_var *a = p;
+      if (!NDIM_OK(a->ndims)) BAD("attrs.ndims: %d dims", (int)a->ndims);
+      for (int32_t i = 0; i < a->ndims; i++)
+        if (!dim_ok(a->dims[i], nd))
+          BAD("attrs.dims[%d]: %d is out of range for a %d-d input", (int)i + 1, (int)a->dims[i], (int)nd);
+      break;
+    }
+    case OPK_BINARY: {
+      const a_binary *a = p;
+      if (a->op < 0 || a->op >= OF_NUM_BINARY) BAD("attrs.op: unknown binary op %d", (int)a->op);
+      break;
+    }
+    case OPK_BINARY_SCALAR: {
+      const a_binary_scalar *a = p;
+      if (a->op < 0 || a->op >= OF_NUM_BINARY) BAD("attrs.op: unknown binary op %d", (int)a->op);
+      break;
+    }
+    case OPK_UNARY: {
+      const a_unary *a = p;
+      if (a->op < 0 || a->op >= OF_NUM_UNARY) BAD("attrs.op: unknown unary op %d", (int)a->op);
+      break;
+    }
+    case OPK_TO_DTYPE: {
+      const a_i1 *a = p;
+      if (!dtype_ok(a->v)) BAD("attrs.dtype: unknown dtype %d", (int)a->v);
+      break;
+    }
+    case OPK_EMPTY: case OPK_ZEROS: case OPK_FULL: case OPK_RAND: case OPK_RANDN: {
+      const a_create *a = p;
+      if (!NDIM_OK(a->ndim)) BAD("attrs.ndim: %d", (int)a->ndim);
+      if (!dtype_ok(a->dtype)) BAD("attrs.dtype: unknown dtype %d", (int)a->dtype);
+      for (int32_t i = 0; i < a->ndim; i++)
+        if (a->shape[i] < 0) BAD("attrs.shape[%d]: %lld is negative", (int)i + 1, (long long)a->shape[i]);
+      break;
+    }
+    case OPK_EYE: case OPK_ARANGE: case OPK_LINSPACE: {
+      const a_range *a = p;
+      if (!dtype_ok(a->dtype)) BAD("attrs.dtype: unknown dtype %d", (int)a->dtype);
+      break;
+    }
+    case OPK_RANDPERM: {
+      const a_randperm *a = p;
+      if (!dtype_ok(a->dtype)) BAD("attrs.dtype: unknown dtype %d", (int)a->dtype);
+      if (a->n < 0) BAD("attrs.n: %lld is negative", (long long)a->n);
+      break;
+    }
+    case OPK_CONV: case OPK_CONV_TRANSPOSE: case OPK_CONV_WEIGHT_GRAD: {
+      const a_conv *a = p;
+      if (a->nsp < 1 || a->nsp > 3) BAD("attrs.nsp: %d spatial dims", (int)a->nsp);
+      if (a->groups < 1) BAD("attrs.groups: %lld", (long long)a->groups);
+      for (int32_t i = 0; i < a->nsp; i++) {
+        if (((a->has >> 0) & 1) && a->stride[i] < 1) BAD("attrs.stride[%d]: %lld", (int)i + 1, (long long)a->stride[i]);
+        if (((a->has >> 1) & 1) && a->padding[i] < 0) BAD("attrs.padding[%d]: %lld", (int)i + 1, (long long)a->padding[i]);
+        if (((a->has >> 2) & 1) && a->dilation[i] < 1) BAD("attrs.dilation[%d]: %lld", (int)i + 1, (long long)a->dilation[i]);
+      }
+      break;
+    }
+    case OPK_MAX_POOL: case OPK_AVG_POOL: case OPK_ADAPTIVE_AVG_POOL: case OPK_ADAPTIVE_MAX_POOL: {
+      const a_pool *a = p;
+      if (a->nsp < 1 || a->nsp > 3) BAD("attrs.nsp: %d spatial dims", (int)a->nsp);
+      for (int32_t i = 0; i < a->nsp; i++)
+        if ((a->has & 1) && a->kernel[i] < (n->op == OPK_ADAPTIVE_AVG_POOL || n->op == OPK_ADAPTIVE_MAX_POOL ? 0 : 1))
+          BAD("attrs.kernel[%d]: %lld", (int)i + 1, (long long)a->kernel[i]);
+      break;
+    }
+    default: break;
+  }
+#undef BAD
+  return true;
+}
+
 /* Parses the IR into a graph whose externals are still missing. */
 static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_graph **out,
                           int32_t **ext_of_value, int32_t *next_out) {
@@ -499,6 +642,8 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
     for (int32_t m = 0; m < nmut; m++)
       if (n->mut[m] < 0 || n->mut[m] >= nin_ || n->in[n->mut[m]] < 0)
         NODE_FAIL("mut[%d]: bad write target %d", (int)m + 1, (int)n->mut[m]);
+    char awhy[160];
+    if (!attrs_ok(g, n, awhy, sizeof awhy)) NODE_FAIL("%s", awhy);
     /* a creation op's result is what its record says: it must be the value
      * the file describes */
     int64_t cshape[OF_MAX_DIMS];

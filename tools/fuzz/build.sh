@@ -19,8 +19,10 @@ SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fram
 CFLAGS="-std=gnu11 -O1 -g $SAN -fsanitize=fuzzer-no-link -fopenmp -I$ROOT/core/include -I$ROOT/core $CBLAS
   -DOF_HAVE_JPEG -DOF_HAVE_PNG -Wno-unused-parameter -Wno-unknown-pragmas -Wno-unknown-warning-option"
 # the FFI cdef text (of_cdef) is part of the library
-"$CC" -O1 -o "$OUT/embed_cdef" "$ROOT/tools/embed_cdef.c"
-"$OUT/embed_cdef" "$ROOT/core/include/oneflow/oneflow.h" "$OUT/cdef.c"
+if [ ! -f "$OUT/cdef.c" ] || [ "$ROOT/core/include/oneflow/oneflow.h" -nt "$OUT/cdef.c" ]; then
+  "$CC" -O1 -o "$OUT/embed_cdef" "$ROOT/tools/embed_cdef.c"
+  "$OUT/embed_cdef" "$ROOT/core/include/oneflow/oneflow.h" "$OUT/cdef.c"
+fi
 SRCS=$(cd "$ROOT" && ls core/storage/*.c core/tensor/*.c core/device/*.c core/dispatch/*.c \
   core/autograd/*.c core/ops/*.c core/io/*.c core/graph/*.c core/graph/passes/*.c core/dist/comm.c \
   2>/dev/null; ls core/cpu/*.c 2>/dev/null || true)
@@ -44,4 +46,4 @@ for h in "$ROOT"/tools/fuzz/fuzz_*.c; do
     "$CC" $CFLAGS -fsanitize=fuzzer "$h" "$OUT/liboneflow_fuzz.a" $LIBS -o "$OUT/$name"
   fi
 done
-echo "fuzz harnesses in $OUT:" $(cd "$OUT" && ls fuzz_* 2>/dev/null)
+echo "fuzz harnesses in $OUT:" $(cd "$OUT" && for h in fuzz_*; do [ -x "$h" ] && printf '%s ' "$h"; done)

@@ -7,7 +7,7 @@
  * payload lies inside the input, it rewrites the record's FNV-1a checksum
  * to match the (mutated) payload before loading, so that mutations reach
  * the IR parser and the validation behind it. A graph that loads is run
- * once on zero inputs of its recorded shapes (when they are small), so the
+ * once on inputs of ones of its recorded shapes (when they are small), so the
  * executor and the op run functions see the loaded records too. */
 #include "oneflow/oneflow.h"
 #include "graph/graph.h"
@@ -66,9 +66,11 @@ static void run_once(of_graph *g) {
   of_status st = OF_OK;
   for (int32_t i = 0; i < nin && st == OF_OK; i++) {
     const of_gval *v = &g->vals[g->inputs[i]];
-    st = of_zeros(v->shape, v->ndim, v->dtype, OF_CPU, &ins[i]);
+    st = of_full(v->shape, v->ndim, 1, v->dtype, OF_CPU, &ins[i]);   /* 1: a valid 1-based class index too */
   }
-  if (st == OF_OK && of_graph_run(g, ins, nin, outs, nout) == OF_OK)
+  if (st == OF_OK) st = of_graph_run(g, ins, nin, outs, nout);
+  if (getenv("FUZZ_GRAPH_DEBUG")) fprintf(stderr, "run: %s\n", st == OF_OK ? "ok" : of_last_error());
+  if (st == OF_OK)
     for (int32_t o = 0; o < nout; o++) of_tensor_release(outs[o]);
   for (int32_t i = 0; i < nin; i++) of_tensor_release(ins[i]);
 }
@@ -84,7 +86,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fclose(f);
   free(d);
   of_graph *g = NULL;
-  if (of_graph_load(path, &g) == OF_OK) {
+  of_status st = of_graph_load(path, &g);
+  if (getenv("FUZZ_GRAPH_DEBUG")) fprintf(stderr, "load: %s\n", st == OF_OK ? "ok" : of_last_error());
+  if (st == OF_OK) {
     run_once(g);
     of_graph_release(g);
   }

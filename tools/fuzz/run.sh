@@ -18,7 +18,7 @@ export OMP_NUM_THREADS=1
 sh tools/fuzz/build.sh "$OUT" || exit 1
 mkdir -p "$OUT/work"
 summary="$OUT/fuzz_summary.txt"
-: > "$summary"
+echo "== $(date -u +%FT%TZ) FUZZ_TIME=$T" >> "$summary"
 status=0
 for name in $TARGETS; do
   corpus="$OUT/corpus/$name"
