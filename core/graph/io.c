@@ -644,6 +644,11 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
         NODE_FAIL("mut[%d]: bad write target %d", (int)m + 1, (int)n->mut[m]);
     char awhy[160];
     if (!attrs_ok(g, n, awhy, sizeof awhy)) NODE_FAIL("%s", awhy);
+    /* results whose shape depends on data: checked for dtype and rank only */
+    bool dyn = op == OPK_NONZERO || op == OPK_MASKED_SELECT;
+    for (int32_t k = 0; k < nin_ && !dyn; k++) dyn = n->in[k] >= 0 && g->vals[n->in[k]].dynamic;
+    for (int32_t j = 0; j < nout_; j++)
+      if (n->out[j] >= 0) g->vals[n->out[j]].dynamic = dyn;
     /* a creation op's result is what its record says: it must be the value
      * the file describes */
     int64_t cshape[OF_MAX_DIMS];
@@ -658,6 +663,7 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
 #undef NODE_FAIL
   }
   if (r.pos != r.len) FAIL("trailing bytes in the graph record");
+  g->loaded = true;
   for (uint32_t i = 0; i < nout; i++)
     if (!defined[g->outputs[i]]) FAIL("an output is never computed");
 #undef FAIL
