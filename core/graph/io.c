@@ -386,22 +386,39 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       break;
     }
     case OPK_CONV: case OPK_CONV_TRANSPOSE: case OPK_CONV_WEIGHT_GRAD: {
+      /* sizes above 2^31 are no real geometry; the bound keeps the op's own
+       * arithmetic (input + 2 * padding, dilation * kernel) in range */
       const a_conv *a = p;
+      const int64_t big = (int64_t)1 << 31;
       if (a->nsp < 1 || a->nsp > 3) BAD("attrs.nsp: %d spatial dims", (int)a->nsp);
-      if (a->groups < 1) BAD("attrs.groups: %lld", (long long)a->groups);
+      if (a->groups < 1 || a->groups > big) BAD("attrs.groups: %lld", (long long)a->groups);
       for (int32_t i = 0; i < a->nsp; i++) {
-        if (((a->has >> 0) & 1) && a->stride[i] < 1) BAD("attrs.stride[%d]: %lld", (int)i + 1, (long long)a->stride[i]);
-        if (((a->has >> 1) & 1) && a->padding[i] < 0) BAD("attrs.padding[%d]: %lld", (int)i + 1, (long long)a->padding[i]);
-        if (((a->has >> 2) & 1) && a->dilation[i] < 1) BAD("attrs.dilation[%d]: %lld", (int)i + 1, (long long)a->dilation[i]);
+        if (((a->has >> 0) & 1) && (a->stride[i] < 1 || a->stride[i] > big))
+          BAD("attrs.stride[%d]: %lld", (int)i + 1, (long long)a->stride[i]);
+        if (((a->has >> 1) & 1) && (a->padding[i] < 0 || a->padding[i] > big))
+          BAD("attrs.padding[%d]: %lld", (int)i + 1, (long long)a->padding[i]);
+        if (((a->has >> 2) & 1) && (a->dilation[i] < 1 || a->dilation[i] > big))
+          BAD("attrs.dilation[%d]: %lld", (int)i + 1, (long long)a->dilation[i]);
+        if (((a->has >> 3) & 1) && (a->extra[i] < -big || a->extra[i] > big))
+          BAD("attrs.extra[%d]: %lld", (int)i + 1, (long long)a->extra[i]);
       }
       break;
     }
     case OPK_MAX_POOL: case OPK_AVG_POOL: case OPK_ADAPTIVE_AVG_POOL: case OPK_ADAPTIVE_MAX_POOL: {
       const a_pool *a = p;
+      const int64_t big = (int64_t)1 << 31;
+      bool adaptive = n->op == OPK_ADAPTIVE_AVG_POOL || n->op == OPK_ADAPTIVE_MAX_POOL;
       if (a->nsp < 1 || a->nsp > 3) BAD("attrs.nsp: %d spatial dims", (int)a->nsp);
-      for (int32_t i = 0; i < a->nsp; i++)
-        if ((a->has & 1) && a->kernel[i] < (n->op == OPK_ADAPTIVE_AVG_POOL || n->op == OPK_ADAPTIVE_MAX_POOL ? 0 : 1))
+      for (int32_t i = 0; i < a->nsp; i++) {
+        if ((a->has & 1) && (a->kernel[i] < (adaptive ? 0 : 1) || a->kernel[i] > big))
           BAD("attrs.kernel[%d]: %lld", (int)i + 1, (long long)a->kernel[i]);
+        if (((a->has >> 1) & 1) && (a->stride[i] < 1 || a->stride[i] > big))
+          BAD("attrs.stride[%d]: %lld", (int)i + 1, (long long)a->stride[i]);
+        if (((a->has >> 2) & 1) && (a->padding[i] < 0 || a->padding[i] > big))
+          BAD("attrs.padding[%d]: %lld", (int)i + 1, (long long)a->padding[i]);
+        if (((a->has >> 3) & 1) && (a->dilation[i] < 1 || a->dilation[i] > big))
+          BAD("attrs.dilation[%d]: %lld", (int)i + 1, (long long)a->dilation[i]);
+      }
       break;
     }
     default: break;
