@@ -22,6 +22,7 @@
 #include "../device.h"
 #include "fused.h"
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stddef.h>
@@ -281,6 +282,9 @@ static bool dtype_ok(int32_t dt) { return dt >= 0 && dt < OF_NUM_DTYPES; }
 
 static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap) {
   int32_t nd = n->nin > 0 && n->in[0] >= 0 ? g->vals[n->in[0]].ndim : 0;
+  int64_t out_numel = 0;
+  if (n->nout > 0 && n->out[0] >= 0 && g->vals[n->out[0]].kind != OF_GV_HANDLE)
+    out_numel = of_shape_numel(g->vals[n->out[0]].shape, g->vals[n->out[0]].ndim);
   const void *p = n->attrs;
 #define BAD(...) do { snprintf(why, cap, __VA_ARGS__); return false; } while (0)
   switch (n->op) {
@@ -375,8 +379,83 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       break;
     }
     case OPK_EYE: case OPK_ARANGE: case OPK_LINSPACE: {
+      /* the element count the record asks for may not exceed the recorded
+       * result's: the op allocates it before any later check */
       const a_range *a = p;
       if (!dtype_ok(a->dtype)) BAD("attrs.dtype: unknown dtype %d", (int)a->dtype);
+      double count;
+      if (n->op == OPK_EYE) count = a->a * (a->b < 0 ? a->a : a->b);
+      else if (n->op == OPK_LINSPACE) count = a->c;
+      else count = a->c != 0 ? (a->b - a->a) / a->c : INFINITY;
+      if (!(count >= -1 && count <= (double)out_numel + 1))
+        BAD("attrs: asks for %g elements, the recorded result has %lld", count, (long long)out_numel);
+      if (n->op == OPK_EYE && (a->a < 0 || a->a > 2147483648.0 || a->b > 2147483648.0))
+        BAD("attrs: eye of %g x %g", a->a, a->b);
+      break;
+    }
+    case OPK_VIEW: case OPK_RESHAPE: case OPK_EXPAND: {
+      const a_shape *a = p;
+      if (!NDIM_OK(a->ndim)) BAD("attrs.ndim: %d", (int)a->ndim);
+      int64_t known[OF_MAX_DIMS];
+      for (int32_t i = 0; i < a->ndim; i++) {
+        if (a->shape[i] < -1 || a->shape[i] > ((int64_t)1 << 40))
+          BAD("attrs.shape[%d]: %lld", (int)i + 1, (long long)a->shape[i]);
+        known[i] = a->shape[i] < 0 ? 1 : a->shape[i];
+      }
+      if (meta_bytes(known, a->ndim, OF_UINT8) < 0) BAD("attrs.shape: more than 2^48 elements");
+      break;
+    }
+    case OPK_AS_STRIDED: {
+      const a_strided *a = p;
+      const int64_t lim = (int64_t)1 << 40;
+      if (!NDIM_OK(a->ndim)) BAD("attrs.ndim: %d", (int)a->ndim);
+      for (int32_t i = 0; i < a->ndim; i++) {
+        if (a->shape[i] < 0 || a->shape[i] > lim) BAD("attrs.shape[%d]: %lld", (int)i + 1, (long long)a->shape[i]);
+        if (a->strides[i] < -lim || a->strides[i] > lim)
+          BAD("attrs.strides[%d]: %lld", (int)i + 1, (long long)a->strides[i]);
+      }
+      if (a->offset < 0 || a->offset > ((int64_t)1 << 48)) BAD("attrs.offset: %lld", (long long)a->offset);
+      if (meta_bytes(a->shape, a->ndim, OF_UINT8) < 0) BAD("attrs.shape: more than 2^48 elements");
+      break;
+    }
+    case OPK_PAD: {
+      const a_pad *a = p;
+      if (a->npad < 0 || a->npad > OF_MAX_DIMS) BAD("attrs.npad: %d (left, right) pairs", (int)a->npad);
+      for (int32_t i = 0; i < 2 * a->npad; i++)
+        if (a->pad[i] < -((int64_t)1 << 31) || a->pad[i] > ((int64_t)1 << 31))
+          BAD("attrs.pad[%d]: %lld", (int)i + 1, (long long)a->pad[i]);
+      break;
+    }
+    case OPK_INTERPOLATE: {
+      const a_interp *a = p;
+      if (a->nsp < 1 || a->nsp > 3) BAD("attrs.nsp: %d spatial dims", (int)a->nsp);
+      for (int32_t i = 0; i < a->nsp; i++) {
+        if (a->size[i] < 0 || a->size[i] > ((int64_t)1 << 31))
+          BAD("attrs.size[%d]: %lld", (int)i + 1, (long long)a->size[i]);
+        if (a->scales[i] < 0 || a->scales[i] > 65536.0)   /* NaN: unused */
+          BAD("attrs.scales[%d]: %g", (int)i + 1, a->scales[i]);
+      }
+      break;
+    }
+    case OPK_REPEAT: {
+      const a_roll *a = p;
+      if (!NDIM_OK(a->n)) BAD("attrs.n: %d", (int)a->n);
+      for (int32_t i = 0; i < a->n; i++)
+        if (a->shifts[i] < 0 || a->shifts[i] > ((int64_t)1 << 31))
+          BAD("attrs.repeats[%d]: %lld", (int)i + 1, (long long)a->shifts[i]);
+      break;
+    }
+    case OPK_ROLL: {
+      const a_roll *a = p;
+      if (!NDIM_OK(a->n)) BAD("attrs.n: %d", (int)a->n);
+      for (int32_t i = 0; i < a->n; i++)
+        if (!dim_ok(a->dims[i], nd))
+          BAD("attrs.dims[%d]: %d is out of range for a %d-d input", (int)i + 1, (int)a->dims[i], (int)nd);
+      break;
+    }
+    case OPK_ONE_HOT: {
+      const a_one_hot *a = p;
+      if (a->n < -1 || a->n > ((int64_t)1 << 31)) BAD("attrs.n: %lld classes", (long long)a->n);
       break;
     }
     case OPK_RANDPERM: {
