@@ -418,6 +418,20 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       if (meta_bytes(a->shape, a->ndim, OF_UINT8) < 0) BAD("attrs.shape: more than 2^48 elements");
       break;
     }
+    case OF_OPK_ALIAS: {
+      const a_alias *a = p;
+      const int64_t lim = (int64_t)1 << 40;
+      if (!NDIM_OK(a->ndim)) BAD("attrs.ndim: %d", (int)a->ndim);
+      for (int32_t i = 0; i < a->ndim; i++) {
+        if (a->shape[i] < 0 || a->shape[i] > lim) BAD("attrs.shape[%d]: %lld", (int)i + 1, (long long)a->shape[i]);
+        if (a->strides[i] < -lim || a->strides[i] > lim)
+          BAD("attrs.strides[%d]: %lld", (int)i + 1, (long long)a->strides[i]);
+      }
+      if (meta_bytes(a->shape, a->ndim, OF_UINT8) < 0) BAD("attrs.shape: more than 2^48 elements");
+      if (a->rel_offset < -((int64_t)1 << 48) || a->rel_offset > ((int64_t)1 << 48))
+        BAD("attrs.rel_offset: %lld", (long long)a->rel_offset);
+      break;
+    }
     case OPK_PAD: {
       const a_pad *a = p;
       if (a->npad < 0 || a->npad > OF_MAX_DIMS) BAD("attrs.npad: %d (left, right) pairs", (int)a->npad);
