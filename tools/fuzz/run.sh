@@ -1,5 +1,6 @@
 #!/bin/sh
-# make fuzz: builds the libFuzzer harnesses (tools/fuzz/build.sh) and runs
+# make fuzz: builds the libFuzzer harnesses (tools/fuzz/build.sh; clang,
+# libclang-rt-14-dev and libomp-dev from tools/install_deps.sh) and runs
 # every harness for FUZZ_TIME seconds (default 600), one after another:
 #   fuzz_graph, fuzz_image (libFuzzer, ASan + UBSan, leak detection on),
 #   lua_fuzz.lua safetensors | torch | pickle | t7 (LuaJIT-driven).
