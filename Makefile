@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 LUA_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;;"
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build example test test-lua test-c lint bench asan soak install clean doc
+.PHONY: all deps build example test test-lua test-c lint bench asan soak fuzz fuzz-replay install clean doc
 
 all: build
 
@@ -56,10 +56,21 @@ asan: deps
 	cmake --build build-asan -j $(JOBS)
 	@OF_BUILD_DIR=build-asan sh tools/run_asan.sh
 
+# libFuzzer (clang) and LuaJIT-driven fuzzing of every loader, FUZZ_TIME
+# seconds per harness (tools/fuzz/run.sh; doc/reliability.md).
+FUZZ_TIME ?= 600
+fuzz:
+	FUZZ_TIME=$(FUZZ_TIME) sh tools/fuzz/run.sh
+
+# the committed corpora and past crashes through the normal loaders (also
+# part of make test, spec/io/fuzz_regress_spec.lua)
+fuzz-replay: build
+	sh tools/fuzz/replay.sh
+
 # make install [PREFIX=/usr/local] [DESTDIR=/staging]: the library, the header,
 # the Lua modules (PREFIX/share/lua/5.1) and bin/flow (PREFIX/bin).
 install: build
 	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) $(if $(PREFIX),--prefix "$(PREFIX)")
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-fuzz

@@ -109,6 +109,39 @@ static of_status capture_check(of_graph *g, const of_gnode *n, int32_t i, of_sta
 }
 
 /* ---- the executor ---- */
+/* A loaded graph's node must make what the file says it makes: the result's
+ * dtype, rank and (unless it depends on data) shape are the recorded
+ * value's -- the file's shapes were validated at load, the run re-infers
+ * them through the ops and compares. */
+of_status of_graph_check_result(const of_graph *g, const of_gnode *n, int32_t i, int32_t v,
+                                const of_tensor *t) {
+  if (!g->loaded || v < 0 || !t) return OF_OK;
+  const of_gval *x = &g->vals[v];
+  if (x->kind == OF_GV_HANDLE) return OF_OK;
+  bool ok = t->dtype == x->dtype && t->ndim == x->ndim;
+  for (int32_t k = 0; ok && !x->dynamic && k < t->ndim; k++) ok = t->shape[k] == x->shape[k];
+  if (ok) return OF_OK;
+  char want[96];
+  of_shape_str(x->shape, x->ndim, want, sizeof want);
+  const of_opdef *d = of_op_def(n->op);
+  return of_fail(OF_ERR_SHAPE, "nn.Graph: node %d (%s): result %%%d is %s %s, the file records "
+                 "%s %s", (int)i + 1, d ? d->name : "?", (int)v, OF_SHAPE_STR(t), OF_DT(t), want,
+                 of_dtype_name(x->dtype));
+}
+
+/* A node's failure names the node (1-based) and its op in front of the op's
+ * own message, so that a bad record in a loaded graph is found by its place. */
+static of_status node_error(const of_graph *g, const of_gnode *n, int32_t i, of_status st) {
+  (void)g;
+  const char *msg = of_last_error();
+  if (strncmp(msg, "nn.Graph: node ", 15) == 0 || strncmp(msg, "node ", 5) == 0)
+    return st;   /* said already */
+  char why[400];
+  snprintf(why, sizeof why, "%s", msg);
+  const of_opdef *d = of_op_def(n->op);
+  return of_fail(st, "nn.Graph: node %d (%s): %s", (int)i + 1, d ? d->name : "?", why);
+}
+
 static void release_slot(const of_graph *g, int32_t v, void *p) {
   if (!p) return;
   if (g->vals[v].kind == OF_GV_HANDLE) of_node_release(p);
@@ -248,7 +281,10 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
       if (g->prof[i] == 0 || ms < g->prof[i]) g->prof[i] = ms;   /* fastest run */
     }
     if (g->cg_capturing) st = capture_check(g, n, i, st);
-    if (st != OF_OK) break;
+    if (st != OF_OK) {
+      st = node_error(g, n, i, st);
+      break;
+    }
     for (int32_t j = 0; j < n->nreal; j++) {
       int32_t v = n->out[j];
       if (v >= 0) {
@@ -256,6 +292,7 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
         release_slot(g, v, own[v] ? slot[v] : NULL);
         slot[v] = obuf[j];
         own[v] = true;
+        if (st == OF_OK) st = of_graph_check_result(g, n, i, v, obuf[j]);
       } else if (obuf[j]) {
         of_tensor_release(obuf[j]);
       }

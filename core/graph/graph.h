@@ -36,6 +36,8 @@ typedef struct of_gval {
   of_tensor *ext;         /* externals: the tensor (retained) */
   char *name;             /* externals: optional name (malloc'ed) */
   char *note;             /* placement and SBP of a global tensor's shard (of_trace_note) */
+  bool dynamic;           /* loaded graphs: the shape depends on data (nonzero, masked_select
+                             or downstream of one), so runs check dtype and rank only */
 } of_gval;
 
 enum {
@@ -93,6 +95,7 @@ typedef struct of_graph {
   bool profile;           /* time each node (graph:profile / OF_GRAPH_PROFILE) */
   double *prof;           /* [nnodes] fastest time seen, ms */
   of_device device;       /* the device it computes on (of_graph_device) */
+  bool loaded;            /* from a file: each result is checked against the recorded value */
   /* CUDA graph capture of the whole step (exec.c) */
   int32_t cg_mode;        /* 0 off, 1 outputs cloned, 2 static outputs */
   int32_t cg_warm;        /* runs before capturing */
@@ -185,6 +188,9 @@ of_status of_graph_exec_waves(of_graph *g, void **slot, bool *own, int32_t width
 void of_graph_cuda_graph_drop(of_graph *g);
 /* Runs node n on ins; outs[] gets nout entries (tensors or autograd handles). */
 of_status of_graph_invoke(of_graph *g, of_gnode *n, of_tensor **ins, void **outs);
+/* a loaded graph: node i's result t for value v must match the recorded value (exec.c) */
+of_status of_graph_check_result(const of_graph *g, const of_gnode *n, int32_t i, int32_t v,
+                                const of_tensor *t);
 
 /* ---- fused elementwise (fuse.c) ---- */
 of_status of_fused_invoke(of_gnode *n, of_tensor **ins, void **outs);

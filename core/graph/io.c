@@ -22,6 +22,8 @@
 #include "../device.h"
 #include "fused.h"
 #include <errno.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -193,6 +195,357 @@ static of_status corrupt(const ctx_t *c, const char *what) {
   return of_fail(OF_ERR_IO, "nn.Graph.load: %s: %s", c->path, what);
 }
 
+/* An error in node i's record: names the node (1-based, as the IR dump
+ * numbers them), its op and the field. */
+static of_status node_bad(const ctx_t *c, uint32_t i, const char *op, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static of_status node_bad(const ctx_t *c, uint32_t i, const char *op, const char *fmt, ...) {
+  char what[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  return of_fail(OF_ERR_IO, "nn.Graph.load: %s: node %u (%s): %s", c->path, i + 1,
+                 op ? op : "?", what);
+}
+
+/* Inputs below an op's minimum arity that may be absent (NULL): bit k for
+ * input k. Every other input below the minimum is required -- the op's run
+ * function reads it -- and an input above the minimum is an optional extra
+ * (an `into` tensor, found_inf), absent or not. */
+static uint32_t optional_inputs(int32_t op) {
+  switch (op) {
+    case OPK_CONV: case OPK_CONV_TRANSPOSE: case OPK_CONV_WEIGHT_GRAD:
+      return 1u << 2;                                   /* bias (unused by the weight grad) */
+    case OPK_BATCH_NORM: case OPK_INSTANCE_NORM: case OPK_LAYER_NORM: case OPK_GROUP_NORM:
+      return 0x1eu;                                     /* running stats, weight, bias */
+    case OPK_CROSS_ENTROPY: case OPK_NLL_LOSS: return 1u << 2;   /* class weights */
+    case OPK_OPTIM_SGD: return 1u << 2;                 /* momentum buffer */
+    case OPK_OPTIM_ADAM: return 1u << 4;                /* max_exp_avg_sq (amsgrad) */
+    case OPK_SCATTER: return 1u << 2;                   /* src (a scalar value instead) */
+    case OF_OPK_BACKWARD: return ~1u;                   /* grads of unused outputs */
+    default: return 0;
+  }
+}
+
+/* bytes of a tensor of this shape and dtype, or -1 past 2^48 (no real
+ * tensor is that large; the bound keeps every later product in range) */
+static int64_t meta_bytes(const int64_t *shape, int32_t ndim, of_dtype dt) {
+  const int64_t lim = (int64_t)1 << 48;
+  int64_t n = 1;
+  for (int32_t i = 0; i < ndim; i++) {
+    if (shape[i] < 0) return -1;
+    if (shape[i] == 0) return 0;
+    if (n > lim / shape[i]) return -1;
+    n *= shape[i];
+  }
+  int64_t es = of_dtype_size(dt);
+  return n > lim / (es ? es : 1) ? -1 : n * es;
+}
+
+/* The output shape of a creation op, from its record alone: compared with
+ * the recorded value so that an edited record cannot make the first run
+ * allocate what the file never described. false: not a creation op. */
+static bool creation_shape(int32_t op, const void *attrs, int64_t *shape, int32_t *ndim,
+                           of_dtype *dt) {
+  switch (op) {
+    case OPK_EMPTY: case OPK_ZEROS: case OPK_FULL: case OPK_RAND: case OPK_RANDN: {
+      const a_create *a = attrs;
+      if (!NDIM_OK(a->ndim)) { *ndim = -1; return true; }
+      *ndim = a->ndim;
+      memcpy(shape, a->shape, sizeof(int64_t) * (size_t)a->ndim);
+      *dt = a->dtype;
+      return true;
+    }
+    case OPK_RANDPERM: {
+      const a_randperm *a = attrs;
+      *ndim = 1;
+      shape[0] = a->n;
+      *dt = a->dtype;
+      return true;
+    }
+    default: return false;
+  }
+}
+
+/* Attribute ranges that the record alone and its inputs' recorded ranks
+ * decide: dims within the input's rank, enum codes and dtypes in range,
+ * counts within their arrays, positive group and window counts. Writes the
+ * field and the reason into why; false when the record is bad. The op's run
+ * function checks everything again against the real tensors; this names
+ * the node before anything runs. */
+static bool dim_ok(int64_t d, int32_t nd) {
+  int32_t n = nd > 0 ? nd : 1;   /* a 0-d tensor takes dim 0 / -1 */
+  return d >= -n && d < n;
+}
+static bool dtype_ok(int32_t dt) { return dt >= 0 && dt < OF_NUM_DTYPES; }
+
+static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap) {
+  int32_t nd = n->nin > 0 && n->in[0] >= 0 ? g->vals[n->in[0]].ndim : 0;
+  int64_t out_numel = 0;
+  if (n->nout > 0 && n->out[0] >= 0 && g->vals[n->out[0]].kind != OF_GV_HANDLE)
+    out_numel = of_shape_numel(g->vals[n->out[0]].shape, g->vals[n->out[0]].ndim);
+  const void *p = n->attrs;
+#define BAD(...) do { snprintf(why, cap, __VA_ARGS__); return false; } while (0)
+  switch (n->op) {
+    case OPK_SOFTMAX: case OPK_CUMULATIVE: {
+      const a_softmax *a = p;
+      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      break;
+    }
+    case OPK_TRANSPOSE: {
+      const a_i2 *a = p;
+      if (!dim_ok(a->a, nd) || !dim_ok(a->b, nd))
+        BAD("attrs.dims: %d, %d out of range for a %d-d input", (int)a->a, (int)a->b, (int)nd);
+      break;
+    }
+    case OPK_NARROW: case OPK_SLICE: case OPK_SELECT: {
+      const a_dim3 *a = p;
+      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      break;
+    }
+    case OPK_GATHER: case OPK_INDEX_SELECT: {
+      const a_gather *a = p;
+      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      break;
+    }
+    case OPK_SCATTER: {
+      const a_scatter *a = p;
+      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      break;
+    }
+    case OPK_INDEX_ADD: {
+      const a_index_add *a = p;
+      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      break;
+    }
+    case OPK_SORT: case OPK_TOPK: {
+      const a_sort *a = p;
+      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      if (n->op == OPK_TOPK && a->k < 0) BAD("attrs.k: %lld is negative", (long long)a->k);
+      break;
+    }
+    case OPK_PERMUTE: case OPK_FLIP: {
+      const a_dims *a = p;
+      if (!NDIM_OK(a->n)) BAD("attrs.n: %d dims", (int)a->n);
+      for (int32_t i = 0; i < a->n; i++)
+        if (!dim_ok(a->dims[i], nd))
+          BAD("attrs.dims[%d]: %d is out of range for a %d-d input", (int)i + 1, (int)a->dims[i], (int)nd);
+      break;
+    }
+    case OPK_REDUCE: {
+      const a_reduce *a = p;
+      if (!NDIM_OK(a->ndims)) BAD("attrs.ndims: %d dims", (int)a->ndims);
+      for (int32_t i = 0; i < a->ndims; i++)
+        if (!dim_ok(a->dims[i], nd))
+          BAD("attrs.dims[%d]: %d is out of range for a %d-d input", (int)i + 1, (int)a->dims[i], (int)nd);
+      if (a->dtype >= OF_NUM_DTYPES) BAD("attrs.dtype: unknown dtype %d", (int)a->dtype);   /* < 0: default */
+      break;
+    }
+    case OPK_VAR: {
+      const a_var *a = p;
+      if (!NDIM_OK(a->ndims)) BAD("attrs.ndims: %d dims", (int)a->ndims);
+      for (int32_t i = 0; i < a->ndims; i++)
+        if (!dim_ok(a->dims[i], nd))
+          BAD("attrs.dims[%d]: %d is out of range for a %d-d input", (int)i + 1, (int)a->dims[i], (int)nd);
+      break;
+    }
+    case OPK_BINARY: {
+      const a_binary *a = p;
+      if (a->op < 0 || a->op >= OF_NUM_BINARY) BAD("attrs.op: unknown binary op %d", (int)a->op);
+      break;
+    }
+    case OPK_BINARY_SCALAR: {
+      const a_binary_scalar *a = p;
+      if (a->op < 0 || a->op >= OF_NUM_BINARY) BAD("attrs.op: unknown binary op %d", (int)a->op);
+      break;
+    }
+    case OPK_UNARY: {
+      const a_unary *a = p;
+      if (a->op < 0 || a->op >= OF_NUM_UNARY) BAD("attrs.op: unknown unary op %d", (int)a->op);
+      break;
+    }
+    case OPK_TO_DTYPE: {
+      const a_i1 *a = p;
+      if (!dtype_ok(a->v)) BAD("attrs.dtype: unknown dtype %d", (int)a->v);
+      break;
+    }
+    case OPK_EMPTY: case OPK_ZEROS: case OPK_FULL: case OPK_RAND: case OPK_RANDN: {
+      const a_create *a = p;
+      if (!NDIM_OK(a->ndim)) BAD("attrs.ndim: %d", (int)a->ndim);
+      if (!dtype_ok(a->dtype)) BAD("attrs.dtype: unknown dtype %d", (int)a->dtype);
+      for (int32_t i = 0; i < a->ndim; i++)
+        if (a->shape[i] < 0) BAD("attrs.shape[%d]: %lld is negative", (int)i + 1, (long long)a->shape[i]);
+      break;
+    }
+    case OPK_EYE: case OPK_ARANGE: case OPK_LINSPACE: {
+      /* the element count the record asks for may not exceed the recorded
+       * result's: the op allocates it before any later check */
+      const a_range *a = p;
+      if (!dtype_ok(a->dtype)) BAD("attrs.dtype: unknown dtype %d", (int)a->dtype);
+      double count;
+      if (n->op == OPK_EYE) count = a->a * (a->b < 0 ? a->a : a->b);
+      else if (n->op == OPK_LINSPACE) count = a->c;
+      else count = a->c != 0 ? (a->b - a->a) / a->c : INFINITY;
+      if (!(count >= -1 && count <= (double)out_numel + 1))
+        BAD("attrs: asks for %g elements, the recorded result has %lld", count, (long long)out_numel);
+      if (n->op == OPK_EYE && (a->a < 0 || a->a > 2147483648.0 || a->b > 2147483648.0))
+        BAD("attrs: eye of %g x %g", a->a, a->b);
+      break;
+    }
+    case OPK_VIEW: case OPK_RESHAPE: case OPK_EXPAND: {
+      const a_shape *a = p;
+      if (!NDIM_OK(a->ndim)) BAD("attrs.ndim: %d", (int)a->ndim);
+      int64_t known[OF_MAX_DIMS];
+      for (int32_t i = 0; i < a->ndim; i++) {
+        if (a->shape[i] < -1 || a->shape[i] > ((int64_t)1 << 40))
+          BAD("attrs.shape[%d]: %lld", (int)i + 1, (long long)a->shape[i]);
+        known[i] = a->shape[i] < 0 ? 1 : a->shape[i];
+      }
+      if (meta_bytes(known, a->ndim, OF_UINT8) < 0) BAD("attrs.shape: more than 2^48 elements");
+      break;
+    }
+    case OPK_AS_STRIDED: {
+      const a_strided *a = p;
+      const int64_t lim = (int64_t)1 << 40;
+      if (!NDIM_OK(a->ndim)) BAD("attrs.ndim: %d", (int)a->ndim);
+      for (int32_t i = 0; i < a->ndim; i++) {
+        if (a->shape[i] < 0 || a->shape[i] > lim) BAD("attrs.shape[%d]: %lld", (int)i + 1, (long long)a->shape[i]);
+        if (a->strides[i] < -lim || a->strides[i] > lim)
+          BAD("attrs.strides[%d]: %lld", (int)i + 1, (long long)a->strides[i]);
+      }
+      if (a->offset < 0 || a->offset > ((int64_t)1 << 48)) BAD("attrs.offset: %lld", (long long)a->offset);
+      if (meta_bytes(a->shape, a->ndim, OF_UINT8) < 0) BAD("attrs.shape: more than 2^48 elements");
+      break;
+    }
+    case OF_OPK_ALIAS: {
+      const a_alias *a = p;
+      const int64_t lim = (int64_t)1 << 40;
+      if (!NDIM_OK(a->ndim)) BAD("attrs.ndim: %d", (int)a->ndim);
+      for (int32_t i = 0; i < a->ndim; i++) {
+        if (a->shape[i] < 0 || a->shape[i] > lim) BAD("attrs.shape[%d]: %lld", (int)i + 1, (long long)a->shape[i]);
+        if (a->strides[i] < -lim || a->strides[i] > lim)
+          BAD("attrs.strides[%d]: %lld", (int)i + 1, (long long)a->strides[i]);
+      }
+      if (meta_bytes(a->shape, a->ndim, OF_UINT8) < 0) BAD("attrs.shape: more than 2^48 elements");
+      if (a->rel_offset < -((int64_t)1 << 48) || a->rel_offset > ((int64_t)1 << 48))
+        BAD("attrs.rel_offset: %lld", (long long)a->rel_offset);
+      break;
+    }
+    case OPK_PAD: {
+      const a_pad *a = p;
+      if (a->npad < 0 || a->npad > OF_MAX_DIMS) BAD("attrs.npad: %d (left, right) pairs", (int)a->npad);
+      for (int32_t i = 0; i < 2 * a->npad; i++)
+        if (a->pad[i] < -((int64_t)1 << 31) || a->pad[i] > ((int64_t)1 << 31))
+          BAD("attrs.pad[%d]: %lld", (int)i + 1, (long long)a->pad[i]);
+      break;
+    }
+    case OPK_INTERPOLATE: {
+      const a_interp *a = p;
+      if (a->nsp < 1 || a->nsp > 3) BAD("attrs.nsp: %d spatial dims", (int)a->nsp);
+      for (int32_t i = 0; i < a->nsp; i++) {
+        if (a->size[i] < 0 || a->size[i] > ((int64_t)1 << 31))
+          BAD("attrs.size[%d]: %lld", (int)i + 1, (long long)a->size[i]);
+        if (a->scales[i] < 0 || a->scales[i] > 65536.0)   /* NaN: unused */
+          BAD("attrs.scales[%d]: %g", (int)i + 1, a->scales[i]);
+      }
+      break;
+    }
+    case OPK_REPEAT: {
+      const a_roll *a = p;
+      if (!NDIM_OK(a->n)) BAD("attrs.n: %d", (int)a->n);
+      for (int32_t i = 0; i < a->n; i++)
+        if (a->shifts[i] < 0 || a->shifts[i] > ((int64_t)1 << 31))
+          BAD("attrs.repeats[%d]: %lld", (int)i + 1, (long long)a->shifts[i]);
+      break;
+    }
+    case OPK_ROLL: {
+      const a_roll *a = p;
+      if (!NDIM_OK(a->n)) BAD("attrs.n: %d", (int)a->n);
+      for (int32_t i = 0; i < a->n; i++)
+        if (!dim_ok(a->dims[i], nd))
+          BAD("attrs.dims[%d]: %d is out of range for a %d-d input", (int)i + 1, (int)a->dims[i], (int)nd);
+      break;
+    }
+    case OPK_ONE_HOT: {
+      const a_one_hot *a = p;
+      if (a->n < -1 || a->n > ((int64_t)1 << 31)) BAD("attrs.n: %lld classes", (long long)a->n);
+      break;
+    }
+    case OPK_RANDPERM: {
+      const a_randperm *a = p;
+      if (!dtype_ok(a->dtype)) BAD("attrs.dtype: unknown dtype %d", (int)a->dtype);
+      if (a->n < 0) BAD("attrs.n: %lld is negative", (long long)a->n);
+      break;
+    }
+    case OPK_CONV: case OPK_CONV_TRANSPOSE: case OPK_CONV_WEIGHT_GRAD: {
+      /* sizes above 2^31 are no real geometry; the bound keeps the op's own
+       * arithmetic (input + 2 * padding, dilation * kernel) in range */
+      const a_conv *a = p;
+      const int64_t big = (int64_t)1 << 31;
+      if (a->nsp < 1 || a->nsp > 3) BAD("attrs.nsp: %d spatial dims", (int)a->nsp);
+      if (a->groups < 1 || a->groups > big) BAD("attrs.groups: %lld", (long long)a->groups);
+      for (int32_t i = 0; i < a->nsp; i++) {
+        if (((a->has >> 0) & 1) && (a->stride[i] < 1 || a->stride[i] > big))
+          BAD("attrs.stride[%d]: %lld", (int)i + 1, (long long)a->stride[i]);
+        if (((a->has >> 1) & 1) && (a->padding[i] < 0 || a->padding[i] > big))
+          BAD("attrs.padding[%d]: %lld", (int)i + 1, (long long)a->padding[i]);
+        if (((a->has >> 2) & 1) && (a->dilation[i] < 1 || a->dilation[i] > big))
+          BAD("attrs.dilation[%d]: %lld", (int)i + 1, (long long)a->dilation[i]);
+        if (((a->has >> 3) & 1) && (a->extra[i] < -big || a->extra[i] > big))
+          BAD("attrs.extra[%d]: %lld", (int)i + 1, (long long)a->extra[i]);
+      }
+      /* the output's spatial sizes re-inferred from the recorded input and
+       * weight shapes: the op allocates its columns and result from them
+       * before any later check could see a mismatch */
+      if (n->op != OPK_CONV_WEIGHT_GRAD && n->nin >= 2 && n->in[0] >= 0 && n->in[1] >= 0 &&
+          n->out[0] >= 0) {
+        const of_gval *x = &g->vals[n->in[0]], *w = &g->vals[n->in[1]], *y = &g->vals[n->out[0]];
+        if (x->ndim == a->nsp + 2 && w->ndim == a->nsp + 2 && y->ndim == a->nsp + 2) {
+          for (int32_t i = 0; i < a->nsp; i++) {
+            int64_t st = (a->has & 1) ? a->stride[i] : 1, pd = (a->has & 2) ? a->padding[i] : 0;
+            int64_t dl = (a->has & 4) ? a->dilation[i] : 1, ex = (a->has & 8) ? a->extra[i] : 0;
+            int64_t in = x->shape[2 + i], k = w->shape[2 + i], want;
+            if (n->op == OPK_CONV) {
+              int64_t span = in + 2 * pd - dl * (k - 1) - 1;
+              want = span < 0 ? -1 : span / st + 1;
+            } else {
+              want = (in - 1) * st - 2 * pd + dl * (k - 1) + ex + 1;
+            }
+            if (want != y->shape[2 + i])
+              BAD("attrs: spatial dim %d gives %lld, the recorded result has %lld", (int)i + 1,
+                  (long long)want, (long long)y->shape[2 + i]);
+          }
+        }
+      }
+      break;
+    }
+    case OPK_MAX_POOL: case OPK_AVG_POOL: case OPK_ADAPTIVE_AVG_POOL: case OPK_ADAPTIVE_MAX_POOL: {
+      const a_pool *a = p;
+      const int64_t big = (int64_t)1 << 31;
+      bool adaptive = n->op == OPK_ADAPTIVE_AVG_POOL || n->op == OPK_ADAPTIVE_MAX_POOL;
+      if (a->nsp < 1 || a->nsp > 3) BAD("attrs.nsp: %d spatial dims", (int)a->nsp);
+      for (int32_t i = 0; i < a->nsp; i++) {
+        if ((a->has & 1) && (a->kernel[i] < (adaptive ? 0 : 1) || a->kernel[i] > big))
+          BAD("attrs.kernel[%d]: %lld", (int)i + 1, (long long)a->kernel[i]);
+        if (((a->has >> 1) & 1) && (a->stride[i] < 1 || a->stride[i] > big))
+          BAD("attrs.stride[%d]: %lld", (int)i + 1, (long long)a->stride[i]);
+        if (((a->has >> 2) & 1) && (a->padding[i] < 0 || a->padding[i] > big))
+          BAD("attrs.padding[%d]: %lld", (int)i + 1, (long long)a->padding[i]);
+        if (!adaptive && (a->has & 1) && ((a->has >> 2) & 1) && a->padding[i] > a->kernel[i] / 2)
+          BAD("attrs.padding[%d]: %lld is more than half the window %lld", (int)i + 1,
+              (long long)a->padding[i], (long long)a->kernel[i]);
+        if (((a->has >> 3) & 1) && (a->dilation[i] < 1 || a->dilation[i] > big))
+          BAD("attrs.dilation[%d]: %lld", (int)i + 1, (long long)a->dilation[i]);
+      }
+      break;
+    }
+    default: break;
+  }
+#undef BAD
+  return true;
+}
+
 /* Parses the IR into a graph whose externals are still missing. */
 static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_graph **out,
                           int32_t **ext_of_value, int32_t *next_out) {
@@ -215,9 +568,15 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
   uint32_t nvals = get_u32(&r), nnodes = get_u32(&r), nin = get_u32(&r), nout = get_u32(&r),
            next = get_u32(&r);
   of_device gdev = version >= 2 ? get_i32(&r) : OF_CPU;
+  /* every count is bounded by the bytes that must follow it, so that no
+   * allocation is larger than the record can justify */
+  size_t left = r.len - r.pos;
+  size_t val_rec = 1 + 1 + 4 * (version >= 2 ? 6 : 5) + 8 * (2 * OF_MAX_DIMS + 1) + 2;
+  size_t node_rec = 2 + 1 + 4 + 4 * 9;
   if (r.bad || nvals > MAX_COUNT || nnodes > MAX_COUNT || nin > nvals || nout > MAX_COUNT ||
-      next > nvals)
-    return corrupt(c, "bad counts");
+      next > nvals || (uint64_t)nvals * val_rec > left ||
+      (uint64_t)nvals * val_rec + 4 * ((uint64_t)nin + nout) + (uint64_t)nnodes * node_rec > left)
+    return corrupt(c, "bad counts (more values, inputs, outputs or nodes than the record holds)");
   if ((gdev & 0xff) > OF_CUDA || gdev < 0) return corrupt(c, "bad device");
   of_graph *g = of_graph_new_empty();
   if (g) g->device = gdev;
@@ -229,6 +588,10 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
   }
   of_status st = OF_OK;
 #define FAIL(msg) do { st = corrupt(c, msg); goto fail; } while (0)
+#define VFAIL(msg) do {                                                                  \
+    st = of_fail(OF_ERR_IO, "nn.Graph.load: %s: value %%%u: %s", c->path, v, msg);          \
+    goto fail;                                                                           \
+  } while (0)
   for (uint32_t v = 0; v < nvals; v++) {
     int32_t id = of_graph_add_value(g, OF_GV_INTERNAL, NULL);
     if (id < 0) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto fail; }
@@ -245,23 +608,30 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
     for (int32_t i = 0; i < OF_MAX_DIMS; i++) x->strides[i] = get_i64(&r);
     x->offset = get_i64(&r);
     uint16_t ln = get_u16(&r);
-    if (r.bad) FAIL("truncated value table");
+    if (r.bad) VFAIL("truncated value table");
     if (ln) {
       x->name = malloc((size_t)ln + 1);
       if (!x->name) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto fail; }
       get(&r, x->name, ln);
       x->name[ln] = 0;
     }
-    if (x->kind < OF_GV_INPUT || x->kind > OF_GV_HANDLE) FAIL("bad value kind");
-    if (x->kind != OF_GV_HANDLE && (x->dtype < 0 || x->dtype >= OF_NUM_DTYPES)) FAIL("bad dtype");
-    if (x->ndim < 0 || x->ndim > OF_MAX_DIMS) FAIL("bad ndim");
-    if (x->device < 0 || (x->device & 0xff) > OF_CUDA) FAIL("bad device");
+    if (x->kind < OF_GV_INPUT || x->kind > OF_GV_HANDLE) VFAIL("bad value kind");
+    if (x->kind != OF_GV_HANDLE && (x->dtype < 0 || x->dtype >= OF_NUM_DTYPES)) VFAIL("bad dtype");
+    if (x->ndim < 0 || x->ndim > OF_MAX_DIMS) VFAIL("bad ndim");
+    if (x->device < 0 || (x->device & 0xff) > OF_CUDA) VFAIL("bad device");
     for (int32_t i = 0; i < x->ndim; i++)
-      if (x->shape[i] < 0 || x->shape[i] > ((int64_t)1 << 40)) FAIL("bad shape");
-    if (x->root < 0 || (uint32_t)x->root >= nvals || x->same < 0 || (uint32_t)x->same >= nvals)
-      FAIL("bad value reference");
+      if (x->shape[i] < 0 || x->shape[i] > ((int64_t)1 << 40)) VFAIL("bad shape");
+    if (x->kind != OF_GV_HANDLE && meta_bytes(x->shape, x->ndim, x->dtype) < 0)
+      VFAIL("bad shape (more than 2^48 bytes)");
+    for (int32_t i = 0; i < x->ndim; i++)
+      if (x->strides[i] < -((int64_t)1 << 48) || x->strides[i] > ((int64_t)1 << 48))
+        VFAIL("bad strides");
+    if (x->offset < 0 || x->offset > ((int64_t)1 << 48)) VFAIL("bad storage offset");
+    /* a view's root and an in-place version's tensor are values made before it */
+    if (x->root < 0 || (uint32_t)x->root > v || x->same < 0 || (uint32_t)x->same > v)
+      VFAIL("bad value reference");
     if (x->kind == OF_GV_EXTERNAL ? (ext[v] < -1 || ext[v] >= (int32_t)next) : ext[v] != -1)
-      FAIL("bad external index");
+      VFAIL("bad external index");
     if (x->kind == OF_GV_EXTERNAL || x->kind == OF_GV_INPUT) defined[v] = true;
   }
   g->inputs = calloc(nin ? nin : 1, sizeof *g->inputs);
@@ -283,26 +653,29 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
   for (uint32_t i = 0; i < nnodes; i++) {
     char name[64];
     uint16_t ln = get_u16(&r);
-    if (r.bad || ln == 0 || ln >= sizeof name) FAIL("bad op name");
+    if (r.bad || ln == 0 || ln >= sizeof name) {
+      st = node_bad(c, i, NULL, "bad op name (%u bytes)", (unsigned)ln);
+      goto fail;
+    }
     get(&r, name, ln);
     name[ln] = 0;
+    for (uint16_t k = 0; k < ln; k++)
+      if (name[k] < 0x21 || name[k] > 0x7e) name[k] = '?';   /* printable in messages */
     int32_t op = of_op_find(name);
     if (op < 0) {
-      st = of_fail(OF_ERR_IO, "nn.Graph.load: %s: unknown op '%s' (saved by another version?)",
-                   c->path, name);
+      st = node_bad(c, i, name, "unknown op (saved by another version?)");
       goto fail;
     }
     const of_opdef *d = of_op_def(op);
-    if (d->flags & OF_OPF_COLLECTIVE) {
-      st = of_fail(OF_ERR_IO, "nn.Graph.load: %s: holds a collective '%s'; graphs with global "
-                   "tensors cannot be saved or loaded", c->path, name);
-      goto fail;
-    }
+#define NODE_FAIL(...) do { st = node_bad(c, i, d->name, __VA_ARGS__); goto fail; } while (0)
+    if (d->flags & OF_OPF_COLLECTIVE)
+      NODE_FAIL("a collective; graphs with global tensors cannot be saved or loaded");
     int32_t asz = get_i32(&r);
     /* format 2 wrote addmm's record without its b_t field (zero there) */
     int32_t want = version < 3 && op == OPK_ADDMM ? (int32_t)offsetof(a_addmm, b_t) : d->attr_size;
     if (r.bad || asz != want || asz < 0 || (size_t)asz > r.len - r.pos)
-      FAIL("bad attribute record size");
+      NODE_FAIL("attrs: bad attribute record size %d (the op's record is %d bytes)", (int)asz,
+                (int)want);
     /* an aligned copy: the records are read as structs */
     void *attrs = calloc(1, (size_t)(d->attr_size > asz ? d->attr_size : asz ? asz : 1));
     if (!attrs) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto fail; }
@@ -313,20 +686,29 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
     int32_t flags = get_i32(&r);
     uint32_t needs = get_u32(&r), keep_in = get_u32(&r), keep_out = get_u32(&r);
     int32_t handle_nr = get_i32(&r);
-    if (r.bad || nin_ < d->min_in || nin_ > d->max_in || nreal < 0 || nreal > 64 || nmut < 0 ||
-        nmut > 8 || (flags & ~OF_GN_CAPTURE) != 0) {
-      free(attrs);
-      FAIL("bad node header");
-    }
-    bool capture = (flags & OF_GN_CAPTURE) != 0;
     const char *why = NULL;
-    if (d->nreal >= 0 && nreal != d->nreal) why = "bad number of results";
-    else if (nout_ != nreal + nmut + (capture ? 1 : 0)) why = "bad number of outputs";
-    else if (capture && (handle_nr < 0 || handle_nr >= nreal)) why = "bad autograd handle";
+    char whybuf[160];
+    if (r.bad) why = "truncated node header";
+    else if (nin_ < d->min_in || nin_ > d->max_in) {
+      snprintf(whybuf, sizeof whybuf, "nin: %d inputs, the op takes %d to %d", (int)nin_,
+               (int)d->min_in, (int)d->max_in);
+      why = whybuf;
+    } else if (nreal < 0 || nreal > 64) why = "nreal: bad number of results";
+    else if (nmut < 0 || nmut > 8) why = "nmut: bad number of inputs written in place";
+    else if ((flags & ~OF_GN_CAPTURE) != 0) why = "flags: unknown bits";
+    bool capture = (flags & OF_GN_CAPTURE) != 0;
+    if (why) {}
+    else if (d->nreal >= 0 && nreal != d->nreal) {
+      snprintf(whybuf, sizeof whybuf, "nreal: %d results, the op makes %d", (int)nreal,
+               (int)d->nreal);
+      why = whybuf;
+    } else if (nout_ != nreal + nmut + (capture ? 1 : 0)) why = "nout: bad number of outputs";
+    else if (capture && (handle_nr < 0 || handle_nr >= nreal)) why = "handle_nr: bad autograd handle";
+    else if (capture && op == OF_OPK_BACKWARD) why = "flags: a backward node cannot keep a handle";
     else if ((size_t)(nin_ + nout_ + nmut) * 4 > r.len - r.pos) why = "truncated node";
     if (why) {
       free(attrs);
-      FAIL(why);
+      NODE_FAIL("%s", why);
     }
     if (d->check) {
       st = d->check(attrs, asz, nin_);
@@ -334,7 +716,7 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
         char msg[256];
         snprintf(msg, sizeof msg, "%s", of_last_error());
         free(attrs);
-        FAIL(msg);
+        NODE_FAIL("attrs: %s", msg);
       }
     }
     int32_t *ins = malloc(sizeof *ins * (size_t)(nin_ ? nin_ : 1));
@@ -358,37 +740,70 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
     n->handle_nr = handle_nr;
     for (int32_t j = 0; j < nout_; j++) n->out[j] = get_i32(&r);
     for (int32_t m = 0; m < nmut; m++) n->mut[m] = get_i32(&r);
-    if (r.bad) FAIL("truncated node");
+    if (r.bad) NODE_FAIL("truncated node");
+    uint32_t optional = optional_inputs(op);
     for (int32_t k = 0; k < nin_; k++) {
       int32_t v = n->in[k];
-      if (v < -1 || v >= (int32_t)nvals) FAIL("node input out of range");
-      if (v < 0) continue;
-      if (!defined[v]) FAIL("node reads a value before it is computed");
+      if (v < -1 || v >= (int32_t)nvals)
+        NODE_FAIL("in[%d]: value %%%d out of range (%u values)", (int)k + 1, (int)v, nvals);
+      if (v < 0) {
+        if (k < d->min_in && !(k < 32 && ((optional >> k) & 1)))
+          NODE_FAIL("in[%d]: a required input is absent", (int)k + 1);
+        continue;
+      }
+      if (!defined[v])
+        NODE_FAIL("in[%d]: reads value %%%d before it is computed", (int)k + 1, (int)v);
       bool handle = g->vals[v].kind == OF_GV_HANDLE;
-      if (handle != (op == OF_OPK_BACKWARD && k == 0)) FAIL("autograd handle used as a tensor");
+      if (handle != (op == OF_OPK_BACKWARD && k == 0))
+        NODE_FAIL("in[%d]: %s", (int)k + 1, handle ? "an autograd handle used as a tensor"
+                                                   : "a tensor where the autograd handle goes");
     }
-    if (op == OF_OPK_BACKWARD && n->in[0] < 0) FAIL("backward node without its autograd node");
+    if (op == OF_OPK_BACKWARD && n->in[0] < 0) NODE_FAIL("in[1]: no autograd node");
+    if (op == OF_OPK_BACKWARD && nreal > OF_BACKWARD_MAX_IN) NODE_FAIL("nreal: too many grads");
     for (int32_t j = 0; j < nout_; j++) {
       int32_t v = n->out[j];
-      if (v < -1 || v >= (int32_t)nvals) FAIL("node output out of range");
+      if (v < -1 || v >= (int32_t)nvals)
+        NODE_FAIL("out[%d]: value %%%d out of range (%u values)", (int)j + 1, (int)v, nvals);
       if (v < 0) {
-        if (j >= nreal) FAIL("missing output");
+        if (j >= nreal) NODE_FAIL("out[%d]: missing output", (int)j + 1);
         continue;
       }
       bool handle_slot = capture && j == nout_ - 1;
       if (defined[v] || (g->vals[v].kind == OF_GV_HANDLE) != handle_slot ||
           (!handle_slot && g->vals[v].kind != OF_GV_INTERNAL))
-        FAIL("node output is not a fresh value");
+        NODE_FAIL("out[%d]: value %%%d is not a fresh value", (int)j + 1, (int)v);
       defined[v] = true;
       g->vals[v].producer = ni;
     }
     for (int32_t m = 0; m < nmut; m++)
-      if (n->mut[m] < 0 || n->mut[m] >= nin_ || n->in[n->mut[m]] < 0) FAIL("bad write target");
+      if (n->mut[m] < 0 || n->mut[m] >= nin_ || n->in[n->mut[m]] < 0)
+        NODE_FAIL("mut[%d]: bad write target %d", (int)m + 1, (int)n->mut[m]);
+    char awhy[160];
+    if (!attrs_ok(g, n, awhy, sizeof awhy)) NODE_FAIL("%s", awhy);
+    /* results whose shape depends on data: checked for dtype and rank only */
+    bool dyn = op == OPK_NONZERO || op == OPK_MASKED_SELECT;
+    for (int32_t k = 0; k < nin_ && !dyn; k++) dyn = n->in[k] >= 0 && g->vals[n->in[k]].dynamic;
+    for (int32_t j = 0; j < nout_; j++)
+      if (n->out[j] >= 0) g->vals[n->out[j]].dynamic = dyn;
+    /* a creation op's result is what its record says: it must be the value
+     * the file describes */
+    int64_t cshape[OF_MAX_DIMS];
+    int32_t cnd = 0;
+    of_dtype cdt = 0;
+    if (creation_shape(op, n->attrs, cshape, &cnd, &cdt) && n->out[0] >= 0) {
+      const of_gval *x = &g->vals[n->out[0]];
+      bool same = cnd == x->ndim && cdt == x->dtype;
+      for (int32_t k = 0; same && k < cnd; k++) same = cshape[k] == x->shape[k];
+      if (!same) NODE_FAIL("attrs: the record's shape or dtype is not that of its result");
+    }
+#undef NODE_FAIL
   }
   if (r.pos != r.len) FAIL("trailing bytes in the graph record");
+  g->loaded = true;
   for (uint32_t i = 0; i < nout; i++)
     if (!defined[g->outputs[i]]) FAIL("an output is never computed");
 #undef FAIL
+#undef VFAIL
   free(defined);
   *out = g;
   *ext_of_value = ext;

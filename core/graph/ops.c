@@ -17,8 +17,11 @@ static of_status inv_alias(of_gnode *n, of_tensor **ins, void **outs) {
   for (int32_t i = 0; i < a->ndim; i++) {
     OF_NEED(a->shape[i] >= 0, "shape");
     if (a->shape[i] == 0) { hi = lo = off; break; }
-    int64_t ext = (a->shape[i] - 1) * a->strides[i];
-    if (ext > 0) hi += ext; else lo += ext;
+    /* a loaded record's numbers may be anything: overflow is an error */
+    int64_t ext;
+    bool over = __builtin_mul_overflow(a->shape[i] - 1, a->strides[i], &ext) ||
+                (ext > 0 ? __builtin_add_overflow(hi, ext, &hi) : __builtin_add_overflow(lo, ext, &lo));
+    OF_NEED(!over, "shape and strides");
   }
   int64_t cap = b->storage->nbytes / of_dtype_size(b->dtype);
   if (lo < 0 || (of_shape_numel(a->shape, a->ndim) > 0 && hi >= cap))

@@ -275,6 +275,7 @@ of_status of_graph_exec_waves(of_graph *g, void **slot, bool *own, int32_t width
           release_slot(g, v, own[v] ? slot[v] : NULL);
           slot[v] = obuf[j];
           own[v] = true;
+          if (st == OF_OK) st = of_graph_check_result(g, n, jobs[q].node, v, obuf[j]);
         } else if (obuf[j]) {
           of_tensor_release(obuf[j]);
         } else if (v >= 0 && st == OF_OK) {

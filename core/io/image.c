@@ -53,6 +53,20 @@ static of_status check_dims(const char *what, int64_t w, int64_t h, int64_t c) {
   return OF_OK;
 }
 
+/* The decoded size a file of n bytes can justify: the pixel buffer is
+ * allocated from the header's numbers before any pixel data is read, so a
+ * 100-byte header must not cost a gigabyte. PNG: deflate expands at most
+ * 1032:1 (units: raw row bytes plus a filter byte per row). Huffman-coded JPEG: every
+ * 8x8 block of every component takes at least one bit (its DC code), so a
+ * byte covers at most 8 blocks = 512 pixels; arithmetic coding can go below
+ * a bit per block (rare; allowed 64 times more) (units: pixels). Small
+ * images always pass. */
+static of_status check_justified(const char *what, int64_t units, int64_t n, int64_t ratio) {
+  if (units <= ((int64_t)1 << 22) || units / ratio <= n) return OF_OK;
+  return of_fail(OF_ERR_IO, "corrupt %s: the header's image size cannot come from a file of "
+                 "%lld bytes (truncated file?)", what, (long long)n);
+}
+
 /* ======================================================================= JPEG */
 #ifdef OF_HAVE_JPEG
 typedef struct {
@@ -116,6 +130,9 @@ static of_status jpeg_decode(const uint8_t *data, int64_t n, of_tensor **out) {
     default: s->cinfo.out_color_space = JCS_RGB; break;
   }
   st = check_dims("JPEG", s->cinfo.image_width, s->cinfo.image_height, cmyk ? 4 : ch);
+  if (st == OF_OK)
+    st = check_justified("JPEG", (int64_t)s->cinfo.image_width * s->cinfo.image_height, n,
+                         s->cinfo.arith_code ? 512 * 64 : 512);
   if (st == OF_OK) {
     jpeg_start_decompress(&s->cinfo);
     int64_t w = s->cinfo.output_width, h = s->cinfo.output_height;
@@ -278,6 +295,7 @@ static of_status png_decode(const uint8_t *data, int64_t n, of_tensor **out) {
   png_uint_32 w = 0, h = 0;
   int depth = 0, ctype = 0;
   png_get_IHDR(s->png, s->info, &w, &h, &depth, &ctype, NULL, NULL, NULL);
+  int64_t raw_row = (int64_t)png_get_rowbytes(s->png, s->info);   /* before the expansions */
   if (ctype == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(s->png);
   if (ctype == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(s->png);
   if (png_get_valid(s->png, s->info, PNG_INFO_tRNS)) png_set_tRNS_to_alpha(s->png);
@@ -286,6 +304,8 @@ static of_status png_decode(const uint8_t *data, int64_t n, of_tensor **out) {
   png_read_update_info(s->png, s->info);
   int64_t ch = png_get_channels(s->png, s->info);
   of_status st = check_dims("PNG", w, h, ch);
+  if (st == OF_OK)
+    st = check_justified("PNG", (int64_t)h * (raw_row + 1), n, 1032);
   if (st == OF_OK && (ch < 1 || ch > 4 || (int64_t)png_get_rowbytes(s->png, s->info) != (int64_t)w * ch))
     st = of_fail(OF_ERR_IO, "corrupt PNG (unexpected row layout)");
   if (st == OF_OK) {

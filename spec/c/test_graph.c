@@ -4,6 +4,7 @@
 #include <oneflow/oneflow.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int failures;
@@ -154,6 +155,66 @@ static void test_errors(void) {
   of_tensor_release(x);
 }
 
+/* A saved graph whose record was edited by hand -- a required input set to
+ * absent, the checksum recomputed as a crafted file would -- fails to load
+ * through the C host API with an error naming the node, never a crash. */
+static uint64_t fnv1a(const uint8_t *p, size_t n) {
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
+  return h;
+}
+static int write_graph_file(const char *path, const uint8_t *ir, size_t n) {
+  char header[256];
+  int hl = snprintf(header, sizeof header,
+                    "{\"__metadata__\":{\"format\":\"oneflow-graph\",\"version\":\"1\"},"
+                    "\"__graph__\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}",
+                    n, n);
+  FILE *f = fopen(path, "wb");
+  if (!f) return 0;
+  uint64_t hlen = (uint64_t)hl;
+  fwrite(&hlen, 8, 1, f);
+  fwrite(header, 1, (size_t)hl, f);
+  fwrite(ir, 1, n, f);
+  fclose(f);
+  return 1;
+}
+static void test_edited_record(void) {
+  of_graph *g = trace_forward(), *h = NULL;
+  of_tensor *blob = NULL;
+  CHECK(of_graph_serialize(g, &blob) == OF_OK);
+  if (!blob) { of_graph_release(g); return; }
+  size_t n = (size_t)of_tensor_numel(blob);
+  uint8_t *ir = malloc(n);
+  memcpy(ir, of_tensor_data(blob), n);
+  const char *path = "test_graph_edited.ofg";
+  CHECK(write_graph_file(path, ir, n));
+  CHECK(of_graph_load(path, &h) == OF_OK);   /* as saved: loads */
+  of_graph_release(h);
+  h = NULL;
+  /* the binary node (u16 length 6, "binary"): in[2] := -1 */
+  size_t at = 0;
+  for (size_t i = 32; i + 8 <= n && !at; i++)
+    if (ir[i] == 6 && ir[i + 1] == 0 && memcmp(ir + i + 2, "binary", 6) == 0) at = i + 8;
+  CHECK(at != 0);
+  if (at) {
+    int32_t asz, absent = -1;
+    memcpy(&asz, ir + at, 4);
+    size_t in1 = at + 4 + (size_t)asz + 36 + 4;
+    CHECK(in1 + 4 <= n);
+    memcpy(ir + in1, &absent, 4);
+    uint64_t sum = fnv1a(ir + 32, n - 32);
+    memcpy(ir + 24, &sum, 8);
+    CHECK(write_graph_file(path, ir, n));
+    CHECK(of_graph_load(path, &h) != OF_OK);
+    CHECK(strstr(of_last_error(), "(binary): in[2]: a required input is absent") != NULL);
+    CHECK(h == NULL);
+  }
+  remove(path);
+  free(ir);
+  of_tensor_release(blob);
+  of_graph_release(g);
+}
+
 /* the graph's device, moving it, and the CUDA graph flag on a CPU graph */
 static void test_devices(void) {
   of_graph *g = trace_forward();
@@ -190,6 +251,7 @@ int main(void) {
   test_train_step();
   test_errors();
   test_devices();
+  test_edited_record();
   int64_t left = of_memory_stats_get(OF_CPU)->current_bytes - start;
   if (left != 0) {
     fprintf(stderr, "test_graph: %lld bytes still allocated\n", (long long)left);

@@ -209,6 +209,15 @@ describe('vision.io errors', function()
     H.raises(function() vio.decode_image(big) end, 'image_decode: corrupt PNG', 'IHDR')
     local wide = png(30000, 30000, 8, 6, {string.rep('\0', 10)})
     H.raises(function() vio.decode_image(wide) end, 'larger than the 1073741824-byte limit')
+    -- within the limits, but 16000x16000 raw rows cannot come from 60 bytes (deflate
+    -- expands at most 1032:1): refused before the 256 MB pixel buffer is allocated
+    local tall = png(16000, 16000, 8, 0, {string.rep('\0', 10)})
+    H.raises(function() vio.decode_image(tall) end, 'corrupt PNG', 'cannot come from a file of')
+    -- a real image compressed about as far as deflate goes still decodes
+    local zeros = vio.encode_png(flow.zeros(1, 2100, 2100, {dtype = flow.uint8}))
+    local img = vio.decode_image(zeros)
+    assert.are.same({1, 2100, 2100}, img:size():totable())
+    assert.are.equal(0, img:max():item())
   end)
 
   it_jpeg('survives truncated, bit-flipped and oversized JPEGs', function()
@@ -230,5 +239,10 @@ describe('vision.io errors', function()
     local patched = s:sub(1, sof + 4) .. string.char(0x9C, 0x40, 0x9C, 0x40) .. s:sub(sof + 9)
     H.raises(function() vio.decode_image(patched) end,
              'JPEG of 40000x40000 pixels is larger than the 32768x32768 limit')
+    -- 8192 x 8192 is within the limits, but not from a file of a few hundred bytes
+    local claims = s:sub(1, sof + 4) .. string.char(0x20, 0x00, 0x20, 0x00) .. s:sub(sof + 9)
+    H.raises(function() vio.decode_image(claims) end, 'corrupt JPEG', 'cannot come from a file of')
+    local zeros = vio.encode_jpeg(flow.zeros(1, 2100, 2100, {dtype = flow.uint8}))
+    assert.are.same({1, 2100, 2100}, vio.decode_image(zeros):size():totable())
   end)
 end)

@@ -30,6 +30,15 @@
  * crosses a call, whatever the ABI note (given at the end of the file) says */
 #pragma GCC diagnostic ignored "-Wpsabi"
 
+/* lane shuffles: GCC's __builtin_shuffle takes a mask vector, clang's
+ * __builtin_shufflevector the indices as arguments (the index lists below
+ * are bare comma lists so that both forms can be built from them) */
+#if defined(__clang__)
+#define OF_SHUFFLE(VI, a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define OF_SHUFFLE(VI, a, b, ...) __builtin_shuffle(a, b, (VI){__VA_ARGS__})
+#endif
+
 enum { MASKED = 0x80, TAP_BITS = 0x7f };
 
 /* ---- kernels: one plane [H, W] at a time ----
@@ -85,8 +94,8 @@ RELU_POOL_SCALAR(double)
     vf##N lo, hi, z = {0};                                                                 \
     memcpy(&lo, r, sizeof lo);                                                             \
     memcpy(&hi, r + N, sizeof hi);                                                         \
-    vf##N e = __builtin_shuffle(lo, hi, (vi##N)EVEN);                                      \
-    vf##N o = __builtin_shuffle(lo, hi, (vi##N)ODD);                                       \
+    vf##N e = OF_SHUFFLE(vi##N, lo, hi, EVEN);                                      \
+    vf##N o = OF_SHUFFLE(vi##N, lo, hi, ODD);                                       \
     e = sel##N(e > z, e, z);                                                               \
     o = sel##N(o > z, o, z);                                                               \
     vi##N take = o > e;                                                                    \
@@ -128,10 +137,10 @@ RELU_POOL_SCALAR(double)
         vf##N v = z + g * sel##N((c & MASKED) == 0, one, z);                               \
         vf##N e0 = sel##N(t == 0, v, z), d0 = sel##N(t == 1, v, z);                        \
         vf##N e1 = sel##N(t == 2, v, z), d1 = sel##N(t == 3, v, z);                        \
-        vf##N w0 = __builtin_shuffle(e0, d0, (vi##N)LO);                                   \
-        vf##N w1 = __builtin_shuffle(e0, d0, (vi##N)HI);                                   \
-        vf##N w2 = __builtin_shuffle(e1, d1, (vi##N)LO);                                   \
-        vf##N w3 = __builtin_shuffle(e1, d1, (vi##N)HI);                                   \
+        vf##N w0 = OF_SHUFFLE(vi##N, e0, d0, LO);                                   \
+        vf##N w1 = OF_SHUFFLE(vi##N, e0, d0, HI);                                   \
+        vf##N w2 = OF_SHUFFLE(vi##N, e1, d1, LO);                                   \
+        vf##N w3 = OF_SHUFFLE(vi##N, e1, d1, HI);                                   \
         memcpy(g0 + 2 * o, &w0, sizeof w0);   /* one store each: no reload of a pair */   \
         memcpy(g0 + 2 * o + N, &w1, sizeof w1);                                            \
         memcpy(g1 + 2 * o, &w2, sizeof w2);                                                \
@@ -140,21 +149,29 @@ RELU_POOL_SCALAR(double)
     }                                                                                      \
     if (H > 2 * OH) memset(gx + 4 * OH * OW, 0, sizeof(float) * (size_t)(2 * OW));         \
   }
-#define EVEN8 {0, 2, 4, 6, 8, 10, 12, 14}
-#define ODD8 {1, 3, 5, 7, 9, 11, 13, 15}
-#define LO8 {0, 8, 1, 9, 2, 10, 3, 11}
-#define HI8 {4, 12, 5, 13, 6, 14, 7, 15}
-#define EVEN4 {0, 2, 4, 6}
-#define ODD4 {1, 3, 5, 7}
-#define LO4 {0, 4, 1, 5}
-#define HI4 {2, 6, 3, 7}
+#define EVEN8 0, 2, 4, 6, 8, 10, 12, 14
+#define ODD8 1, 3, 5, 7, 9, 11, 13, 15
+#define LO8 0, 8, 1, 9, 2, 10, 3, 11
+#define HI8 4, 12, 5, 13, 6, 14, 7, 15
+#define EVEN4 0, 2, 4, 6
+#define ODD4 1, 3, 5, 7
+#define LO4 0, 4, 1, 5
+#define HI4 2, 6, 3, 7
+/* clang 14 rejects 8-lane (256-bit) vectors crossing the helpers in the
+ * default (SSE) clone even though they are inlined: clang builds (the fuzz
+ * harnesses) take the 4-lane path */
+#if defined(__clang__)
+#define OF_RELU_POOL_LANES 4
+#else
+#define OF_RELU_POOL_LANES 8
 RELU_POOL_2X2(8, EVEN8, ODD8, LO8, HI8)
+#endif
 RELU_POOL_2X2(4, EVEN4, ODD4, LO4, HI4)
 
 /* the lanes of the 2x2 float path for rows of OW windows, 0: the scalar loops */
 static int lanes_2x2(of_dtype dt, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t OW) {
   if (dt != OF_FLOAT32 || kh != 2 || kw != 2 || W != 2 * OW || H < 2) return 0;
-  return OW >= 8 ? 8 : OW >= 4 ? 4 : 0;
+  return OW >= 8 && OF_RELU_POOL_LANES == 8 ? 8 : OW >= 4 ? 4 : 0;
 }
 
 /* ---- the two ops ---- */
@@ -214,8 +231,11 @@ static of_status fwd(const a_relu_pool *a, of_tensor *y, void **outs) {
     else {
       const float *xp = (const float *)of_ptr(y) + pl * H * W;
       float *pp = (float *)of_ptr(p) + pl * OH * OW;
+#if OF_RELU_POOL_LANES == 8
       if (lanes == 8) fwd2x2_8(xp, OH, OW, pp, cp);
-      else if (lanes == 4) fwd2x2_4(xp, OH, OW, pp, cp);
+      else
+#endif
+      if (lanes == 4) fwd2x2_4(xp, OH, OW, pp, cp);
       else fwd_plane_float(xp, W, kh, kw, OH, OW, pp, cp);
     }
   }
@@ -256,8 +276,11 @@ static of_status bwd(const a_relu_pool *a, of_tensor *gp, of_tensor *code, void 
     else {
       const float *g = (const float *)of_ptr(gp) + pl * OH * OW;
       float *gxp = (float *)of_ptr(gx) + pl * H * W;
+#if OF_RELU_POOL_LANES == 8
       if (lanes == 8) bwd2x2_8(g, cp, H, OH, OW, gxp);
-      else if (lanes == 4) bwd2x2_4(g, cp, H, OH, OW, gxp);
+      else
+#endif
+      if (lanes == 4) bwd2x2_4(g, cp, H, OH, OW, gxp);
       else bwd_plane_float(g, cp, H, W, kh, kw, OH, OW, gxp);
     }
   }

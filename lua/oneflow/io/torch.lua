@@ -399,7 +399,12 @@ local function parse_pid(pid, err)
     err(REFUSED .. ' (the file holds a pickled nn.Module with its source: save model.state_dict() instead)',
         'module')
   end
-  if tag ~= 'storage' then err('persistent id of kind %s (only storages can be loaded)', tostring(tag)) end
+  if tag ~= 'storage' then
+    -- a string tag is shown as it is; anything else only by kind (printing a
+    -- tensor here would show memory the file never initialised)
+    err('persistent id of kind %s (only storages can be loaded)',
+        type(tag) == 'string' and ('%q'):format(tag) or pickle.describe(tag))
+  end
   local typ, key, location, numel = pid[2], pid[3], pid[4], pid[5]
   if getmetatable(typ) ~= pickle.Global or not (typ.storage or typ.storage_unsupported) then
     err('storage type is %s, not a torch storage type', pickle.describe(typ))
