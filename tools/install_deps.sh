@@ -4,7 +4,7 @@
 set -e
 PKGS="build-essential cmake pkg-config luajit libluajit-5.1-dev lua-busted lua-check
 libopenblas-dev zlib1g-dev libjpeg-dev libpng-dev dataset-fashion-mnist
-libopenmpi-dev openmpi-bin"
+libopenmpi-dev openmpi-bin clang libomp-14-dev"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

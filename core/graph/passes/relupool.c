@@ -69,30 +69,36 @@ enum { MASKED = 0x80, TAP_BITS = 0x7f };
 RELU_POOL_SCALAR(float)
 RELU_POOL_SCALAR(double)
 
-/* N-lane vectors (GCC vector extensions; the clones pick the instructions) */
-#define RELU_POOL_2X2(N, EVEN, ODD, LO, HI)                                                \
+/* N-lane vectors (GCC vector extensions; the clones pick the instructions).
+ * Lane shuffles: GCC's __builtin_shuffle takes an index vector, clang's
+ * __builtin_shufflevector the indices as constant arguments. */
+#ifdef __clang__
+#define SHUF(N, a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUF(N, a, b, ...) __builtin_shuffle(a, b, (vi##N){__VA_ARGS__})
+#endif
+/* The helpers are macros, not inline functions: a function taking 8-lane
+ * vectors is compiled for the default target, where clang refuses them (the
+ * AVX ABI); expanded into the clones they take each clone's instructions. */
+#define SEL(N, m, a, b) ((vf##N)(((vi##N)(a) & (m)) | ((vi##N)(b) & ~(m))))
+#define SELI(m, a, b) (((a) & (m)) | ((b) & ~(m)))
+/* relu'd taps (r, r + 1) of N windows: the larger, and 1 where it is the second */
+#define PAIR(N, r, second)                                                               \
+  ({                                                                                       \
+    vf##N lo_, hi_, z_ = {0};                                                              \
+    memcpy(&lo_, (r), sizeof lo_);                                                         \
+    memcpy(&hi_, (r) + N, sizeof hi_);                                                     \
+    vf##N e_ = SHUF(N, lo_, hi_, EVEN##N);                                                 \
+    vf##N o_ = SHUF(N, lo_, hi_, ODD##N);                                                  \
+    e_ = SEL(N, e_ > z_, e_, z_);                                                          \
+    o_ = SEL(N, o_ > z_, o_, z_);                                                          \
+    vi##N take_ = o_ > e_;                                                                 \
+    (second) = take_ & 1;                                                                  \
+    SEL(N, take_, o_, e_);                                                                 \
+  })
+#define RELU_POOL_2X2(N)                                                                   \
   typedef float vf##N __attribute__((vector_size(4 * N), aligned(4)));                     \
   typedef int32_t vi##N __attribute__((vector_size(4 * N), aligned(4)));                   \
-  static inline __attribute__((always_inline)) vf##N sel##N(vi##N m, vf##N a, vf##N b) {   \
-    return (vf##N)(((vi##N)a & m) | ((vi##N)b & ~m));                                      \
-  }                                                                                        \
-  static inline __attribute__((always_inline)) vi##N seli##N(vi##N m, vi##N a,              \
-                                                             vi##N b) {                    \
-    return (a & m) | (b & ~m);                                                             \
-  }                                                                                        \
-  /* relu'd taps (r, r + 1) of N windows: the larger, and 1 where it is the second */      \
-  static inline __attribute__((always_inline)) vf##N pair##N(const float *r, vi##N *second) { \
-    vf##N lo, hi, z = {0};                                                                 \
-    memcpy(&lo, r, sizeof lo);                                                             \
-    memcpy(&hi, r + N, sizeof hi);                                                         \
-    vf##N e = __builtin_shuffle(lo, hi, (vi##N)EVEN);                                      \
-    vf##N o = __builtin_shuffle(lo, hi, (vi##N)ODD);                                       \
-    e = sel##N(e > z, e, z);                                                               \
-    o = sel##N(o > z, o, z);                                                               \
-    vi##N take = o > e;                                                                    \
-    *second = take & 1;                                                                    \
-    return sel##N(take, o, e);                                                             \
-  }                                                                                        \
   __attribute__((target_clones("avx512f", "avx2", "default")))                             \
   static void fwd2x2_##N(const float *x, int64_t OH, int64_t OW, float *p,                 \
                          int32_t *code) {                                                  \
@@ -102,10 +108,11 @@ RELU_POOL_SCALAR(double)
       for (int64_t o0 = 0; o0 < OW; o0 += N) {                                             \
         int64_t o = o0 + N > OW ? OW - N : o0;                                             \
         vi##N s0, s1;                                                                      \
-        vf##N m0 = pair##N(r0 + 2 * o, &s0), m1 = pair##N(r1 + 2 * o, &s1);                \
+        vf##N m0 = PAIR(N, r0 + 2 * o, s0);                                                \
+        vf##N m1 = PAIR(N, r1 + 2 * o, s1);                                                \
         vi##N take = m1 > m0;                                                              \
-        vf##N m = sel##N(take, m1, m0);                                                    \
-        vi##N t = seli##N(take, s1 + 2, s0);                                               \
+        vf##N m = SEL(N, take, m1, m0);                                                    \
+        vi##N t = SELI(take, s1 + 2, s0);                                               \
         t |= ~(m > z) & MASKED;                                                            \
         memcpy(p + oh * OW + o, &m, sizeof m);                                             \
         memcpy(code + oh * OW + o, &t, sizeof t);                                          \
@@ -125,13 +132,13 @@ RELU_POOL_SCALAR(double)
         memcpy(&c, code + oh * OW + o, sizeof c);                                          \
         memcpy(&g, gp + oh * OW + o, sizeof g);                                            \
         t = c & TAP_BITS;                                                                  \
-        vf##N v = z + g * sel##N((c & MASKED) == 0, one, z);                               \
-        vf##N e0 = sel##N(t == 0, v, z), d0 = sel##N(t == 1, v, z);                        \
-        vf##N e1 = sel##N(t == 2, v, z), d1 = sel##N(t == 3, v, z);                        \
-        vf##N w0 = __builtin_shuffle(e0, d0, (vi##N)LO);                                   \
-        vf##N w1 = __builtin_shuffle(e0, d0, (vi##N)HI);                                   \
-        vf##N w2 = __builtin_shuffle(e1, d1, (vi##N)LO);                                   \
-        vf##N w3 = __builtin_shuffle(e1, d1, (vi##N)HI);                                   \
+        vf##N v = z + g * SEL(N, (c & MASKED) == 0, one, z);                               \
+        vf##N e0 = SEL(N, t == 0, v, z), d0 = SEL(N, t == 1, v, z);                        \
+        vf##N e1 = SEL(N, t == 2, v, z), d1 = SEL(N, t == 3, v, z);                        \
+        vf##N w0 = SHUF(N, e0, d0, LO##N);                                \
+        vf##N w1 = SHUF(N, e0, d0, HI##N);                                \
+        vf##N w2 = SHUF(N, e1, d1, LO##N);                                \
+        vf##N w3 = SHUF(N, e1, d1, HI##N);                                \
         memcpy(g0 + 2 * o, &w0, sizeof w0);   /* one store each: no reload of a pair */   \
         memcpy(g0 + 2 * o + N, &w1, sizeof w1);                                            \
         memcpy(g1 + 2 * o, &w2, sizeof w2);                                                \
@@ -140,16 +147,16 @@ RELU_POOL_SCALAR(double)
     }                                                                                      \
     if (H > 2 * OH) memset(gx + 4 * OH * OW, 0, sizeof(float) * (size_t)(2 * OW));         \
   }
-#define EVEN8 {0, 2, 4, 6, 8, 10, 12, 14}
-#define ODD8 {1, 3, 5, 7, 9, 11, 13, 15}
-#define LO8 {0, 8, 1, 9, 2, 10, 3, 11}
-#define HI8 {4, 12, 5, 13, 6, 14, 7, 15}
-#define EVEN4 {0, 2, 4, 6}
-#define ODD4 {1, 3, 5, 7}
-#define LO4 {0, 4, 1, 5}
-#define HI4 {2, 6, 3, 7}
-RELU_POOL_2X2(8, EVEN8, ODD8, LO8, HI8)
-RELU_POOL_2X2(4, EVEN4, ODD4, LO4, HI4)
+#define EVEN8 0, 2, 4, 6, 8, 10, 12, 14
+#define ODD8 1, 3, 5, 7, 9, 11, 13, 15
+#define LO8 0, 8, 1, 9, 2, 10, 3, 11
+#define HI8 4, 12, 5, 13, 6, 14, 7, 15
+#define EVEN4 0, 2, 4, 6
+#define ODD4 1, 3, 5, 7
+#define LO4 0, 4, 1, 5
+#define HI4 2, 6, 3, 7
+RELU_POOL_2X2(8)
+RELU_POOL_2X2(4)
 
 /* the lanes of the 2x2 float path for rows of OW windows, 0: the scalar loops */
 static int lanes_2x2(of_dtype dt, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t OW) {
