@@ -14,10 +14,17 @@ static int32_t num_threads = 0;   /* 0: not set yet, use OpenMP's default */
 
 __attribute__((constructor)) static void blas_single(void) { openblas_set_num_threads(1); }
 
-void of_set_num_threads(int32_t n) {
-  if (n < 1) n = 1;
+/* More threads than this is a mistake, not a setting: OpenMP would try to
+ * start them all (1e6 threads exhausts memory and the process limit). */
+enum { OF_MAX_THREADS = 1024 };
+
+of_status of_set_num_threads(int32_t n) {
+  if (n < 1 || n > OF_MAX_THREADS)
+    return of_fail(OF_ERR_ARG, "set_num_threads: the number of threads must be within 1..%d, "
+                   "got %d", (int)OF_MAX_THREADS, (int)n);
   num_threads = n;
   omp_set_num_threads(n);
+  return OF_OK;
 }
 
 int32_t of_get_num_threads(void) { return of_threads(); }

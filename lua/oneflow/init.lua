@@ -3,6 +3,7 @@
 -- attaches the metatype that makes an `of_tensor*` behave as a tensor.
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
+local A = require 'oneflow._args'
 local types = require 'oneflow.types'
 local T = require 'oneflow.tensor'
 
@@ -59,7 +60,14 @@ for name, d in pairs(types.by_name) do flow[name] = d end
 flow.get_default_dtype, flow.set_default_dtype = T.get_default_dtype, T.set_default_dtype
 flow.set_printoptions = function(o) for k, v in pairs(o) do printing.options[k] = v end end
 
-function flow.set_num_threads(n) core.C.of_set_num_threads(n) end
+--- set_num_threads(n): threads for CPU kernels, an integer in 1..1024.
+function flow.set_num_threads(n)
+  A.integer('set_num_threads', n, 1, 'n')
+  if n < 1 or n > 1024 then
+    A.fail(('set_num_threads: argument 1 (n) must be within 1..1024, got %d'):format(n))
+  end
+  A.check_status(core.C.of_set_num_threads(n))
+end
 function flow.get_num_threads() return core.C.of_get_num_threads() end
 
 --- Allocator statistics: current, peak and cached bytes (CPU).

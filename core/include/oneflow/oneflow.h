@@ -62,7 +62,7 @@ const char *of_last_error(void);
 void of_set_error(of_status code, const char *msg);
 void of_clear_error(void);
 const char *of_cdef(void);                     /* this header, cdef-ready */
-void of_set_num_threads(int32_t n);
+of_status of_set_num_threads(int32_t n);   /* 1..1024 */
 int32_t of_get_num_threads(void);
 
 /* ---- dtypes ----------------------------------------------------------- */
