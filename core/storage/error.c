@@ -41,16 +41,17 @@ of_status of_check_shape(const char *op, const int64_t *shape, int32_t ndim, int
     return of_fail(OF_ERR_SHAPE, "%s: %d dims given, at most %d supported", op, (int)ndim,
                    OF_MAX_DIMS);
   char b[200];
-  int64_t n = 1;
+  /* the count over max(size, 1) bounds the contiguous strides too, so a
+   * shape with a 0 is refused as well when its other sizes overflow them */
+  int64_t n = 1, span = 1;
   bool over = false;
   for (int32_t i = 0; i < ndim; i++) {
     if (shape[i] < 0)
       return of_fail(OF_ERR_SHAPE, "%s: negative size %lld in shape %s", op, (long long)shape[i],
                      of_shape_str(shape, ndim, b, sizeof b));
-    if (!of_mul_ok(n, shape[i], &n) || n > OF_MAX_NUMEL) over = true;
+    if (!of_mul_ok(span, shape[i] > 1 ? shape[i] : 1, &span) || span > OF_MAX_NUMEL) over = true;
+    n = over ? 0 : n * shape[i];   /* <= span: cannot overflow */
   }
-  /* a zero anywhere makes the count 0 whatever the other sizes are */
-  for (int32_t i = 0; over && i < ndim; i++) if (shape[i] == 0) over = false, n = 0;
   if (over)
     return of_fail(OF_ERR_SHAPE, "%s: shape %s has more elements than a tensor can hold "
                    "(at most 2^60)", op, of_shape_str(shape, ndim, b, sizeof b));
