@@ -32,6 +32,16 @@ describe('size arithmetic', function()
     assert.equals(2 ^ 40, big:numel())
   end)
 
+  it('checks repeat, pad and interpolate sizes for overflow (UBSan found them)', function()
+    H.raises(function() flow.zeros(2):tile(2 ^ 62) end, 'repeat:', 'overflow')
+    H.raises(function() flow.zeros(2):tile(2 ^ 31, 2 ^ 31) end, 'repeat:', 'more elements than a tensor can hold')
+    H.raises(function() F.pad(flow.zeros(1, 1, 4), {2 ^ 62, 2 ^ 62}) end, 'pad:', 'overflows')
+    H.raises(function() F.interpolate(flow.zeros(1, 1, 4), {scale_factor = 2 ^ 62}) end,
+             'interpolate:', 'more than a tensor can hold')
+    H.raises(function() F.interpolate(flow.zeros(1, 1, 4), {size = 2.5}) end,
+             'interpolate: size must be an integer, got 2.5')
+  end)
+
   it('refuses arange ranges with more elements than a tensor can hold', function()
     H.raises(function() flow.arange(0, 1e300, 1) end, 'arange:', 'more than a tensor can hold')
   end)
