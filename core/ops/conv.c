@@ -1738,6 +1738,7 @@ static of_status conv_transpose_body(of_tensor *x, of_tensor *w, of_tensor *b, c
                      "stride %s, padding %s, dilation %s)", op, LIST(osz, nsp),
                      OF_SHAPE_STR(x), OF_SHAPE_STR(w), LIST(a.stride, nsp), LIST(a.pad, nsp),
                      LIST(a.dil, nsp));
+  OF_CHECK(of_check_shape(op, osz, nsp, NULL));   /* the spatial product must fit too */
   return conv_input_grad_op(x, w, b, &a, osz, out);
 }
 

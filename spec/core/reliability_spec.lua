@@ -42,6 +42,12 @@ describe('size arithmetic', function()
              'interpolate: size must be an integer, got 2.5')
   end)
 
+  it('refuses huge tril_indices at once instead of looping for hours', function()
+    H.raises(function() flow.tril_indices(2 ^ 32, 2 ^ 32) end, 'tril_indices:', 'at most 2^26')
+    H.raises(function() flow.triu_indices(2 ^ 20, 2 ^ 20) end, 'triu_indices:', 'at most 2^26')
+    assert.same({{1, 2, 2}, {1, 1, 2}}, flow.tril_indices(2, 2):totable())
+  end)
+
   it('refuses arange ranges with more elements than a tensor can hold', function()
     H.raises(function() flow.arange(0, 1e300, 1) end, 'arange:', 'more than a tensor can hold')
   end)
@@ -51,6 +57,8 @@ describe('size arithmetic', function()
     H.raises(function() F.conv1d(x, w, nil, {dilation = 2 ^ 62}) end, 'conv1d:', 'overflows')
     H.raises(function() F.conv1d(x, w, nil, {padding = 2 ^ 62}) end, 'conv1d:', 'overflows')
     H.raises(function() F.conv_transpose1d(x, w, nil, {stride = 2 ^ 62}) end, 'conv_transpose1d:', 'overflows')
+    H.raises(function() F.conv_transpose2d(flow.zeros(1, 1, 4, 4), flow.zeros(1, 1, 2, 2), nil, {stride = 2 ^ 40}) end,
+             'conv_transpose2d:', 'more elements than a tensor can hold')
   end)
 end)
 
