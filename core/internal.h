@@ -8,6 +8,15 @@
 
 #define OF_ALL_DIMS (-100)
 
+/* GCC's per-function optimize("...") attribute, inside an __attribute__
+ * list; clang has none and gets the settings that matter (-ffp-contract=off)
+ * for the whole build from CMakeLists.txt. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define OF_GCC_OPTIMIZE(x) optimize(x)
+#else
+#define OF_GCC_OPTIMIZE(x)
+#endif
+
 /* A refcounted block of memory. Views share one; the version counter lives
  * here so that an in-place write through any view bumps it. */
 typedef struct of_storage {
@@ -70,6 +79,31 @@ const char *of_shape_str(const int64_t *shape, int32_t ndim, char *buf, size_t c
     if (st_ != OF_OK) return st_;       \
   } while (0)
 
+/* ---- size arithmetic (error.c) ----
+ * Every size, stride and offset computed from user input goes through these:
+ * signed overflow is undefined behaviour, and a wrapped element count once
+ * let flow.zeros(2^32, 2^32) allocate nothing and write everywhere.
+ * OF_MAX_NUMEL bounds any tensor's (or view's) element count so that its
+ * byte size fits int64_t for every dtype (8 bytes at most). */
+#define OF_MAX_NUMEL (INT64_MAX / 8)
+/* a*b and a+b into *r; false (and *r unspecified) when they overflow int64_t */
+static inline bool of_mul_ok(int64_t a, int64_t b, int64_t *r) { return !__builtin_mul_overflow(a, b, r); }
+static inline bool of_add_ok(int64_t a, int64_t b, int64_t *r) { return !__builtin_add_overflow(a, b, r); }
+/* Checks a shape an op is about to create (ndim 0..8, sizes >= 0, element
+ * count <= OF_MAX_NUMEL); the error names op and the shape. numel may be NULL. */
+of_status of_check_shape(const char *op, const int64_t *shape, int32_t ndim, int64_t *numel);
+/* Checks that a view (shape, strides in elements, offset) reaches only
+ * elements 0..cap-1 and that none of it overflows; error names op. */
+of_status of_check_view(const char *op, const int64_t *shape, const int64_t *strides,
+                        int32_t ndim, int64_t offset, int64_t cap);
+
+/* Checks that a sliding window's arithmetic (conv, pool) cannot overflow:
+ * the dilated kernel dil*(k-1)+1, the padded input in+2*pad and the
+ * transposed span (in-1)*stride stay <= OF_MAX_NUMEL for each of n dims. */
+of_status of_check_window(const char *op, const int64_t *in, const int64_t *k,
+                          const int64_t *stride, const int64_t *pad, const int64_t *dil,
+                          int32_t n);
+
 /* ---- allocator (alloc.c) ---- */
 void *of_alloc(of_device dev, int64_t nbytes);   /* NULL + error on failure */
 void of_free(of_device dev, void *p, int64_t nbytes);
@@ -78,7 +112,11 @@ void of_free(of_device dev, void *p, int64_t nbytes);
 /* New contiguous tensor; memory uninitialised. */
 of_status of_tensor_new(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
                         of_tensor **out);
-/* New view header sharing t's storage. */
+/* The same, naming op in errors (shape checks, out of memory). */
+of_status of_tensor_new_as(const char *op, const int64_t *shape, int32_t ndim, of_dtype dt,
+                           of_device dev, of_tensor **out);
+/* New view header sharing t's storage; NULL (error set) when the shape is
+ * not a valid one (of_check_shape) or out of memory. */
 of_tensor *of_tensor_alias(const of_tensor *t, const int64_t *shape,
                            const int64_t *strides, int32_t ndim, int64_t offset);
 /* A tensor over caller-owned memory (deleter called when the storage dies);
@@ -90,7 +128,10 @@ int64_t of_shape_numel(const int64_t *shape, int32_t ndim);
 void of_contiguous_strides(const int64_t *shape, int32_t ndim, int64_t *strides);
 /* Normalise a possibly negative dim against ndim; error names `op`. */
 of_status of_norm_dim(const char *op, int32_t dim, int32_t ndim, int32_t *out);
-/* `into` given: check shape/dtype and retain it; else allocate. */
+/* Refuses writes into a tensor whose elements share memory (a dim of size
+ * > 1 with stride 0): every in-place op and out= result goes through it. */
+of_status of_check_overlap(const char *op, const of_tensor *into);
+/* `into` given: check shape/dtype and overlap, and retain it; else allocate. */
 of_status of_prepare_out(const char *op, of_tensor *into, const int64_t *shape,
                          int32_t ndim, of_dtype dt, of_tensor **out);
 static inline char *of_ptr(const of_tensor *t) {

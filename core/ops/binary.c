@@ -249,7 +249,7 @@ static of_status binary_backward(of_node *n, of_tensor **g, of_tensor **gi) {
       TRY(bin(op == OF_MAXIMUM ? OF_GT : OF_LT, a, b, &gt));
       st = bin(OF_EQ, a, b, &eq);
       if (st == OF_OK) {
-        of_tensor *wa, *half;
+        of_tensor *wa = NULL, *half = NULL;
         st = of_to_dtype(gt, g[0]->dtype, &wa);
         if (st == OF_OK) st = of_to_dtype(eq, g[0]->dtype, &t);
         if (st == OF_OK) st = bin_s(OF_MUL, t, 0.5, &half);

@@ -175,7 +175,7 @@ enum { ROW_MIN = 8 };
  * NAME_s adds them back (PUT); for a fixed tap the targets are distinct */
 #define ROWS_LOOPS(T, NAME, GET, PUT)                                                      \
   __attribute__((target_clones("avx512f", "avx2", "default"),                              \
-                 optimize("no-tree-loop-distribute-patterns")))                            \
+                 OF_GCC_OPTIMIZE("no-tree-loop-distribute-patterns")))                            \
   static void NAME##_g(T *restrict col, int64_t ld, const T *restrict pl,                  \
                        const gather_tab *t, int64_t K, int64_t L, int64_t OW, int64_t sw) { \
     (void)sw;                                                                              \
@@ -190,7 +190,7 @@ enum { ROW_MIN = 8 };
     }                                                                                      \
   }                                                                                        \
   __attribute__((target_clones("avx512f", "avx2", "default"),                              \
-                 optimize("no-tree-loop-distribute-patterns")))                            \
+                 OF_GCC_OPTIMIZE("no-tree-loop-distribute-patterns")))                            \
   static void NAME##_s(T *restrict pl, const T *restrict col, int64_t ld,                  \
                        const gather_tab *t, int64_t K, int64_t L, int64_t OW, int64_t sw) { \
     (void)sw;                                                                              \
@@ -1688,6 +1688,7 @@ static of_status conv_fwd_op(of_tensor *x, of_tensor *w, of_tensor *b, const con
     return of_fail(OF_ERR_SHAPE, "%s: expected weight with %d dims [C_out, C_in/groups, "
                    "kernel...], got %s", op, nsp + 2, OF_SHAPE_STR(w));
   OF_CHECK(check_common(a, x, w, b, "weight"));
+  OF_CHECK(of_check_window(op, x->shape + 2, w->shape + 2, a->stride, a->pad, a->dil, nsp));
   int64_t G = a->groups, CO = w->shape[0], CI = x->shape[1];
   if (CI != w->shape[1] * G)
     return of_fail(OF_ERR_SHAPE, "%s: input has %lld channels but weight expects %lld "
@@ -1826,6 +1827,7 @@ static of_status conv_transpose_body(of_tensor *x, of_tensor *w, of_tensor *b, c
     return of_fail(OF_ERR_SHAPE, "%s: expected weight with %d dims [C_in, C_out/groups, "
                    "kernel...], got %s", op, nsp + 2, OF_SHAPE_STR(w));
   OF_CHECK(check_common(&a, x, w, b, "weight"));
+  OF_CHECK(of_check_window(op, x->shape + 2, w->shape + 2, a.stride, a.pad, a.dil, nsp));
   int64_t opad[3] = {0, 0, 0}, osz[3];
   for (int32_t i = 0; i < nsp; i++) opad[i] = output_padding ? output_padding[i] : 0;
   for (int32_t i = 0; i < nsp; i++) {
@@ -1844,6 +1846,7 @@ static of_status conv_transpose_body(of_tensor *x, of_tensor *w, of_tensor *b, c
                      "stride %s, padding %s, dilation %s)", op, LIST(osz, nsp),
                      OF_SHAPE_STR(x), OF_SHAPE_STR(w), LIST(a.stride, nsp), LIST(a.pad, nsp),
                      LIST(a.dil, nsp));
+  OF_CHECK(of_check_shape(op, osz, nsp, NULL));   /* the spatial product must fit too */
   return conv_input_grad_op(x, w, b, &a, osz, out);
 }
 

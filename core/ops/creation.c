@@ -24,6 +24,7 @@ FILL_LOOP(uint32_t)
 FILL_LOOP(uint64_t)
 
 static of_status fill__body(of_tensor *t, double value) {
+  OF_CHECK(of_check_inplace("fill_", t));
   OF_ROUTE("fill_", dev, ops, fill, t);
   if (ops) {
     OF_CHECK(ops->fill(t, value));
@@ -46,22 +47,27 @@ static of_status fill__body(of_tensor *t, double value) {
 
 static of_status empty_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
                         of_tensor **out) {
-  return of_tensor_new(shape, ndim, dt, dev, out);
+  return of_tensor_new_as("empty", shape, ndim, dt, dev, out);
 }
 
-static of_status full_body(const int64_t *shape, int32_t ndim, double value, of_dtype dt,
-                       of_device dev, of_tensor **out) {
+static of_status full_as(const char *op, const int64_t *shape, int32_t ndim, double value,
+                         of_dtype dt, of_device dev, of_tensor **out) {
   of_tensor *t;
-  OF_CHECK(of_tensor_new(shape, ndim, dt, dev, &t));
+  OF_CHECK(of_tensor_new_as(op, shape, ndim, dt, dev, &t));
   of_fill_(t, value);
   t->storage->version = 0;
   *out = t;
   return OF_OK;
 }
 
+static of_status full_body(const int64_t *shape, int32_t ndim, double value, of_dtype dt,
+                       of_device dev, of_tensor **out) {
+  return full_as("full", shape, ndim, value, dt, dev, out);
+}
+
 static of_status zeros_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
                         of_tensor **out) {
-  return of_full(shape, ndim, 0.0, dt, dev, out);
+  return full_as("zeros", shape, ndim, 0.0, dt, dev, out);
 }
 
 /* Factories with values computed on the host build them on the CPU and move
@@ -81,8 +87,9 @@ static of_status eye_body(int64_t n, int64_t m, of_dtype dt, of_device dev, of_t
   if (m < 0) m = n;
   if (n < 0) return of_fail(OF_ERR_SHAPE, "eye: negative size %lld", (long long)n);
   int64_t shape[2] = {n, m};
+  OF_CHECK(of_check_shape("eye", shape, 2, NULL));
   of_tensor *t;
-  OF_CHECK(of_zeros(shape, 2, dt, dev, &t));
+  OF_CHECK(full_as("eye", shape, 2, 0.0, dt, dev, &t));
   int64_t k = n < m ? n : m, es = of_dtype_size(dt);
   char *p = of_ptr(t);
   for (int64_t i = 0; i < k; i++) of_store_double(p + (i * m + i) * es, dt, 1.0);
@@ -104,9 +111,13 @@ static of_status arange_body(double start, double end, double step, of_dtype dt,
   if ((end - start) / step < 0)
     return of_fail(OF_ERR_ARG, "arange: upper bound and step have inconsistent signs "
                    "(start=%g end=%g step=%g)", start, end, step);
-  int64_t n = (int64_t)ceil((end - start) / step);
+  double count = ceil((end - start) / step);
+  if (!(count <= (double)OF_MAX_NUMEL))   /* before the cast: out of range is undefined */
+    return of_fail(OF_ERR_SHAPE, "arange: start=%g end=%g step=%g gives %g elements, more than a "
+                   "tensor can hold (at most 2^60)", start, end, step, count);
+  int64_t n = (int64_t)count;
   of_tensor *t;
-  OF_CHECK(of_tensor_new(&n, 1, dt, dev, &t));
+  OF_CHECK(of_tensor_new_as("arange", &n, 1, dt, dev, &t));
   if (dops) {   /* the same double arithmetic and conversion, on the device */
     of_status st = dops->iota(t, start, step, end, 0);
     if (st != OF_OK) of_tensor_release(t);
@@ -131,7 +142,7 @@ static of_status linspace_body(double start, double end, int64_t steps, of_dtype
   }
   if (steps < 0) return of_fail(OF_ERR_ARG, "linspace: number of steps must be >= 0, got %lld", (long long)steps);
   of_tensor *t;
-  OF_CHECK(of_tensor_new(&steps, 1, dt, dev, &t));
+  OF_CHECK(of_tensor_new_as("linspace", &steps, 1, dt, dev, &t));
   int64_t es = of_dtype_size(dt);
   char *p = of_ptr(t);
   double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0;

@@ -57,7 +57,7 @@ typedef double v8d_t __attribute__((vector_size(64)));
 
 #define CH_ROWS(T)                                                                        \
   /* sum of x, or of (x - m)^2 when sq */                                                 \
-  __attribute__((target_clones("avx512f", "avx2", "default"), optimize("fp-contract=off"))) \
+  __attribute__((target_clones("avx512f", "avx2", "default"), OF_GCC_OPTIMIZE("fp-contract=off"))) \
   static double chrow_sum_##T(const T *p, int64_t n, double m, int sq) {                  \
     v8d_t acc = {0, 0, 0, 0, 0, 0, 0, 0};                                                 \
     double t = 0;                                                                         \
@@ -81,7 +81,7 @@ typedef double v8d_t __attribute__((vector_size(64)));
     return HSUM8(acc) + t;                                                                \
   }                                                                                       \
   /* *sg = sum g, *sgx = sum g * (x - m) */                                               \
-  __attribute__((target_clones("avx512f", "avx2", "default"), optimize("fp-contract=off"))) \
+  __attribute__((target_clones("avx512f", "avx2", "default"), OF_GCC_OPTIMIZE("fp-contract=off"))) \
   static void chrow_grad_sums_##T(const T *x, const T *g, int64_t n, double m, double *sg, \
                                   double *sgx) {                                          \
     v8d_t a = {0, 0, 0, 0, 0, 0, 0, 0}, b = a;                                            \
@@ -102,13 +102,13 @@ typedef double v8d_t __attribute__((vector_size(64)));
     *sgx = HSUM8(b) + tb;                                                                 \
   }                                                                                       \
   /* y = x * a + b */                                                                     \
-  __attribute__((target_clones("avx512f", "avx2", "default"), optimize("fp-contract=off"))) \
+  __attribute__((target_clones("avx512f", "avx2", "default"), OF_GCC_OPTIMIZE("fp-contract=off"))) \
   static void chrow_affine_##T(const T *restrict x, T *restrict y, int64_t n, double a,   \
                              double b) {                                                  \
     for (int64_t i = 0; i < n; i++) y[i] = (T)((double)x[i] * a + b);                     \
   }                                                                                       \
   /* gx = g * a + (x - m) * b + k */                                                      \
-  __attribute__((target_clones("avx512f", "avx2", "default"), optimize("fp-contract=off"))) \
+  __attribute__((target_clones("avx512f", "avx2", "default"), OF_GCC_OPTIMIZE("fp-contract=off"))) \
   static void chrow_grad_input_##T(const T *restrict x, const T *restrict g, T *restrict gx, \
                                  int64_t n, double m, double a, double b, double k) {     \
     for (int64_t i = 0; i < n; i++)                                                       \

@@ -10,7 +10,9 @@
  * same operations in the same order, and this file is built for the baseline
  * ISA, which has no FMA to contract into. sqrt without errno changes no
  * result either. */
+#ifndef __clang__   /* clang: -fno-math-errno for the whole build (CMakeLists.txt) */
 #pragma GCC optimize("no-math-errno")
+#endif
 #include "../device.h"
 #include "ops/optim_kernels.h"
 #include <math.h>

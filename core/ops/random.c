@@ -275,17 +275,11 @@ static void fill_tile(of_tensor *t, const job *j, bool contig, int64_t tile) {
 }
 
 /* Checks that t can be filled in place; error names op, shape and dtype. */
-static of_status check_target(const char *op, const of_tensor *t) {
+static of_status check_target(const char *op, of_tensor *t) {
   if (!t) return of_fail(OF_ERR_ARG, "%s: tensor is NULL", op);
   if (t->storage->device != OF_CPU && !of_device_ops_for(op, t->storage->device))
     return OF_ERR_DEVICE;
-  for (int32_t d = 0; d < t->ndim; d++)
-    if (t->shape[d] > 1 && t->strides[d] == 0)
-      return of_fail(OF_ERR_ARG,
-                     "%s: more than one element of the tensor %s %s refers to the same "
-                     "memory location (expanded dim %d); clone it first",
-                     op, OF_SHAPE_STR(t), OF_DT(t), (int)d + 1);
-  return OF_OK;
+  return of_check_inplace(op, t);   /* expanded dims; leaves that require grad */
 }
 
 static void run_fill(of_tensor *t, job *j);

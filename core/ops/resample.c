@@ -636,7 +636,10 @@ static of_status pad_body(of_tensor *x, const int64_t *pad, int32_t npad, of_pad
   for (int32_t j = 0; j < npad; j++) {
     int32_t d = x->ndim - 1 - j;
     int64_t D = x->shape[d], l = pad[2 * j], r = pad[2 * j + 1];
-    yshape[d] = D + l + r;
+    if (!of_add_ok(D, l, &yshape[d]) || !of_add_ok(yshape[d], r, &yshape[d]))
+      return of_fail(OF_ERR_SHAPE, "%s: padding (%lld, %lld) of dim %d of size %lld overflows "
+                     "(input %s)", op, (long long)l, (long long)r, (int)d + 1, (long long)D,
+                     OF_SHAPE_STR(x));
     if (mode != OF_PAD_CONSTANT && (l < 0 || r < 0))
       return of_fail(OF_ERR_ARG, "%s: negative padding (%lld, %lld) is only supported in "
                      "constant mode, not %s (input %s)", op, (long long)l, (long long)r, mn,

@@ -38,11 +38,18 @@ of_status of_sum_to(of_tensor *g, const of_meta *m, of_tensor **out) {
 }
 
 of_status of_check_inplace(const char *op, of_tensor *into) {
+  OF_CHECK(of_check_overlap(op, into));
   if (!of_is_grad_enabled()) return OF_OK;
   if (into->requires_grad && !into->grad_fn)
-    return of_fail(OF_ERR_STATE, "%s: a leaf tensor that requires grad (shape %s) is used in an "
-                   "in-place operation; wrap it in flow.no_grad or use an out-of-place op", op,
-                   OF_SHAPE_STR(into));
+    return of_fail(OF_ERR_STATE, "%s: a leaf tensor that requires grad (shape %s) is being used "
+                   "in an in-place operation; wrap it in flow.no_grad or use an out-of-place op",
+                   op, OF_SHAPE_STR(into));
+  const of_tensor *base = into->view_base;
+  while (base && base->view_base) base = base->view_base;
+  if (base && base->requires_grad && !base->grad_fn)
+    return of_fail(OF_ERR_STATE, "%s: a view (shape %s) of a leaf tensor that requires grad "
+                   "(shape %s) is being used in an in-place operation; wrap it in flow.no_grad "
+                   "or use an out-of-place op", op, OF_SHAPE_STR(into), OF_SHAPE_STR(base));
   if (into->view_base && (into->requires_grad || into->view_base->requires_grad))
     return of_fail(OF_ERR_STATE, "%s: in-place operation on a view (shape %s) of a tensor that "
                    "requires grad is not supported; clone() the view or use an out-of-place "

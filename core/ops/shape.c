@@ -330,10 +330,14 @@ static of_status repeat_compute(of_tensor *x, const int64_t *repeats, int32_t n,
                      of_shape_str(repeats, n, b, 96), OF_SHAPE_STR(x));
     }
     xs[i] = i < lead ? 1 : x->shape[i - lead];
-    shape[i] = xs[i] * repeats[i];
+    if (!of_mul_ok(xs[i], repeats[i], &shape[i])) {
+      char b[96];
+      return of_fail(OF_ERR_SHAPE, "repeat: repeats %s of shape %s overflow the result's size",
+                     of_shape_str(repeats, n, b, 96), OF_SHAPE_STR(x));
+    }
   }
   of_tensor *res, *c;
-  OF_CHECK(of_tensor_new(shape, n, x->dtype, dev, &res));
+  OF_CHECK(of_tensor_new_as("repeat", shape, n, x->dtype, dev, &res));
   if (res->numel == 0) {
     *out = res;
     return OF_OK;

@@ -54,8 +54,8 @@ static of_status infer_shape(const char *op, const of_tensor *t, const int64_t *
       infer = i;
     } else if (shape[i] < 0) {
       return of_fail(OF_ERR_SHAPE, "%s: invalid size %lld", op, (long long)shape[i]);
-    } else {
-      known *= shape[i];
+    } else if (!of_mul_ok(known, shape[i], &known)) {
+      known = INT64_MAX;   /* too large to match any tensor: refused below */
     }
     res[i] = shape[i];
   }
@@ -98,18 +98,8 @@ static of_status as_strided_body(of_tensor *t, const int64_t *shape, const int64
   if (of_grad_needed(&t, 1))
     return of_fail(OF_ERR_STATE, "as_strided: not differentiable; detach() the input %s first",
                    OF_SHAPE_STR(t));
-  if (ndim < 0 || ndim > OF_MAX_DIMS) return of_fail(OF_ERR_SHAPE, "as_strided: bad ndim %d", ndim);
-  int64_t hi = offset, lo = offset;
-  for (int32_t i = 0; i < ndim; i++) {
-    if (shape[i] < 0) return of_fail(OF_ERR_SHAPE, "as_strided: negative size");
-    if (shape[i] == 0) { hi = lo = offset; break; }
-    int64_t ext = (shape[i] - 1) * strides[i];
-    if (ext > 0) hi += ext; else lo += ext;
-  }
   int64_t cap = t->storage->nbytes / of_dtype_size(t->dtype);
-  if (lo < 0 || (of_shape_numel(shape, ndim) > 0 && hi >= cap))
-    return of_fail(OF_ERR_INDEX, "as_strided: view reaches elements %lld..%lld outside a "
-                   "storage of %lld elements", (long long)lo, (long long)hi, (long long)cap);
+  OF_CHECK(of_check_view("as_strided", shape, strides, ndim, offset, cap));
   return alias_out(t, shape, strides, ndim, offset, out);
 }
 
@@ -158,7 +148,7 @@ static of_status slice_impl(of_tensor *t, int32_t dim, int64_t start, int64_t en
   int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
   memcpy(shape, t->shape, sizeof shape);
   memcpy(strides, t->strides, sizeof strides);
-  shape[dim] = (end - start + step - 1) / step;
+  shape[dim] = end == start ? 0 : (end - start - 1) / step + 1;   /* no overflow for huge steps */
   strides[dim] = t->strides[dim] * step;
   return alias_out(t, shape, strides, t->ndim, t->offset + start * t->strides[dim], out);
 }
@@ -245,6 +235,7 @@ static of_status expand_impl(of_tensor *t, const int64_t *shape, int32_t ndim, o
     nshape[i] = want;
     strides[i] = (td >= 0 && have == want) ? t->strides[td] : 0;
   }
+  OF_CHECK(of_check_shape("expand", nshape, ndim, NULL));
   return alias_out(t, nshape, strides, ndim, t->offset, out);
 }
 

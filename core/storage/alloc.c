@@ -9,8 +9,10 @@
 #define _GNU_SOURCE
 #include "../device.h"
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 /* The device backends (core/device) install these when the library loads:
  * device memory and cross-device copies live in the backends, a layer up. */
@@ -82,6 +84,44 @@ static void *os_alloc(int64_t size) {
   return p;
 }
 
+/* Bounded allocations. Linux overcommits: mmap of more than the machine has
+ * can succeed, and the process is then killed when the pages are touched
+ * (flow.zeros(2^40) would fill 4 TiB). So a large request is refused up front
+ * when it exceeds what the OS could still give: MemAvailable + SwapFree from
+ * /proc/meminfo (sysconf's available pages when /proc is missing), plus what
+ * this allocator holds in its cache (freed first). Requests under
+ * BOUND_MIN skip the check: reading /proc costs ~20 us, and small blocks
+ * cannot be the mistake this guards against. */
+enum { BOUND_MIN = 64 << 20 };
+
+/* Bytes the OS could still give this process; -1 when unknown. */
+static int64_t os_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (f) {
+    char line[128];
+    long long avail = -1, swap = 0, v;
+    while (fgets(line, sizeof line, f)) {
+      if (sscanf(line, "MemAvailable: %lld kB", &v) == 1) avail = v;
+      else if (sscanf(line, "SwapFree: %lld kB", &v) == 1) swap = v;
+    }
+    fclose(f);
+    if (avail >= 0) return (int64_t)(avail + swap) * 1024;
+  }
+  long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  return pages > 0 && psz > 0 ? (int64_t)pages * psz : -1;
+}
+
+static bool within_memory(int64_t size, int64_t cached) {
+  if (size < BOUND_MIN) return true;
+  int64_t avail = os_available();
+  if (avail < 0 || size <= avail + cached) return true;
+  of_fail(OF_ERR_OOM, "out of memory: %lld bytes (%.2f GiB) requested on the CPU, but only "
+          "%lld bytes (%.2f GiB) are available (MemAvailable + SwapFree, plus %lld bytes cached)",
+          (long long)size, (double)size / (1 << 30), (long long)(avail + cached),
+          (double)(avail + cached) / (1 << 30), (long long)cached);
+  return false;
+}
+
 static void os_free(void *p, int64_t size) {
   if (size < HUGE_MIN) free(p);
   else munmap(p, (size_t)size);
@@ -124,6 +164,7 @@ void *of_alloc(of_device dev, int64_t nbytes) {
     cpu.stats.cache_hits++;
   }
   pthread_mutex_unlock(&cpu.lock);
+  if (!b && !within_memory(size, __atomic_load_n(&cpu.stats.cached_bytes, __ATOMIC_RELAXED))) return NULL;
   void *p = b ? (void *)b : os_alloc(size);
   if (!p) {
     of_empty_cache(OF_CPU);

@@ -1,6 +1,7 @@
 /* tensor.c -- storage, tensor headers, accessors and views. */
 #include "../internal.h"
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static _Atomic int64_t next_storage_id = 1;
@@ -33,9 +34,13 @@ static void storage_release(of_storage *s) {
   free(s);
 }
 
+/* Saturates at INT64_MAX instead of wrapping: a shape too large to count is
+ * then refused by of_check_shape wherever a tensor of it would be made. */
 int64_t of_shape_numel(const int64_t *shape, int32_t ndim) {
   int64_t n = 1;
-  for (int32_t i = 0; i < ndim; i++) n *= shape[i];
+  for (int32_t i = 0; i < ndim; i++) if (shape[i] == 0) return 0;
+  for (int32_t i = 0; i < ndim; i++)
+    if (!of_mul_ok(n, shape[i], &n)) return INT64_MAX;
   return n;
 }
 
@@ -43,21 +48,8 @@ void of_contiguous_strides(const int64_t *shape, int32_t ndim, int64_t *strides)
   int64_t s = 1;
   for (int32_t i = ndim - 1; i >= 0; i--) {
     strides[i] = s;
-    s *= shape[i] > 1 ? shape[i] : 1;
+    if (!of_mul_ok(s, shape[i] > 1 ? shape[i] : 1, &s)) s = INT64_MAX;
   }
-}
-
-static of_status check_shape(const char *op, const int64_t *shape, int32_t ndim) {
-  if (ndim < 0 || ndim > OF_MAX_DIMS)
-    return of_fail(OF_ERR_SHAPE, "%s: %d dims given, at most %d supported", op, (int)ndim,
-                   OF_MAX_DIMS);
-  for (int32_t i = 0; i < ndim; i++)
-    if (shape[i] < 0) {
-      char b[96];
-      return of_fail(OF_ERR_SHAPE, "%s: negative size %lld in shape %s", op,
-                     (long long)shape[i], of_shape_str(shape, ndim, b, 96));
-    }
-  return OF_OK;
 }
 
 static of_tensor *header_new(void) {
@@ -66,21 +58,22 @@ static of_tensor *header_new(void) {
   return t;
 }
 
-of_status of_tensor_new(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
-                        of_tensor **out) {
-  OF_CHECK(check_shape("empty", shape, ndim));
+of_status of_tensor_new_as(const char *op, const int64_t *shape, int32_t ndim, of_dtype dt,
+                           of_device dev, of_tensor **out) {
+  int64_t numel;
+  OF_CHECK(of_check_shape(op, shape, ndim, &numel));
   if (dt < 0 || dt >= OF_NUM_DTYPES)
-    return of_fail(OF_ERR_DTYPE, "empty: unknown dtype %d", (int)dt);
-  int64_t numel = of_shape_numel(shape, ndim);
-  if (numel > ((int64_t)1 << 48) / of_dtype_size(dt))
-    return of_fail(OF_ERR_OOM, "empty: %lld elements of %s is too large", (long long)numel,
-                   of_dtype_name(dt));
+    return of_fail(OF_ERR_DTYPE, "%s: unknown dtype %d", op, (int)dt);
   of_tensor *t = header_new();
   if (!t) return OF_ERR_OOM;
+  /* numel <= OF_MAX_NUMEL: the byte count cannot overflow */
   t->storage = storage_new(numel * of_dtype_size(dt), dev);
   if (!t->storage) {
     free(t);
-    return OF_ERR_OOM;
+    char b[96], msg[1024];
+    snprintf(msg, sizeof msg, "%s", of_last_error());
+    return of_fail(OF_ERR_OOM, "%s: a tensor of shape %s and dtype %s: %s", op,
+                   of_shape_str(shape, ndim, b, 96), of_dtype_name(dt), msg);
   }
   t->refcount = 1;
   of_tensor_clear_autograd(t);
@@ -94,8 +87,16 @@ of_status of_tensor_new(const int64_t *shape, int32_t ndim, of_dtype dt, of_devi
   return OF_OK;
 }
 
+of_status of_tensor_new(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
+                        of_tensor **out) {
+  return of_tensor_new_as("empty", shape, ndim, dt, dev, out);
+}
+
 of_tensor *of_tensor_alias(const of_tensor *src, const int64_t *shape,
                            const int64_t *strides, int32_t ndim, int64_t offset) {
+  /* views check their shapes with the op's name; this is the backstop that
+   * keeps every header's numel exact */
+  if (of_check_shape("view", shape, ndim, NULL) != OF_OK) return NULL;
   of_tensor *t = header_new();
   if (!t) return NULL;
   t->refcount = 1;
@@ -164,9 +165,25 @@ of_status of_norm_dim(const char *op, int32_t dim, int32_t ndim, int32_t *out) {
   return OF_OK;
 }
 
+/* PyTorch's assert_no_internal_overlap: a dim of size > 1 with stride 0 (an
+ * expanded view) makes several elements one memory location, and an
+ * in-place write would apply to it once per element (expand(3, 4):add_(1)
+ * wrote 3s). Views with interleaved strides (as_strided) are not detected,
+ * as in PyTorch. */
+of_status of_check_overlap(const char *op, const of_tensor *into) {
+  for (int32_t d = 0; d < into->ndim; d++)
+    if (into->shape[d] > 1 && into->strides[d] == 0)
+      return of_fail(OF_ERR_ARG, "%s: unsupported operation: more than one element of the "
+                     "written-to tensor %s refers to a single memory location (dim %d is "
+                     "expanded); clone() it before writing to it", op, OF_SHAPE_STR(into),
+                     (int)d + 1);
+  return OF_OK;
+}
+
 of_status of_prepare_out(const char *op, of_tensor *into, const int64_t *shape,
                          int32_t ndim, of_dtype dt, of_tensor **out) {
-  if (!into) return of_tensor_new(shape, ndim, dt, OF_CPU, out);
+  if (!into) return of_tensor_new_as(op, shape, ndim, dt, OF_CPU, out);
+  OF_CHECK(of_check_overlap(op, into));
   bool same = into->ndim == ndim;
   for (int32_t i = 0; same && i < ndim; i++) same = into->shape[i] == shape[i];
   if (!same) {
@@ -188,8 +205,8 @@ of_status of_tensor_wrap_blob(void *data, const int64_t *shape, const int64_t *s
                              of_dtype dt, of_deleter deleter, void *ctx, of_tensor **out) {
   if (!data) return of_fail(OF_ERR_ARG, "from_blob: data pointer is NULL");
   if (dt < 0 || dt >= OF_NUM_DTYPES) return of_fail(OF_ERR_DTYPE, "from_blob: unknown dtype %d", (int)dt);
-  if (ndim < 0 || ndim > OF_MAX_DIMS) return of_fail(OF_ERR_SHAPE, "from_blob: bad ndim %d", (int)ndim);
-  int64_t cs[OF_MAX_DIMS], hi = 0;
+  OF_CHECK(of_check_shape("from_blob", shape, ndim, NULL));
+  int64_t cs[OF_MAX_DIMS], hi = 0, ext;
   if (!strides) {
     of_contiguous_strides(shape, ndim, cs);
     strides = cs;
@@ -197,7 +214,10 @@ of_status of_tensor_wrap_blob(void *data, const int64_t *shape, const int64_t *s
   for (int32_t i = 0; i < ndim; i++) {
     if (shape[i] < 0 || strides[i] < 0)
       return of_fail(OF_ERR_SHAPE, "from_blob: negative size or stride at dim %d", (int)i + 1);
-    if (shape[i] > 0) hi += (shape[i] - 1) * strides[i];
+    if (shape[i] > 0 && !(of_mul_ok(shape[i] - 1, strides[i], &ext) && of_add_ok(hi, ext, &hi) &&
+                          hi < OF_MAX_NUMEL))
+      return of_fail(OF_ERR_SHAPE, "from_blob: the strides reach past 2^60 elements (dim %d)",
+                     (int)i + 1);
   }
   of_storage *s = malloc(sizeof *s);
   of_tensor *t = malloc(sizeof *t);

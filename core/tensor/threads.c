@@ -32,8 +32,14 @@ __attribute__((constructor)) static void blas_single(void) {
   pthread_atfork(NULL, NULL, after_fork_child);
 }
 
+/* More threads than this is a mistake, not a setting: OpenMP would try to
+ * start them all (1e6 threads exhausts memory and the process limit). */
+enum { OF_MAX_THREADS = 1024 };
+
 of_status of_set_num_threads(int32_t n) {
-  if (n < 1) n = 1;
+  if (n < 1 || n > OF_MAX_THREADS)
+    return of_fail(OF_ERR_ARG, "set_num_threads: the number of threads must be within 1..%d, "
+                   "got %d", (int)OF_MAX_THREADS, (int)n);
   if (n > 1 && __atomic_load_n(&forked, __ATOMIC_RELAXED))
     return of_fail(OF_ERR_STATE, "set_num_threads(%d): this process is a fork() of one that "
                    "uses OpenMP (a DataLoader worker?) and runs single-threaded: GNU OpenMP hangs "

@@ -276,6 +276,24 @@ local shape_buf = ffi.new('int64_t[8]')
 local shape_buf2 = ffi.new('int64_t[8]')
 local dims_buf = ffi.new('int32_t[8]')
 
+--- Whether v is a number with an integral value that fits int64_t (finite,
+-- not NaN, |v| < 2^63): what may be passed through the FFI as a size, count
+-- or index without being silently truncated or wrapped.
+local function is_integer(v)
+  return type(v) == 'number' and v == math.floor(v) and v >= -2^63 and v < 2^63
+end
+A.is_integer = is_integer
+
+--- integer(op, v, pos, name) -> v, or an error naming op and the argument:
+-- 'eye: argument 1 (n) must be an integer, got string' ('got 2.5' for a
+-- fractional number). pos may be nil ('eye: n must be an integer, ...').
+function A.integer(op, v, pos, name)
+  if is_integer(v) then return v end
+  local got = type(v) == 'number' and tostring(v) or A.describe(v)
+  local what = pos and ('argument %d (%s)'):format(pos, name) or name
+  fail(('%s: %s must be an integer, got %s'):format(op, what, got))
+end
+
 --- 1-based (or negative) dim -> 0-based dim for C; C checks the range.
 -- 0 is never a valid Lua dim.
 function A.dim(d, op)
@@ -330,8 +348,9 @@ function A.sizes_and_options(op, ...)
   local res = {}
   for i = 1, #sizes do
     local s = sizes[i]
-    if type(s) ~= 'number' or s ~= math.floor(s) then
-      fail(('%s: size %d must be an integer, got %s'):format(op, i, tostring(s)))
+    if not is_integer(s) then
+      fail(('%s: size %d must be an integer, got %s'):format(op, i, type(s) == 'number' and tostring(s)
+                                                                   or A.describe(s)))
     end
     res[i] = s
   end

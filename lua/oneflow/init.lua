@@ -3,6 +3,7 @@
 -- attaches the metatype that makes an `of_tensor*` behave as a tensor.
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
+local A = require 'oneflow._args'
 local types = require 'oneflow.types'
 local T = require 'oneflow.tensor'
 
@@ -59,13 +60,13 @@ for name, d in pairs(types.by_name) do flow[name] = d end
 flow.get_default_dtype, flow.set_default_dtype = T.get_default_dtype, T.set_default_dtype
 flow.set_printoptions = function(o) for k, v in pairs(o) do printing.options[k] = v end end
 
+--- set_num_threads(n): threads for CPU kernels, an integer in 1..1024.
 function flow.set_num_threads(n)
-  if type(n) ~= 'number' or n ~= math.floor(n) then
-    error('flow.set_num_threads: expected an integer, got ' .. tostring(n), 2)
+  A.integer('set_num_threads', n, 1, 'n')
+  if n < 1 or n > 1024 then
+    A.fail(('set_num_threads: argument 1 (n) must be within 1..1024, got %d'):format(n))
   end
-  if core.C.of_set_num_threads(n) ~= 0 then
-    error('flow.set_num_threads: ' .. ffi.string(core.C.of_last_error()), 2)
-  end
+  A.check_status(core.C.of_set_num_threads(n))
 end
 function flow.get_num_threads() return core.C.of_get_num_threads() end
 
@@ -96,33 +97,10 @@ flow.save, flow.load, flow.safetensors = serialization.save, serialization.load,
 local torchio = require 'oneflow.io.torch'
 flow.load_torch, flow.save_torch = torchio.load, torchio.save
 flow.load_t7 = require('oneflow.io.t7').load
-flow.utils = {data = require 'oneflow.utils.data', progress = require 'oneflow.utils.progress',
-              summary = require 'oneflow.utils.summary', plot = require 'oneflow.utils.plot'}
--- loaded on first use: most programs never write TensorBoard files
-setmetatable(flow.utils, {__index = function(t, k)
-  if k == 'tensorboard' then
-    local m = require 'oneflow.utils.tensorboard'
-    rawset(t, k, m)
-    return m
-  end
-end})
+flow.utils = {data = require 'oneflow.utils.data', progress = require 'oneflow.utils.progress'}
 flow.optim = require 'oneflow.optim'
 flow.cuda = require 'oneflow.cuda'
 flow.backends = flow.cuda.backends
--- flow.backends.cpu: the instruction set of the run-time dispatched CPU
--- kernels (layer_norm, softmax, log_softmax), as torch.backends.cpu:
--- 'AVX512', 'AVX2' or 'DEFAULT'. OF_CPU_ISA caps it at load time;
--- set_cpu_capability lowers or restores it (never above what the CPU has).
-flow.backends.cpu = {
-  get_cpu_capability = function() return ffi.string(core.C.of_get_cpu_capability()) end,
-  set_cpu_capability = function(name)
-    if type(name) ~= 'string' then
-      require('oneflow._args').fail(('backends.cpu.set_cpu_capability: expected a string, got %s')
-        :format(type(name)))
-    end
-    require('oneflow._args').check_status(core.C.of_set_cpu_capability(name))
-  end,
-}
 do
   local mf = require 'oneflow.memory_format'
   flow.memory_format = mf.Format
@@ -133,7 +111,6 @@ end
 flow.nn = require 'oneflow.nn'
 flow.onnx = require 'oneflow.onnx'
 flow.amp = require 'oneflow.amp'
-flow.profiler = require 'oneflow.profiler'
 flow.distributed = require 'oneflow.distributed'
 flow.env, flow.comm = flow.distributed.env, flow.distributed.comm
 require('oneflow.distributed.global').attach(flow)

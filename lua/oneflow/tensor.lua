@@ -257,6 +257,9 @@ function T.flow.full(size, value, opts)
   local dt = opts.dtype and types.dtype(opts.dtype, 2)
   if not dt then dt = type(value) == 'boolean' and types.by_name.bool or default_dtype end
   if type(value) == 'boolean' then value = value and 1 or 0 end
+  if type(value) ~= 'number' then
+    A.fail(('full: argument 2 (fill_value) must be a number or a boolean, got %s'):format(A.describe(value)))
+  end
   local t = T.call1(C.of_full, ptr, n, value, dt.id, device_opt(opts), out1)
   if opts.requires_grad then t:requires_grad_(true) end
   return t
@@ -270,6 +273,13 @@ end
 function T.flow.eye(n, m, opts)
   if type(m) == 'table' then opts, m = m, nil end
   opts = A.check_options('eye', opts, FACTORY)
+  -- sizes are integers: 2.5 would be truncated by the FFI, 'a' would raise
+  -- the FFI's own message naming no op
+  A.integer('eye', n, 1, 'n')
+  if m ~= nil then A.integer('eye', m, 2, 'm') end
+  if n < 0 or (m or 0) < 0 then
+    A.fail(('eye: n and m must be non-negative, got %d and %d'):format(n, m or n))
+  end
   return T.call1(C.of_eye, n, m or -1, A.dtype_opt(opts, default_dtype).id, device_opt(opts), out1)
 end
 
@@ -286,11 +296,18 @@ function T.flow.arange(a, b, c, opts)
   local args = {a, b, c, opts}
   local n = 0
   while type(args[n + 1]) == 'number' do n = n + 1 end
+  if n == 0 then
+    A.fail(('arange: argument 1 (end) must be a number, got %s'):format(A.describe(a)))
+  end
   opts = A.check_options('arange', args[n + 1], FACTORY)
   local start, stop, step = 0, a, 1
   if n >= 2 then start, stop = a, b end
   if n >= 3 then step = c end
-  if n == 0 then error('arange: expected at least an end value', 2) end
+  for i, v in ipairs({start, stop, step}) do
+    if v ~= v or v == math.huge or v == -math.huge then
+      A.fail(('arange: argument %d (%s) must be finite, got %s'):format(i, ({'start', 'end', 'step'})[i], tostring(v)))
+    end
+  end
   local integral = start == math.floor(start) and stop == math.floor(stop) and step == math.floor(step)
   local dt = A.dtype_opt(opts, integral and types.by_name.int64 or default_dtype)
   return T.call1(C.of_arange, start, stop, step, dt.id, device_opt(opts), out1)
@@ -298,6 +315,14 @@ end
 
 function T.flow.linspace(start, stop, steps, opts)
   opts = A.check_options('linspace', opts, FACTORY)
+  for i, v in ipairs({start, stop}) do
+    if type(v) ~= 'number' then
+      A.fail(('linspace: argument %d (%s) must be a number, got %s'):format(i, i == 1 and 'start' or 'end',
+                                                                          A.describe(v)))
+    end
+  end
+  A.integer('linspace', steps, 3, 'steps')
+  if steps < 0 then A.fail(('linspace: argument 3 (steps) must be non-negative, got %d'):format(steps)) end
   return T.call1(C.of_linspace, start, stop, steps, A.dtype_opt(opts, default_dtype).id,
                  device_opt(opts), out1)
 end

@@ -83,7 +83,36 @@ static void test_cdef_embedded(void) {
   CHECK(of_version() == OF_VERSION);
 }
 
+/* doc/reliability.md: sizes never wrap, huge requests fail up front, writes
+ * through expanded views are refused, the thread count is checked. */
+static void test_reliability(void) {
+  of_tensor *t = NULL, *e = NULL;
+  int64_t huge[2] = {(int64_t)1 << 32, (int64_t)1 << 32};
+  CHECK(of_zeros(huge, 2, OF_FLOAT32, OF_CPU, &t) == OF_ERR_SHAPE);
+  CHECK(strstr(of_last_error(), "zeros: shape [4294967296,4294967296]") != NULL);
+  CHECK(of_eye((int64_t)1 << 32, -1, OF_FLOAT32, OF_CPU, &t) == OF_ERR_SHAPE);
+  int64_t big[1] = {(int64_t)1 << 40};
+  CHECK(of_zeros(big, 1, OF_FLOAT32, OF_CPU, &t) == OF_ERR_OOM);
+  CHECK(strstr(of_last_error(), "4398046511104 bytes") != NULL);
+  CHECK(strstr(of_last_error(), "available") != NULL);
+  int64_t one[2] = {1, 4}, three[2] = {3, 4};
+  CHECK(of_zeros(one, 2, OF_FLOAT32, OF_CPU, &t) == OF_OK);
+  CHECK(of_expand(t, huge, 2, &e) == OF_ERR_SHAPE);
+  CHECK(strstr(of_last_error(), "expand:") != NULL);
+  CHECK(of_expand(t, three, 2, &e) == OF_OK);
+  CHECK(of_fill_(e, 1) == OF_ERR_ARG);
+  CHECK(strstr(of_last_error(), "single memory location") != NULL);
+  of_tensor_release(e);
+  of_tensor_release(t);
+  int32_t nt = of_get_num_threads();
+  CHECK(of_set_num_threads(0) == OF_ERR_ARG);
+  CHECK(of_set_num_threads(100000) == OF_ERR_ARG);
+  CHECK(of_get_num_threads() == nt);
+  CHECK(of_set_num_threads(nt) == OF_OK);
+}
+
 int main(void) {
+  test_reliability();
   test_create_and_view();
   test_binary_and_errors();
   test_half();

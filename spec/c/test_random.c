@@ -270,7 +270,7 @@ static void test_errors(void) {
   t = new_tensor(3, OF_FLOAT32);
   CHECK(of_expand(t, es, 2, &e) == OF_OK);
   CHECK(of_uniform_(e, 0, 1) == OF_ERR_ARG);
-  CHECK(strstr(of_last_error(), "same memory") != NULL);
+  CHECK(strstr(of_last_error(), "single memory location") != NULL);
   of_tensor_release(e);
   of_tensor_release(t);
   /* failures consume no random numbers */

@@ -584,6 +584,28 @@ describe('flow.load_torch: hostile and broken files', function()
     refused('tar.pt', ('\0'):rep(257) .. 'ustar' .. ('\0'):rep(300), 'tar checkpoints')
   end)
 
+  it('never shows a storage in a message before its data was read (legacy)', function()
+    -- The storage offset is the storage itself: the message must describe it,
+    -- not print it (its memory is not read yet; a bool storage with bytes
+    -- other than 0/1 is not even valid).
+    local head = '\128\2\138\10\108\252\156\70\249\32\106\168\80\25.\128\2M\233\3.\128\2}.'
+    local n = 4096
+    local pid = '(' .. PK.str('storage') .. PK.global('torch', 'BoolStorage') .. PK.str('0') .. PK.str('cpu')
+      .. PK.int(n) .. 'NtQ'
+    local body = '\128\2' .. PK.global('torch._utils', '_rebuild_tensor_v2') .. '(' .. pid .. pid
+      .. ints({2}) .. ints({1}) .. '\137)tR.'
+    local keys = '\128\2](' .. PK.str('0') .. 'e.'
+    local err = refused('lstale.pt', head .. body .. keys .. le(n, 8) .. ('\1'):rep(n),
+                        'storage offset a tensor is not a non-negative integer')
+    assert.is_nil(err:find('tensor(', 1, true), err)
+    -- a view whose key is a storage is refused the same way
+    local vbody = '\128\2' .. PK.global('torch._utils', '_rebuild_tensor_v2') .. '((' .. PK.str('storage')
+      .. PK.global('torch', 'BoolStorage') .. PK.str('0') .. PK.str('cpu') .. PK.int(n) .. '(' .. pid
+      .. PK.int(0) .. PK.int(2) .. 'ttQ' .. PK.int(0) .. ints({2}) .. ints({1}) .. '\137)tR.'
+    err = refused('lstale2.pt', head .. vbody .. keys .. le(n, 8) .. ('\1'):rep(n), 'bad storage view key a tensor')
+    assert.is_nil(err:find('tensor(', 1, true), err)
+  end)
+
   it('byte-swaps big-endian archives (the byteorder record of torch >= 2.1)', function()
     local pkl = PK.dict1('w', PK.tensor({numel = 2, size = {2}, stride = {1}}))
     local be = floats({1.5, -2}):gsub('(.)(.)(.)(.)', '%4%3%2%1')

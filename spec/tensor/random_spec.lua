@@ -302,7 +302,7 @@ describe('random: errors', function()
     H.raises(function() flow.zeros(2):normal_(0, -1) end, 'normal_', 'std')
     H.raises(function() flow.zeros(2):uniform_(1, 0) end, 'uniform_', 'lo <= hi')
     H.raises(function() flow.randperm(300, {dtype = flow.uint8}) end, 'randperm', 'uint8')
-    H.raises(function() flow.zeros(3):expand(2, 3):uniform_() end, 'uniform_', 'same memory')
+    H.raises(function() flow.zeros(3):expand(2, 3):uniform_() end, 'uniform_', 'single memory location')
   end)
 
   it('a failed call consumes no random numbers', function()

@@ -30,15 +30,6 @@
  * crosses a call, whatever the ABI note (given at the end of the file) says */
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-/* lane shuffles: GCC's __builtin_shuffle takes a mask vector, clang's
- * __builtin_shufflevector the indices as arguments (the index lists below
- * are bare comma lists so that both forms can be built from them) */
-#if defined(__clang__)
-#define OF_SHUFFLE(VI, a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
-#else
-#define OF_SHUFFLE(VI, a, b, ...) __builtin_shuffle(a, b, (VI){__VA_ARGS__})
-#endif
-
 enum { MASKED = 0x80, TAP_BITS = 0x7f };
 
 /* ---- kernels: one plane [H, W] at a time ----
@@ -78,30 +69,36 @@ enum { MASKED = 0x80, TAP_BITS = 0x7f };
 RELU_POOL_SCALAR(float)
 RELU_POOL_SCALAR(double)
 
-/* N-lane vectors (GCC vector extensions; the clones pick the instructions) */
-#define RELU_POOL_2X2(N, EVEN, ODD, LO, HI)                                                \
+/* N-lane vectors (GCC vector extensions; the clones pick the instructions).
+ * Lane shuffles: GCC's __builtin_shuffle takes an index vector, clang's
+ * __builtin_shufflevector the indices as constant arguments. */
+#ifdef __clang__
+#define SHUF(N, a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUF(N, a, b, ...) __builtin_shuffle(a, b, (vi##N){__VA_ARGS__})
+#endif
+/* The helpers are macros, not inline functions: a function taking 8-lane
+ * vectors is compiled for the default target, where clang refuses them (the
+ * AVX ABI); expanded into the clones they take each clone's instructions. */
+#define SEL(N, m, a, b) ((vf##N)(((vi##N)(a) & (m)) | ((vi##N)(b) & ~(m))))
+#define SELI(m, a, b) (((a) & (m)) | ((b) & ~(m)))
+/* relu'd taps (r, r + 1) of N windows: the larger, and 1 where it is the second */
+#define PAIR(N, r, second)                                                               \
+  ({                                                                                       \
+    vf##N lo_, hi_, z_ = {0};                                                              \
+    memcpy(&lo_, (r), sizeof lo_);                                                         \
+    memcpy(&hi_, (r) + N, sizeof hi_);                                                     \
+    vf##N e_ = SHUF(N, lo_, hi_, EVEN##N);                                                 \
+    vf##N o_ = SHUF(N, lo_, hi_, ODD##N);                                                  \
+    e_ = SEL(N, e_ > z_, e_, z_);                                                          \
+    o_ = SEL(N, o_ > z_, o_, z_);                                                          \
+    vi##N take_ = o_ > e_;                                                                 \
+    (second) = take_ & 1;                                                                  \
+    SEL(N, take_, o_, e_);                                                                 \
+  })
+#define RELU_POOL_2X2(N)                                                                   \
   typedef float vf##N __attribute__((vector_size(4 * N), aligned(4)));                     \
   typedef int32_t vi##N __attribute__((vector_size(4 * N), aligned(4)));                   \
-  static inline __attribute__((always_inline)) vf##N sel##N(vi##N m, vf##N a, vf##N b) {   \
-    return (vf##N)(((vi##N)a & m) | ((vi##N)b & ~m));                                      \
-  }                                                                                        \
-  static inline __attribute__((always_inline)) vi##N seli##N(vi##N m, vi##N a,              \
-                                                             vi##N b) {                    \
-    return (a & m) | (b & ~m);                                                             \
-  }                                                                                        \
-  /* relu'd taps (r, r + 1) of N windows: the larger, and 1 where it is the second */      \
-  static inline __attribute__((always_inline)) vf##N pair##N(const float *r, vi##N *second) { \
-    vf##N lo, hi, z = {0};                                                                 \
-    memcpy(&lo, r, sizeof lo);                                                             \
-    memcpy(&hi, r + N, sizeof hi);                                                         \
-    vf##N e = OF_SHUFFLE(vi##N, lo, hi, EVEN);                                      \
-    vf##N o = OF_SHUFFLE(vi##N, lo, hi, ODD);                                       \
-    e = sel##N(e > z, e, z);                                                               \
-    o = sel##N(o > z, o, z);                                                               \
-    vi##N take = o > e;                                                                    \
-    *second = take & 1;                                                                    \
-    return sel##N(take, o, e);                                                             \
-  }                                                                                        \
   __attribute__((target_clones("avx512f", "avx2", "default")))                             \
   static void fwd2x2_##N(const float *x, int64_t OH, int64_t OW, float *p,                 \
                          int32_t *code) {                                                  \
@@ -111,10 +108,11 @@ RELU_POOL_SCALAR(double)
       for (int64_t o0 = 0; o0 < OW; o0 += N) {                                             \
         int64_t o = o0 + N > OW ? OW - N : o0;                                             \
         vi##N s0, s1;                                                                      \
-        vf##N m0 = pair##N(r0 + 2 * o, &s0), m1 = pair##N(r1 + 2 * o, &s1);                \
+        vf##N m0 = PAIR(N, r0 + 2 * o, s0);                                                \
+        vf##N m1 = PAIR(N, r1 + 2 * o, s1);                                                \
         vi##N take = m1 > m0;                                                              \
-        vf##N m = sel##N(take, m1, m0);                                                    \
-        vi##N t = seli##N(take, s1 + 2, s0);                                               \
+        vf##N m = SEL(N, take, m1, m0);                                                    \
+        vi##N t = SELI(take, s1 + 2, s0);                                               \
         t |= ~(m > z) & MASKED;                                                            \
         memcpy(p + oh * OW + o, &m, sizeof m);                                             \
         memcpy(code + oh * OW + o, &t, sizeof t);                                          \
@@ -134,13 +132,13 @@ RELU_POOL_SCALAR(double)
         memcpy(&c, code + oh * OW + o, sizeof c);                                          \
         memcpy(&g, gp + oh * OW + o, sizeof g);                                            \
         t = c & TAP_BITS;                                                                  \
-        vf##N v = z + g * sel##N((c & MASKED) == 0, one, z);                               \
-        vf##N e0 = sel##N(t == 0, v, z), d0 = sel##N(t == 1, v, z);                        \
-        vf##N e1 = sel##N(t == 2, v, z), d1 = sel##N(t == 3, v, z);                        \
-        vf##N w0 = OF_SHUFFLE(vi##N, e0, d0, LO);                                   \
-        vf##N w1 = OF_SHUFFLE(vi##N, e0, d0, HI);                                   \
-        vf##N w2 = OF_SHUFFLE(vi##N, e1, d1, LO);                                   \
-        vf##N w3 = OF_SHUFFLE(vi##N, e1, d1, HI);                                   \
+        vf##N v = z + g * SEL(N, (c & MASKED) == 0, one, z);                               \
+        vf##N e0 = SEL(N, t == 0, v, z), d0 = SEL(N, t == 1, v, z);                        \
+        vf##N e1 = SEL(N, t == 2, v, z), d1 = SEL(N, t == 3, v, z);                        \
+        vf##N w0 = SHUF(N, e0, d0, LO##N);                                \
+        vf##N w1 = SHUF(N, e0, d0, HI##N);                                \
+        vf##N w2 = SHUF(N, e1, d1, LO##N);                                \
+        vf##N w3 = SHUF(N, e1, d1, HI##N);                                \
         memcpy(g0 + 2 * o, &w0, sizeof w0);   /* one store each: no reload of a pair */   \
         memcpy(g0 + 2 * o + N, &w1, sizeof w1);                                            \
         memcpy(g1 + 2 * o, &w2, sizeof w2);                                                \
@@ -157,21 +155,13 @@ RELU_POOL_SCALAR(double)
 #define ODD4 1, 3, 5, 7
 #define LO4 0, 4, 1, 5
 #define HI4 2, 6, 3, 7
-/* clang 14 rejects 8-lane (256-bit) vectors crossing the helpers in the
- * default (SSE) clone even though they are inlined: clang builds (the fuzz
- * harnesses) take the 4-lane path */
-#if defined(__clang__)
-#define OF_RELU_POOL_LANES 4
-#else
-#define OF_RELU_POOL_LANES 8
-RELU_POOL_2X2(8, EVEN8, ODD8, LO8, HI8)
-#endif
-RELU_POOL_2X2(4, EVEN4, ODD4, LO4, HI4)
+RELU_POOL_2X2(8)
+RELU_POOL_2X2(4)
 
 /* the lanes of the 2x2 float path for rows of OW windows, 0: the scalar loops */
 static int lanes_2x2(of_dtype dt, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t OW) {
   if (dt != OF_FLOAT32 || kh != 2 || kw != 2 || W != 2 * OW || H < 2) return 0;
-  return OW >= 8 && OF_RELU_POOL_LANES == 8 ? 8 : OW >= 4 ? 4 : 0;
+  return OW >= 8 ? 8 : OW >= 4 ? 4 : 0;
 }
 
 /* ---- the two ops ---- */
@@ -231,11 +221,8 @@ static of_status fwd(const a_relu_pool *a, of_tensor *y, void **outs) {
     else {
       const float *xp = (const float *)of_ptr(y) + pl * H * W;
       float *pp = (float *)of_ptr(p) + pl * OH * OW;
-#if OF_RELU_POOL_LANES == 8
       if (lanes == 8) fwd2x2_8(xp, OH, OW, pp, cp);
-      else
-#endif
-      if (lanes == 4) fwd2x2_4(xp, OH, OW, pp, cp);
+      else if (lanes == 4) fwd2x2_4(xp, OH, OW, pp, cp);
       else fwd_plane_float(xp, W, kh, kw, OH, OW, pp, cp);
     }
   }
@@ -276,11 +263,8 @@ static of_status bwd(const a_relu_pool *a, of_tensor *gp, of_tensor *code, void 
     else {
       const float *g = (const float *)of_ptr(gp) + pl * OH * OW;
       float *gxp = (float *)of_ptr(gx) + pl * H * W;
-#if OF_RELU_POOL_LANES == 8
       if (lanes == 8) bwd2x2_8(g, cp, H, OH, OW, gxp);
-      else
-#endif
-      if (lanes == 4) bwd2x2_4(g, cp, H, OH, OW, gxp);
+      else if (lanes == 4) bwd2x2_4(g, cp, H, OH, OW, gxp);
       else bwd_plane_float(g, cp, H, W, kh, kw, OH, OW, gxp);
     }
   }

@@ -64,7 +64,7 @@ void of_clear_error(void);
 const char *of_cdef(void);                     /* this header, cdef-ready */
 /* OpenMP threads of every parallel op. A fork()ed child of a process that
  * loaded the library runs single-threaded: asking it for more than one
- * thread is an OF_ERR_STATE error (GNU OpenMP hangs in a forked child that
+ * thread is an OF_ERR_STATE error; n must be within 1..1024 (GNU OpenMP hangs in a forked child that
  * starts a team); of_in_forked_child says whether this is such a child. */
 of_status of_set_num_threads(int32_t n);
 int32_t of_get_num_threads(void);

@@ -139,6 +139,16 @@ local TWO53 = 2 ^ 53
 local STORAGE = setmetatable({}, {__mode = 'k'})
 local LOCATION = setmetatable({}, {__mode = 'k'})  -- loaded tensor -> saved location
 
+-- A value from the file, for an error message: numbers and (short) strings
+-- as they are, anything else only by its kind. Never tostring(): a storage
+-- tensor met before its data was read would print uninitialised memory (and
+-- a bool storage holding bytes other than 0/1 is not a valid bool).
+local function show_value(v)
+  if type(v) == 'number' then return tostring(v) end
+  if type(v) == 'string' then return format('%q', #v > 64 and v:sub(1, 64) .. '...' or v) end
+  return pickle.describe(v)
+end
+
 local function int_list(v, what, err)
   if type(v) ~= 'table' or (KIND[v] ~= 'tuple' and KIND[v] ~= 'list') then
     err('%s must be a tuple of ints, got %s', what, pickle.describe(v))
@@ -147,7 +157,7 @@ local function int_list(v, what, err)
   for i = 1, #v do
     local x = v[i]
     if type(x) ~= 'number' or x < 0 or x ~= math.floor(x) or x >= TWO53 then
-      err('%s entry %d is not a non-negative integer (%s)', what, i, tostring(x))
+      err('%s entry %d is not a non-negative integer (%s)', what, i, show_value(x))
     end
     res[i] = x
   end
@@ -162,7 +172,7 @@ local function make_view(st, offset, size, stride, err)
   local info = STORAGE[st]
   if not info then err('the first argument is %s, not a storage', pickle.describe(st)) end
   if type(offset) ~= 'number' or offset < 0 or offset ~= math.floor(offset) or offset >= TWO53 then
-    err('storage offset %s is not a non-negative integer', tostring(offset))
+    err('storage offset %s is not a non-negative integer', show_value(offset))
   end
   size = int_list(size, 'size', err)
   stride = int_list(stride, 'stride', err)
@@ -399,12 +409,7 @@ local function parse_pid(pid, err)
     err(REFUSED .. ' (the file holds a pickled nn.Module with its source: save model.state_dict() instead)',
         'module')
   end
-  if tag ~= 'storage' then
-    -- a string tag is shown as it is; anything else only by kind (printing a
-    -- tensor here would show memory the file never initialised)
-    err('persistent id of kind %s (only storages can be loaded)',
-        type(tag) == 'string' and ('%q'):format(tag) or pickle.describe(tag))
-  end
+  if tag ~= 'storage' then err('persistent id of kind %s (only storages can be loaded)', show_value(tag)) end
   local typ, key, location, numel = pid[2], pid[3], pid[4], pid[5]
   if getmetatable(typ) ~= pickle.Global or not (typ.storage or typ.storage_unsupported) then
     err('storage type is %s, not a torch storage type', pickle.describe(typ))
@@ -419,7 +424,7 @@ local function parse_pid(pid, err)
   end
   if type(location) ~= 'string' then location = 'cpu' end
   if type(numel) ~= 'number' or numel < 0 or numel ~= math.floor(numel) or numel >= TWO53 then
-    err('storage %q: bad element count %s', key, tostring(numel))
+    err('storage %q: bad element count %s', key, show_value(numel))
   end
   return typ.storage, key, location, numel, pid[6]
 end
@@ -510,7 +515,7 @@ local function load_legacy(src, fail)
   end
   plain.bigint = false
   local proto = pickle.load(r, plain)
-  if proto ~= 1001 then fail('legacy checkpoint protocol %s is not supported (1001 is)', tostring(proto)) end
+  if proto ~= 1001 then fail('legacy checkpoint protocol %s is not supported (1001 is)', show_value(proto)) end
   local sys_info = pickle.load(r, plain)
   if type(sys_info) ~= 'table' then fail('bad sys_info record') end
   if sys_info.little_endian == false then fail('big-endian legacy checkpoints are not supported') end
@@ -541,18 +546,19 @@ local function load_legacy(src, fail)
     end
     local vkey, voff, vsize = view[1], view[2], view[3]
     if type(vkey) == 'number' then vkey = format('%d', vkey) end
+    if type(vkey) ~= 'string' then err('bad storage view key %s', show_value(vkey)) end
     if type(voff) ~= 'number' or type(vsize) ~= 'number' or voff < 0 or vsize < 0 or voff ~= math.floor(voff)
        or vsize ~= math.floor(vsize) or voff + vsize > STORAGE[root].numel then
-      err('storage view %s (offset %s, %s elements) does not fit its storage of %d elements', tostring(vkey),
-          tostring(voff), tostring(vsize), STORAGE[root].numel)
+      err('storage view %s (offset %s, %s elements) does not fit its storage of %d elements', show_value(vkey),
+          show_value(voff), show_value(vsize), STORAGE[root].numel)
     end
-    local v = roots['view:' .. tostring(vkey)]
+    local v = roots['view:' .. vkey]
     if v then return v end
     local vs, one = {vsize}, {1}
     KIND[vs], KIND[one] = 'tuple', 'tuple'
     v = make_view(root, voff, vs, one, err)
     STORAGE[v] = {flat = root, offset = voff, numel = vsize, dtype = dtype, location = location}
-    roots['view:' .. tostring(vkey)] = v
+    roots['view:' .. vkey] = v
     return v
   end
   local result = pickle.load(r, {find_global = global_hook(fail), persistent_load = persistent_load, fail = fail})
@@ -565,7 +571,7 @@ local function load_legacy(src, fail)
     local key = keys[i]
     if type(key) == 'number' then key = format('%d', key) end
     local st = type(key) == 'string' and roots[key]
-    if not st then fail('storage key %s in the file is not used by the pickle', tostring(key)) end
+    if not st then fail('storage key %s in the file is not used by the pickle', show_value(key)) end
     if filled[key] then fail('storage %q is listed twice', key) end
     filled[key] = true
     local info = STORAGE[st]

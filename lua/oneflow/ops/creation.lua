@@ -22,6 +22,12 @@ local function tri_indices(op, keep, row, col, offset, opts)
   if row < 0 or col < 0 then
     error(('%s: row and col must be >= 0, got %d and %d'):format(op, row, col), 3)
   end
+  -- the pairs are listed on the host, one Lua loop step per cell: bounded
+  -- so that a huge request fails at once instead of running for hours
+  if row * col > 2 ^ 26 then
+    error(('%s: row x col = %.0f cells is more than this host-side op lists (at most 2^26)')
+          :format(op, row * col), 3)
+  end
   local rs, cs = {}, {}
   for i = 1, row do
     for j = 1, col do

@@ -74,12 +74,20 @@ function M.interpolate(x, opts)
   local scales = nil
   if size ~= nil then
     size = per_dim(size, nsp, 'size')
-    for i = 1, nsp do size_buf[i - 1] = size[i] end
+    for i = 1, nsp do size_buf[i - 1] = A.integer('interpolate', size[i], nil, 'size') end
   else
     sf = per_dim(sf, nsp, 'scale_factor')
     for i = 1, nsp do
-      if sf[i] <= 0 then A.fail('interpolate: scale_factor must be positive') end
-      size_buf[i - 1] = math.floor(shape[i + 2] * sf[i])
+      if not (sf[i] > 0 and sf[i] < math.huge) then
+        A.fail('interpolate: scale_factor must be positive and finite, got ' .. tostring(sf[i]))
+      end
+      local n = math.floor(shape[i + 2] * sf[i])
+      -- checked before the FFI converts it: a double past 2^63 has no int64 value
+      if n >= 2 ^ 62 then
+        A.fail(('interpolate: scale_factor %s gives an output size of %.0f for spatial dim %d, more than a '
+                .. 'tensor can hold'):format(tostring(sf[i]), n, i))
+      end
+      size_buf[i - 1] = n
       scale_buf[i - 1] = sf[i]
     end
     if not opts.recompute_scale_factor then scales = scale_buf end

@@ -45,12 +45,15 @@ end)
 
 --- x:narrow(dim, start, length): start is 1-based.
 def('narrow', function(x, d, start, length)
+  A.integer('narrow', start, 3, 'start')
+  A.integer('narrow', length, 4, 'length')
   if start == 0 then error('narrow: start 0 is not valid; indices are 1-based', 2) end
   return call1(C.of_narrow, x.p, dim(d, 'narrow'), start > 0 and start - 1 or start, length, out1)
 end)
 
 --- x:select(dim, index): index is 1-based, negative counts from the end.
 def('select', function(x, d, index)
+  A.integer('select', index, 3, 'index')
   if index == 0 then error('select: index 0 is not valid; indices are 1-based', 2) end
   return call1(C.of_select, x.p, dim(d, 'select'), index > 0 and index - 1 or index, out1)
 end)
@@ -82,7 +85,7 @@ def('clone', function(x) return call1(C.of_clone, x.p, out1) end)
 --- x:chunk(n, dim): a Lua array of views.
 def('chunk', function(x, chunks, d)
   d = d or 1
-  if type(chunks) ~= 'number' or chunks < 1 then
+  if not A.is_integer(chunks) or chunks < 1 then
     error('chunk: number of chunks must be a positive integer, got ' .. tostring(chunks), 2)
   end
   local size = x:size(d)
@@ -100,13 +103,14 @@ def('split', function(x, sizes, d)
   d = d or 1
   local size, res = x:size(d), {}
   if type(sizes) == 'number' then
+    A.integer('split', sizes, 2, 'split_size')
     if sizes < 1 then error('split: split size must be positive, got ' .. sizes, 2) end
     for start = 1, size, sizes do
       res[#res + 1] = x:narrow(d, start, math.min(sizes, size - start + 1))
     end
   else
     local total = 0
-    for i = 1, #sizes do total = total + sizes[i] end
+    for i = 1, #sizes do total = total + A.integer('split', sizes[i], nil, 'size ' .. i) end
     if total ~= size then
       error(('split: sizes add up to %d but dim %d has size %d'):format(total, d, size), 2)
     end
@@ -224,6 +228,12 @@ end
 -- (negative counts from the end), {b} is b..b, {} the whole dim.
 local function range_view(x, d, r)
   local n = x:size(d)
+  for j = 1, 3 do
+    if r[j] ~= nil and not A.is_integer(r[j]) then
+      A.fail(('index: range entries must be integers, got %s in {%s, %s}'):format(
+        tostring(r[j]), tostring(r[1]), tostring(r[2])))
+    end
+  end
   local s, e = r[1] or 1, r[2] or r[1] or n
   if r[1] == nil then s, e = 1, n end
   if s < 0 then s = n + s + 1 end
@@ -255,6 +265,7 @@ end
 
 function T.index(x, k)
   if type(k) == 'number' then
+    if not A.is_integer(k) then A.fail(('index: indices must be integers, got %s'):format(tostring(k))) end
     if k == 0 then error('index: 0 is not a valid index; indices are 1-based', 2) end
     return call1(C.of_select, x.p, 0, k > 0 and k - 1 or k, out1)
   elseif type(k) == 'table' then

@@ -82,7 +82,17 @@ function F.embedding(ids, weight, ...)
   end
   local num, dim = weight:size(1), weight:size(2)
   local pad = a.padding_idx
-  if pad and pad < 0 then pad = num + pad + 1 end
+  if pad ~= nil then
+    -- 1-based like the ids; negative counts from the end (-1 = the last row),
+    -- as PyTorch's -num..-1. Out of range is an error, not a padding that
+    -- silently never matches.
+    A.integer('embedding', pad, nil, 'padding_idx')
+    if pad == 0 or pad > num or pad < -num then
+      fail(('embedding: padding_idx must be within 1..%d (or -%d..-1) for a weight of %d rows, got %d')
+        :format(num, num, num, pad))
+    end
+    if pad < 0 then pad = num + pad + 1 end
+  end
   if a.max_norm then renorm(ids, weight, a.max_norm, a.norm_type) end
   local flat = ids:reshape(-1)
   local ok, out = pcall(weight.index_select, weight, 1, flat)
