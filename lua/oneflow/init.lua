@@ -97,10 +97,33 @@ flow.save, flow.load, flow.safetensors = serialization.save, serialization.load,
 local torchio = require 'oneflow.io.torch'
 flow.load_torch, flow.save_torch = torchio.load, torchio.save
 flow.load_t7 = require('oneflow.io.t7').load
-flow.utils = {data = require 'oneflow.utils.data', progress = require 'oneflow.utils.progress'}
+flow.utils = {data = require 'oneflow.utils.data', progress = require 'oneflow.utils.progress',
+              summary = require 'oneflow.utils.summary', plot = require 'oneflow.utils.plot'}
+-- loaded on first use: most programs never write TensorBoard files
+setmetatable(flow.utils, {__index = function(t, k)
+  if k == 'tensorboard' then
+    local m = require 'oneflow.utils.tensorboard'
+    rawset(t, k, m)
+    return m
+  end
+end})
 flow.optim = require 'oneflow.optim'
 flow.cuda = require 'oneflow.cuda'
 flow.backends = flow.cuda.backends
+-- flow.backends.cpu: the instruction set of the run-time dispatched CPU
+-- kernels (layer_norm, softmax, log_softmax), as torch.backends.cpu:
+-- 'AVX512', 'AVX2' or 'DEFAULT'. OF_CPU_ISA caps it at load time;
+-- set_cpu_capability lowers or restores it (never above what the CPU has).
+flow.backends.cpu = {
+  get_cpu_capability = function() return ffi.string(core.C.of_get_cpu_capability()) end,
+  set_cpu_capability = function(name)
+    if type(name) ~= 'string' then
+      A.fail(('backends.cpu.set_cpu_capability: expected a string, got %s')
+        :format(type(name)))
+    end
+    A.check_status(core.C.of_set_cpu_capability(name))
+  end,
+}
 do
   local mf = require 'oneflow.memory_format'
   flow.memory_format = mf.Format
@@ -111,6 +134,7 @@ end
 flow.nn = require 'oneflow.nn'
 flow.onnx = require 'oneflow.onnx'
 flow.amp = require 'oneflow.amp'
+flow.profiler = require 'oneflow.profiler'
 flow.distributed = require 'oneflow.distributed'
 flow.env, flow.comm = flow.distributed.env, flow.distributed.comm
 require('oneflow.distributed.global').attach(flow)

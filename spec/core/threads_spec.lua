@@ -27,7 +27,8 @@ describe('threads', function()
     flow.set_num_threads(1)
     assert.equals(1, flow.get_num_threads())
     flow.set_num_threads(nt)
-    assert.has_error(function() flow.set_num_threads('2') end, 'flow.set_num_threads: expected an integer, got 2')
+    assert.has_error(function() flow.set_num_threads('2') end,
+                     'set_num_threads: argument 1 (n) must be an integer, got string')
   end)
 
   it('a fork()ed child runs single-threaded and refuses more threads', function()
