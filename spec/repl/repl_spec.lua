@@ -33,7 +33,10 @@ describe('repl printing', function()
     assert.truthy(repl.pretty(big):find('...(10 more)', 1, true))
     local cyc = {}; cyc.self = cyc
     assert.equal('{self = <cycle>}', repl.pretty(cyc))
-    assert.truthy(repl.pretty(flow.matmul):find('^function flow.matmul%(a, b%)  %[lua/oneflow/ops/linalg.lua:%d+%]'))
+    -- earlier specs may have wrapped flow.matmul (autocast, global tensors):
+    -- the name and a source line, wherever the wrapper lives
+    assert.truthy(repl.pretty(flow.matmul):find('^function flow%.matmul%(.-%)  %[lua/oneflow/[%w_/]+%.lua:%d+%]'),
+                  repl.pretty(flow.matmul))
     assert.equal(tostring(flow.nn.Linear(2, 3)), repl.pretty(flow.nn.Linear(2, 3)))
     local x = flow.ones(2)
     assert.equal(tostring(x), repl.pretty(x))
