@@ -3,7 +3,8 @@
 # clang into a second tree (build-clang, CPU only, -Wall -Wextra -Werror so a
 # warning fails), runs its C tests (ctest) and a representative subset of
 # the busted specs against that library (OF_LIBRARY points Lua at it).
-# A few minutes on two cores; .ci/run calls it after `make test`.
+# A few minutes on two cores; .ci/run calls it before `make test` (whose
+# summary line must come last).
 #   sh tools/run_clang.sh [BUILD_DIR]
 set -e
 BUILD=${1:-build-clang}
@@ -21,6 +22,12 @@ cmake --build "$BUILD" -j "$JOBS"
 export OF_LIBRARY="$ROOT/$BUILD/liboneflow.so"
 export LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;;"
 # the core, tensors, autograd, nn and the graph compiler (relupool's vector
-# kernels are the clang-specific code); a few minutes in all
-luajit "$(command -v busted)" spec/core spec/tensor spec/autograd spec/nn/conv_spec.lua \
+# kernels are the clang-specific code); a few minutes in all. Not
+# spec/core/threads_spec.lua: LLVM's libomp (what clang's -fopenmp links)
+# can deadlock in its own fork() child handler, so forking a process that
+# has run parallel ops is only supported with the GCC build (libgomp);
+# doc/reliability.md, "Toolchains". Bounded, so a hang fails instead.
+core=$(ls spec/core/*_spec.lua | grep -v threads_spec)
+# shellcheck disable=SC2086
+timeout 900 luajit "$(command -v busted)" $core spec/tensor spec/autograd spec/nn/conv_spec.lua \
   spec/nn/pool_spec.lua spec/graph/passes_spec.lua spec/optim/optim_spec.lua
