@@ -287,10 +287,22 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
     out_numel = of_shape_numel(g->vals[n->out[0]].shape, g->vals[n->out[0]].ndim);
   const void *p = n->attrs;
 #define BAD(...) do { snprintf(why, cap, __VA_ARGS__); return false; } while (0)
+/* a dim, or COUNT of them, of the record: in range for the nd-d input */
+#define CHECK_DIM(D)                                                                            \
+  do {                                                                                          \
+    if (!dim_ok((D), nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)(D), (int)nd); \
+  } while (0)
+#define CHECK_DIMS(COUNT, NAME, DIMS)                                                           \
+  do {                                                                                          \
+    if (!NDIM_OK(COUNT)) BAD("attrs." NAME ": %d dims", (int)(COUNT));                          \
+    for (int32_t i_ = 0; i_ < (COUNT); i_++)                                                    \
+      if (!dim_ok((DIMS)[i_], nd))                                                              \
+        BAD("attrs.dims[%d]: %d is out of range for a %d-d input", (int)i_ + 1, (int)(DIMS)[i_], (int)nd); \
+  } while (0)
   switch (n->op) {
     case OPK_SOFTMAX: case OPK_CUMULATIVE: {
       const a_softmax *a = p;
-      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      CHECK_DIM(a->dim);
       break;
     }
     case OPK_TRANSPOSE: {
@@ -301,53 +313,44 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
     }
     case OPK_NARROW: case OPK_SLICE: case OPK_SELECT: {
       const a_dim3 *a = p;
-      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      CHECK_DIM(a->dim);
       break;
     }
     case OPK_GATHER: case OPK_INDEX_SELECT: {
       const a_gather *a = p;
-      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      CHECK_DIM(a->dim);
       break;
     }
     case OPK_SCATTER: {
       const a_scatter *a = p;
-      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      CHECK_DIM(a->dim);
       break;
     }
     case OPK_INDEX_ADD: {
       const a_index_add *a = p;
-      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      CHECK_DIM(a->dim);
       break;
     }
     case OPK_SORT: case OPK_TOPK: {
       const a_sort *a = p;
-      if (!dim_ok(a->dim, nd)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->dim, (int)nd);
+      CHECK_DIM(a->dim);
       if (n->op == OPK_TOPK && a->k < 0) BAD("attrs.k: %lld is negative", (long long)a->k);
       break;
     }
     case OPK_PERMUTE: case OPK_FLIP: {
       const a_dims *a = p;
-      if (!NDIM_OK(a->n)) BAD("attrs.n: %d dims", (int)a->n);
-      for (int32_t i = 0; i < a->n; i++)
-        if (!dim_ok(a->dims[i], nd))
-          BAD("attrs.dims[%d]: %d is out of range for a %d-d input", (int)i + 1, (int)a->dims[i], (int)nd);
+      CHECK_DIMS(a->n, "n", a->dims);
       break;
     }
     case OPK_REDUCE: {
       const a_reduce *a = p;
-      if (!NDIM_OK(a->ndims)) BAD("attrs.ndims: %d dims", (int)a->ndims);
-      for (int32_t i = 0; i < a->ndims; i++)
-        if (!dim_ok(a->dims[i], nd))
-          BAD("attrs.dims[%d]: %d is out of range for a %d-d input", (int)i + 1, (int)a->dims[i], (int)nd);
+      CHECK_DIMS(a->ndims, "ndims", a->dims);
       if (a->dtype >= OF_NUM_DTYPES) BAD("attrs.dtype: unknown dtype %d", (int)a->dtype);   /* < 0: default */
       break;
     }
     case OPK_VAR: {
       const a_var *a = p;
-      if (!NDIM_OK(a->ndims)) BAD("attrs.ndims: %d dims", (int)a->ndims);
-      for (int32_t i = 0; i < a->ndims; i++)
-        if (!dim_ok(a->dims[i], nd))
-          BAD("attrs.dims[%d]: %d is out of range for a %d-d input", (int)i + 1, (int)a->dims[i], (int)nd);
+      CHECK_DIMS(a->ndims, "ndims", a->dims);
       break;
     }
     case OPK_BINARY: {
@@ -461,10 +464,7 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
     }
     case OPK_ROLL: {
       const a_roll *a = p;
-      if (!NDIM_OK(a->n)) BAD("attrs.n: %d", (int)a->n);
-      for (int32_t i = 0; i < a->n; i++)
-        if (!dim_ok(a->dims[i], nd))
-          BAD("attrs.dims[%d]: %d is out of range for a %d-d input", (int)i + 1, (int)a->dims[i], (int)nd);
+      CHECK_DIMS(a->n, "n", a->dims);
       break;
     }
     case OPK_ONE_HOT: {
@@ -543,6 +543,8 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
     default: break;
   }
 #undef BAD
+#undef CHECK_DIM
+#undef CHECK_DIMS
   return true;
 }
 
