@@ -22,7 +22,7 @@
 
 #ifndef OF_HAVE_DNNL
 
-bool of_dnnl_built(void) { return false; }
+bool of_dnnl_usable(void) { return false; }
 
 of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
                        const void *bias, void *r, bool native_bf16, bool *done) {
@@ -34,10 +34,11 @@ of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
 #else
 
 #include <dnnl.h>
+#include <omp.h>
 #include <pthread.h>
 #include <string.h>
 
-bool of_dnnl_built(void) { return true; }
+bool of_dnnl_usable(void) { return !omp_in_parallel(); }
 
 enum { CACHE_SLOTS = 128 };
 /* operand slots of an entry: p, q, bias (in), r (out) */

@@ -29,8 +29,12 @@ typedef struct of_dnnl_conv_desc {
   int64_t ps[5], qs[5], rs[5];
 } of_dnnl_conv_desc;
 
-/* Whether the build has oneDNN. */
-bool of_dnnl_built(void);
+/* Whether oneDNN can run here: the build has it, and the caller is not
+ * inside an OpenMP parallel region (an nn.Graph scheduler wave). Nested
+ * there, oneDNN's parallel gets one thread while its backward-weights
+ * kernels wait on a barrier for the thread count they were made for, and
+ * spin forever (seen in spec/graph). */
+bool of_dnnl_usable(void);
 
 /* Runs the convolution through oneDNN. *done is false (and nothing was
  * written) when oneDNN has no implementation for it, or, with native_bf16,

@@ -1576,12 +1576,7 @@ static of_status dnnl_run_op(const conv_args *a, run_kind kind, const geom *g, o
   *done = false;
   of_dtype dt = p->dtype;
   int be = conv_backend();
-  /* Not inside an OpenMP parallel region (a graph scheduler wave): nested
-   * there, oneDNN's parallel runs one thread while its backward-weights
-   * kernels wait on a barrier for the thread count they were made for, and
-   * spin forever (seen in spec/graph). The im2col path is made for that. */
-  if (omp_in_parallel()) return OF_OK;
-  if (!of_dnnl_built() || be == 0 || (dt != OF_FLOAT32 && dt != OF_BFLOAT16) ||
+  if (!of_dnnl_usable() || be == 0 || (dt != OF_FLOAT32 && dt != OF_BFLOAT16) ||
       p->numel == 0 || q->numel == 0 || of_shape_numel(rshape, rnd) == 0)
     return OF_OK;   /* empty operands: the im2col path's zeros */
   /* auto: bfloat16 always asks (and runs only where oneDNN computes in
