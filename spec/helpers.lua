@@ -42,4 +42,29 @@ end
 
 function H.shape(t) return t:size():totable() end
 
+-- A fresh temporary directory; H.remove_tmpdirs() (from a spec's teardown)
+-- removes every one made.
+local tmpdirs = {}
+function H.tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  assert(os.execute('mkdir -p ' .. d) == 0)
+  tmpdirs[#tmpdirs + 1] = d
+  return d
+end
+function H.remove_tmpdirs()
+  for _, d in ipairs(tmpdirs) do os.execute('rm -rf ' .. d) end
+  tmpdirs = {}
+end
+
+-- The names in directory d (hidden ones too), sorted.
+function H.listdir(d)
+  local p = io.popen('ls -A ' .. d)
+  local res = {}
+  for line in p:lines() do res[#res + 1] = line end
+  p:close()
+  table.sort(res)
+  return res
+end
+
 return H

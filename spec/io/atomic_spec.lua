@@ -5,29 +5,12 @@
 -- dead writers.
 local ffi = require 'ffi'
 local flow = require 'oneflow'
+local H = require 'spec.helpers'
 local atomic = require 'oneflow.utils.atomic'
 local P = require 'oneflow.utils.posix'
 
-local made = {}
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute('mkdir -p ' .. d) == 0)
-  made[#made + 1] = d
-  return d
-end
-teardown(function()
-  for _, d in ipairs(made) do os.execute('rm -rf ' .. d) end
-end)
-
-local function listdir(d)
-  local p = io.popen('ls -A ' .. d)
-  local res = {}
-  for line in p:lines() do res[#res + 1] = line end
-  p:close()
-  table.sort(res)
-  return res
-end
+local tmpdir, listdir = H.tmpdir, H.listdir
+teardown(H.remove_tmpdirs)
 
 local function temps(d)
   local res = {}
