@@ -20,6 +20,8 @@ CC=clang cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DOF_CUDA=OFF \
 cmake --build "$BUILD" -j "$JOBS"
 (cd "$BUILD" && ctest --output-on-failure)
 export OF_LIBRARY="$ROOT/$BUILD/liboneflow.so"
+# spec/core/layers_spec.lua checks this tree's objects (a clean clone has no build/ yet)
+export OF_BUILD_DIR="$BUILD"
 export LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;;"
 # the core, tensors, autograd, nn and the graph compiler (relupool's vector
 # kernels are the clang-specific code); a few minutes in all. Not
