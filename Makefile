@@ -5,7 +5,8 @@ JOBS ?= $(shell nproc)
 LUA_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;;"
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build example test test-lua test-c lint bench asan soak fuzz fuzz-replay install clean doc
+.PHONY: all deps build example test test-lua test-c lint bench asan soak fuzz fuzz-replay install clean doc \
+	device-kit device-kit-proof
 
 all: build
 
@@ -66,6 +67,15 @@ fuzz:
 # part of make test, spec/io/fuzz_regress_spec.lua)
 fuzz-replay: build
 	sh tools/fuzz/replay.sh
+
+# The GPU kit (doc/gpu.md): one relocatable folder, device-kit/, with
+# everything a bare CUDA machine lacks; device-kit-proof runs its check with
+# this machine's luajit, busted, Lua modules and OpenBLAS hidden (unshare -m).
+device-kit:
+	JOBS=$(JOBS) sh tools/device_kit.sh device-kit
+
+device-kit-proof:
+	sh tools/device_kit_proof.sh device-kit $(BUILD)/device-check
 
 # make install [PREFIX=/usr/local] [DESTDIR=/staging]: the library, the header,
 # the Lua modules (PREFIX/share/lua/5.1) and bin/flow (PREFIX/bin).

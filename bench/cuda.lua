@@ -5,25 +5,66 @@
 -- synthetic data.
 --
 --   LUA_PATH='lua/?.lua;lua/?/init.lua;;' luajit bench/cuda.lua [--hbm GBps] [--batch N]
+--       [--json PATH] [--quick]
 --
 -- --hbm: the device's peak bandwidth for the "% of HBM" column (default
 -- 4800 GB/s, an H200). Without a usable GPU it prints why and exits with 0
 -- (nothing to measure is not an error of this script).
+-- --json PATH: also writes the figures as JSON ({"available", "why",
+-- "figures": {name: {ms, gbs, tflops}}}), under the names that
+-- bench/cuda_torch.py gives PyTorch's runs of the same workloads
+-- (tools/device_check.sh puts the two side by side). --quick: 5 timed runs
+-- instead of 20 (10 for the gemm/conv/ResNet rows: 3).
 local flow = require 'oneflow'
 
-local hbm, batch = 4800, 256
+local hbm, batch, json_path, quick = 4800, 256, nil, false
 local args = arg or {}
 for i = 1, #args do
   if args[i] == '--hbm' then hbm = tonumber(args[i + 1]) end
   if args[i] == '--batch' then batch = tonumber(args[i + 1]) end
+  if args[i] == '--json' then json_path = args[i + 1] end
+  if args[i] == '--quick' then quick = true end
+end
+
+local figures, order = {}, {}
+local function json_str(v)
+  return '"' .. tostring(v):gsub('[%c"\\]', function(c)
+    return c == '"' and '\\"' or c == '\\' and '\\\\' or ('\\u%04x'):format(c:byte())
+  end) .. '"'
+end
+local function write_json(available, why)
+  if not json_path then return end
+  local parts = {}
+  for _, name in ipairs(order) do
+    local f, fields = figures[name], {}
+    for _, k in ipairs({'ms', 'gbs', 'tflops', 'img_s', 'lib_ms'}) do
+      if f[k] then fields[#fields + 1] = ('%s: %.6g'):format(json_str(k), f[k]) end
+    end
+    parts[#parts + 1] = json_str(name) .. ': {' .. table.concat(fields, ', ') .. '}'
+  end
+  local fh = assert(io.open(json_path .. '.tmp', 'w'))
+  fh:write(('{"available": %s, "why": %s, "figures": {%s}}\n'):format(tostring(available),
+           json_str(why or ''), table.concat(parts, ', ')))
+  fh:close()
+  assert(os.rename(json_path .. '.tmp', json_path))
+end
+local function figure(name, t)
+  if not figures[name] then order[#order + 1] = name end
+  figures[name] = t
 end
 
 if not flow.cuda.is_available() then
   print('bench/cuda.lua: no usable GPU, nothing to measure: ' .. flow.cuda.why_unavailable())
+  write_json(false, flow.cuda.why_unavailable())
   os.exit(0)
 end
 
-local time_ms = require 'bench.cuda_time'
+local timer = require 'bench.cuda_time'
+local function time_ms(fn, reps)
+  reps = reps or 20
+  if quick then reps = reps >= 20 and 5 or 3 end
+  return timer(fn, reps)
+end
 
 local rows = {}
 local function row(name, ms, bytes, flops)
@@ -33,6 +74,7 @@ local function row(name, ms, bytes, flops)
     gbs and ('%.0f'):format(gbs) or '', gbs and ('%.0f%%'):format(100 * gbs / hbm) or '',
     tfs and ('%.1f'):format(tfs) or '')
   print(rows[#rows])
+  figure(name, {ms = ms, gbs = gbs, tflops = tfs})
 end
 
 print(('device: %d CUDA device(s); HBM reference %d GB/s'):format(flow.cuda.device_count(), hbm))
@@ -110,6 +152,8 @@ else
       local lib = time_ms(run, 10)
       print(('| conv %dx%d %3d->%3d @%3d %s %-8s | %7.3f | %6.3f | %8.2f |'):format(c[5], c[5], c[2],
             c[4], c[3], cl and 'NHWC' or 'NCHW', dt, ours, lib, ours / lib))
+      figure(('conv %dx%d %d->%d @%d s%d %s %s'):format(c[5], c[5], c[2], c[4], c[3], c[6],
+             cl and 'NHWC' or 'NCHW', dt), {ms = ours, lib_ms = lib})
     end
   end
   flow.backends.cudnn.benchmark = false
@@ -123,6 +167,8 @@ else
     local lib = time_ms(ref.gemm(p, q, r, cfg[2]), 10)
     print(('| gemm %d^3 %-9s%s                  | %7.3f | %6.3f | %8.2f |'):format(m, cfg[1],
           cfg[2] and ' tf32' or '     ', ours, lib, ours / lib))
+    local key = ('gemm %d^3 %s%s'):format(m, cfg[1], cfg[2] and ' tf32' or '')
+    if figures[key] then figures[key].lib_ms = lib end
   end
   flow.backends.cuda.matmul.allow_tf32 = false
 end
@@ -170,6 +216,9 @@ local ok, err = pcall(function()
   local ms = time_ms(step, 10)
   print(('ResNet-50 training, batch %d, channels-last, %s: %.1f ms/step, %.0f img/s'):format(
         batch, mode, ms, batch / (ms * 1e-3)))
+  figure(('resnet50 train batch %d channels-last amp'):format(batch),
+         {ms = ms, img_s = batch / (ms * 1e-3)})
   flow.backends.cudnn.benchmark = false
 end)
 if not ok then print('ResNet-50 training: failed: ' .. tostring(err)) end
+write_json(true, '')
