@@ -103,7 +103,8 @@ typedef struct of_device_ops {
                         int32_t is_std, of_tensor *out);
   /* softmax over rows of x [outer, n] into y */
   of_status (*softmax_rows)(of_tensor *x, int64_t outer, int64_t n, int32_t log, of_tensor *y);
-  /* layer norm over rows [outer, n]; mean/rstd float [outer] saved for backward */
+  /* layer norm over rows [outer, n]; mean/rstd [outer] saved for backward, float64
+   * for float64 x, else float32 */
   of_status (*layer_norm_rows)(of_tensor *x, of_tensor *w, of_tensor *b, int64_t outer,
                                int64_t n, double eps, of_tensor *y, of_tensor *mean,
                                of_tensor *rstd);

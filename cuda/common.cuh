@@ -36,8 +36,14 @@ int flag_code(const char *op, int reason);
 cudaStream_t current_stream(int dev);
 // Replaces this thread's current stream of a device (CUDA graph capture).
 void set_current_stream(int dev, cudaStream_t s);
-// Makes the tensor's device current for this thread; returns its index.
+// Makes the tensor's device current for this thread (initialising it on
+// first use); returns its index. A failure is reported by the next
+// launched() (the op that needed the device).
 int use_device(of_device d);
+// CUDA graph capture on device d began / ended (graph.cu): frees of memory
+// allocated before it are held back until its end, then queued on `prev`.
+void capture_began(int d);
+void capture_ended(int d, cudaStream_t prev);
 
 // ---- launch shapes ----
 constexpr int kThreads = 256;

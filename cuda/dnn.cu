@@ -35,7 +35,7 @@ struct Str {
 
 
 #define OFC_DNN_FUNCS(X)                                                        \
-  X(cudnnGetVersion) X(cudnnGetErrorString) X(cudnnCreate) X(cudnnSetStream)    \
+  X(cudnnGetVersion) X(cudnnGetCudartVersion) X(cudnnGetErrorString) X(cudnnCreate) X(cudnnSetStream)    \
   X(cudnnCreateTensorDescriptor) X(cudnnSetTensorNdDescriptor)                  \
   X(cudnnDestroyTensorDescriptor) X(cudnnCreateFilterDescriptor)                \
   X(cudnnSetFilterNdDescriptor) X(cudnnDestroyFilterDescriptor)                 \
@@ -87,6 +87,16 @@ static bool dnn_load() {
   if (v / 10000 != CUDNN_MAJOR) {
     snprintf(g_dnn_why, sizeof g_dnn_why, "cuDNN %zu.%zu found, this build needs cuDNN %d",
              v / 10000, v / 100 % 100, CUDNN_MAJOR);
+    return false;
+  }
+  // cuDNN is built per CUDA major version: a cuDNN for CUDA 12 next to this
+  // library's CUDA 13 runtime loads, then fails inside its first call.
+  size_t rt = p_cudnnGetCudartVersion();
+  if (rt / 1000 != CUDART_VERSION / 1000) {
+    snprintf(g_dnn_why, sizeof g_dnn_why, "cuDNN %zu.%zu was built for CUDA %zu.%zu, this "
+             "library for CUDA %d.%d: install the cuDNN for CUDA %d (or set OF_CUDNN_LIBRARY)",
+             v / 10000, v / 100 % 100, rt / 1000, rt / 10 % 100, CUDART_VERSION / 1000,
+             CUDART_VERSION / 10 % 100, CUDART_VERSION / 1000);
     return false;
   }
   g_dnn_why[0] = 0;

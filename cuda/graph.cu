@@ -38,6 +38,7 @@ static of_status graph_capture_begin(int32_t index, void **out) {
     return cuda_fail(err, "CUDAGraph.capture_begin", "cudaStreamBeginCapture");
   }
   set_current_stream(d, side);
+  capture_began(d);
   *out = new Capture{d, side, prev};
   return OF_OK;
 }
@@ -49,6 +50,8 @@ static of_status graph_capture_end(void *p, void **out) {
   set_current_stream(c->dev, c->prev);
   Capture done = *c;
   delete c;
+  // frees of memory from before the capture, held back during it
+  capture_ended(done.dev, done.prev);
   if (err != cudaSuccess || !g) {
     cudaGetLastError();
     cudaStreamDestroy(done.side);

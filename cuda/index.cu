@@ -31,7 +31,9 @@ struct Flag {
 static Flag make_flag(int dev, const char *op) {
   return Flag{error_flag(dev), flag_code(op, kIndexFlag)};
 }
-__device__ __forceinline__ void bad_index(Flag f) { atomicCAS(f.p, 0, f.code); }
+__device__ __forceinline__ void bad_index(Flag f) {
+  if (f.p) atomicCAS(f.p, 0, f.code);
+}
 
 template <typename I>
 __device__ __forceinline__ bool in_range(I raw, int64_t base, int64_t size, int64_t *v) {

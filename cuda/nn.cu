@@ -211,7 +211,7 @@ __device__ __forceinline__ int64_t class_of(const LossArgs &a, int64_t i, bool r
   if (t == a.ignore) return -1;
   int64_t c = t - a.base;
   if ((uint64_t)c < (uint64_t)a.C) return c;
-  if (report) atomicCAS(a.flag, 0, a.code);
+  if (report && a.flag) atomicCAS(a.flag, 0, a.code);
   return -1;
 }
 
@@ -294,6 +294,100 @@ __global__ void ce_bwd_k(LossArgs a, const T *x, const T *q, const double *lse, 
   }
 }
 
+// A warp per sample where the classes are contiguous (S == 1) and many:
+// the thread-per-sample kernels above read a whole row each, serially
+// (vocabulary-sized rows). Same double arithmetic, summed as a warp tree.
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ double warp_fmax(double v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+template <typename T>
+__global__ void ce_fwd_warp(LossArgs a, const T *x, const T *q, double *lse, double *loss,
+                            double *wt) {
+  const int lane = threadIdx.x & 31;
+  const int64_t C = a.C, nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+  for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5; i < a.N; i += nw) {
+    const T *xi = x + i * C;
+    double m = -INFINITY, se = 0, v = 0, wi = 1;
+    for (int64_t c = lane; c < C; c += 32) m = fmax(m, (double)xi[c]);
+    m = warp_fmax(m);
+    if (m == -INFINITY) m = 0;
+    for (int64_t c = lane; c < C; c += 32) se += dexp<T>((double)xi[c] - m);
+    double l = m + log(warp_sum(se));
+    if (q) {
+      const T *qi = q + i * C;
+      for (int64_t c = lane; c < C; c += 32)
+        v -= (a.w ? a.w[c] : 1.0) * ((1 - a.eps) * (double)qi[c] + a.eps / C) * ((double)xi[c] - l);
+      v = warp_sum(v);
+    } else {
+      int64_t ct = class_of(a, i, lane == 0);
+      if (ct < 0) {
+        wi = 0;
+      } else {
+        wi = a.w ? a.w[ct] : 1.0;
+        v = -(1 - a.eps) * wi * ((double)xi[ct] - l);
+        if (a.eps > 0) {
+          double sm = 0;
+          for (int64_t c = lane; c < C; c += 32) sm += (a.w ? a.w[c] : 1.0) * ((double)xi[c] - l);
+          v -= a.eps / C * warp_sum(sm);
+        }
+      }
+    }
+    if (lane == 0) {
+      lse[i] = l;
+      loss[i] = v;
+      wt[i] = wi;
+    }
+  }
+}
+
+template <typename T>
+__global__ void ce_bwd_warp(LossArgs a, const T *x, const T *q, const double *lse, const double *s,
+                            T *gx, T *gq) {
+  const int lane = threadIdx.x & 31;
+  const int64_t C = a.C, nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+  for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5; i < a.N; i += nw) {
+    const T *xi = x + i * C;
+    double l = lse[i], si = s[i];
+    if (q) {
+      const T *qi = q + i * C;
+      double A = 0;
+      for (int64_t c = lane; c < C; c += 32)
+        A += (a.w ? a.w[c] : 1.0) * ((1 - a.eps) * (double)qi[c] + a.eps / C);
+      A = warp_sum(A);
+      for (int64_t c = lane; c < C; c += 32) {
+        double wc = a.w ? a.w[c] : 1.0, lp = (double)xi[c] - l;
+        double ac = wc * ((1 - a.eps) * (double)qi[c] + a.eps / C);
+        if (gx) gx[i * C + c] = (T)(si * (A * dexp<T>(lp) - ac));
+        if (gq) gq[i * C + c] = (T)(-si * (1 - a.eps) * wc * lp);
+      }
+      continue;
+    }
+    int64_t ct = class_of(a, i, false);
+    if (ct < 0) {
+      for (int64_t c = lane; c < C; c += 32) gx[i * C + c] = 0;
+      continue;
+    }
+    double w_t = a.w ? a.w[ct] : 1.0, wsum = 0;
+    if (a.w && a.eps > 0)
+      for (int64_t c = lane; c < C; c += 32) wsum += a.w[c];
+    wsum = a.wsum + warp_sum(wsum);
+    double A = (1 - a.eps) * w_t + a.eps / C * wsum;
+    for (int64_t c = lane; c < C; c += 32) {
+      double ac = a.eps / C * (a.w ? a.w[c] : 1.0) + (c == ct ? (1 - a.eps) * w_t : 0);
+      gx[i * C + c] = (T)(si * (A * dexp<T>((double)xi[c] - l) - ac));
+    }
+  }
+}
+
+// the warp kernels: contiguous classes, and enough of them to fill a warp
+static bool ce_by_warp(const of_loss_desc *d) { return d->S == 1 && d->C >= 32; }
+
 static LossArgs loss_args(const of_loss_desc *d, of_tensor *t, of_tensor *w, int dev,
                           const char *op) {
   return LossArgs{d->N, d->C, d->S, d->ignore, d->base, d->eps, d->wsum,
@@ -310,9 +404,14 @@ static of_status cross_entropy(const of_loss_desc *d, of_tensor *x, of_tensor *t
   LossArgs a = loss_args(d, t, w, dev, "cross_entropy");
   return dispatch_fd(x->dtype, "cross_entropy", [&](auto z) -> of_status {
     typedef decltype(z) T;
-    ce_fwd_k<T><<<blocks_for(ns), kThreads, 0, current_stream(dev)>>>(
-        a, (const T *)ptr(x), q ? (const T *)ptr(q) : nullptr, (double *)ptr(lse),
-        (double *)ptr(loss), (double *)ptr(wt));
+    if (ce_by_warp(d))
+      ce_fwd_warp<T><<<blocks_for(ns * 32), kThreads, 0, current_stream(dev)>>>(
+          a, (const T *)ptr(x), q ? (const T *)ptr(q) : nullptr, (double *)ptr(lse),
+          (double *)ptr(loss), (double *)ptr(wt));
+    else
+      ce_fwd_k<T><<<blocks_for(ns), kThreads, 0, current_stream(dev)>>>(
+          a, (const T *)ptr(x), q ? (const T *)ptr(q) : nullptr, (double *)ptr(lse),
+          (double *)ptr(loss), (double *)ptr(wt));
     return launched("cross_entropy");
   });
 }
@@ -326,9 +425,14 @@ static of_status cross_entropy_back(const of_loss_desc *d, of_tensor *x, of_tens
   LossArgs a = loss_args(d, t, w, dev, "cross_entropy");
   return dispatch_fd(x->dtype, "cross_entropy_backward", [&](auto z) -> of_status {
     typedef decltype(z) T;
-    ce_bwd_k<T><<<blocks_for(ns), kThreads, 0, current_stream(dev)>>>(
-        a, (const T *)ptr(x), q ? (const T *)ptr(q) : nullptr, (const double *)ptr(lse),
-        (const double *)ptr(sc), gx ? (T *)ptr(gx) : nullptr, gq ? (T *)ptr(gq) : nullptr);
+    if (ce_by_warp(d))
+      ce_bwd_warp<T><<<blocks_for(ns * 32), kThreads, 0, current_stream(dev)>>>(
+          a, (const T *)ptr(x), q ? (const T *)ptr(q) : nullptr, (const double *)ptr(lse),
+          (const double *)ptr(sc), gx ? (T *)ptr(gx) : nullptr, gq ? (T *)ptr(gq) : nullptr);
+    else
+      ce_bwd_k<T><<<blocks_for(ns), kThreads, 0, current_stream(dev)>>>(
+          a, (const T *)ptr(x), q ? (const T *)ptr(q) : nullptr, (const double *)ptr(lse),
+          (const double *)ptr(sc), gx ? (T *)ptr(gx) : nullptr, gq ? (T *)ptr(gq) : nullptr);
     return launched("cross_entropy_backward");
   });
 }

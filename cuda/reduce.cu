@@ -14,6 +14,13 @@ namespace ofc {
 
 constexpr int kRowThreads = 256;
 
+// A block per row: the grid is capped (gridDim.x < 2^31, and a cast of a
+// larger row count would wrap), and each block walks rows r, r + gridDim.x, ...
+inline unsigned row_blocks(int64_t outer) {
+  return (unsigned)(outer < (1 << 24) ? (outer < 1 ? 1 : outer) : (1 << 24));
+}
+#define OFC_FOR_ROWS(r, outer) for (int64_t r = blockIdx.x; r < (outer); r += gridDim.x)
+
 template <typename A, typename F>
 __device__ __forceinline__ A block_reduce(A v, F combine, A *sh) {
   for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_down_sync(0xffffffffu, v, o));
@@ -114,10 +121,12 @@ template <> __device__ __forceinline__ double load_acc<double>(const double *x, 
 }
 
 template <typename T, typename TO>
-__global__ void reduce_block(RedOp<typename RAcc<T>::type> r, const T *x, int64_t n, TO *out) {
+__global__ void reduce_block(RedOp<typename RAcc<T>::type> r, const T *x, int64_t outer, int64_t n,
+                             TO *out) {
   typedef typename RAcc<T>::type A;
   __shared__ A sh[32];
-  const T *row = x + blockIdx.x * n;
+  OFC_FOR_ROWS(o, outer) {
+  const T *row = x + o * n;
   A shift = 0;
   if (r.op == OF_RED_LOGSUMEXP) {
     RedOp<A> mx{OF_RED_AMAX, 0};
@@ -129,7 +138,8 @@ __global__ void reduce_block(RedOp<typename RAcc<T>::type> r, const T *x, int64_
   A v = r.ident();
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) v = r.combine(v, r.map(load_acc(row, i), shift));
   v = block_reduce(v, [&](A a, A b) { return r.combine(a, b); }, sh);
-  if (threadIdx.x == 0) out[blockIdx.x] = Cvt<TO, A>::go(r.finish(v, n, shift));
+  if (threadIdx.x == 0) out[o] = Cvt<TO, A>::go(r.finish(v, n, shift));
+  }
 }
 
 template <typename T, typename TO>
@@ -152,6 +162,34 @@ __global__ void reduce_thread(RedOp<typename RAcc<T>::type> r, const T *x, int64
   }
 }
 
+// Few long rows (a whole-tensor sum): a block per row would use one SM of
+// the device. Each row is split into chunks, a block each (grid.y: the row),
+// that write their combined (mapped) values to a scratch buffer; a second
+// kernel combines a row's chunks and finishes. Not for logsumexp, whose map
+// needs the row's max first.
+template <typename T>
+__global__ void reduce_chunks(RedOp<typename RAcc<T>::type> r, const T *x, int64_t n,
+                              int64_t chunk, typename RAcc<T>::type *part) {
+  typedef typename RAcc<T>::type A;
+  __shared__ A sh[32];
+  const T *row = x + (int64_t)blockIdx.y * n;
+  int64_t lo = (int64_t)blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
+  A v = r.ident();
+  for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) v = r.combine(v, r.map(load_acc(row, i), (A)0));
+  v = block_reduce(v, [&](A a, A b) { return r.combine(a, b); }, sh);
+  if (threadIdx.x == 0) part[(int64_t)blockIdx.y * gridDim.x + blockIdx.x] = v;
+}
+
+template <typename A, typename TO>
+__global__ void reduce_chunks_final(RedOp<A> r, const A *part, int64_t chunks, int64_t n, TO *out) {
+  __shared__ A sh[32];
+  const A *row = part + (int64_t)blockIdx.x * chunks;
+  A v = r.ident();
+  for (int64_t i = threadIdx.x; i < chunks; i += blockDim.x) v = r.combine(v, row[i]);
+  v = block_reduce(v, [&](A a, A b) { return r.combine(a, b); }, sh);
+  if (threadIdx.x == 0) out[blockIdx.x] = Cvt<TO, A>::go(r.finish(v, n, (A)0));
+}
+
 static of_status reduce_rows(int32_t op, double p, of_tensor *x, int64_t outer, int64_t n,
                              of_tensor *out) {
   if (outer == 0) return OF_OK;
@@ -163,11 +201,29 @@ static of_status reduce_rows(int32_t op, double p, of_tensor *x, int64_t outer, 
     RedOp<A> r{op, p};
     return dispatch_all(out->dtype, [&](auto zo) -> of_status {
       typedef decltype(zo) TO;
+      int64_t chunks = (n + 8 * kRowThreads - 1) / (8 * kRowThreads);   // >= 2048 elements each
+      int64_t most = 1024 / outer;                                      // ~1024 blocks in all
+      if (chunks > most) chunks = most;
+      if (chunks > 1024) chunks = 1024;
+      if (op != OF_RED_LOGSUMEXP && outer <= 256 && chunks >= 4) {
+        int64_t chunk = (n + chunks - 1) / chunks;
+        chunks = (n + chunk - 1) / chunk;
+        A *part = NULL;
+        OFC_TRY(cudaMallocAsync((void **)&part, (size_t)(outer * chunks) * sizeof(A), s), "reduce");
+        reduce_chunks<T><<<dim3((unsigned)chunks, (unsigned)outer), kRowThreads, 0, s>>>(
+            r, (const T *)ptr(x), n, chunk, part);
+        reduce_chunks_final<A, TO><<<(unsigned)outer, kRowThreads, 0, s>>>(r, part, chunks, n,
+                                                                          (TO *)ptr(out));
+        of_status st = launched("reduce");
+        cudaError_t e = cudaFreeAsync(part, s);
+        if (st == OF_OK && e != cudaSuccess) return cuda_fail(e, "reduce", "cudaFreeAsync");
+        return st;
+      }
       if (n <= 32 || outer >= 65536 * 4)
         reduce_thread<T, TO><<<blocks_for(outer), kThreads, 0, s>>>(r, (const T *)ptr(x), outer,
                                                                    n, (TO *)ptr(out));
       else
-        reduce_block<T, TO><<<(unsigned)outer, kRowThreads, 0, s>>>(r, (const T *)ptr(x), n,
+        reduce_block<T, TO><<<row_blocks(outer), kRowThreads, 0, s>>>(r, (const T *)ptr(x), outer, n,
                                                                    (TO *)ptr(out));
       return launched("reduce");
     });
@@ -189,7 +245,8 @@ __global__ void argreduce_kernel(const T *x, int64_t outer, int64_t n, int is_ma
   typedef typename RAcc<T>::type A;
   __shared__ A shv[kRowThreads];
   __shared__ int64_t shi[kRowThreads];
-  const T *row = x + blockIdx.x * n;
+  OFC_FOR_ROWS(r, outer) {
+  const T *row = x + r * n;
   A bv = 0;
   int64_t bi = -1;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -211,20 +268,26 @@ __global__ void argreduce_kernel(const T *x, int64_t outer, int64_t n, int is_ma
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    int64_t i = shi[0] < 0 ? 0 : shi[0];
-    if (vals) vals[blockIdx.x] = row[i];
-    idx[blockIdx.x] = i + base;
+    // an empty row (n == 0; the core rejects it first) has no element to read
+    int64_t i = shi[0];
+    if (vals && i >= 0) vals[r] = row[i];
+    idx[r] = (i < 0 ? 0 : i) + base;
+  }
+  __syncthreads();   // shv/shi are reused by the next row
   }
 }
 
 static of_status argreduce_rows(int32_t is_max, of_tensor *x, int64_t outer, int64_t n,
                                 int64_t base, of_tensor *values, of_tensor *indices) {
   if (outer == 0) return OF_OK;
+  if (n == 0)
+    return of_fail(OF_ERR_SHAPE, "%s: cannot take the %s of an empty dimension",
+                   is_max ? "max" : "min", is_max ? "max" : "min");
   int dev = use_device(of_dev(x));
   cudaStream_t s = current_stream(dev);
   return dispatch_compute(x->dtype, [&](auto z) -> of_status {
     typedef decltype(z) T;
-    argreduce_kernel<T><<<(unsigned)outer, kRowThreads, 0, s>>>(
+    argreduce_kernel<T><<<row_blocks(outer), kRowThreads, 0, s>>>(
         (const T *)ptr(x), outer, n, is_max, base, values ? (T *)ptr(values) : nullptr,
         (int64_t *)ptr(indices));
     return launched(is_max ? "max" : "min");
@@ -233,9 +296,10 @@ static of_status argreduce_rows(int32_t is_max, of_tensor *x, int64_t outer, int
 
 // ---- var / std ----
 template <typename T>
-__global__ void var_kernel(const T *x, int64_t n, double corr, int is_std, T *out) {
+__global__ void var_kernel(const T *x, int64_t outer, int64_t n, double corr, int is_std, T *out) {
   __shared__ double sh[32];
-  const T *row = x + blockIdx.x * n;
+  OFC_FOR_ROWS(r, outer) {
+  const T *row = x + r * n;
   double s = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += (double)row[i];
   s = block_reduce(s, [](double a, double b) { return a + b; }, sh);
@@ -249,7 +313,8 @@ __global__ void var_kernel(const T *x, int64_t n, double corr, int is_std, T *ou
     double den = (double)n - corr;
     if (den < 0) den = 0;
     double v = q / den;
-    out[blockIdx.x] = (T)(is_std ? sqrt(v) : v);
+    out[r] = (T)(is_std ? sqrt(v) : v);
+  }
   }
 }
 
@@ -262,11 +327,11 @@ static of_status var_rows(of_tensor *x, int64_t outer, int64_t n, double corr, i
   if (out->dtype != x->dtype) return of_fail(OF_ERR_DTYPE, "var: dtype mismatch on CUDA");
   switch (x->dtype) {
     case OF_FLOAT32:
-      var_kernel<float><<<(unsigned)outer, kRowThreads, 0, s>>>((const float *)ptr(x), n, corr,
+      var_kernel<float><<<row_blocks(outer), kRowThreads, 0, s>>>((const float *)ptr(x), outer, n, corr,
                                                                is_std, (float *)ptr(o2));
       break;
     case OF_FLOAT64:
-      var_kernel<double><<<(unsigned)outer, kRowThreads, 0, s>>>((const double *)ptr(x), n, corr,
+      var_kernel<double><<<row_blocks(outer), kRowThreads, 0, s>>>((const double *)ptr(x), outer, n, corr,
                                                                 is_std, (double *)ptr(o2));
       break;
     default: return of_fail(OF_ERR_DTYPE, "var: dtype %s on CUDA", of_dtype_name(x->dtype));
@@ -276,11 +341,12 @@ static of_status var_rows(of_tensor *x, int64_t outer, int64_t n, double corr, i
 
 // ---- softmax ----
 template <typename T>
-__global__ void softmax_kernel(const T *x, int64_t n, int log_, T *y) {
+__global__ void softmax_kernel(const T *x, int64_t outer, int64_t n, int log_, T *y) {
   typedef typename Acc<T>::type A;
   __shared__ A sh[32];
-  const T *row = x + blockIdx.x * n;
-  T *out = y + blockIdx.x * n;
+  OFC_FOR_ROWS(r, outer) {
+  const T *row = x + r * n;
+  T *out = y + r * n;
   A m = -INFINITY;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     A v = (A)row[i];
@@ -298,6 +364,7 @@ __global__ void softmax_kernel(const T *x, int64_t n, int log_, T *y) {
     A inv = (A)1 / s;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = (T)(exp((A)row[i] - shift) * inv);
   }
+  }
 }
 
 static of_status softmax_rows(of_tensor *x, int64_t outer, int64_t n, int32_t log_, of_tensor *y) {
@@ -306,10 +373,10 @@ static of_status softmax_rows(of_tensor *x, int64_t outer, int64_t n, int32_t lo
   cudaStream_t s = current_stream(dev);
   int th = n >= 1024 ? 1024 : n >= 256 ? 256 : 64;
   if (x->dtype == OF_FLOAT32)
-    softmax_kernel<float><<<(unsigned)outer, th, 0, s>>>((const float *)ptr(x), n, log_,
+    softmax_kernel<float><<<row_blocks(outer), th, 0, s>>>((const float *)ptr(x), outer, n, log_,
                                                         (float *)ptr(y));
   else if (x->dtype == OF_FLOAT64)
-    softmax_kernel<double><<<(unsigned)outer, th, 0, s>>>((const double *)ptr(x), n, log_,
+    softmax_kernel<double><<<row_blocks(outer), th, 0, s>>>((const double *)ptr(x), outer, n, log_,
                                                          (double *)ptr(y));
   else
     return of_fail(OF_ERR_DTYPE, "softmax: dtype %s on CUDA", of_dtype_name(x->dtype));
@@ -317,13 +384,19 @@ static of_status softmax_rows(of_tensor *x, int64_t outer, int64_t n, int32_t lo
 }
 
 // ---- layer_norm ----
+// mean and rstd are saved in the accumulation type: float64 for float64
+// input (the core allocates them so), float32 for the other floats.
+template <typename A> constexpr of_dtype stat_dtype() {
+  return std::is_same<A, double>::value ? OF_FLOAT64 : OF_FLOAT32;
+}
 template <typename T>
-__global__ void ln_fwd(const T *x, const T *w, const T *b, int64_t n, double eps, T *y,
-                       float *mean, float *rstd) {
+__global__ void ln_fwd(const T *x, const T *w, const T *b, int64_t outer, int64_t n, double eps,
+                       T *y, typename Acc<T>::type *mean, typename Acc<T>::type *rstd) {
   typedef typename Acc<T>::type A;
   __shared__ A sh[32];
-  const T *row = x + blockIdx.x * n;
-  T *out = y + blockIdx.x * n;
+  OFC_FOR_ROWS(r, outer) {
+  const T *row = x + r * n;
+  T *out = y + r * n;
   A s = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += (A)to_f(row[i]);
   A mu = block_reduce(s, [](A p, A q) { return p + q; }, sh) / (A)n;
@@ -332,7 +405,7 @@ __global__ void ln_fwd(const T *x, const T *w, const T *b, int64_t n, double eps
     A d = (A)to_f(row[i]) - mu;
     q += d * d;
   }
-  A var = block_reduce(q, [](A p, A r) { return p + r; }, sh) / (A)n;
+  A var = block_reduce(q, [](A p, A u) { return p + u; }, sh) / (A)n;
   A rs = (A)1 / sqrt(var + (A)eps);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     A v = ((A)to_f(row[i]) - mu) * rs;
@@ -341,18 +414,19 @@ __global__ void ln_fwd(const T *x, const T *w, const T *b, int64_t n, double eps
     out[i] = Cvt<T, A>::go(v);
   }
   if (threadIdx.x == 0) {
-    mean[blockIdx.x] = (float)mu;
-    rstd[blockIdx.x] = (float)rs;
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
   }
 }
 
 // gx = rstd * (g w - mean(g w) - xhat mean(g w xhat))
 template <typename T>
-__global__ void ln_bwd_x(const T *g, const T *x, const T *w, const float *mean, const float *rstd,
-                         int64_t n, T *gx) {
+__global__ void ln_bwd_x(const T *g, const T *x, const T *w, const typename Acc<T>::type *mean,
+                         const typename Acc<T>::type *rstd, int64_t outer, int64_t n, T *gx) {
   typedef typename Acc<T>::type A;
   __shared__ A sh[32];
-  int64_t r = blockIdx.x;
+  OFC_FOR_ROWS(r, outer) {
   const T *gr = g + r * n, *xr = x + r * n;
   A mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -367,20 +441,34 @@ __global__ void ln_bwd_x(const T *g, const T *x, const T *w, const float *mean, 
     A xh = ((A)to_f(xr[i]) - mu) * rs;
     gx[r * n + i] = Cvt<T, A>::go(rs * (gw - s1 - xh * s2));
   }
+  }
 }
 
-// gw[j] = sum_r g xhat, gb[j] = sum_r g: a thread per column
+// gw[j] = sum_r g xhat, gb[j] = sum_r g: a block per 32 columns, its
+// kLnRows thread rows walking the rows (reads of a warp are coalesced along
+// the columns), summed in shared memory; the same order on every run.
+constexpr int kLnRows = 16;
 template <typename T, typename TW>
-__global__ void ln_bwd_wb(const T *g, const T *x, const float *mean, const float *rstd,
-                          int64_t rows, int64_t n, TW *gw, TW *gb) {
+__global__ void ln_bwd_wb(const T *g, const T *x, const typename Acc<T>::type *mean,
+                          const typename Acc<T>::type *rstd, int64_t rows, int64_t n, TW *gw,
+                          TW *gb) {
   typedef typename Acc<T>::type A;
-  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n;
-       j += (int64_t)gridDim.x * blockDim.x) {
-    A sw = 0, sb = 0;
-    for (int64_t r = 0; r < rows; r++) {
+  __shared__ A shw[kLnRows][33], shb[kLnRows][33];
+  int64_t j = (int64_t)blockIdx.x * 32 + threadIdx.x;
+  A sw = 0, sb = 0;
+  if (j < n)
+    for (int64_t r = threadIdx.y; r < rows; r += kLnRows) {
       A gv = (A)to_f(g[r * n + j]);
       sb += gv;
       sw += gv * ((A)to_f(x[r * n + j]) - (A)mean[r]) * (A)rstd[r];
+    }
+  shw[threadIdx.y][threadIdx.x] = sw;
+  shb[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < n) {
+    for (int k = 1; k < kLnRows; k++) {
+      sw += shw[k][threadIdx.x];
+      sb += shb[k][threadIdx.x];
     }
     if (gw) gw[j] = Cvt<TW, A>::go(sw);
     if (gb) gb[j] = Cvt<TW, A>::go(sb);
@@ -396,9 +484,13 @@ static of_status layer_norm_rows(of_tensor *x, of_tensor *w, of_tensor *b, int64
   int th = n >= 1024 ? 1024 : n >= 256 ? 256 : 64;
   return dispatch_float(x->dtype, "layer_norm", [&](auto z) -> of_status {
     typedef decltype(z) T;
-    ln_fwd<T><<<(unsigned)outer, th, 0, s>>>((const T *)ptr(x), w ? (const T *)ptr(w) : nullptr,
-                                            b ? (const T *)ptr(b) : nullptr, n, eps,
-                                            (T *)ptr(y), (float *)ptr(mean), (float *)ptr(rstd));
+    typedef typename Acc<T>::type A;
+    if (mean->dtype != stat_dtype<A>() || rstd->dtype != stat_dtype<A>())
+      return of_fail(OF_ERR_DTYPE, "layer_norm: saved mean/rstd must be %s for %s input on CUDA",
+                     of_dtype_name(stat_dtype<A>()), of_dtype_name(x->dtype));
+    ln_fwd<T><<<row_blocks(outer), th, 0, s>>>((const T *)ptr(x), w ? (const T *)ptr(w) : nullptr,
+                                            b ? (const T *)ptr(b) : nullptr, outer, n, eps,
+                                            (T *)ptr(y), (A *)ptr(mean), (A *)ptr(rstd));
     return launched("layer_norm");
   });
 }
@@ -416,14 +508,19 @@ static of_status layer_norm_back_rows(of_tensor *g, of_tensor *x, of_tensor *w, 
   return dispatch_float(x->dtype, "layer_norm_backward", [&](auto z) -> of_status {
     typedef decltype(z) T;
     const T *pg = (const T *)ptr(g), *px = (const T *)ptr(x);
-    const float *pm = (const float *)ptr(mean), *pr = (const float *)ptr(rstd);
+    typedef typename Acc<T>::type A;
+    if (mean->dtype != stat_dtype<A>() || rstd->dtype != stat_dtype<A>())
+      return of_fail(OF_ERR_DTYPE, "layer_norm_backward: saved mean/rstd must be %s for %s "
+                     "input on CUDA", of_dtype_name(stat_dtype<A>()), of_dtype_name(x->dtype));
+    const A *pm = (const A *)ptr(mean), *pr = (const A *)ptr(rstd);
     if (gx && outer > 0)
-      ln_bwd_x<T><<<(unsigned)outer, th, 0, s>>>(pg, px, w ? (const T *)ptr(w) : nullptr, pm, pr,
-                                                n, (T *)ptr(gx));
-    if (gw || gb) {
+      ln_bwd_x<T><<<row_blocks(outer), th, 0, s>>>(pg, px, w ? (const T *)ptr(w) : nullptr, pm, pr,
+                                                outer, n, (T *)ptr(gx));
+    if ((gw || gb) && n > 0) {
       of_status st = dispatch_float(wdt, "layer_norm_backward", [&](auto zw) -> of_status {
         typedef decltype(zw) TW;
-        ln_bwd_wb<T, TW><<<blocks_for(n), kThreads, 0, s>>>(pg, px, pm, pr, outer, n,
+        ln_bwd_wb<T, TW><<<(unsigned)((n + 31) / 32), dim3(32, kLnRows), 0, s>>>(pg, px, pm, pr,
+                                                                               outer, n,
                                                            gw ? (TW *)ptr(gw) : nullptr,
                                                            gb ? (TW *)ptr(gb) : nullptr);
         return OF_OK;

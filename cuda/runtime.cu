@@ -7,8 +7,11 @@
 // We keep our own statistics per device (bytes held by tensors, peak).
 #include "common.cuh"
 #include "kernels.cuh"
+#include <atomic>
 #include <mutex>
 #include <string.h>
+#include <unordered_set>
+#include <vector>
 
 namespace ofc {
 
@@ -16,14 +19,34 @@ enum { kMaxDevices = 64 };
 
 static int g_count = 0;
 static std::mutex g_lock;
+struct StreamRec {
+  cudaStream_t s;
+  cudaEvent_t ev;   // recorded on s to order a free after s's queued work
+};
 static struct DevState {
   bool ready;
   cudaMemPool_t pool;
   of_memory_stats stats;
   int *flag;           // device int: bad-input flag set by kernels
+  char free_err[256];  // the first failed cudaFreeAsync since the last report
+  // CUDA graph capture: a cudaFreeAsync inside the capture of memory
+  // allocated before it (a Lua GC during g:capture) invalidates the capture;
+  // such frees wait for its end. Memory allocated during the capture is
+  // freed inside it (a free node of the graph).
+  std::atomic<int> capturing;
+  std::unordered_set<void *> cap_allocs;
+  std::vector<void *> deferred;
+  // the streams made with stream_new, and an event for the default stream:
+  // a free is ordered after the work queued on each of them, so memory used
+  // on another stream is not handed out again while that work runs
+  std::vector<StreamRec> streams;
+  cudaEvent_t default_ev;
 } g_dev[kMaxDevices];
 static thread_local cudaStream_t t_stream[kMaxDevices];
 static thread_local const char *t_last_op = "";
+// a failed cudaSetDevice / device initialisation in use_device, reported by
+// the launch that follows (launched) instead of blaming a later op
+static thread_local char t_use_err[256];
 
 of_status cuda_fail(cudaError_t e, const char *op, const char *what) {
   cudaGetLastError();   // clear a non-sticky error so later calls work
@@ -36,6 +59,12 @@ void note_launch(const char *op) { t_last_op = op; }
 
 of_status launched(const char *op) {
   note_launch(op);
+  if (t_use_err[0]) {
+    of_status st = of_fail(OF_ERR_DEVICE, "%s: %s", op, t_use_err);
+    t_use_err[0] = 0;
+    cudaGetLastError();
+    return st;
+  }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
     return of_fail(OF_ERR_DEVICE, "%s: CUDA kernel launch failed: %s", op, cudaGetErrorString(e));
@@ -52,21 +81,90 @@ static of_status init_device(int d) {
   OFC_TRY(cudaDeviceGetDefaultMemPool(&s.pool, d), "cuda");
   uint64_t thr = UINT64_MAX;
   OFC_TRY(cudaMemPoolSetAttribute(s.pool, cudaMemPoolAttrReleaseThreshold, &thr), "cuda");
-  OFC_TRY(cudaMalloc(&s.flag, sizeof(int)), "cuda");
-  OFC_TRY(cudaMemset(s.flag, 0, sizeof(int)), "cuda");
+  int *flag = NULL;
+  OFC_TRY(cudaMalloc(&flag, sizeof(int)), "cuda");
+  cudaError_t e = cudaMemset(flag, 0, sizeof(int));
+  if (e != cudaSuccess) {
+    cudaFree(flag);
+    return cuda_fail(e, "cuda", "cudaMemset of the error flag");
+  }
+  s.flag = flag;   // set only when usable: ready implies a flag
   s.ready = true;
   return OF_OK;
 }
 
 int use_device(of_device dv) {
   int d = of_device_index(dv), cur = -1;
-  cudaGetDevice(&cur);
-  if (cur != d) cudaSetDevice(d);
-  if (!g_dev[d].ready) init_device(d);
+  cudaError_t e = cudaGetDevice(&cur);
+  if (e == cudaSuccess && cur != d) e = cudaSetDevice(d);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    snprintf(t_use_err, sizeof t_use_err, "cannot make cuda:%d current: %s", d,
+             cudaGetErrorString(e));
+  } else if (!g_dev[d].ready && init_device(d) != OF_OK) {
+    snprintf(t_use_err, sizeof t_use_err, "cannot initialise cuda:%d: %s", d, of_last_error());
+  }
   return d;
 }
 
+// Never NULL for a device that holds tensors (alloc initialises it first);
+// kernels still test it (a device whose initialisation failed).
 int *error_flag(int dev) { return g_dev[dev].flag; }
+
+// ---- CUDA graph capture and cross-stream frees ----
+static bool capturing_now(int d) {
+  if (g_dev[d].capturing.load() == 0) return false;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(t_stream[d], &cs) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return cs != cudaStreamCaptureStatusNone;
+}
+
+static void note_free_error(int d, cudaError_t e) {
+  cudaGetLastError();
+  std::lock_guard<std::mutex> g(g_lock);
+  if (!g_dev[d].free_err[0])
+    snprintf(g_dev[d].free_err, sizeof g_dev[d].free_err, "cudaFreeAsync failed: %s",
+             cudaGetErrorString(e));
+}
+
+void capture_began(int d) { g_dev[d].capturing++; }
+
+void capture_ended(int d, cudaStream_t prev) {
+  std::vector<void *> todo;
+  {
+    std::lock_guard<std::mutex> g(g_lock);
+    g_dev[d].capturing--;
+    g_dev[d].cap_allocs.clear();
+    todo.swap(g_dev[d].deferred);
+  }
+  for (void *p : todo) {
+    cudaError_t e = cudaFreeAsync(p, prev);
+    if (e != cudaSuccess) note_free_error(d, e);
+  }
+}
+
+// Orders stream s after the work queued so far on the device's other streams
+// (only where streams were made: the default stream alone needs nothing).
+static void order_after_streams(int d, cudaStream_t s) {
+  std::lock_guard<std::mutex> g(g_lock);
+  DevState &ds = g_dev[d];
+  if (ds.streams.empty()) return;
+  if (!ds.default_ev &&
+      cudaEventCreateWithFlags(&ds.default_ev, cudaEventDisableTiming) != cudaSuccess) {
+    cudaGetLastError();
+    ds.default_ev = 0;
+  }
+  auto after = [&](cudaStream_t o, cudaEvent_t ev) {
+    if (o == s || !ev) return;
+    if (cudaEventRecord(ev, o) != cudaSuccess || cudaStreamWaitEvent(s, ev, 0) != cudaSuccess)
+      cudaGetLastError();
+  };
+  after(0, ds.default_ev);
+  for (const StreamRec &r : ds.streams) after(r.s, r.ev);
+}
 
 // ---- devices ----
 static int32_t device_count() { return g_count; }
@@ -99,6 +197,16 @@ int flag_code(const char *op, int reason) {
 static of_status check_flag(int d) {
   int h = 0;
   if (!g_dev[d].ready) return OF_OK;
+  {
+    char err[256] = {0};
+    std::lock_guard<std::mutex> g(g_lock);
+    if (g_dev[d].free_err[0]) {
+      memcpy(err, g_dev[d].free_err, sizeof err);
+      g_dev[d].free_err[0] = 0;
+      return of_fail(OF_ERR_DEVICE, "synchronize: releasing a tensor's memory on cuda:%d "
+                     "failed earlier: %s", d, err);
+    }
+  }
   OFC_TRY(cudaMemcpy(&h, g_dev[d].flag, sizeof h, cudaMemcpyDeviceToHost), "synchronize");
   if (!h) return OF_OK;
   cudaMemset(g_dev[d].flag, 0, sizeof(int));
@@ -125,7 +233,11 @@ static of_status sync_one(int d) {
 }
 
 static of_status synchronize(int32_t index) {
-  return sync_one(index < 0 ? current_device() : index);
+  int d = index < 0 ? current_device() : index;
+  if (d >= 0 && d < g_count && capturing_now(d))
+    return of_fail(OF_ERR_DEVICE, "synchronize: not allowed while cuda:%d captures a CUDA "
+                   "graph (it would invalidate the capture)", d);
+  return sync_one(d);
 }
 
 // ---- memory ----
@@ -135,8 +247,11 @@ static void *alloc(of_device dv, int64_t nbytes) {
   if (!s.ready && init_device(d) != OF_OK) return NULL;
   size_t n = (size_t)(nbytes > 0 ? (nbytes + 511) / 512 * 512 : 512);
   void *p = NULL;
+  bool cap = capturing_now(d);
   cudaError_t e = cudaMallocAsync(&p, n, t_stream[d]);
-  if (e == cudaErrorMemoryAllocation) {   // give cached blocks back and retry once
+  // give cached blocks back and retry once; not while capturing a graph,
+  // where synchronising the stream would invalidate the capture
+  if (e == cudaErrorMemoryAllocation && !cap) {
     cudaGetLastError();
     cudaStreamSynchronize(t_stream[d]);
     cudaMemPoolTrimTo(s.pool, 0);
@@ -159,6 +274,7 @@ static void *alloc(of_device dv, int64_t nbytes) {
     return NULL;
   }
   std::lock_guard<std::mutex> g(g_lock);
+  if (cap) s.cap_allocs.insert(p);
   s.stats.alloc_count++;
   s.stats.current_bytes += (int64_t)n;
   s.stats.bytes_since_sweep += (int64_t)n;
@@ -169,14 +285,25 @@ static void *alloc(of_device dv, int64_t nbytes) {
 static void free_(of_device dv, void *p, int64_t nbytes) {
   int d = use_device(dv);
   size_t n = (size_t)(nbytes > 0 ? (nbytes + 511) / 512 * 512 : 512);
-  cudaFreeAsync(p, t_stream[d]);
-  std::lock_guard<std::mutex> g(g_lock);
-  g_dev[d].stats.current_bytes -= (int64_t)n;
+  if (capturing_now(d)) {
+    std::lock_guard<std::mutex> g(g_lock);
+    g_dev[d].stats.current_bytes -= (int64_t)n;
+    if (g_dev[d].cap_allocs.erase(p) == 0) {   // allocated before the capture
+      g_dev[d].deferred.push_back(p);
+      return;
+    }
+  } else {
+    order_after_streams(d, t_stream[d]);
+    std::lock_guard<std::mutex> g(g_lock);
+    g_dev[d].stats.current_bytes -= (int64_t)n;
+  }
+  cudaError_t e = cudaFreeAsync(p, t_stream[d]);
+  if (e != cudaSuccess) note_free_error(d, e);
 }
 
 static void empty_cache(of_device dv) {
   int d = of_device_index(dv);
-  if (d < 0 || d >= g_count || !g_dev[d].ready) return;
+  if (d < 0 || d >= g_count || !g_dev[d].ready || capturing_now(d)) return;
   sync_one(d);
   cudaMemPoolTrimTo(g_dev[d].pool, 0);
 }
@@ -241,9 +368,18 @@ static of_status stream_new(int32_t index, void **out) {
   int cur = current_device();
   if (cur != d) cudaSetDevice(d);
   cudaStream_t s;
+  cudaEvent_t ev = 0;
   cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e == cudaSuccess) {
+    e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) cudaStreamDestroy(s);
+  }
   if (cur != d) cudaSetDevice(cur);
   if (e != cudaSuccess) return cuda_fail(e, "Stream", "cudaStreamCreate");
+  {
+    std::lock_guard<std::mutex> g(g_lock);
+    g_dev[d].streams.push_back(StreamRec{s, ev});
+  }
   *out = new Stream{s, d};
   return OF_OK;
 }
@@ -252,6 +388,16 @@ static void stream_free(void *p) {
   if (!s) return;
   for (int d = 0; d < kMaxDevices; d++)
     if (t_stream[d] == s->s) t_stream[d] = 0;
+  {
+    std::lock_guard<std::mutex> g(g_lock);
+    std::vector<StreamRec> &v = g_dev[s->dev].streams;
+    for (size_t i = 0; i < v.size(); i++)
+      if (v[i].s == s->s) {
+        cudaEventDestroy(v[i].ev);
+        v.erase(v.begin() + (long)i);
+        break;
+      }
+  }
   cudaStreamDestroy(s->s);
   delete s;
 }
@@ -350,4 +496,18 @@ extern "C" __attribute__((visibility("default"))) int32_t of_cuda_init(of_device
   ops->event_elapsed = event_elapsed;
   register_kernels(ops);
   return 0;
+}
+
+// For the environment report (tools/gpu_env.lua, through the FFI; not part
+// of the device table): out[0] the CUDA runtime this library was built with,
+// out[1] the runtime it runs (linked statically: the same), out[2] the
+// driver's CUDA version (0 without a driver), as 1000 * major + 10 * minor.
+extern "C" __attribute__((visibility("default"))) void of_cuda_versions(int32_t *out) {
+  int rt = 0, drv = 0;
+  if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
+  if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
+  cudaGetLastError();
+  out[0] = CUDART_VERSION;
+  out[1] = rt;
+  out[2] = drv;
 }

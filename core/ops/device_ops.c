@@ -30,9 +30,13 @@ static void promoted(const of_tensor *t, bool vec, bool is_a, int64_t *shape, in
   }
 }
 
-/* Dense [nbt, r, c] operand (stride 0 between batches when shared). */
+/* Dense [nbt, r, c] operand (stride 0 between batches when shared), or,
+ * for a shared matrix laid out column-major (a transposed view such as
+ * w:t(), strides (1, ld)), the matrix itself with *trans = 1 and its
+ * leading dim: the gemm reads it transposed (CUBLAS_OP_T) instead of a copy. */
 static of_status operand(of_tensor *t, bool vec, bool is_a, const int64_t *bshape,
-                         int32_t nbatch, of_tensor **out, int64_t *bstride) {
+                         int32_t nbatch, of_tensor **out, int64_t *bstride, int32_t *trans,
+                         int64_t *ld) {
   int64_t sh[OF_MAX_DIMS], st[OF_MAX_DIMS], esh[OF_MAX_DIMS], est[OF_MAX_DIMS];
   int32_t nd;
   promoted(t, vec, is_a, sh, st, &nd);
@@ -46,6 +50,18 @@ static of_status operand(of_tensor *t, bool vec, bool is_a, const int64_t *bshap
   }
   esh[nbatch] = sh[nd - 2], est[nbatch] = st[nd - 2];
   esh[nbatch + 1] = sh[nd - 1], est[nbatch + 1] = st[nd - 1];
+  *trans = 0;
+  *ld = esh[nbatch + 1];
+  if (shared && esh[nbatch] > 1 && esh[nbatch + 1] > 1 && est[nbatch] == 1 &&
+      est[nbatch + 1] >= esh[nbatch]) {
+    of_tensor *v = of_tensor_alias(t, esh + nbatch, est + nbatch, 2, t->offset);
+    if (!v) return OF_ERR_OOM;
+    *out = v;
+    *bstride = 0;
+    *trans = 1;
+    *ld = est[nbatch + 1];
+    return OF_OK;
+  }
   of_tensor *v = shared ? of_tensor_alias(t, esh + nbatch, est + nbatch, 2, t->offset)
                         : of_tensor_alias(t, esh, est, nbatch + 2, t->offset);
   if (!v) return OF_ERR_OOM;
@@ -81,9 +97,10 @@ of_status of_device_matmul(const char *op, of_tensor *a, of_tensor *b, of_tensor
   int64_t nbt = of_shape_numel(bshape, nbatch);
 
   of_tensor *A = NULL, *B = NULL, *res = NULL, *view = NULL, *dest = NULL;
-  int64_t strA = 0, strB = 0;
-  of_status st = operand(a, a_vec, true, bshape, nbatch, &A, &strA);
-  if (st == OF_OK) st = operand(b, b_vec, false, bshape, nbatch, &B, &strB);
+  int64_t strA = 0, strB = 0, lda = k, ldb = n;
+  int32_t transA = 0, transB = 0;
+  of_status st = operand(a, a_vec, true, bshape, nbatch, &A, &strA, &transA, &lda);
+  if (st == OF_OK) st = operand(b, b_vec, false, bshape, nbatch, &B, &strB, &transB, &ldb);
   if (st == OF_OK && into) st = of_prepare_out_on(op, into, rshape, rnd, a->dtype, dev, &dest);
   if (st == OF_OK) st = of_tensor_new(rshape, rnd, a->dtype, dev, &res);
   if (st != OF_OK) goto done;
@@ -104,8 +121,8 @@ of_status of_device_matmul(const char *op, of_tensor *a, of_tensor *b, of_tensor
         if (st == OF_OK) of_tensor_release(r2);
       }
     } else {
-      st = o->gemm(0, 0, M, n, k, alpha, A, k, strA, B, n, strB, c ? beta : 0, res, n, m * n,
-                   batch);
+      st = o->gemm(transA, transB, M, n, k, alpha, A, lda, strA, B, ldb, strB, c ? beta : 0,
+                   res, n, m * n, batch);
     }
     if (st != OF_OK) goto done;
   }
@@ -129,8 +146,9 @@ done:
 }
 
 /* ---- layer_norm -------------------------------------------------------------
- * Rows [R, M] (the normalized dims are the last ones); mean and rstd float32
- * [R] are saved for the fused backward. The node keeps the op's a_norm
+ * Rows [R, M] (the normalized dims are the last ones); mean and rstd [R] are
+ * saved for the fused backward, in the kernels' accumulation dtype (float64
+ * for float64 input, else float32: a float64 norm keeps its precision). The node keeps the op's a_norm
  * (groups: the number of normalized dims, >= 1, so a weight's meta has
  * ndim >= 1 and an absent weight's is zeroed). */
 static of_status ln_backward(of_node *n, of_tensor **g, of_tensor **gi) {
@@ -179,8 +197,9 @@ of_status of_device_layer_norm(of_tensor *x, int32_t k, of_tensor *w, of_tensor 
   if (st == OF_OK) st = of_dense(w, x->dtype, &wd);
   if (st == OF_OK) st = of_dense(b, x->dtype, &bd);
   if (st == OF_OK) st = of_tensor_new(x->shape, x->ndim, x->dtype, dev, &y);
-  if (st == OF_OK) st = of_tensor_new(&R, 1, OF_FLOAT32, dev, &mean);
-  if (st == OF_OK) st = of_tensor_new(&R, 1, OF_FLOAT32, dev, &rstd);
+  const of_dtype sdt = x->dtype == OF_FLOAT64 ? OF_FLOAT64 : OF_FLOAT32;
+  if (st == OF_OK) st = of_tensor_new(&R, 1, sdt, dev, &mean);
+  if (st == OF_OK) st = of_tensor_new(&R, 1, sdt, dev, &rstd);
   if (st == OF_OK) st = o->layer_norm_rows(xd, wd, bd, R, M, eps, y, mean, rstd);
   of_tensor *ins[3] = {x, w, b};
   if (st == OF_OK && of_grad_needed(ins, 3)) {
