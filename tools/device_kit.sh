@@ -120,7 +120,9 @@ export LUA_PATH="$KIT/src/lua/?.lua;$KIT/src/lua/?/init.lua;$KIT/src/?.lua;$KIT/
 export LUA_CPATH="$KIT/lua/lib/?.so"
 export LD_LIBRARY_PATH="$KIT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 of_kit_has_lib() {   # soname: found by the dynamic loader without help?
-  ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$1 " && return 0
+  for p in $(ldconfig -p 2>/dev/null | awk -v so="$1" '$1 == so { print $NF }'); do
+    [ -e "$p" ] && return 0   # (the cache may name a file that is gone)
+  done
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
            $(echo "${LD_LIBRARY_PATH:-}" | tr ':' ' '); do
     [ -e "$d/$1" ] && return 0

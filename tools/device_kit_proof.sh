@@ -5,7 +5,9 @@
 # Debian's luajit, busted, Lua modules and OpenBLAS are hidden, the kit is
 # mounted at another path (/tmp/of-kit-moved.*), and there it runs
 # check.sh (default) or CMD (run from the moved kit's src/ with its
-# environment). Exit 77 when the namespace cannot be made.
+# environment). PROOF_HIDE: more folders to hide (e.g. the CUDA libraries,
+# to see the kit take them from a PyTorch installation). Exit 77 when the
+# namespace cannot be made.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 KIT=${1:-$ROOT/device-kit}
@@ -29,7 +31,7 @@ unshare -m sh -eu -c '
   hide_file() { [ -e "$1" ] && mount --bind /dev/null "$1"; return 0; }
   for d in /usr/share/lua /usr/local/share/lua /usr/lib/x86_64-linux-gnu/lua /usr/local/lib/lua \
            /usr/lib/x86_64-linux-gnu/openblas-pthread /usr/lib/x86_64-linux-gnu/openblas-openmp \
-           /usr/lib/x86_64-linux-gnu/openblas-serial; do hide_dir "$d"; done
+           /usr/lib/x86_64-linux-gnu/openblas-serial ${PROOF_HIDE:-}; do hide_dir "$d"; done
   for f in /usr/bin/luajit /usr/bin/busted /usr/local/bin/luajit /usr/local/bin/busted \
            /usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2 \
            /usr/lib/x86_64-linux-gnu/libgfortran.so.5 /usr/lib/x86_64-linux-gnu/libquadmath.so.0 \

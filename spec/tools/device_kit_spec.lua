@@ -46,4 +46,25 @@ describe('the device kit', function()
       assert.truthy(out:find('why unavailable: +%S'), out)
     end
   end)
+  it('takes the CUDA libraries the system lacks from the PyTorch installation', function()
+    -- a stand-in for site-packages/nvidia/*/lib, found through python3
+    local dir = os.tmpname()
+    os.remove(dir)
+    local lib = dir .. '/nvidia/cu13/lib'
+    assert(os.execute('mkdir -p ' .. lib .. ' && touch ' .. lib .. '/libcudnn.so.9 ' ..
+                      lib .. '/libnccl.so.2') == 0)
+    local out, rc = sh(('PROOF_HIDE=/usr/local/cuda-13.0/lib PYTHONPATH=%s ' ..
+      'sh tools/device_kit_proof.sh %s /tmp -- sh -c \'echo "torch libs:$OF_KIT_TORCH_LIBS"; ' ..
+      'echo "path:$LD_LIBRARY_PATH"\''):format(dir, KIT))
+    os.execute('rm -rf ' .. dir)
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:find('torch libs:', 1, true), out)
+    if not out:find('torch libs:[^\n]*libcudnn%.so%.9') then
+      pending('this machine has libcudnn.so.9 outside /usr/local/cuda-13.0/lib: no stand-in needed')
+      return
+    end
+    local pat = lib:gsub('%p', '%%%0')
+    assert.truthy(out:find('torch libs:[^\n]*libcudnn%.so%.9=' .. pat), out)
+    assert.truthy(out:find('path:[^\n]*' .. pat), out)
+  end)
 end)
