@@ -132,6 +132,7 @@ do
   end
 end
 flow.nn = require 'oneflow.nn'
+flow.distributions = require 'oneflow.distributions'
 flow.onnx = require 'oneflow.onnx'
 flow.amp = require 'oneflow.amp'
 flow.profiler = require 'oneflow.profiler'

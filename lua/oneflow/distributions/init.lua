@@ -1,0 +1,695 @@
+-- oneflow.distributions (flow.distributions): torch.distributions' API.
+--   local D = flow.distributions
+--   local d = D.Normal(flow.zeros(3), flow.ones(3))
+--   local x = d:rsample({100})          -- [100, 3], differentiable in loc/scale
+--   d:log_prob(x), d:entropy(), d:cdf(x), d:icdf(p), d.mean, d.variance
+--   D.kl_divergence(d, D.Normal(1, 2))
+-- Attributes as PyTorch's: mean, mode, variance, stddev, batch_shape,
+-- event_shape, support, arg_constraints, has_rsample. Samples come from
+-- flow's Philox generator (flow.manual_seed makes them reproducible).
+-- Parameters are checked against their constraints when validate_args is on
+-- (the default, as PyTorch's), and so are the values given to log_prob.
+-- Categorical samples and values are 1-based category indices (the Lua
+-- convention of flow); everything else follows PyTorch.
+local flow = require 'oneflow'
+local class = require 'oneflow.class'
+local A = require 'oneflow._args'
+local constraints = require 'oneflow.distributions.constraints'
+
+local M = {constraints = constraints}
+local fail, is_tensor = A.fail, A.is_tensor
+local EULER = 0.57721566490153286061
+local LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+local default_validate = true
+
+--- flow.distributions.Distribution.set_default_validate_args(on)
+local function set_default_validate_args(on) default_validate = on and true or false end
+
+local function size_list(s)
+  if s == nil then return {} end
+  if type(s) == 'number' then return {s} end
+  if type(s) == 'table' and s.totable then return s:totable() end
+  return s
+end
+local function concat(a, b)
+  local r = {}
+  for _, v in ipairs(a) do r[#r + 1] = v end
+  for _, v in ipairs(b) do r[#r + 1] = v end
+  return r
+end
+
+-- numbers and tensors -> tensors of one floating dtype, broadcast together
+local function broadcast_all(...)
+  local args, n = {...}, select('#', ...)
+  local like
+  for i = 1, n do if is_tensor(args[i]) then like = like or args[i] end end
+  local dt = like and like:is_floating_point() and like.dtype or flow.get_default_dtype()
+  for i = 1, n do
+    local v = args[i]
+    if not is_tensor(v) then
+      if type(v) ~= 'number' then
+        fail(('distribution parameter %d must be a tensor or number, got %s'):format(i, type(v)))
+      end
+      args[i] = flow.tensor(v, {dtype = dt})
+    elseif not v:is_floating_point() then args[i] = v:to(dt) end
+  end
+  if n == 1 then return args[1] end
+  return unpack(flow.broadcast_tensors(unpack(args, 1, n)))
+end
+
+------------------------------------------------------------------ Distribution
+local Distribution = class('Distribution')
+M.Distribution = Distribution
+Distribution.has_rsample = false
+Distribution.has_enumerate_support = false
+Distribution.set_default_validate_args = set_default_validate_args
+
+-- attributes computed on access: cls._get_<name>(self)
+local function getter_index(cls)
+  return function(t, k)
+    local v = cls[k]
+    if v ~= nil then return v end
+    local g = cls['_get_' .. k]
+    if g then return g(t) end
+    return nil
+  end
+end
+Distribution.__index = getter_index(Distribution)
+function Distribution.__setup(cls) cls.__index = getter_index(cls) end
+
+function Distribution:__init(batch_shape, event_shape, validate_args)
+  self.batch_shape = flow.Size(size_list(batch_shape))
+  self.event_shape = flow.Size(size_list(event_shape))
+  if validate_args ~= nil then self._validate_args = validate_args else self._validate_args = default_validate end
+  if self._validate_args then
+    for name, c in pairs(self.arg_constraints or {}) do
+      local v = rawget(self, name)
+      if v ~= nil and not c:check(v):all():item() then
+        fail(('%s: expected parameter %s (tensor of shape %s) to satisfy the constraint %s, but found '
+              .. 'invalid values:\n%s'):format(self.__name, name, A.shape_str(v), c.name, tostring(v)))
+      end
+    end
+  end
+end
+
+function Distribution:__tostring()
+  local parts = {}
+  for name in pairs(self.arg_constraints or {}) do
+    local v = rawget(self, name)
+    if v ~= nil then parts[#parts + 1] = name .. ': ' .. (v:dim() == 0 and tostring(v:item()) or A.shape_str(v)) end
+  end
+  table.sort(parts)
+  return self.__name .. '(' .. table.concat(parts, ', ') .. ')'
+end
+
+function Distribution:_extended_shape(sample_shape)
+  return concat(concat(size_list(sample_shape), self.batch_shape:totable()), self.event_shape:totable())
+end
+
+function Distribution:_get_stddev() return self.variance:sqrt() end
+
+function Distribution:sample(sample_shape)
+  if self.has_rsample then
+    return flow.no_grad(function() return self:rsample(sample_shape) end)
+  end
+  fail(self.__name .. ': sample is not implemented')
+end
+function Distribution:rsample()
+  fail(self.__name .. ': has no reparameterized sampler (has_rsample = false); use sample')
+end
+function Distribution:sample_n(n) return self:sample({n}) end
+function Distribution:perplexity() return self:entropy():exp() end
+
+-- the value must lie in the support (validate_args) and broadcast
+function Distribution:_validate_sample(value)
+  if not is_tensor(value) then fail(self.__name .. ': log_prob expects a tensor value, got ' .. type(value)) end
+  if not self._validate_args then return end
+  local support = self.support
+  if support and not support:check(value):all():item() then
+    fail(('%s: expected value argument (tensor of shape %s) to be within the support (%s) of the '
+          .. 'distribution, but found invalid values:\n%s'):format(self.__name, A.shape_str(value),
+          support.name, tostring(value)))
+  end
+end
+
+--- expand(batch_shape): the same distribution with its parameters expanded.
+function Distribution:expand(batch_shape)
+  batch_shape = size_list(batch_shape)
+  local new = setmetatable({}, getmetatable(self))
+  for k, v in pairs(self) do new[k] = v end
+  local ev = #(self._param_event_dims or {})
+  for name in pairs(self.arg_constraints or {}) do
+    local v = rawget(self, name)
+    if v ~= nil then
+      local shape = concat(batch_shape, {})
+      for i = v:dim() - ev + 1, v:dim() do shape[#shape + 1] = v:size(i) end
+      new[name] = v:expand(shape)
+    end
+  end
+  for _, name in ipairs(self._derived or {}) do
+    local v = rawget(self, name)
+    if v ~= nil then
+      local shape = concat(batch_shape, {})
+      for i = v:dim() - ev + 1, v:dim() do shape[#shape + 1] = v:size(i) end
+      new[name] = v:expand(shape)
+    end
+  end
+  new.batch_shape = flow.Size(batch_shape)
+  return new
+end
+
+local function uniform_like(shape, like)
+  -- in (0, 1): flow.rand draws [0, 1); 0 is moved to the smallest positive double/float
+  local u = flow.rand(shape, {dtype = like.dtype, device = like.device})
+  local tiny = like.dtype == flow.float64 and 2.2250738585072014e-308 or 1.1754943508222875e-38
+  return u:clamp(tiny, 1)
+end
+
+------------------------------------------------------------------ Normal
+local Normal = Distribution:subclass('Normal')
+M.Normal = Normal
+Normal.arg_constraints = {loc = constraints.real, scale = constraints.positive}
+Normal.support = constraints.real
+Normal.has_rsample = true
+--- Normal(loc, scale[, validate_args])
+function Normal:__init(loc, scale, validate_args)
+  self.loc, self.scale = broadcast_all(loc, scale)
+  Distribution.__init(self, self.loc:size(), {}, validate_args)
+end
+function Normal:_get_mean() return self.loc end
+function Normal:_get_mode() return self.loc end
+function Normal:_get_stddev() return self.scale end
+function Normal:_get_variance() return self.scale ^ 2 end
+function Normal:rsample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  local eps = flow.randn(shape, {dtype = self.loc.dtype, device = self.loc.device})
+  return self.loc + eps * self.scale
+end
+function Normal:log_prob(value)
+  self:_validate_sample(value)
+  return -((value - self.loc) ^ 2) / (self.scale ^ 2 * 2) - self.scale:log() - LOG_SQRT_2PI
+end
+function Normal:cdf(value)
+  return ((value - self.loc) / (self.scale * math.sqrt(2))):erf():add(1):mul(0.5)
+end
+function Normal:icdf(p) return self.loc + self.scale * (p * 2 - 1):erfinv() * math.sqrt(2) end
+function Normal:entropy() return self.scale:log() + 0.5 + LOG_SQRT_2PI end
+
+------------------------------------------------------------------ probs / logits
+local function probs_to_logits(p, binary)
+  local eps = p.dtype == flow.float64 and 2.220446049250313e-16 or 1.1920928955078125e-07
+  local c = p:clamp(eps, 1 - eps)
+  if binary then return c:log() - (-c):log1p() end
+  return c:log()
+end
+-- one of probs / logits given; the other derived
+local function probs_or_logits(name, probs, logits)
+  if (probs == nil) == (logits == nil) then
+    fail(name .. ': either probs or logits must be specified, but not both')
+  end
+  return probs, logits
+end
+
+------------------------------------------------------------------ Bernoulli
+local Bernoulli = Distribution:subclass('Bernoulli')
+M.Bernoulli = Bernoulli
+Bernoulli.support = constraints.boolean
+--- Bernoulli(probs[, logits[, validate_args]]) or Bernoulli({probs =} | {logits =})
+function Bernoulli:__init(probs, logits, validate_args)
+  if type(probs) == 'table' and not is_tensor(probs) then
+    probs, logits, validate_args = probs.probs, probs.logits, probs.validate_args
+  end
+  probs_or_logits('Bernoulli', probs, logits)
+  if probs ~= nil then
+    self.probs = broadcast_all(probs)
+    self.arg_constraints = {probs = constraints.unit_interval}
+  else
+    self.logits = broadcast_all(logits)
+    self.arg_constraints = {logits = constraints.real}
+  end
+  local p = self.probs or self.logits
+  Distribution.__init(self, p:size(), {}, validate_args)
+end
+function Bernoulli:_get_probs() return rawget(self, 'logits'):sigmoid() end
+function Bernoulli:_get_logits() return probs_to_logits(rawget(self, 'probs'), true) end
+function Bernoulli:_get_mean() return self.probs end
+function Bernoulli:_get_mode() return self.probs:ge(0.5):to(self.probs.dtype) end
+function Bernoulli:_get_variance() return self.probs * (1 - self.probs) end
+function Bernoulli:sample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  return flow.no_grad(function() return flow.bernoulli(self.probs:expand(shape)) end)
+end
+-- -BCE with logits: v l - softplus(l), computed stably
+local function bce_logits(l, v)
+  return l:clamp(0) - l * v + (-l:abs()):exp():log1p()
+end
+function Bernoulli:log_prob(value)
+  self:_validate_sample(value)
+  local l, v = unpack(flow.broadcast_tensors(self.logits, value:to(self.logits.dtype)))
+  return -bce_logits(l, v)
+end
+function Bernoulli:entropy() return bce_logits(self.logits, self.probs) end
+
+------------------------------------------------------------------ Categorical
+local Categorical = Distribution:subclass('Categorical')
+M.Categorical = Categorical
+Categorical._param_event_dims = {1}
+--- Categorical(probs[, logits[, validate_args]]): categories 1..K over the last dim.
+function Categorical:__init(probs, logits, validate_args)
+  if type(probs) == 'table' and not is_tensor(probs) then
+    probs, logits, validate_args = probs.probs, probs.logits, probs.validate_args
+  end
+  probs_or_logits('Categorical', probs, logits)
+  local p = probs or logits
+  if not is_tensor(p) or p:dim() < 1 then fail('Categorical: probs or logits must be a tensor of at least 1 dim') end
+  if probs ~= nil then
+    self.probs = probs / probs:sum(-1, {keepdim = true})
+    self.arg_constraints = {probs = constraints.simplex}
+  else
+    self.logits = logits - logits:logsumexp(-1, {keepdim = true})
+    self.arg_constraints = {logits = constraints.independent(constraints.real, 1)}
+  end
+  self._num_events = p:size(-1)
+  local bs = p:size():totable()
+  bs[#bs] = nil
+  Distribution.__init(self, bs, {}, validate_args)
+end
+function Categorical:_get_probs() return rawget(self, 'logits'):softmax(-1) end
+function Categorical:_get_logits() return probs_to_logits(rawget(self, 'probs')) end
+function Categorical:_get_support() return constraints.integer_interval(1, self._num_events) end
+function Categorical:_get_mean() return flow.full(self.batch_shape:totable(), 0 / 0, {dtype = self.probs.dtype}) end
+function Categorical:_get_variance() return self:_get_mean() end
+function Categorical:_get_mode() return self.probs:argmax(-1) end
+function Categorical:sample(sample_shape)
+  local ss = size_list(sample_shape)
+  local n = 1
+  for _, s in ipairs(ss) do n = n * s end
+  local p2 = self.probs:reshape(-1, self._num_events)
+  local draws = flow.no_grad(function() return flow.multinomial(p2, n, {replacement = true}) end)  -- [B, n]
+  local shape = concat(ss, self.batch_shape:totable())
+  return draws:t():reshape(shape)
+end
+function Categorical:log_prob(value)
+  self:_validate_sample(value)
+  local v = value:to('int64'):unsqueeze(-1)
+  local l = self.logits
+  local shape = flow.broadcast_tensors(v, l:narrow(-1, 1, 1))[1]:size():totable()
+  v = v:expand(shape)
+  shape[#shape] = self._num_events
+  return l:expand(shape):gather(-1, v):squeeze(-1)
+end
+function Categorical:entropy()
+  local min = self.logits.dtype == flow.float64 and -1.7976931348623157e308 or -3.4028234663852886e38
+  return -(self.logits:clamp(min) * self.probs):sum(-1)
+end
+
+------------------------------------------------------------------ OneHotCategorical
+local OneHotCategorical = Distribution:subclass('OneHotCategorical')
+M.OneHotCategorical = OneHotCategorical
+OneHotCategorical.support = constraints.one_hot
+OneHotCategorical._param_event_dims = {1}
+function OneHotCategorical:__init(probs, logits, validate_args)
+  self._categorical = Categorical(probs, logits, validate_args)
+  self.arg_constraints = {}
+  Distribution.__init(self, self._categorical.batch_shape, {self._categorical._num_events}, validate_args)
+end
+function OneHotCategorical:_get_probs() return self._categorical.probs end
+function OneHotCategorical:_get_logits() return self._categorical.logits end
+function OneHotCategorical:_get_mean() return self._categorical.probs end
+function OneHotCategorical:_get_variance() local p = self._categorical.probs return p * (1 - p) end
+function OneHotCategorical:sample(sample_shape)
+  local idx = self._categorical:sample(sample_shape)
+  return flow.nn.functional.one_hot(idx, self._categorical._num_events):to(self.probs.dtype)
+end
+function OneHotCategorical:log_prob(value)
+  self:_validate_sample(value)
+  return self._categorical:log_prob(value:argmax(-1))
+end
+function OneHotCategorical:entropy() return self._categorical:entropy() end
+
+------------------------------------------------------------------ Uniform
+local Uniform = Distribution:subclass('Uniform')
+M.Uniform = Uniform
+Uniform.has_rsample = true
+--- Uniform(low, high[, validate_args]): [low, high)
+function Uniform:__init(low, high, validate_args)
+  self.low, self.high = broadcast_all(low, high)
+  if validate_args ~= false and default_validate and not self.low:lt(self.high):all():item() then
+    fail('Uniform: expected parameter low to be less than high')
+  end
+  self.arg_constraints = {low = constraints.real, high = constraints.real}
+  Distribution.__init(self, self.low:size(), {}, validate_args)
+end
+function Uniform:_get_support() return constraints.interval(self.low, self.high) end
+function Uniform:_get_mean() return (self.low + self.high) / 2 end
+function Uniform:_get_mode() return self.low * (0 / 0) end
+function Uniform:_get_variance() return (self.high - self.low) ^ 2 / 12 end
+function Uniform:rsample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  local u = flow.rand(shape, {dtype = self.low.dtype, device = self.low.device})
+  return self.low + u * (self.high - self.low)
+end
+function Uniform:log_prob(value)
+  self:_validate_sample(value)
+  local inside = self.low:le(value):logical_and(value:lt(self.high)):to(self.low.dtype)
+  return inside:log() - (self.high - self.low):log()
+end
+function Uniform:cdf(value) return ((value - self.low) / (self.high - self.low)):clamp(0, 1) end
+function Uniform:icdf(p) return p * (self.high - self.low) + self.low end
+function Uniform:entropy() return (self.high - self.low):log() end
+
+------------------------------------------------------------------ Exponential
+local Exponential = Distribution:subclass('Exponential')
+M.Exponential = Exponential
+Exponential.arg_constraints = {rate = constraints.positive}
+Exponential.support = constraints.nonnegative
+Exponential.has_rsample = true
+function Exponential:__init(rate, validate_args)
+  self.rate = broadcast_all(rate)
+  Distribution.__init(self, self.rate:size(), {}, validate_args)
+end
+function Exponential:_get_mean() return self.rate:reciprocal() end
+function Exponential:_get_mode() return flow.zeros_like(self.rate) end
+function Exponential:_get_variance() return self.rate:pow(-2) end
+function Exponential:rsample(sample_shape)
+  local u = uniform_like(self:_extended_shape(sample_shape), self.rate)
+  return -u:log() / self.rate
+end
+function Exponential:log_prob(value)
+  self:_validate_sample(value)
+  return self.rate:log() - self.rate * value
+end
+function Exponential:cdf(value) return 1 - (-self.rate * value):exp() end
+function Exponential:icdf(p) return -(-p):log1p() / self.rate end
+function Exponential:entropy() return 1 - self.rate:log() end
+
+------------------------------------------------------------------ Laplace
+local Laplace = Distribution:subclass('Laplace')
+M.Laplace = Laplace
+Laplace.arg_constraints = {loc = constraints.real, scale = constraints.positive}
+Laplace.support = constraints.real
+Laplace.has_rsample = true
+function Laplace:__init(loc, scale, validate_args)
+  self.loc, self.scale = broadcast_all(loc, scale)
+  Distribution.__init(self, self.loc:size(), {}, validate_args)
+end
+function Laplace:_get_mean() return self.loc end
+function Laplace:_get_mode() return self.loc end
+function Laplace:_get_variance() return self.scale ^ 2 * 2 end
+function Laplace:_get_stddev() return self.scale * math.sqrt(2) end
+function Laplace:rsample(sample_shape)
+  local u = uniform_like(self:_extended_shape(sample_shape), self.loc) * 2 - 1   -- (-1, 1)
+  return self.loc - self.scale * u:sign() * (-u:abs()):log1p()
+end
+function Laplace:log_prob(value)
+  self:_validate_sample(value)
+  return -(self.scale * 2):log() - (value - self.loc):abs() / self.scale
+end
+function Laplace:cdf(value)
+  local d = value - self.loc
+  return 0.5 - (d:sign() * (-d:abs() / self.scale):expm1()) * 0.5
+end
+function Laplace:icdf(p)
+  local t = p - 0.5
+  return self.loc - self.scale * t:sign() * (-t:abs() * 2):log1p()
+end
+function Laplace:entropy() return (self.scale * 2):log() + 1 end
+
+------------------------------------------------------------------ Cauchy
+local Cauchy = Distribution:subclass('Cauchy')
+M.Cauchy = Cauchy
+Cauchy.arg_constraints = {loc = constraints.real, scale = constraints.positive}
+Cauchy.support = constraints.real
+Cauchy.has_rsample = true
+function Cauchy:__init(loc, scale, validate_args)
+  self.loc, self.scale = broadcast_all(loc, scale)
+  Distribution.__init(self, self.loc:size(), {}, validate_args)
+end
+function Cauchy:_get_mean() return self.loc * (0 / 0) end
+function Cauchy:_get_mode() return self.loc end
+function Cauchy:_get_variance() return flow.full(self.loc:size():totable(), math.huge, {dtype = self.loc.dtype}) end
+function Cauchy:rsample(sample_shape)
+  local u = uniform_like(self:_extended_shape(sample_shape), self.loc)
+  return self.loc + self.scale * ((u - 0.5) * math.pi):tan()
+end
+function Cauchy:log_prob(value)
+  self:_validate_sample(value)
+  return -math.log(math.pi) - self.scale:log() - (((value - self.loc) / self.scale) ^ 2):log1p()
+end
+function Cauchy:cdf(value) return ((value - self.loc) / self.scale):atan() / math.pi + 0.5 end
+function Cauchy:icdf(p) return ((p - 0.5) * math.pi):tan() * self.scale + self.loc end
+function Cauchy:entropy() return self.scale:log() + math.log(4 * math.pi) end
+
+------------------------------------------------------------------ Gumbel
+local Gumbel = Distribution:subclass('Gumbel')
+M.Gumbel = Gumbel
+Gumbel.arg_constraints = {loc = constraints.real, scale = constraints.positive}
+Gumbel.support = constraints.real
+Gumbel.has_rsample = true
+function Gumbel:__init(loc, scale, validate_args)
+  self.loc, self.scale = broadcast_all(loc, scale)
+  Distribution.__init(self, self.loc:size(), {}, validate_args)
+end
+function Gumbel:_get_mean() return self.loc + self.scale * EULER end
+function Gumbel:_get_mode() return self.loc end
+function Gumbel:_get_variance() return self.scale ^ 2 * (math.pi ^ 2 / 6) end
+function Gumbel:_get_stddev() return self.scale * (math.pi / math.sqrt(6)) end
+function Gumbel:rsample(sample_shape)
+  local u = uniform_like(self:_extended_shape(sample_shape), self.loc)
+  return self.loc - self.scale * (-u:log()):log()
+end
+function Gumbel:log_prob(value)
+  self:_validate_sample(value)
+  local z = (value - self.loc) / self.scale
+  return -(z + (-z):exp()) - self.scale:log()
+end
+function Gumbel:cdf(value) return (-(-(value - self.loc) / self.scale):exp()):exp() end
+function Gumbel:icdf(p) return self.loc - self.scale * (-p:log()):log() end
+function Gumbel:entropy() return self.scale:log() + (1 + EULER) end
+
+------------------------------------------------------------------ LogNormal
+local LogNormal = Distribution:subclass('LogNormal')
+M.LogNormal = LogNormal
+LogNormal.arg_constraints = {loc = constraints.real, scale = constraints.positive}
+LogNormal.support = constraints.positive
+LogNormal.has_rsample = true
+function LogNormal:__init(loc, scale, validate_args)
+  self.loc, self.scale = broadcast_all(loc, scale)
+  Distribution.__init(self, self.loc:size(), {}, validate_args)
+  self.base_dist = Normal(self.loc, self.scale, false)
+end
+function LogNormal:_get_mean() return (self.loc + self.scale ^ 2 / 2):exp() end
+function LogNormal:_get_mode() return (self.loc - self.scale ^ 2):exp() end
+function LogNormal:_get_variance()
+  local s2 = self.scale ^ 2
+  return s2:expm1() * (self.loc * 2 + s2):exp()
+end
+function LogNormal:rsample(sample_shape) return Normal(self.loc, self.scale, false):rsample(sample_shape):exp() end
+function LogNormal:log_prob(value)
+  self:_validate_sample(value)
+  local lv = value:log()
+  return Normal(self.loc, self.scale, false):log_prob(lv) - lv
+end
+function LogNormal:cdf(value) return Normal(self.loc, self.scale, false):cdf(value:log()) end
+function LogNormal:icdf(p) return Normal(self.loc, self.scale, false):icdf(p):exp() end
+function LogNormal:entropy() return Normal(self.loc, self.scale, false):entropy() + self.loc end
+
+------------------------------------------------------------------ HalfNormal
+local HalfNormal = Distribution:subclass('HalfNormal')
+M.HalfNormal = HalfNormal
+HalfNormal.arg_constraints = {scale = constraints.positive}
+HalfNormal.support = constraints.nonnegative
+HalfNormal.has_rsample = true
+function HalfNormal:__init(scale, validate_args)
+  self.scale = broadcast_all(scale)
+  Distribution.__init(self, self.scale:size(), {}, validate_args)
+end
+local function std_normal(self) return Normal(flow.zeros_like(self.scale), self.scale, false) end
+function HalfNormal:_get_mean() return self.scale * math.sqrt(2 / math.pi) end
+function HalfNormal:_get_mode() return flow.zeros_like(self.scale) end
+function HalfNormal:_get_variance() return self.scale ^ 2 * (1 - 2 / math.pi) end
+function HalfNormal:rsample(sample_shape) return std_normal(self):rsample(sample_shape):abs() end
+function HalfNormal:log_prob(value)
+  self:_validate_sample(value)
+  local lp = std_normal(self):log_prob(value) + math.log(2)
+  return flow.where(value:ge(0), lp, flow.full({}, -math.huge, {dtype = lp.dtype}))
+end
+function HalfNormal:cdf(value) return std_normal(self):cdf(value) * 2 - 1 end
+function HalfNormal:icdf(p) return std_normal(self):icdf((p + 1) / 2) end
+function HalfNormal:entropy() return std_normal(self):entropy() - math.log(2) end
+
+------------------------------------------------------------------ Geometric
+local Geometric = Distribution:subclass('Geometric')
+M.Geometric = Geometric
+Geometric.support = constraints.nonnegative_integer
+--- Geometric(probs[, logits]): failures before the first success.
+function Geometric:__init(probs, logits, validate_args)
+  if type(probs) == 'table' and not is_tensor(probs) then
+    probs, logits, validate_args = probs.probs, probs.logits, probs.validate_args
+  end
+  probs_or_logits('Geometric', probs, logits)
+  if probs ~= nil then
+    self.probs = broadcast_all(probs)
+    self.arg_constraints = {probs = constraints.interval(0, 1)}
+    if validate_args ~= false and default_validate and not self.probs:gt(0):all():item() then
+      fail('Geometric: expected parameter probs to be in (0, 1]')
+    end
+  else
+    self.logits = broadcast_all(logits)
+    self.arg_constraints = {logits = constraints.real}
+  end
+  Distribution.__init(self, (self.probs or self.logits):size(), {}, validate_args)
+end
+Geometric._get_probs = Bernoulli._get_probs
+Geometric._get_logits = Bernoulli._get_logits
+function Geometric:_get_mean() return self.probs:reciprocal() - 1 end
+function Geometric:_get_mode() return flow.zeros_like(self.probs) end
+function Geometric:_get_variance() return (self.probs:reciprocal() - 1) / self.probs end
+function Geometric:sample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  return flow.no_grad(function()
+    local u = uniform_like(shape, self.probs)
+    return (u:log() / (-self.probs):log1p()):floor()
+  end)
+end
+function Geometric:log_prob(value)
+  self:_validate_sample(value)
+  local v, p = unpack(flow.broadcast_tensors(value:to(self.probs.dtype), self.probs))
+  -- value * log1p(-p), 0 where p == 1 and value == 0
+  local t = flow.where(p:eq(1):logical_and(v:eq(0)), flow.zeros({}, {dtype = p.dtype}), v * (-p):log1p())
+  return t + p:log()
+end
+function Geometric:entropy() return bce_logits(self.logits, self.probs) / self.probs end
+
+------------------------------------------------------------------ Independent
+local Independent = Distribution:subclass('Independent')
+M.Independent = Independent
+--- Independent(base, n): base with its n rightmost batch dims as event dims.
+function Independent:__init(base, n, validate_args)
+  if type(n) ~= 'number' or n < 0 or n > #base.batch_shape:totable() then
+    fail(('Independent: reinterpreted_batch_ndims must be in [0, %d], got %s'):format(
+      #base.batch_shape:totable(), tostring(n)))
+  end
+  self.base_dist, self.reinterpreted_batch_ndims = base, n
+  local bs = base.batch_shape:totable()
+  local b, e = {}, {}
+  for i = 1, #bs - n do b[#b + 1] = bs[i] end
+  for i = #bs - n + 1, #bs do e[#e + 1] = bs[i] end
+  self.arg_constraints = {}
+  Distribution.__init(self, b, concat(e, base.event_shape:totable()), validate_args)
+end
+local function sum_rightmost(x, n)
+  for _ = 1, n do x = x:sum(-1) end
+  return x
+end
+function Independent:_get_has_rsample() return self.base_dist.has_rsample end
+function Independent:_get_support()
+  return constraints.independent(self.base_dist.support, self.reinterpreted_batch_ndims)
+end
+function Independent:_get_mean() return self.base_dist.mean end
+function Independent:_get_mode() return self.base_dist.mode end
+function Independent:_get_variance() return self.base_dist.variance end
+function Independent:sample(s) return self.base_dist:sample(s) end
+function Independent:rsample(s) return self.base_dist:rsample(s) end
+function Independent:log_prob(v) return sum_rightmost(self.base_dist:log_prob(v), self.reinterpreted_batch_ndims) end
+function Independent:entropy() return sum_rightmost(self.base_dist:entropy(), self.reinterpreted_batch_ndims) end
+function Independent:expand(batch_shape)
+  batch_shape = size_list(batch_shape)
+  local full = concat(batch_shape, {})
+  local bs = self.base_dist.batch_shape:totable()
+  for i = #bs - self.reinterpreted_batch_ndims + 1, #bs do full[#full + 1] = bs[i] end
+  return Independent(self.base_dist:expand(full), self.reinterpreted_batch_ndims, self._validate_args)
+end
+
+------------------------------------------------------------------ KL divergence
+local registry = {}
+
+--- register_kl(P, Q)(fn): fn(p, q) is KL(p || q) for instances of P and Q.
+function M.register_kl(P, Q)
+  if not (class.is_class(P) and class.is_class(Q)) then fail('register_kl: expected two distribution classes') end
+  return function(fn)
+    registry[P] = registry[P] or {}
+    registry[P][Q] = fn
+    return fn
+  end
+end
+
+--- kl_divergence(p, q): KL(p || q) per batch element, for the registered pairs
+-- (the most specific classes registered win).
+function M.kl_divergence(p, q)
+  local P = getmetatable(p)
+  while P do
+    local Q = getmetatable(q)
+    while Q do
+      local fn = registry[P] and registry[P][Q]
+      if fn then return fn(p, q) end
+      Q = Q.super
+    end
+    P = P.super
+  end
+  fail(('kl_divergence: no KL(p || q) is registered for p of type %s and q of type %s'):format(
+    tostring(p.__name), tostring(q.__name)))
+end
+
+local reg = M.register_kl
+local function kl_normal(p, q)
+  local var_ratio = (p.scale / q.scale) ^ 2
+  local t1 = ((p.loc - q.loc) / q.scale) ^ 2
+  return (var_ratio + t1 - 1 - var_ratio:log()) * 0.5
+end
+reg(Normal, Normal)(kl_normal)
+reg(LogNormal, LogNormal)(kl_normal)
+reg(HalfNormal, HalfNormal)(function(p, q) return kl_normal(std_normal(p), std_normal(q)) end)
+local function inf_where(mask, t) return flow.where(mask, flow.full({}, math.huge, {dtype = t.dtype}), t) end
+reg(Bernoulli, Bernoulli)(function(p, q)
+  local F = flow.nn.functional
+  local t1 = p.probs * (F.softplus(-q.logits) - F.softplus(-p.logits))
+  t1 = inf_where(q.probs:eq(0), t1)
+  t1 = flow.where(p.probs:eq(0), flow.zeros({}, {dtype = t1.dtype}), t1)
+  local t2 = (1 - p.probs) * (F.softplus(q.logits) - F.softplus(p.logits))
+  t2 = inf_where(q.probs:eq(1), t2)
+  t2 = flow.where(p.probs:eq(1), flow.zeros({}, {dtype = t2.dtype}), t2)
+  return t1 + t2
+end)
+local function kl_categorical(p, q)
+  local t = p.probs * (p.logits - q.logits)
+  t = inf_where(q.probs:eq(0):logical_and(p.probs:gt(0)), t)
+  t = flow.where(p.probs:eq(0), flow.zeros({}, {dtype = t.dtype}), t)
+  return t:sum(-1)
+end
+reg(Categorical, Categorical)(kl_categorical)
+reg(OneHotCategorical, OneHotCategorical)(function(p, q) return kl_categorical(p._categorical, q._categorical) end)
+reg(Uniform, Uniform)(function(p, q)
+  local r = ((q.high - q.low) / (p.high - p.low)):log()
+  return inf_where(q.low:gt(p.low):logical_or(q.high:lt(p.high)), r)
+end)
+reg(Exponential, Exponential)(function(p, q)
+  local ratio = q.rate / p.rate
+  return -ratio:log() + ratio - 1
+end)
+reg(Laplace, Laplace)(function(p, q)
+  local sr = p.scale / q.scale
+  local d = (p.loc - q.loc):abs()
+  return -sr:log() + d / q.scale + sr * (-d / p.scale):exp() - 1
+end)
+reg(Cauchy, Cauchy)(function(p, q)
+  return (((p.scale + q.scale) ^ 2 + (p.loc - q.loc) ^ 2) / (p.scale * q.scale * 4)):log()
+end)
+reg(Gumbel, Gumbel)(function(p, q)
+  local ct1, ct2, ct3 = p.scale / q.scale, q.loc / q.scale, p.loc / q.scale
+  local t1 = -ct1:log() - ct2 + ct3
+  local t2 = ct1 * EULER
+  local t3 = (ct2 + (ct1 + 1):lgamma() - ct3):exp()
+  return t1 + t2 + t3 - (1 + EULER)
+end)
+reg(Geometric, Geometric)(function(p, q)
+  return -p:entropy() - (-q.probs):log1p() / p.probs - q.logits
+end)
+reg(Independent, Independent)(function(p, q)
+  if p.reinterpreted_batch_ndims ~= q.reinterpreted_batch_ndims then
+    fail('kl_divergence: Independent distributions with different reinterpreted_batch_ndims')
+  end
+  return sum_rightmost(M.kl_divergence(p.base_dist, q.base_dist), p.reinterpreted_batch_ndims)
+end)
+
+return M

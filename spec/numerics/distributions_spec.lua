@@ -1,0 +1,224 @@
+-- flow.distributions: log_prob / entropy / cdf / icdf / moments / KL against
+-- torch.distributions (float64, when /usr/bin/python3 imports torch), sample
+-- moments and a Kolmogorov-Smirnov test with a fixed seed, expand,
+-- validate_args errors.
+local flow = require 'oneflow'
+local H = require 'spec.helpers'
+local D = flow.distributions
+
+local f64 = {dtype = flow.float64}
+local function t(v) return flow.tensor(v, f64) end
+
+-- name, Lua constructor, Python constructor, values for log_prob/cdf, has cdf/icdf
+local V = {0.3, 1.2, 2.5}
+local cases = {
+  {'Normal', function() return D.Normal(t({0.1, -1, 2}), t({1, 0.5, 3})) end,
+   'D.Normal(T([0.1, -1, 2]), T([1, 0.5, 3]))', V, true},
+  {'Uniform', function() return D.Uniform(t({0, 0.2, -1}), t({1, 1.5, 3})) end,
+   'D.Uniform(T([0, 0.2, -1]), T([1, 1.5, 3]))', {0.3, 1.2, 2.5}, true},
+  {'Exponential', function() return D.Exponential(t({0.5, 1, 3})) end, 'D.Exponential(T([0.5, 1, 3]))', V, true},
+  {'Laplace', function() return D.Laplace(t({0, 1, -2}), t({1, 2, 0.5})) end,
+   'D.Laplace(T([0, 1, -2]), T([1, 2, 0.5]))', V, true},
+  {'Cauchy', function() return D.Cauchy(t({0, 1, -2}), t({1, 2, 0.5})) end,
+   'D.Cauchy(T([0, 1, -2]), T([1, 2, 0.5]))', V, true, true},   -- torch's Cauchy mean: nan, variance: inf
+  {'Gumbel', function() return D.Gumbel(t({0, 1, -2}), t({1, 2, 0.5})) end,
+   'D.Gumbel(T([0, 1, -2]), T([1, 2, 0.5]))', V, true},
+  {'LogNormal', function() return D.LogNormal(t({0, 0.5, -1}), t({1, 0.3, 2})) end,
+   'D.LogNormal(T([0, 0.5, -1]), T([1, 0.3, 2]))', V, true},
+  {'HalfNormal', function() return D.HalfNormal(t({1, 0.3, 2})) end, 'D.HalfNormal(T([1, 0.3, 2]))', V, true},
+  {'Bernoulli', function() return D.Bernoulli(t({0.2, 0.5, 0.9})) end, 'D.Bernoulli(T([0.2, 0.5, 0.9]))', {1, 0, 1}},
+  {'Bernoulli(logits)', function() return D.Bernoulli(nil, t({-2, 0.3, 4})) end,
+   'D.Bernoulli(logits=T([-2, 0.3, 4]))', {0, 1, 1}},
+  {'Geometric', function() return D.Geometric(t({0.2, 0.5, 0.9})) end, 'D.Geometric(T([0.2, 0.5, 0.9]))', {0, 3, 1}},
+}
+
+local function rows_of(d, c)
+  local v = t(c[4])
+  local r = {d:log_prob(v), d:entropy()}
+  if not c[6] then r[#r + 1] = d.mean; r[#r + 1] = d.variance end
+  if c[5] then r[#r + 1] = d:cdf(v); r[#r + 1] = d:icdf(t({0.1, 0.5, 0.9})) end
+  return r
+end
+
+local function py_script()
+  local lines = {'import torch.distributions as D', 'T = lambda v: torch.tensor(v, dtype=torch.float64)',
+                 'def out(x): print(" ".join(repr(v) for v in x.reshape(-1).tolist()))'}
+  for _, c in ipairs(cases) do
+    lines[#lines + 1] = 'd = ' .. c[3]
+    lines[#lines + 1] = ('v = T(%s)'):format(H.pylist(c[4]))
+    lines[#lines + 1] = 'out(d.log_prob(v)); out(d.entropy())'
+    if not c[6] then lines[#lines + 1] = 'out(d.mean); out(d.variance)' end
+    if c[5] then lines[#lines + 1] = 'out(d.cdf(v)); out(d.icdf(T([0.1, 0.5, 0.9])))' end
+  end
+  -- Categorical: values 0-based in torch, 1-based here
+  lines[#lines + 1] = 'c = D.Categorical(T([[0.2, 0.3, 0.5], [0.6, 0.1, 0.3]]))'
+  lines[#lines + 1] = 'out(c.log_prob(torch.tensor([2, 0]))); out(c.entropy())'
+  local kl = {
+    'D.Normal(T([0.1, -1]), T([1, 0.5])), D.Normal(T([0.3, 1]), T([2, 0.7]))',
+    'D.Bernoulli(T([0.2, 0.7])), D.Bernoulli(T([0.5, 0.1]))',
+    'D.Categorical(T([[0.2, 0.3, 0.5], [0.6, 0.1, 0.3]])), D.Categorical(T([[0.1, 0.1, 0.8], [0.3, 0.3, 0.4]]))',
+    'D.Uniform(T([0.0, 0.2]), T([1.0, 0.5])), D.Uniform(T([-1.0, 0.0]), T([2.0, 3.0]))',
+    'D.Exponential(T([0.5, 2])), D.Exponential(T([1, 0.3]))',
+    'D.Laplace(T([0, 1]), T([1, 2])), D.Laplace(T([0.5, -1]), T([2, 0.5]))',
+    'D.Gumbel(T([0, 1]), T([1, 2])), D.Gumbel(T([0.5, -1]), T([2, 0.5]))',
+    'D.Geometric(T([0.2, 0.7])), D.Geometric(T([0.5, 0.1]))',
+    'D.LogNormal(T([0, 1]), T([1, 2])), D.LogNormal(T([0.5, -1]), T([2, 0.5]))',
+    'D.HalfNormal(T([1, 2])), D.HalfNormal(T([2, 0.5]))',
+    'D.Independent(D.Normal(T([[0.1, -1]]), T([[1, 0.5]])), 1), '
+      .. 'D.Independent(D.Normal(T([[0.3, 1]]), T([[2, 0.7]])), 1)',
+  }
+  for _, k in ipairs(kl) do lines[#lines + 1] = 'out(D.kl_divergence(' .. k .. '))' end
+  return table.concat(lines, '\n') .. '\n'
+end
+
+local kl_pairs = {
+  function() return D.Normal(t({0.1, -1}), t({1, 0.5})), D.Normal(t({0.3, 1}), t({2, 0.7})) end,
+  function() return D.Bernoulli(t({0.2, 0.7})), D.Bernoulli(t({0.5, 0.1})) end,
+  function()
+    return D.Categorical(t({{0.2, 0.3, 0.5}, {0.6, 0.1, 0.3}})), D.Categorical(t({{0.1, 0.1, 0.8}, {0.3, 0.3, 0.4}}))
+  end,
+  function() return D.Uniform(t({0, 0.2}), t({1, 0.5})), D.Uniform(t({-1, 0}), t({2, 3})) end,
+  function() return D.Exponential(t({0.5, 2})), D.Exponential(t({1, 0.3})) end,
+  function() return D.Laplace(t({0, 1}), t({1, 2})), D.Laplace(t({0.5, -1}), t({2, 0.5})) end,
+  function() return D.Gumbel(t({0, 1}), t({1, 2})), D.Gumbel(t({0.5, -1}), t({2, 0.5})) end,
+  function() return D.Geometric(t({0.2, 0.7})), D.Geometric(t({0.5, 0.1})) end,
+  function() return D.LogNormal(t({0, 1}), t({1, 2})), D.LogNormal(t({0.5, -1}), t({2, 0.5})) end,
+  function() return D.HalfNormal(t({1, 2})), D.HalfNormal(t({2, 0.5})) end,
+  function()
+    return D.Independent(D.Normal(t({{0.1, -1}}), t({{1, 0.5}})), 1),
+      D.Independent(D.Normal(t({{0.3, 1}}), t({{2, 0.7}})), 1)
+  end,
+}
+
+local function close_rows(what, ours, ref)
+  local got = ours:reshape(-1):totable()
+  assert.are.equal(#ref, #got, what .. ': count')
+  for i, r in ipairs(ref) do
+    local o = got[i]
+    local ok = (r ~= r and o ~= o) or o == r or math.abs(o - r) <= 1e-10 * math.max(1, math.abs(r))
+    assert(ok, ('%s element %d: %.17g, torch %.17g'):format(what, i, o, r))
+  end
+end
+
+describe('flow.distributions', function()
+  local check = H.torch_ok() and it or pending
+  check('log_prob, entropy, mean, variance, cdf, icdf and KL match torch.distributions', function()
+    local ref = H.torch_rows(py_script())
+    local k = 1
+    for _, c in ipairs(cases) do
+      local d = c[2]()
+      local names = c[6] and {'log_prob', 'entropy', 'cdf', 'icdf'}
+        or {'log_prob', 'entropy', 'mean', 'variance', 'cdf', 'icdf'}
+      for i, r in ipairs(rows_of(d, c)) do
+        close_rows(c[1] .. ' ' .. names[i], r, ref[k])
+        k = k + 1
+      end
+    end
+    local cat = D.Categorical(t({{0.2, 0.3, 0.5}, {0.6, 0.1, 0.3}}))
+    close_rows('Categorical log_prob', cat:log_prob(flow.tensor({3, 1})), ref[k]); k = k + 1
+    close_rows('Categorical entropy', cat:entropy(), ref[k]); k = k + 1
+    for i, mk in ipairs(kl_pairs) do
+      local p, q = mk()
+      close_rows('kl pair ' .. i, D.kl_divergence(p, q), ref[k]); k = k + 1
+    end
+  end)
+
+  -- Kolmogorov-Smirnov statistic of samples against the cdf
+  local function ks(d, n)
+    local s = d:sample({n}):reshape(-1)
+    local sorted = s:sort()
+    local cdf = d:cdf(sorted)
+    local i = flow.arange(1, n + 1, f64)
+    return math.max((i / n - cdf):amax():item(), (cdf - (i - 1) / n):amax():item())
+  end
+
+  it('samples: reproducible with manual_seed, moments and a KS test at a fixed seed', function()
+    local n = 20000
+    -- KS critical value at alpha = 0.001: 1.95 / sqrt(n)
+    local crit = 1.95 / math.sqrt(n)
+    for _, mk in ipairs({
+      function() return D.Normal(t(0.5), t(2)) end, function() return D.Exponential(t(1.5)) end,
+      function() return D.Laplace(t(-1), t(0.5)) end, function() return D.Cauchy(t(0), t(1)) end,
+      function() return D.Gumbel(t(1), t(2)) end, function() return D.LogNormal(t(0), t(0.5)) end,
+      function() return D.Uniform(t(-1), t(3)) end, function() return D.HalfNormal(t(1.5)) end,
+    }) do
+      flow.manual_seed(1234)
+      local d = mk()
+      local stat = ks(d, n)
+      assert(stat < crit, ('%s: KS statistic %.4f >= %.4f'):format(d.__name, stat, crit))
+      flow.manual_seed(99)
+      local a = d:sample({5})
+      flow.manual_seed(99)
+      H.close(d:sample({5}), a:totable(), 0)
+      if d.__name ~= 'Cauchy' then
+        flow.manual_seed(7)
+        local s = d:sample({n})
+        local se = math.sqrt(d.variance:item() / n)
+        assert(math.abs(s:mean():item() - d.mean:item()) < 5 * se, d.__name .. ': sample mean')
+        local v = s:var():item()
+        assert(math.abs(v / d.variance:item() - 1) < 0.1, d.__name .. ': sample variance ' .. v)
+      end
+    end
+    -- discrete: frequencies against probabilities
+    flow.manual_seed(5)
+    local cat = D.Categorical(t({0.2, 0.3, 0.5}))
+    local s = cat:sample({n})
+    for k, p in ipairs({0.2, 0.3, 0.5}) do
+      local freq = s:eq(k):to(flow.float64):mean():item()
+      assert(math.abs(freq - p) < 5 * math.sqrt(p * (1 - p) / n), 'Categorical frequency of ' .. k)
+    end
+    local b = D.Bernoulli(t({0.3})):sample({n})
+    assert(math.abs(b:mean():item() - 0.3) < 5 * math.sqrt(0.21 / n))
+    local g = D.Geometric(t({0.25})):sample({n})
+    assert(math.abs(g:mean():item() - 3) < 5 * math.sqrt(12 / n))
+    local o = D.OneHotCategorical(t({0.2, 0.8})):sample({n})
+    assert.are.same({n, 2}, H.shape(o))
+    assert(math.abs(o:select(2, 2):mean():item() - 0.8) < 5 * math.sqrt(0.16 / n))
+  end)
+
+  it('rsample is differentiable; batch and event shapes; expand; Independent', function()
+    local loc = flow.tensor({0.5, -1}, {dtype = flow.float64, requires_grad = true})
+    local scale = flow.tensor({1, 2}, {dtype = flow.float64, requires_grad = true})
+    local d = D.Normal(loc, scale)
+    flow.manual_seed(3)
+    local x = d:rsample({1000})
+    x:mean():backward()
+    H.close(loc.grad, {0.5, 0.5}, 1e-12)   -- mean over 1000 x 2 samples
+    assert.are.same({2}, d.batch_shape:totable())
+    assert.are.same({}, d.event_shape:totable())
+    local e = d:expand({4, 2})
+    assert.are.same({4, 2}, e.batch_shape:totable())
+    assert.are.same({3, 4, 2}, H.shape(e:sample({3})))
+    local ind = D.Independent(D.Normal(flow.zeros(5, 3, f64), flow.ones(5, 3, f64)), 1)
+    assert.are.same({5}, ind.batch_shape:totable())
+    assert.are.same({3}, ind.event_shape:totable())
+    H.close(ind:log_prob(flow.zeros(5, 3, f64)), flow.full({5}, 3 * -0.5 * math.log(2 * math.pi), f64):totable(), 1e-12)
+    local cd = D.Cauchy(t({0, 1}), t({1, 1}))
+    assert.is_true(cd.mean[1]:item() ~= cd.mean[1]:item())
+    assert.are.equal(math.huge, cd.variance[2]:item())
+    local cat = D.Categorical(flow.ones(4, 3, f64))
+    assert.are.same({2, 4}, H.shape(cat:sample({2})))
+    assert.are.equal('IntegerInterval(lower_bound=1, upper_bound=3)', cat.support.name)
+  end)
+
+  it('validate_args: invalid parameters and values out of the support raise', function()
+    H.raises(function() D.Normal(0, -1) end, 'scale')
+    H.raises(function() D.Bernoulli(t({1.5})) end, 'probs')
+    H.raises(function() D.Bernoulli(t({0.5}), t({0})) end, 'not both')
+    H.raises(function() D.Categorical(t({0.5, -0.5})) end, 'Simplex')
+    H.raises(function() D.Uniform(1, 0) end, 'low to be less than high')
+    H.raises(function() D.Exponential(1):log_prob(t({-1})) end, 'support')
+    H.raises(function() D.Categorical(t({0.5, 0.5})):log_prob(flow.tensor({3})) end, 'support')
+    H.raises(function() D.kl_divergence(D.Normal(0, 1), D.Laplace(0, 1)) end, 'no KL')
+    -- validate_args = false skips the checks
+    assert.are.equal(1, D.Exponential(t({1}), false):log_prob(t({-1})):item())   -- log 1 - 1 * -1
+  end)
+
+  it('register_kl adds a pair', function()
+    local My = D.Normal:subclass('MyNormal')
+    D.register_kl(My, D.Laplace)(function() return flow.tensor(42) end)
+    assert.are.equal(42, D.kl_divergence(My(0, 1), D.Laplace(0, 1)):item())
+    -- a subclass finds its base's pair
+    H.close(D.kl_divergence(My(t(0), t(1)), D.Normal(t(0), t(1))), 0, 1e-15)
+  end)
+end)
