@@ -30,6 +30,13 @@ local cases = {
   {'Bernoulli(logits)', function() return D.Bernoulli(nil, t({-2, 0.3, 4})) end,
    'D.Bernoulli(logits=T([-2, 0.3, 4]))', {0, 1, 1}},
   {'Geometric', function() return D.Geometric(t({0.2, 0.5, 0.9})) end, 'D.Geometric(T([0.2, 0.5, 0.9]))', {0, 3, 1}},
+  {'Gamma', function() return D.Gamma(t({0.5, 2, 9}), t({1, 2, 0.5})) end,
+   'D.Gamma(T([0.5, 2, 9]), T([1, 2, 0.5]))', V},
+  {'Chi2', function() return D.Chi2(t({1, 3, 10})) end, 'D.Chi2(T([1, 3, 10]))', V},
+  {'Beta', function() return D.Beta(t({0.5, 2, 5}), t({3, 2, 0.7})) end,
+   'D.Beta(T([0.5, 2, 5]), T([3, 2, 0.7]))', {0.3, 0.5, 0.9}},
+  {'StudentT', function() return D.StudentT(t({3, 5, 30}), t({0, 1, -1}), t({1, 2, 0.5})) end,
+   'D.StudentT(T([3, 5, 30]), T([0, 1, -1]), T([1, 2, 0.5]))', V},
 }
 
 local function rows_of(d, c)
@@ -53,6 +60,9 @@ local function py_script()
   -- Categorical: values 0-based in torch, 1-based here
   lines[#lines + 1] = 'c = D.Categorical(T([[0.2, 0.3, 0.5], [0.6, 0.1, 0.3]]))'
   lines[#lines + 1] = 'out(c.log_prob(torch.tensor([2, 0]))); out(c.entropy())'
+  lines[#lines + 1] = 'c = D.Dirichlet(T([[1, 2, 3], [0.5, 0.5, 4]]))'
+  lines[#lines + 1] = 'out(c.log_prob(T([[0.2, 0.3, 0.5], [0.1, 0.1, 0.8]]))); out(c.entropy())'
+  lines[#lines + 1] = 'out(c.mean); out(c.variance)'
   local kl = {
     'D.Normal(T([0.1, -1]), T([1, 0.5])), D.Normal(T([0.3, 1]), T([2, 0.7]))',
     'D.Bernoulli(T([0.2, 0.7])), D.Bernoulli(T([0.5, 0.1]))',
@@ -64,6 +74,9 @@ local function py_script()
     'D.Geometric(T([0.2, 0.7])), D.Geometric(T([0.5, 0.1]))',
     'D.LogNormal(T([0, 1]), T([1, 2])), D.LogNormal(T([0.5, -1]), T([2, 0.5]))',
     'D.HalfNormal(T([1, 2])), D.HalfNormal(T([2, 0.5]))',
+    'D.Gamma(T([0.5, 3]), T([1, 2])), D.Gamma(T([2, 1]), T([0.5, 3]))',
+    'D.Beta(T([0.5, 3]), T([1, 2])), D.Beta(T([2, 1]), T([0.5, 3]))',
+    'D.Dirichlet(T([[1, 2, 3]])), D.Dirichlet(T([[0.5, 4, 1]]))',
     'D.Independent(D.Normal(T([[0.1, -1]]), T([[1, 0.5]])), 1), '
       .. 'D.Independent(D.Normal(T([[0.3, 1]]), T([[2, 0.7]])), 1)',
   }
@@ -84,6 +97,9 @@ local kl_pairs = {
   function() return D.Geometric(t({0.2, 0.7})), D.Geometric(t({0.5, 0.1})) end,
   function() return D.LogNormal(t({0, 1}), t({1, 2})), D.LogNormal(t({0.5, -1}), t({2, 0.5})) end,
   function() return D.HalfNormal(t({1, 2})), D.HalfNormal(t({2, 0.5})) end,
+  function() return D.Gamma(t({0.5, 3}), t({1, 2})), D.Gamma(t({2, 1}), t({0.5, 3})) end,
+  function() return D.Beta(t({0.5, 3}), t({1, 2})), D.Beta(t({2, 1}), t({0.5, 3})) end,
+  function() return D.Dirichlet(t({{1, 2, 3}})), D.Dirichlet(t({{0.5, 4, 1}})) end,
   function()
     return D.Independent(D.Normal(t({{0.1, -1}}), t({{1, 0.5}})), 1),
       D.Independent(D.Normal(t({{0.3, 1}}), t({{2, 0.7}})), 1)
@@ -117,6 +133,11 @@ describe('flow.distributions', function()
     local cat = D.Categorical(t({{0.2, 0.3, 0.5}, {0.6, 0.1, 0.3}}))
     close_rows('Categorical log_prob', cat:log_prob(flow.tensor({3, 1})), ref[k]); k = k + 1
     close_rows('Categorical entropy', cat:entropy(), ref[k]); k = k + 1
+    local dir = D.Dirichlet(t({{1, 2, 3}, {0.5, 0.5, 4}}))
+    close_rows('Dirichlet log_prob', dir:log_prob(t({{0.2, 0.3, 0.5}, {0.1, 0.1, 0.8}})), ref[k]); k = k + 1
+    close_rows('Dirichlet entropy', dir:entropy(), ref[k]); k = k + 1
+    close_rows('Dirichlet mean', dir.mean, ref[k]); k = k + 1
+    close_rows('Dirichlet variance', dir.variance, ref[k]); k = k + 1
     for i, mk in ipairs(kl_pairs) do
       local p, q = mk()
       close_rows('kl pair ' .. i, D.kl_divergence(p, q), ref[k]); k = k + 1
@@ -141,6 +162,8 @@ describe('flow.distributions', function()
       function() return D.Laplace(t(-1), t(0.5)) end, function() return D.Cauchy(t(0), t(1)) end,
       function() return D.Gumbel(t(1), t(2)) end, function() return D.LogNormal(t(0), t(0.5)) end,
       function() return D.Uniform(t(-1), t(3)) end, function() return D.HalfNormal(t(1.5)) end,
+      function() return D.Gamma(t(0.4), t(1)) end, function() return D.Gamma(t(3), t(2)) end,
+      function() return D.Chi2(t(4)) end,
     }) do
       flow.manual_seed(1234)
       local d = mk()
@@ -171,6 +194,17 @@ describe('flow.distributions', function()
     assert(math.abs(b:mean():item() - 0.3) < 5 * math.sqrt(0.21 / n))
     local g = D.Geometric(t({0.25})):sample({n})
     assert(math.abs(g:mean():item() - 3) < 5 * math.sqrt(12 / n))
+    -- Beta, StudentT, Dirichlet (no cdf): moments
+    flow.manual_seed(11)
+    for _, d in ipairs({D.Beta(t(0.5), t(3)), D.StudentT(t(6), t(1), t(2))}) do
+      local x = d:sample({n})
+      assert(math.abs(x:mean():item() - d.mean:item()) < 5 * math.sqrt(d.variance:item() / n), d.__name .. ' mean')
+      assert(math.abs(x:var():item() / d.variance:item() - 1) < 0.15, d.__name .. ' variance')
+    end
+    local dir = D.Dirichlet(t({1, 2, 3}))
+    local ds = dir:sample({n})
+    H.close(ds:sum(2), flow.ones(n, f64):totable(), 1e-12)
+    H.close(ds:mean(1), dir.mean:totable(), 0.01)
     local o = D.OneHotCategorical(t({0.2, 0.8})):sample({n})
     assert.are.same({n, 2}, H.shape(o))
     assert(math.abs(o:select(2, 2):mean():item() - 0.8) < 5 * math.sqrt(0.16 / n))
@@ -203,6 +237,9 @@ describe('flow.distributions', function()
 
   it('validate_args: invalid parameters and values out of the support raise', function()
     H.raises(function() D.Normal(0, -1) end, 'scale')
+    H.raises(function() D.Gamma(t({1}), t({0})) end, 'rate')
+    H.raises(function() D.Beta(0.5, 2):log_prob(t({1.5})) end, 'support')
+    H.raises(function() D.Gamma(1, 1):rsample() end, 'reparameterized')
     H.raises(function() D.Bernoulli(t({1.5})) end, 'probs')
     H.raises(function() D.Bernoulli(t({0.5}), t({0})) end, 'not both')
     H.raises(function() D.Categorical(t({0.5, -0.5})) end, 'Simplex')

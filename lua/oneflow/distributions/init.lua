@@ -601,6 +601,187 @@ function Independent:expand(batch_shape)
   return Independent(self.base_dist:expand(full), self.reinterpreted_batch_ndims, self._validate_args)
 end
 
+------------------------------------------------------------------ Gamma family
+local S = flow.special
+
+-- Standard Gamma(alpha, 1) draws, Marsaglia & Tsang (2000): for alpha >= 1
+-- a squeeze-rejection sampler from a transformed normal (acceptance above
+-- 95%), repeated for the rejected elements only; alpha < 1 draws
+-- Gamma(alpha + 1) * U^(1/alpha).
+local function standard_gamma(alpha)
+  return flow.no_grad(function()
+    local small = alpha:lt(1)
+    local a = flow.where(small, alpha + 1, alpha)
+    local d = a - 1 / 3
+    local c = (d * 9):rsqrt()
+    local out = flow.zeros_like(a)
+    local todo = flow.ones(a:size():totable(), {dtype = flow.bool})
+    for _ = 1, 200 do
+      local x = flow.randn(a:size():totable(), {dtype = a.dtype})
+      local v = (x * c + 1) ^ 3
+      local u = uniform_like(a:size():totable(), a)
+      local vpos = v:gt(0)
+      local vs = flow.where(vpos, v, flow.ones({}, {dtype = v.dtype}))
+      local ok = vpos:logical_and(u:log():lt(x * x * 0.5 + d - d * vs + d * vs:log()))
+      local take = ok:logical_and(todo)
+      out = flow.where(take, d * vs, out)
+      todo = todo:logical_and(ok:logical_not())
+      if not todo:any():item() then break end
+    end
+    if todo:any():item() then fail('Gamma: the sampler did not converge (parameters too extreme?)') end
+    local boost = uniform_like(a:size():totable(), a):pow(alpha:reciprocal())
+    return flow.where(small, out * boost, out)
+  end)
+end
+
+local Gamma = Distribution:subclass('Gamma')
+M.Gamma = Gamma
+Gamma.arg_constraints = {concentration = constraints.positive, rate = constraints.positive}
+Gamma.support = constraints.nonnegative
+--- Gamma(concentration, rate[, validate_args]). Not reparameterised here
+-- (PyTorch's rsample uses an implicit gradient this does not have yet).
+function Gamma:__init(concentration, rate, validate_args)
+  self.concentration, self.rate = broadcast_all(concentration, rate)
+  Distribution.__init(self, self.concentration:size(), {}, validate_args)
+end
+function Gamma:_get_mean() return self.concentration / self.rate end
+function Gamma:_get_mode() return ((self.concentration - 1) / self.rate):clamp(0) end
+function Gamma:_get_variance() return self.concentration / self.rate ^ 2 end
+function Gamma:sample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  return standard_gamma(self.concentration:expand(shape)) / self.rate:expand(shape)
+end
+function Gamma:log_prob(value)
+  self:_validate_sample(value)
+  local a, r = self.concentration, self.rate
+  return flow.xlogy(a, r) + flow.xlogy(a - 1, value) - r * value - S.gammaln(a)
+end
+function Gamma:cdf(value) return S.gammainc(self.concentration, self.rate * value) end
+function Gamma:entropy()
+  local a = self.concentration
+  return a - self.rate:log() + S.gammaln(a) + (1 - a) * S.digamma(a)
+end
+
+local Chi2 = Gamma:subclass('Chi2')
+M.Chi2 = Chi2
+Chi2.arg_constraints = {df = constraints.positive}
+--- Chi2(df[, validate_args]) = Gamma(df / 2, 1 / 2)
+function Chi2:__init(df, validate_args)
+  self.df = broadcast_all(df)
+  self.concentration, self.rate = self.df * 0.5, flow.full(self.df:size():totable(), 0.5, {dtype = self.df.dtype})
+  self._derived = {'concentration', 'rate'}
+  Distribution.__init(self, self.df:size(), {}, validate_args)
+end
+
+local function lbeta_sum(conc)   -- log B(conc) over the last dim
+  return S.gammaln(conc):sum(-1) - S.gammaln(conc:sum(-1))
+end
+
+local Dirichlet = Distribution:subclass('Dirichlet')
+M.Dirichlet = Dirichlet
+Dirichlet.arg_constraints = {concentration = constraints.independent(constraints.positive, 1)}
+Dirichlet.support = constraints.simplex
+Dirichlet._param_event_dims = {1}
+--- Dirichlet(concentration [..., K][, validate_args])
+function Dirichlet:__init(concentration, validate_args)
+  if not is_tensor(concentration) or concentration:dim() < 1 then
+    fail('Dirichlet: concentration must be a tensor of at least 1 dim')
+  end
+  self.concentration = broadcast_all(concentration)
+  local bs = concentration:size():totable()
+  local k = table.remove(bs)
+  Distribution.__init(self, bs, {k}, validate_args)
+end
+function Dirichlet:_get_mean() return self.concentration / self.concentration:sum(-1, {keepdim = true}) end
+function Dirichlet:_get_variance()
+  local a = self.concentration
+  local a0 = a:sum(-1, {keepdim = true})
+  return a * (a0 - a) / (a0 ^ 2 * (a0 + 1))
+end
+function Dirichlet:sample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  local g = standard_gamma(self.concentration:expand(shape))
+  return g / g:sum(-1, {keepdim = true})
+end
+function Dirichlet:log_prob(value)
+  self:_validate_sample(value)
+  return flow.xlogy(self.concentration - 1, value):sum(-1) - lbeta_sum(self.concentration)
+end
+function Dirichlet:entropy()
+  local a = self.concentration
+  local k, a0 = a:size(-1), a:sum(-1)
+  return lbeta_sum(a) + (a0 - k) * S.digamma(a0) - ((a - 1) * S.digamma(a)):sum(-1)
+end
+
+local Beta = Distribution:subclass('Beta')
+M.Beta = Beta
+Beta.arg_constraints = {concentration1 = constraints.positive, concentration0 = constraints.positive}
+Beta.support = constraints.unit_interval
+--- Beta(concentration1, concentration0[, validate_args])
+function Beta:__init(c1, c0, validate_args)
+  self.concentration1, self.concentration0 = broadcast_all(c1, c0)
+  Distribution.__init(self, self.concentration1:size(), {}, validate_args)
+end
+local function beta_dirichlet(self)
+  return Dirichlet(flow.stack({self.concentration1, self.concentration0}, -1), false)
+end
+function Beta:_get_mean() return self.concentration1 / (self.concentration1 + self.concentration0) end
+function Beta:_get_variance()
+  local a, b = self.concentration1, self.concentration0
+  local t = a + b
+  return a * b / (t ^ 2 * (t + 1))
+end
+function Beta:sample(sample_shape) return beta_dirichlet(self):sample(sample_shape):select(-1, 1) end
+function Beta:log_prob(value)
+  self:_validate_sample(value)
+  local v = flow.stack({value, 1 - value}, -1)
+  return beta_dirichlet(self):log_prob(v)
+end
+function Beta:entropy() return beta_dirichlet(self):entropy() end
+
+local StudentT = Distribution:subclass('StudentT')
+M.StudentT = StudentT
+StudentT.arg_constraints = {df = constraints.positive, loc = constraints.real, scale = constraints.positive}
+StudentT.support = constraints.real
+--- StudentT(df[, loc = 0[, scale = 1[, validate_args]]])
+function StudentT:__init(df, loc, scale, validate_args)
+  self.df, self.loc, self.scale = broadcast_all(df, loc or 0, scale or 1)
+  Distribution.__init(self, self.df:size(), {}, validate_args)
+end
+function StudentT:_get_mean()
+  return flow.where(self.df:gt(1), self.loc, flow.full({}, 0 / 0, {dtype = self.loc.dtype}))
+end
+function StudentT:_get_mode() return self.loc end
+function StudentT:_get_variance()
+  local df = self.df
+  local v = self.scale ^ 2 * df / (df - 2)
+  v = flow.where(df:le(2), flow.full({}, math.huge, {dtype = v.dtype}), v)
+  return flow.where(df:le(1), flow.full({}, 0 / 0, {dtype = v.dtype}), v)
+end
+function StudentT:sample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  return flow.no_grad(function()
+    local z = flow.randn(shape, {dtype = self.loc.dtype})
+    local chi2 = standard_gamma((self.df * 0.5):expand(shape)) * 2
+    return self.loc + self.scale * z * (self.df / chi2):sqrt()
+  end)
+end
+function StudentT:log_prob(value)
+  self:_validate_sample(value)
+  local df = self.df
+  local y = (value - self.loc) / self.scale
+  local z = self.scale:log() + df:log() * 0.5 + 0.5 * math.log(math.pi)
+    + S.gammaln(df * 0.5) - S.gammaln((df + 1) * 0.5)
+  return -((df + 1) * 0.5) * (y ^ 2 / df):log1p() - z
+end
+function StudentT:entropy()
+  local df = self.df
+  local lbeta = S.gammaln(df * 0.5) + S.gammaln(flow.full({}, 0.5, {dtype = df.dtype}))
+    - S.gammaln((df + 1) * 0.5)
+  return self.scale:log() + (df + 1) * 0.5 * (S.digamma((df + 1) * 0.5) - S.digamma(df * 0.5))
+    + df:log() * 0.5 + lbeta
+end
+
 ------------------------------------------------------------------ KL divergence
 local registry = {}
 
@@ -684,6 +865,25 @@ reg(Gumbel, Gumbel)(function(p, q)
 end)
 reg(Geometric, Geometric)(function(p, q)
   return -p:entropy() - (-q.probs):log1p() / p.probs - q.logits
+end)
+reg(Gamma, Gamma)(function(p, q)
+  local t1 = q.concentration * (p.rate / q.rate):log()
+  local t2 = S.gammaln(q.concentration) - S.gammaln(p.concentration)
+  local t3 = (p.concentration - q.concentration) * S.digamma(p.concentration)
+  local t4 = (q.rate - p.rate) * (p.concentration / p.rate)
+  return t1 + t2 + t3 + t4
+end)
+local function kl_dirichlet(pa, qa)
+  local sp, sq = pa:sum(-1), qa:sum(-1)
+  local t1 = S.gammaln(sp) - S.gammaln(sq)
+  local t2 = (S.gammaln(pa) - S.gammaln(qa)):sum(-1)
+  local t4 = S.digamma(pa) - S.digamma(sp):unsqueeze(-1)
+  return t1 - t2 + ((pa - qa) * t4):sum(-1)
+end
+reg(Dirichlet, Dirichlet)(function(p, q) return kl_dirichlet(p.concentration, q.concentration) end)
+reg(Beta, Beta)(function(p, q)
+  return kl_dirichlet(flow.stack({p.concentration1, p.concentration0}, -1),
+                      flow.stack({q.concentration1, q.concentration0}, -1))
 end)
 reg(Independent, Independent)(function(p, q)
   if p.reinterpreted_batch_ndims ~= q.reinterpreted_batch_ndims then
