@@ -60,6 +60,14 @@ local function py_script()
   -- Categorical: values 0-based in torch, 1-based here
   lines[#lines + 1] = 'c = D.Categorical(T([[0.2, 0.3, 0.5], [0.6, 0.1, 0.3]]))'
   lines[#lines + 1] = 'out(c.log_prob(torch.tensor([2, 0]))); out(c.entropy())'
+  lines[#lines + 1] = 'c = D.Poisson(T([0.5, 4, 30]))'
+  lines[#lines + 1] = 'out(c.log_prob(T([0, 3, 28]))); out(c.mean)'
+  lines[#lines + 1] = 'c = D.Binomial(T([10, 3, 7]), T([0.3, 0.9, 0.5]))'
+  lines[#lines + 1] = 'out(c.log_prob(T([2, 3, 0]))); out(c.mean); out(c.variance)'
+  lines[#lines + 1] = 'c = D.Multinomial(10, T([[0.2, 0.3, 0.5], [0.6, 0.1, 0.3]]))'
+  lines[#lines + 1] = 'out(c.log_prob(T([[2, 3, 5], [10, 0, 0]]))); out(c.mean); out(c.variance)'
+  lines[#lines + 1] = 'c = D.MultivariateNormal(T([1, -1]), T([[2, 0.5], [0.5, 1]]))'
+  lines[#lines + 1] = 'out(c.log_prob(T([[0, 0], [1, 2]]))); out(c.entropy()); out(c.variance)'
   lines[#lines + 1] = 'c = D.Dirichlet(T([[1, 2, 3], [0.5, 0.5, 4]]))'
   lines[#lines + 1] = 'out(c.log_prob(T([[0.2, 0.3, 0.5], [0.1, 0.1, 0.8]]))); out(c.entropy())'
   lines[#lines + 1] = 'out(c.mean); out(c.variance)'
@@ -77,6 +85,9 @@ local function py_script()
     'D.Gamma(T([0.5, 3]), T([1, 2])), D.Gamma(T([2, 1]), T([0.5, 3]))',
     'D.Beta(T([0.5, 3]), T([1, 2])), D.Beta(T([2, 1]), T([0.5, 3]))',
     'D.Dirichlet(T([[1, 2, 3]])), D.Dirichlet(T([[0.5, 4, 1]]))',
+    'D.Poisson(T([0.5, 3])), D.Poisson(T([2, 1]))',
+    'D.MultivariateNormal(T([1, -1]), T([[2, 0.5], [0.5, 1]])), '
+      .. 'D.MultivariateNormal(T([0, 0]), scale_tril=T([[1, 0], [0.2, 2]]))',
     'D.Independent(D.Normal(T([[0.1, -1]]), T([[1, 0.5]])), 1), '
       .. 'D.Independent(D.Normal(T([[0.3, 1]]), T([[2, 0.7]])), 1)',
   }
@@ -100,6 +111,11 @@ local kl_pairs = {
   function() return D.Gamma(t({0.5, 3}), t({1, 2})), D.Gamma(t({2, 1}), t({0.5, 3})) end,
   function() return D.Beta(t({0.5, 3}), t({1, 2})), D.Beta(t({2, 1}), t({0.5, 3})) end,
   function() return D.Dirichlet(t({{1, 2, 3}})), D.Dirichlet(t({{0.5, 4, 1}})) end,
+  function() return D.Poisson(t({0.5, 3})), D.Poisson(t({2, 1})) end,
+  function()
+    return D.MultivariateNormal(t({1, -1}), t({{2, 0.5}, {0.5, 1}})),
+      D.MultivariateNormal(t({0, 0}), {scale_tril = t({{1, 0}, {0.2, 2}})})
+  end,
   function()
     return D.Independent(D.Normal(t({{0.1, -1}}), t({{1, 0.5}})), 1),
       D.Independent(D.Normal(t({{0.3, 1}}), t({{2, 0.7}})), 1)
@@ -133,6 +149,21 @@ describe('flow.distributions', function()
     local cat = D.Categorical(t({{0.2, 0.3, 0.5}, {0.6, 0.1, 0.3}}))
     close_rows('Categorical log_prob', cat:log_prob(flow.tensor({3, 1})), ref[k]); k = k + 1
     close_rows('Categorical entropy', cat:entropy(), ref[k]); k = k + 1
+    local po = D.Poisson(t({0.5, 4, 30}))
+    close_rows('Poisson log_prob', po:log_prob(t({0, 3, 28})), ref[k]); k = k + 1
+    close_rows('Poisson mean', po.mean, ref[k]); k = k + 1
+    local bi = D.Binomial(t({10, 3, 7}), t({0.3, 0.9, 0.5}))
+    close_rows('Binomial log_prob', bi:log_prob(t({2, 3, 0})), ref[k]); k = k + 1
+    close_rows('Binomial mean', bi.mean, ref[k]); k = k + 1
+    close_rows('Binomial variance', bi.variance, ref[k]); k = k + 1
+    local mu = D.Multinomial(10, t({{0.2, 0.3, 0.5}, {0.6, 0.1, 0.3}}))
+    close_rows('Multinomial log_prob', mu:log_prob(t({{2, 3, 5}, {10, 0, 0}})), ref[k]); k = k + 1
+    close_rows('Multinomial mean', mu.mean, ref[k]); k = k + 1
+    close_rows('Multinomial variance', mu.variance, ref[k]); k = k + 1
+    local mvn = D.MultivariateNormal(t({1, -1}), t({{2, 0.5}, {0.5, 1}}))
+    close_rows('MultivariateNormal log_prob', mvn:log_prob(t({{0, 0}, {1, 2}})), ref[k]); k = k + 1
+    close_rows('MultivariateNormal entropy', mvn:entropy(), ref[k]); k = k + 1
+    close_rows('MultivariateNormal variance', mvn.variance, ref[k]); k = k + 1
     local dir = D.Dirichlet(t({{1, 2, 3}, {0.5, 0.5, 4}}))
     close_rows('Dirichlet log_prob', dir:log_prob(t({{0.2, 0.3, 0.5}, {0.1, 0.1, 0.8}})), ref[k]); k = k + 1
     close_rows('Dirichlet entropy', dir:entropy(), ref[k]); k = k + 1
@@ -201,6 +232,21 @@ describe('flow.distributions', function()
       assert(math.abs(x:mean():item() - d.mean:item()) < 5 * math.sqrt(d.variance:item() / n), d.__name .. ' mean')
       assert(math.abs(x:var():item() / d.variance:item() - 1) < 0.15, d.__name .. ' variance')
     end
+    -- Poisson (both samplers), Binomial, Multinomial, MultivariateNormal: moments
+    local po = D.Poisson(t({0.7, 4, 40, 300}))
+    local ps = po:sample({n})
+    for i, r in ipairs({0.7, 4, 40, 300}) do
+      assert(math.abs(ps:select(2, i):mean():item() - r) < 5 * math.sqrt(r / n), 'Poisson mean ' .. r)
+      assert(math.abs(ps:select(2, i):var():item() / r - 1) < 0.1, 'Poisson variance ' .. r)
+    end
+    local bs = D.Binomial(t({12}), t({0.3})):sample({n})
+    assert(math.abs(bs:mean():item() - 3.6) < 5 * math.sqrt(2.52 / n), 'Binomial mean')
+    local ms = D.Multinomial(10, t({0.2, 0.3, 0.5})):sample({n})
+    H.close(ms:sum(2), flow.full({n}, 10, f64):totable(), 0)
+    H.close(ms:mean(1), {2, 3, 5}, 0.06)
+    local mvn = D.MultivariateNormal(t({1, -1}), t({{2, 0.5}, {0.5, 1}}))
+    local xs = mvn:sample({n}) - t({1, -1})
+    H.close(xs:t():matmul(xs) / n, {{2, 0.5}, {0.5, 1}}, 0.08)
     local dir = D.Dirichlet(t({1, 2, 3}))
     local ds = dir:sample({n})
     H.close(ds:sum(2), flow.ones(n, f64):totable(), 1e-12)
@@ -240,6 +286,11 @@ describe('flow.distributions', function()
     H.raises(function() D.Gamma(t({1}), t({0})) end, 'rate')
     H.raises(function() D.Beta(0.5, 2):log_prob(t({1.5})) end, 'support')
     H.raises(function() D.Gamma(1, 1):rsample() end, 'reparameterized')
+    H.raises(function() D.MultivariateNormal(t({0, 0}), {}) end, 'exactly one of')
+    H.raises(function() D.MultivariateNormal(t({0, 0}), t({{1, 0, 0}, {0, 1, 0}, {0, 0, 1}})) end, '[..., 2, 2]')
+    H.raises(function() D.Poisson(t({-1})) end, 'rate')
+    H.raises(function() D.Binomial(t({3}), t({0.5})):log_prob(t({4})) end, 'support')
+    H.raises(function() D.Multinomial(2.5, t({0.5, 0.5})) end, 'total_count')
     H.raises(function() D.Bernoulli(t({1.5})) end, 'probs')
     H.raises(function() D.Bernoulli(t({0.5}), t({0})) end, 'not both')
     H.raises(function() D.Categorical(t({0.5, -0.5})) end, 'Simplex')

@@ -782,6 +782,238 @@ function StudentT:entropy()
     + df:log() * 0.5 + lbeta
 end
 
+------------------------------------------------------------------ counts
+-- Poisson(rate) draws: the multiplication method for rate < 10 (a loop over
+-- the count, every element at once), Hormann's transformed rejection (PTRS,
+-- as NumPy) for rate >= 10.
+local function poisson_draw(rate)
+  return flow.no_grad(function()
+    local shape = rate:size():totable()
+    local out = flow.zeros_like(rate)
+    local small = rate:lt(10)
+    if small:any():item() then
+      local lim = (-flow.where(small, rate, flow.zeros({}, {dtype = rate.dtype}))):exp()
+      local prod = uniform_like(shape, rate)
+      local k = flow.zeros_like(rate)
+      local go = small:logical_and(prod:gt(lim))
+      for _ = 1, 200 do
+        if not go:any():item() then break end
+        k = k + go:to(rate.dtype)
+        prod = flow.where(go, prod * uniform_like(shape, rate), prod)
+        go = go:logical_and(prod:gt(lim))
+      end
+      out = flow.where(small, k, out)
+    end
+    local big = small:logical_not()
+    if big:any():item() then
+      local lam = flow.where(big, rate, flow.full({}, 10, {dtype = rate.dtype}))
+      local slam, loglam = lam:sqrt(), lam:log()
+      local b = slam * 2.53 + 0.931
+      local a = b * 0.02483 - 0.059
+      local invalpha = (b - 3.4):reciprocal() * 1.1328 + 1.1239
+      local vr = 0.9277 - (b - 2):reciprocal() * 3.6224
+      local todo = big
+      for _ = 1, 200 do
+        if not todo:any():item() then break end
+        local U = uniform_like(shape, rate) - 0.5
+        local V = uniform_like(shape, rate)
+        local us = 0.5 - U:abs()
+        local k = ((a * 2 / us + b) * U + lam + 0.43):floor()
+        local quick = us:ge(0.07):logical_and(V:le(vr))
+        local bad = k:lt(0):logical_or(us:lt(0.013):logical_and(V:gt(us)))
+        local ks = k:clamp(0)
+        local slow = (V:log() + invalpha:log() - (a / (us * us) + b):log())
+          :le(-lam + ks * loglam - S.gammaln(ks + 1))
+        local ok = todo:logical_and(quick:logical_or(bad:logical_not():logical_and(slow)))
+        out = flow.where(ok, k, out)
+        todo = todo:logical_and(ok:logical_not())
+      end
+      if todo:any():item() then fail('Poisson: the sampler did not converge') end
+    end
+    return out
+  end)
+end
+
+local Poisson = Distribution:subclass('Poisson')
+M.Poisson = Poisson
+Poisson.arg_constraints = {rate = constraints.nonnegative}
+Poisson.support = constraints.nonnegative_integer
+function Poisson:__init(rate, validate_args)
+  self.rate = broadcast_all(rate)
+  Distribution.__init(self, self.rate:size(), {}, validate_args)
+end
+function Poisson:_get_mean() return self.rate end
+function Poisson:_get_mode() return self.rate:floor() end
+function Poisson:_get_variance() return self.rate end
+function Poisson:sample(sample_shape) return poisson_draw(self.rate:expand(self:_extended_shape(sample_shape))) end
+function Poisson:log_prob(value)
+  self:_validate_sample(value)
+  local r, v = unpack(flow.broadcast_tensors(self.rate, value:to(self.rate.dtype)))
+  return flow.xlogy(v, r) - r - S.gammaln(v + 1)
+end
+
+local MAX_TRIALS = 100000
+local Binomial = Distribution:subclass('Binomial')
+M.Binomial = Binomial
+--- Binomial(total_count, probs[, logits[, validate_args]])
+function Binomial:__init(total_count, probs, logits, validate_args)
+  if type(total_count) == 'table' and not is_tensor(total_count) then
+    local o = total_count
+    total_count, probs, logits, validate_args = o.total_count, o.probs, o.logits, o.validate_args
+  end
+  probs_or_logits('Binomial', probs, logits)
+  if probs ~= nil then
+    self.total_count, self.probs = broadcast_all(total_count or 1, probs)
+    self.arg_constraints = {total_count = constraints.nonnegative_integer, probs = constraints.unit_interval}
+  else
+    self.total_count, self.logits = broadcast_all(total_count or 1, logits)
+    self.arg_constraints = {total_count = constraints.nonnegative_integer, logits = constraints.real}
+  end
+  Distribution.__init(self, self.total_count:size(), {}, validate_args)
+end
+Binomial._get_probs = Bernoulli._get_probs
+Binomial._get_logits = Bernoulli._get_logits
+function Binomial:_get_support() return constraints.integer_interval(0, self.total_count) end
+function Binomial:_get_mean() return self.total_count * self.probs end
+function Binomial:_get_variance() return self.total_count * self.probs * (1 - self.probs) end
+--- sample: a sum of Bernoulli draws (total_count up to 100000).
+function Binomial:sample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  local n = self.total_count:max():item()
+  if n > MAX_TRIALS then
+    fail(('Binomial: sample draws one Bernoulli per trial; total_count %d exceeds %d'):format(n, MAX_TRIALS))
+  end
+  return flow.no_grad(function()
+    local full = concat(shape, {n})
+    local p = self.probs:expand(shape):unsqueeze(-1):expand(full)
+    local trial = flow.arange(1, n + 1, {dtype = p.dtype})
+    local live = trial:le(self.total_count:expand(shape):unsqueeze(-1)):to(p.dtype)
+    return (flow.bernoulli(p) * live):sum(-1)
+  end)
+end
+function Binomial:log_prob(value)
+  self:_validate_sample(value)
+  local n, l = self.total_count, self.logits
+  local v = value:to(l.dtype)
+  local lfact = S.gammaln(n + 1) - S.gammaln(v + 1) - S.gammaln(n - v + 1)
+  -- v * l - n * log1p(exp(l)), stable in both tails (PyTorch's form)
+  local norm = n * l:clamp(0) + n * (-l:abs()):exp():log1p()
+  return lfact + v * l - norm
+end
+
+local Multinomial = Distribution:subclass('Multinomial')
+M.Multinomial = Multinomial
+Multinomial._param_event_dims = {1}
+--- Multinomial(total_count, probs[, logits[, validate_args]]): counts over
+-- the last dim (total_count an integer, the same for every batch element).
+function Multinomial:__init(total_count, probs, logits, validate_args)
+  if type(total_count) ~= 'number' or total_count < 0 or total_count ~= math.floor(total_count) then
+    fail('Multinomial: total_count must be a non-negative integer, got ' .. tostring(total_count))
+  end
+  self.total_count = total_count
+  self._categorical = Categorical(probs, logits, validate_args)
+  self.arg_constraints = {}
+  Distribution.__init(self, self._categorical.batch_shape, {self._categorical._num_events}, validate_args)
+end
+function Multinomial:_get_probs() return self._categorical.probs end
+function Multinomial:_get_logits() return self._categorical.logits end
+function Multinomial:_get_support()
+  local n = self.total_count
+  return constraints.independent(constraints.integer_interval(0, n), 1)
+end
+function Multinomial:_get_mean() return self.probs * self.total_count end
+function Multinomial:_get_variance() return self.probs * (1 - self.probs) * self.total_count end
+function Multinomial:sample(sample_shape)
+  local ss = size_list(sample_shape)
+  local k = self._categorical._num_events
+  local idx = self._categorical:sample(concat({self.total_count}, ss))   -- [n, sample..., batch...]
+  local counts = flow.nn.functional.one_hot(idx, k):to(self.probs.dtype):sum(1)
+  return counts
+end
+function Multinomial:log_prob(value)
+  self:_validate_sample(value)
+  local v = value:to(self.logits.dtype)
+  local logits = self.logits
+  local t = flow.where(v:eq(0), flow.zeros({}, {dtype = v.dtype}), v * logits)
+  return S.gammaln(v:sum(-1) + 1) - S.gammaln(v + 1):sum(-1) + t:sum(-1)
+end
+
+------------------------------------------------------------------ MultivariateNormal
+local MultivariateNormal = Distribution:subclass('MultivariateNormal')
+M.MultivariateNormal = MultivariateNormal
+MultivariateNormal.support = constraints.real_vector
+MultivariateNormal.has_rsample = true
+--- MultivariateNormal(loc, {covariance_matrix = | precision_matrix = | scale_tril =}[, validate_args])
+-- (also positionally: MultivariateNormal(loc, covariance_matrix))
+function MultivariateNormal:__init(loc, opts, validate_args)
+  if is_tensor(opts) then opts = {covariance_matrix = opts} end
+  opts = A.check_options('MultivariateNormal', opts,
+    {covariance_matrix = true, precision_matrix = true, scale_tril = true, validate_args = true})
+  local n = (opts.covariance_matrix and 1 or 0) + (opts.precision_matrix and 1 or 0)
+    + (opts.scale_tril and 1 or 0)
+  if n ~= 1 then
+    fail('MultivariateNormal: exactly one of covariance_matrix, precision_matrix or scale_tril must be given')
+  end
+  if validate_args == nil then validate_args = opts.validate_args end
+  loc = broadcast_all(loc)
+  if loc:dim() < 1 then fail('MultivariateNormal: loc must be at least one-dimensional') end
+  local L
+  if opts.scale_tril then L = opts.scale_tril
+  elseif opts.covariance_matrix then L = flow.linalg.cholesky(opts.covariance_matrix)
+  else L = flow.linalg.cholesky(flow.linalg.inv(opts.precision_matrix)) end
+  local k = loc:size(-1)
+  if L:dim() < 2 or L:size(-1) ~= k or L:size(-2) ~= k then
+    fail(('MultivariateNormal: the matrix must be [..., %d, %d] for loc %s, got %s'):format(
+      k, k, A.shape_str(loc), A.shape_str(L)))
+  end
+  -- broadcast the batch dims of loc and the matrix
+  local lb = loc:unsqueeze(-1)
+  local bl = flow.broadcast_tensors(lb, L:narrow(-1, 1, 1))[1]
+  local bshape = bl:size():totable()
+  bshape[#bshape] = nil
+  bshape[#bshape] = nil
+  self.loc = loc:expand(concat(bshape, {k}))
+  self._unbroadcasted_scale_tril = L
+  self.scale_tril = L:expand(concat(bshape, {k, k}))
+  self.arg_constraints = {loc = constraints.real_vector}
+  Distribution.__init(self, bshape, {k}, validate_args)
+end
+function MultivariateNormal:_get_covariance_matrix()
+  return self.scale_tril:matmul(self.scale_tril:transpose(-1, -2))
+end
+function MultivariateNormal:_get_precision_matrix() return flow.linalg.inv(self.covariance_matrix) end
+function MultivariateNormal:_get_mean() return self.loc end
+function MultivariateNormal:_get_mode() return self.loc end
+function MultivariateNormal:_get_variance() return (self.scale_tril ^ 2):sum(-1) end
+function MultivariateNormal:rsample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  local eps = flow.randn(shape, {dtype = self.loc.dtype})
+  return self.loc + self.scale_tril:matmul(eps:unsqueeze(-1)):squeeze(-1)
+end
+-- ||L^-1 x||^2 over the last dim, L broadcast to x's batch dims
+local function mahalanobis(L, x)
+  local k = x:size(-1)
+  local xb, Lb = x:unsqueeze(-1), L
+  local shape = flow.broadcast_tensors(xb:narrow(-2, 1, 1), Lb:narrow(-2, 1, 1):narrow(-1, 1, 1))[1]
+    :size():totable()
+  shape[#shape - 1], shape[#shape] = k, 1
+  local lshape = concat(shape, {})
+  lshape[#lshape] = k
+  local y = flow.linalg.solve(Lb:expand(lshape), xb:expand(shape))
+  return (y ^ 2):sum(-2):squeeze(-1)
+end
+local function half_log_det(L) return L:diagonal(0, -2, -1):log():sum(-1) end
+function MultivariateNormal:log_prob(value)
+  self:_validate_sample(value)
+  local k = self.loc:size(-1)
+  local m = mahalanobis(self.scale_tril, value - self.loc)
+  return -(m + k * math.log(2 * math.pi)) * 0.5 - half_log_det(self.scale_tril)
+end
+function MultivariateNormal:entropy()
+  local k = self.loc:size(-1)
+  return half_log_det(self.scale_tril) + 0.5 * k * (1 + math.log(2 * math.pi))
+end
+
 ------------------------------------------------------------------ KL divergence
 local registry = {}
 
@@ -884,6 +1116,15 @@ reg(Dirichlet, Dirichlet)(function(p, q) return kl_dirichlet(p.concentration, q.
 reg(Beta, Beta)(function(p, q)
   return kl_dirichlet(flow.stack({p.concentration1, p.concentration0}, -1),
                       flow.stack({q.concentration1, q.concentration0}, -1))
+end)
+reg(Poisson, Poisson)(function(p, q) return p.rate * (p.rate:log() - q.rate:log()) - (p.rate - q.rate) end)
+reg(MultivariateNormal, MultivariateNormal)(function(p, q)
+  local k = p.loc:size(-1)
+  local Lq, Lp = q.scale_tril, p.scale_tril
+  local Lq2, Lp2 = unpack(flow.broadcast_tensors(Lq, Lp))
+  local term1 = (flow.linalg.solve(Lq2, Lp2) ^ 2):sum(-1):sum(-1)   -- tr(Sq^-1 Sp)
+  local term2 = mahalanobis(Lq, q.loc - p.loc)
+  return (term1 + term2 - k) * 0.5 + half_log_det(Lq) - half_log_det(Lp)
 end)
 reg(Independent, Independent)(function(p, q)
   if p.reinterpreted_batch_ndims ~= q.reinterpreted_batch_ndims then
