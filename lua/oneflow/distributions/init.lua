@@ -571,6 +571,7 @@ function Independent:__init(base, n, validate_args)
       #base.batch_shape:totable(), tostring(n)))
   end
   self.base_dist, self.reinterpreted_batch_ndims = base, n
+  self.has_rsample = base.has_rsample
   local bs = base.batch_shape:totable()
   local b, e = {}, {}
   for i = 1, #bs - n do b[#b + 1] = bs[i] end
@@ -582,7 +583,6 @@ local function sum_rightmost(x, n)
   for _ = 1, n do x = x:sum(-1) end
   return x
 end
-function Independent:_get_has_rsample() return self.base_dist.has_rsample end
 function Independent:_get_support()
   return constraints.independent(self.base_dist.support, self.reinterpreted_batch_ndims)
 end
@@ -1012,6 +1012,78 @@ end
 function MultivariateNormal:entropy()
   local k = self.loc:size(-1)
   return half_log_det(self.scale_tril) + 0.5 * k * (1 + math.log(2 * math.pi))
+end
+
+------------------------------------------------------------------ TransformedDistribution
+local transforms = require 'oneflow.distributions.transforms'
+for k, v in pairs(transforms) do if k:sub(1, 1) ~= '_' then M[k] = v end end
+M.transforms = transforms
+
+local TransformedDistribution = Distribution:subclass('TransformedDistribution')
+M.TransformedDistribution = TransformedDistribution
+--- TransformedDistribution(base, transforms[, validate_args]): the law of
+-- t_n(...t_1(x)) for x ~ base (transforms a transform or a list).
+function TransformedDistribution:__init(base, ts, validate_args)
+  if type(ts) == 'table' and ts.forward then ts = {ts} end
+  self.base_dist, self.transforms = base, ts or {}
+  self.has_rsample = base.has_rsample
+  self.arg_constraints = {}
+  local ev = #base.event_shape:totable()
+  for _, t in ipairs(self.transforms) do ev = math.max(ev, t.event_dim) end
+  self._event_dim = ev
+  local shape = concat(base.batch_shape:totable(), base.event_shape:totable())
+  local cut = #shape - ev
+  local b, e = {}, {}
+  for i = 1, #shape do if i <= cut then b[#b + 1] = shape[i] else e[#e + 1] = shape[i] end end
+  Distribution.__init(self, b, e, validate_args)
+end
+function TransformedDistribution:_get_support()
+  local t = self.transforms[#self.transforms]
+  return t and t.codomain or self.base_dist.support
+end
+function TransformedDistribution:sample(sample_shape)
+  local x = self.base_dist:sample(sample_shape)
+  for _, t in ipairs(self.transforms) do x = t:forward(x) end
+  return x
+end
+function TransformedDistribution:rsample(sample_shape)
+  local x = self.base_dist:rsample(sample_shape)
+  for _, t in ipairs(self.transforms) do x = t:forward(x) end
+  return x
+end
+function TransformedDistribution:log_prob(value)
+  self:_validate_sample(value)
+  local lp, y = 0, value
+  local ev = self._event_dim
+  for i = #self.transforms, 1, -1 do
+    local t = self.transforms[i]
+    local x = t:inverse(y)
+    lp = lp - transforms._sum_rightmost(t:log_abs_det_jacobian(x, y), ev - t.event_dim)
+    y = x
+  end
+  local base_ev = #self.base_dist.event_shape:totable()
+  return lp + transforms._sum_rightmost(self.base_dist:log_prob(y), ev - base_ev)
+end
+-- monotone increasing maps only (sign +1 for every transform)
+local function monotone(self)
+  local s = 1
+  for _, t in ipairs(self.transforms) do
+    if t.sign == nil then fail(self.__name .. ': cdf/icdf need transforms with a known sign') end
+    s = s * t.sign
+  end
+  return s
+end
+function TransformedDistribution:cdf(value)
+  local s = monotone(self)
+  for i = #self.transforms, 1, -1 do value = self.transforms[i]:inverse(value) end
+  local c = self.base_dist:cdf(value)
+  return s > 0 and c or 1 - c
+end
+function TransformedDistribution:icdf(p)
+  local s = monotone(self)
+  local x = self.base_dist:icdf(s > 0 and p or 1 - p)
+  for _, t in ipairs(self.transforms) do x = t:forward(x) end
+  return x
 end
 
 ------------------------------------------------------------------ KL divergence
