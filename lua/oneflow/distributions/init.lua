@@ -138,15 +138,10 @@ function Distribution:expand(batch_shape)
   local new = setmetatable({}, getmetatable(self))
   for k, v in pairs(self) do new[k] = v end
   local ev = #(self._param_event_dims or {})
-  for name in pairs(self.arg_constraints or {}) do
-    local v = rawget(self, name)
-    if v ~= nil then
-      local shape = concat(batch_shape, {})
-      for i = v:dim() - ev + 1, v:dim() do shape[#shape + 1] = v:size(i) end
-      new[name] = v:expand(shape)
-    end
-  end
-  for _, name in ipairs(self._derived or {}) do
+  local names = {}
+  for name in pairs(self.arg_constraints or {}) do names[#names + 1] = name end
+  for _, name in ipairs(self._derived or {}) do names[#names + 1] = name end
+  for _, name in ipairs(names) do
     local v = rawget(self, name)
     if v ~= nil then
       local shape = concat(batch_shape, {})
@@ -165,19 +160,34 @@ local function uniform_like(shape, like)
   return u:clamp(tiny, 1)
 end
 
------------------------------------------------------------------- Normal
-local Normal = Distribution:subclass('Normal')
-M.Normal = Normal
-Normal.arg_constraints = {loc = constraints.real, scale = constraints.positive}
-Normal.support = constraints.real
-Normal.has_rsample = true
---- Normal(loc, scale[, validate_args])
-function Normal:__init(loc, scale, validate_args)
-  self.loc, self.scale = broadcast_all(loc, scale)
-  Distribution.__init(self, self.loc:size(), {}, validate_args)
+-- a distribution class with the scalar parameters `params` ({name,
+-- constraint} in the constructor's order, broadcast together)
+local function family(name, params, support, has_rsample)
+  local cls = Distribution:subclass(name)
+  M[name] = cls
+  cls.arg_constraints = {}
+  for _, p in ipairs(params) do cls.arg_constraints[p[1]] = p[2] end
+  cls.support, cls.has_rsample = support, has_rsample
+  function cls:__init(...)
+    local n = #params
+    local args = {...}
+    local vals = {broadcast_all(unpack(args, 1, n))}
+    for i, p in ipairs(params) do self[p[1]] = vals[i] end
+    Distribution.__init(self, vals[1]:size(), {}, args[n + 1])
+  end
+  return cls
 end
+-- a location-scale family: loc real, scale positive, reparameterised, mode = loc
+local LOC_SCALE = {{'loc', constraints.real}, {'scale', constraints.positive}}
+local function loc_scale_family(name, support)
+  local cls = family(name, LOC_SCALE, support or constraints.real, true)
+  function cls:_get_mode() return self.loc end
+  return cls
+end
+
+------------------------------------------------------------------ Normal
+local Normal = loc_scale_family('Normal')
 function Normal:_get_mean() return self.loc end
-function Normal:_get_mode() return self.loc end
 function Normal:_get_stddev() return self.scale end
 function Normal:_get_variance() return self.scale ^ 2 end
 function Normal:rsample(sample_shape)
@@ -215,20 +225,23 @@ local Bernoulli = Distribution:subclass('Bernoulli')
 M.Bernoulli = Bernoulli
 Bernoulli.support = constraints.boolean
 --- Bernoulli(probs[, logits[, validate_args]]) or Bernoulli({probs =} | {logits =})
-function Bernoulli:__init(probs, logits, validate_args)
+-- probs (checked by `probs_constraint`) or logits, for Bernoulli and Geometric
+local function init_binary(self, name, probs, logits, validate_args, probs_constraint)
   if type(probs) == 'table' and not is_tensor(probs) then
     probs, logits, validate_args = probs.probs, probs.logits, probs.validate_args
   end
-  probs_or_logits('Bernoulli', probs, logits)
+  probs_or_logits(name, probs, logits)
   if probs ~= nil then
     self.probs = broadcast_all(probs)
-    self.arg_constraints = {probs = constraints.unit_interval}
+    self.arg_constraints = {probs = probs_constraint}
   else
     self.logits = broadcast_all(logits)
     self.arg_constraints = {logits = constraints.real}
   end
-  local p = self.probs or self.logits
-  Distribution.__init(self, p:size(), {}, validate_args)
+  Distribution.__init(self, (self.probs or self.logits):size(), {}, validate_args)
+end
+function Bernoulli:__init(probs, logits, validate_args)
+  init_binary(self, 'Bernoulli', probs, logits, validate_args, constraints.unit_interval)
 end
 function Bernoulli:_get_probs() return rawget(self, 'logits'):sigmoid() end
 function Bernoulli:_get_logits() return probs_to_logits(rawget(self, 'probs'), true) end
@@ -359,15 +372,7 @@ function Uniform:icdf(p) return p * (self.high - self.low) + self.low end
 function Uniform:entropy() return (self.high - self.low):log() end
 
 ------------------------------------------------------------------ Exponential
-local Exponential = Distribution:subclass('Exponential')
-M.Exponential = Exponential
-Exponential.arg_constraints = {rate = constraints.positive}
-Exponential.support = constraints.nonnegative
-Exponential.has_rsample = true
-function Exponential:__init(rate, validate_args)
-  self.rate = broadcast_all(rate)
-  Distribution.__init(self, self.rate:size(), {}, validate_args)
-end
+local Exponential = family('Exponential', {{'rate', constraints.positive}}, constraints.nonnegative, true)
 function Exponential:_get_mean() return self.rate:reciprocal() end
 function Exponential:_get_mode() return flow.zeros_like(self.rate) end
 function Exponential:_get_variance() return self.rate:pow(-2) end
@@ -384,17 +389,8 @@ function Exponential:icdf(p) return -(-p):log1p() / self.rate end
 function Exponential:entropy() return 1 - self.rate:log() end
 
 ------------------------------------------------------------------ Laplace
-local Laplace = Distribution:subclass('Laplace')
-M.Laplace = Laplace
-Laplace.arg_constraints = {loc = constraints.real, scale = constraints.positive}
-Laplace.support = constraints.real
-Laplace.has_rsample = true
-function Laplace:__init(loc, scale, validate_args)
-  self.loc, self.scale = broadcast_all(loc, scale)
-  Distribution.__init(self, self.loc:size(), {}, validate_args)
-end
+local Laplace = loc_scale_family('Laplace')
 function Laplace:_get_mean() return self.loc end
-function Laplace:_get_mode() return self.loc end
 function Laplace:_get_variance() return self.scale ^ 2 * 2 end
 function Laplace:_get_stddev() return self.scale * math.sqrt(2) end
 function Laplace:rsample(sample_shape)
@@ -416,17 +412,8 @@ end
 function Laplace:entropy() return (self.scale * 2):log() + 1 end
 
 ------------------------------------------------------------------ Cauchy
-local Cauchy = Distribution:subclass('Cauchy')
-M.Cauchy = Cauchy
-Cauchy.arg_constraints = {loc = constraints.real, scale = constraints.positive}
-Cauchy.support = constraints.real
-Cauchy.has_rsample = true
-function Cauchy:__init(loc, scale, validate_args)
-  self.loc, self.scale = broadcast_all(loc, scale)
-  Distribution.__init(self, self.loc:size(), {}, validate_args)
-end
+local Cauchy = loc_scale_family('Cauchy')
 function Cauchy:_get_mean() return self.loc * (0 / 0) end
-function Cauchy:_get_mode() return self.loc end
 function Cauchy:_get_variance() return flow.full(self.loc:size():totable(), math.huge, {dtype = self.loc.dtype}) end
 function Cauchy:rsample(sample_shape)
   local u = uniform_like(self:_extended_shape(sample_shape), self.loc)
@@ -441,17 +428,8 @@ function Cauchy:icdf(p) return ((p - 0.5) * math.pi):tan() * self.scale + self.l
 function Cauchy:entropy() return self.scale:log() + math.log(4 * math.pi) end
 
 ------------------------------------------------------------------ Gumbel
-local Gumbel = Distribution:subclass('Gumbel')
-M.Gumbel = Gumbel
-Gumbel.arg_constraints = {loc = constraints.real, scale = constraints.positive}
-Gumbel.support = constraints.real
-Gumbel.has_rsample = true
-function Gumbel:__init(loc, scale, validate_args)
-  self.loc, self.scale = broadcast_all(loc, scale)
-  Distribution.__init(self, self.loc:size(), {}, validate_args)
-end
+local Gumbel = loc_scale_family('Gumbel')
 function Gumbel:_get_mean() return self.loc + self.scale * EULER end
-function Gumbel:_get_mode() return self.loc end
 function Gumbel:_get_variance() return self.scale ^ 2 * (math.pi ^ 2 / 6) end
 function Gumbel:_get_stddev() return self.scale * (math.pi / math.sqrt(6)) end
 function Gumbel:rsample(sample_shape)
@@ -468,16 +446,8 @@ function Gumbel:icdf(p) return self.loc - self.scale * (-p:log()):log() end
 function Gumbel:entropy() return self.scale:log() + (1 + EULER) end
 
 ------------------------------------------------------------------ LogNormal
-local LogNormal = Distribution:subclass('LogNormal')
-M.LogNormal = LogNormal
-LogNormal.arg_constraints = {loc = constraints.real, scale = constraints.positive}
-LogNormal.support = constraints.positive
-LogNormal.has_rsample = true
-function LogNormal:__init(loc, scale, validate_args)
-  self.loc, self.scale = broadcast_all(loc, scale)
-  Distribution.__init(self, self.loc:size(), {}, validate_args)
-  self.base_dist = Normal(self.loc, self.scale, false)
-end
+local LogNormal = loc_scale_family('LogNormal', constraints.positive)
+function LogNormal:_get_base_dist() return Normal(self.loc, self.scale, false) end
 function LogNormal:_get_mean() return (self.loc + self.scale ^ 2 / 2):exp() end
 function LogNormal:_get_mode() return (self.loc - self.scale ^ 2):exp() end
 function LogNormal:_get_variance()
@@ -495,15 +465,7 @@ function LogNormal:icdf(p) return Normal(self.loc, self.scale, false):icdf(p):ex
 function LogNormal:entropy() return Normal(self.loc, self.scale, false):entropy() + self.loc end
 
 ------------------------------------------------------------------ HalfNormal
-local HalfNormal = Distribution:subclass('HalfNormal')
-M.HalfNormal = HalfNormal
-HalfNormal.arg_constraints = {scale = constraints.positive}
-HalfNormal.support = constraints.nonnegative
-HalfNormal.has_rsample = true
-function HalfNormal:__init(scale, validate_args)
-  self.scale = broadcast_all(scale)
-  Distribution.__init(self, self.scale:size(), {}, validate_args)
-end
+local HalfNormal = family('HalfNormal', {{'scale', constraints.positive}}, constraints.nonnegative, true)
 local function std_normal(self) return Normal(flow.zeros_like(self.scale), self.scale, false) end
 function HalfNormal:_get_mean() return self.scale * math.sqrt(2 / math.pi) end
 function HalfNormal:_get_mode() return flow.zeros_like(self.scale) end
@@ -524,21 +486,11 @@ M.Geometric = Geometric
 Geometric.support = constraints.nonnegative_integer
 --- Geometric(probs[, logits]): failures before the first success.
 function Geometric:__init(probs, logits, validate_args)
-  if type(probs) == 'table' and not is_tensor(probs) then
-    probs, logits, validate_args = probs.probs, probs.logits, probs.validate_args
+  init_binary(self, 'Geometric', probs, logits, validate_args, constraints.unit_interval)
+  local p = rawget(self, 'probs')
+  if p ~= nil and self._validate_args and not p:gt(0):all():item() then
+    fail('Geometric: expected parameter probs to be in (0, 1]')
   end
-  probs_or_logits('Geometric', probs, logits)
-  if probs ~= nil then
-    self.probs = broadcast_all(probs)
-    self.arg_constraints = {probs = constraints.interval(0, 1)}
-    if validate_args ~= false and default_validate and not self.probs:gt(0):all():item() then
-      fail('Geometric: expected parameter probs to be in (0, 1]')
-    end
-  else
-    self.logits = broadcast_all(logits)
-    self.arg_constraints = {logits = constraints.real}
-  end
-  Distribution.__init(self, (self.probs or self.logits):size(), {}, validate_args)
 end
 Geometric._get_probs = Bernoulli._get_probs
 Geometric._get_logits = Bernoulli._get_logits
@@ -634,16 +586,10 @@ local function standard_gamma(alpha)
   end)
 end
 
-local Gamma = Distribution:subclass('Gamma')
-M.Gamma = Gamma
-Gamma.arg_constraints = {concentration = constraints.positive, rate = constraints.positive}
-Gamma.support = constraints.nonnegative
 --- Gamma(concentration, rate[, validate_args]). Not reparameterised here
 -- (PyTorch's rsample uses an implicit gradient this does not have yet).
-function Gamma:__init(concentration, rate, validate_args)
-  self.concentration, self.rate = broadcast_all(concentration, rate)
-  Distribution.__init(self, self.concentration:size(), {}, validate_args)
-end
+local Gamma = family('Gamma', {{'concentration', constraints.positive}, {'rate', constraints.positive}},
+                     constraints.nonnegative, false)
 function Gamma:_get_mean() return self.concentration / self.rate end
 function Gamma:_get_mode() return ((self.concentration - 1) / self.rate):clamp(0) end
 function Gamma:_get_variance() return self.concentration / self.rate ^ 2 end
@@ -713,15 +659,9 @@ function Dirichlet:entropy()
   return lbeta_sum(a) + (a0 - k) * S.digamma(a0) - ((a - 1) * S.digamma(a)):sum(-1)
 end
 
-local Beta = Distribution:subclass('Beta')
-M.Beta = Beta
-Beta.arg_constraints = {concentration1 = constraints.positive, concentration0 = constraints.positive}
-Beta.support = constraints.unit_interval
 --- Beta(concentration1, concentration0[, validate_args])
-function Beta:__init(c1, c0, validate_args)
-  self.concentration1, self.concentration0 = broadcast_all(c1, c0)
-  Distribution.__init(self, self.concentration1:size(), {}, validate_args)
-end
+local Beta = family('Beta', {{'concentration1', constraints.positive}, {'concentration0', constraints.positive}},
+                    constraints.unit_interval, false)
 local function beta_dirichlet(self)
   return Dirichlet(flow.stack({self.concentration1, self.concentration0}, -1), false)
 end
@@ -834,14 +774,7 @@ local function poisson_draw(rate)
   end)
 end
 
-local Poisson = Distribution:subclass('Poisson')
-M.Poisson = Poisson
-Poisson.arg_constraints = {rate = constraints.nonnegative}
-Poisson.support = constraints.nonnegative_integer
-function Poisson:__init(rate, validate_args)
-  self.rate = broadcast_all(rate)
-  Distribution.__init(self, self.rate:size(), {}, validate_args)
-end
+local Poisson = family('Poisson', {{'rate', constraints.nonnegative}}, constraints.nonnegative_integer, false)
 function Poisson:_get_mean() return self.rate end
 function Poisson:_get_mode() return self.rate:floor() end
 function Poisson:_get_variance() return self.rate end
