@@ -216,6 +216,35 @@ out(d.cdf(T([-0.5]))); out(d.icdf(T([0.3])))
     H.raises(function() D.SoftmaxTransform():log_abs_det_jacobian(t({1}), t({1})) end, 'not defined')
   end)
 
+  check('Relaxed distributions and MixtureSameFamily match torch', function()
+    local ref = H.torch_rows([==[
+import torch.distributions as D
+T = lambda v: torch.tensor(v, dtype=torch.float64)
+def out(x): print(" ".join(repr(v) for v in x.reshape(-1).tolist()))
+out(D.RelaxedBernoulli(T([0.5]), T([0.3, 0.8])).log_prob(T([0.2, 0.9])))
+out(D.RelaxedOneHotCategorical(T([0.7]), T([0.2, 0.3, 0.5])).log_prob(T([0.1, 0.3, 0.6])))
+m = D.MixtureSameFamily(D.Categorical(T([0.3, 0.7])), D.Normal(T([-1, 2]), T([0.5, 1])))
+out(m.log_prob(T([0, 1.5]))); out(m.mean); out(m.variance); out(m.cdf(T([0.0])))
+]==])
+    close_rows('RelaxedBernoulli', D.RelaxedBernoulli(t({0.5}), t({0.3, 0.8})):log_prob(t({0.2, 0.9})), ref[1])
+    close_rows('RelaxedOneHotCategorical',
+      D.RelaxedOneHotCategorical(t({0.7}), t({0.2, 0.3, 0.5})):log_prob(t({0.1, 0.3, 0.6})), ref[2])
+    local m = D.MixtureSameFamily(D.Categorical(t({0.3, 0.7})), D.Normal(t({-1, 2}), t({0.5, 1})))
+    close_rows('mixture log_prob', m:log_prob(t({0, 1.5})), ref[3])
+    close_rows('mixture mean', m.mean, ref[4])
+    close_rows('mixture variance', m.variance, ref[5])
+    close_rows('mixture cdf', m:cdf(t({0})), ref[6])
+    flow.manual_seed(21)
+    local s = m:sample({10000})
+    assert(math.abs(s:mean():item() - 1.1) < 5 * math.sqrt(2.665 / 10000), 'mixture sample mean')
+    local y = D.RelaxedOneHotCategorical(t({0.7}), t({0.2, 0.3, 0.5})):rsample({100})
+    H.close(y:sum(-1), flow.ones(100, f64):totable(), 1e-12)
+    local x = D.RelaxedBernoulli(t({0.5}), t({0.3})):rsample({100})
+    assert.is_true(x:gt(0):all():item() and x:lt(1):all():item())
+    H.raises(function() D.MixtureSameFamily(D.Categorical(t({0.5, 0.5})), D.Normal(t({0, 1, 2}), t({1, 1, 1}))) end,
+      'must equal the number')
+  end)
+
   -- Kolmogorov-Smirnov statistic of samples against the cdf
   local function ks(d, n)
     local s = d:sample({n}):reshape(-1)

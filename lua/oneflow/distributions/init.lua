@@ -1019,6 +1019,147 @@ function TransformedDistribution:icdf(p)
   return x
 end
 
+------------------------------------------------------------------ relaxed
+local LogitRelaxedBernoulli = Distribution:subclass('LogitRelaxedBernoulli')
+M.LogitRelaxedBernoulli = LogitRelaxedBernoulli
+LogitRelaxedBernoulli.support = constraints.real
+LogitRelaxedBernoulli.has_rsample = true
+--- LogitRelaxedBernoulli(temperature, probs[, logits[, validate_args]])
+function LogitRelaxedBernoulli:__init(temperature, probs, logits, validate_args)
+  self.temperature = broadcast_all(temperature)
+  init_binary(self, 'LogitRelaxedBernoulli', probs, logits, validate_args, constraints.unit_interval)
+end
+LogitRelaxedBernoulli._get_probs = Bernoulli._get_probs
+LogitRelaxedBernoulli._get_logits = Bernoulli._get_logits
+function LogitRelaxedBernoulli:rsample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  local l = self.logits:expand(shape)
+  local u = uniform_like(shape, l):clamp(1e-12, 1 - 1e-12)
+  return (l + u:log() - (-u):log1p()) / self.temperature
+end
+function LogitRelaxedBernoulli:log_prob(value)
+  self:_validate_sample(value)
+  local diff = self.logits - value * self.temperature
+  return self.temperature:log() + diff - flow.nn.functional.softplus(diff) * 2
+end
+
+local RelaxedBernoulli = TransformedDistribution:subclass('RelaxedBernoulli')
+M.RelaxedBernoulli = RelaxedBernoulli
+--- RelaxedBernoulli(temperature, probs[, logits[, validate_args]]): values in (0, 1),
+-- reparameterised (Concrete / Gumbel-softmax for two classes).
+function RelaxedBernoulli:__init(temperature, probs, logits, validate_args)
+  local base = LogitRelaxedBernoulli(temperature, probs, logits, validate_args)
+  TransformedDistribution.__init(self, base, {transforms.SigmoidTransform()}, validate_args)
+  self.temperature = base.temperature
+end
+function RelaxedBernoulli:_get_probs() return self.base_dist.probs end
+function RelaxedBernoulli:_get_logits() return self.base_dist.logits end
+
+local ExpRelaxedCategorical = Distribution:subclass('ExpRelaxedCategorical')
+M.ExpRelaxedCategorical = ExpRelaxedCategorical
+ExpRelaxedCategorical.support = constraints.real_vector
+ExpRelaxedCategorical.has_rsample = true
+ExpRelaxedCategorical._param_event_dims = {1}
+function ExpRelaxedCategorical:__init(temperature, probs, logits, validate_args)
+  self._categorical = Categorical(probs, logits, validate_args)
+  self.temperature = broadcast_all(temperature)
+  self.arg_constraints = {}
+  Distribution.__init(self, self._categorical.batch_shape, {self._categorical._num_events}, validate_args)
+end
+function ExpRelaxedCategorical:_get_probs() return self._categorical.probs end
+function ExpRelaxedCategorical:_get_logits() return self._categorical.logits end
+function ExpRelaxedCategorical:rsample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  local u = uniform_like(shape, self.logits):clamp(1e-12, 1 - 1e-12)
+  local scores = (self.logits - (-u:log()):log()) / self.temperature
+  return scores - scores:logsumexp(-1, {keepdim = true})
+end
+function ExpRelaxedCategorical:log_prob(value)
+  local k = self._categorical._num_events
+  local log_scale = S.gammaln(flow.full({}, k, {dtype = self.logits.dtype})) + self.temperature:log() * (k - 1)
+  local score = self.logits - value * self.temperature
+  score = (score - score:logsumexp(-1, {keepdim = true})):sum(-1)
+  return score + log_scale
+end
+
+local RelaxedOneHotCategorical = TransformedDistribution:subclass('RelaxedOneHotCategorical')
+M.RelaxedOneHotCategorical = RelaxedOneHotCategorical
+--- RelaxedOneHotCategorical(temperature, probs[, logits[, validate_args]]):
+-- points of the simplex, reparameterised (Gumbel-softmax).
+function RelaxedOneHotCategorical:__init(temperature, probs, logits, validate_args)
+  local base = ExpRelaxedCategorical(temperature, probs, logits, validate_args)
+  TransformedDistribution.__init(self, base, {transforms.ExpTransform()}, validate_args)
+  self.temperature = base.temperature
+end
+function RelaxedOneHotCategorical._get_support() return constraints.simplex end
+function RelaxedOneHotCategorical:_get_probs() return self.base_dist.probs end
+function RelaxedOneHotCategorical:_get_logits() return self.base_dist.logits end
+
+------------------------------------------------------------------ MixtureSameFamily
+local MixtureSameFamily = Distribution:subclass('MixtureSameFamily')
+M.MixtureSameFamily = MixtureSameFamily
+--- MixtureSameFamily(mixture (a Categorical over K), components (batch [..., K]))
+function MixtureSameFamily:__init(mixture, components, validate_args)
+  if getmetatable(mixture) ~= Categorical then
+    fail('MixtureSameFamily: the mixture distribution must be a Categorical')
+  end
+  local cb = components.batch_shape:totable()
+  local k = mixture._num_events
+  if cb[#cb] ~= k then
+    fail(('MixtureSameFamily: the components\' last batch dim (%s) must equal the number of mixture '
+          .. 'categories (%d)'):format(tostring(cb[#cb]), k))
+  end
+  self.mixture_distribution, self.component_distribution = mixture, components
+  self.arg_constraints = {}
+  self._k = k
+  local b = {}
+  for i = 1, #cb - 1 do b[i] = cb[i] end
+  Distribution.__init(self, b, components.event_shape, validate_args)
+  self.has_rsample = false
+end
+function MixtureSameFamily:_get_support() return self.component_distribution.support end
+-- mixture probabilities shaped to broadcast against component quantities [..., K, event...]
+local function mix_weights(x, ev)
+  for _ = 1, ev do x = x:unsqueeze(-1) end
+  return x
+end
+function MixtureSameFamily:_get_mean()
+  local ev = #self.event_shape:totable()
+  return (mix_weights(self.mixture_distribution.probs, ev) * self.component_distribution.mean):sum(-1 - ev)
+end
+function MixtureSameFamily:_get_variance()
+  local ev = #self.event_shape:totable()
+  local p = mix_weights(self.mixture_distribution.probs, ev)
+  local cm, cv = self.component_distribution.mean, self.component_distribution.variance
+  local m = (p * cm):sum(-1 - ev, {keepdim = true})
+  return (p * cv):sum(-1 - ev) + (p * (cm - m) ^ 2):sum(-1 - ev)
+end
+function MixtureSameFamily:log_prob(value)
+  self:_validate_sample(value)
+  local ev = #self.event_shape:totable()
+  local x = value:unsqueeze(-1 - ev)
+  local lp = self.component_distribution:log_prob(x)                   -- [..., K]
+  local lw = self.mixture_distribution.logits:log_softmax(-1)
+  return (lp + lw):logsumexp(-1)
+end
+function MixtureSameFamily:cdf(value)
+  local x = value:unsqueeze(-1 - #self.event_shape:totable())
+  return (self.component_distribution:cdf(x) * self.mixture_distribution.probs):sum(-1)
+end
+function MixtureSameFamily:sample(sample_shape)
+  local ss = size_list(sample_shape)
+  return flow.no_grad(function()
+    local idx = self.mixture_distribution:sample(ss)                     -- [S, B], 1-based
+    local comp = self.component_distribution:sample(ss)                  -- [S, B, K, E]
+    local ev = #self.event_shape:totable()
+    local gi = idx:unsqueeze(-1)
+    for _ = 1, ev do gi = gi:unsqueeze(-1) end
+    local shape = comp:size():totable()
+    shape[#shape - ev] = 1
+    return comp:gather(-1 - ev, gi:expand(shape)):squeeze(-1 - ev)
+  end)
+end
+
 ------------------------------------------------------------------ KL divergence
 local registry = {}
 
