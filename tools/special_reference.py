@@ -3,7 +3,7 @@
 gradients where PyTorch has them) in float64 at points that include the
 tails, for spec/numerics/special_spec.lua.
 
-    PY=/path/to/python-with-torch-2.x tools/special_reference.py
+    /path/to/python-with-torch-2.x tools/special_reference.py
 
 PyTorch 2.x is needed for the Bessel/Airy/polynomial functions (1.13 lacks
 them; missing ones are skipped with a message). Run from the repository root.

@@ -2,7 +2,7 @@
 """Writes spec/fixtures/torch_names.txt: the public names of PyTorch's
 extended ring (torch.fft, torch.special, torch.linalg, torch.distributions),
 one "ring name" a line, for tools/name_coverage.lua. Run from the repository
-root with a PyTorch 2.x python (`PY=... tools/torch_names.py`)."""
+root with a PyTorch 2.x python (`/path/to/python3 tools/torch_names.py`)."""
 import inspect
 import torch
 import torch.distributions as D
