@@ -30,6 +30,11 @@ local cases = {
   {'Bernoulli(logits)', function() return D.Bernoulli(nil, t({-2, 0.3, 4})) end,
    'D.Bernoulli(logits=T([-2, 0.3, 4]))', {0, 1, 1}},
   {'Geometric', function() return D.Geometric(t({0.2, 0.5, 0.9})) end, 'D.Geometric(T([0.2, 0.5, 0.9]))', {0, 3, 1}},
+  {'HalfCauchy', function() return D.HalfCauchy(t({1, 0.3, 2})) end, 'D.HalfCauchy(T([1, 0.3, 2]))', V, true, true},
+  {'Weibull', function() return D.Weibull(t({1, 2, 0.5}), t({0.7, 1.5, 3})) end,
+   'D.Weibull(T([1, 2, 0.5]), T([0.7, 1.5, 3]))', V, true},
+  {'Pareto', function() return D.Pareto(t({0.2, 1, 0.1}), t({0.8, 2.5, 4})) end,
+   'D.Pareto(T([0.2, 1, 0.1]), T([0.8, 2.5, 4]))', V, true},
   {'Gamma', function() return D.Gamma(t({0.5, 2, 9}), t({1, 2, 0.5})) end,
    'D.Gamma(T([0.5, 2, 9]), T([1, 2, 0.5]))', V},
   {'Chi2', function() return D.Chi2(t({1, 3, 10})) end, 'D.Chi2(T([1, 3, 10]))', V},
@@ -371,6 +376,23 @@ out(m.log_prob(T([0, 1.5]))); out(m.mean); out(m.variance); out(m.cdf(T([0.0])))
     H.raises(function() D.kl_divergence(D.Normal(0, 1), D.Laplace(0, 1)) end, 'no KL')
     -- validate_args = false skips the checks
     assert.are.equal(1, D.Exponential(t({1}), false):log_prob(t({-1})):item())   -- log 1 - 1 * -1
+  end)
+
+  it('InverseGamma (not in torch 1.13): through Gamma of 1 / x, moments', function()
+    local a, r = t({0.5, 2, 9}), t({1, 2, 0.5})
+    local ig, g = D.InverseGamma(a, r), D.Gamma(a, r)
+    local v = t({0.3, 1.2, 2.5})
+    H.close(ig:log_prob(v), (g:log_prob(v:reciprocal()) - v:log() * 2):totable(), 1e-12)
+    H.close(ig:cdf(v), (1 - g:cdf(v:reciprocal())):totable(), 1e-12)
+    flow.manual_seed(8)
+    local d = D.InverseGamma(t(6), t(3))
+    local x = d:sample({10000})
+    assert(math.abs(x:mean():item() - d.mean:item()) < 5 * math.sqrt(d.variance:item() / 10000))
+    -- entropy by quadrature of -p log p
+    local grid = flow.linspace(1e-3, 10, 200001, f64)
+    local p = d:log_prob(grid):exp()
+    local h = -(p * d:log_prob(grid)):sum():item() * (grid[2]:item() - grid[1]:item())
+    assert(math.abs(h - d:entropy():item()) < 1e-4, 'entropy ' .. h)
   end)
 
   it('register_kl adds a pair', function()

@@ -466,19 +466,24 @@ function LogNormal:entropy() return Normal(self.loc, self.scale, false):entropy(
 
 ------------------------------------------------------------------ HalfNormal
 local HalfNormal = family('HalfNormal', {{'scale', constraints.positive}}, constraints.nonnegative, true)
-local function std_normal(self) return Normal(flow.zeros_like(self.scale), self.scale, false) end
-function HalfNormal:_get_mean() return self.scale * math.sqrt(2 / math.pi) end
-function HalfNormal:_get_mode() return flow.zeros_like(self.scale) end
-function HalfNormal:_get_variance() return self.scale ^ 2 * (1 - 2 / math.pi) end
-function HalfNormal:rsample(sample_shape) return std_normal(self):rsample(sample_shape):abs() end
-function HalfNormal:log_prob(value)
-  self:_validate_sample(value)
-  local lp = std_normal(self):log_prob(value) + math.log(2)
-  return flow.where(value:ge(0), lp, flow.full({}, -math.huge, {dtype = lp.dtype}))
+-- |X| for X of a zero-centred symmetric distribution full(self): the
+-- sampler, log_prob, cdf, icdf, entropy and mode of the half distribution
+local function half_of(cls, full)
+  function cls:rsample(sample_shape) return full(self):rsample(sample_shape):abs() end
+  function cls:log_prob(value)
+    self:_validate_sample(value)
+    local lp = full(self):log_prob(value) + math.log(2)
+    return flow.where(value:ge(0), lp, flow.full({}, -math.huge, {dtype = lp.dtype}))
+  end
+  function cls:cdf(value) return full(self):cdf(value) * 2 - 1 end
+  function cls:icdf(p) return full(self):icdf((p + 1) / 2) end
+  function cls:entropy() return full(self):entropy() - math.log(2) end
+  function cls:_get_mode() return flow.zeros_like(self.scale) end
 end
-function HalfNormal:cdf(value) return std_normal(self):cdf(value) * 2 - 1 end
-function HalfNormal:icdf(p) return std_normal(self):icdf((p + 1) / 2) end
-function HalfNormal:entropy() return std_normal(self):entropy() - math.log(2) end
+local function std_normal(self) return Normal(flow.zeros_like(self.scale), self.scale, false) end
+half_of(HalfNormal, std_normal)
+function HalfNormal:_get_mean() return self.scale * math.sqrt(2 / math.pi) end
+function HalfNormal:_get_variance() return self.scale ^ 2 * (1 - 2 / math.pi) end
 
 ------------------------------------------------------------------ Geometric
 local Geometric = Distribution:subclass('Geometric')
@@ -1158,6 +1163,94 @@ function MixtureSameFamily:sample(sample_shape)
     shape[#shape - ev] = 1
     return comp:gather(-1 - ev, gi:expand(shape)):squeeze(-1 - ev)
   end)
+end
+
+------------------------------------------------------------------ more continuous
+local HalfCauchy = family('HalfCauchy', {{'scale', constraints.positive}}, constraints.nonnegative, true)
+half_of(HalfCauchy, function(self) return Cauchy(flow.zeros_like(self.scale), self.scale, false) end)
+function HalfCauchy:_get_mean() return flow.full(self.scale:size():totable(), math.huge, {dtype = self.scale.dtype}) end
+function HalfCauchy:_get_variance() return self:_get_mean() end
+
+--- Weibull(scale, concentration[, validate_args])
+local Weibull = family('Weibull', {{'scale', constraints.positive}, {'concentration', constraints.positive}},
+                       constraints.positive, true)
+function Weibull:_get_mean() return self.scale * S.gammaln(1 + self.concentration:reciprocal()):exp() end
+function Weibull:_get_mode()
+  local k = self.concentration
+  return self.scale * ((k - 1) / k):pow(k:reciprocal()) * k:gt(1):to(k.dtype)
+end
+function Weibull:_get_variance()
+  local k = self.concentration
+  return self.scale ^ 2 * (S.gammaln(1 + k:reciprocal() * 2):exp() - (S.gammaln(1 + k:reciprocal()) * 2):exp())
+end
+function Weibull:rsample(sample_shape)
+  local u = uniform_like(self:_extended_shape(sample_shape), self.scale)
+  return self.scale * (-u:log()):pow(self.concentration:reciprocal())
+end
+function Weibull:log_prob(value)
+  self:_validate_sample(value)
+  local k, z = self.concentration, value / self.scale
+  return (k / self.scale):log() + (k - 1) * z:log() - z:pow(k)
+end
+function Weibull:cdf(value) return 1 - (-(value / self.scale):pow(self.concentration)):exp() end
+function Weibull:icdf(p) return self.scale * (-(-p):log1p()):pow(self.concentration:reciprocal()) end
+function Weibull:entropy()
+  local k = self.concentration
+  return EULER * (1 - k:reciprocal()) + (self.scale / k):log() + 1
+end
+
+--- Pareto(scale, alpha[, validate_args]): support [scale, inf)
+local Pareto = family('Pareto', {{'scale', constraints.positive}, {'alpha', constraints.positive}}, nil, true)
+function Pareto:_get_support() return constraints.greater_than_eq(self.scale) end
+function Pareto:_get_mean()
+  local a = self.alpha
+  return flow.where(a:le(1), flow.full({}, math.huge, {dtype = a.dtype}), a * self.scale / (a - 1))
+end
+function Pareto:_get_mode() return self.scale end
+function Pareto:_get_variance()
+  local a = self.alpha
+  local v = self.scale ^ 2 * a / ((a - 1) ^ 2 * (a - 2))
+  return flow.where(a:le(2), flow.full({}, math.huge, {dtype = a.dtype}), v)
+end
+function Pareto:rsample(sample_shape)
+  local u = uniform_like(self:_extended_shape(sample_shape), self.scale)
+  return self.scale * (-u:log() / self.alpha):exp()
+end
+function Pareto:log_prob(value)
+  self:_validate_sample(value)
+  local a = self.alpha
+  return a:log() + a * self.scale:log() - (a + 1) * value:log()
+end
+function Pareto:cdf(value) return 1 - (self.scale / value):pow(self.alpha) end
+function Pareto:icdf(p) return self.scale * (-(-p):log1p() / self.alpha):exp() end
+function Pareto:entropy() return (self.scale / self.alpha):log() + self.alpha:reciprocal() + 1 end
+
+--- InverseGamma(concentration, rate[, validate_args]): 1 / Gamma(concentration, rate)
+local InverseGamma = family('InverseGamma', {{'concentration', constraints.positive}, {'rate', constraints.positive}},
+                            constraints.positive, false)
+function InverseGamma:_get_mean()
+  local a = self.concentration
+  return flow.where(a:gt(1), self.rate / (a - 1), flow.full({}, math.huge, {dtype = a.dtype}))
+end
+function InverseGamma:_get_mode() return self.rate / (self.concentration + 1) end
+function InverseGamma:_get_variance()
+  local a = self.concentration
+  local v = self.rate ^ 2 / ((a - 1) ^ 2 * (a - 2))
+  return flow.where(a:gt(2), v, flow.full({}, math.huge, {dtype = a.dtype}))
+end
+function InverseGamma:sample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  return self.rate:expand(shape) / standard_gamma(self.concentration:expand(shape))
+end
+function InverseGamma:log_prob(value)
+  self:_validate_sample(value)
+  local a, r = self.concentration, self.rate
+  return a * r:log() - S.gammaln(a) - (a + 1) * value:log() - r / value
+end
+function InverseGamma:cdf(value) return S.gammaincc(self.concentration, self.rate / value) end
+function InverseGamma:entropy()
+  local a = self.concentration
+  return a + self.rate:log() + S.gammaln(a) - (a + 1) * S.digamma(a)
 end
 
 ------------------------------------------------------------------ KL divergence
