@@ -67,4 +67,43 @@ function H.listdir(d)
   return res
 end
 
+-- Debian's PyTorch (/usr/bin/python3 with torch): H.torch_ok() says whether
+-- it imports; H.torch_rows(script) runs a Python script and returns its
+-- output lines as lists of numbers (repr'd floats round-trip exactly).
+local torch_ok
+function H.torch_ok()
+  if torch_ok == nil then
+    torch_ok = os.execute('/usr/bin/python3 -c "import torch" >/dev/null 2>&1') == 0
+  end
+  return torch_ok
+end
+function H.torch_rows(script)
+  local path = os.tmpname()
+  local f = assert(io.open(path, 'w'))
+  f:write('import torch\ntorch.set_default_dtype(torch.float64)\n', script)
+  f:close()
+  local p = io.popen('/usr/bin/python3 ' .. path .. ' 2>&1')
+  local out = p:read('*a')
+  p:close()
+  os.remove(path)
+  local rows = {}
+  for line in out:gmatch('[^\n]+') do
+    local row = {}
+    for v in line:gmatch('%S+') do
+      local n = tonumber(v) or (v == 'nan' and 0 / 0) or (v == 'inf' and math.huge)
+        or (v == '-inf' and -math.huge)
+      if n == nil then error('torch script failed: ' .. out) end
+      row[#row + 1] = n
+    end
+    rows[#rows + 1] = row
+  end
+  return rows
+end
+-- a Lua list of numbers as a Python list literal
+function H.pylist(t)
+  local parts = {}
+  for i, v in ipairs(t) do parts[i] = ('%.17g'):format(v) end
+  return '[' .. table.concat(parts, ', ') .. ']'
+end
+
 return H

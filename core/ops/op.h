@@ -66,6 +66,8 @@ typedef struct { int32_t op, pad_; } a_unary;
 typedef struct { double lo, hi; int32_t has_lo, has_hi; } a_clamp;
 typedef struct { double slope; } a_leaky;
 typedef struct { double value; } a_masked_fill;
+/* flow.special (special.c): the function (of_special_fn) and polygamma's n */
+typedef struct { double p; int32_t fn, pad_; } a_special;
 
 /* ---- reductions ---- */
 typedef struct { double p; int32_t dims[OF_MAX_DIMS]; int32_t op, ndims, keepdim, dtype; } a_reduce;

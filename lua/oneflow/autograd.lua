@@ -230,6 +230,24 @@ function methods.register_hook(t, fn)
   return {remove = function() host_fns[id] = function() return {} end end}
 end
 
+--- x:retain_grad(): a non-leaf tensor keeps its gradient in `.grad` after
+-- backward (accumulating, as a leaf's does); a no-op on leaves. Made with a
+-- hook that stores the grad arriving at x and returns none (no replacement).
+local retaining = setmetatable({}, {__mode = 'k'})
+function methods.retain_grad(t)
+  if not t.requires_grad then
+    error('retain_grad: called on a tensor that does not require grad', 2)
+  end
+  if t.is_leaf or retaining[t] then return t end
+  retaining[t] = true
+  t:register_hook(function(g)
+    local old = t.grad
+    t.grad = old and (old + g):detach() or g:detach():clone()
+  end)
+  return t
+end
+getters.retains_grad = function(t) return retaining[t] == true end
+
 ------------------------------------------------------------------ Function
 -- local Square = flow.autograd.Function:subclass('Square')
 -- function Square.forward(ctx, x) ctx:save_for_backward(x) return x * x end

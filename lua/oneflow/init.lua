@@ -14,7 +14,7 @@ local op_modules = {
   'oneflow.ops.index', 'oneflow.ops.linalg', 'oneflow.ops.einsum', 'oneflow.ops.random',
   'oneflow.ops.nn_conv', 'oneflow.ops.nn_norm', 'oneflow.ops.nn_loss', 'oneflow.ops.nn_pad',
   'oneflow.ops.nn_resample',
-  'oneflow.ops.linalg_ext',
+  'oneflow.ops.linalg_ext', 'oneflow.ops.special',
 }
 for _, name in ipairs(op_modules) do require(name) end
 local printing = require 'oneflow.print'
@@ -132,6 +132,7 @@ do
   end
 end
 flow.nn = require 'oneflow.nn'
+flow.distributions = require 'oneflow.distributions'
 flow.onnx = require 'oneflow.onnx'
 flow.amp = require 'oneflow.amp'
 flow.profiler = require 'oneflow.profiler'

@@ -438,6 +438,17 @@ function methods.new_ones(x, ...)
   o.dtype = o.dtype or x.dtype
   return T.flow.ones(s, o)
 end
+function methods.new_empty(x, ...)
+  local s, o = A.sizes_and_options('new_empty', ...)
+  A.check_options('new_empty', o, FACTORY)
+  o.dtype = o.dtype or x.dtype
+  o.device = o.device or x.device
+  return T.flow.empty(s, o)
+end
+def('numel', function(x)
+  if not T.is_tensor(x) then error('numel: expected a tensor, got ' .. type(x), 2) end
+  return x:numel()
+end, 'func')
 function methods.new_full(x, size, v, o)
   o = o or {}
   o.dtype = o.dtype or x.dtype

@@ -3,9 +3,6 @@
 local flow = require 'oneflow'
 local H = require 'spec.helpers'
 
-local function torch_available()
-  return os.execute('/usr/bin/python3 -c "import torch" >/dev/null 2>&1') == 0
-end
 
 -- The objective: f(w) = sum(A w - b)^2 + 0.1 sum(w^4), with fixed A, b.
 local A = {{1.0, -0.5, 0.3}, {0.2, 0.8, -1.1}, {-0.7, 0.4, 0.9}, {0.5, 0.5, 0.5}}
@@ -43,21 +40,7 @@ for _ in range(%d):
     loss.backward(); opt.step()
     print(' '.join(repr(v) for v in w.tolist()))
 ]]):format(table.concat(rows, ', '), lua_list(b), lua_list(w0), name, args, STEPS)
-  local path = os.tmpname()
-  local f = io.open(path, 'w')
-  f:write(script)
-  f:close()
-  local p = io.popen('/usr/bin/python3 ' .. path)
-  local out = p:read('*a')
-  p:close()
-  os.remove(path)
-  local traj = {}
-  for line in out:gmatch('[^\n]+') do
-    local row = {}
-    for v in line:gmatch('%S+') do row[#row + 1] = tonumber(v) end
-    traj[#traj + 1] = row
-  end
-  return traj
+  return H.torch_rows(script)
 end
 
 local function our_trajectory(name, opts)
@@ -77,7 +60,7 @@ local function our_trajectory(name, opts)
 end
 
 describe('optimizers against PyTorch', function()
-  local check = torch_available() and it or pending
+  local check = H.torch_ok() and it or pending
   for _, c in ipairs(cases) do
     check(('%s(%s) follows torch.optim step for step'):format(c[1], c[2]), function()
       local want = torch_trajectory(c[1], c[2])

@@ -257,6 +257,29 @@ enum {
 };
 const char *of_unary_name(of_unary_op op);
 of_status of_unary(of_unary_op op, of_tensor *x, of_tensor *into, of_tensor **out);
+/* flow.special's kernels (core/ops/special.c): fn names the function; y is
+ * the second tensor of the two-input ones (zeta's q, gammainc's x, a
+ * polynomial's degree n), NULL otherwise; p is polygamma's n. Computed in
+ * float64, PyTorch's algorithms; CPU only. The OF_SP_D_* are derivatives
+ * used by the backward rules. */
+typedef int32_t of_special_fn;
+enum {
+  OF_SP_ERFCX = 0, OF_SP_ERFINV, OF_SP_GAMMALN, OF_SP_DIGAMMA, OF_SP_POLYGAMMA, OF_SP_I0,
+  OF_SP_I0E, OF_SP_I1, OF_SP_I1E, OF_SP_NDTRI, OF_SP_LOG_NDTR, OF_SP_BESSEL_J0,
+  OF_SP_BESSEL_J1, OF_SP_BESSEL_Y0, OF_SP_BESSEL_Y1, OF_SP_MODIFIED_BESSEL_I0,
+  OF_SP_MODIFIED_BESSEL_I1, OF_SP_MODIFIED_BESSEL_K0, OF_SP_MODIFIED_BESSEL_K1,
+  OF_SP_SCALED_MODIFIED_BESSEL_K0, OF_SP_SCALED_MODIFIED_BESSEL_K1, OF_SP_SPHERICAL_BESSEL_J0,
+  OF_SP_AIRY_AI, OF_SP_ZETA, OF_SP_GAMMAINC, OF_SP_GAMMAINCC, OF_SP_CHEBYSHEV_T,
+  OF_SP_CHEBYSHEV_U, OF_SP_CHEBYSHEV_V, OF_SP_CHEBYSHEV_W, OF_SP_SHIFTED_CHEBYSHEV_T,
+  OF_SP_SHIFTED_CHEBYSHEV_U, OF_SP_SHIFTED_CHEBYSHEV_V, OF_SP_SHIFTED_CHEBYSHEV_W,
+  OF_SP_HERMITE_H, OF_SP_HERMITE_HE, OF_SP_LAGUERRE_L, OF_SP_LEGENDRE_P,
+  OF_SP_D_ERFCX, OF_SP_D_ERFINV, OF_SP_D_I0E, OF_SP_D_I1, OF_SP_D_I1E, OF_SP_D_NDTRI,
+  OF_SP_D_LOG_NDTR, OF_SP_D_GAMMAINC,
+  OF_NUM_SPECIAL
+};
+const char *of_special_name(of_special_fn fn);
+int32_t of_special_arity(of_special_fn fn);   /* 1 or 2 tensor inputs; 0: unknown fn */
+of_status of_special(of_special_fn fn, of_tensor *x, of_tensor *y, double p, of_tensor **out);
 /* Clamp to [lo, hi]; has_lo/has_hi say which bounds apply. */
 of_status of_clamp(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
                    of_tensor *into, of_tensor **out);

@@ -67,40 +67,6 @@ function MHA:reset_parameters()
   end
 end
 
--- projection i (1 = q, 2 = k, 3 = v) of x
-local function project(self, x, i)
-  local e = self.embed_dim
-  local w
-  if self._qkv_same_embed_dim then w = self.in_proj_weight:narrow(1, (i - 1) * e + 1, e)
-  else w = self[({'q_proj_weight', 'k_proj_weight', 'v_proj_weight'})[i]] end
-  local b = self.in_proj_bias and self.in_proj_bias:narrow(1, (i - 1) * e + 1, e)
-  return F.linear(x, w, b)
-end
-
--- scores [N, H, L, S] with the masks applied
-local function apply_masks(scores, attn_mask, kpm, n, h, l, s)
-  if attn_mask ~= nil then
-    local m = attn_mask
-    if m:dim() == 3 then m = m:view(n, h, l, s) end
-    if m.dtype.name == 'bool' then scores = scores:masked_fill(m, -math.huge)
-    else scores = scores + m end
-  end
-  if kpm ~= nil then
-    if kpm:dim() ~= 2 or kpm:size(1) ~= n or kpm:size(2) ~= s then
-      fail(('MultiheadAttention: expected key_padding_mask of size [%d,%d], got %s'):format(
-        n, s, shape_str(kpm)))
-    end
-    local m = kpm:view(n, 1, 1, s)
-    if m.dtype.name == 'bool' then scores = scores:masked_fill(m, -math.huge)
-    else scores = scores + m end
-  end
-  return scores
-end
-
-local function causal_mask(l, s)
-  return flow.ones(l, s, {dtype = flow.bool}):triu(1)
-end
-
 -- inputs -> [L, N, E] layout, and whether the batch dim was added
 local function mha_layout(self, q, k, v)
   local unbatched = q:dim() == 2
@@ -125,28 +91,19 @@ function MHA:forward(query, key, value, opts)
                                                     'average_attn_weights', 'is_causal'})
   key, value = key or query, value or key or query
   local q, k, v, unbatched = mha_layout(self, query, key, value)
-  local l, n, e = q:size(1), q:size(2), self.embed_dim
-  local s, h, hd = k:size(1), self.num_heads, self.head_dim
-  q, k, v = project(self, q, 1), project(self, k, 2), project(self, v, 3)
-  -- [L, N, E] -> [N * H, L, hd]
-  q = q:reshape(l, n * h, hd):transpose(1, 2):contiguous()
-  k = k:reshape(s, n * h, hd):transpose(1, 2):contiguous()
-  v = v:reshape(s, n * h, hd):transpose(1, 2):contiguous()
-  local scores = flow.bmm(q * (1 / math.sqrt(hd)), k:transpose(2, 3):contiguous()):view(n, h, l, s)
-  local attn_mask = opts.attn_mask
-  if attn_mask == nil and opts.is_causal then attn_mask = causal_mask(l, s) end
-  scores = apply_masks(scores, attn_mask, opts.key_padding_mask, n, h, l, s)
-  local attn = F.softmax(scores, -1)
-  attn = F.dropout(attn, self.dropout, self.training)
-  local out = flow.bmm(attn:reshape(n * h, l, s), v)             -- [N * H, L, hd]
-  out = out:transpose(1, 2):contiguous():view(l, n, e)
-  out = F.linear(out, self.out_proj.weight, self.out_proj.bias)
-  if self.batch_first and not unbatched then out = out:transpose(1, 2) end
-  if unbatched then out = out:squeeze(2) end
-  if opts.need_weights == false then return out, nil end
-  local w = attn
-  if opts.average_attn_weights ~= false then w = w:mean(2) end
-  if unbatched then w = w:squeeze(1) end
+  local kpm = opts.key_padding_mask
+  if unbatched and kpm ~= nil then kpm = kpm:unsqueeze(1) end
+  local out, w = F.multi_head_attention_forward(q, k, v, self.embed_dim, self.num_heads,
+    self.in_proj_weight, self.in_proj_bias, nil, nil, false, self.dropout, self.out_proj.weight,
+    self.out_proj.bias, {training = self.training, key_padding_mask = kpm,
+    need_weights = opts.need_weights ~= false, attn_mask = opts.attn_mask,
+    use_separate_proj_weight = not self._qkv_same_embed_dim, q_proj_weight = self.q_proj_weight,
+    k_proj_weight = self.k_proj_weight, v_proj_weight = self.v_proj_weight,
+    average_attn_weights = opts.average_attn_weights ~= false, is_causal = opts.is_causal})
+  if unbatched then
+    out = out:squeeze(2)
+    if w ~= nil then w = w:squeeze(1) end
+  elseif self.batch_first then out = out:transpose(1, 2) end
   return out, w
 end
 

@@ -68,6 +68,86 @@ def('addmm', function(c, a, b, opts)
   return wrap(out1[0])
 end)
 
+--- flow.baddbmm(c, a, b, {beta = 1, alpha = 1}) = beta * c + alpha * bmm(a, b);
+-- c broadcasts to [B, n, p]. With beta = 0, c's values are not read (as
+-- PyTorch: a NaN in c does not propagate). Also c:baddbmm(a, b, opts).
+def('baddbmm', function(c, a, b, opts)
+  check2('baddbmm', a, b)
+  if not is_tensor(c) then error('baddbmm: expected a tensor input, got ' .. type(c), 2) end
+  opts = A.check_options('baddbmm', opts, {beta = true, alpha = true})
+  local beta, alpha = opts.beta or 1, opts.alpha or 1
+  local p = T.flow.bmm(a, b)
+  if alpha ~= 1 then p = p * alpha end
+  if beta == 0 then return p end
+  return (beta == 1 and c or c * beta) + p
+end)
+
+-- dims of one tensordot operand: a count n (the last n of a, the first n of
+-- b) or an explicit list of 1-based dims
+local function contract_dims(op, x, dims, last)
+  if type(dims) == 'number' then
+    if dims < 0 or dims > x:dim() or dims ~= math.floor(dims) then
+      error(('%s: dims must be an integer in [0, %d], got %s'):format(op, x:dim(), tostring(dims)), 4)
+    end
+    local r = {}
+    for i = 1, dims do r[i] = last and x:dim() - dims + i or i end
+    return r
+  end
+  local r = {}
+  for i, d in ipairs(dims) do
+    if d < 0 then d = d + x:dim() + 1 end
+    if d < 1 or d > x:dim() then
+      error(('%s: dim %d out of range for a tensor of shape %s'):format(op, dims[i], shape_str(x)), 4)
+    end
+    r[i] = d
+  end
+  return r
+end
+
+--- flow.tensordot(a, b, dims): sums products over the given dims.
+-- `dims` is a count n (last n of a with first n of b, default 2) or a pair of
+-- lists of 1-based dims `{{da...}, {db...}}`. Composed of permute/reshape/mm,
+-- so differentiable.
+def('tensordot', function(a, b, dims, opts)
+  check2('tensordot', a, b)
+  if type(dims) == 'table' and dims.dims ~= nil then dims, opts = dims.dims, dims end
+  if dims == nil then dims = 2 end
+  local da, db
+  if type(dims) == 'number' then
+    da, db = contract_dims('tensordot', a, dims, true), contract_dims('tensordot', b, dims, false)
+  else
+    if type(dims) ~= 'table' or #dims ~= 2 then
+      error('tensordot: dims must be a number or a pair of dim lists {{...}, {...}}', 2)
+    end
+    da, db = contract_dims('tensordot', a, dims[1], true), contract_dims('tensordot', b, dims[2], false)
+  end
+  if #da ~= #db then
+    error(('tensordot: %d dims of a against %d dims of b'):format(#da, #db), 2)
+  end
+  local ina, inb, k = {}, {}, 1
+  for i = 1, #da do
+    if a:size(da[i]) ~= b:size(db[i]) then
+      error(('tensordot: contracted dim %d of a %s (size %d) does not match dim %d of b %s (size %d)'):format(
+        da[i], shape_str(a), a:size(da[i]), db[i], shape_str(b), b:size(db[i])), 2)
+    end
+    ina[da[i]], inb[db[i]], k = true, true, k * a:size(da[i])
+  end
+  local pa, pb, shape, m, n = {}, {}, {}, 1, 1
+  for d = 1, a:dim() do
+    if not ina[d] then pa[#pa + 1], shape[#shape + 1], m = d, a:size(d), m * a:size(d) end
+  end
+  for _, d in ipairs(da) do pa[#pa + 1] = d end
+  for _, d in ipairs(db) do pb[#pb + 1] = d end
+  for d = 1, b:dim() do
+    if not inb[d] then pb[#pb + 1], shape[#shape + 1], n = d, b:size(d), n * b:size(d) end
+  end
+  local am = (#pa > 0 and a:permute(pa) or a):reshape(m, k)
+  local bm = (#pb > 0 and b:permute(pb) or b):reshape(k, n)
+  local r = am:mm(bm)
+  if opts and opts.out then error('tensordot: option out is not supported', 2) end
+  return r:reshape(shape)
+end)
+
 --- Dot product of two 1-D tensors (a 0-d tensor).
 def('dot', function(a, b)
   check2('dot', a, b)

@@ -638,5 +638,187 @@ function linalg.lstsq(A, B, o)
   return X, residuals, rank, sv
 end
 
+------------------------------------------------------------------ composed
+-- matmul, vecdot, vander, tensorinv, tensorsolve, solve_triangular,
+-- matrix_exp, cond and the *_ex forms, written on the kernels above (so
+-- their gradients are those of the ops they are made of).
+linalg.matmul = function(a, b) return T.flow.matmul(a, b) end
+
+--- linalg.vecdot(x, y, {dim = -1}): sum(x * y) over dim, broadcasting.
+function linalg.vecdot(x, y, o)
+  local d = opt(o, 'dim', 'number', -1)
+  return (x * y):sum(d)
+end
+
+--- linalg.vander(x, {N = x:size(-1)}): [..., n, N] with columns x^0 .. x^(N-1).
+function linalg.vander(x, o)
+  util.check_tensor('linalg.vander', x, 'x')
+  if x:dim() < 1 then error('linalg.vander: x must have at least 1 dim', 2) end
+  local n = opt(o, 'N', 'number', x:size(-1))
+  if n < 0 then error('linalg.vander: N must be non-negative, got ' .. n, 2) end
+  if n == 0 then
+    local shape = x:size():totable()
+    shape[#shape + 1] = 0
+    return T.flow.zeros(shape, {dtype = x.dtype})
+  end
+  local cols = {T.flow.ones_like(x)}
+  for i = 2, n do cols[i] = cols[i - 1] * x end
+  return T.flow.stack(cols, -1)
+end
+
+local function prod(t, i, j)
+  local r = 1
+  for k = i, j do r = r * t[k] end
+  return r
+end
+
+--- linalg.tensorinv(A, {ind = 2}): the inverse of A seen as a
+-- (prod(shape[1..ind]) x prod(shape[ind+1..])) matrix, shaped
+-- shape[ind+1..] .. shape[1..ind].
+function linalg.tensorinv(A, o)
+  util.check_tensor('linalg.tensorinv', A, 'A')
+  local ind = opt(o, 'ind', 'number', 2)
+  local s = A:size():totable()
+  if ind < 1 or ind > #s then error(('linalg.tensorinv: ind must be in [1, %d], got %d'):format(#s, ind), 2) end
+  local m, n = prod(s, 1, ind), prod(s, ind + 1, #s)
+  if m ~= n then
+    error(('linalg.tensorinv: expected prod(shape[1..ind]) == prod(shape[ind+1..]), got %d and %d (shape %s)')
+      :format(m, n, shape_str(A)), 2)
+  end
+  local out = {}
+  for i = ind + 1, #s do out[#out + 1] = s[i] end
+  for i = 1, ind do out[#out + 1] = s[i] end
+  return linalg.inv(A:reshape(m, n)):reshape(out)
+end
+
+--- linalg.tensorsolve(A, B, {dims =}): X with tensordot(A, X, X:dim()) = B.
+-- dims (1-based) are moved to the end of A first.
+function linalg.tensorsolve(A, B, o)
+  util.check_tensor('linalg.tensorsolve', A, 'A')
+  util.check_tensor('linalg.tensorsolve', B, 'B')
+  local dims = opt(o, 'dims', 'table', nil)
+  if dims then
+    local moved, keep = {}, {}
+    for _, d in ipairs(dims) do moved[(d < 0 and d + A:dim() + 1 or d)] = true end
+    for d = 1, A:dim() do if not moved[d] then keep[#keep + 1] = d end end
+    for _, d in ipairs(dims) do keep[#keep + 1] = d < 0 and d + A:dim() + 1 or d end
+    A = A:permute(keep)
+  end
+  local s = A:size():totable()
+  local nb = B:dim()
+  local xshape = {}
+  for i = nb + 1, #s do xshape[#xshape + 1] = s[i] end
+  local m, n = B:numel(), prod(xshape, 1, #xshape)
+  if m ~= n or prod(s, 1, nb) ~= m then
+    error(('linalg.tensorsolve: shapes %s and %s do not form a square system'):format(shape_str(A), shape_str(B)), 2)
+  end
+  return linalg.solve(A:reshape(m, n), B:reshape(m)):reshape(xshape)
+end
+
+--- linalg.solve_triangular(A, B, {upper =, left = true, unitriangular = false}):
+-- X with A X = B (left = false: X A = B), reading only A's upper or lower
+-- triangle (and taking its diagonal as ones when unitriangular).
+function linalg.solve_triangular(A, B, o)
+  if type(o) ~= 'table' or o.upper == nil then
+    error('linalg.solve_triangular: the option upper (true or false) is required', 2)
+  end
+  util.check_tensor('linalg.solve_triangular', A, 'A')
+  local tri = o.upper and A:triu() or A:tril()
+  if o.unitriangular then
+    local n = A:size(-1)
+    local eye = T.flow.eye(n, {dtype = A.dtype})
+    tri = tri * (1 - eye) + eye
+  end
+  if o.left == false then return mT(linalg.solve(mT(tri), mT(B))) end
+  if B:dim() < 2 then
+    error(('linalg.solve_triangular: B must have at least 2 dims, got shape %s'):format(shape_str(B)), 2)
+  end
+  return linalg.solve(tri, B)
+end
+
+--- linalg.matrix_exp(A): exp of square matrices, by scaling and squaring
+-- with a degree-18 Taylor polynomial (||A / 2^s|| <= 0.5: truncation below
+-- 1e-18 relative); differentiable through matmul.
+function linalg.matrix_exp(A)
+  check_kernel_input('matrix_exp', A)
+  local norm = A:abs():sum(-2):amax():item()   -- the 1-norm, over the batch
+  local s = 0
+  if norm > 0.5 then s = math.ceil(math.log(norm / 0.5) / math.log(2)) end
+  local X = A / (2 ^ s)
+  local n = A:size(-1)
+  local eye = T.flow.eye(n, {dtype = A.dtype})
+  local term, sum = eye:expand(A:size():totable()), eye:expand(A:size():totable())
+  for k = 1, 18 do
+    term = term:matmul(X) / k
+    sum = sum + term
+  end
+  for _ = 1, s do sum = sum:matmul(sum) end
+  return sum
+end
+
+--- linalg.cond(A, {p = nil}): the condition number in the p-norm (nil or 2:
+-- largest / smallest singular value; -2: the reverse; 'fro', 'nuc', 1, -1,
+-- inf, -inf: norm(A, p) * norm(inv(A), p)).
+function linalg.cond(A, o)
+  local p = o
+  if type(o) == 'table' then p = o.p end
+  check_kernel_input('cond', A)
+  if p == nil or p == 2 or p == -2 then
+    local sv = linalg.svdvals(A)
+    local hi, lo = sv:narrow(-1, 1, 1):squeeze(-1), sv:narrow(-1, sv:size(-1), 1):squeeze(-1)
+    if p == -2 then return lo / hi end
+    return hi / lo
+  end
+  return linalg.matrix_norm(A, p) * linalg.matrix_norm(linalg.inv(A), p)
+end
+
+-- f(A[, B], o) with errors turned into info /= 0 (info has A's batch
+-- shape; 1 marks a matrix that failed, whose result is NaN; LAPACK's pivot
+-- index is not reported). With check_errors the error is raised.
+local function ex_form(name, f, two)
+  return function(A, B, o)
+    if not two then o, B = B, nil end
+    local check = type(o) == 'table' and o.check_errors
+    local fo = o
+    if type(o) == 'table' then
+      fo = {}
+      for k, v in pairs(o) do if k ~= 'check_errors' then fo[k] = v end end
+    end
+    util.check_tensor('linalg.' .. name, A, 'A')
+    local bshape = A:size():totable()
+    bshape[#bshape], bshape[#bshape - 1] = nil, nil
+    local ok, r = pcall(f, A, B, fo)
+    if ok then return r, T.flow.zeros(bshape, {dtype = 'int32'}) end
+    if check or (two and B:dim() ~= A:dim()) then error(('linalg.%s: %s'):format(name, tostring(r)), 2) end
+    local n = 1
+    for _, v in ipairs(bshape) do n = n * v end
+    local flatA = A:reshape(n, A:size(-2), A:size(-1))
+    local flatB = two and B:reshape(n, B:size(-2), B:size(-1))
+    local outs, info = {}, {}
+    for i = 1, n do
+      local ok1, ri = pcall(f, flatA[i], flatB and flatB[i], fo)
+      if ok1 then outs[i], info[i] = ri, 0 end
+      if not ok1 then info[i] = 1 end
+    end
+    local like
+    for i = 1, n do like = like or outs[i] end
+    if like == nil then   -- every matrix failed: the result has the shape f would give
+      like = two and flatB[1] or flatA[1]
+    end
+    for i = 1, n do
+      if not outs[i] then outs[i] = T.flow.full(like:size():totable(), 0 / 0, {dtype = A.dtype}) end
+    end
+    local full = {unpack(bshape)}
+    for _, v in ipairs(like:size():totable()) do full[#full + 1] = v end
+    return T.flow.stack(outs, 1):reshape(full), T.flow.tensor(info, {dtype = 'int32'}):reshape(bshape)
+  end
+end
+--- linalg.inv_ex(A, {check_errors = false}) -> inverse, info (0 = ok);
+-- cholesky_ex(A, {upper, check_errors}) -> L, info; solve_ex(A, B, {left,
+-- check_errors}) -> X, info (B with A's batch dims for the per-matrix info).
+linalg.inv_ex = ex_form('inv_ex', function(A) return linalg.inv(A) end)
+linalg.cholesky_ex = ex_form('cholesky_ex', function(A, _, o) return linalg.cholesky(A, o) end)
+linalg.solve_ex = ex_form('solve_ex', function(A, B, o) return linalg.solve(A, B, o) end, true)
+
 T.flow.linalg = linalg
 return linalg

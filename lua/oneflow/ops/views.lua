@@ -130,6 +130,45 @@ def('unbind', function(x, d)
   return res
 end)
 
+--- x:unfold(dim, size, step): every slice of length `size` along `dim`, `step`
+-- apart, as a new last dim of length `size` (PyTorch's Tensor.unfold). A view
+-- sharing x's storage when x needs no gradient; when it does, a copy made
+-- with index_select so the gradient flows (as_strided views are not
+-- differentiable here).
+def('unfold', function(x, d, size, step)
+  local nd = math.max(x:dim(), 1)
+  if type(d) ~= 'number' or type(size) ~= 'number' or type(step) ~= 'number' then
+    error('unfold: expected (dim, size, step) numbers', 2)
+  end
+  if d < 0 then d = d + nd + 1 end
+  if d < 1 or d > nd then error(('unfold: dim %d out of range for %d-d tensor'):format(d, x:dim()), 2) end
+  local len = x:dim() == 0 and 1 or x:size(d)
+  if size < 0 or size > len then
+    error(('unfold: size %d exceeds the size %d of dim %d'):format(size, len, d), 2)
+  end
+  if step <= 0 then error(('unfold: step must be positive, got %d'):format(step), 2) end
+  local nw = math.floor((len - size) / step) + 1
+  if x:dim() == 0 then return x:reshape(size) end
+  if not x.requires_grad then
+    local shape, strides = x:size():totable(), {}
+    for i = 1, x:dim() do strides[i] = x:stride(i) end
+    shape[d], shape[#shape + 1] = nw, size
+    strides[#strides + 1] = strides[d]
+    strides[d] = strides[d] * step
+    local sp, n = A.shape_ptr(shape)
+    return call1(C.of_as_strided, x.p, sp, A.shape_ptr(strides, 2), n, x:storage_offset(), out1)
+  end
+  local idx = {}
+  for w = 0, nw - 1 do
+    for j = 1, size do idx[#idx + 1] = w * step + j end
+  end
+  local it = T.flow.tensor(idx, {dtype = 'int64', device = x.device})
+  local shape = x:size():totable()
+  shape[d] = nw
+  table.insert(shape, d + 1, size)
+  return x:index_select(d, it):reshape(shape):movedim(d + 1, -1)
+end, 'method')
+
 ------------------------------------------------------------------ copy / fill
 function methods.copy_(x, src)
   if type(src) == 'number' then return x:fill_(src) end

@@ -170,4 +170,24 @@ function F.softmin(x, dim, opts)
   return flow.softmax(-x, dim, opts)
 end
 
+local gumbel_spec = {{'tau', 1}, {'hard', false}, {'eps', 1e-10}, {'dim', -1}}
+
+--- F.gumbel_softmax(logits, {tau = 1, hard = false, dim = -1}): samples from
+-- the Gumbel-softmax distribution: softmax((logits + g) / tau) with
+-- g = -log(Exp(1)) noise from flow's generator (flow.manual_seed). With
+-- hard = true the result is one-hot in the forward pass and carries the soft
+-- sample's gradient (the straight-through trick, as PyTorch).
+function F.gumbel_softmax(logits, ...)
+  local a = parse('gumbel_softmax', gumbel_spec, ...)
+  if a.tau <= 0 then fail(('gumbel_softmax: tau must be positive, got %s'):format(a.tau)) end
+  -- -log(E), E ~ Exp(1) = -log(U): draw U in (0, 1) away from 0
+  local u = flow.rand(logits:size():totable(), {dtype = logits.dtype, device = logits.device})
+  local g = -(-(u:clamp(1e-300, 1)):log()):log()
+  local y = flow.softmax((logits + g) / a.tau, a.dim)
+  if not a.hard then return y end
+  local idx = y:argmax(a.dim, {keepdim = true})
+  local hard = flow.zeros_like(logits):scatter(a.dim, idx, 1.0)
+  return hard - y:detach() + y
+end
+
 return F

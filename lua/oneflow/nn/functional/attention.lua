@@ -3,6 +3,7 @@
 local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local dropout = require 'oneflow.nn.functional.dropout'
+local linear = require 'oneflow.nn.functional.linear'
 
 local parse, fail, shape_str = U.parse, U.fail, U.shape_str
 local F = {}
@@ -35,6 +36,132 @@ function F.scaled_dot_product_attention(q, k, v, ...)
   local attn = flow.softmax(scores, -1)
   if a.dropout_p > 0 then attn = dropout.dropout(attn, a.dropout_p, true) end
   return attn:matmul(v)
+end
+
+local mha_spec = {{'query', U.REQUIRED}, {'key', U.REQUIRED}, {'value', U.REQUIRED},
+  {'embed_dim_to_check', U.REQUIRED}, {'num_heads', U.REQUIRED}, {'in_proj_weight', nil},
+  {'in_proj_bias', nil}, {'bias_k', nil}, {'bias_v', nil}, {'add_zero_attn', false},
+  {'dropout_p', 0}, {'out_proj_weight', U.REQUIRED}, {'out_proj_bias', nil}, {'training', true},
+  {'key_padding_mask', nil}, {'need_weights', true}, {'attn_mask', nil},
+  {'use_separate_proj_weight', false}, {'q_proj_weight', nil}, {'k_proj_weight', nil},
+  {'v_proj_weight', nil}, {'static_k', nil}, {'static_v', nil}, {'average_attn_weights', true},
+  {'is_causal', false}}
+
+-- a mask as an additive float mask (bool: true = not allowed -> -inf)
+local function additive(m, like)
+  if m.dtype.name == 'bool' then
+    return flow.zeros(m:size():totable(), {dtype = like.dtype}):masked_fill(m, -math.huge)
+  end
+  return m
+end
+
+-- x [S, N*H or N, ...] with one more step along dim 1 holding `row`
+local function append_row(x, row) return flow.cat({x, row}, 1) end
+local function pad_last(m)
+  if m == nil then return nil end
+  local shape = m:size():totable()
+  shape[#shape] = 1
+  return flow.cat({m, flow.zeros(shape, {dtype = m.dtype})}, -1)
+end
+
+--- F.multi_head_attention_forward(query [L, N, E], key [S, N, Ek], value
+-- [S, N, Ev], embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
+-- bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias,
+-- {training = true, key_padding_mask =, need_weights = true, attn_mask =,
+-- use_separate_proj_weight = false, q_proj_weight =, k_proj_weight =,
+-- v_proj_weight =, static_k =, static_v =, average_attn_weights = true,
+-- is_causal = false}) -> output [L, N, E], weights ([N, L, S] averaged over
+-- heads or [N, H, L, S]; nil without need_weights). PyTorch's function
+-- (sequence-first; 2-D inputs are one unbatched sequence). Boolean masks are
+-- true where attention is not allowed; float masks are added.
+function F.multi_head_attention_forward(...)
+  local a = parse('multi_head_attention_forward', mha_spec, ...)
+  local q, k, v = a.query, a.key, a.value
+  local unbatched = q:dim() == 2
+  if q:dim() ~= 2 and q:dim() ~= 3 then
+    fail(('multi_head_attention_forward: expected query of 2 or 3 dims, got %s'):format(shape_str(q)))
+  end
+  if unbatched then
+    q, k, v = q:unsqueeze(2), k:unsqueeze(2), v:unsqueeze(2)
+    if a.key_padding_mask ~= nil then a.key_padding_mask = a.key_padding_mask:unsqueeze(1) end
+  end
+  local l, n, e = q:size(1), q:size(2), q:size(3)
+  local h = a.num_heads
+  if e ~= a.embed_dim_to_check then
+    fail(('multi_head_attention_forward: query has embed dim %d, expected %d (embed_dim_to_check)'):format(
+      e, a.embed_dim_to_check))
+  end
+  local hd = math.floor(e / h)
+  if hd * h ~= e then
+    fail(('multi_head_attention_forward: embed dim %d is not divisible by num_heads %d'):format(e, h))
+  end
+  local wq, wk, wv
+  if a.use_separate_proj_weight then
+    wq, wk, wv = a.q_proj_weight, a.k_proj_weight, a.v_proj_weight
+    if wq == nil or wk == nil or wv == nil then
+      fail('multi_head_attention_forward: use_separate_proj_weight needs q_proj_weight, '
+        .. 'k_proj_weight and v_proj_weight')
+    end
+  else
+    if a.in_proj_weight == nil then
+      fail('multi_head_attention_forward: in_proj_weight is required without use_separate_proj_weight')
+    end
+    wq, wk, wv = unpack(a.in_proj_weight:chunk(3, 1))
+  end
+  local bq, bk, bv
+  if a.in_proj_bias ~= nil then bq, bk, bv = unpack(a.in_proj_bias:chunk(3, 1)) end
+  q = linear.linear(q, wq, bq)
+  if a.static_k == nil then k = linear.linear(k, wk, bk) end
+  if a.static_v == nil then v = linear.linear(v, wv, bv) end
+  local attn_mask, kpm = a.attn_mask, a.key_padding_mask
+  if attn_mask == nil and a.is_causal then
+    attn_mask = flow.ones(l, k:size(1), {dtype = flow.bool}):triu(1)
+  end
+  if (a.bias_k == nil) ~= (a.bias_v == nil) then
+    fail('multi_head_attention_forward: give both bias_k and bias_v or neither')
+  end
+  if a.bias_k ~= nil then
+    if a.static_k ~= nil or a.static_v ~= nil then
+      fail('multi_head_attention_forward: bias_k/bias_v cannot be combined with static_k/static_v')
+    end
+    k = append_row(k, a.bias_k:reshape(1, 1, e):expand(1, n, e))
+    v = append_row(v, a.bias_v:reshape(1, 1, e):expand(1, n, e))
+    attn_mask, kpm = pad_last(attn_mask), pad_last(kpm)
+  end
+  -- [L, N, E] -> [N * H, L, hd]
+  q = q:reshape(l, n * h, hd):transpose(1, 2)
+  k = a.static_k or k:reshape(k:size(1), n * h, hd):transpose(1, 2)
+  v = a.static_v or v:reshape(v:size(1), n * h, hd):transpose(1, 2)
+  if a.add_zero_attn then
+    k = flow.cat({k, flow.zeros({n * h, 1, hd}, {dtype = k.dtype})}, 2)
+    v = flow.cat({v, flow.zeros({n * h, 1, v:size(3)}, {dtype = v.dtype})}, 2)
+    attn_mask, kpm = pad_last(attn_mask), pad_last(kpm)
+  end
+  local s = k:size(2)
+  local scores = flow.bmm(q * (1 / math.sqrt(hd)), k:transpose(2, 3)):view(n, h, l, s)
+  if attn_mask ~= nil then
+    local m = additive(attn_mask, scores)
+    if m:dim() == 3 then m = m:view(n, h, l, s) end
+    scores = scores + m
+  end
+  if kpm ~= nil then
+    if kpm:dim() ~= 2 or kpm:size(1) ~= n or kpm:size(2) ~= s then
+      fail(('multi_head_attention_forward: expected key_padding_mask of size [%d,%d], got %s'):format(
+        n, s, shape_str(kpm)))
+    end
+    scores = scores + additive(kpm, scores):view(n, 1, 1, s)
+  end
+  local attn = flow.softmax(scores, -1)
+  if a.dropout_p > 0 and a.training then attn = dropout.dropout(attn, a.dropout_p, true) end
+  local out = flow.bmm(attn:reshape(n * h, l, s), v)             -- [N * H, L, hd]
+  out = out:transpose(1, 2):contiguous():view(l, n, e)
+  out = linear.linear(out, a.out_proj_weight, a.out_proj_bias)
+  if unbatched then out = out:squeeze(2) end
+  if not a.need_weights then return out, nil end
+  local w = attn
+  if a.average_attn_weights then w = w:mean(2) end
+  if unbatched then w = w:squeeze(1) end
+  return out, w
 end
 
 return F

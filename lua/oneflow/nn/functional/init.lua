@@ -36,12 +36,12 @@ local FIRST = {
   cosine_similarity = 'x1', pairwise_distance = 'x1', margin_ranking_loss = 'input1',
   cosine_embedding_loss = 'input1', triplet_margin_loss = 'anchor',
   scaled_dot_product_attention = 'query', affine_grid = 'theta', ctc_loss = 'log_probs',
-  bilinear = 'input1',
+  bilinear = 'input1', multi_head_attention_forward = 'query',
 }
 local SECOND = {
   linear = 'weight', bilinear = 'input2', cosine_similarity = 'x2', pairwise_distance = 'x2',
   margin_ranking_loss = 'input2', cosine_embedding_loss = 'input2', triplet_margin_loss = 'positive',
-  scaled_dot_product_attention = 'key', grid_sample = 'grid',
+  scaled_dot_product_attention = 'key', grid_sample = 'grid', multi_head_attention_forward = 'key',
   mse_loss = 'target', l1_loss = 'target', smooth_l1_loss = 'target', huber_loss = 'target',
   binary_cross_entropy = 'target', binary_cross_entropy_with_logits = 'target', kl_div = 'target',
   soft_margin_loss = 'target', cross_entropy = 'target', nll_loss = 'target',

@@ -1,0 +1,1375 @@
+-- oneflow.distributions (flow.distributions): torch.distributions' API.
+--   local D = flow.distributions
+--   local d = D.Normal(flow.zeros(3), flow.ones(3))
+--   local x = d:rsample({100})          -- [100, 3], differentiable in loc/scale
+--   d:log_prob(x), d:entropy(), d:cdf(x), d:icdf(p), d.mean, d.variance
+--   D.kl_divergence(d, D.Normal(1, 2))
+-- Attributes as PyTorch's: mean, mode, variance, stddev, batch_shape,
+-- event_shape, support, arg_constraints, has_rsample. Samples come from
+-- flow's Philox generator (flow.manual_seed makes them reproducible).
+-- Parameters are checked against their constraints when validate_args is on
+-- (the default, as PyTorch's), and so are the values given to log_prob.
+-- Categorical samples and values are 1-based category indices (the Lua
+-- convention of flow); everything else follows PyTorch.
+local flow = require 'oneflow'
+local class = require 'oneflow.class'
+local A = require 'oneflow._args'
+local constraints = require 'oneflow.distributions.constraints'
+
+local M = {constraints = constraints}
+local fail, is_tensor = A.fail, A.is_tensor
+local EULER = 0.57721566490153286061
+local LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+local default_validate = true
+
+--- flow.distributions.Distribution.set_default_validate_args(on)
+local function set_default_validate_args(on) default_validate = on and true or false end
+
+local function size_list(s)
+  if s == nil then return {} end
+  if type(s) == 'number' then return {s} end
+  if type(s) == 'table' and s.totable then return s:totable() end
+  return s
+end
+local function concat(a, b)
+  local r = {}
+  for _, v in ipairs(a) do r[#r + 1] = v end
+  for _, v in ipairs(b) do r[#r + 1] = v end
+  return r
+end
+
+-- numbers and tensors -> tensors of one floating dtype, broadcast together
+local function broadcast_all(...)
+  local args, n = {...}, select('#', ...)
+  local like
+  for i = 1, n do if is_tensor(args[i]) then like = like or args[i] end end
+  local dt = like and like:is_floating_point() and like.dtype or flow.get_default_dtype()
+  for i = 1, n do
+    local v = args[i]
+    if not is_tensor(v) then
+      if type(v) ~= 'number' then
+        fail(('distribution parameter %d must be a tensor or number, got %s'):format(i, type(v)))
+      end
+      args[i] = flow.tensor(v, {dtype = dt})
+    elseif not v:is_floating_point() then args[i] = v:to(dt) end
+  end
+  if n == 1 then return args[1] end
+  return unpack(flow.broadcast_tensors(unpack(args, 1, n)))
+end
+
+------------------------------------------------------------------ Distribution
+local Distribution = class('Distribution')
+M.Distribution = Distribution
+Distribution.has_rsample = false
+Distribution.has_enumerate_support = false
+Distribution.set_default_validate_args = set_default_validate_args
+
+-- attributes computed on access: cls._get_<name>(self)
+local function getter_index(cls)
+  return function(t, k)
+    local v = cls[k]
+    if v ~= nil then return v end
+    local g = cls['_get_' .. k]
+    if g then return g(t) end
+    return nil
+  end
+end
+Distribution.__index = getter_index(Distribution)
+function Distribution.__setup(cls) cls.__index = getter_index(cls) end
+
+function Distribution:__init(batch_shape, event_shape, validate_args)
+  self.batch_shape = flow.Size(size_list(batch_shape))
+  self.event_shape = flow.Size(size_list(event_shape))
+  if validate_args ~= nil then self._validate_args = validate_args else self._validate_args = default_validate end
+  if self._validate_args then
+    for name, c in pairs(self.arg_constraints or {}) do
+      local v = rawget(self, name)
+      if v ~= nil and not c:check(v):all():item() then
+        fail(('%s: expected parameter %s (tensor of shape %s) to satisfy the constraint %s, but found '
+              .. 'invalid values:\n%s'):format(self.__name, name, A.shape_str(v), c.name, tostring(v)))
+      end
+    end
+  end
+end
+
+function Distribution:__tostring()
+  local parts = {}
+  for name in pairs(self.arg_constraints or {}) do
+    local v = rawget(self, name)
+    if v ~= nil then parts[#parts + 1] = name .. ': ' .. (v:dim() == 0 and tostring(v:item()) or A.shape_str(v)) end
+  end
+  table.sort(parts)
+  return self.__name .. '(' .. table.concat(parts, ', ') .. ')'
+end
+
+function Distribution:_extended_shape(sample_shape)
+  return concat(concat(size_list(sample_shape), self.batch_shape:totable()), self.event_shape:totable())
+end
+
+function Distribution:_get_stddev() return self.variance:sqrt() end
+
+function Distribution:sample(sample_shape)
+  if self.has_rsample then
+    return flow.no_grad(function() return self:rsample(sample_shape) end)
+  end
+  fail(self.__name .. ': sample is not implemented')
+end
+function Distribution:rsample()
+  fail(self.__name .. ': has no reparameterized sampler (has_rsample = false); use sample')
+end
+function Distribution:sample_n(n) return self:sample({n}) end
+function Distribution:perplexity() return self:entropy():exp() end
+
+-- the value must lie in the support (validate_args) and broadcast
+function Distribution:_validate_sample(value)
+  if not is_tensor(value) then fail(self.__name .. ': log_prob expects a tensor value, got ' .. type(value)) end
+  if not self._validate_args then return end
+  local support = self.support
+  if support and not support:check(value):all():item() then
+    fail(('%s: expected value argument (tensor of shape %s) to be within the support (%s) of the '
+          .. 'distribution, but found invalid values:\n%s'):format(self.__name, A.shape_str(value),
+          support.name, tostring(value)))
+  end
+end
+
+--- expand(batch_shape): the same distribution with its parameters expanded.
+function Distribution:expand(batch_shape)
+  batch_shape = size_list(batch_shape)
+  local new = setmetatable({}, getmetatable(self))
+  for k, v in pairs(self) do new[k] = v end
+  local ev = #(self._param_event_dims or {})
+  local names = {}
+  for name in pairs(self.arg_constraints or {}) do names[#names + 1] = name end
+  for _, name in ipairs(self._derived or {}) do names[#names + 1] = name end
+  for _, name in ipairs(names) do
+    local v = rawget(self, name)
+    if v ~= nil then
+      local shape = concat(batch_shape, {})
+      for i = v:dim() - ev + 1, v:dim() do shape[#shape + 1] = v:size(i) end
+      new[name] = v:expand(shape)
+    end
+  end
+  new.batch_shape = flow.Size(batch_shape)
+  return new
+end
+
+local function uniform_like(shape, like)
+  -- in (0, 1): flow.rand draws [0, 1); 0 is moved to the smallest positive double/float
+  local u = flow.rand(shape, {dtype = like.dtype, device = like.device})
+  local tiny = like.dtype == flow.float64 and 2.2250738585072014e-308 or 1.1754943508222875e-38
+  return u:clamp(tiny, 1)
+end
+
+-- a distribution class with the scalar parameters `params` ({name,
+-- constraint} in the constructor's order, broadcast together)
+local function family(name, params, support, has_rsample)
+  local cls = Distribution:subclass(name)
+  M[name] = cls
+  cls.arg_constraints = {}
+  for _, p in ipairs(params) do cls.arg_constraints[p[1]] = p[2] end
+  cls.support, cls.has_rsample = support, has_rsample
+  function cls:__init(...)
+    local n = #params
+    local args = {...}
+    local vals = {broadcast_all(unpack(args, 1, n))}
+    for i, p in ipairs(params) do self[p[1]] = vals[i] end
+    Distribution.__init(self, vals[1]:size(), {}, args[n + 1])
+  end
+  return cls
+end
+-- a location-scale family: loc real, scale positive, reparameterised, mode = loc
+local LOC_SCALE = {{'loc', constraints.real}, {'scale', constraints.positive}}
+local function loc_scale_family(name, support)
+  local cls = family(name, LOC_SCALE, support or constraints.real, true)
+  function cls:_get_mode() return self.loc end
+  return cls
+end
+
+------------------------------------------------------------------ Normal
+local Normal = loc_scale_family('Normal')
+function Normal:_get_mean() return self.loc end
+function Normal:_get_stddev() return self.scale end
+function Normal:_get_variance() return self.scale ^ 2 end
+function Normal:rsample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  local eps = flow.randn(shape, {dtype = self.loc.dtype, device = self.loc.device})
+  return self.loc + eps * self.scale
+end
+function Normal:log_prob(value)
+  self:_validate_sample(value)
+  return -((value - self.loc) ^ 2) / (self.scale ^ 2 * 2) - self.scale:log() - LOG_SQRT_2PI
+end
+function Normal:cdf(value)
+  return ((value - self.loc) / (self.scale * math.sqrt(2))):erf():add(1):mul(0.5)
+end
+function Normal:icdf(p) return self.loc + self.scale * (p * 2 - 1):erfinv() * math.sqrt(2) end
+function Normal:entropy() return self.scale:log() + 0.5 + LOG_SQRT_2PI end
+
+------------------------------------------------------------------ probs / logits
+local function probs_to_logits(p, binary)
+  local eps = p.dtype == flow.float64 and 2.220446049250313e-16 or 1.1920928955078125e-07
+  local c = p:clamp(eps, 1 - eps)
+  if binary then return c:log() - (-c):log1p() end
+  return c:log()
+end
+-- one of probs / logits given; the other derived
+local function probs_or_logits(name, probs, logits)
+  if (probs == nil) == (logits == nil) then
+    fail(name .. ': either probs or logits must be specified, but not both')
+  end
+  return probs, logits
+end
+
+------------------------------------------------------------------ Bernoulli
+local Bernoulli = Distribution:subclass('Bernoulli')
+M.Bernoulli = Bernoulli
+Bernoulli.support = constraints.boolean
+--- Bernoulli(probs[, logits[, validate_args]]) or Bernoulli({probs =} | {logits =})
+-- probs (checked by `probs_constraint`) or logits, for Bernoulli and Geometric
+local function init_binary(self, name, probs, logits, validate_args, probs_constraint)
+  if type(probs) == 'table' and not is_tensor(probs) then
+    probs, logits, validate_args = probs.probs, probs.logits, probs.validate_args
+  end
+  probs_or_logits(name, probs, logits)
+  if probs ~= nil then
+    self.probs = broadcast_all(probs)
+    self.arg_constraints = {probs = probs_constraint}
+  else
+    self.logits = broadcast_all(logits)
+    self.arg_constraints = {logits = constraints.real}
+  end
+  Distribution.__init(self, (self.probs or self.logits):size(), {}, validate_args)
+end
+function Bernoulli:__init(probs, logits, validate_args)
+  init_binary(self, 'Bernoulli', probs, logits, validate_args, constraints.unit_interval)
+end
+function Bernoulli:_get_probs() return rawget(self, 'logits'):sigmoid() end
+function Bernoulli:_get_logits() return probs_to_logits(rawget(self, 'probs'), true) end
+function Bernoulli:_get_mean() return self.probs end
+function Bernoulli:_get_mode() return self.probs:ge(0.5):to(self.probs.dtype) end
+function Bernoulli:_get_variance() return self.probs * (1 - self.probs) end
+function Bernoulli:sample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  return flow.no_grad(function() return flow.bernoulli(self.probs:expand(shape)) end)
+end
+-- -BCE with logits: v l - softplus(l), computed stably
+local function bce_logits(l, v)
+  return l:clamp(0) - l * v + (-l:abs()):exp():log1p()
+end
+function Bernoulli:log_prob(value)
+  self:_validate_sample(value)
+  local l, v = unpack(flow.broadcast_tensors(self.logits, value:to(self.logits.dtype)))
+  return -bce_logits(l, v)
+end
+function Bernoulli:entropy() return bce_logits(self.logits, self.probs) end
+
+------------------------------------------------------------------ Categorical
+local Categorical = Distribution:subclass('Categorical')
+M.Categorical = Categorical
+Categorical._param_event_dims = {1}
+--- Categorical(probs[, logits[, validate_args]]): categories 1..K over the last dim.
+function Categorical:__init(probs, logits, validate_args)
+  if type(probs) == 'table' and not is_tensor(probs) then
+    probs, logits, validate_args = probs.probs, probs.logits, probs.validate_args
+  end
+  probs_or_logits('Categorical', probs, logits)
+  local p = probs or logits
+  if not is_tensor(p) or p:dim() < 1 then fail('Categorical: probs or logits must be a tensor of at least 1 dim') end
+  if probs ~= nil then
+    self.probs = probs / probs:sum(-1, {keepdim = true})
+    self.arg_constraints = {probs = constraints.simplex}
+  else
+    self.logits = logits - logits:logsumexp(-1, {keepdim = true})
+    self.arg_constraints = {logits = constraints.independent(constraints.real, 1)}
+  end
+  self._num_events = p:size(-1)
+  local bs = p:size():totable()
+  bs[#bs] = nil
+  Distribution.__init(self, bs, {}, validate_args)
+end
+function Categorical:_get_probs() return rawget(self, 'logits'):softmax(-1) end
+function Categorical:_get_logits() return probs_to_logits(rawget(self, 'probs')) end
+function Categorical:_get_support() return constraints.integer_interval(1, self._num_events) end
+function Categorical:_get_mean() return flow.full(self.batch_shape:totable(), 0 / 0, {dtype = self.probs.dtype}) end
+function Categorical:_get_variance() return self:_get_mean() end
+function Categorical:_get_mode() return self.probs:argmax(-1) end
+function Categorical:sample(sample_shape)
+  local ss = size_list(sample_shape)
+  local n = 1
+  for _, s in ipairs(ss) do n = n * s end
+  local p2 = self.probs:reshape(-1, self._num_events)
+  local draws = flow.no_grad(function() return flow.multinomial(p2, n, {replacement = true}) end)  -- [B, n]
+  local shape = concat(ss, self.batch_shape:totable())
+  return draws:t():reshape(shape)
+end
+function Categorical:log_prob(value)
+  self:_validate_sample(value)
+  local v = value:to('int64'):unsqueeze(-1)
+  local l = self.logits
+  local shape = flow.broadcast_tensors(v, l:narrow(-1, 1, 1))[1]:size():totable()
+  v = v:expand(shape)
+  shape[#shape] = self._num_events
+  return l:expand(shape):gather(-1, v):squeeze(-1)
+end
+function Categorical:entropy()
+  local min = self.logits.dtype == flow.float64 and -1.7976931348623157e308 or -3.4028234663852886e38
+  return -(self.logits:clamp(min) * self.probs):sum(-1)
+end
+
+------------------------------------------------------------------ OneHotCategorical
+local OneHotCategorical = Distribution:subclass('OneHotCategorical')
+M.OneHotCategorical = OneHotCategorical
+OneHotCategorical.support = constraints.one_hot
+OneHotCategorical._param_event_dims = {1}
+function OneHotCategorical:__init(probs, logits, validate_args)
+  self._categorical = Categorical(probs, logits, validate_args)
+  self.arg_constraints = {}
+  Distribution.__init(self, self._categorical.batch_shape, {self._categorical._num_events}, validate_args)
+end
+function OneHotCategorical:_get_probs() return self._categorical.probs end
+function OneHotCategorical:_get_logits() return self._categorical.logits end
+function OneHotCategorical:_get_mean() return self._categorical.probs end
+function OneHotCategorical:_get_variance() local p = self._categorical.probs return p * (1 - p) end
+function OneHotCategorical:sample(sample_shape)
+  local idx = self._categorical:sample(sample_shape)
+  return flow.nn.functional.one_hot(idx, self._categorical._num_events):to(self.probs.dtype)
+end
+function OneHotCategorical:log_prob(value)
+  self:_validate_sample(value)
+  return self._categorical:log_prob(value:argmax(-1))
+end
+function OneHotCategorical:entropy() return self._categorical:entropy() end
+
+------------------------------------------------------------------ Uniform
+local Uniform = Distribution:subclass('Uniform')
+M.Uniform = Uniform
+Uniform.has_rsample = true
+--- Uniform(low, high[, validate_args]): [low, high)
+function Uniform:__init(low, high, validate_args)
+  self.low, self.high = broadcast_all(low, high)
+  if validate_args ~= false and default_validate and not self.low:lt(self.high):all():item() then
+    fail('Uniform: expected parameter low to be less than high')
+  end
+  self.arg_constraints = {low = constraints.real, high = constraints.real}
+  Distribution.__init(self, self.low:size(), {}, validate_args)
+end
+function Uniform:_get_support() return constraints.interval(self.low, self.high) end
+function Uniform:_get_mean() return (self.low + self.high) / 2 end
+function Uniform:_get_mode() return self.low * (0 / 0) end
+function Uniform:_get_variance() return (self.high - self.low) ^ 2 / 12 end
+function Uniform:rsample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  local u = flow.rand(shape, {dtype = self.low.dtype, device = self.low.device})
+  return self.low + u * (self.high - self.low)
+end
+function Uniform:log_prob(value)
+  self:_validate_sample(value)
+  local inside = self.low:le(value):logical_and(value:lt(self.high)):to(self.low.dtype)
+  return inside:log() - (self.high - self.low):log()
+end
+function Uniform:cdf(value) return ((value - self.low) / (self.high - self.low)):clamp(0, 1) end
+function Uniform:icdf(p) return p * (self.high - self.low) + self.low end
+function Uniform:entropy() return (self.high - self.low):log() end
+
+------------------------------------------------------------------ Exponential
+local Exponential = family('Exponential', {{'rate', constraints.positive}}, constraints.nonnegative, true)
+function Exponential:_get_mean() return self.rate:reciprocal() end
+function Exponential:_get_mode() return flow.zeros_like(self.rate) end
+function Exponential:_get_variance() return self.rate:pow(-2) end
+function Exponential:rsample(sample_shape)
+  local u = uniform_like(self:_extended_shape(sample_shape), self.rate)
+  return -u:log() / self.rate
+end
+function Exponential:log_prob(value)
+  self:_validate_sample(value)
+  return self.rate:log() - self.rate * value
+end
+function Exponential:cdf(value) return 1 - (-self.rate * value):exp() end
+function Exponential:icdf(p) return -(-p):log1p() / self.rate end
+function Exponential:entropy() return 1 - self.rate:log() end
+
+------------------------------------------------------------------ Laplace
+local Laplace = loc_scale_family('Laplace')
+function Laplace:_get_mean() return self.loc end
+function Laplace:_get_variance() return self.scale ^ 2 * 2 end
+function Laplace:_get_stddev() return self.scale * math.sqrt(2) end
+function Laplace:rsample(sample_shape)
+  local u = uniform_like(self:_extended_shape(sample_shape), self.loc) * 2 - 1   -- (-1, 1)
+  return self.loc - self.scale * u:sign() * (-u:abs()):log1p()
+end
+function Laplace:log_prob(value)
+  self:_validate_sample(value)
+  return -(self.scale * 2):log() - (value - self.loc):abs() / self.scale
+end
+function Laplace:cdf(value)
+  local d = value - self.loc
+  return 0.5 - (d:sign() * (-d:abs() / self.scale):expm1()) * 0.5
+end
+function Laplace:icdf(p)
+  local t = p - 0.5
+  return self.loc - self.scale * t:sign() * (-t:abs() * 2):log1p()
+end
+function Laplace:entropy() return (self.scale * 2):log() + 1 end
+
+------------------------------------------------------------------ Cauchy
+local Cauchy = loc_scale_family('Cauchy')
+function Cauchy:_get_mean() return self.loc * (0 / 0) end
+function Cauchy:_get_variance() return flow.full(self.loc:size():totable(), math.huge, {dtype = self.loc.dtype}) end
+function Cauchy:rsample(sample_shape)
+  local u = uniform_like(self:_extended_shape(sample_shape), self.loc)
+  return self.loc + self.scale * ((u - 0.5) * math.pi):tan()
+end
+function Cauchy:log_prob(value)
+  self:_validate_sample(value)
+  return -math.log(math.pi) - self.scale:log() - (((value - self.loc) / self.scale) ^ 2):log1p()
+end
+function Cauchy:cdf(value) return ((value - self.loc) / self.scale):atan() / math.pi + 0.5 end
+function Cauchy:icdf(p) return ((p - 0.5) * math.pi):tan() * self.scale + self.loc end
+function Cauchy:entropy() return self.scale:log() + math.log(4 * math.pi) end
+
+------------------------------------------------------------------ Gumbel
+local Gumbel = loc_scale_family('Gumbel')
+function Gumbel:_get_mean() return self.loc + self.scale * EULER end
+function Gumbel:_get_variance() return self.scale ^ 2 * (math.pi ^ 2 / 6) end
+function Gumbel:_get_stddev() return self.scale * (math.pi / math.sqrt(6)) end
+function Gumbel:rsample(sample_shape)
+  local u = uniform_like(self:_extended_shape(sample_shape), self.loc)
+  return self.loc - self.scale * (-u:log()):log()
+end
+function Gumbel:log_prob(value)
+  self:_validate_sample(value)
+  local z = (value - self.loc) / self.scale
+  return -(z + (-z):exp()) - self.scale:log()
+end
+function Gumbel:cdf(value) return (-(-(value - self.loc) / self.scale):exp()):exp() end
+function Gumbel:icdf(p) return self.loc - self.scale * (-p:log()):log() end
+function Gumbel:entropy() return self.scale:log() + (1 + EULER) end
+
+------------------------------------------------------------------ LogNormal
+local LogNormal = loc_scale_family('LogNormal', constraints.positive)
+function LogNormal:_get_base_dist() return Normal(self.loc, self.scale, false) end
+function LogNormal:_get_mean() return (self.loc + self.scale ^ 2 / 2):exp() end
+function LogNormal:_get_mode() return (self.loc - self.scale ^ 2):exp() end
+function LogNormal:_get_variance()
+  local s2 = self.scale ^ 2
+  return s2:expm1() * (self.loc * 2 + s2):exp()
+end
+function LogNormal:rsample(sample_shape) return Normal(self.loc, self.scale, false):rsample(sample_shape):exp() end
+function LogNormal:log_prob(value)
+  self:_validate_sample(value)
+  local lv = value:log()
+  return Normal(self.loc, self.scale, false):log_prob(lv) - lv
+end
+function LogNormal:cdf(value) return Normal(self.loc, self.scale, false):cdf(value:log()) end
+function LogNormal:icdf(p) return Normal(self.loc, self.scale, false):icdf(p):exp() end
+function LogNormal:entropy() return Normal(self.loc, self.scale, false):entropy() + self.loc end
+
+------------------------------------------------------------------ HalfNormal
+local HalfNormal = family('HalfNormal', {{'scale', constraints.positive}}, constraints.nonnegative, true)
+-- |X| for X of a zero-centred symmetric distribution full(self): the
+-- sampler, log_prob, cdf, icdf, entropy and mode of the half distribution
+local function half_of(cls, full)
+  function cls:rsample(sample_shape) return full(self):rsample(sample_shape):abs() end
+  function cls:log_prob(value)
+    self:_validate_sample(value)
+    local lp = full(self):log_prob(value) + math.log(2)
+    return flow.where(value:ge(0), lp, flow.full({}, -math.huge, {dtype = lp.dtype}))
+  end
+  function cls:cdf(value) return full(self):cdf(value) * 2 - 1 end
+  function cls:icdf(p) return full(self):icdf((p + 1) / 2) end
+  function cls:entropy() return full(self):entropy() - math.log(2) end
+  function cls:_get_mode() return flow.zeros_like(self.scale) end
+end
+local function std_normal(self) return Normal(flow.zeros_like(self.scale), self.scale, false) end
+half_of(HalfNormal, std_normal)
+function HalfNormal:_get_mean() return self.scale * math.sqrt(2 / math.pi) end
+function HalfNormal:_get_variance() return self.scale ^ 2 * (1 - 2 / math.pi) end
+
+------------------------------------------------------------------ Geometric
+local Geometric = Distribution:subclass('Geometric')
+M.Geometric = Geometric
+Geometric.support = constraints.nonnegative_integer
+--- Geometric(probs[, logits]): failures before the first success.
+function Geometric:__init(probs, logits, validate_args)
+  init_binary(self, 'Geometric', probs, logits, validate_args, constraints.unit_interval)
+  local p = rawget(self, 'probs')
+  if p ~= nil and self._validate_args and not p:gt(0):all():item() then
+    fail('Geometric: expected parameter probs to be in (0, 1]')
+  end
+end
+Geometric._get_probs = Bernoulli._get_probs
+Geometric._get_logits = Bernoulli._get_logits
+function Geometric:_get_mean() return self.probs:reciprocal() - 1 end
+function Geometric:_get_mode() return flow.zeros_like(self.probs) end
+function Geometric:_get_variance() return (self.probs:reciprocal() - 1) / self.probs end
+function Geometric:sample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  return flow.no_grad(function()
+    local u = uniform_like(shape, self.probs)
+    return (u:log() / (-self.probs):log1p()):floor()
+  end)
+end
+function Geometric:log_prob(value)
+  self:_validate_sample(value)
+  local v, p = unpack(flow.broadcast_tensors(value:to(self.probs.dtype), self.probs))
+  -- value * log1p(-p), 0 where p == 1 and value == 0
+  local t = flow.where(p:eq(1):logical_and(v:eq(0)), flow.zeros({}, {dtype = p.dtype}), v * (-p):log1p())
+  return t + p:log()
+end
+function Geometric:entropy() return bce_logits(self.logits, self.probs) / self.probs end
+
+------------------------------------------------------------------ Independent
+local Independent = Distribution:subclass('Independent')
+M.Independent = Independent
+--- Independent(base, n): base with its n rightmost batch dims as event dims.
+function Independent:__init(base, n, validate_args)
+  if type(n) ~= 'number' or n < 0 or n > #base.batch_shape:totable() then
+    fail(('Independent: reinterpreted_batch_ndims must be in [0, %d], got %s'):format(
+      #base.batch_shape:totable(), tostring(n)))
+  end
+  self.base_dist, self.reinterpreted_batch_ndims = base, n
+  self.has_rsample = base.has_rsample
+  local bs = base.batch_shape:totable()
+  local b, e = {}, {}
+  for i = 1, #bs - n do b[#b + 1] = bs[i] end
+  for i = #bs - n + 1, #bs do e[#e + 1] = bs[i] end
+  self.arg_constraints = {}
+  Distribution.__init(self, b, concat(e, base.event_shape:totable()), validate_args)
+end
+local function sum_rightmost(x, n)
+  for _ = 1, n do x = x:sum(-1) end
+  return x
+end
+function Independent:_get_support()
+  return constraints.independent(self.base_dist.support, self.reinterpreted_batch_ndims)
+end
+function Independent:_get_mean() return self.base_dist.mean end
+function Independent:_get_mode() return self.base_dist.mode end
+function Independent:_get_variance() return self.base_dist.variance end
+function Independent:sample(s) return self.base_dist:sample(s) end
+function Independent:rsample(s) return self.base_dist:rsample(s) end
+function Independent:log_prob(v) return sum_rightmost(self.base_dist:log_prob(v), self.reinterpreted_batch_ndims) end
+function Independent:entropy() return sum_rightmost(self.base_dist:entropy(), self.reinterpreted_batch_ndims) end
+function Independent:expand(batch_shape)
+  batch_shape = size_list(batch_shape)
+  local full = concat(batch_shape, {})
+  local bs = self.base_dist.batch_shape:totable()
+  for i = #bs - self.reinterpreted_batch_ndims + 1, #bs do full[#full + 1] = bs[i] end
+  return Independent(self.base_dist:expand(full), self.reinterpreted_batch_ndims, self._validate_args)
+end
+
+------------------------------------------------------------------ Gamma family
+local S = flow.special
+
+-- Standard Gamma(alpha, 1) draws, Marsaglia & Tsang (2000): for alpha >= 1
+-- a squeeze-rejection sampler from a transformed normal (acceptance above
+-- 95%), repeated for the rejected elements only; alpha < 1 draws
+-- Gamma(alpha + 1) * U^(1/alpha).
+local function standard_gamma(alpha)
+  return flow.no_grad(function()
+    local small = alpha:lt(1)
+    local a = flow.where(small, alpha + 1, alpha)
+    local d = a - 1 / 3
+    local c = (d * 9):rsqrt()
+    local out = flow.zeros_like(a)
+    local todo = flow.ones(a:size():totable(), {dtype = flow.bool})
+    for _ = 1, 200 do
+      local x = flow.randn(a:size():totable(), {dtype = a.dtype})
+      local v = (x * c + 1) ^ 3
+      local u = uniform_like(a:size():totable(), a)
+      local vpos = v:gt(0)
+      local vs = flow.where(vpos, v, flow.ones({}, {dtype = v.dtype}))
+      local ok = vpos:logical_and(u:log():lt(x * x * 0.5 + d - d * vs + d * vs:log()))
+      local take = ok:logical_and(todo)
+      out = flow.where(take, d * vs, out)
+      todo = todo:logical_and(ok:logical_not())
+      if not todo:any():item() then break end
+    end
+    if todo:any():item() then fail('Gamma: the sampler did not converge (parameters too extreme?)') end
+    local boost = uniform_like(a:size():totable(), a):pow(alpha:reciprocal())
+    return flow.where(small, out * boost, out)
+  end)
+end
+
+--- Gamma(concentration, rate[, validate_args]). Not reparameterised here
+-- (PyTorch's rsample uses an implicit gradient this does not have yet).
+local Gamma = family('Gamma', {{'concentration', constraints.positive}, {'rate', constraints.positive}},
+                     constraints.nonnegative, false)
+function Gamma:_get_mean() return self.concentration / self.rate end
+function Gamma:_get_mode() return ((self.concentration - 1) / self.rate):clamp(0) end
+function Gamma:_get_variance() return self.concentration / self.rate ^ 2 end
+function Gamma:sample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  return standard_gamma(self.concentration:expand(shape)) / self.rate:expand(shape)
+end
+function Gamma:log_prob(value)
+  self:_validate_sample(value)
+  local a, r = self.concentration, self.rate
+  return flow.xlogy(a, r) + flow.xlogy(a - 1, value) - r * value - S.gammaln(a)
+end
+function Gamma:cdf(value) return S.gammainc(self.concentration, self.rate * value) end
+function Gamma:entropy()
+  local a = self.concentration
+  return a - self.rate:log() + S.gammaln(a) + (1 - a) * S.digamma(a)
+end
+
+local Chi2 = Gamma:subclass('Chi2')
+M.Chi2 = Chi2
+Chi2.arg_constraints = {df = constraints.positive}
+--- Chi2(df[, validate_args]) = Gamma(df / 2, 1 / 2)
+function Chi2:__init(df, validate_args)
+  self.df = broadcast_all(df)
+  self.concentration, self.rate = self.df * 0.5, flow.full(self.df:size():totable(), 0.5, {dtype = self.df.dtype})
+  self._derived = {'concentration', 'rate'}
+  Distribution.__init(self, self.df:size(), {}, validate_args)
+end
+
+local function lbeta_sum(conc)   -- log B(conc) over the last dim
+  return S.gammaln(conc):sum(-1) - S.gammaln(conc:sum(-1))
+end
+
+local Dirichlet = Distribution:subclass('Dirichlet')
+M.Dirichlet = Dirichlet
+Dirichlet.arg_constraints = {concentration = constraints.independent(constraints.positive, 1)}
+Dirichlet.support = constraints.simplex
+Dirichlet._param_event_dims = {1}
+--- Dirichlet(concentration [..., K][, validate_args])
+function Dirichlet:__init(concentration, validate_args)
+  if not is_tensor(concentration) or concentration:dim() < 1 then
+    fail('Dirichlet: concentration must be a tensor of at least 1 dim')
+  end
+  self.concentration = broadcast_all(concentration)
+  local bs = concentration:size():totable()
+  local k = table.remove(bs)
+  Distribution.__init(self, bs, {k}, validate_args)
+end
+function Dirichlet:_get_mean() return self.concentration / self.concentration:sum(-1, {keepdim = true}) end
+function Dirichlet:_get_variance()
+  local a = self.concentration
+  local a0 = a:sum(-1, {keepdim = true})
+  return a * (a0 - a) / (a0 ^ 2 * (a0 + 1))
+end
+function Dirichlet:sample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  local g = standard_gamma(self.concentration:expand(shape))
+  return g / g:sum(-1, {keepdim = true})
+end
+function Dirichlet:log_prob(value)
+  self:_validate_sample(value)
+  return flow.xlogy(self.concentration - 1, value):sum(-1) - lbeta_sum(self.concentration)
+end
+function Dirichlet:entropy()
+  local a = self.concentration
+  local k, a0 = a:size(-1), a:sum(-1)
+  return lbeta_sum(a) + (a0 - k) * S.digamma(a0) - ((a - 1) * S.digamma(a)):sum(-1)
+end
+
+--- Beta(concentration1, concentration0[, validate_args])
+local Beta = family('Beta', {{'concentration1', constraints.positive}, {'concentration0', constraints.positive}},
+                    constraints.unit_interval, false)
+local function beta_dirichlet(self)
+  return Dirichlet(flow.stack({self.concentration1, self.concentration0}, -1), false)
+end
+function Beta:_get_mean() return self.concentration1 / (self.concentration1 + self.concentration0) end
+function Beta:_get_variance()
+  local a, b = self.concentration1, self.concentration0
+  local t = a + b
+  return a * b / (t ^ 2 * (t + 1))
+end
+function Beta:sample(sample_shape) return beta_dirichlet(self):sample(sample_shape):select(-1, 1) end
+function Beta:log_prob(value)
+  self:_validate_sample(value)
+  local v = flow.stack({value, 1 - value}, -1)
+  return beta_dirichlet(self):log_prob(v)
+end
+function Beta:entropy() return beta_dirichlet(self):entropy() end
+
+local StudentT = Distribution:subclass('StudentT')
+M.StudentT = StudentT
+StudentT.arg_constraints = {df = constraints.positive, loc = constraints.real, scale = constraints.positive}
+StudentT.support = constraints.real
+--- StudentT(df[, loc = 0[, scale = 1[, validate_args]]])
+function StudentT:__init(df, loc, scale, validate_args)
+  self.df, self.loc, self.scale = broadcast_all(df, loc or 0, scale or 1)
+  Distribution.__init(self, self.df:size(), {}, validate_args)
+end
+function StudentT:_get_mean()
+  return flow.where(self.df:gt(1), self.loc, flow.full({}, 0 / 0, {dtype = self.loc.dtype}))
+end
+function StudentT:_get_mode() return self.loc end
+function StudentT:_get_variance()
+  local df = self.df
+  local v = self.scale ^ 2 * df / (df - 2)
+  v = flow.where(df:le(2), flow.full({}, math.huge, {dtype = v.dtype}), v)
+  return flow.where(df:le(1), flow.full({}, 0 / 0, {dtype = v.dtype}), v)
+end
+function StudentT:sample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  return flow.no_grad(function()
+    local z = flow.randn(shape, {dtype = self.loc.dtype})
+    local chi2 = standard_gamma((self.df * 0.5):expand(shape)) * 2
+    return self.loc + self.scale * z * (self.df / chi2):sqrt()
+  end)
+end
+function StudentT:log_prob(value)
+  self:_validate_sample(value)
+  local df = self.df
+  local y = (value - self.loc) / self.scale
+  local z = self.scale:log() + df:log() * 0.5 + 0.5 * math.log(math.pi)
+    + S.gammaln(df * 0.5) - S.gammaln((df + 1) * 0.5)
+  return -((df + 1) * 0.5) * (y ^ 2 / df):log1p() - z
+end
+function StudentT:entropy()
+  local df = self.df
+  local lbeta = S.gammaln(df * 0.5) + S.gammaln(flow.full({}, 0.5, {dtype = df.dtype}))
+    - S.gammaln((df + 1) * 0.5)
+  return self.scale:log() + (df + 1) * 0.5 * (S.digamma((df + 1) * 0.5) - S.digamma(df * 0.5))
+    + df:log() * 0.5 + lbeta
+end
+
+------------------------------------------------------------------ counts
+-- Poisson(rate) draws: the multiplication method for rate < 10 (a loop over
+-- the count, every element at once), Hormann's transformed rejection (PTRS,
+-- as NumPy) for rate >= 10.
+local function poisson_draw(rate)
+  return flow.no_grad(function()
+    local shape = rate:size():totable()
+    local out = flow.zeros_like(rate)
+    local small = rate:lt(10)
+    if small:any():item() then
+      local lim = (-flow.where(small, rate, flow.zeros({}, {dtype = rate.dtype}))):exp()
+      local prod = uniform_like(shape, rate)
+      local k = flow.zeros_like(rate)
+      local go = small:logical_and(prod:gt(lim))
+      for _ = 1, 200 do
+        if not go:any():item() then break end
+        k = k + go:to(rate.dtype)
+        prod = flow.where(go, prod * uniform_like(shape, rate), prod)
+        go = go:logical_and(prod:gt(lim))
+      end
+      out = flow.where(small, k, out)
+    end
+    local big = small:logical_not()
+    if big:any():item() then
+      local lam = flow.where(big, rate, flow.full({}, 10, {dtype = rate.dtype}))
+      local slam, loglam = lam:sqrt(), lam:log()
+      local b = slam * 2.53 + 0.931
+      local a = b * 0.02483 - 0.059
+      local invalpha = (b - 3.4):reciprocal() * 1.1328 + 1.1239
+      local vr = 0.9277 - (b - 2):reciprocal() * 3.6224
+      local todo = big
+      for _ = 1, 200 do
+        if not todo:any():item() then break end
+        local U = uniform_like(shape, rate) - 0.5
+        local V = uniform_like(shape, rate)
+        local us = 0.5 - U:abs()
+        local k = ((a * 2 / us + b) * U + lam + 0.43):floor()
+        local quick = us:ge(0.07):logical_and(V:le(vr))
+        local bad = k:lt(0):logical_or(us:lt(0.013):logical_and(V:gt(us)))
+        local ks = k:clamp(0)
+        local slow = (V:log() + invalpha:log() - (a / (us * us) + b):log())
+          :le(-lam + ks * loglam - S.gammaln(ks + 1))
+        local ok = todo:logical_and(quick:logical_or(bad:logical_not():logical_and(slow)))
+        out = flow.where(ok, k, out)
+        todo = todo:logical_and(ok:logical_not())
+      end
+      if todo:any():item() then fail('Poisson: the sampler did not converge') end
+    end
+    return out
+  end)
+end
+
+local Poisson = family('Poisson', {{'rate', constraints.nonnegative}}, constraints.nonnegative_integer, false)
+function Poisson:_get_mean() return self.rate end
+function Poisson:_get_mode() return self.rate:floor() end
+function Poisson:_get_variance() return self.rate end
+function Poisson:sample(sample_shape) return poisson_draw(self.rate:expand(self:_extended_shape(sample_shape))) end
+function Poisson:log_prob(value)
+  self:_validate_sample(value)
+  local r, v = unpack(flow.broadcast_tensors(self.rate, value:to(self.rate.dtype)))
+  return flow.xlogy(v, r) - r - S.gammaln(v + 1)
+end
+
+local MAX_TRIALS = 100000
+local Binomial = Distribution:subclass('Binomial')
+M.Binomial = Binomial
+--- Binomial(total_count, probs[, logits[, validate_args]])
+function Binomial:__init(total_count, probs, logits, validate_args)
+  if type(total_count) == 'table' and not is_tensor(total_count) then
+    local o = total_count
+    total_count, probs, logits, validate_args = o.total_count, o.probs, o.logits, o.validate_args
+  end
+  probs_or_logits('Binomial', probs, logits)
+  if probs ~= nil then
+    self.total_count, self.probs = broadcast_all(total_count or 1, probs)
+    self.arg_constraints = {total_count = constraints.nonnegative_integer, probs = constraints.unit_interval}
+  else
+    self.total_count, self.logits = broadcast_all(total_count or 1, logits)
+    self.arg_constraints = {total_count = constraints.nonnegative_integer, logits = constraints.real}
+  end
+  Distribution.__init(self, self.total_count:size(), {}, validate_args)
+end
+Binomial._get_probs = Bernoulli._get_probs
+Binomial._get_logits = Bernoulli._get_logits
+function Binomial:_get_support() return constraints.integer_interval(0, self.total_count) end
+function Binomial:_get_mean() return self.total_count * self.probs end
+function Binomial:_get_variance() return self.total_count * self.probs * (1 - self.probs) end
+--- sample: a sum of Bernoulli draws (total_count up to 100000).
+function Binomial:sample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  local n = self.total_count:max():item()
+  if n > MAX_TRIALS then
+    fail(('Binomial: sample draws one Bernoulli per trial; total_count %d exceeds %d'):format(n, MAX_TRIALS))
+  end
+  return flow.no_grad(function()
+    local full = concat(shape, {n})
+    local p = self.probs:expand(shape):unsqueeze(-1):expand(full)
+    local trial = flow.arange(1, n + 1, {dtype = p.dtype})
+    local live = trial:le(self.total_count:expand(shape):unsqueeze(-1)):to(p.dtype)
+    return (flow.bernoulli(p) * live):sum(-1)
+  end)
+end
+function Binomial:log_prob(value)
+  self:_validate_sample(value)
+  local n, l = self.total_count, self.logits
+  local v = value:to(l.dtype)
+  local lfact = S.gammaln(n + 1) - S.gammaln(v + 1) - S.gammaln(n - v + 1)
+  -- v * l - n * log1p(exp(l)), stable in both tails (PyTorch's form)
+  local norm = n * l:clamp(0) + n * (-l:abs()):exp():log1p()
+  return lfact + v * l - norm
+end
+
+local Multinomial = Distribution:subclass('Multinomial')
+M.Multinomial = Multinomial
+Multinomial._param_event_dims = {1}
+--- Multinomial(total_count, probs[, logits[, validate_args]]): counts over
+-- the last dim (total_count an integer, the same for every batch element).
+function Multinomial:__init(total_count, probs, logits, validate_args)
+  if type(total_count) ~= 'number' or total_count < 0 or total_count ~= math.floor(total_count) then
+    fail('Multinomial: total_count must be a non-negative integer, got ' .. tostring(total_count))
+  end
+  self.total_count = total_count
+  self._categorical = Categorical(probs, logits, validate_args)
+  self.arg_constraints = {}
+  Distribution.__init(self, self._categorical.batch_shape, {self._categorical._num_events}, validate_args)
+end
+function Multinomial:_get_probs() return self._categorical.probs end
+function Multinomial:_get_logits() return self._categorical.logits end
+function Multinomial:_get_support()
+  local n = self.total_count
+  return constraints.independent(constraints.integer_interval(0, n), 1)
+end
+function Multinomial:_get_mean() return self.probs * self.total_count end
+function Multinomial:_get_variance() return self.probs * (1 - self.probs) * self.total_count end
+function Multinomial:sample(sample_shape)
+  local ss = size_list(sample_shape)
+  local k = self._categorical._num_events
+  local idx = self._categorical:sample(concat({self.total_count}, ss))   -- [n, sample..., batch...]
+  local counts = flow.nn.functional.one_hot(idx, k):to(self.probs.dtype):sum(1)
+  return counts
+end
+function Multinomial:log_prob(value)
+  self:_validate_sample(value)
+  local v = value:to(self.logits.dtype)
+  local logits = self.logits
+  local t = flow.where(v:eq(0), flow.zeros({}, {dtype = v.dtype}), v * logits)
+  return S.gammaln(v:sum(-1) + 1) - S.gammaln(v + 1):sum(-1) + t:sum(-1)
+end
+
+------------------------------------------------------------------ MultivariateNormal
+local MultivariateNormal = Distribution:subclass('MultivariateNormal')
+M.MultivariateNormal = MultivariateNormal
+MultivariateNormal.support = constraints.real_vector
+MultivariateNormal.has_rsample = true
+--- MultivariateNormal(loc, {covariance_matrix = | precision_matrix = | scale_tril =}[, validate_args])
+-- (also positionally: MultivariateNormal(loc, covariance_matrix))
+function MultivariateNormal:__init(loc, opts, validate_args)
+  if is_tensor(opts) then opts = {covariance_matrix = opts} end
+  opts = A.check_options('MultivariateNormal', opts,
+    {covariance_matrix = true, precision_matrix = true, scale_tril = true, validate_args = true})
+  local n = (opts.covariance_matrix and 1 or 0) + (opts.precision_matrix and 1 or 0)
+    + (opts.scale_tril and 1 or 0)
+  if n ~= 1 then
+    fail('MultivariateNormal: exactly one of covariance_matrix, precision_matrix or scale_tril must be given')
+  end
+  if validate_args == nil then validate_args = opts.validate_args end
+  loc = broadcast_all(loc)
+  if loc:dim() < 1 then fail('MultivariateNormal: loc must be at least one-dimensional') end
+  local L
+  if opts.scale_tril then L = opts.scale_tril
+  elseif opts.covariance_matrix then L = flow.linalg.cholesky(opts.covariance_matrix)
+  else L = flow.linalg.cholesky(flow.linalg.inv(opts.precision_matrix)) end
+  local k = loc:size(-1)
+  if L:dim() < 2 or L:size(-1) ~= k or L:size(-2) ~= k then
+    fail(('MultivariateNormal: the matrix must be [..., %d, %d] for loc %s, got %s'):format(
+      k, k, A.shape_str(loc), A.shape_str(L)))
+  end
+  -- broadcast the batch dims of loc and the matrix
+  local lb = loc:unsqueeze(-1)
+  local bl = flow.broadcast_tensors(lb, L:narrow(-1, 1, 1))[1]
+  local bshape = bl:size():totable()
+  bshape[#bshape] = nil
+  bshape[#bshape] = nil
+  self.loc = loc:expand(concat(bshape, {k}))
+  self._unbroadcasted_scale_tril = L
+  self.scale_tril = L:expand(concat(bshape, {k, k}))
+  self.arg_constraints = {loc = constraints.real_vector}
+  Distribution.__init(self, bshape, {k}, validate_args)
+end
+function MultivariateNormal:_get_covariance_matrix()
+  return self.scale_tril:matmul(self.scale_tril:transpose(-1, -2))
+end
+function MultivariateNormal:_get_precision_matrix() return flow.linalg.inv(self.covariance_matrix) end
+function MultivariateNormal:_get_mean() return self.loc end
+function MultivariateNormal:_get_mode() return self.loc end
+function MultivariateNormal:_get_variance() return (self.scale_tril ^ 2):sum(-1) end
+function MultivariateNormal:rsample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  local eps = flow.randn(shape, {dtype = self.loc.dtype})
+  return self.loc + self.scale_tril:matmul(eps:unsqueeze(-1)):squeeze(-1)
+end
+-- ||L^-1 x||^2 over the last dim, L broadcast to x's batch dims
+local function mahalanobis(L, x)
+  local k = x:size(-1)
+  local xb, Lb = x:unsqueeze(-1), L
+  local shape = flow.broadcast_tensors(xb:narrow(-2, 1, 1), Lb:narrow(-2, 1, 1):narrow(-1, 1, 1))[1]
+    :size():totable()
+  shape[#shape - 1], shape[#shape] = k, 1
+  local lshape = concat(shape, {})
+  lshape[#lshape] = k
+  local y = flow.linalg.solve(Lb:expand(lshape), xb:expand(shape))
+  return (y ^ 2):sum(-2):squeeze(-1)
+end
+local function half_log_det(L) return L:diagonal(0, -2, -1):log():sum(-1) end
+function MultivariateNormal:log_prob(value)
+  self:_validate_sample(value)
+  local k = self.loc:size(-1)
+  local m = mahalanobis(self.scale_tril, value - self.loc)
+  return -(m + k * math.log(2 * math.pi)) * 0.5 - half_log_det(self.scale_tril)
+end
+function MultivariateNormal:entropy()
+  local k = self.loc:size(-1)
+  return half_log_det(self.scale_tril) + 0.5 * k * (1 + math.log(2 * math.pi))
+end
+
+------------------------------------------------------------------ TransformedDistribution
+local transforms = require 'oneflow.distributions.transforms'
+for k, v in pairs(transforms) do if k:sub(1, 1) ~= '_' then M[k] = v end end
+M.transforms = transforms
+
+local TransformedDistribution = Distribution:subclass('TransformedDistribution')
+M.TransformedDistribution = TransformedDistribution
+--- TransformedDistribution(base, transforms[, validate_args]): the law of
+-- t_n(...t_1(x)) for x ~ base (transforms a transform or a list).
+function TransformedDistribution:__init(base, ts, validate_args)
+  if type(ts) == 'table' and ts.forward then ts = {ts} end
+  self.base_dist, self.transforms = base, ts or {}
+  self.has_rsample = base.has_rsample
+  self.arg_constraints = {}
+  local ev = #base.event_shape:totable()
+  for _, t in ipairs(self.transforms) do ev = math.max(ev, t.event_dim) end
+  self._event_dim = ev
+  local shape = concat(base.batch_shape:totable(), base.event_shape:totable())
+  local cut = #shape - ev
+  local b, e = {}, {}
+  for i = 1, #shape do if i <= cut then b[#b + 1] = shape[i] else e[#e + 1] = shape[i] end end
+  Distribution.__init(self, b, e, validate_args)
+end
+function TransformedDistribution:_get_support()
+  local t = self.transforms[#self.transforms]
+  return t and t.codomain or self.base_dist.support
+end
+function TransformedDistribution:sample(sample_shape)
+  local x = self.base_dist:sample(sample_shape)
+  for _, t in ipairs(self.transforms) do x = t:forward(x) end
+  return x
+end
+function TransformedDistribution:rsample(sample_shape)
+  local x = self.base_dist:rsample(sample_shape)
+  for _, t in ipairs(self.transforms) do x = t:forward(x) end
+  return x
+end
+function TransformedDistribution:log_prob(value)
+  self:_validate_sample(value)
+  local lp, y = 0, value
+  local ev = self._event_dim
+  for i = #self.transforms, 1, -1 do
+    local t = self.transforms[i]
+    local x = t:inverse(y)
+    lp = lp - transforms._sum_rightmost(t:log_abs_det_jacobian(x, y), ev - t.event_dim)
+    y = x
+  end
+  local base_ev = #self.base_dist.event_shape:totable()
+  return lp + transforms._sum_rightmost(self.base_dist:log_prob(y), ev - base_ev)
+end
+-- monotone increasing maps only (sign +1 for every transform)
+local function monotone(self)
+  local s = 1
+  for _, t in ipairs(self.transforms) do
+    if t.sign == nil then fail(self.__name .. ': cdf/icdf need transforms with a known sign') end
+    s = s * t.sign
+  end
+  return s
+end
+function TransformedDistribution:cdf(value)
+  local s = monotone(self)
+  for i = #self.transforms, 1, -1 do value = self.transforms[i]:inverse(value) end
+  local c = self.base_dist:cdf(value)
+  return s > 0 and c or 1 - c
+end
+function TransformedDistribution:icdf(p)
+  local s = monotone(self)
+  local x = self.base_dist:icdf(s > 0 and p or 1 - p)
+  for _, t in ipairs(self.transforms) do x = t:forward(x) end
+  return x
+end
+
+------------------------------------------------------------------ relaxed
+local LogitRelaxedBernoulli = Distribution:subclass('LogitRelaxedBernoulli')
+M.LogitRelaxedBernoulli = LogitRelaxedBernoulli
+LogitRelaxedBernoulli.support = constraints.real
+LogitRelaxedBernoulli.has_rsample = true
+--- LogitRelaxedBernoulli(temperature, probs[, logits[, validate_args]])
+function LogitRelaxedBernoulli:__init(temperature, probs, logits, validate_args)
+  self.temperature = broadcast_all(temperature)
+  init_binary(self, 'LogitRelaxedBernoulli', probs, logits, validate_args, constraints.unit_interval)
+end
+LogitRelaxedBernoulli._get_probs = Bernoulli._get_probs
+LogitRelaxedBernoulli._get_logits = Bernoulli._get_logits
+function LogitRelaxedBernoulli:rsample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  local l = self.logits:expand(shape)
+  local u = uniform_like(shape, l):clamp(1e-12, 1 - 1e-12)
+  return (l + u:log() - (-u):log1p()) / self.temperature
+end
+function LogitRelaxedBernoulli:log_prob(value)
+  self:_validate_sample(value)
+  local diff = self.logits - value * self.temperature
+  return self.temperature:log() + diff - flow.nn.functional.softplus(diff) * 2
+end
+
+local RelaxedBernoulli = TransformedDistribution:subclass('RelaxedBernoulli')
+M.RelaxedBernoulli = RelaxedBernoulli
+--- RelaxedBernoulli(temperature, probs[, logits[, validate_args]]): values in (0, 1),
+-- reparameterised (Concrete / Gumbel-softmax for two classes).
+function RelaxedBernoulli:__init(temperature, probs, logits, validate_args)
+  local base = LogitRelaxedBernoulli(temperature, probs, logits, validate_args)
+  TransformedDistribution.__init(self, base, {transforms.SigmoidTransform()}, validate_args)
+  self.temperature = base.temperature
+end
+function RelaxedBernoulli:_get_probs() return self.base_dist.probs end
+function RelaxedBernoulli:_get_logits() return self.base_dist.logits end
+
+local ExpRelaxedCategorical = Distribution:subclass('ExpRelaxedCategorical')
+M.ExpRelaxedCategorical = ExpRelaxedCategorical
+ExpRelaxedCategorical.support = constraints.real_vector
+ExpRelaxedCategorical.has_rsample = true
+ExpRelaxedCategorical._param_event_dims = {1}
+function ExpRelaxedCategorical:__init(temperature, probs, logits, validate_args)
+  self._categorical = Categorical(probs, logits, validate_args)
+  self.temperature = broadcast_all(temperature)
+  self.arg_constraints = {}
+  Distribution.__init(self, self._categorical.batch_shape, {self._categorical._num_events}, validate_args)
+end
+function ExpRelaxedCategorical:_get_probs() return self._categorical.probs end
+function ExpRelaxedCategorical:_get_logits() return self._categorical.logits end
+function ExpRelaxedCategorical:rsample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  local u = uniform_like(shape, self.logits):clamp(1e-12, 1 - 1e-12)
+  local scores = (self.logits - (-u:log()):log()) / self.temperature
+  return scores - scores:logsumexp(-1, {keepdim = true})
+end
+function ExpRelaxedCategorical:log_prob(value)
+  local k = self._categorical._num_events
+  local log_scale = S.gammaln(flow.full({}, k, {dtype = self.logits.dtype})) + self.temperature:log() * (k - 1)
+  local score = self.logits - value * self.temperature
+  score = (score - score:logsumexp(-1, {keepdim = true})):sum(-1)
+  return score + log_scale
+end
+
+local RelaxedOneHotCategorical = TransformedDistribution:subclass('RelaxedOneHotCategorical')
+M.RelaxedOneHotCategorical = RelaxedOneHotCategorical
+--- RelaxedOneHotCategorical(temperature, probs[, logits[, validate_args]]):
+-- points of the simplex, reparameterised (Gumbel-softmax).
+function RelaxedOneHotCategorical:__init(temperature, probs, logits, validate_args)
+  local base = ExpRelaxedCategorical(temperature, probs, logits, validate_args)
+  TransformedDistribution.__init(self, base, {transforms.ExpTransform()}, validate_args)
+  self.temperature = base.temperature
+end
+function RelaxedOneHotCategorical._get_support() return constraints.simplex end
+function RelaxedOneHotCategorical:_get_probs() return self.base_dist.probs end
+function RelaxedOneHotCategorical:_get_logits() return self.base_dist.logits end
+
+------------------------------------------------------------------ MixtureSameFamily
+local MixtureSameFamily = Distribution:subclass('MixtureSameFamily')
+M.MixtureSameFamily = MixtureSameFamily
+--- MixtureSameFamily(mixture (a Categorical over K), components (batch [..., K]))
+function MixtureSameFamily:__init(mixture, components, validate_args)
+  if getmetatable(mixture) ~= Categorical then
+    fail('MixtureSameFamily: the mixture distribution must be a Categorical')
+  end
+  local cb = components.batch_shape:totable()
+  local k = mixture._num_events
+  if cb[#cb] ~= k then
+    fail(('MixtureSameFamily: the components\' last batch dim (%s) must equal the number of mixture '
+          .. 'categories (%d)'):format(tostring(cb[#cb]), k))
+  end
+  self.mixture_distribution, self.component_distribution = mixture, components
+  self.arg_constraints = {}
+  self._k = k
+  local b = {}
+  for i = 1, #cb - 1 do b[i] = cb[i] end
+  Distribution.__init(self, b, components.event_shape, validate_args)
+  self.has_rsample = false
+end
+function MixtureSameFamily:_get_support() return self.component_distribution.support end
+-- mixture probabilities shaped to broadcast against component quantities [..., K, event...]
+local function mix_weights(x, ev)
+  for _ = 1, ev do x = x:unsqueeze(-1) end
+  return x
+end
+function MixtureSameFamily:_get_mean()
+  local ev = #self.event_shape:totable()
+  return (mix_weights(self.mixture_distribution.probs, ev) * self.component_distribution.mean):sum(-1 - ev)
+end
+function MixtureSameFamily:_get_variance()
+  local ev = #self.event_shape:totable()
+  local p = mix_weights(self.mixture_distribution.probs, ev)
+  local cm, cv = self.component_distribution.mean, self.component_distribution.variance
+  local m = (p * cm):sum(-1 - ev, {keepdim = true})
+  return (p * cv):sum(-1 - ev) + (p * (cm - m) ^ 2):sum(-1 - ev)
+end
+function MixtureSameFamily:log_prob(value)
+  self:_validate_sample(value)
+  local ev = #self.event_shape:totable()
+  local x = value:unsqueeze(-1 - ev)
+  local lp = self.component_distribution:log_prob(x)                   -- [..., K]
+  local lw = self.mixture_distribution.logits:log_softmax(-1)
+  return (lp + lw):logsumexp(-1)
+end
+function MixtureSameFamily:cdf(value)
+  local x = value:unsqueeze(-1 - #self.event_shape:totable())
+  return (self.component_distribution:cdf(x) * self.mixture_distribution.probs):sum(-1)
+end
+function MixtureSameFamily:sample(sample_shape)
+  local ss = size_list(sample_shape)
+  return flow.no_grad(function()
+    local idx = self.mixture_distribution:sample(ss)                     -- [S, B], 1-based
+    local comp = self.component_distribution:sample(ss)                  -- [S, B, K, E]
+    local ev = #self.event_shape:totable()
+    local gi = idx:unsqueeze(-1)
+    for _ = 1, ev do gi = gi:unsqueeze(-1) end
+    local shape = comp:size():totable()
+    shape[#shape - ev] = 1
+    return comp:gather(-1 - ev, gi:expand(shape)):squeeze(-1 - ev)
+  end)
+end
+
+------------------------------------------------------------------ more continuous
+local HalfCauchy = family('HalfCauchy', {{'scale', constraints.positive}}, constraints.nonnegative, true)
+half_of(HalfCauchy, function(self) return Cauchy(flow.zeros_like(self.scale), self.scale, false) end)
+function HalfCauchy:_get_mean() return flow.full(self.scale:size():totable(), math.huge, {dtype = self.scale.dtype}) end
+function HalfCauchy:_get_variance() return self:_get_mean() end
+
+--- Weibull(scale, concentration[, validate_args])
+local Weibull = family('Weibull', {{'scale', constraints.positive}, {'concentration', constraints.positive}},
+                       constraints.positive, true)
+function Weibull:_get_mean() return self.scale * S.gammaln(1 + self.concentration:reciprocal()):exp() end
+function Weibull:_get_mode()
+  local k = self.concentration
+  return self.scale * ((k - 1) / k):pow(k:reciprocal()) * k:gt(1):to(k.dtype)
+end
+function Weibull:_get_variance()
+  local k = self.concentration
+  return self.scale ^ 2 * (S.gammaln(1 + k:reciprocal() * 2):exp() - (S.gammaln(1 + k:reciprocal()) * 2):exp())
+end
+function Weibull:rsample(sample_shape)
+  local u = uniform_like(self:_extended_shape(sample_shape), self.scale)
+  return self.scale * (-u:log()):pow(self.concentration:reciprocal())
+end
+function Weibull:log_prob(value)
+  self:_validate_sample(value)
+  local k, z = self.concentration, value / self.scale
+  return (k / self.scale):log() + (k - 1) * z:log() - z:pow(k)
+end
+function Weibull:cdf(value) return 1 - (-(value / self.scale):pow(self.concentration)):exp() end
+function Weibull:icdf(p) return self.scale * (-(-p):log1p()):pow(self.concentration:reciprocal()) end
+function Weibull:entropy()
+  local k = self.concentration
+  return EULER * (1 - k:reciprocal()) + (self.scale / k):log() + 1
+end
+
+--- Pareto(scale, alpha[, validate_args]): support [scale, inf)
+local Pareto = family('Pareto', {{'scale', constraints.positive}, {'alpha', constraints.positive}}, nil, true)
+function Pareto:_get_support() return constraints.greater_than_eq(self.scale) end
+function Pareto:_get_mean()
+  local a = self.alpha
+  return flow.where(a:le(1), flow.full({}, math.huge, {dtype = a.dtype}), a * self.scale / (a - 1))
+end
+function Pareto:_get_mode() return self.scale end
+function Pareto:_get_variance()
+  local a = self.alpha
+  local v = self.scale ^ 2 * a / ((a - 1) ^ 2 * (a - 2))
+  return flow.where(a:le(2), flow.full({}, math.huge, {dtype = a.dtype}), v)
+end
+function Pareto:rsample(sample_shape)
+  local u = uniform_like(self:_extended_shape(sample_shape), self.scale)
+  return self.scale * (-u:log() / self.alpha):exp()
+end
+function Pareto:log_prob(value)
+  self:_validate_sample(value)
+  local a = self.alpha
+  return a:log() + a * self.scale:log() - (a + 1) * value:log()
+end
+function Pareto:cdf(value) return 1 - (self.scale / value):pow(self.alpha) end
+function Pareto:icdf(p) return self.scale * (-(-p):log1p() / self.alpha):exp() end
+function Pareto:entropy() return (self.scale / self.alpha):log() + self.alpha:reciprocal() + 1 end
+
+--- InverseGamma(concentration, rate[, validate_args]): 1 / Gamma(concentration, rate)
+local InverseGamma = family('InverseGamma', {{'concentration', constraints.positive}, {'rate', constraints.positive}},
+                            constraints.positive, false)
+function InverseGamma:_get_mean()
+  local a = self.concentration
+  return flow.where(a:gt(1), self.rate / (a - 1), flow.full({}, math.huge, {dtype = a.dtype}))
+end
+function InverseGamma:_get_mode() return self.rate / (self.concentration + 1) end
+function InverseGamma:_get_variance()
+  local a = self.concentration
+  local v = self.rate ^ 2 / ((a - 1) ^ 2 * (a - 2))
+  return flow.where(a:gt(2), v, flow.full({}, math.huge, {dtype = a.dtype}))
+end
+function InverseGamma:sample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  return self.rate:expand(shape) / standard_gamma(self.concentration:expand(shape))
+end
+function InverseGamma:log_prob(value)
+  self:_validate_sample(value)
+  local a, r = self.concentration, self.rate
+  return a * r:log() - S.gammaln(a) - (a + 1) * value:log() - r / value
+end
+function InverseGamma:cdf(value) return S.gammaincc(self.concentration, self.rate / value) end
+function InverseGamma:entropy()
+  local a = self.concentration
+  return a + self.rate:log() + S.gammaln(a) - (a + 1) * S.digamma(a)
+end
+
+------------------------------------------------------------------ KL divergence
+local registry = {}
+
+--- register_kl(P, Q)(fn): fn(p, q) is KL(p || q) for instances of P and Q.
+function M.register_kl(P, Q)
+  if not (class.is_class(P) and class.is_class(Q)) then fail('register_kl: expected two distribution classes') end
+  return function(fn)
+    registry[P] = registry[P] or {}
+    registry[P][Q] = fn
+    return fn
+  end
+end
+
+--- kl_divergence(p, q): KL(p || q) per batch element, for the registered pairs
+-- (the most specific classes registered win).
+function M.kl_divergence(p, q)
+  local P = getmetatable(p)
+  while P do
+    local Q = getmetatable(q)
+    while Q do
+      local fn = registry[P] and registry[P][Q]
+      if fn then return fn(p, q) end
+      Q = Q.super
+    end
+    P = P.super
+  end
+  fail(('kl_divergence: no KL(p || q) is registered for p of type %s and q of type %s'):format(
+    tostring(p.__name), tostring(q.__name)))
+end
+
+local reg = M.register_kl
+local function kl_normal(p, q)
+  local var_ratio = (p.scale / q.scale) ^ 2
+  local t1 = ((p.loc - q.loc) / q.scale) ^ 2
+  return (var_ratio + t1 - 1 - var_ratio:log()) * 0.5
+end
+reg(Normal, Normal)(kl_normal)
+reg(LogNormal, LogNormal)(kl_normal)
+reg(HalfNormal, HalfNormal)(function(p, q) return kl_normal(std_normal(p), std_normal(q)) end)
+local function inf_where(mask, t) return flow.where(mask, flow.full({}, math.huge, {dtype = t.dtype}), t) end
+reg(Bernoulli, Bernoulli)(function(p, q)
+  local F = flow.nn.functional
+  local t1 = p.probs * (F.softplus(-q.logits) - F.softplus(-p.logits))
+  t1 = inf_where(q.probs:eq(0), t1)
+  t1 = flow.where(p.probs:eq(0), flow.zeros({}, {dtype = t1.dtype}), t1)
+  local t2 = (1 - p.probs) * (F.softplus(q.logits) - F.softplus(p.logits))
+  t2 = inf_where(q.probs:eq(1), t2)
+  t2 = flow.where(p.probs:eq(1), flow.zeros({}, {dtype = t2.dtype}), t2)
+  return t1 + t2
+end)
+local function kl_categorical(p, q)
+  local t = p.probs * (p.logits - q.logits)
+  t = inf_where(q.probs:eq(0):logical_and(p.probs:gt(0)), t)
+  t = flow.where(p.probs:eq(0), flow.zeros({}, {dtype = t.dtype}), t)
+  return t:sum(-1)
+end
+reg(Categorical, Categorical)(kl_categorical)
+reg(OneHotCategorical, OneHotCategorical)(function(p, q) return kl_categorical(p._categorical, q._categorical) end)
+reg(Uniform, Uniform)(function(p, q)
+  local r = ((q.high - q.low) / (p.high - p.low)):log()
+  return inf_where(q.low:gt(p.low):logical_or(q.high:lt(p.high)), r)
+end)
+reg(Exponential, Exponential)(function(p, q)
+  local ratio = q.rate / p.rate
+  return -ratio:log() + ratio - 1
+end)
+reg(Laplace, Laplace)(function(p, q)
+  local sr = p.scale / q.scale
+  local d = (p.loc - q.loc):abs()
+  return -sr:log() + d / q.scale + sr * (-d / p.scale):exp() - 1
+end)
+reg(Cauchy, Cauchy)(function(p, q)
+  return (((p.scale + q.scale) ^ 2 + (p.loc - q.loc) ^ 2) / (p.scale * q.scale * 4)):log()
+end)
+reg(Gumbel, Gumbel)(function(p, q)
+  local ct1, ct2, ct3 = p.scale / q.scale, q.loc / q.scale, p.loc / q.scale
+  local t1 = -ct1:log() - ct2 + ct3
+  local t2 = ct1 * EULER
+  local t3 = (ct2 + (ct1 + 1):lgamma() - ct3):exp()
+  return t1 + t2 + t3 - (1 + EULER)
+end)
+reg(Geometric, Geometric)(function(p, q)
+  return -p:entropy() - (-q.probs):log1p() / p.probs - q.logits
+end)
+reg(Gamma, Gamma)(function(p, q)
+  local t1 = q.concentration * (p.rate / q.rate):log()
+  local t2 = S.gammaln(q.concentration) - S.gammaln(p.concentration)
+  local t3 = (p.concentration - q.concentration) * S.digamma(p.concentration)
+  local t4 = (q.rate - p.rate) * (p.concentration / p.rate)
+  return t1 + t2 + t3 + t4
+end)
+local function kl_dirichlet(pa, qa)
+  local sp, sq = pa:sum(-1), qa:sum(-1)
+  local t1 = S.gammaln(sp) - S.gammaln(sq)
+  local t2 = (S.gammaln(pa) - S.gammaln(qa)):sum(-1)
+  local t4 = S.digamma(pa) - S.digamma(sp):unsqueeze(-1)
+  return t1 - t2 + ((pa - qa) * t4):sum(-1)
+end
+reg(Dirichlet, Dirichlet)(function(p, q) return kl_dirichlet(p.concentration, q.concentration) end)
+reg(Beta, Beta)(function(p, q)
+  return kl_dirichlet(flow.stack({p.concentration1, p.concentration0}, -1),
+                      flow.stack({q.concentration1, q.concentration0}, -1))
+end)
+reg(Poisson, Poisson)(function(p, q) return p.rate * (p.rate:log() - q.rate:log()) - (p.rate - q.rate) end)
+reg(MultivariateNormal, MultivariateNormal)(function(p, q)
+  local k = p.loc:size(-1)
+  local Lq, Lp = q.scale_tril, p.scale_tril
+  local Lq2, Lp2 = unpack(flow.broadcast_tensors(Lq, Lp))
+  local term1 = (flow.linalg.solve(Lq2, Lp2) ^ 2):sum(-1):sum(-1)   -- tr(Sq^-1 Sp)
+  local term2 = mahalanobis(Lq, q.loc - p.loc)
+  return (term1 + term2 - k) * 0.5 + half_log_det(Lq) - half_log_det(Lp)
+end)
+reg(Independent, Independent)(function(p, q)
+  if p.reinterpreted_batch_ndims ~= q.reinterpreted_batch_ndims then
+    fail('kl_divergence: Independent distributions with different reinterpreted_batch_ndims')
+  end
+  return sum_rightmost(M.kl_divergence(p.base_dist, q.base_dist), p.reinterpreted_batch_ndims)
+end)
+
+return M
