@@ -77,6 +77,13 @@ local function project(self, x, i)
   return F.linear(x, w, b)
 end
 
+local function check_kpm(kpm, n, s)
+  if kpm:dim() ~= 2 or kpm:size(1) ~= n or kpm:size(2) ~= s then
+    fail(('MultiheadAttention: expected key_padding_mask of size [%d,%d], got %s'):format(
+      n, s, shape_str(kpm)))
+  end
+end
+
 -- scores [N, H, L, S] with the masks applied
 local function apply_masks(scores, attn_mask, kpm, n, h, l, s)
   if attn_mask ~= nil then
@@ -86,15 +93,41 @@ local function apply_masks(scores, attn_mask, kpm, n, h, l, s)
     else scores = scores + m end
   end
   if kpm ~= nil then
-    if kpm:dim() ~= 2 or kpm:size(1) ~= n or kpm:size(2) ~= s then
-      fail(('MultiheadAttention: expected key_padding_mask of size [%d,%d], got %s'):format(
-        n, s, shape_str(kpm)))
-    end
+    check_kpm(kpm, n, s)
     local m = kpm:view(n, 1, 1, s)
     if m.dtype.name == 'bool' then scores = scores:masked_fill(m, -math.huge)
     else scores = scores + m end
   end
   return scores
+end
+
+-- attn_mask and key_padding_mask (true or -inf where attention is not
+-- allowed) as one mask for F.scaled_dot_product_attention (true = allowed):
+-- a lone boolean mask is negated, anything else becomes one additive mask
+local function sdpa_mask(attn_mask, kpm, n, h, l, s)
+  if kpm ~= nil then check_kpm(kpm, n, s) end
+  local ms = {}
+  if attn_mask ~= nil then
+    ms[1] = attn_mask:dim() == 3 and attn_mask:view(n, h, l, s) or attn_mask
+  end
+  if kpm ~= nil then ms[#ms + 1] = kpm:view(n, 1, 1, s) end
+  if #ms == 0 then return nil end
+  if #ms == 1 and ms[1].dtype.name == 'bool' then return ms[1]:logical_not() end
+  local sum
+  for _, m in ipairs(ms) do
+    if m.dtype.name == 'bool' then m = flow.zeros(m:size()):masked_fill(m, -math.huge) end
+    sum = sum and sum + m or m
+  end
+  return sum
+end
+
+-- [N * H, L, hd] heads -> the module's output layout, through out_proj
+local function finish(self, out, l, n, e, unbatched)
+  out = out:transpose(1, 2):contiguous():view(l, n, e)
+  out = F.linear(out, self.out_proj.weight, self.out_proj.bias)
+  if self.batch_first and not unbatched then out = out:transpose(1, 2) end
+  if unbatched then out = out:squeeze(2) end
+  return out
 end
 
 local function causal_mask(l, s)
@@ -132,18 +165,19 @@ function MHA:forward(query, key, value, opts)
   q = q:reshape(l, n * h, hd):transpose(1, 2):contiguous()
   k = k:reshape(s, n * h, hd):transpose(1, 2):contiguous()
   v = v:reshape(s, n * h, hd):transpose(1, 2):contiguous()
-  local scores = flow.bmm(q * (1 / math.sqrt(hd)), k:transpose(2, 3):contiguous()):view(n, h, l, s)
   local attn_mask = opts.attn_mask
   if attn_mask == nil and opts.is_causal then attn_mask = causal_mask(l, s) end
+  if opts.need_weights == false then   -- no weights to return: the fused kernel
+    local out = F.scaled_dot_product_attention(q:view(n, h, l, hd), k:view(n, h, s, hd),
+      v:view(n, h, s, hd), {attn_mask = sdpa_mask(attn_mask, opts.key_padding_mask, n, h, l, s),
+                            dropout_p = self.training and self.dropout or 0})
+    return finish(self, out:view(n * h, l, hd), l, n, e, unbatched), nil
+  end
+  local scores = flow.bmm(q * (1 / math.sqrt(hd)), k:transpose(2, 3):contiguous()):view(n, h, l, s)
   scores = apply_masks(scores, attn_mask, opts.key_padding_mask, n, h, l, s)
   local attn = F.softmax(scores, -1)
   attn = F.dropout(attn, self.dropout, self.training)
-  local out = flow.bmm(attn:reshape(n * h, l, s), v)             -- [N * H, L, hd]
-  out = out:transpose(1, 2):contiguous():view(l, n, e)
-  out = F.linear(out, self.out_proj.weight, self.out_proj.bias)
-  if self.batch_first and not unbatched then out = out:transpose(1, 2) end
-  if unbatched then out = out:squeeze(2) end
-  if opts.need_weights == false then return out, nil end
+  local out = finish(self, flow.bmm(attn:reshape(n * h, l, s), v), l, n, e, unbatched)
   local w = attn
   if opts.average_attn_weights ~= false then w = w:mean(2) end
   if unbatched then w = w:squeeze(1) end

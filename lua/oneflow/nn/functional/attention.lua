@@ -1,40 +1,34 @@
--- oneflow.nn.functional.attention: scaled_dot_product_attention, composed
--- from matmul, softmax and masking (PyTorch semantics).
-local flow = require 'oneflow'   -- the table being built (used at call time)
-local U = require 'oneflow.nn._util'
-local dropout = require 'oneflow.nn.functional.dropout'
+-- oneflow.nn.functional.attention: scaled_dot_product_attention, one fused C
+-- op (core/ops/attention.c: blocked, online softmax, forward and backward).
+local core = require 'oneflow._C'
+local T = require 'oneflow.tensor'
+local A = require 'oneflow._args'
 
-local parse, fail, shape_str = U.parse, U.fail, U.shape_str
+local C, out1 = core.C, core.out1
 local F = {}
 
-local spec = {{'attn_mask', nil}, {'dropout_p', 0}, {'is_causal', false}, {'scale', nil}}
+local spec = {{'attn_mask', nil}, {'dropout_p', 0}, {'is_causal', false}, {'scale', nil},
+              {'enable_gqa', false}}
+local OP = 'scaled_dot_product_attention'
 
 --- F.scaled_dot_product_attention(q [*, L, E], k [*, S, E], v [*, S, Ev],
--- {attn_mask =, dropout_p = 0, is_causal = false, scale = 1 / sqrt(E)}):
--- softmax(q k^T * scale + mask) v. A boolean attn_mask is true where
--- attention is allowed (PyTorch's convention here); a float mask is added.
+-- {attn_mask =, dropout_p = 0, is_causal = false, scale = 1 / sqrt(E),
+-- enable_gqa = false}) -> [*, L, Ev]: softmax(q k^T * scale + mask) v.
+-- A boolean attn_mask is true where attention is allowed (PyTorch's
+-- convention here); a floating mask is added; either broadcasts to
+-- [*, L, S]. is_causal lets query i see keys 1..i. With enable_gqa, the
+-- heads (dim -3) of q may be a multiple of those of k and v: each key/value
+-- head serves consecutive query heads. dropout_p drops attention weights
+-- (scaling the rest by 1 / (1 - p)) with the global generator.
 function F.scaled_dot_product_attention(q, k, v, ...)
-  local a = parse('scaled_dot_product_attention', spec, ...)
-  local e = q:size(-1)
-  if k:size(-1) ~= e then
-    fail(('scaled_dot_product_attention: query %s and key %s differ in the last dim'):format(
-      shape_str(q), shape_str(k)))
-  end
-  if a.is_causal and a.attn_mask ~= nil then
-    fail('scaled_dot_product_attention: give attn_mask or is_causal, not both')
-  end
-  local scores = q:matmul(k:transpose(-2, -1)) * (a.scale or 1 / math.sqrt(e))
-  local mask = a.attn_mask
-  if a.is_causal then
-    mask = flow.ones(q:size(-2), k:size(-2), {dtype = flow.bool}):tril()
-  end
-  if mask ~= nil then
-    if mask.dtype.name == 'bool' then scores = scores:masked_fill(mask:logical_not(), -math.huge)
-    else scores = scores + mask end
-  end
-  local attn = flow.softmax(scores, -1)
-  if a.dropout_p > 0 then attn = dropout.dropout(attn, a.dropout_p, true) end
-  return attn:matmul(v)
+  local a = A.parse(OP, spec, ...)
+  A.check_tensor(OP, q, 'query', 1)
+  A.check_tensor(OP, k, 'key', 2)
+  A.check_tensor(OP, v, 'value', 3)
+  local mask = A.handle(OP, a.attn_mask, 'attn_mask')
+  local scale = a.scale or 1 / math.sqrt(q:size(-1))
+  return T.call1(C.of_scaled_dot_product_attention, q.p, k.p, v.p, mask, a.dropout_p,
+                 a.is_causal and 1 or 0, scale, a.enable_gqa and 1 or 0, out1)
 end
 
 return F
