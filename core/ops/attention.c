@@ -41,7 +41,8 @@
 #include "random.h"
 #include "simd.h"
 
-enum { BQ = 64, BK = 128, PADN = 32 };   /* query block, key block, column padding */
+enum { BQ = 64, BK = 128, PADN = 32, MR = 6 };   /* query block, key block, column padding,
+                                               * rows per micro-kernel tile */
 
 static int64_t padn(int64_t n) { return (n + PADN - 1) / PADN * PADN; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -54,19 +55,21 @@ typedef struct {
 } geo;
 
 /* Scratch of a forward task and of a backward task, in elements of T. */
+static int64_t spad(const geo *g) { return (g->d.S + BK - 1) / BK * BK; }
 static int64_t fwd_scratch(const geo *g) {
   int64_t E = g->d.E, Evp = padn(g->d.Ev);
-  return BQ * E + E * BK + BQ * BK + BK * Evp + BQ * Evp + 2 * BQ;
+  return BQ * E + BQ * BK + BQ * Evp + 2 * BQ;
 }
+/* the forward's packed keys and values of one key/value head */
+static int64_t fwd_pack_size(const geo *g) { return spad(g) * (g->d.E + padn(g->d.Ev)); }
 static int64_t bwd_scratch(const geo *g) {
-  int64_t E = g->d.E, Ev = g->d.Ev, Ep = padn(E), Evp = padn(Ev), S = g->d.S;
-  return S * Ep + S * Evp + BQ * Ep + BQ * Evp + BQ * Ep + E * BK + Ev * BK + BK * Ep +
-         3 * BQ * BK + BQ;
+  int64_t E = g->d.E, Ev = g->d.Ev, Ep = padn(E), Evp = padn(Ev), S = g->d.S, Sp = spad(g);
+  return S * Ep + S * Evp + BQ * Ep + BQ * Evp + BQ * Ep + Sp * (E + Ev + Ep) + 3 * BQ * BK + BQ;
 }
 
 /* ---- micro-kernels ----------------------------------------------------------
  * gemm: C[i][n] (+)= sum_k A[i * sam + k * sak] B[k * ldb + n], N a multiple
- * of PADN; acc = 0 overwrites C. Tiles of 4 rows x 2 vectors keep eight
+ * of PADN; acc = 0 overwrites C. Tiles of MR rows x 2 vectors keep twelve
  * accumulators in registers. */
 #define F32_KERNELS(ISA, ATTR, W)                                                               \
   ATTR static void gemm_f32_##ISA(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, \
@@ -74,29 +77,29 @@ static int64_t bwd_scratch(const geo *g) {
                                   int64_t ldc, int acc) {                                       \
     for (int64_t n0 = 0; n0 < N; n0 += 2 * W) {                                                 \
       int64_t i = 0;                                                                            \
-      for (; i + 4 <= M; i += 4) {                                                              \
-        vf##W c[4][2];                                                                          \
-        for (int r = 0; r < 4; r++)                                                             \
+      for (; i + MR <= M; i += MR) {                                                              \
+        vf##W c[MR][2];                                                                          \
+        for (int r = 0; r < MR; r++)                                                             \
           for (int h = 0; h < 2; h++)                                                           \
             c[r][h] = acc ? ld_f32_##W(C + (i + r) * ldc + n0 + h * W) : vsplat##W(0);          \
         const float *a = A + i * sam;                                                           \
         for (int64_t k = 0; k < K; k++) {                                                       \
           const float *b = B + k * ldb + n0;                                                    \
           vf##W b0 = ld_f32_##W(b), b1 = ld_f32_##W(b + W);                                     \
-          for (int r = 0; r < 4; r++) {                                                         \
-            vf##W av = vsplat##W(a[r * sam + k * sak]);                                         \
+          for (int r = 0; r < MR; r++) {                                                         \
+            vf##W av = a[r * sam + k * sak] - (vf##W){0};   /* a broadcast load */                                         \
             c[r][0] += av * b0;                                                                 \
             c[r][1] += av * b1;                                                                 \
           }                                                                                     \
         }                                                                                       \
-        for (int r = 0; r < 4; r++)                                                             \
+        for (int r = 0; r < MR; r++)                                                             \
           for (int h = 0; h < 2; h++) st_f32_##W(C + (i + r) * ldc + n0 + h * W, c[r][h]);      \
       }                                                                                         \
       for (; i < M; i++) {                                                                      \
         vf##W c0 = acc ? ld_f32_##W(C + i * ldc + n0) : vsplat##W(0);                           \
         vf##W c1 = acc ? ld_f32_##W(C + i * ldc + n0 + W) : vsplat##W(0);                       \
         for (int64_t k = 0; k < K; k++) {                                                       \
-          vf##W av = vsplat##W(A[i * sam + k * sak]);                                           \
+          vf##W av = A[i * sam + k * sak] - (vf##W){0};                                           \
           c0 += av * ld_f32_##W(B + k * ldb + n0);                                              \
           c1 += av * ld_f32_##W(B + k * ldb + n0 + W);                                          \
         }                                                                                       \
@@ -182,33 +185,49 @@ static double expsum_f64(double *s, int64_t n, double mx) {
   static int64_t key_end_##SUF(const geo *g, int64_t i0, int64_t nq) {                          \
     return g->d.causal ? min64(g->d.S, i0 + nq) : g->d.S;                                       \
   }                                                                                             \
-  /* Forward task: query block qb of row bh. */                                                 \
-  ATTR static void fwd_task_##SUF(const geo *g, const T *q, const T *k, const T *v, T *o,       \
-                                  T *lse, T *buf, float *u, int64_t task) {                     \
+  /* Keys and values of one head, packed once for every block product: Kt                  \
+   * [E][Sp] (k^T), Vt [Ev][Sp] (v^T), Kp [Sp][Ep], Vp [Sp][Evp] (each or NULL),             \
+   * zero past S and past the head dims. */                                                    \
+  static void pack_kv_##SUF(const geo *g, const T *K, const T *V, T *Kt, T *Vt, T *Kp,        \
+                            T *Vp) {                                                            \
+    int64_t S = g->d.S, E = g->d.E, Ev = g->d.Ev, Sp = spad(g), Ep = padn(E), Evp = padn(Ev);  \
+    for (int64_t j = 0; j < Sp; j++) {                                                          \
+      bool in = j < S;                                                                          \
+      for (int64_t e = 0; e < E; e++) {                                                         \
+        T x = in ? K[j * E + e] : 0;                                                            \
+        if (Kt) Kt[e * Sp + j] = x;                                                             \
+        if (Kp) Kp[j * Ep + e] = x;                                                             \
+      }                                                                                         \
+      if (Kp) for (int64_t e = E; e < Ep; e++) Kp[j * Ep + e] = 0;                              \
+      for (int64_t e = 0; e < Ev; e++) {                                                        \
+        T x = in ? V[j * Ev + e] : 0;                                                           \
+        if (Vt) Vt[e * Sp + j] = x;                                                             \
+        if (Vp) Vp[j * Evp + e] = x;                                                            \
+      }                                                                                         \
+      if (Vp) for (int64_t e = Ev; e < Evp; e++) Vp[j * Evp + e] = 0;                           \
+    }                                                                                           \
+  }                                                                                             \
+  /* Forward task: query block qb of row bh (keys/values packed in kvp). */                     \
+  ATTR static void fwd_task_##SUF(const geo *g, const T *q, const T *kvp, T *o, T *lse, T *buf, \
+                                  float *u, int64_t task) {                                     \
     const of_sdpa_desc *d = &g->d;                                                              \
     int64_t L = d->L, S = d->S, E = d->E, Ev = d->Ev, Evp = padn(Ev);                           \
     int64_t nqb = (L + BQ - 1) / BQ, bh = task / nqb, i0 = (task % nqb) * BQ;                   \
     int64_t nq = min64(BQ, L - i0), kv = bh / d->group;                                         \
-    const T *Q = q + (bh * L + i0) * E, *K = k + kv * S * E, *V = v + kv * S * Ev;              \
-    T *Qs = buf, *Kt = Qs + BQ * E, *Sb = Kt + E * BK, *Vp = Sb + BQ * BK, *acc = Vp + BK * Evp; \
+    int64_t Sp = spad(g);                                                                       \
+    const T *Q = q + (bh * L + i0) * E, *Kt = kvp + kv * fwd_pack_size(g), *Vp = Kt + E * Sp;   \
+    T *Qs = buf, *Sb = Qs + BQ * E, *acc = Sb + BQ * BK;                                        \
     T *m = acc + BQ * Evp, *l = m + BQ;                                                         \
     T sc = (T)d->scale, keep = d->p > 0 ? (T)(1.0 / (1.0 - d->p)) : 1;                          \
     for (int64_t x = 0; x < nq * E; x++) Qs[x] = Q[x] * sc;                                     \
     memset(acc, 0, sizeof(T) * (size_t)(nq * Evp));                                             \
     for (int64_t r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;                                \
-    memset(Vp, 0, sizeof(T) * (size_t)(BK * Evp));                                              \
     int64_t jend = key_end_##SUF(g, i0, nq);                                                    \
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {                                                 \
       int64_t nk = min64(BK, S - j0);                                                           \
-      for (int64_t e = 0; e < E; e++) {                                                         \
-        T *kt = Kt + e * BK;                                                                    \
-        for (int64_t c = 0; c < nk; c++) kt[c] = K[(j0 + c) * E + e];                           \
-        for (int64_t c = nk; c < BK; c++) kt[c] = 0;                                            \
-      }                                                                                         \
-      gemm_##SUF(nq, BK, E, Qs, E, 1, Kt, BK, Sb, BK, 0);                                       \
+      gemm_##SUF(nq, BK, E, Qs, E, 1, Kt + j0, Sp, Sb, BK, 0);                                  \
       mask_block_##SUF(g, bh, i0, nq, j0, nk, Sb);                                              \
       if (d->p > 0) draws_##SUF(g, bh, i0, nq, j0, nk, u);                                      \
-      for (int64_t c = 0; c < nk; c++) memcpy(Vp + c * Evp, V + (j0 + c) * Ev, sizeof(T) * (size_t)Ev); \
       for (int64_t r = 0; r < nq; r++) {                                                        \
         T *s = Sb + r * BK;                                                                     \
         T mn = rowmax_##SUF(s, BK);                                                             \
@@ -225,7 +244,7 @@ static double expsum_f64(double *s, int64_t n, double mx) {
         if (d->p > 0)                                                                           \
           for (int64_t c = 0; c < nk; c++) s[c] = u[r * BK + c] >= (float)d->p ? s[c] * keep : 0; \
       }                                                                                         \
-      gemm_##SUF(nq, Evp, nk, Sb, BK, 1, Vp, Evp, acc, Evp, 1);                                 \
+      gemm_##SUF(nq, Evp, nk, Sb, BK, 1, Vp + j0 * Evp, Evp, acc, Evp, 1);                      \
     }                                                                                           \
     for (int64_t r = 0; r < nq; r++) {                                                          \
       T inv = 1 / l[r]; /* a row with every key masked: 0 * inf = NaN, as softmax gives */      \
@@ -242,12 +261,13 @@ static double expsum_f64(double *s, int64_t n, double mx) {
     int64_t L = d->L, S = d->S, E = d->E, Ev = d->Ev, Ep = padn(E), Evp = padn(Ev);             \
     const T *K = k + kv * S * E, *V = v + kv * S * Ev;                                          \
     T *dKa = buf, *dVa = dKa + S * Ep, *Qs = dVa + S * Evp, *dOp = Qs + BQ * Ep;                \
-    T *dQa = dOp + BQ * Evp, *Kt = dQa + BQ * Ep, *Vt = Kt + E * BK, *Kp = Vt + Ev * BK;        \
-    T *Sb = Kp + BK * Ep, *Pd = Sb + BQ * BK, *dP = Pd + BQ * BK, *D = dP + BQ * BK;            \
+    int64_t Sp = spad(g);                                                                       \
+    T *dQa = dOp + BQ * Evp, *Kt = dQa + BQ * Ep, *Vt = Kt + E * Sp, *Kp = Vt + Ev * Sp;        \
+    T *Sb = Kp + Sp * Ep, *Pd = Sb + BQ * BK, *dP = Pd + BQ * BK, *D = dP + BQ * BK;            \
     T sc = (T)d->scale, keep = d->p > 0 ? (T)(1.0 / (1.0 - d->p)) : 1;                          \
     memset(dKa, 0, sizeof(T) * (size_t)(S * (Ep + Evp)));                                       \
     memset(Qs, 0, sizeof(T) * (size_t)(BQ * (Ep + Evp)));                                       \
-    memset(Kp, 0, sizeof(T) * (size_t)(BK * Ep));                                               \
+    pack_kv_##SUF(g, K, V, Kt, Vt, Kp, NULL);                                                   \
     for (int64_t bh = kv * d->group; bh < (kv + 1) * d->group; bh++) {                          \
       for (int64_t i0 = 0; i0 < L; i0 += BQ) {                                                  \
         int64_t nq = min64(BQ, L - i0);                                                         \
@@ -266,12 +286,7 @@ static double expsum_f64(double *s, int64_t n, double mx) {
         int64_t jend = key_end_##SUF(g, i0, nq);                                                \
         for (int64_t j0 = 0; j0 < jend; j0 += BK) {                                             \
           int64_t nk = min64(BK, S - j0);                                                       \
-          for (int64_t e = 0; e < E; e++)                                                       \
-            for (int64_t c = 0; c < BK; c++) Kt[e * BK + c] = c < nk ? K[(j0 + c) * E + e] : 0; \
-          for (int64_t e = 0; e < Ev; e++)                                                      \
-            for (int64_t c = 0; c < BK; c++) Vt[e * BK + c] = c < nk ? V[(j0 + c) * Ev + e] : 0; \
-          for (int64_t c = 0; c < nk; c++) memcpy(Kp + c * Ep, K + (j0 + c) * E, sizeof(T) * (size_t)E); \
-          gemm_##SUF(nq, BK, E, Qs, Ep, 1, Kt, BK, Sb, BK, 0);                                  \
+          gemm_##SUF(nq, BK, E, Qs, Ep, 1, Kt + j0, Sp, Sb, BK, 0);                             \
           mask_block_##SUF(g, bh, i0, nq, j0, nk, Sb);                                          \
           if (d->p > 0) draws_##SUF(g, bh, i0, nq, j0, nk, u);                                  \
           for (int64_t r = 0; r < nq; r++) {                                                    \
@@ -284,7 +299,7 @@ static double expsum_f64(double *s, int64_t n, double mx) {
           }                                                                                     \
           /* dV += Pd^T dO, dP = dO V^T */                                                      \
           gemm_##SUF(nk, Evp, nq, d->p > 0 ? Pd : Sb, 1, BK, dOp, Evp, dVa + j0 * Evp, Evp, 1); \
-          gemm_##SUF(nq, BK, Ev, dOp, Evp, 1, Vt, BK, dP, BK, 0);                               \
+          gemm_##SUF(nq, BK, Ev, dOp, Evp, 1, Vt + j0, Sp, dP, BK, 0);                          \
           for (int64_t r = 0; r < nq; r++) {                                                    \
             T *s = Sb + r * BK, *dp = dP + r * BK;                                              \
             if (d->p > 0)                                                                       \
@@ -292,7 +307,7 @@ static double expsum_f64(double *s, int64_t n, double mx) {
             for (int64_t c = 0; c < BK; c++) dp[c] = s[c] * (dp[c] - D[r]);                     \
           }                                                                                     \
           /* dQ += dS K, dK += dS^T (scale Q) */                                                \
-          gemm_##SUF(nq, Ep, nk, dP, BK, 1, Kp, Ep, dQa, Ep, 1);                                \
+          gemm_##SUF(nq, Ep, nk, dP, BK, 1, Kp + j0 * Ep, Ep, dQa, Ep, 1);                      \
           gemm_##SUF(nk, Ep, nq, dP, 1, BK, Qs, Ep, dKa + j0 * Ep, Ep, 1);                      \
         }                                                                                       \
         for (int64_t r = 0; r < nq; r++)                                                        \
@@ -320,8 +335,8 @@ ATTN_ALGO(float, f32_avx512, VATTR_16)
 #endif
 
 /* [of_cpu_isa()] */
-typedef void (*fwd_fn)(const geo *, const float *, const float *, const float *, float *,
-                       float *, float *, float *, int64_t);
+typedef void (*fwd_fn)(const geo *, const float *, const float *, float *, float *, float *,
+                       float *, int64_t);
 typedef void (*bwd_fn)(const geo *, const float *, const float *, const float *, const float *,
                        const float *, const float *, float *, float *, float *, float *, float *,
                        int64_t);
@@ -343,23 +358,43 @@ static of_status cpu_forward(const geo *g, of_dtype cd, const void *q, const voi
   const of_sdpa_desc *d = &g->d;
   int64_t tasks = d->BH * ((d->L + BQ - 1) / BQ), per = fwd_scratch(g);
   int64_t es = cd == OF_FLOAT64 ? 8 : 4;
+  int64_t nkv = d->BH / d->group, psz = fwd_pack_size(g);
   int32_t nt = task_threads(tasks, d->BH * d->L * d->S * (d->E + d->Ev));
-  char *buf = malloc((size_t)(nt * (per * es + BQ * BK * 4)));
-  if (!buf) return of_fail(OF_ERR_OOM, "scaled_dot_product_attention: out of memory");
+  /* scratch from the caching allocator: fresh pages per call cost more than the work */
+  int64_t nbuf = nt * (per * es + BQ * BK * 4), nkvp = nkv * psz * es;
+  char *buf = of_alloc(OF_CPU, nbuf), *kvp = buf ? of_alloc(OF_CPU, nkvp) : NULL;
+  if (!kvp) {
+    if (buf) of_free(OF_CPU, buf, nbuf);
+    return OF_ERR_OOM;
+  }
   fwd_fn fn = fwd_tab[of_cpu_isa()];
+  int64_t S = d->S, E = d->E, Ev = d->Ev, Sp = spad(g);
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     int32_t t = omp_get_thread_num(), n = omp_get_num_threads();
     char *mine = buf + t * (per * es + BQ * BK * 4);
     float *u = (float *)(mine + per * es);
+#pragma omp for schedule(static)
+    for (int64_t h = 0; h < nkv; h++) {
+      if (cd == OF_FLOAT64) {
+        double *pk = (double *)kvp + h * psz;
+        pack_kv_f64(g, (const double *)k + h * S * E, (const double *)v + h * S * Ev, pk, NULL,
+                    NULL, pk + E * Sp);
+      } else {
+        float *pk = (float *)kvp + h * psz;
+        pack_kv_f32_def(g, (const float *)k + h * S * E, (const float *)v + h * S * Ev, pk,
+                        NULL, NULL, pk + E * Sp);
+      }
+    }
     for (int64_t x = t; x < tasks; x += n) {
       if (cd == OF_FLOAT64)
-        fwd_task_f64(g, q, k, v, o, lse, (double *)mine, u, x);
+        fwd_task_f64(g, q, (const double *)kvp, o, lse, (double *)mine, u, x);
       else
-        fn(g, q, k, v, o, lse, (float *)mine, u, x);
+        fn(g, q, (const float *)kvp, o, lse, (float *)mine, u, x);
     }
   }
-  free(buf);
+  of_free(OF_CPU, buf, nbuf);
+  of_free(OF_CPU, kvp, nkvp);
   return OF_OK;
 }
 
@@ -370,8 +405,9 @@ static of_status cpu_backward(const geo *g, of_dtype cd, const void *q, const vo
   int64_t tasks = d->BH / d->group, per = bwd_scratch(g);
   int64_t es = cd == OF_FLOAT64 ? 8 : 4;
   int32_t nt = task_threads(tasks, d->BH * d->L * d->S * (d->E + d->Ev));
-  char *buf = malloc((size_t)(nt * (per * es + BQ * BK * 4)));
-  if (!buf) return of_fail(OF_ERR_OOM, "scaled_dot_product_attention backward: out of memory");
+  int64_t nbuf = nt * (per * es + BQ * BK * 4);
+  char *buf = of_alloc(OF_CPU, nbuf);
+  if (!buf) return OF_ERR_OOM;
   bwd_fn fn = bwd_tab[of_cpu_isa()];
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
@@ -385,7 +421,7 @@ static of_status cpu_backward(const geo *g, of_dtype cd, const void *q, const vo
         fn(g, q, k, v, o, go, lse, gq, gk, gv, (float *)mine, u, x);
     }
   }
-  free(buf);
+  of_free(OF_CPU, buf, nbuf);
   return OF_OK;
 }
 
@@ -483,7 +519,8 @@ static of_status check_inputs(of_tensor *q, of_tensor *k, of_tensor *v, of_tenso
 /* The mask, dense (uint8 or cd), and its offsets per bh row into moff [BH]
  * (int64) with the strides over L and S: broadcast dims get stride 0. */
 static of_status mask_layout(of_tensor *mask, int32_t nd, const int64_t *qshape, of_dtype cd,
-                             of_sdpa_desc *d, of_tensor **dense, of_tensor **moff) {
+                             of_device dev, of_sdpa_desc *d, of_tensor **dense,
+                             of_tensor **moff) {
   d->mkind = 0;
   if (!mask) return OF_OK;
   bool isbool = mask->dtype == OF_BOOL;
@@ -507,11 +544,11 @@ static of_status mask_layout(of_tensor *mask, int32_t nd, const int64_t *qshape,
   }
   if (dev == OF_CPU) return OF_OK;
   of_tensor *there = NULL;   /* the offsets where the kernel runs */
-  of_status st = of_tensor_new(&d->BH, 1, OF_INT64, dev, &there);
-  if (st == OF_OK) st = of_copy_data(there, *moff);
+  of_status rc = of_tensor_new(&d->BH, 1, OF_INT64, dev, &there);
+  if (rc == OF_OK) rc = of_copy_data(there, *moff);
   of_tensor_release(*moff);
   *moff = there;
-  return st;
+  return rc;
 }
 
 /* ---- backward ---- */
