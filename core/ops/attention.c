@@ -432,16 +432,6 @@ static void release_all(of_tensor **ts, int32_t n) {
   for (int32_t i = 0; i < n; i++) of_tensor_release(ts[i]);
 }
 
-static of_status finish(of_tensor *y, of_dtype dt, of_tensor **out) {
-  if (y->dtype == dt) {
-    *out = y;
-    return OF_OK;
-  }
-  of_status st = of_cast_data(y, dt, out);
-  of_tensor_release(y);
-  return st;
-}
-
 /* Checks shapes, dtypes and options; fills the desc's sizes. */
 static of_status check_inputs(of_tensor *q, of_tensor *k, of_tensor *v, of_tensor *mask,
                               double p, int32_t causal, double scale, int32_t gqa,
@@ -603,7 +593,7 @@ static of_status sdpa_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   }
   for (int32_t x = 0; x < 3 && st == OF_OK; x++) {
     if (!n->needs[x]) continue;
-    st = finish(gr[x], n->in_meta[x].dtype, &gi[x]);
+    st = of_finish_dtype(gr[x], n->in_meta[x].dtype, &gi[x]);
     gr[x] = NULL;
   }
 done:
@@ -646,7 +636,7 @@ static of_status sdpa_body(of_tensor *q, of_tensor *k, of_tensor *v, of_tensor *
                      of_tensor_data(dn[2]), of_tensor_data(o), of_tensor_data(lse));
   }
   if (st == OF_OK) {
-    st = finish(o, q->dtype, out);
+    st = of_finish_dtype(o, q->dtype, out);
     o = NULL;
   }
   of_tensor *all[4] = {q, k, v, mask};

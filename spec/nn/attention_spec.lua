@@ -181,6 +181,16 @@ describe('F.scaled_dot_product_attention', function()
     local ob = sdpa(q:bfloat16(), k:bfloat16(), v:bfloat16())
     assert.equal(flow.bfloat16, ob.dtype)
     H.close(ob:float(), want, 3e-2)
+    -- under bfloat16 autocast it runs in bfloat16; grads reach the float32 leaves
+    local ql = q:contiguous():requires_grad_()
+    local oa = flow.amp.autocast('cpu', {dtype = flow.bfloat16},
+                                 function() return sdpa(ql, k, v) end)
+    assert.equal(flow.bfloat16, oa.dtype)
+    oa:float():sum():backward()
+    assert.equal(flow.float32, ql.grad.dtype)
+    local qr = q:contiguous():requires_grad_()
+    sdpa(qr, k, v):sum():backward()
+    H.close(ql.grad, qr.grad, 5e-2)
   end)
 
   it('has correct gradients (gradcheck, float64): mask, causal, GQA', function()
