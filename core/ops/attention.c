@@ -187,11 +187,11 @@ static double expsum_f64(double *s, int64_t n, double mx) {
   }                                                                                             \
   /* Keys and values of one head, packed once for every block product: Kt                  \
    * [E][Sp] (k^T), Vt [Ev][Sp] (v^T), Kp [Sp][Ep], Vp [Sp][Evp] (each or NULL),             \
-   * zero past S and past the head dims. */                                                    \
+   * rows/columns [ja, jb), zero past S and past the head dims. */                             \
   static void pack_kv_##SUF(const geo *g, const T *K, const T *V, T *Kt, T *Vt, T *Kp,        \
-                            T *Vp) {                                                            \
+                            T *Vp, int64_t ja, int64_t jb) {                                    \
     int64_t S = g->d.S, E = g->d.E, Ev = g->d.Ev, Sp = spad(g), Ep = padn(E), Evp = padn(Ev);  \
-    for (int64_t j = 0; j < Sp; j++) {                                                          \
+    for (int64_t j = ja; j < jb; j++) {                                                         \
       bool in = j < S;                                                                          \
       for (int64_t e = 0; e < E; e++) {                                                         \
         T x = in ? K[j * E + e] : 0;                                                            \
@@ -253,10 +253,11 @@ static double expsum_f64(double *s, int64_t n, double mx) {
       lse[bh * L + i0 + r] = m[r] + (T)log(l[r]);                                               \
     }                                                                                           \
   }                                                                                             \
-  /* Backward task: key/value row kv and its `group` query rows. */                             \
+  /* Backward task: keys [ja, jb) of key/value row kv against its `group` query             \
+   * rows; gq gets those keys' share of dq. */                                                 \
   ATTR static void bwd_task_##SUF(const geo *g, const T *q, const T *k, const T *v,             \
                                   const T *o, const T *go, const T *lse, T *gq, T *gk, T *gv,   \
-                                  T *buf, float *u, int64_t kv) {                               \
+                                  T *buf, float *u, int64_t kv, int64_t ja, int64_t jb) {       \
     const of_sdpa_desc *d = &g->d;                                                              \
     int64_t L = d->L, S = d->S, E = d->E, Ev = d->Ev, Ep = padn(E), Evp = padn(Ev);             \
     const T *K = k + kv * S * E, *V = v + kv * S * Ev;                                          \
@@ -265,9 +266,11 @@ static double expsum_f64(double *s, int64_t n, double mx) {
     T *dQa = dOp + BQ * Evp, *Kt = dQa + BQ * Ep, *Vt = Kt + E * Sp, *Kp = Vt + Ev * Sp;        \
     T *Sb = Kp + Sp * Ep, *Pd = Sb + BQ * BK, *dP = Pd + BQ * BK, *D = dP + BQ * BK;            \
     T sc = (T)d->scale, keep = d->p > 0 ? (T)(1.0 / (1.0 - d->p)) : 1;                          \
-    memset(dKa, 0, sizeof(T) * (size_t)(S * (Ep + Evp)));                                       \
+    int64_t js = min64(jb, S);                                                                  \
+    memset(dKa + ja * Ep, 0, sizeof(T) * (size_t)((js - ja) * Ep));                             \
+    memset(dVa + ja * Evp, 0, sizeof(T) * (size_t)((js - ja) * Evp));                           \
     memset(Qs, 0, sizeof(T) * (size_t)(BQ * (Ep + Evp)));                                       \
-    pack_kv_##SUF(g, K, V, Kt, Vt, Kp, NULL);                                                   \
+    pack_kv_##SUF(g, K, V, Kt, Vt, Kp, NULL, ja, jb);                                           \
     for (int64_t bh = kv * d->group; bh < (kv + 1) * d->group; bh++) {                          \
       for (int64_t i0 = 0; i0 < L; i0 += BQ) {                                                  \
         int64_t nq = min64(BQ, L - i0);                                                         \
@@ -283,8 +286,8 @@ static double expsum_f64(double *s, int64_t n, double mx) {
           D[r] = (T)dd;                                                                         \
         }                                                                                       \
         memset(dQa, 0, sizeof(T) * (size_t)(nq * Ep));                                          \
-        int64_t jend = key_end_##SUF(g, i0, nq);                                                \
-        for (int64_t j0 = 0; j0 < jend; j0 += BK) {                                             \
+        int64_t jend = min64(key_end_##SUF(g, i0, nq), jb);                                     \
+        for (int64_t j0 = ja; j0 < jend; j0 += BK) {                                            \
           int64_t nk = min64(BK, S - j0);                                                       \
           gemm_##SUF(nq, BK, E, Qs, Ep, 1, Kt + j0, Sp, Sb, BK, 0);                             \
           mask_block_##SUF(g, bh, i0, nq, j0, nk, Sb);                                          \
@@ -314,7 +317,7 @@ static double expsum_f64(double *s, int64_t n, double mx) {
           for (int64_t e = 0; e < E; e++) gq[(bh * L + i0 + r) * E + e] = dQa[r * Ep + e] * sc; \
       }                                                                                         \
     }                                                                                           \
-    for (int64_t j = 0; j < S; j++) {                                                           \
+    for (int64_t j = ja; j < js; j++) {                                                         \
       memcpy(gk + (kv * S + j) * E, dKa + j * Ep, sizeof(T) * (size_t)E);                       \
       memcpy(gv + (kv * S + j) * Ev, dVa + j * Evp, sizeof(T) * (size_t)Ev);                    \
     }                                                                                           \
@@ -339,7 +342,7 @@ typedef void (*fwd_fn)(const geo *, const float *, const float *, float *, float
                        float *, int64_t);
 typedef void (*bwd_fn)(const geo *, const float *, const float *, const float *, const float *,
                        const float *, const float *, float *, float *, float *, float *, float *,
-                       int64_t);
+                       int64_t, int64_t, int64_t);
 static const fwd_fn fwd_tab[3] = ISA_TABLE(fwd_task);
 static const bwd_fn bwd_tab[3] = ISA_TABLE(bwd_task);
 
@@ -379,11 +382,11 @@ static of_status cpu_forward(const geo *g, of_dtype cd, const void *q, const voi
       if (cd == OF_FLOAT64) {
         double *pk = (double *)kvp + h * psz;
         pack_kv_f64(g, (const double *)k + h * S * E, (const double *)v + h * S * Ev, pk, NULL,
-                    NULL, pk + E * Sp);
+                    NULL, pk + E * Sp, 0, Sp);
       } else {
         float *pk = (float *)kvp + h * psz;
         pack_kv_f32_def(g, (const float *)k + h * S * E, (const float *)v + h * S * Ev, pk,
-                        NULL, NULL, pk + E * Sp);
+                        NULL, NULL, pk + E * Sp, 0, Sp);
       }
     }
     for (int64_t x = t; x < tasks; x += n) {
@@ -401,13 +404,22 @@ static of_status cpu_forward(const geo *g, of_dtype cd, const void *q, const voi
 static of_status cpu_backward(const geo *g, of_dtype cd, const void *q, const void *k,
                               const void *v, const void *o, const void *go, const void *lse,
                               void *gq, void *gk, void *gv) {
+  /* Tasks: (key/value head, a range of its key blocks), about four per thread,
+   * so a few heads still keep every thread busy. A task owns its dk, dv rows;
+   * its share of dq goes to a partial buffer of its range, summed at the end. */
   const of_sdpa_desc *d = &g->d;
-  int64_t tasks = d->BH / d->group, per = bwd_scratch(g);
-  int64_t es = cd == OF_FLOAT64 ? 8 : 4;
-  int32_t nt = task_threads(tasks, d->BH * d->L * d->S * (d->E + d->Ev));
-  int64_t nbuf = nt * (per * es + BQ * BK * 4);
-  char *buf = of_alloc(OF_CPU, nbuf);
-  if (!buf) return OF_ERR_OOM;
+  int64_t nkv = d->BH / d->group, nkb = spad(g) / BK, per = bwd_scratch(g);
+  int64_t es = cd == OF_FLOAT64 ? 8 : 4, nq = d->BH * d->L * d->E;
+  int32_t nt = task_threads(nkv * nkb, d->BH * d->L * d->S * (d->E + d->Ev));
+  int64_t split = nt > 1 ? min64(nkb, (4 * nt + nkv - 1) / nkv) : 1;
+  if (split < 1) split = 1;
+  int64_t tasks = nkv * split, nbuf = nt * (per * es + BQ * BK * 4);
+  int64_t npart = split > 1 ? split * nq * es : 0;
+  char *buf = of_alloc(OF_CPU, nbuf), *part = buf && npart ? of_alloc(OF_CPU, npart) : NULL;
+  if (!buf || (npart && !part)) {
+    if (buf) of_free(OF_CPU, buf, nbuf);
+    return OF_ERR_OOM;
+  }
   bwd_fn fn = bwd_tab[of_cpu_isa()];
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
@@ -415,15 +427,35 @@ static of_status cpu_backward(const geo *g, of_dtype cd, const void *q, const vo
     char *mine = buf + t * (per * es + BQ * BK * 4);
     float *u = (float *)(mine + per * es);
     for (int64_t x = t; x < tasks; x += n) {
+      int64_t kv = x / split, p = x % split;
+      int64_t ja = nkb * p / split * BK, jb = nkb * (p + 1) / split * BK;
+      void *dq = split > 1 ? part + p * nq * es : gq;
       if (cd == OF_FLOAT64)
-        bwd_task_f64(g, q, k, v, o, go, lse, gq, gk, gv, (double *)mine, u, x);
+        bwd_task_f64(g, q, k, v, o, go, lse, dq, gk, gv, (double *)mine, u, kv, ja, jb);
       else
-        fn(g, q, k, v, o, go, lse, gq, gk, gv, (float *)mine, u, x);
+        fn(g, q, k, v, o, go, lse, dq, gk, gv, (float *)mine, u, kv, ja, jb);
+    }
+#pragma omp barrier
+    if (split > 1) {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < nq; i++) {
+        if (cd == OF_FLOAT64) {
+          double acc = 0;
+          for (int64_t p = 0; p < split; p++) acc += ((const double *)part)[p * nq + i];
+          ((double *)gq)[i] = acc;
+        } else {
+          float acc = 0;
+          for (int64_t p = 0; p < split; p++) acc += ((const float *)part)[p * nq + i];
+          ((float *)gq)[i] = acc;
+        }
+      }
     }
   }
   of_free(OF_CPU, buf, nbuf);
+  if (part) of_free(OF_CPU, part, npart);
   return OF_OK;
 }
+
 
 /* ---- checks and geometry ---- */
 static const char *const OP = "scaled_dot_product_attention";
