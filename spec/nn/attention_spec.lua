@@ -263,6 +263,44 @@ describe('F.scaled_dot_product_attention', function()
     H.close(m(x, x, x, causal), want, 1e-12)
   end)
 
+  it('traces into nn.Graph: a training step equals eager (mask, causal, backward)', function()
+    local nn = flow.nn
+    local function model()
+      flow.manual_seed(3)
+      return nn.Linear(8, 24, {dtype = f64})
+    end
+    local allowed = flow.ones(6, 6, {dtype = flow.bool}):tril(1)
+    local function loss_of(m, x)
+      local qkv = m(x):view(2, 6, 3, 8)
+      local q, k, v = qkv:select(3, 1), qkv:select(3, 2), qkv:select(3, 3)
+      return (sdpa(q, k, v, {attn_mask = allowed}) + sdpa(q, k, v, {is_causal = true}))
+        :pow(2):mean()
+    end
+    local x = flow.randn(2, 6, 8, {dtype = f64})
+    local eager, traced = model(), model()
+    local oe = flow.optim.SGD(eager:parameters(), {lr = 0.1})
+    local G = nn.Graph:subclass('SdpaTrain')
+    function G:__init()
+      nn.Graph.__init(self)
+      self.m = traced
+      self:add_optimizer(flow.optim.SGD(traced:parameters(), {lr = 0.1}))
+    end
+    function G:build(xx)
+      local loss = loss_of(self.m, xx)
+      loss:backward()
+      return loss
+    end
+    local g = G()
+    for _ = 1, 3 do
+      oe:zero_grad()
+      local le = loss_of(eager, x)
+      le:backward()
+      oe:step()
+      H.close(g(x), le, 1e-12, 'loss')
+    end
+    H.close(traced.weight, eager.weight, 1e-12, 'weights')
+  end)
+
   it('rejects bad input with the shapes named', function()
     local q, k, v = flow.randn(2, 3, 5, 4), flow.randn(2, 3, 6, 4), flow.randn(2, 3, 6, 4)
     H.raises(function() sdpa(q, flow.randn(2, 3, 6, 5), v) end, 'scaled_dot_product_attention',
