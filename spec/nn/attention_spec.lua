@@ -10,26 +10,7 @@ local H = require 'spec.helpers'
 local f64 = flow.float64
 local unpack = unpack   -- LuaJIT (Lua 5.1)
 local sdpa = F.scaled_dot_product_attention
-local cpu = flow.backends.cpu
-
--- the instruction sets this CPU runs, best first
-local function isas()
-  local all, r, seen = {'AVX512', 'AVX2', 'DEFAULT'}, {}, false
-  for _, n in ipairs(all) do
-    if n == cpu.get_cpu_capability() then seen = true end
-    if seen then r[#r + 1] = n end
-  end
-  return r
-end
-local function each_isa(fn)
-  local native = cpu.get_cpu_capability()
-  for _, isa in ipairs(isas()) do
-    cpu.set_cpu_capability(isa)
-    local ok, err = pcall(fn, isa)
-    cpu.set_cpu_capability(native)
-    if not ok then error(isa .. ': ' .. tostring(err), 0) end
-  end
-end
+local each_isa = H.each_isa
 
 -- deterministic inputs both sides build: sin(i * a + c) * s over a shape
 local function pattern(shape, a, c, s, dt)
@@ -133,19 +114,8 @@ for c in cases:
         print(' '.join('%.12g' % x for x in t.detach().reshape(-1).tolist()))
 ]]
   script = script:gsub('ROWS', function() return table.concat(rows, ',\n         ') end)
-  local path = os.tmpname()
-  local f = assert(io.open(path, 'w'))
-  f:write(script)
-  f:close()
-  local p = io.popen('/usr/bin/python3 ' .. path)
   local lines = {}
-  for l in p:lines() do
-    local r = {}
-    for x in l:gmatch('%S+') do r[#r + 1] = tonumber(x) end
-    lines[#lines + 1] = r
-  end
-  p:close()
-  os.remove(path)
+  for i, l in ipairs(H.python_lines(script)) do lines[i] = H.numbers(l) end
   return lines
 end
 
