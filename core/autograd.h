@@ -30,7 +30,7 @@ typedef struct of_grad_def {
   of_backward_fn backward;
 } of_grad_def;
 
-enum { OF_NODE_MAX_SAVED = 5, OF_NODE_ATTR_MAX = 320 };
+enum { OF_NODE_MAX_SAVED = 6, OF_NODE_ATTR_MAX = 320 };
 
 typedef struct of_edge {
   of_node *node;             /* retained; NULL: input needs no grad */

@@ -14,7 +14,7 @@
 extern "C" {
 #endif
 
-enum { OF_DEVICE_ABI = 1 };
+enum { OF_DEVICE_ABI = 2 };
 static inline int32_t of_device_type(of_device d) { return d & 0xff; }
 static inline int32_t of_device_index(of_device d) { return d >> 8; }
 static inline of_device of_dev(const of_tensor *t) { return t->storage->device; }
@@ -42,6 +42,18 @@ typedef struct of_loss_desc {
   int64_t N, C, S, ignore, base;
   double eps, wsum;         /* label smoothing; class count (0 with weights: the kernel sums them) */
 } of_loss_desc;
+/* fused attention (ops/attention.c): dense q [BH, L, E], k [BH / group, S,
+ * E], v [BH / group, S, Ev] of one compute dtype; q row bh reads k/v row
+ * bh / group. The mask (kind 1 boolean as uint8, 2 additive of the compute
+ * dtype, 0 none) of row bh, query i, key j is at moff[bh] + i * msl + j * mss.
+ * Dropout p keeps element (bh, i, j) when the float32 uniform_ value of
+ * element (bh * L + i) * S + j of the stream (seed, offset) is >= p. */
+typedef struct of_sdpa_desc {
+  int64_t BH, L, S, E, Ev, group, msl, mss;
+  double scale, p;
+  uint64_t seed, offset;
+  int32_t causal, mkind;
+} of_sdpa_desc;
 
 typedef struct of_device_ops {
   int32_t abi;                        /* OF_DEVICE_ABI */
@@ -253,6 +265,14 @@ typedef struct of_device_ops {
   /* the current stream of device `index` (-1: current device): 0 not being
    * captured, 1 capturing, -1 a capture that an operation invalidated */
   int32_t (*capture_status)(int32_t index);
+  /* ==== fused attention (of_sdpa_desc): o [BH, L, Ev] and the rows'
+   * logsumexp lse [BH, L]; the backward from go writes gq, gk, gv. moff:
+   * int64 [BH] on the device, mask: NULL without one ==== */
+  of_status (*sdpa)(const of_sdpa_desc *d, of_tensor *q, of_tensor *k, of_tensor *v,
+                    of_tensor *mask, of_tensor *moff, of_tensor *o, of_tensor *lse);
+  of_status (*sdpa_back)(const of_sdpa_desc *d, of_tensor *q, of_tensor *k, of_tensor *v,
+                         of_tensor *mask, of_tensor *moff, of_tensor *o, of_tensor *go,
+                         of_tensor *lse, of_tensor *gq, of_tensor *gk, of_tensor *gv);
 } of_device_ops;
 
 /* The CUDA library's entry point: fills ops; returns 0 or sets why (cap bytes). */

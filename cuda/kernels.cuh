@@ -14,6 +14,7 @@ void register_nn(of_device_ops *ops);
 void register_graph(of_device_ops *ops);
 void register_index(of_device_ops *ops);   // index.cu
 void register_nccl(of_device_ops *ops);    // nccl.cu
+void register_attention(of_device_ops *ops);   // attention.cu
 inline void register_kernels(of_device_ops *ops) {
   register_elementwise(ops);
   register_reduce(ops);
@@ -25,5 +26,6 @@ inline void register_kernels(of_device_ops *ops) {
   register_graph(ops);
   register_index(ops);
   register_nccl(ops);
+  register_attention(ops);
 }
 }  // namespace ofc

@@ -8,23 +8,6 @@
 
 namespace ofc {
 
-__device__ __forceinline__ void philox(uint64_t block, uint32_t k0, uint32_t k1, uint32_t o[4]) {
-  uint32_t c0 = (uint32_t)block, c1 = (uint32_t)(block >> 32), c2 = 0, c3 = 0;
-#pragma unroll
-  for (int r = 0; r < 10; r++) {
-    uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
-    uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
-    uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-    c0 = n0;
-    c1 = lo1;
-    c2 = n2;
-    c3 = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  o[0] = c0, o[1] = c1, o[2] = c2, o[3] = c3;
-}
-
 __device__ __forceinline__ uint64_t word64(const uint32_t *w, int lane) {
   return (uint64_t)w[2 * lane] | (uint64_t)w[2 * lane + 1] << 32;
 }

@@ -106,4 +106,49 @@ function H.pylist(t)
   return '[' .. table.concat(parts, ', ') .. ']'
 end
 
+--- Runs a Python script with Debian's python3 (PyTorch 1.13 where
+-- python3-torch is installed) and returns its output lines.
+function H.python_lines(script)
+  local path = os.tmpname()
+  local f = assert(io.open(path, 'w'))
+  f:write(script)
+  f:close()
+  local p = io.popen('/usr/bin/python3 ' .. path)
+  local lines = {}
+  for line in p:lines() do lines[#lines + 1] = line end
+  p:close()
+  os.remove(path)
+  return lines
+end
+
+--- The numbers of a line of text, in order.
+function H.numbers(line)
+  local r = {}
+  for v in line:gmatch('%S+') do r[#r + 1] = tonumber(v) end
+  return r
+end
+
+--- The instruction sets this CPU runs (flow.backends.cpu), best first.
+function H.isas()
+  local native = flow.backends.cpu.get_cpu_capability()
+  local r, seen = {}, false
+  for _, n in ipairs({'AVX512', 'AVX2', 'DEFAULT'}) do
+    if n == native then seen = true end
+    if seen then r[#r + 1] = n end
+  end
+  return r
+end
+
+--- fn(isa) under each of them; the CPU's own is restored, an error names the ISA.
+function H.each_isa(fn)
+  local cpu = flow.backends.cpu
+  local native = cpu.get_cpu_capability()
+  for _, isa in ipairs(H.isas()) do
+    cpu.set_cpu_capability(isa)
+    local ok, err = pcall(fn, isa)
+    cpu.set_cpu_capability(native)
+    if not ok then error(isa .. ': ' .. tostring(err), 0) end
+  end
+end
+
 return H

@@ -39,6 +39,18 @@ of_status of_op_bad_record(int32_t op, const char *what);
     }                                                                            \
   } while (0)
 
+/* y (a kernel's result, consumed) -> *out in dtype dt: y itself when it
+ * already is, else a cast copy */
+static inline of_status of_finish_dtype(of_tensor *y, of_dtype dt, of_tensor **out) {
+  if (y->dtype == dt) {
+    *out = y;
+    return OF_OK;
+  }
+  of_status st = of_cast_data(y, dt, out);
+  of_tensor_release(y);
+  return st;
+}
+
 /* conv and pool records: an optional array (bit set in `has`) or NULL */
 #define OF_OPT(bit, arr) ((a->has & (bit)) ? a->arr : NULL)
 #endif

@@ -30,16 +30,6 @@ static int32_t nthreads(int64_t work) {
   return cap < nt ? (int32_t)cap : nt;
 }
 
-static of_status finish(of_tensor *y, of_dtype dt, of_tensor **out) {
-  if (y->dtype == dt) {
-    *out = y;
-    return OF_OK;
-  }
-  of_status st = of_cast_data(y, dt, out);
-  of_tensor_release(y);
-  return st;
-}
-
 static void release_all(of_tensor **ts, int32_t n) {
   for (int32_t i = 0; i < n; i++) of_tensor_release(ts[i]);
 }
@@ -285,7 +275,7 @@ static of_status reduce_losses(const layout *l, int32_t red, const double *loss,
   if (red == OF_LOSS_NONE) {
     of_tensor *y;
     OF_CHECK(of_from_doubles(loss, l->sshape, l->snd, OF_FLOAT64, &y));
-    return finish(y, dt, out);
+    return of_finish_dtype(y, dt, out);
   }
   double v = red == OF_LOSS_SUM ? sum : sum / *denom;
   return of_from_doubles(&v, NULL, 0, dt, out);
@@ -527,11 +517,11 @@ static of_status ce_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   st = o->cross_entropy_back(&d, tmp[0], prob ? NULL : t, prob ? tmp[1] : NULL, sv[2], sv[3],
                              tmp[2], tmp[3], tmp[4]);
   if (st == OF_OK && n->needs[0]) {
-    st = finish(tmp[3], n->in_meta[0].dtype, &gi[0]);
+    st = of_finish_dtype(tmp[3], n->in_meta[0].dtype, &gi[0]);
     tmp[3] = NULL;
   }
   if (st == OF_OK && tmp[4]) {
-    st = finish(tmp[4], n->in_meta[1].dtype, &gi[1]);
+    st = of_finish_dtype(tmp[4], n->in_meta[1].dtype, &gi[1]);
     tmp[4] = NULL;
   }
 done:
@@ -612,7 +602,7 @@ static of_status nll_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_loss_desc d = {l.N, l.C, l.S, a->ignore, a->base, 0, 0};
   if (st == OF_OK) st = o->nll_loss_back(&d, t, w, sc, gx);
   if (st == OF_OK) {
-    st = finish(gx, xm->dtype, &gi[0]);
+    st = of_finish_dtype(gx, xm->dtype, &gi[0]);
     gx = NULL;
   }
   of_tensor *rel[5] = {t, w, sc, gx, den};
@@ -767,11 +757,11 @@ static of_status ce_backward(of_node *n, of_tensor **g, of_tensor **gi) {
     ce_bwd_float(&a, of_tensor_data(tmp[0]), q, of_tensor_data(sv[3]), sc,
                  of_tensor_data(tmp[3]), gq);
   if (n->needs[0]) {
-    st = finish(tmp[3], n->in_meta[0].dtype, &gi[0]);
+    st = of_finish_dtype(tmp[3], n->in_meta[0].dtype, &gi[0]);
     tmp[3] = NULL;
   }
   if (st == OF_OK && tmp[4]) {
-    st = finish(tmp[4], n->in_meta[1].dtype, &gi[1]);
+    st = of_finish_dtype(tmp[4], n->in_meta[1].dtype, &gi[1]);
     tmp[4] = NULL;
   }
 done:

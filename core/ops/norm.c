@@ -355,17 +355,6 @@ static void update_running(of_tensor *t, const double *v, int64_t C, double mome
   of_bump_version(t);
 }
 
-/* y (compute dtype) -> *out in dtype dt; y is consumed. */
-static of_status finish(of_tensor *y, of_dtype dt, of_tensor **out) {
-  if (y->dtype == dt) {
-    *out = y;
-    return OF_OK;
-  }
-  of_status st = of_cast_data(y, dt, out);
-  of_tensor_release(y);
-  return st;
-}
-
 /* A grad computed in doubles, shaped and typed like input k of node n. */
 static of_status grad_from_doubles(of_node *n, int32_t k, const double *v, of_tensor **out) {
   const of_meta *m = &n->in_meta[k];
@@ -581,7 +570,7 @@ static of_status bn_backward(of_node *n, of_tensor **g, of_tensor **gi) {
         else
           ch_grad_input_float(of_tensor_data(xc), of_tensor_data(gc), of_tensor_data(gx),
                               d.N, d.C, d.S, mu, a, b, k);
-        st = finish(gx, n->in_meta[0].dtype, &gi[0]);
+        st = of_finish_dtype(gx, n->in_meta[0].dtype, &gi[0]);
       }
     }
     if (st == OF_OK && n->needs[1]) {
@@ -840,7 +829,7 @@ static of_status batch_norm_body(of_tensor *x, of_tensor *running_mean, of_tenso
   }
   if (cd == OF_FLOAT64) ch_affine_double(xp, of_tensor_data(y), d.N, d.C, d.S, a, b);
   else ch_affine_float(xp, of_tensor_data(y), d.N, d.C, d.S, a, b);
-  st = finish(y, x->dtype, out);
+  st = of_finish_dtype(y, x->dtype, out);
   y = NULL;
   of_tensor *ins[3] = {x, weight, bias};
   if (st == OF_OK && of_grad_needed(ins, 3)) {
@@ -975,7 +964,7 @@ static of_status rows_backward(of_node *n, of_tensor **g, of_tensor **gi) {
                                        gx ? of_tensor_data(gx) : NULL, r.R, r.M,
                                        wc ? of_tensor_data(wc) : NULL, mu, rs, gw, gb);
     if (st == OF_OK && gx) {
-      st = finish(gx, n->in_meta[0].dtype, &gi[0]);
+      st = of_finish_dtype(gx, n->in_meta[0].dtype, &gi[0]);
       gx = NULL;
     }
     if (st == OF_OK && gw) st = grad_from_doubles(n, 1, gw, &gi[1]);
@@ -995,7 +984,7 @@ static of_status rows_backward(of_node *n, of_tensor **g, of_tensor **gi) {
       else
         row_grad_input_float(of_tensor_data(xc), of_tensor_data(gc), of_tensor_data(gx), r.R,
                              r.M, r.G, r.Cg, r.S, mu, rs, wc ? of_tensor_data(wc) : NULL);
-      st = finish(gx, n->in_meta[0].dtype, &gi[0]);
+      st = of_finish_dtype(gx, n->in_meta[0].dtype, &gi[0]);
     }
   }
   if (st == OF_OK && (n->needs[1] || n->needs[2])) {
@@ -1064,7 +1053,7 @@ static of_status rows_norm(const char *op, int32_t kind, of_tensor *x, rows_shap
       row_apply_float(of_tensor_data(xc), of_tensor_data(y), r.R, r.M, r.G, r.Cg, r.S, mu, rs,
                       wc ? of_tensor_data(wc) : NULL, bc ? of_tensor_data(bc) : NULL);
   }
-  st = finish(y, x->dtype, out);
+  st = of_finish_dtype(y, x->dtype, out);
   y = NULL;
   of_tensor *ins[3] = {x, w, b};
   if (st == OF_OK && of_grad_needed(ins, 3)) {

@@ -109,6 +109,10 @@ typedef struct { double momentum, eps; int64_t groups; int32_t flag, pad_; } a_n
 typedef struct { int64_t size[3]; double scales[3]; int32_t nsp, mode, align, has; } a_interp;
 typedef struct { int64_t pad[2 * OF_MAX_DIMS]; double value; int32_t npad, mode; } a_pad;
 typedef struct { double smoothing; int64_t ignore, base; int32_t reduction, pad_; } a_loss;
+/* scaled_dot_product_attention (attention.c): seed and offset are the
+ * dropout draws' Philox stream, kept in autograd nodes only (zero in a
+ * traced record: each run draws anew) */
+typedef struct { double dropout_p, scale; uint64_t seed, offset; int32_t causal, gqa; } a_sdpa;
 
 /* ---- optimizers (optim.c) ---- */
 typedef struct { double momentum, dampening, weight_decay; int32_t nesterov, maximize; } a_sgd;

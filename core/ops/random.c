@@ -19,6 +19,7 @@
 #include <math.h>
 #include <pthread.h>
 #include "family.h"
+#include "random.h"
 
 /* ---- the generator state --------------------------------------------------
  * One CPU generator per process, as in PyTorch's default generator. It is one
@@ -165,6 +166,26 @@ static inline uint64_t bounded(const uint32_t *w, uint64_t block, pkey k, uint64
     if ((uint64_t)m >= thresh) return (uint64_t)(m >> 64);
   }
   return bounded_slow(block, k, range, thresh);
+}
+
+/* ---- the stream for fused kernels (random.h) ---- */
+void of_rng_reserve(uint64_t blocks, uint64_t *seed, uint64_t *offset) {
+  reserve(blocks, seed, offset);
+}
+
+void of_philox_u24(uint64_t seed, uint64_t offset, uint64_t first, int64_t n, float *u) {
+  enum { CHUNK = 64 };   /* blocks per batch */
+  uint32_t words[4 * CHUNK];
+  pkey k = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+  while (n > 0) {
+    uint64_t b0 = first / 4, skip = first % 4;
+    int64_t take = (int64_t)(4 * CHUNK - skip) < n ? (int64_t)(4 * CHUNK - skip) : n;
+    philox_blocks(offset + b0, (int64_t)((skip + (uint64_t)take + 3) / 4), k, words);
+    for (int64_t i = 0; i < take; i++) u[i] = (float)u24(words[skip + (uint64_t)i]);
+    u += take;
+    first += (uint64_t)take;
+    n -= take;
+  }
 }
 
 /* ---- fill driver ----------------------------------------------------------

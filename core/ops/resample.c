@@ -21,17 +21,6 @@ static int32_t nthreads(int64_t work) {
   return cap < nt ? (int32_t)cap : nt;
 }
 
-/* y (any dtype) -> *out in dtype dt; y is consumed. */
-static of_status finish(of_tensor *y, of_dtype dt, of_tensor **out) {
-  if (y->dtype == dt) {
-    *out = y;
-    return OF_OK;
-  }
-  of_status st = of_cast_data(y, dt, out);
-  of_tensor_release(y);
-  return st;
-}
-
 /* Records `def` for out = f(x) when x needs grad; on failure drops *out. */
 static of_status record1(const of_grad_def *def, of_tensor *x, of_tensor **out, of_node **n) {
   *n = NULL;
@@ -294,14 +283,14 @@ static of_status interp_adjoint(of_tensor *g, const int64_t *in_sp, const int64_
   if (st == OF_OK) st = of_tensor_new(xshape, nsp + 2, cd, of_dev(g), &gx);
   if (st == OF_OK && of_dev(g) != OF_CPU) {
     st = interp_device(&p, 1, mode == OF_INTERP_LINEAR, gc, gx);
-    if (st == OF_OK) st = finish(gx, g->dtype, out);
+    if (st == OF_OK) st = of_finish_dtype(gx, g->dtype, out);
     gx = NULL;
   } else if (st == OF_OK) {
     if (cd == OF_FLOAT64)
       interp_bwd_double(&p, of_tensor_data(gc), of_tensor_data(gx), mode == OF_INTERP_LINEAR);
     else
       interp_bwd_float(&p, of_tensor_data(gc), of_tensor_data(gx), mode == OF_INTERP_LINEAR);
-    st = finish(gx, g->dtype, out);
+    st = of_finish_dtype(gx, g->dtype, out);
     gx = NULL;
   }
   plan_free(&p);
@@ -359,7 +348,7 @@ static of_status interpolate_body(of_tensor *x, const int64_t *size, const doubl
   if (st == OF_OK) st = of_tensor_new(yshape, nsp + 2, cd, dev, &y);
   if (st == OF_OK && dev != OF_CPU) {
     st = interp_device(&p, 0, mode == OF_INTERP_LINEAR, xc, y);
-    if (st == OF_OK) st = finish(y, x->dtype, out);
+    if (st == OF_OK) st = of_finish_dtype(y, x->dtype, out);
     y = NULL;
   } else if (st == OF_OK) {
     if (mode == OF_INTERP_NEAREST)
@@ -368,7 +357,7 @@ static of_status interpolate_body(of_tensor *x, const int64_t *size, const doubl
       linear_fwd_double(&p, of_tensor_data(xc), of_tensor_data(y));
     else
       linear_fwd_float(&p, of_tensor_data(xc), of_tensor_data(y));
-    st = finish(y, x->dtype, out);
+    st = of_finish_dtype(y, x->dtype, out);
     y = NULL;
   }
   plan_free(&p);
@@ -582,14 +571,14 @@ static of_status pad_adjoint(of_tensor *g, const int64_t *xshape, int32_t ndim,
   if (st == OF_OK) st = of_tensor_new(xshape, ndim, cd, of_dev(g), &gx);
   if (st == OF_OK && of_dev(g) != OF_CPU) {
     if (gx->numel > 0) st = pad_device(&p, 1, 0, gc, gx);
-    if (st == OF_OK) st = finish(gx, g->dtype, out);
+    if (st == OF_OK) st = of_finish_dtype(gx, g->dtype, out);
     gx = NULL;
   } else if (st == OF_OK) {
     if (gx->numel > 0) {
       if (cd == OF_FLOAT64) pad_bwd_double(&p, of_tensor_data(gc), of_tensor_data(gx));
       else pad_bwd_float(&p, of_tensor_data(gc), of_tensor_data(gx));
     }
-    st = finish(gx, g->dtype, out);
+    st = of_finish_dtype(gx, g->dtype, out);
     gx = NULL;
   }
   pad_plan_free(&p);

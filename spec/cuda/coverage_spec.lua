@@ -42,7 +42,7 @@ end
 local function filled_by_cuda()
   local filled = {}
   for _, f in ipairs({'runtime', 'elementwise', 'reduce', 'random', 'blas', 'optim', 'dnn',
-                      'nn', 'graph', 'index', 'nccl'}) do
+                      'nn', 'graph', 'index', 'nccl', 'attention'}) do
     local ok, s = pcall(read, 'cuda/' .. f .. '.cu')
     if ok then for e in s:gmatch('ops%->([%w_]+)%s*=') do filled[e] = true end end
   end
@@ -269,6 +269,19 @@ describe('CUDA coverage of the public ops', function()
     local y = flow.tensor({1, 3, 2, 4}, {dtype = flow.int64})
     check('cross_entropy', function(x, t) return F.cross_entropy(x, t) end, {a, y}, 1e-5, true)
     check('nll_loss', function(x, t) return F.nll_loss(F.log_softmax(x, 2), t) end, {a, y}, 1e-5, true)
+    local q, kk, vv = flow.randn(2, 4, 9, 8), flow.randn(2, 2, 13, 8), flow.randn(2, 2, 13, 5)
+    local am = flow.rand(9, 13):gt(0.2)
+    am[{{}, 1}] = true
+    check('scaled_dot_product_attention', function(x, k, v)
+      return F.scaled_dot_product_attention(x, k, v, {attn_mask = am:to(x.device), enable_gqa = true})
+        + F.scaled_dot_product_attention(x, k, v, {is_causal = true, enable_gqa = true})
+    end, {q, kk, vv}, 1e-4, true)
+    local function dropped(dev)   -- the same draws on both devices
+      flow.manual_seed(11)
+      return F.scaled_dot_product_attention(q:to(dev), kk:to(dev), vv:to(dev),
+                                            {dropout_p = 0.5, enable_gqa = true})
+    end
+    H.close(dropped(target):cpu(), dropped('cpu'), 1e-4, 'scaled_dot_product_attention dropout')
   end)
   it('optimizer updates and loss scaling', function()
     for _, make in ipairs({function(p) return flow.optim.SGD(p, {lr = 0.1, momentum = 0.9}) end,

@@ -7,28 +7,11 @@ local F = flow.nn.functional
 local H = require 'spec.helpers'
 
 local cpu = flow.backends.cpu
-local ALL = {'AVX512', 'AVX2', 'DEFAULT'}
 local f32, f64, bf16 = flow.float32, flow.float64, flow.bfloat16
 
 -- the instruction sets this CPU runs (a set_cpu_capability above it fails)
 local native = cpu.get_cpu_capability()
-local function isas()
-  local r, seen = {}, false
-  for _, n in ipairs(ALL) do
-    if n == native then seen = true end
-    if seen then r[#r + 1] = n end
-  end
-  return r
-end
-
-local function each_isa(fn)
-  for _, isa in ipairs(isas()) do
-    cpu.set_cpu_capability(isa)
-    local ok, err = pcall(fn, isa)
-    cpu.set_cpu_capability(native)
-    if not ok then error(isa .. ': ' .. tostring(err), 0) end
-  end
-end
+local each_isa = H.each_isa
 
 -- |a - b| <= tol * (1 + |b|) everywhere (NaN matches NaN)
 local function close(a, b, tol, what)
@@ -314,21 +297,8 @@ for f in (torch.softmax, torch.log_softmax):
 for t in out:
     print(' '.join('%%.9g' %% v for v in t.detach().reshape(-1).tolist()))
 ]]):format(R, M)
-    local path = os.tmpname()
-    local f = io.open(path, 'w')
-    f:write(script)
-    f:close()
-    local p = io.popen('/usr/bin/python3 ' .. path)
-    local lines = {}
-    for l in p:lines() do lines[#lines + 1] = l end
-    p:close()
-    os.remove(path)
+    local lines = H.python_lines(script)
     assert.equal(8, #lines)
-    local function nums(l)
-      local r = {}
-      for v in l:gmatch('%S+') do r[#r + 1] = tonumber(v) end
-      return r
-    end
     local i = flow.arange(0, R * M, {dtype = f64})
     local x0 = ((i * 0.37):sin() * 3 + 0.5):reshape(R, M):float()
     local g = (i * 0.11):cos():reshape(R, M):float()
@@ -338,16 +308,16 @@ for t in out:
       local b = flow.linspace(-1, 1, M):requires_grad_()
       local y = F.layer_norm(x, {M}, w, b, 1e-5)
       backward(y, g)
-      H.close(y, nums(lines[1]), 1e-5, 'layer_norm')
-      H.close(x.grad, nums(lines[2]), 1e-4, 'layer_norm grad x')
-      H.close(w.grad, nums(lines[3]), 1e-4, 'layer_norm grad w')
-      H.close(b.grad, nums(lines[4]), 1e-4, 'layer_norm grad b')
+      H.close(y, H.numbers(lines[1]), 1e-5, 'layer_norm')
+      H.close(x.grad, H.numbers(lines[2]), 1e-4, 'layer_norm grad x')
+      H.close(w.grad, H.numbers(lines[3]), 1e-4, 'layer_norm grad w')
+      H.close(b.grad, H.numbers(lines[4]), 1e-4, 'layer_norm grad b')
       for k, fn in ipairs({flow.softmax, flow.log_softmax}) do
         local xs = x0:clone():requires_grad_()
         local ys = fn(xs, -1)
         backward(ys, g)
-        H.close(ys, nums(lines[3 + 2 * k]), 1e-5, 'softmax ' .. k)
-        H.close(xs.grad, nums(lines[4 + 2 * k]), 1e-5, 'softmax grad ' .. k)
+        H.close(ys, H.numbers(lines[3 + 2 * k]), 1e-5, 'softmax ' .. k)
+        H.close(xs.grad, H.numbers(lines[4 + 2 * k]), 1e-5, 'softmax grad ' .. k)
       end
     end)
   end)

@@ -531,6 +531,17 @@ of_status of_cross_entropy(of_tensor *logits, of_tensor *target, of_tensor *weig
 of_status of_nll_loss(of_tensor *log_probs, of_tensor *target, of_tensor *weight,
                       of_loss_reduction reduction, int64_t ignore_index, int64_t index_base,
                       of_tensor **out);
+/* Fused attention (core/ops/attention.c): softmax(q k^T * scale + mask) v.
+ * q [..., L, E], k [..., S, E], v [..., S, Ev] with equal leading dims, or
+ * with enable_gqa the dim before L may differ: Hq heads of q share Hk heads
+ * of k/v (Hq a multiple of Hk). attn_mask (or NULL) broadcasts to
+ * [..., L, S]: boolean (true = attend) or floating (added). is_causal masks
+ * key j > query i (top-left aligned). dropout_p in [0, 1) drops weights
+ * with the process generator. out [..., L, Ev] of q's dtype. */
+of_status of_scaled_dot_product_attention(of_tensor *q, of_tensor *k, of_tensor *v,
+                                          of_tensor *attn_mask, double dropout_p,
+                                          int32_t is_causal, double scale, int32_t enable_gqa,
+                                          of_tensor **out);
 
 
 /* ---- processes and communicators (core/dist/) ---------------------------

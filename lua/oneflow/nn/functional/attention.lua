@@ -1,41 +1,40 @@
--- oneflow.nn.functional.attention: scaled_dot_product_attention, composed
--- from matmul, softmax and masking (PyTorch semantics).
+-- oneflow.nn.functional.attention: scaled_dot_product_attention, one fused C
+-- op (core/ops/attention.c: blocked, online softmax, forward and backward);
+-- multi_head_attention_forward, which uses it when no weights are asked for.
+local core = require 'oneflow._C'
+local T = require 'oneflow.tensor'
+local A = require 'oneflow._args'
 local flow = require 'oneflow'   -- the table being built (used at call time)
 local U = require 'oneflow.nn._util'
 local dropout = require 'oneflow.nn.functional.dropout'
 local linear = require 'oneflow.nn.functional.linear'
 
+local C, out1 = core.C, core.out1
 local parse, fail, shape_str = U.parse, U.fail, U.shape_str
 local F = {}
 
-local spec = {{'attn_mask', nil}, {'dropout_p', 0}, {'is_causal', false}, {'scale', nil}}
+local spec = {{'attn_mask', nil}, {'dropout_p', 0}, {'is_causal', false}, {'scale', nil},
+              {'enable_gqa', false}}
+local OP = 'scaled_dot_product_attention'
 
 --- F.scaled_dot_product_attention(q [*, L, E], k [*, S, E], v [*, S, Ev],
--- {attn_mask =, dropout_p = 0, is_causal = false, scale = 1 / sqrt(E)}):
--- softmax(q k^T * scale + mask) v. A boolean attn_mask is true where
--- attention is allowed (PyTorch's convention here); a float mask is added.
+-- {attn_mask =, dropout_p = 0, is_causal = false, scale = 1 / sqrt(E),
+-- enable_gqa = false}) -> [*, L, Ev]: softmax(q k^T * scale + mask) v.
+-- A boolean attn_mask is true where attention is allowed (PyTorch's
+-- convention here); a floating mask is added; either broadcasts to
+-- [*, L, S]. is_causal lets query i see keys 1..i. With enable_gqa, the
+-- heads (dim -3) of q may be a multiple of those of k and v: each key/value
+-- head serves consecutive query heads. dropout_p drops attention weights
+-- (scaling the rest by 1 / (1 - p)) with the global generator.
 function F.scaled_dot_product_attention(q, k, v, ...)
-  local a = parse('scaled_dot_product_attention', spec, ...)
-  local e = q:size(-1)
-  if k:size(-1) ~= e then
-    fail(('scaled_dot_product_attention: query %s and key %s differ in the last dim'):format(
-      shape_str(q), shape_str(k)))
-  end
-  if a.is_causal and a.attn_mask ~= nil then
-    fail('scaled_dot_product_attention: give attn_mask or is_causal, not both')
-  end
-  local scores = q:matmul(k:transpose(-2, -1)) * (a.scale or 1 / math.sqrt(e))
-  local mask = a.attn_mask
-  if a.is_causal then
-    mask = flow.ones(q:size(-2), k:size(-2), {dtype = flow.bool}):tril()
-  end
-  if mask ~= nil then
-    if mask.dtype.name == 'bool' then scores = scores:masked_fill(mask:logical_not(), -math.huge)
-    else scores = scores + mask end
-  end
-  local attn = flow.softmax(scores, -1)
-  if a.dropout_p > 0 then attn = dropout.dropout(attn, a.dropout_p, true) end
-  return attn:matmul(v)
+  local a = A.parse(OP, spec, ...)
+  A.check_tensor(OP, q, 'query', 1)
+  A.check_tensor(OP, k, 'key', 2)
+  A.check_tensor(OP, v, 'value', 3)
+  local mask = A.handle(OP, a.attn_mask, 'attn_mask')
+  local scale = a.scale or 1 / math.sqrt(q:size(-1))
+  return T.call1(C.of_scaled_dot_product_attention, q.p, k.p, v.p, mask, a.dropout_p,
+                 a.is_causal and 1 or 0, scale, a.enable_gqa and 1 or 0, out1)
 end
 
 local mha_spec = {{'query', U.REQUIRED}, {'key', U.REQUIRED}, {'value', U.REQUIRED},
@@ -53,6 +52,34 @@ local function additive(m, like)
     return flow.zeros(m:size():totable(), {dtype = like.dtype}):masked_fill(m, -math.huge)
   end
   return m
+end
+
+-- attn_mask ([L, S] or [N * H, L, S]) and key_padding_mask ([N, S]), each
+-- true or -inf where attention is not allowed, as one mask for the fused
+-- kernel (true = allowed): a lone boolean mask is negated, anything else
+-- becomes one additive mask
+local function sdpa_mask(attn_mask, kpm, n, h, l, s, like)
+  local ms = {}
+  if attn_mask ~= nil then
+    ms[1] = attn_mask:dim() == 3 and attn_mask:view(n, h, l, s) or attn_mask
+  end
+  if kpm ~= nil then ms[#ms + 1] = kpm:view(n, 1, 1, s) end
+  if #ms == 0 then return nil end
+  if #ms == 1 and ms[1].dtype.name == 'bool' then return ms[1]:logical_not() end
+  local sum
+  for _, m in ipairs(ms) do
+    m = additive(m, like)
+    sum = sum and sum + m or m
+  end
+  return sum
+end
+
+-- heads [N * H, L, hd] -> [L, N, E] through out_proj (unbatched: [L, E])
+local function finish(out, a, l, n, e, unbatched)
+  out = out:transpose(1, 2):contiguous():view(l, n, e)
+  out = linear.linear(out, a.out_proj_weight, a.out_proj_bias)
+  if unbatched then out = out:squeeze(2) end
+  return out
 end
 
 -- x [S, N*H or N, ...] with one more step along dim 1 holding `row`
@@ -138,6 +165,18 @@ function F.multi_head_attention_forward(...)
     attn_mask, kpm = pad_last(attn_mask), pad_last(kpm)
   end
   local s = k:size(2)
+  if kpm ~= nil and (kpm:dim() ~= 2 or kpm:size(1) ~= n or kpm:size(2) ~= s) then
+    fail(('multi_head_attention_forward: expected key_padding_mask of size [%d,%d], got %s'):format(
+      n, s, shape_str(kpm)))
+  end
+  if not a.need_weights then
+    -- no weights to return: the fused kernel, which never forms [L, S]
+    local out = F.scaled_dot_product_attention(q:contiguous():view(n, h, l, hd),
+      k:contiguous():view(n, h, s, hd), v:contiguous():view(n, h, s, v:size(3)),
+      {attn_mask = sdpa_mask(attn_mask, kpm, n, h, l, s, q),
+       dropout_p = a.training and a.dropout_p or 0, scale = 1 / math.sqrt(hd)})
+    return finish(out:view(n * h, l, v:size(3)), a, l, n, e, unbatched), nil
+  end
   local scores = flow.bmm(q * (1 / math.sqrt(hd)), k:transpose(2, 3)):view(n, h, l, s)
   if attn_mask ~= nil then
     local m = additive(attn_mask, scores)
@@ -145,19 +184,11 @@ function F.multi_head_attention_forward(...)
     scores = scores + m
   end
   if kpm ~= nil then
-    if kpm:dim() ~= 2 or kpm:size(1) ~= n or kpm:size(2) ~= s then
-      fail(('multi_head_attention_forward: expected key_padding_mask of size [%d,%d], got %s'):format(
-        n, s, shape_str(kpm)))
-    end
     scores = scores + additive(kpm, scores):view(n, 1, 1, s)
   end
   local attn = flow.softmax(scores, -1)
   if a.dropout_p > 0 and a.training then attn = dropout.dropout(attn, a.dropout_p, true) end
-  local out = flow.bmm(attn:reshape(n * h, l, s), v)             -- [N * H, L, hd]
-  out = out:transpose(1, 2):contiguous():view(l, n, e)
-  out = linear.linear(out, a.out_proj_weight, a.out_proj_bias)
-  if unbatched then out = out:squeeze(2) end
-  if not a.need_weights then return out, nil end
+  local out = finish(flow.bmm(attn:reshape(n * h, l, s), v), a, l, n, e, unbatched)
   local w = attn
   if a.average_attn_weights then w = w:mean(2) end
   if unbatched then w = w:squeeze(1) end

@@ -1,0 +1,732 @@
+/* attention.c -- scaled_dot_product_attention as one fused op:
+ * softmax(q k^T * scale + mask) v, forward and backward.
+ *
+ * The CPU kernel is flash-attention style: queries are taken in blocks of
+ * BQ rows and keys in blocks of BK, the score block S = (scale q) k^T of
+ * one (query block, key block) pair lives in a BQ x BK scratch buffer, and
+ * an online softmax (running row maximum m and rescaled sum l) folds each
+ * key block into the output accumulator. The full [L, S] score matrix is
+ * never made; the forward keeps only the rows' logsumexp m + log(l) for the
+ * backward, which recomputes each score block from it (P = exp(S - lse))
+ * and accumulates dq, dk, dv block by block (FlashAttention-2's rule:
+ * dS = P * (dP - rowsum(dO * O))). Scratch memory is O(BQ * BK) per thread
+ * in the forward and O(S * (E + Ev)) per thread in the backward (each task
+ * owns the dk, dv rows of one key/value head, so there are no races).
+ *
+ * The block products run through one register-blocked micro-kernel
+ * C[M][N] += A[M][K] B[K][N] (A read with any strides, so transposes are
+ * free; B packed row-major with N padded to PADN columns), written with the
+ * GCC vectors of simd.h and compiled per instruction set (AVX-512, AVX2 +
+ * FMA, the baseline) like core/ops/rowk.c; a table picks the variant per
+ * call from of_cpu_isa(). float16/bfloat16 compute in float32; float64 has
+ * its own scalar instantiation (gradcheck). OpenMP runs over (batch * head,
+ * query block) tasks in the forward and over key/value heads (all of their
+ * query heads, for grouped-query attention) in the backward.
+ *
+ * Dropout draws from the process generator without storing a mask: weight
+ * (bh, i, j) is kept when the float32 uniform_ value of element
+ * (bh * L + i) * S + j of a stream reserved at the forward is >= p, so the
+ * backward replays the same draws (and flow.rand after the same seed gives
+ * the same mask, which the specs use).
+ *
+ * On CUDA the device table's sdpa / sdpa_back entries (cuda/attention.cu)
+ * follow the same rule, a warp per query row. */
+#include "../autograd.h"
+#include "../device.h"
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include "family.h"
+#include "random.h"
+#include "simd.h"
+
+enum { BQ = 64, BK = 128, PADN = 32, MR = 6 };   /* query block, key block, column padding,
+                                               * rows per micro-kernel tile */
+
+static int64_t padn(int64_t n) { return (n + PADN - 1) / PADN * PADN; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* the CPU kernels' view of the problem: of_sdpa_desc plus the mask */
+typedef struct {
+  of_sdpa_desc d;
+  const void *mask;        /* uint8 (kind 1) or the compute dtype (kind 2) */
+  const int64_t *moff;     /* [BH] */
+} geo;
+
+/* Scratch of a forward task and of a backward task, in elements of T. */
+static int64_t spad(const geo *g) { return (g->d.S + BK - 1) / BK * BK; }
+static int64_t fwd_scratch(const geo *g) {
+  int64_t E = g->d.E, Evp = padn(g->d.Ev);
+  return BQ * E + BQ * BK + BQ * Evp + 2 * BQ;
+}
+/* the forward's packed keys and values of one key/value head */
+static int64_t fwd_pack_size(const geo *g) { return spad(g) * (g->d.E + padn(g->d.Ev)); }
+static int64_t bwd_scratch(const geo *g) {
+  int64_t E = g->d.E, Ev = g->d.Ev, Ep = padn(E), Evp = padn(Ev), S = g->d.S, Sp = spad(g);
+  return S * Ep + S * Evp + BQ * Ep + BQ * Evp + BQ * Ep + Sp * (E + Ev + Ep) + 3 * BQ * BK + BQ;
+}
+
+/* ---- micro-kernels ----------------------------------------------------------
+ * gemm: C[i][n] (+)= sum_k A[i * sam + k * sak] B[k * ldb + n], N a multiple
+ * of PADN; acc = 0 overwrites C. Tiles of MR rows x 2 vectors keep twelve
+ * accumulators in registers. */
+#define F32_KERNELS(ISA, ATTR, W)                                                               \
+  ATTR static void gemm_f32_##ISA(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, \
+                                  int64_t sak, const float *B, int64_t ldb, float *C,           \
+                                  int64_t ldc, int acc) {                                       \
+    for (int64_t n0 = 0; n0 < N; n0 += 2 * W) {                                                 \
+      int64_t i = 0;                                                                            \
+      for (; i + MR <= M; i += MR) {                                                              \
+        vf##W c[MR][2];                                                                          \
+        for (int r = 0; r < MR; r++)                                                             \
+          for (int h = 0; h < 2; h++)                                                           \
+            c[r][h] = acc ? ld_f32_##W(C + (i + r) * ldc + n0 + h * W) : vsplat##W(0);          \
+        const float *a = A + i * sam;                                                           \
+        for (int64_t k = 0; k < K; k++) {                                                       \
+          const float *b = B + k * ldb + n0;                                                    \
+          vf##W b0 = ld_f32_##W(b), b1 = ld_f32_##W(b + W);                                     \
+          for (int r = 0; r < MR; r++) {                                                         \
+            vf##W av = a[r * sam + k * sak] - (vf##W){0};   /* a broadcast load */                                         \
+            c[r][0] += av * b0;                                                                 \
+            c[r][1] += av * b1;                                                                 \
+          }                                                                                     \
+        }                                                                                       \
+        for (int r = 0; r < MR; r++)                                                             \
+          for (int h = 0; h < 2; h++) st_f32_##W(C + (i + r) * ldc + n0 + h * W, c[r][h]);      \
+      }                                                                                         \
+      for (; i < M; i++) {                                                                      \
+        vf##W c0 = acc ? ld_f32_##W(C + i * ldc + n0) : vsplat##W(0);                           \
+        vf##W c1 = acc ? ld_f32_##W(C + i * ldc + n0 + W) : vsplat##W(0);                       \
+        for (int64_t k = 0; k < K; k++) {                                                       \
+          vf##W av = A[i * sam + k * sak] - (vf##W){0};                                           \
+          c0 += av * ld_f32_##W(B + k * ldb + n0);                                              \
+          c1 += av * ld_f32_##W(B + k * ldb + n0 + W);                                          \
+        }                                                                                       \
+        st_f32_##W(C + i * ldc + n0, c0);                                                       \
+        st_f32_##W(C + i * ldc + n0 + W, c1);                                                   \
+      }                                                                                         \
+    }                                                                                           \
+  }                                                                                             \
+  /* max of s[0, n), n a multiple of W; NaN sticks */                                           \
+  ATTR static float rowmax_f32_##ISA(const float *s, int64_t n) {                               \
+    vf##W m = vsplat##W(-INFINITY);                                                             \
+    for (int64_t j = 0; j < n; j += W) m = vmax##W(m, ld_f32_##W(s + j));                       \
+    return hmax##W(m);                                                                          \
+  }                                                                                             \
+  /* s = exp(s - mx) in place (-inf gives 0); returns the sum */                                \
+  ATTR static float expsum_f32_##ISA(float *s, int64_t n, float mx) {                           \
+    vf##W acc = vsplat##W(0);                                                                   \
+    for (int64_t j = 0; j < n; j += W) {                                                        \
+      vf##W e = vexp##W(ld_f32_##W(s + j) - mx);                                                \
+      st_f32_##W(s + j, e);                                                                     \
+      acc += e;                                                                                 \
+    }                                                                                           \
+    return (float)hsum##W(acc);                                                                 \
+  }
+
+/* float64: plain loops (accuracy, not speed: gradcheck and references) */
+static void gemm_f64(int64_t M, int64_t N, int64_t K, const double *A, int64_t sam, int64_t sak,
+                     const double *B, int64_t ldb, double *C, int64_t ldc, int acc) {
+  for (int64_t i = 0; i < M; i++) {
+    double *c = C + i * ldc;
+    if (!acc) memset(c, 0, sizeof(double) * (size_t)N);
+    for (int64_t k = 0; k < K; k++) {
+      double a = A[i * sam + k * sak];
+      const double *b = B + k * ldb;
+      for (int64_t n = 0; n < N; n++) c[n] += a * b[n];
+    }
+  }
+}
+static double rowmax_f64(const double *s, int64_t n) {
+  double m = -INFINITY;
+  for (int64_t j = 0; j < n; j++)
+    if (s[j] > m || s[j] != s[j]) m = s[j];
+  return m;
+}
+static double expsum_f64(double *s, int64_t n, double mx) {
+  double sum = 0;
+  for (int64_t j = 0; j < n; j++) sum += (s[j] = exp(s[j] - mx));
+  return sum;
+}
+
+/* ---- the blocked algorithm, once per element type ---------------------------
+ * mask_block: S block rows [i0, i0 + nq) x keys [j0, j0 + nk): the mask,
+ * causality and the padding columns (nk..BK) become -inf / are added. */
+#define ATTN_ALGO(T, SUF, ATTR)                                                                 \
+  ATTR static void mask_block_##SUF(const geo *g, int64_t bh, int64_t i0, int64_t nq,           \
+                                    int64_t j0, int64_t nk, T *Sb) {                            \
+    const of_sdpa_desc *d = &g->d;                                                              \
+    for (int64_t r = 0; r < nq; r++) {                                                          \
+      T *s = Sb + r * BK;                                                                       \
+      int64_t i = i0 + r, c = 0;                                                                \
+      if (d->mkind == 1) {                                                                      \
+        const uint8_t *m = (const uint8_t *)g->mask + g->moff[bh] + i * d->msl + j0 * d->mss;   \
+        for (c = 0; c < nk; c++)                                                                \
+          if (!m[c * d->mss]) s[c] = -INFINITY;                                                 \
+      } else if (d->mkind == 2) {                                                               \
+        const T *m = (const T *)g->mask + g->moff[bh] + i * d->msl + j0 * d->mss;               \
+        for (c = 0; c < nk; c++) s[c] += m[c * d->mss];                                         \
+      }                                                                                         \
+      if (d->causal)                                                                            \
+        for (c = i - j0 + 1 > 0 ? i - j0 + 1 : 0; c < nk; c++) s[c] = -INFINITY;                \
+      for (c = nk; c < BK; c++) s[c] = -INFINITY;                                               \
+    }                                                                                           \
+  }                                                                                             \
+  /* the dropout draws of a block: u[r * BK + c] for (bh, i0 + r, j0 + c) */                    \
+  ATTR static void draws_##SUF(const geo *g, int64_t bh, int64_t i0, int64_t nq, int64_t j0,    \
+                               int64_t nk, float *u) {                                          \
+    const of_sdpa_desc *d = &g->d;                                                              \
+    for (int64_t r = 0; r < nq; r++)                                                            \
+      of_philox_u24(d->seed, d->offset, (uint64_t)((bh * d->L + i0 + r) * d->S + j0), nk,      \
+                    u + r * BK);                                                                \
+  }                                                                                             \
+  /* keys j0 < jend can be attended from query rows [i0, i0 + nq) */                            \
+  static int64_t key_end_##SUF(const geo *g, int64_t i0, int64_t nq) {                          \
+    return g->d.causal ? min64(g->d.S, i0 + nq) : g->d.S;                                       \
+  }                                                                                             \
+  /* Keys and values of one head, packed once for every block product: Kt                  \
+   * [E][Sp] (k^T), Vt [Ev][Sp] (v^T), Kp [Sp][Ep], Vp [Sp][Evp] (each or NULL),             \
+   * rows/columns [ja, jb), zero past S and past the head dims. */                             \
+  static void pack_kv_##SUF(const geo *g, const T *K, const T *V, T *Kt, T *Vt, T *Kp,        \
+                            T *Vp, int64_t ja, int64_t jb) {                                    \
+    int64_t S = g->d.S, E = g->d.E, Ev = g->d.Ev, Sp = spad(g), Ep = padn(E), Evp = padn(Ev);  \
+    for (int64_t j = ja; j < jb; j++) {                                                         \
+      bool in = j < S;                                                                          \
+      for (int64_t e = 0; e < E; e++) {                                                         \
+        T x = in ? K[j * E + e] : 0;                                                            \
+        if (Kt) Kt[e * Sp + j] = x;                                                             \
+        if (Kp) Kp[j * Ep + e] = x;                                                             \
+      }                                                                                         \
+      if (Kp) for (int64_t e = E; e < Ep; e++) Kp[j * Ep + e] = 0;                              \
+      for (int64_t e = 0; e < Ev; e++) {                                                        \
+        T x = in ? V[j * Ev + e] : 0;                                                           \
+        if (Vt) Vt[e * Sp + j] = x;                                                             \
+        if (Vp) Vp[j * Evp + e] = x;                                                            \
+      }                                                                                         \
+      if (Vp) for (int64_t e = Ev; e < Evp; e++) Vp[j * Evp + e] = 0;                           \
+    }                                                                                           \
+  }                                                                                             \
+  /* Forward task: query block qb of row bh (keys/values packed in kvp). */                     \
+  ATTR static void fwd_task_##SUF(const geo *g, const T *q, const T *kvp, T *o, T *lse, T *buf, \
+                                  float *u, int64_t task) {                                     \
+    const of_sdpa_desc *d = &g->d;                                                              \
+    int64_t L = d->L, S = d->S, E = d->E, Ev = d->Ev, Evp = padn(Ev);                           \
+    int64_t nqb = (L + BQ - 1) / BQ, bh = task / nqb, i0 = (task % nqb) * BQ;                   \
+    int64_t nq = min64(BQ, L - i0), kv = bh / d->group;                                         \
+    int64_t Sp = spad(g);                                                                       \
+    const T *Q = q + (bh * L + i0) * E, *Kt = kvp + kv * fwd_pack_size(g), *Vp = Kt + E * Sp;   \
+    T *Qs = buf, *Sb = Qs + BQ * E, *acc = Sb + BQ * BK;                                        \
+    T *m = acc + BQ * Evp, *l = m + BQ;                                                         \
+    T sc = (T)d->scale, keep = d->p > 0 ? (T)(1.0 / (1.0 - d->p)) : 1;                          \
+    for (int64_t x = 0; x < nq * E; x++) Qs[x] = Q[x] * sc;                                     \
+    memset(acc, 0, sizeof(T) * (size_t)(nq * Evp));                                             \
+    for (int64_t r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;                                \
+    int64_t jend = key_end_##SUF(g, i0, nq);                                                    \
+    for (int64_t j0 = 0; j0 < jend; j0 += BK) {                                                 \
+      int64_t nk = min64(BK, S - j0);                                                           \
+      gemm_##SUF(nq, BK, E, Qs, E, 1, Kt + j0, Sp, Sb, BK, 0);                                  \
+      mask_block_##SUF(g, bh, i0, nq, j0, nk, Sb);                                              \
+      if (d->p > 0) draws_##SUF(g, bh, i0, nq, j0, nk, u);                                      \
+      for (int64_t r = 0; r < nq; r++) {                                                        \
+        T *s = Sb + r * BK;                                                                     \
+        T mn = rowmax_##SUF(s, BK);                                                             \
+        if (m[r] > mn) mn = m[r];                                                               \
+        if (mn == -INFINITY) {   /* every key so far masked: nothing to add */                  \
+          memset(s, 0, sizeof(T) * BK);                                                         \
+          continue;                                                                             \
+        }                                                                                       \
+        T alpha = (T)exp(m[r] - mn);                                                            \
+        l[r] = l[r] * alpha + expsum_##SUF(s, BK, mn);                                          \
+        m[r] = mn;                                                                              \
+        if (alpha != 1)                                                                         \
+          for (int64_t c = 0; c < Evp; c++) acc[r * Evp + c] *= alpha;                          \
+        if (d->p > 0)                                                                           \
+          for (int64_t c = 0; c < nk; c++) s[c] = u[r * BK + c] >= (float)d->p ? s[c] * keep : 0; \
+      }                                                                                         \
+      gemm_##SUF(nq, Evp, nk, Sb, BK, 1, Vp + j0 * Evp, Evp, acc, Evp, 1);                      \
+    }                                                                                           \
+    for (int64_t r = 0; r < nq; r++) {                                                          \
+      T inv = 1 / l[r]; /* a row with every key masked: 0 * inf = NaN, as softmax gives */      \
+      T *out = o + (bh * L + i0 + r) * Ev;                                                      \
+      for (int64_t c = 0; c < Ev; c++) out[c] = acc[r * Evp + c] * inv;                         \
+      lse[bh * L + i0 + r] = m[r] + (T)log(l[r]);                                               \
+    }                                                                                           \
+  }                                                                                             \
+  /* Backward task: keys [ja, jb) of key/value row kv against its `group` query             \
+   * rows; gq gets those keys' share of dq. */                                                 \
+  ATTR static void bwd_task_##SUF(const geo *g, const T *q, const T *k, const T *v,             \
+                                  const T *o, const T *go, const T *lse, T *gq, T *gk, T *gv,   \
+                                  T *buf, float *u, int64_t kv, int64_t ja, int64_t jb) {       \
+    const of_sdpa_desc *d = &g->d;                                                              \
+    int64_t L = d->L, S = d->S, E = d->E, Ev = d->Ev, Ep = padn(E), Evp = padn(Ev);             \
+    const T *K = k + kv * S * E, *V = v + kv * S * Ev;                                          \
+    T *dKa = buf, *dVa = dKa + S * Ep, *Qs = dVa + S * Evp, *dOp = Qs + BQ * Ep;                \
+    int64_t Sp = spad(g);                                                                       \
+    T *dQa = dOp + BQ * Evp, *Kt = dQa + BQ * Ep, *Vt = Kt + E * Sp, *Kp = Vt + Ev * Sp;        \
+    T *Sb = Kp + Sp * Ep, *Pd = Sb + BQ * BK, *dP = Pd + BQ * BK, *D = dP + BQ * BK;            \
+    T sc = (T)d->scale, keep = d->p > 0 ? (T)(1.0 / (1.0 - d->p)) : 1;                          \
+    int64_t js = min64(jb, S);                                                                  \
+    memset(dKa + ja * Ep, 0, sizeof(T) * (size_t)((js - ja) * Ep));                             \
+    memset(dVa + ja * Evp, 0, sizeof(T) * (size_t)((js - ja) * Evp));                           \
+    memset(Qs, 0, sizeof(T) * (size_t)(BQ * (Ep + Evp)));                                       \
+    pack_kv_##SUF(g, K, V, Kt, Vt, Kp, NULL, ja, jb);                                           \
+    for (int64_t bh = kv * d->group; bh < (kv + 1) * d->group; bh++) {                          \
+      for (int64_t i0 = 0; i0 < L; i0 += BQ) {                                                  \
+        int64_t nq = min64(BQ, L - i0);                                                         \
+        const T *Q = q + (bh * L + i0) * E, *O = o + (bh * L + i0) * Ev;                        \
+        const T *G = go + (bh * L + i0) * Ev, *ls = lse + bh * L + i0;                          \
+        for (int64_t r = 0; r < nq; r++) {                                                      \
+          double dd = 0;                                                                        \
+          for (int64_t e = 0; e < E; e++) Qs[r * Ep + e] = Q[r * E + e] * sc;                   \
+          for (int64_t e = 0; e < Ev; e++) {                                                    \
+            dOp[r * Evp + e] = G[r * Ev + e];                                                   \
+            dd += (double)G[r * Ev + e] * (double)O[r * Ev + e];                                \
+          }                                                                                     \
+          D[r] = (T)dd;                                                                         \
+        }                                                                                       \
+        memset(dQa, 0, sizeof(T) * (size_t)(nq * Ep));                                          \
+        int64_t jend = min64(key_end_##SUF(g, i0, nq), jb);                                     \
+        for (int64_t j0 = ja; j0 < jend; j0 += BK) {                                            \
+          int64_t nk = min64(BK, S - j0);                                                       \
+          gemm_##SUF(nq, BK, E, Qs, Ep, 1, Kt + j0, Sp, Sb, BK, 0);                             \
+          mask_block_##SUF(g, bh, i0, nq, j0, nk, Sb);                                          \
+          if (d->p > 0) draws_##SUF(g, bh, i0, nq, j0, nk, u);                                  \
+          for (int64_t r = 0; r < nq; r++) {                                                    \
+            T *s = Sb + r * BK;                                                                 \
+            if (ls[r] == -INFINITY) memset(s, 0, sizeof(T) * BK); /* no key: no grad */         \
+            else expsum_##SUF(s, BK, ls[r]);                                                    \
+            T *pd = d->p > 0 ? Pd + r * BK : s;                                                 \
+            if (d->p > 0)                                                                       \
+              for (int64_t c = 0; c < BK; c++) pd[c] = u[r * BK + c] >= (float)d->p && c < nk ? s[c] * keep : 0; \
+          }                                                                                     \
+          /* dV += Pd^T dO, dP = dO V^T */                                                      \
+          gemm_##SUF(nk, Evp, nq, d->p > 0 ? Pd : Sb, 1, BK, dOp, Evp, dVa + j0 * Evp, Evp, 1); \
+          gemm_##SUF(nq, BK, Ev, dOp, Evp, 1, Vt + j0, Sp, dP, BK, 0);                          \
+          for (int64_t r = 0; r < nq; r++) {                                                    \
+            T *s = Sb + r * BK, *dp = dP + r * BK;                                              \
+            if (d->p > 0)                                                                       \
+              for (int64_t c = 0; c < BK; c++) dp[c] = u[r * BK + c] >= (float)d->p && c < nk ? dp[c] * keep : 0; \
+            for (int64_t c = 0; c < BK; c++) dp[c] = s[c] * (dp[c] - D[r]);                     \
+          }                                                                                     \
+          /* dQ += dS K, dK += dS^T (scale Q) */                                                \
+          gemm_##SUF(nq, Ep, nk, dP, BK, 1, Kp + j0 * Ep, Ep, dQa, Ep, 1);                      \
+          gemm_##SUF(nk, Ep, nq, dP, 1, BK, Qs, Ep, dKa + j0 * Ep, Ep, 1);                      \
+        }                                                                                       \
+        for (int64_t r = 0; r < nq; r++)                                                        \
+          for (int64_t e = 0; e < E; e++) gq[(bh * L + i0 + r) * E + e] = dQa[r * Ep + e] * sc; \
+      }                                                                                         \
+    }                                                                                           \
+    for (int64_t j = ja; j < js; j++) {                                                         \
+      memcpy(gk + (kv * S + j) * E, dKa + j * Ep, sizeof(T) * (size_t)E);                       \
+      memcpy(gv + (kv * S + j) * Ev, dVa + j * Evp, sizeof(T) * (size_t)Ev);                    \
+    }                                                                                           \
+  }
+
+#define NO_ATTR
+F32_KERNELS(def, NO_ATTR, 4)
+ATTN_ALGO(float, f32_def, NO_ATTR)
+ATTN_ALGO(double, f64, NO_ATTR)
+#if defined(__x86_64__) || defined(__i386__)
+F32_KERNELS(avx2, VATTR_8, 8)
+F32_KERNELS(avx512, VATTR_16, 16)
+ATTN_ALGO(float, f32_avx2, VATTR_8)
+ATTN_ALGO(float, f32_avx512, VATTR_16)
+#define ISA_TABLE(NAME) {NAME##_f32_def, NAME##_f32_avx2, NAME##_f32_avx512}
+#else
+#define ISA_TABLE(NAME) {NAME##_f32_def, NAME##_f32_def, NAME##_f32_def}
+#endif
+
+/* [of_cpu_isa()] */
+typedef void (*fwd_fn)(const geo *, const float *, const float *, float *, float *, float *,
+                       float *, int64_t);
+typedef void (*bwd_fn)(const geo *, const float *, const float *, const float *, const float *,
+                       const float *, const float *, float *, float *, float *, float *, float *,
+                       int64_t, int64_t, int64_t);
+static const fwd_fn fwd_tab[3] = ISA_TABLE(fwd_task);
+static const bwd_fn bwd_tab[3] = ISA_TABLE(bwd_task);
+
+/* threads for `tasks` tasks of `work` multiply-adds in all */
+static int32_t task_threads(int64_t tasks, int64_t work) {
+  int32_t nt = of_threads();
+  if (nt <= 1 || work < OF_PARALLEL_GRAIN) return 1;
+  return tasks < nt ? (int32_t)tasks : nt;
+}
+
+/* The CPU forward: o [BH, L, Ev], lse [BH, L] of the compute dtype (float32
+ * or float64). Tasks are dealt round robin, so causal rows (later blocks
+ * cost more) spread over the threads. */
+static of_status cpu_forward(const geo *g, of_dtype cd, const void *q, const void *k,
+                             const void *v, void *o, void *lse) {
+  const of_sdpa_desc *d = &g->d;
+  int64_t tasks = d->BH * ((d->L + BQ - 1) / BQ), per = fwd_scratch(g);
+  int64_t es = cd == OF_FLOAT64 ? 8 : 4;
+  int64_t nkv = d->BH / d->group, psz = fwd_pack_size(g);
+  int32_t nt = task_threads(tasks, d->BH * d->L * d->S * (d->E + d->Ev));
+  /* scratch from the caching allocator: fresh pages per call cost more than the work */
+  int64_t nbuf = nt * (per * es + BQ * BK * 4), nkvp = nkv * psz * es;
+  char *buf = of_alloc(OF_CPU, nbuf), *kvp = buf ? of_alloc(OF_CPU, nkvp) : NULL;
+  if (!kvp) {
+    if (buf) of_free(OF_CPU, buf, nbuf);
+    return OF_ERR_OOM;
+  }
+  fwd_fn fn = fwd_tab[of_cpu_isa()];
+  int64_t S = d->S, E = d->E, Ev = d->Ev, Sp = spad(g);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    int32_t t = omp_get_thread_num(), n = omp_get_num_threads();
+    char *mine = buf + t * (per * es + BQ * BK * 4);
+    float *u = (float *)(mine + per * es);
+#pragma omp for schedule(static)
+    for (int64_t h = 0; h < nkv; h++) {
+      if (cd == OF_FLOAT64) {
+        double *pk = (double *)kvp + h * psz;
+        pack_kv_f64(g, (const double *)k + h * S * E, (const double *)v + h * S * Ev, pk, NULL,
+                    NULL, pk + E * Sp, 0, Sp);
+      } else {
+        float *pk = (float *)kvp + h * psz;
+        pack_kv_f32_def(g, (const float *)k + h * S * E, (const float *)v + h * S * Ev, pk,
+                        NULL, NULL, pk + E * Sp, 0, Sp);
+      }
+    }
+    for (int64_t x = t; x < tasks; x += n) {
+      if (cd == OF_FLOAT64)
+        fwd_task_f64(g, q, (const double *)kvp, o, lse, (double *)mine, u, x);
+      else
+        fn(g, q, (const float *)kvp, o, lse, (float *)mine, u, x);
+    }
+  }
+  of_free(OF_CPU, buf, nbuf);
+  of_free(OF_CPU, kvp, nkvp);
+  return OF_OK;
+}
+
+static of_status cpu_backward(const geo *g, of_dtype cd, const void *q, const void *k,
+                              const void *v, const void *o, const void *go, const void *lse,
+                              void *gq, void *gk, void *gv) {
+  /* Tasks: (key/value head, a range of its key blocks), about four per thread,
+   * so a few heads still keep every thread busy. A task owns its dk, dv rows;
+   * its share of dq goes to a partial buffer of its range, summed at the end. */
+  const of_sdpa_desc *d = &g->d;
+  int64_t nkv = d->BH / d->group, nkb = spad(g) / BK, per = bwd_scratch(g);
+  int64_t es = cd == OF_FLOAT64 ? 8 : 4, nq = d->BH * d->L * d->E;
+  int32_t nt = task_threads(nkv * nkb, d->BH * d->L * d->S * (d->E + d->Ev));
+  int64_t split = nt > 1 ? min64(nkb, (4 * nt + nkv - 1) / nkv) : 1;
+  if (split < 1) split = 1;
+  int64_t tasks = nkv * split, nbuf = nt * (per * es + BQ * BK * 4);
+  int64_t npart = split > 1 ? split * nq * es : 0;
+  char *buf = of_alloc(OF_CPU, nbuf), *part = buf && npart ? of_alloc(OF_CPU, npart) : NULL;
+  if (!buf || (npart && !part)) {
+    if (buf) of_free(OF_CPU, buf, nbuf);
+    return OF_ERR_OOM;
+  }
+  bwd_fn fn = bwd_tab[of_cpu_isa()];
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    int32_t t = omp_get_thread_num(), n = omp_get_num_threads();
+    char *mine = buf + t * (per * es + BQ * BK * 4);
+    float *u = (float *)(mine + per * es);
+    for (int64_t x = t; x < tasks; x += n) {
+      int64_t kv = x / split, p = x % split;
+      int64_t ja = nkb * p / split * BK, jb = nkb * (p + 1) / split * BK;
+      void *dq = split > 1 ? part + p * nq * es : gq;
+      if (cd == OF_FLOAT64)
+        bwd_task_f64(g, q, k, v, o, go, lse, dq, gk, gv, (double *)mine, u, kv, ja, jb);
+      else
+        fn(g, q, k, v, o, go, lse, dq, gk, gv, (float *)mine, u, kv, ja, jb);
+    }
+#pragma omp barrier
+    if (split > 1) {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < nq; i++) {
+        if (cd == OF_FLOAT64) {
+          double acc = 0;
+          for (int64_t p = 0; p < split; p++) acc += ((const double *)part)[p * nq + i];
+          ((double *)gq)[i] = acc;
+        } else {
+          float acc = 0;
+          for (int64_t p = 0; p < split; p++) acc += ((const float *)part)[p * nq + i];
+          ((float *)gq)[i] = acc;
+        }
+      }
+    }
+  }
+  of_free(OF_CPU, buf, nbuf);
+  if (part) of_free(OF_CPU, part, npart);
+  return OF_OK;
+}
+
+
+/* ---- checks and geometry ---- */
+static const char *const OP = "scaled_dot_product_attention";
+
+static void release_all(of_tensor **ts, int32_t n) {
+  for (int32_t i = 0; i < n; i++) of_tensor_release(ts[i]);
+}
+
+/* Checks shapes, dtypes and options; fills the desc's sizes. */
+static of_status check_inputs(of_tensor *q, of_tensor *k, of_tensor *v, of_tensor *mask,
+                              double p, int32_t causal, double scale, int32_t gqa,
+                              of_sdpa_desc *d) {
+  if (!q || !k || !v) return of_fail(OF_ERR_ARG, "%s: query, key and value are required", OP);
+  if (!of_dtype_is_floating(q->dtype))
+    return of_fail(OF_ERR_DTYPE, "%s: query must be floating, got %s", OP, OF_DT(q));
+  if (k->dtype != q->dtype || v->dtype != q->dtype)
+    return of_fail(OF_ERR_DTYPE, "%s: query, key and value must have one dtype, got %s, %s "
+                   "and %s", OP, OF_DT(q), OF_DT(k), OF_DT(v));
+  int32_t nd = q->ndim;
+  char b1[96], b2[96], b3[96];
+  const char *qs = of_shape_str(q->shape, q->ndim, b1, 96);
+  const char *ks = of_shape_str(k->shape, k->ndim, b2, 96);
+  const char *vs = of_shape_str(v->shape, v->ndim, b3, 96);
+  if (nd < 2 || k->ndim != nd || v->ndim != nd)
+    return of_fail(OF_ERR_SHAPE, "%s: query %s, key %s and value %s must have one number of "
+                   "dims, at least 2 ([..., L, E], [..., S, E], [..., S, Ev])", OP, qs, ks, vs);
+  if (k->shape[nd - 1] != q->shape[nd - 1])
+    return of_fail(OF_ERR_SHAPE, "%s: query %s and key %s differ in the last dim (the "
+                   "embedding E)", OP, qs, ks);
+  if (v->shape[nd - 2] != k->shape[nd - 2])
+    return of_fail(OF_ERR_SHAPE, "%s: key %s and value %s differ in dim %d (the source "
+                   "length S)", OP, ks, vs, nd - 1);
+  d->group = 1;
+  for (int32_t x = 0; x < nd - 2; x++) {
+    bool heads = gqa && x == nd - 3;
+    if (heads) {
+      if (v->shape[x] != k->shape[x] || k->shape[x] == 0 || q->shape[x] % k->shape[x] != 0)
+        return of_fail(OF_ERR_SHAPE, "%s: with enable_gqa the query heads (dim %d) must be a "
+                       "multiple of the key/value heads, and key and value must agree: query "
+                       "%s, key %s, value %s", OP, x + 1, qs, ks, vs);
+      d->group = q->shape[x] / k->shape[x];
+    } else if (k->shape[x] != q->shape[x] || v->shape[x] != q->shape[x]) {
+      return of_fail(OF_ERR_SHAPE, "%s: query %s, key %s and value %s differ in dim %d%s", OP,
+                     qs, ks, vs, x + 1,
+                     x == nd - 3 ? " (the heads; pass enable_gqa = true to share key/value "
+                                   "heads)" : "");
+    }
+  }
+  if (!(p >= 0 && p < 1))
+    return of_fail(OF_ERR_ARG, "%s: dropout_p must be in [0, 1), got %g", OP, p);
+  if (!isfinite(scale))
+    return of_fail(OF_ERR_ARG, "%s: scale must be finite, got %g", OP, scale);
+  if (causal && mask)
+    return of_fail(OF_ERR_ARG, "%s: give attn_mask or is_causal, not both", OP);
+  d->L = q->shape[nd - 2];
+  d->S = k->shape[nd - 2];
+  d->E = q->shape[nd - 1];
+  d->Ev = v->shape[nd - 1];
+  d->BH = of_shape_numel(q->shape, nd - 2);
+  d->p = p;
+  d->scale = scale;
+  d->causal = causal != 0;
+  if (!mask) return OF_OK;
+  if (mask->dtype != OF_BOOL && !of_dtype_is_floating(mask->dtype))
+    return of_fail(OF_ERR_DTYPE, "%s: attn_mask must be bool (true = attend) or floating "
+                   "(added to the scores), got %s", OP, OF_DT(mask));
+  bool ok = mask->ndim <= nd;
+  for (int32_t x = 0; ok && x < mask->ndim; x++) {
+    int64_t want = x == mask->ndim - 1 ? d->S : q->shape[nd - mask->ndim + x];
+    ok = mask->shape[x] == 1 || mask->shape[x] == want;
+  }
+  if (!ok) {
+    int64_t t[OF_MAX_DIMS];
+    memcpy(t, q->shape, sizeof(int64_t) * (size_t)nd);
+    t[nd - 1] = d->S;
+    return of_fail(OF_ERR_SHAPE, "%s: attn_mask %s does not broadcast to the scores' shape %s "
+                   "(query %s, key %s)", OP, OF_SHAPE_STR(mask), of_shape_str(t, nd, b3, 96),
+                   qs, ks);
+  }
+  return OF_OK;
+}
+
+/* The mask, dense (uint8 or cd), and its offsets per bh row into moff [BH]
+ * (int64) with the strides over L and S: broadcast dims get stride 0. */
+static of_status mask_layout(of_tensor *mask, int32_t nd, const int64_t *qshape, of_dtype cd,
+                             of_device dev, of_sdpa_desc *d, of_tensor **dense,
+                             of_tensor **moff) {
+  d->mkind = 0;
+  if (!mask) return OF_OK;
+  bool isbool = mask->dtype == OF_BOOL;
+  OF_CHECK(of_dense(mask, isbool ? OF_BOOL : cd, dense));
+  d->mkind = isbool ? 1 : 2;
+  int64_t st[OF_MAX_DIMS] = {0}, cs[OF_MAX_DIMS];   /* strides over q's dims (as [.., L, S]) */
+  of_contiguous_strides(mask->shape, mask->ndim, cs);
+  for (int32_t x = 0; x < mask->ndim; x++)
+    st[nd - mask->ndim + x] = mask->shape[x] == 1 ? 0 : cs[x];
+  d->msl = st[nd - 2];
+  d->mss = st[nd - 1];
+  OF_CHECK(of_tensor_new(&d->BH, 1, OF_INT64, OF_CPU, moff));
+  int64_t *mo = of_tensor_data(*moff);
+  for (int64_t bh = 0; bh < d->BH; bh++) {
+    int64_t rem = bh, off = 0;
+    for (int32_t x = nd - 3; x >= 0; x--) {
+      off += (rem % qshape[x]) * st[x];
+      rem /= qshape[x];
+    }
+    mo[bh] = off;
+  }
+  if (dev == OF_CPU) return OF_OK;
+  of_tensor *there = NULL;   /* the offsets where the kernel runs */
+  of_status rc = of_tensor_new(&d->BH, 1, OF_INT64, dev, &there);
+  if (rc == OF_OK) rc = of_copy_data(there, *moff);
+  of_tensor_release(*moff);
+  *moff = there;
+  return rc;
+}
+
+/* ---- backward ---- */
+static of_status sdpa_backward(of_node *n, of_tensor **g, of_tensor **gi);
+static const of_grad_def sdpa_grad = {"ScaledDotProductAttentionBackward", sdpa_backward};
+
+/* saved: 0 q, 1 k, 2 v, 3 mask, 4 out, 5 lse (compute dtype [BH, L]) */
+static of_status sdpa_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  if (n->needs[3])
+    return of_fail(OF_ERR_STATE, "%s: the derivative for 'attn_mask' is not implemented; "
+                   "detach the mask", OP);
+  const a_sdpa *a = OF_NODE_ATTRS(a_sdpa, n);
+  of_tensor *sv[6] = {0}, *dn[6] = {0}, *gr[3] = {0}, *moff = NULL;
+  of_status st = OF_OK;
+  for (int32_t s = 0; s < 6 && st == OF_OK; s++)
+    if (s != 3 || n->saved[3].t) st = of_node_saved(n, s, &sv[s]);
+  if (st != OF_OK) goto done;
+  if (of_is_grad_enabled() && (g[0]->requires_grad || sv[0]->requires_grad ||
+                               sv[1]->requires_grad || sv[2]->requires_grad)) {
+    st = of_fail(OF_ERR_STATE, "%s: double backward (create_graph through the fused kernel) "
+                 "is not supported; compose attention from matmul and softmax for that", OP);
+    goto done;
+  }
+  of_sdpa_desc d;
+  memset(&d, 0, sizeof d);
+  st = check_inputs(sv[0], sv[1], sv[2], sv[3], a->dropout_p, a->causal, a->scale, a->gqa, &d);
+  if (st != OF_OK) goto done;
+  d.seed = a->seed;
+  d.offset = a->offset;
+  of_dtype cd = sv[5]->dtype;
+  int32_t nd = sv[0]->ndim;
+  of_tensor *ord[5] = {sv[0], sv[1], sv[2], sv[4], g[0]};
+  for (int32_t x = 0; x < 5 && st == OF_OK; x++) st = of_dense(ord[x], cd, &dn[x]);
+  of_device dev = of_dev(sv[0]);
+  if (st == OF_OK) st = mask_layout(sv[3], nd, sv[0]->shape, cd, dev, &d, &dn[5], &moff);
+  for (int32_t x = 0; x < 3 && st == OF_OK; x++)
+    st = of_tensor_new_as(OP, sv[x]->shape, nd, cd, dev, &gr[x]);
+  if (st != OF_OK) goto done;
+  if (dev != OF_CPU) {
+    const of_device_ops *ops = of_device_ops_for(OP, dev);
+    st = !ops ? OF_ERR_DEVICE
+         : !ops->sdpa_back ? of_device_unsupported(OP, dev)
+              : ops->sdpa_back(&d, dn[0], dn[1], dn[2], dn[5], moff, dn[3], dn[4], sv[5],
+                               gr[0], gr[1], gr[2]);
+  } else {
+    geo ge = {d, dn[5] ? of_tensor_data(dn[5]) : NULL, moff ? of_tensor_data(moff) : NULL};
+    st = cpu_backward(&ge, cd, of_tensor_data(dn[0]), of_tensor_data(dn[1]),
+                      of_tensor_data(dn[2]), of_tensor_data(dn[3]), of_tensor_data(dn[4]),
+                      of_tensor_data(sv[5]), of_tensor_data(gr[0]), of_tensor_data(gr[1]),
+                      of_tensor_data(gr[2]));
+  }
+  for (int32_t x = 0; x < 3 && st == OF_OK; x++) {
+    if (!n->needs[x]) continue;
+    st = of_finish_dtype(gr[x], n->in_meta[x].dtype, &gi[x]);
+    gr[x] = NULL;
+  }
+done:
+  release_all(sv, 6);
+  release_all(dn, 6);
+  release_all(gr, 3);
+  of_tensor_release(moff);
+  return st;
+}
+
+/* ---- forward ---- */
+static of_status sdpa_body(of_tensor *q, of_tensor *k, of_tensor *v, of_tensor *mask, double p,
+                           int32_t causal, double scale, int32_t gqa, of_tensor **out) {
+  of_sdpa_desc d;
+  memset(&d, 0, sizeof d);
+  OF_CHECK(check_inputs(q, k, v, mask, p, causal, scale, gqa, &d));
+  OF_ROUTE(OP, dev, dops, sdpa, q, k, v, mask);
+  if (p > 0) {
+    uint64_t n = (uint64_t)(d.BH * d.L * d.S);
+    of_rng_reserve((n + 3) / 4, &d.seed, &d.offset);
+  }
+  of_dtype cd = of_compute_dtype(q->dtype);
+  int32_t nd = q->ndim;
+  of_tensor *dn[4] = {0}, *o = NULL, *lse = NULL, *moff = NULL;
+  of_tensor *ins[3] = {q, k, v};
+  of_status st = OF_OK;
+  for (int32_t x = 0; x < 3 && st == OF_OK; x++) st = of_dense(ins[x], cd, &dn[x]);
+  if (st == OF_OK) st = mask_layout(mask, nd, q->shape, cd, dev, &d, &dn[3], &moff);
+  int64_t os[OF_MAX_DIMS];
+  memcpy(os, q->shape, sizeof(int64_t) * (size_t)nd);
+  os[nd - 1] = d.Ev;
+  if (st == OF_OK) st = of_tensor_new_as(OP, os, nd, cd, dev, &o);
+  if (st == OF_OK) st = of_tensor_new_as(OP, q->shape, nd - 1, cd, dev, &lse);
+  if (st != OF_OK) goto done;
+  if (dev != OF_CPU) {
+    st = dops->sdpa(&d, dn[0], dn[1], dn[2], dn[3], moff, o, lse);
+  } else {
+    geo ge = {d, dn[3] ? of_tensor_data(dn[3]) : NULL, moff ? of_tensor_data(moff) : NULL};
+    st = cpu_forward(&ge, cd, of_tensor_data(dn[0]), of_tensor_data(dn[1]),
+                     of_tensor_data(dn[2]), of_tensor_data(o), of_tensor_data(lse));
+  }
+  if (st == OF_OK) {
+    st = of_finish_dtype(o, q->dtype, out);
+    o = NULL;
+  }
+  of_tensor *all[4] = {q, k, v, mask};
+  if (st == OF_OK && of_grad_needed(all, 4)) {
+    of_node *n;
+    st = of_record(&sdpa_grad, all, 4, out, 1, &n);
+    if (st != OF_OK) {
+      of_tensor_release(*out);
+      *out = NULL;
+      goto done;
+    }
+    a_sdpa a;
+    OF_ZERO(a);
+    a.dropout_p = p;
+    a.scale = scale;
+    a.seed = d.seed;
+    a.offset = d.offset;
+    a.causal = causal != 0;
+    a.gqa = gqa != 0;
+    OF_NODE_KEEP(n, OPK_SDPA, a);
+    for (int32_t x = 0; x < 4; x++) of_node_save(n, x, all[x]);
+    of_node_save(n, 4, *out);
+    of_node_save(n, 5, lse);
+  }
+done:
+  release_all(dn, 4);
+  of_tensor_release(o);
+  of_tensor_release(lse);
+  of_tensor_release(moff);
+  return st;
+}
+
+/* ---- entry point, run function, table row ---- */
+static of_status pack_sdpa(of_tensor *q, of_tensor *k, of_tensor *v, of_tensor *mask, double p,
+                           int32_t causal, double scale, int32_t gqa, of_tensor **out) {
+  a_sdpa a;
+  OF_ZERO(a);
+  a.dropout_p = p;
+  a.scale = scale;
+  a.causal = causal != 0;
+  a.gqa = gqa != 0;
+  of_tensor *ins[4] = {q, k, v, mask};
+  return OF_RECORD(OPK_SDPA, a, ins, 4, out, 1);
+}
+of_status of_scaled_dot_product_attention(of_tensor *q, of_tensor *k, of_tensor *v,
+                                          of_tensor *attn_mask, double dropout_p,
+                                          int32_t is_causal, double scale, int32_t enable_gqa,
+                                          of_tensor **out) {
+  AMP(OF_AMP_LOW, of_scaled_dot_product_attention(A_[0], A_[1], A_[2], attn_mask, dropout_p,
+                                                  is_causal, scale, enable_gqa, out),
+      q, k, v);
+  OF_DISPATCH(sdpa_body(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, out),
+              pack_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, out));
+}
+static of_status run_sdpa(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_sdpa);
+  OF_NEED(a->dropout_p >= 0 && a->dropout_p < 1, "dropout_p");
+  OF_RUN1(of_scaled_dot_product_attention(ins[0], ins[1], ins[2], ins[3], a->dropout_p,
+                                          a->causal, a->scale, a->gqa, OF_R));
+}
+OF_OP_IMPL(SDPA, run_sdpa, NULL, NULL, NULL);

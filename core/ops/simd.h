@@ -1,0 +1,127 @@
+/* simd.h -- the vector helpers of the run-time dispatched kernels
+ * (core/ops/rowk.c, core/ops/attention.c): GCC vectors of float32 of one
+ * instruction set's own width W (4: the SSE2 baseline, 8: AVX2, 16:
+ * AVX-512), each width's helpers carrying its target attribute, so a
+ * kernel compiled for that instruction set inlines them. Included by
+ * family files only; each includer builds with -Wno-psabi. */
+#ifndef ONEFLOW_SIMD_H
+#define ONEFLOW_SIMD_H
+#include <stdint.h>
+#include <string.h>
+
+/* vector arguments of inlined helpers: no ABI crosses a call */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#define AI static inline __attribute__((always_inline))
+
+/* Vectors of W float32 lanes, W the instruction set's own width (16 for
+ * AVX-512, 8 for AVX2, 4 for the SSE2 baseline): GCC splits a wider vector's
+ * arithmetic into native halves but scalarises its comparisons. */
+#define VEC_HELPERS(W)                                                                          \
+  typedef float vf##W __attribute__((vector_size(4 * W)));                                      \
+  typedef int32_t vi##W __attribute__((vector_size(4 * W)));                                    \
+  typedef uint32_t vu##W __attribute__((vector_size(4 * W)));                                   \
+  typedef uint16_t vh##W __attribute__((vector_size(2 * W)));                                   \
+  AI VATTR_##W vf##W vsplat##W(float a) { return (vf##W){0} + a; }                                        \
+  AI VATTR_##W vf##W vsel##W(vi##W m, vf##W a, vf##W b) {                                                 \
+    return (vf##W)((m & (vi##W)a) | (~m & (vi##W)b));                                           \
+  }                                                                                             \
+  /* max(a, b); a NaN in either sticks */                                                       \
+  AI VATTR_##W vf##W vmax##W(vf##W a, vf##W b) { return vsel##W((b > a) | (b != b), b, a); }              \
+  /* lanes [0, n) kept, the rest zero */                                                        \
+  AI VATTR_##W vf##W vfirst##W(vf##W v, int64_t n) {                                                      \
+    vi##W iota;                                                                                 \
+    for (int i = 0; i < W; i++) iota[i] = i;                                                    \
+    return vsel##W(iota < (int32_t)n, v, vsplat##W(0));                                         \
+  }                                                                                             \
+  /* exp(x), float32: Cephes' range reduction and polynomial (about 1.3 ulp);                   \
+   * below -87.33 the result is 0, above 88.3 it saturates; NaN stays NaN. */                   \
+  AI VATTR_##W vf##W vexp##W(vf##W x) {                                                                   \
+    vf##W xc = vsel##W(x < -87.33f, vsplat##W(-87.33f), x);                                     \
+    xc = vsel##W(xc > 88.3f, vsplat##W(88.3f), xc);                                             \
+    vf##W t = xc * 1.44269504088896341f + 12582912.0f; /* 1.5 * 2^23: rounds to an integer */   \
+    vf##W n = t - 12582912.0f;                                                                  \
+    vf##W r = xc - n * 0.693359375f;                                                            \
+    r = r + n * 2.12194440e-4f;                                                                 \
+    vf##W p = vsplat##W(1.9875691500e-4f);                                                      \
+    p = p * r + 1.3981999507e-3f;                                                               \
+    p = p * r + 8.3334519073e-3f;                                                               \
+    p = p * r + 4.1665795894e-2f;                                                               \
+    p = p * r + 1.6666665459e-1f;                                                               \
+    p = p * r + 5.0000001201e-1f;                                                               \
+    vf##W y = p * r * r + r + 1.0f;                                                             \
+    vu##W eb = ((vu##W)t - 0x4B400000u + 127u) << 23; /* 2^n */                                 \
+    y = y * (vf##W)eb;                                                                          \
+    return vsel##W(x < -87.33f, vsplat##W(0), y);                                               \
+  }                                                                                             \
+  /* lanes summed in double, in lane order */                                                   \
+  AI VATTR_##W double hsum##W(vf##W v) {                                                                  \
+    double s = 0;                                                                               \
+    for (int i = 0; i < W; i++) s += (double)v[i];                                              \
+    return s;                                                                                   \
+  }                                                                                             \
+  AI VATTR_##W float hmax##W(vf##W v) {                                                                   \
+    float m = v[0];                                                                             \
+    for (int i = 1; i < W; i++)                                                                 \
+      if (v[i] > m || v[i] != v[i]) m = v[i];                                                   \
+    return m;                                                                                   \
+  }                                                                                             \
+  /* loads and stores: float32, and bfloat16 (as uint16_t) widened exactly and                  \
+   * rounded to nearest even (a NaN stays a quiet NaN) */                                       \
+  AI VATTR_##W vf##W ld_f32_##W(const float *p) {                                                         \
+    vf##W v;                                                                                    \
+    memcpy(&v, p, sizeof v);                                                                    \
+    return v;                                                                                   \
+  }                                                                                             \
+  AI VATTR_##W void st_f32_##W(float *p, vf##W v) { memcpy(p, &v, sizeof v); }                            \
+  AI VATTR_##W vf##W ld_bf16_##W(const uint16_t *p) {                                                     \
+    vh##W h;                                                                                    \
+    memcpy(&h, p, sizeof h);                                                                    \
+    return (vf##W)(__builtin_convertvector(h, vu##W) << 16);                                    \
+  }                                                                                             \
+  AI VATTR_##W void st_bf16_##W(uint16_t *p, vf##W v) {                                                   \
+    vu##W u = (vu##W)v;                                                                         \
+    vu##W r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;                                           \
+    vi##W nan = (vi##W)((u & 0x7fffffffu) > 0x7f800000u);                                       \
+    r = (vu##W)((nan & (vi##W)((u >> 16) | 0x40u)) | (~nan & (vi##W)r));                        \
+    vh##W h = __builtin_convertvector(r, vh##W);                                                \
+    memcpy(p, &h, sizeof h);                                                                    \
+  }                                                                                             \
+  /* n < W elements; the other lanes hold pad */                                                \
+  AI VATTR_##W vf##W ldn_f32_##W(const float *p, int64_t n, float pad) {                                  \
+    float b[W];                                                                                 \
+    for (int i = 0; i < W; i++) b[i] = pad;                                                     \
+    memcpy(b, p, sizeof(float) * (size_t)n);                                                    \
+    return ld_f32_##W(b);                                                                       \
+  }                                                                                             \
+  AI VATTR_##W vf##W ldn_bf16_##W(const uint16_t *p, int64_t n, float pad) {                              \
+    uint16_t h[W] = {0};                                                                        \
+    memcpy(h, p, sizeof(uint16_t) * (size_t)n);                                                 \
+    vf##W v = ld_bf16_##W(h);                                                                   \
+    for (int i = (int)n; i < W; i++) v[i] = pad;                                                \
+    return v;                                                                                   \
+  }                                                                                             \
+  AI VATTR_##W void stn_f32_##W(float *p, vf##W v, int64_t n) {                                           \
+    memcpy(p, &v, sizeof(float) * (size_t)n);                                                   \
+  }                                                                                             \
+  AI VATTR_##W void stn_bf16_##W(uint16_t *p, vf##W v, int64_t n) {                                       \
+    uint16_t h[W];                                                                              \
+    st_bf16_##W(h, v);                                                                          \
+    memcpy(p, h, sizeof(uint16_t) * (size_t)n);                                                 \
+  }
+
+/* each width's helpers carry its instruction set: clang refuses 8- and
+ * 16-lane vector arguments in a function built for the baseline (the AVX
+ * ABI), even one always inlined */
+#define VATTR_4
+#if defined(__x86_64__) || defined(__i386__)
+#define VATTR_8 __attribute__((target("avx2,fma,f16c")))
+#define VATTR_16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#else
+#define VATTR_8
+#define VATTR_16
+#endif
+VEC_HELPERS(4)
+VEC_HELPERS(8)
+VEC_HELPERS(16)
+#endif
