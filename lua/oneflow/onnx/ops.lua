@@ -1205,6 +1205,41 @@ R['F.pad'] = function(g, out, x, pad, opts)
   bind(g, out[1], g:node('Pad', inputs, {mode = A_s(pad_modes[mode])}))
 end
 
+-- F.scaled_dot_product_attention (one fused op here) as ONNX's composition:
+-- softmax(q k^T * scale + mask) v. Inference only: dropout must be off.
+R['F.scaled_dot_product_attention'] = function(g, out, q, k, v, opts)
+  opts = opts or {}
+  local dt, r = dtype(q), q:dim()
+  if (opts.dropout_p or 0) > 0 then
+    fail('F.scaled_dot_product_attention: export with dropout_p = 0 (eval mode); got dropout_p = '
+      .. tostring(opts.dropout_p))
+  end
+  if r > 2 and k:dim() > 2 and q:size(-3) ~= k:size(-3) then
+    fail(('F.scaled_dot_product_attention: query heads %d and key heads %d differ '
+      .. '(enable_gqa) and have no ONNX mapping'):format(q:size(-3), k:size(-3)))
+  end
+  local perm = {}
+  for i = 0, k:dim() - 1 do perm[#perm + 1] = i end
+  perm[#perm], perm[#perm - 1] = perm[#perm - 1], perm[#perm]
+  local kt = g:node('Transpose', {g:val(k)}, {perm = A_ints(perm)})
+  local s = g:node('MatMul', {g:val(q), kt})
+  s = g:node('Mul', {s, g:scalar(opts.scale or 1 / math.sqrt(q:size(-1)), dt)})
+  local mask = opts.attn_mask
+  if opts.is_causal then
+    local flow = package.loaded.oneflow
+    mask = flow.ones(q:size(-2), k:size(-2), {dtype = flow.bool}):tril()
+  end
+  if mask ~= nil then
+    if dtype(mask) == 'bool' then
+      s = g:node('Where', {g:val(mask), s, g:scalar(-math.huge, dt)})
+    else
+      s = g:node('Add', {s, g:cast(g:val(mask), dtype(mask), dt)})
+    end
+  end
+  local p = g:node('Softmax', {s}, {axis = A_i(g.opset >= 13 and -1 or r - 1)})
+  bind(g, out[1], g:node('MatMul', {p, g:val(v)}))
+end
+
 R['F.linear'] = function(g, out, x, w, b)
   if is_options(b) then b = b.bias end
   local dt = dtype(out[1])
