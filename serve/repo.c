@@ -219,7 +219,7 @@ static void run_batch(sv_version *v, sv_job **jobs, int32_t n) {
       src += o->nbytes;
       jobs[k]->ngraph_out = i + 1;
     }
-    if (ct != outs[i]) of_tensor_release(ct);
+    of_tensor_release(ct);   /* of_contiguous returns a reference of its own */
   }
   for (int32_t i = 0; i < nout; i++) of_tensor_release(outs[i]);
   sv_stats *s = &v->stats;
@@ -351,7 +351,7 @@ static void load_version(sv_model *m, sv_version *v, const char *vdir, const sv_
       if (de->d_name[0] != '.')
         o += (size_t)snprintf(found + o, sizeof found - o, "%s%.60s", o ? ", " : "", de->d_name);
     if (d) closedir(d);
-    snprintf(v->reason, sizeof v->reason, "no model.ofg in %.200s%s%s: flow-serve serves graphs saved "
+    snprintf(v->reason, sizeof v->reason, "no model.ofg in %.200s%s%.200s: flow-serve serves graphs saved "
              "by graph:save (model.ofg) only", vdir, o ? "; found " : "", found);
     return;
   }

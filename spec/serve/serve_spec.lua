@@ -13,7 +13,7 @@ local H = require 'spec.helpers'
 local nn = flow.nn
 
 local build = os.getenv('OF_BUILD_DIR') or 'build'
-local BIN = build .. '/flow-serve'
+local BIN = os.getenv('FLOW_SERVE') or (build .. '/flow-serve')   -- FLOW_SERVE: another build (ASan)
 
 local function sh(cmd)
   local p = io.popen(cmd)
