@@ -6,12 +6,13 @@
 # 2.x eager served by KServe's Python model server (a venv made here,
 # ~/.cache/oneflow/kserve-venv; skipped with a message where it cannot be
 # made). Prints a markdown table and the load.
-#   sh bench/serve.sh [REQUESTS_PER_CLIENT (default 4)]
+#   sh bench/serve.sh [REQUESTS_PER_CLIENT (default 4) [IMAGE_SIZE (default 224)]]
 # TORCH2_PYTHON: a python with PyTorch 2.x (default bench/torch_venv.sh's).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
 PER=${1:-4}
+SIZE=${2:-224}
 BUILD=${OF_BUILD_DIR:-build}
 command -v hey >/dev/null || { echo "serve.sh: hey is not installed (apt-get install hey)"; exit 1; }
 [ -x "$BUILD/flow-serve" ] || { echo "serve.sh: $BUILD/flow-serve is not built"; exit 1; }
@@ -21,7 +22,7 @@ pids=""
 cleanup() { for p in $pids; do kill "$p" 2>/dev/null; done; rm -rf "$TMP"; }
 trap cleanup EXIT INT TERM
 echo "building the repository (ResNet-18 compiled for batch 1, 2, 4, 8)..." >&2
-luajit bench/serve_repo.lua "$TMP/repo" || exit 1
+luajit bench/serve_repo.lua "$TMP/repo" 2000 "$SIZE" || exit 1
 mv "$TMP/repo/body.bin" "$TMP/repo/body.len" "$TMP/repo/inproc_ms" "$TMP/"
 HLEN=$(cat "$TMP/body.len")
 "$BUILD/flow-serve" --model-repository "$TMP/repo" --http-port 0 --http-address 127.0.0.1 \
@@ -37,6 +38,7 @@ done
 
 # kserve + PyTorch 2.x
 KPORT=""
+# PyTorch 2.x: TORCH2_PYTHON, or bench/torch_venv.sh's venv (made when missing)
 TORCH2=${TORCH2_PYTHON:-$(sh bench/torch_venv.sh 2>/dev/null | tail -1)}
 KV="${XDG_CACHE_HOME:-$HOME/.cache}/oneflow/kserve-venv"
 if [ ! -x "$KV/bin/python" ] || ! "$KV/bin/python" -c 'import kserve' 2>/dev/null; then
@@ -57,23 +59,32 @@ else
   echo "kserve or PyTorch 2.x unavailable: the KServe column is skipped" >&2
 fi
 
-# one hey run: "req/s p50_ms p99_ms errors"
+# one hey run: "req/s | p50 ms | p95 ms | ok/n" (hey 0.1.4 computes no 99th
+# percentile below 100 requests)
 run() {   # url concurrency
   n=$(( $2 * PER ))
   [ "$n" -lt 16 ] && n=16
-  hey -n "$n" -c "$2" -m POST -T application/octet-stream \
+  hey -n "$n" -c "$2" -t 300 -m POST -T application/octet-stream \
     -H "Inference-Header-Content-Length: $HLEN" -D "$TMP/body.bin" "$1" > "$TMP/hey.txt" 2>&1
-  rps=$(sed -n 's/^ *Requests\/sec: *\([0-9.]*\).*/\1/p' "$TMP/hey.txt")
-  p50=$(sed -n 's/^ *50% in \([0-9.]*\) secs.*/\1/p' "$TMP/hey.txt")
-  p99=$(sed -n 's/^ *99% in \([0-9.]*\) secs.*/\1/p' "$TMP/hey.txt")
+  # (hey 0.1.4 prints its percentiles as "50%% in")
+  rps=$(sed -n 's/^[[:space:]]*Requests\/sec:[[:space:]]*\([0-9.]*\).*/\1/p' "$TMP/hey.txt")
+  p50=$(sed -n 's/^[[:space:]]*50%*[[:space:]]*in[[:space:]]*\([0-9.]*\) secs.*/\1/p' "$TMP/hey.txt")
+  p99=$(sed -n 's/^[[:space:]]*95%*[[:space:]]*in[[:space:]]*\([0-9.]*\) secs.*/\1/p' "$TMP/hey.txt")
   ok=$(sed -n 's/^ *\[200\][[:space:]]*\([0-9]*\) responses.*/\1/p' "$TMP/hey.txt")
   awk -v r="${rps:-0}" -v a="${p50:-0}" -v b="${p99:-0}" -v ok="${ok:-0}" -v n="$n" \
     'BEGIN { printf "%.1f | %.1f | %.1f | %d/%d", r, a * 1000, b * 1000, ok, n }'
 }
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "ResNet-18 on 3x${SIZE}x${SIZE}, $PER requests per client (at least 16)"
 echo "in-process graph, batch 1: $(cat "$TMP/inproc_ms") ms (median of 20)"
 echo
-echo "| server | concurrency | req/s | p50 ms | p99 ms | ok |"
+# warm-up: the first runs of each server (arena layout, thread pools) are not timed
+for u in "http://127.0.0.1:$port/v2/models/resnet18/infer" "http://127.0.0.1:$port/v2/models/resnet18_db/infer" \
+         ${KPORT:+"http://127.0.0.1:$KPORT/v2/models/resnet18/infer"}; do
+  hey -n 4 -c 1 -t 300 -m POST -T application/octet-stream -H "Inference-Header-Content-Length: $HLEN" \
+    -D "$TMP/body.bin" "$u" > /dev/null 2>&1
+done
+echo "| server | concurrency | req/s | p50 ms | p95 ms | ok |"
 echo "|---|---|---|---|---|---|"
 for c in 1 8 32; do
   echo "| flow-serve | $c | $(run "http://127.0.0.1:$port/v2/models/resnet18/infer" "$c") |"

@@ -53,9 +53,10 @@ class ResNet(kserve.Model):
             y = self.net(torch.from_numpy(np.ascontiguousarray(x))).numpy()
         out = kserve.InferOutput(name="OUTPUT__0", shape=list(y.shape), datatype="FP32")
         out.set_data_from_numpy(y, binary_data=True)
-        return kserve.InferResponse(model_name=self.name, infer_outputs=[out], response_id=payload.id)
+        return kserve.InferResponse(model_name=self.name, infer_outputs=[out], response_id=payload.id or "0")
 
 
 if __name__ == "__main__":
     torch.set_num_threads(2)
-    kserve.ModelServer(http_port=int(sys.argv[1]), workers=1, enable_grpc=False).start([ResNet("resnet18")])
+    kserve.ModelServer(http_port=int(sys.argv[1]), workers=1, enable_grpc=False,
+                       enable_latency_logging=False).start([ResNet("resnet18")])
