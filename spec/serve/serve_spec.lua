@@ -114,7 +114,8 @@ describe('flow-serve', function()
     write(repo .. '/mlp/config.json', json.encode(cfg))
     cfg.name = 'mlp_batched'
     cfg.version_policy = nil
-    cfg.dynamic_batching = {max_queue_delay_microseconds = 400000}
+    -- 1 s: the 4 requests arrive within it even on a loaded machine
+    cfg.dynamic_batching = {max_queue_delay_microseconds = 1000000}
     cfg.instance_group = {{count = 1, kind = 'KIND_CPU'}}
     write(repo .. '/mlp_batched/config.json', json.encode(cfg))
     -- ResNet-18 (flowvision, random init) on 64x64 images, batch 1 and 2
@@ -312,7 +313,7 @@ describe('flow-serve', function()
   it('drains and exits cleanly on SIGTERM', function()
     local x = flow.randn(1, 16)
     write(dir .. '/slow.json', infer_body('x', {1, 16}, flat(x)))
-    -- a request waiting in the batching queue (400 ms) when SIGTERM comes
+    -- a request waiting in the batching queue (1 s) when SIGTERM comes
     os.execute(('(curl -s -o %s/slow_out.json -X POST --data-binary @%s/slow.json '
                 .. '%s/v2/models/mlp_batched/infer &) ; sleep 0.1; kill -TERM %d'):format(dir, dir, url, pid))
     for _ = 1, 100 do
