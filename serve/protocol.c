@@ -37,8 +37,7 @@ int64_t sv_numel(const int64_t *shape, int32_t ndim) {
   return n;
 }
 
-static bool err(char *e, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool err(char *e, size_t cap, const char *fmt, ...) {
+bool sv_errorf(char *e, size_t cap, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(e, cap, fmt, ap);
@@ -112,26 +111,26 @@ static bool fill(const js_doc *d, const js_val *a, void *data, int32_t dt, int64
 
 static bool parse_input(const js_doc *d, const js_val *iv, sv_tensor *t, const char *bin,
                         size_t binlen, size_t *binpos, char *e, size_t cap) {
-  if (iv->type != JS_OBJ) return err(e, cap, "each input must be an object");
+  if (iv->type != JS_OBJ) return sv_errorf(e, cap, "each input must be an object");
   if (!get_str(d, iv, "name", t->name, sizeof t->name))
-    return err(e, cap, "an input has no \"name\" (a string of at most %d bytes)", SV_NAME - 1);
+    return sv_errorf(e, cap, "an input has no \"name\" (a string of at most %d bytes)", SV_NAME - 1);
   char dtn[16];
   if (!get_str(d, iv, "datatype", dtn, sizeof dtn) || (t->dtype = sv_datatype_code(dtn)) < 0)
-    return err(e, cap, "input '%s': \"datatype\" must be one of BOOL, UINT8, INT8, INT32, INT64, "
+    return sv_errorf(e, cap, "input '%s': \"datatype\" must be one of BOOL, UINT8, INT8, INT32, INT64, "
                "FP16, BF16, FP32, FP64", t->name);
   const js_val *sh = js_get(d, iv, "shape");
   if (!sh || sh->type != JS_ARR || sh->n > SV_MAX_DIMS)
-    return err(e, cap, "input '%s': \"shape\" must be an array of at most %d dims", t->name,
+    return sv_errorf(e, cap, "input '%s': \"shape\" must be an array of at most %d dims", t->name,
                SV_MAX_DIMS);
   t->ndim = sh->n;
   int64_t numel = 1;
   int32_t i = 0;
   for (const js_val *c = js_first(d, sh); c; c = js_next(d, c), i++) {
     if (c->type != JS_NUM || !c->is_int || c->i < 0 || c->i > ((int64_t)1 << 40))
-      return err(e, cap, "input '%s': shape[%d] is not a non-negative integer", t->name, (int)i);
+      return sv_errorf(e, cap, "input '%s': shape[%d] is not a non-negative integer", t->name, (int)i);
     t->shape[i] = c->i;
     if (c->i && numel > ((int64_t)1 << 40) / c->i)
-      return err(e, cap, "input '%s': the shape is too large", t->name);
+      return sv_errorf(e, cap, "input '%s': the shape is too large", t->name);
     numel *= c->i;
   }
   int32_t es = sv_dtype_size(t->dtype);
@@ -139,38 +138,38 @@ static bool parse_input(const js_doc *d, const js_val *iv, sv_tensor *t, const c
   const js_val *params = js_get(d, iv, "parameters"), *bsz = js_get(d, params, "binary_data_size");
   const js_val *data = js_get(d, iv, "data");
   if (bsz) {
-    if (data) return err(e, cap, "input '%s': both \"data\" and binary_data_size", t->name);
-    if (!bin) return err(e, cap, "input '%s': binary_data_size without the "
+    if (data) return sv_errorf(e, cap, "input '%s': both \"data\" and binary_data_size", t->name);
+    if (!bin) return sv_errorf(e, cap, "input '%s': binary_data_size without the "
                          "Inference-Header-Content-Length header", t->name);
     if (bsz->type != JS_NUM || !bsz->is_int || bsz->i < 0)
-      return err(e, cap, "input '%s': bad binary_data_size", t->name);
+      return sv_errorf(e, cap, "input '%s': bad binary_data_size", t->name);
     if ((uint64_t)bsz->i != nbytes)
-      return err(e, cap, "input '%s': binary_data_size %lld, but shape and datatype make %zu bytes",
+      return sv_errorf(e, cap, "input '%s': binary_data_size %lld, but shape and datatype make %zu bytes",
                  t->name, (long long)bsz->i, nbytes);
     if (nbytes > binlen - *binpos)
-      return err(e, cap, "input '%s': the binary data is truncated (%zu bytes expected, %zu left)",
+      return sv_errorf(e, cap, "input '%s': the binary data is truncated (%zu bytes expected, %zu left)",
                  t->name, nbytes, binlen - *binpos);
     t->data = malloc(nbytes ? nbytes : 1);
-    if (!t->data) return err(e, cap, "out of memory");
+    if (!t->data) return sv_errorf(e, cap, "out of memory");
     memcpy(t->data, bin + *binpos, nbytes);
     *binpos += nbytes;
     t->nbytes = nbytes;
     return true;
   }
   if (!data || data->type != JS_ARR)
-    return err(e, cap, "input '%s': no \"data\" array (and no binary_data_size)", t->name);
+    return sv_errorf(e, cap, "input '%s': no \"data\" array (and no binary_data_size)", t->name);
   if (t->dtype == 5 || t->dtype == 6)
-    return err(e, cap, "input '%s': %s tensors are accepted as binary data only", t->name, dtn);
+    return sv_errorf(e, cap, "input '%s': %s tensors are accepted as binary data only", t->name, dtn);
   /* a value takes at least 2 bytes of JSON: the document bounds numel */
   if (numel > d->nv)
-    return err(e, cap, "input '%s': shape has %lld elements, \"data\" fewer", t->name,
+    return sv_errorf(e, cap, "input '%s': shape has %lld elements, \"data\" fewer", t->name,
                (long long)numel);
   t->data = malloc(nbytes ? nbytes : 1);
-  if (!t->data) return err(e, cap, "out of memory");
+  if (!t->data) return sv_errorf(e, cap, "out of memory");
   t->nbytes = nbytes;
   int64_t k = 0;
   if (!fill(d, data, t->data, t->dtype, numel, &k, 0) || k != numel)
-    return err(e, cap, "input '%s': \"data\" does not hold %lld values of %s (shape [%s])",
+    return sv_errorf(e, cap, "input '%s': \"data\" does not hold %lld values of %s (shape [%s])",
                t->name, (long long)numel, dtn, t->ndim ? "..." : "");
   return true;
 }
@@ -179,30 +178,30 @@ bool sv_parse_request(const char *body, size_t n, size_t header_len, int32_t max
                       sv_request *r, char *e, size_t cap) {
   memset(r, 0, sizeof *r);
   if (header_len > n)
-    return err(e, cap, "Inference-Header-Content-Length %zu is larger than the body (%zu bytes)",
+    return sv_errorf(e, cap, "Inference-Header-Content-Length %zu is larger than the body (%zu bytes)",
                header_len, n);
   size_t jlen = header_len ? header_len : n;
   const char *bin = header_len ? body + header_len : NULL;
   size_t binlen = header_len ? n - header_len : 0, binpos = 0;
   js_doc d;
   if (!js_parse(&d, body, jlen, max_values)) {
-    err(e, cap, "%s", d.error);
+    sv_errorf(e, cap, "%s", d.error);
     js_free(&d);
     return false;
   }
   const js_val *root = js_root(&d), *ins = js_get(&d, root, "inputs"), *outs;
   bool ok = false;
   if (!root || root->type != JS_OBJ) {
-    err(e, cap, "the request must be a JSON object");
+    sv_errorf(e, cap, "the request must be a JSON object");
     goto done;
   }
   const js_val *idv = js_get(&d, root, "id");
   if (idv && !get_str(&d, root, "id", r->id, sizeof r->id)) {
-    err(e, cap, "\"id\" must be a string of at most %d bytes", SV_NAME - 1);
+    sv_errorf(e, cap, "\"id\" must be a string of at most %d bytes", SV_NAME - 1);
     goto done;
   }
   if (!ins || ins->type != JS_ARR || ins->n < 1 || ins->n > SV_MAX_TENSORS) {
-    err(e, cap, "\"inputs\" must be an array of 1 to %d tensors", SV_MAX_TENSORS);
+    sv_errorf(e, cap, "\"inputs\" must be an array of 1 to %d tensors", SV_MAX_TENSORS);
     goto done;
   }
   for (const js_val *iv = js_first(&d, ins); iv; iv = js_next(&d, iv)) {
@@ -210,25 +209,25 @@ bool sv_parse_request(const char *body, size_t n, size_t header_len, int32_t max
     if (!parse_input(&d, iv, t, bin, binlen, &binpos, e, cap)) goto done;
     for (int32_t k = 0; k < r->nin - 1; k++)
       if (strcmp(r->in[k].name, t->name) == 0) {
-        err(e, cap, "input '%s' is given twice", t->name);
+        sv_errorf(e, cap, "input '%s' is given twice", t->name);
         goto done;
       }
   }
   if (binpos != binlen) {
-    err(e, cap, "%zu bytes of binary data after the inputs' data", binlen - binpos);
+    sv_errorf(e, cap, "%zu bytes of binary data after the inputs' data", binlen - binpos);
     goto done;
   }
   get_bool_param(&d, root, "binary_data_output", &r->binary_default);
   outs = js_get(&d, root, "outputs");
   if (outs) {
     if (outs->type != JS_ARR || outs->n > SV_MAX_TENSORS) {
-      err(e, cap, "\"outputs\" must be an array of at most %d entries", SV_MAX_TENSORS);
+      sv_errorf(e, cap, "\"outputs\" must be an array of at most %d entries", SV_MAX_TENSORS);
       goto done;
     }
     for (const js_val *ov = js_first(&d, outs); ov; ov = js_next(&d, ov)) {
       int32_t k = r->nout;
       if (ov->type != JS_OBJ || !get_str(&d, ov, "name", r->out_name[k], SV_NAME)) {
-        err(e, cap, "each requested output must be an object with a \"name\"");
+        sv_errorf(e, cap, "each requested output must be an object with a \"name\"");
         goto done;
       }
       r->out_binary[k] = r->binary_default;

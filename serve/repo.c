@@ -37,15 +37,6 @@ static int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static bool rerr(char *e, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool rerr(char *e, size_t cap, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(e, cap, fmt, ap);
-  va_end(ap);
-  return false;
-}
-
 /* ---- the graph's signature ---- */
 static bool io_desc(of_graph *g, int32_t output, int32_t i, of_graph_value_desc *d) {
   int32_t v = of_graph_io_value(g, output, i);
@@ -59,7 +50,7 @@ static bool match_config(sv_model *m, sv_version *ver, const sv_options *opt, ch
   sv_config *c = &m->cfg;
   int32_t nin = of_graph_num_inputs(g), nout = of_graph_num_outputs(g);
   if (nin < 1 || nin > SV_MAX_TENSORS || nout < 1 || nout > SV_MAX_TENSORS)
-    return rerr(e, cap, "the graph has %d inputs and %d outputs (1 to %d each are served)",
+    return sv_errorf(e, cap, "the graph has %d inputs and %d outputs (1 to %d each are served)",
                 (int)nin, (int)nout, SV_MAX_TENSORS);
   ver->nvariants = of_graph_num_variants(g);
   if (ver->nvariants > SV_MAX_VARIANTS) ver->nvariants = SV_MAX_VARIANTS;
@@ -72,7 +63,7 @@ static bool match_config(sv_model *m, sv_version *ver, const sv_options *opt, ch
     of_graph_value_desc d;
     int64_t b = -1;
     for (int32_t i = 0; i < nin; i++) {
-      if (!io_desc(vg, 0, i, &d)) return rerr(e, cap, "cannot describe the graph's inputs");
+      if (!io_desc(vg, 0, i, &d)) return sv_errorf(e, cap, "cannot describe the graph's inputs");
       if (d.ndim < 1 || (b >= 0 && d.shape[0] != b)) batchable = false;
       else b = d.shape[0];
     }
@@ -88,25 +79,25 @@ static bool match_config(sv_model *m, sv_version *ver, const sv_options *opt, ch
     c->max_batch_size = (int32_t)mb;
   }
   if (c->max_batch_size > 0 && !batchable)
-    return rerr(e, cap, "max_batch_size %d, but the graph's inputs have no common first "
+    return sv_errorf(e, cap, "max_batch_size %d, but the graph's inputs have no common first "
                 "dimension to batch", (int)c->max_batch_size);
   if (c->max_batch_size > largest)
-    return rerr(e, cap, "max_batch_size %d, but the graph was compiled for batch sizes up to "
+    return sv_errorf(e, cap, "max_batch_size %d, but the graph was compiled for batch sizes up to "
                 "%lld: call the graph with a batch of %d before graph:save", (int)c->max_batch_size,
                 (long long)largest, (int)c->max_batch_size);
   int32_t skip = c->max_batch_size > 0 ? 1 : 0;
   if (filled_in) c->nin = nin;
   if (filled_out) c->nout = nout;
-  if (c->nin != nin) return rerr(e, cap, "config.json lists %d inputs, the graph has %d", (int)c->nin, (int)nin);
+  if (c->nin != nin) return sv_errorf(e, cap, "config.json lists %d inputs, the graph has %d", (int)c->nin, (int)nin);
   if (c->nout != nout)
-    return rerr(e, cap, "config.json lists %d outputs, the graph has %d", (int)c->nout, (int)nout);
+    return sv_errorf(e, cap, "config.json lists %d outputs, the graph has %d", (int)c->nout, (int)nout);
   for (int32_t side = 0; side < 2; side++) {
     sv_io *io = side ? c->out : c->in;
     bool filled = side ? filled_out : filled_in;
     for (int32_t i = 0; i < (side ? nout : nin); i++) {
-      if (!io_desc(g, side, i, &d)) return rerr(e, cap, "cannot describe the graph");
+      if (!io_desc(g, side, i, &d)) return sv_errorf(e, cap, "cannot describe the graph");
       if (d.ndim - skip < 0 || d.ndim - skip > SV_MAX_DIMS)
-        return rerr(e, cap, "%s %d has %d dims", side ? "output" : "input", (int)i, (int)d.ndim);
+        return sv_errorf(e, cap, "%s %d has %d dims", side ? "output" : "input", (int)i, (int)d.ndim);
       if (filled) {
         if (d.name && *d.name && !side && strlen(d.name) < SV_NAME) snprintf(io[i].name, SV_NAME, "%s", d.name);
         else snprintf(io[i].name, SV_NAME, "%s__%d", side ? "OUTPUT" : "INPUT", (int)i);
@@ -116,13 +107,13 @@ static bool match_config(sv_model *m, sv_version *ver, const sv_options *opt, ch
         continue;
       }
       if (io[i].dtype != d.dtype)
-        return rerr(e, cap, "%s '%s' is %s in config.json, the graph's is %s",
+        return sv_errorf(e, cap, "%s '%s' is %s in config.json, the graph's is %s",
                     side ? "output" : "input", io[i].name, sv_config_type_name(io[i].dtype),
                     sv_config_type_name(d.dtype));
       bool same = io[i].ndim == d.ndim - skip;
       for (int32_t k = 0; same && k < io[i].ndim; k++) same = io[i].dims[k] == d.shape[k + skip];
       if (!same)
-        return rerr(e, cap, "%s '%s': config.json's dims are not the graph's (%d dims%s)",
+        return sv_errorf(e, cap, "%s '%s': config.json's dims are not the graph's (%d dims%s)",
                     side ? "output" : "input", io[i].name, (int)(d.ndim - skip),
                     skip ? " after the batch dimension" : "");
     }
@@ -465,7 +456,7 @@ static sv_model *model_load(const sv_options *opt, const char *name) {
 bool sv_repo_open(sv_repo *r, const sv_options *opt, char *e, size_t cap) {
   memset(r, 0, sizeof *r);
   r->opt = *opt;
-  if (!is_dir(opt->root)) return rerr(e, cap, "the model repository %s is not a folder", opt->root);
+  if (!is_dir(opt->root)) return sv_errorf(e, cap, "the model repository %s is not a folder", opt->root);
   pthread_mutex_init(&r->mu, NULL);
   return true;
 }
@@ -506,14 +497,14 @@ bool sv_repo_load(sv_repo *r, const char *name, char *e, size_t cap) {
   char dir[4096];
   snprintf(dir, sizeof dir, "%s/%s", r->opt.root, name);
   if (!good_name(name) || !is_dir(dir))
-    return rerr(e, cap, "no model folder '%s' in the model repository", name);
+    return sv_errorf(e, cap, "no model folder '%s' in the model repository", name);
   sv_model *m = model_load(&r->opt, name);
-  if (!m) return rerr(e, cap, "out of memory");
+  if (!m) return sv_errorf(e, cap, "out of memory");
   pthread_mutex_lock(&r->mu);
   sv_model *old = swap_model(r, name, m);
   pthread_mutex_unlock(&r->mu);
   model_free(old);
-  if (m->state != SV_READY) return rerr(e, cap, "failed to load '%s': %s", name, m->reason);
+  if (m->state != SV_READY) return sv_errorf(e, cap, "failed to load '%s': %s", name, m->reason);
   return true;
 }
 
@@ -521,7 +512,7 @@ bool sv_repo_unload(sv_repo *r, const char *name, char *e, size_t cap) {
   pthread_mutex_lock(&r->mu);
   sv_model *old = swap_model(r, name, NULL);
   pthread_mutex_unlock(&r->mu);
-  if (!old) return rerr(e, cap, "unknown model '%s'", name);
+  if (!old) return sv_errorf(e, cap, "unknown model '%s'", name);
   model_free(old);   /* the queued requests finish first */
   return true;
 }
@@ -569,16 +560,16 @@ sv_job *sv_infer_submit(sv_version *v, sv_request *req, char *e, size_t cap) {
   sv_model *m = v->model;
   const sv_config *c = &m->cfg;
   if (v->state != SV_READY) {
-    rerr(e, cap, "model '%s' version %lld is not ready: %s", m->name, (long long)v->version, v->reason);
+    sv_errorf(e, cap, "model '%s' version %lld is not ready: %s", m->name, (long long)v->version, v->reason);
     return NULL;
   }
   if (req->nin != c->nin) {
-    rerr(e, cap, "model '%s' expects %d inputs, the request has %d", m->name, (int)c->nin, (int)req->nin);
+    sv_errorf(e, cap, "model '%s' expects %d inputs, the request has %d", m->name, (int)c->nin, (int)req->nin);
     return NULL;
   }
   sv_job *j = calloc(1, sizeof *j);
   if (!j) {
-    rerr(e, cap, "out of memory");
+    sv_errorf(e, cap, "out of memory");
     return NULL;
   }
   int64_t rows = -1;
@@ -592,14 +583,14 @@ sv_job *sv_infer_submit(sv_version *v, sv_request *req, char *e, size_t cap) {
         for (int32_t q = 0; q < c->nin; q++) known |= strcmp(req->in[k].name, c->in[q].name) == 0;
         if (!known) break;
       }
-      rerr(e, cap, "unexpected inference input '%s' for model '%s' (its inputs are %s%s%s)",
+      sv_errorf(e, cap, "unexpected inference input '%s' for model '%s' (its inputs are %s%s%s)",
            k < req->nin ? req->in[k].name : "?", m->name, c->in[0].name, c->nin > 1 ? ", " : "",
            c->nin > 1 ? c->in[1].name : "");
       goto bad;
     }
     sv_tensor *t = &req->in[k];
     if (t->dtype != io->dtype) {
-      rerr(e, cap, "input '%s': datatype %s, model '%s' expects %s", t->name,
+      sv_errorf(e, cap, "input '%s': datatype %s, model '%s' expects %s", t->name,
            sv_datatype_name(t->dtype), m->name, sv_datatype_name(io->dtype));
       goto bad;
     }
@@ -621,7 +612,7 @@ sv_job *sv_infer_submit(sv_version *v, sv_request *req, char *e, size_t cap) {
       for (int32_t q = 0; q < t->ndim && o < sizeof got - 24; q++)
         o += (size_t)snprintf(got + o, sizeof got - o, "%s%lld", q ? "," : "", (long long)t->shape[q]);
       snprintf(got + o, sizeof got - o, "]");
-      rerr(e, cap, "input '%s': shape %s, model '%s' expects %s%s", t->name, got, m->name, want,
+      sv_errorf(e, cap, "input '%s': shape %s, model '%s' expects %s%s", t->name, got, m->name, want,
            skip ? (rows > c->max_batch_size ? " (batch above max_batch_size)" :
                    " (batch 1..max_batch_size, the same for every input)") : "");
       goto bad;
@@ -643,7 +634,7 @@ sv_job *sv_infer_submit(sv_version *v, sv_request *req, char *e, size_t cap) {
       int32_t k = 0;
       while (k < c->nout && strcmp(c->out[k].name, req->out_name[i]) != 0) k++;
       if (k == c->nout) {
-        rerr(e, cap, "unexpected inference output '%s' for model '%s'", req->out_name[i], m->name);
+        sv_errorf(e, cap, "unexpected inference output '%s' for model '%s'", req->out_name[i], m->name);
         goto bad;
       }
       j->out_index[i] = k;
@@ -662,7 +653,7 @@ sv_job *sv_infer_submit(sv_version *v, sv_request *req, char *e, size_t cap) {
   pthread_mutex_lock(&v->mu);
   if (v->stopping) {
     pthread_mutex_unlock(&v->mu);
-    rerr(e, cap, "model '%s' is being unloaded", m->name);
+    sv_errorf(e, cap, "model '%s' is being unloaded", m->name);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     goto bad;

@@ -15,24 +15,7 @@ local nn = flow.nn
 local build = os.getenv('OF_BUILD_DIR') or 'build'
 local BIN = os.getenv('FLOW_SERVE') or (build .. '/flow-serve')   -- FLOW_SERVE: another build (ASan)
 
-local function sh(cmd)
-  local p = io.popen(cmd)
-  local s = p:read('*a')
-  p:close()
-  return s
-end
-local function write(path, s)
-  local f = assert(io.open(path, 'wb'))
-  f:write(s)
-  f:close()
-end
-local function read(path)
-  local f = io.open(path, 'rb')
-  if not f then return nil end
-  local s = f:read('*a')
-  f:close()
-  return s
-end
+local sh, write, read = H.capture, H.write_file, H.read_file
 local function bytes(t)   -- a float32 tensor's values as raw bytes
   t = t:contiguous()
   return ffi.string(t:data_ptr(), t:numel() * 4)
