@@ -86,7 +86,8 @@ static enum MHD_Result empty(struct MHD_Connection *c, int status) {
 /* splits url ("/v2/models/m/versions/3/infer") into at most 8 parts */
 static int split(char *url, char **parts) {
   int n = 0;
-  for (char *s = strtok(url, "/"); s && n < 8; s = strtok(NULL, "/")) parts[n++] = s;
+  char *save = NULL;   /* strtok_r: every connection has its own thread */
+  for (char *s = strtok_r(url, "/", &save); s && n < 8; s = strtok_r(NULL, "/", &save)) parts[n++] = s;
   return n;
 }
 
