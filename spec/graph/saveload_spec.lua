@@ -98,6 +98,16 @@ describe('nn.Graph save/load', function()
     local n = 0
     for k in pairs(entries) do if k:match('^ext%.') then n = n + 1 end end
     assert.are.equal(C_num_externals(h), n)
+    -- a variant's external map that points outside the file, or is cut short: an error
+    local st = require('oneflow.serialization').safetensors
+    local meta = {format = 'oneflow-graph', version = '1'}
+    local bad = flow.load(dir .. '/again.ofg')
+    bad['__graph__.1.ext'] = flow.full({bad['__graph__.1.ext']:numel()}, 99, {dtype = flow.int32})
+    st.save_file(bad, dir .. '/bad_map.ofg', meta)
+    H.raises(function() nn.Graph.load(dir .. '/bad_map.ofg') end, "external map is out of range")
+    bad['__graph__.1.ext'] = flow.zeros(1, {dtype = flow.int32})
+    st.save_file(bad, dir .. '/short_map.ofg', meta)
+    H.raises(function() nn.Graph.load(dir .. '/short_map.ofg') end, 'external map has the wrong length')
     -- a train-mode call is another mode: not saved with the eval signatures
     m:train()
     g(flow.randn(3, 1, 8, 8))
