@@ -57,6 +57,28 @@ function H.remove_tmpdirs()
   tmpdirs = {}
 end
 
+-- A file's bytes (nil when it cannot be opened), and writing them.
+function H.read_file(path)
+  local f = io.open(path, 'rb')
+  if not f then return nil end
+  local s = f:read('*a')
+  f:close()
+  return s
+end
+function H.write_file(path, s)
+  local f = assert(io.open(path, 'wb'))
+  f:write(s)
+  f:close()
+end
+
+-- What a shell command prints on stdout.
+function H.capture(cmd)
+  local p = assert(io.popen(cmd))
+  local s = p:read('*a')
+  p:close()
+  return s
+end
+
 -- The names in directory d (hidden ones too), sorted.
 function H.listdir(d)
   local p = io.popen('ls -A ' .. d)

@@ -528,12 +528,41 @@ static of_status run_cuda_graph(of_graph *g, of_tensor **inputs, int32_t nin,
   return OF_OK;
 }
 
+/* The variant of a loaded graph whose inputs match (g itself when it has
+ * none or none matches: its run then reports the mismatch, naming the
+ * other compiled shapes). */
+static of_graph *pick_variant(of_graph *g, of_tensor **inputs, int32_t nin) {
+  if (!g->variant) return g;
+  for (of_graph *v = g; v; v = v->variant) {
+    bool ok = nin == v->ninputs && inputs;
+    for (int32_t i = 0; ok && i < nin; i++)
+      ok = inputs[i] && meta_matches(&v->vals[v->inputs[i]], inputs[i]);
+    if (ok) return v;
+  }
+  return g;
+}
+
+static int32_t num_variants(const of_graph *g) {
+  int32_t n = 0;
+  for (; g; g = g->variant) n++;
+  return n;
+}
+
+int32_t of_graph_num_variants(const of_graph *g) { return num_variants(g); }
+
+of_graph *of_graph_variant(of_graph *g, int32_t i) {
+  for (int32_t k = 0; g && i >= 0; g = g->variant, k++)
+    if (k == i) return g;
+  return NULL;
+}
+
 of_status of_graph_run(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor **outputs,
                        int32_t nout) {
   if (!g) return of_fail(OF_ERR_ARG, "nn.Graph: no graph");
   if (of_trace_tls)
     return of_fail(OF_ERR_STATE, "nn.Graph: a compiled graph cannot run inside another graph's "
                    "build()");
+  g = pick_variant(g, inputs, nin);
   if (g->cg_mode && !g->cg_off) {   /* the captured graph is one: one thread at a time */
     bool done;
     pthread_mutex_lock(&g->cg_lock);
@@ -542,7 +571,23 @@ of_status of_graph_run(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor *
     if (st != OF_OK) return st;
     if (done) return OF_OK;
   }
-  return of_graph_exec(g, inputs, nin, outputs, nout, true);
+  of_status st = of_graph_exec(g, inputs, nin, outputs, nout, true);
+  if (st == OF_ERR_SHAPE && g->variant) {   /* say which signatures there are */
+    char why[400], list[400] = "";
+    snprintf(why, sizeof why, "%s", of_last_error());
+    size_t o = 0;
+    for (of_graph *v = g->variant; v && o + 100 < sizeof list; v = v->variant) {
+      char sh[96] = "?";
+      if (v->ninputs > 0) {
+        const of_gval *x = &v->vals[v->inputs[0]];
+        of_shape_str(x->shape, x->ndim, sh, sizeof sh);
+      }
+      o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "", sh);
+    }
+    return of_fail(OF_ERR_SHAPE, "%s (the file also holds variants whose first input is %s)", why,
+                   list);
+  }
+  return st;
 }
 
 of_device of_graph_device(const of_graph *g) { return g ? g->device : OF_CPU; }
@@ -551,8 +596,17 @@ of_device of_graph_device(const of_graph *g) { return g ? g->device : OF_CPU; }
  * where its value says: a loaded graph's externals come from the file on
  * the CPU) to dev; ops that create tensors on the old device create them on
  * dev. CPU values of a device graph (scalars, host-side constants) stay. */
+static of_status graph_to(of_graph *g, of_device dev);
+
+/* every variant of a loaded graph moves (each makes its own copies of the
+ * shared weights on the device) */
 of_status of_graph_to(of_graph *g, of_device dev) {
   if (!g) return of_fail(OF_ERR_ARG, "nn.Graph.to: no graph");
+  for (of_graph *v = g; v; v = v->variant) OF_CHECK(graph_to(v, dev));
+  return OF_OK;
+}
+
+static of_status graph_to(of_graph *g, of_device dev) {
   pthread_mutex_lock(&g->lock);
   int32_t active = g->active;
   pthread_mutex_unlock(&g->lock);
@@ -628,6 +682,7 @@ of_status of_graph_to(of_graph *g, of_device dev) {
 
 void of_graph_set_cuda_graph(of_graph *g, int32_t mode) {
   if (!g) return;
+  of_graph_set_cuda_graph(g->variant, mode);
   mode = mode < 0 ? 0 : mode > 2 ? 2 : mode;
   if (mode == g->cg_mode) return;
   if (mode == 0 || g->cg_mode == 0) of_graph_cuda_graph_drop(g);
@@ -684,11 +739,12 @@ void of_graph_set_debug(of_graph *g, int32_t level) {
 }
 
 void of_graph_set_concurrency(of_graph *g, int32_t n) {
-  if (g) g->concurrency = n;
+  for (; g; g = g->variant) g->concurrency = n;
 }
 
 void of_graph_set_profile(of_graph *g, int32_t on) {
   if (!g) return;
+  of_graph_set_profile(g->variant, on);
   g->profile = on != 0;
   free(g->prof);
   g->prof = NULL;

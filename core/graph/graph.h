@@ -104,6 +104,9 @@ typedef struct of_graph {
   void *cg_graph;         /* the instantiated CUDA graph */
   of_tensor **cg_in, **cg_out;   /* static inputs / outputs */
   char cg_status[320];
+  /* a loaded graph saved with several input signatures: the next one
+   * (owned; shares the externals' tensors) */
+  struct of_graph *variant;
 } of_graph;
 
 /* ---- op table (ops.c): the rows of core/ops plus the graph-only ops ---- */

@@ -1056,6 +1056,73 @@ of_status of_graph_load_on(const char *path, of_device dev, of_graph **out) {
   return load_to(path, true, dev, out);
 }
 
+static const st_entry *find_entry(const st_entry *ents, int32_t nent, const char *name) {
+  for (int32_t i = 0; i < nent; i++)
+    if (strcmp(ents[i].name, name) == 0) return &ents[i];
+  return NULL;
+}
+
+/* an entry's bytes (malloc'd), NULL when unreadable */
+static uint8_t *read_entry(FILE *f, int64_t data_start, const st_entry *e) {
+  size_t nb = (size_t)(e->end - e->begin);
+  uint8_t *p = malloc(nb ? nb : 1);
+  if (p && nb && (fseek(f, (long)(data_start + e->begin), SEEK_SET) != 0 ||
+                  fread(p, 1, nb, f) != nb)) {
+    free(p);
+    return NULL;
+  }
+  return p;
+}
+
+/* Binds graph g's externals (value v's external index ext_of_value[v] <
+ * next; map[k]: the file's "ext.N" of the graph's external k, NULL: the
+ * same) to the file's tensors, read into cache[] on first use. */
+static of_status bind(const ctx_t *c, FILE *f, of_graph *g, const int32_t *ext_of_value,
+                      int32_t next, const int32_t *map, of_tensor **cache, int32_t ncache,
+                      const st_entry *ents, int32_t nent, int64_t data_start) {
+  for (int32_t v = 0; v < g->nvals; v++) {
+    of_gval *x = &g->vals[v];
+    if (x->kind != OF_GV_EXTERNAL) continue;
+    int32_t k = ext_of_value[v];
+    if (k < 0) continue;   /* unused */
+    if (k >= next) return corrupt(c, "an external index is out of range");
+    int32_t fk = map ? map[k] : k;
+    if (fk < 0 || fk >= ncache) return corrupt(c, "an external tensor is missing");
+    if (!cache[fk]) {
+      char want[32];
+      snprintf(want, sizeof want, "ext.%d", (int)fk);
+      const st_entry *e = find_entry(ents, nent, want);
+      if (!e) return corrupt(c, "an external tensor is missing");
+      OF_CHECK(of_tensor_new(e->shape, e->ndim, e->dtype, OF_CPU, &cache[fk]));
+      size_t nb = (size_t)(e->end - e->begin);
+      if (nb && (fseek(f, (long)(data_start + e->begin), SEEK_SET) != 0 ||
+                 fread(of_ptr(cache[fk]), 1, nb, f) != nb))
+        return corrupt(c, "cannot read an external tensor");
+    }
+    of_tensor *t = cache[fk];
+    bool same = t->dtype == x->dtype && t->ndim == x->ndim;
+    for (int32_t i = 0; same && i < x->ndim; i++) same = t->shape[i] == x->shape[i];
+    if (!same) return corrupt(c, "an external tensor does not match the graph");
+    of_tensor_retain(t);
+    x->ext = t;
+    memcpy(x->strides, t->strides, sizeof x->strides);
+    x->offset = 0;
+  }
+  int32_t *uses = NULL;
+  for (int32_t v = 0; v < g->nvals; v++) {
+    /* a used external without data would leave a hole at run time */
+    if (g->vals[v].kind == OF_GV_EXTERNAL && !g->vals[v].ext) {
+      if (!uses) uses = of_graph_use_counts(g);
+      if (uses && uses[v] > 0) {
+        free(uses);
+        return corrupt(c, "the graph reads an external that was not saved");
+      }
+    }
+  }
+  free(uses);
+  return OF_OK;
+}
+
 static of_status load_impl(const char *path, of_graph **out) {
   if (!path || !out) return of_fail(OF_ERR_ARG, "nn.Graph.load: no path");
   ctx_t c = {path};
@@ -1067,7 +1134,7 @@ static of_status load_impl(const char *path, of_graph **out) {
   int32_t nent = 0, cap = 0;
   uint8_t *ir = NULL;
   of_graph *g = NULL;
-  int32_t *ext_of_value = NULL, next = 0;
+  int32_t *ext_of_value = NULL, next = 0, next_file = 0;
   of_tensor **ext = NULL;
   long fsize = -1;
   if (fseek(f, 0, SEEK_END) == 0) fsize = ftell(f);
@@ -1136,53 +1203,60 @@ static of_status load_impl(const char *path, of_graph **out) {
   }
   st = parse_ir(&c, ir, irn, &g, &ext_of_value, &next);
   if (st != OF_OK) goto done;
-  ext = calloc((size_t)(next ? next : 1), sizeof *ext);
+  /* the file's externals, read once each and shared by the variants */
+  for (int32_t i = 0; i < nent; i++) {
+    int k;
+    char tail;
+    if (sscanf(ents[i].name, "ext.%d%c", &k, &tail) == 1 && k >= 0 && k < nent && k >= next_file)
+      next_file = k + 1;
+  }
+  ext = calloc((size_t)(next_file ? next_file : 1), sizeof *ext);
   if (!ext) { st = of_fail(OF_ERR_OOM, "nn.Graph.load: out of memory"); goto done; }
-  for (int32_t k = 0; k < next && st == OF_OK; k++) {
-    char want[32];
-    snprintf(want, sizeof want, "ext.%d", (int)k);
-    const st_entry *e = NULL;
-    for (int32_t i = 0; i < nent; i++)
-      if (strcmp(ents[i].name, want) == 0) e = &ents[i];
-    if (!e) { st = corrupt(&c, "an external tensor is missing"); break; }
-    st = of_tensor_new(e->shape, e->ndim, e->dtype, OF_CPU, &ext[k]);
-    if (st != OF_OK) break;
-    size_t nb = (size_t)(e->end - e->begin);
-    if (nb && (fseek(f, (long)(data_start + e->begin), SEEK_SET) != 0 ||
-               fread(of_ptr(ext[k]), 1, nb, f) != nb))
-      st = corrupt(&c, "cannot read an external tensor");
-  }
-  for (int32_t v = 0; v < g->nvals && st == OF_OK; v++) {
-    of_gval *x = &g->vals[v];
-    if (x->kind != OF_GV_EXTERNAL) continue;
-    int32_t k = ext_of_value[v];
-    if (k < 0) continue;   /* unused */
-    of_tensor *t = ext[k];
-    bool same = t->dtype == x->dtype && t->ndim == x->ndim;
-    for (int32_t i = 0; same && i < x->ndim; i++) same = t->shape[i] == x->shape[i];
-    if (!same) { st = corrupt(&c, "an external tensor does not match the graph"); break; }
-    of_tensor_retain(t);
-    x->ext = t;
-    memcpy(x->strides, t->strides, sizeof x->strides);
-    x->offset = 0;
-  }
-  for (int32_t v = 0; g && v < g->nvals && st == OF_OK; v++) {
-    /* a used external without data would leave a hole at run time */
-    if (g->vals[v].kind == OF_GV_EXTERNAL && !g->vals[v].ext) {
-      int32_t *uses = of_graph_use_counts(g);
-      bool used = uses && uses[v] > 0;
-      free(uses);
-      if (used) st = corrupt(&c, "the graph reads an external that was not saved");
+  st = bind(&c, f, g, ext_of_value, next, NULL, ext, next_file, ents, nent, data_start);
+  /* more compiled signatures: "__graph__.1", ... with "__graph__.1.ext" (int32: the
+   * file's external of each of the variant's externals) */
+  of_graph *last = g;
+  for (int32_t vi = 1; st == OF_OK && vi < nent; vi++) {
+    char want[48], wmap[48];
+    snprintf(want, sizeof want, "__graph__.%d", (int)vi);
+    snprintf(wmap, sizeof wmap, "__graph__.%d.ext", (int)vi);
+    const st_entry *e = find_entry(ents, nent, want), *me = find_entry(ents, nent, wmap);
+    if (!e) break;
+    if (e->dtype != OF_UINT8 || e->ndim != 1 || !me || me->dtype != OF_INT32 || me->ndim != 1) {
+      st = corrupt(&c, "a compiled variant's record or its external map is missing or malformed");
+      break;
     }
+    of_graph *v = NULL;
+    int32_t *vext = NULL, vnext = 0, *map = NULL;
+    free(ir);
+    ir = read_entry(f, data_start, e);
+    map = (int32_t *)read_entry(f, data_start, me);
+    if (!ir || !map) st = corrupt(&c, "cannot read a compiled variant");
+    if (st == OF_OK) st = parse_ir(&c, ir, (size_t)(e->end - e->begin), &v, &vext, &vnext);
+    if (st == OF_OK && me->shape[0] != vnext) st = corrupt(&c, "a variant's external map has the wrong length");
+    if (st == OF_OK && (v->ninputs != g->ninputs || v->noutputs != g->noutputs))
+      st = corrupt(&c, "a compiled variant has other inputs or outputs than the graph");
+    for (int32_t k = 0; st == OF_OK && k < vnext; k++)
+      if (map[k] < 0 || map[k] >= next_file) st = corrupt(&c, "a variant's external map is out of range");
+    if (st == OF_OK) st = bind(&c, f, v, vext, vnext, map, ext, next_file, ents, nent, data_start);
+    free(vext);
+    free(map);
+    if (st != OF_OK) {
+      of_graph_release(v);
+      break;
+    }
+    snprintf(v->passes, sizeof v->passes, "loaded from %.400s", path);
+    last->variant = v;
+    last = v;
   }
   if (st == OF_OK) {
     snprintf(g->passes, sizeof g->passes, "loaded from %.400s", path);
     int32_t r;
-    st = of_pass_plan(g, &r);
+    for (of_graph *v = g; v && st == OF_OK; v = v->variant) st = of_pass_plan(v, &r);
   }
 done:
   if (ext)
-    for (int32_t k = 0; k < next; k++) of_tensor_release(ext[k]);
+    for (int32_t k = 0; k < next_file; k++) of_tensor_release(ext[k]);
   free(ext);
   free(ext_of_value);
   free(ir);

@@ -112,6 +112,7 @@ void of_graph_compact(of_graph *g) {
 
 void of_graph_release(of_graph *g) {
   if (!g) return;
+  of_graph_release(g->variant);
   for (int32_t i = 0; i < g->nnodes; i++) of_graph_node_free(&g->nodes[i]);
   for (int32_t v = 0; v < g->nvals; v++) {
     if (g->vals[v].kind == OF_GV_EXTERNAL) of_tensor_release(g->vals[v].ext);

@@ -3,13 +3,7 @@
 -- with their parameters (doc/internals.md, "Docs").
 local function sh_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
-local function read(path)
-  local f = io.open(path, 'rb')
-  if not f then return nil end
-  local s = f:read('*a')
-  f:close()
-  return s
-end
+local read = require('spec.helpers').read_file
 
 -- {module page, the function's name as LDoc shows it, a parameter it must list}
 local KEY = {

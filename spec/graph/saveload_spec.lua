@@ -24,6 +24,10 @@ local function convnet()
                        nn.Linear(8, 3))
 end
 
+local function C_num_externals(loaded)
+  return tonumber(require('oneflow._C').C.of_graph_num_externals(loaded.g))
+end
+
 local function read(path)
   local f = assert(io.open(path, 'rb'))
   local s = f:read('*a')
@@ -69,6 +73,46 @@ describe('nn.Graph save/load', function()
     assert.is_truthy(h:ir(2):find('"m.0.weight"', 1, true))
     H.raises(function() h(flow.randn(3, 1, 8, 8)) end, 'input 1 is [3,1,8,8]', 'compiled for [2,1,8,8]')
     H.raises(function() h() end, 'takes 1 inputs')
+  end)
+
+  it('keeps every compiled input signature: batch 4 then 2, both run after loading', function()
+    local m = convnet()
+    m:eval()
+    local g = Eval(m)
+    local x4, x2 = flow.randn(4, 1, 8, 8), flow.randn(2, 1, 8, 8)
+    g(x4)
+    g(x2)                          -- traced calls; the last compiled is batch 2
+    local y4, y2 = g(x4), g(x2)    -- the compiled plans
+    g:save(path)
+    local h = nn.Graph.load(path)
+    assert.are.same({{{2, 1, 8, 8}}, {{4, 1, 8, 8}}}, h:signatures())
+    assert.are.equal(0, (h(x4) - y4):abs():max():item())
+    assert.are.equal(0, (h(x2) - y2):abs():max():item())
+    H.raises(function() h(flow.randn(3, 1, 8, 8)) end, 'input 1 is [3,1,8,8]',
+             'compiled for [2,1,8,8]', 'variants whose first input is [4,1,8,8]')
+    -- a loaded graph saves its variants again; the weights are stored once
+    h:save(dir .. '/again.ofg')
+    local h2 = nn.Graph.load(dir .. '/again.ofg')
+    assert.are.equal(0, (h2(x4) - y4):abs():max():item())
+    local entries = flow.load(dir .. '/again.ofg')
+    local n = 0
+    for k in pairs(entries) do if k:match('^ext%.') then n = n + 1 end end
+    assert.are.equal(C_num_externals(h), n)
+    -- a variant's external map that points outside the file, or is cut short: an error
+    local st = require('oneflow.serialization').safetensors
+    local meta = {format = 'oneflow-graph', version = '1'}
+    local bad = flow.load(dir .. '/again.ofg')
+    bad['__graph__.1.ext'] = flow.full({bad['__graph__.1.ext']:numel()}, 99, {dtype = flow.int32})
+    st.save_file(bad, dir .. '/bad_map.ofg', meta)
+    H.raises(function() nn.Graph.load(dir .. '/bad_map.ofg') end, "external map is out of range")
+    bad['__graph__.1.ext'] = flow.zeros(1, {dtype = flow.int32})
+    st.save_file(bad, dir .. '/short_map.ofg', meta)
+    H.raises(function() nn.Graph.load(dir .. '/short_map.ofg') end, 'external map has the wrong length')
+    -- a train-mode call is another mode: not saved with the eval signatures
+    m:train()
+    g(flow.randn(3, 1, 8, 8))
+    g:save(dir .. '/train_mode.ofg')
+    assert.are.same({{{3, 1, 8, 8}}}, nn.Graph.load(dir .. '/train_mode.ofg'):signatures())
   end)
 
   it('runs a saved graph in a fresh process without the model code', function()

@@ -46,6 +46,20 @@ describe('make install', function()
     assert.truthy(exists(prefix .. '/share/lua/5.1/flowvision/init.lua'), out)
     local lib = sh('ls ' .. prefix .. '/lib*/liboneflow.so ' .. prefix .. '/lib/*/liboneflow.so 2>/dev/null')
     assert.truthy(lib:find('liboneflow.so', 1, true), out)
+    -- the static library: a C host links the runtime in and runs without liboneflow.so
+    local a = sh('ls ' .. prefix .. '/lib*/liboneflow.a ' .. prefix .. '/lib/*/liboneflow.a 2>/dev/null')
+      :match('%S+liboneflow%.a')
+    assert.truthy(a, out)
+    local host = dest .. '/host_static'
+    local dnnl = sh('ls /usr/lib/*/libdnnl.so 2>/dev/null'):find('libdnnl', 1, true) and ' -ldnnl' or ''
+    out = sh(('cc -std=c11 -I%s/include %s/examples/graph/host.c %s -fopenmp -lopenblas%s -lm -ldl '
+                  .. '-lpthread -o %s && %s; true'):format(prefix, root, a, dnnl, host, host))
+    assert.truthy(out:find('usage: graph_host', 1, true), out)
+    assert.falsy(sh('ldd ' .. host):find('liboneflow', 1, true))
+    -- the server, where libmicrohttpd was found
+    if exists(build .. '/flow-serve') then
+      assert.truthy(exists(prefix .. '/bin/flow-serve'), out)
+    end
 
     local script = os.tmpname()
     local f = io.open(script, 'w')

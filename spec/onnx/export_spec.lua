@@ -127,6 +127,22 @@ case('tagger', function()
   return net, {flow.randint(1, 21, {3, 7})}, {{flow.randint(1, 21, {2, 7})}}
 end, {dynamic_axes = {input = {[1] = 'batch'}, output_1 = {[1] = 'batch'}, output_2 = {[1] = 'batch'}}})
 
+-- a compiled nn.Graph object: its build traced, its modules' parameters
+-- named by attribute ("model.0.weight"), compared with the compiled run
+local ExportGraph = nn.Graph:subclass('ExportGraph')
+function ExportGraph:__init(m) nn.Graph.__init(self); self.model = m end
+function ExportGraph:build(x) return F.softmax(self.model(x), -1) end
+case('compiled_graph', function()
+  local net = randomize(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                                      nn.Linear(4 * 6 * 6, 5)))
+  net:eval()
+  local g = ExportGraph(net)
+  local x = flow.randn(2, 3, 8, 8)
+  g(x)
+  g(x)   -- compiled
+  return g, {x}
+end)
+
 case('two_inputs', function()
   local emb, fc = nn.Embedding(10, 4), nn.Linear(8, 3)
   local function model(x, ids)
@@ -469,6 +485,22 @@ describe('flow.onnx.export', function()
     assert.equal('input', m.graph.inputs[1].name)
     assert.equal('output', m.graph.outputs[1].name)
     assert.equal(1, m.graph.nodes[1].attrs.transB.i)
+  end)
+
+  it('exports a compiled nn.Graph with its modules\' names; a loaded graph is refused', function()
+    local m = D.read(exported.compiled_graph.file)
+    assert.same({'Conv', 'BatchNormalization', 'Relu', 'Reshape', 'Gemm', 'Softmax'}, D.op_types(m.graph))
+    local inits = D.inits(m.graph)
+    assert.same({4, 3, 3, 3}, inits['model.0.weight'].dims)
+    assert.same({4}, inits['model.1.running_var'].dims)
+    assert.is_truthy(m.graph.nodes[1].name:find('/model.0/', 1, true), m.graph.nodes[1].name)
+    local g = ExportGraph(nn.Linear(3, 2))
+    local x = flow.randn(1, 3)
+    g(x)
+    g:save(path('g.ofg'))
+    local loaded = nn.Graph.load(path('g.ofg'))
+    H.raises(function() flow.onnx.export(loaded, {x}, path('loaded.onnx')) end,
+             'a loaded graph (flow.nn.Graph.load) holds no model code')
   end)
 
   it('writes LeNet as Conv / MaxPool / AveragePool / Gemm with 0-based attributes', function()

@@ -40,10 +40,19 @@ MK="$OUT/objs.mk"
 } > "$MK"
 make -s -C "$OUT" -f objs.mk -j "$JOBS" liboneflow_fuzz.a
 LIBS="-lopenblas -ljpeg -lpng -lz -lm -ldl -lpthread"
+# fuzz_serve: flow-serve's request/JSON/config parsers (serve/), which it
+# compiles itself
+SERVE_SRCS="$ROOT/serve/json.c $ROOT/serve/protocol.c $ROOT/serve/config.c"
 for h in "$ROOT"/tools/fuzz/fuzz_*.c; do
   name=$(basename "$h" .c)
-  if [ ! -f "$OUT/$name" ] || [ "$h" -nt "$OUT/$name" ] || [ "$OUT/liboneflow_fuzz.a" -nt "$OUT/$name" ]; then
-    "$CC" $CFLAGS -fsanitize=fuzzer "$h" "$OUT/liboneflow_fuzz.a" $LIBS -o "$OUT/$name"
+  extra=""
+  [ "$name" = fuzz_serve ] && extra=$SERVE_SRCS
+  stale=""
+  # shellcheck disable=SC2086
+  for s in "$h" "$OUT/liboneflow_fuzz.a" $extra; do [ "$s" -nt "$OUT/$name" ] && stale=1; done
+  if [ ! -f "$OUT/$name" ] || [ -n "$stale" ]; then
+    # shellcheck disable=SC2086
+    "$CC" $CFLAGS -fsanitize=fuzzer "$h" $extra "$OUT/liboneflow_fuzz.a" $LIBS -o "$OUT/$name"
   fi
 done
 echo "fuzz harnesses in $OUT:" $(cd "$OUT" && for h in fuzz_*; do [ -x "$h" ] && printf '%s ' "$h"; done)

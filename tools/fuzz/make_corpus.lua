@@ -69,6 +69,8 @@ do
   local s = Small(lin)
   s(flow.randn(1, 3))
   s:save(d .. '/small.ofg')
+  s(flow.randn(3, 3))   -- a second input signature: "__graph__.1" and its external map
+  s:save(d .. '/variants.ofg')
 end
 
 ------------------------------------------------------------------ safetensors

@@ -2,7 +2,7 @@
 # make fuzz: builds the libFuzzer harnesses (tools/fuzz/build.sh; clang,
 # libclang-rt-14-dev and libomp-dev from tools/install_deps.sh) and runs
 # every harness for FUZZ_TIME seconds (default 600), one after another:
-#   fuzz_graph, fuzz_image (libFuzzer, ASan + UBSan, leak detection on),
+#   fuzz_graph, fuzz_image, fuzz_serve (libFuzzer, ASan + UBSan, leak detection on),
 #   lua_fuzz.lua safetensors | torch | pickle | t7 (LuaJIT-driven).
 # Each starts from its committed seeds (tools/fuzz/corpus/NAME) plus what
 # earlier runs found (build-fuzz/corpus/NAME); a crash, hang, leak or
@@ -13,7 +13,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
 OUT=${FUZZ_OUT:-build-fuzz}
 T=${FUZZ_TIME:-600}
-TARGETS=${FUZZ_TARGETS:-"graph image safetensors torch pickle t7"}
+TARGETS=${FUZZ_TARGETS:-"graph image serve safetensors torch pickle t7"}
 export LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;;"
 export OMP_NUM_THREADS=1
 sh tools/fuzz/build.sh "$OUT" || exit 1

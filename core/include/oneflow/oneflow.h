@@ -780,6 +780,13 @@ int32_t of_graph_node_slots(const of_graph *g);
 of_status of_graph_describe_value(const of_graph *g, int32_t v, of_graph_value_desc *out);
 of_status of_graph_describe_node(const of_graph *g, int32_t i, of_graph_node_desc *out);
 int32_t of_graph_io_value(const of_graph *g, int32_t output, int32_t i);   /* -1: none */
+/* Compiled signatures: graph:save writes every input signature the graph
+ * compiled (the last one first); a loaded graph holds one variant per
+ * signature, sharing the weights, and of_graph_run runs the first variant
+ * whose inputs match (e.g. batch 4 and batch 2). Variant 0 is g itself;
+ * the others are borrowed (released with g). */
+int32_t of_graph_num_variants(const of_graph *g);
+of_graph *of_graph_variant(of_graph *g, int32_t i);   /* NULL: out of range */
 
 /* Fused optimizer updates, in place, one pass over memory (the update ops
  * nn.Graph records; usable eagerly too). hyper: float64 {lr, steps taken};

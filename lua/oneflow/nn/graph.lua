@@ -860,7 +860,7 @@ local function add_grad(e, g)
   end
 end
 
-local function compile(self, key, args, n, dev)
+local function compile(self, key, rest, args, n, dev)
   local ins, ninputs, globals = {}, 0, false
   for i = 1, n do
     if is_tensor(args[i]) then
@@ -962,7 +962,7 @@ local function compile(self, key, args, n, dev)
   end
   local entry = {g = g, template = tpl, nres = nres, ninputs = ninputs, noutputs = #list,
                  grads = grads,
-                 updated = updated, key = key, scaling = sc, global = globals,
+                 updated = updated, key = key, rest = rest, scaling = sc, global = globals,
                  cuda_graph = self.config.cuda_graph,
                  cins = tensor_list(math.max(ninputs, 1)),
                  couts = tensor_list(math.max(#list, 1))}
@@ -1023,15 +1023,17 @@ function Graph:__call(...)
     end
   end
   local cfg = self.config
-  local key = signature(args, n) .. '|' .. modes(self) .. '|' .. (cfg.acc_steps or 1) .. '|'
+  -- the signature of the inputs, then what else compiles differently
+  local rest = '|' .. modes(self) .. '|' .. (cfg.acc_steps or 1) .. '|'
               .. (cfg.amp and tostring(cfg.amp_dtype or 'default') or '') .. '|'
               .. (cfg.checkpointing and 'ck' or '') .. '|' .. (cfg.zero or '')
+  local key = signature(args, n) .. rest
   local entry = self._cache[key]
   if entry ~= nil and not state_current(entry) then
     self._cache[key] = nil
     entry = nil
   end
-  if entry == nil then return compile(self, key, args, n, call_device(self, args, n)) end
+  if entry == nil then return compile(self, key, rest, args, n, call_device(self, args, n)) end
   if cfg.cuda_graph ~= entry.cuda_graph then
     C.of_graph_set_cuda_graph(entry.g, cfg.cuda_graph or 0)
     entry.cuda_graph = cfg.cuda_graph
@@ -1118,22 +1120,43 @@ function Graph:ir(level)
 end
 
 ------------------------------------------------------------------ save / load
-local function save_graph(g, path)
+-- graphs: the compiled signatures to keep, the one to run first first.
+-- The first is "__graph__" with its externals "ext.0", ... (what older
+-- builds read); each other one "__graph__.<i>" with "__graph__.<i>.ext",
+-- the file's external of each of its externals, so that the signatures
+-- share the weights in the file as they do in memory.
+local function save_graph(graphs, path)
   local serialization = require 'oneflow.serialization'
-  local out = ffi.new('of_tensor*[1]')
-  if C.of_graph_serialize(g, out) ~= 0 then raise('nn.Graph.save: ') end
-  local tbl = {__graph__ = wrap(out[0])}
-  for i = 0, C.of_graph_num_externals(g) - 1 do
-    local t = C.of_graph_external(g, i)
-    C.of_tensor_retain(t)
-    tbl['ext.' .. i] = wrap(t)
+  local tbl, index, nfile = {}, {}, 0
+  for gi, g in ipairs(graphs) do
+    local out = ffi.new('of_tensor*[1]')
+    if C.of_graph_serialize(g, out) ~= 0 then raise('nn.Graph.save: ') end
+    local name = gi == 1 and '__graph__' or ('__graph__.' .. (gi - 1))
+    tbl[name] = wrap(out[0])
+    local map = {}
+    for i = 0, C.of_graph_num_externals(g) - 1 do
+      local t = C.of_graph_external(g, i)
+      local a = addr(t)
+      if not index[a] then
+        C.of_tensor_retain(t)
+        tbl['ext.' .. nfile] = wrap(t)
+        index[a] = nfile
+        nfile = nfile + 1
+      end
+      map[i + 1] = index[a]
+    end
+    if gi > 1 then
+      tbl[name .. '.ext'] = require('oneflow').tensor(map, {dtype = require('oneflow').int32})
+    end
   end
   local meta = {format = 'oneflow-graph', version = '1'}
   serialization.safetensors.save_file(tbl, path, meta)
 end
 
---- Writes the last compiled graph (IR and weights, one safetensors file);
--- `flow.nn.Graph.load(path)` runs it without this code.
+--- Writes the compiled graph (IR and weights, one safetensors file) with
+-- every input signature it compiled in the same mode (train/eval, AMP,
+-- ...) as the last call: `flow.nn.Graph.load(path)` runs it without this
+-- code at each of those signatures (e.g. batch 4 and batch 2).
 -- @function nn.Graph:save
 -- @tparam string path
 function Graph:save(path)
@@ -1142,7 +1165,16 @@ function Graph:save(path)
     fail('save: graphs with global tensors (placements, SBP, collectives) cannot be saved yet; '
          .. 'save the parameters with flow.distributed.save and trace the graph again', 2)
   end
-  save_graph(self._last.g, path)
+  local others = {}
+  for key, e in pairs(self._cache) do
+    if e ~= self._last and e.rest == self._last.rest and not e.global and state_current(e) then
+      others[#others + 1] = {key, e.g}
+    end
+  end
+  table.sort(others, function(a, b) return a[1] < b[1] end)
+  local graphs = {self._last.g}
+  for _, o in ipairs(others) do graphs[#graphs + 1] = o[2] end
+  save_graph(graphs, path)
 end
 
 local Loaded = {__name = 'LoadedGraph'}
@@ -1205,7 +1237,28 @@ function Loaded:enable_cuda_graph(on, opts)
 end
 function Loaded:cuda_graph_status() return ffi.string(C.of_graph_cuda_graph_status(self.g)) end
 function Loaded:ir(level) return ffi.string(C.of_graph_dump(self.g, level or 1)) end
-function Loaded:save(path) save_graph(self.g, path) end
+function Loaded:save(path)
+  local graphs = {}
+  for i = 0, C.of_graph_num_variants(self.g) - 1 do graphs[i + 1] = C.of_graph_variant(self.g, i) end
+  save_graph(graphs, path)
+end
+--- The input shapes of each compiled signature the loaded graph holds
+-- (a list of lists of shapes, 1 per variant, the first one first).
+function Loaded:signatures()
+  local out = {}
+  local desc = ffi.new('of_graph_value_desc')
+  for i = 0, C.of_graph_num_variants(self.g) - 1 do
+    local v, shapes = C.of_graph_variant(self.g, i), {}
+    for k = 0, C.of_graph_num_inputs(v) - 1 do
+      if C.of_graph_describe_value(v, C.of_graph_io_value(v, 0, k), desc) ~= 0 then raise() end
+      local s = {}
+      for d = 0, desc.ndim - 1 do s[d + 1] = tonumber(desc.shape[d]) end
+      shapes[k + 1] = s
+    end
+    out[i + 1] = shapes
+  end
+  return out
+end
 function Loaded:debug(level)
   io.stderr:write(ffi.string(C.of_graph_dump(self.g, level or 1)))
 end

@@ -96,40 +96,61 @@ local function value_info(name, x, dyn)
 end
 
 ------------------------------------------------------------------ tracing
+-- the modules a model holds, with the prefix of their names: the module
+-- itself, or an nn.Graph's module attributes (self.model = ... in __init:
+-- named "model.0.weight" as graph:save names them)
+local function modules_of(model)
+  if module.is_module(model) then return {{'', model}} end
+  local list = {}
+  if type(model) == 'table' and type(model.build) == 'function' then
+    for k, v in pairs(model) do
+      if type(k) == 'string' and module.is_module(v) then list[#list + 1] = {k .. '.', v} end
+    end
+    table.sort(list, function(a, b) return a[1] < b[1] end)
+  end
+  return list
+end
+
 local function callable(model)
   if module.is_module(model) then return function(...) return model(...) end end
   if type(model) == 'function' then return model end
   if type(model) == 'table' and type(model.build) == 'function' then
     return function(...) return model:build(...) end
   end
+  if type(model) == 'table' and getmetatable(model) and getmetatable(model).__name == 'LoadedGraph' then
+    fail('a loaded graph (flow.nn.Graph.load) holds no model code to trace: export the nn.Graph '
+         .. 'object (or its modules) before graph:save')
+  end
   fail('expected an nn.Module, a function or an object with a build method, got ' .. type(model))
 end
 
 local function parameter_names(model)
   local names = {}
-  if type(model) == 'table' and type(model.named_parameters) == 'function' then
-    for name, p in model:named_parameters() do names[key(p)] = names[key(p)] or name end
-    if type(model.named_buffers) == 'function' then
-      for name, b in model:named_buffers() do names[key(b)] = names[key(b)] or name end
-    end
+  for _, e in ipairs(modules_of(model)) do
+    local prefix, m = e[1], e[2]
+    for name, p in m:named_parameters() do names[key(p)] = names[key(p)] or prefix .. name end
+    for name, b in m:named_buffers() do names[key(b)] = names[key(b)] or prefix .. name end
   end
   return names
 end
 
 -- eval mode for the trace, and scope hooks naming nodes after modules
 local function prepare_modules(model, g)
-  if not module.is_module(model) then return function() end end
   local modes, handles = {}, {}
-  for name, m in model:named_modules() do
-    modes[#modes + 1] = {m, rawget(m, 'training')}
-    handles[#handles + 1] = m:register_forward_pre_hook(function()
-      g.scope[#g.scope + 1] = name
-    end)
-    handles[#handles + 1] = m:register_forward_hook(function()
-      g.scope[#g.scope] = nil
-    end)
+  for _, e in ipairs(modules_of(model)) do
+    local prefix, top = e[1], e[2]
+    for name, m in top:named_modules() do
+      local scope = prefix == '' and name or (name == '' and prefix:sub(1, -2) or prefix .. name)
+      modes[#modes + 1] = {m, rawget(m, 'training')}
+      handles[#handles + 1] = m:register_forward_pre_hook(function()
+        g.scope[#g.scope + 1] = scope
+      end)
+      handles[#handles + 1] = m:register_forward_hook(function()
+        g.scope[#g.scope] = nil
+      end)
+    end
+    top:eval()
   end
-  model:eval()
   return function()
     for i = #handles, 1, -1 do handles[i].remove() end
     for _, e in ipairs(modes) do rawset(e[1], 'training', e[2]) end

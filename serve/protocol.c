@@ -1,0 +1,325 @@
+/* protocol.c -- see protocol.h. */
+#include "protocol.h"
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const DT_NAMES[SV_NUM_DTYPES] = {"BOOL", "UINT8", "INT8", "INT32", "INT64",
+                                                    "FP16", "BF16", "FP32", "FP64"};
+static const int32_t DT_SIZES[SV_NUM_DTYPES] = {1, 1, 1, 4, 8, 2, 2, 4, 8};
+
+const char *sv_datatype_name(int32_t dt) { return dt >= 0 && dt < SV_NUM_DTYPES ? DT_NAMES[dt] : NULL; }
+int32_t sv_dtype_size(int32_t dt) { return dt >= 0 && dt < SV_NUM_DTYPES ? DT_SIZES[dt] : 0; }
+
+int32_t sv_datatype_code(const char *name) {
+  for (int32_t i = 0; name && i < SV_NUM_DTYPES; i++)
+    if (strcmp(name, DT_NAMES[i]) == 0) return i;
+  return -1;
+}
+
+const char *sv_config_type_name(int32_t dt) {
+  static const char *const names[SV_NUM_DTYPES] = {"TYPE_BOOL", "TYPE_UINT8", "TYPE_INT8",
+                                                   "TYPE_INT32", "TYPE_INT64", "TYPE_FP16",
+                                                   "TYPE_BF16", "TYPE_FP32", "TYPE_FP64"};
+  return dt >= 0 && dt < SV_NUM_DTYPES ? names[dt] : NULL;
+}
+
+int32_t sv_config_type_code(const char *name) {
+  if (!name || strncmp(name, "TYPE_", 5) != 0) return -1;
+  return sv_datatype_code(name + 5);
+}
+
+int64_t sv_numel(const int64_t *shape, int32_t ndim) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < ndim; i++) n *= shape[i];
+  return n;
+}
+
+bool sv_errorf(char *e, size_t cap, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e, cap, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+void sv_request_free(sv_request *r) {
+  for (int32_t i = 0; i < r->nin; i++) free(r->in[i].data);
+  r->nin = 0;
+}
+
+/* a string member into out (cap bytes), false when absent/not a string/too long */
+static bool get_str(const js_doc *d, const js_val *o, const char *key, char *out, size_t cap) {
+  const js_val *v = js_get(d, o, key);
+  if (!v || v->type != JS_STR || v->slen >= cap) return false;
+  memcpy(out, v->s, v->slen + 1);
+  return true;
+}
+
+static bool get_bool_param(const js_doc *d, const js_val *o, const char *key, bool *out) {
+  const js_val *p = js_get(d, o, "parameters"), *v = js_get(d, p, key);
+  if (v && v->type == JS_BOOL) *out = v->b;
+  return v != NULL;
+}
+
+/* writes element k of dt from JSON value v; false on a type mismatch */
+static bool put_elem(void *data, int32_t dt, int64_t k, const js_val *v) {
+  if (dt == 0) {
+    if (v->type != JS_BOOL) return false;
+    ((uint8_t *)data)[k] = v->b;
+    return true;
+  }
+  if (v->type != JS_NUM) return false;
+  switch (dt) {
+    case 1:
+      if (!v->is_int || v->i < 0 || v->i > 255) return false;
+      ((uint8_t *)data)[k] = (uint8_t)v->i;
+      return true;
+    case 2:
+      if (!v->is_int || v->i < -128 || v->i > 127) return false;
+      ((int8_t *)data)[k] = (int8_t)v->i;
+      return true;
+    case 3:
+      if (!v->is_int || v->i < INT32_MIN || v->i > INT32_MAX) return false;
+      ((int32_t *)data)[k] = (int32_t)v->i;
+      return true;
+    case 4:
+      if (!v->is_int) return false;
+      ((int64_t *)data)[k] = v->i;
+      return true;
+    case 7: ((float *)data)[k] = (float)v->num; return true;
+    case 8: ((double *)data)[k] = v->num; return true;
+    default: return false;
+  }
+}
+
+/* the "data" member, nested or flat, in row-major order */
+static bool fill(const js_doc *d, const js_val *a, void *data, int32_t dt, int64_t numel,
+                 int64_t *k, int depth) {
+  for (const js_val *c = js_first(d, a); c; c = js_next(d, c)) {
+    if (c->type == JS_ARR) {
+      if (depth >= JS_MAX_DEPTH || !fill(d, c, data, dt, numel, k, depth + 1)) return false;
+      continue;
+    }
+    if (*k >= numel || !put_elem(data, dt, *k, c)) return false;
+    (*k)++;
+  }
+  return true;
+}
+
+static bool parse_input(const js_doc *d, const js_val *iv, sv_tensor *t, const char *bin,
+                        size_t binlen, size_t *binpos, char *e, size_t cap) {
+  if (iv->type != JS_OBJ) return sv_errorf(e, cap, "each input must be an object");
+  if (!get_str(d, iv, "name", t->name, sizeof t->name))
+    return sv_errorf(e, cap, "an input has no \"name\" (a string of at most %d bytes)", SV_NAME - 1);
+  char dtn[16];
+  if (!get_str(d, iv, "datatype", dtn, sizeof dtn) || (t->dtype = sv_datatype_code(dtn)) < 0)
+    return sv_errorf(e, cap, "input '%s': \"datatype\" must be one of BOOL, UINT8, INT8, INT32, INT64, "
+               "FP16, BF16, FP32, FP64", t->name);
+  const js_val *sh = js_get(d, iv, "shape");
+  if (!sh || sh->type != JS_ARR || sh->n > SV_MAX_DIMS)
+    return sv_errorf(e, cap, "input '%s': \"shape\" must be an array of at most %d dims", t->name,
+               SV_MAX_DIMS);
+  t->ndim = sh->n;
+  int64_t numel = 1;
+  int32_t i = 0;
+  for (const js_val *c = js_first(d, sh); c; c = js_next(d, c), i++) {
+    if (c->type != JS_NUM || !c->is_int || c->i < 0 || c->i > ((int64_t)1 << 40))
+      return sv_errorf(e, cap, "input '%s': shape[%d] is not a non-negative integer", t->name, (int)i);
+    t->shape[i] = c->i;
+    if (c->i && numel > ((int64_t)1 << 40) / c->i)
+      return sv_errorf(e, cap, "input '%s': the shape is too large", t->name);
+    numel *= c->i;
+  }
+  int32_t es = sv_dtype_size(t->dtype);
+  size_t nbytes = (size_t)numel * (size_t)es;
+  const js_val *params = js_get(d, iv, "parameters"), *bsz = js_get(d, params, "binary_data_size");
+  const js_val *data = js_get(d, iv, "data");
+  if (bsz) {
+    if (data) return sv_errorf(e, cap, "input '%s': both \"data\" and binary_data_size", t->name);
+    if (!bin) return sv_errorf(e, cap, "input '%s': binary_data_size without the "
+                         "Inference-Header-Content-Length header", t->name);
+    if (bsz->type != JS_NUM || !bsz->is_int || bsz->i < 0)
+      return sv_errorf(e, cap, "input '%s': bad binary_data_size", t->name);
+    if ((uint64_t)bsz->i != nbytes)
+      return sv_errorf(e, cap, "input '%s': binary_data_size %lld, but shape and datatype make %zu bytes",
+                 t->name, (long long)bsz->i, nbytes);
+    if (nbytes > binlen - *binpos)
+      return sv_errorf(e, cap, "input '%s': the binary data is truncated (%zu bytes expected, %zu left)",
+                 t->name, nbytes, binlen - *binpos);
+    t->data = malloc(nbytes ? nbytes : 1);
+    if (!t->data) return sv_errorf(e, cap, "out of memory");
+    memcpy(t->data, bin + *binpos, nbytes);
+    *binpos += nbytes;
+    t->nbytes = nbytes;
+    return true;
+  }
+  if (!data || data->type != JS_ARR)
+    return sv_errorf(e, cap, "input '%s': no \"data\" array (and no binary_data_size)", t->name);
+  if (t->dtype == 5 || t->dtype == 6)
+    return sv_errorf(e, cap, "input '%s': %s tensors are accepted as binary data only", t->name, dtn);
+  /* a value takes at least 2 bytes of JSON: the document bounds numel */
+  if (numel > d->nv)
+    return sv_errorf(e, cap, "input '%s': shape has %lld elements, \"data\" fewer", t->name,
+               (long long)numel);
+  t->data = malloc(nbytes ? nbytes : 1);
+  if (!t->data) return sv_errorf(e, cap, "out of memory");
+  t->nbytes = nbytes;
+  int64_t k = 0;
+  if (!fill(d, data, t->data, t->dtype, numel, &k, 0) || k != numel)
+    return sv_errorf(e, cap, "input '%s': \"data\" does not hold %lld values of %s (shape [%s])",
+               t->name, (long long)numel, dtn, t->ndim ? "..." : "");
+  return true;
+}
+
+bool sv_parse_request(const char *body, size_t n, size_t header_len, int32_t max_values,
+                      sv_request *r, char *e, size_t cap) {
+  memset(r, 0, sizeof *r);
+  if (header_len > n)
+    return sv_errorf(e, cap, "Inference-Header-Content-Length %zu is larger than the body (%zu bytes)",
+               header_len, n);
+  size_t jlen = header_len ? header_len : n;
+  const char *bin = header_len ? body + header_len : NULL;
+  size_t binlen = header_len ? n - header_len : 0, binpos = 0;
+  js_doc d;
+  if (!js_parse(&d, body, jlen, max_values)) {
+    sv_errorf(e, cap, "%s", d.error);
+    js_free(&d);
+    return false;
+  }
+  const js_val *root = js_root(&d), *ins = js_get(&d, root, "inputs"), *outs;
+  bool ok = false;
+  if (!root || root->type != JS_OBJ) {
+    sv_errorf(e, cap, "the request must be a JSON object");
+    goto done;
+  }
+  const js_val *idv = js_get(&d, root, "id");
+  if (idv && !get_str(&d, root, "id", r->id, sizeof r->id)) {
+    sv_errorf(e, cap, "\"id\" must be a string of at most %d bytes", SV_NAME - 1);
+    goto done;
+  }
+  if (!ins || ins->type != JS_ARR || ins->n < 1 || ins->n > SV_MAX_TENSORS) {
+    sv_errorf(e, cap, "\"inputs\" must be an array of 1 to %d tensors", SV_MAX_TENSORS);
+    goto done;
+  }
+  for (const js_val *iv = js_first(&d, ins); iv; iv = js_next(&d, iv)) {
+    sv_tensor *t = &r->in[r->nin++];
+    if (!parse_input(&d, iv, t, bin, binlen, &binpos, e, cap)) goto done;
+    for (int32_t k = 0; k < r->nin - 1; k++)
+      if (strcmp(r->in[k].name, t->name) == 0) {
+        sv_errorf(e, cap, "input '%s' is given twice", t->name);
+        goto done;
+      }
+  }
+  if (binpos != binlen) {
+    sv_errorf(e, cap, "%zu bytes of binary data after the inputs' data", binlen - binpos);
+    goto done;
+  }
+  get_bool_param(&d, root, "binary_data_output", &r->binary_default);
+  outs = js_get(&d, root, "outputs");
+  if (outs) {
+    if (outs->type != JS_ARR || outs->n > SV_MAX_TENSORS) {
+      sv_errorf(e, cap, "\"outputs\" must be an array of at most %d entries", SV_MAX_TENSORS);
+      goto done;
+    }
+    for (const js_val *ov = js_first(&d, outs); ov; ov = js_next(&d, ov)) {
+      int32_t k = r->nout;
+      if (ov->type != JS_OBJ || !get_str(&d, ov, "name", r->out_name[k], SV_NAME)) {
+        sv_errorf(e, cap, "each requested output must be an object with a \"name\"");
+        goto done;
+      }
+      r->out_binary[k] = r->binary_default;
+      get_bool_param(&d, ov, "binary_data", &r->out_binary[k]);
+      r->nout++;
+    }
+  }
+  ok = true;
+done:
+  js_free(&d);
+  if (!ok) sv_request_free(r);
+  return ok;
+}
+
+static float half_to_float(uint16_t h) {
+  uint32_t s = (uint32_t)(h >> 15) << 31, ex = (h >> 10) & 31, m = h & 1023;
+  float f;
+  if (ex == 0) {
+    f = ldexpf((float)m, -24);
+    return s ? -f : f;
+  }
+  if (ex == 31) return m ? NAN : (s ? -INFINITY : INFINITY);
+  uint32_t bits = s | ((ex + 112) << 23) | (m << 13);
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+static double elem(const void *data, int32_t dt, int64_t k) {
+  switch (dt) {
+    case 0: return ((const uint8_t *)data)[k] != 0;
+    case 1: return ((const uint8_t *)data)[k];
+    case 2: return ((const int8_t *)data)[k];
+    case 3: return ((const int32_t *)data)[k];
+    case 5: return half_to_float(((const uint16_t *)data)[k]);
+    case 6: {
+      uint32_t bits = (uint32_t)((const uint16_t *)data)[k] << 16;
+      float f;
+      memcpy(&f, &bits, 4);
+      return f;
+    }
+    case 7: return ((const float *)data)[k];
+    case 8: return ((const double *)data)[k];
+    default: return 0;
+  }
+}
+
+bool sv_write_response(js_out *o, const char *model, const char *version, const char *id,
+                       const sv_output *outs, int32_t nout, size_t *header_len) {
+  JO_LIT(o, "{\"model_name\":");
+  jo_str(o, model);
+  JO_LIT(o, ",\"model_version\":");
+  jo_str(o, version);
+  if (id && *id) {
+    JO_LIT(o, ",\"id\":");
+    jo_str(o, id);
+  }
+  JO_LIT(o, ",\"outputs\":[");
+  bool any_binary = false;
+  for (int32_t i = 0; i < nout; i++) {
+    const sv_output *t = &outs[i];
+    int64_t numel = sv_numel(t->shape, t->ndim);
+    jo_fmt(o, "%s{\"name\":", i ? "," : "");
+    jo_str(o, t->name);
+    jo_fmt(o, ",\"datatype\":\"%s\",\"shape\":[", sv_datatype_name(t->dtype));
+    for (int32_t k = 0; k < t->ndim; k++) jo_fmt(o, "%s%lld", k ? "," : "", (long long)t->shape[k]);
+    JO_LIT(o, "]");
+    if (t->binary) {
+      any_binary = true;
+      jo_fmt(o, ",\"parameters\":{\"binary_data_size\":%lld}}",
+             (long long)numel * sv_dtype_size(t->dtype));
+      continue;
+    }
+    JO_LIT(o, ",\"data\":[");
+    for (int64_t k = 0; k < numel && !o->oom; k++) {
+      if (k) JO_LIT(o, ",");
+      if (t->dtype == 0) jo_fmt(o, "%s", ((const uint8_t *)t->data)[k] ? "true" : "false");
+      else if (t->dtype == 4) jo_fmt(o, "%lld", (long long)((const int64_t *)t->data)[k]);
+      else jo_num(o, elem(t->data, t->dtype, k), t->dtype == 8 ? 17 : 9);
+    }
+    JO_LIT(o, "]}");
+  }
+  JO_LIT(o, "]}");
+  *header_len = any_binary ? o->len : 0;
+  for (int32_t i = 0; i < nout && any_binary; i++)
+    if (outs[i].binary)
+      jo_raw(o, outs[i].data, (size_t)sv_numel(outs[i].shape, outs[i].ndim) *
+                                  (size_t)sv_dtype_size(outs[i].dtype));
+  return !o->oom;
+}
+
+void sv_write_error(js_out *o, const char *msg) {
+  JO_LIT(o, "{\"error\":");
+  jo_str(o, msg);
+  JO_LIT(o, "}");
+}

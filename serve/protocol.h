@@ -1,0 +1,69 @@
+/* protocol.h -- the KServe v2 / Triton inference request and response
+ * bodies, apart from HTTP and from the models: parsing a request (JSON
+ * tensors, or Triton's binary tensor data extension when the JSON header's
+ * length is given) into typed buffers, and writing a response. Nothing here
+ * trusts the body: every size is checked before a byte is copied.
+ * tools/fuzz/fuzz_serve.c fuzzes sv_parse_request. */
+#ifndef FLOW_SERVE_PROTOCOL_H
+#define FLOW_SERVE_PROTOCOL_H
+#include "json.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum { SV_MAX_TENSORS = 64, SV_MAX_DIMS = 8, SV_NAME = 128, SV_NUM_DTYPES = 9 };
+
+/* vsnprintf into e (cap bytes); returns false, for `return sv_errorf(...)` */
+bool sv_errorf(char *e, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* dtype codes are oneflow.h's (OF_BOOL = 0 ... OF_FLOAT64 = 8) */
+const char *sv_datatype_name(int32_t dt);          /* "FP32"; NULL for a bad code */
+int32_t sv_datatype_code(const char *name);        /* -1 when unknown */
+const char *sv_config_type_name(int32_t dt);       /* "TYPE_FP32" */
+int32_t sv_config_type_code(const char *name);     /* -1 when unknown */
+int32_t sv_dtype_size(int32_t dt);
+
+typedef struct sv_tensor {
+  char name[SV_NAME];
+  int32_t dtype, ndim;
+  int64_t shape[SV_MAX_DIMS];
+  void *data;          /* malloc'd, contiguous, numel * size bytes */
+  size_t nbytes;
+} sv_tensor;
+
+typedef struct sv_request {
+  char id[SV_NAME];
+  int32_t nin;
+  sv_tensor in[SV_MAX_TENSORS];
+  int32_t nout;        /* requested outputs; 0: all */
+  char out_name[SV_MAX_TENSORS][SV_NAME];
+  bool out_binary[SV_MAX_TENSORS];
+  bool binary_default; /* parameters.binary_data_output */
+} sv_request;
+
+/* body[0..n): the JSON, or when header_len > 0 the JSON in the first
+ * header_len bytes and the inputs' binary data after it in input order.
+ * max_values bounds the JSON values. On failure returns false with a
+ * message in err (the protocol's error text) and frees what it made. */
+bool sv_parse_request(const char *body, size_t n, size_t header_len, int32_t max_values,
+                      sv_request *r, char *err, size_t errcap);
+void sv_request_free(sv_request *r);
+int64_t sv_numel(const int64_t *shape, int32_t ndim);
+
+/* One output of a response. */
+typedef struct sv_output {
+  const char *name;
+  int32_t dtype, ndim;
+  const int64_t *shape;
+  const void *data;
+  bool binary;
+} sv_output;
+
+/* The response body: the JSON, then the binary outputs' bytes; *header_len
+ * is the JSON's length when some output is binary (the
+ * Inference-Header-Content-Length), else 0. Returns false when out of memory. */
+bool sv_write_response(js_out *o, const char *model, const char *version, const char *id,
+                       const sv_output *outs, int32_t nout, size_t *header_len);
+/* {"error": msg} */
+void sv_write_error(js_out *o, const char *msg);
+#endif

@@ -1,0 +1,121 @@
+/* repo.h -- flow-serve's model repository: Triton's layout
+ * (DIR/<model>/config.json, DIR/<model>/<version>/model.ofg), model
+ * configuration (parsed from Triton's JSON form, or auto-completed from the
+ * saved graph), loading and unloading, the per-version request queues with
+ * dynamic batching and the instance threads that run the graphs, and the
+ * statistics /metrics reports. Uses only oneflow.h. */
+#ifndef FLOW_SERVE_REPO_H
+#define FLOW_SERVE_REPO_H
+#include "protocol.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <oneflow/oneflow.h>
+
+enum { SV_MAX_VERSIONS = 16, SV_MAX_VARIANTS = 64, SV_REASON = 512 };
+
+typedef struct sv_io {
+  char name[SV_NAME];
+  int32_t dtype, ndim;
+  int64_t dims[SV_MAX_DIMS];   /* without the batch dimension when max_batch_size > 0 */
+} sv_io;
+
+typedef struct sv_config {
+  char name[SV_NAME];
+  int32_t max_batch_size;       /* 0: no batch dimension */
+  int32_t nin, nout;            /* -1: not given (auto-completed) */
+  sv_io in[SV_MAX_TENSORS], out[SV_MAX_TENSORS];
+  bool dynamic_batching;
+  int64_t max_queue_delay_us;
+  int32_t instances;            /* instance_group count; 0: not given */
+  int32_t policy;               /* 0 latest, 1 all, 2 specific */
+  int32_t num_versions;         /* latest */
+  int32_t nspecific;
+  int64_t specific[SV_MAX_VERSIONS];
+  bool max_batch_given;
+} sv_config;
+
+/* Parses Triton's model configuration JSON (the fields flow-serve uses;
+ * others are accepted and ignored). false with a message in err. */
+bool sv_config_parse(const char *json, size_t n, sv_config *c, char *err, size_t cap);
+/* The configuration as JSON (GET /v2/models/<m>/config). */
+void sv_config_write(js_out *o, const sv_config *c);
+
+typedef struct sv_job sv_job;
+
+enum { SV_UNAVAILABLE = 0, SV_LOADING, SV_READY, SV_UNLOADING };
+
+typedef struct sv_stats {
+  atomic_llong success, failure, rows, execs, request_us, queue_us, compute_us;
+  atomic_llong batch_rows[257];   /* executions by batch rows (256: 256 or more) */
+} sv_stats;
+
+typedef struct sv_version {
+  int64_t version;
+  int32_t state;
+  char reason[SV_REASON];
+  of_graph *g;
+  int32_t nvariants;
+  int64_t batches[SV_MAX_VARIANTS];   /* variant i's batch size (first input's dim 0) */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  sv_job *head, *tail;
+  bool stopping;
+  int32_t nworkers;
+  pthread_t workers[64];
+  struct sv_model *model;
+  sv_stats stats;
+} sv_version;
+
+typedef struct sv_model {
+  char name[SV_NAME];
+  sv_config cfg;
+  bool auto_config;            /* no config.json: derived from the graph */
+  int32_t state;               /* the model's own state (a bad config: UNAVAILABLE) */
+  char reason[SV_REASON];
+  int32_t nversions;
+  sv_version *versions[SV_MAX_VERSIONS];   /* newest first */
+} sv_model;
+
+typedef struct sv_options {
+  const char *root;
+  int32_t default_instances;   /* --threads */
+  int32_t default_max_batch;   /* --max-batch-size: -1 the largest compiled */
+  int32_t max_json_values;
+} sv_options;
+
+typedef struct sv_repo {
+  sv_options opt;
+  pthread_mutex_t mu;
+  int32_t n, cap;
+  sv_model **models;
+} sv_repo;
+
+bool sv_repo_open(sv_repo *r, const sv_options *opt, char *err, size_t cap);
+void sv_repo_close(sv_repo *r);
+/* (Re)loads every model folder of the repository (startup) */
+void sv_repo_load_all(sv_repo *r);
+/* POST /v2/repository/models/<m>/load, /unload: false with err when the
+ * model folder does not exist (load) or the model is unknown (unload); a
+ * model that fails to load is kept, not ready, with its reason. */
+bool sv_repo_load(sv_repo *r, const char *name, char *err, size_t cap);
+bool sv_repo_unload(sv_repo *r, const char *name, char *err, size_t cap);
+
+/* Callers hold r->mu for these: */
+sv_model *sv_repo_find(sv_repo *r, const char *name);
+/* the version to serve: v <= 0 the newest ready one */
+sv_version *sv_model_version(sv_model *m, int64_t v);
+bool sv_model_ready(const sv_model *m);
+
+/* An inference: validates req against the model version (the repo lock is
+ * held by the caller), queues it and returns the job; the caller then
+ * releases the lock and waits with sv_job_wait. NULL with err/status on a
+ * bad request. req's input buffers move into the job. */
+sv_job *sv_infer_submit(sv_version *v, sv_request *req, char *err, size_t cap);
+/* Waits for the job; writes the response (or error) into o and returns the
+ * HTTP status; *header_len as sv_write_response. Frees the job. */
+int sv_job_finish(sv_job *j, js_out *o, size_t *header_len);
+
+void sv_repo_metrics(sv_repo *r, js_out *o);
+void sv_repo_index(sv_repo *r, js_out *o);
+void sv_model_metadata(sv_model *m, sv_version *v, js_out *o);
+#endif

@@ -1,0 +1,40 @@
+"""Drives flow-serve with NVIDIA's tritonclient (HTTP) for spec/serve/serve_spec.lua.
+
+usage: client_check.py URL CASES
+CASES: lines "model input output shape(comma) infile outfile binary(0|1)"; each
+infile holds float32 values; the output is written as float32 to outfile.
+Prints the server's name, each model's metadata and readiness.
+"""
+import json
+import sys
+
+import numpy as np
+import tritonclient.http as httpclient
+
+
+def main():
+    url, cases = sys.argv[1], sys.argv[2]
+    c = httpclient.InferenceServerClient(url=url)
+    meta = c.get_server_metadata()
+    print("server", meta["name"], c.is_server_live())
+    for line in open(cases):
+        model, inp, out, shape, infile, outfile, binary = line.split()
+        shape = [int(s) for s in shape.split(",")]
+        binary = binary == "1"
+        md = c.get_model_metadata(model)
+        print("metadata", model, json.dumps(md, sort_keys=True), c.is_model_ready(model))
+        x = np.fromfile(infile, dtype=np.float32).reshape(shape)
+        i = httpclient.InferInput(inp, shape, "FP32")
+        i.set_data_from_numpy(x, binary_data=binary)
+        o = httpclient.InferRequestedOutput(out, binary_data=binary)
+        r = c.infer(model, [i], outputs=[o])
+        y = r.as_numpy(out)
+        print("infer", model, binary, list(y.shape))
+        y.astype(np.float32).tofile(outfile)
+    try:
+        c.infer("no_such_model", [i])
+    except Exception as e:  # the client raises InferenceServerException
+        print("unknown model:", e)
+
+
+main()

@@ -1,0 +1,311 @@
+-- flow-serve (serve/, doc/serving.md): a server started on a free loopback
+-- port over a repository of graphs saved here (an MLP in two versions, the
+-- same MLP with dynamic batching and without a config.json, a ResNet-18,
+-- a model folder without model.ofg and one with a broken config.json),
+-- driven with plain HTTP (curl) for the protocol and bad input, and with
+-- NVIDIA's tritonclient (spec/serve/setup_tritonclient.sh; pending without
+-- it) for JSON and binary inference. Outputs must equal the in-process
+-- graph exactly.
+local flow = require 'oneflow'
+local ffi = require 'ffi'
+local json = require 'oneflow.utils.json'
+local H = require 'spec.helpers'
+local nn = flow.nn
+
+local build = os.getenv('OF_BUILD_DIR') or 'build'
+local BIN = os.getenv('FLOW_SERVE') or (build .. '/flow-serve')   -- FLOW_SERVE: another build (ASan)
+
+local sh, write, read = H.capture, H.write_file, H.read_file
+local function bytes(t)   -- a float32 tensor's values as raw bytes
+  t = t:contiguous()
+  return ffi.string(t:data_ptr(), t:numel() * 4)
+end
+local function flat(t) return t:contiguous():view(-1):totable() end
+
+local G = nn.Graph:subclass('ServeEval')
+function G:__init(m) nn.Graph.__init(self); self.m = m end
+function G:build(x) return self.m(x) end
+
+-- a compiled eval graph run at each batch in `batches` (the compiled plan,
+-- not the traced call), saved to path
+local function compiled(m, shape_of, batches, path)
+  m:eval()
+  local g = G(m)
+  for _, b in ipairs(batches) do
+    local x = flow.randn(unpack(shape_of(b)))
+    g(x)
+    g(x)
+  end
+  if path then g:save(path) end
+  return g
+end
+
+local function mlp(seed)
+  flow.manual_seed(seed)
+  return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+end
+
+describe('flow-serve', function()
+  local f = io.open(BIN)
+  if not f then
+    it('is built', function() pending(BIN .. ' is not built (libmicrohttpd-dev missing?)') end)
+    return
+  end
+  f:close()
+  local dir = H.tmpdir()
+  local repo = dir .. '/repo'
+  local url, pid, port
+  local g1, g2, gr
+  local function mkdirs(...) for _, d in ipairs({...}) do os.execute('mkdir -p ' .. repo .. '/' .. d) end end
+
+  local function http(method, path, body, headers)
+    local cmd = {"curl -s -o " .. dir .. "/resp -w '%{http_code}' -X " .. method}
+    for _, h in ipairs(headers or {}) do cmd[#cmd + 1] = "-H '" .. h .. "'" end
+    if body then
+      write(dir .. '/req', body)
+      cmd[#cmd + 1] = '--data-binary @' .. dir .. '/req'
+    end
+    cmd[#cmd + 1] = "'" .. url .. path .. "'"
+    os.remove(dir .. '/resp')
+    local code = tonumber(sh(table.concat(cmd, ' ')))
+    return code, read(dir .. '/resp') or ''
+  end
+  local function infer_body(name, shape, data, dtype)
+    return json.encode({inputs = {{name = name, shape = shape, datatype = dtype or 'FP32', data = data}}})
+  end
+  local function req(...) return {http(...)} end
+  local function check_error(r, want_code, ...)
+    local code, body = r[1], r[2]
+    assert.are.equal(want_code, code, body)
+    local doc = json.decode(body)
+    assert.is_string(doc.error, body)
+    for _, s in ipairs({...}) do assert.is_truthy(doc.error:find(s, 1, true), doc.error .. ' lacks ' .. s) end
+  end
+
+  setup(function()
+    mkdirs('mlp/1', 'mlp/2', 'mlp_batched/1', 'mlp_auto/1', 'resnet/1', 'no_graph/1', 'bad_config/1')
+    -- the MLP, version 1 and 2 (other weights), compiled for batch 1, 2 and 4
+    local shape = function(b) return {b, 16} end
+    g1 = compiled(mlp(1), shape, {1, 2, 4}, repo .. '/mlp/1/model.ofg')
+    g2 = compiled(mlp(2), shape, {1, 2, 4}, repo .. '/mlp/2/model.ofg')
+    os.execute(('cp %s/mlp/2/model.ofg %s/mlp_batched/1/ && cp %s/mlp/2/model.ofg %s/mlp_auto/1/')
+               :format(repo, repo, repo, repo))
+    local cfg = {name = 'mlp', max_batch_size = 4, version_policy = {all = {}},
+                 input = {{name = 'x', data_type = 'TYPE_FP32', dims = {16}}},
+                 output = {{name = 'y', data_type = 'TYPE_FP32', dims = {4}}},
+                 instance_group = {{count = 2, kind = 'KIND_CPU'}}}
+    write(repo .. '/mlp/config.json', json.encode(cfg))
+    cfg.name = 'mlp_batched'
+    cfg.version_policy = nil
+    -- 1 s: the 4 requests arrive within it even on a loaded machine
+    cfg.dynamic_batching = {max_queue_delay_microseconds = 1000000}
+    cfg.instance_group = {{count = 1, kind = 'KIND_CPU'}}
+    write(repo .. '/mlp_batched/config.json', json.encode(cfg))
+    -- ResNet-18 (flowvision, random init) on 64x64 images, batch 1 and 2
+    flow.manual_seed(5)
+    gr = compiled(require('flowvision.models').resnet18(), function(b) return {b, 3, 64, 64} end,
+                  {1, 2}, repo .. '/resnet/1/model.ofg')
+    write(repo .. '/no_graph/1/model.onnx', 'not served')
+    write(repo .. '/bad_config/config.json', '{"max_batch_size": ')
+    os.execute(('cp %s/mlp/1/model.ofg %s/bad_config/1/'):format(repo, repo))
+    pid = tonumber(sh(('%s --model-repository %s --http-port 0 --http-address 127.0.0.1 '
+                       .. '--max-body-bytes 1000000 --timeout 2 > %s/log 2>&1 & echo $!')
+                      :format(BIN, repo, dir)))
+    for _ = 1, 300 do
+      port = (read(dir .. '/log') or ''):match('listening on 127%.0%.0%.1:(%d+)')
+      if port then break end
+      os.execute('sleep 0.1')
+    end
+    assert(port, 'flow-serve did not start: ' .. (read(dir .. '/log') or ''))
+    url = 'http://127.0.0.1:' .. port
+  end)
+
+  teardown(function()
+    if pid then os.execute('kill -9 ' .. pid .. ' 2>/dev/null') end
+    H.remove_tmpdirs()
+  end)
+
+  it('answers health, server and model metadata, config and the repository index', function()
+    assert.are.equal(200, (http('GET', '/v2/health/live')))
+    -- strict readiness: two models fail to load, the server stays up
+    assert.are.equal(400, (http('GET', '/v2/health/ready')))
+    local code, body = http('GET', '/v2')
+    assert.are.equal(200, code)
+    assert.are.equal('flow-serve', json.decode(body).name)
+    code, body = http('GET', '/v2/models/mlp')
+    assert.are.equal(200, code, body)
+    local md = json.decode(body)
+    assert.are.same({'2', '1'}, md.versions)
+    assert.are.same({{name = 'x', datatype = 'FP32', shape = {-1, 16}}}, md.inputs)
+    -- auto-completed config: the first dimension is the batch, up to the largest compiled
+    code, body = http('GET', '/v2/models/mlp_auto/config')
+    assert.are.equal(200, code, body)
+    local cfg = json.decode(body)
+    assert.are.equal(4, cfg.max_batch_size)
+    assert.are.same({{name = 'INPUT__0', data_type = 'TYPE_FP32', dims = {16}}}, cfg.input)
+    assert.are.same({{name = 'OUTPUT__0', data_type = 'TYPE_FP32', dims = {4}}}, cfg.output)
+    code, body = http('GET', '/v2/models/resnet/config')
+    assert.are.equal(200, code, body)
+    assert.are.equal(2, json.decode(body).max_batch_size)
+    assert.are.same({3, 64, 64}, json.decode(body).input[1].dims)
+    assert.are.equal(200, (http('GET', '/v2/models/mlp/ready')))
+    assert.are.equal(200, (http('GET', '/v2/models/mlp/versions/1/ready')))
+    check_error(req('GET', '/v2/models/no_graph/ready'), 400, 'no model.ofg', 'found model.onnx')
+    check_error(req('GET', '/v2/models/bad_config/ready'), 400, 'config.json', 'malformed JSON')
+    check_error(req('GET', '/v2/models/nope'), 404, "unknown model 'nope'")
+    code, body = http('POST', '/v2/repository/index')
+    assert.are.equal(200, code, body)
+    local states = {}
+    for _, e in ipairs(json.decode(body)) do states[e.name .. '/' .. (e.version or '')] = e.state end
+    assert.are.same({['mlp/1'] = 'READY', ['mlp/2'] = 'READY', ['mlp_batched/1'] = 'READY',
+                     ['mlp_auto/1'] = 'READY', ['resnet/1'] = 'READY', ['no_graph/1'] = 'UNAVAILABLE',
+                     ['bad_config/'] = 'UNAVAILABLE'}, states)
+  end)
+
+  it('infers with JSON tensors: outputs equal the in-process graph exactly, per version', function()
+    local x = flow.randn(2, 16)
+    local code, body = http('POST', '/v2/models/mlp/infer', infer_body('x', {2, 16}, flat(x)))
+    assert.are.equal(200, code, body)
+    local r = json.decode(body)
+    assert.are.equal('2', r.model_version)
+    assert.are.same({2, 4}, r.outputs[1].shape)
+    -- %.9g round-trips float32: compare as float32, exactly
+    assert.are.equal(bytes(g2(x)), bytes(flow.tensor(r.outputs[1].data, {dtype = flow.float32})))
+    code, body = http('POST', '/v2/models/mlp/versions/1/infer', infer_body('x', {2, 16}, flat(x)))
+    assert.are.equal(200, code, body)
+    r = json.decode(body)
+    assert.are.equal('1', r.model_version)
+    assert.are.equal(bytes(g1(x)), bytes(flow.tensor(r.outputs[1].data, {dtype = flow.float32})))
+    -- batch 3 was never compiled: padded to 4, the rows are batch 4's
+    local x3 = flow.randn(3, 16)
+    local x4 = flow.cat({x3, flow.zeros(1, 16)}, 1)
+    code, body = http('POST', '/v2/models/mlp_auto/infer', infer_body('INPUT__0', {3, 16}, flat(x3)))
+    assert.are.equal(200, code, body)
+    r = json.decode(body)
+    assert.are.same({3, 4}, r.outputs[1].shape)
+    assert.are.equal(bytes(g2(x4):narrow(1, 1, 3)), bytes(flow.tensor(r.outputs[1].data, {dtype = flow.float32})))
+  end)
+
+  it('answers bad requests with the protocol error, and stays up', function()
+    local good = infer_body('x', {1, 16}, flat(flow.randn(1, 16)))
+    check_error(req('POST', '/v2/models/mlp/infer', '{"inputs": [{"name": "x",'), 400, 'malformed JSON')
+    check_error(req('POST', '/v2/models/mlp/infer', '[1, 2]'), 400, 'JSON object')
+    check_error(req('POST', '/v2/models/mlp/infer', infer_body('x', {1, 15}, flat(flow.randn(1, 15)))),
+                400, "input 'x': shape [1,15]", 'expects [batch,16]')
+    check_error(req('POST', '/v2/models/mlp/infer', infer_body('x', {5, 16}, flat(flow.randn(5, 16)))),
+                400, 'batch above max_batch_size')
+    check_error(req('POST', '/v2/models/mlp/infer', infer_body('x', {1, 16}, flat(flow.randn(1, 16)), 'FP64')),
+                400, 'datatype FP64', 'expects FP32')
+    check_error(req('POST', '/v2/models/mlp/infer', infer_body('y', {1, 16}, flat(flow.randn(1, 16)))),
+                400, "unexpected inference input 'y'")
+    check_error(req('POST', '/v2/models/mlp/infer', infer_body('x', {2, 16}, flat(flow.randn(1, 16)))),
+                400, "input 'x'", '"data"')
+    check_error(req('POST', '/v2/models/mlp/infer', infer_body('x', {1, 16}, {true})), 400, "input 'x'")
+    check_error(req('POST', '/v2/models/nope/infer', good), 404, "unknown model 'nope'")
+    check_error(req('POST', '/v2/models/mlp/versions/7/infer', good), 404, 'unknown version 7')
+    check_error(req('POST', '/v2/models/no_graph/infer', good), 400, 'not ready')
+    check_error(req('POST', '/v2/models/mlp/infer', good:sub(1, -2) .. ',"outputs":[{"name":"z"}]}'),
+                400, "unexpected inference output 'z'")
+    -- oversized bodies: 413 (the limit here is --max-body-bytes 1000000)
+    check_error(req('POST', '/v2/models/mlp/infer', ('x'):rep(1200000)), 413, 'larger than the limit')
+    -- binary data: truncated, or a header length past the body
+    local hdr = json.encode({inputs = {{name = 'x', shape = {1, 16}, datatype = 'FP32',
+                                        parameters = {binary_data_size = 64}}}})
+    local bin = bytes(flow.randn(1, 16))
+    check_error(req('POST', '/v2/models/mlp/infer', hdr .. bin:sub(1, 40),
+                     {'Inference-Header-Content-Length: ' .. #hdr}), 400, 'truncated')
+    check_error(req('POST', '/v2/models/mlp/infer', hdr .. bin,
+                     {'Inference-Header-Content-Length: ' .. (#hdr + 100)}), 400, 'larger than the body')
+    check_error(req('POST', '/v2/models/mlp/infer', hdr .. bin), 400, 'malformed JSON')
+    local code, body = http('POST', '/v2/models/mlp/infer', hdr .. bin,
+                            {'Inference-Header-Content-Length: ' .. #hdr})
+    assert.are.equal(200, code, body)
+    -- abrupt disconnects mid-body and a slow client holding a connection
+    -- open: the server keeps answering (the slow one is closed after --timeout)
+    for _ = 1, 3 do
+      os.execute(("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%s; printf \"POST /v2/models/mlp/infer HTTP/1.1\\r\\n"
+                  .. "Host: x\\r\\nContent-Length: 100000\\r\\n\\r\\n{\\\"inputs\\\"\" >&3; exec 3>&-'"):format(port))
+    end
+    os.execute(("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%s; printf \"GET /v2/he\" >&3; sleep 4' &"):format(port))
+    assert.are.equal(200, (http('POST', '/v2/models/mlp/infer', good)))
+    assert.are.equal(200, (http('GET', '/v2/health/live')))
+    local metrics = select(2, http('GET', '/metrics'))
+    assert.is_truthy(metrics:find('nv_inference_request_failure{model="mlp",version="2"} %d+'))
+  end)
+
+  it('merges concurrent requests into batches (dynamic batching)', function()
+    local xs, cmds = {}, {}
+    for i = 1, 4 do
+      xs[i] = flow.randn(1, 16)
+      write(('%s/b%d.json'):format(dir, i), infer_body('x', {1, 16}, flat(xs[i])))
+      cmds[i] = ("curl -s -o %s/o%d.json -X POST --data-binary @%s/b%d.json %s/v2/models/mlp_batched/infer &")
+                :format(dir, i, dir, i, url)
+    end
+    os.execute(table.concat(cmds, ' ') .. ' wait')
+    for i = 1, 4 do
+      local r = json.decode(read(('%s/o%d.json'):format(dir, i)))
+      H.close(flow.tensor(r.outputs[1].data, {dtype = flow.float32}), g2(xs[i]), 1e-6)
+    end
+    local metrics = select(2, http('GET', '/metrics'))
+    local execs = tonumber(metrics:match('nv_inference_exec_count{model="mlp_batched",version="1"} (%d+)'))
+    local count = tonumber(metrics:match('nv_inference_count{model="mlp_batched",version="1"} (%d+)'))
+    assert.are.equal(4, count)
+    assert.is_true(execs < 4, 'executions: ' .. execs)   -- 4 requests of 1 row, fewer batches
+  end)
+
+  it('unloads and loads a model', function()
+    assert.are.equal(200, (http('POST', '/v2/repository/models/mlp_auto/unload')))
+    check_error(req('GET', '/v2/models/mlp_auto/ready'), 404, 'unknown model')
+    assert.are.equal(200, (http('POST', '/v2/repository/models/mlp_auto/load')))
+    assert.are.equal(200, (http('GET', '/v2/models/mlp_auto/ready')))
+    check_error(req('POST', '/v2/repository/models/no_graph/load'), 400, 'no model.ofg')
+    check_error(req('POST', '/v2/repository/models/..%2Fx/load'), 404, 'unknown path')
+    check_error(req('POST', '/v2/repository/models/.hidden/load'), 400, 'no model folder')
+  end)
+
+  it('serves tritonclient: JSON and binary inference on the MLP and ResNet-18', function()
+    -- made by spec/serve/setup_tritonclient.sh (.ci/run calls it); not here:
+    -- without PyPI, pip would retry for minutes
+    local py = os.getenv('TRITONCLIENT_PYTHON') or ((os.getenv('XDG_CACHE_HOME') or
+               (os.getenv('HOME') .. '/.cache')) .. '/oneflow/tritonclient-venv/bin/python')
+    if os.execute(py .. " -c 'import tritonclient.http' 2>/dev/null") ~= 0 then
+      pending('tritonclient[http] cannot be installed (no PyPI?): run spec/serve/setup_tritonclient.sh')
+      return
+    end
+    local x, xr = flow.randn(2, 16), flow.randn(1, 3, 64, 64)
+    write(dir .. '/x.bin', bytes(x))
+    write(dir .. '/xr.bin', bytes(xr))
+    local lines = {}
+    for _, bin in ipairs({0, 1}) do
+      lines[#lines + 1] = ('mlp x y 2,16 %s/x.bin %s/y%d.bin %d'):format(dir, dir, bin, bin)
+      lines[#lines + 1] = ('resnet INPUT__0 OUTPUT__0 1,3,64,64 %s/xr.bin %s/yr%d.bin %d'):format(dir, dir, bin, bin)
+    end
+    write(dir .. '/cases', table.concat(lines, '\n') .. '\n')
+    local out = sh(('%s spec/serve/client_check.py 127.0.0.1:%s %s/cases 2>&1'):format(py, port, dir))
+    assert.is_truthy(out:find('server flow-serve True', 1, true), out)
+    assert.is_truthy(out:find('"name": "resnet"', 1, true), out)
+    assert.is_truthy(out:find("unknown model: [404] unknown model 'no_such_model'", 1, true)
+                     or out:find("unknown model 'no_such_model'", 1, true), out)
+    local want, wantr = bytes(g2(x)), bytes(gr(xr))
+    for _, bin in ipairs({0, 1}) do
+      assert.are.equal(want, read(('%s/y%d.bin'):format(dir, bin)), out)
+      assert.are.equal(wantr, read(('%s/yr%d.bin'):format(dir, bin)), out)
+    end
+  end)
+
+  it('drains and exits cleanly on SIGTERM', function()
+    local x = flow.randn(1, 16)
+    write(dir .. '/slow.json', infer_body('x', {1, 16}, flat(x)))
+    -- a request waiting in the batching queue (1 s) when SIGTERM comes
+    os.execute(('(curl -s -o %s/slow_out.json -X POST --data-binary @%s/slow.json '
+                .. '%s/v2/models/mlp_batched/infer &) ; sleep 0.1; kill -TERM %d'):format(dir, dir, url, pid))
+    for _ = 1, 100 do
+      if (read(dir .. '/log') or ''):find('stopped', 1, true) then break end
+      os.execute('sleep 0.1')
+    end
+    assert.is_truthy(read(dir .. '/log'):find('SIGTERM: stopped (0 requests unfinished)', 1, true), read(dir .. '/log'))
+    local r = json.decode(read(dir .. '/slow_out.json'))
+    H.close(flow.tensor(r.outputs[1].data, {dtype = flow.float32}), g2(x), 1e-6)
+    pid = nil
+  end)
+end)
