@@ -89,10 +89,10 @@ end
 local function check_ids(what, ids, n, shape)
   if not A.is_tensor(ids) then fail(('BertModel: %s must be a tensor, got %s'):format(what, A.describe(ids))) end
   if ids:dim() ~= 2 then
-    fail(('BertModel: %s must be [batch, length], got %s'):format(what, A.shape_str(ids)))
+    fail(('BertModel: %s must be [batch, length], got %s'):format(what, A.shape_str(ids, ', ')))
   end
   if shape and (ids:size(1) ~= shape[1] or ids:size(2) ~= shape[2]) then
-    fail(('BertModel: %s is %s; input_ids is [%d, %d]'):format(what, A.shape_str(ids), shape[1], shape[2]))
+    fail(('BertModel: %s is %s; input_ids is [%d, %d]'):format(what, A.shape_str(ids, ', '), shape[1], shape[2]))
   end
   if ids.dtype.is_floating_point then
     fail(('BertModel: %s must hold integer ids, got %s'):format(what, tostring(ids.dtype)))
@@ -281,7 +281,7 @@ function BertModel:forward(input_ids, opts)
     end
     if mask:dim() ~= 2 or mask:size(1) ~= b or mask:size(2) ~= l then
       fail(('BertModel: attention_mask is %s; input_ids is [%d, %d] and the mask must be the same shape'):format(
-        A.shape_str(mask), b, l))
+        A.shape_str(mask, ', '), b, l))
     end
     key_mask = mask:ne(0):reshape(b, 1, 1, l)
   end
@@ -328,7 +328,7 @@ function BertModel:load_safetensors(path)
     if not A.is_tensor(pos) or pos:numel() ~= n
         or not flow.equal(pos:reshape(n):to(flow.int64), flow.arange(0, n, {dtype = flow.int64})) then
       fail(('%s: %s: embeddings.position_ids %s is not 0..%d'):format(op, path,
-        A.is_tensor(pos) and A.shape_str(pos) or type(pos), n - 1))
+        A.is_tensor(pos) and A.shape_str(pos, ', ') or type(pos), n - 1))
     end
     clean['embeddings.position_ids'] = nil
   end

@@ -252,9 +252,8 @@ function BertTokenizer:__init(dir, opts)
   end
 end
 
---- WordPiece tokens (strings) of one string, without special tokens.
-function BertTokenizer:tokenize(s)
-  local op = 'BertTokenizer:tokenize'
+-- WordPiece tokens of s; op names the caller in errors.
+local function wordpiece(self, op, s)
   if type(s) ~= 'string' then fail(('%s: expected a string, got %s'):format(op, A.describe(s))) end
   local out, vocab = {}, self.vocab
   for _, w in ipairs(words(op, s)) do
@@ -281,6 +280,9 @@ function BertTokenizer:tokenize(s)
   return out
 end
 
+--- WordPiece tokens (strings) of one string, without special tokens.
+function BertTokenizer:tokenize(s) return wordpiece(self, 'BertTokenizer:tokenize', s) end
+
 local ENCODE_OPTS = {'max_length', 'add_special_tokens', 'truncation'}
 
 --- 1-based ids of s: [CLS] tokens [SEP], truncated to max_length
@@ -289,7 +291,7 @@ function BertTokenizer:encode(s, opts)
   local op = 'BertTokenizer:encode'
   opts = A.check_options(op, opts, ENCODE_OPTS)
   local ids = {}
-  for _, t in ipairs(self:tokenize(s)) do ids[#ids + 1] = self.vocab[t] + 1 end
+  for _, t in ipairs(wordpiece(self, op, s)) do ids[#ids + 1] = self.vocab[t] + 1 end
   local specials = opts.add_special_tokens ~= false
   if opts.truncation ~= false then
     local max = opts.max_length or self.max_length
