@@ -36,9 +36,9 @@ describe('examples/text/similarity.lua', function()
   end)
 
   local check = HAVE_MODEL and it or pending
-  check('ranks a file\'s sentences by similarity to the query' .. (HAVE_MODEL and '' or ' (no model: sh tools/minilm.sh)'),
-    function()
-      local path = H.tmpdir() .. '/s.txt'
+  local why = HAVE_MODEL and '' or ' (no model: sh tools/minilm.sh)'
+  check('ranks a file\'s sentences by similarity to the query' .. why, function()
+    local path = H.tmpdir() .. '/s.txt'
       local w = assert(io.open(path, 'wb'))
       w:write('The stock market fell sharply today.\nMy cat sleeps on the sofa.\n\n'
         .. 'Dogs and cats are popular pets.\nThe recipe needs two eggs.\n')
@@ -50,5 +50,5 @@ describe('examples/text/similarity.lua', function()
       assert.equal('My cat sleeps on the sofa.', second, out)
       assert.falsy(out:find(' 3%. '), out)
       assert.truthy(out:find('embedded 5 sentences', 1, true), out)
-    end)
+  end)
 end)
