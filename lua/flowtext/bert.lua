@@ -17,6 +17,7 @@
 local A = require 'oneflow._args'
 local flow = require 'oneflow'
 local json = require 'oneflow.utils.json'
+local tracer = require 'oneflow.onnx.tracer'
 
 local nn = flow.nn
 local F = nn.functional
@@ -98,7 +99,9 @@ local function check_ids(what, ids, n, shape)
     fail(('BertModel: %s must hold integer ids, got %s'):format(what, tostring(ids.dtype)))
   end
   if ids:numel() > 0 then
-    local lo, hi = ids:min():item(), ids:max():item()
+    -- read the values with ONNX recording paused: the check is on the
+    -- example inputs, not part of an exported graph
+    local lo, hi = tracer.paused(function() return ids:min():item(), ids:max():item() end)
     if lo < 1 or hi > n then
       local bad = lo < 1 and lo or hi
       fail(('BertModel: %s holds id %d, outside 1..%d (ids are 1-based: the Hugging Face id + 1)'):format(
@@ -108,11 +111,11 @@ local function check_ids(what, ids, n, shape)
 end
 
 function BertEmbeddings:forward(input_ids, token_type_ids, position_ids)
-  local b, l = input_ids:size(1), input_ids:size(2)
-  if position_ids == nil then
-    position_ids = flow.arange(1, l + 1, {dtype = flow.int64}):reshape(1, l):expand(b, l)
-  end
-  if token_type_ids == nil then token_type_ids = flow.ones(b, l, {dtype = flow.int64}) end
+  -- made from input_ids (not from Lua sizes) so that an ONNX export keeps
+  -- the batch and sequence axes dynamic: positions 1..L are a running sum of ones
+  local ones = flow.ones_like(input_ids)
+  if position_ids == nil then position_ids = ones:cumsum(2) end
+  if token_type_ids == nil then token_type_ids = ones end
   local x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
     + self.position_embeddings(position_ids)
   return self.dropout(self.LayerNorm(x))
@@ -283,7 +286,7 @@ function BertModel:forward(input_ids, opts)
       fail(('BertModel: attention_mask is %s; input_ids is [%d, %d] and the mask must be the same shape'):format(
         A.shape_str(mask, ', '), b, l))
     end
-    key_mask = mask:ne(0):reshape(b, 1, 1, l)
+    key_mask = mask:ne(0):unsqueeze(2):unsqueeze(2)   -- [B, 1, 1, L]; no sizes baked into an export
   end
   local x = self.embeddings(input_ids, opts.token_type_ids, opts.position_ids)
   x = self.encoder(x, key_mask)
