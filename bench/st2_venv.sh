@@ -24,9 +24,7 @@ if ! "$base" -m venv "$venv" >&2; then echo "st2_venv: $base -m venv failed" >&2
 own=$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')
 echo "$site" > "$own/torch2.pth"
 if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
-    sentence-transformers==2.7.0 transformers==4.40.2 tokenizers==0.19.1 huggingface_hub==0.23.4 \
-    safetensors==0.4.3 tqdm==4.67.1 filelock==3.16.1 packaging==24.2 regex==2024.11.6 fsspec==2024.10.0 \
-    scikit-learn==1.5.2 scipy==1.13.1 joblib==1.4.2 threadpoolctl==3.5.0 numpy==1.26.4 pyyaml==6.0.2 \
+    $(cat "$(dirname "$0")/../spec/text/sentence_transformers.pins") numpy==1.26.4 pyyaml==6.0.2 \
     requests==2.32.3 urllib3==2.2.3 idna==3.10 certifi==2024.8.30 charset-normalizer==3.4.0 \
     pillow==11.0.0 >&2; then
   echo "st2_venv: pip install failed; no PyTorch 2.x column" >&2

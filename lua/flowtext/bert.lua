@@ -294,16 +294,7 @@ function BertModel:forward(input_ids, opts)
 end
 
 ------------------------------------------------------------------ loading
-local function read_json(op, path)
-  local f, err = io.open(path, 'rb')
-  if not f then fail(('%s: cannot open %s (%s)'):format(op, path, tostring(err))) end
-  local s = f:read('*a')
-  f:close()
-  local ok, v = pcall(json.decode, s)
-  if not ok then fail(('%s: %s: %s'):format(op, path, tostring(v))) end
-  return v
-end
-M.read_json = read_json
+local read_json = require('flowtext._files').read_json
 
 --- bert:load_safetensors(path): loads a Hugging Face BertModel checkpoint
 -- by name. Keys may carry the 'bert.' prefix (BertFor* checkpoints: other

@@ -12,16 +12,13 @@ local A = require 'oneflow._args'
 local class = require 'oneflow.class'
 local flow = require 'oneflow'
 local bert = require 'flowtext.bert'
+local files = require 'flowtext._files'
 local tokenizer = require 'flowtext.tokenizer'
 
 local fail = A.fail
 local M = {}
 
-local function exists(path)
-  local f = io.open(path, 'rb')
-  if f then f:close() end
-  return f ~= nil
-end
+local exists, read_json = files.exists, files.read_json
 
 local MODULES = {
   ['sentence_transformers.models.Transformer'] = 'transformer',
@@ -45,7 +42,7 @@ function SentenceTransformer:__init(dir, opts)
   opts = A.check_options(op, opts, {'max_seq_length'})
   local pooling_dir, normalize = '1_Pooling', false
   if exists(dir .. '/modules.json') then
-    local mods = bert.read_json(op, dir .. '/modules.json')
+    local mods = read_json(op, dir .. '/modules.json')
     local seen = {}
     for _, m in ipairs(type(mods) == 'table' and mods or {}) do
       local kind = MODULES[m.type]
@@ -65,7 +62,7 @@ function SentenceTransformer:__init(dir, opts)
     end
   end
   self.normalize = normalize
-  local pool = bert.read_json(op, dir .. '/' .. pooling_dir .. '/config.json')
+  local pool = read_json(op, dir .. '/' .. pooling_dir .. '/config.json')
   self.pooling_mode = nil
   for _, k in ipairs(POOL_MODES) do
     if pool[k] == true then
@@ -85,7 +82,7 @@ function SentenceTransformer:__init(dir, opts)
   self.tokenizer = tokenizer.BertTokenizer(dir)
   self.model = bert.BertModel.from_pretrained(dir, {add_pooling_layer = false})
   local sb_path = dir .. '/sentence_bert_config.json'
-  local sb = exists(sb_path) and bert.read_json(op, sb_path) or {}
+  local sb = exists(sb_path) and read_json(op, sb_path) or {}
   self.max_seq_length = opts.max_seq_length or tonumber(sb.max_seq_length) or self.tokenizer.max_length
   A.integer(op, self.max_seq_length, 2, 'max_seq_length')
   local npos = self.model.config.max_position_embeddings

@@ -18,7 +18,7 @@
 local A = require 'oneflow._args'
 local class = require 'oneflow.class'
 local flow = require 'oneflow'
-local json = require 'oneflow.utils.json'
+local files = require 'flowtext._files'
 local U = require 'flowtext.unicode_data'
 
 local fail = A.fail
@@ -144,25 +144,7 @@ local function words(op, s)
 end
 
 ------------------------------------------------------------------ vocabulary
-local function read_file(op, path)
-  local f, err = io.open(path, 'rb')
-  if not f then fail(('%s: cannot open %s (%s)'):format(op, path, tostring(err))) end
-  local s = f:read('*a')
-  f:close()
-  return s
-end
-
-local function exists(path)
-  local f = io.open(path, 'rb')
-  if f then f:close() end
-  return f ~= nil
-end
-
-local function read_json(op, path)
-  local ok, v = pcall(json.decode, read_file(op, path))
-  if not ok then fail(('%s: %s: %s'):format(op, path, tostring(v))) end
-  return v
-end
+local read_file, exists, read_json = files.read, files.exists, files.read_json
 
 -- token -> HF id from vocab.txt (line n is id n - 1)
 local function vocab_txt(op, path)

@@ -20,9 +20,8 @@ fi
 "$py" -c 'import torch, numpy' || { echo "setup_sentence_transformers: $py cannot import torch and numpy" >&2; exit 1; }
 mkdir -p "$(dirname "$venv")"
 "$py" -m venv --system-site-packages "$venv" >&2
+# the pinned stack (versions that run on PyTorch 1.13), one per line
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
-  sentence-transformers==2.7.0 transformers==4.40.2 tokenizers==0.19.1 huggingface_hub==0.23.4 \
-  safetensors==0.4.3 tqdm==4.67.1 filelock==3.16.1 packaging==24.2 regex==2024.11.6 fsspec==2024.10.0 \
-  scikit-learn==1.5.2 scipy==1.13.1 joblib==1.4.2 threadpoolctl==3.5.0 >&2
+  $(cat "$(dirname "$0")/sentence_transformers.pins") >&2
 "$venv/bin/python" -c "$check"'; print("torch", torch.__version__, "transformers", transformers.__version__, "sentence-transformers", sentence_transformers.__version__)' >&2
 echo "$venv/bin/python"
