@@ -18,7 +18,7 @@ command -v ldoc >/dev/null || { echo "make doc: ldoc not found (apt-get install 
 SRC=build/doc-src
 rm -rf "$SRC"
 mkdir -p "$SRC"
-cp -R lua/oneflow lua/flowvision "$SRC"/
+cp -R lua/oneflow lua/flowvision lua/flowtext "$SRC"/
 find "$SRC" -name '*.lua' -exec sed -i \
   -e 's/^----\+ *[^- ].*$//' \
   -e "s/^def('\\([A-Za-z0-9_]*\\)', *function *(/function flow.\\1(/" \

@@ -23,16 +23,20 @@ local A = {}
 -- The directory of this package's Lua files, as debug.getinfo reports it.
 local ROOT = debug.getinfo(1, 'S').source:match('^(.*[/\\]oneflow[/\\])_args%.lua$') or false
 
--- flowvision sits beside oneflow and reports its errors the same way.
+-- flowvision and flowtext sit beside oneflow and report their errors the same way.
 local FV_ROOT = ROOT and ROOT:gsub('oneflow([/\\])$', 'flowvision%1') or false
+local FT_ROOT = ROOT and ROOT:gsub('oneflow([/\\])$', 'flowtext%1') or false
 
 local function internal(src)
   if src == '=[C]' then return true end
-  if ROOT then return src:sub(1, #ROOT) == ROOT or src:sub(1, #FV_ROOT) == FV_ROOT end
+  if ROOT then
+    return src:sub(1, #ROOT) == ROOT or src:sub(1, #FV_ROOT) == FV_ROOT or src:sub(1, #FT_ROOT) == FT_ROOT
+  end
   return src:find('oneflow/', 1, true) ~= nil or src:find('flowvision/', 1, true) ~= nil
+    or src:find('flowtext/', 1, true) ~= nil
 end
 
---- Raises msg at the first caller outside the oneflow and flowvision
+--- Raises msg at the first caller outside the oneflow, flowvision and flowtext
 -- packages (the user's line), whatever the depth of internal calls.
 function A.fail(msg)
   local level = 2

@@ -8,6 +8,8 @@
 --   <!-- snippet: after python3 F.py -->  the page's earlier ```python blocks
 --        that start with `# NAME.py` are written as NAME.py, `python3 F.py`
 --        runs first (pending where python3 cannot import torch)
+--   <!-- snippet: needs minilm -->        run where tools/minilm.sh has unpacked
+--        all-MiniLM-L6-v2 ($FLOWTEXT_MINILM or ~/.cache/oneflow/all-MiniLM-L6-v2)
 --   <!-- snippet: needs REASON -->        any other need: pending, with REASON
 -- A failure names the file and line of the block and the error.
 local ROOT = (function()
@@ -123,6 +125,14 @@ local function run_block(where, code, np, prep)
 end
 
 local cuda_ok
+-- the all-MiniLM-L6-v2 folder doc/flowtext.md's snippets read
+local function have_minilm()
+  local home = (os.getenv('XDG_CACHE_HOME') or (os.getenv('HOME') or '') .. '/.cache') .. '/oneflow'
+  local f = io.open((os.getenv('FLOWTEXT_MINILM') or home .. '/all-MiniLM-L6-v2') .. '/model.safetensors', 'rb')
+  if f then f:close() end
+  return f ~= nil
+end
+
 local function have_cuda()
   if cuda_ok == nil then
     local rc = run(('LUA_PATH=%s luajit -e %s'):format(
@@ -193,6 +203,14 @@ describe('doc snippets', function()
               end
               run_block(where, b.code, np)
             end)
+          elseif m == 'needs minilm' then
+            it(where .. ' runs (needs minilm)', function()
+              if not have_minilm() then
+                pending(where .. ': needs all-MiniLM-L6-v2 (sh tools/minilm.sh)')
+                return
+              end
+              run_block(where, b.code)
+            end)
           elseif m and m:match('^after python3 [%w_]+%.py$') then
             local script = m:match('([%w_]+%.py)$')
             it(where .. ' runs (after python3 ' .. script .. ')', function()
@@ -206,7 +224,7 @@ describe('doc snippets', function()
             it(where .. ' (' .. m .. ')', function() pending(where .. ': ' .. m) end)
           elseif m then
             it(where .. ' has a known marker', function()
-              error(('%s: unknown snippet marker %q (fragment, needs cuda, needs mpirun -np N, '
+              error(('%s: unknown snippet marker %q (fragment, needs cuda, needs mpirun -np N, needs minilm, '
                      .. 'after python3 F.py, needs REASON)')
                 :format(where, m), 0)
             end)

@@ -44,6 +44,7 @@ describe('make install', function()
     assert.truthy(exists(prefix .. '/include/oneflow/oneflow.h'), out)
     assert.truthy(exists(prefix .. '/share/lua/5.1/oneflow/init.lua'), out)
     assert.truthy(exists(prefix .. '/share/lua/5.1/flowvision/init.lua'), out)
+    assert.truthy(exists(prefix .. '/share/lua/5.1/flowtext/init.lua'), out)
     local lib = sh('ls ' .. prefix .. '/lib*/liboneflow.so ' .. prefix .. '/lib/*/liboneflow.so 2>/dev/null')
     assert.truthy(lib:find('liboneflow.so', 1, true), out)
     -- the static library: a C host links the runtime in and runs without liboneflow.so

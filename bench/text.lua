@@ -1,0 +1,152 @@
+-- bench/text.lua -- sentence embeddings with all-MiniLM-L6-v2: flowtext's
+-- SentenceTransformer:encode (WordPiece in Lua, BERT, mean pooling,
+-- normalisation) against sentence-transformers' encode on PyTorch 1.13
+-- (Debian, through spec/text/setup_sentence_transformers.sh's venv) and
+-- PyTorch 2.x (bench/st2_venv.sh; skipped with a message when it cannot be
+-- made, or with --no-torch2), at the same thread count, in one run:
+--   * 32 short sentences (9 to 18 tokens), one batch;
+--   * 8 long sentences truncated to 256 tokens, one batch.
+-- The contenders alternate: each round times REPS calls of ours per case,
+-- then runs one PyTorch process per version (a warm-up and REPS timed calls
+-- per case); figures are medians over all timed calls, ratios are ours over
+-- the faster PyTorch. Prints a markdown table and the machine load.
+--
+--   sh tools/minilm.sh && luajit bench/text.lua [threads] [--rounds N] [--reps N] [--no-torch2]
+local ffi = require 'ffi'
+local flow = require 'oneflow'
+local json = require 'oneflow.utils.json'
+local text = require 'flowtext'
+
+local threads, rounds, reps, want_torch2 = 2, 3, 3, true
+do
+  local argv, i = arg or {}, 1
+  while i <= #argv do
+    if argv[i] == '--rounds' then rounds = tonumber(argv[i + 1]); i = i + 1
+    elseif argv[i] == '--reps' then reps = tonumber(argv[i + 1]); i = i + 1
+    elseif argv[i] == '--no-torch2' then want_torch2 = false
+    elseif tonumber(argv[i]) then threads = tonumber(argv[i])
+    else error('text.lua: unknown argument ' .. argv[i]) end
+    i = i + 1
+  end
+end
+flow.set_num_threads(threads)
+
+pcall(ffi.cdef, [[
+typedef struct { int64_t sec, nsec; } of_bench_timespec;
+int clock_gettime(int clk, of_bench_timespec *ts);
+]])
+local ts = ffi.new('of_bench_timespec')
+local function now()
+  ffi.C.clock_gettime(1, ts)
+  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
+end
+
+local function loadavg()
+  local f = io.open('/proc/loadavg')
+  if not f then return 'n/a' end
+  local s = f:read('*l')
+  f:close()
+  return s:match('^(%S+ %S+ %S+)') or 'n/a'
+end
+
+local function median(t)
+  local c = {}
+  for i, v in ipairs(t) do c[i] = v end
+  table.sort(c)
+  return c[math.floor((#c + 1) / 2)]
+end
+
+local function last_line(cmd)
+  local p = io.popen(cmd)
+  local out = p:read('*a')
+  p:close()
+  return out:match('([^\n]*)\n?$'), out
+end
+
+local dir = last_line('sh tools/minilm.sh 2>/dev/null')
+assert(dir ~= '' and io.open(dir .. '/model.safetensors'), 'text.lua: no model (sh tools/minilm.sh failed)')
+local py13 = last_line('sh spec/text/setup_sentence_transformers.sh 2>/dev/null')
+local py2 = want_torch2 and last_line('sh bench/st2_venv.sh 2>/dev/null') or ''
+local pythons = {}
+if py13 ~= '' then pythons[#pythons + 1] = py13 else print('no PyTorch 1.13 sentence-transformers venv') end
+if py2 ~= '' then pythons[#pythons + 1] = py2
+elseif want_torch2 then print('no PyTorch 2.x column: bench/st2_venv.sh failed') end
+
+------------------------------------------------------------------ cases
+local SHORT = {
+  'A man is eating food.', 'A man is eating a piece of bread.', 'The girl is carrying a baby.',
+  'A man is riding a horse.', 'A woman is playing violin.', 'Two men pushed carts through the woods.',
+  'A man is riding a white horse on an enclosed ground.', 'A monkey is playing drums.',
+}
+local short = {}
+for i = 1, 32 do short[i] = SHORT[(i - 1) % #SHORT + 1] .. (' Number %d of the batch.'):format(i) end
+local long = {}
+for i = 1, 8 do
+  long[i] = ('Sentence %d: the quick brown fox jumps over the lazy dog near the riverbank. '):format(i):rep(25)
+end
+local cases = {{key = 'short32', name = '32 sentences, 9-18 tokens', list = short},
+               {key = 'long8', name = '8 sentences, 256 tokens (truncated)', list = long}}
+
+local cases_path = os.tmpname()
+do
+  local t = {}
+  for _, c in ipairs(cases) do t[c.key] = json.array(c.list) end
+  local f = assert(io.open(cases_path, 'wb'))
+  f:write(json.encode(t))
+  f:close()
+end
+
+------------------------------------------------------------------ rounds
+local st = text.SentenceTransformer(dir)
+for _, c in ipairs(cases) do st:encode(c.list, {batch_size = #c.list}) end   -- warm-up
+local ours, theirs, versions = {}, {}, {}
+local load_before = loadavg()
+for r = 1, rounds do
+  for _, c in ipairs(cases) do
+    ours[c.key] = ours[c.key] or {}
+    for _ = 1, reps do
+      local t0 = now()
+      st:encode(c.list, {batch_size = #c.list})
+      ours[c.key][#ours[c.key] + 1] = (now() - t0) * 1000
+      flow.collect()
+    end
+  end
+  for i, py in ipairs(pythons) do
+    local line, all = last_line(('%s bench/text_torch.py %s %s %d %d 2>&1'):format(py, dir, cases_path, threads, reps))
+    local ok, res = pcall(json.decode, line)
+    if not ok then error('text.lua: ' .. py .. ' failed:\n' .. all) end
+    versions[i] = res.torch
+    theirs[i] = theirs[i] or {}
+    for _, c in ipairs(cases) do
+      theirs[i][c.key] = theirs[i][c.key] or {}
+      for _, t in ipairs(res[c.key]) do table.insert(theirs[i][c.key], t) end
+    end
+  end
+  io.stderr:write(('round %d/%d done\n'):format(r, rounds))
+end
+os.remove(cases_path)
+
+------------------------------------------------------------------ table
+local head = {'| case | flowtext ms |'}
+local rule = {'| --- | --- |'}
+for i = 1, #pythons do
+  head[#head + 1] = (' PyTorch %s ms |'):format(versions[i])
+  rule[#rule + 1] = ' --- |'
+end
+head[#head + 1] = ' ratio (ours / faster PyTorch) |'
+rule[#rule + 1] = ' --- |'
+print(table.concat(head))
+print(table.concat(rule))
+for _, c in ipairs(cases) do
+  local m = median(ours[c.key])
+  local row, best = {('| %s | %.1f |'):format(c.name, m)}, math.huge
+  for i = 1, #pythons do
+    local t = median(theirs[i][c.key])
+    best = math.min(best, t)
+    row[#row + 1] = (' %.1f |'):format(t)
+  end
+  row[#row + 1] = best < math.huge and (' %.2fx |'):format(m / best) or ' n/a |'
+  print(table.concat(row))
+end
+print(('threads %d, %d rounds x %d calls; load average before %s, after %s'):format(
+  threads, rounds, reps, load_before, loadavg()))
