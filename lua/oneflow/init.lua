@@ -132,6 +132,8 @@ do
   end
 end
 flow.nn = require 'oneflow.nn'
+flow.quantization = require 'oneflow.quantization'
+flow.quantization.attach(flow)
 flow.onnx = require 'oneflow.onnx'
 flow.amp = require 'oneflow.amp'
 flow.profiler = require 'oneflow.profiler'

@@ -51,6 +51,10 @@ local SECOND = {
 }
 local is_tensor, describe, fail = A.is_tensor, A.describe, A.fail
 local function arg_error(name, i, what, v)
+  if A.quantized_describe and A.quantized_describe(v) then
+    fail(('%s: argument %d (%s) is %s, which this op does not support; dequantize() it first or use '
+      .. 'the quantized module (flow.quantization.convert)'):format(name, i, what, describe(v)))
+  end
   fail(('%s: argument %d (%s) must be a tensor, got %s'):format(name, i, what, describe(v)))
 end
 local function checked(name, f, first, second)

@@ -1,0 +1,448 @@
+/* quant.c -- int8 linear and 2-D convolution with int32 accumulation and
+ * fused requantisation (+ ReLU): the kernels behind flow.quantization's
+ * quantized modules (lua/oneflow/quantization/).
+ *
+ *   acc[m, n] = sum_k (x[m, k] - x_zp) * (w[n, k] - w_zp[n])        exact, int32
+ *   float out:     y = acc * (x_scale * w_scale[n]) + bias[n]     (dynamic quantization)
+ *   quantized out: q = clamp(rint((acc + bias[n] / s_n) * (s_n / out_scale)) + out_zp)
+ *                  with s_n = x_scale * w_scale[n] in float32 -- fbgemm's
+ *                  requantisation (ReQuantizeOutput with a float bias), so the
+ *                  values agree with PyTorch's where its definitions apply.
+ * ReLU clamps at 0 (float) or at out_zp (quantized). Results outside the
+ * output dtype saturate (documented in doc/quantization.md).
+ *
+ * The kernel: both operands are widened once to int16 with their zero points
+ * subtracted (values in [-255, 255]), K padded to 16 with zeros, and the
+ * dot products run with pmaddwd (AVX2: _mm256_madd_epi16, 16 products per
+ * instruction, exact: two products of at most 255^2 sum in int32) in 2x4
+ * register blocks; a scalar loop where the CPU has no AVX2 (of_cpu_isa).
+ * K is limited to 33025 so that no sum can overflow int32 (255^2 * K).
+ * u8 x s8 pmaddubsw would do twice the products per instruction but
+ * saturates in int16 unless activations are 7-bit (fbgemm's reduce_range);
+ * the int16 path is exact for every input. Measured against oneDNN 2.6's
+ * int8 matmul: doc/benchmarks.md "Model optimisation".
+ *
+ * A convolution is im2col (per sample, int16, padding = the zero point, i.e.
+ * 0 after the shift) + the same gemm per group, written straight into the
+ * NCHW result. Rows of the gemm are split over threads. */
+#include "../device.h"
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+#include "family.h"
+
+enum { QK_ALIGN = 16, QK_MAX = 33025 };
+
+/* ---- the int16 dot-product gemm: C[m, n] = A[m, :] . B[n, :] over kp ---- */
+static void gemm_ref(int64_t m0, int64_t m1, int64_t N, int64_t kp, const int16_t *A,
+                     const int16_t *B, int32_t *C) {
+  for (int64_t m = m0; m < m1; m++)
+    for (int64_t n = 0; n < N; n++) {
+      const int16_t *a = A + m * kp, *b = B + n * kp;
+      int32_t s = 0;
+      for (int64_t k = 0; k < kp; k++) s += (int32_t)a[k] * b[k];
+      C[m * N + n] = s;
+    }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static inline int32_t hsum8(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+__attribute__((target("avx2"))) static void gemm_avx2(int64_t m0, int64_t m1, int64_t N,
+                                                      int64_t kp, const int16_t *A,
+                                                      const int16_t *B, int32_t *C) {
+  int64_t m = m0;
+  for (; m + 2 <= m1; m += 2) {
+    const int16_t *a0 = A + m * kp, *a1 = a0 + kp;
+    int64_t n = 0;
+    for (; n + 4 <= N; n += 4) {
+      const int16_t *b0 = B + n * kp, *b1 = b0 + kp, *b2 = b1 + kp, *b3 = b2 + kp;
+      __m256i c00 = _mm256_setzero_si256(), c01 = c00, c02 = c00, c03 = c00;
+      __m256i c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+      for (int64_t k = 0; k < kp; k += 16) {
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)(a0 + k));
+        __m256i x1 = _mm256_loadu_si256((const __m256i *)(a1 + k));
+        __m256i w = _mm256_loadu_si256((const __m256i *)(b0 + k));
+        c00 = _mm256_add_epi32(c00, _mm256_madd_epi16(x0, w));
+        c10 = _mm256_add_epi32(c10, _mm256_madd_epi16(x1, w));
+        w = _mm256_loadu_si256((const __m256i *)(b1 + k));
+        c01 = _mm256_add_epi32(c01, _mm256_madd_epi16(x0, w));
+        c11 = _mm256_add_epi32(c11, _mm256_madd_epi16(x1, w));
+        w = _mm256_loadu_si256((const __m256i *)(b2 + k));
+        c02 = _mm256_add_epi32(c02, _mm256_madd_epi16(x0, w));
+        c12 = _mm256_add_epi32(c12, _mm256_madd_epi16(x1, w));
+        w = _mm256_loadu_si256((const __m256i *)(b3 + k));
+        c03 = _mm256_add_epi32(c03, _mm256_madd_epi16(x0, w));
+        c13 = _mm256_add_epi32(c13, _mm256_madd_epi16(x1, w));
+      }
+      int32_t *r0 = C + m * N + n, *r1 = r0 + N;
+      r0[0] = hsum8(c00), r0[1] = hsum8(c01), r0[2] = hsum8(c02), r0[3] = hsum8(c03);
+      r1[0] = hsum8(c10), r1[1] = hsum8(c11), r1[2] = hsum8(c12), r1[3] = hsum8(c13);
+    }
+    for (; n < N; n++) {
+      const int16_t *b0 = B + n * kp;
+      __m256i c0 = _mm256_setzero_si256(), c1 = c0;
+      for (int64_t k = 0; k < kp; k += 16) {
+        __m256i w = _mm256_loadu_si256((const __m256i *)(b0 + k));
+        c0 = _mm256_add_epi32(c0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a0 + k)), w));
+        c1 = _mm256_add_epi32(c1, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a1 + k)), w));
+      }
+      C[m * N + n] = hsum8(c0), C[(m + 1) * N + n] = hsum8(c1);
+    }
+  }
+  for (; m < m1; m++) {
+    const int16_t *a0 = A + m * kp;
+    for (int64_t n = 0; n < N; n++) {
+      const int16_t *b0 = B + n * kp;
+      __m256i c0 = _mm256_setzero_si256();
+      for (int64_t k = 0; k < kp; k += 16)
+        c0 = _mm256_add_epi32(c0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a0 + k)),
+                                                    _mm256_loadu_si256((const __m256i *)(b0 + k))));
+      C[m * N + n] = hsum8(c0);
+    }
+  }
+}
+#endif
+
+typedef void (*gemm_fn)(int64_t, int64_t, int64_t, int64_t, const int16_t *, const int16_t *,
+                        int32_t *);
+static gemm_fn pick_gemm(void) {
+#if defined(__x86_64__)
+  if (of_cpu_isa() >= OF_ISA_AVX2) return gemm_avx2;
+#endif
+  return gemm_ref;
+}
+
+/* ---- requantisation of one block of accumulators ---- */
+typedef struct {
+  const float *ws, *bias;   /* per output channel (ws_n == 1: per tensor) */
+  int64_t ws_n;
+  float xs, os;
+  int32_t ozp, relu, odt, lo, hi;
+} rq;
+
+static void requant_rows(const rq *r, const int32_t *acc, int64_t m0, int64_t m1, int64_t N,
+                         int64_t ch0, char *out, int64_t sm, int64_t sn) {
+  for (int64_t m = m0; m < m1; m++)
+    for (int64_t n = 0; n < N; n++) {
+      const int64_t ch = ch0 + n;
+      const float s = r->xs * r->ws[r->ws_n == 1 ? 0 : ch];
+      const float b = r->bias ? r->bias[ch] : 0.f;
+      const int64_t o = m * sm + n * sn;
+      const float a = (float)acc[m * N + n];
+      if (r->odt == OF_FLOAT32) {
+        float y = a * s + b;
+        ((float *)out)[o] = r->relu && y < 0.f ? 0.f : y;
+        continue;
+      }
+      float raw = r->bias ? a + b / s : a;
+      long q = lrintf(raw * (s / r->os)) + r->ozp;
+      const long lo = r->relu && r->ozp > r->lo ? r->ozp : r->lo;
+      q = q < lo ? lo : q > r->hi ? r->hi : q;
+      if (r->odt == OF_UINT8) ((uint8_t *)out)[o] = (uint8_t)q;
+      else ((int8_t *)out)[o] = (int8_t)q;
+    }
+}
+
+/* ---- argument checks shared by both ops ---- */
+static bool is_q8(of_dtype d) { return d == OF_UINT8 || d == OF_INT8; }
+static int32_t qlo(of_dtype d) { return d == OF_UINT8 ? 0 : -128; }
+static int32_t qhi(of_dtype d) { return d == OF_UINT8 ? 255 : 127; }
+
+static of_status check_params(const char *op, of_tensor *x, of_tensor *w, of_tensor *ws,
+                              of_tensor *wzp, of_tensor *bias, int64_t O, double xs, int64_t xzp,
+                              double os, int64_t ozp, int32_t odt) {
+  if (!is_q8(x->dtype))
+    return of_fail(OF_ERR_DTYPE, "%s: input must hold uint8 or int8 values (a quantized tensor's "
+                   "int_repr), got %s", op, OF_DT(x));
+  if (w->dtype != OF_INT8)
+    return of_fail(OF_ERR_DTYPE, "%s: weight must be int8 (qint8), got %s", op, OF_DT(w));
+  if (ws->dtype != OF_FLOAT32 || (ws->numel != O && ws->numel != 1))
+    return of_fail(OF_ERR_ARG, "%s: weight scales must be float32 with 1 or %lld values, got %s %s",
+                   op, (long long)O, OF_DT(ws), OF_SHAPE_STR(ws));
+  if (wzp && (wzp->dtype != OF_INT64 || wzp->numel != ws->numel))
+    return of_fail(OF_ERR_ARG, "%s: weight zero points must be int64 like the scales (%lld), got %s %s",
+                   op, (long long)ws->numel, OF_DT(wzp), OF_SHAPE_STR(wzp));
+  if (bias && (bias->dtype != OF_FLOAT32 || bias->numel != O))
+    return of_fail(OF_ERR_ARG, "%s: bias must be float32 [%lld], got %s %s", op, (long long)O,
+                   OF_DT(bias), OF_SHAPE_STR(bias));
+  if (!(xs > 0) || !isfinite(xs))
+    return of_fail(OF_ERR_ARG, "%s: input scale must be positive and finite, got %g", op, xs);
+  if (xzp < qlo(x->dtype) || xzp > qhi(x->dtype))
+    return of_fail(OF_ERR_ARG, "%s: input zero point %lld is outside %s's range", op,
+                   (long long)xzp, OF_DT(x));
+  if (odt != OF_FLOAT32) {
+    if (!is_q8((of_dtype)odt))
+      return of_fail(OF_ERR_DTYPE, "%s: output dtype must be uint8, int8 or float32, got %s", op,
+                     of_dtype_name(odt));
+    if (!(os > 0) || !isfinite(os))
+      return of_fail(OF_ERR_ARG, "%s: output scale must be positive and finite, got %g", op, os);
+    if (ozp < qlo((of_dtype)odt) || ozp > qhi((of_dtype)odt))
+      return of_fail(OF_ERR_ARG, "%s: output zero point %lld is outside %s's range", op,
+                     (long long)ozp, of_dtype_name(odt));
+  }
+  of_tensor *ts[2] = {x, w};
+  of_device dev;
+  OF_CHECK(of_common_device(op, ts, 2, &dev));
+  if (dev != OF_CPU) return of_fail(OF_ERR_DEVICE, "%s: quantized kernels run on the CPU only", op);
+  return OF_OK;
+}
+
+/* weight [O, K] -> int16 [O, kp] minus its zero points */
+static of_status pack_weight(const char *op, of_tensor *w, of_tensor *wzp, int64_t O, int64_t K,
+                             int64_t kp, int16_t **out) {
+  of_tensor *wc, *zc = NULL;
+  OF_CHECK(of_dense(w, OF_INT8, &wc));
+  of_status st = wzp ? of_dense(wzp, OF_INT64, &zc) : OF_OK;
+  int16_t *B = st == OF_OK ? calloc((size_t)(O * kp), sizeof *B) : NULL;
+  if (st == OF_OK && !B) st = of_fail(OF_ERR_OOM, "%s: out of memory packing the weight", op);
+  if (st == OF_OK) {
+    const int8_t *wp = (const int8_t *)of_ptr(wc);
+    const int64_t *zp = zc ? (const int64_t *)of_ptr(zc) : NULL;
+    for (int64_t o = 0; o < O && st == OF_OK; o++) {
+      const int64_t z = zp ? zp[zc->numel == 1 ? 0 : o] : 0;
+      if (z < -128 || z > 127)
+        st = of_fail(OF_ERR_ARG, "%s: weight zero point %lld is outside int8's range", op, (long long)z);
+      for (int64_t k = 0; k < K; k++) B[o * kp + k] = (int16_t)(wp[o * K + k] - z);
+    }
+  }
+  of_tensor_release(wc);
+  if (zc) of_tensor_release(zc);
+  if (st != OF_OK) free(B), B = NULL;
+  *out = B;
+  return st;
+}
+
+static void split_rows(int64_t M, int nt, int t, int64_t *m0, int64_t *m1) {
+  int64_t per = (M + nt - 1) / nt;
+  per += per & 1;   /* even blocks for the 2-row kernel */
+  *m0 = per * t < M ? per * t : M;
+  *m1 = *m0 + per < M ? *m0 + per : M;
+}
+
+/* ---- quantized_linear ---- */
+static of_status qlinear_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor *wzp,
+                              of_tensor *bias, double xs, int64_t xzp, double os, int64_t ozp,
+                              int32_t odt, int32_t relu, of_tensor **out) {
+  static const char op[] = "quantized_linear";
+  if (!x || !w || !ws) return of_fail(OF_ERR_ARG, "%s: input, weight and scales are required", op);
+  if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
+    return of_fail(OF_ERR_SHAPE, "%s: input %s and weight %s do not fit (weight [out, in], input "
+                   "[..., in])", op, OF_SHAPE_STR(x), OF_SHAPE_STR(w));
+  const int64_t O = w->shape[0], K = w->shape[1], M = K ? x->numel / K : 0;
+  OF_CHECK(check_params(op, x, w, ws, wzp, bias, O, xs, xzp, os, ozp, odt));
+  if (K > QK_MAX)
+    return of_fail(OF_ERR_SHAPE, "%s: %lld input features exceed the int32 accumulator's safe "
+                   "limit of %d", op, (long long)K, QK_MAX);
+  int64_t shape[OF_MAX_DIMS];
+  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+  shape[x->ndim - 1] = O;
+  OF_CHECK(of_tensor_new_as(op, shape, x->ndim, (of_dtype)odt, OF_CPU, out));
+  const int64_t kp = (K + QK_ALIGN - 1) / QK_ALIGN * QK_ALIGN;
+  int16_t *B = NULL, *A = NULL;
+  int32_t *acc = NULL;
+  of_tensor *xc = NULL, *wsc = NULL, *bc = NULL;
+  of_status st = pack_weight(op, w, wzp, O, K, kp, &B);
+  if (st == OF_OK) st = of_dense(x, x->dtype, &xc);
+  if (st == OF_OK) st = of_dense(ws, OF_FLOAT32, &wsc);
+  if (st == OF_OK && bias) st = of_dense(bias, OF_FLOAT32, &bc);
+  if (st == OF_OK && M > 0) {
+    A = malloc((size_t)(M * kp) * sizeof *A);
+    acc = malloc((size_t)(M * O) * sizeof *acc);
+    if (!A || !acc) st = of_fail(OF_ERR_OOM, "%s: out of memory (%lld x %lld)", op, (long long)M,
+                                 (long long)kp);
+  }
+  if (st == OF_OK && M > 0) {
+    const bool u8 = x->dtype == OF_UINT8;
+    const char *xp = of_ptr(xc);
+    rq r = {(const float *)of_ptr(wsc), bc ? (const float *)of_ptr(bc) : NULL, wsc->numel,
+            (float)xs, (float)os, (int32_t)ozp, relu, odt, qlo((of_dtype)odt), qhi((of_dtype)odt)};
+    gemm_fn gemm = pick_gemm();
+    char *op_ = of_ptr(*out);
+    int nt = M * O * K >= OF_PARALLEL_GRAIN && M >= 4 ? of_threads() : 1;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+      int t = omp_get_thread_num(), n = omp_get_num_threads();
+      int64_t m0, m1;
+      split_rows(M, n, t, &m0, &m1);
+      for (int64_t m = m0; m < m1; m++) {
+        int16_t *a = A + m * kp;
+        for (int64_t k = 0; k < K; k++)
+          a[k] = (int16_t)((u8 ? (int32_t)((const uint8_t *)xp)[m * K + k]
+                               : (int32_t)((const int8_t *)xp)[m * K + k]) - xzp);
+        for (int64_t k = K; k < kp; k++) a[k] = 0;
+      }
+      if (m1 > m0) {
+        gemm(m0, m1, O, kp, A, B, acc);
+        requant_rows(&r, acc, m0, m1, O, 0, op_, O, 1);
+      }
+    }
+  }
+  free(A), free(B), free(acc);
+  if (xc) of_tensor_release(xc);
+  if (wsc) of_tensor_release(wsc);
+  if (bc) of_tensor_release(bc);
+  if (st != OF_OK) of_tensor_release(*out), *out = NULL;
+  return st;
+}
+
+/* ---- quantized_conv2d ---- */
+static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor *wzp,
+                            of_tensor *bias, const a_quant *p, of_tensor **out) {
+  static const char op[] = "quantized_conv2d";
+  if (!x || !w || !ws) return of_fail(OF_ERR_ARG, "%s: input, weight and scales are required", op);
+  const int64_t G = p->groups;
+  if (x->ndim != 4 || w->ndim != 4 || G < 1 || x->shape[1] % G || w->shape[0] % G ||
+      x->shape[1] / G != w->shape[1])
+    return of_fail(OF_ERR_SHAPE, "%s: input %s and weight %s do not fit (input [N, C, H, W], weight "
+                   "[O, C/groups, kh, kw], groups %lld)", op, OF_SHAPE_STR(x), OF_SHAPE_STR(w),
+                   (long long)G);
+  const int64_t O = w->shape[0], Cg = w->shape[1], kh = w->shape[2], kw = w->shape[3];
+  OF_CHECK(check_params(op, x, w, ws, wzp, bias, O, p->x_scale, p->x_zp, p->out_scale, p->out_zp,
+                        p->out_dtype));
+  for (int i = 0; i < 2; i++)
+    if (p->stride[i] < 1 || p->padding[i] < 0 || p->dilation[i] < 1)
+      return of_fail(OF_ERR_ARG, "%s: stride and dilation must be >= 1 and padding >= 0", op);
+  const int64_t in[2] = {x->shape[2], x->shape[3]}, k[2] = {kh, kw};
+  OF_CHECK(of_check_window(op, in, k, p->stride, p->padding, p->dilation, 2));
+  int64_t osz[2];
+  for (int i = 0; i < 2; i++) {
+    osz[i] = (in[i] + 2 * p->padding[i] - p->dilation[i] * (k[i] - 1) - 1) / p->stride[i] + 1;
+    if (osz[i] < 1)
+      return of_fail(OF_ERR_SHAPE, "%s: input %s is smaller than the dilated kernel %s", op,
+                     OF_SHAPE_STR(x), OF_SHAPE_STR(w));
+  }
+  const int64_t K = Cg * kh * kw, L = osz[0] * osz[1], Og = O / G, N = x->shape[0];
+  if (K > QK_MAX)
+    return of_fail(OF_ERR_SHAPE, "%s: %lld products per output exceed the int32 accumulator's "
+                   "safe limit of %d", op, (long long)K, QK_MAX);
+  int64_t shape[4] = {N, O, osz[0], osz[1]};
+  OF_CHECK(of_tensor_new_as(op, shape, 4, (of_dtype)p->out_dtype, OF_CPU, out));
+  const int64_t kp = (K + QK_ALIGN - 1) / QK_ALIGN * QK_ALIGN;
+  int16_t *B = NULL, *A = NULL;
+  int32_t *acc = NULL;
+  of_tensor *xc = NULL, *wsc = NULL, *bc = NULL;
+  of_status st = pack_weight(op, w, wzp, O, K, kp, &B);
+  if (st == OF_OK) st = of_dense(x, x->dtype, &xc);
+  if (st == OF_OK) st = of_dense(ws, OF_FLOAT32, &wsc);
+  if (st == OF_OK && bias) st = of_dense(bias, OF_FLOAT32, &bc);
+  if (st == OF_OK && N * L > 0) {
+    A = malloc((size_t)(L * kp) * sizeof *A);
+    acc = malloc((size_t)(L * Og) * sizeof *acc);
+    if (!A || !acc) st = of_fail(OF_ERR_OOM, "%s: out of memory for the columns", op);
+  }
+  if (st == OF_OK && N * L > 0) {
+    const bool u8 = x->dtype == OF_UINT8;
+    const int64_t C = x->shape[1], H = in[0], W = in[1], OW = osz[1];
+    const int64_t sh = p->stride[0], sw = p->stride[1], ph = p->padding[0], pw = p->padding[1];
+    const int64_t dh = p->dilation[0], dw = p->dilation[1];
+    const int32_t xzp = (int32_t)p->x_zp;
+    const int64_t esz = of_dtype_size((of_dtype)p->out_dtype);
+    rq r = {(const float *)of_ptr(wsc), bc ? (const float *)of_ptr(bc) : NULL, wsc->numel,
+            (float)p->x_scale, (float)p->out_scale, (int32_t)p->out_zp, p->relu, p->out_dtype,
+            qlo((of_dtype)p->out_dtype), qhi((of_dtype)p->out_dtype)};
+    gemm_fn gemm = pick_gemm();
+    int nt = L * Og * K >= OF_PARALLEL_GRAIN && L >= 4 ? of_threads() : 1;
+    for (int64_t s = 0; s < N; s++)
+      for (int64_t g = 0; g < G; g++) {
+        const char *xs_ = of_ptr(xc) + (s * C + g * Cg) * H * W;
+        char *ob = of_ptr(*out) + ((s * O + g * Og) * L) * esz;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+          int t = omp_get_thread_num(), n = omp_get_num_threads();
+          int64_t m0, m1;
+          split_rows(L, n, t, &m0, &m1);
+          for (int64_t l = m0; l < m1; l++) {
+            const int64_t oh = l / OW, ow = l % OW;
+            int16_t *a = A + l * kp;
+            int64_t kk = 0;
+            for (int64_t c = 0; c < Cg; c++)
+              for (int64_t i = 0; i < kh; i++) {
+                const int64_t ih = oh * sh - ph + i * dh;
+                for (int64_t j = 0; j < kw; j++, kk++) {
+                  const int64_t iw = ow * sw - pw + j * dw;
+                  if (ih < 0 || ih >= H || iw < 0 || iw >= W) { a[kk] = 0; continue; }
+                  const int64_t e = (c * H + ih) * W + iw;
+                  a[kk] = (int16_t)((u8 ? (int32_t)((const uint8_t *)xs_)[e]
+                                        : (int32_t)((const int8_t *)xs_)[e]) - xzp);
+                }
+              }
+            for (; kk < kp; kk++) a[kk] = 0;
+          }
+          if (m1 > m0) {
+            gemm(m0, m1, Og, kp, A, B + g * Og * kp, acc);
+            requant_rows(&r, acc, m0, m1, Og, g * Og, ob, 1, L);
+          }
+        }
+      }
+  }
+  free(A), free(B), free(acc);
+  if (xc) of_tensor_release(xc);
+  if (wsc) of_tensor_release(wsc);
+  if (bc) of_tensor_release(bc);
+  if (st != OF_OK) of_tensor_release(*out), *out = NULL;
+  return st;
+}
+
+/* ---- entry points, run functions, table rows ---- */
+static of_status pack_quant(int32_t op, of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor *wzp,
+                            of_tensor *bias, const a_quant *a, of_tensor **out) {
+  of_tensor *ins[5] = {x, w, ws, wzp, bias};
+  return OF_RECORD(op, *a, ins, 5, out, 1);
+}
+
+of_status of_quantized_linear(of_tensor *x, of_tensor *w, of_tensor *w_scale, of_tensor *w_zero_point,
+                              of_tensor *bias, double x_scale, int64_t x_zero_point,
+                              double out_scale, int64_t out_zero_point, of_dtype out_dtype,
+                              int32_t relu, of_tensor **out) {
+  a_quant a;
+  OF_ZERO(a);
+  a.x_scale = x_scale, a.out_scale = out_scale, a.x_zp = x_zero_point, a.out_zp = out_zero_point;
+  a.out_dtype = (int32_t)out_dtype, a.relu = relu != 0;
+  OF_DISPATCH(qlinear_body(x, w, w_scale, w_zero_point, bias, x_scale, x_zero_point, out_scale,
+                           out_zero_point, (int32_t)out_dtype, relu != 0, out),
+              pack_quant(OPK_QUANTIZED_LINEAR, x, w, w_scale, w_zero_point, bias, &a, out));
+}
+
+of_status of_quantized_conv2d(of_tensor *x, of_tensor *w, of_tensor *w_scale,
+                              of_tensor *w_zero_point, of_tensor *bias, const int64_t *stride,
+                              const int64_t *padding, const int64_t *dilation, int64_t groups,
+                              double x_scale, int64_t x_zero_point, double out_scale,
+                              int64_t out_zero_point, of_dtype out_dtype, int32_t relu,
+                              of_tensor **out) {
+  a_quant a;
+  OF_ZERO(a);
+  a.x_scale = x_scale, a.out_scale = out_scale, a.x_zp = x_zero_point, a.out_zp = out_zero_point;
+  a.out_dtype = (int32_t)out_dtype, a.relu = relu != 0, a.groups = groups;
+  for (int i = 0; i < 2; i++) {
+    a.stride[i] = stride ? stride[i] : 1;
+    a.padding[i] = padding ? padding[i] : 0;
+    a.dilation[i] = dilation ? dilation[i] : 1;
+  }
+  OF_DISPATCH(qconv_body(x, w, w_scale, w_zero_point, bias, &a, out),
+              pack_quant(OPK_QUANTIZED_CONV2D, x, w, w_scale, w_zero_point, bias, &a, out));
+}
+
+static of_status run_quant(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_quant);
+  OF_NEED(a->out_dtype == OF_FLOAT32 || a->out_dtype == OF_UINT8 || a->out_dtype == OF_INT8,
+          "out_dtype");
+  if (n->op == OPK_QUANTIZED_LINEAR)
+    OF_RUN1(of_quantized_linear(ins[0], ins[1], ins[2], ins[3], ins[4], a->x_scale, a->x_zp,
+                                a->out_scale, a->out_zp, (of_dtype)a->out_dtype, a->relu, OF_R));
+  OF_RUN1(of_quantized_conv2d(ins[0], ins[1], ins[2], ins[3], ins[4], a->stride, a->padding,
+                              a->dilation, a->groups, a->x_scale, a->x_zp, a->out_scale, a->out_zp,
+                              (of_dtype)a->out_dtype, a->relu, OF_R));
+}
+OF_OP_IMPL(QUANTIZED_LINEAR, run_quant, NULL, NULL, NULL);
+OF_OP_IMPL(QUANTIZED_CONV2D, run_quant, NULL, NULL, NULL);
