@@ -49,7 +49,7 @@ describe('quantized tensors', function()
     H.raises(function() flow.quantize_per_tensor(x, 0, 0, flow.quint8) end, 'quantize_per_tensor: scale')
     H.raises(function() flow.quantize_per_tensor(x, 0.1, 300, flow.quint8) end, 'zero_point must be an integer in [0, 255]')
     H.raises(function() flow.quantize_per_tensor(x, 0.1, 0, flow.float32) end, 'dtype must be flow.qint8')
-    H.raises(function() flow.quantize_per_tensor(flow.tensor({1, 2}), 0.1, 0, flow.quint8) end, 'floating point')
+    H.raises(function() flow.quantize_per_tensor(flow.tensor({1, 2}, {dtype = flow.int64}), 0.1, 0, flow.quint8) end, 'floating point')
   end)
 
   it('prints like PyTorch with the parameters', function()

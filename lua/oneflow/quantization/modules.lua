@@ -134,6 +134,17 @@ local function check_scale(name, scale, zp, dt)
   end
 end
 
+-- a loaded output scale / zero point, named by its state-dict key
+function M.check_loaded(prefix, scale, zp, dt)
+  if scale ~= scale or scale <= 0 or scale == math.huge then
+    A.fail(('load_state_dict: %sscale = %s is not a positive finite number'):format(prefix, tostring(scale)))
+  end
+  if zp ~= math.floor(zp) or zp < dt.qmin or zp > dt.qmax then
+    A.fail(('load_state_dict: %szero_point = %s is not an integer in [%d, %d] (%s)'):format(
+      prefix, tostring(zp), dt.qmin, dt.qmax, dt.name))
+  end
+end
+
 local QuantizedBase = nn.Module:subclass('QuantizedModule')
 
 -- weight (qtensor), bias (float tensor or nil), scale/zero_point of the output
@@ -193,8 +204,7 @@ function QuantizedBase:__load_extra(prefix, sd, seen)
       A.fail(('load_state_dict: %s and %s must be one-element tensors'):format(sk, zk))
     end
     scale, zp = s:item(), z:item()
-    local ok, err = pcall(check_scale, name, scale, zp, self.out_dtype)
-    if not ok then A.fail('load_state_dict: ' .. prefix .. ': ' .. tostring(err):gsub('^.-: ', '')) end
+    M.check_loaded(prefix, scale, zp, self.out_dtype)
   end
   return function()
     self:_set_weight_bias(w, b)
@@ -350,8 +360,7 @@ function Quantize:__load_extra(prefix, sd, seen)
     A.fail(('load_state_dict: %s and %s must be one-element tensors'):format(sk, zk))
   end
   local scale, zp = s:item(), z:item()
-  local ok, err = pcall(check_scale, 'Quantize', scale, zp, self.out_dtype)
-  if not ok then A.fail('load_state_dict: ' .. prefix .. ': ' .. tostring(err):gsub('^.-: ', '')) end
+  M.check_loaded(prefix, scale, zp, self.out_dtype)
   return function() rawset(self, 'scale', scale); rawset(self, 'zero_point', zp) end
 end
 

@@ -111,7 +111,12 @@ local function walk(m, fn, path, parent, name, qc)
   end
 end
 
-local function replace(parent, name, new) registry(parent, '_modules'):set(name, new) end
+-- list containers (Sequential, ModuleList) keep their elements in the array
+-- part too: their add_module replaces in place
+local function replace(parent, name, new)
+  if parent.__container_index then parent:add_module(name, new)
+  else registry(parent, '_modules'):set(name, new) end
+end
 local function label(path, m) return ('%s (%s)'):format(path == '' and '<model>' or path, kind(m)) end
 
 -- classes that produce an output to observe, and those that pass a
