@@ -6,7 +6,6 @@ local H = require 'spec.helpers'
 local ffi = require 'ffi'
 
 local C = require('oneflow._C').C
-local Qz = flow.quantization
 
 describe('quantized tensors', function()
   it('quantize_per_tensor rounds half to even and saturates', function()
@@ -47,9 +46,11 @@ describe('quantized tensors', function()
   it('refuses bad parameters naming the op and argument', function()
     local x = flow.randn(3)
     H.raises(function() flow.quantize_per_tensor(x, 0, 0, flow.quint8) end, 'quantize_per_tensor: scale')
-    H.raises(function() flow.quantize_per_tensor(x, 0.1, 300, flow.quint8) end, 'zero_point must be an integer in [0, 255]')
+    H.raises(function() flow.quantize_per_tensor(x, 0.1, 300, flow.quint8) end,
+      'zero_point must be an integer in [0, 255]')
     H.raises(function() flow.quantize_per_tensor(x, 0.1, 0, flow.float32) end, 'dtype must be flow.qint8')
-    H.raises(function() flow.quantize_per_tensor(flow.tensor({1, 2}, {dtype = flow.int64}), 0.1, 0, flow.quint8) end, 'floating point')
+    H.raises(function() flow.quantize_per_tensor(flow.tensor({1, 2}, {dtype = flow.int64}), 0.1, 0, flow.quint8) end,
+      'floating point')
   end)
 
   it('prints like PyTorch with the parameters', function()

@@ -189,7 +189,8 @@ def qp(o, k):
 o = tq.MinMaxObserver(dtype=torch.quint8); o(v); qp(o, 'minmax')
 o = tq.MinMaxObserver(dtype=torch.qint8, qscheme=torch.per_tensor_symmetric); o(v); qp(o, 'sym')
 o = tq.MovingAverageMinMaxObserver(averaging_constant=0.1); o(v); o(v * 2 - 1); qp(o, 'ma')
-o = tq.PerChannelMinMaxObserver(dtype=torch.qint8, qscheme=torch.per_channel_symmetric); o(T(%s, 6, 2, 3, 3)); qp(o, 'pc')
+o = tq.PerChannelMinMaxObserver(dtype=torch.qint8, qscheme=torch.per_channel_symmetric)
+o(T(%s, 6, 2, 3, 3)); qp(o, 'pc')
 o = tq.HistogramObserver(reduce_range=True); o(v); qp(o, 'hist')
 q = torch.quantize_per_tensor(v, 0.0371, 17, torch.quint8); out('qpt', q.int_repr())
 class Net(nn.Module):

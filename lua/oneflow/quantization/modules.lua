@@ -173,7 +173,6 @@ end
 -- checks a state dict's entries; returns a function that applies them or
 -- raises naming the key and what does not match
 function QuantizedBase:__load_extra(prefix, sd, seen)
-  local name = self.__name
   local wk = prefix .. 'weight'
   local w, b = sd[wk], sd[prefix .. 'bias']
   seen[wk], seen[prefix .. 'bias'] = true, true
