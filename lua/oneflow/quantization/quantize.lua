@@ -362,11 +362,10 @@ end
 -- the float weight quantized with the qconfig's weight observer (or the
 -- QAT module's own weight fake-quantizer)
 local function quantize_weight(w, qc, fq)
-  local obs = fq
-  if not obs then
-    obs = qc.weight()
-    obs(w:detach())
-  end
+  -- a QAT module's fake quantizer sees the final weights (as PyTorch's
+  -- from_float does; a disabled observer keeps its range)
+  local obs = fq or qc.weight()
+  obs(w:detach())
   local s, z = obs:calculate_qparams()
   local dt = obs.dtype
   if dt ~= Q.qint8 then A.fail('convert: weights must be observed as qint8, got ' .. dt.name) end
