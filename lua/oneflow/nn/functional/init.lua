@@ -36,7 +36,7 @@ local FIRST = {
   cosine_similarity = 'x1', pairwise_distance = 'x1', margin_ranking_loss = 'input1',
   cosine_embedding_loss = 'input1', triplet_margin_loss = 'anchor',
   scaled_dot_product_attention = 'query', affine_grid = 'theta', ctc_loss = 'log_probs',
-  bilinear = 'input1',
+  bilinear = 'input1', distillation_loss = 'student_logits',
 }
 local SECOND = {
   linear = 'weight', bilinear = 'input2', cosine_similarity = 'x2', pairwise_distance = 'x2',
@@ -47,7 +47,7 @@ local SECOND = {
   soft_margin_loss = 'target', cross_entropy = 'target', nll_loss = 'target',
   hinge_embedding_loss = 'target', multilabel_soft_margin_loss = 'target',
   poisson_nll_loss = 'target', gaussian_nll_loss = 'target', multi_margin_loss = 'target',
-  multilabel_margin_loss = 'target',
+  multilabel_margin_loss = 'target', distillation_loss = 'teacher_logits',
 }
 local is_tensor, describe, fail = A.is_tensor, A.describe, A.fail
 local function arg_error(name, i, what, v)
