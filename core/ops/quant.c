@@ -123,32 +123,53 @@ static gemm_fn pick_gemm(void) {
   return gemm_ref;
 }
 
-/* ---- requantisation of one block of accumulators ---- */
+/* ---- requantisation of one block of accumulators ----
+ * Per output channel, computed once per call: s_n = x_scale * w_scale[n],
+ * mult[n] = s_n / out_scale and braw[n] = bias[n] / s_n (float32, as
+ * fbgemm). Rounding to nearest even by the 1.5 * 2^23 trick (exact for
+ * |v| < 2^22; larger values saturate anyway, so they are clamped first). */
 typedef struct {
-  const float *ws, *bias;   /* per output channel (ws_n == 1: per tensor) */
-  int64_t ws_n;
-  float xs, os;
+  const float *scale, *bias;   /* per channel: s_n and bias (float out), or mult and braw */
   int32_t ozp, relu, odt, lo, hi;
 } rq;
 
+static inline float round_even(float v) {
+  const float big = 12582912.0f;   /* 1.5 * 2^23 */
+  v = v < -4194304.0f ? -4194304.0f : v > 4194304.0f ? 4194304.0f : v;
+  float t = v + big;   /* no -ffast-math: the compiler keeps both roundings */
+  return t - big;
+}
+
+/* the per-channel factors of channels [0, N) into f (2 * N floats) */
+static void requant_factors(const float *ws, int64_t ws_n, const float *bias, float xs, float os,
+                            int32_t odt, int64_t ch0, int64_t N, float *f) {
+  for (int64_t n = 0; n < N; n++) {
+    const float s = xs * ws[ws_n == 1 ? 0 : ch0 + n];
+    const float b = bias ? bias[ch0 + n] : 0.f;
+    if (odt == OF_FLOAT32) f[n] = s, f[N + n] = b;
+    else f[n] = s / os, f[N + n] = bias ? b / s : 0.f;
+  }
+}
+
 static void requant_rows(const rq *r, const int32_t *acc, int64_t m0, int64_t m1, int64_t N,
-                         int64_t ch0, char *out, int64_t sm, int64_t sn) {
-  for (int64_t m = m0; m < m1; m++)
-    for (int64_t n = 0; n < N; n++) {
-      const int64_t ch = ch0 + n;
-      const float s = r->xs * r->ws[r->ws_n == 1 ? 0 : ch];
-      const float b = r->bias ? r->bias[ch] : 0.f;
+                         char *out, int64_t sm, int64_t sn) {
+  const float *f = r->scale, *g = r->bias;
+  const int32_t lo = r->relu && r->ozp > r->lo ? r->ozp : r->lo, hi = r->hi;
+  /* visit the output in memory order: rows of channels (linear) or planes (conv) */
+  const bool n_outer = sn != 1;
+  const int64_t n_i = n_outer ? m1 - m0 : N, n_o = n_outer ? N : m1 - m0;
+  for (int64_t o_ = 0; o_ < n_o; o_++)
+    for (int64_t i_ = 0; i_ < n_i; i_++) {
+      const int64_t m = m0 + (n_outer ? i_ : o_), n = n_outer ? o_ : i_;
       const int64_t o = m * sm + n * sn;
       const float a = (float)acc[m * N + n];
       if (r->odt == OF_FLOAT32) {
-        float y = a * s + b;
+        float y = a * f[n] + g[n];
         ((float *)out)[o] = r->relu && y < 0.f ? 0.f : y;
         continue;
       }
-      float raw = r->bias ? a + b / s : a;
-      long q = lrintf(raw * (s / r->os)) + r->ozp;
-      const long lo = r->relu && r->ozp > r->lo ? r->ozp : r->lo;
-      q = q < lo ? lo : q > r->hi ? r->hi : q;
+      int32_t q = (int32_t)round_even((a + g[n]) * f[n]) + r->ozp;
+      q = q < lo ? lo : q > hi ? hi : q;
       if (r->odt == OF_UINT8) ((uint8_t *)out)[o] = (uint8_t)q;
       else ((int8_t *)out)[o] = (int8_t)q;
     }
@@ -256,17 +277,20 @@ static of_status qlinear_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tens
   if (st == OF_OK) st = of_dense(x, x->dtype, &xc);
   if (st == OF_OK) st = of_dense(ws, OF_FLOAT32, &wsc);
   if (st == OF_OK && bias) st = of_dense(bias, OF_FLOAT32, &bc);
+  float *fac = NULL;
   if (st == OF_OK && M > 0) {
     A = malloc((size_t)(M * kp) * sizeof *A);
     acc = malloc((size_t)(M * O) * sizeof *acc);
-    if (!A || !acc) st = of_fail(OF_ERR_OOM, "%s: out of memory (%lld x %lld)", op, (long long)M,
-                                 (long long)kp);
+    fac = malloc((size_t)(2 * O) * sizeof *fac);
+    if (!A || !acc || !fac) st = of_fail(OF_ERR_OOM, "%s: out of memory (%lld x %lld)", op,
+                                         (long long)M, (long long)kp);
   }
   if (st == OF_OK && M > 0) {
     const bool u8 = x->dtype == OF_UINT8;
     const char *xp = of_ptr(xc);
-    rq r = {(const float *)of_ptr(wsc), bc ? (const float *)of_ptr(bc) : NULL, wsc->numel,
-            (float)xs, (float)os, (int32_t)ozp, relu, odt, qlo((of_dtype)odt), qhi((of_dtype)odt)};
+    requant_factors((const float *)of_ptr(wsc), wsc->numel, bc ? (const float *)of_ptr(bc) : NULL,
+                    (float)xs, (float)os, odt, 0, O, fac);
+    rq r = {fac, fac + O, (int32_t)ozp, relu, odt, qlo((of_dtype)odt), qhi((of_dtype)odt)};
     gemm_fn gemm = pick_gemm();
     char *op_ = of_ptr(*out);
     int nt = M * O * K >= OF_PARALLEL_GRAIN && M >= 4 ? of_threads() : 1;
@@ -277,17 +301,22 @@ static of_status qlinear_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tens
       split_rows(M, n, t, &m0, &m1);
       for (int64_t m = m0; m < m1; m++) {
         int16_t *a = A + m * kp;
-        for (int64_t k = 0; k < K; k++)
-          a[k] = (int16_t)((u8 ? (int32_t)((const uint8_t *)xp)[m * K + k]
-                               : (int32_t)((const int8_t *)xp)[m * K + k]) - xzp);
+        if (u8) {
+          const uint8_t *xr = (const uint8_t *)xp + m * K;
+          for (int64_t k = 0; k < K; k++) a[k] = (int16_t)((int32_t)xr[k] - xzp);
+        } else {
+          const int8_t *xr = (const int8_t *)xp + m * K;
+          for (int64_t k = 0; k < K; k++) a[k] = (int16_t)((int32_t)xr[k] - xzp);
+        }
         for (int64_t k = K; k < kp; k++) a[k] = 0;
       }
       if (m1 > m0) {
         gemm(m0, m1, O, kp, A, B, acc);
-        requant_rows(&r, acc, m0, m1, O, 0, op_, O, 1);
+        requant_rows(&r, acc, m0, m1, O, op_, O, 1);
       }
     }
   }
+  free(fac);
   free(A), free(B), free(acc);
   if (xc) of_tensor_release(xc);
   if (wsc) of_tensor_release(wsc);
@@ -336,10 +365,20 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
   if (st == OF_OK) st = of_dense(x, x->dtype, &xc);
   if (st == OF_OK) st = of_dense(ws, OF_FLOAT32, &wsc);
   if (st == OF_OK && bias) st = of_dense(bias, OF_FLOAT32, &bc);
+  /* samples split over threads when there are enough of them (each thread
+   * its own columns), else all threads on one sample's rows */
+  const int nth = L * O * K >= OF_PARALLEL_GRAIN ? of_threads() : 1;
+  const bool by_sample = nth > 1 && N >= nth;
+  const int nbuf = by_sample ? nth : 1;
+  float *fac = NULL;
+  int16_t *P = NULL;
   if (st == OF_OK && N * L > 0) {
-    A = malloc((size_t)(L * kp) * sizeof *A);
-    acc = malloc((size_t)(L * Og) * sizeof *acc);
-    if (!A || !acc) st = of_fail(OF_ERR_OOM, "%s: out of memory for the columns", op);
+    A = malloc((size_t)(nbuf * L * kp) * sizeof *A);
+    acc = malloc((size_t)(nbuf * L * Og) * sizeof *acc);
+    fac = malloc((size_t)(2 * O) * sizeof *fac);
+    P = malloc((size_t)(nbuf * Cg * (in[0] + 2 * p->padding[0]) * (in[1] + 2 * p->padding[1])) *
+               sizeof *P);
+    if (!A || !acc || !fac || !P) st = of_fail(OF_ERR_OOM, "%s: out of memory for the columns", op);
   }
   if (st == OF_OK && N * L > 0) {
     const bool u8 = x->dtype == OF_UINT8;
@@ -348,49 +387,156 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
     const int64_t dh = p->dilation[0], dw = p->dilation[1];
     const int32_t xzp = (int32_t)p->x_zp;
     const int64_t esz = of_dtype_size((of_dtype)p->out_dtype);
-    rq r = {(const float *)of_ptr(wsc), bc ? (const float *)of_ptr(bc) : NULL, wsc->numel,
-            (float)p->x_scale, (float)p->out_scale, (int32_t)p->out_zp, p->relu, p->out_dtype,
-            qlo((of_dtype)p->out_dtype), qhi((of_dtype)p->out_dtype)};
+    const int32_t odt = p->out_dtype;
     gemm_fn gemm = pick_gemm();
-    int nt = L * Og * K >= OF_PARALLEL_GRAIN && L >= 4 ? of_threads() : 1;
-    for (int64_t s = 0; s < N; s++)
-      for (int64_t g = 0; g < G; g++) {
-        const char *xs_ = of_ptr(xc) + (s * C + g * Cg) * H * W;
-        char *ob = of_ptr(*out) + ((s * O + g * Og) * L) * esz;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-        {
-          int t = omp_get_thread_num(), n = omp_get_num_threads();
-          int64_t m0, m1;
-          split_rows(L, n, t, &m0, &m1);
-          for (int64_t l = m0; l < m1; l++) {
-            const int64_t oh = l / OW, ow = l % OW;
-            int16_t *a = A + l * kp;
-            int64_t kk = 0;
-            for (int64_t c = 0; c < Cg; c++)
-              for (int64_t i = 0; i < kh; i++) {
-                const int64_t ih = oh * sh - ph + i * dh;
-                for (int64_t j = 0; j < kw; j++, kk++) {
-                  const int64_t iw = ow * sw - pw + j * dw;
-                  if (ih < 0 || ih >= H || iw < 0 || iw >= W) { a[kk] = 0; continue; }
-                  const int64_t e = (c * H + ih) * W + iw;
-                  a[kk] = (int16_t)((u8 ? (int32_t)((const uint8_t *)xs_)[e]
-                                        : (int32_t)((const int8_t *)xs_)[e]) - xzp);
-                }
-              }
-            for (; kk < kp; kk++) a[kk] = 0;
-          }
-          if (m1 > m0) {
-            gemm(m0, m1, Og, kp, A, B + g * Og * kp, acc);
-            requant_rows(&r, acc, m0, m1, Og, g * Og, ob, 1, L);
-          }
+    for (int64_t g = 0; g < G; g++) {
+      requant_factors((const float *)of_ptr(wsc), wsc->numel, bc ? (const float *)of_ptr(bc) : NULL,
+                      (float)p->x_scale, (float)p->out_scale, odt, g * Og, Og, fac + 2 * g * Og);
+    }
+    const char *xbase = of_ptr(xc);
+    char *obase = of_ptr(*out);
+    /* The group's input planes are first widened to int16 minus the zero
+     * point inside a zero border of the padding (pl, one per buffer), so
+     * the columns are plain copies without bounds checks. */
+    const int64_t Hp = H + 2 * ph, Wp = W + 2 * pw, plane = Cg * Hp * Wp;
+#define QPLANE(pl, s, g)                                                                 \
+    do {                                                                                 \
+      memset((pl), 0, (size_t)plane * sizeof(int16_t));                                  \
+      for (int64_t c = 0; c < Cg; c++)                                                   \
+        for (int64_t h = 0; h < H; h++) {                                                \
+          int16_t *d = (pl) + (c * Hp + h + ph) * Wp + pw;                               \
+          const int64_t e = (((s) * C + (g) * Cg + c) * H + h) * W;                      \
+          if (u8) {                                                                      \
+            const uint8_t *r = (const uint8_t *)xbase + e;                               \
+            for (int64_t w_ = 0; w_ < W; w_++) d[w_] = (int16_t)((int32_t)r[w_] - xzp);  \
+          } else {                                                                       \
+            const int8_t *r = (const int8_t *)xbase + e;                                 \
+            for (int64_t w_ = 0; w_ < W; w_++) d[w_] = (int16_t)((int32_t)r[w_] - xzp);  \
+          }                                                                              \
+        }                                                                                \
+    } while (0)
+    /* columns of rows [m0, m1) from the padded planes pl into a */
+#define QCOLS(a, pl, m0, m1)                                                             \
+    do {                                                                                 \
+      for (int64_t l = (m0); l < (m1); l++) {                                            \
+        const int64_t oh = l / OW, ow = l % OW;                                          \
+        int16_t *ar = (a) + l * kp;                                                      \
+        const int16_t *base = (pl) + oh * sh * Wp + ow * sw;                             \
+        for (int64_t c = 0; c < Cg; c++)                                                 \
+          for (int64_t i = 0; i < kh; i++) {                                             \
+            const int16_t *src = base + (c * Hp + i * dh) * Wp;                          \
+            for (int64_t j = 0; j < kw; j++) *ar++ = src[j * dw];                        \
+          }                                                                              \
+        for (int64_t kk = K; kk < kp; kk++) (a)[l * kp + kk] = 0;                        \
+      }                                                                                  \
+    } while (0)
+    if (by_sample) {
+#pragma omp parallel for num_threads(nth) schedule(static)
+      for (int64_t s_ = 0; s_ < N; s_++) {
+        const int t = omp_get_thread_num();
+        int16_t *a = A + t * L * kp, *pl = P + t * plane;
+        int32_t *ac = acc + t * L * Og;
+        for (int64_t g = 0; g < G; g++) {
+          rq r = {fac + 2 * g * Og, fac + 2 * g * Og + Og, (int32_t)p->out_zp, p->relu, odt,
+                  qlo((of_dtype)odt), qhi((of_dtype)odt)};
+          QPLANE(pl, s_, g);
+          QCOLS(a, pl, 0, L);
+          gemm(0, L, Og, kp, a, B + g * Og * kp, ac);
+          requant_rows(&r, ac, 0, L, Og, obase + ((s_ * O + g * Og) * L) * esz, 1, L);
         }
       }
+    } else {
+      const int nt = nth > 1 && L >= 4 ? nth : 1;
+      for (int64_t s_ = 0; s_ < N; s_++)
+        for (int64_t g = 0; g < G; g++) {
+          rq r = {fac + 2 * g * Og, fac + 2 * g * Og + Og, (int32_t)p->out_zp, p->relu, odt,
+                  qlo((of_dtype)odt), qhi((of_dtype)odt)};
+          char *ob = obase + ((s_ * O + g * Og) * L) * esz;
+          QPLANE(P, s_, g);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+          {
+            int t = omp_get_thread_num(), n = omp_get_num_threads();
+            int64_t m0, m1;
+            split_rows(L, n, t, &m0, &m1);
+            if (m1 > m0) {
+              QCOLS(A, P, m0, m1);
+              gemm(m0, m1, Og, kp, A, B + g * Og * kp, acc);
+              requant_rows(&r, acc, m0, m1, Og, ob, 1, L);
+            }
+          }
+        }
+    }
+#undef QCOLS
+#undef QPLANE
   }
+  free(fac), free(P);
   free(A), free(B), free(acc);
   if (xc) of_tensor_release(xc);
   if (wsc) of_tensor_release(wsc);
   if (bc) of_tensor_release(bc);
   if (st != OF_OK) of_tensor_release(*out), *out = NULL;
+  return st;
+}
+
+/* ---- quantized_max_pool2d: max pooling of the integers (exact; the
+ * scale and zero point are the input's, kept by the caller) ---- */
+static of_status qmaxpool_body(of_tensor *x, const a_quant *p, of_tensor **out) {
+  static const char op[] = "quantized_max_pool2d";
+  if (!x || x->ndim != 4 || !is_q8(x->dtype))
+    return of_fail(OF_ERR_ARG, "%s: input must be uint8/int8 [N, C, H, W], got %s %s", op,
+                   x ? OF_DT(x) : "none", x ? OF_SHAPE_STR(x) : "");
+  of_device dev;
+  OF_CHECK(of_common_device(op, &x, 1, &dev));
+  if (dev != OF_CPU) return of_fail(OF_ERR_DEVICE, "%s: quantized kernels run on the CPU only", op);
+  const int64_t kh = p->groups >> 16, kw = p->groups & 0xffff;
+  for (int i = 0; i < 2; i++)
+    if (p->stride[i] < 1 || p->padding[i] < 0 || p->dilation[i] < 1)
+      return of_fail(OF_ERR_ARG, "%s: stride and dilation must be >= 1 and padding >= 0", op);
+  if (kh < 1 || kw < 1 || 2 * p->padding[0] > kh || 2 * p->padding[1] > kw)
+    return of_fail(OF_ERR_ARG, "%s: kernel (%lld, %lld) must be >= 1 and padding at most half of it",
+                   op, (long long)kh, (long long)kw);
+  const int64_t in[2] = {x->shape[2], x->shape[3]}, kk[2] = {kh, kw};
+  OF_CHECK(of_check_window(op, in, kk, p->stride, p->padding, p->dilation, 2));
+  int64_t osz[2];
+  for (int i = 0; i < 2; i++) {
+    osz[i] = (in[i] + 2 * p->padding[i] - p->dilation[i] * (kk[i] - 1) - 1) / p->stride[i] + 1;
+    if (osz[i] < 1)
+      return of_fail(OF_ERR_SHAPE, "%s: input %s is smaller than the window", op, OF_SHAPE_STR(x));
+  }
+  const int64_t NC = x->shape[0] * x->shape[1], H = in[0], W = in[1], OH = osz[0], OW = osz[1];
+  int64_t shape[4] = {x->shape[0], x->shape[1], OH, OW};
+  of_tensor *xc;
+  OF_CHECK(of_dense(x, x->dtype, &xc));
+  of_status st = of_tensor_new_as(op, shape, 4, x->dtype, OF_CPU, out);
+  if (st == OF_OK) {
+    const bool u8 = x->dtype == OF_UINT8;
+    const char *xp = of_ptr(xc);
+    char *yp = of_ptr(*out);
+    const int64_t sh = p->stride[0], sw = p->stride[1], ph = p->padding[0], pw = p->padding[1];
+    const int64_t dh = p->dilation[0], dw = p->dilation[1];
+    int nt = NC * OH * OW * kh * kw >= OF_PARALLEL_GRAIN ? of_threads() : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int64_t c = 0; c < NC; c++)
+      for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t ow = 0; ow < OW; ow++) {
+          int32_t best = INT32_MIN;
+          for (int64_t i = 0; i < kh; i++) {
+            const int64_t ih = oh * sh - ph + i * dh;
+            if (ih < 0 || ih >= H) continue;
+            for (int64_t j = 0; j < kw; j++) {
+              const int64_t iw = ow * sw - pw + j * dw;
+              if (iw < 0 || iw >= W) continue;
+              const int64_t e = (c * H + ih) * W + iw;
+              const int32_t v = u8 ? ((const uint8_t *)xp)[e] : ((const int8_t *)xp)[e];
+              if (v > best) best = v;
+            }
+          }
+          const int64_t o = (c * OH + oh) * OW + ow;
+          if (u8) ((uint8_t *)yp)[o] = (uint8_t)best;
+          else ((int8_t *)yp)[o] = (int8_t)best;
+        }
+  }
+  of_tensor_release(xc);
   return st;
 }
 
@@ -433,10 +579,30 @@ of_status of_quantized_conv2d(of_tensor *x, of_tensor *w, of_tensor *w_scale,
               pack_quant(OPK_QUANTIZED_CONV2D, x, w, w_scale, w_zero_point, bias, &a, out));
 }
 
+of_status of_quantized_max_pool2d(of_tensor *x, const int64_t *kernel, const int64_t *stride,
+                                  const int64_t *padding, const int64_t *dilation, of_tensor **out) {
+  a_quant a;
+  OF_ZERO(a);
+  if (!kernel || kernel[0] < 1 || kernel[1] < 1 || kernel[0] > 0xffff || kernel[1] > 0xffff)
+    return of_fail(OF_ERR_ARG, "quantized_max_pool2d: kernel sizes must be in 1..65535");
+  a.groups = (kernel[0] << 16) | kernel[1];   /* the record's spare field holds the window */
+  for (int i = 0; i < 2; i++) {
+    a.stride[i] = stride ? stride[i] : kernel[i];
+    a.padding[i] = padding ? padding[i] : 0;
+    a.dilation[i] = dilation ? dilation[i] : 1;
+  }
+  of_tensor *ins[5] = {x, NULL, NULL, NULL, NULL};
+  OF_DISPATCH(qmaxpool_body(x, &a, out), OF_RECORD(OPK_QUANTIZED_MAX_POOL2D, a, ins, 1, out, 1));
+}
+
 static of_status run_quant(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_ATTRS(a_quant);
   OF_NEED(a->out_dtype == OF_FLOAT32 || a->out_dtype == OF_UINT8 || a->out_dtype == OF_INT8,
           "out_dtype");
+  if (n->op == OPK_QUANTIZED_MAX_POOL2D) {
+    const int64_t k[2] = {a->groups >> 16, a->groups & 0xffff};
+    OF_RUN1(of_quantized_max_pool2d(ins[0], k, a->stride, a->padding, a->dilation, OF_R));
+  }
   if (n->op == OPK_QUANTIZED_LINEAR)
     OF_RUN1(of_quantized_linear(ins[0], ins[1], ins[2], ins[3], ins[4], a->x_scale, a->x_zp,
                                 a->out_scale, a->out_zp, (of_dtype)a->out_dtype, a->relu, OF_R));
@@ -446,3 +612,4 @@ static of_status run_quant(const of_oprec *n, of_tensor **ins, void **outs) {
 }
 OF_OP_IMPL(QUANTIZED_LINEAR, run_quant, NULL, NULL, NULL);
 OF_OP_IMPL(QUANTIZED_CONV2D, run_quant, NULL, NULL, NULL);
+OF_OP_IMPL(QUANTIZED_MAX_POOL2D, run_quant, NULL, NULL, NULL);

@@ -463,6 +463,11 @@ of_status of_quantized_conv2d(of_tensor *x, of_tensor *w, of_tensor *w_scale,
                               double x_scale, int64_t x_zero_point, double out_scale,
                               int64_t out_zero_point, of_dtype out_dtype, int32_t relu,
                               of_tensor **out);
+/* Max pooling of uint8/int8 integers [N, C, H, W] (a quantized tensor's
+ * int_repr; exact). kernel, stride, padding, dilation: int64_t[2] (stride
+ * NULL: the kernel; padding NULL: 0; dilation NULL: 1). */
+of_status of_quantized_max_pool2d(of_tensor *x, const int64_t *kernel, const int64_t *stride,
+                                  const int64_t *padding, const int64_t *dilation, of_tensor **out);
 /* Pooling over the last nsp dims of x ([N, C, *spatial] or [C, *spatial]).
  * stride NULL: the kernel size. Indices (int64) point into each flattened
  * input plane, plus index_base. */

@@ -7,8 +7,13 @@
 -- mean half to even with the input's scale and zero point, as PyTorch's
 -- quantized avg_pool2d). Every other op refuses a quantized input naming
 -- itself (qtensor.lua).
+local ffi = require 'ffi'
 local flow = require 'oneflow'
+local A = require 'oneflow._args'
+local core = require 'oneflow._C'
 local Q = require 'oneflow.quantization.qtensor'
+
+local C = core.C
 
 local F = flow.nn.functional
 local M = {}
@@ -20,6 +25,19 @@ local function through_float(name, x, fn)
   local y = fn(x._int:to(flow.float32))
   return Q.from_int_repr(y:round():clamp(x.dtype.qmin, x.dtype.qmax):to(x.dtype.storage),
                          x._scale, x._zp, x.dtype)
+end
+
+local pool_spec = {{'kernel_size', A.REQUIRED}, {'stride'}, {'padding', 0}, {'dilation', 1},
+                   {'ceil_mode', false}, {'return_indices', false}}
+local bufs = {}
+for i = 1, 4 do bufs[i] = ffi.new('int64_t[2]') end
+-- a number or a pair into bufs[i]
+local function pair(what, v, i)
+  local b = bufs[i]
+  if type(v) == 'number' then b[0], b[1] = v, v
+  elseif type(v) == 'table' and #v == 2 then b[0], b[1] = v[1], v[2]
+  else A.fail(('max_pool2d: %s must be a number or a pair, got %s'):format(what, tostring(v))) end
+  return b
 end
 
 local function wrap(tbl, name, quantized)
@@ -44,12 +62,16 @@ function M.install()
   local fmax, favg, faavg = F.max_pool2d, F.avg_pool2d, F.adaptive_avg_pool2d
   wrap(F, 'relu', qrelu)
   wrap(F, 'max_pool2d', function(x, ...)
-    local args = {...}
-    return through_float('max_pool2d', x, function(f)
-      local t = type(args[#args]) == 'table' and args[#args] or nil
-      if t and t.return_indices then Q.refuse('max_pool2d (return_indices)', x) end
-      return fmax(f, unpack(args))
-    end)
+    local a = A.parse('max_pool2d', pool_spec, ...)
+    if a.return_indices then Q.refuse('max_pool2d (return_indices)', x) end
+    if x._qscheme ~= 'per_tensor_affine' then Q.refuse('max_pool2d (per-channel input)', x) end
+    if a.ceil_mode then
+      return through_float('max_pool2d', x, function(f) return fmax(f, a.kernel_size, a) end)
+    end
+    local k, st = pair('kernel_size', a.kernel_size, 1), pair('stride', a.stride or a.kernel_size, 2)
+    local pd, dl = pair('padding', a.padding, 3), pair('dilation', a.dilation, 4)
+    if C.of_quantized_max_pool2d(x._int.p, k, st, pd, dl, core.out1) ~= 0 then A.raise_c() end
+    return Q.from_int_repr(core.wrap(core.out1[0]), x._scale, x._zp, x.dtype)
   end)
   wrap(F, 'avg_pool2d', function(x, ...)
     local args = {...}
