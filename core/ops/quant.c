@@ -40,13 +40,13 @@ enum { QK_ALIGN = 16, QK_MAX = 33025 };
 
 /* ---- the int16 dot-product gemm: C[m, n] = A[m, :] . B[n, :] over kp ---- */
 static void gemm_ref(int64_t m0, int64_t m1, int64_t N, int64_t kp, const int16_t *A,
-                     const int16_t *B, int32_t *C) {
+                     const int16_t *B, int32_t *C, int64_t cm, int64_t cn) {
   for (int64_t m = m0; m < m1; m++)
     for (int64_t n = 0; n < N; n++) {
       const int16_t *a = A + m * kp, *b = B + n * kp;
       int32_t s = 0;
       for (int64_t k = 0; k < kp; k++) s += (int32_t)a[k] * b[k];
-      C[m * N + n] = s;
+      C[m * cm + n * cn] = s;
     }
 }
 
@@ -60,7 +60,8 @@ __attribute__((target("avx2"))) static inline int32_t hsum8(__m256i v) {
 
 __attribute__((target("avx2"))) static void gemm_avx2(int64_t m0, int64_t m1, int64_t N,
                                                       int64_t kp, const int16_t *A,
-                                                      const int16_t *B, int32_t *C) {
+                                                      const int16_t *B, int32_t *C,
+                                                      int64_t cm, int64_t cn) {
   int64_t m = m0;
   for (; m + 2 <= m1; m += 2) {
     const int16_t *a0 = A + m * kp, *a1 = a0 + kp;
@@ -85,9 +86,9 @@ __attribute__((target("avx2"))) static void gemm_avx2(int64_t m0, int64_t m1, in
         c03 = _mm256_add_epi32(c03, _mm256_madd_epi16(x0, w));
         c13 = _mm256_add_epi32(c13, _mm256_madd_epi16(x1, w));
       }
-      int32_t *r0 = C + m * N + n, *r1 = r0 + N;
-      r0[0] = hsum8(c00), r0[1] = hsum8(c01), r0[2] = hsum8(c02), r0[3] = hsum8(c03);
-      r1[0] = hsum8(c10), r1[1] = hsum8(c11), r1[2] = hsum8(c12), r1[3] = hsum8(c13);
+      int32_t *r0 = C + m * cm + n * cn, *r1 = r0 + cm;
+      r0[0] = hsum8(c00), r0[cn] = hsum8(c01), r0[2 * cn] = hsum8(c02), r0[3 * cn] = hsum8(c03);
+      r1[0] = hsum8(c10), r1[cn] = hsum8(c11), r1[2 * cn] = hsum8(c12), r1[3 * cn] = hsum8(c13);
     }
     for (; n < N; n++) {
       const int16_t *b0 = B + n * kp;
@@ -97,7 +98,7 @@ __attribute__((target("avx2"))) static void gemm_avx2(int64_t m0, int64_t m1, in
         c0 = _mm256_add_epi32(c0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a0 + k)), w));
         c1 = _mm256_add_epi32(c1, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a1 + k)), w));
       }
-      C[m * N + n] = hsum8(c0), C[(m + 1) * N + n] = hsum8(c1);
+      C[m * cm + n * cn] = hsum8(c0), C[(m + 1) * cm + n * cn] = hsum8(c1);
     }
   }
   for (; m < m1; m++) {
@@ -108,14 +109,14 @@ __attribute__((target("avx2"))) static void gemm_avx2(int64_t m0, int64_t m1, in
       for (int64_t k = 0; k < kp; k += 16)
         c0 = _mm256_add_epi32(c0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a0 + k)),
                                                     _mm256_loadu_si256((const __m256i *)(b0 + k))));
-      C[m * N + n] = hsum8(c0);
+      C[m * cm + n * cn] = hsum8(c0);
     }
   }
 }
 #endif
 
 typedef void (*gemm_fn)(int64_t, int64_t, int64_t, int64_t, const int16_t *, const int16_t *,
-                        int32_t *);
+                        int32_t *, int64_t, int64_t);
 static gemm_fn pick_gemm(void) {
 #if defined(__x86_64__)
   if (of_cpu_isa() >= OF_ISA_AVX2) return gemm_avx2;
@@ -151,28 +152,110 @@ static void requant_factors(const float *ws, int64_t ws_n, const float *bias, fl
   }
 }
 
+/* One contiguous run of n results: q = clamp(rint((acc + g) * f) + zp, lo, hi)
+ * with f, g per element (fs = 1) or one value (fs = 0). AVX2: 8 at a time,
+ * cvtps2dq rounding half to even (the default MXCSR mode), the float
+ * clamped first so that it never overflows the conversion. */
+static void requant_run_ref(const int32_t *acc, const float *f, const float *g, int fs, int64_t n,
+                            int32_t zp, int32_t lo, int32_t hi, bool u8, void *out) {
+  for (int64_t i = 0; i < n; i++) {
+    int32_t q = (int32_t)round_even(((float)acc[i] + g[fs ? i : 0]) * f[fs ? i : 0]) + zp;
+    q = q < lo ? lo : q > hi ? hi : q;
+    if (u8) ((uint8_t *)out)[i] = (uint8_t)q;
+    else ((int8_t *)out)[i] = (int8_t)q;
+  }
+}
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static void requant_run_avx2(const int32_t *acc, const float *f,
+                                                             const float *g, int fs, int64_t n,
+                                                             int32_t zp, int32_t lo, int32_t hi,
+                                                             bool u8, void *out) {
+  const __m256 big = _mm256_set1_ps(4194304.0f), nbig = _mm256_set1_ps(-4194304.0f);
+  const __m256i vzp = _mm256_set1_epi32(zp), vlo = _mm256_set1_epi32(lo), vhi = _mm256_set1_epi32(hi);
+  __m256 vf = _mm256_set1_ps(f[0]), vg = _mm256_set1_ps(g[0]);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    if (fs) vf = _mm256_loadu_ps(f + i), vg = _mm256_loadu_ps(g + i);
+    __m256 v = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(acc + i)));
+    v = _mm256_mul_ps(_mm256_add_ps(v, vg), vf);
+    v = _mm256_min_ps(_mm256_max_ps(v, nbig), big);
+    __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), vzp);
+    q = _mm256_min_epi32(_mm256_max_epi32(q, vlo), vhi);
+    int32_t t[8];
+    _mm256_storeu_si256((__m256i *)t, q);
+    if (u8) for (int k = 0; k < 8; k++) ((uint8_t *)out)[i + k] = (uint8_t)t[k];
+    else for (int k = 0; k < 8; k++) ((int8_t *)out)[i + k] = (int8_t)t[k];
+  }
+  if (i < n)
+    requant_run_ref(acc + i, fs ? f + i : f, fs ? g + i : g, fs, n - i, zp, lo, hi, u8,
+                    (char *)out + i);
+}
+#endif
+
+static void requant_run(const int32_t *acc, const float *f, const float *g, int fs, int64_t n,
+                        int32_t zp, int32_t lo, int32_t hi, bool u8, void *out) {
+#if defined(__x86_64__)
+  if (of_cpu_isa() >= OF_ISA_AVX2) {
+    requant_run_avx2(acc, f, g, fs, n, zp, lo, hi, u8, out);
+    return;
+  }
+#endif
+  requant_run_ref(acc, f, g, fs, n, zp, lo, hi, u8, out);
+}
+
+/* acc[m * am + n * an] -> out[m * sm + n * sn]; the caller lays both out
+ * alike (linear: rows of channels, conv: planes), so the inner loop runs
+ * along memory (i: the inner index, o: the outer) and vectorises */
 static void requant_rows(const rq *r, const int32_t *acc, int64_t m0, int64_t m1, int64_t N,
-                         char *out, int64_t sm, int64_t sn) {
+                         char *out, int64_t sm, int64_t sn, int64_t am, int64_t an) {
   const float *f = r->scale, *g = r->bias;
-  const int32_t lo = r->relu && r->ozp > r->lo ? r->ozp : r->lo, hi = r->hi;
-  /* visit the output in memory order: rows of channels (linear) or planes (conv) */
+  const int32_t lo = r->relu && r->ozp > r->lo ? r->ozp : r->lo, hi = r->hi, zp = r->ozp;
   const bool n_outer = sn != 1;
-  const int64_t n_i = n_outer ? m1 - m0 : N, n_o = n_outer ? N : m1 - m0;
-  for (int64_t o_ = 0; o_ < n_o; o_++)
-    for (int64_t i_ = 0; i_ < n_i; i_++) {
-      const int64_t m = m0 + (n_outer ? i_ : o_), n = n_outer ? o_ : i_;
-      const int64_t o = m * sm + n * sn;
-      const float a = (float)acc[m * N + n];
-      if (r->odt == OF_FLOAT32) {
-        float y = a * f[n] + g[n];
-        ((float *)out)[o] = r->relu && y < 0.f ? 0.f : y;
-        continue;
+  for (int64_t o_ = n_outer ? 0 : m0; o_ < (n_outer ? N : m1); o_++) {
+    const int64_t i0 = n_outer ? m0 : 0, i1 = n_outer ? m1 : N;
+    const int64_t ob = n_outer ? o_ * sn : o_ * sm, ab = n_outer ? o_ * an : o_ * am;
+    const int64_t is = n_outer ? sm : sn, ia = n_outer ? am : an;
+    if (r->odt == OF_FLOAT32) {
+      float *y = (float *)out + ob;
+      for (int64_t i = i0; i < i1; i++) {
+        const int64_t n = n_outer ? o_ : i;
+        float v = (float)acc[ab + i * ia] * f[n] + g[n];
+        y[i * is] = r->relu && v < 0.f ? 0.f : v;
       }
-      int32_t q = (int32_t)round_even((a + g[n]) * f[n]) + r->ozp;
-      q = q < lo ? lo : q > hi ? hi : q;
-      if (r->odt == OF_UINT8) ((uint8_t *)out)[o] = (uint8_t)q;
-      else ((int8_t *)out)[o] = (int8_t)q;
+      continue;
     }
+    if (is == 1 && ia == 1) {   /* contiguous in both: a vector run */
+      const int32_t *ac = acc + ab + i0;
+      char *y = out + (ob + i0);
+      if (n_outer) requant_run(ac, f + o_, g + o_, 0, i1 - i0, zp, lo, hi, r->odt == OF_UINT8, y);
+      else requant_run(ac, f + i0, g + i0, 1, i1 - i0, zp, lo, hi, r->odt == OF_UINT8, y);
+      continue;
+    }
+    if (n_outer) {   /* one channel: constant factors, contiguous runs */
+      const float fn = f[o_], gn = g[o_];
+      const int32_t *ac = acc + ab;
+      if (r->odt == OF_UINT8) {
+        uint8_t *y = (uint8_t *)out + ob;
+        for (int64_t i = i0; i < i1; i++) {
+          int32_t q = (int32_t)round_even(((float)ac[i * ia] + gn) * fn) + zp;
+          y[i * is] = (uint8_t)(q < lo ? lo : q > hi ? hi : q);
+        }
+      } else {
+        int8_t *y = (int8_t *)out + ob;
+        for (int64_t i = i0; i < i1; i++) {
+          int32_t q = (int32_t)round_even(((float)ac[i * ia] + gn) * fn) + zp;
+          y[i * is] = (int8_t)(q < lo ? lo : q > hi ? hi : q);
+        }
+      }
+    } else {
+      for (int64_t i = i0; i < i1; i++) {
+        int32_t q = (int32_t)round_even(((float)acc[ab + i * ia] + g[i]) * f[i]) + zp;
+        q = q < lo ? lo : q > hi ? hi : q;
+        if (r->odt == OF_UINT8) ((uint8_t *)out)[ob + i * is] = (uint8_t)q;
+        else ((int8_t *)out)[ob + i * is] = (int8_t)q;
+      }
+    }
+  }
 }
 
 /* ---- argument checks shared by both ops ---- */
@@ -311,8 +394,8 @@ static of_status qlinear_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tens
         for (int64_t k = K; k < kp; k++) a[k] = 0;
       }
       if (m1 > m0) {
-        gemm(m0, m1, O, kp, A, B, acc);
-        requant_rows(&r, acc, m0, m1, O, op_, O, 1);
+        gemm(m0, m1, O, kp, A, B, acc, O, 1);
+        requant_rows(&r, acc, m0, m1, O, op_, O, 1, O, 1);
       }
     }
   }
@@ -441,8 +524,8 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
                   qlo((of_dtype)odt), qhi((of_dtype)odt)};
           QPLANE(pl, s_, g);
           QCOLS(a, pl, 0, L);
-          gemm(0, L, Og, kp, a, B + g * Og * kp, ac);
-          requant_rows(&r, ac, 0, L, Og, obase + ((s_ * O + g * Og) * L) * esz, 1, L);
+          gemm(0, L, Og, kp, a, B + g * Og * kp, ac, 1, L);
+          requant_rows(&r, ac, 0, L, Og, obase + ((s_ * O + g * Og) * L) * esz, 1, L, 1, L);
         }
       }
     } else {
@@ -460,8 +543,8 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
             split_rows(L, n, t, &m0, &m1);
             if (m1 > m0) {
               QCOLS(A, P, m0, m1);
-              gemm(m0, m1, Og, kp, A, B + g * Og * kp, acc);
-              requant_rows(&r, acc, m0, m1, Og, ob, 1, L);
+              gemm(m0, m1, Og, kp, A, B + g * Og * kp, acc, 1, L);
+              requant_rows(&r, acc, m0, m1, Og, ob, 1, L, 1, L);
             }
           }
         }
@@ -515,11 +598,27 @@ static of_status qmaxpool_body(of_tensor *x, const a_quant *p, of_tensor **out) 
     const int64_t sh = p->stride[0], sw = p->stride[1], ph = p->padding[0], pw = p->padding[1];
     const int64_t dh = p->dilation[0], dw = p->dilation[1];
     int nt = NC * OH * OW * kh * kw >= OF_PARALLEL_GRAIN ? of_threads() : 1;
+    /* without padding every window lies inside: no bounds checks (the
+     * common 2x2 / 3x3 pools) */
+    const bool inside = ph == 0 && pw == 0;
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int64_t c = 0; c < NC; c++)
       for (int64_t oh = 0; oh < OH; oh++)
         for (int64_t ow = 0; ow < OW; ow++) {
           int32_t best = INT32_MIN;
+          if (inside) {
+            const int64_t e0 = (c * H + oh * sh) * W + ow * sw;
+            for (int64_t i = 0; i < kh; i++)
+              for (int64_t j = 0; j < kw; j++) {
+                const int64_t e = e0 + i * dh * W + j * dw;
+                const int32_t v = u8 ? ((const uint8_t *)xp)[e] : ((const int8_t *)xp)[e];
+                best = v > best ? v : best;
+              }
+            const int64_t o = (c * OH + oh) * OW + ow;
+            if (u8) ((uint8_t *)yp)[o] = (uint8_t)best;
+            else ((int8_t *)yp)[o] = (int8_t)best;
+            continue;
+          }
           for (int64_t i = 0; i < kh; i++) {
             const int64_t ih = oh * sh - ph + i * dh;
             if (ih < 0 || ih >= H) continue;

@@ -253,3 +253,18 @@ describe('int8 kernels', function()
     H.close(require('oneflow._C').wrap(p[0]), {{255 * 127 * 16, -255 * 128 * 16}})
   end)
 end)
+
+describe('quantized max pooling', function()
+  it('equals a float max pool of the integers: strides, padding, dilation', function()
+    local F = flow.nn.functional
+    flow.manual_seed(8)
+    local q = flow.quantize_per_tensor(flow.randn(2, 3, 9, 8), 0.03, -4, flow.qint8)
+    for _, o in ipairs({{2, {}}, {3, {stride = 2, padding = 1}}, {{3, 2}, {stride = {1, 2}, dilation = {2, 1}}}}) do
+      local got = F.max_pool2d(q, o[1], o[2])
+      local want = F.max_pool2d(q:int_repr():to(flow.float32), o[1], o[2])
+      H.close(got:int_repr(), want, 0)
+      assert.are.equal(q:q_scale(), got:q_scale())
+    end
+    H.raises(function() F.max_pool2d(q, 2, {return_indices = true}) end, 'max_pool2d (return_indices)')
+  end)
+end)
