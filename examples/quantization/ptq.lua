@@ -185,7 +185,8 @@ local function main(argv)
   for i, r in ipairs(rows) do models[i] = r[4] end
   local ms = speed(models, xb, opts.iters)
   print(('\nPTQ (fuse, calibrate %d batches, convert): %.2f s'):format(opts.calib_batches, t_ptq))
-  print(('%-40s %9s %12s %14s %8s'):format('model', 'accuracy', 'size (KiB)', ('batch %d (ms)'):format(opts.bench_batch), 'speedup'))
+  print(('%-40s %9s %12s %14s %8s'):format('model', 'accuracy', 'size (KiB)',
+    ('batch %d (ms)'):format(opts.bench_batch), 'speedup'))
   for i, r in ipairs(rows) do
     print(('%-40s %8.2f%% %12.1f %14.3f %7.2fx'):format(r[1], 100 * r[2], r[3] / 1024, ms[i], ms[1] / ms[i]))
   end
