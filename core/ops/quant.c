@@ -26,6 +26,7 @@
  * 0 after the shift) + the same gemm per group, written straight into the
  * NCHW result. Rows of the gemm are split over threads. */
 #include "../device.h"
+#include "../device/dnnl.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -393,6 +394,63 @@ static void split_rows(int64_t M, int nt, int t, int64_t *m0, int64_t *m1) {
   *m1 = *m0 + per < M ? *m0 + per : M;
 }
 
+/* ---- the oneDNN path ----
+ * oneDNN's int8 matmul (u8/s8 x s8 -> s32, its JIT kernels) computes the
+ * raw products sum x * w; the zero points are corrected afterwards, as
+ * fbgemm does: sum (x - xz)(w - wz) = sum xw - xz sum w - wz sum x + K xz wz.
+ * Measured against the own kernel on this AVX2 machine (doc/benchmarks.md):
+ * several times faster, so it is the default where the build has oneDNN
+ * and it can run (not inside an OpenMP region); of_quantized_backend(1)
+ * forces the own kernels, 2 oneDNN (where it can). */
+static int32_t backend = 0;   /* 0 auto, 1 own, 2 oneDNN */
+int32_t of_quantized_backend(int32_t set) {
+  if (set >= 0 && set <= 2) backend = set;
+  return backend;
+}
+
+/* acc (M x N, element [m, n] at m * am + n * an) -= the zero-point terms */
+static void zp_correct(int32_t *acc, int64_t M, int64_t N, int64_t K, int64_t am, int64_t an,
+                       const void *a, bool u8, int32_t xz, const int8_t *b, const int64_t *wz,
+                       int64_t wz_n) {
+  bool any_wz = false;
+  for (int64_t i = 0; wz && i < wz_n; i++) any_wz |= wz[i] != 0;
+  int32_t *rs = NULL;
+  if (any_wz) {
+    rs = malloc((size_t)M * sizeof *rs);
+    if (!rs) return;
+    for (int64_t m = 0; m < M; m++) {
+      int32_t t = 0;
+      for (int64_t k = 0; k < K; k++)
+        t += u8 ? ((const uint8_t *)a)[m * K + k] : ((const int8_t *)a)[m * K + k];
+      rs[m] = t;
+    }
+  }
+  for (int64_t n = 0; n < N; n++) {
+    int32_t cs = 0;
+    for (int64_t k = 0; k < K; k++) cs += b[n * K + k];
+    const int32_t z = any_wz ? (int32_t)wz[wz_n == 1 ? 0 : n] : 0;
+    const int32_t cst = xz * cs - (int32_t)K * xz * z;
+    int32_t *col = acc + n * an;
+    for (int64_t m = 0; m < M; m++) col[m * am] -= cst + (rs ? z * rs[m] : 0);
+  }
+  free(rs);
+}
+
+static bool use_dnnl(void) { return backend != 1 && of_dnnl_usable(); }
+
+/* oneDNN multiplies u8 x s8 with vpmaddubsw on CPUs without VNNI, which
+ * saturates a pair of products in int16 unless the u8 values are 7-bit;
+ * so it gets uint8 inputs of at most 127 only (the default x86/fbgemm
+ * qconfig's activations, reduce_range), where every pair fits and the
+ * result is exact everywhere. Other inputs take the own kernels. */
+static bool seven_bit(const of_tensor *xc) {
+  if (xc->dtype != OF_UINT8) return false;
+  const uint8_t *p = (const uint8_t *)of_ptr(xc);
+  uint8_t hi = 0;
+  for (int64_t i = 0; i < xc->numel; i++) hi |= p[i];
+  return hi < 128;
+}
+
 /* ---- quantized_linear ---- */
 static of_status qlinear_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor *wzp,
                               of_tensor *bias, double xs, int64_t xzp, double os, int64_t ozp,
@@ -415,7 +473,7 @@ static of_status qlinear_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tens
   int16_t *B = NULL, *A = NULL;
   int32_t *acc = NULL;
   of_tensor *xc = NULL, *wsc = NULL, *bc = NULL;
-  of_status st = pack_weight(op, w, wzp, O, K, kp, &B);
+  of_status st = wzp || !use_dnnl() ? pack_weight(op, w, wzp, O, K, kp, &B) : OF_OK;
   if (st == OF_OK) st = of_dense(x, x->dtype, &xc);
   if (st == OF_OK) st = of_dense(ws, OF_FLOAT32, &wsc);
   if (st == OF_OK && bias) st = of_dense(bias, OF_FLOAT32, &bc);
@@ -427,7 +485,26 @@ static of_status qlinear_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tens
     if (!A || !acc || !fac) st = of_fail(OF_ERR_OOM, "%s: out of memory (%lld x %lld)", op,
                                          (long long)M, (long long)kp);
   }
-  if (st == OF_OK && M > 0) {
+  bool done = false;
+  if (st == OF_OK && M > 0 && use_dnnl() && seven_bit(xc)) {
+    of_tensor *wc = NULL, *zc = NULL;
+    st = of_dense(w, OF_INT8, &wc);
+    if (st == OF_OK && wzp) st = of_dense(wzp, OF_INT64, &zc);
+    if (st == OF_OK) st = of_dnnl_gemm_s8(M, K, O, of_ptr(xc), x->dtype == OF_UINT8,
+                                          (const int8_t *)of_ptr(wc), acc, false, &done);
+    if (st == OF_OK && done) {
+      zp_correct(acc, M, O, K, O, 1, of_ptr(xc), x->dtype == OF_UINT8, (int32_t)xzp,
+                 (const int8_t *)of_ptr(wc), zc ? (const int64_t *)of_ptr(zc) : NULL,
+                 zc ? zc->numel : 0);
+      requant_factors((const float *)of_ptr(wsc), wsc->numel, bc ? (const float *)of_ptr(bc) : NULL,
+                      (float)xs, (float)os, odt, 0, O, fac);
+      rq r = {fac, fac + O, (int32_t)ozp, relu, odt, qlo((of_dtype)odt), qhi((of_dtype)odt)};
+      requant_rows(&r, acc, 0, M, O, of_ptr(*out), O, 1, O, 1);
+    }
+    if (wc) of_tensor_release(wc);
+    if (zc) of_tensor_release(zc);
+  }
+  if (st == OF_OK && M > 0 && !done && (B || (st = pack_weight(op, w, wzp, O, K, kp, &B)) == OF_OK)) {
     const bool u8 = x->dtype == OF_UINT8;
     const char *xp = of_ptr(xc);
     requant_factors((const float *)of_ptr(wsc), wsc->numel, bc ? (const float *)of_ptr(bc) : NULL,
@@ -507,6 +584,60 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
   if (st == OF_OK) st = of_dense(x, x->dtype, &xc);
   if (st == OF_OK) st = of_dense(ws, OF_FLOAT32, &wsc);
   if (st == OF_OK && bias) st = of_dense(bias, OF_FLOAT32, &bc);
+  /* oneDNN: the columns of all samples as bytes (padding = the zero point)
+   * and one int8 matmul per group, [Og, N * L] transposed for requantising */
+  bool done = false;
+  if (st == OF_OK && N * L > 0 && use_dnnl() && seven_bit(xc) && p->x_zp < 128) {
+    const bool u8 = x->dtype == OF_UINT8;
+    const int64_t C = x->shape[1], H = in[0], W = in[1], OW = osz[1], NL = N * L;
+    const int64_t sh = p->stride[0], sw = p->stride[1], ph = p->padding[0], pw = p->padding[1];
+    const int64_t dh = p->dilation[0], dw = p->dilation[1];
+    const int64_t esz = of_dtype_size((of_dtype)p->out_dtype);
+    const int32_t odt = p->out_dtype, xzp = (int32_t)p->x_zp;
+    const uint8_t pad = (uint8_t)(int8_t)xzp;   /* the zero point's byte, either signedness */
+    uint8_t *cols = malloc((size_t)(NL * K));
+    int32_t *ac = malloc((size_t)(NL * Og) * sizeof *ac);
+    float *fc = malloc((size_t)(2 * O) * sizeof *fc);
+    of_tensor *wc = NULL, *zc = NULL;
+    if (!cols || !ac || !fc) st = of_fail(OF_ERR_OOM, "%s: out of memory for the columns", op);
+    if (st == OF_OK) st = of_dense(w, OF_INT8, &wc);
+    if (st == OF_OK && wzp) st = of_dense(wzp, OF_INT64, &zc);
+    const uint8_t *xb = (const uint8_t *)of_ptr(xc);
+    for (int64_t g = 0; st == OF_OK && g < G; g++) {
+      const int nt = NL * K >= OF_PARALLEL_GRAIN ? of_threads() : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+      for (int64_t row = 0; row < NL; row++) {
+        const int64_t s_ = row / L, l = row % L, oh = l / OW, ow = l % OW;
+        uint8_t *cr = cols + row * K;
+        for (int64_t c = 0; c < Cg; c++)
+          for (int64_t i = 0; i < kh; i++) {
+            const int64_t ih = oh * sh - ph + i * dh;
+            const uint8_t *xr = xb + ((s_ * C + g * Cg + c) * H + ih) * W;
+            const bool rin = ih >= 0 && ih < H;
+            for (int64_t j = 0; j < kw; j++) {
+              const int64_t iw = ow * sw - pw + j * dw;
+              *cr++ = rin && iw >= 0 && iw < W ? xr[iw] : pad;
+            }
+          }
+      }
+      const int8_t *wg = (const int8_t *)of_ptr(wc) + g * Og * K;
+      st = of_dnnl_gemm_s8(NL, K, Og, cols, u8, wg, ac, true, &done);
+      if (st != OF_OK || !done) break;
+      zp_correct(ac, NL, Og, K, 1, NL, cols, u8, xzp, wg,
+                 zc ? (const int64_t *)of_ptr(zc) + (zc->numel == 1 ? 0 : g * Og) : NULL,
+                 zc ? (zc->numel == 1 ? 1 : Og) : 0);
+      requant_factors((const float *)of_ptr(wsc), wsc->numel, bc ? (const float *)of_ptr(bc) : NULL,
+                      (float)p->x_scale, (float)p->out_scale, odt, g * Og, Og, fc);
+      rq r = {fc, fc + Og, (int32_t)p->out_zp, p->relu, odt, qlo((of_dtype)odt), qhi((of_dtype)odt)};
+      char *obase = of_ptr(*out);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+      for (int64_t s_ = 0; s_ < N; s_++)
+        requant_rows(&r, ac + s_ * L, 0, L, Og, obase + ((s_ * O + g * Og) * L) * esz, 1, L, 1, NL);
+    }
+    free(cols), free(ac), free(fc);
+    if (wc) of_tensor_release(wc);
+    if (zc) of_tensor_release(zc);
+  }
   /* samples split over threads when there are enough of them (each thread
    * its own columns), else all threads on one sample's rows */
   const int nth = L * O * K >= OF_PARALLEL_GRAIN ? of_threads() : 1;
@@ -514,7 +645,7 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
   const int nbuf = by_sample ? nth : 1;
   float *fac = NULL;
   int16_t *P = NULL;
-  if (st == OF_OK && N * L > 0) {
+  if (st == OF_OK && N * L > 0 && !done) {
     A = malloc((size_t)(nbuf * L * kp) * sizeof *A);
     acc = malloc((size_t)(nbuf * L * Og) * sizeof *acc);
     fac = malloc((size_t)(2 * O) * sizeof *fac);
@@ -522,7 +653,7 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
                sizeof *P);
     if (!A || !acc || !fac || !P) st = of_fail(OF_ERR_OOM, "%s: out of memory for the columns", op);
   }
-  if (st == OF_OK && N * L > 0) {
+  if (st == OF_OK && N * L > 0 && !done) {
     const bool u8 = x->dtype == OF_UINT8;
     const int64_t C = x->shape[1], H = in[0], W = in[1], OW = osz[1];
     const int64_t sh = p->stride[0], sw = p->stride[1], ph = p->padding[0], pw = p->padding[1];
