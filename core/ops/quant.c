@@ -439,16 +439,33 @@ static void zp_correct(int32_t *acc, int64_t M, int64_t N, int64_t K, int64_t am
 static bool use_dnnl(void) { return backend != 1 && of_dnnl_usable(); }
 
 /* oneDNN multiplies u8 x s8 with vpmaddubsw on CPUs without VNNI, which
- * saturates a pair of products in int16 unless the u8 values are 7-bit;
- * so it gets uint8 inputs of at most 127 only (the default x86/fbgemm
- * qconfig's activations, reduce_range), where every pair fits and the
- * result is exact everywhere. Other inputs take the own kernels. */
-static bool seven_bit(const of_tensor *xc) {
-  if (xc->dtype != OF_UINT8) return false;
-  const uint8_t *p = (const uint8_t *)of_ptr(xc);
-  uint8_t hi = 0;
-  for (int64_t i = 0; i < xc->numel; i++) hi |= p[i];
-  return hi < 128;
+ * saturates a pair of products in int16 unless the u8 values are 7-bit.
+ * So a = lo + 128 * hi (lo = a & 127, hi = a >> 7, both 7-bit) and
+ * A B^T = lo B^T + 128 hi B^T: exact on every CPU, one matmul when a is
+ * already 7-bit (the default x86 qconfig's activations mostly are), two
+ * otherwise. a is uint8 here (int8 inputs are shifted by 128 first). */
+static of_status dnnl_gemm_exact(int64_t M, int64_t K, int64_t N, const uint8_t *a,
+                                 const int8_t *b, int32_t *c, bool c_t, bool *done) {
+  uint8_t hi_any = 0;
+  for (int64_t i = 0; i < M * K; i++) hi_any |= a[i];
+  if (hi_any < 128) return of_dnnl_gemm_s8(M, K, N, a, true, b, c, c_t, done);
+  uint8_t *lo = malloc((size_t)(M * K)), *hi = malloc((size_t)(M * K));
+  int32_t *c2 = malloc((size_t)(M * N) * sizeof *c2);
+  of_status st = OF_OK;
+  *done = false;
+  if (!lo || !hi || !c2) st = of_fail(OF_ERR_OOM, "quantized: out of memory splitting the input");
+  if (st == OF_OK) {
+    for (int64_t i = 0; i < M * K; i++) lo[i] = a[i] & 127, hi[i] = a[i] >> 7;
+    bool d1 = false, d2 = false;
+    st = of_dnnl_gemm_s8(M, K, N, lo, true, b, c, c_t, &d1);
+    if (st == OF_OK && d1) st = of_dnnl_gemm_s8(M, K, N, hi, true, b, c2, c_t, &d2);
+    if (st == OF_OK && d1 && d2) {
+      for (int64_t i = 0; i < M * N; i++) c[i] += 128 * c2[i];
+      *done = true;
+    }
+  }
+  free(lo), free(hi), free(c2);
+  return st;
 }
 
 /* ---- quantized_linear ---- */
@@ -486,21 +503,27 @@ static of_status qlinear_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tens
                                          (long long)M, (long long)kp);
   }
   bool done = false;
-  if (st == OF_OK && M > 0 && use_dnnl() && seven_bit(xc)) {
+  if (st == OF_OK && M > 0 && use_dnnl()) {
     of_tensor *wc = NULL, *zc = NULL;
-    st = of_dense(w, OF_INT8, &wc);
+    const bool u8 = x->dtype == OF_UINT8;
+    /* int8 input: shifted by 128 to uint8, with its zero point */
+    uint8_t *xu = u8 ? (uint8_t *)of_ptr(xc) : malloc((size_t)(M * K));
+    const int32_t xz = (int32_t)xzp + (u8 ? 0 : 128);
+    if (!xu) st = of_fail(OF_ERR_OOM, "%s: out of memory", op);
+    if (st == OF_OK && !u8)
+      for (int64_t i = 0; i < M * K; i++) xu[i] = (uint8_t)(((const int8_t *)of_ptr(xc))[i] + 128);
+    if (st == OF_OK) st = of_dense(w, OF_INT8, &wc);
     if (st == OF_OK && wzp) st = of_dense(wzp, OF_INT64, &zc);
-    if (st == OF_OK) st = of_dnnl_gemm_s8(M, K, O, of_ptr(xc), x->dtype == OF_UINT8,
-                                          (const int8_t *)of_ptr(wc), acc, false, &done);
+    if (st == OF_OK) st = dnnl_gemm_exact(M, K, O, xu, (const int8_t *)of_ptr(wc), acc, false, &done);
     if (st == OF_OK && done) {
-      zp_correct(acc, M, O, K, O, 1, of_ptr(xc), x->dtype == OF_UINT8, (int32_t)xzp,
-                 (const int8_t *)of_ptr(wc), zc ? (const int64_t *)of_ptr(zc) : NULL,
-                 zc ? zc->numel : 0);
+      zp_correct(acc, M, O, K, O, 1, xu, true, xz, (const int8_t *)of_ptr(wc),
+                 zc ? (const int64_t *)of_ptr(zc) : NULL, zc ? zc->numel : 0);
       requant_factors((const float *)of_ptr(wsc), wsc->numel, bc ? (const float *)of_ptr(bc) : NULL,
                       (float)xs, (float)os, odt, 0, O, fac);
       rq r = {fac, fac + O, (int32_t)ozp, relu, odt, qlo((of_dtype)odt), qhi((of_dtype)odt)};
       requant_rows(&r, acc, 0, M, O, of_ptr(*out), O, 1, O, 1);
     }
+    if (!u8) free(xu);
     if (wc) of_tensor_release(wc);
     if (zc) of_tensor_release(zc);
   }
@@ -587,19 +610,20 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
   /* oneDNN: the columns of all samples as bytes (padding = the zero point)
    * and one int8 matmul per group, [Og, N * L] transposed for requantising */
   bool done = false;
-  if (st == OF_OK && N * L > 0 && use_dnnl() && seven_bit(xc) && p->x_zp < 128) {
+  if (st == OF_OK && N * L > 0 && use_dnnl()) {
     const bool u8 = x->dtype == OF_UINT8;
     const int64_t C = x->shape[1], H = in[0], W = in[1], OW = osz[1], NL = N * L;
     const int64_t sh = p->stride[0], sw = p->stride[1], ph = p->padding[0], pw = p->padding[1];
     const int64_t dh = p->dilation[0], dw = p->dilation[1];
     const int64_t esz = of_dtype_size((of_dtype)p->out_dtype);
-    const int32_t odt = p->out_dtype, xzp = (int32_t)p->x_zp;
-    const uint8_t pad = (uint8_t)(int8_t)xzp;   /* the zero point's byte, either signedness */
+    /* bytes as uint8: int8 inputs and their zero point shifted by 128 */
+    const int32_t odt = p->out_dtype, xzp = (int32_t)p->x_zp + (u8 ? 0 : 128);
+    const uint8_t pad = (uint8_t)xzp, shift = u8 ? 0 : 128;
     uint8_t *cols = malloc((size_t)(NL * K));
-    int32_t *ac = malloc((size_t)(NL * Og) * sizeof *ac);
+    int32_t *ac = malloc((size_t)(NL * Og) * sizeof *ac), *at = malloc((size_t)(NL * Og) * sizeof *at);
     float *fc = malloc((size_t)(2 * O) * sizeof *fc);
     of_tensor *wc = NULL, *zc = NULL;
-    if (!cols || !ac || !fc) st = of_fail(OF_ERR_OOM, "%s: out of memory for the columns", op);
+    if (!cols || !ac || !at || !fc) st = of_fail(OF_ERR_OOM, "%s: out of memory for the columns", op);
     if (st == OF_OK) st = of_dense(w, OF_INT8, &wc);
     if (st == OF_OK && wzp) st = of_dense(wzp, OF_INT64, &zc);
     const uint8_t *xb = (const uint8_t *)of_ptr(xc);
@@ -616,14 +640,19 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
             const bool rin = ih >= 0 && ih < H;
             for (int64_t j = 0; j < kw; j++) {
               const int64_t iw = ow * sw - pw + j * dw;
-              *cr++ = rin && iw >= 0 && iw < W ? xr[iw] : pad;
+              *cr++ = rin && iw >= 0 && iw < W ? (uint8_t)(xr[iw] + shift) : pad;
             }
           }
       }
       const int8_t *wg = (const int8_t *)of_ptr(wc) + g * Og * K;
-      st = of_dnnl_gemm_s8(NL, K, Og, cols, u8, wg, ac, true, &done);
+      /* row-major result (a transposed one sends oneDNN to its reference
+       * matmul, a thousand times slower), transposed here for requantising */
+      st = dnnl_gemm_exact(NL, K, Og, cols, wg, at, false, &done);
       if (st != OF_OK || !done) break;
-      zp_correct(ac, NL, Og, K, 1, NL, cols, u8, xzp, wg,
+      for (int64_t m0 = 0; m0 < NL; m0 += 64)
+        for (int64_t n = 0; n < Og; n++)
+          for (int64_t m = m0; m < m0 + 64 && m < NL; m++) ac[n * NL + m] = at[m * Og + n];
+      zp_correct(ac, NL, Og, K, 1, NL, cols, true, xzp, wg,
                  zc ? (const int64_t *)of_ptr(zc) + (zc->numel == 1 ? 0 : g * Og) : NULL,
                  zc ? (zc->numel == 1 ? 1 : Og) : 0);
       requant_factors((const float *)of_ptr(wsc), wsc->numel, bc ? (const float *)of_ptr(bc) : NULL,
@@ -634,7 +663,7 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
       for (int64_t s_ = 0; s_ < N; s_++)
         requant_rows(&r, ac + s_ * L, 0, L, Og, obase + ((s_ * O + g * Og) * L) * esz, 1, L, 1, NL);
     }
-    free(cols), free(ac), free(fc);
+    free(cols), free(ac), free(at), free(fc);
     if (wc) of_tensor_release(wc);
     if (zc) of_tensor_release(zc);
   }

@@ -34,6 +34,7 @@ local function parse_args(argv)
   p:flag('--qat', 'Also fine-tune with fake quantization (1 epoch) and convert.')
   p:flag('--prune', 'Also prune 50% of the conv channels, fine-tune 1 epoch, and quantize.')
   p:option('--export', 'Write weights and data as PyTorch files into this directory.')
+  p:option('--backend', 'int8 gemm: auto (oneDNN where built), own, onednn.', 'auto')
   return p:parse(argv)
 end
 
@@ -128,6 +129,7 @@ end
 local function main(argv)
   local opts = parse_args(argv)
   flow.set_num_threads(opts.threads)
+  Qz.set_backend(opts.backend)
   flow.manual_seed(0)
   local xtr, ytr, xte, yte = datasets(opts)
   print(('Fashion-MNIST: %d training, %d test images; %d threads; load %s'):format(xtr:size(1), xte:size(1),

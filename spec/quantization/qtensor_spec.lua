@@ -163,10 +163,10 @@ describe('int8 kernels', function()
       flow.backends.cpu.set_cpu_capability(v[1])
       C.of_quantized_backend(v[2])
       flow.manual_seed(3)
-      for _, shape in ipairs({{5, 37, 7}, {64, 300, 33}, {1, 16, 1}, {3, 1, 2}}) do
+      -- the 4th entry: 7-bit inputs (one oneDNN matmul instead of two)
+      for _, shape in ipairs({{5, 37, 7}, {64, 300, 33}, {1, 16, 1}, {3, 1, 2}, {9, 70, 5, true}}) do
         local M_, K, N = shape[1], shape[2], shape[3]
-        -- oneDNN takes 7-bit activations only (quant.c); others fall back
-        local xi = flow.randint(0, v[2] == 2 and 128 or 256, {M_, K}):to(flow.uint8)
+        local xi = flow.randint(0, shape[4] and 128 or 256, {M_, K}):to(flow.uint8)
         local wi = flow.randint(-128, 128, {N, K}):to(flow.int8)
         local ws = flow.rand(N) * 0.01 + 0.001
         local bias = flow.randn(N)
@@ -204,12 +204,12 @@ describe('int8 kernels', function()
         {x = {3, 1, 5, 5}, w = {5, 1, 1, 1}, stride = {1, 1}, pad = {0, 0}, dil = {1, 1}, g = 1},
       }
       for ci, c in ipairs(cases) do
-        local xi = v[2] == 2 and flow.randint(0, 128, c.x):to(flow.uint8) or flow.randint(-128, 128, c.x):to(flow.int8)
+        local xi = flow.randint(-128, 128, c.x):to(flow.int8)
         local wi = flow.randint(-128, 128, c.w):to(flow.int8)
         local wz = flow.randint(-3, 4, {c.w[1]})
         local ws = flow.rand(c.w[1]) * 0.01 + 0.001
         local bias = flow.randn(c.w[1])
-        local xs, xzp = 0.03, v[2] == 2 and 60 or -7
+        local xs, xzp = 0.03, -7
         local acc = F.conv2d(xi:to(flow.float64) - xzp, wi:to(flow.float64) - wz:to(flow.float64):view(-1, 1, 1, 1),
           nil, {stride = c.stride, padding = c.pad, dilation = c.dil, groups = c.g})
         local buf = function(t) return ffi.new('int64_t[2]', t) end
@@ -275,5 +275,14 @@ describe('quantized max pooling', function()
       assert.are.equal(q:q_scale(), got:q_scale())
     end
     H.raises(function() F.max_pool2d(q, 2, {return_indices = true}) end, 'max_pool2d (return_indices)')
+  end)
+end)
+
+describe('flow.quantization.set_backend', function()
+  it('switches the int8 gemm and checks its argument', function()
+    local prev = flow.quantization.set_backend('own')
+    assert.are.equal('own', flow.quantization.set_backend('onednn'))
+    flow.quantization.set_backend(prev)
+    H.raises(function() flow.quantization.set_backend('fast') end, "expected 'auto', 'own' or 'onednn'")
   end)
 end)

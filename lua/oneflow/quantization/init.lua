@@ -35,6 +35,21 @@ M.nn = {
 }
 M.f32 = nil
 
+--- set_backend('auto' | 'own' | 'onednn'): the int8 gemm of the quantized
+-- Conv2d/Linear (core/ops/quant.c): oneDNN's int8 matmul where the build has
+-- it ('auto'), or the own AVX2 / AVX-512 VNNI kernels. Returns the previous one.
+local BACKENDS = {auto = 0, own = 1, onednn = 2}
+function M.set_backend(name)
+  local C = require('oneflow._C').C
+  local v = BACKENDS[name]
+  if not v then
+    require('oneflow._args').fail(("set_backend: expected 'auto', 'own' or 'onednn', got %s"):format(tostring(name)))
+  end
+  local prev = C.of_quantized_backend(-1)
+  C.of_quantized_backend(v)
+  for k, n in pairs(BACKENDS) do if n == prev then return k end end
+end
+
 --- Puts the quantized dtypes and tensor functions on flow.
 function M.attach(flow)
   flow.qint8, flow.quint8, flow.qint32 = Q.qint8, Q.quint8, Q.qint32
