@@ -398,11 +398,14 @@ static void split_rows(int64_t M, int nt, int t, int64_t *m0, int64_t *m1) {
  * oneDNN's int8 matmul (u8/s8 x s8 -> s32, its JIT kernels) computes the
  * raw products sum x * w; the zero points are corrected afterwards, as
  * fbgemm does: sum (x - xz)(w - wz) = sum xw - xz sum w - wz sum x + K xz wz.
- * Measured against the own kernel on this AVX2 machine (doc/benchmarks.md):
- * several times faster, so it is the default where the build has oneDNN
- * and it can run (not inside an OpenMP region); of_quantized_backend(1)
- * forces the own kernels, 2 oneDNN (where it can). */
-static int32_t backend = 0;   /* 0 auto, 1 own, 2 oneDNN */
+ * Measured on this AVX2 EPYC (doc/benchmarks.md "Model optimisation"):
+ * oneDNN's int8 matmul alone beats the own gemm 2-5x on the LeNet's
+ * shapes, but the whole quantized model ran 2.3x slower through it (the
+ * 7-bit split below doubles the matmuls, plus byte columns, transposes and
+ * zero-point passes) than through the own kernels, which fuse all of that.
+ * So 'auto' is the own kernels; of_quantized_backend(2) opts into oneDNN
+ * (worth re-measuring on VNNI CPUs, where oneDNN needs no split). */
+static int32_t backend = 0;   /* 0 auto (= own), 1 own, 2 oneDNN */
 int32_t of_quantized_backend(int32_t set) {
   if (set >= 0 && set <= 2) backend = set;
   return backend;
@@ -436,7 +439,7 @@ static void zp_correct(int32_t *acc, int64_t M, int64_t N, int64_t K, int64_t am
   free(rs);
 }
 
-static bool use_dnnl(void) { return backend != 1 && of_dnnl_usable(); }
+static bool use_dnnl(void) { return backend == 2 && of_dnnl_usable(); }
 
 /* oneDNN multiplies u8 x s8 with vpmaddubsw on CPUs without VNNI, which
  * saturates a pair of products in int16 unless the u8 values are 7-bit.

@@ -34,7 +34,7 @@ local function parse_args(argv)
   p:flag('--qat', 'Also fine-tune with fake quantization (1 epoch) and convert.')
   p:flag('--prune', 'Also prune 50% of the conv channels, fine-tune 1 epoch, and quantize.')
   p:option('--export', 'Write weights and data as PyTorch files into this directory.')
-  p:option('--backend', 'int8 gemm: auto (oneDNN where built), own, onednn.', 'auto')
+  p:option('--backend', 'int8 gemm: auto (= own), own, onednn (where built).', 'auto')
   return p:parse(argv)
 end
 

@@ -466,9 +466,9 @@ of_status of_quantized_conv2d(of_tensor *x, of_tensor *w, of_tensor *w_scale,
 /* Max pooling of uint8/int8 integers [N, C, H, W] (a quantized tensor's
  * int_repr; exact). kernel, stride, padding, dilation: int64_t[2] (stride
  * NULL: the kernel; padding NULL: 0; dilation NULL: 1). */
-/* The int8 gemm behind quantized_linear/conv2d: 0 auto (oneDNN's int8
- * matmul where the build has oneDNN and it can run, else the own AVX2 /
- * AVX-512 VNNI / scalar kernels), 1 the own kernels, 2 oneDNN where it can.
+/* The int8 gemm behind quantized_linear/conv2d: 0 auto (the own AVX2 /
+ * AVX-512 VNNI / scalar kernels: measured faster, core/ops/quant.c), 1 the
+ * own kernels, 2 oneDNN's int8 matmul where the build has it and it can run.
  * set < 0 only reads. Returns the setting. */
 int32_t of_quantized_backend(int32_t set);
 of_status of_quantized_max_pool2d(of_tensor *x, const int64_t *kernel, const int64_t *stride,

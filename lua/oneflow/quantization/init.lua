@@ -36,8 +36,9 @@ M.nn = {
 M.f32 = nil
 
 --- set_backend('auto' | 'own' | 'onednn'): the int8 gemm of the quantized
--- Conv2d/Linear (core/ops/quant.c): oneDNN's int8 matmul where the build has
--- it ('auto'), or the own AVX2 / AVX-512 VNNI kernels. Returns the previous one.
+-- Conv2d/Linear (core/ops/quant.c): the own AVX2 / AVX-512 VNNI kernels
+-- ('auto' = 'own', measured faster) or oneDNN's int8 matmul where the build
+-- has it. Returns the previous one.
 local BACKENDS = {auto = 0, own = 1, onednn = 2}
 function M.set_backend(name)
   local C = require('oneflow._C').C
