@@ -68,6 +68,18 @@ static dnnl_stream_t stream;
 static entry cache[CACHE_SLOTS];
 static uint64_t ticks;
 
+/* the engine and stream, made on first use (under lock); false: none */
+static bool have_engine(void) {
+  if (engine) return true;
+  if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
+      dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+    if (engine) dnnl_engine_destroy(engine);
+    engine = NULL;
+    return false;
+  }
+  return true;
+}
+
 static void entry_free(entry *e) {
   if (e->prim) dnnl_primitive_destroy(e->prim);
   for (int i = 0; i < NOPS; i++)
@@ -370,14 +382,9 @@ of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
   if (d->N < 1 || d->nsp < 1 || d->nsp > 3 || (d->dt != OF_FLOAT32 && d->dt != OF_BFLOAT16))
     return OF_OK;
   pthread_mutex_lock(&lock);
-  if (!engine) {
-    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
-        dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
-      if (engine) dnnl_engine_destroy(engine);
-      engine = NULL;
-      pthread_mutex_unlock(&lock);
-      return OF_OK;   /* no oneDNN engine: the caller's kernels run */
-    }
+  if (!have_engine()) {
+    pthread_mutex_unlock(&lock);
+    return OF_OK;   /* no oneDNN engine: the caller's kernels run */
   }
   entry *e = lookup(d);
   of_status st = OF_OK;
@@ -441,14 +448,9 @@ of_status of_dnnl_gemm_s8(int64_t M, int64_t K, int64_t N, const void *a, bool a
   *done = false;
   if (M < 1 || K < 1 || N < 1 || !of_dnnl_usable()) return OF_OK;
   pthread_mutex_lock(&lock);
-  if (!engine) {
-    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
-        dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
-      if (engine) dnnl_engine_destroy(engine);
-      engine = NULL;
-      pthread_mutex_unlock(&lock);
-      return OF_OK;
-    }
+  if (!have_engine()) {
+    pthread_mutex_unlock(&lock);
+    return OF_OK;
   }
   gemm_entry *e = gemm_lookup(M, K, N, a_u8, c_t);
   if (!e->unsupported) {

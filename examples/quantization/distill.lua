@@ -9,12 +9,11 @@ local here = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
 package.path = ('%s/?.lua;%s/../../lua/?.lua;%s/../../lua/?/init.lua;'):format(here, here, here) .. package.path
 local argparse = require 'argparse'
 local flow = require 'oneflow'
-local vision = require 'flowvision'
 local posix = require 'oneflow.utils.posix'
 local QLeNet = require 'lenet'
+local common = require 'common'
 
 local F = flow.nn.functional
-local MEAN, STD = 0.2860, 0.3530
 local STUDENT = {8, 16, 32}
 
 local function parse_args(argv)
@@ -29,47 +28,11 @@ local function parse_args(argv)
   return p:parse(argv)
 end
 
-local function load(opts, train)
-  local x, y = vision.datasets.FashionMNIST(opts.data, {train = train}):tensors(MEAN, STD)
-  if opts.limit then
-    local n = math.min(opts.limit, x:size(1))
-    x, y = x:narrow(1, 1, n), y:narrow(1, 1, n)
-  end
-  return x, y
-end
-
-local function accuracy(model, x, y)
-  model:eval()
-  local correct = 0
-  flow.no_grad(function()
-    for i = 1, x:size(1), 256 do
-      local n = math.min(256, x:size(1) - i + 1)
-      correct = correct + model(x:narrow(1, i, n)):argmax(2):eq(y:narrow(1, i, n)):sum():item()
-    end
-  end)
-  return correct / x:size(1)
-end
-
--- loss_fn(student_logits, x, y)
+local load, accuracy, nparams = common.load, common.accuracy, common.nparams
+-- the same batches for both students
 local function train(model, x, y, epochs, loss_fn)
-  flow.manual_seed(1)   -- the same batches for both students
-  model:train()
-  local opt = flow.optim.Adam(model:parameters(), {lr = 1e-3})
-  local loader = flow.utils.data.DataLoader(flow.utils.data.TensorDataset(x, y), {batch_size = 64, shuffle = true})
-  for _ = 1, epochs do
-    for xb, yb in loader:iter() do
-      local loss = loss_fn(model(xb), xb, yb)
-      opt:zero_grad(); loss:backward(); opt:step()
-    end
-  end
-  model:eval()
-  return model
-end
-
-local function nparams(m)
-  local n = 0
-  for _, p in ipairs(m:parameters()) do n = n + p:numel() end
-  return n
+  flow.manual_seed(1)
+  return common.train(model, x, y, epochs, 1e-3, loss_fn)
 end
 
 local function ms_per_batch(m, x)

@@ -14,12 +14,11 @@ local here = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
 package.path = ('%s/?.lua;%s/../../lua/?.lua;%s/../../lua/?/init.lua;'):format(here, here, here) .. package.path
 local argparse = require 'argparse'
 local flow = require 'oneflow'
-local vision = require 'flowvision'
 local posix = require 'oneflow.utils.posix'
 local QLeNet = require 'lenet'
+local common = require 'common'
 
-local nn, F, Qz = flow.nn, flow.nn.functional, flow.quantization
-local MEAN, STD = 0.2860, 0.3530
+local nn, Qz = flow.nn, flow.quantization
 
 local function parse_args(argv)
   local p = argparse('ptq.lua', 'int8 post-training quantization of the Fashion-MNIST LeNet.')
@@ -39,58 +38,18 @@ local function parse_args(argv)
 end
 
 local function datasets(opts)
-  local function load(train)
-    local x, y = vision.datasets.FashionMNIST(opts.data, {train = train}):tensors(MEAN, STD)
-    if opts.limit then
-      local n = math.min(opts.limit, x:size(1))
-      x, y = x:narrow(1, 1, n), y:narrow(1, 1, n)
-    end
-    return x, y
-  end
-  local xtr, ytr = load(true)
-  local xte, yte = load(false)
+  local xtr, ytr = common.load(opts, true)
+  local xte, yte = common.load(opts, false)
   return xtr, ytr, xte, yte
 end
 
-local function accuracy(model, x, y)
-  model:eval()
-  local correct = 0
-  flow.no_grad(function()
-    for i = 1, x:size(1), 256 do
-      local n = math.min(256, x:size(1) - i + 1)
-      correct = correct + model(x:narrow(1, i, n)):argmax(2):eq(y:narrow(1, i, n)):sum():item()
-    end
-  end)
-  return correct / x:size(1)
-end
-
-local function train(model, x, y, epochs, lr)
-  model:train()
-  local opt = flow.optim.Adam(model:parameters(), {lr = lr or 1e-3})
-  local loader = flow.utils.data.DataLoader(flow.utils.data.TensorDataset(x, y), {batch_size = 64, shuffle = true})
-  for e = 1, epochs do
-    local sum, n = 0, 0
-    for xb, yb in loader:iter() do
-      local loss = F.cross_entropy(model(xb), yb)
-      opt:zero_grad(); loss:backward(); opt:step()
-      sum, n = sum + loss:item(), n + 1
-    end
-    print(('  epoch %d: train loss %.4f'):format(e, sum / n))
-  end
-  model:eval()
-  return model
-end
+local accuracy, nparams = common.accuracy, common.nparams
+local function train(model, x, y, epochs, lr) return common.train(model, x, y, epochs, lr, nil, true) end
 
 local function file_size(path)
   local f = assert(io.open(path, 'rb'))
   local n = f:seek('end')
   f:close()
-  return n
-end
-
-local function nparams(m)
-  local n = 0
-  for _, p in ipairs(m:parameters()) do n = n + p:numel() end
   return n
 end
 

@@ -15,7 +15,7 @@ end
 -- not scripts with a command line: a module of the distributed examples and
 -- the script examples/embed/main.c runs inside its C host
 local NOT_SCRIPTS = {['distributed/common.lua'] = true, ['embed/script.lua'] = true,
-                     ['quantization/lenet.lua'] = true}
+                     ['quantization/lenet.lua'] = true, ['quantization/common.lua'] = true}
 
 local scripts = {}
 for f in sh('cd ' .. root .. '/examples && find . -name "*.lua" | sort'):gmatch('%./(%S+%.lua)') do

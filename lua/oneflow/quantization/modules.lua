@@ -145,6 +145,14 @@ function M.check_loaded(prefix, scale, zp, dt)
   end
 end
 
+-- the output's dtype, scale and zero point of a quantized module, checked
+local function set_out(self, name, scale, zero_point, dtype)
+  rawset(self, 'out_dtype', dtype or Q.quint8)
+  check_scale(name, scale, zero_point, self.out_dtype)
+  rawset(self, 'scale', scale)
+  rawset(self, 'zero_point', zero_point)
+end
+
 local QuantizedBase = nn.Module:subclass('QuantizedModule')
 
 -- weight (qtensor), bias (float tensor or nil), scale/zero_point of the output
@@ -229,10 +237,7 @@ local function qconv_class(name, relu)
     rawset(self, 'padding', pair(o.padding or 0, 'padding', name))
     rawset(self, 'dilation', pair(o.dilation or 1, 'dilation', name))
     rawset(self, 'groups', o.groups or 1)
-    rawset(self, 'out_dtype', o.dtype or Q.quint8)
-    check_scale(name, o.scale, o.zero_point, self.out_dtype)
-    rawset(self, 'scale', o.scale)
-    rawset(self, 'zero_point', o.zero_point)
+    set_out(self, name, o.scale, o.zero_point, o.dtype)
     self:_set_weight_bias(o.weight, o.bias)
   end
   function cls:forward(x)
@@ -267,10 +272,7 @@ local function qlinear_class(name, relu)
   local cls = QuantizedBase:subclass(name)
   function cls:__init(o)
     nn.Module.__init(self)
-    rawset(self, 'out_dtype', o.dtype or Q.quint8)
-    check_scale(name, o.scale, o.zero_point, self.out_dtype)
-    rawset(self, 'scale', o.scale)
-    rawset(self, 'zero_point', o.zero_point)
+    set_out(self, name, o.scale, o.zero_point, o.dtype)
     self:_set_weight_bias(o.weight, o.bias)
   end
   function cls:forward(x)
@@ -333,10 +335,7 @@ local Quantize = nn.Module:subclass('Quantize')
 M.Quantize = Quantize
 function Quantize:__init(scale, zero_point, dtype)
   nn.Module.__init(self)
-  rawset(self, 'out_dtype', dtype or Q.quint8)
-  check_scale('Quantize', scale, zero_point, self.out_dtype)
-  rawset(self, 'scale', scale)
-  rawset(self, 'zero_point', zero_point)
+  set_out(self, 'Quantize', scale, zero_point, dtype)
 end
 function Quantize:forward(x)
   if is_q(x) then return x end
@@ -370,17 +369,12 @@ function DeQuantize.forward(_, x)
   return x
 end
 
--- ReLU of a quantized tensor: the integers clamped at the zero point (same scale)
-function M.qrelu(x)
-  if x._qscheme ~= 'per_tensor_affine' then A.fail('relu: per-tensor quantized input expected') end
-  return Q.from_int_repr(x._int:clamp(x._zp), x._scale, x._zp, x.dtype)
-end
 
 local QReLU = nn.Module:subclass('QuantizedReLU')
 M.ReLU = QReLU
 function QReLU.forward(_, x)
   check_input('QuantizedReLU', x)
-  return M.qrelu(x)
+  return F.relu(x)   -- the integers clamped at the zero point (functional.lua)
 end
 
 -- add/mul/cat of quantized tensors requantised to the observed output
@@ -389,10 +383,7 @@ local QFunctional = nn.Module:subclass('QFunctional')
 M.QFunctional = QFunctional
 function QFunctional:__init(scale, zero_point, dtype)
   nn.Module.__init(self)
-  rawset(self, 'out_dtype', dtype or Q.quint8)
-  check_scale('QFunctional', scale, zero_point, self.out_dtype)
-  rawset(self, 'scale', scale)
-  rawset(self, 'zero_point', zero_point)
+  set_out(self, 'QFunctional', scale, zero_point, dtype)
 end
 local function deq(name, v)
   if is_q(v) then return v:dequantize() end
