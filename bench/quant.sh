@@ -12,13 +12,13 @@ mkdir -p "$OUT"
 echo "load before: $(cat /proc/loadavg)"
 "$ROOT/bin/flow" "$ROOT/examples/quantization/ptq.lua" --qat --prune --export "$OUT" "$@"
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  /usr/bin/python3 "$ROOT/bench/quant_torch.py" "$OUT" 8 50 2
+  for t in 1 2; do /usr/bin/python3 "$ROOT/bench/quant_torch.py" "$OUT" 8 50 $t; done
 else
   echo "no PyTorch 1.13 (python3-torch) for /usr/bin/python3"
 fi
 PY2=${TORCH2_PYTHON:-$(sh "$ROOT/bench/torch_venv.sh" 2>/dev/null || true)}
 if [ -n "$PY2" ] && "$PY2" -c 'import torch' 2>/dev/null; then
-  "$PY2" "$ROOT/bench/quant_torch.py" "$OUT" 8 50 2
+  for t in 1 2; do "$PY2" "$ROOT/bench/quant_torch.py" "$OUT" 8 50 $t; done
 else
   echo "no PyTorch 2.x (set TORCH2_PYTHON or run bench/torch_venv.sh)"
 fi
