@@ -918,12 +918,12 @@ of_status of_quantized_max_pool2d(of_tensor *x, const int64_t *kernel, const int
 
 static of_status run_quant(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_ATTRS(a_quant);
-  OF_NEED(a->out_dtype == OF_FLOAT32 || a->out_dtype == OF_UINT8 || a->out_dtype == OF_INT8,
-          "out_dtype");
   if (n->op == OPK_QUANTIZED_MAX_POOL2D) {
     const int64_t k[2] = {a->groups >> 16, a->groups & 0xffff};
     OF_RUN1(of_quantized_max_pool2d(ins[0], k, a->stride, a->padding, a->dilation, OF_R));
   }
+  OF_NEED(a->out_dtype == OF_FLOAT32 || a->out_dtype == OF_UINT8 || a->out_dtype == OF_INT8,
+          "out_dtype");
   if (n->op == OPK_QUANTIZED_LINEAR)
     OF_RUN1(of_quantized_linear(ins[0], ins[1], ins[2], ins[3], ins[4], a->x_scale, a->x_zp,
                                 a->out_scale, a->out_zp, (of_dtype)a->out_dtype, a->relu, OF_R));

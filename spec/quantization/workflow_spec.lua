@@ -111,6 +111,23 @@ describe('post-training static quantization', function()
     H.remove_tmpdirs()
   end)
 
+  it('the int8 model runs in nn.Graph and as a saved graph, equal to eager', function()
+    local m = make_net()
+    local x = flow.randn(4, 2, 10, 10)
+    local q = ptq(m, {x})
+    local G = flow.nn.Graph:subclass('Int8Graph')
+    function G:__init(mm) flow.nn.Graph.__init(self); self.mm = mm end
+    function G:build(a) return self.mm(a) end
+    local g = G(q)
+    local x2 = flow.randn(4, 2, 10, 10)
+    H.close(g(x), q(x), 0)
+    H.close(g(x2), q(x2), 0)   -- replayed: quantized_conv2d / linear / max_pool2d nodes
+    local dir = H.tmpdir()
+    g:save(dir .. '/int8.ofg')
+    H.close(flow.nn.Graph.load(dir .. '/int8.ofg')(x2), q(x2), 0)
+    H.remove_tmpdirs()
+  end)
+
   it('bad input: no calibration batches, unsupported layers, no qconfig', function()
     local m = make_net()
     local f = Qz.fuse_modules(m, {{'conv1', 'bn1', 'relu1'}})
