@@ -31,6 +31,13 @@ of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
   return OF_OK;
 }
 
+of_status of_dnnl_gemm_s8(int64_t M, int64_t K, int64_t N, const void *a, bool a_u8,
+                          const int8_t *b, int32_t *c, bool c_t, bool *done) {
+  (void)M, (void)K, (void)N, (void)a, (void)a_u8, (void)b, (void)c, (void)c_t;
+  *done = false;
+  return OF_OK;
+}
+
 #else
 
 #include <dnnl.h>
@@ -60,6 +67,18 @@ static dnnl_engine_t engine;
 static dnnl_stream_t stream;
 static entry cache[CACHE_SLOTS];
 static uint64_t ticks;
+
+/* the engine and stream, made on first use (under lock); false: none */
+static bool have_engine(void) {
+  if (engine) return true;
+  if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
+      dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+    if (engine) dnnl_engine_destroy(engine);
+    engine = NULL;
+    return false;
+  }
+  return true;
+}
 
 static void entry_free(entry *e) {
   if (e->prim) dnnl_primitive_destroy(e->prim);
@@ -363,14 +382,9 @@ of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
   if (d->N < 1 || d->nsp < 1 || d->nsp > 3 || (d->dt != OF_FLOAT32 && d->dt != OF_BFLOAT16))
     return OF_OK;
   pthread_mutex_lock(&lock);
-  if (!engine) {
-    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
-        dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
-      if (engine) dnnl_engine_destroy(engine);
-      engine = NULL;
-      pthread_mutex_unlock(&lock);
-      return OF_OK;   /* no oneDNN engine: the caller's kernels run */
-    }
+  if (!have_engine()) {
+    pthread_mutex_unlock(&lock);
+    return OF_OK;   /* no oneDNN engine: the caller's kernels run */
   }
   entry *e = lookup(d);
   of_status st = OF_OK;
@@ -381,6 +395,81 @@ of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
   }
   pthread_mutex_unlock(&lock);
   return st;
+}
+
+/* ---- int8 gemm (quantized kernels): matmul primitives cached by shape ---- */
+enum { GEMM_SLOTS = 32 };
+typedef struct {
+  int64_t M, K, N;
+  bool a_u8, c_t, used, unsupported;
+  uint64_t tick;
+  dnnl_primitive_t prim;
+  dnnl_memory_desc_t md[3];
+} gemm_entry;
+static gemm_entry gcache[GEMM_SLOTS];
+
+static gemm_entry *gemm_lookup(int64_t M, int64_t K, int64_t N, bool a_u8, bool c_t) {
+  gemm_entry *free_e = NULL, *old = NULL;
+  for (int i = 0; i < GEMM_SLOTS; i++) {
+    gemm_entry *e = &gcache[i];
+    if (e->used && e->M == M && e->K == K && e->N == N && e->a_u8 == a_u8 && e->c_t == c_t) {
+      e->tick = ++ticks;
+      return e;
+    }
+    if (!e->used && !free_e) free_e = e;
+    if (e->used && (!old || e->tick < old->tick)) old = e;
+  }
+  gemm_entry *e = free_e ? free_e : old;
+  if (e->prim) dnnl_primitive_destroy(e->prim);
+  memset(e, 0, sizeof *e);
+  e->M = M, e->K = K, e->N = N, e->a_u8 = a_u8, e->c_t = c_t, e->used = true, e->tick = ++ticks;
+  dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N};
+  dnnl_matmul_desc_t mdesc;
+  dnnl_primitive_desc_t pd = NULL;
+  bool ok = dnnl_memory_desc_init_by_tag(&e->md[0], 2, ad, a_u8 ? dnnl_u8 : dnnl_s8, dnnl_ab) ==
+                dnnl_success &&
+            dnnl_memory_desc_init_by_tag(&e->md[1], 2, bd, dnnl_s8, dnnl_ba) == dnnl_success &&
+            dnnl_memory_desc_init_by_tag(&e->md[2], 2, cd, dnnl_s32, c_t ? dnnl_ba : dnnl_ab) ==
+                dnnl_success &&
+            dnnl_matmul_desc_init(&mdesc, &e->md[0], &e->md[1], NULL, &e->md[2]) == dnnl_success &&
+            dnnl_primitive_desc_create(&pd, &mdesc, NULL, engine, NULL) == dnnl_success &&
+            dnnl_primitive_create(&e->prim, pd) == dnnl_success;
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (!ok) {
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    e->prim = NULL;
+    e->unsupported = true;
+  }
+  return e;
+}
+
+of_status of_dnnl_gemm_s8(int64_t M, int64_t K, int64_t N, const void *a, bool a_u8,
+                          const int8_t *b, int32_t *c, bool c_t, bool *done) {
+  *done = false;
+  if (M < 1 || K < 1 || N < 1 || !of_dnnl_usable()) return OF_OK;
+  pthread_mutex_lock(&lock);
+  if (!have_engine()) {
+    pthread_mutex_unlock(&lock);
+    return OF_OK;
+  }
+  gemm_entry *e = gemm_lookup(M, K, N, a_u8, c_t);
+  if (!e->unsupported) {
+    dnnl_memory_t m[3] = {NULL, NULL, NULL};
+    const void *ptr[3] = {a, b, c};
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; i++)
+      ok = dnnl_memory_create(&m[i], &e->md[i], engine, (void *)ptr[i]) == dnnl_success;
+    if (ok) {
+      dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]}};
+      ok = dnnl_primitive_execute(e->prim, stream, 3, args) == dnnl_success &&
+           dnnl_stream_wait(stream) == dnnl_success;
+    }
+    for (int i = 0; i < 3; i++)
+      if (m[i]) dnnl_memory_destroy(m[i]);
+    *done = ok;
+  }
+  pthread_mutex_unlock(&lock);
+  return OF_OK;
 }
 
 #endif

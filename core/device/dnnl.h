@@ -44,4 +44,11 @@ bool of_dnnl_usable(void);
 of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
                        const void *bias, void *r, bool native_bf16, bool *done);
 
+/* int8 gemm for the quantized kernels (core/ops/quant.c): C = A x B^T with
+ * A [M, K] uint8 (a_u8) or int8, B [N, K] int8, both row-major and dense,
+ * C int32 [M, N] row-major, or [N, M] when c_t. Exact int32 accumulation,
+ * no zero points (the caller corrects for them). *done false: not run. */
+of_status of_dnnl_gemm_s8(int64_t M, int64_t K, int64_t N, const void *a, bool a_u8,
+                          const int8_t *b, int32_t *c, bool c_t, bool *done);
+
 #endif

@@ -106,6 +106,13 @@ typedef struct {
                                          4 indices wanted */
 } a_pool;
 typedef struct { double momentum, eps; int64_t groups; int32_t flag, pad_; } a_norm;
+/* quantized_linear / quantized_conv2d (quant.c): the scales and zero points
+ * of input and output; the conv's geometry (2-D) */
+typedef struct {
+  double x_scale, out_scale;
+  int64_t x_zp, out_zp, stride[2], padding[2], dilation[2], groups;
+  int32_t out_dtype, relu;
+} a_quant;
 typedef struct { int64_t size[3]; double scales[3]; int32_t nsp, mode, align, has; } a_interp;
 typedef struct { int64_t pad[2 * OF_MAX_DIMS]; double value; int32_t npad, mode; } a_pad;
 typedef struct { double smoothing; int64_t ignore, base; int32_t reduction, pad_; } a_loss;

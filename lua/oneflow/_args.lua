@@ -225,6 +225,8 @@ A.is_tensor = is_tensor
 --- 'tensor', 'a global tensor' or the Lua type, for messages.
 function A.describe(v)
   if is_tensor(v) then return 'tensor' end
+  local q = A.quantized_describe and A.quantized_describe(v)
+  if q then return q end
   if type(v) == 'table' and rawget(v, '_local') ~= nil and v.placement ~= nil then
     return 'a global tensor'
   end
@@ -236,6 +238,10 @@ end
 -- 'linear: argument 1 (input) must be a tensor, got nil'.
 function A.check_tensor(op, v, what, pos)
   if not is_tensor(v) then
+    if A.quantized_describe and A.quantized_describe(v) then
+      fail(('%s: %s is %s, which this op does not support; dequantize() it first or use the '
+        .. 'quantized module (flow.quantization.convert)'):format(op, what or 'the input', A.describe(v)))
+    end
     if what == nil then what, pos = 'input', pos or 1 end
     if pos then
       fail(('%s: argument %d (%s) must be a tensor, got %s'):format(op, pos, what, A.describe(v)))

@@ -133,6 +133,8 @@ do
 end
 flow.nn = require 'oneflow.nn'
 flow.distributions = require 'oneflow.distributions'
+flow.quantization = require 'oneflow.quantization'
+flow.quantization.attach(flow)
 flow.onnx = require 'oneflow.onnx'
 flow.amp = require 'oneflow.amp'
 flow.profiler = require 'oneflow.profiler'

@@ -63,6 +63,11 @@ M.MAX_HEADER = 100 * 1000 * 1000
 M.STRUCTURE_KEY = 'oneflow.structure'
 M.MAX_DEPTH = 150
 M._hooks = {}   -- for tests: before_rename(tmp) may raise to simulate a failure
+-- Values other than tensors that flow.save knows (flow.quantization's
+-- quantized tensors): codecs[name] = {is(v), encode(v, tensor_node(t, suffix))
+-- -> JSON table, decode(node, tensor_of(ref), bad(what)) -> v}; the node is
+-- saved as {name: encoded}. Registered by the module that owns the type.
+M.codecs = {}
 
 local code_of = {bool = 'BOOL', uint8 = 'U8', int8 = 'I8', int32 = 'I32', int64 = 'I64',
                  float16 = 'F16', bfloat16 = 'BF16', float32 = 'F32', float64 = 'F64'}
@@ -157,6 +162,16 @@ local function plan_structured(obj, ctx)
   end
 
   local function node(v, path, depth)
+    for cname, codec in pairs(M.codecs) do
+      if codec.is(v) then
+        return {[cname] = codec.encode(v, function(t, suffix)
+          path[#path + 1] = suffix
+          local r = node(t, path, depth + 1)
+          path[#path] = nil
+          return r
+        end)}
+      end
+    end
     if is_tensor(v) then
       local addr = tonumber(ffi.cast('intptr_t', v.p))
       local name = st.by_ptr[addr]
@@ -469,6 +484,16 @@ local function rebuild(structure, tensors, ctx)
       local x = tensors[nd.tensor]
       if x == nil then bad('refers to tensor ' .. q(tostring(nd.tensor)) .. ', which is not in the file') end
       return x
+    end
+    for cname, codec in pairs(M.codecs) do
+      if nd[cname] ~= nil then
+        if type(nd[cname]) ~= 'table' then bad(cname .. ' is not an object') end
+        return codec.decode(nd[cname], function(ref)
+          local r = type(ref) == 'table' and ref.tensor ~= nil and build(ref)
+          if not is_tensor(r) then bad(cname .. ' refers to no tensor') end
+          return r
+        end, bad)
+      end
     end
     if nd.float ~= nil then
       local v = specials[nd.float]

@@ -14,7 +14,8 @@ end
 
 -- not scripts with a command line: a module of the distributed examples and
 -- the script examples/embed/main.c runs inside its C host
-local NOT_SCRIPTS = {['distributed/common.lua'] = true, ['embed/script.lua'] = true}
+local NOT_SCRIPTS = {['distributed/common.lua'] = true, ['embed/script.lua'] = true,
+                     ['quantization/lenet.lua'] = true, ['quantization/common.lua'] = true}
 
 local scripts = {}
 for f in sh('cd ' .. root .. '/examples && find . -name "*.lua" | sort'):gmatch('%./(%S+%.lua)') do
@@ -64,5 +65,23 @@ describe('examples', function()
     assert.truthy(out:find('epoch 1: step 1/4, loss', 1, true), out)
     assert.truthy(out:find('epoch 1: step 4/4, loss', 1, true), out)
     assert.truthy(out:find('(identical)', 1, true), out)
+  end)
+
+  it('quantization/ptq.lua and distill.lua run end to end on a few images', function()
+    local f = io.open('/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz') or
+              io.open('/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte')
+    if not f then pending('dataset-fashion-mnist is not installed') return end
+    f:close()
+    local out, rc = sh(('cd /tmp && %s/bin/flow %s/examples/quantization/ptq.lua --limit 200 --calib-batches 2 '
+                        .. '--iters 1 --threads 1 --qat --prune'):format(root, root))
+    assert.equal(0, rc, out)
+    for _, row in ipairs({'fp32 ', 'int8 static (PTQ)', 'int8 dynamic (Linear)', 'int8 QAT', 'fp32 pruned 50%',
+                          'int8 pruned 50%'}) do
+      assert.truthy(out:find(row, 1, true), out)
+    end
+    out, rc = sh(('cd /tmp && %s/bin/flow %s/examples/quantization/distill.lua --limit 200 --threads 1')
+                 :format(root, root))
+    assert.equal(0, rc, out)
+    assert.truthy(out:find('student, distilled', 1, true), out)
   end)
 end)

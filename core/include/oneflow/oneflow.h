@@ -467,6 +467,35 @@ of_status of_conv_weight_grad(of_tensor *x, of_tensor *grad_out, const int64_t *
                               const int64_t *stride, const int64_t *padding,
                               const int64_t *dilation, int32_t nsp, int64_t groups,
                               of_tensor **out);
+/* ---- int8 kernels (core/ops/quant.c; flow.quantization) ----
+ * x holds uint8/int8 values with x_scale/x_zero_point (a quantized tensor's
+ * int_repr), w int8 [out, in] (linear) or [O, C/groups, kh, kw] (conv2d)
+ * with float32 scales w_scale and int64 zero points w_zero_point (1 value:
+ * per tensor, or one per output channel; w_zero_point NULL: 0), bias float32
+ * [out] or NULL. Accumulates exactly in int32; out_dtype float32 gives
+ * acc * x_scale * w_scale + bias (out_scale/out_zero_point unused), uint8 or
+ * int8 requantises to out_scale/out_zero_point (saturating). relu != 0 fuses
+ * a ReLU. stride, padding, dilation: int64_t[2] (NULL: 1, 0, 1). */
+of_status of_quantized_linear(of_tensor *x, of_tensor *w, of_tensor *w_scale, of_tensor *w_zero_point,
+                              of_tensor *bias, double x_scale, int64_t x_zero_point,
+                              double out_scale, int64_t out_zero_point, of_dtype out_dtype,
+                              int32_t relu, of_tensor **out);
+of_status of_quantized_conv2d(of_tensor *x, of_tensor *w, of_tensor *w_scale,
+                              of_tensor *w_zero_point, of_tensor *bias, const int64_t *stride,
+                              const int64_t *padding, const int64_t *dilation, int64_t groups,
+                              double x_scale, int64_t x_zero_point, double out_scale,
+                              int64_t out_zero_point, of_dtype out_dtype, int32_t relu,
+                              of_tensor **out);
+/* Max pooling of uint8/int8 integers [N, C, H, W] (a quantized tensor's
+ * int_repr; exact). kernel, stride, padding, dilation: int64_t[2] (stride
+ * NULL: the kernel; padding NULL: 0; dilation NULL: 1). */
+/* The int8 gemm behind quantized_linear/conv2d: 0 auto (the own AVX2 /
+ * AVX-512 VNNI / scalar kernels: measured faster, core/ops/quant.c), 1 the
+ * own kernels, 2 oneDNN's int8 matmul where the build has it and it can run.
+ * set < 0 only reads. Returns the setting. */
+int32_t of_quantized_backend(int32_t set);
+of_status of_quantized_max_pool2d(of_tensor *x, const int64_t *kernel, const int64_t *stride,
+                                  const int64_t *padding, const int64_t *dilation, of_tensor **out);
 /* Pooling over the last nsp dims of x ([N, C, *spatial] or [C, *spatial]).
  * stride NULL: the kernel size. Indices (int64) point into each flattened
  * input plane, plus index_base. */

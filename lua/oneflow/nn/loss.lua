@@ -68,5 +68,7 @@ loss_class('MultiLabelSoftMarginLoss', 'multilabel_soft_margin_loss', {{'weight'
 loss_class('PoissonNLLLoss', 'poisson_nll_loss',
            {{'log_input', true}, {'full', false}, {'eps', 1e-8}, red}, 2)
 loss_class('GaussianNLLLoss', 'gaussian_nll_loss', {{'full', false}, {'eps', 1e-6}, red}, 3)
+-- nn.DistillationLoss({temperature = 4, alpha = 0.9})(student_logits, teacher_logits, target)
+loss_class('DistillationLoss', 'distillation_loss', {{'temperature', 4}, {'alpha', 0.9}, red}, 3)
 
 return M

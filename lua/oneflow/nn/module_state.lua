@@ -28,6 +28,10 @@ local function save_into(m, prefix, out, keys)
       keys[#keys + 1] = k
     end
   end
+  -- modules whose state is not tensors (flow.quantization's quantized
+  -- modules: a quantized weight, output scale and zero point) add their own
+  local extra = m.__extra_state
+  if extra then extra(m, prefix, out, keys) end
   for name, c in registry(m, '_modules'):items() do save_into(c, prefix .. name .. '.', out, keys) end
 end
 
@@ -51,6 +55,13 @@ local function expected_entries(m, prefix, out)
     if not m._non_persistent[name] then out[#out + 1] = {prefix .. name, b} end
   end
   for name, c in registry(m, '_modules'):items() do expected_entries(c, prefix .. name .. '.', out) end
+  return out
+end
+
+-- every (module, prefix) whose class loads its own state
+local function extra_entries(m, prefix, out)
+  if m.__load_extra then out[#out + 1] = {m, prefix} end
+  for name, c in registry(m, '_modules'):items() do extra_entries(c, prefix .. name .. '.', out) end
   return out
 end
 
@@ -78,6 +89,12 @@ local function load_problems(self, sd, strict)
       to_copy[#to_copy + 1] = {dst, src}
     end
   end
+  -- modules with their own state check their entries and give a setter
+  for _, e in ipairs(extra_entries(self, '', {})) do
+    local ok, apply = pcall(e[1].__load_extra, e[1], e[2], sd, seen)
+    if ok then to_copy[#to_copy + 1] = {apply}
+    else problems[#problems + 1] = (tostring(apply):gsub('^.-load_state_dict: ', '')) end
+  end
   for k in pairs(sd) do if not seen[k] then unexpected[#unexpected + 1] = tostring(k) end end
   table.sort(unexpected)
   if strict and #missing > 0 then
@@ -104,7 +121,9 @@ function S:load_state_dict(sd, opts)
     fail('load_state_dict: ' .. table.concat(problems, '\nload_state_dict: '))
   end
   autograd.no_grad(function()
-    for _, c in ipairs(to_copy) do c[1]:copy_(c[2]) end
+    for _, c in ipairs(to_copy) do
+      if c[2] == nil then c[1]() else c[1]:copy_(c[2]) end
+    end
   end)
   return {missing_keys = missing, unexpected_keys = unexpected}
 end

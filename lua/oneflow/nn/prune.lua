@@ -91,8 +91,21 @@ function P.identity(m, name)
   return apply(m, name, function(_, old) return old end)
 end
 
---- prune.random_unstructured(m, name, amount): drops random kept entries.
+-- amount given positionally or as {amount = ...} (PyTorch's keyword)
+local function amount_of(op, amount, extra)
+  if type(amount) == 'table' then
+    local allowed = {amount = true}
+    for _, k in ipairs(extra or {}) do allowed[k] = true end
+    local o = A.check_options(op, amount, allowed)
+    if o.amount == nil then fail(op .. ': amount is required') end
+    return o.amount, o
+  end
+  return amount, {}
+end
+
+--- prune.random_unstructured(m, name, amount | {amount =}): drops random kept entries.
 function P.random_unstructured(m, name, amount)
+  amount = amount_of('prune.random_unstructured', amount)
   return apply(m, name, function(t, old)
     local k = P._count(amount, kept(old))
     return drop_lowest(flow.rand_like(t, {dtype = flow.float64}), old, k)
@@ -102,7 +115,9 @@ end
 --- prune.l1_unstructured(m, name, amount, {importance_scores =}): drops the
 -- kept entries with the smallest absolute value (or score).
 function P.l1_unstructured(m, name, amount, opts)
-  local scores = opts and opts.importance_scores
+  local o
+  amount, o = amount_of('prune.l1_unstructured', amount, {'importance_scores'})
+  local scores = (opts and opts.importance_scores) or o.importance_scores
   return apply(m, name, function(t, old)
     local k = P._count(amount, kept(old))
     return drop_lowest((scores or t):abs(), old, k)
@@ -112,6 +127,13 @@ end
 --- prune.ln_structured(m, name, amount, n, dim): drops whole slices along
 -- dim (1-based) with the smallest L-n norm.
 function P.ln_structured(m, name, amount, n, dim)
+  if type(amount) == 'table' then
+    local o = A.check_options('prune.ln_structured', amount, {amount = true, n = true, dim = true,
+                                                              importance_scores = true})
+    amount, n, dim = o.amount, o.n, o.dim
+  end
+  if amount == nil or n == nil or dim == nil then fail('prune.ln_structured: amount, n and dim are required') end
+  if type(dim) ~= 'number' or dim == 0 then fail('prune.ln_structured: dim is 1-based, got ' .. tostring(dim)) end
   return apply(m, name, function(t, old)
     local nd = t:dim()
     if dim < 0 then dim = nd + dim + 1 end
@@ -141,6 +163,7 @@ end
 function P.global_unstructured(params, opts)
   opts = A.check_options('prune.global_unstructured', opts, {amount = true, pruning_method = true})
   local method = opts.pruning_method or 'l1'
+  if method == P.L1Unstructured then method = 'l1' elseif method == P.RandomUnstructured then method = 'random' end
   if method ~= 'l1' and method ~= 'random' then
     fail("global_unstructured: pruning_method must be 'l1' or 'random'")
   end
@@ -184,6 +207,108 @@ function P.remove(m, name)
   m:delete(name)
   m:register_parameter(name, orig)
   return m
+end
+
+-- PyTorch's method classes, as values for global_unstructured's pruning_method
+P.L1Unstructured = setmetatable({}, {__tostring = function() return 'prune.L1Unstructured' end})
+P.RandomUnstructured = setmetatable({}, {__tostring = function() return 'prune.RandomUnstructured' end})
+
+------------------------------------------------------------------ channel pruning
+-- prune.prune_channels(model, chains, {amount =, n = 1, inplace = false}):
+-- structured pruning that shrinks the layers. Each chain is a list of
+-- dotted module paths {producer, [BatchNorm...], consumer}: the producer
+-- (Conv2d with groups 1, or Linear) loses the output channels whose filters
+-- have the smallest L-n norms, the BatchNorms the same channels, the
+-- consumer (Conv2d with groups 1, or Linear whose inputs are the flattened
+-- [C, H, W] map: H*W features per channel) the matching inputs. The result
+-- is a model with smaller weights -- fewer parameters and less compute, not
+-- a mask. Returns the model and, per chain, the kept channels (1-based).
+local function lookup(model, path)
+  local m = model
+  for part in path:gmatch('[^.]+') do
+    local child = module.registry(m, '_modules'):get(part)
+    if child == nil then fail(('prune.prune_channels: the model has no submodule %s'):format(path)) end
+    m = child
+  end
+  return m
+end
+
+local function param(t) return module.Parameter(t:detach():contiguous()) end
+
+local function is_a(m, name)
+  local nn = flow.nn
+  return require('oneflow.class').isinstance(m, nn[name])
+end
+
+function P.prune_channels(model, chains, opts)
+  local op = 'prune.prune_channels'
+  opts = A.check_options(op, opts, {amount = true, n = true, inplace = true}) or {}
+  if not module.is_module(model) then fail(op .. ': expected a module') end
+  if type(chains) ~= 'table' or type(chains[1]) ~= 'table' then
+    fail(op .. ': chains must be a list of {producer, [batchnorm...], consumer} path lists')
+  end
+  if not opts.inplace then model = model:clone() end
+  local kept_all = {}
+  for ci, chain in ipairs(chains) do
+    if #chain < 2 then fail(('%s: chain %d needs a producer and a consumer'):format(op, ci)) end
+    local mods = {}
+    for i, path in ipairs(chain) do mods[i] = lookup(model, path) end
+    local prod, cons = mods[1], mods[#mods]
+    if not ((is_a(prod, 'Conv2d') and prod.groups == 1) or is_a(prod, 'Linear')) then
+      fail(('%s: %s (%s) must be a Conv2d with groups 1 or a Linear'):format(op, chain[1], prod.__name))
+    end
+    if not ((is_a(cons, 'Conv2d') and cons.groups == 1) or is_a(cons, 'Linear')) then
+      fail(('%s: %s (%s) must be a Conv2d with groups 1 or a Linear'):format(op, chain[#chain], cons.__name))
+    end
+    local w = prod.weight:detach()
+    local O = w:size(1)
+    local norms = w:reshape(O, -1):norm(opts.n or 1, 2)
+    local k = P._count(opts.amount or 0, O)
+    if k >= O then fail(('%s: pruning %d of %d channels of %s leaves none'):format(op, k, O, chain[1])) end
+    local _, order = norms:sort(1, {descending = true})
+    local keep = order:narrow(1, 1, O - k):sort(1)            -- 1-based, ascending
+    kept_all[ci] = keep
+    no_grad(function()
+      prod.weight = param(w:index_select(1, keep))
+      if prod.bias ~= nil then prod.bias = param(prod.bias:index_select(1, keep)) end
+      if is_a(prod, 'Conv2d') then rawset(prod, 'out_channels', O - k) else rawset(prod, 'out_features', O - k) end
+      for i = 2, #mods - 1 do
+        local bn = mods[i]
+        if not (is_a(bn, 'BatchNorm2d') or is_a(bn, 'BatchNorm1d')) then
+          fail(('%s: %s (%s) between producer and consumer must be a BatchNorm'):format(op, chain[i], bn.__name))
+        end
+        if bn.num_features ~= O then
+          fail(('%s: %s has %d features, %s makes %d'):format(op, chain[i], bn.num_features, chain[1], O))
+        end
+        if bn.weight ~= nil then bn.weight = param(bn.weight:index_select(1, keep)) end
+        if bn.bias ~= nil then bn.bias = param(bn.bias:index_select(1, keep)) end
+        if bn.running_mean ~= nil then
+          bn.running_mean = bn.running_mean:index_select(1, keep):contiguous()
+          bn.running_var = bn.running_var:index_select(1, keep):contiguous()
+        end
+        rawset(bn, 'num_features', O - k)
+      end
+      local cw = cons.weight:detach()
+      if is_a(cons, 'Conv2d') then
+        if cw:size(2) ~= O then
+          fail(('%s: %s takes %d channels, %s makes %d'):format(op, chain[#chain], cw:size(2), chain[1], O))
+        end
+        cons.weight = param(cw:index_select(2, keep))
+        rawset(cons, 'in_channels', O - k)
+      else
+        local F_ = cw:size(2)
+        if F_ % O ~= 0 then
+          fail(('%s: %s has %d inputs, not a multiple of the %d channels of %s'):format(op, chain[#chain],
+            F_, O, chain[1]))
+        end
+        local S = math.floor(F_ / O)
+        local idx = ((keep - 1):view(-1, 1) * S + flow.arange(1, S + 1):view(1, -1)):reshape(-1)
+        cons.weight = param(cw:index_select(2, idx))
+        rawset(cons, 'in_features', (O - k) * S)
+      end
+    end)
+  end
+  return model, kept_all
 end
 
 --- prune.is_pruned(m): whether m or a submodule has a pruning hook.

@@ -37,6 +37,7 @@ local FIRST = {
   cosine_embedding_loss = 'input1', triplet_margin_loss = 'anchor',
   scaled_dot_product_attention = 'query', affine_grid = 'theta', ctc_loss = 'log_probs',
   bilinear = 'input1', multi_head_attention_forward = 'query',
+  distillation_loss = 'student_logits',
 }
 local SECOND = {
   linear = 'weight', bilinear = 'input2', cosine_similarity = 'x2', pairwise_distance = 'x2',
@@ -47,10 +48,14 @@ local SECOND = {
   soft_margin_loss = 'target', cross_entropy = 'target', nll_loss = 'target',
   hinge_embedding_loss = 'target', multilabel_soft_margin_loss = 'target',
   poisson_nll_loss = 'target', gaussian_nll_loss = 'target', multi_margin_loss = 'target',
-  multilabel_margin_loss = 'target',
+  multilabel_margin_loss = 'target', distillation_loss = 'teacher_logits',
 }
 local is_tensor, describe, fail = A.is_tensor, A.describe, A.fail
 local function arg_error(name, i, what, v)
+  if A.quantized_describe and A.quantized_describe(v) then
+    fail(('%s: argument %d (%s) is %s, which this op does not support; dequantize() it first or use '
+      .. 'the quantized module (flow.quantization.convert)'):format(name, i, what, describe(v)))
+  end
   fail(('%s: argument %d (%s) must be a tensor, got %s'):format(name, i, what, describe(v)))
 end
 local function checked(name, f, first, second)

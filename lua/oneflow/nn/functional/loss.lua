@@ -122,6 +122,38 @@ function F.kl_div(input, target, ...)
   return reduce(loss, a.reduction, 'kl_div')
 end
 
+------------------------------------------------------------------ distillation
+local distill_spec = {{'temperature', 4}, {'alpha', 0.9}, {'reduction', 'mean'}}
+--- F.distillation_loss(student_logits, teacher_logits, target, {temperature = 4,
+-- alpha = 0.9, reduction = 'mean'}): Hinton et al.'s knowledge distillation,
+--   alpha * T^2 * KL(softmax(teacher / T) || softmax(student / T))   (batchmean)
+--   + (1 - alpha) * cross_entropy(student, target)                   (1-based labels)
+-- The T^2 keeps the soft term's gradients on the scale of the hard term's;
+-- the teacher's logits are detached. reduction applies to the hard term
+-- ('mean' or 'sum'; the soft term is per batch).
+function F.distillation_loss(student, teacher, target, ...)
+  local a = parse('distillation_loss', distill_spec, ...)
+  local T = a.temperature
+  if type(T) ~= 'number' or T <= 0 then
+    fail('distillation_loss: temperature must be a positive number, got ' .. tostring(T))
+  end
+  if type(a.alpha) ~= 'number' or a.alpha < 0 or a.alpha > 1 then
+    fail('distillation_loss: alpha must be in [0, 1], got ' .. tostring(a.alpha))
+  end
+  if a.reduction ~= 'mean' and a.reduction ~= 'sum' then
+    fail("distillation_loss: reduction must be 'mean' or 'sum', got " .. tostring(a.reduction))
+  end
+  if student:dim() ~= 2 or teacher:dim() ~= 2 or student:size(1) ~= teacher:size(1)
+     or student:size(2) ~= teacher:size(2) then
+    fail(('distillation_loss: student %s and teacher %s logits must both be [N, C]'):format(
+      shape_str(student), shape_str(teacher)))
+  end
+  local soft = F.kl_div(act.log_softmax(student / T, 2), act.softmax(teacher:detach() / T, 2),
+                        {reduction = 'batchmean'}) * (T * T)
+  local hard = flow.nn.functional.cross_entropy(student, target, {reduction = a.reduction})
+  return soft * a.alpha + hard * (1 - a.alpha)
+end
+
 ------------------------------------------------------------------ nll / cross entropy
 local nll_spec = {{'weight', nil}, {'size_average'}, {'ignore_index', -100}, {'reduce'}, {'reduction', 'mean'}}
 

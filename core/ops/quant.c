@@ -1,0 +1,936 @@
+/* quant.c -- int8 linear and 2-D convolution with int32 accumulation and
+ * fused requantisation (+ ReLU): the kernels behind flow.quantization's
+ * quantized modules (lua/oneflow/quantization/).
+ *
+ *   acc[m, n] = sum_k (x[m, k] - x_zp) * (w[n, k] - w_zp[n])        exact, int32
+ *   float out:     y = acc * (x_scale * w_scale[n]) + bias[n]     (dynamic quantization)
+ *   quantized out: q = clamp(rint((acc + bias[n] / s_n) * (s_n / out_scale)) + out_zp)
+ *                  with s_n = x_scale * w_scale[n] in float32 -- fbgemm's
+ *                  requantisation (ReQuantizeOutput with a float bias), so the
+ *                  values agree with PyTorch's where its definitions apply.
+ * ReLU clamps at 0 (float) or at out_zp (quantized). Results outside the
+ * output dtype saturate (documented in doc/quantization.md).
+ *
+ * The kernel: both operands are widened once to int16 with their zero points
+ * subtracted (values in [-255, 255]), K padded to 16 with zeros, and the
+ * dot products run with pmaddwd (AVX2: _mm256_madd_epi16, 16 products per
+ * instruction, exact: two products of at most 255^2 sum in int32) in 2x4
+ * register blocks; a scalar loop where the CPU has no AVX2 (of_cpu_isa).
+ * K is limited to 33025 so that no sum can overflow int32 (255^2 * K).
+ * u8 x s8 pmaddubsw would do twice the products per instruction but
+ * saturates in int16 unless activations are 7-bit (fbgemm's reduce_range);
+ * the int16 path is exact for every input. Measured against oneDNN 2.6's
+ * int8 matmul: doc/benchmarks.md "Model optimisation".
+ *
+ * A convolution is im2col (per sample, int16, padding = the zero point, i.e.
+ * 0 after the shift) + the same gemm per group, written straight into the
+ * NCHW result. Rows of the gemm are split over threads. */
+#include "../device.h"
+#include "../device/dnnl.h"
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+#include "family.h"
+
+enum { QK_ALIGN = 32, QK_MAX = 33025 };   /* K padded to 32: one AVX-512 vector of int16 */
+
+/* ---- the int16 dot-product gemm: C[m, n] = A[m, :] . B[n, :] over kp ---- */
+static void gemm_ref(int64_t m0, int64_t m1, int64_t N, int64_t kp, const int16_t *A,
+                     const int16_t *B, int32_t *C, int64_t cm, int64_t cn) {
+  for (int64_t m = m0; m < m1; m++)
+    for (int64_t n = 0; n < N; n++) {
+      const int16_t *a = A + m * kp, *b = B + n * kp;
+      int32_t s = 0;
+      for (int64_t k = 0; k < kp; k++) s += (int32_t)a[k] * b[k];
+      C[m * cm + n * cn] = s;
+    }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static inline int32_t hsum8(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+__attribute__((target("avx2"))) static void gemm_avx2(int64_t m0, int64_t m1, int64_t N,
+                                                      int64_t kp, const int16_t *A,
+                                                      const int16_t *B, int32_t *C,
+                                                      int64_t cm, int64_t cn) {
+  int64_t m = m0;
+  for (; m + 2 <= m1; m += 2) {
+    const int16_t *a0 = A + m * kp, *a1 = a0 + kp;
+    int64_t n = 0;
+    for (; n + 4 <= N; n += 4) {
+      const int16_t *b0 = B + n * kp, *b1 = b0 + kp, *b2 = b1 + kp, *b3 = b2 + kp;
+      __m256i c00 = _mm256_setzero_si256(), c01 = c00, c02 = c00, c03 = c00;
+      __m256i c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+      for (int64_t k = 0; k < kp; k += 16) {
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)(a0 + k));
+        __m256i x1 = _mm256_loadu_si256((const __m256i *)(a1 + k));
+        __m256i w = _mm256_loadu_si256((const __m256i *)(b0 + k));
+        c00 = _mm256_add_epi32(c00, _mm256_madd_epi16(x0, w));
+        c10 = _mm256_add_epi32(c10, _mm256_madd_epi16(x1, w));
+        w = _mm256_loadu_si256((const __m256i *)(b1 + k));
+        c01 = _mm256_add_epi32(c01, _mm256_madd_epi16(x0, w));
+        c11 = _mm256_add_epi32(c11, _mm256_madd_epi16(x1, w));
+        w = _mm256_loadu_si256((const __m256i *)(b2 + k));
+        c02 = _mm256_add_epi32(c02, _mm256_madd_epi16(x0, w));
+        c12 = _mm256_add_epi32(c12, _mm256_madd_epi16(x1, w));
+        w = _mm256_loadu_si256((const __m256i *)(b3 + k));
+        c03 = _mm256_add_epi32(c03, _mm256_madd_epi16(x0, w));
+        c13 = _mm256_add_epi32(c13, _mm256_madd_epi16(x1, w));
+      }
+      int32_t *r0 = C + m * cm + n * cn, *r1 = r0 + cm;
+      r0[0] = hsum8(c00), r0[cn] = hsum8(c01), r0[2 * cn] = hsum8(c02), r0[3 * cn] = hsum8(c03);
+      r1[0] = hsum8(c10), r1[cn] = hsum8(c11), r1[2 * cn] = hsum8(c12), r1[3 * cn] = hsum8(c13);
+    }
+    for (; n < N; n++) {
+      const int16_t *b0 = B + n * kp;
+      __m256i c0 = _mm256_setzero_si256(), c1 = c0;
+      for (int64_t k = 0; k < kp; k += 16) {
+        __m256i w = _mm256_loadu_si256((const __m256i *)(b0 + k));
+        c0 = _mm256_add_epi32(c0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a0 + k)), w));
+        c1 = _mm256_add_epi32(c1, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a1 + k)), w));
+      }
+      C[m * cm + n * cn] = hsum8(c0), C[(m + 1) * cm + n * cn] = hsum8(c1);
+    }
+  }
+  for (; m < m1; m++) {
+    const int16_t *a0 = A + m * kp;
+    for (int64_t n = 0; n < N; n++) {
+      const int16_t *b0 = B + n * kp;
+      __m256i c0 = _mm256_setzero_si256();
+      for (int64_t k = 0; k < kp; k += 16)
+        c0 = _mm256_add_epi32(c0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a0 + k)),
+                                                    _mm256_loadu_si256((const __m256i *)(b0 + k))));
+      C[m * cm + n * cn] = hsum8(c0);
+    }
+  }
+}
+#endif
+
+#if defined(__x86_64__)
+/* AVX-512 VNNI: vpdpwssd does the multiply and the add of pmaddwd +
+ * paddd in one instruction, on 32 int16 at a time. Picked where the CPU
+ * has it (of_cpu_isa() at AVX512 and avx512vnni); the kernel spec runs
+ * every instruction set the machine has. */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void gemm_vnni(
+    int64_t m0, int64_t m1, int64_t N, int64_t kp, const int16_t *A, const int16_t *B, int32_t *C,
+    int64_t cm, int64_t cn) {
+  int64_t m = m0;
+  for (; m + 2 <= m1; m += 2) {
+    const int16_t *a0 = A + m * kp, *a1 = a0 + kp;
+    int64_t n = 0;
+    for (; n + 4 <= N; n += 4) {
+      const int16_t *b0 = B + n * kp, *b1 = b0 + kp, *b2 = b1 + kp, *b3 = b2 + kp;
+      __m512i c00 = _mm512_setzero_si512(), c01 = c00, c02 = c00, c03 = c00;
+      __m512i c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+      for (int64_t k = 0; k < kp; k += 32) {
+        __m512i x0 = _mm512_loadu_si512(a0 + k), x1 = _mm512_loadu_si512(a1 + k);
+        __m512i w = _mm512_loadu_si512(b0 + k);
+        c00 = _mm512_dpwssd_epi32(c00, x0, w), c10 = _mm512_dpwssd_epi32(c10, x1, w);
+        w = _mm512_loadu_si512(b1 + k);
+        c01 = _mm512_dpwssd_epi32(c01, x0, w), c11 = _mm512_dpwssd_epi32(c11, x1, w);
+        w = _mm512_loadu_si512(b2 + k);
+        c02 = _mm512_dpwssd_epi32(c02, x0, w), c12 = _mm512_dpwssd_epi32(c12, x1, w);
+        w = _mm512_loadu_si512(b3 + k);
+        c03 = _mm512_dpwssd_epi32(c03, x0, w), c13 = _mm512_dpwssd_epi32(c13, x1, w);
+      }
+      int32_t *r0 = C + m * cm + n * cn, *r1 = r0 + cm;
+      r0[0] = _mm512_reduce_add_epi32(c00), r0[cn] = _mm512_reduce_add_epi32(c01);
+      r0[2 * cn] = _mm512_reduce_add_epi32(c02), r0[3 * cn] = _mm512_reduce_add_epi32(c03);
+      r1[0] = _mm512_reduce_add_epi32(c10), r1[cn] = _mm512_reduce_add_epi32(c11);
+      r1[2 * cn] = _mm512_reduce_add_epi32(c12), r1[3 * cn] = _mm512_reduce_add_epi32(c13);
+    }
+    for (; n < N; n++) {
+      const int16_t *b0 = B + n * kp;
+      __m512i c0 = _mm512_setzero_si512(), c1 = c0;
+      for (int64_t k = 0; k < kp; k += 32) {
+        __m512i w = _mm512_loadu_si512(b0 + k);
+        c0 = _mm512_dpwssd_epi32(c0, _mm512_loadu_si512(a0 + k), w);
+        c1 = _mm512_dpwssd_epi32(c1, _mm512_loadu_si512(a1 + k), w);
+      }
+      C[m * cm + n * cn] = _mm512_reduce_add_epi32(c0);
+      C[(m + 1) * cm + n * cn] = _mm512_reduce_add_epi32(c1);
+    }
+  }
+  for (; m < m1; m++) {
+    const int16_t *a0 = A + m * kp;
+    for (int64_t n = 0; n < N; n++) {
+      const int16_t *b0 = B + n * kp;
+      __m512i c0 = _mm512_setzero_si512();
+      for (int64_t k = 0; k < kp; k += 32)
+        c0 = _mm512_dpwssd_epi32(c0, _mm512_loadu_si512(a0 + k), _mm512_loadu_si512(b0 + k));
+      C[m * cm + n * cn] = _mm512_reduce_add_epi32(c0);
+    }
+  }
+}
+#endif
+
+typedef void (*gemm_fn)(int64_t, int64_t, int64_t, int64_t, const int16_t *, const int16_t *,
+                        int32_t *, int64_t, int64_t);
+static gemm_fn pick_gemm(void) {
+#if defined(__x86_64__)
+  if (of_cpu_isa() >= OF_ISA_AVX512 && __builtin_cpu_supports("avx512vnni")) return gemm_vnni;
+  if (of_cpu_isa() >= OF_ISA_AVX2) return gemm_avx2;
+#endif
+  return gemm_ref;
+}
+
+/* ---- requantisation of one block of accumulators ----
+ * Per output channel, computed once per call: s_n = x_scale * w_scale[n],
+ * mult[n] = s_n / out_scale and braw[n] = bias[n] / s_n (float32, as
+ * fbgemm). Rounding to nearest even by the 1.5 * 2^23 trick (exact for
+ * |v| < 2^22; larger values saturate anyway, so they are clamped first). */
+typedef struct {
+  const float *scale, *bias;   /* per channel: s_n and bias (float out), or mult and braw */
+  int32_t ozp, relu, odt, lo, hi;
+} rq;
+
+static inline float round_even(float v) {
+  const float big = 12582912.0f;   /* 1.5 * 2^23 */
+  v = v < -4194304.0f ? -4194304.0f : v > 4194304.0f ? 4194304.0f : v;
+  float t = v + big;   /* no -ffast-math: the compiler keeps both roundings */
+  return t - big;
+}
+
+/* the per-channel factors of channels [0, N) into f (2 * N floats) */
+static void requant_factors(const float *ws, int64_t ws_n, const float *bias, float xs, float os,
+                            int32_t odt, int64_t ch0, int64_t N, float *f) {
+  for (int64_t n = 0; n < N; n++) {
+    const float s = xs * ws[ws_n == 1 ? 0 : ch0 + n];
+    const float b = bias ? bias[ch0 + n] : 0.f;
+    if (odt == OF_FLOAT32) f[n] = s, f[N + n] = b;
+    else f[n] = s / os, f[N + n] = bias ? b / s : 0.f;
+  }
+}
+
+/* One contiguous run of n results: q = clamp(rint((acc + g) * f) + zp, lo, hi)
+ * with f, g per element (fs = 1) or one value (fs = 0). AVX2: 8 at a time,
+ * cvtps2dq rounding half to even (the default MXCSR mode), the float
+ * clamped first so that it never overflows the conversion. */
+static void requant_run_ref(const int32_t *acc, const float *f, const float *g, int fs, int64_t n,
+                            int32_t zp, int32_t lo, int32_t hi, bool u8, void *out) {
+  for (int64_t i = 0; i < n; i++) {
+    int32_t q = (int32_t)round_even(((float)acc[i] + g[fs ? i : 0]) * f[fs ? i : 0]) + zp;
+    q = q < lo ? lo : q > hi ? hi : q;
+    if (u8) ((uint8_t *)out)[i] = (uint8_t)q;
+    else ((int8_t *)out)[i] = (int8_t)q;
+  }
+}
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static void requant_run_avx2(const int32_t *acc, const float *f,
+                                                             const float *g, int fs, int64_t n,
+                                                             int32_t zp, int32_t lo, int32_t hi,
+                                                             bool u8, void *out) {
+  const __m256 big = _mm256_set1_ps(4194304.0f), nbig = _mm256_set1_ps(-4194304.0f);
+  const __m256i vzp = _mm256_set1_epi32(zp), vlo = _mm256_set1_epi32(lo), vhi = _mm256_set1_epi32(hi);
+  __m256 vf = _mm256_set1_ps(f[0]), vg = _mm256_set1_ps(g[0]);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    if (fs) vf = _mm256_loadu_ps(f + i), vg = _mm256_loadu_ps(g + i);
+    __m256 v = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(acc + i)));
+    v = _mm256_mul_ps(_mm256_add_ps(v, vg), vf);
+    v = _mm256_min_ps(_mm256_max_ps(v, nbig), big);
+    __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), vzp);
+    q = _mm256_min_epi32(_mm256_max_epi32(q, vlo), vhi);
+    int32_t t[8];
+    _mm256_storeu_si256((__m256i *)t, q);
+    if (u8) for (int k = 0; k < 8; k++) ((uint8_t *)out)[i + k] = (uint8_t)t[k];
+    else for (int k = 0; k < 8; k++) ((int8_t *)out)[i + k] = (int8_t)t[k];
+  }
+  if (i < n)
+    requant_run_ref(acc + i, fs ? f + i : f, fs ? g + i : g, fs, n - i, zp, lo, hi, u8,
+                    (char *)out + i);
+}
+#endif
+
+static void requant_run(const int32_t *acc, const float *f, const float *g, int fs, int64_t n,
+                        int32_t zp, int32_t lo, int32_t hi, bool u8, void *out) {
+#if defined(__x86_64__)
+  if (of_cpu_isa() >= OF_ISA_AVX2) {
+    requant_run_avx2(acc, f, g, fs, n, zp, lo, hi, u8, out);
+    return;
+  }
+#endif
+  requant_run_ref(acc, f, g, fs, n, zp, lo, hi, u8, out);
+}
+
+/* acc[m * am + n * an] -> out[m * sm + n * sn]; the caller lays both out
+ * alike (linear: rows of channels, conv: planes), so the inner loop runs
+ * along memory (i: the inner index, o: the outer) and vectorises */
+static void requant_rows(const rq *r, const int32_t *acc, int64_t m0, int64_t m1, int64_t N,
+                         char *out, int64_t sm, int64_t sn, int64_t am, int64_t an) {
+  const float *f = r->scale, *g = r->bias;
+  const int32_t lo = r->relu && r->ozp > r->lo ? r->ozp : r->lo, hi = r->hi, zp = r->ozp;
+  const bool n_outer = sn != 1;
+  for (int64_t o_ = n_outer ? 0 : m0; o_ < (n_outer ? N : m1); o_++) {
+    const int64_t i0 = n_outer ? m0 : 0, i1 = n_outer ? m1 : N;
+    const int64_t ob = n_outer ? o_ * sn : o_ * sm, ab = n_outer ? o_ * an : o_ * am;
+    const int64_t is = n_outer ? sm : sn, ia = n_outer ? am : an;
+    if (r->odt == OF_FLOAT32) {
+      float *y = (float *)out + ob;
+      for (int64_t i = i0; i < i1; i++) {
+        const int64_t n = n_outer ? o_ : i;
+        float v = (float)acc[ab + i * ia] * f[n] + g[n];
+        y[i * is] = r->relu && v < 0.f ? 0.f : v;
+      }
+      continue;
+    }
+    if (is == 1 && ia == 1) {   /* contiguous in both: a vector run */
+      const int32_t *ac = acc + ab + i0;
+      char *y = out + (ob + i0);
+      if (n_outer) requant_run(ac, f + o_, g + o_, 0, i1 - i0, zp, lo, hi, r->odt == OF_UINT8, y);
+      else requant_run(ac, f + i0, g + i0, 1, i1 - i0, zp, lo, hi, r->odt == OF_UINT8, y);
+      continue;
+    }
+    if (n_outer) {   /* one channel: constant factors, contiguous runs */
+      const float fn = f[o_], gn = g[o_];
+      const int32_t *ac = acc + ab;
+      if (r->odt == OF_UINT8) {
+        uint8_t *y = (uint8_t *)out + ob;
+        for (int64_t i = i0; i < i1; i++) {
+          int32_t q = (int32_t)round_even(((float)ac[i * ia] + gn) * fn) + zp;
+          y[i * is] = (uint8_t)(q < lo ? lo : q > hi ? hi : q);
+        }
+      } else {
+        int8_t *y = (int8_t *)out + ob;
+        for (int64_t i = i0; i < i1; i++) {
+          int32_t q = (int32_t)round_even(((float)ac[i * ia] + gn) * fn) + zp;
+          y[i * is] = (int8_t)(q < lo ? lo : q > hi ? hi : q);
+        }
+      }
+    } else {
+      for (int64_t i = i0; i < i1; i++) {
+        int32_t q = (int32_t)round_even(((float)acc[ab + i * ia] + g[i]) * f[i]) + zp;
+        q = q < lo ? lo : q > hi ? hi : q;
+        if (r->odt == OF_UINT8) ((uint8_t *)out)[ob + i * is] = (uint8_t)q;
+        else ((int8_t *)out)[ob + i * is] = (int8_t)q;
+      }
+    }
+  }
+}
+
+/* ---- argument checks shared by both ops ---- */
+static bool is_q8(of_dtype d) { return d == OF_UINT8 || d == OF_INT8; }
+static int32_t qlo(of_dtype d) { return d == OF_UINT8 ? 0 : -128; }
+static int32_t qhi(of_dtype d) { return d == OF_UINT8 ? 255 : 127; }
+
+static of_status check_params(const char *op, of_tensor *x, of_tensor *w, of_tensor *ws,
+                              of_tensor *wzp, of_tensor *bias, int64_t O, double xs, int64_t xzp,
+                              double os, int64_t ozp, int32_t odt) {
+  if (!is_q8(x->dtype))
+    return of_fail(OF_ERR_DTYPE, "%s: input must hold uint8 or int8 values (a quantized tensor's "
+                   "int_repr), got %s", op, OF_DT(x));
+  if (w->dtype != OF_INT8)
+    return of_fail(OF_ERR_DTYPE, "%s: weight must be int8 (qint8), got %s", op, OF_DT(w));
+  if (ws->dtype != OF_FLOAT32 || (ws->numel != O && ws->numel != 1))
+    return of_fail(OF_ERR_ARG, "%s: weight scales must be float32 with 1 or %lld values, got %s %s",
+                   op, (long long)O, OF_DT(ws), OF_SHAPE_STR(ws));
+  if (wzp && (wzp->dtype != OF_INT64 || wzp->numel != ws->numel))
+    return of_fail(OF_ERR_ARG, "%s: weight zero points must be int64 like the scales (%lld), got %s %s",
+                   op, (long long)ws->numel, OF_DT(wzp), OF_SHAPE_STR(wzp));
+  if (bias && (bias->dtype != OF_FLOAT32 || bias->numel != O))
+    return of_fail(OF_ERR_ARG, "%s: bias must be float32 [%lld], got %s %s", op, (long long)O,
+                   OF_DT(bias), OF_SHAPE_STR(bias));
+  if (!(xs > 0) || !isfinite(xs))
+    return of_fail(OF_ERR_ARG, "%s: input scale must be positive and finite, got %g", op, xs);
+  if (xzp < qlo(x->dtype) || xzp > qhi(x->dtype))
+    return of_fail(OF_ERR_ARG, "%s: input zero point %lld is outside %s's range", op,
+                   (long long)xzp, OF_DT(x));
+  if (odt != OF_FLOAT32) {
+    if (!is_q8((of_dtype)odt))
+      return of_fail(OF_ERR_DTYPE, "%s: output dtype must be uint8, int8 or float32, got %s", op,
+                     of_dtype_name(odt));
+    if (!(os > 0) || !isfinite(os))
+      return of_fail(OF_ERR_ARG, "%s: output scale must be positive and finite, got %g", op, os);
+    if (ozp < qlo((of_dtype)odt) || ozp > qhi((of_dtype)odt))
+      return of_fail(OF_ERR_ARG, "%s: output zero point %lld is outside %s's range", op,
+                     (long long)ozp, of_dtype_name(odt));
+  }
+  of_tensor *ts[2] = {x, w};
+  of_device dev;
+  OF_CHECK(of_common_device(op, ts, 2, &dev));
+  if (dev != OF_CPU) return of_fail(OF_ERR_DEVICE, "%s: quantized kernels run on the CPU only", op);
+  return OF_OK;
+}
+
+/* weight [O, K] -> int16 [O, kp] minus its zero points */
+static of_status pack_weight(const char *op, of_tensor *w, of_tensor *wzp, int64_t O, int64_t K,
+                             int64_t kp, int16_t **out) {
+  of_tensor *wc, *zc = NULL;
+  OF_CHECK(of_dense(w, OF_INT8, &wc));
+  of_status st = wzp ? of_dense(wzp, OF_INT64, &zc) : OF_OK;
+  int16_t *B = st == OF_OK ? calloc((size_t)(O * kp), sizeof *B) : NULL;
+  if (st == OF_OK && !B) st = of_fail(OF_ERR_OOM, "%s: out of memory packing the weight", op);
+  if (st == OF_OK) {
+    const int8_t *wp = (const int8_t *)of_ptr(wc);
+    const int64_t *zp = zc ? (const int64_t *)of_ptr(zc) : NULL;
+    for (int64_t o = 0; o < O && st == OF_OK; o++) {
+      const int64_t z = zp ? zp[zc->numel == 1 ? 0 : o] : 0;
+      if (z < -128 || z > 127)
+        st = of_fail(OF_ERR_ARG, "%s: weight zero point %lld is outside int8's range", op, (long long)z);
+      for (int64_t k = 0; k < K; k++) B[o * kp + k] = (int16_t)(wp[o * K + k] - z);
+    }
+  }
+  of_tensor_release(wc);
+  if (zc) of_tensor_release(zc);
+  if (st != OF_OK) free(B), B = NULL;
+  *out = B;
+  return st;
+}
+
+static void split_rows(int64_t M, int nt, int t, int64_t *m0, int64_t *m1) {
+  int64_t per = (M + nt - 1) / nt;
+  per += per & 1;   /* even blocks for the 2-row kernel */
+  *m0 = per * t < M ? per * t : M;
+  *m1 = *m0 + per < M ? *m0 + per : M;
+}
+
+/* ---- the oneDNN path ----
+ * oneDNN's int8 matmul (u8/s8 x s8 -> s32, its JIT kernels) computes the
+ * raw products sum x * w; the zero points are corrected afterwards, as
+ * fbgemm does: sum (x - xz)(w - wz) = sum xw - xz sum w - wz sum x + K xz wz.
+ * Measured on this AVX2 EPYC (doc/benchmarks.md "Model optimisation"):
+ * oneDNN's int8 matmul alone beats the own gemm 2-5x on the LeNet's
+ * shapes, but the whole quantized model ran 2.3x slower through it (the
+ * 7-bit split below doubles the matmuls, plus byte columns, transposes and
+ * zero-point passes) than through the own kernels, which fuse all of that.
+ * So 'auto' is the own kernels; of_quantized_backend(2) opts into oneDNN
+ * (worth re-measuring on VNNI CPUs, where oneDNN needs no split). */
+static int32_t backend = 0;   /* 0 auto (= own), 1 own, 2 oneDNN */
+int32_t of_quantized_backend(int32_t set) {
+  if (set >= 0 && set <= 2) backend = set;
+  return backend;
+}
+
+/* acc (M x N, element [m, n] at m * am + n * an) -= the zero-point terms */
+static void zp_correct(int32_t *acc, int64_t M, int64_t N, int64_t K, int64_t am, int64_t an,
+                       const void *a, bool u8, int32_t xz, const int8_t *b, const int64_t *wz,
+                       int64_t wz_n) {
+  bool any_wz = false;
+  for (int64_t i = 0; wz && i < wz_n; i++) any_wz |= wz[i] != 0;
+  int32_t *rs = NULL;
+  if (any_wz) {
+    rs = malloc((size_t)M * sizeof *rs);
+    if (!rs) return;
+    for (int64_t m = 0; m < M; m++) {
+      int32_t t = 0;
+      for (int64_t k = 0; k < K; k++)
+        t += u8 ? ((const uint8_t *)a)[m * K + k] : ((const int8_t *)a)[m * K + k];
+      rs[m] = t;
+    }
+  }
+  for (int64_t n = 0; n < N; n++) {
+    int32_t cs = 0;
+    for (int64_t k = 0; k < K; k++) cs += b[n * K + k];
+    const int32_t z = any_wz ? (int32_t)wz[wz_n == 1 ? 0 : n] : 0;
+    const int32_t cst = xz * cs - (int32_t)K * xz * z;
+    int32_t *col = acc + n * an;
+    for (int64_t m = 0; m < M; m++) col[m * am] -= cst + (rs ? z * rs[m] : 0);
+  }
+  free(rs);
+}
+
+static bool use_dnnl(void) { return backend == 2 && of_dnnl_usable(); }
+
+/* oneDNN multiplies u8 x s8 with vpmaddubsw on CPUs without VNNI, which
+ * saturates a pair of products in int16 unless the u8 values are 7-bit.
+ * So a = lo + 128 * hi (lo = a & 127, hi = a >> 7, both 7-bit) and
+ * A B^T = lo B^T + 128 hi B^T: exact on every CPU, one matmul when a is
+ * already 7-bit (the default x86 qconfig's activations mostly are), two
+ * otherwise. a is uint8 here (int8 inputs are shifted by 128 first). */
+static of_status dnnl_gemm_exact(int64_t M, int64_t K, int64_t N, const uint8_t *a,
+                                 const int8_t *b, int32_t *c, bool c_t, bool *done) {
+  uint8_t hi_any = 0;
+  for (int64_t i = 0; i < M * K; i++) hi_any |= a[i];
+  if (hi_any < 128) return of_dnnl_gemm_s8(M, K, N, a, true, b, c, c_t, done);
+  uint8_t *lo = malloc((size_t)(M * K)), *hi = malloc((size_t)(M * K));
+  int32_t *c2 = malloc((size_t)(M * N) * sizeof *c2);
+  of_status st = OF_OK;
+  *done = false;
+  if (!lo || !hi || !c2) st = of_fail(OF_ERR_OOM, "quantized: out of memory splitting the input");
+  if (st == OF_OK) {
+    for (int64_t i = 0; i < M * K; i++) lo[i] = a[i] & 127, hi[i] = a[i] >> 7;
+    bool d1 = false, d2 = false;
+    st = of_dnnl_gemm_s8(M, K, N, lo, true, b, c, c_t, &d1);
+    if (st == OF_OK && d1) st = of_dnnl_gemm_s8(M, K, N, hi, true, b, c2, c_t, &d2);
+    if (st == OF_OK && d1 && d2) {
+      for (int64_t i = 0; i < M * N; i++) c[i] += 128 * c2[i];
+      *done = true;
+    }
+  }
+  free(lo), free(hi), free(c2);
+  return st;
+}
+
+/* ---- quantized_linear ---- */
+static of_status qlinear_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor *wzp,
+                              of_tensor *bias, double xs, int64_t xzp, double os, int64_t ozp,
+                              int32_t odt, int32_t relu, of_tensor **out) {
+  static const char op[] = "quantized_linear";
+  if (!x || !w || !ws) return of_fail(OF_ERR_ARG, "%s: input, weight and scales are required", op);
+  if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
+    return of_fail(OF_ERR_SHAPE, "%s: input %s and weight %s do not fit (weight [out, in], input "
+                   "[..., in])", op, OF_SHAPE_STR(x), OF_SHAPE_STR(w));
+  const int64_t O = w->shape[0], K = w->shape[1], M = K ? x->numel / K : 0;
+  OF_CHECK(check_params(op, x, w, ws, wzp, bias, O, xs, xzp, os, ozp, odt));
+  if (K > QK_MAX)
+    return of_fail(OF_ERR_SHAPE, "%s: %lld input features exceed the int32 accumulator's safe "
+                   "limit of %d", op, (long long)K, QK_MAX);
+  int64_t shape[OF_MAX_DIMS];
+  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+  shape[x->ndim - 1] = O;
+  OF_CHECK(of_tensor_new_as(op, shape, x->ndim, (of_dtype)odt, OF_CPU, out));
+  const int64_t kp = (K + QK_ALIGN - 1) / QK_ALIGN * QK_ALIGN;
+  int16_t *B = NULL, *A = NULL;
+  int32_t *acc = NULL;
+  of_tensor *xc = NULL, *wsc = NULL, *bc = NULL;
+  of_status st = wzp || !use_dnnl() ? pack_weight(op, w, wzp, O, K, kp, &B) : OF_OK;
+  if (st == OF_OK) st = of_dense(x, x->dtype, &xc);
+  if (st == OF_OK) st = of_dense(ws, OF_FLOAT32, &wsc);
+  if (st == OF_OK && bias) st = of_dense(bias, OF_FLOAT32, &bc);
+  float *fac = NULL;
+  if (st == OF_OK && M > 0) {
+    A = malloc((size_t)(M * kp) * sizeof *A);
+    acc = malloc((size_t)(M * O) * sizeof *acc);
+    fac = malloc((size_t)(2 * O) * sizeof *fac);
+    if (!A || !acc || !fac) st = of_fail(OF_ERR_OOM, "%s: out of memory (%lld x %lld)", op,
+                                         (long long)M, (long long)kp);
+  }
+  bool done = false;
+  if (st == OF_OK && M > 0 && use_dnnl()) {
+    of_tensor *wc = NULL, *zc = NULL;
+    const bool u8 = x->dtype == OF_UINT8;
+    /* int8 input: shifted by 128 to uint8, with its zero point */
+    uint8_t *xu = u8 ? (uint8_t *)of_ptr(xc) : malloc((size_t)(M * K));
+    const int32_t xz = (int32_t)xzp + (u8 ? 0 : 128);
+    if (!xu) st = of_fail(OF_ERR_OOM, "%s: out of memory", op);
+    if (st == OF_OK && !u8)
+      for (int64_t i = 0; i < M * K; i++) xu[i] = (uint8_t)(((const int8_t *)of_ptr(xc))[i] + 128);
+    if (st == OF_OK) st = of_dense(w, OF_INT8, &wc);
+    if (st == OF_OK && wzp) st = of_dense(wzp, OF_INT64, &zc);
+    if (st == OF_OK) st = dnnl_gemm_exact(M, K, O, xu, (const int8_t *)of_ptr(wc), acc, false, &done);
+    if (st == OF_OK && done) {
+      zp_correct(acc, M, O, K, O, 1, xu, true, xz, (const int8_t *)of_ptr(wc),
+                 zc ? (const int64_t *)of_ptr(zc) : NULL, zc ? zc->numel : 0);
+      requant_factors((const float *)of_ptr(wsc), wsc->numel, bc ? (const float *)of_ptr(bc) : NULL,
+                      (float)xs, (float)os, odt, 0, O, fac);
+      rq r = {fac, fac + O, (int32_t)ozp, relu, odt, qlo((of_dtype)odt), qhi((of_dtype)odt)};
+      requant_rows(&r, acc, 0, M, O, of_ptr(*out), O, 1, O, 1);
+    }
+    if (!u8) free(xu);
+    if (wc) of_tensor_release(wc);
+    if (zc) of_tensor_release(zc);
+  }
+  if (st == OF_OK && M > 0 && !done && (B || (st = pack_weight(op, w, wzp, O, K, kp, &B)) == OF_OK)) {
+    const bool u8 = x->dtype == OF_UINT8;
+    const char *xp = of_ptr(xc);
+    requant_factors((const float *)of_ptr(wsc), wsc->numel, bc ? (const float *)of_ptr(bc) : NULL,
+                    (float)xs, (float)os, odt, 0, O, fac);
+    rq r = {fac, fac + O, (int32_t)ozp, relu, odt, qlo((of_dtype)odt), qhi((of_dtype)odt)};
+    gemm_fn gemm = pick_gemm();
+    char *op_ = of_ptr(*out);
+    int nt = M * O * K >= OF_PARALLEL_GRAIN && M >= 4 ? of_threads() : 1;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+      int t = omp_get_thread_num(), n = omp_get_num_threads();
+      int64_t m0, m1;
+      split_rows(M, n, t, &m0, &m1);
+      for (int64_t m = m0; m < m1; m++) {
+        int16_t *a = A + m * kp;
+        if (u8) {
+          const uint8_t *xr = (const uint8_t *)xp + m * K;
+          for (int64_t k = 0; k < K; k++) a[k] = (int16_t)((int32_t)xr[k] - xzp);
+        } else {
+          const int8_t *xr = (const int8_t *)xp + m * K;
+          for (int64_t k = 0; k < K; k++) a[k] = (int16_t)((int32_t)xr[k] - xzp);
+        }
+        for (int64_t k = K; k < kp; k++) a[k] = 0;
+      }
+      if (m1 > m0) {
+        gemm(m0, m1, O, kp, A, B, acc, O, 1);
+        requant_rows(&r, acc, m0, m1, O, op_, O, 1, O, 1);
+      }
+    }
+  }
+  free(fac);
+  free(A), free(B), free(acc);
+  if (xc) of_tensor_release(xc);
+  if (wsc) of_tensor_release(wsc);
+  if (bc) of_tensor_release(bc);
+  if (st != OF_OK) of_tensor_release(*out), *out = NULL;
+  return st;
+}
+
+/* ---- quantized_conv2d ---- */
+static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor *wzp,
+                            of_tensor *bias, const a_quant *p, of_tensor **out) {
+  static const char op[] = "quantized_conv2d";
+  if (!x || !w || !ws) return of_fail(OF_ERR_ARG, "%s: input, weight and scales are required", op);
+  const int64_t G = p->groups;
+  if (x->ndim != 4 || w->ndim != 4 || G < 1 || x->shape[1] % G || w->shape[0] % G ||
+      x->shape[1] / G != w->shape[1])
+    return of_fail(OF_ERR_SHAPE, "%s: input %s and weight %s do not fit (input [N, C, H, W], weight "
+                   "[O, C/groups, kh, kw], groups %lld)", op, OF_SHAPE_STR(x), OF_SHAPE_STR(w),
+                   (long long)G);
+  const int64_t O = w->shape[0], Cg = w->shape[1], kh = w->shape[2], kw = w->shape[3];
+  OF_CHECK(check_params(op, x, w, ws, wzp, bias, O, p->x_scale, p->x_zp, p->out_scale, p->out_zp,
+                        p->out_dtype));
+  for (int i = 0; i < 2; i++)
+    if (p->stride[i] < 1 || p->padding[i] < 0 || p->dilation[i] < 1)
+      return of_fail(OF_ERR_ARG, "%s: stride and dilation must be >= 1 and padding >= 0", op);
+  const int64_t in[2] = {x->shape[2], x->shape[3]}, k[2] = {kh, kw};
+  OF_CHECK(of_check_window(op, in, k, p->stride, p->padding, p->dilation, 2));
+  int64_t osz[2];
+  for (int i = 0; i < 2; i++) {
+    osz[i] = (in[i] + 2 * p->padding[i] - p->dilation[i] * (k[i] - 1) - 1) / p->stride[i] + 1;
+    if (osz[i] < 1)
+      return of_fail(OF_ERR_SHAPE, "%s: input %s is smaller than the dilated kernel %s", op,
+                     OF_SHAPE_STR(x), OF_SHAPE_STR(w));
+  }
+  const int64_t K = Cg * kh * kw, L = osz[0] * osz[1], Og = O / G, N = x->shape[0];
+  if (K > QK_MAX)
+    return of_fail(OF_ERR_SHAPE, "%s: %lld products per output exceed the int32 accumulator's "
+                   "safe limit of %d", op, (long long)K, QK_MAX);
+  int64_t shape[4] = {N, O, osz[0], osz[1]};
+  OF_CHECK(of_tensor_new_as(op, shape, 4, (of_dtype)p->out_dtype, OF_CPU, out));
+  const int64_t kp = (K + QK_ALIGN - 1) / QK_ALIGN * QK_ALIGN;
+  int16_t *B = NULL, *A = NULL;
+  int32_t *acc = NULL;
+  of_tensor *xc = NULL, *wsc = NULL, *bc = NULL;
+  of_status st = pack_weight(op, w, wzp, O, K, kp, &B);
+  if (st == OF_OK) st = of_dense(x, x->dtype, &xc);
+  if (st == OF_OK) st = of_dense(ws, OF_FLOAT32, &wsc);
+  if (st == OF_OK && bias) st = of_dense(bias, OF_FLOAT32, &bc);
+  /* oneDNN: the columns of all samples as bytes (padding = the zero point)
+   * and one int8 matmul per group, [Og, N * L] transposed for requantising */
+  bool done = false;
+  if (st == OF_OK && N * L > 0 && use_dnnl()) {
+    const bool u8 = x->dtype == OF_UINT8;
+    const int64_t C = x->shape[1], H = in[0], W = in[1], OW = osz[1], NL = N * L;
+    const int64_t sh = p->stride[0], sw = p->stride[1], ph = p->padding[0], pw = p->padding[1];
+    const int64_t dh = p->dilation[0], dw = p->dilation[1];
+    const int64_t esz = of_dtype_size((of_dtype)p->out_dtype);
+    /* bytes as uint8: int8 inputs and their zero point shifted by 128 */
+    const int32_t odt = p->out_dtype, xzp = (int32_t)p->x_zp + (u8 ? 0 : 128);
+    const uint8_t pad = (uint8_t)xzp, shift = u8 ? 0 : 128;
+    uint8_t *cols = malloc((size_t)(NL * K));
+    int32_t *ac = malloc((size_t)(NL * Og) * sizeof *ac), *at = malloc((size_t)(NL * Og) * sizeof *at);
+    float *fc = malloc((size_t)(2 * O) * sizeof *fc);
+    of_tensor *wc = NULL, *zc = NULL;
+    if (!cols || !ac || !at || !fc) st = of_fail(OF_ERR_OOM, "%s: out of memory for the columns", op);
+    if (st == OF_OK) st = of_dense(w, OF_INT8, &wc);
+    if (st == OF_OK && wzp) st = of_dense(wzp, OF_INT64, &zc);
+    const uint8_t *xb = (const uint8_t *)of_ptr(xc);
+    for (int64_t g = 0; st == OF_OK && g < G; g++) {
+      const int nt = NL * K >= OF_PARALLEL_GRAIN ? of_threads() : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+      for (int64_t row = 0; row < NL; row++) {
+        const int64_t s_ = row / L, l = row % L, oh = l / OW, ow = l % OW;
+        uint8_t *cr = cols + row * K;
+        for (int64_t c = 0; c < Cg; c++)
+          for (int64_t i = 0; i < kh; i++) {
+            const int64_t ih = oh * sh - ph + i * dh;
+            const uint8_t *xr = xb + ((s_ * C + g * Cg + c) * H + ih) * W;
+            const bool rin = ih >= 0 && ih < H;
+            for (int64_t j = 0; j < kw; j++) {
+              const int64_t iw = ow * sw - pw + j * dw;
+              *cr++ = rin && iw >= 0 && iw < W ? (uint8_t)(xr[iw] + shift) : pad;
+            }
+          }
+      }
+      const int8_t *wg = (const int8_t *)of_ptr(wc) + g * Og * K;
+      /* row-major result (a transposed one sends oneDNN to its reference
+       * matmul, a thousand times slower), transposed here for requantising */
+      st = dnnl_gemm_exact(NL, K, Og, cols, wg, at, false, &done);
+      if (st != OF_OK || !done) break;
+      for (int64_t m0 = 0; m0 < NL; m0 += 64)
+        for (int64_t n = 0; n < Og; n++)
+          for (int64_t m = m0; m < m0 + 64 && m < NL; m++) ac[n * NL + m] = at[m * Og + n];
+      zp_correct(ac, NL, Og, K, 1, NL, cols, true, xzp, wg,
+                 zc ? (const int64_t *)of_ptr(zc) + (zc->numel == 1 ? 0 : g * Og) : NULL,
+                 zc ? (zc->numel == 1 ? 1 : Og) : 0);
+      requant_factors((const float *)of_ptr(wsc), wsc->numel, bc ? (const float *)of_ptr(bc) : NULL,
+                      (float)p->x_scale, (float)p->out_scale, odt, g * Og, Og, fc);
+      rq r = {fc, fc + Og, (int32_t)p->out_zp, p->relu, odt, qlo((of_dtype)odt), qhi((of_dtype)odt)};
+      char *obase = of_ptr(*out);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+      for (int64_t s_ = 0; s_ < N; s_++)
+        requant_rows(&r, ac + s_ * L, 0, L, Og, obase + ((s_ * O + g * Og) * L) * esz, 1, L, 1, NL);
+    }
+    free(cols), free(ac), free(at), free(fc);
+    if (wc) of_tensor_release(wc);
+    if (zc) of_tensor_release(zc);
+  }
+  /* samples split over threads when there are enough of them (each thread
+   * its own columns), else all threads on one sample's rows */
+  const int nth = L * O * K >= OF_PARALLEL_GRAIN ? of_threads() : 1;
+  const bool by_sample = nth > 1 && N >= nth;
+  const int nbuf = by_sample ? nth : 1;
+  float *fac = NULL;
+  int16_t *P = NULL;
+  if (st == OF_OK && N * L > 0 && !done) {
+    A = malloc((size_t)(nbuf * L * kp) * sizeof *A);
+    acc = malloc((size_t)(nbuf * L * Og) * sizeof *acc);
+    fac = malloc((size_t)(2 * O) * sizeof *fac);
+    P = malloc((size_t)(nbuf * Cg * (in[0] + 2 * p->padding[0]) * (in[1] + 2 * p->padding[1])) *
+               sizeof *P);
+    if (!A || !acc || !fac || !P) st = of_fail(OF_ERR_OOM, "%s: out of memory for the columns", op);
+  }
+  if (st == OF_OK && N * L > 0 && !done) {
+    const bool u8 = x->dtype == OF_UINT8;
+    const int64_t C = x->shape[1], H = in[0], W = in[1], OW = osz[1];
+    const int64_t sh = p->stride[0], sw = p->stride[1], ph = p->padding[0], pw = p->padding[1];
+    const int64_t dh = p->dilation[0], dw = p->dilation[1];
+    const int32_t xzp = (int32_t)p->x_zp;
+    const int64_t esz = of_dtype_size((of_dtype)p->out_dtype);
+    const int32_t odt = p->out_dtype;
+    gemm_fn gemm = pick_gemm();
+    for (int64_t g = 0; g < G; g++) {
+      requant_factors((const float *)of_ptr(wsc), wsc->numel, bc ? (const float *)of_ptr(bc) : NULL,
+                      (float)p->x_scale, (float)p->out_scale, odt, g * Og, Og, fac + 2 * g * Og);
+    }
+    const char *xbase = of_ptr(xc);
+    char *obase = of_ptr(*out);
+    /* The group's input planes are first widened to int16 minus the zero
+     * point inside a zero border of the padding (pl, one per buffer), so
+     * the columns are plain copies without bounds checks. */
+    const int64_t Hp = H + 2 * ph, Wp = W + 2 * pw, plane = Cg * Hp * Wp;
+#define QPLANE(pl, s, g)                                                                 \
+    do {                                                                                 \
+      memset((pl), 0, (size_t)plane * sizeof(int16_t));                                  \
+      for (int64_t c = 0; c < Cg; c++)                                                   \
+        for (int64_t h = 0; h < H; h++) {                                                \
+          int16_t *d = (pl) + (c * Hp + h + ph) * Wp + pw;                               \
+          const int64_t e = (((s) * C + (g) * Cg + c) * H + h) * W;                      \
+          if (u8) {                                                                      \
+            const uint8_t *r = (const uint8_t *)xbase + e;                               \
+            for (int64_t w_ = 0; w_ < W; w_++) d[w_] = (int16_t)((int32_t)r[w_] - xzp);  \
+          } else {                                                                       \
+            const int8_t *r = (const int8_t *)xbase + e;                                 \
+            for (int64_t w_ = 0; w_ < W; w_++) d[w_] = (int16_t)((int32_t)r[w_] - xzp);  \
+          }                                                                              \
+        }                                                                                \
+    } while (0)
+    /* columns of rows [m0, m1) from the padded planes pl into a */
+#define QCOLS(a, pl, m0, m1)                                                             \
+    do {                                                                                 \
+      for (int64_t l = (m0); l < (m1); l++) {                                            \
+        const int64_t oh = l / OW, ow = l % OW;                                          \
+        int16_t *ar = (a) + l * kp;                                                      \
+        const int16_t *base = (pl) + oh * sh * Wp + ow * sw;                             \
+        for (int64_t c = 0; c < Cg; c++)                                                 \
+          for (int64_t i = 0; i < kh; i++) {                                             \
+            const int16_t *src = base + (c * Hp + i * dh) * Wp;                          \
+            for (int64_t j = 0; j < kw; j++) *ar++ = src[j * dw];                        \
+          }                                                                              \
+        for (int64_t kk = K; kk < kp; kk++) (a)[l * kp + kk] = 0;                        \
+      }                                                                                  \
+    } while (0)
+    if (by_sample) {
+#pragma omp parallel for num_threads(nth) schedule(static)
+      for (int64_t s_ = 0; s_ < N; s_++) {
+        const int t = omp_get_thread_num();
+        int16_t *a = A + t * L * kp, *pl = P + t * plane;
+        int32_t *ac = acc + t * L * Og;
+        for (int64_t g = 0; g < G; g++) {
+          rq r = {fac + 2 * g * Og, fac + 2 * g * Og + Og, (int32_t)p->out_zp, p->relu, odt,
+                  qlo((of_dtype)odt), qhi((of_dtype)odt)};
+          QPLANE(pl, s_, g);
+          QCOLS(a, pl, 0, L);
+          gemm(0, L, Og, kp, a, B + g * Og * kp, ac, 1, L);
+          requant_rows(&r, ac, 0, L, Og, obase + ((s_ * O + g * Og) * L) * esz, 1, L, 1, L);
+        }
+      }
+    } else {
+      const int nt = nth > 1 && L >= 4 ? nth : 1;
+      for (int64_t s_ = 0; s_ < N; s_++)
+        for (int64_t g = 0; g < G; g++) {
+          rq r = {fac + 2 * g * Og, fac + 2 * g * Og + Og, (int32_t)p->out_zp, p->relu, odt,
+                  qlo((of_dtype)odt), qhi((of_dtype)odt)};
+          char *ob = obase + ((s_ * O + g * Og) * L) * esz;
+          QPLANE(P, s_, g);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+          {
+            int t = omp_get_thread_num(), n = omp_get_num_threads();
+            int64_t m0, m1;
+            split_rows(L, n, t, &m0, &m1);
+            if (m1 > m0) {
+              QCOLS(A, P, m0, m1);
+              gemm(m0, m1, Og, kp, A, B + g * Og * kp, acc, 1, L);
+              requant_rows(&r, acc, m0, m1, Og, ob, 1, L, 1, L);
+            }
+          }
+        }
+    }
+#undef QCOLS
+#undef QPLANE
+  }
+  free(fac), free(P);
+  free(A), free(B), free(acc);
+  if (xc) of_tensor_release(xc);
+  if (wsc) of_tensor_release(wsc);
+  if (bc) of_tensor_release(bc);
+  if (st != OF_OK) of_tensor_release(*out), *out = NULL;
+  return st;
+}
+
+/* ---- quantized_max_pool2d: max pooling of the integers (exact; the
+ * scale and zero point are the input's, kept by the caller) ---- */
+static of_status qmaxpool_body(of_tensor *x, const a_quant *p, of_tensor **out) {
+  static const char op[] = "quantized_max_pool2d";
+  if (!x || x->ndim != 4 || !is_q8(x->dtype))
+    return of_fail(OF_ERR_ARG, "%s: input must be uint8/int8 [N, C, H, W], got %s %s", op,
+                   x ? OF_DT(x) : "none", x ? OF_SHAPE_STR(x) : "");
+  of_device dev;
+  OF_CHECK(of_common_device(op, &x, 1, &dev));
+  if (dev != OF_CPU) return of_fail(OF_ERR_DEVICE, "%s: quantized kernels run on the CPU only", op);
+  const int64_t kh = p->groups >> 16, kw = p->groups & 0xffff;
+  for (int i = 0; i < 2; i++)
+    if (p->stride[i] < 1 || p->padding[i] < 0 || p->dilation[i] < 1)
+      return of_fail(OF_ERR_ARG, "%s: stride and dilation must be >= 1 and padding >= 0", op);
+  if (kh < 1 || kw < 1 || 2 * p->padding[0] > kh || 2 * p->padding[1] > kw)
+    return of_fail(OF_ERR_ARG, "%s: kernel (%lld, %lld) must be >= 1 and padding at most half of it",
+                   op, (long long)kh, (long long)kw);
+  const int64_t in[2] = {x->shape[2], x->shape[3]}, kk[2] = {kh, kw};
+  OF_CHECK(of_check_window(op, in, kk, p->stride, p->padding, p->dilation, 2));
+  int64_t osz[2];
+  for (int i = 0; i < 2; i++) {
+    osz[i] = (in[i] + 2 * p->padding[i] - p->dilation[i] * (kk[i] - 1) - 1) / p->stride[i] + 1;
+    if (osz[i] < 1)
+      return of_fail(OF_ERR_SHAPE, "%s: input %s is smaller than the window", op, OF_SHAPE_STR(x));
+  }
+  const int64_t NC = x->shape[0] * x->shape[1], H = in[0], W = in[1], OH = osz[0], OW = osz[1];
+  int64_t shape[4] = {x->shape[0], x->shape[1], OH, OW};
+  of_tensor *xc;
+  OF_CHECK(of_dense(x, x->dtype, &xc));
+  of_status st = of_tensor_new_as(op, shape, 4, x->dtype, OF_CPU, out);
+  if (st == OF_OK) {
+    const bool u8 = x->dtype == OF_UINT8;
+    const char *xp = of_ptr(xc);
+    char *yp = of_ptr(*out);
+    const int64_t sh = p->stride[0], sw = p->stride[1], ph = p->padding[0], pw = p->padding[1];
+    const int64_t dh = p->dilation[0], dw = p->dilation[1];
+    int nt = NC * OH * OW * kh * kw >= OF_PARALLEL_GRAIN ? of_threads() : 1;
+    /* without padding every window lies inside: no bounds checks (the
+     * common 2x2 / 3x3 pools) */
+    const bool inside = ph == 0 && pw == 0;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int64_t c = 0; c < NC; c++)
+      for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t ow = 0; ow < OW; ow++) {
+          int32_t best = INT32_MIN;
+          if (inside) {
+            const int64_t e0 = (c * H + oh * sh) * W + ow * sw;
+            for (int64_t i = 0; i < kh; i++)
+              for (int64_t j = 0; j < kw; j++) {
+                const int64_t e = e0 + i * dh * W + j * dw;
+                const int32_t v = u8 ? ((const uint8_t *)xp)[e] : ((const int8_t *)xp)[e];
+                best = v > best ? v : best;
+              }
+            const int64_t o = (c * OH + oh) * OW + ow;
+            if (u8) ((uint8_t *)yp)[o] = (uint8_t)best;
+            else ((int8_t *)yp)[o] = (int8_t)best;
+            continue;
+          }
+          for (int64_t i = 0; i < kh; i++) {
+            const int64_t ih = oh * sh - ph + i * dh;
+            if (ih < 0 || ih >= H) continue;
+            for (int64_t j = 0; j < kw; j++) {
+              const int64_t iw = ow * sw - pw + j * dw;
+              if (iw < 0 || iw >= W) continue;
+              const int64_t e = (c * H + ih) * W + iw;
+              const int32_t v = u8 ? ((const uint8_t *)xp)[e] : ((const int8_t *)xp)[e];
+              if (v > best) best = v;
+            }
+          }
+          const int64_t o = (c * OH + oh) * OW + ow;
+          if (u8) ((uint8_t *)yp)[o] = (uint8_t)best;
+          else ((int8_t *)yp)[o] = (int8_t)best;
+        }
+  }
+  of_tensor_release(xc);
+  return st;
+}
+
+/* ---- entry points, run functions, table rows ---- */
+static of_status pack_quant(int32_t op, of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor *wzp,
+                            of_tensor *bias, const a_quant *a, of_tensor **out) {
+  of_tensor *ins[5] = {x, w, ws, wzp, bias};
+  return OF_RECORD(op, *a, ins, 5, out, 1);
+}
+
+of_status of_quantized_linear(of_tensor *x, of_tensor *w, of_tensor *w_scale, of_tensor *w_zero_point,
+                              of_tensor *bias, double x_scale, int64_t x_zero_point,
+                              double out_scale, int64_t out_zero_point, of_dtype out_dtype,
+                              int32_t relu, of_tensor **out) {
+  a_quant a;
+  OF_ZERO(a);
+  a.x_scale = x_scale, a.out_scale = out_scale, a.x_zp = x_zero_point, a.out_zp = out_zero_point;
+  a.out_dtype = (int32_t)out_dtype, a.relu = relu != 0;
+  OF_DISPATCH(qlinear_body(x, w, w_scale, w_zero_point, bias, x_scale, x_zero_point, out_scale,
+                           out_zero_point, (int32_t)out_dtype, relu != 0, out),
+              pack_quant(OPK_QUANTIZED_LINEAR, x, w, w_scale, w_zero_point, bias, &a, out));
+}
+
+of_status of_quantized_conv2d(of_tensor *x, of_tensor *w, of_tensor *w_scale,
+                              of_tensor *w_zero_point, of_tensor *bias, const int64_t *stride,
+                              const int64_t *padding, const int64_t *dilation, int64_t groups,
+                              double x_scale, int64_t x_zero_point, double out_scale,
+                              int64_t out_zero_point, of_dtype out_dtype, int32_t relu,
+                              of_tensor **out) {
+  a_quant a;
+  OF_ZERO(a);
+  a.x_scale = x_scale, a.out_scale = out_scale, a.x_zp = x_zero_point, a.out_zp = out_zero_point;
+  a.out_dtype = (int32_t)out_dtype, a.relu = relu != 0, a.groups = groups;
+  for (int i = 0; i < 2; i++) {
+    a.stride[i] = stride ? stride[i] : 1;
+    a.padding[i] = padding ? padding[i] : 0;
+    a.dilation[i] = dilation ? dilation[i] : 1;
+  }
+  OF_DISPATCH(qconv_body(x, w, w_scale, w_zero_point, bias, &a, out),
+              pack_quant(OPK_QUANTIZED_CONV2D, x, w, w_scale, w_zero_point, bias, &a, out));
+}
+
+of_status of_quantized_max_pool2d(of_tensor *x, const int64_t *kernel, const int64_t *stride,
+                                  const int64_t *padding, const int64_t *dilation, of_tensor **out) {
+  a_quant a;
+  OF_ZERO(a);
+  if (!kernel || kernel[0] < 1 || kernel[1] < 1 || kernel[0] > 0xffff || kernel[1] > 0xffff)
+    return of_fail(OF_ERR_ARG, "quantized_max_pool2d: kernel sizes must be in 1..65535");
+  a.groups = (kernel[0] << 16) | kernel[1];   /* the record's spare field holds the window */
+  for (int i = 0; i < 2; i++) {
+    a.stride[i] = stride ? stride[i] : kernel[i];
+    a.padding[i] = padding ? padding[i] : 0;
+    a.dilation[i] = dilation ? dilation[i] : 1;
+  }
+  of_tensor *ins[5] = {x, NULL, NULL, NULL, NULL};
+  OF_DISPATCH(qmaxpool_body(x, &a, out), OF_RECORD(OPK_QUANTIZED_MAX_POOL2D, a, ins, 1, out, 1));
+}
+
+static of_status run_quant(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_quant);
+  if (n->op == OPK_QUANTIZED_MAX_POOL2D) {
+    const int64_t k[2] = {a->groups >> 16, a->groups & 0xffff};
+    OF_RUN1(of_quantized_max_pool2d(ins[0], k, a->stride, a->padding, a->dilation, OF_R));
+  }
+  OF_NEED(a->out_dtype == OF_FLOAT32 || a->out_dtype == OF_UINT8 || a->out_dtype == OF_INT8,
+          "out_dtype");
+  if (n->op == OPK_QUANTIZED_LINEAR)
+    OF_RUN1(of_quantized_linear(ins[0], ins[1], ins[2], ins[3], ins[4], a->x_scale, a->x_zp,
+                                a->out_scale, a->out_zp, (of_dtype)a->out_dtype, a->relu, OF_R));
+  OF_RUN1(of_quantized_conv2d(ins[0], ins[1], ins[2], ins[3], ins[4], a->stride, a->padding,
+                              a->dilation, a->groups, a->x_scale, a->x_zp, a->out_scale, a->out_zp,
+                              (of_dtype)a->out_dtype, a->relu, OF_R));
+}
+OF_OP_IMPL(QUANTIZED_LINEAR, run_quant, NULL, NULL, NULL);
+OF_OP_IMPL(QUANTIZED_CONV2D, run_quant, NULL, NULL, NULL);
+OF_OP_IMPL(QUANTIZED_MAX_POOL2D, run_quant, NULL, NULL, NULL);

@@ -1,0 +1,164 @@
+-- Post-training int8 quantization of the Fashion-MNIST LeNet: fp32 vs int8
+-- accuracy, size on disk and inference speed; optionally QAT fine-tuning and
+-- 50% channel pruning (+ fine-tuning) of the same model.
+--
+--   ./bin/flow examples/quantization/ptq.lua [--checkpoint lenet.safetensors]
+--       [--epochs 1] [--limit N] [--calib-batches 32] [--threads 2]
+--       [--bench-batch 8] [--iters 50] [--qat] [--prune] [--export DIR]
+--
+-- Without --checkpoint (a state dict of examples/mnist/train.lua's LeNet or
+-- of lenet.lua's QLeNet: the same keys) the float model is trained first.
+-- --export DIR writes the float weights, calibration and test tensors as
+-- PyTorch files for bench/quant_torch.py (the side-by-side figures).
+local here = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
+package.path = ('%s/?.lua;%s/../../lua/?.lua;%s/../../lua/?/init.lua;'):format(here, here, here) .. package.path
+local argparse = require 'argparse'
+local flow = require 'oneflow'
+local posix = require 'oneflow.utils.posix'
+local QLeNet = require 'lenet'
+local common = require 'common'
+
+local nn, Qz = flow.nn, flow.quantization
+
+local function parse_args(argv)
+  local p = argparse('ptq.lua', 'int8 post-training quantization of the Fashion-MNIST LeNet.')
+  p:option('--checkpoint', 'Float LeNet state dict (trained here when absent).')
+  p:option('--epochs', 'Training epochs when there is no checkpoint.', '1', tonumber)
+  p:option('--data', 'Fashion-MNIST directory.', '/usr/share/datasets/fashion-mnist')
+  p:option('--limit', 'Use only the first N training and test images.', nil, tonumber)
+  p:option('--calib-batches', 'Calibration batches of 64 training images.', '32', tonumber)
+  p:option('--threads', 'CPU threads.', '2', tonumber)
+  p:option('--bench-batch', 'Batch size of the speed measurement.', '8', tonumber)
+  p:option('--iters', 'Timed forward passes per model and round.', '50', tonumber)
+  p:flag('--qat', 'Also fine-tune with fake quantization (1 epoch) and convert.')
+  p:flag('--prune', 'Also prune 50% of the conv channels, fine-tune 1 epoch, and quantize.')
+  p:option('--export', 'Write weights and data as PyTorch files into this directory.')
+  p:option('--backend', 'int8 gemm: auto (= own), own, onednn (where built).', 'auto')
+  return p:parse(argv)
+end
+
+local function datasets(opts)
+  local xtr, ytr = common.load(opts, true)
+  local xte, yte = common.load(opts, false)
+  return xtr, ytr, xte, yte
+end
+
+local accuracy, nparams = common.accuracy, common.nparams
+local function train(model, x, y, epochs, lr) return common.train(model, x, y, epochs, lr, nil, true) end
+
+local function file_size(path)
+  local f = assert(io.open(path, 'rb'))
+  local n = f:seek('end')
+  f:close()
+  return n
+end
+
+-- median ms per forward of each model, rounds alternating between them
+local function speed(models, x, iters)
+  local times = {}
+  for i = 1, #models do times[i] = {} end
+  flow.no_grad(function()
+    for _, m in ipairs(models) do for _ = 1, 3 do m(x) end end
+    for _ = 1, 5 do
+      for i, m in ipairs(models) do
+        local t = posix.now()
+        for _ = 1, iters do m(x) end
+        times[i][#times[i] + 1] = (posix.now() - t) / iters * 1e3
+      end
+    end
+  end)
+  for i = 1, #models do table.sort(times[i]); times[i] = times[i][3] end
+  return times
+end
+
+local function ptq(model, xcal, batches)
+  local f = Qz.fuse_modules(model, QLeNet.fusable)
+  f.qconfig = Qz.get_default_qconfig('x86')
+  local p = Qz.prepare(f)
+  local list = {}
+  for i = 1, batches do
+    local s = (i - 1) * 64 + 1
+    if s > xcal:size(1) then break end
+    list[#list + 1] = xcal:narrow(1, s, math.min(64, xcal:size(1) - s + 1))
+  end
+  Qz.calibrate(p, list)
+  return Qz.convert(p)
+end
+
+local function main(argv)
+  local opts = parse_args(argv)
+  flow.set_num_threads(opts.threads)
+  Qz.set_backend(opts.backend)
+  flow.manual_seed(0)
+  local xtr, ytr, xte, yte = datasets(opts)
+  print(('Fashion-MNIST: %d training, %d test images; %d threads; load %s'):format(xtr:size(1), xte:size(1),
+    flow.get_num_threads(), io.open('/proc/loadavg'):read('*l')))
+  local model = QLeNet()
+  if opts.checkpoint then
+    model:load_state_dict(flow.load(opts.checkpoint))
+  else
+    print(('training the float model (%d epoch(s))'):format(opts.epochs))
+    train(model, xtr, ytr, opts.epochs)
+  end
+  model:eval()
+  local dir = os.getenv('TMPDIR') or '/tmp'
+  local t0 = posix.now()
+  local q = ptq(model, xtr, opts.calib_batches)
+  local t_ptq = posix.now() - t0
+  local dyn = Qz.quantize_dynamic(model, {nn.Linear}, {dtype = flow.qint8})
+  local rows = {}
+  local function row(name, m, size)
+    rows[#rows + 1] = {name, accuracy(m, xte, yte), size, m}
+  end
+  flow.save(model:state_dict(), dir .. '/ptq_fp32.safetensors')
+  flow.save(q:state_dict(), dir .. '/ptq_int8.safetensors')
+  flow.save(dyn:state_dict(), dir .. '/ptq_dyn.safetensors')
+  row('fp32', model, file_size(dir .. '/ptq_fp32.safetensors'))
+  row('int8 static (PTQ)', q, file_size(dir .. '/ptq_int8.safetensors'))
+  row('int8 dynamic (Linear)', dyn, file_size(dir .. '/ptq_dyn.safetensors'))
+
+  if opts.qat then
+    print('QAT: 1 epoch of fake-quantized fine-tuning')
+    local f = Qz.fuse_modules(model, QLeNet.fusable)
+    f:train()
+    f.qconfig = Qz.get_default_qat_qconfig('x86')
+    local p = Qz.prepare_qat(f)
+    train(p, xtr, ytr, 1, 1e-4)
+    p:apply(Qz.disable_observer)
+    local qq = Qz.convert(p)
+    flow.save(qq:state_dict(), dir .. '/ptq_qat.safetensors')
+    row('int8 QAT', qq, file_size(dir .. '/ptq_qat.safetensors'))
+  end
+  if opts.prune then
+    print('pruning 50% of the conv channels (L1), 1 epoch of fine-tuning')
+    local pruned = nn.utils.prune.prune_channels(model, QLeNet.prunable, {amount = 0.5})
+    train(pruned, xtr, ytr, 1, 5e-4)
+    flow.save(pruned:state_dict(), dir .. '/ptq_pruned.safetensors')
+    row(('fp32 pruned 50%% (%d params vs %d)'):format(nparams(pruned), nparams(model)), pruned,
+        file_size(dir .. '/ptq_pruned.safetensors'))
+    local pq = ptq(pruned, xtr, opts.calib_batches)
+    flow.save(pq:state_dict(), dir .. '/ptq_pruned_int8.safetensors')
+    row('int8 pruned 50%', pq, file_size(dir .. '/ptq_pruned_int8.safetensors'))
+  end
+
+  local xb = xte:narrow(1, 1, opts.bench_batch)
+  local models = {}
+  for i, r in ipairs(rows) do models[i] = r[4] end
+  local ms = speed(models, xb, opts.iters)
+  print(('\nPTQ (fuse, calibrate %d batches, convert): %.2f s'):format(opts.calib_batches, t_ptq))
+  print(('%-40s %9s %12s %14s %8s'):format('model', 'accuracy', 'size (KiB)',
+    ('batch %d (ms)'):format(opts.bench_batch), 'speedup'))
+  for i, r in ipairs(rows) do
+    print(('%-40s %8.2f%% %12.1f %14.3f %7.2fx'):format(r[1], 100 * r[2], r[3] / 1024, ms[i], ms[1] / ms[i]))
+  end
+  print(('load after: %s'):format(io.open('/proc/loadavg'):read('*l')))
+
+  if opts.export then
+    flow.save_torch(model:state_dict(), opts.export .. '/lenet_fp32.pt')
+    local cal = xtr:narrow(1, 1, math.min(xtr:size(1), 64 * opts.calib_batches))
+    flow.save_torch({calib = cal, test_x = xte, test_y = yte - 1}, opts.export .. '/data.pt')
+    print('exported to ' .. opts.export)
+  end
+end
+
+return main(arg or {})

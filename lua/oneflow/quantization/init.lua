@@ -1,0 +1,69 @@
+-- oneflow.quantization (flow.quantization): int8 post-training static and
+-- dynamic quantization, quantization-aware training, with the names and
+-- semantics of torch.ao.quantization (doc/quantization.md).
+--   quantized tensors        qtensor.lua  (flow.quantize_per_tensor, ...)
+--   observers                observer.lua
+--   fake quantization (QAT)  fake_quantize.lua
+--   modules                  modules.lua  (stubs, fused, QAT, quantized)
+--   workflow                 quantize.lua (QConfig, fuse_modules, prepare,
+--                            calibrate, convert, prepare_qat, quantize_dynamic)
+--   functional ops           functional.lua (relu, pools, flatten accept
+--                            quantized tensors)
+--   kernels                  core/ops/quant.c
+local Q = require 'oneflow.quantization.qtensor'
+local O = require 'oneflow.quantization.observer'
+local FQ = require 'oneflow.quantization.fake_quantize'
+local QM = require 'oneflow.quantization.modules'
+local W = require 'oneflow.quantization.quantize'
+require('oneflow.quantization.functional').install()
+
+local M = {}
+for _, src in ipairs({O, FQ, W}) do
+  for k, v in pairs(src) do M[k] = v end
+end
+M.QuantStub, M.DeQuantStub, M.FloatFunctional, M.QFunctional = QM.QuantStub, QM.DeQuantStub,
+  QM.FloatFunctional, QM.QFunctional
+M.quantize_per_tensor, M.quantize_per_channel = Q.quantize_per_tensor, Q.quantize_per_channel
+M.is_quantized = Q.is_quantized
+M.nn = {
+  intrinsic = {ConvReLU2d = QM.ConvReLU2d, LinearReLU = QM.LinearReLU},
+  qat = QM.qat,
+  quantized = {Conv2d = QM.Conv2d, ConvReLU2d = QM.ConvReLU2d_q, Linear = QM.Linear,
+               LinearReLU = QM.LinearReLU_q, ReLU = QM.ReLU, Quantize = QM.Quantize,
+               DeQuantize = QM.DeQuantize, QFunctional = QM.QFunctional,
+               dynamic = {Linear = QM.dynamic.Linear}},
+}
+M.f32 = nil
+
+--- set_backend('auto' | 'own' | 'onednn'): the int8 gemm of the quantized
+-- Conv2d/Linear (core/ops/quant.c): the own AVX2 / AVX-512 VNNI kernels
+-- ('auto' = 'own', measured faster) or oneDNN's int8 matmul where the build
+-- has it. Returns the previous one.
+local BACKENDS = {auto = 0, own = 1, onednn = 2}
+function M.set_backend(name)
+  local C = require('oneflow._C').C
+  local v = BACKENDS[name]
+  if not v then
+    require('oneflow._args').fail(("set_backend: expected 'auto', 'own' or 'onednn', got %s"):format(tostring(name)))
+  end
+  local prev = C.of_quantized_backend(-1)
+  C.of_quantized_backend(v)
+  for k, n in pairs(BACKENDS) do if n == prev then return k end end
+end
+
+--- Puts the quantized dtypes and tensor functions on flow.
+function M.attach(flow)
+  flow.qint8, flow.quint8, flow.qint32 = Q.qint8, Q.quint8, Q.qint32
+  flow.quantize_per_tensor, flow.quantize_per_channel = Q.quantize_per_tensor, Q.quantize_per_channel
+  flow.dequantize = function(x)
+    if not Q.is_quantized(x) then
+      require('oneflow._args').fail('dequantize: expected a quantized tensor, got ' ..
+        require('oneflow._args').describe(x))
+    end
+    return x:dequantize()
+  end
+  flow.is_quantized = Q.is_quantized
+  flow._make_per_tensor_quantized_tensor = Q.from_int_repr
+end
+
+return M

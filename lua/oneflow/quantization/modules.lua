@@ -1,0 +1,410 @@
+-- oneflow.quantization.modules: the modules of the quantization workflow.
+--   fused float modules   ConvReLU2d, LinearReLU (fuse_modules makes them)
+--   QAT modules           qat.Conv2d, qat.ConvReLU2d, qat.Linear, qat.LinearReLU
+--                         (weight fake-quantized in forward)
+--   quantized modules     Quantize, DeQuantize, Conv2d, ConvReLU2d, Linear,
+--                         LinearReLU, ReLU, QFunctional (add, add_relu, mul, cat),
+--                         dynamic Linear (float in and out, int8 weights)
+--   stubs                 QuantStub, DeQuantStub, FloatFunctional
+-- The quantized Conv2d/Linear run core/ops/quant.c (int8 x int8 -> int32,
+-- requantised with the output's scale/zero_point, ReLU fused). Functional
+-- max/avg pooling, relu and flatten accept quantized tensors (functional.lua),
+-- so the float pooling modules work unchanged in a converted model.
+local ffi = require 'ffi'
+local flow = require 'oneflow'
+local A = require 'oneflow._args'
+local core = require 'oneflow._C'
+local Q = require 'oneflow.quantization.qtensor'
+local O = require 'oneflow.quantization.observer'
+
+local nn, F = flow.nn, flow.nn.functional
+local C, out1, wrap = core.C, core.out1, core.wrap
+local M = {qat = {}, dynamic = {}}
+
+local function is_q(v) return Q.is_quantized(v) end
+
+------------------------------------------------------------------ stubs
+local QuantStub = nn.Module:subclass('QuantStub')
+M.QuantStub = QuantStub
+function QuantStub.forward(_, x) return x end
+
+local DeQuantStub = nn.Module:subclass('DeQuantStub')
+M.DeQuantStub = DeQuantStub
+function DeQuantStub.forward(_, x) return x end
+
+-- FloatFunctional: add/mul/cat as modules so that prepare can observe
+-- their outputs (PyTorch's nn.quantized.FloatFunctional)
+local FloatFunctional = nn.Module:subclass('FloatFunctional')
+M.FloatFunctional = FloatFunctional
+function FloatFunctional:__init()
+  nn.Module.__init(self)
+  self.activation_post_process = nn.Identity()
+end
+function FloatFunctional.forward() A.fail('FloatFunctional: call add, add_relu, mul or cat, not forward') end
+function FloatFunctional:add(a, b) return self.activation_post_process(a + b) end
+function FloatFunctional:add_relu(a, b) return self.activation_post_process(F.relu(a + b)) end
+function FloatFunctional:mul(a, b) return self.activation_post_process(a * b) end
+function FloatFunctional:cat(xs, dim) return self.activation_post_process(flow.cat(xs, dim or 1)) end
+
+------------------------------------------------------------------ fused float modules
+-- children '0' and '1' (PyTorch's state-dict keys: conv1.0.weight); a plain
+-- module, not a Sequential, so that prepare can hang an observer on it
+local registry = require('oneflow.nn.module').registry
+local function fused(name, kinds)
+  local cls = nn.Module:subclass(name)
+  cls._fused_kinds = kinds
+  function cls:__init(a, b)
+    nn.Module.__init(self)
+    self:add_module('0', a)
+    self:add_module('1', b)
+  end
+  function cls:part(i) return registry(self, '_modules'):get(tostring(i - 1)) end
+  function cls:forward(x) return self:part(2)(self:part(1)(x)) end
+  return cls
+end
+M.ConvReLU2d = fused('ConvReLU2d', {'Conv2d', 'ReLU'})
+M.LinearReLU = fused('LinearReLU', {'Linear', 'ReLU'})
+
+------------------------------------------------------------------ QAT modules
+-- a float conv/linear whose weight goes through weight_fake_quant
+local function qat_class(name, float_kind, relu)
+  local cls = nn.Module:subclass(name)
+  cls._float_kind, cls._relu = float_kind, relu
+  function cls:__init(float_mod, qconfig)
+    nn.Module.__init(self)
+    if not qconfig then A.fail(name .. ': needs a qconfig') end
+    self.weight = float_mod.weight
+    if float_mod.bias ~= nil then self.bias = float_mod.bias else self:register_parameter('bias', nil) end
+    for _, k in ipairs({'stride', 'padding', 'dilation', 'groups', 'in_channels', 'out_channels',
+                        'kernel_size', 'in_features', 'out_features', 'padding_mode'}) do
+      rawset(self, k, rawget(float_mod, k))
+    end
+    rawset(self, 'qconfig', qconfig)
+    self.weight_fake_quant = qconfig.weight()
+  end
+  function cls:forward(x)
+    local w = self.weight_fake_quant(self.weight)
+    local y
+    if float_kind == 'Conv2d' then
+      y = F.conv2d(x, w, self.bias, self.stride, self.padding, self.dilation, self.groups)
+    else
+      y = F.linear(x, w, self.bias)
+    end
+    if relu then y = F.relu(y) end
+    return y
+  end
+  return cls
+end
+M.qat.Conv2d = qat_class('QATConv2d', 'Conv2d', false)
+M.qat.ConvReLU2d = qat_class('QATConvReLU2d', 'Conv2d', true)
+M.qat.Linear = qat_class('QATLinear', 'Linear', false)
+M.qat.LinearReLU = qat_class('QATLinearReLU', 'Linear', true)
+
+------------------------------------------------------------------ quantized modules
+local function f32(v) return tonumber(ffi.new('float', v)) end
+
+local function check_input(name, x)
+  if not is_q(x) then
+    A.fail(('%s: expected a quantized tensor (put a QuantStub before it), got %s'):format(
+      name, A.describe(x)))
+  end
+  if x._qscheme ~= 'per_tensor_affine' or x.dtype == Q.qint32 then
+    A.fail(('%s: input must be per-tensor quint8/qint8, got %s %s'):format(name, x.dtype.name, x._qscheme))
+  end
+end
+
+-- weight qtensor -> float32 scales, int64 zero points (one per output channel or one)
+local function weight_params(name, w)
+  if not is_q(w) or w.dtype ~= Q.qint8 then
+    A.fail(('%s: weight must be a qint8 quantized tensor, got %s'):format(name, A.describe(w)))
+  end
+  if w._qscheme == 'per_tensor_affine' then
+    return flow.tensor({w._scale}, {dtype = flow.float32}), flow.tensor({w._zp}, {dtype = flow.int64})
+  end
+  if w._axis ~= 1 then A.fail(name .. ': per-channel weights must be quantized along axis 1 (output channels)') end
+  return w._scales:to(flow.float32), w._zps
+end
+
+local function check_scale(name, scale, zp, dt)
+  if type(scale) ~= 'number' or scale ~= scale or scale <= 0 or scale == math.huge then
+    A.fail(('%s: scale must be a positive finite number, got %s'):format(name, tostring(scale)))
+  end
+  if type(zp) ~= 'number' or zp ~= math.floor(zp) or zp < dt.qmin or zp > dt.qmax then
+    A.fail(('%s: zero_point must be an integer in [%d, %d], got %s'):format(name, dt.qmin, dt.qmax, tostring(zp)))
+  end
+end
+
+-- a loaded output scale / zero point, named by its state-dict key
+function M.check_loaded(prefix, scale, zp, dt)
+  if scale ~= scale or scale <= 0 or scale == math.huge then
+    A.fail(('load_state_dict: %sscale = %s is not a positive finite number'):format(prefix, tostring(scale)))
+  end
+  if zp ~= math.floor(zp) or zp < dt.qmin or zp > dt.qmax then
+    A.fail(('load_state_dict: %szero_point = %s is not an integer in [%d, %d] (%s)'):format(
+      prefix, tostring(zp), dt.qmin, dt.qmax, dt.name))
+  end
+end
+
+-- the output's dtype, scale and zero point of a quantized module, checked
+local function set_out(self, name, scale, zero_point, dtype)
+  rawset(self, 'out_dtype', dtype or Q.quint8)
+  check_scale(name, scale, zero_point, self.out_dtype)
+  rawset(self, 'scale', scale)
+  rawset(self, 'zero_point', zero_point)
+end
+
+local QuantizedBase = nn.Module:subclass('QuantizedModule')
+
+-- weight (qtensor), bias (float tensor or nil), scale/zero_point of the output
+function QuantizedBase:_set_weight_bias(w, b)
+  local ws, wz = weight_params(self.__name, w)
+  rawset(self, '_weight', w)
+  rawset(self, '_ws', ws)
+  rawset(self, '_wz', wz)
+  rawset(self, '_bias', b and b:detach():to(flow.float32):contiguous() or nil)
+end
+function QuantizedBase:weight() return rawget(self, '_weight') end
+function QuantizedBase:bias() return rawget(self, '_bias') end
+
+-- quantized modules keep a qtensor and two numbers: state_dict holds
+-- <prefix>weight (qtensor), bias, scale, zero_point as PyTorch's do
+function QuantizedBase:__extra_state(prefix, out, keys)
+  local function put(k, v) out[prefix .. k] = v; keys[#keys + 1] = prefix .. k end
+  put('weight', rawget(self, '_weight'))
+  if rawget(self, '_bias') then put('bias', rawget(self, '_bias')) end
+  if rawget(self, 'scale') then
+    put('scale', flow.tensor(self.scale, {dtype = flow.float64}))
+    put('zero_point', flow.tensor(self.zero_point, {dtype = flow.int64}))
+  end
+end
+
+-- checks a state dict's entries; returns a function that applies them or
+-- raises naming the key and what does not match
+function QuantizedBase:__load_extra(prefix, sd, seen)
+  local wk = prefix .. 'weight'
+  local w, b = sd[wk], sd[prefix .. 'bias']
+  seen[wk], seen[prefix .. 'bias'] = true, true
+  local cur = rawget(self, '_weight')
+  if not is_q(w) then A.fail(('load_state_dict: %s must be a quantized tensor, got %s'):format(wk, A.describe(w))) end
+  if w.dtype ~= cur.dtype or w._qscheme ~= cur._qscheme then
+    A.fail(('load_state_dict: %s is %s %s, the module has %s %s'):format(wk, w.dtype.name, w._qscheme,
+      cur.dtype.name, cur._qscheme))
+  end
+  if tostring(w:size()) ~= tostring(cur:size()) then
+    A.fail(('load_state_dict: size mismatch for %s: checkpoint %s, model %s'):format(wk,
+      A.shape_str(w._int), A.shape_str(cur._int)))
+  end
+  if w._qscheme == 'per_channel_affine' and (w._axis ~= cur._axis or w._scales:numel() ~= cur._scales:numel()) then
+    A.fail(('load_state_dict: %s has %d per-channel scales along axis %d, the module %d along axis %d')
+      :format(wk, w._scales:numel(), w._axis, cur._scales:numel(), cur._axis))
+  end
+  if (b ~= nil) ~= (rawget(self, '_bias') ~= nil) then
+    A.fail(('load_state_dict: %sbias is %s in the checkpoint but %s in the model'):format(prefix,
+      b and 'present' or 'missing', rawget(self, '_bias') and 'present' or 'absent'))
+  end
+  local scale, zp
+  if rawget(self, 'scale') then
+    local sk, zk = prefix .. 'scale', prefix .. 'zero_point'
+    seen[sk], seen[zk] = true, true
+    local s, z = sd[sk], sd[zk]
+    if not (flow.is_tensor(s) and s:numel() == 1 and flow.is_tensor(z) and z:numel() == 1) then
+      A.fail(('load_state_dict: %s and %s must be one-element tensors'):format(sk, zk))
+    end
+    scale, zp = s:item(), z:item()
+    M.check_loaded(prefix, scale, zp, self.out_dtype)
+  end
+  return function()
+    self:_set_weight_bias(w, b)
+    if scale then rawset(self, 'scale', scale); rawset(self, 'zero_point', zp) end
+  end
+end
+
+local function pair(v, what, name)
+  if type(v) == 'number' then return {v, v} end
+  if type(v) == 'table' and #v == 2 then return {v[1], v[2]} end
+  A.fail(('%s: %s must be a number or a pair, got %s'):format(name, what, tostring(v)))
+end
+
+local pbuf = {}
+for i = 1, 3 do pbuf[i] = ffi.new('int64_t[2]') end
+
+-- quantized Conv2d (relu: ConvReLU2d)
+local function qconv_class(name, relu)
+  local cls = QuantizedBase:subclass(name)
+  function cls:__init(o)
+    nn.Module.__init(self)
+    rawset(self, 'stride', pair(o.stride or 1, 'stride', name))
+    rawset(self, 'padding', pair(o.padding or 0, 'padding', name))
+    rawset(self, 'dilation', pair(o.dilation or 1, 'dilation', name))
+    rawset(self, 'groups', o.groups or 1)
+    set_out(self, name, o.scale, o.zero_point, o.dtype)
+    self:_set_weight_bias(o.weight, o.bias)
+  end
+  function cls:forward(x)
+    check_input(name, x)
+    for i = 1, 2 do
+      pbuf[1][i - 1], pbuf[2][i - 1], pbuf[3][i - 1] = self.stride[i], self.padding[i], self.dilation[i]
+    end
+    local w = rawget(self, '_weight')
+    local b = rawget(self, '_bias')
+    local dt = self.out_dtype
+    if C.of_quantized_conv2d(x._int.p, w._int.p, self._ws.p, self._wz.p, b and b.p or nil,
+                             pbuf[1], pbuf[2], pbuf[3], self.groups, x._scale, x._zp, self.scale,
+                             self.zero_point, dt.storage.id, relu and 1 or 0, out1) ~= 0 then
+      A.raise_c()
+    end
+    return Q.from_int_repr(wrap(out1[0]), self.scale, self.zero_point, dt)
+  end
+  function cls:extra_repr()
+    local w = rawget(self, '_weight')
+    return ('%d, %d, kernel_size=(%d, %d), stride=(%d, %d), padding=(%d, %d), scale=%.6g, zero_point=%d%s')
+      :format(w:size(2) * self.groups, w:size(1), w:size(3), w:size(4), self.stride[1], self.stride[2],
+              self.padding[1], self.padding[2], self.scale, self.zero_point,
+              self.groups > 1 and (', groups=' .. self.groups) or '')
+  end
+  return cls
+end
+M.Conv2d = qconv_class('QuantizedConv2d', false)
+M.ConvReLU2d_q = qconv_class('QuantizedConvReLU2d', true)
+
+-- quantized Linear (relu: LinearReLU); out_dtype float32 = dynamic
+local function qlinear_class(name, relu)
+  local cls = QuantizedBase:subclass(name)
+  function cls:__init(o)
+    nn.Module.__init(self)
+    set_out(self, name, o.scale, o.zero_point, o.dtype)
+    self:_set_weight_bias(o.weight, o.bias)
+  end
+  function cls:forward(x)
+    check_input(name, x)
+    local w = rawget(self, '_weight')
+    local b = rawget(self, '_bias')
+    local dt = self.out_dtype
+    if C.of_quantized_linear(x._int.p, w._int.p, self._ws.p, self._wz.p, b and b.p or nil,
+                             x._scale, x._zp, self.scale, self.zero_point, dt.storage.id,
+                             relu and 1 or 0, out1) ~= 0 then
+      A.raise_c()
+    end
+    return Q.from_int_repr(wrap(out1[0]), self.scale, self.zero_point, dt)
+  end
+  function cls:extra_repr()
+    local w = rawget(self, '_weight')
+    return ('in_features=%d, out_features=%d, scale=%.6g, zero_point=%d, qscheme=%s'):format(
+      w:size(2), w:size(1), self.scale, self.zero_point, w._qscheme)
+  end
+  return cls
+end
+M.Linear = qlinear_class('QuantizedLinear', false)
+M.LinearReLU_q = qlinear_class('QuantizedLinearReLU', true)
+
+-- dynamic Linear: float input quantized per batch (quint8, fbgemm's
+-- ChooseQuantizationParams with reduce_range), int8 weights, float output
+local DynLinear = QuantizedBase:subclass('DynamicQuantizedLinear')
+M.dynamic.Linear = DynLinear
+function DynLinear:__init(o)
+  nn.Module.__init(self)
+  rawset(self, 'reduce_range', o.reduce_range ~= false)
+  self:_set_weight_bias(o.weight, o.bias)
+end
+function DynLinear:forward(x)
+  A.check_tensor(self.__name, x)
+  local xf = x:to(flow.float32)
+  local lo, hi = 0, 0
+  if xf:numel() > 0 then lo, hi = xf:min():item(), xf:max():item() end
+  if lo ~= lo or hi ~= hi or lo == -math.huge or hi == math.huge then
+    A.fail(self.__name .. ': input has NaN or infinite values, which cannot be quantized')
+  end
+  local s, z = O.choose_qparams(lo, hi, 0, 255, self.reduce_range)
+  local xq = Q.quantize_per_tensor(xf, s, z, Q.quint8)
+  local w = rawget(self, '_weight')
+  local b = rawget(self, '_bias')
+  if C.of_quantized_linear(xq._int.p, w._int.p, self._ws.p, self._wz.p, b and b.p or nil, s, z,
+                           1, 0, flow.float32.id, 0, out1) ~= 0 then
+    A.raise_c()
+  end
+  return wrap(out1[0])
+end
+function DynLinear:extra_repr()
+  local w = rawget(self, '_weight')
+  return ('in_features=%d, out_features=%d, dtype=%s, qscheme=%s'):format(w:size(2), w:size(1),
+    w.dtype.name, w._qscheme)
+end
+
+------------------------------------------------------------------ other quantized modules
+local Quantize = nn.Module:subclass('Quantize')
+M.Quantize = Quantize
+function Quantize:__init(scale, zero_point, dtype)
+  nn.Module.__init(self)
+  set_out(self, 'Quantize', scale, zero_point, dtype)
+end
+function Quantize:forward(x)
+  if is_q(x) then return x end
+  return Q.quantize_per_tensor(x, self.scale, self.zero_point, self.out_dtype)
+end
+function Quantize:extra_repr()
+  return ('scale=%.6g, zero_point=%d, dtype=%s'):format(self.scale, self.zero_point, self.out_dtype.name)
+end
+function Quantize:__extra_state(prefix, out, keys)
+  out[prefix .. 'scale'] = flow.tensor(self.scale, {dtype = flow.float64})
+  out[prefix .. 'zero_point'] = flow.tensor(self.zero_point, {dtype = flow.int64})
+  keys[#keys + 1] = prefix .. 'scale'
+  keys[#keys + 1] = prefix .. 'zero_point'
+end
+function Quantize:__load_extra(prefix, sd, seen)
+  local sk, zk = prefix .. 'scale', prefix .. 'zero_point'
+  seen[sk], seen[zk] = true, true
+  local s, z = sd[sk], sd[zk]
+  if not (flow.is_tensor(s) and s:numel() == 1 and flow.is_tensor(z) and z:numel() == 1) then
+    A.fail(('load_state_dict: %s and %s must be one-element tensors'):format(sk, zk))
+  end
+  local scale, zp = s:item(), z:item()
+  M.check_loaded(prefix, scale, zp, self.out_dtype)
+  return function() rawset(self, 'scale', scale); rawset(self, 'zero_point', zp) end
+end
+
+local DeQuantize = nn.Module:subclass('DeQuantize')
+M.DeQuantize = DeQuantize
+function DeQuantize.forward(_, x)
+  if is_q(x) then return x:dequantize() end
+  return x
+end
+
+
+local QReLU = nn.Module:subclass('QuantizedReLU')
+M.ReLU = QReLU
+function QReLU.forward(_, x)
+  check_input('QuantizedReLU', x)
+  return F.relu(x)   -- the integers clamped at the zero point (functional.lua)
+end
+
+-- add/mul/cat of quantized tensors requantised to the observed output
+-- scale/zero_point (computed on the dequantized values, then rounded once)
+local QFunctional = nn.Module:subclass('QFunctional')
+M.QFunctional = QFunctional
+function QFunctional:__init(scale, zero_point, dtype)
+  nn.Module.__init(self)
+  set_out(self, 'QFunctional', scale, zero_point, dtype)
+end
+local function deq(name, v)
+  if is_q(v) then return v:dequantize() end
+  if type(v) == 'number' then return v end
+  A.fail(('%s: operands must be quantized tensors or numbers, got %s'):format(name, A.describe(v)))
+end
+function QFunctional:_out(y) return Q.quantize_per_tensor(y, self.scale, self.zero_point, self.out_dtype) end
+function QFunctional:add(a, b) return self:_out(deq('QFunctional.add', a) + deq('QFunctional.add', b)) end
+function QFunctional:add_relu(a, b)
+  return self:_out(F.relu(deq('QFunctional.add_relu', a) + deq('QFunctional.add_relu', b)))
+end
+function QFunctional:mul(a, b) return self:_out(deq('QFunctional.mul', a) * deq('QFunctional.mul', b)) end
+function QFunctional:cat(xs, dim)
+  local fs = {}
+  for i, v in ipairs(xs) do fs[i] = deq('QFunctional.cat', v) end
+  return self:_out(flow.cat(fs, dim or 1))
+end
+function QFunctional.forward() A.fail('QFunctional: call add, add_relu, mul or cat, not forward') end
+function QFunctional:extra_repr() return ('scale=%.6g, zero_point=%d'):format(self.scale, self.zero_point) end
+QFunctional.__extra_state = Quantize.__extra_state
+QFunctional.__load_extra = Quantize.__load_extra
+
+M.f32 = f32
+return M

@@ -1,0 +1,486 @@
+-- oneflow.quantization.quantize: the eager-mode workflow of
+-- torch.ao.quantization, the Lua way (1-based, options tables):
+--   model:eval()
+--   Q.fuse_modules(model, {{'conv1', 'bn1', 'relu1'}, {'fc1', 'relu2'}})
+--   model.qconfig = Q.get_default_qconfig('x86')
+--   local prepared = Q.prepare(model)           -- observers on outputs
+--   Q.calibrate(prepared, loader)                -- or run batches yourself
+--   local qmodel = Q.convert(prepared)           -- int8 modules
+--   Q.quantize_dynamic(model, {nn.Linear}, {dtype = flow.qint8})
+--   Q.prepare_qat(model) ... train ... Q.convert(model)
+-- A module's qconfig applies to its submodules unless they set their own;
+-- `m.qconfig = false` keeps m (and what it contains) float. A leaf layer
+-- under a qconfig that has no quantized version (BatchNorm not fused, LSTM,
+-- LayerNorm, Sigmoid ...) is an error at prepare naming it, rather than a
+-- model that fails later.
+local flow = require 'oneflow'
+local A = require 'oneflow._args'
+local class = require 'oneflow.class'
+local module = require 'oneflow.nn.module'
+local Q = require 'oneflow.quantization.qtensor'
+local O = require 'oneflow.quantization.observer'
+local FQ = require 'oneflow.quantization.fake_quantize'
+local QM = require 'oneflow.quantization.modules'
+
+local nn = flow.nn
+local isinstance = class.isinstance
+local M = {}
+
+------------------------------------------------------------------ qconfig
+local QConfig = A.value_type({})
+QConfig.__index = QConfig
+QConfig.__tostring = function(q) return ('QConfig(activation=%s, weight=%s)'):format(q.name_a, q.name_w) end
+
+--- QConfig{activation = ctor, weight = ctor}: constructors of observers (or FakeQuantize).
+function M.QConfig(t)
+  t = A.check_options('QConfig', t, {activation = true, weight = true, name_a = true, name_w = true})
+  if type(t) ~= 'table' or type(t.activation) ~= 'function' and not class.is_class(t.activation)
+     or type(t.weight) ~= 'function' and not class.is_class(t.weight) then
+    A.fail('QConfig: activation and weight must be observer constructors (Observer:with_args{...})')
+  end
+  return setmetatable({activation = t.activation, weight = t.weight,
+                       name_a = t.name_a or 'custom', name_w = t.name_w or 'custom'}, QConfig)
+end
+function M.is_qconfig(v) return getmetatable(v) == QConfig end
+
+local BACKENDS = {x86 = true, fbgemm = true, onednn = true, qnnpack = true}
+local function backend_of(op, b)
+  b = b or 'x86'
+  if not BACKENDS[b] then
+    A.fail(('%s: backend must be x86, fbgemm, onednn or qnnpack, got %s'):format(op, tostring(b)))
+  end
+  return b
+end
+
+local per_channel_weight = O.PerChannelMinMaxObserver:with_args({dtype = Q.qint8, qscheme = 'per_channel_symmetric'})
+local per_tensor_weight = O.MinMaxObserver:with_args({dtype = Q.qint8, qscheme = 'per_tensor_symmetric'})
+
+--- get_default_qconfig(backend = 'x86'): PyTorch's defaults -- histogram
+-- observer on activations (quint8; 7-bit on x86/fbgemm, reduce_range) and
+-- per-channel symmetric int8 weights (per-tensor on qnnpack).
+function M.get_default_qconfig(backend)
+  backend = backend_of('get_default_qconfig', backend)
+  local rr = backend == 'x86' or backend == 'fbgemm'
+  return M.QConfig({activation = O.HistogramObserver:with_args({reduce_range = rr}),
+                    weight = backend == 'qnnpack' and per_tensor_weight or per_channel_weight,
+                    name_a = ('HistogramObserver(reduce_range=%s)'):format(tostring(rr)),
+                    name_w = backend == 'qnnpack' and 'MinMaxObserver(qint8, per_tensor_symmetric)'
+                      or 'PerChannelMinMaxObserver(qint8, per_channel_symmetric)'})
+end
+
+--- get_default_qat_qconfig(backend = 'x86'): fake quantization with moving-average observers.
+function M.get_default_qat_qconfig(backend)
+  backend = backend_of('get_default_qat_qconfig', backend)
+  local rr = backend == 'x86' or backend == 'fbgemm'
+  return M.QConfig({
+    activation = FQ.FakeQuantize:with_args({observer = O.MovingAverageMinMaxObserver, dtype = Q.quint8,
+                                            reduce_range = rr}),
+    weight = FQ.FakeQuantize:with_args({observer = O.MovingAveragePerChannelMinMaxObserver, dtype = Q.qint8,
+                                        qscheme = 'per_channel_symmetric'}),
+    name_a = 'FakeQuantize(MovingAverageMinMaxObserver)',
+    name_w = 'FakeQuantize(MovingAveragePerChannelMinMaxObserver)'})
+end
+
+M.default_qconfig = M.QConfig({activation = O.MinMaxObserver:with_args({}), weight = per_tensor_weight,
+                               name_a = 'MinMaxObserver', name_w = 'MinMaxObserver(qint8, per_tensor_symmetric)'})
+M.default_dynamic_qconfig = M.QConfig({activation = O.PlaceholderObserver:with_args({is_dynamic = true}),
+                                       weight = per_tensor_weight, name_a = 'PlaceholderObserver',
+                                       name_w = 'MinMaxObserver(qint8, per_tensor_symmetric)'})
+
+------------------------------------------------------------------ module tree helpers
+local registry = module.registry
+
+local function kind(m)
+  local c = class.of(m)
+  while c do
+    local n = rawget(c, '__name')
+    if n then return n end
+    c = rawget(c, 'super')
+  end
+  return '?'
+end
+
+-- visits (path, module, parent, name, qconfig) depth first; qconfig inherited
+local function walk(m, fn, path, parent, name, qc)
+  local own = rawget(m, 'qconfig')
+  if own ~= nil then qc = own or nil end
+  local skip = fn(path, m, parent, name, qc)
+  if skip then return end
+  for cname, c in registry(m, '_modules'):items() do
+    walk(c, fn, path == '' and cname or (path .. '.' .. cname), m, cname, qc)
+  end
+end
+
+-- list containers (Sequential, ModuleList) keep their elements in the array
+-- part too: their add_module replaces in place
+local function replace(parent, name, new)
+  if parent.__container_index then parent:add_module(name, new)
+  else registry(parent, '_modules'):set(name, new) end
+end
+local function label(path, m) return ('%s (%s)'):format(path == '' and '<model>' or path, kind(m)) end
+
+-- classes that produce an output to observe, and those that pass a
+-- quantized tensor through unchanged
+local function observed(m)
+  return isinstance(m, nn.Conv2d) or isinstance(m, nn.Linear) or isinstance(m, QM.ConvReLU2d)
+    or isinstance(m, QM.LinearReLU) or isinstance(m, QM.QuantStub)
+    or isinstance(m, QM.qat.Conv2d) or isinstance(m, QM.qat.ConvReLU2d)
+    or isinstance(m, QM.qat.Linear) or isinstance(m, QM.qat.LinearReLU)
+end
+local PASS = {'ReLU', 'MaxPool2d', 'AvgPool2d', 'AdaptiveAvgPool2d', 'Flatten', 'Identity', 'Dropout',
+              'DeQuantStub', 'FloatFunctional'}
+local function passes(m)
+  for _, k in ipairs(PASS) do
+    if nn[k] and isinstance(m, nn[k]) then return true end
+    if QM[k] and isinstance(m, QM[k]) then return true end
+  end
+  return isinstance(m, O.ObserverBase) or isinstance(m, FQ.FakeQuantize)
+end
+
+local function check_supported(op, model)
+  walk(model, function(path, m, _, _, qc)
+    if not qc then return false end
+    if observed(m) then
+      if isinstance(m, nn.Conv2d) then
+        if m.padding_mode ~= 'zeros' then
+          A.fail(('%s: %s has padding_mode %s; quantized convolutions pad with zeros only'):format(
+            op, label(path, m), tostring(m.padding_mode)))
+        end
+      end
+      return true
+    end
+    if passes(m) then return true end
+    if registry(m, '_modules'):len() == 0 then
+      A.fail(('%s: %s has no quantized version; fuse it first (fuse_modules: Conv2d+BatchNorm2d(+ReLU), '
+        .. 'Linear+ReLU), or set its qconfig to false to keep it float between a DeQuantStub and a '
+        .. 'QuantStub'):format(op, label(path, m)))
+    end
+    return false
+  end, '', nil, nil, nil)
+end
+
+------------------------------------------------------------------ fusion
+-- BatchNorm folded into the preceding conv/linear (eval statistics)
+local function fold_bn(op, lin, bn, path)
+  if bn.training or lin.training then
+    A.fail(('%s: fusing %s with BatchNorm needs eval mode (call model:eval() first)'):format(op, path))
+  end
+  if not bn.track_running_stats and bn.running_mean == nil then
+    A.fail(('%s: %s BatchNorm has no running statistics to fold'):format(op, path))
+  end
+  local out = lin:clone()
+  flow.no_grad(function()
+    local inv = (bn.running_var + bn.eps):rsqrt()
+    local g = bn.weight and bn.weight:detach() or flow.ones_like(inv)
+    local beta = bn.bias and bn.bias:detach() or flow.zeros_like(inv)
+    local s = g * inv
+    local sh = {s:numel()}
+    for _ = 2, lin.weight:dim() do sh[#sh + 1] = 1 end
+    out.weight = nn.Parameter(lin.weight:detach() * s:view(sh))
+    local b = lin.bias ~= nil and lin.bias:detach() or flow.zeros_like(bn.running_mean)
+    out.bias = nn.Parameter((b - bn.running_mean) * s + beta)
+  end)
+  return out
+end
+M.fuse_conv_bn_eval = function(conv, bn) return fold_bn('fuse_conv_bn_eval', conv, bn, 'conv') end
+
+local FUSIONS = {
+  {{'Conv2d', 'BatchNorm2d'}, function(op, p, c, b) return fold_bn(op, c, b, p) end},
+  {{'Conv2d', 'BatchNorm2d', 'ReLU'}, function(op, p, c, b, r) return QM.ConvReLU2d(fold_bn(op, c, b, p), r) end},
+  {{'Conv2d', 'ReLU'}, function(_, _, c, r) return QM.ConvReLU2d(c, r) end},
+  {{'Linear', 'ReLU'}, function(_, _, l, r) return QM.LinearReLU(l, r) end},
+  {{'Linear', 'BatchNorm1d'}, function(op, p, l, b) return fold_bn(op, l, b, p) end},
+}
+
+local function lookup(model, path, op)
+  local parent, name = nil, nil
+  local m = model
+  for part in path:gmatch('[^.]+') do
+    parent, name = m, part
+    m = registry(m, '_modules'):get(part)
+    if m == nil then A.fail(('%s: the model has no submodule %s'):format(op, path)) end
+  end
+  return m, parent, name
+end
+
+--- fuse_modules(model, groups, {inplace = false}): each group, a list of
+-- dotted paths, becomes one module in the first path (the others become
+-- nn.Identity). Conv2d+BatchNorm2d(+ReLU), Conv2d+ReLU, Linear+ReLU,
+-- Linear+BatchNorm1d; BatchNorm is folded into the weights (eval mode).
+function M.fuse_modules(model, groups, opts)
+  local op = 'fuse_modules'
+  opts = A.check_options(op, opts, {inplace = true}) or {}
+  if not module.is_module(model) then A.fail(op .. ': expected a module') end
+  if type(groups) ~= 'table' then A.fail(op .. ': groups must be a list of lists of module paths') end
+  if type(groups[1]) == 'string' then groups = {groups} end
+  if not opts.inplace then model = model:clone() end
+  for _, g in ipairs(groups) do
+    local mods, kinds, where = {}, {}, {}
+    for i, path in ipairs(g) do
+      local m, parent, name = lookup(model, path, op)
+      mods[i], kinds[i], where[i] = m, kind(m), {parent, name}
+    end
+    local fn
+    for _, f in ipairs(FUSIONS) do
+      if #f[1] == #kinds then
+        local ok = true
+        for i = 1, #kinds do
+          if not (nn[f[1][i]] and isinstance(mods[i], nn[f[1][i]])) then ok = false end
+        end
+        if ok then fn = f[2] end
+      end
+    end
+    if not fn then
+      A.fail(('%s: no fusion for (%s) at %s; supported: Conv2d+BatchNorm2d(+ReLU), Conv2d+ReLU, '
+        .. 'Linear+ReLU, Linear+BatchNorm1d'):format(op, table.concat(kinds, ', '), table.concat(g, ', ')))
+    end
+    local fused = fn(op, g[1], unpack(mods))
+    replace(where[1][1], where[1][2], fused)
+    for i = 2, #g do replace(where[i][1], where[i][2], nn.Identity()) end
+  end
+  return model
+end
+
+------------------------------------------------------------------ prepare
+local function observe_output(m, obs)
+  m.activation_post_process = obs
+  rawset(m, '_q_hook', m:register_forward_hook(function(mod, _, out)
+    return mod.activation_post_process(out)
+  end))
+end
+
+local function attach_observers(model, op)
+  walk(model, function(_, m, _, _, qc)
+    if not qc then return false end
+    if isinstance(m, QM.FloatFunctional) then
+      m.activation_post_process = qc.activation()
+      return true
+    end
+    if observed(m) then
+      if not (isinstance(registry(m, '_modules'):get('activation_post_process') or {}, O.ObserverBase)
+              or isinstance(registry(m, '_modules'):get('activation_post_process') or {}, FQ.FakeQuantize)) then
+        observe_output(m, qc.activation())
+      end
+      return true
+    end
+    return false
+  end, '', nil, nil, nil)
+  local _ = op
+end
+
+--- prepare(model, {inplace = false}): a copy of the model with observers
+-- after every layer that will be quantized (per the qconfigs).
+function M.prepare(model, opts)
+  local op = 'prepare'
+  opts = A.check_options(op, opts, {inplace = true}) or {}
+  if not module.is_module(model) then A.fail(op .. ': expected a module') end
+  if not opts.inplace then model = model:clone() end
+  local any = false
+  walk(model, function(_, _, _, _, qc) if qc then any = true end end, '', nil, nil, nil)
+  if not any then
+    A.fail(op .. ': no qconfig set; assign model.qconfig = flow.quantization.get_default_qconfig() first')
+  end
+  check_supported(op, model)
+  attach_observers(model, op)
+  return model
+end
+
+local QAT_SWAP = {
+  {QM.ConvReLU2d, QM.qat.ConvReLU2d}, {QM.LinearReLU, QM.qat.LinearReLU},
+  {nn.Conv2d, QM.qat.Conv2d}, {nn.Linear, QM.qat.Linear},
+}
+
+--- prepare_qat(model, {inplace = false}): conv/linear layers become QAT
+-- modules (fake-quantized weights) and fake quantization follows every
+-- quantized layer; train as usual (eagerly or in an nn.Graph), then convert.
+function M.prepare_qat(model, opts)
+  local op = 'prepare_qat'
+  opts = A.check_options(op, opts, {inplace = true}) or {}
+  if not module.is_module(model) then A.fail(op .. ': expected a module') end
+  if not opts.inplace then model = model:clone() end
+  check_supported(op, model)
+  walk(model, function(_, m, parent, name, qc)
+    if not qc or not parent then return false end
+    for _, sw in ipairs(QAT_SWAP) do
+      if isinstance(m, sw[1]) and not isinstance(m, QM.qat.Conv2d) then
+        local inner = m
+        if isinstance(m, QM.ConvReLU2d) or isinstance(m, QM.LinearReLU) then inner = m:part(1) end
+        local q = sw[2](inner, qc)
+        rawset(q, 'qconfig', qc)
+        if not m.training then q:eval() end
+        replace(parent, name, q)
+        return true
+      end
+    end
+    return false
+  end, '', nil, nil, nil)
+  attach_observers(model, op)
+  return model
+end
+
+------------------------------------------------------------------ calibrate
+--- calibrate(model, batches, {max_batches =}): runs the prepared model on
+-- each batch (a DataLoader, or a list; a batch is an input tensor or
+-- {input, ...}) without gradients. Returns the number of batches seen.
+function M.calibrate(model, batches, opts)
+  local op = 'calibrate'
+  opts = A.check_options(op, opts, {max_batches = true}) or {}
+  local n = 0
+  local function run(x)
+    if type(x) == 'table' and not flow.is_tensor(x) then x = x[1] end
+    A.check_tensor(op, x, 'batch')
+    model(x)
+    n = n + 1
+  end
+  flow.no_grad(function()
+    if type(batches) == 'table' and batches.iter then
+      for x in batches:iter() do
+        if opts.max_batches and n >= opts.max_batches then break end
+        run(x)
+      end
+    elseif type(batches) == 'table' then
+      for _, x in ipairs(batches) do
+        if opts.max_batches and n >= opts.max_batches then break end
+        run(x)
+      end
+    else
+      A.fail(op .. ': batches must be a DataLoader or a list of batches, got ' .. A.describe(batches))
+    end
+  end)
+  if n == 0 then A.fail(op .. ': no batches (an empty loader or list); the observers need data') end
+  return n
+end
+
+------------------------------------------------------------------ convert
+local function obs_qparams(m, path)
+  local obs = registry(m, '_modules'):get('activation_post_process')
+  if not obs then A.fail(('convert: %s was not prepared (no observer); call prepare first'):format(path)) end
+  local s, z = obs:calculate_qparams(('convert: %s'):format(path))
+  return s, z, obs.dtype
+end
+
+-- the float weight quantized with the qconfig's weight observer (or the
+-- QAT module's own weight fake-quantizer)
+local function quantize_weight(w, qc, fq)
+  -- a QAT module's fake quantizer sees the final weights (as PyTorch's
+  -- from_float does; a disabled observer keeps its range)
+  local obs = fq or qc.weight()
+  obs(w:detach())
+  local s, z = obs:calculate_qparams()
+  local dt = obs.dtype
+  if dt ~= Q.qint8 then A.fail('convert: weights must be observed as qint8, got ' .. dt.name) end
+  if flow.is_tensor(s) then
+    return Q.quantize_per_channel(w:detach(), s:to(flow.float64), z, obs.ch_axis or 1, dt)
+  end
+  return Q.quantize_per_tensor(w:detach(), s, z, dt)
+end
+
+local function conv_of(m) return (isinstance(m, QM.ConvReLU2d) or isinstance(m, QM.LinearReLU)) and m:part(1) or m end
+
+local function padding_of(path, c)
+  local p = c.padding
+  if p == 'valid' then return {0, 0} end
+  if p == 'same' then
+    local r = {}
+    for i = 1, 2 do
+      local span = c.dilation[i] * (c.kernel_size[i] - 1)
+      if span % 2 == 1 then A.fail(('convert: %s uses padding same with an even kernel'):format(path)) end
+      r[i] = span / 2
+    end
+    return r
+  end
+  return p
+end
+
+local function convert_one(path, m, qc)
+  local is_conv = isinstance(m, nn.Conv2d) or isinstance(m, QM.ConvReLU2d) or isinstance(m, QM.qat.Conv2d)
+    or isinstance(m, QM.qat.ConvReLU2d)
+  local relu = isinstance(m, QM.ConvReLU2d) or isinstance(m, QM.LinearReLU) or isinstance(m, QM.qat.ConvReLU2d)
+    or isinstance(m, QM.qat.LinearReLU)
+  local s, z, dt = obs_qparams(m, path)
+  local inner = conv_of(m)
+  local fq = registry(inner, '_modules'):get('weight_fake_quant')
+  local w = quantize_weight(inner.weight, qc, fq)
+  local b = inner.bias ~= nil and inner.bias:detach() or nil
+  if is_conv then
+    local cls = relu and QM.ConvReLU2d_q or QM.Conv2d
+    return cls({weight = w, bias = b, stride = inner.stride, padding = padding_of(path, inner),
+                dilation = inner.dilation, groups = inner.groups, scale = s, zero_point = z, dtype = dt})
+  end
+  local cls = relu and QM.LinearReLU_q or QM.Linear
+  return cls({weight = w, bias = b, scale = s, zero_point = z, dtype = dt})
+end
+
+--- convert(model, {inplace = false}): the prepared (or QAT) model with its
+-- observed layers replaced by int8 modules.
+function M.convert(model, opts)
+  local op = 'convert'
+  opts = A.check_options(op, opts, {inplace = true}) or {}
+  if not module.is_module(model) then A.fail(op .. ': expected a module') end
+  if not opts.inplace then model = model:clone() end
+  check_supported(op, model)
+  walk(model, function(path, m, parent, name, qc)
+    if not qc or not parent then return false end
+    local new
+    if isinstance(m, QM.QuantStub) then
+      local s, z, dt = obs_qparams(m, path)
+      new = QM.Quantize(s, z, dt)
+    elseif isinstance(m, QM.DeQuantStub) then
+      new = QM.DeQuantize()
+    elseif isinstance(m, QM.FloatFunctional) then
+      local s, z, dt = obs_qparams(m, path)
+      new = QM.QFunctional(s, z, dt)
+    elseif observed(m) then
+      new = convert_one(path, m, qc)
+    elseif isinstance(m, nn.ReLU) then
+      new = QM.ReLU()
+    elseif isinstance(m, nn.Dropout) then
+      new = nn.Identity()
+    end
+    if new then
+      new:eval()
+      replace(parent, name, new)
+      return true
+    end
+    return false
+  end, '', nil, nil, nil)
+  model:eval()
+  return model
+end
+
+------------------------------------------------------------------ dynamic
+--- quantize_dynamic(model, {nn.Linear}, {dtype = flow.qint8, inplace = false}):
+-- Linear layers get int8 weights (per-tensor symmetric) and quantize their
+-- input per batch; input and output stay float.
+function M.quantize_dynamic(model, spec, opts)
+  local op = 'quantize_dynamic'
+  opts = A.check_options(op, opts, {dtype = true, inplace = true}) or {}
+  if not module.is_module(model) then A.fail(op .. ': expected a module') end
+  local dt = opts.dtype or Q.qint8
+  if dt ~= Q.qint8 then
+    A.fail(('%s: dtype must be flow.qint8 (int8 weights), got %s'):format(op, tostring(dt)))
+  end
+  spec = spec or {nn.Linear}
+  for k, v in pairs(spec) do
+    local cls = type(k) == 'number' and v or k
+    if cls ~= nn.Linear then
+      A.fail(('%s: only nn.Linear has a dynamic quantized version, got %s'):format(op, tostring(cls)))
+    end
+  end
+  if not opts.inplace then model = model:clone() end
+  local function swap(m, parent, name)
+    local w = quantize_weight(m.weight, M.default_dynamic_qconfig)
+    local new = QM.dynamic.Linear({weight = w, bias = m.bias ~= nil and m.bias:detach() or nil})
+    new:eval()
+    if parent then replace(parent, name, new) end
+    return new
+  end
+  if isinstance(model, nn.Linear) then return swap(model) end
+  walk(model, function(_, m, parent, name)
+    if parent and isinstance(m, nn.Linear) then swap(m, parent, name); return true end
+    return false
+  end, '', nil, nil, nil)
+  return model
+end
+
+return M

@@ -1,0 +1,110 @@
+-- nn.utils.prune against PyTorch's torch.nn.utils.prune (masks, state-dict
+-- names, remove), the options-table forms, and structured channel pruning
+-- that shrinks the layers.
+local flow = require 'oneflow'
+local H = require 'spec.helpers'
+local R = require 'spec.quantization.torch_ref'
+
+local nn, prune = flow.nn, flow.nn.utils.prune
+
+describe('prune vs torch.nn.utils.prune', function()
+  it('l1_unstructured, ln_structured, global_unstructured masks and state dicts', function()
+    if not R.available() then pending('PyTorch not installed for /usr/bin/python3') return end
+    flow.manual_seed(21)
+    local a, b, c = nn.Linear(7, 5), nn.Linear(5, 3), nn.Conv2d(3, 6, 3)
+    local wa, wb, wc = a.weight:clone(), b.weight:clone(), c.weight:clone()
+    prune.l1_unstructured(a, 'weight', {amount = 0.4})
+    prune.l1_unstructured(a, 'weight', {amount = 3})
+    prune.ln_structured(c, 'weight', {amount = 0.5, n = 2, dim = 1})
+    prune.ln_structured(c, 'weight', {amount = 1, n = 1, dim = 2})
+    prune.global_unstructured({{b, 'weight'}, {a, 'bias'}}, {pruning_method = prune.L1Unstructured, amount = 0.3})
+    local t = R.run(([==[
+import torch, torch.nn as nn, torch.nn.utils.prune as prune
+def T(l, *s): return torch.tensor(l, dtype=torch.float32).reshape(*s)
+a, b, c = nn.Linear(7, 5), nn.Linear(5, 3), nn.Conv2d(3, 6, 3)
+with torch.no_grad():
+    a.weight.copy_(T(%s, 5, 7)); a.bias.copy_(T(%s, 5)); b.weight.copy_(T(%s, 3, 5)); c.weight.copy_(T(%s, 6, 3, 3, 3))
+prune.l1_unstructured(a, 'weight', amount=0.4)
+prune.l1_unstructured(a, 'weight', amount=3)
+prune.ln_structured(c, 'weight', amount=0.5, n=2, dim=0)
+prune.ln_structured(c, 'weight', amount=1, n=1, dim=1)
+prune.global_unstructured([(b, 'weight'), (a, 'bias')], pruning_method=prune.L1Unstructured, amount=0.3)
+def out(k, t): print(k, ' '.join(repr(float(v)) for v in t.flatten().tolist()))
+out('a', a.weight_mask); out('c', c.weight_mask); out('b', b.weight_mask); out('ab', a.bias_mask)
+print('keys', ' '.join(str(len(k)) for k in sorted(a.state_dict().keys())))
+print('done')
+]==]):format(R.list(wa), R.list(a.bias_orig), R.list(wb), R.list(wc)))
+    H.close(a.weight_mask, t.a, 0, 'l1_unstructured twice')
+    H.close(c.weight_mask, t.c, 0, 'ln_structured on two dims')
+    H.close(b.weight_mask, t.b, 0, 'global_unstructured')
+    H.close(a.bias_mask, t.ab, 0, 'global_unstructured bias')
+    local keys = {}
+    for k in pairs(a:state_dict()) do keys[#keys + 1] = k end
+    table.sort(keys)
+    assert.are.same({'bias_mask', 'bias_orig', 'weight_mask', 'weight_orig'}, keys)
+    -- the forward pre-hook recomputes weight = weight_orig * weight_mask
+    H.close(a.weight, a.weight_orig * a.weight_mask, 0)
+    prune.remove(a, 'weight')
+    H.close(a.weight, wa * flow.tensor(t.a):view(5, 7), 0)
+    assert.is_true(a._parameters:has("weight"))
+  end)
+
+  it('options tables are checked', function()
+    H.raises(function() prune.l1_unstructured(nn.Linear(2, 2), 'weight', {amont = 1}) end,
+      "unknown option 'amont'")
+    H.raises(function() prune.ln_structured(nn.Linear(2, 2), 'weight', {amount = 1, n = 2}) end,
+      'amount, n and dim are required')
+  end)
+end)
+
+describe('prune.prune_channels', function()
+  local function net()
+    flow.manual_seed(3)
+    local m = nn.Sequential(nn.Conv2d(1, 8, 3, {padding = 1}), nn.BatchNorm2d(8), nn.ReLU(),
+      nn.Conv2d(8, 6, 3, {padding = 1}), nn.ReLU(), nn.Flatten(), nn.Linear(6 * 5 * 5, 4))
+    flow.no_grad(function()
+      m[2].running_mean:copy_(flow.randn(8) * 0.1)
+      m[2].running_var:copy_(flow.rand(8) + 0.5)
+    end)
+    m:eval()
+    return m
+  end
+  local function nparams(m)
+    local n = 0
+    for _, p in ipairs(m:parameters()) do n = n + p:numel() end
+    return n
+  end
+
+  it('shrinks conv, batchnorm and the next conv/linear; same outputs as zeroing the dropped channels', function()
+    local m = net()
+    local x = flow.randn(3, 1, 5, 5)
+    local s, kept = prune.prune_channels(m, {{'0', '1', '3'}, {'3', '6'}}, {amount = 0.5, n = 1})
+    assert.are.same({4, 1, 3, 3}, H.shape(s[1].weight))
+    assert.are.same({4}, H.shape(s[2].running_mean))
+    assert.are.same({3, 4, 3, 3}, H.shape(s[4].weight))
+    assert.are.same({4, 75}, H.shape(s[7].weight))
+    assert.are.equal(75, s[7].in_features)
+    assert.is_true(nparams(s) < 0.55 * nparams(m))
+    -- the kept filters are those with the largest L1 norms
+    local norms = m[1].weight:reshape(8, -1):abs():sum(2)
+    local _, top = norms:topk(4)
+    H.close(kept[1], top:sort(1), 0)
+    flow.no_grad(function()
+      local k1, k2 = {}, {}
+      for _, v in ipairs(kept[1]:totable()) do k1[v] = true end
+      for _, v in ipairs(kept[2]:totable()) do k2[v] = true end
+      for ch = 1, 8 do if not k1[ch] then m[4].weight:select(2, ch):zero_() end end
+      for ch = 1, 6 do if not k2[ch] then m[7].weight:narrow(2, (ch - 1) * 25 + 1, 25):zero_() end end
+    end)
+    H.close(s(x), m(x), 1e-5)
+  end)
+
+  it('refuses chains it cannot shrink', function()
+    H.raises(function() prune.prune_channels(net(), {{'0', '2', '3'}}, {amount = 0.5}) end,
+      'must be a BatchNorm')
+    H.raises(function() prune.prune_channels(net(), {{'0', '9'}}, {amount = 0.5}) end, 'no submodule 9')
+    H.raises(function() prune.prune_channels(net(), {{'0', '3'}}, {amount = 8}) end, 'leaves none')
+    H.raises(function() prune.prune_channels(net(), {{'3', '1'}}, {amount = 1}) end,
+      'must be a Conv2d with groups 1 or a Linear')
+  end)
+end)

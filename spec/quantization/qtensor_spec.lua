@@ -1,0 +1,288 @@
+-- Quantized tensors: quantize/dequantize, parameters, printing, saving,
+-- refusal by ops without quantized support, and the int8 kernels against
+-- float references (every instruction set the CPU has).
+local flow = require 'oneflow'
+local H = require 'spec.helpers'
+local ffi = require 'ffi'
+
+local C = require('oneflow._C').C
+
+describe('quantized tensors', function()
+  it('quantize_per_tensor rounds half to even and saturates', function()
+    local x = flow.tensor({-1.0, -0.125, 0.025, 0.075, 0.1, 1.0, 100.0})
+    local q = flow.quantize_per_tensor(x, 0.05, 3, flow.quint8)
+    -- x / 0.05 = -20, -2.5, 0.5, 1.5, 2, 20, 2000; rint: -20, -2, 0, 2, 2, 20; + 3; clamp [0, 255]
+    H.close(q:int_repr(), {0, 1, 3, 5, 5, 23, 255})
+    assert.are.equal(flow.quint8, q.dtype)
+    assert.are.equal(0.05, q:q_scale())
+    assert.are.equal(3, q:q_zero_point())
+    assert.are.equal('per_tensor_affine', q:qscheme())
+    H.close(q:dequantize(), {-0.15, -0.1, 0, 0.1, 0.1, 1.0, 12.6}, 1e-6)
+    local s = flow.quantize_per_tensor(x, 0.05, 0, flow.qint8)
+    H.close(s:int_repr(), {-20, -2, 0, 2, 2, 20, 127})
+    assert.are.equal(flow.int8, s:int_repr().dtype)
+    local i32 = flow.quantize_per_tensor(x, 0.05, 0, flow.qint32)
+    H.close(i32:int_repr(), {-20, -2, 0, 2, 2, 20, 2000})
+  end)
+
+  it('quantize_per_channel along a 1-based axis', function()
+    local w = flow.tensor({{1.0, -1.0}, {0.5, 0.25}, {-2.0, 3.0}})
+    local q = flow.quantize_per_channel(w, flow.tensor({0.1, 0.05, 0.5}, {dtype = flow.float64}),
+      flow.tensor({0, 1, -2}), 1, flow.qint8)
+    H.close(q:int_repr(), {{10, -10}, {11, 6}, {-6, 4}})
+    H.close(q:q_per_channel_scales(), {0.1, 0.05, 0.5})
+    H.close(q:q_per_channel_zero_points(), {0, 1, -2})
+    assert.are.equal(1, q:q_per_channel_axis())
+    H.close(q:dequantize(), {{1, -1}, {0.5, 0.25}, {-2, 3}}, 1e-6)
+    local q2 = flow.quantize_per_channel(w, flow.tensor({0.1, 0.2}), flow.tensor({0, 0}), 2, flow.qint8)
+    H.close(q2:int_repr(), {{10, -5}, {5, 1}, {-20, 15}})
+    H.raises(function() q:q_scale() end, 'per_channel_affine')
+    H.raises(function() flow.quantize_per_channel(w, flow.tensor({0.1}), flow.tensor({0}), 1, flow.qint8) end,
+      '1 scales and 1 zero points for 3 channels')
+    H.raises(function() flow.quantize_per_channel(w, flow.tensor({0.1, 0, 1}), flow.tensor({0, 0, 0}), 1,
+      flow.qint8) end, 'positive')
+  end)
+
+  it('refuses bad parameters naming the op and argument', function()
+    local x = flow.randn(3)
+    H.raises(function() flow.quantize_per_tensor(x, 0, 0, flow.quint8) end, 'quantize_per_tensor: scale')
+    H.raises(function() flow.quantize_per_tensor(x, 0.1, 300, flow.quint8) end,
+      'zero_point must be an integer in [0, 255]')
+    H.raises(function() flow.quantize_per_tensor(x, 0.1, 0, flow.float32) end, 'dtype must be flow.qint8')
+    H.raises(function() flow.quantize_per_tensor(flow.tensor({1, 2}, {dtype = flow.int64}), 0.1, 0, flow.quint8) end,
+      'floating point')
+  end)
+
+  it('prints like PyTorch with the parameters', function()
+    local q = flow.quantize_per_tensor(flow.tensor({0.1, -0.2}), 0.05, 3, flow.quint8)
+    local s = tostring(q)
+    assert.truthy(s:find('dtype=oneflow.quint8', 1, true), s)
+    assert.truthy(s:find('quantization_scheme=per_tensor_affine, scale=0.05, zero_point=3', 1, true), s)
+    assert.truthy(s:find('size=(2)', 1, true), s)
+    local c = flow.quantize_per_channel(flow.ones(2, 2), flow.tensor({0.5, 0.25}), flow.tensor({0, 1}), 1,
+      flow.qint8)
+    assert.truthy(tostring(c):find('per_channel_affine', 1, true))
+    assert.truthy(tostring(c):find('axis=1', 1, true))
+  end)
+
+  it('views keep per-tensor parameters', function()
+    local q = flow.quantize_per_tensor(flow.randn(2, 3, 4), 0.1, 128, flow.quint8)
+    local f = q:flatten(2)
+    assert.are.same({2, 12}, f:size():totable())
+    assert.are.equal(0.1, f:q_scale())
+    H.close(f:int_repr(), q:int_repr():flatten(2))
+    H.close(flow.flatten(q, 2):int_repr(), q:int_repr():flatten(2))
+    H.close(q:reshape(6, 4):dequantize(), q:dequantize():reshape(6, 4))
+  end)
+
+  it('ops without quantized support refuse, naming the op', function()
+    local q = flow.quantize_per_tensor(flow.randn(2, 3), 0.1, 0, flow.qint8)
+    H.raises(function() return q:exp() end, 'exp: quantized tensors (qint8) are not supported')
+    H.raises(function() return q + q end, 'add: quantized tensors')
+    H.raises(function() return q * 2 end, 'mul: quantized tensors')
+    H.raises(function() return flow.nn.functional.conv2d(q, flow.randn(1, 1, 1, 1)) end,
+      'conv2d: argument 1 (input) is a quantized tensor (qint8)')
+    H.raises(function() return flow.nn.functional.gelu(q) end, 'gelu: argument 1')
+    H.raises(function() return flow.nn.Linear(3, 2)(q) end, 'linear: argument 1')
+    H.raises(function() return flow.dequantize(flow.randn(2)) end, 'dequantize: expected a quantized tensor')
+  end)
+
+  it('functional relu and pooling run on the integers', function()
+    local F = flow.nn.functional
+    local x = flow.randn(2, 3, 6, 6)
+    local q = flow.quantize_per_tensor(x, 0.02, 100, flow.quint8)
+    local r = F.relu(q)
+    H.close(r:int_repr(), q:int_repr():clamp(100))
+    assert.are.equal(100, r:q_zero_point())
+    local m = F.max_pool2d(q, 2)
+    H.close(m:int_repr(), F.max_pool2d(q:int_repr():to(flow.float32), 2))
+    local a = F.avg_pool2d(q, 3)
+    H.close(a:dequantize(), F.avg_pool2d(q:dequantize(), 3), 0.0101)
+    local ad = F.adaptive_avg_pool2d(q, 1)
+    H.close(ad:dequantize(), F.adaptive_avg_pool2d(q:dequantize(), 1), 0.0101)
+  end)
+
+  it('saves and loads with its parameters (safetensors)', function()
+    local dir = H.tmpdir()
+    local q = flow.quantize_per_tensor(flow.randn(3, 4), 0.07, 5, flow.quint8)
+    local c = flow.quantize_per_channel(flow.randn(3, 4), flow.tensor({0.1, 0.2, 0.3}), flow.tensor({0, 0, 0}), 1,
+      flow.qint8)
+    flow.save({a = q, b = c, plain = flow.ones(2)}, dir .. '/q.safetensors')
+    local r = flow.load(dir .. '/q.safetensors')
+    assert.truthy(flow.is_quantized(r.a))
+    assert.are.equal(flow.quint8, r.a.dtype)
+    assert.are.equal(0.07, r.a:q_scale())
+    assert.are.equal(5, r.a:q_zero_point())
+    H.close(r.a:int_repr(), q:int_repr())
+    assert.are.equal(flow.qint8, r.b.dtype)
+    H.close(r.b:q_per_channel_scales(), {0.1, 0.2, 0.3}, 1e-7)
+    H.close(r.b:int_repr(), c:int_repr())
+    H.close(r.plain, {1, 1})
+    -- a file whose parameters lie is refused before anything is built
+    local _, meta = flow.safetensors.load_file(dir .. '/q.safetensors')
+    local tensors = flow.safetensors.load_file(dir .. '/q.safetensors')
+    local key = 'oneflow.structure'
+    local bad = meta[key]:gsub('"scale":0.07', '"scale":-1')
+    assert.are_not.equal(bad, meta[key])
+    flow.safetensors.save_file(tensors, dir .. '/bad.safetensors', {[key] = bad})
+    H.raises(function() flow.load(dir .. '/bad.safetensors') end, 'qtensor scale/zero_point out of range')
+    H.remove_tmpdirs()
+  end)
+end)
+
+------------------------------------------------------------------ kernels
+-- float reference of the int8 kernels: integers -> floats, float conv/linear
+-- (exact: small integers), then the same requantisation in float32
+local function f32(v) return tonumber(ffi.new('float', v)) end
+local function fref(acc, xs, ws, bias, os, ozp, relu, lo, hi)
+  local n = acc:size(2)
+  local s = (ws:to(flow.float32) * f32(xs)):view(1, n, 1, 1)
+  if acc:dim() == 2 then s = s:view(1, n) end
+  local bb = bias:view(s:size():totable())
+  local q = ((acc + bb / s) * (s / f32(os))):round() + ozp
+  if relu then q = q:clamp(ozp) end
+  return q:clamp(lo, hi)
+end
+
+local best = flow.backends.cpu.get_cpu_capability()
+local isas = {'DEFAULT'}
+if best ~= 'DEFAULT' then isas[#isas + 1] = best end
+
+describe('int8 kernels', function()
+  local F = flow.nn.functional
+  after_each(function() flow.backends.cpu.set_cpu_capability(best) end)
+
+  -- every kernel: the own ones per instruction set, then oneDNN's where built
+  local variants = {}
+  for _, isa in ipairs(isas) do variants[#variants + 1] = {isa, 1, isa .. ' (own kernel)'} end
+  variants[#variants + 1] = {best, 2, 'oneDNN int8 matmul where built'}
+  after_each(function() C.of_quantized_backend(0) end)
+  for _, v in ipairs(variants) do
+    local isa = v[3]
+    it('quantized_linear: exact int32 accumulation, requantisation, relu, ' .. isa, function()
+      flow.backends.cpu.set_cpu_capability(v[1])
+      C.of_quantized_backend(v[2])
+      flow.manual_seed(3)
+      -- the 4th entry: 7-bit inputs (one oneDNN matmul instead of two)
+      for _, shape in ipairs({{5, 37, 7}, {64, 300, 33}, {1, 16, 1}, {3, 1, 2}, {9, 70, 5, true}}) do
+        local M_, K, N = shape[1], shape[2], shape[3]
+        local xi = flow.randint(0, shape[4] and 128 or 256, {M_, K}):to(flow.uint8)
+        local wi = flow.randint(-128, 128, {N, K}):to(flow.int8)
+        local ws = flow.rand(N) * 0.01 + 0.001
+        local bias = flow.randn(N)
+        local xs, xzp = 0.02, 120
+        local acc = (xi:to(flow.float64) - xzp):matmul(wi:to(flow.float64):t())
+        for _, relu in ipairs({false, true}) do
+          -- float output (dynamic): acc * xs * ws + bias
+          local p = ffi.new('of_tensor*[1]')
+          assert.are.equal(0, C.of_quantized_linear(xi.p, wi.p, ws.p, nil, bias.p, xs, xzp, 1, 0,
+            flow.float32.id, relu and 1 or 0, p))
+          local yf = require('oneflow._C').wrap(p[0])
+          local want = acc:to(flow.float32) * (ws * f32(xs)):view(1, N) + bias:view(1, N)
+          if relu then want = want:clamp(0) end
+          H.close(yf, want, 1e-5, 'float out ' .. M_)
+          -- quantized output
+          local os_, ozp = 0.05, 10
+          assert.are.equal(0, C.of_quantized_linear(xi.p, wi.p, ws.p, nil, bias.p, xs, xzp, os_, ozp,
+            flow.uint8.id, relu and 1 or 0, p))
+          local yq = require('oneflow._C').wrap(p[0])
+          local wantq = fref(acc:to(flow.float32), xs, ws, bias, os_, ozp, relu, 0, 255)
+          local d = (yq:to(flow.float32) - wantq):abs()
+          assert.is_true(d:max():item() <= 1, 'requantised within one step')
+          assert.is_true(d:gt(0):sum():item() <= math.max(1, yq:numel() / 100), 'almost all exact')
+        end
+      end
+    end)
+
+    it('quantized_conv2d matches a float conv of the integers, ' .. isa, function()
+      flow.backends.cpu.set_cpu_capability(v[1])
+      C.of_quantized_backend(v[2])
+      flow.manual_seed(4)
+      local cases = {
+        {x = {2, 4, 9, 8}, w = {6, 4, 3, 3}, stride = {1, 1}, pad = {1, 1}, dil = {1, 1}, g = 1},
+        {x = {1, 6, 11, 7}, w = {4, 3, 3, 2}, stride = {2, 1}, pad = {1, 2}, dil = {1, 2}, g = 2},
+        {x = {3, 1, 5, 5}, w = {5, 1, 1, 1}, stride = {1, 1}, pad = {0, 0}, dil = {1, 1}, g = 1},
+      }
+      for ci, c in ipairs(cases) do
+        local xi = flow.randint(-128, 128, c.x):to(flow.int8)
+        local wi = flow.randint(-128, 128, c.w):to(flow.int8)
+        local wz = flow.randint(-3, 4, {c.w[1]})
+        local ws = flow.rand(c.w[1]) * 0.01 + 0.001
+        local bias = flow.randn(c.w[1])
+        local xs, xzp = 0.03, -7
+        local acc = F.conv2d(xi:to(flow.float64) - xzp, wi:to(flow.float64) - wz:to(flow.float64):view(-1, 1, 1, 1),
+          nil, {stride = c.stride, padding = c.pad, dilation = c.dil, groups = c.g})
+        local buf = function(t) return ffi.new('int64_t[2]', t) end
+        local p = ffi.new('of_tensor*[1]')
+        assert.are.equal(0, C.of_quantized_conv2d(xi.p, wi.p, ws.p, wz.p, bias.p, buf(c.stride), buf(c.pad),
+          buf(c.dil), c.g, xs, xzp, 0.04, -5, flow.int8.id, 1, p), ffi.string(C.of_last_error()))
+        local y = require('oneflow._C').wrap(p[0])
+        assert.are.same(acc:size():totable(), y:size():totable())
+        local want = fref(acc:to(flow.float32), xs, ws, bias, 0.04, -5, true, -128, 127)
+        local d = (y:to(flow.float32) - want):abs()
+        assert.is_true(d:max():item() <= 1, 'case ' .. ci)
+        assert.is_true(d:gt(0):sum():item() <= math.max(1, y:numel() / 100), 'case ' .. ci .. ' exact')
+      end
+    end)
+  end
+
+  it('kernels refuse bad input naming the op', function()
+    local p = ffi.new('of_tensor*[1]')
+    local function err() return ffi.string(C.of_last_error()) end
+    local xi, wi, ws = flow.zeros(2, 3, {dtype = flow.uint8}), flow.zeros(4, 3, {dtype = flow.int8}), flow.ones(4)
+    assert.are_not.equal(0, C.of_quantized_linear(flow.zeros(2, 3).p, wi.p, ws.p, nil, nil, 1, 0, 1, 0,
+      flow.uint8.id, 0, p))
+    assert.truthy(err():find('quantized_linear: input must hold uint8 or int8', 1, true))
+    assert.are_not.equal(0, C.of_quantized_linear(xi.p, flow.zeros(4, 5, {dtype = flow.int8}).p, ws.p, nil, nil,
+      1, 0, 1, 0, flow.uint8.id, 0, p))
+    assert.truthy(err():find('do not fit', 1, true))
+    assert.are_not.equal(0, C.of_quantized_linear(xi.p, wi.p, flow.ones(3).p, nil, nil, 1, 0, 1, 0,
+      flow.uint8.id, 0, p))
+    assert.truthy(err():find('weight scales', 1, true))
+    assert.are_not.equal(0, C.of_quantized_linear(xi.p, wi.p, ws.p, nil, nil, 1, 300, 1, 0, flow.uint8.id, 0, p))
+    assert.truthy(err():find('input zero point 300', 1, true))
+    assert.are_not.equal(0, C.of_quantized_linear(xi.p, wi.p, ws.p, nil, nil, 1, 0, 0, 0, flow.uint8.id, 0, p))
+    assert.truthy(err():find('output scale', 1, true))
+    local big = flow.zeros(1, 40000, {dtype = flow.uint8})
+    assert.are_not.equal(0, C.of_quantized_linear(big.p, flow.zeros(1, 40000, {dtype = flow.int8}).p,
+      flow.ones(1).p, nil, nil, 1, 0, 1, 0, flow.uint8.id, 0, p))
+    assert.truthy(err():find('safe limit', 1, true))
+  end)
+
+  it('saturates at the output range (documented), never wraps', function()
+    -- 255 * 127 * 16 = 518160 accumulated; any small output scale saturates
+    local xi = flow.full({1, 16}, 255):to(flow.uint8)
+    local wi = flow.full({2, 16}, 127):to(flow.int8)
+    wi[2]:fill_(-128)
+    local p = ffi.new('of_tensor*[1]')
+    assert.are.equal(0, C.of_quantized_linear(xi.p, wi.p, flow.ones(1).p, nil, nil, 1, 0, 1, 0, flow.int8.id, 0, p))
+    H.close(require('oneflow._C').wrap(p[0]), {{127, -128}})
+    assert.are.equal(0, C.of_quantized_linear(xi.p, wi.p, flow.ones(1).p, nil, nil, 1, 0, 1, 0, flow.float32.id,
+      0, p))
+    H.close(require('oneflow._C').wrap(p[0]), {{255 * 127 * 16, -255 * 128 * 16}})
+  end)
+end)
+
+describe('quantized max pooling', function()
+  it('equals a float max pool of the integers: strides, padding, dilation', function()
+    local F = flow.nn.functional
+    flow.manual_seed(8)
+    local q = flow.quantize_per_tensor(flow.randn(2, 3, 9, 8), 0.03, -4, flow.qint8)
+    for _, o in ipairs({{2, {}}, {3, {stride = 2, padding = 1}}, {{3, 2}, {stride = {1, 2}, dilation = {2, 1}}}}) do
+      local got = F.max_pool2d(q, o[1], o[2])
+      local want = F.max_pool2d(q:int_repr():to(flow.float32), o[1], o[2])
+      H.close(got:int_repr(), want, 0)
+      assert.are.equal(q:q_scale(), got:q_scale())
+    end
+    H.raises(function() F.max_pool2d(q, 2, {return_indices = true}) end, 'max_pool2d (return_indices)')
+  end)
+end)
+
+describe('flow.quantization.set_backend', function()
+  it('switches the int8 gemm and checks its argument', function()
+    local prev = flow.quantization.set_backend('own')
+    assert.are.equal('own', flow.quantization.set_backend('onednn'))
+    flow.quantization.set_backend(prev)
+    H.raises(function() flow.quantization.set_backend('fast') end, "expected 'auto', 'own' or 'onednn'")
+  end)
+end)

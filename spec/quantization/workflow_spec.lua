@@ -1,0 +1,274 @@
+-- flow.quantization against float references and against
+-- torch.ao.quantization (Debian's python3-torch): observers' qparams, the
+-- PTQ pipeline's scales and outputs, dynamic quantization; bad input.
+local flow = require 'oneflow'
+local H = require 'spec.helpers'
+local R = require 'spec.quantization.torch_ref'
+
+local nn, Qz = flow.nn, flow.quantization
+
+local Net = nn.Module:subclass('QNet')
+function Net:__init()
+  nn.Module.__init(self)
+  self.quant = Qz.QuantStub()
+  self.conv1 = nn.Conv2d(2, 6, 3, {padding = 1})
+  self.bn1 = nn.BatchNorm2d(6)
+  self.relu1 = nn.ReLU()
+  self.pool = nn.MaxPool2d(2)
+  self.conv2 = nn.Conv2d(6, 4, 3, {stride = 2})
+  self.fc = nn.Linear(4 * 1 * 1 * 4, 5)
+  self.skip = Qz.FloatFunctional()
+  self.dequant = Qz.DeQuantStub()
+end
+function Net:forward(x)
+  x = self.pool(self.relu1(self.bn1(self.conv1(self.quant(x)))))
+  local y = self.conv2(x)
+  y = self.skip:add(y, y)
+  return self.dequant(self.fc(y:flatten(2)))
+end
+
+local function make_net()
+  flow.manual_seed(7)
+  local m = Net()
+  flow.no_grad(function()
+    m.bn1.running_mean:copy_(flow.randn(6) * 0.1)
+    m.bn1.running_var:copy_(flow.rand(6) + 0.5)
+    m.bn1.weight:copy_(flow.rand(6) + 0.5)
+    m.bn1.bias:copy_(flow.randn(6) * 0.1)
+  end)
+  m:eval()
+  return m
+end
+
+local minmax_qconfig = Qz.QConfig({
+  activation = Qz.MinMaxObserver:with_args({dtype = flow.quint8}),
+  weight = Qz.PerChannelMinMaxObserver:with_args({dtype = flow.qint8, qscheme = 'per_channel_symmetric'})})
+
+local function ptq(m, batches, qconfig)
+  local f = Qz.fuse_modules(m, {{'conv1', 'bn1', 'relu1'}})
+  f.qconfig = qconfig or minmax_qconfig
+  local p = Qz.prepare(f)
+  Qz.calibrate(p, batches)
+  return Qz.convert(p), p, f
+end
+
+describe('post-training static quantization', function()
+  it('fuses Conv+BN+ReLU with the same float outputs', function()
+    local m = make_net()
+    local x = flow.randn(3, 2, 10, 10)
+    local f = Qz.fuse_modules(m, {{'conv1', 'bn1', 'relu1'}})
+    H.close(f(x), m(x), 1e-5)
+    assert.are.equal('ConvReLU2d', f.conv1.__name)
+    assert.are.equal('Identity', f.bn1.__name)
+    -- the original is untouched (not inplace)
+    assert.are.equal('BatchNorm2d', m.bn1.__name)
+  end)
+
+  it('int8 model tracks the float model within a few quantization steps', function()
+    local m = make_net()
+    flow.manual_seed(1)
+    local batches = {}
+    for i = 1, 4 do batches[i] = flow.randn(8, 2, 10, 10) end
+    local q = ptq(m, batches)
+    local x = batches[1]
+    local ref, y = m(x), q(x)
+    local step = q.fc.scale
+    assert.is_true((y - ref):abs():max():item() < 4 * step + 0.02 * ref:abs():max():item())
+    assert.are.equal('QuantizedConvReLU2d', q.conv1.__name)
+    assert.are.equal('QuantizedLinear', q.fc.__name)
+    assert.are.equal('QFunctional', q.skip.__name)
+    assert.are.equal(flow.qint8, q.conv1:weight().dtype)
+    assert.are.equal('per_channel_affine', q.conv1:weight():qscheme())
+  end)
+
+  it('state dict round trip through safetensors; mismatched scales are refused', function()
+    local m = make_net()
+    local x = flow.randn(4, 2, 10, 10)
+    local q, p = ptq(m, {x})
+    local dir = H.tmpdir()
+    flow.save(q:state_dict(), dir .. '/q.safetensors')
+    local sd = flow.load(dir .. '/q.safetensors')
+    local q2 = Qz.convert(p)
+    q2.conv1._weight = nil
+    q2 = Qz.convert(p)
+    q2:load_state_dict(sd)
+    H.close(q2(x), q(x), 0)
+    -- a wrong per-channel scale count, a negative scale, a float weight
+    local bad = flow.load(dir .. '/q.safetensors')
+    local w = bad['conv1.weight']
+    bad['conv1.weight'] = flow.quantize_per_channel(w:dequantize():narrow(1, 1, 3),
+      flow.tensor({0.1, 0.1, 0.1}), flow.tensor({0, 0, 0}), 1, flow.qint8)
+    H.raises(function() q2:load_state_dict(bad) end, 'size mismatch for conv1.weight')
+    bad = flow.load(dir .. '/q.safetensors')
+    bad['fc.scale'] = flow.tensor(-1.0, {dtype = flow.float64})
+    H.raises(function() q2:load_state_dict(bad) end, 'fc.scale = -1 is not a positive finite number')
+    bad = flow.load(dir .. '/q.safetensors')
+    bad['fc.weight'] = bad['fc.weight']:dequantize()
+    H.raises(function() q2:load_state_dict(bad) end, 'fc.weight must be a quantized tensor')
+    bad = flow.load(dir .. '/q.safetensors')
+    bad['quant.zero_point'] = flow.tensor(999)
+    H.raises(function() q2:load_state_dict(bad) end, 'quant.zero_point = 999 is not an integer in [0, 255]')
+    H.remove_tmpdirs()
+  end)
+
+  it('the int8 model runs in nn.Graph and as a saved graph, equal to eager', function()
+    local m = make_net()
+    local x = flow.randn(4, 2, 10, 10)
+    local q = ptq(m, {x})
+    local G = flow.nn.Graph:subclass('Int8Graph')
+    function G:__init(mm) flow.nn.Graph.__init(self); self.mm = mm end
+    function G:build(a) return self.mm(a) end
+    local g = G(q)
+    local x2 = flow.randn(4, 2, 10, 10)
+    H.close(g(x), q(x), 0)
+    H.close(g(x2), q(x2), 0)   -- replayed: quantized_conv2d / linear / max_pool2d nodes
+    local dir = H.tmpdir()
+    g:save(dir .. '/int8.ofg')
+    H.close(flow.nn.Graph.load(dir .. '/int8.ofg')(x2), q(x2), 0)
+    H.remove_tmpdirs()
+  end)
+
+  it('bad input: no calibration batches, unsupported layers, no qconfig', function()
+    local m = make_net()
+    local f = Qz.fuse_modules(m, {{'conv1', 'bn1', 'relu1'}})
+    f.qconfig = minmax_qconfig
+    local p = Qz.prepare(f)
+    H.raises(function() Qz.calibrate(p, {}) end, 'calibrate: no batches')
+    H.raises(function() Qz.convert(p) end, 'convert: quant: the observer has seen no data')
+    -- BatchNorm left unfused has no quantized version
+    local u = make_net()
+    u.qconfig = minmax_qconfig
+    H.raises(function() Qz.prepare(u) end, 'prepare: bn1 (BatchNorm2d) has no quantized version')
+    -- ... unless it is kept float
+    u.bn1.qconfig = false
+    assert.truthy(Qz.prepare(u))
+    H.raises(function() Qz.prepare(make_net()) end, 'prepare: no qconfig set')
+    H.raises(function() Qz.fuse_modules(make_net(), {{'conv1', 'pool'}}) end,
+      'fuse_modules: no fusion for (Conv2d, MaxPool2d)')
+    local t = make_net()
+    t:train()
+    H.raises(function() Qz.fuse_modules(t, {{'conv1', 'bn1'}}) end, 'needs eval mode')
+    H.raises(function() Qz.quantize_dynamic(make_net(), {nn.LSTM}) end, 'only nn.Linear')
+  end)
+
+  it('quantize_dynamic: int8 Linear weights, float in and out', function()
+    flow.manual_seed(5)
+    local m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    local d = Qz.quantize_dynamic(m, {nn.Linear}, {dtype = flow.qint8})
+    assert.are.equal('DynamicQuantizedLinear', d[1].__name)
+    assert.are.equal('Linear', m[1].__name)
+    local x = flow.randn(10, 16)
+    local ref, y = m(x), d(x)
+    assert.are.equal(flow.float32, y.dtype)
+    assert.is_true((y - ref):abs():max():item() < 0.05 * ref:abs():max():item())
+  end)
+end)
+
+describe('against torch.ao.quantization', function()
+  it('observers, quantize_per_tensor, PTQ scales and outputs, dynamic Linear', function()
+    if not R.available() then pending('PyTorch not installed for /usr/bin/python3') return end
+    local m = make_net()
+    flow.manual_seed(2)
+    local b1, b2 = flow.randn(6, 2, 10, 10), flow.randn(6, 2, 10, 10) * 1.5 + 0.2
+    -- PyTorch 1.13's HistogramObserver truncates the histogram's range to
+    -- integers (int(min_val)); data with integral extremes compares the search
+    local v = (flow.randn(1000) * 3 + 0.7):clamp(-9, 10)
+    v[1], v[2] = -9, 10
+    local q, p = ptq(m, {b1, b2})
+    local y = q(b1)
+    -- our observers on the same data
+    local mm = Qz.MinMaxObserver({dtype = flow.quint8})
+    mm(v)
+    local sym = Qz.MinMaxObserver({dtype = flow.qint8, qscheme = 'per_tensor_symmetric'})
+    sym(v)
+    local ma = Qz.MovingAverageMinMaxObserver({averaging_constant = 0.1})
+    ma(v); ma(v * 2 - 1)
+    local pc = Qz.PerChannelMinMaxObserver({dtype = flow.qint8, qscheme = 'per_channel_symmetric'})
+    pc(m.conv1.weight)
+    local hist = Qz.HistogramObserver({reduce_range = true})
+    hist(v)
+    local sd = m:state_dict()
+    local function w(k) return R.list(sd[k]) end
+    local lin = nn.Linear(8, 3)
+    local xl = flow.randn(5, 8) * 2
+    local dyn = Qz.quantize_dynamic(lin, {nn.Linear})
+    local script = ([==[
+import torch, torch.nn as nn
+import torch.ao.quantization as tq
+torch.backends.quantized.engine = 'qnnpack' if 'fbgemm' not in torch.backends.quantized.supported_engines else 'fbgemm'
+def T(l, *shape): return torch.tensor(l, dtype=torch.float32).reshape(*shape)
+def out(k, t):
+    t = torch.as_tensor(t).flatten().tolist()
+    print(k, ' '.join(repr(float(x)) for x in t))
+v = T(%s, 1000)
+def qp(o, k):
+    s, z = o.calculate_qparams(); out(k + '_s', s); out(k + '_z', z)
+o = tq.MinMaxObserver(dtype=torch.quint8); o(v); qp(o, 'minmax')
+o = tq.MinMaxObserver(dtype=torch.qint8, qscheme=torch.per_tensor_symmetric); o(v); qp(o, 'sym')
+o = tq.MovingAverageMinMaxObserver(averaging_constant=0.1); o(v); o(v * 2 - 1); qp(o, 'ma')
+o = tq.PerChannelMinMaxObserver(dtype=torch.qint8, qscheme=torch.per_channel_symmetric)
+o(T(%s, 6, 2, 3, 3)); qp(o, 'pc')
+o = tq.HistogramObserver(reduce_range=True); o(v); qp(o, 'hist')
+q = torch.quantize_per_tensor(v, 0.0371, 17, torch.quint8); out('qpt', q.int_repr())
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant = tq.QuantStub(); self.conv1 = nn.Conv2d(2, 6, 3, padding=1); self.bn1 = nn.BatchNorm2d(6)
+        self.relu1 = nn.ReLU(); self.pool = nn.MaxPool2d(2); self.conv2 = nn.Conv2d(6, 4, 3, stride=2)
+        self.fc = nn.Linear(16, 5); self.skip = torch.ao.nn.quantized.FloatFunctional(); self.dequant = tq.DeQuantStub()
+    def forward(self, x):
+        x = self.pool(self.relu1(self.bn1(self.conv1(self.quant(x)))))
+        y = self.conv2(x); y = self.skip.add(y, y)
+        return self.dequant(self.fc(y.flatten(1)))
+m = Net()
+sd = {'conv1.weight': T(%s, 6, 2, 3, 3), 'conv1.bias': T(%s, 6), 'bn1.weight': T(%s, 6), 'bn1.bias': T(%s, 6),
+      'bn1.running_mean': T(%s, 6), 'bn1.running_var': T(%s, 6), 'conv2.weight': T(%s, 4, 6, 3, 3),
+      'conv2.bias': T(%s, 4), 'fc.weight': T(%s, 5, 16), 'fc.bias': T(%s, 5)}
+m.load_state_dict(sd, strict=False); m.eval()
+f = tq.fuse_modules(m, [['conv1', 'bn1', 'relu1']])
+f.qconfig = tq.QConfig(activation=tq.MinMaxObserver.with_args(dtype=torch.quint8),
+    weight=tq.PerChannelMinMaxObserver.with_args(dtype=torch.qint8, qscheme=torch.per_channel_symmetric))
+p = tq.prepare(f)
+b1, b2 = T(%s, 6, 2, 10, 10), T(%s, 6, 2, 10, 10)
+with torch.no_grad():
+    p(b1); p(b2)
+    qm = tq.convert(p)
+    for k in ['conv1', 'conv2', 'fc', 'skip']:
+        mod = getattr(qm, k); out(k + '_scale', mod.scale); out(k + '_zp', mod.zero_point)
+    out('quant_scale', qm.quant.scale); out('quant_zp', qm.quant.zero_point)
+    out('y', qm(b1))
+    out('w1', qm.conv1.weight().int_repr())
+    lin = nn.Linear(8, 3); lin.load_state_dict({'weight': T(%s, 3, 8), 'bias': T(%s, 3)})
+    d = tq.quantize_dynamic(nn.Sequential(lin), {nn.Linear}, dtype=torch.qint8)
+    out('dyn', d(T(%s, 5, 8)))
+print('done')
+]==]):format(R.list(v), w('conv1.weight'), w('conv1.weight'), w('conv1.bias'), w('bn1.weight'), w('bn1.bias'),
+           w('bn1.running_mean'), w('bn1.running_var'), w('conv2.weight'), w('conv2.bias'), w('fc.weight'),
+           w('fc.bias'), R.list(b1), R.list(b2), R.list(lin.weight), R.list(lin.bias), R.list(xl))
+    local t = R.run(script)
+    local function same_qp(name, o)
+      local s, z = o:calculate_qparams()
+      H.close(flow.is_tensor(s) and s or {s}, t[name .. '_s'], 1e-7, name .. ' scale')
+      H.close(flow.is_tensor(z) and z or {z}, t[name .. '_z'], 0, name .. ' zero point')
+    end
+    same_qp('minmax', mm)
+    same_qp('sym', sym)
+    same_qp('ma', ma)
+    same_qp('pc', pc)
+    same_qp('hist', hist)
+    H.close(flow.quantize_per_tensor(v, 0.0371, 17, flow.quint8):int_repr(), t.qpt, 0, 'quantize_per_tensor')
+    -- the PTQ model: the same scales and zero points, weights, outputs within one step
+    for _, k in ipairs({'conv1', 'conv2', 'fc', 'skip'}) do
+      H.close({q[k].scale}, t[k .. '_scale'], 1e-6, k .. ' scale')
+      H.close({q[k].zero_point}, t[k .. '_zp'], 0, k .. ' zero point')
+    end
+    H.close({q.quant.scale}, t.quant_scale, 1e-6)
+    H.close({q.quant.zero_point}, t.quant_zp, 0)
+    H.close(q.conv1:weight():int_repr(), t.w1, 0, 'conv1 int8 weight')
+    local ty = flow.tensor(t.y):view(y:size():totable())
+    assert.is_true((y - ty):abs():max():item() <= q.fc.scale * 1.01, 'output within one step of PyTorch')
+    local td = flow.tensor(t.dyn):view(5, 3)
+    H.close(dyn(xl), td, 0.02, 'dynamic Linear')
+    local _ = p
+  end)
+end)
