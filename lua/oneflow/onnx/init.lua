@@ -315,4 +315,13 @@ function M.export(model, example_inputs, path, opts)
   return m
 end
 
+--- flow.onnx.load(path): an ONNX model as an nn.Module (oneflow.onnx.import).
+function M.load(path, opts) return require('oneflow.onnx.import').load(path, opts) end
+
+--- flow.onnx.run(path_or_module, inputs): the outputs of one eval-mode run.
+function M.run(model, inputs) return require('oneflow.onnx.import').run(model, inputs) end
+
+--- flow.onnx.read(path): the decoded model as Lua tables (oneflow.onnx.reader).
+function M.read(path) return require('oneflow.onnx.reader').read(path) end
+
 return M

@@ -1,0 +1,1453 @@
+-- oneflow.onnx.import_ops: the op table of the ONNX importer. OPS[op_type] =
+-- function(ins, node, ctx) returning the list of outputs; ins holds the
+-- node's input values by position (nil for an omitted optional input),
+-- ctx.opset the model's ai.onnx opset. Each rule follows the ONNX
+-- operator spec (onnx/docs/Operators.md) for opsets 7 to 21: attribute
+-- defaults per opset, inputs that replaced attributes, 0-based axes and
+-- indices translated to our 1-based ones (and back for index outputs).
+local flow = require 'oneflow'
+local I = require 'oneflow.onnx.import'
+
+local F = flow.nn.functional
+local floor, huge = math.floor, math.huge
+local fail, unsupported = I.fail, I.unsupported
+
+local M = {}
+local OPS = {}
+M.OPS = OPS
+
+------------------------------------------------------------------ helpers
+local ATTR_FIELD = {'f', 'i', 's', 't', 'g', 'floats', 'ints', 'strings', 'tensors', 'graphs'}
+
+-- The value of attribute `name` of node n, or default.
+local function attr(n, name, default)
+  local a = n.attrs[name]
+  if a == nil then return default end
+  if a.ref_attr_name then unsupported('attribute %s refers to a function attribute', name) end
+  local field = ATTR_FIELD[a.type or 0]
+  if field == nil then
+    -- files without AttributeProto.type (IR < 2): the field that is set
+    for _, f in ipairs(ATTR_FIELD) do
+      local v = a[f]
+      if v ~= nil and not (type(v) == 'table' and #v == 0 and f ~= 'g') then field = f break end
+    end
+    if field == nil then return default end
+  end
+  if field == 't' then
+    a.value = a.value or I.tensor(a.t)
+    return a.value
+  elseif field == 'tensors' then
+    if not a.value then
+      a.value = {}
+      for i, t in ipairs(a.tensors) do a.value[i] = I.tensor(t) end
+    end
+    return a.value
+  end
+  return a[field]
+end
+M.attr = attr
+
+local function is_t(v) return flow.is_tensor(v) end
+
+-- Lua numbers of a tensor (flattened).
+local function vals(t)
+  if t == nil then return nil end
+  if not is_t(t) then return t end
+  if t:numel() == 0 then return {} end
+  local v = t:reshape(-1)
+  if v.dtype == flow.bool then v = v:to(flow.int64) end
+  return v:totable()
+end
+M.vals = vals
+
+-- 0-based ONNX axis a of a rank-r tensor -> 1-based positive dim.
+local function ax(a, r, what)
+  local d = a < 0 and a + r or a
+  if d < 0 or d >= math.max(r, 1) then
+    fail('axis %d out of range for a %d-d tensor%s', a, r, what and (' (' .. what .. ')') or '')
+  end
+  return d + 1
+end
+M.ax = ax
+
+local function axes_list(list, r)
+  local out = {}
+  for i, a in ipairs(list) do out[i] = ax(a, r) end
+  return out
+end
+
+local function one(fn) return function(ins, n, ctx) return {fn(ins[1], n, ctx, ins)} end end
+
+local function is_int(dt) return not dt.is_floating_point and dt ~= flow.bool end
+
+local function full_like_scalar(x, v) return flow.full({}, v, {dtype = x.dtype}) end
+
+-- a number in x's dtype, shaped [] (for where/maximum with numbers)
+local function scalar(x, v) return full_like_scalar(x, v) end
+
+------------------------------------------------------------------ elementwise
+local function unary(method)
+  return one(function(x) return x[method](x) end)
+end
+
+for onnx, m in pairs({Abs = 'abs', Acos = 'acos', Asin = 'asin', Atan = 'atan', Cos = 'cos', Sin = 'sin',
+                      Tan = 'tan', Cosh = 'cosh', Sinh = 'sinh', Tanh = 'tanh', Exp = 'exp', Log = 'log',
+                      Sqrt = 'sqrt', Ceil = 'ceil', Floor = 'floor', Sign = 'sign', Neg = 'neg',
+                      Sigmoid = 'sigmoid', Erf = 'erf', IsNaN = 'isnan', Relu = 'relu'}) do
+  OPS[onnx] = unary(m)
+end
+OPS.Round = one(function(x) return x:round() end)   -- half to even, as ONNX
+OPS.Reciprocal = one(function(x) return x:reciprocal() end)
+OPS.Acosh = one(function(x) return (x + (x * x - 1):sqrt()):log() end)
+OPS.Asinh = one(function(x) return (x + (x * x + 1):sqrt()):log() end)
+OPS.Atanh = one(function(x) return ((1 + x) / (1 - x)):log() * 0.5 end)
+OPS.Not = one(function(x) return x:logical_not() end)
+OPS.Identity = function(ins) return {ins[1]} end
+OPS.IsInf = one(function(x, n)
+  local pos, neg = attr(n, 'detect_positive', 1), attr(n, 'detect_negative', 1)
+  local r = x:isinf()
+  if pos == 0 then r = r:logical_and(x:lt(0)) end
+  if neg == 0 then r = r:logical_and(x:gt(0)) end
+  return r
+end)
+
+local function binary(fn) return function(ins) return {fn(ins[1], ins[2])} end end
+local function same_dtype(a, b)
+  if a.dtype ~= b.dtype then b = b:to(a.dtype) end
+  return a, b
+end
+
+OPS.Add = binary(function(a, b) a, b = same_dtype(a, b) return a + b end)
+OPS.Sub = binary(function(a, b) a, b = same_dtype(a, b) return a - b end)
+OPS.Mul = binary(function(a, b) a, b = same_dtype(a, b) return a * b end)
+OPS.Div = binary(function(a, b)
+  a, b = same_dtype(a, b)
+  if is_int(a.dtype) then return flow.div(a, b, {rounding_mode = 'trunc'}) end
+  return a / b
+end)
+OPS.Pow = binary(function(a, b)
+  if is_int(a.dtype) and not is_int(b.dtype) then
+    return flow.pow(a:to(flow.float64), b:to(flow.float64)):to(a.dtype)
+  end
+  if a.dtype ~= b.dtype then b = b:to(a.dtype) end
+  return flow.pow(a, b)
+end)
+OPS.Mod = function(ins, n)
+  local a, b = same_dtype(ins[1], ins[2])
+  if attr(n, 'fmod', 0) == 1 then return {flow.fmod(a, b)} end
+  if not is_int(a.dtype) then unsupported('Mod with fmod = 0 on floating point inputs') end
+  return {flow.remainder(a, b)}
+end
+OPS.Equal = binary(function(a, b) a, b = same_dtype(a, b) return a:eq(b) end)
+OPS.Greater = binary(function(a, b) a, b = same_dtype(a, b) return a:gt(b) end)
+OPS.Less = binary(function(a, b) a, b = same_dtype(a, b) return a:lt(b) end)
+OPS.GreaterOrEqual = binary(function(a, b) a, b = same_dtype(a, b) return a:ge(b) end)
+OPS.LessOrEqual = binary(function(a, b) a, b = same_dtype(a, b) return a:le(b) end)
+OPS.And = binary(function(a, b) return a:logical_and(b) end)
+OPS.Or = binary(function(a, b) return a:logical_or(b) end)
+OPS.Xor = binary(function(a, b) return a:logical_xor(b) end)
+OPS.BitwiseAnd = binary(function(a, b) return flow.bitwise_and(a, b) end)
+OPS.BitwiseOr = binary(function(a, b) return flow.bitwise_or(a, b) end)
+OPS.BitwiseXor = binary(function(a, b) return flow.bitwise_xor(a, b) end)
+OPS.BitwiseNot = one(function(x) return flow.bitwise_not(x) end)
+OPS.BitShift = function(ins, n)
+  local dir = attr(n, 'direction')
+  local a, b = ins[1], ins[2]:to(ins[1].dtype)
+  local p = flow.pow(flow.full({}, 2, {dtype = flow.int64}), b:to(flow.int64))
+  if dir == 'LEFT' then return {(a:to(flow.int64) * p):to(a.dtype)} end
+  return {flow.div(a:to(flow.int64), p, {rounding_mode = 'floor'}):to(a.dtype)}
+end
+
+local function variadic(fn)
+  return function(ins)
+    local acc = ins[1]
+    for i = 2, ins.n do
+      if ins[i] ~= nil then acc = fn(acc, ins[i]) end
+    end
+    return {acc}
+  end
+end
+OPS.Max = variadic(function(a, b) a, b = same_dtype(a, b) return flow.maximum(a, b) end)
+OPS.Min = variadic(function(a, b) a, b = same_dtype(a, b) return flow.minimum(a, b) end)
+OPS.Sum = variadic(function(a, b) return a + b end)
+OPS.Mean = function(ins)
+  local s = OPS.Sum(ins)[1]
+  local k = 0
+  for i = 1, ins.n do if ins[i] ~= nil then k = k + 1 end end
+  return {s / k}
+end
+OPS.Where = function(ins)
+  local a, b = same_dtype(ins[2], ins[3])
+  return {flow.where(ins[1]:to(flow.bool), a, b)}
+end
+
+------------------------------------------------------------------ activations
+OPS.LeakyRelu = one(function(x, n) return F.leaky_relu(x, attr(n, 'alpha', 0.01)) end)
+OPS.Elu = one(function(x, n)
+  local a = attr(n, 'alpha', 1.0)
+  return flow.where(x:gt(0), x, (x:exp() - 1) * a)
+end)
+OPS.Celu = one(function(x, n)
+  local a = attr(n, 'alpha', 1.0)
+  return flow.maximum(x, scalar(x, 0)) + flow.minimum(scalar(x, 0), ((x / a):exp() - 1) * a)
+end)
+OPS.Selu = one(function(x, n)
+  local a, g = attr(n, 'alpha', 1.67326319217681884765625), attr(n, 'gamma', 1.05070102214813232421875)
+  return flow.where(x:gt(0), x * g, (x:exp() - 1) * (a * g))
+end)
+OPS.ThresholdedRelu = one(function(x, n)
+  return flow.where(x:gt(attr(n, 'alpha', 1.0)), x, scalar(x, 0))
+end)
+OPS.HardSigmoid = one(function(x, n)
+  return (x * attr(n, 'alpha', 0.2) + attr(n, 'beta', 0.5)):clamp(0, 1)
+end)
+OPS.HardSwish = one(function(x) return x * (x / 6 + 0.5):clamp(0, 1) end)
+OPS.Softplus = one(function(x)
+  -- log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|))
+  return flow.maximum(x, scalar(x, 0)) + ((-x:abs()):exp() + 1):log()
+end)
+OPS.Softsign = one(function(x) return x / (x:abs() + 1) end)
+OPS.Mish = one(function(x) return x * OPS.Softplus({x})[1]:tanh() end)
+OPS.Gelu = one(function(x, n)
+  local approx = attr(n, 'approximate', 'none')
+  if approx == 'tanh' then
+    return x * 0.5 * ((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)):tanh():add(1)
+  end
+  return x * 0.5 * ((x * (1 / math.sqrt(2))):erf() + 1)
+end)
+OPS.PRelu = binary(function(x, slope)
+  slope = slope:to(x.dtype)
+  return flow.where(x:lt(0), x * slope, x)
+end)
+OPS.Shrink = one(function(x, n)
+  local bias, lambd = attr(n, 'bias', 0), attr(n, 'lambd', 0.5)
+  return flow.where(x:lt(-lambd), x + bias, flow.where(x:gt(lambd), x - bias, scalar(x, 0)))
+end)
+OPS.Clip = function(ins, n, ctx)
+  local x, lo, hi = ins[1], ins[2], ins[3]
+  if ctx.opset < 11 then
+    lo, hi = attr(n, 'min', -huge), attr(n, 'max', huge)
+    return {x:clamp(lo, hi)}
+  end
+  local r = x
+  if lo ~= nil then r = flow.maximum(r, lo:to(x.dtype)) end
+  if hi ~= nil then r = flow.minimum(r, hi:to(x.dtype)) end
+  return {r}
+end
+
+-- softmax family: opset < 13 flattens to 2-D at axis (default 1)
+local function softmax_like(fn)
+  return function(ins, n, ctx)
+    local x = ins[1]
+    local r = x:dim()
+    if ctx.opset < 13 then
+      local a = ax(attr(n, 'axis', 1), r)
+      local shape = x:size():totable()
+      local outer = 1
+      for i = 1, a - 1 do outer = outer * shape[i] end
+      local y = fn(x:reshape(outer, -1), 2)
+      return {y:reshape(shape)}
+    end
+    return {fn(x, ax(attr(n, 'axis', -1), r))}
+  end
+end
+OPS.Softmax = softmax_like(function(x, d) return F.softmax(x, d) end)
+OPS.LogSoftmax = softmax_like(function(x, d) return F.log_softmax(x, d) end)
+OPS.Hardmax = softmax_like(function(x, d)
+  local idx = x:argmax(d, {keepdim = true})
+  return flow.zeros_like(x):scatter(d, idx, 1)
+end)
+
+------------------------------------------------------------------ casts, constants
+local function onnx_dtype(code, what) return I.dtype(code, what) end
+
+OPS.Cast = one(function(x, n)
+  local to = onnx_dtype(attr(n, 'to'), 'Cast to')
+  if x.dtype == flow.bool and to == flow.bool then return x end
+  if to == flow.bool then return x:ne(0) end
+  if x.dtype.is_floating_point and is_int(to) then
+    -- C truncation of NaN/inf is undefined: ONNX leaves those undefined too
+    return x:trunc():to(to)
+  end
+  return x:to(to)
+end)
+OPS.CastLike = function(ins, n)
+  local c = {attrs = {to = {type = 2, i = I.onnx_type(ins[2].dtype)}}}
+  local _ = n
+  return OPS.Cast({ins[1]}, c)
+end
+
+OPS.Constant = function(_, n)
+  local v = attr(n, 'value')
+  if v then return {v} end
+  if n.attrs.value_float then return {flow.tensor(attr(n, 'value_float'), {dtype = flow.float32})} end
+  if n.attrs.value_floats then return {flow.tensor(attr(n, 'value_floats'), {dtype = flow.float32})} end
+  if n.attrs.value_int then return {flow.tensor(attr(n, 'value_int'), {dtype = flow.int64})} end
+  if n.attrs.value_ints then return {flow.tensor(attr(n, 'value_ints'), {dtype = flow.int64})} end
+  if n.attrs.value_string or n.attrs.value_strings then unsupported('string constants') end
+  if n.attrs.sparse_value then unsupported('sparse constants') end
+  fail('Constant without a value')
+end
+
+OPS.ConstantOfShape = function(ins, n)
+  local shape = vals(ins[1])
+  local v = attr(n, 'value')
+  local dt, fill = flow.float32, 0
+  if v then dt, fill = v.dtype, v:reshape(-1)[1]:item() end
+  if dt == flow.bool then fill = fill and 1 or 0 end
+  return {flow.full(shape, fill, {dtype = dt})}
+end
+
+OPS.Shape = function(ins, n, ctx)
+  local shape = ins[1]:size():totable()
+  local r = #shape
+  local s, e = 0, r
+  if ctx.opset >= 15 then
+    s, e = attr(n, 'start', 0), attr(n, 'end', r)
+    if s < 0 then s = s + r end
+    if e < 0 then e = e + r end
+    s, e = math.max(0, math.min(s, r)), math.max(0, math.min(e, r))
+  end
+  local out = {}
+  for i = s + 1, e do out[#out + 1] = shape[i] end
+  if #out == 0 then return {flow.zeros(0, {dtype = flow.int64})} end
+  return {flow.tensor(out, {dtype = flow.int64})}
+end
+OPS.Size = one(function(x) return flow.tensor(x:numel(), {dtype = flow.int64}) end)
+
+OPS.Range = function(ins)
+  local s, l, d = ins[1]:item(), ins[2]:item(), ins[3]:item()
+  local count = math.max(math.ceil((l - s) / d), 0)
+  if count == 0 then return {flow.zeros(0, {dtype = ins[1].dtype})} end
+  return {(flow.arange(0, count, {dtype = flow.float64}) * d + s):to(ins[1].dtype)}
+end
+
+OPS.EyeLike = one(function(x, n)
+  local dt = n.attrs.dtype and onnx_dtype(attr(n, 'dtype')) or x.dtype
+  local k = attr(n, 'k', 0)
+  local r, c = x:size(1), x:size(2)
+  local i = flow.arange(0, r, {dtype = flow.int64}):reshape(r, 1)
+  local j = flow.arange(0, c, {dtype = flow.int64}):reshape(1, c)
+  return (j - i):eq(k):to(dt)
+end)
+
+------------------------------------------------------------------ shapes
+OPS.Reshape = function(ins, n, ctx)
+  local x = ins[1]
+  local shape
+  if ctx.opset < 5 then shape = attr(n, 'shape') else shape = vals(ins[2]) end
+  local allowzero = attr(n, 'allowzero', 0)
+  local src = x:size():totable()
+  local out = {}
+  for i, d in ipairs(shape) do
+    if d == 0 and allowzero == 0 then out[i] = src[i] else out[i] = d end
+  end
+  return {x:reshape(out)}
+end
+OPS.Flatten = one(function(x, n)
+  local r = x:dim()
+  local a = attr(n, 'axis', 1)
+  if a < 0 then a = a + r end
+  local shape = x:size():totable()
+  local outer = 1
+  for i = 1, a do outer = outer * shape[i] end
+  local inner = 1
+  for i = a + 1, r do inner = inner * shape[i] end
+  return x:reshape(outer, inner)
+end)
+OPS.Squeeze = function(ins, n, ctx)
+  local x = ins[1]
+  local axes = ctx.opset >= 13 and vals(ins[2]) or attr(n, 'axes')
+  local shape = x:size():totable()
+  local drop = {}
+  if axes == nil then
+    for i, d in ipairs(shape) do if d == 1 then drop[i] = true end end
+  else
+    for _, a in ipairs(axes) do
+      local d = ax(a, #shape)
+      if shape[d] ~= 1 then fail('Squeeze: dim %d has size %d, not 1', a, shape[d]) end
+      drop[d] = true
+    end
+  end
+  local out = {}
+  for i, d in ipairs(shape) do if not drop[i] then out[#out + 1] = d end end
+  return {x:reshape(out)}
+end
+OPS.Unsqueeze = function(ins, n, ctx)
+  local x = ins[1]
+  local axes = ctx.opset >= 13 and vals(ins[2]) or attr(n, 'axes')
+  local shape = x:size():totable()
+  local r = #shape + #axes
+  local ins_at = {}
+  for _, a in ipairs(axes) do ins_at[ax(a, r)] = true end
+  local out, k = {}, 1
+  for i = 1, r do
+    if ins_at[i] then out[i] = 1 else out[i] = shape[k]; k = k + 1 end
+  end
+  return {x:reshape(out)}
+end
+OPS.Transpose = one(function(x, n)
+  local r = x:dim()
+  local perm = attr(n, 'perm')
+  local p = {}
+  if perm == nil then
+    for i = 1, r do p[i] = r - i + 1 end
+  else
+    for i, v in ipairs(perm) do p[i] = ax(v, r) end
+  end
+  if r == 0 then return x end
+  return x:permute(p):contiguous()
+end)
+OPS.Concat = function(ins, n)
+  local list = {}
+  for i = 1, ins.n do if ins[i] ~= nil then list[#list + 1] = ins[i] end end
+  local r = list[1]:dim()
+  return {flow.cat(list, ax(attr(n, 'axis', 0), r))}
+end
+OPS.Split = function(ins, n, ctx)
+  local x = ins[1]
+  local d = ax(attr(n, 'axis', 0), x:dim())
+  local sizes
+  if ctx.opset >= 13 then sizes = vals(ins[2]) else sizes = attr(n, 'split') end
+  local total = x:size(d)
+  if sizes == nil or #sizes == 0 then
+    local k = attr(n, 'num_outputs') or #n.outputs
+    local chunk = math.ceil(total / k)
+    sizes = {}
+    local left = total
+    for i = 1, k do
+      sizes[i] = math.min(chunk, left)
+      left = left - sizes[i]
+    end
+  end
+  local out, start = {}, 1
+  for i, s in ipairs(sizes) do
+    out[i] = x:narrow(d, start, s)
+    start = start + s
+  end
+  return out
+end
+OPS.Tile = binary(function(x, reps) return x:tile(vals(reps)) end)
+OPS.Expand = binary(function(x, shape)
+  shape = vals(shape)
+  local src = x:size():totable()
+  local r = math.max(#shape, #src)
+  local out = {}
+  for i = 1, r do
+    local a = src[i - (r - #src)] or 1
+    local b = shape[i - (r - #shape)] or 1
+    if a ~= 1 and b ~= 1 and a ~= b then fail('Expand: shape %d vs %d at dim %d', a, b, i) end
+    out[i] = a == 1 and b or a
+  end
+  return x:reshape(r == #src and src or (function()
+    local s = {}
+    for i = 1, r - #src do s[i] = 1 end
+    for i = 1, #src do s[#s + 1] = src[i] end
+    return s
+  end)()):expand(out):contiguous()
+end)
+
+-- Slice: clamps starts/ends as numpy does, steps may be negative
+local function slice(x, starts, ends, axes, steps)
+  local r = x:dim()
+  local shape = x:size():totable()
+  local y = x
+  for i = 1, #starts do
+    local d = ax(axes and axes[i] or (i - 1), r)
+    local dim = shape[d]
+    local step = steps and steps[i] or 1
+    if step == 0 then fail('Slice: step 0') end
+    local s, e = starts[i], ends[i]
+    if s < 0 then s = s + dim end
+    if e < 0 then e = e + dim end
+    if step > 0 then
+      s = math.max(0, math.min(s, dim))
+      e = math.max(0, math.min(e, dim))
+    else
+      s = math.max(-1, math.min(s, dim - 1))
+      e = math.max(-1, math.min(e, dim - 1))
+    end
+    local idx = {}
+    if step > 0 then
+      for k = s, e - 1, step do idx[#idx + 1] = k + 1 end
+    else
+      for k = s, e + 1, step do idx[#idx + 1] = k + 1 end
+    end
+    if #idx == 0 then
+      local sh = y:size():totable()
+      sh[d] = 0
+      y = flow.empty(sh, {dtype = y.dtype})
+    elseif step == 1 then
+      y = y:narrow(d, idx[1], #idx)
+    else
+      y = y:index_select(d, flow.tensor(idx, {dtype = flow.int64}))
+    end
+  end
+  return y:contiguous()
+end
+OPS.Slice = function(ins, n, ctx)
+  if ctx.opset < 10 then
+    return {slice(ins[1], attr(n, 'starts'), attr(n, 'ends'), attr(n, 'axes'))}
+  end
+  return {slice(ins[1], vals(ins[2]), vals(ins[3]), vals(ins[4]), vals(ins[5]))}
+end
+
+------------------------------------------------------------------ indexing
+-- 0-based ONNX indices (negative from the end) of a dim of size `size` -> 1-based int64
+local function index1(idx, size)
+  idx = idx:to(flow.int64)
+  return flow.where(idx:lt(0), idx + (size + 1), idx + 1)
+end
+
+OPS.Gather = function(ins, n)
+  local x, idx = ins[1], ins[2]
+  local d = ax(attr(n, 'axis', 0), x:dim())
+  local i1 = index1(idx, x:size(d))
+  local ishape = idx:size():totable()
+  local flat = x:index_select(d, i1:reshape(-1))
+  local shape = x:size():totable()
+  local out = {}
+  for i = 1, d - 1 do out[#out + 1] = shape[i] end
+  for _, s in ipairs(ishape) do out[#out + 1] = s end
+  for i = d + 1, #shape do out[#out + 1] = shape[i] end
+  return {flat:reshape(out)}
+end
+OPS.GatherElements = function(ins, n)
+  local x, idx = ins[1], ins[2]
+  local d = ax(attr(n, 'axis', 0), x:dim())
+  return {x:gather(d, index1(idx, x:size(d)))}
+end
+local function scatter_elements(x, d, idx, upd, reduction)
+  idx = index1(idx, x:size(d))
+  if reduction == nil or reduction == 'none' then return x:scatter(d, idx, upd) end
+  if reduction == 'add' then return x:scatter_add(d, idx, upd) end
+  return x:scatter(d, idx, upd, {reduce = reduction == 'mul' and 'multiply' or reduction})
+end
+OPS.ScatterElements = function(ins, n)
+  local x = ins[1]
+  return {scatter_elements(x, ax(attr(n, 'axis', 0), x:dim()), ins[2], ins[3]:to(x.dtype),
+                           attr(n, 'reduction', 'none'))}
+end
+OPS.Scatter = OPS.ScatterElements
+
+-- GatherND / ScatterND through flat indices over the first k dims
+local function flat_index(shape, idx, batch)
+  -- idx [..., k] 0-based -> flat positions into the product of dims batch+1 .. batch+k
+  local k = idx:size(idx:dim())
+  local lin = nil
+  for j = 1, k do
+    local size = shape[batch + j]
+    local c = idx:select(idx:dim(), j):to(flow.int64)
+    c = flow.where(c:lt(0), c + size, c)
+    lin = lin and (lin * size + c) or c
+  end
+  return lin, k
+end
+OPS.GatherND = function(ins, n)
+  local x, idx = ins[1], ins[2]
+  local b = attr(n, 'batch_dims', 0)
+  local shape = x:size():totable()
+  local lin, k = flat_index(shape, idx, b)
+  local bsz = 1
+  for i = 1, b do bsz = bsz * shape[i] end
+  local mid = 1
+  for i = b + 1, b + k do mid = mid * shape[i] end
+  local rest = {}
+  for i = b + k + 1, #shape do rest[#rest + 1] = shape[i] end
+  local xf = x:reshape(bsz, mid, -1)
+  local l = lin:reshape(bsz, -1)
+  local g = xf:gather(2, (l + 1):unsqueeze(3):expand(bsz, l:size(2), xf:size(3)))
+  local out = idx:size():totable()
+  out[#out] = nil
+  for _, s in ipairs(rest) do out[#out + 1] = s end
+  return {g:reshape(out)}
+end
+OPS.ScatterND = function(ins, n)
+  local x, idx, upd = ins[1], ins[2], ins[3]:to(ins[1].dtype)
+  local shape = x:size():totable()
+  local lin, k = flat_index(shape, idx, 0)
+  local mid = 1
+  for i = 1, k do mid = mid * shape[i] end
+  local xf = x:reshape(mid, -1):clone()
+  local l = (lin:reshape(-1) + 1)
+  local u = upd:reshape(l:size(1), -1)
+  local red = attr(n, 'reduction', 'none')
+  local li = l:unsqueeze(2):expand(l:size(1), xf:size(2))
+  local r
+  if red == 'none' then r = xf:scatter(1, li, u)
+  elseif red == 'add' then r = xf:scatter_add(1, li, u)
+  else
+    -- duplicates combine in order: apply one update row at a time
+    r = xf
+    local lv = vals(l)
+    for i, p in ipairs(lv) do
+      local row = r:narrow(1, p, 1)
+      local v = u:narrow(1, i, 1)
+      local nv
+      if red == 'mul' then nv = row * v elseif red == 'max' then nv = flow.maximum(row, v)
+      else nv = flow.minimum(row, v) end
+      r = flow.cat({r:narrow(1, 1, p - 1), nv, r:narrow(1, p + 1, r:size(1) - p)}, 1)
+    end
+  end
+  return {r:reshape(shape)}
+end
+
+OPS.OneHot = function(ins, n)
+  local idx, depth, values = ins[1], ins[2]:reshape(-1)[1]:item(), ins[3]
+  local r = idx:dim() + 1
+  local a = ax(attr(n, 'axis', -1), r)
+  depth = floor(depth)
+  local i = idx:to(flow.int64)
+  i = flow.where(i:lt(0), i + depth, i)
+  local shape = {}
+  for k = 1, r do shape[k] = 1 end
+  shape[a] = depth
+  local range = flow.arange(0, depth, {dtype = flow.int64}):reshape(shape)
+  local hot = i:unsqueeze(a):eq(range)
+  local off, on = values:reshape(-1)[1], values:reshape(-1)[2]
+  return {flow.where(hot, on, off)}
+end
+
+OPS.NonZero = one(function(x)
+  local nz = x:ne(0):nonzero()   -- [N, r], 1-based
+  if nz:numel() == 0 then return flow.zeros(x:dim(), 0, {dtype = flow.int64}) end
+  return (nz - 1):t():contiguous()
+end)
+
+OPS.Compress = function(ins, n)
+  local x, cond = ins[1], vals(ins[2])
+  local a = attr(n, 'axis')
+  if a == nil then x, a = x:reshape(-1), 0 end
+  local d = ax(a, x:dim())
+  local idx = {}
+  for i = 1, math.min(#cond, x:size(d)) do
+    if cond[i] ~= 0 and cond[i] ~= false then idx[#idx + 1] = i end
+  end
+  if #idx == 0 then
+    local sh = x:size():totable()
+    sh[d] = 0
+    return {flow.empty(sh, {dtype = x.dtype})}
+  end
+  return {x:index_select(d, flow.tensor(idx, {dtype = flow.int64}))}
+end
+
+OPS.Trilu = function(ins, n)
+  local x = ins[1]
+  local k = ins[2] and ins[2]:item() or 0
+  if attr(n, 'upper', 1) == 1 then return {x:triu(k)} end
+  return {x:tril(k)}
+end
+
+OPS.CumSum = function(ins, n)
+  local x = ins[1]
+  local d = ax(ins[2]:reshape(-1)[1]:item(), x:dim())
+  local y = x
+  if attr(n, 'reverse', 0) == 1 then y = y:flip(d) end
+  local c = y:cumsum(d)
+  if attr(n, 'exclusive', 0) == 1 then c = c - y end
+  if attr(n, 'reverse', 0) == 1 then c = c:flip(d) end
+  return {c}
+end
+
+------------------------------------------------------------------ reductions
+local function reduce_axes(ins, n, ctx, since)
+  local x = ins[1]
+  local axes
+  if ctx.opset >= since then axes = vals(ins[2]) else axes = attr(n, 'axes') end
+  if axes == nil or #axes == 0 then
+    if attr(n, 'noop_with_empty_axes', 0) == 1 then return nil end
+    axes = {}
+    for i = 0, x:dim() - 1 do axes[#axes + 1] = i end
+  end
+  return axes_list(axes, x:dim())
+end
+
+local function reducer(fn, since, pre)
+  return function(ins, n, ctx)
+    local x = ins[1]
+    local dims = reduce_axes(ins, n, ctx, since or 18)
+    local keep = attr(n, 'keepdims', 1) == 1
+    if pre then x = pre(x) end
+    if dims == nil then return {x} end
+    if x:dim() == 0 then return {fn(x:reshape(1), {1}, false)} end
+    return {fn(x, dims, keep)}
+  end
+end
+
+local function sum(x, d, k) return x:sum(d, {keepdim = k}) end
+OPS.ReduceSum = reducer(sum, 13)
+OPS.ReduceMean = reducer(function(x, d, k) return x:mean(d, {keepdim = k}) end)
+OPS.ReduceMax = reducer(function(x, d, k)
+  if x:numel() == 0 then unsupported('ReduceMax over an empty set') end
+  if x.dtype == flow.bool then return x:any(d, {keepdim = k}) end
+  return x:amax(d, {keepdim = k})
+end)
+OPS.ReduceMin = reducer(function(x, d, k)
+  if x:numel() == 0 then unsupported('ReduceMin over an empty set') end
+  if x.dtype == flow.bool then return x:all(d, {keepdim = k}) end
+  return x:amin(d, {keepdim = k})
+end)
+OPS.ReduceProd = reducer(function(x, d, k)
+  local y = x
+  table.sort(d, function(a, b) return a > b end)
+  for _, di in ipairs(d) do y = y:prod(di, {keepdim = true}) end
+  if not k then
+    local shape, drop, out = y:size():totable(), {}, {}
+    for _, di in ipairs(d) do drop[di] = true end
+    for i, s in ipairs(shape) do if not drop[i] then out[#out + 1] = s end end
+    y = y:reshape(out)
+  end
+  return y
+end)
+OPS.ReduceL1 = reducer(sum, 18, function(x) return x:abs() end)
+OPS.ReduceL2 = reducer(function(x, d, k) return x:sum(d, {keepdim = k}):sqrt() end, 18,
+                       function(x) return x * x end)
+OPS.ReduceSumSquare = reducer(sum, 18, function(x) return x * x end)
+OPS.ReduceLogSum = reducer(function(x, d, k) return x:sum(d, {keepdim = k}):log() end)
+OPS.ReduceLogSumExp = reducer(function(x, d, k)
+  local m = x:amax(d, {keepdim = true})
+  m = flow.where(m:isinf(), flow.zeros_like(m), m)
+  local s = (x - m):exp():sum(d, {keepdim = true}):log() + m
+  if not k then
+    local shape, drop, out = s:size():totable(), {}, {}
+    for _, di in ipairs(d) do drop[di] = true end
+    for i, v in ipairs(shape) do if not drop[i] then out[#out + 1] = v end end
+    s = s:reshape(out)
+  end
+  return s
+end)
+
+local function arg_reduce(method)
+  return function(ins, n)
+    local x = ins[1]
+    local d = ax(attr(n, 'axis', 0), x:dim())
+    local keep = attr(n, 'keepdims', 1) == 1
+    local last = attr(n, 'select_last_index', 0) == 1
+    local y = last and x:flip(d) or x
+    local i = y[method](y, d, {keepdim = keep}) - 1
+    if last then i = (x:size(d) - 1) - i end
+    return {i:to(flow.int64)}
+  end
+end
+OPS.ArgMax = arg_reduce('argmax')
+OPS.ArgMin = arg_reduce('argmin')
+
+OPS.TopK = function(ins, n, ctx)
+  local x = ins[1]
+  local k = ctx.opset >= 10 and ins[2]:reshape(-1)[1]:item() or attr(n, 'k')
+  local d = ax(attr(n, 'axis', -1), x:dim())
+  local largest = attr(n, 'largest', 1) == 1
+  -- stable order for equal values: ONNX wants the lower index first
+  local v, i = x:topk(k, d, {largest = largest, sorted = true})
+  return {v, (i - 1):to(flow.int64)}
+end
+
+------------------------------------------------------------------ linear algebra
+OPS.MatMul = binary(function(a, b) return flow.matmul(a, b) end)
+OPS.Gemm = function(ins, n)
+  local a, b, c = ins[1], ins[2], ins[3]
+  if attr(n, 'transA', 0) == 1 then a = a:t() end
+  if attr(n, 'transB', 0) == 1 then b = b:t() end
+  local y = flow.matmul(a, b)
+  local alpha, beta = attr(n, 'alpha', 1.0), attr(n, 'beta', 1.0)
+  if alpha ~= 1 then y = y * alpha end
+  if c ~= nil and beta ~= 0 then
+    y = y + (beta == 1 and c or c * beta)
+  end
+  return {y}
+end
+OPS.Einsum = function(ins, n)
+  local list = {}
+  for i = 1, ins.n do list[i] = ins[i] end
+  return {flow.einsum(attr(n, 'equation'):gsub(' ', ''), unpack(list))}
+end
+OPS.Det = one(function(x) return flow.linalg.det(x) end)
+
+------------------------------------------------------------------ conv, pool
+-- pads for auto_pad SAME_UPPER / SAME_LOWER / VALID / NOTSET
+local function auto_pads(n, in_sp, k, s, d, transpose)
+  local mode = attr(n, 'auto_pad', 'NOTSET')
+  local nsp = #in_sp
+  local pads = attr(n, 'pads')
+  if mode == 'NOTSET' or mode == '' then
+    if pads == nil then
+      pads = {}
+      for i = 1, 2 * nsp do pads[i] = 0 end
+    end
+    return pads
+  end
+  pads = {}
+  for i = 1, nsp do
+    local total = 0
+    if mode ~= 'VALID' then
+      local out = math.ceil(in_sp[i] / s[i])
+      local ek = (k[i] - 1) * d[i] + 1
+      if transpose then
+        total = math.max(0, s[i] * (in_sp[i] - 1) + ek - in_sp[i] * s[i])
+      else
+        total = math.max(0, (out - 1) * s[i] + ek - in_sp[i])
+      end
+    end
+    local small, big = floor(total / 2), total - floor(total / 2)
+    if mode == 'SAME_LOWER' then pads[i], pads[i + nsp] = big, small
+    else pads[i], pads[i + nsp] = small, big end
+  end
+  return pads
+end
+
+local function ones(k, v) local t = {} for i = 1, k do t[i] = v or 1 end return t end
+
+-- splits pads into symmetric padding plus an explicit F.pad for the rest
+local function pad_input(x, pads, nsp, value)
+  local sym, extra, need = {}, {}, false
+  for i = 1, nsp do
+    local a, b = pads[i], pads[i + nsp]
+    local m = math.min(a, b)
+    sym[i] = m
+    extra[i] = {a - m, b - m}
+    if a ~= b then need = true end
+  end
+  if need then
+    local p = {}
+    for i = nsp, 1, -1 do p[#p + 1] = extra[i][1]; p[#p + 1] = extra[i][2] end
+    x = F.pad(x, p, {mode = 'constant', value = value or 0})
+  end
+  return x, sym
+end
+
+local function spatial(x) local s = x:size():totable() local o = {} for i = 3, #s do o[#o + 1] = s[i] end return o end
+
+OPS.Conv = function(ins, n)
+  local x, w, b = ins[1], ins[2], ins[3]
+  local nsp = x:dim() - 2
+  if nsp < 1 or nsp > 3 then unsupported('Conv on a %d-d input', x:dim()) end
+  local wk = w:size():totable()
+  local k = attr(n, 'kernel_shape') or {unpack(wk, 3)}
+  local s = attr(n, 'strides') or ones(nsp)
+  local d = attr(n, 'dilations') or ones(nsp)
+  local pads = auto_pads(n, spatial(x), k, s, d)
+  local sym
+  x, sym = pad_input(x, pads, nsp)
+  local fn = F['conv' .. nsp .. 'd']
+  return {fn(x, w, b, s, sym, d, attr(n, 'group', 1))}
+end
+
+OPS.ConvTranspose = function(ins, n)
+  local x, w, b = ins[1], ins[2], ins[3]
+  local nsp = x:dim() - 2
+  local wk = w:size():totable()
+  local k = attr(n, 'kernel_shape') or {unpack(wk, 3)}
+  local s = attr(n, 'strides') or ones(nsp)
+  local d = attr(n, 'dilations') or ones(nsp)
+  local group = attr(n, 'group', 1)
+  local op = attr(n, 'output_padding') or ones(nsp, 0)
+  local in_sp = spatial(x)
+  local pads = attr(n, 'pads')
+  local out_shape = attr(n, 'output_shape')
+  local mode = attr(n, 'auto_pad', 'NOTSET')
+  if out_shape then
+    pads = {}
+    for i = 1, nsp do
+      local total = s[i] * (in_sp[i] - 1) + op[i] + ((k[i] - 1) * d[i] + 1) - out_shape[i]
+      total = math.max(total, 0)
+      if mode == 'SAME_UPPER' then pads[i], pads[i + nsp] = floor(total / 2), total - floor(total / 2)
+      else pads[i], pads[i + nsp] = total - floor(total / 2), floor(total / 2) end
+    end
+  elseif mode == 'SAME_UPPER' or mode == 'SAME_LOWER' then
+    pads = {}
+    for i = 1, nsp do
+      local total = math.max(0, s[i] * (in_sp[i] - 1) + op[i] + ((k[i] - 1) * d[i] + 1) - in_sp[i] * s[i])
+      if mode == 'SAME_UPPER' then pads[i], pads[i + nsp] = floor(total / 2), total - floor(total / 2)
+      else pads[i], pads[i + nsp] = total - floor(total / 2), floor(total / 2) end
+    end
+  end
+  pads = pads or ones(2 * nsp, 0)
+  -- asymmetric pads: transpose with the smaller side, then crop the rest
+  local sym, crop, need = {}, {}, false
+  for i = 1, nsp do
+    sym[i] = math.min(pads[i], pads[i + nsp])
+    crop[i] = {pads[i] - sym[i], pads[i + nsp] - sym[i]}
+    if pads[i] ~= pads[i + nsp] then need = true end
+  end
+  local fn = F['conv_transpose' .. nsp .. 'd']
+  local y = fn(x, w, b, s, sym, op, group, d)
+  if need then
+    for i = 1, nsp do
+      local dim = i + 2
+      local size = y:size(dim)
+      y = y:narrow(dim, crop[i][1] + 1, size - crop[i][1] - crop[i][2])
+    end
+    y = y:contiguous()
+  end
+  return {y}
+end
+
+local function pool(kind)
+  return function(ins, n)
+    local x = ins[1]
+    local nsp = x:dim() - 2
+    if nsp < 1 or nsp > 3 then unsupported('%s on a %d-d input', n.op_type, x:dim()) end
+    local k = attr(n, 'kernel_shape')
+    local s = attr(n, 'strides') or ones(nsp)
+    local d = attr(n, 'dilations') or ones(nsp)
+    local ceil = attr(n, 'ceil_mode', 0) == 1
+    local pads = auto_pads(n, spatial(x), k, s, d)
+    if kind == 'max' then
+      if #n.outputs > 1 and n.outputs[2] ~= '' then
+        if attr(n, 'storage_order', 0) ~= 0 then unsupported('MaxPool indices with storage_order = 1') end
+      end
+      local xp, sym = pad_input(x, pads, nsp, -huge)
+      local y, idx = F['max_pool' .. nsp .. 'd'](xp, k, s, sym, d, ceil, true)
+      local out = {y}
+      if #n.outputs > 1 and n.outputs[2] ~= '' then
+        local same = true
+        for i = 1, 2 * nsp do if pads[i] ~= 0 then same = false end end
+        if not same then unsupported('MaxPool indices with padding') end
+        -- our indices: 1-based within each plane; ONNX: flat over the whole tensor
+        local plane = 1
+        for _, v in ipairs(spatial(x)) do plane = plane * v end
+        local nc = x:size(1) * x:size(2)
+        local base = (flow.arange(0, nc, {dtype = flow.int64}) * plane):reshape(x:size(1), x:size(2),
+                                                                           unpack(ones(nsp)))
+        out[2] = idx:to(flow.int64) - 1 + base
+      end
+      return out
+    end
+    local include = attr(n, 'count_include_pad', 0) == 1
+    for i = 1, nsp do if d[i] ~= 1 then unsupported('AveragePool with dilations') end end
+    local sym_ok = true
+    for i = 1, nsp do if pads[i] ~= pads[i + nsp] or pads[i] * 2 > k[i] then sym_ok = false end end
+    if sym_ok then
+      local sym = {}
+      for i = 1, nsp do sym[i] = pads[i] end
+      return {F['avg_pool' .. nsp .. 'd'](x, k, s, sym, ceil, include)}
+    end
+    -- asymmetric pads: sum pool over the zero-padded input, divided by the count
+    local p = {}
+    for i = nsp, 1, -1 do p[#p + 1] = pads[i]; p[#p + 1] = pads[i + nsp] end
+    local xp = F.pad(x, p, {mode = 'constant', value = 0})
+    local area = 1
+    for i = 1, nsp do area = area * k[i] end
+    local total = F['avg_pool' .. nsp .. 'd'](xp, k, s, ones(nsp, 0), ceil, true) * area
+    if include then return {total / area} end
+    local ones_in = F.pad(flow.ones_like(x), p, {mode = 'constant', value = 0})
+    local cnt = F['avg_pool' .. nsp .. 'd'](ones_in, k, s, ones(nsp, 0), ceil, true) * area
+    return {total / cnt}
+  end
+end
+OPS.MaxPool = pool('max')
+OPS.AveragePool = pool('avg')
+OPS.GlobalAveragePool = one(function(x)
+  local dims = {}
+  for i = 3, x:dim() do dims[#dims + 1] = i end
+  return x:mean(dims, {keepdim = true})
+end)
+OPS.GlobalMaxPool = one(function(x)
+  local dims = {}
+  for i = 3, x:dim() do dims[#dims + 1] = i end
+  return x:amax(dims, {keepdim = true})
+end)
+
+------------------------------------------------------------------ normalization
+local function bshape(x, v)
+  local shape = ones(x:dim())
+  shape[2] = v:numel()
+  return v:reshape(shape)
+end
+
+OPS.BatchNormalization = function(ins, n)
+  local x, scale, bias, mean, var = ins[1], ins[2], ins[3], ins[4], ins[5]
+  local eps = attr(n, 'epsilon', 1e-5)
+  local training = attr(n, 'training_mode', 0) == 1
+  if training then
+    local dims = {1}
+    for i = 3, x:dim() do dims[#dims + 1] = i end
+    local bm = x:mean(dims)
+    local bv = ((x - bshape(x, bm)) ^ 2):mean(dims)
+    local mom = attr(n, 'momentum', 0.9)
+    local y = (x - bshape(x, bm)) / (bshape(x, bv) + eps):sqrt() * bshape(x, scale) + bshape(x, bias)
+    return {y, mean * mom + bm * (1 - mom), var * mom + bv * (1 - mom)}
+  end
+  local y = (x - bshape(x, mean)) / (bshape(x, var) + eps):sqrt() * bshape(x, scale) + bshape(x, bias)
+  return {y}
+end
+OPS.InstanceNormalization = function(ins, n)
+  local x, scale, bias = ins[1], ins[2], ins[3]
+  local eps = attr(n, 'epsilon', 1e-5)
+  local dims = {}
+  for i = 3, x:dim() do dims[#dims + 1] = i end
+  local m = x:mean(dims, {keepdim = true})
+  local v = ((x - m) ^ 2):mean(dims, {keepdim = true})
+  return {(x - m) / (v + eps):sqrt() * bshape(x, scale) + bshape(x, bias)}
+end
+OPS.LayerNormalization = function(ins, n)
+  local x, scale, bias = ins[1], ins[2], ins[3]
+  local r = x:dim()
+  local a = ax(attr(n, 'axis', -1), r)
+  local eps = attr(n, 'epsilon', 1e-5)
+  local dims = {}
+  for i = a, r do dims[#dims + 1] = i end
+  local xf = x
+  local stash = attr(n, 'stash_type', 1)
+  if stash == 1 and x.dtype ~= flow.float32 and x.dtype.is_floating_point then xf = x:to(flow.float32) end
+  local m = xf:mean(dims, {keepdim = true})
+  local v = ((xf - m) ^ 2):mean(dims, {keepdim = true})
+  local inv = (v + eps):rsqrt()
+  local y = ((xf - m) * inv):to(x.dtype) * scale
+  if bias ~= nil then y = y + bias end
+  return {y, m, inv}
+end
+OPS.GroupNormalization = function(ins, n, ctx)
+  local x, scale, bias = ins[1], ins[2], ins[3]
+  local g = attr(n, 'num_groups')
+  local eps = attr(n, 'epsilon', 1e-5)
+  local shape = x:size():totable()
+  local xg = x:reshape(shape[1], g, -1)
+  local m = xg:mean(3, {keepdim = true})
+  local v = ((xg - m) ^ 2):mean(3, {keepdim = true})
+  local y = ((xg - m) / (v + eps):sqrt()):reshape(shape)
+  if ctx.opset < 21 and scale:numel() == g and g ~= shape[2] then
+    -- opset 18: per-group scale and bias
+    scale = scale:repeat_interleave(shape[2] / g)
+    bias = bias:repeat_interleave(shape[2] / g)
+  end
+  return {y * bshape(x, scale) + bshape(x, bias)}
+end
+OPS.LRN = one(function(x, n)
+  local size = attr(n, 'size')
+  local alpha, beta, bias = attr(n, 'alpha', 1e-4), attr(n, 'beta', 0.75), attr(n, 'bias', 1.0)
+  local sq = x * x
+  local c = x:size(2)
+  local lo, hi = floor((size - 1) / 2), math.ceil((size - 1) / 2)
+  local p = {}
+  for _ = 3, x:dim() do p[#p + 1] = 0; p[#p + 1] = 0 end
+  p[#p + 1] = lo
+  p[#p + 1] = hi
+  local padded = F.pad(sq, p, {mode = 'constant', value = 0})
+  local acc = nil
+  for i = 1, size do
+    local part = padded:narrow(2, i, c)
+    acc = acc and acc + part or part
+  end
+  return x / (acc * (alpha / size) + bias) ^ beta
+end)
+OPS.MeanVarianceNormalization = one(function(x, n)
+  local dims = axes_list(attr(n, 'axes', {0, 2, 3}), x:dim())
+  local m = x:mean(dims, {keepdim = true})
+  local v = ((x - m) ^ 2):mean(dims, {keepdim = true})
+  return (x - m) / (v:sqrt() + 1e-9)
+end)
+OPS.LpNormalization = one(function(x, n)
+  local d = ax(attr(n, 'axis', -1), x:dim())
+  local p = attr(n, 'p', 2)
+  local norm = p == 1 and x:abs():sum(d, {keepdim = true}) or (x * x):sum(d, {keepdim = true}):sqrt()
+  return x / norm
+end)
+
+OPS.Dropout = function(ins, n, ctx)
+  local x = ins[1]
+  local out = {x}
+  if #n.outputs > 1 then out[2] = flow.ones(x:size():totable(), {dtype = flow.bool}) end
+  local _ = ctx
+  if ins[3] ~= nil and vals(ins[3])[1] ~= 0 and (ins[2] == nil or vals(ins[2])[1] ~= 0) then
+    unsupported('Dropout in training mode (random)')
+  end
+  return out
+end
+
+------------------------------------------------------------------ padding, rearranging
+OPS.Pad = function(ins, n, ctx)
+  local x = ins[1]
+  local r = x:dim()
+  local pads, value, axes
+  local mode = attr(n, 'mode', 'constant')
+  if ctx.opset < 11 then
+    pads, value = attr(n, 'pads') or attr(n, 'paddings'), attr(n, 'value', 0)
+  else
+    pads = vals(ins[2])
+    value = ins[3] and vals(ins[3])[1] or 0
+    axes = ins[4] and vals(ins[4])
+  end
+  local full = ones(2 * r, 0)
+  if axes then
+    for i, a in ipairs(axes) do
+      local d = ax(a, r)
+      full[d], full[d + r] = pads[i], pads[i + #axes]
+    end
+  else
+    full = pads
+  end
+  local p = {}
+  local crop = false
+  for i = r, 1, -1 do
+    p[#p + 1] = full[i]
+    p[#p + 1] = full[i + r]
+    if full[i] < 0 or full[i + r] < 0 then crop = true end
+  end
+  -- trailing zero pairs dropped: F.pad pads the last dims
+  while #p > 2 and p[#p] == 0 and p[#p - 1] == 0 do p[#p] = nil; p[#p] = nil end
+  local fmode = ({constant = 'constant', reflect = 'reflect', edge = 'replicate', wrap = 'circular'})[mode]
+  if not fmode then unsupported("Pad mode '%s'", tostring(mode)) end
+  if crop then
+    local y = x
+    for i = 1, r do
+      if full[i] < 0 then y = y:narrow(i, -full[i] + 1, y:size(i) + full[i]); full[i] = 0 end
+      if full[i + r] < 0 then y = y:narrow(i, 1, y:size(i) + full[i + r]); full[i + r] = 0 end
+    end
+    x = y:contiguous()
+    p = {}
+    for i = r, 1, -1 do p[#p + 1] = full[i]; p[#p + 1] = full[i + r] end
+  end
+  if fmode == 'constant' then
+    if x.dtype == flow.bool then value = value ~= 0 end
+    return {F.pad(x, p, {mode = 'constant', value = value})}
+  end
+  return {F.pad(x, p, {mode = fmode})}
+end
+
+OPS.DepthToSpace = one(function(x, n)
+  local b = attr(n, 'blocksize')
+  local N, C, H, W = unpack(x:size():totable())
+  local y
+  if attr(n, 'mode', 'DCR') == 'DCR' then
+    y = x:reshape(N, b, b, C / (b * b), H, W):permute(1, 4, 5, 2, 6, 3)
+  else
+    y = x:reshape(N, C / (b * b), b, b, H, W):permute(1, 2, 5, 3, 6, 4)
+  end
+  return y:reshape(N, C / (b * b), H * b, W * b)
+end)
+OPS.SpaceToDepth = one(function(x, n)
+  local b = attr(n, 'blocksize')
+  local N, C, H, W = unpack(x:size():totable())
+  return x:reshape(N, C, H / b, b, W / b, b):permute(1, 4, 6, 2, 3, 5):reshape(N, C * b * b, H / b, W / b)
+end)
+
+OPS.ReverseSequence = function(ins, n)
+  local x, lens = ins[1], vals(ins[2])
+  local bax, tax = attr(n, 'batch_axis', 1) + 1, attr(n, 'time_axis', 0) + 1
+  local parts = {}
+  for b = 1, x:size(bax) do
+    local s = x:narrow(bax, b, 1)
+    local L = lens[b]
+    if L > 1 then
+      local head = s:narrow(tax, 1, L):flip(tax)
+      local rest = s:size(tax) - L
+      s = rest > 0 and flow.cat({head, s:narrow(tax, L + 1, rest)}, tax) or head
+    end
+    parts[b] = s
+  end
+  return {flow.cat(parts, bax)}
+end
+
+------------------------------------------------------------------ resize
+-- Source coordinate of output index o (0-based) for one axis.
+local function src_coord(mode, o, scale, in_len, out_len, roi_s, roi_e)
+  if mode == 'half_pixel' then return (o + 0.5) / scale - 0.5
+  elseif mode == 'pytorch_half_pixel' then return out_len > 1 and (o + 0.5) / scale - 0.5 or 0
+  elseif mode == 'align_corners' then return out_len == 1 and 0 or o * (in_len - 1) / (out_len - 1)
+  elseif mode == 'asymmetric' then return o / scale
+  elseif mode == 'tf_crop_and_resize' then
+    if out_len > 1 then return roi_s * (in_len - 1) + o * (roi_e - roi_s) * (in_len - 1) / (out_len - 1) end
+    return 0.5 * (roi_s + roi_e) * (in_len - 1)
+  elseif mode == 'half_pixel_symmetric' then
+    local adj = out_len / (scale * in_len)
+    local center = in_len / 2
+    local off = center * (1 - adj)
+    return off + (o + 0.5) / scale - 0.5
+  end
+  unsupported("Resize coordinate_transformation_mode '%s'", tostring(mode))
+end
+
+local function nearest(mode, c)
+  if mode == 'round_prefer_floor' then return c == floor(c) + 0.5 and floor(c) or floor(c + 0.5)
+  elseif mode == 'round_prefer_ceil' then return floor(c + 0.5)
+  elseif mode == 'floor' then return floor(c)
+  elseif mode == 'ceil' then return math.ceil(c) end
+  unsupported("Resize nearest_mode '%s'", tostring(mode))
+end
+
+local function cubic_weights(t, A, excl, idxs, in_len)
+  local function w(d)
+    d = math.abs(d)
+    if d <= 1 then return ((A + 2) * d - (A + 3)) * d * d + 1 end
+    if d < 2 then return ((A * d - 5 * A) * d + 8 * A) * d - 4 * A end
+    return 0
+  end
+  local ws = {w(t + 1), w(t), w(1 - t), w(2 - t)}
+  if excl then
+    local s = 0
+    for i = 1, 4 do
+      if idxs[i] < 0 or idxs[i] >= in_len then ws[i] = 0 end
+      s = s + ws[i]
+    end
+    for i = 1, 4 do ws[i] = ws[i] / s end
+  end
+  return ws
+end
+
+-- Resizes dim d (1-based) of x to out_len with the ONNX rules, as a matrix
+-- product with a [out_len, in_len] interpolation matrix.
+local function resize_axis(x, d, out_len, scale, n, roi_s, roi_e)
+  local in_len = x:size(d)
+  local mode = attr(n, 'mode', 'nearest')
+  local ctm = attr(n, 'coordinate_transformation_mode', 'half_pixel')
+  local nm = attr(n, 'nearest_mode', 'round_prefer_floor')
+  local A = attr(n, 'cubic_coeff_a', -0.75)
+  local excl = attr(n, 'exclude_outside', 0) == 1
+  local extrap = attr(n, 'extrapolation_value', 0)
+  local W = {}
+  for o = 0, out_len - 1 do
+    local row = {}
+    for i = 1, in_len do row[i] = 0 end
+    local c = src_coord(ctm, o, scale, in_len, out_len, roi_s, roi_e)
+    if ctm == 'tf_crop_and_resize' and (c < 0 or c > in_len - 1) then
+      row.extrap = true
+    elseif mode == 'nearest' then
+      local i = nearest(nm, c)
+      i = math.max(0, math.min(in_len - 1, i))
+      row[i + 1] = 1
+    elseif mode == 'linear' then
+      c = math.max(0, math.min(c, in_len - 1))
+      local i0 = floor(c)
+      local t = c - i0
+      local i1 = math.min(i0 + 1, in_len - 1)
+      row[i0 + 1] = row[i0 + 1] + (1 - t)
+      row[i1 + 1] = row[i1 + 1] + t
+    elseif mode == 'cubic' then
+      local i0 = floor(c)
+      local t = c - i0
+      local idxs = {i0 - 1, i0, i0 + 1, i0 + 2}
+      local ws = cubic_weights(t, A, excl, idxs, in_len)
+      for k = 1, 4 do
+        local i = math.max(0, math.min(in_len - 1, idxs[k]))
+        row[i + 1] = row[i + 1] + ws[k]
+      end
+    else
+      unsupported("Resize mode '%s'", tostring(mode))
+    end
+    W[o + 1] = row
+  end
+  local mask = {}
+  local any_extrap = false
+  for o = 1, out_len do
+    mask[o] = W[o].extrap and 1 or 0
+    if W[o].extrap then any_extrap = true end
+    W[o].extrap = nil
+  end
+  local Wt = flow.tensor(W, {dtype = flow.float64}):to(x.dtype.is_floating_point and x.dtype or flow.float32)
+  -- move d last, multiply, move back
+  local xt = x:transpose(d, x:dim())
+  local xf = xt.dtype.is_floating_point and xt or xt:to(flow.float32)
+  local y = flow.matmul(xf, Wt:t())
+  if any_extrap then
+    local mk = flow.tensor(mask, {dtype = flow.bool})
+    y = flow.where(mk, flow.full({}, extrap, {dtype = y.dtype}), y)
+  end
+  y = y:transpose(d, x:dim()):contiguous()
+  if not x.dtype.is_floating_point then y = y:round():to(x.dtype) end
+  return y
+end
+
+local function resize(ins, n, ctx)
+  local x = ins[1]
+  local r = x:dim()
+  local roi, scales, sizes
+  if ctx.opset < 11 then
+    scales = vals(ins[2])
+  else
+    roi, scales, sizes = vals(ins[2]), vals(ins[3]), vals(ins[4])
+  end
+  if scales and #scales == 0 then scales = nil end
+  if sizes and #sizes == 0 then sizes = nil end
+  if roi and #roi == 0 then roi = nil end
+  local axes = attr(n, 'axes')
+  local shape = x:size():totable()
+  local full_scales, full_sizes = {}, {}
+  local sel = {}
+  if axes then for i, a in ipairs(axes) do sel[ax(a, r)] = i end else for i = 1, r do sel[i] = i end end
+  local policy = attr(n, 'keep_aspect_ratio_policy', 'stretch')
+  if sizes and policy ~= 'stretch' then
+    local best
+    for d, i in pairs(sel) do
+      local s = sizes[i] / shape[d]
+      if best == nil or (policy == 'not_larger' and s < best) or (policy == 'not_smaller' and s > best) then
+        best = s
+      end
+    end
+    for d, i in pairs(sel) do
+      sizes[i] = floor(shape[d] * best + 0.5)
+      full_scales[d] = best
+    end
+  end
+  for d = 1, r do
+    local i = sel[d]
+    if i == nil then
+      full_scales[d], full_sizes[d] = 1, shape[d]
+    elseif sizes then
+      full_sizes[d] = sizes[i]
+      full_scales[d] = full_scales[d] or sizes[i] / shape[d]
+    else
+      full_scales[d] = scales[i]
+      full_sizes[d] = floor(shape[d] * scales[i])
+    end
+  end
+  local y = x
+  for d = 1, r do
+    if full_sizes[d] ~= shape[d] or full_scales[d] ~= 1 or
+       attr(n, 'coordinate_transformation_mode') == 'tf_crop_and_resize' then
+      local rs, re = 0, 1
+      if roi then
+        local i = sel[d]
+        local k = axes and #axes or r
+        rs, re = roi[i], roi[i + k]
+      end
+      y = resize_axis(y, d, full_sizes[d], full_scales[d], n, rs, re)
+    end
+  end
+  return {y}
+end
+OPS.Resize = resize
+OPS.Upsample = function(ins, n, ctx)
+  local scales = ctx.opset < 9 and attr(n, 'scales') or vals(ins[2])
+  local node = {attrs = {mode = n.attrs.mode, coordinate_transformation_mode = {type = 3, s = 'asymmetric'},
+                         nearest_mode = {type = 3, s = 'floor'}}}
+  if node.attrs.mode == nil then node.attrs.mode = {type = 3, s = 'nearest'} end
+  return resize({ins[1], flow.tensor(scales)}, node, {opset = 10})
+end
+
+------------------------------------------------------------------ windows
+local function window(fn)
+  return function(ins, n)
+    local size = floor(ins[1]:reshape(-1)[1]:item())
+    local periodic = attr(n, 'periodic', 1) == 1
+    local N = periodic and size or size - 1
+    local t = {}
+    for i = 0, size - 1 do t[i + 1] = fn(i, N) end
+    local dt = onnx_dtype(attr(n, 'output_datatype', 1))
+    return {flow.tensor(t, {dtype = flow.float64}):to(dt)}
+  end
+end
+OPS.HannWindow = window(function(i, N) return 0.5 - 0.5 * math.cos(2 * math.pi * i / N) end)
+OPS.HammingWindow = window(function(i, N) return 25 / 46 - 21 / 46 * math.cos(2 * math.pi * i / N) end)
+OPS.BlackmanWindow = window(function(i, N)
+  return 0.42 - 0.5 * math.cos(2 * math.pi * i / N) + 0.08 * math.cos(4 * math.pi * i / N)
+end)
+
+------------------------------------------------------------------ control flow
+local function sub_env(env_parent)
+  return setmetatable({}, {__index = env_parent})
+end
+
+-- Runs subgraph g with its inputs bound to values; returns its outputs.
+local function run_sub(ctx, g, values, parent)
+  local env = sub_env(parent)
+  for _, t in ipairs(g.initializers) do
+    t.value = t.value or I.tensor(t, ctx.dir)
+    env[t.name] = t.value
+  end
+  for i, v in ipairs(g.inputs) do env[v.name] = values[i] end
+  I.run_graph(ctx, g, env)
+  local out = {}
+  for i, v in ipairs(g.outputs) do
+    out[i] = env[v.name]
+    if out[i] == nil then fail("subgraph output '%s' has no value", v.name) end
+  end
+  return out
+end
+
+OPS.If = function(ins, n, ctx)
+  local c = vals(ins[1])[1]
+  local g = (c ~= 0 and c ~= false) and attr(n, 'then_branch') or attr(n, 'else_branch')
+  return run_sub(ctx, g, {}, ctx.env)
+end
+
+OPS.Loop = function(ins, n, ctx)
+  local g = attr(n, 'body')
+  local max = ins[1] and vals(ins[1])[1] or huge
+  local cond = ins[2] == nil and true or (vals(ins[2])[1] ~= 0)
+  local carried = {}
+  for i = 3, ins.n do carried[#carried + 1] = ins[i] end
+  local ncarry = #carried
+  local scans = {}
+  local it = 0
+  while it < max and cond do
+    local args = {flow.tensor(it, {dtype = flow.int64}), flow.tensor(cond)}
+    for i = 1, ncarry do args[#args + 1] = carried[i] end
+    local out = run_sub(ctx, g, args, ctx.env)
+    cond = vals(out[1])[1] ~= 0 and vals(out[1])[1] ~= false
+    for i = 1, ncarry do carried[i] = out[i + 1] end
+    for i = ncarry + 2, #out do
+      local k = i - ncarry - 1
+      scans[k] = scans[k] or {}
+      table.insert(scans[k], out[i])
+    end
+    it = it + 1
+  end
+  local res = {}
+  for i = 1, ncarry do res[i] = carried[i] end
+  for k = 1, #g.outputs - 1 - ncarry do
+    local list = scans[k]
+    if list and #list > 0 then
+      if is_t(list[1]) then
+        res[#res + 1] = flow.stack(list, 1)
+      else
+        res[#res + 1] = list[#list]
+      end
+    else
+      res[#res + 1] = flow.zeros(0)
+    end
+  end
+  return res
+end
+
+OPS.Scan = function(ins, n, ctx)
+  local g = attr(n, 'body')
+  local nscan = attr(n, 'num_scan_inputs')
+  local ncarry = ins.n - nscan
+  local in_axes = attr(n, 'scan_input_axes') or ones(nscan, 0)
+  local in_dirs = attr(n, 'scan_input_directions') or ones(nscan, 0)
+  local nout = #g.outputs - ncarry
+  local out_axes = attr(n, 'scan_output_axes') or ones(nout, 0)
+  local out_dirs = attr(n, 'scan_output_directions') or ones(nout, 0)
+  local carried = {}
+  for i = 1, ncarry do carried[i] = ins[i] end
+  local seqs = {}
+  local len
+  for j = 1, nscan do
+    local x = ins[ncarry + j]
+    local d = ax(in_axes[j], x:dim())
+    seqs[j] = {x = x, d = d, rev = in_dirs[j] == 1}
+    len = x:size(d)
+  end
+  local outs = {}
+  for t = 1, len or 0 do
+    local args = {}
+    for i = 1, ncarry do args[i] = carried[i] end
+    for j = 1, nscan do
+      local s = seqs[j]
+      local pos = s.rev and (len - t + 1) or t
+      args[#args + 1] = s.x:select(s.d, pos)
+    end
+    local out = run_sub(ctx, g, args, ctx.env)
+    for i = 1, ncarry do carried[i] = out[i] end
+    for k = 1, nout do
+      outs[k] = outs[k] or {}
+      outs[k][t] = out[ncarry + k]
+    end
+  end
+  local res = {}
+  for i = 1, ncarry do res[i] = carried[i] end
+  for k = 1, nout do
+    local list = outs[k] or {}
+    if out_dirs[k] == 1 then
+      local rev = {}
+      for i = #list, 1, -1 do rev[#rev + 1] = list[i] end
+      list = rev
+    end
+    local r = list[1]:dim() + 1
+    res[#res + 1] = flow.stack(list, ax(out_axes[k], r))
+  end
+  return res
+end
+
+return M
