@@ -97,16 +97,32 @@ local function compare(got, want, what)
   return nil
 end
 
+-- a test value: a TensorProto, or a SequenceProto of tensors for a sequence input
+local function value_of(s, v, dir)
+  if v.kind == 'sequence' then
+    local sq = reader.decode(s, 'Sequence')
+    local list = {}
+    for i, t in ipairs(sq.tensor_values) do list[i] = I.tensor(t, dir) end
+    if #sq.sequence_values > 0 then I.unsupported('sequences of sequences') end
+    return require('oneflow.onnx.import_ops').seq(list)
+  end
+  return I.tensor(reader.decode(s, 'Tensor'), dir)
+end
+
 local function run_case(case)
   local dir = node_dir .. '/' .. case
   local m = reader.model(assert(read(dir .. '/model.onnx'), 'no model.onnx'))
   local op = op_of(m, case)
   local ok, res = pcall(function()
     for _, v in ipairs(m.graph.inputs) do
-      if v.kind ~= 'tensor' then I.unsupported("input '%s' of %s type", v.name, tostring(v.kind)) end
+      if v.kind ~= 'tensor' and v.kind ~= 'sequence' then
+        I.unsupported("input '%s' of %s type", v.name, tostring(v.kind))
+      end
     end
     for _, v in ipairs(m.graph.outputs) do
-      if v.kind ~= 'tensor' then I.unsupported("output '%s' of %s type", v.name, tostring(v.kind)) end
+      if v.kind ~= 'tensor' and v.kind ~= 'sequence' then
+        I.unsupported("output '%s' of %s type", v.name, tostring(v.kind))
+      end
     end
     local net = I.OnnxModule(m, {dir = dir})
     net:eval()
@@ -122,7 +138,7 @@ local function run_case(case)
         if not ninit[v.name] then
           local s = read(('%s/input_%d.pb'):format(sd, k))
           k = k + 1
-          if s then inputs[v.name] = I.tensor(reader.decode(s, 'Tensor'), sd) end
+          if s then inputs[v.name] = value_of(s, v, sd) end
         end
       end
       local outs
@@ -130,8 +146,19 @@ local function run_case(case)
       for i = 1, #m.graph.outputs do
         local s = read(('%s/output_%d.pb'):format(sd, i - 1))
         if s then
-          local want = I.tensor(reader.decode(s, 'Tensor'), sd)
-          local err = compare(outs[i], want, ('%s output %d'):format(set, i - 1))
+          local want = value_of(s, m.graph.outputs[i], sd)
+          local what = ('%s output %d'):format(set, i - 1)
+          local err
+          if type(want) == 'table' and want.seq then
+            local got = outs[i]
+            if type(got) ~= 'table' or not got.seq then err = what .. ': not a sequence'
+            elseif got.n ~= want.n then err = ('%s: %d tensors, expected %d'):format(what, got.n, want.n)
+            else
+              for j = 1, want.n do err = err or compare(got[j], want[j], what .. '[' .. j .. ']') end
+            end
+          else
+            err = compare(outs[i], want, what)
+          end
           if err then return {status = 'fail', msg = err} end
         end
       end

@@ -662,48 +662,44 @@ local function reduce_axes(ins, n, ctx, since)
   return axes_list(axes, x:dim())
 end
 
-local function reducer(fn, since, pre)
+-- identity: the value of a reduction over an empty set
+local function reducer(fn, since, pre, identity)
   return function(ins, n, ctx)
     local x = ins[1]
     local dims = reduce_axes(ins, n, ctx, since or 18)
     local keep = attr(n, 'keepdims', 1) == 1
     if pre then x = pre(x) end
     if dims == nil then return {x} end
+    if x:numel() == 0 and identity ~= nil then
+      local shape, drop, out = x:size():totable(), {}, {}
+      for _, di in ipairs(dims) do drop[di] = true end
+      for i, v in ipairs(shape) do
+        if drop[i] then if keep then out[#out + 1] = 1 end else out[#out + 1] = v end
+      end
+      return {flow.full(out, identity, {dtype = x.dtype})}
+    end
     if x:dim() == 0 then return {fn(x:reshape(1), {1}, false)} end
     return {fn(x, dims, keep)}
   end
 end
 
 local function sum(x, d, k) return x:sum(d, {keepdim = k}) end
-OPS.ReduceSum = reducer(sum, 13)
+OPS.ReduceSum = reducer(sum, 13, nil, 0)
 OPS.ReduceMean = reducer(function(x, d, k) return x:mean(d, {keepdim = k}) end)
 OPS.ReduceMax = reducer(function(x, d, k)
-  if x:numel() == 0 then unsupported('ReduceMax over an empty set') end
   if x.dtype == flow.bool then return x:any(d, {keepdim = k}) end
   return x:amax(d, {keepdim = k})
-end)
+end, 18, nil, -huge)
 OPS.ReduceMin = reducer(function(x, d, k)
-  if x:numel() == 0 then unsupported('ReduceMin over an empty set') end
   if x.dtype == flow.bool then return x:all(d, {keepdim = k}) end
   return x:amin(d, {keepdim = k})
-end)
-OPS.ReduceProd = reducer(function(x, d, k)
-  local y = x
-  table.sort(d, function(a, b) return a > b end)
-  for _, di in ipairs(d) do y = y:prod(di, {keepdim = true}) end
-  if not k then
-    local shape, drop, out = y:size():totable(), {}, {}
-    for _, di in ipairs(d) do drop[di] = true end
-    for i, s in ipairs(shape) do if not drop[i] then out[#out + 1] = s end end
-    y = y:reshape(out)
-  end
-  return y
-end)
-OPS.ReduceL1 = reducer(sum, 18, function(x) return x:abs() end)
+end, 18, nil, huge)
+OPS.ReduceProd = reducer(function(x, d, k) return x:prod(d, {keepdim = k}) end, 18, nil, 1)
+OPS.ReduceL1 = reducer(sum, 18, function(x) return x:abs() end, 0)
 OPS.ReduceL2 = reducer(function(x, d, k) return x:sum(d, {keepdim = k}):sqrt() end, 18,
-                       function(x) return x * x end)
-OPS.ReduceSumSquare = reducer(sum, 18, function(x) return x * x end)
-OPS.ReduceLogSum = reducer(function(x, d, k) return x:sum(d, {keepdim = k}):log() end)
+                       function(x) return x * x end, 0)
+OPS.ReduceSumSquare = reducer(sum, 18, function(x) return x * x end, 0)
+OPS.ReduceLogSum = reducer(function(x, d, k) return x:sum(d, {keepdim = k}):log() end, 18, nil, -huge)
 OPS.ReduceLogSumExp = reducer(function(x, d, k)
   local m = x:amax(d, {keepdim = true})
   m = flow.where(m:isinf(), flow.zeros_like(m), m)
@@ -715,7 +711,7 @@ OPS.ReduceLogSumExp = reducer(function(x, d, k)
     s = s:reshape(out)
   end
   return s
-end)
+end, 18, nil, -huge)
 
 local function arg_reduce(method)
   return function(ins, n)
@@ -847,9 +843,11 @@ OPS.ConvTranspose = function(ins, n)
   local mode = attr(n, 'auto_pad', 'NOTSET')
   if out_shape then
     pads = {}
+    op = {unpack(op)}
+    if #out_shape == nsp + 2 then out_shape = {unpack(out_shape, 3)} end
     for i = 1, nsp do
       local total = s[i] * (in_sp[i] - 1) + op[i] + ((k[i] - 1) * d[i] + 1) - out_shape[i]
-      total = math.max(total, 0)
+      if total < 0 then op[i], total = op[i] - total, 0 end
       if mode == 'SAME_UPPER' then pads[i], pads[i + nsp] = floor(total / 2), total - floor(total / 2)
       else pads[i], pads[i + nsp] = total - floor(total / 2), floor(total / 2) end
     end
@@ -893,7 +891,17 @@ local function pool(kind)
     local ceil = attr(n, 'ceil_mode', 0) == 1
     local pads = auto_pads(n, spatial(x), k, s, d)
     if kind == 'max' then
-      if #n.outputs > 1 and n.outputs[2] ~= '' then
+      local want_idx = #n.outputs > 1 and n.outputs[2] ~= ''
+      local big = false
+      for i = 1, nsp do if pads[i] * 2 > k[i] or pads[i + nsp] * 2 > k[i] then big = true end end
+      if not x.dtype.is_floating_point or (big and not want_idx) then
+        local xf = x.dtype.is_floating_point and x or x:to(flow.float64)
+        local list = M.window_slices(xf, k, s, d, pads, ceil, -huge)
+        local y = list[1]
+        for i = 2, #list do y = flow.maximum(y, list[i]) end
+        return {y:to(x.dtype)}
+      end
+      if want_idx then
         if attr(n, 'storage_order', 0) ~= 0 then unsupported('MaxPool indices with storage_order = 1') end
       end
       local xp, sym = pad_input(x, pads, nsp, -huge)
@@ -914,25 +922,16 @@ local function pool(kind)
       return out
     end
     local include = attr(n, 'count_include_pad', 0) == 1
-    for i = 1, nsp do if d[i] ~= 1 then unsupported('AveragePool with dilations') end end
-    local sym_ok = true
-    for i = 1, nsp do if pads[i] ~= pads[i + nsp] or pads[i] * 2 > k[i] then sym_ok = false end end
-    if sym_ok then
+    local simple = not ceil
+    for i = 1, nsp do
+      if d[i] ~= 1 or pads[i] ~= pads[i + nsp] or pads[i] * 2 > k[i] then simple = false end
+    end
+    if simple then
       local sym = {}
       for i = 1, nsp do sym[i] = pads[i] end
-      return {F['avg_pool' .. nsp .. 'd'](x, k, s, sym, ceil, include)}
+      return {F['avg_pool' .. nsp .. 'd'](x, k, s, sym, false, include)}
     end
-    -- asymmetric pads: sum pool over the zero-padded input, divided by the count
-    local p = {}
-    for i = nsp, 1, -1 do p[#p + 1] = pads[i]; p[#p + 1] = pads[i + nsp] end
-    local xp = F.pad(x, p, {mode = 'constant', value = 0})
-    local area = 1
-    for i = 1, nsp do area = area * k[i] end
-    local total = F['avg_pool' .. nsp .. 'd'](xp, k, s, ones(nsp, 0), ceil, true) * area
-    if include then return {total / area} end
-    local ones_in = F.pad(flow.ones_like(x), p, {mode = 'constant', value = 0})
-    local cnt = F['avg_pool' .. nsp .. 'd'](ones_in, k, s, ones(nsp, 0), ceil, true) * area
-    return {total / cnt}
+    return {M.generic_avg(x, k, s, d, pads, ceil, include)}
   end
 end
 OPS.MaxPool = pool('max')
@@ -1141,7 +1140,8 @@ end
 
 ------------------------------------------------------------------ resize
 -- Source coordinate of output index o (0-based) for one axis.
-local function src_coord(mode, o, scale, in_len, out_len, roi_s, roi_e)
+local function src_coord(mode, o, scale, in_len, roi_s, roi_e)
+  local out_len = in_len * scale   -- ONNX's length_resized: not rounded
   if mode == 'half_pixel' then return (o + 0.5) / scale - 0.5
   elseif mode == 'pytorch_half_pixel' then return out_len > 1 and (o + 0.5) / scale - 0.5 or 0
   elseif mode == 'align_corners' then return out_len == 1 and 0 or o * (in_len - 1) / (out_len - 1)
@@ -1199,7 +1199,7 @@ local function resize_axis(x, d, out_len, scale, n, roi_s, roi_e)
   for o = 0, out_len - 1 do
     local row = {}
     for i = 1, in_len do row[i] = 0 end
-    local c = src_coord(ctm, o, scale, in_len, out_len, roi_s, roi_e)
+    local c = src_coord(ctm, o, scale, in_len, roi_s, roi_e)
     if ctm == 'tf_crop_and_resize' and (c < 0 or c > in_len - 1) then
       row.extrap = true
     elseif mode == 'nearest' then
@@ -1250,6 +1250,7 @@ end
 
 local function resize(ins, n, ctx)
   local x = ins[1]
+  if attr(n, 'antialias', 0) == 1 then unsupported('Resize with antialias = 1') end
   local r = x:dim()
   local roi, scales, sizes
   if ctx.opset < 11 then
@@ -1293,8 +1294,8 @@ local function resize(ins, n, ctx)
   end
   local y = x
   for d = 1, r do
-    if full_sizes[d] ~= shape[d] or full_scales[d] ~= 1 or
-       attr(n, 'coordinate_transformation_mode') == 'tf_crop_and_resize' then
+    if sel[d] and (full_sizes[d] ~= shape[d] or full_scales[d] ~= 1 or
+       attr(n, 'coordinate_transformation_mode') == 'tf_crop_and_resize') then
       local rs, re = 0, 1
       if roi then
         local i = sel[d]
@@ -1339,7 +1340,7 @@ local function sub_env(env_parent)
 end
 
 -- Runs subgraph g with its inputs bound to values; returns its outputs.
-local function run_sub(ctx, g, values, parent)
+function M.run_sub(ctx, g, values, parent)
   local env = sub_env(parent)
   for _, t in ipairs(g.initializers) do
     t.value = t.value or I.tensor(t, ctx.dir)
@@ -1358,7 +1359,7 @@ end
 OPS.If = function(ins, n, ctx)
   local c = vals(ins[1])[1]
   local g = (c ~= 0 and c ~= false) and attr(n, 'then_branch') or attr(n, 'else_branch')
-  return run_sub(ctx, g, {}, ctx.env)
+  return M.run_sub(ctx, g, {}, ctx.env)
 end
 
 OPS.Loop = function(ins, n, ctx)
@@ -1373,7 +1374,7 @@ OPS.Loop = function(ins, n, ctx)
   while it < max and cond do
     local args = {flow.tensor(it, {dtype = flow.int64}), flow.tensor(cond)}
     for i = 1, ncarry do args[#args + 1] = carried[i] end
-    local out = run_sub(ctx, g, args, ctx.env)
+    local out = M.run_sub(ctx, g, args, ctx.env)
     cond = vals(out[1])[1] ~= 0 and vals(out[1])[1] ~= false
     for i = 1, ncarry do carried[i] = out[i + 1] end
     for i = ncarry + 2, #out do
@@ -1401,6 +1402,7 @@ OPS.Loop = function(ins, n, ctx)
 end
 
 OPS.Scan = function(ins, n, ctx)
+  if ctx.opset < 9 then unsupported('Scan of opset 8 (batched, with sequence_lens)') end
   local g = attr(n, 'body')
   local nscan = attr(n, 'num_scan_inputs')
   local ncarry = ins.n - nscan
@@ -1428,7 +1430,7 @@ OPS.Scan = function(ins, n, ctx)
       local pos = s.rev and (len - t + 1) or t
       args[#args + 1] = s.x:select(s.d, pos)
     end
-    local out = run_sub(ctx, g, args, ctx.env)
+    local out = M.run_sub(ctx, g, args, ctx.env)
     for i = 1, ncarry do carried[i] = out[i] end
     for k = 1, nout do
       outs[k] = outs[k] or {}
@@ -1449,5 +1451,513 @@ OPS.Scan = function(ins, n, ctx)
   end
   return res
 end
+
+------------------------------------------------------------------ losses
+local function nll(logp, target, weight, ignore, reduction)
+  local t = target:to(flow.int64)
+  local mask = ignore ~= nil and t:ne(ignore) or nil
+  local safe = mask and flow.where(mask, t, flow.zeros_like(t)) or t
+  local g = logp:gather(2, (safe + 1):unsqueeze(2)):squeeze(2)
+  local w
+  if weight ~= nil then
+    w = weight:index_select(1, (safe + 1):reshape(-1)):reshape(safe:size():totable())
+  else
+    w = flow.ones_like(g)
+  end
+  if mask then w = w * mask:to(w.dtype) end
+  local loss = -g * w
+  if reduction == 'none' then return loss end
+  if reduction == 'sum' then return loss:sum() end
+  return loss:sum() / w:sum()
+end
+OPS.NegativeLogLikelihoodLoss = function(ins, n)
+  return {nll(ins[1], ins[2], ins[3], attr(n, 'ignore_index'), attr(n, 'reduction', 'mean'))}
+end
+OPS.SoftmaxCrossEntropyLoss = function(ins, n)
+  local logp = F.log_softmax(ins[1], 2)
+  return {nll(logp, ins[2], ins[3], attr(n, 'ignore_index'), attr(n, 'reduction', 'mean')), logp}
+end
+
+------------------------------------------------------------------ sampling
+OPS.GridSample = function(ins, n, ctx)
+  local x, grid = ins[1], ins[2]
+  if x:dim() ~= 4 then unsupported('GridSample on a %d-d input (4-d only)', x:dim()) end
+  local mode = attr(n, 'mode', ctx.opset >= 20 and 'linear' or 'bilinear')
+  mode = ({linear = 'bilinear', bilinear = 'bilinear', nearest = 'nearest'})[mode] or
+         unsupported("GridSample mode '%s'", mode)
+  return {F.grid_sample(x, grid, {mode = mode, padding_mode = attr(n, 'padding_mode', 'zeros'),
+                                  align_corners = attr(n, 'align_corners', 0) == 1})}
+end
+OPS.AffineGrid = function(ins, n)
+  local theta, size = ins[1], vals(ins[2])
+  if #size ~= 4 then unsupported('AffineGrid for a %d-d size (2-d only)', #size - 2) end
+  return {F.affine_grid(theta, size, {align_corners = attr(n, 'align_corners', 0) == 1})}
+end
+
+------------------------------------------------------------------ generic pooling
+-- Pools with dilations, any pads and ceil_mode by summing shifted strided
+-- slices of the padded input: out = reduce over kernel offsets.
+function M.window_slices(x, k, s, d, pads, ceil, fill)
+  local nsp = x:dim() - 2
+  local p = {}
+  local sp = spatial(x)
+  local outs = {}
+  local extra = {}
+  for i = 1, nsp do
+    local ek = (k[i] - 1) * d[i] + 1
+    local len = sp[i] + pads[i] + pads[i + nsp] - ek
+    local o = (ceil and math.ceil(len / s[i]) or floor(len / s[i])) + 1
+    -- ceil mode: the last window must start inside the input or left pad
+    if ceil and (o - 1) * s[i] >= sp[i] + pads[i] then o = o - 1 end
+    outs[i] = o
+    extra[i] = math.max(0, (o - 1) * s[i] + ek - (sp[i] + pads[i] + pads[i + nsp]))
+  end
+  for i = nsp, 1, -1 do p[#p + 1] = pads[i]; p[#p + 1] = pads[i + nsp] + extra[i] end
+  local xp = F.pad(x, p, {mode = 'constant', value = fill})
+  local list = {}
+  local function rec(i, y)
+    if i > nsp then list[#list + 1] = y return end
+    for j = 0, k[i] - 1 do
+      local start = j * d[i]
+      local idx = {}
+      for o = 0, outs[i] - 1 do idx[#idx + 1] = start + o * s[i] + 1 end
+      rec(i + 1, y:index_select(i + 2, flow.tensor(idx, {dtype = flow.int64})))
+    end
+  end
+  rec(1, xp)
+  return list, extra
+end
+
+local function generic_avg(x, k, s, d, pads, ceil, include)
+  local nsp = x:dim() - 2
+  local list = M.window_slices(x, k, s, d, pads, ceil, 0)
+  local total = list[1]
+  for i = 2, #list do total = total + list[i] end
+  local ones_x = flow.ones_like(x)
+  local cnt
+  if include then
+    -- count_include_pad counts the pads but not the ceil-mode overhang
+    local inner = F.pad(ones_x, (function()
+      local p = {}
+      for i = nsp, 1, -1 do p[#p + 1] = pads[i]; p[#p + 1] = pads[i + nsp] end
+      return p
+    end)(), {mode = 'constant', value = 1})
+    local cl = M.window_slices(inner, k, s, d, ones(2 * nsp, 0), ceil, 0)
+    cnt = cl[1]
+    for i = 2, #cl do cnt = cnt + cl[i] end
+  else
+    local cl = M.window_slices(ones_x, k, s, d, pads, ceil, 0)
+    cnt = cl[1]
+    for i = 2, #cl do cnt = cnt + cl[i] end
+  end
+  return total / cnt
+end
+M.generic_avg = generic_avg
+
+OPS.LpPool = one(function(x, n)
+  local nsp = x:dim() - 2
+  local k = attr(n, 'kernel_shape')
+  local s = attr(n, 'strides') or ones(nsp)
+  local d = attr(n, 'dilations') or ones(nsp)
+  local pads = auto_pads(n, spatial(x), k, s, d)
+  local p = attr(n, 'p', 2)
+  local list = M.window_slices(x:abs() ^ p, k, s, d, pads, attr(n, 'ceil_mode', 0) == 1, 0)
+  local total = list[1]
+  for i = 2, #list do total = total + list[i] end
+  return total ^ (1 / p)
+end)
+OPS.GlobalLpPool = one(function(x, n)
+  local p = attr(n, 'p', 2)
+  local dims = {}
+  for i = 3, x:dim() do dims[#dims + 1] = i end
+  return (x:abs() ^ p):sum(dims, {keepdim = true}) ^ (1 / p)
+end)
+
+------------------------------------------------------------------ quantization
+local function qrange(dt)
+  if dt == flow.uint8 then return 0, 255 end
+  if dt == flow.int8 then return -128, 127 end
+  unsupported('quantization to %s', tostring(dt))
+end
+-- a per-axis scale/zero point reshaped to broadcast along axis (blocked: repeated)
+local function qparam(v, x, n)
+  if v:dim() == 0 or v:numel() == 1 then return v:reshape({}) end
+  local a = ax(attr(n, 'axis', 1), x:dim())
+  local bs = attr(n, 'block_size', 0)
+  if bs > 0 then v = v:repeat_interleave(bs, a):narrow(a, 1, x:size(a)) return v end
+  local shape = ones(x:dim())
+  shape[a] = v:numel()
+  return v:reshape(shape)
+end
+OPS.DequantizeLinear = function(ins, n)
+  local x, scale, zp = ins[1], ins[2], ins[3]
+  local sc = qparam(scale, x, n)
+  local xf = x:to(flow.float32)
+  if zp ~= nil then xf = xf - qparam(zp, x, n):to(flow.float32) end
+  return {(xf * sc:to(flow.float32)):to(scale.dtype)}
+end
+OPS.QuantizeLinear = function(ins, n)
+  local x, scale, zp = ins[1], ins[2], ins[3]
+  local dt = zp and zp.dtype or (n.attrs.output_dtype and onnx_dtype(attr(n, 'output_dtype')) or flow.uint8)
+  local lo, hi = qrange(dt)
+  local q = (x:to(flow.float32) / qparam(scale, x, n):to(flow.float32)):round()
+  if zp ~= nil then q = q + qparam(zp, x, n):to(flow.float32) end
+  return {q:clamp(lo, hi):to(dt)}
+end
+OPS.DynamicQuantizeLinear = one(function(x)
+  local lo = math.min(0, x:min():item())
+  local hi = math.max(0, x:max():item())
+  local scale = (hi - lo) / 255
+  local zp = scale == 0 and 0 or math.max(0, math.min(255, floor(-lo / scale + 0.5)))
+  if scale ~= 0 then
+    local r = -lo / scale
+    zp = math.max(0, math.min(255, flow.tensor(r, {dtype = flow.float32}):round():item()))
+  end
+  local q = scale == 0 and flow.zeros_like(x) or (x / flow.tensor(scale, {dtype = flow.float32})):round()
+  q = (q + zp):clamp(0, 255):to(flow.uint8)
+  return q, flow.tensor(scale, {dtype = flow.float32}), flow.tensor(zp, {dtype = flow.uint8})
+end)
+
+------------------------------------------------------------------ recurrent
+local ACT = {
+  Sigmoid = function(x) return x:sigmoid() end, Tanh = function(x) return x:tanh() end,
+  Relu = function(x) return x:relu() end,
+}
+local function act(name)
+  local f = ACT[name]
+  if not f then unsupported('recurrent activation %s', tostring(name)) end
+  return f
+end
+
+-- Shared driver: cell(x_t, state, dir) -> new state (a list, state[1] = h).
+local function recurrent(ins, n, ngates, defaults, cell)
+  local x, W, R, B, lens = ins[1], ins[2], ins[3], ins[4], ins[5]
+  local layout = attr(n, 'layout', 0)
+  if layout == 1 then x = x:transpose(1, 2) end
+  local dir = attr(n, 'direction', 'forward')
+  local ndir = dir == 'bidirectional' and 2 or 1
+  local H = attr(n, 'hidden_size') or R:size(3)
+  local seq, batch = x:size(1), x:size(2)
+  if lens ~= nil then
+    for _, l in ipairs(vals(lens)) do
+      if l ~= seq then unsupported('%s with sequence_lens shorter than the sequence', n.op_type) end
+    end
+  end
+  local names = attr(n, 'activations') or {}
+  local clip = attr(n, 'clip')
+  local Ys, finals = {}, {}
+  for d = 1, ndir do
+    local acts = {}
+    for i = 1, #defaults do acts[i] = act(names[(d - 1) * #defaults + i] or defaults[i]) end
+    local w, r = W[d], R[d]
+    local wb, rb
+    if B ~= nil then
+      wb, rb = B[d]:narrow(1, 1, ngates * H), B[d]:narrow(1, ngates * H + 1, ngates * H)
+    else
+      wb = flow.zeros(ngates * H, {dtype = x.dtype})
+      rb = wb
+    end
+    local state = {}
+    local init = {ins[6], ins[7]}
+    for k = 1, 2 do
+      if init[k] ~= nil then
+        local v = init[k]
+        if layout == 1 then v = v:transpose(1, 2) end
+        state[k] = v[d]
+      else
+        state[k] = flow.zeros(batch, H, {dtype = x.dtype})
+      end
+    end
+    local P = ins[8] and ins[8][d]
+    local reverse = dir == 'reverse' or d == 2
+    local ys = {}
+    for t = 1, seq do
+      local tt = reverse and (seq - t + 1) or t
+      local xw = flow.matmul(x[tt], w:t()) + wb
+      state = cell(xw, state, r, rb, acts, H, clip, P, n)
+      ys[tt] = state[1]
+    end
+    Ys[d] = flow.stack(ys, 1)                 -- [seq, batch, H]
+    finals[d] = state
+  end
+  local Y = flow.stack(Ys, 2)                 -- [seq, dirs, batch, H]
+  local Yh = flow.stack({finals[1][1], finals[2] and finals[2][1]}, 1)
+  local out = {Y, Yh}
+  if finals[1][2] then out[3] = flow.stack({finals[1][2], finals[2] and finals[2][2]}, 1) end
+  if layout == 1 then
+    out[1] = Y:permute(3, 1, 2, 4):contiguous()
+    out[2] = out[2]:transpose(1, 2):contiguous()
+    if out[3] then out[3] = out[3]:transpose(1, 2):contiguous() end
+  end
+  return out
+end
+
+local function clipped(v, clip)
+  if clip then return v:clamp(-clip, clip) end
+  return v
+end
+
+OPS.RNN = function(ins, n)
+  return recurrent(ins, n, 1, {'Tanh'}, function(xw, st, r, rb, acts, _, clip)
+    return {acts[1](clipped(xw + flow.matmul(st[1], r:t()) + rb, clip))}
+  end)
+end
+
+OPS.GRU = function(ins, n)
+  local lbr = attr(n, 'linear_before_reset', 0) == 1
+  return recurrent(ins, n, 3, {'Sigmoid', 'Tanh'}, function(xw, st, r, rb, acts, H, clip)
+    local h = st[1]
+    local xz, xr, xh = xw:narrow(2, 1, H), xw:narrow(2, H + 1, H), xw:narrow(2, 2 * H + 1, H)
+    local rz, rr, rh = r:narrow(1, 1, H), r:narrow(1, H + 1, H), r:narrow(1, 2 * H + 1, H)
+    local bz, br, bh = rb:narrow(1, 1, H), rb:narrow(1, H + 1, H), rb:narrow(1, 2 * H + 1, H)
+    local z = acts[1](clipped(xz + flow.matmul(h, rz:t()) + bz, clip))
+    local rg = acts[1](clipped(xr + flow.matmul(h, rr:t()) + br, clip))
+    local hh
+    if lbr then hh = acts[2](clipped(xh + rg * (flow.matmul(h, rh:t()) + bh), clip))
+    else hh = acts[2](clipped(xh + flow.matmul(rg * h, rh:t()) + bh, clip)) end
+    return {(1 - z) * hh + z * h}
+  end)
+end
+
+OPS.LSTM = function(ins, n)
+  local couple = attr(n, 'input_forget', 0) == 1
+  return recurrent(ins, n, 4, {'Sigmoid', 'Tanh', 'Tanh'}, function(xw, st, r, rb, acts, H, clip, P)
+    local h, c = st[1], st[2]
+    local g = xw + flow.matmul(h, r:t()) + rb
+    local gi, go, gf, gc = g:narrow(2, 1, H), g:narrow(2, H + 1, H), g:narrow(2, 2 * H + 1, H),
+                           g:narrow(2, 3 * H + 1, H)
+    if P ~= nil then
+      gi = gi + P:narrow(1, 1, H) * c
+      gf = gf + P:narrow(1, 2 * H + 1, H) * c
+    end
+    local i = acts[1](clipped(gi, clip))
+    local f = couple and (1 - i) or acts[1](clipped(gf, clip))
+    local ct = acts[2](clipped(gc, clip))
+    local cn = f * c + i * ct
+    if P ~= nil then go = go + P:narrow(1, H + 1, H) * cn end
+    local o = acts[1](clipped(go, clip))
+    return {o * acts[3](cn), cn}
+  end)
+end
+
+------------------------------------------------------------------ sequences
+-- A sequence value is a Lua table {seq = true, n = k, ...tensors}.
+local function seq(list) list.seq = true list.n = #list return list end
+M.seq = seq
+local function seq_copy(s)
+  local t = {}
+  for i = 1, s.n do t[i] = s[i] end
+  return seq(t)
+end
+local function seq_pos(p, len, what)
+  local i = p and vals(p)[1] or len
+  if i < 0 then i = i + len end
+  if i < 0 or i > len then fail('%s: position %d out of range for a sequence of %d', what, i, len) end
+  return i + 1
+end
+OPS.SequenceConstruct = function(ins)
+  local t = {}
+  for i = 1, ins.n do t[i] = ins[i] end
+  return {seq(t)}
+end
+OPS.SequenceEmpty = function() return {seq({})} end
+OPS.SequenceLength = function(ins) return {flow.tensor(ins[1].n, {dtype = flow.int64})} end
+OPS.SequenceAt = function(ins)
+  local s = ins[1]
+  return {s[seq_pos(ins[2], s.n - 1, 'SequenceAt')]}
+end
+OPS.SequenceInsert = function(ins)
+  local s = seq_copy(ins[1])
+  local pos = ins[3] and seq_pos(ins[3], s.n, 'SequenceInsert') or s.n + 1
+  table.insert(s, pos, ins[2])
+  s.n = s.n + 1
+  return {s}
+end
+OPS.SequenceErase = function(ins)
+  local s = seq_copy(ins[1])
+  local pos = ins[2] and seq_pos(ins[2], s.n - 1, 'SequenceErase') or s.n
+  table.remove(s, pos)
+  s.n = s.n - 1
+  return {s}
+end
+OPS.ConcatFromSequence = function(ins, n)
+  local s = ins[1]
+  local list = {}
+  for i = 1, s.n do list[i] = s[i] end
+  local new = attr(n, 'new_axis', 0) == 1
+  local r = list[1]:dim() + (new and 1 or 0)
+  local a = ax(attr(n, 'axis'), r)
+  if new then return {flow.stack(list, a)} end
+  return {flow.cat(list, a)}
+end
+OPS.SplitToSequence = function(ins, n)
+  local x, split = ins[1], ins[2]
+  local d = ax(attr(n, 'axis', 0), x:dim())
+  local keep = attr(n, 'keepdims', 1) == 1
+  local out = {}
+  if split == nil then
+    for i = 1, x:size(d) do
+      local v = x:narrow(d, i, 1)
+      if not keep then v = v:squeeze(d) end
+      out[i] = v:contiguous()
+    end
+    return {seq(out)}
+  end
+  local sizes = vals(split)
+  if split:dim() == 0 then
+    local k, total = sizes[1], x:size(d)
+    sizes = {}
+    local left = total
+    while left > 0 do sizes[#sizes + 1] = math.min(k, left); left = left - k end
+  end
+  local start = 1
+  for i, sz in ipairs(sizes) do
+    out[i] = x:narrow(d, start, sz):contiguous()
+    start = start + sz
+  end
+  return {seq(out)}
+end
+OPS.SequenceMap = function(ins, n, ctx)
+  local g = attr(n, 'body')
+  local s = ins[1]
+  local outs = {}
+  for k = 1, #g.outputs do outs[k] = {} end
+  for i = 1, s.n do
+    local args = {s[i]}
+    for j = 2, ins.n do
+      local v = ins[j]
+      args[j] = (type(v) == 'table' and v.seq) and v[i] or v
+    end
+    local res = M.run_sub(ctx, g, args, ctx.env)
+    for k = 1, #g.outputs do outs[k][i] = res[k] end
+  end
+  local r = {}
+  for k = 1, #g.outputs do r[k] = seq(outs[k]) end
+  return r
+end
+
+------------------------------------------------------------------ misc
+OPS.CenterCropPad = function(ins, n)
+  local x, shape = ins[1], vals(ins[2])
+  local axes = attr(n, 'axes')
+  local r = x:dim()
+  local list = {}
+  if axes then for i, a in ipairs(axes) do list[i] = ax(a, r) end else for i = 1, r do list[i] = i end end
+  local y = x
+  for i, d in ipairs(list) do
+    local want, have = shape[i], y:size(d)
+    if want < have then
+      y = y:narrow(d, floor((have - want) / 2) + 1, want)
+    elseif want > have then
+      local before = floor((want - have) / 2)
+      local sh = y:size():totable()
+      sh[d] = before
+      local a = flow.zeros(sh, {dtype = y.dtype})
+      sh[d] = want - have - before
+      local b = flow.zeros(sh, {dtype = y.dtype})
+      y = flow.cat({a, y, b}, d)
+    end
+  end
+  return {y:contiguous()}
+end
+
+OPS.Unique = function(ins, n)
+  local x = ins[1]
+  local a = attr(n, 'axis')
+  local sorted = attr(n, 'sorted', 1) == 1
+  if a ~= nil then
+    local d = ax(a, x:dim())
+    local rows = {}
+    local xt = x:transpose(1, d):contiguous()
+    local keys, first, inverse, counts, order = {}, {}, {}, {}, {}
+    for i = 1, xt:size(1) do
+      local row = xt[i]:reshape(-1):to(flow.float64):totable()
+      local key = table.concat(row, ',')
+      rows[i] = row
+      if not first[key] then first[key] = i; counts[key] = 0; order[#order + 1] = key end
+      counts[key] = counts[key] + 1
+      keys[i] = key
+    end
+    if sorted then
+      table.sort(order, function(p, q)
+        local rp, rq = rows[first[p]], rows[first[q]]
+        for k = 1, #rp do if rp[k] ~= rq[k] then return rp[k] < rq[k] end end
+        return false
+      end)
+    end
+    local pos = {}
+    for i, key in ipairs(order) do pos[key] = i end
+    local idx, cnt = {}, {}
+    for i, key in ipairs(order) do idx[i] = first[key]; cnt[i] = counts[key] end
+    for i = 1, #keys do inverse[i] = pos[keys[i]] - 1 end
+    local y = xt:index_select(1, flow.tensor(idx, {dtype = flow.int64})):transpose(1, d):contiguous()
+    local i0 = {}
+    for i, v in ipairs(idx) do i0[i] = v - 1 end
+    return {y, flow.tensor(i0, {dtype = flow.int64}), flow.tensor(inverse, {dtype = flow.int64}),
+            flow.tensor(cnt, {dtype = flow.int64})}
+  end
+  local v = x:reshape(-1):totable()
+  local first, counts, order = {}, {}, {}
+  for i, e in ipairs(v) do
+    if not first[e] then first[e] = i; counts[e] = 0; order[#order + 1] = e end
+    counts[e] = counts[e] + 1
+  end
+  if sorted then table.sort(order) end
+  local pos, y, idx, cnt, inv = {}, {}, {}, {}, {}
+  for i, e in ipairs(order) do pos[e] = i; y[i] = e; idx[i] = first[e] - 1; cnt[i] = counts[e] end
+  for i, e in ipairs(v) do inv[i] = pos[e] - 1 end
+  return {flow.tensor(y, {dtype = x.dtype}), flow.tensor(idx, {dtype = flow.int64}),
+          flow.tensor(inv, {dtype = flow.int64}), flow.tensor(cnt, {dtype = flow.int64})}
+end
+
+OPS.NonMaxSuppression = function(ins, n)
+  local boxes, scores = ins[1], ins[2]
+  local maxout = ins[3] and vals(ins[3])[1] or 0
+  local iou_t = ins[4] and vals(ins[4])[1] or 0
+  local score_t = ins[5] and vals(ins[5])[1]
+  local center = attr(n, 'center_point_box', 0) == 1
+  local B, S = boxes:to(flow.float64):totable(), scores:to(flow.float64):totable()
+  local out = {}
+  local function corners(b)
+    if center then
+      return b[1] - b[3] / 2, b[2] - b[4] / 2, b[1] + b[3] / 2, b[2] + b[4] / 2
+    end
+    return math.min(b[1], b[3]), math.min(b[2], b[4]), math.max(b[1], b[3]), math.max(b[2], b[4])
+  end
+  local function iou(a, b)
+    local ay1, ax1, ay2, ax2 = corners(a)
+    local by1, bx1, by2, bx2 = corners(b)
+    local ih = math.max(0, math.min(ay2, by2) - math.max(ay1, by1))
+    local iw = math.max(0, math.min(ax2, bx2) - math.max(ax1, bx1))
+    local inter = ih * iw
+    local union = (ay2 - ay1) * (ax2 - ax1) + (by2 - by1) * (bx2 - bx1) - inter
+    if union <= 0 then return 0 end
+    return inter / union
+  end
+  for b = 1, #S do
+    for c = 1, #S[b] do
+      local cand = {}
+      for i, sc in ipairs(S[b][c]) do
+        if score_t == nil or sc > score_t then cand[#cand + 1] = i end
+      end
+      table.sort(cand, function(p, q)
+        if S[b][c][p] ~= S[b][c][q] then return S[b][c][p] > S[b][c][q] end
+        return p < q
+      end)
+      local kept = {}
+      for _, i in ipairs(cand) do
+        if #kept >= maxout then break end
+        local ok = true
+        for _, j in ipairs(kept) do
+          if iou(B[b][i], B[b][j]) > iou_t then ok = false break end
+        end
+        if ok then kept[#kept + 1] = i; out[#out + 1] = {b - 1, c - 1, i - 1} end
+      end
+    end
+  end
+  if #out == 0 then return {flow.zeros(0, 3, {dtype = flow.int64})} end
+  return {flow.tensor(out, {dtype = flow.int64})}
+end
+
 
 return M

@@ -130,6 +130,13 @@ S.Type[5] = F('map_type', S.TypeMap)
 S.Type[6] = F('denotation', 'str')
 S.Type[8] = F('sparse_tensor_type', S.TypeTensor)
 S.Type[9] = F('optional_type', S.TypeOptional)
+S.Sequence = {[1] = F('name', 'str'), [2] = F('elem_type', 'int'), [3] = F('tensor_values', S.Tensor, true),
+              [5] = F('sequence_values', {}, true), [7] = F('optional_values', {}, true)}
+S.Sequence[5].kind = S.Sequence
+S.Optional = {[1] = F('name', 'str'), [2] = F('elem_type', 'int'), [3] = F('tensor_value', S.Tensor),
+              [5] = F('sequence_value', S.Sequence), [7] = F('optional_value', {})}
+S.Optional[7].kind = S.Optional
+S.Sequence[7].kind = S.Optional
 S.ValueInfo = {[1] = F('name', 'str'), [2] = F('type', S.Type), [3] = F('doc_string', 'str')}
 S.Graph = {}
 S.Attribute = {
@@ -314,6 +321,9 @@ function M.decode(s, schema_name)
   local msg = decode(s, ffi.cast(bytep, s), 0, #s, schema, 0)
   if schema == S.Tensor then return tensor(msg) end
   if schema == S.Graph then return graph(msg) end
+  if schema == S.Sequence then
+    for _, t in ipairs(msg.tensor_values) do tensor(t) end
+  end
   return msg
 end
 
