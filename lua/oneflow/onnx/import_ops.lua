@@ -521,7 +521,29 @@ local function scatter_elements(x, d, idx, upd, reduction)
   idx = index1(idx, x:size(d))
   if reduction == nil or reduction == 'none' then return x:scatter(d, idx, upd) end
   if reduction == 'add' then return x:scatter_add(d, idx, upd) end
-  return x:scatter(d, idx, upd, {reduce = reduction == 'mul' and 'multiply' or reduction})
+  -- max / min / mul: one update at a time, in order, as the ONNX reference does
+  local out = x:clone()
+  local iv = idx:to(flow.int64):contiguous()
+  local shape = iv:size():totable()
+  local flat_i, flat_u = iv:reshape(-1):totable(), upd:contiguous():reshape(-1):totable()
+  local ov = out:reshape(-1)
+  local xs = x:size():totable()
+  local strides, acc = {}, 1
+  for k = #xs, 1, -1 do strides[k] = acc; acc = acc * xs[k] end
+  for p = 1, #flat_i do
+    -- position p in idx's shape -> its coordinates, with dim d replaced by the index
+    local rem, pos = p - 1, 0
+    for k = #shape, 1, -1 do
+      local c = rem % shape[k]
+      rem = (rem - c) / shape[k]
+      pos = pos + (k == d and (flat_i[p] - 1) or c) * strides[k]
+    end
+    local cur = ov[pos + 1]:item()
+    local u = flat_u[p]
+    local v = reduction == 'mul' and cur * u or reduction == 'max' and math.max(cur, u) or math.min(cur, u)
+    ov[pos + 1] = v
+  end
+  return ov:reshape(xs)
 end
 OPS.ScatterElements = function(ins, n)
   local x = ins[1]
@@ -1140,7 +1162,7 @@ end
 
 ------------------------------------------------------------------ resize
 -- Source coordinate of output index o (0-based) for one axis.
-local function src_coord(mode, o, scale, in_len, roi_s, roi_e)
+local function src_coord(mode, o, scale, in_len, roi_s, roi_e, out_int)
   local out_len = in_len * scale   -- ONNX's length_resized: not rounded
   if mode == 'half_pixel' then return (o + 0.5) / scale - 0.5
   elseif mode == 'pytorch_half_pixel' then return out_len > 1 and (o + 0.5) / scale - 0.5 or 0
@@ -1150,7 +1172,7 @@ local function src_coord(mode, o, scale, in_len, roi_s, roi_e)
     if out_len > 1 then return roi_s * (in_len - 1) + o * (roi_e - roi_s) * (in_len - 1) / (out_len - 1) end
     return 0.5 * (roi_s + roi_e) * (in_len - 1)
   elseif mode == 'half_pixel_symmetric' then
-    local adj = out_len / (scale * in_len)
+    local adj = out_int / out_len
     local center = in_len / 2
     local off = center * (1 - adj)
     return off + (o + 0.5) / scale - 0.5
@@ -1199,7 +1221,7 @@ local function resize_axis(x, d, out_len, scale, n, roi_s, roi_e)
   for o = 0, out_len - 1 do
     local row = {}
     for i = 1, in_len do row[i] = 0 end
-    local c = src_coord(ctm, o, scale, in_len, roi_s, roi_e)
+    local c = src_coord(ctm, o, scale, in_len, roi_s, roi_e, out_len)
     if ctm == 'tf_crop_and_resize' and (c < 0 or c > in_len - 1) then
       row.extrap = true
     elseif mode == 'nearest' then
@@ -1959,5 +1981,119 @@ OPS.NonMaxSuppression = function(ins, n)
   return {flow.tensor(out, {dtype = flow.int64})}
 end
 
+
+------------------------------------------------------------------ integer / quantized linear algebra
+local function zp_sub(x, zp, rows)
+  local xf = x:to(flow.float64)
+  if zp == nil then return xf end
+  local z = zp:to(flow.float64)
+  if rows and z:numel() > 1 and z:dim() == 1 then z = z:reshape(-1, 1) end
+  return xf - z
+end
+local function saturate(y, dt)
+  local lo, hi = qrange(dt)
+  return y:round():clamp(lo, hi):to(dt)
+end
+OPS.MatMulInteger = function(ins)
+  return {flow.matmul(zp_sub(ins[1], ins[3], true), zp_sub(ins[2], ins[4])):to(flow.int32)}
+end
+OPS.QLinearMatMul = function(ins)
+  local a, as, azp, b, bs, bzp, ys, yzp = unpack(ins, 1, 8)
+  local A = zp_sub(a, azp, true) * (as:dim() == 1 and as:numel() > 1 and as:reshape(-1, 1) or as):to(flow.float64)
+  local Bm = zp_sub(b, bzp) * bs:to(flow.float64)
+  local y = flow.matmul(A, Bm) / ys:to(flow.float64)
+  return {saturate(y:round() + yzp:to(flow.float64), yzp.dtype)}
+end
+OPS.ConvInteger = function(ins, n)
+  local x = zp_sub(ins[1], ins[3])
+  local wz = ins[4]
+  local w = ins[2]:to(flow.float64)
+  if wz ~= nil then w = w - (wz:numel() > 1 and bshape(w, wz) or wz):to(flow.float64) end
+  return {OPS.Conv({x, w, n = 2}, n)[1]:round():to(flow.int32)}
+end
+OPS.QLinearConv = function(ins, n)
+  local x, xs, xzp, w, ws, wzp, ys, yzp, bias = unpack(ins, 1, 9)
+  local xf = zp_sub(x, xzp) * xs:to(flow.float64)
+  local wf = w:to(flow.float64)
+  if wzp ~= nil then wf = wf - (wzp:numel() > 1 and bshape(wf, wzp) or wzp):to(flow.float64) end
+  wf = wf * (ws:numel() > 1 and bshape(wf, ws) or ws):to(flow.float64)
+  local b = bias and bias:to(flow.float64) * (xs:to(flow.float64) * ws:to(flow.float64)) or nil
+  local y = OPS.Conv({xf, wf, b, n = 3}, n)[1] / ys:to(flow.float64)
+  return {saturate(y:round() + (yzp and yzp:to(flow.float64) or 0), yzp and yzp.dtype or flow.uint8)}
+end
+
+OPS.MaxUnpool = function(ins, n)
+  local x, idx, shape = ins[1], ins[2], ins[3]
+  local nsp = x:dim() - 2
+  local out
+  if shape ~= nil then
+    out = vals(shape)
+  else
+    local k = attr(n, 'kernel_shape')
+    local st = attr(n, 'strides') or ones(nsp)
+    local pads = attr(n, 'pads') or ones(2 * nsp, 0)
+    out = {x:size(1), x:size(2)}
+    for i = 1, nsp do out[i + 2] = (x:size(i + 2) - 1) * st[i] + k[i] - pads[i] - pads[i + nsp] end
+  end
+  local total = 1
+  for _, v in ipairs(out) do total = total * v end
+  local y = flow.zeros(total, {dtype = x.dtype}):scatter(1, idx:reshape(-1):to(flow.int64) + 1, x:reshape(-1))
+  return {y:reshape(out)}
+end
+
+OPS.Col2Im = function(ins, n)
+  local x, img, block = ins[1], vals(ins[2]), vals(ins[3])
+  if #img ~= 2 then unsupported('Col2Im for %d-d images (2-d only)', #img) end
+  local pads = attr(n, 'pads') or {0, 0, 0, 0}
+  if pads[1] ~= pads[3] or pads[2] ~= pads[4] then unsupported('Col2Im with asymmetric pads') end
+  return {F.fold(x, img, block, {dilation = attr(n, 'dilations') or {1, 1}, padding = {pads[1], pads[2]},
+                                 stride = attr(n, 'strides') or {1, 1}})}
+end
+
+-- DFT as products with cos / sin matrices (float64), input [..., N, 1 | 2]
+OPS.DFT = function(ins, n, ctx)
+  local x = ins[1]
+  local r = x:dim()
+  local a = ctx.opset >= 20 and (ins[3] and vals(ins[3])[1] or -2) or attr(n, 'axis', 1)
+  local d = ax(a, r)
+  if d == r then fail('DFT: axis %d is the real/imaginary dim', a) end
+  local inverse = attr(n, 'inverse', 0) == 1
+  local onesided = attr(n, 'onesided', 0) == 1
+  local xf = x:to(flow.float64)
+  local re, im = xf:select(r, 1), x:size(r) == 2 and xf:select(r, 2) or nil
+  local N = x:size(d)
+  local L = ins[2] and vals(ins[2])[1] or N
+  local function fit(v)
+    if v == nil then return nil end
+    if L < N then return v:narrow(d, 1, L) end
+    if L > N then
+      local sh = v:size():totable()
+      sh[d] = L - N
+      return flow.cat({v, flow.zeros(sh, {dtype = v.dtype})}, d)
+    end
+    return v
+  end
+  re, im = fit(re), fit(im)
+  local K = onesided and floor(L / 2) + 1 or L
+  local c, s = {}, {}
+  local sign = inverse and 1 or -1
+  for k = 0, K - 1 do
+    c[k + 1], s[k + 1] = {}, {}
+    for t = 0, L - 1 do
+      local ang = 2 * math.pi * k * t / L
+      c[k + 1][t + 1], s[k + 1][t + 1] = math.cos(ang), sign * math.sin(ang)
+    end
+  end
+  local Cm, Sm = flow.tensor(c, {dtype = flow.float64}), flow.tensor(s, {dtype = flow.float64})
+  local function apply(m, v) return flow.matmul(v:transpose(d, r - 1), m:t()):transpose(d, r - 1) end
+  local out_re = apply(Cm, re)
+  local out_im = apply(Sm, re)
+  if im then
+    out_re = out_re - apply(Sm, im)
+    out_im = out_im + apply(Cm, im)
+  end
+  if inverse then out_re, out_im = out_re / L, out_im / L end
+  return {flow.stack({out_re, out_im}, r):to(x.dtype)}
+end
 
 return M
