@@ -101,10 +101,10 @@ end
 local function value_of(s, v, dir)
   if v.kind == 'sequence' then
     local sq = reader.decode(s, 'Sequence')
-    local list = {}
-    for i, t in ipairs(sq.tensor_values) do list[i] = I.tensor(t, dir) end
+    local items = {}
+    for i, t in ipairs(sq.tensor_values) do items[i] = I.tensor(t, dir) end
     if #sq.sequence_values > 0 then I.unsupported('sequences of sequences') end
-    return require('oneflow.onnx.import_ops').seq(list)
+    return require('oneflow.onnx.import_ops').seq(items)
   end
   return I.tensor(reader.decode(s, 'Tensor'), dir)
 end

@@ -55,7 +55,7 @@ def export(outdir, names):
         with torch.no_grad():
             for mod in m.modules():
                 if isinstance(mod, torch.nn.BatchNorm2d):
-                    mod.weight.uniform_(0.5, 1.5)
+                    mod.weight.uniform_(0.2, 0.4)
                     mod.bias.uniform_(-0.2, 0.2)
                     mod.running_mean.uniform_(-0.1, 0.1)
                     mod.running_var.uniform_(0.5, 1.5)

@@ -65,6 +65,21 @@ function M.onnx_type(dtype)
 end
 
 ------------------------------------------------------------------ tensors
+-- Lua values of small integer tensors made from the file (initializers,
+-- Constant attributes, Shape results): ops read shapes, axes and pads from
+-- here, so they need no :totable() on a tensor -- which nn.Graph refuses
+-- on the tensors of a traced build().
+M.known = setmetatable({}, {__mode = 'k'})
+
+local function remember(x, buf, n, dt)
+  if n > 4096 or dt.is_floating_point then return x end
+  local list = {}
+  local p = ffi.cast(ffi.typeof('$ *', ffi.typeof(M.CTYPE[dt.name])), buf)
+  for i = 0, n - 1 do list[i + 1] = tonumber(p[i]) end
+  M.known[x] = list
+  return x
+end
+M.CTYPE = {uint8 = 'uint8_t', int8 = 'int8_t', int32 = 'int32_t', int64 = 'int64_t', bool = 'uint8_t'}
 local function check_dims(dims, what)
   local n = 1
   for i, d in ipairs(dims) do
@@ -156,12 +171,12 @@ function M.tensor(t, dir)
     if n == 0 then return F.empty(dims, {dtype = dt}) end
     local buf = ffi.new(ctype .. '[?]', n)
     for i = 1, n do buf[i - 1] = list[i] end
-    return F.from_blob(buf, dims, {dtype = dt}):clone()
+    return remember(F.from_blob(buf, dims, {dtype = dt}):clone(), buf, n, dt)
   end
   if n == 0 then return F.empty(dims, {dtype = dt}) end
   local buf = ffi.new('uint8_t[?]', #bytes)
   ffi.copy(buf, bytes, #bytes)
-  return F.from_blob(buf, dims, {dtype = dt}):clone()
+  return remember(F.from_blob(buf, dims, {dtype = dt}):clone(), buf, n, dt)
 end
 
 --- A TensorProto table of a oneflow tensor (raw little-endian data).
@@ -370,6 +385,7 @@ function OnnxModule:__init(m, opts)
   local F = flow()
   local consts, init_names = {}, {}
   for _, t in ipairs(g.initializers) do
+    if t.name == '' then fail('an initializer has no name') end
     if init_names[t.name] then fail("initializer '%s' appears twice", t.name) end
     init_names[t.name] = true
     local x = M.tensor(t, opts.dir)

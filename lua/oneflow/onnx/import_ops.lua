@@ -50,9 +50,12 @@ M.attr = attr
 local function is_t(v) return flow.is_tensor(v) end
 
 -- Lua numbers of a tensor (flattened).
+local known = I.known
 local function vals(t)
   if t == nil then return nil end
   if not is_t(t) then return t end
+  local k = known[t]
+  if k then return {unpack(k)} end
   if t:numel() == 0 then return {} end
   local v = t:reshape(-1)
   if v.dtype == flow.bool then v = v:to(flow.int64) end
@@ -311,12 +314,14 @@ OPS.Shape = function(ins, n, ctx)
   local out = {}
   for i = s + 1, e do out[#out + 1] = shape[i] end
   if #out == 0 then return {flow.zeros(0, {dtype = flow.int64})} end
-  return {flow.tensor(out, {dtype = flow.int64})}
+  local t = flow.tensor(out, {dtype = flow.int64})
+  known[t] = out
+  return {t}
 end
 OPS.Size = one(function(x) return flow.tensor(x:numel(), {dtype = flow.int64}) end)
 
 OPS.Range = function(ins)
-  local s, l, d = ins[1]:item(), ins[2]:item(), ins[3]:item()
+  local s, l, d = vals(ins[1])[1], vals(ins[2])[1], vals(ins[3])[1]
   local count = math.max(math.ceil((l - s) / d), 0)
   if count == 0 then return {flow.zeros(0, {dtype = ins[1].dtype})} end
   return {(flow.arange(0, count, {dtype = flow.float64}) * d + s):to(ins[1].dtype)}
@@ -615,7 +620,7 @@ OPS.ScatterND = function(ins, n)
 end
 
 OPS.OneHot = function(ins, n)
-  local idx, depth, values = ins[1], ins[2]:reshape(-1)[1]:item(), ins[3]
+  local idx, depth, values = ins[1], vals(ins[2])[1], ins[3]
   local r = idx:dim() + 1
   local a = ax(attr(n, 'axis', -1), r)
   depth = floor(depth)
@@ -655,14 +660,14 @@ end
 
 OPS.Trilu = function(ins, n)
   local x = ins[1]
-  local k = ins[2] and ins[2]:item() or 0
+  local k = ins[2] and vals(ins[2])[1] or 0
   if attr(n, 'upper', 1) == 1 then return {x:triu(k)} end
   return {x:tril(k)}
 end
 
 OPS.CumSum = function(ins, n)
   local x = ins[1]
-  local d = ax(ins[2]:reshape(-1)[1]:item(), x:dim())
+  local d = ax(vals(ins[2])[1], x:dim())
   local y = x
   if attr(n, 'reverse', 0) == 1 then y = y:flip(d) end
   local c = y:cumsum(d)
@@ -752,7 +757,7 @@ OPS.ArgMin = arg_reduce('argmin')
 
 OPS.TopK = function(ins, n, ctx)
   local x = ins[1]
-  local k = ctx.opset >= 10 and ins[2]:reshape(-1)[1]:item() or attr(n, 'k')
+  local k = ctx.opset >= 10 and vals(ins[2])[1] or attr(n, 'k')
   local d = ax(attr(n, 'axis', -1), x:dim())
   local largest = attr(n, 'largest', 1) == 1
   -- stable order for equal values: ONNX wants the lower index first
@@ -927,9 +932,9 @@ local function pool(kind)
         if attr(n, 'storage_order', 0) ~= 0 then unsupported('MaxPool indices with storage_order = 1') end
       end
       local xp, sym = pad_input(x, pads, nsp, -huge)
-      local y, idx = F['max_pool' .. nsp .. 'd'](xp, k, s, sym, d, ceil, true)
+      local y, idx = F['max_pool' .. nsp .. 'd'](xp, k, s, sym, d, ceil, want_idx)
       local out = {y}
-      if #n.outputs > 1 and n.outputs[2] ~= '' then
+      if want_idx then
         local same = true
         for i = 1, 2 * nsp do if pads[i] ~= 0 then same = false end end
         if not same then unsupported('MaxPool indices with padding') end
@@ -1341,7 +1346,7 @@ end
 ------------------------------------------------------------------ windows
 local function window(fn)
   return function(ins, n)
-    local size = floor(ins[1]:reshape(-1)[1]:item())
+    local size = floor(vals(ins[1])[1])
     local periodic = attr(n, 'periodic', 1) == 1
     local N = periodic and size or size - 1
     local t = {}

@@ -245,6 +245,7 @@ local function pairs_to_map(list)
 end
 
 local function tensor(t)
+  t.name = t.name or ''
   t.external_data = t.external_data and #t.external_data > 0 and pairs_to_map(t.external_data) or nil
   return t
 end
