@@ -5,8 +5,10 @@
 # committed). Each case runs under tools/onnx_conformance.lua, which records
 # a START line before a case and its result after; a case that kills the
 # process is recorded as a crash ('fail') and the run goes on with the next.
-#   sh tools/onnx_conformance.sh                 # all cases, writes doc/onnx.md's table
-#   sh tools/onnx_conformance.sh -n 60           # every 21st case or so: a quick subset
+#   sh tools/onnx_conformance.sh                 # all cases
+#   sh tools/onnx_conformance.sh --doc           # all cases, and rewrite doc/onnx.md's table
+#   sh tools/onnx_conformance.sh --fetch         # only fetch and unpack the cases
+#   sh tools/onnx_conformance.sh -n 60           # about 60 cases spread over the suite
 #   sh tools/onnx_conformance.sh test_abs test_gemm_default_no_bias   # named cases
 # Prints pass/fail/unsupported per op, then as the last line
 #   conformance: P passed, F failed, U unsupported of T
@@ -15,7 +17,13 @@ set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/oneflow/onnx-1.17"
 subset=0
-if [ "${1:-}" = "-n" ]; then subset=$2; shift 2; fi
+doc=0
+fetch=0
+case "${1:-}" in
+  -n) subset=$2; shift 2 ;;
+  --doc) doc=1; shift ;;
+  --fetch) fetch=1; shift ;;
+esac
 
 node="${ONNX_NODE_DIR:-$cache/onnx/backend/test/data/node}"
 if [ ! -d "$node" ]; then
@@ -37,6 +45,8 @@ z = zipfile.ZipFile(sys.argv[1])
 z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith('onnx/backend/test/data/node/')])
 EOF
 fi
+
+[ "$fetch" = 1 ] && { echo "onnx 1.17 node cases: $node"; exit 0; }
 
 export LUA_PATH="$here/lua/?.lua;$here/lua/?/init.lua;${LUA_PATH:-;}"
 tmp=$(mktemp -d)
@@ -80,8 +90,8 @@ U=$(grep -c '^unsupported ' "$tmp/final" || true)
 T=$((P + F + U))
 line="conformance: $P passed, $F failed, $U unsupported of $T"
 
-# the table in doc/onnx.md (full runs only)
-if [ "$#" -eq 0 ] && [ "$subset" -eq 0 ]; then
+# the table in doc/onnx.md (--doc)
+if [ "$doc" = 1 ]; then
   doc="$here/doc/onnx.md"
   {
     echo "<!-- conformance table: written by tools/onnx_conformance.sh -->"
