@@ -98,14 +98,21 @@ local function compare(got, want, what)
 end
 
 -- a test value: a TensorProto, or a SequenceProto of tensors for a sequence input
+local IO = require 'oneflow.onnx.import_ops'
+local function sequence(sq, dir)
+  local items = {}
+  for i, t in ipairs(sq.tensor_values) do items[i] = I.tensor(t, dir) end
+  if #sq.sequence_values > 0 then I.unsupported('sequences of sequences') end
+  return IO.seq(items)
+end
 local function value_of(s, v, dir)
-  if v.kind == 'sequence' then
-    local sq = reader.decode(s, 'Sequence')
-    local items = {}
-    for i, t in ipairs(sq.tensor_values) do items[i] = I.tensor(t, dir) end
-    if #sq.sequence_values > 0 then I.unsupported('sequences of sequences') end
-    return require('oneflow.onnx.import_ops').seq(items)
+  if v.kind == 'optional' then
+    local o = reader.decode(s, 'Optional')
+    if o.tensor_value then return IO.opt(I.tensor(o.tensor_value, dir)) end
+    if o.sequence_value then return IO.opt(sequence(o.sequence_value, dir)) end
+    return IO.opt(nil)
   end
+  if v.kind == 'sequence' then return sequence(reader.decode(s, 'Sequence'), dir) end
   return I.tensor(reader.decode(s, 'Tensor'), dir)
 end
 
@@ -115,12 +122,12 @@ local function run_case(case)
   local op = op_of(m, case)
   local ok, res = pcall(function()
     for _, v in ipairs(m.graph.inputs) do
-      if v.kind ~= 'tensor' and v.kind ~= 'sequence' then
+      if v.kind ~= 'tensor' and v.kind ~= 'sequence' and v.kind ~= 'optional' then
         I.unsupported("input '%s' of %s type", v.name, tostring(v.kind))
       end
     end
     for _, v in ipairs(m.graph.outputs) do
-      if v.kind ~= 'tensor' and v.kind ~= 'sequence' then
+      if v.kind ~= 'tensor' and v.kind ~= 'sequence' and v.kind ~= 'optional' then
         I.unsupported("output '%s' of %s type", v.name, tostring(v.kind))
       end
     end
@@ -149,15 +156,21 @@ local function run_case(case)
           local want = value_of(s, m.graph.outputs[i], sd)
           local what = ('%s output %d'):format(set, i - 1)
           local err
-          if type(want) == 'table' and want.seq then
-            local got = outs[i]
+          local got = outs[i]
+          if type(want) == 'table' and want.opt then
+            want = want.value
+            if type(got) == 'table' and got.opt then got = got.value end
+          end
+          if want == nil then
+            if got ~= nil then err = what .. ': expected an empty optional' end
+          elseif type(want) == 'table' and want.seq then
             if type(got) ~= 'table' or not got.seq then err = what .. ': not a sequence'
             elseif got.n ~= want.n then err = ('%s: %d tensors, expected %d'):format(what, got.n, want.n)
             else
               for j = 1, want.n do err = err or compare(got[j], want[j], what .. '[' .. j .. ']') end
             end
           else
-            err = compare(outs[i], want, what)
+            err = compare(got, want, what)
           end
           if err then return {status = 'fail', msg = err} end
         end

@@ -1070,11 +1070,11 @@ OPS.LpNormalization = one(function(x, n)
   return x / norm
 end)
 
-OPS.Dropout = function(ins, n, ctx)
+OPS.Dropout = function(ins, n)
   local x = ins[1]
   local out = {x}
   if #n.outputs > 1 then out[2] = flow.ones(x:size():totable(), {dtype = flow.bool}) end
-  local _ = ctx
+  -- training with a ratio above 0 is random; ratio 0 (or eval) is the identity
   if ins[3] ~= nil and vals(ins[3])[1] ~= 0 and (ins[2] == nil or vals(ins[2])[1] ~= 0) then
     unsupported('Dropout in training mode (random)')
   end
@@ -2099,6 +2099,26 @@ OPS.DFT = function(ins, n, ctx)
   end
   if inverse then out_re, out_im = out_re / L, out_im / L end
   return {flow.stack({out_re, out_im}, r):to(x.dtype)}
+end
+
+------------------------------------------------------------------ optionals
+-- An optional value is {opt = true, value = v} (value nil: empty).
+local function opt(v) return {opt = true, value = v} end
+M.opt = opt
+local function is_opt(v) return type(v) == 'table' and v.opt == true end
+OPS.Optional = function(ins) return {opt(ins[1])} end
+OPS.OptionalHasElement = function(ins)
+  local v = ins[1]
+  local has = v ~= nil and (not is_opt(v) or v.value ~= nil)
+  return {flow.tensor(has)}
+end
+OPS.OptionalGetElement = function(ins)
+  local v = ins[1]
+  if is_opt(v) then
+    if v.value == nil then fail('OptionalGetElement of an empty optional') end
+    return {v.value}
+  end
+  return {v}
 end
 
 return M

@@ -325,6 +325,12 @@ function M.decode(s, schema_name)
   if schema == S.Sequence then
     for _, t in ipairs(msg.tensor_values) do tensor(t) end
   end
+  if schema == S.Optional then
+    if msg.tensor_value then tensor(msg.tensor_value) end
+    if msg.sequence_value then
+      for _, t in ipairs(msg.sequence_value.tensor_values) do tensor(t) end
+    end
+  end
   return msg
 end
 
