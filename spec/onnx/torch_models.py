@@ -5,8 +5,9 @@
     $ONNX_PYTHON spec/onnx/torch_models.py ort OUTDIR name... (onnx-venv: onnxruntime)
 
 export: builds the torchvision model with torch.manual_seed(0), gives the
-BatchNorm layers random affine parameters and running statistics (so every
-layer matters in the comparison), and writes OUTDIR/<name>.onnx (torch.onnx,
+BatchNorm layers random affine parameters and running statistics and
+zero-initialised Linear layers random weights (so every layer matters in the
+comparison), and writes OUTDIR/<name>.onnx (torch.onnx,
 opset 17, dynamic batch) and OUTDIR/<name>.in.safetensors ('input', 2x3x224x224).
 ort: runs OUTDIR/<name>.onnx with onnxruntime's CPU provider on that input and
 writes OUTDIR/<name>.ort.safetensors ('output'), printing the seconds per run.
@@ -52,10 +53,14 @@ def export(outdir, names):
     for name in names:
         torch.manual_seed(0)
         m = getattr(torchvision.models, name)()
+        # deep residual stacks grow with unit BatchNorm scales: keep ResNet's small
+        lo, hi = (0.2, 0.4) if name.startswith("resnet") else (0.5, 1.5)
         with torch.no_grad():
             for mod in m.modules():
+                if isinstance(mod, torch.nn.Linear) and not mod.weight.any():
+                    mod.weight.normal_(0, mod.in_features ** -0.5)   # ViT's zero-initialised head
                 if isinstance(mod, torch.nn.BatchNorm2d):
-                    mod.weight.uniform_(0.2, 0.4)
+                    mod.weight.uniform_(lo, hi)
                     mod.bias.uniform_(-0.2, 0.2)
                     mod.running_mean.uniform_(-0.1, 0.1)
                     mod.running_var.uniform_(0.5, 1.5)
