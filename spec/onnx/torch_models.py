@@ -10,7 +10,7 @@ zero-initialised Linear layers random weights (so every layer matters in the
 comparison), and writes OUTDIR/<name>.onnx (torch.onnx,
 opset 17, dynamic batch) and OUTDIR/<name>.in.safetensors ('input', 2x3x224x224).
 ort: runs OUTDIR/<name>.onnx with onnxruntime's CPU provider on that input and
-writes OUTDIR/<name>.ort.safetensors ('output'), printing the seconds per run.
+writes OUTDIR/<name>.ort.safetensors ('output'), printing the median seconds of 5 runs.
 Safetensors is written and read by hand (struct + json): no extra package.
 """
 import json
@@ -82,9 +82,12 @@ def ort(outdir, names):
         opts.intra_op_num_threads = 2
         sess = onnxruntime.InferenceSession(f"{outdir}/{name}.onnx", opts, providers=["CPUExecutionProvider"])
         y, = sess.run(None, {"input": x})
-        t0 = time.time()
-        sess.run(None, {"input": x})
-        dt = time.time() - t0
+        times = []
+        for _ in range(5):
+            t0 = time.time()
+            sess.run(None, {"input": x})
+            times.append(time.time() - t0)
+        dt = sorted(times)[2]
         y = np.ascontiguousarray(y, dtype=np.float32)
         write_st(f"{outdir}/{name}.ort.safetensors", {"output": ("F32", y.shape, y.tobytes())})
         print(f"ort {name} {dt:.4f}")
