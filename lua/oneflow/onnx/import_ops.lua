@@ -928,23 +928,34 @@ local function pool(kind)
         for i = 2, #list do y = flow.maximum(y, list[i]) end
         return {y:to(x.dtype)}
       end
-      if want_idx then
-        if attr(n, 'storage_order', 0) ~= 0 then unsupported('MaxPool indices with storage_order = 1') end
-      end
       local xp, sym = pad_input(x, pads, nsp, -huge)
       local y, idx = F['max_pool' .. nsp .. 'd'](xp, k, s, sym, d, ceil, want_idx)
       local out = {y}
       if want_idx then
-        local same = true
-        for i = 1, 2 * nsp do if pads[i] ~= 0 then same = false end end
-        if not same then unsupported('MaxPool indices with padding') end
-        -- our indices: 1-based within each plane; ONNX: flat over the whole tensor
+        -- ours: 1-based within each plane of xp (x plus the asymmetric part of
+        -- the pads); ONNX: flat over the whole of x, row-major (or column-major
+        -- with storage_order = 1)
+        local xs, ps = spatial(x), spatial(xp)
+        local rem = idx:to(flow.int64) - 1
+        local coords = {}
+        for i = nsp, 1, -1 do
+          coords[i] = flow.remainder(rem, ps[i]) - (pads[i] - sym[i])
+          rem = flow.div(rem, ps[i], {rounding_mode = 'floor'})
+        end
+        local flat
+        if attr(n, 'storage_order', 0) == 1 then
+          flat = coords[nsp]
+          for i = nsp - 1, 1, -1 do flat = flat * xs[i] + coords[i] end
+        else
+          flat = coords[1]
+          for i = 2, nsp do flat = flat * xs[i] + coords[i] end
+        end
         local plane = 1
-        for _, v in ipairs(spatial(x)) do plane = plane * v end
+        for _, v in ipairs(xs) do plane = plane * v end
         local nc = x:size(1) * x:size(2)
         local base = (flow.arange(0, nc, {dtype = flow.int64}) * plane):reshape(x:size(1), x:size(2),
                                                                            unpack(ones(nsp)))
-        out[2] = idx:to(flow.int64) - 1 + base
+        out[2] = flat + base
       end
       return out
     end
@@ -1517,7 +1528,25 @@ OPS.GridSample = function(ins, n, ctx)
 end
 OPS.AffineGrid = function(ins, n)
   local theta, size = ins[1], vals(ins[2])
-  if #size ~= 4 then unsupported('AffineGrid for a %d-d size (2-d only)', #size - 2) end
+  if #size == 5 then
+    -- base grid (x, y, z, 1) over [D, H, W], times theta^T
+    local align = attr(n, 'align_corners', 0) == 1
+    local function lin(L)
+      local t = {}
+      for i = 0, L - 1 do
+        if align then t[i + 1] = L == 1 and 0 or -1 + 2 * i / (L - 1) else t[i + 1] = (2 * i + 1) / L - 1 end
+      end
+      return flow.tensor(t, {dtype = theta.dtype})
+    end
+    local N, D, Hh, W = size[1], size[3], size[4], size[5]
+    local xs = lin(W):reshape(1, 1, W):expand(D, Hh, W)
+    local ys = lin(Hh):reshape(1, Hh, 1):expand(D, Hh, W)
+    local zs = lin(D):reshape(D, 1, 1):expand(D, Hh, W)
+    local base = flow.stack({xs, ys, zs, flow.ones(D, Hh, W, {dtype = theta.dtype})}, 4):reshape(1, D * Hh * W, 4)
+    local g = flow.matmul(base:expand(N, D * Hh * W, 4), theta:transpose(2, 3))
+    return {g:reshape(N, D, Hh, W, 3)}
+  end
+  if #size ~= 4 then unsupported('AffineGrid for a %d-d size', #size - 2) end
   return {F.affine_grid(theta, size, {align_corners = attr(n, 'align_corners', 0) == 1})}
 end
 
@@ -2119,6 +2148,22 @@ OPS.OptionalGetElement = function(ins)
     return {v.value}
   end
   return {v}
+end
+
+OPS.STFT = function(ins, n)
+  local x, step, win, flen = ins[1], vals(ins[2])[1], ins[3], ins[4] and vals(ins[4])[1]
+  flen = flen or win:size(1)
+  local len = x:size(2)
+  local frames = floor((len - flen) / step) + 1
+  local list = {}
+  for f = 0, frames - 1 do
+    local fr = x:narrow(2, f * step + 1, flen)
+    if win ~= nil then fr = fr * win:reshape(1, flen, 1):to(fr.dtype) end
+    list[#list + 1] = fr
+  end
+  local stacked = flow.stack(list, 2)                  -- [batch, frames, flen, 1|2]
+  local node = {attrs = {onesided = {type = 2, i = attr(n, 'onesided', 1)}, axis = {type = 2, i = 2}}}
+  return OPS.DFT({stacked, n = 1}, node, {opset = 17})
 end
 
 return M
