@@ -489,12 +489,6 @@ function OnnxModule:output_names()
 end
 
 ------------------------------------------------------------------ entry points
-local function dirname(path)
-  local d = path:match('^(.*)/[^/]*$')
-  if d == nil then return '.' end
-  if d == '' then return '/' end
-  return d
-end
 
 --- Decodes model bytes (a string) into an OnnxModule; opts.dir is the
 -- folder external data is read from.
@@ -505,13 +499,8 @@ end
 --- flow.onnx.load(path): the model as an nn.Module.
 function M.load(path, opts)
   if type(path) ~= 'string' or path == '' then fail('load: expected a file path, got %s', tostring(path)) end
-  opts = require('oneflow._args').check_options('onnx.load', opts, {})
-  local fh, err = io.open(path, 'rb')
-  if not fh then fail('load: cannot open %s', tostring(err)) end
-  local bytes = fh:read('*a')
-  fh:close()
-  local _ = opts
-  return M.load_bytes(bytes, {dir = dirname(path)})
+  require('oneflow._args').check_options('onnx.load', opts, {})
+  return OnnxModule((reader.read(path)), {dir = require('oneflow.utils.atomic').dir_of(path)})
 end
 
 --- flow.onnx.run(path_or_module, inputs): the outputs of one run, in eval mode

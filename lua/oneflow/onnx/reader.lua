@@ -370,7 +370,7 @@ end
 --- Reads and decodes a model file: returns the model table and the bytes.
 function M.read(path)
   local fh, err = io.open(path, 'rb')
-  if not fh then error('onnx: cannot open ' .. tostring(err), 2) end
+  if not fh then error('onnx: cannot open ' .. tostring(err), 0) end
   local s = fh:read('*a')
   fh:close()
   return M.model(s), s
