@@ -1517,14 +1517,114 @@ OPS.SoftmaxCrossEntropyLoss = function(ins, n)
 end
 
 ------------------------------------------------------------------ sampling
+-- GridSample for any rank and mode: coordinates per spatial dim, taps
+-- gathered from the flattened planes, weights multiplied per dim.
+local function grid_sample(x, grid, mode, pad, align)
+  local N, C = x:size(1), x:size(2)
+  local sp = spatial(x)
+  local r = #sp
+  local gshape = grid:size():totable()
+  local Mo = 1
+  for i = 2, #gshape - 1 do Mo = Mo * gshape[i] end
+  local g = grid:to(flow.float64):reshape(N, Mo, r)
+  local coords = {}
+  for k = 1, r do
+    local L = sp[k]
+    local v = g:select(3, r - k + 1)          -- grid's last entry is the first spatial dim's x
+    local c = align and (v + 1) / 2 * (L - 1) or ((v + 1) * L - 1) / 2
+    if pad == 'border' then
+      c = c:clamp(0, L - 1)
+    elseif pad == 'reflection' then
+      local lo, hi = align and 0 or -0.5, align and L - 1 or L - 0.5
+      local span = hi - lo
+      if span <= 0 then c = flow.zeros_like(c) else
+        local d = (c - lo):abs()
+        local flips = flow.div(d, span, {rounding_mode = 'floor'})
+        local extra = d - flips * span
+        c = flow.where(flow.remainder(flips, 2):eq(0), extra + lo, hi - extra)
+      end
+    end
+    coords[k] = c
+  end
+  -- taps per dim: list of {index tensor [N, Mo] (float, may be out of range), weight [N, Mo]}
+  local function taps(k)
+    local c, L = coords[k], sp[k]
+    if mode == 'nearest' then return {{c:round(), nil}} end
+    local f = c:floor()
+    local t = c - f
+    if mode == 'linear' then return {{f, 1 - t}, {f + 1, t}} end
+    local A = -0.75
+    local function w(d)
+      d = d:abs()
+      local near = ((d * (A + 2) - (A + 3)) * d * d) + 1
+      local far = ((d * A - 5 * A) * d + 8 * A) * d - 4 * A
+      return flow.where(d:le(1), near, flow.where(d:lt(2), far, flow.zeros_like(d)))
+    end
+    local _ = L
+    return {{f - 1, w(t + 1)}, {f, w(t)}, {f + 1, w(1 - t)}, {f + 2, w(2 - t)}}
+  end
+  local per = {}
+  for k = 1, r do per[k] = taps(k) end
+  local xf = x:reshape(N, C, -1)
+  local out = nil
+  local function rec(k, lin, weight, valid)
+    if k > r then
+      local idx = lin:to(flow.int64):unsqueeze(2):expand(N, C, Mo) + 1
+      local v = xf:gather(3, idx):to(flow.float64)
+      if valid then v = v * valid:to(flow.float64):unsqueeze(2) end
+      if weight then v = v * weight:unsqueeze(2) end
+      out = out and out + v or v
+      return
+    end
+    local L = sp[k]
+    for _, tp in ipairs(per[k]) do
+      local i, wt = tp[1], tp[2]
+      local ok = i:ge(0):logical_and(i:le(L - 1))
+      local ic
+      if pad == 'zeros' then
+        ic = i:clamp(0, L - 1)
+      elseif pad == 'border' then
+        ic = i:clamp(0, L - 1)
+        ok = nil
+      else
+        -- reflection of integer taps (cubic), then clamped
+        local span = 2 * (L - 1)
+        if L == 1 then ic = flow.zeros_like(i) else
+          local m = flow.remainder(i:abs(), span)
+          ic = flow.where(m:gt(L - 1), span - m, m)
+        end
+        ok = nil
+      end
+      local nl = lin and (lin * L + ic) or ic
+      local nw = weight and wt and weight * wt or (wt or weight)
+      local nv = valid
+      if ok then nv = nv and nv:logical_and(ok) or ok end
+      rec(k + 1, nl, nw, nv)
+    end
+  end
+  rec(1, nil, nil, nil)
+  local oshape = {N, C}
+  for i = 2, #gshape - 1 do oshape[#oshape + 1] = gshape[i] end
+  return out:reshape(oshape):to(x.dtype)
+end
+M.grid_sample = grid_sample
+
 OPS.GridSample = function(ins, n, ctx)
   local x, grid = ins[1], ins[2]
-  if x:dim() ~= 4 then unsupported('GridSample on a %d-d input (4-d only)', x:dim()) end
   local mode = attr(n, 'mode', ctx.opset >= 20 and 'linear' or 'bilinear')
-  mode = ({linear = 'bilinear', bilinear = 'bilinear', nearest = 'nearest'})[mode] or
-         unsupported("GridSample mode '%s'", mode)
-  return {F.grid_sample(x, grid, {mode = mode, padding_mode = attr(n, 'padding_mode', 'zeros'),
-                                  align_corners = attr(n, 'align_corners', 0) == 1})}
+  mode = ({linear = 'linear', bilinear = 'linear', nearest = 'nearest', cubic = 'cubic', bicubic = 'cubic'})[mode]
+         or unsupported("GridSample mode '%s'", tostring(attr(n, 'mode')))
+  local pad = attr(n, 'padding_mode', 'zeros')
+  if pad ~= 'zeros' and pad ~= 'border' and pad ~= 'reflection' then
+    unsupported("GridSample padding_mode '%s'", tostring(pad))
+  end
+  local align = attr(n, 'align_corners', 0) == 1
+  if x:dim() == 4 and mode ~= 'cubic' then
+    -- our kernel (differentiable, fast) for the 2-D linear and nearest modes
+    return {F.grid_sample(x, grid, {mode = mode == 'linear' and 'bilinear' or 'nearest', padding_mode = pad,
+                                    align_corners = align})}
+  end
+  return {grid_sample(x, grid, mode, pad, align)}
 end
 OPS.AffineGrid = function(ins, n)
   local theta, size = ins[1], vals(ins[2])
