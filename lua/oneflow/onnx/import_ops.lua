@@ -2266,4 +2266,71 @@ OPS.STFT = function(ins, n)
   return OPS.DFT({stacked, n = 1}, node, {opset = 17})
 end
 
+-- RoiAlign (opset 10/16) as ONNX Runtime computes it: bilinear samples on a
+-- grid per bin, averaged (avg) or the largest weighted corner term (max).
+-- Plain Lua loops over the input's values: meant for detection heads, not bulk.
+OPS.RoiAlign = function(ins, n, ctx)
+  local x, rois, bidx = ins[1], ins[2], ins[3]
+  local mode = attr(n, 'mode', 'avg')
+  local oh, ow = attr(n, 'output_height', 1), attr(n, 'output_width', 1)
+  local sr, scale = attr(n, 'sampling_ratio', 0), attr(n, 'spatial_scale', 1.0)
+  local half = attr(n, 'coordinate_transformation_mode', ctx.opset >= 16 and 'half_pixel' or 'output_half_pixel')
+               == 'half_pixel'
+  local N, C, H, W = unpack(x:size():totable())
+  local X = x:to(flow.float64):reshape(-1):totable()
+  local R = rois:to(flow.float64):totable()
+  local B = vals(bidx)
+  local out = {}
+  local function at(b, c, y, xx) return X[((b * C + c) * H + y) * W + xx + 1] end
+  for r = 1, #R do
+    local b = B[r]
+    if b < 0 or b >= N then fail('RoiAlign: batch index %d out of range for %d images', b, N) end
+    local off = half and 0.5 or 0
+    local sw, sh = R[r][1] * scale - off, R[r][2] * scale - off
+    local rw, rh = R[r][3] * scale - off - sw, R[r][4] * scale - off - sh
+    if not half then rw, rh = math.max(rw, 1), math.max(rh, 1) end
+    local bh, bw = rh / oh, rw / ow
+    local gh = sr > 0 and sr or math.ceil(rh / oh)
+    local gw = sr > 0 and sr or math.ceil(rw / ow)
+    local count = math.max(gh * gw, 1)
+    for c = 0, C - 1 do
+      for ph = 0, oh - 1 do
+        for pw = 0, ow - 1 do
+          local acc = mode == 'max' and -huge or 0
+          local any = false
+          for iy = 0, gh - 1 do
+            local y = sh + ph * bh + (iy + 0.5) * bh / gh
+            for ix = 0, gw - 1 do
+              local xx = sw + pw * bw + (ix + 0.5) * bw / gw
+              if not (y < -1 or y > H or xx < -1 or xx > W) then
+                local yy, xq = math.max(y, 0), math.max(xx, 0)
+                local yl, xl = floor(yy), floor(xq)
+                local yh, xh
+                if yl >= H - 1 then yl, yh, yy = H - 1, H - 1, H - 1 else yh = yl + 1 end
+                if xl >= W - 1 then xl, xh, xq = W - 1, W - 1, W - 1 else xh = xl + 1 end
+                local ly, lx = yy - yl, xq - xl
+                local hy, hx = 1 - ly, 1 - lx
+                local t = {hy * hx * at(b, c, yl, xl), hy * lx * at(b, c, yl, xh),
+                           ly * hx * at(b, c, yh, xl), ly * lx * at(b, c, yh, xh)}
+                if mode == 'max' then
+                  for k = 1, 4 do acc = math.max(acc, t[k]) end
+                  any = true
+                else
+                  acc = acc + t[1] + t[2] + t[3] + t[4]
+                end
+              elseif mode == 'max' then
+                acc = math.max(acc, 0)
+                any = true
+              end
+            end
+          end
+          if mode == 'max' then out[#out + 1] = any and acc or 0 else out[#out + 1] = acc / count end
+        end
+      end
+    end
+  end
+  if #R == 0 then return {flow.zeros(0, C, oh, ow, {dtype = x.dtype})} end
+  return {flow.tensor(out, {dtype = flow.float64}):reshape(#R, C, oh, ow):to(x.dtype)}
+end
+
 return M
