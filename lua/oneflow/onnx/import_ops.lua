@@ -2333,4 +2333,59 @@ OPS.RoiAlign = function(ins, n, ctx)
   return {flow.tensor(out, {dtype = flow.float64}):reshape(#R, C, oh, ow):to(x.dtype)}
 end
 
+-- DeformConv: each kernel tap samples x bilinearly at its offset position
+-- (zero outside), scaled by the mask, then one matmul per group.
+OPS.DeformConv = function(ins, n)
+  local x, w, off, b, mask = ins[1], ins[2], ins[3], ins[4], ins[5]
+  if x:dim() ~= 4 then unsupported('DeformConv on a %d-d input (2-d only)', x:dim()) end
+  local N, C, H, W = unpack(x:size():totable())
+  local oC, _, kh, kw = unpack(w:size():totable())
+  local k = attr(n, 'kernel_shape') or {kh, kw}
+  kh, kw = k[1], k[2]
+  local st = attr(n, 'strides') or {1, 1}
+  local dl = attr(n, 'dilations') or {1, 1}
+  local pads = attr(n, 'pads') or {0, 0, 0, 0}
+  local group, og = attr(n, 'group', 1), attr(n, 'offset_group', 1)
+  local oH = floor((H + pads[1] + pads[3] - ((kh - 1) * dl[1] + 1)) / st[1]) + 1
+  local oW = floor((W + pads[2] + pads[4] - ((kw - 1) * dl[2] + 1)) / st[2]) + 1
+  local K, L, Cg = kh * kw, oH * oW, C / og
+  local xf = x:to(flow.float64):reshape(N, og, Cg, H * W)
+  local offs = off:to(flow.float64):reshape(N, og, K, 2, L)
+  local msk = mask and mask:to(flow.float64):reshape(N, og, K, L) or nil
+  local base_y = (flow.arange(0, oH, {dtype = flow.float64}) * st[1] - pads[1]):reshape(oH, 1):expand(oH, oW):reshape(L)
+  local base_x = (flow.arange(0, oW, {dtype = flow.float64}) * st[2] - pads[2]):reshape(1, oW):expand(oH, oW):reshape(L)
+  local cols = {}
+  for t = 0, K - 1 do
+    local i, j = floor(t / kw), t % kw
+    local y = base_y + i * dl[1] + offs:select(4, 1):select(3, t + 1)     -- [N, og, L]
+    local xx = base_x + j * dl[2] + offs:select(4, 2):select(3, t + 1)
+    local y0, x0 = y:floor(), xx:floor()
+    local acc = nil
+    for _, c in ipairs({{0, 0}, {0, 1}, {1, 0}, {1, 1}}) do
+      local yi, xi = y0 + c[1], x0 + c[2]
+      local wy = c[1] == 1 and (y - y0) or (1 - (y - y0))
+      local wx = c[2] == 1 and (xx - x0) or (1 - (xx - x0))
+      local ok = yi:ge(0):logical_and(yi:le(H - 1)):logical_and(xi:ge(0)):logical_and(xi:le(W - 1))
+      local lin = (yi:clamp(0, H - 1) * W + xi:clamp(0, W - 1)):to(flow.int64) + 1
+      local v = xf:gather(4, lin:unsqueeze(3):expand(N, og, Cg, L))
+      local wgt = (wy * wx * ok:to(flow.float64)):unsqueeze(3)
+      v = v * wgt
+      acc = acc and acc + v or v
+    end
+    if msk then acc = acc * msk:select(3, t + 1):unsqueeze(3) end
+    cols[t + 1] = acc:reshape(N, C, L)
+  end
+  local col = flow.stack(cols, 3)                                  -- [N, C, K, L]
+  local cg = C / group
+  local wf = w:to(flow.float64):reshape(group, oC / group, cg * K)
+  local outs = {}
+  for g = 1, group do
+    local cgcol = col:narrow(2, (g - 1) * cg + 1, cg):reshape(N, cg * K, L)
+    outs[g] = flow.matmul(wf[g], cgcol)                             -- [N, oC/g, L]
+  end
+  local y = flow.cat(outs, 2):reshape(N, oC, oH, oW)
+  if b ~= nil then y = y + b:to(flow.float64):reshape(1, oC, 1, 1) end
+  return {y:to(x.dtype)}
+end
+
 return M
