@@ -1181,7 +1181,7 @@ end
 local function src_coord(mode, o, scale, in_len, roi_s, roi_e, out_int)
   local out_len = in_len * scale   -- ONNX's length_resized: not rounded
   if mode == 'half_pixel' then return (o + 0.5) / scale - 0.5
-  elseif mode == 'pytorch_half_pixel' then return out_len > 1 and (o + 0.5) / scale - 0.5 or 0
+  elseif mode == 'pytorch_half_pixel' then return out_len > 1 and (o + 0.5) / scale - 0.5 or -0.5
   elseif mode == 'align_corners' then return out_len == 1 and 0 or o * (in_len - 1) / (out_len - 1)
   elseif mode == 'asymmetric' then return o / scale
   elseif mode == 'tf_crop_and_resize' then
@@ -1223,6 +1223,60 @@ local function cubic_weights(t, A, excl, idxs, in_len)
   return ws
 end
 
+-- One row of the interpolation matrix with antialiasing (downscaling), as
+-- the ONNX reference computes it: the kernel stretched by 1 / scale, its
+-- taps the nearest indices to the source coordinate, edge-padded.
+local function aa_row(row, c, scale, in_len, mode, A, excl)
+  local ratio = c == floor(c) and 1 or c - floor(c)
+  local coeffs = {}
+  if mode == 'linear' then
+    local start = floor(-1 / scale) + 1
+    for i = start, start + 2 - 2 * start - 1 do
+      coeffs[#coeffs + 1] = math.max(0, math.min(1, 1 - math.abs((i - ratio) * scale)))
+    end
+  else
+    local function w(t)
+      t = math.abs(t)
+      if t <= 1 then return ((A + 2) * t - (A + 3)) * t * t + 1 end
+      if t < 2 then return ((A * t - 5 * A) * t + 8 * A) * t - 4 * A end
+      return 0
+    end
+    local st = floor(-2 / scale) + 1
+    for i = st, 2 - st - 1 do coeffs[#coeffs + 1] = w(scale * (i - ratio)) end
+  end
+  local total = 0
+  for _, v in ipairs(coeffs) do total = total + v end
+  for i = 1, #coeffs do coeffs[i] = coeffs[i] / total end
+  local nn_ = #coeffs
+  local pad = math.ceil(nn_ / 2)
+  local xp = c + pad
+  local cand = {}
+  for i = floor(xp) - nn_ - 1, floor(xp) + nn_ + 1 do
+    if i >= 0 and i < in_len + 2 * pad then cand[#cand + 1] = i end
+  end
+  table.sort(cand, function(a, b)
+    local da, db = math.abs(xp - a), math.abs(xp - b)
+    if da ~= db then return da < db end
+    return a < b
+  end)
+  local idx = {}
+  for i = 1, nn_ do idx[i] = cand[i] end
+  table.sort(idx)
+  if excl then
+    local t2 = 0
+    for i = 1, nn_ do
+      local o = idx[i] - pad
+      if o < 0 or o >= in_len then coeffs[i] = 0 end
+      t2 = t2 + coeffs[i]
+    end
+    for i = 1, nn_ do coeffs[i] = coeffs[i] / t2 end
+  end
+  for i = 1, nn_ do
+    local o = math.max(0, math.min(in_len - 1, idx[i] - pad))
+    row[o + 1] = row[o + 1] + coeffs[i]
+  end
+end
+
 -- Resizes dim d (1-based) of x to out_len with the ONNX rules, as a matrix
 -- product with a [out_len, in_len] interpolation matrix.
 local function resize_axis(x, d, out_len, scale, n, roi_s, roi_e)
@@ -1233,6 +1287,7 @@ local function resize_axis(x, d, out_len, scale, n, roi_s, roi_e)
   local A = attr(n, 'cubic_coeff_a', -0.75)
   local excl = attr(n, 'exclude_outside', 0) == 1
   local extrap = attr(n, 'extrapolation_value', 0)
+  local antialias = attr(n, 'antialias', 0) == 1 and scale < 1
   local W = {}
   for o = 0, out_len - 1 do
     local row = {}
@@ -1244,6 +1299,8 @@ local function resize_axis(x, d, out_len, scale, n, roi_s, roi_e)
       local i = nearest(nm, c)
       i = math.max(0, math.min(in_len - 1, i))
       row[i + 1] = 1
+    elseif antialias and mode ~= 'nearest' then
+      aa_row(row, c, scale, in_len, mode, A, excl)
     elseif mode == 'linear' then
       c = math.max(0, math.min(c, in_len - 1))
       local i0 = floor(c)
@@ -1288,7 +1345,6 @@ end
 
 local function resize(ins, n, ctx)
   local x = ins[1]
-  if attr(n, 'antialias', 0) == 1 then unsupported('Resize with antialias = 1') end
   local r = x:dim()
   local roi, scales, sizes
   if ctx.opset < 11 then
