@@ -2215,20 +2215,23 @@ end
 OPS.MaxUnpool = function(ins, n)
   local x, idx, shape = ins[1], ins[2], ins[3]
   local nsp = x:dim() - 2
-  local out
-  if shape ~= nil then
-    out = vals(shape)
-  else
-    local k = attr(n, 'kernel_shape')
-    local st = attr(n, 'strides') or ones(nsp)
-    local pads = attr(n, 'pads') or ones(2 * nsp, 0)
-    out = {x:size(1), x:size(2)}
-    for i = 1, nsp do out[i + 2] = (x:size(i + 2) - 1) * st[i] + k[i] - pads[i] - pads[i + nsp] end
-  end
+  local k = attr(n, 'kernel_shape')
+  local st = attr(n, 'strides') or ones(nsp)
+  local pads = attr(n, 'pads') or ones(2 * nsp, 0)
+  -- the indices address the inferred shape; output_shape only pads it (bottom / right)
+  local inf = {x:size(1), x:size(2)}
+  for i = 1, nsp do inf[i + 2] = (x:size(i + 2) - 1) * st[i] + k[i] - pads[i] - pads[i + nsp] end
   local total = 1
-  for _, v in ipairs(out) do total = total * v end
+  for _, v in ipairs(inf) do total = total * v end
   local y = flow.zeros(total, {dtype = x.dtype}):scatter(1, idx:reshape(-1):to(flow.int64) + 1, x:reshape(-1))
-  return {y:reshape(out)}
+  y = y:reshape(inf)
+  if shape ~= nil then
+    local out = vals(shape)
+    local p = {}
+    for i = #out, 3, -1 do p[#p + 1] = 0; p[#p + 1] = out[i] - inf[i] end
+    y = F.pad(y, p, {mode = 'constant', value = 0})
+  end
+  return {y}
 end
 
 OPS.Col2Im = function(ins, n)
