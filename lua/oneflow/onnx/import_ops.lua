@@ -1495,8 +1495,45 @@ OPS.Loop = function(ins, n, ctx)
   return res
 end
 
+-- Scan of opset 8: a batch dim first, an optional sequence_lens input
+local function scan8(ins, n, ctx)
+  local g = attr(n, 'body')
+  local nscan = attr(n, 'num_scan_inputs')
+  if ins[1] ~= nil then unsupported('Scan (opset 8) with sequence_lens') end
+  local nstate = ins.n - 1 - nscan
+  local dirs = attr(n, 'directions') or ones(nscan, 0)
+  local batch = ins[2] and ins[2]:size(1) or ins[2 + nstate]:size(1)
+  local finals, scans = {}, {}
+  for b = 1, batch do
+    local carried = {}
+    for i = 1, nstate do carried[i] = ins[1 + i][b] end
+    local len = ins[2 + nstate][b]:size(1)
+    local outs = {}
+    for t = 1, len do
+      local args = {}
+      for i = 1, nstate do args[i] = carried[i] end
+      for j = 1, nscan do
+        local pos = dirs[j] == 1 and (len - t + 1) or t
+        args[#args + 1] = ins[1 + nstate + j][b][pos]
+      end
+      local out = M.run_sub(ctx, g, args, ctx.env)
+      for i = 1, nstate do carried[i] = out[i] end
+      for k = nstate + 1, #out do
+        outs[k - nstate] = outs[k - nstate] or {}
+        outs[k - nstate][t] = out[k]
+      end
+    end
+    for i = 1, nstate do finals[i] = finals[i] or {}; finals[i][b] = carried[i] end
+    for k, list in pairs(outs) do scans[k] = scans[k] or {}; scans[k][b] = flow.stack(list, 1) end
+  end
+  local res = {}
+  for i = 1, nstate do res[i] = flow.stack(finals[i], 1) end
+  for k = 1, #g.outputs - nstate do res[#res + 1] = flow.stack(scans[k], 1) end
+  return res
+end
+
 OPS.Scan = function(ins, n, ctx)
-  if ctx.opset < 9 then unsupported('Scan of opset 8 (batched, with sequence_lens)') end
+  if ctx.opset < 9 then return scan8(ins, n, ctx) end
   local g = attr(n, 'body')
   local nscan = attr(n, 'num_scan_inputs')
   local ncarry = ins.n - nscan
