@@ -138,7 +138,7 @@ end)
 OPS.Mod = function(ins, n)
   local a, b = same_dtype(ins[1], ins[2])
   if attr(n, 'fmod', 0) == 1 then return {flow.fmod(a, b)} end
-  if not is_int(a.dtype) then unsupported('Mod with fmod = 0 on floating point inputs') end
+  if not is_int(a.dtype) then unsupported('Mod with fmod = 0 on floating point inputs (ONNX asks for fmod = 1)') end
   return {flow.remainder(a, b)}
 end
 OPS.Equal = binary(function(a, b) a, b = same_dtype(a, b) return a:eq(b) end)
