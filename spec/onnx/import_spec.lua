@@ -144,6 +144,31 @@ describe('flow.onnx.load', function()
     H.close(net(x), tuned, 1e-5)
   end)
 
+  it('traces shape arithmetic (Shape, Gather, Unsqueeze, Concat, Reshape, Expand) in nn.Graph', function()
+    local i64 = function(...) return ffi.string(ffi.new('int64_t[?]', select('#', ...), ...), 8 * select('#', ...)) end
+    local m = {ir_version = 8, opsets = {{domain = '', version = 17}},
+               graph = {name = 'g', inputs = {vi('x', 1, {'n', 6})}, outputs = {vi('y', 1, {'n', 2, 3})},
+                        initializers = {{name = 'zero', data_type = 7, dims = {}, raw = i64(0)},
+                                        {name = 'tail', data_type = 7, dims = {2}, raw = i64(2, 3)},
+                                        {name = 'axes', data_type = 7, dims = {1}, raw = i64(0)}},
+                        nodes = {{op_type = 'Shape', inputs = {'x'}, outputs = {'s'}},
+                                 {op_type = 'Gather', inputs = {'s', 'zero'}, outputs = {'n0'}},
+                                 {op_type = 'Unsqueeze', inputs = {'n0', 'axes'}, outputs = {'n1'}},
+                                 {op_type = 'Concat', inputs = {'n1', 'tail'}, outputs = {'shape'},
+                                  attributes = {{name = 'axis', type = 'i', value = 0}}},
+                                 {op_type = 'Reshape', inputs = {'x', 'shape'}, outputs = {'r'}},
+                                 {op_type = 'Expand', inputs = {'r', 'shape'}, outputs = {'y'}}}}}
+    local net = I.load_bytes(pb.tostring(pb.model(m)))
+    local G = flow.nn.Graph:subclass('ShapeGraph')
+    function G:__init(mod) flow.nn.Graph.__init(self); self.mod = mod end
+    function G:build(t) return self.mod(t) end
+    local g = G(net)
+    for _, n in ipairs({3, 5, 3}) do
+      local x = flow.randn(n, 6)
+      H.close(g(x), x:reshape(n, 2, 3))
+    end
+  end)
+
   it('runs If and Loop subgraphs reading the enclosing scope', function()
     local net = flow.onnx.load('tools/fuzz/corpus/onnx/control.onnx')
     local y, z = net(flow.tensor({2}), flow.tensor(true))

@@ -65,21 +65,24 @@ function M.onnx_type(dtype)
 end
 
 ------------------------------------------------------------------ tensors
--- Lua values of small integer tensors made from the file (initializers,
--- Constant attributes, Shape results): ops read shapes, axes and pads from
--- here, so they need no :totable() on a tensor -- which nn.Graph refuses
--- on the tensors of a traced build().
-M.known = setmetatable({}, {__mode = 'k'})
+-- Lua values of small tensors made from the file (initializers, attribute
+-- tensors) and of shape arithmetic on them (Shape, Gather, Concat ...): ops
+-- read shapes, axes and pads from here, so they need no :totable() on a
+-- tensor -- which nn.Graph refuses on the tensors of a traced build().
+-- M.kv maps tensor -> list for the forward being run (a fresh table each
+-- forward, so no entry outlives the tensors of that run).
+M.kv = {}
 
-local function remember(x, buf, n, dt)
-  if n > 4096 or dt.is_floating_point then return x end
-  local list = {}
-  local p = ffi.cast(ffi.typeof('$ *', ffi.typeof(M.CTYPE[dt.name])), buf)
-  for i = 0, n - 1 do list[i + 1] = tonumber(p[i]) end
-  M.known[x] = list
-  return x
+-- x and, for integers up to 4096 values and float32/64 up to 16, its values
+-- (tensors are made when a model loads, never inside a traced build)
+local function remember(x, n, dt)
+  if n > 4096 or not M.CTYPE[dt.name] or (dt.is_floating_point and n > 16) then return x end
+  local v = x:reshape(-1)
+  if dt.name == 'bool' then v = v:to(flow().int64) end
+  return x, v:totable()
 end
-M.CTYPE = {uint8 = 'uint8_t', int8 = 'int8_t', int32 = 'int32_t', int64 = 'int64_t', bool = 'uint8_t'}
+M.CTYPE = {uint8 = 'uint8_t', int8 = 'int8_t', int32 = 'int32_t', int64 = 'int64_t', bool = 'uint8_t',
+           float32 = 'float', float64 = 'double'}
 local function check_dims(dims, what)
   local n = 1
   for i, d in ipairs(dims) do
@@ -171,12 +174,12 @@ function M.tensor(t, dir)
     if n == 0 then return F.empty(dims, {dtype = dt}) end
     local buf = ffi.new(ctype .. '[?]', n)
     for i = 1, n do buf[i - 1] = list[i] end
-    return remember(F.from_blob(buf, dims, {dtype = dt}):clone(), buf, n, dt)
+    return remember(F.from_blob(buf, dims, {dtype = dt}):clone(), n, dt)
   end
   if n == 0 then return F.empty(dims, {dtype = dt}) end
   local buf = ffi.new('uint8_t[?]', #bytes)
   ffi.copy(buf, bytes, #bytes)
-  return remember(F.from_blob(buf, dims, {dtype = dt}):clone(), buf, n, dt)
+  return remember(F.from_blob(buf, dims, {dtype = dt}):clone(), n, dt)
 end
 
 --- A TensorProto table of a oneflow tensor (raw little-endian data).
@@ -292,6 +295,24 @@ M.order = order
 ------------------------------------------------------------------ running
 local ops -- oneflow.onnx.import_ops, loaded with the first model
 
+-- Keeps the Lua values of a small integer result when its inputs' values
+-- are known (import_ops.PROP): shape arithmetic then needs no data reads.
+local function propagate(n, ins, res, ctx)
+  local prop = ops.PROP[n.op_type]
+  local out = res[1]
+  if not prop or not is_tensor(out) or out.dtype.is_floating_point or out:numel() > 4096 then return end
+  local vs = {}
+  for i = 1, ins.n do
+    local v = ins[i]
+    if v ~= nil then
+      if not is_tensor(v) or not M.kv[v] then return end
+      vs[i] = M.kv[v]
+    end
+  end
+  local ok, list = pcall(prop, vs, n, ins, res, ctx)
+  if ok and list and #list == out:numel() then M.kv[out] = list end
+end
+
 --- Runs graph g with env (name -> value; a subgraph's env falls back to
 -- its parent's). ctx: {opset =, dir =, model =}.
 function M.run_graph(ctx, g, env)
@@ -325,6 +346,7 @@ function M.run_graph(ctx, g, env)
         env[name] = res[i]
       end
     end
+    propagate(n, ins, res, ctx)
   end
 end
 
@@ -388,20 +410,43 @@ function OnnxModule:__init(m, opts)
     if t.name == '' then fail('an initializer has no name') end
     if init_names[t.name] then fail("initializer '%s' appears twice", t.name) end
     init_names[t.name] = true
-    local x = M.tensor(t, opts.dir)
+    local x, list = M.tensor(t, opts.dir)
     local holder, key = holder_for(self, t.name)
     if is_float(x.dtype) then
       holder:register_parameter(key, F.nn.Parameter(x))
     else
       holder:register_buffer(key, x)
     end
-    consts[#consts + 1] = {name = t.name, holder = holder, key = key}
+    consts[#consts + 1] = {name = t.name, holder = holder, key = key, known = list}
   end
+  -- tensors of attributes and of subgraph initializers are made now, not
+  -- while nn.Graph traces a forward (which would record how they were made)
+  local fixed = {}   -- {tensor, values} of attribute tensors and subgraph initializers
+  local function made(x, list)
+    if list then fixed[#fixed + 1] = {x, list} end
+    return x
+  end
+  local function materialize(graph)
+    for _, nd in ipairs(graph.nodes) do
+      for _, a in ipairs(nd.attr_list) do
+        if a.t then a.value = made(M.tensor(a.t, opts.dir)) end
+        if #a.tensors > 0 then
+          a.value = {}
+          for i, t in ipairs(a.tensors) do a.value[i] = made(M.tensor(t, opts.dir)) end
+        end
+        for _, sg in ipairs(a.g and {a.g} or a.graphs) do
+          for _, t in ipairs(sg.initializers) do t.value = made(M.tensor(t, opts.dir)) end
+          materialize(sg)
+        end
+      end
+    end
+  end
+  materialize(g)
   local inputs = {}
   for _, v in ipairs(g.inputs) do
     if not init_names[v.name] then inputs[#inputs + 1] = v end
   end
-  rawset(self, '_onnx', {graph = g, opset = opset, consts = consts, inputs = inputs, dir = opts.dir,
+  rawset(self, '_onnx', {graph = g, opset = opset, consts = consts, inputs = inputs, dir = opts.dir, fixed = fixed,
                          model = m, ir_version = m.ir_version})
 end
 
@@ -443,8 +488,13 @@ end
 --- forward(x1, x2, ...) with the graph inputs in order, or forward({name = x}).
 function OnnxModule:forward(...)
   local o = rawget(self, '_onnx')
-  local env = {}
-  for _, c in ipairs(o.consts) do env[c.name] = c.holder[c.key] end
+  local env, kv = {}, {}
+  for _, c in ipairs(o.consts) do
+    local t = c.holder[c.key]
+    env[c.name] = t
+    if c.known and t then kv[t] = c.known end
+  end
+  for _, f in ipairs(o.fixed) do kv[f[1]] = f[2] end
   local args = {...}
   local by_name = #args == 1 and type(args[1]) == 'table' and not is_tensor(args[1]) and
                   next(args[1]) ~= nil and #args[1] == 0
@@ -470,7 +520,11 @@ function OnnxModule:forward(...)
     fail('the model takes %d inputs, got %d', #o.inputs, #args)
   end
   local ctx = {opset = o.opset, dir = o.dir, module = self, training = self.training}
-  M.run_graph(ctx, o.graph, env)
+  local saved = M.kv
+  M.kv = kv
+  local ok, err = pcall(M.run_graph, ctx, o.graph, env)
+  M.kv = saved
+  if not ok then error(err, 0) end
   local res = {}
   for i, v in ipairs(o.graph.outputs) do res[i] = env[v.name] end
   return unpack(res, 1, #o.graph.outputs)

@@ -34,12 +34,12 @@ local function attr(n, name, default)
     if field == nil then return default end
   end
   if field == 't' then
-    a.value = a.value or I.tensor(a.t)
+    a.value = a.value or (I.tensor(a.t))
     return a.value
   elseif field == 'tensors' then
     if not a.value then
       a.value = {}
-      for i, t in ipairs(a.tensors) do a.value[i] = I.tensor(t) end
+      for i, t in ipairs(a.tensors) do a.value[i] = (I.tensor(t)) end
     end
     return a.value
   end
@@ -50,11 +50,10 @@ M.attr = attr
 local function is_t(v) return flow.is_tensor(v) end
 
 -- Lua numbers of a tensor (flattened).
-local known = I.known
 local function vals(t)
   if t == nil then return nil end
   if not is_t(t) then return t end
-  local k = known[t]
+  local k = I.kv[t]
   if k then return {unpack(k)} end
   if t:numel() == 0 then return {} end
   local v = t:reshape(-1)
@@ -296,7 +295,7 @@ OPS.ConstantOfShape = function(ins, n)
   local shape = vals(ins[1])
   local v = attr(n, 'value')
   local dt, fill = flow.float32, 0
-  if v then dt, fill = v.dtype, v:reshape(-1)[1]:item() end
+  if v then dt, fill = v.dtype, vals(v)[1] end
   if dt == flow.bool then fill = fill and 1 or 0 end
   return {flow.full(shape, fill, {dtype = dt})}
 end
@@ -315,7 +314,7 @@ OPS.Shape = function(ins, n, ctx)
   for i = s + 1, e do out[#out + 1] = shape[i] end
   if #out == 0 then return {flow.zeros(0, {dtype = flow.int64})} end
   local t = flow.tensor(out, {dtype = flow.int64})
-  known[t] = out
+  I.kv[t] = out
   return {t}
 end
 OPS.Size = one(function(x) return flow.tensor(x:numel(), {dtype = flow.int64}) end)
@@ -1437,7 +1436,7 @@ end
 function M.run_sub(ctx, g, values, parent)
   local env = sub_env(parent)
   for _, t in ipairs(g.initializers) do
-    t.value = t.value or I.tensor(t, ctx.dir)
+    t.value = t.value or (I.tensor(t, ctx.dir))
     env[t.name] = t.value
   end
   for i, v in ipairs(g.inputs) do env[v.name] = values[i] end
@@ -2482,6 +2481,120 @@ OPS.DeformConv = function(ins, n)
   local y = flow.cat(outs, 2):reshape(N, oC, oH, oW)
   if b ~= nil then y = y + b:to(flow.float64):reshape(1, oC, 1, 1) end
   return {y:to(x.dtype)}
+end
+
+------------------------------------------------------------------ shape values
+-- Lua values of small integer results computed from known inputs (shape
+-- arithmetic: Shape -> Gather -> Unsqueeze -> Concat -> Reshape), so that
+-- nn.Graph can trace models exported with dynamic shapes. PROP[op](vs, node,
+-- ins, outs) gets the inputs' values (flat lists) and returns the first
+-- output's values, or nil where it does not apply; import.run_graph calls it
+-- after the op ran, and only keeps lists as long as the output.
+local PROP = {}
+M.PROP = PROP
+local function same(vs) return vs[1] end
+for _, op in ipairs({'Identity', 'Unsqueeze', 'Squeeze', 'Reshape', 'Flatten'}) do PROP[op] = same end
+PROP.Cast = function(vs, n)
+  local to = attr(n, 'to')
+  local out = {}
+  for i, v in ipairs(vs[1]) do
+    if to == 9 then out[i] = v ~= 0 and 1 or 0
+    elseif to == 1 or to == 10 or to == 11 or to == 16 then out[i] = v
+    else out[i] = v >= 0 and floor(v) or math.ceil(v) end
+  end
+  return out
+end
+PROP.Gather = function(vs, n, ins)
+  if ins[1]:dim() ~= 1 or attr(n, 'axis', 0) ~= 0 then return nil end
+  local data, out = vs[1], {}
+  for i, k in ipairs(vs[2]) do
+    if k < 0 then k = k + #data end
+    if data[k + 1] == nil then return nil end
+    out[i] = data[k + 1]
+  end
+  return out
+end
+PROP.Concat = function(vs, _, ins)
+  local out = {}
+  for i = 1, ins.n do
+    if ins[i] ~= nil then
+      if ins[i]:dim() > 1 then return nil end
+      for _, v in ipairs(vs[i]) do out[#out + 1] = v end
+    end
+  end
+  return out
+end
+PROP.Slice = function(vs, _, ins, _, ctx)
+  if ins[1]:dim() ~= 1 or ctx.opset < 10 then return nil end
+  local data = vs[1]
+  local st, en, stp = vs[2][1], vs[3][1], vs[5] and vs[5][1] or 1
+  if vs[4] and vs[4][1] ~= 0 and vs[4][1] ~= -1 then return nil end
+  local dim = #data
+  if st < 0 then st = st + dim end
+  if en < 0 then en = en + dim end
+  local out = {}
+  if stp > 0 then
+    st, en = math.max(0, math.min(st, dim)), math.max(0, math.min(en, dim))
+    for k = st, en - 1, stp do out[#out + 1] = data[k + 1] end
+  else
+    st, en = math.max(-1, math.min(st, dim - 1)), math.max(-1, math.min(en, dim - 1))
+    for k = st, en + 1, stp do out[#out + 1] = data[k + 1] end
+  end
+  return out
+end
+local function elementwise(fn)
+  return function(vs)
+    local a, b = vs[1], vs[2]
+    local len = math.max(#a, #b)
+    if not ((#a == len or #a == 1) and (#b == len or #b == 1)) then return nil end
+    local out = {}
+    for i = 1, len do
+      local r = fn(a[#a == 1 and 1 or i], b[#b == 1 and 1 or i])
+      if r == nil then return nil end
+      out[i] = r
+    end
+    return out
+  end
+end
+PROP.Add = elementwise(function(a, b) return a + b end)
+PROP.Sub = elementwise(function(a, b) return a - b end)
+PROP.Mul = elementwise(function(a, b) return a * b end)
+PROP.Div = elementwise(function(a, b)
+  if b == 0 then return nil end
+  local q = a / b
+  return q >= 0 and floor(q) or math.ceil(q)
+end)
+PROP.Equal = elementwise(function(a, b) return a == b and 1 or 0 end)
+PROP.Less = elementwise(function(a, b) return a < b and 1 or 0 end)
+PROP.Greater = elementwise(function(a, b) return a > b and 1 or 0 end)
+PROP.Max = elementwise(math.max)
+PROP.Min = elementwise(math.min)
+PROP.Where = function(vs)
+  local c, a, b = vs[1], vs[2], vs[3]
+  local len = math.max(#c, #a, #b)
+  for _, l in ipairs({#c, #a, #b}) do if l ~= len and l ~= 1 then return nil end end
+  local out = {}
+  for i = 1, len do
+    local ci = c[#c == 1 and 1 or i]
+    out[i] = ci ~= 0 and a[#a == 1 and 1 or i] or b[#b == 1 and 1 or i]
+  end
+  return out
+end
+PROP.ConstantOfShape = function(_, n, _, outs)
+  local v = attr(n, 'value')
+  local fill = v and vals(v)[1] or 0
+  local out = {}
+  for i = 1, outs[1]:numel() do out[i] = fill end
+  return out
+end
+PROP.Range = function(vs)
+  local s0, l, d = vs[1][1], vs[2][1], vs[3][1]
+  if d == 0 then return nil end
+  local out = {}
+  local count = math.max(math.ceil((l - s0) / d), 0)
+  if count > 4096 then return nil end
+  for i = 0, count - 1 do out[#out + 1] = s0 + i * d end
+  return out
 end
 
 return M
