@@ -1203,13 +1203,16 @@ local function nearest(mode, c)
   unsupported("Resize nearest_mode '%s'", tostring(mode))
 end
 
+-- the cubic convolution kernel (Keys, coefficient A) at distance d
+local function cubic(d, A)
+  d = math.abs(d)
+  if d <= 1 then return ((A + 2) * d - (A + 3)) * d * d + 1 end
+  if d < 2 then return ((A * d - 5 * A) * d + 8 * A) * d - 4 * A end
+  return 0
+end
+
 local function cubic_weights(t, A, excl, idxs, in_len)
-  local function w(d)
-    d = math.abs(d)
-    if d <= 1 then return ((A + 2) * d - (A + 3)) * d * d + 1 end
-    if d < 2 then return ((A * d - 5 * A) * d + 8 * A) * d - 4 * A end
-    return 0
-  end
+  local function w(d) return cubic(d, A) end
   local ws = {w(t + 1), w(t), w(1 - t), w(2 - t)}
   if excl then
     local s = 0
@@ -1234,14 +1237,8 @@ local function aa_row(row, c, scale, in_len, mode, A, excl)
       coeffs[#coeffs + 1] = math.max(0, math.min(1, 1 - math.abs((i - ratio) * scale)))
     end
   else
-    local function w(t)
-      t = math.abs(t)
-      if t <= 1 then return ((A + 2) * t - (A + 3)) * t * t + 1 end
-      if t < 2 then return ((A * t - 5 * A) * t + 8 * A) * t - 4 * A end
-      return 0
-    end
     local st = floor(-2 / scale) + 1
-    for i = st, 2 - st - 1 do coeffs[#coeffs + 1] = w(scale * (i - ratio)) end
+    for i = st, 2 - st - 1 do coeffs[#coeffs + 1] = cubic(scale * (i - ratio), A) end
   end
   local total = 0
   for _, v in ipairs(coeffs) do total = total + v end
