@@ -79,6 +79,28 @@ describe('onnx reader', function()
     H.raises(function() reader.model('') end, 'model has no graph')
   end)
 
+  it('reads NaNs with any payload as NaN (LuaJIT would take some for tagged objects)', function()
+    local nan_bits = ffi.string(ffi.new('uint32_t[2]', 0xffa03039, 0x7fc00001), 8)
+    local m = {ir_version = 8, opsets = {{domain = '', version = 17}},
+               graph = {name = 'g', inputs = {}, outputs = {vi('y', 1, {2})},
+                        initializers = {{name = 'w', data_type = 1, dims = {2}, raw = nan_bits}},
+                        nodes = {{op_type = 'Identity', inputs = {'w'}, outputs = {'y'},
+                                  attributes = {{name = 'alpha', type = 'f', value = 1234.5}}}}}}
+    local bytes = pb.tostring(pb.model(m))
+    -- the attribute's float too: patch its 4 bytes (1234.5f) to a NaN with a payload
+    local from, to = ffi.string(ffi.new('float[1]', 1234.5), 4), ffi.string(ffi.new('uint32_t[1]', 0xffa03039), 4)
+    local at = bytes:find(from, 1, true)
+    bytes = bytes:sub(1, at - 1) .. to .. bytes:sub(at + 4)
+    local d = reader.model(bytes)
+    local a = d.graph.nodes[1].attrs.alpha.f
+    assert.is_true(type(a) == 'number' and a ~= a)
+    for _ = 1, 3 do
+      local y = I.load_bytes(bytes)()
+      collectgarbage()
+      assert.same({true, true}, y:isnan():totable())
+    end
+  end)
+
   it('refuses huge declared dims, and data that does not match the dims', function()
     local m = {ir_version = 8, opsets = {{domain = '', version = 17}},
                graph = {name = 'g', nodes = {}, inputs = {}, outputs = {},

@@ -74,12 +74,24 @@ end
 M.kv = {}
 
 -- x and, for integers up to 4096 values and float32/64 up to 16, its values
--- (tensors are made when a model loads, never inside a traced build)
-local function remember(x, n, dt)
-  if n > 4096 or not M.CTYPE[dt.name] or (dt.is_floating_point and n > 16) then return x end
-  local v = x:reshape(-1)
-  if dt.name == 'bool' then v = v:to(flow().int64) end
-  return x, v:totable()
+-- (read from the bytes; floats through the reader's NaN-safe reads)
+local function remember(x, buf, n, dt)
+  local ct = M.CTYPE[dt.name]
+  if n > 4096 or not ct or (dt.is_floating_point and n > 16) then return x end
+  local list = {}
+  local bytes = ffi.cast('const uint8_t *', buf)
+  local size = ffi.sizeof(ct)
+  for i = 0, n - 1 do
+    local q = bytes + i * size
+    if ct == 'float' then list[i + 1] = reader.read_f32(q)
+    elseif ct == 'double' then list[i + 1] = reader.read_f64(q)
+    else
+      local one = ffi.new(ct .. '[1]')
+      ffi.copy(one, q, size)
+      list[i + 1] = tonumber(one[0])
+    end
+  end
+  return x, list
 end
 M.CTYPE = {uint8 = 'uint8_t', int8 = 'int8_t', int32 = 'int32_t', int64 = 'int64_t', bool = 'uint8_t',
            float32 = 'float', float64 = 'double'}
@@ -174,12 +186,12 @@ function M.tensor(t, dir)
     if n == 0 then return F.empty(dims, {dtype = dt}) end
     local buf = ffi.new(ctype .. '[?]', n)
     for i = 1, n do buf[i - 1] = list[i] end
-    return remember(F.from_blob(buf, dims, {dtype = dt}):clone(), n, dt)
+    return remember(F.from_blob(buf, dims, {dtype = dt}):clone(), buf, n, dt)
   end
   if n == 0 then return F.empty(dims, {dtype = dt}) end
   local buf = ffi.new('uint8_t[?]', #bytes)
   ffi.copy(buf, bytes, #bytes)
-  return remember(F.from_blob(buf, dims, {dtype = dt}):clone(), n, dt)
+  return remember(F.from_blob(buf, dims, {dtype = dt}):clone(), buf, n, dt)
 end
 
 --- A TensorProto table of a oneflow tensor (raw little-endian data).

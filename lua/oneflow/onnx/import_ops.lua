@@ -58,6 +58,9 @@ local function vals(t)
   if t:numel() == 0 then return {} end
   local v = t:reshape(-1)
   if v.dtype == flow.bool then v = v:to(flow.int64) end
+  -- NaNs from the data made canonical before they become Lua numbers (see
+  -- reader.read_f32: a NaN payload can otherwise turn into a bogus object)
+  if v.dtype.is_floating_point then v = flow.where(v:isnan(), flow.full({}, 0 / 0, {dtype = v.dtype}), v) end
   return v:totable()
 end
 M.vals = vals
@@ -529,7 +532,7 @@ local function scatter_elements(x, d, idx, upd, reduction)
   local out = x:clone()
   local iv = idx:to(flow.int64):contiguous()
   local shape = iv:size():totable()
-  local flat_i, flat_u = iv:reshape(-1):totable(), upd:contiguous():reshape(-1):totable()
+  local flat_i, flat_u = vals(iv), vals(upd)
   local ov = out:reshape(-1)
   local xs = x:size():totable()
   local strides, acc = {}, 1
@@ -542,7 +545,7 @@ local function scatter_elements(x, d, idx, upd, reduction)
       rem = (rem - c) / shape[k]
       pos = pos + (k == d and (flat_i[p] - 1) or c) * strides[k]
     end
-    local cur = ov[pos + 1]:item()
+    local cur = vals(ov[pos + 1])[1]
     local u = flat_u[p]
     local v = reduction == 'mul' and cur * u or reduction == 'max' and math.max(cur, u) or math.min(cur, u)
     ov[pos + 1] = v
@@ -1850,13 +1853,13 @@ OPS.QuantizeLinear = function(ins, n)
   return {q:clamp(lo, hi):to(dt)}
 end
 OPS.DynamicQuantizeLinear = one(function(x)
-  local lo = math.min(0, x:min():item())
-  local hi = math.max(0, x:max():item())
+  local lo = math.min(0, vals(x:min())[1])
+  local hi = math.max(0, vals(x:max())[1])
   local scale = (hi - lo) / 255
   local zp = scale == 0 and 0 or math.max(0, math.min(255, floor(-lo / scale + 0.5)))
   if scale ~= 0 then
     local r = -lo / scale
-    zp = math.max(0, math.min(255, flow.tensor(r, {dtype = flow.float32}):round():item()))
+    zp = math.max(0, math.min(255, vals(flow.tensor(r, {dtype = flow.float32}):round())[1]))
   end
   local q = scale == 0 and flow.zeros_like(x) or (x / flow.tensor(scale, {dtype = flow.float32})):round()
   q = (q + zp):clamp(0, 255):to(flow.uint8)
@@ -2116,7 +2119,7 @@ OPS.Unique = function(ins, n)
     local xt = x:transpose(1, d):contiguous()
     local keys, first, inverse, counts, order = {}, {}, {}, {}, {}
     for i = 1, xt:size(1) do
-      local row = xt[i]:reshape(-1):to(flow.float64):totable()
+      local row = vals(xt[i]:to(flow.float64))
       local key = table.concat(row, ',')
       rows[i] = row
       if not first[key] then first[key] = i; counts[key] = 0; order[#order + 1] = key end
@@ -2141,7 +2144,7 @@ OPS.Unique = function(ins, n)
     return {y, flow.tensor(i0, {dtype = flow.int64}), flow.tensor(inverse, {dtype = flow.int64}),
             flow.tensor(cnt, {dtype = flow.int64})}
   end
-  local v = x:reshape(-1):totable()
+  local v = vals(x)
   local first, counts, order = {}, {}, {}
   for i, e in ipairs(v) do
     if not first[e] then first[e] = i; counts[e] = 0; order[#order + 1] = e end
@@ -2161,7 +2164,19 @@ OPS.NonMaxSuppression = function(ins, n)
   local iou_t = ins[4] and vals(ins[4])[1] or 0
   local score_t = ins[5] and vals(ins[5])[1]
   local center = attr(n, 'center_point_box', 0) == 1
-  local B, S = boxes:to(flow.float64):totable(), scores:to(flow.float64):totable()
+  local function nested(t)   -- [a, b, c] -> Lua tables, through the NaN-safe vals
+    local flat, sh, out = vals(t:to(flow.float64)), t:size():totable(), {}
+    local k = 0
+    for i = 1, sh[1] do
+      out[i] = {}
+      for j = 1, sh[2] do
+        out[i][j] = {}
+        for l = 1, sh[3] do k = k + 1; out[i][j][l] = flat[k] end
+      end
+    end
+    return out
+  end
+  local B, S = nested(boxes), nested(scores)
   local out = {}
   local function corners(b)
     if center then
@@ -2369,8 +2384,9 @@ OPS.RoiAlign = function(ins, n, ctx)
   local half = attr(n, 'coordinate_transformation_mode', ctx.opset >= 16 and 'half_pixel' or 'output_half_pixel')
                == 'half_pixel'
   local N, C, H, W = unpack(x:size():totable())
-  local X = x:to(flow.float64):reshape(-1):totable()
-  local R = rois:to(flow.float64):totable()
+  local X = vals(x:to(flow.float64))
+  local R, flat = {}, vals(rois:to(flow.float64))
+  for r = 1, rois:size(1) do R[r] = {flat[4 * r - 3], flat[4 * r - 2], flat[4 * r - 1], flat[4 * r]} end
   local B = vals(bidx)
   local out = {}
   local function at(b, c, y, xx) return X[((b * C + c) * H + y) * W + xx + 1] end

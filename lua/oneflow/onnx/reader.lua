@@ -31,8 +31,6 @@ end
 
 local u64 = ffi.typeof('uint64_t')
 local i64 = ffi.typeof('int64_t')
-local f32p = ffi.typeof('const float *')
-local f64p = ffi.typeof('const double *')
 local bytep = ffi.typeof('const uint8_t *')
 
 -- A cursor over s[a, b) (0-based offsets into the byte pointer p).
@@ -172,6 +170,30 @@ M.SCHEMA = S
 
 local WIRE = {int = 0, str = 2, float = 5, double = 1}
 
+-- A float / double at byte pointer q, any alignment. A NaN comes back as
+-- Lua's own NaN: LuaJIT keeps tags in NaN payloads, and turning a NaN with
+-- another payload into a number can make a bogus object (a crash later in
+-- the GC), so the bits are looked at first.
+local u32buf, f32buf = ffi.new('uint32_t[2]'), ffi.new('float[1]')
+local f64buf = ffi.new('double[1]')
+local NAN = 0 / 0
+local function read_f32(q)
+  ffi.copy(u32buf, q, 4)
+  local b = u32buf[0]
+  if bit.band(b, 0x7f800000) == 0x7f800000 and bit.band(b, 0x7fffff) ~= 0 then return NAN end
+  ffi.copy(f32buf, q, 4)
+  return tonumber(f32buf[0])
+end
+local function read_f64(q)
+  ffi.copy(u32buf, q, 8)
+  local hi = u32buf[ffi.abi('le') and 1 or 0]
+  local lo = u32buf[ffi.abi('le') and 0 or 1]
+  if bit.band(hi, 0x7ff00000) == 0x7ff00000 and (bit.band(hi, 0xfffff) ~= 0 or lo ~= 0) then return NAN end
+  ffi.copy(f64buf, q, 8)
+  return tonumber(f64buf[0])
+end
+M.read_f32, M.read_f64 = read_f32, read_f64
+
 -- Decodes p[a, b) with schema; unknown fields are skipped (proto2 rules).
 local decode
 decode = function(s, p, a, b, schema, depth)
@@ -201,30 +223,23 @@ decode = function(s, p, a, b, schema, depth)
       return
     elseif kind == 'floats' or kind == 'doubles' then
       local list, width = out[f.name], kind == 'floats' and 4 or 8
-      local cast = width == 4 and f32p or f64p
+      local read = width == 4 and read_f32 or read_f64
       if wire == (width == 4 and 5 or 1) then
-        list[#list + 1] = ffi.cast(cast, p + v)[0]
+        list[#list + 1] = read(p + v)
         return
       end
       if wire ~= 2 then corrupt('field %s: wire type %d for floats', f.name, wire) end
       if (stop - v) % width ~= 0 then corrupt('field %s: packed length %d', f.name, stop - v) end
-      local n = (stop - v) / width
-      local buf = ffi.new((width == 4 and 'float' or 'double') .. '[?]', math.max(n, 1))
-      ffi.copy(buf, p + v, stop - v)
-      for i = 0, n - 1 do list[#list + 1] = buf[i] end
+      for q = v, stop - 1, width do list[#list + 1] = read(p + q) end
       return
     else
       if WIRE[kind] ~= wire then corrupt('field %s: wire type %d', f.name, wire) end
       if kind == 'int' then val = v
       elseif kind == 'str' then val = s:sub(v + 1, stop)
       elseif kind == 'float' then
-        local buf = ffi.new('float[1]')
-        ffi.copy(buf, p + v, 4)
-        val = buf[0]
+        val = read_f32(p + v)
       else
-        local buf = ffi.new('double[1]')
-        ffi.copy(buf, p + v, 8)
-        val = buf[0]
+        val = read_f64(p + v)
       end
     end
     if f.rep then
@@ -362,9 +377,7 @@ end
 --- The float of 4 little-endian bytes.
 function M.float_of(s)
   if #s ~= 4 then corrupt('float of %d bytes', #s) end
-  local buf = ffi.new('float[1]')
-  ffi.copy(buf, s, 4)
-  return buf[0]
+  return read_f32(ffi.cast(bytep, s))
 end
 
 --- Reads and decodes a model file: returns the model table and the bytes.
