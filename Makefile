@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 LUA_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;;"
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build example test test-lua test-c lint bench asan soak fuzz fuzz-replay install clean doc \
+.PHONY: all deps build example test test-lua test-c lint bench asan soak fuzz fuzz-replay onnx-conformance install clean doc \
 	device-kit device-kit-proof
 
 all: build
@@ -76,6 +76,11 @@ device-kit:
 
 device-kit-proof:
 	sh tools/device_kit_proof.sh device-kit $(BUILD)/device-check
+
+# ONNX's node conformance cases (onnx 1.17 wheel from PyPI, cached) through
+# flow.onnx.load, and doc/onnx.md's table rewritten (tools/onnx_conformance.sh)
+onnx-conformance: build
+	sh tools/onnx_conformance.sh --doc
 
 # make install [PREFIX=/usr/local] [DESTDIR=/staging]: the library, the header,
 # the Lua modules (PREFIX/share/lua/5.1) and bin/flow (PREFIX/bin).

@@ -30,6 +30,8 @@ local KEY = {
   {'oneflow.utils.data', 'flow.utils.data.TensorDataset', '...'},
   {'oneflow.io.torch', 'flow.load_torch', 'path'},
   {'oneflow.onnx', 'flow.onnx.export', 'example_inputs'},
+  {'oneflow.onnx', 'flow.onnx.load', 'path'},
+  {'oneflow.onnx', 'flow.onnx.run', 'inputs'},
   {'oneflow.nn.module', 'Module:parameters', 'recurse'},
   {'oneflow.nn.module', 'Module:train', 'mode'},
   {'oneflow.nn.module_state', 'Module:state_dict', 'opts'},

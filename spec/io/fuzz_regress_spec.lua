@@ -1,6 +1,6 @@
 -- The fuzzers' seed corpora and every crash they ever found
 -- (tools/fuzz/corpus/NAME, tools/fuzz/crashes/NAME) replayed through the
--- normal loaders -- saved graphs, images, safetensors, .pt, pickle, .t7 --
+-- normal loaders -- saved graphs, images, safetensors, .pt, pickle, .t7, onnx --
 -- in child processes (tools/fuzz/replay.sh): each file loads or fails with a
 -- clean error; a crash, a hang or an internal Lua error fails the spec.
 describe('fuzz regression corpora', function()
@@ -10,7 +10,7 @@ describe('fuzz regression corpora', function()
     p:close()
     assert.is_truthy(out:find('exit 0\n', 1, true), out)
     -- every harness replayed something
-    for _, name in ipairs({'graph', 'image', 'safetensors', 'torch', 'pickle', 't7'}) do
+    for _, name in ipairs({'graph', 'image', 'safetensors', 'torch', 'pickle', 't7', 'onnx'}) do
       assert.is_truthy(out:find('lua_fuzz ' .. name .. ': replayed %d+ files, 0 findings'), out)
     end
   end)

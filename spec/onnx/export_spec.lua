@@ -7,7 +7,7 @@
 -- pending.
 local flow = require 'oneflow'
 local H = require 'spec.helpers'
-local D = require 'spec.onnx.decode'
+local D = require 'oneflow.onnx.reader'
 local T = require 'oneflow.tensor'
 local nn, F = flow.nn, flow.nn.functional
 

@@ -1,6 +1,6 @@
 require 'oneflow'
 local pb = require 'oneflow.onnx.protobuf'
-local D = require 'spec.onnx.decode'
+local D = require 'oneflow.onnx.reader'
 
 local function hex(s) return (s:gsub('.', function(c) return ('%02x'):format(c:byte()) end)) end
 

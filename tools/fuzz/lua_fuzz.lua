@@ -24,10 +24,14 @@
 -- Findings are written to CRASHES/<target>/<kind>-<hash> and counted; the
 -- fuzzer keeps going.
 --
+-- onnx: the ONNX model reader (oneflow.onnx.reader, a Lua protobuf decoder)
+-- and flow.onnx's model construction from it (initializers decoded into
+-- tensors, external-data paths checked, nodes put in topological order, with
+-- subgraphs); the graph is not run.
 -- Usage (LUA_PATH must find lua/):
 --   luajit tools/fuzz/lua_fuzz.lua TARGET SECONDS CORPUS_DIR CRASH_DIR [WORK_DIR]
 --   luajit tools/fuzz/lua_fuzz.lua TARGET -replay FILE...   (exit 1 on a finding)
--- TARGET: safetensors | torch | pickle | t7 (and graph | image for -replay)
+-- TARGET: safetensors | torch | pickle | t7 | onnx (and graph | image for -replay)
 local ffi = require 'ffi'
 local bit = require 'bit'
 local flow = require 'oneflow'
@@ -108,6 +112,14 @@ local targets = {
     prefix = {'flow.load_t7: '},
     run = function(s) return t7.loads(s) end,
   },
+  onnx = {
+    prefix = {'onnx: '},
+    run = function(s)
+      local I = require 'oneflow.onnx.import'
+      -- external data is looked up in an empty folder of the work dir
+      return I.load_bytes(s, {dir = work .. '/onnx_fuzz_data'})
+    end,
+  },
 }
 -- The two C loaders have libFuzzer harnesses (tools/fuzz/fuzz_graph.c,
 -- fuzz_image.c); these targets let `-replay` run their corpora and crash
@@ -141,7 +153,7 @@ targets.image = {   -- a failing C call is a clean error; a crash is a signal
 
 local T = targets[target]
 if not T then
-  io.stderr:write('lua_fuzz: unknown target ' .. tostring(target) .. ' (safetensors, torch, pickle, t7)\n')
+  io.stderr:write('lua_fuzz: unknown target ' .. tostring(target) .. ' (safetensors, torch, pickle, t7, onnx)\n')
   os.exit(2)
 end
 
@@ -149,7 +161,7 @@ end
 -- edges between lines of the loader sources: (prev * 31 + cur) in a set
 local watched = {}
 local function watch(src) return src:find('/oneflow/io/', 1, true) or src:find('serialization.lua', 1, true)
-  or src:find('/oneflow/utils/json', 1, true) end
+  or src:find('/oneflow/utils/json', 1, true) or src:find('/oneflow/onnx/', 1, true) end
 local edges, new_edges = {}, 0
 local prev, lines = 0, 0
 local getinfo = debug.getinfo

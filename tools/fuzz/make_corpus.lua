@@ -11,6 +11,8 @@
 -- t7:          Torch7 binary and ascii files (written by the little encoder below,
 --              as spec/io/t7_spec.lua does: the project reads t7, never writes it)
 -- image:       flowvision.io's PNG and JPEG writers (of_image_encode), grey / RGB / RGBA
+-- onnx:        flow.onnx.export (an MLP, a small CNN) and a hand-built model with
+--              If / Loop subgraphs (oneflow.onnx.protobuf)
 local flow = require 'oneflow'
 local ffi = require 'ffi'
 local zip = require 'oneflow.io.zip'
@@ -192,3 +194,45 @@ do
   vio.write_jpeg(img(3, 16, 17), d .. '/rgb.jpg', {quality = 50})
 end
 print('corpora written under ' .. root)
+
+------------------------------------------------------------------ onnx
+do
+  local d = dir('onnx')
+  local pb = require 'oneflow.onnx.protobuf'
+  flow.manual_seed(0)
+  flow.onnx.export(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), flow.randn(3, 4), d .. '/mlp.onnx')
+  local cnn = nn.Sequential(nn.Conv2d(1, 2, 3, {padding = 1}), nn.BatchNorm2d(2), nn.ReLU(), nn.MaxPool2d(2),
+                            nn.Flatten(), nn.Linear(2 * 2 * 2, 3))
+  cnn:eval()
+  flow.onnx.export(cnn, flow.randn(1, 1, 4, 4), d .. '/cnn.onnx')
+  local function vi(name, elem, dims) return {name = name, elem_type = elem, dims = dims} end
+  local function const(name, value)
+    return {op_type = 'Constant', inputs = {}, outputs = {name},
+            attributes = {{name = 'value', type = 't', value = {data_type = 1, dims = {1},
+                                                                  raw = ffi.string(ffi.new('float[1]', value), 4)}}}}
+  end
+  local then_g = {name = 'then', nodes = {const('t_out', 1)}, inputs = {}, outputs = {vi('t_out', 1, {1})}}
+  local else_g = {name = 'else', nodes = {{op_type = 'Neg', inputs = {'x'}, outputs = {'e_out'}}}, inputs = {},
+                  outputs = {vi('e_out', 1, {1})}}
+  local body = {name = 'body', nodes = {{op_type = 'Add', inputs = {'acc_in', 'x'}, outputs = {'acc_out'}},
+                                        {op_type = 'Identity', inputs = {'cond_in'}, outputs = {'cond_out'}}},
+                inputs = {vi('i', 7, {}), vi('cond_in', 9, {}), vi('acc_in', 1, {1})},
+                outputs = {vi('cond_out', 9, {}), vi('acc_out', 1, {1})}}
+  local i64 = function(v) return ffi.string(ffi.new('int64_t[1]', v), 8) end
+  local m = {
+    ir_version = 8, opsets = {{domain = '', version = 17}}, producer_name = 'make_corpus',
+    graph = {
+      name = 'control', inputs = {vi('x', 1, {1}), vi('c', 9, {})}, outputs = {vi('y', 1, {1}), vi('z', 1, {1})},
+      initializers = {{name = 'n', data_type = 7, dims = {}, raw = i64(3)},
+                      {name = 'zero', data_type = 1, dims = {1}, raw = ffi.string(ffi.new('float[1]', 0), 4)}},
+      nodes = {
+        {op_type = 'If', inputs = {'c'}, outputs = {'y'},
+         attributes = {{name = 'then_branch', type = 'g', value = then_g},
+                       {name = 'else_branch', type = 'g', value = else_g}}},
+        {op_type = 'Loop', inputs = {'n', '', 'zero'}, outputs = {'z'},
+         attributes = {{name = 'body', type = 'g', value = body}}},
+      },
+    },
+  }
+  write(d .. '/control.onnx', pb.tostring(pb.model(m)))
+end

@@ -10,7 +10,7 @@ cd "$ROOT" || exit 1
 export LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;;"
 export OMP_NUM_THREADS=1
 status=0
-for name in graph image safetensors torch pickle t7; do
+for name in graph image safetensors torch pickle t7 onnx; do
   files=$(find tools/fuzz/corpus/"$name" tools/fuzz/crashes/"$name" -type f 2>/dev/null | sort)
   [ -z "$files" ] && continue
   # shellcheck disable=SC2086

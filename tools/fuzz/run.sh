@@ -13,7 +13,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
 OUT=${FUZZ_OUT:-build-fuzz}
 T=${FUZZ_TIME:-600}
-TARGETS=${FUZZ_TARGETS:-"graph image serve safetensors torch pickle t7"}
+TARGETS=${FUZZ_TARGETS:-"graph image serve safetensors torch pickle t7 onnx"}
 export LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;;"
 export OMP_NUM_THREADS=1
 sh tools/fuzz/build.sh "$OUT" || exit 1

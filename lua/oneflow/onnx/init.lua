@@ -336,4 +336,26 @@ function M.export(model, example_inputs, path, opts)
   return m
 end
 
+--- Reads an ONNX file as an nn.Module whose forward runs the graph with our
+-- ops (doc/onnx.md, "Import"); initializers are its named parameters.
+-- @function flow.onnx.load
+-- @tparam string path the .onnx file (external data is read next to it)
+-- @tparam[opt] table opts no options yet
+-- @treturn nn.Module the model (forward takes the graph inputs in order, or a table by name)
+function M.load(path, opts) return require('oneflow.onnx.import').load(path, opts) end
+
+--- Runs an ONNX model once, in eval mode and without autograd.
+-- @function flow.onnx.run
+-- @param model a path, or a module from flow.onnx.load
+-- @param inputs a tensor, a list of tensors or a table of tensors by input name
+-- @return the graph outputs, as several return values
+function M.run(model, inputs) return require('oneflow.onnx.import').run(model, inputs) end
+
+--- Decodes an ONNX file into Lua tables (oneflow.onnx.reader).
+-- @function flow.onnx.read
+-- @tparam string path the .onnx file
+-- @treturn table the model: ir_version, opsets, graph (nodes, initializers, inputs, outputs)
+-- @treturn string the file's bytes
+function M.read(path) return require('oneflow.onnx.reader').read(path) end
+
 return M

@@ -12,7 +12,7 @@
 --
 -- ONNX messages are built from plain Lua tables:
 --   tensor      {name =, data_type = ONNX enum, dims = {...}, raw = string}
---   attribute   {name =, type = 'f'|'i'|'s'|'t'|'floats'|'ints'|'strings', value =}
+--   attribute   {name =, type = 'f'|'i'|'s'|'t'|'g'|'floats'|'ints'|'strings', value =}
 --   node        {op_type =, name =, domain =, inputs = {...}, outputs = {...},
 --                attributes = {attribute...}}
 --   value_info  {name =, elem_type =, dims = {n | 'param' | false...}}
@@ -220,6 +220,7 @@ function M.attribute(a)
   elseif a.type == 'i' then M.int(w, F.i, v)
   elseif a.type == 's' then M.bytes(w, F.s, v)
   elseif a.type == 't' then M.message(w, F.t, M.tensor(v))
+  elseif a.type == 'g' then M.message(w, F.g, M.graph(v))
   elseif a.type == 'floats' then M.packed_floats(w, F.floats, v)
   elseif a.type == 'ints' then M.packed_varints(w, F.ints, v)
   elseif a.type == 'strings' then

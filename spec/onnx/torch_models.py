@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Real models for the ONNX import spec (spec/onnx/import_spec.lua).
+
+    python3 spec/onnx/torch_models.py export OUTDIR name...   (Debian's python3-torch + torchvision)
+    $ONNX_PYTHON spec/onnx/torch_models.py ort OUTDIR name... (onnx-venv: onnxruntime)
+
+export: builds the torchvision model with torch.manual_seed(0), gives the
+BatchNorm layers random affine parameters and running statistics and
+zero-initialised Linear layers random weights (so every layer matters in the
+comparison), and writes OUTDIR/<name>.onnx (torch.onnx,
+opset 17, dynamic batch) and OUTDIR/<name>.in.safetensors ('input', 2x3x224x224).
+ort: runs OUTDIR/<name>.onnx with onnxruntime's CPU provider on that input and
+writes OUTDIR/<name>.ort.safetensors ('output'), printing the median seconds of 5 runs.
+Safetensors is written and read by hand (struct + json): no extra package.
+"""
+import json
+import struct
+import sys
+import time
+
+
+def write_st(path, tensors):
+    header, blobs, off = {}, [], 0
+    for name, (dtype, shape, data) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + len(data)]}
+        blobs.append(data)
+        off += len(data)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path + ".tmp", "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    import os
+    os.replace(path + ".tmp", path)
+
+
+def read_st(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        body = f.read()
+    out = {}
+    for name, v in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        out[name] = (v["shape"], body[a:b])
+    return out
+
+
+def export(outdir, names):
+    import torch
+    import torchvision
+    for name in names:
+        torch.manual_seed(0)
+        m = getattr(torchvision.models, name)()
+        # deep residual stacks grow with unit BatchNorm scales: keep ResNet's small
+        lo, hi = (0.2, 0.4) if name.startswith("resnet") else (0.5, 1.5)
+        with torch.no_grad():
+            for mod in m.modules():
+                if isinstance(mod, torch.nn.Linear) and not mod.weight.any():
+                    mod.weight.normal_(0, mod.in_features ** -0.5)   # ViT's zero-initialised head
+                if isinstance(mod, torch.nn.BatchNorm2d):
+                    mod.weight.uniform_(lo, hi)
+                    mod.bias.uniform_(-0.2, 0.2)
+                    mod.running_mean.uniform_(-0.1, 0.1)
+                    mod.running_var.uniform_(0.5, 1.5)
+        m.eval()
+        x = torch.randn(2, 3, 224, 224)
+        torch.onnx.export(m, x, f"{outdir}/{name}.onnx", opset_version=17, input_names=["input"],
+                          output_names=["output"], dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+        write_st(f"{outdir}/{name}.in.safetensors", {"input": ("F32", x.shape, x.numpy().tobytes())})
+        print("exported", name)
+
+
+def ort(outdir, names):
+    import numpy as np
+    import onnxruntime
+    for name in names:
+        shape, data = read_st(f"{outdir}/{name}.in.safetensors")["input"]
+        x = np.frombuffer(data, dtype=np.float32).reshape(shape)
+        opts = onnxruntime.SessionOptions()
+        opts.intra_op_num_threads = 2
+        sess = onnxruntime.InferenceSession(f"{outdir}/{name}.onnx", opts, providers=["CPUExecutionProvider"])
+        y, = sess.run(None, {"input": x})
+        times = []
+        for _ in range(5):
+            t0 = time.time()
+            sess.run(None, {"input": x})
+            times.append(time.time() - t0)
+        dt = sorted(times)[2]
+        y = np.ascontiguousarray(y, dtype=np.float32)
+        write_st(f"{outdir}/{name}.ort.safetensors", {"output": ("F32", y.shape, y.tobytes())})
+        print(f"ort {name} {dt:.4f}")
+
+
+if __name__ == "__main__":
+    mode, outdir, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+    {"export": export, "ort": ort}[mode](outdir, names)

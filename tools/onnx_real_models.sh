@@ -1,0 +1,62 @@
+#!/bin/sh
+# Real models through flow.onnx.load against onnxruntime (doc/onnx.md "Import",
+# doc/benchmarks.md "ONNX import"): torchvision models exported by torch.onnx
+# (Debian's python3-torch, spec/onnx/torch_models.py), run by onnxruntime
+# (the onnx venv of spec/onnx/setup_onnxruntime.sh, 2 threads) and by us on the
+# same 2x3x224x224 input. Prints per model the largest difference, the number
+# of elements outside allclose(rtol = 1e-4, atol = 1e-4), and seconds per
+# batch for both (one warm-up run, then the median of 5 timed runs each), and
+# the largest difference between the module compiled by nn.Graph and eager.
+#   sh tools/onnx_real_models.sh [name...]     default: resnet50 mobilenet_v3_large vit_b_16
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+ort_py=$(sh "$here/spec/onnx/setup_onnxruntime.sh" | tail -1 | sed 's/^onnx venv ready: //')
+names=${*:-resnet50 mobilenet_v3_large vit_b_16}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# shellcheck disable=SC2086
+/usr/bin/python3 "$here/spec/onnx/torch_models.py" export "$tmp" $names >/dev/null
+# shellcheck disable=SC2086
+"$ort_py" "$here/spec/onnx/torch_models.py" ort "$tmp" $names > "$tmp/ort.txt"
+export LUA_PATH="$here/lua/?.lua;$here/lua/?/init.lua;${LUA_PATH:-;}"
+# shellcheck disable=SC2086
+luajit - "$tmp" $names <<'LUA'
+local flow = require 'oneflow'
+local ffi = require 'ffi'
+ffi.cdef 'typedef struct { long s; long ns; } orm_ts; int clock_gettime(int, orm_ts *);'
+local function now() local t = ffi.new('orm_ts'); ffi.C.clock_gettime(1, t); return tonumber(t.s) + tonumber(t.ns) * 1e-9 end
+local dir = arg[1]
+local ort = {}
+for line in io.lines(dir .. '/ort.txt') do
+  local n, t = line:match('^ort (%S+) (%S+)')
+  if n then ort[n] = tonumber(t) end
+end
+for i = 2, #arg do
+  local name = arg[i]
+  local net = flow.onnx.load(dir .. '/' .. name .. '.onnx')
+  net:eval()
+  local x = flow.load(dir .. '/' .. name .. '.in.safetensors').input
+  local want = flow.load(dir .. '/' .. name .. '.ort.safetensors').output
+  local y
+  flow.no_grad(function() y = net(x) end)
+  local times = {}
+  for k = 1, 5 do
+    local t0 = now()
+    flow.no_grad(function() y = net(x) end)
+    times[k] = now() - t0
+  end
+  table.sort(times)
+  local dt = times[3]
+  local d = (y - want):abs()
+  -- the same module compiled by nn.Graph
+  local G = flow.nn.Graph:subclass('OnnxRealGraph')
+  function G:__init(m) flow.nn.Graph.__init(self); self.m = m end
+  function G:build(t) return self.m(t) end
+  local g = G(net)
+  g(x)
+  local gd = (g(x) - y):abs():max():item()
+  print(('%-20s max |diff| %.3g (max |y| %.3g), outside allclose(1e-4): %d; s/batch: oneflow %.3f, onnxruntime %.3f (x%.1f); nn.Graph vs eager %.3g')
+    :format(name, d:max():item(), want:abs():max():item(), d:gt(want:abs() * 1e-4 + 1e-4):sum():item(), dt,
+            ort[name], dt / ort[name], gd))
+end
+LUA
