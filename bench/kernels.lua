@@ -83,6 +83,13 @@ local CASES = {
   {'silu_bwd_f32', 5, 'SiLU forward + backward'},
   {'add_out_f32', 3, 'add into an existing output, 16M floats'},
 }
+-- ONLY=name,name ...: run just these cases (a quick look; WRITE=1 wants them all)
+if os.getenv('ONLY') then
+  local keep = {}
+  for n in os.getenv('ONLY'):gmatch('[^,%s]+') do keep[n] = true end
+  for i = #CASES, 1, -1 do if not keep[CASES[i][1]] then table.remove(CASES, i) end end
+  assert(#CASES > 0 and os.getenv('WRITE') ~= '1', 'kernels: ONLY names no case, or with WRITE=1')
+end
 
 local function rows(dt)
   flow.manual_seed(0)
