@@ -642,16 +642,22 @@ of_status of_rowk_layer_norm_backward(of_dtype dt, const void *x, const void *g,
     float *pb = gbt ? part + (k * nacc + (gwt != NULL)) * M : NULL;
     fn(x, g, gx, r0, r1, M, w, mean, rstd, pw, pb);
   }
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t j = 0; j < M; j++) {
-    double sw = 0, sb = 0;
+  /* the combine runs over column tiles with the blocks outside: contiguous
+   * rows of the partials, vectorised, each column still summed in block order */
+  enum { JT = 512 };
+  int64_t ntile = (M + JT - 1) / JT;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && ntile > 1)
+  for (int64_t t = 0; t < ntile; t++) {
+    int64_t j0 = t * JT, j1 = j0 + JT < M ? j0 + JT : M;
     for (int64_t k = 0; k < nblk; k++) {
       const float *pk = part + (k * nacc) * M;
-      if (gwt) sw += (double)pk[j];
-      if (gbt) sb += (double)pk[(gwt != NULL) * M + j];
+      if (gwt)
+        for (int64_t j = j0; j < j1; j++) gwt[j] += (double)pk[j];
+      if (gbt) {
+        const float *pb = pk + (gwt != NULL) * M;
+        for (int64_t j = j0; j < j1; j++) gbt[j] += (double)pb[j];
+      }
     }
-    if (gwt) gwt[j] = sw;
-    if (gbt) gbt[j] = sb;
   }
   free(part);
   return OF_OK;
