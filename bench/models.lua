@@ -189,13 +189,18 @@ local function torch2_python()
   return nil, (out:gsub('%s+$', ''):match('[^\n]*$'))
 end
 
-local function run_torch(py)
-  local p = io.popen(('%s %s %d 2>/dev/null'):format(py, script_path, threads))
+-- a command's output lines `key value` as a table (numbers converted)
+local function run_kv(cmd)
+  local p = io.popen(cmd)
   local out = p and p:read('*a') or ''
   if p then p:close() end
-  local res = {}
-  for k, v in out:gmatch('(%S+) (%S+)') do res[k] = tonumber(v) or v end
-  return res
+  local r = {}
+  for k, v in out:gmatch('(%S+)[ \t]+(%S+)') do r[k] = tonumber(v) or v end
+  return r
+end
+
+local function run_torch(py)
+  return run_kv(('%s %s %d 2>/dev/null'):format(py, script_path, threads))
 end
 
 local pythons = {}
@@ -267,15 +272,6 @@ local function write_tmp(text, suffix)
   f:write(text)
   f:close()
   return path
-end
-
-local function run_kv(cmd)
-  local p = io.popen(cmd)
-  local out = p and p:read('*a') or ''
-  if p then p:close() end
-  local r = {}
-  for k, v in out:gmatch('(%S+)[ \t]+(%S+)') do r[k] = tonumber(v) or v end
-  return r
 end
 
 -- rewrite the doc's text between two markers (appended, with a title, when missing)
