@@ -83,6 +83,19 @@ describe('nn.RMSNorm', function()
   end)
 end)
 
+describe('rms_norm in nn.Graph', function()
+  it('traces to the same values as eager mode, on the first call and after', function()
+    local m = nn.RMSNorm(6, {eps = 1e-5})
+    local G = nn.Graph:subclass('RMSGraph')
+    function G:__init() nn.Graph.__init(self); self.m = m end
+    function G:build(x) return self.m(x) end
+    local g = G()
+    local x = flow.randn(4, 6)
+    H.close(g(x), m(x), 1e-6, 'graph forward')
+    H.close(g(x), m(x), 1e-6, 'graph forward, second call')
+  end)
+end)
+
 -- PyTorch's own F.rms_norm (2.4 and later) where the python has it, else the
 -- closed form written in torch; either way torch's autograd gives the grads
 local function torch_available()
