@@ -67,4 +67,19 @@ function H.listdir(d)
   return res
 end
 
+-- Runs a Python script (text) with python (default Debian's /usr/bin/python3)
+-- and returns its output lines.
+function H.python_lines(script, python)
+  local path = os.tmpname()
+  local f = assert(io.open(path, 'w'))
+  f:write(script)
+  f:close()
+  local p = io.popen((python or '/usr/bin/python3') .. ' ' .. path)
+  local lines = {}
+  for line in p:lines() do lines[#lines + 1] = line end
+  p:close()
+  os.remove(path)
+  return lines
+end
+
 return H

@@ -9,6 +9,7 @@
 -- reference path: the comparisons still run, the "oneDNN runs" checks are pending.
 local ffi = require 'ffi'
 local flow = require 'oneflow'
+local H = require 'spec.helpers'
 local F = flow.nn.functional
 
 pcall(ffi.cdef, [[
@@ -212,15 +213,7 @@ y = torch.nn.functional.conv2d(x, w, b, stride=(2, 1), padding=(1, 2), dilation=
 for t in (y, x.grad, w.grad):
     print(' '.join(repr(v) for v in t.flatten().tolist()))
 ]]):format(list(x), list(w), list(b))
-    local path = os.tmpname()
-    local f = assert(io.open(path, 'w'))
-    f:write(script)
-    f:close()
-    local p = io.popen('/usr/bin/python3 ' .. path)
-    local lines = {}
-    for line in p:lines() do lines[#lines + 1] = line end
-    p:close()
-    os.remove(path)
+    local lines = H.python_lines(script)
     assert.are.equal(3, #lines)
     local function tensor_of(line, like)
       local v = {}

@@ -120,15 +120,7 @@ y = fn(x, (M,), w); (y * g).sum().backward()
 for t in (y, x.grad, w.grad):
     print(' '.join('%%.9g' %% v for v in t.detach().reshape(-1).tolist()))
 ]]):format(R, M)
-    local path = os.tmpname()
-    local f = io.open(path, 'w')
-    f:write(script)
-    f:close()
-    local p = io.popen('/usr/bin/python3 ' .. path)
-    local lines = {}
-    for l in p:lines() do lines[#lines + 1] = l end
-    p:close()
-    os.remove(path)
+    local lines = H.python_lines(script)
     assert.equal(3, #lines)
     local function nums(l)
       local r = {}
