@@ -81,8 +81,17 @@ local CASES = {
   {'gelu_bwd_f32', 5, 'GELU forward + backward'},
   {'silu_f32', 2, 'SiLU forward'},
   {'silu_bwd_f32', 5, 'SiLU forward + backward'},
+  {'rms_norm_f32', 2, 'rms_norm forward, weight (ours composed of public ops)'},
+  {'dropout_f32', 2, 'dropout forward, p = 0.5, training'},
   {'add_out_f32', 3, 'add into an existing output, 16M floats'},
 }
+-- ONLY=name,name ...: run just these cases (a quick look; WRITE=1 wants them all)
+if os.getenv('ONLY') then
+  local keep = {}
+  for n in os.getenv('ONLY'):gmatch('[^,%s]+') do keep[n] = true end
+  for i = #CASES, 1, -1 do if not keep[CASES[i][1]] then table.remove(CASES, i) end end
+  assert(#CASES > 0 and os.getenv('WRITE') ~= '1', 'kernels: ONLY names no case, or with WRITE=1')
+end
 
 local function rows(dt)
   flow.manual_seed(0)
@@ -116,6 +125,8 @@ local function make(name)
     fn = function() return F.cross_entropy(x, t) end
   elseif op == 'gelu' then fn = function() return F.gelu(x) end
   elseif op == 'silu' then fn = function() return F.silu(x) end
+  elseif op == 'rms_norm' then fn = function() return F.rms_norm(x, {M}, w, 1e-6) end
+  elseif op == 'dropout' then fn = function() return F.dropout(x, 0.5, true) end
   elseif op:match('_bwd$') then
     local xg = x:clone():requires_grad_()
     local wg, bg = w:clone():requires_grad_(), b:clone():requires_grad_()

@@ -1,9 +1,9 @@
 -- bench/models.lua -- whole models on the CPU: our convolutions through the
 -- im2col + OpenBLAS path (OF_CONV_BACKEND=ref) and through oneDNN (the
 -- default, auto), against PyTorch 1.13 (Debian, /usr/bin/python3) and
--- PyTorch 2.x (PyPI, in the git-ignored venv bench/.venv-torch2 that this
--- script makes on first use; skipped with a message when pip cannot install
--- it, or with --no-torch2), all at the same thread count:
+-- PyTorch 2.x (PyPI, in the git-ignored venv bench/.venv that
+-- bench/torch_venv.sh makes on first use; skipped with a message when pip
+-- cannot install it, or with --no-torch2), all at the same thread count:
 --   * ResNet-50 inference (eval, no_grad), batch 1 and 8, 3x224x224;
 --   * ResNet-18 training step (forward, cross-entropy, backward, SGD
 --     momentum), batch 16, 3x112x112, 10 classes;
@@ -17,6 +17,13 @@
 -- PyTorch.
 --
 --   luajit bench/models.lua [threads] [--rounds N] [--no-torch2] [--no-write]
+--   luajit bench/models.lua [threads] --memory [--no-torch2] [--no-write]
+--
+-- --memory: instead of times, the peak memory of two training steps
+-- (ResNet-18 and ResNet-50, batch 32, 3x112x112, SGD momentum), each side
+-- in a fresh process: ours as the allocator's high-water mark and as the
+-- process's peak RSS (VmHWM) over its RSS before the model was made;
+-- PyTorch's as the same RSS delta (it has no CPU allocator statistics).
 --
 -- Writes the table to doc/benchmarks.md (section "Models: oneDNN
 -- convolutions"; the other sections are kept) and prints it.
@@ -25,13 +32,14 @@ local flow = require 'oneflow'
 local vision = require 'flowvision'
 local F = flow.nn.functional
 
-local threads, rounds, write_doc, want_torch2 = 2, 3, true, true
+local threads, rounds, write_doc, want_torch2, memory = 2, 3, true, true, false
 do
   local argv, i = arg or {}, 1
   while i <= #argv do
     if argv[i] == '--rounds' then rounds = tonumber(argv[i + 1]); i = i + 1
     elseif argv[i] == '--no-write' then write_doc = false
     elseif argv[i] == '--no-torch2' then want_torch2 = false
+    elseif argv[i] == '--memory' then memory = true
     elseif tonumber(argv[i]) then threads = tonumber(argv[i])
     else error('models.lua: unknown argument ' .. argv[i]) end
     i = i + 1
@@ -71,6 +79,9 @@ local function cpu_name()
   return ('%s, %d cores, %s'):format(name or 'unknown CPU', n,
                                      avx512 and 'AVX-512' or 'AVX2 (no AVX-512 visible)')
 end
+
+local function fmt(v) return v and ('%.1f'):format(v) or 'n/a' end
+local function ratio(a, b) return (a and b) and ('%.2fx'):format(a / b) or 'n/a' end
 
 local function median(t)
   local c = {}
@@ -167,30 +178,29 @@ end
 
 local function sh_ok(cmd) return os.execute(cmd) == 0 end
 
--- PyTorch 2.x from PyPI in bench/.venv-torch2 (made once); nil + why if not.
+-- PyTorch 2.x and torchvision from PyPI in bench/.venv (bench/torch_venv.sh,
+-- shared with bench/kernels.lua; made once); nil + why if not.
 local function torch2_python()
-  local py = 'bench/.venv-torch2/bin/python'
-  local check = py .. ' -c "import torch, torchvision; assert int(torch.__version__[0]) >= 2"'
-    .. ' >/dev/null 2>&1'
-  if sh_ok(check) then return py end
-  io.stderr:write('models.lua: installing PyTorch 2.x from PyPI into bench/.venv-torch2 ...\n')
-  if not sh_ok('/usr/bin/python3 -m venv bench/.venv-torch2 >/dev/null 2>&1') then
-    return nil, 'python3 -m venv failed'
-  end
-  if not sh_ok(py .. ' -m pip install -q torch torchvision >/dev/null 2>&1') or
-     not sh_ok(check) then
-    return nil, 'pip install torch torchvision failed (no network?)'
-  end
-  return py
+  local p = io.popen('sh bench/torch_venv.sh 2>&1')
+  local out = p and p:read('*a') or ''
+  if p then p:close() end
+  local py = out:match('(%S+/bin/python3)%s*$')
+  if py then return py end
+  return nil, (out:gsub('%s+$', ''):match('[^\n]*$'))
+end
+
+-- a command's output lines `key value` as a table (numbers converted)
+local function run_kv(cmd)
+  local p = io.popen(cmd)
+  local out = p and p:read('*a') or ''
+  if p then p:close() end
+  local r = {}
+  for k, v in out:gmatch('(%S+)[ \t]+(%S+)') do r[k] = tonumber(v) or v end
+  return r
 end
 
 local function run_torch(py)
-  local p = io.popen(('%s %s %d 2>/dev/null'):format(py, script_path, threads))
-  local out = p and p:read('*a') or ''
-  if p then p:close() end
-  local res = {}
-  for k, v in out:gmatch('(%S+) (%S+)') do res[k] = tonumber(v) or v end
-  return res
+  return run_kv(('%s %s %d 2>/dev/null'):format(py, script_path, threads))
 end
 
 local pythons = {}
@@ -206,6 +216,138 @@ else
   torch2_note = 'PyTorch 2.x skipped (--no-torch2)'
 end
 if torch2_note then io.stderr:write('models.lua: ' .. torch2_note .. '\n') end
+
+------------------------------------------------------------------ peak memory (--memory)
+local MEM_MODELS = {{key = 'resnet18', name = 'ResNet-18'}, {key = 'resnet50', name = 'ResNet-50'}}
+local MEM_BATCH, MEM_SIZE = 32, 112
+-- both sides: kB of VmRSS now and of VmHWM (the process's peak RSS)
+local ours_mem = [[
+local flow = require 'oneflow'
+local vision = require 'flowvision'
+local name, threads, batch, size = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4])
+flow.set_num_threads(threads)
+local function status(k)
+  local f = assert(io.open('/proc/self/status'))
+  local s = f:read('*a')
+  f:close()
+  return tonumber(s:match(k .. ':%s*(%d+)'))
+end
+flow.manual_seed(0)
+flow.collect()
+local base_rss, base_bytes = status('VmRSS'), flow.memory_stats().current_bytes
+flow.reset_peak_memory_stats()
+local net = vision.models[name]({num_classes = 10}):train()
+local opt = flow.optim.SGD(net:parameters(), {lr = 0.01, momentum = 0.9})
+local x, y = flow.randn(batch, 3, size, size), flow.randint(1, 11, {batch})
+for _ = 1, 2 do
+  local loss = flow.nn.functional.cross_entropy(net(x), y)
+  opt:zero_grad()
+  loss:backward()
+  opt:step()
+end
+print('alloc', (flow.memory_stats().peak_bytes - base_bytes) / 2 ^ 20)
+print('rss', (status('VmHWM') - base_rss) / 1024)
+]]
+local torch_mem = [[
+import sys, re
+import torch, torch.nn.functional as F, torchvision
+name, threads, batch, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(threads)
+def status(k):
+    return int(re.search(k + r':\s*(\d+)', open('/proc/self/status').read()).group(1))
+torch.manual_seed(0)
+base = status('VmRSS')
+net = getattr(torchvision.models, name)(num_classes=10).train()
+opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+x, y = torch.randn(batch, 3, size, size), torch.randint(0, 10, (batch,))
+for _ in range(2):
+    loss = F.cross_entropy(net(x), y); opt.zero_grad(); loss.backward(); opt.step()
+print('rss', (status('VmHWM') - base) / 1024)
+print('version', torch.__version__)
+]]
+
+local function write_tmp(text, suffix)
+  local path = os.tmpname() .. suffix
+  local f = assert(io.open(path, 'w'))
+  f:write(text)
+  f:close()
+  return path
+end
+
+-- rewrite the doc's text between two markers (appended, with a title, when missing)
+local function write_between(text, open_m, close_m, title)
+  local path = 'doc/benchmarks.md'
+  local f = io.open(path, 'r')
+  local doc = f and f:read('*a') or '# Benchmarks\n'
+  if f then f:close() end
+  local a = doc:find(open_m, 1, true)
+  local b = a and doc:find(close_m, a, true)
+  if a and b then   -- the section's prose stays; only the table between the markers changes
+    doc = doc:sub(1, a - 1) .. open_m .. '\n' .. text .. '\n' .. doc:sub(b)
+  else
+    doc = doc:gsub('%s+$', '') .. '\n\n' .. title .. '\n\n' .. open_m .. '\n' .. text .. '\n'
+      .. close_m .. '\n'
+  end
+  local tmp = path .. '.tmp'
+  local o = assert(io.open(tmp, 'w'))
+  o:write(doc)
+  o:close()
+  assert(os.rename(tmp, path))
+end
+
+if memory then
+  local lua_path, py_path = write_tmp(ours_mem, '.lua'), write_tmp(torch_mem, '.py')
+  local load0 = loadavg()
+  local rows = {}
+  for _, m in ipairs(MEM_MODELS) do
+    local args = ('%s %d %d %d'):format(m.key, threads, MEM_BATCH, MEM_SIZE)
+    local r = {ours = run_kv(('luajit %s %s 2>/dev/null'):format(lua_path, args)), torch = {}}
+    for i, p in ipairs(pythons) do
+      r.torch[i] = run_kv(('%s %s %s 2>/dev/null'):format(p.py, py_path, args))
+      p.version = p.version or r.torch[i].version
+    end
+    rows[#rows + 1] = r
+    io.stderr:write(('models.lua: memory %s done\n'):format(m.name))
+  end
+  os.remove(lua_path)
+  os.remove(py_path)
+  local head = '| Training step, batch 32, 3x112x112 | ours: allocator peak MiB | ours: peak RSS delta MiB |'
+  local rule = '|---|---|---|'
+  for _, p in ipairs(pythons) do
+    head = head .. (' %s %s: peak RSS delta MiB |'):format(p.label, p.version or '?')
+    rule = rule .. '---|'
+  end
+  head = head .. ' ours RSS / smaller PyTorch RSS |'
+  rule = rule .. '---|'
+  local lines = {('%s; %d thread(s) on every side; load average %s before, %s after; %s; '
+    .. '`luajit bench/models.lua %d --memory`.'):format(cpu_name(), threads, load0, loadavg(),
+    os.date('!%Y-%m-%d %H:%M UTC'), threads), '', head, rule}
+  for i, m in ipairs(MEM_MODELS) do
+    local r = rows[i]
+    local row = ('| %s | %s | %s |'):format(m.name, fmt(r.ours.alloc), fmt(r.ours.rss))
+    local best
+    for k = 1, #pythons do
+      local v = r.torch[k].rss
+      row = row .. (' %s |'):format(fmt(type(v) == 'number' and v or nil))
+      if type(v) == 'number' and (not best or v < best) then best = v end
+    end
+    lines[#lines + 1] = row .. (' %s |'):format(ratio(r.ours.rss, best))
+  end
+  lines[#lines + 1] = ''
+  lines[#lines + 1] = 'Each figure from a fresh process running two steps; RSS delta: VmHWM (peak '
+    .. 'resident set) less VmRSS just before the model was made (PyTorch: after `import torch, '
+    .. 'torchvision`), so it counts parameters, grads, momentum, activations and whatever the '
+    .. 'allocators keep cached, plus code pages first touched by the steps.'
+  if torch2_note then lines[#lines + 1] = torch2_note .. '.' end
+  local text = table.concat(lines, '\n')
+  print(text)
+  if write_doc then
+    write_between(text, '<!-- bench/models.lua memory table -->',
+                  '<!-- end of the bench/models.lua memory table -->', '## Peak memory of training steps')
+  end
+  os.remove(script_path)
+  os.exit(0)
+end
 
 ------------------------------------------------------------------ rounds
 local load_before = loadavg()
@@ -240,8 +382,6 @@ local load_after = loadavg()
 
 ------------------------------------------------------------------ report
 local function med(t) return t and #t > 0 and median(t) or nil end
-local function fmt(v) return v and ('%.1f'):format(v) or 'n/a' end
-local function ratio(a, b) return (a and b) and ('%.2fx'):format(a / b) or 'n/a' end
 local head = {'| Case | ours, im2col (ref) ms | ours, oneDNN (auto) ms |'}
 local rule = {'|---|---|---|'}
 for _, p in ipairs(pythons) do
@@ -282,23 +422,6 @@ local text = table.concat(lines, '\n')
 print(text)
 
 if write_doc then
-  local path = 'doc/benchmarks.md'
-  local f = io.open(path, 'r')
-  local doc = f and f:read('*a') or '# Benchmarks\n'
-  if f then f:close() end
-  local title = '## Models: oneDNN convolutions'
-  local open_m, close_m = '<!-- bench/models.lua table -->', '<!-- end of the bench/models.lua table -->'
-  local a = doc:find(open_m, 1, true)
-  local b = a and doc:find(close_m, a, true)
-  if a and b then   -- the section's prose stays; only the table between the markers changes
-    doc = doc:sub(1, a - 1) .. open_m .. '\n' .. text .. '\n' .. doc:sub(b)
-  else
-    doc = doc:gsub('%s+$', '') .. '\n\n' .. title .. '\n\n' .. open_m .. '\n' .. text .. '\n'
-      .. close_m .. '\n'
-  end
-  local tmp = path .. '.tmp'
-  local o = assert(io.open(tmp, 'w'))
-  o:write(doc)
-  o:close()
-  assert(os.rename(tmp, path))
+  write_between(text, '<!-- bench/models.lua table -->', '<!-- end of the bench/models.lua table -->',
+                '## Models: oneDNN convolutions')
 end

@@ -128,14 +128,14 @@ function H.pylist(t)
   return '[' .. table.concat(parts, ', ') .. ']'
 end
 
---- Runs a Python script with Debian's python3 (PyTorch 1.13 where
--- python3-torch is installed) and returns its output lines.
-function H.python_lines(script)
+-- Runs a Python script (text) with python (default Debian's /usr/bin/python3)
+-- and returns its output lines.
+function H.python_lines(script, python)
   local path = os.tmpname()
   local f = assert(io.open(path, 'w'))
   f:write(script)
   f:close()
-  local p = io.popen('/usr/bin/python3 ' .. path)
+  local p = io.popen((python or '/usr/bin/python3') .. ' ' .. path)
   local lines = {}
   for line in p:lines() do lines[#lines + 1] = line end
   p:close()

@@ -420,6 +420,23 @@ static void gen_randint(const job *j, int64_t b, int64_t n, const uint32_t *w, d
   }
 }
 
+/* dv[k] = u53(word k) < p, the words as 64-bit little-endian pairs of w (as
+ * word64 reads them). u53(x) < p <=> (x >> 11) < p * 2^53 <=> (x >> 11) <
+ * ceil(p * 2^53): an integer compare that vectorises (the same values as the
+ * double compare, which gcc left scalar), for dropout's masks. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void bern_below(const uint32_t *w, int64_t n, double p, double *dv) {
+  if (!(p > 0)) {   /* also NaN: no u53 is below it */
+    for (int64_t k = 0; k < n; k++) dv[k] = 0.0;
+    return;
+  }
+  int64_t t = p >= 1 ? (int64_t)1 << 53 : (int64_t)ceil(p * 0x1p53);
+  for (int64_t k = 0; k < n; k++) {
+    uint64_t x = (uint64_t)w[2 * k] | (uint64_t)w[2 * k + 1] << 32;
+    dv[k] = (int64_t)(x >> 11) < t ? 1.0 : 0.0;
+  }
+}
+
 static void gen_bernoulli(const job *j, int64_t b, int64_t n, const uint32_t *w, double *dv,
                           int64_t *iv) {
   (void)iv;
@@ -431,9 +448,7 @@ static void gen_bernoulli(const job *j, int64_t b, int64_t n, const uint32_t *w,
       dv[k] = u53(word64(w + 4 * (k >> 1), (int)(k & 1))) < p ? 1.0 : 0.0;
     }
   } else {
-    double p = j->p;
-    for (int64_t k = 0; k < n; k++)
-      dv[k] = u53(word64(w + 4 * (k >> 1), (int)(k & 1))) < p ? 1.0 : 0.0;
+    bern_below(w, n, j->p, dv);
   }
 }
 

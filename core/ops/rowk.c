@@ -293,24 +293,28 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
   ATTR static void ew_##TS##_##ISA(int32_t op, const void *x_, void *y_, int64_t n) {           \
     const T *x = x_;                                                                            \
     T *y = y_;                                                                                  \
-    for (int64_t i = 0; i < n; i += W) {                                                        \
-      int64_t k = n - i < W ? n - i : W;                                                        \
-      vf##W v = k == W ? ld_##TS##_##W(x + i) : ldn_##TS##_##W(x + i, k, 0.0f), o;              \
-      if (op == OF_SILU) {                                                                      \
-        o = v / (1.0f + vexp##W(-v));                                                           \
+    int64_t i = 0;                                                                              \
+    if (op == OF_SILU) {                                                                        \
+      for (; i < n; i += W) {                                                                   \
+        int64_t k = n - i < W ? n - i : W;                                                      \
+        vf##W v = k == W ? ld_##TS##_##W(x + i) : ldn_##TS##_##W(x + i, k, 0.0f);               \
+        vf##W o = v / (1.0f + vexp##W(-v));                                                     \
         o = vsel##W(v == -INFINITY, vsplat##W(NAN), o);   /* -inf * sigmoid(-inf), as torch */  \
-      } else {                                                                                  \
-        /* 1 + erf(v / sqrt 2) as q (v < 0) or 2 - q (v >= 0), q = erfc(|v| / sqrt 2) by        \
-         * Abramowitz and Stegun 7.1.26 (absolute error <= 1.5e-7), so the tail for             \
-         * negative v keeps its small values instead of cancelling against 1 */                 \
-        vi##W neg = v < 0.0f;                                                                   \
-        vf##W z = vsel##W(neg, -v, v) * 0.70710678118654752f;                                   \
-        vf##W t = 1.0f / (1.0f + 0.3275911f * z);                                               \
-        vf##W p = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f);  \
-        p = (p * t + 0.254829592f) * t;                                                         \
-        vf##W q = p * vexp##W(-z * z);                                                          \
-        o = 0.5f * v * vsel##W(neg, q, 2.0f - q);                                               \
+        if (k == W) st_##TS##_##W(y + i, o);                                                    \
+        else stn_##TS##_##W(y + i, o, k);                                                       \
       }                                                                                         \
+      return;                                                                                   \
+    }                                                                                           \
+    /* two vectors per step: the erf's two polynomials and its division are a long             \
+     * dependency chain, and two in flight keep both FMA pipes busy */                          \
+    for (; i + 2 * W <= n; i += 2 * W) {                                                        \
+      vf##W a = ld_##TS##_##W(x + i), b = ld_##TS##_##W(x + i + W);                             \
+      st_##TS##_##W(y + i, vgelu##W(a));                                                        \
+      st_##TS##_##W(y + i + W, vgelu##W(b));                                                    \
+    }                                                                                           \
+    for (; i < n; i += W) {                                                                     \
+      int64_t k = n - i < W ? n - i : W;                                                        \
+      vf##W o = vgelu##W(k == W ? ld_##TS##_##W(x + i) : ldn_##TS##_##W(x + i, k, 0.0f));       \
       if (k == W) st_##TS##_##W(y + i, o);                                                      \
       else stn_##TS##_##W(y + i, o, k);                                                         \
     }                                                                                           \
@@ -368,21 +372,22 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
                                     int64_t n) {                                                \
     const T *x = x_, *g = g_;                                                                   \
     T *gx = gx_;                                                                                \
-    for (int64_t i = 0; i < n; i += W) {                                                        \
+    int64_t i = 0;                                                                              \
+    if (op == OF_GELU) /* two vectors in flight, as ew_ */                                      \
+      for (; i + 2 * W <= n; i += 2 * W) {                                                      \
+        vf##W a = ld_##TS##_##W(x + i), b = ld_##TS##_##W(x + i + W);                           \
+        st_##TS##_##W(gx + i, ld_##TS##_##W(g + i) * vgelu_d##W(a));                            \
+        st_##TS##_##W(gx + i + W, ld_##TS##_##W(g + i + W) * vgelu_d##W(b));                    \
+      }                                                                                         \
+    for (; i < n; i += W) {                                                                     \
       int64_t k = n - i < W ? n - i : W;                                                        \
       vf##W v = k == W ? ld_##TS##_##W(x + i) : ldn_##TS##_##W(x + i, k, 0.0f), d;              \
       vf##W gv = k == W ? ld_##TS##_##W(g + i) : ldn_##TS##_##W(g + i, k, 0.0f);                \
       if (op == OF_SILU) {                                                                      \
         vf##W sg = 1.0f / (1.0f + vexp##W(-v));                                                 \
         d = sg * (1.0f + v * (1.0f - sg));                                                      \
-      } else {   /* cdf + x pdf; exp(-x^2 / 2) serves both */                                   \
-        vi##W neg = v < 0.0f;                                                                   \
-        vf##W z = vsel##W(neg, -v, v) * 0.70710678118654752f;                                   \
-        vf##W t = 1.0f / (1.0f + 0.3275911f * z);                                               \
-        vf##W p = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f);  \
-        p = (p * t + 0.254829592f) * t;                                                         \
-        vf##W e = vexp##W(-z * z), q = p * e;                                                   \
-        d = 0.5f * vsel##W(neg, q, 2.0f - q) + v * (e * 0.3989422804014327f);                   \
+      } else {                                                                                  \
+        d = vgelu_d##W(v);                                                                      \
       }                                                                                         \
       vf##W o = gv * d;                                                                         \
       if (k == W) st_##TS##_##W(gx + i, o);                                                     \
@@ -487,16 +492,22 @@ of_status of_rowk_layer_norm_backward(of_dtype dt, const void *x, const void *g,
     float *pb = gbt ? part + (k * nacc + (gwt != NULL)) * M : NULL;
     fn(x, g, gx, r0, r1, M, w, mean, rstd, pw, pb);
   }
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t j = 0; j < M; j++) {
-    double sw = 0, sb = 0;
+  /* the combine runs over column tiles with the blocks outside: contiguous
+   * rows of the partials, vectorised, each column still summed in block order */
+  enum { JT = 512 };
+  int64_t ntile = (M + JT - 1) / JT;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && ntile > 1)
+  for (int64_t t = 0; t < ntile; t++) {
+    int64_t j0 = t * JT, j1 = j0 + JT < M ? j0 + JT : M;
     for (int64_t k = 0; k < nblk; k++) {
       const float *pk = part + (k * nacc) * M;
-      if (gwt) sw += (double)pk[j];
-      if (gbt) sb += (double)pk[(gwt != NULL) * M + j];
+      if (gwt)
+        for (int64_t j = j0; j < j1; j++) gwt[j] += (double)pk[j];
+      if (gbt) {
+        const float *pb = pk + (gwt != NULL) * M;
+        for (int64_t j = j0; j < j1; j++) gbt[j] += (double)pb[j];
+      }
     }
-    if (gwt) gwt[j] = sw;
-    if (gbt) gbt[j] = sb;
   }
   free(part);
   return OF_OK;

@@ -220,6 +220,15 @@ describe('random: distributions', function()
     assert.are.same({{0, 1}, {1, 0}}, flow.tensor({{0, 1}, {1, 0}}):bernoulli():totable())
     s = stats(flow.zeros(100000):bernoulli_(0.75))
     assert.is_true(math.abs(s.mean - 0.75) < 0.01)
+    -- a scalar p (integer threshold on the 53-bit draw) and a tensor of p
+    -- (the double compare) take the same words to the same values
+    for _, q in ipairs({0.3, 0.5, 1e-17, 1 - 1e-16, 1, 0}) do
+      flow.manual_seed(7)
+      local a = flow.empty(10007, {dtype = flow.float64}):bernoulli_(q)
+      flow.manual_seed(7)
+      local c = flow.full({10007}, q, {dtype = flow.float64}):bernoulli()
+      assert.is_true(a:eq(c):all():item(), 'p = ' .. q)
+    end
     s = stats(flow.zeros(50000, {dtype = flow.int32}):bernoulli(0.5))
     assert.is_true(math.abs(s.mean - 0.5) < 0.02)
     local x = flow.zeros(1000, 3):bernoulli_(flow.tensor({0, 1, 0.5}))

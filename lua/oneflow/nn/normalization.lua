@@ -189,6 +189,45 @@ function LayerNorm:extra_repr()
     tostring(self.eps), pyrepr(self.elementwise_affine))
 end
 
+------------------------------------------------------------------ RMSNorm
+local RMSNorm = Module:subclass('RMSNorm')
+M.RMSNorm = RMSNorm
+
+local rms_spec = {{'normalized_shape', U.REQUIRED}, {'eps', nil}, {'elementwise_affine', true},
+                  {'device', nil}, {'dtype', nil}}
+
+--- Root-mean-square normalization over the last dims (PyTorch 2.4's nn.RMSNorm):
+-- `nn.RMSNorm(512)`, `nn.RMSNorm({C, H, W}, {eps = 1e-6})`; see F.rms_norm.
+-- @function nn.RMSNorm
+-- @tparam int|table normalized_shape the sizes of the last dims
+-- @tparam[opt] table opts `{eps = nil, elementwise_affine = true, dtype =, device =}`; eps nil:
+-- the compute type's machine epsilon
+-- @treturn Module
+function RMSNorm:__init(...)
+  Module.__init(self)
+  local a = parse('RMSNorm', rms_spec, ...)
+  local shape = a.normalized_shape
+  if type(shape) == 'number' then shape = {shape} end
+  self.normalized_shape, self.eps, self.elementwise_affine = shape, a.eps, a.elementwise_affine
+  if a.elementwise_affine then self.weight = Parameter(flow.ones(shape, {dtype = a.dtype}))
+  else self:register_parameter('weight', nil) end
+end
+
+function RMSNorm:reset_parameters()
+  flow.no_grad(function()
+    if self.weight ~= nil then self.weight:fill_(1) end
+  end)
+end
+
+function RMSNorm:forward(x)
+  return F.rms_norm(x, self.normalized_shape, {weight = self.weight, eps = self.eps})
+end
+
+function RMSNorm:extra_repr()
+  return ('%s, eps=%s, elementwise_affine=%s'):format(U.tuple_str(self.normalized_shape),
+    self.eps == nil and 'None' or tostring(self.eps), pyrepr(self.elementwise_affine))
+end
+
 ------------------------------------------------------------------ GroupNorm
 local GroupNorm = Module:subclass('GroupNorm')
 M.GroupNorm = GroupNorm
