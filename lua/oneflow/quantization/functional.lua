@@ -40,12 +40,22 @@ local function pair(what, v, i)
   return b
 end
 
+local T = require 'oneflow.tensor'
+
+-- tbl[name] becomes quantized(x, ...) for a quantized x, the original
+-- otherwise. flow.* copies T.flow's functions: the float call looks T.flow
+-- up at call time, so whoever patches T.flow later (the ONNX tracer) still
+-- sees the call.
 local function wrap(tbl, name, quantized)
   local orig = tbl[name]
   if orig == nil then return end
+  local float = orig
+  if tbl == flow and T.flow[name] == orig then
+    float = function(...) return T.flow[name](...) end
+  end
   tbl[name] = function(x, ...)
     if getmetatable(x) == QT then return quantized(x, ...) end
-    return orig(x, ...)
+    return float(x, ...)
   end
   M[name] = orig
 end
