@@ -185,6 +185,11 @@ static of_status from_buffer_body(const void *data, const int64_t *shape, int32_
 
 
 
+/* LuaJIT does not canonicalise NaNs it reads from FFI memory: a NaN whose sign and payload
+ * bits look like one of its type tags (a float32 0xffa03039 widens to 0xfffc0607...) would
+ * become a bogus GC object in Lua.  Every value handed to Lua goes through here. */
+static inline double lua_safe(double v) { return v == v ? v : __builtin_nan(""); }
+
 static of_status tensor_get_flat_body(const of_tensor *t, int64_t i, double *out) {
   if (of_dev(t) != OF_CPU) {   /* one element through the host */
     if (i < 0 || i >= t->numel)
@@ -204,7 +209,7 @@ static of_status tensor_get_flat_body(const of_tensor *t, int64_t i, double *out
     off += (i % t->shape[d]) * t->strides[d];
     i /= t->shape[d];
   }
-  *out = of_load_double(of_ptr(t) + off * of_dtype_size(t->dtype), t->dtype);
+  *out = lua_safe(of_load_double(of_ptr(t) + off * of_dtype_size(t->dtype), t->dtype));
   return OF_OK;
 }
 
@@ -224,7 +229,7 @@ static of_status tensor_to_doubles_body(const of_tensor *t, double *buf, int64_t
   for (int64_t k = 0; k < t->numel; k++) {
     int64_t off = 0;
     for (int32_t d = 0; d < t->ndim; d++) off += idx[d] * t->strides[d];
-    buf[k] = of_load_double(base + off * es, t->dtype);
+    buf[k] = lua_safe(of_load_double(base + off * es, t->dtype));
     for (int32_t d = t->ndim - 1; d >= 0; d--) {
       if (++idx[d] < t->shape[d]) break;
       idx[d] = 0;

@@ -88,6 +88,14 @@ do
   all.empty = flow.zeros(0, 3)
   all.scalar = flow.tensor(7.5)
   flow.save(all, d .. '/dtypes.safetensors')
+  -- NaNs with sign and payload bits, which LuaJIT once read as bogus objects
+  local function raw(ctype, dt, bits)
+    return flow.from_blob(ffi.new(ctype .. '[?]', #bits, bits), {#bits}, {dtype = flow[dt]}):clone()
+  end
+  flow.save({f = raw('uint32_t', 'float32', {0xffa03039, 0x3f800000}),
+             d = raw('uint64_t', 'float64', {0xfffc060720000000ULL, 0}),
+             h = raw('uint16_t', 'float16', {0xfd01, 0x3c00}),
+             b = raw('uint16_t', 'bfloat16', {0xffa0, 0x3f80})}, d .. '/nan.safetensors')
 end
 
 ------------------------------------------------------------------ torch and pickle

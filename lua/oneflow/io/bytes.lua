@@ -228,28 +228,43 @@ end
 
 local dbl = ffi.new('double[1]')
 local dbl_bytes = ffi.cast('uint8_t *', dbl)
+local dbl_words = ffi.cast('uint32_t *', dbl)
 local little = ffi.abi('le')
+local band = require('bit').band
+local NAN = 0 / 0
+
+-- LuaJIT keeps type tags in NaN payloads and does not canonicalise NaNs it
+-- loads from FFI memory: a hostile file's NaN with the sign bit and a payload
+-- would become a bogus object (crash in the GC), so the bits are looked at first.
+local function f64_value()
+  local hi, lo = dbl_words[little and 1 or 0], dbl_words[little and 0 or 1]
+  if band(hi, 0x7ff00000) == 0x7ff00000 and (band(hi, 0xfffff) ~= 0 or lo ~= 0) then return NAN end
+  return dbl[0]
+end
 
 function Reader:f64(what)
   local i = window(self, 8, what)
   self.pos = self.pos + 8
   for k = 0, 7 do dbl_bytes[little and k or 7 - k] = byte(self.buf, i + k) end
-  return dbl[0]
+  return f64_value()
 end
 
 function Reader:f64be(what)
   local i = window(self, 8, what)
   self.pos = self.pos + 8
   for k = 0, 7 do dbl_bytes[little and 7 - k or k] = byte(self.buf, i + k) end
-  return dbl[0]
+  return f64_value()
 end
 
 local flt = ffi.new('float[1]')
 local flt_bytes = ffi.cast('uint8_t *', flt)
+local flt_word = ffi.cast('uint32_t *', flt)
 function Reader:f32(what)
   local i = window(self, 4, what)
   self.pos = self.pos + 4
   for k = 0, 3 do flt_bytes[little and k or 3 - k] = byte(self.buf, i + k) end
+  local w = flt_word[0]
+  if band(w, 0x7f800000) == 0x7f800000 and band(w, 0x7fffff) ~= 0 then return NAN end
   return flt[0]
 end
 

@@ -114,6 +114,9 @@ local pinned = {}
 local function ptr64(t)
   -- the loops read host memory: device boxes are copied over
   local v = t:detach():cpu():to(flow.float64):contiguous()
+  -- a NaN keeps its payload through the ops; LuaJIT would read a NaN whose
+  -- payload looks like a type tag as a bogus object, so NaNs are made Lua's own
+  v = v:masked_fill(v:isnan(), 0 / 0)
   pinned[#pinned + 1] = v
   return ffi.cast('double *', v:data_ptr())
 end
