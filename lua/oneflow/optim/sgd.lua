@@ -45,8 +45,8 @@ SGD.grad_kinds = {dense = true, sparse = true}
 -- (duplicate ids add up), as torch's dense.add_(sparse).
 local function sparse_step(p, pi, grad, lr, momentum, wd, maximize)
   if momentum ~= 0 or wd ~= 0 then
-    U.fail(('SGD: parameter %d has a sparse gradient; sparse gradients take momentum = 0 and weight_decay = 0 (got %g, %g)')
-      :format(pi, momentum, wd))
+    U.fail(('SGD: parameter %d has a sparse gradient; sparse gradients take momentum = 0 '
+            .. 'and weight_decay = 0 (got %g, %g)'):format(pi, momentum, wd))
   end
   if grad:_nnz() > 0 then p:index_add_(1, grad.indices, grad.values, {alpha = maximize and lr or -lr}) end
 end

@@ -27,7 +27,7 @@ function SparseAdam:__init(params, ...)
   self:_construct(params, ...)
 end
 
-function SparseAdam:validate(g)
+function SparseAdam.validate(_, g)
   U.check_nonneg('SparseAdam', 'learning rate', g.lr)
   U.check_nonneg('SparseAdam', 'epsilon value', g.eps)
   U.check_betas('SparseAdam', g.betas)
