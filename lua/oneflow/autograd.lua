@@ -81,13 +81,34 @@ end
 getters.requires_grad = function(t) return C.of_tensor_requires_grad(t.p) ~= 0 end
 setters.requires_grad = function(t, v) t:requires_grad_(v) end
 getters.is_leaf = function(t) return C.of_tensor_is_leaf(t.p) ~= 0 end
+-- Sparse gradients (sparse embeddings) live here, beside C's dense ones:
+-- C's grad slot holds tensors only. Weak keys: a dropped parameter drops it.
+local sparse_grads = setmetatable({}, {__mode = 'k'})
+M._sparse_grads = sparse_grads
 getters.grad = function(t)
   local g = C.of_tensor_grad(t.p)
-  if g == nil then return nil end
+  local s = sparse_grads[t]
+  if g == nil then return s end
+  if s ~= nil then
+    -- a weight used densely and sparsely (tied weights) gets one dense grad, as PyTorch
+    sparse_grads[t] = nil
+    M.no_grad(function() borrow(g):add_(s:to_dense()) end)
+  end
   return borrow(g)
 end
 setters.grad = function(t, g)
+  if g ~= nil and g.is_sparse then
+    if C.of_tensor_set_grad(t.p, nil) ~= 0 then raise(3) end
+    sparse_grads[t] = g
+    return
+  end
+  sparse_grads[t] = nil
   if C.of_tensor_set_grad(t.p, g and g.p or nil) ~= 0 then raise(3) end
+end
+--- adds a sparse gradient (oneflow.sparse_grad) into t's grad
+function M._accumulate_sparse(t, s)
+  local old = sparse_grads[t]
+  sparse_grads[t] = old and old:add(s) or s
 end
 
 local A = require 'oneflow._args'

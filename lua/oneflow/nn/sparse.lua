@@ -55,24 +55,25 @@ end
 
 function Embedding:forward(ids)
   return F.embedding(ids, self.weight, {padding_idx = self.padding_idx, max_norm = self.max_norm,
-                                        norm_type = self.norm_type})
+                                        norm_type = self.norm_type, sparse = self.sparse})
 end
 
 function Embedding:extra_repr()
   local s = ('%d, %d'):format(self.num_embeddings, self.embedding_dim)
   if self.padding_idx then s = s .. ', padding_idx=' .. self.padding_idx end
   if self.max_norm then s = s .. ', max_norm=' .. self.max_norm end
+  if self.sparse then s = s .. ', sparse=true' end
   return s
 end
 
 --- nn.Embedding.from_pretrained(weight, {freeze = true, padding_idx =, ...})
 function Embedding.from_pretrained(weight, opts)
   opts = require('oneflow._args').check_options('Embedding.from_pretrained', opts,
-      {'freeze', 'max_norm', 'norm_type', 'padding_idx'})
+      {'freeze', 'max_norm', 'norm_type', 'padding_idx', 'sparse'})
   if weight:dim() ~= 2 then fail('Embedding.from_pretrained: embeddings parameter is expected to be 2-dimensional') end
   return Embedding(weight:size(1), weight:size(2), {
     _weight = weight, _freeze = opts.freeze ~= false, padding_idx = opts.padding_idx,
-    max_norm = opts.max_norm, norm_type = opts.norm_type})
+    max_norm = opts.max_norm, norm_type = opts.norm_type, sparse = opts.sparse})
 end
 
 return M

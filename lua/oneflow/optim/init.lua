@@ -14,6 +14,7 @@ return {
   RAdam = require 'oneflow.optim.radam',
   Rprop = require 'oneflow.optim.rprop',
   ASGD = require 'oneflow.optim.asgd',
+  SparseAdam = require 'oneflow.optim.sparse_adam',
   LBFGS = require 'oneflow.optim.lbfgs',
   lr_scheduler = require 'oneflow.optim.lr_scheduler',
   REQUIRED = require('oneflow.optim._util').REQUIRED,

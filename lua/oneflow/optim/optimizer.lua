@@ -160,7 +160,32 @@ function Optimizer:step(closure)
   return loss
 end
 
+-- Which kind of gradient an optimizer takes: dense tensors (most), sparse
+-- embedding gradients too (SGD), or only sparse ones (SparseAdam).
+Optimizer.grad_kinds = {dense = true}
+
+-- A gradient the optimizer cannot take is an error naming it and the
+-- parameter, before any parameter is touched.
+function Optimizer:_check_grad_kinds()
+  local kinds = self.grad_kinds
+  for gi, group in ipairs(self.param_groups) do
+    for pi, p in ipairs(group.params) do
+      local g = p.grad
+      if g ~= nil then
+        local kind = g.is_sparse and 'sparse' or 'dense'
+        if not kinds[kind] then
+          local shape = table.concat(p:size():totable(), ', ')
+          local hint = kind == 'sparse' and 'use optim.SparseAdam or optim.SGD' or 'use optim.Adam'
+          error(('%s: parameter %d of param group %d (shape [%s]) has a %s gradient, which %s does not support; %s')
+            :format(self.__name, pi, gi, shape, kind, self.__name, hint), 0)
+        end
+      end
+    end
+  end
+end
+
 function Optimizer:_update()
+  if next(autograd._sparse_grads) ~= nil or not self.grad_kinds.dense then self:_check_grad_kinds() end
   local globals = self._globals
   local saved = globals and require('oneflow.optim._global').box_grads(globals)
   for _, group in ipairs(self.param_groups) do self:_step_group(group) end

@@ -39,13 +39,27 @@ function SGD.validate(_, g)
   end
 end
 
+SGD.grad_kinds = {dense = true, sparse = true}
+
+-- A sparse embedding gradient: p[ids] -= lr * rows, only the rows used
+-- (duplicate ids add up), as torch's dense.add_(sparse).
+local function sparse_step(p, pi, grad, lr, momentum, wd, maximize)
+  if momentum ~= 0 or wd ~= 0 then
+    U.fail(('SGD: parameter %d has a sparse gradient; sparse gradients take momentum = 0 '
+            .. 'and weight_decay = 0 (got %g, %g)'):format(pi, momentum, wd))
+  end
+  if grad:_nnz() > 0 then p:index_add_(1, grad.indices, grad.values, {alpha = maximize and lr or -lr}) end
+end
+
 function SGD:_step_group(group)
   local lr, momentum, dampening = group.lr, group.momentum, group.dampening
   local wd, nesterov, maximize = group.weight_decay, group.nesterov, group.maximize
   local nest, maxi = nesterov and 1 or 0, maximize and 1 or 0
-  for _, p in ipairs(group.params) do
+  for pi, p in ipairs(group.params) do
     local grad = p.grad
-    if grad ~= nil then
+    if grad ~= nil and grad.is_sparse then
+      sparse_step(p, pi, grad, lr, momentum, wd, maximize)
+    elseif grad ~= nil then
       local state = self.state[p]
       local buf = momentum ~= 0 and state ~= nil and state.momentum_buffer or nil
       local g = U.fused_grad(p, grad, buf)

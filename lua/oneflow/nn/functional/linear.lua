@@ -69,10 +69,31 @@ local function renorm(ids, weight, max_norm, p)
   end)
 end
 
+-- sparse = true: the lookup's backward leaves a oneflow.sparse_grad (the
+-- used row ids and their gradient rows) on weight.grad instead of a dense
+-- [num, dim] tensor; padding rows are left out, as PyTorch's sparse backward.
+local SparseLookup = autograd.Function:subclass('EmbeddingSparse')
+function SparseLookup.forward(ctx, weight, flat, pad)
+  ctx.weight, ctx.flat, ctx.pad = weight, flat, pad
+  return weight:index_select(1, flat)
+end
+function SparseLookup.backward(ctx, g)
+  local idx, rows = ctx.flat, g
+  if ctx.pad then
+    local keep = idx:ne(ctx.pad):nonzero():reshape(-1)
+    idx, rows = idx:index_select(1, keep), rows:index_select(1, keep)
+  end
+  local SG = require 'oneflow.sparse_grad'
+  local w = ctx.weight
+  autograd._accumulate_sparse(w, SG(idx:to(flow.int64):clone(), rows:detach():clone(),
+                                    {w:size(1), w:size(2)}))
+  return nil
+end
+
 local emb_spec = {{'padding_idx', nil}, {'max_norm', nil}, {'norm_type', 2},
                   {'scale_grad_by_freq', false}, {'sparse', false}}
 
---- F.embedding(ids, weight, {padding_idx =, max_norm =, norm_type = 2}):
+--- F.embedding(ids, weight, {padding_idx =, max_norm =, norm_type = 2, sparse = false}):
 -- rows of weight [num, dim] at the 1-based ids; the padding_idx row gets
 -- no gradient.
 function F.embedding(ids, weight, ...)
@@ -97,7 +118,10 @@ function F.embedding(ids, weight, ...)
   local flat = ids:reshape(-1)
   local ok, out = pcall(weight.index_select, weight, 1, flat)
   if not ok then fail('embedding: ' .. tostring(out):gsub('^.-index_select: ', '')) end
-  if pad then
+  if a.sparse and weight.requires_grad and autograd.is_grad_enabled() then
+    if weight:dim() ~= 2 then fail('embedding: sparse gradients need a 2-D weight') end
+    out = SparseLookup.apply(weight, flat, pad)
+  elseif pad then
     local keep = flat:ne(pad):unsqueeze(2)
     out = flow.where(keep, out, out:detach())
   end
