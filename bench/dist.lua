@@ -40,15 +40,8 @@ if flow.env.backend() ~= 'mpi' then
   os.exit(0)
 end
 
-pcall(ffi.cdef, [[
-typedef struct { int64_t sec, nsec; } of_bench_timespec;
-int clock_gettime(int clk, of_bench_timespec *ts);
-]])
-local ts = ffi.new('of_bench_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts)
-  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
-end
+local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
+local now, median = B.now, B.median
 
 -- Open MPI's handles are the addresses of its predefined objects; libmpi is
 -- already in the global namespace (liboneflow_mpi.so loaded it so).
@@ -69,10 +62,6 @@ local function raw_allreduce(t, out)
   assert(rc == 0, 'MPI_Allreduce failed')
 end
 
-local function median(list)
-  table.sort(list)
-  return list[math.floor((#list + 1) / 2)]
-end
 
 -- Median time of each of `fns`, run in turns: every round runs each once
 -- (in a rotating order), so a change of load on this shared host hits all

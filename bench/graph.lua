@@ -12,7 +12,6 @@
 -- neither. Peak memory: the allocator's high-water mark over a few steps
 -- after a collection (flow.memory_stats); it includes the parameters and
 -- optimizer state both modes share.
-local ffi = require 'ffi'
 local flow = require 'oneflow'
 local nn, F = flow.nn, flow.nn.functional
 
@@ -28,15 +27,8 @@ while arg and arg[i] do
 end
 flow.set_num_threads(threads)
 
-pcall(ffi.cdef, [[
-typedef struct { int64_t sec, nsec; } of_bench_timespec;
-int clock_gettime(int clk, of_bench_timespec *ts);
-]])
-local ts = ffi.new('of_bench_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts)
-  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
-end
+local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
+local now = B.now
 
 local LeNet = require 'bench.lenet'
 

@@ -10,7 +10,6 @@
 -- Warm runs: every file is read once before timing (so it is in the page
 -- cache); each figure is the median of N (default 3) timed runs. Writes the
 -- table to doc/benchmarks.md (section "Checkpoint IO").
-local ffi = require 'ffi'
 local flow = require 'oneflow'
 
 local repeats, write_doc = 3, true
@@ -23,20 +22,9 @@ do
   end
 end
 
-pcall(ffi.cdef, [[
-typedef struct { int64_t sec, nsec; } of_bench_timespec;
-int clock_gettime(int clk, of_bench_timespec *ts);
-]])
-local ts = ffi.new('of_bench_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts)
-  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
-end
+local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
+local now, median = B.now, B.median
 
-local function median(t)
-  table.sort(t)
-  return t[math.floor((#t + 1) / 2)]
-end
 
 local N_TENSORS, NUMEL = 25, 1024 * 1024
 

@@ -12,7 +12,6 @@
 -- the faster PyTorch. Prints a markdown table and the machine load.
 --
 --   sh tools/minilm.sh && luajit bench/text.lua [threads] [--rounds N] [--reps N] [--no-torch2]
-local ffi = require 'ffi'
 local flow = require 'oneflow'
 local json = require 'oneflow.utils.json'
 local text = require 'flowtext'
@@ -31,30 +30,8 @@ do
 end
 flow.set_num_threads(threads)
 
-pcall(ffi.cdef, [[
-typedef struct { int64_t sec, nsec; } of_bench_timespec;
-int clock_gettime(int clk, of_bench_timespec *ts);
-]])
-local ts = ffi.new('of_bench_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts)
-  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
-end
-
-local function loadavg()
-  local f = io.open('/proc/loadavg')
-  if not f then return 'n/a' end
-  local s = f:read('*l')
-  f:close()
-  return s:match('^(%S+ %S+ %S+)') or 'n/a'
-end
-
-local function median(t)
-  local c = {}
-  for i, v in ipairs(t) do c[i] = v end
-  table.sort(c)
-  return c[math.floor((#c + 1) / 2)]
-end
+local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
+local now, loadavg, median = B.now, B.loadavg, B.median
 
 local function last_line(cmd)
   local p = io.popen(cmd)

@@ -11,7 +11,6 @@
 --
 -- Writes the table to doc/benchmarks.md (section "Vision models", the other
 -- sections are kept) and prints it.
-local ffi = require 'ffi'
 local flow = require 'oneflow'
 local vision = require 'flowvision'
 local F = flow.nn.functional
@@ -29,23 +28,9 @@ end
 local WARMUP = 2
 flow.set_num_threads(threads)
 
-pcall(ffi.cdef, [[
-typedef struct { int64_t sec, nsec; } of_bench_timespec;
-int clock_gettime(int clk, of_bench_timespec *ts);
-]])
-local ts = ffi.new('of_bench_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts)
-  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
-end
+local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
+local now, loadavg, median = B.now, B.loadavg, B.median
 
-local function loadavg()
-  local f = io.open('/proc/loadavg')
-  if not f then return 'n/a' end
-  local s = f:read('*l')
-  f:close()
-  return s:match('^(%S+ %S+ %S+)') or 'n/a'
-end
 
 local function cpu_name()
   local f = io.open('/proc/cpuinfo')
@@ -59,10 +44,6 @@ local function cpu_name()
   return ('%s, %d cores'):format(name or 'unknown CPU', n)
 end
 
-local function median(t)
-  table.sort(t)
-  return t[math.floor((#t + 1) / 2)]
-end
 
 local function time_it(fn)
   for _ = 1, WARMUP do fn() end

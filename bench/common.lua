@@ -1,0 +1,40 @@
+-- bench/common.lua -- small helpers the bench scripts share: a clock, the
+-- median, the load average and the CPU's name. Loaded relative to the
+-- calling script's own file, so that it works from any directory:
+--   local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
+local ffi = require 'ffi'
+
+local M = {MONOTONIC = 1, THREAD_CPU = 3}   -- clock ids of clock_gettime
+
+-- guarded: a script may have declared these symbols already
+pcall(ffi.cdef, [[
+typedef struct { int64_t sec, nsec; } of_bench_timespec;
+int clock_gettime(int clk, of_bench_timespec *ts);
+]])
+local ts = ffi.new('of_bench_timespec')
+
+-- seconds on `clock` (default CLOCK_MONOTONIC)
+function M.now(clock)
+  ffi.C.clock_gettime(clock or 1, ts)
+  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
+end
+
+-- the middle value (the lower of the two middle ones for an even count);
+-- sorts a copy, the caller's table stays as it was
+function M.median(t)
+  local c = {}
+  for i, v in ipairs(t) do c[i] = v end
+  table.sort(c)
+  return c[math.floor((#c + 1) / 2)]
+end
+
+-- the 1, 5 and 15 minute load averages, e.g. '1.02 0.98 0.90'
+function M.loadavg()
+  local f = io.open('/proc/loadavg')
+  if not f then return 'n/a' end
+  local s = f:read('*l') or ''
+  f:close()
+  return s:match('^(%S+ %S+ %S+)') or 'n/a'
+end
+
+return M
