@@ -98,10 +98,7 @@ end)
 
 -- PyTorch's own F.rms_norm (2.4 and later) where the python has it, else the
 -- closed form written in torch; either way torch's autograd gives the grads
-local function torch_available()
-  return os.execute('/usr/bin/python3 -c "import torch" >/dev/null 2>&1') == 0
-end
-local check = torch_available() and it or pending
+local check = H.torch_ok() and it or pending
 describe('rms_norm against PyTorch', function()
   check('gives torch\'s values and gradients', function()
     local R, M = 3, 37

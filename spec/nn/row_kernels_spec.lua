@@ -274,10 +274,7 @@ describe('cross_entropy on float32 rows', function()
 end)
 
 -- PyTorch on the same inputs (an exact formula, so both sides build them)
-local function torch_available()
-  return os.execute('/usr/bin/python3 -c "import torch" >/dev/null 2>&1') == 0
-end
-local check = torch_available() and it or pending
+local check = H.torch_ok() and it or pending
 describe('row kernels against PyTorch', function()
   check('layer_norm, softmax and log_softmax and their grads agree with torch', function()
     local R, M = 3, 1025
