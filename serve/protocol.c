@@ -64,6 +64,36 @@ static bool get_bool_param(const js_doc *d, const js_val *o, const char *key, bo
   return v != NULL;
 }
 
+/* IEEE binary16 and bfloat16 from a float, rounding to nearest even as
+ * numpy's astype does (what a Triton client sending JSON would have
+ * computed); out-of-range values become infinities, NaN stays NaN. */
+static uint16_t float_to_half(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
+  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504 */
+  if (ax < 0x38800000u) {                                  /* subnormal or zero half */
+    /* adding 0.5f (whose ulp is 2^-24, the half subnormal step) rounds to
+     * nearest even in the FPU; the low bits are then the half mantissa */
+    float a, magic = 0.5f;
+    uint32_t r;
+    memcpy(&a, &ax, 4);
+    a += magic;
+    memcpy(&r, &a, 4);
+    return (uint16_t)(sign | (r - 0x3f000000u));
+  }
+  uint32_t m = ax + 0xc8000fffu + ((ax >> 13) & 1u); /* rebias exponent, round to nearest even */
+  return (uint16_t)(sign | (m >> 13));
+}
+
+static uint16_t float_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
 /* writes element k of dt from JSON value v; false on a type mismatch */
 static bool put_elem(void *data, int32_t dt, int64_t k, const js_val *v) {
   if (dt == 0) {
@@ -89,6 +119,8 @@ static bool put_elem(void *data, int32_t dt, int64_t k, const js_val *v) {
       if (!v->is_int) return false;
       ((int64_t *)data)[k] = v->i;
       return true;
+    case 5: ((uint16_t *)data)[k] = float_to_half((float)v->num); return true;
+    case 6: ((uint16_t *)data)[k] = float_to_bf16((float)v->num); return true;
     case 7: ((float *)data)[k] = (float)v->num; return true;
     case 8: ((double *)data)[k] = v->num; return true;
     default: return false;
@@ -158,8 +190,6 @@ static bool parse_input(const js_doc *d, const js_val *iv, sv_tensor *t, const c
   }
   if (!data || data->type != JS_ARR)
     return sv_errorf(e, cap, "input '%s': no \"data\" array (and no binary_data_size)", t->name);
-  if (t->dtype == 5 || t->dtype == 6)
-    return sv_errorf(e, cap, "input '%s': %s tensors are accepted as binary data only", t->name, dtn);
   /* a value takes at least 2 bytes of JSON: the document bounds numel */
   if (numel > d->nv)
     return sv_errorf(e, cap, "input '%s': shape has %lld elements, \"data\" fewer", t->name,

@@ -55,7 +55,7 @@ describe('flow-serve', function()
   local dir = H.tmpdir()
   local repo = dir .. '/repo'
   local url, pid, port
-  local g1, g2, gr
+  local g1, g2, gr, gh, gb
   local function mkdirs(...) for _, d in ipairs({...}) do os.execute('mkdir -p ' .. repo .. '/' .. d) end end
 
   local function http(method, path, body, headers)
@@ -83,7 +83,8 @@ describe('flow-serve', function()
   end
 
   setup(function()
-    mkdirs('mlp/1', 'mlp/2', 'mlp_batched/1', 'mlp_auto/1', 'resnet/1', 'no_graph/1', 'bad_config/1')
+    mkdirs('mlp/1', 'mlp/2', 'mlp_batched/1', 'mlp_auto/1', 'resnet/1', 'no_graph/1', 'bad_config/1',
+           'mlp_half/1', 'mlp_bf16/1')
     -- the MLP, version 1 and 2 (other weights), compiled for batch 1, 2 and 4
     local shape = function(b) return {b, 16} end
     g1 = compiled(mlp(1), shape, {1, 2, 4}, repo .. '/mlp/1/model.ofg')
@@ -105,6 +106,26 @@ describe('flow-serve', function()
     flow.manual_seed(5)
     gr = compiled(require('flowvision.models').resnet18(), function(b) return {b, 3, 64, 64} end,
                   {1, 2}, repo .. '/resnet/1/model.ofg')
+    -- an identity Linear in float16 and bfloat16 (configs completed from the
+    -- graphs): its outputs are the server's conversions of the JSON inputs
+    local function typed(dt)
+      local m = nn.Linear(16, 16)
+      flow.no_grad(function()
+        m.weight:copy_(flow.eye(16))
+        m.bias:zero_()
+      end)
+      m = m:to(dt)
+      m:eval()
+      local g = G(m)
+      local x = flow.randn(2, 16):to(dt)
+      g(x)
+      g(x)
+      return g
+    end
+    gh = typed(flow.float16)
+    gh:save(repo .. '/mlp_half/1/model.ofg')
+    gb = typed(flow.bfloat16)
+    gb:save(repo .. '/mlp_bf16/1/model.ofg')
     write(repo .. '/no_graph/1/model.onnx', 'not served')
     write(repo .. '/bad_config/config.json', '{"max_batch_size": ')
     os.execute(('cp %s/mlp/1/model.ofg %s/bad_config/1/'):format(repo, repo))
@@ -159,7 +180,8 @@ describe('flow-serve', function()
     for _, e in ipairs(json.decode(body)) do states[e.name .. '/' .. (e.version or '')] = e.state end
     assert.are.same({['mlp/1'] = 'READY', ['mlp/2'] = 'READY', ['mlp_batched/1'] = 'READY',
                      ['mlp_auto/1'] = 'READY', ['resnet/1'] = 'READY', ['no_graph/1'] = 'UNAVAILABLE',
-                     ['bad_config/'] = 'UNAVAILABLE'}, states)
+                     ['bad_config/'] = 'UNAVAILABLE', ['mlp_half/1'] = 'READY',
+                     ['mlp_bf16/1'] = 'READY'}, states)
   end)
 
   it('infers with JSON tensors: outputs equal the in-process graph exactly, per version', function()
@@ -184,6 +206,26 @@ describe('flow-serve', function()
     r = json.decode(body)
     assert.are.same({3, 4}, r.outputs[1].shape)
     assert.are.equal(bytes(g2(x4):narrow(1, 1, 3)), bytes(flow.tensor(r.outputs[1].data, {dtype = flow.float32})))
+  end)
+
+  it('takes FP16 and BF16 tensors as JSON numbers, rounded to nearest even as a cast does', function()
+    -- rounding up and down, ties to even, the largest finite half, subnormals
+    local x = flow.randn(2, 16)
+    local special = {1 + 3 * 2^-12, 1 + 2^-11, 1 + 3 * 2^-11, 65519, 3e-6, -1e-8, 2^-25, 1 + 2^-8 + 2^-9}
+    for i, v in ipairs(special) do x[1][i] = v end
+    for _, c in ipairs({{'mlp_half', 'FP16', flow.float16}, {'mlp_bf16', 'BF16', flow.bfloat16}}) do
+      local name, dt, fdt = c[1], c[2], c[3]
+      local code, body = http('POST', '/v2/models/' .. name .. '/infer', infer_body('INPUT__0', {2, 16}, flat(x), dt))
+      assert.are.equal(200, code, body)
+      local r = json.decode(body)
+      assert.are.equal(dt, r.outputs[1].datatype)
+      assert.are.same({2, 16}, r.outputs[1].shape)
+      local got = flow.tensor(r.outputs[1].data, {dtype = flow.float32}):view(2, 16)
+      -- (+ 0: the Linear's sum turns -0 into +0)
+      assert.are.equal(bytes(x:to(fdt):float() + 0), bytes(got))
+    end
+    local code, body = http('POST', '/v2/models/mlp_half/infer', infer_body('INPUT__0', {1, 16}, {true}, 'FP16'))
+    assert.are.equal(400, code, body)
   end)
 
   it('answers bad requests with the protocol error, and stays up', function()
