@@ -121,6 +121,27 @@ function H.torch_rows(script)
   end
   return rows
 end
+-- A python that imports onnx and onnxruntime ($ONNX_PYTHON, then the venv
+-- of spec/onnx/setup_onnxruntime.sh, then python3), or nil. ONNX_PYTHON=none
+-- pretends there is none (to test the fallbacks).
+local onnx_python
+function H.onnx_python()
+  if onnx_python == nil then
+    onnx_python = false
+    local env = os.getenv('ONNX_PYTHON')
+    if env ~= 'none' then
+      local cache = os.getenv('XDG_CACHE_HOME') or ((os.getenv('HOME') or '/tmp') .. '/.cache')
+      for _, py in ipairs({env or '', cache .. '/oneflow/onnx-venv/bin/python', 'python3'}) do
+        if py ~= '' and os.execute("'" .. py .. "' -c 'import onnx, onnxruntime' >/dev/null 2>&1") == 0 then
+          onnx_python = py
+          break
+        end
+      end
+    end
+  end
+  return onnx_python or nil
+end
+
 -- a Lua list of numbers as a Python list literal
 function H.pylist(t)
   local parts = {}

@@ -16,20 +16,7 @@ local TOL = 1e-4
 ------------------------------------------------------------------ python
 local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
-local function find_python()
-  if os.getenv('ONNX_PYTHON') == 'none' then return nil end   -- to test the fallback
-  local cache = os.getenv('XDG_CACHE_HOME') or ((os.getenv('HOME') or '/tmp') .. '/.cache')
-  local candidates = {os.getenv('ONNX_PYTHON') or '', cache .. '/oneflow/onnx-venv/bin/python',
-                      '/tmp/ortenv/bin/python', 'python3'}
-  for _, py in ipairs(candidates) do
-    if py ~= '' then
-      local ok = os.execute(sh_quote(py) .. " -c 'import onnx, onnxruntime' >/dev/null 2>&1")
-      if ok == 0 or ok == true then return py end
-    end
-  end
-  return nil
-end
-local PYTHON = find_python()
+local PYTHON = H.onnx_python()
 local CHECKER = 'spec/onnx/check_onnx.py'
 
 ------------------------------------------------------------------ files

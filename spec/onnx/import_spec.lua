@@ -287,12 +287,7 @@ end)
 describe('torchvision models exported by torch.onnx', function()
   local ort_py, torch_ok, dir
   setup(function()
-    for _, py in ipairs({os.getenv('ONNX_PYTHON') or '', cache .. '/onnx-venv/bin/python'}) do
-      if py ~= '' and os.execute(sh_quote(py) .. " -c 'import onnxruntime' >/dev/null 2>&1") == 0 then
-        ort_py = py
-        break
-      end
-    end
+    ort_py = H.onnx_python()
     torch_ok = os.execute("/usr/bin/python3 -c 'import torch, torchvision' >/dev/null 2>&1") == 0
     dir = H.tmpdir()
   end)

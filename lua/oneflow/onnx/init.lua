@@ -234,7 +234,10 @@ function M.trace(model, example_inputs, opts)
   local flow = package.loaded.oneflow
   local grad = flow.is_grad_enabled()
   flow.set_grad_enabled(false)
-  local ok, res = pcall(tracer.run, g, ops.rules, function() return fn(unpack(args, 1, n)) end, ops.unfold)
+  -- quantized modules export in QDQ form once flow.quantization is loaded
+  local extra = package.loaded['oneflow.quantization.modules'] and require('oneflow.onnx.quantized').rules()
+  local ok, res = pcall(tracer.run, g, ops.rules, function() return fn(unpack(args, 1, n)) end, ops.unfold,
+                        extra)
   flow.set_grad_enabled(grad)
   restore()
   if not ok then

@@ -53,11 +53,23 @@ Tracer.__index = Tracer
 
 local active = nil   -- the tracer recording now
 
+-- The tensor a wrapped value is traced through: a value whose metatable
+-- has __onnx_tensor (a quantized tensor: its integers) is recorded as that
+-- tensor, so the ops run on its integers bind it like any tensor.
+local function inner(v)
+  if type(v) ~= 'table' then return nil end
+  local mt = getmetatable(v)
+  local f = type(mt) == 'table' and rawget(mt, '__onnx_tensor')
+  return f and f(v) or nil
+end
+M.inner = inner
+
 --- Whether an argument list holds a tensor bound in the graph (looking
 -- into plain tables two levels deep: lists of tensors, options tables).
 local function any_bound(g, n, ...)
   for i = 1, n do
     local v = select(i, ...)
+    v = inner(v) or v
     if is_tensor(v) then
       if g.dyn[key(v)] then return true end
     elseif type(v) == 'table' and getmetatable(v) == nil then
@@ -75,10 +87,12 @@ local function any_bound(g, n, ...)
   return false
 end
 
--- calls fn(t) for each tensor of a result list (and of lists in it)
+-- calls fn(t) for each tensor of a result list (and of lists in it; a
+-- wrapped value counts as its tensor)
 local function each_tensor(res, fn)
   for i = 1, res.n do
     local v = res[i]
+    v = inner(v) or v
     if is_tensor(v) then fn(v)
     elseif type(v) == 'table' and getmetatable(v) == nil then
       for _, e in ipairs(v) do
@@ -121,7 +135,15 @@ function Tracer:call(name, display, orig, ...)
     fail(('%s reads the values of a tensor computed from the inputs into Lua; the exported ' ..
           'graph cannot depend on data'):format(display))
   end
+  -- a wrapped argument: its own rule if there is one, else transparent
+  -- (the float rule cannot read it)
   local rule = self.rules[name]
+  for i = 1, n do
+    if inner((select(i, ...))) then
+      rule = self.wrapped[name]
+      break
+    end
+  end
   if rule then
     local x = (...)
     if name:sub(-1) == '_' and is_tensor(x) and not g.dyn[key(x)] then
@@ -154,6 +176,36 @@ function Tracer:call(name, display, orig, ...)
       fail(("no ONNX mapping for %s (op '%s'); see doc/onnx.md for the supported ops")
            :format(display, name))
     end
+  end)
+  return unpack(out, 1, out.n)
+end
+
+--- A module whose forward has an export rule: rule(g, out, module, ...)
+-- adds the nodes after the forward ran with recording off.
+function Tracer:call_module(display, rule, orig, mod, ...)
+  local g, n = self.g, select('#', ...)
+  self.depth = self.depth + 1
+  local res = pack(pcall(orig, mod, ...))
+  if not res[1] then
+    self.depth = self.depth - 1
+    error(res[2], 0)
+  end
+  local out = pack(unpack(res, 2, res.n))
+  if not any_bound(g, n, ...) then
+    self.depth = self.depth - 1
+    each_tensor(out, function(t) if not g:knows(t) then g:mark_folded(t) end end)
+    return unpack(out, 1, out.n)
+  end
+  local ok, err = pcall(rule, g, out, mod, ...)
+  self.depth = self.depth - 1
+  if not ok then
+    if type(err) == 'string' and not err:find('onnx.export', 1, true) then
+      err = ('onnx.export: %s: %s'):format(display, err)
+    end
+    error(err, 0)
+  end
+  each_tensor(out, function(t)
+    if not g:knows(t) then fail(('internal error: the rule for %s left a result unbound'):format(display)) end
   end)
   return unpack(out, 1, out.n)
 end
@@ -213,6 +265,15 @@ function Tracer:install()
   for _, k in ipairs(sorted_functions(F)) do
     self:patch(F, k, wrap('F.' .. k, 'F.' .. k .. '()', F[k]))
   end
+  for _, m in ipairs(self.modules) do
+    local cls, rule, display = m[1], m[2], m[3]
+    local orig = cls.forward
+    self:patch(cls, 'forward', function(mod, ...)
+      local tr = active
+      if tr == nil or tr.depth > 0 then return orig(mod, ...) end
+      return tr:call_module(display, rule, orig, mod, ...)
+    end)
+  end
   local mt = T.metatable_ops
   for mm, d in pairs(OPERATORS) do
     if mt[mm] then self:patch(mt, mm, wrap(d[1], d[2], mt[mm])) end
@@ -248,10 +309,14 @@ end
 
 --- Runs fn() with recording into graph g by `rules` (and `unfold`, see
 -- oneflow.onnx.ops); returns fn's results (packed). Everything patched is
--- restored before returning or raising.
-function M.run(g, rules, fn, unfold)
+-- restored before returning or raising. extra (optional): `wrapped`, rules
+-- by op name for calls with a wrapped argument; `modules`, a list of
+-- {class, rule, display name} for modules recorded as a whole.
+function M.run(g, rules, fn, unfold, extra)
   if active ~= nil then error('onnx.export: already tracing (nested export)', 2) end
-  local tr = setmetatable({g = g, rules = rules, unfold = unfold or {}, depth = 0, patches = {}}, Tracer)
+  extra = extra or {}
+  local tr = setmetatable({g = g, rules = rules, unfold = unfold or {}, depth = 0, patches = {},
+                           wrapped = extra.wrapped or {}, modules = extra.modules or {}}, Tracer)
   local jit_on = jit.status()
   jit.off()
   jit.flush()

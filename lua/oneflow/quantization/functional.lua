@@ -69,14 +69,15 @@ end
 function M.install()
   if M.installed then return end
   M.installed = true
-  local fmax, favg, faavg = F.max_pool2d, F.avg_pool2d, F.adaptive_avg_pool2d
+  -- the float calls below go through F.* at call time (not the originals):
+  -- F's entries are what the ONNX tracer records
   wrap(F, 'relu', qrelu)
   wrap(F, 'max_pool2d', function(x, ...)
     local a = A.parse('max_pool2d', pool_spec, ...)
     if a.return_indices then Q.refuse('max_pool2d (return_indices)', x) end
     if x._qscheme ~= 'per_tensor_affine' then Q.refuse('max_pool2d (per-channel input)', x) end
     if a.ceil_mode then
-      return through_float('max_pool2d', x, function(f) return fmax(f, a.kernel_size, a) end)
+      return through_float('max_pool2d', x, function(f) return F.max_pool2d(f, a.kernel_size, a) end)
     end
     local k, st = pair('kernel_size', a.kernel_size, 1), pair('stride', a.stride or a.kernel_size, 2)
     local pd, dl = pair('padding', a.padding, 3), pair('dilation', a.dilation, 4)
@@ -85,11 +86,11 @@ function M.install()
   end)
   wrap(F, 'avg_pool2d', function(x, ...)
     local args = {...}
-    return through_float('avg_pool2d', x, function(f) return favg(f, unpack(args)) end)
+    return through_float('avg_pool2d', x, function(f) return F.avg_pool2d(f, unpack(args)) end)
   end)
   wrap(F, 'adaptive_avg_pool2d', function(x, ...)
     local args = {...}
-    return through_float('adaptive_avg_pool2d', x, function(f) return faavg(f, unpack(args)) end)
+    return through_float('adaptive_avg_pool2d', x, function(f) return F.adaptive_avg_pool2d(f, unpack(args)) end)
   end)
   wrap(flow, 'flatten', function(x, ...) return x:flatten(...) end)
   if F.flatten then wrap(F, 'flatten', function(x, ...) return x:flatten(...) end) end

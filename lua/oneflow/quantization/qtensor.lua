@@ -226,6 +226,9 @@ local function refuse(op, q)
 end
 M.refuse = refuse
 
+-- ONNX export traces a quantized tensor as its integers (oneflow.onnx.quantized)
+QTensor.__onnx_tensor = function(q) return q._int end
+
 function QTensor.__index(q, k)
   local m = methods[k]
   if m then return m end

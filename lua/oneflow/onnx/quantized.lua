@@ -1,0 +1,159 @@
+-- oneflow.onnx.quantized: ONNX export of converted (int8) models in QDQ
+-- form, the form onnxruntime and TensorRT read: integers travel between
+-- layers as uint8/int8 values; each quantized layer is written as
+-- DequantizeLinear on its input and on its int8 weight initializer, the
+-- float op (Conv, Gemm/MatMul, Relu), and QuantizeLinear to the layer's
+-- output scale and zero point. Runtimes fuse the pattern into integer
+-- kernels (QLinearConv, QLinearMatMul); run as written it computes the same
+-- integers up to one step where float accumulation rounds differently.
+--
+-- A quantized tensor is traced as its integers (QTensor.__onnx_tensor), so
+-- views, flatten, relu (a clamp at the zero point), average pooling (on the
+-- float values) and QFunctional's add/mul/cat are recorded op by op through
+-- the ordinary rules; the layers that call C kernels directly are recorded
+-- as a whole (module rules) and max pooling on the integers has a rule here.
+local graph = require 'oneflow.onnx.graph'
+local ops = require 'oneflow.onnx.ops'
+
+local M = {}
+
+local function fail(msg) error('onnx.export: ' .. msg, 0) end
+local A_i, A_ints = graph.i, graph.ints
+
+local function per_tensor_params(g, q)
+  return g:scalar(q._scale, 'float32'), g:scalar(q._zp, q._int.dtype.name)
+end
+
+local function check_dtype(what, q)
+  local dt = q._int.dtype.name
+  if dt ~= 'uint8' and dt ~= 'int8' then
+    fail(('%s: %s tensors have no QuantizeLinear/DequantizeLinear form (uint8 and int8 only)')
+         :format(what, q.dtype.name))
+  end
+end
+
+-- value name of a quantized activation's integers
+local function ints_of(g, q, what)
+  check_dtype(what, q)
+  return g:val(q._int)
+end
+
+-- float values of a quantized activation
+local function dequantized(g, q, what)
+  local s, z = per_tensor_params(g, q)
+  return g:node('DequantizeLinear', {ints_of(g, q, what), s, z})
+end
+
+-- a layer's int8 weight as DequantizeLinear of an initializer (per channel
+-- along the 1-based axis, or per tensor); one initializer per weight
+local function weight(g, mod, what)
+  local w = rawget(mod, '_weight')
+  check_dtype(what .. ' weight', w)
+  local ck = 'qdq_weight:' .. graph.key(w._int)
+  local cached = g.cache[ck]
+  if cached then return cached end
+  local q = g:const(w._int, 'weight_quantized')
+  g:anchor(w._int)
+  local name
+  if w._qscheme == 'per_channel_affine' then
+    local scales, zps = {}, {}
+    for i = 1, w._scales:numel() do
+      scales[i] = w._scales[i]:item()
+      zps[i] = w._zps[i]:item()
+    end
+    name = g:node('DequantizeLinear', {q, g:list(scales, 'float32'), g:list(zps, w._int.dtype.name)},
+                  {axis = A_i(w._axis - 1)})
+  else
+    local s, z = per_tensor_params(g, w)
+    name = g:node('DequantizeLinear', {q, s, z})
+  end
+  g.cache[ck] = name
+  return name
+end
+
+-- the float result v as the layer's output integers
+local function requantize(g, out, mod, v, relu, what)
+  if relu then v = g:node('Relu', {v}) end
+  local y = out[1]
+  check_dtype(what .. ' output', y)
+  g:bind(y._int, g:node('QuantizeLinear', {v, g:scalar(mod.scale, 'float32'),
+                                            g:scalar(mod.zero_point, y._int.dtype.name)}))
+end
+
+local function conv_rule(relu, what)
+  return function(g, out, mod, x)
+    local w = rawget(mod, '_weight')
+    local b = rawget(mod, '_bias')
+    local ks = {w:size(3), w:size(4)}
+    local p = mod.padding
+    local inputs = {dequantized(g, x, what), weight(g, mod, what)}
+    if b ~= nil then inputs[3] = g:val(b) end
+    local v = g:node('Conv', inputs, {kernel_shape = A_ints(ks), strides = A_ints(mod.stride),
+                                      pads = A_ints({p[1], p[2], p[1], p[2]}),
+                                      dilations = A_ints(mod.dilation), group = A_i(mod.groups)})
+    requantize(g, out, mod, v, relu, what)
+  end
+end
+
+local function linear_rule(relu, what)
+  return function(g, out, mod, x)
+    local b = rawget(mod, '_bias')
+    local xf, wf = dequantized(g, x, what), weight(g, mod, what)
+    local v
+    if x:dim() == 2 then
+      local inputs = {xf, wf}
+      if b ~= nil then inputs[3] = g:val(b) end
+      v = g:node('Gemm', inputs, {transB = A_i(1)})
+    else
+      v = g:node('MatMul', {xf, g:node('Transpose', {wf}, {perm = A_ints({1, 0})})})
+      if b ~= nil then v = g:node('Add', {v, g:val(b)}) end
+    end
+    requantize(g, out, mod, v, relu, what)
+  end
+end
+
+local function quantize_rule(g, out, mod, x)
+  local y = out[1]
+  if y == x then return end   -- already quantized: passed through
+  check_dtype('Quantize', y)
+  local v = g:cast(g:val(x), x.dtype.name, 'float32')
+  g:bind(y._int, g:node('QuantizeLinear', {v, g:scalar(mod.scale, 'float32'),
+                                            g:scalar(mod.zero_point, y._int.dtype.name)}))
+end
+
+local function dequantize_rule(g, out, _, x)
+  if out[1] == x then return end   -- a float input passes through
+  if x._qscheme ~= 'per_tensor_affine' then fail('DeQuantize: per-channel activations cannot be exported') end
+  g:bind(out[1], dequantized(g, x, 'DeQuantize'))
+end
+
+local function refuse_dynamic(_, _, mod)
+  fail(('%s: dynamic quantization picks its input scale at run time with fbgemm\'s reduced range, '
+        .. 'which ONNX\'s DynamicQuantizeLinear does not reproduce; export the float model, or a '
+        .. 'statically quantized one (flow.quantization.prepare/convert)'):format(mod.__name))
+end
+
+-- max pooling on the integers is the float rule applied to them
+local function int_max_pool(g, out, x, ...)
+  check_dtype('max_pool2d', x)
+  return ops.rules['F.max_pool2d'](g, {out[1]._int, n = 1}, x._int, ...)
+end
+
+--- The extra rules for oneflow.onnx.tracer.run.
+function M.rules()
+  local Qm = require 'oneflow.quantization.modules'
+  return {
+    wrapped = {['F.max_pool2d'] = int_max_pool},
+    modules = {
+      {Qm.Quantize, quantize_rule, 'Quantize'},
+      {Qm.DeQuantize, dequantize_rule, 'DeQuantize'},
+      {Qm.Conv2d, conv_rule(false, 'QuantizedConv2d'), 'QuantizedConv2d'},
+      {Qm.ConvReLU2d_q, conv_rule(true, 'QuantizedConvReLU2d'), 'QuantizedConvReLU2d'},
+      {Qm.Linear, linear_rule(false, 'QuantizedLinear'), 'QuantizedLinear'},
+      {Qm.LinearReLU_q, linear_rule(true, 'QuantizedLinearReLU'), 'QuantizedLinearReLU'},
+      {Qm.dynamic.Linear, refuse_dynamic, 'DynamicQuantizedLinear'},
+    },
+  }
+end
+
+return M

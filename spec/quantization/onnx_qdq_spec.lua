@@ -1,0 +1,140 @@
+-- ONNX export of converted int8 models in QDQ form (oneflow.onnx.quantized,
+-- doc/quantization.md): the file's structure, our own importer running it,
+-- and onnxruntime (H.onnx_python; pending without it) running it as written
+-- (the same integers, exactly) and with its optimisations, which fuse the
+-- pattern into QLinearConv / QGemm (within one output step).
+local flow = require 'oneflow'
+local H = require 'spec.helpers'
+local reader = require 'oneflow.onnx.reader'
+
+local nn, Qz = flow.nn, flow.quantization
+
+local Net = nn.Module:subclass('QdqNet')
+function Net:__init()
+  nn.Module.__init(self)
+  self.quant = Qz.QuantStub()
+  self.conv1 = nn.Conv2d(1, 8, 3, {padding = 1})
+  self.bn1 = nn.BatchNorm2d(8)
+  self.relu1 = nn.ReLU()
+  self.pool = nn.MaxPool2d(2)
+  self.conv2 = nn.Conv2d(8, 8, 3, {padding = 1})
+  self.relu2 = nn.ReLU()
+  self.skip = Qz.FloatFunctional()
+  self.apool = nn.AvgPool2d(2)
+  self.fc = nn.Linear(8 * 2 * 2, 10)
+  self.dequant = Qz.DeQuantStub()
+end
+function Net:forward(x)
+  x = self.pool(self.relu1(self.bn1(self.conv1(self.quant(x)))))
+  x = self.skip:add(self.relu2(self.conv2(x)), x)
+  x = self.apool(x)
+  return self.dequant(self.fc(x:flatten(2)))
+end
+
+local function converted(backend, seed)
+  flow.manual_seed(seed)
+  local model = Net()
+  model:eval()
+  local fused = Qz.fuse_modules(model, {{'conv1', 'bn1', 'relu1'}})
+  fused.qconfig = Qz.get_default_qconfig(backend)
+  local prepared = Qz.prepare(fused)
+  local batches = {}
+  for i = 1, 4 do batches[i] = flow.randn(16, 1, 8, 8) end
+  Qz.calibrate(prepared, batches)
+  return Qz.convert(prepared), batches[1]
+end
+
+local function count(list, v)
+  local n = 0
+  for _, e in ipairs(list) do if e == v then n = n + 1 end end
+  return n
+end
+
+-- onnxruntime's outputs for x, optimisations off then all on, as flat lists,
+-- plus the op types of the optimised model
+local ORT = [[
+import sys, json, struct, numpy as np, onnx, onnxruntime as ort
+path, inp = sys.argv[1], sys.argv[2]
+d = open(inp, 'rb').read(); n = struct.unpack('<Q', d[:8])[0]; h = json.loads(d[8:8 + n])
+b, e = h['input']['data_offsets']
+x = np.frombuffer(d[8 + n + b:8 + n + e], dtype=np.float32).reshape(h['input']['shape'])
+onnx.checker.check_model(onnx.load(path), full_check=True)
+for lvl in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+    so = ort.SessionOptions(); so.graph_optimization_level = lvl; so.log_severity_level = 3
+    so.optimized_model_filepath = path + '.opt'
+    s = ort.InferenceSession(path, so, providers=['CPUExecutionProvider'])
+    y = s.run(None, {s.get_inputs()[0].name: x})[0]
+    print(' '.join(repr(float(v)) for v in y.ravel()))
+print(' '.join(sorted(set(n.op_type for n in onnx.load(path + '.opt').graph.node))))
+]]
+
+describe('onnx export of int8 models (QDQ)', function()
+  local dir
+  setup(function() dir = H.tmpdir() end)
+  teardown(H.remove_tmpdirs)
+
+  for _, backend in ipairs({'x86', 'qnnpack'}) do   -- per-channel and per-tensor int8 weights
+    it(backend .. ': writes QuantizeLinear/DequantizeLinear around float ops, int8 weights; '
+       .. 'our importer and onnxruntime give the same integers', function()
+      local q, x = converted(backend, 3)
+      local path = dir .. '/' .. backend .. '.onnx'
+      flow.onnx.export(q, {x}, path)
+      local y = q(x)
+      local m = reader.read(path)
+      local ops = reader.op_types(m.graph)
+      assert.are.equal(4, count(ops, 'QuantizeLinear'))   -- the input, conv1, conv2, fc
+      assert.are.equal(2, count(ops, 'Conv'))
+      assert.are.equal(1, count(ops, 'Gemm'))
+      assert.are.equal(1, count(ops, 'MaxPool'))
+      local int8 = 0
+      for _, init in ipairs(m.graph.initializers) do
+        if init.name:find('weight_quantized', 1, true) then
+          assert.are.equal(3, init.data_type)   -- INT8
+          int8 = int8 + 1
+        end
+      end
+      assert.are.equal(3, int8)
+      -- read back by flow.onnx: the same floats, bit for bit
+      local back = flow.onnx.load(path)
+      assert.are.equal(0, (back(x) - y):abs():max():item())
+
+      local py = H.onnx_python()
+      if not py then
+        pending('python with onnx and onnxruntime not found (run spec/onnx/setup_onnxruntime.sh)')
+        return
+      end
+      flow.save({input = x}, dir .. '/in.safetensors')
+      H.write_file(dir .. '/ort.py', ORT)
+      local lines = {}
+      local p = io.popen(("'%s' %s/ort.py %s %s/in.safetensors 2>&1"):format(py, dir, path, dir))
+      for line in p:lines() do lines[#lines + 1] = line end
+      p:close()
+      assert(#lines == 3, table.concat(lines, '\n'))
+      local want = y:view(-1):totable()
+      local plain, fused = H.numbers(lines[1]), H.numbers(lines[2])
+      assert.are.equal(#want, #plain)
+      for i = 1, #want do assert.are.equal(flow.tensor(want[i]):float():item(), plain[i]) end
+      -- fused integer kernels: within one step of fc's output scale. Only
+      -- with x86's reduce_range: without it onnxruntime's AVX2 u8s8 kernels
+      -- (vpmaddubsw) saturate 16-bit pair sums, as its docs warn, and the
+      -- qnnpack model is off by up to 16 steps there
+      assert.is_truthy(lines[3]:find('QLinearConv', 1, true), lines[3])
+      if backend == 'x86' then
+        local step, off = q.fc.scale, 0
+        for i = 1, #want do
+          local d = math.abs(fused[i] - want[i])
+          assert(d <= step * 1.001, ('output %d: %g vs %g (step %g)'):format(i, fused[i], want[i], step))
+          if d > 0 then off = off + 1 end
+        end
+        assert(off <= #want * 0.05, off .. ' of ' .. #want .. ' outputs off by a step')
+      end
+    end)
+  end
+
+  it('refuses what has no QDQ form, naming it', function()
+    local dyn = Qz.quantize_dynamic(nn.Sequential(nn.Linear(4, 3)))
+    local ok, err = pcall(flow.onnx.export, dyn, {flow.randn(2, 4)}, dir .. '/dyn.onnx')
+    assert.is_false(ok)
+    assert.is_truthy(tostring(err):find('DynamicQuantizedLinear: dynamic quantization', 1, true), err)
+  end)
+end)
