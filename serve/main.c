@@ -160,8 +160,14 @@ static enum MHD_Result infer(server *sv, struct MHD_Connection *c, const char *m
   if (v) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    v->stats.request_us += ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec - t0) / 1000;
-    if (status == 200) v->stats.success++; else v->stats.failure++;
+    int64_t dt = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec - t0;
+    if (status == 200) {
+      v->stats.success++;
+      v->stats.success_ns += dt;
+    } else {
+      v->stats.failure++;
+      v->stats.fail_ns += dt;
+    }
   }
   pthread_mutex_unlock(&sv->repo.mu);
   return reply(c, status, &o, out_header, NULL);
@@ -183,7 +189,7 @@ static enum MHD_Result route(server *sv, struct MHD_Connection *c, const char *u
   if (n < 1 || strcmp(p[0], "v2") != 0) return error(c, 404, "unknown path %.200s", url);
   if (n == 1 && get) {
     jo_fmt(&o, "{\"name\":\"flow-serve\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\","
-           "\"model_repository\",\"model_configuration\"]}", FLOW_SERVE_VERSION);
+           "\"model_repository\",\"model_configuration\",\"statistics\"]}", FLOW_SERVE_VERSION);
     return reply(c, 200, &o, 0, NULL);
   }
   if (n == 3 && strcmp(p[1], "health") == 0 && get) {
@@ -211,6 +217,12 @@ static enum MHD_Result route(server *sv, struct MHD_Connection *c, const char *u
       if (!sv_repo_unload(&sv->repo, p[3], err, sizeof err)) return error(c, 400, "%s", err);
       return empty(c, 200);
     }
+  }
+  if (n == 3 && strcmp(p[1], "models") == 0 && strcmp(p[2], "stats") == 0 && get) {
+    pthread_mutex_lock(&sv->repo.mu);
+    sv_repo_stats(&sv->repo, NULL, NULL, &o);
+    pthread_mutex_unlock(&sv->repo.mu);
+    return reply(c, 200, &o, 0, NULL);
   }
   if (n >= 3 && strcmp(p[1], "models") == 0) {
     const char *model = p[2];
@@ -241,6 +253,8 @@ static enum MHD_Result route(server *sv, struct MHD_Connection *c, const char *u
     } else if (strcmp(what, "ready") == 0) {
       status = v && v->state == SV_READY ? 200 : 400;
       if (status != 200) sv_write_error(&o, v ? v->reason : m->reason);
+    } else if (strcmp(what, "stats") == 0) {
+      sv_repo_stats(&sv->repo, m, ver > 0 ? v : NULL, &o);
     } else if (strcmp(what, "config") == 0) {
       sv_config_write(&o, &m->cfg);
     } else if (!*what) {

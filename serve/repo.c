@@ -147,6 +147,7 @@ static void run_batch(sv_version *v, sv_job **jobs, int32_t n) {
     B = best;
   }
   char why[SV_REASON] = "";
+  int64_t t_in = now_ns();
   of_tensor *ins[SV_MAX_TENSORS] = {0}, *outs[SV_MAX_TENSORS] = {0};
   int32_t nin = c->nin, nout = c->nout;
   bool ok = B >= 0;
@@ -213,15 +214,25 @@ static void run_batch(sv_version *v, sv_job **jobs, int32_t n) {
     of_tensor_release(ct);   /* of_contiguous returns a reference of its own */
   }
   for (int32_t i = 0; i < nout; i++) of_tensor_release(outs[i]);
+  int64_t t2 = now_ns();
   sv_stats *s = &v->stats;
   if (ok) {
+    int32_t b = rows < 256 ? (int32_t)rows : 256;
     s->execs++;
     s->rows += rows;
-    s->batch_rows[rows < 256 ? rows : 256]++;
-    s->compute_us += (t1 - t0) / 1000;
+    s->batch_rows[b]++;
+    s->batch_input_ns[b] += t0 - t_in;
+    s->batch_infer_ns[b] += t1 - t0;
+    s->batch_output_ns[b] += t2 - t1;
+    s->input_ns += (t0 - t_in) * n;
+    s->infer_ns += (t1 - t0) * n;
+    s->output_ns += (t2 - t1) * n;
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    s->last_ms = (long long)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
   }
   for (int32_t k = 0; k < n; k++) {
-    if (ok) s->queue_us += (t0 - jobs[k]->t_enqueue) / 1000;
+    if (ok) s->queue_ns += t_in - jobs[k]->t_enqueue;
     finish(jobs[k], ok ? 200 : 500, ok ? NULL : why);
   }
 }
@@ -786,12 +797,61 @@ void sv_repo_metrics(sv_repo *r, js_out *o) {
           }
           continue;
         }
-        atomic_llong *f[7] = {&s->success, &s->failure, &s->rows, &s->execs, &s->request_us,
-                              &s->queue_us, &s->compute_us};
-        jo_fmt(o, "%s{model=\"%s\",version=\"%lld\"} %lld\n", names[q][0], m->name, ver,
-               (long long)*f[q]);
+        long long f[7] = {s->success, s->failure, s->rows, s->execs,
+                          (s->success_ns + s->fail_ns) / 1000, s->queue_ns / 1000, s->infer_ns / 1000};
+        jo_fmt(o, "%s{model=\"%s\",version=\"%lld\"} %lld\n", names[q][0], m->name, ver, f[q]);
       }
     }
   }
   pthread_mutex_unlock(&r->mu);
+}
+
+static void stat_pair(js_out *o, const char *name, long long count, long long ns, bool comma) {
+  jo_fmt(o, "%s\"%s\":{\"count\":%lld,\"ns\":%lld}", comma ? "," : "", name, count, ns);
+}
+
+static void version_stats(const sv_model *m, const sv_version *v, js_out *o, bool comma) {
+  const sv_stats *s = &v->stats;
+  long long ok = s->success;
+  jo_fmt(o, "%s{\"name\":", comma ? "," : "");
+  jo_str(o, m->name);
+  jo_fmt(o, ",\"version\":\"%lld\",\"last_inference\":%lld,\"inference_count\":%lld,"
+         "\"execution_count\":%lld,\"inference_stats\":{", (long long)v->version,
+         (long long)s->last_ms, (long long)s->rows, (long long)s->execs);
+  stat_pair(o, "success", ok, s->success_ns, false);
+  stat_pair(o, "fail", s->failure, s->fail_ns, true);
+  stat_pair(o, "queue", ok, s->queue_ns, true);
+  stat_pair(o, "compute_input", ok, s->input_ns, true);
+  stat_pair(o, "compute_infer", ok, s->infer_ns, true);
+  stat_pair(o, "compute_output", ok, s->output_ns, true);
+  stat_pair(o, "cache_hit", 0, 0, true);    /* no response cache */
+  stat_pair(o, "cache_miss", 0, 0, true);
+  JO_LIT(o, "},\"batch_stats\":[");
+  bool first = true;
+  for (int32_t b = 0; b <= 256; b++) {
+    long long c = s->batch_rows[b];
+    if (!c) continue;
+    jo_fmt(o, "%s{\"batch_size\":%d", first ? "" : ",", (int)b);
+    stat_pair(o, "compute_input", c, s->batch_input_ns[b], true);
+    stat_pair(o, "compute_infer", c, s->batch_infer_ns[b], true);
+    stat_pair(o, "compute_output", c, s->batch_output_ns[b], true);
+    JO_LIT(o, "}");
+    first = false;
+  }
+  JO_LIT(o, "],\"memory_usage\":[]}");
+}
+
+void sv_repo_stats(sv_repo *r, sv_model *m, sv_version *v, js_out *o) {
+  JO_LIT(o, "{\"model_stats\":[");
+  bool comma = false;
+  for (int32_t i = 0; i < r->n; i++) {
+    sv_model *mi = r->models[i];
+    if (m && mi != m) continue;
+    for (int32_t k = 0; k < mi->nversions; k++) {
+      if (v && mi->versions[k] != v) continue;
+      version_stats(mi, mi->versions[k], o, comma);
+      comma = true;
+    }
+  }
+  JO_LIT(o, "]}");
 }

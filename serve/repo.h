@@ -44,9 +44,16 @@ typedef struct sv_job sv_job;
 
 enum { SV_UNAVAILABLE = 0, SV_LOADING, SV_READY, SV_UNLOADING };
 
+/* Counters for /metrics and the statistics extension (ns: cumulative
+ * nanoseconds). Per request: success/fail (request time), queue and the
+ * three compute phases (a request in a batch counts the batch's time, as
+ * Triton does); per execution: by batch rows (256: 256 or more). */
 typedef struct sv_stats {
-  atomic_llong success, failure, rows, execs, request_us, queue_us, compute_us;
-  atomic_llong batch_rows[257];   /* executions by batch rows (256: 256 or more) */
+  atomic_llong success, failure, rows, execs;
+  atomic_llong success_ns, fail_ns, queue_ns, input_ns, infer_ns, output_ns;
+  atomic_llong last_ms;           /* wall clock of the last inference, ms since the epoch */
+  atomic_llong batch_rows[257];   /* executions by batch rows */
+  atomic_llong batch_input_ns[257], batch_infer_ns[257], batch_output_ns[257];
 } sv_stats;
 
 typedef struct sv_version {
@@ -116,6 +123,9 @@ sv_job *sv_infer_submit(sv_version *v, sv_request *req, char *err, size_t cap);
 int sv_job_finish(sv_job *j, js_out *o, size_t *header_len);
 
 void sv_repo_metrics(sv_repo *r, js_out *o);
+/* The statistics extension's {"model_stats": [...]}: every version of every
+ * model (m NULL), of one model (v NULL), or one version. Caller holds r->mu. */
+void sv_repo_stats(sv_repo *r, sv_model *m, sv_version *v, js_out *o);
 void sv_repo_index(sv_repo *r, js_out *o);
 void sv_model_metadata(sv_model *m, sv_version *v, js_out *o);
 #endif

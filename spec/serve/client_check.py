@@ -3,7 +3,8 @@
 usage: client_check.py URL CASES
 CASES: lines "model input output shape(comma) infile outfile binary(0|1)"; each
 infile holds float32 values; the output is written as float32 to outfile.
-Prints the server's name, each model's metadata and readiness.
+Prints the server's name, each model's metadata and readiness, and the
+ResNet's statistics (get_inference_statistics).
 """
 import json
 import sys
@@ -31,6 +32,9 @@ def main():
         y = r.as_numpy(out)
         print("infer", model, binary, list(y.shape))
         y.astype(np.float32).tofile(outfile)
+    st = c.get_inference_statistics("resnet")["model_stats"][0]
+    print("stats", st["name"], st["version"], st["inference_count"],
+          st["inference_stats"]["success"]["count"])
     try:
         c.infer("no_such_model", [i])
     except Exception as e:  # the client raises InferenceServerException

@@ -293,6 +293,35 @@ describe('flow-serve', function()
     local count = tonumber(metrics:match('nv_inference_count{model="mlp_batched",version="1"} (%d+)'))
     assert.are.equal(4, count)
     assert.is_true(execs < 4, 'executions: ' .. execs)   -- 4 requests of 1 row, fewer batches
+    -- the statistics extension says the same, per version and per batch size
+    local code, body = http('GET', '/v2/models/mlp_batched/stats')
+    assert.are.equal(200, code, body)
+    local st = json.decode(body).model_stats
+    assert.are.equal(1, #st)
+    st = st[1]
+    assert.are.same({'mlp_batched', '1', 4, execs}, {st.name, st.version, st.inference_count, st.execution_count})
+    local is = st.inference_stats
+    assert.are.same({4, 0, 4, 4}, {is.success.count, is.fail.count, is.queue.count, is.compute_infer.count})
+    -- requests waited up to the 1 s queue delay; each request's time holds its queue and compute time
+    assert.is_true(is.queue.ns > 0 and is.compute_infer.ns > 0 and is.success.ns >= is.queue.ns, body)
+    local batched_execs, batched_rows = 0, 0
+    for _, b in ipairs(st.batch_stats) do
+      batched_execs = batched_execs + b.compute_infer.count
+      batched_rows = batched_rows + b.batch_size * b.compute_infer.count
+    end
+    assert.are.same({execs, 4}, {batched_execs, batched_rows})
+    assert.is_true(st.last_inference > os.time() * 1000 - 600000, body)   -- ms since the epoch
+    -- all models: every version listed; one version; unknown ones are 404
+    local all = json.decode(select(2, http('GET', '/v2/models/stats'))).model_stats
+    local names = {}
+    for _, e in ipairs(all) do names[#names + 1] = e.name .. '/' .. e.version end
+    table.sort(names)
+    assert.is_truthy(table.concat(names, ' '):find('mlp/1 mlp/2 mlp_auto/1 mlp_batched/1', 1, true), table.concat(names, ' '))
+    local one = json.decode(select(2, http('GET', '/v2/models/mlp/versions/1/stats'))).model_stats
+    assert.are.same({'mlp', '1'}, {one[1].name, one[1].version})
+    assert.are.equal(1, #one)
+    check_error(req('GET', '/v2/models/nope/stats'), 404, "unknown model 'nope'")
+    check_error(req('GET', '/v2/models/mlp/versions/9/stats'), 404, 'unknown version 9')
   end)
 
   it('unloads and loads a model', function()
@@ -326,6 +355,8 @@ describe('flow-serve', function()
     local out = sh(('%s spec/serve/client_check.py 127.0.0.1:%s %s/cases 2>&1'):format(py, port, dir))
     assert.is_truthy(out:find('server flow-serve True', 1, true), out)
     assert.is_truthy(out:find('"name": "resnet"', 1, true), out)
+    -- get_inference_statistics: the client's two inferences of the ResNet counted
+    assert.is_truthy(out:find('stats resnet 1 2 2', 1, true), out)
     assert.is_truthy(out:find("unknown model: [404] unknown model 'no_such_model'", 1, true)
                      or out:find("unknown model 'no_such_model'", 1, true), out)
     local want, wantr = bytes(g2(x)), bytes(gr(xr))
