@@ -1,21 +1,31 @@
 #!/bin/sh
 # Real models through flow.onnx.load against onnxruntime (doc/onnx.md "Import",
 # doc/benchmarks.md "ONNX import"): torchvision models exported by torch.onnx
-# (Debian's python3-torch, spec/onnx/torch_models.py), run by onnxruntime
-# (the onnx venv of spec/onnx/setup_onnxruntime.sh, 2 threads) and by us on the
-# same 2x3x224x224 input. Prints per model the largest difference, the number
+# (Debian's python3-torch, spec/onnx/torch_models.py) and BERT-base from
+# Hugging Face transformers (on the same PyTorch, in the venv of
+# spec/text/setup_sentence_transformers.sh), run by onnxruntime (the onnx
+# venv of spec/onnx/setup_onnxruntime.sh, 2 threads) and by us on the same
+# input: a 2x3x224x224 batch; for BERT 2x128 token ids and a mask. Prints per model the largest difference, the number
 # of elements outside allclose(rtol = 1e-4, atol = 1e-4), and seconds per
 # batch for both (one warm-up run, then the median of 5 timed runs each), and
 # the largest difference between the module compiled by nn.Graph and eager.
-#   sh tools/onnx_real_models.sh [name...]     default: resnet50 mobilenet_v3_large vit_b_16
+#   sh tools/onnx_real_models.sh [name...]     default: resnet50 mobilenet_v3_large vit_b_16 bert_base
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 ort_py=$(sh "$here/spec/onnx/setup_onnxruntime.sh" | tail -1 | sed 's/^onnx venv ready: //')
-names=${*:-resnet50 mobilenet_v3_large vit_b_16}
+names=${*:-resnet50 mobilenet_v3_large vit_b_16 bert_base}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# shellcheck disable=SC2086
-/usr/bin/python3 "$here/spec/onnx/torch_models.py" export "$tmp" $names >/dev/null
+vision=$(echo "$names" | tr ' ' '\n' | grep -v '^bert_base$' | tr '\n' ' ')
+if [ -n "$vision" ]; then
+  # shellcheck disable=SC2086
+  /usr/bin/python3 "$here/spec/onnx/torch_models.py" export "$tmp" $vision >/dev/null
+fi
+case " $names " in *" bert_base "*)
+  # transformers on Debian's PyTorch: the sentence-transformers reference venv
+  st_py=$(sh "$here/spec/text/setup_sentence_transformers.sh" | tail -1)
+  "$st_py" "$here/spec/onnx/torch_models.py" export "$tmp" bert_base >/dev/null ;;
+esac
 # shellcheck disable=SC2086
 "$ort_py" "$here/spec/onnx/torch_models.py" ort "$tmp" $names > "$tmp/ort.txt"
 export LUA_PATH="$here/lua/?.lua;$here/lua/?/init.lua;${LUA_PATH:-;}"
@@ -35,14 +45,17 @@ for i = 2, #arg do
   local name = arg[i]
   local net = flow.onnx.load(dir .. '/' .. name .. '.onnx')
   net:eval()
-  local x = flow.load(dir .. '/' .. name .. '.in.safetensors').input
+  -- the inputs in the graph's order (an image, or BERT's ids and mask)
+  local st = flow.load(dir .. '/' .. name .. '.in.safetensors')
+  local xs = st.input and {st.input} or {st.input_ids, st.attention_mask}
+  local function first(...) local r = ... ; if type(r) == 'table' and not flow.is_tensor(r) then r = r[1] end return r end
   local want = flow.load(dir .. '/' .. name .. '.ort.safetensors').output
   local y
-  flow.no_grad(function() y = net(x) end)
+  flow.no_grad(function() y = first(net(unpack(xs))) end)
   local times = {}
   for k = 1, 5 do
     local t0 = now()
-    flow.no_grad(function() y = net(x) end)
+    flow.no_grad(function() y = first(net(unpack(xs))) end)
     times[k] = now() - t0
   end
   table.sort(times)
@@ -51,10 +64,10 @@ for i = 2, #arg do
   -- the same module compiled by nn.Graph
   local G = flow.nn.Graph:subclass('OnnxRealGraph')
   function G:__init(m) flow.nn.Graph.__init(self); self.m = m end
-  function G:build(t) return self.m(t) end
+  function G:build(...) return first(self.m(...)) end
   local g = G(net)
-  g(x)
-  local gd = (g(x) - y):abs():max():item()
+  g(unpack(xs))
+  local gd = (g(unpack(xs)) - y):abs():max():item()
   print(('%-20s max |diff| %.3g (max |y| %.3g), outside allclose(1e-4): %d; s/batch: oneflow %.3f, onnxruntime %.3f (x%.1f); nn.Graph vs eager %.3g')
     :format(name, d:max():item(), want:abs():max():item(), d:gt(want:abs() * 1e-4 + 1e-4):sum():item(), dt,
             ort[name], dt / ort[name], gd))

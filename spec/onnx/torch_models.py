@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Real models for the ONNX import spec (spec/onnx/import_spec.lua).
 
-    python3 spec/onnx/torch_models.py export OUTDIR name...   (Debian's python3-torch + torchvision)
+    python3 spec/onnx/torch_models.py export OUTDIR name...   (Debian's python3-torch + torchvision;
+        bert_base: a python with transformers, e.g. spec/text/setup_sentence_transformers.sh's)
     $ONNX_PYTHON spec/onnx/torch_models.py ort OUTDIR name... (onnx-venv: onnxruntime)
 
 export: builds the torchvision model with torch.manual_seed(0), gives the
@@ -47,7 +48,37 @@ def read_st(path):
     return out
 
 
+def export_bert(outdir, name):
+    """BERT-base (Hugging Face transformers' BertModel with BertConfig()'s sizes:
+    12 layers, hidden 768, 12 heads, vocabulary 30522; random weights, seed 0),
+    exported with input_ids and attention_mask (2x128, the second row padded
+    after 100 tokens) and dynamic batch and sequence axes."""
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig()
+    m = transformers.BertModel(cfg).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 128))
+    mask = torch.ones(2, 128, dtype=torch.int64)
+    mask[1, 100:] = 0
+    axes = {"batch": 0, "seq": 1}
+    torch.onnx.export(m, (ids, mask), f"{outdir}/{name}.onnx", opset_version=17,
+                      input_names=["input_ids", "attention_mask"],
+                      output_names=["output", "pooler_output"],
+                      dynamic_axes={k: {v: n for n, v in axes.items()} for k in ("input_ids", "attention_mask", "output")})
+    write_st(f"{outdir}/{name}.in.safetensors", {
+        "input_ids": ("I64", ids.shape, ids.numpy().tobytes()),
+        "attention_mask": ("I64", mask.shape, mask.numpy().tobytes())})
+    print("exported", name)
+
+
 def export(outdir, names):
+    for name in names:
+        if name == "bert_base":
+            export_bert(outdir, name)
+    names = [n for n in names if n != "bert_base"]
+    if not names:
+        return
     import torch
     import torchvision
     for name in names:
@@ -76,16 +107,20 @@ def ort(outdir, names):
     import numpy as np
     import onnxruntime
     for name in names:
-        shape, data = read_st(f"{outdir}/{name}.in.safetensors")["input"]
-        x = np.frombuffer(data, dtype=np.float32).reshape(shape)
         opts = onnxruntime.SessionOptions()
         opts.intra_op_num_threads = 2
         sess = onnxruntime.InferenceSession(f"{outdir}/{name}.onnx", opts, providers=["CPUExecutionProvider"])
-        y, = sess.run(None, {"input": x})
+        st = read_st(f"{outdir}/{name}.in.safetensors")
+        feed = {}
+        for i in sess.get_inputs():   # float32 images, int64 token ids and masks
+            shape, data = st[i.name]
+            dt = np.int64 if i.type == "tensor(int64)" else np.float32
+            feed[i.name] = np.frombuffer(data, dtype=dt).reshape(shape)
+        y = sess.run(["output"], feed)[0]
         times = []
         for _ in range(5):
             t0 = time.time()
-            sess.run(None, {"input": x})
+            sess.run(["output"], feed)
             times.append(time.time() - t0)
         dt = sorted(times)[2]
         y = np.ascontiguousarray(y, dtype=np.float32)
