@@ -210,7 +210,44 @@ static enum MHD_Result route(server *sv, struct MHD_Connection *c, const char *u
   if (n == 5 && strcmp(p[1], "repository") == 0 && strcmp(p[2], "models") == 0 && post) {
     char err[1024];
     if (strcmp(p[4], "load") == 0) {
-      if (!sv_repo_load(&sv->repo, p[3], err, sizeof err)) return error(c, 400, "%s", err);
+      /* an optional body {"parameters": {"config": "<JSON>"}}: Triton's
+       * configuration override (tritonclient's load_model(config=...)) */
+      const char *cfg = NULL;
+      size_t cfg_len = 0;
+      js_doc d = {0};
+      if (rc->body && rc->len) {
+        if (!js_parse(&d, rc->body, rc->len, sv->repo.opt.max_json_values)) {
+          snprintf(err, sizeof err, "load: %s", d.error);
+          js_free(&d);
+          return error(c, 400, "%s", err);
+        }
+        const js_val *root = js_root(&d), *params = js_get(&d, root, "parameters");
+        bool bad = !root || root->type != JS_OBJ || (params && params->type != JS_OBJ);
+        for (const js_val *k = bad ? NULL : js_first(&d, root); k; k = js_next(&d, k))
+          if (strcmp(k->key, "parameters") != 0) {
+            snprintf(err, sizeof err, "load: unknown member '%.100s' (only \"parameters\")", k->key);
+            js_free(&d);
+            return error(c, 400, "%s", err);
+          }
+        for (const js_val *k = !bad && params ? js_first(&d, params) : NULL; k; k = js_next(&d, k)) {
+          if (strcmp(k->key, "config") == 0 && k->type == JS_STR) {
+            cfg = k->s;
+            cfg_len = k->slen;
+          } else {
+            snprintf(err, sizeof err, "load: parameter '%.100s' is not supported (only \"config\", "
+                     "a model configuration as a JSON string; file overrides are not)", k->key);
+            js_free(&d);
+            return error(c, 400, "%s", err);
+          }
+        }
+        if (bad) {
+          js_free(&d);
+          return error(c, 400, "load: the body must be {\"parameters\": {\"config\": \"...\"}}");
+        }
+      }
+      bool ok = sv_repo_load(&sv->repo, p[3], cfg, cfg_len, err, sizeof err);
+      js_free(&d);
+      if (!ok) return error(c, 400, "%s", err);
       return empty(c, 200);
     }
     if (strcmp(p[4], "unload") == 0) {

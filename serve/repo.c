@@ -386,28 +386,29 @@ static void load_version(sv_model *m, sv_version *v, const char *vdir, const sv_
 }
 
 /* A model from folder root/name (never NULL but on out of memory): its
- * state and reasons say what failed. */
-static sv_model *model_load(const sv_options *opt, const char *name) {
+ * state and reasons say what failed. override (n bytes, or NULL): the
+ * configuration JSON to use instead of config.json (a load request's). */
+static sv_model *model_load(const sv_options *opt, const char *name, const char *override, size_t on) {
   sv_model *m = calloc(1, sizeof *m);
   if (!m) return NULL;
   snprintf(m->name, sizeof m->name, "%s", name);
   m->state = SV_UNAVAILABLE;
-  char dir[4096], path[4200], e[SV_REASON];
+  char dir[4096], path[4200], e[SV_REASON - 64];   /* room for a prefix in m->reason */
   snprintf(dir, sizeof dir, "%s/%s", opt->root, name);
   snprintf(path, sizeof path, "%s/config.json", dir);
-  size_t n;
-  char *text = read_file(path, &n, 1 << 20);
+  size_t n = on;
+  char *text = override ? NULL : read_file(path, &n, 1 << 20);
   struct stat st;
-  if (text) {
-    bool ok = sv_config_parse(text, n, &m->cfg, e, sizeof e);
+  if (text || override) {
+    bool ok = sv_config_parse(override ? override : text, n, &m->cfg, e, sizeof e);
     free(text);
     if (!ok) {
-      snprintf(m->reason, sizeof m->reason, "%s", e);
+      snprintf(m->reason, sizeof m->reason, "%s%s", override ? "the load request's config: " : "", e);
       return m;
     }
     if (m->cfg.name[0] && strcmp(m->cfg.name, name) != 0) {
-      snprintf(m->reason, sizeof m->reason, "config.json names the model '%s', its folder is '%s'",
-               m->cfg.name, name);
+      snprintf(m->reason, sizeof m->reason, "%s names the model '%s', its folder is '%s'",
+               override ? "the load request's config" : "config.json", m->cfg.name, name);
       return m;
     }
   } else if (stat(path, &st) == 0) {
@@ -504,12 +505,12 @@ static bool good_name(const char *s) {
   return true;
 }
 
-bool sv_repo_load(sv_repo *r, const char *name, char *e, size_t cap) {
+bool sv_repo_load(sv_repo *r, const char *name, const char *config, size_t n, char *e, size_t cap) {
   char dir[4096];
   snprintf(dir, sizeof dir, "%s/%s", r->opt.root, name);
   if (!good_name(name) || !is_dir(dir))
     return sv_errorf(e, cap, "no model folder '%s' in the model repository", name);
-  sv_model *m = model_load(&r->opt, name);
+  sv_model *m = model_load(&r->opt, name, config, n);
   if (!m) return sv_errorf(e, cap, "out of memory");
   pthread_mutex_lock(&r->mu);
   sv_model *old = swap_model(r, name, m);
@@ -541,7 +542,7 @@ void sv_repo_load_all(sv_repo *r) {
   if (d) closedir(d);
   char e[SV_REASON];
   for (int32_t i = 0; i < n; i++)
-    if (!sv_repo_load(r, names[i], e, sizeof e)) fprintf(stderr, "flow-serve: %s\n", e);
+    if (!sv_repo_load(r, names[i], NULL, 0, e, sizeof e)) fprintf(stderr, "flow-serve: %s\n", e);
 }
 
 void sv_repo_close(sv_repo *r) {

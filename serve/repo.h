@@ -103,8 +103,9 @@ void sv_repo_close(sv_repo *r);
 void sv_repo_load_all(sv_repo *r);
 /* POST /v2/repository/models/<m>/load, /unload: false with err when the
  * model folder does not exist (load) or the model is unknown (unload); a
- * model that fails to load is kept, not ready, with its reason. */
-bool sv_repo_load(sv_repo *r, const char *name, char *err, size_t cap);
+ * model that fails to load is kept, not ready, with its reason. config (n
+ * bytes, or NULL): a configuration JSON used instead of config.json. */
+bool sv_repo_load(sv_repo *r, const char *name, const char *config, size_t n, char *err, size_t cap);
 bool sv_repo_unload(sv_repo *r, const char *name, char *err, size_t cap);
 
 /* Callers hold r->mu for these: */

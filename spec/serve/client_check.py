@@ -3,8 +3,9 @@
 usage: client_check.py URL CASES
 CASES: lines "model input output shape(comma) infile outfile binary(0|1)"; each
 infile holds float32 values; the output is written as float32 to outfile.
-Prints the server's name, each model's metadata and readiness, and the
-ResNet's statistics (get_inference_statistics).
+Prints the server's name, each model's metadata and readiness, the
+ResNet's statistics (get_inference_statistics), and the MLP's max_batch_size
+after load_model with a configuration override and after a plain reload.
 """
 import json
 import sys
@@ -35,6 +36,13 @@ def main():
     st = c.get_inference_statistics("resnet")["model_stats"][0]
     print("stats", st["name"], st["version"], st["inference_count"],
           st["inference_stats"]["success"]["count"])
+    # load_model with a configuration override, then the folder's again
+    cfg = c.get_model_config("mlp")
+    cfg["max_batch_size"] = 2
+    c.load_model("mlp", config=json.dumps(cfg))
+    print("override max_batch_size", c.get_model_config("mlp")["max_batch_size"])
+    c.load_model("mlp")
+    print("reloaded max_batch_size", c.get_model_config("mlp")["max_batch_size"])
     try:
         c.infer("no_such_model", [i])
     except Exception as e:  # the client raises InferenceServerException

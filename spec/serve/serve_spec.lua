@@ -329,6 +329,27 @@ describe('flow-serve', function()
     check_error(req('GET', '/v2/models/mlp_auto/ready'), 404, 'unknown model')
     assert.are.equal(200, (http('POST', '/v2/repository/models/mlp_auto/load')))
     assert.are.equal(200, (http('GET', '/v2/models/mlp_auto/ready')))
+    -- Triton's configuration override in the load request, then back to the folder's
+    local cfg = {name = 'mlp_auto', max_batch_size = 2,
+                 input = {{name = 'INPUT__0', data_type = 'TYPE_FP32', dims = {16}}},
+                 output = {{name = 'OUTPUT__0', data_type = 'TYPE_FP32', dims = {4}}}}
+    local code, body = http('POST', '/v2/repository/models/mlp_auto/load',
+                            json.encode({parameters = {config = json.encode(cfg)}}))
+    assert.are.equal(200, code, body)
+    assert.are.equal(2, json.decode(select(2, http('GET', '/v2/models/mlp_auto/config'))).max_batch_size)
+    check_error(req('POST', '/v2/models/mlp_auto/infer', infer_body('INPUT__0', {4, 16}, flat(flow.randn(4, 16)))),
+                400, 'batch above max_batch_size')
+    assert.are.equal(200, (http('POST', '/v2/repository/models/mlp_auto/load')))
+    assert.are.equal(4, json.decode(select(2, http('GET', '/v2/models/mlp_auto/config'))).max_batch_size)
+    check_error(req('POST', '/v2/repository/models/mlp_auto/load', '{"parameters": {"file:1/model.ofg": "AA=="}}'),
+                400, "parameter 'file:1/model.ofg' is not supported")
+    check_error(req('POST', '/v2/repository/models/mlp_auto/load', '{"parameters": '), 400, 'load:')
+    check_error(req('POST', '/v2/repository/models/mlp_auto/load', '{"params": {}}'), 400, "unknown member 'params'")
+    cfg.name = 'other'
+    check_error(req('POST', '/v2/repository/models/mlp_auto/load', json.encode({parameters = {config = json.encode(cfg)}})),
+                400, "the load request's config names the model 'other'")
+    assert.are.equal(200, (http('POST', '/v2/repository/models/mlp_auto/load')))
+    assert.are.equal(200, (http('GET', '/v2/models/mlp_auto/ready')))
     check_error(req('POST', '/v2/repository/models/no_graph/load'), 400, 'no model.ofg')
     check_error(req('POST', '/v2/repository/models/..%2Fx/load'), 404, 'unknown path')
     check_error(req('POST', '/v2/repository/models/.hidden/load'), 400, 'no model folder')
@@ -357,6 +378,7 @@ describe('flow-serve', function()
     assert.is_truthy(out:find('"name": "resnet"', 1, true), out)
     -- get_inference_statistics: the client's two inferences of the ResNet counted
     assert.is_truthy(out:find('stats resnet 1 2 2', 1, true), out)
+    assert.is_truthy(out:find('override max_batch_size 2\nreloaded max_batch_size 4', 1, true), out)
     assert.is_truthy(out:find("unknown model: [404] unknown model 'no_such_model'", 1, true)
                      or out:find("unknown model 'no_such_model'", 1, true), out)
     local want, wantr = bytes(g2(x)), bytes(gr(xr))
