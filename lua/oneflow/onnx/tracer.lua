@@ -104,6 +104,24 @@ end
 
 local function fail(msg) error('onnx.export: ' .. msg, 0) end
 
+-- The op ran (recording paused, depth raised): rule(g, out, ...) adds its
+-- nodes; every result must be bound afterwards. Lowers the depth again.
+function Tracer:record(display, rule, out, ...)
+  local g = self.g
+  local ok, err = pcall(rule, g, out, ...)
+  self.depth = self.depth - 1
+  if not ok then
+    if type(err) == 'string' and not err:find('onnx.export', 1, true) then
+      err = ('onnx.export: %s: %s'):format(display, err)
+    end
+    error(err, 0)
+  end
+  each_tensor(out, function(t)
+    if not g:knows(t) then fail(('internal error: the rule for %s left a result unbound'):format(display)) end
+  end)
+  return unpack(out, 1, out.n)
+end
+
 function Tracer:call(name, display, orig, ...)
   local g, n = self.g, select('#', ...)
   if RANDOM[name] then
@@ -155,19 +173,7 @@ function Tracer:call(name, display, orig, ...)
       self.depth = self.depth - 1
       error(res[2], 0)
     end
-    local out = pack(unpack(res, 2, res.n))
-    local ok, err = pcall(rule, g, out, ...)
-    self.depth = self.depth - 1
-    if not ok then
-      if type(err) == 'string' and not err:find('onnx.export', 1, true) then
-        err = ('onnx.export: %s: %s'):format(display, err)
-      end
-      error(err, 0)
-    end
-    each_tensor(out, function(t)
-      if not g:knows(t) then fail(('internal error: the rule for %s left a result unbound'):format(display)) end
-    end)
-    return unpack(out, 1, out.n)
+    return self:record(display, rule, pack(unpack(res, 2, res.n)), ...)
   end
   -- transparent: the ops it calls are recorded
   local out = pack(orig(...))
@@ -196,18 +202,7 @@ function Tracer:call_module(display, rule, orig, mod, ...)
     each_tensor(out, function(t) if not g:knows(t) then g:mark_folded(t) end end)
     return unpack(out, 1, out.n)
   end
-  local ok, err = pcall(rule, g, out, mod, ...)
-  self.depth = self.depth - 1
-  if not ok then
-    if type(err) == 'string' and not err:find('onnx.export', 1, true) then
-      err = ('onnx.export: %s: %s'):format(display, err)
-    end
-    error(err, 0)
-  end
-  each_tensor(out, function(t)
-    if not g:knows(t) then fail(('internal error: the rule for %s left a result unbound'):format(display)) end
-  end)
-  return unpack(out, 1, out.n)
+  return self:record(display, rule, out, mod, ...)
 end
 
 ------------------------------------------------------------------ patching
