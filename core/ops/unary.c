@@ -361,6 +361,17 @@ static of_tensor *of_s_cmps(of_scope *sc, of_binary_op op, of_tensor *x, double 
   return of_s_bins(sc, op, x, v);
 }
 
+/* Whether op's derivative below is written in y (S_Y) alone; all others
+ * read x alone (or nothing). Keep the two in step: the other value is not
+ * saved. */
+static bool unary_grad_uses_y(of_unary_op op) {
+  switch (op) {
+    case OF_EXP: case OF_SQRT: case OF_RSQRT: case OF_TAN: case OF_TANH: case OF_SIGMOID:
+    case OF_RELU: case OF_RECIPROCAL: case OF_EXPM1: return true;
+    default: return false;
+  }
+}
+
 /* d/dx of each op, as an expression in x (S_X) and y (S_Y), times g */
 static of_tensor *unary_grad_expr(of_scope *sp, of_unary_op op, of_node *n, of_tensor *g) {
   of_scope s = *sp;   /* macros use `s`; copied back below */
@@ -593,8 +604,11 @@ static of_status unary_body(of_unary_op op, of_tensor *x, of_tensor *into, of_te
   }
   a_unary a = {op, 0};
   OF_NODE_KEEP(n, OPK_UNARY, a);
-  of_node_save(n, 0, x);
-  of_node_save(n, 1, *out);
+  /* only what the derivative reads (unary_grad_expr): relu, sigmoid, tanh,
+   * exp ... keep just their result, so their input (a BatchNorm's output,
+   * say) is freed after the forward as PyTorch does */
+  if (!unary_grad_uses_y(op)) of_node_save(n, 0, x);
+  if (unary_grad_uses_y(op)) of_node_save(n, 1, *out);
   return OF_OK;
 }
 

@@ -32,6 +32,34 @@ describe('tensor lifetimes', function()
     assert.is_true(flow.memory_stats().current_bytes < 64 * 1024 * 1024)
   end)
 
+  it('autograd keeps only what a derivative reads: relu/sigmoid/tanh/exp their result, ' ..
+     'so their input is freed after the forward (as PyTorch)', function()
+    local MiB = 1024 * 1024
+    local a = flow.randn(1024, 1024, {requires_grad = true})   -- 4 MiB
+    for _, op in ipairs({'relu', 'sigmoid', 'tanh', 'exp'}) do
+      flow.collect()
+      local before = flow.memory_stats().current_bytes
+      local y = flow[op](a * 2)   -- the product (4 MiB) is the op's input only
+      flow.collect()
+      local held = flow.memory_stats().current_bytes - before
+      assert(held < 4.5 * MiB, ('%s: %.1f MiB held after the forward (want the 4 MiB result only)')
+             :format(op, held / MiB))
+      -- and the gradient is still right
+      y:sum():backward()
+      local x = (a * 2):detach()
+      local want = ({relu = x:gt(0):float(), sigmoid = x:sigmoid() * (1 - x:sigmoid()),
+                     tanh = 1 - x:tanh() ^ 2, exp = x:exp()})[op] * 2
+      assert(((a.grad - want):abs():max():item()) < 1e-5, op)
+      a.grad = nil
+    end
+    -- log reads its input: that one stays
+    flow.collect()
+    local before = flow.memory_stats().current_bytes
+    local _ = (a:abs() + 1):log()
+    flow.collect()
+    assert.is_true(flow.memory_stats().current_bytes - before > 7.5 * MiB)
+  end)
+
   it('reuses freed blocks through the caching allocator', function()
     flow.collect()
     local s0 = flow.memory_stats()
