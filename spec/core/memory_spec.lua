@@ -72,6 +72,39 @@ describe('tensor lifetimes', function()
     assert.is_true(s1.peak_bytes >= 4 * 1048576)
   end)
 
+  it('keeps large cached blocks within the most bytes ever in use at once', function()
+    -- a fresh process: 3 x 4 MiB, freed, then 3 x 6 MiB (another size class,
+    -- a miss each); caching every freed block would hold 30 MiB, more than
+    -- was ever in use (18 MiB)
+    local script = [[
+      local flow = require 'oneflow'
+      local function round(mib)
+        local t = {}
+        for i = 1, 3 do t[i] = flow.empty(mib * 262144) end
+        t = nil
+        flow.collect()
+      end
+      round(4)
+      round(6)
+      round(4)
+      local s = flow.memory_stats()
+      io.write(s.current_bytes + s.cached_bytes, ' ', s.peak_bytes, ' ', s.cache_hits, '\n')
+    ]]
+    local path = os.tmpname()
+    local f = assert(io.open(path, 'w'))
+    f:write(script)
+    f:close()
+    local p = io.popen('luajit ' .. path)
+    local out = p:read('*a')
+    p:close()
+    os.remove(path)
+    local held, peak, hits = out:match('^(%d+) (%d+) (%d+)')
+    assert(held, out)
+    held, peak = tonumber(held), tonumber(peak)
+    assert(held <= peak, ('%d bytes in use + cached, more than the peak in use %d'):format(held, peak))
+    assert.is_true(tonumber(hits) >= 1)   -- the last round still reuses cached blocks
+  end)
+
   it('shares tensors with C hosts through handles', function()
     local x = flow.tensor({1, 2})
     local p = flow.to_handle(x)
