@@ -134,6 +134,23 @@ describe('two test hosts (network namespaces)', function()
     end)
   end
 
+  it('a sharded checkpoint of 4 ranks on 2 hosts loads on the 2 ranks left on host 1', function()
+    local dir = H.tmpdir() .. '/ck'
+    local out, rc = sh(('OF_DIST_TIMEOUT=30 timeout 60 %s -np 4 luajit spec/dist/reshard_script.lua '
+                        .. 'save %s'):format(ACROSS, dir))
+    assert.equal(0, rc, out)
+    assert(os.execute('ip link set ofv2 down') == 0)   -- host 2 is gone
+    out, rc = sh(('OF_DIST_TIMEOUT=30 timeout 60 sh tools/netns_mpirun.sh -H 10.77.0.1:2 -np 2 '
+                  .. 'luajit spec/dist/reshard_script.lua load %s'):format(dir))
+    os.execute('ip link set ofv2 up')
+    assert.equal(0, rc, out)
+    for r = 0, 1 do
+      for _, name in ipairs({'emb.weight', 'fc.bias', 'fc.weight', 'opt.step'}) do
+        assert.truthy(out:find(('rank %d of 2: %s equal'):format(r, name), 1, true), out)
+      end
+    end
+  end)
+
   -- A job of 4 ranks all-reducing in a loop; returns the paths of its
   -- output and of the file rank 0 writes once the rounds run.
   local FAULT_TIMEOUT = 3
