@@ -28,8 +28,33 @@ local function why_not()
   if rc ~= 0 then return 'no test hosts here: ' .. out:gsub('%s+$', '') end
 end
 
+local FASHION = '/usr/share/datasets/fashion-mnist'
 local function have_fashion_mnist()
-  return H.read_file('/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz') ~= nil
+  return H.read_file(FASHION .. '/train-images-idx3-ubyte.gz') ~= nil
+end
+
+-- The first n images of each Fashion-MNIST split as uncompressed IDX files:
+-- 8 processes do not each unpack the 26 MB training file for 128 images.
+local small_data
+local function fashion_head(n)
+  if small_data then return small_data end
+  local ffi = require 'ffi'
+  local read_idx = require('flowvision').datasets.read_idx
+  local dir = H.tmpdir()
+  for _, name in ipairs({'train-images-idx3-ubyte', 'train-labels-idx1-ubyte',
+                         't10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte'}) do
+    local t = read_idx(FASHION .. '/' .. name .. '.gz')
+    t = t:narrow(1, 1, n):contiguous()
+    local head = {string.char(0, 0, 8, t:dim())}
+    for d = 1, t:dim() do
+      local v = t:size(d)
+      head[#head + 1] = string.char(bit.band(bit.rshift(v, 24), 255), bit.band(bit.rshift(v, 16), 255),
+                                    bit.band(bit.rshift(v, 8), 255), bit.band(v, 255))
+    end
+    H.write_file(dir .. '/' .. name, table.concat(head) .. ffi.string(t:data_ptr(), t:numel()))
+  end
+  small_data = dir
+  return dir
 end
 
 -- bytes through host 2's link (both directions)
@@ -106,10 +131,10 @@ describe('two test hosts (network namespaces)', function()
     local name, args = ex[1], ex[2]
     it(name .. '.lua: 2 hosts x 2 processes give the losses of 4 processes on one host', function()
       if not have_fashion_mnist() then pending('dataset-fashion-mnist is not installed') return end
-      local dir = H.tmpdir()
+      local dir, data = H.tmpdir(), fashion_head(128)
       local function run(launcher, tag)
         local cmd = ('OF_DIST_TIMEOUT=30 timeout 120 %s -np 4 luajit examples/distributed/%s.lua '
-                     .. '--limit 128 --threads 1 --log-steps %s%s'):format(launcher, name, args,
+                     .. '--data %s --threads 1 --log-steps %s%s'):format(launcher, name, data, args,
           name == 'lenet_ddp' and (' --out %s/%s.safetensors'):format(dir, tag) or '')
         local out, rc = sh(cmd)
         assert.equal(0, rc, out)
