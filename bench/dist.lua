@@ -244,9 +244,5 @@ if write_doc and rank == 0 then
     if sub and (not nxt or sub < nxt) then section = section .. doc:sub(sub + 1, nxt or -1) end
     doc = doc:sub(1, s - 1) .. section .. (nxt and doc:sub(nxt) or '')
   else doc = doc .. '\n' .. section end
-  local tmp = path .. '.tmp'
-  local o = assert(io.open(tmp, 'w'))
-  o:write(doc)
-  o:close()
-  os.rename(tmp, path)
+  B.write_atomic(path, doc)
 end
