@@ -49,7 +49,7 @@ check() {
 up() {
   n=$1
   case "$n" in ''|*[!0-9]*) fail "up: expected a number of hosts (1..250), got '$n'";; esac
-  [ "$n" -ge 1 ] && [ "$n" -le 250 ] || fail "up: expected 1..250 hosts, got $n"
+  if [ "$n" -lt 1 ] || [ "$n" -gt 250 ]; then fail "up: expected 1..250 hosts, got $n"; fi
   need
   if ! ip link show "$BR" >/dev/null 2>&1; then
     ip link add "$BR" type bridge
@@ -89,16 +89,17 @@ up() {
 
 # Every process still in one of our namespaces (by pid, from ip netns pids)
 kill_left() {
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$PREFIX[0-9][0-9]*$"); do
-    pids=$(ip netns pids "$ns" 2>/dev/null || true)
-    [ -n "$pids" ] && kill -9 $pids 2>/dev/null || true
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${PREFIX}[0-9][0-9]*\$"); do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do
+      kill -9 "$pid" 2>/dev/null || true
+    done
   done
 }
 
 down() {
   need
   kill_left
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$PREFIX[0-9][0-9]*$"); do
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${PREFIX}[0-9][0-9]*\$"); do
     ip netns del "$ns" 2>/dev/null || true
   done
   for v in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep '^ofv[0-9][0-9]*$'); do
@@ -109,7 +110,7 @@ down() {
 
 status() {
   found=0
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$PREFIX[0-9][0-9]*$" | sort -V); do
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${PREFIX}[0-9][0-9]*\$" | sort -V); do
     i=${ns#"$PREFIX"}
     state=$(ip -br link show "ofv$i" 2>/dev/null | awk '{print $2}')
     echo "$ns $NET.$i link ${state:-missing}"

@@ -28,4 +28,5 @@ if ! ip netns list 2>/dev/null | grep -qw "^$ns"; then
   echo "netns_rsh.sh: no namespace $ns (run tools/netns_hosts.sh up N)" >&2
   exit 255
 fi
+# shellcheck disable=SC2016  # $1 and $* are the inner shell's
 exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$1"; shift; eval "$*"' sh "$ns" "$@"
