@@ -37,4 +37,14 @@ function M.loadavg()
   return s:match('^(%S+ %S+ %S+)') or 'n/a'
 end
 
+-- writes `text` to `path` atomically (a temporary file renamed over it),
+-- as the scripts that rewrite a section of doc/benchmarks.md do
+function M.write_atomic(path, text)
+  local tmp = path .. '.tmp'
+  local o = assert(io.open(tmp, 'w'))
+  o:write(text)
+  o:close()
+  assert(os.rename(tmp, path))
+end
+
 return M

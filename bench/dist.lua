@@ -14,21 +14,26 @@
 --     (batch 64 per process, and the same global batch 64 split).
 --
 --   mpirun --allow-run-as-root --oversubscribe -np 2 luajit bench/dist.lua [--reps N]
---       [--steps N] [--no-write] [--no-lenet]
+--       [--steps N] [--no-write] [--no-lenet] [--weak]
+-- --weak prints only one row of a weak-scaling table (DDP LeNet, 64 images
+-- per process); bench/dist_hosts.lua runs it at 1-4 processes and the
+-- all-reduce tables between the test hosts of tools/netns_hosts.sh.
 --
 -- Writes the tables to doc/benchmarks.md (section "Distribution") from rank 0.
 local ffi = require 'ffi'
 local flow = require 'oneflow'
 local F = flow.nn.functional
 
-local reps, steps, write_doc, lenet = 21, 10, true, true
+local reps, steps, write_doc, lenet, weak_only = 21, 10, true, true, false
 do
   local argv, i = arg or {}, 1
   while i <= #argv do
     if argv[i] == '--reps' then reps = tonumber(argv[i + 1]); i = i + 1
     elseif argv[i] == '--steps' then steps = tonumber(argv[i + 1]); i = i + 1
     elseif argv[i] == '--no-write' then write_doc = false
-    elseif argv[i] == '--no-lenet' then lenet, write_doc = false, false end
+    elseif argv[i] == '--no-lenet' then lenet, write_doc = false, false
+    elseif argv[i] == '--weak' then weak_only, write_doc = true, false
+    else error('bench/dist.lua: unknown option ' .. argv[i], 0) end
     i = i + 1
   end
 end
@@ -42,6 +47,23 @@ end
 
 local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
 local now, median = B.now, B.median
+
+-- where the ranks run: a host is a distinct host name (the test hosts of
+-- tools/netns_hosts.sh have their own)
+local function hosts_line()
+  local h = io.popen('hostname'):read('*l') or '?'
+  local bytes = flow.tensor({string.byte(h, 1, -1)}, {dtype = 'uint8'})
+  local seen, names = {}, {}
+  for _, b in ipairs(flow.comm.all_gather(bytes)) do
+    local name = string.char(unpack(b:totable()))
+    if not seen[name] then seen[name], names[#names + 1] = 0, name end
+    seen[name] = seen[name] + 1
+  end
+  local parts = {}
+  for i, name in ipairs(names) do parts[i] = ('%s: %d'):format(name, seen[name]) end
+  return #names, table.concat(parts, ', ')
+end
+local nhosts, placement_desc = hosts_line()
 
 -- Open MPI's handles are the addresses of its predefined objects; libmpi is
 -- already in the global namespace (liboneflow_mpi.so loaded it so).
@@ -91,19 +113,59 @@ local function timed(fns, n)
 end
 
 ------------------------------------------------------------------ all-reduce
-local all = {}
-for i = 0, world - 1 do all[i + 1] = i end
-local P = flow.placement('cpu', all)
-local Ps, Bc = flow.sbp.partial_sum, flow.sbp.broadcast
-
+local LeNet = require 'bench.lenet'
 local lines = {}
 local function out(s)
   lines[#lines + 1] = s
   if rank == 0 then print(s) end
 end
 
-out(('All-reduce (sum, float32) on %d processes of this host (Open MPI, shared memory), '
-     .. 'median of %d; bandwidth is message bytes / time:'):format(world, reps))
+local function step_time(model, batch, nsteps)
+  local opt = flow.optim.SGD(model:parameters(), {lr = 0.01, momentum = 0.9})
+  local x, y = flow.randn(batch, 1, 28, 28), flow.randint(1, 11, {batch})
+  local function step()
+    opt:zero_grad()
+    F.cross_entropy(model(x), y):backward()
+    opt:step()
+  end
+  step()
+  local times = {}
+  for _ = 1, nsteps do
+    local t0 = now()
+    step()
+    times[#times + 1] = now() - t0
+  end
+  return median(times)
+end
+
+local function ddp_time(batch)
+  local m = flow.nn.parallel.DistributedDataParallel(LeNet())
+  local dt = step_time(m, batch, steps)
+  local t = flow.tensor({dt}, {dtype = 'float64'})
+  flow.comm.all_reduce(t, {op = 'max'})
+  return t[1]:item()
+end
+
+if weak_only then
+  -- one row of the weak-scaling table: 64 images per process
+  flow.manual_seed(0)
+  local dt = ddp_time(64)
+  out(('| %d | %d | %s | %d | %.1f | %.0f |'):format(world, nhosts, placement_desc, 64 * world,
+      dt * 1e3, 64 * world / dt))
+  os.exit(0)
+end
+
+local all = {}
+for i = 0, world - 1 do all[i + 1] = i end
+local P = flow.placement('cpu', all)
+local Ps, Bc = flow.sbp.partial_sum, flow.sbp.broadcast
+
+out(nhosts == 1 and
+    ('All-reduce (sum, float32) on %d processes of this host (Open MPI, shared memory), '
+     .. 'median of %d; bandwidth is message bytes / time:'):format(world, reps) or
+    ('All-reduce (sum, float32) on %d processes on %d hosts (%s; Open MPI over TCP), '
+     .. 'median of %d; bandwidth is message bytes / time:'):format(world, nhosts, placement_desc,
+                                                                 reps))
 out('')
 out('| size | MPI_Allreduce in place | flow.comm.all_reduce | MPI_Allreduce t -> out '
     .. '| boxing P->B | comm vs in place | boxing vs t -> out | boxing vs in place |')
@@ -146,39 +208,12 @@ out('Notes: flow.comm.all_reduce runs MPI_Iallreduce (polled, so a missing peer 
 out('')
 
 ------------------------------------------------------------------ LeNet
-local LeNet = require 'bench.lenet'
-
-local function step_time(model, batch, nsteps)
-  local opt = flow.optim.SGD(model:parameters(), {lr = 0.01, momentum = 0.9})
-  local x, y = flow.randn(batch, 1, 28, 28), flow.randint(1, 11, {batch})
-  local function step()
-    opt:zero_grad()
-    F.cross_entropy(model(x), y):backward()
-    opt:step()
-  end
-  step()
-  local times = {}
-  for _ = 1, nsteps do
-    local t0 = now()
-    step()
-    times[#times + 1] = now() - t0
-  end
-  return median(times)
-end
-
 if not lenet then os.exit(0) end
 flow.manual_seed(0)
 -- one process alone: rank 0 trains while the others wait at the barrier
 local single = 0
 if rank == 0 then single = step_time(LeNet(), 64, steps) end
 flow.env.barrier()
-local function ddp_time(batch)
-  local m = flow.nn.parallel.DistributedDataParallel(LeNet())
-  local dt = step_time(m, batch, steps)
-  local t = flow.tensor({dt}, {dtype = 'float64'})
-  flow.comm.all_reduce(t, {op = 'max'})
-  return t[1]:item()
-end
 local weak = ddp_time(64)
 local strong = ddp_time(math.floor(64 / world))
 out('')
@@ -204,11 +239,10 @@ if write_doc and rank == 0 then
   local s = doc:find('## Distribution\n', 1, true)
   if s then
     local nxt = doc:find('\n## ', s + 1, true)
+    -- bench/dist_hosts.lua's subsection (between hosts) stays
+    local sub = doc:find('\n### Between hosts', s, true)
+    if sub and (not nxt or sub < nxt) then section = section .. doc:sub(sub + 1, nxt or -1) end
     doc = doc:sub(1, s - 1) .. section .. (nxt and doc:sub(nxt) or '')
   else doc = doc .. '\n' .. section end
-  local tmp = path .. '.tmp'
-  local o = assert(io.open(tmp, 'w'))
-  o:write(doc)
-  o:close()
-  os.rename(tmp, path)
+  B.write_atomic(path, doc)
 end

@@ -201,9 +201,5 @@ if write_doc then
   else
     doc = doc:gsub('%s+$', '') .. '\n\n' .. section
   end
-  local tmp = path .. '.tmp'
-  local o = assert(io.open(tmp, 'w'))
-  o:write(doc)
-  o:close()
-  os.rename(tmp, path)
+  B.write_atomic(path, doc)
 end

@@ -97,12 +97,65 @@ static const of_comm_backend self_backend = {
 };
 
 /* ---- choosing the backend --------------------------------------------- */
-static int launched_by_mpi(void) {
-  static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK",
-                               "MV2_COMM_WORLD_SIZE"};
-  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
-    if (getenv(vars[i])) return 1;
-  return 0;
+/* What the launcher's environment says. Open MPI's mpirun sets
+ * OMPI_COMM_WORLD_*; an srun task has SLURM_PROCID and SLURM_STEP_NUM_TASKS
+ * (the tasks of its step; SLURM_NTASKS is the job's count, which a batch
+ * script sees as well while it runs alone, so it counts only inside a step:
+ * with SLURM_STEP_ID); the PMI_ and PMIX_ variables are how srun --mpi=pmix|pmi2 (or
+ * another MPI's launcher) hand MPI its wire-up. */
+static const char *pmi_vars[] = {"PMI_SIZE", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_SIZE"};
+
+/* A variable holding a non-negative integer: 1 and *v; 0 when unset; -1 (with
+ * the error set) when it holds anything else. */
+static int env_int(const char *name, int32_t *v) {
+  const char *e = getenv(name);
+  if (!e) return 0;
+  char *end = NULL;
+  long x = strtol(e, &end, 10);
+  if (!*e || *end || x < 0 || x > INT32_MAX) {
+    of_fail(OF_ERR_ARG, "distributed: %s=\"%.40s\" is not a non-negative integer (set by the "
+            "launcher; unset it or fix it)", name, e);
+    return -1;
+  }
+  *v = (int32_t)x;
+  return 1;
+}
+
+of_status of_dist_launch_info(of_dist_launch *out) {
+  memset(out, 0, sizeof *out);
+  out->rank = out->size = out->local_rank = out->node_rank = out->nodes = -1;
+  for (size_t i = 0; i < sizeof pmi_vars / sizeof *pmi_vars; i++)
+    if (getenv(pmi_vars[i])) out->pmi = 1;
+  if (getenv("OMPI_COMM_WORLD_SIZE")) {
+    snprintf(out->launcher, sizeof out->launcher, "mpirun");
+    if (env_int("OMPI_COMM_WORLD_RANK", &out->rank) < 0 ||
+        env_int("OMPI_COMM_WORLD_SIZE", &out->size) < 0 ||
+        env_int("OMPI_COMM_WORLD_LOCAL_RANK", &out->local_rank) < 0)
+      return OF_ERR_ARG;
+    out->pmi = 1;
+    return OF_OK;
+  }
+  int has_rank = env_int("SLURM_PROCID", &out->rank);
+  int has_size = env_int("SLURM_STEP_NUM_TASKS", &out->size);
+  int in_step = getenv("SLURM_STEP_ID") || getenv("SLURM_STEPID");
+  if (has_rank < 0 || has_size < 0) return OF_ERR_ARG;
+  if (has_size == 0 && in_step && (has_size = env_int("SLURM_NTASKS", &out->size)) < 0)
+    return OF_ERR_ARG;
+  if (has_rank == 1 && has_size == 1) {
+    snprintf(out->launcher, sizeof out->launcher, "slurm");
+    int n = env_int("SLURM_STEP_NUM_NODES", &out->nodes);
+    if (n == 0) n = env_int("SLURM_NNODES", &out->nodes);
+    if (n < 0 || env_int("SLURM_LOCALID", &out->local_rank) < 0 ||
+        env_int("SLURM_NODEID", &out->node_rank) < 0)
+      return OF_ERR_ARG;
+    if (out->rank >= out->size)
+      return of_fail(OF_ERR_ARG, "distributed: SLURM_PROCID=%d is not below the step's %d "
+                     "tasks", (int)out->rank, (int)out->size);
+    return OF_OK;
+  }
+  out->rank = out->size = -1;
+  snprintf(out->launcher, sizeof out->launcher, "%s", out->pmi ? "pmi" : "none");
+  return OF_OK;
 }
 
 static const of_comm_backend *load_mpi(char *err, size_t cap) {
@@ -174,7 +227,24 @@ of_status of_dist_init(void) {
   if (init_state == 1) return OF_OK;
   if (init_state == -1) return of_fail(OF_ERR_STATE, "%s", init_error);
   const of_comm_backend *b = &self_backend;
-  if (launched_by_mpi()) {
+  of_dist_launch L;
+  if (of_dist_launch_info(&L) != OF_OK) {
+    snprintf(init_error, sizeof init_error, "%s", of_last_error());
+    init_state = -1;
+    return of_fail(OF_ERR_STATE, "%s", init_error);
+  }
+  int slurm = strcmp(L.launcher, "slurm") == 0;
+  if (slurm && !L.pmi && L.size > 1) {
+    /* MPI would start each task as a world of one: N copies training alone */
+    snprintf(init_error, sizeof init_error,
+             "distributed: srun started %d tasks (this is SLURM_PROCID=%d) but gave MPI no "
+             "PMI to connect them; launch with srun --mpi=pmix (or --mpi=pmi2; srun "
+             "--mpi=list shows this cluster's), or with mpirun inside the allocation",
+             (int)L.size, (int)L.rank);
+    init_state = -1;
+    return of_fail(OF_ERR_STATE, "%s", init_error);
+  }
+  if (L.pmi) {
     char err[800];
     b = load_mpi(err, sizeof err);
     if (!b) {
@@ -194,6 +264,15 @@ of_status of_dist_init(void) {
   world.bc = b->world();
   world.rank = b->rank(world.bc);
   world.size = b->size(world.bc);
+  if (slurm && (world.rank != L.rank || world.size != L.size)) {
+    snprintf(init_error, sizeof init_error,
+             "distributed: srun says task %d of %d (SLURM_PROCID, SLURM_STEP_NUM_TASKS) but "
+             "MPI says rank %d of %d: this MPI did not get its ranks from srun's PMI (is it "
+             "built with Slurm's PMIx? try srun --mpi=pmix, or mpirun)", (int)L.rank,
+             (int)L.size, (int)world.rank, (int)world.size);
+    init_state = -1;
+    return of_fail(OF_ERR_STATE, "%s", init_error);
+  }
   init_state = 1;
   return OF_OK;
 }

@@ -53,7 +53,9 @@ for epoch = 1, opts.epochs do
     opt:zero_grad()
     loss:backward()
     opt:step()
-    sum, n = sum + loss:item(), n + 1
+    local l = loss:item()
+    sum, n = sum + l, n + 1
+    common.log_step(opts, epoch, n, l)
   end
   local acc = accuracy()
   say('epoch %d: rank 0 train loss %.4f, test accuracy %.2f%% (%.1f ms/step cpu)',

@@ -75,7 +75,9 @@ for epoch = 1, opts.epochs do
     opt:zero_grad()
     loss:backward()
     opt:step()
-    sum, n = sum + loss:item(), n + 1
+    local l = loss:item()
+    sum, n = sum + l, n + 1
+    common.log_step(opts, epoch, n, l)
   end
   local correct, total = 0, 0
   flow.no_grad(function()

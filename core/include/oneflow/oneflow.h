@@ -576,7 +576,9 @@ of_status of_scaled_dot_product_attention(of_tensor *q, of_tensor *k, of_tensor 
 /* ---- processes and communicators (core/dist/) ---------------------------
  * A process started by mpirun or srun (PMI/PMIx in its environment) joins
  * the MPI world on first use through liboneflow_mpi.so; any other process is
- * a world of one. Collectives are called by every member of the
+ * a world of one. An srun task without PMI in a step of several tasks is an
+ * error (not N worlds of one), and so is an MPI world that disagrees with
+ * SLURM_PROCID / SLURM_STEP_NUM_TASKS. Collectives are called by every member of the
  * communicator in the same order; they work on CPU tensors of any dtype
  * (float16/bfloat16 reduce in float32, bool sums are logical or). A call
  * that does not complete within the timeout (OF_DIST_TIMEOUT, default 60 s)
@@ -592,6 +594,17 @@ int32_t of_dist_world_size(void);
 int32_t of_dist_local_rank(void);              /* rank among processes on this host */
 double of_dist_get_timeout(void);
 of_status of_dist_set_timeout(double seconds);
+/* What the launcher's environment says, read without starting MPI.
+ * launcher: "mpirun" (Open MPI's OMPI_COMM_WORLD_*), "slurm" (an srun task:
+ * SLURM_PROCID with SLURM_STEP_NUM_TASKS, or SLURM_NTASKS inside a step),
+ * "pmi" (PMI/PMIx only) or "none". -1: not given. pmi: 1 when MPI can wire
+ * up from it (PMI_*, PMIX_*, or mpirun). A malformed value is OF_ERR_ARG. */
+typedef struct of_dist_launch {
+  char launcher[16];
+  int32_t rank, size, local_rank, node_rank, nodes;
+  int32_t pmi;
+} of_dist_launch;
+of_status of_dist_launch_info(of_dist_launch *out);
 /* What the caller is doing (e.g. a global op's name): named in errors and in
  * timeout reports; NULL clears. */
 of_status of_dist_set_label(const char *text);

@@ -38,12 +38,40 @@ function M.world()
 end
 
 ------------------------------------------------------------------ flow.env
-function env.get_rank() return C.of_dist_rank() end
-function env.get_world_size() return C.of_dist_world_size() end
-function env.get_local_rank() return C.of_dist_local_rank() end
-function env.backend() return ffi.string(C.of_dist_backend()) end
 function env.init()
   if C.of_dist_init() ~= 0 then raise(2) end
+end
+-- A process whose launcher cannot be joined (srun without PMI, a missing
+-- MPI backend) raises the reason, at its caller's line, rather than calling
+-- itself rank 0 of 1.
+local function joined()
+  if C.of_dist_init() ~= 0 then raise(3) end
+end
+function env.get_rank()
+  joined()
+  return C.of_dist_rank()
+end
+function env.get_world_size()
+  joined()
+  return C.of_dist_world_size()
+end
+function env.get_local_rank()
+  joined()
+  return C.of_dist_local_rank()
+end
+function env.backend() return ffi.string(C.of_dist_backend()) end
+
+local launch = ffi.new('of_dist_launch')
+--- What the launcher's environment says, read without starting MPI:
+-- {name = 'mpirun' | 'slurm' | 'pmi' | 'none', rank =, size =, local_rank =,
+-- node_rank =, nodes =, pmi = bool}; fields the launcher does not give are
+-- nil (mpirun gives no node index). See doc/scale.md for the variables.
+function env.launcher()
+  if C.of_dist_launch_info(launch) ~= 0 then raise(2) end
+  local function opt(v) return v >= 0 and tonumber(v) or nil end
+  return {name = ffi.string(launch.launcher), rank = opt(launch.rank), size = opt(launch.size),
+          local_rank = opt(launch.local_rank), node_rank = opt(launch.node_rank),
+          nodes = opt(launch.nodes), pmi = launch.pmi ~= 0}
 end
 function env.barrier()
   if C.of_comm_barrier(M.world().ptr) ~= 0 then raise(2) end
