@@ -128,8 +128,9 @@ function M.params(fn)
 end
 
 -- Where a value is reachable from the usual roots, as `flow.nn.Conv2d`.
+local find_name
 local roots
-local function find_name(v, env)
+function find_name(v, env)
   -- the roots, once oneflow is loaded (help never loads it itself)
   local flow = package.loaded.oneflow
   if not roots or (flow and not roots.flow) then
@@ -162,9 +163,61 @@ local function find_name(v, env)
 end
 M.find_name = find_name
 
+-- Every string key under which v sits in the roots (its aliases: flow.multiply
+-- is flow.mul, flow.clip is flow.clamp).
+local function aliases(v)
+  local out = {}
+  find_name(v)   -- builds the roots
+  for _, r in ipairs(roots or {}) do
+    if type(r[2]) == 'table' then
+      for k, x in pairs(r[2]) do
+        if x == v and type(k) == 'string' then out[#out + 1] = k end
+      end
+    end
+  end
+  table.sort(out)
+  return out
+end
+
+--- The doc block of a public function: its own block, else the block of one
+-- of its aliases, else (for an in-place `abs_`) the block of `abs`.
+-- @param fn a function (for a class, its `__init`)
+-- @param name its name as the user wrote it (`flow.abs_`), or nil
+-- @return the block and, when it was borrowed, the name it belongs to
+function M.doc_for(fn, name)
+  local short = name and name:match('([%w_]+)$')
+  local b = M.doc_block(fn, short)
+  if b then return b end
+  for _, a in ipairs(aliases(fn)) do
+    if a ~= short then
+      b = M.doc_block(fn, a)
+      if b then return b, a end
+    end
+  end
+  -- flow.flatten is wrapped (quantization) around a T.flow lookup at call time
+  local T = package.loaded['oneflow.tensor']
+  local orig = short and T and T.flow and T.flow[short]
+  if type(orig) == 'function' and orig ~= fn then
+    b = M.doc_block(orig, short)
+    if b then return b end
+  end
+  local base = short and short:match('^(.-[^_])_$')
+  if base then
+    local flow = package.loaded.oneflow
+    local f = (T and T.methods and T.methods[base]) or (flow and flow[base])
+    if type(f) == 'function' then
+      b = M.doc_for(f, base)
+      if b then return b, base end
+    end
+  end
+  return nil
+end
+
 --- A one-line description of a function: name, parameters and where it is.
 -- @param fn a function
 -- @param name the name to show, or nil to look it up
+-- @param path the file to name (default: where fn is defined)
+-- @param line the line in path
 -- @return a string like `function flow.zeros(...)  [lua/oneflow/tensor.lua:214]`
 function M.describe_function(fn, name, path, line)
   name = name or find_name(fn)
@@ -183,11 +236,15 @@ end
 function M.text(v, name)
   name = name or find_name(v)
   if type(v) == 'function' then
-    local short = name and name:match('([%w_]+)$')
-    local b = M.doc_block(v, short)
+    local b, of = M.doc_for(v, name)
     local head = M.describe_function(v, name, b and b.path, b and b.line)
     if not b then return head .. '\n  (no doc comment)' end
     local out, tags, cur = {head, ''}, {}, nil
+    if of and name and name:match('_$') and of == name:match('([%w_]+)_$') then
+      out[#out + 1] = '  In-place version of ' .. of .. ' (writes into x and returns it):'
+    elseif of then
+      out[#out + 1] = '  The same function as ' .. of .. ':'
+    end
     for _, l in ipairs(b.lines) do
       -- LDoc modifiers (`@tparam[opt] table opts`) are dropped
       local tag, rest = l:match('^@(%w+)%s*(.*)$')
@@ -234,9 +291,11 @@ function M.text(v, name)
     end
     if type(rawget(v, '__init')) == 'function' then
       out[#out + 1] = '  constructor ' .. (name or '') .. (M.params(v.__init) or ''):gsub('^%(self,? ?', '(')
-      local b = M.doc_block(v.__init)
+      local b = M.doc_for(v.__init, name)
       if b then
-        for _, l in ipairs(b.lines) do out[#out + 1] = '  ' .. l end
+        for _, l in ipairs(b.lines) do
+          if not l:match('^@function') then out[#out + 1] = '  ' .. l end
+        end
       end
     end
     return table.concat(out, '\n')

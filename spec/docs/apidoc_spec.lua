@@ -74,8 +74,32 @@ describe('make doc (LDoc API reference)', function()
     local out = p:read('*a')
     p:close()
     assert(out:match('rc=0%s*$'), 'tools/make_doc.sh failed:\n' .. out)
+    -- ldoc's warnings (unknown tags, undocumented parameters) are lines
+    -- naming a file: the build must have none
+    local warnings = {}
+    for l in out:gmatch('[^\n]+') do
+      if l:match('%.lua:%d+:') or l:match('[Ww]arning') then warnings[#warnings + 1] = l end
+    end
+    assert(#warnings == 0, 'ldoc warnings:\n' .. table.concat(warnings, '\n'))
     assert(read(dir .. '/index.html'), 'no index.html in ' .. dir)
   end)
+
+  -- functions made in loops or by factories are documented with @function
+  for _, k in ipairs({{'oneflow.ops.elementwise', 'flow.abs'}, {'oneflow.nn.functional', 'F.conv2d'},
+                      {'oneflow.nn.activation', 'nn.ReLU'}, {'oneflow.ops.views', 'Tensor:bfloat16'},
+                      {'oneflow.nn.padding', 'nn.ZeroPad2d'}}) do
+    it(('documents %s (%s), made by a factory'):format(k[2], k[1]), function()
+      if not have_ldoc then
+        pending('ldoc not found (apt-get install lua-ldoc)')
+        return
+      end
+      local page = read(dir .. '/modules/' .. k[1] .. '.html')
+      assert(page, 'no page for module ' .. k[1])
+      local at = page:find('<a name = "' .. k[2] .. '"></a>', 1, true)
+      assert(at, k[1] .. ' does not document ' .. k[2])
+      assert(page:find('<dd>%s*%S', at), k[2] .. ' has no description')
+    end)
+  end
 
   for _, k in ipairs(KEY) do
     it(('documents %s (%s) with its parameter %s'):format(k[2], k[1], k[3]), function()

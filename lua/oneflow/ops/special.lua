@@ -124,6 +124,7 @@ end
 
 --- special.xlogy(x, y) = x log(y), 0 where x == 0; special.xlog1py(x, y) = x log1p(y).
 special.xlogy = function(x, y) return flow.xlogy(x, y) end
+--- flow.xlog1py(x, y): x * log1p(y), and 0 where x == 0.
 function special.xlog1py(x, y)
   if not is_tensor(x) and not is_tensor(y) then
     A.fail('special.xlog1py: expected at least one tensor, got ' .. type(x) .. ' and ' .. type(y))
@@ -172,9 +173,23 @@ T.flow.special = special
 for _, name in ipairs({'erfinv', 'digamma', 'i0', 'logit', 'sinc', 'exp2', 'xlog1py'}) do
   if flow[name] == nil then def(name, special[name]) end
 end
+--- flow.lgamma(x): log|Gamma(x)| elementwise.
+-- @function flow.lgamma
 def('lgamma', special.gammaln)
 def('polygamma', special.polygamma, 'func')
 function T.methods.polygamma(x, n) return special.polygamma(n, x) end
 def('mvlgamma', special.multigammaln)
+
+
+-- Doc comments of the functions made in loops above (help() and LDoc read them).
+
+--- flow.digamma(x): the derivative of lgamma, elementwise.
+-- @function flow.digamma
+
+--- flow.erfinv(x): the inverse error function elementwise.
+-- @function flow.erfinv
+
+--- flow.i0(x): the modified Bessel function of the first kind, order 0.
+-- @function flow.i0
 
 return special

@@ -66,4 +66,10 @@ function M.attach(flow)
   flow._make_per_tensor_quantized_tensor = Q.from_int_repr
 end
 
+
+-- Doc comments of the functions made in loops above (help() and LDoc read them).
+
+--- flow.dequantize(q): a quantized tensor back to float32.
+-- @function flow.dequantize
+
 return M

@@ -366,6 +366,9 @@ function M.graph_def(ir)
 end
 
 ------------------------------------------------------------------ writer
+--- SummaryWriter(log_dir = 'runs/<date>_<host>', {comment =, purge_step =, flush_secs =, filename_suffix =}):
+-- writes TensorBoard event files into log_dir.
+-- @function SummaryWriter
 M.SummaryWriter = class('SummaryWriter')
 local SummaryWriter = M.SummaryWriter
 
@@ -516,12 +519,14 @@ function SummaryWriter:add_graph(model, ...)
   return count
 end
 
+--- writer:flush(): writes buffered events to disk.
 function SummaryWriter:flush()
   if self.file then self.file:flush() end
   for _, w in pairs(self.children) do w:flush() end
   return self
 end
 
+--- writer:close(): flushes and closes the event file (and those of add_scalars' children).
 function SummaryWriter:close()
   for _, w in pairs(self.children) do w:close() end
   if self.file then self.file:close(); self.file = nil end
