@@ -196,7 +196,8 @@ for k in ('train', 'val'):
              "unknown option 'dataformat'", "'dataformats'")
     H.raises(function() w:add_pr_curve('p', {1, 0}, {0.5}, 1) end, 'labels (2), predictions (1)')
     H.raises(function() w:add_pr_curve('p', {1}, {1.5}, 1) end, 'predictions must be in [0, 1]', '1.5')
-    H.raises(function() w:add_pr_curve('p', {1}, {0.5}, 1, {num_thresholds = 1}) end, 'num_thresholds must be an integer >= 2')
+    H.raises(function() w:add_pr_curve('p', {1}, {0.5}, 1, {num_thresholds = 1}) end,
+             'num_thresholds must be an integer >= 2')
     H.raises(function() w:add_hparams({lr = {}}, {}) end, 'hyperparameter lr must be a number, string or boolean')
     w:close()
     os.execute('rm -rf ' .. dir)
