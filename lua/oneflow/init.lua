@@ -89,7 +89,6 @@ flow.collect = core.collect
 --- Shares a C host's `of_tensor*` with Lua (takes a reference of its own).
 function flow.from_handle(ptr)
   -- a NULL or non-pointer handle would crash in the core: refuse it here
-  local ffi = require 'ffi'
   if type(ptr) ~= 'cdata' or ptr == nil then
     A.fail('from_handle: expected a non-NULL of_tensor* from a C host, got ' ..
            (type(ptr) == 'cdata' and 'NULL' or A.describe(ptr)))
