@@ -291,6 +291,7 @@ function Ctx.mark_non_differentiable() end
 
 local Function = class('Function')
 Function.name = 'Function'
+--- flow.autograd.Function: subclass it with forward(ctx, ...) and backward(ctx, grads...), call Cls.apply(...).
 M.Function = Function
 
 -- oneflow.class hook: every subclass gets its name and apply.

@@ -179,6 +179,30 @@ local function aliases(v)
   return out
 end
 
+--- The doc block of a class (a table with `__init`, maybe inherited): its
+-- constructor's, else a block naming the class in the file of one of its
+-- own functions (`--- Transform: ...` above `M.Transform = Transform`).
+-- @param cls the class table
+-- @param name its name (`flow.distributions.Transform`), or nil
+-- @return the block or nil
+function M.class_doc(cls, name)
+  local init = cls.__init
+  local b = type(init) == 'function' and M.doc_for(init, name)
+  if b then return b end
+  local short = name and name:match('([%w_]+)$')
+  if not short then return nil end
+  for _, f in pairs(cls) do
+    local p = type(f) == 'function' and source_path(f)
+    local blocks = p and blocks_of(p)
+    if blocks then
+      for _, blk in ipairs(blocks) do
+        if blk.names[short] then blk.path, blk.line = p, blk.last + 1; return blk end
+      end
+    end
+  end
+  return nil
+end
+
 --- The doc block of a public function: its own block, else the block of one
 -- of its aliases, else (for an in-place `abs_`) the block of `abs`.
 -- @param fn a function (for a class, its `__init`)
@@ -289,9 +313,9 @@ function M.text(v, name)
       out[#out + 1] = '  fields: ' .. table.concat(keys, ' ', 1, math.min(#keys, 60)) ..
         (#keys > 60 and (' ... (%d in all)'):format(#keys) or '')
     end
-    if type(rawget(v, '__init')) == 'function' then
+    if type(v.__init) == 'function' then
       out[#out + 1] = '  constructor ' .. (name or '') .. (M.params(v.__init) or ''):gsub('^%(self,? ?', '(')
-      local b = M.doc_for(v.__init, name)
+      local b = M.class_doc(v, name)
       if b then
         for _, l in ipairs(b.lines) do
           if not l:match('^@function') then out[#out + 1] = '  ' .. l end

@@ -1,6 +1,8 @@
 -- Every public function has a doc comment that help() shows: the walk goes
 -- over flow.*, flow.nn.*, F.*, flow.optim(.lr_scheduler).*, flow.utils.data.*,
--- flow.utils.{summary,tensorboard,plot}, flow.profiler and the Tensor methods;
+-- flow.utils.{summary,tensorboard,plot}, flow.profiler, the Tensor methods,
+-- flow.{linalg,special,onnx,amp,autograd,quantization,distributions,cuda,
+-- distributed} and flow.nn.{init,utils};
 -- each Lua function (for a class, its constructor) must have a `---` block
 -- (its own, an alias's, or for an in-place `abs_` the one of `abs`) whose
 -- first line is a sentence, and help.text must show it under the signature.
@@ -14,9 +16,14 @@ local ROOTS = {
   {'flow.utils.data', flow.utils.data}, {'flow.utils.tensorboard', flow.utils.tensorboard},
   {'flow.utils.tensorboard.SummaryWriter', flow.utils.tensorboard.SummaryWriter},
   {'flow.profiler', flow.profiler}, {'Tensor', T.methods},
+  {'flow.utils.plot', flow.utils.plot}, {'flow.utils.summary', flow.utils.summary},
+  {'flow.linalg', flow.linalg}, {'flow.special', flow.special}, {'flow.onnx', flow.onnx},
+  {'flow.amp', flow.amp}, {'flow.autograd', flow.autograd}, {'flow.quantization', flow.quantization},
+  {'flow.distributions', flow.distributions}, {'flow.cuda', flow.cuda},
+  {'flow.distributed', flow.distributed}, {'flow.nn.init', flow.nn.init}, {'flow.nn.utils', flow.nn.utils},
 }
 
--- the public Lua functions of the roots: {name, function, is_class}
+-- the public Lua functions of the roots: {name, function or constructor, class}
 local function public()
   local out = {}
   for _, r in ipairs(ROOTS) do
@@ -26,10 +33,11 @@ local function public()
     end
     table.sort(keys)
     for _, k in ipairs(keys) do
-      local v, cls = r[2][k], false
-      if type(v) == 'table' and type(rawget(v, '__init')) == 'function' then v, cls = v.__init, true end
-      if type(v) == 'function' and debug.getinfo(v, 'S').what ~= 'C' then
-        out[#out + 1] = {r[1] .. '.' .. k, v, cls}
+      local v = r[2][k]
+      if type(v) == 'table' and type(v.__init) == 'function' then
+        out[#out + 1] = {r[1] .. '.' .. k, v.__init, v}
+      elseif type(v) == 'function' and debug.getinfo(v, 'S').what ~= 'C' then
+        out[#out + 1] = {r[1] .. '.' .. k, v}
       end
     end
   end
@@ -46,7 +54,7 @@ describe('help() and the doc comments of the public API', function()
   it('finds a doc comment with a one-line summary for every one', function()
     local missing = {}
     for _, e in ipairs(list) do
-      local b = help.doc_for(e[2], e[1])
+      local b = e[3] and help.class_doc(e[3], e[1]) or help.doc_for(e[2], e[1])
       local first = b and b.lines[1]
       if not (first and first:match('%w') and not first:match('^@')) then
         local info = debug.getinfo(e[2], 'S')

@@ -38,13 +38,17 @@ function M.world()
 end
 
 ------------------------------------------------------------------ flow.env
+--- flow.distributed.get_rank(): this process's rank (0-based, as launchers number them).
 function env.get_rank() return C.of_dist_rank() end
+--- flow.distributed.get_world_size(): the number of processes.
 function env.get_world_size() return C.of_dist_world_size() end
+--- flow.distributed.get_local_rank(): this process's rank on its host (0-based, as launchers number them).
 function env.get_local_rank() return C.of_dist_local_rank() end
 function env.backend() return ffi.string(C.of_dist_backend()) end
 function env.init()
   if C.of_dist_init() ~= 0 then raise(2) end
 end
+--- flow.distributed.barrier(): waits until every rank reaches it.
 function env.barrier()
   if C.of_comm_barrier(M.world().ptr) ~= 0 then raise(2) end
 end

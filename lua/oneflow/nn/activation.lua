@@ -156,6 +156,8 @@ function PReLU:forward(x) return F.prelu(x, self.weight) end
 function PReLU:extra_repr() return 'num_parameters=' .. self.num_parameters end
 
 ------------------------------------------------------------------ Softmax2d
+--- nn.Softmax2d(): softmax over the channels of (N, C, H, W) or (C, H, W).
+-- @function nn.Softmax2d
 local Softmax2d = Module:subclass('Softmax2d')
 M.Softmax2d = Softmax2d
 

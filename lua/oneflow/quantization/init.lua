@@ -40,6 +40,7 @@ M.f32 = nil
 -- ('auto' = 'own', measured faster) or oneDNN's int8 matmul where the build
 -- has it. Returns the previous one.
 local BACKENDS = {auto = 0, own = 1, onednn = 2}
+--- quantization.set_backend(name): the int8 kernels to use ('auto', 'own' or 'onednn'); returns the previous one.
 function M.set_backend(name)
   local C = require('oneflow._C').C
   local v = BACKENDS[name]

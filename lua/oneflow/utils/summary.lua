@@ -64,6 +64,8 @@ local function commas(n)
   local r = s:reverse():gsub('(%d%d%d)', '%1,'):reverse()
   return (r:gsub('^,', ''))
 end
+--- summary.commas(n): n with thousands separators ("1,234,567").
+-- @function utils.summary.commas
 M.commas = commas
 
 local function count(params)
@@ -99,6 +101,8 @@ local function mult_adds(mod, shape)
   end
   return macs
 end
+--- summary.mult_adds(module, output_shape): torchinfo's mult-adds of one call of a leaf module.
+-- @function utils.summary.mult_adds
 M.mult_adds = mult_adds
 
 local function inputs_of(flow, input_shape, opts)
