@@ -84,6 +84,21 @@ local function wrapped(fn)
   return out
 end
 
+-- The first doc block defining `name` in the source file of one of the
+-- functions that iter(list) yields (ipairs over a list, pairs over a class).
+local function block_named(name, iter, list)
+  for _, f in iter(list) do
+    local p = type(f) == 'function' and source_path(f)
+    local blocks = p and blocks_of(p)
+    if blocks then
+      for _, b in ipairs(blocks) do
+        if b.names[name] then b.path, b.line = p, b.last + 1; return b end
+      end
+    end
+  end
+  return nil
+end
+
 --- The doc block of function `fn`: the block right above its definition,
 -- else a block whose definition names `name` in the file of fn or of a
 -- function it wraps.
@@ -103,16 +118,7 @@ function M.doc_block(fn, name)
     end
   end
   if not name then return nil end
-  for _, f in ipairs(cands) do
-    local p = source_path(f)
-    local blocks = p and blocks_of(p)
-    if blocks then
-      for _, b in ipairs(blocks) do
-        if b.names[name] then b.path, b.line = p, b.last + 1; return b end
-      end
-    end
-  end
-  return nil
+  return block_named(name, ipairs, cands)
 end
 
 --- The parameter list of a Lua function from its debug info, as `(a, b, ...)`.
@@ -191,16 +197,7 @@ function M.class_doc(cls, name)
   if b then return b end
   local short = name and name:match('([%w_]+)$')
   if not short then return nil end
-  for _, f in pairs(cls) do
-    local p = type(f) == 'function' and source_path(f)
-    local blocks = p and blocks_of(p)
-    if blocks then
-      for _, blk in ipairs(blocks) do
-        if blk.names[short] then blk.path, blk.line = p, blk.last + 1; return blk end
-      end
-    end
-  end
-  return nil
+  return block_named(short, pairs, cls)
 end
 
 --- The doc block of a public function: its own block, else the block of one

@@ -63,6 +63,29 @@ local function tb_python()
   return false
 end
 
+-- runs a Python script with the arguments; its stdout and stderr
+local function run_python(py, script, args)
+  local sf = os.tmpname()
+  assert(io.open(sf, 'w')):write(script)
+  local p = io.popen(py .. ' ' .. sf .. ' ' .. table.concat(args, ' ') .. ' 2>&1')
+  local out = p:read('*a')
+  p:close()
+  os.remove(sf)
+  return out
+end
+
+-- the tensorboard python, a fresh directory and a writer on dir/run; pending
+-- (nil) when tensorboard cannot be installed
+local function readback_writer()
+  local py = tb_python()
+  if not py then
+    pending('tensorboard could not be installed in a venv (spec/tools/setup_tensorboard.sh needs PyPI)')
+    return nil
+  end
+  local dir = tmpdir()
+  return py, dir, TB.SummaryWriter(dir .. '/run')
+end
+
 describe('flow.utils.tensorboard', function()
   it('computes CRC-32C and TFRecord masks', function()
     assert.are.equal(0xE3069283, TB.crc32c('123456789'))
@@ -124,13 +147,8 @@ describe('flow.utils.tensorboard', function()
   end)
 
   it('is read back by tensorboard: scalars, histograms, images, text, graph', function()
-    local py = tb_python()
-    if not py then
-      pending('tensorboard could not be installed in a venv (spec/tools/setup_tensorboard.sh needs PyPI)')
-      return
-    end
-    local dir = tmpdir()
-    local w = TB.SummaryWriter(dir .. '/run')
+    local py, dir, w = readback_writer()
+    if not py then return end
     for s = 1, 5 do w:add_scalar('loss/train', 1 / s, s) end
     w:add_scalar('lr', flow.tensor({0.25}), 7)
     w:add_scalars('acc', {train = 0.9, val = 0.75}, 3)
@@ -164,12 +182,7 @@ for k in ('train', 'val'):
     b = EventAccumulator(sys.argv[1] + '/run/acc_' + k); b.Reload()
     print('acc', k, b.Scalars('acc')[0].step, '%.6g' % b.Scalars('acc')[0].value)
 ]]
-    local sf = os.tmpname()
-    assert(io.open(sf, 'w')):write(script)
-    local p = io.popen(py .. ' ' .. sf .. ' ' .. dir .. ' 2>&1')
-    local out = p:read('*a')
-    p:close()
-    os.remove(sf)
+    local out = run_python(py, script, {dir})
     local mn, mx = vals:min():item(), vals:max():item()
     local want = table.concat({
       'scalars 1:1 2:0.5 3:0.333333 4:0.25 5:0.2',
@@ -204,13 +217,8 @@ for k in ('train', 'val'):
   end)
 
   it('is read back by tensorboard: image grids, PR curves, hparams', function()
-    local py = tb_python()
-    if not py then
-      pending('tensorboard could not be installed in a venv (spec/tools/setup_tensorboard.sh needs PyPI)')
-      return
-    end
-    local dir = tmpdir()
-    local w = TB.SummaryWriter(dir .. '/run')
+    local py, dir, w = readback_writer()
+    if not py then return end
     -- 10 images of 2x3 whose pixel values name the image: a grid of 8 + 2
     local imgs = flow.zeros(10, 3, 2, 3, {dtype = flow.uint8})
     for i = 1, 10 do imgs[i]:fill_(i * 20) end
@@ -290,12 +298,7 @@ for e in EventFileLoader(f).Load():
             x = v.simple_value if v.HasField('simple_value') else float(tensor_util.make_ndarray(v.tensor))
             print('metric', v.tag, e.step, x)
 ]]
-    local sf = os.tmpname()
-    assert(io.open(sf, 'w')):write(script)
-    local p = io.popen(table.concat({py, sf, dir, list(labels), list(probs), list(weights)}, ' ') .. ' 2>&1')
-    local out = p:read('*a')
-    p:close()
-    os.remove(sf)
+    local out = run_python(py, script, {dir, list(labels), list(probs), list(weights)})
     local want = table.concat({
       'batch 3 24 4 (4, 24, 3)',
       'cells 20 40 60 80 100 120 140 160 180 200 0 0 0 0 0 0',
