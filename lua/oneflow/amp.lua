@@ -55,6 +55,7 @@ end
 function M.is_autocast_enabled(device)
   return C.of_autocast_enabled_device(device_code(device or 'cpu', 'is_autocast_enabled')) ~= 0
 end
+--- flow.amp.get_autocast_dtype(device_type = 'cpu'): the dtype autocast uses on that device.
 function M.get_autocast_dtype(device)
   return types.dtypes[tonumber(C.of_autocast_dtype_device(device_code(device or 'cpu',
                                                                       'get_autocast_dtype')))]

@@ -132,12 +132,14 @@ getters.grad_fn = function(t)
   return setmetatable({ptr = p, owner = t}, Node)
 end
 
+--- x:requires_grad_(flag = true): marks x (a leaf) for gradient recording; returns x.
 function methods.requires_grad_(t, on)
   if on == nil then on = true end
   if C.of_tensor_set_requires_grad(t.p, on and 1 or 0) ~= 0 then raise(2) end
   return t
 end
 
+--- x:detach(): x without its autograd history (shares storage).
 function methods.detach(t) return T.call1(C.of_detach, t.p, out1) end
 function methods.detach_()
   error('detach_: not supported; use x = x:detach()', 2)
@@ -159,6 +161,7 @@ function M.no_grad(fn, ...)
   return unpack(res, 2, table.maxn(res))
 end
 
+--- flow.enable_grad(fn, ...): runs fn with gradient recording on; returns its results.
 function M.enable_grad(fn, ...)
   local prev = C.of_is_grad_enabled()
   C.of_set_grad_enabled(1)
@@ -168,7 +171,9 @@ function M.enable_grad(fn, ...)
   return unpack(res, 2, table.maxn(res))
 end
 
+--- flow.set_grad_enabled(flag, fn?): turns gradient recording on or off (for fn only when given).
 function M.set_grad_enabled(on) C.of_set_grad_enabled(on and 1 or 0) end
+--- flow.is_grad_enabled(): true when operations are being recorded for autograd.
 function M.is_grad_enabled() return C.of_is_grad_enabled() ~= 0 end
 
 ------------------------------------------------------------------ backward
@@ -255,6 +260,7 @@ end
 -- backward (accumulating, as a leaf's does); a no-op on leaves. Made with a
 -- hook that stores the grad arriving at x and returns none (no replacement).
 local retaining = setmetatable({}, {__mode = 'k'})
+--- x:retain_grad(): keeps .grad on a non-leaf tensor after backward.
 function methods.retain_grad(t)
   if not t.requires_grad then
     error('retain_grad: called on a tensor that does not require grad', 2)
@@ -285,6 +291,7 @@ function Ctx.mark_non_differentiable() end
 
 local Function = class('Function')
 Function.name = 'Function'
+--- flow.autograd.Function: subclass it with forward(ctx, ...) and backward(ctx, grads...), call Cls.apply(...).
 M.Function = Function
 
 -- oneflow.class hook: every subclass gets its name and apply.

@@ -22,6 +22,7 @@ function M.is_initialized() return C.of_cuda_library_loaded() ~= 0 end
 --- true when this build has the CUDA part at all.
 function M.is_built() return C.of_cuda_built() ~= 0 end
 
+--- flow.cuda.device_count(): the number of CUDA devices (0 without CUDA).
 function M.device_count() return C.of_cuda_device_count() end
 
 local function index_of(d, op)
@@ -40,6 +41,8 @@ function M.current_device()
   return C.of_cuda_current_device()
 end
 
+--- flow.cuda.set_device(d): makes CUDA device d current (a device index as CUDA numbers them, 'cuda:1' or a
+-- flow.device).
 function M.set_device(d)
   if C.of_cuda_set_device(index_of(d, 'set_device')) ~= 0 then raise(2) end
 end
@@ -64,9 +67,13 @@ function M.memory_stats(d)
           allocated_bytes = tonumber(s.current_bytes), reserved_bytes =
             tonumber(s.current_bytes) + tonumber(s.cached_bytes)}
 end
+--- flow.cuda.memory_allocated(device?): the bytes held by tensors on the device now.
 function M.memory_allocated(d) return M.memory_stats(d).current_bytes end
+--- flow.cuda.max_memory_allocated(device?): the peak bytes held by tensors on the device.
 function M.max_memory_allocated(d) return M.memory_stats(d).peak_bytes end
+--- flow.cuda.memory_reserved(device?): the bytes the caching allocator holds on the device.
 function M.memory_reserved(d) return M.memory_stats(d).reserved_bytes end
+--- flow.cuda.reset_peak_memory_stats(device?): resets the device's peak counter.
 function M.reset_peak_memory_stats(d) C.of_memory_reset_peak(dev_code(d, 'reset_peak_memory_stats')) end
 --- Gives cached blocks back to the driver.
 function M.empty_cache(d)
@@ -106,6 +113,7 @@ function M.set_stream(s)
   if C.of_set_stream(s and s.h or nil) ~= 0 then raise(2) end
   current = s
 end
+--- flow.cuda.current_stream(device?): the stream new CUDA work goes to.
 function M.current_stream() return current end
 --- flow.cuda.wait_event(e): later work on the current stream waits for e.
 function M.wait_event(e)
@@ -196,6 +204,7 @@ local CUDAGraph = require('oneflow._args').value_type({})
 CUDAGraph.__index = CUDAGraph
 local graph_t = ffi.typeof('of_cuda_graph*[1]')
 
+--- flow.cuda.CUDAGraph(): captures a stream's work once and replays it (:capture_begin, :capture_end, :replay).
 function M.CUDAGraph()
   local out = graph_t()
   if C.of_cuda_graph_new(out) ~= 0 then raise(2) end

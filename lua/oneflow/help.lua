@@ -84,6 +84,21 @@ local function wrapped(fn)
   return out
 end
 
+-- The first doc block defining `name` in the source file of one of the
+-- functions that iter(list) yields (ipairs over a list, pairs over a class).
+local function block_named(name, iter, list)
+  for _, f in iter(list) do
+    local p = type(f) == 'function' and source_path(f)
+    local blocks = p and blocks_of(p)
+    if blocks then
+      for _, b in ipairs(blocks) do
+        if b.names[name] then b.path, b.line = p, b.last + 1; return b end
+      end
+    end
+  end
+  return nil
+end
+
 --- The doc block of function `fn`: the block right above its definition,
 -- else a block whose definition names `name` in the file of fn or of a
 -- function it wraps.
@@ -103,16 +118,7 @@ function M.doc_block(fn, name)
     end
   end
   if not name then return nil end
-  for _, f in ipairs(cands) do
-    local p = source_path(f)
-    local blocks = p and blocks_of(p)
-    if blocks then
-      for _, b in ipairs(blocks) do
-        if b.names[name] then b.path, b.line = p, b.last + 1; return b end
-      end
-    end
-  end
-  return nil
+  return block_named(name, ipairs, cands)
 end
 
 --- The parameter list of a Lua function from its debug info, as `(a, b, ...)`.
@@ -128,8 +134,9 @@ function M.params(fn)
 end
 
 -- Where a value is reachable from the usual roots, as `flow.nn.Conv2d`.
+local find_name
 local roots
-local function find_name(v, env)
+function find_name(v, env)
   -- the roots, once oneflow is loaded (help never loads it itself)
   local flow = package.loaded.oneflow
   if not roots or (flow and not roots.flow) then
@@ -162,9 +169,76 @@ local function find_name(v, env)
 end
 M.find_name = find_name
 
+-- Every string key under which v sits in the roots (its aliases: flow.multiply
+-- is flow.mul, flow.clip is flow.clamp).
+local function aliases(v)
+  local out = {}
+  find_name(v)   -- builds the roots
+  for _, r in ipairs(roots or {}) do
+    if type(r[2]) == 'table' then
+      for k, x in pairs(r[2]) do
+        if x == v and type(k) == 'string' then out[#out + 1] = k end
+      end
+    end
+  end
+  table.sort(out)
+  return out
+end
+
+--- The doc block of a class (a table with `__init`, maybe inherited): its
+-- constructor's, else a block naming the class in the file of one of its
+-- own functions (`--- Transform: ...` above `M.Transform = Transform`).
+-- @param cls the class table
+-- @param name its name (`flow.distributions.Transform`), or nil
+-- @return the block or nil
+function M.class_doc(cls, name)
+  local init = cls.__init
+  local b = type(init) == 'function' and M.doc_for(init, name)
+  if b then return b end
+  local short = name and name:match('([%w_]+)$')
+  if not short then return nil end
+  return block_named(short, pairs, cls)
+end
+
+--- The doc block of a public function: its own block, else the block of one
+-- of its aliases, else (for an in-place `abs_`) the block of `abs`.
+-- @param fn a function (for a class, its `__init`)
+-- @param name its name as the user wrote it (`flow.abs_`), or nil
+-- @return the block and, when it was borrowed, the name it belongs to
+function M.doc_for(fn, name)
+  local short = name and name:match('([%w_]+)$')
+  local b = M.doc_block(fn, short)
+  if b then return b end
+  for _, a in ipairs(aliases(fn)) do
+    if a ~= short then
+      b = M.doc_block(fn, a)
+      if b then return b, a end
+    end
+  end
+  -- flow.flatten is wrapped (quantization) around a T.flow lookup at call time
+  local T = package.loaded['oneflow.tensor']
+  local orig = short and T and T.flow and T.flow[short]
+  if type(orig) == 'function' and orig ~= fn then
+    b = M.doc_block(orig, short)
+    if b then return b end
+  end
+  local base = short and short:match('^(.-[^_])_$')
+  if base then
+    local flow = package.loaded.oneflow
+    local f = (T and T.methods and T.methods[base]) or (flow and flow[base])
+    if type(f) == 'function' then
+      b = M.doc_for(f, base)
+      if b then return b, base end
+    end
+  end
+  return nil
+end
+
 --- A one-line description of a function: name, parameters and where it is.
 -- @param fn a function
 -- @param name the name to show, or nil to look it up
+-- @param path the file to name (default: where fn is defined)
+-- @param line the line in path
 -- @return a string like `function flow.zeros(...)  [lua/oneflow/tensor.lua:214]`
 function M.describe_function(fn, name, path, line)
   name = name or find_name(fn)
@@ -183,11 +257,15 @@ end
 function M.text(v, name)
   name = name or find_name(v)
   if type(v) == 'function' then
-    local short = name and name:match('([%w_]+)$')
-    local b = M.doc_block(v, short)
+    local b, of = M.doc_for(v, name)
     local head = M.describe_function(v, name, b and b.path, b and b.line)
     if not b then return head .. '\n  (no doc comment)' end
     local out, tags, cur = {head, ''}, {}, nil
+    if of and name and name:match('_$') and of == name:match('([%w_]+)_$') then
+      out[#out + 1] = '  In-place version of ' .. of .. ' (writes into x and returns it):'
+    elseif of then
+      out[#out + 1] = '  The same function as ' .. of .. ':'
+    end
     for _, l in ipairs(b.lines) do
       -- LDoc modifiers (`@tparam[opt] table opts`) are dropped
       local tag, rest = l:match('^@(%w+)%s*(.*)$')
@@ -232,11 +310,13 @@ function M.text(v, name)
       out[#out + 1] = '  fields: ' .. table.concat(keys, ' ', 1, math.min(#keys, 60)) ..
         (#keys > 60 and (' ... (%d in all)'):format(#keys) or '')
     end
-    if type(rawget(v, '__init')) == 'function' then
+    if type(v.__init) == 'function' then
       out[#out + 1] = '  constructor ' .. (name or '') .. (M.params(v.__init) or ''):gsub('^%(self,? ?', '(')
-      local b = M.doc_block(v.__init)
+      local b = M.class_doc(v, name)
       if b then
-        for _, l in ipairs(b.lines) do out[#out + 1] = '  ' .. l end
+        for _, l in ipairs(b.lines) do
+          if not l:match('^@function') then out[#out + 1] = '  ' .. l end
+        end
       end
     end
     return table.concat(out, '\n')

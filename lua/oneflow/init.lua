@@ -58,6 +58,8 @@ flow.device = types.device
 flow.dtype = types.dtype
 for name, d in pairs(types.by_name) do flow[name] = d end
 flow.get_default_dtype, flow.set_default_dtype = T.get_default_dtype, T.set_default_dtype
+--- flow.set_printoptions({precision = 4, threshold = 1000, edgeitems = 3, linewidth = 80, sci_mode =}): how
+-- tensors print.
 flow.set_printoptions = function(o) for k, v in pairs(o) do printing.options[k] = v end end
 
 --- set_num_threads(n): threads for CPU kernels, an integer in 1..1024.
@@ -68,6 +70,7 @@ function flow.set_num_threads(n)
   end
   A.check_status(core.C.of_set_num_threads(n))
 end
+--- flow.get_num_threads(): the number of CPU threads the kernels use.
 function flow.get_num_threads() return core.C.of_get_num_threads() end
 
 --- Allocator statistics: current, peak and cached bytes (CPU).
@@ -77,12 +80,20 @@ function flow.memory_stats()
           cached_bytes = tonumber(s.cached_bytes), alloc_count = tonumber(s.alloc_count),
           cache_hits = tonumber(s.cache_hits)}
 end
+--- flow.reset_peak_memory_stats(): resets the CPU allocator's peak counter.
 function flow.reset_peak_memory_stats() core.C.of_memory_reset_peak(0) end
+--- flow.empty_cache(): returns the CPU allocator's cached blocks to the system.
 function flow.empty_cache() core.C.of_empty_cache(0) end
 flow.collect = core.collect
 
 --- Shares a C host's `of_tensor*` with Lua (takes a reference of its own).
 function flow.from_handle(ptr)
+  -- a NULL or non-pointer handle would crash in the core: refuse it here
+  if type(ptr) ~= 'cdata' or ptr == nil then
+    A.fail('from_handle: expected a non-NULL of_tensor* from a C host, got ' ..
+           (type(ptr) == 'cdata' and 'NULL' or A.describe(ptr)))
+  end
+  ptr = ffi.cast('of_tensor*', ptr)
   core.C.of_tensor_retain(ptr)
   return core.wrap(ptr)
 end

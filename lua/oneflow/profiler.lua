@@ -83,6 +83,9 @@ local function shapes_of(e)
 end
 
 ------------------------------------------------------------------ profile
+--- flow.profiler.Profile({record_shapes = false, profile_memory = false, ...}): a profiling session; :start(),
+-- :stop(), :key_averages(), :export_chrome_trace(path).
+-- @function profiler.Profile
 M.Profile = class('Profile')
 local Profile = M.Profile
 
@@ -172,6 +175,8 @@ end
 
 ------------------------------------------------------------------ key averages
 local Averages = class('ProfilerAverages')
+--- The per-op table of Profile:key_averages(): rows sorted by :sorted(key), printed by :table(opts).
+-- @function profiler.Averages
 M.Averages = Averages
 
 function Averages:__init(rows, total_self_ns, prof)

@@ -63,6 +63,7 @@ function T.sbp_fn(name, rule, fn)
 end
 
 local Handle = core.Handle
+--- flow.is_tensor(v): true when v is a Tensor.
 function T.is_tensor(x) return type(x) == 'cdata' and ffi.istype(Handle, x) end
 local is_tensor = T.is_tensor
 
@@ -94,9 +95,14 @@ getters.T = function(t)
 end
 
 ------------------------------------------------------------------ basics
+--- x:dim(): the number of dimensions.
 function methods.dim(t) return C.of_tensor_ndim(t.p) end
+--- x:ndimension(): the number of dimensions (x:dim()).
+-- @function Tensor:ndimension
 methods.ndimension = methods.dim
 function methods.numel(t) return tonumber(C.of_tensor_numel(t.p)) end
+--- x:nelement(): the number of elements (x:numel()).
+-- @function Tensor:nelement
 methods.nelement = methods.numel
 
 --- x:size() -> flow.Size; x:size(d) -> number (d 1-based, negative ok).
@@ -115,6 +121,7 @@ function methods.size(t, d)
   return tonumber(C.of_tensor_size(t.p, cd))
 end
 
+--- x:stride(dim?): the strides in elements (a table), or of one 1-based dim.
 function methods.stride(t, d)
   local n = C.of_tensor_ndim(t.p)
   if d == nil then
@@ -137,8 +144,11 @@ function methods.is_contiguous(t, opts)
   end
   return C.of_tensor_is_contiguous(t.p) ~= 0
 end
+--- x:storage_offset(): the offset of x's first element in its storage, in elements.
 function methods.storage_offset(t) return tonumber(C.of_tensor_offset(t.p)) end
+--- x:element_size(): bytes per element of x's dtype.
 function methods.element_size(t) return C.of_dtype_size(C.of_tensor_dtype(t.p)) end
+--- x:is_floating_point(): true for float16/bfloat16/float32/float64.
 function methods.is_floating_point(t) return C.of_dtype_is_floating(C.of_tensor_dtype(t.p)) ~= 0 end
 
 --- Pointer to the first element, typed by dtype (uint16_t* for halves).
@@ -163,6 +173,7 @@ function T.no_data_access(t, what, level)
 end
 
 local dbl = ffi.new('double[1]')
+--- x:item(): the value of a one-element tensor as a Lua number (or boolean).
 function methods.item(t)
   if C.of_tracing() ~= 0 then T.no_data_access(t, ':item()', 2) end
   local n = C.of_tensor_numel(t.p)
@@ -199,7 +210,9 @@ end
 
 ------------------------------------------------------------------ creation
 local default_dtype = types.by_name.float32
+--- flow.get_default_dtype(): the dtype of new float tensors (float32 unless set).
 function T.get_default_dtype() return default_dtype end
+--- flow.set_default_dtype(dtype): the dtype of new float tensors (float32 or float64).
 function T.set_default_dtype(d) default_dtype = types.dtype(d, 2) end
 
 local function device_opt(opts)
@@ -313,6 +326,7 @@ function T.flow.arange(a, b, c, opts)
   return T.call1(C.of_arange, start, stop, step, dt.id, device_opt(opts), out1)
 end
 
+--- flow.linspace(start, end, steps, opts): steps evenly spaced values from start to end.
 function T.flow.linspace(start, stop, steps, opts)
   opts = A.check_options('linspace', opts, FACTORY)
   for i, v in ipairs({start, stop}) do
@@ -415,29 +429,38 @@ local function like(fill, name)
                                                   device = opts.device or x.device})
   end
 end
+--- flow.zeros_like(x, opts): zeros of x's shape.
+-- @function flow.zeros_like
 def('zeros_like', like(0, 'zeros_like'), 'func')
+--- flow.ones_like(x, opts): ones of x's shape.
+-- @function flow.ones_like
 def('ones_like', like(1, 'ones_like'), 'func')
+--- flow.full_like(x, value, opts): a tensor of x's shape filled with value.
 def('full_like', function(x, v, opts)
   opts = A.check_options('full_like', opts, FACTORY)
   return T.flow.full(x:size():totable(), v, {dtype = opts.dtype or x.dtype})
 end, 'func')
+--- flow.empty_like(x, opts): an uninitialised tensor of x's shape ({dtype =, device =} override).
 def('empty_like', function(x, opts)
   opts = A.check_options('empty_like', opts, FACTORY)
   return T.flow.empty(x:size():totable(), {dtype = opts.dtype or x.dtype})
 end, 'func')
 
+--- x:new_zeros(size, opts): zeros with x's dtype and device.
 function methods.new_zeros(x, ...)
   local s, o = A.sizes_and_options('new_zeros', ...)
   A.check_options('new_zeros', o, FACTORY)
   o.dtype = o.dtype or x.dtype
   return T.flow.zeros(s, o)
 end
+--- x:new_ones(size, opts): ones with x's dtype and device.
 function methods.new_ones(x, ...)
   local s, o = A.sizes_and_options('new_ones', ...)
   A.check_options('new_ones', o, FACTORY)
   o.dtype = o.dtype or x.dtype
   return T.flow.ones(s, o)
 end
+--- x:new_empty(size, opts): an uninitialised tensor with x's dtype and device.
 function methods.new_empty(x, ...)
   local s, o = A.sizes_and_options('new_empty', ...)
   A.check_options('new_empty', o, FACTORY)
@@ -445,15 +468,18 @@ function methods.new_empty(x, ...)
   o.device = o.device or x.device
   return T.flow.empty(s, o)
 end
+--- flow.numel(x) / x:numel(): the number of elements.
 def('numel', function(x)
   if not T.is_tensor(x) then error('numel: expected a tensor, got ' .. type(x), 2) end
   return x:numel()
 end, 'func')
+--- x:new_full(size, value, opts): a tensor filled with value, with x's dtype and device.
 function methods.new_full(x, size, v, o)
   o = o or {}
   o.dtype = o.dtype or x.dtype
   return T.flow.full(size, v, o)
 end
+--- x:new_tensor(data, opts): flow.tensor(data) with x's dtype and device.
 function methods.new_tensor(x, data, o)
   o = o or {}
   o.dtype = o.dtype or x.dtype

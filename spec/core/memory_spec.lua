@@ -112,6 +112,13 @@ describe('tensor lifetimes', function()
     core.C.of_tensor_release(p)
     y[1] = 5
     assert.are.equal(5, x[1]:item())
+    -- a NULL or non-pointer handle is an error, not a crash (the embed
+    -- example run on its own, without its C host, passed NULL)
+    local ffi = require 'ffi'
+    local H = require 'spec.helpers'
+    H.raises(function() flow.from_handle(ffi.cast('of_tensor*', nil)) end, 'from_handle', 'NULL')
+    H.raises(function() flow.from_handle(nil) end, 'from_handle: expected a non-NULL of_tensor*')
+    H.raises(function() flow.from_handle(42) end, 'from_handle')
   end)
 end)
 

@@ -90,6 +90,68 @@ describe('flow.utils.summary', function()
     H.raises(function() flow.utils.summary(nn.Linear(2, 2)) end, 'summary: give input_shape')
   end)
 
+  -- the three models of the mult-adds checks, built alike in torch below
+  local function cnn()
+    return nn.Sequential(nn.Conv2d(3, 8, 3, {padding = 1}), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(8, 16, 3, {stride = 2, padding = 1, bias = false}), nn.Flatten(),
+                         nn.Linear(64, 10))
+  end
+
+  it('counts mult-adds per leaf and in total, by the hand formula for Conv and Linear', function()
+    local text, rows = flow.utils.summary(cnn(), {2, 3, 8, 8})
+    -- conv1: (8*3*3*3 + 8) params x N=2 x 8*8 outputs; bn: 16 x N; conv2
+    -- (no bias): 16*8*3*3 x 2 x 2*2; linear: (64*10 + 10) x 2
+    local want = {224 * 2 * 64, 16 * 2, 0, 0, 1152 * 2 * 4, 0, 650 * 2}
+    for i, w in ipairs(want) do assert.are.equal(w, rows[i + 1].mult_adds, rows[i + 1].class) end
+    assert.are.equal(28672 + 32 + 9216 + 1300, rows.total_mult_adds)
+    assert.are.equal(rows.total_mult_adds, rows[1].mult_adds)     -- the container: its leaves
+    assert.truthy(text:find('Mult-Adds', 1, true))
+    assert.truthy(text:find('28,672', 1, true))
+    assert.truthy(text:find(('Total mult-adds (M): %.2f'):format(39220 / 1e6), 1, true))
+  end)
+
+  it("matches torchinfo's Mult-Adds (CNN, LSTM, Linear on 3-d input)", function()
+    local tpy = os.getenv('TORCHINFO_PYTHON')
+    if not tpy then
+      local p = io.popen('timeout 300 sh spec/tools/setup_torchinfo.sh 2>/dev/null | tail -1')
+      tpy = p:read('*l')
+      p:close()
+    end
+    if not tpy or tpy == '' or os.execute(tpy .. ' -c "import torchinfo" >/dev/null 2>&1') ~= 0 then
+      pending('torchinfo could not be installed (spec/tools/setup_torchinfo.sh needs python3-torch and PyPI)')
+      return
+    end
+    local models = {
+      {cnn(), {2, 3, 8, 8}},
+      {nn.LSTM(4, 6), {5, 2, 4}},
+      {nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2)), {2, 5, 4}},
+    }
+    local ours = {}
+    for i, m in ipairs(models) do
+      local _, rows = flow.utils.summary(m[1], m[2])
+      local parts = {}
+      for _, r in ipairs(rows) do if r.leaf then parts[#parts + 1] = r.class .. ':' .. r.mult_adds end end
+      ours[i] = table.concat(parts, ' ') .. ' total:' .. rows.total_mult_adds
+    end
+    local p = io.popen(tpy .. [[ -c "
+import torch, torchinfo
+from torch import nn
+models = [
+  (nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                 nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False), nn.Flatten(), nn.Linear(64, 10)), (2, 3, 8, 8)),
+  (nn.LSTM(4, 6), (5, 2, 4)),
+  (nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2)), (2, 5, 4)),
+]
+for m, size in models:
+    s = torchinfo.summary(m, input_size=size, verbose=0)
+    leaves = [l for l in s.summary_list if l.is_leaf_layer]
+    print(' '.join('%s:%d' % (l.class_name, l.macs) for l in leaves) + ' total:%d' % s.total_mult_adds)
+" 2>&1]])
+    local out = p:read('*a')
+    p:close()
+    assert.are.equal(table.concat(ours, '\n') .. '\n', out)
+  end)
+
   it('matches torchvision resnet18 parameter counts', function()
     if not torchvision_available() then
       pending('torch/torchvision not found for ' .. PY)

@@ -47,14 +47,17 @@ end
 local function joined()
   if C.of_dist_init() ~= 0 then raise(3) end
 end
+--- flow.distributed.get_rank(): this process's rank (0-based, as launchers number them).
 function env.get_rank()
   joined()
   return C.of_dist_rank()
 end
+--- flow.distributed.get_world_size(): the number of processes.
 function env.get_world_size()
   joined()
   return C.of_dist_world_size()
 end
+--- flow.distributed.get_local_rank(): this process's rank on its host (0-based, as launchers number them).
 function env.get_local_rank()
   joined()
   return C.of_dist_local_rank()
@@ -73,6 +76,7 @@ function env.launcher()
           local_rank = opt(launch.local_rank), node_rank = opt(launch.node_rank),
           nodes = opt(launch.nodes), pmi = launch.pmi ~= 0}
 end
+--- flow.distributed.barrier(): waits until every rank reaches it.
 function env.barrier()
   if C.of_comm_barrier(M.world().ptr) ~= 0 then raise(2) end
 end

@@ -29,6 +29,8 @@ local GT = A.value_type({})             -- their metatable
 M.methods, M.metatable = G, GT
 
 local function is_global(x) return type(x) == 'table' and getmetatable(x) == GT end
+--- x:is_global(): true for a global (distributed, placement + SBP) tensor.
+-- @function flow.is_global
 M.is_global = is_global
 
 local function sbp_str(s)
@@ -317,6 +319,7 @@ local function local_to_global(x, P, s)
   return new(x, combine_shapes('to_global', shapes, P, s, 3), P, s, x.dtype)
 end
 
+--- x:to_global({placement =, sbp =}): a global tensor with that placement and SBP (communicates as needed).
 function methods.to_global(x, P, s)
   if P == nil and s == nil then error('to_global: expected a placement and an sbp', 2) end
   local g = local_to_global(x, P, s)

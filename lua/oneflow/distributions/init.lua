@@ -59,6 +59,8 @@ end
 
 ------------------------------------------------------------------ Distribution
 local Distribution = class('Distribution')
+--- Distribution: the base class (sample, rsample, log_prob, entropy, mean, variance, batch_shape, event_shape).
+-- @function distributions.Distribution
 M.Distribution = Distribution
 Distribution.has_rsample = false
 Distribution.has_enumerate_support = false
@@ -222,6 +224,8 @@ end
 
 ------------------------------------------------------------------ Bernoulli
 local Bernoulli = Distribution:subclass('Bernoulli')
+--- Bernoulli(probs[, logits]) or Bernoulli({probs =} | {logits =}): 1 with probability probs, else 0.
+-- @function distributions.Bernoulli
 M.Bernoulli = Bernoulli
 Bernoulli.support = constraints.boolean
 --- Bernoulli(probs[, logits[, validate_args]]) or Bernoulli({probs =} | {logits =})
@@ -318,6 +322,8 @@ end
 
 ------------------------------------------------------------------ OneHotCategorical
 local OneHotCategorical = Distribution:subclass('OneHotCategorical')
+--- OneHotCategorical(probs[, logits]): one-hot vectors of a Categorical sample.
+-- @function distributions.OneHotCategorical
 M.OneHotCategorical = OneHotCategorical
 OneHotCategorical.support = constraints.one_hot
 OneHotCategorical._param_event_dims = {1}
@@ -1061,6 +1067,8 @@ function RelaxedBernoulli:_get_probs() return self.base_dist.probs end
 function RelaxedBernoulli:_get_logits() return self.base_dist.logits end
 
 local ExpRelaxedCategorical = Distribution:subclass('ExpRelaxedCategorical')
+--- ExpRelaxedCategorical(temperature, probs[, logits]): the log of a RelaxedOneHotCategorical sample.
+-- @function distributions.ExpRelaxedCategorical
 M.ExpRelaxedCategorical = ExpRelaxedCategorical
 ExpRelaxedCategorical.support = constraints.real_vector
 ExpRelaxedCategorical.has_rsample = true
@@ -1371,5 +1379,50 @@ reg(Independent, Independent)(function(p, q)
   end
   return sum_rightmost(M.kl_divergence(p.base_dist, q.base_dist), p.reinterpreted_batch_ndims)
 end)
+
+
+-- Doc comments of the functions made in loops above (help() and LDoc read them).
+
+--- Beta(concentration1, concentration0): the Beta distribution on (0, 1).
+-- @function distributions.Beta
+
+--- Cauchy(loc, scale): the Cauchy distribution.
+-- @function distributions.Cauchy
+
+--- Exponential(rate): the exponential distribution.
+-- @function distributions.Exponential
+
+--- Gamma(concentration, rate): the Gamma distribution.
+-- @function distributions.Gamma
+
+--- Gumbel(loc, scale): the Gumbel distribution.
+-- @function distributions.Gumbel
+
+--- HalfCauchy(scale): |X| for X ~ Cauchy(0, scale).
+-- @function distributions.HalfCauchy
+
+--- HalfNormal(scale): |X| for X ~ Normal(0, scale).
+-- @function distributions.HalfNormal
+
+--- InverseGamma(concentration, rate): 1 / X for X ~ Gamma(concentration, rate).
+-- @function distributions.InverseGamma
+
+--- Laplace(loc, scale): the Laplace distribution.
+-- @function distributions.Laplace
+
+--- LogNormal(loc, scale): exp(X) for X ~ Normal(loc, scale).
+-- @function distributions.LogNormal
+
+--- Normal(loc, scale): the normal distribution; rsample is reparameterised.
+-- @function distributions.Normal
+
+--- Pareto(scale, alpha): the Pareto distribution.
+-- @function distributions.Pareto
+
+--- Poisson(rate): the Poisson distribution.
+-- @function distributions.Poisson
+
+--- Weibull(scale, concentration): the Weibull distribution.
+-- @function distributions.Weibull
 
 return M

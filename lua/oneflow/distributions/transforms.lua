@@ -12,6 +12,8 @@ local M = {}
 local fail = A.fail
 
 local Transform = class('Transform')
+--- Transform: the base class of bijections (called as t(x); t:inv(y), t:log_abs_det_jacobian(x, y), domain,
+-- codomain).
 M.Transform = Transform
 Transform.bijective, Transform.sign, Transform.event_dim = true, 1, 0
 Transform.domain, Transform.codomain = constraints.real, constraints.real
@@ -59,6 +61,8 @@ local function sum_rightmost(x, n)
   return x
 end
 
+--- ExpTransform(): y = exp(x).
+-- @function distributions.ExpTransform
 local Exp = Transform:subclass('ExpTransform')
 M.ExpTransform = Exp
 Exp.codomain = constraints.positive
@@ -84,6 +88,8 @@ function Affine:log_abs_det_jacobian(x)
   return sum_rightmost(r, self.event_dim)
 end
 
+--- SigmoidTransform(): y = sigmoid(x).
+-- @function distributions.SigmoidTransform
 local Sigmoid = Transform:subclass('SigmoidTransform')
 M.SigmoidTransform = Sigmoid
 Sigmoid.codomain = constraints.unit_interval
@@ -98,6 +104,8 @@ function Sigmoid.log_abs_det_jacobian(_, x)
   return -F.softplus(-x) - F.softplus(x)
 end
 
+--- TanhTransform(): y = tanh(x).
+-- @function distributions.TanhTransform
 local Tanh = Transform:subclass('TanhTransform')
 M.TanhTransform = Tanh
 Tanh.codomain = constraints.interval(-1, 1)
@@ -107,6 +115,8 @@ function Tanh.log_abs_det_jacobian(_, x)
   return (math.log(2) - x - flow.nn.functional.softplus(x * -2)) * 2
 end
 
+--- AbsTransform(): y = |x| (not bijective; no inverse log-det).
+-- @function distributions.AbsTransform
 local Abs = Transform:subclass('AbsTransform')
 M.AbsTransform = Abs
 Abs.bijective, Abs.codomain = false, constraints.positive
@@ -127,6 +137,8 @@ function Power:_inverse(y)
 end
 function Power:log_abs_det_jacobian(x, y) return (y * self.exponent / x):abs():log() end
 
+--- SoftmaxTransform(): y = softmax(x) over the last dim (not bijective).
+-- @function distributions.SoftmaxTransform
 local Softmax = Transform:subclass('SoftmaxTransform')
 M.SoftmaxTransform = Softmax
 Softmax.bijective, Softmax.event_dim, Softmax.codomain = false, 1, constraints.simplex

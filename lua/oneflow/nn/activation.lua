@@ -32,44 +32,88 @@ end
 local inplace = {{'inplace', false}}
 local none = {}
 
+--- nn.ReLU({inplace = false}): max(0, x).
+-- @function nn.ReLU
 activation('ReLU', inplace, function(self, x) return F.relu(x, self.inplace) end)
+--- nn.ReLU6({inplace = false}): min(max(0, x), 6).
+-- @function nn.ReLU6
 activation('ReLU6', inplace, function(self, x) return F.relu6(x, self.inplace) end)
+--- nn.SiLU({inplace = false}): x * sigmoid(x).
+-- @function nn.SiLU
 activation('SiLU', inplace, function(self, x) return F.silu(x, self.inplace) end)
+--- nn.Mish({inplace = false}): x * tanh(softplus(x)).
+-- @function nn.Mish
 activation('Mish', inplace, function(self, x) return F.mish(x, self.inplace) end)
+--- nn.Hardswish({inplace = false}): x * relu6(x + 3) / 6.
+-- @function nn.Hardswish
 activation('Hardswish', inplace, function(self, x) return F.hardswish(x, self.inplace) end)
+--- nn.Hardsigmoid({inplace = false}): relu6(x + 3) / 6.
+-- @function nn.Hardsigmoid
 activation('Hardsigmoid', inplace, function(self, x) return F.hardsigmoid(x, self.inplace) end)
+--- nn.Sigmoid(): 1 / (1 + exp(-x)).
+-- @function nn.Sigmoid
 activation('Sigmoid', none, function(_, x) return x:sigmoid() end)
+--- nn.Tanh(): the hyperbolic tangent.
+-- @function nn.Tanh
 activation('Tanh', none, function(_, x) return x:tanh() end)
+--- nn.LogSigmoid(): log(sigmoid(x)), computed stably.
+-- @function nn.LogSigmoid
 activation('LogSigmoid', none, function(_, x) return F.logsigmoid(x) end)
+--- nn.Softsign(): x / (1 + |x|).
+-- @function nn.Softsign
 activation('Softsign', none, function(_, x) return F.softsign(x) end)
+--- nn.Tanhshrink(): x - tanh(x).
+-- @function nn.Tanhshrink
 activation('Tanhshrink', none, function(_, x) return F.tanhshrink(x) end)
+--- nn.SELU({inplace = false}): scale * elu(x, alpha) with the self-normalising constants.
+-- @function nn.SELU
 activation('SELU', inplace, function(self, x) return F.selu(x, self.inplace) end)
 
+--- nn.GELU({approximate = 'none'}): x * Phi(x); approximate = 'tanh' uses the tanh formula.
+-- @function nn.GELU
 activation('GELU', {{'approximate', 'none'}}, function(self, x)
   return F.gelu(x, {approximate = self.approximate})
 end, {'approximate'})
+--- nn.LeakyReLU(negative_slope = 0.01, {inplace = false}): x for x > 0, negative_slope * x otherwise.
+-- @function nn.LeakyReLU
 activation('LeakyReLU', {{'negative_slope', 0.01}, {'inplace', false}}, function(self, x)
   return F.leaky_relu(x, self.negative_slope, self.inplace)
 end, {'negative_slope'})
+--- nn.ELU({alpha = 1, inplace = false}): x for x > 0, alpha * (exp(x) - 1) otherwise.
+-- @function nn.ELU
 activation('ELU', {{'alpha', 1}, {'inplace', false}}, function(self, x)
   return F.elu(x, self.alpha, self.inplace)
 end, {'alpha'})
+--- nn.CELU({alpha = 1, inplace = false}): max(0, x) + min(0, alpha * (exp(x / alpha) - 1)).
+-- @function nn.CELU
 activation('CELU', {{'alpha', 1}, {'inplace', false}}, function(self, x)
   return F.celu(x, self.alpha, self.inplace)
 end, {'alpha'})
+--- nn.Hardtanh(min_val = -1, max_val = 1, {inplace = false}): x clamped to [min_val, max_val].
+-- @function nn.Hardtanh
 activation('Hardtanh', {{'min_val', -1}, {'max_val', 1}, {'inplace', false}}, function(self, x)
   return F.hardtanh(x, self.min_val, self.max_val, self.inplace)
 end, {'min_val', 'max_val'})
+--- nn.Softplus({beta = 1, threshold = 20}): log(1 + exp(beta * x)) / beta, linear above threshold.
+-- @function nn.Softplus
 activation('Softplus', {{'beta', 1}, {'threshold', 20}}, function(self, x)
   return F.softplus(x, self.beta, self.threshold)
 end, {'beta', 'threshold'})
+--- nn.Hardshrink(lambd = 0.5): x where |x| > lambd, else 0.
+-- @function nn.Hardshrink
 activation('Hardshrink', {{'lambd', 0.5}}, function(self, x) return F.hardshrink(x, self.lambd) end,
            {'lambd'})
+--- nn.Softshrink(lambd = 0.5): x - lambd above lambd, x + lambd below -lambd, else 0.
+-- @function nn.Softshrink
 activation('Softshrink', {{'lambd', 0.5}}, function(self, x) return F.softshrink(x, self.lambd) end,
            {'lambd'})
+--- nn.Threshold(threshold, value, {inplace = false}): x where x > threshold, else value.
+-- @function nn.Threshold
 activation('Threshold', {{'threshold', U.REQUIRED}, {'value', U.REQUIRED}, {'inplace', false}},
            function(self, x) return F.threshold(x, self.threshold, self.value) end,
            {'threshold', 'value'})
+--- nn.GLU(dim = -1): a * sigmoid(b), a and b the halves of the input along dim.
+-- @function nn.GLU
 activation('GLU', {{'dim', -1}}, function(self, x) return F.glu(x, self.dim) end, {'dim'})
 
 -- Softmax(dim): without a dim, PyTorch's legacy choice (dim 1 for 0-, 1- and
@@ -79,11 +123,17 @@ local function softmax_dim(self, x)
   local nd = x:dim()
   return (nd == 0 or nd == 1 or nd == 3) and 1 or 2
 end
+--- nn.Softmax(dim): exp(x) / sum(exp(x)) along dim (1-based).
+-- @function nn.Softmax
 activation('Softmax', {{'dim', nil}}, function(self, x) return F.softmax(x, softmax_dim(self, x)) end,
            {'dim'})
+--- nn.LogSoftmax(dim): log(softmax(x)) along dim (1-based).
+-- @function nn.LogSoftmax
 activation('LogSoftmax', {{'dim', nil}}, function(self, x)
   return F.log_softmax(x, softmax_dim(self, x))
 end, {'dim'})
+--- nn.Softmin(dim): softmax(-x) along dim (1-based).
+-- @function nn.Softmin
 activation('Softmin', {{'dim', nil}}, function(self, x) return F.softmin(x, softmax_dim(self, x)) end,
            {'dim'})
 
@@ -106,6 +156,8 @@ function PReLU:forward(x) return F.prelu(x, self.weight) end
 function PReLU:extra_repr() return 'num_parameters=' .. self.num_parameters end
 
 ------------------------------------------------------------------ Softmax2d
+--- nn.Softmax2d(): softmax over the channels of (N, C, H, W) or (C, H, W).
+-- @function nn.Softmax2d
 local Softmax2d = Module:subclass('Softmax2d')
 M.Softmax2d = Softmax2d
 

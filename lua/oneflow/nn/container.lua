@@ -180,6 +180,8 @@ end
 
 ------------------------------------------------------------------ ModuleList
 local ModuleList = Module:subclass('ModuleList')
+--- nn.ModuleList(modules): a list of modules, registered as children 1, 2, ...
+-- @function nn.ModuleList
 M.ModuleList = ModuleList
 list_class(ModuleList, '_modules', check_module)
 
@@ -223,6 +225,8 @@ function ModuleDict.forward() fail('ModuleDict: has no forward') end
 
 ------------------------------------------------------------------ ParameterList / ParameterDict
 local ParameterList = Module:subclass('ParameterList')
+--- nn.ParameterList(params): a list of parameters, registered as 1, 2, ...
+-- @function nn.ParameterList
 M.ParameterList = ParameterList
 list_class(ParameterList, '_parameters', as_param)
 
@@ -240,6 +244,8 @@ function ParameterList:extra_repr()
 end
 
 local ParameterDict = Module:subclass('ParameterDict')
+--- nn.ParameterDict(params): a table of named parameters, registered on the module.
+-- @function nn.ParameterDict
 M.ParameterDict = ParameterDict
 
 function ParameterDict:__init(params)

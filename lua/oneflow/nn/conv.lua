@@ -204,4 +204,27 @@ for nsp = 1, 3 do
   make_conv_transpose(nsp)
 end
 
+
+-- Doc comments of the functions made in loops above (help() and LDoc read them).
+
+--- nn.Conv1d(in_channels, out_channels, kernel_size, {stride = 1, padding = 0, dilation = 1, groups = 1, bias =
+-- true, padding_mode = 'zeros'}): 1-d convolution over (N, C, L).
+-- @function nn.Conv1d
+
+--- nn.Conv3d(in_channels, out_channels, kernel_size, {stride = 1, padding = 0, dilation = 1, groups = 1, bias =
+-- true}): 3-d convolution over (N, C, D, H, W).
+-- @function nn.Conv3d
+
+--- nn.ConvTranspose1d(in_channels, out_channels, kernel_size, {stride = 1, padding = 0, output_padding = 0,
+-- groups = 1, bias = true, dilation = 1}): 1-d transposed convolution.
+-- @function nn.ConvTranspose1d
+
+--- nn.ConvTranspose2d(in_channels, out_channels, kernel_size, {stride = 1, padding = 0, output_padding = 0,
+-- groups = 1, bias = true, dilation = 1}): 2-d transposed convolution.
+-- @function nn.ConvTranspose2d
+
+--- nn.ConvTranspose3d(in_channels, out_channels, kernel_size, {stride = 1, padding = 0, output_padding = 0,
+-- groups = 1, bias = true, dilation = 1}): 3-d transposed convolution.
+-- @function nn.ConvTranspose3d
+
 return M

@@ -51,6 +51,7 @@ local function fan(t, mode)
 end
 
 ------------------------------------------------------------------ simple fills
+--- nn.init.uniform_(t, a = 0, b = 1): fills t with uniform numbers in [a, b), in place.
 function I.uniform_(t, ...)
   local a = parse('uniform_', {{'a', 0}, {'b', 1}, {'generator', nil}}, ...)
   return no_grad(function() return t:uniform_(a.a, a.b) end)
@@ -61,6 +62,7 @@ function I.normal_(t, ...)
   return no_grad(function() return t:normal_(a.mean, a.std) end)
 end
 
+--- nn.init.constant_(t, val): fills t with val in place.
 function I.constant_(t, val) return no_grad(function() return t:fill_(val) end) end
 function I.ones_(t) return I.constant_(t, 1) end
 function I.zeros_(t) return I.constant_(t, 0) end
@@ -95,6 +97,7 @@ end
 ------------------------------------------------------------------ scaled
 local gain_spec = {{'gain', 1}, {'generator', nil}}
 
+--- nn.init.xavier_uniform_(t, gain = 1): Glorot uniform initialisation, in place.
 function I.xavier_uniform_(t, ...)
   local a = parse('xavier_uniform_', gain_spec, ...)
   local fin, fout = I._calculate_fan_in_and_fan_out(t)
@@ -102,6 +105,7 @@ function I.xavier_uniform_(t, ...)
   return no_grad(function() return t:uniform_(-bound, bound) end)
 end
 
+--- nn.init.xavier_normal_(t, gain = 1): Glorot normal initialisation, in place.
 function I.xavier_normal_(t, ...)
   local a = parse('xavier_normal_', gain_spec, ...)
   local fin, fout = I._calculate_fan_in_and_fan_out(t)
@@ -125,6 +129,8 @@ function I.kaiming_uniform_(t, ...)
   return no_grad(function() return t:uniform_(-bound, bound) end)
 end
 
+--- nn.init.kaiming_normal_(t, {a = 0, mode = 'fan_in', nonlinearity = 'leaky_relu'}): He normal initialisation,
+-- in place.
 function I.kaiming_normal_(t, ...)
   local std = kaiming_std('kaiming_normal_', t, ...)
   if not std then return t end

@@ -16,6 +16,8 @@ end
 M._empty_param = empty_param
 
 ------------------------------------------------------------------ Identity
+--- nn.Identity(...): returns its input unchanged (arguments are ignored, as in PyTorch).
+-- @function nn.Identity
 local Identity = Module:subclass('Identity')
 M.Identity = Identity
 function Identity.forward(_, x) return x end

@@ -33,14 +33,19 @@ function M.Parameter(t, rg)
   return p
 end
 
+--- nn.is_parameter(v): true when v is an nn.Parameter.
 function M.is_parameter(t) return param_set[t] == true end
 local is_parameter = M.is_parameter
 
 ------------------------------------------------------------------ class machinery
 local Module = class('Module')
 Module.__is_module, Module.__label = true, 'nn.'
+--- nn.Module(): the base class of every layer; subclass it with nn.Module:subclass('Name') and define __init and
+-- forward.
+-- @function nn.Module
 M.Module = Module
 
+--- nn.is_module(v): true when v is an nn.Module instance.
 function M.is_module(v)
   local mt = type(v) == 'table' and getmetatable(v)
   return type(mt) == 'table' and mt.__is_module == true

@@ -111,8 +111,14 @@ local function make_batch_norm(name, dims)
   end
   M[name] = cls
 end
+--- nn.BatchNorm1d(num_features, {eps = 1e-5, momentum = 0.1, affine = true, track_running_stats = true}): batch
+-- norm over (N, C) or (N, C, L).
+-- @function nn.BatchNorm1d
 make_batch_norm('BatchNorm1d', {2, 3})
 make_batch_norm('BatchNorm2d', {4})
+--- nn.BatchNorm3d(num_features, {eps = 1e-5, momentum = 0.1, affine = true, track_running_stats = true}): batch
+-- norm over (N, C, D, H, W).
+-- @function nn.BatchNorm3d
 make_batch_norm('BatchNorm3d', {5})
 
 local inst_spec = {{'num_features', U.REQUIRED}, {'eps', 1e-5}, {'momentum', 0.1}, {'affine', false},
@@ -141,8 +147,17 @@ local function make_instance_norm(name, nsp)
   end
   M[name] = cls
 end
+--- nn.InstanceNorm1d(num_features, {eps = 1e-5, momentum = 0.1, affine = false, track_running_stats = false}):
+-- normalises each sample and channel over L.
+-- @function nn.InstanceNorm1d
 make_instance_norm('InstanceNorm1d', 1)
+--- nn.InstanceNorm2d(num_features, {eps = 1e-5, momentum = 0.1, affine = false, track_running_stats = false}):
+-- normalises each sample and channel over (H, W).
+-- @function nn.InstanceNorm2d
 make_instance_norm('InstanceNorm2d', 2)
+--- nn.InstanceNorm3d(num_features, {eps = 1e-5, momentum = 0.1, affine = false, track_running_stats = false}):
+-- normalises each sample and channel over (D, H, W).
+-- @function nn.InstanceNorm3d
 make_instance_norm('InstanceNorm3d', 3)
 
 ------------------------------------------------------------------ LayerNorm
@@ -230,6 +245,8 @@ end
 
 ------------------------------------------------------------------ GroupNorm
 local GroupNorm = Module:subclass('GroupNorm')
+--- nn.GroupNorm(num_groups, num_channels, {eps = 1e-5, affine = true}): normalises over groups of channels.
+-- @function nn.GroupNorm
 M.GroupNorm = GroupNorm
 
 local gn_spec = {{'num_groups', U.REQUIRED}, {'num_channels', U.REQUIRED}, {'eps', 1e-5},

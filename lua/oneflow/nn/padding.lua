@@ -42,4 +42,52 @@ for nsp = 1, 3 do
   pad_class('CircularPad' .. nsp .. 'd', nsp, 'circular', false)
 end
 
+
+-- Doc comments of the functions made in loops above (help() and LDoc read them).
+
+--- nn.CircularPad1d(padding): pads the last dim by wrapping around.
+-- @function nn.CircularPad1d
+
+--- nn.CircularPad2d(padding): pads the last 2 dims by wrapping around.
+-- @function nn.CircularPad2d
+
+--- nn.CircularPad3d(padding): pads the last 3 dims by wrapping around.
+-- @function nn.CircularPad3d
+
+--- nn.ConstantPad1d(padding, value): pads the last dim with a constant.
+-- @function nn.ConstantPad1d
+
+--- nn.ConstantPad2d(padding, value): pads the last 2 dims with a constant.
+-- @function nn.ConstantPad2d
+
+--- nn.ConstantPad3d(padding, value): pads the last 3 dims with a constant.
+-- @function nn.ConstantPad3d
+
+--- nn.ReflectionPad1d(padding): pads the last dim by reflecting at the border.
+-- @function nn.ReflectionPad1d
+
+--- nn.ReflectionPad2d(padding): pads the last 2 dims by reflecting at the border.
+-- @function nn.ReflectionPad2d
+
+--- nn.ReflectionPad3d(padding): pads the last 3 dims by reflecting at the border.
+-- @function nn.ReflectionPad3d
+
+--- nn.ReplicationPad1d(padding): pads the last dim by repeating the border value.
+-- @function nn.ReplicationPad1d
+
+--- nn.ReplicationPad2d(padding): pads the last 2 dims by repeating the border value.
+-- @function nn.ReplicationPad2d
+
+--- nn.ReplicationPad3d(padding): pads the last 3 dims by repeating the border value.
+-- @function nn.ReplicationPad3d
+
+--- nn.ZeroPad1d(padding): pads the last dim with zeros.
+-- @function nn.ZeroPad1d
+
+--- nn.ZeroPad2d(padding): pads the last 2 dims with zeros.
+-- @function nn.ZeroPad2d
+
+--- nn.ZeroPad3d(padding): pads the last 3 dims with zeros.
+-- @function nn.ZeroPad3d
+
 return M

@@ -64,4 +64,45 @@ for nsp = 1, 3 do
     end)
 end
 
+
+-- Doc comments of the functions made in loops above (help() and LDoc read them).
+
+--- nn.AdaptiveAvgPool1d(output_size): average pooling to a fixed output length.
+-- @function nn.AdaptiveAvgPool1d
+
+--- nn.AdaptiveAvgPool2d(output_size): average pooling to a fixed output size (H, W).
+-- @function nn.AdaptiveAvgPool2d
+
+--- nn.AdaptiveAvgPool3d(output_size): average pooling to a fixed output size (D, H, W).
+-- @function nn.AdaptiveAvgPool3d
+
+--- nn.AdaptiveMaxPool1d(output_size, {return_indices = false}): max pooling to a fixed output length.
+-- @function nn.AdaptiveMaxPool1d
+
+--- nn.AdaptiveMaxPool2d(output_size, {return_indices = false}): max pooling to a fixed output size (H, W).
+-- @function nn.AdaptiveMaxPool2d
+
+--- nn.AdaptiveMaxPool3d(output_size, {return_indices = false}): max pooling to a fixed output size (D, H, W).
+-- @function nn.AdaptiveMaxPool3d
+
+--- nn.AvgPool1d(kernel_size, {stride =, padding = 0, ceil_mode = false, count_include_pad = true}): 1-d average
+-- pooling.
+-- @function nn.AvgPool1d
+
+--- nn.AvgPool2d(kernel_size, {stride =, padding = 0, ceil_mode = false, count_include_pad = true,
+-- divisor_override =}): 2-d average pooling.
+-- @function nn.AvgPool2d
+
+--- nn.AvgPool3d(kernel_size, {stride =, padding = 0, ceil_mode = false, count_include_pad = true}): 3-d average
+-- pooling.
+-- @function nn.AvgPool3d
+
+--- nn.MaxPool1d(kernel_size, {stride =, padding = 0, dilation = 1, return_indices = false, ceil_mode = false}):
+-- 1-d max pooling.
+-- @function nn.MaxPool1d
+
+--- nn.MaxPool3d(kernel_size, {stride =, padding = 0, dilation = 1, return_indices = false, ceil_mode = false}):
+-- 3-d max pooling.
+-- @function nn.MaxPool3d
+
 return M

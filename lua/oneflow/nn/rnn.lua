@@ -26,6 +26,8 @@ local cells = {}
 function cells.RNN_TANH(gi, gh) return (gi + gh):tanh() end
 function cells.RNN_RELU(gi, gh) return (gi + gh):relu() end
 
+--- nn.LSTM(input_size, hidden_size, {num_layers = 1, bias = true, batch_first = false, dropout = 0, bidirectional
+-- = false, proj_size = 0}): a multi-layer LSTM.
 function cells.LSTM(gi, gh, _, c)
   local g = (gi + gh):chunk(4, -1)
   local i, f, o = g[1]:sigmoid(), g[2]:sigmoid(), g[4]:sigmoid()
@@ -33,6 +35,8 @@ function cells.LSTM(gi, gh, _, c)
   return o * c1:tanh(), c1
 end
 
+--- nn.GRU(input_size, hidden_size, {num_layers = 1, bias = true, batch_first = false, dropout = 0, bidirectional
+-- = false}): a multi-layer GRU.
 function cells.GRU(gi, gh, h)
   local a, b = gi:chunk(3, -1), gh:chunk(3, -1)
   local r = (a[1] + b[1]):sigmoid()
@@ -49,6 +53,8 @@ end
 
 ------------------------------------------------------------------ RNNBase
 local RNNBase = Module:subclass('RNNBase')
+--- The base class of nn.RNN, nn.LSTM and nn.GRU: weights named weight_ih_l0, weight_hh_l0, ... as in PyTorch.
+-- @function nn.RNNBase
 M.RNNBase = RNNBase
 
 local base_spec = {{'input_size', U.REQUIRED}, {'hidden_size', U.REQUIRED}, {'num_layers', 1},
@@ -323,8 +329,14 @@ local function cell_class(name, mode)
   M[name] = cls
 end
 
+--- nn.RNNCell(input_size, hidden_size, {bias = true, nonlinearity = 'tanh'}): one Elman RNN step.
+-- @function nn.RNNCell
 cell_class('RNNCell', 'RNN_TANH')
+--- nn.LSTMCell(input_size, hidden_size, {bias = true}): one LSTM step; returns h, c.
+-- @function nn.LSTMCell
 cell_class('LSTMCell', 'LSTM')
+--- nn.GRUCell(input_size, hidden_size, {bias = true}): one GRU step.
+-- @function nn.GRUCell
 cell_class('GRUCell', 'GRU')
 
 return M

@@ -9,6 +9,8 @@ local M = {}
 
 ------------------------------------------------------------------ PixelShuffle
 local PixelShuffle = Module:subclass('PixelShuffle')
+--- nn.PixelShuffle(upscale_factor): (N, C*r^2, H, W) -> (N, C, H*r, W*r).
+-- @function nn.PixelShuffle
 M.PixelShuffle = PixelShuffle
 function PixelShuffle:__init(r) Module.__init(self); self.upscale_factor = r end
 function PixelShuffle:forward(x) return F.pixel_shuffle(x, self.upscale_factor) end

@@ -186,6 +186,8 @@ end
 
 ------------------------------------------------------------------ TransformerEncoder
 local Encoder = Module:subclass('TransformerEncoder')
+--- nn.TransformerEncoder(encoder_layer, num_layers, {norm =}): num_layers copies of encoder_layer.
+-- @function nn.TransformerEncoder
 M.TransformerEncoder = Encoder
 
 --- nn.TransformerEncoder(encoder_layer, num_layers, {norm =}): num_layers

@@ -9,6 +9,8 @@ local Module, parse, pyrepr = module.Module, U.parse, U.pyrepr
 local M = {}
 
 local Upsample = Module:subclass('Upsample')
+--- nn.Upsample({size =, scale_factor =, mode = 'nearest', align_corners =}): F.interpolate as a module.
+-- @function nn.Upsample
 M.Upsample = Upsample
 
 local spec = {{'size', nil}, {'scale_factor', nil}, {'mode', 'nearest'}, {'align_corners', nil},
@@ -34,6 +36,8 @@ function Upsample:extra_repr()
 end
 
 local UpsamplingNearest2d = Upsample:subclass('UpsamplingNearest2d')
+--- nn.UpsamplingNearest2d({size =, scale_factor =}): nearest-neighbour upsampling.
+-- @function nn.UpsamplingNearest2d
 M.UpsamplingNearest2d = UpsamplingNearest2d
 function UpsamplingNearest2d:__init(size, scale_factor)
   if type(size) == 'table' and U.is_options(size) then size, scale_factor = size.size, size.scale_factor end
@@ -41,6 +45,8 @@ function UpsamplingNearest2d:__init(size, scale_factor)
 end
 
 local UpsamplingBilinear2d = Upsample:subclass('UpsamplingBilinear2d')
+--- nn.UpsamplingBilinear2d({size =, scale_factor =}): bilinear upsampling with align_corners = true.
+-- @function nn.UpsamplingBilinear2d
 M.UpsamplingBilinear2d = UpsamplingBilinear2d
 function UpsamplingBilinear2d:__init(size, scale_factor)
   if type(size) == 'table' and U.is_options(size) then size, scale_factor = size.size, size.scale_factor end

@@ -71,7 +71,9 @@ local function scaled(b, opts, op)
   end
   return b
 end
+--- flow.add(a, b, {alpha = 1}) / x:add(y): a + alpha * b, broadcasting; b may be a number.
 def('add', function(a, b, opts) return binary(C.OF_ADD, a, scaled(b, opts, 'add')) end)
+--- flow.sub(a, b, {alpha = 1}) / x:sub(y): a - alpha * b, broadcasting; b may be a number.
 def('sub', function(a, b, opts) return binary(C.OF_SUB, a, scaled(b, opts, 'sub')) end)
 function methods.add_(a, b, opts) return binary_inplace(C.OF_ADD, a, scaled(b, opts, 'add_')) end
 function methods.sub_(a, b, opts) return binary_inplace(C.OF_SUB, a, scaled(b, opts, 'sub_')) end
@@ -116,6 +118,7 @@ local function clamp_args(lo, hi)
   if type(lo) == 'table' and not is_tensor(lo) then lo, hi = lo.min, lo.max end
   return lo or 0, hi or 0, lo ~= nil and 1 or 0, hi ~= nil and 1 or 0
 end
+--- flow.clamp(x, min, max) / x:clamp{min =, max =}: x limited to [min, max]; either bound may be nil.
 def('clamp', function(x, lo, hi)
   local a, b, ha, hb = clamp_args(lo, hi)
   if C.of_clamp(x.p, a, b, ha, hb, nil, out1) ~= 0 then raise(2) end
@@ -126,9 +129,12 @@ function methods.clamp_(x, lo, hi)
   return T.finish_inplace(x, C.of_clamp(x.p, a, b, ha, hb, x.p, out1))
 end
 def('clip', T.flow.clamp)
+--- x:clamp_min(v): max(x, v).
 def('clamp_min', function(x, v) return x:clamp(v, nil) end)
+--- x:clamp_max(v): min(x, v).
 def('clamp_max', function(x, v) return x:clamp(nil, v) end)
 
+--- flow.leaky_relu(x, slope = 0.01): x for x > 0, slope * x otherwise.
 def('leaky_relu', function(x, slope)
   return T.call1(C.of_leaky_relu, x.p, slope or 0.01, nil, core.out1)
 end)
@@ -154,6 +160,7 @@ def('where', function(cond, a, b)
 end, 'func')
 function methods.where(cond, a, b) return T.flow.where(cond, a, b) end
 
+--- flow.masked_fill(x, mask, v): x with v where mask is true.
 def('masked_fill', function(x, mask, v)
   return T.call1(C.of_masked_fill, x.p, mask.p, bool_num(is_tensor(v) and v:item() or v), nil, out1)
 end)
@@ -340,6 +347,7 @@ def('isneginf', function(x)
   check_tensor('isneginf', x)
   return x:isinf():logical_and(x:lt(0))
 end)
+--- x:isposinf(): true where x is +inf.
 def('isposinf', function(x)
   check_tensor('isposinf', x)
   return x:isinf():logical_and(x:gt(0))
@@ -376,5 +384,200 @@ for op = 0, C.OF_NUM_UNARY - 1 do
   if not T.sbp_rules[name] then T.sbp(name, R.elementwise()) end
 end
 T.sbp({'clamp', 'leaky_relu', 'where', 'masked_fill'}, R.elementwise())
+
+
+-- Doc comments of the functions made in loops above (help() and LDoc read them).
+
+--- flow.subtract(a, b) / x:subtract(y): a - b elementwise (flow.sub without alpha).
+-- @function flow.subtract
+
+--- flow.divide(a, b) / x:divide(y): a / b elementwise (flow.div without rounding_mode).
+-- @function flow.divide
+
+--- flow.true_divide(a, b): a / b elementwise, as flow.divide.
+-- @function flow.true_divide
+
+--- flow.abs(x) / x:abs(): |x| elementwise.
+-- @function flow.abs
+
+--- flow.acos(x): arccosine elementwise.
+-- @function flow.acos
+
+--- flow.asin(x): arcsine elementwise.
+-- @function flow.asin
+
+--- flow.atan(x): arctangent elementwise.
+-- @function flow.atan
+
+--- flow.atan2(a, b): the angle of (b, a) in radians, elementwise.
+-- @function flow.atan2
+
+--- flow.bitwise_and(a, b): a & b for integer and bool tensors.
+-- @function flow.bitwise_and
+
+--- flow.bitwise_not(x): ~x for integer and bool tensors.
+-- @function flow.bitwise_not
+
+--- flow.bitwise_or(a, b): a | b for integer and bool tensors.
+-- @function flow.bitwise_or
+
+--- flow.bitwise_xor(a, b): a ~ b (xor) for integer and bool tensors.
+-- @function flow.bitwise_xor
+
+--- flow.ceil(x): the smallest integer >= x, elementwise.
+-- @function flow.ceil
+
+--- flow.cos(x): cosine elementwise.
+-- @function flow.cos
+
+--- flow.cosh(x): hyperbolic cosine elementwise.
+-- @function flow.cosh
+
+--- flow.eq(a, b) / x:eq(y): a == b elementwise (bool).
+-- @function flow.eq
+
+--- flow.erf(x): the error function elementwise.
+-- @function flow.erf
+
+--- flow.erfc(x): 1 - erf(x), elementwise.
+-- @function flow.erfc
+
+--- flow.exp(x): e^x elementwise.
+-- @function flow.exp
+
+--- flow.expm1(x): exp(x) - 1, accurate near 0.
+-- @function flow.expm1
+
+--- flow.floor(x): the largest integer <= x, elementwise.
+-- @function flow.floor
+
+--- flow.floor_divide(a, b): floor(a / b) elementwise.
+-- @function flow.floor_divide
+
+--- flow.fmod(a, b): the C-style remainder of a / b (sign of a).
+-- @function flow.fmod
+
+--- flow.ge(a, b): a >= b elementwise (bool); Lua's >= cannot return a tensor.
+-- @function flow.ge
+
+--- flow.gelu(x): x * Phi(x) with the exact erf.
+-- @function flow.gelu
+
+--- flow.gelu_tanh(x): GELU with the tanh approximation.
+-- @function flow.gelu_tanh
+
+--- flow.gt(a, b): a > b elementwise (bool); Lua's > cannot return a tensor.
+-- @function flow.gt
+
+--- flow.hardsigmoid(x): relu6(x + 3) / 6.
+-- @function flow.hardsigmoid
+
+--- flow.hardswish(x): x * relu6(x + 3) / 6.
+-- @function flow.hardswish
+
+--- flow.isfinite(x): true where x is neither inf nor NaN.
+-- @function flow.isfinite
+
+--- flow.isinf(x): true where x is +inf or -inf.
+-- @function flow.isinf
+
+--- flow.isnan(x): true where x is NaN.
+-- @function flow.isnan
+
+--- flow.le(a, b): a <= b elementwise (bool); Lua's <= cannot return a tensor.
+-- @function flow.le
+
+--- flow.log(x): the natural logarithm elementwise.
+-- @function flow.log
+
+--- flow.log10(x): the base-10 logarithm elementwise.
+-- @function flow.log10
+
+--- flow.log1p(x): log(1 + x), accurate near 0.
+-- @function flow.log1p
+
+--- flow.log2(x): the base-2 logarithm elementwise.
+-- @function flow.log2
+
+--- flow.logical_and(a, b): a and b elementwise (bool).
+-- @function flow.logical_and
+
+--- flow.logical_not(x): not x elementwise (bool).
+-- @function flow.logical_not
+
+--- flow.logical_or(a, b): a or b elementwise (bool).
+-- @function flow.logical_or
+
+--- flow.logical_xor(a, b): a xor b elementwise (bool).
+-- @function flow.logical_xor
+
+--- flow.lt(a, b): a < b elementwise (bool); Lua's < cannot return a tensor.
+-- @function flow.lt
+
+--- flow.maximum(a, b): the elementwise maximum (NaN propagates).
+-- @function flow.maximum
+
+--- flow.minimum(a, b): the elementwise minimum (NaN propagates).
+-- @function flow.minimum
+
+--- flow.mish(x): x * tanh(softplus(x)).
+-- @function flow.mish
+
+--- flow.mul(a, b) / x:mul(y): a * b elementwise, broadcasting; b may be a number.
+-- @function flow.mul
+
+--- flow.ne(a, b): a ~= b elementwise (bool).
+-- @function flow.ne
+
+--- flow.neg(x): -x elementwise.
+-- @function flow.neg
+
+--- flow.reciprocal(x): 1 / x elementwise.
+-- @function flow.reciprocal
+
+--- flow.relu(x): max(0, x).
+-- @function flow.relu
+
+--- flow.remainder(a, b): the Python-style remainder of a / b (sign of b).
+-- @function flow.remainder
+
+--- flow.round(x): x rounded to the nearest integer, halves to even.
+-- @function flow.round
+
+--- flow.rsqrt(x): 1 / sqrt(x) elementwise.
+-- @function flow.rsqrt
+
+--- flow.sigmoid(x): 1 / (1 + exp(-x)).
+-- @function flow.sigmoid
+
+--- flow.sign(x): -1, 0 or 1 by the sign of x.
+-- @function flow.sign
+
+--- flow.silu(x): x * sigmoid(x).
+-- @function flow.silu
+
+--- flow.sin(x): sine elementwise.
+-- @function flow.sin
+
+--- flow.sinh(x): hyperbolic sine elementwise.
+-- @function flow.sinh
+
+--- flow.softplus(x): log(1 + exp(x)).
+-- @function flow.softplus
+
+--- flow.sqrt(x): the square root elementwise.
+-- @function flow.sqrt
+
+--- flow.square(x): x * x elementwise.
+-- @function flow.square
+
+--- flow.tan(x): tangent elementwise.
+-- @function flow.tan
+
+--- flow.tanh(x): hyperbolic tangent elementwise.
+-- @function flow.tanh
+
+--- flow.trunc(x): x rounded toward zero.
+-- @function flow.trunc
 
 return {}

@@ -84,10 +84,12 @@ local function atleast(ts, nd)
   end
   return res
 end
+--- flow.hstack(tensors): concatenation along dim 2 (dim 1 for 1-d tensors).
 def('hstack', function(ts)
   tensor_list(ts, 'hstack')
   return T.flow.cat(ts, ts[1]:dim() <= 1 and 1 or 2)
 end, 'func')
+--- flow.vstack(tensors): concatenation along dim 1 (1-d tensors become rows).
 def('vstack', function(ts)
   tensor_list(ts, 'vstack')
   return T.flow.cat(atleast(ts, 2), 1)
@@ -128,6 +130,7 @@ end)
 function methods.scatter_(x, d, idx, src, opts)
   return T.finish_inplace(x, scatter(x, d, idx, src, reduce_code(opts, 'scatter_'), x.p, 'scatter_'))
 end
+--- flow.scatter_add(x, dim, index, src): adds src into x at the 1-based index along dim.
 def('scatter_add', function(x, d, idx, src)
   if scatter(x, d, idx, src, 1, nil, 'scatter_add') ~= 0 then raise(2) end
   return wrap(out1[0])
@@ -183,6 +186,7 @@ def('argsort', function(x, d, opts)
   local _, i = x:sort(d, opts)
   return i
 end)
+--- flow.msort(x): x sorted along dim 1.
 def('msort', function(x) return (x:sort(1)) end)
 
 --- x:topk(k[, dim][, {largest = true, sorted = true}]) -> values, indices.
@@ -208,6 +212,7 @@ end
 
 --- x:tril(k): keep j - i <= k of the last two dims; x:triu(k): j - i >= k.
 def('tril', function(x, k) return call1(C.of_tri, x.p, diag_arg(k, 'tril'), 0, out1) end)
+--- flow.triu(x, diagonal = 0): the upper triangle of the last two dims, zeros below.
 def('triu', function(x, k) return call1(C.of_tri, x.p, diag_arg(k, 'triu'), 1, out1) end)
 function methods.tril_(x, k) return x:copy_(x:tril(k)) end
 function methods.triu_(x, k) return x:copy_(x:triu(k)) end
@@ -221,10 +226,12 @@ def('flip', function(x, ...)
   local ptr, n = A.dims_ptr(dims, 'flip')
   return call1(C.of_flip, x.p, ptr, n, out1)
 end)
+--- flow.fliplr(x): x reversed along dim 2.
 def('fliplr', function(x)
   if x:dim() < 2 then error(('fliplr: input must be at least 2-d, got %d-d'):format(x:dim()), 2) end
   return x:flip(2)
 end)
+--- flow.flipud(x): x reversed along dim 1.
 def('flipud', function(x)
   if x:dim() < 1 then error('flipud: input must be at least 1-d, got 0-d', 2) end
   return x:flip(1)
@@ -305,6 +312,7 @@ def('nonzero', function(x, opts)
   for i = 1, x:dim() do res[i] = r:select(2, i):contiguous() end
   return res
 end)
+--- flow.argwhere(x): the 1-based indices of the non-zero elements, one row each (int64 [n, ndim]).
 def('argwhere', function(x) return x:nonzero() end)
 
 ------------------------------------------------------------------ composed index ops
@@ -400,6 +408,7 @@ local function put(x, idx, src, opts)
   return r:view(x:size():totable())
 end
 def('put', put)
+--- x:put_(index, source, {accumulate = false}): writes source at the 1-based flat index of x.
 function methods.put_(x, idx, src, opts) return x:copy_(put(x, idx, src, opts)) end
 
 --- x:masked_scatter(mask, source): where mask (bool, broadcast to x) is
@@ -425,6 +434,8 @@ local function masked_scatter(x, mask, src)
   local s = src:reshape(-1):narrow(1, 1, k)
   return x:reshape(-1):scatter(1, pos, s):view(shape)
 end
+--- flow.masked_scatter(x, mask, source): x with source's elements, in order, where mask is true.
+-- @function flow.masked_scatter
 def('masked_scatter', masked_scatter)
 function methods.masked_scatter_(x, mask, src) return x:copy_(masked_scatter(x, mask, src)) end
 

@@ -37,6 +37,7 @@ def('matmul', function(a, b)
   return wrap(out1[0])
 end)
 
+--- flow.mm(a, b): the matrix product of two 2-d tensors.
 def('mm', function(a, b, opts)
   check2('mm', a, b)
   local into = opts and opts.out
@@ -51,6 +52,7 @@ def('mm', function(a, b, opts)
   return wrap(out1[0])
 end)
 
+--- flow.bmm(a, b): batched matrix product of [B, n, m] and [B, m, p].
 def('bmm', function(a, b)
   check2('bmm', a, b)
   if of_bmm(a.p, b.p, out1) ~= 0 then raise(2) end

@@ -817,7 +817,12 @@ end
 -- cholesky_ex(A, {upper, check_errors}) -> L, info; solve_ex(A, B, {left,
 -- check_errors}) -> X, info (B with A's batch dims for the per-matrix info).
 linalg.inv_ex = ex_form('inv_ex', function(A) return linalg.inv(A) end)
+--- flow.linalg.cholesky_ex(A, {upper = false}) -> L, info: cholesky without raising; info > 0 where A is not
+-- positive definite.
+-- @function linalg.cholesky_ex
 linalg.cholesky_ex = ex_form('cholesky_ex', function(A, _, o) return linalg.cholesky(A, o) end)
+--- flow.linalg.solve_ex(A, B, {left = true}) -> X, info: solve without raising; info > 0 where A is singular.
+-- @function linalg.solve_ex
 linalg.solve_ex = ex_form('solve_ex', function(A, B, o) return linalg.solve(A, B, o) end, true)
 
 T.flow.linalg = linalg

@@ -50,6 +50,8 @@ function M.cross_entropy(input, target, opts)
   return wrap(out1[0])
 end
 
+--- F.nll_loss(input, target, {weight =, ignore_index = -100, reduction = 'mean'}): negative log-likelihood of
+-- log-probabilities; targets are 1-based.
 function M.nll_loss(input, target, opts)
   check_tensor('nll_loss', input)
   target = target_arg(target, 'nll_loss')

@@ -59,6 +59,7 @@ function M.layer_norm(x, normalized_shape, opts)
   return wrap(out1[0])
 end
 
+--- F.group_norm(x, num_groups, weight?, bias?, {eps = 1e-5}): normalises over groups of channels.
 function M.group_norm(x, num_groups, opts)
   check_tensor('group_norm', x)
   opts = opts or EMPTY

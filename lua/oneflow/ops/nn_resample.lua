@@ -40,6 +40,8 @@ local function per_dim(v, nsp, what)
   return v
 end
 
+--- F.interpolate(x, {size =, scale_factor =, mode = 'nearest', align_corners =}): resizes x; modes nearest,
+-- linear, bilinear, bicubic, trilinear, area.
 function M.interpolate(x, opts)
   check_tensor('interpolate', x)
   opts = opts or EMPTY

@@ -69,6 +69,7 @@ end
 -- @tparam int s the seed (a number, or an int64 cdata for seeds beyond 2^53)
 def('manual_seed', function(s) C.of_manual_seed(to_seed(s, 'manual_seed')) end, 'func')
 
+--- flow.initial_seed(): the seed of the default generator.
 def('initial_seed', function() return seed_value(C.of_initial_seed()) end, 'func')
 
 local function entropy()
@@ -104,6 +105,7 @@ def('get_rng_state', function()
   return T.call1(C.of_from_buffer, state_buf, two, 1, C.OF_INT64, out1)
 end, 'func')
 
+--- flow.set_rng_state(state): restores the generator state from flow.get_rng_state().
 def('set_rng_state', function(state)
   local seed, offset
   if is_tensor(state) then
@@ -252,8 +254,10 @@ local function like_opts(x, opts, op)
   return {dtype = opts.dtype or x.dtype, requires_grad = opts.requires_grad}
 end
 
+--- flow.rand_like(x, opts): uniform [0, 1) numbers of x's shape.
 def('rand_like', function(x, opts) return T.flow.rand(x:size():totable(), like_opts(x, opts, 'rand_like')) end,
     'func')
+--- flow.randn_like(x, opts): standard normal numbers of x's shape.
 def('randn_like', function(x, opts) return T.flow.randn(x:size():totable(), like_opts(x, opts, 'randn_like')) end,
     'func')
 --- flow.randint_like(x, [low,] high[, opts])
@@ -272,6 +276,7 @@ local function num(v, default, op, what)
   return v
 end
 
+--- x:uniform_(a = 0, b = 1): fills x with uniform numbers in [a, b); returns x.
 function methods.uniform_(x, a, b)
   a, b = num(a, 0, 'uniform_', 'from'), num(b, 1, 'uniform_', 'to')
   if C.of_uniform_(x.p, a, b) ~= 0 then raise(2) end

@@ -60,12 +60,26 @@ local function reducer(op, name)
   end
 end
 
+--- x:sum(dim?, keepdim?, {keepdim =, dtype =}): the sum over dim(s), all when nil.
+-- @function flow.sum
 M.sum = def('sum', reducer(C.OF_RED_SUM, 'sum'))
+--- x:mean(dim?, keepdim?, {keepdim =, dtype =}): the mean over dim(s), all when nil.
+-- @function flow.mean
 M.mean = def('mean', reducer(C.OF_RED_MEAN, 'mean'))
+--- x:prod(dim?, keepdim?, {dtype =}): the product over dim, all when nil.
+-- @function flow.prod
 M.prod = def('prod', reducer(C.OF_RED_PROD, 'prod'))
+--- x:amax(dim?, keepdim?): the maximum over dim(s) (all when nil), without indices.
+-- @function flow.amax
 M.amax = def('amax', reducer(C.OF_RED_AMAX, 'amax'))
+--- x:amin(dim?, keepdim?): the minimum over dim(s) (all when nil), without indices.
+-- @function flow.amin
 M.amin = def('amin', reducer(C.OF_RED_AMIN, 'amin'))
+--- x:all(dim?, keepdim?): true where every element (along dim) is non-zero.
+-- @function flow.all
 M.all = def('all', reducer(C.OF_RED_ALL, 'all'))
+--- x:any(dim?, keepdim?): true where any element (along dim) is non-zero.
+-- @function flow.any
 M.any = def('any', reducer(C.OF_RED_ANY, 'any'))
 --- x:logsumexp(dim[, keepdim]): log(sum(exp(x))) computed stably; ints give float32.
 M.logsumexp = def('logsumexp', reducer(C.OF_RED_LOGSUMEXP, 'logsumexp'))
@@ -120,7 +134,11 @@ local function variance(is_std, name)
     return wrap(out1[0])
   end
 end
+--- x:var(dim?, {unbiased = true, correction =, keepdim = false}): the variance over dim(s).
+-- @function flow.var
 M.var = def('var', variance(0, 'var'))
+--- x:std(dim?, {unbiased = true, correction =, keepdim = false}): the standard deviation over dim(s).
+-- @function flow.std
 M.std = def('std', variance(1, 'std'))
 
 ------------------------------------------------------------------ max / min
@@ -155,7 +173,11 @@ local function extreme(is_max, name, whole_op, elementwise)
     return wrap(out1[0]), wrap(out2[0])
   end
 end
+--- x:max(dim?, keepdim?): the maximum; with dim, values and 1-based indices; x:max(y): elementwise maximum.
+-- @function flow.max
 M.max = def('max', extreme(1, 'max', C.OF_RED_AMAX, 'maximum'))
+--- x:min(dim?, keepdim?): the minimum; with dim, values and 1-based indices; x:min(y): elementwise minimum.
+-- @function flow.min
 M.min = def('min', extreme(0, 'min', C.OF_RED_AMIN, 'minimum'))
 
 --- x:argmax(dim?, {keepdim =}): 1-based int64 indices; no dim: over the flattened tensor.
@@ -174,7 +196,11 @@ local function arg_extreme(is_max, name)
     return wrap(out1[0])
   end
 end
+--- x:argmax(dim?, {keepdim =}): 1-based int64 index of the maximum; no dim: over the flattened tensor.
+-- @function flow.argmax
 M.argmax = def('argmax', arg_extreme(1, 'argmax'))
+--- x:argmin(dim?, {keepdim =}): 1-based int64 index of the minimum; no dim: over the flattened tensor.
+-- @function flow.argmin
 M.argmin = def('argmin', arg_extreme(0, 'argmin'))
 
 ------------------------------------------------------------------ softmax
@@ -197,7 +223,11 @@ end
 local function softmax_fn(log, name)
   return M.along_dim(C.of_softmax, log, name, name .. '(x, -1)')
 end
+--- x:softmax(dim): exp(x) / sum(exp(x)) along dim (1-based).
+-- @function flow.softmax
 M.softmax = def('softmax', softmax_fn(0, 'softmax'))
+--- x:log_softmax(dim): log(softmax(x)) along dim (1-based), computed stably.
+-- @function flow.log_softmax
 M.log_softmax = def('log_softmax', softmax_fn(1, 'log_softmax'))
 
 local flow, zeros = T.flow, T.zeros_of
@@ -285,5 +315,14 @@ T.sbp('sum', R.reduce('sum'))
 T.sbp('mean', R.reduce('mean'))
 T.sbp({'amax', 'amin', 'prod', 'logsumexp', 'all', 'any'}, R.reduce())
 T.sbp({'softmax', 'log_softmax'}, R.along_dim(2))
+
+
+-- Doc comments of the functions made in loops above (help() and LDoc read them).
+
+--- flow.cumprod(x, dim): the cumulative product along dim (1-based).
+-- @function flow.cumprod
+
+--- flow.cumsum(x, dim): the cumulative sum along dim (1-based).
+-- @function flow.cumsum
 
 return M

@@ -100,6 +100,7 @@ special.erf = function(x) return check('erf', x):erf() end
 special.erfc = function(x) return check('erfc', x):erfc() end
 special.expm1 = function(x) return check('expm1', x):expm1() end
 special.log1p = function(x) return check('log1p', x):log1p() end
+--- flow.special.expit(x): the logistic sigmoid.
 special.expit = function(x) return check('expit', x):sigmoid() end
 
 local LN2 = math.log(2)
@@ -124,6 +125,7 @@ end
 
 --- special.xlogy(x, y) = x log(y), 0 where x == 0; special.xlog1py(x, y) = x log1p(y).
 special.xlogy = function(x, y) return flow.xlogy(x, y) end
+--- flow.xlog1py(x, y): x * log1p(y), and 0 where x == 0.
 function special.xlog1py(x, y)
   if not is_tensor(x) and not is_tensor(y) then
     A.fail('special.xlog1py: expected at least one tensor, got ' .. type(x) .. ' and ' .. type(y))
@@ -172,9 +174,125 @@ T.flow.special = special
 for _, name in ipairs({'erfinv', 'digamma', 'i0', 'logit', 'sinc', 'exp2', 'xlog1py'}) do
   if flow[name] == nil then def(name, special[name]) end
 end
+--- flow.lgamma(x): log|Gamma(x)| elementwise.
+-- @function flow.lgamma
 def('lgamma', special.gammaln)
 def('polygamma', special.polygamma, 'func')
 function T.methods.polygamma(x, n) return special.polygamma(n, x) end
 def('mvlgamma', special.multigammaln)
+
+
+-- Doc comments of the functions made in loops above (help() and LDoc read them).
+
+--- flow.digamma(x): the derivative of lgamma, elementwise.
+-- @function flow.digamma
+
+--- flow.erfinv(x): the inverse error function elementwise.
+-- @function flow.erfinv
+
+--- flow.i0(x): the modified Bessel function of the first kind, order 0.
+-- @function flow.i0
+
+
+-- Doc comments of the functions made in loops above (help() and LDoc read them).
+
+--- flow.special.airy_ai(x): the Airy function Ai.
+-- @function special.airy_ai
+
+--- flow.special.bessel_j0(x): the Bessel function of the first kind, order 0.
+-- @function special.bessel_j0
+
+--- flow.special.bessel_j1(x): the Bessel function of the first kind, order 1.
+-- @function special.bessel_j1
+
+--- flow.special.bessel_y0(x): the Bessel function of the second kind, order 0.
+-- @function special.bessel_y0
+
+--- flow.special.bessel_y1(x): the Bessel function of the second kind, order 1.
+-- @function special.bessel_y1
+
+--- flow.special.chebyshev_polynomial_t(x, n): the Chebyshev polynomial T_n(x).
+-- @function special.chebyshev_polynomial_t
+
+--- flow.special.chebyshev_polynomial_u(x, n): the Chebyshev polynomial U_n(x).
+-- @function special.chebyshev_polynomial_u
+
+--- flow.special.chebyshev_polynomial_v(x, n): the Chebyshev polynomial V_n(x).
+-- @function special.chebyshev_polynomial_v
+
+--- flow.special.chebyshev_polynomial_w(x, n): the Chebyshev polynomial W_n(x).
+-- @function special.chebyshev_polynomial_w
+
+--- flow.special.erfcx(x): exp(x^2) * erfc(x), the scaled complementary error function.
+-- @function special.erfcx
+
+--- flow.special.gammainc(a, x): the regularised lower incomplete gamma function.
+-- @function special.gammainc
+
+--- flow.special.gammaincc(a, x): the regularised upper incomplete gamma function.
+-- @function special.gammaincc
+
+--- flow.special.hermite_polynomial_h(x, n): the physicists' Hermite polynomial H_n(x).
+-- @function special.hermite_polynomial_h
+
+--- flow.special.hermite_polynomial_he(x, n): the probabilists' Hermite polynomial He_n(x).
+-- @function special.hermite_polynomial_he
+
+--- flow.special.i0e(x): exp(-|x|) * I0(x).
+-- @function special.i0e
+
+--- flow.special.i1(x): the modified Bessel function of the first kind, order 1.
+-- @function special.i1
+
+--- flow.special.i1e(x): exp(-|x|) * I1(x).
+-- @function special.i1e
+
+--- flow.special.laguerre_polynomial_l(x, n): the Laguerre polynomial L_n(x).
+-- @function special.laguerre_polynomial_l
+
+--- flow.special.legendre_polynomial_p(x, n): the Legendre polynomial P_n(x).
+-- @function special.legendre_polynomial_p
+
+--- flow.special.log_ndtr(x): log of the standard normal CDF, accurate in the tails.
+-- @function special.log_ndtr
+
+--- flow.special.modified_bessel_i0(x): the modified Bessel function I0.
+-- @function special.modified_bessel_i0
+
+--- flow.special.modified_bessel_i1(x): the modified Bessel function I1.
+-- @function special.modified_bessel_i1
+
+--- flow.special.modified_bessel_k0(x): the modified Bessel function K0.
+-- @function special.modified_bessel_k0
+
+--- flow.special.modified_bessel_k1(x): the modified Bessel function K1.
+-- @function special.modified_bessel_k1
+
+--- flow.special.ndtri(p): the inverse of the standard normal CDF.
+-- @function special.ndtri
+
+--- flow.special.scaled_modified_bessel_k0(x): exp(x) * K0(x).
+-- @function special.scaled_modified_bessel_k0
+
+--- flow.special.scaled_modified_bessel_k1(x): exp(x) * K1(x).
+-- @function special.scaled_modified_bessel_k1
+
+--- flow.special.shifted_chebyshev_polynomial_t(x, n): T*_n(x) = T_n(2x - 1).
+-- @function special.shifted_chebyshev_polynomial_t
+
+--- flow.special.shifted_chebyshev_polynomial_u(x, n): U*_n(x) = U_n(2x - 1).
+-- @function special.shifted_chebyshev_polynomial_u
+
+--- flow.special.shifted_chebyshev_polynomial_v(x, n): V*_n(x) = V_n(2x - 1).
+-- @function special.shifted_chebyshev_polynomial_v
+
+--- flow.special.shifted_chebyshev_polynomial_w(x, n): W*_n(x) = W_n(2x - 1).
+-- @function special.shifted_chebyshev_polynomial_w
+
+--- flow.special.spherical_bessel_j0(x): sin(x) / x.
+-- @function special.spherical_bessel_j0
+
+--- flow.special.zeta(x, q): the Hurwitz zeta function.
+-- @function special.zeta
 
 return special

@@ -17,19 +17,32 @@ local function shape_call(cfn, name)
     return call1(cfn, x.p, ptr, n, out1)
   end
 end
+--- x:view(size...): a view of x with a new shape (x must be contiguous enough); one dim may be -1.
+-- @function flow.view
 def('view', shape_call(C.of_view, 'view'), 'method')
+--- flow.reshape(x, shape) / x:reshape(...): x with a new shape (a view when possible); one dim may be -1.
+-- @function flow.reshape
 def('reshape', shape_call(C.of_reshape, 'reshape'))
+--- x:expand(size...): a broadcast view of x; -1 keeps a dim.
+-- @function flow.expand
 def('expand', shape_call(C.of_expand, 'expand'), 'method')
+--- x:view_as(other): x:view(other.shape).
 function methods.view_as(x, o) return x:view(o:size()) end
+--- x:reshape_as(other): x:reshape(other.shape).
 function methods.reshape_as(x, o) return x:reshape(o:size()) end
+--- x:expand_as(other): x:expand(other.shape).
 function methods.expand_as(x, o) return x:expand(o:size()) end
+--- flow.broadcast_to(x, shape): x expanded to shape by broadcasting (a view).
 def('broadcast_to', function(x, ...) return x:expand(...) end)
 
+--- flow.transpose(x, d0, d1): a view with dims d0 and d1 (1-based) swapped.
 def('transpose', function(x, d0, d1)
   return call1(C.of_transpose, x.p, dim(d0, 'transpose'), dim(d1, 'transpose'), out1)
 end)
+--- flow.swapaxes(x, d0, d1): x:transpose(d0, d1).
 def('swapaxes', function(x, d0, d1) return x:transpose(d0, d1) end)
 
+--- x:t(): the transpose of a 2-d tensor (a 1-d tensor as is).
 def('t', function(x)
   local n = x:dim()
   if n > 2 then error(('t: expects a tensor with <= 2 dims, got %d-d'):format(n), 2) end
@@ -37,6 +50,7 @@ def('t', function(x)
   return call1(C.of_transpose, x.p, 0, 1, out1)
 end)
 
+--- x:permute(dims...): a view with the dims reordered (1-based).
 def('permute', function(x, ...)
   local dims = A.sizes_and_options('permute', ...)
   local ptr, n = A.dims_ptr(dims, 'permute')
@@ -58,15 +72,18 @@ def('select', function(x, d, index)
   return call1(C.of_select, x.p, dim(d, 'select'), index > 0 and index - 1 or index, out1)
 end)
 
+--- x:unsqueeze(dim): a view with a size-1 dim inserted at dim (1-based).
 def('unsqueeze', function(x, d)
   -- dims for unsqueeze range over ndim + 1 positions; -1 appends
   return call1(C.of_unsqueeze, x.p, dim(d, 'unsqueeze'), out1)
 end)
 
+--- x:squeeze(dim?): a view without size-1 dims (only dim when given).
 def('squeeze', function(x, d)
   return call1(C.of_squeeze, x.p, d == nil and -100 or dim(d, 'squeeze'), out1)
 end)
 
+--- flow.flatten(x, start_dim = 1, end_dim = -1): dims start_dim..end_dim merged into one.
 def('flatten', function(x, s, e)
   return call1(C.of_flatten, x.p, s and dim(s, 'flatten') or 0, e and dim(e, 'flatten') or -1, out1)
 end)
@@ -79,6 +96,7 @@ def('contiguous', function(x, opts)
   end
   return call1(C.of_contiguous, x.p, out1)
 end, 'method')
+--- flow.clone(x) / x:clone(): a copy of x with its own storage (differentiable).
 def('clone', function(x) return call1(C.of_clone, x.p, out1) end)
 
 ------------------------------------------------------------------ split family
@@ -123,6 +141,7 @@ def('split', function(x, sizes, d)
   return res
 end)
 
+--- flow.unbind(x, dim = 1): the slices of x along dim, as a Lua list of views.
 def('unbind', function(x, d)
   d = d or 1
   local res = {}
@@ -170,12 +189,14 @@ def('unfold', function(x, d, size, step)
 end, 'method')
 
 ------------------------------------------------------------------ copy / fill
+--- x:copy_(src): copies src (broadcast, converted) into x in place; returns x.
 function methods.copy_(x, src)
   if type(src) == 'number' then return x:fill_(src) end
   if C.of_copy_(x.p, src.p) ~= 0 then raise(2) end
   return x
 end
 
+--- x:fill_(v): sets every element of x to v in place; returns x.
 function methods.fill_(x, v)
   if type(v) == 'boolean' then v = v and 1 or 0 end
   if T.is_tensor(v) then v = v:item() end
@@ -183,6 +204,7 @@ function methods.fill_(x, v)
   return x
 end
 
+--- x:zero_(): sets every element of x to 0 in place; returns x.
 function methods.zero_(x) return x:fill_(0) end
 
 ------------------------------------------------------------------ dtype / device
@@ -239,7 +261,9 @@ for name, dt in pairs({float = 'float32', double = 'float64', half = 'float16',
                        char = 'int8', byte = 'uint8', bool = 'bool'}) do
   methods[name] = function(x) return to_dtype(x, dt) end
 end
+--- x:type_as(other): x converted to other's dtype.
 function methods.type_as(x, o) return to_dtype(x, o.dtype) end
+--- x:cpu(): x on the CPU (x itself when it is there).
 function methods.cpu(x) return to_device(x, types.device('cpu')) end
 --- x:cuda(), x:cuda(1), x:cuda{non_blocking = true}, x:cuda(1, {non_blocking = true})
 function methods.cuda(x, index, opts)
@@ -250,12 +274,14 @@ function methods.cuda(x, index, opts)
 end
 --- A copy in page-locked host memory (a plain copy where CUDA is unavailable).
 function methods.pin_memory(x) return call1(C.of_pin_memory, x.p, out1) end
+--- x:is_pinned(): true when x lives in page-locked host memory.
 function methods.is_pinned(x) return C.of_tensor_is_pinned(x.p) ~= 0 end
 
 --- x:type() -> 'oneflow.FloatTensor' style name; x:type(dtype) converts.
 local type_names = {float32 = 'FloatTensor', float64 = 'DoubleTensor', float16 = 'HalfTensor',
                     bfloat16 = 'BFloat16Tensor', int64 = 'LongTensor', int32 = 'IntTensor',
                     int8 = 'CharTensor', uint8 = 'ByteTensor', bool = 'BoolTensor'}
+--- x:type(dtype?): the type name ('oneflow.FloatTensor') or, given a dtype, x converted to it.
 function methods.type(x, d)
   if d == nil then return 'oneflow.' .. type_names[x.dtype.name] end
   return to_dtype(x, d)
@@ -385,5 +411,38 @@ T.sbp('flatten', R.dim_map(function(ctx)
     if s == e then return d end
   end
 end))
+
+
+-- Doc comments of the functions made in loops above (help() and LDoc read them).
+
+--- x:bfloat16(): x converted to bfloat16 (x itself when it already is).
+-- @function Tensor:bfloat16
+
+--- x:bool(): x converted to bool.
+-- @function Tensor:bool
+
+--- x:byte(): x converted to uint8.
+-- @function Tensor:byte
+
+--- x:char(): x converted to int8.
+-- @function Tensor:char
+
+--- x:double(): x converted to float64.
+-- @function Tensor:double
+
+--- x:float(): x converted to float32.
+-- @function Tensor:float
+
+--- x:half(): x converted to float16.
+-- @function Tensor:half
+
+--- x:int(): x converted to int32.
+-- @function Tensor:int
+
+--- x:long(): x converted to int64.
+-- @function Tensor:long
+
+--- x:short(): x converted to int16.
+-- @function Tensor:short
 
 return {}

@@ -147,6 +147,8 @@ end
 --- LambdaLR(opt, lr_lambda): lr = base_lr * lr_lambda(epoch); lr_lambda a
 -- function or one per group.
 local LambdaLR = LRScheduler:subclass('LambdaLR')
+--- lr_scheduler.LambdaLR(opt, lr_lambda): lr = base_lr * lr_lambda(epoch).
+-- @function lr_scheduler.LambdaLR
 M.LambdaLR = LambdaLR
 function LambdaLR:__init(opt, ...)
   local a = args('LambdaLR', {{'lr_lambda', REQUIRED}, {'last_epoch', -1}}, ...)
@@ -167,6 +169,8 @@ end
 
 --- MultiplicativeLR(opt, lr_lambda): lr = lr * lr_lambda(epoch) after step 0.
 local MultiplicativeLR = LRScheduler:subclass('MultiplicativeLR')
+--- lr_scheduler.MultiplicativeLR(opt, lr_lambda): lr times lr_lambda(epoch) every step.
+-- @function lr_scheduler.MultiplicativeLR
 M.MultiplicativeLR = MultiplicativeLR
 function MultiplicativeLR:__init(opt, ...)
   local a = args('MultiplicativeLR', {{'lr_lambda', REQUIRED}, {'last_epoch', -1}}, ...)
@@ -218,6 +222,8 @@ end
 --- MultiStepLR(opt, {30, 80}, {gamma = 0.1}): lr * gamma at each milestone
 -- (a milestone listed twice decays twice).
 local MultiStepLR = LRScheduler:subclass('MultiStepLR')
+--- lr_scheduler.MultiStepLR(opt, milestones, {gamma = 0.1}): lr times gamma at each milestone epoch.
+-- @function lr_scheduler.MultiStepLR
 M.MultiStepLR = MultiStepLR
 function MultiStepLR:__init(opt, ...)
   local a = args('MultiStepLR', {{'milestones', REQUIRED}, {'gamma', 0.1}, {'last_epoch', -1}}, ...)
@@ -248,6 +254,8 @@ end
 ------------------------------------------------------------------ ConstantLR
 --- ConstantLR(opt, {factor = 1/3, total_iters = 5}): lr * factor until total_iters.
 local ConstantLR = LRScheduler:subclass('ConstantLR')
+--- lr_scheduler.ConstantLR(opt, {factor = 1/3, total_iters = 5}): lr times factor until total_iters steps.
+-- @function lr_scheduler.ConstantLR
 M.ConstantLR = ConstantLR
 function ConstantLR:__init(opt, ...)
   local a = args('ConstantLR', {{'factor', 1 / 3}, {'total_iters', 5}, {'last_epoch', -1}}, ...)
@@ -277,6 +285,9 @@ end
 --- LinearLR(opt, {start_factor = 1/3, end_factor = 1, total_iters = 5}):
 -- the factor moves linearly from start_factor to end_factor (warmup).
 local LinearLR = LRScheduler:subclass('LinearLR')
+--- lr_scheduler.LinearLR(opt, {start_factor = 1/3, end_factor = 1, total_iters = 5}): scales lr linearly from
+-- start_factor to end_factor.
+-- @function lr_scheduler.LinearLR
 M.LinearLR = LinearLR
 function LinearLR:__init(opt, ...)
   local a = args('LinearLR', {{'start_factor', 1 / 3}, {'end_factor', 1}, {'total_iters', 5},
@@ -316,6 +327,8 @@ end
 ------------------------------------------------------------------ ExponentialLR
 --- ExponentialLR(opt, gamma): lr * gamma every epoch.
 local ExponentialLR = LRScheduler:subclass('ExponentialLR')
+--- lr_scheduler.ExponentialLR(opt, gamma): lr times gamma every step.
+-- @function lr_scheduler.ExponentialLR
 M.ExponentialLR = ExponentialLR
 function ExponentialLR:__init(opt, ...)
   local a = args('ExponentialLR', {{'gamma', REQUIRED}, {'last_epoch', -1}}, ...)
@@ -338,6 +351,8 @@ end
 ------------------------------------------------------------------ PolynomialLR
 --- PolynomialLR(opt, {total_iters = 5, power = 1}): lr * (1 - t / total_iters)^power.
 local PolynomialLR = LRScheduler:subclass('PolynomialLR')
+--- lr_scheduler.PolynomialLR(opt, {total_iters = 5, power = 1}): lr decays polynomially to 0 over total_iters steps.
+-- @function lr_scheduler.PolynomialLR
 M.PolynomialLR = PolynomialLR
 function PolynomialLR:__init(opt, ...)
   local a = args('PolynomialLR', {{'total_iters', 5}, {'power', 1}, {'last_epoch', -1}}, ...)
@@ -413,6 +428,9 @@ end
 --- CosineAnnealingWarmRestarts(opt, T_0, {T_mult = 1, eta_min = 0}): SGDR;
 -- step(epoch) accepts fractional epochs (epoch + i / iters).
 local WarmRestarts = LRScheduler:subclass('CosineAnnealingWarmRestarts')
+--- lr_scheduler.CosineAnnealingWarmRestarts(opt, {T_0 =, T_mult = 1, eta_min = 0}): cosine annealing restarted
+-- every T_i epochs.
+-- @function lr_scheduler.CosineAnnealingWarmRestarts
 M.CosineAnnealingWarmRestarts = WarmRestarts
 function WarmRestarts:__init(opt, ...)
   local name = 'CosineAnnealingWarmRestarts'
@@ -472,6 +490,9 @@ end
 -- final_div_factor = 1e4, three_phase = false). Momentum (or beta1 of
 -- Adam-style optimizers) cycles inversely to the lr.
 local OneCycleLR = LRScheduler:subclass('OneCycleLR')
+--- lr_scheduler.OneCycleLR(opt, {max_lr =, total_steps = or epochs =, steps_per_epoch =, pct_start = 0.3,
+-- anneal_strategy = 'cos', ...}): the 1cycle policy.
+-- @function lr_scheduler.OneCycleLR
 M.OneCycleLR = OneCycleLR
 function OneCycleLR:__init(opt, ...)
   local name = 'OneCycleLR'
@@ -605,6 +626,9 @@ end
 -- and base_momentum. base_lr, max_lr and the momenta may be per-group lists.
 -- A scale_fn is not saved by state_dict (as PyTorch does for functions).
 local CyclicLR = LRScheduler:subclass('CyclicLR')
+--- lr_scheduler.CyclicLR(opt, {base_lr =, max_lr =, step_size_up = 2000, mode = 'triangular', ...}): the lr
+-- cycles between base_lr and max_lr.
+-- @function lr_scheduler.CyclicLR
 M.CyclicLR = CyclicLR
 function CyclicLR:__init(opt, ...)
   local name = 'CyclicLR'
@@ -711,6 +735,9 @@ end
 -- threshold = 1e-4, threshold_mode = 'rel', cooldown = 0, min_lr = 0,
 -- eps = 1e-8}); sched:step(metric) with a number or a one-element tensor.
 local Plateau = LRScheduler:subclass('ReduceLROnPlateau')
+--- lr_scheduler.ReduceLROnPlateau(opt, {mode = 'min', factor = 0.1, patience = 10, threshold = 1e-4, cooldown =
+-- 0, min_lr = 0}): lowers lr when :step(metric) stops improving.
+-- @function lr_scheduler.ReduceLROnPlateau
 M.ReduceLROnPlateau = Plateau
 function Plateau:__init(opt, ...)
   local name = 'ReduceLROnPlateau'
@@ -859,6 +886,9 @@ end
 --- SequentialLR(opt, {s1, s2, ...}, {milestones = {m1, ...}}): runs s1 until
 -- epoch m1, then s2 (restarted at its epoch 0), and so on.
 local SequentialLR = LRScheduler:subclass('SequentialLR')
+--- lr_scheduler.SequentialLR(opt, schedulers, milestones): runs the schedulers one after the other, switching at
+-- the milestones.
+-- @function lr_scheduler.SequentialLR
 M.SequentialLR = SequentialLR
 function SequentialLR:__init(opt, ...)
   local name = 'SequentialLR'
@@ -897,6 +927,8 @@ SequentialLR.load_state_dict = nested_load_state_dict
 
 --- ChainedScheduler({s1, s2, ...}[, opt]): steps every scheduler each step.
 local ChainedScheduler = LRScheduler:subclass('ChainedScheduler')
+--- lr_scheduler.ChainedScheduler(schedulers): steps every scheduler in the list at once.
+-- @function lr_scheduler.ChainedScheduler
 M.ChainedScheduler = ChainedScheduler
 function ChainedScheduler:__init(schedulers, opt)
   local name = 'ChainedScheduler'

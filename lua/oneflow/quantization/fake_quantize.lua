@@ -49,6 +49,9 @@ end
 
 ------------------------------------------------------------------ module
 local FakeQuantize = nn.Module:subclass('FakeQuantize')
+--- FakeQuantize({observer =, quant_min =, quant_max =, ...}): quantize-dequantize in training with a
+-- straight-through gradient (QAT).
+-- @function quantization.FakeQuantize
 M.FakeQuantize = FakeQuantize
 
 function FakeQuantize:__init(opts)
@@ -70,6 +73,7 @@ function FakeQuantize:__init(opts)
   self:register_buffer('zero_point', flow.tensor({0}, {dtype = flow.int64}))
 end
 
+--- quantization.enable_fake_quant(module): turns fake quantization on (use with module:apply).
 -- the switches are host flags as well (read without touching the tensors,
 -- so a graph traces the branch that is on)
 function FakeQuantize:enable_fake_quant(on)
@@ -78,7 +82,9 @@ function FakeQuantize:enable_fake_quant(on)
   rawset(self, '_fq_off', not on)
   return self
 end
+--- quantization.disable_fake_quant(module): turns fake quantization off (use with module:apply).
 function FakeQuantize:disable_fake_quant() return self:enable_fake_quant(false) end
+--- quantization.enable_observer(module): turns the FakeQuantize observers on (use with module:apply).
 function FakeQuantize:enable_observer(on)
   on = on ~= false
   self.observer_enabled:fill_(on and 1 or 0)

@@ -40,6 +40,7 @@ M.f32 = nil
 -- ('auto' = 'own', measured faster) or oneDNN's int8 matmul where the build
 -- has it. Returns the previous one.
 local BACKENDS = {auto = 0, own = 1, onednn = 2}
+--- quantization.set_backend(name): the int8 kernels to use ('auto', 'own' or 'onednn'); returns the previous one.
 function M.set_backend(name)
   local C = require('oneflow._C').C
   local v = BACKENDS[name]
@@ -65,5 +66,11 @@ function M.attach(flow)
   flow.is_quantized = Q.is_quantized
   flow._make_per_tensor_quantized_tensor = Q.from_int_repr
 end
+
+
+-- Doc comments of the functions made in loops above (help() and LDoc read them).
+
+--- flow.dequantize(q): a quantized tensor back to float32.
+-- @function flow.dequantize
 
 return M

@@ -24,10 +24,14 @@ local M = {qat = {}, dynamic = {}}
 local function is_q(v) return Q.is_quantized(v) end
 
 ------------------------------------------------------------------ stubs
+--- quantization.QuantStub(): marks where tensors enter the quantized region (convert makes it a Quantize).
+-- @function quantization.QuantStub
 local QuantStub = nn.Module:subclass('QuantStub')
 M.QuantStub = QuantStub
 function QuantStub.forward(_, x) return x end
 
+--- quantization.DeQuantStub(): marks where tensors leave the quantized region (convert makes it a DeQuantize).
+-- @function quantization.DeQuantStub
 local DeQuantStub = nn.Module:subclass('DeQuantStub')
 M.DeQuantStub = DeQuantStub
 function DeQuantStub.forward(_, x) return x end
@@ -35,6 +39,8 @@ function DeQuantStub.forward(_, x) return x end
 -- FloatFunctional: add/mul/cat as modules so that prepare can observe
 -- their outputs (PyTorch's nn.quantized.FloatFunctional)
 local FloatFunctional = nn.Module:subclass('FloatFunctional')
+--- FloatFunctional(): add/mul/cat as a module, so that prepare can observe them.
+-- @function quantization.FloatFunctional
 M.FloatFunctional = FloatFunctional
 function FloatFunctional:__init()
   nn.Module.__init(self)
@@ -380,6 +386,8 @@ end
 -- add/mul/cat of quantized tensors requantised to the observed output
 -- scale/zero_point (computed on the dequantized values, then rounded once)
 local QFunctional = nn.Module:subclass('QFunctional')
+--- QFunctional(): FloatFunctional's quantized counterpart after convert.
+-- @function quantization.QFunctional
 M.QFunctional = QFunctional
 function QFunctional:__init(scale, zero_point, dtype)
   nn.Module.__init(self)

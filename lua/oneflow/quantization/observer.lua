@@ -36,6 +36,9 @@ local COMMON = {dtype = true, qscheme = true, reduce_range = true, quant_min = t
 local function copy(t) local r = {} for k, v in pairs(t or {}) do r[k] = v end return r end
 
 ------------------------------------------------------------------ base
+--- quantization.ObserverBase: the base class of observers (forward records statistics,
+-- calculate_qparams gives scale and zero point).
+-- @function quantization.ObserverBase
 local Observer = nn.Module:subclass('ObserverBase')
 M.ObserverBase = Observer
 
@@ -127,6 +130,8 @@ end
 
 ------------------------------------------------------------------ min/max
 local MinMax = Observer:subclass('MinMaxObserver')
+--- MinMaxObserver({dtype =, qscheme =, reduce_range =}): records the running min and max.
+-- @function quantization.MinMaxObserver
 M.MinMaxObserver = MinMax
 
 function MinMax:__init(opts, extra, defaults)
@@ -166,6 +171,8 @@ function MinMax:extra_repr()
 end
 
 local MovingAvg = MinMax:subclass('MovingAverageMinMaxObserver')
+--- MovingAverageMinMaxObserver({averaging_constant = 0.01, ...}): a moving average of min and max.
+-- @function quantization.MovingAverageMinMaxObserver
 M.MovingAverageMinMaxObserver = MovingAvg
 
 function MovingAvg:__init(opts)
@@ -188,6 +195,8 @@ end
 
 ------------------------------------------------------------------ per channel
 local PerChannel = MinMax:subclass('PerChannelMinMaxObserver')
+--- PerChannelMinMaxObserver({ch_axis = 1, dtype =, qscheme =}): min and max per channel (1-based axis).
+-- @function quantization.PerChannelMinMaxObserver
 M.PerChannelMinMaxObserver = PerChannel
 
 function PerChannel:__init(opts, extra)
@@ -249,6 +258,8 @@ end
 function PerChannel:extra_repr() return ('ch_axis=%d, channels=%d'):format(self.ch_axis, self.min_val:numel()) end
 
 local MovingPerChannel = PerChannel:subclass('MovingAveragePerChannelMinMaxObserver')
+--- MovingAveragePerChannelMinMaxObserver({ch_axis = 1, averaging_constant = 0.01, ...}): per-channel moving averages.
+-- @function quantization.MovingAveragePerChannelMinMaxObserver
 M.MovingAveragePerChannelMinMaxObserver = MovingPerChannel
 
 function MovingPerChannel:__init(opts)
@@ -274,6 +285,9 @@ end
 -- bin with the new bins (the same in the limit); for a single calibration
 -- batch the two are identical.
 local Hist = MinMax:subclass('HistogramObserver')
+--- HistogramObserver({bins = 2048, dtype =, qscheme =}): PyTorch's histogram search for the range with the least
+-- quantization error.
+-- @function quantization.HistogramObserver
 M.HistogramObserver = Hist
 
 function Hist:__init(opts)
@@ -426,6 +440,8 @@ end
 -- Dynamic quantization's activation "observer": no state, qparams are
 -- chosen per batch at run time (ChooseQuantizationParams).
 local Placeholder = Observer:subclass('PlaceholderObserver')
+--- PlaceholderObserver({dtype =}): observes nothing; marks a dtype (dynamic quantization).
+-- @function quantization.PlaceholderObserver
 M.PlaceholderObserver = Placeholder
 function Placeholder:__init(opts)
   Observer.__init(self)

@@ -163,6 +163,7 @@ end
 
 function methods.int_repr(q) return q._int:clone() end
 function methods.qscheme(q) return q._qscheme end
+--- x:is_quantized(): true for a quantized tensor (flow.quantize_per_tensor / per_channel).
 function methods.is_quantized() return true end
 
 local function per_tensor_only(q, op)

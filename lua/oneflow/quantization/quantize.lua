@@ -41,6 +41,7 @@ function M.QConfig(t)
   return setmetatable({activation = t.activation, weight = t.weight,
                        name_a = t.name_a or 'custom', name_w = t.name_w or 'custom'}, QConfig)
 end
+--- quantization.is_qconfig(v): true for a QConfig.
 function M.is_qconfig(v) return getmetatable(v) == QConfig end
 
 local BACKENDS = {x86 = true, fbgemm = true, onednn = true, qnnpack = true}
@@ -182,6 +183,7 @@ local function fold_bn(op, lin, bn, path)
   end)
   return out
 end
+--- quantization.fuse_conv_bn_eval(conv, bn): a Conv2d with the eval-mode BatchNorm folded into its weight and bias.
 M.fuse_conv_bn_eval = function(conv, bn) return fold_bn('fuse_conv_bn_eval', conv, bn, 'conv') end
 
 local FUSIONS = {

@@ -126,6 +126,9 @@ end
 M.isinstance = class.isinstance
 
 ------------------------------------------------------------------ datasets
+--- Dataset: the base class; subclass it with get(i) (1-based, any number of values) and len();
+-- ds[i] and #ds call them.
+-- @function utils.data.Dataset
 local Dataset = Object:subclass('Dataset')
 M.Dataset = Dataset
 function Dataset:len() error(self.__name .. ': len() is not implemented', 2) end
@@ -191,6 +194,7 @@ local function index_list(indices, op)
 end
 
 --- Subset(ds, indices): indices a Lua list or a 1-based int tensor.
+-- @function utils.data.Subset
 local Subset = Dataset:subclass('Subset')
 M.Subset = Subset
 function Subset:init(ds, indices)
@@ -212,6 +216,7 @@ function Subset:get_batch(indices)
 end
 
 --- ConcatDataset({ds1, ds2, ...}).
+-- @function utils.data.ConcatDataset
 local ConcatDataset = Dataset:subclass('ConcatDataset')
 M.ConcatDataset = ConcatDataset
 function ConcatDataset:init(list)
@@ -281,6 +286,8 @@ function M.random_split(ds, lengths)
 end
 
 ------------------------------------------------------------------ samplers
+--- Sampler: the base class of index samplers (iter() gives the indices, len() their number).
+-- @function utils.data.Sampler
 local Sampler = Object:subclass('Sampler')
 M.Sampler = Sampler
 function Sampler:len() error(self.__name .. ': len() is not implemented', 2) end
@@ -294,6 +301,7 @@ local function list_iter(list)
 end
 
 --- SequentialSampler(ds): 1, 2, ..., #ds.
+-- @function utils.data.SequentialSampler
 local SequentialSampler = Sampler:subclass('SequentialSampler')
 M.SequentialSampler = SequentialSampler
 function SequentialSampler:init(ds) self.data_source = ds end
@@ -309,6 +317,7 @@ end
 
 --- RandomSampler(ds, {replacement = false, num_samples = #ds}): a fresh
 -- permutation (flow.randperm, the global generator) at each iter().
+-- @function utils.data.RandomSampler
 local RandomSampler = Sampler:subclass('RandomSampler')
 M.RandomSampler = RandomSampler
 function RandomSampler:init(ds, opts)
@@ -332,6 +341,7 @@ function RandomSampler:iter()
 end
 
 --- SubsetRandomSampler(indices): the given indices in random order.
+-- @function utils.data.SubsetRandomSampler
 local SubsetRandomSampler = Sampler:subclass('SubsetRandomSampler')
 M.SubsetRandomSampler = SubsetRandomSampler
 function SubsetRandomSampler:init(indices) self.indices = index_list(indices, 'SubsetRandomSampler') end
@@ -356,6 +366,7 @@ local function sampler_len(s)
 end
 
 --- BatchSampler(sampler, batch_size, drop_last): lists of indices.
+-- @function utils.data.BatchSampler
 local BatchSampler = Sampler:subclass('BatchSampler')
 M.BatchSampler = BatchSampler
 function BatchSampler:init(sampler, batch_size, drop_last)

@@ -12,6 +12,9 @@
 local T = require 'oneflow.tensor'
 
 return function(data)
+  --- DistributedSampler(dataset, {num_replicas =, rank =, shuffle = true, seed = 0, drop_last = false}): this
+  -- rank's share of the indices; call :set_epoch(e) each epoch.
+  -- @function utils.data.DistributedSampler
   local DistributedSampler = data.Sampler:subclass('DistributedSampler')
 
   local function int_opt(name, v, min)

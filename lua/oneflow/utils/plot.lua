@@ -76,6 +76,9 @@ local function fmt(v, step)
   return (('%%.%df'):format(dec)):format(v)
 end
 
+--- plot.Figure({title =, xlabel =, ylabel =, width =, height =, logy =, xlim =, ylim =, legend =}): an SVG line
+-- chart; fig:line([xs,] ys, {label =}), fig:save(path).
+-- @function utils.plot.Figure
 M.Figure = class('Figure')
 local Figure = M.Figure
 

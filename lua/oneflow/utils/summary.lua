@@ -14,6 +14,14 @@
 -- of the text but not of the totals. Totals count each parameter once
 -- (shared parameters once), split into trainable (requires_grad) and not.
 --
+-- Mult-adds, torchinfo's count (layer_info.py, calculate_macs) per call of a
+-- leaf module, from its own parameters and its (first) output shape [N, ...]:
+--   weight/bias of a Conv*   params x N x the output's spatial size
+--   weight/bias of others    params x N (Linear, BatchNorm, Embedding, ...)
+--   weight_ih_l0 & co (RNNs) params x N x L (the output's first two sizes)
+-- A container's row shows the sum of its leaves; the total sums the leaves.
+-- It is an estimate of the dense layers' work, not of elementwise ops.
+--
 -- Memory estimate, in MB of 10^6 bytes like torchinfo:
 --   input size         bytes of the inputs;
 --   forward/backward   2 x the bytes of the outputs of the leaf modules
@@ -21,7 +29,8 @@
 --   params size        bytes of the parameters;
 --   estimated total    their sum.
 -- rows[i] = {name =, class =, depth =, output_shapes = {{...}...},
---            params =, trainable =, non_trainable =, leaf =}; rows.total_params,
+--            params =, trainable =, non_trainable =, leaf =, mult_adds =};
+-- rows.total_params, rows.total_mult_adds,
 -- rows.trainable_params, rows.non_trainable_params, rows.input_bytes,
 -- rows.forward_backward_bytes, rows.params_bytes, rows.total_bytes.
 local A = require 'oneflow._args'
@@ -55,6 +64,8 @@ local function commas(n)
   local r = s:reverse():gsub('(%d%d%d)', '%1,'):reverse()
   return (r:gsub('^,', ''))
 end
+--- summary.commas(n): n with thousands separators ("1,234,567").
+-- @function utils.summary.commas
 M.commas = commas
 
 local function count(params)
@@ -72,6 +83,27 @@ local function params_bytes(params)
   for _, p in ipairs(params) do b = b + p:numel() * p:element_size() end
   return b
 end
+
+-- torchinfo's mult-adds of one call of a leaf module (see the header)
+local function mult_adds(mod, shape)
+  if not shape or #shape == 0 then return 0 end
+  local conv = (mod.__name or ''):find('Conv') ~= nil
+  local spatial = shape[1]
+  for i = 3, #shape do spatial = spatial * shape[i] end
+  local macs = 0
+  for name, p in mod:named_parameters({recurse = false}) do
+    local n = p:numel()
+    if name == 'weight' or name == 'bias' then
+      macs = macs + n * (conv and spatial or shape[1])
+    elseif name:find('weight', 1, true) or name:find('bias', 1, true) then
+      macs = macs + n * shape[1] * (shape[2] or 1)
+    end
+  end
+  return macs
+end
+--- summary.mult_adds(module, output_shape): torchinfo's mult-adds of one call of a leaf module.
+-- @function utils.summary.mult_adds
+M.mult_adds = mult_adds
 
 local function inputs_of(flow, input_shape, opts)
   if opts.input_data ~= nil then
@@ -120,13 +152,14 @@ function M.summary(model, input_shape, opts)
       rows[#rows + 1] = row
       stack[#stack + 1] = row
     end)
-    handles[#handles + 1] = m:register_forward_hook(function(_, _, out)
+    handles[#handles + 1] = m:register_forward_hook(function(mod, _, out)
       local row = table.remove(stack)
       if row then
         local s = shapes_of(flow, out, {})
         row.output_bytes = s.bytes or 0
         s.bytes = nil
         row.output_shapes = s
+        row.mult_adds = row.leaf and mult_adds(mod, s[1]) or 0
       end
     end)
   end
@@ -139,6 +172,17 @@ function M.summary(model, input_shape, opts)
   local input_bytes, fb = 0, 0
   for _, x in ipairs(xs) do input_bytes = input_bytes + x:numel() * x:element_size() end
   for _, r in ipairs(rows) do if r.leaf then fb = fb + 2 * r.output_bytes end end
+  -- a container's mult-adds: the sum of the leaf calls inside it
+  local macs_total, open = 0, {}
+  for _, r in ipairs(rows) do
+    open[r.depth] = r
+    r.mult_adds = r.mult_adds or 0
+    if r.leaf then
+      macs_total = macs_total + r.mult_adds
+      for d = 0, r.depth - 1 do if open[d] then open[d].mult_adds = open[d].mult_adds + r.mult_adds end end
+    end
+  end
+  rows.total_mult_adds = macs_total
   local pbytes = params_bytes(all_params)
   rows.total_params, rows.trainable_params = total, trainable
   rows.non_trainable_params = total - trainable
@@ -147,12 +191,12 @@ function M.summary(model, input_shape, opts)
 
   -- the text
   local lines, w1 = {}, opts.col_width or 44
-  local sep = string.rep('=', w1 + 38)
-  local function line(a, b, c)
-    lines[#lines + 1] = ('%-' .. w1 .. 's %-25s %12s'):format(a, b, c)
+  local sep = string.rep('=', w1 + 54)
+  local function line(a, b, c, d)
+    lines[#lines + 1] = ('%-' .. w1 .. 's %-25s %12s %15s'):format(a, b, c, d)
   end
   lines[1] = sep
-  line('Layer (type)', 'Output Shape', 'Param #')
+  line('Layer (type)', 'Output Shape', 'Param #', 'Mult-Adds')
   lines[#lines + 1] = sep
   for _, r in ipairs(rows) do
     if r.depth <= depth_limit then
@@ -161,14 +205,15 @@ function M.summary(model, input_shape, opts)
       local shapes = {}
       for i, s in ipairs(r.output_shapes) do shapes[i] = A.shape_str(s, ', ') end
       local pc = (r.params == 0) and '--' or commas(r.params)
-      line(label, table.concat(shapes, ', '), pc)
+      line(label, table.concat(shapes, ', '), pc, r.mult_adds == 0 and '--' or commas(r.mult_adds))
     end
   end
   lines[#lines + 1] = sep
   lines[#lines + 1] = 'Total params: ' .. commas(total)
   lines[#lines + 1] = 'Trainable params: ' .. commas(trainable)
   lines[#lines + 1] = 'Non-trainable params: ' .. commas(total - trainable)
-  lines[#lines + 1] = string.rep('-', w1 + 38)
+  lines[#lines + 1] = ('Total mult-adds (M): %.2f'):format(macs_total / 1e6)
+  lines[#lines + 1] = string.rep('-', w1 + 54)
   local function mb(b) return ('%.2f'):format(b / 1e6) end
   lines[#lines + 1] = 'Input size (MB): ' .. mb(input_bytes)
   lines[#lines + 1] = 'Forward/backward pass size (MB): ' .. mb(fb)

@@ -7,7 +7,10 @@
 --   w:add_histogram('fc1.weight', net.fc1.weight, step)   -- {bins = 'tensorflow' | n}
 --   w:add_image('sample', img, step)                      -- [C, H, W] float in [0, 1] or uint8
 --   w:add_image('hw', img2d, step, {dataformats = 'HW'})  -- 'CHW' (default), 'HWC', 'HW'
+--   w:add_images('batch', imgs, step)                     -- [N, C, H, W]: one grid, 8 per row
 --   w:add_text('notes', 'lr = 0.1', step)
+--   w:add_pr_curve('pr', labels, probs, step)             -- {num_thresholds = 127, weights =}
+--   w:add_hparams({lr = 0.1, opt = 'sgd'}, {['hparam/acc'] = 0.9})
 --   w:add_graph(graph)              -- a compiled nn.Graph
 --   w:add_graph(net, example_x)     -- a module: traced through an nn.Graph once
 --   w:flush(); w:close()
@@ -86,7 +89,20 @@ local F = {
   Histogram = {min = 1, max = 2, num = 3, sum = 4, sum_squares = 5, bucket_limit = 6, bucket = 7},
   Metadata = {plugin_data = 1, display_name = 2, summary_description = 3},
   PluginData = {plugin_name = 1, content = 2},
-  Tensor = {dtype = 1, tensor_shape = 2, string_val = 8},
+  Tensor = {dtype = 1, tensor_shape = 2, float_val = 5, string_val = 8},
+  -- tensorboard/plugins/pr_curve/plugin_data.proto
+  PrCurvePluginData = {version = 1, num_thresholds = 2},
+  -- tensorboard/plugins/hparams/plugin_data.proto, api.proto and
+  -- google/protobuf/struct.proto's Value
+  HParamsPluginData = {version = 1, experiment = 2, session_start_info = 3, session_end_info = 4},
+  Experiment = {hparam_infos = 4, metric_infos = 5},
+  HParamInfo = {name = 1, type = 4},
+  MetricInfo = {name = 1},
+  MetricName = {group = 1, tag = 2},
+  SessionStartInfo = {hparams = 1, start_time_secs = 5},
+  SessionEndInfo = {status = 1, end_time_secs = 2},
+  MapEntry = {key = 1, value = 2},
+  PbValue = {number_value = 2, string_value = 3, bool_value = 4},
   Shape = {dim = 2},
   Dim = {size = 1, name = 2},
   GraphDef = {node = 1, versions = 4},
@@ -97,7 +113,7 @@ local F = {
   ListValue = {shape = 7},
 }
 M.FIELDS = F
-local DT_STRING = 7
+local DT_FLOAT, DT_STRING = 1, 7
 
 local function packed_doubles(w, field, list)
   if #list == 0 then return end
@@ -366,6 +382,9 @@ function M.graph_def(ir)
 end
 
 ------------------------------------------------------------------ writer
+--- SummaryWriter(log_dir = 'runs/<date>_<host>', {comment =, purge_step =, flush_secs =, filename_suffix =}):
+-- writes TensorBoard event files into log_dir.
+-- @function SummaryWriter
 M.SummaryWriter = class('SummaryWriter')
 local SummaryWriter = M.SummaryWriter
 
@@ -452,12 +471,7 @@ function SummaryWriter:add_histogram(tag, values, step, opts)
   return self
 end
 
---- add_image(tag, img, global_step [, {dataformats = 'CHW'}]): PNG-encoded.
-function SummaryWriter:add_image(tag, img, step, opts)
-  check_tag('add_image', tag)
-  opts = A.check_options('add_image', opts, {'dataformats', 'walltime'})
-  step = check_step('add_image', step)
-  local png, h, w, c = M.encode_png(img, opts.dataformats)
+local function image_value(tag, png, h, w, c)
   local iw = pb.writer()
   pb.int(iw, F.Image.height, h)
   pb.int(iw, F.Image.width, w)
@@ -466,7 +480,210 @@ function SummaryWriter:add_image(tag, img, step, opts)
   local val = pb.writer()
   pb.string(val, F.Value.tag, tag)
   pb.message(val, F.Value.image, iw)
+  return val
+end
+
+--- add_image(tag, img, global_step [, {dataformats = 'CHW'}]): PNG-encoded.
+function SummaryWriter:add_image(tag, img, step, opts)
+  check_tag('add_image', tag)
+  opts = A.check_options('add_image', opts, {'dataformats', 'walltime'})
+  step = check_step('add_image', step)
+  local png, h, w, c = M.encode_png(img, opts.dataformats)
+  self:_write(summary_event(opts.walltime or now(), step, image_value(tag, png, h, w, c)))
+  return self
+end
+
+-- a batch [N, C, H, W] (or NHWC) -> one [C, rows * H, 8 * W] grid, images
+-- left to right, top to bottom, zeros after the last, 1 channel made 3: what
+-- PyTorch's add_images (utils.tensorboard._utils.make_grid) writes
+local function image_grid(op, imgs, fmt)
+  local flow = require 'oneflow'
+  if not flow.is_tensor(imgs) then A.fail(op .. ': expected a tensor of images, got ' .. A.describe(imgs)) end
+  fmt = fmt or 'NCHW'
+  if fmt ~= 'NCHW' and fmt ~= 'NHWC' then
+    A.fail(op .. ": dataformats must be 'NCHW' or 'NHWC', got " .. tostring(fmt))
+  end
+  if imgs:dim() ~= 4 then
+    A.fail(('%s: dataformats %s needs a 4-d tensor, got shape %s'):format(op, fmt, A.shape_str(imgs)))
+  end
+  local x = imgs:detach():cpu()
+  if fmt == 'NHWC' then x = x:permute(1, 4, 2, 3) end
+  local n, c, h, w = x:size(1), x:size(2), x:size(3), x:size(4)
+  if n == 0 then A.fail(op .. ': no images (shape ' .. A.shape_str(imgs) .. ')') end
+  if c == 1 then x = x:expand(n, 3, h, w); c = 3 end
+  local cols = math.min(n, 8)
+  local rows = math.ceil(n / cols)
+  if rows * cols > n then
+    x = flow.cat({x, flow.zeros({rows * cols - n, c, h, w}, {dtype = x.dtype})}, 1)
+  end
+  return x:reshape(rows, cols, c, h, w):permute(3, 1, 4, 2, 5):reshape(c, rows * h, cols * w)
+end
+
+--- add_images(tag, imgs, global_step [, {dataformats = 'NCHW'}]): a batch of
+-- images [N, C, H, W] (or 'NHWC') as one PNG grid of up to 8 per row, as
+-- PyTorch's add_images writes it. Floats are in [0, 1]; uint8 as is.
+function SummaryWriter:add_images(tag, imgs, step, opts)
+  check_tag('add_images', tag)
+  opts = A.check_options('add_images', opts, {'dataformats', 'walltime'})
+  step = check_step('add_images', step)
+  local png, h, w, c = M.encode_png(image_grid('add_images', imgs, opts.dataformats), 'CHW')
+  self:_write(summary_event(opts.walltime or now(), step, image_value(tag, png, h, w, c)))
+  return self
+end
+
+local function plugin_metadata(name, content)
+  local pd = pb.writer()
+  pb.string(pd, F.PluginData.plugin_name, name)
+  if content then pb.bytes(pd, F.PluginData.content, content) end
+  local md = pb.writer()
+  pb.message(md, F.Metadata.plugin_data, pd)
+  return md
+end
+
+--- pr_curve(labels, predictions, num_thresholds [, weights]) -> the 6 rows
+-- {tp, fp, tn, fn, precision, recall} of num_thresholds numbers each, as
+-- PyTorch's compute_curve: prediction p falls in bucket floor(p * (n - 1)),
+-- counts are summed from each threshold up.
+function M.pr_curve(labels, preds, n, weights)
+  local tp_b, fp_b = {}, {}
+  for i = 1, n do tp_b[i], fp_b[i] = 0, 0 end
+  for i = 1, #preds do
+    local p = preds[i]
+    if p ~= p or p < 0 or p > 1 then
+      A.fail(('add_pr_curve: predictions must be in [0, 1], got %s at %d'):format(tostring(p), i))
+    end
+    local l = labels[i]
+    if l == true then l = 1 elseif l == false then l = 0 end
+    local wt = weights and weights[i] or 1
+    -- numpy.histogram(bucket, bins = n, range = (0, n - 1)): bin width
+    -- (n - 1) / n, the last bin closed
+    local b = math.floor(p * (n - 1))
+    local bin = math.min(math.floor(b * n / (n - 1)), n - 1) + 1
+    tp_b[bin] = tp_b[bin] + l * wt
+    fp_b[bin] = fp_b[bin] + (1 - l) * wt
+  end
+  local tp, fp, tn, fn, prec, rec = {}, {}, {}, {}, {}, {}
+  local st, sf = 0, 0
+  for i = n, 1, -1 do
+    st, sf = st + tp_b[i], sf + fp_b[i]
+    tp[i], fp[i] = st, sf
+  end
+  for i = 1, n do
+    tn[i], fn[i] = fp[1] - fp[i], tp[1] - tp[i]
+    prec[i] = tp[i] / math.max(1e-7, tp[i] + fp[i])
+    rec[i] = tp[i] / math.max(1e-7, tp[i] + fn[i])
+  end
+  return {tp, fp, tn, fn, prec, rec}
+end
+
+local function numbers_of(op, what, v)
+  local flow = require 'oneflow'
+  if flow.is_tensor(v) then v = v:detach():cpu():double():reshape(-1):totable() end
+  if type(v) ~= 'table' then A.fail(('%s: %s must be a tensor or a list, got %s'):format(op, what, A.describe(v))) end
+  return v
+end
+
+--- add_pr_curve(tag, labels, predictions, global_step [, {num_thresholds = 127, weights =}]):
+-- a precision-recall curve for the pr_curves plugin; labels are 0/1 (or
+-- booleans), predictions probabilities in [0, 1], one per label.
+function SummaryWriter:add_pr_curve(tag, labels, predictions, step, opts)
+  check_tag('add_pr_curve', tag)
+  opts = A.check_options('add_pr_curve', opts, {'num_thresholds', 'weights', 'walltime'})
+  step = check_step('add_pr_curve', step)
+  local n = opts.num_thresholds or 127
+  if type(n) ~= 'number' or n ~= math.floor(n) or n < 2 then
+    A.fail('add_pr_curve: num_thresholds must be an integer >= 2, got ' .. A.describe(n))
+  end
+  local l = numbers_of('add_pr_curve', 'labels', labels)
+  local p = numbers_of('add_pr_curve', 'predictions', predictions)
+  local wt = opts.weights and numbers_of('add_pr_curve', 'weights', opts.weights)
+  if #l ~= #p or (wt and #wt ~= #p) then
+    A.fail(('add_pr_curve: labels (%d), predictions (%d)%s must have the same length'):format(
+      #l, #p, wt and (' and weights (' .. #wt .. ')') or ''))
+  end
+  local rows = M.pr_curve(l, p, n, wt)
+  local flat = {}
+  for _, r in ipairs(rows) do for _, v in ipairs(r) do flat[#flat + 1] = v end end
+  local content = pb.writer()
+  pb.int(content, F.PrCurvePluginData.num_thresholds, n)
+  local tw = pb.writer()
+  pb.int(tw, F.Tensor.dtype, DT_FLOAT)
+  pb.message(tw, F.Tensor.tensor_shape, shape_msg({6, n}))
+  pb.packed_floats(tw, F.Tensor.float_val, flat)
+  local val = pb.writer()
+  pb.string(val, F.Value.tag, tag)
+  pb.message(val, F.Value.metadata, plugin_metadata('pr_curves', pb.tostring(content)))
+  pb.message(val, F.Value.tensor, tw)
   self:_write(summary_event(opts.walltime or now(), step, val))
+  return self
+end
+
+-- a google.protobuf.Value of a hyperparameter (number, string or boolean)
+local function pb_value(k, v)
+  local w = pb.writer()
+  if type(v) == 'number' then pb.double(w, F.PbValue.number_value, v)
+  elseif type(v) == 'string' then pb.string(w, F.PbValue.string_value, v)
+  elseif type(v) == 'boolean' then pb.int(w, F.PbValue.bool_value, v and 1 or 0)
+  else A.fail(('add_hparams: hyperparameter %s must be a number, string or boolean, got %s'):format(
+    tostring(k), A.describe(v))) end
+  return w
+end
+
+local function hparams_value(tag, field, msg)
+  local d = pb.writer()
+  pb.message(d, field, msg)
+  local val = pb.writer()
+  pb.string(val, F.Value.tag, tag)
+  pb.message(val, F.Value.metadata, plugin_metadata('hparams', pb.tostring(d)))
+  return val
+end
+
+--- add_hparams(hparam_dict, metric_dict [, {run_name =}]): one run of the
+-- hparams plugin, in log_dir/run_name (default: the time): the experiment
+-- (hyperparameter and metric names), the session's values, and each metric
+-- as a scalar at step 0, as PyTorch's add_hparams writes them.
+function SummaryWriter:add_hparams(hparams, metrics, opts)
+  opts = A.check_options('add_hparams', opts, {'run_name'})
+  if type(hparams) ~= 'table' then A.fail('add_hparams: hparam_dict must be a table, got ' .. A.describe(hparams)) end
+  if type(metrics) ~= 'table' then A.fail('add_hparams: metric_dict must be a table, got ' .. A.describe(metrics)) end
+  local hk, mk = {}, {}
+  for k in pairs(hparams) do hk[#hk + 1] = k end
+  for k in pairs(metrics) do mk[#mk + 1] = k end
+  table.sort(hk)
+  table.sort(mk)
+  local exp, ssi = pb.writer(), pb.writer()
+  for _, k in ipairs(hk) do
+    local v = hparams[k]
+    local info = pb.writer()
+    pb.string(info, F.HParamInfo.name, tostring(k))
+    -- DataType: 1 string, 2 bool, 3 float64
+    pb.int(info, F.HParamInfo.type, type(v) == 'string' and 1 or type(v) == 'boolean' and 2 or 3)
+    pb.message(exp, F.Experiment.hparam_infos, info)
+    local e = pb.writer()
+    pb.string(e, F.MapEntry.key, tostring(k))
+    pb.message(e, F.MapEntry.value, pb_value(k, v))
+    pb.message(ssi, F.SessionStartInfo.hparams, e)
+  end
+  for _, k in ipairs(mk) do
+    local name = pb.writer()
+    pb.string(name, F.MetricName.tag, tostring(k))
+    local info = pb.writer()
+    pb.message(info, F.MetricInfo.name, name)
+    pb.message(exp, F.Experiment.metric_infos, info)
+  end
+  local t = now()
+  pb.double(ssi, F.SessionStartInfo.start_time_secs, t)
+  local sei = pb.writer()
+  pb.int(sei, F.SessionEndInfo.status, 1)   -- STATUS_SUCCESS
+  pb.double(sei, F.SessionEndInfo.end_time_secs, t)
+  local run = opts.run_name or ('%.6f'):format(t)
+  local w = SummaryWriter(self.log_dir .. '/' .. run)
+  local H = F.HParamsPluginData
+  w:_write(summary_event(t, nil, hparams_value('_hparams_/experiment', H.experiment, exp)))
+  w:_write(summary_event(t, nil, hparams_value('_hparams_/session_start_info', H.session_start_info, ssi)))
+  w:_write(summary_event(t, nil, hparams_value('_hparams_/session_end_info', H.session_end_info, sei)))
+  for _, k in ipairs(mk) do w:add_scalar(k, number_of('add_hparams', metrics[k], k), 0, t) end
+  w:close()
   return self
 end
 
@@ -476,10 +693,7 @@ function SummaryWriter:add_text(tag, text, step, walltime)
   check_tag('add_text', tag)
   if type(text) ~= 'string' then A.fail('add_text: text must be a string, got ' .. A.describe(text)) end
   step = check_step('add_text', step)
-  local pd = pb.writer()
-  pb.string(pd, F.PluginData.plugin_name, 'text')
-  local md = pb.writer()
-  pb.message(md, F.Metadata.plugin_data, pd)
+  local md = plugin_metadata('text')
   local tw = pb.writer()
   pb.int(tw, F.Tensor.dtype, DT_STRING)
   pb.message(tw, F.Tensor.tensor_shape, shape_msg({1}))
@@ -516,12 +730,14 @@ function SummaryWriter:add_graph(model, ...)
   return count
 end
 
+--- writer:flush(): writes buffered events to disk.
 function SummaryWriter:flush()
   if self.file then self.file:flush() end
   for _, w in pairs(self.children) do w:flush() end
   return self
 end
 
+--- writer:close(): flushes and closes the event file (and those of add_scalars' children).
 function SummaryWriter:close()
   for _, w in pairs(self.children) do w:close() end
   if self.file then self.file:close(); self.file = nil end

@@ -29,12 +29,14 @@ for _, name in ipairs({'relu', 'silu', 'mish', 'hardswish', 'hardsigmoid', 'sigm
   end
 end
 
+--- F.relu6(x, inplace = false): min(max(0, x), 6).
 function F.relu6(x, opts)
   if inplace_of(opts) then return x:clamp_(0, 6) end
   return x:clamp(0, 6)
 end
 
 local hardtanh_spec = {{'min_val', -1}, {'max_val', 1}, {'inplace', false}}
+--- F.hardtanh(x, min_val = -1, max_val = 1, inplace = false): x clamped to [min_val, max_val].
 function F.hardtanh(x, ...)
   local a = parse('hardtanh', hardtanh_spec, ...)
   if a.min_val > a.max_val then fail('hardtanh: min_val cannot be greater than max_val') end
@@ -52,6 +54,7 @@ function F.gelu(x, opts)
 end
 
 local leaky_spec = {{'negative_slope', 0.01}, {'inplace', false}}
+--- F.leaky_relu(x, negative_slope = 0.01, inplace = false): x for x > 0, negative_slope * x otherwise.
 function F.leaky_relu(x, ...)
   local a = parse('leaky_relu', leaky_spec, ...)
   local y = flow.leaky_relu(x, a.negative_slope)
@@ -75,6 +78,7 @@ function F.elu(x, ...)
 end
 
 local SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+--- F.selu(x, inplace = false): scale * elu(x, alpha) with the self-normalising constants.
 function F.selu(x, opts)
   local y = flow.where(x:gt(0), x, neg_branch(x, SELU_ALPHA, 1)) * SELU_SCALE
   if inplace_of(opts) then return x:copy_(y) end
@@ -118,15 +122,20 @@ function F.prelu(x, weight)
   return flow.where(x:gt(0), x, x * w)
 end
 
+--- F.logsigmoid(x): log(sigmoid(x)), computed stably.
 function F.logsigmoid(x) return -(-x):softplus() end
+--- F.softsign(x): x / (1 + |x|).
 function F.softsign(x) return x / (x:abs() + 1) end
+--- F.tanhshrink(x): x - tanh(x).
 function F.tanhshrink(x) return x - x:tanh() end
 
+--- F.hardshrink(x, lambd = 0.5): x where |x| > lambd, else 0.
 function F.hardshrink(x, lambd)
   lambd = type(lambd) == 'table' and lambd.lambd or lambd or 0.5
   return flow.where(x:abs():gt(lambd), x, 0)
 end
 
+--- F.softshrink(x, lambd = 0.5): x - lambd above lambd, x + lambd below -lambd, else 0.
 function F.softshrink(x, lambd)
   lambd = type(lambd) == 'table' and lambd.lambd or lambd or 0.5
   return flow.where(x:gt(lambd), x - lambd, flow.where(x:lt(-lambd), x + lambd, 0))
@@ -155,16 +164,19 @@ local function dim_and_dtype(name, dim, opts)
   return dim, opts
 end
 
+--- F.softmax(x, dim, {dtype =}): exp(x) / sum(exp(x)) along dim (1-based).
 function F.softmax(x, dim, opts)
   dim, opts = dim_and_dtype('softmax', dim, opts)
   return flow.softmax(x, dim, opts)
 end
 
+--- F.log_softmax(x, dim, {dtype =}): log(softmax(x)) along dim (1-based), computed stably.
 function F.log_softmax(x, dim, opts)
   dim, opts = dim_and_dtype('log_softmax', dim, opts)
   return flow.log_softmax(x, dim, opts)
 end
 
+--- F.softmin(x, dim, {dtype =}): softmax(-x) along dim (1-based).
 function F.softmin(x, dim, opts)
   dim, opts = dim_and_dtype('softmin', dim, opts)
   return flow.softmax(-x, dim, opts)

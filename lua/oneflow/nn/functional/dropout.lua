@@ -31,6 +31,8 @@ local function apply(x, mask, inplace)
   return x * mask
 end
 
+--- F.dropout(x, p = 0.5, training = true, inplace = false): zeroes elements with probability p and scales the
+-- rest by 1/(1-p).
 function F.dropout(x, ...)
   local a = args('dropout', ...)
   if not a.training or a.p == 0 then return x end
@@ -56,13 +58,20 @@ local function channel_dropout(name, spatial)
     return apply(x, scaled_mask(x, shape, a.p), a.inplace)
   end
 end
+--- F.dropout1d(x, p = 0.5, training = true): zeroes whole channels of (N, C, L).
+-- @function F.dropout1d
 F.dropout1d = channel_dropout('dropout1d', 1)
+--- F.dropout2d(x, p = 0.5, training = true): zeroes whole channels of (N, C, H, W).
+-- @function F.dropout2d
 F.dropout2d = channel_dropout('dropout2d', 2)
+--- F.dropout3d(x, p = 0.5, training = true): zeroes whole channels of (N, C, D, H, W).
+-- @function F.dropout3d
 F.dropout3d = channel_dropout('dropout3d', 3)
 
 --- F.alpha_dropout(x, p, training): keeps mean and variance of SELU outputs
 -- (dropped values go to SELU's negative saturation, then an affine fix).
 local ALPHA = 1.7580993408473766
+--- F.alpha_dropout(x, p = 0.5, training = false): dropout that keeps the SELU mean and variance.
 function F.alpha_dropout(x, ...)
   local a = args('alpha_dropout', ...)
   if not a.training or a.p == 0 then return x end

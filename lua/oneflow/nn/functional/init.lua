@@ -77,4 +77,92 @@ for k, v in pairs(F) do
 end
 for _, k in ipairs(names) do F[k] = checked(k, F[k], FIRST[k] or 'input', SECOND[k]) end
 
+
+-- Doc comments of the functions made in loops above (help() and LDoc read them).
+
+--- F.adaptive_avg_pool1d(x, output_size): average pooling to a fixed output length.
+-- @function F.adaptive_avg_pool1d
+
+--- F.adaptive_avg_pool2d(x, output_size): average pooling to a fixed output size.
+-- @function F.adaptive_avg_pool2d
+
+--- F.adaptive_avg_pool3d(x, output_size): average pooling to a fixed output size.
+-- @function F.adaptive_avg_pool3d
+
+--- F.adaptive_max_pool1d(x, output_size, {return_indices = false}): max pooling to a fixed output length.
+-- @function F.adaptive_max_pool1d
+
+--- F.adaptive_max_pool2d(x, output_size, {return_indices = false}): max pooling to a fixed output size.
+-- @function F.adaptive_max_pool2d
+
+--- F.adaptive_max_pool3d(x, output_size, {return_indices = false}): max pooling to a fixed output size.
+-- @function F.adaptive_max_pool3d
+
+--- F.avg_pool1d(x, kernel_size, {stride =, padding = 0, ceil_mode = false, count_include_pad = true}): 1-d
+-- average pooling.
+-- @function F.avg_pool1d
+
+--- F.avg_pool2d(x, kernel_size, {stride =, padding = 0, ceil_mode = false, count_include_pad = true,
+-- divisor_override =}): 2-d average pooling.
+-- @function F.avg_pool2d
+
+--- F.avg_pool3d(x, kernel_size, {stride =, padding = 0, ceil_mode = false, count_include_pad = true}): 3-d
+-- average pooling.
+-- @function F.avg_pool3d
+
+--- F.conv1d(x, weight, bias?, {stride = 1, padding = 0, dilation = 1, groups = 1}): 1-d convolution.
+-- @function F.conv1d
+
+--- F.conv2d(x, weight, bias?, {stride = 1, padding = 0, dilation = 1, groups = 1}): 2-d convolution; padding may
+-- be 'same' or 'valid'.
+-- @function F.conv2d
+
+--- F.conv3d(x, weight, bias?, {stride = 1, padding = 0, dilation = 1, groups = 1}): 3-d convolution.
+-- @function F.conv3d
+
+--- F.conv_transpose1d(x, weight, bias?, {stride = 1, padding = 0, output_padding = 0, groups = 1, dilation = 1}):
+-- 1-d transposed convolution.
+-- @function F.conv_transpose1d
+
+--- F.conv_transpose2d(x, weight, bias?, {stride = 1, padding = 0, output_padding = 0, groups = 1, dilation = 1}):
+-- 2-d transposed convolution.
+-- @function F.conv_transpose2d
+
+--- F.conv_transpose3d(x, weight, bias?, {stride = 1, padding = 0, output_padding = 0, groups = 1, dilation = 1}):
+-- 3-d transposed convolution.
+-- @function F.conv_transpose3d
+
+--- F.hardsigmoid(x, inplace = false): relu6(x + 3) / 6.
+-- @function F.hardsigmoid
+
+--- F.hardswish(x, inplace = false): x * relu6(x + 3) / 6.
+-- @function F.hardswish
+
+--- F.max_pool1d(x, kernel_size, {stride =, padding = 0, dilation = 1, return_indices = false, ceil_mode =
+-- false}): 1-d max pooling.
+-- @function F.max_pool1d
+
+--- F.max_pool2d(x, kernel_size, {stride =, padding = 0, dilation = 1, return_indices = false, ceil_mode =
+-- false}): 2-d max pooling.
+-- @function F.max_pool2d
+
+--- F.max_pool3d(x, kernel_size, {stride =, padding = 0, dilation = 1, return_indices = false, ceil_mode =
+-- false}): 3-d max pooling.
+-- @function F.max_pool3d
+
+--- F.mish(x, inplace = false): x * tanh(softplus(x)).
+-- @function F.mish
+
+--- F.silu(x, inplace = false): x * sigmoid(x).
+-- @function F.silu
+
+--- F.sigmoid(x): 1 / (1 + exp(-x)).
+-- @function F.sigmoid
+
+--- F.tanh(x): hyperbolic tangent.
+-- @function F.tanh
+
+--- F.upsample(x, {size =, scale_factor =, mode = 'nearest', align_corners =}): the old name of F.interpolate.
+-- @function F.upsample
+
 return F

@@ -130,6 +130,7 @@ function F.embedding(ids, weight, ...)
   return out:view(shape)
 end
 
+--- F.one_hot(x, num_classes = -1): int64 one-hot vectors of the 1-based class ids in x.
 function F.one_hot(ids, num_classes) return flow.one_hot(ids, num_classes) end
 
 ------------------------------------------------------------------ global tensors

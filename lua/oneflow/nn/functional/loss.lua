@@ -44,6 +44,7 @@ function F.mse_loss(input, target, ...)
   return reduce((input - target):square(), a.reduction, 'mse_loss')
 end
 
+--- F.l1_loss(input, target, {reduction = 'mean'}): mean absolute error.
 function F.l1_loss(input, target, ...)
   local a = parse('l1_loss', red_spec, ...)
   return reduce((input - target):abs(), a.reduction, 'l1_loss')
