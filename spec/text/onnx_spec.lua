@@ -10,13 +10,7 @@ local H = require 'spec.helpers'
 local HOME = (os.getenv('XDG_CACHE_HOME') or (os.getenv('HOME') or '') .. '/.cache') .. '/oneflow'
 local DIR = os.getenv('FLOWTEXT_MINILM') or HOME .. '/all-MiniLM-L6-v2'
 
-local function find_python()
-  for _, py in ipairs({os.getenv('ONNX_PYTHON') or '', HOME .. '/onnx-venv/bin/python'}) do
-    if py ~= '' and os.execute(py .. " -c 'import onnx, onnxruntime' >/dev/null 2>&1") == 0 then return py end
-  end
-  return nil
-end
-local PY = find_python()
+local PY = H.onnx_python()
 local f = io.open(DIR .. '/model.safetensors', 'rb')
 local HAVE_MODEL = f ~= nil
 if f then f:close() end
