@@ -23,26 +23,24 @@ function SparseGrad:size() return {self._size[1], self._size[2]} end
 --- number of stored rows (duplicates counted)
 function SparseGrad:_nnz() return self.indices:size(1) end
 
---- the same gradient with one row per distinct id (ascending), duplicates summed
+--- the same gradient with one row per distinct id (ascending), duplicates summed.
+-- Tensor ops only (a stable sort, a first-of-run mask and its running sum as
+-- the row slot), no loop over the ids in Lua: the optimizers call it every step.
 function SparseGrad:coalesce()
-  local ids = self.indices:totable()
-  local slot, uniq = {}, {}
-  for _, i in ipairs(ids) do
-    if not slot[i] then
-      uniq[#uniq + 1] = i
-      slot[i] = true
-    end
-  end
-  table.sort(uniq)
-  for k, i in ipairs(uniq) do slot[i] = k end
-  local inv = {}
-  for k, i in ipairs(ids) do inv[k] = slot[i] end
   local flow = F()
-  local vals = flow.zeros({#uniq, self._size[2]}, {dtype = self.values.dtype, device = self.values.device})
-  if #ids > 0 then
-    vals:index_add_(1, flow.tensor(inv, {dtype = flow.int64, device = self.values.device}), self.values)
+  local n, dev = self:_nnz(), self.values.device
+  if n == 0 then
+    return SparseGrad(flow.zeros(0, {dtype = flow.int64, device = dev}),
+                      flow.zeros({0, self._size[2]}, {dtype = self.values.dtype, device = dev}), self._size)
   end
-  return SparseGrad(flow.tensor(uniq, {dtype = flow.int64, device = self.values.device}), vals, self._size)
+  local sorted, perm = self.indices:sort(1, {stable = true})
+  local first = flow.ones(n, {dtype = flow.bool, device = dev})
+  if n > 1 then first:narrow(1, 2, n - 1):copy_(sorted:narrow(1, 2, n - 1):ne(sorted:narrow(1, 1, n - 1))) end
+  local slot = first:to(flow.int64):cumsum(1)        -- 1-based row of each sorted entry
+  local uniq = sorted:masked_select(first)
+  local vals = flow.zeros({uniq:size(1), self._size[2]}, {dtype = self.values.dtype, device = dev})
+  vals:index_add_(1, slot, self.values:index_select(1, perm))
+  return SparseGrad(uniq, vals, self._size)
 end
 
 --- the dense [rows, dim] gradient (for inspection)

@@ -18,17 +18,17 @@ M.EmbeddingBag = EmbeddingBag
 
 local bag_spec = {{'num_embeddings', U.REQUIRED}, {'embedding_dim', U.REQUIRED}, {'mode', 'mean'},
                   {'include_last_offset', false}, {'padding_idx', nil}, {'_weight', nil}, {'_freeze', false},
-                  {'device', nil}, {'dtype', nil}}
+                  {'sparse', false}, {'device', nil}, {'dtype', nil}}
 
 --- nn.EmbeddingBag(num_embeddings, embedding_dim, {mode = 'mean', include_last_offset =
--- false, padding_idx =}): weight [num, dim] ~ N(0, 1), the padding_idx row zero;
+-- false, padding_idx =, sparse = false}): weight [num, dim] ~ N(0, 1), the padding_idx row zero;
 -- forward(input, offsets, per_sample_weights) as F.embedding_bag.
 function EmbeddingBag:__init(...)
   Module.__init(self)
   local a = parse('EmbeddingBag', bag_spec, ...)
   local num = a.num_embeddings
   self.num_embeddings, self.embedding_dim = num, a.embedding_dim
-  self.mode, self.include_last_offset = a.mode, a.include_last_offset
+  self.mode, self.include_last_offset, self.sparse = a.mode, a.include_last_offset, a.sparse
   local pad = a.padding_idx
   if pad ~= nil then
     if pad == 0 or pad > num or pad < -num then
@@ -55,25 +55,27 @@ end
 function EmbeddingBag:forward(input, offsets, per_sample_weights)
   return F.embedding_bag(input, self.weight, offsets, {
     mode = self.mode, per_sample_weights = per_sample_weights, padding_idx = self.padding_idx,
-    include_last_offset = self.include_last_offset})
+    include_last_offset = self.include_last_offset, sparse = self.sparse})
 end
 
 function EmbeddingBag:extra_repr()
   local s = ("%d, %d, mode='%s'"):format(self.num_embeddings, self.embedding_dim, self.mode)
   if self.padding_idx then s = s .. ', padding_idx=' .. self.padding_idx end
+  if self.sparse then s = s .. ', sparse=true' end
   return s
 end
 
---- nn.EmbeddingBag.from_pretrained(weight, {freeze = true, mode = 'mean', include_last_offset =, padding_idx =})
+--- nn.EmbeddingBag.from_pretrained(weight, {freeze = true, mode = 'mean', include_last_offset =, padding_idx =,
+-- sparse =})
 function EmbeddingBag.from_pretrained(weight, opts)
   opts = require('oneflow._args').check_options('EmbeddingBag.from_pretrained', opts,
-      {'freeze', 'include_last_offset', 'mode', 'padding_idx'})
+      {'freeze', 'include_last_offset', 'mode', 'padding_idx', 'sparse'})
   if weight:dim() ~= 2 then
     fail('EmbeddingBag.from_pretrained: embeddings parameter is expected to be 2-dimensional')
   end
   return EmbeddingBag(weight:size(1), weight:size(2), {
     _weight = weight, _freeze = opts.freeze ~= false, mode = opts.mode, padding_idx = opts.padding_idx,
-    include_last_offset = opts.include_last_offset})
+    include_last_offset = opts.include_last_offset, sparse = opts.sparse})
 end
 
 ------------------------------------------------------------------ margin losses

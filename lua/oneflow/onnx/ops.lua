@@ -1225,7 +1225,13 @@ R['F.scaled_dot_product_attention'] = function(g, out, q, k, v, opts)
   local s = g:node('MatMul', {g:val(q), kt})
   s = g:node('Mul', {s, g:scalar(opts.scale or 1 / math.sqrt(q:size(-1)), dt)})
   local mask = opts.attn_mask
-  if opts.is_causal then
+  if opts.is_causal and g.opset >= 14 then
+    -- from the scores' shape, so that a dynamic sequence axis stays dynamic:
+    -- Trilu of ones [L, S] (top-left aligned, as PyTorch's is_causal)
+    local ls = slice(g, g:shape_of(s), {r - 2}, {r}, {0})
+    local tri = g:node('Trilu', {g:node('Expand', {g:scalar(1, 'int64'), ls})}, {upper = A_i(0)})
+    s = g:node('Where', {g:cast(tri, 'int64', 'bool'), s, g:scalar(-math.huge, dt)})
+  elseif opts.is_causal then   -- before Trilu: a constant mask of the traced sizes
     local flow = package.loaded.oneflow
     mask = flow.ones(q:size(-2), k:size(-2), {dtype = flow.bool}):tril()
   end

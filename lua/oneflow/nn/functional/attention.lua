@@ -37,6 +37,22 @@ function F.scaled_dot_product_attention(q, k, v, ...)
                  a.is_causal and 1 or 0, scale, a.enable_gqa and 1 or 0, out1)
 end
 
+-- Global tensors: all broadcast; without a mask or GQA also q, k, v split
+-- on the batch (dim 1) or on the heads (dim -3) -- attention is independent
+-- per (batch, head), so each rank runs the kernel on its shard and the
+-- output keeps the split (data or head-parallel attention).
+local R = require 'oneflow.distributed.rules'
+F.scaled_dot_product_attention = T.sbp_fn(OP, function(ctx)
+  local sig, has = R.signer(ctx, {'query', 'key', 'value'})
+  local sigs = {sig({}, R.B)}
+  local nd = #ctx.shapes[1]
+  if has.attn_mask or R.opt(ctx, 99, 'enable_gqa') or nd < 3 then return sigs end
+  for _, d in ipairs(nd >= 4 and {1, nd - 2} or {nd - 2}) do
+    sigs[#sigs + 1] = sig({query = R.S(d), key = R.S(d), value = R.S(d)}, R.S(d))
+  end
+  return sigs
+end, F.scaled_dot_product_attention)
+
 local mha_spec = {{'query', U.REQUIRED}, {'key', U.REQUIRED}, {'value', U.REQUIRED},
   {'embed_dim_to_check', U.REQUIRED}, {'num_heads', U.REQUIRED}, {'in_proj_weight', nil},
   {'in_proj_bias', nil}, {'bias_k', nil}, {'bias_v', nil}, {'add_zero_attn', false},

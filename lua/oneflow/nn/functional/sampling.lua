@@ -168,16 +168,18 @@ end
 
 ------------------------------------------------------------------ embedding_bag
 local eb_spec = {{'offsets', nil}, {'mode', 'mean'}, {'per_sample_weights', nil}, {'padding_idx', nil},
-                 {'include_last_offset', false}}
+                 {'include_last_offset', false}, {'sparse', false}}
 
 --- F.embedding_bag(input, weight, offsets, {mode = 'mean' | 'sum' | 'max',
--- per_sample_weights =, padding_idx =, include_last_offset = false}) -> [B, dim]:
+-- per_sample_weights =, padding_idx =, include_last_offset = false, sparse = false}) -> [B, dim]:
 -- the rows of weight [num, dim] at the 1-based ids of input, reduced per bag.
 -- input 1-D with offsets (1-based start positions of the bags in input; with
 -- include_last_offset the last one is #input + 1 and closes the last bag), or
 -- 2-D [B, L] (fixed-size bags, offsets nil). Ids equal to padding_idx are left
 -- out of their bag; an empty bag gives zeros. per_sample_weights (shaped like
--- input) scale the rows, mode 'sum' only.
+-- input) scale the rows, mode 'sum' only. sparse = true: the backward leaves a
+-- oneflow.sparse_grad (the ids of input, padding_idx left out, and their
+-- gradient rows) on weight.grad, as F.embedding's, for optim.SparseAdam / SGD.
 function F.embedding_bag(input, weight, ...)
   local a = parse('embedding_bag', eb_spec, ...)
   if not flow.is_tensor(input) or input.dtype.is_floating_point then
@@ -254,7 +256,8 @@ function F.embedding_bag(input, weight, ...)
   end
   local posT = long_tensor(pos, nb, m, weight)
   local okT = mask_tensor(ok, nb, m, weight):unsqueeze(3)           -- [B, M, 1]
-  local rows = flow.nn.functional.embedding(ids, weight)           -- [L, dim]
+  local rows = a.sparse and flow.nn.functional.embedding(ids, weight, {padding_idx = pad, sparse = true})
+    or flow.nn.functional.embedding(ids, weight)                   -- [L, dim]
   if psw ~= nil then rows = rows * psw:reshape(len, 1) end
   local g = rows:index_select(1, posT:reshape(-1)):reshape(nb, m, dim)
   local zero = flow.zeros(1, {dtype = weight.dtype, device = weight.device})
