@@ -164,23 +164,6 @@ function H.python_lines(script, python)
   return lines
 end
 
--- The python of the onnxruntime venv (spec/onnx/setup_onnxruntime.sh, or
--- $ONNX_PYTHON) when it imports onnx and onnxruntime, else nil.
-local onnx_py
-function H.onnx_python()
-  if onnx_py == nil then
-    onnx_py = false
-    local cache = os.getenv('XDG_CACHE_HOME') or ((os.getenv('HOME') or '') .. '/.cache')
-    for _, py in ipairs({os.getenv('ONNX_PYTHON') or '', cache .. '/oneflow/onnx-venv/bin/python'}) do
-      if py ~= '' and os.execute(py .. " -c 'import onnx, onnxruntime' >/dev/null 2>&1") == 0 then
-        onnx_py = py
-        break
-      end
-    end
-  end
-  return onnx_py or nil
-end
-
 --- The numbers of a line of text, in order.
 function H.numbers(line)
   local r = {}
