@@ -6,8 +6,12 @@ engine, calibration on the same batches, convert): accuracy, size of the
 saved state dict and median forward time at a batch size.
 
     python3 bench/quant_torch.py DIR [batch] [iters] [threads]
+
+METRIC=cpu: the calling thread's CPU time (as ptq.lua; meaningful at 1
+thread on a loaded machine).
 """
 import io
+import os
 import sys
 import time
 
@@ -73,6 +77,7 @@ def main():
     q = tq.convert(p)
     t_ptq = time.perf_counter() - t
     x = data['test_x'][:batch]
+    clock = time.thread_time if os.environ.get('METRIC') == 'cpu' else time.perf_counter
     times = {'fp32': [], 'int8': []}
     with torch.no_grad():
         for mm in (m, q):
@@ -80,10 +85,10 @@ def main():
                 mm(x)
         for _ in range(5):
             for name, mm in (('fp32', m), ('int8', q)):
-                t = time.perf_counter()
+                t = clock()
                 for _ in range(iters):
                     mm(x)
-                times[name].append((time.perf_counter() - t) / iters * 1e3)
+                times[name].append((clock() - t) / iters * 1e3)
     for name, mm in (('fp32', m), ('int8', q)):
         ms = sorted(times[name])[2]
         print('torch %s %s engine=%s accuracy %.2f%% size %.1f KiB batch %d %.3f ms' % (

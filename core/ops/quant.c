@@ -29,6 +29,7 @@
 #include "../device/dnnl.h"
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,9 +253,39 @@ __attribute__((target("avx2"))) static void requant_run_avx2(const int32_t *acc,
 }
 #endif
 
+#if defined(__x86_64__)
+/* AVX-512: 16 at a time, the clamped int32 narrowed to bytes by vpmovdb
+ * (exact: the values are in the byte range already) */
+__attribute__((target("avx512f,avx512bw"))) static void requant_run_avx512(
+    const int32_t *acc, const float *f, const float *g, int fs, int64_t n, int32_t zp, int32_t lo,
+    int32_t hi, bool u8, void *out) {
+  const __m512 big = _mm512_set1_ps(4194304.0f), nbig = _mm512_set1_ps(-4194304.0f);
+  const __m512i vzp = _mm512_set1_epi32(zp), vlo = _mm512_set1_epi32(lo), vhi = _mm512_set1_epi32(hi);
+  __m512 vf = _mm512_set1_ps(f[0]), vg = _mm512_set1_ps(g[0]);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    if (fs) vf = _mm512_loadu_ps(f + i), vg = _mm512_loadu_ps(g + i);
+    __m512 v = _mm512_cvtepi32_ps(_mm512_loadu_si512(acc + i));
+    v = _mm512_mul_ps(_mm512_add_ps(v, vg), vf);
+    v = _mm512_min_ps(_mm512_max_ps(v, nbig), big);
+    __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), vzp);
+    q = _mm512_min_epi32(_mm512_max_epi32(q, vlo), vhi);
+    _mm_storeu_si128((__m128i *)((char *)out + i), _mm512_cvtepi32_epi8(q));
+  }
+  (void)u8;
+  if (i < n)
+    requant_run_ref(acc + i, fs ? f + i : f, fs ? g + i : g, fs, n - i, zp, lo, hi, u8,
+                    (char *)out + i);
+}
+#endif
+
 static void requant_run(const int32_t *acc, const float *f, const float *g, int fs, int64_t n,
                         int32_t zp, int32_t lo, int32_t hi, bool u8, void *out) {
 #if defined(__x86_64__)
+  if (of_cpu_isa() >= OF_ISA_AVX512) {
+    requant_run_avx512(acc, f, g, fs, n, zp, lo, hi, u8, out);
+    return;
+  }
   if (of_cpu_isa() >= OF_ISA_AVX2) {
     requant_run_avx2(acc, f, g, fs, n, zp, lo, hi, u8, out);
     return;
@@ -394,6 +425,433 @@ static void split_rows(int64_t M, int nt, int t, int64_t *m0, int64_t *m1) {
   *m1 = *m0 + per < M ? *m0 + per : M;
 }
 
+/* ---- AVX-512 VNNI, u8 x s8: vpdpbusd ----
+ * vpdpbusd multiplies 4 unsigned bytes by 4 signed bytes and adds the four
+ * products to an int32 lane without an int16 intermediate, so it is exact
+ * (unlike pmaddubsw, which saturates): 64 products per instruction, twice
+ * the int16 kernel's, from operands half the size. The activations stay
+ * bytes (int8 ones shifted by 128 to uint8, their zero point with them),
+ * the weights minus their zero points must be int8 (always so for the
+ * symmetric weights of the default qconfigs; otherwise the int16 kernel
+ * runs), and the input zero point comes off afterwards:
+ *   sum_k (x - xz)(w - wz) = sum_k x (w - wz) - xz * sum_k (w - wz)
+ * (|sum| <= 255 * 128 * QK_MAX < 2^31).
+ *
+ * The kernel, vnni_tile: up to 4 rows of activations (4 bytes broadcast)
+ * times up to 4 vectors of 16 output channels (weights packed
+ * [channel / 16][k / 4][16][4]), so that results are rows of channels. A
+ * row's K bytes are read as taps: segments at fixed offsets from the row's
+ * base. A linear layer has one tap, its input rows; a convolution reads
+ * its input as channels-last bytes inside a border of the zero point
+ * (channels padded to 4), a row per output position and a tap per kernel
+ * element: no column matrix is built, the weights' K runs (kh, kw, c). */
+#if defined(__x86_64__)
+static bool have_vnni(void) {
+  return of_cpu_isa() >= OF_ISA_AVX512 && __builtin_cpu_supports("avx512vnni");
+}
+
+static inline int32_t ld32(const uint8_t *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
+typedef struct {
+  const uint8_t *S;               /* activation bytes */
+  const int64_t *roff, *toff;     /* per row: its base in S; per tap: offset from the base */
+  int64_t ntap, k4t;              /* taps, 4-byte groups per tap */
+  const int8_t *V;                /* packed weights, vb bytes per 16 channels */
+  int64_t vb;
+  int32_t *C;                     /* results: row i at C + i * ci */
+  int64_t ci, nvalid;             /* valid channels (the last vector is masked) */
+  const int32_t *corr;            /* per channel, subtracted (padded to 16) */
+} vnni_job;
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) static inline void
+vnni_tile(const vnni_job *j, const int mr, const int nv, int64_t i, int64_t v0) {
+  __m512i c[4][4];
+  const uint8_t *s[4];
+  for (int r = 0; r < mr; r++) {
+    s[r] = j->S + j->roff[i + r];
+    for (int v = 0; v < nv; v++) c[r][v] = _mm512_setzero_si512();
+  }
+  const int8_t *V = j->V + v0 * j->vb;
+  for (int64_t t = 0; t < j->ntap; t++) {
+    const int64_t off = j->toff[t];
+    const int8_t *Vt = V + t * j->k4t * 64;
+    for (int64_t k = 0; k < j->k4t; k++) {
+      __m512i b[4];
+      for (int v = 0; v < nv; v++) b[v] = _mm512_loadu_si512(Vt + v * j->vb + k * 64);
+      for (int r = 0; r < mr; r++) {
+        const __m512i a = _mm512_set1_epi32(ld32(s[r] + off + 4 * k));
+        for (int v = 0; v < nv; v++) c[r][v] = _mm512_dpbusd_epi32(c[r][v], a, b[v]);
+      }
+    }
+  }
+  for (int r = 0; r < mr; r++)
+    for (int v = 0; v < nv; v++) {
+      const int64_t n0 = (v0 + v) * 16, left = j->nvalid - n0;
+      const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+      const __m512i x = _mm512_sub_epi32(c[r][v], _mm512_loadu_si512(j->corr + n0));
+      _mm512_mask_storeu_epi32(j->C + (i + r) * j->ci + n0, m, x);
+    }
+}
+
+/* 16 x 16 int32 block: dst[c * ds + r] = src[r * ss + c] */
+__attribute__((target("avx512f"))) static void tr16x16(const int32_t *src, int64_t ss, int32_t *dst,
+                                                       int64_t ds) {
+  __m512i r[16], t[16];
+  for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(src + i * ss);
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int h = 0; h < 16; h += 8)
+    for (int i = 0; i < 4; i++) {
+      t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0xdd);
+    }
+  for (int i = 0; i < 8; i++) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
+  for (int i = 0; i < 16; i++) _mm512_storeu_si512(dst + i * ds, r[i]);
+}
+
+/* results of positions [l0, l1) (rows of n ints) into planes (rows of L
+ * ints, at + n_ * L + l_): 16 x 16 blocks in registers, the edges by
+ * element */
+__attribute__((target("avx512f"))) static void vnni_transpose(const int32_t *ac, int32_t *at, int64_t n,
+                                                               int64_t L, int64_t l0, int64_t l1) {
+  int64_t l = l0;
+  for (; l + 16 <= l1; l += 16) {
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16) tr16x16(ac + l * n + c, n, at + c * L + l, L);
+    for (; c < n; c++)
+      for (int64_t i = l; i < l + 16; i++) at[c * L + i] = ac[i * n + c];
+  }
+  for (; l < l1; l++)
+    for (int64_t c = 0; c < n; c++) at[c * L + l] = ac[l * n + c];
+}
+
+/* rows [i0, i1) against channel vectors [v0, v1) */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
+vnni_gemm(const vnni_job *j, int64_t i0, int64_t i1, int64_t v0, int64_t v1) {
+  for (int64_t i = i0; i < i1; i += 4) {
+    const int mr = i1 - i < 4 ? (int)(i1 - i) : 4;
+    for (int64_t v = v0; v < v1; v += 4) {
+      const int nv = v1 - v < 4 ? (int)(v1 - v) : 4;
+#define VT(R, N) \
+  case R * 8 + N: vnni_tile(j, R, N, i, v); break;
+      switch (mr * 8 + nv) {
+        VT(1, 1) VT(1, 2) VT(1, 3) VT(1, 4) VT(2, 1) VT(2, 2) VT(2, 3) VT(2, 4)
+        VT(3, 1) VT(3, 2) VT(3, 3) VT(3, 4) VT(4, 1) VT(4, 2) VT(4, 3) VT(4, 4)
+        default: break;
+      }
+#undef VT
+    }
+  }
+}
+
+/* A weight [O, Cg * khw] (per group of Og channels) minus its zero points
+ * as int8, K reordered (tap, channel) with channels padded to cp, packed
+ * [group][Og / 16][khw * cp / 4][16][4], and each channel's sum. fits:
+ * false where some w - wz leaves int8 (the int16 kernel runs then).
+ * Packed weights are cached, as PyTorch's prepacked ones: a quantized model
+ * packs each weight once. The key is the weight's and zero points'
+ * storages (unique ids) with their version counters, which every in-place
+ * write bumps, and the layout; a few entries, least recently used out,
+ * refcounted so that a thread still using an evicted one keeps it. */
+typedef struct {
+  int64_t refs;
+  int64_t key[14];
+  int8_t *B;
+  int32_t *rowsum;   /* per group, padded to a multiple of 16 */
+  bool fits;
+} packed_w;
+enum { WCACHE_N = 16 };
+static packed_w *wcache[WCACHE_N];
+static uint64_t wcache_used[WCACHE_N], wcache_tick;
+static pthread_mutex_t wcache_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void packed_release(packed_w *e) {
+  if (!e) return;
+  pthread_mutex_lock(&wcache_mu);
+  const bool last = --e->refs == 0;
+  pthread_mutex_unlock(&wcache_mu);
+  if (last) free(e->B), free(e->rowsum), free(e);
+}
+
+static of_status pack_weight_s8(const char *op, of_tensor *w, of_tensor *wzp, int64_t O, int64_t G,
+                                int64_t Cg, int64_t khw, int64_t cp, packed_w **out) {
+  const int64_t key[14] = {w->storage->id, w->storage->version, w->offset, O, G, Cg, khw, cp,
+                           w->strides[0], w->strides[1], w->ndim > 2 ? w->strides[2] : 0,
+                           wzp ? wzp->storage->id : -1, wzp ? wzp->storage->version : 0,
+                           wzp ? wzp->offset : 0};
+  *out = NULL;
+  pthread_mutex_lock(&wcache_mu);
+  for (int i = 0; i < WCACHE_N; i++)
+    if (wcache[i] && !memcmp(wcache[i]->key, key, sizeof key)) {
+      wcache[i]->refs++;
+      wcache_used[i] = ++wcache_tick;
+      *out = wcache[i];
+      break;
+    }
+  pthread_mutex_unlock(&wcache_mu);
+  if (*out) return OF_OK;
+
+  const int64_t Og = O / G, Ogp = (Og + 15) / 16 * 16, K = Cg * khw, kq = khw * cp;
+  of_tensor *wc, *zc = NULL;
+  OF_CHECK(of_dense(w, OF_INT8, &wc));
+  of_status st = wzp ? of_dense(wzp, OF_INT64, &zc) : OF_OK;
+  packed_w *e = st == OF_OK ? calloc(1, sizeof *e) : NULL;
+  if (e) {
+    e->refs = 1, e->fits = true;
+    memcpy(e->key, key, sizeof key);
+    e->B = calloc((size_t)(G * Ogp * kq), 1);
+    e->rowsum = calloc((size_t)(G * Ogp), sizeof *e->rowsum);
+  }
+  if (st == OF_OK && (!e || !e->B || !e->rowsum))
+    st = of_fail(OF_ERR_OOM, "%s: out of memory packing the weight", op);
+  const int8_t *wp = st == OF_OK ? (const int8_t *)of_ptr(wc) : NULL;
+  const int64_t *zp = zc ? (const int64_t *)of_ptr(zc) : NULL;
+  for (int64_t o = 0; st == OF_OK && e->fits && o < O; o++) {
+    const int64_t z = zp ? zp[zc->numel == 1 ? 0 : o] : 0;
+    if (z < -128 || z > 127) {
+      st = of_fail(OF_ERR_ARG, "%s: weight zero point %lld is outside int8's range", op, (long long)z);
+      break;
+    }
+    const int64_t g = o / Og, og = o % Og;
+    int8_t *col = e->B + (g * Ogp + og / 16 * 16) * kq + (og % 16) * 4;
+    int32_t sum = 0;
+    for (int64_t k = 0; k < K; k++) {
+      const int64_t v = wp[o * K + k] - z;
+      if (v < -128 || v > 127) {
+        e->fits = false;
+        break;
+      }
+      sum += (int32_t)v;
+      const int64_t kn = (k % khw) * cp + k / khw;   /* (c, tap) -> (tap, c) */
+      col[(kn >> 2) * 64 + (kn & 3)] = (int8_t)v;
+    }
+    e->rowsum[g * Ogp + og] = sum;
+  }
+  of_tensor_release(wc);
+  if (zc) of_tensor_release(zc);
+  if (st != OF_OK) {
+    if (e) free(e->B), free(e->rowsum), free(e);
+    return st;
+  }
+  if (!e->fits) free(e->B), free(e->rowsum), e->B = NULL, e->rowsum = NULL;
+  /* into the cache: a free slot or the least recently used one */
+  pthread_mutex_lock(&wcache_mu);
+  int slot = 0;
+  for (int i = 0; i < WCACHE_N; i++) {
+    if (!wcache[i]) {
+      slot = i;
+      break;
+    }
+    if (wcache_used[i] < wcache_used[slot]) slot = i;
+  }
+  packed_w *old = wcache[slot];
+  e->refs++;   /* the cache's reference */
+  wcache[slot] = e;
+  wcache_used[slot] = ++wcache_tick;
+  pthread_mutex_unlock(&wcache_mu);
+  packed_release(old);
+  *out = e;
+  return OF_OK;
+}
+
+/* xz times each channel's sum: the input zero point's share of the sums */
+static int32_t *zp_terms(const packed_w *e, int64_t n, int32_t xz) {
+  int32_t *c = malloc((size_t)n * sizeof *c);
+  for (int64_t i = 0; c && i < n; i++) c[i] = xz * e->rowsum[i];
+  return c;
+}
+#endif
+
+/* quantized_linear through vnni_gemm: *done false where it does not apply
+ * (no VNNI, or weights minus zero points outside int8) */
+static of_status qlinear_vnni(const char *op, of_tensor *xc, of_tensor *w, of_tensor *wzp, int64_t M,
+                              int64_t K, int64_t O, int32_t xzp, const rq *r, char *outp, bool *done) {
+  *done = false;
+#if defined(__x86_64__)
+  if (!have_vnni()) return OF_OK;
+  const bool u8 = xc->dtype == OF_UINT8;
+  const int32_t xz = xzp + (u8 ? 0 : 128);
+  const int64_t kq = (K + 3) / 4 * 4, nvec = (O + 15) / 16;
+  packed_w *pk;
+  OF_CHECK(pack_weight_s8(op, w, wzp, O, 1, K, 1, kq, &pk));
+  if (!pk->fits) {
+    packed_release(pk);
+    return OF_OK;
+  }
+  const int64_t xbytes = M * kq, abytes = M * O * (int64_t)sizeof(int32_t);
+  uint8_t *A = of_alloc(OF_CPU, xbytes);
+  int32_t *acc = of_alloc(OF_CPU, abytes), *corr = zp_terms(pk, nvec * 16, xz);
+  int64_t *roff = malloc((size_t)M * sizeof *roff), toff = 0;
+  of_status st = A && acc && corr && roff ? OF_OK
+                 : of_fail(OF_ERR_OOM, "%s: out of memory (%lld x %lld)", op, (long long)M, (long long)kq);
+  if (st == OF_OK) {
+    const uint8_t *xp = (const uint8_t *)of_ptr(xc);
+    const uint8_t shift = u8 ? 0 : 128;
+    for (int64_t m = 0; m < M; m++) {
+      uint8_t *a = A + m * kq;
+      for (int64_t k = 0; k < K; k++) a[k] = (uint8_t)(xp[m * K + k] + shift);
+      for (int64_t k = K; k < kq; k++) a[k] = 0;
+      roff[m] = m * kq;
+    }
+    const vnni_job j = {A, roff, &toff, 1, kq / 4, pk->B, kq * 16, acc, O, O, corr};
+    const int nt = M * O * K >= OF_PARALLEL_GRAIN ? of_threads() : 1;
+    /* rows over threads when there are enough, else the channels */
+    const bool by_rows = M >= 4 * nt;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+      const int t = omp_get_thread_num(), n = omp_get_num_threads();
+      const int64_t R = by_rows ? M : nvec, per = (R + n - 1) / n;
+      const int64_t a0 = per * t < R ? per * t : R, a1 = a0 + per < R ? a0 + per : R;
+      if (a1 > a0) {
+        if (by_rows) {
+          vnni_gemm(&j, a0, a1, 0, nvec);
+          requant_rows(r, acc, a0, a1, O, outp, O, 1, O, 1);
+        } else {
+          vnni_gemm(&j, 0, M, a0, a1);
+        }
+      }
+    }
+    if (!by_rows) requant_rows(r, acc, 0, M, O, outp, O, 1, O, 1);
+    *done = true;
+  }
+  if (A) of_free(OF_CPU, A, xbytes);
+  if (acc) of_free(OF_CPU, acc, abytes);
+  free(corr), free(roff);
+  packed_release(pk);
+  return st;
+#else
+  (void)op, (void)xc, (void)w, (void)wzp, (void)M, (void)K, (void)O, (void)xzp, (void)r, (void)outp;
+  return OF_OK;
+#endif
+}
+
+/* quantized_conv2d through vnni_gemm (*done as qlinear_vnni): per sample
+ * and group, the input channels-last as bytes inside a border of the zero
+ * point, rows = output positions, taps = kernel elements; the results
+ * (positions x channels) requantised into the NCHW planes. fac holds
+ * each group's requantisation factors (2 * Og floats a group). */
+static of_status qconv_vnni(const char *op, of_tensor *xc, of_tensor *w, of_tensor *wzp, const a_quant *p,
+                            const float *fac, char *obase, bool *done) {
+  *done = false;
+#if defined(__x86_64__)
+  if (!have_vnni()) return OF_OK;
+  const bool u8 = xc->dtype == OF_UINT8;
+  const int32_t xz = (int32_t)p->x_zp + (u8 ? 0 : 128);
+  const int64_t N = xc->shape[0], C = xc->shape[1], H = xc->shape[2], W = xc->shape[3];
+  const int64_t O = w->shape[0], Cg = w->shape[1], kh = w->shape[2], kw = w->shape[3];
+  const int64_t G = p->groups, Og = O / G, Ogp = (Og + 15) / 16 * 16, nvec = Ogp / 16;
+  const int64_t cp = (Cg + 3) / 4 * 4, K = Cg * kh * kw, ntap = kh * kw;
+  const int64_t sh = p->stride[0], sw = p->stride[1], ph = p->padding[0], pw = p->padding[1];
+  const int64_t dh = p->dilation[0], dw = p->dilation[1];
+  const int64_t OH = (H + 2 * ph - dh * (kh - 1) - 1) / sh + 1, OW = (W + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+  const int64_t L = OH * OW, Hp = H + 2 * ph, Wp = W + 2 * pw, plane = Hp * Wp * cp;
+  const int64_t esz = of_dtype_size((of_dtype)p->out_dtype);
+  packed_w *pk;
+  OF_CHECK(pack_weight_s8(op, w, wzp, O, G, Cg, ntap, cp, &pk));
+  if (!pk->fits) {
+    packed_release(pk);
+    return OF_OK;
+  }
+  const int nth = L * O * K >= OF_PARALLEL_GRAIN ? of_threads() : 1;
+  const bool by_sample = nth > 1 && N >= nth;
+  const int nbuf = by_sample ? nth : 1;
+  /* scratch from the caching allocator: fresh pages from malloc (mmap
+   * above its threshold) cost more to fault in than the convolution */
+  const int64_t pbytes = nbuf * plane, abytes = nbuf * L * Og * (int64_t)sizeof(int32_t);
+  uint8_t *P = of_alloc(OF_CPU, pbytes);
+  int32_t *acc = of_alloc(OF_CPU, abytes), *act = of_alloc(OF_CPU, abytes);
+  int32_t *corr = zp_terms(pk, G * Ogp, xz);
+  int64_t *roff = malloc((size_t)L * sizeof *roff), *toff = malloc((size_t)ntap * sizeof *toff);
+  of_status st = P && acc && act && corr && roff && toff ? OF_OK
+                 : of_fail(OF_ERR_OOM, "%s: out of memory for the input planes", op);
+  for (int64_t l = 0; st == OF_OK && l < L; l++) roff[l] = ((l / OW) * sh * Wp + (l % OW) * sw) * cp;
+  for (int64_t t = 0; st == OF_OK && t < ntap; t++) toff[t] = ((t / kw) * dh * Wp + (t % kw) * dw) * cp;
+  const uint8_t *xb = (const uint8_t *)of_ptr(xc);
+  const uint8_t shift = u8 ? 0 : 128;
+  /* sample s, group g's channels-last bytes into pl: the border (and the
+   * rows' padding channels, which meet zero weights) the zero point */
+#define VPLANE(pl, s, g)                                                                 \
+  do {                                                                                   \
+    memset((pl), xz, (size_t)plane);                                                     \
+    for (int64_t c = 0; c < Cg; c++) {                                                   \
+      const uint8_t *src = xb + ((s) * C + (g) * Cg + c) * H * W;                        \
+      for (int64_t h = 0; h < H; h++) {                                                  \
+        uint8_t *d = (pl) + ((h + ph) * Wp + pw) * cp + c;                               \
+        for (int64_t w_ = 0; w_ < W; w_++) d[w_ * cp] = (uint8_t)(src[h * W + w_] + shift); \
+      }                                                                                  \
+    }                                                                                    \
+  } while (0)
+#define VJOB(pl, ac, g) \
+  {(pl), roff, toff, ntap, cp / 4, pk->B + (g) * Ogp * ntap * cp, ntap * cp * 16, (ac), Og, Og, corr + (g) * Ogp}
+#define VRQ(g)                                                                           \
+  {fac + 2 * (g) * Og, fac + 2 * (g) * Og + Og, (int32_t)p->out_zp, p->relu, p->out_dtype, \
+   qlo((of_dtype)p->out_dtype), qhi((of_dtype)p->out_dtype)}
+  if (st == OF_OK && by_sample) {
+#pragma omp parallel for num_threads(nth) schedule(static)
+    for (int64_t s_ = 0; s_ < N; s_++) {
+      const int t = omp_get_thread_num();
+      uint8_t *pl = P + t * plane;
+      int32_t *ac = acc + t * L * Og;
+      for (int64_t g = 0; g < G; g++) {
+        const rq r = VRQ(g);
+        VPLANE(pl, s_, g);
+        const vnni_job j = VJOB(pl, ac, g);
+        vnni_gemm(&j, 0, L, 0, nvec);
+        vnni_transpose(ac, act + t * L * Og, Og, L, 0, L);
+        requant_rows(&r, act + t * L * Og, 0, L, Og, obase + ((s_ * O + g * Og) * L) * esz, 1, L, 1, L);
+      }
+    }
+  } else if (st == OF_OK) {
+    for (int64_t s_ = 0; s_ < N; s_++)
+      for (int64_t g = 0; g < G; g++) {
+        const rq r = VRQ(g);
+        char *ob = obase + ((s_ * O + g * Og) * L) * esz;
+        VPLANE(P, s_, g);
+        const vnni_job j = VJOB(P, acc, g);
+#pragma omp parallel num_threads(nth) if (nth > 1)
+        {
+          const int t = omp_get_thread_num(), n = omp_get_num_threads();
+          const int64_t per = (L + n - 1) / n, l0 = per * t < L ? per * t : L;
+          const int64_t l1 = l0 + per < L ? l0 + per : L;
+          if (l1 > l0) {
+            vnni_gemm(&j, l0, l1, 0, nvec);
+            vnni_transpose(acc, act, Og, L, l0, l1);
+            requant_rows(&r, act, l0, l1, Og, ob, 1, L, 1, L);
+          }
+        }
+      }
+  }
+#undef VRQ
+#undef VJOB
+#undef VPLANE
+  if (st == OF_OK) *done = true;
+  if (P) of_free(OF_CPU, P, pbytes);
+  if (acc) of_free(OF_CPU, acc, abytes);
+  if (act) of_free(OF_CPU, act, abytes);
+  free(corr), free(roff), free(toff);
+  packed_release(pk);
+  return st;
+#else
+  (void)op, (void)xc, (void)w, (void)wzp, (void)p, (void)fac, (void)obase;
+  return OF_OK;
+#endif
+}
+
 /* ---- the oneDNN path ----
  * oneDNN's int8 matmul (u8/s8 x s8 -> s32, its JIT kernels) computes the
  * raw products sum x * w; the zero points are corrected afterwards, as
@@ -493,7 +951,8 @@ static of_status qlinear_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tens
   int16_t *B = NULL, *A = NULL;
   int32_t *acc = NULL;
   of_tensor *xc = NULL, *wsc = NULL, *bc = NULL;
-  of_status st = wzp || !use_dnnl() ? pack_weight(op, w, wzp, O, K, kp, &B) : OF_OK;
+  /* with oneDNN the weight is packed up front for its zero points' check */
+  of_status st = wzp && use_dnnl() ? pack_weight(op, w, wzp, O, K, kp, &B) : OF_OK;
   if (st == OF_OK) st = of_dense(x, x->dtype, &xc);
   if (st == OF_OK) st = of_dense(ws, OF_FLOAT32, &wsc);
   if (st == OF_OK && bias) st = of_dense(bias, OF_FLOAT32, &bc);
@@ -529,6 +988,12 @@ static of_status qlinear_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tens
     if (!u8) free(xu);
     if (wc) of_tensor_release(wc);
     if (zc) of_tensor_release(zc);
+  }
+  if (st == OF_OK && M > 0 && !done && !use_dnnl()) {
+    requant_factors((const float *)of_ptr(wsc), wsc->numel, bc ? (const float *)of_ptr(bc) : NULL,
+                    (float)xs, (float)os, odt, 0, O, fac);
+    const rq r = {fac, fac + O, (int32_t)ozp, relu, odt, qlo((of_dtype)odt), qhi((of_dtype)odt)};
+    st = qlinear_vnni(op, xc, w, wzp, M, K, O, (int32_t)xzp, &r, of_ptr(*out), &done);
   }
   if (st == OF_OK && M > 0 && !done && (B || (st = pack_weight(op, w, wzp, O, K, kp, &B)) == OF_OK)) {
     const bool u8 = x->dtype == OF_UINT8;
@@ -606,7 +1071,8 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
   int16_t *B = NULL, *A = NULL;
   int32_t *acc = NULL;
   of_tensor *xc = NULL, *wsc = NULL, *bc = NULL;
-  of_status st = pack_weight(op, w, wzp, O, K, kp, &B);
+  /* with oneDNN the weight is packed up front for its zero points' check */
+  of_status st = use_dnnl() ? pack_weight(op, w, wzp, O, K, kp, &B) : OF_OK;
   if (st == OF_OK) st = of_dense(x, x->dtype, &xc);
   if (st == OF_OK) st = of_dense(ws, OF_FLOAT32, &wsc);
   if (st == OF_OK && bias) st = of_dense(bias, OF_FLOAT32, &bc);
@@ -670,6 +1136,15 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
     if (wc) of_tensor_release(wc);
     if (zc) of_tensor_release(zc);
   }
+  if (st == OF_OK && N * L > 0 && !done && !use_dnnl()) {
+    float *fv = malloc((size_t)(2 * O) * sizeof *fv);
+    if (!fv) st = of_fail(OF_ERR_OOM, "%s: out of memory", op);
+    for (int64_t g = 0; fv && g < G; g++)
+      requant_factors((const float *)of_ptr(wsc), wsc->numel, bc ? (const float *)of_ptr(bc) : NULL,
+                      (float)p->x_scale, (float)p->out_scale, p->out_dtype, g * Og, Og, fv + 2 * g * Og);
+    if (fv) st = qconv_vnni(op, xc, w, wzp, p, fv, of_ptr(*out), &done);
+    free(fv);
+  }
   /* samples split over threads when there are enough of them (each thread
    * its own columns), else all threads on one sample's rows */
   const int nth = L * O * K >= OF_PARALLEL_GRAIN ? of_threads() : 1;
@@ -684,6 +1159,7 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
     P = malloc((size_t)(nbuf * Cg * (in[0] + 2 * p->padding[0]) * (in[1] + 2 * p->padding[1])) *
                sizeof *P);
     if (!A || !acc || !fac || !P) st = of_fail(OF_ERR_OOM, "%s: out of memory for the columns", op);
+    if (st == OF_OK && !B) st = pack_weight(op, w, wzp, O, K, kp, &B);
   }
   if (st == OF_OK && N * L > 0 && !done) {
     const bool u8 = x->dtype == OF_UINT8;
@@ -823,6 +1299,41 @@ static of_status qmaxpool_body(of_tensor *x, const a_quant *p, of_tensor **out) 
     /* without padding every window lies inside: no bounds checks (the
      * common 2x2 / 3x3 pools) */
     const bool inside = ph == 0 && pw == 0;
+    /* and without dilation, rows of outputs: the maximum of the window's
+     * rows, element by element (loops the compiler vectorises; the 2-wide
+     * stride-2 window, LeNet's and ResNet's, as pairs) */
+    if (inside && dh == 1 && dw == 1) {
+#define QPOOL_ROWS(T)                                                                  \
+  do {                                                                                 \
+    const T *xt = (const T *)xp;                                                       \
+    T *yt = (T *)yp;                                                                   \
+    _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")           \
+    for (int64_t c = 0; c < NC; c++)                                                   \
+      for (int64_t oh = 0; oh < OH; oh++) {                                            \
+        T *y = yt + (c * OH + oh) * OW;                                                \
+        for (int64_t i = 0; i < kh; i++) {                                             \
+          const T *r = xt + (c * H + oh * sh + i) * W;                                 \
+          if (kw == 2 && sw == 2) {                                                    \
+            for (int64_t ow = 0; ow < OW; ow++) {                                      \
+              const T a = r[2 * ow], b = r[2 * ow + 1], m = a > b ? a : b;             \
+              y[ow] = i == 0 || m > y[ow] ? m : y[ow];                                 \
+            }                                                                          \
+          } else {                                                                     \
+            for (int64_t ow = 0; ow < OW; ow++) {                                      \
+              T m = r[ow * sw];                                                        \
+              for (int64_t j = 1; j < kw; j++) m = r[ow * sw + j] > m ? r[ow * sw + j] : m; \
+              y[ow] = i == 0 || m > y[ow] ? m : y[ow];                                 \
+            }                                                                          \
+          }                                                                            \
+        }                                                                              \
+      }                                                                                \
+  } while (0)
+      if (u8) QPOOL_ROWS(uint8_t);
+      else QPOOL_ROWS(int8_t);
+#undef QPOOL_ROWS
+      of_tensor_release(xc);
+      return OF_OK;
+    }
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int64_t c = 0; c < NC; c++)
       for (int64_t oh = 0; oh < OH; oh++)

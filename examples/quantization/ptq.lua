@@ -53,17 +53,21 @@ local function file_size(path)
   return n
 end
 
--- median ms per forward of each model, rounds alternating between them
+-- median ms per forward of each model, rounds alternating between them;
+-- METRIC=cpu times the calling thread's CPU time instead of the wall clock
+-- (what a loaded machine leaves meaningful, at --threads 1)
+local cpu_metric = os.getenv('METRIC') == 'cpu'
 local function speed(models, x, iters)
+  local now = cpu_metric and posix.thread_cpu or posix.now
   local times = {}
   for i = 1, #models do times[i] = {} end
   flow.no_grad(function()
     for _, m in ipairs(models) do for _ = 1, 3 do m(x) end end
     for _ = 1, 5 do
       for i, m in ipairs(models) do
-        local t = posix.now()
+        local t = now()
         for _ = 1, iters do m(x) end
-        times[i][#times[i] + 1] = (posix.now() - t) / iters * 1e3
+        times[i][#times[i] + 1] = (now() - t) / iters * 1e3
       end
     end
   end)

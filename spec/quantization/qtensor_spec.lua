@@ -226,6 +226,87 @@ describe('int8 kernels', function()
     end)
   end
 
+  -- Shapes for the VNNI u8 x s8 kernel (weights minus zero points within
+  -- int8): output channels not a multiple of 16 and more than 4 vectors,
+  -- positions past a 16-block, input channels not a multiple of 4, groups,
+  -- strides, dilation, int8 and uint8 inputs, 1 and 2 threads (samples or
+  -- positions over threads). Where the CPU has no VNNI these run the int16
+  -- kernel: the same integers.
+  for _, isa in ipairs(isas) do
+    it('quantized_conv2d / linear with int8-range weights, every layout, ' .. isa, function()
+      flow.backends.cpu.set_cpu_capability(isa)
+      C.of_quantized_backend(1)
+      local threads = flow.get_num_threads()
+      flow.manual_seed(5)
+      local cases = {
+        {x = {3, 5, 11, 13}, w = {70, 5, 3, 3}, stride = {1, 1}, pad = {1, 1}, dil = {1, 1}, g = 1, u8 = true},
+        {x = {1, 8, 9, 10}, w = {20, 4, 3, 2}, stride = {2, 1}, pad = {1, 0}, dil = {1, 2}, g = 2, u8 = false},
+        {x = {2, 1, 28, 28}, w = {32, 1, 3, 3}, stride = {1, 1}, pad = {1, 1}, dil = {1, 1}, g = 1, u8 = true},
+        {x = {1, 3, 6, 6}, w = {16, 3, 1, 1}, stride = {1, 1}, pad = {0, 0}, dil = {1, 1}, g = 1, u8 = true},
+      }
+      for _, nt in ipairs({1, 2}) do
+        flow.set_num_threads(nt)
+        for ci, c in ipairs(cases) do
+          local xi = c.u8 and flow.randint(0, 256, c.x):to(flow.uint8) or flow.randint(-128, 128, c.x):to(flow.int8)
+          local wi = flow.randint(-120, 121, c.w):to(flow.int8)
+          local wz = flow.randint(-7, 8, {c.w[1]})
+          local ws = flow.rand(c.w[1]) * 0.001 + 0.0005
+          local bias = flow.randn(c.w[1])
+          local xs, xzp = 0.03, c.u8 and 131 or -9
+          local acc = F.conv2d(xi:to(flow.float64) - xzp, wi:to(flow.float64) - wz:to(flow.float64):view(-1, 1, 1, 1),
+            nil, {stride = c.stride, padding = c.pad, dilation = c.dil, groups = c.g})
+          local buf = function(t) return ffi.new('int64_t[2]', t) end
+          local p = ffi.new('of_tensor*[1]')
+          assert.are.equal(0, C.of_quantized_conv2d(xi.p, wi.p, ws.p, wz.p, bias.p, buf(c.stride), buf(c.pad),
+            buf(c.dil), c.g, xs, xzp, 0.5, 3, flow.uint8.id, 0, p), ffi.string(C.of_last_error()))
+          local y = require('oneflow._C').wrap(p[0])
+          assert.are.same(acc:size():totable(), y:size():totable())
+          local want = fref(acc:to(flow.float32), xs, ws, bias, 0.5, 3, false, 0, 255)
+          local d = (y:to(flow.float32) - want):abs()
+          assert.is_true(d:max():item() <= 1, 'case ' .. ci .. ', threads ' .. nt)
+          assert.is_true(d:gt(0):sum():item() <= math.max(1, y:numel() / 100), 'case ' .. ci .. ' exact')
+        end
+        for _, shape in ipairs({{8, 37, 33}, {1, 300, 10}, {2, 16, 100}, {33, 64, 17}}) do
+          local M_, K, N = shape[1], shape[2], shape[3]
+          local xi = flow.randint(-128, 128, {M_, K}):to(flow.int8)
+          local wi = flow.randint(-128, 128, {N, K}):to(flow.int8)
+          local ws, bias = flow.rand(N) * 0.01 + 0.001, flow.randn(N)
+          local acc = (xi:to(flow.float64) + 5):matmul(wi:to(flow.float64):t())
+          local p = ffi.new('of_tensor*[1]')
+          assert.are.equal(0, C.of_quantized_linear(xi.p, wi.p, ws.p, nil, bias.p, 0.02, -5, 1, 0,
+            flow.float32.id, 0, p))
+          local want = acc:to(flow.float32) * (ws * f32(0.02)):view(1, N) + bias:view(1, N)
+          H.close(require('oneflow._C').wrap(p[0]), want, 1e-5, 'linear ' .. M_ .. 'x' .. K .. 'x' .. N)
+        end
+      end
+      flow.set_num_threads(threads)
+    end)
+  end
+
+  it('a weight written in place is packed again (the packed-weight cache follows versions)', function()
+    flow.backends.cpu.set_cpu_capability(best)
+    C.of_quantized_backend(1)
+    local xi = flow.randint(0, 256, {2, 3, 5, 5}):to(flow.uint8)
+    local wi = flow.randint(-100, 101, {18, 3, 3, 3}):to(flow.int8)
+    local ws, p = flow.full({18}, 0.01), ffi.new('of_tensor*[1]')
+    local buf = function(t) return ffi.new('int64_t[2]', t) end
+    local function run(w)
+      assert.are.equal(0, C.of_quantized_conv2d(xi.p, w.p, ws.p, nil, nil, buf{1, 1}, buf{1, 1}, buf{1, 1}, 1,
+        0.02, 7, 1, 0, flow.float32.id, 0, p), ffi.string(C.of_last_error()))
+      return require('oneflow._C').wrap(p[0])
+    end
+    local function want(w)
+      return F.conv2d(xi:to(flow.float64) - 7, w:to(flow.float64), nil, {padding = 1}):to(flow.float32) * f32(0.02 * 0.01)
+    end
+    H.close(run(wi), want(wi), 1e-5)
+    wi:narrow(1, 4, 2):add_(3)         -- in place, through a view
+    H.close(run(wi), want(wi), 1e-5, 'after add_')
+    wi:copy_(flow.randint(-100, 101, {18, 3, 3, 3}):to(flow.int8))
+    H.close(run(wi), want(wi), 1e-5, 'after copy_')
+    local other = flow.randint(-100, 101, {18, 3, 3, 3}):to(flow.int8)
+    H.close(run(other), want(other), 1e-5, 'another weight')
+  end)
+
   it('kernels refuse bad input naming the op', function()
     local p = ffi.new('of_tensor*[1]')
     local function err() return ffi.string(C.of_last_error()) end
@@ -268,11 +349,15 @@ describe('quantized max pooling', function()
     local F = flow.nn.functional
     flow.manual_seed(8)
     local q = flow.quantize_per_tensor(flow.randn(2, 3, 9, 8), 0.03, -4, flow.qint8)
-    for _, o in ipairs({{2, {}}, {3, {stride = 2, padding = 1}}, {{3, 2}, {stride = {1, 2}, dilation = {2, 1}}}}) do
+    -- the first two and {2, 1} take the row loops (no padding, no dilation)
+    for _, o in ipairs({{2, {}}, {3, {stride = 2}}, {{2, 3}, {stride = 1}}, {3, {stride = 2, padding = 1}},
+                        {{3, 2}, {stride = {1, 2}, dilation = {2, 1}}}}) do
       local got = F.max_pool2d(q, o[1], o[2])
       local want = F.max_pool2d(q:int_repr():to(flow.float32), o[1], o[2])
       H.close(got:int_repr(), want, 0)
       assert.are.equal(q:q_scale(), got:q_scale())
+      local qu = flow.quantize_per_tensor(flow.randn(2, 3, 9, 8), 0.03, 128, flow.quint8)
+      H.close(F.max_pool2d(qu, o[1], o[2]):int_repr(), F.max_pool2d(qu:int_repr():to(flow.float32), o[1], o[2]), 0)
     end
     H.raises(function() F.max_pool2d(q, 2, {return_indices = true}) end, 'max_pool2d (return_indices)')
   end)

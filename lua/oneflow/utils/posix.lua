@@ -79,6 +79,14 @@ function M.now()
   return os.time()
 end
 
+--- Seconds of CPU time the calling thread has used (CLOCK_THREAD_CPUTIME_ID;
+-- os.clock(), the process's, if clock_gettime is unusable).
+function M.thread_cpu()
+  local ok, r = pcall(C.clock_gettime, 3, ts)
+  if ok and r == 0 then return tonumber(ts[0]) + tonumber(ts[1]) * 1e-9 end
+  return os.clock()
+end
+
 --- Whether file descriptor fd is a terminal.
 function M.isatty(fd)
   local ok, r = pcall(C.isatty, fd)
