@@ -559,9 +559,11 @@ vnni_gemm(const vnni_job *j, int64_t i0, int64_t i1, int64_t v0, int64_t v1) {
   }
 }
 
-/* A weight [O, Cg * khw] (per group of Og channels) minus its zero points
- * as int8, K reordered (tap, channel) with channels padded to cp, packed
- * [group][Og / 16][khw * cp / 4][16][4], and each channel's sum. fits:
+/* A weight [O, Cg, kh, kw] (per group of Og channels) minus its zero
+ * points as int8 in qconv_vnni's tap order (row taps: i, then (j, c) in a
+ * tap of tapl bytes; else taps (i, j), then c in tapl bytes), packed
+ * [group][Og / 16][K' / 4][16][4], and each channel's sum; a linear
+ * layer's weight is Cg = K, kh = kw = 1. fits:
  * false where some w - wz leaves int8 (the int16 kernel runs then).
  * Packed weights are cached, as PyTorch's prepacked ones: a quantized model
  * packs each weight once. The key is the weight's and zero points'
@@ -570,7 +572,7 @@ vnni_gemm(const vnni_job *j, int64_t i0, int64_t i1, int64_t v0, int64_t v1) {
  * refcounted so that a thread still using an evicted one keeps it. */
 typedef struct {
   int64_t refs;
-  int64_t key[14];
+  int64_t key[16];
   int8_t *B;
   int32_t *rowsum;   /* per group, padded to a multiple of 16 */
   bool fits;
@@ -589,9 +591,10 @@ static void packed_release(packed_w *e) {
 }
 
 static of_status pack_weight_s8(const char *op, of_tensor *w, of_tensor *wzp, int64_t O, int64_t G,
-                                int64_t Cg, int64_t khw, int64_t cp, packed_w **out) {
-  const int64_t key[14] = {w->storage->id, w->storage->version, w->offset, O, G, Cg, khw, cp,
-                           w->strides[0], w->strides[1], w->ndim > 2 ? w->strides[2] : 0,
+                                int64_t Cg, int64_t kh, int64_t kw, int64_t tapl, bool rowtaps,
+                                packed_w **out) {
+  const int64_t key[16] = {w->storage->id, w->storage->version, w->offset, O, G, Cg, kh, kw, tapl,
+                           rowtaps, w->strides[0], w->strides[1], w->ndim > 2 ? w->strides[2] : 0,
                            wzp ? wzp->storage->id : -1, wzp ? wzp->storage->version : 0,
                            wzp ? wzp->offset : 0};
   *out = NULL;
@@ -606,7 +609,8 @@ static of_status pack_weight_s8(const char *op, of_tensor *w, of_tensor *wzp, in
   pthread_mutex_unlock(&wcache_mu);
   if (*out) return OF_OK;
 
-  const int64_t Og = O / G, Ogp = (Og + 15) / 16 * 16, K = Cg * khw, kq = khw * cp;
+  const int64_t Og = O / G, Ogp = (Og + 15) / 16 * 16, khw = kh * kw, K = Cg * khw;
+  const int64_t kq = (rowtaps ? kh : khw) * tapl;
   of_tensor *wc, *zc = NULL;
   OF_CHECK(of_dense(w, OF_INT8, &wc));
   of_status st = wzp ? of_dense(wzp, OF_INT64, &zc) : OF_OK;
@@ -637,7 +641,9 @@ static of_status pack_weight_s8(const char *op, of_tensor *w, of_tensor *wzp, in
         break;
       }
       sum += (int32_t)v;
-      const int64_t kn = (k % khw) * cp + k / khw;   /* (c, tap) -> (tap, c) */
+      /* (c, i, j) -> row taps: (i, j, c); else taps (i, j), c */
+      const int64_t c = k / khw, i = k % khw / kw, j_ = k % kw;
+      const int64_t kn = rowtaps ? i * tapl + j_ * Cg + c : (i * kw + j_) * tapl + c;
       col[(kn >> 2) * 64 + (kn & 3)] = (int8_t)v;
     }
     e->rowsum[g * Ogp + og] = sum;
@@ -688,7 +694,7 @@ static of_status qlinear_vnni(const char *op, of_tensor *xc, of_tensor *w, of_te
   const int32_t xz = xzp + (u8 ? 0 : 128);
   const int64_t kq = (K + 3) / 4 * 4, nvec = (O + 15) / 16;
   packed_w *pk;
-  OF_CHECK(pack_weight_s8(op, w, wzp, O, 1, K, 1, kq, &pk));
+  OF_CHECK(pack_weight_s8(op, w, wzp, O, 1, K, 1, 1, kq, true, &pk));
   if (!pk->fits) {
     packed_release(pk);
     return OF_OK;
@@ -755,14 +761,19 @@ static of_status qconv_vnni(const char *op, of_tensor *xc, of_tensor *w, of_tens
   const int64_t N = xc->shape[0], C = xc->shape[1], H = xc->shape[2], W = xc->shape[3];
   const int64_t O = w->shape[0], Cg = w->shape[1], kh = w->shape[2], kw = w->shape[3];
   const int64_t G = p->groups, Og = O / G, Ogp = (Og + 15) / 16 * 16, nvec = Ogp / 16;
-  const int64_t cp = (Cg + 3) / 4 * 4, K = Cg * kh * kw, ntap = kh * kw;
+  /* without dilation along W a kernel row's kw * Cg bytes lie together:
+   * one tap a row (its length rounded up to 4: the extra bytes meet zero
+   * weights); else a tap an element, channels padded to 4 */
+  const bool rowtaps = p->dilation[1] == 1;
+  const int64_t cp = rowtaps ? Cg : (Cg + 3) / 4 * 4, K = Cg * kh * kw;
+  const int64_t ntap = rowtaps ? kh : kh * kw, tapl = rowtaps ? (kw * Cg + 3) / 4 * 4 : cp;
   const int64_t sh = p->stride[0], sw = p->stride[1], ph = p->padding[0], pw = p->padding[1];
   const int64_t dh = p->dilation[0], dw = p->dilation[1];
   const int64_t OH = (H + 2 * ph - dh * (kh - 1) - 1) / sh + 1, OW = (W + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
-  const int64_t L = OH * OW, Hp = H + 2 * ph, Wp = W + 2 * pw, plane = Hp * Wp * cp;
+  const int64_t L = OH * OW, Hp = H + 2 * ph, Wp = W + 2 * pw, plane = Hp * Wp * cp + 4;
   const int64_t esz = of_dtype_size((of_dtype)p->out_dtype);
   packed_w *pk;
-  OF_CHECK(pack_weight_s8(op, w, wzp, O, G, Cg, ntap, cp, &pk));
+  OF_CHECK(pack_weight_s8(op, w, wzp, O, G, Cg, kh, kw, tapl, rowtaps, &pk));
   if (!pk->fits) {
     packed_release(pk);
     return OF_OK;
@@ -780,7 +791,8 @@ static of_status qconv_vnni(const char *op, of_tensor *xc, of_tensor *w, of_tens
   of_status st = P && acc && act && corr && roff && toff ? OF_OK
                  : of_fail(OF_ERR_OOM, "%s: out of memory for the input planes", op);
   for (int64_t l = 0; st == OF_OK && l < L; l++) roff[l] = ((l / OW) * sh * Wp + (l % OW) * sw) * cp;
-  for (int64_t t = 0; st == OF_OK && t < ntap; t++) toff[t] = ((t / kw) * dh * Wp + (t % kw) * dw) * cp;
+  for (int64_t t = 0; st == OF_OK && t < ntap; t++)
+    toff[t] = rowtaps ? t * dh * Wp * cp : ((t / kw) * dh * Wp + (t % kw) * dw) * cp;
   const uint8_t *xb = (const uint8_t *)of_ptr(xc);
   const uint8_t shift = u8 ? 0 : 128;
   /* sample s, group g's channels-last bytes into pl: the border (and the
@@ -797,7 +809,8 @@ static of_status qconv_vnni(const char *op, of_tensor *xc, of_tensor *w, of_tens
     }                                                                                    \
   } while (0)
 #define VJOB(pl, ac, g) \
-  {(pl), roff, toff, ntap, cp / 4, pk->B + (g) * Ogp * ntap * cp, ntap * cp * 16, (ac), Og, Og, corr + (g) * Ogp}
+  {(pl), roff, toff, ntap, tapl / 4, pk->B + (g) * Ogp * ntap * tapl, ntap * tapl * 16, (ac), Og, Og, \
+   corr + (g) * Ogp}
 #define VRQ(g)                                                                           \
   {fac + 2 * (g) * Og, fac + 2 * (g) * Og + Og, (int32_t)p->out_zp, p->relu, p->out_dtype, \
    qlo((of_dtype)p->out_dtype), qhi((of_dtype)p->out_dtype)}
@@ -1300,8 +1313,8 @@ static of_status qmaxpool_body(of_tensor *x, const a_quant *p, of_tensor **out) 
      * common 2x2 / 3x3 pools) */
     const bool inside = ph == 0 && pw == 0;
     /* and without dilation, rows of outputs: the maximum of the window's
-     * rows, element by element (loops the compiler vectorises; the 2-wide
-     * stride-2 window, LeNet's and ResNet's, as pairs) */
+     * rows, element by element (loops the compiler vectorises; the 2 x 2
+     * stride-2 window, LeNet's, in one pass) */
     if (inside && dh == 1 && dw == 1) {
 #define QPOOL_ROWS(T)                                                                  \
   do {                                                                                 \
@@ -1311,20 +1324,22 @@ static of_status qmaxpool_body(of_tensor *x, const a_quant *p, of_tensor **out) 
     for (int64_t c = 0; c < NC; c++)                                                   \
       for (int64_t oh = 0; oh < OH; oh++) {                                            \
         T *y = yt + (c * OH + oh) * OW;                                                \
-        for (int64_t i = 0; i < kh; i++) {                                             \
-          const T *r = xt + (c * H + oh * sh + i) * W;                                 \
-          if (kw == 2 && sw == 2) {                                                    \
-            for (int64_t ow = 0; ow < OW; ow++) {                                      \
-              const T a = r[2 * ow], b = r[2 * ow + 1], m = a > b ? a : b;             \
-              y[ow] = i == 0 || m > y[ow] ? m : y[ow];                                 \
-            }                                                                          \
-          } else {                                                                     \
-            for (int64_t ow = 0; ow < OW; ow++) {                                      \
-              T m = r[ow * sw];                                                        \
-              for (int64_t j = 1; j < kw; j++) m = r[ow * sw + j] > m ? r[ow * sw + j] : m; \
-              y[ow] = i == 0 || m > y[ow] ? m : y[ow];                                 \
-            }                                                                          \
+        const T *r0 = xt + (c * H + oh * sh) * W;                                      \
+        if (kh == 2 && kw == 2 && sw == 2) {                                           \
+          const T *r1 = r0 + W;                                                        \
+          for (int64_t ow = 0; ow < OW; ow++) {                                        \
+            const T a = r0[2 * ow] > r0[2 * ow + 1] ? r0[2 * ow] : r0[2 * ow + 1];     \
+            const T b = r1[2 * ow] > r1[2 * ow + 1] ? r1[2 * ow] : r1[2 * ow + 1];     \
+            y[ow] = a > b ? a : b;                                                     \
           }                                                                            \
+          continue;                                                                    \
+        }                                                                              \
+        for (int64_t ow = 0; ow < OW; ow++) y[ow] = r0[ow * sw];                       \
+        for (int64_t i = 0; i < kh; i++) {                                             \
+          const T *r = r0 + i * W;                                                     \
+          for (int64_t j = 0; j < kw; j++)                                             \
+            for (int64_t ow = 0; ow < OW; ow++)                                        \
+              y[ow] = r[ow * sw + j] > y[ow] ? r[ow * sw + j] : y[ow];                 \
         }                                                                              \
       }                                                                                \
   } while (0)
