@@ -653,30 +653,36 @@ end
 local graph_ptr = ffi.typeof('of_graph*[1]')
 local tensor_list = ffi.typeof('of_tensor*[?]')
 
--- build on acc micro-batches (while tracing); grads are averaged
-local function accumulate(self, acc, args, n)
+-- The tensor arguments cut into acc micro-batches along the first dim:
+-- micro(k) gives the k-th argument list.
+local function micro_batches(acc, args, n)
   local size
   for i = 1, n do
     local a = args[i]
     if is_tensor(a) then
       local s = a:dim() > 0 and a:size(1) or 0
-      if size and s ~= size then fail('gradient accumulation: tensor arguments differ in batch size', 3) end
+      if size and s ~= size then fail('gradient accumulation: tensor arguments differ in batch size', 4) end
       size = s
     end
   end
   if not size or size % acc ~= 0 then
     fail(('gradient accumulation: the batch (%s) does not split into %d micro-batches')
-         :format(tostring(size), acc), 3)
+         :format(tostring(size), acc), 4)
   end
-  local m, results = size / acc, {}
-  for k = 1, acc do
+  local m = size / acc
+  return function(k)
     local micro = {}
     for i = 1, n do
       local a = args[i]
       micro[i] = is_tensor(a) and a:narrow(1, (k - 1) * m + 1, m) or a
     end
-    results[k] = {self:build(unpack(micro, 1, n))}
+    return micro
   end
+end
+
+-- The grads of the optimizers' parameters divided by acc (the mean over
+-- the micro-batches).
+local function average_grads(self, acc)
   autograd.no_grad(function()
     for _, e in ipairs(self._optimizers) do
       for _, group in ipairs(e.opt.param_groups) do
@@ -687,6 +693,11 @@ local function accumulate(self, acc, args, n)
       end
     end
   end)
+end
+
+-- The results of the micro-batches as one call's: scalar tensors averaged,
+-- other tensors concatenated along the first dim, other values the last's.
+local function combine(results, acc)
   local out = {}
   for j = 1, table.maxn(results[1]) do
     local first = results[1][j]
@@ -699,7 +710,30 @@ local function accumulate(self, acc, args, n)
       out[j] = results[acc][j]
     end
   end
-  return unpack(out, 1, table.maxn(results[1]))
+  return out, table.maxn(results[1])
+end
+
+-- build on acc micro-batches (while tracing); grads are averaged
+local function accumulate(self, acc, args, n)
+  local micro, results = micro_batches(acc, args, n), {}
+  for k = 1, acc do results[k] = {self:build(unpack(micro(k), 1, n))} end
+  average_grads(self, acc)
+  local out, nout = combine(results, acc)
+  return unpack(out, 1, nout)
+end
+
+-- Pipeline parallelism (oneflow.nn.graph_pipeline): this rank's stage on
+-- acc micro-batches in the 1F1B order; grads averaged; scalar results on
+-- every rank.
+local function pipeline_call(self, pipe, acc, args, n)
+  local GP = require 'oneflow.nn.graph_pipeline'
+  local micro = micro_batches(acc, args, n)
+  local results = GP.schedule(self, pipe, acc, micro, n)
+  average_grads(self, acc)
+  local out, nout = {}, 0
+  if results then out, nout = combine(results, acc) end
+  out, nout = GP.share(pipe, out, nout)
+  return unpack(out, 1, nout)
 end
 
 -- AMP: the autocast to trace build's forward under, and the loss scaling
@@ -876,6 +910,13 @@ local function compile(self, key, rest, args, n, dev)
     fail('gradient accumulation with global tensor arguments is not supported yet', 3)
   end
   local training = #self._optimizers > 0
+  local pipe = require('oneflow.nn.graph_pipeline').stages(self)
+  if pipe and not training then
+    fail('pipeline stages (config:set_stage) need a training graph (add_optimizer)', 3)
+  end
+  if pipe and globals then
+    fail('pipeline stages take local tensor arguments (every rank passes the whole batch)', 3)
+  end
   if self.config.zero == 3 then
     for _, e in ipairs(self._optimizers) do
       for _, group in ipairs(e.opt.param_groups) do
@@ -900,7 +941,9 @@ local function compile(self, key, rest, args, n, dev)
     if autocast then autocast:enter() end
     if sc then autograd._loss_scale = sc.scaler._scale end
     local out
-    if acc == 1 then
+    if pipe then
+      out = {pcall(pipeline_call, self, pipe, acc, args, n)}
+    elseif acc == 1 then
       out = {pcall(self.build, self, unpack(args, 1, n))}
     else
       out = {pcall(accumulate, self, acc, args, n)}
@@ -963,7 +1006,7 @@ local function compile(self, key, rest, args, n, dev)
   local entry = {g = g, template = tpl, nres = nres, ninputs = ninputs, noutputs = #list,
                  grads = grads,
                  updated = updated, key = key, rest = rest, scaling = sc, global = globals,
-                 cuda_graph = self.config.cuda_graph,
+                 cuda_graph = self.config.cuda_graph, pipe = pipe, acc = acc,
                  cins = tensor_list(math.max(ninputs, 1)),
                  couts = tensor_list(math.max(#list, 1))}
   self._cache[key] = entry
@@ -991,7 +1034,15 @@ local function run(self, entry, args, n)
   end
   write_lr(self)
   local couts = entry.couts
-  if C.of_graph_run(entry.g, cins, entry.ninputs, couts, entry.noutputs) ~= 0 then raise() end
+  if entry.pipe then   -- timed, for the bubble graph:debug reports
+    local total, idle, rc = require('oneflow.nn.graph_pipeline').timed(function()
+      return C.of_graph_run(entry.g, cins, entry.ninputs, couts, entry.noutputs)
+    end)
+    if rc ~= 0 then raise() end
+    if total then entry.measured = {total = total, idle = idle} end
+  elseif C.of_graph_run(entry.g, cins, entry.ninputs, couts, entry.noutputs) ~= 0 then
+    raise()
+  end
   local list = {}
   for i = 1, entry.noutputs do list[i] = wrap(couts[i - 1]) end
   for _, e in ipairs(entry.grads) do add_grad(e, list[e.k]) end
@@ -1073,11 +1124,26 @@ function Graph:step_skipped() return rawget(self, '_skipped') or false end
 --- graph:debug(level[, out]): print the IR around every pass on the next
 -- compile (1: nodes, 2: with externals; C writes it to stderr), and the
 -- current graph now to `out` (a file, default io.stderr).
+-- For a pipeline graph it also prints the bubble of the last call
+-- (graph:pipeline_stats(); a collective: call it on every rank).
 function Graph:debug(level, out)
   rawset(self, '_debug', level == nil and 1 or (level == false and 0 or level))
   if self._last and self._debug > 0 then
     (out or io.stderr):write(ffi.string(C.of_graph_dump(self._last.g, self._debug)))
+    local st = self._last.pipe and self:pipeline_stats()
+    if st then (out or io.stderr):write(require('oneflow.nn.graph_pipeline').report(st)) end
   end
+end
+
+--- The pipeline bubble of the last call on every stage (a collective over
+-- the world: call it on every rank), measured on a compiled run (the
+-- first call traces): {p =, m =, measured = mean idle share, formula =
+-- (p-1)/(m+p-1), stages = {{stage =, rank =, total =, idle =, fraction =},
+-- ...}}, or nil (not a pipeline graph, or not measured yet).
+function Graph:pipeline_stats()
+  local e = self._last
+  if not (e and e.pipe) then return nil end
+  return require('oneflow.nn.graph_pipeline').stats(e.pipe, e.acc, e.measured)
 end
 
 --- graph:profile(true): time every node of the compiled graphs from now
