@@ -1185,6 +1185,100 @@ function Graph:ir(level)
   return ffi.string(C.of_graph_dump(self._last.g, level or 1))
 end
 
+------------------------------------------------------------------ state dict
+local STATE_KEYS = {'exp_avg', 'exp_avg_sq', 'max_exp_avg_sq', 'momentum_buffer'}
+
+-- name -> {t = the live tensor (global where the parameter is), set =
+-- function(v) for values that are not tensors of the graph's own}
+local function state_entries(self)
+  local out, names = {}, {}
+  for k, v in pairs(self) do
+    if type(k) == 'string' and is_module(v) then names[#names + 1] = k end
+  end
+  table.sort(names)
+  local pname = {}
+  for _, k in ipairs(names) do
+    local function add(name, t)   -- the live tensors (state_dict may copy)
+      out[k .. '.' .. name] = {t = t}
+      pname[addr((is_global(t) and t._local or t).p)] = k .. '.' .. name
+    end
+    for name, t in self[k]:named_parameters() do add(name, t) end
+    for name, t in self[k]:named_buffers() do add(name, t) end
+  end
+  for i, e in ipairs(self._optimizers) do
+    prepare_state(self, e)
+    local opt = e.opt
+    for _, group in ipairs(opt.param_groups) do
+      for j, p in ipairs(group.params) do
+        local base = ('optimizer%d.%s.'):format(i, pname[addr(p.p)] or ('param' .. j))
+        local st, pl = opt.state[p], param_plan(self, opt, p)
+        for _, key in ipairs(STATE_KEYS) do
+          local t = st[key]
+          if t ~= nil then
+            if pl.g and pl.g.placement:has_me() then   -- the shard of a global state
+              t = GL.new(t, pl.g._shape, pl.g.placement, pl.zero or pl.g._sbp, pl.g._dtype)
+            end
+            out[base .. key] = {t = t}
+          end
+        end
+        local steps = T.flow.tensor({st.step or 0}, {dtype = 'float64'})
+        out[base .. 'step'] = {t = steps, set = function(v)
+          local n = v:item()
+          if e.kind == 'adam' then st.step = n end
+          hyper_of(self, p, n)
+        end}
+      end
+    end
+  end
+  return out
+end
+
+--- The graph's state (OneFlow: nn.Graph.state_dict): name -> tensor for
+-- the parameters and buffers of its modules ("model.fc.weight") and the
+-- state of its optimizers ("optimizer1.model.fc.weight.exp_avg", and
+-- ".step", the update count); global tensors stay global (with ZeRO: the
+-- optimizer state split as the graph keeps it). The tensors are the live
+-- ones, so `flow.distributed.save(graph:state_dict(), path)` saves them
+-- and `flow.distributed.load(path, graph:state_dict())` fills them in
+-- place (on any layout); then `graph:load_state_dict(that)` sets the
+-- step counts.
+function Graph:state_dict()
+  local out = {}
+  for name, e in pairs(state_entries(self)) do out[name] = e.t end
+  return out
+end
+
+--- Copies a state dict (Graph:state_dict's names) into the graph's
+-- modules and optimizers, in place (the compiled graphs keep running on
+-- them). Global values are boxed to the graph's own placement and sbp.
+-- Names missing from sd are errors; unknown names too.
+function Graph:load_state_dict(sd)
+  if type(sd) ~= 'table' then fail('load_state_dict: expected a table name -> tensor', 2) end
+  local own = state_entries(self)
+  for name in pairs(sd) do
+    if own[name] == nil then fail(('load_state_dict: unknown entry %q'):format(tostring(name)), 2) end
+  end
+  local names = {}
+  for name in pairs(own) do names[#names + 1] = name end
+  table.sort(names)   -- the same order on every rank: boxing is collective
+  autograd.no_grad(function()
+    for _, name in ipairs(names) do
+      local e, v = own[name], sd[name]
+      if v == nil then fail(('load_state_dict: missing entry %q'):format(name), 4) end
+      if e.set then e.set(is_global(v) and v:to_local() or v)
+      elseif v ~= e.t then
+        if is_global(e.t) then   -- a local value is the full tensor
+          local src = is_global(v) and v:to_global(e.t.placement, e.t._sbp)
+                      or GL.from_full(v, e.t.placement, e.t._sbp)
+          if e.t.placement:has_me() then e.t._local:copy_(src._local) end
+        else
+          e.t:copy_(is_global(v) and v:to_local() or v)
+        end
+      end
+    end
+  end)
+end
+
 ------------------------------------------------------------------ save / load
 -- graphs: the compiled signatures to keep, the one to run first first.
 -- The first is "__graph__" with its externals "ext.0", ... (what older
@@ -1228,8 +1322,10 @@ end
 function Graph:save(path)
   if not self._last then fail('save: call the graph once first (it compiles on the first call)', 2) end
   if self._last.global then
-    fail('save: graphs with global tensors (placements, SBP, collectives) cannot be saved yet; '
-         .. 'save the parameters with flow.distributed.save and trace the graph again', 2)
+    fail('save: graphs with global tensors (placements, SBP, collectives) cannot be saved as a '
+         .. 'compiled graph; save their state with flow.distributed.save(graph:state_dict(), path) '
+         .. 'and load it into a new graph (flow.distributed.load(path, graph:state_dict()), '
+         .. 'graph:load_state_dict)', 2)
   end
   local others = {}
   for key, e in pairs(self._cache) do
