@@ -657,9 +657,20 @@ local tensor_list = ffi.typeof('of_tensor*[?]')
 -- micro(k) gives the k-th argument list.
 local function micro_batches(acc, args, n)
   local size
+  local full = {}   -- global arguments: their whole value on every rank
   for i = 1, n do
     local a = args[i]
-    if is_tensor(a) then
+    if is_global(a) then
+      -- micro-batch k is rows (k-1)m+1 .. km of the logical tensor, as in one
+      -- process: the argument is gathered once (a collective, recorded) and
+      -- each micro-batch cut from it takes the argument's sbp again
+      local b = {}
+      for k = 1, #a._sbp do b[k] = PL.sbp.broadcast end
+      full[i] = a:to_global(a.placement, b)._local
+      local s = #a._shape > 0 and a._shape[1] or 0
+      if size and s ~= size then fail('gradient accumulation: tensor arguments differ in batch size', 4) end
+      size = s
+    elseif is_tensor(a) then
       local s = a:dim() > 0 and a:size(1) or 0
       if size and s ~= size then fail('gradient accumulation: tensor arguments differ in batch size', 4) end
       size = s
@@ -674,7 +685,11 @@ local function micro_batches(acc, args, n)
     local micro = {}
     for i = 1, n do
       local a = args[i]
-      micro[i] = is_tensor(a) and a:narrow(1, (k - 1) * m + 1, m) or a
+      if full[i] then
+        micro[i] = GL.from_full(full[i]:narrow(1, (k - 1) * m + 1, m), a.placement, a._sbp)
+      else
+        micro[i] = is_tensor(a) and a:narrow(1, (k - 1) * m + 1, m) or a
+      end
     end
     return micro
   end
@@ -706,6 +721,16 @@ local function combine(results, acc)
       for k = 1, acc do parts[k] = results[k][j] end
       if first:dim() == 0 then out[j] = flow_stack(parts):mean()
       else out[j] = T.flow.cat(parts, 1) end
+    elseif is_global(first) then   -- the same, with global ops
+      local parts = {}
+      for k = 1, acc do parts[k] = results[k][j] end
+      if #first._shape == 0 then
+        local sum = parts[1]
+        for k = 2, acc do sum = sum + parts[k] end
+        out[j] = sum / acc
+      else
+        out[j] = T.flow.cat(parts, 1)
+      end
     else
       out[j] = results[acc][j]
     end
@@ -905,9 +930,6 @@ local function compile(self, key, rest, args, n, dev)
       ins[ninputs] = args[i]._local
       globals = true
     end
-  end
-  if globals and (self.config.acc_steps or 1) > 1 then
-    fail('gradient accumulation with global tensor arguments is not supported yet', 3)
   end
   local training = #self._optimizers > 0
   local pipe = require('oneflow.nn.graph_pipeline').stages(self)
