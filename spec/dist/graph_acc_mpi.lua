@@ -4,7 +4,7 @@
 local flow = require 'oneflow'
 local H = require 'spec.helpers'
 
-local r, n = flow.env.get_rank(), flow.env.get_world_size()
+local n = flow.env.get_world_size()
 if n < 2 then   -- run by tools/run_tests.sh under mpirun -np 2 and 4
   describe('nn.Graph gradient accumulation with global arguments', function()
     it('runs under mpirun', function() pending('needs mpirun -np 2 or more') end)
