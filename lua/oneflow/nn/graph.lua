@@ -685,7 +685,11 @@ local function micro_batches(acc, args, n)
     local micro = {}
     for i = 1, n do
       local a = args[i]
-      if full[i] then
+      if full[i] and not a.placement:has_me() then   -- an empty stand-in here
+        local shape = {}
+        for d, v in ipairs(a._shape) do shape[d] = d == 1 and m or v end
+        micro[i] = GL.new(a._local, shape, a.placement, a._sbp, a._dtype)
+      elseif full[i] then
         micro[i] = GL.from_full(full[i]:narrow(1, (k - 1) * m + 1, m), a.placement, a._sbp)
       else
         micro[i] = is_tensor(a) and a:narrow(1, (k - 1) * m + 1, m) or a
@@ -935,9 +939,6 @@ local function compile(self, key, rest, args, n, dev)
   local pipe = require('oneflow.nn.graph_pipeline').stages(self)
   if pipe and not training then
     fail('pipeline stages (config:set_stage) need a training graph (add_optimizer)', 3)
-  end
-  if pipe and globals then
-    fail('pipeline stages take local tensor arguments (every rank passes the whole batch)', 3)
   end
   if self.config.zero == 3 then
     for _, e in ipairs(self._optimizers) do

@@ -17,6 +17,8 @@
 local T = require 'oneflow.tensor'
 local class_of = require 'oneflow.nn.module'
 local comm = require 'oneflow.distributed.comm'
+local GL = require 'oneflow.distributed.global'
+local PL = require 'oneflow.distributed.placement'
 local ffi = require 'ffi'
 local C = require('oneflow._C').C
 
@@ -56,9 +58,12 @@ function M.stages(self)
       fail(('stages must be numbered 1..%d, each once; %s is stage %d')
            :format(#list, st.name, st.id), 4)
     end
-    if st.placement:size() ~= list[1].placement:size() then
-      fail(('every stage needs as many ranks: stage 1 (%s) has %d, stage %d (%s) has %d')
-           :format(list[1].name, list[1].placement:size(), i, st.name, st.placement:size()), 4)
+    if st.placement:size() ~= list[1].placement:size()
+       or #st.placement.hierarchy ~= #list[1].placement.hierarchy
+       or st.placement.hierarchy[1] ~= list[1].placement.hierarchy[1] then
+      fail(('every stage needs the same grid of ranks: stage 1 (%s) has %s, stage %d (%s) has %s')
+           :format(list[1].name, table.concat(list[1].placement.hierarchy, 'x'), i, st.name,
+                   table.concat(st.placement.hierarchy, 'x')), 4)
     end
     for _, r in ipairs(st.placement.ranks) do
       if owner[r] then
@@ -92,32 +97,58 @@ local function link(pipe, other)
 end
 
 -- One exchange on a link: sends t (or nothing) and returns what the peer
--- sends (nil when want is false). A small header with the shape comes
--- first, so that the receiver needs to know nothing beforehand.
-local function exchange(l, t, want, dtype)
-  local hdr = {0, 0, 0, 0, 0, 0, 0, 0, 0}
-  if t then
-    hdr[1] = t:dim()
-    for d = 1, t:dim() do hdr[d + 1] = t:size(d) end
+-- sends (nil when want is false). A header comes first: the shard's shape
+-- and, for a global tensor (stages on grids: its shard goes to the rank at
+-- the same grid position), the logical shape and sbp, so that the receiver
+-- needs to know nothing beforehand and makes the same global tensor on its
+-- own stage's placement. HDR: [ndim, shard dims x8, global, logical dims
+-- x8, sbp x2 (0 broadcast, -1 partial, d split(d))].
+local HDR = 20
+local function sbp_code(v) return v.kind == 'B' and 0 or (v.kind == 'P' and -1 or v.dim) end
+local function header(t)
+  local h = {}
+  for i = 1, HDR do h[i] = 0 end
+  if t == nil then return h end
+  local loc = GL.is_global(t) and t._local or t
+  h[1] = loc:dim()
+  for d = 1, loc:dim() do h[d + 1] = loc:size(d) end
+  if GL.is_global(t) then
+    h[10] = 1
+    for d = 1, #t._shape do h[10 + d] = t._shape[d] end
+    for k, v in ipairs(t._sbp) do h[18 + k] = sbp_code(v) end
   end
+  return h
+end
+
+local function exchange(l, t, want, dtype, P)
   local h2 = {}
-  for i = 1, 9 do h2[i] = 0 end
+  for i = 1, HDR do h2[i] = 0 end
+  local hdr = header(t)
   local send_h = T.flow.tensor(l.me == 1 and {h2, hdr} or {hdr, h2}, {dtype = 'int64'}):view(-1)
-  local counts = {9, 9}
+  local counts = {HDR, HDR}
   local got = comm.all_to_all_flat(send_h, counts, counts, {group = l.g})
-  local peer_h = peek(got, 'int64_t*')
-  for i = 1, 9 do peer_h[i] = peer_h[(2 - l.me) * 9 + i] end
+  local all_h, ph = peek(got, 'int64_t*'), {}
+  for i = 1, HDR do ph[i] = all_h[(2 - l.me) * HDR + i] end
   local shape, numel = {}, 1
-  for d = 1, peer_h[1] do shape[d] = peer_h[d + 1]; numel = numel * peer_h[d + 1] end
+  for d = 1, ph[1] do shape[d] = ph[d + 1]; numel = numel * ph[d + 1] end
   if not want then numel = 0 end
-  if want and peer_h[1] == 0 then fail('expected a tensor from the neighbouring stage, got none', 3) end
-  local out = t and t:detach():contiguous():view(-1) or T.flow.empty(0, {dtype = dtype})
+  if want and ph[1] == 0 then fail('expected a tensor from the neighbouring stage, got none', 3) end
+  local loc = t and (GL.is_global(t) and t._local or t)
+  local out = loc and loc:detach():contiguous():view(-1) or T.flow.empty(0, {dtype = dtype})
   local send, recv = {0, 0}, {0, 0}
-  send[3 - l.me] = t and out:numel() or 0
+  send[3 - l.me] = loc and out:numel() or 0
   recv[3 - l.me] = numel
   local flat = comm.all_to_all_flat(out, send, recv, {group = l.g})
   if not want then return nil end
-  return flat:view(shape)
+  local r = flat:view(shape)
+  if ph[10] == 0 then return r end
+  local lshape, sbp = {}, {}
+  for d = 1, ph[1] do lshape[d] = ph[10 + d] end
+  for k = 1, #P.hierarchy do
+    local c = ph[18 + k]
+    sbp[k] = c == 0 and PL.sbp.broadcast or (c < 0 and PL.sbp.partial_sum or PL.sbp.split(c))
+  end
+  return GL.new(r, lshape, P, sbp, r.dtype)
 end
 
 -- The stage modules' forwards while the schedule runs: stages before this
@@ -193,26 +224,32 @@ function M.schedule(self, pipe, m, micro, n)
   end
   local function backward_step(k, og)
     if s < p then
-      if not is_tensor(outs[k]) then
+      local out = outs[k]
+      if not (is_tensor(out) or GL.is_global(out)) then
         fail(('stage %d (%s) must return one tensor'):format(s, pipe.list[s].name), 2)
       end
-      outs[k]:backward(og)
+      -- on the shards: og is the shard of the gradient in the dual sbp, as
+      -- the next stage's autograd left it (see doc/distributed.md, Autograd)
+      local lo, lg = GL.is_global(out) and out._local or out, GL.is_global(og) and og._local or og
+      lo:backward(lg)
     end
     local inp = ins[k]
     outs[k], ins[k] = nil, nil
     if inp == nil then return nil end
+    inp = GL.is_global(inp) and inp._local or inp
     if inp.grad == nil then
       fail(('no gradient reached the input of stage %d: build must call loss:backward()'):format(s), 2)
     end
     return inp.grad
   end
+  local P = pipe.list[s].placement
   local function leaf(t) return t and t:requires_grad_(true) or nil end
-  local function recv_forward() return up and leaf(exchange(up, nil, true, dtype)) end
-  local function send_forward(out) if down then exchange(down, out, false, dtype) end end
-  local function send_forward_recv_backward(out) return down and exchange(down, out, true, dtype) end
-  local function send_backward_recv_forward(g) return up and leaf(exchange(up, g, true, dtype)) end
-  local function recv_backward() return down and exchange(down, nil, true, dtype) end
-  local function send_backward(g) if up then exchange(up, g, false, dtype) end end
+  local function recv_forward() return up and leaf(exchange(up, nil, true, dtype, P)) end
+  local function send_forward(out) if down then exchange(down, out, false, dtype, P) end end
+  local function send_forward_recv_backward(out) return down and exchange(down, out, true, dtype, P) end
+  local function send_backward_recv_forward(g) return up and leaf(exchange(up, g, true, dtype, P)) end
+  local function recv_backward() return down and exchange(down, nil, true, dtype, P) end
+  local function send_backward(g) if up then exchange(up, g, false, dtype, P) end end
 
   local ok, err = pcall(function()
     local warm = math.min(p - s, m)
@@ -247,7 +284,13 @@ function M.share(pipe, out, nout)
   if count == 0 then return {}, 0 end
   local parts = {}
   for j = 1, count do
-    local v = last and out[j]
+    local v = pipe.me == pipe.p and out[j]
+    if GL.is_global(v) and #v._shape == 0 then   -- its value (a collective in the stage)
+      local b = {}
+      for k = 1, #v._sbp do b[k] = PL.sbp.broadcast end
+      v = v:to_global(v.placement, b)._local
+    end
+    if not last then v = nil end
     if is_tensor(v) and v:dim() == 0 then
       parts[#parts + 1] = T.flow.stack({T.flow.ones({}, {dtype = 'float64'}), v:detach():double()}, 1)
     else
