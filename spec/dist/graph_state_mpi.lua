@@ -7,18 +7,11 @@ local flow = require 'oneflow'
 local H = require 'spec.helpers'
 
 local nn = flow.nn
-local r, n = flow.env.get_rank(), flow.env.get_world_size()
-if n < 2 then   -- run by tools/run_tests.sh under mpirun -np 2 and 4
-  describe('nn.Graph state dicts with global tensors', function()
-    it('runs under mpirun', function() pending('needs mpirun -np 2 or more') end)
-  end)
-  return
-end
-local all = {}
-for i = 0, n - 1 do all[i + 1] = i end
-local P = flow.placement('cpu', all)
-local S, Bc = flow.sbp.split, flow.sbp.broadcast
 local D = require 'spec.dist.helpers'
+local P = D.world_or_pending('nn.Graph state dicts with global tensors')
+if not P then return end
+local r = flow.env.get_rank()
+local S, Bc = flow.sbp.split, flow.sbp.broadcast
 
 local Step = nn.Graph:subclass('StateStep')
 function Step:__init(net, zero)

@@ -4,16 +4,11 @@
 -- process: losses and parameters within 1e-5.
 local flow = require 'oneflow'
 
-local function have_mpirun()
-  local f = io.popen('command -v mpirun 2>/dev/null')
-  local s = f:read('*a')
-  f:close()
-  return s ~= ''
-end
+local D = require 'spec.dist.helpers'
 
 describe('3-D parallelism (data x tensor x pipeline)', function()
   if flow.env.get_world_size() ~= 1 then return end
-  local it_mpi = have_mpirun() and it or pending
+  local it_mpi = D.have_mpirun() and it or pending
   for _, np in ipairs({8, 4}) do
     it_mpi(('examples/distributed/pipeline_3d.lua under mpirun -np %d equals one process'):format(np), function()
       local f = io.popen(('OF_DIST_TIMEOUT=60 timeout 300 mpirun --allow-run-as-root --oversubscribe -np %d '
