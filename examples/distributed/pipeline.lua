@@ -33,13 +33,13 @@ if world ~= 2 and world ~= 4 then
   error(('pipeline.lua: run it on 2 or 4 processes (one stage each), not %d'):format(world), 0)
 end
 
--- one stage per process: Linear + ReLU blocks, the last one ends in 10 classes
+-- one stage per process, balanced: Linear(width, width) + ReLU each, the last
+-- one ending in a small 10-class head
 local function model()
   local stages = {}
   for i = 1, world do
-    local inp = i == 1 and 32 or opts.width
-    stages[i] = i == world and nn.Sequential(nn.Linear(inp, opts.width), nn.ReLU(), nn.Linear(opts.width, 10))
-                            or nn.Sequential(nn.Linear(inp, opts.width), nn.ReLU())
+    stages[i] = i == world and nn.Sequential(nn.Linear(opts.width, opts.width), nn.ReLU(), nn.Linear(opts.width, 10))
+                            or nn.Sequential(nn.Linear(opts.width, opts.width), nn.ReLU())
   end
   return nn.Sequential(unpack(stages))
 end
@@ -67,7 +67,7 @@ say('%d stages, %d micro-batches of %d', world, opts.micro_batches, opts.batch_s
 local worst = 0
 for s = 1, opts.steps do
   flow.manual_seed(100 + s)   -- the same batch on every process
-  local x, y = flow.randn(opts.batch_size, 32), flow.randint(1, 11, {opts.batch_size})
+  local x, y = flow.randn(opts.batch_size, opts.width), flow.randint(1, 11, {opts.batch_size})
   local loss = step(x, y):item()
   local rl
   if rank == 0 then   -- the same model in one process, on the whole batch
