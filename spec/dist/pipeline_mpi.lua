@@ -98,6 +98,10 @@ describe('nn.Graph pipeline parallelism (1F1B)', function()
     it('runs stages of two ranks each (pairs exchange by position)', function()
       compare({{0, 1}, {2, 3}}, 4, sgd, 3, 8)
     end)
+
+    it('leaves a rank outside every stage idle (it still gets the loss)', function()
+      compare({{0}, {1}, {2}}, 3, adam, 2, 6)
+    end)
   end
 
   it('reports the bubble of a compiled step against the 1F1B formula', function()
