@@ -139,6 +139,25 @@ function Config:enable_zero(on, opts)
   self.zero = on ~= false and stage or nil
 end
 
+--- self.config:enable_auto_parallel(true[, opts]) (OneFlow:
+-- config.enable_auto_parallel(True)): when the graph compiles first, the
+-- SBP of every leaf module call (and so of its parameters) is searched
+-- with a cost model -- compute, and seconds per boxing measured once per
+-- machine (oneflow.distributed.cost_model) -- and the cheapest plan is
+-- applied and printed on the first rank. The parameters must be global on
+-- one 1-D placement (e.g. model:to_global(P, flow.sbp.broadcast)).
+-- opts: {print = false} prints nothing ({print = function(text)} hands
+-- the text over, on every rank); {figures = t} plans with the
+-- given figures instead of the machine's. graph:auto_parallel_plan()
+-- gives the plan.
+function Config:enable_auto_parallel(on, opts)
+  if opts ~= nil and type(opts) ~= 'table' then
+    fail('enable_auto_parallel: opts must be a table ({print =, figures =}), got ' .. type(opts), 2)
+  end
+  opts = A.check_options('enable_auto_parallel', opts, {print = true, figures = true})
+  self.auto_parallel = on ~= false and opts or nil
+end
+
 --- self.config:set_passes('dce,cse,fold,fuse,inplace'): the optimization
 -- passes to run (in order); '' runs none.
 function Config:set_passes(list)
@@ -940,6 +959,25 @@ local function compile(self, key, rest, args, n, dev)
   if pipe and not training then
     fail('pipeline stages (config:set_stage) need a training graph (add_optimizer)', 3)
   end
+  local auto = self.config.auto_parallel
+  if auto and pipe then
+    fail('auto-parallel and pipeline stages (config:set_stage) cannot be combined', 3)
+  end
+  if auto and not rawget(self, '_auto_plan') then
+    local GA = require 'oneflow.nn.graph_auto'
+    local acc0 = self.config.acc_steps or 1
+    local pargs = acc0 > 1 and micro_batches(acc0, args, n)(1) or args
+    local plan = GA.plan(self, pargs, n, training, auto)
+    GA.apply(self, plan)
+    rawset(self, '_auto_plan', plan)
+    if type(auto.print) == 'function' then auto.print(GA.format(plan, self.__name))
+    elseif auto.print ~= false and comm.world().rank == 0 then
+      io.stdout:write(GA.format(plan, self.__name))
+      io.stdout:flush()
+    end
+  end
+  local unhook = rawget(self, '_auto_plan')
+                 and require('oneflow.nn.graph_auto').install(self._auto_plan) or function() end
   if self.config.zero == 3 then
     for _, e in ipairs(self._optimizers) do
       for _, group in ipairs(e.opt.param_groups) do
@@ -980,6 +1018,7 @@ local function compile(self, key, rest, args, n, dev)
     return unpack(out, 2, table.maxn(out))
   end)}
   unmark()
+  unhook()
   if not res[1] then
     C.of_trace_abort()
     for _, e in ipairs(aside) do e.p.grad = e.grad end
@@ -1163,6 +1202,15 @@ end
 -- first call traces): {p =, m =, measured = mean idle share, formula =
 -- (p-1)/(m+p-1), stages = {{stage =, rank =, total =, idle =, fraction =},
 -- ...}}, or nil (not a pipeline graph, or not measured yet).
+--- The auto-parallel plan (config:enable_auto_parallel), after the first
+-- call: {{module =, type =, signature =, input =, output =, params =
+-- {name = 'S(1)'}, cost =}, ..., cost = estimated seconds per step,
+-- data_parallel = the same for the all-data-parallel plan}, or nil.
+function Graph:auto_parallel_plan()
+  local plan = rawget(self, '_auto_plan')
+  return plan and require('oneflow.nn.graph_auto').summary(plan) or nil
+end
+
 function Graph:pipeline_stats()
   local e = self._last
   if not (e and e.pipe) then return nil end
