@@ -45,8 +45,10 @@ local function time_it(f, reps, group)
   return median(ts)
 end
 
---- The cache file: $OF_COST_MODEL, else ~/.cache/oneflow/cost_model.lua.
+--- The cache file: cost_model.path if set, else $OF_COST_MODEL, else
+-- ~/.cache/oneflow/cost_model.lua (read and written by the first rank).
 function M.cache_path()
+  if M.path then return M.path end   -- set by a program (the specs)
   local p = os.getenv('OF_COST_MODEL')
   if p and p ~= '' then return p end
   return (os.getenv('HOME') or '/tmp') .. '/.cache/oneflow/cost_model.lua'
@@ -97,9 +99,9 @@ local function write_cache(path, all)
     local box = {}
     for _, kind in ipairs(M.KINDS) do
       local c = t.box[kind]
-      if c then box[#box + 1] = ('["%s"] = {a = %.6g, b = %.6g}'):format(kind, c.a, c.b) end
+      if c then box[#box + 1] = ('["%s"] = {a = %.17g, b = %.17g}'):format(kind, c.a, c.b) end
     end
-    lines[#lines + 1] = ('  [%q] = {flops = %.6g, bytes = %.6g, when = %d, box = {%s}},')
+    lines[#lines + 1] = ('  [%q] = {flops = %.17g, bytes = %.17g, when = %d, box = {%s}},')
       :format(k, t.flops, t.bytes, t.when or os.time(), table.concat(box, ', '))
   end
   lines[#lines + 1] = '}'
@@ -140,9 +142,11 @@ local function measure(P)
           B.box(loc, shape, P, {from[kind]}, P, {to[kind]}, flow.float32)
         end, 5, group)
       end
+      -- the slope between the sizes; under load the small run can take
+      -- longer than its share, so at least half the large run counts
       local bytes1, bytes2 = n * 64 * 4, n * 64 * 512 * 4
-      local bw = math.max((ts[2] - ts[1]) / (bytes2 - bytes1), 1e-13)
-      fig.box[kind] = {a = math.max(ts[1] - bw * bytes1, 0), b = bw}
+      local bw = math.max(ts[2] - ts[1], 0.5 * ts[2]) / (bytes2 - bytes1)
+      fig.box[kind] = {a = ts[1], b = bw}
     end
   end)
   fig.when = os.time()

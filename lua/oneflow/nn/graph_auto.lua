@@ -188,7 +188,11 @@ local function ew(fig, bytes, passes) return bytes * passes / fig.bytes end
 local function param_cost(fig, n, params, plan, training)
   if not training then return 0, 0 end
   local comm, upd = 0, 0
-  for name, p in pairs(params) do
+  local names = {}
+  for name in pairs(params) do names[#names + 1] = name end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local p = params[name]
     local st = plan[name] or 'B'
     local bytes = numel(p._shape) * p._dtype.itemsize
     if st == 'B' then comm = comm + CM.box_seconds(fig, 'P', 'B', bytes)
@@ -208,14 +212,18 @@ local function sig(list, fig, n, params, training, t)
   list[#list + 1] = t
 end
 
+-- {name = global parameter}, whether there is one, the names in order
+-- (loops that box or add costs go in this order: pairs() order differs
+-- between processes, and every rank must box alike)
 local function own_params(m)
-  local out, any = {}, false
+  local out, any, names = {}, false, {}
   for name, p in m:named_parameters({recurse = false}) do
-    if is_global(p) then out[name] = p; any = true
+    if is_global(p) then out[name] = p; any = true; names[#names + 1] = name
     elseif is_tensor(p) then fail(('module %s has local parameters; give the model a placement first: '
       .. 'model:to_global(P, flow.sbp.broadcast)'):format(m.__name), 5) end
   end
-  return out, any
+  table.sort(names)
+  return out, any, names
 end
 
 --- The candidate signatures of one call: {{name =, input =, output =,
@@ -444,6 +452,7 @@ end
 -- {placement =, steps =, cost =, data_parallel = cost of the all-data plan,
 --  figures =, training =}.
 function M.plan(self, args, n, training, opts)
+  for m in pairs(leaves(self)) do own_params(m) end   -- local parameters: say so first
   local calls = M.probe(self, args, n, training)
   if #calls == 0 then fail('build called no module', 3) end
   local P = check(calls)
@@ -507,8 +516,9 @@ end
 --- Gives the parameters of the planned calls the plan's SBP.
 function M.apply(self, plan)
   for _, st in ipairs(plan.steps) do
-    local params = own_params(st.call.module)
-    for name, g in pairs(params) do
+    local params, _, names = own_params(st.call.module)
+    for _, name in ipairs(names) do
+      local g = params[name]
       local want = st.sig.params and st.sig.params[name] or 'B'
       if state_of(g._sbp, #g._shape) ~= want then reshard(self, g, {sbp_of(want)}) end
     end
