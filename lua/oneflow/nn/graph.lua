@@ -1205,7 +1205,8 @@ end
 --- The auto-parallel plan (config:enable_auto_parallel), after the first
 -- call: {{module =, type =, signature =, input =, output =, params =
 -- {name = 'S(1)'}, cost =}, ..., cost = estimated seconds per step,
--- data_parallel = the same for the all-data-parallel plan}, or nil.
+-- data_parallel = the same for the all-data-parallel plan, cached = the
+-- machine figures came from the cache}, or nil.
 function Graph:auto_parallel_plan()
   local plan = rawget(self, '_auto_plan')
   return plan and require('oneflow.nn.graph_auto').summary(plan) or nil

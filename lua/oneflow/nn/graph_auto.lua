@@ -584,9 +584,10 @@ function M.format(plan, title)
 end
 
 --- A plan as a plain table: {{module =, type =, signature =, input =,
--- output =, params = {name = 'S(1)'}}, ..., cost =, data_parallel =}.
+-- output =, params = {name = 'S(1)'}}, ..., cost =, data_parallel =,
+-- cached = whether the machine figures came from the cache}.
 function M.summary(plan)
-  local t = {cost = plan.cost, data_parallel = plan.data_parallel}
+  local t = {cost = plan.cost, data_parallel = plan.data_parallel, cached = plan.figures.cached}
   for i, st in ipairs(plan.steps) do
     local ps = {}
     for name in pairs(own_params(st.call.module)) do
