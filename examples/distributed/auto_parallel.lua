@@ -106,7 +106,9 @@ local function graph_of(make, plan, batch)
   if plan == 'auto' then net:to_global(P, Bc) else net:to_global(P, plans[opts.model_now][plan]) end
   local g = Step(net, plan == 'auto')
   local x, y = batch()
-  return {g = g, x = x:to_global(P, S(1)), y = y:to_global(P, S(1)), walls = {}, cpus = {}}
+  -- every rank drew the same batch: broadcast, then split (a slice)
+  x, y = x:to_global(P, Bc):to_global(P, S(1)), y:to_global(P, Bc):to_global(P, S(1))
+  return {g = g, x = x, y = y, walls = {}, cpus = {}}
 end
 
 -- The plans' steps interleaved (one step of each in turn, so that the
