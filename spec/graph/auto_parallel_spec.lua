@@ -71,6 +71,24 @@ describe('auto-parallel planner', function()
     for _, st in ipairs(cp.steps) do assert.are.equal('S1', st.sig.input) end
   end)
 
+  it('on a 2x2 grid: wide layers split along both axes, a large batch data x tensor', function()
+    local FIG2 = {flops = FIG.flops, bytes = FIG.bytes, box = FIG.box, axes = {FIG, FIG}}
+    local P2 = flow.placement('cpu', {{0}})   -- a 1x1 grid holds the parameters here
+    local l1 = nn.Linear(64, 2048):to_global(P2, {flow.sbp.broadcast, flow.sbp.broadcast})
+    local l2 = nn.Linear(2048, 2048):to_global(P2, {flow.sbp.broadcast, flow.sbp.broadcast})
+    local function calls(N)
+      return {call(l1, 'l1', {N, 64}, {N, 2048}, 'S1,B'), call(nn.ReLU(), 'a1', {N, 2048}, {N, 2048}),
+              call(l2, 'l2', {N, 2048}, {N, 2048})}
+    end
+    local plan = GA.search(calls(8), FIG2, {2, 2}, true)
+    local w = plan.steps[3].sig.params.weight
+    assert.is_nil(w:find('B'), w)
+    for _, st in ipairs(plan.steps) do assert.truthy(st.sig.input:find(',', 1, true)) end
+    plan = GA.search(calls(16384), FIG2, {2, 2}, true)
+    assert.are.equal('S1', plan.steps[1].sig.input:match('^([^,]+)'))
+    assert.truthy(plan.steps[3].sig.name:find('data', 1, true), plan.steps[3].sig.name)
+  end)
+
   it('refuses modules with parameters it has no signatures for, naming them', function()
     local M = nn.Module:subclass('Scale')
     function M:__init()

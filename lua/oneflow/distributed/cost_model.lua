@@ -65,7 +65,7 @@ end
 
 --- The cache key of a placement: host, device type and rank count.
 function M.key(P)
-  return ('%s/%s/%d'):format(hostname(), P.type or 'cpu', P:size())
+  return ('%s/%s/%s'):format(hostname(), P.type or 'cpu', table.concat(P.hierarchy, 'x'))
 end
 
 -- The cache: key -> figures. A file that does not parse is ignored (and
@@ -115,11 +115,13 @@ local function write_cache(path, all)
   os.rename(tmp, path)
 end
 
--- Measures on the ranks of P (every rank of P calls it).
-local function measure(P)
+-- Measures on the ranks of P (every rank of P calls it); on a 2-D grid the
+-- boxings along `axis` (the other axis broadcast), on the axis's groups.
+local function measure(P, axis)
   local flow = T.flow
-  local n = P:size()
-  local group = n > 1 and P:group() or nil
+  local nax = #P.hierarchy
+  local n = nax == 2 and P.hierarchy[axis] or P:size()
+  local group = P:size() > 1 and P:group() or nil
   local fig = {box = {}}
   autograd.no_grad(function()
     local a, b = flow.randn(128, 128), flow.randn(128, 128)
@@ -135,13 +137,20 @@ local function measure(P)
     local S, Bc, Ps = PL.sbp.split, PL.sbp.broadcast, PL.sbp.partial_sum
     local from = {['S->B'] = S(1), ['P->B'] = Ps, ['P->S'] = Ps, ['S->S'] = S(1)}
     local to = {['S->B'] = Bc, ['P->B'] = Bc, ['P->S'] = S(1), ['S->S'] = S(2)}
+    local function nd(s)
+      if nax == 1 then return {s} end
+      local out = {Bc, Bc}
+      out[axis] = s
+      return out
+    end
     for _, kind in ipairs(M.KINDS) do
       local ts = {}
       for j, cols in ipairs({1, 512}) do   -- n*64 x cols floats: latency, then bandwidth
         local shape = {n * 64, cols}
-        local loc = flow.randn(unpack((B.shard(shape, P.hierarchy, {from[kind]}, P.coord))))
+        local s1, s2 = nd(from[kind]), nd(to[kind])
+        local loc = flow.randn(unpack((B.shard(shape, P.hierarchy, s1, P.coord))))
         ts[j] = time_it(function()
-          B.box(loc, shape, P, {from[kind]}, P, {to[kind]}, flow.float32)
+          B.box(loc, shape, P, s1, P, s2, flow.float32)
         end, 15, group)
       end
       -- the slope between the sizes; under load the small run can take
@@ -174,11 +183,17 @@ end
 -- read from the cache or measured (and cached) on P's first rank.
 -- opts.refresh = true measures again. Every rank calls it.
 function M.figures(P, opts)
+  if #P.hierarchy == 2 and not (opts and opts.axis) then   -- one set of figures per axis
+    local a1 = M.figures(P, {refresh = opts and opts.refresh, axis = 1})
+    local a2 = M.figures(P, {refresh = opts and opts.refresh, axis = 2})
+    return {flops = a1.flops, bytes = a1.bytes, box = a1.box, axes = {a1, a2},
+            key = M.key(P), cached = a1.cached and a2.cached}
+  end
   opts = opts or {}
   local root = P.ranks[1]
   local me = comm.world().rank
   local path = M.cache_path()
-  local key = M.key(P)
+  local key = M.key(P) .. (opts.axis and ('#' .. opts.axis) or '')
   local fig, cached
   local flag = T.flow.zeros(1, {dtype = 'float64'})
   if me == root and not opts.refresh then
@@ -188,7 +203,7 @@ function M.figures(P, opts)
   if comm.world().size > 1 then comm.broadcast(flag, root) end
   local have = flag:item() == 1
   if not have then
-    if P:has_me() then fig = measure(P) end
+    if P:has_me() then fig = measure(P, opts.axis) end
     M.measured = M.measured + 1
   end
   if me == root then

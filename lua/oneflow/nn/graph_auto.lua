@@ -60,23 +60,47 @@ local LOSSES = set{'CrossEntropyLoss', 'NLLLoss', 'MSELoss', 'L1Loss', 'SmoothL1
 ------------------------------------------------------------------ states
 -- A state is the SBP of a value on the 1-D placement: 'B', 'P', 'S1',
 -- 'S2', ... (1-based split dim); 'L' after a loss module (the end).
+-- On a 2-D grid a state is the two axes' states joined by a comma ('S1,B').
+local function axes(state)
+  local out = {}
+  for part in state:gmatch('[^,]+') do out[#out + 1] = part end
+  return out
+end
+
 local function state_of(sbp, nd)
-  local s = sbp[1]
-  if s.kind == 'S' then return 'S' .. Bx.norm_dim(s.dim, nd) end
-  return s.kind
+  local parts = {}
+  for k, s in ipairs(sbp) do
+    parts[k] = s.kind == 'S' and ('S' .. Bx.norm_dim(s.dim, nd)) or s.kind
+  end
+  return table.concat(parts, ',')
 end
 M.state_of = state_of
 
-local function sbp_of(state)
+local function sbp1(state)
   if state == 'B' then return PL.sbp.broadcast end
   if state == 'P' then return PL.sbp.partial_sum end
   return PL.sbp.split(tonumber(state:sub(2)))
 end
 
-local function show(state)
+-- the sbp list of a state (one per grid axis)
+local function sbp_of(state)
+  local out = {}
+  for k, a in ipairs(axes(state)) do out[k] = sbp1(a) end
+  return out
+end
+
+local function show1(state)
   if state == 'B' or state == 'P' then return state end
   if state == 'L' then return 'loss' end
   return 'S(' .. state:sub(2) .. ')'
+end
+
+local function show(state)
+  local parts = axes(state)
+  if #parts == 1 then return show1(state) end
+  if state:find('L', 1, true) then return 'loss' end
+  for k, a in ipairs(parts) do parts[k] = show1(a) end
+  return '(' .. table.concat(parts, ', ') .. ')'
 end
 M.show = show
 
@@ -98,7 +122,7 @@ local function share(len, n) return len > 0 and math.ceil(len / n) / len or 1 en
 ------------------------------------------------------------------ probe
 local function describe(x)
   if is_global(x) then
-    return {shape = {unpack(x._shape)}, state = #x.placement.hierarchy == 1
+    return {shape = {unpack(x._shape)}, state = #x.placement.hierarchy <= 2
               and state_of(x._sbp, #x._shape) or nil,
             itemsize = x._dtype.itemsize, placement = x.placement}
   elseif is_tensor(x) then
@@ -206,7 +230,8 @@ end
 
 local function sig(list, fig, n, params, training, t)
   local comm, upd = param_cost(fig, n, params, t.params or {}, training)
-  t.comm = (t.comm or 0) + comm
+  t.own = t.comm or 0
+  t.comm = t.own + comm
   t.update = upd
   t.cost = t.compute + t.comm + t.update
   list[#list + 1] = t
@@ -362,15 +387,94 @@ local function sorted_keys(t)
   return k
 end
 
---- The cheapest plan for the calls (M.probe) on n ranks. only(call) may
--- limit a call's signatures (by name) for the comparison plans.
+------------------------------------------------------------------ 2-D grids
+-- The signatures of a call on an h1 x h2 grid: a 1-D signature per axis
+-- (each with that axis's figures), except the same model-parallel split on
+-- both axes. Compute is the whole work times each axis's share; the op's
+-- own communication adds; each parameter's gradient is all-reduced along
+-- the axes that broadcast it (its bytes divided by the other axis's split)
+-- and its part updated.
+local function signatures2(call, figs, h, training)
+  local full = M.signatures(call, figs[1], 1, training)
+  local fullb = M.signatures(call, figs[2], 1, training)
+  local sa = M.signatures(call, figs[1], h[1], training)
+  local sb = M.signatures(call, figs[2], h[2], training)
+  local params, _, pnames = own_params(call.module)
+  local out = {}
+  local function part(sg, whole)
+    local w = whole.compute
+    return w > 0 and sg.compute / w or 1
+  end
+  local function pshare(p, st, n)
+    if st:sub(1, 1) ~= 'S' then return 1 end
+    return share(p._shape[tonumber(st:sub(2))], n)
+  end
+  local model = {column = true, row = true, ['out-channels'] = true, ['in-channels'] = true,
+                 vocab = true, hidden = true, ['vocab-parallel'] = true}
+  for i, a in ipairs(sa) do
+    for j, b in ipairs(sb) do
+      local lossy = (a.output == 'L') ~= (b.output == 'L')
+      if not lossy and not (a.name == b.name and model[a.name]) then
+        local pa, pb = part(a, full[i]), part(b, fullb[j])
+        local t = {name = a.name .. ' x ' .. b.name, input = a.input .. ',' .. b.input,
+                   output = a.output .. ',' .. b.output, params = {},
+                   compute = full[i].compute * pa * pb, comm = a.own + b.own, update = 0}
+        for _, name in ipairs(pnames) do
+          local p = params[name]
+          local s1 = a.params and a.params[name] or 'B'
+          local s2 = b.params and b.params[name] or 'B'
+          t.params[name] = s1 .. ',' .. s2
+          if training then
+            local bytes = numel(p._shape) * p._dtype.itemsize
+            local sh1, sh2 = pshare(p, s1, h[1]), pshare(p, s2, h[2])
+            if s1 == 'B' then t.comm = t.comm + CM.box_seconds(figs[1], 'P', 'B', bytes * sh2) end
+            if s2 == 'B' then t.comm = t.comm + CM.box_seconds(figs[2], 'P', 'B', bytes * sh1) end
+            t.update = t.update + ew(figs[1], bytes * sh1 * sh2, 7)
+          end
+        end
+        t.cost = t.compute + t.comm + t.update
+        out[#out + 1] = t
+      end
+    end
+  end
+  return out
+end
+
+-- boxing between 2-D states: each axis that changes moves the tensor's
+-- bytes over the other axis's split
+local function box_cost2(figs, h, a, b, bytes, training)
+  local A, Bv = axes(a), axes(b)
+  local c = 0
+  for k = 1, 2 do
+    if A[k] ~= Bv[k] then
+      local o = 3 - k
+      local shr = (A[o]:sub(1, 1) == 'S' or Bv[o]:sub(1, 1) == 'S') and 1 / h[o] or 1
+      c = c + box_cost(figs[k], A[k], Bv[k], bytes * shr, training)
+    end
+  end
+  return c
+end
+
+--- The cheapest plan for the calls (M.probe) on n ranks (a number, or the
+-- grid {h1, h2} with fig.axes = {figures of axis 1, of axis 2}). only(call)
+-- may limit a call's signatures (by name) for the comparison plans.
 -- Returns {steps = {{call =, sig =, box =}, ...}, cost =}.
 function M.search(calls, fig, n, training, only)
+  local grid = type(n) == 'table'
+  local function boxf(a, b, bytes, nd)
+    if grid then
+      local A = axes(a)
+      for k = 1, #A do A[k] = fit(A[k], nd) end
+      return box_cost2(fig.axes, n, table.concat(A, ','), b, bytes, training)
+    end
+    return box_cost(fig, fit(a, nd), b, bytes, training)
+  end
   local first = calls[1]
-  local start = first.input and first.input.state or 'B'
+  local start = first.input and first.input.state or (grid and 'B,B' or 'B')
   local best = {[start] = {cost = 0}}
   for _, call in ipairs(calls) do
-    local sigs = call.sigs or M.signatures(call, fig, n, training)
+    local sigs = call.sigs or (grid and signatures2(call, fig.axes, n, training)
+                               or M.signatures(call, fig, n, training))
     call.sigs = sigs
     local nd = #(call.input and call.input.shape or {})
     local bytes = numel(call.input and call.input.shape or {}) * (call.input and call.input.itemsize or 4)
@@ -379,8 +483,8 @@ function M.search(calls, fig, n, training, only)
       if not only or only(call, sg) then
         for _, s in ipairs(sorted_keys(best)) do
           local e = best[s]
-          if s ~= 'L' then
-            local bx = box_cost(fig, fit(s, nd), sg.input, bytes, training)
+          if not s:find('L', 1, true) then
+            local bx = boxf(s, sg.input, bytes, nd)
             local c = e.cost + bx + sg.cost
             local cur = nb[sg.output]
             if cur == nil or c < cur.cost * (1 - 1e-9) then
@@ -401,8 +505,9 @@ function M.search(calls, fig, n, training, only)
   for _, s in ipairs(sorted_keys(best)) do
     local e = best[s]
     local c = e.cost
-    if s ~= 'L' then
-      c = c + math.min(box_cost(fig, s, 'S1', yb, training), box_cost(fig, s, 'B', yb, training))
+    if not s:find('L', 1, true) then
+      local S1, Bb = grid and 'S1,B' or 'S1', grid and 'B,B' or 'B'
+      c = c + math.min(boxf(s, S1, yb, 99), boxf(s, Bb, yb, 99))
     end
     if wc == nil or c < wc * (1 - 1e-9) then win, wc = e, c end
   end
@@ -427,8 +532,8 @@ local function check(calls)
       end
       seen[c.module] = true
       for _, p in pairs(own_params(c.module)) do
-        if #p.placement.hierarchy ~= 1 then
-          fail(('searches 1-D placements; %s has the %s grid %s'):format(c.name,
+        if #p.placement.hierarchy > 2 then
+          fail(('searches 1-D placements and 2-D grids; %s has the %s grid %s'):format(c.name,
                table.concat(p.placement.hierarchy, 'x'), tostring(p.placement)), 4)
         end
         if P and p.placement ~= P and tostring(p.placement) ~= tostring(P) then
@@ -457,12 +562,20 @@ function M.plan(self, args, n, training, opts)
   if #calls == 0 then fail('build called no module', 3) end
   local P = check(calls)
   local fig = opts.figures or CM.figures(P)
-  local ranks = P:size()
+  local ranks = #P.hierarchy == 2 and P.hierarchy or P:size()
+  if #P.hierarchy == 2 and not fig.axes then
+    fail('figures for a 2-D grid need axes = {figures of axis 1, of axis 2}', 3)
+  end
+  for _, c in ipairs(calls) do c.sigs = nil end
   local plan = M.search(calls, fig, ranks, training)
   if not plan then fail('no plan fits the calls (no signature chain)', 3) end
   local dp = M.search(calls, fig, ranks, training, function(call, sg)
     local _, has = own_params(call.module)
-    return not has or sg.name == 'data' or sg.name == 'loss'
+    if not has then return true end
+    for _, a in ipairs(axes((sg.name:gsub(' x ', ',')))) do
+      if a ~= 'data' and a ~= 'loss' then return false end
+    end
+    return true
   end)
   plan.data_parallel = dp and dp.cost or nil
   plan.placement, plan.figures, plan.training, plan.calls = P, fig, training, #calls
@@ -519,8 +632,9 @@ function M.apply(self, plan)
     local params, _, names = own_params(st.call.module)
     for _, name in ipairs(names) do
       local g = params[name]
-      local want = st.sig.params and st.sig.params[name] or 'B'
-      if state_of(g._sbp, #g._shape) ~= want then reshard(self, g, {sbp_of(want)}) end
+      local nax = #g.placement.hierarchy
+      local want = st.sig.params and st.sig.params[name] or (nax == 2 and 'B,B' or 'B')
+      if state_of(g._sbp, #g._shape) ~= want then reshard(self, g, sbp_of(want)) end
     end
   end
 end
@@ -542,11 +656,15 @@ function M.install(plan)
       e.k = e.k % #e.list + 1
       local want = e.list[e.k]
       local x, i = first_tensor(input, table.maxn(input))
-      if not is_global(x) or #x.placement.hierarchy ~= 1 or want == 'L' then return nil end
+      if not is_global(x) or want:find('L', 1, true) then return nil end
+      if #axes(want) ~= #x.placement.hierarchy then return nil end
       local nd = #x._shape
-      if want:sub(1, 1) == 'S' and tonumber(want:sub(2)) > nd then return nil end
+      for _, a in ipairs(axes(want)) do
+        if a:sub(1, 1) == 'S' and tonumber(a:sub(2)) > nd then return nil end
+      end
       if state_of(x._sbp, nd) == want then return nil end
-      input[i] = x:to_global(x.placement, sbp_of(want))
+      local sb = sbp_of(want)
+      input[i] = x:to_global(x.placement, #sb == 1 and sb[1] or sb)
       return input
     end)
   end
@@ -591,7 +709,7 @@ function M.summary(plan)
   for i, st in ipairs(plan.steps) do
     local ps = {}
     for name in pairs(own_params(st.call.module)) do
-      ps[name] = show(st.sig.params and st.sig.params[name] or 'B')
+      ps[name] = show(st.sig.params and st.sig.params[name] or 'B')   -- 1-D: always given
     end
     t[i] = {module = st.call.name, type = st.call.type, signature = st.sig.name,
             input = show(st.sig.input), output = show(st.sig.output), params = ps, cost = st.sig.cost}
