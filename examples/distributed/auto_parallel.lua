@@ -11,7 +11,7 @@
 -- best hand plan.
 --
 --   mpirun --allow-run-as-root --oversubscribe -np 4 luajit examples/distributed/auto_parallel.lua
---       [--model wide|conv|both] [--steps 20] [--width 1024] [--batch-size 16]
+--       [--model wide|conv|both] [--steps 20] [--width 1024] [--batch-size 16] [--grid]
 --
 -- Runs from any directory: this checkout's lua/ comes first.
 local here = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
@@ -31,14 +31,25 @@ p:option('--steps', 'Timed steps per plan (after 3 untimed).', '20', tonumber)
 p:option('--width', 'Hidden width of the wide MLP.', '1024', tonumber)
 p:option('--batch-size', 'Global batch.', '16', tonumber)
 p:option('--threads', 'CPU threads per process.', '1', tonumber)
+p:flag('--grid', 'Processes on a 2-D grid (rows of 2; needs an even count): hand plans '
+  .. 'data (batch split over both axes), for the MLP hybrid (batch over rows, Megatron over '
+  .. 'columns), for the conv net rows (batch over rows, replicas along columns).')
 local opts = p:parse(arg or {})
 flow.set_num_threads(opts.threads)
 
 local rank, world = flow.env.get_rank(), flow.env.get_world_size()
 local ranks = {}
 for i = 0, world - 1 do ranks[i + 1] = i end
+if opts.grid then
+  if world % 2 ~= 0 then error('auto_parallel.lua: --grid needs an even number of processes', 0) end
+  local rows = {}
+  for r = 1, world / 2 do rows[r] = {2 * r - 2, 2 * r - 1} end
+  ranks = rows
+end
 local P = flow.placement('cpu', ranks)
 local S, Bc = flow.sbp.split, flow.sbp.broadcast
+-- one sbp for the 1-D placement, {along rows, along columns} on the grid
+local function nd(a, b) if opts.grid then return {a, b} end return a end
 local function say(fmt, ...) if rank == 0 then io.write(fmt:format(...), '\n') io.flush() end end
 
 ffi.cdef[[
@@ -78,7 +89,20 @@ local plans = {
       if name:match('^[04]%.') then return S(1) end
       return Bc
     end}}
-local order = {wide = {'data', 'megatron'}, conv = {'data', 'channels'}}
+-- on the grid: data parallel over all ranks, and data over rows x the
+-- 1-D model-parallel plan over columns
+local one = plans
+local grid_plans = {
+  wide = {data = function() return {Bc, Bc} end,
+          hybrid = function(name) return {Bc, one.wide.megatron(name)} end},
+  -- (convolutions split over columns would leave BatchNorm's running
+  -- statistics broadcast while its input is split on channels: refused)
+  conv = {data = function() return {Bc, Bc} end,
+          rows = function() return {Bc, Bc} end}}
+local grid_input = {data = {S(1), S(1)}, hybrid = {S(1), Bc}, rows = {S(1), Bc}, auto = {S(1), Bc}}
+if opts.grid then plans = grid_plans end
+local order = opts.grid and {wide = {'data', 'hybrid'}, conv = {'data', 'rows'}}
+              or {wide = {'data', 'megatron'}, conv = {'data', 'channels'}}
 
 local Step = nn.Graph:subclass('Step')
 function Step:__init(net, auto)
@@ -103,11 +127,12 @@ end
 local function graph_of(make, plan, batch)
   flow.manual_seed(0)
   local net = make()
-  if plan == 'auto' then net:to_global(P, Bc) else net:to_global(P, plans[opts.model_now][plan]) end
+  if plan == 'auto' then net:to_global(P, nd(Bc, Bc)) else net:to_global(P, plans[opts.model_now][plan]) end
   local g = Step(net, plan == 'auto')
   local x, y = batch()
   -- every rank drew the same batch: broadcast, then split (a slice)
-  x, y = x:to_global(P, Bc):to_global(P, S(1)), y:to_global(P, Bc):to_global(P, S(1))
+  local s = opts.grid and grid_input[plan] or S(1)
+  x, y = x:to_global(P, nd(Bc, Bc)):to_global(P, s), y:to_global(P, nd(Bc, Bc)):to_global(P, s)
   return {g = g, x = x, y = y, walls = {}, cpus = {}}
 end
 
@@ -150,7 +175,8 @@ for _, name in ipairs(models) do
     local x = name == 'wide' and flow.randn(N, 64) or flow.randn(N, 3, 16, 16)
     return x, flow.randint(1, 11, {N})
   end
-  say('== %s, %d ranks, batch %d%s, load %s', name, world, opts.batch_size,
+  say('== %s, %d ranks%s, batch %d%s, load %s', name, world,
+      opts.grid and (' on a grid of rows of 2') or '', opts.batch_size,
       name == 'wide' and (', width ' .. opts.width) or '', loadavg())
   local rows, best = {}, nil
   for _, plan in ipairs({'auto', unpack(order[name])}) do
