@@ -145,7 +145,7 @@ end
 -- with a cost model -- compute, and seconds per boxing measured once per
 -- machine (oneflow.distributed.cost_model) -- and the cheapest plan is
 -- applied and printed on the first rank. The parameters must be global on
--- one 1-D placement (e.g. model:to_global(P, flow.sbp.broadcast)).
+-- one placement, 1-D or a 2-D grid (e.g. model:to_global(P, flow.sbp.broadcast)).
 -- opts: {print = false} prints nothing ({print = function(text)} hands
 -- the text over, on every rank); {figures = t} plans with the
 -- given figures instead of the machine's. graph:auto_parallel_plan()

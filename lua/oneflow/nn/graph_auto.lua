@@ -58,7 +58,7 @@ local LOSSES = set{'CrossEntropyLoss', 'NLLLoss', 'MSELoss', 'L1Loss', 'SmoothL1
   'BCEWithLogitsLoss', 'KLDivLoss'}
 
 ------------------------------------------------------------------ states
--- A state is the SBP of a value on the 1-D placement: 'B', 'P', 'S1',
+-- A state is the SBP of a value on a 1-D placement: 'B', 'P', 'S1',
 -- 'S2', ... (1-based split dim); 'L' after a loss module (the end).
 -- On a 2-D grid a state is the two axes' states joined by a comma ('S1,B').
 local function axes(state)
