@@ -87,11 +87,7 @@ local function compare(make, make_opt, batch, steps, opts)
     local got = whole(mine[k])
     if v.dtype ~= flow.int64 then
       local d = (got - v):abs():max():item()
-      -- SyncBatchNorm's running variance differs from one process by up to
-      -- 3e-4 relative in data-parallel graphs, with or without auto-parallel
-      -- (the next test compares it with the hand-written plan's)
-      local tol = k:match('running_var$') and 1e-3 * v:abs():max():item() or 1e-5
-      assert.is_true(d < tol, k .. ' differs by ' .. d)
+      assert.is_true(d < 1e-5, k .. ' differs by ' .. d)
     else
       assert.are.equal(v:item(), got:item(), k)
     end
