@@ -976,7 +976,7 @@ local function compile(self, key, rest, args, n, dev)
       io.stdout:flush()
     end
   end
-  local unhook = rawget(self, '_auto_plan')
+  local unhook = auto and rawget(self, '_auto_plan')
                  and require('oneflow.nn.graph_auto').install(self._auto_plan) or function() end
   if self.config.zero == 3 then
     for _, e in ipairs(self._optimizers) do
