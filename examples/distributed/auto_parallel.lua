@@ -18,7 +18,6 @@ local here = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
 package.path = ('%s/../../lua/?.lua;%s/../../lua/?/init.lua;%s/../../?.lua;'):format(here, here, here) .. package.path
 local argparse = require 'argparse'
 local flow = require 'oneflow'
-local ffi = require 'ffi'
 
 local nn, F = flow.nn, flow.nn.functional
 
@@ -52,14 +51,10 @@ local S, Bc = flow.sbp.split, flow.sbp.broadcast
 local function nd(a, b) if opts.grid then return {a, b} end return a end
 local function say(fmt, ...) if rank == 0 then io.write(fmt:format(...), '\n') io.flush() end end
 
-ffi.cdef[[
-typedef struct { long tv_sec; long tv_nsec; } ap_timespec;
-int clock_gettime(int clk, ap_timespec *ts);
-]]
-local ts = ffi.new('ap_timespec')
-local function clock(id)   -- 1: monotonic, 2: this process's CPU time
-  ffi.C.clock_gettime(id, ts)
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+local now = require('oneflow.utils.posix').now   -- a monotonic clock
+local function clock(id)   -- 1: wall, 2: this process's CPU time
+  if id == 1 then return now() end
+  return os.clock()
 end
 
 local function wide()
