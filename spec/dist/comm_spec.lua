@@ -3,12 +3,7 @@
 local flow = require 'oneflow'
 local H = require 'spec.helpers'
 
-local function have_mpirun()
-  local f = io.popen('command -v mpirun 2>/dev/null')
-  local s = f:read('*a')
-  f:close()
-  return s ~= ''
-end
+local have_mpirun = require('spec.dist.helpers').have_mpirun
 
 describe('flow.env in one process', function()
   if flow.env.get_world_size() ~= 1 then return end

@@ -42,4 +42,29 @@ function M.loss_of(logits, onehot, N)
   return -(F.log_softmax(logits, 2) * onehot):sum() / N
 end
 
+--- For the *_mpi.lua files: in a world of one, declares `title` pending
+-- (tools/run_tests.sh runs them under mpirun -np 2 and 4) and returns
+-- nil; else returns the placement of every rank.
+function M.world_or_pending(title)
+  local n = flow.env.get_world_size()
+  if n < 2 then
+    local env = getfenv(2)   -- busted's describe/it/pending live in the spec file's env
+    env.describe(title, function()
+      env.it('runs under mpirun', function() env.pending(title .. ': needs mpirun -np 2 or more') end)
+    end)
+    return nil
+  end
+  local all = {}
+  for i = 0, n - 1 do all[i + 1] = i end
+  return flow.placement('cpu', all)
+end
+
+--- Whether mpirun is on the PATH (for the specs that launch it themselves).
+function M.have_mpirun()
+  local f = io.popen('command -v mpirun 2>/dev/null')
+  local s = f:read('*a')
+  f:close()
+  return s ~= ''
+end
+
 return M

@@ -139,6 +139,25 @@ function Config:enable_zero(on, opts)
   self.zero = on ~= false and stage or nil
 end
 
+--- self.config:enable_auto_parallel(true[, opts]) (OneFlow:
+-- config.enable_auto_parallel(True)): when the graph compiles first, the
+-- SBP of every leaf module call (and so of its parameters) is searched
+-- with a cost model -- compute, and seconds per boxing measured once per
+-- machine (oneflow.distributed.cost_model) -- and the cheapest plan is
+-- applied and printed on the first rank. The parameters must be global on
+-- one placement, 1-D or a 2-D grid (e.g. model:to_global(P, flow.sbp.broadcast)).
+-- opts: {print = false} prints nothing ({print = function(text)} hands
+-- the text over, on every rank); {figures = t} plans with the
+-- given figures instead of the machine's. graph:auto_parallel_plan()
+-- gives the plan.
+function Config:enable_auto_parallel(on, opts)
+  if opts ~= nil and type(opts) ~= 'table' then
+    fail('enable_auto_parallel: opts must be a table ({print =, figures =}), got ' .. type(opts), 2)
+  end
+  opts = A.check_options('enable_auto_parallel', opts, {print = true, figures = true})
+  self.auto_parallel = on ~= false and opts or nil
+end
+
 --- self.config:set_passes('dce,cse,fold,fuse,inplace'): the optimization
 -- passes to run (in order); '' runs none.
 function Config:set_passes(list)
@@ -653,30 +672,55 @@ end
 local graph_ptr = ffi.typeof('of_graph*[1]')
 local tensor_list = ffi.typeof('of_tensor*[?]')
 
--- build on acc micro-batches (while tracing); grads are averaged
-local function accumulate(self, acc, args, n)
+-- The tensor arguments cut into acc micro-batches along the first dim:
+-- micro(k) gives the k-th argument list.
+local function micro_batches(acc, args, n)
   local size
+  local full = {}   -- global arguments: their whole value on every rank
   for i = 1, n do
     local a = args[i]
-    if is_tensor(a) then
+    if is_global(a) then
+      -- micro-batch k is rows (k-1)m+1 .. km of the logical tensor, as in one
+      -- process: the argument is gathered once (a collective, recorded) and
+      -- each micro-batch cut from it takes the argument's sbp again
+      local b = {}
+      for k = 1, #a._sbp do b[k] = PL.sbp.broadcast end
+      full[i] = a:to_global(a.placement, b)._local
+      local s = #a._shape > 0 and a._shape[1] or 0
+      if size and s ~= size then fail('gradient accumulation: tensor arguments differ in batch size', 4) end
+      size = s
+    elseif is_tensor(a) then
       local s = a:dim() > 0 and a:size(1) or 0
-      if size and s ~= size then fail('gradient accumulation: tensor arguments differ in batch size', 3) end
+      if size and s ~= size then fail('gradient accumulation: tensor arguments differ in batch size', 4) end
       size = s
     end
   end
   if not size or size % acc ~= 0 then
     fail(('gradient accumulation: the batch (%s) does not split into %d micro-batches')
-         :format(tostring(size), acc), 3)
+         :format(tostring(size), acc), 4)
   end
-  local m, results = size / acc, {}
-  for k = 1, acc do
+  local m = size / acc
+  return function(k)
     local micro = {}
     for i = 1, n do
       local a = args[i]
-      micro[i] = is_tensor(a) and a:narrow(1, (k - 1) * m + 1, m) or a
+      if full[i] and not a.placement:has_me() then   -- an empty stand-in here
+        local shape = {}
+        for d, v in ipairs(a._shape) do shape[d] = d == 1 and m or v end
+        micro[i] = GL.new(a._local, shape, a.placement, a._sbp, a._dtype)
+      elseif full[i] then
+        micro[i] = GL.from_full(full[i]:narrow(1, (k - 1) * m + 1, m), a.placement, a._sbp)
+      else
+        micro[i] = is_tensor(a) and a:narrow(1, (k - 1) * m + 1, m) or a
+      end
     end
-    results[k] = {self:build(unpack(micro, 1, n))}
+    return micro
   end
+end
+
+-- The grads of the optimizers' parameters divided by acc (the mean over
+-- the micro-batches).
+local function average_grads(self, acc)
   autograd.no_grad(function()
     for _, e in ipairs(self._optimizers) do
       for _, group in ipairs(e.opt.param_groups) do
@@ -687,6 +731,11 @@ local function accumulate(self, acc, args, n)
       end
     end
   end)
+end
+
+-- The results of the micro-batches as one call's: scalar tensors averaged,
+-- other tensors concatenated along the first dim, other values the last's.
+local function combine(results, acc)
   local out = {}
   for j = 1, table.maxn(results[1]) do
     local first = results[1][j]
@@ -695,11 +744,44 @@ local function accumulate(self, acc, args, n)
       for k = 1, acc do parts[k] = results[k][j] end
       if first:dim() == 0 then out[j] = flow_stack(parts):mean()
       else out[j] = T.flow.cat(parts, 1) end
+    elseif is_global(first) then   -- the same, with global ops
+      local parts = {}
+      for k = 1, acc do parts[k] = results[k][j] end
+      if #first._shape == 0 then
+        local sum = parts[1]
+        for k = 2, acc do sum = sum + parts[k] end
+        out[j] = sum / acc
+      else
+        out[j] = T.flow.cat(parts, 1)
+      end
     else
       out[j] = results[acc][j]
     end
   end
-  return unpack(out, 1, table.maxn(results[1]))
+  return out, table.maxn(results[1])
+end
+
+-- build on acc micro-batches (while tracing); grads are averaged
+local function accumulate(self, acc, args, n)
+  local micro, results = micro_batches(acc, args, n), {}
+  for k = 1, acc do results[k] = {self:build(unpack(micro(k), 1, n))} end
+  average_grads(self, acc)
+  local out, nout = combine(results, acc)
+  return unpack(out, 1, nout)
+end
+
+-- Pipeline parallelism (oneflow.nn.graph_pipeline): this rank's stage on
+-- acc micro-batches in the 1F1B order; grads averaged; scalar results on
+-- every rank.
+local function pipeline_call(self, pipe, acc, args, n)
+  local GP = require 'oneflow.nn.graph_pipeline'
+  local micro = micro_batches(acc, args, n)
+  local results = GP.schedule(self, pipe, acc, micro, n)
+  average_grads(self, acc)
+  local out, nout = {}, 0
+  if results then out, nout = combine(results, acc) end
+  out, nout = GP.share(pipe, out, nout)
+  return unpack(out, 1, nout)
 end
 
 -- AMP: the autocast to trace build's forward under, and the loss scaling
@@ -872,10 +954,30 @@ local function compile(self, key, rest, args, n, dev)
       globals = true
     end
   end
-  if globals and (self.config.acc_steps or 1) > 1 then
-    fail('gradient accumulation with global tensor arguments is not supported yet', 3)
-  end
   local training = #self._optimizers > 0
+  local pipe = require('oneflow.nn.graph_pipeline').stages(self)
+  if pipe and not training then
+    fail('pipeline stages (config:set_stage) need a training graph (add_optimizer)', 3)
+  end
+  local auto = self.config.auto_parallel
+  if auto and pipe then
+    fail('auto-parallel and pipeline stages (config:set_stage) cannot be combined', 3)
+  end
+  if auto and not rawget(self, '_auto_plan') then
+    local GA = require 'oneflow.nn.graph_auto'
+    local acc0 = self.config.acc_steps or 1
+    local pargs = acc0 > 1 and micro_batches(acc0, args, n)(1) or args
+    local plan = GA.plan(self, pargs, n, training, auto)
+    GA.apply(self, plan)
+    rawset(self, '_auto_plan', plan)
+    if type(auto.print) == 'function' then auto.print(GA.format(plan, self.__name))
+    elseif auto.print ~= false and comm.world().rank == 0 then
+      io.stdout:write(GA.format(plan, self.__name))
+      io.stdout:flush()
+    end
+  end
+  local unhook = auto and rawget(self, '_auto_plan')
+                 and require('oneflow.nn.graph_auto').install(self._auto_plan) or function() end
   if self.config.zero == 3 then
     for _, e in ipairs(self._optimizers) do
       for _, group in ipairs(e.opt.param_groups) do
@@ -900,7 +1002,9 @@ local function compile(self, key, rest, args, n, dev)
     if autocast then autocast:enter() end
     if sc then autograd._loss_scale = sc.scaler._scale end
     local out
-    if acc == 1 then
+    if pipe then
+      out = {pcall(pipeline_call, self, pipe, acc, args, n)}
+    elseif acc == 1 then
       out = {pcall(self.build, self, unpack(args, 1, n))}
     else
       out = {pcall(accumulate, self, acc, args, n)}
@@ -914,6 +1018,7 @@ local function compile(self, key, rest, args, n, dev)
     return unpack(out, 2, table.maxn(out))
   end)}
   unmark()
+  unhook()
   if not res[1] then
     C.of_trace_abort()
     for _, e in ipairs(aside) do e.p.grad = e.grad end
@@ -963,7 +1068,7 @@ local function compile(self, key, rest, args, n, dev)
   local entry = {g = g, template = tpl, nres = nres, ninputs = ninputs, noutputs = #list,
                  grads = grads,
                  updated = updated, key = key, rest = rest, scaling = sc, global = globals,
-                 cuda_graph = self.config.cuda_graph,
+                 cuda_graph = self.config.cuda_graph, pipe = pipe, acc = acc,
                  cins = tensor_list(math.max(ninputs, 1)),
                  couts = tensor_list(math.max(#list, 1))}
   self._cache[key] = entry
@@ -991,7 +1096,15 @@ local function run(self, entry, args, n)
   end
   write_lr(self)
   local couts = entry.couts
-  if C.of_graph_run(entry.g, cins, entry.ninputs, couts, entry.noutputs) ~= 0 then raise() end
+  if entry.pipe then   -- timed, for the bubble graph:debug reports
+    local total, idle, rc = require('oneflow.nn.graph_pipeline').timed(function()
+      return C.of_graph_run(entry.g, cins, entry.ninputs, couts, entry.noutputs)
+    end)
+    if rc ~= 0 then raise() end
+    if total then entry.measured = {total = total, idle = idle} end
+  elseif C.of_graph_run(entry.g, cins, entry.ninputs, couts, entry.noutputs) ~= 0 then
+    raise()
+  end
   local list = {}
   for i = 1, entry.noutputs do list[i] = wrap(couts[i - 1]) end
   for _, e in ipairs(entry.grads) do add_grad(e, list[e.k]) end
@@ -1073,11 +1186,36 @@ function Graph:step_skipped() return rawget(self, '_skipped') or false end
 --- graph:debug(level[, out]): print the IR around every pass on the next
 -- compile (1: nodes, 2: with externals; C writes it to stderr), and the
 -- current graph now to `out` (a file, default io.stderr).
+-- For a pipeline graph it also prints the bubble of the last call
+-- (graph:pipeline_stats(); a collective: call it on every rank).
 function Graph:debug(level, out)
   rawset(self, '_debug', level == nil and 1 or (level == false and 0 or level))
   if self._last and self._debug > 0 then
     (out or io.stderr):write(ffi.string(C.of_graph_dump(self._last.g, self._debug)))
+    local st = self._last.pipe and self:pipeline_stats()
+    if st then (out or io.stderr):write(require('oneflow.nn.graph_pipeline').report(st)) end
   end
+end
+
+--- The pipeline bubble of the last call on every stage (a collective over
+-- the world: call it on every rank), measured on a compiled run (the
+-- first call traces): {p =, m =, measured = mean idle share, formula =
+-- (p-1)/(m+p-1), stages = {{stage =, rank =, total =, idle =, fraction =},
+-- ...}}, or nil (not a pipeline graph, or not measured yet).
+--- The auto-parallel plan (config:enable_auto_parallel), after the first
+-- call: {{module =, type =, signature =, input =, output =, params =
+-- {name = 'S(1)'}, cost =}, ..., cost = estimated seconds per step,
+-- data_parallel = the same for the all-data-parallel plan, cached = the
+-- machine figures came from the cache}, or nil.
+function Graph:auto_parallel_plan()
+  local plan = rawget(self, '_auto_plan')
+  return plan and require('oneflow.nn.graph_auto').summary(plan) or nil
+end
+
+function Graph:pipeline_stats()
+  local e = self._last
+  if not (e and e.pipe) then return nil end
+  return require('oneflow.nn.graph_pipeline').stats(e.pipe, e.acc, e.measured)
 end
 
 --- graph:profile(true): time every node of the compiled graphs from now
@@ -1117,6 +1255,100 @@ function Graph:render(path, opts) return require('oneflow.nn.graph_view').render
 function Graph:ir(level)
   if not self._last then return '' end
   return ffi.string(C.of_graph_dump(self._last.g, level or 1))
+end
+
+------------------------------------------------------------------ state dict
+local STATE_KEYS = {'exp_avg', 'exp_avg_sq', 'max_exp_avg_sq', 'momentum_buffer'}
+
+-- name -> {t = the live tensor (global where the parameter is), set =
+-- function(v) for values that are not tensors of the graph's own}
+local function state_entries(self)
+  local out, names = {}, {}
+  for k, v in pairs(self) do
+    if type(k) == 'string' and is_module(v) then names[#names + 1] = k end
+  end
+  table.sort(names)
+  local pname = {}
+  for _, k in ipairs(names) do
+    local function add(name, t)   -- the live tensors (state_dict may copy)
+      out[k .. '.' .. name] = {t = t}
+      pname[addr((is_global(t) and t._local or t).p)] = k .. '.' .. name
+    end
+    for name, t in self[k]:named_parameters() do add(name, t) end
+    for name, t in self[k]:named_buffers() do add(name, t) end
+  end
+  for i, e in ipairs(self._optimizers) do
+    prepare_state(self, e)
+    local opt = e.opt
+    for _, group in ipairs(opt.param_groups) do
+      for j, p in ipairs(group.params) do
+        local base = ('optimizer%d.%s.'):format(i, pname[addr(p.p)] or ('param' .. j))
+        local st, pl = opt.state[p], param_plan(self, opt, p)
+        for _, key in ipairs(STATE_KEYS) do
+          local t = st[key]
+          if t ~= nil then
+            if pl.g and pl.g.placement:has_me() then   -- the shard of a global state
+              t = GL.new(t, pl.g._shape, pl.g.placement, pl.zero or pl.g._sbp, pl.g._dtype)
+            end
+            out[base .. key] = {t = t}
+          end
+        end
+        local steps = T.flow.tensor({st.step or 0}, {dtype = 'float64'})
+        out[base .. 'step'] = {t = steps, set = function(v)
+          local n = v:item()
+          if e.kind == 'adam' then st.step = n end
+          hyper_of(self, p, n)
+        end}
+      end
+    end
+  end
+  return out
+end
+
+--- The graph's state (OneFlow: nn.Graph.state_dict): name -> tensor for
+-- the parameters and buffers of its modules ("model.fc.weight") and the
+-- state of its optimizers ("optimizer1.model.fc.weight.exp_avg", and
+-- ".step", the update count); global tensors stay global (with ZeRO: the
+-- optimizer state split as the graph keeps it). The tensors are the live
+-- ones, so `flow.distributed.save(graph:state_dict(), path)` saves them
+-- and `flow.distributed.load(path, graph:state_dict())` fills them in
+-- place (on any layout); then `graph:load_state_dict(that)` sets the
+-- step counts.
+function Graph:state_dict()
+  local out = {}
+  for name, e in pairs(state_entries(self)) do out[name] = e.t end
+  return out
+end
+
+--- Copies a state dict (Graph:state_dict's names) into the graph's
+-- modules and optimizers, in place (the compiled graphs keep running on
+-- them). Global values are boxed to the graph's own placement and sbp.
+-- Names missing from sd are errors; unknown names too.
+function Graph:load_state_dict(sd)
+  if type(sd) ~= 'table' then fail('load_state_dict: expected a table name -> tensor', 2) end
+  local own = state_entries(self)
+  for name in pairs(sd) do
+    if own[name] == nil then fail(('load_state_dict: unknown entry %q'):format(tostring(name)), 2) end
+  end
+  local names = {}
+  for name in pairs(own) do names[#names + 1] = name end
+  table.sort(names)   -- the same order on every rank: boxing is collective
+  autograd.no_grad(function()
+    for _, name in ipairs(names) do
+      local e, v = own[name], sd[name]
+      if v == nil then fail(('load_state_dict: missing entry %q'):format(name), 4) end
+      if e.set then e.set(is_global(v) and v:to_local() or v)
+      elseif v ~= e.t then
+        if is_global(e.t) then   -- a local value is the full tensor
+          local src = is_global(v) and v:to_global(e.t.placement, e.t._sbp)
+                      or GL.from_full(v, e.t.placement, e.t._sbp)
+          if e.t.placement:has_me() then e.t._local:copy_(src._local) end
+        else
+          e.t:copy_(is_global(v) and v:to_local() or v)
+        end
+      end
+    end
+  end)
 end
 
 ------------------------------------------------------------------ save / load
@@ -1162,8 +1394,10 @@ end
 function Graph:save(path)
   if not self._last then fail('save: call the graph once first (it compiles on the first call)', 2) end
   if self._last.global then
-    fail('save: graphs with global tensors (placements, SBP, collectives) cannot be saved yet; '
-         .. 'save the parameters with flow.distributed.save and trace the graph again', 2)
+    fail('save: graphs with global tensors (placements, SBP, collectives) cannot be saved as a '
+         .. 'compiled graph; save their state with flow.distributed.save(graph:state_dict(), path) '
+         .. 'and load it into a new graph (flow.distributed.load(path, graph:state_dict()), '
+         .. 'graph:load_state_dict)', 2)
   end
   local others = {}
   for key, e in pairs(self._cache) do

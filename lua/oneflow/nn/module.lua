@@ -67,6 +67,23 @@ function Module.__alloc(cls)
   return self
 end
 
+-- The methods of m.config (nn.Graph settings of one module).
+local ModuleConfig = {}
+ModuleConfig.__index = ModuleConfig
+
+--- m.config:set_stage(i, placement) (OneFlow: config.set_stage): in an
+-- nn.Graph, m is pipeline stage i (1-based) and runs on the ranks of
+-- placement (flow.placement); see doc/distributed.md, "Pipeline parallelism".
+function ModuleConfig:set_stage(i, placement)
+  if type(i) ~= 'number' or i < 1 or i ~= math.floor(i) then
+    error(('set_stage: the stage must be a positive integer (1-based), got %s'):format(tostring(i)), 2)
+  end
+  if type(placement) ~= 'table' or type(placement.ranks) ~= 'table' or placement.has_me == nil then
+    error(('set_stage: expected a flow.placement for stage %d, got %s'):format(i, type(placement)), 2)
+  end
+  self.stage, self.placement = i, placement
+end
+
 -- Lookup order: raw fields, the class (methods), then parameters, buffers
 -- and submodules; numeric keys go to the class's __getitem (containers).
 local function make_index(cls)
@@ -86,8 +103,9 @@ local function make_index(cls)
     if v ~= nil then return v end
     v = rawget(self, '_modules').vals[k]
     if v == nil and k == 'config' then
-      -- per-module nn.Graph settings (m.config.activation_checkpointing = true)
-      v = {}
+      -- per-module nn.Graph settings (m.config.activation_checkpointing = true,
+      -- m.config:set_stage(i, placement))
+      v = setmetatable({}, ModuleConfig)
       rawset(self, 'config', v)
     end
     return v

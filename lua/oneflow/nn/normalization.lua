@@ -92,8 +92,11 @@ end
 -- the momentum passed to F.batch_norm, after counting the batch
 local function batch_momentum(self)
   if not (self.training and self.track_running_stats) then return self.momentum or 0 end
-  flow.no_grad(function() self.num_batches_tracked:add_(1) end)
-  if self.momentum == nil then return 1 / self.num_batches_tracked:item() end
+  -- a global counter (module:to_global) is broadcast: each rank counts its copy
+  local count = self.num_batches_tracked
+  if not flow.is_tensor(count) then count = count:to_local() end
+  flow.no_grad(function() count:add_(1) end)
+  if self.momentum == nil then return 1 / count:item() end
   return self.momentum
 end
 

@@ -110,6 +110,77 @@ M.cross_entropy = T.sbp_fn('cross_entropy', needs_global_target(R.class_loss(glo
                            M.cross_entropy)
 M.nll_loss = T.sbp_fn('nll_loss', needs_global_target(R.class_loss(global_mean)), M.nll_loss)
 
+-- Vocabulary-parallel cross_entropy: logits [N, C] split over the classes
+-- (S(2) along one grid axis; the other axis may split the batch) with class
+-- targets. Instead of gathering the logits, each rank works on its classes
+-- and only per-row values cross ranks (as Megatron-LM's parallel loss):
+-- the row max (all-reduce max, no gradient: the loss does not depend on
+-- it), the sum of exp(x - max) and the target's logit (partial sums on the
+-- class axis, reduced by boxing: N values each). Built from global ops, so
+-- autograd gives the gradient: softmax - onehot on each rank's classes.
+-- Class weights and label smoothing take the general path (boxing).
+local comm_all_reduce_max
+local function vocab_parallel(x, t, opts)
+  local GL = require 'oneflow.distributed.global'
+  if not (GL.is_global(x) and GL.is_global(t)) or x.placement ~= t.placement then return nil end
+  opts = opts or EMPTY
+  if opts.weight ~= nil or (opts.label_smoothing or 0) ~= 0 then return nil end
+  if #x._shape ~= 2 or #t._shape ~= 1 or t._dtype.is_floating_point then return nil end
+  local P, s, axis = x.placement, x._sbp, nil
+  for a, v in ipairs(s) do
+    if v.kind == 'S' and R.pos(v.dim, 2) == 2 then axis = a
+    elseif v.kind == 'P' then return nil end
+  end
+  if not axis or P.hierarchy[axis] == 1 or not P:has_me() then return nil end
+  local PL = require 'oneflow.distributed.placement'
+  local row = {}   -- per-row values: whole on the class axis, rows as x's
+  for a, v in ipairs(s) do row[a] = a == axis and PL.sbp.broadcast or v end
+  local flow, no_grad = T.flow, require('oneflow.autograd').no_grad
+  local N, Cn = x._shape[1], x._shape[2]
+  local tl = t:to_global(P, row)._local
+  local xl = x._local
+  local rows, cl = xl:size(1), xl:size(2)
+  -- this rank's classes: lo+1 .. lo+cl (the first Cn % parts ranks one more)
+  local parts, c = P.hierarchy[axis], P.coord[axis]
+  local lo = c * math.floor(Cn / parts) + math.min(c, Cn % parts)
+  local m = no_grad(function()
+    local mx = cl > 0 and xl:amax(2, true) or flow.full({rows, 1}, -math.huge, {dtype = xl.dtype})
+    comm_all_reduce_max(mx, P:axis_group(axis))
+    return mx
+  end)
+  local ignore = opts.ignore_index or -100
+  local mask, keep = no_grad(function()
+    local rel = tl - (lo + BASE - 1)          -- 1-based within this rank's classes
+    local inside = rel:ge(1):logical_and(rel:le(cl)):logical_and(tl:ne(ignore))
+    local oh = cl > 0 and flow.one_hot(flow.where(inside, rel, 1), cl):to(xl.dtype)
+               or flow.zeros(rows, 0, {dtype = xl.dtype})
+    return oh * inside:unsqueeze(2):to(xl.dtype), tl:ne(ignore):to(xl.dtype)
+  end)
+  local gm = GL.new(m, {N, 1}, P, row, x._dtype)
+  local gmask = GL.new(mask, {N, Cn}, P, s, x._dtype)
+  local gkeep = GL.new(keep, {N}, P, row, x._dtype)
+  local z = x - gm
+  local lse = z:exp():sum(2):to_global(P, row):log()
+  local picked = (z * gmask):sum(2):to_global(P, row)
+  local loss = (lse - picked) * gkeep
+  local red = opts.reduction or 'mean'
+  if red == 'none' then return loss end
+  if red == 'sum' then return loss:sum() end
+  if red ~= 'mean' then return nil end   -- the general path names the error
+  return loss:sum() / gkeep:sum()
+end
+
+comm_all_reduce_max = function(t, g)
+  require('oneflow.distributed.comm').all_reduce(t, {group = g, op = 'max'})
+end
+
+local sbp_cross_entropy = M.cross_entropy
+function M.cross_entropy(input, target, opts)
+  local r = vocab_parallel(input, target, opts)
+  if r ~= nil then return r end
+  return sbp_cross_entropy(input, target, opts)
+end
+
 ------------------------------------------------------------------ PyTorch's positional arguments
 local ce_spec = {{'weight'}, {'size_average'}, {'ignore_index', -100}, {'reduce'}, {'reduction', 'mean'},
                  {'label_smoothing', 0}}
