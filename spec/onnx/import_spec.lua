@@ -220,6 +220,48 @@ describe('flow.onnx.load', function()
     H.raises(function() ok({z = flow.ones(2, 3)}) end, "missing input 1 ('x')")
   end)
 
+  it('imports int16, uint16, uint32 and uint64 tensors, raw and typed, and exports them', function()
+    local function xor_model(elem, init)
+      local m = {ir_version = 8, opsets = {{domain = '', version = 18}},
+                 graph = {name = 'g', nodes = {{op_type = 'BitwiseXor', inputs = {'x', 'w'}, outputs = {'y'}}},
+                          inputs = {vi('x', elem, {3})}, outputs = {vi('y', elem, {3})},
+                          initializers = {init}}}
+      return reader.model(pb.tostring(pb.model(m)))
+    end
+    -- raw int16 data
+    local dm = xor_model(5, {name = 'w', data_type = 5, dims = {3},
+                             raw = ffi.string(ffi.new('int16_t[3]', {-1, 2, 300}), 6)})
+    local y = I.OnnxModule(dm)(flow.ones(3, {dtype = flow.int16}))
+    assert.equal(flow.int16, y.dtype)
+    assert.same({-2, 3, 301}, y:totable())
+    -- typed fields: uint16 in int32_data, uint32 and uint64 in uint64_data
+    local function typed(elem, field, values)
+      local m = xor_model(elem, {name = 'w', data_type = elem, dims = {3}})
+      local t = m.graph.initializers[1]
+      t.raw, t[field] = nil, values
+      return I.OnnxModule(m)
+    end
+    local ones = function(name) return flow.ones(3, {dtype = name}) end
+    assert.same({65534, 6, 1}, typed(4, 'int32_data', {65535, 7, 0})(ones('uint16')):totable())
+    assert.same({4294967294, 9, 0}, typed(12, 'uint64_data', {4294967295, 8, 1})(ones('uint32')):totable())
+    local u = typed(13, 'uint64_data', {ffi.new('int64_t', -1), 2, 2 ^ 40})(ones('uint64'))
+    assert.equal(flow.uint64, u.dtype)
+    assert.matches('18446744073709551614,%s+3,%s+1099511627777%]', tostring(u))
+    H.raises(function() typed(12, 'uint64_data', {1, 2, 3})(ones('int32')) end,
+             "input 'x' expects uint32, got int32")
+    -- our exporter writes them, and the import reads them back
+    local d = H.tmpdir()
+    local Net = nn.Module:subclass('IntNet')
+    function Net.forward(_, x) return x * x + x end
+    for _, name in ipairs({'int16', 'uint16', 'uint32', 'uint64'}) do
+      local x = flow.tensor({1, 2, 200}, {dtype = name})
+      flow.onnx.export(Net(), x, d .. '/' .. name .. '.onnx')
+      local back = flow.onnx.load(d .. '/' .. name .. '.onnx')(x)
+      assert.equal(name, back.dtype.name)
+      assert.same((x * x + x):totable(), back:totable())
+    end
+  end)
+
   it('reads external data inside the model folder and refuses paths that leave it', function()
     local d = H.tmpdir()
     os.execute('mkdir -p ' .. sh_quote(d .. '/sub'))
@@ -265,6 +307,9 @@ local SUBSET = {
   'test_sce_mean_weight_ii_3d_log_prob', 'test_split_variable_parts_1d_opset18',
   'test_squeeze_negative_axes', 'test_tile', 'test_top_k_smallest', 'test_transpose_all_permutations_3',
   'test_tril_neg', 'test_unique_sorted_with_axis', 'test_where_long_example', 'test_dft_inverse',
+  -- int16 / uint16 / uint32 / uint64, and bfloat16 data stored as UINT16
+  'test_bitshift_right_uint64', 'test_bitwise_and_i16_3d', 'test_mod_uint32', 'test_max_uint64',
+  'test_quantizelinear_uint16', 'test_cast_BFLOAT16_to_FLOAT',
 }
 
 describe('ONNX conformance subset', function()

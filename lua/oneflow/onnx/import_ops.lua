@@ -158,6 +158,11 @@ OPS.BitwiseNot = one(function(x) return flow.bitwise_not(x) end)
 OPS.BitShift = function(ins, n)
   local dir = attr(n, 'direction')
   local a, b = ins[1], ins[2]:to(ins[1].dtype)
+  if a.dtype == flow.uint64 then   -- beyond int64: shift in uint64 itself
+    local p = flow.pow(flow.full({}, 2, {dtype = a.dtype}), b)
+    if dir == 'LEFT' then return {a * p} end
+    return {flow.floor_divide(a, p)}
+  end
   local p = flow.pow(flow.full({}, 2, {dtype = flow.int64}), b:to(flow.int64))
   if dir == 'LEFT' then return {(a:to(flow.int64) * p):to(a.dtype)} end
   return {flow.div(a:to(flow.int64), p, {rounding_mode = 'floor'}):to(a.dtype)}
@@ -1825,6 +1830,8 @@ end)
 local function qrange(dt)
   if dt == flow.uint8 then return 0, 255 end
   if dt == flow.int8 then return -128, 127 end
+  if dt == flow.uint16 then return 0, 65535 end
+  if dt == flow.int16 then return -32768, 32767 end
   unsupported('quantization to %s', tostring(dt))
 end
 -- a per-axis scale/zero point reshaped to broadcast along axis (blocked: repeated)
