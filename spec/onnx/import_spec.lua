@@ -262,6 +262,60 @@ describe('flow.onnx.load', function()
     end
   end)
 
+  it('runs TfIdfVectorizer in TF, IDF and TFIDF modes, with skips and batches', function()
+    -- pool: unigrams 1, 2, 3 and the bigram (1, 2), at outputs 0..3; the values
+    -- below are what onnxruntime 1.32 and onnx's reference evaluator give
+    local function tfidf(mode, skip, weights, xdims)
+      local attrs = {{name = 'min_gram_length', type = 'i', value = 1},
+                     {name = 'max_gram_length', type = 'i', value = 2},
+                     {name = 'max_skip_count', type = 'i', value = skip},
+                     {name = 'mode', type = 's', value = mode},
+                     {name = 'ngram_counts', type = 'ints', value = {0, 3}},
+                     {name = 'ngram_indexes', type = 'ints', value = {0, 1, 2, 3}},
+                     {name = 'pool_int64s', type = 'ints', value = {1, 2, 3, 1, 2}}}
+      if weights then attrs[#attrs + 1] = {name = 'weights', type = 'floats', value = weights} end
+      local m = {ir_version = 8, opsets = {{domain = '', version = 17}},
+                 graph = {name = 'g', nodes = {{op_type = 'TfIdfVectorizer', inputs = {'x'}, outputs = {'y'},
+                                                attributes = attrs}},
+                          inputs = {vi('x', 7, xdims)}, outputs = {vi('y', 1, false)}, initializers = {}}}
+      return I.load_bytes(pb.tostring(pb.model(m)))
+    end
+    local x = flow.tensor({1, 2, 1, 2}, {dtype = flow.int64})
+    assert.same({2, 2, 0, 2}, tfidf('TF', 0, nil, {4})(x):totable())
+    assert.same({0.5, 1, 0, 4}, tfidf('IDF', 0, {0.5, 1, 2, 4}, {4})(x):totable())
+    assert.same({1, 1, 0, 1}, tfidf('IDF', 0, nil, {4})(x):totable())
+    assert.same({1, 2, 0, 8}, tfidf('TFIDF', 0, {0.5, 1, 2, 4}, {4})(x):totable())
+    -- (1, _, 2) is the bigram (1, 2) at skip 1; unigrams still count once
+    local y = flow.tensor({1, 3, 2}, {dtype = flow.int64})
+    assert.same({1, 1, 1, 0}, tfidf('TF', 0, nil, {3})(y):totable())
+    assert.same({1, 1, 1, 1}, tfidf('TF', 1, nil, {3})(y):totable())
+    local b = flow.tensor({{1, 2, 1, 2}, {3, 3, 0, 0}}, {dtype = flow.int64})
+    local yb = tfidf('TF', 0, nil, {2, 4})(b)
+    assert.equal(flow.float32, yb.dtype)
+    assert.same({{2, 2, 0, 2}, {0, 0, 2, 0}}, yb:totable())
+  end)
+
+  it('builds MelWeightMatrix as onnxruntime and the reference evaluator do', function()
+    local function scalar_vi(name, elem) return vi(name, elem, {}) end
+    local m = {ir_version = 8, opsets = {{domain = '', version = 17}},
+               graph = {name = 'g', nodes = {{op_type = 'MelWeightMatrix', inputs = {'a', 'b', 'c', 'd', 'e'},
+                                              outputs = {'y'}}},
+                        inputs = {scalar_vi('a', 7), scalar_vi('b', 7), scalar_vi('c', 7), scalar_vi('d', 1),
+                                  scalar_vi('e', 1)},
+                        outputs = {vi('y', 1, false)}, initializers = {}}}
+    local net = I.load_bytes(pb.tostring(pb.model(m)))
+    local i64 = function(v) return flow.tensor(v, {dtype = flow.int64}) end
+    local y = net(i64(3), i64(32), i64(8000), flow.tensor(0), flow.tensor(4000))
+    -- onnxruntime 1.32 and onnx's ReferenceEvaluator give these 17 x 3 weights
+    local want = {{0, 0, 0}, {1, 0, 0}, {0.5, 0.5, 0}, {0, 1, 0}, {0, 2 / 3, 1 / 3}, {0, 1 / 3, 2 / 3},
+                  {0, 0, 1}, {0, 0, 0.75}, {0, 0, 0.5}, {0, 0, 0.25}}
+    for _ = 11, 17 do want[#want + 1] = {0, 0, 0} end
+    assert.equal(flow.float32, y.dtype)
+    H.close(y, want, 1e-7)
+    H.raises(function() net(i64(3), i64(32), i64(8000), flow.tensor(0), flow.tensor(9000)) end,
+             'MelWeightMatrix', 'outside the 17 spectrogram bins')
+  end)
+
   it('reads external data inside the model folder and refuses paths that leave it', function()
     local d = H.tmpdir()
     os.execute('mkdir -p ' .. sh_quote(d .. '/sub'))
@@ -309,7 +363,8 @@ local SUBSET = {
   'test_tril_neg', 'test_unique_sorted_with_axis', 'test_where_long_example', 'test_dft_inverse',
   -- int16 / uint16 / uint32 / uint64, and bfloat16 data stored as UINT16
   'test_bitshift_right_uint64', 'test_bitwise_and_i16_3d', 'test_mod_uint32', 'test_max_uint64',
-  'test_quantizelinear_uint16', 'test_cast_BFLOAT16_to_FLOAT',
+  'test_quantizelinear_uint16', 'test_cast_BFLOAT16_to_FLOAT', 'test_tfidfvectorizer_tf_uniandbigrams_skip5',
+  'test_melweightmatrix',
 }
 
 describe('ONNX conformance subset', function()

@@ -2267,6 +2267,136 @@ OPS.QLinearConv = function(ins, n)
   return {saturate(y:round() + (yzp and yzp:to(flow.float64) or 0), yzp and yzp.dtype or flow.uint8)}
 end
 
+------------------------------------------------------------------ text
+-- TfIdfVectorizer over integer tokens (ONNX's reference implementation, Lua
+-- side: the pool's n-grams by key, each row scanned once per skip distance;
+-- unigrams are counted on the first pass only). Weights are by output index.
+local function gram_key(v)
+  if type(v) == 'cdata' then return (tostring(v):gsub('U?LL$', '')) end
+  return ('%.0f'):format(v)
+end
+OPS.TfIdfVectorizer = one(function(x, n)
+  if n.attrs.pool_strings then unsupported('TfIdfVectorizer over strings (string tensors)') end
+  if x.dtype.is_floating_point or x.dtype == flow.bool then
+    fail('TfIdfVectorizer: X must hold integer tokens, got %s', x.dtype.name)
+  end
+  local minn, maxn = attr(n, 'min_gram_length'), attr(n, 'max_gram_length')
+  local maxskip, mode = attr(n, 'max_skip_count'), attr(n, 'mode')
+  local counts, indexes = attr(n, 'ngram_counts'), attr(n, 'ngram_indexes')
+  local gram_pool, weights = attr(n, 'pool_int64s') or {}, attr(n, 'weights')
+  if not (minn and maxn and maxskip and mode and counts and indexes) then
+    fail('TfIdfVectorizer: needs max_gram_length, min_gram_length, max_skip_count, mode, '
+         .. 'ngram_counts and ngram_indexes')
+  end
+  if mode ~= 'TF' and mode ~= 'IDF' and mode ~= 'TFIDF' then
+    fail("TfIdfVectorizer: mode '%s' (TF, IDF or TFIDF)", tostring(mode))
+  end
+  local outsize = 0
+  for _, v in ipairs(indexes) do outsize = math.max(outsize, v + 1) end
+  -- n-gram key -> 0-based output index
+  local ids, id = {}, 0
+  for i = 1, #counts do
+    local s, e = counts[i], counts[i + 1] or #gram_pool
+    local k = math.floor((e - s) / i)
+    if k > 0 and i >= minn and i <= maxn then
+      for g = 0, k - 1 do
+        local parts = {}
+        for j = 1, i do parts[j] = gram_key(gram_pool[s + g * i + j]) end
+        if indexes[id + 1] == nil then fail('TfIdfVectorizer: fewer ngram_indexes than n-grams in pool_int64s') end
+        ids[table.concat(parts, ',')] = indexes[id + 1]
+        id = id + 1
+      end
+    elseif k > 0 then
+      id = id + k
+    end
+  end
+  local r = x:dim()
+  if r > 2 then fail('TfIdfVectorizer: X must be [C] or [N, C], got %d dims', r) end
+  local nrows, C = r == 2 and x:size(1) or 1, r == 0 and 1 or x:size(r)
+  local X = vals(x)
+  local out = {}
+  for row = 0, nrows - 1 do
+    local f = {}
+    for i = 1, outsize do f[i] = 0 end
+    local tok = {}
+    for c = 1, C do tok[c] = gram_key(X[row * C + c]) end
+    local start = minn
+    for skip = 1, maxskip + 1 do
+      for s = 1, C do
+        if (s - 1) + skip * (start - 1) >= C then break end
+        local parts, item = {}, s
+        for size = 1, maxn do
+          if item > C then break end
+          parts[size] = tok[item]
+          if size >= start then
+            local at = ids[table.concat(parts, ',', 1, size)]
+            if at then f[at + 1] = f[at + 1] + 1 end
+          end
+          item = item + skip
+        end
+      end
+      if start == 1 then
+        start = 2
+        if start > maxn then break end
+      end
+    end
+    for i = 1, outsize do
+      local v = f[i]
+      if mode == 'IDF' then v = v > 0 and (weights and weights[i] or 1) or 0
+      elseif mode == 'TFIDF' and weights then v = weights[i] * v end
+      out[#out + 1] = v
+    end
+  end
+  local y = flow.tensor(out, {dtype = flow.float32})
+  return r == 2 and y:reshape(nrows, outsize) or y
+end)
+
+------------------------------------------------------------------ audio
+-- MelWeightMatrix as ONNX's reference: the band edges in mel are float32
+-- arithmetic on the float32 inputs, the bins float64, floored to integers.
+OPS.MelWeightMatrix = function(ins, n)
+  for i = 1, 5 do
+    if ins[i] == nil or ins[i]:numel() ~= 1 then fail('MelWeightMatrix: input %d must be a scalar', i) end
+  end
+  local mels, dft, rate = vals(ins[1])[1], vals(ins[2])[1], vals(ins[3])[1]
+  if mels < 1 or dft < 1 or rate < 1 then
+    fail('MelWeightMatrix: num_mel_bins %s, dft_length %s and sample_rate %s must be positive',
+         tostring(mels), tostring(dft), tostring(rate))
+  end
+  local ln10 = math.log(10)
+  local function mel(hz)   -- float32 throughout, as numpy on float32 scalars
+    local t = (hz:to(flow.float32):reshape({}) / 700):log1p()
+    return t * 2595 / flow.full({}, ln10, {dtype = flow.float32})
+  end
+  local lo, hi = mel(ins[4]), mel(ins[5])
+  local step = (hi - lo) / (mels + 2)
+  local bins = {}
+  local s64, l64 = step:to(flow.float64):item(), lo:to(flow.float64):item()
+  for i = 0, mels + 1 do
+    local f = 700 * (math.exp((i * s64 + l64) / 2595 * ln10) - 1)
+    bins[i] = math.floor((dft + 1) * f / rate)
+  end
+  local nspec = math.floor(dft / 2) + 1
+  local w = {}
+  for j = 1, nspec * mels do w[j] = 0 end
+  local function set(j, i, v)
+    if j < 0 or j >= nspec then
+      fail('MelWeightMatrix: frequency bin %d outside the %d spectrogram bins (upper_edge_hertz above '
+           .. 'sample_rate / 2?)', j, nspec)
+    end
+    w[j * mels + i + 1] = v
+  end
+  for i = 0, mels - 1 do
+    local l, c, h = bins[i], bins[i + 1], bins[i + 2]
+    if c == l then set(c, i, 1)
+    else for j = l, c do set(j, i, (j - l) / (c - l)) end end
+    if h > c then for j = c, h - 1 do set(j, i, (h - j) / (h - c)) end end
+  end
+  local dt = n.attrs.output_datatype and onnx_dtype(attr(n, 'output_datatype'), 'MelWeightMatrix output')
+             or flow.float32
+  return {flow.tensor(w, {dtype = flow.float64}):reshape(nspec, mels):to(dt)}
+end
+
 OPS.MaxUnpool = function(ins, n)
   local x, idx, shape = ins[1], ins[2], ins[3]
   local nsp = x:dim() - 2
