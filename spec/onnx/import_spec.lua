@@ -316,6 +316,63 @@ describe('flow.onnx.load', function()
              'MelWeightMatrix', 'outside the 17 spectrogram bins')
   end)
 
+  it('decodes PNG, JPEG, PPM and BMP streams in ImageDecoder, and refuses corrupt ones', function()
+    local function decoder(fmt)
+      local m = {ir_version = 8, opsets = {{domain = '', version = 20}},
+                 graph = {name = 'g', nodes = {{op_type = 'ImageDecoder', inputs = {'x'}, outputs = {'y'},
+                                                attributes = {{name = 'pixel_format', type = 's', value = fmt}}}},
+                          inputs = {vi('x', 2, {false})}, outputs = {vi('y', 2, false)}, initializers = {}}}
+      return I.load_bytes(pb.tostring(pb.model(m)))
+    end
+    local function u8(str)
+      return flow.from_blob(ffi.new('uint8_t[?]', #str, str), {#str}, {dtype = flow.uint8}):clone()
+    end
+    -- a 2x2 image: red, green / blue, white
+    local rgb = {{{255, 0, 0}, {0, 255, 0}}, {{0, 0, 255}, {255, 255, 255}}}
+    local ppm = u8('P6\n# two by two\n2 2\n255\n' .. string.char(255, 0, 0, 0, 255, 0, 0, 0, 255, 255, 255, 255))
+    local function le32(v) return string.char(v % 256, math.floor(v / 256) % 256, 0, 0) end
+    -- bottom-up rows of BGR pixels, each padded to 8 bytes
+    local pixels = string.char(255, 0, 0, 255, 255, 255, 0, 0) .. string.char(0, 0, 255, 0, 255, 0, 0, 0)
+    local bmp_str = 'BM' .. le32(54 + #pixels) .. le32(0) .. le32(54) .. le32(40) .. le32(2) .. le32(2)
+                    .. string.char(1, 0, 24, 0) .. le32(0) .. le32(#pixels) .. le32(0) .. le32(0) .. le32(0)
+                    .. le32(0) .. pixels
+    local bmp = u8(bmp_str)
+    local vio = require 'flowvision.io'
+    local png = vio.encode_png(flow.tensor(rgb, {dtype = flow.uint8}):permute(3, 1, 2))
+    for _, stream in ipairs({ppm, bmp, png}) do
+      assert.same(rgb, decoder('RGB')(stream):totable())
+      local bgr = decoder('BGR')(stream):totable()
+      assert.same({0, 0, 255}, bgr[1][1])
+      -- Pillow's convert('L'): (19595 R + 38470 G + 7471 B + 32768) >> 16
+      assert.same({{{76}, {150}}, {{29}, {255}}}, decoder('Grayscale')(stream):totable())
+    end
+    if vio.supported('jpeg') then
+      local jpg = vio.encode_jpeg(flow.full({3, 8, 8}, 128, {dtype = flow.uint8}), {quality = 95})
+      local y = decoder('RGB')(jpg)
+      assert.same({8, 8, 3}, y:size():totable())
+      assert.is_true((y:to(flow.int64) - 128):abs():max():item() <= 2)
+    end
+    H.raises(function() decoder('RGB')(u8(bmp_str:sub(1, 60))) end, 'ImageDecoder', 'does not fit')
+    H.raises(function() decoder('RGB')(u8('P6\n2 2\n255\n' .. 'abc')) end, 'ImageDecoder', 'does not fit')
+    H.raises(function() decoder('RGB')(u8('P6\nxx')) end, 'ImageDecoder', 'corrupt PNM header')
+    H.raises(function() decoder('RGB')(u8('GIF89a')) end, 'unsupported', 'ImageDecoder')
+    H.raises(function() decoder('RGB')(png:narrow(1, 1, 20)) end, 'ImageDecoder')
+    H.raises(function() decoder('HSV')(ppm) end, "pixel_format 'HSV'")
+    -- random damage to the PPM and BMP headers and data: an error or an image, never a crash
+    math.randomseed(7)
+    local dec = decoder('RGB')
+    local ppm_str = 'P6\n2 2\n255\n' .. string.char(255, 0, 0, 0, 255, 0, 0, 0, 255, 255, 255, 255)
+    for _ = 1, 400 do
+      for _, str in ipairs({ppm_str, bmp_str}) do
+        local q = math.random(1, #str)
+        local bad = str:sub(1, q - 1) .. string.char(math.random(0, 255)) .. str:sub(q + 1)
+        if math.random(1, 4) == 1 then bad = bad:sub(1, math.random(2, #bad)) end
+        local ok, err = pcall(dec, u8(bad))
+        if not ok then assert.matches('ImageDecoder', tostring(err)) end
+      end
+    end
+  end)
+
   it('reads external data inside the model folder and refuses paths that leave it', function()
     local d = H.tmpdir()
     os.execute('mkdir -p ' .. sh_quote(d .. '/sub'))
@@ -364,7 +421,7 @@ local SUBSET = {
   -- int16 / uint16 / uint32 / uint64, and bfloat16 data stored as UINT16
   'test_bitshift_right_uint64', 'test_bitwise_and_i16_3d', 'test_mod_uint32', 'test_max_uint64',
   'test_quantizelinear_uint16', 'test_cast_BFLOAT16_to_FLOAT', 'test_tfidfvectorizer_tf_uniandbigrams_skip5',
-  'test_melweightmatrix',
+  'test_melweightmatrix', 'test_image_decoder_decode_jpeg_grayscale', 'test_image_decoder_decode_bmp_rgb',
 }
 
 describe('ONNX conformance subset', function()

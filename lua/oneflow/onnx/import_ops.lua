@@ -2397,6 +2397,106 @@ OPS.MelWeightMatrix = function(ins, n)
   return {flow.tensor(w, {dtype = flow.float64}):reshape(nspec, mels):to(dt)}
 end
 
+------------------------------------------------------------------ images
+-- ImageDecoder: PNG and JPEG through the core's decoders (libpng,
+-- libjpeg-turbo), binary PPM/PGM (P6, P5) and uncompressed 24-bit BMP read
+-- here; all to uint8 [H, W, C]. Grayscale is Pillow's convert('L') (ITU-R
+-- 601-2 in 16-bit fixed point), which ONNX's reference uses.
+local ffi = require 'ffi'
+local MAX_SIDE = 32768
+
+-- [H, W, 3] RGB from a binary PNM (P6) or [H, W, 1] from P5, at byte pointer p of n bytes
+local function decode_pnm(p, n)
+  local pos, tok = 2, {}
+  while #tok < 3 do
+    while pos < n and (p[pos] == 32 or (p[pos] >= 9 and p[pos] <= 13) or p[pos] == 35) do
+      if p[pos] == 35 then while pos < n and p[pos] ~= 10 do pos = pos + 1 end end
+      pos = pos + 1
+    end
+    local v, start = 0, pos
+    while pos < n and p[pos] >= 48 and p[pos] <= 57 do v = v * 10 + p[pos] - 48; pos = pos + 1 end
+    if pos == start or v > 1e9 then fail('ImageDecoder: a corrupt PNM header') end
+    tok[#tok + 1] = v
+  end
+  pos = pos + 1   -- one whitespace byte before the samples
+  local w, h, maxval = tok[1], tok[2], tok[3]
+  local c = p[1] == 54 and 3 or 1
+  if maxval > 255 then unsupported('ImageDecoder: PNM with 16-bit samples (maxval %d)', maxval) end
+  if w < 1 or h < 1 or w > MAX_SIDE or h > MAX_SIDE or pos + w * h * c > n then
+    fail('ImageDecoder: PNM of %dx%d does not fit its %d bytes', w, h, n)
+  end
+  return flow.from_blob(p + pos, {h, w, c}, {dtype = flow.uint8}):clone()
+end
+
+local function le(p, at, k)
+  local v = 0
+  for i = k - 1, 0, -1 do v = v * 256 + p[at + i] end
+  return v
+end
+-- [H, W, 3] RGB from an uncompressed 24-bit BMP
+local function decode_bmp(p, n)
+  if n < 54 then fail('ImageDecoder: a BMP of %d bytes (shorter than its headers)', n) end
+  local off, hsize = le(p, 10, 4), le(p, 14, 4)
+  local w, h = le(p, 18, 4), le(p, 22, 4)
+  if h >= 2 ^ 31 then h = h - 2 ^ 32 end
+  local bpp, comp = le(p, 28, 2), le(p, 30, 4)
+  if hsize < 40 or bpp ~= 24 or comp ~= 0 then
+    unsupported('ImageDecoder: BMP with %d bits a pixel, compression %d (24-bit uncompressed only)', bpp, comp)
+  end
+  local top_down = h < 0
+  h = math.abs(h)
+  local stride = math.floor((w * 3 + 3) / 4) * 4
+  if w < 1 or h < 1 or w > MAX_SIDE or h > MAX_SIDE or off + stride * h > n then
+    fail('ImageDecoder: BMP of %dx%d does not fit its %d bytes', w, h, n)
+  end
+  local rows = flow.from_blob(p + off, {h, stride}, {dtype = flow.uint8}):clone()
+  local img = rows:narrow(2, 1, w * 3):contiguous():view(h, w, 3):flip(3)   -- BGR -> RGB
+  if not top_down then img = img:flip(1) end
+  return img:contiguous()
+end
+
+OPS.ImageDecoder = one(function(x, n)
+  local fmt = attr(n, 'pixel_format', 'RGB')
+  if fmt ~= 'RGB' and fmt ~= 'BGR' and fmt ~= 'Grayscale' then
+    fail("ImageDecoder: pixel_format '%s' (RGB, BGR or Grayscale)", tostring(fmt))
+  end
+  if x.dtype ~= flow.uint8 or x:dim() ~= 1 then
+    fail('ImageDecoder: encoded_stream must be a 1-d uint8 tensor, got %s %s', x.dtype.name,
+         tostring(x:size()))
+  end
+  local bytes = x:contiguous()
+  local n0 = bytes:numel()
+  local p = ffi.cast('const uint8_t *', bytes:data_ptr())
+  local function at(i) return i < n0 and p[i] or -1 end
+  local img
+  if (at(0) == 0x89 and at(1) == 0x50 and at(2) == 0x4E and at(3) == 0x47) or (at(0) == 0xFF and at(1) == 0xD8) then
+    local core = require 'oneflow._C'
+    if core.C.of_image_decode(p, n0, core.out1) ~= 0 then
+      fail('ImageDecoder: %s', ffi.string(core.C.of_last_error()))
+    end
+    img = core.wrap(core.out1[0])
+  elseif at(0) == 0x50 and (at(1) == 0x36 or at(1) == 0x35) then   -- 'P6' / 'P5'
+    img = decode_pnm(p, n0)
+  elseif at(0) == 0x42 and at(1) == 0x4D then   -- 'BM'
+    img = decode_bmp(p, n0)
+  else
+    unsupported('ImageDecoder: only PNG, JPEG, binary PNM and 24-bit BMP streams are decoded '
+                .. '(no TIFF, WebP, JPEG 2000)')
+  end
+  local _ = bytes   -- the stream stays alive over the reads
+  if img:dim() == 2 then img = img:unsqueeze(3) end
+  local c = img:size(3)
+  if fmt == 'Grayscale' then
+    if c == 1 then return img end
+    if c ~= 3 then unsupported('ImageDecoder: Grayscale from %d channels', c) end
+    local w = img:to(flow.int64)
+    local l = w:select(3, 1) * 19595 + w:select(3, 2) * 38470 + w:select(3, 3) * 7471 + 32768
+    return flow.floor_divide(l, 65536):to(flow.uint8):unsqueeze(3)
+  end
+  if fmt == 'BGR' and c >= 3 then return img:flip(3):contiguous() end
+  return img
+end)
+
 OPS.MaxUnpool = function(ins, n)
   local x, idx, shape = ins[1], ins[2], ins[3]
   local nsp = x:dim() - 2
