@@ -373,6 +373,36 @@ describe('flow.onnx.load', function()
     end
   end)
 
+  it('runs Col2Im for 3-d images and asymmetric pads as fold does', function()
+    local function col2im(img, block, attrs)
+      local consts = {{name = 'img', data_type = 7, dims = {#img},
+                       raw = ffi.string(ffi.new('int64_t[?]', #img, img), 8 * #img)},
+                      {name = 'blk', data_type = 7, dims = {#block},
+                       raw = ffi.string(ffi.new('int64_t[?]', #block, block), 8 * #block)}}
+      local m = {ir_version = 8, opsets = {{domain = '', version = 18}},
+                 graph = {name = 'g', nodes = {{op_type = 'Col2Im', inputs = {'x', 'img', 'blk'}, outputs = {'y'},
+                                                attributes = attrs}},
+                          inputs = {vi('x', 1, false)}, outputs = {vi('y', 1, false)}, initializers = consts}}
+      return I.load_bytes(pb.tostring(pb.model(m)))
+    end
+    local F = flow.nn.functional
+    flow.manual_seed(3)
+    -- pads (top 0, left 1, bottom 1, right 0) on a 4x5 image, 2x2 blocks, stride 1
+    local x = flow.randn(2, 3 * 4, 4 * 5)
+    local y = col2im({4, 5}, {2, 2}, {{name = 'pads', type = 'ints', value = {0, 1, 1, 0}}})(x)
+    local want = F.fold(x, {5, 6}, {2, 2}):narrow(3, 1, 4):narrow(4, 2, 5)
+    H.close(y, want, 1e-5)
+    -- a 3-d image [1, 5, 6] with blocks [1, 2, 3], strides (1, 2, 1) and dilation 2 on the last dim
+    local x3 = flow.randn(1, 2 * 6, 2 * 2)
+    local y3 = col2im({1, 5, 6}, {1, 2, 3}, {{name = 'strides', type = 'ints', value = {1, 2, 1}},
+                                              {name = 'dilations', type = 'ints', value = {1, 1, 2}}})(x3)
+    local want3 = F.fold(x3, {5, 6}, {2, 3}, {stride = {2, 1}, dilation = {1, 2}})
+    assert.same({1, 2, 1, 5, 6}, y3:size():totable())
+    H.close(y3:squeeze(3), want3, 1e-5)
+    H.raises(function() col2im({4, 5}, {2, 2}, {})(flow.randn(1, 4, 7)) end, 'Col2Im', 'sliding blocks')
+    H.raises(function() col2im({1, 4, 5}, {1, 2, 2}, {})(flow.randn(1, 4, 7)) end, 'Col2Im', 'expected')
+  end)
+
   it('reads external data inside the model folder and refuses paths that leave it', function()
     local d = H.tmpdir()
     os.execute('mkdir -p ' .. sh_quote(d .. '/sub'))
@@ -422,6 +452,7 @@ local SUBSET = {
   'test_bitshift_right_uint64', 'test_bitwise_and_i16_3d', 'test_mod_uint32', 'test_max_uint64',
   'test_quantizelinear_uint16', 'test_cast_BFLOAT16_to_FLOAT', 'test_tfidfvectorizer_tf_uniandbigrams_skip5',
   'test_melweightmatrix', 'test_image_decoder_decode_jpeg_grayscale', 'test_image_decoder_decode_bmp_rgb',
+  'test_col2im_5d',
 }
 
 describe('ONNX conformance subset', function()

@@ -2521,11 +2521,58 @@ end
 
 OPS.Col2Im = function(ins, n)
   local x, img, block = ins[1], vals(ins[2]), vals(ins[3])
-  if #img ~= 2 then unsupported('Col2Im for %d-d images (2-d only)', #img) end
-  local pads = attr(n, 'pads') or {0, 0, 0, 0}
-  if pads[1] ~= pads[3] or pads[2] ~= pads[4] then unsupported('Col2Im with asymmetric pads') end
-  return {F.fold(x, img, block, {dilation = attr(n, 'dilations') or {1, 1}, padding = {pads[1], pads[2]},
-                                 stride = attr(n, 'strides') or {1, 1}})}
+  local nd = #img
+  if #block ~= nd then fail('Col2Im: image_shape has %d dims, block_shape %d', nd, #block) end
+  local pads = attr(n, 'pads') or ones(2 * nd, 0)
+  local dil, st = attr(n, 'dilations') or ones(nd), attr(n, 'strides') or ones(nd)
+  if nd == 2 and pads[1] == pads[3] and pads[2] == pads[4] then
+    return {F.fold(x, img, block, {dilation = dil, padding = {pads[1], pads[2]}, stride = st})}
+  end
+  -- any rank, any pads: each column entry added at its place in the padded
+  -- image (scatter_add over flat positions), then the pads cut off
+  local P, nb, K, L = {}, {}, 1, 1
+  for i = 1, nd do
+    P[i] = img[i] + pads[i] + pads[nd + i]
+    nb[i] = floor((P[i] - dil[i] * (block[i] - 1) - 1) / st[i]) + 1
+    if nb[i] < 1 then fail('Col2Im: block %d does not fit the padded image along dim %d', block[i], i) end
+    K, L = K * block[i], L * nb[i]
+  end
+  if x:dim() ~= 3 or x:size(3) ~= L or x:size(2) % K ~= 0 then
+    fail('Col2Im: input [N, C * %d, %d] expected for these shapes, got %s', K, L, tostring(x:size()))
+  end
+  if K * L > 2 ^ 24 then unsupported('Col2Im with %d block positions', K * L) end
+  local idx, cnt = {}, 0
+  local kpos, lpos = ones(nd, 0), ones(nd, 0)
+  for _ = 1, K do
+    for i = 1, nd do lpos[i] = 0 end
+    for _ = 1, L do
+      local flat = 0
+      for i = 1, nd do flat = flat * P[i] + lpos[i] * st[i] + kpos[i] * dil[i] end
+      cnt = cnt + 1
+      idx[cnt] = flat + 1
+      for i = nd, 1, -1 do   -- next block position, last dim fastest
+        lpos[i] = lpos[i] + 1
+        if lpos[i] < nb[i] then break end
+        lpos[i] = 0
+      end
+    end
+    for i = nd, 1, -1 do
+      kpos[i] = kpos[i] + 1
+      if kpos[i] < block[i] then break end
+      kpos[i] = 0
+    end
+  end
+  local N, C = x:size(1), x:size(2) / K
+  local total = 1
+  for i = 1, nd do total = total * P[i] end
+  local src = x:reshape(N, C, K * L)
+  local where = flow.tensor(idx, {dtype = flow.int64}):reshape(1, 1, K * L):expand(N, C, K * L)
+  local out = flow.zeros({N, C, total}, {dtype = x.dtype}):scatter_add(3, where, src)
+  local shape = {N, C}
+  for i = 1, nd do shape[2 + i] = P[i] end
+  out = out:reshape(shape)
+  for i = 1, nd do out = out:narrow(2 + i, pads[i] + 1, img[i]) end
+  return {out:contiguous()}
 end
 
 -- DFT as products with cos / sin matrices (float64), input [..., N, 1 | 2]
