@@ -174,6 +174,9 @@ float of_bf16_to_f32(uint16_t h);
 double of_load_double(const void *p, of_dtype dt);
 void of_store_double(void *p, of_dtype dt, double v);
 bool of_dtype_is_int(of_dtype dt);   /* integral, not bool */
+bool of_dtype_is_unsigned(of_dtype dt);   /* uint8, uint16, uint32, uint64 */
+/* of_promote_types, or an OF_ERR_DTYPE error naming op where there is none. */
+of_status of_promote_for(const char *op, of_dtype a, of_dtype b, of_dtype *out);
 
 /* ---- elementwise iteration (iter.c) ----
  * Walks n operands of one common shape (already broadcast: stride 0 on
@@ -214,7 +217,11 @@ int32_t of_cpu_isa(void);
   X(OF_INT32, int32_t)          \
   X(OF_INT64, int64_t)          \
   X(OF_FLOAT32, float)          \
-  X(OF_FLOAT64, double)
+  X(OF_FLOAT64, double)         \
+  X(OF_INT16, int16_t)          \
+  X(OF_UINT16, uint16_t)        \
+  X(OF_UINT32, uint32_t)        \
+  X(OF_UINT64, uint64_t)
 
 /* autocast (amp.c): 0 off, else the low dtype + 1; see of_set_autocast.
  * The CUDA sources (C++) include this header but never read it. */

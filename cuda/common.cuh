@@ -224,7 +224,9 @@ inline of_status dispatch_all(of_dtype dt, F &&f) {
     case OF_BFLOAT16: return f(bf16_t());
     case OF_FLOAT32: return f((float)0);
     case OF_FLOAT64: return f((double)0);
-    default: return of_fail(OF_ERR_DTYPE, "cuda: unknown dtype %d", (int)dt);
+    // int16, uint16, uint32, uint64 have CPU kernels only (doc/cuda.md)
+    default: return of_fail(OF_ERR_DTYPE, "cuda: dtype %s is not supported on CUDA devices",
+                            of_dtype_name(dt));
   }
 }
 // The compute dtypes (halves are converted to float by the core).

@@ -416,7 +416,8 @@ static of_status wire_of(const char *op, of_dtype dt, int reducing, of_wire *w, 
       }
       return OF_OK;
   }
-  return of_fail(OF_ERR_DTYPE, "%s: unknown dtype %d", op, (int)dt);
+  return of_fail(OF_ERR_DTYPE, "%s: dtype %s is not supported by collectives", op,
+                 of_dtype_name(dt));
 }
 
 static of_status check_tensor(const char *op, const of_tensor *t) {

@@ -37,6 +37,10 @@ static inline double fremainder(double a, double b) {
 #define FMAX(a, b) ((a) != (a) || (a) > (b) ? (a) : (b))   /* NaN propagates */
 #define FMIN(a, b) ((a) != (a) || (a) < (b) ? (a) : (b))
 #define IDIV0(b, e) ((b) == 0 ? (ctx->err = 1, 0) : (e))
+/* unsigned operands: floor and truncation agree, and uint64 does not fit int64 */
+#define UNSIGNED(TI) ((TI)-1 > (TI)0)
+#define IFLOORDIV(TI, a, b) (UNSIGNED(TI) ? (TI)((a) / (b)) : (TI)ifloordiv(a, b))
+#define IREMAINDER(TI, a, b) (UNSIGNED(TI) ? (TI)((a) % (b)) : (TI)iremainder(a, b))
 
 /* ---- loops: F = float types, I = integer types, B = bool ---- */
 #define FLOAT_OPS(X, TI)                                          \
@@ -51,8 +55,8 @@ static inline double fremainder(double a, double b) {
   X(ADD, TI, TI, a + b) X(SUB, TI, TI, a - b) X(MUL, TI, TI, a * b)             \
   X(POW, TI, TI, ipow(a, b, &ctx->err))                                       \
   X(MAXIMUM, TI, TI, a > b ? a : b) X(MINIMUM, TI, TI, a < b ? a : b)         \
-  X(FLOOR_DIVIDE, TI, TI, IDIV0(b, (TI)ifloordiv(a, b)))                      \
-  X(REMAINDER, TI, TI, IDIV0(b, (TI)iremainder(a, b)))                        \
+  X(FLOOR_DIVIDE, TI, TI, IDIV0(b, IFLOORDIV(TI, a, b)))                      \
+  X(REMAINDER, TI, TI, IDIV0(b, IREMAINDER(TI, a, b)))                        \
   X(FMOD, TI, TI, IDIV0(b, (TI)(a % b)))                                      \
   COMPARE_OPS(X, TI) LOGICAL_OPS(X, TI) BITWISE_OPS(X, TI)
 
@@ -78,6 +82,10 @@ INT_OPS(DEF_LOOP, uint8_t)
 INT_OPS(DEF_LOOP, int8_t)
 INT_OPS(DEF_LOOP, int32_t)
 INT_OPS(DEF_LOOP, int64_t)
+INT_OPS(DEF_LOOP, int16_t)
+INT_OPS(DEF_LOOP, uint16_t)
+INT_OPS(DEF_LOOP, uint32_t)
+INT_OPS(DEF_LOOP, uint64_t)
 BOOL_OPS(DEF_LOOP, bool)
 
 /* ---- the op table ---- */
@@ -96,6 +104,10 @@ typedef struct {
 #define DT_int64_t OF_INT64
 #define DT_float OF_FLOAT32
 #define DT_double OF_FLOAT64
+#define DT_int16_t OF_INT16
+#define DT_uint16_t OF_UINT16
+#define DT_uint32_t OF_UINT32
+#define DT_uint64_t OF_UINT64
 #define DEF(OP, NAME, KIND) [OF_##OP].name = NAME, [OF_##OP].kind = KIND,
 
 static const binary_def binary_ops[OF_NUM_BINARY] = {
@@ -112,6 +124,7 @@ static const binary_def binary_ops[OF_NUM_BINARY] = {
     DEF(BITWISE_XOR, "bitwise_xor", BITWISE)
     FLOAT_OPS(SET, float) FLOAT_OPS(SET, double)
     INT_OPS(SET, uint8_t) INT_OPS(SET, int8_t) INT_OPS(SET, int32_t) INT_OPS(SET, int64_t)
+    INT_OPS(SET, int16_t) INT_OPS(SET, uint16_t) INT_OPS(SET, uint32_t) INT_OPS(SET, uint64_t)
     BOOL_OPS(SET, bool)
 };
 _Static_assert(OF_NUM_BINARY == 23, "binary op table out of step with oneflow.h");
@@ -123,7 +136,9 @@ const char *of_binary_name(of_binary_op op) {
 static of_status binary_compute(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into,
                                of_tensor **out) {
   const binary_def *def = &binary_ops[op];
-  of_dtype common = of_promote_types(a->dtype, b->dtype), result = common;
+  of_dtype common;
+  OF_CHECK(of_promote_for(def->name, a->dtype, b->dtype, &common));
+  of_dtype result = common;
   if (def->kind == TRUE_DIV && !of_dtype_is_floating(common)) result = common = OF_FLOAT32;
   if (def->kind == COMPARE || def->kind == LOGICAL) result = OF_BOOL;
   of_dtype compute = of_compute_dtype(common);

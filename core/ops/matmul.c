@@ -169,12 +169,20 @@ INT_KERNEL(uint8_t)
 INT_KERNEL(int8_t)
 INT_KERNEL(int32_t)
 INT_KERNEL(int64_t)
+INT_KERNEL(int16_t)
+INT_KERNEL(uint16_t)
+INT_KERNEL(uint32_t)
+INT_KERNEL(uint64_t)
 
 static void int_rows(const gemm_job *j, int64_t b, int64_t i0, int64_t i1, uint64_t *acc) {
   switch (j->dt) {
     case OF_UINT8: int_rows_uint8_t(j, b, i0, i1, acc); break;
     case OF_INT8: int_rows_int8_t(j, b, i0, i1, acc); break;
     case OF_INT32: int_rows_int32_t(j, b, i0, i1, acc); break;
+    case OF_INT16: int_rows_int16_t(j, b, i0, i1, acc); break;
+    case OF_UINT16: int_rows_uint16_t(j, b, i0, i1, acc); break;
+    case OF_UINT32: int_rows_uint32_t(j, b, i0, i1, acc); break;
+    case OF_UINT64: int_rows_uint64_t(j, b, i0, i1, acc); break;
     default: int_rows_int64_t(j, b, i0, i1, acc); break;
   }
 }
@@ -212,6 +220,8 @@ static void scale_out(const gemm_job *j, int64_t total) {
     }
     SCALE(OF_UINT8, uint8_t) SCALE(OF_INT8, int8_t) SCALE(OF_INT32, int32_t)
     SCALE(OF_INT64, int64_t) SCALE(OF_FLOAT32, float) SCALE(OF_FLOAT64, double)
+    SCALE(OF_INT16, int16_t) SCALE(OF_UINT16, uint16_t) SCALE(OF_UINT32, uint32_t)
+    SCALE(OF_UINT64, uint64_t)
 #undef SCALE
     default: break;
   }

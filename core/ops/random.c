@@ -482,6 +482,10 @@ static void int_bounds(of_dtype dt, int64_t *mn, int64_t *mx) {
     case OF_INT8: *mn = INT8_MIN; *mx = INT8_MAX; return;
     case OF_INT32: *mn = INT32_MIN; *mx = INT32_MAX; return;
     case OF_INT64: *mn = INT64_MIN; *mx = INT64_MAX; return;
+    case OF_INT16: *mn = INT16_MIN; *mx = INT16_MAX; return;
+    case OF_UINT16: *mn = 0; *mx = UINT16_MAX; return;
+    case OF_UINT32: *mn = 0; *mx = UINT32_MAX; return;
+    case OF_UINT64: *mn = 0; *mx = INT64_MAX; return;   /* bounds are int64 */
     case OF_FLOAT16: *mn = -2048; *mx = 2048; return;
     case OF_BFLOAT16: *mn = -256; *mx = 256; return;
     case OF_FLOAT32: *mn = -(1ll << 24); *mx = 1ll << 24; return;

@@ -740,10 +740,24 @@ static void *acc_for(of_tensor *res, bool acc_d, int64_t n, int64_t *bytes) {
 }
 
 /* x converted to dt, then halves to float32 for the kernels. */
+/* The dtype the kernels read: halves as float32, and the integer dtypes
+ * without kernels of their own (int16, uint16, uint32, uint64) as int64 --
+ * exact, and for uint64 sums and products the same bits modulo 2^64. */
+static of_dtype red_dtype(of_dtype dt) {
+  if (dt == OF_INT16 || dt == OF_UINT16 || dt == OF_UINT32 || dt == OF_UINT64) return OF_INT64;
+  return of_compute_dtype(dt);
+}
+/* uint64 beyond 2^63 would compare as negative int64: no ordering reductions */
+static of_status no_uint64_order(const char *op, const of_tensor *x) {
+  if (x->dtype != OF_UINT64) return OF_OK;
+  return of_fail(OF_ERR_DTYPE, "%s: not supported for dtype uint64 (input %s)", op,
+                 OF_SHAPE_STR(x));
+}
+
 static of_status to_compute(of_tensor *x, of_dtype dt, of_tensor **out) {
   of_tensor *a;
   OF_CHECK(of_cast_data(x, dt, &a));
-  of_dtype c = of_compute_dtype(dt);
+  of_dtype c = red_dtype(dt);
   if (c == dt) {
     *out = a;
     return OF_OK;
@@ -782,7 +796,7 @@ static of_status device_reduce(const char *name, of_reduce_op op, of_tensor *x, 
   OF_ROUTE(name, dev, o, reduce_rows, x);
   of_tensor *rows = NULL, *res = NULL;
   int64_t outer, n;
-  of_status st = device_rows(x, red, of_compute_dtype(in_dt), &rows, &outer, &n);
+  of_status st = device_rows(x, red, red_dtype(in_dt), &rows, &outer, &n);
   if (st == OF_OK) st = of_tensor_new(shape, nd, out_dt, dev, &res);
   if (st == OF_OK) st = o->reduce_rows(op, p, rows, outer, n, res);
   of_tensor_release(rows);
@@ -871,6 +885,7 @@ static of_status reduce_compute(of_reduce_op op, of_tensor *x, const int32_t *di
   }
   if (red_n == 0 && (kind == K_MAX || kind == K_MIN || kind == K_ABSMAX || kind == K_ABSMIN))
     return fail_empty(name, x, empty_dim(x, red));
+  if (kind == K_MAX || kind == K_MIN) OF_CHECK(no_uint64_order(name, x));
   if (of_dev(x) != OF_CPU) return device_reduce(name, op, x, red, p, in_dt, out_dt, shape, nd, out);
 
   of_tensor *xc = NULL, *res = NULL;
@@ -1068,7 +1083,8 @@ static of_status max_dim_impl(const char *name, of_tensor *x, int32_t dim, int32
                      OF_SHAPE_STR(orig), OF_DT(orig));
     return fail_empty(name, x, d + 1);
   }
-  of_dtype cdt = of_compute_dtype(x->dtype);
+  OF_CHECK(no_uint64_order(name, orig));
+  of_dtype cdt = red_dtype(x->dtype);
   of_tensor *xc = NULL, *vals = NULL, *idx = NULL;
   if (of_dev(x) != OF_CPU) {
     OF_ROUTE(name, dev, o, argreduce_rows, x);

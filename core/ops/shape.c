@@ -54,7 +54,8 @@ static of_status cat_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor *
     if (ts[i]->ndim == 0)
       return of_fail(OF_ERR_SHAPE, "cat: zero-dimensional tensor (at position %d) cannot be "
                      "concatenated; unsqueeze it first", (int)i + 1);
-    dt = dt < 0 ? ts[i]->dtype : of_promote_types(dt, ts[i]->dtype);
+    if (dt < 0) dt = ts[i]->dtype;
+    else OF_CHECK(of_promote_for("cat", dt, ts[i]->dtype, &dt));
     if (ref < 0 && !legacy_empty(ts[i])) ref = i;
   }
   if (ref < 0) {   /* only legacy empty tensors: an empty 1-D result */
@@ -123,7 +124,7 @@ static of_status stack_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor
     if (!same)
       return of_fail(OF_ERR_SHAPE, "stack: expects each tensor to be equal size, but got %s at "
                      "entry 1 and %s at entry %d", OF_SHAPE_STR(r), OF_SHAPE_STR(t), (int)i + 1);
-    dt = of_promote_types(dt, t->dtype);
+    OF_CHECK(of_promote_for("stack", dt, t->dtype, &dt));
   }
   int64_t shape[OF_MAX_DIMS];
   for (int32_t k = 0, j = 0; k <= r->ndim; k++) shape[k] = k == d ? n : r->shape[j++];

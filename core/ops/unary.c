@@ -40,10 +40,13 @@ static inline double round_even(double x) { return nearbyint(x); }
   X(ISNAN, TI, bool, a != a) X(ISINF, TI, bool, isinf(a)) X(ISFINITE, TI, bool, isfinite(a))
 
 /* integer rows: ops that keep the dtype; TO_FLOAT ops arrive as float */
+/* abs and sign written without `a < 0`, which is always false (and warned
+ * about) for the unsigned types */
 #define INT_UNARY(X, TI)                                                              \
-  X(NEG, TI, TI, -a) X(ABS, TI, TI, a < 0 ? -a : a) X(RELU, TI, TI, a > 0 ? a : 0)      \
+  X(NEG, TI, TI, -a) X(ABS, TI, TI, a > 0 ? a : -a) X(RELU, TI, TI, a > 0 ? a : 0)      \
   X(FLOOR, TI, TI, a) X(CEIL, TI, TI, a) X(ROUND, TI, TI, a) X(TRUNC, TI, TI, a)         \
-  X(SIGN, TI, TI, SIGN(a)) X(SQUARE, TI, TI, a * a) X(LOGICAL_NOT, TI, bool, !a)        \
+  X(SIGN, TI, TI, a > 0 ? 1 : (a == 0 ? 0 : -1)) X(SQUARE, TI, TI, a * a)                \
+  X(LOGICAL_NOT, TI, bool, !a)                                                          \
   X(BITWISE_NOT, TI, TI, ~a) X(ISNAN, TI, bool, 0) X(ISINF, TI, bool, 0)                \
   X(ISFINITE, TI, bool, 1)
 #define BOOL_UNARY(X, TI)                                                             \
@@ -57,6 +60,10 @@ INT_UNARY(DEF_LOOP, uint8_t)
 INT_UNARY(DEF_LOOP, int8_t)
 INT_UNARY(DEF_LOOP, int32_t)
 INT_UNARY(DEF_LOOP, int64_t)
+INT_UNARY(DEF_LOOP, int16_t)
+INT_UNARY(DEF_LOOP, uint16_t)
+INT_UNARY(DEF_LOOP, uint32_t)
+INT_UNARY(DEF_LOOP, uint64_t)
 BOOL_UNARY(DEF_LOOP, bool)
 
 #define sigmoidf_ sigmoidf
@@ -74,6 +81,10 @@ typedef struct {
 #define DT_int64_t OF_INT64
 #define DT_float OF_FLOAT32
 #define DT_double OF_FLOAT64
+#define DT_int16_t OF_INT16
+#define DT_uint16_t OF_UINT16
+#define DT_uint32_t OF_UINT32
+#define DT_uint64_t OF_UINT64
 #define SET(OP, TI, TO, EXPR) [OF_##OP].loop[DT_##TI] = un_##OP##_##TI,
 #define SETF(OP, TI, TO, EXPR) SET(OP, TI, TO, EXPR)
 /* One line per unary op: enum member (oneflow.h), name, result dtype rule,
@@ -129,7 +140,8 @@ static const unary_def unary_ops[OF_NUM_UNARY] = {
     UNARY_OPS(DEF)
     FLOAT_UNARY(SETF, float, f) FLOAT_UNARY(SETF, double, )
     INT_UNARY(SET, uint8_t) INT_UNARY(SET, int8_t) INT_UNARY(SET, int32_t)
-    INT_UNARY(SET, int64_t) BOOL_UNARY(SET, bool)
+    INT_UNARY(SET, int64_t) INT_UNARY(SET, int16_t) INT_UNARY(SET, uint16_t)
+    INT_UNARY(SET, uint32_t) INT_UNARY(SET, uint64_t) BOOL_UNARY(SET, bool)
 };
 #define COUNT_ONE(...) +1
 _Static_assert(0 UNARY_OPS(COUNT_ONE) == OF_NUM_UNARY, "UNARY_OPS and oneflow.h's of_unary_op differ");
@@ -193,10 +205,16 @@ PARAM_INT_OPS(DEF_PLOOP, uint8_t)
 PARAM_INT_OPS(DEF_PLOOP, int8_t)
 PARAM_INT_OPS(DEF_PLOOP, int32_t)
 PARAM_INT_OPS(DEF_PLOOP, int64_t)
+PARAM_INT_OPS(DEF_PLOOP, int16_t)
+PARAM_INT_OPS(DEF_PLOOP, uint16_t)
+PARAM_INT_OPS(DEF_PLOOP, uint32_t)
+PARAM_INT_OPS(DEF_PLOOP, uint64_t)
 
 static const of_loop_fn clamp_loops[OF_NUM_DTYPES] = {
     [OF_UINT8] = p_clamp_uint8_t, [OF_INT8] = p_clamp_int8_t, [OF_INT32] = p_clamp_int32_t,
-    [OF_INT64] = p_clamp_int64_t, [OF_FLOAT32] = p_clamp_float, [OF_FLOAT64] = p_clamp_double};
+    [OF_INT64] = p_clamp_int64_t, [OF_FLOAT32] = p_clamp_float, [OF_FLOAT64] = p_clamp_double,
+    [OF_INT16] = p_clamp_int16_t, [OF_UINT16] = p_clamp_uint16_t, [OF_UINT32] = p_clamp_uint32_t,
+    [OF_UINT64] = p_clamp_uint64_t};
 
 static of_status clamp_compute(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
                    of_tensor *into, of_tensor **out) {
@@ -208,6 +226,10 @@ static of_status clamp_compute(of_tensor *x, double lo, double hi, int32_t has_l
     result = OF_FLOAT32;
   of_dtype compute = of_compute_dtype(result);
   if (!clamp_loops[compute]) return unsupported("clamp", x);
+  /* a negative bound does not convert to an unsigned element */
+  if (of_dtype_is_unsigned(compute) && ((has_lo && lo < 0) || (has_hi && hi < 0)))
+    return of_fail(OF_ERR_ARG, "clamp: negative bound (min %g, max %g) for dtype %s (shape %s)",
+                   has_lo ? lo : NAN, has_hi ? hi : NAN, OF_DT(x), OF_SHAPE_STR(x));
   of_ew_ctx ctx = {.p0 = has_lo ? lo : NAN, .p1 = has_hi ? hi : NAN, .kind = OF_EWK_CLAMP};
   return of_ew_run("clamp", clamp_loops[compute], &ctx, &x, 1, compute, compute, result,
                    x->shape, x->ndim, into, out);
@@ -278,7 +300,8 @@ static of_status where_compute(of_tensor *cond, of_tensor *a, of_tensor *b, of_t
   int32_t n1, n2;
   OF_CHECK(of_broadcast_shapes("where", cond->shape, cond->ndim, a->shape, a->ndim, s1, &n1));
   OF_CHECK(of_broadcast_shapes("where", s1, n1, b->shape, b->ndim, s2, &n2));
-  of_dtype dt = of_promote_types(a->dtype, b->dtype);
+  of_dtype dt;
+  OF_CHECK(of_promote_for("where", a->dtype, b->dtype, &dt));
   OF_ROUTE("where", dev, dops, where, cond, a, b);
   if (dops) return device_where(dops, dev, cond, a, b, dt, s2, n2, NULL, out);
   of_tensor *c;

@@ -3,24 +3,54 @@
 #include <math.h>
 
 static const char *const names[OF_NUM_DTYPES] = {
-    "bool", "uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64"};
-static const int32_t sizes[OF_NUM_DTYPES] = {1, 1, 1, 4, 8, 2, 2, 4, 8};
+    "bool", "uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64",
+    "int16", "uint16", "uint32", "uint64"};
+static const int32_t sizes[OF_NUM_DTYPES] = {1, 1, 1, 4, 8, 2, 2, 4, 8, 2, 2, 4, 8};
 
 static bool valid(of_dtype t) { return t >= 0 && t < OF_NUM_DTYPES; }
 
 const char *of_dtype_name(of_dtype t) { return valid(t) ? names[t] : "invalid"; }
 int32_t of_dtype_size(of_dtype t) { return valid(t) ? sizes[t] : 0; }
 int32_t of_dtype_is_floating(of_dtype t) { return t >= OF_FLOAT16 && t <= OF_FLOAT64; }
-bool of_dtype_is_int(of_dtype t) { return t >= OF_UINT8 && t <= OF_INT64; }
+bool of_dtype_is_int(of_dtype t) {
+  return (t >= OF_UINT8 && t <= OF_INT64) || (t >= OF_INT16 && t <= OF_UINT64);
+}
+bool of_dtype_is_unsigned(of_dtype t) {
+  return t == OF_UINT8 || t == OF_UINT16 || t == OF_UINT32 || t == OF_UINT64;
+}
 
-/* PyTorch's table: uint8 with int8 goes to int16, which we lack: int32.
- * float16 with bfloat16 goes to float32. */
+/* Position in PyTorch's lattice bool < uint8 < int8 < int16 < int32 < int64
+ * < float16 < bfloat16 < float32 < float64; the "barebones" unsigned types
+ * uint16/32/64 stand outside it (rank -1). */
+static int rank(of_dtype t) {
+  static const int r[OF_NUM_DTYPES] = {0, 1, 2, 4, 5, 6, 7, 8, 9, 3, -1, -1, -1};
+  return r[t];
+}
+
+/* PyTorch 2's table: uint8 with int8 goes to int16, float16 with bfloat16
+ * to float32; uint16/32/64 promote only with themselves and with floats
+ * (to the float), anything else has no common type (-1). */
 of_dtype of_promote_types(of_dtype a, of_dtype b) {
+  if (!valid(a) || !valid(b)) return -1;
   if (a == b) return a;
-  if ((a == OF_UINT8 && b == OF_INT8) || (a == OF_INT8 && b == OF_UINT8)) return OF_INT32;
+  if ((a == OF_UINT8 && b == OF_INT8) || (a == OF_INT8 && b == OF_UINT8)) return OF_INT16;
   if ((a == OF_FLOAT16 && b == OF_BFLOAT16) || (a == OF_BFLOAT16 && b == OF_FLOAT16))
     return OF_FLOAT32;
-  return a > b ? a : b;
+  int ra = rank(a), rb = rank(b);
+  if (ra < 0 || rb < 0) {
+    if (of_dtype_is_floating(a)) return a;
+    if (of_dtype_is_floating(b)) return b;
+    return -1;
+  }
+  return ra > rb ? a : b;
+}
+
+of_status of_promote_for(const char *op, of_dtype a, of_dtype b, of_dtype *out) {
+  *out = of_promote_types(a, b);
+  if (*out >= 0) return OF_OK;
+  return of_fail(OF_ERR_DTYPE, "%s: no common dtype for %s and %s (uint16, uint32 and uint64 "
+                 "promote only with themselves and floating types, as in PyTorch)", op,
+                 of_dtype_name(a), of_dtype_name(b));
 }
 
 /* IEEE half, round to nearest even (including subnormals). */
@@ -95,6 +125,10 @@ double of_load_double(const void *p, of_dtype dt) {
     case OF_BFLOAT16: return of_bf16_to_f32(*(const uint16_t *)p);
     case OF_FLOAT32: return *(const float *)p;
     case OF_FLOAT64: return *(const double *)p;
+    case OF_INT16: return *(const int16_t *)p;
+    case OF_UINT16: return *(const uint16_t *)p;
+    case OF_UINT32: return *(const uint32_t *)p;
+    case OF_UINT64: return (double)*(const uint64_t *)p;
     default: return 0;
   }
 }
@@ -105,6 +139,12 @@ static int64_t to_i64(double v) {
   if (v >= 9223372036854775807.0) return INT64_MAX;
   if (v <= -9223372036854775808.0) return INT64_MIN;
   return (int64_t)v;
+}
+/* uint64: values from 2^63 up do not fit int64; below 0 wrap as to_i64 does. */
+static uint64_t to_u64(double v) {
+  if (v >= 18446744073709551615.0) return UINT64_MAX;
+  if (v >= 9223372036854775808.0) return (uint64_t)v;
+  return (uint64_t)to_i64(v);
 }
 
 void of_store_double(void *p, of_dtype dt, double v) {
@@ -118,6 +158,10 @@ void of_store_double(void *p, of_dtype dt, double v) {
     case OF_BFLOAT16: *(uint16_t *)p = of_f32_to_bf16((float)v); break;
     case OF_FLOAT32: *(float *)p = (float)v; break;
     case OF_FLOAT64: *(double *)p = v; break;
+    case OF_INT16: *(int16_t *)p = (int16_t)to_i64(v); break;
+    case OF_UINT16: *(uint16_t *)p = (uint16_t)to_i64(v); break;
+    case OF_UINT32: *(uint32_t *)p = (uint32_t)to_i64(v); break;
+    case OF_UINT64: *(uint64_t *)p = to_u64(v); break;
     default: break;
   }
 }

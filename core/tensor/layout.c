@@ -19,8 +19,10 @@
     }                                                                             \
   }
 
-#define NATIVE_TYPES(X, A) X(A, bool) X(A, uint8_t) X(A, int8_t) X(A, int32_t) X(A, int64_t) X(A, float) X(A, double)
-#define NATIVE_TYPES2(X, A) X(A, bool) X(A, uint8_t) X(A, int8_t) X(A, int32_t) X(A, int64_t) X(A, float) X(A, double)
+#define NATIVE_TYPES(X, A) X(A, bool) X(A, uint8_t) X(A, int8_t) X(A, int32_t) X(A, int64_t) \
+  X(A, float) X(A, double) X(A, int16_t) X(A, uint16_t) X(A, uint32_t) X(A, uint64_t)
+#define NATIVE_TYPES2(X, A) X(A, bool) X(A, uint8_t) X(A, int8_t) X(A, int32_t) X(A, int64_t) \
+  X(A, float) X(A, double) X(A, int16_t) X(A, uint16_t) X(A, uint32_t) X(A, uint64_t)
 NATIVE_TYPES2(CONV_LOOP, bool)
 NATIVE_TYPES2(CONV_LOOP, uint8_t)
 NATIVE_TYPES2(CONV_LOOP, int8_t)
@@ -28,21 +30,28 @@ NATIVE_TYPES2(CONV_LOOP, int32_t)
 NATIVE_TYPES2(CONV_LOOP, int64_t)
 NATIVE_TYPES2(CONV_LOOP, float)
 NATIVE_TYPES2(CONV_LOOP, double)
+NATIVE_TYPES2(CONV_LOOP, int16_t)
+NATIVE_TYPES2(CONV_LOOP, uint16_t)
+NATIVE_TYPES2(CONV_LOOP, uint32_t)
+NATIVE_TYPES2(CONV_LOOP, uint64_t)
 
 typedef void (*loop_t)(char **, const int64_t *, int64_t, void *);
 static int native_index(of_dtype t) {
   switch (t) {
     case OF_BOOL: return 0; case OF_UINT8: return 1; case OF_INT8: return 2;
     case OF_INT32: return 3; case OF_INT64: return 4; case OF_FLOAT32: return 5;
-    case OF_FLOAT64: return 6; default: return -1;
+    case OF_FLOAT64: return 6; case OF_INT16: return 7; case OF_UINT16: return 8;
+    case OF_UINT32: return 9; case OF_UINT64: return 10; default: return -1;
   }
 }
 #define CONV_PTR(TD, TS) conv_##TD##_##TS,
-static const loop_t conv_table[7][7] = {
+static const loop_t conv_table[11][11] = {
     {NATIVE_TYPES(CONV_PTR, bool)},    {NATIVE_TYPES(CONV_PTR, uint8_t)},
     {NATIVE_TYPES(CONV_PTR, int8_t)},  {NATIVE_TYPES(CONV_PTR, int32_t)},
     {NATIVE_TYPES(CONV_PTR, int64_t)}, {NATIVE_TYPES(CONV_PTR, float)},
-    {NATIVE_TYPES(CONV_PTR, double)}};
+    {NATIVE_TYPES(CONV_PTR, double)},  {NATIVE_TYPES(CONV_PTR, int16_t)},
+    {NATIVE_TYPES(CONV_PTR, uint16_t)}, {NATIVE_TYPES(CONV_PTR, uint32_t)},
+    {NATIVE_TYPES(CONV_PTR, uint64_t)}};
 
 static void copy_bits16(char **p, const int64_t *s, int64_t n, void *c) {
   (void)c;

@@ -75,16 +75,28 @@ function M.tostring(t)
   end
   local summarize = numel > M.options.threshold
   local values, order = {}, {}
+  -- uint64 beyond 2^53 does not fit a double: its digits come from the bits
+  -- (held in `dense` so the copy outlives the pointer)
+  local dense = dt.name == 'uint64' and t:contiguous():cpu()
+  local u64 = dense and ffi.cast('const uint64_t *', C.of_tensor_data(dense.p))
   shown_indices(shape, summarize, function(flat)
-    C.of_tensor_get_flat(t.p, flat, dbl)
-    values[flat] = dbl[0]
-    order[#order + 1] = dbl[0]
+    local v
+    if u64 then
+      v = tostring(u64[flat]):gsub('ULL$', '')
+    else
+      C.of_tensor_get_flat(t.p, flat, dbl)
+      v = dbl[0]
+    end
+    values[flat] = v
+    order[#order + 1] = v
   end)
   local fmt
   if dt.is_floating_point then
     fmt = fmt_float_factory(order, M.options.precision)
   elseif dt.name == 'bool' then
     fmt = function(v) return v ~= 0 and 'True' or 'False' end
+  elseif u64 then
+    fmt = function(v) return v end
   else
     fmt = function(v) return ('%d'):format(v) end
   end

@@ -53,6 +53,7 @@ local json = require 'oneflow.utils.json'
 local P = require 'oneflow.utils.posix'
 local atomic = require 'oneflow.utils.atomic'
 local T = require 'oneflow.tensor'
+local types = require 'oneflow.types'
 
 local C = P.C
 local is_tensor = T.is_tensor
@@ -70,10 +71,11 @@ M._hooks = {}   -- for tests: before_rename(tmp) may raise to simulate a failure
 M.codecs = {}
 
 local code_of = {bool = 'BOOL', uint8 = 'U8', int8 = 'I8', int32 = 'I32', int64 = 'I64',
-                 float16 = 'F16', bfloat16 = 'BF16', float32 = 'F32', float64 = 'F64'}
+                 float16 = 'F16', bfloat16 = 'BF16', float32 = 'F32', float64 = 'F64',
+                 int16 = 'I16', uint16 = 'U16', uint32 = 'U32', uint64 = 'U64'}
 local name_of = {}
 for k, v in pairs(code_of) do name_of[v] = k end
-local CODES = 'BOOL, U8, I8, I32, I64, F16, BF16, F32, F64'
+local CODES = 'BOOL, U8, I8, I16, U16, I32, U32, I64, U64, F16, BF16, F32, F64'
 local TWO53 = 2 ^ 53
 local little_endian = ffi.abi('le')
 
@@ -363,9 +365,7 @@ local function check_entry(name, e, buflen, ctx)
     end
     numel = numel * shape[i]
   end
-  local itemsize = (dname == 'float64' or dname == 'int64') and 8 or
-                   (dname == 'float32' or dname == 'int32') and 4 or
-                   (dname == 'float16' or dname == 'bfloat16') and 2 or 1
+  local itemsize = types.by_name[dname].itemsize
   local nbytes = numel * itemsize
   if numel ~= 0 and nbytes >= TWO53 then fail(ctx, '%s: shape is too large', tn) end
   local off = e.data_offsets

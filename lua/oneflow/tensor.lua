@@ -256,6 +256,24 @@ def('ones', function(...)
   return T.flow.full(sizes, 1, opts)
 end, 'func')
 
+-- The Lua numbers an integer dtype takes, as PyTorch's checked conversion:
+-- [min, max], and for unsigned dtypes also down to -max (which wraps, as C
+-- does). 64-bit bounds are the last doubles below 2^63 and 2^64.
+local INT_RANGE = {
+  uint8 = {-255, 255}, int8 = {-128, 127}, int16 = {-32768, 32767}, uint16 = {-65535, 65535},
+  int32 = {-2147483648, 2147483647}, uint32 = {-4294967295, 4294967295},
+  int64 = {-2 ^ 63, 2 ^ 63 - 1024}, uint64 = {-(2 ^ 64 - 2048), 2 ^ 64 - 2048},
+}
+-- Raises for a value dtype dt cannot hold ('value cannot be converted ...').
+local function check_fits(op, v, dt, level)
+  local r = INT_RANGE[dt.name]
+  if r and not (v >= r[1] and v <= r[2]) then
+    error(('%s: value %s cannot be converted to dtype %s without overflow (range %.0f to %.0f)')
+      :format(op, tostring(v), dt.name, r[1], r[2]), level + 1)
+  end
+end
+T.check_fits = check_fits
+
 --- A tensor filled with `value`: `flow.full({2, 3}, 7)`.
 -- A boolean value gives a bool tensor unless `dtype` says otherwise.
 -- @tparam number|table size a number or a table of sizes
@@ -273,6 +291,7 @@ function T.flow.full(size, value, opts)
   if type(value) ~= 'number' then
     A.fail(('full: argument 2 (fill_value) must be a number or a boolean, got %s'):format(A.describe(value)))
   end
+  check_fits('full', value, dt, 2)
   local t = T.call1(C.of_full, ptr, n, value, dt.id, device_opt(opts), out1)
   if opts.requires_grad then t:requires_grad_(true) end
   return t
@@ -402,6 +421,11 @@ function T.flow.tensor(data, opts)
   end
   local buf = flatten_table(#shape == 0 and {data} or data, #shape == 0 and {1} or shape, 'tensor')
   local dt = A.dtype_opt(opts, is_bool and types.by_name.bool or default_dtype)
+  if INT_RANGE[dt.name] then
+    local count = 1
+    for i = 1, #shape do count = count * shape[i] end
+    for i = 0, count - 1 do check_fits('tensor', buf[i], dt, 2) end
+  end
   local ptr, n = A.shape_ptr(shape)
   local t = T.call1(C.of_from_doubles, buf, ptr, n, dt.id, out1)
   if opts.device ~= nil and types.device(opts.device).type ~= 'cpu' then t = t:to(opts.device) end

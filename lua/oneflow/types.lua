@@ -18,13 +18,14 @@ for id = 0, C.OF_NUM_DTYPES - 1 do
     is_floating_point = C.of_dtype_is_floating(id) ~= 0,
     ctype = ({bool = 'bool', uint8 = 'uint8_t', int8 = 'int8_t', int32 = 'int32_t',
               int64 = 'int64_t', float16 = 'uint16_t', bfloat16 = 'uint16_t',
-              float32 = 'float', float64 = 'double'})[name],
+              float32 = 'float', float64 = 'double', int16 = 'int16_t', uint16 = 'uint16_t',
+              uint32 = 'uint32_t', uint64 = 'uint64_t'})[name],
   }, DType)
   M.dtypes[id] = d
   M.by_name[name] = d
 end
 local aliases = {float = 'float32', double = 'float64', half = 'float16', long = 'int64',
-                 int = 'int32', char = 'int8', byte = 'uint8'}
+                 int = 'int32', char = 'int8', byte = 'uint8', short = 'int16'}
 for alias, name in pairs(aliases) do M.by_name[alias] = M.by_name[name] end
 
 --- A dtype from a dtype object or its name ('float32', 'float', ...).

@@ -267,6 +267,7 @@ describe('flow.save_torch', function()
       bf16 = flow.tensor({1.5, 3}, {dtype = 'bfloat16'}), i64 = flow.tensor({-5, 2 ^ 40}, {dtype = 'int64'}),
       i32 = flow.tensor({-7, 9}, {dtype = 'int32'}), i8 = flow.tensor({-128, 127}, {dtype = 'int8'}),
       u8 = flow.tensor({0, 255}, {dtype = 'uint8'}), bool = flow.tensor({true, false}),
+      i16 = flow.tensor({-32768, 32767}, {dtype = 'int16'}),
       empty = flow.empty({0, 3}), scalar = flow.tensor(2.5),
       nested = {list = {1, 2, 3}, str = 'héllo', yes = true, no = false, deep = {deeper = {flow.ones(2)}}},
       n = 42, neg = -7, big = 2 ^ 40, huge = ffi.new('int64_t', 2 ^ 62) + 1, lr = 0.1, inf = math.huge,
@@ -276,7 +277,7 @@ describe('flow.save_torch', function()
     flow.save_torch(obj, p)
     local back = flow.load_torch(p)
     for _, k in ipairs({'x', 'tail', 't', 'row', 'f64', 'f16', 'bf16', 'i64', 'i32', 'i8', 'u8', 'bool',
-                        'empty', 'scalar'}) do
+                        'i16', 'empty', 'scalar'}) do
       assert.are.equal(obj[k].dtype.name, back[k].dtype.name, k)
       assert.are.same(H.shape(obj[k]), H.shape(back[k]), k)
       H.close(back[k], obj[k], 0, k)
@@ -480,14 +481,17 @@ describe('flow.load_torch: hostile and broken files', function()
     assert.is_false(exists(marker), 'nothing ran')
   end)
 
-  it('names what it refuses: modules, numpy, int16, quantized', function()
+  it('names what it refuses: modules, numpy, complex, quantized (int16 loads)', function()
     refused('module.pt', archive('\128\2' .. PK.global('torch.nn.modules.linear', 'Linear') .. ').'),
             'torch.nn.modules.linear.Linear', 'state_dict')
     refused('numpy.pt', archive('\128\2' .. PK.global('numpy.core.multiarray', 'scalar') .. ').'),
             'numpy.core.multiarray.scalar', 'numpy objects are not supported')
-    refused('short.pt', archive(PK.dict1('w', PK.tensor({storage = 'ShortStorage', numel = 2, size = {2},
-                                                         stride = {1}})), {['0'] = '\0\0\0\0'}),
-            'torch.ShortStorage', 'int16')
+    local short = path_of('short.pt')
+    writebytes(short, archive(PK.dict1('w', PK.tensor({storage = 'ShortStorage', numel = 2, size = {2},
+                                                  stride = {1}})), {['0'] = '\255\255\2\0'}))
+    local w = flow.load_torch(short).w
+    assert.are.equal(flow.int16, w.dtype)
+    assert.are.same({-1, 2}, w:totable())
     refused('cplx.pt', archive(PK.dict1('w', PK.tensor({storage = 'ComplexFloatStorage', numel = 1, size = {1},
                                                         stride = {1}})), {['0'] = ('\0'):rep(8)}), 'complex64')
     refused('qt.pt', archive('\128\2' .. PK.global('torch._utils', '_rebuild_qtensor') .. '.'), 'quantized')
@@ -653,6 +657,7 @@ sd['i64'] = torch.tensor([-9007199254740991, 0, 9007199254740991, 42], dtype=tor
 sd['i32'] = torch.tensor([-2147483648, 0, 2147483647], dtype=torch.int32)
 sd['i8'] = torch.tensor([-128, 0, 127], dtype=torch.int8)
 sd['u8'] = torch.tensor([0, 1, 255], dtype=torch.uint8)
+sd['i16'] = torch.tensor([-32768, 0, 32767], dtype=torch.int16)
 sd['bool'] = torch.tensor([True, False, True])
 sd['scalar'] = torch.tensor(3.5)
 sd['empty'] = torch.zeros(0, 3)
@@ -722,6 +727,7 @@ same(d['i64'], torch.tensor([-5, 2**40], dtype=torch.int64), 'i64')
 same(d['i32'], torch.tensor([-7, 9], dtype=torch.int32), 'i32')
 same(d['i8'], torch.tensor([-128, 127], dtype=torch.int8), 'i8')
 same(d['u8'], torch.tensor([0, 255], dtype=torch.uint8), 'u8')
+same(d['i16'], torch.tensor([-32768, 32767], dtype=torch.int16), 'i16')
 same(d['bool'], torch.tensor([True, False]), 'bool')
 same(d['empty'], torch.zeros(0, 3), 'empty')
 same(d['scalar'], torch.tensor(2.5), 'scalar')
@@ -880,6 +886,7 @@ print('OK')
       bf16 = flow.tensor({1.5, 3}, {dtype = 'bfloat16'}), i64 = flow.tensor({-5, 2 ^ 40}, {dtype = 'int64'}),
       i32 = flow.tensor({-7, 9}, {dtype = 'int32'}), i8 = flow.tensor({-128, 127}, {dtype = 'int8'}),
       u8 = flow.tensor({0, 255}, {dtype = 'uint8'}), bool = flow.tensor({true, false}),
+      i16 = flow.tensor({-32768, 32767}, {dtype = 'int16'}),
       empty = flow.empty({0, 3}), scalar = flow.tensor(2.5),
       nested = {list = {1, 2, 3}, str = 'héllo', yes = true, no = false, neg = -7, big = 2 ^ 40,
                 huge = ffi.new('int64_t', 2 ^ 62) + 1},

@@ -42,12 +42,15 @@ enum {
   OF_ERR_STATE = 8     /* call not valid in this state */
 };
 
-/* Ordered by PyTorch's promotion lattice: bool < integers < floats. */
+/* The numbers are stored in saved files and graphs: new dtypes are appended
+ * (9.. are later additions), so the order is not the promotion order; see
+ * of_promote_types. */
 typedef int32_t of_dtype;
 enum {
   OF_BOOL = 0, OF_UINT8 = 1, OF_INT8 = 2, OF_INT32 = 3, OF_INT64 = 4,
   OF_FLOAT16 = 5, OF_BFLOAT16 = 6, OF_FLOAT32 = 7, OF_FLOAT64 = 8,
-  OF_NUM_DTYPES = 9
+  OF_INT16 = 9, OF_UINT16 = 10, OF_UINT32 = 11, OF_UINT64 = 12,
+  OF_NUM_DTYPES = 13
 };
 
 /* A device is `type | index << 8`: OF_CPU == 0, cuda:1 == OF_CUDA | 1 << 8. */
@@ -81,6 +84,8 @@ of_status of_set_cpu_capability(const char *name);
 const char *of_dtype_name(of_dtype t);          /* "float32", ... */
 int32_t of_dtype_size(of_dtype t);
 int32_t of_dtype_is_floating(of_dtype t);
+/* PyTorch's promotion table; -1 where PyTorch has none (uint16, uint32 and
+ * uint64 with any other integer or bool dtype). */
 of_dtype of_promote_types(of_dtype a, of_dtype b);
 
 /* ---- memory ----------------------------------------------------------- */

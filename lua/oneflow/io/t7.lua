@@ -25,8 +25,8 @@
 -- the first byte; the long size is tried as 8 bytes, then as 4).
 --
 -- What comes back: tables as Lua tables; torch.<T>Tensor as flow tensors
--- (Float, Double, Half, Long, Int, Byte, Char and their Cuda* twins;
--- ShortTensor is refused: int16 is not a dtype here), a bare storage as a
+-- (Float, Double, Half, Long, Int, Short, Byte, Char and their Cuda*
+-- twins), a bare storage as a
 -- 1-d tensor, an empty tensor (0 dims) as a tensor of shape {0}. Other
 -- classes (nn.Linear, nn.Sequential ...) become plain tables of their
 -- fields with a metatable {__typename = 'nn.Linear'} (t7.typename(obj)):
@@ -52,8 +52,9 @@ local TYPE_FUNCTION, LEGACY_TYPE_RECUR_FUNCTION, TYPE_RECUR_FUNCTION = 6, 7, 8
 local dtypes = {Float = 'float32', Double = 'float64', Half = 'float16', Long = 'int64', Int = 'int32',
                 Byte = 'uint8', Char = 'int8', Cuda = 'float32', CudaDouble = 'float64',
                 CudaHalf = 'float16', CudaLong = 'int64', CudaInt = 'int32', CudaByte = 'uint8',
-                CudaChar = 'int8'}
-local itemsize = {float32 = 4, float64 = 8, float16 = 2, int64 = 8, int32 = 4, uint8 = 1, int8 = 1}
+                CudaChar = 'int8', Short = 'int16', CudaShort = 'int16'}
+local itemsize = {float32 = 4, float64 = 8, float16 = 2, int64 = 8, int32 = 4, uint8 = 1, int8 = 1,
+                  int16 = 2}
 local TWO53 = 2 ^ 53
 
 --- The Torch7 class name of an object loaded from a t7 file, or nil.
@@ -292,9 +293,6 @@ local function read_all(src, fmt, long_size, fail)
     if kind then
       local dtype = dtypes[prefix]
       if not dtype then
-        if prefix == 'Short' or prefix == 'CudaShort' then
-          fail('%s holds int16, which is not a dtype here (convert it to an IntTensor in Torch7)', cls)
-        end
         fail('unsupported Torch7 class %s', cls)
       end
       local v

@@ -36,7 +36,8 @@ end
 
 ------------------------------------------------------------------ raw data
 local CTYPE = {float32 = 'float', float64 = 'double', int64 = 'int64_t', int32 = 'int32_t',
-               int8 = 'int8_t', uint8 = 'uint8_t', bool = 'uint8_t'}
+               int8 = 'int8_t', uint8 = 'uint8_t', bool = 'uint8_t', int16 = 'int16_t',
+               uint16 = 'uint16_t', uint32 = 'uint32_t', uint64 = 'uint64_t'}
 
 --- Little-endian bytes of Lua numbers as `dtype` (float32, int64, ...).
 function M.raw_of(values, dtype)

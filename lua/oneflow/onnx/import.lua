@@ -38,6 +38,8 @@ M.DTYPES = {
   [1] = {'float32', 'float'}, [2] = {'uint8', 'uint8_t'}, [3] = {'int8', 'int8_t'},
   [6] = {'int32', 'int32_t'}, [7] = {'int64', 'int64_t'}, [9] = {'bool', 'uint8_t'},
   [10] = {'float16', 'uint16_t'}, [11] = {'float64', 'double'}, [16] = {'bfloat16', 'uint16_t'},
+  [4] = {'uint16', 'uint16_t'}, [5] = {'int16', 'int16_t'}, [12] = {'uint32', 'uint32_t'},
+  [13] = {'uint64', 'uint64_t'},
 }
 M.DTYPE_NAMES = {[0] = 'UNDEFINED', 'FLOAT', 'UINT8', 'INT8', 'UINT16', 'INT16', 'INT32', 'INT64',
                  'STRING', 'BOOL', 'FLOAT16', 'DOUBLE', 'UINT32', 'UINT64', 'COMPLEX64', 'COMPLEX128',
@@ -94,7 +96,8 @@ local function remember(x, buf, n, dt)
   return x, list
 end
 M.CTYPE = {uint8 = 'uint8_t', int8 = 'int8_t', int32 = 'int32_t', int64 = 'int64_t', bool = 'uint8_t',
-           float32 = 'float', float64 = 'double'}
+           float32 = 'float', float64 = 'double', int16 = 'int16_t', uint16 = 'uint16_t',
+           uint32 = 'uint32_t', uint64 = 'uint64_t'}
 local function check_dims(dims, what)
   local n = 1
   for i, d in ipairs(dims) do
@@ -154,6 +157,7 @@ end
 local TYPED = {
   [1] = 'float_data', [2] = 'int32_data', [3] = 'int32_data', [6] = 'int32_data', [9] = 'int32_data',
   [10] = 'int32_data', [16] = 'int32_data', [7] = 'int64_data', [11] = 'double_data',
+  [4] = 'int32_data', [5] = 'int32_data', [12] = 'uint64_data', [13] = 'uint64_data',
 }
 
 --- A oneflow tensor of a decoded TensorProto (dir: the model's folder, for

@@ -158,6 +158,11 @@ OPS.BitwiseNot = one(function(x) return flow.bitwise_not(x) end)
 OPS.BitShift = function(ins, n)
   local dir = attr(n, 'direction')
   local a, b = ins[1], ins[2]:to(ins[1].dtype)
+  if a.dtype == flow.uint64 then   -- beyond int64: shift in uint64 itself
+    local p = flow.pow(flow.full({}, 2, {dtype = a.dtype}), b)
+    if dir == 'LEFT' then return {a * p} end
+    return {flow.floor_divide(a, p)}
+  end
   local p = flow.pow(flow.full({}, 2, {dtype = flow.int64}), b:to(flow.int64))
   if dir == 'LEFT' then return {(a:to(flow.int64) * p):to(a.dtype)} end
   return {flow.div(a:to(flow.int64), p, {rounding_mode = 'floor'}):to(a.dtype)}
@@ -1825,6 +1830,8 @@ end)
 local function qrange(dt)
   if dt == flow.uint8 then return 0, 255 end
   if dt == flow.int8 then return -128, 127 end
+  if dt == flow.uint16 then return 0, 65535 end
+  if dt == flow.int16 then return -32768, 32767 end
   unsupported('quantization to %s', tostring(dt))
 end
 -- a per-axis scale/zero point reshaped to broadcast along axis (blocked: repeated)
@@ -2260,6 +2267,236 @@ OPS.QLinearConv = function(ins, n)
   return {saturate(y:round() + (yzp and yzp:to(flow.float64) or 0), yzp and yzp.dtype or flow.uint8)}
 end
 
+------------------------------------------------------------------ text
+-- TfIdfVectorizer over integer tokens (ONNX's reference implementation, Lua
+-- side: the pool's n-grams by key, each row scanned once per skip distance;
+-- unigrams are counted on the first pass only). Weights are by output index.
+local function gram_key(v)
+  if type(v) == 'cdata' then return (tostring(v):gsub('U?LL$', '')) end
+  return ('%.0f'):format(v)
+end
+OPS.TfIdfVectorizer = one(function(x, n)
+  if n.attrs.pool_strings then unsupported('TfIdfVectorizer over strings (string tensors)') end
+  if x.dtype.is_floating_point or x.dtype == flow.bool then
+    fail('TfIdfVectorizer: X must hold integer tokens, got %s', x.dtype.name)
+  end
+  local minn, maxn = attr(n, 'min_gram_length'), attr(n, 'max_gram_length')
+  local maxskip, mode = attr(n, 'max_skip_count'), attr(n, 'mode')
+  local counts, indexes = attr(n, 'ngram_counts'), attr(n, 'ngram_indexes')
+  local gram_pool, weights = attr(n, 'pool_int64s') or {}, attr(n, 'weights')
+  if not (minn and maxn and maxskip and mode and counts and indexes) then
+    fail('TfIdfVectorizer: needs max_gram_length, min_gram_length, max_skip_count, mode, '
+         .. 'ngram_counts and ngram_indexes')
+  end
+  if mode ~= 'TF' and mode ~= 'IDF' and mode ~= 'TFIDF' then
+    fail("TfIdfVectorizer: mode '%s' (TF, IDF or TFIDF)", tostring(mode))
+  end
+  local outsize = 0
+  for _, v in ipairs(indexes) do outsize = math.max(outsize, v + 1) end
+  -- n-gram key -> 0-based output index
+  local ids, id = {}, 0
+  for i = 1, #counts do
+    local s, e = counts[i], counts[i + 1] or #gram_pool
+    local k = math.floor((e - s) / i)
+    if k > 0 and i >= minn and i <= maxn then
+      for g = 0, k - 1 do
+        local parts = {}
+        for j = 1, i do parts[j] = gram_key(gram_pool[s + g * i + j]) end
+        if indexes[id + 1] == nil then fail('TfIdfVectorizer: fewer ngram_indexes than n-grams in pool_int64s') end
+        ids[table.concat(parts, ',')] = indexes[id + 1]
+        id = id + 1
+      end
+    elseif k > 0 then
+      id = id + k
+    end
+  end
+  local r = x:dim()
+  if r > 2 then fail('TfIdfVectorizer: X must be [C] or [N, C], got %d dims', r) end
+  local nrows, C = r == 2 and x:size(1) or 1, r == 0 and 1 or x:size(r)
+  local X = vals(x)
+  local out = {}
+  for row = 0, nrows - 1 do
+    local f = {}
+    for i = 1, outsize do f[i] = 0 end
+    local tok = {}
+    for c = 1, C do tok[c] = gram_key(X[row * C + c]) end
+    local start = minn
+    for skip = 1, maxskip + 1 do
+      for s = 1, C do
+        if (s - 1) + skip * (start - 1) >= C then break end
+        local parts, item = {}, s
+        for size = 1, maxn do
+          if item > C then break end
+          parts[size] = tok[item]
+          if size >= start then
+            local at = ids[table.concat(parts, ',', 1, size)]
+            if at then f[at + 1] = f[at + 1] + 1 end
+          end
+          item = item + skip
+        end
+      end
+      if start == 1 then
+        start = 2
+        if start > maxn then break end
+      end
+    end
+    for i = 1, outsize do
+      local v = f[i]
+      if mode == 'IDF' then v = v > 0 and (weights and weights[i] or 1) or 0
+      elseif mode == 'TFIDF' and weights then v = weights[i] * v end
+      out[#out + 1] = v
+    end
+  end
+  local y = flow.tensor(out, {dtype = flow.float32})
+  return r == 2 and y:reshape(nrows, outsize) or y
+end)
+
+------------------------------------------------------------------ audio
+-- MelWeightMatrix as ONNX's reference: the band edges in mel are float32
+-- arithmetic on the float32 inputs, the bins float64, floored to integers.
+OPS.MelWeightMatrix = function(ins, n)
+  for i = 1, 5 do
+    if ins[i] == nil or ins[i]:numel() ~= 1 then fail('MelWeightMatrix: input %d must be a scalar', i) end
+  end
+  local mels, dft, rate = vals(ins[1])[1], vals(ins[2])[1], vals(ins[3])[1]
+  if mels < 1 or dft < 1 or rate < 1 then
+    fail('MelWeightMatrix: num_mel_bins %s, dft_length %s and sample_rate %s must be positive',
+         tostring(mels), tostring(dft), tostring(rate))
+  end
+  local ln10 = math.log(10)
+  local function mel(hz)   -- float32 throughout, as numpy on float32 scalars
+    local t = (hz:to(flow.float32):reshape({}) / 700):log1p()
+    return t * 2595 / flow.full({}, ln10, {dtype = flow.float32})
+  end
+  local lo, hi = mel(ins[4]), mel(ins[5])
+  local step = (hi - lo) / (mels + 2)
+  local bins = {}
+  local s64, l64 = step:to(flow.float64):item(), lo:to(flow.float64):item()
+  for i = 0, mels + 1 do
+    local f = 700 * (math.exp((i * s64 + l64) / 2595 * ln10) - 1)
+    bins[i] = math.floor((dft + 1) * f / rate)
+  end
+  local nspec = math.floor(dft / 2) + 1
+  local w = {}
+  for j = 1, nspec * mels do w[j] = 0 end
+  local function set(j, i, v)
+    if j < 0 or j >= nspec then
+      fail('MelWeightMatrix: frequency bin %d outside the %d spectrogram bins (upper_edge_hertz above '
+           .. 'sample_rate / 2?)', j, nspec)
+    end
+    w[j * mels + i + 1] = v
+  end
+  for i = 0, mels - 1 do
+    local l, c, h = bins[i], bins[i + 1], bins[i + 2]
+    if c == l then set(c, i, 1)
+    else for j = l, c do set(j, i, (j - l) / (c - l)) end end
+    if h > c then for j = c, h - 1 do set(j, i, (h - j) / (h - c)) end end
+  end
+  local dt = n.attrs.output_datatype and onnx_dtype(attr(n, 'output_datatype'), 'MelWeightMatrix output')
+             or flow.float32
+  return {flow.tensor(w, {dtype = flow.float64}):reshape(nspec, mels):to(dt)}
+end
+
+------------------------------------------------------------------ images
+-- ImageDecoder: PNG and JPEG through the core's decoders (libpng,
+-- libjpeg-turbo), binary PPM/PGM (P6, P5) and uncompressed 24-bit BMP read
+-- here; all to uint8 [H, W, C]. Grayscale is Pillow's convert('L') (ITU-R
+-- 601-2 in 16-bit fixed point), which ONNX's reference uses.
+local ffi = require 'ffi'
+local MAX_SIDE = 32768
+
+-- [H, W, 3] RGB from a binary PNM (P6) or [H, W, 1] from P5, at byte pointer p of n bytes
+local function decode_pnm(p, n)
+  local pos, tok = 2, {}
+  while #tok < 3 do
+    while pos < n and (p[pos] == 32 or (p[pos] >= 9 and p[pos] <= 13) or p[pos] == 35) do
+      if p[pos] == 35 then while pos < n and p[pos] ~= 10 do pos = pos + 1 end end
+      pos = pos + 1
+    end
+    local v, start = 0, pos
+    while pos < n and p[pos] >= 48 and p[pos] <= 57 do v = v * 10 + p[pos] - 48; pos = pos + 1 end
+    if pos == start or v > 1e9 then fail('ImageDecoder: a corrupt PNM header') end
+    tok[#tok + 1] = v
+  end
+  pos = pos + 1   -- one whitespace byte before the samples
+  local w, h, maxval = tok[1], tok[2], tok[3]
+  local c = p[1] == 54 and 3 or 1
+  if maxval > 255 then unsupported('ImageDecoder: PNM with 16-bit samples (maxval %d)', maxval) end
+  if w < 1 or h < 1 or w > MAX_SIDE or h > MAX_SIDE or pos + w * h * c > n then
+    fail('ImageDecoder: PNM of %dx%d does not fit its %d bytes', w, h, n)
+  end
+  return flow.from_blob(p + pos, {h, w, c}, {dtype = flow.uint8}):clone()
+end
+
+local function le(p, at, k)
+  local v = 0
+  for i = k - 1, 0, -1 do v = v * 256 + p[at + i] end
+  return v
+end
+-- [H, W, 3] RGB from an uncompressed 24-bit BMP
+local function decode_bmp(p, n)
+  if n < 54 then fail('ImageDecoder: a BMP of %d bytes (shorter than its headers)', n) end
+  local off, hsize = le(p, 10, 4), le(p, 14, 4)
+  local w, h = le(p, 18, 4), le(p, 22, 4)
+  if h >= 2 ^ 31 then h = h - 2 ^ 32 end
+  local bpp, comp = le(p, 28, 2), le(p, 30, 4)
+  if hsize < 40 or bpp ~= 24 or comp ~= 0 then
+    unsupported('ImageDecoder: BMP with %d bits a pixel, compression %d (24-bit uncompressed only)', bpp, comp)
+  end
+  local top_down = h < 0
+  h = math.abs(h)
+  local stride = math.floor((w * 3 + 3) / 4) * 4
+  if w < 1 or h < 1 or w > MAX_SIDE or h > MAX_SIDE or off + stride * h > n then
+    fail('ImageDecoder: BMP of %dx%d does not fit its %d bytes', w, h, n)
+  end
+  local rows = flow.from_blob(p + off, {h, stride}, {dtype = flow.uint8}):clone()
+  local img = rows:narrow(2, 1, w * 3):contiguous():view(h, w, 3):flip(3)   -- BGR -> RGB
+  if not top_down then img = img:flip(1) end
+  return img:contiguous()
+end
+
+OPS.ImageDecoder = one(function(x, n)
+  local fmt = attr(n, 'pixel_format', 'RGB')
+  if fmt ~= 'RGB' and fmt ~= 'BGR' and fmt ~= 'Grayscale' then
+    fail("ImageDecoder: pixel_format '%s' (RGB, BGR or Grayscale)", tostring(fmt))
+  end
+  if x.dtype ~= flow.uint8 or x:dim() ~= 1 then
+    fail('ImageDecoder: encoded_stream must be a 1-d uint8 tensor, got %s %s', x.dtype.name,
+         tostring(x:size()))
+  end
+  local bytes = x:contiguous()
+  local n0 = bytes:numel()
+  local p = ffi.cast('const uint8_t *', bytes:data_ptr())
+  local function at(i) return i < n0 and p[i] or -1 end
+  local img
+  if (at(0) == 0x89 and at(1) == 0x50 and at(2) == 0x4E and at(3) == 0x47) or (at(0) == 0xFF and at(1) == 0xD8) then
+    local core = require 'oneflow._C'
+    if core.C.of_image_decode(p, n0, core.out1) ~= 0 then
+      fail('ImageDecoder: %s', ffi.string(core.C.of_last_error()))
+    end
+    img = core.wrap(core.out1[0])
+  elseif at(0) == 0x50 and (at(1) == 0x36 or at(1) == 0x35) then   -- 'P6' / 'P5'
+    img = decode_pnm(p, n0)
+  elseif at(0) == 0x42 and at(1) == 0x4D then   -- 'BM'
+    img = decode_bmp(p, n0)
+  else
+    unsupported('ImageDecoder: only PNG, JPEG, binary PNM and 24-bit BMP streams are decoded '
+                .. '(no TIFF, WebP, JPEG 2000)')
+  end
+  local _ = bytes   -- the stream stays alive over the reads
+  if img:dim() == 2 then img = img:unsqueeze(3) end
+  local c = img:size(3)
+  if fmt == 'Grayscale' then
+    if c == 1 then return img end
+    if c ~= 3 then unsupported('ImageDecoder: Grayscale from %d channels', c) end
+    local w = img:to(flow.int64)
+    local l = w:select(3, 1) * 19595 + w:select(3, 2) * 38470 + w:select(3, 3) * 7471 + 32768
+    return flow.floor_divide(l, 65536):to(flow.uint8):unsqueeze(3)
+  end
+  if fmt == 'BGR' and c >= 3 then return img:flip(3):contiguous() end
+  return img
+end)
+
 OPS.MaxUnpool = function(ins, n)
   local x, idx, shape = ins[1], ins[2], ins[3]
   local nsp = x:dim() - 2
@@ -2284,11 +2521,58 @@ end
 
 OPS.Col2Im = function(ins, n)
   local x, img, block = ins[1], vals(ins[2]), vals(ins[3])
-  if #img ~= 2 then unsupported('Col2Im for %d-d images (2-d only)', #img) end
-  local pads = attr(n, 'pads') or {0, 0, 0, 0}
-  if pads[1] ~= pads[3] or pads[2] ~= pads[4] then unsupported('Col2Im with asymmetric pads') end
-  return {F.fold(x, img, block, {dilation = attr(n, 'dilations') or {1, 1}, padding = {pads[1], pads[2]},
-                                 stride = attr(n, 'strides') or {1, 1}})}
+  local nd = #img
+  if #block ~= nd then fail('Col2Im: image_shape has %d dims, block_shape %d', nd, #block) end
+  local pads = attr(n, 'pads') or ones(2 * nd, 0)
+  local dil, st = attr(n, 'dilations') or ones(nd), attr(n, 'strides') or ones(nd)
+  if nd == 2 and pads[1] == pads[3] and pads[2] == pads[4] then
+    return {F.fold(x, img, block, {dilation = dil, padding = {pads[1], pads[2]}, stride = st})}
+  end
+  -- any rank, any pads: each column entry added at its place in the padded
+  -- image (scatter_add over flat positions), then the pads cut off
+  local P, nb, K, L = {}, {}, 1, 1
+  for i = 1, nd do
+    P[i] = img[i] + pads[i] + pads[nd + i]
+    nb[i] = floor((P[i] - dil[i] * (block[i] - 1) - 1) / st[i]) + 1
+    if nb[i] < 1 then fail('Col2Im: block %d does not fit the padded image along dim %d', block[i], i) end
+    K, L = K * block[i], L * nb[i]
+  end
+  if x:dim() ~= 3 or x:size(3) ~= L or x:size(2) % K ~= 0 then
+    fail('Col2Im: input [N, C * %d, %d] expected for these shapes, got %s', K, L, tostring(x:size()))
+  end
+  if K * L > 2 ^ 24 then unsupported('Col2Im with %d block positions', K * L) end
+  local idx, cnt = {}, 0
+  local kpos, lpos = ones(nd, 0), ones(nd, 0)
+  for _ = 1, K do
+    for i = 1, nd do lpos[i] = 0 end
+    for _ = 1, L do
+      local flat = 0
+      for i = 1, nd do flat = flat * P[i] + lpos[i] * st[i] + kpos[i] * dil[i] end
+      cnt = cnt + 1
+      idx[cnt] = flat + 1
+      for i = nd, 1, -1 do   -- next block position, last dim fastest
+        lpos[i] = lpos[i] + 1
+        if lpos[i] < nb[i] then break end
+        lpos[i] = 0
+      end
+    end
+    for i = nd, 1, -1 do
+      kpos[i] = kpos[i] + 1
+      if kpos[i] < block[i] then break end
+      kpos[i] = 0
+    end
+  end
+  local N, C = x:size(1), x:size(2) / K
+  local total = 1
+  for i = 1, nd do total = total * P[i] end
+  local src = x:reshape(N, C, K * L)
+  local where = flow.tensor(idx, {dtype = flow.int64}):reshape(1, 1, K * L):expand(N, C, K * L)
+  local out = flow.zeros({N, C, total}, {dtype = x.dtype}):scatter_add(3, where, src)
+  local shape = {N, C}
+  for i = 1, nd do shape[2 + i] = P[i] end
+  out = out:reshape(shape)
+  for i = 1, nd do out = out:narrow(2 + i, pads[i] + 1, img[i]) end
+  return {out:contiguous()}
 end
 
 -- DFT as products with cos / sin matrices (float64), input [..., N, 1 | 2]

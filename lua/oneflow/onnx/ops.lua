@@ -47,8 +47,10 @@ end
 local FLOATS = {float16 = true, bfloat16 = true, float32 = true, float64 = true}
 local function is_float(dt) return FLOATS[dt] == true end
 
-local ORDER = {bool = 0, uint8 = 1, int8 = 2, int32 = 3, int64 = 4, float16 = 5, bfloat16 = 6,
-               float32 = 7, float64 = 8}
+-- int16 between int8 and int32; uint16/32/64 promote only with themselves and
+-- floats (our ops refuse other pairs), so any place below the floats serves
+local ORDER = {bool = 0, uint8 = 1, int8 = 2, int16 = 2.5, int32 = 3, int64 = 4, float16 = 5,
+               bfloat16 = 6, float32 = 7, float64 = 8, uint16 = 2.6, uint32 = 2.7, uint64 = 2.8}
 
 --- dtype two operands are compared in (PyTorch's promotion, simplified).
 local function promote(a, b)

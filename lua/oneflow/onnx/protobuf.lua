@@ -54,7 +54,7 @@ M.ATTR_TYPE = {f = 1, i = 2, s = 3, t = 4, g = 5, floats = 6, ints = 7, strings 
 
 --- TensorProto.DataType values for oneflow dtype names.
 M.DATA_TYPE = {float32 = 1, uint8 = 2, int8 = 3, int32 = 6, int64 = 7, bool = 9, float16 = 10,
-               float64 = 11, bfloat16 = 16}
+               float64 = 11, bfloat16 = 16, uint16 = 4, int16 = 5, uint32 = 12, uint64 = 13}
 
 -- wire types
 local VARINT, I64, LEN, I32 = 0, 1, 2, 5

@@ -293,6 +293,8 @@ end
 -- dtype holds exactly (PyTorch: [0, 2^mantissa] for floats).
 local random_hi = {bool = 2, uint8 = 256, int8 = 128, int32 = 2 ^ 31,
                    int64 = ffi.new('int64_t', 0x7fffffffffffffffLL), float16 = 2049,
+                   int16 = 2 ^ 15, uint16 = 2 ^ 16, uint32 = 2 ^ 32,
+                   uint64 = ffi.new('int64_t', 0x7fffffffffffffffLL),   -- bounds are int64
                    bfloat16 = 257, float32 = 2 ^ 24 + 1, float64 = 2 ^ 53 + 1}
 
 --- x:random_() / x:random_(hi) / x:random_(lo, hi): integers in [lo, hi).

@@ -257,7 +257,7 @@ function methods.to(x, a, b)
 end
 
 for name, dt in pairs({float = 'float32', double = 'float64', half = 'float16',
-                       bfloat16 = 'bfloat16', long = 'int64', int = 'int32', short = 'int32',
+                       bfloat16 = 'bfloat16', long = 'int64', int = 'int32', short = 'int16',
                        char = 'int8', byte = 'uint8', bool = 'bool'}) do
   methods[name] = function(x) return to_dtype(x, dt) end
 end
@@ -280,10 +280,16 @@ function methods.is_pinned(x) return C.of_tensor_is_pinned(x.p) ~= 0 end
 --- x:type() -> 'oneflow.FloatTensor' style name; x:type(dtype) converts.
 local type_names = {float32 = 'FloatTensor', float64 = 'DoubleTensor', float16 = 'HalfTensor',
                     bfloat16 = 'BFloat16Tensor', int64 = 'LongTensor', int32 = 'IntTensor',
-                    int8 = 'CharTensor', uint8 = 'ByteTensor', bool = 'BoolTensor'}
+                    int8 = 'CharTensor', uint8 = 'ByteTensor', bool = 'BoolTensor',
+                    int16 = 'ShortTensor'}
 --- x:type(dtype?): the type name ('oneflow.FloatTensor') or, given a dtype, x converted to it.
 function methods.type(x, d)
-  if d == nil then return 'oneflow.' .. type_names[x.dtype.name] end
+  if d == nil then
+    local tn = type_names[x.dtype.name]
+    -- PyTorch 2 has no legacy tensor type for uint16/32/64 either
+    if not tn then error(('type: dtype %s has no tensor type name'):format(x.dtype.name), 2) end
+    return 'oneflow.' .. tn
+  end
   return to_dtype(x, d)
 end
 
