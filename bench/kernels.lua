@@ -81,7 +81,9 @@ local CASES = {
   {'gelu_bwd_f32', 5, 'GELU forward + backward'},
   {'silu_f32', 2, 'SiLU forward'},
   {'silu_bwd_f32', 5, 'SiLU forward + backward'},
-  {'rms_norm_f32', 2, 'rms_norm forward, weight (ours composed of public ops)'},
+  {'rms_norm_f32', 2, 'rms_norm forward, weight'},
+  {'rms_norm_bf16', 2, 'rms_norm forward, weight, bfloat16'},
+  {'rms_norm_bwd_f32', 5, 'rms_norm forward + backward (x, weight grads)'},
   {'dropout_f32', 2, 'dropout forward, p = 0.5, training'},
   {'add_out_f32', 3, 'add into an existing output, 16M floats'},
 }
@@ -132,6 +134,7 @@ local function make(name)
     local wg, bg = w:clone():requires_grad_(), b:clone():requires_grad_()
     local fwd = ({
       layer_norm_bwd = function() return F.layer_norm(xg, {M}, wg, bg, 1e-5) end,
+      rms_norm_bwd = function() return F.rms_norm(xg, {M}, wg, 1e-6) end,
       softmax_bwd = function() return flow.softmax(xg, -1) end,
       log_softmax_bwd = function() return flow.log_softmax(xg, -1) end,
       gelu_bwd = function() return F.gelu(xg) end,

@@ -226,3 +226,76 @@ of_status of_device_layer_norm(of_tensor *x, int32_t k, of_tensor *w, of_tensor 
   *out = y;
   return OF_OK;
 }
+
+/* ---- rms_norm ---------------------------------------------------------------
+ * Rows [R, M] as layer_norm's; rstd [R] saved in the kernels' accumulation
+ * dtype. The node keeps the op's a_norm (groups: the normalized dims). */
+static of_status rms_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  const a_norm *a = OF_NODE_ATTRS(a_norm, n);
+  const of_meta *xm = &n->in_meta[0];
+  const int32_t k_norm = (int32_t)a->groups;
+  const bool has_w = n->in_meta[1].ndim > 0;
+  of_tensor *sv[3] = {NULL, NULL, NULL}, *gd = NULL, *gx = NULL, *gw = NULL;
+  of_status st = OF_OK;
+  for (int32_t k = 0; k < 3 && st == OF_OK; k++)
+    if (k != 1 || has_w) st = of_node_saved(n, k, &sv[k]);
+  of_tensor *x = sv[0], *w = sv[1];
+  int64_t M = of_shape_numel(xm->shape + (xm->ndim - k_norm), k_norm);
+  int64_t R = M && x ? x->numel / M : 0;
+  of_device dev = of_dev(x);
+  const of_device_ops *o = st == OF_OK ? of_device_ops_for("rms_norm_backward", dev) : NULL;
+  if (st == OF_OK && !o) st = OF_ERR_DEVICE;
+  if (st == OF_OK) st = of_dense(g[0], x->dtype, &gd);
+  if (st == OF_OK && n->needs[0]) st = of_tensor_new(x->shape, x->ndim, x->dtype, dev, &gx);
+  if (st == OF_OK && n->needs[1] && w)
+    st = of_tensor_new(n->in_meta[1].shape, n->in_meta[1].ndim, n->in_meta[1].dtype, dev, &gw);
+  if (st == OF_OK) {
+    of_device_last_op = "rms_norm_backward";
+    st = o->rms_norm_back_rows(gd, x, w, sv[2], R, M, gx, gw);
+  }
+  if (st == OF_OK) {
+    gi[0] = gx, gi[1] = gw;
+    gx = gw = NULL;
+  }
+  of_tensor *rel[6] = {sv[0], sv[1], sv[2], gd, gx, gw};
+  for (int i = 0; i < 6; i++) of_tensor_release(rel[i]);
+  return st;
+}
+static const of_grad_def rms_dev_grad = {"RmsNormBackward", rms_dev_backward};
+
+of_status of_device_rms_norm(of_tensor *x, int32_t k, of_tensor *w, double eps,
+                             of_tensor **out) {
+  OF_ROUTE("rms_norm", dev, o, rms_norm_rows, x, w);
+  int64_t M = of_shape_numel(x->shape + (x->ndim - k), k), R = M ? x->numel / M : 0;
+  of_tensor *xd = NULL, *wd = NULL, *y = NULL, *rstd = NULL;
+  of_status st = of_dense(x, x->dtype, &xd);
+  if (st == OF_OK) st = of_dense(w, x->dtype, &wd);
+  if (st == OF_OK) st = of_tensor_new(x->shape, x->ndim, x->dtype, dev, &y);
+  const of_dtype sdt = x->dtype == OF_FLOAT64 ? OF_FLOAT64 : OF_FLOAT32;
+  if (st == OF_OK) st = of_tensor_new(&R, 1, sdt, dev, &rstd);
+  if (st == OF_OK) st = o->rms_norm_rows(xd, wd, R, M, eps, y, rstd);
+  of_tensor *ins[2] = {x, w};
+  if (st == OF_OK && of_grad_needed(ins, 2)) {
+    of_node *n;
+    st = of_record(&rms_dev_grad, ins, 2, &y, 1, &n);
+    if (st == OF_OK) {
+      a_norm a;
+      memset(&a, 0, sizeof a);
+      a.eps = eps;
+      a.groups = k;
+      OF_NODE_KEEP(n, OPK_RMS_NORM, a);
+      of_node_save(n, 0, xd);
+      of_node_save(n, 1, wd);
+      of_node_save(n, 2, rstd);
+    }
+  }
+  of_tensor *rel[3] = {xd, wd, rstd};
+  for (int i = 0; i < 3; i++) of_tensor_release(rel[i]);
+  if (st != OF_OK) {
+    of_tensor_release(y);
+    return st;
+  }
+  *out = y;
+  return OF_OK;
+}

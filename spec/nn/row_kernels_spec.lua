@@ -1,5 +1,5 @@
 -- The run-time dispatched row kernels (core/ops/rowk.c): layer_norm,
--- softmax and log_softmax, forward and backward, on float32 and bfloat16
+-- rms_norm, softmax and log_softmax, forward and backward, on float32 and bfloat16
 -- rows, on every instruction set this CPU has (flow.backends.cpu), against
 -- the generic float64 kernels and, where it is installed, PyTorch.
 local flow = require 'oneflow'
@@ -130,6 +130,64 @@ describe('layer_norm row kernel', function()
     local xe = flow.randn(0, 5):requires_grad_()
     F.layer_norm(xe, {5}):sum():backward()
     assert.same({0, 5}, xe.grad:size():totable())
+  end)
+end)
+
+describe('rms_norm row kernel', function()
+  it('matches the float64 kernel on every instruction set, with and without weight', function()
+    each_isa(function()
+      for _, M in ipairs(SIZES) do
+        for _, R in ipairs({1, 5}) do
+          local x, w = input(R, M), flow.randn(M)
+          close(F.rms_norm(x, {M}, w, 1e-5), F.rms_norm(x:double(), {M}, w:double(), 1e-5),
+                1e-5, ('weight M=%d R=%d'):format(M, R))
+          close(F.rms_norm(x, {M}), F.rms_norm(x:double(), {M}, nil, 1.1920928955078125e-07), 1e-5,
+                ('plain M=%d R=%d'):format(M, R))
+        end
+      end
+    end)
+  end)
+
+  it('gives the float64 kernel\'s gradients for input and weight', function()
+    each_isa(function()
+      for _, M in ipairs({1, 17, 1025, 2049}) do
+        local R = 70   -- more than one block of 64 rows for the weight grad
+        local x0, w0, g = input(R, M), flow.randn(M), flow.randn(R, M)
+        local function run(dt)
+          local x, w = x0:to(dt):detach():requires_grad_(), w0:to(dt):detach():requires_grad_()
+          backward(F.rms_norm(x, {M}, w, 1e-5), g:to(dt))
+          return x.grad, w.grad
+        end
+        local gx, gw = run(f32)
+        local rx, rw = run(f64)
+        assert.equal(f32, gx.dtype)
+        close(gx, rx, 1e-4, 'grad x M=' .. M)
+        close(gw, rw, 1e-4, 'grad w M=' .. M)
+        local x, xd = x0:clone():requires_grad_(), x0:double():requires_grad_()
+        backward(F.rms_norm(x, {M}, nil, 1e-5), g)
+        backward(F.rms_norm(xd, {M}, nil, 1e-5), g:double())
+        close(x.grad, xd.grad, 1e-4, 'grad x, no weight, M=' .. M)
+      end
+    end)
+  end)
+
+  it('runs bfloat16 rows in their dtype within bfloat16 rounding', function()
+    each_isa(function()
+      for _, M in ipairs({3, 1025, 2049}) do
+        local x, w = input(3, M, bf16), flow.randn(M):to(bf16)
+        local y = F.rms_norm(x, {M}, w, 1e-5)
+        assert.equal(bf16, y.dtype)
+        close(y, F.rms_norm(x:double(), {M}, w:double(), 1e-5), 1e-2, 'bf16 M=' .. M)
+        local xg, wg = x:clone():requires_grad_(), w:clone():requires_grad_()
+        local xd, wd = x:double():requires_grad_(), w:double():requires_grad_()
+        local g = flow.randn(3, M)
+        backward(F.rms_norm(xg, {M}, wg, 1e-5), g:to(bf16))
+        backward(F.rms_norm(xd, {M}, wd, 1e-5), g:to(bf16):double())
+        assert.equal(bf16, xg.grad.dtype)
+        close(xg.grad, xd.grad, 3e-2, 'bf16 grad x M=' .. M)
+        close(wg.grad, wd.grad, 3e-2, 'bf16 grad w M=' .. M)
+      end
+    end)
   end)
 end)
 

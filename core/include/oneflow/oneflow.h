@@ -525,6 +525,10 @@ of_status of_batch_norm(of_tensor *x, of_tensor *running_mean, of_tensor *runnin
 /* Over the last normalized_ndim dims; weight/bias have that trailing shape. */
 of_status of_layer_norm(of_tensor *x, int32_t normalized_ndim, of_tensor *weight,
                         of_tensor *bias, double eps, of_tensor **out);
+/* x * rsqrt(mean(x^2 over the last normalized_ndim dims) + eps) * weight
+ * (PyTorch 2.4's rms_norm; weight NULL or of the trailing shape; eps >= 0). */
+of_status of_rms_norm(of_tensor *x, int32_t normalized_ndim, of_tensor *weight, double eps,
+                      of_tensor **out);
 /* x [N, C, *], C divisible by groups; weight/bias [C]. */
 of_status of_group_norm(of_tensor *x, int64_t groups, of_tensor *weight, of_tensor *bias,
                         double eps, of_tensor **out);
