@@ -14,7 +14,6 @@
 -- Threads: the first argument, else $OF_BENCH_THREADS, else 2. The table is
 -- written to build/bench_kernels.md (not tracked) and, with WRITE=1, into
 -- the doc.
-local ffi = require 'ffi'
 local flow = require 'oneflow'
 local core = require 'oneflow._C'
 local F = flow.nn.functional
@@ -34,35 +33,10 @@ local R, M = 4096, 1024           -- rows x row length (as bench/kernels_torch.p
 local N_EW = 16 * 1024 * 1024     -- floats of the elementwise cases
 
 ------------------------------------------------------------------ helpers
-pcall(ffi.cdef, [[
-typedef struct { int64_t sec, nsec; } of_bench_timespec;
-int clock_gettime(int clk, of_bench_timespec *ts);
-]])
-local ts = ffi.new('of_bench_timespec')
-local CLOCK = cpu_metric and 3 or 1   -- CLOCK_THREAD_CPUTIME_ID or CLOCK_MONOTONIC
-local function now()
-  ffi.C.clock_gettime(CLOCK, ts)
-  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
-end
-local function read_cmd(cmd)
-  local p = io.popen(cmd)
-  if not p then return '' end
-  local s = p:read('*a')
-  p:close()
-  return s or ''
-end
-local function loadavg()
-  local f = io.open('/proc/loadavg')
-  if not f then return 'n/a' end
-  local s = f:read('*l') or ''
-  f:close()
-  return s:match('^(%S+ %S+ %S+)') or 'n/a'
-end
-local function script_dir()
-  local src = debug.getinfo(1, 'S').source
-  return src:sub(1, 1) == '@' and (src:sub(2):match('^(.*)/') or '.') or 'bench'
-end
-local BENCH = script_dir()
+local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
+local CLOCK = cpu_metric and B.THREAD_CPU or B.MONOTONIC
+local function now() return B.now(CLOCK) end
+local read_cmd, loadavg, BENCH = B.read_cmd, B.loadavg, B.dir
 
 ------------------------------------------------------------------ cases
 -- name, bytes moved per call (element size es), what it is

@@ -47,24 +47,9 @@ do
 end
 flow.set_num_threads(threads)
 
-pcall(ffi.cdef, [[
-typedef struct { int64_t sec, nsec; } of_bench_timespec;
-int clock_gettime(int clk, of_bench_timespec *ts);
-int setenv(const char *name, const char *value, int overwrite);
-]])
-local ts = ffi.new('of_bench_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts)
-  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
-end
-
-local function loadavg()
-  local f = io.open('/proc/loadavg')
-  if not f then return 'n/a' end
-  local s = f:read('*l')
-  f:close()
-  return s:match('^(%S+ %S+ %S+)') or 'n/a'
-end
+pcall(ffi.cdef, 'int setenv(const char *name, const char *value, int overwrite);')
+local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
+local now, loadavg, median = B.now, B.loadavg, B.median
 
 local function cpu_name()
   local f = io.open('/proc/cpuinfo')
@@ -83,12 +68,6 @@ end
 local function fmt(v) return v and ('%.1f'):format(v) or 'n/a' end
 local function ratio(a, b) return (a and b) and ('%.2fx'):format(a / b) or 'n/a' end
 
-local function median(t)
-  local c = {}
-  for i, v in ipairs(t) do c[i] = v end
-  table.sort(c)
-  return c[math.floor((#c + 1) / 2)]
-end
 
 ------------------------------------------------------------------ cases
 local cases = {
