@@ -29,6 +29,35 @@ local function input(R, M, dt)
   return (flow.randn(R, M) * 2 + 0.5):to(dt or f32)
 end
 
+-- float32 gradients of fwd(x, params...) (on every instruction set) against
+-- float64, for R = 70 rows (more than one block of 64 rows for the parameter
+-- grads), with the parameters and without (plain(x) alone)
+local function grads_match_f64(nparams, fwd, plain)
+  each_isa(function()
+    for _, M in ipairs({1, 17, 1025, 2049}) do
+      local R = 70
+      local x0, g, p0 = input(R, M), flow.randn(R, M), {}
+      for i = 1, nparams do p0[i] = flow.randn(M) end
+      local function run(dt, with)
+        local function leaf(t) return t:to(dt):detach():requires_grad_() end
+        local x, ps = leaf(x0), {}
+        for i = 1, nparams do ps[i] = leaf(p0[i]) end
+        backward(with and fwd(x, M, unpack(ps)) or plain(x, M), g:to(dt))
+        local r = {x.grad}
+        for i = 1, nparams do r[i + 1] = ps[i].grad end
+        return r
+      end
+      for _, with in ipairs({true, false}) do
+        local got, want = run(f32, with), run(f64, with)
+        assert.equal(f32, got[1].dtype)
+        for i = 1, #got do
+          close(got[i], want[i], 1e-4, ('grad %d M=%d%s'):format(i, M, with and '' or ', no parameters'))
+        end
+      end
+    end
+  end)
+end
+
 describe('backends.cpu', function()
   it('reports and sets the instruction set of the dispatched kernels', function()
     assert.truthy(native == 'AVX512' or native == 'AVX2' or native == 'DEFAULT')
@@ -76,30 +105,8 @@ describe('layer_norm row kernel', function()
   end)
 
   it('gives the float64 kernel\'s gradients for input, weight and bias', function()
-    each_isa(function()
-      for _, M in ipairs({1, 17, 1025, 2049}) do
-        local R = 70   -- more than one block of 64 rows for the parameter grads
-        local x0, w0, b0, g = input(R, M), flow.randn(M), flow.randn(M), flow.randn(R, M)
-        local function run(dt)
-          local function leaf(t) return t:to(dt):detach():requires_grad_() end
-          local x, w, b = leaf(x0), leaf(w0), leaf(b0)
-          backward(F.layer_norm(x, {M}, w, b, 1e-5), g:to(dt))
-          return x.grad, w.grad, b.grad
-        end
-        local gx, gw, gb = run(f32)
-        local rx, rw, rb = run(f64)
-        assert.equal(f32, gx.dtype)
-        close(gx, rx, 1e-4, 'grad x M=' .. M)
-        close(gw, rw, 1e-4, 'grad w M=' .. M)
-        close(gb, rb, 1e-4, 'grad b M=' .. M)
-        -- input grad alone (no parameters)
-        local x = x0:clone():requires_grad_()
-        local xd = x0:double():requires_grad_()
-        backward(F.layer_norm(x, {M}), g)
-        backward(F.layer_norm(xd, {M}), g:double())
-        close(x.grad, xd.grad, 1e-4, 'grad x, no affine, M=' .. M)
-      end
-    end)
+    grads_match_f64(2, function(x, M, w, b) return F.layer_norm(x, {M}, w, b, 1e-5) end,
+                    function(x, M) return F.layer_norm(x, {M}) end)
   end)
 
   it('runs bfloat16 rows in their dtype within bfloat16 rounding', function()
@@ -149,26 +156,8 @@ describe('rms_norm row kernel', function()
   end)
 
   it('gives the float64 kernel\'s gradients for input and weight', function()
-    each_isa(function()
-      for _, M in ipairs({1, 17, 1025, 2049}) do
-        local R = 70   -- more than one block of 64 rows for the weight grad
-        local x0, w0, g = input(R, M), flow.randn(M), flow.randn(R, M)
-        local function run(dt)
-          local x, w = x0:to(dt):detach():requires_grad_(), w0:to(dt):detach():requires_grad_()
-          backward(F.rms_norm(x, {M}, w, 1e-5), g:to(dt))
-          return x.grad, w.grad
-        end
-        local gx, gw = run(f32)
-        local rx, rw = run(f64)
-        assert.equal(f32, gx.dtype)
-        close(gx, rx, 1e-4, 'grad x M=' .. M)
-        close(gw, rw, 1e-4, 'grad w M=' .. M)
-        local x, xd = x0:clone():requires_grad_(), x0:double():requires_grad_()
-        backward(F.rms_norm(x, {M}, nil, 1e-5), g)
-        backward(F.rms_norm(xd, {M}, nil, 1e-5), g:double())
-        close(x.grad, xd.grad, 1e-4, 'grad x, no weight, M=' .. M)
-      end
-    end)
+    grads_match_f64(1, function(x, M, w) return F.rms_norm(x, {M}, w, 1e-5) end,
+                    function(x, M) return F.rms_norm(x, {M}, nil, 1e-5) end)
   end)
 
   it('runs bfloat16 rows in their dtype within bfloat16 rounding', function()
