@@ -232,16 +232,16 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
         vf##W m0 = vsplat##W(-INFINITY), m1 = m0;                                               \
         int64_t i = 0;                                                                          \
         for (; i + 2 * W <= M; i += 2 * W) {                                                    \
-          m0 = vmax##W(m0, ld_##TS##_##W(px + i));                                              \
-          m1 = vmax##W(m1, ld_##TS##_##W(px + i + W));                                          \
+          m0 = vmaxq##W(m0, ld_##TS##_##W(px + i));                                              \
+          m1 = vmaxq##W(m1, ld_##TS##_##W(px + i + W));                                          \
         }                                                                                       \
-        for (; i + W <= M; i += W) m0 = vmax##W(m0, ld_##TS##_##W(px + i));                     \
-        if (i < M) m1 = vmax##W(m1, ldn_##TS##_##W(px + i, M - i, -INFINITY));                  \
+        for (; i + W <= M; i += W) m0 = vmaxq##W(m0, ld_##TS##_##W(px + i));                     \
+        if (i < M) m1 = vmaxq##W(m1, ldn_##TS##_##W(px + i, M - i, -INFINITY));                  \
         mx = hmax##W(vmax##W(m0, m1));                                                          \
         vf##W e0 = vsplat##W(0), e1 = e0;                                                       \
         for (i = 0; i + 2 * W <= M; i += 2 * W) {   /* two exps in flight */                    \
-          vf##W ea = vexp##W(ld_##TS##_##W(px + i) - mx);                                       \
-          vf##W eb = vexp##W(ld_##TS##_##W(px + i + W) - mx);                                   \
+          vf##W ea = vexpn##W(ld_##TS##_##W(px + i) - mx);                                       \
+          vf##W eb = vexpn##W(ld_##TS##_##W(px + i + W) - mx);                                   \
           if (!lg) {                                                                            \
             st_f32_##W(buf + i, ea);                                                            \
             st_f32_##W(buf + i + W, eb);                                                        \
@@ -250,12 +250,12 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
           e1 += eb;                                                                             \
         }                                                                                       \
         for (; i + W <= M; i += W) {                                                            \
-          vf##W e = vexp##W(ld_##TS##_##W(px + i) - mx);                                        \
+          vf##W e = vexpn##W(ld_##TS##_##W(px + i) - mx);                                        \
           if (!lg) st_f32_##W(buf + i, e);                                                      \
           e0 += e;                                                                              \
         }                                                                                       \
         if (i < M) {                                                                            \
-          vf##W e = vfirst##W(vexp##W(ldn_##TS##_##W(px + i, M - i, 0.0f) - mx), M - i);        \
+          vf##W e = vfirst##W(vexpn##W(ldn_##TS##_##W(px + i, M - i, 0.0f) - mx), M - i);        \
           if (!lg) st_f32_##W(buf + i, e);                                                      \
           e1 += e;                                                                              \
         }                                                                                       \
@@ -272,8 +272,8 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
           float cm = hmax##W(m0);                                                               \
           if (cm == -INFINITY) continue;   /* adds nothing */                                   \
           vf##W e0 = vsplat##W(0);                                                              \
-          for (i = 0; i + W <= nc; i += W) e0 += vexp##W(ld_##TS##_##W(pc + i) - cm);           \
-          if (i < nc) e0 += vfirst##W(vexp##W(ldn_##TS##_##W(pc + i, nc - i, 0.0f) - cm), nc - i); \
+          for (i = 0; i + W <= nc; i += W) e0 += vexpn##W(ld_##TS##_##W(pc + i) - cm);           \
+          if (i < nc) e0 += vfirst##W(vexpn##W(ldn_##TS##_##W(pc + i, nc - i, 0.0f) - cm), nc - i); \
           double cs = hsum##W(e0);                                                              \
           if (cm > mx || cm != cm) {                                                            \
             s = s * exp((double)mx - (double)cm) + cs;                                          \
@@ -298,9 +298,9 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
           if (i < M) stn_##TS##_##W(py + i, ld_f32_##W(buf + i) * inv, M - i);                  \
         } else {                                                                                \
           for (; i + W <= M; i += W)                                                            \
-            st_##TS##_##W(py + i, vexp##W(ld_##TS##_##W(px + i) - mx) * inv);                   \
+            st_##TS##_##W(py + i, vexpn##W(ld_##TS##_##W(px + i) - mx) * inv);                   \
           if (i < M)                                                                            \
-            stn_##TS##_##W(py + i, vexp##W(ldn_##TS##_##W(px + i, M - i, 0.0f) - mx) * inv,     \
+            stn_##TS##_##W(py + i, vexpn##W(ldn_##TS##_##W(px + i, M - i, 0.0f) - mx) * inv,     \
                            M - i);                                                              \
         }                                                                                       \
       }                                                                                         \
@@ -335,7 +335,7 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
         int64_t k = M - i < W ? M - i : W;                                                      \
         vf##W gv = k == W ? ld_##TS##_##W(pg + i) : ldn_##TS##_##W(pg + i, k, 0.0f);            \
         vf##W yv = k == W ? ld_##TS##_##W(py + i) : ldn_##TS##_##W(py + i, k, 0.0f);            \
-        vf##W o = lg ? gv - vexp##W(yv) * sf : yv * (gv - sf);                                  \
+        vf##W o = lg ? gv - vexpn##W(yv) * sf : yv * (gv - sf);                                  \
         if (k == W) st_##TS##_##W(po + i, o);                                                   \
         else stn_##TS##_##W(po + i, o, k);                                                      \
       }                                                                                         \
@@ -390,11 +390,11 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
       if (cm == -INFINITY) continue;                                                            \
       vf##W e0 = vsplat##W(0), e1 = e0;                                                         \
       for (i = 0; i + 2 * W <= nc; i += 2 * W) {                                                \
-        e0 += vexp##W(ld_##TS##_##W(pc + i) - cm);                                              \
-        e1 += vexp##W(ld_##TS##_##W(pc + i + W) - cm);                                          \
+        e0 += vexpn##W(ld_##TS##_##W(pc + i) - cm);                                              \
+        e1 += vexpn##W(ld_##TS##_##W(pc + i + W) - cm);                                          \
       }                                                                                         \
-      for (; i + W <= nc; i += W) e0 += vexp##W(ld_##TS##_##W(pc + i) - cm);                    \
-      if (i < nc) e1 += vfirst##W(vexp##W(ldn_##TS##_##W(pc + i, nc - i, 0.0f) - cm), nc - i);  \
+      for (; i + W <= nc; i += W) e0 += vexpn##W(ld_##TS##_##W(pc + i) - cm);                    \
+      if (i < nc) e1 += vfirst##W(vexpn##W(ldn_##TS##_##W(pc + i, nc - i, 0.0f) - cm), nc - i);  \
       double cs = hsum##W(e0 + e1);                                                             \
       if (cm > mx || cm != cm) {                                                                \
         s = s * exp((double)mx - (double)cm) + cs;                                              \
@@ -414,7 +414,7 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
     for (int64_t i = 0; i < M; i += W) {                                                        \
       int64_t k = M - i < W ? M - i : W;                                                        \
       vf##W v = k == W ? ld_##TS##_##W(x + i) : ldn_##TS##_##W(x + i, k, 0.0f);                 \
-      vf##W o = af * vexp##W(v - lf) - bf;                                                      \
+      vf##W o = af * vexpn##W(v - lf) - bf;                                                      \
       if (k == W) st_##TS##_##W(gx + i, o);                                                     \
       else stn_##TS##_##W(gx + i, o, k);                                                        \
     }                                                                                           \
