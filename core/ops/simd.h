@@ -128,7 +128,7 @@
   AI VATTR_##W void st_bf16_##W(uint16_t *p, vf##W v) {                                                   \
     vu##W u = (vu##W)v;                                                                         \
     vu##W r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;                                           \
-    vi##W nan = (vi##W)((u & 0x7fffffffu) > 0x7f800000u);                                       \
+    vi##W nan = v != v;   /* one float compare, not an unsigned one */                          \
     r = (vu##W)((nan & (vi##W)((u >> 16) | 0x40u)) | (~nan & (vi##W)r));                        \
     vh##W h = __builtin_convertvector(r, vh##W);                                                \
     memcpy(p, &h, sizeof h);                                                                    \
