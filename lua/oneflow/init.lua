@@ -78,7 +78,10 @@ function flow.memory_stats()
           cache_hits = tonumber(s.cache_hits)}
 end
 function flow.reset_peak_memory_stats() core.C.of_memory_reset_peak(0) end
-function flow.empty_cache() core.C.of_empty_cache(0) end
+function flow.empty_cache()
+  core.C.of_release_kernel_caches()
+  core.C.of_empty_cache(0)
+end
 flow.collect = core.collect
 
 --- Shares a C host's `of_tensor*` with Lua (takes a reference of its own).

@@ -96,6 +96,11 @@ const of_memory_stats *of_memory_stats_get(of_device dev);
 void of_memory_mark(of_device dev);           /* zero bytes_since_sweep */
 void of_memory_reset_peak(of_device dev);
 void of_empty_cache(of_device dev);
+/* Frees what the kernels keep for inference: the bfloat16/float16 copies of
+ * parameters that autocast made (core/ops/amp.c) and the convolution
+ * weights oneDNN keeps reordered (core/device/dnnl.c); flow.empty_cache()
+ * calls it before of_empty_cache. */
+void of_release_kernel_caches(void);
 
 /* ---- devices (core/device/device.c; kernels in cuda/, liboneflow_cuda.so) ------
  * The CUDA library is loaded on first CUDA use (never at startup): a build
