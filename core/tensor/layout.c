@@ -179,7 +179,20 @@ of_status of_dense(of_tensor *t, of_dtype dt, of_tensor **out) {
     *out = t;
     return OF_OK;
   }
-  return t->dtype != dt ? of_cast_data(t, dt, out) : of_clone_data(t, out);
+  if (t->dtype == dt) return of_clone_data(t, out);
+  /* not of_cast_data: that keeps a channels-last input channels-last, and
+   * callers read the result as contiguous (a channels-last bfloat16
+   * batch_norm once normalised the wrong elements) */
+  of_tensor *c;
+  OF_CHECK(of_tensor_new(t->shape, t->ndim, dt, of_tensor_device(t), &c));
+  of_status st = of_copy_data(c, t);
+  if (st != OF_OK) {
+    of_tensor_release(c);
+    return st;
+  }
+  c->storage->version = 0;
+  *out = c;
+  return OF_OK;
 }
 
 of_status of_contiguous_data(of_tensor *t, of_tensor **out) {
