@@ -14,19 +14,21 @@
  *
  * Primitives (with their reorders and memory descriptors) are cached by
  * the whole descriptor, a bounded table (CACHE_SLOTS, least recently used
- * out). The weight-reorder cache: an inference forward whose caller names
- * the weight (of_dnnl_wkey: storage id, version, offset) keeps the weight
- * reordered to the blocked layout in its entry, and the next call with the
- * same key skips that reorder (ResNet-50: 25.6 M weights read and written
- * once per forward less). One weight per entry; of_dnnl_release_cached
- * frees them all.
+ * out). One mutex covers the caches and the execution: a cached primitive
+ * is never freed while it runs, and two convolutions at once (graph
+ * executor waves) would only share the same cores anyway. oneDNN runs on
+ * OpenMP with omp_get_max_threads(), which of_set_num_threads sets.
+ *
+ * The weight-reorder cache: an inference forward whose caller names the
+ * weight (of_dnnl_wkey: storage id, version, offset) keeps the weight
+ * reordered to the compute layout (wcache, WEIGHT_SLOTS, least recently
+ * used out), and the next call with the same key and layout skips that
+ * reorder (ResNet-50: 25.6 M weights read and written once per forward
+ * less); of_dnnl_release_cached frees them all.
  *
  * bfloat16 matmuls (of_dnnl_matmul_bf16) run on oneDNN's matmul primitive
  * where the CPU computes in bfloat16 (AVX512-BF16, AMX), with the caller's
- * strides as they are: no float32 copies of the operands. One mutex covers the cache and the execution: a cached primitive
- * is never freed while it runs, and two convolutions at once (graph
- * executor waves) would only share the same cores anyway. oneDNN runs on
- * OpenMP with omp_get_max_threads(), which of_set_num_threads sets. */
+ * strides as they are: no float32 copies of the operands. */
 #include "dnnl.h"
 
 #ifndef OF_HAVE_DNNL
@@ -81,12 +83,23 @@ typedef struct {
   dnnl_memory_desc_t user[NOPS], comp[NOPS];
   dnnl_primitive_t reo[NOPS];   /* user -> compute (p, q, bias), compute -> user (r) */
   int arg[NOPS];                /* DNNL_ARG_* of each operand in the primitive */
-  /* the weight-reorder cache: the forward weight last reordered, in the
-   * compute layout (wbuf, wbytes), and whose it was (wkey) */
-  void *wbuf;
-  int64_t wbytes;
-  of_dnnl_wkey wkey;
 } entry;
+
+/* The weight-reorder cache: reordered weights by (weight key, compute
+ * layout), apart from the primitives (layers of one shape share a
+ * primitive but not their weights: ResNet-50 has 53 convolutions and 27
+ * shapes). A slot with the weight's storage and offset but an old version
+ * is the one replaced, so a weight updated between calls keeps one copy. */
+enum { WEIGHT_SLOTS = 256 };
+typedef struct {
+  bool used, valid;             /* valid: the reorder into buf has run */
+  of_dnnl_wkey key;
+  dnnl_memory_desc_t md;
+  void *buf;
+  int64_t bytes;
+  uint64_t tick;
+} wslot;
+static wslot wcache[WEIGHT_SLOTS];
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static dnnl_engine_t engine;
@@ -106,15 +119,12 @@ static bool have_engine(void) {
   return true;
 }
 
-static void drop_weight(entry *e) {
-  if (e->wbuf) of_free(OF_CPU, e->wbuf, e->wbytes);
-  e->wbuf = NULL;
-  e->wbytes = 0;
-  memset(&e->wkey, 0, sizeof e->wkey);
+static void wslot_free(wslot *w) {
+  if (w->buf) of_free(OF_CPU, w->buf, w->bytes);
+  memset(w, 0, sizeof *w);
 }
 
 static void entry_free(entry *e) {
-  drop_weight(e);
   if (e->prim) dnnl_primitive_destroy(e->prim);
   for (int i = 0; i < NOPS; i++)
     if (e->reo[i]) dnnl_primitive_destroy(e->reo[i]);
@@ -346,8 +356,45 @@ static void f32_to_bf16(const float *s, uint16_t *d, int64_t n) {
   }
 }
 
-static bool same_key(const of_dnnl_wkey *a, const of_dnnl_wkey *b) {
-  return a->sid == b->sid && a->version == b->version && a->offset == b->offset;
+/* The slot for weight k in layout md (*hit: already reordered there); NULL
+ * when out of memory. */
+static wslot *wslot_get(const of_dnnl_wkey *k, const dnnl_memory_desc_t *md, bool *hit) {
+  *hit = false;
+  wslot *victim = NULL, *lru = NULL;
+  for (int i = 0; i < WEIGHT_SLOTS; i++) {
+    wslot *w = &wcache[i];
+    if (!w->used) {
+      if (!victim) victim = w;
+      continue;
+    }
+    bool same_place = w->key.sid == k->sid && w->key.offset == k->offset &&
+                      dnnl_memory_desc_equal(&w->md, md);
+    if (same_place && w->key.version == k->version && w->valid) {
+      w->tick = ++ticks;
+      *hit = true;
+      return w;
+    }
+    if (same_place) victim = w;   /* an older version of this weight */
+    if (!lru || w->tick < lru->tick) lru = w;
+  }
+  wslot *w = victim ? victim : lru;
+  int64_t nb = (int64_t)dnnl_memory_desc_get_size(md);
+  if (nb < 1) nb = 1;
+  if (w->buf && w->bytes != nb) wslot_free(w);
+  if (!w->buf) {
+    w->buf = of_alloc(OF_CPU, nb);
+    if (!w->buf) {
+      memset(w, 0, sizeof *w);
+      return NULL;
+    }
+    w->bytes = nb;
+  }
+  w->used = true;
+  w->valid = false;
+  w->key = *k;
+  w->md = *md;
+  w->tick = ++ticks;
+  return w;
 }
 
 /* wkey: the weight's identity when its reordered copy may be kept (forward,
@@ -358,6 +405,7 @@ static of_status run(entry *e, const void *uptr[NOPS], bool has_bias, const of_d
   int64_t bytes[NOPS] = {0}, fbytes[NOPS] = {0};
   const void *ptr[NOPS] = {uptr[0], uptr[1], uptr[2], uptr[3]};
   bool fresh[NOPS] = {false, false, false, false};   /* compute copy already made */
+  wslot *ws = NULL;                                   /* the kept weight's slot */
   of_status st = OF_OK;
   dnnl_exec_arg_t args[NOPS];
   int nargs = 0;
@@ -381,22 +429,12 @@ static of_status run(entry *e, const void *uptr[NOPS], bool has_bias, const of_d
     if (e->reo[i]) {
       void *into;
       if (i == OP_Q && wkey) {   /* the kept reordered weight */
-        int64_t nb = (int64_t)dnnl_memory_desc_get_size(&e->comp[i]);
-        if (e->wbuf && (e->wbytes != (nb > 0 ? nb : 1) || !same_key(&e->wkey, wkey)))
-          drop_weight(e);
-        if (e->wbuf) {
-          fresh[i] = true;   /* still what the reorder would make */
-        } else {
-          e->wbytes = nb > 0 ? nb : 1;
-          e->wbuf = of_alloc(OF_CPU, e->wbytes);
-          if (!e->wbuf) {
-            e->wbytes = 0;
-            st = OF_ERR_OOM;
-            break;
-          }
-          /* the key is set once the reorder has run (below) */
+        ws = wslot_get(wkey, &e->comp[i], &fresh[i]);
+        if (!ws) {
+          st = OF_ERR_OOM;
+          break;
         }
-        into = e->wbuf;
+        into = ws->buf;
       } else {
         bytes[i] = (int64_t)dnnl_memory_desc_get_size(&e->comp[i]);
         buf[i] = of_alloc(OF_CPU, bytes[i] > 0 ? bytes[i] : 1);
@@ -419,7 +457,7 @@ static of_status run(entry *e, const void *uptr[NOPS], bool has_bias, const of_d
     if (!e->reo[i] || (i == OP_B && !has_bias) || fresh[i]) continue;
     dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, um[i]}, {DNNL_ARG_TO, cm[i]}};
     s = dnnl_primitive_execute(e->reo[i], stream, 2, ra);
-    if (i == OP_Q && wkey && s == dnnl_success) e->wkey = *wkey;
+    if (i == OP_Q && ws && s == dnnl_success) ws->valid = true;
   }
   if (st == OF_OK && s == dnnl_success) s = dnnl_primitive_execute(e->prim, stream, nargs, args);
   if (st == OF_OK && s == dnnl_success && e->reo[OP_R]) {
@@ -429,7 +467,7 @@ static of_status run(entry *e, const void *uptr[NOPS], bool has_bias, const of_d
   if (st == OF_OK && s == dnnl_success) s = dnnl_stream_wait(stream);
   if (st == OF_OK && s != dnnl_success)
     st = of_fail(OF_ERR_OOM, "conv (oneDNN): execution failed (status %d)", (int)s);
-  if (st != OF_OK && wkey) drop_weight(e);   /* a reorder may not have run */
+  if (st != OF_OK && ws && !fresh[OP_Q]) wslot_free(ws);   /* its reorder may not have run */
   if (st == OF_OK && e->via_f32) f32_to_bf16(fbuf[OP_R], (void *)uptr[OP_R], fbytes[OP_R] / 4);
   for (int i = 0; i < NOPS; i++) {
     if (um[i]) dnnl_memory_destroy(um[i]);
@@ -456,7 +494,6 @@ of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
   if (!e->unsupported && !(native_bf16 && e->via_f32)) {
     const void *ptr[NOPS] = {p, q, bias, r};
     bool keep = wkey && d->kind == OF_DNNL_FWD && e->reo[OP_Q] && !e->via_f32;
-    if (!keep && e->wbuf) drop_weight(e);
     st = run(e, ptr, d->has_bias, keep ? wkey : NULL);
     *done = st == OF_OK;
   }
@@ -466,7 +503,7 @@ of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
 
 void of_dnnl_release_cached(void) {
   pthread_mutex_lock(&lock);
-  for (int i = 0; i < CACHE_SLOTS; i++) drop_weight(&cache[i]);
+  for (int i = 0; i < WEIGHT_SLOTS; i++) wslot_free(&wcache[i]);
   pthread_mutex_unlock(&lock);
 }
 
