@@ -66,6 +66,7 @@ of_status of_dnnl_gemm_s8(int64_t M, int64_t K, int64_t N, const void *a, bool a
 #include <dnnl.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 bool of_dnnl_usable(void) { return !omp_in_parallel(); }
@@ -120,7 +121,7 @@ static bool have_engine(void) {
 }
 
 static void wslot_free(wslot *w) {
-  if (w->buf) of_free(OF_CPU, w->buf, w->bytes);
+  free(w->buf);
   memset(w, 0, sizeof *w);
 }
 
@@ -378,13 +379,17 @@ static wslot *wslot_get(const of_dnnl_wkey *k, const dnnl_memory_desc_t *md, boo
     if (!lru || w->tick < lru->tick) lru = w;
   }
   wslot *w = victim ? victim : lru;
-  int64_t nb = (int64_t)dnnl_memory_desc_get_size(md);
-  if (nb < 1) nb = 1;
+  /* plain heap memory, not of_alloc: a kept weight made while a compiled
+   * graph runs must not come from (or shift) the graph's arena plan */
+  int64_t nb = ((int64_t)dnnl_memory_desc_get_size(md) + 63) / 64 * 64;
+  if (nb < 64) nb = 64;
   if (w->buf && w->bytes != nb) wslot_free(w);
   if (!w->buf) {
-    w->buf = of_alloc(OF_CPU, nb);
+    w->buf = aligned_alloc(64, (size_t)nb);
     if (!w->buf) {
       memset(w, 0, sizeof *w);
+      of_fail(OF_ERR_OOM, "conv (oneDNN): out of memory keeping a reordered weight (%lld bytes)",
+              (long long)nb);
       return NULL;
     }
     w->bytes = nb;

@@ -186,6 +186,26 @@ describe('the weight-reorder cache (inference through oneDNN)', function()
     near(infer(conv, x), ref(conv, x), 1e-5, 1e-4, 'after empty_cache')
   end)
 
+  it('in a compiled graph (arena memory) with bfloat16 weights updated between runs', function()
+    flow.manual_seed(23)
+    local net = flow.nn.Sequential(flow.nn.Conv2d(8, 16, 3, {padding = 1}), flow.nn.ReLU(),
+      flow.nn.Conv2d(16, 16, 3, {padding = 1}), flow.nn.Conv2d(16, 16, 3, {padding = 1}))
+    net:eval():to(flow.bfloat16)
+    local G = flow.nn.Graph:subclass('KeptWeightGraph')
+    function G:__init() flow.nn.Graph.__init(self); self.net = net end
+    function G:build(t) return self.net(t) end
+    local g = G()
+    local x = flow.randn(2, 8, 9, 9):to(flow.bfloat16)
+    local function want() return ref(net, x):float() end
+    for round = 1, 4 do
+      local y = flow.no_grad(function() return g(x) end):float()
+      near(y, want(), 2 ^ -6, 1e-2, 'graph run ' .. round)
+      if round == 2 then
+        flow.no_grad(function() net[3].weight:mul_(-1); net[4].weight:add_(0.25) end)
+      end
+    end
+  end)
+
   it('skips the weight reorder on a repeated call when built in', function()
     if not BUILT then pending('built without oneDNN (OF_WITH_DNNL=OFF)') return end
     local script = os.tmpname()
