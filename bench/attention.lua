@@ -19,14 +19,8 @@ local LENGTHS = {}
 for l in (os.getenv('LENGTHS') or '1024,4096'):gmatch('%d+') do LENGTHS[#LENGTHS + 1] = tonumber(l) end
 local E = 64
 
-local function read_cmd(cmd)
-  local p = io.popen(cmd)
-  local s = p:read('*a')
-  p:close()
-  return s
-end
-local src = debug.getinfo(1, 'S').source
-local BENCH = src:sub(1, 1) == '@' and (src:sub(2):match('^(.*)/') or '.') or 'bench'
+local BC = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
+local read_cmd, BENCH = BC.read_cmd, BC.dir
 
 local torch2 = os.getenv('TORCH2_PY')
 if not torch2 and os.getenv('NO_TORCH2') ~= '1' then
@@ -68,13 +62,7 @@ local function best_of(fn, n)
 end
 
 -- wall clock: os.clock is CPU time of all threads, so use the monotonic clock
-local ffi = require 'ffi'
-pcall(ffi.cdef, 'typedef struct { long tv_sec; long tv_nsec; } bench_ts; int clock_gettime(int, bench_ts *);')
-local ts = ffi.new('bench_ts')
-flow._C.now = function()
-  ffi.C.clock_gettime(1, ts)
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
+flow._C.now = BC.now
 
 if os.getenv('OURS_MEM') then   -- child: one length's peak memory
   local L = tonumber(os.getenv('OURS_MEM'))
@@ -119,7 +107,7 @@ for _, L in ipairs(LENGTHS) do
   end
 end
 
-local load = read_cmd('cat /proc/loadavg'):match('^(%S+ %S+ %S+)')
+local load = BC.loadavg()
 print(('attention forward+backward, float32, [B=%d, H=%d, L, %d], %d threads, load %s, '
        .. 'best of %d x %d'):format(B, H, E, THREADS, load, ROUNDS, REPEATS))
 print(('torch1 %s (reference math), torch2 %s (F.scaled_dot_product_attention)'):format(

@@ -1,5 +1,5 @@
 -- bench/common.lua -- small helpers the bench scripts share: a clock, the
--- median, the load average and the CPU's name. Loaded relative to the
+-- median, the load average, a command's output and the scripts' folder. Loaded relative to the
 -- calling script's own file, so that it works from any directory:
 --   local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
 local ffi = require 'ffi'
@@ -27,6 +27,18 @@ function M.median(t)
   table.sort(c)
   return c[math.floor((#c + 1) / 2)]
 end
+
+-- a command's standard output ('' when it cannot be started)
+function M.read_cmd(cmd)
+  local p = io.popen(cmd)
+  if not p then return '' end
+  local s = p:read('*a')
+  p:close()
+  return s or ''
+end
+
+-- the folder of the bench scripts (this file's), e.g. 'bench'
+M.dir = debug.getinfo(1, 'S').source:match('^@(.*)/') or '.'
 
 -- the 1, 5 and 15 minute load averages, e.g. '1.02 0.98 0.90'
 function M.loadavg()

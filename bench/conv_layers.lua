@@ -12,16 +12,9 @@ local F = require 'oneflow.ops.nn_conv'
 
 local N, threads = tonumber(arg and arg[1]) or 16, tonumber(arg and arg[2]) or 2
 flow.set_num_threads(threads)
-pcall(ffi.cdef, [[
-typedef struct { int64_t sec, nsec; } of_bench_timespec;
-int clock_gettime(int clk, of_bench_timespec *ts);
-int setenv(const char *name, const char *value, int overwrite);
-]])
-local ts = ffi.new('of_bench_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts)
-  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
-end
+pcall(ffi.cdef, 'int setenv(const char *name, const char *value, int overwrite);')
+local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
+local now = B.now
 
 -- {C_in, C_out, H = W, kernel, stride, padding}
 local shapes = {

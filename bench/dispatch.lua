@@ -8,23 +8,16 @@
 --   METRIC=wall ...   time on the wall clock (default: the calling thread's
 --                     CPU time, which other work on a loaded machine does not inflate
 --                     by taking time slices)
-local ffi = require 'ffi'
 local flow = require 'oneflow'
 flow.set_num_threads(1)
 
 local rounds = tonumber(arg and arg[1] or '') or 3
 local N = tonumber(arg and arg[2] or '') or 200000
 local wall = os.getenv('METRIC') == 'wall'
-pcall(ffi.cdef, [[
-typedef struct { int64_t sec, nsec; } of_bench_timespec;
-int clock_gettime(int clk, of_bench_timespec *ts);
-]])
-local ts = ffi.new('of_bench_timespec')
-local CLOCK = wall and 1 or 3   -- CLOCK_MONOTONIC or CLOCK_THREAD_CPUTIME_ID
-local function now()
-  ffi.C.clock_gettime(CLOCK, ts)
-  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
-end
+local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
+local CLOCK = wall and B.MONOTONIC or B.THREAD_CPU
+local function now() return B.now(CLOCK) end
+local loadavg = B.loadavg
 
 -- us per add: the best of 3 loops of n adds
 local function ours(x, y, n)
@@ -58,12 +51,6 @@ do
   f:close()
 end
 
-local function loadavg()
-  local f = io.open('/proc/loadavg')
-  local s = f and f:read('*l') or ''
-  if f then f:close() end
-  return s:match('^(%S+ %S+ %S+)') or 'n/a'
-end
 
 local sides = {{key = 'torch1', py = '/usr/bin/python3'}}
 do

@@ -14,7 +14,6 @@
 -- Threads: the first argument, else $OF_BENCH_THREADS, else 2. The table is
 -- written to build/bench_kernels.md (not tracked) and, with WRITE=1, into
 -- the doc.
-local ffi = require 'ffi'
 local flow = require 'oneflow'
 local core = require 'oneflow._C'
 local F = flow.nn.functional
@@ -34,35 +33,10 @@ local R, M = 4096, 1024           -- rows x row length (as bench/kernels_torch.p
 local N_EW = 16 * 1024 * 1024     -- floats of the elementwise cases
 
 ------------------------------------------------------------------ helpers
-pcall(ffi.cdef, [[
-typedef struct { int64_t sec, nsec; } of_bench_timespec;
-int clock_gettime(int clk, of_bench_timespec *ts);
-]])
-local ts = ffi.new('of_bench_timespec')
-local CLOCK = cpu_metric and 3 or 1   -- CLOCK_THREAD_CPUTIME_ID or CLOCK_MONOTONIC
-local function now()
-  ffi.C.clock_gettime(CLOCK, ts)
-  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
-end
-local function read_cmd(cmd)
-  local p = io.popen(cmd)
-  if not p then return '' end
-  local s = p:read('*a')
-  p:close()
-  return s or ''
-end
-local function loadavg()
-  local f = io.open('/proc/loadavg')
-  if not f then return 'n/a' end
-  local s = f:read('*l') or ''
-  f:close()
-  return s:match('^(%S+ %S+ %S+)') or 'n/a'
-end
-local function script_dir()
-  local src = debug.getinfo(1, 'S').source
-  return src:sub(1, 1) == '@' and (src:sub(2):match('^(.*)/') or '.') or 'bench'
-end
-local BENCH = script_dir()
+local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
+local CLOCK = cpu_metric and B.THREAD_CPU or B.MONOTONIC
+local function now() return B.now(CLOCK) end
+local read_cmd, loadavg, BENCH = B.read_cmd, B.loadavg, B.dir
 
 ------------------------------------------------------------------ cases
 -- name, bytes moved per call (element size es), what it is
@@ -81,7 +55,9 @@ local CASES = {
   {'gelu_bwd_f32', 5, 'GELU forward + backward'},
   {'silu_f32', 2, 'SiLU forward'},
   {'silu_bwd_f32', 5, 'SiLU forward + backward'},
-  {'rms_norm_f32', 2, 'rms_norm forward, weight (ours composed of public ops)'},
+  {'rms_norm_f32', 2, 'rms_norm forward, weight'},
+  {'rms_norm_bf16', 2, 'rms_norm forward, weight, bfloat16'},
+  {'rms_norm_bwd_f32', 5, 'rms_norm forward + backward (x, weight grads)'},
   {'dropout_f32', 2, 'dropout forward, p = 0.5, training'},
   {'add_out_f32', 3, 'add into an existing output, 16M floats'},
 }
@@ -132,6 +108,7 @@ local function make(name)
     local wg, bg = w:clone():requires_grad_(), b:clone():requires_grad_()
     local fwd = ({
       layer_norm_bwd = function() return F.layer_norm(xg, {M}, wg, bg, 1e-5) end,
+      rms_norm_bwd = function() return F.rms_norm(xg, {M}, wg, 1e-6) end,
       softmax_bwd = function() return flow.softmax(xg, -1) end,
       log_softmax_bwd = function() return flow.log_softmax(xg, -1) end,
       gelu_bwd = function() return F.gelu(xg) end,

@@ -40,11 +40,14 @@ def make(name):
     if op == 'cross_entropy':
         t = torch.randint(0, M, (R,))
         return lambda: F.cross_entropy(x, t)
-    if op in ('layer_norm_bwd', 'softmax_bwd', 'log_softmax_bwd', 'cross_entropy_bwd',
+    rms = (lambda a, v: F.rms_norm(a, (M,), v, 1e-6)) if hasattr(F, 'rms_norm') else \
+        (lambda a, v: a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + 1e-6) * v)
+    if op in ('layer_norm_bwd', 'rms_norm_bwd', 'softmax_bwd', 'log_softmax_bwd', 'cross_entropy_bwd',
               'gelu_bwd', 'silu_bwd'):
         xg = x.clone().requires_grad_()
         wg, bg = w.clone().requires_grad_(), b.clone().requires_grad_()
         fwd = {'layer_norm_bwd': lambda: F.layer_norm(xg, (M,), wg, bg, 1e-5),
+               'rms_norm_bwd': lambda: rms(xg, wg),
                'softmax_bwd': lambda: torch.softmax(xg, -1),
                'log_softmax_bwd': lambda: torch.log_softmax(xg, -1),
                'gelu_bwd': lambda: F.gelu(xg),
@@ -64,10 +67,8 @@ def make(name):
     if op == 'silu':
         return lambda: F.silu(x)
     if op == 'rms_norm':
-        if hasattr(F, 'rms_norm'):
-            return lambda: F.rms_norm(x, (M,), w, 1e-6)
-        # PyTorch 1.13 has none: its closed form, as ours is composed
-        return lambda: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+        # PyTorch 1.13 has no F.rms_norm: its closed form (2.4's is composed the same way)
+        return lambda: rms(x, w)
     if op == 'dropout':
         return lambda: F.dropout(x, 0.5, True)
     if op == 'add_out':

@@ -29,28 +29,16 @@ end
 threads = threads or tonumber(os.getenv('OF_BENCH_THREADS') or '') or 2
 flow.set_num_threads(threads)
 
-local function loadavg()
-  local f = io.open('/proc/loadavg')
-  if not f then return 'n/a' end
-  local s = f:read('*l') or ''
-  f:close()
-  return s:match('^(%S+)') or 'n/a'
-end
+local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
+-- the 1-minute load average
+local function loadavg() return B.loadavg():match('^(%S+)') end
 local load_before = loadavg()   -- other work on the machine skews every row
 
 local N_BIG = 16 * 1024 * 1024   -- floats per operand for the bandwidth rows
 local N_MM = 1024                -- square matmul size
 
 ------------------------------------------------------------------ timing
-pcall(ffi.cdef, [[
-typedef struct { int64_t sec, nsec; } of_bench_timespec;
-int clock_gettime(int clk, of_bench_timespec *ts);
-]])
-local ts = ffi.new('of_bench_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts)   -- CLOCK_MONOTONIC
-  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
-end
+local now = B.now
 
 -- Best time per iteration of fn(iters) over `repeats` runs. Warm-up first:
 -- with `steady` set, until the caching allocator serves the op's result
@@ -77,22 +65,13 @@ local function best_of(repeats, iters, fn, steady)
   return best
 end
 
-local function script_dir()
-  local src = debug.getinfo(1, 'S').source
-  return src:sub(1, 1) == '@' and (src:sub(2):match('^(.*)/') or '.') or 'bench'
-end
+local function script_dir() return B.dir end
 local function file_exists(p)
   local f = io.open(p, 'rb')
   if f then f:close() end
   return f ~= nil
 end
-local function read_cmd(cmd)
-  local p = io.popen(cmd)
-  if not p then return nil end
-  local s = p:read('*a')
-  p:close()
-  return s
-end
+local read_cmd = B.read_cmd
 
 ------------------------------------------------------------------ OneFlow-Lua
 local res = {flow = {}, ref = {}, torch = {}}

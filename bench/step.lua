@@ -1,26 +1,13 @@
 -- bench/step.lua -- the timing pieces the training benchmarks share
 -- (bench/train.lua, bench/ab_step.lua): a monotonic clock, the median, and
 -- the timed training step (forward, backward, SGD with momentum).
-local ffi = require 'ffi'
 local flow = require 'oneflow'
 local F = flow.nn.functional
 
 local M = {}
 
-pcall(ffi.cdef, [[
-typedef struct { int64_t sec, nsec; } of_bench_timespec;
-int clock_gettime(int clk, of_bench_timespec *ts);
-]])
-local ts = ffi.new('of_bench_timespec')
-function M.now()
-  ffi.C.clock_gettime(1, ts)   -- CLOCK_MONOTONIC
-  return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
-end
-
-function M.median(t)
-  table.sort(t)
-  return t[math.floor((#t + 1) / 2)]
-end
+local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
+M.now, M.median = B.now, B.median
 
 -- 3 warm-up steps, then the median of `steps` timed ones (ms) and the peak
 -- tensor memory of the timed steps (MiB). Random input of `batch` x shape,

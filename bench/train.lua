@@ -87,13 +87,8 @@ local function run_torch()
 end
 
 ------------------------------------------------------------------ run
-local function loadavg()
-  local f = io.open('/proc/loadavg')
-  if not f then return 'n/a' end
-  local l = f:read('*l') or ''
-  f:close()
-  return l:match('^(%S+ %S+ %S+)') or 'n/a'
-end
+local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
+local loadavg = B.loadavg
 local function cpu_name()
   local f = io.open('/proc/cpuinfo')
   if not f then return 'unknown CPU' end

@@ -123,6 +123,12 @@ typedef struct of_device_ops {
   of_status (*layer_norm_back_rows)(of_tensor *g, of_tensor *x, of_tensor *w,
                                     of_tensor *mean, of_tensor *rstd, int64_t outer, int64_t n,
                                     of_tensor *gx, of_tensor *gw, of_tensor *gb);
+  /* rms norm over rows [outer, n]: y = x * rstd * w (w [n] or NULL), rstd [outer]
+   * saved as layer norm's; backward: gx and gw (each may be NULL) */
+  of_status (*rms_norm_rows)(of_tensor *x, of_tensor *w, int64_t outer, int64_t n, double eps,
+                             of_tensor *y, of_tensor *rstd);
+  of_status (*rms_norm_back_rows)(of_tensor *g, of_tensor *x, of_tensor *w, of_tensor *rstd,
+                                  int64_t outer, int64_t n, of_tensor *gx, of_tensor *gw);
   /* Philox: fill t from the (seed, offset) stream of core/ops/random.c, values
    * in logical row-major order. dist 0 uniform (p: lo, hi, largest value
    * below hi), 1 normal (mean, std), 2 bernoulli (p) */
@@ -318,6 +324,8 @@ of_status of_device_matmul(const char *op, of_tensor *a, of_tensor *b, of_tensor
                            of_tensor *into, of_tensor **out);
 of_status of_device_layer_norm(of_tensor *x, int32_t k, of_tensor *w, of_tensor *b,
                                double eps, of_tensor **out);
+of_status of_device_rms_norm(of_tensor *x, int32_t k, of_tensor *w, double eps,
+                             of_tensor **out);
 
 /* Route a family runner: `DEV` is set to the common device of the tensors;
  * for a non-CPU device, `ops` is the table (already checked non-NULL for

@@ -234,6 +234,10 @@ enum { OF_AMP_LOW = 0, OF_AMP_F32 = 1 };
  * releases the casts and restores the state. */
 of_status of_amp_begin(int32_t cls, of_tensor **in, of_tensor **cast, int32_t n, int32_t *saved);
 void of_amp_end(of_tensor **in, of_tensor **cast, int32_t n, int32_t saved);
+/* Whether t is a parameter's low-precision copy that autocast keeps between
+ * calls (inference, see amp.c): its numbers change only with the parameter,
+ * which then gets a new copy (so kernels may key caches on its storage). */
+bool of_amp_is_kept_cast(const of_tensor *t);
 /* Graph arenas (alloc.c): allocations on this thread between begin and end
  * come from one block laid out from the first run's record. */
 typedef struct of_arena of_arena;

@@ -1,5 +1,5 @@
 // reduce.cu -- rows reductions: sum/mean/prod/amax/amin/all/any/logsumexp/
-// norm, max/min with indices, var/std, softmax/log_softmax and layer_norm
+// norm, max/min with indices, var/std, softmax/log_softmax, layer_norm and rms_norm
 // forward and backward. The core hands over dense rows [outer, n].
 //
 // Floating reductions accumulate in double (as the CPU does), except the
@@ -460,7 +460,7 @@ __global__ void ln_bwd_wb(const T *g, const T *x, const typename Acc<T>::type *m
     for (int64_t r = threadIdx.y; r < rows; r += kLnRows) {
       A gv = (A)to_f(g[r * n + j]);
       sb += gv;
-      sw += gv * ((A)to_f(x[r * n + j]) - (A)mean[r]) * (A)rstd[r];
+      sw += gv * ((A)to_f(x[r * n + j]) - (mean ? (A)mean[r] : (A)0)) * (A)rstd[r];
     }
   shw[threadIdx.y][threadIdx.x] = sw;
   shb[threadIdx.y][threadIdx.x] = sb;
@@ -531,6 +531,99 @@ static of_status layer_norm_back_rows(of_tensor *g, of_tensor *x, of_tensor *w, 
   });
 }
 
+// ---- rms_norm ----
+// y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps); rstd saved as
+// layer_norm's statistics (float64 for float64 input, else float32).
+template <typename T>
+__global__ void rms_fwd(const T *x, const T *w, int64_t outer, int64_t n, double eps, T *y,
+                        typename Acc<T>::type *rstd) {
+  typedef typename Acc<T>::type A;
+  __shared__ A sh[32];
+  OFC_FOR_ROWS(r, outer) {
+  const T *row = x + r * n;
+  T *out = y + r * n;
+  A q = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    A v = (A)to_f(row[i]);
+    q += v * v;
+  }
+  A rs = (A)1 / sqrt(block_reduce(q, [](A p, A u) { return p + u; }, sh) / (A)n + (A)eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    A v = (A)to_f(row[i]) * rs;
+    if (w) v = v * (A)to_f(w[i]);
+    out[i] = Cvt<T, A>::go(v);
+  }
+  if (threadIdx.x == 0) rstd[r] = rs;
+  }
+}
+
+// gx = rstd * (g w - xhat mean(g w xhat)), xhat = x rstd
+template <typename T>
+__global__ void rms_bwd_x(const T *g, const T *x, const T *w, const typename Acc<T>::type *rstd,
+                          int64_t outer, int64_t n, T *gx) {
+  typedef typename Acc<T>::type A;
+  __shared__ A sh[32];
+  OFC_FOR_ROWS(r, outer) {
+  const T *gr = g + r * n, *xr = x + r * n;
+  A rs = rstd[r], s2 = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    s2 += (A)to_f(gr[i]) * (w ? (A)to_f(w[i]) : (A)1) * (A)to_f(xr[i]) * rs;
+  s2 = block_reduce(s2, [](A p, A q) { return p + q; }, sh) / (A)n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    A gw = (A)to_f(gr[i]) * (w ? (A)to_f(w[i]) : (A)1);
+    gx[r * n + i] = Cvt<T, A>::go(rs * (gw - (A)to_f(xr[i]) * rs * s2));
+  }
+  }
+}
+
+static of_status rms_norm_rows(of_tensor *x, of_tensor *w, int64_t outer, int64_t n, double eps,
+                               of_tensor *y, of_tensor *rstd) {
+  if (outer == 0) return OF_OK;
+  int dev = use_device(of_dev(x));
+  cudaStream_t s = current_stream(dev);
+  int th = n >= 1024 ? 1024 : n >= 256 ? 256 : 64;
+  return dispatch_float(x->dtype, "rms_norm", [&](auto z) -> of_status {
+    typedef decltype(z) T;
+    typedef typename Acc<T>::type A;
+    if (rstd->dtype != stat_dtype<A>())
+      return of_fail(OF_ERR_DTYPE, "rms_norm: saved rstd must be %s for %s input on CUDA",
+                     of_dtype_name(stat_dtype<A>()), of_dtype_name(x->dtype));
+    rms_fwd<T><<<row_blocks(outer), th, 0, s>>>((const T *)ptr(x), w ? (const T *)ptr(w) : nullptr,
+                                             outer, n, eps, (T *)ptr(y), (A *)ptr(rstd));
+    return launched("rms_norm");
+  });
+}
+
+// the weight grad is layer_norm's ln_bwd_wb without a mean (its bias sums unused)
+static of_status rms_norm_back_rows(of_tensor *g, of_tensor *x, of_tensor *w, of_tensor *rstd,
+                                    int64_t outer, int64_t n, of_tensor *gx, of_tensor *gw) {
+  int dev = use_device(of_dev(x));
+  cudaStream_t s = current_stream(dev);
+  int th = n >= 1024 ? 1024 : n >= 256 ? 256 : 64;
+  return dispatch_float(x->dtype, "rms_norm_backward", [&](auto z) -> of_status {
+    typedef decltype(z) T;
+    typedef typename Acc<T>::type A;
+    if (rstd->dtype != stat_dtype<A>())
+      return of_fail(OF_ERR_DTYPE, "rms_norm_backward: saved rstd must be %s for %s input on "
+                     "CUDA", of_dtype_name(stat_dtype<A>()), of_dtype_name(x->dtype));
+    const T *pg = (const T *)ptr(g), *px = (const T *)ptr(x);
+    const A *pr = (const A *)ptr(rstd);
+    if (gx && outer > 0)
+      rms_bwd_x<T><<<row_blocks(outer), th, 0, s>>>(pg, px, w ? (const T *)ptr(w) : nullptr, pr,
+                                                 outer, n, (T *)ptr(gx));
+    if (gw && n > 0) {
+      of_status st = dispatch_float(gw->dtype, "rms_norm_backward", [&](auto zw) -> of_status {
+        typedef decltype(zw) TW;
+        ln_bwd_wb<T, TW><<<(unsigned)((n + 31) / 32), dim3(32, kLnRows), 0, s>>>(
+            pg, px, nullptr, pr, outer, n, (TW *)ptr(gw), (TW *)nullptr);
+        return OF_OK;
+      });
+      if (st != OF_OK) return st;
+    }
+    return launched("rms_norm_backward");
+  });
+}
+
 void register_reduce(of_device_ops *ops) {
   ops->reduce_rows = reduce_rows;
   ops->argreduce_rows = argreduce_rows;
@@ -538,6 +631,8 @@ void register_reduce(of_device_ops *ops) {
   ops->softmax_rows = softmax_rows;
   ops->layer_norm_rows = layer_norm_rows;
   ops->layer_norm_back_rows = layer_norm_back_rows;
+  ops->rms_norm_rows = rms_norm_rows;
+  ops->rms_norm_back_rows = rms_norm_back_rows;
 }
 
 }  // namespace ofc

@@ -36,13 +36,27 @@ typedef struct of_dnnl_conv_desc {
  * spin forever (seen in spec/graph). */
 bool of_dnnl_usable(void);
 
+/* Who the forward weight q is, for the weight-reorder cache: its storage's
+ * id (unique for the process's life), its version (bumped by every in-place
+ * write) and its offset in elements. Two calls with equal keys read the
+ * same numbers, so the weight reordered to oneDNN's blocked layout by the
+ * first is reused by the second. */
+typedef struct of_dnnl_wkey {
+  int64_t sid, version, offset;
+} of_dnnl_wkey;
+
 /* Runs the convolution through oneDNN. *done is false (and nothing was
  * written) when oneDNN has no implementation for it, or, with native_bf16,
  * when bfloat16 operands would be computed in float32 (no bfloat16 kernel on
- * this CPU); the caller then runs its own kernels. Errors (out of memory)
- * are returned as statuses. */
+ * this CPU); the caller then runs its own kernels. wkey (forward only, may
+ * be NULL) keeps the reordered weight for the next call with the same key.
+ * Errors (out of memory) are returned as statuses. */
 of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
-                       const void *bias, void *r, bool native_bf16, bool *done);
+                       const void *bias, void *r, bool native_bf16,
+                       const of_dnnl_wkey *wkey, bool *done);
+
+/* Frees the reordered weights the cache keeps (of_release_kernel_caches). */
+void of_dnnl_release_cached(void);
 
 /* int8 gemm for the quantized kernels (core/ops/quant.c): C = A x B^T with
  * A [M, K] uint8 (a_u8) or int8, B [N, K] int8, both row-major and dense,
@@ -50,5 +64,25 @@ of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
  * no zero points (the caller corrects for them). *done false: not run. */
 of_status of_dnnl_gemm_s8(int64_t M, int64_t K, int64_t N, const void *a, bool a_u8,
                           const int8_t *b, int32_t *c, bool c_t, bool *done);
+
+/* A bfloat16 matmul C = A @ B (float32 accumulation) through oneDNN where
+ * the CPU computes in bfloat16 (AVX512-BF16 or AMX): nd dims [batch..., rows,
+ * cols] of each operand, a batch dim of size 1 broadcast against the
+ * other's; strides in elements (the matrix dims: rows or columns contiguous).
+ * C is [batch..., M, N]. Zero every unused field: the struct is the cache key. */
+enum { OF_DNNL_MM_DIMS = 10 };
+typedef struct of_dnnl_mm_desc {
+  int32_t nd, pad_;
+  int64_t ad[OF_DNNL_MM_DIMS], bd[OF_DNNL_MM_DIMS], cd[OF_DNNL_MM_DIMS];
+  int64_t as[OF_DNNL_MM_DIMS], bs[OF_DNNL_MM_DIMS], cs[OF_DNNL_MM_DIMS];
+} of_dnnl_mm_desc;
+
+/* Whether this CPU has oneDNN's bfloat16 kernels (AVX512-BF16 or AMX). */
+bool of_dnnl_native_bf16(void);
+
+/* *done false (nothing written): not built, no native bfloat16, or oneDNN
+ * has no kernel for the layout; the caller then converts to float32. */
+of_status of_dnnl_matmul_bf16(const of_dnnl_mm_desc *d, const void *a, const void *b, void *c,
+                              bool *done);
 
 #endif

@@ -13,7 +13,10 @@
  * work in the forward's dtypes, as in PyTorch) and while a compiled graph
  * runs (its casts are already nodes). */
 #include "../device.h"
+#include "../device/dnnl.h"
 #include <math.h>
+#include <pthread.h>
+#include <string.h>
 #include "family.h"
 
 /* bits 0-7: the CPU's autocast dtype + 1 (0: off), bits 8-15: CUDA's */
@@ -55,6 +58,110 @@ of_dtype of_autocast_dtype(void) { return of_autocast_dtype_device(OF_CPU); }
 
 static bool low_float(of_dtype dt) { return dt == OF_FLOAT16 || dt == OF_BFLOAT16; }
 
+/* ---- the kept casts ----
+ * Inference under autocast (no grad recorded, not tracing) casts the same
+ * parameters on every call: ResNet-50's 25.6 M weights each forward. The
+ * low-precision copy of a parameter (a leaf that requires grad, or a view
+ * of one such as linear's weight.t(), on the CPU) is kept, keyed by its
+ * storage, version, offset, shape and strides, so an in-place update
+ * (optimizer step, load_state_dict, mul_) makes a new one.
+ * A bounded table (CAST_SLOTS, least recently used out); of_release_kernel_
+ * caches (flow.empty_cache) frees it all. */
+enum { CAST_SLOTS = 256 };
+typedef struct {
+  int64_t sid, version, offset, numel;
+  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  int32_t ndim;
+  of_dtype to;
+  of_tensor *c;        /* retained */
+  int64_t csid, cver;  /* the copy's storage and version when made */
+  uint64_t tick;
+} kept_cast;
+static kept_cast kept[CAST_SLOTS];
+static uint64_t kept_ticks;
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* a parameter, or a view of one (linear's weight.t()) */
+static bool param_or_view(const of_tensor *t) {
+  if (t->grad_fn) return false;
+  if (t->requires_grad) return true;
+  const of_tensor *b = t->view_base;
+  return b && b->requires_grad && !b->grad_fn && b->storage == t->storage;
+}
+
+static bool keep_cast_of(const of_tensor *t) {
+  return !of_dispatch_tls && !of_is_grad_enabled() && of_dev(t) == OF_CPU && t->numel > 0 &&
+         param_or_view(t);
+}
+
+static bool kept_match(const kept_cast *k, const of_tensor *t, of_dtype to) {
+  size_t nb = sizeof(int64_t) * (size_t)t->ndim;
+  return k->c && k->sid == t->storage->id && k->version == t->storage->version &&
+         k->offset == t->offset && k->to == to && k->ndim == t->ndim &&
+         !memcmp(k->shape, t->shape, nb) && !memcmp(k->strides, t->strides, nb);
+}
+
+static void kept_drop(kept_cast *k) {
+  of_tensor *c = k->c;
+  memset(k, 0, sizeof *k);
+  of_tensor_release(c);
+}
+
+/* t cast to `to` through the kept table (*out retained) */
+static of_status kept_cast_get(of_tensor *t, of_dtype to, of_tensor **out) {
+  pthread_mutex_lock(&kept_lock);
+  kept_cast *victim = &kept[0];
+  for (int i = 0; i < CAST_SLOTS; i++) {
+    kept_cast *k = &kept[i];
+    if (kept_match(k, t, to) && k->c->storage->id == k->csid &&
+        k->c->storage->version == k->cver) {
+      k->tick = ++kept_ticks;
+      of_tensor_retain(k->c);
+      *out = k->c;
+      pthread_mutex_unlock(&kept_lock);
+      return OF_OK;
+    }
+    if (!k->c) victim = &kept[i];
+    else if (victim->c && k->tick < victim->tick) victim = k;
+  }
+  pthread_mutex_unlock(&kept_lock);
+  of_tensor *c = NULL;
+  OF_CHECK(of_to_dtype(t, to, &c));
+  pthread_mutex_lock(&kept_lock);
+  /* the slot may have been taken meanwhile (another thread): replace it */
+  if (victim->c) kept_drop(victim);
+  victim->sid = t->storage->id, victim->version = t->storage->version;
+  victim->offset = t->offset, victim->numel = t->numel, victim->ndim = t->ndim;
+  memcpy(victim->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  memcpy(victim->strides, t->strides, sizeof(int64_t) * (size_t)t->ndim);
+  victim->to = to;
+  victim->c = c;
+  of_tensor_retain(c);
+  victim->csid = c->storage->id, victim->cver = c->storage->version;
+  victim->tick = ++kept_ticks;
+  pthread_mutex_unlock(&kept_lock);
+  *out = c;
+  return OF_OK;
+}
+
+bool of_amp_is_kept_cast(const of_tensor *t) {
+  bool yes = false;
+  pthread_mutex_lock(&kept_lock);
+  for (int i = 0; i < CAST_SLOTS && !yes; i++)
+    yes = kept[i].c && kept[i].csid == t->storage->id && kept[i].cver == t->storage->version &&
+          t->offset == 0 && t->numel == kept[i].c->numel;
+  pthread_mutex_unlock(&kept_lock);
+  return yes;
+}
+
+void of_release_kernel_caches(void) {
+  pthread_mutex_lock(&kept_lock);
+  for (int i = 0; i < CAST_SLOTS; i++)
+    if (kept[i].c) kept_drop(&kept[i]);
+  pthread_mutex_unlock(&kept_lock);
+  of_dnnl_release_cached();
+}
+
 of_status of_amp_begin(int32_t cls, of_tensor **in, of_tensor **cast, int32_t n,
                        int32_t *saved) {
   *saved = of_amp_tls;
@@ -78,7 +185,10 @@ of_status of_amp_begin(int32_t cls, of_tensor **in, of_tensor **cast, int32_t n,
       to = OF_FLOAT32;
     }
     of_tensor *c = NULL;
-    st = of_to_dtype(t, to, &c);   /* public: recorded while tracing, has a backward */
+    if (cls == OF_AMP_LOW && keep_cast_of(t))
+      st = kept_cast_get(t, to, &c);
+    else
+      st = of_to_dtype(t, to, &c);   /* public: recorded while tracing, has a backward */
     cast[i] = st == OF_OK ? c : t;
   }
   if (st != OF_OK) {

@@ -145,51 +145,57 @@ done:
   return OF_OK;
 }
 
-/* ---- layer_norm -------------------------------------------------------------
- * Rows [R, M] (the normalized dims are the last ones); mean and rstd [R] are
- * saved for the fused backward, in the kernels' accumulation dtype (float64
- * for float64 input, else float32: a float64 norm keeps its precision). The node keeps the op's a_norm
- * (groups: the number of normalized dims, >= 1, so a weight's meta has
- * ndim >= 1 and an absent weight's is zeroed). */
-static of_status ln_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+/* ---- layer_norm and rms_norm ---------------------------------------------
+ * Rows [R, M] (the normalized dims are the last ones); mean (layer_norm
+ * only) and rstd [R] are saved for the fused backward, in the kernels'
+ * accumulation dtype (float64 for float64 input, else float32: a float64
+ * norm keeps its precision). The node keeps the op's a_norm (groups: the
+ * number of normalized dims, >= 1, so a weight's meta has ndim >= 1 and an
+ * absent weight's is zeroed). Saved: x, weight, [mean,] rstd. */
+static of_status norm_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (!g[0]) return OF_OK;
   const a_norm *a = OF_NODE_ATTRS(a_norm, n);
+  const bool rms = n->attr_op == OPK_RMS_NORM;
+  const char *op = rms ? "rms_norm_backward" : "layer_norm_backward";
   const of_meta *xm = &n->in_meta[0];
-  const int32_t k_norm = (int32_t)a->groups;
+  const int32_t k_norm = (int32_t)a->groups, nsv = rms ? 3 : 4;
   const bool has_w = n->in_meta[1].ndim > 0;
   of_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *gd = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
   of_status st = OF_OK;
-  for (int32_t k = 0; k < 4 && st == OF_OK; k++)
+  for (int32_t k = 0; k < nsv && st == OF_OK; k++)
     if (k != 1 || has_w) st = of_node_saved(n, k, &sv[k]);
   of_tensor *x = sv[0], *w = sv[1];
   int64_t M = of_shape_numel(xm->shape + (xm->ndim - k_norm), k_norm);
   int64_t R = M && x ? x->numel / M : 0;
   of_device dev = of_dev(x);
-  const of_device_ops *o = st == OF_OK ? of_device_ops_for("layer_norm_backward", dev) : NULL;
+  const of_device_ops *o = st == OF_OK ? of_device_ops_for(op, dev) : NULL;
   if (st == OF_OK && !o) st = OF_ERR_DEVICE;
   if (st == OF_OK) st = of_dense(g[0], x->dtype, &gd);
   if (st == OF_OK && n->needs[0]) st = of_tensor_new(x->shape, x->ndim, x->dtype, dev, &gx);
   if (st == OF_OK && n->needs[1] && w)
     st = of_tensor_new(n->in_meta[1].shape, n->in_meta[1].ndim, n->in_meta[1].dtype, dev, &gw);
-  if (st == OF_OK && n->needs[2])
+  if (st == OF_OK && !rms && n->needs[2])
     st = of_tensor_new(n->in_meta[2].shape, n->in_meta[2].ndim, n->in_meta[2].dtype, dev, &gb);
   if (st == OF_OK) {
-    of_device_last_op = "layer_norm_backward";
-    st = o->layer_norm_back_rows(gd, x, w, sv[2], sv[3], R, M, gx, gw, gb);
+    of_device_last_op = op;
+    st = rms ? o->rms_norm_back_rows(gd, x, w, sv[2], R, M, gx, gw)
+             : o->layer_norm_back_rows(gd, x, w, sv[2], sv[3], R, M, gx, gw, gb);
   }
   if (st == OF_OK) {
-    gi[0] = gx, gi[1] = gw, gi[2] = gb;
+    gi[0] = gx, gi[1] = gw;
+    if (!rms) gi[2] = gb;
     gx = gw = gb = NULL;
   }
   of_tensor *rel[8] = {sv[0], sv[1], sv[2], sv[3], gd, gx, gw, gb};
   for (int i = 0; i < 8; i++) of_tensor_release(rel[i]);
   return st;
 }
-static const of_grad_def ln_grad = {"NativeLayerNormBackward", ln_backward};
+static const of_grad_def ln_grad = {"NativeLayerNormBackward", norm_dev_backward};
+static const of_grad_def rms_dev_grad = {"RmsNormBackward", norm_dev_backward};
 
-of_status of_device_layer_norm(of_tensor *x, int32_t k, of_tensor *w, of_tensor *b,
-                               double eps, of_tensor **out) {
-  OF_ROUTE("layer_norm", dev, o, layer_norm_rows, x, w, b);
+/* b NULL and rms: rms_norm's rows, else layer_norm's */
+static of_status device_norm(const of_device_ops *o, of_device dev, bool rms, of_tensor *x,
+                             int32_t k, of_tensor *w, of_tensor *b, double eps, of_tensor **out) {
   int64_t M = of_shape_numel(x->shape + (x->ndim - k), k), R = M ? x->numel / M : 0;
   of_tensor *xd = NULL, *wd = NULL, *bd = NULL, *y = NULL, *mean = NULL, *rstd = NULL;
   /* weight and bias are used in x's dtype (as the CPU's compute dtype) */
@@ -198,23 +204,25 @@ of_status of_device_layer_norm(of_tensor *x, int32_t k, of_tensor *w, of_tensor 
   if (st == OF_OK) st = of_dense(b, x->dtype, &bd);
   if (st == OF_OK) st = of_tensor_new(x->shape, x->ndim, x->dtype, dev, &y);
   const of_dtype sdt = x->dtype == OF_FLOAT64 ? OF_FLOAT64 : OF_FLOAT32;
-  if (st == OF_OK) st = of_tensor_new(&R, 1, sdt, dev, &mean);
+  if (st == OF_OK && !rms) st = of_tensor_new(&R, 1, sdt, dev, &mean);
   if (st == OF_OK) st = of_tensor_new(&R, 1, sdt, dev, &rstd);
-  if (st == OF_OK) st = o->layer_norm_rows(xd, wd, bd, R, M, eps, y, mean, rstd);
+  if (st == OF_OK)
+    st = rms ? o->rms_norm_rows(xd, wd, R, M, eps, y, rstd)
+             : o->layer_norm_rows(xd, wd, bd, R, M, eps, y, mean, rstd);
   of_tensor *ins[3] = {x, w, b};
-  if (st == OF_OK && of_grad_needed(ins, 3)) {
+  if (st == OF_OK && of_grad_needed(ins, rms ? 2 : 3)) {
     of_node *n;
-    st = of_record(&ln_grad, ins, 3, &y, 1, &n);
+    st = of_record(rms ? &rms_dev_grad : &ln_grad, ins, rms ? 2 : 3, &y, 1, &n);
     if (st == OF_OK) {
       a_norm a;
       memset(&a, 0, sizeof a);
       a.eps = eps;
       a.groups = k;
-      OF_NODE_KEEP(n, OPK_LAYER_NORM, a);
+      OF_NODE_KEEP(n, rms ? OPK_RMS_NORM : OPK_LAYER_NORM, a);
       of_node_save(n, 0, xd);
       of_node_save(n, 1, wd);
-      of_node_save(n, 2, mean);
-      of_node_save(n, 3, rstd);
+      if (!rms) of_node_save(n, 2, mean);
+      of_node_save(n, rms ? 2 : 3, rstd);
     }
   }
   of_tensor *rel[5] = {xd, wd, bd, mean, rstd};
@@ -225,4 +233,16 @@ of_status of_device_layer_norm(of_tensor *x, int32_t k, of_tensor *w, of_tensor 
   }
   *out = y;
   return OF_OK;
+}
+
+of_status of_device_layer_norm(of_tensor *x, int32_t k, of_tensor *w, of_tensor *b,
+                               double eps, of_tensor **out) {
+  OF_ROUTE("layer_norm", dev, o, layer_norm_rows, x, w, b);
+  return device_norm(o, dev, false, x, k, w, b, eps, out);
+}
+
+of_status of_device_rms_norm(of_tensor *x, int32_t k, of_tensor *w, double eps,
+                             of_tensor **out) {
+  OF_ROUTE("rms_norm", dev, o, rms_norm_rows, x, w);
+  return device_norm(o, dev, true, x, k, w, NULL, eps, out);
 }

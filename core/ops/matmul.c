@@ -21,6 +21,7 @@
  * double backward works. */
 #include "../autograd.h"
 #include "../device.h"
+#include "../device/dnnl.h"
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
@@ -335,6 +336,59 @@ static void promoted(const of_tensor *t, bool vec, bool is_a, int64_t *shape, in
   }
 }
 
+/* One operand's dims and strides for oneDNN: its batch dims right-aligned
+ * to the result's (missing or size 1: 1, broadcast), then (rows, cols).
+ * Size-1 dims get an outer stride; false when a dim of size > 1 has a
+ * stride < 1 or neither the rows nor the columns are contiguous. */
+static bool mm_operand(const int64_t *sh, const int64_t *st, int32_t n, int32_t nbatch,
+                       int64_t *dims, int64_t *strides) {
+  int32_t own = n - 2, nd = nbatch + 2;
+  int64_t outer = 1;
+  for (int32_t i = 0; i < nd; i++) {
+    int32_t j = i < nbatch ? i - (nbatch - own) : own + (i - nbatch);
+    dims[i] = j < 0 ? 1 : sh[j];
+    strides[i] = j < 0 ? 0 : st[j];
+    if (dims[i] > 1) {
+      if (strides[i] < 1) return false;
+      if (strides[i] * dims[i] > outer) outer = strides[i] * dims[i];
+    }
+  }
+  int64_t r = dims[nd - 2], c = dims[nd - 1];
+  if (!(c <= 1 || strides[nd - 1] == 1) && !(r <= 1 || strides[nd - 2] == 1)) return false;
+  for (int32_t i = 0; i < nd; i++)
+    if (dims[i] <= 1) strides[i] = outer;
+  return true;
+}
+
+/* bfloat16 operands through oneDNN's bfloat16 matmul (AVX512-BF16/AMX), no
+ * float32 copies: *done false when it does not take the problem. */
+static of_status bf16_dnnl(const int64_t *sa, const int64_t *ta, int32_t na, const int64_t *sb,
+                           const int64_t *tb, int32_t nb, const int64_t *bshape, int32_t nbatch,
+                           int64_t m, int64_t n, int64_t k, const int64_t *rshape, int32_t rnd,
+                           of_tensor *a, of_tensor *b, of_tensor **out, bool *done) {
+  *done = false;
+  if (m < 1 || n < 1 || k < 1 || nbatch + 2 > OF_DNNL_MM_DIMS) return OF_OK;
+  for (int32_t i = 0; i < nbatch; i++)
+    if (bshape[i] < 1) return OF_OK;
+  of_dnnl_mm_desc d;
+  memset(&d, 0, sizeof d);
+  d.nd = nbatch + 2;
+  if (!mm_operand(sa, ta, na, nbatch, d.ad, d.as) || !mm_operand(sb, tb, nb, nbatch, d.bd, d.bs))
+    return OF_OK;
+  for (int32_t i = 0; i < nbatch; i++) d.cd[i] = bshape[i];
+  d.cd[nbatch] = m, d.cd[nbatch + 1] = n;
+  of_contiguous_strides(d.cd, d.nd, d.cs);
+  of_tensor *res = NULL;
+  OF_CHECK(of_tensor_new(rshape, rnd, OF_BFLOAT16, OF_CPU, &res));
+  of_status st = of_dnnl_matmul_bf16(&d, of_ptr(a), of_ptr(b), of_ptr(res), done);
+  if (st != OF_OK || !*done) {
+    of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return OF_OK;
+}
+
 static of_status run(const mm_args *x, of_tensor **out) {
   OF_CHECK(check_dtypes(x));
   of_tensor *a = x->a, *b = x->b;
@@ -387,6 +441,12 @@ static of_status run(const mm_args *x, of_tensor **out) {
   if (of_dev(a) != OF_CPU || of_dev(b) != OF_CPU)
     return of_device_matmul(x->op, a, b, x->c, x->beta, x->alpha, x->a_vec, x->b_vec, x->into,
                             out);
+  if (a->dtype == OF_BFLOAT16 && !x->c && !x->into && of_dnnl_native_bf16()) {
+    bool done = false;
+    OF_CHECK(bf16_dnnl(sa, ta, na, sb, tb, nb, bshape, nbatch, m, n, k, rshape, rnd, a, b,
+                       out, &done));
+    if (done) return OF_OK;
+  }
   of_tensor *dest = NULL;
   if (x->into) OF_CHECK(of_prepare_out(x->op, x->into, rshape, rnd, a->dtype, &dest));
 

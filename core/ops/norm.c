@@ -1,4 +1,4 @@
-/* norm.c -- batch, layer, group and instance normalisation: fused forward
+/* norm.c -- batch, layer, rms, group and instance normalisation: fused forward
  * and backward kernels, recorded in autograd.
  *
  * Two layouts cover the four ops:
@@ -116,6 +116,25 @@ typedef double v8d_t __attribute__((vector_size(64)));
   }
 CH_ROWS(float)
 CH_ROWS(double)
+
+/* bfloat16 y = x * a + b in one pass (eval batch_norm): the same numbers as
+ * converting x to float32, the float32 kernel and rounding back (x widens
+ * exactly; the result rounds to nearest even, NaN stays NaN), without the
+ * two float32 tensors. */
+__attribute__((target_clones("avx512f", "avx2", "default"), OF_GCC_OPTIMIZE("fp-contract=off")))
+static void chrow_affine_bf16(const uint16_t *restrict x, uint16_t *restrict y, int64_t n,
+                              double a, double b) {
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u = (uint32_t)x[i] << 16;
+    float xf, yf;
+    memcpy(&xf, &u, 4);
+    yf = (float)((double)xf * a + b);
+    uint32_t v;
+    memcpy(&v, &yf, 4);
+    uint32_t r = v + 0x7fffu + ((v >> 16) & 1);
+    y[i] = (v & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((v >> 16) | 0x40) : (uint16_t)(r >> 16);
+  }
+}
 
 /* channels: x [N, C, S]; q = n * C + c indexes one run of S elements */
 #define CHANNEL_KERNELS(T)                                                                \
@@ -296,6 +315,14 @@ CH_ROWS(double)
 
 CHANNEL_KERNELS(float)
 CHANNEL_KERNELS(double)
+
+static void ch_affine_bf16(const uint16_t *x, uint16_t *y, int64_t N, int64_t C, int64_t S,
+                           const double *a, const double *b) {
+  int32_t nt = nthreads(N * C * S);
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t q = 0; q < N * C; q++)
+    chrow_affine_bf16(x + q * S, y + q * S, S, a[q % C], b[q % C]);
+}
 ROW_KERNELS(float)
 ROW_KERNELS(double)
 
@@ -790,7 +817,12 @@ static of_status batch_norm_body(of_tensor *x, of_tensor *running_mean, of_tenso
   if (dev != OF_CPU)
     return bn_device(dev, x, running_mean, running_var, weight, bias, training, momentum, eps,
                      out);
-  of_dtype cd = of_compute_dtype(x->dtype);
+  of_tensor *ins[3] = {x, weight, bias};
+  /* eval on a dense bfloat16 input with no grad to record: one pass,
+   * bfloat16 in and out (ch_affine_bf16) */
+  bool bf_direct = !training && x->dtype == OF_BFLOAT16 && of_tensor_is_contiguous(x) &&
+                   !of_grad_needed(ins, 3);
+  of_dtype cd = bf_direct ? OF_BFLOAT16 : of_compute_dtype(x->dtype);
   of_tensor *xc = NULL, *mean = NULL, *invstd = NULL, *y = NULL;
   double *buf = NULL;
   of_status st = of_dense(x, cd, &xc);
@@ -828,10 +860,10 @@ static of_status batch_norm_body(of_tensor *x, of_tensor *running_mean, of_tenso
     b[c] = (bias ? get1(bias, c) : 0.0) - mu[c] * a[c];
   }
   if (cd == OF_FLOAT64) ch_affine_double(xp, of_tensor_data(y), d.N, d.C, d.S, a, b);
+  else if (cd == OF_BFLOAT16) ch_affine_bf16(xp, of_tensor_data(y), d.N, d.C, d.S, a, b);
   else ch_affine_float(xp, of_tensor_data(y), d.N, d.C, d.S, a, b);
   st = of_finish_dtype(y, x->dtype, out);
   y = NULL;
-  of_tensor *ins[3] = {x, weight, bias};
   if (st == OF_OK && of_grad_needed(ins, 3)) {
     of_node *n;
     st = of_record(&bn_grad, ins, 3, out, 1, &n);
@@ -1079,32 +1111,43 @@ done:
   return st;
 }
 
+/* layer_norm's and rms_norm's normalized dims: k of them, 1 <= k <= ndim */
+static of_status check_normalized_dims(const char *op, of_tensor *x, int32_t k) {
+  if (k < 1 || k > x->ndim)
+    return of_fail(OF_ERR_ARG, "%s: normalized_shape has %d dims; expected 1..%d for the input "
+                   "%s (%s)", op, (int)k, (int)x->ndim, OF_SHAPE_STR(x), OF_DT(x));
+  return OF_OK;
+}
+
+/* A weight or bias of layer_norm / rms_norm (or NULL): floating, shaped as
+ * the last k dims of x. */
+static of_status check_normalized_param(const char *op, const char *what, of_tensor *p,
+                                        of_tensor *x, int32_t k) {
+  if (!p) return OF_OK;
+  const int64_t *tail = x->shape + (x->ndim - k);
+  bool same = p->ndim == k;
+  for (int32_t d = 0; same && d < k; d++) same = p->shape[d] == tail[d];
+  char b1[96], b2[96];
+  if (!same)
+    return of_fail(OF_ERR_SHAPE, "%s: %s of shape %s should have the normalized shape %s "
+                   "(the last %d dims of the input %s, %s)", op, what, OF_SHAPE_STR(p),
+                   of_shape_str(tail, k, b1, 96), (int)k, of_shape_str(x->shape, x->ndim,
+                   b2, 96), OF_DT(x));
+  if (!of_dtype_is_floating(p->dtype))
+    return of_fail(OF_ERR_DTYPE, "%s: %s must be floating point, got %s (shape %s)", op,
+                   what, OF_DT(p), OF_SHAPE_STR(p));
+  return OF_OK;
+}
+
 static of_status layer_norm_body(of_tensor *x, int32_t normalized_ndim, of_tensor *weight,
                              of_tensor *bias, double eps, of_tensor **out) {
   const char *op = "layer_norm";
   OF_CHECK(check_input(op, x, 1));
   int32_t k = normalized_ndim;
-  if (k < 1 || k > x->ndim)
-    return of_fail(OF_ERR_ARG, "%s: normalized_shape has %d dims; expected 1..%d for the input "
-                   "%s (%s)", op, (int)k, (int)x->ndim, OF_SHAPE_STR(x), OF_DT(x));
+  OF_CHECK(check_normalized_dims(op, x, k));
   const int64_t *tail = x->shape + (x->ndim - k);
-  of_tensor *ps[2] = {weight, bias};
-  const char *names[2] = {"weight", "bias"};
-  for (int32_t i = 0; i < 2; i++) {
-    of_tensor *p = ps[i];
-    if (!p) continue;
-    bool same = p->ndim == k;
-    for (int32_t d = 0; same && d < k; d++) same = p->shape[d] == tail[d];
-    char b1[96], b2[96];
-    if (!same)
-      return of_fail(OF_ERR_SHAPE, "%s: %s of shape %s should have the normalized shape %s "
-                     "(the last %d dims of the input %s, %s)", op, names[i], OF_SHAPE_STR(p),
-                     of_shape_str(tail, k, b1, 96), (int)k, of_shape_str(x->shape, x->ndim,
-                     b2, 96), OF_DT(x));
-    if (!of_dtype_is_floating(p->dtype))
-      return of_fail(OF_ERR_DTYPE, "%s: %s must be floating point, got %s (shape %s)", op,
-                     names[i], OF_DT(p), OF_SHAPE_STR(p));
-  }
+  OF_CHECK(check_normalized_param(op, "weight", weight, x, k));
+  OF_CHECK(check_normalized_param(op, "bias", bias, x, k));
   of_device dev;
   OF_CHECK(of_common_device(op, (of_tensor *[]){x, weight, bias}, 3, &dev));
   if (dev != OF_CPU) return of_device_layer_norm(x, k, weight, bias, eps, out);
@@ -1112,6 +1155,182 @@ static of_status layer_norm_body(of_tensor *x, int32_t normalized_ndim, of_tenso
   r.Cg = r.M;
   r.R = r.M ? x->numel / r.M : 0;
   return rows_norm(op, K_LAYER, x, r, k, weight, bias, eps, 0, NULL, out);
+}
+
+/* ------------------------------------------------------------ rms_norm
+ * y = x * rstd * w over the last k dims, rstd = 1 / sqrt(mean(x^2) + eps)
+ * (PyTorch 2.4's F.rms_norm; eps is given: the Lua side picks PyTorch's
+ * default). float32/bfloat16/float16 run the row kernels of rowk.c in
+ * float32 (float16 through a float32 copy), float64 the loops below.
+ * Saved: 0 x, 1 weight (if any), 2 rstd [R] (double); the node keeps an
+ * a_norm (groups: k). */
+static of_status rms_backward(of_node *n, of_tensor **g, of_tensor **gi);
+static const of_grad_def rms_grad = {"RmsNormBackward", rms_backward};
+
+static of_dtype rms_dtype(of_dtype dt) {
+  return dt == OF_FLOAT64 ? OF_FLOAT64 : of_rowk_dtype(dt) ? dt : OF_FLOAT32;
+}
+
+static void rms_fwd_double(const double *x, double *y, int64_t R, int64_t M, const double *w,
+                           double eps, double *rstd) {
+  int32_t nt = nthreads(R * M);
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    const double *px = x + r * M;
+    double *py = y + r * M, ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t j = 0; j < M; j++) ss += px[j] * px[j];
+    double rs = 1.0 / sqrt(ss / (double)M + eps);
+    rstd[r] = rs;
+    for (int64_t j = 0; j < M; j++) py[j] = px[j] * rs * (w ? w[j] : 1.0);
+  }
+}
+
+/* gx (or NULL) = rs * gw - x * rs^3 * mean(gw * x), gw = g * w;
+ * gwt[j] (or NULL) = sum_r g * x * rs, over column tiles (rows in order) */
+static void rms_bwd_double(const double *x, const double *g, double *gx, int64_t R, int64_t M,
+                           const double *w, const double *rstd, double *gwt) {
+  int32_t nt = nthreads(R * M);
+  if (gx) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < R; r++) {
+      const double *px = x + r * M, *pg = g + r * M;
+      double *po = gx + r * M, rs = rstd[r], s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = 0; j < M; j++) s += pg[j] * (w ? w[j] : 1.0) * px[j];
+      double c = rs * rs * rs * s / (double)M;
+      for (int64_t j = 0; j < M; j++) po[j] = rs * pg[j] * (w ? w[j] : 1.0) - px[j] * c;
+    }
+  }
+  if (!gwt) return;
+  enum { JT = 64 };
+  int64_t ntile = (M + JT - 1) / JT;
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t t = 0; t < ntile; t++) {
+    int64_t j0 = t * JT, j1 = j0 + JT < M ? j0 + JT : M;
+    for (int64_t j = j0; j < j1; j++) gwt[j] = 0;
+    for (int64_t r = 0; r < R; r++)
+      for (int64_t j = j0; j < j1; j++) gwt[j] += g[r * M + j] * x[r * M + j] * rstd[r];
+  }
+}
+
+/* under create_graph: the closed form from public ops (recorded) */
+static of_status rms_composite(of_node *n, of_tensor *g, of_tensor *x, of_tensor *w,
+                               of_tensor **gi) {
+  const a_norm *a = OF_NODE_ATTRS(a_norm, n);
+  int32_t k = (int32_t)a->groups, nd = x->ndim, rd[OF_MAX_DIMS], pd[OF_MAX_DIMS], np = 0;
+  for (int32_t d = 0; d < k; d++) rd[d] = nd - k + d;
+  for (int32_t d = 0; d < nd - k; d++) pd[np++] = d;
+  of_scope s = {0};
+  of_tensor *ms = s_red(&s, OF_RED_MEAN, MUL(x, x), rd, k, 1);
+  of_tensor *rs = of_s_unary(&s, OF_RSQRT, of_s_bins(&s, OF_ADD, ms, a->eps));
+  of_tensor *xh = MUL(x, rs);
+  if (n->needs[0]) {
+    of_tensor *gw = w ? MUL(g, w) : g;
+    of_tensor *m2 = s_red(&s, OF_RED_MEAN, MUL(gw, xh), rd, k, 1);
+    s_give(&s, MUL(rs, SUB(gw, MUL(xh, m2))), &gi[0]);
+  }
+  if (n->needs[1] && w) {
+    of_tensor *t = s_red(&s, OF_RED_SUM, MUL(g, xh), pd, np, 0);
+    t = s_reshape(&s, t, n->in_meta[1].shape, n->in_meta[1].ndim);
+    s_give(&s, s_cast(&s, t, n->in_meta[1].dtype), &gi[1]);
+  }
+  return of_s_end(&s, NULL, &gi[0]);
+}
+
+static of_status rms_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  of_tensor *sv[3] = {NULL, NULL, NULL}, *xc = NULL, *gc = NULL, *wc = NULL, *gx = NULL;
+  of_status st = OF_OK;
+  for (int32_t k = 0; k < 3 && st == OF_OK; k++)
+    if (k != 1 || saved_weight(n)) st = of_node_saved(n, k, &sv[k]);
+  of_tensor *x = sv[0], *w = sv[1];
+  double *gw = NULL;
+  if (st != OF_OK) goto done;
+  if (wants_composite(g[0], x, w)) {
+    st = rms_composite(n, g[0], x, w, gi);
+    goto done;
+  }
+  int32_t k = (int32_t)OF_NODE_ATTRS(a_norm, n)->groups;
+  int64_t M = of_shape_numel(x->shape + (x->ndim - k), k), R = M ? x->numel / M : 0;
+  of_dtype cd = rms_dtype(x->dtype);
+  bool f64 = cd == OF_FLOAT64;
+  st = of_dense(x, cd, &xc);
+  if (st == OF_OK) st = of_dense(g[0], cd, &gc);
+  if (st == OF_OK) st = of_dense(w, f64 ? OF_FLOAT64 : OF_FLOAT32, &wc);
+  if (st == OF_OK && n->needs[0]) st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &gx);
+  if (st == OF_OK && n->needs[1] && w && !(gw = malloc(sizeof(double) * (size_t)(M + 1))))
+    st = of_fail(OF_ERR_OOM, "rms_norm backward: out of memory");
+  if (st != OF_OK) goto done;
+  const double *rs = of_tensor_data(sv[2]);
+  void *pgx = gx ? of_tensor_data(gx) : NULL;
+  const void *pw = wc ? of_tensor_data(wc) : NULL;
+  if (f64)
+    rms_bwd_double(of_tensor_data(xc), of_tensor_data(gc), pgx, R, M, pw, rs, gw);
+  else
+    st = of_rowk_layer_norm_backward(cd, of_tensor_data(xc), of_tensor_data(gc), pgx, R, M, pw,
+                                     NULL, rs, gw, NULL);
+  if (st == OF_OK && gx) {
+    st = of_finish_dtype(gx, n->in_meta[0].dtype, &gi[0]);
+    gx = NULL;
+  }
+  if (st == OF_OK && gw) st = grad_from_doubles(n, 1, gw, &gi[1]);
+done:
+  free(gw);
+  of_tensor *rel[4] = {xc, gc, wc, gx};
+  release_all(rel, 4);
+  release_all(sv, 3);
+  return st;
+}
+
+static of_status rms_norm_body(of_tensor *x, int32_t normalized_ndim, of_tensor *weight,
+                               double eps, of_tensor **out) {
+  const char *op = "rms_norm";
+  OF_CHECK(check_input(op, x, 1));
+  int32_t k = normalized_ndim;
+  OF_CHECK(check_normalized_dims(op, x, k));
+  OF_CHECK(check_normalized_param(op, "weight", weight, x, k));
+  if (!(eps >= 0))
+    return of_fail(OF_ERR_ARG, "rms_norm: eps must be >= 0, got %g (input %s, %s)", eps,
+                   OF_SHAPE_STR(x), OF_DT(x));
+  of_device dev;
+  OF_CHECK(of_common_device(op, (of_tensor *[]){x, weight}, 2, &dev));
+  if (dev != OF_CPU) return of_device_rms_norm(x, k, weight, eps, out);
+  int64_t M = of_shape_numel(x->shape + (x->ndim - k), k), R = M ? x->numel / M : 0;
+  of_dtype cd = rms_dtype(x->dtype);
+  bool f64 = cd == OF_FLOAT64;
+  of_tensor *xc = NULL, *wc = NULL, *rstd = NULL, *y = NULL;
+  of_status st = of_dense(x, cd, &xc);
+  if (st == OF_OK) st = of_dense(weight, f64 ? OF_FLOAT64 : OF_FLOAT32, &wc);
+  if (st == OF_OK) st = new_doubles(R, &rstd);
+  if (st == OF_OK) st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &y);
+  if (st != OF_OK) goto done;
+  const void *pw = wc ? of_tensor_data(wc) : NULL;
+  if (f64)
+    rms_fwd_double(of_tensor_data(xc), of_tensor_data(y), R, M, pw, eps, of_tensor_data(rstd));
+  else
+    of_rowk_rms_norm(cd, of_tensor_data(xc), of_tensor_data(y), R, M, pw, eps,
+                     of_tensor_data(rstd));
+  st = of_finish_dtype(y, x->dtype, out);
+  y = NULL;
+  of_tensor *ins[2] = {x, weight};
+  if (st == OF_OK && of_grad_needed(ins, 2)) {
+    of_node *n;
+    st = of_record(&rms_grad, ins, 2, out, 1, &n);
+    if (st != OF_OK) {
+      of_tensor_release(*out);
+      *out = NULL;
+    } else {
+      keep_norm(n, OPK_RMS_NORM, 0, 0, eps, k);
+      of_node_save(n, 0, x);
+      of_node_save(n, 1, weight);
+      of_node_save(n, 2, rstd);
+    }
+  }
+done:;
+  of_tensor *rel[4] = {xc, wc, rstd, y};
+  release_all(rel, 4);
+  return st;
 }
 
 static of_status group_shape(const char *op, of_tensor *x, int64_t groups, rows_shape *r) {
@@ -1300,6 +1519,13 @@ of_status of_group_norm(of_tensor *x, int64_t groups, of_tensor *weight, of_tens
   OF_DISPATCH(group_norm_body(x, groups, weight, bias, eps, out),
             pack_norm(OPK_GROUP_NORM, x, NULL, NULL, weight, bias, 0, 0, eps, groups, out));
 }
+of_status of_rms_norm(of_tensor *x, int32_t normalized_ndim, of_tensor *weight, double eps,
+                      of_tensor **out) {
+  AMP(OF_AMP_F32, of_rms_norm(A_[0], normalized_ndim, A_[1], eps, out), x, weight);
+  OF_DISPATCH(rms_norm_body(x, normalized_ndim, weight, eps, out),
+              pack_norm(OPK_RMS_NORM, x, NULL, NULL, weight, NULL, 0, 0, eps, normalized_ndim,
+                        out));
+}
 static of_status run_norm(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_ATTRS(a_norm);
   OF_NEED(n->nin == 5, "inputs");
@@ -1311,6 +1537,8 @@ static of_status run_norm(const of_oprec *n, of_tensor **ins, void **outs) {
                             OF_R));
     case OPK_LAYER_NORM:
       OF_RUN1(of_layer_norm(ins[0], (int32_t)a->groups, ins[3], ins[4], a->eps, OF_R));
+    case OPK_RMS_NORM:
+      OF_RUN1(of_rms_norm(ins[0], (int32_t)a->groups, ins[3], a->eps, OF_R));
     default:
       OF_RUN1(of_group_norm(ins[0], a->groups, ins[3], ins[4], a->eps, OF_R));
   }
@@ -1322,5 +1550,6 @@ static void describe_norm(const void *p, char *b, size_t c) {
 
 OF_OP_IMPL(BATCH_NORM, run_norm, mutates_norm, NULL, describe_norm);
 OF_OP_IMPL(LAYER_NORM, run_norm, mutates_none, NULL, describe_norm);
+OF_OP_IMPL(RMS_NORM, run_norm, mutates_none, NULL, describe_norm);
 OF_OP_IMPL(GROUP_NORM, run_norm, mutates_none, NULL, describe_norm);
 OF_OP_IMPL(INSTANCE_NORM, run_norm, mutates_norm, NULL, describe_norm);

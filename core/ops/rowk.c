@@ -1,5 +1,6 @@
-/* rowk.c -- row kernels of the memory-bound ops: layer_norm, softmax and
- * log_softmax, forward and backward, for float32 and bfloat16 rows.
+/* rowk.c -- row kernels of the memory-bound ops: layer_norm, rms_norm,
+ * softmax and log_softmax, forward and backward, for float32 and bfloat16
+ * rows.
  *
  * Each row is read from memory once: it is worked in chunks of CH elements
  * (8 KiB of float32, so every re-read of a chunk hits L1), and the chunks'
@@ -103,6 +104,55 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
       }                                                                                         \
     }                                                                                           \
   }                                                                                             \
+  /* rms_norm: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps); the squares                  \
+   * are summed per chunk in float lanes and the chunks in double */                            \
+  ATTR static void rms_fwd_##TS##_##ISA(const void *x_, void *y_, int64_t r0, int64_t r1,       \
+                                        int64_t M, const float *w, const float *b, double eps,  \
+                                        double *mean, double *rstd) {                           \
+    const T *x = x_;                                                                            \
+    T *y = y_;                                                                                  \
+    (void)b;                                                                                    \
+    (void)mean;                                                                                 \
+    for (int64_t r = r0; r < r1; r++) {                                                         \
+      const T *px = x + r * M;                                                                  \
+      T *py = y + r * M;                                                                        \
+      double ss = 0;                                                                            \
+      for (int64_t c0 = 0; c0 < M; c0 += CH) {                                                  \
+        int64_t nc = M - c0 < CH ? M - c0 : CH, i = 0;                                          \
+        const T *pc = px + c0;                                                                  \
+        vf##W q0 = vsplat##W(0), q1 = vsplat##W(0);                                             \
+        for (; i + 2 * W <= nc; i += 2 * W) {                                                   \
+          vf##W a = ld_##TS##_##W(pc + i), c = ld_##TS##_##W(pc + i + W);                       \
+          q0 += a * a;                                                                          \
+          q1 += c * c;                                                                          \
+        }                                                                                       \
+        for (; i + W <= nc; i += W) {                                                           \
+          vf##W a = ld_##TS##_##W(pc + i);                                                      \
+          q0 += a * a;                                                                          \
+        }                                                                                       \
+        if (i < nc) {                                                                           \
+          vf##W a = ldn_##TS##_##W(pc + i, nc - i, 0.0f);                                       \
+          q1 += a * a;                                                                          \
+        }                                                                                       \
+        ss += hsum##W(q0 + q1);                                                                 \
+      }                                                                                         \
+      double rs = 1.0 / sqrt(ss / (double)M + eps);                                             \
+      rstd[r] = rs;                                                                             \
+      float rf = (float)rs;                                                                     \
+      int64_t i = 0;                                                                            \
+      for (; i + W <= M; i += W) {                                                              \
+        vf##W v = ld_##TS##_##W(px + i) * rf;                                                   \
+        if (w) v *= ld_f32_##W(w + i);                                                          \
+        st_##TS##_##W(py + i, v);                                                               \
+      }                                                                                         \
+      if (i < M) {                                                                              \
+        int64_t k = M - i;                                                                      \
+        vf##W v = ldn_##TS##_##W(px + i, k, 0.0f) * rf;                                         \
+        if (w) v *= ldn_f32_##W(w + i, k, 0.0f);                                                \
+        stn_##TS##_##W(py + i, v, k);                                                           \
+      }                                                                                         \
+    }                                                                                           \
+  }                                                                                             \
   /* rows [r0, r1): gx (or NULL); pw/pb (or NULL): [M] float sums over these rows */            \
   ATTR static void ln_bwd_##TS##_##ISA(const void *x_, const void *g_, void *gx_, int64_t r0,   \
                                        int64_t r1,                                              \
@@ -112,7 +162,9 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
     T *gx = gx_;                                                                                \
     for (int64_t r = r0; r < r1; r++) {                                                         \
       const T *px = x + r * M, *pg = g + r * M;                                                 \
-      float mf = (float)mean[r], ml = (float)(mean[r] - (double)mf), rf = (float)rstd[r];       \
+      /* mean NULL: rms_norm (no centring, no mean(gw) term) */                                 \
+      float mf = mean ? (float)mean[r] : 0.0f;                                                  \
+      float ml = mean ? (float)(mean[r] - (double)mf) : 0.0f, rf = (float)rstd[r];              \
       float c1f = 0, c2f = 0;                                                                   \
       if (gx) {                                                                                 \
         double sa = 0, sb = 0;                                                                  \
@@ -135,7 +187,7 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
           sb += hsum##W(b0);                                                                    \
         }                                                                                       \
         double rs = rstd[r];                                                                    \
-        c1f = (float)(sa / (double)M);                                                          \
+        c1f = mean ? (float)(sa / (double)M) : 0.0f;                                            \
         c2f = (float)(rs * rs * sb / (double)M);                                                \
       }                                                                                         \
       T *po = gx ? gx + r * M : NULL;                                                           \
@@ -180,16 +232,16 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
         vf##W m0 = vsplat##W(-INFINITY), m1 = m0;                                               \
         int64_t i = 0;                                                                          \
         for (; i + 2 * W <= M; i += 2 * W) {                                                    \
-          m0 = vmax##W(m0, ld_##TS##_##W(px + i));                                              \
-          m1 = vmax##W(m1, ld_##TS##_##W(px + i + W));                                          \
+          m0 = vmaxq##W(m0, ld_##TS##_##W(px + i));                                              \
+          m1 = vmaxq##W(m1, ld_##TS##_##W(px + i + W));                                          \
         }                                                                                       \
-        for (; i + W <= M; i += W) m0 = vmax##W(m0, ld_##TS##_##W(px + i));                     \
-        if (i < M) m1 = vmax##W(m1, ldn_##TS##_##W(px + i, M - i, -INFINITY));                  \
+        for (; i + W <= M; i += W) m0 = vmaxq##W(m0, ld_##TS##_##W(px + i));                     \
+        if (i < M) m1 = vmaxq##W(m1, ldn_##TS##_##W(px + i, M - i, -INFINITY));                  \
         mx = hmax##W(vmax##W(m0, m1));                                                          \
         vf##W e0 = vsplat##W(0), e1 = e0;                                                       \
         for (i = 0; i + 2 * W <= M; i += 2 * W) {   /* two exps in flight */                    \
-          vf##W ea = vexp##W(ld_##TS##_##W(px + i) - mx);                                       \
-          vf##W eb = vexp##W(ld_##TS##_##W(px + i + W) - mx);                                   \
+          vf##W ea = vexpn##W(ld_##TS##_##W(px + i) - mx);                                       \
+          vf##W eb = vexpn##W(ld_##TS##_##W(px + i + W) - mx);                                   \
           if (!lg) {                                                                            \
             st_f32_##W(buf + i, ea);                                                            \
             st_f32_##W(buf + i + W, eb);                                                        \
@@ -198,12 +250,12 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
           e1 += eb;                                                                             \
         }                                                                                       \
         for (; i + W <= M; i += W) {                                                            \
-          vf##W e = vexp##W(ld_##TS##_##W(px + i) - mx);                                        \
+          vf##W e = vexpn##W(ld_##TS##_##W(px + i) - mx);                                        \
           if (!lg) st_f32_##W(buf + i, e);                                                      \
           e0 += e;                                                                              \
         }                                                                                       \
         if (i < M) {                                                                            \
-          vf##W e = vfirst##W(vexp##W(ldn_##TS##_##W(px + i, M - i, 0.0f) - mx), M - i);        \
+          vf##W e = vfirst##W(vexpn##W(ldn_##TS##_##W(px + i, M - i, 0.0f) - mx), M - i);        \
           if (!lg) st_f32_##W(buf + i, e);                                                      \
           e1 += e;                                                                              \
         }                                                                                       \
@@ -220,8 +272,8 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
           float cm = hmax##W(m0);                                                               \
           if (cm == -INFINITY) continue;   /* adds nothing */                                   \
           vf##W e0 = vsplat##W(0);                                                              \
-          for (i = 0; i + W <= nc; i += W) e0 += vexp##W(ld_##TS##_##W(pc + i) - cm);           \
-          if (i < nc) e0 += vfirst##W(vexp##W(ldn_##TS##_##W(pc + i, nc - i, 0.0f) - cm), nc - i); \
+          for (i = 0; i + W <= nc; i += W) e0 += vexpn##W(ld_##TS##_##W(pc + i) - cm);           \
+          if (i < nc) e0 += vfirst##W(vexpn##W(ldn_##TS##_##W(pc + i, nc - i, 0.0f) - cm), nc - i); \
           double cs = hsum##W(e0);                                                              \
           if (cm > mx || cm != cm) {                                                            \
             s = s * exp((double)mx - (double)cm) + cs;                                          \
@@ -246,9 +298,9 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
           if (i < M) stn_##TS##_##W(py + i, ld_f32_##W(buf + i) * inv, M - i);                  \
         } else {                                                                                \
           for (; i + W <= M; i += W)                                                            \
-            st_##TS##_##W(py + i, vexp##W(ld_##TS##_##W(px + i) - mx) * inv);                   \
+            st_##TS##_##W(py + i, vexpn##W(ld_##TS##_##W(px + i) - mx) * inv);                   \
           if (i < M)                                                                            \
-            stn_##TS##_##W(py + i, vexp##W(ldn_##TS##_##W(px + i, M - i, 0.0f) - mx) * inv,     \
+            stn_##TS##_##W(py + i, vexpn##W(ldn_##TS##_##W(px + i, M - i, 0.0f) - mx) * inv,     \
                            M - i);                                                              \
         }                                                                                       \
       }                                                                                         \
@@ -283,7 +335,7 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
         int64_t k = M - i < W ? M - i : W;                                                      \
         vf##W gv = k == W ? ld_##TS##_##W(pg + i) : ldn_##TS##_##W(pg + i, k, 0.0f);            \
         vf##W yv = k == W ? ld_##TS##_##W(py + i) : ldn_##TS##_##W(py + i, k, 0.0f);            \
-        vf##W o = lg ? gv - vexp##W(yv) * sf : yv * (gv - sf);                                  \
+        vf##W o = lg ? gv - vexpn##W(yv) * sf : yv * (gv - sf);                                  \
         if (k == W) st_##TS##_##W(po + i, o);                                                   \
         else stn_##TS##_##W(po + i, o, k);                                                      \
       }                                                                                         \
@@ -338,11 +390,11 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
       if (cm == -INFINITY) continue;                                                            \
       vf##W e0 = vsplat##W(0), e1 = e0;                                                         \
       for (i = 0; i + 2 * W <= nc; i += 2 * W) {                                                \
-        e0 += vexp##W(ld_##TS##_##W(pc + i) - cm);                                              \
-        e1 += vexp##W(ld_##TS##_##W(pc + i + W) - cm);                                          \
+        e0 += vexpn##W(ld_##TS##_##W(pc + i) - cm);                                              \
+        e1 += vexpn##W(ld_##TS##_##W(pc + i + W) - cm);                                          \
       }                                                                                         \
-      for (; i + W <= nc; i += W) e0 += vexp##W(ld_##TS##_##W(pc + i) - cm);                    \
-      if (i < nc) e1 += vfirst##W(vexp##W(ldn_##TS##_##W(pc + i, nc - i, 0.0f) - cm), nc - i);  \
+      for (; i + W <= nc; i += W) e0 += vexpn##W(ld_##TS##_##W(pc + i) - cm);                    \
+      if (i < nc) e1 += vfirst##W(vexpn##W(ldn_##TS##_##W(pc + i, nc - i, 0.0f) - cm), nc - i);  \
       double cs = hsum##W(e0 + e1);                                                             \
       if (cm > mx || cm != cm) {                                                                \
         s = s * exp((double)mx - (double)cm) + cs;                                              \
@@ -362,7 +414,7 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
     for (int64_t i = 0; i < M; i += W) {                                                        \
       int64_t k = M - i < W ? M - i : W;                                                        \
       vf##W v = k == W ? ld_##TS##_##W(x + i) : ldn_##TS##_##W(x + i, k, 0.0f);                 \
-      vf##W o = af * vexp##W(v - lf) - bf;                                                      \
+      vf##W o = af * vexpn##W(v - lf) - bf;                                                      \
       if (k == W) st_##TS##_##W(gx + i, o);                                                     \
       else stn_##TS##_##W(gx + i, o, k);                                                        \
     }                                                                                           \
@@ -417,6 +469,7 @@ typedef void (*sm_fwd_fn)(const void *, void *, int64_t, int64_t, int64_t, int32
 typedef void (*sm_bwd_fn)(const void *, const void *, void *, int64_t, int64_t, int64_t,
                           int32_t);
 static const ln_fwd_fn ln_fwd_tab[2][3] = {ISA_TABLE(ln_fwd, f32), ISA_TABLE(ln_fwd, bf16)};
+static const ln_fwd_fn rms_fwd_tab[2][3] = {ISA_TABLE(rms_fwd, f32), ISA_TABLE(rms_fwd, bf16)};
 static const ln_bwd_fn ln_bwd_tab[2][3] = {ISA_TABLE(ln_bwd, f32), ISA_TABLE(ln_bwd, bf16)};
 static const sm_fwd_fn sm_fwd_tab[2][3] = {ISA_TABLE(sm_fwd, f32), ISA_TABLE(sm_fwd, bf16)};
 static const sm_bwd_fn sm_bwd_tab[2][3] = {ISA_TABLE(sm_bwd, f32), ISA_TABLE(sm_bwd, bf16)};
@@ -449,10 +502,9 @@ static void row_range(int64_t R, int32_t t, int32_t nt, int64_t *r0, int64_t *r1
   *r1 = R * (t + 1) / nt;
 }
 
-void of_rowk_layer_norm(of_dtype dt, const void *x, void *y, int64_t R, int64_t M,
-                        const float *w, const float *b, double eps, double *mean, double *rstd) {
-  if (R <= 0 || M <= 0) return;
-  ln_fwd_fn fn = ln_fwd_tab[tix(dt)][of_cpu_isa()];
+/* layer_norm's and rms_norm's forward: rows split between the threads */
+static void norm_rows(ln_fwd_fn fn, const void *x, void *y, int64_t R, int64_t M,
+                      const float *w, const float *b, double eps, double *mean, double *rstd) {
   int32_t nt = row_threads(R, M);
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
@@ -460,6 +512,18 @@ void of_rowk_layer_norm(of_dtype dt, const void *x, void *y, int64_t R, int64_t 
     row_range(R, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
     fn(x, y, r0, r1, M, w, b, eps, mean, rstd);
   }
+}
+
+void of_rowk_layer_norm(of_dtype dt, const void *x, void *y, int64_t R, int64_t M,
+                        const float *w, const float *b, double eps, double *mean, double *rstd) {
+  if (R > 0 && M > 0)
+    norm_rows(ln_fwd_tab[tix(dt)][of_cpu_isa()], x, y, R, M, w, b, eps, mean, rstd);
+}
+
+void of_rowk_rms_norm(of_dtype dt, const void *x, void *y, int64_t R, int64_t M, const float *w,
+                      double eps, double *rstd) {
+  if (R > 0 && M > 0)
+    norm_rows(rms_fwd_tab[tix(dt)][of_cpu_isa()], x, y, R, M, w, NULL, eps, NULL, rstd);
 }
 
 of_status of_rowk_layer_norm_backward(of_dtype dt, const void *x, const void *g, void *gx,
@@ -484,7 +548,8 @@ of_status of_rowk_layer_norm_backward(of_dtype dt, const void *x, const void *g,
    * same blocks for any thread count), then added in block order in double. */
   int64_t nblk = (R + PRB - 1) / PRB, nacc = (gwt != NULL) + (gbt != NULL);
   float *part = calloc((size_t)(nblk * nacc), sizeof(float) * (size_t)M);
-  if (!part) return of_fail(OF_ERR_OOM, "layer_norm backward: out of memory");
+  if (!part)
+    return of_fail(OF_ERR_OOM, "%s backward: out of memory", mean ? "layer_norm" : "rms_norm");
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
   for (int64_t k = 0; k < nblk; k++) {
     int64_t r0 = k * PRB, r1 = r0 + PRB < R ? r0 + PRB : R;

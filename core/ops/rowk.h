@@ -1,5 +1,5 @@
 /* rowk.h -- vectorised row kernels of the memory-bound ops (layer_norm,
- * softmax, log_softmax and their backward passes) for float32 and
+ * rms_norm, softmax, log_softmax and their backward passes) for float32 and
  * bfloat16 data computed in float32, dispatched at run time to AVX-512,
  * AVX2 or the baseline (of_cpu_isa, core/tensor/cpu.c) and threaded over
  * rows. Data are contiguous rows x[R][M]; parameters and statistics are
@@ -16,8 +16,14 @@ static inline bool of_rowk_dtype(of_dtype dt) { return dt == OF_FLOAT32 || dt ==
 void of_rowk_layer_norm(of_dtype dt, const void *x, void *y, int64_t R, int64_t M,
                         const float *w, const float *b, double eps, double *mean, double *rstd);
 
+/* y = x * rstd * w per row (w: [M] or NULL); rstd[r] = 1 / sqrt(mean(x^2) + eps)
+ * is written (rms_norm) */
+void of_rowk_rms_norm(of_dtype dt, const void *x, void *y, int64_t R, int64_t M, const float *w,
+                      double eps, double *rstd);
+
 /* gx (or NULL) = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)), gw = g * w;
- * gwt[j] (or NULL) = sum_r g * xhat, gbt[j] (or NULL) = sum_r g. */
+ * gwt[j] (or NULL) = sum_r g * xhat, gbt[j] (or NULL) = sum_r g.
+ * mean NULL: rms_norm's backward (xhat = x * rstd, no mean(gw) term). */
 of_status of_rowk_layer_norm_backward(of_dtype dt, const void *x, const void *g, void *gx,
                                       int64_t R, int64_t M, const float *w, const double *mean,
                                       const double *rstd, double *gwt, double *gbt);

@@ -34,11 +34,9 @@
     for (int i = 0; i < W; i++) iota[i] = i;                                                    \
     return vsel##W(iota < (int32_t)n, v, vsplat##W(0));                                         \
   }                                                                                             \
-  /* exp(x), float32: Cephes' range reduction and polynomial (about 1.3 ulp);                   \
-   * below -87.33 the result is 0, above 88.3 it saturates; NaN stays NaN. */                   \
-  AI VATTR_##W vf##W vexp##W(vf##W x) {                                                                   \
-    vf##W xc = vsel##W(x < -87.33f, vsplat##W(-87.33f), x);                                     \
-    xc = vsel##W(xc > 88.3f, vsplat##W(88.3f), xc);                                             \
+  /* exp of x already clamped to [-87.33, 88.3]: Cephes' range reduction and                    \
+   * polynomial (about 1.3 ulp) */                                                              \
+  AI VATTR_##W vf##W vexp_core##W(vf##W xc) {                                                   \
     vf##W t = xc * 1.44269504088896341f + 12582912.0f; /* 1.5 * 2^23: rounds to an integer */   \
     vf##W n = t - 12582912.0f;                                                                  \
     vf##W r = xc - n * 0.693359375f;                                                            \
@@ -51,9 +49,23 @@
     p = p * r + 5.0000001201e-1f;                                                               \
     vf##W y = p * r * r + r + 1.0f;                                                             \
     vu##W eb = ((vu##W)t - 0x4B400000u + 127u) << 23; /* 2^n */                                 \
-    y = y * (vf##W)eb;                                                                          \
-    return vsel##W(x < -87.33f, vsplat##W(0), y);                                               \
+    return y * (vf##W)eb;                                                                       \
   }                                                                                             \
+  /* exp(x), float32: below -87.33 the result is 0, above 88.3 it saturates;                    \
+   * NaN stays NaN. */                                                                          \
+  AI VATTR_##W vf##W vexp##W(vf##W x) {                                                         \
+    vf##W xc = vsel##W(x < -87.33f, vsplat##W(-87.33f), x);                                     \
+    xc = vsel##W(xc > 88.3f, vsplat##W(88.3f), xc);                                             \
+    return vsel##W(x < -87.33f, vsplat##W(0), vexp_core##W(xc));                                \
+  }                                                                                             \
+  /* exp(x) for x <= 0 (softmax's x - max), one clamp fewer; NaN stays NaN */                   \
+  AI VATTR_##W vf##W vexpn##W(vf##W x) {                                                        \
+    vi##W lo = x < -87.33f;                                                                     \
+    return vsel##W(lo, vsplat##W(0), vexp_core##W(vsel##W(lo, vsplat##W(-87.33f), x)));         \
+  }                                                                                             \
+  /* max(a, b) without NaN handling (b when a NaN, a when b NaN): for maxima                    \
+   * that only shift an exp, whose NaN input reaches the result anyway */                       \
+  AI VATTR_##W vf##W vmaxq##W(vf##W a, vf##W b) { return vsel##W(b > a, b, a); }                \
   /* erf(z) as the rational function of Eigen's and XLA's float erf (odd degree-13 over         \
    * even degree-8 polynomial in z, z clamped to +-3.8325, where erf is 1 in float): about      \
    * 1e-7 absolute error, the accuracy of PyTorch's vectorised erf, with no exp and half        \
@@ -116,7 +128,7 @@
   AI VATTR_##W void st_bf16_##W(uint16_t *p, vf##W v) {                                                   \
     vu##W u = (vu##W)v;                                                                         \
     vu##W r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;                                           \
-    vi##W nan = (vi##W)((u & 0x7fffffffu) > 0x7f800000u);                                       \
+    vi##W nan = v != v;   /* one float compare, not an unsigned one */                          \
     r = (vu##W)((nan & (vi##W)((u >> 16) | 0x40u)) | (~nan & (vi##W)r));                        \
     vh##W h = __builtin_convertvector(r, vh##W);                                                \
     memcpy(p, &h, sizeof h);                                                                    \

@@ -60,8 +60,40 @@ static void copy_bits16(char **p, const int64_t *s, int64_t n, void *c) {
 
 /* float32 <-> bfloat16 without the per-element calls of the slow path (the
  * casts around bfloat16 autocast): the same rounding as of_f32_to_bf16. */
+/* dense runs: loops the compiler vectorises, built for each ISA (the
+ * baseline's SSE2 has no 32 -> 16 bit narrowing and ran at a third of the
+ * AVX-512 loop's speed) and picked at run time */
+#define BF16_DENSE(ISA, ATTR)                                                                    \
+  ATTR static void to_bf16_##ISA(uint16_t *restrict d, const uint32_t *restrict x, int64_t n) { \
+    for (int64_t i = 0; i < n; i++) {                                                            \
+      uint32_t v = x[i], r = v + 0x7fffu + ((v >> 16) & 1);                                      \
+      d[i] = (v & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((v >> 16) | 0x40) : (uint16_t)(r >> 16); \
+    }                                                                                            \
+  }                                                                                              \
+  ATTR static void from_bf16_##ISA(uint32_t *restrict d, const uint16_t *restrict x, int64_t n) { \
+    for (int64_t i = 0; i < n; i++) d[i] = (uint32_t)x[i] << 16;                                 \
+  }
+BF16_DENSE(def, )
+#if defined(__x86_64__) && defined(__GNUC__)
+BF16_DENSE(avx2, __attribute__((target("avx2,fma"))))
+BF16_DENSE(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))))
+#define BF16_PICK(NAME, d, x, n)                              \
+  do {                                                        \
+    int32_t isa_ = of_cpu_isa();                              \
+    if (isa_ >= OF_ISA_AVX512) NAME##_avx512(d, x, n);        \
+    else if (isa_ >= OF_ISA_AVX2) NAME##_avx2(d, x, n);       \
+    else NAME##_def(d, x, n);                                 \
+  } while (0)
+#else
+#define BF16_PICK(NAME, d, x, n) NAME##_def(d, x, n)
+#endif
+
 static void conv_bf16_float(char **p, const int64_t *s, int64_t n, void *c) {
   (void)c;
+  if (s[0] == 2 && s[1] == 4) {
+    BF16_PICK(to_bf16, (uint16_t *)p[0], (const uint32_t *)p[1], n);
+    return;
+  }
   for (int64_t i = 0; i < n; i++) {
     uint32_t x;
     memcpy(&x, p[1] + i * s[1], 4);
@@ -73,6 +105,10 @@ static void conv_bf16_float(char **p, const int64_t *s, int64_t n, void *c) {
 }
 static void conv_float_bf16(char **p, const int64_t *s, int64_t n, void *c) {
   (void)c;
+  if (s[0] == 4 && s[1] == 2) {
+    BF16_PICK(from_bf16, (uint32_t *)p[0], (const uint16_t *)p[1], n);
+    return;
+  }
   for (int64_t i = 0; i < n; i++) {
     uint16_t h;
     memcpy(&h, p[1] + i * s[1], 2);
@@ -152,7 +188,20 @@ of_status of_dense(of_tensor *t, of_dtype dt, of_tensor **out) {
     *out = t;
     return OF_OK;
   }
-  return t->dtype != dt ? of_cast_data(t, dt, out) : of_clone_data(t, out);
+  if (t->dtype == dt) return of_clone_data(t, out);
+  /* not of_cast_data: that keeps a channels-last input channels-last, and
+   * callers read the result as contiguous (a channels-last bfloat16
+   * batch_norm once normalised the wrong elements) */
+  of_tensor *c;
+  OF_CHECK(of_tensor_new(t->shape, t->ndim, dt, of_tensor_device(t), &c));
+  of_status st = of_copy_data(c, t);
+  if (st != OF_OK) {
+    of_tensor_release(c);
+    return st;
+  }
+  c->storage->version = 0;
+  *out = c;
+  return OF_OK;
 }
 
 of_status of_contiguous_data(of_tensor *t, of_tensor **out) {

@@ -82,8 +82,12 @@ function flow.memory_stats()
 end
 --- flow.reset_peak_memory_stats(): resets the CPU allocator's peak counter.
 function flow.reset_peak_memory_stats() core.C.of_memory_reset_peak(0) end
---- flow.empty_cache(): returns the CPU allocator's cached blocks to the system.
-function flow.empty_cache() core.C.of_empty_cache(0) end
+--- flow.empty_cache(): returns the CPU allocator's cached blocks to the system and drops
+-- the kernel caches (oneDNN's reordered weights, autocast's bfloat16 weight copies).
+function flow.empty_cache()
+  core.C.of_release_kernel_caches()
+  core.C.of_empty_cache(0)
+end
 flow.collect = core.collect
 
 --- Shares a C host's `of_tensor*` with Lua (takes a reference of its own).

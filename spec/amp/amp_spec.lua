@@ -88,6 +88,62 @@ describe('flow.amp.autocast', function()
     H.raises(function() ac:exit() end, 'exit() without enter()')
   end)
 
+  it('keeps parameters\' low-precision copies for inference, and sees updates', function()
+    -- no_grad autocast keeps each parameter's bfloat16 copy between calls
+    -- (core/ops/amp.c); the numbers must be those of a fresh cast every time
+    local lin = nn.Linear(6, 5)
+    local x = flow.randn(4, 6)
+    local function fresh()   -- grad recorded: nothing kept, a new cast
+      return amp.autocast({dtype = bf16}, function() return lin(x) end):float()
+    end
+    local function kept()
+      return flow.no_grad(function()
+        return amp.autocast({dtype = bf16}, function() return lin(x) end)
+      end):float()
+    end
+    H.close(kept(), fresh():detach(), 0)
+    H.close(kept(), fresh():detach(), 0)   -- the kept copy
+    flow.no_grad(function() lin.weight:mul_(3) end)
+    H.close(kept(), fresh():detach(), 0)
+    -- a convolution's weight (kept as it is; linear keeps weight.t()'s copy)
+    local conv, xi = nn.Conv2d(3, 4, 3), flow.randn(1, 3, 6, 6)
+    local function ckept()
+      return flow.no_grad(function()
+        return amp.autocast({dtype = bf16}, function() return conv(xi) end)
+      end):float()
+    end
+    local function cfresh()
+      return amp.autocast({dtype = bf16}, function() return conv(xi) end):float():detach()
+    end
+    H.close(ckept(), cfresh(), 0)
+    flow.no_grad(function() conv.weight:neg_() end)
+    H.close(ckept(), cfresh(), 0)
+    flow.no_grad(function() lin.weight:sub_(1) end)
+    H.close(kept(), fresh():detach(), 0)
+    lin:load_state_dict(nn.Linear(6, 5):state_dict())
+    H.close(kept(), fresh():detach(), 0)
+    local opt = flow.optim.SGD(lin:parameters(), {lr = 0.3})
+    fresh():sum():backward()
+    opt:step()
+    H.close(kept(), fresh():detach(), 0)
+    -- float16 and bfloat16 copies of one parameter are kept apart
+    local h = flow.no_grad(function()
+      return amp.autocast({dtype = f16}, function() return lin(x) end)
+    end)
+    assert.equal(f16, h.dtype)
+    H.close(h:float(), amp.autocast({dtype = f16}, function() return lin(x) end):float():detach(), 0)
+    -- a traced graph casts at every run: training between runs is seen
+    local G = nn.Graph:subclass('KeptCastGraph')
+    function G:__init() nn.Graph.__init(self); self.lin = lin; self.config:enable_amp(true) end
+    function G:build(t) return self.lin(t) end
+    local g = G()
+    flow.no_grad(function() g(x) end)
+    flow.no_grad(function() lin.weight:add_(1) end)
+    H.close(flow.no_grad(function() return g(x) end):float(), fresh():detach(), 0)
+    flow.empty_cache()
+    H.close(kept(), fresh():detach(), 0)
+  end)
+
   it('rejects bad options', function()
     H.raises(function() amp.autocast({dtype = flow.float32}) end, 'float16 or flow.bfloat16')
     H.raises(function() amp.autocast('tpu', {}) end, "device_type must be 'cpu' or 'cuda', got 'tpu'")

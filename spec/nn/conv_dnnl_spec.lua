@@ -152,6 +152,96 @@ print(y:size(1))
   end)
 end)
 
+describe('the weight-reorder cache (inference through oneDNN)', function()
+  -- no_grad forwards keep a parameter's reordered weight, keyed by its
+  -- storage and version: an in-place change, a new parameter, another dtype
+  -- must all be seen, and a repeated call gives the same bits
+  local function infer(conv, x)
+    return flow.no_grad(function() return with_backend('dnnl', conv, x) end)
+  end
+  local function ref(conv, x)
+    return flow.no_grad(function() return with_backend('ref', conv, x) end)
+  end
+
+  it('sees in-place updates, load_state_dict and new parameters', function()
+    flow.manual_seed(21)
+    local conv = flow.nn.Conv2d(8, 16, 3, {padding = 1})
+    local x = flow.randn(2, 8, 10, 10)
+    local y1 = infer(conv, x)
+    near(y1, ref(conv, x), 1e-5, 1e-4, 'first call')
+    assert.are.equal(0, (infer(conv, x) - y1):abs():max():item())   -- the kept copy
+    flow.no_grad(function() conv.weight:mul_(-2) end)               -- in place: version bump
+    near(infer(conv, x), ref(conv, x), 1e-5, 1e-4, 'after mul_')
+    near(infer(conv, x), y1 * -2 + conv.bias:reshape(1, 16, 1, 1) * 3, 1e-5, 1e-4,
+      'after mul_, by hand')
+    local other = flow.nn.Conv2d(8, 16, 3, {padding = 1})           -- same shapes
+    conv:load_state_dict(other:state_dict())
+    near(infer(conv, x), ref(other, x), 1e-5, 1e-4, 'after load_state_dict')
+    near(infer(other, x), ref(other, x), 1e-5, 1e-4, 'the other module')
+    local opt = flow.optim.SGD(conv:parameters(), {lr = 0.5})
+    with_backend('dnnl', function() conv(x):sum():backward() end)
+    opt:step()
+    near(infer(conv, x), ref(conv, x), 1e-5, 1e-4, 'after an optimizer step')
+    flow.empty_cache()
+    near(infer(conv, x), ref(conv, x), 1e-5, 1e-4, 'after empty_cache')
+  end)
+
+  it('in a compiled graph (arena memory) with bfloat16 weights updated between runs', function()
+    flow.manual_seed(23)
+    local net = flow.nn.Sequential(flow.nn.Conv2d(8, 16, 3, {padding = 1}), flow.nn.ReLU(),
+      flow.nn.Conv2d(16, 16, 3, {padding = 1}), flow.nn.Conv2d(16, 16, 3, {padding = 1}))
+    net:eval():to(flow.bfloat16)
+    local G = flow.nn.Graph:subclass('KeptWeightGraph')
+    function G:__init() flow.nn.Graph.__init(self); self.net = net end
+    function G:build(t) return self.net(t) end
+    local g = G()
+    local x = flow.randn(2, 8, 9, 9):to(flow.bfloat16)
+    local function want() return ref(net, x):float() end
+    for round = 1, 4 do
+      local y = flow.no_grad(function() return g(x) end):float()
+      near(y, want(), 2 ^ -6, 1e-2, 'graph run ' .. round)
+      if round == 2 then
+        flow.no_grad(function() net[3].weight:mul_(-1); net[4].weight:add_(0.25) end)
+      end
+    end
+  end)
+
+  it('skips the weight reorder on a repeated call when built in', function()
+    if not BUILT then pending('built without oneDNN (OF_WITH_DNNL=OFF)') return end
+    local script = os.tmpname()
+    local f = assert(io.open(script, 'w'))
+    f:write([[
+local flow = require 'oneflow'
+local conv = flow.nn.Conv2d(16, 32, 3, {padding = 1})
+local x = flow.randn(1, 16, 12, 12)
+io.stdout:write('MARK1\n') io.stdout:flush()
+flow.no_grad(function() conv(x) end)
+io.stdout:write('MARK2\n') io.stdout:flush()
+flow.no_grad(function() conv(x) end)
+io.stdout:write('MARK3\n') io.stdout:flush()
+conv(x)   -- grad recorded: not kept
+io.stdout:write('MARK4\n') io.stdout:flush()
+]])
+    f:close()
+    local p = io.popen(('OF_CONV_BACKEND=dnnl DNNL_VERBOSE=1 luajit %s 2>&1'):format(script))
+    local out = p:read('*a')
+    p:close()
+    os.remove(script)
+    local function count(from, to)
+      local a = assert(out:find(from, 1, true), out)
+      local b = assert(out:find(to, a, true), out)
+      local n = 0
+      for _ in out:sub(a, b):gmatch('exec,cpu,reorder') do n = n + 1 end
+      return n
+    end
+    local first, second, third = count('MARK1', 'MARK2'), count('MARK2', 'MARK3'),
+      count('MARK3', 'MARK4')
+    assert.is_true(out:find('exec,cpu,convolution', 1, true) ~= nil, out)
+    assert.are.equal(first - 1, second, out)   -- the weight's reorder is gone
+    assert.are.equal(first, third, out)
+  end)
+end)
+
 describe('conv in bfloat16', function()
   -- the bfloat16 result against float32 maths on the same bfloat16 values:
   -- one rounding of the result (2^-8 relative) plus the float32 sums

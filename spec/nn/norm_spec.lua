@@ -132,6 +132,39 @@ describe('batch_norm', function()
     end, {x, w}))
   end)
 
+  it('eval on bfloat16: one bfloat16 pass, the numbers of the float32 kernel rounded', function()
+    -- dense bfloat16 input, no grad: read and written as bfloat16 (norm.c,
+    -- ch_affine_bf16); must equal float32 batch_norm on the same values
+    -- rounded once, bit for bit, for odd spatial sizes, NaN and infinities
+    flow.manual_seed(2)
+    local C = 5
+    local rm, rv = flow.randn(C), flow.rand(C) + 0.5
+    local w, b = flow.randn(C), flow.randn(C)
+    local function same(x, what)
+      local got = F.batch_norm(x, rm, rv, w, b, false, 0.1, 1e-5)
+      assert.are.equal(flow.bfloat16, got.dtype, what)
+      local want = F.batch_norm(x:float(), rm, rv, w, b, false, 0.1, 1e-5):bfloat16()
+      local g, e = got:float():flatten():totable(), want:float():flatten():totable()
+      for i = 1, #e do
+        if e[i] ~= e[i] then assert(g[i] ~= g[i], what .. ': NaN expected at ' .. i)
+        else assert(g[i] == e[i], ('%s: element %d is %g, expected %g'):format(what, i, g[i], e[i])) end
+      end
+    end
+    same(flow.randn(3, C, 7, 9):bfloat16(), 'odd spatial sizes')
+    same(flow.randn(2, C, 33):bfloat16(), '3-d input')
+    same(flow.randn(4, C):bfloat16(), '[N, C]')
+    local x = flow.randn(2, C, 4, 4)
+    x[1][2][1][1] = 0 / 0
+    x[2][3][2][2] = 1 / 0
+    x[2][1][4][4] = -1 / 0
+    same(x:bfloat16(), 'NaN and infinities')
+    same(flow.randn(2, 4, 4, C):bfloat16():permute(1, 4, 2, 3), 'channels-last (float32 path)')
+    local xg = flow.randn(2, C, 3, 3):bfloat16():requires_grad_(true)
+    local y = F.batch_norm(xg, rm, rv, w, b, false, 0.1, 1e-5)
+    y:float():sum():backward()
+    assert.are.equal(flow.bfloat16, xg.grad.dtype)
+  end)
+
   it('reports bad arguments', function()
     local x = flow.randn({2, 3})
     H.raises(function() F.batch_norm(x, flow.zeros(2), flow.ones(2), {training = true}) end,

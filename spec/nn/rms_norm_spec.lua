@@ -56,9 +56,21 @@ describe('F.rms_norm', function()
                                            {x, w}))
   end)
 
+  it('has exact second derivatives (create_graph: the closed form from public ops)', function()
+    local x = (flow.randn(3, 4, {dtype = flow.float64}) + 0.5):requires_grad_()
+    local w = flow.randn(4, {dtype = flow.float64}):requires_grad_()
+    assert.is_true(flow.autograd.gradgradcheck(function(a, b) return F.rms_norm(a, {4}, b, 1e-5) end,
+                                               {x, w}))
+    assert.is_true(flow.autograd.gradgradcheck(function(a) return F.rms_norm(a, {2, 2}, nil, 1e-3) end,
+                                               {x:detach():reshape(3, 2, 2):transpose(2, 3):requires_grad_()}))
+  end)
+
   it('names the op, the shapes and the dtype on bad input', function()
     local x = flow.randn(2, 5)
-    H.raises(function() F.rms_norm(x, {4}) end, 'rms_norm', 'normalized_shape [4]', '[2,5]')
+    H.raises(function() F.rms_norm(x, {4}) end, 'rms_norm', 'normalized_shape [4]', '[2, 5]')
+    H.raises(function() F.rms_norm(x, {5}, nil, -1) end, 'rms_norm', 'eps', '-1')
+    H.raises(function() F.rms_norm(x, {5}, flow.ones(5, {dtype = flow.int64})) end,
+             'rms_norm', 'weight', 'floating point')
     H.raises(function() F.rms_norm(x, {5}, flow.ones(4)) end, 'rms_norm', 'weight', '[4]')
     H.raises(function() F.rms_norm(flow.ones(2, 5, {dtype = flow.int64}), 5) end,
              'rms_norm', 'floating point', 'int64')
@@ -84,7 +96,7 @@ describe('nn.RMSNorm', function()
 end)
 
 describe('rms_norm in nn.Graph', function()
-  it('traces to the same values as eager mode, on the first call and after', function()
+  it('traces to one op with the same values as eager mode, on the first call and after', function()
     local m = nn.RMSNorm(6, {eps = 1e-5})
     local G = nn.Graph:subclass('RMSGraph')
     function G:__init() nn.Graph.__init(self); self.m = m end
@@ -93,6 +105,11 @@ describe('rms_norm in nn.Graph', function()
     local x = flow.randn(4, 6)
     H.close(g(x), m(x), 1e-6, 'graph forward')
     H.close(g(x), m(x), 1e-6, 'graph forward, second call')
+    -- one op in the IR, with its eps (not the public ops it was once composed of)
+    local ir = g:ir()
+    assert.truthy(ir:find('rms_norm(', 1, true), ir)
+    assert.truthy(ir:find('eps=1e-05', 1, true), ir)
+    assert.falsy(ir:find('rsqrt', 1, true), ir)
   end)
 end)
 
@@ -114,11 +131,16 @@ if fn is None:
     eps = torch.finfo(torch.float32).eps
     fn = lambda x, s, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 y = fn(x, (M,), w); (y * g).sum().backward()
-for t in (y, x.grad, w.grad):
+x2 = x.detach().double().requires_grad_()
+y2 = x2 * torch.rsqrt(x2.pow(2).mean(-1, keepdim=True) + 1e-5)
+(y2 * g.double()).sum().backward()
+xb, wb = x.detach().bfloat16().float(), w.detach().bfloat16().float()
+yb = (xb * torch.rsqrt(xb.pow(2).mean(-1, keepdim=True) + 1e-5) * wb).bfloat16()
+for t in (y, x.grad, w.grad, y2, x2.grad, yb.float()):
     print(' '.join('%%.9g' %% v for v in t.detach().reshape(-1).tolist()))
 ]]):format(R, M)
     local lines = H.python_lines(script)
-    assert.equal(3, #lines)
+    assert.equal(6, #lines)
     local function nums(l)
       local r = {}
       for v in l:gmatch('%S+') do r[#r + 1] = tonumber(v) end
@@ -134,5 +156,16 @@ for t in (y, x.grad, w.grad):
     H.close(y, nums(lines[1]), 1e-5, 'rms_norm')
     H.close(x.grad, nums(lines[2]), 1e-4, 'grad x')
     H.close(w.grad, nums(lines[3]), 1e-4, 'grad w')
+    -- float64, no weight, eps given
+    local x2 = x:detach():double():requires_grad_()
+    local y2 = F.rms_norm(x2, M, {eps = 1e-5})
+    local loss2 = (y2 * g:double()):sum()
+    loss2:backward()
+    H.close(y2, nums(lines[4]), 1e-8, 'float64 rms_norm')
+    H.close(x2.grad, nums(lines[5]), 1e-8, 'float64 grad x')
+    -- bfloat16 in and out, within bfloat16 rounding (one rounding here, two in torch 2.4)
+    local yb = F.rms_norm(x:detach():bfloat16(), {M}, w:detach():bfloat16(), 1e-5)
+    assert.equal(flow.bfloat16, yb.dtype)
+    H.close(yb:float(), nums(lines[6]), 1.6e-2, 'bfloat16 rms_norm')
   end)
 end)

@@ -1,5 +1,5 @@
 -- The run-time dispatched row kernels (core/ops/rowk.c): layer_norm,
--- softmax and log_softmax, forward and backward, on float32 and bfloat16
+-- rms_norm, softmax and log_softmax, forward and backward, on float32 and bfloat16
 -- rows, on every instruction set this CPU has (flow.backends.cpu), against
 -- the generic float64 kernels and, where it is installed, PyTorch.
 local flow = require 'oneflow'
@@ -27,6 +27,35 @@ local SIZES = {1, 3, 17, 1000, 1025, 2049, 4100}   -- 2049 and 4100: rows of sev
 -- x [R, M] with a spread of values and a mean away from 0
 local function input(R, M, dt)
   return (flow.randn(R, M) * 2 + 0.5):to(dt or f32)
+end
+
+-- float32 gradients of fwd(x, params...) (on every instruction set) against
+-- float64, for R = 70 rows (more than one block of 64 rows for the parameter
+-- grads), with the parameters and without (plain(x) alone)
+local function grads_match_f64(nparams, fwd, plain)
+  each_isa(function()
+    for _, M in ipairs({1, 17, 1025, 2049}) do
+      local R = 70
+      local x0, g, p0 = input(R, M), flow.randn(R, M), {}
+      for i = 1, nparams do p0[i] = flow.randn(M) end
+      local function run(dt, with)
+        local function leaf(t) return t:to(dt):detach():requires_grad_() end
+        local x, ps = leaf(x0), {}
+        for i = 1, nparams do ps[i] = leaf(p0[i]) end
+        backward(with and fwd(x, M, unpack(ps)) or plain(x, M), g:to(dt))
+        local r = {x.grad}
+        for i = 1, nparams do r[i + 1] = ps[i].grad end
+        return r
+      end
+      for _, with in ipairs({true, false}) do
+        local got, want = run(f32, with), run(f64, with)
+        assert.equal(f32, got[1].dtype)
+        for i = 1, #got do
+          close(got[i], want[i], 1e-4, ('grad %d M=%d%s'):format(i, M, with and '' or ', no parameters'))
+        end
+      end
+    end
+  end)
 end
 
 describe('backends.cpu', function()
@@ -76,30 +105,8 @@ describe('layer_norm row kernel', function()
   end)
 
   it('gives the float64 kernel\'s gradients for input, weight and bias', function()
-    each_isa(function()
-      for _, M in ipairs({1, 17, 1025, 2049}) do
-        local R = 70   -- more than one block of 64 rows for the parameter grads
-        local x0, w0, b0, g = input(R, M), flow.randn(M), flow.randn(M), flow.randn(R, M)
-        local function run(dt)
-          local function leaf(t) return t:to(dt):detach():requires_grad_() end
-          local x, w, b = leaf(x0), leaf(w0), leaf(b0)
-          backward(F.layer_norm(x, {M}, w, b, 1e-5), g:to(dt))
-          return x.grad, w.grad, b.grad
-        end
-        local gx, gw, gb = run(f32)
-        local rx, rw, rb = run(f64)
-        assert.equal(f32, gx.dtype)
-        close(gx, rx, 1e-4, 'grad x M=' .. M)
-        close(gw, rw, 1e-4, 'grad w M=' .. M)
-        close(gb, rb, 1e-4, 'grad b M=' .. M)
-        -- input grad alone (no parameters)
-        local x = x0:clone():requires_grad_()
-        local xd = x0:double():requires_grad_()
-        backward(F.layer_norm(x, {M}), g)
-        backward(F.layer_norm(xd, {M}), g:double())
-        close(x.grad, xd.grad, 1e-4, 'grad x, no affine, M=' .. M)
-      end
-    end)
+    grads_match_f64(2, function(x, M, w, b) return F.layer_norm(x, {M}, w, b, 1e-5) end,
+                    function(x, M) return F.layer_norm(x, {M}) end)
   end)
 
   it('runs bfloat16 rows in their dtype within bfloat16 rounding', function()
@@ -130,6 +137,46 @@ describe('layer_norm row kernel', function()
     local xe = flow.randn(0, 5):requires_grad_()
     F.layer_norm(xe, {5}):sum():backward()
     assert.same({0, 5}, xe.grad:size():totable())
+  end)
+end)
+
+describe('rms_norm row kernel', function()
+  it('matches the float64 kernel on every instruction set, with and without weight', function()
+    each_isa(function()
+      for _, M in ipairs(SIZES) do
+        for _, R in ipairs({1, 5}) do
+          local x, w = input(R, M), flow.randn(M)
+          close(F.rms_norm(x, {M}, w, 1e-5), F.rms_norm(x:double(), {M}, w:double(), 1e-5),
+                1e-5, ('weight M=%d R=%d'):format(M, R))
+          close(F.rms_norm(x, {M}), F.rms_norm(x:double(), {M}, nil, 1.1920928955078125e-07), 1e-5,
+                ('plain M=%d R=%d'):format(M, R))
+        end
+      end
+    end)
+  end)
+
+  it('gives the float64 kernel\'s gradients for input and weight', function()
+    grads_match_f64(1, function(x, M, w) return F.rms_norm(x, {M}, w, 1e-5) end,
+                    function(x, M) return F.rms_norm(x, {M}, nil, 1e-5) end)
+  end)
+
+  it('runs bfloat16 rows in their dtype within bfloat16 rounding', function()
+    each_isa(function()
+      for _, M in ipairs({3, 1025, 2049}) do
+        local x, w = input(3, M, bf16), flow.randn(M):to(bf16)
+        local y = F.rms_norm(x, {M}, w, 1e-5)
+        assert.equal(bf16, y.dtype)
+        close(y, F.rms_norm(x:double(), {M}, w:double(), 1e-5), 1e-2, 'bf16 M=' .. M)
+        local xg, wg = x:clone():requires_grad_(), w:clone():requires_grad_()
+        local xd, wd = x:double():requires_grad_(), w:double():requires_grad_()
+        local g = flow.randn(3, M)
+        backward(F.rms_norm(xg, {M}, wg, 1e-5), g:to(bf16))
+        backward(F.rms_norm(xd, {M}, wd, 1e-5), g:to(bf16):double())
+        assert.equal(bf16, xg.grad.dtype)
+        close(xg.grad, xd.grad, 3e-2, 'bf16 grad x M=' .. M)
+        close(wg.grad, wd.grad, 3e-2, 'bf16 grad w M=' .. M)
+      end
+    end)
   end)
 end)
 

@@ -275,10 +275,11 @@ case('normalization', function()
   local inorm0 = nn.InstanceNorm1d(3)
   local gn = randomize(nn.GroupNorm(2, 6))
   local ln, ln2 = randomize(nn.LayerNorm({4, 5})), nn.LayerNorm(5, {elementwise_affine = false})
+  local rms = randomize(nn.RMSNorm({4, 5}))
   for _, m in ipairs({bn1, bn2, bn_nt, inorm, gn, ln}) do m:eval() end
   return function(x2, x1, x6)
     return {bn2(x2), bn_nt(x2), inorm(x2), inorm0(x2:flatten(3)), gn(x6), ln(x2), ln2(x2), bn1(x1),
-            bn1(x2:flatten(3)), F.normalize(x2, {dim = 2})}
+            bn1(x2:flatten(3)), F.normalize(x2, {dim = 2}), rms(x2), F.rms_norm(x2, 5, nil, 1e-3)}
   end, {flow.randn(2, 3, 4, 5), flow.randn(4, 3), flow.randn(2, 6, 3, 3)}
 end)
 

@@ -101,6 +101,11 @@ const of_memory_stats *of_memory_stats_get(of_device dev);
 void of_memory_mark(of_device dev);           /* zero bytes_since_sweep */
 void of_memory_reset_peak(of_device dev);
 void of_empty_cache(of_device dev);
+/* Frees what the kernels keep for inference: the bfloat16/float16 copies of
+ * parameters that autocast made (core/ops/amp.c) and the convolution
+ * weights oneDNN keeps reordered (core/device/dnnl.c); flow.empty_cache()
+ * calls it before of_empty_cache. */
+void of_release_kernel_caches(void);
 
 /* ---- devices (core/device/device.c; kernels in cuda/, liboneflow_cuda.so) ------
  * The CUDA library is loaded on first CUDA use (never at startup): a build
@@ -530,6 +535,10 @@ of_status of_batch_norm(of_tensor *x, of_tensor *running_mean, of_tensor *runnin
 /* Over the last normalized_ndim dims; weight/bias have that trailing shape. */
 of_status of_layer_norm(of_tensor *x, int32_t normalized_ndim, of_tensor *weight,
                         of_tensor *bias, double eps, of_tensor **out);
+/* x * rsqrt(mean(x^2 over the last normalized_ndim dims) + eps) * weight
+ * (PyTorch 2.4's rms_norm; weight NULL or of the trailing shape; eps >= 0). */
+of_status of_rms_norm(of_tensor *x, int32_t normalized_ndim, of_tensor *weight, double eps,
+                      of_tensor **out);
 /* x [N, C, *], C divisible by groups; weight/bias [C]. */
 of_status of_group_norm(of_tensor *x, int64_t groups, of_tensor *weight, of_tensor *bias,
                         double eps, of_tensor **out);

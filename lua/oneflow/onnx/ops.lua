@@ -1145,6 +1145,19 @@ R['F.layer_norm'] = function(g, out, x, ns, opts)
   bind(g, out[1], y)
 end
 
+-- x / sqrt(ReduceMean(x^2) + eps) * weight (ONNX's RMSNormalization is opset 23)
+R['F.rms_norm'] = function(g, out, x, ns, opts)
+  if type(ns) == 'number' then ns = {ns} end
+  if type(ns) == 'table' and ns.totable then ns = ns:totable() end
+  local dt, r, v = dtype(x), x:dim(), g:val(x)
+  local axes = {}
+  for i = r - #ns + 1, r do axes[#axes + 1] = i - 1 end
+  local ms = reduce(g, 'ReduceMean', g:node('Mul', {v, v}), axes, true)
+  local y = g:node('Div', {v, g:node('Sqrt', {g:node('Add', {ms, g:scalar(opts.eps, dt)})})})
+  if opts.weight then y = g:node('Mul', {y, g:val(opts.weight)}) end
+  bind(g, out[1], y)
+end
+
 R['F.group_norm'] = function(g, out, x, groups, opts)
   opts = opts or {}
   local dt, c, r = dtype(x), x:size(2), x:dim()

@@ -5,6 +5,7 @@
 --   F.batch_norm(x, running_mean, running_var, weight, bias, training = false,
 --                momentum = 0.1, eps = 1e-5)
 --   F.layer_norm(x, normalized_shape, weight, bias, eps = 1e-5)
+--   F.rms_norm(x, normalized_shape, weight, eps = machine epsilon)
 --   F.group_norm(x, num_groups, weight, bias, eps = 1e-5)
 --   F.instance_norm(x, running_mean, running_var, weight, bias,
 --                   use_input_stats = true, momentum = 0.1, eps = 1e-5)
@@ -15,7 +16,9 @@ local A = require 'oneflow._args'
 
 local C, out1, wrap = core.C, core.out1, core.wrap
 local check_tensor, handle, check_status, parse = A.check_tensor, A.handle, A.check_status, A.parse
+local is_tensor = T.is_tensor
 local EMPTY = A.EMPTY
+local types = require 'oneflow.types'
 
 local M = {}
 
@@ -43,19 +46,42 @@ local function shape_list(s, op)
   return s
 end
 
-function M.layer_norm(x, normalized_shape, opts)
-  check_tensor('layer_norm', x)
-  opts = opts or EMPTY
-  local ns = shape_list(normalized_shape, 'layer_norm')
+-- the number of normalized dims, after checking they are x's last ones
+local function normalized_dims(op, x, normalized_shape)
+  local ns = shape_list(normalized_shape, op)
   local shape, k = x:size(), #ns
   local ok = k >= 1 and k <= #shape
   for i = 1, k do ok = ok and shape[#shape - k + i] == ns[i] end
   if not ok then
-    A.fail(('layer_norm: normalized_shape [%s] does not match the last dims of the input [%s]')
-          :format(table.concat(ns, ', '), table.concat(shape:totable(), ', ')))
+    A.fail(('%s: normalized_shape [%s] does not match the last dims of the input [%s]')
+          :format(op, table.concat(ns, ', '), table.concat(shape:totable(), ', ')))
   end
+  return k
+end
+
+function M.layer_norm(x, normalized_shape, opts)
+  check_tensor('layer_norm', x)
+  opts = opts or EMPTY
+  local k = normalized_dims('layer_norm', x, normalized_shape)
   check_status(C.of_layer_norm(x.p, k, handle('layer_norm', opts.weight, 'weight'),
     handle('layer_norm', opts.bias, 'bias'), opts.eps or 1e-5, out1))
+  return wrap(out1[0])
+end
+
+-- PyTorch's default eps: the machine epsilon of the compute type (float64's
+-- for float64, float32's for float32/float16/bfloat16)
+local EPS64, EPS32 = 2.220446049250313e-16, 1.1920928955078125e-07
+local function rms_eps(x, eps)
+  if eps ~= nil then return eps end
+  return x.dtype == types.by_name.float64 and EPS64 or EPS32
+end
+
+function M.rms_norm(x, normalized_shape, opts)
+  check_tensor('rms_norm', x)
+  opts = opts or EMPTY
+  local k = normalized_dims('rms_norm', x, normalized_shape)
+  check_status(C.of_rms_norm(x.p, k, handle('rms_norm', opts.weight, 'weight'),
+    rms_eps(x, opts.eps), out1))
   return wrap(out1[0])
 end
 
@@ -189,8 +215,8 @@ M.batch_norm = T.sbp_fn('batch_norm', function(ctx)
   return sigs
 end, M.batch_norm)
 
---- layer_norm: any dim before the normalised ones may split.
-M.layer_norm = T.sbp_fn('layer_norm', function(ctx)
+--- layer_norm (and rms_norm): any dim before the normalised ones may split.
+local function norm_rows_sbp(ctx)
   local sig = R.signer(ctx, {'input'})
   local nd = #ctx.shapes[1]
   local ns = ctx.args[2]
@@ -199,7 +225,11 @@ M.layer_norm = T.sbp_fn('layer_norm', function(ctx)
   local sigs = {sig({}, Bc)}
   for d = 1, nd - k do sigs[#sigs + 1] = sig({input = S(d)}, S(d)) end
   return sigs
-end, M.layer_norm)
+end
+M.layer_norm = T.sbp_fn('layer_norm', norm_rows_sbp, M.layer_norm)
+
+--- rms_norm: as layer_norm.
+M.rms_norm = T.sbp_fn('rms_norm', norm_rows_sbp, M.rms_norm)
 
 M.group_norm = T.sbp_fn('group_norm', R.per_sample(false), M.group_norm)
 
@@ -216,12 +246,13 @@ local REQUIRED = A.REQUIRED
 local bn_spec = {{'running_mean'}, {'running_var'}, {'weight'}, {'bias'}, {'training', false},
                  {'momentum', 0.1}, {'eps', 1e-5}}
 local ln_spec = {{'normalized_shape', REQUIRED}, {'weight'}, {'bias'}, {'eps', 1e-5}}
+local rms_spec = {{'normalized_shape', REQUIRED}, {'weight'}, {'eps'}}
 local gn_spec = {{'num_groups', REQUIRED}, {'weight'}, {'bias'}, {'eps', 1e-5}}
 local in_spec = {{'running_mean'}, {'running_var'}, {'weight'}, {'bias'}, {'use_input_stats', true},
                  {'momentum', 0.1}, {'eps', 1e-5}}
 
-local batch_norm, layer_norm, group_norm, instance_norm =
-  M.batch_norm, M.layer_norm, M.group_norm, M.instance_norm
+local batch_norm, layer_norm, rms_norm, group_norm, instance_norm =
+  M.batch_norm, M.layer_norm, M.rms_norm, M.group_norm, M.instance_norm
 
 -- canonical.X(x, ...) -> the arguments of the implementation (x, positional
 -- tensors, options), which the SBP rules and the ONNX exporter read.
@@ -239,6 +270,12 @@ function canonical.layer_norm(x, ...)
   return x, a.normalized_shape, {weight = a.weight, bias = a.bias, eps = a.eps}
 end
 
+function canonical.rms_norm(x, ...)
+  local a = parse('rms_norm', rms_spec, ...)
+  -- the default eps filled in here, where the ONNX exporter reads it too
+  return x, a.normalized_shape, {weight = a.weight, eps = is_tensor(x) and rms_eps(x, a.eps) or a.eps}
+end
+
 function canonical.group_norm(x, ...)
   local a = parse('group_norm', gn_spec, ...)
   return x, a.num_groups, {weight = a.weight, bias = a.bias, eps = a.eps}
@@ -252,6 +289,10 @@ end
 
 function M.batch_norm(...) return batch_norm(canonical.batch_norm(...)) end
 function M.layer_norm(...) return layer_norm(canonical.layer_norm(...)) end
+--- F.rms_norm(x, normalized_shape, weight, eps) (PyTorch 2.4): x / sqrt(mean(x^2
+-- over the last #normalized_shape dims) + eps) * weight, one fused kernel
+-- forward and backward; eps defaults to the compute type's machine epsilon.
+function M.rms_norm(...) return rms_norm(canonical.rms_norm(...)) end
 function M.group_norm(...) return group_norm(canonical.group_norm(...)) end
 function M.instance_norm(...) return instance_norm(canonical.instance_norm(...)) end
 
