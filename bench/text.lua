@@ -9,7 +9,9 @@
 -- The contenders alternate: each round times REPS calls of ours per case,
 -- then runs one PyTorch process per version (a warm-up and REPS timed calls
 -- per case); figures are medians over all timed calls, ratios are ours over
--- the faster PyTorch. Prints a markdown table and the machine load.
+-- the faster PyTorch. Prints two markdown tables, wall time and process CPU
+-- time (all threads: os.clock here, time.process_time there; under a
+-- loaded machine the CPU time is the steadier figure), and the machine load.
 --
 --   sh tools/minilm.sh && luajit bench/text.lua [threads] [--rounds N] [--reps N] [--no-torch2]
 local flow = require 'oneflow'
@@ -77,14 +79,16 @@ end
 local st = text.SentenceTransformer(dir)
 for _, c in ipairs(cases) do st:encode(c.list, {batch_size = #c.list}) end   -- warm-up
 local ours, theirs, versions = {}, {}, {}
+local ours_cpu, theirs_cpu = {}, {}
 local load_before = loadavg()
 for r = 1, rounds do
   for _, c in ipairs(cases) do
-    ours[c.key] = ours[c.key] or {}
+    ours[c.key], ours_cpu[c.key] = ours[c.key] or {}, ours_cpu[c.key] or {}
     for _ = 1, reps do
-      local t0 = now()
+      local t0, c0 = now(), os.clock()
       st:encode(c.list, {batch_size = #c.list})
       ours[c.key][#ours[c.key] + 1] = (now() - t0) * 1000
+      ours_cpu[c.key][#ours_cpu[c.key] + 1] = (os.clock() - c0) * 1000
       flow.collect()
     end
   end
@@ -93,37 +97,46 @@ for r = 1, rounds do
     local ok, res = pcall(json.decode, line)
     if not ok then error('text.lua: ' .. py .. ' failed:\n' .. all) end
     versions[i] = res.torch
-    theirs[i] = theirs[i] or {}
+    theirs[i], theirs_cpu[i] = theirs[i] or {}, theirs_cpu[i] or {}
     for _, c in ipairs(cases) do
       theirs[i][c.key] = theirs[i][c.key] or {}
+      theirs_cpu[i][c.key] = theirs_cpu[i][c.key] or {}
       for _, t in ipairs(res[c.key]) do table.insert(theirs[i][c.key], t) end
+      for _, t in ipairs(res[c.key .. '_cpu'] or {}) do table.insert(theirs_cpu[i][c.key], t) end
     end
   end
   io.stderr:write(('round %d/%d done\n'):format(r, rounds))
 end
 os.remove(cases_path)
 
------------------------------------------------------------------- table
-local head = {'| case | flowtext ms |'}
-local rule = {'| --- | --- |'}
-for i = 1, #pythons do
-  head[#head + 1] = (' PyTorch %s ms |'):format(versions[i])
-  rule[#rule + 1] = ' --- |'
-end
-head[#head + 1] = ' ratio (ours / faster PyTorch) |'
-rule[#rule + 1] = ' --- |'
-print(table.concat(head))
-print(table.concat(rule))
-for _, c in ipairs(cases) do
-  local m = median(ours[c.key])
-  local row, best = {('| %s | %.1f |'):format(c.name, m)}, math.huge
+------------------------------------------------------------------ tables
+local function report(title, mine, other)
+  print(title)
+  print()
+  local head = {'| case | flowtext ms |'}
+  local rule = {'| --- | --- |'}
   for i = 1, #pythons do
-    local t = median(theirs[i][c.key])
-    best = math.min(best, t)
-    row[#row + 1] = (' %.1f |'):format(t)
+    head[#head + 1] = (' PyTorch %s ms |'):format(versions[i])
+    rule[#rule + 1] = ' --- |'
   end
-  row[#row + 1] = best < math.huge and (' %.2fx |'):format(m / best) or ' n/a |'
-  print(table.concat(row))
+  head[#head + 1] = ' ratio (ours / faster PyTorch) |'
+  rule[#rule + 1] = ' --- |'
+  print(table.concat(head))
+  print(table.concat(rule))
+  for _, c in ipairs(cases) do
+    local m = median(mine[c.key])
+    local row, best = {('| %s | %.1f |'):format(c.name, m)}, math.huge
+    for i = 1, #pythons do
+      local t = median(other[i][c.key])
+      best = math.min(best, t)
+      row[#row + 1] = (' %.1f |'):format(t)
+    end
+    row[#row + 1] = best < math.huge and (' %.2fx |'):format(m / best) or ' n/a |'
+    print(table.concat(row))
+  end
+  print()
 end
+report('wall time per encode call (median)', ours, theirs)
+report('process CPU time per encode call, all threads (median)', ours_cpu, theirs_cpu)
 print(('threads %d, %d rounds x %d calls; load average before %s, after %s'):format(
   threads, rounds, reps, load_before, loadavg()))

@@ -1,6 +1,8 @@
 """sentence-transformers side of bench/text.lua: loads the model folder,
 encodes each case's sentences once to warm up, then REPS timed times;
-prints one JSON object {"torch": version, "<case>": [ms, ...]}.
+prints one JSON object {"torch": version, "<case>": [wall ms, ...],
+"<case>_cpu": [process CPU ms, ...]} (CPU time: all of the process's
+threads, as bench/text.lua's os.clock).
 
   python text_torch.py MODEL_DIR CASES.json THREADS REPS
 """
@@ -19,10 +21,12 @@ st = SentenceTransformer(model_dir, device='cpu')
 out = {'torch': torch.__version__}
 for key, sentences in cases.items():
     st.encode(sentences, batch_size=len(sentences))
-    times = []
+    times, cpu = [], []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         st.encode(sentences, batch_size=len(sentences))
         times.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
     out[key] = times
+    out[key + '_cpu'] = cpu
 print(json.dumps(out))

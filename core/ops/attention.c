@@ -52,6 +52,10 @@ typedef struct {
   of_sdpa_desc d;
   const void *mask;        /* uint8 (kind 1) or the compute dtype (kind 2) */
   const int64_t *moff;     /* [BH] */
+  /* the forward's q, k, v rows: head bh's row i at qo[bh] + i * qsl (k, v: per
+   * key/value head), the last dim contiguous; the backward's are dense */
+  const int64_t *qo, *ko, *vo;
+  int64_t qsl, ksl, vsl;
 } geo;
 
 /* Scratch of a forward task and of a backward task, in elements of T. */
@@ -60,8 +64,11 @@ static int64_t fwd_scratch(const geo *g) {
   int64_t E = g->d.E, Evp = padn(g->d.Ev);
   return BQ * E + BQ * BK + BQ * Evp + 2 * BQ;
 }
+/* the forward's key columns: S rounded up to PADN (its key blocks are BK wide
+ * but the last is only as wide as it needs) */
+static int64_t fwd_sp(const geo *g) { return padn(g->d.S); }
 /* the forward's packed keys and values of one key/value head */
-static int64_t fwd_pack_size(const geo *g) { return spad(g) * (g->d.E + padn(g->d.Ev)); }
+static int64_t fwd_pack_size(const geo *g) { return fwd_sp(g) * (g->d.E + padn(g->d.Ev)); }
 static int64_t bwd_scratch(const geo *g) {
   int64_t E = g->d.E, Ev = g->d.Ev, Ep = padn(E), Evp = padn(Ev), S = g->d.S, Sp = spad(g);
   return S * Ep + S * Evp + BQ * Ep + BQ * Evp + BQ * Ep + Sp * (E + Ev + Ep) + 3 * BQ * BK + BQ;
@@ -152,10 +159,10 @@ static double expsum_f64(double *s, int64_t n, double mx) {
 
 /* ---- the blocked algorithm, once per element type ---------------------------
  * mask_block: S block rows [i0, i0 + nq) x keys [j0, j0 + nk): the mask,
- * causality and the padding columns (nk..BK) become -inf / are added. */
+ * causality and the padding columns (nk..nw) become -inf / are added. */
 #define ATTN_ALGO(T, SUF, ATTR)                                                                 \
   ATTR static void mask_block_##SUF(const geo *g, int64_t bh, int64_t i0, int64_t nq,           \
-                                    int64_t j0, int64_t nk, T *Sb) {                            \
+                                    int64_t j0, int64_t nk, int64_t nw, T *Sb) {                \
     const of_sdpa_desc *d = &g->d;                                                              \
     for (int64_t r = 0; r < nq; r++) {                                                          \
       T *s = Sb + r * BK;                                                                       \
@@ -170,7 +177,7 @@ static double expsum_f64(double *s, int64_t n, double mx) {
       }                                                                                         \
       if (d->causal)                                                                            \
         for (c = i - j0 + 1 > 0 ? i - j0 + 1 : 0; c < nk; c++) s[c] = -INFINITY;                \
-      for (c = nk; c < BK; c++) s[c] = -INFINITY;                                               \
+      for (c = nk; c < nw; c++) s[c] = -INFINITY;                                               \
     }                                                                                           \
   }                                                                                             \
   /* the dropout draws of a block: u[r * BK + c] for (bh, i0 + r, j0 + c) */                    \
@@ -189,18 +196,19 @@ static double expsum_f64(double *s, int64_t n, double mx) {
    * [E][Sp] (k^T), Vt [Ev][Sp] (v^T), Kp [Sp][Ep], Vp [Sp][Evp] (each or NULL),             \
    * rows/columns [ja, jb), zero past S and past the head dims. */                             \
   static void pack_kv_##SUF(const geo *g, const T *K, const T *V, T *Kt, T *Vt, T *Kp,        \
-                            T *Vp, int64_t ja, int64_t jb) {                                    \
-    int64_t S = g->d.S, E = g->d.E, Ev = g->d.Ev, Sp = spad(g), Ep = padn(E), Evp = padn(Ev);  \
+                            T *Vp, int64_t ja, int64_t jb, int64_t Sp, int64_t ksl,           \
+                            int64_t vsl) {                                                      \
+    int64_t S = g->d.S, E = g->d.E, Ev = g->d.Ev, Ep = padn(E), Evp = padn(Ev);                \
     for (int64_t j = ja; j < jb; j++) {                                                         \
       bool in = j < S;                                                                          \
       for (int64_t e = 0; e < E; e++) {                                                         \
-        T x = in ? K[j * E + e] : 0;                                                            \
+        T x = in ? K[j * ksl + e] : 0;                                                          \
         if (Kt) Kt[e * Sp + j] = x;                                                             \
         if (Kp) Kp[j * Ep + e] = x;                                                             \
       }                                                                                         \
       if (Kp) for (int64_t e = E; e < Ep; e++) Kp[j * Ep + e] = 0;                              \
       for (int64_t e = 0; e < Ev; e++) {                                                        \
-        T x = in ? V[j * Ev + e] : 0;                                                           \
+        T x = in ? V[j * vsl + e] : 0;                                                          \
         if (Vt) Vt[e * Sp + j] = x;                                                             \
         if (Vp) Vp[j * Evp + e] = x;                                                            \
       }                                                                                         \
@@ -214,30 +222,33 @@ static double expsum_f64(double *s, int64_t n, double mx) {
     int64_t L = d->L, S = d->S, E = d->E, Ev = d->Ev, Evp = padn(Ev);                           \
     int64_t nqb = (L + BQ - 1) / BQ, bh = task / nqb, i0 = (task % nqb) * BQ;                   \
     int64_t nq = min64(BQ, L - i0), kv = bh / d->group;                                         \
-    int64_t Sp = spad(g);                                                                       \
-    const T *Q = q + (bh * L + i0) * E, *Kt = kvp + kv * fwd_pack_size(g), *Vp = Kt + E * Sp;   \
+    int64_t Sp = fwd_sp(g);                                                                     \
+    const T *Q = q + g->qo[bh] + i0 * g->qsl, *Kt = kvp + kv * fwd_pack_size(g);               \
+    const T *Vp = Kt + E * Sp;                                                                  \
     T *Qs = buf, *Sb = Qs + BQ * E, *acc = Sb + BQ * BK;                                        \
     T *m = acc + BQ * Evp, *l = m + BQ;                                                         \
     T sc = (T)d->scale, keep = d->p > 0 ? (T)(1.0 / (1.0 - d->p)) : 1;                          \
-    for (int64_t x = 0; x < nq * E; x++) Qs[x] = Q[x] * sc;                                     \
+    for (int64_t r = 0; r < nq; r++)                                                            \
+      for (int64_t e = 0; e < E; e++) Qs[r * E + e] = Q[r * g->qsl + e] * sc;                   \
     memset(acc, 0, sizeof(T) * (size_t)(nq * Evp));                                             \
     for (int64_t r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;                                \
     int64_t jend = key_end_##SUF(g, i0, nq);                                                    \
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {                                                 \
-      int64_t nk = min64(BK, S - j0);                                                           \
-      gemm_##SUF(nq, BK, E, Qs, E, 1, Kt + j0, Sp, Sb, BK, 0);                                  \
-      mask_block_##SUF(g, bh, i0, nq, j0, nk, Sb);                                              \
+      /* a last (or only) short block is nw = nk rounded up to PADN columns wide */            \
+      int64_t nk = min64(BK, S - j0), nw = min64(BK, padn(nk));                                 \
+      gemm_##SUF(nq, nw, E, Qs, E, 1, Kt + j0, Sp, Sb, BK, 0);                                  \
+      mask_block_##SUF(g, bh, i0, nq, j0, nk, nw, Sb);                                          \
       if (d->p > 0) draws_##SUF(g, bh, i0, nq, j0, nk, u);                                      \
       for (int64_t r = 0; r < nq; r++) {                                                        \
         T *s = Sb + r * BK;                                                                     \
-        T mn = rowmax_##SUF(s, BK);                                                             \
+        T mn = rowmax_##SUF(s, nw);                                                             \
         if (m[r] > mn) mn = m[r];                                                               \
         if (mn == -INFINITY) {   /* every key so far masked: nothing to add */                  \
-          memset(s, 0, sizeof(T) * BK);                                                         \
+          memset(s, 0, sizeof(T) * (size_t)nw);                                                 \
           continue;                                                                             \
         }                                                                                       \
         T alpha = (T)exp(m[r] - mn);                                                            \
-        l[r] = l[r] * alpha + expsum_##SUF(s, BK, mn);                                          \
+        l[r] = l[r] * alpha + expsum_##SUF(s, nw, mn);                                          \
         m[r] = mn;                                                                              \
         if (alpha != 1)                                                                         \
           for (int64_t c = 0; c < Evp; c++) acc[r * Evp + c] *= alpha;                          \
@@ -270,7 +281,7 @@ static double expsum_f64(double *s, int64_t n, double mx) {
     memset(dKa + ja * Ep, 0, sizeof(T) * (size_t)((js - ja) * Ep));                             \
     memset(dVa + ja * Evp, 0, sizeof(T) * (size_t)((js - ja) * Evp));                           \
     memset(Qs, 0, sizeof(T) * (size_t)(BQ * (Ep + Evp)));                                       \
-    pack_kv_##SUF(g, K, V, Kt, Vt, Kp, NULL, ja, jb);                                           \
+    pack_kv_##SUF(g, K, V, Kt, Vt, Kp, NULL, ja, jb, Sp, E, Ev);                                \
     for (int64_t bh = kv * d->group; bh < (kv + 1) * d->group; bh++) {                          \
       for (int64_t i0 = 0; i0 < L; i0 += BQ) {                                                  \
         int64_t nq = min64(BQ, L - i0);                                                         \
@@ -290,7 +301,7 @@ static double expsum_f64(double *s, int64_t n, double mx) {
         for (int64_t j0 = ja; j0 < jend; j0 += BK) {                                            \
           int64_t nk = min64(BK, S - j0);                                                       \
           gemm_##SUF(nq, BK, E, Qs, Ep, 1, Kt + j0, Sp, Sb, BK, 0);                             \
-          mask_block_##SUF(g, bh, i0, nq, j0, nk, Sb);                                          \
+          mask_block_##SUF(g, bh, i0, nq, j0, nk, BK, Sb);                                      \
           if (d->p > 0) draws_##SUF(g, bh, i0, nq, j0, nk, u);                                  \
           for (int64_t r = 0; r < nq; r++) {                                                    \
             T *s = Sb + r * BK;                                                                 \
@@ -371,7 +382,7 @@ static of_status cpu_forward(const geo *g, of_dtype cd, const void *q, const voi
     return OF_ERR_OOM;
   }
   fwd_fn fn = fwd_tab[of_cpu_isa()];
-  int64_t S = d->S, E = d->E, Ev = d->Ev, Sp = spad(g);
+  int64_t E = d->E, Sp = fwd_sp(g);
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     int32_t t = omp_get_thread_num(), n = omp_get_num_threads();
@@ -381,12 +392,12 @@ static of_status cpu_forward(const geo *g, of_dtype cd, const void *q, const voi
     for (int64_t h = 0; h < nkv; h++) {
       if (cd == OF_FLOAT64) {
         double *pk = (double *)kvp + h * psz;
-        pack_kv_f64(g, (const double *)k + h * S * E, (const double *)v + h * S * Ev, pk, NULL,
-                    NULL, pk + E * Sp, 0, Sp);
+        pack_kv_f64(g, (const double *)k + g->ko[h], (const double *)v + g->vo[h], pk, NULL,
+                    NULL, pk + E * Sp, 0, Sp, Sp, g->ksl, g->vsl);
       } else {
         float *pk = (float *)kvp + h * psz;
-        pack_kv_f32_def(g, (const float *)k + h * S * E, (const float *)v + h * S * Ev, pk,
-                        NULL, NULL, pk + E * Sp, 0, Sp);
+        pack_kv_f32_def(g, (const float *)k + g->ko[h], (const float *)v + g->vo[h], pk,
+                        NULL, NULL, pk + E * Sp, 0, Sp, Sp, g->ksl, g->vsl);
       }
     }
     for (int64_t x = t; x < tasks; x += n) {
@@ -617,7 +628,8 @@ static of_status sdpa_backward(of_node *n, of_tensor **g, of_tensor **gi) {
               : ops->sdpa_back(&d, dn[0], dn[1], dn[2], dn[5], moff, dn[3], dn[4], sv[5],
                                gr[0], gr[1], gr[2]);
   } else {
-    geo ge = {d, dn[5] ? of_tensor_data(dn[5]) : NULL, moff ? of_tensor_data(moff) : NULL};
+    geo ge = {d, dn[5] ? of_tensor_data(dn[5]) : NULL, moff ? of_tensor_data(moff) : NULL,
+              NULL, NULL, NULL, 0, 0, 0};   /* the backward reads dense q, k, v */
     st = cpu_backward(&ge, cd, of_tensor_data(dn[0]), of_tensor_data(dn[1]),
                       of_tensor_data(dn[2]), of_tensor_data(dn[3]), of_tensor_data(dn[4]),
                       of_tensor_data(sv[5]), of_tensor_data(gr[0]), of_tensor_data(gr[1]),
@@ -636,6 +648,37 @@ done:
   return st;
 }
 
+/* Rows of x (q, k or v: [..., n, e]) for the CPU forward: x itself when it
+ * has the compute dtype and a contiguous last dim (so the [B, H, L, E]
+ * transpose of a [B, L, H, E] projection is read in place, not copied), else
+ * a dense copy; offs [batch] gets each batch row's first element (relative
+ * to the first element) and *rs the stride between rows. */
+static of_status cpu_rows(of_tensor *x, of_dtype cd, of_tensor **keep, of_tensor **offs,
+                          int64_t *rs) {
+  int32_t nd = x->ndim;
+  if (x->dtype == cd && (x->shape[nd - 1] <= 1 || x->strides[nd - 1] == 1)) {
+    of_tensor_retain(x);
+    *keep = x;
+  } else {
+    OF_CHECK(of_dense(x, cd, keep));
+  }
+  const of_tensor *t = *keep;
+  int64_t nb = 1;
+  for (int32_t i = 0; i < nd - 2; i++) nb *= t->shape[i];
+  OF_CHECK(of_tensor_new(&nb, 1, OF_INT64, OF_CPU, offs));
+  int64_t *o = of_tensor_data(*offs);
+  for (int64_t b = 0; b < nb; b++) {
+    int64_t rem = b, off = 0;
+    for (int32_t i = nd - 3; i >= 0; i--) {
+      off += (rem % t->shape[i]) * t->strides[i];
+      rem /= t->shape[i];
+    }
+    o[b] = off;
+  }
+  *rs = t->strides[nd - 2];
+  return OF_OK;
+}
+
 /* ---- forward ---- */
 static of_status sdpa_body(of_tensor *q, of_tensor *k, of_tensor *v, of_tensor *mask, double p,
                            int32_t causal, double scale, int32_t gqa, of_tensor **out) {
@@ -649,10 +692,12 @@ static of_status sdpa_body(of_tensor *q, of_tensor *k, of_tensor *v, of_tensor *
   }
   of_dtype cd = of_compute_dtype(q->dtype);
   int32_t nd = q->ndim;
-  of_tensor *dn[4] = {0}, *o = NULL, *lse = NULL, *moff = NULL;
+  of_tensor *dn[4] = {0}, *o = NULL, *lse = NULL, *moff = NULL, *offs[3] = {0};
   of_tensor *ins[3] = {q, k, v};
+  int64_t rs[3] = {0};
   of_status st = OF_OK;
-  for (int32_t x = 0; x < 3 && st == OF_OK; x++) st = of_dense(ins[x], cd, &dn[x]);
+  for (int32_t x = 0; x < 3 && st == OF_OK; x++)
+    st = dev == OF_CPU ? cpu_rows(ins[x], cd, &dn[x], &offs[x], &rs[x]) : of_dense(ins[x], cd, &dn[x]);
   if (st == OF_OK) st = mask_layout(mask, nd, q->shape, cd, dev, &d, &dn[3], &moff);
   int64_t os[OF_MAX_DIMS];
   memcpy(os, q->shape, sizeof(int64_t) * (size_t)nd);
@@ -663,7 +708,9 @@ static of_status sdpa_body(of_tensor *q, of_tensor *k, of_tensor *v, of_tensor *
   if (dev != OF_CPU) {
     st = dops->sdpa(&d, dn[0], dn[1], dn[2], dn[3], moff, o, lse);
   } else {
-    geo ge = {d, dn[3] ? of_tensor_data(dn[3]) : NULL, moff ? of_tensor_data(moff) : NULL};
+    geo ge = {d, dn[3] ? of_tensor_data(dn[3]) : NULL, moff ? of_tensor_data(moff) : NULL,
+              of_tensor_data(offs[0]), of_tensor_data(offs[1]), of_tensor_data(offs[2]),
+              rs[0], rs[1], rs[2]};
     st = cpu_forward(&ge, cd, of_tensor_data(dn[0]), of_tensor_data(dn[1]),
                      of_tensor_data(dn[2]), of_tensor_data(o), of_tensor_data(lse));
   }
@@ -695,6 +742,7 @@ static of_status sdpa_body(of_tensor *q, of_tensor *k, of_tensor *v, of_tensor *
   }
 done:
   release_all(dn, 4);
+  release_all(offs, 3);
   of_tensor_release(o);
   of_tensor_release(lse);
   of_tensor_release(moff);

@@ -102,6 +102,8 @@ typedef struct {
   int32_t nbatch;
   double alpha, beta;
   of_dtype dt;
+  const void *crow;               /* addmm's c as one row [n] of dt (else NULL): each part
+                                   * fills its own rows with beta * crow before its gemm */
 } gemm_job;
 
 /* ---- floating point: BLAS ---- */
@@ -129,14 +131,29 @@ static void blas_part(const gemm_job *j, int64_t b, int part, int nparts) {
     }
     if (m <= 0 || n <= 0) return;
   }
+  int64_t c0 = co % ldc;   /* the first column of this part */
   if (j->dt == OF_FLOAT32) {
     const float *a = (const float *)j->A->base + oa, *bp = (const float *)j->B->base + ob;
+    float beta = (float)j->beta, *c = (float *)j->out + co;
+    if (j->crow) {   /* the bias rows, written here while they are about to be read */
+      const float *r = (const float *)j->crow + c0;
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t q = 0; q < n; q++) c[i * ldc + q] = beta * r[q];
+      beta = 1;
+    }
     cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)j->k, (float)j->alpha, a, (int)lda,
-                bp, (int)ldb, (float)j->beta, (float *)j->out + co, (int)ldc);
+                bp, (int)ldb, beta, c, (int)ldc);
   } else {
     const double *a = (const double *)j->A->base + oa, *bp = (const double *)j->B->base + ob;
+    double beta = j->beta, *c = (double *)j->out + co;
+    if (j->crow) {
+      const double *r = (const double *)j->crow + c0;
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t q = 0; q < n; q++) c[i * ldc + q] = beta * r[q];
+      beta = 1;
+    }
     cblas_dgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)j->k, j->alpha, a, (int)lda, bp,
-                (int)ldb, j->beta, (double *)j->out + co, (int)ldc);
+                (int)ldb, beta, c, (int)ldc);
   }
 }
 static void blas_one(const gemm_job *j, int64_t b) { blas_part(j, b, 0, 1); }
@@ -496,13 +513,20 @@ static of_status run(const mm_args *x, of_tensor **out) {
     st = of_tensor_new(rshape, rnd, compute, OF_CPU, &res);
     if (st != OF_OK) goto done;
   }
-  if (x->c && x->beta != 0) {
-    st = of_copy_data(res, x->c);
+  /* c, when it is one contiguous row of the compute dtype (a bias) and there
+   * is a product, goes in per gemm part (in parallel, each part's rows as it
+   * starts); otherwise it is copied to the result first */
+  of_tensor *c = x->c;
+  bool row = blas && c && x->beta != 0 && k > 0 && c->dtype == compute &&
+             of_shape_numel(c->shape, c->ndim) == n && (c->ndim == 0 || c->shape[c->ndim - 1] == n) &&
+             of_tensor_is_contiguous(c);
+  if (c && x->beta != 0 && !row) {
+    st = of_copy_data(res, c);
     if (st != OF_OK) goto done;
   }
   gemm_job j = {.A = &A, .B = &B, .out = of_ptr(res), .m = m, .n = n, .k = k,
                 .bshape = bshape, .nbatch = nbatch, .alpha = x->alpha,
-                .beta = x->c ? x->beta : 0, .dt = compute};
+                .beta = c ? x->beta : 0, .dt = compute, .crow = row ? of_ptr(c) : NULL};
   j.nbatch_total = of_shape_numel(bshape, nbatch);
   if (blas) fold_batches(&j, &A, bshape);
   st = gemm_exec(x->op, &j);

@@ -163,6 +163,42 @@ describe('F.scaled_dot_product_attention', function()
     H.close(ql.grad, qr.grad, 5e-2)
   end)
 
+  it('reads strided q, k, v in place: the same bits as contiguous copies', function()
+    -- the forward reads rows through per-head offsets and a row stride:
+    -- [B, L, H, E] projections transposed to [B, H, L, E], a slice of a wider
+    -- last dim (row stride > E), an expanded batch (stride 0), and a last dim
+    -- that is not contiguous (copied); short key counts (17 < 32 columns)
+    -- take one narrow key block
+    for _, dt in ipairs({flow.float32, f64}) do
+      for _, S in ipairs({17, 40, 150}) do
+        local q = flow.randn(2, 9, 4, 8, {dtype = dt}):transpose(2, 3)           -- [2, 4, 9, 8]
+        local kw = flow.randn(2, 4, S, 12, {dtype = dt})
+        local k = kw:narrow(4, 3, 8)                                             -- row stride 12
+        local v = flow.randn(1, 4, S, 5, {dtype = dt}):expand(2, 4, S, 5)        -- batch stride 0
+        local vt = flow.randn(2, 4, 5, S, {dtype = dt}):transpose(3, 4)          -- last dim strided
+        local m = flow.randn(2, 1, 1, S):gt(-1)
+        for _, o in ipairs({{}, {attn_mask = m}, {is_causal = true}}) do
+          assert.is_true(flow.equal(sdpa(q, k, v, o), sdpa(q:contiguous(), k:contiguous(), v:contiguous(), o)))
+          assert.is_true(flow.equal(sdpa(q, k, vt, o), sdpa(q:contiguous(), k:contiguous(), vt:contiguous(), o)))
+        end
+        -- GQA: two key/value heads for four query heads, transposed
+        local kg = flow.randn(2, S, 2, 8, {dtype = dt}):transpose(2, 3)
+        local vg = flow.randn(2, S, 2, 8, {dtype = dt}):transpose(2, 3)
+        assert.is_true(flow.equal(sdpa(q, kg, vg, {enable_gqa = true}),
+                                  sdpa(q:contiguous(), kg:contiguous(), vg:contiguous(), {enable_gqa = true})))
+        local want = F.softmax(q:matmul(k:transpose(-2, -1)) / math.sqrt(8), -1):matmul(v)
+        H.close(sdpa(q, k, v), want, dt == f64 and 1e-12 or 1e-5)
+      end
+    end
+    -- gradients through strided leaves equal those through contiguous ones
+    local qs = flow.randn(2, 9, 4, 8):requires_grad_()
+    local qc = qs:detach():clone():requires_grad_()
+    local k, v = flow.randn(2, 4, 17, 8), flow.randn(2, 4, 17, 8)
+    sdpa(qs:transpose(2, 3), k, v):pow(2):sum():backward()
+    sdpa(qc:transpose(2, 3):contiguous(), k, v):pow(2):sum():backward()
+    assert.is_true(flow.equal(qs.grad, qc.grad))
+  end)
+
   it('has correct gradients (gradcheck, float64): mask, causal, GQA', function()
     local function r(...) return flow.randn({...}, {dtype = f64, requires_grad = true}) end
     assert.is_true(flow.autograd.gradcheck(function(q, k, v) return sdpa(q, k, v) end,

@@ -78,6 +78,44 @@ describe('linear weight grads', function()
   end)
 end)
 
+describe('F.linear in inference', function()
+  local function op_names(fn)
+    local prof = flow.profiler.profile(fn)
+    local seen = {}
+    for _, e in ipairs(prof:events()) do seen[e.name] = (seen[e.name] or 0) + 1 end
+    return seen
+  end
+
+  it('is one addmm (the bias as the gemm\'s C) without grads, matmul + add with them', function()
+    local w, b = flow.randn(7, 5), flow.randn(7)
+    for _, shape in ipairs({{6, 5}, {2, 3, 5}, {2, 1, 4, 5}}) do
+      local x = flow.randn(shape)
+      local want = x:matmul(w:t()) + b
+      local got
+      local seen = op_names(function() got = flow.no_grad(function() return F.linear(x, w, b) end) end)
+      assert.are.same(want:size():totable(), got:size():totable())
+      H.close(got, want, 1e-6)
+      assert.are.equal(1, seen.addmm)
+      assert.is_nil(seen.matmul)
+      assert.is_nil(seen['binary.add'])
+    end
+    -- float64 too; a non-contiguous input, or a weight that needs a grad,
+    -- keeps matmul + add
+    local x64, w64, b64 = flow.randn(4, 3, f64), flow.randn(2, 3, f64), flow.randn(2, f64)
+    H.close(F.linear(x64, w64, b64), x64:matmul(w64:t()) + b64, 1e-14)
+    local xt = flow.randn(5, 6):t()
+    local seen = op_names(function() F.linear(xt, w, b) end)
+    assert.is_nil(seen.addmm)
+    H.close(F.linear(xt, w, b), xt:matmul(w:t()) + b, 1e-6)
+    local lin = nn.Linear(5, 7)
+    seen = op_names(function() lin(flow.randn(3, 5)) end)
+    assert.is_nil(seen.addmm)
+    assert.are.equal(1, seen.matmul)
+    seen = op_names(function() flow.no_grad(function() lin(flow.randn(3, 5)) end) end)
+    assert.are.equal(1, seen.addmm)
+  end)
+end)
+
 describe('nn.Bilinear', function()
   it('computes x1^T W_k x2 + b_k', function()
     local m = nn.Bilinear(2, 3, 4, {dtype = flow.float64})

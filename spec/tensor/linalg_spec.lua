@@ -258,6 +258,32 @@ describe('mm, bmm, addmm', function()
                     flow.addmm(flow.tensor({1, 2}), flow.zeros(2, 0), flow.zeros(0, 2), {beta = 3}):totable())
   end)
 
+  it('addmm adds a bias row inside each threaded gemm part, a column or full c by copy', function()
+    -- large enough that the product is split over the threads (by rows when
+    -- m > n, by columns when n > m); c as [n], [1, n], a column [m, 1] of a
+    -- square product, a full [m, n], and a scalar for n = 1
+    local nt = flow.get_num_threads()
+    for _, dt in ipairs({flow.float32, flow.float64}) do
+      local tol = dt == flow.float64 and 1e-10 or 1e-3
+      for _, mn in ipairs({{300, 150}, {150, 300}, {200, 200}, {257, 1}}) do
+        local m, n = mn[1], mn[2]
+        local a, b = flow.randn(m, 120, {dtype = dt}), flow.randn(n, 120, {dtype = dt}):t()
+        local p = a:to(flow.float64):matmul(b:to(flow.float64))
+        local cs = {flow.randn(n, {dtype = dt}), flow.randn(1, n, {dtype = dt}), flow.randn(m, n, {dtype = dt})}
+        if m == n then cs[#cs + 1] = flow.randn(m, 1, {dtype = dt}) end
+        if n == 1 then cs[#cs + 1] = flow.tensor(2.5, {dtype = dt}) end
+        for _, c in ipairs(cs) do
+          for _, t in ipairs({1, 2}) do
+            flow.set_num_threads(t)
+            local got = flow.addmm(c, a, b, {beta = 0.5, alpha = 2})
+            H.close(got:to(flow.float64), c:to(flow.float64) * 0.5 + p * 2, tol)
+          end
+        end
+      end
+    end
+    flow.set_num_threads(nt)
+  end)
+
   it('addmm checks its input', function()
     local a, b = flow.zeros(2, 3), flow.zeros(3, 4)
     H.raises(function() flow.addmm(flow.zeros(3), a, b) end,

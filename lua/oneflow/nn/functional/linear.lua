@@ -7,6 +7,7 @@ local A = require 'oneflow._args'
 local C = require('oneflow._C').C
 local T = require 'oneflow.tensor'
 local B = require 'oneflow.distributed.boxing'
+local tracer = require 'oneflow.onnx.tracer'
 
 local parse, fail, shape_str = U.parse, U.fail, U.shape_str
 local F = {}
@@ -22,6 +23,22 @@ function F.linear(x, w, b, ...)
   if x:dim() == 0 or x:size(-1) ~= in_f then
     fail(('linear: input %s and weight %s do not match (last dim of input must be %d)'):format(
       shape_str(x), shape_str(w), in_f))
+  end
+  -- inference with a bias: one addmm (the bias is the gemm's C, beta = 1)
+  -- instead of a product and a broadcast add over the whole result -- on the
+  -- CPU, for contiguous float32/float64 input, when no gradient is recorded
+  -- (training keeps matmul + add: same bits as nn.Graph, whose fuse pass
+  -- folds the bias add into the activation after it), outside autocast and
+  -- ONNX export (which records linear as MatMul + Add with dynamic axes)
+  if b ~= nil and x:dim() >= 2 and b:dim() == 1 and not x.is_cuda and not w.is_cuda
+      and x.dtype == w.dtype and b.dtype == w.dtype and (w.dtype == flow.float32 or w.dtype == flow.float64)
+      and x:numel() > 0 and x:is_contiguous() and C.of_autocast_enabled() == 0
+      and C.of_tracing() == 0 and not tracer.active()
+      and not (autograd.is_grad_enabled() and (x.requires_grad or w.requires_grad or b.requires_grad)) then
+    if x:dim() == 2 then return flow.addmm(b, x, w:t()) end
+    local shape = x:size():totable()
+    shape[#shape] = w:size(1)
+    return flow.addmm(b, x:view(-1, in_f), w:t()):view(shape)
   end
   local y = x:matmul(w:t())
   if b ~= nil then
