@@ -10,4 +10,6 @@ if ! command -v valgrind >/dev/null 2>&1; then
   echo "valgrind not found: the Helgrind run of test_graph_threads is skipped (apt-get install valgrind)"
   exit 77
 fi
-exec valgrind --tool=helgrind --error-exitcode=3 -q "$BIN" "$THREADS" "$CALLS"
+# Valgrind has no AVX-512: OpenBLAS runs other kernels than the native run
+# that wrote the batch-2 reference, so that one comparison is to 1e-5
+OF_THREADS_RTOL=1e-5 exec valgrind --tool=helgrind --error-exitcode=3 -q "$BIN" "$THREADS" "$CALLS"

@@ -218,7 +218,17 @@ int main(int argc, char **argv) {
     of_tensor *x2 = NULL, *y2 = NULL;
     bool ok = f && fread(want2, sizeof want2, 1, f) == 1 && of_graph_num_variants(shared) == 2 &&
               of_from_doubles(v2, s2, 2, OF_FLOAT32, &x2) == OF_OK && run_shared(x2, &y2) == OF_OK &&
-              of_tensor_numel(y2) == 16 && memcmp(of_tensor_data(y2), want2, sizeof want2) == 0;
+              of_tensor_numel(y2) == 16;
+    /* bitwise equal to what Lua computed; within OF_THREADS_RTOL where it is
+     * set (under Valgrind, which has no AVX-512, OpenBLAS picks other
+     * kernels than the native run that wrote the reference) */
+    const char *rtol_s = getenv("OF_THREADS_RTOL");
+    const double rtol = rtol_s ? atof(rtol_s) : 0;
+    for (int i = 0; ok && i < 16; i++) {
+      const float got = ((const float *)of_tensor_data(y2))[i];
+      ok = rtol > 0 ? fabs((double)got - want2[i]) <= rtol * (1 + fabs((double)want2[i]))
+                    : memcmp(&got, &want2[i], sizeof got) == 0;
+    }
     if (f) fclose(f);
     of_tensor_release(x2);
     of_tensor_release(y2);
