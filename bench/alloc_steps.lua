@@ -29,4 +29,5 @@ table.remove(times, 1)
 table.sort(times)
 local rss
 for l in io.lines('/proc/self/status') do rss = rss or l:match('^VmHWM:%s*(%d+)') end
-print(('median step %.3f s CPU, peak RSS %d MiB'):format(times[math.ceil(#times / 2)], math.floor(tonumber(rss) / 1024)))
+print(('median step %.3f s CPU, peak RSS %d MiB'):format(
+  times[math.ceil(#times / 2)], math.floor(tonumber(rss) / 1024)))
