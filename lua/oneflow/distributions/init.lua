@@ -591,16 +591,219 @@ local function standard_gamma(alpha)
   end)
 end
 
---- Gamma(concentration, rate[, validate_args]). Not reparameterised here
--- (PyTorch's rsample uses an implicit gradient this does not have yet).
+-- d x / d alpha of a standard Gamma(alpha) draw x, holding its cdf fixed
+-- (implicit reparameterisation): torch's _standard_gamma_grad, the same three
+-- regimes (a Taylor series of the incomplete gamma function for x < 0.8, Rice's
+-- saddle-point expansion for alpha > 8, else a bivariate rational fit), so
+-- gradients agree with torch's for the same samples.
+local GAMMA_UV = {
+  {0.16009398, -0.094634809, 0.025146376, -0.0030648343, 1, 0.32668115, 0.10406089, 0.0014179084},
+  {0.53487893, 0.1298071, 0.065735949, -0.0015649758, 0.16639465, 0.020070113, -0.0035938915, -0.00058392623},
+  {0.040121004, -0.0065914022, -0.0026286047, -0.0013441777, 0.017050642, -0.0021309326, 0.00085092367,
+   -1.5247877e-07},
+}
+local function gamma_grad_one(alpha, x, dig)
+  local exp, log, sqrt = math.exp, math.log, math.sqrt
+  if x < 0.8 then
+    local numer, denom = 1, alpha
+    local s1, s2 = numer / denom, numer / (denom * denom)
+    for i = 1, 5 do
+      numer = numer * (-x / i)
+      denom = denom + 1
+      s1, s2 = s1 + numer / denom, s2 + numer / (denom * denom)
+    end
+    local pxa = x ^ alpha
+    local pdf = x ^ (alpha - 1) * exp(-x)
+    local r = -((log(x) - dig) * pxa * s1 - pxa * s2) / pdf
+    return r ~= r and 0 or r
+  end
+  if alpha > 8 then
+    if 0.9 * alpha <= x and x <= 1.1 * alpha then
+      local n1 = 1 + 24 * alpha * (1 + 12 * alpha)
+      local n2 = 1440 * alpha * alpha + 6 * x * (53 - 120 * x) - 65 * x * x / alpha + alpha * (107 + 3600 * x)
+      return n1 * n2 / (1244160 * alpha * alpha * alpha * alpha)
+    end
+    local denom = sqrt(8 * alpha)
+    local t2 = denom / (alpha - x)
+    local t3 = (x - alpha - alpha * log(x / alpha)) ^ -1.5
+    local t23 = x < alpha and t2 - t3 or t2 + t3
+    local t1 = log(x / alpha) * t23 - sqrt(2 / alpha) * (alpha + x) / ((alpha - x) * (alpha - x))
+    local stirling = 1 + 1 / (12 * alpha) * (1 + 1 / (24 * alpha))
+    return -stirling * x * t1 / denom
+  end
+  local u, v = log(x / alpha), log(alpha)
+  local c = {}
+  for i = 1, 8 do c[i] = GAMMA_UV[1][i] + u * (GAMMA_UV[2][i] + u * GAMMA_UV[3][i]) end
+  local p = c[1] + v * (c[2] + v * (c[3] + v * c[4]))
+  local q = c[5] + v * (c[6] + v * (c[7] + v * c[8]))
+  return exp(p / q)
+end
+
+local function flat64(t) return t:to(flow.float64):contiguous():reshape(-1) end
+--- standard_gamma_grad(alpha, x): d x / d alpha for standard Gamma(alpha)
+-- draws x (torch._standard_gamma_grad), elementwise on same-shape tensors.
+local function standard_gamma_grad(alpha, x)
+  return flow.no_grad(function()
+    local shape = x:size():totable()
+    local a64 = flat64(alpha)
+    local av, xv = a64:totable(), flat64(x):totable()
+    local dv = S.digamma(a64):totable()
+    local r = {}
+    for i = 1, #xv do r[i] = gamma_grad_one(av[i], xv[i], dv[i]) end
+    return flow.tensor(r, {dtype = x.dtype, device = x.device}):reshape(shape)
+  end)
+end
+M._standard_gamma_grad = standard_gamma_grad
+
+-- a standard Gamma draw differentiable w.r.t. alpha through the implicit gradient
+local StandardGamma = require('oneflow.autograd').Function:subclass('StandardGamma')
+function StandardGamma.forward(ctx, alpha)
+  local x = standard_gamma(alpha)
+  ctx:save_for_backward(alpha, x)
+  return x
+end
+function StandardGamma.backward(ctx, g)
+  local alpha, x = unpack(ctx.saved_tensors)
+  return g * standard_gamma_grad(alpha, x)
+end
+-- d x / d alpha_i of a Dirichlet draw's component x (torch's
+-- dirichlet_grad_one: the Beta(alpha, total - alpha) marginal's implicit
+-- gradient, scaled by 1 / (1 - x)); dga, dgt are the digammas of alpha, total.
+local DIR_C = {
+  {{{1.003668233, -0.01061107488, -0.0657888334, 0.01201642863},
+    {0.6336835991, -0.3557432599, 0.05486251648, -0.001465281033},
+    {-0.03276231906, 0.004474107445, 0.002429354597, -0.0001557569013}},
+   {{0.221950385, -0.3187676331, 0.01799915743, 0.01074823814},
+    {-0.2951249643, 0.06219954479, 0.01535556598, 0.001550077057},
+    {0.02155310298, 0.004170831599, 0.001292462449, 6.976601077e-05}},
+   {{-0.05980841433, 0.008441916499, 0.01085618172, 0.002319392565},
+    {0.02911413504, 0.01400243777, -0.002721828457, 0.000751041181},
+    {0.005900514878, -0.001936558688, -9.495446725e-06, 5.385558597e-05}}},
+  {{{1, -0.02924021934, -0.04438342661, 0.007285809825},
+    {0.6357567472, -0.3473456711, 0.05454656494, -0.002407477521},
+    {-0.03301322327, 0.004845219414, 0.00231480583, -0.0002307248149}},
+   {{0.5925320577, -0.1757678135, 0.01505928619, 0.000564515273},
+    {0.1014815858, -0.06589186703, 0.01272886114, -0.0007316646956},
+    {-0.007258481865, 0.001096195486, 0.0003934994223, -4.12701925e-05}},
+   {{0.06469649321, -0.0236701437, 0.002902096474, -5.896963079e-05},
+    {0.001925008108, -0.002869809258, 0.0008000589141, -6.063713228e-05},
+    {-0.0003477407336, 6.959756487e-05, 1.097287507e-05, -1.650964693e-06}}},
+}
+local function beta_grad_alpha_small(x, alpha, beta, dga, dgt)
+  local factor = dga - dgt - math.log(x)
+  local numer = 1
+  local series = numer / alpha * (factor + 1 / alpha)
+  for i = 1, 10 do
+    numer = numer * ((i - beta) * x / i)
+    local denom = alpha + i
+    series = series + numer / denom * (factor + 1 / denom)
+  end
+  local r = x * (1 - x) ^ -beta * series
+  return r ~= r and 0 or r
+end
+local function beta_grad_beta_small(x, alpha, beta, dgb, dgt)
+  local factor = dgt - dgb
+  local numer, betas, dbetas, series = 1, 1, 0, factor / alpha
+  for i = 1, 8 do
+    numer = numer * (-x / i)
+    dbetas = dbetas * (beta - i) + betas
+    betas = betas * (beta - i)
+    series = series + numer / (alpha + i) * (dbetas + factor * betas)
+  end
+  local r = -(1 - x) ^ (1 - beta) * series
+  return r ~= r and 0 or r
+end
+local function beta_grad_alpha_mid(x, alpha, beta)
+  local sqrt, log = math.sqrt, math.log
+  local total = alpha + beta
+  local mean = alpha / total
+  local std = sqrt(alpha * beta / (total + 1)) / total
+  if mean - 0.1 * std <= x and x <= mean + 0.1 * std then
+    local b2 = beta * beta
+    local poly = 47 * x * b2 * b2 + alpha * ((43 + 20 * (16 + 27 * beta) * x) * b2 * beta + alpha * (
+      3 * (59 + 180 * beta - 90 * x) * b2 + alpha * ((453 + 1620 * beta * (1 - x) - 455 * x) * beta
+      + alpha * (8 * (1 - x) * (135 * beta - 11)))))
+    local pnum = (1 + 12 * alpha) * (1 + 12 * beta) / (total * total)
+    local pden = 12960 * alpha * alpha * alpha * beta * beta * (1 + 12 * total)
+    return pnum / (1 - x) * poly / pden
+  end
+  local prefactor = -x / sqrt(2 * alpha * beta / total)
+  local stirling = (1 + 1 / (12 * alpha) + 1 / (288 * alpha * alpha)) * (1 + 1 / (12 * beta) + 1 / (288 * beta * beta))
+    / (1 + 1 / (12 * total) + 1 / (288 * total * total))
+  local t1num = 2 * (alpha * alpha) * (x - 1) + alpha * beta * (x - 1) - x * (beta * beta)
+  local axbx = alpha * (x - 1) + beta * x
+  local t1 = t1num / (sqrt(2 * alpha / beta) * total ^ 1.5 * axbx * axbx)
+  local t2 = 0.5 * log(alpha / (total * x))
+  local t3 = sqrt(8 * alpha * beta / total) / (beta * x + alpha * (x - 1))
+  local t4 = (beta * log(beta / (total * (1 - x))) + alpha * log(alpha / (total * x))) ^ -1.5
+  return stirling * prefactor * (t1 + t2 * (t3 + (x < mean and t4 or -t4)))
+end
+local function dirichlet_grad_one(x, alpha, total, dga, dgt)
+  local beta = total - alpha
+  local boundary = total * x * (1 - x)
+  if x <= 0.5 and boundary < 2.5 then return beta_grad_alpha_small(x, alpha, beta, dga, dgt) end
+  if x >= 0.5 and boundary < 0.75 then return -beta_grad_beta_small(1 - x, beta, alpha, dga, dgt) end
+  if alpha > 6 and beta > 6 then return beta_grad_alpha_mid(x, alpha, beta) end
+  local log = math.log
+  local u = log(x)
+  local a = log(alpha) - u
+  local b = log(total) - a
+  local pu, pa = {1, u, u * u}, {1, a, a * a}
+  local p, q = 0, 0
+  for i = 1, 3 do
+    for j = 1, 3 do
+      local ua = pu[i] * pa[j]
+      local c0, c1 = DIR_C[1][i][j], DIR_C[2][i][j]
+      p = p + ua * (c0[1] + b * (c0[2] + b * (c0[3] + b * c0[4])))
+      q = q + ua * (c1[1] + b * (c1[2] + b * (c1[3] + b * c1[4])))
+    end
+  end
+  return p / q * (x * (dgt - dga) / beta)
+end
+
+--- dirichlet_grad(x, alpha, total): torch._dirichlet_grad, elementwise.
+local function dirichlet_grad(x, alpha, total)
+  return flow.no_grad(function()
+    local a, tt = flat64(alpha), flat64(total)
+    local xv, av, tv = flat64(x):totable(), a:totable(), tt:totable()
+    local dga, dgt = S.digamma(a):totable(), S.digamma(tt):totable()
+    local r = {}
+    for i = 1, #xv do r[i] = dirichlet_grad_one(xv[i], av[i], tv[i], dga[i], dgt[i]) end
+    return flow.tensor(r, {dtype = x.dtype, device = x.device}):reshape(x:size():totable())
+  end)
+end
+M._dirichlet_grad = dirichlet_grad
+
+-- a Dirichlet draw (normalised standard Gammas) differentiable w.r.t. the
+-- concentration as torch's _Dirichlet
+local DirichletSample = require('oneflow.autograd').Function:subclass('DirichletSample')
+function DirichletSample.forward(ctx, alpha)
+  local g = standard_gamma(alpha)
+  local x = g / g:sum(-1, {keepdim = true})
+  ctx:save_for_backward(alpha, x)
+  return x
+end
+function DirichletSample.backward(ctx, g)
+  local alpha, x = unpack(ctx.saved_tensors)
+  local total = alpha:sum(-1, {keepdim = true}):expand(alpha:size():totable())
+  return dirichlet_grad(x, alpha, total) * (g - (x * g):sum(-1, {keepdim = true}))
+end
+
+local function rstandard_gamma(alpha)
+  if not alpha.requires_grad then return standard_gamma(alpha) end
+  return StandardGamma.apply(alpha)
+end
+
+--- Gamma(concentration, rate[, validate_args]). rsample is reparameterised
+-- as torch's: implicit gradients w.r.t. concentration, explicit w.r.t. rate.
 local Gamma = family('Gamma', {{'concentration', constraints.positive}, {'rate', constraints.positive}},
-                     constraints.nonnegative, false)
+                     constraints.nonnegative, true)
 function Gamma:_get_mean() return self.concentration / self.rate end
 function Gamma:_get_mode() return ((self.concentration - 1) / self.rate):clamp(0) end
 function Gamma:_get_variance() return self.concentration / self.rate ^ 2 end
-function Gamma:sample(sample_shape)
+function Gamma:rsample(sample_shape)
   local shape = self:_extended_shape(sample_shape)
-  return standard_gamma(self.concentration:expand(shape)) / self.rate:expand(shape)
+  return rstandard_gamma(self.concentration:expand(shape)) / self.rate:expand(shape)
 end
 function Gamma:log_prob(value)
   self:_validate_sample(value)
@@ -649,9 +852,11 @@ function Dirichlet:_get_variance()
   local a0 = a:sum(-1, {keepdim = true})
   return a * (a0 - a) / (a0 ^ 2 * (a0 + 1))
 end
-function Dirichlet:sample(sample_shape)
-  local shape = self:_extended_shape(sample_shape)
-  local g = standard_gamma(self.concentration:expand(shape))
+Dirichlet.has_rsample = true
+function Dirichlet:rsample(sample_shape)
+  local alpha = self.concentration:expand(self:_extended_shape(sample_shape))
+  if alpha.requires_grad then return DirichletSample.apply(alpha) end
+  local g = standard_gamma(alpha)
   return g / g:sum(-1, {keepdim = true})
 end
 function Dirichlet:log_prob(value)
@@ -666,7 +871,7 @@ end
 
 --- Beta(concentration1, concentration0[, validate_args])
 local Beta = family('Beta', {{'concentration1', constraints.positive}, {'concentration0', constraints.positive}},
-                    constraints.unit_interval, false)
+                    constraints.unit_interval, true)
 local function beta_dirichlet(self)
   return Dirichlet(flow.stack({self.concentration1, self.concentration0}, -1), false)
 end
@@ -676,7 +881,7 @@ function Beta:_get_variance()
   local t = a + b
   return a * b / (t ^ 2 * (t + 1))
 end
-function Beta:sample(sample_shape) return beta_dirichlet(self):sample(sample_shape):select(-1, 1) end
+function Beta:rsample(sample_shape) return beta_dirichlet(self):rsample(sample_shape):select(-1, 1) end
 function Beta:log_prob(value)
   self:_validate_sample(value)
   local v = flow.stack({value, 1 - value}, -1)
@@ -703,13 +908,12 @@ function StudentT:_get_variance()
   v = flow.where(df:le(2), flow.full({}, math.huge, {dtype = v.dtype}), v)
   return flow.where(df:le(1), flow.full({}, 0 / 0, {dtype = v.dtype}), v)
 end
-function StudentT:sample(sample_shape)
+StudentT.has_rsample = true
+function StudentT:rsample(sample_shape)
   local shape = self:_extended_shape(sample_shape)
-  return flow.no_grad(function()
-    local z = flow.randn(shape, {dtype = self.loc.dtype})
-    local chi2 = standard_gamma((self.df * 0.5):expand(shape)) * 2
-    return self.loc + self.scale * z * (self.df / chi2):sqrt()
-  end)
+  local z = flow.randn(shape, {dtype = self.loc.dtype})
+  local chi2 = rstandard_gamma((self.df * 0.5):expand(shape)) * 2
+  return self.loc + self.scale * z * (chi2 / self.df):rsqrt()
 end
 function StudentT:log_prob(value)
   self:_validate_sample(value)
