@@ -1457,6 +1457,312 @@ function InverseGamma:entropy()
   return a + self.rate:log() + S.gammaln(a) - (a + 1) * S.digamma(a)
 end
 
+
+------------------------------------------------------------------ more families
+local function eps_of(t) return t.dtype == flow.float64 and 2.220446049250313e-16 or 1.1920928955078125e-07 end
+local function nan_where(mask, t) return flow.where(mask, flow.full({}, 0 / 0, {dtype = t.dtype}), t) end
+
+--- ExponentialFamily: the base class of exponential-family distributions
+-- (torch's; ContinuousBernoulli derives from it). Subclasses give
+-- _natural_params and _log_normalizer.
+local ExponentialFamily = Distribution:subclass('ExponentialFamily')
+M.ExponentialFamily = ExponentialFamily
+ExponentialFamily._mean_carrier_measure = 0
+
+local ContinuousBernoulli = ExponentialFamily:subclass('ContinuousBernoulli')
+M.ContinuousBernoulli = ContinuousBernoulli
+ContinuousBernoulli.support, ContinuousBernoulli.has_rsample = constraints.unit_interval, true
+--- ContinuousBernoulli(probs[, logits[, lims = {0.499, 0.501}[, validate_args]]])
+-- (Loaiza-Ganem & Cunningham 2019), Taylor expansions inside lims as torch.
+function ContinuousBernoulli:__init(probs, logits, lims, validate_args)
+  if type(probs) == 'table' and not is_tensor(probs) then
+    probs, logits, lims, validate_args = probs.probs, probs.logits, probs.lims, probs.validate_args
+  end
+  init_binary(self, 'ContinuousBernoulli', probs, logits, validate_args, constraints.unit_interval)
+  local p = rawget(self, 'probs')
+  if p then self.probs = p:clamp(eps_of(p), 1 - eps_of(p)) end
+  self._lims = lims or {0.499, 0.501}
+end
+function ContinuousBernoulli:_get_probs()
+  local l = rawget(self, 'logits'):sigmoid()
+  return l:clamp(eps_of(l), 1 - eps_of(l))
+end
+function ContinuousBernoulli:_get_logits() return probs_to_logits(rawget(self, 'probs'), true) end
+function ContinuousBernoulli:_outside()
+  return self.probs:le(self._lims[1]):logical_or(self.probs:gt(self._lims[2]))
+end
+function ContinuousBernoulli:_cut_probs()
+  return flow.where(self:_outside(), self.probs, flow.full({}, self._lims[1], {dtype = self.probs.dtype}))
+end
+function ContinuousBernoulli:_cont_bern_log_norm()
+  local c = self:_cut_probs()
+  local below = c:le(0.5)
+  local cb = flow.where(below, c, flow.zeros_like(c))
+  local ca = flow.where(c:ge(0.5), c, flow.ones_like(c))
+  local ln = ((-c):log1p() - c:log()):abs():log() - flow.where(below, (cb * -2):log1p(), (ca * 2 - 1):log())
+  local x = (self.probs - 0.5) ^ 2
+  return flow.where(self:_outside(), ln, (x * (104 / 45) + 4 / 3) * x + math.log(2))
+end
+function ContinuousBernoulli:_get_mean()
+  local c = self:_cut_probs()
+  local mus = c / (c * 2 - 1) + ((-c):log1p() - c:log()):reciprocal()
+  local x = self.probs - 0.5
+  return flow.where(self:_outside(), mus, (x ^ 2 * (16 / 45) + 1 / 3) * x + 0.5)
+end
+function ContinuousBernoulli:_get_variance()
+  local c = self:_cut_probs()
+  local v = c * (c - 1) / (1 - c * 2) ^ 2 + ((-c):log1p() - c:log()) ^ -2
+  local x = (self.probs - 0.5) ^ 2
+  return flow.where(self:_outside(), v, 1 / 12 - (1 / 15 - x * (128 / 945)) * x)
+end
+function ContinuousBernoulli:rsample(sample_shape)
+  return self:icdf(uniform_like(self:_extended_shape(sample_shape), self.probs))
+end
+function ContinuousBernoulli:log_prob(value)
+  self:_validate_sample(value)
+  return -bce_logits(self.logits, value) + self:_cont_bern_log_norm()
+end
+function ContinuousBernoulli:cdf(value)
+  local c = self:_cut_probs()
+  local cdfs = (c:pow(value) * (1 - c):pow(1 - value) + c - 1) / (c * 2 - 1)
+  local unb = flow.where(self:_outside(), cdfs, value)
+  return flow.where(value:le(0), flow.zeros_like(unb), flow.where(value:ge(1), flow.ones_like(unb), unb))
+end
+function ContinuousBernoulli:icdf(value)
+  local c = self:_cut_probs()
+  local r = (((-c) + value * (c * 2 - 1)):log1p() - (-c):log1p()) / (c:log() - (-c):log1p())
+  return flow.where(self:_outside(), r, value)
+end
+function ContinuousBernoulli:entropy()
+  local l0, l1 = (-self.probs):log1p(), self.probs:log()
+  return self.mean * (l0 - l1) - self:_cont_bern_log_norm() - l0
+end
+
+-- E[X^k] of Kumaraswamy(a, b): b * B(1 + k / a, b)
+local function kumaraswamy_moment(a, b, k)
+  local arg1 = k / a + 1
+  return (b:log() + S.gammaln(arg1) + S.gammaln(b) - S.gammaln(arg1 + b)):exp()
+end
+local Kumaraswamy = TransformedDistribution:subclass('Kumaraswamy')
+M.Kumaraswamy = Kumaraswamy
+Kumaraswamy.support, Kumaraswamy.has_rsample = constraints.unit_interval, true
+--- Kumaraswamy(concentration1, concentration0[, validate_args]): a transformed Uniform
+function Kumaraswamy:__init(c1, c0, validate_args)
+  self.concentration1, self.concentration0 = broadcast_all(c1, c0)
+  local arg = {concentration1 = constraints.positive, concentration0 = constraints.positive}
+  local base = Uniform(flow.zeros_like(self.concentration0), flow.ones_like(self.concentration0), validate_args)
+  TransformedDistribution.__init(self, base, {transforms.PowerTransform(self.concentration0:reciprocal()),
+    transforms.AffineTransform(1, -1), transforms.PowerTransform(self.concentration1:reciprocal())}, validate_args)
+  self.arg_constraints = arg
+  if self._validate_args then Distribution.__init(self, self.batch_shape, {}, true) end
+end
+function Kumaraswamy._get_support() return constraints.unit_interval end
+function Kumaraswamy:_get_mean() return kumaraswamy_moment(self.concentration1, self.concentration0, 1) end
+function Kumaraswamy:_get_variance()
+  return kumaraswamy_moment(self.concentration1, self.concentration0, 2) - self.mean ^ 2
+end
+function Kumaraswamy:_get_mode()
+  local a, b = self.concentration1, self.concentration0
+  local lm = b:reciprocal() * (-b):log1p() - (-b * a):log1p()
+  return nan_where(b:lt(1):logical_or(a:lt(1)), lm):exp()
+end
+function Kumaraswamy:entropy()
+  local a, b = self.concentration1, self.concentration0
+  local t1, t0 = 1 - a:reciprocal(), 1 - b:reciprocal()
+  local h0 = S.digamma(b + 1) + EULER
+  return t0 + t1 * h0 - a:log() - b:log()
+end
+
+--- FisherSnedecor(df1, df2[, validate_args]): X1 / X2 of Gamma(df / 2, df) draws
+local FisherSnedecor = family('FisherSnedecor', {{'df1', constraints.positive}, {'df2', constraints.positive}},
+                              constraints.positive, true)
+function FisherSnedecor:_get_mean() local d2 = nan_where(self.df2:le(2), self.df2) return d2 / (d2 - 2) end
+function FisherSnedecor:_get_mode()
+  return nan_where(self.df1:le(2), (self.df1 - 2) / self.df1 * self.df2 / (self.df2 + 2))
+end
+function FisherSnedecor:_get_variance()
+  local d1, d2 = self.df1, nan_where(self.df2:le(4), self.df2)
+  return d2 ^ 2 * 2 * (d1 + d2 - 2) / (d1 * (d2 - 2) ^ 2 * (d2 - 4))
+end
+function FisherSnedecor:rsample(sample_shape)
+  local x1 = Gamma(self.df1 * 0.5, self.df1, false):rsample(sample_shape)
+  local x2 = Gamma(self.df2 * 0.5, self.df2, false):rsample(sample_shape)
+  local tiny = self.df1.dtype == flow.float64 and 2.2250738585072014e-308 or 1.1754943508222875e-38
+  return (x1 / x2:clamp(tiny)):clamp(tiny)
+end
+function FisherSnedecor:log_prob(value)
+  self:_validate_sample(value)
+  local c1, c2, c3 = self.df1 * 0.5, self.df2 * 0.5, self.df1 / self.df2
+  local t1 = S.gammaln(c1 + c2) - S.gammaln(c1) - S.gammaln(c2)
+  return t1 + c1 * c3:log() + (c1 - 1) * value:log() - (c1 + c2) * (c3 * value):log1p()
+end
+
+local NegativeBinomial = Distribution:subclass('NegativeBinomial')
+M.NegativeBinomial = NegativeBinomial
+NegativeBinomial.support = constraints.nonnegative_integer
+--- NegativeBinomial(total_count, probs[, logits[, validate_args]]): the number
+-- of successes (probability probs each) before total_count failures
+function NegativeBinomial:__init(total_count, probs, logits, validate_args)
+  if type(probs) == 'table' and not is_tensor(probs) then
+    probs, logits, validate_args = probs.probs, probs.logits, probs.validate_args
+  end
+  probs_or_logits('NegativeBinomial', probs, logits)
+  if probs ~= nil then
+    self.total_count, self.probs = broadcast_all(total_count, probs)
+    self.arg_constraints = {total_count = constraints.greater_than_eq(0),
+                            probs = constraints.half_open_interval(0, 1)}
+  else
+    self.total_count, self.logits = broadcast_all(total_count, logits)
+    self.arg_constraints = {total_count = constraints.greater_than_eq(0), logits = constraints.real}
+  end
+  Distribution.__init(self, self.total_count:size(), {}, validate_args)
+end
+function NegativeBinomial:_get_probs() return rawget(self, 'logits'):sigmoid() end
+function NegativeBinomial:_get_logits() return probs_to_logits(rawget(self, 'probs'), true) end
+function NegativeBinomial:_get_mean() return self.total_count * self.logits:exp() end
+function NegativeBinomial:_get_mode() return ((self.total_count - 1) * self.logits:exp()):floor():clamp(0) end
+function NegativeBinomial:_get_variance() return self.mean / (-self.logits):sigmoid() end
+function NegativeBinomial:sample(sample_shape)
+  return flow.no_grad(function()
+    local rate = Gamma(self.total_count, (-self.logits):exp(), false):sample(sample_shape)
+    return poisson_draw(rate)
+  end)
+end
+function NegativeBinomial:log_prob(value)
+  self:_validate_sample(value)
+  local F = flow.nn.functional
+  local n, l = self.total_count, self.logits
+  local un = n * F.logsigmoid(-l) + value * F.logsigmoid(l)
+  local norm = -S.gammaln(n + value) + S.gammaln(value + 1) + S.gammaln(n)
+  norm = flow.where((n + value):eq(0), flow.zeros_like(norm), norm)
+  return un - norm
+end
+
+--- GeneralizedPareto(loc, scale, concentration[, validate_args]) (torch 2.x)
+local GeneralizedPareto = family('GeneralizedPareto',
+  {{'loc', constraints.real}, {'scale', constraints.positive}, {'concentration', constraints.real}}, nil, true)
+local function gp_safe(self)
+  local eq0 = self.concentration:abs():le(1e-8)
+  return eq0, flow.where(eq0, flow.ones_like(self.concentration), self.concentration)
+end
+function GeneralizedPareto:_get_support()
+  local upper = flow.where(self.concentration:lt(0), self.loc - self.scale / self.concentration,
+                           flow.full({}, math.huge, {dtype = self.loc.dtype}))
+  return constraints.interval(self.loc, upper)
+end
+function GeneralizedPareto:_get_mode() return self.loc end
+function GeneralizedPareto:rsample(sample_shape)
+  return self:icdf(uniform_like(self:_extended_shape(sample_shape), self.loc))
+end
+function GeneralizedPareto:log_prob(value)
+  self:_validate_sample(value)
+  local z = (value - self.loc) / self.scale
+  local eq0, c = gp_safe(self)
+  local y = c:reciprocal() + 1
+  local nz = flow.where(y:eq(0), y, y * (c * z):log1p())
+  return -self.scale:log() - flow.where(eq0, z, nz)
+end
+function GeneralizedPareto:log_survival_function(value)
+  local z = (value - self.loc) / self.scale
+  local eq0, c = gp_safe(self)
+  return flow.where(eq0, -z, -(c * z):log1p() / c)
+end
+function GeneralizedPareto:log_cdf(value) return (-self:log_survival_function(value):exp()):log1p() end
+function GeneralizedPareto:cdf(value) return self:log_cdf(value):exp() end
+function GeneralizedPareto:icdf(p)
+  local eq0, c = gp_safe(self)
+  local logu = (-p):log1p()
+  return flow.where(eq0, self.loc - self.scale * logu, self.loc + self.scale / c * (-c * logu):expm1())
+end
+function GeneralizedPareto:_get_mean()
+  local c = self.concentration
+  local ok = c:lt(1)
+  local sc = flow.where(ok, c, flow.full({}, 0.5, {dtype = c.dtype}))
+  return nan_where(ok:logical_not(), self.loc + self.scale / (1 - sc))
+end
+function GeneralizedPareto:_get_variance()
+  local c = self.concentration
+  local ok = c:lt(0.5)
+  local sc = flow.where(ok, c, flow.full({}, 0.25, {dtype = c.dtype}))
+  return nan_where(ok:logical_not(), self.scale ^ 2 / ((1 - sc) ^ 2 * (1 - sc * 2)))
+end
+function GeneralizedPareto:entropy() return self.scale:log() + self.concentration + 1 end
+
+local OneHotST = OneHotCategorical:subclass('OneHotCategoricalStraightThrough')
+M.OneHotCategoricalStraightThrough = OneHotST
+OneHotST.has_rsample = true
+--- OneHotCategoricalStraightThrough(probs[, logits]): rsample is the one-hot
+-- sample with the straight-through gradient of probs
+function OneHotST:rsample(sample_shape)
+  local s = self:sample(sample_shape)
+  local p = self._categorical.probs
+  return s + (p - p:detach())
+end
+
+local LogisticNormal = TransformedDistribution:subclass('LogisticNormal')
+M.LogisticNormal = LogisticNormal
+LogisticNormal.support, LogisticNormal.has_rsample = constraints.simplex, true
+--- LogisticNormal(loc, scale[, validate_args]): StickBreakingTransform of
+-- Normal(loc, scale) over the last dim (K - 1 -> the K-simplex)
+function LogisticNormal:__init(loc, scale, validate_args)
+  local n = Normal(loc, scale, validate_args)
+  if #n.batch_shape:totable() == 0 then n = n:expand({1}) end
+  TransformedDistribution.__init(self, Independent(n, 1), {transforms.StickBreakingTransform()}, validate_args)
+  local ev = self.event_shape:totable()
+  ev[#ev] = ev[#ev] + 1
+  self.event_shape = flow.Size(ev)
+  self.arg_constraints = {}
+end
+function LogisticNormal._get_support() return constraints.simplex end
+function LogisticNormal:_get_loc() return self.base_dist.base_dist.loc end
+function LogisticNormal:_get_scale() return self.base_dist.base_dist.scale end
+
+local VonMises = family('VonMises', {{'loc', constraints.real}, {'concentration', constraints.positive}},
+                        constraints.real, false)
+--- VonMises(loc, concentration[, validate_args]): the circular normal on
+-- [-pi, pi); sampled with Best & Fisher's rejection method as torch
+function VonMises:_get_mean() return self.loc end
+function VonMises:_get_mode() return self.loc end
+function VonMises:_get_variance()
+  local k = self.concentration
+  return 1 - (S.i1e(k) / S.i0e(k))
+end
+function VonMises:log_prob(value)
+  self:_validate_sample(value)
+  local k = self.concentration
+  return k * ((value - self.loc):cos() - 1) - math.log(2 * math.pi) - S.i0e(k):log()
+end
+function VonMises:sample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  return flow.no_grad(function()
+    local k = self.concentration:to(flow.float64):expand(shape)
+    local tau = 1 + (1 + 4 * k ^ 2):sqrt()
+    local rho = (tau - (2 * tau):sqrt()) / (2 * k)
+    local proposal_r = (1 + rho ^ 2) / (2 * rho)
+    -- small concentrations: the second-order Taylor expansion of proposal_r (as torch)
+    local small = k:lt(1e-5)
+    proposal_r = flow.where(small, 1 / k + k, proposal_r)
+    local x = flow.zeros(shape, {dtype = flow.float64})
+    local todo = flow.ones(shape, {dtype = flow.bool})
+    for _ = 1, 1000 do
+      if not todo:any():item() then break end
+      local u1 = uniform_like(shape, x)
+      local u2 = uniform_like(shape, x)
+      local u3 = uniform_like(shape, x)
+      local z = (u1 * math.pi):cos()
+      local f = (1 + proposal_r * z) / (proposal_r + z)
+      local c = k * (proposal_r - f)
+      local ok = (c * (2 - c) - u2):gt(0):logical_or(((c / u2):log() + 1 - c):ge(0))
+      local take = ok:logical_and(todo)
+      x = flow.where(take, (u3 - 0.5):sign() * f:acos(), x)
+      todo = todo:logical_and(take:logical_not())
+    end
+    if todo:any():item() then fail('VonMises: the sampler did not converge') end
+    local r = (x + math.pi + self.loc:to(flow.float64)):remainder(2 * math.pi) - math.pi
+    return r:to(self.loc.dtype)
+  end)
+end
+
 ------------------------------------------------------------------ KL divergence
 local registry = {}
 
@@ -1575,5 +1881,33 @@ reg(Independent, Independent)(function(p, q)
   end
   return sum_rightmost(M.kl_divergence(p.base_dist, q.base_dist), p.reinterpreted_batch_ndims)
 end)
+
+-- pairs torch registers for the ContinuousBernoulli
+local CB = M.ContinuousBernoulli
+reg(CB, CB)(function(p, q)
+  return p.mean * (p.logits - q.logits) + p:_cont_bern_log_norm() + (-p.probs):log1p()
+    - q:_cont_bern_log_norm() - (-q.probs):log1p()
+end)
+local function kl_to_cb(p, q) return -p:entropy() - p.mean * q.logits - (-q.probs):log1p() - q:_cont_bern_log_norm() end
+reg(Beta, CB)(kl_to_cb)
+reg(Uniform, CB)(function(p, q)
+  -- torch's condition (inclusive: a Uniform on exactly [0, 1] also gets inf)
+  return inf_where(p.high:ge(1):logical_or(p.low:le(0)), kl_to_cb(p, q))
+end)
+reg(CB, M.Exponential)(function(p, q) return -p:entropy() - q.rate:log() + q.rate * p.mean end)
+reg(CB, Normal)(function(p, q)
+  local t2 = (math.log(2 * math.pi) + (q.loc / q.scale) ^ 2) * 0.5 + q.scale:log()
+  return -p:entropy() + t2 + (p.variance + p.mean ^ 2 - q.loc * p.mean * 2) / (q.scale ^ 2 * 2)
+end)
+reg(CB, Uniform)(function(p, q)
+  return inf_where(q.low:ge(0):logical_or(q.high:le(1)), -p:entropy() + (q.high - q.low):log())
+end)
+local function kl_inf(param)
+  return function(p) return flow.full(p[param]:size():totable(), math.huge, {dtype = p[param].dtype}) end
+end
+for _, pq in ipairs({{M.Exponential, CB, 'rate'}, {Gamma, CB, 'concentration'}, {M.Gumbel, CB, 'loc'},
+                     {M.Laplace, CB, 'loc'}, {Normal, CB, 'loc'}, {CB, M.Pareto, 'probs'}}) do
+  reg(pq[1], pq[2])(kl_inf(pq[3]))
+end
 
 return M
