@@ -283,6 +283,25 @@ describe('CUDA coverage of the public ops', function()
     end
     H.close(dropped(target):cpu(), dropped('cpu'), 1e-4, 'scaled_dot_product_attention dropout')
   end)
+  it('flow.linalg: the LAPACK kernels refuse device tensors; householder_product runs there', function()
+    local A = flow.randn(4, 3, {dtype = flow.float64})
+    local tau = flow.randn(2, {dtype = flow.float64})
+    check('linalg.householder_product', function(x, t) return flow.linalg.householder_product(x, t) end,
+          {A, tau}, 1e-10, true)
+    if target ~= 'cuda' then return end
+    local S = on(A:t():matmul(A))
+    local LU, piv = flow.linalg.lu_factor(A:narrow(1, 1, 3))
+    for name, f in pairs({
+      lu_factor = function() return flow.linalg.lu_factor(S) end,
+      lu = function() return flow.linalg.lu(S) end,
+      ldl_factor = function() return flow.linalg.ldl_factor(S) end,
+      ldl_solve = function() return flow.linalg.ldl_solve(on(LU), piv, S) end,
+      lu_solve = function() return flow.linalg.lu_solve(on(LU), on(piv), S) end,
+      inv = function() return flow.linalg.inv(S) end,
+    }) do
+      H.raises(f, 'linalg.' .. name, 'not implemented on cuda')
+    end
+  end)
   it('optimizer updates and loss scaling', function()
     for _, make in ipairs({function(p) return flow.optim.SGD(p, {lr = 0.1, momentum = 0.9}) end,
                            function(p) return flow.optim.Adam(p, {lr = 0.01}) end}) do
