@@ -93,6 +93,14 @@ M.lower_triangular = constraint('LowerTriangular()', function(v) return v:tril()
 M.positive_definite = constraint('PositiveDefinite()', function(v)
   return sym(v):logical_and(flow_linalg().eigvalsh(v):gt(0):all(-1))
 end, {event_dim = 2})
+-- lower Cholesky factors of correlation matrices: lower_cholesky with rows
+-- of unit norm (torch's tolerance: eps * n * 10)
+M.corr_cholesky = constraint('CorrCholesky()', function(v)
+  local eps = v:element_size() == 8 and 2.220446049250313e-16 or 1.1920928955078125e-07
+  local tol = eps * v:size(-1) * 10
+  local unit = (v:detach():norm(2, -1) - 1):abs():le(tol):all(-1)
+  return M.lower_cholesky:check(v):logical_and(unit)
+end, {event_dim = 2})
 
 M.Constraint = Constraint
 return M

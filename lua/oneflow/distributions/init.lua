@@ -1156,8 +1156,316 @@ function MultivariateNormal:entropy()
   return half_log_det(self.scale_tril) + 0.5 * k * (1 + math.log(2 * math.pi))
 end
 
------------------------------------------------------------------- TransformedDistribution
 local transforms = require 'oneflow.distributions.transforms'
+------------------------------------------------------------------ LowRankMultivariateNormal
+local function mT(x) return x:transpose(-2, -1) end
+local function diag_embed(d) return d:unsqueeze(-1) * flow.eye(d:size(-1), {dtype = d.dtype, device = d.device}) end
+local function batch_mv(Mx, v) return Mx:matmul(v:unsqueeze(-1)):squeeze(-1) end
+local function shape_of(x, drop, extra)
+  local s = x:size():totable()
+  for _ = 1, drop do s[#s] = nil end
+  return concat(s, extra or {})
+end
+
+local LowRankMVN = Distribution:subclass('LowRankMultivariateNormal')
+M.LowRankMultivariateNormal = LowRankMVN
+LowRankMVN.arg_constraints = {loc = constraints.real_vector,
+  cov_factor = constraints.independent(constraints.real, 2),
+  cov_diag = constraints.independent(constraints.positive, 1)}
+LowRankMVN.support = constraints.real_vector
+LowRankMVN.has_rsample = true
+-- the Cholesky factor of the capacitance I + W^T D^-1 W
+local function capacitance_tril(W, D)
+  local K = (mT(W) / D:unsqueeze(-2)):matmul(W)
+  return flow.linalg.cholesky(K + flow.eye(W:size(-1), {dtype = W.dtype, device = W.device}))
+end
+--- LowRankMultivariateNormal(loc, cov_factor, cov_diag[, validate_args]): the
+-- normal law with covariance cov_factor cov_factor^T + diag(cov_diag);
+-- loc (..., k), cov_factor (..., k, m), cov_diag (..., k), batch dims broadcast.
+function LowRankMVN:__init(loc, cov_factor, cov_diag, validate_args)
+  for i, v in ipairs({loc, cov_factor, cov_diag}) do
+    if not is_tensor(v) then
+      fail(('LowRankMultivariateNormal: %s must be a tensor, got %s'):format(
+        ({'loc', 'cov_factor', 'cov_diag'})[i], type(v)))
+    end
+  end
+  if loc:dim() < 1 then fail('LowRankMultivariateNormal: loc must be at least one-dimensional') end
+  local k = loc:size(-1)
+  if cov_factor:dim() < 2 or cov_factor:size(-2) ~= k then
+    fail(('LowRankMultivariateNormal: cov_factor must be a batch of matrices with shape %d x m (loc %s), got %s')
+      :format(k, A.shape_str(loc), A.shape_str(cov_factor)))
+  end
+  if cov_diag:dim() < 1 or cov_diag:size(-1) ~= k then
+    fail(('LowRankMultivariateNormal: cov_diag must be a batch of vectors with shape [%d], got %s'):format(
+      k, A.shape_str(cov_diag)))
+  end
+  local ok, res = pcall(flow.broadcast_tensors, loc:unsqueeze(-1), cov_factor, cov_diag:unsqueeze(-1))
+  if not ok then
+    fail(('LowRankMultivariateNormal: incompatible batch shapes: loc %s, cov_factor %s, cov_diag %s'):format(
+      A.shape_str(loc), A.shape_str(cov_factor), A.shape_str(cov_diag)))
+  end
+  self.loc, self.cov_factor, self.cov_diag = res[1]:select(-1, 1), res[2], res[3]:select(-1, 1)
+  self._W, self._D = cov_factor, cov_diag
+  Distribution.__init(self, shape_of(self.loc, 1), {k}, validate_args)   -- validates first
+  self._capacitance_tril = capacitance_tril(cov_factor, cov_diag)
+end
+function LowRankMVN:expand(batch_shape)
+  local new = setmetatable({}, getmetatable(self))
+  for key, v in pairs(self) do new[key] = v end
+  local b = size_list(batch_shape)
+  local k, m = self.loc:size(-1), self.cov_factor:size(-1)
+  new.loc, new.cov_diag = self.loc:expand(concat(b, {k})), self.cov_diag:expand(concat(b, {k}))
+  new.cov_factor = self.cov_factor:expand(concat(b, {k, m}))
+  new.batch_shape = flow.Size(b)
+  return new
+end
+function LowRankMVN:_full() return concat(self.batch_shape:totable(), self.event_shape:totable()) end
+function LowRankMVN:_get_mean() return self.loc end
+function LowRankMVN:_get_mode() return self.loc end
+function LowRankMVN:_get_variance() return ((self._W ^ 2):sum(-1) + self._D):expand(self:_full()) end
+function LowRankMVN:_get_scale_tril()
+  local dsq = self._D:sqrt():unsqueeze(-1)
+  local W = self._W / dsq
+  local K = W:matmul(mT(W)) + flow.eye(self._W:size(-2), {dtype = W.dtype, device = W.device})
+  local k = self.event_shape[1]
+  return (dsq * flow.linalg.cholesky(K)):expand(concat(self:_full(), {k}))
+end
+function LowRankMVN:_get_covariance_matrix()
+  local k = self.event_shape[1]
+  return (self._W:matmul(mT(self._W)) + diag_embed(self._D)):expand(concat(self:_full(), {k}))
+end
+function LowRankMVN:_get_precision_matrix()
+  local WtDinv = mT(self._W) / self._D:unsqueeze(-2)
+  local Am = flow.linalg.solve_triangular(self._capacitance_tril, WtDinv, {upper = false})
+  local k = self.event_shape[1]
+  return (diag_embed(self._D:reciprocal()) - mT(Am):matmul(Am)):expand(concat(self:_full(), {k}))
+end
+function LowRankMVN:rsample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  local wshape = concat(shape, {})
+  wshape[#wshape] = self.cov_factor:size(-1)
+  local o = {dtype = self.loc.dtype, device = self.loc.device}
+  local eps_W, eps_D = flow.randn(wshape, o), flow.randn(shape, o)
+  return self.loc + batch_mv(self._W, eps_W) + self._D:sqrt() * eps_D
+end
+local function lowrank_logdet(D, C)
+  return C:diagonal(0, -2, -1):log():sum(-1) * 2 + D:log():sum(-1)
+end
+function LowRankMVN:log_prob(value)
+  self:_validate_sample(value)
+  local diff = value - self.loc
+  local WtDinv = mT(self._W) / self._D:unsqueeze(-2)
+  local m = (diff ^ 2 / self._D):sum(-1) - mahalanobis(self._capacitance_tril, batch_mv(WtDinv, diff))
+  local logdet = lowrank_logdet(self._D, self._capacitance_tril)
+  return (m + logdet + self.event_shape[1] * math.log(2 * math.pi)) * -0.5
+end
+function LowRankMVN:entropy()
+  local logdet = lowrank_logdet(self._D, self._capacitance_tril)
+  local H = (logdet + self.event_shape[1] * (1 + math.log(2 * math.pi))) * 0.5
+  return H:expand(self.batch_shape:totable())
+end
+
+------------------------------------------------------------------ Wishart
+local LOG2 = math.log(2)
+local Wishart = Distribution:subclass('Wishart')
+M.Wishart = Wishart
+Wishart.support = constraints.positive_definite
+Wishart.has_rsample = true
+local MATRIX_PARAMS = {covariance_matrix = constraints.positive_definite,
+  precision_matrix = constraints.positive_definite, scale_tril = constraints.lower_cholesky}
+--- Wishart(df, {covariance_matrix = | precision_matrix = | scale_tril =}[, validate_args])
+-- (also Wishart(df, covariance_matrix)): df > p - 1, a number or a tensor
+-- broadcasting with the matrix's batch dims.
+function Wishart:__init(df, opts, validate_args)
+  if is_tensor(opts) then opts = {covariance_matrix = opts} end
+  opts = A.check_options('Wishart', opts,
+    {covariance_matrix = true, precision_matrix = true, scale_tril = true, validate_args = true})
+  if validate_args == nil then validate_args = opts.validate_args end
+  local given, n = nil, 0
+  for name in pairs(MATRIX_PARAMS) do if opts[name] ~= nil then given, n = name, n + 1 end end
+  if n ~= 1 then
+    fail('Wishart: exactly one of covariance_matrix, precision_matrix or scale_tril must be given')
+  end
+  local param = opts[given]
+  if not is_tensor(param) then fail(('Wishart: %s must be a tensor, got %s'):format(given, type(param))) end
+  if param:dim() < 2 or param:size(-1) ~= param:size(-2) then
+    fail(('Wishart: %s must be a batch of square matrices (at least 2 dims), got %s'):format(
+      given, A.shape_str(param)))
+  end
+  local p = param:size(-1)
+  local bshape = shape_of(param, 2)
+  if is_tensor(df) then
+    local ok, r = pcall(flow.broadcast_tensors, df, param:narrow(-1, 1, 1):narrow(-2, 1, 1):squeeze(-1):squeeze(-1))
+    if not ok then
+      fail(('Wishart: df of shape %s does not broadcast with the batch shape %s of %s'):format(
+        A.shape_str(df), A.shape_str(bshape), given))
+    end
+    bshape = r[1]:size():totable()
+    self.df = df:to(param.dtype):expand(bshape)
+  elseif type(df) == 'number' then
+    self.df = flow.full(bshape, df, {dtype = param.dtype, device = param.device})
+  else
+    fail('Wishart: df must be a number or a tensor, got ' .. type(df))
+  end
+  if self.df:le(p - 1):any():item() then
+    fail(('Wishart: value of df = %s expected to be greater than ndim - 1 = %d'):format(
+      is_tensor(df) and A.shape_str(df) .. ' tensor' or tostring(df), p - 1))
+  end
+  self[given] = param:expand(concat(bshape, {p, p}))
+  self.arg_constraints = {df = constraints.greater_than(p - 1), [given] = MATRIX_PARAMS[given]}
+  Distribution.__init(self, bshape, {p, p}, validate_args)   -- validates first
+  if given == 'scale_tril' then self._L = param
+  elseif given == 'covariance_matrix' then self._L = flow.linalg.cholesky(param)
+  else self._L = flow.linalg.cholesky(flow.linalg.inv(param)) end
+end
+function Wishart:expand(batch_shape)
+  local new = setmetatable({}, getmetatable(self))
+  local b = size_list(batch_shape)
+  local p = self.event_shape[1]
+  new.df, new._L, new._validate_args = self.df:expand(b), self._L, self._validate_args
+  new.arg_constraints = self.arg_constraints
+  for name in pairs(MATRIX_PARAMS) do
+    local v = rawget(self, name)
+    if v ~= nil then new[name] = v:expand(concat(b, {p, p})) end
+  end
+  new.batch_shape, new.event_shape = flow.Size(b), self.event_shape
+  return new
+end
+function Wishart:_full() return concat(self.batch_shape:totable(), self.event_shape:totable()) end
+function Wishart:_get_scale_tril() return self._L:expand(self:_full()) end
+function Wishart:_get_covariance_matrix() return self._L:matmul(mT(self._L)):expand(self:_full()) end
+function Wishart:_get_precision_matrix()
+  return flow.linalg.inv(self._L:matmul(mT(self._L))):expand(self:_full())
+end
+local function df_mat(self) return self.df:unsqueeze(-1):unsqueeze(-1) end
+function Wishart:_get_mean() return df_mat(self) * self.covariance_matrix end
+function Wishart:_get_mode()
+  local factor = self.df - self.event_shape[1] - 1
+  factor = flow.where(factor:le(0), flow.full_like(factor, 0 / 0), factor)
+  return factor:unsqueeze(-1):unsqueeze(-1) * self.covariance_matrix
+end
+function Wishart:_get_variance()
+  local V = self.covariance_matrix
+  local d = V:diagonal(0, -2, -1)
+  return df_mat(self) * (V ^ 2 + d:unsqueeze(-1) * d:unsqueeze(-2))
+end
+-- Bartlett: L A, A lower with sqrt(chi2(df - i + 1)) on the diagonal and
+-- standard normals below it
+function Wishart:_bartlett(sample_shape)
+  local p = self.event_shape[1]
+  local o = {dtype = self.df.dtype, device = self.df.device}
+  local chi2 = M.Chi2(self.df:unsqueeze(-1) - flow.arange(0, p, o), false)
+  local eps = self.df.dtype == flow.float64 and 2.220446049250313e-16 or 1.1920928955078125e-07
+  local noise = diag_embed(chi2:rsample(sample_shape):sqrt():clamp(eps))
+  local shape = concat(size_list(sample_shape), self.batch_shape:totable())
+  if p > 1 then
+    noise = noise + transforms._vec_to_tril_matrix(flow.randn(concat(shape, {p * (p - 1) / 2}), o), -1)
+  end
+  local chol = self._L:matmul(noise)
+  return chol:matmul(mT(chol))
+end
+--- rsample(sample_shape, {max_try_correction = 10}): Bartlett's
+-- decomposition; samples that are not positive-definite are drawn again
+-- (up to max_try_correction times), as torch.
+function Wishart:rsample(sample_shape, opts)
+  opts = A.check_options('Wishart.rsample', opts, {max_try_correction = true})
+  local tries = opts.max_try_correction or 10
+  local sample = self:_bartlett(sample_shape)
+  local ev = #self.event_shape:totable()
+  local function singular(x)
+    local bad = constraints.positive_definite:check(x):logical_not()
+    return bad
+  end
+  local bad = singular(sample)
+  local t = 0
+  while t < tries and bad:any():item() do
+    local new = self:_bartlett(sample_shape)
+    local mask = bad
+    for _ = 1, ev do mask = mask:unsqueeze(-1) end
+    sample = flow.where(mask, new, sample)
+    bad = singular(sample)
+    t = t + 1
+  end
+  return sample
+end
+local function mvdigamma(x, p)
+  return S.digamma(x:unsqueeze(-1) - flow.arange(0, p, {dtype = x.dtype, device = x.device}) / 2):sum(-1)
+end
+function Wishart:log_prob(value)
+  self:_validate_sample(value)
+  local nu, p = self.df, self.event_shape[1]
+  local logdiag = self._L:diagonal(0, -2, -1):log():sum(-1)
+  local _, logabsdet = flow.linalg.slogdet(value)
+  local cov = self._L:matmul(mT(self._L))
+  local full = flow.broadcast_tensors(cov, value)
+  local tr = flow.linalg.solve(full[1], full[2]):diagonal(0, -2, -1):sum(-1)
+  return -nu * (logdiag + p * LOG2 / 2) - S.multigammaln(nu / 2, p) + (nu - p - 1) / 2 * logabsdet - tr / 2
+end
+function Wishart:entropy()
+  local nu, p = self.df, self.event_shape[1]
+  local logdiag = self._L:diagonal(0, -2, -1):log():sum(-1)
+  return (logdiag + p * LOG2 / 2) * (p + 1) + S.multigammaln(nu / 2, p)
+    - (nu - p - 1) / 2 * mvdigamma(nu / 2, p) + nu * p / 2
+end
+
+------------------------------------------------------------------ LKJCholesky
+local LKJCholesky = Distribution:subclass('LKJCholesky')
+M.LKJCholesky = LKJCholesky
+LKJCholesky.arg_constraints = {concentration = constraints.positive}
+LKJCholesky.support = constraints.corr_cholesky
+--- LKJCholesky(dim, concentration = 1[, validate_args]): Cholesky factors L
+-- of dim x dim correlation matrices with density of L L^T proportional to
+-- det^(concentration - 1); sampled by the onion method (torch's).
+function LKJCholesky:__init(dim, concentration, validate_args)
+  if type(dim) ~= 'number' or dim % 1 ~= 0 or dim < 2 then
+    fail(('LKJCholesky: expected dim to be an integer greater than or equal to 2, found dim = %s'):format(
+      tostring(dim)))
+  end
+  self.dim = dim
+  self.concentration = broadcast_all(concentration == nil and 1 or concentration)
+  local c = self.concentration
+  local o = {dtype = c.dtype, device = c.device}
+  local offset = flow.cat({flow.zeros(1, o), flow.arange(0, dim - 1, o)})
+  local marginal = c + 0.5 * (dim - 2)
+  self._beta = M.Beta(offset + 0.5, marginal:unsqueeze(-1) - offset * 0.5, false)
+  Distribution.__init(self, c:size(), {dim, dim}, validate_args)
+end
+function LKJCholesky:expand(batch_shape)
+  local new = setmetatable({}, getmetatable(self))
+  for k, v in pairs(self) do new[k] = v end
+  local b = size_list(batch_shape)
+  new.concentration = self.concentration:expand(b)
+  new._beta = self._beta:expand(concat(b, {self.dim}))
+  new.batch_shape = flow.Size(b)
+  return new
+end
+function LKJCholesky:sample(sample_shape)
+  return flow.no_grad(function()
+    local y = self._beta:sample(sample_shape):unsqueeze(-1)
+    local shape = self:_extended_shape(sample_shape)
+    local u = flow.randn(shape, {dtype = y.dtype, device = y.device}):tril(-1)
+    local tiny = y.dtype == flow.float64 and 2.2250738585072014e-308 or 1.1754943508222875e-38
+    -- row 1 is all zeros: divided by a tiny norm it stays 0 (torch fills it with 0)
+    local hyper = u / u:norm(2, -1, true):clamp(tiny)
+    local w = y:sqrt() * hyper
+    local diag = (1 - (w ^ 2):sum(-1)):clamp(tiny):sqrt()
+    return w + diag_embed(diag)
+  end)
+end
+function LKJCholesky:log_prob(value)
+  self:_validate_sample(value)
+  local dim, c = self.dim, self.concentration
+  local d = value:diagonal(0, -2, -1):narrow(-1, 2, dim - 1)
+  local order = flow.arange(2, dim + 1, {dtype = c.dtype, device = c.device})
+  order = (c - 1):unsqueeze(-1) * 2 + dim - order
+  local unnormalized = (order * d:log()):sum(-1)
+  local dm1 = dim - 1
+  local alpha = c + 0.5 * dm1
+  local normalize = 0.5 * dm1 * math.log(math.pi) + S.multigammaln(alpha - 0.5, dm1) - flow.lgamma(alpha) * dm1
+  return unnormalized - normalize
+end
+
+------------------------------------------------------------------ TransformedDistribution
 for k, v in pairs(transforms) do if k:sub(1, 1) ~= '_' then M[k] = v end end
 M.transforms = transforms
 
@@ -1800,6 +2108,22 @@ local function kl_normal(p, q)
   return (var_ratio + t1 - 1 - var_ratio:log()) * 0.5
 end
 reg(Normal, Normal)(kl_normal)
+-- the Gaussian pairs of torch: (LowRank)MultivariateNormal against each
+-- other, through their scale_tril (torch's formula for MultivariateNormal)
+local function kl_gaussian(p, q)
+  local k = p.event_shape[1]
+  if q.event_shape[1] ~= k then
+    fail(('kl_divergence: KL-divergence between two %s with different event shapes (%d and %d) cannot be '
+      .. 'computed'):format(p.__name, k, q.event_shape[1]))
+  end
+  local Lp, Lq = unpack(flow.broadcast_tensors(p.scale_tril, q.scale_tril))
+  local tr = (flow.linalg.solve_triangular(Lq, Lp, {upper = false}) ^ 2):sum(-1):sum(-1)
+  local m = mahalanobis(Lq, q.loc - p.loc)
+  return half_log_det(Lq) - half_log_det(Lp) + (tr + m - k) * 0.5
+end
+for _, P in ipairs({MultivariateNormal, LowRankMVN}) do
+  for _, Q in ipairs({MultivariateNormal, LowRankMVN}) do reg(P, Q)(kl_gaussian) end
+end
 reg(LogNormal, LogNormal)(kl_normal)
 reg(HalfNormal, HalfNormal)(function(p, q) return kl_normal(std_normal(p), std_normal(q)) end)
 local function inf_where(mask, t) return flow.where(mask, flow.full({}, math.huge, {dtype = t.dtype}), t) end
@@ -1867,14 +2191,6 @@ reg(Beta, Beta)(function(p, q)
                       flow.stack({q.concentration1, q.concentration0}, -1))
 end)
 reg(Poisson, Poisson)(function(p, q) return p.rate * (p.rate:log() - q.rate:log()) - (p.rate - q.rate) end)
-reg(MultivariateNormal, MultivariateNormal)(function(p, q)
-  local k = p.loc:size(-1)
-  local Lq, Lp = q.scale_tril, p.scale_tril
-  local Lq2, Lp2 = unpack(flow.broadcast_tensors(Lq, Lp))
-  local term1 = (flow.linalg.solve(Lq2, Lp2) ^ 2):sum(-1):sum(-1)   -- tr(Sq^-1 Sp)
-  local term2 = mahalanobis(Lq, q.loc - p.loc)
-  return (term1 + term2 - k) * 0.5 + half_log_det(Lq) - half_log_det(Lp)
-end)
 reg(Independent, Independent)(function(p, q)
   if p.reinterpreted_batch_ndims ~= q.reinterpreted_batch_ndims then
     fail('kl_divergence: Independent distributions with different reinterpreted_batch_ndims')

@@ -241,6 +241,102 @@ function PositiveDefinite._call(_, x)
 end
 function PositiveDefinite._inverse(_, y) return LowerCholesky._inverse(nil, flow.linalg.cholesky(y)) end
 
+-- torch's tril_matrix_to_vec / vec_to_tril_matrix (row order, entries with
+-- j <= i + diag), through index_select so they are differentiable
+local function tril_positions(n, diag)
+  local pos = {}
+  for i = 1, n do
+    for j = 1, n do
+      if j <= i + diag then pos[#pos + 1] = (i - 1) * n + j end
+    end
+  end
+  return pos
+end
+local function tril_matrix_to_vec(mat, diag)
+  local n = mat:size(-1)
+  local idx = flow.tensor(tril_positions(n, diag or 0), {dtype = flow.int64, device = mat.device})
+  local s = mat:size():totable()
+  s[#s] = nil
+  s[#s] = n * n
+  return mat:reshape(s):index_select(-1, idx)
+end
+local function vec_to_tril_matrix(vec, diag)
+  diag = diag or 0
+  local len = vec:size(-1)
+  local a = 1 + 2 * diag
+  local nf = (-a + math.sqrt(a * a + 8 * len + 4 * math.abs(diag) * (diag + 1))) / 2
+  local n = math.floor(nf + 0.5)
+  if math.abs(n - nf) > 1e-9 or #tril_positions(n, diag) ~= len then
+    fail(('vec_to_tril_matrix: the size of the last dimension is %d, which cannot be expressed as the lower '
+      .. 'triangular part of a square D x D matrix'):format(len))
+  end
+  -- every cell picks its vector entry, or the appended zero (index len + 1)
+  local map = {}
+  for k = 1, n * n do map[k] = len + 1 end
+  for k, p in ipairs(tril_positions(n, diag)) do map[p] = k end
+  local zs = vec:size():totable()
+  zs[#zs] = 1
+  local padded = flow.cat({vec, flow.zeros(zs, {dtype = vec.dtype, device = vec.device})}, -1)
+  local out = padded:index_select(-1, flow.tensor(map, {dtype = flow.int64, device = vec.device}))
+  local s = vec:size():totable()
+  s[#s] = nil
+  s[#s + 1], s[#s + 2] = n, n
+  return out:reshape(s)
+end
+M._tril_matrix_to_vec, M._vec_to_tril_matrix = tril_matrix_to_vec, vec_to_tril_matrix
+
+local CorrCholesky = Transform:subclass('CorrCholeskyTransform')
+M.CorrCholeskyTransform = CorrCholesky
+CorrCholesky.event_dim = 1
+CorrCholesky.domain, CorrCholesky.codomain = constraints.real_vector, constraints.corr_cholesky
+--- CorrCholeskyTransform(): R^(D(D-1)/2) -> Cholesky factors of D x D
+-- correlation matrices (torch's: tanh, then a signed stick-breaking per row)
+function CorrCholesky._call(_, x)
+  x = x:tanh()
+  local eps = x:element_size() == 8 and 2.220446049250313e-16 or 1.1920928955078125e-07
+  x = x:clamp(-1 + eps, 1 - eps)
+  local r = vec_to_tril_matrix(x, -1)
+  local z = r ^ 2
+  local z1m = (1 - z):sqrt():cumprod(-1)
+  local n = r:size(-1)
+  r = r + flow.eye(n, {dtype = r.dtype, device = r.device})
+  return r * F().pad(z1m:narrow(-1, 1, n - 1), {1, 0}, 'constant', 1)
+end
+function CorrCholesky._inverse(_, y)
+  local n = y:size(-1)
+  local cs = 1 - (y * y):cumsum(-1)
+  local shifted = F().pad(cs:narrow(-1, 1, n - 1), {1, 0}, 'constant', 1)
+  local t = tril_matrix_to_vec(y, -1) / tril_matrix_to_vec(shifted, -1):sqrt()
+  return ((1 + t) / (1 - t)):log() / 2
+end
+function CorrCholesky.log_abs_det_jacobian(_, x, y)
+  local cs = tril_matrix_to_vec(1 - (y * y):cumsum(-1), -2)
+  local stick = cs:log():sum(-1) * 0.5
+  local tanh = ((x + F().softplus(x * -2) - math.log(2)):sum(-1)) * -2
+  return stick + tanh
+end
+function CorrCholesky.forward_shape(_, shape)
+  local s = {unpack(size_list(shape))}
+  if #s < 1 then fail('CorrCholeskyTransform: too few dimensions on input') end
+  local nv = s[#s]
+  local d = math.floor(math.sqrt(0.25 + 2 * nv) + 0.5 + 0.5)
+  if d * (d - 1) / 2 ~= nv then
+    fail(('CorrCholeskyTransform: the input size %d is not D (D - 1) / 2 for any D'):format(nv))
+  end
+  s[#s] = d
+  s[#s + 1] = d
+  return s
+end
+function CorrCholesky.inverse_shape(_, shape)
+  local s = {unpack(size_list(shape))}
+  if #s < 2 then fail('CorrCholeskyTransform: too few dimensions on input') end
+  if s[#s] ~= s[#s - 1] then fail('CorrCholeskyTransform: input is not square') end
+  local d = s[#s]
+  s[#s] = nil
+  s[#s] = d * (d - 1) / 2
+  return s
+end
+
 local Reshape = Transform:subclass('ReshapeTransform')
 M.ReshapeTransform = Reshape
 --- ReshapeTransform(in_shape, out_shape): the event reshaped (same numel)
@@ -409,6 +505,7 @@ local function registry(simplex)
     Simplex = simplex,
     LowerCholesky = function() return LowerCholesky() end,
     PositiveDefinite = function() return PositiveDefinite() end,
+    CorrCholesky = function() return CorrCholesky() end,
   }
   local self
   r.IndependentConstraint = function(c)
