@@ -283,11 +283,14 @@ describe('CUDA coverage of the public ops', function()
     end
     H.close(dropped(target):cpu(), dropped('cpu'), 1e-4, 'scaled_dot_product_attention dropout')
   end)
-  it('flow.linalg: the LAPACK kernels refuse device tensors; householder_product runs there', function()
+  it('flow.linalg: the LAPACK kernels refuse device tensors; householder_product and fft helpers run there', function()
     local A = flow.randn(4, 3, {dtype = flow.float64})
     local tau = flow.randn(2, {dtype = flow.float64})
     check('linalg.householder_product', function(x, t) return flow.linalg.householder_product(x, t) end,
           {A, tau}, 1e-10, true)
+    check('fft.fftshift/ifftshift', function(x) return flow.fft.fftshift(x) + flow.fft.ifftshift(x, 2) end,
+          {a}, 0, true)
+    H.close(flow.fft.fftfreq(7, {device = target}):cpu(), flow.fft.fftfreq(7), 0, 'fftfreq')
     if target ~= 'cuda' then return end
     local S = on(A:t():matmul(A))
     local LU, piv = flow.linalg.lu_factor(A:narrow(1, 1, 3))
