@@ -301,6 +301,8 @@ describe('CUDA coverage of the public ops', function()
       ldl_solve = function() return flow.linalg.ldl_solve(on(LU), piv, S) end,
       lu_solve = function() return flow.linalg.lu_solve(on(LU), on(piv), S) end,
       inv = function() return flow.linalg.inv(S) end,
+      matrix_sqrth = function() return flow.linalg.matrix_sqrth(S) end,
+      polar = function() return flow.linalg.polar(S) end,
     }) do
       H.raises(f, 'linalg.' .. name, 'not implemented on cuda')
     end

@@ -16,6 +16,9 @@
 --   flow.linalg.pinv(A, {atol =, rtol =, hermitian = false})
 --   flow.linalg.matrix_rank(A, {atol =, rtol =, tol =, hermitian = false})
 --   flow.linalg.lstsq(A, B, {rcond =}) -> solution, residuals, rank, singular_values
+--   flow.linalg.lu(A) -> P, L, U; lu_factor(_ex), lu_solve(LU, pivots, B, {left =, adjoint =})
+--   flow.linalg.ldl_factor(_ex)(A), ldl_solve(LD, pivots, B), householder_product(A, tau)
+--   flow.linalg.matrix_sqrth(A), polar(A) -> U, H
 -- Everything is differentiable: the first group is written with existing
 -- differentiable ops; inv, det, slogdet, solve, cholesky, svdvals are LAPACK kernels
 -- (core/ops/linalg_ext.c, float32/float64, CPU) with backward rules in C.
@@ -1145,6 +1148,96 @@ function linalg.ldl_solve(LD, pivots, B, o)
   if o ~= nil and type(o) ~= 'table' then error('linalg.ldl_solve: options must be a table, got ' .. type(o), 2) end
   local X = kcall(C.of_linalg_ldl_solve, LD:detach().p, pivots.p, B:detach().p, out1)
   return not_differentiable('ldl_solve', X, LD, B)
+end
+
+------------------------------------------------------------------ matrix_sqrth, polar (torch 2.x)
+local function matrix_input(op, A, tall)
+  util.check_tensor('linalg.' .. op, A, 'A')
+  if not A.dtype.is_floating_point then
+    error(('linalg.%s: expected a floating point tensor as A, got %s (shape %s)'):format(
+      op, tostring(A.dtype), shape_str(A)), 3)
+  end
+  if A:dim() < 2 then
+    error(('linalg.%s: A must have at least 2 dims, got shape %s'):format(op, shape_str(A)), 3)
+  end
+  if A.device.type ~= 'cpu' then
+    error(('linalg.%s: not implemented on cuda (A of shape %s is a CUDA tensor; it goes through the CPU\'s '
+      .. 'LAPACK: move it with :cpu())'):format(op, shape_str(A)), 3)
+  end
+  local m, n = A:size(-2), A:size(-1)
+  if tall and m < n then
+    error(('linalg.%s: input must have at least as many rows as columns, but got %d by %d matrices')
+      :format(op, m, n), 3)
+  elseif not tall and m ~= n then
+    error(('linalg.%s: A must be batches of square matrices, but they are %d by %d matrices'):format(
+      op, m, n), 3)
+  end
+end
+
+-- V (M o 1 / (s_i + s_j)) V^T
+local function sylvester(V, s, Mx)
+  local den = s:unsqueeze(-1) + s:unsqueeze(-2)
+  return V:matmul((mT(V):matmul(Mx):matmul(V)) / den):matmul(mT(V))
+end
+
+local function no_double_backward(op)
+  if C.of_is_grad_enabled() ~= 0 then
+    error(('linalg.%s: create_graph (second derivatives) is not supported'):format(op), 0)
+  end
+end
+
+--- linalg.matrix_sqrth(A): the principal square root X (X X = A) of the
+-- symmetric positive-definite A (..., n, n), from eigh (only A's lower
+-- triangle is read; negative eigenvalues are clamped to 0, as torch 2.x).
+-- Gradient (torch's): gA = V (V^T sym(gX) V / (s_i + s_j)) V^T, s = sqrt(eigenvalues).
+function linalg.matrix_sqrth(A)
+  matrix_input('matrix_sqrth', A)
+  local L, V = linalg.eigh(A:detach())
+  local s = L:clamp(0):sqrt()
+  local X = V:matmul(s:unsqueeze(-1) * mT(V))
+  if not needs_grad(A) then return X end
+  local F = fn_class('LinalgMatrixSqrth')
+  if not F.forward then
+    function F.forward(ctx, _, f)
+      ctx.f = f
+      return f.X:clone()
+    end
+    function F.backward(ctx, g)
+      no_double_backward('matrix_sqrth')
+      return sylvester(ctx.f.V, ctx.f.s, (g + mT(g)) * 0.5)
+    end
+  end
+  return F.apply(A, {X = X, V = V, s = s})
+end
+
+--- linalg.polar(A) -> U, H: A = U H for A (..., m, n), m >= n, U with
+-- orthonormal columns, H symmetric positive-semidefinite (through the thin
+-- SVD A = W S Vh: U = W Vh, H = Vh^T S Vh). Differentiable where A has full
+-- column rank: with G = gH - U^T gU H^-1, K = V (V^T G V / (s_i + s_j)) V^T
+-- (V = Vh^T), gA = gU H^-1 + A (K + K^T) (torch 2.x's values).
+function linalg.polar(A)
+  matrix_input('polar', A, true)
+  local W, S, Vh = linalg.svd(A:detach(), {full_matrices = false})
+  local U = W:matmul(Vh)
+  local H = mT(Vh):matmul(S:unsqueeze(-1) * Vh)
+  if not needs_grad(A) then return U, H end
+  local F = fn_class('LinalgPolar')
+  if not F.forward then
+    function F.forward(ctx, _, f)
+      ctx.f = f
+      return f.U:clone(), f.H:clone()
+    end
+    function F.backward(ctx, gU, gH)
+      no_double_backward('polar')
+      local f = ctx.f
+      local V = mT(f.Vh)
+      local Hinv = V:matmul(mT(V) / f.S:unsqueeze(-1))
+      local gA = gU:matmul(Hinv)
+      local K = sylvester(V, f.S, gH - mT(f.U):matmul(gU):matmul(Hinv))
+      return gA + f.A:matmul(K + mT(K))
+    end
+  end
+  return F.apply(A, {U = U, H = H, Vh = Vh, S = S, A = A:detach()})
 end
 
 T.flow.linalg = linalg
