@@ -23,7 +23,10 @@ const char *of_device_str(of_device d, char *buf);
 #define OF_DEV_STR(d) of_device_str((d), (char[16]){0})
 
 /* Elementwise kernel kinds (the `kind` of of_device_ops.ew). */
-enum { OF_EWK_BINARY = 0, OF_EWK_UNARY = 1, OF_EWK_CLAMP = 2, OF_EWK_LEAKY = 3 };
+/* SPECIAL1/2: flow.special (op an of_special_fn, p0 polygamma's n), float64
+ * operands, core/ops/special_eval.h's scalar code */
+enum { OF_EWK_BINARY = 0, OF_EWK_UNARY = 1, OF_EWK_CLAMP = 2, OF_EWK_LEAKY = 3,
+       OF_EWK_SPECIAL1 = 4, OF_EWK_SPECIAL2 = 5 };
 
 /* cudnn branch: the descriptors of the convolution, pooling and loss entries */
 typedef struct of_conv_desc {

@@ -1,5 +1,5 @@
 // elementwise.cu -- copy/cast, fill, the unary and binary families, clamp,
-// leaky_relu and where.
+// leaky_relu, flow.special (special_eval.h as device code) and where.
 //
 // One kernel per (dtype, arity); the op is a uniform switch inside it, which
 // costs a few instructions per element of a memory-bound loop and keeps the
@@ -7,6 +7,7 @@
 // dense, unbroadcast op are read with vector loads (16 bytes a thread).
 #include "common.cuh"
 #include "kernels.cuh"
+#include "../core/ops/special_eval.h"
 #include <type_traits>
 
 namespace ofc {
@@ -219,11 +220,17 @@ struct Fn {
       return a;
     }
     if (g.kind == OF_EWK_LEAKY) return a > (T)0 ? a : (T)((double)a * g.p0);
+    if constexpr (std::is_same<T, double>::value) {   // special's operands are float64
+      if (g.kind == OF_EWK_SPECIAL1) return of_special1(g.op, a, g.p0);
+    }
     if constexpr (is_b<T>()) return unary_b(g.op, a);
     else if constexpr (is_f<T>()) return unary_f(g.op, a);
     else return unary_i(g.op, a);
   }
   __device__ __forceinline__ T operator()(T a, T b) const {
+    if constexpr (std::is_same<T, double>::value) {
+      if (g.kind == OF_EWK_SPECIAL2) return of_special2(g.op, a, b);
+    }
     if constexpr (is_b<T>()) return binary_b(g.op, a, b);
     else if constexpr (is_f<T>()) return binary_f(g.op, a, b);
     else return binary_i(g.op, a, b, g.flag);

@@ -997,3 +997,188 @@ of_status of_linalg_svd(of_tensor *a, int32_t full, of_tensor **u, of_tensor **s
   *vh = outs[2];
   return OF_OK;
 }
+
+/* ---- lu_factor (dgetrf) and ldl_factor / ldl_solve (dsytrf / dsytrs) ----
+ * No autograd here: flow.linalg builds lu, lu_solve and householder_product
+ * from differentiable ops on these factors (lua/oneflow/ops/linalg_ext.lua).
+ * Pivots are LAPACK's, 1-based (torch returns the same numbers); info is
+ * LAPACK's per matrix (0, or the 1-based index of a zero pivot). */
+void dsytrf_(const char *uplo, const int *n, double *a, const int *lda, int *ipiv, double *work,
+             const int *lwork, int *info, size_t uplo_len);
+void dsytrs_(const char *uplo, const int *n, const int *nrhs, const double *a, const int *lda,
+             const int *ipiv, double *b, const int *ldb, int *info, size_t uplo_len);
+
+/* a new (batch dims of t..., last) tensor of dtype dt */
+static of_status batch_tensor(const of_tensor *t, int32_t drop, const int64_t *last, int32_t nlast,
+                              of_dtype dt, of_tensor **out) {
+  int64_t shape[OF_MAX_DIMS];
+  int32_t nd = 0;
+  for (int32_t d = 0; d < t->ndim - drop; d++) shape[nd++] = t->shape[d];
+  for (int32_t d = 0; d < nlast; d++) shape[nd++] = last[d];
+  return of_tensor_new(shape, nd, dt, OF_CPU, out);
+}
+
+of_status of_linalg_lu_factor(of_tensor *a, of_tensor **lu, of_tensor **pivots,
+                              of_tensor **info_out) {
+  OF_CHECK(check_input("lu_factor", "A", a));
+  mats m;
+  OF_CHECK(load(a, &m));
+  int64_t rows = m.rows, cols = m.cols, k = rows < cols ? rows : cols;
+  of_tensor *res = NULL, *piv = NULL, *inf = NULL;
+  double *buf = malloc(sizeof(double) * (size_t)(rows * cols + 1));
+  int *ipiv = malloc(sizeof(int) * (size_t)(k + 1));
+  of_status st = (buf && ipiv) ? OF_OK
+    : of_fail(OF_ERR_OOM, "linalg.lu_factor: out of memory for a %lld x %lld matrix",
+              (long long)rows, (long long)cols);
+  if (st == OF_OK) st = of_tensor_new(a->shape, a->ndim, a->dtype, OF_CPU, &res);
+  if (st == OF_OK) st = batch_tensor(a, 2, &k, 1, OF_INT32, &piv);
+  if (st == OF_OK) st = batch_tensor(a, 2, NULL, 0, OF_INT32, &inf);
+  int mi = (int)rows, ni = (int)cols, lda = rows > 0 ? (int)rows : 1;
+  for (int64_t b = 0; b < m.batch && st == OF_OK; b++) {
+    int info = 0;
+    if (rows > 0 && cols > 0) {
+      to_colmajor(m.data + b * rows * cols, rows, cols, buf);
+      dgetrf_(&mi, &ni, buf, &lda, ipiv, &info);
+      if (info < 0) {
+        st = of_fail(OF_ERR_ARG, "linalg.lu_factor: LAPACK failed (info %d)", info);
+        break;
+      }
+    }
+    for (int64_t i = 0; i < rows; i++)
+      for (int64_t j = 0; j < cols; j++) put(res, (b * rows + i) * cols + j, buf[j * rows + i]);
+    for (int64_t i = 0; i < k; i++) ((int32_t *)of_ptr(piv))[b * k + i] = ipiv[i];
+    ((int32_t *)of_ptr(inf))[b] = info;
+  }
+  free(buf);
+  free(ipiv);
+  of_tensor_release(m.dense);
+  if (st != OF_OK) {
+    of_tensor_release(res);
+    of_tensor_release(piv);
+    of_tensor_release(inf);
+    return st;
+  }
+  *lu = res;
+  *pivots = piv;
+  *info_out = inf;
+  return OF_OK;
+}
+
+of_status of_linalg_ldl_factor(of_tensor *a, of_tensor **ld, of_tensor **pivots,
+                               of_tensor **info_out) {
+  OF_CHECK(check_square("ldl_factor", a));
+  mats m;
+  OF_CHECK(load(a, &m));
+  int64_t n = m.rows;
+  of_tensor *res = NULL, *piv = NULL, *inf = NULL;
+  scratch s;
+  of_status st = scratch_new("ldl_factor", n, 0, &s);
+  if (st != OF_OK) {
+    of_tensor_release(m.dense);
+    return st;
+  }
+  st = of_tensor_new(a->shape, a->ndim, a->dtype, OF_CPU, &res);
+  if (st == OF_OK) st = batch_tensor(a, 2, &n, 1, OF_INT32, &piv);
+  if (st == OF_OK) st = batch_tensor(a, 2, NULL, 0, OF_INT32, &inf);
+  int ni = (int)n, lda = n > 0 ? (int)n : 1;
+  for (int64_t b = 0; b < m.batch && st == OF_OK; b++) {
+    int info = 0;
+    if (n > 0) {
+      to_colmajor(m.data + b * n * n, n, n, s.a);
+      dsytrf_("L", &ni, s.a, &lda, s.ipiv, s.work, &s.lwork, &info, 1);
+      if (info < 0) {
+        st = of_fail(OF_ERR_ARG, "linalg.ldl_factor: LAPACK failed (info %d)", info);
+        break;
+      }
+    }
+    /* the factor is in the lower triangle; the upper one is zeroed (as torch) */
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t j = 0; j < n; j++) put(res, (b * n + i) * n + j, j <= i ? s.a[j * n + i] : 0.0);
+    for (int64_t i = 0; i < n; i++) ((int32_t *)of_ptr(piv))[b * n + i] = s.ipiv[i];
+    ((int32_t *)of_ptr(inf))[b] = info;
+  }
+  scratch_free(&s);
+  of_tensor_release(m.dense);
+  if (st != OF_OK) {
+    of_tensor_release(res);
+    of_tensor_release(piv);
+    of_tensor_release(inf);
+    return st;
+  }
+  *ld = res;
+  *pivots = piv;
+  *info_out = inf;
+  return OF_OK;
+}
+
+of_status of_linalg_ldl_solve(of_tensor *ld, of_tensor *pivots, of_tensor *bm, of_tensor **out) {
+  OF_CHECK(check_input("ldl_solve", "LD", ld));
+  OF_CHECK(check_input("ldl_solve", "B", bm));
+  int64_t n = ld->shape[ld->ndim - 1], k = bm->shape[bm->ndim - 1];
+  if (ld->shape[ld->ndim - 2] != n)
+    return of_fail(OF_ERR_SHAPE, "linalg.ldl_solve: LD must be batches of square matrices, got "
+                   "shape %s", OF_SHAPE_STR(ld));
+  if (pivots->storage->device != OF_CPU)
+    return of_fail(OF_ERR_DEVICE, "linalg.ldl_solve: not implemented on cuda (pivots of shape %s "
+                   "is a CUDA tensor; move it with :cpu())", OF_SHAPE_STR(pivots));
+  bool same = ld->ndim == bm->ndim && bm->shape[bm->ndim - 2] == n && pivots->ndim == ld->ndim - 1;
+  for (int32_t d = 0; same && d < ld->ndim - 2; d++)
+    same = ld->shape[d] == bm->shape[d] && pivots->shape[d] == ld->shape[d];
+  if (!same || pivots->shape[pivots->ndim - 1] != n)
+    return of_fail(OF_ERR_SHAPE, "linalg.ldl_solve: incompatible shapes of LD, pivots and B "
+                   "(%s, %s and %s)", OF_SHAPE_STR(ld), OF_SHAPE_STR(pivots), OF_SHAPE_STR(bm));
+  if (ld->dtype != bm->dtype)
+    return of_fail(OF_ERR_DTYPE, "linalg.ldl_solve: LD and B must have the same dtype, got %s "
+                   "and %s", OF_DT(ld), OF_DT(bm));
+  if (pivots->dtype != OF_INT32)
+    return of_fail(OF_ERR_DTYPE, "linalg.ldl_solve: pivots must be int32 (from ldl_factor), "
+                   "got %s", OF_DT(pivots));
+  of_tensor *pd = NULL;
+  OF_CHECK(of_dense(pivots, OF_INT32, &pd));
+  const int32_t *pv = (const int32_t *)of_ptr(pd);
+  mats m, mb = {0};
+  of_status st = load(ld, &m);
+  if (st != OF_OK) {
+    of_tensor_release(pd);
+    return st;
+  }
+  st = load(bm, &mb);
+  of_tensor *res = NULL;
+  scratch s = {0};
+  if (st == OF_OK) st = scratch_new("ldl_solve", n, n * k, &s);
+  if (st == OF_OK) st = of_tensor_new(bm->shape, bm->ndim, bm->dtype, OF_CPU, &res);
+  int ni = (int)n, ki = (int)k, lda = n > 0 ? (int)n : 1, info = 0;
+  double *x = s.a ? s.a + n * n : NULL;
+  for (int64_t b = 0; b < m.batch && st == OF_OK && n > 0 && k > 0; b++) {
+    for (int64_t i = 0; i < n; i++) {
+      int p = pv[b * n + i];
+      if (p == 0 || p > n || p < -n) {
+        st = of_fail(OF_ERR_ARG, "linalg.ldl_solve: pivots[%lld] = %d is out of range for "
+                     "%lld x %lld matrices (pivots come from ldl_factor)", (long long)(i + 1), p,
+                     (long long)n, (long long)n);
+        break;
+      }
+      s.ipiv[i] = p;
+    }
+    if (st != OF_OK) break;
+    to_colmajor(m.data + b * n * n, n, n, s.a);
+    to_colmajor(mb.data + b * n * k, n, k, x);
+    dsytrs_("L", &ni, &ki, s.a, &lda, s.ipiv, x, &lda, &info, 1);
+    if (info != 0) {
+      st = of_fail(OF_ERR_ARG, "linalg.ldl_solve: LAPACK failed (info %d)", info);
+      break;
+    }
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t j = 0; j < k; j++) put(res, b * n * k + i * k + j, x[j * n + i]);
+  }
+  if (s.a) scratch_free(&s);
+  of_tensor_release(pd);
+  of_tensor_release(m.dense);
+  of_tensor_release(mb.dense);
+  if (st != OF_OK) {
+    of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  return OF_OK;
+}

@@ -5,7 +5,8 @@
  * second broadcasts: zeta's q, gammainc's x, a polynomial's n). The scalar
  * code is PyTorch's (special_math.h), so values agree with torch.special.
  * Computed in float64; the result has the input's floating dtype (float32
- * for integer inputs). CPU only: CUDA tensors are refused.
+ * for integer inputs). On CUDA the same scalar code runs in the elementwise
+ * kernel (device.h OF_EWK_SPECIAL1/2, cuda/elementwise.cu).
  * Gradients follow PyTorch: where PyTorch has a derivative this records one
  * (written with public ops, the derivative helpers OF_SP_D_* included);
  * where PyTorch raises "not implemented", so does this, at the call. */
@@ -14,7 +15,7 @@
 #include "../dispatch/dispatch.h"
 #include "elementwise.h"
 #include "family.h"
-#include "special_math.h"
+#include "special_eval.h"
 
 typedef struct {
   const char *name;
@@ -63,90 +64,8 @@ int32_t of_special_arity(of_special_fn fn) {
   return fn >= 0 && fn < OF_NUM_SPECIAL ? special_ops[fn].nin : 0;
 }
 
-/* a polynomial's degree as PyTorch converts it: non-finite -> -1 (value 0) */
-static int64_t degree(double n) {
-  if (!isfinite(n) || n > 9.2e18 || n < -9.2e18) return -1;
-  return (int64_t)n;
-}
-
-#define SQRT_2PI 2.50662827463100050242
-#define INV_SQRT_PI 0.56418958354775628694807945156
-
-static double polygamma(int n, double x) {
-  if (n == 0) return calc_digamma(x);
-  if (n == 1) return trigamma(x);
-  return calc_polygamma(x, n);
-}
-
-static double special1(int32_t fn, double x, double p) {
-  switch (fn) {
-    case OF_SP_ERFCX: return calc_erfcx(x);
-    case OF_SP_ERFINV: return calc_erfinv(x);
-    case OF_SP_GAMMALN: return lgamma(x);
-    case OF_SP_DIGAMMA: return calc_digamma(x);
-    case OF_SP_POLYGAMMA: return polygamma((int)p, x);
-    case OF_SP_I0: return calc_i0(x);
-    case OF_SP_I0E: return calc_i0e(x);
-    case OF_SP_I1: return calc_i1(x);
-    case OF_SP_I1E: return calc_i1e(x);
-    case OF_SP_NDTRI: return calc_ndtri(x);
-    case OF_SP_LOG_NDTR: return calc_log_ndtr(x);
-    case OF_SP_BESSEL_J0: return bessel_j0_forward(x);
-    case OF_SP_BESSEL_J1: return bessel_j1_forward(x);
-    case OF_SP_BESSEL_Y0: return bessel_y0_forward(x);
-    case OF_SP_BESSEL_Y1: return bessel_y1_forward(x);
-    case OF_SP_MODIFIED_BESSEL_I0: return modified_bessel_i0_forward(x);
-    case OF_SP_MODIFIED_BESSEL_I1: return modified_bessel_i1_forward(x);
-    case OF_SP_MODIFIED_BESSEL_K0: return modified_bessel_k0_forward(x);
-    case OF_SP_MODIFIED_BESSEL_K1: return modified_bessel_k1_forward(x);
-    case OF_SP_SCALED_MODIFIED_BESSEL_K0: return scaled_modified_bessel_k0_forward(x);
-    case OF_SP_SCALED_MODIFIED_BESSEL_K1: return scaled_modified_bessel_k1_forward(x);
-    case OF_SP_SPHERICAL_BESSEL_J0: return spherical_bessel_j0_forward(x);
-    case OF_SP_AIRY_AI: return airy_ai_forward(x);
-    /* derivatives, for the backward rules */
-    case OF_SP_D_ERFCX: return 2 * x * calc_erfcx(x) - 2 * INV_SQRT_PI;
-    case OF_SP_D_ERFINV: {
-      double e = calc_erfinv(x);
-      return 0.5 / INV_SQRT_PI * exp(e * e);
-    }
-    case OF_SP_D_I0E: return calc_i1e(x) - (x > 0 ? 1 : x < 0 ? -1 : 0) * calc_i0e(x);
-    case OF_SP_D_I1: return x == 0 ? 0.5 : calc_i0(x) - calc_i1(x) / x;
-    case OF_SP_D_I1E:
-      return x == 0 ? 0.5 : calc_i0e(x) - calc_i1e(x) * ((x > 0 ? 1 : -1) + 1 / x);
-    case OF_SP_D_NDTRI: {
-      double q = calc_ndtri(x);
-      return SQRT_2PI * exp(0.5 * q * q);
-    }
-    case OF_SP_D_LOG_NDTR: return exp(-0.5 * x * x - calc_log_ndtr(x)) / SQRT_2PI;
-    default: return NAN;
-  }
-}
-
-static double special2(int32_t fn, double x, double y) {
-  switch (fn) {
-    case OF_SP_ZETA: return zeta(x, y);
-    case OF_SP_GAMMAINC: return calc_igamma(x, y);
-    case OF_SP_GAMMAINCC: return calc_igammac(x, y);
-    case OF_SP_CHEBYSHEV_T: return chebyshev_polynomial_t_forward(x, degree(y));
-    case OF_SP_CHEBYSHEV_U: return chebyshev_polynomial_u_forward(x, degree(y));
-    case OF_SP_CHEBYSHEV_V: return chebyshev_polynomial_v_forward(x, degree(y));
-    case OF_SP_CHEBYSHEV_W: return chebyshev_polynomial_w_forward(x, degree(y));
-    case OF_SP_SHIFTED_CHEBYSHEV_T: return shifted_chebyshev_polynomial_t_forward(x, degree(y));
-    case OF_SP_SHIFTED_CHEBYSHEV_U: return shifted_chebyshev_polynomial_u_forward(x, degree(y));
-    case OF_SP_SHIFTED_CHEBYSHEV_V: return shifted_chebyshev_polynomial_v_forward(x, degree(y));
-    case OF_SP_SHIFTED_CHEBYSHEV_W: return shifted_chebyshev_polynomial_w_forward(x, degree(y));
-    case OF_SP_HERMITE_H: return hermite_polynomial_h_forward(x, degree(y));
-    case OF_SP_HERMITE_HE: return hermite_polynomial_he_forward(x, degree(y));
-    case OF_SP_LAGUERRE_L: return laguerre_polynomial_l_forward(x, degree(y));
-    case OF_SP_LEGENDRE_P: return legendre_polynomial_p_forward(x, degree(y));
-    /* d/dy P(x, y) = exp(-y) y^(x-1) / Gamma(x) */
-    case OF_SP_D_GAMMAINC: return exp(-y + (x - 1) * log(y) - lgamma(x));
-    default: return NAN;
-  }
-}
-
-OF_UNARY_LOOP(special1_loop, double, double, special1(ctx->op, a, ctx->p0))
-OF_BINARY_LOOP(special2_loop, double, double, special2(ctx->op, a, b))
+OF_UNARY_LOOP(special1_loop, double, double, of_special1(ctx->op, a, ctx->p0))
+OF_BINARY_LOOP(special2_loop, double, double, of_special2(ctx->op, a, b))
 
 static of_status special_compute(of_special_fn fn, of_tensor *x, of_tensor *y, double p,
                                  of_tensor **out) {
@@ -159,7 +78,7 @@ static of_status special_compute(of_special_fn fn, of_tensor *x, of_tensor *y, d
   if (x->dtype == OF_BOOL || (y && y->dtype == OF_BOOL))
     return of_fail(OF_ERR_DTYPE, "special.%s: not supported for bool tensors (shape %s)", name,
                    OF_SHAPE_STR(x));
-  of_ew_ctx ctx = {.p0 = p, .kind = -1, .op = fn};
+  of_ew_ctx ctx = {.p0 = p, .kind = y ? OF_EWK_SPECIAL2 : OF_EWK_SPECIAL1, .op = fn};
   if (!y)
     return of_ew_run(name, special1_loop, &ctx, &x, 1, OF_FLOAT64, OF_FLOAT64, result, x->shape,
                      x->ndim, NULL, out);
@@ -259,10 +178,6 @@ static of_status special_body(of_special_fn fn, of_tensor *x, of_tensor *y, doub
   of_tensor *ins[2] = {x, y};
   int32_t nin = y ? 2 : 1;
   for (int32_t k = 0; k < nin; k++) {
-    if (ins[k]->storage->device != OF_CPU)
-      return of_fail(OF_ERR_DEVICE, "special.%s: not implemented on cuda (input %d of shape %s is "
-                     "a CUDA tensor; move it with :cpu())", def->name, (int)k + 1,
-                     OF_SHAPE_STR(ins[k]));
     if (of_grad_needed(&ins[k], 1) && !has_derivative(fn, k))
       return of_fail(OF_ERR_STATE, "special.%s: the derivative for input %d is not implemented "
                      "(as in PyTorch); detach() it (shape %s)", def->name, (int)k + 1,

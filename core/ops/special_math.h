@@ -5,7 +5,7 @@
  * overloads for other types dropped, C++ spellings replaced by C99 ones.
  * Math.h's functions derive from the Cephes Math Library (BSD-3-Clause,
  * Stephen L. Moshier), SciPy (BSD-3-Clause) and, for erfinv, the code whose
- * notice follows. Only special.c includes this file. */
+ * notice follows. Included by special_eval.h (special.c and cuda/elementwise.cu). */
 #ifndef ONEFLOW_SPECIAL_MATH_H
 #define ONEFLOW_SPECIAL_MATH_H
 #include <float.h>
@@ -19,10 +19,17 @@
 #ifndef M_SQRT1_2
 #define M_SQRT1_2 0.70710678118654752440
 #endif
+/* OF_SPF: every function here is static, and also a device function when
+ * cuda/elementwise.cu includes this file (flow.special on CUDA) */
+#ifdef __CUDACC__
+#define OF_SPF static __host__ __device__
+#else
+#define OF_SPF static
+#endif
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
 #pragma GCC diagnostic ignored "-Wfloat-equal"
-static double chbevl(const double x, const double array[], size_t len);
+OF_SPF double chbevl(const double x, const double array[], size_t len);
 /* The next function is taken from  https://github.com/antelopeusersgroup/antelope_contrib/blob/master/lib/location/libgenloc/erfinv.c.
 Below is the copyright.
 Output was modified to be inf or -inf when input is 1 or -1. */
@@ -74,7 +81,7 @@ Output was modified to be inf or -inf when input is 1 or -1. */
 
 
 
-static inline double calc_i0e(double _x) {
+OF_SPF inline double calc_i0e(double _x) {
     double x = fabs(_x);
 
     if (x <= (8.0)) {
@@ -121,7 +128,7 @@ static inline double calc_i0e(double _x) {
 
 #define CENTRAL_RANGE 0.7
 
-static inline double
+OF_SPF inline double
 calc_erfinv(double y) {
 /* Function to calculate inverse error function.  Rational approximation
 is used to generate an initial approximation, which is then improved to
@@ -205,7 +212,7 @@ Date:  February 1996
  * This function is derived from the implementation of the zeta function in the Cephes Math Library.
  * See note [3-Clause BSD License for the Cephes Math Library].
  */
- static inline double zeta(double x, double q)  {
+OF_SPF inline double zeta(double x, double q)  {
     const double MACHEP = (1.11022302462515654042E-16);
   const double zero = (0.0);
   const double half = (0.5);
@@ -294,7 +301,7 @@ Date:  February 1996
  * coef[0] = C  , ..., coef[N] = C  .
  *            N                   0
  */
- static inline double polevl(const double x, const double A[], size_t len) {
+OF_SPF inline double polevl(const double x, const double A[], size_t len) {
   double result = 0;
   for (size_t i = 0; i <= len; i++) {
     result = result * x + A[i];
@@ -302,7 +309,7 @@ Date:  February 1996
   return result;
 }
 
-static inline double trigamma(double x)  {
+OF_SPF inline double trigamma(double x)  {
   double sign = +1;
   double result = 0;
   if (x < 0.5) {
@@ -325,9 +332,9 @@ static inline double trigamma(double x)  {
  * This function is derived from the implementation of the digamma function in the Cephes Math Library.
  * See note [3-Clause BSD License for the Cephes Math Library].
  */
-static inline double calc_digamma(double x) {
+OF_SPF inline double calc_digamma(double x) {
   // [C++ Standard Reference: Gamma Function] https://en.cppreference.com/w/cpp/numeric/math/tgamma
-  static double PSI_10 = 2.25175258906672110764;
+  static const double PSI_10 = 2.25175258906672110764;
   if (x == 0) {
     // As per C++ standard for gamma related functions and SciPy,
     // If the argument is ±0, ±∞ is returned
@@ -386,7 +393,7 @@ static inline double calc_digamma(double x) {
 
 
 
-static inline  double calc_polygamma(double x, int n) {
+OF_SPF inline  double calc_polygamma(double x, int n) {
   // already blocked if n <= 1
   const double one = 1;
   return ((n % 2) ? one : -one) *
@@ -410,7 +417,7 @@ static inline  double calc_polygamma(double x, int n) {
  * gammainc, Cephes's igam and igamc, and Boost's Lanczos approximations.
  * See NOTICE for the licenses.
  */
-double ratevl(double x, const double num[], int64_t M,
+OF_SPF double ratevl(double x, const double num[], int64_t M,
     const double denom[], int64_t N) {
   // evaluating rational function, i.e., the ratio of two polynomials
   // the coefficients for numerator are given by `num` while coeffs for
@@ -469,7 +476,7 @@ double ratevl(double x, const double num[], int64_t M,
  * Boost Software License, Version 1.0. See
  * https://www.boost.org/LICENSE_1_0.txt or see NOTICE.
  */
-static double lanczos_sum_expg_scaled(double x) {
+OF_SPF double lanczos_sum_expg_scaled(double x) {
   // lanczos approximation
   static const double lanczos_sum_expg_scaled_num[13] = {
     0.006061842346248906525783753964555936883222,
@@ -507,15 +514,15 @@ static double lanczos_sum_expg_scaled(double x) {
       sizeof(lanczos_sum_expg_scaled_denom) / sizeof(lanczos_sum_expg_scaled_denom[0]) - 1);
 }
 
-static double _igam_helper_fac(double a, double x) {
+OF_SPF double _igam_helper_fac(double a, double x) {
   // compute x^a * exp(-a) / gamma(a)
   // corrected from (15) and (16) in [igam2] by replacing exp(x - a) with
   // exp(a - x).
 
   double ax, fac, res, num, numfac;
-  static double MAXLOG = 7.09782712893383996843E2;
-  static double EXP1 = 2.718281828459045;
-  static double lanczos_g = 6.024680040776729583740234375;
+  static const double MAXLOG = 7.09782712893383996843E2;
+  static const double EXP1 = 2.718281828459045;
+  static const double lanczos_g = 6.024680040776729583740234375;
 
   if (fabs(a - x) > 0.4 * fabs(a)) {
     ax = a * log(x) - x - lgamma(a);
@@ -539,10 +546,10 @@ static double _igam_helper_fac(double a, double x) {
   return res;
 }
 
-static double _igam_helper_series(double a, double x) {
+OF_SPF double _igam_helper_series(double a, double x) {
   // Compute igam using DLMF 8.11.4. [igam1]
-  static double MACHEP = 1.11022302462515654042E-16;
-  static int MAXITER = 2000;
+  static const double MACHEP = 1.11022302462515654042E-16;
+  static const int MAXITER = 2000;
 
   int i;
   double ans, ax, c, r;
@@ -568,7 +575,7 @@ static double _igam_helper_series(double a, double x) {
   return (ans * ax / a);
 }
 
-static double _igamc_helper_series(double a, double x) {
+OF_SPF double _igamc_helper_series(double a, double x) {
   // Compute igamc using DLMF 8.7.3 [igam1]. This is related to the series in
   // _igam_helper_series but extra care is taken to avoid cancellation.
 
@@ -576,8 +583,8 @@ static double _igamc_helper_series(double a, double x) {
   double fac = 1;
   double sum = 0;
   double term, logx;
-  static double MAXITER = 2000;
-  static double MACHEP = 1.11022302462515654042E-16;
+  static const double MAXITER = 2000;
+  static const double MACHEP = 1.11022302462515654042E-16;
 
   for (n = 1; n < MAXITER; n++) {
     fac *= -x / n;
@@ -593,7 +600,7 @@ static double _igamc_helper_series(double a, double x) {
   return term - exp(a * logx - lgamma(a)) * sum;
 }
 
-static double _igam_helper_asymptotic_series(double a, double x, bool igam) {
+OF_SPF double _igam_helper_asymptotic_series(double a, double x, bool igam) {
   // Compute igam/igamc using DLMF 8.12.3/8.12.4 [igam1]
   static const double d[25][25] =
     {{-3.3333333333333333e-1, 8.3333333333333333e-2, -1.4814814814814815e-2,
@@ -824,7 +831,7 @@ static double _igam_helper_asymptotic_series(double a, double x, bool igam) {
 
   int k, n, sgn;
   int maxpow = 0;
-  static double MACHEP = 1.11022302462515654042E-16;
+  static const double MACHEP = 1.11022302462515654042E-16;
   double lambda = x / a;
   double sigma = (x - a) / a;
   double eta, res, ck, ckterm, term, absterm;
@@ -881,15 +888,15 @@ static double _igam_helper_asymptotic_series(double a, double x, bool igam) {
   return res;
 }
 
-static double _igamc_helper_continued_fraction(double a, double x) {
+OF_SPF double _igamc_helper_continued_fraction(double a, double x) {
   // Compute igamc using DLMF 8.9.2. [igam1]
   int i;
   double ans, ax, c, yc, r, t, y, z;
   double pk, pkm1, pkm2, qk, qkm1, qkm2;
   int MAXITER = 2000;
-  static double MACHEP = 1.11022302462515654042E-16;
-  static double BIG = 4.503599627370496e15;
-  static double BIGINV = 2.22044604925031308085e-16;
+  static const double MACHEP = 1.11022302462515654042E-16;
+  static const double BIG = 4.503599627370496e15;
+  static const double BIGINV = 2.22044604925031308085e-16;
 
   ax = _igam_helper_fac(a, x);
   if (ax == 0.0) {
@@ -938,7 +945,7 @@ static double _igamc_helper_continued_fraction(double a, double x) {
   return ans * ax;
 }
 
-static inline double calc_igammac(double a, double x) {
+OF_SPF inline double calc_igammac(double a, double x) {
   /* the calculation of the regularized upper incomplete gamma function
    * is done differently based on the values of a and x:
    * - if x and/or a is at the boundary of defined region, then assign the
@@ -951,10 +958,10 @@ static inline double calc_igammac(double a, double x) {
    */
   double absxma_a;
 
-  static double SMALL = 20.0;
-  static double LARGE = 200.0;
-  static double SMALLRATIO = 0.3;
-  static double LARGERATIO = 4.5;
+  static const double SMALL = 20.0;
+  static const double LARGE = 200.0;
+  static const double SMALLRATIO = 0.3;
+  static const double LARGERATIO = 4.5;
 
   // note that in SciPy, a and x are non-negative, with exclusive 0s (i.e.,
   // at most 1 of them can be 0), where igammac(0, x) = 0.0 iff x > 0.
@@ -1017,7 +1024,7 @@ static inline double calc_igammac(double a, double x) {
   }
 }
 
-static inline double calc_igamma(double a, double x) {
+OF_SPF inline double calc_igamma(double a, double x) {
   /* the calculation of the regularized lower incomplete gamma function
    * is done differently based on the values of a and x:
    * - if x and/or a is at the boundary of defined region, then assign the
@@ -1029,10 +1036,10 @@ static inline double calc_igamma(double a, double x) {
    * - otherwise, calculate the series from [igam2] eq (4)
    */
   double absxma_a;
-  static double SMALL = 20.0;
-  static double LARGE = 200.0;
-  static double SMALLRATIO = 0.3;
-  static double LARGERATIO = 4.5;
+  static const double SMALL = 20.0;
+  static const double LARGE = 200.0;
+  static const double SMALLRATIO = 0.3;
+  static const double LARGERATIO = 4.5;
 
   // boundary values following SciPy
   // note that in SciPy, a and x are non-negative, with exclusive 0s (i.e.,
@@ -1111,7 +1118,7 @@ static inline double calc_igamma(double a, double x) {
  * If the coefficients are for the inverted interval, in which (a, b) is mapped to (1/b, 1/a), the transformation
  * required is x -> 2(2ab/x - b - a)/(b-a).  If b is infinity, this becomes x -> 4a/x - 1.
  */
-static inline double
+OF_SPF inline double
 chbevl(const double x, const double array[], size_t len) {
   double b0, b1, b2 = (double)(0.0);
 
@@ -1136,7 +1143,7 @@ chbevl(const double x, const double array[], size_t len) {
  * One approximates the function over [0, 8], and the other over (8, infinity). This function takes the absolute value
  * of all inputs to convert them into the domain of the approximation.
  */
-static const double *chebyshev_coefficients_i0e_A(size_t *len) {
+OF_SPF const double *chebyshev_coefficients_i0e_A(size_t *len) {
   /* Chebyshev coefficients for exp(-x) I0(x)
    * in the interval [0,8].
    *
@@ -1161,7 +1168,7 @@ static const double *chebyshev_coefficients_i0e_A(size_t *len) {
   *len = 30; return coeff;
 }
 
-static const double *chebyshev_coefficients_i0e_B(size_t *len) {
+OF_SPF const double *chebyshev_coefficients_i0e_B(size_t *len) {
   /* Chebyshev coefficients for exp(-x) sqrt(x) I0(x)
    * in the inverted interval [8,infinity].
    *
@@ -1185,7 +1192,7 @@ static const double *chebyshev_coefficients_i0e_B(size_t *len) {
   *len = 25; return coeff;
 }
 
-static const double *chebyshev_coefficients_i1e_A(size_t *len) {
+OF_SPF const double *chebyshev_coefficients_i1e_A(size_t *len) {
   /* Chebyshev coefficients for exp(-x) I1(x)
    * in the interval [0,8].
    *
@@ -1211,7 +1218,7 @@ static const double *chebyshev_coefficients_i1e_A(size_t *len) {
 }
 
 
-static const double *chebyshev_coefficients_i1e_B(size_t *len) {
+OF_SPF const double *chebyshev_coefficients_i1e_B(size_t *len) {
   /* Chebyshev coefficients for exp(-x) sqrt(x) I1(x)
    * in the inverted interval [8,infinity].
    *
@@ -1236,7 +1243,7 @@ static const double *chebyshev_coefficients_i1e_B(size_t *len) {
 }
 
 
-static inline double
+OF_SPF inline double
 calc_i0(double _x) {
   double x = fabs(_x);
 
@@ -1260,7 +1267,7 @@ calc_i0(double _x) {
  * One approximates the function over [0, 8], and the other over (8, infinity). This function takes the absolute value
  * of all inputs to convert them into the domain of the approximation.
  */
-static inline double
+OF_SPF inline double
 calc_i1(double _x) {
   double x = fabs(_x);
 
@@ -1287,7 +1294,7 @@ calc_i1(double _x) {
  * One approximates the function over [0, 8], and the other over (8, infinity). This function takes the absolute value
  * of all inputs to convert them into the domain of the approximation.
  */
-static inline double
+OF_SPF inline double
 calc_i1e(double _x) {
   double x = fabs(_x);
 
@@ -1312,7 +1319,7 @@ calc_i1e(double _x) {
  * Computes the argument, x, for which the area under the Gaussian probability density function
  * (integrated from minus infinity to x) is equal to y.
  */
-static inline  double calc_ndtri(double y0) {
+OF_SPF inline  double calc_ndtri(double y0) {
 
   /* sqrt(2pi) */
   const double s2pi = 2.50662827463100050242E0;
@@ -1499,7 +1506,7 @@ static inline  double calc_ndtri(double y0) {
    compared to fitting the whole [0,1] interval with a single polynomial. */
 
 
-  static inline double
+OF_SPF inline double
 erfcx_y100(double y100)
 {
   switch ((int)(y100)) {
@@ -1909,7 +1916,7 @@ return 0.97771701335885035464e0 + (0.22000938572830479551e-1 + (0.27951610702682
   return 1.0;
 }
 
- static inline double
+OF_SPF inline double
 calc_erfcx(double x)
 {
   if (isnan(x)) {
@@ -1948,7 +1955,7 @@ calc_erfcx(double x)
  * follow SciPy's implementation
  * See NOTICE for the licenses.
  */
-static inline  double calc_log_ndtr(double x) {
+OF_SPF inline  double calc_log_ndtr(double x) {
   double t = x * M_SQRT1_2;
   if (x < (-1.0)) {
     return log(calc_erfcx(-t) / 2) - t * t;
@@ -1957,7 +1964,7 @@ static inline  double calc_log_ndtr(double x) {
   }
 }
 
-static inline  double airy_ai_forward(double x) {
+OF_SPF inline  double airy_ai_forward(double x) {
     static const double AN[] = {
             +3.46538101525629032477e-01,
             +1.20075952739645805542e+01,
@@ -2135,7 +2142,7 @@ static inline  double airy_ai_forward(double x) {
     return ai;
 } // double airy_ai(double x)
 
-static inline  double bessel_j0_forward(double x) {
+OF_SPF inline  double bessel_j0_forward(double x) {
     static const double PP[] = {
             +7.96936729297347051624e-04,
             +8.28352392107440799803e-02,
@@ -2246,7 +2253,7 @@ static inline  double bessel_j0_forward(double x) {
     return (pp / pq * cos(x - (double)(0.785398163397448309615660845819875721)) - (double)(5.0) / x * (qp / qq) * sin(x - (double)(0.785398163397448309615660845819875721))) * (double)(0.797884560802865355879892119868763737) / sqrt(x);
 } // bessel_j0_forward(double x)
 
-static inline  double bessel_j1_forward(double x) {
+OF_SPF inline  double bessel_j1_forward(double x) {
     static const double PP[] = {
             +7.62125616208173112003e-04,
             +7.31397056940917570436e-02,
@@ -2353,7 +2360,7 @@ static inline  double bessel_j1_forward(double x) {
     return (pp / pq * cos(x - (double)(2.356194490192344928846982537459627163)) - (double)(5.0) / x * (qp / qq) * sin(x - (double)(2.356194490192344928846982537459627163))) * (double)(0.797884560802865355879892119868763737) / sqrt(x);
 } // bessel_j1_forward(double x)
 
-static inline  double bessel_y0_forward(double x) {
+OF_SPF inline  double bessel_y0_forward(double x) {
     static const double PP[] = {
             +7.96936729297347051624e-04,
             +8.28352392107440799803e-02,
@@ -2467,7 +2474,7 @@ static inline  double bessel_y0_forward(double x) {
     return (pp / pq * sin(x - (double)(0.785398163397448309615660845819875721)) + (double)(5.0) / x * (qp / qq) * cos(x - (double)(0.785398163397448309615660845819875721))) * (double)(0.797884560802865355879892119868763737) / sqrt(x);
 } // bessel_y0_forward(double x)
 
-static inline  double bessel_y1_forward(double x) {
+OF_SPF inline  double bessel_y1_forward(double x) {
     static const double PP[] = {
             +7.62125616208173112003e-04,
             +7.31397056940917570436e-02,
@@ -2580,7 +2587,7 @@ static inline  double bessel_y1_forward(double x) {
     return (pp / pq * sin(x - (double)(2.356194490192344928846982537459627163)) + (double)(5.0) / x * (qp / qq) * cos(x - (double)(2.356194490192344928846982537459627163))) * (double)(0.797884560802865355879892119868763737) / sqrt(x);
 } // bessel_y1_forward(double x)
 
-static inline  double chebyshev_polynomial_t_forward(double x, int64_t n) {
+OF_SPF inline  double chebyshev_polynomial_t_forward(double x, int64_t n) {
     if (n < 0) {
         return (double)(0.0);
   }
@@ -2619,7 +2626,7 @@ static inline  double chebyshev_polynomial_t_forward(double x, int64_t n) {
 } // chebyshev_polynomial_t_forward(double x, int64_t n)
 
 
-static inline  double chebyshev_polynomial_u_forward(double x, int64_t n) {
+OF_SPF inline  double chebyshev_polynomial_u_forward(double x, int64_t n) {
     if (n < 0) {
         return (double)(0.0);
   }
@@ -2662,7 +2669,7 @@ static inline  double chebyshev_polynomial_u_forward(double x, int64_t n) {
 } // chebyshev_polynomial_u_forward(double x, int64_t n)
 
 
-static inline  double chebyshev_polynomial_v_forward(double x, int64_t n) {
+OF_SPF inline  double chebyshev_polynomial_v_forward(double x, int64_t n) {
     if (n < 0) {
         return (double)(0.0);
   }
@@ -2713,7 +2720,7 @@ static inline  double chebyshev_polynomial_v_forward(double x, int64_t n) {
 } // chebyshev_polynomial_v_forward(double x, int64_t n)
 
 
-static inline  double chebyshev_polynomial_w_forward(double x, int64_t n) {
+OF_SPF inline  double chebyshev_polynomial_w_forward(double x, int64_t n) {
     if (n < 0) {
         return (double)(0.0);
   }
@@ -2769,7 +2776,7 @@ static inline  double chebyshev_polynomial_w_forward(double x, int64_t n) {
 
 
 
-static inline  double hermite_polynomial_h_forward(double x, int64_t n) {
+OF_SPF inline  double hermite_polynomial_h_forward(double x, int64_t n) {
     if (n < 0) {
         return (double)(0.0);
   }
@@ -2801,7 +2808,7 @@ static inline  double hermite_polynomial_h_forward(double x, int64_t n) {
 
 
 
-static inline  double hermite_polynomial_he_forward(double x, int64_t n) {
+OF_SPF inline  double hermite_polynomial_he_forward(double x, int64_t n) {
     if (n < 0) {
         return (double)(0.0);
   }
@@ -2832,7 +2839,7 @@ static inline  double hermite_polynomial_he_forward(double x, int64_t n) {
 } // hermite_polynomial_he_forward(double x, int64_t n)
 
 
-static inline  double laguerre_polynomial_l_forward(double x, int64_t n) {
+OF_SPF inline  double laguerre_polynomial_l_forward(double x, int64_t n) {
     if (n < 0) {
         return (double)(0.0);
   }
@@ -2863,7 +2870,7 @@ static inline  double laguerre_polynomial_l_forward(double x, int64_t n) {
 } // laguerre_polynomial_l_forward(double x, int64_t n)
 
 
-static inline  double legendre_polynomial_p_forward(double x, int64_t n) {
+OF_SPF inline  double legendre_polynomial_p_forward(double x, int64_t n) {
     if (n < 0) {
         return (double)(0.0);
   }
@@ -2898,7 +2905,7 @@ static inline  double legendre_polynomial_p_forward(double x, int64_t n) {
 } // legendre_polynomial_p_forward(double x, int64_t n)
 
 
-static inline  double modified_bessel_i0_forward(double x) {
+OF_SPF inline  double modified_bessel_i0_forward(double x) {
     static const double A[] = {
             -4.41534164647933937950e-18,
             +3.33079451882223809783e-17,
@@ -2986,7 +2993,7 @@ static inline  double modified_bessel_i0_forward(double x) {
     return exp(fabs(x)) * ((double)(0.5) * (b - p)) / sqrt(fabs(x));
 } // modified_bessel_i0_forward(double x)
 
-static inline  double modified_bessel_i1_forward(double x) {
+OF_SPF inline  double modified_bessel_i1_forward(double x) {
     static const double A[] = {
             +2.77791411276104639959e-18,
             -2.11142121435816608115e-17,
@@ -3081,7 +3088,7 @@ static inline  double modified_bessel_i1_forward(double x) {
     return exp(fabs(x)) * ((double)(0.5) * (b - p)) / sqrt(fabs(x));
 } // modified_bessel_i1_forward(double x)
 
-static inline  double modified_bessel_k0_forward(double x) {
+OF_SPF inline  double modified_bessel_k0_forward(double x) {
     static const double A[] = {
             +1.37446543561352307156e-16,
             +4.25981614279661018399e-14,
@@ -3157,7 +3164,7 @@ static inline  double modified_bessel_k0_forward(double x) {
     return exp(-x) * ((double)(0.5) * (b - p)) / sqrt(x);
 } // modified_bessel_k0_forward(double x)
 
-static inline  double modified_bessel_k1_forward(double x) {
+OF_SPF inline  double modified_bessel_k1_forward(double x) {
     static const double A[] = {
             -7.02386347938628759343e-18,
             -2.42744985051936593393e-15,
@@ -3234,7 +3241,7 @@ static inline  double modified_bessel_k1_forward(double x) {
     return exp(-x) * ((double)(0.5) * (b - p)) / sqrt(x);
 } // modified_bessel_k1_forward(double x)
 
-static inline  double scaled_modified_bessel_k0_forward(double x) {
+OF_SPF inline  double scaled_modified_bessel_k0_forward(double x) {
     static const double A[] = {
             +1.37446543561352307156e-16,
             +4.25981614279661018399e-14,
@@ -3310,7 +3317,7 @@ static inline  double scaled_modified_bessel_k0_forward(double x) {
     return (double)(0.5) * (b - p) / sqrt(x);
 } // double scaled_modified_bessel_k0_forward(double x)
 
-static inline  double scaled_modified_bessel_k1_forward(double x) {
+OF_SPF inline  double scaled_modified_bessel_k1_forward(double x) {
     static const double A[] = {
             -7.02386347938628759343e-18,
             -2.42744985051936593393e-15,
@@ -3387,7 +3394,7 @@ static inline  double scaled_modified_bessel_k1_forward(double x) {
     return ((double)(0.5) * (b - p) / sqrt(x));
 } // double scaled_modified_bessel_k1_forward(double x)
 
-static inline  double shifted_chebyshev_polynomial_t_forward(double x, int64_t n) {
+OF_SPF inline  double shifted_chebyshev_polynomial_t_forward(double x, int64_t n) {
     if (n < 0) {
         return (double)(0.0);
   }
@@ -3430,7 +3437,7 @@ static inline  double shifted_chebyshev_polynomial_t_forward(double x, int64_t n
 } // shifted_chebyshev_polynomial_t_forward(double x, int64_t n)
 
 
-static inline  double shifted_chebyshev_polynomial_u_forward(double x, int64_t n) {
+OF_SPF inline  double shifted_chebyshev_polynomial_u_forward(double x, int64_t n) {
     if (n < 0) {
         return (double)(0.0);
   }
@@ -3477,7 +3484,7 @@ static inline  double shifted_chebyshev_polynomial_u_forward(double x, int64_t n
 } // shifted_chebyshev_polynomial_u_forward(double x, int64_t n)
 
 
-static inline  double shifted_chebyshev_polynomial_v_forward(double x, int64_t n) {
+OF_SPF inline  double shifted_chebyshev_polynomial_v_forward(double x, int64_t n) {
     if (n < 0) {
         return (double)(0.0);
   }
@@ -3528,7 +3535,7 @@ static inline  double shifted_chebyshev_polynomial_v_forward(double x, int64_t n
 } // shifted_chebyshev_polynomial_v_forward(double x, int64_t n)
 
 
-static inline  double shifted_chebyshev_polynomial_w_forward(double x, int64_t n) {
+OF_SPF inline  double shifted_chebyshev_polynomial_w_forward(double x, int64_t n) {
     if (n < 0) {
         return (double)(0.0);
   }
@@ -3579,7 +3586,7 @@ static inline  double shifted_chebyshev_polynomial_w_forward(double x, int64_t n
 } // shifted_chebyshev_polynomial_w_forward(double x, int64_t n)
 
 
-static inline  double spherical_bessel_j0_forward(double x) {
+OF_SPF inline  double spherical_bessel_j0_forward(double x) {
     if (isinf(x)) {
         return (double)(0.0);
   }

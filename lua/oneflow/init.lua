@@ -148,6 +148,7 @@ do
 end
 flow.nn = require 'oneflow.nn'
 flow.distributions = require 'oneflow.distributions'
+flow.fft = require 'oneflow.fft'
 flow.quantization = require 'oneflow.quantization'
 flow.quantization.attach(flow)
 flow.onnx = require 'oneflow.onnx'

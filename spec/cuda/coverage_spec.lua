@@ -283,6 +283,56 @@ describe('CUDA coverage of the public ops', function()
     end
     H.close(dropped(target):cpu(), dropped('cpu'), 1e-4, 'scaled_dot_product_attention dropout')
   end)
+  it('flow.special: every function on the device against the CPU, values and grads', function()
+    local S = flow.special
+    local x = flow.tensor({0.05, 0.3, 0.7, 1.5, 4.0, 12.5}, {dtype = flow.float64})
+    local u = flow.tensor({0.01, 0.2, 0.45, 0.6, 0.9, 0.99}, {dtype = flow.float64})
+    local one = {'erfcx', 'gammaln', 'digamma', 'i0', 'i0e', 'i1', 'i1e', 'log_ndtr', 'bessel_j0',
+      'bessel_j1', 'bessel_y0', 'bessel_y1', 'modified_bessel_i0', 'modified_bessel_i1',
+      'modified_bessel_k0', 'modified_bessel_k1', 'scaled_modified_bessel_k0',
+      'scaled_modified_bessel_k1', 'spherical_bessel_j0', 'airy_ai'}
+    local has_grad = {erfcx = true, gammaln = true, digamma = true, i0 = true, i0e = true, i1 = true,
+      i1e = true, log_ndtr = true}   -- the others have no derivative (as in PyTorch)
+    for _, name in ipairs(one) do
+      check('special.' .. name, function(v) return S[name](v) end, {x}, 1e-12, has_grad[name])
+    end
+    check('special.erfinv/ndtri', function(v) return S.erfinv(v) + S.ndtri(v) end, {u}, 1e-12, true)
+    check('special.polygamma', function(v) return S.polygamma(2, v) end, {x}, 1e-12, true)
+    check('special.zeta', function(v, q) return S.zeta(v + 1.5, q) end, {x:detach(), x}, 1e-12)
+    check('special.gammainc/gammaincc', function(v) return S.gammainc(v, v * 2) + S.gammaincc(v, 3) end,
+          {x}, 1e-12)
+    for _, name in ipairs({'chebyshev_polynomial_t', 'chebyshev_polynomial_u', 'chebyshev_polynomial_v',
+      'chebyshev_polynomial_w', 'shifted_chebyshev_polynomial_t', 'shifted_chebyshev_polynomial_u',
+      'shifted_chebyshev_polynomial_v', 'shifted_chebyshev_polynomial_w', 'hermite_polynomial_h',
+      'hermite_polynomial_he', 'laguerre_polynomial_l', 'legendre_polynomial_p'}) do
+      check('special.' .. name, function(v) return S[name](v, 5) end, {u}, 1e-12)
+    end
+    check('special float32', function(v) return S.i0e(v) end, {x:float()}, 1e-6, true)
+  end)
+  it('flow.linalg: the LAPACK kernels refuse device tensors; householder_product and fft helpers run there', function()
+    local A = flow.randn(4, 3, {dtype = flow.float64})
+    local tau = flow.randn(2, {dtype = flow.float64})
+    check('linalg.householder_product', function(x, t) return flow.linalg.householder_product(x, t) end,
+          {A, tau}, 1e-10, true)
+    check('fft.fftshift/ifftshift', function(x) return flow.fft.fftshift(x) + flow.fft.ifftshift(x, 2) end,
+          {a}, 0, true)
+    H.close(flow.fft.fftfreq(7, {device = target}):cpu(), flow.fft.fftfreq(7), 0, 'fftfreq')
+    if target ~= 'cuda' then return end
+    local S = on(A:t():matmul(A))
+    local LU, piv = flow.linalg.lu_factor(A:narrow(1, 1, 3))
+    for name, f in pairs({
+      lu_factor = function() return flow.linalg.lu_factor(S) end,
+      lu = function() return flow.linalg.lu(S) end,
+      ldl_factor = function() return flow.linalg.ldl_factor(S) end,
+      ldl_solve = function() return flow.linalg.ldl_solve(on(LU), piv, S) end,
+      lu_solve = function() return flow.linalg.lu_solve(on(LU), on(piv), S) end,
+      inv = function() return flow.linalg.inv(S) end,
+      matrix_sqrth = function() return flow.linalg.matrix_sqrth(S) end,
+      polar = function() return flow.linalg.polar(S) end,
+    }) do
+      H.raises(f, 'linalg.' .. name, 'not implemented on cuda')
+    end
+  end)
   it('optimizer updates and loss scaling', function()
     for _, make in ipairs({function(p) return flow.optim.SGD(p, {lr = 0.1, momentum = 0.9}) end,
                            function(p) return flow.optim.Adam(p, {lr = 0.01}) end}) do

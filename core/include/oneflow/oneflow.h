@@ -354,6 +354,18 @@ of_status of_linalg_qr(of_tensor *a, int32_t mode, of_tensor **q, of_tensor **r)
 /* A = U diag(S) Vh; full != 0: U (..., m, m), Vh (..., n, n), else thin */
 of_status of_linalg_svd(of_tensor *a, int32_t full, of_tensor **u, of_tensor **s,
                         of_tensor **vh);
+/* LU with partial pivoting of a (..., m, n): lu (..., m, n) holding L (unit
+ * lower, below the diagonal) and U, pivots int32 (..., min(m, n)) 1-based,
+ * info int32 (...) (k > 0: U[k, k] is zero). No autograd. */
+of_status of_linalg_lu_factor(of_tensor *a, of_tensor **lu, of_tensor **pivots,
+                              of_tensor **info);
+/* Bunch-Kaufman LDL^T of symmetric a (..., n, n) from its lower triangle
+ * (LAPACK dsytrf): ld (..., n, n), pivots int32 (..., n) (LAPACK's: negative
+ * for 2 x 2 blocks), info int32 (...). No autograd. */
+of_status of_linalg_ldl_factor(of_tensor *a, of_tensor **ld, of_tensor **pivots,
+                               of_tensor **info);
+/* X with A X = B from ldl_factor's ld, pivots; b (..., n, k) with their batch dims */
+of_status of_linalg_ldl_solve(of_tensor *ld, of_tensor *pivots, of_tensor *b, of_tensor **out);
 
 /* ---- shape and index ops (core/ops/index.c, core/ops/shape.c) ---------- */
 of_status of_cat(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out);

@@ -597,16 +597,219 @@ local function standard_gamma(alpha)
   end)
 end
 
---- Gamma(concentration, rate[, validate_args]). Not reparameterised here
--- (PyTorch's rsample uses an implicit gradient this does not have yet).
+-- d x / d alpha of a standard Gamma(alpha) draw x, holding its cdf fixed
+-- (implicit reparameterisation): torch's _standard_gamma_grad, the same three
+-- regimes (a Taylor series of the incomplete gamma function for x < 0.8, Rice's
+-- saddle-point expansion for alpha > 8, else a bivariate rational fit), so
+-- gradients agree with torch's for the same samples.
+local GAMMA_UV = {
+  {0.16009398, -0.094634809, 0.025146376, -0.0030648343, 1, 0.32668115, 0.10406089, 0.0014179084},
+  {0.53487893, 0.1298071, 0.065735949, -0.0015649758, 0.16639465, 0.020070113, -0.0035938915, -0.00058392623},
+  {0.040121004, -0.0065914022, -0.0026286047, -0.0013441777, 0.017050642, -0.0021309326, 0.00085092367,
+   -1.5247877e-07},
+}
+local function gamma_grad_one(alpha, x, dig)
+  local exp, log, sqrt = math.exp, math.log, math.sqrt
+  if x < 0.8 then
+    local numer, denom = 1, alpha
+    local s1, s2 = numer / denom, numer / (denom * denom)
+    for i = 1, 5 do
+      numer = numer * (-x / i)
+      denom = denom + 1
+      s1, s2 = s1 + numer / denom, s2 + numer / (denom * denom)
+    end
+    local pxa = x ^ alpha
+    local pdf = x ^ (alpha - 1) * exp(-x)
+    local r = -((log(x) - dig) * pxa * s1 - pxa * s2) / pdf
+    return r ~= r and 0 or r
+  end
+  if alpha > 8 then
+    if 0.9 * alpha <= x and x <= 1.1 * alpha then
+      local n1 = 1 + 24 * alpha * (1 + 12 * alpha)
+      local n2 = 1440 * alpha * alpha + 6 * x * (53 - 120 * x) - 65 * x * x / alpha + alpha * (107 + 3600 * x)
+      return n1 * n2 / (1244160 * alpha * alpha * alpha * alpha)
+    end
+    local denom = sqrt(8 * alpha)
+    local t2 = denom / (alpha - x)
+    local t3 = (x - alpha - alpha * log(x / alpha)) ^ -1.5
+    local t23 = x < alpha and t2 - t3 or t2 + t3
+    local t1 = log(x / alpha) * t23 - sqrt(2 / alpha) * (alpha + x) / ((alpha - x) * (alpha - x))
+    local stirling = 1 + 1 / (12 * alpha) * (1 + 1 / (24 * alpha))
+    return -stirling * x * t1 / denom
+  end
+  local u, v = log(x / alpha), log(alpha)
+  local c = {}
+  for i = 1, 8 do c[i] = GAMMA_UV[1][i] + u * (GAMMA_UV[2][i] + u * GAMMA_UV[3][i]) end
+  local p = c[1] + v * (c[2] + v * (c[3] + v * c[4]))
+  local q = c[5] + v * (c[6] + v * (c[7] + v * c[8]))
+  return exp(p / q)
+end
+
+local function flat64(t) return t:to(flow.float64):contiguous():reshape(-1) end
+--- standard_gamma_grad(alpha, x): d x / d alpha for standard Gamma(alpha)
+-- draws x (torch._standard_gamma_grad), elementwise on same-shape tensors.
+local function standard_gamma_grad(alpha, x)
+  return flow.no_grad(function()
+    local shape = x:size():totable()
+    local a64 = flat64(alpha)
+    local av, xv = a64:totable(), flat64(x):totable()
+    local dv = S.digamma(a64):totable()
+    local r = {}
+    for i = 1, #xv do r[i] = gamma_grad_one(av[i], xv[i], dv[i]) end
+    return flow.tensor(r, {dtype = x.dtype, device = x.device}):reshape(shape)
+  end)
+end
+M._standard_gamma_grad = standard_gamma_grad
+
+-- a standard Gamma draw differentiable w.r.t. alpha through the implicit gradient
+local StandardGamma = require('oneflow.autograd').Function:subclass('StandardGamma')
+function StandardGamma.forward(ctx, alpha)
+  local x = standard_gamma(alpha)
+  ctx:save_for_backward(alpha, x)
+  return x
+end
+function StandardGamma.backward(ctx, g)
+  local alpha, x = unpack(ctx.saved_tensors)
+  return g * standard_gamma_grad(alpha, x)
+end
+-- d x / d alpha_i of a Dirichlet draw's component x (torch's
+-- dirichlet_grad_one: the Beta(alpha, total - alpha) marginal's implicit
+-- gradient, scaled by 1 / (1 - x)); dga, dgt are the digammas of alpha, total.
+local DIR_C = {
+  {{{1.003668233, -0.01061107488, -0.0657888334, 0.01201642863},
+    {0.6336835991, -0.3557432599, 0.05486251648, -0.001465281033},
+    {-0.03276231906, 0.004474107445, 0.002429354597, -0.0001557569013}},
+   {{0.221950385, -0.3187676331, 0.01799915743, 0.01074823814},
+    {-0.2951249643, 0.06219954479, 0.01535556598, 0.001550077057},
+    {0.02155310298, 0.004170831599, 0.001292462449, 6.976601077e-05}},
+   {{-0.05980841433, 0.008441916499, 0.01085618172, 0.002319392565},
+    {0.02911413504, 0.01400243777, -0.002721828457, 0.000751041181},
+    {0.005900514878, -0.001936558688, -9.495446725e-06, 5.385558597e-05}}},
+  {{{1, -0.02924021934, -0.04438342661, 0.007285809825},
+    {0.6357567472, -0.3473456711, 0.05454656494, -0.002407477521},
+    {-0.03301322327, 0.004845219414, 0.00231480583, -0.0002307248149}},
+   {{0.5925320577, -0.1757678135, 0.01505928619, 0.000564515273},
+    {0.1014815858, -0.06589186703, 0.01272886114, -0.0007316646956},
+    {-0.007258481865, 0.001096195486, 0.0003934994223, -4.12701925e-05}},
+   {{0.06469649321, -0.0236701437, 0.002902096474, -5.896963079e-05},
+    {0.001925008108, -0.002869809258, 0.0008000589141, -6.063713228e-05},
+    {-0.0003477407336, 6.959756487e-05, 1.097287507e-05, -1.650964693e-06}}},
+}
+local function beta_grad_alpha_small(x, alpha, beta, dga, dgt)
+  local factor = dga - dgt - math.log(x)
+  local numer = 1
+  local series = numer / alpha * (factor + 1 / alpha)
+  for i = 1, 10 do
+    numer = numer * ((i - beta) * x / i)
+    local denom = alpha + i
+    series = series + numer / denom * (factor + 1 / denom)
+  end
+  local r = x * (1 - x) ^ -beta * series
+  return r ~= r and 0 or r
+end
+local function beta_grad_beta_small(x, alpha, beta, dgb, dgt)
+  local factor = dgt - dgb
+  local numer, betas, dbetas, series = 1, 1, 0, factor / alpha
+  for i = 1, 8 do
+    numer = numer * (-x / i)
+    dbetas = dbetas * (beta - i) + betas
+    betas = betas * (beta - i)
+    series = series + numer / (alpha + i) * (dbetas + factor * betas)
+  end
+  local r = -(1 - x) ^ (1 - beta) * series
+  return r ~= r and 0 or r
+end
+local function beta_grad_alpha_mid(x, alpha, beta)
+  local sqrt, log = math.sqrt, math.log
+  local total = alpha + beta
+  local mean = alpha / total
+  local std = sqrt(alpha * beta / (total + 1)) / total
+  if mean - 0.1 * std <= x and x <= mean + 0.1 * std then
+    local b2 = beta * beta
+    local poly = 47 * x * b2 * b2 + alpha * ((43 + 20 * (16 + 27 * beta) * x) * b2 * beta + alpha * (
+      3 * (59 + 180 * beta - 90 * x) * b2 + alpha * ((453 + 1620 * beta * (1 - x) - 455 * x) * beta
+      + alpha * (8 * (1 - x) * (135 * beta - 11)))))
+    local pnum = (1 + 12 * alpha) * (1 + 12 * beta) / (total * total)
+    local pden = 12960 * alpha * alpha * alpha * beta * beta * (1 + 12 * total)
+    return pnum / (1 - x) * poly / pden
+  end
+  local prefactor = -x / sqrt(2 * alpha * beta / total)
+  local stirling = (1 + 1 / (12 * alpha) + 1 / (288 * alpha * alpha)) * (1 + 1 / (12 * beta) + 1 / (288 * beta * beta))
+    / (1 + 1 / (12 * total) + 1 / (288 * total * total))
+  local t1num = 2 * (alpha * alpha) * (x - 1) + alpha * beta * (x - 1) - x * (beta * beta)
+  local axbx = alpha * (x - 1) + beta * x
+  local t1 = t1num / (sqrt(2 * alpha / beta) * total ^ 1.5 * axbx * axbx)
+  local t2 = 0.5 * log(alpha / (total * x))
+  local t3 = sqrt(8 * alpha * beta / total) / (beta * x + alpha * (x - 1))
+  local t4 = (beta * log(beta / (total * (1 - x))) + alpha * log(alpha / (total * x))) ^ -1.5
+  return stirling * prefactor * (t1 + t2 * (t3 + (x < mean and t4 or -t4)))
+end
+local function dirichlet_grad_one(x, alpha, total, dga, dgt)
+  local beta = total - alpha
+  local boundary = total * x * (1 - x)
+  if x <= 0.5 and boundary < 2.5 then return beta_grad_alpha_small(x, alpha, beta, dga, dgt) end
+  if x >= 0.5 and boundary < 0.75 then return -beta_grad_beta_small(1 - x, beta, alpha, dga, dgt) end
+  if alpha > 6 and beta > 6 then return beta_grad_alpha_mid(x, alpha, beta) end
+  local log = math.log
+  local u = log(x)
+  local a = log(alpha) - u
+  local b = log(total) - a
+  local pu, pa = {1, u, u * u}, {1, a, a * a}
+  local p, q = 0, 0
+  for i = 1, 3 do
+    for j = 1, 3 do
+      local ua = pu[i] * pa[j]
+      local c0, c1 = DIR_C[1][i][j], DIR_C[2][i][j]
+      p = p + ua * (c0[1] + b * (c0[2] + b * (c0[3] + b * c0[4])))
+      q = q + ua * (c1[1] + b * (c1[2] + b * (c1[3] + b * c1[4])))
+    end
+  end
+  return p / q * (x * (dgt - dga) / beta)
+end
+
+--- dirichlet_grad(x, alpha, total): torch._dirichlet_grad, elementwise.
+local function dirichlet_grad(x, alpha, total)
+  return flow.no_grad(function()
+    local a, tt = flat64(alpha), flat64(total)
+    local xv, av, tv = flat64(x):totable(), a:totable(), tt:totable()
+    local dga, dgt = S.digamma(a):totable(), S.digamma(tt):totable()
+    local r = {}
+    for i = 1, #xv do r[i] = dirichlet_grad_one(xv[i], av[i], tv[i], dga[i], dgt[i]) end
+    return flow.tensor(r, {dtype = x.dtype, device = x.device}):reshape(x:size():totable())
+  end)
+end
+M._dirichlet_grad = dirichlet_grad
+
+-- a Dirichlet draw (normalised standard Gammas) differentiable w.r.t. the
+-- concentration as torch's _Dirichlet
+local DirichletSample = require('oneflow.autograd').Function:subclass('DirichletSample')
+function DirichletSample.forward(ctx, alpha)
+  local g = standard_gamma(alpha)
+  local x = g / g:sum(-1, {keepdim = true})
+  ctx:save_for_backward(alpha, x)
+  return x
+end
+function DirichletSample.backward(ctx, g)
+  local alpha, x = unpack(ctx.saved_tensors)
+  local total = alpha:sum(-1, {keepdim = true}):expand(alpha:size():totable())
+  return dirichlet_grad(x, alpha, total) * (g - (x * g):sum(-1, {keepdim = true}))
+end
+
+local function rstandard_gamma(alpha)
+  if not alpha.requires_grad then return standard_gamma(alpha) end
+  return StandardGamma.apply(alpha)
+end
+
+--- Gamma(concentration, rate[, validate_args]). rsample is reparameterised
+-- as torch's: implicit gradients w.r.t. concentration, explicit w.r.t. rate.
 local Gamma = family('Gamma', {{'concentration', constraints.positive}, {'rate', constraints.positive}},
-                     constraints.nonnegative, false)
+                     constraints.nonnegative, true)
 function Gamma:_get_mean() return self.concentration / self.rate end
 function Gamma:_get_mode() return ((self.concentration - 1) / self.rate):clamp(0) end
 function Gamma:_get_variance() return self.concentration / self.rate ^ 2 end
-function Gamma:sample(sample_shape)
+function Gamma:rsample(sample_shape)
   local shape = self:_extended_shape(sample_shape)
-  return standard_gamma(self.concentration:expand(shape)) / self.rate:expand(shape)
+  return rstandard_gamma(self.concentration:expand(shape)) / self.rate:expand(shape)
 end
 function Gamma:log_prob(value)
   self:_validate_sample(value)
@@ -655,9 +858,11 @@ function Dirichlet:_get_variance()
   local a0 = a:sum(-1, {keepdim = true})
   return a * (a0 - a) / (a0 ^ 2 * (a0 + 1))
 end
-function Dirichlet:sample(sample_shape)
-  local shape = self:_extended_shape(sample_shape)
-  local g = standard_gamma(self.concentration:expand(shape))
+Dirichlet.has_rsample = true
+function Dirichlet:rsample(sample_shape)
+  local alpha = self.concentration:expand(self:_extended_shape(sample_shape))
+  if alpha.requires_grad then return DirichletSample.apply(alpha) end
+  local g = standard_gamma(alpha)
   return g / g:sum(-1, {keepdim = true})
 end
 function Dirichlet:log_prob(value)
@@ -672,7 +877,7 @@ end
 
 --- Beta(concentration1, concentration0[, validate_args])
 local Beta = family('Beta', {{'concentration1', constraints.positive}, {'concentration0', constraints.positive}},
-                    constraints.unit_interval, false)
+                    constraints.unit_interval, true)
 local function beta_dirichlet(self)
   return Dirichlet(flow.stack({self.concentration1, self.concentration0}, -1), false)
 end
@@ -682,7 +887,7 @@ function Beta:_get_variance()
   local t = a + b
   return a * b / (t ^ 2 * (t + 1))
 end
-function Beta:sample(sample_shape) return beta_dirichlet(self):sample(sample_shape):select(-1, 1) end
+function Beta:rsample(sample_shape) return beta_dirichlet(self):rsample(sample_shape):select(-1, 1) end
 function Beta:log_prob(value)
   self:_validate_sample(value)
   local v = flow.stack({value, 1 - value}, -1)
@@ -709,13 +914,12 @@ function StudentT:_get_variance()
   v = flow.where(df:le(2), flow.full({}, math.huge, {dtype = v.dtype}), v)
   return flow.where(df:le(1), flow.full({}, 0 / 0, {dtype = v.dtype}), v)
 end
-function StudentT:sample(sample_shape)
+StudentT.has_rsample = true
+function StudentT:rsample(sample_shape)
   local shape = self:_extended_shape(sample_shape)
-  return flow.no_grad(function()
-    local z = flow.randn(shape, {dtype = self.loc.dtype})
-    local chi2 = standard_gamma((self.df * 0.5):expand(shape)) * 2
-    return self.loc + self.scale * z * (self.df / chi2):sqrt()
-  end)
+  local z = flow.randn(shape, {dtype = self.loc.dtype})
+  local chi2 = rstandard_gamma((self.df * 0.5):expand(shape)) * 2
+  return self.loc + self.scale * z * (chi2 / self.df):rsqrt()
 end
 function StudentT:log_prob(value)
   self:_validate_sample(value)
@@ -958,8 +1162,316 @@ function MultivariateNormal:entropy()
   return half_log_det(self.scale_tril) + 0.5 * k * (1 + math.log(2 * math.pi))
 end
 
------------------------------------------------------------------- TransformedDistribution
 local transforms = require 'oneflow.distributions.transforms'
+------------------------------------------------------------------ LowRankMultivariateNormal
+local function mT(x) return x:transpose(-2, -1) end
+local function diag_embed(d) return d:unsqueeze(-1) * flow.eye(d:size(-1), {dtype = d.dtype, device = d.device}) end
+local function batch_mv(Mx, v) return Mx:matmul(v:unsqueeze(-1)):squeeze(-1) end
+local function shape_of(x, drop, extra)
+  local s = x:size():totable()
+  for _ = 1, drop do s[#s] = nil end
+  return concat(s, extra or {})
+end
+
+local LowRankMVN = Distribution:subclass('LowRankMultivariateNormal')
+M.LowRankMultivariateNormal = LowRankMVN
+LowRankMVN.arg_constraints = {loc = constraints.real_vector,
+  cov_factor = constraints.independent(constraints.real, 2),
+  cov_diag = constraints.independent(constraints.positive, 1)}
+LowRankMVN.support = constraints.real_vector
+LowRankMVN.has_rsample = true
+-- the Cholesky factor of the capacitance I + W^T D^-1 W
+local function capacitance_tril(W, D)
+  local K = (mT(W) / D:unsqueeze(-2)):matmul(W)
+  return flow.linalg.cholesky(K + flow.eye(W:size(-1), {dtype = W.dtype, device = W.device}))
+end
+--- LowRankMultivariateNormal(loc, cov_factor, cov_diag[, validate_args]): the
+-- normal law with covariance cov_factor cov_factor^T + diag(cov_diag);
+-- loc (..., k), cov_factor (..., k, m), cov_diag (..., k), batch dims broadcast.
+function LowRankMVN:__init(loc, cov_factor, cov_diag, validate_args)
+  for i, v in ipairs({loc, cov_factor, cov_diag}) do
+    if not is_tensor(v) then
+      fail(('LowRankMultivariateNormal: %s must be a tensor, got %s'):format(
+        ({'loc', 'cov_factor', 'cov_diag'})[i], type(v)))
+    end
+  end
+  if loc:dim() < 1 then fail('LowRankMultivariateNormal: loc must be at least one-dimensional') end
+  local k = loc:size(-1)
+  if cov_factor:dim() < 2 or cov_factor:size(-2) ~= k then
+    fail(('LowRankMultivariateNormal: cov_factor must be a batch of matrices with shape %d x m (loc %s), got %s')
+      :format(k, A.shape_str(loc), A.shape_str(cov_factor)))
+  end
+  if cov_diag:dim() < 1 or cov_diag:size(-1) ~= k then
+    fail(('LowRankMultivariateNormal: cov_diag must be a batch of vectors with shape [%d], got %s'):format(
+      k, A.shape_str(cov_diag)))
+  end
+  local ok, res = pcall(flow.broadcast_tensors, loc:unsqueeze(-1), cov_factor, cov_diag:unsqueeze(-1))
+  if not ok then
+    fail(('LowRankMultivariateNormal: incompatible batch shapes: loc %s, cov_factor %s, cov_diag %s'):format(
+      A.shape_str(loc), A.shape_str(cov_factor), A.shape_str(cov_diag)))
+  end
+  self.loc, self.cov_factor, self.cov_diag = res[1]:select(-1, 1), res[2], res[3]:select(-1, 1)
+  self._W, self._D = cov_factor, cov_diag
+  Distribution.__init(self, shape_of(self.loc, 1), {k}, validate_args)   -- validates first
+  self._capacitance_tril = capacitance_tril(cov_factor, cov_diag)
+end
+function LowRankMVN:expand(batch_shape)
+  local new = setmetatable({}, getmetatable(self))
+  for key, v in pairs(self) do new[key] = v end
+  local b = size_list(batch_shape)
+  local k, m = self.loc:size(-1), self.cov_factor:size(-1)
+  new.loc, new.cov_diag = self.loc:expand(concat(b, {k})), self.cov_diag:expand(concat(b, {k}))
+  new.cov_factor = self.cov_factor:expand(concat(b, {k, m}))
+  new.batch_shape = flow.Size(b)
+  return new
+end
+function LowRankMVN:_full() return concat(self.batch_shape:totable(), self.event_shape:totable()) end
+function LowRankMVN:_get_mean() return self.loc end
+function LowRankMVN:_get_mode() return self.loc end
+function LowRankMVN:_get_variance() return ((self._W ^ 2):sum(-1) + self._D):expand(self:_full()) end
+function LowRankMVN:_get_scale_tril()
+  local dsq = self._D:sqrt():unsqueeze(-1)
+  local W = self._W / dsq
+  local K = W:matmul(mT(W)) + flow.eye(self._W:size(-2), {dtype = W.dtype, device = W.device})
+  local k = self.event_shape[1]
+  return (dsq * flow.linalg.cholesky(K)):expand(concat(self:_full(), {k}))
+end
+function LowRankMVN:_get_covariance_matrix()
+  local k = self.event_shape[1]
+  return (self._W:matmul(mT(self._W)) + diag_embed(self._D)):expand(concat(self:_full(), {k}))
+end
+function LowRankMVN:_get_precision_matrix()
+  local WtDinv = mT(self._W) / self._D:unsqueeze(-2)
+  local Am = flow.linalg.solve_triangular(self._capacitance_tril, WtDinv, {upper = false})
+  local k = self.event_shape[1]
+  return (diag_embed(self._D:reciprocal()) - mT(Am):matmul(Am)):expand(concat(self:_full(), {k}))
+end
+function LowRankMVN:rsample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  local wshape = concat(shape, {})
+  wshape[#wshape] = self.cov_factor:size(-1)
+  local o = {dtype = self.loc.dtype, device = self.loc.device}
+  local eps_W, eps_D = flow.randn(wshape, o), flow.randn(shape, o)
+  return self.loc + batch_mv(self._W, eps_W) + self._D:sqrt() * eps_D
+end
+local function lowrank_logdet(D, C)
+  return C:diagonal(0, -2, -1):log():sum(-1) * 2 + D:log():sum(-1)
+end
+function LowRankMVN:log_prob(value)
+  self:_validate_sample(value)
+  local diff = value - self.loc
+  local WtDinv = mT(self._W) / self._D:unsqueeze(-2)
+  local m = (diff ^ 2 / self._D):sum(-1) - mahalanobis(self._capacitance_tril, batch_mv(WtDinv, diff))
+  local logdet = lowrank_logdet(self._D, self._capacitance_tril)
+  return (m + logdet + self.event_shape[1] * math.log(2 * math.pi)) * -0.5
+end
+function LowRankMVN:entropy()
+  local logdet = lowrank_logdet(self._D, self._capacitance_tril)
+  local H = (logdet + self.event_shape[1] * (1 + math.log(2 * math.pi))) * 0.5
+  return H:expand(self.batch_shape:totable())
+end
+
+------------------------------------------------------------------ Wishart
+local LOG2 = math.log(2)
+local Wishart = Distribution:subclass('Wishart')
+M.Wishart = Wishart
+Wishart.support = constraints.positive_definite
+Wishart.has_rsample = true
+local MATRIX_PARAMS = {covariance_matrix = constraints.positive_definite,
+  precision_matrix = constraints.positive_definite, scale_tril = constraints.lower_cholesky}
+--- Wishart(df, {covariance_matrix = | precision_matrix = | scale_tril =}[, validate_args])
+-- (also Wishart(df, covariance_matrix)): df > p - 1, a number or a tensor
+-- broadcasting with the matrix's batch dims.
+function Wishart:__init(df, opts, validate_args)
+  if is_tensor(opts) then opts = {covariance_matrix = opts} end
+  opts = A.check_options('Wishart', opts,
+    {covariance_matrix = true, precision_matrix = true, scale_tril = true, validate_args = true})
+  if validate_args == nil then validate_args = opts.validate_args end
+  local given, n = nil, 0
+  for name in pairs(MATRIX_PARAMS) do if opts[name] ~= nil then given, n = name, n + 1 end end
+  if n ~= 1 then
+    fail('Wishart: exactly one of covariance_matrix, precision_matrix or scale_tril must be given')
+  end
+  local param = opts[given]
+  if not is_tensor(param) then fail(('Wishart: %s must be a tensor, got %s'):format(given, type(param))) end
+  if param:dim() < 2 or param:size(-1) ~= param:size(-2) then
+    fail(('Wishart: %s must be a batch of square matrices (at least 2 dims), got %s'):format(
+      given, A.shape_str(param)))
+  end
+  local p = param:size(-1)
+  local bshape = shape_of(param, 2)
+  if is_tensor(df) then
+    local ok, r = pcall(flow.broadcast_tensors, df, param:narrow(-1, 1, 1):narrow(-2, 1, 1):squeeze(-1):squeeze(-1))
+    if not ok then
+      fail(('Wishart: df of shape %s does not broadcast with the batch shape %s of %s'):format(
+        A.shape_str(df), A.shape_str(bshape), given))
+    end
+    bshape = r[1]:size():totable()
+    self.df = df:to(param.dtype):expand(bshape)
+  elseif type(df) == 'number' then
+    self.df = flow.full(bshape, df, {dtype = param.dtype, device = param.device})
+  else
+    fail('Wishart: df must be a number or a tensor, got ' .. type(df))
+  end
+  if self.df:le(p - 1):any():item() then
+    fail(('Wishart: value of df = %s expected to be greater than ndim - 1 = %d'):format(
+      is_tensor(df) and A.shape_str(df) .. ' tensor' or tostring(df), p - 1))
+  end
+  self[given] = param:expand(concat(bshape, {p, p}))
+  self.arg_constraints = {df = constraints.greater_than(p - 1), [given] = MATRIX_PARAMS[given]}
+  Distribution.__init(self, bshape, {p, p}, validate_args)   -- validates first
+  if given == 'scale_tril' then self._L = param
+  elseif given == 'covariance_matrix' then self._L = flow.linalg.cholesky(param)
+  else self._L = flow.linalg.cholesky(flow.linalg.inv(param)) end
+end
+function Wishart:expand(batch_shape)
+  local new = setmetatable({}, getmetatable(self))
+  local b = size_list(batch_shape)
+  local p = self.event_shape[1]
+  new.df, new._L, new._validate_args = self.df:expand(b), self._L, self._validate_args
+  new.arg_constraints = self.arg_constraints
+  for name in pairs(MATRIX_PARAMS) do
+    local v = rawget(self, name)
+    if v ~= nil then new[name] = v:expand(concat(b, {p, p})) end
+  end
+  new.batch_shape, new.event_shape = flow.Size(b), self.event_shape
+  return new
+end
+function Wishart:_full() return concat(self.batch_shape:totable(), self.event_shape:totable()) end
+function Wishart:_get_scale_tril() return self._L:expand(self:_full()) end
+function Wishart:_get_covariance_matrix() return self._L:matmul(mT(self._L)):expand(self:_full()) end
+function Wishart:_get_precision_matrix()
+  return flow.linalg.inv(self._L:matmul(mT(self._L))):expand(self:_full())
+end
+local function df_mat(self) return self.df:unsqueeze(-1):unsqueeze(-1) end
+function Wishart:_get_mean() return df_mat(self) * self.covariance_matrix end
+function Wishart:_get_mode()
+  local factor = self.df - self.event_shape[1] - 1
+  factor = flow.where(factor:le(0), flow.full_like(factor, 0 / 0), factor)
+  return factor:unsqueeze(-1):unsqueeze(-1) * self.covariance_matrix
+end
+function Wishart:_get_variance()
+  local V = self.covariance_matrix
+  local d = V:diagonal(0, -2, -1)
+  return df_mat(self) * (V ^ 2 + d:unsqueeze(-1) * d:unsqueeze(-2))
+end
+-- Bartlett: L A, A lower with sqrt(chi2(df - i + 1)) on the diagonal and
+-- standard normals below it
+function Wishart:_bartlett(sample_shape)
+  local p = self.event_shape[1]
+  local o = {dtype = self.df.dtype, device = self.df.device}
+  local chi2 = M.Chi2(self.df:unsqueeze(-1) - flow.arange(0, p, o), false)
+  local eps = self.df.dtype == flow.float64 and 2.220446049250313e-16 or 1.1920928955078125e-07
+  local noise = diag_embed(chi2:rsample(sample_shape):sqrt():clamp(eps))
+  local shape = concat(size_list(sample_shape), self.batch_shape:totable())
+  if p > 1 then
+    noise = noise + transforms._vec_to_tril_matrix(flow.randn(concat(shape, {p * (p - 1) / 2}), o), -1)
+  end
+  local chol = self._L:matmul(noise)
+  return chol:matmul(mT(chol))
+end
+--- rsample(sample_shape, {max_try_correction = 10}): Bartlett's
+-- decomposition; samples that are not positive-definite are drawn again
+-- (up to max_try_correction times), as torch.
+function Wishart:rsample(sample_shape, opts)
+  opts = A.check_options('Wishart.rsample', opts, {max_try_correction = true})
+  local tries = opts.max_try_correction or 10
+  local sample = self:_bartlett(sample_shape)
+  local ev = #self.event_shape:totable()
+  local function singular(x)
+    local bad = constraints.positive_definite:check(x):logical_not()
+    return bad
+  end
+  local bad = singular(sample)
+  local t = 0
+  while t < tries and bad:any():item() do
+    local new = self:_bartlett(sample_shape)
+    local mask = bad
+    for _ = 1, ev do mask = mask:unsqueeze(-1) end
+    sample = flow.where(mask, new, sample)
+    bad = singular(sample)
+    t = t + 1
+  end
+  return sample
+end
+local function mvdigamma(x, p)
+  return S.digamma(x:unsqueeze(-1) - flow.arange(0, p, {dtype = x.dtype, device = x.device}) / 2):sum(-1)
+end
+function Wishart:log_prob(value)
+  self:_validate_sample(value)
+  local nu, p = self.df, self.event_shape[1]
+  local logdiag = self._L:diagonal(0, -2, -1):log():sum(-1)
+  local _, logabsdet = flow.linalg.slogdet(value)
+  local cov = self._L:matmul(mT(self._L))
+  local full = flow.broadcast_tensors(cov, value)
+  local tr = flow.linalg.solve(full[1], full[2]):diagonal(0, -2, -1):sum(-1)
+  return -nu * (logdiag + p * LOG2 / 2) - S.multigammaln(nu / 2, p) + (nu - p - 1) / 2 * logabsdet - tr / 2
+end
+function Wishart:entropy()
+  local nu, p = self.df, self.event_shape[1]
+  local logdiag = self._L:diagonal(0, -2, -1):log():sum(-1)
+  return (logdiag + p * LOG2 / 2) * (p + 1) + S.multigammaln(nu / 2, p)
+    - (nu - p - 1) / 2 * mvdigamma(nu / 2, p) + nu * p / 2
+end
+
+------------------------------------------------------------------ LKJCholesky
+local LKJCholesky = Distribution:subclass('LKJCholesky')
+M.LKJCholesky = LKJCholesky
+LKJCholesky.arg_constraints = {concentration = constraints.positive}
+LKJCholesky.support = constraints.corr_cholesky
+--- LKJCholesky(dim, concentration = 1[, validate_args]): Cholesky factors L
+-- of dim x dim correlation matrices with density of L L^T proportional to
+-- det^(concentration - 1); sampled by the onion method (torch's).
+function LKJCholesky:__init(dim, concentration, validate_args)
+  if type(dim) ~= 'number' or dim % 1 ~= 0 or dim < 2 then
+    fail(('LKJCholesky: expected dim to be an integer greater than or equal to 2, found dim = %s'):format(
+      tostring(dim)))
+  end
+  self.dim = dim
+  self.concentration = broadcast_all(concentration == nil and 1 or concentration)
+  local c = self.concentration
+  local o = {dtype = c.dtype, device = c.device}
+  local offset = flow.cat({flow.zeros(1, o), flow.arange(0, dim - 1, o)})
+  local marginal = c + 0.5 * (dim - 2)
+  self._beta = M.Beta(offset + 0.5, marginal:unsqueeze(-1) - offset * 0.5, false)
+  Distribution.__init(self, c:size(), {dim, dim}, validate_args)
+end
+function LKJCholesky:expand(batch_shape)
+  local new = setmetatable({}, getmetatable(self))
+  for k, v in pairs(self) do new[k] = v end
+  local b = size_list(batch_shape)
+  new.concentration = self.concentration:expand(b)
+  new._beta = self._beta:expand(concat(b, {self.dim}))
+  new.batch_shape = flow.Size(b)
+  return new
+end
+function LKJCholesky:sample(sample_shape)
+  return flow.no_grad(function()
+    local y = self._beta:sample(sample_shape):unsqueeze(-1)
+    local shape = self:_extended_shape(sample_shape)
+    local u = flow.randn(shape, {dtype = y.dtype, device = y.device}):tril(-1)
+    local tiny = y.dtype == flow.float64 and 2.2250738585072014e-308 or 1.1754943508222875e-38
+    -- row 1 is all zeros: divided by a tiny norm it stays 0 (torch fills it with 0)
+    local hyper = u / u:norm(2, -1, true):clamp(tiny)
+    local w = y:sqrt() * hyper
+    local diag = (1 - (w ^ 2):sum(-1)):clamp(tiny):sqrt()
+    return w + diag_embed(diag)
+  end)
+end
+function LKJCholesky:log_prob(value)
+  self:_validate_sample(value)
+  local dim, c = self.dim, self.concentration
+  local d = value:diagonal(0, -2, -1):narrow(-1, 2, dim - 1)
+  local order = flow.arange(2, dim + 1, {dtype = c.dtype, device = c.device})
+  order = (c - 1):unsqueeze(-1) * 2 + dim - order
+  local unnormalized = (order * d:log()):sum(-1)
+  local dm1 = dim - 1
+  local alpha = c + 0.5 * dm1
+  local normalize = 0.5 * dm1 * math.log(math.pi) + S.multigammaln(alpha - 0.5, dm1) - flow.lgamma(alpha) * dm1
+  return unnormalized - normalize
+end
+
+------------------------------------------------------------------ TransformedDistribution
 for k, v in pairs(transforms) do if k:sub(1, 1) ~= '_' then M[k] = v end end
 M.transforms = transforms
 
@@ -1261,6 +1773,312 @@ function InverseGamma:entropy()
   return a + self.rate:log() + S.gammaln(a) - (a + 1) * S.digamma(a)
 end
 
+
+------------------------------------------------------------------ more families
+local function eps_of(t) return t.dtype == flow.float64 and 2.220446049250313e-16 or 1.1920928955078125e-07 end
+local function nan_where(mask, t) return flow.where(mask, flow.full({}, 0 / 0, {dtype = t.dtype}), t) end
+
+--- ExponentialFamily: the base class of exponential-family distributions
+-- (torch's; ContinuousBernoulli derives from it). Subclasses give
+-- _natural_params and _log_normalizer.
+local ExponentialFamily = Distribution:subclass('ExponentialFamily')
+M.ExponentialFamily = ExponentialFamily
+ExponentialFamily._mean_carrier_measure = 0
+
+local ContinuousBernoulli = ExponentialFamily:subclass('ContinuousBernoulli')
+M.ContinuousBernoulli = ContinuousBernoulli
+ContinuousBernoulli.support, ContinuousBernoulli.has_rsample = constraints.unit_interval, true
+--- ContinuousBernoulli(probs[, logits[, lims = {0.499, 0.501}[, validate_args]]])
+-- (Loaiza-Ganem & Cunningham 2019), Taylor expansions inside lims as torch.
+function ContinuousBernoulli:__init(probs, logits, lims, validate_args)
+  if type(probs) == 'table' and not is_tensor(probs) then
+    probs, logits, lims, validate_args = probs.probs, probs.logits, probs.lims, probs.validate_args
+  end
+  init_binary(self, 'ContinuousBernoulli', probs, logits, validate_args, constraints.unit_interval)
+  local p = rawget(self, 'probs')
+  if p then self.probs = p:clamp(eps_of(p), 1 - eps_of(p)) end
+  self._lims = lims or {0.499, 0.501}
+end
+function ContinuousBernoulli:_get_probs()
+  local l = rawget(self, 'logits'):sigmoid()
+  return l:clamp(eps_of(l), 1 - eps_of(l))
+end
+function ContinuousBernoulli:_get_logits() return probs_to_logits(rawget(self, 'probs'), true) end
+function ContinuousBernoulli:_outside()
+  return self.probs:le(self._lims[1]):logical_or(self.probs:gt(self._lims[2]))
+end
+function ContinuousBernoulli:_cut_probs()
+  return flow.where(self:_outside(), self.probs, flow.full({}, self._lims[1], {dtype = self.probs.dtype}))
+end
+function ContinuousBernoulli:_cont_bern_log_norm()
+  local c = self:_cut_probs()
+  local below = c:le(0.5)
+  local cb = flow.where(below, c, flow.zeros_like(c))
+  local ca = flow.where(c:ge(0.5), c, flow.ones_like(c))
+  local ln = ((-c):log1p() - c:log()):abs():log() - flow.where(below, (cb * -2):log1p(), (ca * 2 - 1):log())
+  local x = (self.probs - 0.5) ^ 2
+  return flow.where(self:_outside(), ln, (x * (104 / 45) + 4 / 3) * x + math.log(2))
+end
+function ContinuousBernoulli:_get_mean()
+  local c = self:_cut_probs()
+  local mus = c / (c * 2 - 1) + ((-c):log1p() - c:log()):reciprocal()
+  local x = self.probs - 0.5
+  return flow.where(self:_outside(), mus, (x ^ 2 * (16 / 45) + 1 / 3) * x + 0.5)
+end
+function ContinuousBernoulli:_get_variance()
+  local c = self:_cut_probs()
+  local v = c * (c - 1) / (1 - c * 2) ^ 2 + ((-c):log1p() - c:log()) ^ -2
+  local x = (self.probs - 0.5) ^ 2
+  return flow.where(self:_outside(), v, 1 / 12 - (1 / 15 - x * (128 / 945)) * x)
+end
+function ContinuousBernoulli:rsample(sample_shape)
+  return self:icdf(uniform_like(self:_extended_shape(sample_shape), self.probs))
+end
+function ContinuousBernoulli:log_prob(value)
+  self:_validate_sample(value)
+  return -bce_logits(self.logits, value) + self:_cont_bern_log_norm()
+end
+function ContinuousBernoulli:cdf(value)
+  local c = self:_cut_probs()
+  local cdfs = (c:pow(value) * (1 - c):pow(1 - value) + c - 1) / (c * 2 - 1)
+  local unb = flow.where(self:_outside(), cdfs, value)
+  return flow.where(value:le(0), flow.zeros_like(unb), flow.where(value:ge(1), flow.ones_like(unb), unb))
+end
+function ContinuousBernoulli:icdf(value)
+  local c = self:_cut_probs()
+  local r = (((-c) + value * (c * 2 - 1)):log1p() - (-c):log1p()) / (c:log() - (-c):log1p())
+  return flow.where(self:_outside(), r, value)
+end
+function ContinuousBernoulli:entropy()
+  local l0, l1 = (-self.probs):log1p(), self.probs:log()
+  return self.mean * (l0 - l1) - self:_cont_bern_log_norm() - l0
+end
+
+-- E[X^k] of Kumaraswamy(a, b): b * B(1 + k / a, b)
+local function kumaraswamy_moment(a, b, k)
+  local arg1 = k / a + 1
+  return (b:log() + S.gammaln(arg1) + S.gammaln(b) - S.gammaln(arg1 + b)):exp()
+end
+local Kumaraswamy = TransformedDistribution:subclass('Kumaraswamy')
+M.Kumaraswamy = Kumaraswamy
+Kumaraswamy.support, Kumaraswamy.has_rsample = constraints.unit_interval, true
+--- Kumaraswamy(concentration1, concentration0[, validate_args]): a transformed Uniform
+function Kumaraswamy:__init(c1, c0, validate_args)
+  self.concentration1, self.concentration0 = broadcast_all(c1, c0)
+  local arg = {concentration1 = constraints.positive, concentration0 = constraints.positive}
+  local base = Uniform(flow.zeros_like(self.concentration0), flow.ones_like(self.concentration0), validate_args)
+  TransformedDistribution.__init(self, base, {transforms.PowerTransform(self.concentration0:reciprocal()),
+    transforms.AffineTransform(1, -1), transforms.PowerTransform(self.concentration1:reciprocal())}, validate_args)
+  self.arg_constraints = arg
+  if self._validate_args then Distribution.__init(self, self.batch_shape, {}, true) end
+end
+function Kumaraswamy._get_support() return constraints.unit_interval end
+function Kumaraswamy:_get_mean() return kumaraswamy_moment(self.concentration1, self.concentration0, 1) end
+function Kumaraswamy:_get_variance()
+  return kumaraswamy_moment(self.concentration1, self.concentration0, 2) - self.mean ^ 2
+end
+function Kumaraswamy:_get_mode()
+  local a, b = self.concentration1, self.concentration0
+  local lm = b:reciprocal() * (-b):log1p() - (-b * a):log1p()
+  return nan_where(b:lt(1):logical_or(a:lt(1)), lm):exp()
+end
+function Kumaraswamy:entropy()
+  local a, b = self.concentration1, self.concentration0
+  local t1, t0 = 1 - a:reciprocal(), 1 - b:reciprocal()
+  local h0 = S.digamma(b + 1) + EULER
+  return t0 + t1 * h0 - a:log() - b:log()
+end
+
+--- FisherSnedecor(df1, df2[, validate_args]): X1 / X2 of Gamma(df / 2, df) draws
+local FisherSnedecor = family('FisherSnedecor', {{'df1', constraints.positive}, {'df2', constraints.positive}},
+                              constraints.positive, true)
+function FisherSnedecor:_get_mean() local d2 = nan_where(self.df2:le(2), self.df2) return d2 / (d2 - 2) end
+function FisherSnedecor:_get_mode()
+  return nan_where(self.df1:le(2), (self.df1 - 2) / self.df1 * self.df2 / (self.df2 + 2))
+end
+function FisherSnedecor:_get_variance()
+  local d1, d2 = self.df1, nan_where(self.df2:le(4), self.df2)
+  return d2 ^ 2 * 2 * (d1 + d2 - 2) / (d1 * (d2 - 2) ^ 2 * (d2 - 4))
+end
+function FisherSnedecor:rsample(sample_shape)
+  local x1 = Gamma(self.df1 * 0.5, self.df1, false):rsample(sample_shape)
+  local x2 = Gamma(self.df2 * 0.5, self.df2, false):rsample(sample_shape)
+  local tiny = self.df1.dtype == flow.float64 and 2.2250738585072014e-308 or 1.1754943508222875e-38
+  return (x1 / x2:clamp(tiny)):clamp(tiny)
+end
+function FisherSnedecor:log_prob(value)
+  self:_validate_sample(value)
+  local c1, c2, c3 = self.df1 * 0.5, self.df2 * 0.5, self.df1 / self.df2
+  local t1 = S.gammaln(c1 + c2) - S.gammaln(c1) - S.gammaln(c2)
+  return t1 + c1 * c3:log() + (c1 - 1) * value:log() - (c1 + c2) * (c3 * value):log1p()
+end
+
+local NegativeBinomial = Distribution:subclass('NegativeBinomial')
+M.NegativeBinomial = NegativeBinomial
+NegativeBinomial.support = constraints.nonnegative_integer
+--- NegativeBinomial(total_count, probs[, logits[, validate_args]]): the number
+-- of successes (probability probs each) before total_count failures
+function NegativeBinomial:__init(total_count, probs, logits, validate_args)
+  if type(probs) == 'table' and not is_tensor(probs) then
+    probs, logits, validate_args = probs.probs, probs.logits, probs.validate_args
+  end
+  probs_or_logits('NegativeBinomial', probs, logits)
+  if probs ~= nil then
+    self.total_count, self.probs = broadcast_all(total_count, probs)
+    self.arg_constraints = {total_count = constraints.greater_than_eq(0),
+                            probs = constraints.half_open_interval(0, 1)}
+  else
+    self.total_count, self.logits = broadcast_all(total_count, logits)
+    self.arg_constraints = {total_count = constraints.greater_than_eq(0), logits = constraints.real}
+  end
+  Distribution.__init(self, self.total_count:size(), {}, validate_args)
+end
+function NegativeBinomial:_get_probs() return rawget(self, 'logits'):sigmoid() end
+function NegativeBinomial:_get_logits() return probs_to_logits(rawget(self, 'probs'), true) end
+function NegativeBinomial:_get_mean() return self.total_count * self.logits:exp() end
+function NegativeBinomial:_get_mode() return ((self.total_count - 1) * self.logits:exp()):floor():clamp(0) end
+function NegativeBinomial:_get_variance() return self.mean / (-self.logits):sigmoid() end
+function NegativeBinomial:sample(sample_shape)
+  return flow.no_grad(function()
+    local rate = Gamma(self.total_count, (-self.logits):exp(), false):sample(sample_shape)
+    return poisson_draw(rate)
+  end)
+end
+function NegativeBinomial:log_prob(value)
+  self:_validate_sample(value)
+  local F = flow.nn.functional
+  local n, l = self.total_count, self.logits
+  local un = n * F.logsigmoid(-l) + value * F.logsigmoid(l)
+  local norm = -S.gammaln(n + value) + S.gammaln(value + 1) + S.gammaln(n)
+  norm = flow.where((n + value):eq(0), flow.zeros_like(norm), norm)
+  return un - norm
+end
+
+--- GeneralizedPareto(loc, scale, concentration[, validate_args]) (torch 2.x)
+local GeneralizedPareto = family('GeneralizedPareto',
+  {{'loc', constraints.real}, {'scale', constraints.positive}, {'concentration', constraints.real}}, nil, true)
+local function gp_safe(self)
+  local eq0 = self.concentration:abs():le(1e-8)
+  return eq0, flow.where(eq0, flow.ones_like(self.concentration), self.concentration)
+end
+function GeneralizedPareto:_get_support()
+  local upper = flow.where(self.concentration:lt(0), self.loc - self.scale / self.concentration,
+                           flow.full({}, math.huge, {dtype = self.loc.dtype}))
+  return constraints.interval(self.loc, upper)
+end
+function GeneralizedPareto:_get_mode() return self.loc end
+function GeneralizedPareto:rsample(sample_shape)
+  return self:icdf(uniform_like(self:_extended_shape(sample_shape), self.loc))
+end
+function GeneralizedPareto:log_prob(value)
+  self:_validate_sample(value)
+  local z = (value - self.loc) / self.scale
+  local eq0, c = gp_safe(self)
+  local y = c:reciprocal() + 1
+  local nz = flow.where(y:eq(0), y, y * (c * z):log1p())
+  return -self.scale:log() - flow.where(eq0, z, nz)
+end
+function GeneralizedPareto:log_survival_function(value)
+  local z = (value - self.loc) / self.scale
+  local eq0, c = gp_safe(self)
+  return flow.where(eq0, -z, -(c * z):log1p() / c)
+end
+function GeneralizedPareto:log_cdf(value) return (-self:log_survival_function(value):exp()):log1p() end
+function GeneralizedPareto:cdf(value) return self:log_cdf(value):exp() end
+function GeneralizedPareto:icdf(p)
+  local eq0, c = gp_safe(self)
+  local logu = (-p):log1p()
+  return flow.where(eq0, self.loc - self.scale * logu, self.loc + self.scale / c * (-c * logu):expm1())
+end
+function GeneralizedPareto:_get_mean()
+  local c = self.concentration
+  local ok = c:lt(1)
+  local sc = flow.where(ok, c, flow.full({}, 0.5, {dtype = c.dtype}))
+  return nan_where(ok:logical_not(), self.loc + self.scale / (1 - sc))
+end
+function GeneralizedPareto:_get_variance()
+  local c = self.concentration
+  local ok = c:lt(0.5)
+  local sc = flow.where(ok, c, flow.full({}, 0.25, {dtype = c.dtype}))
+  return nan_where(ok:logical_not(), self.scale ^ 2 / ((1 - sc) ^ 2 * (1 - sc * 2)))
+end
+function GeneralizedPareto:entropy() return self.scale:log() + self.concentration + 1 end
+
+local OneHotST = OneHotCategorical:subclass('OneHotCategoricalStraightThrough')
+M.OneHotCategoricalStraightThrough = OneHotST
+OneHotST.has_rsample = true
+--- OneHotCategoricalStraightThrough(probs[, logits]): rsample is the one-hot
+-- sample with the straight-through gradient of probs
+function OneHotST:rsample(sample_shape)
+  local s = self:sample(sample_shape)
+  local p = self._categorical.probs
+  return s + (p - p:detach())
+end
+
+local LogisticNormal = TransformedDistribution:subclass('LogisticNormal')
+M.LogisticNormal = LogisticNormal
+LogisticNormal.support, LogisticNormal.has_rsample = constraints.simplex, true
+--- LogisticNormal(loc, scale[, validate_args]): StickBreakingTransform of
+-- Normal(loc, scale) over the last dim (K - 1 -> the K-simplex)
+function LogisticNormal:__init(loc, scale, validate_args)
+  local n = Normal(loc, scale, validate_args)
+  if #n.batch_shape:totable() == 0 then n = n:expand({1}) end
+  TransformedDistribution.__init(self, Independent(n, 1), {transforms.StickBreakingTransform()}, validate_args)
+  local ev = self.event_shape:totable()
+  ev[#ev] = ev[#ev] + 1
+  self.event_shape = flow.Size(ev)
+  self.arg_constraints = {}
+end
+function LogisticNormal._get_support() return constraints.simplex end
+function LogisticNormal:_get_loc() return self.base_dist.base_dist.loc end
+function LogisticNormal:_get_scale() return self.base_dist.base_dist.scale end
+
+local VonMises = family('VonMises', {{'loc', constraints.real}, {'concentration', constraints.positive}},
+                        constraints.real, false)
+--- VonMises(loc, concentration[, validate_args]): the circular normal on
+-- [-pi, pi); sampled with Best & Fisher's rejection method as torch
+function VonMises:_get_mean() return self.loc end
+function VonMises:_get_mode() return self.loc end
+function VonMises:_get_variance()
+  local k = self.concentration
+  return 1 - (S.i1e(k) / S.i0e(k))
+end
+function VonMises:log_prob(value)
+  self:_validate_sample(value)
+  local k = self.concentration
+  return k * ((value - self.loc):cos() - 1) - math.log(2 * math.pi) - S.i0e(k):log()
+end
+function VonMises:sample(sample_shape)
+  local shape = self:_extended_shape(sample_shape)
+  return flow.no_grad(function()
+    local k = self.concentration:to(flow.float64):expand(shape)
+    local tau = 1 + (1 + 4 * k ^ 2):sqrt()
+    local rho = (tau - (2 * tau):sqrt()) / (2 * k)
+    local proposal_r = (1 + rho ^ 2) / (2 * rho)
+    -- small concentrations: the second-order Taylor expansion of proposal_r (as torch)
+    local small = k:lt(1e-5)
+    proposal_r = flow.where(small, 1 / k + k, proposal_r)
+    local x = flow.zeros(shape, {dtype = flow.float64})
+    local todo = flow.ones(shape, {dtype = flow.bool})
+    for _ = 1, 1000 do
+      if not todo:any():item() then break end
+      local u1 = uniform_like(shape, x)
+      local u2 = uniform_like(shape, x)
+      local u3 = uniform_like(shape, x)
+      local z = (u1 * math.pi):cos()
+      local f = (1 + proposal_r * z) / (proposal_r + z)
+      local c = k * (proposal_r - f)
+      local ok = (c * (2 - c) - u2):gt(0):logical_or(((c / u2):log() + 1 - c):ge(0))
+      local take = ok:logical_and(todo)
+      x = flow.where(take, (u3 - 0.5):sign() * f:acos(), x)
+      todo = todo:logical_and(take:logical_not())
+    end
+    if todo:any():item() then fail('VonMises: the sampler did not converge') end
+    local r = (x + math.pi + self.loc:to(flow.float64)):remainder(2 * math.pi) - math.pi
+    return r:to(self.loc.dtype)
+  end)
+end
+
 ------------------------------------------------------------------ KL divergence
 local registry = {}
 
@@ -1298,6 +2116,22 @@ local function kl_normal(p, q)
   return (var_ratio + t1 - 1 - var_ratio:log()) * 0.5
 end
 reg(Normal, Normal)(kl_normal)
+-- the Gaussian pairs of torch: (LowRank)MultivariateNormal against each
+-- other, through their scale_tril (torch's formula for MultivariateNormal)
+local function kl_gaussian(p, q)
+  local k = p.event_shape[1]
+  if q.event_shape[1] ~= k then
+    fail(('kl_divergence: KL-divergence between two %s with different event shapes (%d and %d) cannot be '
+      .. 'computed'):format(p.__name, k, q.event_shape[1]))
+  end
+  local Lp, Lq = unpack(flow.broadcast_tensors(p.scale_tril, q.scale_tril))
+  local tr = (flow.linalg.solve_triangular(Lq, Lp, {upper = false}) ^ 2):sum(-1):sum(-1)
+  local m = mahalanobis(Lq, q.loc - p.loc)
+  return half_log_det(Lq) - half_log_det(Lp) + (tr + m - k) * 0.5
+end
+for _, P in ipairs({MultivariateNormal, LowRankMVN}) do
+  for _, Q in ipairs({MultivariateNormal, LowRankMVN}) do reg(P, Q)(kl_gaussian) end
+end
 reg(LogNormal, LogNormal)(kl_normal)
 reg(HalfNormal, HalfNormal)(function(p, q) return kl_normal(std_normal(p), std_normal(q)) end)
 local function inf_where(mask, t) return flow.where(mask, flow.full({}, math.huge, {dtype = t.dtype}), t) end
@@ -1365,14 +2199,6 @@ reg(Beta, Beta)(function(p, q)
                       flow.stack({q.concentration1, q.concentration0}, -1))
 end)
 reg(Poisson, Poisson)(function(p, q) return p.rate * (p.rate:log() - q.rate:log()) - (p.rate - q.rate) end)
-reg(MultivariateNormal, MultivariateNormal)(function(p, q)
-  local k = p.loc:size(-1)
-  local Lq, Lp = q.scale_tril, p.scale_tril
-  local Lq2, Lp2 = unpack(flow.broadcast_tensors(Lq, Lp))
-  local term1 = (flow.linalg.solve(Lq2, Lp2) ^ 2):sum(-1):sum(-1)   -- tr(Sq^-1 Sp)
-  local term2 = mahalanobis(Lq, q.loc - p.loc)
-  return (term1 + term2 - k) * 0.5 + half_log_det(Lq) - half_log_det(Lp)
-end)
 reg(Independent, Independent)(function(p, q)
   if p.reinterpreted_batch_ndims ~= q.reinterpreted_batch_ndims then
     fail('kl_divergence: Independent distributions with different reinterpreted_batch_ndims')
@@ -1380,6 +2206,33 @@ reg(Independent, Independent)(function(p, q)
   return sum_rightmost(M.kl_divergence(p.base_dist, q.base_dist), p.reinterpreted_batch_ndims)
 end)
 
+-- pairs torch registers for the ContinuousBernoulli
+local CB = M.ContinuousBernoulli
+reg(CB, CB)(function(p, q)
+  return p.mean * (p.logits - q.logits) + p:_cont_bern_log_norm() + (-p.probs):log1p()
+    - q:_cont_bern_log_norm() - (-q.probs):log1p()
+end)
+local function kl_to_cb(p, q) return -p:entropy() - p.mean * q.logits - (-q.probs):log1p() - q:_cont_bern_log_norm() end
+reg(Beta, CB)(kl_to_cb)
+reg(Uniform, CB)(function(p, q)
+  -- torch's condition (inclusive: a Uniform on exactly [0, 1] also gets inf)
+  return inf_where(p.high:ge(1):logical_or(p.low:le(0)), kl_to_cb(p, q))
+end)
+reg(CB, M.Exponential)(function(p, q) return -p:entropy() - q.rate:log() + q.rate * p.mean end)
+reg(CB, Normal)(function(p, q)
+  local t2 = (math.log(2 * math.pi) + (q.loc / q.scale) ^ 2) * 0.5 + q.scale:log()
+  return -p:entropy() + t2 + (p.variance + p.mean ^ 2 - q.loc * p.mean * 2) / (q.scale ^ 2 * 2)
+end)
+reg(CB, Uniform)(function(p, q)
+  return inf_where(q.low:ge(0):logical_or(q.high:le(1)), -p:entropy() + (q.high - q.low):log())
+end)
+local function kl_inf(param)
+  return function(p) return flow.full(p[param]:size():totable(), math.huge, {dtype = p[param].dtype}) end
+end
+for _, pq in ipairs({{M.Exponential, CB, 'rate'}, {Gamma, CB, 'concentration'}, {M.Gumbel, CB, 'loc'},
+                     {M.Laplace, CB, 'loc'}, {Normal, CB, 'loc'}, {CB, M.Pareto, 'probs'}}) do
+  reg(pq[1], pq[2])(kl_inf(pq[3]))
+end
 
 -- Doc comments of the functions made in loops above (help() and LDoc read them).
 

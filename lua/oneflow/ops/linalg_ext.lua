@@ -16,6 +16,9 @@
 --   flow.linalg.pinv(A, {atol =, rtol =, hermitian = false})
 --   flow.linalg.matrix_rank(A, {atol =, rtol =, tol =, hermitian = false})
 --   flow.linalg.lstsq(A, B, {rcond =}) -> solution, residuals, rank, singular_values
+--   flow.linalg.lu(A) -> P, L, U; lu_factor(_ex), lu_solve(LU, pivots, B, {left =, adjoint =})
+--   flow.linalg.ldl_factor(_ex)(A), ldl_solve(LD, pivots, B), householder_product(A, tau)
+--   flow.linalg.matrix_sqrth(A), polar(A) -> U, H
 -- Everything is differentiable: the first group is written with existing
 -- differentiable ops; inv, det, slogdet, solve, cholesky, svdvals are LAPACK kernels
 -- (core/ops/linalg_ext.c, float32/float64, CPU) with backward rules in C.
@@ -824,6 +827,423 @@ linalg.cholesky_ex = ex_form('cholesky_ex', function(A, _, o) return linalg.chol
 --- flow.linalg.solve_ex(A, B, {left = true}) -> X, info: solve without raising; info > 0 where A is singular.
 -- @function linalg.solve_ex
 linalg.solve_ex = ex_form('solve_ex', function(A, B, o) return linalg.solve(A, B, o) end, true)
+
+
+------------------------------------------------------------------ LU, LDL, Householder
+-- The kernels (dgetrf, dsytrf, dsytrs) have no autograd of their own: lu and
+-- lu_factor(_ex) get torch's gradient from a custom Function on the factors;
+-- lu_solve and householder_product are composed of differentiable ops
+-- (triangular solves, matmul); ldl_factor(_ex) and ldl_solve raise in the
+-- backward, as torch.
+local function factor_outs(fn, op, A)
+  util.check_tensor('linalg.' .. op, A, 'A')
+  if fn(A.p, out1, out2, out3) ~= 0 then raise(3) end
+  return wrap(out1[0]), wrap(out2[0]), wrap(out3[0])
+end
+
+local function pivot_opt(op, o)
+  if o ~= nil and type(o) ~= 'table' then
+    error(('linalg.%s: options must be a table, got %s'):format(op, type(o)), 3)
+  end
+  if o and o.pivot == false then
+    error(('linalg.%s: pivot = false is only supported on CUDA in torch; this CPU kernel always pivots')
+      :format(op), 3)
+  end
+  return o and o.check_errors or false
+end
+
+-- the first nonzero info as torch's message
+local function first_failure(info)
+  local flat = info:reshape(-1):totable()
+  for i, v in ipairs(flat) do if v ~= 0 then return i, v end end
+end
+
+-- The permutation matrices P (..., m, m) with A = P L U from LAPACK pivots
+-- (..., k): row i was swapped with row pivots[i], in order.
+local function pivots_to_perm(pivots, m, dtype)
+  local bshape = pivots:size():totable()
+  local k = table.remove(bshape)
+  local flat = pivots:reshape(-1, math.max(k, 1)):totable()
+  local nb = #flat
+  if k == 0 then nb = pivots:numel() == 0 and 1 or nb end
+  local rows = {}
+  for b = 1, nb do
+    local perm = {}
+    for i = 1, m do perm[i] = i end
+    local pv = flat[b] or {}
+    for i = 1, k do
+      local p = pv[i]
+      if p < 1 or p > m then
+        error(('linalg.lu_solve: pivots[%d] = %d is out of range 1..%d (pivots come from lu_factor)')
+          :format(i, p, m), 4)
+      end
+      perm[i], perm[p] = perm[p], perm[i]
+    end
+    -- A[perm] = L U, so P = I[:, perm]: P[perm[j], j] = 1
+    local P = {}
+    for i = 1, m do
+      P[i] = {}
+      for j = 1, m do P[i][j] = 0 end
+    end
+    for j = 1, m do P[perm[j]][j] = 1 end
+    rows[b] = P
+  end
+  local full = {unpack(bshape)}
+  full[#full + 1], full[#full + 2] = m, m
+  return T.flow.tensor(rows, {dtype = dtype}):reshape(full)
+end
+
+-- L (unit lower, m x k) and U (upper, k x n) from a packed LU (..., m, n)
+local function unpack_lu(LU)
+  local m, n = LU:size(-2), LU:size(-1)
+  local k = math.min(m, n)
+  local L = LU:narrow(-1, 1, k):tril(-1) + T.flow.eye(m, k, {dtype = LU.dtype})
+  local U = LU:narrow(-2, 1, k):triu()
+  return L, U
+end
+
+local function needs_grad(...)
+  if C.of_is_grad_enabled() == 0 then return false end
+  for i = 1, select('#', ...) do
+    local x = select(i, ...)
+    if x and x.requires_grad then return true end
+  end
+  return false
+end
+
+-- The autograd Functions (made on first use: autograd loads after this module).
+local Functions = {}
+local function fn_class(name)
+  if not Functions[name] then Functions[name] = require('oneflow.autograd').Function:subclass(name) end
+  return Functions[name]
+end
+
+-- torch's linalg_lu_backward (real case) for A = P L U, A (..., m, n),
+-- k = min(m, n), L = [L1; L2] (m, k), U = [U1, U2] (k, n):
+--   phi = tril(L1^T gL1 - gU2 U2^T, -1) + triu(gU1 U1^T - L2^T gL2)
+--   gA = P [L1^-T phi U1^-T, L1^-T gU2; gL2 U1^-T]
+local function lu_backward(f, gL, gU)
+  local P, L, U = f.P, f.L, f.U
+  local m, n = L:size(-2), U:size(-1)
+  local k = math.min(m, n)
+  gL = gL or T.flow.zeros_like(L)
+  gU = gU or T.flow.zeros_like(U)
+  local L1, U1 = L:narrow(-2, 1, k), U:narrow(-1, 1, k)
+  local gL1, gU1 = gL:narrow(-2, 1, k), gU:narrow(-1, 1, k)
+  local low, up = mT(L1):matmul(gL1), gU1:matmul(mT(U1))
+  if n > k then low = low - gU:narrow(-1, k + 1, n - k):matmul(mT(U:narrow(-1, k + 1, n - k))) end
+  if m > k then up = up - mT(L:narrow(-2, k + 1, m - k)):matmul(gL:narrow(-2, k + 1, m - k)) end
+  local phi = low:tril(-1) + up:triu()
+  local G = linalg.solve_triangular(mT(L1), phi, {upper = true, unitriangular = true})
+  G = linalg.solve_triangular(mT(U1), G, {upper = false, left = false})   -- G U1^-T
+  if n > k then
+    G = T.flow.cat({G, linalg.solve_triangular(mT(L1), gU:narrow(-1, k + 1, n - k),
+      {upper = true, unitriangular = true})}, -1)
+  end
+  if m > k then
+    G = T.flow.cat({G, linalg.solve_triangular(mT(U1), gL:narrow(-2, k + 1, m - k),
+      {upper = false, left = false})}, -2)
+  end
+  return P:matmul(G)
+end
+
+-- P, L, U of A (and the packed LU, pivots, info), differentiable in A
+local function lu_parts(op, A)
+  util.check_tensor('linalg.' .. op, A, 'A')
+  local LU, piv, info = factor_outs(C.of_linalg_lu_factor, op, A:detach())
+  local P = pivots_to_perm(piv, A:size(-2), A.dtype)
+  local L, U = unpack_lu(LU)
+  if needs_grad(A) then
+    local F = fn_class('LinalgLu')
+    if not F.forward then
+      function F.forward(ctx, _, f)
+        ctx.f = f
+        return f.L:clone(), f.U:clone()
+      end
+      function F.backward(ctx, gL, gU)
+        -- the rule uses the forward's P, L, U as constants: a second
+        -- derivative would miss their part, so it is refused (as svdvals)
+        if C.of_is_grad_enabled() ~= 0 then
+          error('linalg.lu: create_graph (second derivatives) is not supported through lu / lu_factor', 0)
+        end
+        return lu_backward(ctx.f, gL, gU)
+      end
+    end
+    L, U = F.apply(A, {P = P, L = L, U = U})
+    -- the packed form from the differentiable L and U
+    local m, n = A:size(-2), A:size(-1)
+    local function zeros(r, c)
+      local sh = A:size():totable()
+      sh[#sh - 1], sh[#sh] = r, c
+      return T.flow.zeros(sh, {dtype = A.dtype})
+    end
+    local Lp, Up = L:tril(-1), U
+    if m > n then Up = T.flow.cat({U, zeros(m - n, n)}, -2) end
+    if n > m then Lp = T.flow.cat({Lp, zeros(m, n - m)}, -1) end
+    LU = Lp + Up
+  end
+  return P, L, U, LU, piv, info
+end
+
+-- torch raises in the backward of ldl_factor / ldl_solve; so does flow
+local function not_differentiable(op, out, ...)
+  if not needs_grad(...) then return out end
+  local F = fn_class('Linalg' .. op:gsub('^%l', string.upper):gsub('_(%l)', string.upper))
+  if not F.forward then
+    function F.forward(_, x) return x:clone() end
+    function F.backward()
+      error(('linalg.%s: the derivative is not implemented (as in torch)'):format(op), 0)
+    end
+  end
+  return F.apply(out, ...)
+end
+
+--- linalg.lu(A, {pivot = true}) -> P, L, U with A = P L U: P (..., m, m) a
+-- permutation matrix, L (..., m, k) unit lower, U (..., k, n) upper,
+-- k = min(m, n). Differentiable (torch's rule, also for m ~= n).
+function linalg.lu(A, o)
+  pivot_opt('lu', o)
+  local P, L, U = lu_parts('lu', A)
+  return P, L, U
+end
+
+--- linalg.lu_factor_ex(A, {pivot = true, check_errors = false}) -> LU, pivots, info:
+-- LU of A (..., m, n) with partial pivoting; pivots int32 (..., min(m, n)),
+-- 1-based row swaps (LAPACK's, as torch's; 1-based indices as everywhere in
+-- flow); info int32 (...): k > 0 when U[k, k] is exactly zero.
+function linalg.lu_factor_ex(A, o)
+  local check = pivot_opt('lu_factor_ex', o)
+  local _, _, _, LU, piv, info = lu_parts('lu_factor_ex', A)
+  if check then
+    local b, v = first_failure(info)
+    if b then
+      error(('linalg.lu_factor_ex: %sU[%d,%d] is zero (the matrix of shape %s is singular)'):format(
+        A:dim() > 2 and ('(Batch element %d): '):format(b) or '', v, v, shape_str(A)), 2)
+    end
+  end
+  return LU, piv, info
+end
+
+--- linalg.lu_factor(A, {pivot = true}) -> LU, pivots; a singular matrix raises
+-- (as torch: U[k, k] zero would divide by zero in lu_solve).
+function linalg.lu_factor(A, o)
+  pivot_opt('lu_factor', o)
+  local _, _, _, LU, piv, info = lu_parts('lu_factor', A)
+  local b, v = first_failure(info)
+  if b then
+    error(('linalg.lu_factor: %sU[%d,%d] is zero and using it on lu_solve would result in a division by '
+      .. 'zero (A of shape %s, %s). Use linalg.lu or linalg.lu_factor_ex to factor it anyway'):format(
+      A:dim() > 2 and ('(Batch element %d): '):format(b) or '', v, v, shape_str(A), tostring(A.dtype)), 2)
+  end
+  return LU, piv
+end
+
+--- linalg.lu_solve(LU, pivots, B, {left = true, adjoint = false}): X with
+-- A X = B (left = false: X A = B; adjoint: A^T instead of A) for
+-- A = P L U from lu_factor. Differentiable w.r.t. LU and B.
+function linalg.lu_solve(LU, pivots, B, o)
+  util.check_tensor('linalg.lu_solve', LU, 'LU')
+  util.check_tensor('linalg.lu_solve', B, 'B')
+  util.check_tensor('linalg.lu_solve', pivots, 'pivots')
+  if o ~= nil and type(o) ~= 'table' then error('linalg.lu_solve: options must be a table, got ' .. type(o), 2) end
+  local left, adjoint = not (o and o.left == false), o and o.adjoint or false
+  for _, x in ipairs({LU, pivots, B}) do
+    if x.device.type ~= 'cpu' then
+      error(('linalg.lu_solve: not implemented on cuda (a CUDA tensor of shape %s; the triangular solves use '
+        .. 'the CPU\'s LAPACK: move it with :cpu())'):format(shape_str(x)), 2)
+    end
+  end
+  if LU:dim() < 2 or LU:size(-1) ~= LU:size(-2) then
+    error(('linalg.lu_solve: LU must be batches of square matrices, got shape %s'):format(shape_str(LU)), 2)
+  end
+  local n = LU:size(-1)
+  if pivots:dim() ~= LU:dim() - 1 or pivots:size(-1) ~= n then
+    error(('linalg.lu_solve: pivots of shape %s do not match LU of shape %s (expected LU\'s shape without '
+      .. 'its last dim)'):format(shape_str(pivots), shape_str(LU)), 2)
+  end
+  if B:dim() < 2 or B:size(left and -2 or -1) ~= n then
+    error(('linalg.lu_solve: incompatible shapes of LU and B (%s and %s) for %s'):format(shape_str(LU),
+      shape_str(B), left and 'A X = B' or 'X A = B'), 2)
+  end
+  if LU.dtype ~= B.dtype then
+    error(('linalg.lu_solve: LU and B must have the same dtype, got %s and %s'):format(
+      tostring(LU.dtype), tostring(B.dtype)), 2)
+  end
+  local P = pivots_to_perm(pivots, n, LU.dtype)
+  local L, U = unpack_lu(LU)
+  local function solveA(R)   -- A^-1 R
+    local Y = linalg.solve_triangular(L, mT(P):matmul(R), {upper = false, unitriangular = true})
+    return linalg.solve_triangular(U, Y, {upper = true})
+  end
+  local function solveAt(R)   -- A^-T R = P L^-T U^-T R
+    local Y = linalg.solve_triangular(mT(U), R, {upper = false})
+    return P:matmul(linalg.solve_triangular(mT(L), Y, {upper = true, unitriangular = true}))
+  end
+  if left then return adjoint and solveAt(B) or solveA(B) end
+  -- X A = B  <=>  A^T X^T = B^T
+  return mT(adjoint and solveA(mT(B)) or solveAt(mT(B)))
+end
+
+--- linalg.householder_product(A, tau): the first n columns of
+-- H_1 H_2 ... H_k, H_i = I - tau_i v_i v_i^T, v_i the i-th column of A
+-- (..., m, n) below the diagonal with a 1 on it (LAPACK's orgqr);
+-- differentiable in A and tau.
+function linalg.householder_product(A, tau)
+  util.check_tensor('linalg.householder_product', A, 'A')
+  util.check_tensor('linalg.householder_product', tau, 'tau')
+  if A:dim() < 2 or A:size(-2) < A:size(-1) then
+    error(('linalg.householder_product: A must have at least 2 dims with rows >= columns, got shape %s')
+      :format(shape_str(A)), 2)
+  end
+  local m, n, k = A:size(-2), A:size(-1), tau:size(-1)
+  if tau:dim() ~= A:dim() - 1 or k > n then
+    error(('linalg.householder_product: tau of shape %s does not fit A of shape %s (expected (..., k), k <= %d)')
+      :format(shape_str(tau), shape_str(A), n), 2)
+  end
+  if A.dtype ~= tau.dtype then
+    error(('linalg.householder_product: A and tau must have the same dtype, got %s and %s'):format(
+      tostring(A.dtype), tostring(tau.dtype)), 2)
+  end
+  local eye = T.flow.eye(m, {dtype = A.dtype, device = A.device})
+  local V = A:tril(-1) + T.flow.eye(m, n, {dtype = A.dtype, device = A.device})
+  local Q = eye:narrow(-1, 1, n)
+  -- Q = H_1 (H_2 (... (H_k I[:, :n]))): applied from the last reflector
+  for i = k, 1, -1 do
+    local v = V:narrow(-1, i, 1)                              -- (..., m, 1)
+    local t = tau:narrow(-1, i, 1):unsqueeze(-1)              -- (..., 1, 1)
+    Q = Q - (v * t):matmul(mT(v):matmul(Q))
+  end
+  return Q
+end
+
+--- linalg.ldl_factor_ex(A, {hermitian = false, check_errors = false}) -> LD,
+-- pivots, info: Bunch-Kaufman LDL^T of symmetric A (its lower triangle is
+-- read) as LAPACK's dsytrf: LD holds L below the diagonal and the 1x1 / 2x2
+-- blocks of D; pivots int32, 1-based, negative for 2 x 2 blocks (as torch);
+-- info k > 0 when D[k, k] is exactly zero. Its backward raises (as torch).
+function linalg.ldl_factor_ex(A, o)
+  if o ~= nil and type(o) ~= 'table' then error('linalg.ldl_factor_ex: options must be a table, got ' .. type(o), 2) end
+  util.check_tensor('linalg.ldl_factor_ex', A, 'A')
+  local LD, piv, info = factor_outs(C.of_linalg_ldl_factor, 'ldl_factor_ex', A:detach())
+  LD = not_differentiable('ldl_factor', LD, A)
+  if o and o.check_errors then
+    local b, v = first_failure(info)
+    if b then
+      error(('linalg.ldl_factor_ex: %sD[%d,%d] is zero (the matrix of shape %s is singular)'):format(
+        A:dim() > 2 and ('(Batch element %d): '):format(b) or '', v, v, shape_str(A)), 2)
+    end
+  end
+  return LD, piv, info
+end
+
+--- linalg.ldl_factor(A, {hermitian = false}) -> LD, pivots (real matrices:
+-- hermitian is symmetric). A singular D is reported by ldl_factor_ex's info.
+function linalg.ldl_factor(A, o)
+  local LD, piv = linalg.ldl_factor_ex(A, o)
+  return LD, piv
+end
+
+--- linalg.ldl_solve(LD, pivots, B, {hermitian = false}): X with A X = B from
+-- ldl_factor's results (LAPACK dsytrs); B (..., n, k) with LD's batch dims.
+-- Its backward raises (as torch).
+function linalg.ldl_solve(LD, pivots, B, o)
+  util.check_tensor('linalg.ldl_solve', LD, 'LD')
+  util.check_tensor('linalg.ldl_solve', pivots, 'pivots')
+  util.check_tensor('linalg.ldl_solve', B, 'B')
+  if o ~= nil and type(o) ~= 'table' then error('linalg.ldl_solve: options must be a table, got ' .. type(o), 2) end
+  local X = kcall(C.of_linalg_ldl_solve, LD:detach().p, pivots.p, B:detach().p, out1)
+  return not_differentiable('ldl_solve', X, LD, B)
+end
+
+------------------------------------------------------------------ matrix_sqrth, polar (torch 2.x)
+local function matrix_input(op, A, tall)
+  util.check_tensor('linalg.' .. op, A, 'A')
+  if not A.dtype.is_floating_point then
+    error(('linalg.%s: expected a floating point tensor as A, got %s (shape %s)'):format(
+      op, tostring(A.dtype), shape_str(A)), 3)
+  end
+  if A:dim() < 2 then
+    error(('linalg.%s: A must have at least 2 dims, got shape %s'):format(op, shape_str(A)), 3)
+  end
+  if A.device.type ~= 'cpu' then
+    error(('linalg.%s: not implemented on cuda (A of shape %s is a CUDA tensor; it goes through the CPU\'s '
+      .. 'LAPACK: move it with :cpu())'):format(op, shape_str(A)), 3)
+  end
+  local m, n = A:size(-2), A:size(-1)
+  if tall and m < n then
+    error(('linalg.%s: input must have at least as many rows as columns, but got %d by %d matrices')
+      :format(op, m, n), 3)
+  elseif not tall and m ~= n then
+    error(('linalg.%s: A must be batches of square matrices, but they are %d by %d matrices'):format(
+      op, m, n), 3)
+  end
+end
+
+-- V (M o 1 / (s_i + s_j)) V^T
+local function sylvester(V, s, Mx)
+  local den = s:unsqueeze(-1) + s:unsqueeze(-2)
+  return V:matmul((mT(V):matmul(Mx):matmul(V)) / den):matmul(mT(V))
+end
+
+local function no_double_backward(op)
+  if C.of_is_grad_enabled() ~= 0 then
+    error(('linalg.%s: create_graph (second derivatives) is not supported'):format(op), 0)
+  end
+end
+
+--- linalg.matrix_sqrth(A): the principal square root X (X X = A) of the
+-- symmetric positive-definite A (..., n, n), from eigh (only A's lower
+-- triangle is read; negative eigenvalues are clamped to 0, as torch 2.x).
+-- Gradient (torch's): gA = V (V^T sym(gX) V / (s_i + s_j)) V^T, s = sqrt(eigenvalues).
+function linalg.matrix_sqrth(A)
+  matrix_input('matrix_sqrth', A)
+  local L, V = linalg.eigh(A:detach())
+  local s = L:clamp(0):sqrt()
+  local X = V:matmul(s:unsqueeze(-1) * mT(V))
+  if not needs_grad(A) then return X end
+  local F = fn_class('LinalgMatrixSqrth')
+  if not F.forward then
+    function F.forward(ctx, _, f)
+      ctx.f = f
+      return f.X:clone()
+    end
+    function F.backward(ctx, g)
+      no_double_backward('matrix_sqrth')
+      return sylvester(ctx.f.V, ctx.f.s, (g + mT(g)) * 0.5)
+    end
+  end
+  return F.apply(A, {X = X, V = V, s = s})
+end
+
+--- linalg.polar(A) -> U, H: A = U H for A (..., m, n), m >= n, U with
+-- orthonormal columns, H symmetric positive-semidefinite (through the thin
+-- SVD A = W S Vh: U = W Vh, H = Vh^T S Vh). Differentiable where A has full
+-- column rank: with G = gH - U^T gU H^-1, K = V (V^T G V / (s_i + s_j)) V^T
+-- (V = Vh^T), gA = gU H^-1 + A (K + K^T) (torch 2.x's values).
+function linalg.polar(A)
+  matrix_input('polar', A, true)
+  local W, S, Vh = linalg.svd(A:detach(), {full_matrices = false})
+  local U = W:matmul(Vh)
+  local H = mT(Vh):matmul(S:unsqueeze(-1) * Vh)
+  if not needs_grad(A) then return U, H end
+  local F = fn_class('LinalgPolar')
+  if not F.forward then
+    function F.forward(ctx, _, f)
+      ctx.f = f
+      return f.U:clone(), f.H:clone()
+    end
+    function F.backward(ctx, gU, gH)
+      no_double_backward('polar')
+      local f = ctx.f
+      local V = mT(f.Vh)
+      local Hinv = V:matmul(mT(V) / f.S:unsqueeze(-1))
+      local gA = gU:matmul(Hinv)
+      local K = sylvester(V, f.S, gH - mT(f.U):matmul(gU):matmul(Hinv))
+      return gA + f.A:matmul(K + mT(K))
+    end
+  end
+  return F.apply(A, {U = U, H = H, Vh = Vh, S = S, A = A:detach()})
+end
 
 T.flow.linalg = linalg
 return linalg
