@@ -313,7 +313,7 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       CHECK_FLAG(a->flag, "flag");
       break;
     }
-    case OPK_TRANSPOSE: {
+    case OPK_TRANSPOSE: case OPK_FLATTEN: {
       const a_i2 *a = p;
       if (!dim_ok(a->a, nd) || !dim_ok(a->b, nd))
         BAD("attrs.dims: %d, %d out of range for a %d-d input", (int)a->a, (int)a->b, (int)nd);
@@ -620,12 +620,6 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       if (a->v != OF_ALL_DIMS) CHECK_DIM(a->v);
       break;
     }
-    case OPK_FLATTEN: {
-      const a_i2 *a = p;
-      if (!dim_ok(a->a, nd) || !dim_ok(a->b, nd))
-        BAD("attrs.dims: %d, %d out of range for a %d-d input", (int)a->a, (int)a->b, (int)nd);
-      break;
-    }
     case OPK_FILL_: {
       const a_d1 *a = p;
       (void)a;   /* any value, NaN and infinities included, as fill_ takes them */
@@ -707,7 +701,7 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
     case OPK_SDPA: {
       const a_sdpa *a = p;
       if (!(a->dropout_p >= 0 && a->dropout_p < 1)) BAD("attrs.dropout_p: %g is not in [0, 1)", a->dropout_p);
-      if (!(a->scale >= 0 && a->scale < INFINITY) && !isnan(a->scale)) BAD("attrs.scale: %g", a->scale);
+      if (isinf(a->scale)) BAD("attrs.scale: %g", a->scale);   /* NaN or 0: the default 1/sqrt(E) */
       CHECK_FLAG(a->causal, "is_causal");
       CHECK_FLAG(a->gqa, "enable_gqa");
       break;
