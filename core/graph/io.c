@@ -1009,6 +1009,37 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
     for (int32_t k = 0; k < nin_ && !dyn; k++) dyn = n->in[k] >= 0 && g->vals[n->in[k]].dynamic;
     for (int32_t j = 0; j < nout_; j++)
       if (n->out[j] >= 0) g->vals[n->out[j]].dynamic = dyn;
+    /* the results' shapes and dtypes re-inferred from the recorded inputs by
+     * the op's own function (of_opimpl.infer), where it has one: they must
+     * be what the file records, before anything runs. (Every other op's
+     * results are checked against the file as its first run makes them.) */
+    if (d->infer && !dyn && nin_ <= OF_BACKWARD_MAX_IN && nreal <= OF_BACKWARD_MAX_IN) {
+      of_meta im[OF_BACKWARD_MAX_IN], om[OF_BACKWARD_MAX_IN];
+      memset(om, 0, sizeof(of_meta) * (size_t)(nreal ? nreal : 1));
+      for (int32_t k = 0; k < nin_; k++) {
+        const of_gval *x = n->in[k] >= 0 ? &g->vals[n->in[k]] : NULL;
+        im[k].ndim = x ? x->ndim : -1;
+        im[k].dtype = x ? x->dtype : 0;
+        if (x) memcpy(im[k].shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+      }
+      if (d->infer(n->attrs, nin_, im, om) != OF_OK) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", of_last_error());
+        NODE_FAIL("the recorded inputs do not fit: %s", msg);
+      }
+      for (int32_t j = 0; j < nreal; j++) {
+        if (n->out[j] < 0) continue;
+        const of_gval *y = &g->vals[n->out[j]];
+        bool same = y->ndim == om[j].ndim && y->dtype == om[j].dtype;
+        for (int32_t k = 0; same && k < y->ndim; k++) same = y->shape[k] == om[j].shape[k];
+        if (!same) {
+          char a[96], b[96];
+          NODE_FAIL("result %%%d is recorded as %s %s, its inputs give %s %s", (int)n->out[j],
+                    of_shape_str(y->shape, y->ndim, a, sizeof a), of_dtype_name(y->dtype),
+                    of_shape_str(om[j].shape, om[j].ndim, b, sizeof b), of_dtype_name(om[j].dtype));
+        }
+      }
+    }
     /* a creation op's result is what its record says: it must be the value
      * the file describes */
     int64_t cshape[OF_MAX_DIMS];

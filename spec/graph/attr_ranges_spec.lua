@@ -217,6 +217,61 @@ describe('saved graphs: attribute ranges of every op kind', function()
     assert.is_true(checked >= #rows)
   end)
 
+  it('re-infers results at load with the op\'s own function where it has one (binary)', function()
+    local row
+    for _, r in ipairs(rows) do if r.name == 'binary' then row = r end end
+    local function load(ins, outs, op)
+      write(path, B.graph('binary', B.record(ROOT, row.attrs, {op = op or 0}), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    assert.is_true((load({X, {{4}}}, {X})))                                      -- broadcast
+    assert.is_true((load({X, {{4}, 'int64'}}, {X})))                             -- promotion
+    local ok, err = load({X, {{5}}}, {X})
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find('node 1 (binary): the recorded inputs do not fit: add: shapes '
+                                     .. '[2,3,4,4] and [5] cannot be broadcast', 1, true), tostring(err))
+    ok, err = load({X, X}, {{{2, 3, 4, 5}}})
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find('node 1 (binary): result %2 is recorded as [2,3,4,5] float32, '
+                                     .. 'its inputs give [2,3,4,4] float32', 1, true), tostring(err))
+    ok, err = load({{{2}, 'int64'}, {{2}, 'int64'}}, {{{2}, 'int64'}}, 3)   -- true division
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find('is recorded as [2] int64, its inputs give [2] float32', 1, true),
+                  tostring(err))
+    -- with an output tensor (in[3]): its dtype, the broadcast shape
+    assert.is_true((load({X, {{4}}, {{2, 3, 4, 4}, 'float64'}}, {{{2, 3, 4, 4}, 'float64'}})))
+    ok, err = load({X, {{4}}, X}, {{{2, 3, 4, 4}, 'float64'}})
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find('is recorded as [2,3,4,4] float64, its inputs give [2,3,4,4] float32',
+                                     1, true), tostring(err))
+  end)
+
+  it('re-infers binary_scalar results: the scalar\'s dtype, reversed operands', function()
+    local row
+    for _, r in ipairs(rows) do if r.name == 'binary_scalar' then row = r end end
+    local function load(ins, outs, fields)
+      write(path, B.graph('binary_scalar', B.record(ROOT, row.attrs, fields), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local L2 = {{2}, 'int64'}
+    assert.is_true((load({L2}, {L2}, {op = 2, s = 3})))                          -- int64 * 3
+    assert.is_true((load({L2}, {{{2}}}, {op = 2, s = 0.5})))                     -- int64 * 0.5: float32
+    assert.is_true((load({L2}, {{{2}, 'bool'}}, {op = 11, s = 1, reverse = 1}))) -- 1 == x: bool
+    local ok, err = load({L2}, {L2}, {op = 2, s = 0.5})
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find('node 1 (binary_scalar): result %1 is recorded as [2] int64, '
+                                     .. 'its inputs give [2] float32', 1, true), tostring(err))
+    ok, err = load({X}, {{{2, 3}}}, {op = 0, s = 1})
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find('is recorded as [2,3] float32, its inputs give [2,3,4,4] float32',
+                                     1, true), tostring(err))
+    -- the result the graph then computes is the eager one
+    write(path, B.graph('binary_scalar', B.record(ROOT, row.attrs, {op = 1, s = 10, reverse = 1}),
+                        {{{3}}}, {{{3}}}))
+    local g = flow.nn.Graph.load(path)
+    assert.are.same({9, 8, 7}, g(flow.tensor({1, 2, 3})):totable())
+  end)
+
   it('the C host API refuses the same records with the same message', function()
     local C = flow._C.C
     local row
