@@ -216,9 +216,19 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 32; i++) v2[i] = ((i * 7) % 23 - 11) / 7.0;
     int64_t s2[2] = {2, 16};
     of_tensor *x2 = NULL, *y2 = NULL;
+    /* equal to Lua's run within float32 rounding, not byte for byte: under
+     * Valgrind the CPU has no AVX-512, so OpenBLAS and the row kernels take
+     * other code paths than the native run that wrote the file (the
+     * threads' outputs below are compared byte for byte, within one run) */
     bool ok = f && fread(want2, sizeof want2, 1, f) == 1 && of_graph_num_variants(shared) == 2 &&
               of_from_doubles(v2, s2, 2, OF_FLOAT32, &x2) == OF_OK && run_shared(x2, &y2) == OF_OK &&
-              of_tensor_numel(y2) == 16 && memcmp(of_tensor_data(y2), want2, sizeof want2) == 0;
+              of_tensor_numel(y2) == 16;
+    for (int i = 0; ok && i < 16; i++) {
+      float got = ((const float *)of_tensor_data(y2))[i];
+      ok = fabsf(got - want2[i]) <= 1e-5f * (1.0f + fabsf(want2[i]));
+      if (!ok) fprintf(stderr, "test_graph_threads: batch 2, element %d: %.9g, Lua gave %.9g\n", i,
+                       (double)got, (double)want2[i]);
+    }
     if (f) fclose(f);
     of_tensor_release(x2);
     of_tensor_release(y2);
