@@ -272,6 +272,47 @@ describe('saved graphs: attribute ranges of every op kind', function()
     assert.are.same({9, 8, 7}, g(flow.tensor({1, 2, 3})):totable())
   end)
 
+  it('re-infers matmul, mm, bmm and addmm results: ranks, dtypes, inner dims, batch broadcast', function()
+    local recs = {}
+    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+    local function load(op, ins, outs, fields)
+      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    local A34, B45 = {{3, 4}}, {{4, 5}}
+    assert.is_true((load('matmul', {A34, B45}, {{{3, 5}}})))
+    assert.is_true((load('matmul', {{{4}}, B45}, {{{5}}})))                        -- vector @ matrix
+    assert.is_true((load('matmul', {{{2, 1, 3, 4}}, {{6, 4, 5}}}, {{{2, 6, 3, 5}}})))   -- batch broadcast
+    assert.is_true((load('bmm', {{{2, 3, 4}}, {{2, 4, 5}}}, {{{2, 3, 5}}})))
+    assert.is_true((load('addmm', {{{5}}, A34, B45}, {{{3, 5}}}, {alpha = 1, beta = 1})))
+    assert.is_true((load('mm', {A34, B45, {{3, 5}, 'float64'}}, {{{3, 5}, 'float64'}})))  -- output tensor
+    refused('node 1 (matmul): result %2 is recorded as [3,4] float32, its inputs give [3,5] float32',
+            'matmul', {A34, B45}, {{{3, 4}}})
+    refused('node 1 (matmul): the recorded inputs do not fit: matmul: shapes [3,4] and [5,6] do not '
+            .. 'match (4 vs 5)', 'matmul', {A34, {{5, 6}}}, {{{3, 6}}})
+    refused('matmul: batch dims of shapes [2,3,4] and [3,4,5] do not broadcast (2 vs 3)',
+            'matmul', {{{2, 3, 4}}, {{3, 4, 5}}}, {{{3, 3, 5}}})
+    refused('node 1 (mm): the recorded inputs do not fit: mm: expected 2-D tensors, got shapes [4] and [4,5]',
+            'mm', {{{4}}, B45}, {{{5}}})
+    refused('bmm: batch sizes of shapes [2,3,4] and [3,4,5] do not match (2 vs 3)',
+            'bmm', {{{2, 3, 4}}, {{3, 4, 5}}}, {{{2, 3, 5}}})
+    refused('addmm: input of shape [4] does not broadcast to the product\'s shape [3,5]',
+            'addmm', {{{4}}, A34, B45}, {{{3, 5}}}, {alpha = 1, beta = 1})
+    refused('matmul: operands of dtypes float32 and float64', 'matmul', {A34, {{4, 5}, 'float64'}}, {{{3, 5}}})
+    refused('result %2 is recorded as [3,5] float32, its inputs give [3,5] int64',
+            'matmul', {{{3, 4}, 'int64'}, {{4, 5}, 'int64'}}, {{{3, 5}}})
+    -- what loads computes the eager product
+    write(path, B.graph('matmul', B.record(ROOT, recs.matmul, {}), {A34, B45}, {{{3, 5}}}))
+    local g = flow.nn.Graph.load(path)
+    local a, b = flow.randn(3, 4), flow.randn(4, 5)
+    assert.are.same(flow.matmul(a, b):totable(), g(a, b):totable())
+  end)
+
   it('the C host API refuses the same records with the same message', function()
     local C = flow._C.C
     local row
