@@ -272,6 +272,34 @@ describe('saved graphs: attribute ranges of every op kind', function()
     assert.are.same({9, 8, 7}, g(flow.tensor({1, 2, 3})):totable())
   end)
 
+  it('re-infers unary results: the dtype each op gives, the dtypes it refuses', function()
+    local row
+    for _, r in ipairs(rows) do if r.name == 'unary' then row = r end end
+    local function load(op, ins, outs)
+      write(path, B.graph('unary', B.record(ROOT, row.attrs, {op = op}), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    local L2, F2, B2 = {{2}, 'int64'}, {{2}}, {{2}, 'bool'}
+    assert.is_true((load(11, {X}, {X})))                    -- relu
+    assert.is_true((load(4, {L2}, {F2})))                   -- sqrt of int64: float32
+    assert.is_true((load(39, {F2}, {B2})))                  -- isnan: bool
+    assert.is_true((load(1, {L2}, {L2})))                   -- abs keeps int64
+    assert.is_true((load(4, {L2, {{2}, 'float64'}}, {{{2}, 'float64'}})))   -- output tensor
+    refused('node 1 (unary): result %1 is recorded as [2] int64, its inputs give [2] float32', 4, {L2}, {L2})
+    refused('result %1 is recorded as [3] float32, its inputs give [2] float32', 11, {F2}, {{{3}}})
+    refused('node 1 (unary): the recorded inputs do not fit: neg: negation of a bool tensor', 0, {B2}, {B2})
+    refused('the recorded inputs do not fit: bitwise_not: not supported for dtype float32', 38, {F2}, {F2})
+    write(path, B.graph('unary', B.record(ROOT, row.attrs, {op = 4}), {L2}, {F2}))
+    local g = flow.nn.Graph.load(path)
+    local x = flow.tensor({4, 9}, {dtype = flow.int64})
+    assert.are.same(flow.sqrt(x):totable(), g(x):totable())
+  end)
+
   it('re-infers matmul, mm, bmm and addmm results: ranks, dtypes, inner dims, batch broadcast', function()
     local recs = {}
     for _, r in ipairs(rows) do recs[r.name] = r.attrs end
