@@ -300,6 +300,35 @@ describe('saved graphs: attribute ranges of every op kind', function()
     assert.are.same(flow.sqrt(x):totable(), g(x):totable())
   end)
 
+  it('re-infers view, reshape and expand results from the record and the input shape', function()
+    local recs = {}
+    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+    local function load(op, shape, ins, outs)
+      write(path, B.graph(op, B.record(ROOT, recs[op], {ndim = #shape, shape = shape}), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    assert.is_true((load('view', {-1, 16}, {X}, {{{6, 16}}})))
+    assert.is_true((load('reshape', {6, -1}, {{{2, 3, 4, 4}, 'int64'}}, {{{6, 16}, 'int64'}})))
+    assert.is_true((load('expand', {3, -1}, {{{1, 4}}}, {{{3, 4}}})))
+    refused('node 1 (view): the recorded inputs do not fit: view: shape [5,-1] is invalid for input of size 96',
+            'view', {5, -1}, {X}, {{{5, 19}}})
+    refused('node 1 (reshape): result %1 is recorded as [96] float32, its inputs give [2,48] float32',
+            'reshape', {2, 48}, {X}, {{{96}}})
+    refused('reshape: only one dimension can be -1', 'reshape', {-1, -1}, {X}, {{{96}}})
+    refused('node 1 (expand): the recorded inputs do not fit: expand: cannot expand [2,4] to [3,4] (dim 1: 2 to 3)',
+            'expand', {3, 4}, {{{2, 4}}}, {{{3, 4}}})
+    refused('result %1 is recorded as [3,4] int64, its inputs give [3,4] float32',
+            'expand', {3, 4}, {{{1, 4}}}, {{{3, 4}, 'int64'}})
+    write(path, B.graph('reshape', B.record(ROOT, recs.reshape, {ndim = 2, shape = {4, -1}}), {{{2, 6}}}, {{{4, 3}}}))
+    local x = flow.randn(2, 6)
+    assert.are.same(x:reshape(4, 3):totable(), flow.nn.Graph.load(path)(x):totable())
+  end)
+
   it('re-infers matmul, mm, bmm and addmm results: ranks, dtypes, inner dims, batch broadcast', function()
     local recs = {}
     for _, r in ipairs(rows) do recs[r.name] = r.attrs end
