@@ -379,5 +379,13 @@ describe('saved graphs: attribute ranges of every op kind', function()
     assert.are_not.equal(0, C.of_graph_load(path, g))
     local msg = ffi.string(C.of_last_error())
     assert.truthy(msg:find('node 1 (softmax): attrs.dim: 9 is out of range for a 4-d input', 1, true), msg)
+    -- and the results re-inferred at load
+    local mm
+    for _, r in ipairs(rows) do if r.name == 'matmul' then mm = r end end
+    write(path, B.graph('matmul', B.record(ROOT, mm.attrs, {}), {{{3, 4}}, {{4, 5}}}, {{{3, 4}}}))
+    assert.are_not.equal(0, C.of_graph_load(path, g))
+    msg = ffi.string(C.of_last_error())
+    assert.truthy(msg:find('node 1 (matmul): result %2 is recorded as [3,4] float32, its inputs give [3,5] float32',
+                           1, true), msg)
   end)
 end)
