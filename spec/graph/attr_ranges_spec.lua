@@ -329,6 +329,33 @@ describe('saved graphs: attribute ranges of every op kind', function()
     assert.are.same(x:reshape(4, 3):totable(), flow.nn.Graph.load(path)(x):totable())
   end)
 
+  it('re-infers softmax and cumsum / cumprod results: floating inputs, integer sums in int64', function()
+    local recs = {}
+    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+    local function load(op, fields, ins, outs)
+      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    local I32 = {{2, 3}, 'int32'}
+    assert.is_true((load('softmax', {dim = 1, flag = 1}, {X}, {X})))               -- log_softmax
+    assert.is_true((load('cumulative', {dim = 1}, {I32}, {{{2, 3}, 'int64'}})))    -- cumsum of int32: int64
+    assert.is_true((load('cumulative', {dim = 0, flag = 1}, {{{2, 3}, 'float64'}}, {{{2, 3}, 'float64'}})))
+    refused('node 1 (softmax): the recorded inputs do not fit: softmax: expected a floating point input, '
+            .. 'got integral dtype int32', 'softmax', {dim = 1}, {I32}, {I32})
+    refused('node 1 (softmax): result %1 is recorded as [2,3,4] float32, its inputs give [2,3,4,4] float32',
+            'softmax', {dim = 1}, {X}, {{{2, 3, 4}}})
+    refused('node 1 (cumulative): result %1 is recorded as [2,3] int32, its inputs give [2,3] int64',
+            'cumulative', {dim = 1}, {I32}, {I32})
+    write(path, B.graph('softmax', B.record(ROOT, recs.softmax, {dim = 1}), {{{2, 5}}}, {{{2, 5}}}))
+    local x = flow.randn(2, 5)
+    assert.are.same(flow.softmax(x, 2):totable(), flow.nn.Graph.load(path)(x):totable())
+  end)
+
   it('re-infers matmul, mm, bmm and addmm results: ranks, dtypes, inner dims, batch broadcast', function()
     local recs = {}
     for _, r in ipairs(rows) do recs[r.name] = r.attrs end
