@@ -24,14 +24,14 @@ local CASES = {
   expand = {ok = {ndim = 4, shape = {2, 3, 4, 4}}, bad = {{{ndim = 1, shape = {2 ^ 41}}, 'attrs.shape[1]'}}},
   as_strided = {ok = {ndim = 1, shape = {4}, strides = {1}}, outs = {{{4}}},
                 bad = {{{ndim = 1, shape = {4}, strides = {1}, offset = -1}, 'attrs.offset'}}},
-  transpose = {ok = {a = 0, b = 1}, bad = {{{a = 7}, 'attrs.dims'}}},
+  transpose = {ok = {a = 0, b = 1}, outs = {{{3, 2, 4, 4}}}, bad = {{{a = 7}, 'attrs.dims'}}},
   permute = {ok = {n = 4, dims = {0, 1, 2, 3}}, bad = {{{n = 1, dims = {9}}, 'attrs.dims[1]'}}},
   narrow = {ok = {dim = 1, a = 0, b = 1}, bad = {{{dim = 9}, 'attrs.dim'}, {{b = -1}, 'attrs.length'}}},
   slice = {ok = {dim = 1, a = 0, b = 2, c = 1}, bad = {{{c = 0}, 'attrs.step'}, {{dim = -9}, 'attrs.dim'}}},
   select = {ok = {dim = 1}, bad = {{{dim = 4}, 'attrs.dim'}}},
   unsqueeze = {ok = {v = 0}, bad = {{{v = 6}, 'attrs.dim'}}},
   squeeze = {ok = {v = 0}, bad = {{{v = 9}, 'attrs.dim'}}},
-  flatten = {ok = {a = 1, b = 3}, bad = {{{b = 9}, 'attrs.dims'}}},
+  flatten = {ok = {a = 1, b = 3}, outs = {{{2, 48}}}, bad = {{{b = 9}, 'attrs.dims'}}},
   contiguous = {bad = {{{v = 1}, 'attrs.v'}}},
   clone = {bad = {{{v = 1}, 'attrs.v'}}},
   detach = {bad = {{{v = 1}, 'attrs.v'}}},
@@ -327,6 +327,34 @@ describe('saved graphs: attribute ranges of every op kind', function()
     write(path, B.graph('reshape', B.record(ROOT, recs.reshape, {ndim = 2, shape = {4, -1}}), {{{2, 6}}}, {{{4, 3}}}))
     local x = flow.randn(2, 6)
     assert.are.same(x:reshape(4, 3):totable(), flow.nn.Graph.load(path)(x):totable())
+  end)
+
+  it('re-infers transpose, permute and flatten results', function()
+    local recs = {}
+    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+    local function load(op, fields, ins, outs)
+      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    local X2 = {{2, 3, 4, 5}}
+    assert.is_true((load('transpose', {a = 0, b = 3}, {X2}, {{{5, 3, 4, 2}}})))
+    assert.is_true((load('permute', {n = 4, dims = {3, 2, 0, 1}}, {X2}, {{{5, 4, 2, 3}}})))
+    assert.is_true((load('flatten', {a = 1, b = 3}, {X2}, {{{2, 60}}})))
+    assert.is_true((load('flatten', {a = 0, b = 3}, {{{2, 3, 4, 5}, 'int64'}}, {{{120}, 'int64'}})))
+    refused('node 1 (transpose): result %1 is recorded as [2,3,4,5] float32, its inputs give [5,3,4,2] float32',
+            'transpose', {a = 0, b = 3}, {X2}, {X2})
+    refused('node 1 (permute): result %1 is recorded as [5,4,3,2] float32, its inputs give [5,4,2,3] float32',
+            'permute', {n = 4, dims = {3, 2, 0, 1}}, {X2}, {{{5, 4, 3, 2}}})
+    refused('node 1 (flatten): result %1 is recorded as [120] float32, its inputs give [2,60] float32',
+            'flatten', {a = 1, b = 3}, {X2}, {{{120}}})
+    write(path, B.graph('transpose', B.record(ROOT, recs.transpose, {a = 0, b = 1}), {{{2, 3}}}, {{{3, 2}}}))
+    local x = flow.randn(2, 3)
+    assert.are.same(x:t():totable(), flow.nn.Graph.load(path)(x):totable())
   end)
 
   it('re-infers softmax and cumsum / cumprod results: floating inputs, integer sums in int64', function()
