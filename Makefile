@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 LUA_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;;"
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build example test test-lua test-c lint bench asan soak fuzz fuzz-replay onnx-conformance install clean doc \
+.PHONY: all deps build example test test-lua test-c lint bench asan soak tsan fuzz fuzz-replay onnx-conformance install clean doc \
 	device-kit device-kit-proof
 
 all: build
@@ -50,6 +50,14 @@ soak: build
 	OF_THREADS_GRAPH=$(BUILD)/graph_threads.ofg $(BUILD)/test_graph_threads 8 1000
 	OF_THREADS_GRAPH=$(BUILD)/graph_threads.ofg sh tools/helgrind_threads.sh $(BUILD)/test_graph_threads 8 1000
 	OF_SOAK_STEPS=20000 $(LUA_ENV) luajit $$(command -v busted) spec/soak
+
+# ThreadSanitizer (clang): the compiled graph from 8 threads x 1000 calls,
+# plus each thread's own graphs, eager steps and errors (tools/tsan_threads.sh;
+# .ci/run runs a short 8 x 50). TSAN_THREADS / TSAN_CALLS change the length.
+TSAN_THREADS ?= 8
+TSAN_CALLS ?= 1000
+tsan: build
+	sh tools/tsan_threads.sh $(TSAN_THREADS) $(TSAN_CALLS)
 
 # AddressSanitizer + UBSan over the C tests and the busted specs.
 asan: deps

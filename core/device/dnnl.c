@@ -340,7 +340,7 @@ static entry *lookup(const of_dnnl_conv_desc *d) {
  * (no `simd` clause): the compiler vectorises them, and clang refuses a
  * `simd` it cannot honour (-Wpass-failed under -Werror). */
 static void bf16_to_f32(const uint16_t *s, float *d, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > 32768)
+#pragma omp parallel for schedule(static) if (n > 32768) num_threads(of_threads())
   for (int64_t i = 0; i < n; i++) {
     uint32_t x = (uint32_t)s[i] << 16;
     memcpy(&d[i], &x, 4);
@@ -348,7 +348,7 @@ static void bf16_to_f32(const uint16_t *s, float *d, int64_t n) {
 }
 
 static void f32_to_bf16(const float *s, uint16_t *d, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > 32768)
+#pragma omp parallel for schedule(static) if (n > 32768) num_threads(of_threads())
   for (int64_t i = 0; i < n; i++) {
     uint32_t x;
     memcpy(&x, &s[i], 4);

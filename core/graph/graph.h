@@ -124,6 +124,8 @@ typedef struct of_opdef {
   /* validate loaded attributes; NULL: size check only */
   of_status (*check)(const void *attrs, int32_t size, int32_t nin);
   void (*describe)(const void *attrs, char *buf, size_t cap);
+  /* results' shapes and dtypes from the inputs' (of_opimpl.infer); NULL: none */
+  of_status (*infer)(const void *attrs, int32_t nin, const of_meta *ins, of_meta *outs);
 } of_opdef;
 
 const of_opdef *of_op_def(int32_t op);

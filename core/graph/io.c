@@ -299,13 +299,21 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       if (!dim_ok((DIMS)[i_], nd))                                                              \
         BAD("attrs.dims[%d]: %d is out of range for a %d-d input", (int)i_ + 1, (int)(DIMS)[i_], (int)nd); \
   } while (0)
+#define CHECK_FLAG(X, NAME) \
+  do { if ((X) != 0 && (X) != 1) BAD("attrs.%s: %d (0 or 1)", NAME, (int)(X)); } while (0)
+#define CHECK_FINITE(X, NAME) \
+  do { if (!isfinite(X)) BAD("attrs.%s: %g is not finite", NAME, (double)(X)); } while (0)
+/* index values are given 0-based (C) or 1-based (Lua) */
+#define CHECK_BASE(X) \
+  do { if ((X) != 0 && (X) != 1) BAD("attrs.index_base: %lld (0 or 1)", (long long)(X)); } while (0)
   switch (n->op) {
     case OPK_SOFTMAX: case OPK_CUMULATIVE: {
       const a_softmax *a = p;
       CHECK_DIM(a->dim);
+      CHECK_FLAG(a->flag, "flag");
       break;
     }
-    case OPK_TRANSPOSE: {
+    case OPK_TRANSPOSE: case OPK_FLATTEN: {
       const a_i2 *a = p;
       if (!dim_ok(a->a, nd) || !dim_ok(a->b, nd))
         BAD("attrs.dims: %d, %d out of range for a %d-d input", (int)a->a, (int)a->b, (int)nd);
@@ -314,27 +322,43 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
     case OPK_NARROW: case OPK_SLICE: case OPK_SELECT: {
       const a_dim3 *a = p;
       CHECK_DIM(a->dim);
+      if (n->op == OPK_NARROW && a->b < 0) BAD("attrs.length: %lld is negative", (long long)a->b);
+      if (n->op == OPK_SLICE && a->c < 1) BAD("attrs.step: %lld (at least 1)", (long long)a->c);
       break;
     }
     case OPK_GATHER: case OPK_INDEX_SELECT: {
       const a_gather *a = p;
       CHECK_DIM(a->dim);
+      CHECK_BASE(a->base);
       break;
     }
     case OPK_SCATTER: {
       const a_scatter *a = p;
       CHECK_DIM(a->dim);
+      CHECK_BASE(a->base);
+      CHECK_FLAG(a->use_value, "use_value");
+      CHECK_FLAG(a->has_src, "has_src");
+      if (a->reduce != 0 && a->reduce != 1) BAD("attrs.reduce: %d (0 replace, 1 add)", (int)a->reduce);
       break;
     }
     case OPK_INDEX_ADD: {
       const a_index_add *a = p;
       CHECK_DIM(a->dim);
+      CHECK_BASE(a->base);
       break;
     }
     case OPK_SORT: case OPK_TOPK: {
       const a_sort *a = p;
       CHECK_DIM(a->dim);
-      if (n->op == OPK_TOPK && a->k < 0) BAD("attrs.k: %lld is negative", (long long)a->k);
+      CHECK_BASE(a->base);
+      CHECK_FLAG(a->flag1, n->op == OPK_TOPK ? "largest" : "descending");
+      CHECK_FLAG(a->flag2, n->op == OPK_TOPK ? "sorted" : "stable");
+      if (n->op == OPK_TOPK) {
+        int32_t d = a->dim < 0 ? a->dim + (nd > 0 ? nd : 1) : a->dim;
+        int64_t len = nd > 0 ? g->vals[n->in[0]].shape[d] : 1;
+        if (a->k < 0 || a->k > len)
+          BAD("attrs.k: %lld is out of range for a dim of size %lld", (long long)a->k, (long long)len);
+      } else if (a->k != 0) BAD("attrs.k: %lld (unused by sort: must be 0)", (long long)a->k);
       break;
     }
     case OPK_PERMUTE: case OPK_FLIP: {
@@ -346,11 +370,16 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       const a_reduce *a = p;
       CHECK_DIMS(a->ndims, "ndims", a->dims);
       if (a->dtype >= OF_NUM_DTYPES) BAD("attrs.dtype: unknown dtype %d", (int)a->dtype);   /* < 0: default */
+      if (a->op < 0 || a->op >= OF_NUM_REDUCE) BAD("attrs.op: unknown reduction %d", (int)a->op);
+      CHECK_FLAG(a->keepdim, "keepdim");
       break;
     }
     case OPK_VAR: {
       const a_var *a = p;
       CHECK_DIMS(a->ndims, "ndims", a->dims);
+      CHECK_FLAG(a->keepdim, "keepdim");
+      CHECK_FLAG(a->is_std, "is_std");
+      CHECK_FINITE(a->correction, "correction");
       break;
     }
     case OPK_BINARY: {
@@ -361,6 +390,7 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
     case OPK_BINARY_SCALAR: {
       const a_binary_scalar *a = p;
       if (a->op < 0 || a->op >= OF_NUM_BINARY) BAD("attrs.op: unknown binary op %d", (int)a->op);
+      CHECK_FLAG(a->reverse, "reverse");
       break;
     }
     case OPK_UNARY: {
@@ -377,6 +407,7 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       const a_create *a = p;
       if (!NDIM_OK(a->ndim)) BAD("attrs.ndim: %d", (int)a->ndim);
       if (!dtype_ok(a->dtype)) BAD("attrs.dtype: unknown dtype %d", (int)a->dtype);
+      if (a->device < 0 || (a->device & 0xff) > OF_CUDA) BAD("attrs.device: %d", (int)a->device);
       for (int32_t i = 0; i < a->ndim; i++)
         if (a->shape[i] < 0) BAD("attrs.shape[%d]: %lld is negative", (int)i + 1, (long long)a->shape[i]);
       break;
@@ -386,6 +417,7 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
        * result's: the op allocates it before any later check */
       const a_range *a = p;
       if (!dtype_ok(a->dtype)) BAD("attrs.dtype: unknown dtype %d", (int)a->dtype);
+      if (a->device < 0 || (a->device & 0xff) > OF_CUDA) BAD("attrs.device: %d", (int)a->device);
       double count;
       if (n->op == OPK_EYE) count = a->a * (a->b < 0 ? a->a : a->b);
       else if (n->op == OPK_LINSPACE) count = a->c;
@@ -438,6 +470,7 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
     case OPK_PAD: {
       const a_pad *a = p;
       if (a->npad < 0 || a->npad > OF_MAX_DIMS) BAD("attrs.npad: %d (left, right) pairs", (int)a->npad);
+      if (a->mode < OF_PAD_CONSTANT || a->mode > OF_PAD_CIRCULAR) BAD("attrs.mode: unknown padding mode %d", (int)a->mode);
       for (int32_t i = 0; i < 2 * a->npad; i++)
         if (a->pad[i] < -((int64_t)1 << 31) || a->pad[i] > ((int64_t)1 << 31))
           BAD("attrs.pad[%d]: %lld", (int)i + 1, (long long)a->pad[i]);
@@ -446,6 +479,9 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
     case OPK_INTERPOLATE: {
       const a_interp *a = p;
       if (a->nsp < 1 || a->nsp > 3) BAD("attrs.nsp: %d spatial dims", (int)a->nsp);
+      if (a->mode != OF_INTERP_NEAREST && a->mode != OF_INTERP_LINEAR)
+        BAD("attrs.mode: unknown interpolation mode %d", (int)a->mode);
+      CHECK_FLAG(a->align, "align_corners");
       for (int32_t i = 0; i < a->nsp; i++) {
         if (a->size[i] < 0 || a->size[i] > ((int64_t)1 << 31))
           BAD("attrs.size[%d]: %lld", (int)i + 1, (long long)a->size[i]);
@@ -470,12 +506,14 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
     case OPK_ONE_HOT: {
       const a_one_hot *a = p;
       if (a->n < -1 || a->n > ((int64_t)1 << 31)) BAD("attrs.n: %lld classes", (long long)a->n);
+      CHECK_BASE(a->base);
       break;
     }
     case OPK_RANDPERM: {
       const a_randperm *a = p;
       if (!dtype_ok(a->dtype)) BAD("attrs.dtype: unknown dtype %d", (int)a->dtype);
       if (a->n < 0) BAD("attrs.n: %lld is negative", (long long)a->n);
+      CHECK_BASE(a->base);
       break;
     }
     case OPK_CONV: case OPK_CONV_TRANSPOSE: case OPK_CONV_WEIGHT_GRAD: {
@@ -525,6 +563,10 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       const int64_t big = (int64_t)1 << 31;
       bool adaptive = n->op == OPK_ADAPTIVE_AVG_POOL || n->op == OPK_ADAPTIVE_MAX_POOL;
       if (a->nsp < 1 || a->nsp > 3) BAD("attrs.nsp: %d spatial dims", (int)a->nsp);
+      CHECK_FLAG(a->ceil_mode, "ceil_mode");
+      CHECK_FLAG(a->cip, "count_include_pad");
+      if (a->divisor < 0 || a->divisor > big) BAD("attrs.divisor_override: %lld", (long long)a->divisor);
+      if (a->has & ~0x1f) BAD("attrs.has: unknown bits %d", (int)a->has);
       for (int32_t i = 0; i < a->nsp; i++) {
         if ((a->has & 1) && (a->kernel[i] < (adaptive ? 0 : 1) || a->kernel[i] > big))
           BAD("attrs.kernel[%d]: %lld", (int)i + 1, (long long)a->kernel[i]);
@@ -540,11 +582,191 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       }
       break;
     }
+    /* ---- the rest of ops.def: flags are 0 or 1, enums and index bases in
+     * range, probabilities and rates where the op's formula needs them,
+     * the record's unused words zero (tracing writes zeroed records) ---- */
+    case OPK_CONTIGUOUS: case OPK_CLONE: case OPK_DETACH: case OPK_COPY_: case OPK_WHERE:
+    case OPK_MASKED_SELECT: case OPK_BERNOULLI: case OPK_AMP_UNSCALE: {
+      const a_i1 *a = p;
+      if (a->v != 0) BAD("attrs.v: %d (unused by the op: must be 0)", (int)a->v);
+      break;
+    }
+    case OPK_MATMUL: case OPK_MM: case OPK_BMM: {
+      const a_i1 *a = p;
+      CHECK_FLAG(a->v, "b_t");
+      break;
+    }
+    case OPK_ADDMM: {
+      const a_addmm *a = p;
+      CHECK_FLAG(a->b_t, "b_t");
+      CHECK_FINITE(a->alpha, "alpha");
+      CHECK_FINITE(a->beta, "beta");
+      break;
+    }
+    case OPK_CAT: case OPK_STACK: {
+      const a_i1 *a = p;
+      if (!dim_ok(a->v, nd + (n->op == OPK_STACK)))
+        BAD("attrs.dim: %d is out of range for %s %d-d inputs", (int)a->v,
+            n->op == OPK_STACK ? "stacking" : "joining", (int)nd);
+      break;
+    }
+    case OPK_UNSQUEEZE: {
+      const a_i1 *a = p;
+      if (!dim_ok(a->v, nd + 1)) BAD("attrs.dim: %d is out of range for a %d-d input", (int)a->v, (int)nd);
+      break;
+    }
+    case OPK_SQUEEZE: {
+      const a_i1 *a = p;
+      if (a->v != OF_ALL_DIMS) CHECK_DIM(a->v);
+      break;
+    }
+    case OPK_FILL_: {
+      const a_d1 *a = p;
+      (void)a;   /* any value, NaN and infinities included, as fill_ takes them */
+      break;
+    }
+    case OPK_CLAMP: {
+      const a_clamp *a = p;
+      CHECK_FLAG(a->has_lo, "has_lo");
+      CHECK_FLAG(a->has_hi, "has_hi");
+      if (!a->has_lo && !a->has_hi) BAD("attrs: neither min nor max is given");
+      break;
+    }
+    case OPK_LEAKY_RELU: {
+      const a_leaky *a = p;
+      CHECK_FINITE(a->slope, "negative_slope");
+      break;
+    }
+    case OPK_MASKED_FILL: break;   /* any value */
+    case OPK_SPECIAL: {
+      const a_special *a = p;
+      if (a->fn < 0 || a->fn >= OF_NUM_SPECIAL) BAD("attrs.fn: unknown function %d", (int)a->fn);
+      break;
+    }
+    case OPK_MAX_DIM: case OPK_ARGMAX: {
+      const a_max_dim *a = p;
+      if (!(n->op == OPK_ARGMAX && a->dim == OF_ALL_DIMS)) CHECK_DIM(a->dim);
+      CHECK_FLAG(a->keepdim, "keepdim");
+      CHECK_FLAG(a->is_max, "is_max");
+      CHECK_BASE(a->base);
+      break;
+    }
+    case OPK_TRI: {
+      const a_tri *a = p;
+      CHECK_FLAG(a->upper, "upper");
+      if (nd < 2) BAD("attrs: triu / tril of a %d-d input", (int)nd);
+      break;
+    }
+    case OPK_NONZERO: {
+      const a_one_hot *a = p;
+      CHECK_BASE(a->base);
+      if (a->n != 0) BAD("attrs.n: %lld (unused by nonzero: must be 0)", (long long)a->n);
+      break;
+    }
+    case OPK_UNIFORM_: case OPK_NORMAL_: case OPK_RANDINT_: case OPK_BERNOULLI_: {
+      const a_rand2 *a = p;
+      if (n->op == OPK_BERNOULLI_) {
+        if (!(a->a >= 0 && a->a <= 1)) BAD("attrs.p: %g is not a probability", a->a);
+        break;
+      }
+      CHECK_FINITE(a->a, n->op == OPK_NORMAL_ ? "mean" : "from");
+      CHECK_FINITE(a->b, n->op == OPK_NORMAL_ ? "std" : "to");
+      if (n->op == OPK_NORMAL_ ? a->b < 0 : n->op == OPK_RANDINT_ ? a->a >= a->b : a->a > a->b)
+        BAD("attrs: %s %g, %g", n->op == OPK_NORMAL_ ? "a negative std:" : "an empty range", a->a, a->b);
+      break;
+    }
+    case OPK_BATCH_NORM: case OPK_INSTANCE_NORM: case OPK_LAYER_NORM: case OPK_GROUP_NORM: {
+      const a_norm *a = p;
+      if (!(a->eps >= 0 && a->eps < INFINITY)) BAD("attrs.eps: %g", a->eps);
+      CHECK_FINITE(a->momentum, "momentum");
+      CHECK_FLAG(a->flag, "training");
+      if (n->op == OPK_LAYER_NORM && (a->groups < 1 || a->groups > (nd > 0 ? nd : 1)))
+        BAD("attrs.groups: normalizes %lld dims of a %d-d input", (long long)a->groups, (int)nd);
+      if (n->op == OPK_GROUP_NORM) {
+        int64_t ch = nd >= 2 ? g->vals[n->in[0]].shape[1] : 0;
+        if (a->groups < 1 || (nd >= 2 && ch % a->groups != 0))
+          BAD("attrs.groups: %lld groups for %lld channels", (long long)a->groups, (long long)ch);
+      }
+      break;
+    }
+    case OPK_CROSS_ENTROPY: case OPK_NLL_LOSS: {
+      const a_loss *a = p;
+      if (a->reduction < OF_LOSS_NONE || a->reduction > OF_LOSS_SUM)
+        BAD("attrs.reduction: unknown reduction %d", (int)a->reduction);
+      if (!(a->smoothing >= 0 && a->smoothing <= 1))
+        BAD("attrs.label_smoothing: %g is not in [0, 1]", a->smoothing);
+      CHECK_BASE(a->base);
+      break;
+    }
+    case OPK_SDPA: {
+      const a_sdpa *a = p;
+      if (!(a->dropout_p >= 0 && a->dropout_p < 1)) BAD("attrs.dropout_p: %g is not in [0, 1)", a->dropout_p);
+      if (isinf(a->scale)) BAD("attrs.scale: %g", a->scale);   /* NaN or 0: the default 1/sqrt(E) */
+      CHECK_FLAG(a->causal, "is_causal");
+      CHECK_FLAG(a->gqa, "enable_gqa");
+      break;
+    }
+    case OPK_OPTIM_SGD: {
+      const a_sgd *a = p;
+      if (!(a->momentum >= 0 && a->momentum < INFINITY)) BAD("attrs.momentum: %g", a->momentum);
+      CHECK_FINITE(a->dampening, "dampening");
+      if (!(a->weight_decay >= 0 && a->weight_decay < INFINITY)) BAD("attrs.weight_decay: %g", a->weight_decay);
+      CHECK_FLAG(a->nesterov, "nesterov");
+      CHECK_FLAG(a->maximize, "maximize");
+      break;
+    }
+    case OPK_OPTIM_ADAM: {
+      const a_adam *a = p;
+      if (!(a->beta1 >= 0 && a->beta1 < 1)) BAD("attrs.beta1: %g is not in [0, 1)", a->beta1);
+      if (!(a->beta2 >= 0 && a->beta2 < 1)) BAD("attrs.beta2: %g is not in [0, 1)", a->beta2);
+      if (!(a->eps >= 0 && a->eps < INFINITY)) BAD("attrs.eps: %g", a->eps);
+      if (!(a->weight_decay >= 0 && a->weight_decay < INFINITY)) BAD("attrs.weight_decay: %g", a->weight_decay);
+      CHECK_FLAG(a->amsgrad, "amsgrad");
+      CHECK_FLAG(a->maximize, "maximize");
+      CHECK_FLAG(a->decoupled, "decoupled");
+      break;
+    }
+    case OPK_AMP_UPDATE: {
+      const a_amp_update *a = p;
+      if (!(a->growth >= 1 && a->growth < INFINITY)) BAD("attrs.growth_factor: %g", a->growth);
+      if (!(a->backoff > 0 && a->backoff <= 1)) BAD("attrs.backoff_factor: %g is not in (0, 1]", a->backoff);
+      if (a->interval < 1) BAD("attrs.growth_interval: %lld", (long long)a->interval);
+      break;
+    }
+    case OPK_QUANTIZED_LINEAR: case OPK_QUANTIZED_CONV2D: case OPK_QUANTIZED_MAX_POOL2D: {
+      const a_quant *a = p;
+      const int64_t big = (int64_t)1 << 31;
+      if (n->op == OPK_QUANTIZED_MAX_POOL2D) {
+        if ((a->groups >> 16) < 1 || (a->groups & 0xffff) < 1 || a->groups > 0xffffffffLL)
+          BAD("attrs.kernel: %lld x %lld", (long long)(a->groups >> 16), (long long)(a->groups & 0xffff));
+      } else {
+        if (a->out_dtype != OF_FLOAT32 && a->out_dtype != OF_UINT8 && a->out_dtype != OF_INT8)
+          BAD("attrs.out_dtype: %d (float32, uint8 or int8)", (int)a->out_dtype);
+        if (!(a->x_scale > 0 && a->x_scale < INFINITY)) BAD("attrs.x_scale: %g", a->x_scale);
+        if (!(a->out_scale > 0 && a->out_scale < INFINITY)) BAD("attrs.out_scale: %g", a->out_scale);
+        if (a->x_zp < -128 || a->x_zp > 255) BAD("attrs.x_zero_point: %lld", (long long)a->x_zp);
+        if (a->out_zp < -128 || a->out_zp > 255) BAD("attrs.out_zero_point: %lld", (long long)a->out_zp);
+        CHECK_FLAG(a->relu, "relu");
+      }
+      if (n->op != OPK_QUANTIZED_LINEAR) {
+        if (n->op == OPK_QUANTIZED_CONV2D && (a->groups < 1 || a->groups > big))
+          BAD("attrs.groups: %lld", (long long)a->groups);
+        for (int32_t i = 0; i < 2; i++) {
+          if (a->stride[i] < 1 || a->stride[i] > big) BAD("attrs.stride[%d]: %lld", (int)i + 1, (long long)a->stride[i]);
+          if (a->padding[i] < 0 || a->padding[i] > big) BAD("attrs.padding[%d]: %lld", (int)i + 1, (long long)a->padding[i]);
+          if (a->dilation[i] < 1 || a->dilation[i] > big) BAD("attrs.dilation[%d]: %lld", (int)i + 1, (long long)a->dilation[i]);
+        }
+      }
+      break;
+    }
     default: break;
   }
 #undef BAD
 #undef CHECK_DIM
 #undef CHECK_DIMS
+#undef CHECK_FLAG
+#undef CHECK_FINITE
+#undef CHECK_BASE
   return true;
 }
 
@@ -787,6 +1009,37 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
     for (int32_t k = 0; k < nin_ && !dyn; k++) dyn = n->in[k] >= 0 && g->vals[n->in[k]].dynamic;
     for (int32_t j = 0; j < nout_; j++)
       if (n->out[j] >= 0) g->vals[n->out[j]].dynamic = dyn;
+    /* the results' shapes and dtypes re-inferred from the recorded inputs by
+     * the op's own function (of_opimpl.infer), where it has one: they must
+     * be what the file records, before anything runs. (Every other op's
+     * results are checked against the file as its first run makes them.) */
+    if (d->infer && !dyn && nin_ <= OF_BACKWARD_MAX_IN && nreal <= OF_BACKWARD_MAX_IN) {
+      of_meta im[OF_BACKWARD_MAX_IN], om[OF_BACKWARD_MAX_IN];
+      memset(om, 0, sizeof(of_meta) * (size_t)(nreal ? nreal : 1));
+      for (int32_t k = 0; k < nin_; k++) {
+        const of_gval *x = n->in[k] >= 0 ? &g->vals[n->in[k]] : NULL;
+        im[k].ndim = x ? x->ndim : -1;
+        im[k].dtype = x ? x->dtype : 0;
+        if (x) memcpy(im[k].shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+      }
+      if (d->infer(n->attrs, nin_, im, om) != OF_OK) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", of_last_error());
+        NODE_FAIL("the recorded inputs do not fit: %s", msg);
+      }
+      for (int32_t j = 0; j < nreal; j++) {
+        if (n->out[j] < 0) continue;
+        const of_gval *y = &g->vals[n->out[j]];
+        bool same = y->ndim == om[j].ndim && y->dtype == om[j].dtype;
+        for (int32_t k = 0; same && k < y->ndim; k++) same = y->shape[k] == om[j].shape[k];
+        if (!same) {
+          char a[96], b[96];
+          NODE_FAIL("result %%%d is recorded as %s %s, its inputs give %s %s", (int)n->out[j],
+                    of_shape_str(y->shape, y->ndim, a, sizeof a), of_dtype_name(y->dtype),
+                    of_shape_str(om[j].shape, om[j].ndim, b, sizeof b), of_dtype_name(om[j].dtype));
+        }
+      }
+    }
     /* a creation op's result is what its record says: it must be the value
      * the file describes */
     int64_t cshape[OF_MAX_DIMS];

@@ -84,6 +84,7 @@ static void build_table(void) {
       d->mutates = s->impl->mutates;
       d->check = s->impl->check;
       d->describe = s->impl->describe;
+      d->infer = s->impl->infer;
     } else {
       d->attr_size = graph_rows[op].attr_size;
       d->invoke = graph_rows[op].invoke;

@@ -7,7 +7,8 @@
  * frees what it allocated and returns a status. State touched after setjmp
  * lives in a struct whose address is taken, so it is in memory, not in a
  * register that longjmp could roll back. Sizes are checked before any
- * allocation (sides up to 32768, 1 GiB of pixels), and every read from the
+ * allocation (sides up to 32768, 1 GiB of pixels by default; of_image_set_limits
+ * changes both and the file size limit), and every read from the
  * input buffer is bounds-checked by the source managers.
  *
  * Without libjpeg or libpng at build time (OF_HAVE_JPEG / OF_HAVE_PNG unset)
@@ -26,9 +27,39 @@
 #include <png.h>
 #endif
 
-enum { IMG_MAX_SIDE = 32768 };
-#define IMG_MAX_BYTES ((int64_t)1 << 30)   /* decoded pixels */
-#define IMG_MAX_FILE ((int64_t)1 << 30)    /* file read by of_image_read */
+/* The limits (of_image_set_limits): a side, the decoded bytes H * W * C, the
+ * file of_image_read reads. Read and written with atomics: a DataLoader
+ * thread or a server thread may decode while another sets them. */
+#define IMG_DEF_SIDE ((int64_t)32768)
+#define IMG_DEF_BYTES ((int64_t)1 << 30)
+#define IMG_DEF_FILE ((int64_t)1 << 30)
+#define IMG_CAP_SIDE ((int64_t)0x7fffffff)   /* libpng's png_uint_32 user limit */
+#define IMG_CAP_BYTES ((int64_t)1 << 48)     /* the loaders' tensor bound */
+static int64_t lim_side = IMG_DEF_SIDE, lim_bytes = IMG_DEF_BYTES, lim_file = IMG_DEF_FILE;
+#define LIM(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+of_status of_image_set_limits(int64_t max_side, int64_t max_bytes, int64_t max_file_bytes) {
+  const char *what = NULL;
+  int64_t v = 0, cap = 0;
+  if (max_side < 0 || max_side > IMG_CAP_SIDE) what = "max_side", v = max_side, cap = IMG_CAP_SIDE;
+  else if (max_bytes < 0 || max_bytes > IMG_CAP_BYTES)
+    what = "max_bytes", v = max_bytes, cap = IMG_CAP_BYTES;
+  else if (max_file_bytes < 0 || max_file_bytes > IMG_CAP_BYTES)
+    what = "max_file_bytes", v = max_file_bytes, cap = IMG_CAP_BYTES;
+  if (what)
+    return of_fail(OF_ERR_ARG, "image_set_limits: %s must be 1..%lld (0 keeps the current limit), "
+                   "got %lld", what, (long long)cap, (long long)v);
+  if (max_side) __atomic_store_n(&lim_side, max_side, __ATOMIC_RELAXED);
+  if (max_bytes) __atomic_store_n(&lim_bytes, max_bytes, __ATOMIC_RELAXED);
+  if (max_file_bytes) __atomic_store_n(&lim_file, max_file_bytes, __ATOMIC_RELAXED);
+  return OF_OK;
+}
+
+void of_image_get_limits(int64_t *max_side, int64_t *max_bytes, int64_t *max_file_bytes) {
+  if (max_side) *max_side = LIM(lim_side);
+  if (max_bytes) *max_bytes = LIM(lim_bytes);
+  if (max_file_bytes) *max_file_bytes = LIM(lim_file);
+}
 
 int32_t of_image_supported(of_image_format fmt) {
 #ifdef OF_HAVE_PNG
@@ -44,12 +75,16 @@ int32_t of_image_supported(of_image_format fmt) {
 static of_status check_dims(const char *what, int64_t w, int64_t h, int64_t c) {
   if (w <= 0 || h <= 0)
     return of_fail(OF_ERR_IO, "corrupt %s: image size %lldx%lld", what, (long long)w, (long long)h);
-  if (w > IMG_MAX_SIDE || h > IMG_MAX_SIDE)
-    return of_fail(OF_ERR_ARG, "%s of %lldx%lld pixels is larger than the %dx%d limit", what,
-                   (long long)w, (long long)h, IMG_MAX_SIDE, IMG_MAX_SIDE);
-  if (w * h * c > IMG_MAX_BYTES)
-    return of_fail(OF_ERR_ARG, "%s of %lldx%lldx%lld bytes is larger than the %lld-byte limit",
-                   what, (long long)h, (long long)w, (long long)c, (long long)IMG_MAX_BYTES);
+  int64_t side = LIM(lim_side), bytes = LIM(lim_bytes);
+  if (w > side || h > side)
+    return of_fail(OF_ERR_ARG, "%s of %lldx%lld pixels is larger than the %lldx%lld limit "
+                   "(of_image_set_limits, vision.io.set_image_limits: max_side)", what,
+                   (long long)w, (long long)h, (long long)side, (long long)side);
+  int64_t wh = 0, whc = 0;
+  if (!of_mul_ok(w, h, &wh) || !of_mul_ok(wh, c, &whc) || whc > bytes)
+    return of_fail(OF_ERR_ARG, "%s of %lldx%lldx%lld bytes is larger than the %lld-byte limit "
+                   "(of_image_set_limits, vision.io.set_image_limits: max_bytes)", what,
+                   (long long)h, (long long)w, (long long)c, (long long)bytes);
   return OF_OK;
 }
 
@@ -287,7 +322,10 @@ static of_status png_decode(const uint8_t *data, int64_t n, of_tensor **out) {
     free(s);
     return st;
   }
-  png_set_user_limits(s->png, IMG_MAX_SIDE, IMG_MAX_SIDE);
+  /* libpng's own side limit only as a backstop (its message would be "Invalid
+   * IHDR data"): the sides are checked against ours right after the header,
+   * before libpng allocates any row */
+  png_set_user_limits(s->png, (png_uint_32)IMG_CAP_SIDE, (png_uint_32)IMG_CAP_SIDE);
   png_set_chunk_cache_max(s->png, 1000);
   png_set_chunk_malloc_max(s->png, 64u << 20);
   png_set_read_fn(s->png, &s->io, png_read_mem);
@@ -295,6 +333,12 @@ static of_status png_decode(const uint8_t *data, int64_t n, of_tensor **out) {
   png_uint_32 w = 0, h = 0;
   int depth = 0, ctype = 0;
   png_get_IHDR(s->png, s->info, &w, &h, &depth, &ctype, NULL, NULL, NULL);
+  of_status st = check_dims("PNG", w, h, 1);
+  if (st != OF_OK) {
+    png_destroy_read_struct(&s->png, &s->info, NULL);
+    free(s);
+    return st;
+  }
   int64_t raw_row = (int64_t)png_get_rowbytes(s->png, s->info);   /* before the expansions */
   if (ctype == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(s->png);
   if (ctype == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(s->png);
@@ -303,7 +347,7 @@ static of_status png_decode(const uint8_t *data, int64_t n, of_tensor **out) {
   png_set_interlace_handling(s->png);
   png_read_update_info(s->png, s->info);
   int64_t ch = png_get_channels(s->png, s->info);
-  of_status st = check_dims("PNG", w, h, ch);
+  st = check_dims("PNG", w, h, ch);
   if (st == OF_OK)
     st = check_justified("PNG", (int64_t)h * (raw_row + 1), n, 1032);
   if (st == OF_OK && (ch < 1 || ch > 4 || (int64_t)png_get_rowbytes(s->png, s->info) != (int64_t)w * ch))
@@ -462,10 +506,12 @@ of_status of_image_read(const char *path, of_tensor **out) {
     fclose(f);
     return of_fail(OF_ERR_IO, "image_read: %s: cannot determine the file size", path);
   }
-  if ((int64_t)size > IMG_MAX_FILE) {
+  int64_t max_file = LIM(lim_file);
+  if ((int64_t)size > max_file) {
     fclose(f);
-    return of_fail(OF_ERR_ARG, "image_read: %s: file of %ld bytes is larger than the %lld-byte limit",
-                   path, size, (long long)IMG_MAX_FILE);
+    return of_fail(OF_ERR_ARG, "image_read: %s: file of %ld bytes is larger than the %lld-byte limit "
+                   "(of_image_set_limits, vision.io.set_image_limits: max_file_bytes)",
+                   path, size, (long long)max_file);
   }
   uint8_t *buf = malloc(size > 0 ? (size_t)size : 1);
   if (!buf) {

@@ -133,29 +133,48 @@ const char *of_binary_name(of_binary_op op) {
   return op >= 0 && op < OF_NUM_BINARY ? binary_ops[op].name : "invalid";
 }
 
-static of_status binary_compute(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into,
-                               of_tensor **out) {
+/* The result's shape and dtype, and the common dtype the kernel computes
+ * in: what the op computes and what a loaded graph's node is checked
+ * against (infer_binary). */
+static of_status binary_result(of_binary_op op, const of_meta *a, const of_meta *b, of_meta *r,
+                               of_dtype *common_out) {
   const binary_def *def = &binary_ops[op];
   of_dtype common;
   OF_CHECK(of_promote_for(def->name, a->dtype, b->dtype, &common));
   of_dtype result = common;
   if (def->kind == TRUE_DIV && !of_dtype_is_floating(common)) result = common = OF_FLOAT32;
   if (def->kind == COMPARE || def->kind == LOGICAL) result = OF_BOOL;
-  of_dtype compute = of_compute_dtype(common);
-  of_dtype kernel_out = (def->kind == COMPARE || def->kind == LOGICAL) ? OF_BOOL : compute;
-  if (!def->loop[compute]) {
+  if (!def->loop[of_compute_dtype(common)]) {
     char sa[96], sb[96];
     return of_fail(OF_ERR_DTYPE, "%s: not supported for dtypes %s and %s (shapes %s and %s)",
-                   def->name, OF_DT(a), OF_DT(b), of_shape_str(a->shape, a->ndim, sa, 96),
-                   of_shape_str(b->shape, b->ndim, sb, 96));
+                   def->name, of_dtype_name(a->dtype), of_dtype_name(b->dtype),
+                   of_shape_str(a->shape, a->ndim, sa, 96), of_shape_str(b->shape, b->ndim, sb, 96));
   }
-  int64_t shape[OF_MAX_DIMS];
-  int32_t nd;
-  OF_CHECK(of_broadcast_shapes(def->name, a->shape, a->ndim, b->shape, b->ndim, shape, &nd));
+  OF_CHECK(of_broadcast_shapes(def->name, a->shape, a->ndim, b->shape, b->ndim, r->shape, &r->ndim));
+  r->dtype = result;
+  *common_out = common;
+  return OF_OK;
+}
+static void meta_of(const of_tensor *t, of_meta *m) {
+  memcpy(m->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  m->ndim = t->ndim;
+  m->dtype = t->dtype;
+}
+
+static of_status binary_compute(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into,
+                               of_tensor **out) {
+  const binary_def *def = &binary_ops[op];
+  of_meta ma, mb, r;
+  of_dtype common = OF_FLOAT32;
+  meta_of(a, &ma);
+  meta_of(b, &mb);
+  OF_CHECK(binary_result(op, &ma, &mb, &r, &common));
+  of_dtype compute = of_compute_dtype(common);
+  of_dtype kernel_out = (def->kind == COMPARE || def->kind == LOGICAL) ? OF_BOOL : compute;
   of_ew_ctx ctx = {.kind = OF_EWK_BINARY, .op = op};
   of_tensor *ins[2] = {a, b};
   of_status st = of_ew_run(def->name, def->loop[compute], &ctx, ins, 2, compute, kernel_out,
-                           result, shape, nd, into, out);
+                           r.dtype, r.shape, r.ndim, into, out);
   if (st != OF_OK && ctx.err == 2)
     return of_fail(OF_ERR_ARG, "pow: integers to negative integer powers are not allowed "
                    "(dtype %s)", of_dtype_name(compute));
@@ -459,5 +478,29 @@ static void describe_binary_scalar(const void *p, char *b, size_t c) {
   else of_catf(b, c, "x %s %g", of_binary_name(a->op), a->s);
 }
 
-OF_OP_IMPL(BINARY, run_binary, NULL, NULL, describe_binary);
-OF_OP_IMPL(BINARY_SCALAR, run_binary_scalar, NULL, NULL, describe_binary_scalar);
+/* a loaded node's result: binary_result; with an `into` tensor, that tensor
+ * (of_prepare_out: the broadcast shape, a dtype the result casts to) */
+static of_status infer_binary(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_binary *a = p;
+  if (a->op < 0 || a->op >= OF_NUM_BINARY) return of_fail(OF_ERR_ARG, "unknown binary op %d", (int)a->op);
+  of_dtype common = OF_FLOAT32;
+  OF_CHECK(binary_result(a->op, &ins[0], &ins[1], &outs[0], &common));
+  if (nin > 2 && ins[2].ndim >= 0) outs[0].dtype = ins[2].dtype;
+  return OF_OK;
+}
+
+/* x op s: s is a 0-d tensor of scalar_dtype (binary_scalar_body) */
+static of_status infer_binary_scalar(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_binary_scalar *a = p;
+  if (a->op < 0 || a->op >= OF_NUM_BINARY) return of_fail(OF_ERR_ARG, "unknown binary op %d", (int)a->op);
+  of_meta s = {.ndim = 0, .dtype = scalar_dtype(ins[0].dtype, a->s, binary_ops[a->op].kind)};
+  of_dtype common = OF_FLOAT32;
+  OF_CHECK(a->reverse ? binary_result(a->op, &s, &ins[0], &outs[0], &common)
+                      : binary_result(a->op, &ins[0], &s, &outs[0], &common));
+  if (nin > 1 && ins[1].ndim >= 0) outs[0].dtype = ins[1].dtype;
+  return OF_OK;
+}
+
+OF_OP_IMPL_INFER(BINARY, run_binary, NULL, NULL, describe_binary, infer_binary);
+OF_OP_IMPL_INFER(BINARY_SCALAR, run_binary_scalar, NULL, NULL, describe_binary_scalar,
+                 infer_binary_scalar);

@@ -406,60 +406,104 @@ static of_status bf16_dnnl(const int64_t *sa, const int64_t *ta, int32_t na, con
   return OF_OK;
 }
 
+/* The product's geometry from the operands' shapes alone (c: addmm's input
+ * or NULL): the promoted shapes, m, k, n, the broadcast batch dims and the
+ * result's shape, with the checks that decide them. run() computes with it;
+ * a loaded graph's node is checked with it before anything runs (infer_mm). */
+typedef struct {
+  int64_t sa[OF_MAX_DIMS], sb[OF_MAX_DIMS], bshape[OF_MAX_DIMS], rshape[OF_MAX_DIMS];
+  int32_t na, nb, nbatch, rnd;
+  int64_t m, k, n;
+} mm_geom;
+
+static void promoted_shape(const of_meta *t, bool vec, bool is_a, int64_t *shape, int32_t *nd) {
+  if (!vec) {
+    *nd = t->ndim;
+    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  } else {
+    *nd = 2;
+    shape[is_a ? 0 : 1] = 1;
+    shape[is_a ? 1 : 0] = t->shape[0];
+  }
+}
+
+static of_status mm_geometry(const char *op, const of_meta *a, const of_meta *b, const of_meta *c,
+                             bool a_vec, bool b_vec, mm_geom *g) {
+  char s1[96], s2[96];
+#define MSHAPES of_shape_str(a->shape, a->ndim, s1, 96), of_shape_str(b->shape, b->ndim, s2, 96)
+  promoted_shape(a, a_vec, true, g->sa, &g->na);
+  promoted_shape(b, b_vec, false, g->sb, &g->nb);
+  if (g->na < 2 || g->nb < 2)
+    return of_fail(OF_ERR_SHAPE, "%s: shapes %s and %s are not matrices", op, MSHAPES);
+  int64_t m = g->sa[g->na - 2], k = g->sa[g->na - 1], n = g->sb[g->nb - 1];
+  g->m = m, g->k = k, g->n = n;
+  if (g->sb[g->nb - 2] != k)
+    return of_fail(OF_ERR_SHAPE, "%s: shapes %s and %s do not match (%lld vs %lld)", op, MSHAPES,
+                   (long long)k, (long long)g->sb[g->nb - 2]);
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
+    return of_fail(OF_ERR_SHAPE, "%s: shapes %s and %s have a dim beyond BLAS's 2^31-1", op,
+                   MSHAPES);
+  /* batch dims broadcast */
+  int32_t ba = g->na - 2, bb = g->nb - 2;
+  g->nbatch = ba > bb ? ba : bb;
+  for (int32_t i = 0; i < g->nbatch; i++) {
+    int64_t da = i < g->nbatch - ba ? 1 : g->sa[i - (g->nbatch - ba)];
+    int64_t db = i < g->nbatch - bb ? 1 : g->sb[i - (g->nbatch - bb)];
+    if (da != db && da != 1 && db != 1)
+      return of_fail(OF_ERR_SHAPE, "%s: batch dims of shapes %s and %s do not broadcast "
+                     "(%lld vs %lld)", op, MSHAPES, (long long)da, (long long)db);
+    g->bshape[i] = da == 1 ? db : da;
+  }
+  /* result shape: batch..., m, n without the promoted dims */
+  g->rnd = 0;
+  for (int32_t i = 0; i < g->nbatch; i++) g->rshape[g->rnd++] = g->bshape[i];
+  if (!a_vec) g->rshape[g->rnd++] = m;
+  if (!b_vec) g->rshape[g->rnd++] = n;
+  /* addmm's input must broadcast to the product */
+  if (c) {
+    int64_t bs[OF_MAX_DIMS];
+    int32_t bn;
+    bool fits = of_broadcast_shapes(op, c->shape, c->ndim, g->rshape, g->rnd, bs, &bn) == OF_OK &&
+                bn == g->rnd && of_shape_numel(bs, bn) == of_shape_numel(g->rshape, g->rnd);
+    if (!fits) {
+      char s[96], sc[96];
+      return of_fail(OF_ERR_SHAPE, "%s: input of shape %s does not broadcast to the "
+                     "product's shape %s (operands %s and %s)", op,
+                     of_shape_str(c->shape, c->ndim, sc, 96),
+                     of_shape_str(g->rshape, g->rnd, s, 96), MSHAPES);
+    }
+  }
+#undef MSHAPES
+  return OF_OK;
+}
+
+static void mm_meta(const of_tensor *t, of_meta *m) {
+  m->ndim = t->ndim;
+  m->dtype = t->dtype;
+  memcpy(m->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+}
+
 static of_status run(const mm_args *x, of_tensor **out) {
   OF_CHECK(check_dtypes(x));
   of_tensor *a = x->a, *b = x->b;
-  int64_t sa[OF_MAX_DIMS], ta[OF_MAX_DIMS], sb[OF_MAX_DIMS], tb[OF_MAX_DIMS];
-  int32_t na, nb;
-  promoted(a, x->a_vec, true, sa, ta, &na);
-  promoted(b, x->b_vec, false, sb, tb, &nb);
-  int64_t m = sa[na - 2], k = sa[na - 1], n = sb[nb - 1];
-  if (sb[nb - 2] != k)
-    return of_fail(OF_ERR_SHAPE, "%s: shapes %s and %s do not match (%lld vs %lld)", x->op,
-                   SHAPES(a, b), (long long)k, (long long)sb[nb - 2]);
-  if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
-    return of_fail(OF_ERR_SHAPE, "%s: shapes %s and %s have a dim beyond BLAS's 2^31-1",
-                   x->op, SHAPES(a, b));
-  /* batch dims broadcast */
-  int64_t bshape[OF_MAX_DIMS];
-  int32_t nbatch = 0;
-  {
-    int32_t ba = na - 2, bb = nb - 2;
-    nbatch = ba > bb ? ba : bb;
-    for (int32_t i = 0; i < nbatch; i++) {
-      int64_t da = i < nbatch - ba ? 1 : sa[i - (nbatch - ba)];
-      int64_t db = i < nbatch - bb ? 1 : sb[i - (nbatch - bb)];
-      if (da != db && da != 1 && db != 1)
-        return of_fail(OF_ERR_SHAPE, "%s: batch dims of shapes %s and %s do not broadcast "
-                       "(%lld vs %lld)", x->op, SHAPES(a, b), (long long)da, (long long)db);
-      bshape[i] = da == 1 ? db : da;
-    }
-  }
-  /* result shape: batch..., m, n without the promoted dims */
-  int64_t rshape[OF_MAX_DIMS];
-  int32_t rnd = 0;
-  for (int32_t i = 0; i < nbatch; i++) rshape[rnd++] = bshape[i];
-  if (!x->a_vec) rshape[rnd++] = m;
-  if (!x->b_vec) rshape[rnd++] = n;
-
-  /* addmm's input must broadcast to the product; mm's output must fit it */
-  if (x->c) {
-    int64_t bs[OF_MAX_DIMS];
-    int32_t bn;
-    bool fits = of_broadcast_shapes(x->op, x->c->shape, x->c->ndim, rshape, rnd, bs, &bn) ==
-                OF_OK && bn == rnd && of_shape_numel(bs, bn) == of_shape_numel(rshape, rnd);
-    if (!fits) {
-      char s[96];
-      return of_fail(OF_ERR_SHAPE, "%s: input of shape %s does not broadcast to the "
-                     "product's shape %s (operands %s and %s)", x->op, OF_SHAPE_STR(x->c),
-                     of_shape_str(rshape, rnd, s, 96), SHAPES(a, b));
-    }
-  }
+  of_meta ma, mb, mc;
+  mm_meta(a, &ma);
+  mm_meta(b, &mb);
+  if (x->c) mm_meta(x->c, &mc);
+  mm_geom g;
+  OF_CHECK(mm_geometry(x->op, &ma, &mb, x->c ? &mc : NULL, x->a_vec, x->b_vec, &g));
+  int64_t *sa = g.sa, *sb = g.sb, *bshape = g.bshape, *rshape = g.rshape;
+  int64_t ta[OF_MAX_DIMS], tb[OF_MAX_DIMS];
+  int32_t na = g.na, nb = g.nb, nbatch = g.nbatch, rnd = g.rnd;
+  int64_t m = g.m, k = g.k, n = g.n;
   if (of_dev(a) != OF_CPU || of_dev(b) != OF_CPU)
     return of_device_matmul(x->op, a, b, x->c, x->beta, x->alpha, x->a_vec, x->b_vec, x->into,
                             out);
   if (a->dtype == OF_BFLOAT16 && !x->c && !x->into && of_dnnl_native_bf16()) {
     bool done = false;
+    /* the operands' strides (the geometry has their shapes only) */
+    promoted(a, x->a_vec, true, sa, ta, &na);
+    promoted(b, x->b_vec, false, sb, tb, &nb);
     OF_CHECK(bf16_dnnl(sa, ta, na, sb, tb, nb, bshape, nbatch, m, n, k, rshape, rnd, a, b,
                        out, &done));
     if (done) return OF_OK;
@@ -700,19 +744,41 @@ static of_status run_recorded(int32_t op, const of_grad_def *gd, const mm_args *
 }
 
 /* ---- entry points ---- */
-static of_status matmul_body(of_tensor *a, of_tensor *b, of_tensor **out) {
-  if (a->ndim == 0 || b->ndim == 0)
+/* The operands' ranks each op takes (and bmm's batch): its body checks them,
+ * and so does a loaded graph's node (infer_mm). */
+static of_status mm_ranks(int32_t opk, const of_meta *a, const of_meta *b) {
+  char s1[96], s2[96];
+#define MSHAPES of_shape_str(a->shape, a->ndim, s1, 96), of_shape_str(b->shape, b->ndim, s2, 96)
+  if (opk == OPK_MATMUL && (a->ndim == 0 || b->ndim == 0))
     return of_fail(OF_ERR_SHAPE, "matmul: both arguments need at least 1 dim, got shapes "
-                   "%s and %s", SHAPES(a, b));
+                   "%s and %s", MSHAPES);
+  if ((opk == OPK_MM || opk == OPK_ADDMM) && (a->ndim != 2 || b->ndim != 2))
+    return of_fail(OF_ERR_SHAPE, "%s: expected 2-D tensors, got shapes %s and %s",
+                   opk == OPK_MM ? "mm" : "addmm", MSHAPES);
+  if (opk == OPK_BMM && (a->ndim != 3 || b->ndim != 3))
+    return of_fail(OF_ERR_SHAPE, "bmm: expected 3-D tensors, got shapes %s and %s", MSHAPES);
+  if (opk == OPK_BMM && a->shape[0] != b->shape[0])
+    return of_fail(OF_ERR_SHAPE, "bmm: batch sizes of shapes %s and %s do not match "
+                   "(%lld vs %lld)", MSHAPES, (long long)a->shape[0], (long long)b->shape[0]);
+#undef MSHAPES
+  return OF_OK;
+}
+static of_status check_ranks(int32_t opk, const of_tensor *a, const of_tensor *b) {
+  of_meta ma, mb;
+  mm_meta(a, &ma);
+  mm_meta(b, &mb);
+  return mm_ranks(opk, &ma, &mb);
+}
+
+static of_status matmul_body(of_tensor *a, of_tensor *b, of_tensor **out) {
+  OF_CHECK(check_ranks(OPK_MATMUL, a, b));
   mm_args x = {.op = "matmul", .a = a, .b = b, .a_vec = a->ndim == 1, .b_vec = b->ndim == 1,
                .alpha = 1};
   return run_recorded(OPK_MATMUL, &matmul_grad, &x, out);
 }
 
 static of_status mm_body(of_tensor *a, of_tensor *b, of_tensor *into, of_tensor **out) {
-  if (a->ndim != 2 || b->ndim != 2)
-    return of_fail(OF_ERR_SHAPE, "mm: expected 2-D tensors, got shapes %s and %s",
-                   SHAPES(a, b));
+  OF_CHECK(check_ranks(OPK_MM, a, b));
   of_tensor *ins[2] = {a, b};
   if (into && (of_grad_needed(ins, 2) || (into->requires_grad && of_is_grad_enabled()))) {
     /* under autograd: compute out of place, then `into` takes the result's
@@ -733,22 +799,14 @@ static of_status mm_body(of_tensor *a, of_tensor *b, of_tensor *into, of_tensor 
 }
 
 static of_status bmm_body(of_tensor *a, of_tensor *b, of_tensor **out) {
-  if (a->ndim != 3 || b->ndim != 3)
-    return of_fail(OF_ERR_SHAPE, "bmm: expected 3-D tensors, got shapes %s and %s",
-                   SHAPES(a, b));
-  if (a->shape[0] != b->shape[0])
-    return of_fail(OF_ERR_SHAPE, "bmm: batch sizes of shapes %s and %s do not match "
-                   "(%lld vs %lld)", SHAPES(a, b), (long long)a->shape[0],
-                   (long long)b->shape[0]);
+  OF_CHECK(check_ranks(OPK_BMM, a, b));
   mm_args x = {.op = "bmm", .a = a, .b = b, .alpha = 1};
   return run_recorded(OPK_BMM, &bmm_grad, &x, out);
 }
 
 static of_status addmm_body(of_tensor *c, of_tensor *a, of_tensor *b, double beta, double alpha,
                         of_tensor **out) {
-  if (a->ndim != 2 || b->ndim != 2)
-    return of_fail(OF_ERR_SHAPE, "addmm: expected 2-D tensors, got shapes %s and %s",
-                   SHAPES(a, b));
+  OF_CHECK(check_ranks(OPK_ADDMM, a, b));
   mm_args x = {.op = "addmm", .a = a, .b = b, .c = c, .alpha = alpha, .beta = beta};
   return run_recorded(OPK_ADDMM, &addmm_grad, &x, out);
 }
@@ -801,7 +859,39 @@ static of_status run_addmm(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_RUN1(of_addmm(ins[0], ins[1], ins[2], a->beta, a->alpha, OF_R));
 }
 
-OF_OP_IMPL(MATMUL, run_mm, NULL, NULL, NULL);
-OF_OP_IMPL(MM, run_mm, NULL, NULL, NULL);
-OF_OP_IMPL(BMM, run_mm, NULL, NULL, NULL);
-OF_OP_IMPL(ADDMM, run_addmm, NULL, NULL, NULL);
+/* A loaded node's result: the ranks its op takes, the dtypes check_dtypes
+ * wants (one dtype, not bool), mm_geometry's shape; mm's output tensor keeps
+ * its own dtype (of_prepare_out casts). */
+static of_status infer_mm_op(int32_t opk, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const char *name = opk == OPK_MATMUL ? "matmul" : opk == OPK_MM ? "mm" : opk == OPK_BMM ? "bmm"
+                                                                                          : "addmm";
+  const of_meta *c = opk == OPK_ADDMM ? &ins[0] : NULL;
+  const of_meta *a = &ins[c ? 1 : 0], *b = &ins[c ? 2 : 1];
+  OF_CHECK(mm_ranks(opk, a, b));
+  if (a->dtype != b->dtype || (c && c->dtype != a->dtype) || a->dtype == OF_BOOL)
+    return of_fail(OF_ERR_DTYPE, "%s: operands of dtypes %s and %s%s%s (one dtype, not bool)",
+                   name, of_dtype_name(a->dtype), of_dtype_name(b->dtype), c ? " and input " : "",
+                   c ? of_dtype_name(c->dtype) : "");
+  bool vec = opk == OPK_MATMUL;
+  mm_geom g;
+  OF_CHECK(mm_geometry(name, a, b, c, vec && a->ndim == 1, vec && b->ndim == 1, &g));
+  outs[0].ndim = g.rnd;
+  memcpy(outs[0].shape, g.rshape, sizeof(int64_t) * (size_t)g.rnd);
+  outs[0].dtype = a->dtype;
+  if (opk == OPK_MM && nin > 2 && ins[2].ndim >= 0) outs[0].dtype = ins[2].dtype;
+  return OF_OK;
+}
+#define INFER_MM(K) \
+  static of_status infer_##K(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) { \
+    (void)p; \
+    return infer_mm_op(OPK_##K, nin, ins, outs); \
+  }
+INFER_MM(MATMUL)
+INFER_MM(MM)
+INFER_MM(BMM)
+INFER_MM(ADDMM)
+
+OF_OP_IMPL_INFER(MATMUL, run_mm, NULL, NULL, NULL, infer_MATMUL);
+OF_OP_IMPL_INFER(MM, run_mm, NULL, NULL, NULL, infer_MM);
+OF_OP_IMPL_INFER(BMM, run_mm, NULL, NULL, NULL, infer_BMM);
+OF_OP_IMPL_INFER(ADDMM, run_addmm, NULL, NULL, NULL, infer_ADDMM);

@@ -146,9 +146,16 @@ typedef struct of_opimpl {
   /* validate a loaded record; NULL: size check only */
   of_status (*check)(const void *attrs, int32_t size, int32_t nin);
   void (*describe)(const void *attrs, char *buf, size_t cap);
+  /* the results' shapes and dtypes from the inputs' (ndim -1: absent) and
+   * the record, by the function the op's own body uses: the graph loader
+   * re-infers a loaded node with it before anything runs. NULL: the shapes
+   * are known only by running the op (checked at the first run). */
+  of_status (*infer)(const void *attrs, int32_t nin, const of_meta *ins, of_meta *outs);
 } of_opimpl;
 #define OF_OP_IMPL(K, RUN, MUT, CHECK, DESCRIBE) \
-  const of_opimpl of_opimpl_##K = {RUN, MUT, CHECK, DESCRIBE}
+  const of_opimpl of_opimpl_##K = {RUN, MUT, CHECK, DESCRIBE, NULL}
+#define OF_OP_IMPL_INFER(K, RUN, MUT, CHECK, DESCRIBE, INFER) \
+  const of_opimpl of_opimpl_##K = {RUN, MUT, CHECK, DESCRIBE, INFER}
 
 /* the schema of an op (table.c); NULL for an unknown kind */
 typedef struct of_opschema_row {

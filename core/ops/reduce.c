@@ -31,10 +31,13 @@ enum { PW_BLOCK = 1024, COLS_BLOCK = 1024, SM_BLOCK = 1024, CUM_BLOCK = 1024 };
 /* ------------------------------------------------------------ helpers */
 
 /* Re-raise the pending error with the input's shape and dtype appended. */
-static of_status with_input(of_status st, const of_tensor *x) {
-  char msg[900];
+static of_status with_input_meta(of_status st, const int64_t *shape, int32_t ndim, of_dtype dt) {
+  char msg[900], b[96];
   snprintf(msg, sizeof msg, "%s", of_last_error());
-  return of_fail(st, "%s (input %s, %s)", msg, OF_SHAPE_STR(x), OF_DT(x));
+  return of_fail(st, "%s (input %s, %s)", msg, of_shape_str(shape, ndim, b, 96), of_dtype_name(dt));
+}
+static of_status with_input(of_status st, const of_tensor *x) {
+  return with_input_meta(st, x->shape, x->ndim, x->dtype);
 }
 
 static int32_t choose_threads(int64_t work) {
@@ -826,10 +829,14 @@ static kind_t norm_kind(double p) {
   return K_POWSUM;
 }
 
-static of_status not_floating(const char *op, const of_tensor *x, of_dtype dt) {
+static of_status not_floating_meta(const char *op, const int64_t *shape, int32_t ndim, of_dtype dt) {
+  char b[96];
   return of_fail(OF_ERR_DTYPE, "%s: expected a floating point input, got %s dtype %s (input %s); "
                  "convert it first, e.g. x:float()", op,
-                 dt == OF_BOOL ? "bool" : "integral", of_dtype_name(dt), OF_SHAPE_STR(x));
+                 dt == OF_BOOL ? "bool" : "integral", of_dtype_name(dt), of_shape_str(shape, ndim, b, 96));
+}
+static of_status not_floating(const char *op, const of_tensor *x, of_dtype dt) {
+  return not_floating_meta(op, x->shape, x->ndim, dt);
 }
 
 static of_status reduce_compute(of_reduce_op op, of_tensor *x, const int32_t *dims, int32_t ndims,
@@ -1301,13 +1308,31 @@ static of_status device_softmax(const char *name, of_tensor *x, int32_t d, int32
   return OF_OK;
 }
 
+/* softmax's and cumsum/cumprod's checks on the input's shape and dtype, and
+ * the result's dtype (its shape is the input's): what the ops run with and
+ * what a loaded graph's node is checked with (infer_softmax) */
+static of_status softmax_plan(int32_t log_, int32_t dim, const int64_t *shape, int32_t ndim,
+                              of_dtype dt, int32_t *d) {
+  const char *name = log_ ? "log_softmax" : "softmax";
+  of_status st = of_norm_dim(name, dim, ndim, d);
+  if (st != OF_OK) return with_input_meta(st, shape, ndim, dt);
+  if (!of_dtype_is_floating(dt)) return not_floating_meta(name, shape, ndim, dt);
+  return OF_OK;
+}
+static of_status cumulative_plan(int32_t is_prod, int32_t dim, const int64_t *shape, int32_t ndim,
+                                 of_dtype dt, int32_t *d, of_dtype *out_dt) {
+  of_status st = of_norm_dim(is_prod ? "cumprod" : "cumsum", dim, ndim, d);
+  if (st != OF_OK) return with_input_meta(st, shape, ndim, dt);
+  *out_dt = of_dtype_is_floating(dt) ? dt : OF_INT64;
+  return OF_OK;
+}
+
 static of_status softmax_compute(of_tensor *x, int32_t dim, int32_t log_, of_tensor **out) {
   const char *name = log_ ? "log_softmax" : "softmax";
   if (!x || !out) return of_fail(OF_ERR_ARG, "%s: NULL tensor argument", name);
   int32_t d;
-  of_status st = of_norm_dim(name, dim, x->ndim, &d);
-  if (st != OF_OK) return with_input(st, x);
-  if (!of_dtype_is_floating(x->dtype)) return not_floating(name, x, x->dtype);
+  of_status st;
+  OF_CHECK(softmax_plan(log_, dim, x->shape, x->ndim, x->dtype, &d));
   of_dtype cdt = of_compute_dtype(x->dtype);
   of_tensor *a = NULL, *xc = NULL, *res = NULL;
   if (of_dev(x) != OF_CPU) return device_softmax(name, x, d, log_, cdt, out);
@@ -1375,9 +1400,9 @@ static of_status cumulative_compute(of_tensor *x, int32_t dim, int32_t is_prod, 
   if (!x || !out) return of_fail(OF_ERR_ARG, "%s: NULL tensor argument", name);
   OF_ROUTE(name, dev, dops, scan, x);
   int32_t d;
-  of_status st = of_norm_dim(name, dim, x->ndim, &d);
-  if (st != OF_OK) return with_input(st, x);
-  of_dtype out_dt = of_dtype_is_floating(x->dtype) ? x->dtype : OF_INT64;
+  of_status st;
+  of_dtype out_dt = OF_INT64;
+  OF_CHECK(cumulative_plan(is_prod, dim, x->shape, x->ndim, x->dtype, &d, &out_dt));
   of_dtype cdt = of_compute_dtype(out_dt);
   of_tensor *a = NULL, *xc = NULL, *res = NULL;
   if ((st = of_cast_data(x, cdt, &a)) != OF_OK) return st;
@@ -1971,5 +1996,26 @@ OF_OP_IMPL(REDUCE, run_reduce, NULL, NULL, describe_reduce);
 OF_OP_IMPL(MAX_DIM, run_max_dim, NULL, NULL, describe_max_dim);
 OF_OP_IMPL(ARGMAX, run_argmax, NULL, NULL, describe_max_dim);
 OF_OP_IMPL(VAR, run_var, NULL, NULL, NULL);
-OF_OP_IMPL(SOFTMAX, run_softmax, NULL, NULL, describe_softmax);
-OF_OP_IMPL(CUMULATIVE, run_cumulative, NULL, NULL, describe_softmax);
+/* a loaded softmax / cumulative node's result: the input's shape, the plan's dtype */
+static of_status infer_softmax_op(bool cum, const void *p, const of_meta *ins, of_meta *outs) {
+  const a_softmax *a = p;
+  int32_t d;
+  of_dtype dt = ins[0].dtype;
+  if (cum) OF_CHECK(cumulative_plan(a->flag, a->dim, ins[0].shape, ins[0].ndim, ins[0].dtype, &d, &dt));
+  else OF_CHECK(softmax_plan(a->flag, a->dim, ins[0].shape, ins[0].ndim, ins[0].dtype, &d));
+  outs[0].ndim = ins[0].ndim;
+  memcpy(outs[0].shape, ins[0].shape, sizeof(int64_t) * (size_t)ins[0].ndim);
+  outs[0].dtype = dt;
+  return OF_OK;
+}
+static of_status infer_softmax(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)nin;
+  return infer_softmax_op(false, p, ins, outs);
+}
+static of_status infer_cumulative(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)nin;
+  return infer_softmax_op(true, p, ins, outs);
+}
+
+OF_OP_IMPL_INFER(SOFTMAX, run_softmax, NULL, NULL, describe_softmax, infer_softmax);
+OF_OP_IMPL_INFER(CUMULATIVE, run_cumulative, NULL, NULL, describe_softmax, infer_cumulative);

@@ -167,28 +167,49 @@ static of_status unsupported(const char *name, of_tensor *x) {
                  OF_SHAPE_STR(x));
 }
 
-static of_status unary_compute(of_unary_op op, of_tensor *x, of_tensor *into, of_tensor **out) {
+/* The result's dtype, the compute dtype, the kernel and its output dtype,
+ * from the input's dtype: what unary_compute runs, and what a loaded graph's
+ * node is checked with before it runs (infer_unary). */
+typedef struct {
+  of_dtype result, compute, kernel_out;
+  of_loop_fn fn;
+} unary_plan;
+
+static of_status unary_plan_for(of_unary_op op, of_dtype dt, const int64_t *shape, int32_t ndim,
+                                unary_plan *p) {
   const unary_def *def = &unary_ops[op];
-  of_dtype result = x->dtype;
+  of_dtype result = dt;
   if (def->kind == TO_FLOAT && !of_dtype_is_floating(result)) result = OF_FLOAT32;
   of_dtype compute = of_compute_dtype(result);
   if (def->kind == TO_BOOL) {
-    compute = of_compute_dtype(x->dtype);
+    compute = of_compute_dtype(dt);
     result = OF_BOOL;
   }
-  if (op == OF_SIGN && x->dtype == OF_BOOL) compute = result = OF_BOOL;
+  if (op == OF_SIGN && dt == OF_BOOL) compute = result = OF_BOOL;
   of_loop_fn fn = def->loop[compute];
   if (compute == OF_FLOAT32 && (op == OF_GELU || op == OF_SILU)) fn = un_fast_float;
   if (op == OF_SIGN && compute == OF_BOOL) fn = unary_ops[OF_ABS].loop[OF_BOOL];
-  if (op == OF_NEG && x->dtype == OF_BOOL)
+  char sb[96];
+  if (op == OF_NEG && dt == OF_BOOL)
     return of_fail(OF_ERR_DTYPE, "neg: negation of a bool tensor is not supported; use "
-                   "logical_not (shape %s)", OF_SHAPE_STR(x));
-  if (!fn) return unsupported(def->name, x);
-  of_dtype kernel_out = (def->kind == TO_BOOL || op == OF_LOGICAL_NOT) ? OF_BOOL : compute;
+                   "logical_not (shape %s)", of_shape_str(shape, ndim, sb, 96));
+  if (!fn)
+    return of_fail(OF_ERR_DTYPE, "%s: not supported for dtype %s (shape %s)", def->name,
+                   of_dtype_name(dt), of_shape_str(shape, ndim, sb, 96));
+  p->result = result;
+  p->compute = compute;
+  p->kernel_out = (def->kind == TO_BOOL || op == OF_LOGICAL_NOT) ? OF_BOOL : compute;
+  p->fn = fn;
+  return OF_OK;
+}
+
+static of_status unary_compute(of_unary_op op, of_tensor *x, of_tensor *into, of_tensor **out) {
+  unary_plan p = {.fn = NULL};
+  OF_CHECK(unary_plan_for(op, x->dtype, x->shape, x->ndim, &p));
   of_ew_ctx ctx = {.kind = OF_EWK_UNARY,
-                   .op = op == OF_SIGN && compute == OF_BOOL ? OF_ABS : op};
-  return of_ew_run(def->name, fn, &ctx, &x, 1, compute, kernel_out, result, x->shape, x->ndim,
-                   into, out);
+                   .op = op == OF_SIGN && p.compute == OF_BOOL ? OF_ABS : op};
+  return of_ew_run(unary_ops[op].name, p.fn, &ctx, &x, 1, p.compute, p.kernel_out, p.result,
+                   x->shape, x->ndim, into, out);
 }
 
 /* ---- parameterised ---- */
@@ -866,7 +887,20 @@ static of_status run_masked_fill(const of_oprec *n, of_tensor **ins, void **outs
   OF_RUN1(of_masked_fill(ins[0], ins[1], a->value, n->nin > 2 ? ins[2] : NULL, OF_R));
 }
 
-OF_OP_IMPL(UNARY, run_unary, NULL, NULL, describe_unary);
+/* a loaded node's result: the input's shape, unary_plan_for's dtype (an
+ * output tensor keeps its own) */
+static of_status infer_unary(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_unary *a = p;
+  if (a->op < 0 || a->op >= OF_NUM_UNARY) return of_fail(OF_ERR_ARG, "unknown unary op %d", (int)a->op);
+  unary_plan pl = {.fn = NULL};
+  OF_CHECK(unary_plan_for(a->op, ins[0].dtype, ins[0].shape, ins[0].ndim, &pl));
+  outs[0].ndim = ins[0].ndim;
+  memcpy(outs[0].shape, ins[0].shape, sizeof(int64_t) * (size_t)ins[0].ndim);
+  outs[0].dtype = nin > 1 && ins[1].ndim >= 0 ? ins[1].dtype : pl.result;
+  return OF_OK;
+}
+
+OF_OP_IMPL_INFER(UNARY, run_unary, NULL, NULL, describe_unary, infer_unary);
 OF_OP_IMPL(CLAMP, run_clamp, NULL, NULL, describe_clamp);
 OF_OP_IMPL(LEAKY_RELU, run_leaky, NULL, NULL, of_describe_d1);
 OF_OP_IMPL(WHERE, run_where, NULL, NULL, NULL);

@@ -41,9 +41,11 @@ static bool view_strides(const of_tensor *t, const int64_t *shape, int32_t ndim,
   return view_d == -1;
 }
 
-/* Resolves one -1 in a requested shape against numel. */
-static of_status infer_shape(const char *op, const of_tensor *t, const int64_t *shape,
-                             int32_t ndim, int64_t *res) {
+/* Resolves one -1 in a requested shape against the input's numel (from its
+ * shape alone: a loaded graph's view / reshape node is checked with it too). */
+static of_status infer_shape_of(const char *op, const int64_t *tshape, int32_t tndim,
+                                const int64_t *shape, int32_t ndim, int64_t *res) {
+  int64_t numel = of_shape_numel(tshape, tndim);
   if (ndim > OF_MAX_DIMS)
     return of_fail(OF_ERR_SHAPE, "%s: %d dims given, at most %d", op, (int)ndim, OF_MAX_DIMS);
   int32_t infer = -1;
@@ -59,14 +61,18 @@ static of_status infer_shape(const char *op, const of_tensor *t, const int64_t *
     }
     res[i] = shape[i];
   }
-  if (infer >= 0 && known > 0 && t->numel % known == 0) res[infer] = t->numel / known;
-  if (of_shape_numel(res, ndim) != t->numel || (infer >= 0 && known == 0)) {
-    char b[96];
+  if (infer >= 0 && known > 0 && numel % known == 0) res[infer] = numel / known;
+  if (of_shape_numel(res, ndim) != numel || (infer >= 0 && known == 0)) {
+    char b[96], bt[96];
     return of_fail(OF_ERR_SHAPE, "%s: shape %s is invalid for input of size %lld (shape %s)",
-                   op, of_shape_str(shape, ndim, b, 96), (long long)t->numel,
-                   OF_SHAPE_STR(t));
+                   op, of_shape_str(shape, ndim, b, 96), (long long)numel,
+                   of_shape_str(tshape, tndim, bt, 96));
   }
   return OF_OK;
+}
+static of_status infer_shape(const char *op, const of_tensor *t, const int64_t *shape,
+                             int32_t ndim, int64_t *res) {
+  return infer_shape_of(op, t->shape, t->ndim, shape, ndim, res);
 }
 
 static of_status view_impl(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
@@ -103,34 +109,50 @@ static of_status as_strided_body(of_tensor *t, const int64_t *shape, const int64
   return alias_out(t, shape, strides, ndim, offset, out);
 }
 
-static of_status transpose_impl(of_tensor *t, int32_t d0, int32_t d1, of_tensor **out) {
-  OF_CHECK(of_norm_dim("transpose", d0, t->ndim, &d0));
-  OF_CHECK(of_norm_dim("transpose", d1, t->ndim, &d1));
-  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
-  memcpy(shape, t->shape, sizeof shape);
-  memcpy(strides, t->strides, sizeof strides);
-  if (t->ndim > 0) {
-    shape[d0] = t->shape[d1]; shape[d1] = t->shape[d0];
-    strides[d0] = t->strides[d1]; strides[d1] = t->strides[d0];
-  }
-  return alias_out(t, shape, strides, t->ndim, t->offset, out);
+/* transpose's and permute's source dim for each result dim, from the input's
+ * shape alone (a loaded graph's node is checked with the same) */
+static of_status transpose_order(int32_t ndim, int32_t d0, int32_t d1, int32_t *src) {
+  OF_CHECK(of_norm_dim("transpose", d0, ndim, &d0));
+  OF_CHECK(of_norm_dim("transpose", d1, ndim, &d1));
+  for (int32_t i = 0; i < ndim; i++) src[i] = i;
+  if (ndim > 0) src[d0] = d1, src[d1] = d0;
+  return OF_OK;
 }
-
-static of_status permute_impl(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor **out) {
-  if (ndim != t->ndim)
+static of_status permute_order(const int64_t *tshape, int32_t tndim, const int32_t *dims,
+                               int32_t ndim, int32_t *src) {
+  char b[96];
+  if (ndim != tndim)
     return of_fail(OF_ERR_SHAPE, "permute: %d dims given for a %d-d tensor %s", (int)ndim,
-                   (int)t->ndim, OF_SHAPE_STR(t));
-  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+                   (int)tndim, of_shape_str(tshape, tndim, b, 96));
   bool seen[OF_MAX_DIMS] = {0};
   for (int32_t i = 0; i < ndim; i++) {
     int32_t d;
     OF_CHECK(of_norm_dim("permute", dims[i], ndim, &d));
     if (seen[d]) return of_fail(OF_ERR_ARG, "permute: dim %d repeated", d + 1);
     seen[d] = true;
-    shape[i] = t->shape[d];
-    strides[i] = t->strides[d];
+    src[i] = d;
   }
-  return alias_out(t, shape, strides, ndim, t->offset, out);
+  return OF_OK;
+}
+static of_status reorder_out(of_tensor *t, const int32_t *src, of_tensor **out) {
+  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  for (int32_t i = 0; i < t->ndim; i++) {
+    shape[i] = t->shape[src[i]];
+    strides[i] = t->strides[src[i]];
+  }
+  return alias_out(t, shape, strides, t->ndim, t->offset, out);
+}
+
+static of_status transpose_impl(of_tensor *t, int32_t d0, int32_t d1, of_tensor **out) {
+  int32_t src[OF_MAX_DIMS];
+  OF_CHECK(transpose_order(t->ndim, d0, d1, src));
+  return reorder_out(t, src, out);
+}
+
+static of_status permute_impl(of_tensor *t, const int32_t *dims, int32_t ndim, of_tensor **out) {
+  int32_t src[OF_MAX_DIMS];
+  OF_CHECK(permute_order(t->shape, t->ndim, dims, ndim, src));
+  return reorder_out(t, src, out);
 }
 
 static of_status slice_impl(of_tensor *t, int32_t dim, int64_t start, int64_t end, int64_t step,
@@ -215,44 +237,61 @@ static of_status squeeze_impl(of_tensor *t, int32_t dim, of_tensor **out) {
   return alias_out(t, shape, strides, k, t->offset, out);
 }
 
-static of_status expand_impl(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
-  if (ndim < t->ndim || ndim > OF_MAX_DIMS) {
-    char b[96];
-    return of_fail(OF_ERR_SHAPE, "expand: cannot expand %s to %s (fewer dims)", OF_SHAPE_STR(t),
-                   of_shape_str(shape, ndim, b, 96));
+/* expand's result shape from the input's shape (a loaded graph's node is
+ * checked with it too) */
+static of_status expand_shape(const int64_t *tshape, int32_t tndim, const int64_t *shape,
+                              int32_t ndim, int64_t *nshape) {
+  char bt[96], b[96];
+  if (ndim < tndim || ndim > OF_MAX_DIMS)
+    return of_fail(OF_ERR_SHAPE, "expand: cannot expand %s to %s (fewer dims)",
+                   of_shape_str(tshape, tndim, bt, 96), of_shape_str(shape, ndim, b, 96));
+  for (int32_t i = 0; i < ndim; i++) {
+    int32_t td = i - (ndim - tndim);
+    int64_t have = td >= 0 ? tshape[td] : 1;
+    int64_t want = shape[i] == -1 && td >= 0 ? have : shape[i];
+    if (want < 0 || (have != 1 && have != want))
+      return of_fail(OF_ERR_SHAPE, "expand: cannot expand %s to %s (dim %d: %lld to %lld)",
+                     of_shape_str(tshape, tndim, bt, 96), of_shape_str(shape, ndim, b, 96),
+                     (int)i + 1, (long long)have, (long long)want);
+    nshape[i] = want;
   }
+  return of_check_shape("expand", nshape, ndim, NULL);
+}
+
+static of_status expand_impl(of_tensor *t, const int64_t *shape, int32_t ndim, of_tensor **out) {
   int64_t nshape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  OF_CHECK(expand_shape(t->shape, t->ndim, shape, ndim, nshape));
   for (int32_t i = 0; i < ndim; i++) {
     int32_t td = i - (ndim - t->ndim);
-    int64_t have = td >= 0 ? t->shape[td] : 1;
-    int64_t want = shape[i] == -1 && td >= 0 ? have : shape[i];
-    if (want < 0 || (have != 1 && have != want)) {
-      char b[96];
-      return of_fail(OF_ERR_SHAPE, "expand: cannot expand %s to %s (dim %d: %lld to %lld)",
-                     OF_SHAPE_STR(t), of_shape_str(shape, ndim, b, 96), (int)i + 1,
-                     (long long)have, (long long)want);
-    }
-    nshape[i] = want;
-    strides[i] = (td >= 0 && have == want) ? t->strides[td] : 0;
+    strides[i] = (td >= 0 && t->shape[td] == nshape[i]) ? t->strides[td] : 0;
   }
-  OF_CHECK(of_check_shape("expand", nshape, ndim, NULL));
   return alias_out(t, nshape, strides, ndim, t->offset, out);
 }
 
-static of_status flatten_impl(of_tensor *t, int32_t start, int32_t end, of_tensor **out) {
-  if (t->ndim == 0) {
-    int64_t one = 1;
-    return reshape_impl(t, &one, 1, out);
+/* flatten's result shape from the input's (a loaded node is checked with it) */
+static of_status flatten_shape(const int64_t *tshape, int32_t tndim, int32_t start, int32_t end,
+                               int64_t *shape, int32_t *nd) {
+  if (tndim == 0) {
+    shape[0] = 1;
+    *nd = 1;
+    return OF_OK;
   }
-  OF_CHECK(of_norm_dim("flatten", start, t->ndim, &start));
-  OF_CHECK(of_norm_dim("flatten", end, t->ndim, &end));
+  OF_CHECK(of_norm_dim("flatten", start, tndim, &start));
+  OF_CHECK(of_norm_dim("flatten", end, tndim, &end));
   if (start > end) return of_fail(OF_ERR_ARG, "flatten: start dim %d after end dim %d", start + 1, end + 1);
+  int32_t k = 0;
+  for (int32_t i = 0; i < tndim; i++) {
+    if (i > start && i <= end) shape[k - 1] *= tshape[i];
+    else shape[k++] = tshape[i];
+  }
+  *nd = k;
+  return OF_OK;
+}
+
+static of_status flatten_impl(of_tensor *t, int32_t start, int32_t end, of_tensor **out) {
   int64_t shape[OF_MAX_DIMS];
   int32_t k = 0;
-  for (int32_t i = 0; i < t->ndim; i++) {
-    if (i > start && i <= end) shape[k - 1] *= t->shape[i];
-    else shape[k++] = t->shape[i];
-  }
+  OF_CHECK(flatten_shape(t->shape, t->ndim, start, end, shape, &k));
   return reshape_impl(t, shape, k, out);
 }
 
@@ -735,18 +774,73 @@ static of_status run_copy_(const of_oprec *n, of_tensor **ins, void **outs) {
   return of_copy_(ins[0], ins[1]);
 }
 
-OF_OP_IMPL(VIEW, run_shape, NULL, NULL, describe_shape);
-OF_OP_IMPL(RESHAPE, run_shape, NULL, NULL, describe_shape);
+/* a loaded view / reshape / expand node's result: the shape its record asks
+ * for, resolved against the recorded input's shape by the functions the
+ * ops run; the input's dtype. (Whether a view's strides allow it is known
+ * only from the real input: checked when it runs.) */
+static of_status infer_shape_op(int32_t opk, const void *p, const of_meta *ins, of_meta *outs) {
+  const a_shape *a = p;
+  if (!NDIM_OK(a->ndim)) return of_fail(OF_ERR_ARG, "bad ndim %d", (int)a->ndim);
+  if (opk == OPK_EXPAND) OF_CHECK(expand_shape(ins[0].shape, ins[0].ndim, a->shape, a->ndim, outs[0].shape));
+  else OF_CHECK(infer_shape_of(opk == OPK_VIEW ? "view" : "reshape", ins[0].shape, ins[0].ndim,
+                               a->shape, a->ndim, outs[0].shape));
+  outs[0].ndim = a->ndim;
+  outs[0].dtype = ins[0].dtype;
+  return OF_OK;
+}
+#define INFER_SHAPE(K) \
+  static of_status infer_##K(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) { \
+    (void)nin; \
+    return infer_shape_op(OPK_##K, p, ins, outs); \
+  }
+INFER_SHAPE(VIEW)
+INFER_SHAPE(RESHAPE)
+INFER_SHAPE(EXPAND)
+
+OF_OP_IMPL_INFER(VIEW, run_shape, NULL, NULL, describe_shape, infer_VIEW);
+OF_OP_IMPL_INFER(RESHAPE, run_shape, NULL, NULL, describe_shape, infer_RESHAPE);
 OF_OP_IMPL(AS_STRIDED, run_as_strided, NULL, NULL, describe_strided);
-OF_OP_IMPL(TRANSPOSE, run_transpose, NULL, NULL, describe_i2);
-OF_OP_IMPL(PERMUTE, run_permute, NULL, NULL, of_describe_dims);
+/* a loaded transpose / permute / flatten node's result: the shape the
+ * functions above give for the recorded input; the input's dtype */
+static void reorder_meta(const of_meta *x, const int32_t *src, of_meta *y) {
+  for (int32_t i = 0; i < x->ndim; i++) y->shape[i] = x->shape[src[i]];
+  y->ndim = x->ndim;
+  y->dtype = x->dtype;
+}
+static of_status infer_transpose(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_i2 *a = p;
+  int32_t src[OF_MAX_DIMS];
+  (void)nin;
+  OF_CHECK(transpose_order(ins[0].ndim, a->a, a->b, src));
+  reorder_meta(&ins[0], src, &outs[0]);
+  return OF_OK;
+}
+static of_status infer_permute(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_dims *a = p;
+  int32_t src[OF_MAX_DIMS];
+  (void)nin;
+  if (!NDIM_OK(a->n)) return of_fail(OF_ERR_ARG, "bad ndim %d", (int)a->n);
+  OF_CHECK(permute_order(ins[0].shape, ins[0].ndim, a->dims, a->n, src));
+  reorder_meta(&ins[0], src, &outs[0]);
+  return OF_OK;
+}
+static of_status infer_flatten(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_i2 *a = p;
+  (void)nin;
+  OF_CHECK(flatten_shape(ins[0].shape, ins[0].ndim, a->a, a->b, outs[0].shape, &outs[0].ndim));
+  outs[0].dtype = ins[0].dtype;
+  return OF_OK;
+}
+
+OF_OP_IMPL_INFER(TRANSPOSE, run_transpose, NULL, NULL, describe_i2, infer_transpose);
+OF_OP_IMPL_INFER(PERMUTE, run_permute, NULL, NULL, of_describe_dims, infer_permute);
 OF_OP_IMPL(NARROW, run_narrow, NULL, NULL, describe_dim3);
 OF_OP_IMPL(SLICE, run_slice, NULL, NULL, describe_dim3);
 OF_OP_IMPL(SELECT, run_select, NULL, NULL, describe_dim3);
 OF_OP_IMPL(UNSQUEEZE, run_unsqueeze, NULL, NULL, of_describe_i1);
 OF_OP_IMPL(SQUEEZE, run_squeeze, NULL, NULL, of_describe_i1);
-OF_OP_IMPL(EXPAND, run_shape, NULL, NULL, describe_shape);
-OF_OP_IMPL(FLATTEN, run_flatten, NULL, NULL, describe_i2);
+OF_OP_IMPL_INFER(EXPAND, run_shape, NULL, NULL, describe_shape, infer_EXPAND);
+OF_OP_IMPL_INFER(FLATTEN, run_flatten, NULL, NULL, describe_i2, infer_flatten);
 OF_OP_IMPL(CONTIGUOUS, run_contiguous, NULL, NULL, NULL);
 OF_OP_IMPL(CLONE, run_clone, NULL, NULL, NULL);
 OF_OP_IMPL(TO_DTYPE, run_to_dtype, NULL, NULL, describe_dtype);

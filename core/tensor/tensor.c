@@ -165,19 +165,74 @@ of_status of_norm_dim(const char *op, int32_t dim, int32_t ndim, int32_t *out) {
   return OF_OK;
 }
 
-/* PyTorch's assert_no_internal_overlap: a dim of size > 1 with stride 0 (an
- * expanded view) makes several elements one memory location, and an
- * in-place write would apply to it once per element (expand(3, 4):add_(1)
- * wrote 3s). Views with interleaved strides (as_strided) are not detected,
- * as in PyTorch. */
+/* A tensor some of whose elements share a memory location: an in-place
+ * write would apply to that location once per element (expand(3, 4):add_(1)
+ * wrote 3s; a window view of x:unfold(1, 2, 1) adds twice to its inner
+ * elements). PyTorch refuses the stride-0 case and lets the others through
+ * ("too hard" to decide); here the others are decided too:
+ *   - dims of size 1 never overlap; a stride-0 dim of size > 1 always does;
+ *   - sorted by |stride|, if each stride passes the span of the smaller dims
+ *     (|stride_i| > sum_{j<i} (size_j - 1) |stride_j|) no two elements meet:
+ *     every dense, transposed, sliced or permuted view, at no cost;
+ *   - otherwise (interleaved strides from as_strided / unfold) the element
+ *     offsets are listed and sorted, up to OVERLAP_EXACT elements; a larger
+ *     view of that kind is let through, as PyTorch does. */
+enum { OVERLAP_EXACT = 1 << 20 };
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+static bool offsets_repeat(const int64_t *shape, const int64_t *strides, int32_t nd, int64_t n) {
+  int64_t *off = malloc(sizeof *off * (size_t)n);
+  if (!off) return false;   /* undecided: let it through, as for larger views */
+  int64_t idx[OF_MAX_DIMS] = {0}, cur = 0;
+  for (int64_t e = 0; e < n; e++) {
+    off[e] = cur;
+    for (int32_t d = nd - 1; d >= 0; d--) {
+      if (++idx[d] < shape[d]) { cur += strides[d]; break; }
+      cur -= (shape[d] - 1) * strides[d];
+      idx[d] = 0;
+    }
+  }
+  qsort(off, (size_t)n, sizeof *off, cmp_i64);
+  bool rep = false;
+  for (int64_t e = 1; e < n && !rep; e++) rep = off[e] == off[e - 1];
+  free(off);
+  return rep;
+}
 of_status of_check_overlap(const char *op, const of_tensor *into) {
-  for (int32_t d = 0; d < into->ndim; d++)
-    if (into->shape[d] > 1 && into->strides[d] == 0)
+  int64_t shape[OF_MAX_DIMS], st[OF_MAX_DIMS], n = 1;
+  int32_t nd = 0;
+  for (int32_t d = 0; d < into->ndim; d++) {
+    if (into->shape[d] == 0) return OF_OK;
+    if (into->shape[d] == 1) continue;
+    if (into->strides[d] == 0)
       return of_fail(OF_ERR_ARG, "%s: unsupported operation: more than one element of the "
                      "written-to tensor %s refers to a single memory location (dim %d is "
                      "expanded); clone() it before writing to it", op, OF_SHAPE_STR(into),
                      (int)d + 1);
-  return OF_OK;
+    shape[nd] = into->shape[d];
+    st[nd++] = into->strides[d] < 0 ? -into->strides[d] : into->strides[d];
+    n *= into->shape[d];   /* a tensor's numel: checked at its making */
+  }
+  /* insertion sort by stride (at most 8 dims), then the span test */
+  for (int32_t i = 1; i < nd; i++)
+    for (int32_t j = i; j > 0 && st[j] < st[j - 1]; j--) {
+      int64_t t = st[j]; st[j] = st[j - 1]; st[j - 1] = t;
+      t = shape[j]; shape[j] = shape[j - 1]; shape[j - 1] = t;
+    }
+  int64_t span = 0;
+  bool disjoint = true;
+  for (int32_t i = 0; i < nd && disjoint; i++) {
+    disjoint = st[i] > span;
+    span += (shape[i] - 1) * st[i];   /* below the storage's size: no overflow */
+  }
+  if (disjoint || n > OVERLAP_EXACT || !offsets_repeat(shape, st, nd, n)) return OF_OK;
+  char sb[96];
+  return of_fail(OF_ERR_ARG, "%s: unsupported operation: more than one element of the "
+                 "written-to tensor %s refers to a single memory location (strides %s "
+                 "overlap); clone() it before writing to it", op, OF_SHAPE_STR(into),
+                 of_shape_str(into->strides, into->ndim, sb, sizeof sb));
 }
 
 of_status of_prepare_out(const char *op, of_tensor *into, const int64_t *shape,

@@ -20,11 +20,19 @@ static int32_t num_threads = 0;
  * team of two or more waits forever for threads that do not exist. So a
  * forked child runs single-threaded and may not ask for more. */
 static int32_t forked = 0;
+/* OpenMP's own thread count is set to 1 in the child too (for oneDNN and
+ * the regions without a num_threads clause), but not from the fork handler
+ * itself: LLVM's libomp (a clang build) registers its fork handlers when
+ * its runtime starts, after ours, so in the child ours runs first, while
+ * libomp's prepare handler still holds its locks -- an OpenMP call there
+ * deadlocked. The child's first parallel op makes the call instead
+ * (of_threads, after every fork handler has run). */
+static int32_t omp_single_pending = 0;
 
 static void after_fork_child(void) {
   __atomic_store_n(&forked, 1, __ATOMIC_RELAXED);
   __atomic_store_n(&num_threads, 1, __ATOMIC_RELAXED);
-  omp_set_num_threads(1);
+  __atomic_store_n(&omp_single_pending, 1, __ATOMIC_RELAXED);
 }
 
 __attribute__((constructor)) static void blas_single(void) {
@@ -54,6 +62,9 @@ int32_t of_in_forked_child(void) { return __atomic_load_n(&forked, __ATOMIC_RELA
 int32_t of_get_num_threads(void) { return of_threads(); }
 
 int32_t of_threads(void) {
+  if (__builtin_expect(__atomic_load_n(&omp_single_pending, __ATOMIC_RELAXED), 0) &&
+      __atomic_exchange_n(&omp_single_pending, 0, __ATOMIC_RELAXED))
+    omp_set_num_threads(1);
   int32_t n = __atomic_load_n(&num_threads, __ATOMIC_RELAXED);
   if (n == 0) {
     int32_t want = omp_get_max_threads(), zero = 0;

@@ -8,10 +8,14 @@
 --   vision.io.encode_png(img) / encode_jpeg(img, {quality =}) -- uint8 tensor of the bytes
 --   vision.io.read_file(path) -> uint8 tensor; vision.io.write_file(path, bytes)
 --
+--   vision.io.set_image_limits{max_side = 8192, max_bytes = 2^28}  -- bound decoding
+--
 -- Decoding and encoding are in C (core/io/image.c: libjpeg-turbo, libpng).
 -- JPEG gives 1 (grey) or 3 channels, PNG 1 to 4 (palettes become RGB,
 -- transparency an alpha channel). Corrupt or truncated files raise an error
--- naming the file; nothing crashes.
+-- naming the file; nothing crashes. An image over the limits (sides above
+-- 32768, more than 1 GiB decoded, by default) is refused before its pixels
+-- are allocated.
 local ffi = require 'ffi'
 local flow = require 'oneflow'
 local core = require 'oneflow._C'
@@ -165,6 +169,40 @@ function M.write_jpeg(img, path, opts)
     error('write_jpeg: quality must be a number in 1..100, got ' .. tostring(q), 2)
   end
   M.write_file(path, encode(img, C.OF_IMAGE_JPEG, q, 'write_jpeg'))
+end
+
+--- get_image_limits() -> {max_side =, max_bytes =, max_file_bytes =}: the
+-- limits decoding checks before it allocates the pixels (process-wide).
+function M.get_image_limits()
+  local v = ffi.new('int64_t[3]')
+  C.of_image_get_limits(v, v + 1, v + 2)
+  return {max_side = tonumber(v[0]), max_bytes = tonumber(v[1]), max_file_bytes = tonumber(v[2])}
+end
+
+--- set_image_limits({max_side =, max_bytes =, max_file_bytes =}) -> the previous limits.
+-- max_side: the longest side a decoded (or encoded) image may have (default
+-- 32768, at most 2^31 - 1); max_bytes: its decoded size H * W * C in bytes
+-- (default 2^30); max_file_bytes: the largest file read_image reads (default
+-- 2^30); both at most 2^48. A field left out keeps its limit. The limits hold
+-- for the whole process (DataLoader workers forked later inherit them).
+function M.set_image_limits(opts)
+  local A = require 'oneflow._args'
+  opts = A.check_options('set_image_limits', opts, {'max_side', 'max_bytes', 'max_file_bytes'})
+  local v = {}
+  for i, k in ipairs({'max_side', 'max_bytes', 'max_file_bytes'}) do
+    local x = opts[k]
+    if x ~= nil then
+      A.integer('set_image_limits', x, nil, k)
+      local cap = k == 'max_side' and 2 ^ 31 - 1 or 2 ^ 48
+      if x < 1 or x > cap then
+        error(('set_image_limits: %s must be in 1..%.0f, got %.0f'):format(k, cap, x), 2)
+      end
+    end
+    v[i] = x or 0
+  end
+  local old = M.get_image_limits()
+  if C.of_image_set_limits(v[1], v[2], v[3]) ~= 0 then raise(2) end
+  return old
 end
 
 --- write_image(img, path, {quality =}): format from the extension (.png, .jpg, .jpeg).

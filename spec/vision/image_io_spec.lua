@@ -206,7 +206,8 @@ describe('vision.io errors', function()
 
   it_png('rejects oversized PNG headers before allocating', function()
     local big = png(40000, 1, 8, 0, {string.rep('\0', 10)})
-    H.raises(function() vio.decode_image(big) end, 'image_decode: corrupt PNG', 'IHDR')
+    H.raises(function() vio.decode_image(big) end,
+             'image_decode: PNG of 40000x1 pixels is larger than the 32768x32768 limit')
     local wide = png(30000, 30000, 8, 6, {string.rep('\0', 10)})
     H.raises(function() vio.decode_image(wide) end, 'larger than the 1073741824-byte limit')
     -- within the limits, but 16000x16000 raw rows cannot come from 60 bytes (deflate
@@ -218,6 +219,69 @@ describe('vision.io errors', function()
     local img = vio.decode_image(zeros)
     assert.are.same({1, 2100, 2100}, img:size():totable())
     assert.are.equal(0, img:max():item())
+  end)
+
+  it('has configurable size limits, checked before the pixels are allocated', function()
+    assert.are.same({max_side = 32768, max_bytes = 2 ^ 30, max_file_bytes = 2 ^ 30}, vio.get_image_limits())
+    local img = smooth(3, 40, 60)
+    local path = dir .. '/limits.png'
+    finally(function() vio.set_image_limits({max_side = 32768, max_bytes = 2 ^ 30, max_file_bytes = 2 ^ 30}) end)
+    for _, fmt in ipairs({'png', 'jpeg'}) do
+      if vio.supported(fmt) then
+        local bytes = fmt == 'png' and vio.encode_png(img) or vio.encode_jpeg(img)
+        local FMT = fmt:upper()
+        -- the previous limits come back; a field left out keeps its limit
+        assert.are.same({max_side = 32768, max_bytes = 2 ^ 30, max_file_bytes = 2 ^ 30},
+                        vio.set_image_limits({max_side = 59}))
+        H.raises(function() vio.decode_image(bytes) end,
+                 'image_decode: ' .. FMT .. ' of 60x40 pixels is larger than the 59x59 limit', 'max_side')
+        vio.set_image_limits({max_side = 60})
+        assert.are.same({3, 40, 60}, vio.decode_image(bytes):size():totable())
+        vio.set_image_limits({max_bytes = 40 * 60 * 3 - 1})
+        assert.are.same({max_side = 60, max_bytes = 7199, max_file_bytes = 2 ^ 30}, vio.get_image_limits())
+        H.raises(function() vio.decode_image(bytes) end,
+                 FMT .. ' of 40x60x3 bytes is larger than the 7199-byte limit', 'max_bytes')
+        -- grey needs a third of the bytes
+        assert.are.same({1, 40, 60}, vio.decode_image(fmt == 'png' and vio.encode_png(img:narrow(1, 1, 1))
+                                                        or vio.encode_jpeg(img:narrow(1, 1, 1))):size():totable())
+        vio.set_image_limits({max_bytes = 40 * 60 * 3})
+        assert.are.same({3, 40, 60}, vio.decode_image(bytes):size():totable())
+        -- read_image: the file's size first
+        vio.write_file(path, bytes)
+        vio.set_image_limits({max_file_bytes = bytes:numel() - 1})
+        H.raises(function() vio.read_image(path) end, 'image_read: ', 'limits.png',
+                 ('file of %d bytes is larger than the %d-byte limit'):format(bytes:numel(), bytes:numel() - 1),
+                 'max_file_bytes')
+        vio.set_image_limits({max_side = 32768, max_bytes = 2 ^ 30, max_file_bytes = bytes:numel()})
+        assert.are.same({3, 40, 60}, vio.read_image(path):size():totable())
+        vio.set_image_limits({max_file_bytes = 2 ^ 30})
+      end
+    end
+    -- a larger limit lets a larger image through (sides up to 2^31 - 1)
+    if have_png then
+      vio.set_image_limits({max_side = 40000})
+      assert.are.same({1, 1, 40000}, vio.decode_image(vio.encode_png(flow.zeros(1, 1, 40000, {dtype = flow.uint8})))
+                                         :size():totable())
+    end
+    -- bad values name the field; nothing changes
+    local before = vio.get_image_limits()
+    H.raises(function() vio.set_image_limits({max_side = 0}) end,
+             'set_image_limits: max_side must be in 1..2147483647, got 0')
+    H.raises(function() vio.set_image_limits({max_bytes = -1}) end,
+             'max_bytes must be in 1..281474976710656, got -1')
+    H.raises(function() vio.set_image_limits({max_side = 2 ^ 31}) end,
+             'max_side must be in 1..2147483647, got 2147483648')
+    H.raises(function() vio.set_image_limits({max_file_bytes = 2.5}) end, 'max_file_bytes must be an integer, got 2.5')
+    H.raises(function() vio.set_image_limits({max_side = 'a'}) end, 'max_side must be an integer, got string')
+    H.raises(function() vio.set_image_limits({max_sides = 9}) end, "unknown option 'max_sides'")
+    assert.are.same(before, vio.get_image_limits())
+    -- the C API: 0 keeps a limit, a value out of range is an error
+    local C = flow._C.C
+    assert.are.equal(0, C.of_image_set_limits(0, 12345, 0))
+    assert.are.same({max_side = before.max_side, max_bytes = 12345, max_file_bytes = before.max_file_bytes},
+                    vio.get_image_limits())
+    assert.are_not.equal(0, C.of_image_set_limits(-1, 0, 0))
+    assert.truthy(ffi.string(C.of_last_error()):find('image_set_limits: max_side must be 1..2147483647', 1, true))
   end)
 
   it_jpeg('survives truncated, bit-flipped and oversized JPEGs', function()

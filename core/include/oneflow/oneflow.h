@@ -675,9 +675,11 @@ of_status of_comm_wait(of_comm_request *r);
  * [H, W, C]: JPEG gives C = 1 (grey) or 3 (RGB; CMYK is converted); PNG gives
  * 1 (grey), 2 (grey + alpha), 3 (RGB) or 4 (RGBA): palettes expand to RGB,
  * tRNS transparency to an alpha channel, 16-bit samples are scaled to 8.
- * Corrupt or truncated data gives OF_ERR_IO; sides above 32768 or more than
- * 1 GiB of pixels give OF_ERR_ARG; a build without the library gives
- * OF_ERR_STATE ("built without libjpeg"). */
+ * Corrupt or truncated data gives OF_ERR_IO; an image over the limits (by
+ * default sides above 32768 or more than 1 GiB of decoded bytes H * W * C;
+ * of_image_read: a file over 1 GiB) gives OF_ERR_ARG, before its pixels are
+ * allocated; a build without the library gives OF_ERR_STATE ("built without
+ * libjpeg"). */
 typedef int32_t of_image_format;
 enum { OF_IMAGE_PNG = 0, OF_IMAGE_JPEG = 1 };
 /* 1 when this build can decode and encode the format. */
@@ -691,6 +693,12 @@ of_status of_image_encode(of_tensor *img, of_image_format fmt, int32_t quality,
                           of_tensor **out);
 /* Format from the extension: .png, .jpg or .jpeg (any case). */
 of_status of_image_write(const char *path, of_tensor *img, int32_t quality);
+/* The limits decoding and encoding check (process-wide, safe to change while
+ * other threads decode): the longest side (1..2^31-1), the decoded bytes
+ * H * W * C and the size of a file of_image_read reads (1..2^48 each); 0
+ * keeps a limit as it is. get: any pointer may be NULL. */
+of_status of_image_set_limits(int64_t max_side, int64_t max_bytes, int64_t max_file_bytes);
+void of_image_get_limits(int64_t *max_side, int64_t *max_bytes, int64_t *max_file_bytes);
 
 
 /* ---- the op schema (core/ops/ops.def) ------------------------------------
