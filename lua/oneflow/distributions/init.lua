@@ -1773,7 +1773,6 @@ function InverseGamma:entropy()
   return a + self.rate:log() + S.gammaln(a) - (a + 1) * S.digamma(a)
 end
 
-
 ------------------------------------------------------------------ more families
 local function eps_of(t) return t.dtype == flow.float64 and 2.220446049250313e-16 or 1.1920928955078125e-07 end
 local function nan_where(mask, t) return flow.where(mask, flow.full({}, 0 / 0, {dtype = t.dtype}), t) end
@@ -2277,5 +2276,20 @@ end
 
 --- Weibull(scale, concentration): the Weibull distribution.
 -- @function distributions.Weibull
+
+--- ExponentialFamily: the base class of exponential-family distributions (entropy through the log normaliser).
+-- @function distributions.ExponentialFamily
+
+--- FisherSnedecor(df1, df2): the F distribution.
+-- @function distributions.FisherSnedecor
+
+--- GeneralizedPareto(loc, scale, concentration): the generalized Pareto distribution.
+-- @function distributions.GeneralizedPareto
+
+--- OneHotCategoricalStraightThrough(probs | logits): one-hot samples with straight-through gradients.
+-- @function distributions.OneHotCategoricalStraightThrough
+
+--- VonMises(loc, concentration): the von Mises distribution on the circle.
+-- @function distributions.VonMises
 
 return M

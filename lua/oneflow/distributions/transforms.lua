@@ -186,6 +186,8 @@ end
 
 local F = function() return flow.nn.functional end
 
+--- SoftplusTransform(): y = log(1 + exp(x)).
+-- @function distributions.SoftplusTransform
 local Softplus = Transform:subclass('SoftplusTransform')
 M.SoftplusTransform = Softplus
 Softplus.codomain = constraints.positive
@@ -196,6 +198,8 @@ function Softplus.log_abs_det_jacobian(_, x) return -F().softplus(-x) end
 -- torch's offsets K - k + 1 (k = 1..K-1) of the stick-breaking map, as a tensor
 local function stick_offset(k, like) return flow.arange(k, 0, -1, {dtype = like.dtype}) end
 
+--- StickBreakingTransform(): R^(K-1) -> the K-simplex.
+-- @function distributions.StickBreakingTransform
 local StickBreaking = Transform:subclass('StickBreakingTransform')
 M.StickBreakingTransform = StickBreaking
 StickBreaking.event_dim, StickBreaking.domain, StickBreaking.codomain = 1, constraints.real_vector, constraints.simplex
@@ -232,6 +236,8 @@ end
 
 local function diag_embed(d) return d:unsqueeze(-1) * flow.eye(d:size(-1), {dtype = d.dtype}) end
 
+--- LowerCholeskyTransform(): strictly lower part kept, diagonal exponentiated.
+-- @function distributions.LowerCholeskyTransform
 local LowerCholesky = Transform:subclass('LowerCholeskyTransform')
 M.LowerCholeskyTransform = LowerCholesky
 LowerCholesky.event_dim = 2
@@ -241,6 +247,8 @@ LowerCholesky.codomain = constraints.lower_cholesky
 function LowerCholesky._call(_, x) return x:tril(-1) + diag_embed(x:diagonal(0, -2, -1):exp()) end
 function LowerCholesky._inverse(_, y) return y:tril(-1) + diag_embed(y:diagonal(0, -2, -1):log()) end
 
+--- PositiveDefiniteTransform(): a matrix to a positive-definite one (L L^T of LowerCholeskyTransform).
+-- @function distributions.PositiveDefiniteTransform
 local PositiveDefinite = Transform:subclass('PositiveDefiniteTransform')
 M.PositiveDefiniteTransform = PositiveDefinite
 PositiveDefinite.event_dim = 2
@@ -297,6 +305,8 @@ local function vec_to_tril_matrix(vec, diag)
 end
 M._tril_matrix_to_vec, M._vec_to_tril_matrix = tril_matrix_to_vec, vec_to_tril_matrix
 
+--- CorrCholeskyTransform(): unconstrained vectors to Cholesky factors of correlation matrices.
+-- @function distributions.CorrCholeskyTransform
 local CorrCholesky = Transform:subclass('CorrCholeskyTransform')
 M.CorrCholeskyTransform = CorrCholesky
 CorrCholesky.event_dim = 1

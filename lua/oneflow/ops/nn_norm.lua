@@ -288,6 +288,7 @@ function canonical.instance_norm(x, ...)
 end
 
 function M.batch_norm(...) return batch_norm(canonical.batch_norm(...)) end
+--- F.layer_norm(x, normalized_shape, weight?, bias?, {eps = 1e-5}): normalises over the last dims.
 function M.layer_norm(...) return layer_norm(canonical.layer_norm(...)) end
 --- F.rms_norm(x, normalized_shape, weight, eps) (PyTorch 2.4): x / sqrt(mean(x^2
 -- over the last #normalized_shape dims) + eps) * weight, one fused kernel
