@@ -1,9 +1,11 @@
 #!/bin/sh
 # Real models through flow.onnx.load against onnxruntime (doc/onnx.md "Import",
-# doc/benchmarks.md "ONNX import"): torchvision models exported by torch.onnx
-# (Debian's python3-torch, spec/onnx/torch_models.py) and BERT-base from
-# Hugging Face transformers (on the same PyTorch, in the venv of
-# spec/text/setup_sentence_transformers.sh), run by onnxruntime (the onnx
+# doc/benchmarks.md "ONNX import"): torchvision models and BERT-base from
+# Hugging Face transformers exported by torch.onnx from PyTorch 2.x
+# (spec/onnx/torch_models.py in the venv of bench/st2_venv.sh, which has
+# PyTorch 2.x, torchvision and transformers; onnx 1.17 is added to it for the
+# exporter). Without PyTorch 2.x: Debian's PyTorch 1.13 and the
+# sentence-transformers venv, and the script says so. Run by onnxruntime (the onnx
 # venv of spec/onnx/setup_onnxruntime.sh, 2 threads) and by us on the same
 # input: a 2x3x224x224 batch; for BERT 2x128 token ids and a mask. Prints per model the largest difference, the number
 # of elements outside allclose(rtol = 1e-4, atol = 1e-4), and seconds per
@@ -17,14 +19,21 @@ names=${*:-resnet50 mobilenet_v3_large vit_b_16 bert_base}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 vision=$(echo "$names" | tr ' ' '\n' | grep -v '^bert_base$' | tr '\n' ' ')
+if t2_py=$(sh "$here/bench/st2_venv.sh" 2>/dev/null | tail -1) && [ -x "$t2_py" ] &&
+   { "$t2_py" -c 'import onnx' 2>/dev/null ||
+     "$t2_py" -m pip install --quiet --disable-pip-version-check onnx==1.17.0 >&2; }; then
+  vision_py=$t2_py bert_py=$t2_py
+else
+  echo "no PyTorch 2.x venv (bench/st2_venv.sh): exporting with Debian's PyTorch 1.13" >&2
+  vision_py=/usr/bin/python3
+  bert_py=$(sh "$here/spec/text/setup_sentence_transformers.sh" | tail -1)
+fi
 if [ -n "$vision" ]; then
   # shellcheck disable=SC2086
-  /usr/bin/python3 "$here/spec/onnx/torch_models.py" export "$tmp" $vision >/dev/null
+  "$vision_py" "$here/spec/onnx/torch_models.py" export "$tmp" $vision | grep exported
 fi
 case " $names " in *" bert_base "*)
-  # transformers on Debian's PyTorch: the sentence-transformers reference venv
-  st_py=$(sh "$here/spec/text/setup_sentence_transformers.sh" | tail -1)
-  "$st_py" "$here/spec/onnx/torch_models.py" export "$tmp" bert_base >/dev/null ;;
+  "$bert_py" "$here/spec/onnx/torch_models.py" export "$tmp" bert_base | grep exported ;;
 esac
 # shellcheck disable=SC2086
 "$ort_py" "$here/spec/onnx/torch_models.py" ort "$tmp" $names > "$tmp/ort.txt"

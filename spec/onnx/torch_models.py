@@ -48,6 +48,16 @@ def read_st(path):
     return out
 
 
+def onnx_export(*args, **kwargs):
+    """torch.onnx.export; on PyTorch 2.x its TorchScript exporter (dynamo=False:
+    the torch.export-based default of 2.9+ needs onnxscript), which writes the
+    same opset-17 graphs as 1.13."""
+    import torch
+    if int(torch.__version__.split(".")[0]) >= 2:
+        kwargs["dynamo"] = False
+    torch.onnx.export(*args, **kwargs)
+
+
 def export_bert(outdir, name):
     """BERT-base (Hugging Face transformers' BertModel with BertConfig()'s sizes:
     12 layers, hidden 768, 12 heads, vocabulary 30522; random weights, seed 0),
@@ -62,14 +72,14 @@ def export_bert(outdir, name):
     mask = torch.ones(2, 128, dtype=torch.int64)
     mask[1, 100:] = 0
     axes = {"batch": 0, "seq": 1}
-    torch.onnx.export(m, (ids, mask), f"{outdir}/{name}.onnx", opset_version=17,
+    onnx_export(m, (ids, mask), f"{outdir}/{name}.onnx", opset_version=17,
                       input_names=["input_ids", "attention_mask"],
                       output_names=["output", "pooler_output"],
                       dynamic_axes={k: {v: n for n, v in axes.items()} for k in ("input_ids", "attention_mask", "output")})
     write_st(f"{outdir}/{name}.in.safetensors", {
         "input_ids": ("I64", ids.shape, ids.numpy().tobytes()),
         "attention_mask": ("I64", mask.shape, mask.numpy().tobytes())})
-    print("exported", name)
+    print("exported", name, "with torch", torch.__version__)
 
 
 def export(outdir, names):
@@ -97,10 +107,10 @@ def export(outdir, names):
                     mod.running_var.uniform_(0.5, 1.5)
         m.eval()
         x = torch.randn(2, 3, 224, 224)
-        torch.onnx.export(m, x, f"{outdir}/{name}.onnx", opset_version=17, input_names=["input"],
+        onnx_export(m, x, f"{outdir}/{name}.onnx", opset_version=17, input_names=["input"],
                           output_names=["output"], dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
         write_st(f"{outdir}/{name}.in.safetensors", {"input": ("F32", x.shape, x.numpy().tobytes())})
-        print("exported", name)
+        print("exported", name, "with torch", torch.__version__)
 
 
 def ort(outdir, names):
