@@ -125,6 +125,9 @@ end
 -- @param fn a function
 -- @return a string, or nil for a C function
 function M.params(fn)
+  -- through the input check of a flow.<name> function (oneflow.tensor's guarded)
+  local T = package.loaded['oneflow.tensor']
+  if type(T) == 'table' and T.unguard then fn = T.unguard(fn) end
   local info = debug.getinfo(fn, 'Su')
   if not info or info.what == 'C' then return nil end
   local names = {}
@@ -208,6 +211,14 @@ end
 function M.doc_for(fn, name)
   local short = name and name:match('([%w_]+)$')
   local b = M.doc_block(fn, short)
+  if b then return b end
+  -- the input check around a flow.<name> function (oneflow.tensor's guarded)
+  local T0 = package.loaded['oneflow.tensor']
+  local inner = type(T0) == 'table' and T0.unguard and T0.unguard(fn)
+  if inner and inner ~= fn then
+    local b2, of = M.doc_for(inner, name)
+    if b2 then return b2, of end
+  end
   if b then return b end
   for _, a in ipairs(aliases(fn)) do
     if a ~= short then

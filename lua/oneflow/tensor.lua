@@ -14,11 +14,18 @@ local methods, getters = {}, {}
 T.methods, T.getters = methods, getters
 T.flow = {}   -- functions exported as flow.<name>
 
+-- The flow.<name> functions of T.def whose first parameter is the input
+-- tensor (named x, input or self) check it before their body hands `x.p`
+-- to the C library: a table or a string there would reach C as NULL.
+local guards = setmetatable({}, {__mode = 'k'})
+local FIRST_TENSOR = {x = true, input = true, self = true}
+local guarded
+
 --- Registers `fn` as tensor method and/or flow function.
 function T.def(name, fn, where)
   where = where or 'both'
   if where ~= 'func' then methods[name] = fn end
-  if where ~= 'method' then T.flow[name] = fn end
+  if where ~= 'method' then T.flow[name] = guarded(name, fn) end
   return fn
 end
 local def = T.def
@@ -66,6 +73,34 @@ local Handle = core.Handle
 --- flow.is_tensor(v): true when v is a Tensor.
 function T.is_tensor(x) return type(x) == 'cdata' and ffi.istype(Handle, x) end
 local is_tensor = T.is_tensor
+
+-- fn itself, or for a function whose first parameter is its input tensor a
+-- wrapper that raises "abs: argument 1 (input) must be a tensor, got table"
+-- at the user's line for nil, a boolean, a string, a function or a table
+-- other than a global or quantized tensor (numbers and cdata pass on: the
+-- body says what it makes of them).
+local guard_of = setmetatable({}, {__mode = 'k'})
+function guarded(name, fn)
+  if guards[fn] or type(fn) ~= 'function' then return fn end
+  -- one wrapper per function, so aliases stay equal (flow.moveaxis == flow.movedim)
+  if guard_of[fn] then return guard_of[fn] end
+  local info = debug.getinfo(fn, 'u')
+  local first = info and info.nparams and info.nparams > 0 and debug.getlocal(fn, 1)
+  if not FIRST_TENSOR[first] then return fn end
+  local g = function(x, ...)
+    local t = type(x)
+    if t ~= 'cdata' and t ~= 'number' and (t ~= 'table' or A.describe(x) == 'table') then
+      A.check_tensor(name, x, 'input', 1)
+    end
+    return fn(x, ...)
+  end
+  guards[g], guard_of[fn] = fn, g
+  return g
+end
+
+--- The function a flow.<name> input check wraps (fn itself when it is none):
+-- help() shows its parameters.
+function T.unguard(fn) return guards[fn] or fn end
 
 --- Calls a C function returning one tensor through `out1`; wraps it.
 function T.call1(fn, ...)

@@ -13,20 +13,28 @@ local function bool_num(v)
   return v
 end
 
+local function bad_operands(op, a, b)
+  A.fail(('%s: expected tensors or numbers, got %s and %s'):format(
+    core.ffi.string(C.of_binary_name(op)), A.describe(a), A.describe(b)))
+end
+
 -- a op b where either may be a number; `into` for in-place/out variants.
 local function binary(op, a, b, into)
   local st
-  if type(b) == 'number' then
+  if type(b) == 'number' and is_tensor(a) then
     st = of_binary_scalar(op, a.p, b, 0, into, out1)
-  elseif type(a) == 'number' then
+  elseif type(a) == 'number' and is_tensor(b) then
     st = of_binary_scalar(op, b.p, a, 1, into, out1)
   elseif is_tensor(a) and is_tensor(b) then
     st = of_binary(op, a.p, b.p, into, out1)
   else
-    a, b = bool_num(a), bool_num(b)
-    if type(a) == 'number' or type(b) == 'number' then return binary(op, a, b, into) end
-    A.fail(('%s: expected tensors or numbers, got %s and %s'):format(
-      core.ffi.string(C.of_binary_name(op)), type(a), type(b)))
+    -- a boolean operand counts as 0/1; anything else (nil, a table, a
+    -- string, two numbers) is an error rather than a NULL handed to C
+    local a2, b2 = bool_num(a), bool_num(b)
+    if (type(a2) == 'number' and is_tensor(b2)) or (type(b2) == 'number' and is_tensor(a2)) then
+      return binary(op, a2, b2, into)
+    end
+    bad_operands(op, a, b)
   end
   -- the user's line, also from an operator (a + b) or a composed op
   if st ~= 0 then A.raise_c() end
@@ -36,6 +44,8 @@ T.binary = binary
 
 local function binary_inplace(op, a, b)
   local st
+  b = bool_num(b)
+  if not is_tensor(a) or not (type(b) == 'number' or is_tensor(b)) then bad_operands(op, a, b) end
   if type(b) == 'number' then st = of_binary_scalar(op, a.p, b, 0, a.p, out1)
   else st = of_binary(op, a.p, b.p, a.p, out1) end
   if st ~= 0 then A.raise_c() end

@@ -192,6 +192,7 @@ end, 'method')
 --- x:copy_(src): copies src (broadcast, converted) into x in place; returns x.
 function methods.copy_(x, src)
   if type(src) == 'number' then return x:fill_(src) end
+  A.check_tensor('copy_', src, 'src', 1)
   if C.of_copy_(x.p, src.p) ~= 0 then raise(2) end
   return x
 end
