@@ -259,7 +259,8 @@ local function addc(op, combine)
     check_tensor(op, t1, 'tensor1')
     check_tensor(op, t2, 'tensor2')
     local value = 1
-    if type(opts) == 'number' then value = opts elseif opts and opts.value then value = opts.value end
+    if type(opts) == 'number' then value = opts
+    elseif opts ~= nil then value = A.check_options(op, opts, {value = true}).value or 1 end
     local p = combine(t1, t2)
     if value ~= 1 then p = p * value end
     return x + p
@@ -371,7 +372,10 @@ local FINITE_MAX = {float32 = 3.4028234663852886e38, float64 = 1.797693134862315
 -- largest and lowest finite values. Integer tensors are returned as a copy.
 def('nan_to_num', function(x, nan, posinf, neginf)
   check_tensor('nan_to_num', x)
-  if is_options(nan) then nan, posinf, neginf = nan.nan, nan.posinf, nan.neginf end
+  if is_options(nan) then
+    A.check_options('nan_to_num', nan, {nan = true, posinf = true, neginf = true})
+    nan, posinf, neginf = nan.nan, nan.posinf, nan.neginf
+  end
   if not x:is_floating_point() then return x:clone() end
   local big = FINITE_MAX[x.dtype.name] or FINITE_MAX.float32
   local r = flow.where(x:isnan(), as_tensor(nan or 0, x), x)

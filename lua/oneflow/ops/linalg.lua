@@ -193,12 +193,14 @@ local flow, is_options, check_tensor, norm_dim = T.flow, A.is_options, A.check_t
 local int64, bool, zeros = types.by_name.int64, types.by_name.bool, T.zeros_of
 
 ------------------------------------------------------------------ diagonals
+local DIAG_OPTS = {offset = true, dim1 = true, dim2 = true}
 --- flow.diag_embed(x, offset = 0, dim1 = -2, dim2 = -1): the last dim of x
 -- becomes the diagonal (shifted by offset) of the dims dim1, dim2 of the
 -- result, which has one more dim; the rest is zero.
 local function diag_embed(x, offset, dim1, dim2)
   check_tensor('diag_embed', x)
   if is_options(offset) then
+    A.check_options('diag_embed', offset, DIAG_OPTS)
     offset, dim1, dim2 = offset.offset, offset.dim1, offset.dim2
   end
   offset, dim1, dim2 = offset or 0, dim1 or -2, dim2 or -1
@@ -241,6 +243,7 @@ def('diag_embed', diag_embed)
 local function diagonal(x, offset, dim1, dim2)
   check_tensor('diagonal', x)
   if is_options(offset) then
+    A.check_options('diagonal', offset, DIAG_OPTS)
     offset, dim1, dim2 = offset.offset, offset.dim1, offset.dim2
   end
   offset, dim1, dim2 = offset or 0, dim1 or 1, dim2 or 2
