@@ -26,6 +26,10 @@
 --            the table (the function takes no options; the extra argument
 --            is Lua's to drop)
 --   unprobed every argument list failed for other reasons
+-- Besides, a function for which some argument list raised one of Lua's own
+-- errors inside lua/oneflow or lua/flowvision ("attempt to index local 'x'
+-- (a number value)", "bad argument #2 to 'of_clamp'") -- a wrong-typed
+-- argument that no check caught -- gets an extra line `internal <name> <error>`.
 -- Each line: `<class> <name> [detail]`; the last line counts them.
 package.path = './lua/?.lua;./lua/?/init.lua;' .. package.path
 local flow = require 'oneflow'
@@ -88,6 +92,7 @@ local function templates()
   local function opt() return optim.SGD({flow.ones(2, {requires_grad = true})}, {lr = 0.1}) end
   local xr = flow.ones(2, {dtype = flow.float64, requires_grad = true})
   local fn = function(a) return a * 2 end
+  local sq = flow.tensor({{2, 1}, {1, 3}}, {dtype = flow.float64})
   return {
     {}, {x}, {x, x}, {x, 1}, {x, 2}, {x, ids}, {x, {3}}, {x, x, x}, {x, 1, 2},
     {x4}, {x4, w4}, {x4, 2}, {x4, 2, 2}, {x4, {2, 2}}, {x4, 1},
@@ -98,13 +103,33 @@ local function templates()
     {fn}, {fn, {xr}}, {xr:sum(), xr}, {{1, 2}}, {{0.5}, {0.5}}, {flow.ones(3, 8, 8)},
     {flow.ones(3, 8, 8), 4}, {flow.ones(3, 8, 8), 10}, {flow.ones(3, 8, 8), 1},
     {flow.utils.data.TensorDataset(x)}, {flow.tensor({0.5, 0.5})},
+    -- matrices, integer and boolean operands, index + source, mask + value
+    {sq}, {sq, sq}, {sq, sq, sq}, {sq, flow.ones(2, {dtype = flow.float64})}, {ids, ids},
+    {x, 1, ids, flow.ones(2, 3)}, {x, 1, ids, 0.5}, {x, x:gt(0), 0.5}, {x, x:gt(0), x},
+    {x, 1, ids:view(2, 1):expand(2, 3):contiguous(), x}, {ids, 3}, {x, 1, 1, 1},
+    {flow.tensor({0.3, 0.7})}, {x, 1, {2, 1}},
   }
 end
 local function method_templates()
+  local ids = flow.tensor({1, 2}, {dtype = flow.int64})
   return {{}, {1}, {2}, {flow.ones(2, 3)}, {1, 2}, {{3, 2}}, {2, 1}, {0.5}, {'cpu'}, {flow.float64},
+          {flow.ones(2, 3):gt(0), 0.5}, {flow.ones(2, 3):gt(0), flow.ones(2, 3)}, {1, ids, flow.ones(2, 3)},
+          {1, ids, 0.5}, {1, ids:view(2, 1):expand(2, 3):contiguous(), flow.ones(2, 3)}, {1, 1, 1},
+          {flow.ones(2, 3), 1}, {{1, 2}},
           {flow.ones(3, 2)}, {flow.tensor({1, 2}, {dtype = flow.int64})},
           {1, flow.tensor({{1, 2}}, {dtype = flow.int64})}}
 end
+
+-- Lua's own errors from inside the package (a wrong-typed argument that no
+-- check caught): 'attempt to index local ...', 'bad argument #1 to ...'
+local INTERNAL = {'attempt to index', 'attempt to call', 'attempt to perform', 'attempt to compare',
+                  'attempt to concatenate', 'bad argument #', 'cannot convert', 'has no \'__'}
+local function is_internal(err)
+  if not err:find('/oneflow/', 1, true) and not err:find('/flowvision/', 1, true) then return false end
+  for _, p in ipairs(INTERNAL) do if err:find(p, 1, true) then return true end end
+  return false
+end
+local INTERNAL_LOG = {}
 
 local PROBE = 'zzprobe'
 local VALUE_READS = {p = true, totable = true, parameters = true}
@@ -195,6 +220,7 @@ local function walk_one(f, is_method)
       any_ok = true
     else
       last_err = err
+      if is_internal(err) then INTERNAL_LOG[#INTERNAL_LOG + 1] = err end
     end
   end
   if any_ok then return 'ignored', '' end
@@ -220,9 +246,14 @@ local function run()
       if f and not seen[f] and not skipped(name) then
         seen[f] = true
         if TRACE then io.stderr:write(name, '\n') end
+        INTERNAL_LOG = {}
         local cls, detail = walk_one(f, r[1] == 'Tensor')
         counts[cls] = (counts[cls] or 0) + 1
         results[#results + 1] = {name, cls, detail}
+        if #INTERNAL_LOG > 0 then
+          counts.internal = (counts.internal or 0) + 1
+          results[#results + 1] = {name, 'internal', (INTERNAL_LOG[1]:gsub('\n.*', ''))}
+        end
         -- tidy up between calls: no grad mode left off by a call
         if not flow.is_grad_enabled() then flow.set_grad_enabled(true) end
       end
@@ -240,6 +271,9 @@ for _, e in ipairs(results) do
     print(('%s %s %s'):format(e[2], e[1], e[3]))
   end
 end
-print(('options walk: %d functions, %d strict, %d lax, %d nosuggest, %d strict-elsewhere, %d ignored, %d unprobed')
-  :format(#results, counts.strict or 0, counts.lax or 0, counts.nosuggest or 0, counts['strict-elsewhere'] or 0,
-          counts.ignored or 0, counts.unprobed or 0))
+local n = 0
+for _, e in ipairs(results) do if e[2] ~= 'internal' then n = n + 1 end end
+print(('options walk: %d functions, %d strict, %d lax, %d nosuggest, %d strict-elsewhere, %d ignored, %d unprobed;'
+       .. ' %d raised a Lua error from inside the package')
+  :format(n, counts.strict or 0, counts.lax or 0, counts.nosuggest or 0, counts['strict-elsewhere'] or 0,
+          counts.ignored or 0, counts.unprobed or 0, counts.internal or 0))

@@ -149,7 +149,8 @@ end)
 local function index_add(x, d, idx, src, opts, into)
   idx = index_tensor(idx, 'index_add', x)
   check_tensor('index_add', src, 'source')
-  local alpha = type(opts) == 'number' and opts or (opts and opts.alpha) or 1
+  local alpha = type(opts) == 'number' and opts
+    or (opts ~= nil and A.check_options('index_add', opts, {alpha = true}).alpha) or 1
   return C.of_index_add(x.p, dim(d, 'index_add', 3), idx.p, src.p, alpha, BASE, into, out1)
 end
 

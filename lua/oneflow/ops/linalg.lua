@@ -40,7 +40,7 @@ end)
 --- flow.mm(a, b): the matrix product of two 2-d tensors.
 def('mm', function(a, b, opts)
   check2('mm', a, b)
-  local into = opts and opts.out
+  local into = A.check_options('mm', opts, {out = true}).out
   if into ~= nil and not is_tensor(into) then
     error('mm: option out must be a tensor, got ' .. type(into), 2)
   end
@@ -65,7 +65,10 @@ def('addmm', function(c, a, b, opts)
   check2('addmm', a, b)
   if not is_tensor(c) then error('addmm: expected a tensor input, got ' .. type(c), 2) end
   local beta, alpha = 1, 1
-  if opts then beta, alpha = opts.beta or 1, opts.alpha or 1 end
+  if opts ~= nil then
+    A.check_options('addmm', opts, {beta = true, alpha = true})
+    beta, alpha = opts.beta or 1, opts.alpha or 1
+  end
   if of_addmm(c.p, a.p, b.p, beta, alpha, out1) ~= 0 then raise(2) end
   return wrap(out1[0])
 end)
