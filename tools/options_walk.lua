@@ -3,8 +3,13 @@
 -- an options table and ignore an unknown key (issue 20: "every function that
 -- takes an options table rejects an unknown key").
 --
---   luajit tools/options_walk.lua            -- the report, one line a function
---   luajit tools/options_walk.lua --summary  -- only the counts and the problems
+--   luajit -joff tools/options_walk.lua            -- the report, one line a function
+--   luajit -joff tools/options_walk.lua --summary  -- only the counts and the problems
+--
+-- -joff: with the JIT on, about 1 run in 10 crashed inside LuaJIT
+-- 2.1.0-beta3 (SIGSEGV in the GC under lua_pushstring, at a different
+-- function each time); 0 of 28 runs with -joff. Not explained yet (a JIT
+-- bug, or a memory error only the JIT's timing exposes): an open item.
 --
 -- Run it in a scratch directory: it calls hundreds of functions with made-up
 -- arguments (side-effecting names are skipped, see SKIP), and one may leave a
@@ -31,7 +36,9 @@
 -- (a number value)", "bad argument #2 to 'of_clamp'") -- a wrong-typed
 -- argument that no check caught -- gets an extra line `internal <name> <error>`.
 -- Each line: `<class> <name> [detail]`; the last line counts them.
-package.path = './lua/?.lua;./lua/?/init.lua;' .. package.path
+-- run from the checkout as a script: its lua/ first (not when required: the
+-- caller's path stays as it is, or flowvision would load from a second path)
+if (...) ~= 'tools.options_walk' then package.path = './lua/?.lua;./lua/?/init.lua;' .. package.path end
 local flow = require 'oneflow'
 local T = require 'oneflow.tensor'
 local nn, F, optim = flow.nn, flow.nn.functional, flow.optim
@@ -147,14 +154,15 @@ local function call(f, self, args, o)
   if self ~= nil then a[1] = self end
   for i = 1, #args do a[#a + 1] = args[i] end
   a[#a + 1] = o
-  -- a bounded call: a function that loops in Lua is stopped
+  -- a bounded call: a function that loops in Lua is stopped (random
+  -- arguments can make a sampler loop for minutes)
   local n = #a
-  debug.sethook(function() error('options_walk: too long', 2) end, '', 5e7)
   if TRACE then
     local d = {}
     for i = 1, n do d[i] = type(a[i]) == 'cdata' and 'tensor' or type(a[i]) end
     io.stderr:write('  (', table.concat(d, ', '), ')\n')
   end
+  debug.sethook(function() error('options_walk: too long', 2) end, '', 5e7)
   local ok, err = pcall(f, unpack(a, 1, n))
   debug.sethook()
   if ok then return true, nil end

@@ -50,7 +50,8 @@ describe('the options walk', function()
     os.remove(dir)
     assert(os.execute('mkdir -p ' .. sh_quote(dir)) == 0)
     local err = dir .. '/trace'
-    local cmd = ('cd %s && OPTIONS_WALK_TRACE=1 LUA_PATH=%s timeout 600 luajit %s 2>%s; echo "__rc=$?"'):format(
+    -- -joff: see tools/options_walk.lua (an unexplained crash with the JIT on)
+    local cmd = ('cd %s && OPTIONS_WALK_TRACE=1 LUA_PATH=%s timeout 600 luajit -joff %s 2>%s; echo "__rc=$?"'):format(
       sh_quote(dir), sh_quote(ROOT .. '/lua/?.lua;' .. ROOT .. '/lua/?/init.lua;;'),
       sh_quote(ROOT .. '/tools/options_walk.lua'), sh_quote(err))
     local p = io.popen(cmd)
@@ -83,13 +84,14 @@ describe('the options walk', function()
     assert.is_true(tonumber(strict) >= 400, out:sub(-300))
     -- a ratchet on wrong-typed arguments that reach Lua's own errors inside
     -- the package ("attempt to index local 'x' (a number value)"): 183 before
-    -- the flow.*, nn.init and operand checks, 78 after; lower it as they go
+    -- the flow.*, nn.init and operand checks, 64 after them and the clamp,
+    -- masked_fill and fill_ value checks; lower it as they go
     local internal = tonumber(out:match('(%d+) raised a Lua error from inside the package'))
     local lines = {}
     for line in out:gmatch('[^\n]+') do
       if line:match('^internal ') then lines[#lines + 1] = line end
     end
-    assert(internal and internal <= 78, ('%s functions raise Lua errors from inside (at most 78):\n%s')
+    assert(internal and internal <= 64, ('%s functions raise Lua errors from inside (at most 64):\n%s')
       :format(tostring(internal), table.concat(lines, '\n')))
   end)
 end)
@@ -121,6 +123,13 @@ describe('non-tensor inputs', function()
       {function() return flow.fmax(x, {}) end, 'expected a tensor or a number as operand, got table'},
       {function() return flow.nn.init.xavier_uniform_(nil) end,
        'xavier_uniform_: argument 1 (tensor) must be a tensor, got nil'},
+      {function() return x:clamp(flow.zeros(1)) end, 'clamp: min must be a number or nil, got tensor'},
+      {function() return x:clamp({mn = 0}) end, "clamp: unknown option 'mn' (did you mean 'min'?)"},
+      {function() return x:masked_fill(1, 2) end, 'masked_fill: argument 2 (mask) must be a tensor, got number'},
+      {function() return x:masked_fill(x:gt(0), nil) end,
+       'masked_fill: value must be a number or a one-element tensor, got nil'},
+      {function() return x:clone():fill_({}) end, 'fill_: value must be a number or a one-element tensor, got table'},
+      {function() return x:leaky_relu({}) end, 'leaky_relu: negative_slope must be a number, got table'},
     }
     for _, c in ipairs(more) do
       local ok, err = pcall(c[1])

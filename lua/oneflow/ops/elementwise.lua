@@ -124,8 +124,19 @@ def('absolute', T.flow.abs)
 def('fix', T.flow.trunc)
 
 --- x:clamp(min, max); either may be nil. Also clamp{min =, max =}.
+local function clamp_bound(v, what)
+  if v ~= nil and type(v) ~= 'number' then
+    A.fail(('clamp: %s must be a number or nil, got %s%s'):format(what, A.describe(v),
+      is_tensor(v) and ' (for tensor bounds use flow.maximum / flow.minimum)' or ''))
+  end
+end
 local function clamp_args(lo, hi)
-  if type(lo) == 'table' and not is_tensor(lo) then lo, hi = lo.min, lo.max end
+  if type(lo) == 'table' and not is_tensor(lo) then
+    A.check_options('clamp', lo, {min = true, max = true})
+    lo, hi = lo.min, lo.max
+  end
+  clamp_bound(lo, 'min')
+  clamp_bound(hi, 'max')
   return lo or 0, hi or 0, lo ~= nil and 1 or 0, hi ~= nil and 1 or 0
 end
 --- flow.clamp(x, min, max) / x:clamp{min =, max =}: x limited to [min, max]; either bound may be nil.
@@ -146,6 +157,9 @@ def('clamp_max', function(x, v) return x:clamp(nil, v) end)
 
 --- flow.leaky_relu(x, slope = 0.01): x for x > 0, slope * x otherwise.
 def('leaky_relu', function(x, slope)
+  if slope ~= nil and type(slope) ~= 'number' then
+    A.fail('leaky_relu: negative_slope must be a number, got ' .. A.describe(slope))
+  end
   return T.call1(C.of_leaky_relu, x.p, slope or 0.01, nil, core.out1)
 end)
 
@@ -170,12 +184,23 @@ def('where', function(cond, a, b)
 end, 'func')
 function methods.where(cond, a, b) return T.flow.where(cond, a, b) end
 
+-- the fill value of masked_fill: a number (a boolean, a one-element tensor)
+local function fill_value(op, mask, v)
+  A.check_tensor(op, mask, 'mask', 2)
+  v = bool_num(is_tensor(v) and v:item() or v)
+  if type(v) ~= 'number' then
+    A.fail(('%s: value must be a number or a one-element tensor, got %s'):format(op, A.describe(v)))
+  end
+  return v
+end
 --- flow.masked_fill(x, mask, v): x with v where mask is true.
 def('masked_fill', function(x, mask, v)
-  return T.call1(C.of_masked_fill, x.p, mask.p, bool_num(is_tensor(v) and v:item() or v), nil, out1)
+  v = fill_value('masked_fill', mask, v)
+  return T.call1(C.of_masked_fill, x.p, mask.p, v, nil, out1)
 end)
 function methods.masked_fill_(x, mask, v)
-  return T.finish_inplace(x, C.of_masked_fill(x.p, mask.p, bool_num(is_tensor(v) and v:item() or v), x.p, out1))
+  v = fill_value('masked_fill_', mask, v)
+  return T.finish_inplace(x, C.of_masked_fill(x.p, mask.p, v, x.p, out1))
 end
 
 ------------------------------------------------------------------ operators
