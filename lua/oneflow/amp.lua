@@ -71,11 +71,14 @@ function M.autocast(a, b, ...)
   local device, opts, rest
   if type(a) == 'string' then
     device = a
-    if type(b) == 'table' then opts, rest = b, {n = select('#', ...), ...}
+    if type(b) == 'table' then
+      opts = A.check_options('autocast', b, {dtype = true, enabled = true})
+      rest = {n = select('#', ...), ...}
     else opts, rest = {}, {n = select('#', ...) + 1, b, ...} end
   else
     opts = a or {}
     if type(opts) ~= 'table' then error('autocast: expected an options table or a device type', 2) end
+    A.check_options('autocast', opts, {device_type = true, dtype = true, enabled = true})
     rest = {n = select('#', ...) + 1, b, ...}
     device = opts.device_type or 'cpu'
   end

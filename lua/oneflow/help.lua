@@ -70,6 +70,11 @@ end
 
 -- The functions fn wraps (its function upvalues), breadth first, fn first.
 local function wrapped(fn)
+  -- the input check of a flow.<name> function (oneflow.tensor's guarded)
+  -- adds nothing: its inner function takes its place in the queue
+  local T = package.loaded['oneflow.tensor']
+  local unguard = type(T) == 'table' and T.unguard or function(f) return f end
+  fn = unguard(fn)
   local out, seen, queue = {}, {[fn] = true}, {fn}
   local qi = 1
   while qi <= #queue and #out < 12 do
@@ -78,6 +83,7 @@ local function wrapped(fn)
     for u = 1, 60 do
       local name, v = debug.getupvalue(f, u)
       if not name then break end
+      if type(v) == 'function' then v = unguard(v) end
       if type(v) == 'function' and not seen[v] then seen[v] = true; queue[#queue + 1] = v end
     end
   end
@@ -125,6 +131,9 @@ end
 -- @param fn a function
 -- @return a string, or nil for a C function
 function M.params(fn)
+  -- through the input check of a flow.<name> function (oneflow.tensor's guarded)
+  local T = package.loaded['oneflow.tensor']
+  if type(T) == 'table' and T.unguard then fn = T.unguard(fn) end
   local info = debug.getinfo(fn, 'Su')
   if not info or info.what == 'C' then return nil end
   local names = {}
@@ -171,15 +180,42 @@ M.find_name = find_name
 
 -- Every string key under which v sits in the roots (its aliases: flow.multiply
 -- is flow.mul, flow.clip is flow.clamp).
+-- Whether function x wraps v (v is an upvalue of x or of one of x's
+-- function upvalues): flow.mul once distributed.global has wrapped it, and
+-- flow.multiply, still the function inside.
+local function wraps(x, v)
+  for u = 1, 60 do
+    local name, w = debug.getupvalue(x, u)
+    if not name then return false end
+    if w == v then return true end
+    if type(w) == 'function' then
+      for u2 = 1, 60 do
+        local n2, w2 = debug.getupvalue(w, u2)
+        if not n2 then break end
+        if w2 == v then return true end
+      end
+    end
+  end
+  return false
+end
+
 local function aliases(v)
   local out = {}
   find_name(v)   -- builds the roots
-  for _, r in ipairs(roots or {}) do
-    if type(r[2]) == 'table' then
-      for k, x in pairs(r[2]) do
-        if x == v and type(k) == 'string' then out[#out + 1] = k end
+  for pass = 1, 2 do
+    for _, r in ipairs(roots or {}) do
+      if type(r[2]) == 'table' then
+        for k, x in pairs(r[2]) do
+          if type(k) == 'string' and (x == v or (pass == 2 and type(x) == 'function' and wraps(x, v))) then
+            out[#out + 1] = k
+          end
+        end
       end
     end
+    -- a second pass only when the function has no other name
+    local distinct = false
+    for i = 2, #out do if out[i] ~= out[1] then distinct = true end end
+    if distinct then break end
   end
   table.sort(out)
   return out
@@ -208,6 +244,14 @@ end
 function M.doc_for(fn, name)
   local short = name and name:match('([%w_]+)$')
   local b = M.doc_block(fn, short)
+  if b then return b end
+  -- the input check around a flow.<name> function (oneflow.tensor's guarded)
+  local T0 = package.loaded['oneflow.tensor']
+  local inner = type(T0) == 'table' and T0.unguard and T0.unguard(fn)
+  if inner and inner ~= fn then
+    local b2, of = M.doc_for(inner, name)
+    if b2 then return b2, of end
+  end
   if b then return b end
   for _, a in ipairs(aliases(fn)) do
     if a ~= short then

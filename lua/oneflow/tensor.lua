@@ -14,11 +14,19 @@ local methods, getters = {}, {}
 T.methods, T.getters = methods, getters
 T.flow = {}   -- functions exported as flow.<name>
 
+-- The flow.<name> functions of T.def whose first parameter is the input
+-- tensor (named x, input or self) check it before their body hands `x.p`
+-- to the C library: a table or a string there would reach C as NULL.
+local guards = setmetatable({}, {__mode = 'k'})
+local FIRST_TENSOR = {x = true, input = true, self = true}
+local NUMBER_FIRST = {xlogy = true, xlog1py = true, min = true, max = true}
+local guarded
+
 --- Registers `fn` as tensor method and/or flow function.
 function T.def(name, fn, where)
   where = where or 'both'
   if where ~= 'func' then methods[name] = fn end
-  if where ~= 'method' then T.flow[name] = fn end
+  if where ~= 'method' then T.flow[name] = guarded(name, fn) end
   return fn
 end
 local def = T.def
@@ -28,6 +36,10 @@ local def = T.def
 -- integral like) on like's device.
 function T.as_tensor_like(v, like)
   if T.is_tensor(v) then return v end
+  if type(v) == 'boolean' then v = v and 1 or 0 end
+  if type(v) ~= 'number' then
+    A.fail(('expected a tensor or a number as operand, got %s'):format(A.describe(v)))
+  end
   local dt = like.dtype
   if not dt.is_floating_point and v ~= math.floor(v) then dt = T.get_default_dtype() end
   return T.flow.tensor(v, {dtype = dt, device = like.device})
@@ -66,6 +78,36 @@ local Handle = core.Handle
 --- flow.is_tensor(v): true when v is a Tensor.
 function T.is_tensor(x) return type(x) == 'cdata' and ffi.istype(Handle, x) end
 local is_tensor = T.is_tensor
+
+-- fn itself, or for a function whose first parameter is its input tensor a
+-- wrapper that raises "abs: argument 1 (input) must be a tensor, got table"
+-- at the user's line for nil, a boolean, a number, a string, a function or
+-- a table other than a global or quantized tensor (cdata pass on: the body
+-- says what it makes of them). NUMBER_FIRST: the functions that take a
+-- number as first argument (flow.xlogy(2, y), flow.max(2, y)).
+local guard_of = setmetatable({}, {__mode = 'k'})
+function guarded(name, fn)
+  if guards[fn] or type(fn) ~= 'function' then return fn end
+  -- one wrapper per function, so aliases stay equal (flow.moveaxis == flow.movedim)
+  if guard_of[fn] then return guard_of[fn] end
+  local info = debug.getinfo(fn, 'u')
+  local first = info and info.nparams and info.nparams > 0 and debug.getlocal(fn, 1)
+  if not FIRST_TENSOR[first] then return fn end
+  local g = function(x, ...)
+    local t = type(x)
+    if t ~= 'cdata' and (t ~= 'number' or NUMBER_FIRST[name] == nil)
+       and (t ~= 'table' or A.describe(x) == 'table') then
+      A.check_tensor(name, x, 'input', 1)
+    end
+    return fn(x, ...)
+  end
+  guards[g], guard_of[fn] = fn, g
+  return g
+end
+
+--- The function a flow.<name> input check wraps (fn itself when it is none):
+-- help() shows its parameters.
+function T.unguard(fn) return guards[fn] or fn end
 
 --- Calls a C function returning one tensor through `out1`; wraps it.
 function T.call1(fn, ...)

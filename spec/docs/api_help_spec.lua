@@ -87,4 +87,30 @@ describe('help() and the doc comments of the public API', function()
     -- an in-place variant says whose doc it borrows
     assert.truthy(help.text(T.methods.abs_, 'x:abs_'):find('In-place version of abs', 1, true))
   end)
+
+  it('finds the same docs once a global tensor exists (distributed.global wraps the ops)', function()
+    -- in a fresh process: making a global tensor rewires flow.* for the rest of it
+    local root = debug.getinfo(1, 'S').source:sub(2):match('^(.*)/spec/docs/[^/]*$') or '.'
+    local script = [[
+      local flow = require 'oneflow'
+      local help = require 'oneflow.help'
+      local _ = flow.ones(4, 3):to_global(flow.placement('cpu', {0}), flow.sbp.split(1))
+      for _, n in ipairs({'mul', 'multiply', 'abs', 'absolute', 'greater', 'less_equal', 'negative', 'fix'}) do
+        local t = help.text(flow[n], 'flow.' .. n)
+        if t:find('(no doc comment)', 1, true) then print('MISSING ' .. n) end
+      end
+      print('DONE')
+    ]]
+    local path = os.tmpname()
+    local f = assert(io.open(path, 'w'))
+    f:write(script)
+    f:close()
+    local p = io.popen(('cd %q && LUA_PATH=%q luajit %q 2>&1'):format(root, root .. '/lua/?.lua;' .. root
+      .. '/lua/?/init.lua;;', path))
+    local out = p:read('*a')
+    p:close()
+    os.remove(path)
+    assert.truthy(out:find('DONE', 1, true), out)
+    assert.is_nil(out:find('MISSING', 1, true), out)
+  end)
 end)

@@ -202,6 +202,7 @@ end
 --- normalize(tensor, mean, std, {inplace = false}): (x - mean[c]) / std[c].
 function TF.normalize(tensor, mean, std, opts)
   check_image(tensor, 'normalize')
+  opts = A.check_options('normalize', opts, {inplace = true})
   if not is_float(tensor) then
     fail('normalize', ('expected a float tensor, got %s (use ConvertImageDtype or ToTensor first)')
          :format(tensor.dtype.name))
@@ -216,7 +217,7 @@ function TF.normalize(tensor, mean, std, opts)
   end
   local m = flow.tensor(mean, {dtype = tensor.dtype}):view(c, 1, 1)
   local s = flow.tensor(std, {dtype = tensor.dtype}):view(c, 1, 1)
-  if opts and opts.inplace then return tensor:sub_(m):div_(s) end
+  if opts.inplace then return tensor:sub_(m):div_(s) end
   return (tensor - m) / s
 end
 

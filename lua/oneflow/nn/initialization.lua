@@ -241,4 +241,22 @@ function I.sparse_(t, sparsity, std)
   end)
 end
 
+-- Every initializer checks its first argument first, so nn.init.xavier_uniform_(nil)
+-- says "xavier_uniform_: argument 1 (tensor) must be a tensor, got nil" at
+-- the user's line (as the F functions do, nn/functional/init.lua).
+do
+  local A, is_tensor = require('oneflow._args'), require('oneflow.tensor').is_tensor
+  local names = {}
+  for k, v in pairs(I) do
+    if type(v) == 'function' and k:sub(1, 1) ~= '_' and k ~= 'calculate_gain' then names[#names + 1] = k end
+  end
+  for _, k in ipairs(names) do
+    local f = I[k]
+    I[k] = function(t, ...)
+      if not is_tensor(t) then A.check_tensor(k, t, 'tensor', 1) end
+      return f(t, ...)
+    end
+  end
+end
+
 return I

@@ -23,7 +23,7 @@ local param_set = setmetatable({}, {__mode = 'k'})
 --- nn.Parameter(t[, requires_grad | {requires_grad =}]): a leaf sharing t's
 -- storage, requiring grad unless told otherwise.
 function M.Parameter(t, rg)
-  if type(rg) == 'table' then rg = rg.requires_grad end
+  if type(rg) == 'table' then rg = U.check_options('Parameter', rg, {requires_grad = true}).requires_grad end
   if rg == nil then rg = true end
   if t == nil then t = T.flow.empty(0) end
   if not is_tensor(t) then fail('Parameter: expected a tensor, got ' .. type(t)) end

@@ -39,8 +39,12 @@ local UpsamplingNearest2d = Upsample:subclass('UpsamplingNearest2d')
 --- nn.UpsamplingNearest2d({size =, scale_factor =}): nearest-neighbour upsampling.
 -- @function nn.UpsamplingNearest2d
 M.UpsamplingNearest2d = UpsamplingNearest2d
+local UPSAMPLING_OPTS = {size = true, scale_factor = true}
 function UpsamplingNearest2d:__init(size, scale_factor)
-  if type(size) == 'table' and U.is_options(size) then size, scale_factor = size.size, size.scale_factor end
+  if type(size) == 'table' and U.is_options(size) then
+    U.check_options('UpsamplingNearest2d', size, UPSAMPLING_OPTS)
+    size, scale_factor = size.size, size.scale_factor
+  end
   Upsample.__init(self, {size = size, scale_factor = scale_factor, mode = 'nearest'})
 end
 
@@ -49,7 +53,10 @@ local UpsamplingBilinear2d = Upsample:subclass('UpsamplingBilinear2d')
 -- @function nn.UpsamplingBilinear2d
 M.UpsamplingBilinear2d = UpsamplingBilinear2d
 function UpsamplingBilinear2d:__init(size, scale_factor)
-  if type(size) == 'table' and U.is_options(size) then size, scale_factor = size.size, size.scale_factor end
+  if type(size) == 'table' and U.is_options(size) then
+    U.check_options('UpsamplingBilinear2d', size, UPSAMPLING_OPTS)
+    size, scale_factor = size.size, size.scale_factor
+  end
   Upsample.__init(self, {size = size, scale_factor = scale_factor, mode = 'bilinear',
                          align_corners = true})
 end

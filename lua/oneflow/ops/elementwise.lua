@@ -13,20 +13,28 @@ local function bool_num(v)
   return v
 end
 
+local function bad_operands(op, a, b)
+  A.fail(('%s: expected tensors or numbers, got %s and %s'):format(
+    core.ffi.string(C.of_binary_name(op)), A.describe(a), A.describe(b)))
+end
+
 -- a op b where either may be a number; `into` for in-place/out variants.
 local function binary(op, a, b, into)
   local st
-  if type(b) == 'number' then
+  if type(b) == 'number' and is_tensor(a) then
     st = of_binary_scalar(op, a.p, b, 0, into, out1)
-  elseif type(a) == 'number' then
+  elseif type(a) == 'number' and is_tensor(b) then
     st = of_binary_scalar(op, b.p, a, 1, into, out1)
   elseif is_tensor(a) and is_tensor(b) then
     st = of_binary(op, a.p, b.p, into, out1)
   else
-    a, b = bool_num(a), bool_num(b)
-    if type(a) == 'number' or type(b) == 'number' then return binary(op, a, b, into) end
-    A.fail(('%s: expected tensors or numbers, got %s and %s'):format(
-      core.ffi.string(C.of_binary_name(op)), type(a), type(b)))
+    -- a boolean operand counts as 0/1; anything else (nil, a table, a
+    -- string, two numbers) is an error rather than a NULL handed to C
+    local a2, b2 = bool_num(a), bool_num(b)
+    if (type(a2) == 'number' and is_tensor(b2)) or (type(b2) == 'number' and is_tensor(a2)) then
+      return binary(op, a2, b2, into)
+    end
+    bad_operands(op, a, b)
   end
   -- the user's line, also from an operator (a + b) or a composed op
   if st ~= 0 then A.raise_c() end
@@ -36,6 +44,8 @@ T.binary = binary
 
 local function binary_inplace(op, a, b)
   local st
+  b = bool_num(b)
+  if not is_tensor(a) or not (type(b) == 'number' or is_tensor(b)) then bad_operands(op, a, b) end
   if type(b) == 'number' then st = of_binary_scalar(op, a.p, b, 0, a.p, out1)
   else st = of_binary(op, a.p, b.p, a.p, out1) end
   if st ~= 0 then A.raise_c() end
@@ -114,8 +124,19 @@ def('absolute', T.flow.abs)
 def('fix', T.flow.trunc)
 
 --- x:clamp(min, max); either may be nil. Also clamp{min =, max =}.
+local function clamp_bound(v, what)
+  if v ~= nil and type(v) ~= 'number' then
+    A.fail(('clamp: %s must be a number or nil, got %s%s'):format(what, A.describe(v),
+      is_tensor(v) and ' (for tensor bounds use flow.maximum / flow.minimum)' or ''))
+  end
+end
 local function clamp_args(lo, hi)
-  if type(lo) == 'table' and not is_tensor(lo) then lo, hi = lo.min, lo.max end
+  if type(lo) == 'table' and not is_tensor(lo) then
+    A.check_options('clamp', lo, {min = true, max = true})
+    lo, hi = lo.min, lo.max
+  end
+  clamp_bound(lo, 'min')
+  clamp_bound(hi, 'max')
   return lo or 0, hi or 0, lo ~= nil and 1 or 0, hi ~= nil and 1 or 0
 end
 --- flow.clamp(x, min, max) / x:clamp{min =, max =}: x limited to [min, max]; either bound may be nil.
@@ -136,6 +157,9 @@ def('clamp_max', function(x, v) return x:clamp(nil, v) end)
 
 --- flow.leaky_relu(x, slope = 0.01): x for x > 0, slope * x otherwise.
 def('leaky_relu', function(x, slope)
+  if slope ~= nil and type(slope) ~= 'number' then
+    A.fail('leaky_relu: negative_slope must be a number, got ' .. A.describe(slope))
+  end
   return T.call1(C.of_leaky_relu, x.p, slope or 0.01, nil, core.out1)
 end)
 
@@ -160,12 +184,23 @@ def('where', function(cond, a, b)
 end, 'func')
 function methods.where(cond, a, b) return T.flow.where(cond, a, b) end
 
+-- the fill value of masked_fill: a number (a boolean, a one-element tensor)
+local function fill_value(op, mask, v)
+  A.check_tensor(op, mask, 'mask', 2)
+  v = bool_num(is_tensor(v) and v:item() or v)
+  if type(v) ~= 'number' then
+    A.fail(('%s: value must be a number or a one-element tensor, got %s'):format(op, A.describe(v)))
+  end
+  return v
+end
 --- flow.masked_fill(x, mask, v): x with v where mask is true.
 def('masked_fill', function(x, mask, v)
-  return T.call1(C.of_masked_fill, x.p, mask.p, bool_num(is_tensor(v) and v:item() or v), nil, out1)
+  v = fill_value('masked_fill', mask, v)
+  return T.call1(C.of_masked_fill, x.p, mask.p, v, nil, out1)
 end)
 function methods.masked_fill_(x, mask, v)
-  return T.finish_inplace(x, C.of_masked_fill(x.p, mask.p, bool_num(is_tensor(v) and v:item() or v), x.p, out1))
+  v = fill_value('masked_fill_', mask, v)
+  return T.finish_inplace(x, C.of_masked_fill(x.p, mask.p, v, x.p, out1))
 end
 
 ------------------------------------------------------------------ operators
@@ -249,7 +284,8 @@ local function addc(op, combine)
     check_tensor(op, t1, 'tensor1')
     check_tensor(op, t2, 'tensor2')
     local value = 1
-    if type(opts) == 'number' then value = opts elseif opts and opts.value then value = opts.value end
+    if type(opts) == 'number' then value = opts
+    elseif opts ~= nil then value = A.check_options(op, opts, {value = true}).value or 1 end
     local p = combine(t1, t2)
     if value ~= 1 then p = p * value end
     return x + p
@@ -361,7 +397,10 @@ local FINITE_MAX = {float32 = 3.4028234663852886e38, float64 = 1.797693134862315
 -- largest and lowest finite values. Integer tensors are returned as a copy.
 def('nan_to_num', function(x, nan, posinf, neginf)
   check_tensor('nan_to_num', x)
-  if is_options(nan) then nan, posinf, neginf = nan.nan, nan.posinf, nan.neginf end
+  if is_options(nan) then
+    A.check_options('nan_to_num', nan, {nan = true, posinf = true, neginf = true})
+    nan, posinf, neginf = nan.nan, nan.posinf, nan.neginf
+  end
   if not x:is_floating_point() then return x:clone() end
   local big = FINITE_MAX[x.dtype.name] or FINITE_MAX.float32
   local r = flow.where(x:isnan(), as_tensor(nan or 0, x), x)

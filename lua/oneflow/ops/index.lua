@@ -52,7 +52,7 @@ local function tensor_list(ts, op)
 end
 
 local function dim_arg(d, op)
-  if type(d) == 'table' then d = d.dim end
+  if type(d) == 'table' then d = A.check_options(op, d, {dim = true}).dim end
   return dim(d or 1, op, 3)
 end
 
@@ -149,7 +149,8 @@ end)
 local function index_add(x, d, idx, src, opts, into)
   idx = index_tensor(idx, 'index_add', x)
   check_tensor('index_add', src, 'source')
-  local alpha = type(opts) == 'number' and opts or (opts and opts.alpha) or 1
+  local alpha = type(opts) == 'number' and opts
+    or (opts ~= nil and A.check_options('index_add', opts, {alpha = true}).alpha) or 1
   return C.of_index_add(x.p, dim(d, 'index_add', 3), idx.p, src.p, alpha, BASE, into, out1)
 end
 
@@ -202,7 +203,7 @@ end)
 
 ------------------------------------------------------------------ tril / triu
 local function diag_arg(k, op)
-  if type(k) == 'table' then k = k.diagonal end
+  if type(k) == 'table' then k = A.check_options(op, k, {diagonal = true}).diagonal end
   k = k or 0
   if type(k) ~= 'number' or k ~= math.floor(k) then
     error(('%s: diagonal must be an integer, got %s'):format(op, tostring(k)), 3)
@@ -302,8 +303,9 @@ end)
 --- x:nonzero(): N x ndim int64 of 1-based indices; {as_tuple = true} gives
 -- a Lua array of ndim 1-D tensors instead.
 def('nonzero', function(x, opts)
+  opts = A.check_options('nonzero', opts, {as_tuple = true})
   local r = call1(C.of_nonzero, x.p, BASE, out1)
-  if not (opts and opts.as_tuple) then return r end
+  if not opts.as_tuple then return r end
   local res = {}
   if x:dim() == 0 then   -- as PyTorch: a 0-d input counts as 1-d
     res[1] = T.flow.ones(r:size(1), {dtype = 'int64'})
@@ -443,6 +445,7 @@ function methods.masked_scatter_(x, mask, src) return x:copy_(masked_scatter(x, 
 -- k-th smallest along dim (ties: the first in the stable order).
 def('kthvalue', function(x, k, d, opts)
   if type(d) == 'table' then d, opts = nil, d end
+  opts = A.check_options('kthvalue', opts, {keepdim = true})
   if type(k) ~= 'number' or k ~= math.floor(k) then
     error('kthvalue: k must be an integer, got ' .. tostring(k), 2)
   end

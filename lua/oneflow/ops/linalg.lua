@@ -40,7 +40,7 @@ end)
 --- flow.mm(a, b): the matrix product of two 2-d tensors.
 def('mm', function(a, b, opts)
   check2('mm', a, b)
-  local into = opts and opts.out
+  local into = A.check_options('mm', opts, {out = true}).out
   if into ~= nil and not is_tensor(into) then
     error('mm: option out must be a tensor, got ' .. type(into), 2)
   end
@@ -65,7 +65,10 @@ def('addmm', function(c, a, b, opts)
   check2('addmm', a, b)
   if not is_tensor(c) then error('addmm: expected a tensor input, got ' .. type(c), 2) end
   local beta, alpha = 1, 1
-  if opts then beta, alpha = opts.beta or 1, opts.alpha or 1 end
+  if opts ~= nil then
+    A.check_options('addmm', opts, {beta = true, alpha = true})
+    beta, alpha = opts.beta or 1, opts.alpha or 1
+  end
   if of_addmm(c.p, a.p, b.p, beta, alpha, out1) ~= 0 then raise(2) end
   return wrap(out1[0])
 end)
@@ -193,12 +196,14 @@ local flow, is_options, check_tensor, norm_dim = T.flow, A.is_options, A.check_t
 local int64, bool, zeros = types.by_name.int64, types.by_name.bool, T.zeros_of
 
 ------------------------------------------------------------------ diagonals
+local DIAG_OPTS = {offset = true, dim1 = true, dim2 = true}
 --- flow.diag_embed(x, offset = 0, dim1 = -2, dim2 = -1): the last dim of x
 -- becomes the diagonal (shifted by offset) of the dims dim1, dim2 of the
 -- result, which has one more dim; the rest is zero.
 local function diag_embed(x, offset, dim1, dim2)
   check_tensor('diag_embed', x)
   if is_options(offset) then
+    A.check_options('diag_embed', offset, DIAG_OPTS)
     offset, dim1, dim2 = offset.offset, offset.dim1, offset.dim2
   end
   offset, dim1, dim2 = offset or 0, dim1 or -2, dim2 or -1
@@ -241,6 +246,7 @@ def('diag_embed', diag_embed)
 local function diagonal(x, offset, dim1, dim2)
   check_tensor('diagonal', x)
   if is_options(offset) then
+    A.check_options('diagonal', offset, DIAG_OPTS)
     offset, dim1, dim2 = offset.offset, offset.dim1, offset.dim2
   end
   offset, dim1, dim2 = offset or 0, dim1 or 1, dim2 or 2

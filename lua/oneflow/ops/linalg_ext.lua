@@ -37,6 +37,14 @@ local linalg = {}
 
 local shape_str = util.shape_str
 
+-- o after checking its keys when it is an options table (numbers, strings
+-- and nil, the positional forms, pass as they are).
+local function checked(op, o, allowed)
+  if is_options(o) then util.check_options('linalg.' .. op, o, allowed) end
+  return o
+end
+local NORM_OPTS = {ord = true, dim = true, keepdim = true, dtype = true}
+
 
 local function check_float(op, x)
   if not x.dtype.is_floating_point then
@@ -100,6 +108,7 @@ function linalg.vector_norm(x, ord, d, k, o)
   util.check_tensor('linalg.vector_norm', x)
   local keepdim, opts
   d, keepdim, opts = dim_args(d, k, o)
+  checked('vector_norm', opts, NORM_OPTS)
   if ord == nil then ord = opts.ord or 2 end
   if type(ord) ~= 'number' then
     error(('linalg.vector_norm: ord must be a number, got %s'):format(tostring(ord)), 2)
@@ -155,6 +164,7 @@ function linalg.matrix_norm(A, ord, d, k, o)
   util.check_tensor('linalg.matrix_norm', A)
   local keepdim, opts
   d, keepdim, opts = dim_args(d, k, o)
+  checked('matrix_norm', opts, NORM_OPTS)
   if ord == nil then ord = opts.ord or 'fro' end
   if opts.dtype then A = A:to(opts.dtype) end
   return matrix_norm('matrix_norm', A, ord, d, keepdim)
@@ -170,6 +180,7 @@ function linalg.norm(x, ord, d, k, o)
   util.check_tensor('linalg.norm', x)
   local keepdim, opts
   d, keepdim, opts = dim_args(d, k, o)
+  checked('norm', opts, NORM_OPTS)
   if ord == nil then ord = opts.ord end
   if opts.dtype then x = x:to(opts.dtype) end
   if type(d) == 'number' or (type(d) == 'table' and #d == 1) then
@@ -294,7 +305,7 @@ end
 -- new last dim. Differentiable (a gather, not a view).
 function linalg.diagonal(A, o)
   util.check_tensor('linalg.diagonal', A)
-  o = o or EMPTY
+  o = checked('diagonal', o, {offset = true, dim1 = true, dim2 = true}) or EMPTY
   local offset = o.offset or 0
   if type(offset) ~= 'number' or offset % 1 ~= 0 then
     error('linalg.diagonal: offset must be an integer, got ' .. tostring(offset), 2)
@@ -395,6 +406,7 @@ function linalg.solve(A, B, o)
   if o ~= nil and type(o) ~= 'table' then
     error('linalg.solve: options must be a table, got ' .. type(o), 2)
   end
+  checked('solve', o, {left = true})
   if o and o.left == false then
     if B:dim() < 2 then
       error(('linalg.solve: with left = false B must have at least 2 dims, got shape %s')
@@ -440,6 +452,7 @@ end
 -- that is not positive-definite raises (as torch).
 function linalg.cholesky(A, o)
   check_kernel_input('cholesky', A)
+  checked('cholesky', o, {upper = true})
   local upper = type(o) == 'table' and o.upper or false
   return kcall(C.of_linalg_cholesky, A.p, upper and 1 or 0, out1)
 end
@@ -462,6 +475,7 @@ local function opt(o, key, pos_type, default)
 end
 
 local function uplo_arg(op, o)
+  checked(op, o, {UPLO = true})
   local uplo = opt(o, 'UPLO', 'string', 'L')
   if uplo ~= 'L' and uplo ~= 'U' and uplo ~= 'l' and uplo ~= 'u' then
     error(("linalg.%s: UPLO must be 'L' or 'U', got %s"):format(op, tostring(uplo)), 3)
@@ -498,7 +512,7 @@ function linalg.qr(A, o)
   if A:dim() < 2 then
     error(('linalg.qr: A must have at least 2 dims, got shape %s'):format(shape_str(A)), 2)
   end
-  local mode = opt(o, 'mode', 'string', 'reduced')
+  local mode = opt(checked('qr', o, {mode = true}), 'mode', 'string', 'reduced')
   if qr_modes[mode] == nil then
     error(("linalg.qr: mode must be 'reduced', 'complete' or 'r', got %s"):format(
       tostring(mode)), 2)
@@ -519,7 +533,7 @@ end
 -- Vh (..., k, n), k = min(m, n). Singular vectors are unique only up to sign.
 function linalg.svd(A, o)
   check_matrix('svd', A)
-  local full = opt(o, 'full_matrices', 'boolean', true)
+  local full = opt(checked('svd', o, {full_matrices = true}), 'full_matrices', 'boolean', true)
   if C.of_linalg_svd(A.p, full and 1 or 0, out1, out2, out3) ~= 0 then raise(2) end
   return wrap(out1[0]), wrap(out2[0]), wrap(out3[0])
 end
@@ -565,7 +579,7 @@ end
 -- given). hermitian: A symmetric, through eigh. Differentiable.
 function linalg.pinv(A, o)
   check_matrix('pinv', A)
-  o = o or EMPTY
+  o = checked('pinv', o, {atol = true, rtol = true, hermitian = true}) or EMPTY
   local d, u, vh, mag = spectrum('pinv', A, o.hermitian)
   if mag:size(-1) == 0 then return T.flow.zeros_like(mT(A)) end
   local keep = mag:gt(threshold('pinv', A, o, mag:amax(-1)))
@@ -577,7 +591,7 @@ end
 -- number of singular values above max(atol, rtol * largest) (int64, (...)).
 function linalg.matrix_rank(A, o)
   check_matrix('matrix_rank', A)
-  o = o or EMPTY
+  o = checked('matrix_rank', o, {atol = true, rtol = true, tol = true, hermitian = true}) or EMPTY
   if type(o) == 'number' then o = {tol = o} end
   local mag
   if o.hermitian then
@@ -606,7 +620,7 @@ local lstsq_drivers = {gels = true, gelsy = true, gelsd = true, gelss = true}
 function linalg.lstsq(A, B, o)
   check_matrix('lstsq', A)
   util.check_tensor('linalg.lstsq', B, 'B')
-  o = o or EMPTY
+  o = checked('lstsq', o, {rcond = true, driver = true}) or EMPTY
   if type(o) == 'number' then o = {rcond = o} end
   local driver = o.driver or 'gelsy'
   if not lstsq_drivers[driver] then
@@ -649,7 +663,7 @@ linalg.matmul = function(a, b) return T.flow.matmul(a, b) end
 
 --- linalg.vecdot(x, y, {dim = -1}): sum(x * y) over dim, broadcasting.
 function linalg.vecdot(x, y, o)
-  local d = opt(o, 'dim', 'number', -1)
+  local d = opt(checked('vecdot', o, {dim = true}), 'dim', 'number', -1)
   return (x * y):sum(d)
 end
 
@@ -657,7 +671,7 @@ end
 function linalg.vander(x, o)
   util.check_tensor('linalg.vander', x, 'x')
   if x:dim() < 1 then error('linalg.vander: x must have at least 1 dim', 2) end
-  local n = opt(o, 'N', 'number', x:size(-1))
+  local n = opt(checked('vander', o, {N = true}), 'N', 'number', x:size(-1))
   if n < 0 then error('linalg.vander: N must be non-negative, got ' .. n, 2) end
   if n == 0 then
     local shape = x:size():totable()
@@ -764,7 +778,7 @@ end
 -- inf, -inf: norm(A, p) * norm(inv(A), p)).
 function linalg.cond(A, o)
   local p = o
-  if type(o) == 'table' then p = o.p end
+  if type(o) == 'table' then p = util.check_options('linalg.cond', o, {p = true}).p end
   check_kernel_input('cond', A)
   if p == nil or p == 2 or p == -2 then
     local sv = linalg.svdvals(A)
@@ -778,9 +792,12 @@ end
 -- f(A[, B], o) with errors turned into info /= 0 (info has A's batch
 -- shape; 1 marks a matrix that failed, whose result is NaN; LAPACK's pivot
 -- index is not reported). With check_errors the error is raised.
-local function ex_form(name, f, two)
+local function ex_form(name, f, two, allowed)
+  allowed = allowed or {}
+  allowed.check_errors = true
   return function(A, B, o)
     if not two then o, B = B, nil end
+    checked(name, o, allowed)
     local check = type(o) == 'table' and o.check_errors
     local fo = o
     if type(o) == 'table' then
@@ -823,10 +840,10 @@ linalg.inv_ex = ex_form('inv_ex', function(A) return linalg.inv(A) end)
 --- flow.linalg.cholesky_ex(A, {upper = false}) -> L, info: cholesky without raising; info > 0 where A is not
 -- positive definite.
 -- @function linalg.cholesky_ex
-linalg.cholesky_ex = ex_form('cholesky_ex', function(A, _, o) return linalg.cholesky(A, o) end)
+linalg.cholesky_ex = ex_form('cholesky_ex', function(A, _, o) return linalg.cholesky(A, o) end, false, {upper = true})
 --- flow.linalg.solve_ex(A, B, {left = true}) -> X, info: solve without raising; info > 0 where A is singular.
 -- @function linalg.solve_ex
-linalg.solve_ex = ex_form('solve_ex', function(A, B, o) return linalg.solve(A, B, o) end, true)
+linalg.solve_ex = ex_form('solve_ex', function(A, B, o) return linalg.solve(A, B, o) end, true, {left = true})
 
 
 ------------------------------------------------------------------ LU, LDL, Householder

@@ -293,8 +293,11 @@ def('std_mean', with_mean('std_mean', 'std'))
 --- x:aminmax({dim =, keepdim =}) (or x:aminmax(dim, keepdim)) -> min, max
 def('aminmax', function(x, d, keepdim)
   check_tensor('aminmax', x)
-  if is_options(d) then d, keepdim = d.dim, d.keepdim end
-  if type(keepdim) == 'table' then keepdim = keepdim.keepdim end
+  if is_options(d) then
+    A.check_options('aminmax', d, {dim = true, keepdim = true})
+    d, keepdim = d.dim, d.keepdim
+  end
+  if type(keepdim) == 'table' then keepdim = A.check_options('aminmax', keepdim, {keepdim = true}).keepdim end
   if x:numel() == 0 and d == nil then
     error('aminmax: cannot reduce an empty tensor over all its elements', 2)
   end

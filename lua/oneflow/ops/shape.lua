@@ -261,7 +261,7 @@ end, 'func')
 -- give N grids (a Lua array) of shape (#a, #b, ...); 'xy' swaps the first two dims.
 def('meshgrid', function(...)
   local ts, opts = tensor_list('meshgrid', ...)
-  local indexing = opts.indexing or 'ij'
+  local indexing = A.check_options('meshgrid', opts, {indexing = true}).indexing or 'ij'
   if indexing ~= 'ij' and indexing ~= 'xy' then
     error("meshgrid: indexing must be 'ij' or 'xy', got " .. tostring(indexing), 2)
   end

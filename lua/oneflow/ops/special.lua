@@ -110,7 +110,7 @@ function special.exp2(x) return (float_of(x) * LN2):exp() end
 --- special.logit(x, {eps =}) = log(x / (1 - x)), x clamped to [eps, 1 - eps] when eps is given.
 function special.logit(x, eps)
   x = float_of(x)
-  if type(eps) == 'table' then eps = eps.eps end
+  if type(eps) == 'table' then eps = A.check_options('logit', eps, {eps = true}).eps end
   if eps ~= nil then x = x:clamp(eps, 1 - eps) end
   return (x / (1 - x)):log()
 end
@@ -158,7 +158,8 @@ end
 --- special.round(x, {decimals = 0}): round half to even, at `decimals` places.
 function special.round(x, opts)
   check('round', x)
-  local d = type(opts) == 'number' and opts or (opts and opts.decimals) or 0
+  local d = type(opts) == 'number' and opts
+    or (opts ~= nil and A.check_options('special.round', opts, {decimals = true}).decimals) or 0
   if d == 0 then return x:round() end
   local s = 10 ^ d
   return (x * s):round() / s

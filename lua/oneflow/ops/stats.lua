@@ -13,8 +13,11 @@ local int64, bool, as_tensor = types.by_name.int64, types.by_name.bool, T.as_ten
 -- Per row of the sorted matrix, the 1-based position to take -> values, indices.
 local function median_impl(op, x, d, keepdim, skip_nan)
   check_tensor(op, x)
-  if is_options(d) then d, keepdim = d.dim, d.keepdim end
-  if type(keepdim) == 'table' then keepdim = keepdim.keepdim end
+  if is_options(d) then
+    A.check_options(op, d, {dim = true, keepdim = true})
+    d, keepdim = d.dim, d.keepdim
+  end
+  if type(keepdim) == 'table' then keepdim = A.check_options(op, keepdim, {keepdim = true}).keepdim end
   local global = d == nil
   if global then x = x:reshape(-1); d = 1 end
   if x:dim() == 0 then x = x:reshape(1); d = 1 end
@@ -146,8 +149,11 @@ end
 -- frequent ones) and where it last occurs. Values are differentiable.
 def('mode', function(x, d, keepdim)
   check_tensor('mode', x)
-  if is_options(d) then d, keepdim = d.dim, d.keepdim end
-  if type(keepdim) == 'table' then keepdim = keepdim.keepdim end
+  if is_options(d) then
+    A.check_options('mode', d, {dim = true, keepdim = true})
+    d, keepdim = d.dim, d.keepdim
+  end
+  if type(keepdim) == 'table' then keepdim = A.check_options('mode', keepdim, {keepdim = true}).keepdim end
   local scalar = x:dim() == 0
   if scalar then x = x:reshape(1) end
   d = norm_dim('mode', d or -1, x:dim())
@@ -254,7 +260,10 @@ end)
 -- ignored), in x's float dtype.
 def('histc', function(x, bins, lo, hi)
   check_tensor('histc', x)
-  if is_options(bins) then bins, lo, hi = bins.bins, bins.min, bins.max end
+  if is_options(bins) then
+    A.check_options('histc', bins, {bins = true, min = true, max = true})
+    bins, lo, hi = bins.bins, bins.min, bins.max
+  end
   bins, lo, hi = bins or 100, lo or 0, hi or 0
   if not x:is_floating_point() then
     error(('histc: expected a floating point tensor, got %s'):format(tostring(x.dtype)), 2)

@@ -192,6 +192,7 @@ end, 'method')
 --- x:copy_(src): copies src (broadcast, converted) into x in place; returns x.
 function methods.copy_(x, src)
   if type(src) == 'number' then return x:fill_(src) end
+  A.check_tensor('copy_', src, 'src', 1)
   if C.of_copy_(x.p, src.p) ~= 0 then raise(2) end
   return x
 end
@@ -200,6 +201,7 @@ end
 function methods.fill_(x, v)
   if type(v) == 'boolean' then v = v and 1 or 0 end
   if T.is_tensor(v) then v = v:item() end
+  if type(v) ~= 'number' then A.fail('fill_: value must be a number or a one-element tensor, got ' .. A.describe(v)) end
   if C.of_fill_(x.p, v) ~= 0 then raise(2) end
   return x
 end

@@ -57,7 +57,12 @@ M.FakeQuantize = FakeQuantize
 function FakeQuantize:__init(opts)
   nn.Module.__init(self)
   local o = {}
-  for k, v in pairs(opts or {}) do if k ~= 'observer' then o[k] = v end end
+  for k, v in pairs(opts or {}) do
+    -- the other keys are the observer's (it checks them); a near miss of
+    -- 'observer' is this constructor's
+    if k ~= 'observer' and A.nearest(k, {'observer'}) then A.unknown_option('FakeQuantize', k, {'observer'}) end
+    if k ~= 'observer' then o[k] = v end
+  end
   local ctor = (opts and opts.observer) or O.MovingAverageMinMaxObserver
   self.activation_post_process = ctor(o)
   local obs = self.activation_post_process

@@ -8,9 +8,10 @@ local U = require 'oneflow.nn._util'
 local parse, fail = U.parse, U.fail
 local F = {}
 
-local function inplace_of(opts)
+local INPLACE = {inplace = true}
+local function inplace_of(name, opts)
   if type(opts) == 'boolean' then return opts end
-  return type(opts) == 'table' and opts.inplace == true
+  return U.check_options(name, opts, INPLACE).inplace == true
 end
 
 --- max(x, 0) elementwise: `F.relu(x)`, `F.relu(x, {inplace = true})`.
@@ -24,14 +25,14 @@ end
 -- unary kernels: F.name(x, {inplace =})
 for _, name in ipairs({'relu', 'silu', 'mish', 'hardswish', 'hardsigmoid', 'sigmoid', 'tanh'}) do
   F[name] = function(x, opts)
-    if inplace_of(opts) then return x[name .. '_'](x) end
+    if inplace_of(name, opts) then return x[name .. '_'](x) end
     return x[name](x)
   end
 end
 
 --- F.relu6(x, inplace = false): min(max(0, x), 6).
 function F.relu6(x, opts)
-  if inplace_of(opts) then return x:clamp_(0, 6) end
+  if inplace_of('relu6', opts) then return x:clamp_(0, 6) end
   return x:clamp(0, 6)
 end
 
@@ -81,7 +82,7 @@ local SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.050700987355
 --- F.selu(x, inplace = false): scale * elu(x, alpha) with the self-normalising constants.
 function F.selu(x, opts)
   local y = flow.where(x:gt(0), x, neg_branch(x, SELU_ALPHA, 1)) * SELU_SCALE
-  if inplace_of(opts) then return x:copy_(y) end
+  if inplace_of('selu', opts) then return x:copy_(y) end
   return y
 end
 
