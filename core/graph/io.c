@@ -218,6 +218,7 @@ static uint32_t optional_inputs(int32_t op) {
     case OPK_CONV: case OPK_CONV_TRANSPOSE: case OPK_CONV_WEIGHT_GRAD:
       return 1u << 2;                                   /* bias (unused by the weight grad) */
     case OPK_BATCH_NORM: case OPK_INSTANCE_NORM: case OPK_LAYER_NORM: case OPK_GROUP_NORM:
+    case OPK_RMS_NORM:
       return 0x1eu;                                     /* running stats, weight, bias */
     case OPK_CROSS_ENTROPY: case OPK_NLL_LOSS: return 1u << 2;   /* class weights */
     case OPK_OPTIM_SGD: return 1u << 2;                 /* momentum buffer */
@@ -675,12 +676,14 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
         BAD("attrs: %s %g, %g", n->op == OPK_NORMAL_ ? "a negative std:" : "an empty range", a->a, a->b);
       break;
     }
-    case OPK_BATCH_NORM: case OPK_INSTANCE_NORM: case OPK_LAYER_NORM: case OPK_GROUP_NORM: {
+    case OPK_BATCH_NORM: case OPK_INSTANCE_NORM: case OPK_LAYER_NORM: case OPK_GROUP_NORM:
+    case OPK_RMS_NORM: {
       const a_norm *a = p;
       if (!(a->eps >= 0 && a->eps < INFINITY)) BAD("attrs.eps: %g", a->eps);
       CHECK_FINITE(a->momentum, "momentum");
       CHECK_FLAG(a->flag, "training");
-      if (n->op == OPK_LAYER_NORM && (a->groups < 1 || a->groups > (nd > 0 ? nd : 1)))
+      if ((n->op == OPK_LAYER_NORM || n->op == OPK_RMS_NORM) &&
+          (a->groups < 1 || a->groups > (nd > 0 ? nd : 1)))
         BAD("attrs.groups: normalizes %lld dims of a %d-d input", (long long)a->groups, (int)nd);
       if (n->op == OPK_GROUP_NORM) {
         int64_t ch = nd >= 2 ? g->vals[n->in[0]].shape[1] : 0;

@@ -116,6 +116,8 @@ local CASES = {
     bad = {{{momentum = 1 / 0}, 'attrs.momentum'}}},
   layer_norm = {ins = {X, false, false, false, false}, ok = {eps = 1e-5, groups = 1},
     bad = {{{groups = 5}, 'attrs.groups'}}},
+  rms_norm = {ins = {X, false, false, false, false}, ok = {eps = 1e-5, groups = 1},
+    bad = {{{groups = 5}, 'attrs.groups'}, {{eps = -1}, 'attrs.eps'}}},
   group_norm = {ins = {X, false, false, false, false}, ok = {eps = 1e-5, groups = 1},
     bad = {{{groups = 2}, 'attrs.groups'}}},
   interpolate = {ok = {nsp = 2, size = {8, 8}}, outs = {{{2, 3, 8, 8}}},
