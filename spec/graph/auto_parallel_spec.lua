@@ -1,7 +1,7 @@
 -- The auto-parallel planner (oneflow.nn.graph_auto) in one process: the
 -- search over signatures with given machine figures as if on n ranks, the
 -- boxing costs, the cost-model cache, and a graph on a one-rank placement.
--- (spec/dist/auto_parallel_mpi.lua runs it on 2 and 4 processes.)
+-- (spec/dist/parallel_auto_mpi.lua runs it on 2 and 4 processes.)
 local flow = require 'oneflow'
 local nn, F = flow.nn, flow.nn.functional
 local GA = require 'oneflow.nn.graph_auto'

@@ -1,4 +1,7 @@
 -- nn.Graph auto-parallel under mpirun (-np 2 and -np 4):
+-- (Named parallel_auto so that it runs after graph_mpi.lua in the shared
+-- busted process: the graphs it leaves behind are freed while graph_mpi.lua
+-- measures ZeRO's memory, and read as negative memory there.)
 -- config:enable_auto_parallel(true) searches the SBP of every module call
 -- with the cost model; a wide Linear stack gets its weights split, a conv
 -- net on a small batch stays data parallel, and every plan trains exactly
