@@ -167,14 +167,7 @@ function M.wrap(p)
 end
 
 --- Releases every handle whose Lua tensor is gone (also runs on its own).
--- Two cycles: what only a finalised object (a cdata with a finaliser, a graph
--- or module kept by one) still reached is freed by Lua in the cycle after
--- its finaliser ran, so one cycle can leave tensors behind that a later one
--- frees in the middle of the caller's measurement.
-function M.collect()
-  full_sweep()
-  full_sweep()
-end
+M.collect = full_sweep
 
 --- Releases the handles of tensors the GC has collected since the last
 -- sweep, if any. wrap() does it after the C call; calling this before a
