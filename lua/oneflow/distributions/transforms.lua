@@ -10,10 +10,19 @@ local constraints = require 'oneflow.distributions.constraints'
 
 local M = {}
 local fail = A.fail
-local function size_list(s)
+local function size_list(s, what)
   if s == nil then return {} end
   if type(s) == 'number' then return {s} end
-  if type(s) == 'table' and s.totable then return s:totable() end
+  if type(s) == 'table' and s.totable then s = s:totable() end
+  if type(s) ~= 'table' then
+    fail(('%s: expected a shape (a number, a list or a flow.Size), got %s'):format(what or 'shape',
+      A.describe(s)))
+  end
+  for _, v in ipairs(s) do
+    if type(v) ~= 'number' then
+      fail(('%s: expected a shape of numbers, got an element %s'):format(what or 'shape', A.describe(v)))
+    end
+  end
   return s
 end
 
@@ -364,7 +373,8 @@ M.ReshapeTransform = Reshape
 --- ReshapeTransform(in_shape, out_shape): the event reshaped (same numel)
 function Reshape:__init(in_shape, out_shape)
   local function numel(s) local n = 1 for _, v in ipairs(s) do n = n * v end return n end
-  self.in_shape, self.out_shape = size_list(in_shape), size_list(out_shape)
+  self.in_shape = size_list(in_shape, 'ReshapeTransform: in_shape')
+  self.out_shape = size_list(out_shape, 'ReshapeTransform: out_shape')
   if numel(self.in_shape) ~= numel(self.out_shape) then
     fail(('ReshapeTransform: in_shape %s and out_shape %s have different numbers of elements'):format(
       A.shape_str(self.in_shape), A.shape_str(self.out_shape)))
@@ -399,6 +409,13 @@ local IndependentT = Transform:subclass('IndependentTransform')
 M.IndependentTransform = IndependentT
 --- IndependentTransform(base, n): base with n more rightmost dims in its event
 function IndependentT:__init(base, n)
+  if not class.isinstance(base, Transform) then
+    fail(('IndependentTransform: base_transform must be a Transform, got %s'):format(A.describe(base)))
+  end
+  if type(n) ~= 'number' or n < 0 or n % 1 ~= 0 then
+    fail(('IndependentTransform: reinterpreted_batch_ndims must be an integer >= 0, got %s'):format(
+      A.describe(n)))
+  end
   self.base_transform, self.reinterpreted_batch_ndims = base, n
   self.event_dim, self.sign, self.bijective = base.event_dim + n, base.sign, base.bijective
   self.domain = constraints.independent(base.domain, n)
@@ -415,6 +432,10 @@ M.CumulativeDistributionTransform = CDF
 CDF.codomain = constraints.unit_interval
 --- CumulativeDistributionTransform(dist): y = dist:cdf(x)
 function CDF:__init(dist)
+  if type(dist) ~= 'table' or rawget(dist, 'batch_shape') == nil then
+    error(('CumulativeDistributionTransform: dist must be a distribution, got %s'):format(
+      flow.is_tensor(dist) and 'a tensor' or type(dist)), 3)
+  end
   self.distribution = dist
   self.domain = dist.support
 end

@@ -858,10 +858,11 @@ local function factor_outs(fn, op, A)
   return wrap(out1[0]), wrap(out2[0]), wrap(out3[0])
 end
 
-local function pivot_opt(op, o)
+local function pivot_opt(op, o, with_check)
   if o ~= nil and type(o) ~= 'table' then
     error(('linalg.%s: options must be a table, got %s'):format(op, type(o)), 3)
   end
+  if o then util.check_options('linalg.' .. op, o, with_check and {'pivot', 'check_errors'} or {'pivot'}) end
   if o and o.pivot == false then
     error(('linalg.%s: pivot = false is only supported on CUDA in torch; this CPU kernel always pivots')
       :format(op), 3)
@@ -1029,7 +1030,7 @@ end
 -- 1-based row swaps (LAPACK's, as torch's; 1-based indices as everywhere in
 -- flow); info int32 (...): k > 0 when U[k, k] is exactly zero.
 function linalg.lu_factor_ex(A, o)
-  local check = pivot_opt('lu_factor_ex', o)
+  local check = pivot_opt('lu_factor_ex', o, true)
   local _, _, _, LU, piv, info = lu_parts('lu_factor_ex', A)
   if check then
     local b, v = first_failure(info)
@@ -1140,6 +1141,7 @@ end
 -- info k > 0 when D[k, k] is exactly zero. Its backward raises (as torch).
 function linalg.ldl_factor_ex(A, o)
   if o ~= nil and type(o) ~= 'table' then error('linalg.ldl_factor_ex: options must be a table, got ' .. type(o), 2) end
+  if o then util.check_options('linalg.ldl_factor_ex', o, {'hermitian', 'check_errors'}) end
   util.check_tensor('linalg.ldl_factor_ex', A, 'A')
   local LD, piv, info = factor_outs(C.of_linalg_ldl_factor, 'ldl_factor_ex', A:detach())
   LD = not_differentiable('ldl_factor', LD, A)
@@ -1156,6 +1158,7 @@ end
 --- linalg.ldl_factor(A, {hermitian = false}) -> LD, pivots (real matrices:
 -- hermitian is symmetric). A singular D is reported by ldl_factor_ex's info.
 function linalg.ldl_factor(A, o)
+  if type(o) == 'table' then util.check_options('linalg.ldl_factor', o, {'hermitian'}) end
   local LD, piv = linalg.ldl_factor_ex(A, o)
   return LD, piv
 end
