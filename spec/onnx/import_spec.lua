@@ -191,6 +191,29 @@ describe('flow.onnx.load', function()
     end
   end)
 
+  it('traces Slice bounds computed by Mod and Reshape of constants (PyTorch 2.x ViT exports) in nn.Graph', function()
+    local i64 = function(...) return ffi.string(ffi.new('int64_t[?]', select('#', ...), ...), 8 * select('#', ...)) end
+    for _, c in ipairs({{fmod = 0, a = -7, b = 5, want = 3}, {fmod = 1, a = 7, b = -5, want = 2}}) do
+      local m = {ir_version = 8, opsets = {{domain = '', version = 17}},
+                 graph = {name = 'g', inputs = {vi('x', 1, {'n', 6})}, outputs = {vi('y', 1, {'n', c.want})},
+                          initializers = {{name = 'a', data_type = 7, dims = {}, raw = i64(c.a)},
+                                          {name = 'b', data_type = 7, dims = {}, raw = i64(c.b)},
+                                          {name = 'one', data_type = 7, dims = {1}, raw = i64(1)},
+                                          {name = 'st', data_type = 7, dims = {1}, raw = i64(0)}},
+                          nodes = {{op_type = 'Mod', inputs = {'a', 'b'}, outputs = {'m'},
+                                    attributes = {{name = 'fmod', type = 'i', value = c.fmod}}},
+                                   {op_type = 'Reshape', inputs = {'m', 'one'}, outputs = {'en'}},
+                                   {op_type = 'Slice', inputs = {'x', 'st', 'en', 'one'}, outputs = {'y'}}}}}
+      local net = I.load_bytes(pb.tostring(pb.model(m)))
+      local G = flow.nn.Graph:subclass('ModSliceGraph')
+      function G:__init(mod) flow.nn.Graph.__init(self); self.mod = mod end
+      function G:build(t) return self.mod(t) end
+      local g = G(net)
+      local x = flow.randn(3, 6)
+      H.close(g(x), x:narrow(2, 1, c.want), 0, 'fmod ' .. c.fmod)
+    end
+  end)
+
   it('runs If and Loop subgraphs reading the enclosing scope', function()
     local net = flow.onnx.load('tools/fuzz/corpus/onnx/control.onnx')
     local y, z = net(flow.tensor({2}), flow.tensor(true))

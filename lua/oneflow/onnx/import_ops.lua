@@ -2861,6 +2861,15 @@ PROP.Div = elementwise(function(a, b)
   local q = a / b
   return q >= 0 and floor(q) or math.ceil(q)
 end)
+-- ONNX Mod on integers: fmod = 0 takes the divisor's sign (Lua's %), 1 the
+-- dividend's (C's fmod); PyTorch 2.x's exporter computes slice ends with it
+PROP.Mod = function(vs, n)
+  local c = attr(n, 'fmod', 0) == 1
+  return elementwise(function(a, b)
+    if b == 0 then return nil end
+    return c and math.fmod(a, b) or a % b
+  end)(vs)
+end
 PROP.Equal = elementwise(function(a, b) return a == b and 1 or 0 end)
 PROP.Less = elementwise(function(a, b) return a < b and 1 or 0 end)
 PROP.Greater = elementwise(function(a, b) return a > b and 1 or 0 end)
