@@ -101,7 +101,9 @@ if write_doc then
   local nxt = doc:find('\n## ', s + 1, true)
   local old = doc:find('\n### Between hosts', s, true)
   if old and (not nxt or old < nxt) then
-    doc = doc:sub(1, old) .. sub .. (nxt and doc:sub(nxt) or '')
+    -- its own subsection only: the next heading (### or ##) ends it
+    local stop = doc:find('\n##', old + 1, true)
+    doc = doc:sub(1, old) .. sub .. (stop and doc:sub(stop) or '')
   else
     local at = nxt or #doc
     doc = doc:sub(1, at) .. (nxt and '' or '\n') .. sub .. (nxt and doc:sub(nxt) or '')
