@@ -165,8 +165,10 @@ void *of_alloc(of_device dev, int64_t nbytes) {
     cpu.stats.cached_bytes -= size;
     cpu.stats.cache_hits++;
   }
+  /* read under the lock: of_free writes it there (ThreadSanitizer) */
+  const int64_t cached = cpu.stats.cached_bytes;
   pthread_mutex_unlock(&cpu.lock);
-  if (!b && !within_memory(size, __atomic_load_n(&cpu.stats.cached_bytes, __ATOMIC_RELAXED))) return NULL;
+  if (!b && !within_memory(size, cached)) return NULL;
   void *p = b ? (void *)b : os_alloc(size);
   if (!p) {
     of_empty_cache(OF_CPU);
