@@ -442,9 +442,11 @@ static void split_rows(int64_t M, int nt, int t, int64_t *m0, int64_t *m1) {
  * [channel / 16][k / 4][16][4]), so that results are rows of channels. A
  * row's K bytes are read as taps: segments at fixed offsets from the row's
  * base. A linear layer has one tap, its input rows; a convolution reads
- * its input as channels-last bytes inside a border of the zero point
- * (channels padded to 4), a row per output position and a tap per kernel
- * element: no column matrix is built, the weights' K runs (kh, kw, c). */
+ * its input as channels-last bytes inside a border of the zero point, a
+ * row per output position and a tap per kernel row (kw * C bytes lie
+ * together without dilation along W) or, with it, per kernel element
+ * (channels padded to 4): no column matrix is built, the weights' K runs
+ * (kh, kw, c). */
 #if defined(__x86_64__)
 static bool have_vnni(void) {
   return of_cpu_isa() >= OF_ISA_AVX512 && __builtin_cpu_supports("avx512vnni");
