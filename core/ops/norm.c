@@ -550,6 +550,26 @@ static of_status bn_backward(of_node *n, of_tensor **g, of_tensor **gi) {
     if (k != 1 || saved_weight(n)) st = of_node_saved(n, k, &sv[k]);
   if (st != OF_OK) goto done;
   of_tensor *x = sv[0], *w = sv[1];
+  /* a loaded graph's node records the input's shape; the kernels below
+   * index x, the gradient and the per-channel tensors by it, so they must
+   * agree (a crafted file read out of bounds here) */
+  {
+    const of_meta *m = &n->in_meta[0];
+    bool ok = x && x->ndim >= 2 && m->ndim == x->ndim && g[0]->ndim == x->ndim;
+    for (int32_t k = 0; ok && k < x->ndim; k++)
+      ok = m->shape[k] == x->shape[k] && g[0]->shape[k] == x->shape[k];
+    const int64_t C = ok ? x->shape[1] : 0;
+    ok = ok && sv[2] && sv[3] && sv[2]->numel == C && sv[3]->numel == C && (!w || w->numel == C);
+    if (!ok) {
+      char a[96], b[96], c[96];
+      st = of_fail(OF_ERR_SHAPE, "batch_norm backward: saved input %s and gradient %s do not match "
+                   "the recorded input %s (or the per-channel statistics)",
+                   x ? of_shape_str(x->shape, x->ndim, a, 96) : "none",
+                   of_shape_str(g[0]->shape, g[0]->ndim, b, 96),
+                   of_shape_str(m->shape, m->ndim, c, 96));
+      goto done;
+    }
+  }
   nc_shape d = nc_of(&n->in_meta[0]);
   if (wants_composite(g[0], x, w)) {
     composite_t c = {.vnd = x->ndim, .eps = an->eps};
@@ -574,6 +594,14 @@ static of_status bn_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   if (st == OF_OK) {
     double *pg = buf, *pgx = buf + NC, *sg = pgx + NC, *sgx = sg + d.C, *a = sgx + d.C;
     double *b = a + d.C, *k = b + d.C;
+    if (sv[2]->dtype != OF_FLOAT64 || sv[3]->dtype != OF_FLOAT64) {
+      free(buf);
+      of_tensor_release(xc);
+      of_tensor_release(gc);
+      st = of_fail(OF_ERR_DTYPE, "batch_norm backward: the saved statistics must be float64, got %s "
+                   "and %s", of_dtype_name(sv[2]->dtype), of_dtype_name(sv[3]->dtype));
+      goto done;
+    }
     const double *mu = of_tensor_data(sv[2]), *is = of_tensor_data(sv[3]);
     if (cd == OF_FLOAT64)
       ch_grad_sums_double(of_tensor_data(xc), of_tensor_data(gc), d.N, d.C, d.S, mu, pg, pgx);
