@@ -316,7 +316,8 @@ describe('flow-serve', function()
     local names = {}
     for _, e in ipairs(all) do names[#names + 1] = e.name .. '/' .. e.version end
     table.sort(names)
-    assert.is_truthy(table.concat(names, ' '):find('mlp/1 mlp/2 mlp_auto/1 mlp_batched/1', 1, true), table.concat(names, ' '))
+    local listed = table.concat(names, ' ')
+    assert.is_truthy(listed:find('mlp/1 mlp/2 mlp_auto/1 mlp_batched/1', 1, true), listed)
     local one = json.decode(select(2, http('GET', '/v2/models/mlp/versions/1/stats'))).model_stats
     assert.are.same({'mlp', '1'}, {one[1].name, one[1].version})
     assert.are.equal(1, #one)
@@ -346,7 +347,8 @@ describe('flow-serve', function()
     check_error(req('POST', '/v2/repository/models/mlp_auto/load', '{"parameters": '), 400, 'load:')
     check_error(req('POST', '/v2/repository/models/mlp_auto/load', '{"params": {}}'), 400, "unknown member 'params'")
     cfg.name = 'other'
-    check_error(req('POST', '/v2/repository/models/mlp_auto/load', json.encode({parameters = {config = json.encode(cfg)}})),
+    check_error(req('POST', '/v2/repository/models/mlp_auto/load',
+                    json.encode({parameters = {config = json.encode(cfg)}})),
                 400, "the load request's config names the model 'other'")
     assert.are.equal(200, (http('POST', '/v2/repository/models/mlp_auto/load')))
     assert.are.equal(200, (http('GET', '/v2/models/mlp_auto/ready')))
