@@ -578,7 +578,7 @@ local function standard_gamma(alpha)
     local d = a - 1 / 3
     local c = (d * 9):rsqrt()
     local out = flow.zeros_like(a)
-    local todo = flow.ones(a:size():totable(), {dtype = flow.bool})
+    local redraw = flow.ones(a:size():totable(), {dtype = flow.bool})
     for _ = 1, 200 do
       local x = flow.randn(a:size():totable(), {dtype = a.dtype})
       local v = (x * c + 1) ^ 3
@@ -586,12 +586,12 @@ local function standard_gamma(alpha)
       local vpos = v:gt(0)
       local vs = flow.where(vpos, v, flow.ones({}, {dtype = v.dtype}))
       local ok = vpos:logical_and(u:log():lt(x * x * 0.5 + d - d * vs + d * vs:log()))
-      local take = ok:logical_and(todo)
+      local take = ok:logical_and(redraw)
       out = flow.where(take, d * vs, out)
-      todo = todo:logical_and(ok:logical_not())
-      if not todo:any():item() then break end
+      redraw = redraw:logical_and(ok:logical_not())
+      if not redraw:any():item() then break end
     end
-    if todo:any():item() then fail('Gamma: the sampler did not converge (parameters too extreme?)') end
+    if redraw:any():item() then fail('Gamma: the sampler did not converge (parameters too extreme?)') end
     local boost = uniform_like(a:size():totable(), a):pow(alpha:reciprocal())
     return flow.where(small, out * boost, out)
   end)
@@ -967,9 +967,9 @@ local function poisson_draw(rate)
       local a = b * 0.02483 - 0.059
       local invalpha = (b - 3.4):reciprocal() * 1.1328 + 1.1239
       local vr = 0.9277 - (b - 2):reciprocal() * 3.6224
-      local todo = big
+      local redraw = big
       for _ = 1, 200 do
-        if not todo:any():item() then break end
+        if not redraw:any():item() then break end
         local U = uniform_like(shape, rate) - 0.5
         local V = uniform_like(shape, rate)
         local us = 0.5 - U:abs()
@@ -979,11 +979,11 @@ local function poisson_draw(rate)
         local ks = k:clamp(0)
         local slow = (V:log() + invalpha:log() - (a / (us * us) + b):log())
           :le(-lam + ks * loglam - S.gammaln(ks + 1))
-        local ok = todo:logical_and(quick:logical_or(bad:logical_not():logical_and(slow)))
+        local ok = redraw:logical_and(quick:logical_or(bad:logical_not():logical_and(slow)))
         out = flow.where(ok, k, out)
-        todo = todo:logical_and(ok:logical_not())
+        redraw = redraw:logical_and(ok:logical_not())
       end
-      if todo:any():item() then fail('Poisson: the sampler did not converge') end
+      if redraw:any():item() then fail('Poisson: the sampler did not converge') end
     end
     return out
   end)
@@ -2058,9 +2058,9 @@ function VonMises:sample(sample_shape)
     local small = k:lt(1e-5)
     proposal_r = flow.where(small, 1 / k + k, proposal_r)
     local x = flow.zeros(shape, {dtype = flow.float64})
-    local todo = flow.ones(shape, {dtype = flow.bool})
+    local redraw = flow.ones(shape, {dtype = flow.bool})
     for _ = 1, 1000 do
-      if not todo:any():item() then break end
+      if not redraw:any():item() then break end
       local u1 = uniform_like(shape, x)
       local u2 = uniform_like(shape, x)
       local u3 = uniform_like(shape, x)
@@ -2068,11 +2068,11 @@ function VonMises:sample(sample_shape)
       local f = (1 + proposal_r * z) / (proposal_r + z)
       local c = k * (proposal_r - f)
       local ok = (c * (2 - c) - u2):gt(0):logical_or(((c / u2):log() + 1 - c):ge(0))
-      local take = ok:logical_and(todo)
+      local take = ok:logical_and(redraw)
       x = flow.where(take, (u3 - 0.5):sign() * f:acos(), x)
-      todo = todo:logical_and(take:logical_not())
+      redraw = redraw:logical_and(take:logical_not())
     end
-    if todo:any():item() then fail('VonMises: the sampler did not converge') end
+    if redraw:any():item() then fail('VonMises: the sampler did not converge') end
     local r = (x + math.pi + self.loc:to(flow.float64)):remainder(2 * math.pi) - math.pi
     return r:to(self.loc.dtype)
   end)

@@ -876,6 +876,16 @@ local function first_failure(info)
   for i, v in ipairs(flat) do if v ~= 0 then return i, v end end
 end
 
+-- check_errors of the *_factor_ex functions: the first zero pivot of `what`
+-- (U or D) as torch's message, raised at the caller's caller
+local function raise_singular(op, what, info, A)
+  local b, v = first_failure(info)
+  if b then
+    error(('linalg.%s: %s%s[%d,%d] is zero (the matrix of shape %s is singular)'):format(
+      op, A:dim() > 2 and ('(Batch element %d): '):format(b) or '', what, v, v, shape_str(A)), 3)
+  end
+end
+
 -- The permutation matrices P (..., m, m) with A = P L U from LAPACK pivots
 -- (..., k): row i was swapped with row pivots[i], in order.
 local function pivots_to_perm(pivots, m, dtype)
@@ -1032,13 +1042,7 @@ end
 function linalg.lu_factor_ex(A, o)
   local check = pivot_opt('lu_factor_ex', o, true)
   local _, _, _, LU, piv, info = lu_parts('lu_factor_ex', A)
-  if check then
-    local b, v = first_failure(info)
-    if b then
-      error(('linalg.lu_factor_ex: %sU[%d,%d] is zero (the matrix of shape %s is singular)'):format(
-        A:dim() > 2 and ('(Batch element %d): '):format(b) or '', v, v, shape_str(A)), 2)
-    end
-  end
+  if check then raise_singular('lu_factor_ex', 'U', info, A) end
   return LU, piv, info
 end
 
@@ -1145,13 +1149,7 @@ function linalg.ldl_factor_ex(A, o)
   util.check_tensor('linalg.ldl_factor_ex', A, 'A')
   local LD, piv, info = factor_outs(C.of_linalg_ldl_factor, 'ldl_factor_ex', A:detach())
   LD = not_differentiable('ldl_factor', LD, A)
-  if o and o.check_errors then
-    local b, v = first_failure(info)
-    if b then
-      error(('linalg.ldl_factor_ex: %sD[%d,%d] is zero (the matrix of shape %s is singular)'):format(
-        A:dim() > 2 and ('(Batch element %d): '):format(b) or '', v, v, shape_str(A)), 2)
-    end
-  end
+  if o and o.check_errors then raise_singular('ldl_factor_ex', 'D', info, A) end
   return LD, piv, info
 end
 
