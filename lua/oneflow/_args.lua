@@ -332,6 +332,9 @@ end
 --- A list of dims (number or table) -> int32_t[8] of 0-based dims, count.
 function A.dims_ptr(dims, op)
   if type(dims) == 'number' then dims = {dims} end
+  -- the buffer is a fixed int32_t[8]: a longer list would write past it
+  -- into LuaJIT's heap
+  if #dims > 8 then fail(('%s: at most 8 dims, got %d'):format(op, #dims)) end
   for i = 1, #dims do dims_buf[i - 1] = A.dim(dims[i], op) end
   return dims_buf, #dims
 end
@@ -369,7 +372,12 @@ function A.sizes_and_options(op, ...)
 end
 
 --- Fills a reusable int64_t[8] with a Lua list (second buffer with which=2).
-function A.shape_ptr(list, which)
+-- op names the caller in the error a list of more than 8 entries gets (it
+-- would write past the buffer into LuaJIT's heap).
+function A.shape_ptr(list, which, op)
+  if #list > 8 then
+    fail(('%s: at most 8 dims are supported, got %d'):format(op or 'shape', #list))
+  end
   local buf = which == 2 and shape_buf2 or shape_buf
   for i = 1, #list do buf[i - 1] = list[i] end
   return buf, #list

@@ -468,23 +468,42 @@ function T.flow.tensor(data, opts)
     for i = 1, #shape do count = count * shape[i] end
     for i = 0, count - 1 do check_fits('tensor', buf[i], dt, 2) end
   end
-  local ptr, n = A.shape_ptr(shape)
+  local ptr, n = A.shape_ptr(shape, 1, 'tensor')
   local t = T.call1(C.of_from_doubles, buf, ptr, n, dt.id, out1)
   if opts.device ~= nil and types.device(opts.device).type ~= 'cpu' then t = t:to(opts.device) end
   if opts.requires_grad then t:requires_grad_(true) end
   return t
 end
 
---- Zero-copy view of C memory: flow.from_blob(ptr, sizes, {dtype =,
--- strides =, deleter = fn(ptr)}). The memory must outlive the tensor.
+-- A from_blob tensor keeps the cdata its memory came from (an ffi.new
+-- buffer) alive as long as the Lua tensor lives: LuaJIT frees a buffer as
+-- soon as no Lua value refers to it, and a bare pointer does not.
+local blob_owner = setmetatable({}, {__mode = 'k'})
+
+--- Zero-copy view of memory: flow.from_blob(ptr, sizes, {dtype =, strides =}).
+-- ptr is a pointer or an FFI array (cdata); the tensor reads and writes that
+-- memory in place. An FFI array stays alive while the returned Lua tensor
+-- does; other memory must outlive the tensor and every view of it (free it
+-- yourself after they are gone: there is no deleter callback).
 function T.flow.from_blob(ptr, sizes, opts)
-  opts = A.check_options('from_blob', opts, {dtype = true, strides = true, deleter = true})
+  opts = A.check_options('from_blob', opts, {dtype = true, strides = true})
+  if type(ptr) ~= 'cdata' then
+    A.fail('from_blob: argument 1 (ptr) must be a pointer or an FFI array, got ' .. A.describe(ptr))
+  end
   local dt = A.dtype_opt(opts, default_dtype)
   local s = A.sizes_and_options('from_blob', sizes)
-  local shape, n = A.shape_ptr(s)
+  local shape, n = A.shape_ptr(s, 1, 'from_blob')
   local strides = nil
-  if opts.strides then strides = A.shape_ptr(opts.strides, 2) end
-  return T.call1(C.of_from_blob, ffi.cast('void*', ptr), shape, strides, n, dt.id, nil, nil, out1)
+  if opts.strides then
+    if type(opts.strides) ~= 'table' or #opts.strides ~= n then
+      A.fail(('from_blob: strides must be a list of %d numbers (one per size), got %s'):format(
+        n, type(opts.strides) == 'table' and ('a list of ' .. #opts.strides) or A.describe(opts.strides)))
+    end
+    strides = A.shape_ptr(opts.strides, 2, 'from_blob')
+  end
+  local t = T.call1(C.of_from_blob, ffi.cast('void*', ptr), shape, strides, n, dt.id, nil, nil, out1)
+  blob_owner[t] = ptr
+  return t
 end
 
 local function like(fill, name)

@@ -55,6 +55,9 @@ describe('common names', function()
     H.close(y.grad, {1, 1, 2, 1, 2, 1, 1}, 0)
     H.raises(function() y:unfold(1, 9, 1) end, 'exceeds')
     H.raises(function() y:unfold(1, 2, 0) end, 'step must be positive')
+    -- an 8-d tensor would unfold to 9 dims (it wrote past the shape buffer)
+    H.raises(function() flow.zeros(1, 1, 1, 1, 1, 1, 1, 2):unfold(8, 1, 1) end,
+             'unfold: at most 8 dims are supported, got 9')
   end)
 
   it('retain_grad keeps (and accumulates) a non-leaf gradient', function()

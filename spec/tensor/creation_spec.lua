@@ -104,4 +104,23 @@ describe('from_blob and data_ptr', function()
     local x = flow.from_blob(buf, {3, 2}, {dtype = flow.int32, strides = {1, 3}})
     assert.are.same({{1, 4}, {2, 5}, {3, 6}}, x:totable())
   end)
+
+  it('keeps an FFI array alive while the tensor lives', function()
+    local x = flow.from_blob(ffi.new('float[4]', {1, 2, 3, 4}), {4})
+    collectgarbage()
+    collectgarbage()
+    -- the freed array's memory would now hold these
+    local junk = {}
+    for i = 1, 20000 do junk[i] = ffi.new('float[4]', {9, 9, 9, 9}) end
+    assert.are.same({1, 2, 3, 4}, x:totable())
+  end)
+
+  it('refuses strides that do not match the sizes, a non-pointer and unknown options', function()
+    local buf = ffi.new('float[6]')
+    assert.has_error(function() flow.from_blob(buf, {2, 3}, {strides = {1}}) end,
+                     'from_blob: strides must be a list of 2 numbers (one per size), got a list of 1')
+    assert.has_error(function() flow.from_blob(12, {2, 3}) end,
+                     'from_blob: argument 1 (ptr) must be a pointer or an FFI array, got number')
+    assert.has_error(function() flow.from_blob(buf, {2, 3}, {deleter = print}) end)
+  end)
 end)

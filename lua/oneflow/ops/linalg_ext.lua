@@ -1169,7 +1169,10 @@ function linalg.ldl_solve(LD, pivots, B, o)
   util.check_tensor('linalg.ldl_solve', pivots, 'pivots')
   util.check_tensor('linalg.ldl_solve', B, 'B')
   if o ~= nil and type(o) ~= 'table' then error('linalg.ldl_solve: options must be a table, got ' .. type(o), 2) end
-  local X = kcall(C.of_linalg_ldl_solve, LD:detach().p, pivots.p, B:detach().p, out1)
+  -- each detached handle in a local: a bare .p of a temporary could be
+  -- released by the sweep the second detach() runs
+  local ld, b = LD:detach(), B:detach()
+  local X = kcall(C.of_linalg_ldl_solve, ld.p, pivots.p, b.p, out1)
   return not_differentiable('ldl_solve', X, LD, B)
 end
 

@@ -174,8 +174,8 @@ def('unfold', function(x, d, size, step)
     shape[d], shape[#shape + 1] = nw, size
     strides[#strides + 1] = strides[d]
     strides[d] = strides[d] * step
-    local sp, n = A.shape_ptr(shape)
-    return call1(C.of_as_strided, x.p, sp, A.shape_ptr(strides, 2), n, x:storage_offset(), out1)
+    local sp, n = A.shape_ptr(shape, 1, 'unfold')
+    return call1(C.of_as_strided, x.p, sp, A.shape_ptr(strides, 2, 'unfold'), n, x:storage_offset(), out1)
   end
   local idx = {}
   for w = 0, nw - 1 do
