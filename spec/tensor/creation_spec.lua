@@ -113,6 +113,7 @@ describe('from_blob and data_ptr', function()
     local junk = {}
     for i = 1, 20000 do junk[i] = ffi.new('float[4]', {9, 9, 9, 9}) end
     assert.are.same({1, 2, 3, 4}, x:totable())
+    assert.equals(20000, #junk)
   end)
 
   it('refuses strides that do not match the sizes, a non-pointer and unknown options', function()
