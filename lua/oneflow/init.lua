@@ -91,11 +91,20 @@ end
 flow.collect = core.collect
 
 --- Shares a C host's `of_tensor*` with Lua (takes a reference of its own).
+local handle_types = {ffi.typeof('of_tensor*'), ffi.typeof('void*')}
 function flow.from_handle(ptr)
-  -- a NULL or non-pointer handle would crash in the core: refuse it here
-  if type(ptr) ~= 'cdata' or ptr == nil then
-    A.fail('from_handle: expected a non-NULL of_tensor* from a C host, got ' ..
-           (type(ptr) == 'cdata' and 'NULL' or A.describe(ptr)))
+  -- a NULL or non-pointer handle would crash in the core: refuse it here.
+  -- Only a pointer: ffi.cast of a struct (a Lua tensor is one) gives the
+  -- address of the Lua object itself, and retaining / releasing that wrote
+  -- into LuaJIT's heap (the options walk's crashes in the GC).
+  local is_ptr = type(ptr) == 'userdata' and getmetatable(ptr) == nil   -- a light userdata
+  if type(ptr) == 'cdata' then
+    for _, ct in ipairs(handle_types) do is_ptr = is_ptr or ffi.istype(ct, ptr) end
+  end
+  if not is_ptr or ptr == nil then
+    A.fail('from_handle: expected a non-NULL of_tensor* (or void*) from a C host, got ' ..
+           (T.is_tensor(ptr) and 'a Lua tensor (it is one already)'
+            or is_ptr and 'NULL' or type(ptr) == 'cdata' and tostring(ffi.typeof(ptr)) or A.describe(ptr)))
   end
   ptr = ffi.cast('of_tensor*', ptr)
   core.C.of_tensor_retain(ptr)

@@ -487,8 +487,12 @@ local blob_owner = setmetatable({}, {__mode = 'k'})
 -- yourself after they are gone: there is no deleter callback).
 function T.flow.from_blob(ptr, sizes, opts)
   opts = A.check_options('from_blob', opts, {dtype = true, strides = true})
-  if type(ptr) ~= 'cdata' then
-    A.fail('from_blob: argument 1 (ptr) must be a pointer or an FFI array, got ' .. A.describe(ptr))
+  -- a pointer or an array ("ctype<float *>", "ctype<float [6]>"): a struct
+  -- (a Lua tensor is one) would cast to the address of the Lua object
+  if type(ptr) ~= 'cdata' or not tostring(ffi.typeof(ptr)):match('[%*%]]>$') then
+    A.fail('from_blob: argument 1 (ptr) must be a pointer or an FFI array, got '
+           .. (T.is_tensor(ptr) and 'a tensor' or type(ptr) == 'cdata' and tostring(ffi.typeof(ptr))
+               or A.describe(ptr)))
   end
   local dt = A.dtype_opt(opts, default_dtype)
   local s = A.sizes_and_options('from_blob', sizes)

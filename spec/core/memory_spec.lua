@@ -119,6 +119,16 @@ describe('tensor lifetimes', function()
     H.raises(function() flow.from_handle(ffi.cast('of_tensor*', nil)) end, 'from_handle', 'NULL')
     H.raises(function() flow.from_handle(nil) end, 'from_handle: expected a non-NULL of_tensor*')
     H.raises(function() flow.from_handle(42) end, 'from_handle')
+    -- a Lua tensor is a struct: casting it gave the Lua object's own address,
+    -- and retaining that wrote into LuaJIT's heap
+    H.raises(function() flow.from_handle(x) end, 'from_handle', 'a Lua tensor')
+    H.raises(function() flow.from_handle(ffi.new('int64_t[1]')) end, 'from_handle', 'int64_t')
+    assert.equals(2, x:numel())
+    -- a void* from a C host is accepted
+    local q = flow.to_handle(x)
+    local z = flow.from_handle(ffi.cast('void*', q))
+    core.C.of_tensor_release(q)
+    assert.equals(5, z[1]:item())
   end)
 end)
 

@@ -123,5 +123,9 @@ describe('from_blob and data_ptr', function()
     assert.has_error(function() flow.from_blob(12, {2, 3}) end,
                      'from_blob: argument 1 (ptr) must be a pointer or an FFI array, got number')
     assert.has_error(function() flow.from_blob(buf, {2, 3}, {deleter = print}) end)
+    -- a struct would be cast to the address of the Lua object itself
+    assert.has_error(function() flow.from_blob(flow.ones(6), {2, 3}) end,
+                     'from_blob: argument 1 (ptr) must be a pointer or an FFI array, got a tensor')
+    assert.equals(6, flow.from_blob(ffi.cast('float *', buf), {2, 3}):numel())
   end)
 end)
