@@ -50,8 +50,7 @@ describe('the options walk', function()
     os.remove(dir)
     assert(os.execute('mkdir -p ' .. sh_quote(dir)) == 0)
     local err = dir .. '/trace'
-    -- -joff: see tools/options_walk.lua (an unexplained crash with the JIT on)
-    local cmd = ('cd %s && OPTIONS_WALK_TRACE=1 LUA_PATH=%s timeout 600 luajit -joff %s 2>%s; echo "__rc=$?"'):format(
+    local cmd = ('cd %s && OPTIONS_WALK_TRACE=1 LUA_PATH=%s timeout 600 luajit %s 2>%s; echo "__rc=$?"'):format(
       sh_quote(dir), sh_quote(ROOT .. '/lua/?.lua;' .. ROOT .. '/lua/?/init.lua;;'),
       sh_quote(ROOT .. '/tools/options_walk.lua'), sh_quote(err))
     local p = io.popen(cmd)
