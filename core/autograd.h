@@ -77,6 +77,7 @@ struct of_node {
   int64_t *pre_hooks;        /* host hook ids per output, for non-leaf hooks */
   int32_t npre_hooks;
   int32_t *pre_hook_nr;
+  bool pooled;               /* one block from the node pool (tape.c) */
 };
 
 bool of_grad_needed(of_tensor **ins, int32_t nin);

@@ -105,6 +105,12 @@ of_status of_check_window(const char *op, const int64_t *in, const int64_t *k,
                           int32_t n);
 
 /* ---- allocator (alloc.c) ---- */
+/* Per-thread free lists of fixed-size headers (core/storage/pool.c):
+ * of_pool_get(kind, size) returns a block of at least `size` bytes (the
+ * kind's size is fixed: every caller of one kind asks the same size). */
+enum { OF_POOL_TENSOR, OF_POOL_STORAGE, OF_POOL_NODE, OF_POOL_KINDS };
+void *of_pool_get(int kind, size_t size);
+void of_pool_put(int kind, void *block);
 void *of_alloc(of_device dev, int64_t nbytes);   /* NULL + error on failure */
 void of_free(of_device dev, void *p, int64_t nbytes);
 

@@ -138,6 +138,16 @@ static bool arena_free_locked(void *p);
 static int narenas;   /* graph arenas alive; read without the lock first */
 static bool arena_recording(const of_arena *a);
 
+/* The statistics of a block of `size` bytes handed out; cpu.lock held. */
+static void account_alloc_locked(int64_t size) {
+  of_memory_stats *s = &cpu.stats;
+  s->alloc_count++;
+  s->current_bytes += size;
+  s->bytes_since_sweep += size;
+  if (s->current_bytes > s->peak_bytes) s->peak_bytes = s->current_bytes;
+  if (s->current_bytes > cpu.high_water) cpu.high_water = s->current_bytes;
+}
+
 void *of_alloc(of_device dev, int64_t nbytes) {
   if (dev != OF_CPU) {
     const of_device_ops *o = of_device_ops_for("alloc", dev);
@@ -160,16 +170,20 @@ void *of_alloc(of_device dev, int64_t nbytes) {
   }
   pthread_mutex_lock(&cpu.lock);
   free_block *b = cpu.free[cls];
-  if (b) {
+  if (b) {   /* a cache hit: one critical section (small ops allocate per call) */
     cpu.free[cls] = b->next;
     cpu.stats.cached_bytes -= size;
     cpu.stats.cache_hits++;
+    account_alloc_locked(size);
+    pthread_mutex_unlock(&cpu.lock);
+    if (ar && arena_recording(ar)) arena_record(ar, b, nbytes);
+    return b;
   }
   /* read under the lock: of_free writes it there (ThreadSanitizer) */
   const int64_t cached = cpu.stats.cached_bytes;
   pthread_mutex_unlock(&cpu.lock);
-  if (!b && !within_memory(size, cached)) return NULL;
-  void *p = b ? (void *)b : os_alloc(size);
+  if (!within_memory(size, cached)) return NULL;
+  void *p = os_alloc(size);
   if (!p) {
     of_empty_cache(OF_CPU);
     p = os_alloc(size);
@@ -179,12 +193,7 @@ void *of_alloc(of_device dev, int64_t nbytes) {
     return NULL;
   }
   pthread_mutex_lock(&cpu.lock);
-  of_memory_stats *s = &cpu.stats;
-  s->alloc_count++;
-  s->current_bytes += size;
-  s->bytes_since_sweep += size;
-  if (s->current_bytes > s->peak_bytes) s->peak_bytes = s->current_bytes;
-  if (s->current_bytes > cpu.high_water) cpu.high_water = s->current_bytes;
+  account_alloc_locked(size);
   pthread_mutex_unlock(&cpu.lock);
   if (ar && arena_recording(ar)) arena_record(ar, p, nbytes);
   return p;

@@ -8,7 +8,6 @@
  * (core/autograd/engine.c) sits above the ops. */
 #include "../autograd.h"
 #include <pthread.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,17 +137,32 @@ static void meta_of(of_meta *m, const of_tensor *t) {
   memcpy(m->shape, t->shape, sizeof m->shape);
 }
 
+/* A node and its per-input / per-output arrays are one block; a node of at
+ * most POOLED_IO inputs and outputs (nearly all) comes from the node pool
+ * (core/storage/pool.c), the rest from malloc. */
+enum { POOLED_IO = 4 };
+static size_t node_bytes(int32_t nin, int32_t nout) {
+  size_t ni = (size_t)(nin ? nin : 1), no = (size_t)(nout ? nout : 1);
+  return sizeof(of_node) + ni * sizeof(of_edge) + ni * sizeof(of_meta) + no * sizeof(of_meta) +
+         ni * sizeof(bool);
+}
+
 static of_node *node_new(const of_grad_def *def, int32_t nin, int32_t nout) {
-  of_node *n = calloc(1, sizeof *n);
+  bool pooled = nin <= POOLED_IO && nout <= POOLED_IO;
+  size_t bytes = pooled ? node_bytes(POOLED_IO, POOLED_IO) : node_bytes(nin, nout);
+  of_node *n = pooled ? of_pool_get(OF_POOL_NODE, bytes) : malloc(bytes);
   if (!n) return NULL;
-  n->next = calloc((size_t)(nin ? nin : 1), sizeof *n->next);
-  n->in_meta = calloc((size_t)(nin ? nin : 1), sizeof *n->in_meta);
-  n->out_meta = calloc((size_t)(nout ? nout : 1), sizeof *n->out_meta);
-  n->needs = calloc((size_t)(nin ? nin : 1), sizeof *n->needs);
-  if (!n->next || !n->in_meta || !n->out_meta || !n->needs) {
-    free(n->next); free(n->in_meta); free(n->out_meta); free(n->needs); free(n);
-    return NULL;
-  }
+  memset(n, 0, bytes);
+  size_t ni = (size_t)(nin ? nin : 1), no = (size_t)(nout ? nout : 1);
+  char *p = (char *)(n + 1);
+  n->next = (of_edge *)p;
+  p += ni * sizeof(of_edge);
+  n->in_meta = (of_meta *)p;
+  p += ni * sizeof(of_meta);
+  n->out_meta = (of_meta *)p;
+  p += no * sizeof(of_meta);
+  n->needs = (bool *)p;
+  n->pooled = pooled;
   n->refcount = 1;
   n->def = def;
   n->nin = nin;
@@ -199,8 +213,8 @@ void of_node_release(of_node *n) {
     for (int32_t i = 0; i < x->npre_hooks; i++) host_release(x->pre_hooks[i]);
     free(x->pre_hooks);
     free(x->pre_hook_nr);
-    free(x->next); free(x->in_meta); free(x->out_meta); free(x->needs);
-    free(x);
+    if (x->pooled) of_pool_put(OF_POOL_NODE, x);
+    else free(x);
   }
   if (stack != stack_small) free(stack);
 }

@@ -7,14 +7,14 @@
 static _Atomic int64_t next_storage_id = 1;
 
 static of_storage *storage_new(int64_t nbytes, of_device dev) {
-  of_storage *s = malloc(sizeof *s);
+  of_storage *s = of_pool_get(OF_POOL_STORAGE, sizeof *s);
   if (!s) {
     of_fail(OF_ERR_OOM, "tensor: out of memory for a storage header");
     return NULL;
   }
   s->data = of_alloc(dev, nbytes);
   if (!s->data) {
-    free(s);
+    of_pool_put(OF_POOL_STORAGE, s);
     return NULL;
   }
   s->refcount = 1;
@@ -31,7 +31,7 @@ static void storage_release(of_storage *s) {
   if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
   if (s->deleter) s->deleter(s->data, s->deleter_ctx);
   else if (s->data) of_free(s->device, s->data, s->nbytes);
-  free(s);
+  of_pool_put(OF_POOL_STORAGE, s);
 }
 
 /* Saturates at INT64_MAX instead of wrapping: a shape too large to count is
@@ -53,7 +53,7 @@ void of_contiguous_strides(const int64_t *shape, int32_t ndim, int64_t *strides)
 }
 
 static of_tensor *header_new(void) {
-  of_tensor *t = malloc(sizeof *t);
+  of_tensor *t = of_pool_get(OF_POOL_TENSOR, sizeof *t);
   if (!t) of_fail(OF_ERR_OOM, "tensor: out of memory for a tensor header");
   return t;
 }
@@ -69,7 +69,7 @@ of_status of_tensor_new_as(const char *op, const int64_t *shape, int32_t ndim, o
   /* numel <= OF_MAX_NUMEL: the byte count cannot overflow */
   t->storage = storage_new(numel * of_dtype_size(dt), dev);
   if (!t->storage) {
-    free(t);
+    of_pool_put(OF_POOL_TENSOR, t);
     char b[96], msg[1024];
     snprintf(msg, sizeof msg, "%s", of_last_error());
     return of_fail(OF_ERR_OOM, "%s: a tensor of shape %s and dtype %s: %s", op,
@@ -122,7 +122,7 @@ void of_tensor_release(of_tensor *t) {
   if (!t || __atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
   of_tensor_free_autograd(t);
   storage_release(t->storage);
-  free(t);
+  of_pool_put(OF_POOL_TENSOR, t);
 }
 
 void of_tensor_release_many(of_tensor **ts, int64_t n) {
@@ -274,11 +274,11 @@ of_status of_tensor_wrap_blob(void *data, const int64_t *shape, const int64_t *s
       return of_fail(OF_ERR_SHAPE, "from_blob: the strides reach past 2^60 elements (dim %d)",
                      (int)i + 1);
   }
-  of_storage *s = malloc(sizeof *s);
-  of_tensor *t = malloc(sizeof *t);
+  of_storage *s = of_pool_get(OF_POOL_STORAGE, sizeof *s);
+  of_tensor *t = header_new();
   if (!s || !t) {
-    free(s);
-    free(t);
+    if (s) of_pool_put(OF_POOL_STORAGE, s);
+    if (t) of_pool_put(OF_POOL_TENSOR, t);
     return of_fail(OF_ERR_OOM, "from_blob: out of memory");
   }
   static int64_t blob_ids = -1;   /* negative ids: never equal to allocator storages */
