@@ -215,9 +215,9 @@ struct Fn {
         if (a != a) return a;
       }
       double x = (double)a;
-      if (g.p0 == g.p0 && x < g.p0) return (T)g.p0;
+      if (g.p0 == g.p0 && x < g.p0) x = g.p0;   // min(max(a, lo), hi): lo > hi gives hi
       if (g.p1 == g.p1 && x > g.p1) return (T)g.p1;
-      return a;
+      return x == (double)a ? a : (T)x;
     }
     if (g.kind == OF_EWK_LEAKY) return a > (T)0 ? a : (T)((double)a * g.p0);
     if constexpr (std::is_same<T, double>::value) {   // special's operands are float64

@@ -213,8 +213,9 @@ static of_status unary_compute(of_unary_op op, of_tensor *x, of_tensor *into, of
 }
 
 /* ---- parameterised ---- */
-#define CLAMP_EXPR (ctx->p0 == ctx->p0 && a < ctx->p0 ? ctx->p0 : \
-                    (ctx->p1 == ctx->p1 && a > ctx->p1 ? ctx->p1 : a))
+/* min(max(a, lo), hi) as torch computes it: with lo > hi everything is hi */
+#define CLAMP_LO(v) (ctx->p0 == ctx->p0 && (v) < ctx->p0 ? ctx->p0 : (v))
+#define CLAMP_EXPR (ctx->p1 == ctx->p1 && CLAMP_LO(a) > ctx->p1 ? ctx->p1 : CLAMP_LO(a))
 #define PARAM_OPS(X, TI)                                            \
   X(clamp, TI, TI, a != a ? a : CLAMP_EXPR)                         \
   X(leaky, TI, TI, a > 0 ? a : (TI)(a * ctx->p0))
@@ -231,9 +232,50 @@ PARAM_INT_OPS(DEF_PLOOP, uint16_t)
 PARAM_INT_OPS(DEF_PLOOP, uint32_t)
 PARAM_INT_OPS(DEF_PLOOP, uint64_t)
 
+/* float32 clamp, contiguous runs: the bounds as floats (absent ones NaN, so
+ * that their compare is false) and no double compares, so that it
+ * vectorises (vmaxps/vminps keep a NaN input: `a < lo ? lo : a` returns a
+ * when a is NaN). Bit for bit the generic loop's result: rounding the bound
+ * to float is monotone, so max(a, lo) rounds as max(a, (float)lo) for a
+ * float a. MobileNetV2's ReLU6 at [8,96,112,112]: 45% of its forward's CPU
+ * time went to the generic loop. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void clamp_run_float(float *restrict o, const float *restrict x, int64_t n, float lo,
+                            float hi) {
+  for (int64_t i = 0; i < n; i++) {
+    float a = x[i];
+    a = a < lo ? lo : a;
+    o[i] = a > hi ? hi : a;
+  }
+}
+
+/* The in-place case (o == x), which restrict above does not allow. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void clamp_inplace_float(float *o, int64_t n, float lo, float hi) {
+  for (int64_t i = 0; i < n; i++) {
+    float a = o[i];
+    a = a < lo ? lo : a;
+    o[i] = a > hi ? hi : a;
+  }
+}
+
+static void p_clamp_fast_float(char **p, const int64_t *s, int64_t n, void *ctx_) {
+  of_ew_ctx *ctx = ctx_;
+  if (s[0] != sizeof(float) || s[1] != sizeof(float)) {
+    p_clamp_float(p, s, n, ctx_);
+    return;
+  }
+  float lo = (float)ctx->p0, hi = (float)ctx->p1; /* NaN when absent */
+  float *o = (float *)p[0];
+  const float *x = (const float *)p[1];
+  if ((const float *)o == x) clamp_inplace_float(o, n, lo, hi);
+  else if (o + n <= x || x + n <= o) clamp_run_float(o, x, n, lo, hi);
+  else p_clamp_float(p, s, n, ctx_);
+}
+
 static const of_loop_fn clamp_loops[OF_NUM_DTYPES] = {
     [OF_UINT8] = p_clamp_uint8_t, [OF_INT8] = p_clamp_int8_t, [OF_INT32] = p_clamp_int32_t,
-    [OF_INT64] = p_clamp_int64_t, [OF_FLOAT32] = p_clamp_float, [OF_FLOAT64] = p_clamp_double,
+    [OF_INT64] = p_clamp_int64_t, [OF_FLOAT32] = p_clamp_fast_float, [OF_FLOAT64] = p_clamp_double,
     [OF_INT16] = p_clamp_int16_t, [OF_UINT16] = p_clamp_uint16_t, [OF_UINT32] = p_clamp_uint32_t,
     [OF_UINT64] = p_clamp_uint64_t};
 

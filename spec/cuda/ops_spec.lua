@@ -87,6 +87,7 @@ describe('CUDA elementwise', function()
       check(name, function(p) return flow[name](p) end, {x}, 1e-5, true)
     end
     check('clamp', function(p) return p:clamp(-0.5, 0.5) end, {a}, 0, true)
+    check('clamp min above max', function(p) return p:clamp(0.5, -0.5) end, {a}, 0, false)
     check('leaky_relu', function(p) return flow.nn.functional.leaky_relu(p, 0.1) end, {a}, 0, true)
     check('where', function(p, q) return flow.where(p:gt(0), p, q) end, {a, b}, 0, true)
     check('masked_fill', function(p) return p:masked_fill(p:lt(0), 2) end, {a}, 0, true)

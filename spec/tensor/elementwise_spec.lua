@@ -224,9 +224,55 @@ describe('clamp, where, masked_fill', function()
     y:clamp_(-1, 1)
     H.close(y, {-1, 0, 1})
     assert.are.same({0, 1, 1}, t({-3, 1, 5}, 'int64'):clamp(0, 1):totable())
+    -- min above max: everything is max, as torch's min(max(x, min), max)
+    H.close(x:clamp(2, 1), {1, 1, 1})
+    H.close(t({-2, 0, 2}, 'float64'):clamp(2, 1), {1, 1, 1})
+    assert.are.same({1, 1, 1}, t({-3, 1, 5}, 'int64'):clamp(2, 1):totable())
     local n = t({0 / 0}):clamp(0, 1):item()
     assert.is_true(n ~= n)
     H.raises(function() x:clamp() end, 'clamp')
+  end)
+
+  -- float32 runs go to a vectorised loop (float bounds); the float64 loop,
+  -- rounded, is the reference: same bits, NaN kept, either bound absent,
+  -- a bound that float32 cannot represent, in place, strided, 1 and 2 threads
+  it('float32 clamp gives the bits of the float64 loop, rounded', function()
+    local saved = flow.get_num_threads()
+    local n = 70001
+    local vals = {}
+    for i = 1, n do vals[i] = (i % 97 - 48) / 7 end
+    vals[5], vals[77], vals[n] = 0 / 0, 1 / 0, -1 / 0
+    vals[9], vals[10] = 0.1, -0.1
+    local x = flow.tensor(vals, {dtype = flow.float32})
+    local xd = x:to(flow.float64)
+    local function same(a, b, what)
+      local ta, tb = a:reshape(-1):to(flow.float64):totable(), b:reshape(-1):to(flow.float64):totable()
+      for i = 1, #tb do
+        local u, v = ta[i], tb[i]
+        if not (u == v or (u ~= u and v ~= v)) then
+          error(('%s: element %d: %s, reference %s'):format(what, i, tostring(u), tostring(v)))
+        end
+      end
+    end
+    for _, th in ipairs({1, 2}) do
+      flow.set_num_threads(th)
+      for _, b in ipairs({{0, 6}, {-0.1, 0.1}, {0.3}, {nil, -1.7}, {2, 1}}) do
+        local lo, hi = b[1], b[2]
+        local ref = xd:clamp(lo, hi):to(flow.float32)
+        same(x:clamp(lo, hi), ref, 'clamp')
+        local y = x:clone()
+        y:clamp_(lo, hi)
+        same(y, ref, 'clamp_')
+        local m = x:narrow(1, 1, 70000):view(700, 100)
+        same(m:t():clamp(lo, hi), m:to(flow.float64):t():clamp(lo, hi):to(flow.float32), 'strided')
+        same(x:to(flow.bfloat16):clamp(lo, hi), x:to(flow.bfloat16):to(flow.float64):clamp(lo, hi)
+          :to(flow.bfloat16), 'bfloat16')
+      end
+    end
+    flow.set_num_threads(saved)
+    local c = x:clamp(0, 6):totable()
+    assert.are.same({0, 6, 0}, {c[1], c[77], c[n]})
+    assert.is_true(c[5] ~= c[5])
   end)
 
   it('leaky_relu', function()
