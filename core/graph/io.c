@@ -736,9 +736,18 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       if (a->interval < 1) BAD("attrs.growth_interval: %lld", (long long)a->interval);
       break;
     }
-    case OPK_QUANTIZED_LINEAR: case OPK_QUANTIZED_CONV2D: case OPK_QUANTIZED_MAX_POOL2D: {
+    case OPK_QUANTIZED_LINEAR: case OPK_QUANTIZED_CONV2D: case OPK_QUANTIZED_MAX_POOL2D:
+    case OPK_QUANTIZE_PER_TENSOR: {
       const a_quant *a = p;
       const int64_t big = (int64_t)1 << 31;
+      if (n->op == OPK_QUANTIZE_PER_TENSOR) {
+        if (a->out_dtype != OF_UINT8 && a->out_dtype != OF_INT8)
+          BAD("attrs.out_dtype: %d (uint8 or int8)", (int)a->out_dtype);
+        if (!(a->x_scale > 0 && a->x_scale < INFINITY)) BAD("attrs.x_scale: %g", a->x_scale);
+        if (a->x_zp < (a->out_dtype == OF_UINT8 ? 0 : -128) || a->x_zp > (a->out_dtype == OF_UINT8 ? 255 : 127))
+          BAD("attrs.x_zero_point: %lld", (long long)a->x_zp);
+        break;
+      }
       if (n->op == OPK_QUANTIZED_MAX_POOL2D) {
         if ((a->groups >> 16) < 1 || (a->groups & 0xffff) < 1 || a->groups > 0xffffffffLL)
           BAD("attrs.kernel: %lld x %lld", (long long)(a->groups >> 16), (long long)(a->groups & 0xffff));

@@ -1389,6 +1389,58 @@ static of_status qmaxpool_body(of_tensor *x, const a_quant *p, of_tensor **out) 
   return st;
 }
 
+/* ---- quantize_per_tensor: float32 -> uint8/int8 in one pass,
+ * q = clamp(zp + rint(x * inv), qmin, qmax) with inv = (float)(1 / scale)
+ * (PyTorch's quantize_val: nearbyint, ties to even; the Lua fallback
+ * (x * inv):round() + zp, clamp computes the same). NaN gives the zero
+ * point. The int tensor has x's shape, contiguous. */
+static of_status qquant_body(of_tensor *x, const a_quant *p, of_tensor **out) {
+  static const char op[] = "quantize_per_tensor";
+  if (!x || x->dtype != OF_FLOAT32)
+    return of_fail(OF_ERR_ARG, "%s: input must be float32, got %s", op, x ? OF_DT(x) : "none");
+  if (p->out_dtype != OF_UINT8 && p->out_dtype != OF_INT8)
+    return of_fail(OF_ERR_ARG, "%s: dtype must be uint8 or int8 (quint8/qint8)", op);
+  const bool u8 = p->out_dtype == OF_UINT8;
+  const int64_t qmin = u8 ? 0 : -128, qmax = u8 ? 255 : 127;
+  if (!(p->x_scale > 0 && p->x_scale < INFINITY) || p->x_zp < qmin || p->x_zp > qmax)
+    return of_fail(OF_ERR_ARG, "%s: scale %g must be positive and finite, zero_point %lld in [%lld, %lld]",
+                   op, p->x_scale, (long long)p->x_zp, (long long)qmin, (long long)qmax);
+  of_device dev;
+  OF_CHECK(of_common_device(op, &x, 1, &dev));
+  if (dev != OF_CPU) return of_fail(OF_ERR_DEVICE, "%s: quantized kernels run on the CPU only", op);
+  of_tensor *xc;
+  OF_CHECK(of_dense(x, x->dtype, &xc));
+  of_status st = of_tensor_new_as(op, x->shape, x->ndim, (of_dtype)p->out_dtype, OF_CPU, out);
+  if (st == OF_OK) {
+    const float *xp = (const float *)of_ptr(xc);
+    const int64_t n = of_tensor_numel(xc);
+    const float inv = (float)(1.0 / (double)(float)p->x_scale), zp = (float)p->x_zp;
+    const float lo = (float)qmin, hi = (float)qmax;
+    int nt = n >= 16 * OF_PARALLEL_GRAIN ? of_threads() : 1;
+    if (u8) {
+      uint8_t *yp = (uint8_t *)of_ptr(*out);
+#pragma omp parallel for num_threads(nt) schedule(static)
+      for (int64_t i = 0; i < n; i++) {
+        float v = rintf(xp[i] * inv) + zp;
+        v = v > lo ? v : lo;   /* NaN -> lo, then */
+        v = v < hi ? v : hi;
+        yp[i] = (uint8_t)(xp[i] == xp[i] ? v : zp);
+      }
+    } else {
+      int8_t *yp = (int8_t *)of_ptr(*out);
+#pragma omp parallel for num_threads(nt) schedule(static)
+      for (int64_t i = 0; i < n; i++) {
+        float v = rintf(xp[i] * inv) + zp;
+        v = v > lo ? v : lo;
+        v = v < hi ? v : hi;
+        yp[i] = (int8_t)(xp[i] == xp[i] ? v : zp);
+      }
+    }
+  }
+  of_tensor_release(xc);
+  return st;
+}
+
 /* ---- entry points, run functions, table rows ---- */
 static of_status pack_quant(int32_t op, of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor *wzp,
                             of_tensor *bias, const a_quant *a, of_tensor **out) {
@@ -1444,12 +1496,23 @@ of_status of_quantized_max_pool2d(of_tensor *x, const int64_t *kernel, const int
   OF_DISPATCH(qmaxpool_body(x, &a, out), OF_RECORD(OPK_QUANTIZED_MAX_POOL2D, a, ins, 1, out, 1));
 }
 
+of_status of_quantize_per_tensor(of_tensor *x, double scale, int64_t zero_point, of_dtype dtype,
+                                 of_tensor **out) {
+  a_quant a;
+  OF_ZERO(a);
+  a.x_scale = scale, a.x_zp = zero_point, a.out_dtype = (int32_t)dtype, a.out_scale = 1;
+  of_tensor *ins[5] = {x, NULL, NULL, NULL, NULL};
+  OF_DISPATCH(qquant_body(x, &a, out), OF_RECORD(OPK_QUANTIZE_PER_TENSOR, a, ins, 1, out, 1));
+}
+
 static of_status run_quant(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_ATTRS(a_quant);
   if (n->op == OPK_QUANTIZED_MAX_POOL2D) {
     const int64_t k[2] = {a->groups >> 16, a->groups & 0xffff};
     OF_RUN1(of_quantized_max_pool2d(ins[0], k, a->stride, a->padding, a->dilation, OF_R));
   }
+  if (n->op == OPK_QUANTIZE_PER_TENSOR)
+    OF_RUN1(of_quantize_per_tensor(ins[0], a->x_scale, a->x_zp, (of_dtype)a->out_dtype, OF_R));
   OF_NEED(a->out_dtype == OF_FLOAT32 || a->out_dtype == OF_UINT8 || a->out_dtype == OF_INT8,
           "out_dtype");
   if (n->op == OPK_QUANTIZED_LINEAR)
@@ -1462,3 +1525,4 @@ static of_status run_quant(const of_oprec *n, of_tensor **ins, void **outs) {
 OF_OP_IMPL(QUANTIZED_LINEAR, run_quant, NULL, NULL, NULL);
 OF_OP_IMPL(QUANTIZED_CONV2D, run_quant, NULL, NULL, NULL);
 OF_OP_IMPL(QUANTIZED_MAX_POOL2D, run_quant, NULL, NULL, NULL);
+OF_OP_IMPL(QUANTIZE_PER_TENSOR, run_quant, NULL, NULL, NULL);

@@ -25,6 +25,51 @@ describe('quantized tensors', function()
     H.close(i32:int_repr(), {-20, -2, 0, 2, 2, 20, 2000})
   end)
 
+  it('quantize_per_tensor: the one-pass C kernel equals the tensor-op formula', function()
+    -- float32 inputs take of_quantize_per_tensor (one pass); float64 the
+    -- tensor ops (x * inv):round() + zp, clamp: both must give the same integers
+    flow.manual_seed(9)
+    local big = flow.randn(3, 70001) * 40   -- > the parallel grain: the threaded loop
+    local cases = {
+      {flow.tensor({0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, 127.5, -128.5, 1e9, -1e9}), 1, 0},
+      {flow.randn(5, 7) * 3, 0.0371, 17},
+      {(flow.randn(6, 4) * 3):t(), 0.02, 200},         -- not contiguous
+      {flow.randn(2, 3, 4, 5):permute(1, 3, 4, 2), 0.05, 128},
+      {big, 0.3, 100},
+      {flow.zeros(0, 3), 0.1, 5},
+    }
+    for i, c in ipairs(cases) do
+      local x, sc, zp = c[1], c[2], c[3]
+      for _, dt in ipairs({flow.quint8, flow.qint8}) do
+        local z = dt == flow.qint8 and zp - 128 or zp
+        local q = flow.quantize_per_tensor(x, sc, z, dt)
+        local ref = flow.quantize_per_tensor(x:to(flow.float64), sc, z, dt)
+        assert.are.same(x:size():totable(), q:size():totable())
+        assert.are.equal(dt.storage, q:int_repr().dtype)
+        if x:numel() > 0 then
+          local d = (q:int_repr():to(flow.int32) - ref:int_repr():to(flow.int32)):abs():max():item()
+          assert.are.equal(0, d, 'case ' .. i .. ' ' .. dt.name)
+        end
+      end
+    end
+    -- ties to even and saturation, spelled out
+    H.close(flow.quantize_per_tensor(cases[1][1], 1, 0, flow.qint8):int_repr(),
+            {0, 2, 2, 0, -2, -2, 126, 127, -128, 127, -128})
+    H.close(flow.quantize_per_tensor(cases[1][1], 1, 3, flow.quint8):int_repr(),
+            {3, 5, 5, 3, 1, 1, 129, 131, 0, 255, 0})
+    -- NaN quantizes to the zero point (documented), never garbage
+    local nan = flow.tensor({0 / 0, 1.0})
+    H.close(flow.quantize_per_tensor(nan, 0.5, 7, flow.quint8):int_repr(), {7, 9})
+    -- the C entry point checks its own arguments
+    local core = require 'oneflow._C'
+    assert.are_not.equal(0, C.of_quantize_per_tensor(flow.tensor({1.0}).p, 0, 0, flow.uint8.id, core.out1))
+    assert.is_truthy(ffi.string(C.of_last_error()):find('quantize_per_tensor: scale 0 must be positive', 1, true))
+    assert.are_not.equal(0, C.of_quantize_per_tensor(flow.tensor({1.0}, {dtype = flow.float64}).p, 1, 0,
+                                                     flow.uint8.id, core.out1))
+    local msg = ffi.string(C.of_last_error())
+    assert.is_truthy(msg:find('quantize_per_tensor: input must be float32, got float64', 1, true), msg)
+  end)
+
   it('quantize_per_channel along a 1-based axis', function()
     local w = flow.tensor({{1.0, -1.0}, {0.5, 0.25}, {-2.0, 3.0}})
     local q = flow.quantize_per_channel(w, flow.tensor({0.1, 0.05, 0.5}, {dtype = flow.float64}),

@@ -518,6 +518,10 @@ of_status of_quantized_conv2d(of_tensor *x, of_tensor *w, of_tensor *w_scale,
 int32_t of_quantized_backend(int32_t set);
 of_status of_quantized_max_pool2d(of_tensor *x, const int64_t *kernel, const int64_t *stride,
                                   const int64_t *padding, const int64_t *dilation, of_tensor **out);
+/* float32 x -> its uint8/int8 (dtype) integers clamp(zero_point + rint(x /
+ * scale)), ties to even, NaN -> zero_point: one pass (quantize_per_tensor). */
+of_status of_quantize_per_tensor(of_tensor *x, double scale, int64_t zero_point, of_dtype dtype,
+                                 of_tensor **out);
 /* Pooling over the last nsp dims of x ([N, C, *spatial] or [C, *spatial]).
  * stride NULL: the kernel size. Indices (int64) point into each flattened
  * input plane, plus index_base. */

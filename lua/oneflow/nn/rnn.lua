@@ -105,6 +105,12 @@ function RNNBase:extra_repr()
   return s
 end
 
+-- x W^T + b for weight_<which><sfx> (which: 'ih' or 'hh'); the dynamically
+-- quantized LSTM (quantization.modules) overrides it with int8 weights
+function RNNBase:_gates(x, which, sfx)
+  return affine(x, self['weight_' .. which .. sfx], self['bias_' .. which .. sfx])
+end
+
 -- rows 1..bs of a (the sequences still running), the rest from b
 local function take_rows(a, b, bs)
   if bs == a:size(1) then return a end
@@ -116,13 +122,12 @@ end
 -- batch_sizes[t] rows advance; the others keep their state and output zeros.
 local function run_direction(self, x, l, d, h, c, batch_sizes)
   local sfx = ('_l%d%s'):format(l, d == 1 and '_reverse' or '')
-  local w_hh, b_hh = self['weight_hh' .. sfx], self['bias_hh' .. sfx]
-  local pre = affine(x, self['weight_ih' .. sfx], self['bias_ih' .. sfx])   -- [L, N, G]
+  local pre = self:_gates(x, 'ih', sfx)   -- [L, N, G], over the whole sequence at once
   local cell, L = cells[self.mode], x:size(1)
   local outs = {}
   for step = 1, L do
     local t = d == 1 and L - step + 1 or step
-    local h1, c1 = cell(pre:select(1, t), affine(h, w_hh, b_hh), h, c)
+    local h1, c1 = cell(pre:select(1, t), self:_gates(h, 'hh', sfx), h, c)
     if batch_sizes then
       local bs = batch_sizes[t]
       h, c = take_rows(h1, h, bs), c1 and take_rows(c1, c, bs)

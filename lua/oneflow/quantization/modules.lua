@@ -312,28 +312,138 @@ function DynLinear:__init(o)
   rawset(self, 'reduce_range', o.reduce_range ~= false)
   self:_set_weight_bias(o.weight, o.bias)
 end
-function DynLinear:forward(x)
-  A.check_tensor(self.__name, x)
+-- x (float, [..., in]) -> float [..., out]: x quantized to quint8 with its
+-- own range (fbgemm's apply_dynamic), int8 weight w (scales ws, zero points
+-- wz), float bias b; name is the module that calls it
+local function dynamic_linear(name, x, w, ws, wz, b, reduce_range)
   local xf = x:to(flow.float32)
   local lo, hi = 0, 0
   if xf:numel() > 0 then lo, hi = xf:min():item(), xf:max():item() end
   if lo ~= lo or hi ~= hi or lo == -math.huge or hi == math.huge then
-    A.fail(self.__name .. ': input has NaN or infinite values, which cannot be quantized')
+    A.fail(name .. ': input has NaN or infinite values, which cannot be quantized')
   end
-  local s, z = O.choose_qparams(lo, hi, 0, 255, self.reduce_range)
-  local xq = Q.quantize_per_tensor(xf, s, z, Q.quint8)
-  local w = rawget(self, '_weight')
-  local b = rawget(self, '_bias')
-  if C.of_quantized_linear(xq._int.p, w._int.p, self._ws.p, self._wz.p, b and b.p or nil, s, z,
+  local s, z = O.choose_qparams(lo, hi, 0, 255, reduce_range)
+  local lead = xf:size():totable()
+  local xq = Q.quantize_per_tensor(xf:reshape({-1, lead[#lead]}), s, z, Q.quint8)
+  if C.of_quantized_linear(xq._int.p, w._int.p, ws.p, wz.p, b and b.p or nil, s, z,
                            1, 0, flow.float32.id, 0, out1) ~= 0 then
     A.raise_c()
   end
-  return wrap(out1[0])
+  local y = wrap(out1[0])
+  if #lead == 2 then return y end
+  lead[#lead] = w:size(1)
+  return y:view(lead)
+end
+M.dynamic_linear = dynamic_linear
+
+function DynLinear:forward(x)
+  A.check_tensor(self.__name, x)
+  return dynamic_linear(self.__name, x, rawget(self, '_weight'), self._ws, self._wz, rawget(self, '_bias'),
+                        self.reduce_range)
 end
 function DynLinear:extra_repr()
   local w = rawget(self, '_weight')
   return ('in_features=%d, out_features=%d, dtype=%s, qscheme=%s'):format(w:size(2), w:size(1),
     w.dtype.name, w._qscheme)
+end
+
+-- dynamic LSTM (torch.ao.nn.quantized.dynamic.LSTM): every weight_ih/hh is
+-- int8 (per-tensor symmetric), each gate affine a dynamic_linear -- the
+-- input-hidden one over the whole sequence at once, the hidden-hidden one per
+-- step -- with fbgemm's reduce_range as PyTorch's (version 2) LSTM; the cell
+-- maths, layouts and state handling are nn.LSTM's (RNNBase:_gates is the hook)
+local DynLSTM = nn.LSTM:subclass('DynamicQuantizedLSTM')
+M.dynamic.LSTM = DynLSTM
+local LSTM_KEYS = {'mode', 'input_size', 'hidden_size', 'num_layers', 'bias', 'batch_first', 'dropout',
+                   'bidirectional'}
+--- quantization.nn.quantized.dynamic.LSTM(float_lstm, quantize_weight): the
+-- dynamically quantized copy of an nn.LSTM (quantize_dynamic makes it).
+function DynLSTM:__init(float, quantize_weight)
+  nn.Module.__init(self)
+  for _, k in ipairs(LSTM_KEYS) do rawset(self, k, float[k]) end
+  local w, names = {}, {}
+  local dirs = float.bidirectional and 2 or 1
+  for l = 0, float.num_layers - 1 do
+    for d = 0, dirs - 1 do
+      local sfx = ('_l%d%s'):format(l, d == 1 and '_reverse' or '')
+      for _, which in ipairs({'ih', 'hh'}) do
+        local k = which .. sfx
+        names[#names + 1] = k
+        local b = float.bias and float['bias_' .. k] or nil
+        local qw = quantize_weight(float['weight_' .. k])
+        local ws, wz = weight_params(self.__name, qw)
+        w[k] = {weight = qw, ws = ws, wz = wz, bias = b and b:detach():to(flow.float32):contiguous() or nil}
+      end
+    end
+  end
+  rawset(self, '_qw', w)
+  rawset(self, '_qnames', names)
+end
+function DynLSTM:_gates(x, which, sfx)
+  local e = rawget(self, '_qw')[which .. sfx]
+  return dynamic_linear(self.__name, x, e.weight, e.ws, e.wz, e.bias, true)
+end
+function DynLSTM:forward(input, hx)
+  if require('oneflow.nn.packed').is_packed(input) then
+    A.fail(self.__name .. ': a PackedSequence input is not supported (PyTorch quantizes each step\'s rows '
+      .. 'separately); pad the batch (nn.utils.rnn.pad_packed_sequence) first')
+  end
+  A.check_tensor(self.__name, input)
+  return nn.LSTM.forward(self, input, hx)
+end
+--- get_weight(): {weight_ih_l0 = qint8 tensor, weight_hh_l0 = ..., ...} (PyTorch's _weight_bias()[0]).
+function DynLSTM:get_weight()
+  local r = {}
+  for k, e in pairs(rawget(self, '_qw')) do r['weight_' .. k] = e.weight end
+  return r
+end
+--- get_bias(): {bias_ih_l0 = float tensor, ...} (empty without bias).
+function DynLSTM:get_bias()
+  local r = {}
+  for k, e in pairs(rawget(self, '_qw')) do r['bias_' .. k] = e.bias end
+  return r
+end
+-- state_dict: weight_ih_l0 (qint8 tensor), bias_ih_l0 (float), ... in
+-- nn.LSTM's order
+function DynLSTM:__extra_state(prefix, out, keys)
+  local w = rawget(self, '_qw')
+  for _, k in ipairs(rawget(self, '_qnames')) do
+    out[prefix .. 'weight_' .. k] = w[k].weight
+    keys[#keys + 1] = prefix .. 'weight_' .. k
+  end
+  if self.bias then
+    for _, k in ipairs(rawget(self, '_qnames')) do
+      out[prefix .. 'bias_' .. k] = w[k].bias
+      keys[#keys + 1] = prefix .. 'bias_' .. k
+    end
+  end
+end
+function DynLSTM:__load_extra(prefix, sd, seen)
+  local w, new = rawget(self, '_qw'), {}
+  for _, k in ipairs(rawget(self, '_qnames')) do
+    local wk, bk = prefix .. 'weight_' .. k, prefix .. 'bias_' .. k
+    seen[wk], seen[bk] = true, true
+    local v, b, cur = sd[wk], sd[bk], w[k]
+    if not is_q(v) or v.dtype ~= Q.qint8 or v._qscheme ~= 'per_tensor_affine' then
+      A.fail(('load_state_dict: %s must be a qint8 per-tensor quantized tensor, got %s'):format(wk, A.describe(v)))
+    end
+    if tostring(v:size()) ~= tostring(cur.weight:size()) then
+      A.fail(('load_state_dict: size mismatch for %s: checkpoint %s, model %s'):format(wk,
+        A.shape_str(v._int), A.shape_str(cur.weight._int)))
+    end
+    M.check_loaded(wk .. ' ', v._scale, v._zp, Q.qint8)
+    if (b ~= nil) ~= (cur.bias ~= nil) then
+      A.fail(('load_state_dict: %s is %s in the checkpoint but %s in the model'):format(bk,
+        b ~= nil and 'present' or 'missing', cur.bias ~= nil and 'present' or 'absent'))
+    end
+    if b ~= nil and (not flow.is_tensor(b) or tostring(b:size()) ~= tostring(cur.bias:size())) then
+      A.fail(('load_state_dict: size mismatch for %s: checkpoint %s, model %s'):format(bk,
+        A.describe(b), A.shape_str(cur.bias)))
+    end
+    local ws, wz = weight_params(self.__name, v)
+    new[k] = {weight = v, ws = ws, wz = wz, bias = b and b:detach():to(flow.float32):contiguous() or nil}
+  end
+  return function() rawset(self, '_qw', new) end
 end
 
 ------------------------------------------------------------------ other quantized modules

@@ -18,6 +18,7 @@
 local ffi = require 'ffi'
 local flow = require 'oneflow'
 local A = require 'oneflow._args'
+local core = require 'oneflow._C'
 local class = require 'oneflow.class'
 local T = require 'oneflow.tensor'
 
@@ -109,7 +110,16 @@ function M.quantize_per_tensor(x, scale, zero_point, dtype)
   if flow.is_tensor(scale) then scale = scale:item() end
   if flow.is_tensor(zero_point) then zero_point = zero_point:item() end
   check_scalar_params(op, scale, zero_point, dt)
-  local int = quantize_values(x, f32(1 / f32(scale)), zero_point, dt)
+  local int
+  -- (the ONNX tracer records tensor ops: while it runs, the op by op form)
+  local tracer = package.loaded['oneflow.onnx.tracer']
+  if x.dtype == flow.float32 and dt ~= M.qint32 and not x.is_cuda and not (tracer and tracer.active()) then
+    -- one pass in C (core/ops/quant.c), the same values as quantize_values
+    if core.C.of_quantize_per_tensor(x.p, scale, zero_point, dt.storage.id, core.out1) ~= 0 then A.raise_c() end
+    int = core.wrap(core.out1[0])
+  else
+    int = quantize_values(x, f32(1 / f32(scale)), zero_point, dt)
+  end
   return new(int, dt, {_qscheme = 'per_tensor_affine', _scale = scale, _zp = zero_point})
 end
 

@@ -451,9 +451,10 @@ function M.convert(model, opts)
 end
 
 ------------------------------------------------------------------ dynamic
---- quantize_dynamic(model, {nn.Linear}, {dtype = flow.qint8, inplace = false}):
--- Linear layers get int8 weights (per-tensor symmetric) and quantize their
--- input per batch; input and output stay float.
+--- quantize_dynamic(model, {nn.Linear, nn.LSTM}, {dtype = flow.qint8, inplace = false}):
+-- Linear and LSTM layers get int8 weights (per-tensor symmetric) and quantize
+-- their inputs per batch (an LSTM: the sequence, then the hidden state at
+-- each step); input and output stay float.
 function M.quantize_dynamic(model, spec, opts)
   local op = 'quantize_dynamic'
   opts = A.check_options(op, opts, {dtype = true, inplace = true}) or {}
@@ -462,24 +463,35 @@ function M.quantize_dynamic(model, spec, opts)
   if dt ~= Q.qint8 then
     A.fail(('%s: dtype must be flow.qint8 (int8 weights), got %s'):format(op, tostring(dt)))
   end
-  spec = spec or {nn.Linear}
+  spec = spec or {nn.Linear, nn.LSTM}
+  local want = {}
   for k, v in pairs(spec) do
     local cls = type(k) == 'number' and v or k
-    if cls ~= nn.Linear then
-      A.fail(('%s: only nn.Linear has a dynamic quantized version, got %s'):format(op, tostring(cls)))
+    if cls ~= nn.Linear and cls ~= nn.LSTM then
+      A.fail(('%s: only nn.Linear and nn.LSTM have dynamic quantized versions, got %s'):format(op, tostring(cls)))
     end
+    want[cls] = true
   end
   if not opts.inplace then model = model:clone() end
+  local function qweight(w) return quantize_weight(w, M.default_dynamic_qconfig) end
   local function swap(m, parent, name)
-    local w = quantize_weight(m.weight, M.default_dynamic_qconfig)
-    local new = QM.dynamic.Linear({weight = w, bias = m.bias ~= nil and m.bias:detach() or nil})
+    local new
+    if isinstance(m, nn.Linear) then
+      new = QM.dynamic.Linear({weight = qweight(m.weight), bias = m.bias ~= nil and m.bias:detach() or nil})
+    else
+      new = QM.dynamic.LSTM(m, qweight)
+    end
     new:eval()
     if parent then replace(parent, name, new) end
     return new
   end
-  if isinstance(model, nn.Linear) then return swap(model) end
+  local function wanted(m)
+    return (want[nn.Linear] and isinstance(m, nn.Linear))
+      or (want[nn.LSTM] and isinstance(m, nn.LSTM) and not isinstance(m, QM.dynamic.LSTM))
+  end
+  if wanted(model) then return swap(model) end
   walk(model, function(_, m, parent, name)
-    if parent and isinstance(m, nn.Linear) then swap(m, parent, name); return true end
+    if parent and wanted(m) then swap(m, parent, name); return true end
     return false
   end, '', nil, nil, nil)
   return model
