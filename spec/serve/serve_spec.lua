@@ -40,6 +40,19 @@ local function compiled(m, shape_of, batches, path)
   return g
 end
 
+-- Triton's INT16 and UINT8/16/32/64, with values at their limits (x + x:
+-- the wrapped sums, exactly, as uint64's upper half shows)
+local INT_DTYPES = {'int16', 'uint8', 'uint16', 'uint32', 'uint64'}
+local INT_CASES = {
+  int16 = {'INT16', '[[-16384,16383,-1],[0,7,-300]]', '[[-32768,32766,-2],[0,14,-600]]'},
+  uint8 = {'UINT8', '[[127,128,255],[0,1,100]]', '[[254,0,254],[0,2,200]]'},
+  uint16 = {'UINT16', '[[32767,32768,65535],[0,1,1000]]', '[[65534,0,65534],[0,2,2000]]'},
+  uint32 = {'UINT32', '[[2147483647,2147483648,4294967295],[0,1,100000]]',
+            '[[4294967294,0,4294967294],[0,2,200000]]'},
+  uint64 = {'UINT64', '[[9223372036854775807,9223372036854775808,18446744073709551615],[0,1,3]]',
+            '[[18446744073709551614,0,18446744073709551614],[0,2,6]]'},
+}
+
 local function mlp(seed)
   flow.manual_seed(seed)
   return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
@@ -85,6 +98,22 @@ describe('flow-serve', function()
   setup(function()
     mkdirs('mlp/1', 'mlp/2', 'mlp_batched/1', 'mlp_auto/1', 'resnet/1', 'no_graph/1', 'bad_config/1',
            'mlp_half/1', 'mlp_bf16/1')
+    -- x + x in the integer dtypes Triton has beyond the float ones (t_uint16
+    -- with a config.json naming TYPE_UINT16, the others auto-completed)
+    local Twice = nn.Graph:subclass('ServeTwice')
+    function Twice:build(x) return x + x end
+    for _, dt in ipairs(INT_DTYPES) do
+      mkdirs('t_' .. dt .. '/1')
+      local g = Twice()
+      local x = flow.tensor({{1, 2, 3}, {4, 5, 6}}, {dtype = flow[dt]})
+      g(x)
+      g(x)
+      g:save(('%s/t_%s/1/model.ofg'):format(repo, dt))
+    end
+    write(repo .. '/t_uint16/config.json', json.encode({
+      name = 't_uint16', max_batch_size = 2,
+      input = {{name = 'INPUT__0', data_type = 'TYPE_UINT16', dims = {3}}},
+      output = {{name = 'OUTPUT__0', data_type = 'TYPE_UINT16', dims = {3}}}}))
     -- the MLP, version 1 and 2 (other weights), compiled for batch 1, 2 and 4
     local shape = function(b) return {b, 16} end
     g1 = compiled(mlp(1), shape, {1, 2, 4}, repo .. '/mlp/1/model.ofg')
@@ -181,7 +210,8 @@ describe('flow-serve', function()
     assert.are.same({['mlp/1'] = 'READY', ['mlp/2'] = 'READY', ['mlp_batched/1'] = 'READY',
                      ['mlp_auto/1'] = 'READY', ['resnet/1'] = 'READY', ['no_graph/1'] = 'UNAVAILABLE',
                      ['bad_config/'] = 'UNAVAILABLE', ['mlp_half/1'] = 'READY',
-                     ['mlp_bf16/1'] = 'READY'}, states)
+                     ['mlp_bf16/1'] = 'READY', ['t_int16/1'] = 'READY', ['t_uint8/1'] = 'READY',
+                     ['t_uint16/1'] = 'READY', ['t_uint32/1'] = 'READY', ['t_uint64/1'] = 'READY'}, states)
   end)
 
   it('infers with JSON tensors: outputs equal the in-process graph exactly, per version', function()
@@ -226,6 +256,31 @@ describe('flow-serve', function()
     end
     local code, body = http('POST', '/v2/models/mlp_half/infer', infer_body('INPUT__0', {1, 16}, {true}, 'FP16'))
     assert.are.equal(400, code, body)
+  end)
+
+  it('serves INT16, UINT8, UINT16, UINT32 and UINT64 tensors (JSON), configured or auto-completed', function()
+    for _, dt in ipairs(INT_DTYPES) do
+      local name, c = 't_' .. dt, INT_CASES[dt]
+      local code, body = http('GET', '/v2/models/' .. name .. '/config')
+      assert.are.equal(200, code, body)
+      assert.are.equal('TYPE_' .. c[1], json.decode(body).input[1].data_type)
+      code, body = http('POST', '/v2/models/' .. name .. '/infer',
+                        ('{"inputs":[{"name":"INPUT__0","shape":[2,3],"datatype":"%s","data":%s}]}'):format(c[1], c[2]))
+      assert.are.equal(200, code, body)
+      -- the numbers as written (a Lua number would round uint64's)
+      local want = '[' .. c[3]:gsub('[%[%]]', '') .. ']'
+      assert.is_truthy(body:find('"datatype":"' .. c[1] .. '","shape":[2,3],"data":' .. want, 1, true), body)
+    end
+    -- out of the dtype's range: the protocol's error, naming the input
+    check_error(req('POST', '/v2/models/t_uint8/infer',
+                    '{"inputs":[{"name":"INPUT__0","shape":[1,3],"datatype":"UINT8","data":[1,256,3]}]}'), 400, "input 'INPUT__0'")
+    check_error(req('POST', '/v2/models/t_uint64/infer',
+                    '{"inputs":[{"name":"INPUT__0","shape":[1,3],"datatype":"UINT64","data":[1,-1,3]}]}'), 400, "input 'INPUT__0'")
+    check_error(req('POST', '/v2/models/t_int16/infer',
+                    '{"inputs":[{"name":"INPUT__0","shape":[1,3],"datatype":"INT16","data":[1,32768,3]}]}'), 400, "input 'INPUT__0'")
+    check_error(req('POST', '/v2/models/t_uint16/infer',
+                    '{"inputs":[{"name":"INPUT__0","shape":[1,3],"datatype":"INT16","data":[1,2,3]}]}'), 400,
+                'datatype INT16', 'expects UINT16')
   end)
 
   it('answers bad requests with the protocol error, and stays up', function()
@@ -381,6 +436,10 @@ describe('flow-serve', function()
     -- get_inference_statistics: the client's two inferences of the ResNet counted
     assert.is_truthy(out:find('stats resnet 1 2 2', 1, true), out)
     assert.is_truthy(out:find('override max_batch_size 2\nreloaded max_batch_size 4', 1, true), out)
+    -- INT16 and UINT8..UINT64 from numpy, JSON and binary: x + x exactly (wrapping)
+    for _, dt in ipairs(INT_DTYPES) do
+      assert.is_truthy(out:find(('dtype %s json True binary True'):format(INT_CASES[dt][1]), 1, true), out)
+    end
     assert.is_truthy(out:find("unknown model: [404] unknown model 'no_such_model'", 1, true)
                      or out:find("unknown model 'no_such_model'", 1, true), out)
     local want, wantr = bytes(g2(x)), bytes(gr(xr))
