@@ -131,6 +131,11 @@ describe('flow-serve', function()
     cfg.dynamic_batching = {max_queue_delay_microseconds = 1000000}
     cfg.instance_group = {{count = 1, kind = 'KIND_CPU'}}
     write(repo .. '/mlp_batched/config.json', json.encode(cfg))
+    -- the same for 3 concurrent rows: no graph compiled for 3, run as 2 + 1
+    cfg.name = 'mlp_split'
+    mkdirs('mlp_split/1')
+    os.execute(('cp %s/mlp/2/model.ofg %s/mlp_split/1/'):format(repo, repo))
+    write(repo .. '/mlp_split/config.json', json.encode(cfg))
     -- ResNet-18 (flowvision, random init) on 64x64 images, batch 1 and 2
     flow.manual_seed(5)
     gr = compiled(require('flowvision.models').resnet18(), function(b) return {b, 3, 64, 64} end,
@@ -212,7 +217,8 @@ describe('flow-serve', function()
     local states = {}
     for _, e in ipairs(json.decode(body)) do states[e.name .. '/' .. (e.version or '')] = e.state end
     assert.are.same({['mlp/1'] = 'READY', ['mlp/2'] = 'READY', ['mlp_batched/1'] = 'READY',
-                     ['mlp_auto/1'] = 'READY', ['resnet/1'] = 'READY', ['no_graph/1'] = 'UNAVAILABLE',
+                     ['mlp_split/1'] = 'READY', ['mlp_auto/1'] = 'READY', ['resnet/1'] = 'READY',
+                     ['no_graph/1'] = 'UNAVAILABLE',
                      ['bad_config/'] = 'UNAVAILABLE', ['mlp_half/1'] = 'READY',
                      ['mlp_bf16/1'] = 'READY', ['t_int16/1'] = 'READY', ['t_uint8/1'] = 'READY',
                      ['t_uint16/1'] = 'READY', ['t_uint32/1'] = 'READY', ['t_uint64/1'] = 'READY'}, states)
@@ -382,6 +388,33 @@ describe('flow-serve', function()
     assert.are.equal(1, #one)
     check_error(req('GET', '/v2/models/nope/stats'), 404, "unknown model 'nope'")
     check_error(req('GET', '/v2/models/mlp/versions/9/stats'), 404, 'unknown version 9')
+  end)
+
+  it('runs a merged batch of no compiled size as exact parts (3 rows: 2 + 1), not padded', function()
+    local xs, cmds = {}, {}
+    for i = 1, 3 do
+      xs[i] = flow.randn(1, 16)
+      write(('%s/s%d.json'):format(dir, i), infer_body('x', {1, 16}, flat(xs[i])))
+      cmds[i] = ("curl -s -o %s/so%d.json -X POST --data-binary @%s/s%d.json %s/v2/models/mlp_split/infer &")
+                :format(dir, i, dir, i, url)
+    end
+    os.execute(table.concat(cmds, ' ') .. ' wait')
+    for i = 1, 3 do
+      local r = json.decode(read(('%s/so%d.json'):format(dir, i)))
+      -- exactly the batch-1 or batch-2 graph's rows
+      local got = flow.tensor(r.outputs[1].data, {dtype = flow.float32})
+      H.close(got, g2(xs[i]), 1e-6)
+    end
+    local st = json.decode(select(2, http('GET', '/v2/models/mlp_split/stats'))).model_stats[1]
+    local sizes, rows = {}, 0
+    for _, b in ipairs(st.batch_stats) do
+      sizes[#sizes + 1] = b.batch_size
+      rows = rows + b.batch_size * b.compute_infer.count
+    end
+    table.sort(sizes)
+    assert.are.equal(3, rows)
+    -- (requests that missed the 1 s window run in smaller batches; never 3 padded to 4)
+    assert.is_falsy(table.concat(sizes, ','):find('3', 1, true), table.concat(sizes, ','))
   end)
 
   it('unloads and loads a model', function()
