@@ -40,7 +40,8 @@ static bool parse_ios(const js_doc *d, const js_val *a, sv_io *io, int32_t *n, c
     memcpy(x->name, name->s, name->slen + 1);
     if (!dt || dt->type != JS_STR || (x->dtype = sv_config_type_code(dt->s)) < 0)
       return sv_errorf(e, cap, "%s '%s': \"data_type\" must be one of TYPE_BOOL, TYPE_UINT8, "
-                  "TYPE_INT8, TYPE_INT32, TYPE_INT64, TYPE_FP16, TYPE_BF16, TYPE_FP32, TYPE_FP64",
+                  "TYPE_UINT16, TYPE_UINT32, TYPE_UINT64, TYPE_INT8, TYPE_INT16, TYPE_INT32, "
+                  "TYPE_INT64, TYPE_FP16, TYPE_BF16, TYPE_FP32, TYPE_FP64",
                   what, x->name);
     if (!dims || dims->type != JS_ARR || dims->n > SV_MAX_DIMS)
       return sv_errorf(e, cap, "%s '%s': \"dims\" must be an array of at most %d integers", what,

@@ -1,5 +1,6 @@
 /* json.c -- see json.h. */
 #include "json.h"
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -172,6 +173,11 @@ static bool number(parser *p, js_val *v) {
     v->is_int = !((x == INT64_MAX || x == INT64_MIN) && strcmp(buf, x == INT64_MAX ?
                    "9223372036854775807" : "-9223372036854775808") != 0);
     v->i = x;
+    if (buf[0] != '-') {   /* UINT64's upper half: strtoull saturates too */
+      unsigned long long u = strtoull(buf, &end, 10);
+      v->is_uint = u != ULLONG_MAX || strcmp(buf, "18446744073709551615") == 0;
+      v->u = u;
+    }
   }
   return true;
 }

@@ -20,6 +20,8 @@ typedef struct js_val {
   bool is_int;          /* JS_NUM: the token is an integer that fits int64 */
   bool b;               /* JS_BOOL */
   int64_t i;            /* JS_NUM when is_int */
+  bool is_uint;         /* JS_NUM: a non-negative integer token that fits uint64 */
+  uint64_t u;           /* JS_NUM when is_uint */
   double num;           /* JS_NUM */
   const char *s;        /* JS_STR: decoded, NUL-terminated; object member: key */
   size_t slen;

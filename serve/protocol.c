@@ -7,8 +7,9 @@
 #include <string.h>
 
 static const char *const DT_NAMES[SV_NUM_DTYPES] = {"BOOL", "UINT8", "INT8", "INT32", "INT64",
-                                                    "FP16", "BF16", "FP32", "FP64"};
-static const int32_t DT_SIZES[SV_NUM_DTYPES] = {1, 1, 1, 4, 8, 2, 2, 4, 8};
+                                                    "FP16", "BF16", "FP32", "FP64", "INT16",
+                                                    "UINT16", "UINT32", "UINT64"};
+static const int32_t DT_SIZES[SV_NUM_DTYPES] = {1, 1, 1, 4, 8, 2, 2, 4, 8, 2, 2, 4, 8};
 
 const char *sv_datatype_name(int32_t dt) { return dt >= 0 && dt < SV_NUM_DTYPES ? DT_NAMES[dt] : NULL; }
 int32_t sv_dtype_size(int32_t dt) { return dt >= 0 && dt < SV_NUM_DTYPES ? DT_SIZES[dt] : 0; }
@@ -22,7 +23,9 @@ int32_t sv_datatype_code(const char *name) {
 const char *sv_config_type_name(int32_t dt) {
   static const char *const names[SV_NUM_DTYPES] = {"TYPE_BOOL", "TYPE_UINT8", "TYPE_INT8",
                                                    "TYPE_INT32", "TYPE_INT64", "TYPE_FP16",
-                                                   "TYPE_BF16", "TYPE_FP32", "TYPE_FP64"};
+                                                   "TYPE_BF16", "TYPE_FP32", "TYPE_FP64",
+                                                   "TYPE_INT16", "TYPE_UINT16", "TYPE_UINT32",
+                                                   "TYPE_UINT64"};
   return dt >= 0 && dt < SV_NUM_DTYPES ? names[dt] : NULL;
 }
 
@@ -123,6 +126,22 @@ static bool put_elem(void *data, int32_t dt, int64_t k, const js_val *v) {
     case 6: ((uint16_t *)data)[k] = float_to_bf16((float)v->num); return true;
     case 7: ((float *)data)[k] = (float)v->num; return true;
     case 8: ((double *)data)[k] = v->num; return true;
+    case 9:
+      if (!v->is_int || v->i < INT16_MIN || v->i > INT16_MAX) return false;
+      ((int16_t *)data)[k] = (int16_t)v->i;
+      return true;
+    case 10:
+      if (!v->is_int || v->i < 0 || v->i > UINT16_MAX) return false;
+      ((uint16_t *)data)[k] = (uint16_t)v->i;
+      return true;
+    case 11:
+      if (!v->is_int || v->i < 0 || v->i > UINT32_MAX) return false;
+      ((uint32_t *)data)[k] = (uint32_t)v->i;
+      return true;
+    case 12:
+      if (!v->is_uint) return false;
+      ((uint64_t *)data)[k] = v->u;
+      return true;
     default: return false;
   }
 }
@@ -148,8 +167,8 @@ static bool parse_input(const js_doc *d, const js_val *iv, sv_tensor *t, const c
     return sv_errorf(e, cap, "an input has no \"name\" (a string of at most %d bytes)", SV_NAME - 1);
   char dtn[16];
   if (!get_str(d, iv, "datatype", dtn, sizeof dtn) || (t->dtype = sv_datatype_code(dtn)) < 0)
-    return sv_errorf(e, cap, "input '%s': \"datatype\" must be one of BOOL, UINT8, INT8, INT32, INT64, "
-               "FP16, BF16, FP32, FP64", t->name);
+    return sv_errorf(e, cap, "input '%s': \"datatype\" must be one of BOOL, UINT8, UINT16, UINT32, "
+               "UINT64, INT8, INT16, INT32, INT64, FP16, BF16, FP32, FP64", t->name);
   const js_val *sh = js_get(d, iv, "shape");
   if (!sh || sh->type != JS_ARR || sh->n > SV_MAX_DIMS)
     return sv_errorf(e, cap, "input '%s': \"shape\" must be an array of at most %d dims", t->name,
@@ -300,6 +319,9 @@ static double elem(const void *data, int32_t dt, int64_t k) {
     }
     case 7: return ((const float *)data)[k];
     case 8: return ((const double *)data)[k];
+    case 9: return ((const int16_t *)data)[k];
+    case 10: return ((const uint16_t *)data)[k];
+    case 11: return ((const uint32_t *)data)[k];
     default: return 0;
   }
 }
@@ -335,6 +357,9 @@ bool sv_write_response(js_out *o, const char *model, const char *version, const 
       if (k) JO_LIT(o, ",");
       if (t->dtype == 0) jo_fmt(o, "%s", ((const uint8_t *)t->data)[k] ? "true" : "false");
       else if (t->dtype == 4) jo_fmt(o, "%lld", (long long)((const int64_t *)t->data)[k]);
+      else if (t->dtype == 12) jo_fmt(o, "%llu", (unsigned long long)((const uint64_t *)t->data)[k]);
+      else if (t->dtype == 1 || t->dtype == 2 || t->dtype == 3 || (t->dtype >= 9 && t->dtype <= 11))
+        jo_fmt(o, "%.0f", elem(t->data, t->dtype, k));
       else jo_num(o, elem(t->data, t->dtype, k), t->dtype == 8 ? 17 : 9);
     }
     JO_LIT(o, "]}");

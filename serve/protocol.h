@@ -11,12 +11,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { SV_MAX_TENSORS = 64, SV_MAX_DIMS = 8, SV_NAME = 128, SV_NUM_DTYPES = 9 };
+enum { SV_MAX_TENSORS = 64, SV_MAX_DIMS = 8, SV_NAME = 128, SV_NUM_DTYPES = 13 };
 
 /* vsnprintf into e (cap bytes); returns false, for `return sv_errorf(...)` */
 bool sv_errorf(char *e, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* dtype codes are oneflow.h's (OF_BOOL = 0 ... OF_FLOAT64 = 8) */
+/* dtype codes are oneflow.h's (OF_BOOL = 0 ... OF_FLOAT64 = 8, OF_INT16 = 9,
+ * OF_UINT16, OF_UINT32, OF_UINT64 = 12) */
 const char *sv_datatype_name(int32_t dt);          /* "FP32"; NULL for a bad code */
 int32_t sv_datatype_code(const char *name);        /* -1 when unknown */
 const char *sv_config_type_name(int32_t dt);       /* "TYPE_FP32" */

@@ -43,6 +43,19 @@ def main():
     print("override max_batch_size", c.get_model_config("mlp")["max_batch_size"])
     c.load_model("mlp")
     print("reloaded max_batch_size", c.get_model_config("mlp")["max_batch_size"])
+    # x + x in Triton's INT16 and UINT8/16/32/64 (models t_<dtype>), at the limits
+    for name, dt in (("int16", "INT16"), ("uint8", "UINT8"), ("uint16", "UINT16"),
+                     ("uint32", "UINT32"), ("uint64", "UINT64")):
+        info = np.iinfo(np.dtype(name))
+        x = np.array([[info.max, info.min, info.max // 2 + 1], [0, 1, 7]], dtype=name)
+        ok = []
+        for binary in (False, True):
+            i = httpclient.InferInput("INPUT__0", list(x.shape), dt)
+            i.set_data_from_numpy(x, binary_data=binary)
+            o = httpclient.InferRequestedOutput("OUTPUT__0", binary_data=binary)
+            y = c.infer("t_" + name, [i], outputs=[o]).as_numpy("OUTPUT__0")
+            ok.append(y.dtype == x.dtype and np.array_equal(y, x + x))
+        print("dtype", dt, "json", ok[0], "binary", ok[1])
     try:
         c.infer("no_such_model", [i])
     except Exception as e:  # the client raises InferenceServerException

@@ -40,6 +40,19 @@ local function compiled(m, shape_of, batches, path)
   return g
 end
 
+-- Triton's INT16 and UINT8/16/32/64, with values at their limits (x + x:
+-- the wrapped sums, exactly, as uint64's upper half shows)
+local INT_DTYPES = {'int16', 'uint8', 'uint16', 'uint32', 'uint64'}
+local INT_CASES = {
+  int16 = {'INT16', '[[-16384,16383,-1],[0,7,-300]]', '[[-32768,32766,-2],[0,14,-600]]'},
+  uint8 = {'UINT8', '[[127,128,255],[0,1,100]]', '[[254,0,254],[0,2,200]]'},
+  uint16 = {'UINT16', '[[32767,32768,65535],[0,1,1000]]', '[[65534,0,65534],[0,2,2000]]'},
+  uint32 = {'UINT32', '[[2147483647,2147483648,4294967295],[0,1,100000]]',
+            '[[4294967294,0,4294967294],[0,2,200000]]'},
+  uint64 = {'UINT64', '[[9223372036854775807,9223372036854775808,18446744073709551615],[0,1,3]]',
+            '[[18446744073709551614,0,18446744073709551614],[0,2,6]]'},
+}
+
 local function mlp(seed)
   flow.manual_seed(seed)
   return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
@@ -85,6 +98,22 @@ describe('flow-serve', function()
   setup(function()
     mkdirs('mlp/1', 'mlp/2', 'mlp_batched/1', 'mlp_auto/1', 'resnet/1', 'no_graph/1', 'bad_config/1',
            'mlp_half/1', 'mlp_bf16/1')
+    -- x + x in the integer dtypes Triton has beyond the float ones (t_uint16
+    -- with a config.json naming TYPE_UINT16, the others auto-completed)
+    local Twice = nn.Graph:subclass('ServeTwice')
+    function Twice.build(_, x) return x + x end
+    for _, dt in ipairs(INT_DTYPES) do
+      mkdirs('t_' .. dt .. '/1')
+      local g = Twice()
+      local x = flow.tensor({{1, 2, 3}, {4, 5, 6}}, {dtype = flow[dt]})
+      g(x)
+      g(x)
+      g:save(('%s/t_%s/1/model.ofg'):format(repo, dt))
+    end
+    write(repo .. '/t_uint16/config.json', json.encode({
+      name = 't_uint16', max_batch_size = 2,
+      input = {{name = 'INPUT__0', data_type = 'TYPE_UINT16', dims = {3}}},
+      output = {{name = 'OUTPUT__0', data_type = 'TYPE_UINT16', dims = {3}}}}))
     -- the MLP, version 1 and 2 (other weights), compiled for batch 1, 2 and 4
     local shape = function(b) return {b, 16} end
     g1 = compiled(mlp(1), shape, {1, 2, 4}, repo .. '/mlp/1/model.ofg')
@@ -102,6 +131,11 @@ describe('flow-serve', function()
     cfg.dynamic_batching = {max_queue_delay_microseconds = 1000000}
     cfg.instance_group = {{count = 1, kind = 'KIND_CPU'}}
     write(repo .. '/mlp_batched/config.json', json.encode(cfg))
+    -- the same for 3 concurrent rows: no graph compiled for 3, run as 2 + 1
+    cfg.name = 'mlp_split'
+    mkdirs('mlp_split/1')
+    os.execute(('cp %s/mlp/2/model.ofg %s/mlp_split/1/'):format(repo, repo))
+    write(repo .. '/mlp_split/config.json', json.encode(cfg))
     -- ResNet-18 (flowvision, random init) on 64x64 images, batch 1 and 2
     flow.manual_seed(5)
     gr = compiled(require('flowvision.models').resnet18(), function(b) return {b, 3, 64, 64} end,
@@ -129,8 +163,8 @@ describe('flow-serve', function()
     write(repo .. '/no_graph/1/model.onnx', 'not served')
     write(repo .. '/bad_config/config.json', '{"max_batch_size": ')
     os.execute(('cp %s/mlp/1/model.ofg %s/bad_config/1/'):format(repo, repo))
-    pid = tonumber(sh(('%s --model-repository %s --http-port 0 --http-address 127.0.0.1 '
-                       .. '--max-body-bytes 1000000 --timeout 2 > %s/log 2>&1 & echo $!')
+    pid = tonumber(sh(('env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY %s --model-repository %s --http-port 0 '
+                       .. '--http-address 127.0.0.1 --max-body-bytes 1000000 --timeout 2 > %s/log 2>&1 & echo $!')
                       :format(BIN, repo, dir)))
     for _ = 1, 300 do
       port = (read(dir .. '/log') or ''):match('listening on 127%.0%.0%.1:(%d+)')
@@ -148,6 +182,10 @@ describe('flow-serve', function()
 
   it('answers health, server and model metadata, config and the repository index', function()
     assert.are.equal(200, (http('GET', '/v2/health/live')))
+    -- OpenMP's spinning as `require 'oneflow'` sets it (serve/main.c re-executes itself with it)
+    -- (started without it: the spec's own process has it from `require 'oneflow'`)
+    local environ = read('/proc/' .. pid .. '/environ') or ''
+    assert.is_truthy(environ:find('GOMP_SPINCOUNT=10000', 1, true), environ)
     -- strict readiness: two models fail to load, the server stays up
     assert.are.equal(400, (http('GET', '/v2/health/ready')))
     local code, body = http('GET', '/v2')
@@ -179,9 +217,11 @@ describe('flow-serve', function()
     local states = {}
     for _, e in ipairs(json.decode(body)) do states[e.name .. '/' .. (e.version or '')] = e.state end
     assert.are.same({['mlp/1'] = 'READY', ['mlp/2'] = 'READY', ['mlp_batched/1'] = 'READY',
-                     ['mlp_auto/1'] = 'READY', ['resnet/1'] = 'READY', ['no_graph/1'] = 'UNAVAILABLE',
+                     ['mlp_split/1'] = 'READY', ['mlp_auto/1'] = 'READY', ['resnet/1'] = 'READY',
+                     ['no_graph/1'] = 'UNAVAILABLE',
                      ['bad_config/'] = 'UNAVAILABLE', ['mlp_half/1'] = 'READY',
-                     ['mlp_bf16/1'] = 'READY'}, states)
+                     ['mlp_bf16/1'] = 'READY', ['t_int16/1'] = 'READY', ['t_uint8/1'] = 'READY',
+                     ['t_uint16/1'] = 'READY', ['t_uint32/1'] = 'READY', ['t_uint64/1'] = 'READY'}, states)
   end)
 
   it('infers with JSON tensors: outputs equal the in-process graph exactly, per version', function()
@@ -226,6 +266,31 @@ describe('flow-serve', function()
     end
     local code, body = http('POST', '/v2/models/mlp_half/infer', infer_body('INPUT__0', {1, 16}, {true}, 'FP16'))
     assert.are.equal(400, code, body)
+  end)
+
+  it('serves INT16, UINT8, UINT16, UINT32 and UINT64 tensors (JSON), configured or auto-completed', function()
+    for _, dt in ipairs(INT_DTYPES) do
+      local name, c = 't_' .. dt, INT_CASES[dt]
+      local code, body = http('GET', '/v2/models/' .. name .. '/config')
+      assert.are.equal(200, code, body)
+      assert.are.equal('TYPE_' .. c[1], json.decode(body).input[1].data_type)
+      code, body = http('POST', '/v2/models/' .. name .. '/infer',
+                        ('{"inputs":[{"name":"INPUT__0","shape":[2,3],"datatype":"%s","data":%s}]}'):format(c[1], c[2]))
+      assert.are.equal(200, code, body)
+      -- the numbers as written (a Lua number would round uint64's)
+      local want = '[' .. c[3]:gsub('[%[%]]', '') .. ']'
+      assert.is_truthy(body:find('"datatype":"' .. c[1] .. '","shape":[2,3],"data":' .. want, 1, true), body)
+    end
+    -- out of the dtype's range: the protocol's error, naming the input
+    local function body(dt, data)
+      return ('{"inputs":[{"name":"INPUT__0","shape":[1,3],"datatype":"%s","data":%s}]}'):format(dt, data)
+    end
+    check_error(req('POST', '/v2/models/t_uint8/infer', body('UINT8', '[1,256,3]')), 400, "input 'INPUT__0'")
+    check_error(req('POST', '/v2/models/t_uint64/infer', body('UINT64', '[1,-1,3]')), 400, "input 'INPUT__0'")
+    check_error(req('POST', '/v2/models/t_int16/infer', body('INT16', '[1,32768,3]')), 400, "input 'INPUT__0'")
+    check_error(req('POST', '/v2/models/t_uint16/infer',
+                    '{"inputs":[{"name":"INPUT__0","shape":[1,3],"datatype":"INT16","data":[1,2,3]}]}'), 400,
+                'datatype INT16', 'expects UINT16')
   end)
 
   it('answers bad requests with the protocol error, and stays up', function()
@@ -325,6 +390,33 @@ describe('flow-serve', function()
     check_error(req('GET', '/v2/models/mlp/versions/9/stats'), 404, 'unknown version 9')
   end)
 
+  it('runs a merged batch of no compiled size as exact parts (3 rows: 2 + 1), not padded', function()
+    local xs, cmds = {}, {}
+    for i = 1, 3 do
+      xs[i] = flow.randn(1, 16)
+      write(('%s/s%d.json'):format(dir, i), infer_body('x', {1, 16}, flat(xs[i])))
+      cmds[i] = ("curl -s -o %s/so%d.json -X POST --data-binary @%s/s%d.json %s/v2/models/mlp_split/infer &")
+                :format(dir, i, dir, i, url)
+    end
+    os.execute(table.concat(cmds, ' ') .. ' wait')
+    for i = 1, 3 do
+      local r = json.decode(read(('%s/so%d.json'):format(dir, i)))
+      -- exactly the batch-1 or batch-2 graph's rows
+      local got = flow.tensor(r.outputs[1].data, {dtype = flow.float32})
+      H.close(got, g2(xs[i]), 1e-6)
+    end
+    local st = json.decode(select(2, http('GET', '/v2/models/mlp_split/stats'))).model_stats[1]
+    local sizes, rows = {}, 0
+    for _, b in ipairs(st.batch_stats) do
+      sizes[#sizes + 1] = b.batch_size
+      rows = rows + b.batch_size * b.compute_infer.count
+    end
+    table.sort(sizes)
+    assert.are.equal(3, rows)
+    -- (requests that missed the 1 s window run in smaller batches; never 3 padded to 4)
+    assert.is_falsy(table.concat(sizes, ','):find('3', 1, true), table.concat(sizes, ','))
+  end)
+
   it('unloads and loads a model', function()
     assert.are.equal(200, (http('POST', '/v2/repository/models/mlp_auto/unload')))
     check_error(req('GET', '/v2/models/mlp_auto/ready'), 404, 'unknown model')
@@ -381,6 +473,10 @@ describe('flow-serve', function()
     -- get_inference_statistics: the client's two inferences of the ResNet counted
     assert.is_truthy(out:find('stats resnet 1 2 2', 1, true), out)
     assert.is_truthy(out:find('override max_batch_size 2\nreloaded max_batch_size 4', 1, true), out)
+    -- INT16 and UINT8..UINT64 from numpy, JSON and binary: x + x exactly (wrapping)
+    for _, dt in ipairs(INT_DTYPES) do
+      assert.is_truthy(out:find(('dtype %s json True binary True'):format(INT_CASES[dt][1]), 1, true), out)
+    end
     assert.is_truthy(out:find("unknown model: [404] unknown model 'no_such_model'", 1, true)
                      or out:find("unknown model 'no_such_model'", 1, true), out)
     local want, wantr = bytes(g2(x)), bytes(gr(xr))
