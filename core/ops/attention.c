@@ -393,16 +393,20 @@ AI VATTR_16 __m512 exp512(__m512 x) {
                                            int64_t ldc, int acc) {                              \
     __m512 c[MR][NV];                                                                           \
     for (int r = 0; r < MR; r++)                                                                \
-      for (int h = 0; h < NV; h++)                                                              \
-        c[r][h] = acc ? _mm512_loadu_ps(C + r * ldc + 16 * h) : _mm512_setzero_ps();           \
-    for (int64_t k = 0; k < K; k++) {                                                           \
+      for (int h = 0; h < NV; h++) c[r][h] = _mm512_setzero_ps();                               \
+    int64_t k = 0;                                                                              \
+    do {   /* K >= 1 (gemm_f32_avx512): a loop that may not run kept c[][] in memory */         \
       __m512 bv[NV];                                                                            \
       for (int h = 0; h < NV; h++) bv[h] = _mm512_loadu_ps(b + k * ldb + 16 * h);               \
       for (int r = 0; r < MR; r++) {                                                            \
         __m512 av = _mm512_set1_ps(a[r * sam + k * sak]);                                       \
         for (int h = 0; h < NV; h++) c[r][h] = _mm512_fmadd_ps(av, bv[h], c[r][h]);             \
       }                                                                                         \
-    }                                                                                           \
+    } while (++k < K);                                                                          \
+    if (acc)                                                                                    \
+      for (int r = 0; r < MR; r++)                                                              \
+        for (int h = 0; h < NV; h++)                                                            \
+          c[r][h] = _mm512_add_ps(c[r][h], _mm512_loadu_ps(C + r * ldc + 16 * h));              \
     for (int r = 0; r < MR; r++)                                                                \
       for (int h = 0; h < NV; h++) _mm512_storeu_ps(C + r * ldc + 16 * h, c[r][h]);             \
   }
@@ -419,6 +423,10 @@ static const tile512_fn tiles512[2][7] = {
 VATTR_16 static void gemm_f32_avx512(int64_t M, int64_t N, int64_t K, const float *A,
                                      int64_t sam, int64_t sak, const float *B, int64_t ldb,
                                      float *C, int64_t ldc, int acc) {
+  if (K < 1) {   /* the tiles take at least one k */
+    for (int64_t i = 0; i < M && !acc; i++) memset(C + i * ldc, 0, sizeof(float) * (size_t)N);
+    return;
+  }
   for (int64_t n0 = 0; n0 < N;) {
     int wide = N - n0 >= 64;
     for (int64_t i = 0; i < M; i += 6)
