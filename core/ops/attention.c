@@ -64,9 +64,13 @@ static int64_t fwd_scratch(const geo *g) {
   int64_t E = g->d.E, Evp = padn(g->d.Ev);
   return BQ * E + BQ * BK + BQ * Evp + 3 * BQ;
 }
-/* the forward's key columns: S rounded up to BK (whole panels; the last key
- * block's products are only as wide as they need, nk rounded up to PADN) */
-static int64_t fwd_sp(const geo *g) { return spad(g); }
+/* the forward's width of a k^T panel: BK, or when every key fits in one
+ * block, S rounded up to PADN (a sentence of 20 tokens packs 32 columns,
+ * not 128) */
+static int64_t fwd_pw(const geo *g) { return min64(BK, padn(g->d.S)); }
+/* the forward's key columns: whole panels (the last key block's products are
+ * only as wide as they need, nk rounded up to PADN) */
+static int64_t fwd_sp(const geo *g) { return g->d.S <= BK ? fwd_pw(g) : spad(g); }
 /* the forward's packed keys and values of one key/value head */
 static int64_t fwd_pack_size(const geo *g) { return fwd_sp(g) * (g->d.E + padn(g->d.Ev)); }
 static int64_t bwd_scratch(const geo *g) {
@@ -214,51 +218,52 @@ static double expsum_f64(double *s, int64_t n, double mx) {
     return g->d.causal ? min64(g->d.S, i0 + nq) : g->d.S;                                       \
   }                                                                                             \
   /* Keys and values of one head, packed once for every block product: Kt                  \
-   * (k^T) and Vt (v^T) in panels of BK keys, [Sp / BK][E][BK] and [Sp / BK][Ev][BK], so   \
-   * one key block's panel is contiguous (a row stride of Sp floats put every row of it in \
-   * the same few cache sets); Kp [Sp][Ep], Vp [Sp][Evp] (each or NULL), rows/columns      \
-   * [ja, jb), zero past S and past the head dims. */                                        \
+   * (k^T) and Vt (v^T) in panels of BK keys pw columns wide (pw = BK, or fwd_pw when S <= \
+   * BK), [Sp / BK][E][pw] and [Sp / BK][Ev][pw], so one key block's panel is contiguous  \
+   * (a row stride of Sp floats put every row of it in the same few cache sets); Kp       \
+   * [Sp][Ep], Vp [Sp][Evp] (each or NULL), rows/columns [ja, jb), zero past S and past   \
+   * the head dims. */                                                                       \
   static void pack_kv_##SUF(const geo *g, const T *K, const T *V, T *Kt, T *Vt, T *Kp,        \
-                            T *Vp, int64_t ja, int64_t jb, int64_t ksl, int64_t vsl) {        \
+                            T *Vp, int64_t ja, int64_t jb, int64_t pw, int64_t ksl,           \
+                            int64_t vsl) {                                                      \
     int64_t S = g->d.S, E = g->d.E, Ev = g->d.Ev, Ep = padn(E), Evp = padn(Ev);                \
     for (int64_t j = ja; j < jb; j++) {                                                         \
       bool in = j < S;                                                                          \
       for (int64_t e = 0; e < E; e++) {                                                         \
         T x = in ? K[j * ksl + e] : 0;                                                          \
-        if (Kt) Kt[j / BK * E * BK + e * BK + j % BK] = x;                                      \
+        if (Kt) Kt[j / BK * E * pw + e * pw + j % BK] = x;                                      \
         if (Kp) Kp[j * Ep + e] = x;                                                             \
       }                                                                                         \
       if (Kp) for (int64_t e = E; e < Ep; e++) Kp[j * Ep + e] = 0;                              \
       for (int64_t e = 0; e < Ev; e++) {                                                        \
         T x = in ? V[j * vsl + e] : 0;                                                          \
-        if (Vt) Vt[j / BK * Ev * BK + e * BK + j % BK] = x;                                     \
+        if (Vt) Vt[j / BK * Ev * pw + e * pw + j % BK] = x;                                     \
         if (Vp) Vp[j * Evp + e] = x;                                                            \
       }                                                                                         \
       if (Vp) for (int64_t e = Ev; e < Evp; e++) Vp[j * Evp + e] = 0;                           \
     }                                                                                           \
   }                                                                                             \
-  /* Forward task: query block qb of row bh (keys/values packed in kvp). */                     \
-  ATTR static void fwd_task_##SUF(const geo *g, const T *q, const T *kvp, T *o, T *lse, T *buf, \
+  /* Forward task: query block qb of row bh (its keys/values packed at kvh). */                \
+  ATTR static void fwd_task_##SUF(const geo *g, const T *q, const T *kvh, T *o, T *lse, T *buf, \
                                   float *u, int64_t task) {                                     \
     const of_sdpa_desc *d = &g->d;                                                              \
     int64_t L = d->L, S = d->S, E = d->E, Ev = d->Ev, Evp = padn(Ev);                           \
     int64_t nqb = (L + BQ - 1) / BQ, bh = task / nqb, i0 = (task % nqb) * BQ;                   \
-    int64_t nq = min64(BQ, L - i0), kv = bh / d->group;                                         \
-    int64_t Sp = fwd_sp(g);                                                                     \
-    const T *Q = q + g->qo[bh] + i0 * g->qsl, *Kt = kvp + kv * fwd_pack_size(g);               \
+    int64_t nq = min64(BQ, L - i0), Sp = fwd_sp(g), pw = fwd_pw(g);                             \
+    const T *Q = q + g->qo[bh] + i0 * g->qsl, *Kt = kvh;                                        \
     const T *Vp = Kt + E * Sp;                                                                  \
     T *Qs = buf, *Sb = Qs + BQ * E, *acc = Sb + BQ * BK;                                        \
     T *m = acc + BQ * Evp, *l = m + BQ, *al = l + BQ;                                           \
     T sc = (T)d->scale, keep = d->p > 0 ? (T)(1.0 / (1.0 - d->p)) : 1;                          \
-    for (int64_t r = 0; r < nq; r++)                                                            \
-      for (int64_t e = 0; e < E; e++) Qs[r * E + e] = Q[r * g->qsl + e] * sc;                   \
+    for (int64_t r = 0, qsl = g->qsl; r < nq; r++)   /* qsl local: the loop vectorises */      \
+      for (int64_t e = 0; e < E; e++) Qs[r * E + e] = Q[r * qsl + e] * sc;                      \
     memset(acc, 0, sizeof(T) * (size_t)(nq * Evp));                                             \
     for (int64_t r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;                                \
     int64_t jend = key_end_##SUF(g, i0, nq);                                                    \
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {                                                 \
       /* a last (or only) short block is nw = nk rounded up to PADN columns wide */            \
       int64_t nk = min64(BK, S - j0), nw = min64(BK, padn(nk));                                 \
-      gemm_##SUF(nq, nw, E, Qs, E, 1, Kt + j0 * E, BK, Sb, BK, 0);                              \
+      gemm_##SUF(nq, nw, E, Qs, E, 1, Kt + j0 * E, pw, Sb, BK, 0);                              \
       mask_block_##SUF(g, bh, i0, nq, j0, nk, nw, Sb);                                          \
       if (d->p > 0) draws_##SUF(g, bh, i0, nq, j0, nk, u);                                      \
       online_##SUF(Sb, nq, nw, m, l, al);                                                       \
@@ -295,7 +300,7 @@ static double expsum_f64(double *s, int64_t n, double mx) {
     memset(dKa + ja * Ep, 0, sizeof(T) * (size_t)((js - ja) * Ep));                             \
     memset(dVa + ja * Evp, 0, sizeof(T) * (size_t)((js - ja) * Evp));                           \
     memset(Qs, 0, sizeof(T) * (size_t)(BQ * (Ep + Evp)));                                       \
-    pack_kv_##SUF(g, K, V, Kt, Vt, Kp, NULL, ja, jb, E, Ev);                                    \
+    pack_kv_##SUF(g, K, V, Kt, Vt, Kp, NULL, ja, jb, BK, E, Ev);                                \
     for (int64_t bh = kv * d->group; bh < (kv + 1) * d->group; bh++) {                          \
       for (int64_t i0 = 0; i0 < L; i0 += BQ) {                                                  \
         int64_t nq = min64(BQ, L - i0);                                                         \
@@ -507,47 +512,62 @@ static int32_t task_threads(int64_t tasks, int64_t work) {
   return tasks < nt ? (int32_t)tasks : nt;
 }
 
+/* packs key/value head h for the forward at pk: k^T panels, then v's rows */
+static void fwd_pack(const geo *g, of_dtype cd, const void *k, const void *v, char *pk,
+                     int64_t h, int64_t Sp, int64_t pw) {
+  int64_t E = g->d.E;
+  if (cd == OF_FLOAT64) {
+    double *p = (double *)pk;
+    pack_kv_f64(g, (const double *)k + g->ko[h], (const double *)v + g->vo[h], p, NULL, NULL,
+                p + E * Sp, 0, Sp, pw, g->ksl, g->vsl);
+  } else {
+    float *p = (float *)pk;
+    pack_kv_f32_def(g, (const float *)k + g->ko[h], (const float *)v + g->vo[h], p, NULL, NULL,
+                    p + E * Sp, 0, Sp, pw, g->ksl, g->vsl);
+  }
+}
+
 /* The CPU forward: o [BH, L, Ev], lse [BH, L] of the compute dtype (float32
  * or float64). Tasks are dealt round robin, so causal rows (later blocks
- * cost more) spread over the threads. */
+ * cost more) spread over the threads. Keys and values are packed once per
+ * key/value head for all of its tasks; when a head is one query block (L <=
+ * BQ: a batch of short sentences, hundreds of heads) each task packs its own
+ * into its thread's buffer, which stays in cache, instead of all heads into
+ * one (megabytes of fresh pages per call). */
 static of_status cpu_forward(const geo *g, of_dtype cd, const void *q, const void *k,
                              const void *v, void *o, void *lse) {
   const of_sdpa_desc *d = &g->d;
-  int64_t tasks = d->BH * ((d->L + BQ - 1) / BQ), per = fwd_scratch(g);
+  int64_t nqb = (d->L + BQ - 1) / BQ, tasks = d->BH * nqb, per = fwd_scratch(g);
   int64_t es = cd == OF_FLOAT64 ? 8 : 4;
   int64_t nkv = d->BH / d->group, psz = fwd_pack_size(g);
   int32_t nt = task_threads(tasks, d->BH * d->L * d->S * (d->E + d->Ev));
+  bool local = nqb == 1;   /* each task packs its own head */
   /* scratch from the caching allocator: fresh pages per call cost more than the work */
-  int64_t nbuf = nt * (per * es + BQ * BK * 4), nkvp = nkv * psz * es;
+  int64_t nbuf = nt * (per * es + BQ * BK * 4), nkvp = (local ? nt : nkv) * psz * es;
   char *buf = of_alloc(OF_CPU, nbuf), *kvp = buf ? of_alloc(OF_CPU, nkvp) : NULL;
   if (!kvp) {
     if (buf) of_free(OF_CPU, buf, nbuf);
     return OF_ERR_OOM;
   }
   fwd_fn fn = fwd_tab[of_cpu_isa()];
-  int64_t E = d->E, Sp = fwd_sp(g);
+  int64_t Sp = fwd_sp(g), pw = fwd_pw(g);
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     int32_t t = omp_get_thread_num(), n = omp_get_num_threads();
     char *mine = buf + t * (per * es + BQ * BK * 4);
     float *u = (float *)(mine + per * es);
+    if (!local) {
 #pragma omp for schedule(static)
-    for (int64_t h = 0; h < nkv; h++) {
-      if (cd == OF_FLOAT64) {
-        double *pk = (double *)kvp + h * psz;
-        pack_kv_f64(g, (const double *)k + g->ko[h], (const double *)v + g->vo[h], pk, NULL,
-                    NULL, pk + E * Sp, 0, Sp, g->ksl, g->vsl);
-      } else {
-        float *pk = (float *)kvp + h * psz;
-        pack_kv_f32_def(g, (const float *)k + g->ko[h], (const float *)v + g->vo[h], pk,
-                        NULL, NULL, pk + E * Sp, 0, Sp, g->ksl, g->vsl);
-      }
+      for (int64_t h = 0; h < nkv; h++) fwd_pack(g, cd, k, v, kvp + h * psz * es, h, Sp, pw);
     }
     for (int64_t x = t; x < tasks; x += n) {
+      int64_t kv = x / nqb / d->group;
+      char *kvh = kvp + (local ? t : kv) * psz * es;
+      if (local) fwd_pack(g, cd, k, v, kvh, kv, Sp, pw);
       if (cd == OF_FLOAT64)
-        fwd_task_f64(g, q, (const double *)kvp, o, lse, (double *)mine, u, x);
+        fwd_task_f64(g, q, (const double *)kvh, o, lse, (double *)mine, u, x);
       else
-        fn(g, q, (const float *)kvp, o, lse, (float *)mine, u, x);
+        fn(g, q, (const float *)kvh, o, lse, (float *)mine, u, x);
     }
   }
   of_free(OF_CPU, buf, nbuf);
