@@ -369,14 +369,18 @@ ONLINE_GENERIC(float, f32_avx2, VATTR_8)
  * tile of 2 vectors for a last 32 columns, and the same tiles with fewer rows
  * for the last rows (the generic kernel fell back to one row at a time there,
  * a quarter of the work at BQ = 64). exp512 is vexp_core of simd.h (Cephes'
- * reduction and polynomial, ~1.3 ulp) with 2^n by vscalefps, which also
- * underflows to 0, so one clamp (below -120: exp(-inf) = 0) is all it needs;
+ * reduction and polynomial, ~1.3 ulp) with 2^n by vscalefps; below -87 (and
+ * for -inf) it gives 0 without computing (an underflow costs an assist);
  * the online softmax takes the block's row maxima first and its rescale
  * factors exp(m_old - m) sixteen rows at a time. */
 #include <immintrin.h>
 
-AI VATTR_16 __m512 exp512(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-120.0f), x);   /* a NaN x is kept (the second operand) */
+AI VATTR_16 __m512 exp512(__m512 x0) {
+  /* below -87 the result is 0: computing it would underflow, and a subnormal or
+   * underflowing result costs a microcode assist (~150 cycles) per vector -- every
+   * masked score (-inf) took one */
+  __mmask16 zero = _mm512_cmp_ps_mask(x0, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+  __m512 x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x0);   /* a NaN x is kept (the second operand) */
   __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -388,7 +392,7 @@ AI VATTR_16 __m512 exp512(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(y, n);
+  return _mm512_maskz_scalef_ps((__mmask16)~zero, y, n);
 }
 
 /* C[MR rows][16 NV columns] (+)= A[MR][K] B[K][16 NV] */
