@@ -256,6 +256,24 @@ describe('F.scaled_dot_product_attention', function()
       grads[pass] = {o, x[1].grad, x[2].grad, x[3].grad}
     end
     for j = 1, 4 do H.close(grads[1][j], grads[2][j], 1e-12, 'dropout ' .. j) end
+    -- float32 on every instruction set (the vector kernels' dropout and rescaling),
+    -- head dim 64 and a key count past one block, against the same composition
+    local q32, k32, v32 = flow.randn(1, 2, 70, 64), flow.randn(1, 2, 200, 64), flow.randn(1, 2, 200, 64)
+    local g32 = flow.randn(1, 2, 70, 64)
+    flow.manual_seed(11)
+    local keep32 = flow.rand(1, 2, 70, 200):ge(p):float() / (1 - p)
+    each_isa(function(isa)
+      local got = {}
+      for pass = 1, 2 do
+        local x = {q32:clone():requires_grad_(), k32:clone():requires_grad_(), v32:clone():requires_grad_()}
+        flow.manual_seed(11)
+        local o = pass == 1 and sdpa(x[1], x[2], x[3], {dropout_p = p})
+          or (F.softmax(x[1]:matmul(x[2]:transpose(-2, -1)) / 8, -1) * keep32):matmul(x[3])
+        o:backward(g32)
+        got[pass] = {o, x[1].grad, x[2].grad, x[3].grad}
+      end
+      for j = 1, 4 do H.close(got[1][j], got[2][j], 2e-5, ('dropout float32, %s: %d'):format(isa, j)) end
+    end)
     -- two calls draw differently; dropout_p = 0 draws nothing
     local a, b = sdpa(q, k, v, {dropout_p = 0.5}), sdpa(q, k, v, {dropout_p = 0.5})
     assert.is_true((a - b):abs():max():item() > 0)
