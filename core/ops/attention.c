@@ -15,10 +15,13 @@
  *
  * The block products run through one register-blocked micro-kernel
  * C[M][N] += A[M][K] B[K][N] (A read with any strides, so transposes are
- * free; B packed row-major with N padded to PADN columns), written with the
- * GCC vectors of simd.h and compiled per instruction set (AVX-512, AVX2 +
- * FMA, the baseline) like core/ops/rowk.c; a table picks the variant per
- * call from of_cpu_isa(). float16/bfloat16 compute in float32; float64 has
+ * free; B packed row-major with N padded to PADN columns; k^T and v^T in
+ * contiguous panels of one key block), written with the GCC vectors of
+ * simd.h and compiled per instruction set (AVX2 + FMA, the baseline) like
+ * core/ops/rowk.c, and with intrinsics for AVX-512 (larger tiles, exp by
+ * vscalefps; see "AVX-512 kernels" below); a table picks the variant per
+ * call from of_cpu_isa(), which OF_CPU_ISA or set_cpu_capability can lower
+ * (the specs run every path the CPU has). float16/bfloat16 compute in float32; float64 has
  * its own scalar instantiation (gradcheck). OpenMP runs over (batch * head,
  * query block) tasks in the forward and over key/value heads (all of their
  * query heads, for grouped-query attention) in the backward.
