@@ -8,6 +8,8 @@
 --   luajit bench/attention.lua [ROUNDS] [REPEATS]
 --   TORCH2_PY=/path/to/python3  PyTorch 2.x's python (else bench/torch_venv.sh)
 --   B=1 H=2 LENGTHS=1024,4096 THREADS=n
+--   METRIC=cpu  time by the process's CPU time (all threads; both sides), not
+--               the wall clock: steadier on a shared machine
 local flow = require 'oneflow'
 local F = flow.nn.functional
 
@@ -29,9 +31,11 @@ end
 local sides = {{key = 'torch1', py = '/usr/bin/python3'}}
 if torch2 then sides[2] = {key = 'torch2', py = torch2} end
 
+local cpu_metric = os.getenv('METRIC') == 'cpu'
+
 local function torch_run(side, env, lengths, repeats)
   local out = read_cmd(('%s %s/attention_torch.py %d %d %d %d %s 2>/dev/null'):format(
-    env .. side.py, BENCH, THREADS, repeats, B, H, table.concat(lengths, ' ')))
+    env .. (cpu_metric and 'METRIC=cpu ' or '') .. side.py, BENCH, THREADS, repeats, B, H, table.concat(lengths, ' ')))
   side.version = out:match('version (%S+)') or side.version
   local r = {}
   for l, x in out:gmatch('%a+ (%d+) (%S+)') do r[tonumber(l)] = tonumber(x) end
@@ -61,8 +65,9 @@ local function best_of(fn, n)
   return best
 end
 
--- wall clock: os.clock is CPU time of all threads, so use the monotonic clock
-flow._C.now = BC.now
+-- the wall clock (monotonic), or under METRIC=cpu the process's CPU time
+-- (CLOCK_PROCESS_CPUTIME_ID: every thread's)
+flow._C.now = cpu_metric and function() return BC.now(2) end or BC.now
 
 if os.getenv('OURS_MEM') then   -- child: one length's peak memory
   local L = tonumber(os.getenv('OURS_MEM'))
@@ -109,7 +114,8 @@ end
 
 local load = BC.loadavg()
 print(('attention forward+backward, float32, [B=%d, H=%d, L, %d], %d threads, load %s, '
-       .. 'best of %d x %d'):format(B, H, E, THREADS, load, ROUNDS, REPEATS))
+       .. 'best of %d x %d, %s'):format(B, H, E, THREADS, load, ROUNDS, REPEATS,
+       cpu_metric and 'process CPU time (METRIC=cpu)' or 'wall clock'))
 print(('torch1 %s (reference math), torch2 %s (F.scaled_dot_product_attention)'):format(
   sides[1].version or 'n/a', sides[2] and sides[2].version or 'not installed'))
 print('| L | ours (s) | PyTorch 1.13 (s) | PyTorch 2.x (s) | ours / faster | peak MiB ours | 1.13 | 2.x |')

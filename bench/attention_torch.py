@@ -4,6 +4,7 @@ and prints `time L seconds` (best of REPEATS) per length, or, with MEM=1,
 `mem L bytes` for one length: the growth of the process's peak RSS (VmHWM)
 over one forward + backward, after the inputs exist.
   python3 bench/attention_torch.py THREADS REPEATS B H L...
+METRIC=cpu times by the process's CPU time (all threads), as bench/attention.lua.
 PyTorch 2.x runs F.scaled_dot_product_attention (its CPU flash kernel);
 1.13 has no public one and runs the reference math (softmax(q k^T / 8) v).
 """
@@ -20,6 +21,7 @@ torch.set_num_threads(threads)
 torch.manual_seed(0)
 E = 64
 sdpa = getattr(F, 'scaled_dot_product_attention', None)
+clock = time.process_time if os.environ.get('METRIC') == 'cpu' else time.perf_counter
 
 
 def attend(q, k, v):
@@ -52,8 +54,8 @@ for L in lengths:
     step()
     best = float('inf')
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         step()
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, clock() - t0)
     print('time', L, best)
 print('version', torch.__version__)

@@ -15,10 +15,13 @@
  *
  * The block products run through one register-blocked micro-kernel
  * C[M][N] += A[M][K] B[K][N] (A read with any strides, so transposes are
- * free; B packed row-major with N padded to PADN columns), written with the
- * GCC vectors of simd.h and compiled per instruction set (AVX-512, AVX2 +
- * FMA, the baseline) like core/ops/rowk.c; a table picks the variant per
- * call from of_cpu_isa(). float16/bfloat16 compute in float32; float64 has
+ * free; B packed row-major with N padded to PADN columns; k^T and v^T in
+ * contiguous panels of one key block), written with the GCC vectors of
+ * simd.h and compiled per instruction set (AVX2 + FMA, the baseline) like
+ * core/ops/rowk.c, and with intrinsics for AVX-512 (larger tiles, exp by
+ * vscalefps; see "AVX-512 kernels" below); a table picks the variant per
+ * call from of_cpu_isa(), which OF_CPU_ISA or set_cpu_capability can lower
+ * (the specs run every path the CPU has). float16/bfloat16 compute in float32; float64 has
  * its own scalar instantiation (gradcheck). OpenMP runs over (batch * head,
  * query block) tasks in the forward and over key/value heads (all of their
  * query heads, for grouped-query attention) in the backward.
@@ -62,11 +65,15 @@ typedef struct {
 static int64_t spad(const geo *g) { return (g->d.S + BK - 1) / BK * BK; }
 static int64_t fwd_scratch(const geo *g) {
   int64_t E = g->d.E, Evp = padn(g->d.Ev);
-  return BQ * E + BQ * BK + BQ * Evp + 2 * BQ;
+  return BQ * E + BQ * BK + BQ * Evp + 3 * BQ;
 }
-/* the forward's key columns: S rounded up to PADN (its key blocks are BK wide
- * but the last is only as wide as it needs) */
-static int64_t fwd_sp(const geo *g) { return padn(g->d.S); }
+/* the forward's width of a k^T panel: BK, or when every key fits in one
+ * block, S rounded up to PADN (a sentence of 20 tokens packs 32 columns,
+ * not 128) */
+static int64_t fwd_pw(const geo *g) { return min64(BK, padn(g->d.S)); }
+/* the forward's key columns: whole panels (the last key block's products are
+ * only as wide as they need, nk rounded up to PADN) */
+static int64_t fwd_sp(const geo *g) { return g->d.S <= BK ? fwd_pw(g) : spad(g); }
 /* the forward's packed keys and values of one key/value head */
 static int64_t fwd_pack_size(const geo *g) { return fwd_sp(g) * (g->d.E + padn(g->d.Ev)); }
 static int64_t bwd_scratch(const geo *g) {
@@ -132,6 +139,27 @@ static int64_t bwd_scratch(const geo *g) {
     return (float)hsum##W(acc);                                                                 \
   }
 
+/* The online softmax step of one score block (nq rows of BK, nw wide): each
+ * row's running maximum m and sum l take in the block, its scores become
+ * exp(s - m) (a row with every key so far masked: zeros), and alpha [nq] gets
+ * the factor exp(m_old - m) the row's output accumulator is rescaled by. */
+#define ONLINE_GENERIC(T, SUF, ATTR)                                                            \
+  ATTR static void online_##SUF(T *Sb, int64_t nq, int64_t nw, T *m, T *l, T *alpha) {          \
+    for (int64_t r = 0; r < nq; r++) {                                                          \
+      T *s = Sb + r * BK;                                                                       \
+      T mn = rowmax_##SUF(s, nw);                                                               \
+      if (m[r] > mn) mn = m[r];                                                                 \
+      alpha[r] = 1;                                                                             \
+      if (mn == -INFINITY) {   /* every key so far masked: nothing to add */                    \
+        memset(s, 0, sizeof(T) * (size_t)nw);                                                   \
+        continue;                                                                               \
+      }                                                                                         \
+      alpha[r] = (T)exp(m[r] - mn);                                                             \
+      l[r] = l[r] * alpha[r] + expsum_##SUF(s, nw, mn);                                         \
+      m[r] = mn;                                                                                \
+    }                                                                                           \
+  }
+
 /* float64: plain loops (accuracy, not speed: gradcheck and references) */
 static void gemm_f64(int64_t M, int64_t N, int64_t K, const double *A, int64_t sam, int64_t sak,
                      const double *B, int64_t ldb, double *C, int64_t ldc, int acc) {
@@ -193,63 +221,57 @@ static double expsum_f64(double *s, int64_t n, double mx) {
     return g->d.causal ? min64(g->d.S, i0 + nq) : g->d.S;                                       \
   }                                                                                             \
   /* Keys and values of one head, packed once for every block product: Kt                  \
-   * [E][Sp] (k^T), Vt [Ev][Sp] (v^T), Kp [Sp][Ep], Vp [Sp][Evp] (each or NULL),             \
-   * rows/columns [ja, jb), zero past S and past the head dims. */                             \
+   * (k^T) and Vt (v^T) in panels of BK keys pw columns wide (pw = BK, or fwd_pw when S <= \
+   * BK), [Sp / BK][E][pw] and [Sp / BK][Ev][pw], so one key block's panel is contiguous  \
+   * (a row stride of Sp floats put every row of it in the same few cache sets); Kp       \
+   * [Sp][Ep], Vp [Sp][Evp] (each or NULL), rows/columns [ja, jb), zero past S and past   \
+   * the head dims. */                                                                       \
   static void pack_kv_##SUF(const geo *g, const T *K, const T *V, T *Kt, T *Vt, T *Kp,        \
-                            T *Vp, int64_t ja, int64_t jb, int64_t Sp, int64_t ksl,           \
+                            T *Vp, int64_t ja, int64_t jb, int64_t pw, int64_t ksl,           \
                             int64_t vsl) {                                                      \
     int64_t S = g->d.S, E = g->d.E, Ev = g->d.Ev, Ep = padn(E), Evp = padn(Ev);                \
     for (int64_t j = ja; j < jb; j++) {                                                         \
       bool in = j < S;                                                                          \
       for (int64_t e = 0; e < E; e++) {                                                         \
         T x = in ? K[j * ksl + e] : 0;                                                          \
-        if (Kt) Kt[e * Sp + j] = x;                                                             \
+        if (Kt) Kt[j / BK * E * pw + e * pw + j % BK] = x;                                      \
         if (Kp) Kp[j * Ep + e] = x;                                                             \
       }                                                                                         \
       if (Kp) for (int64_t e = E; e < Ep; e++) Kp[j * Ep + e] = 0;                              \
       for (int64_t e = 0; e < Ev; e++) {                                                        \
         T x = in ? V[j * vsl + e] : 0;                                                          \
-        if (Vt) Vt[e * Sp + j] = x;                                                             \
+        if (Vt) Vt[j / BK * Ev * pw + e * pw + j % BK] = x;                                     \
         if (Vp) Vp[j * Evp + e] = x;                                                            \
       }                                                                                         \
       if (Vp) for (int64_t e = Ev; e < Evp; e++) Vp[j * Evp + e] = 0;                           \
     }                                                                                           \
   }                                                                                             \
-  /* Forward task: query block qb of row bh (keys/values packed in kvp). */                     \
-  ATTR static void fwd_task_##SUF(const geo *g, const T *q, const T *kvp, T *o, T *lse, T *buf, \
+  /* Forward task: query block qb of row bh (its keys/values packed at kvh). */                \
+  ATTR static void fwd_task_##SUF(const geo *g, const T *q, const T *kvh, T *o, T *lse, T *buf, \
                                   float *u, int64_t task) {                                     \
     const of_sdpa_desc *d = &g->d;                                                              \
     int64_t L = d->L, S = d->S, E = d->E, Ev = d->Ev, Evp = padn(Ev);                           \
     int64_t nqb = (L + BQ - 1) / BQ, bh = task / nqb, i0 = (task % nqb) * BQ;                   \
-    int64_t nq = min64(BQ, L - i0), kv = bh / d->group;                                         \
-    int64_t Sp = fwd_sp(g);                                                                     \
-    const T *Q = q + g->qo[bh] + i0 * g->qsl, *Kt = kvp + kv * fwd_pack_size(g);               \
+    int64_t nq = min64(BQ, L - i0), Sp = fwd_sp(g), pw = fwd_pw(g);                             \
+    const T *Q = q + g->qo[bh] + i0 * g->qsl, *Kt = kvh;                                        \
     const T *Vp = Kt + E * Sp;                                                                  \
     T *Qs = buf, *Sb = Qs + BQ * E, *acc = Sb + BQ * BK;                                        \
-    T *m = acc + BQ * Evp, *l = m + BQ;                                                         \
+    T *m = acc + BQ * Evp, *l = m + BQ, *al = l + BQ;                                           \
     T sc = (T)d->scale, keep = d->p > 0 ? (T)(1.0 / (1.0 - d->p)) : 1;                          \
-    for (int64_t r = 0; r < nq; r++)                                                            \
-      for (int64_t e = 0; e < E; e++) Qs[r * E + e] = Q[r * g->qsl + e] * sc;                   \
+    for (int64_t r = 0, qsl = g->qsl; r < nq; r++)   /* qsl local: the loop vectorises */      \
+      for (int64_t e = 0; e < E; e++) Qs[r * E + e] = Q[r * qsl + e] * sc;                      \
     memset(acc, 0, sizeof(T) * (size_t)(nq * Evp));                                             \
     for (int64_t r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;                                \
     int64_t jend = key_end_##SUF(g, i0, nq);                                                    \
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {                                                 \
       /* a last (or only) short block is nw = nk rounded up to PADN columns wide */            \
       int64_t nk = min64(BK, S - j0), nw = min64(BK, padn(nk));                                 \
-      gemm_##SUF(nq, nw, E, Qs, E, 1, Kt + j0, Sp, Sb, BK, 0);                                  \
+      gemm_##SUF(nq, nw, E, Qs, E, 1, Kt + j0 * E, pw, Sb, BK, 0);                              \
       mask_block_##SUF(g, bh, i0, nq, j0, nk, nw, Sb);                                          \
       if (d->p > 0) draws_##SUF(g, bh, i0, nq, j0, nk, u);                                      \
+      online_##SUF(Sb, nq, nw, m, l, al);                                                       \
       for (int64_t r = 0; r < nq; r++) {                                                        \
-        T *s = Sb + r * BK;                                                                     \
-        T mn = rowmax_##SUF(s, nw);                                                             \
-        if (m[r] > mn) mn = m[r];                                                               \
-        if (mn == -INFINITY) {   /* every key so far masked: nothing to add */                  \
-          memset(s, 0, sizeof(T) * (size_t)nw);                                                 \
-          continue;                                                                             \
-        }                                                                                       \
-        T alpha = (T)exp(m[r] - mn);                                                            \
-        l[r] = l[r] * alpha + expsum_##SUF(s, nw, mn);                                          \
-        m[r] = mn;                                                                              \
+        T *s = Sb + r * BK, alpha = al[r];                                                      \
         if (alpha != 1)                                                                         \
           for (int64_t c = 0; c < Evp; c++) acc[r * Evp + c] *= alpha;                          \
         if (d->p > 0)                                                                           \
@@ -281,7 +303,7 @@ static double expsum_f64(double *s, int64_t n, double mx) {
     memset(dKa + ja * Ep, 0, sizeof(T) * (size_t)((js - ja) * Ep));                             \
     memset(dVa + ja * Evp, 0, sizeof(T) * (size_t)((js - ja) * Evp));                           \
     memset(Qs, 0, sizeof(T) * (size_t)(BQ * (Ep + Evp)));                                       \
-    pack_kv_##SUF(g, K, V, Kt, Vt, Kp, NULL, ja, jb, Sp, E, Ev);                                \
+    pack_kv_##SUF(g, K, V, Kt, Vt, Kp, NULL, ja, jb, BK, E, Ev);                                \
     for (int64_t bh = kv * d->group; bh < (kv + 1) * d->group; bh++) {                          \
       for (int64_t i0 = 0; i0 < L; i0 += BQ) {                                                  \
         int64_t nq = min64(BQ, L - i0);                                                         \
@@ -300,7 +322,7 @@ static double expsum_f64(double *s, int64_t n, double mx) {
         int64_t jend = min64(key_end_##SUF(g, i0, nq), jb);                                     \
         for (int64_t j0 = ja; j0 < jend; j0 += BK) {                                            \
           int64_t nk = min64(BK, S - j0);                                                       \
-          gemm_##SUF(nq, BK, E, Qs, Ep, 1, Kt + j0, Sp, Sb, BK, 0);                             \
+          gemm_##SUF(nq, BK, E, Qs, Ep, 1, Kt + j0 * E, BK, Sb, BK, 0);                         \
           mask_block_##SUF(g, bh, i0, nq, j0, nk, BK, Sb);                                      \
           if (d->p > 0) draws_##SUF(g, bh, i0, nq, j0, nk, u);                                  \
           for (int64_t r = 0; r < nq; r++) {                                                    \
@@ -313,7 +335,7 @@ static double expsum_f64(double *s, int64_t n, double mx) {
           }                                                                                     \
           /* dV += Pd^T dO, dP = dO V^T */                                                      \
           gemm_##SUF(nk, Evp, nq, d->p > 0 ? Pd : Sb, 1, BK, dOp, Evp, dVa + j0 * Evp, Evp, 1); \
-          gemm_##SUF(nq, BK, Ev, dOp, Evp, 1, Vt + j0, Sp, dP, BK, 0);                          \
+          gemm_##SUF(nq, BK, Ev, dOp, Evp, 1, Vt + j0 * Ev, BK, dP, BK, 0);                     \
           for (int64_t r = 0; r < nq; r++) {                                                    \
             T *s = Sb + r * BK, *dp = dP + r * BK;                                              \
             if (d->p > 0)                                                                       \
@@ -336,11 +358,144 @@ static double expsum_f64(double *s, int64_t n, double mx) {
 
 #define NO_ATTR
 F32_KERNELS(def, NO_ATTR, 4)
+ONLINE_GENERIC(float, f32_def, NO_ATTR)
+ONLINE_GENERIC(double, f64, NO_ATTR)
 ATTN_ALGO(float, f32_def, NO_ATTR)
 ATTN_ALGO(double, f64, NO_ATTR)
 #if defined(__x86_64__) || defined(__i386__)
 F32_KERNELS(avx2, VATTR_8, 8)
-F32_KERNELS(avx512, VATTR_16, 16)
+ONLINE_GENERIC(float, f32_avx2, VATTR_8)
+/* ---- AVX-512 kernels, written with intrinsics --------------------------------
+ * The block products of the forward and backward are small (64 x 128 x 64):
+ * gemm_f32_avx512 covers C with tiles of up to 6 rows x 4 vectors (24 of the
+ * 32 registers accumulate; one k step is 4 loads, 6 broadcasts, 24 FMAs), a
+ * tile of 2 vectors for a last 32 columns, and the same tiles with fewer rows
+ * for the last rows (the generic kernel fell back to one row at a time there,
+ * a quarter of the work at BQ = 64). exp512 is vexp_core of simd.h (Cephes'
+ * reduction and polynomial, ~1.3 ulp) with 2^n by vscalefps; below -87 (and
+ * for -inf) it gives 0 without computing (an underflow costs an assist);
+ * the online softmax takes the block's row maxima first and its rescale
+ * factors exp(m_old - m) sixteen rows at a time. */
+#include <immintrin.h>
+
+AI VATTR_16 __m512 exp512(__m512 x0) {
+  /* below -87 the result is 0: computing it would underflow, and a subnormal or
+   * underflowing result costs a microcode assist (~150 cycles) per vector -- every
+   * masked score (-inf) took one */
+  __mmask16 zero = _mm512_cmp_ps_mask(x0, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+  __m512 x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x0);   /* a NaN x is kept (the second operand) */
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps((__mmask16)~zero, y, n);
+}
+
+/* C[MR rows][16 NV columns] (+)= A[MR][K] B[K][16 NV] */
+#define TILE512(MR, NV)                                                                         \
+  VATTR_16 static void tile512_##MR##_##NV(int64_t K, const float *a, int64_t sam,              \
+                                           int64_t sak, const float *b, int64_t ldb, float *C,  \
+                                           int64_t ldc, int acc) {                              \
+    __m512 c[MR][NV];                                                                           \
+    for (int r = 0; r < MR; r++)                                                                \
+      for (int h = 0; h < NV; h++) c[r][h] = _mm512_setzero_ps();                               \
+    int64_t k = 0;                                                                              \
+    do {   /* K >= 1 (gemm_f32_avx512): a loop that may not run kept c[][] in memory */         \
+      __m512 bv[NV];                                                                            \
+      for (int h = 0; h < NV; h++) bv[h] = _mm512_loadu_ps(b + k * ldb + 16 * h);               \
+      for (int r = 0; r < MR; r++) {                                                            \
+        __m512 av = _mm512_set1_ps(a[r * sam + k * sak]);                                       \
+        for (int h = 0; h < NV; h++) c[r][h] = _mm512_fmadd_ps(av, bv[h], c[r][h]);             \
+      }                                                                                         \
+    } while (++k < K);                                                                          \
+    if (acc)                                                                                    \
+      for (int r = 0; r < MR; r++)                                                              \
+        for (int h = 0; h < NV; h++)                                                            \
+          c[r][h] = _mm512_add_ps(c[r][h], _mm512_loadu_ps(C + r * ldc + 16 * h));              \
+    for (int r = 0; r < MR; r++)                                                                \
+      for (int h = 0; h < NV; h++) _mm512_storeu_ps(C + r * ldc + 16 * h, c[r][h]);             \
+  }
+TILE512(1, 2) TILE512(2, 2) TILE512(3, 2) TILE512(4, 2) TILE512(5, 2) TILE512(6, 2)
+TILE512(1, 4) TILE512(2, 4) TILE512(3, 4) TILE512(4, 4) TILE512(5, 4) TILE512(6, 4)
+typedef void (*tile512_fn)(int64_t, const float *, int64_t, int64_t, const float *, int64_t,
+                           float *, int64_t, int);
+static const tile512_fn tiles512[2][7] = {
+    {NULL, tile512_1_2, tile512_2_2, tile512_3_2, tile512_4_2, tile512_5_2, tile512_6_2},
+    {NULL, tile512_1_4, tile512_2_4, tile512_3_4, tile512_4_4, tile512_5_4, tile512_6_4}};
+
+/* as gemm_f32_def: C[i][n] (+)= sum_k A[i * sam + k * sak] B[k * ldb + n], N a
+ * multiple of PADN (32) */
+VATTR_16 static void gemm_f32_avx512(int64_t M, int64_t N, int64_t K, const float *A,
+                                     int64_t sam, int64_t sak, const float *B, int64_t ldb,
+                                     float *C, int64_t ldc, int acc) {
+  if (K < 1) {   /* the tiles take at least one k */
+    for (int64_t i = 0; i < M && !acc; i++) memset(C + i * ldc, 0, sizeof(float) * (size_t)N);
+    return;
+  }
+  for (int64_t n0 = 0; n0 < N;) {
+    int wide = N - n0 >= 64;
+    for (int64_t i = 0; i < M; i += 6)
+      tiles512[wide][min64(6, M - i)](K, A + i * sam, sam, sak, B + n0, ldb, C + i * ldc + n0,
+                                      ldc, acc);
+    n0 += wide ? 64 : 32;
+  }
+}
+
+/* max of s[0, n), n a multiple of 16; NaN sticks */
+VATTR_16 static float rowmax_f32_avx512(const float *s, int64_t n) {
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  __mmask16 nan = 0;
+  for (int64_t j = 0; j < n; j += 16) {
+    __m512 x = _mm512_loadu_ps(s + j);
+    nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    m = _mm512_max_ps(m, x);
+  }
+  return nan ? NAN : _mm512_reduce_max_ps(m);
+}
+
+/* s = exp(s - mx) in place (-inf gives 0), n a multiple of 16; returns the sum */
+VATTR_16 static float expsum_f32_avx512(float *s, int64_t n, float mx) {
+  __m512 acc = _mm512_setzero_ps(), mv = _mm512_set1_ps(mx);
+  for (int64_t j = 0; j < n; j += 16) {
+    __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + j), mv));
+    _mm512_storeu_ps(s + j, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+/* online_f32_def's step (ONLINE_GENERIC) with the rescale factors vectorised */
+VATTR_16 static void online_f32_avx512(float *Sb, int64_t nq, int64_t nw, float *m, float *l,
+                                       float *alpha) {
+  float sum[BQ];
+  for (int64_t r = 0; r < nq; r++) {
+    float *s = Sb + r * BK, mn = rowmax_f32_avx512(s, nw);
+    if (m[r] > mn) mn = m[r];
+    sum[r] = 0;
+    if (mn == -INFINITY) {   /* every key so far masked: nothing to add, factor exp(0) */
+      memset(s, 0, sizeof(float) * (size_t)nw);
+      alpha[r] = 0;
+      continue;
+    }
+    alpha[r] = m[r] - mn;
+    sum[r] = expsum_f32_avx512(s, nw, mn);
+    m[r] = mn;
+  }
+  for (int64_t r = 0; r < nq; r += 16) {
+    __mmask16 k = (__mmask16)(nq - r >= 16 ? 0xffff : (1u << (nq - r)) - 1);
+    __m512 a = exp512(_mm512_maskz_loadu_ps(k, alpha + r));
+    _mm512_mask_storeu_ps(alpha + r, k, a);
+    _mm512_mask_storeu_ps(l + r, k, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, l + r), a,
+                                                    _mm512_maskz_loadu_ps(k, sum + r)));
+  }
+}
 ATTN_ALGO(float, f32_avx2, VATTR_8)
 ATTN_ALGO(float, f32_avx512, VATTR_16)
 #define ISA_TABLE(NAME) {NAME##_f32_def, NAME##_f32_avx2, NAME##_f32_avx512}
@@ -364,47 +519,62 @@ static int32_t task_threads(int64_t tasks, int64_t work) {
   return tasks < nt ? (int32_t)tasks : nt;
 }
 
+/* packs key/value head h for the forward at pk: k^T panels, then v's rows */
+static void fwd_pack(const geo *g, of_dtype cd, const void *k, const void *v, char *pk,
+                     int64_t h, int64_t Sp, int64_t pw) {
+  int64_t E = g->d.E;
+  if (cd == OF_FLOAT64) {
+    double *p = (double *)pk;
+    pack_kv_f64(g, (const double *)k + g->ko[h], (const double *)v + g->vo[h], p, NULL, NULL,
+                p + E * Sp, 0, Sp, pw, g->ksl, g->vsl);
+  } else {
+    float *p = (float *)pk;
+    pack_kv_f32_def(g, (const float *)k + g->ko[h], (const float *)v + g->vo[h], p, NULL, NULL,
+                    p + E * Sp, 0, Sp, pw, g->ksl, g->vsl);
+  }
+}
+
 /* The CPU forward: o [BH, L, Ev], lse [BH, L] of the compute dtype (float32
  * or float64). Tasks are dealt round robin, so causal rows (later blocks
- * cost more) spread over the threads. */
+ * cost more) spread over the threads. Keys and values are packed once per
+ * key/value head for all of its tasks; when a head is one query block (L <=
+ * BQ: a batch of short sentences, hundreds of heads) each task packs its own
+ * into its thread's buffer, which stays in cache, instead of all heads into
+ * one (megabytes of fresh pages per call). */
 static of_status cpu_forward(const geo *g, of_dtype cd, const void *q, const void *k,
                              const void *v, void *o, void *lse) {
   const of_sdpa_desc *d = &g->d;
-  int64_t tasks = d->BH * ((d->L + BQ - 1) / BQ), per = fwd_scratch(g);
+  int64_t nqb = (d->L + BQ - 1) / BQ, tasks = d->BH * nqb, per = fwd_scratch(g);
   int64_t es = cd == OF_FLOAT64 ? 8 : 4;
   int64_t nkv = d->BH / d->group, psz = fwd_pack_size(g);
   int32_t nt = task_threads(tasks, d->BH * d->L * d->S * (d->E + d->Ev));
+  bool local = nqb == 1;   /* each task packs its own head */
   /* scratch from the caching allocator: fresh pages per call cost more than the work */
-  int64_t nbuf = nt * (per * es + BQ * BK * 4), nkvp = nkv * psz * es;
+  int64_t nbuf = nt * (per * es + BQ * BK * 4), nkvp = (local ? nt : nkv) * psz * es;
   char *buf = of_alloc(OF_CPU, nbuf), *kvp = buf ? of_alloc(OF_CPU, nkvp) : NULL;
   if (!kvp) {
     if (buf) of_free(OF_CPU, buf, nbuf);
     return OF_ERR_OOM;
   }
   fwd_fn fn = fwd_tab[of_cpu_isa()];
-  int64_t E = d->E, Sp = fwd_sp(g);
+  int64_t Sp = fwd_sp(g), pw = fwd_pw(g);
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     int32_t t = omp_get_thread_num(), n = omp_get_num_threads();
     char *mine = buf + t * (per * es + BQ * BK * 4);
     float *u = (float *)(mine + per * es);
+    if (!local) {
 #pragma omp for schedule(static)
-    for (int64_t h = 0; h < nkv; h++) {
-      if (cd == OF_FLOAT64) {
-        double *pk = (double *)kvp + h * psz;
-        pack_kv_f64(g, (const double *)k + g->ko[h], (const double *)v + g->vo[h], pk, NULL,
-                    NULL, pk + E * Sp, 0, Sp, Sp, g->ksl, g->vsl);
-      } else {
-        float *pk = (float *)kvp + h * psz;
-        pack_kv_f32_def(g, (const float *)k + g->ko[h], (const float *)v + g->vo[h], pk,
-                        NULL, NULL, pk + E * Sp, 0, Sp, Sp, g->ksl, g->vsl);
-      }
+      for (int64_t h = 0; h < nkv; h++) fwd_pack(g, cd, k, v, kvp + h * psz * es, h, Sp, pw);
     }
     for (int64_t x = t; x < tasks; x += n) {
+      int64_t kv = x / nqb / d->group;
+      char *kvh = kvp + (local ? t : kv) * psz * es;
+      if (local) fwd_pack(g, cd, k, v, kvh, kv, Sp, pw);
       if (cd == OF_FLOAT64)
-        fwd_task_f64(g, q, (const double *)kvp, o, lse, (double *)mine, u, x);
+        fwd_task_f64(g, q, (const double *)kvh, o, lse, (double *)mine, u, x);
       else
-        fn(g, q, (const float *)kvp, o, lse, (float *)mine, u, x);
+        fn(g, q, (const float *)kvh, o, lse, (float *)mine, u, x);
     }
   }
   of_free(OF_CPU, buf, nbuf);

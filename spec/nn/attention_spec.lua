@@ -36,6 +36,20 @@ local cases = {
   {name = 'GQA 6 query heads over 2', q = {2, 6, 33, 16}, k = {2, 2, 70, 16},
    v = {2, 2, 70, 7}, gqa = true},
   {name = '3-D, scale 0.3', q = {3, 10, 5}, k = {3, 129, 5}, v = {3, 129, 4}, scale = 0.3},
+  -- head dim 64 (the AVX-512 tiles of 4 vectors) at lengths that are no multiple of the
+  -- 64-query and 128-key blocks nor of the 6-row tiles; 96 (4 vectors and a 2-vector tail)
+  {name = 'head dim 64, odd lengths', q = {1, 2, 67, 64}, k = {1, 2, 200, 64},
+   v = {1, 2, 200, 64}},
+  {name = 'head dim 96, causal', q = {1, 1, 70, 96}, k = {1, 1, 70, 96}, v = {1, 1, 70, 40},
+   causal = true},
+  -- unscaled scores (-70..70): exp of differences beyond float's range (zero and
+  -- subnormal weights); float32's own error grows with the scores' size
+  {name = 'scale 1, head dim 64', q = {1, 1, 20, 64}, k = {1, 1, 150, 64}, v = {1, 1, 150, 64},
+   scale = 1},
+  -- odd rows attend keys >= 130 only: a whole first key block masked, then
+  -- the running maximum starts in the second (the rescale factor exp(-inf) = 0)
+  {name = 'first key block masked', q = {1, 2, 35, 16}, k = {1, 2, 260, 16},
+   v = {1, 2, 260, 16}, mask = 'late', mshape = {35, 260}},
 }
 
 local function inputs(c, dt)
@@ -50,6 +64,10 @@ local function inputs(c, dt)
     m = pattern(c.mshape, 0.77, 0.0, 1, f64):gt(-0.6)
   elseif c.mask == 'float' then
     m = pattern(c.mshape, 0.31, 0.5, 2, dt)
+  elseif c.mask == 'late' then
+    local L, S = c.mshape[1], c.mshape[2]
+    m = flow.arange(0, S):reshape(1, S):ge(130)
+      :logical_or(flow.arange(0, L):reshape(L, 1):remainder(2):eq(0))
   end
   return q, k, v, g, m
 end
@@ -105,6 +123,10 @@ for c in cases:
         s = s.masked_fill(~m, float('-inf'))
     elif c['mask'] == 'float':
         s = s + pat(c['ms'], 0.31, 0.5, 2.0)
+    elif c['mask'] == 'late':
+        L, S = c['ms']
+        m = (torch.arange(S) >= 130)[None, :] | (torch.arange(L) % 2 == 0)[:, None]
+        s = s.masked_fill(~m, float('-inf'))
     if c['causal']:
         L, S = s.shape[-2], s.shape[-1]
         s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), float('-inf'))
@@ -234,18 +256,59 @@ describe('F.scaled_dot_product_attention', function()
       grads[pass] = {o, x[1].grad, x[2].grad, x[3].grad}
     end
     for j = 1, 4 do H.close(grads[1][j], grads[2][j], 1e-12, 'dropout ' .. j) end
+    -- float32 on every instruction set (the vector kernels' dropout and rescaling),
+    -- head dim 64 and a key count past one block, against the same composition
+    local q32, k32, v32 = flow.randn(1, 2, 70, 64), flow.randn(1, 2, 200, 64), flow.randn(1, 2, 200, 64)
+    local g32 = flow.randn(1, 2, 70, 64)
+    flow.manual_seed(11)
+    local keep32 = flow.rand(1, 2, 70, 200):ge(p):float() / (1 - p)
+    each_isa(function(isa)
+      local got = {}
+      for pass = 1, 2 do
+        local x = {q32:clone():requires_grad_(), k32:clone():requires_grad_(), v32:clone():requires_grad_()}
+        flow.manual_seed(11)
+        local o = pass == 1 and sdpa(x[1], x[2], x[3], {dropout_p = p})
+          or (F.softmax(x[1]:matmul(x[2]:transpose(-2, -1)) / 8, -1) * keep32):matmul(x[3])
+        o:backward(g32)
+        got[pass] = {o, x[1].grad, x[2].grad, x[3].grad}
+      end
+      for j = 1, 4 do H.close(got[1][j], got[2][j], 2e-5, ('dropout float32, %s: %d'):format(isa, j)) end
+    end)
     -- two calls draw differently; dropout_p = 0 draws nothing
     local a, b = sdpa(q, k, v, {dropout_p = 0.5}), sdpa(q, k, v, {dropout_p = 0.5})
     assert.is_true((a - b):abs():max():item() > 0)
   end)
 
+  it('weighs keys far below the row maximum exactly 0, on every ISA; head dim 0', function()
+    -- key 3 scores ~205, the others within +-20: exp of the differences (< -180)
+    -- underflows to 0 and the output is v's row 3 bit for bit
+    each_isa(function(isa)
+      local q = flow.ones(1, 2, 5, 64)
+      local k = flow.randn(1, 2, 150, 64):mul(0.3)
+      k[{{}, {}, 3}] = 3.2
+      local v = flow.randn(1, 2, 150, 7)
+      local o = sdpa(q, k, v, {scale = 1})
+      assert(flow.equal(o, v[{{}, {}, {3, 3}}]:expand(1, 2, 5, 7)), isa)
+      -- E = 0: every score is 0, the output is the mean of v's rows
+      local e0 = sdpa(flow.randn(1, 2, 4, 0), flow.randn(1, 2, 5, 0), v:narrow(3, 1, 5), {scale = 1})
+      H.close(e0, v:narrow(3, 1, 5):mean(-2, true):expand(1, 2, 4, 7), 1e-6, isa)
+    end)
+  end)
+
   it('gives NaN for a query that may attend no key, as softmax does', function()
     local m = flow.ones(3, 4, {dtype = flow.bool})
     m[2] = false
-    local o = sdpa(flow.randn(1, 3, 2), flow.randn(1, 4, 2), flow.randn(1, 4, 2), {attn_mask = m})
-    local t = o:totable()[1]
-    assert.is_true(t[2][1] ~= t[2][1])
-    assert.is_true(t[1][1] == t[1][1] and t[3][2] == t[3][2])
+    each_isa(function(isa)
+      local o = sdpa(flow.randn(1, 3, 2), flow.randn(1, 4, 2), flow.randn(1, 4, 2), {attn_mask = m})
+      local t = o:totable()[1]
+      assert(t[2][1] ~= t[2][1], isa)
+      assert(t[1][1] == t[1][1] and t[3][2] == t[3][2], isa)
+      -- a NaN score gives its query row NaN, the other rows stay finite
+      local q = flow.randn(1, 3, 16)
+      q[{1, 2, 5}] = 0 / 0
+      local r = sdpa(q, flow.randn(1, 40, 16), flow.randn(1, 40, 3)):totable()[1]
+      assert(r[2][1] ~= r[2][1] and r[1][1] == r[1][1] and r[3][3] == r[3][3], isa)
+    end)
   end)
 
   it('carries nn.MultiheadAttention without weights (masks, causal, padding)', function()
