@@ -26,16 +26,16 @@ local CASES = {
                 bad = {{{ndim = 1, shape = {4}, strides = {1}, offset = -1}, 'attrs.offset'}}},
   transpose = {ok = {a = 0, b = 1}, outs = {{{3, 2, 4, 4}}}, bad = {{{a = 7}, 'attrs.dims'}}},
   permute = {ok = {n = 4, dims = {0, 1, 2, 3}}, bad = {{{n = 1, dims = {9}}, 'attrs.dims[1]'}}},
-  narrow = {ok = {dim = 1, a = 0, b = 1}, bad = {{{dim = 9}, 'attrs.dim'}, {{b = -1}, 'attrs.length'}}},
-  slice = {ok = {dim = 1, a = 0, b = 2, c = 1}, bad = {{{c = 0}, 'attrs.step'}, {{dim = -9}, 'attrs.dim'}}},
-  select = {ok = {dim = 1}, bad = {{{dim = 4}, 'attrs.dim'}}},
-  unsqueeze = {ok = {v = 0}, bad = {{{v = 6}, 'attrs.dim'}}},
+  narrow = {ok = {dim = 1, a = 0, b = 1}, outs = {{{2, 1, 4, 4}}}, bad = {{{dim = 9}, 'attrs.dim'}, {{b = -1}, 'attrs.length'}}},
+  slice = {ok = {dim = 1, a = 0, b = 2, c = 1}, outs = {{{2, 2, 4, 4}}}, bad = {{{c = 0}, 'attrs.step'}, {{dim = -9}, 'attrs.dim'}}},
+  select = {ok = {dim = 1}, outs = {{{2, 4, 4}}}, bad = {{{dim = 4}, 'attrs.dim'}}},
+  unsqueeze = {ok = {v = 0}, outs = {{{1, 2, 3, 4, 4}}}, bad = {{{v = 6}, 'attrs.dim'}}},
   squeeze = {ok = {v = 0}, bad = {{{v = 9}, 'attrs.dim'}}},
   flatten = {ok = {a = 1, b = 3}, outs = {{{2, 48}}}, bad = {{{b = 9}, 'attrs.dims'}}},
   contiguous = {bad = {{{v = 1}, 'attrs.v'}}},
   clone = {bad = {{{v = 1}, 'attrs.v'}}},
   detach = {bad = {{{v = 1}, 'attrs.v'}}},
-  to = {ok = {v = 8}, bad = {{{v = 99}, 'attrs.dtype'}}},
+  to = {ok = {v = 8}, outs = {{{2, 3, 4, 4}, 'float64'}}, bad = {{{v = 99}, 'attrs.dtype'}}},
   copy_ = {ins = {X, X}, outs = {}, bad = {{{v = 1}, 'attrs.v'}}},
   empty = {ins = {}, ok = {ndim = 1, shape = {3}, dtype = 7}, outs = {{{3}}},
            bad = {{{dtype = 99}, 'attrs.dtype'}, {{device = 7}, 'attrs.device'}}},
@@ -357,6 +357,56 @@ describe('saved graphs: attribute ranges of every op kind', function()
     write(path, B.graph('transpose', B.record(ROOT, recs.transpose, {a = 0, b = 1}), {{{2, 3}}}, {{{3, 2}}}))
     local x = flow.randn(2, 3)
     assert.are.same(x:t():totable(), flow.nn.Graph.load(path)(x):totable())
+  end)
+
+  it('re-infers narrow, slice, select, unsqueeze, squeeze, contiguous, clone, detach and to results', function()
+    local recs = {}
+    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+    local function load(op, fields, ins, outs)
+      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    local X2 = {{2, 3, 4, 5}}
+    -- valid records load: the results their bodies give
+    assert.is_true((load('narrow', {dim = 3, a = 1, b = 3}, {X2}, {{{2, 3, 4, 3}}})))
+    assert.is_true((load('slice', {dim = 2, a = 0, b = 4, c = 3}, {X2}, {{{2, 3, 2, 5}}})))
+    assert.is_true((load('slice', {dim = 1, a = -2, b = 100, c = 1}, {X2}, {{{2, 2, 4, 5}}})))
+    assert.is_true((load('select', {dim = 1, a = -1}, {X2}, {{{2, 4, 5}}})))
+    assert.is_true((load('unsqueeze', {v = 4}, {X2}, {{{2, 3, 4, 5, 1}}})))
+    assert.is_true((load('squeeze', {v = -100}, {{{1, 3, 1, 5}}}, {{{3, 5}}})))   -- all dims
+    assert.is_true((load('squeeze', {v = 2}, {{{1, 3, 1, 5}}}, {{{1, 3, 5}}})))
+    assert.is_true((load('to', {v = 4}, {X2}, {{{2, 3, 4, 5}, 'int64'}})))
+    -- an edited recorded shape or dtype is refused, naming the node
+    refused('node 1 (narrow): result %1 is recorded as [2,3,4,5] float32, its inputs give [2,3,4,3] float32',
+            'narrow', {dim = 3, a = 1, b = 3}, {X2}, {X2})
+    refused('node 1 (narrow): the recorded inputs do not fit: narrow: start 2 (1-based) and length 5 exceed dim 4',
+            'narrow', {dim = 3, a = 1, b = 5}, {X2}, {{{2, 3, 4, 5}}})
+    refused('node 1 (slice): result %1 is recorded as [2,3,4,5] float32, its inputs give [2,3,2,5] float32',
+            'slice', {dim = 2, a = 0, b = 4, c = 3}, {X2}, {X2})
+    refused('node 1 (select): result %1 is recorded as [2,3,4,5] float32, its inputs give [2,4,5] float32',
+            'select', {dim = 1, a = 0}, {X2}, {X2})
+    refused('node 1 (select): the recorded inputs do not fit: select: index 4 out of range for dim 2 of size 3',
+            'select', {dim = 1, a = 3}, {X2}, {{{2, 4, 5}}})
+    refused('node 1 (unsqueeze): result %1 is recorded as [2,3,4,5,1] float32, its inputs give [1,2,3,4,5] float32',
+            'unsqueeze', {v = 0}, {X2}, {{{2, 3, 4, 5, 1}}})
+    refused('node 1 (squeeze): result %1 is recorded as [3,1,5] float32, its inputs give [3,5] float32',
+            'squeeze', {v = -100}, {{{1, 3, 1, 5}}}, {{{3, 1, 5}}})
+    for _, op in ipairs({'contiguous', 'clone', 'detach'}) do
+      assert.is_true((load(op, {}, {X2}, {X2})))
+      refused(('node 1 (%s): result %%1 is recorded as [2,3,4,6] float32, its inputs give [2,3,4,5] float32'):format(op),
+              op, {}, {X2}, {{{2, 3, 4, 6}}})
+    end
+    refused('node 1 (to): result %1 is recorded as [2,3,4,5] float32, its inputs give [2,3,4,5] int64',
+            'to', {v = 4}, {X2}, {X2})
+    -- what loads computes the eager result
+    write(path, B.graph('slice', B.record(ROOT, recs.slice, {dim = 1, a = 0, b = 3, c = 2}), {{{2, 3}}}, {{{2, 2}}}))
+    local x = flow.randn(2, 3)
+    assert.are.same(x[{{}, {1, 3, 2}}]:totable(), flow.nn.Graph.load(path)(x):totable())
   end)
 
   it('re-infers softmax and cumsum / cumprod results: floating inputs, integer sums in int64', function()
