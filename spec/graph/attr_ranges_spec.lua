@@ -110,7 +110,7 @@ local CASES = {
     bad = {{{nsp = 0}, 'attrs.nsp'}}},
   adaptive_max_pool = {ok = {nsp = 2, has = 1, kernel = {1, 1}}, outs = {{{2, 3, 1, 1}}, {{2, 3, 1, 1}, 'int64'}},
                        bad = {{{has = 64}, 'attrs.has'}}},
-  batch_norm = {ins = {X, false, false, false, false}, ok = {eps = 1e-5},
+  batch_norm = {ins = {X, {{3}}, {{3}}, false, false}, ok = {eps = 1e-5},
     bad = {{{eps = -1}, 'attrs.eps'}, {{flag = 2}, 'attrs.training'}}},
   instance_norm = {ins = {X, false, false, false, false}, ok = {eps = 1e-5},
     bad = {{{momentum = 1 / 0}, 'attrs.momentum'}}},
@@ -407,6 +407,51 @@ describe('saved graphs: attribute ranges of every op kind', function()
     write(path, B.graph('slice', B.record(ROOT, recs.slice, {dim = 1, a = 0, b = 3, c = 2}), {{{2, 3}}}, {{{2, 2}}}))
     local x = flow.randn(2, 3)
     assert.are.same(x[{{}, {1, 3, 2}}]:totable(), flow.nn.Graph.load(path)(x):totable())
+  end)
+
+  it('re-infers batch, instance, group, layer and rms norm results and checks their parameters', function()
+    local recs = {}
+    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+    local function load(op, fields, ins, outs)
+      write(path, B.graph(op, B.record(ROOT, recs[op], merge({eps = 1e-5}, fields)), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    local C3, no = {{3}}, false
+    assert.is_true((load('batch_norm', {}, {X, C3, C3, C3, C3}, {X})))
+    assert.is_true((load('instance_norm', {flag = 1}, {X, no, no, C3, no}, {X})))
+    assert.is_true((load('group_norm', {groups = 3}, {X, no, no, C3, C3}, {X})))
+    assert.is_true((load('layer_norm', {groups = 2}, {X, no, no, {{4, 4}}, {{4, 4}}}, {X})))
+    assert.is_true((load('rms_norm', {groups = 1}, {X, no, no, {{4}}, no}, {X})))
+    for _, op in ipairs({'batch_norm', 'instance_norm', 'group_norm', 'layer_norm', 'rms_norm'}) do
+      local ins = op == 'batch_norm' and {X, C3, C3, no, no} or {X, no, no, no, no}
+      for _, bad in ipairs({{{2, 3, 4, 5}}, {{2, 3, 4, 4}, 'float64'}}) do
+        local ok, err = load(op, {groups = 1}, ins, {bad})
+        assert.is_false(ok)
+        local want = ('is recorded as [%s] %s, its inputs give [2,3,4,4] float32'):format(
+          table.concat(bad[1], ','), bad[2] or 'float32')
+        assert.truthy(tostring(err):find(('node 1 (%s): result %%'):format(op), 1, true), tostring(err))
+        assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+      end
+    end
+    refused('node 1 (batch_norm): the recorded inputs do not fit: batch_norm: running_var of shape [4] should '
+            .. 'have 3 elements', 'batch_norm', {}, {X, C3, {{4}}, no, no}, {X})
+    refused('batch_norm: running_mean and running_var are needed when not training',
+            'batch_norm', {}, {X, no, no, no, no}, {X})
+    refused('node 1 (group_norm): the recorded inputs do not fit: group_norm: expected a floating point input, '
+            .. 'got int64', 'group_norm', {groups = 1}, {I64, no, no, no, no}, {I64})
+    refused('node 1 (layer_norm): the recorded inputs do not fit: layer_norm: weight of shape [3] (float32) '
+            .. 'should be floating point with the normalized shape', 'layer_norm', {groups = 1},
+            {X, no, no, C3, no}, {X})
+    write(path, B.graph('layer_norm', B.record(ROOT, recs.layer_norm, {eps = 1e-5, groups = 1}),
+                        {{{2, 3}}, no, no, no, no}, {{{2, 3}}}))
+    local x = flow.randn(2, 3)
+    local want, got = flow.nn.functional.layer_norm(x, {3}):totable(), flow.nn.Graph.load(path)(x):totable()
+    for i = 1, 2 do for j = 1, 3 do assert.is_true(math.abs(want[i][j] - got[i][j]) < 1e-5) end end
   end)
 
   it('re-infers softmax and cumsum / cumprod results: floating inputs, integer sums in int64', function()
