@@ -52,7 +52,7 @@ local CASES = {
   unary = {bad = {{{op = -1}, 'attrs.op'}}},
   clamp = {ok = {has_lo = 1}, bad = {{{has_hi = 5}, 'attrs.has_hi'}, {{has_lo = 0}, 'neither min nor max'}}},
   leaky_relu = {ok = {slope = 0.01}, bad = {{{slope = 1 / 0}, 'attrs.negative_slope'}}},
-  where = {ins = {{{2, 3, 4, 4}, 'bool'}, X, X}, bad = {{{v = 1}, 'attrs.v'}}},
+  where = {ins = {{{2, 3, 4, 4}, 'bool'}, X, X}, outs = {X}, bad = {{{v = 1}, 'attrs.v'}}},
   reduce = {ok = {dtype = -1}, outs = {S}, bad = {{{op = 99}, 'attrs.op'}, {{keepdim = 2}, 'attrs.keepdim'},
                                                  {{ndims = 1, dims = {7}}, 'attrs.dims[1]'}}},
   max_dim = {ok = {dim = 1}, outs = {{{2, 4, 4}}, {{2, 4, 4}, 'int64'}}, bad = {{{keepdim = 3}, 'attrs.keepdim'}}},
@@ -452,6 +452,49 @@ describe('saved graphs: attribute ranges of every op kind', function()
     local x = flow.randn(2, 3)
     local want, got = flow.nn.functional.layer_norm(x, {3}):totable(), flow.nn.Graph.load(path)(x):totable()
     for i = 1, 2 do for j = 1, 3 do assert.is_true(math.abs(want[i][j] - got[i][j]) < 1e-5) end end
+  end)
+
+  it('re-infers clamp, leaky_relu, where and masked_fill results', function()
+    local recs = {}
+    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+    local function load(op, fields, ins, outs)
+      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    local L2, M = {{2}, 'int64'}, {{4}, 'bool'}
+    assert.is_true((load('clamp', {has_lo = 1, lo = 0}, {L2}, {L2})))
+    assert.is_true((load('clamp', {has_hi = 1, hi = 0.5}, {L2}, {{{2}}})))       -- a fractional bound: float32
+    assert.is_true((load('leaky_relu', {slope = 0.1}, {X}, {X})))
+    assert.is_true((load('where', {}, {M, {{3, 1}}, {{4}, 'float64'}}, {{{3, 4}, 'float64'}})))
+    assert.is_true((load('masked_fill', {value = 1}, {{{3, 4}}, M}, {{{3, 4}}})))
+    refused('node 1 (clamp): result %1 is recorded as [2] int64, its inputs give [2] float32',
+            'clamp', {has_hi = 1, hi = 0.5}, {L2}, {L2})
+    refused('node 1 (clamp): result %1 is recorded as [3] int64, its inputs give [2] int64',
+            'clamp', {has_lo = 1, lo = 0}, {L2}, {{{3}, 'int64'}})
+    refused('node 1 (clamp): the recorded inputs do not fit: clamp: negative bound',
+            'clamp', {has_lo = 1, lo = -1}, {{{2}, 'uint8'}}, {{{2}, 'uint8'}})
+    refused('node 1 (leaky_relu): the recorded inputs do not fit: leaky_relu: not supported for dtype int64',
+            'leaky_relu', {slope = 0.1}, {L2}, {L2})
+    refused('node 1 (leaky_relu): result %1 is recorded as [2,3,4,5] float32, its inputs give [2,3,4,4] float32',
+            'leaky_relu', {slope = 0.1}, {X}, {{{2, 3, 4, 5}}})
+    refused('node 1 (where): result %3 is recorded as [3,4] float32, its inputs give [3,4] float64',
+            'where', {}, {M, {{3, 1}}, {{4}, 'float64'}}, {{{3, 4}}})
+    refused('node 1 (where): the recorded inputs do not fit: where: shapes [4] and [3,5] cannot be broadcast',
+            'where', {}, {M, {{3, 5}}, {{4}}}, {{{3, 5}}})
+    refused('node 1 (masked_fill): the recorded inputs do not fit: masked_fill: mask must be bool, got float32',
+            'masked_fill', {value = 1}, {{{3, 4}}, {{4}}}, {{{3, 4}}})
+    refused('node 1 (masked_fill): the recorded inputs do not fit: masked_fill: mask [2,4] must broadcast to '
+            .. 'the input [4]', 'masked_fill', {value = 1}, {{{4}}, {{2, 4}, 'bool'}}, {{{4}}})
+    refused('node 1 (masked_fill): result %2 is recorded as [3,5] float32, its inputs give [3,4] float32',
+            'masked_fill', {value = 1}, {{{3, 4}}, M}, {{{3, 5}}})
+    write(path, B.graph('clamp', B.record(ROOT, recs.clamp, {has_lo = 1, lo = 0}), {{{3}}}, {{{3}}}))
+    local x = flow.tensor({-1, 0.5, 2})
+    assert.are.same(x:clamp(0):totable(), flow.nn.Graph.load(path)(x):totable())
   end)
 
   it('re-infers softmax and cumsum / cumprod results: floating inputs, integer sums in int64', function()
