@@ -497,6 +497,37 @@ describe('saved graphs: attribute ranges of every op kind', function()
     assert.are.same(x:clamp(0):totable(), flow.nn.Graph.load(path)(x):totable())
   end)
 
+  it('re-infers reduce results: the kept dims, sums of integers in int64, mean of integers refused', function()
+    local recs = {}
+    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+    local function load(fields, ins, outs)
+      write(path, B.graph('reduce', B.record(ROOT, recs.reduce, merge({dtype = -1}, fields)), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    local SUM, MEAN = flow._C.C.OF_RED_SUM, flow._C.C.OF_RED_MEAN
+    assert.is_true((load({op = SUM, ndims = 1, dims = {1}}, {X}, {{{2, 4, 4}}})))
+    assert.is_true((load({op = SUM, ndims = 2, dims = {1, -1}, keepdim = 1}, {X}, {{{2, 1, 4, 1}}})))
+    assert.is_true((load({op = SUM}, {I64}, {{{}, 'int64'}})))
+    refused('node 1 (reduce): result %1 is recorded as [2,3,4] float32, its inputs give [2,4,4] float32',
+            {op = SUM, ndims = 1, dims = {1}}, {X}, {{{2, 3, 4}}})
+    refused('node 1 (reduce): result %1 is recorded as [] float32, its inputs give [] int64',
+            {op = SUM}, {{{2, 3}, 'int32'}}, {S})
+    refused('node 1 (reduce): the recorded inputs do not fit: mean(): could not infer output dtype',
+            {op = MEAN}, {I64}, {{{}, 'int64'}})
+    refused('node 1 (reduce): the recorded inputs do not fit: sum: dim 2 appears more than once',
+            {op = SUM, ndims = 2, dims = {1, -3}}, {X}, {{{2, 4}}})
+    write(path, B.graph('reduce', B.record(ROOT, recs.reduce, {op = MEAN, ndims = 1, dims = {0}, dtype = -1}),
+                        {{{2, 3}}}, {{{3}}}))
+    local x = flow.randn(2, 3)
+    local want, got = x:mean(1):totable(), flow.nn.Graph.load(path)(x):totable()
+    for i = 1, 3 do assert.is_true(math.abs(want[i] - got[i]) < 1e-6) end
+  end)
+
   it('re-infers softmax and cumsum / cumprod results: floating inputs, integer sums in int64', function()
     local recs = {}
     for _, r in ipairs(rows) do recs[r.name] = r.attrs end
