@@ -528,6 +528,38 @@ describe('saved graphs: attribute ranges of every op kind', function()
     for i = 1, 3 do assert.is_true(math.abs(want[i] - got[i]) < 1e-6) end
   end)
 
+  it('re-infers tril / triu, flip, roll and repeat results', function()
+    local recs = {}
+    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+    local function load(op, fields, ins, outs)
+      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    assert.is_true((load('tri', {k = 1, upper = 1}, {X}, {X})))
+    assert.is_true((load('flip', {n = 1, dims = {2}}, {I64}, {I64})))
+    assert.is_true((load('roll', {n = 1, shifts = {1}, dims = {0}}, {X}, {X})))
+    assert.is_true((load('repeat', {n = 5, shifts = {2, 1, 1, 2, 1}}, {X}, {{{2, 2, 3, 8, 4}}})))
+    refused('node 1 (tri): attrs: triu / tril of a 1-d input', 'tri', {k = 0, upper = 1}, {{{4}}}, {{{4}}})
+    refused('node 1 (tri): result %1 is recorded as [2,3,4,4] int64, its inputs give [2,3,4,4] float32',
+            'tri', {k = 0}, {X}, {I64})
+    refused('node 1 (flip): result %1 is recorded as [2,3,4,5] int64, its inputs give [2,3,4,4] int64',
+            'flip', {n = 1, dims = {2}}, {I64}, {{{2, 3, 4, 5}, 'int64'}})
+    refused('node 1 (roll): result %1 is recorded as [96] float32, its inputs give [2,3,4,4] float32',
+            'roll', {n = 0, shifts = {3}}, {X}, {{{96}}})
+    refused('node 1 (repeat): result %1 is recorded as [2,3,8,4] float32, its inputs give [2,3,8,8] float32',
+            'repeat', {n = 4, shifts = {1, 1, 2, 2}}, {X}, {{{2, 3, 8, 4}}})
+    refused('node 1 (repeat): the recorded inputs do not fit: repeat: number of repeats (2) cannot be smaller',
+            'repeat', {n = 2, shifts = {1, 1}}, {X}, {X})
+    write(path, B.graph('repeat', B.record(ROOT, recs['repeat'], {n = 2, shifts = {2, 1}}), {{{3}}}, {{{2, 3}}}))
+    local x = flow.tensor({1, 2, 3})
+    assert.are.same(x["repeat"](x, 2, 1):totable(), flow.nn.Graph.load(path)(x):totable())
+  end)
+
   it('re-infers softmax and cumsum / cumprod results: floating inputs, integer sums in int64', function()
     local recs = {}
     for _, r in ipairs(rows) do recs[r.name] = r.attrs end
