@@ -129,9 +129,9 @@ local CASES = {
     bad = {{{base = 4}, 'attrs.index_base'}}},
   scaled_dot_product_attention = {ins = {X, X, X, X},
     bad = {{{dropout_p = 1.5}, 'attrs.dropout_p'}, {{causal = 2}, 'attrs.is_causal'}}},
-  sgd_update = {ins = {X, X, X, S}, outs = {},
+  sgd_update = {ins = {X, X, X, {{2}, 'float64'}}, outs = {},
     bad = {{{momentum = -1}, 'attrs.momentum'}, {{nesterov = 5}, 'attrs.nesterov'}}},
-  adam_update = {ins = {X, X, X, X, X, S}, ok = {beta1 = 0.9, beta2 = 0.999, eps = 1e-8}, outs = {},
+  adam_update = {ins = {X, X, X, X, X, {{2}, 'float64'}}, ok = {beta1 = 0.9, beta2 = 0.999, eps = 1e-8}, outs = {},
                  bad = {{{beta1 = 1}, 'attrs.beta1'}, {{eps = -1}, 'attrs.eps'}}},
   amp_unscale_ = {ins = {X, S, S}, outs = {}, bad = {{{v = 1}, 'attrs.v'}}},
   amp_update_scale_ = {ins = {S, {{}, 'int32'}, S}, ok = {growth = 2, backoff = 0.5, interval = 1}, outs = {},
@@ -558,6 +558,36 @@ describe('saved graphs: attribute ranges of every op kind', function()
     write(path, B.graph('repeat', B.record(ROOT, recs['repeat'], {n = 2, shifts = {2, 1}}), {{{3}}}, {{{2, 3}}}))
     local x = flow.tensor({1, 2, 3})
     assert.are.same(x["repeat"](x, 2, 1):totable(), flow.nn.Graph.load(path)(x):totable())
+  end)
+
+  it('checks sgd_update and adam_update operands at load: the parameter, grad, buffers and hyper', function()
+    local recs = {}
+    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+    local function load(op, fields, ins)
+      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, {}))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    local H, no, W = {{2}, 'float64'}, false, {{4, 3}}
+    local adam = {beta1 = 0.9, beta2 = 0.999, eps = 1e-8}
+    assert.is_true((load('sgd_update', {momentum = 0.9}, {W, W, W, H})))
+    assert.is_true((load('sgd_update', {}, {W, W, no, H})))
+    assert.is_true((load('adam_update', adam, {W, W, W, W, no, H})))
+    refused('node 1 (sgd_update): the recorded inputs do not fit: sgd_update: grad [4,4] (float32) must be '
+            .. 'contiguous and match the parameter [4,3] (float32)', 'sgd_update', {}, {W, {{4, 4}}, no, H})
+    refused('sgd_update: momentum buffer [3,4] (float32) must be contiguous and match the parameter [4,3]',
+            'sgd_update', {momentum = 0.9}, {W, W, {{3, 4}}, H})
+    refused('node 1 (sgd_update): the recorded inputs do not fit: sgd_update: hyper must be a contiguous float64',
+            'sgd_update', {}, {W, W, no, S})
+    refused('node 1 (adam_update): the recorded inputs do not fit: adam_update: exp_avg_sq [4,3] (float64) must '
+            .. 'be contiguous and match the parameter [4,3] (float32)', 'adam_update', adam,
+            {W, W, W, {{4, 3}, 'float64'}, no, H})
+    refused('adam_update: the parameter must be a contiguous float32 or float64 tensor, got [4,3] int64',
+            'adam_update', adam, {{{4, 3}, 'int64'}, {{4, 3}, 'int64'}, W, W, no, H})
   end)
 
   it('re-infers softmax and cumsum / cumprod results: floating inputs, integer sums in int64', function()
