@@ -26,8 +26,10 @@ local CASES = {
                 bad = {{{ndim = 1, shape = {4}, strides = {1}, offset = -1}, 'attrs.offset'}}},
   transpose = {ok = {a = 0, b = 1}, outs = {{{3, 2, 4, 4}}}, bad = {{{a = 7}, 'attrs.dims'}}},
   permute = {ok = {n = 4, dims = {0, 1, 2, 3}}, bad = {{{n = 1, dims = {9}}, 'attrs.dims[1]'}}},
-  narrow = {ok = {dim = 1, a = 0, b = 1}, outs = {{{2, 1, 4, 4}}}, bad = {{{dim = 9}, 'attrs.dim'}, {{b = -1}, 'attrs.length'}}},
-  slice = {ok = {dim = 1, a = 0, b = 2, c = 1}, outs = {{{2, 2, 4, 4}}}, bad = {{{c = 0}, 'attrs.step'}, {{dim = -9}, 'attrs.dim'}}},
+  narrow = {ok = {dim = 1, a = 0, b = 1}, outs = {{{2, 1, 4, 4}}},
+    bad = {{{dim = 9}, 'attrs.dim'}, {{b = -1}, 'attrs.length'}}},
+  slice = {ok = {dim = 1, a = 0, b = 2, c = 1}, outs = {{{2, 2, 4, 4}}},
+    bad = {{{c = 0}, 'attrs.step'}, {{dim = -9}, 'attrs.dim'}}},
   select = {ok = {dim = 1}, outs = {{{2, 4, 4}}}, bad = {{{dim = 4}, 'attrs.dim'}}},
   unsqueeze = {ok = {v = 0}, outs = {{{1, 2, 3, 4, 4}}}, bad = {{{v = 6}, 'attrs.dim'}}},
   squeeze = {ok = {v = 0}, bad = {{{v = 9}, 'attrs.dim'}}},
@@ -398,8 +400,8 @@ describe('saved graphs: attribute ranges of every op kind', function()
             'squeeze', {v = -100}, {{{1, 3, 1, 5}}}, {{{3, 1, 5}}})
     for _, op in ipairs({'contiguous', 'clone', 'detach'}) do
       assert.is_true((load(op, {}, {X2}, {X2})))
-      refused(('node 1 (%s): result %%1 is recorded as [2,3,4,6] float32, its inputs give [2,3,4,5] float32'):format(op),
-              op, {}, {X2}, {{{2, 3, 4, 6}}})
+      refused(('node 1 (%s): result %%1 is recorded as [2,3,4,6] float32, its inputs give [2,3,4,5] float32')
+              :format(op), op, {}, {X2}, {{{2, 3, 4, 6}}})
     end
     refused('node 1 (to): result %1 is recorded as [2,3,4,5] float32, its inputs give [2,3,4,5] int64',
             'to', {v = 4}, {X2}, {X2})
