@@ -328,30 +328,53 @@ ROW_KERNELS(double)
 
 /* ------------------------------------------------------------ helpers */
 
-static of_status check_input(const char *op, of_tensor *x, int32_t min_ndim) {
-  if (!x) return of_fail(OF_ERR_ARG, "%s: input is NULL", op);
+/* the input's and the per-channel tensors' checks work on shapes and
+ * dtypes (of_meta), so the graph loader's re-inference (infer_norm) runs
+ * the bodies' own checks on a loaded node's recorded values */
+static of_status check_input_meta(const char *op, const of_meta *x, int32_t min_ndim) {
+  char b[96];
   if (!of_dtype_is_floating(x->dtype))
     return of_fail(OF_ERR_DTYPE, "%s: expected a floating point input, got %s (shape %s)", op,
-                   OF_DT(x), OF_SHAPE_STR(x));
+                   of_dtype_name(x->dtype), of_shape_str(x->shape, x->ndim, b, 96));
   if (x->ndim < min_ndim)
     return of_fail(OF_ERR_SHAPE, "%s: expected an input with at least %d dims, got %s (%s)", op,
-                   (int)min_ndim, OF_SHAPE_STR(x), OF_DT(x));
+                   (int)min_ndim, of_shape_str(x->shape, x->ndim, b, 96), of_dtype_name(x->dtype));
   return OF_OK;
 }
+static of_status check_input(const char *op, of_tensor *x, int32_t min_ndim) {
+  if (!x) return of_fail(OF_ERR_ARG, "%s: input is NULL", op);
+  of_meta m;
+  m.ndim = x->ndim;
+  m.dtype = x->dtype;
+  memcpy(m.shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+  return check_input_meta(op, &m, min_ndim);
+}
 
-/* An optional per-channel tensor: floating, C elements. */
+/* An optional per-channel tensor (t NULL or ndim < 0: absent): floating, C elements. */
+static of_status check_param_meta(const char *op, const char *what, const of_meta *t, int64_t C,
+                                  const of_meta *x) {
+  if (!t || t->ndim < 0) return OF_OK;
+  char b[96], c[96];
+  if (!of_dtype_is_floating(t->dtype))
+    return of_fail(OF_ERR_DTYPE, "%s: %s must be floating point, got %s (shape %s)", op, what,
+                   of_dtype_name(t->dtype), of_shape_str(t->shape, t->ndim, c, 96));
+  if (of_shape_numel(t->shape, t->ndim) != C)
+    return of_fail(OF_ERR_SHAPE, "%s: %s of shape %s should have %lld elements, one per "
+                   "channel of the input %s (%s)", op, what, of_shape_str(t->shape, t->ndim, c, 96),
+                   (long long)C, of_shape_str(x->shape, x->ndim, b, 96), of_dtype_name(x->dtype));
+  return OF_OK;
+}
 static of_status check_param(const char *op, const char *what, of_tensor *t, int64_t C,
                              const of_tensor *x) {
   if (!t) return OF_OK;
-  char b[96];
-  if (!of_dtype_is_floating(t->dtype))
-    return of_fail(OF_ERR_DTYPE, "%s: %s must be floating point, got %s (shape %s)", op, what,
-                   OF_DT(t), OF_SHAPE_STR(t));
-  if (t->numel != C)
-    return of_fail(OF_ERR_SHAPE, "%s: %s of shape %s should have %lld elements, one per "
-                   "channel of the input %s (%s)", op, what, OF_SHAPE_STR(t), (long long)C,
-                   of_shape_str(x->shape, x->ndim, b, 96), OF_DT(x));
-  return OF_OK;
+  of_meta tm, xm;
+  tm.ndim = t->ndim;
+  tm.dtype = t->dtype;
+  memcpy(tm.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  xm.ndim = x->ndim;
+  xm.dtype = x->dtype;
+  memcpy(xm.shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+  return check_param_meta(op, what, &tm, C, &xm);
 }
 
 /* Element i of a 1-D (possibly strided) tensor as double, and back. */
@@ -1576,8 +1599,62 @@ static void describe_norm(const void *p, char *b, size_t c) {
   of_catf(b, c, "eps=%g%s", a->eps, a->flag ? " training" : "");
 }
 
-OF_OP_IMPL(BATCH_NORM, run_norm, mutates_norm, NULL, describe_norm);
-OF_OP_IMPL(LAYER_NORM, run_norm, mutates_none, NULL, describe_norm);
-OF_OP_IMPL(RMS_NORM, run_norm, mutates_none, NULL, describe_norm);
-OF_OP_IMPL(GROUP_NORM, run_norm, mutates_none, NULL, describe_norm);
-OF_OP_IMPL(INSTANCE_NORM, run_norm, mutates_norm, NULL, describe_norm);
+/* a loaded norm node: the bodies' checks of the input and of the per-channel
+ * tensors (batch / instance / group norm: C elements each; layer / rms norm:
+ * the normalized dims), on the recorded shapes and dtypes; the result has
+ * the input's shape and dtype (of_finish_dtype) */
+static of_status infer_norm_op(int32_t opk, const a_norm *a, const of_meta *ins, of_meta *outs) {
+  static const char *names[] = {"batch_norm", "instance_norm", "group_norm", "layer_norm", "rms_norm"};
+  int32_t which = opk == OPK_BATCH_NORM ? 0 : opk == OPK_INSTANCE_NORM ? 1 : opk == OPK_GROUP_NORM ? 2
+                : opk == OPK_LAYER_NORM ? 3 : 4;
+  const char *op = names[which];
+  const of_meta *x = &ins[0];
+  OF_CHECK(check_input_meta(op, x, which <= 2 ? 2 : 1));
+  if (which <= 2) {
+    int64_t C = x->shape[1];
+    if (which <= 1) {
+      OF_CHECK(check_param_meta(op, "running_mean", &ins[1], C, x));
+      OF_CHECK(check_param_meta(op, "running_var", &ins[2], C, x));
+    }
+    OF_CHECK(check_param_meta(op, "weight", &ins[3], C, x));
+    OF_CHECK(check_param_meta(op, "bias", &ins[4], C, x));
+    if (which == 0 && !a->flag && (ins[1].ndim < 0 || ins[2].ndim < 0))
+      return of_fail(OF_ERR_ARG, "%s: running_mean and running_var are needed when not training", op);
+  } else {
+    int32_t k = (int32_t)a->groups;
+    char b1[96], b2[96];
+    if (k < 1 || k > x->ndim)
+      return of_fail(OF_ERR_ARG, "%s: normalized_shape has %d dims; expected 1..%d for the input "
+                     "%s (%s)", op, (int)k, (int)x->ndim, of_shape_str(x->shape, x->ndim, b1, 96),
+                     of_dtype_name(x->dtype));
+    for (int32_t j = 3; j < (which == 3 ? 5 : 4); j++) {
+      const of_meta *p = &ins[j];
+      if (p->ndim < 0) continue;
+      bool same = p->ndim == k;
+      for (int32_t d = 0; same && d < k; d++) same = p->shape[d] == x->shape[x->ndim - k + d];
+      if (!same || !of_dtype_is_floating(p->dtype))
+        return of_fail(OF_ERR_SHAPE, "%s: %s of shape %s (%s) should be floating point with the "
+                       "normalized shape (the last %d dims of the input %s)", op,
+                       j == 3 ? "weight" : "bias", of_shape_str(p->shape, p->ndim, b1, 96),
+                       of_dtype_name(p->dtype), (int)k, of_shape_str(x->shape, x->ndim, b2, 96));
+    }
+  }
+  outs[0] = *x;
+  return OF_OK;
+}
+#define INFER_NORM(K) \
+  static of_status infer_##K(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) { \
+    if (nin != 5) return of_fail(OF_ERR_ARG, "norm: %d inputs, expected 5", (int)nin); \
+    return infer_norm_op(OPK_##K, p, ins, outs); \
+  }
+INFER_NORM(BATCH_NORM)
+INFER_NORM(LAYER_NORM)
+INFER_NORM(RMS_NORM)
+INFER_NORM(GROUP_NORM)
+INFER_NORM(INSTANCE_NORM)
+
+OF_OP_IMPL_INFER(BATCH_NORM, run_norm, mutates_norm, NULL, describe_norm, infer_BATCH_NORM);
+OF_OP_IMPL_INFER(LAYER_NORM, run_norm, mutates_none, NULL, describe_norm, infer_LAYER_NORM);
+OF_OP_IMPL_INFER(RMS_NORM, run_norm, mutates_none, NULL, describe_norm, infer_RMS_NORM);
+OF_OP_IMPL_INFER(GROUP_NORM, run_norm, mutates_none, NULL, describe_norm, infer_GROUP_NORM);
+OF_OP_IMPL_INFER(INSTANCE_NORM, run_norm, mutates_norm, NULL, describe_norm, infer_INSTANCE_NORM);

@@ -241,22 +241,51 @@ void of_adam_kernel(of_dtype dt, int64_t n, void *p, const void *g, void *m, voi
  * `hyper` is a float64 tensor {lr, step}: the learning rate, read at each
  * call (a scheduler writes it), and the number of steps taken so far, which
  * the call increments. */
-static of_status check_pair(const char *op, of_tensor *p, of_tensor *t, const char *what) {
-  if (!t) return OF_OK;
-  bool same = t->ndim == p->ndim && t->dtype == p->dtype && of_tensor_is_contiguous(t);
+/* the checks on shapes and dtypes work on of_meta (ndim < 0: absent), so
+ * the graph loader runs them on a loaded update's recorded values
+ * (infer_sgd / infer_adam); the tensor versions add contiguity */
+static of_meta meta_of(const of_tensor *t) {
+  of_meta m;
+  m.ndim = t ? t->ndim : -1;
+  m.dtype = t ? t->dtype : 0;
+  if (t) memcpy(m.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  return m;
+}
+static of_status check_pair_meta(const char *op, const of_meta *p, const of_meta *t, bool contiguous,
+                                 const char *what) {
+  if (t->ndim < 0) return OF_OK;
+  bool same = t->ndim == p->ndim && t->dtype == p->dtype && contiguous;
   for (int32_t i = 0; same && i < p->ndim; i++) same = t->shape[i] == p->shape[i];
+  char a[96], b[96];
   if (!same)
     return of_fail(OF_ERR_SHAPE, "%s: %s %s (%s) must be contiguous and match the parameter %s (%s)",
-                   op, what, OF_SHAPE_STR(t), OF_DT(t), OF_SHAPE_STR(p), OF_DT(p));
+                   op, what, of_shape_str(t->shape, t->ndim, a, 96), of_dtype_name(t->dtype),
+                   of_shape_str(p->shape, p->ndim, b, 96), of_dtype_name(p->dtype));
   return OF_OK;
 }
+static of_status check_pair(const char *op, of_tensor *p, of_tensor *t, const char *what) {
+  if (!t) return OF_OK;
+  of_meta pm = meta_of(p), tm = meta_of(t);
+  return check_pair_meta(op, &pm, &tm, of_tensor_is_contiguous(t), what);
+}
 
+static of_status check_common_meta(const char *op, const of_meta *p, const of_meta *g, const of_meta *h,
+                                   bool contiguous) {
+  char b[96];
+  if (p->ndim < 0 || g->ndim < 0 || h->ndim < 0)
+    return of_fail(OF_ERR_ARG, "%s: param, grad and hyper are required", op);
+  if ((p->dtype != OF_FLOAT32 && p->dtype != OF_FLOAT64) || !contiguous)
+    return of_fail(OF_ERR_DTYPE, "%s: the parameter must be a contiguous float32 or float64 "
+                   "tensor, got %s %s", op, of_shape_str(p->shape, p->ndim, b, 96), of_dtype_name(p->dtype));
+  if (h->dtype != OF_FLOAT64 || of_shape_numel(h->shape, h->ndim) < 2)
+    return of_fail(OF_ERR_ARG, "%s: hyper must be a contiguous float64 tensor {lr, step}", op);
+  return OF_OK;
+}
 static of_status check_common(const char *op, of_tensor *p, of_tensor *g, of_tensor *hyper) {
   if (!p || !g || !hyper) return of_fail(OF_ERR_ARG, "%s: param, grad and hyper are required", op);
-  if ((p->dtype != OF_FLOAT32 && p->dtype != OF_FLOAT64) || !of_tensor_is_contiguous(p))
-    return of_fail(OF_ERR_DTYPE, "%s: the parameter must be a contiguous float32 or float64 "
-                   "tensor, got %s %s", op, OF_SHAPE_STR(p), OF_DT(p));
-  if (hyper->dtype != OF_FLOAT64 || hyper->numel < 2 || !of_tensor_is_contiguous(hyper))
+  of_meta pm = meta_of(p), gm = meta_of(g), hm = meta_of(hyper);
+  OF_CHECK(check_common_meta(op, &pm, &gm, &hm, of_tensor_is_contiguous(p)));
+  if (!of_tensor_is_contiguous(hyper))
     return of_fail(OF_ERR_ARG, "%s: hyper must be a contiguous float64 tensor {lr, step}", op);
   return check_pair(op, p, g, "grad");
 }
@@ -485,5 +514,42 @@ static int32_t mutates_adam(const void *p, int32_t nin, int32_t *idx) {
   return 5;
 }
 
-OF_OP_IMPL(OPTIM_SGD, run_sgd, mutates_sgd, NULL, describe_sgd);
-OF_OP_IMPL(OPTIM_ADAM, run_adam, mutates_adam, NULL, describe_adam);
+/* a loaded update node (no results): the bodies' shape and dtype checks on
+ * the recorded parameter, grad, state buffers, hyper and found_inf */
+static of_status check_found_meta(const char *op, const of_meta *f) {
+  char b[96];
+  if (f->ndim >= 0 && (f->dtype != OF_FLOAT32 || of_shape_numel(f->shape, f->ndim) != 1))
+    return of_fail(OF_ERR_ARG, "%s: found_inf must be a float32 tensor with one element, got %s %s",
+                   op, of_shape_str(f->shape, f->ndim, b, 96), of_dtype_name(f->dtype));
+  return OF_OK;
+}
+static of_status infer_sgd(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_sgd *a = p;
+  const char *op = "sgd_update";
+  (void)outs;
+  if (nin < 4) return of_fail(OF_ERR_ARG, "%s: %d inputs", op, (int)nin);
+  OF_CHECK(check_common_meta(op, &ins[0], &ins[1], &ins[3], true));
+  OF_CHECK(check_pair_meta(op, &ins[0], &ins[1], true, "grad"));
+  OF_CHECK(check_pair_meta(op, &ins[0], &ins[2], true, "momentum buffer"));
+  if (a->momentum != 0 && ins[2].ndim < 0) return of_fail(OF_ERR_ARG, "%s: momentum needs a buffer", op);
+  return nin > 4 ? check_found_meta(op, &ins[4]) : OF_OK;
+}
+static of_status infer_adam(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_adam *a = p;
+  const char *op = "adam_update";
+  (void)outs;
+  if (nin < 6) return of_fail(OF_ERR_ARG, "%s: %d inputs", op, (int)nin);
+  OF_CHECK(check_common_meta(op, &ins[0], &ins[1], &ins[5], true));
+  OF_CHECK(check_pair_meta(op, &ins[0], &ins[1], true, "grad"));
+  if (nin > 6) OF_CHECK(check_found_meta(op, &ins[6]));
+  if (ins[2].ndim < 0 || ins[3].ndim < 0)
+    return of_fail(OF_ERR_ARG, "%s: exp_avg and exp_avg_sq are required", op);
+  OF_CHECK(check_pair_meta(op, &ins[0], &ins[2], true, "exp_avg"));
+  OF_CHECK(check_pair_meta(op, &ins[0], &ins[3], true, "exp_avg_sq"));
+  OF_CHECK(check_pair_meta(op, &ins[0], &ins[4], true, "max_exp_avg_sq"));
+  if (a->amsgrad && ins[4].ndim < 0) return of_fail(OF_ERR_ARG, "%s: amsgrad needs max_exp_avg_sq", op);
+  return OF_OK;
+}
+
+OF_OP_IMPL_INFER(OPTIM_SGD, run_sgd, mutates_sgd, NULL, describe_sgd, infer_sgd);
+OF_OP_IMPL_INFER(OPTIM_ADAM, run_adam, mutates_adam, NULL, describe_adam, infer_adam);

@@ -48,51 +48,53 @@ static int32_t choose_threads(int64_t work) {
 }
 
 /* dims[0..ndims) -> mask of reduced dims (ndims == 0: all). */
-static of_status parse_dims(const char *op, const of_tensor *x, const int32_t *dims,
-                            int32_t ndims, bool *red) {
+static of_status parse_dims_meta(const char *op, const int64_t *xs, int32_t xn, of_dtype xdt,
+                                 const int32_t *dims, int32_t ndims, bool *red) {
+  char b[96];
   for (int32_t d = 0; d < OF_MAX_DIMS; d++) red[d] = false;
   if (ndims < 0 || ndims > OF_MAX_DIMS)
     return of_fail(OF_ERR_ARG, "%s: expected at most %d dims, got %d (input %s, %s)", op,
-                   (int)OF_MAX_DIMS, (int)ndims, OF_SHAPE_STR(x), OF_DT(x));
+                   (int)OF_MAX_DIMS, (int)ndims, of_shape_str(xs, xn, b, 96), of_dtype_name(xdt));
   if (ndims == 0 || !dims) {
-    for (int32_t d = 0; d < x->ndim; d++) red[d] = true;
+    for (int32_t d = 0; d < xn; d++) red[d] = true;
     return OF_OK;
   }
   for (int32_t i = 0; i < ndims; i++) {
     int32_t d;
-    of_status st = of_norm_dim(op, dims[i], x->ndim, &d);
-    if (st != OF_OK) return with_input(st, x);
-    if (x->ndim == 0) continue;   /* a 0-d tensor reduces over "dim 1" trivially */
+    of_status st = of_norm_dim(op, dims[i], xn, &d);
+    if (st != OF_OK) return with_input_meta(st, xs, xn, xdt);
+    if (xn == 0) continue;   /* a 0-d tensor reduces over "dim 1" trivially */
     if (red[d])
       return of_fail(OF_ERR_ARG, "%s: dim %d appears more than once in the list of dims "
-                     "(input %s, %s)", op, (int)d + 1, OF_SHAPE_STR(x), OF_DT(x));
+                     "(input %s, %s)", op, (int)d + 1, of_shape_str(xs, xn, b, 96), of_dtype_name(xdt));
     red[d] = true;
   }
   return OF_OK;
 }
+static of_status parse_dims(const char *op, const of_tensor *x, const int32_t *dims,
+                            int32_t ndims, bool *red) {
+  return parse_dims_meta(op, x->shape, x->ndim, x->dtype, dims, ndims, red);
+}
 
-static void result_shape(const of_tensor *x, const bool *red, int32_t keepdim, int64_t *shape,
-                         int32_t *nd, int64_t *out_n, int64_t *red_n) {
+static void result_shape_of(const int64_t *xs, int32_t xn, const bool *red, int32_t keepdim,
+                            int64_t *shape, int32_t *nd, int64_t *out_n, int64_t *red_n) {
   int32_t n = 0;
   *out_n = 1;
   *red_n = 1;
-  for (int32_t d = 0; d < x->ndim; d++) {
+  for (int32_t d = 0; d < xn; d++) {
     if (red[d]) {
-      *red_n *= x->shape[d];
+      *red_n *= xs[d];
       if (keepdim) shape[n++] = 1;
     } else {
-      *out_n *= x->shape[d];
-      shape[n++] = x->shape[d];
+      *out_n *= xs[d];
+      shape[n++] = xs[d];
     }
   }
   *nd = n;
 }
-
-/* First reduced dim of size 0 (1-based), or 0. */
-static int32_t empty_dim(const of_tensor *x, const bool *red) {
-  for (int32_t d = 0; d < x->ndim; d++)
-    if (red[d] && x->shape[d] == 0) return d + 1;
-  return 0;
+static void result_shape(const of_tensor *x, const bool *red, int32_t keepdim, int64_t *shape,
+                         int32_t *nd, int64_t *out_n, int64_t *red_n) {
+  result_shape_of(x->shape, x->ndim, red, keepdim, shape, nd, out_n, red_n);
 }
 
 static of_status fail_empty(const char *op, const of_tensor *x, int32_t dim1) {
@@ -839,21 +841,30 @@ static of_status not_floating(const char *op, const of_tensor *x, of_dtype dt) {
   return not_floating_meta(op, x->shape, x->ndim, dt);
 }
 
-static of_status reduce_compute(of_reduce_op op, of_tensor *x, const int32_t *dims, int32_t ndims,
-                               int32_t keepdim, double p, of_dtype dt, of_tensor **out) {
-  if (op < 0 || op >= OF_NUM_REDUCE) return of_fail(OF_ERR_ARG, "reduce: unknown op %d", (int)op);
-  const char *name = reduce_names[op];
-  if (!x || !out) return of_fail(OF_ERR_ARG, "%s: NULL tensor argument", name);
-  if (dt >= OF_NUM_DTYPES)
-    return of_fail(OF_ERR_DTYPE, "%s: unknown dtype %d (input %s, %s)", name, (int)dt,
-                   OF_SHAPE_STR(x), OF_DT(x));
+/* a reduction's plan from the input's shape and dtype: the reduced dims,
+ * the result's shape and dtype, the compute dtype and the kernel kind --
+ * what reduce_compute runs and what a loaded node is re-inferred with
+ * (infer_reduce) */
+typedef struct {
   bool red[OF_MAX_DIMS];
-  OF_CHECK(parse_dims(name, x, dims, ndims, red));
   int64_t shape[OF_MAX_DIMS], out_n, red_n;
   int32_t nd;
-  result_shape(x, red, keepdim, shape, &nd, &out_n, &red_n);
+  of_dtype in_dt, out_dt;
+  kind_t kind;
+} reduce_plan_t;
+static of_status reduce_plan(of_reduce_op op, const int64_t *xs, int32_t xn, of_dtype xdt,
+                             const int32_t *dims, int32_t ndims, int32_t keepdim, double p,
+                             of_dtype dt, reduce_plan_t *r) {
+  char b[96];
+  if (op < 0 || op >= OF_NUM_REDUCE) return of_fail(OF_ERR_ARG, "reduce: unknown op %d", (int)op);
+  const char *name = reduce_names[op];
+  if (dt >= OF_NUM_DTYPES)
+    return of_fail(OF_ERR_DTYPE, "%s: unknown dtype %d (input %s, %s)", name, (int)dt,
+                   of_shape_str(xs, xn, b, 96), of_dtype_name(xdt));
+  OF_CHECK(parse_dims_meta(name, xs, xn, xdt, dims, ndims, r->red));
+  result_shape_of(xs, xn, r->red, keepdim, r->shape, &r->nd, &r->out_n, &r->red_n);
 
-  of_dtype in_dt = dt >= 0 ? dt : x->dtype, out_dt = in_dt;
+  of_dtype in_dt = dt >= 0 ? dt : xdt, out_dt = in_dt;
   bool fl = of_dtype_is_floating(in_dt);
   kind_t kind = K_SUM;
   switch (op) {
@@ -867,32 +878,59 @@ static of_status reduce_compute(of_reduce_op op, of_tensor *x, const int32_t *di
                        "either a floating point or complex dtype. Got: %s dtype %s (input %s); "
                        "pass a floating dtype or convert the input",
                        in_dt == OF_BOOL ? "bool" : "integral", of_dtype_name(in_dt),
-                       OF_SHAPE_STR(x));
+                       of_shape_str(xs, xn, b, 96));
       break;
     case OF_RED_AMAX: kind = K_MAX; break;
     case OF_RED_AMIN: kind = K_MIN; break;
     case OF_RED_ALL: case OF_RED_ANY:
       kind = op == OF_RED_ALL ? K_ALL : K_ANY;
-      in_dt = x->dtype;
+      in_dt = xdt;
       out_dt = OF_BOOL;
       break;
     case OF_RED_LOGSUMEXP:
       if (!fl) {
-        if (dt >= 0) return not_floating(name, x, dt);
+        if (dt >= 0) return not_floating_meta(name, xs, xn, dt);
         in_dt = out_dt = OF_FLOAT32;
       }
       break;
     case OF_RED_NORM:
-      if (!fl) return not_floating(name, x, in_dt);
+      if (!fl) return not_floating_meta(name, xs, xn, in_dt);
       if (ISNAN(p)) return of_fail(OF_ERR_ARG, "norm: order p is NaN (input %s, %s)",
-                                   OF_SHAPE_STR(x), OF_DT(x));
+                                   of_shape_str(xs, xn, b, 96), of_dtype_name(xdt));
       kind = norm_kind(p);
       break;
     default: break;
   }
-  if (red_n == 0 && (kind == K_MAX || kind == K_MIN || kind == K_ABSMAX || kind == K_ABSMIN))
-    return fail_empty(name, x, empty_dim(x, red));
-  if (kind == K_MAX || kind == K_MIN) OF_CHECK(no_uint64_order(name, x));
+  if (r->red_n == 0 && (kind == K_MAX || kind == K_MIN || kind == K_ABSMAX || kind == K_ABSMIN)) {
+    int32_t e = 0;
+    for (int32_t d = 0; d < xn && !e; d++)
+      if (r->red[d] && xs[d] == 0) e = d + 1;
+    return of_fail(OF_ERR_SHAPE, "%s: expected reduction dim %d to have non-zero size; the "
+                   "operation has no identity (input %s, %s)", name, (int)e,
+                   of_shape_str(xs, xn, b, 96), of_dtype_name(xdt));
+  }
+  if ((kind == K_MAX || kind == K_MIN) && xdt == OF_UINT64)
+    return of_fail(OF_ERR_DTYPE, "%s: not supported for dtype uint64 (input %s)", name,
+                   of_shape_str(xs, xn, b, 96));
+  r->in_dt = in_dt;
+  r->out_dt = out_dt;
+  r->kind = kind;
+  return OF_OK;
+}
+
+static of_status reduce_compute(of_reduce_op op, of_tensor *x, const int32_t *dims, int32_t ndims,
+                               int32_t keepdim, double p, of_dtype dt, of_tensor **out) {
+  if (op < 0 || op >= OF_NUM_REDUCE) return of_fail(OF_ERR_ARG, "reduce: unknown op %d", (int)op);
+  const char *name = reduce_names[op];
+  if (!x || !out) return of_fail(OF_ERR_ARG, "%s: NULL tensor argument", name);
+  reduce_plan_t r;
+  OF_CHECK(reduce_plan(op, x->shape, x->ndim, x->dtype, dims, ndims, keepdim, p, dt, &r));
+  const bool *red = r.red;
+  const int64_t *shape = r.shape;
+  int32_t nd = r.nd;
+  int64_t out_n = r.out_n, red_n = r.red_n;
+  of_dtype in_dt = r.in_dt, out_dt = r.out_dt;
+  kind_t kind = r.kind;
   if (of_dev(x) != OF_CPU) return device_reduce(name, op, x, red, p, in_dt, out_dt, shape, nd, out);
 
   of_tensor *xc = NULL, *res = NULL;
@@ -1992,7 +2030,20 @@ static void describe_softmax(const void *p, char *b, size_t c) {
   of_catf(b, c, "dim=%d flag=%d", (int)a->dim, (int)a->flag);
 }
 
-OF_OP_IMPL(REDUCE, run_reduce, NULL, NULL, describe_reduce);
+/* a loaded reduce node's result: reduce_plan on the recorded input */
+static of_status infer_reduce(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_reduce *a = p;
+  reduce_plan_t r;
+  (void)nin;
+  OF_CHECK(reduce_plan(a->op, ins[0].shape, ins[0].ndim, ins[0].dtype, a->dims, a->ndims, a->keepdim,
+                       a->p, a->dtype, &r));
+  memcpy(outs[0].shape, r.shape, sizeof(int64_t) * (size_t)r.nd);
+  outs[0].ndim = r.nd;
+  outs[0].dtype = r.out_dt;
+  return OF_OK;
+}
+
+OF_OP_IMPL_INFER(REDUCE, run_reduce, NULL, NULL, describe_reduce, infer_reduce);
 OF_OP_IMPL(MAX_DIM, run_max_dim, NULL, NULL, describe_max_dim);
 OF_OP_IMPL(ARGMAX, run_argmax, NULL, NULL, describe_max_dim);
 OF_OP_IMPL(VAR, run_var, NULL, NULL, NULL);

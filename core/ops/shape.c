@@ -311,32 +311,37 @@ static of_status roll_compute(of_tensor *x, const int64_t *shifts, const int32_t
 
 /* ---- repeat (torch.Tensor.repeat) ---- */
 
-static of_status repeat_compute(of_tensor *x, const int64_t *repeats, int32_t n,
-                               of_tensor **out) {
-  OF_ROUTE("repeat", dev, dops, repeat, x);
-  if (n < x->ndim)
+/* repeat's result shape (and the input's shape as n dims, xs) from the
+ * input's shape: the body and infer_repeat */
+static of_status repeat_shape(const int64_t *tshape, int32_t tndim, const int64_t *repeats, int32_t n,
+                              int64_t *xs, int64_t *shape) {
+  char b[96], c[96];
+  if (n < tndim)
     return of_fail(OF_ERR_SHAPE, "repeat: number of repeats (%d) cannot be smaller than the "
-                   "number of dims of the tensor (%d, shape %s)", (int)n, (int)x->ndim,
-                   OF_SHAPE_STR(x));
+                   "number of dims of the tensor (%d, shape %s)", (int)n, (int)tndim,
+                   of_shape_str(tshape, tndim, c, 96));
   if (n > OF_MAX_DIMS)
     return of_fail(OF_ERR_SHAPE, "repeat: %d repeats given, at most %d dims are supported",
                    (int)n, OF_MAX_DIMS);
-  if (n == 0) return of_clone_data(x, out);
-  int64_t xs[OF_MAX_DIMS], shape[OF_MAX_DIMS];
-  int32_t lead = n - x->ndim;
+  int32_t lead = n - tndim;
   for (int32_t i = 0; i < n; i++) {
-    if (repeats[i] < 0) {
-      char b[96];
+    if (repeats[i] < 0)
       return of_fail(OF_ERR_ARG, "repeat: repeats must be non-negative, got %s for shape %s",
-                     of_shape_str(repeats, n, b, 96), OF_SHAPE_STR(x));
-    }
-    xs[i] = i < lead ? 1 : x->shape[i - lead];
-    if (!of_mul_ok(xs[i], repeats[i], &shape[i])) {
-      char b[96];
+                     of_shape_str(repeats, n, b, 96), of_shape_str(tshape, tndim, c, 96));
+    xs[i] = i < lead ? 1 : tshape[i - lead];
+    if (!of_mul_ok(xs[i], repeats[i], &shape[i]))
       return of_fail(OF_ERR_SHAPE, "repeat: repeats %s of shape %s overflow the result's size",
-                     of_shape_str(repeats, n, b, 96), OF_SHAPE_STR(x));
-    }
+                     of_shape_str(repeats, n, b, 96), of_shape_str(tshape, tndim, c, 96));
   }
+  return OF_OK;
+}
+static of_status repeat_compute(of_tensor *x, const int64_t *repeats, int32_t n,
+                               of_tensor **out) {
+  OF_ROUTE("repeat", dev, dops, repeat, x);
+  int64_t xs[OF_MAX_DIMS], shape[OF_MAX_DIMS];
+  OF_CHECK(repeat_shape(x->shape, x->ndim, repeats, n, xs, shape));
+  if (n == 0) return of_clone_data(x, out);
+  int32_t lead = n - x->ndim;
   of_tensor *res, *c;
   OF_CHECK(of_tensor_new_as("repeat", shape, n, x->dtype, dev, &res));
   if (res->numel == 0) {
@@ -695,7 +700,39 @@ static of_status run_roll(const of_oprec *n, of_tensor **ins, void **outs) {
 
 OF_OP_IMPL(CAT, run_cat, NULL, NULL, of_describe_i1);
 OF_OP_IMPL(STACK, run_cat, NULL, NULL, of_describe_i1);
-OF_OP_IMPL(TRI, run_tri, NULL, NULL, NULL);
-OF_OP_IMPL(FLIP, run_flip, NULL, NULL, of_describe_dims);
-OF_OP_IMPL(ROLL, run_roll, NULL, NULL, NULL);
-OF_OP_IMPL(REPEAT, run_roll, NULL, NULL, NULL);
+/* loaded tri / flip / roll nodes: the input's shape and dtype (their dims
+ * are range-checked with the record); tri needs 2 dims; repeat:
+ * repeat_shape */
+static of_status infer_same_shape(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)p;
+  (void)nin;
+  outs[0] = ins[0];
+  return OF_OK;
+}
+static of_status infer_tri(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  char b[96];
+  if (ins[0].ndim < 2)
+    return of_fail(OF_ERR_SHAPE, "%s: input must have at least 2 dims, got shape %s (%s)",
+                   ((const a_tri *)p)->upper ? "triu" : "tril", of_shape_str(ins[0].shape, ins[0].ndim, b, 96),
+                   of_dtype_name(ins[0].dtype));
+  return infer_same_shape(p, nin, ins, outs);
+}
+static of_status infer_repeat(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_roll *a = p;
+  int64_t xs[OF_MAX_DIMS];
+  (void)nin;
+  if (!NDIM_OK(a->n)) return of_fail(OF_ERR_ARG, "repeat: bad count %d", (int)a->n);
+  OF_CHECK(repeat_shape(ins[0].shape, ins[0].ndim, a->shifts, a->n, xs, outs[0].shape));
+  if (a->n == 0) {
+    outs[0] = ins[0];
+    return OF_OK;
+  }
+  outs[0].ndim = a->n;
+  outs[0].dtype = ins[0].dtype;
+  return OF_OK;
+}
+
+OF_OP_IMPL_INFER(TRI, run_tri, NULL, NULL, NULL, infer_tri);
+OF_OP_IMPL_INFER(FLIP, run_flip, NULL, NULL, of_describe_dims, infer_same_shape);
+OF_OP_IMPL_INFER(ROLL, run_roll, NULL, NULL, NULL, infer_same_shape);
+OF_OP_IMPL_INFER(REPEAT, run_roll, NULL, NULL, NULL, infer_repeat);

@@ -162,10 +162,6 @@ static void un_fast_float(char **p, const int64_t *s, int64_t n, void *ctx_) {
   else un_SILU_float(p, s, n, ctx_);
 }
 
-static of_status unsupported(const char *name, of_tensor *x) {
-  return of_fail(OF_ERR_DTYPE, "%s: not supported for dtype %s (shape %s)", name, OF_DT(x),
-                 OF_SHAPE_STR(x));
-}
 
 /* The result's dtype, the compute dtype, the kernel and its output dtype,
  * from the input's dtype: what unary_compute runs, and what a loaded graph's
@@ -279,27 +275,46 @@ static const of_loop_fn clamp_loops[OF_NUM_DTYPES] = {
     [OF_INT16] = p_clamp_int16_t, [OF_UINT16] = p_clamp_uint16_t, [OF_UINT32] = p_clamp_uint32_t,
     [OF_UINT64] = p_clamp_uint64_t};
 
-static of_status clamp_compute(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
-                   of_tensor *into, of_tensor **out) {
+/* clamp's result and compute dtypes from the input's and the bounds (the
+ * body and infer_clamp) */
+static of_status clamp_plan(of_dtype dt, const int64_t *shape, int32_t ndim, double lo, double hi,
+                            int32_t has_lo, int32_t has_hi, of_dtype *result, of_dtype *compute) {
+  char b[96];
   if (!has_lo && !has_hi)
     return of_fail(OF_ERR_ARG, "clamp: at least one of min and max must be given");
-  of_dtype result = x->dtype;
+  *result = dt;
   /* a fractional bound on an int tensor makes the result float, as in torch */
-  if (!of_dtype_is_floating(result) && ((has_lo && lo != floor(lo)) || (has_hi && hi != floor(hi))))
-    result = OF_FLOAT32;
-  of_dtype compute = of_compute_dtype(result);
-  if (!clamp_loops[compute]) return unsupported("clamp", x);
+  if (!of_dtype_is_floating(dt) && ((has_lo && lo != floor(lo)) || (has_hi && hi != floor(hi))))
+    *result = OF_FLOAT32;
+  *compute = of_compute_dtype(*result);
+  if (!clamp_loops[*compute])
+    return of_fail(OF_ERR_DTYPE, "clamp: not supported for dtype %s (shape %s)", of_dtype_name(dt),
+                   of_shape_str(shape, ndim, b, 96));
   /* a negative bound does not convert to an unsigned element */
-  if (of_dtype_is_unsigned(compute) && ((has_lo && lo < 0) || (has_hi && hi < 0)))
+  if (of_dtype_is_unsigned(*compute) && ((has_lo && lo < 0) || (has_hi && hi < 0)))
     return of_fail(OF_ERR_ARG, "clamp: negative bound (min %g, max %g) for dtype %s (shape %s)",
-                   has_lo ? lo : NAN, has_hi ? hi : NAN, OF_DT(x), OF_SHAPE_STR(x));
+                   has_lo ? lo : NAN, has_hi ? hi : NAN, of_dtype_name(dt), of_shape_str(shape, ndim, b, 96));
+  return OF_OK;
+}
+
+static of_status clamp_compute(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
+                   of_tensor *into, of_tensor **out) {
+  of_dtype result = 0, compute = 0;
+  OF_CHECK(clamp_plan(x->dtype, x->shape, x->ndim, lo, hi, has_lo, has_hi, &result, &compute));
   of_ew_ctx ctx = {.p0 = has_lo ? lo : NAN, .p1 = has_hi ? hi : NAN, .kind = OF_EWK_CLAMP};
   return of_ew_run("clamp", clamp_loops[compute], &ctx, &x, 1, compute, compute, result,
                    x->shape, x->ndim, into, out);
 }
 
+static of_status leaky_check(of_dtype dt, const int64_t *shape, int32_t ndim) {
+  char b[96];
+  if (!of_dtype_is_floating(dt))
+    return of_fail(OF_ERR_DTYPE, "leaky_relu: not supported for dtype %s (shape %s)", of_dtype_name(dt),
+                   of_shape_str(shape, ndim, b, 96));
+  return OF_OK;
+}
 static of_status leaky_compute(of_tensor *x, double slope, of_tensor *into, of_tensor **out) {
-  if (!of_dtype_is_floating(x->dtype)) return unsupported("leaky_relu", x);
+  OF_CHECK(leaky_check(x->dtype, x->shape, x->ndim));
   of_dtype compute = of_compute_dtype(x->dtype);
   of_ew_ctx ctx = {.p0 = slope, .kind = OF_EWK_LEAKY};
   return of_ew_run("leaky_relu", compute == OF_FLOAT64 ? p_leaky_double : p_leaky_float, &ctx, &x,
@@ -358,13 +373,23 @@ static of_status device_where(const of_device_ops *dops, of_device dev, of_tenso
   return OF_OK;
 }
 
+/* where's result: the three shapes broadcast, a's and b's dtypes promoted
+ * (the body and infer_where) */
+static of_status where_plan(const int64_t *cs, int32_t cn, const int64_t *as, int32_t an, of_dtype adt,
+                            const int64_t *bs, int32_t bn, of_dtype bdt, int64_t *s2, int32_t *n2,
+                            of_dtype *dt) {
+  int64_t s1[OF_MAX_DIMS];
+  int32_t n1;
+  OF_CHECK(of_broadcast_shapes("where", cs, cn, as, an, s1, &n1));
+  OF_CHECK(of_broadcast_shapes("where", s1, n1, bs, bn, s2, n2));
+  return of_promote_for("where", adt, bdt, dt);
+}
 static of_status where_compute(of_tensor *cond, of_tensor *a, of_tensor *b, of_tensor **out) {
-  int64_t s1[OF_MAX_DIMS], s2[OF_MAX_DIMS];
-  int32_t n1, n2;
-  OF_CHECK(of_broadcast_shapes("where", cond->shape, cond->ndim, a->shape, a->ndim, s1, &n1));
-  OF_CHECK(of_broadcast_shapes("where", s1, n1, b->shape, b->ndim, s2, &n2));
+  int64_t s2[OF_MAX_DIMS];
+  int32_t n2;
   of_dtype dt;
-  OF_CHECK(of_promote_for("where", a->dtype, b->dtype, &dt));
+  OF_CHECK(where_plan(cond->shape, cond->ndim, a->shape, a->ndim, a->dtype, b->shape, b->ndim,
+                      b->dtype, s2, &n2, &dt));
   OF_ROUTE("where", dev, dops, where, cond, a, b);
   if (dops) return device_where(dops, dev, cond, a, b, dt, s2, n2, NULL, out);
   of_tensor *c;
@@ -388,19 +413,25 @@ static of_status where_compute(of_tensor *cond, of_tensor *a, of_tensor *b, of_t
   return st;
 }
 
-static of_status masked_fill_compute(of_tensor *x, of_tensor *mask, double value, of_tensor *into,
-                         of_tensor **out) {
-  if (mask->dtype != OF_BOOL)
+/* masked_fill's checks: a bool mask that broadcasts to the input (the
+ * body and infer_masked_fill; the result is the input's shape and dtype) */
+static of_status masked_fill_check(const int64_t *xs, int32_t xn, const int64_t *ms, int32_t mn,
+                                   of_dtype mdt) {
+  char b[96], c[96];
+  if (mdt != OF_BOOL)
     return of_fail(OF_ERR_DTYPE, "masked_fill: mask must be bool, got %s (shape %s)",
-                   OF_DT(mask), OF_SHAPE_STR(mask));
+                   of_dtype_name(mdt), of_shape_str(ms, mn, c, 96));
   int64_t shape[OF_MAX_DIMS];
   int32_t nd;
-  OF_CHECK(of_broadcast_shapes("masked_fill", x->shape, x->ndim, mask->shape, mask->ndim, shape, &nd));
-  if (nd != x->ndim || of_shape_numel(shape, nd) != x->numel) {
-    char b[96];
+  OF_CHECK(of_broadcast_shapes("masked_fill", xs, xn, ms, mn, shape, &nd));
+  if (nd != xn || of_shape_numel(shape, nd) != of_shape_numel(xs, xn))
     return of_fail(OF_ERR_SHAPE, "masked_fill: mask %s must broadcast to the input %s",
-                   OF_SHAPE_STR(mask), of_shape_str(x->shape, x->ndim, b, 96));
-  }
+                   of_shape_str(ms, mn, c, 96), of_shape_str(xs, xn, b, 96));
+  return OF_OK;
+}
+static of_status masked_fill_compute(of_tensor *x, of_tensor *mask, double value, of_tensor *into,
+                         of_tensor **out) {
+  OF_CHECK(masked_fill_check(x->shape, x->ndim, mask->shape, mask->ndim, mask->dtype));
   of_tensor *v, *res;
   OF_ROUTE("masked_fill", dev, dops, where, x, mask, into);
   OF_CHECK(of_full(NULL, 0, value, x->dtype, dev, &v));
@@ -943,7 +974,44 @@ static of_status infer_unary(const void *p, int32_t nin, const of_meta *ins, of_
 }
 
 OF_OP_IMPL_INFER(UNARY, run_unary, NULL, NULL, describe_unary, infer_unary);
-OF_OP_IMPL(CLAMP, run_clamp, NULL, NULL, describe_clamp);
-OF_OP_IMPL(LEAKY_RELU, run_leaky, NULL, NULL, of_describe_d1);
-OF_OP_IMPL(WHERE, run_where, NULL, NULL, NULL);
-OF_OP_IMPL(MASKED_FILL, run_masked_fill, NULL, NULL, of_describe_d1);
+/* loaded clamp / leaky_relu / where / masked_fill nodes: the plans and
+ * checks above on the recorded inputs; an `into` tensor gives the dtype
+ * (of_prepare_out: the shape must be the result's) */
+static void into_dtype(int32_t nin, int32_t k, const of_meta *ins, of_meta *out) {
+  if (nin > k && ins[k].ndim >= 0) out->dtype = ins[k].dtype;
+}
+static of_status infer_clamp(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_clamp *a = p;
+  of_dtype result = 0, compute = 0;
+  OF_CHECK(clamp_plan(ins[0].dtype, ins[0].shape, ins[0].ndim, a->lo, a->hi, a->has_lo, a->has_hi,
+                      &result, &compute));
+  outs[0] = ins[0];
+  outs[0].dtype = result;
+  into_dtype(nin, 1, ins, &outs[0]);
+  return OF_OK;
+}
+static of_status infer_leaky(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)p;
+  OF_CHECK(leaky_check(ins[0].dtype, ins[0].shape, ins[0].ndim));
+  outs[0] = ins[0];
+  into_dtype(nin, 1, ins, &outs[0]);
+  return OF_OK;
+}
+static of_status infer_where(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)p;
+  (void)nin;
+  return where_plan(ins[0].shape, ins[0].ndim, ins[1].shape, ins[1].ndim, ins[1].dtype, ins[2].shape,
+                    ins[2].ndim, ins[2].dtype, outs[0].shape, &outs[0].ndim, &outs[0].dtype);
+}
+static of_status infer_masked_fill(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)p;
+  OF_CHECK(masked_fill_check(ins[0].shape, ins[0].ndim, ins[1].shape, ins[1].ndim, ins[1].dtype));
+  outs[0] = ins[0];
+  into_dtype(nin, 2, ins, &outs[0]);
+  return OF_OK;
+}
+
+OF_OP_IMPL_INFER(CLAMP, run_clamp, NULL, NULL, describe_clamp, infer_clamp);
+OF_OP_IMPL_INFER(LEAKY_RELU, run_leaky, NULL, NULL, of_describe_d1, infer_leaky);
+OF_OP_IMPL_INFER(WHERE, run_where, NULL, NULL, NULL, infer_where);
+OF_OP_IMPL_INFER(MASKED_FILL, run_masked_fill, NULL, NULL, of_describe_d1, infer_masked_fill);

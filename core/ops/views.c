@@ -155,48 +155,71 @@ static of_status permute_impl(of_tensor *t, const int32_t *dims, int32_t ndim, o
   return reorder_out(t, src, out);
 }
 
+/* slice's geometry from the input's shape: the dim (normalized), the
+ * clamped start and the result's length along the dim -- what the body and
+ * the graph loader's re-inference (infer_dim3) both use */
+static of_status slice_geometry(const int64_t *tshape, int32_t tndim, int32_t *dim, int64_t *start,
+                                int64_t end, int64_t step, int64_t *len) {
+  if (tndim == 0) return of_fail(OF_ERR_INDEX, "slice: cannot slice a 0-d tensor");
+  OF_CHECK(of_norm_dim("slice", *dim, tndim, dim));
+  if (step <= 0) return of_fail(OF_ERR_ARG, "slice: step must be positive, got %lld", (long long)step);
+  int64_t n = tshape[*dim], s = *start;
+  if (s < 0) s += n;
+  if (end < 0) end += n;
+  if (s < 0) s = 0;
+  if (end > n) end = n;
+  if (s > n) s = n;
+  if (end < s) end = s;
+  *start = s;
+  *len = end == s ? 0 : (end - s - 1) / step + 1;   /* no overflow for huge steps */
+  return OF_OK;
+}
+
 static of_status slice_impl(of_tensor *t, int32_t dim, int64_t start, int64_t end, int64_t step,
                    of_tensor **out) {
-  if (t->ndim == 0) return of_fail(OF_ERR_INDEX, "slice: cannot slice a 0-d tensor");
-  OF_CHECK(of_norm_dim("slice", dim, t->ndim, &dim));
-  if (step <= 0) return of_fail(OF_ERR_ARG, "slice: step must be positive, got %lld", (long long)step);
-  int64_t n = t->shape[dim];
-  if (start < 0) start += n;
-  if (end < 0) end += n;
-  if (start < 0) start = 0;
-  if (end > n) end = n;
-  if (start > n) start = n;
-  if (end < start) end = start;
+  int64_t len = 0;
+  OF_CHECK(slice_geometry(t->shape, t->ndim, &dim, &start, end, step, &len));
   int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
   memcpy(shape, t->shape, sizeof shape);
   memcpy(strides, t->strides, sizeof strides);
-  shape[dim] = end == start ? 0 : (end - start - 1) / step + 1;   /* no overflow for huge steps */
+  shape[dim] = len;
   strides[dim] = t->strides[dim] * step;
   return alias_out(t, shape, strides, t->ndim, t->offset + start * t->strides[dim], out);
 }
 
-static of_status narrow_body(of_tensor *t, int32_t dim, int64_t start, int64_t length, of_tensor **out) {
-  if (t->ndim == 0) return of_fail(OF_ERR_INDEX, "narrow: cannot narrow a 0-d tensor");
-  OF_CHECK(of_norm_dim("narrow", dim, t->ndim, &dim));
-  int64_t n = t->shape[dim];
-  if (start < 0) start += n;
-  if (start < 0 || length < 0 || start + length > n)
+/* narrow's and select's checks of the dim and the range against the
+ * input's shape (the bodies and infer_dim3) */
+static of_status narrow_check(const int64_t *tshape, int32_t tndim, int32_t *dim, int64_t *start,
+                              int64_t length) {
+  if (tndim == 0) return of_fail(OF_ERR_INDEX, "narrow: cannot narrow a 0-d tensor");
+  OF_CHECK(of_norm_dim("narrow", *dim, tndim, dim));
+  int64_t n = tshape[*dim];
+  if (*start < 0) *start += n;
+  if (*start < 0 || length < 0 || *start > n - length)
     return of_fail(OF_ERR_INDEX, "narrow: start %lld (1-based) and length %lld exceed "
-                   "dim %d of size %lld (shape %s)", (long long)start + 1, (long long)length,
-                   dim + 1, (long long)n, OF_SHAPE_STR(t));
+                   "dim %d of size %lld (shape %s)", (long long)*start + 1, (long long)length,
+                   *dim + 1, (long long)n, of_shape_str(tshape, tndim, (char[96]){0}, 96));
+  return OF_OK;
+}
+static of_status narrow_body(of_tensor *t, int32_t dim, int64_t start, int64_t length, of_tensor **out) {
+  OF_CHECK(narrow_check(t->shape, t->ndim, &dim, &start, length));
   return of_slice(t, dim, start, start + length, 1, out);
 }
 
-static of_status select_impl(of_tensor *t, int32_t dim, int64_t index, of_tensor **out) {
-  if (t->ndim == 0) return of_fail(OF_ERR_INDEX, "select: cannot index a 0-d tensor");
-  OF_CHECK(of_norm_dim("select", dim, t->ndim, &dim));
-  int64_t n = t->shape[dim];
-  if (index < -n || index >= n)
+static of_status select_check(const int64_t *tshape, int32_t tndim, int32_t *dim, int64_t *index) {
+  if (tndim == 0) return of_fail(OF_ERR_INDEX, "select: cannot index a 0-d tensor");
+  OF_CHECK(of_norm_dim("select", *dim, tndim, dim));
+  int64_t n = tshape[*dim];
+  if (*index < -n || *index >= n)
     return of_fail(OF_ERR_INDEX, "select: index %lld out of range for dim %d of size %lld "
                    "(shape %s; 1-based indices 1..%lld or -%lld..-1)",
-                   (long long)(index >= 0 ? index + 1 : index), dim + 1, (long long)n,
-                   OF_SHAPE_STR(t), (long long)n, (long long)n);
-  if (index < 0) index += n;
+                   (long long)(*index >= 0 ? *index + 1 : *index), *dim + 1, (long long)n,
+                   of_shape_str(tshape, tndim, (char[96]){0}, 96), (long long)n, (long long)n);
+  if (*index < 0) *index += n;
+  return OF_OK;
+}
+static of_status select_impl(of_tensor *t, int32_t dim, int64_t index, of_tensor **out) {
+  OF_CHECK(select_check(t->shape, t->ndim, &dim, &index));
   int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
   int32_t k = 0;
   for (int32_t i = 0; i < t->ndim; i++) {
@@ -207,9 +230,12 @@ static of_status select_impl(of_tensor *t, int32_t dim, int64_t index, of_tensor
   return alias_out(t, shape, strides, k, t->offset + index * t->strides[dim], out);
 }
 
+static of_status unsqueeze_check(int32_t tndim, int32_t *dim) {
+  if (tndim >= OF_MAX_DIMS) return of_fail(OF_ERR_SHAPE, "unsqueeze: tensor already has %d dims", OF_MAX_DIMS);
+  return of_norm_dim("unsqueeze", *dim, tndim + 1, dim);
+}
 static of_status unsqueeze_impl(of_tensor *t, int32_t dim, of_tensor **out) {
-  if (t->ndim >= OF_MAX_DIMS) return of_fail(OF_ERR_SHAPE, "unsqueeze: tensor already has %d dims", OF_MAX_DIMS);
-  OF_CHECK(of_norm_dim("unsqueeze", dim, t->ndim + 1, &dim));
+  OF_CHECK(unsqueeze_check(t->ndim, &dim));
   int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
   int32_t k = 0;
   for (int32_t i = 0; i <= t->ndim; i++) {
@@ -225,14 +251,23 @@ static of_status unsqueeze_impl(of_tensor *t, int32_t dim, of_tensor **out) {
   return alias_out(t, shape, strides, t->ndim + 1, t->offset, out);
 }
 
-static of_status squeeze_impl(of_tensor *t, int32_t dim, of_tensor **out) {
-  if (dim != OF_ALL_DIMS) OF_CHECK(of_norm_dim("squeeze", dim, t->ndim, &dim));
-  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+/* the dims squeeze keeps (the body and infer_squeeze) */
+static of_status squeeze_keep(const int64_t *tshape, int32_t tndim, int32_t dim, int32_t *keep,
+                              int32_t *nkeep) {
+  if (dim != OF_ALL_DIMS) OF_CHECK(of_norm_dim("squeeze", dim, tndim, &dim));
   int32_t k = 0;
-  for (int32_t i = 0; i < t->ndim; i++) {
-    if (t->shape[i] == 1 && (dim == OF_ALL_DIMS || dim == i)) continue;
-    shape[k] = t->shape[i];
-    strides[k++] = t->strides[i];
+  for (int32_t i = 0; i < tndim; i++)
+    if (!(tshape[i] == 1 && (dim == OF_ALL_DIMS || dim == i))) keep[k++] = i;
+  *nkeep = k;
+  return OF_OK;
+}
+static of_status squeeze_impl(of_tensor *t, int32_t dim, of_tensor **out) {
+  int32_t keep[OF_MAX_DIMS], k;
+  OF_CHECK(squeeze_keep(t->shape, t->ndim, dim, keep, &k));
+  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  for (int32_t i = 0; i < k; i++) {
+    shape[i] = t->shape[keep[i]];
+    strides[i] = t->strides[keep[i]];
   }
   return alias_out(t, shape, strides, k, t->offset, out);
 }
@@ -834,15 +869,74 @@ static of_status infer_flatten(const void *p, int32_t nin, const of_meta *ins, o
 
 OF_OP_IMPL_INFER(TRANSPOSE, run_transpose, NULL, NULL, describe_i2, infer_transpose);
 OF_OP_IMPL_INFER(PERMUTE, run_permute, NULL, NULL, of_describe_dims, infer_permute);
-OF_OP_IMPL(NARROW, run_narrow, NULL, NULL, describe_dim3);
-OF_OP_IMPL(SLICE, run_slice, NULL, NULL, describe_dim3);
-OF_OP_IMPL(SELECT, run_select, NULL, NULL, describe_dim3);
-OF_OP_IMPL(UNSQUEEZE, run_unsqueeze, NULL, NULL, of_describe_i1);
-OF_OP_IMPL(SQUEEZE, run_squeeze, NULL, NULL, of_describe_i1);
+/* a loaded narrow / slice / select node's result: the geometry the bodies
+ * compute from the recorded input's shape */
+static of_status infer_dim3(int32_t opk, const void *p, const of_meta *ins, of_meta *outs) {
+  const a_dim3 *a = p;
+  const of_meta *x = &ins[0];
+  int32_t dim = a->dim;
+  int64_t start = a->a, len = a->b;
+  if (opk == OPK_SLICE) OF_CHECK(slice_geometry(x->shape, x->ndim, &dim, &start, a->b, a->c, &len));
+  else if (opk == OPK_NARROW) OF_CHECK(narrow_check(x->shape, x->ndim, &dim, &start, len));
+  else OF_CHECK(select_check(x->shape, x->ndim, &dim, &start));
+  outs[0] = *x;
+  if (opk == OPK_SELECT) {
+    for (int32_t i = dim; i + 1 < x->ndim; i++) outs[0].shape[i] = x->shape[i + 1];
+    outs[0].ndim = x->ndim - 1;
+  } else {
+    outs[0].shape[dim] = len;
+  }
+  return OF_OK;
+}
+#define INFER_DIM3(K) \
+  static of_status infer_##K(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) { \
+    (void)nin; \
+    return infer_dim3(OPK_##K, p, ins, outs); \
+  }
+INFER_DIM3(NARROW)
+INFER_DIM3(SLICE)
+INFER_DIM3(SELECT)
+static of_status infer_unsqueeze(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  int32_t dim = ((const a_i1 *)p)->v;
+  (void)nin;
+  OF_CHECK(unsqueeze_check(ins[0].ndim, &dim));
+  outs[0].ndim = ins[0].ndim + 1;
+  outs[0].dtype = ins[0].dtype;
+  for (int32_t i = 0, k = 0; i < outs[0].ndim; i++) outs[0].shape[i] = i == dim ? 1 : ins[0].shape[k++];
+  return OF_OK;
+}
+static of_status infer_squeeze(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  int32_t keep[OF_MAX_DIMS], k;
+  (void)nin;
+  OF_CHECK(squeeze_keep(ins[0].shape, ins[0].ndim, ((const a_i1 *)p)->v, keep, &k));
+  for (int32_t i = 0; i < k; i++) outs[0].shape[i] = ins[0].shape[keep[i]];
+  outs[0].ndim = k;
+  outs[0].dtype = ins[0].dtype;
+  return OF_OK;
+}
+/* contiguous, clone, detach: the input's shape and dtype; to: the record's dtype */
+static of_status infer_same(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)p;
+  (void)nin;
+  outs[0] = ins[0];
+  return OF_OK;
+}
+static of_status infer_to_dtype(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)nin;
+  outs[0] = ins[0];
+  outs[0].dtype = (of_dtype)((const a_i1 *)p)->v;
+  return OF_OK;
+}
+
+OF_OP_IMPL_INFER(NARROW, run_narrow, NULL, NULL, describe_dim3, infer_NARROW);
+OF_OP_IMPL_INFER(SLICE, run_slice, NULL, NULL, describe_dim3, infer_SLICE);
+OF_OP_IMPL_INFER(SELECT, run_select, NULL, NULL, describe_dim3, infer_SELECT);
+OF_OP_IMPL_INFER(UNSQUEEZE, run_unsqueeze, NULL, NULL, of_describe_i1, infer_unsqueeze);
+OF_OP_IMPL_INFER(SQUEEZE, run_squeeze, NULL, NULL, of_describe_i1, infer_squeeze);
 OF_OP_IMPL_INFER(EXPAND, run_shape, NULL, NULL, describe_shape, infer_EXPAND);
 OF_OP_IMPL_INFER(FLATTEN, run_flatten, NULL, NULL, describe_i2, infer_flatten);
-OF_OP_IMPL(CONTIGUOUS, run_contiguous, NULL, NULL, NULL);
-OF_OP_IMPL(CLONE, run_clone, NULL, NULL, NULL);
-OF_OP_IMPL(TO_DTYPE, run_to_dtype, NULL, NULL, describe_dtype);
+OF_OP_IMPL_INFER(CONTIGUOUS, run_contiguous, NULL, NULL, NULL, infer_same);
+OF_OP_IMPL_INFER(CLONE, run_clone, NULL, NULL, NULL, infer_same);
+OF_OP_IMPL_INFER(TO_DTYPE, run_to_dtype, NULL, NULL, describe_dtype, infer_to_dtype);
 OF_OP_IMPL(COPY_, run_copy_, of_mutates_first, NULL, NULL);
-OF_OP_IMPL(DETACH, run_detach, NULL, NULL, NULL);
+OF_OP_IMPL_INFER(DETACH, run_detach, NULL, NULL, NULL, infer_same);

@@ -26,16 +26,18 @@ local CASES = {
                 bad = {{{ndim = 1, shape = {4}, strides = {1}, offset = -1}, 'attrs.offset'}}},
   transpose = {ok = {a = 0, b = 1}, outs = {{{3, 2, 4, 4}}}, bad = {{{a = 7}, 'attrs.dims'}}},
   permute = {ok = {n = 4, dims = {0, 1, 2, 3}}, bad = {{{n = 1, dims = {9}}, 'attrs.dims[1]'}}},
-  narrow = {ok = {dim = 1, a = 0, b = 1}, bad = {{{dim = 9}, 'attrs.dim'}, {{b = -1}, 'attrs.length'}}},
-  slice = {ok = {dim = 1, a = 0, b = 2, c = 1}, bad = {{{c = 0}, 'attrs.step'}, {{dim = -9}, 'attrs.dim'}}},
-  select = {ok = {dim = 1}, bad = {{{dim = 4}, 'attrs.dim'}}},
-  unsqueeze = {ok = {v = 0}, bad = {{{v = 6}, 'attrs.dim'}}},
+  narrow = {ok = {dim = 1, a = 0, b = 1}, outs = {{{2, 1, 4, 4}}},
+    bad = {{{dim = 9}, 'attrs.dim'}, {{b = -1}, 'attrs.length'}}},
+  slice = {ok = {dim = 1, a = 0, b = 2, c = 1}, outs = {{{2, 2, 4, 4}}},
+    bad = {{{c = 0}, 'attrs.step'}, {{dim = -9}, 'attrs.dim'}}},
+  select = {ok = {dim = 1}, outs = {{{2, 4, 4}}}, bad = {{{dim = 4}, 'attrs.dim'}}},
+  unsqueeze = {ok = {v = 0}, outs = {{{1, 2, 3, 4, 4}}}, bad = {{{v = 6}, 'attrs.dim'}}},
   squeeze = {ok = {v = 0}, bad = {{{v = 9}, 'attrs.dim'}}},
   flatten = {ok = {a = 1, b = 3}, outs = {{{2, 48}}}, bad = {{{b = 9}, 'attrs.dims'}}},
   contiguous = {bad = {{{v = 1}, 'attrs.v'}}},
   clone = {bad = {{{v = 1}, 'attrs.v'}}},
   detach = {bad = {{{v = 1}, 'attrs.v'}}},
-  to = {ok = {v = 8}, bad = {{{v = 99}, 'attrs.dtype'}}},
+  to = {ok = {v = 8}, outs = {{{2, 3, 4, 4}, 'float64'}}, bad = {{{v = 99}, 'attrs.dtype'}}},
   copy_ = {ins = {X, X}, outs = {}, bad = {{{v = 1}, 'attrs.v'}}},
   empty = {ins = {}, ok = {ndim = 1, shape = {3}, dtype = 7}, outs = {{{3}}},
            bad = {{{dtype = 99}, 'attrs.dtype'}, {{device = 7}, 'attrs.device'}}},
@@ -52,7 +54,7 @@ local CASES = {
   unary = {bad = {{{op = -1}, 'attrs.op'}}},
   clamp = {ok = {has_lo = 1}, bad = {{{has_hi = 5}, 'attrs.has_hi'}, {{has_lo = 0}, 'neither min nor max'}}},
   leaky_relu = {ok = {slope = 0.01}, bad = {{{slope = 1 / 0}, 'attrs.negative_slope'}}},
-  where = {ins = {{{2, 3, 4, 4}, 'bool'}, X, X}, bad = {{{v = 1}, 'attrs.v'}}},
+  where = {ins = {{{2, 3, 4, 4}, 'bool'}, X, X}, outs = {X}, bad = {{{v = 1}, 'attrs.v'}}},
   reduce = {ok = {dtype = -1}, outs = {S}, bad = {{{op = 99}, 'attrs.op'}, {{keepdim = 2}, 'attrs.keepdim'},
                                                  {{ndims = 1, dims = {7}}, 'attrs.dims[1]'}}},
   max_dim = {ok = {dim = 1}, outs = {{{2, 4, 4}}, {{2, 4, 4}, 'int64'}}, bad = {{{keepdim = 3}, 'attrs.keepdim'}}},
@@ -113,7 +115,7 @@ local CASES = {
     bad = {{{nsp = 0}, 'attrs.nsp'}}},
   adaptive_max_pool = {ok = {nsp = 2, has = 1, kernel = {1, 1}}, outs = {{{2, 3, 1, 1}}, {{2, 3, 1, 1}, 'int64'}},
                        bad = {{{has = 64}, 'attrs.has'}}},
-  batch_norm = {ins = {X, false, false, false, false}, ok = {eps = 1e-5},
+  batch_norm = {ins = {X, {{3}}, {{3}}, false, false}, ok = {eps = 1e-5},
     bad = {{{eps = -1}, 'attrs.eps'}, {{flag = 2}, 'attrs.training'}}},
   instance_norm = {ins = {X, false, false, false, false}, ok = {eps = 1e-5},
     bad = {{{momentum = 1 / 0}, 'attrs.momentum'}}},
@@ -132,9 +134,9 @@ local CASES = {
     bad = {{{base = 4}, 'attrs.index_base'}}},
   scaled_dot_product_attention = {ins = {X, X, X, X},
     bad = {{{dropout_p = 1.5}, 'attrs.dropout_p'}, {{causal = 2}, 'attrs.is_causal'}}},
-  sgd_update = {ins = {X, X, X, S}, outs = {},
+  sgd_update = {ins = {X, X, X, {{2}, 'float64'}}, outs = {},
     bad = {{{momentum = -1}, 'attrs.momentum'}, {{nesterov = 5}, 'attrs.nesterov'}}},
-  adam_update = {ins = {X, X, X, X, X, S}, ok = {beta1 = 0.9, beta2 = 0.999, eps = 1e-8}, outs = {},
+  adam_update = {ins = {X, X, X, X, X, {{2}, 'float64'}}, ok = {beta1 = 0.9, beta2 = 0.999, eps = 1e-8}, outs = {},
                  bad = {{{beta1 = 1}, 'attrs.beta1'}, {{eps = -1}, 'attrs.eps'}}},
   amp_unscale_ = {ins = {X, S, S}, outs = {}, bad = {{{v = 1}, 'attrs.v'}}},
   amp_update_scale_ = {ins = {S, {{}, 'int32'}, S}, ok = {growth = 2, backoff = 0.5, interval = 1}, outs = {},
@@ -360,6 +362,237 @@ describe('saved graphs: attribute ranges of every op kind', function()
     write(path, B.graph('transpose', B.record(ROOT, recs.transpose, {a = 0, b = 1}), {{{2, 3}}}, {{{3, 2}}}))
     local x = flow.randn(2, 3)
     assert.are.same(x:t():totable(), flow.nn.Graph.load(path)(x):totable())
+  end)
+
+  it('re-infers narrow, slice, select, unsqueeze, squeeze, contiguous, clone, detach and to results', function()
+    local recs = {}
+    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+    local function load(op, fields, ins, outs)
+      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    local X2 = {{2, 3, 4, 5}}
+    -- valid records load: the results their bodies give
+    assert.is_true((load('narrow', {dim = 3, a = 1, b = 3}, {X2}, {{{2, 3, 4, 3}}})))
+    assert.is_true((load('slice', {dim = 2, a = 0, b = 4, c = 3}, {X2}, {{{2, 3, 2, 5}}})))
+    assert.is_true((load('slice', {dim = 1, a = -2, b = 100, c = 1}, {X2}, {{{2, 2, 4, 5}}})))
+    assert.is_true((load('select', {dim = 1, a = -1}, {X2}, {{{2, 4, 5}}})))
+    assert.is_true((load('unsqueeze', {v = 4}, {X2}, {{{2, 3, 4, 5, 1}}})))
+    assert.is_true((load('squeeze', {v = -100}, {{{1, 3, 1, 5}}}, {{{3, 5}}})))   -- all dims
+    assert.is_true((load('squeeze', {v = 2}, {{{1, 3, 1, 5}}}, {{{1, 3, 5}}})))
+    assert.is_true((load('to', {v = 4}, {X2}, {{{2, 3, 4, 5}, 'int64'}})))
+    -- an edited recorded shape or dtype is refused, naming the node
+    refused('node 1 (narrow): result %1 is recorded as [2,3,4,5] float32, its inputs give [2,3,4,3] float32',
+            'narrow', {dim = 3, a = 1, b = 3}, {X2}, {X2})
+    refused('node 1 (narrow): the recorded inputs do not fit: narrow: start 2 (1-based) and length 5 exceed dim 4',
+            'narrow', {dim = 3, a = 1, b = 5}, {X2}, {{{2, 3, 4, 5}}})
+    refused('node 1 (slice): result %1 is recorded as [2,3,4,5] float32, its inputs give [2,3,2,5] float32',
+            'slice', {dim = 2, a = 0, b = 4, c = 3}, {X2}, {X2})
+    refused('node 1 (select): result %1 is recorded as [2,3,4,5] float32, its inputs give [2,4,5] float32',
+            'select', {dim = 1, a = 0}, {X2}, {X2})
+    refused('node 1 (select): the recorded inputs do not fit: select: index 4 out of range for dim 2 of size 3',
+            'select', {dim = 1, a = 3}, {X2}, {{{2, 4, 5}}})
+    refused('node 1 (unsqueeze): result %1 is recorded as [2,3,4,5,1] float32, its inputs give [1,2,3,4,5] float32',
+            'unsqueeze', {v = 0}, {X2}, {{{2, 3, 4, 5, 1}}})
+    refused('node 1 (squeeze): result %1 is recorded as [3,1,5] float32, its inputs give [3,5] float32',
+            'squeeze', {v = -100}, {{{1, 3, 1, 5}}}, {{{3, 1, 5}}})
+    for _, op in ipairs({'contiguous', 'clone', 'detach'}) do
+      assert.is_true((load(op, {}, {X2}, {X2})))
+      refused(('node 1 (%s): result %%1 is recorded as [2,3,4,6] float32, its inputs give [2,3,4,5] float32')
+              :format(op), op, {}, {X2}, {{{2, 3, 4, 6}}})
+    end
+    refused('node 1 (to): result %1 is recorded as [2,3,4,5] float32, its inputs give [2,3,4,5] int64',
+            'to', {v = 4}, {X2}, {X2})
+    -- what loads computes the eager result
+    write(path, B.graph('slice', B.record(ROOT, recs.slice, {dim = 1, a = 0, b = 3, c = 2}), {{{2, 3}}}, {{{2, 2}}}))
+    local x = flow.randn(2, 3)
+    assert.are.same(x[{{}, {1, 3, 2}}]:totable(), flow.nn.Graph.load(path)(x):totable())
+  end)
+
+  it('re-infers batch, instance, group, layer and rms norm results and checks their parameters', function()
+    local recs = {}
+    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+    local function load(op, fields, ins, outs)
+      write(path, B.graph(op, B.record(ROOT, recs[op], merge({eps = 1e-5}, fields)), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    local C3, no = {{3}}, false
+    assert.is_true((load('batch_norm', {}, {X, C3, C3, C3, C3}, {X})))
+    assert.is_true((load('instance_norm', {flag = 1}, {X, no, no, C3, no}, {X})))
+    assert.is_true((load('group_norm', {groups = 3}, {X, no, no, C3, C3}, {X})))
+    assert.is_true((load('layer_norm', {groups = 2}, {X, no, no, {{4, 4}}, {{4, 4}}}, {X})))
+    assert.is_true((load('rms_norm', {groups = 1}, {X, no, no, {{4}}, no}, {X})))
+    for _, op in ipairs({'batch_norm', 'instance_norm', 'group_norm', 'layer_norm', 'rms_norm'}) do
+      local ins = op == 'batch_norm' and {X, C3, C3, no, no} or {X, no, no, no, no}
+      for _, bad in ipairs({{{2, 3, 4, 5}}, {{2, 3, 4, 4}, 'float64'}}) do
+        local ok, err = load(op, {groups = 1}, ins, {bad})
+        assert.is_false(ok)
+        local want = ('is recorded as [%s] %s, its inputs give [2,3,4,4] float32'):format(
+          table.concat(bad[1], ','), bad[2] or 'float32')
+        assert.truthy(tostring(err):find(('node 1 (%s): result %%'):format(op), 1, true), tostring(err))
+        assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+      end
+    end
+    refused('node 1 (batch_norm): the recorded inputs do not fit: batch_norm: running_var of shape [4] should '
+            .. 'have 3 elements', 'batch_norm', {}, {X, C3, {{4}}, no, no}, {X})
+    refused('batch_norm: running_mean and running_var are needed when not training',
+            'batch_norm', {}, {X, no, no, no, no}, {X})
+    refused('node 1 (group_norm): the recorded inputs do not fit: group_norm: expected a floating point input, '
+            .. 'got int64', 'group_norm', {groups = 1}, {I64, no, no, no, no}, {I64})
+    refused('node 1 (layer_norm): the recorded inputs do not fit: layer_norm: weight of shape [3] (float32) '
+            .. 'should be floating point with the normalized shape', 'layer_norm', {groups = 1},
+            {X, no, no, C3, no}, {X})
+    write(path, B.graph('layer_norm', B.record(ROOT, recs.layer_norm, {eps = 1e-5, groups = 1}),
+                        {{{2, 3}}, no, no, no, no}, {{{2, 3}}}))
+    local x = flow.randn(2, 3)
+    local want, got = flow.nn.functional.layer_norm(x, {3}):totable(), flow.nn.Graph.load(path)(x):totable()
+    for i = 1, 2 do for j = 1, 3 do assert.is_true(math.abs(want[i][j] - got[i][j]) < 1e-5) end end
+  end)
+
+  it('re-infers clamp, leaky_relu, where and masked_fill results', function()
+    local recs = {}
+    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+    local function load(op, fields, ins, outs)
+      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    local L2, M = {{2}, 'int64'}, {{4}, 'bool'}
+    assert.is_true((load('clamp', {has_lo = 1, lo = 0}, {L2}, {L2})))
+    assert.is_true((load('clamp', {has_hi = 1, hi = 0.5}, {L2}, {{{2}}})))       -- a fractional bound: float32
+    assert.is_true((load('leaky_relu', {slope = 0.1}, {X}, {X})))
+    assert.is_true((load('where', {}, {M, {{3, 1}}, {{4}, 'float64'}}, {{{3, 4}, 'float64'}})))
+    assert.is_true((load('masked_fill', {value = 1}, {{{3, 4}}, M}, {{{3, 4}}})))
+    refused('node 1 (clamp): result %1 is recorded as [2] int64, its inputs give [2] float32',
+            'clamp', {has_hi = 1, hi = 0.5}, {L2}, {L2})
+    refused('node 1 (clamp): result %1 is recorded as [3] int64, its inputs give [2] int64',
+            'clamp', {has_lo = 1, lo = 0}, {L2}, {{{3}, 'int64'}})
+    refused('node 1 (clamp): the recorded inputs do not fit: clamp: negative bound',
+            'clamp', {has_lo = 1, lo = -1}, {{{2}, 'uint8'}}, {{{2}, 'uint8'}})
+    refused('node 1 (leaky_relu): the recorded inputs do not fit: leaky_relu: not supported for dtype int64',
+            'leaky_relu', {slope = 0.1}, {L2}, {L2})
+    refused('node 1 (leaky_relu): result %1 is recorded as [2,3,4,5] float32, its inputs give [2,3,4,4] float32',
+            'leaky_relu', {slope = 0.1}, {X}, {{{2, 3, 4, 5}}})
+    refused('node 1 (where): result %3 is recorded as [3,4] float32, its inputs give [3,4] float64',
+            'where', {}, {M, {{3, 1}}, {{4}, 'float64'}}, {{{3, 4}}})
+    refused('node 1 (where): the recorded inputs do not fit: where: shapes [4] and [3,5] cannot be broadcast',
+            'where', {}, {M, {{3, 5}}, {{4}}}, {{{3, 5}}})
+    refused('node 1 (masked_fill): the recorded inputs do not fit: masked_fill: mask must be bool, got float32',
+            'masked_fill', {value = 1}, {{{3, 4}}, {{4}}}, {{{3, 4}}})
+    refused('node 1 (masked_fill): the recorded inputs do not fit: masked_fill: mask [2,4] must broadcast to '
+            .. 'the input [4]', 'masked_fill', {value = 1}, {{{4}}, {{2, 4}, 'bool'}}, {{{4}}})
+    refused('node 1 (masked_fill): result %2 is recorded as [3,5] float32, its inputs give [3,4] float32',
+            'masked_fill', {value = 1}, {{{3, 4}}, M}, {{{3, 5}}})
+    write(path, B.graph('clamp', B.record(ROOT, recs.clamp, {has_lo = 1, lo = 0}), {{{3}}}, {{{3}}}))
+    local x = flow.tensor({-1, 0.5, 2})
+    assert.are.same(x:clamp(0):totable(), flow.nn.Graph.load(path)(x):totable())
+  end)
+
+  it('re-infers reduce results: the kept dims, sums of integers in int64, mean of integers refused', function()
+    local recs = {}
+    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+    local function load(fields, ins, outs)
+      write(path, B.graph('reduce', B.record(ROOT, recs.reduce, merge({dtype = -1}, fields)), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    local SUM, MEAN = flow._C.C.OF_RED_SUM, flow._C.C.OF_RED_MEAN
+    assert.is_true((load({op = SUM, ndims = 1, dims = {1}}, {X}, {{{2, 4, 4}}})))
+    assert.is_true((load({op = SUM, ndims = 2, dims = {1, -1}, keepdim = 1}, {X}, {{{2, 1, 4, 1}}})))
+    assert.is_true((load({op = SUM}, {I64}, {{{}, 'int64'}})))
+    refused('node 1 (reduce): result %1 is recorded as [2,3,4] float32, its inputs give [2,4,4] float32',
+            {op = SUM, ndims = 1, dims = {1}}, {X}, {{{2, 3, 4}}})
+    refused('node 1 (reduce): result %1 is recorded as [] float32, its inputs give [] int64',
+            {op = SUM}, {{{2, 3}, 'int32'}}, {S})
+    refused('node 1 (reduce): the recorded inputs do not fit: mean(): could not infer output dtype',
+            {op = MEAN}, {I64}, {{{}, 'int64'}})
+    refused('node 1 (reduce): the recorded inputs do not fit: sum: dim 2 appears more than once',
+            {op = SUM, ndims = 2, dims = {1, -3}}, {X}, {{{2, 4}}})
+    write(path, B.graph('reduce', B.record(ROOT, recs.reduce, {op = MEAN, ndims = 1, dims = {0}, dtype = -1}),
+                        {{{2, 3}}}, {{{3}}}))
+    local x = flow.randn(2, 3)
+    local want, got = x:mean(1):totable(), flow.nn.Graph.load(path)(x):totable()
+    for i = 1, 3 do assert.is_true(math.abs(want[i] - got[i]) < 1e-6) end
+  end)
+
+  it('re-infers tril / triu, flip, roll and repeat results', function()
+    local recs = {}
+    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+    local function load(op, fields, ins, outs)
+      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    assert.is_true((load('tri', {k = 1, upper = 1}, {X}, {X})))
+    assert.is_true((load('flip', {n = 1, dims = {2}}, {I64}, {I64})))
+    assert.is_true((load('roll', {n = 1, shifts = {1}, dims = {0}}, {X}, {X})))
+    assert.is_true((load('repeat', {n = 5, shifts = {2, 1, 1, 2, 1}}, {X}, {{{2, 2, 3, 8, 4}}})))
+    refused('node 1 (tri): attrs: triu / tril of a 1-d input', 'tri', {k = 0, upper = 1}, {{{4}}}, {{{4}}})
+    refused('node 1 (tri): result %1 is recorded as [2,3,4,4] int64, its inputs give [2,3,4,4] float32',
+            'tri', {k = 0}, {X}, {I64})
+    refused('node 1 (flip): result %1 is recorded as [2,3,4,5] int64, its inputs give [2,3,4,4] int64',
+            'flip', {n = 1, dims = {2}}, {I64}, {{{2, 3, 4, 5}, 'int64'}})
+    refused('node 1 (roll): result %1 is recorded as [96] float32, its inputs give [2,3,4,4] float32',
+            'roll', {n = 0, shifts = {3}}, {X}, {{{96}}})
+    refused('node 1 (repeat): result %1 is recorded as [2,3,8,4] float32, its inputs give [2,3,8,8] float32',
+            'repeat', {n = 4, shifts = {1, 1, 2, 2}}, {X}, {{{2, 3, 8, 4}}})
+    refused('node 1 (repeat): the recorded inputs do not fit: repeat: number of repeats (2) cannot be smaller',
+            'repeat', {n = 2, shifts = {1, 1}}, {X}, {X})
+    write(path, B.graph('repeat', B.record(ROOT, recs['repeat'], {n = 2, shifts = {2, 1}}), {{{3}}}, {{{2, 3}}}))
+    local x = flow.tensor({1, 2, 3})
+    assert.are.same(x["repeat"](x, 2, 1):totable(), flow.nn.Graph.load(path)(x):totable())
+  end)
+
+  it('checks sgd_update and adam_update operands at load: the parameter, grad, buffers and hyper', function()
+    local recs = {}
+    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+    local function load(op, fields, ins)
+      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, {}))
+      return pcall(flow.nn.Graph.load, path)
+    end
+    local function refused(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    local H, no, W = {{2}, 'float64'}, false, {{4, 3}}
+    local adam = {beta1 = 0.9, beta2 = 0.999, eps = 1e-8}
+    assert.is_true((load('sgd_update', {momentum = 0.9}, {W, W, W, H})))
+    assert.is_true((load('sgd_update', {}, {W, W, no, H})))
+    assert.is_true((load('adam_update', adam, {W, W, W, W, no, H})))
+    refused('node 1 (sgd_update): the recorded inputs do not fit: sgd_update: grad [4,4] (float32) must be '
+            .. 'contiguous and match the parameter [4,3] (float32)', 'sgd_update', {}, {W, {{4, 4}}, no, H})
+    refused('sgd_update: momentum buffer [3,4] (float32) must be contiguous and match the parameter [4,3]',
+            'sgd_update', {momentum = 0.9}, {W, W, {{3, 4}}, H})
+    refused('node 1 (sgd_update): the recorded inputs do not fit: sgd_update: hyper must be a contiguous float64',
+            'sgd_update', {}, {W, W, no, S})
+    refused('node 1 (adam_update): the recorded inputs do not fit: adam_update: exp_avg_sq [4,3] (float64) must '
+            .. 'be contiguous and match the parameter [4,3] (float32)', 'adam_update', adam,
+            {W, W, W, {{4, 3}, 'float64'}, no, H})
+    refused('adam_update: the parameter must be a contiguous float32 or float64 tensor, got [4,3] int64',
+            'adam_update', adam, {{{4, 3}, 'int64'}, {{4, 3}, 'int64'}, W, W, no, H})
   end)
 
   it('re-infers softmax and cumsum / cumprod results: floating inputs, integer sums in int64', function()
