@@ -478,6 +478,7 @@ end
 --- Zero-copy view of C memory: flow.from_blob(ptr, sizes, {dtype =,
 -- strides =, deleter = fn(ptr)}). The memory must outlive the tensor.
 function T.flow.from_blob(ptr, sizes, opts)
+  A.arg('from_blob', 1, 'ptr', ptr, 'cdata|number')
   opts = A.check_options('from_blob', opts, {dtype = true, strides = true, deleter = true})
   local dt = A.dtype_opt(opts, default_dtype)
   local s = A.sizes_and_options('from_blob', sizes)
