@@ -182,7 +182,8 @@ describe('non-tensor inputs', function()
        'choose_qparams: argument 1 (min) must be a number, got table'},
       {function() return require('flowvision.transforms.functional').rotate(flow.ones(3, 4, 4), {}) end,
        'rotate: argument 2 (angle) must be a number, got table'},
-      {function() return flow.nn.Linear(3, 2)(nil) end, 'Linear: argument 1 (input) must be a tensor, got nil'},
+      {function() return flow.nn.Linear(3, 2)(nil) end,
+       'Linear: argument 1 (input) must be a tensor or a global tensor, got nil'},
     }
     for _, c in ipairs(cases3) do
       local ok, err = pcall(c[1])

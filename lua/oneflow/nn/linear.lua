@@ -60,7 +60,7 @@ function Linear:reset_parameters()
 end
 
 function Linear:forward(x)
-  require('oneflow._args').check_tensor('Linear', x)
+  require('oneflow._args').arg('Linear', 1, 'input', x, 'tensor|global')
   if x:dim() == 0 or x:size(-1) ~= self.in_features then
     fail(('Linear: expected input with last dim %d (in_features), got %s'):format(
       self.in_features, shape_str(x)))
