@@ -273,6 +273,10 @@ function A.arg(op, pos, name, v, kinds)
     want[#want + 1] = NOUN[k] or ('a ' .. k)
   end
   local what = pos and ('argument %d (%s)'):format(pos, name) or name
+  if kinds:find('tensor', 1, true) and A.quantized_describe and A.quantized_describe(v) then
+    fail(('%s: %s is %s, which this op does not support; dequantize() it first or use the quantized module '
+      .. '(flow.quantization.convert)'):format(op, what, A.describe(v)))
+  end
   local got = (type(v) == 'number' and kinds:find('integer', 1, true)) and tostring(v) or A.describe(v)
   fail(('%s: %s must be %s, got %s'):format(op, what, table.concat(want, ' or '), got))
 end

@@ -183,7 +183,9 @@ describe('non-tensor inputs', function()
       {function() return require('flowvision.transforms.functional').rotate(flow.ones(3, 4, 4), {}) end,
        'rotate: argument 2 (angle) must be a number, got table'},
       {function() return flow.nn.Linear(3, 2)(nil) end,
-       'Linear: argument 1 (input) must be a tensor or a global tensor, got nil'},
+       'linear: argument 1 (input) must be a tensor, got nil'},
+      {function() return flow.nn.Conv2d(1, 1, 3)('x') end,
+       'Conv2d: argument 1 (input) must be a tensor or a global tensor, got string'},
     }
     for _, c in ipairs(cases3) do
       local ok, err = pcall(c[1])
