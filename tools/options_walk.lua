@@ -101,6 +101,7 @@ local function templates()
   local xr = flow.ones(2, {dtype = flow.float64, requires_grad = true})
   local fn = function(a) return a * 2 end
   local sq = flow.tensor({{2, 1}, {1, 3}}, {dtype = flow.float64})
+  local D, img = flow.distributions, flow.rand(3, 8, 8)
   return {
     {}, {x}, {x, x}, {x, 1}, {x, 2}, {x, ids}, {x, {3}}, {x, x, x}, {x, 1, 2},
     {x4}, {x4, w4}, {x4, 2}, {x4, 2, 2}, {x4, {2, 2}}, {x4, 1},
@@ -116,6 +117,20 @@ local function templates()
     {x, 1, ids, flow.ones(2, 3)}, {x, 1, ids, 0.5}, {x, x:gt(0), 0.5}, {x, x:gt(0), x},
     {x, 1, ids:view(2, 1):expand(2, 3):contiguous(), x}, {ids, 3}, {x, 1, 1, 1},
     {flow.tensor({0.3, 0.7})}, {x, 1, {2, 1}},
+    -- the shapes, strings and objects of the functions the lists above
+    -- missed (the "unprobed" of the first walks): batched and transposed
+    -- matrices, names, datasets, distributions, modules, images
+    {x:view(1, 2, 3), x:view(1, 3, 2)}, {x, x:t(), 1}, {x, {3, 2}}, {x, {1, 1}}, {x, ids, flow.ones(2)},
+    {'ij,jk->ik', x, x:t()}, {function() return 1 end}, {'cpu'}, {'float32'}, {'relu'}, {'x86'}, {'abc'},
+    {flow.float64}, {'cpu', {0}}, {-1, 1, 0, 255}, {x, 0.1, 0, 0, 255}, {x, 0.1, 0, flow.quint8},
+    {flow.quantize_per_tensor(x, 0.1, 0, flow.quint8)},
+    {{flow.utils.data.TensorDataset(x), flow.utils.data.TensorDataset(x)}},
+    {nn.Linear(3, 2), nn.ReLU()}, {nn.TransformerEncoderLayer(4, 2), 2},
+    {nn.utils.weight_norm(nn.Linear(3, 2))}, {nn.Conv2d(2, 2, 3):eval(), nn.BatchNorm2d(2):eval()},
+    {D.Normal(0, 1), D.Normal(0, 1)}, {D.Normal(flow.zeros(2), flow.ones(2)), 1},
+    {D.Normal(0, 1), {D.transforms.ExpTransform()}},
+    {img, 1, 1, 4, 4}, {img, 1, 1, 2, 2, 0}, {img, {3, 3}}, {img, 0.1}, {img, 'CHW'},
+    {img, 10, {0, 0}, 1, {0, 0}},
   }
 end
 local function method_templates()
@@ -125,13 +140,14 @@ local function method_templates()
           {1, ids, 0.5}, {1, ids:view(2, 1):expand(2, 3):contiguous(), flow.ones(2, 3)}, {1, 1, 1},
           {flow.ones(2, 3), 1}, {{1, 2}},
           {flow.ones(3, 2)}, {flow.tensor({1, 2}, {dtype = flow.int64})},
-          {1, flow.tensor({{1, 2}}, {dtype = flow.int64})}}
+          {1, flow.tensor({{1, 2}}, {dtype = flow.int64})}, {{2, 3}}, {{1, 2}, 2}, {flow.ones(3)}}
 end
 
 -- Lua's own errors from inside the package (a wrong-typed argument that no
 -- check caught): 'attempt to index local ...', 'bad argument #1 to ...'
 local INTERNAL = {'attempt to index', 'attempt to call', 'attempt to perform', 'attempt to compare',
-                  'attempt to concatenate', 'bad argument #', 'cannot convert', 'has no \'__'}
+                  'attempt to concatenate', 'attempt to get length', 'bad argument #', 'cannot convert', 'has no \'__',
+                  "'for' initial value", "'for' limit", "'for' step"}
 local function is_internal(err)
   if not err:find('/oneflow/', 1, true) and not err:find('/flowvision/', 1, true) then return false end
   for _, p in ipairs(INTERNAL) do if err:find(p, 1, true) then return true end end

@@ -251,6 +251,36 @@ function A.check_tensor(op, v, what, pos)
   return v
 end
 
+--- arg(op, pos, name, v, kinds) -> v, or an error naming op and the
+-- argument: kinds is a '|'-separated list of 'tensor', 'number', 'integer',
+-- 'string', 'table', 'function', 'boolean', 'nil', 'global' (a global tensor)
+-- or 'module' (a table with parameters):
+-- 'pixel_shuffle: argument 2 (upscale_factor) must be an integer, got table'.
+-- pos may be nil ('dirac_: groups must be an integer, got table').
+local NOUN = {integer = 'an integer', ['nil'] = 'nil', global = 'a global tensor'}
+function A.arg(op, pos, name, v, kinds)
+  for k in kinds:gmatch('[^|]+') do
+    if k == 'tensor' then if is_tensor(v) then return v end
+    elseif k == 'integer' then if A.is_integer(v) then return v end
+    elseif k == 'global' then
+      if type(v) == 'table' and rawget(v, '_local') ~= nil then return v end
+    elseif k == 'module' then
+      if type(v) == 'table' and type(v.parameters) == 'function' then return v end
+    elseif type(v) == k then return v end
+  end
+  local want = {}
+  for k in kinds:gmatch('[^|]+') do
+    want[#want + 1] = NOUN[k] or ('a ' .. k)
+  end
+  local what = pos and ('argument %d (%s)'):format(pos, name) or name
+  if kinds:find('tensor', 1, true) and A.quantized_describe and A.quantized_describe(v) then
+    fail(('%s: %s is %s, which this op does not support; dequantize() it first or use the quantized module '
+      .. '(flow.quantization.convert)'):format(op, what, A.describe(v)))
+  end
+  local got = (type(v) == 'number' and kinds:find('integer', 1, true)) and tostring(v) or A.describe(v)
+  fail(('%s: %s must be %s, got %s'):format(op, what, table.concat(want, ' or '), got))
+end
+
 --- An optional tensor argument -> its C handle (nil for nil); anything else
 -- is an error naming op and the argument.
 function A.handle(op, v, what)

@@ -181,6 +181,11 @@ local function tensor_list(x, what)
   if x == nil then return {} end
   if T.is_tensor(x) then return {x} end
   if type(x) ~= 'table' then error(what .. ': expected a tensor or a list of tensors', 3) end
+  for i = 1, #x do
+    if not T.is_tensor(x[i]) then
+      A.fail(('%s: expected a tensor or a list of tensors, got %s at [%d]'):format(what, A.describe(x[i]), i))
+    end
+  end
   return x
 end
 
@@ -348,7 +353,9 @@ end)
 function M.gradcheck(fn, inputs, opts)
   opts = require('oneflow._args').check_options('gradcheck', opts, {'atol', 'create_graph', 'eps', 'rtol'})
   local eps, atol, rtol = opts.eps or 1e-6, opts.atol or 1e-5, opts.rtol or 1e-3
+  A.arg('gradcheck', 1, 'fn', fn, 'function|table')
   if T.is_tensor(inputs) then inputs = {inputs} end
+  A.arg('gradcheck', 2, 'inputs', inputs, 'table')
   local function scalar_out(...)
     local out = fn(...)
     if type(out) == 'table' and not T.is_tensor(out) then out = out[1] end

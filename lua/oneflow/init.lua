@@ -113,6 +113,7 @@ end
 
 --- Gives a C host a retained `of_tensor*` for x; the host releases it.
 function flow.to_handle(x)
+  A.check_tensor('to_handle', x)
   core.C.of_tensor_retain(x.p)
   return x.p
 end

@@ -32,7 +32,7 @@ for alias, name in pairs(aliases) do M.by_name[alias] = M.by_name[name] end
 function M.dtype(d, level)
   if getmetatable(d) == DType then return d end
   local r = type(d) == 'string' and M.by_name[d:gsub('^oneflow%.', '')]
-  if not r then error('unknown dtype ' .. tostring(d), (level or 1) + 1) end
+  if not r then error('unknown dtype ' .. tostring(d), (type(level) == 'number' and level or 1) + 1) end
   return r
 end
 M.DType = DType
@@ -100,6 +100,7 @@ function Size:totable()
   return t
 end
 M.Size = setmetatable(Size, {__call = function(_, t)
+  t = require('oneflow._args').arg('Size', 1, 'sizes', t or {}, 'table')
   local s = {}
   for i = 1, #t do s[i] = t[i] end
   return setmetatable(s, Size)

@@ -61,3 +61,29 @@ describe('README: coming from PyTorch', function()
     assert.are.equal(#s, 8 + b1 + b2 * 256 + 8)
   end)
 end)
+
+-- Issue 20: the README is the front door: what it is, a training example of
+-- about ten lines (run as written by spec/docs/snippets_spec.lua), the two
+-- commands, links into doc/ (snippets_spec checks that they stay inside the
+-- repository) and the table above.
+describe('README: the front door', function()
+  it('opens with what it is, a short training example and the two commands', function()
+    local readme = assert(read('README.md'))
+    local intro, code = readme:match('^# [^\n]+\n\n(.-)\n```lua\n(.-)```')
+    assert.truthy(intro and #intro > 80, 'no paragraph saying what it is before the first example')
+    local n = select(2, code:gsub('\n', ''))
+    assert.is_true(n <= 12, ('the first example has %d lines'):format(n))
+    for _, s in ipairs({'require \'oneflow\'', 'backward()', 'step()'}) do
+      assert.truthy(code:find(s, 1, true), 'the first example does not train: no ' .. s)
+    end
+    local start = readme:match('\n## Start\n(.-)\n## ')
+    assert.truthy(start, 'no Start section')
+    assert.truthy(start:find('\nmake example', 1, true) and start:find('\nmake test', 1, true), start)
+    local links = 0
+    for target in readme:gmatch('%]%((doc/[^)#]+)') do
+      links = links + 1
+      assert.truthy(io.open(target), 'README links to a missing ' .. target)
+    end
+    assert.is_true(links >= 5, links .. ' links into doc/')
+  end)
+end)

@@ -57,11 +57,18 @@ describe('examples', function()
               io.open('/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte')
     if not f then pending('dataset-fashion-mnist is not installed') return end
     f:close()
-    local ckpt = os.tmpname()
+    local ckpt, svg = os.tmpname(), os.tmpname() .. '.svg'
     local out, rc = sh(('cd /tmp && %s/bin/flow %s/examples/mnist/train.lua --epochs 1 --limit 128 '
-                        .. '--batch-size 32 --threads 1 --out %s'):format(root, root, ckpt))
+                        .. '--batch-size 32 --threads 1 --out %s --plot %s'):format(root, root, ckpt, svg))
     os.remove(ckpt)
+    -- the loss curve (--plot): an SVG with the curve's polyline and legend
+    local g = io.open(svg)
+    local text = g and g:read('*a') or ''
+    if g then g:close() end
+    os.remove(svg)
     assert.equal(0, rc, out)
+    assert.truthy(text:find('<svg', 1, true), 'no SVG written by --plot: ' .. out)
+    assert.truthy(text:find('train loss', 1, true), text:sub(1, 300))
     assert.truthy(out:find('epoch 1: step 1/4, loss', 1, true), out)
     assert.truthy(out:find('epoch 1: step 4/4, loss', 1, true), out)
     assert.truthy(out:find('(identical)', 1, true), out)

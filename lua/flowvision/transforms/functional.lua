@@ -400,6 +400,8 @@ end
 -- a crop reaching outside the image is zero-padded (torchvision).
 function TF.crop(img, top, left, height, width)
   check_image(img, 'crop', true)
+  A.arg('crop', 2, 'top', top, 'integer'); A.arg('crop', 3, 'left', left, 'integer')
+  A.arg('crop', 4, 'height', height, 'integer'); A.arg('crop', 5, 'width', width, 'integer')
   local _, h, w = get_dimensions(img)
   local right, bottom = left + width, top + height
   if left < 0 or top < 0 or right > w or bottom > h then
@@ -414,9 +416,11 @@ end
 
 local function size_pair(size, op)
   if type(size) == 'number' then return size, size end
-  if type(size) == 'table' and #size == 1 then return size[1], size[1] end
-  if type(size) == 'table' and #size == 2 then return size[1], size[2] end
-  fail(op, 'size must be a number or {h, w}', 4)
+  if type(size) == 'table' and #size == 1 and type(size[1]) == 'number' then return size[1], size[1] end
+  if type(size) == 'table' and #size == 2 and type(size[1]) == 'number' and type(size[2]) == 'number' then
+    return size[1], size[2]
+  end
+  A.fail(op .. ': size must be a number or {h, w}, got ' .. A.describe(size))
 end
 TF._size_pair = size_pair
 
@@ -460,6 +464,9 @@ end
 -- (i, j 0-based; v a number or a tensor broadcastable to the patch).
 function TF.erase(img, i, j, h, w, v, opts)
   check_image(img, 'erase')
+  opts = A.check_options('erase', opts, {'inplace'})
+  A.arg('erase', 2, 'i', i, 'integer'); A.arg('erase', 3, 'j', j, 'integer')
+  A.arg('erase', 4, 'h', h, 'integer'); A.arg('erase', 5, 'w', w, 'integer')
   if not (opts and opts.inplace) then img = img:clone() end
   local patch = img:narrow(-2, i + 1, h):narrow(-1, j + 1, w)
   if is_tensor(v) then patch:copy_(v:expand(patch:size()))
@@ -660,6 +667,7 @@ end
 --- solarize(img, threshold): values >= threshold are inverted.
 function TF.solarize(img, threshold)
   check_image(img, 'solarize')
+  A.arg('solarize', 2, 'threshold', threshold, 'number')
   local bound = max_value(img.dtype)
   if threshold > bound then fail('solarize', ('threshold %g exceeds the maximum value %g'):format(threshold, bound)) end
   return flow.where(img:ge(threshold), TF.invert(img), img)
@@ -726,8 +734,8 @@ function TF.gaussian_blur(img, kernel_size, sigma)
   check_image(img, 'gaussian_blur')
   local kx, ky
   if type(kernel_size) == 'number' then kx, ky = kernel_size, kernel_size
-  else kx, ky = kernel_size[1], kernel_size[#kernel_size] end
-  for _, k in ipairs({kx, ky}) do
+  else kx, ky = A.arg('gaussian_blur', 2, 'kernel_size', kernel_size, 'table')[1], kernel_size[#kernel_size] end
+  for _, k in pairs({kx or false, ky or false}) do
     if type(k) ~= 'number' or k <= 0 or k % 2 ~= 1 then
       fail('gaussian_blur', 'kernel_size values must be odd positive integers, got ' .. tostring(k))
     end
@@ -737,7 +745,10 @@ function TF.gaussian_blur(img, kernel_size, sigma)
     sx = 0.3 * ((kx - 1) * 0.5 - 1) + 0.8
     sy = 0.3 * ((ky - 1) * 0.5 - 1) + 0.8
   elseif type(sigma) == 'number' then sx, sy = sigma, sigma
-  else sx, sy = sigma[1], sigma[#sigma] end
+  else sx, sy = A.arg('gaussian_blur', 3, 'sigma', sigma, 'table')[1], sigma[#sigma] end
+  if type(sx) ~= 'number' or type(sy) ~= 'number' then
+    fail('gaussian_blur', 'sigma must be a number or a list of numbers, got ' .. A.describe(sx))
+  end
   if sx <= 0 or sy <= 0 then fail('gaussian_blur', 'sigma values must be positive') end
   local function k1d(k, s)
     local half = (k - 1) * 0.5
@@ -883,6 +894,7 @@ end
 -- counter-clockwise by `angle` degrees about the centre (or center = {x, y}).
 function TF.rotate(img, angle, opts)
   check_image(img, 'rotate')
+  A.arg('rotate', 2, 'angle', angle, 'number')
   opts = A.check_options('rotate', opts, {'interpolation', 'expand', 'center', 'fill'})
   local mode = interp_or_default(opts.interpolation, 'rotate')
   local _, h, w = get_dimensions(img)

@@ -310,7 +310,7 @@ local function range_of(v, name, center, bound, op)
     if v < 0 then fail(op, ('if %s is a single number, it must be non negative'):format(name)) end
     v = {center - v, center + v}
     if bound then v[1] = math.max(v[1], bound[1]) end
-  elseif type(v) ~= 'table' or #v ~= 2 then
+  elseif type(v) ~= 'table' or #v ~= 2 or type(v[1]) ~= 'number' or type(v[2]) ~= 'number' then
     fail(op, name .. ' should be a number or a list of 2 numbers')
   end
   if bound and (v[1] < bound[1] or v[2] > bound[2] or v[1] > v[2]) then
@@ -399,7 +399,8 @@ function GaussianBlur:__init(kernel_size, sigma)
     if sigma <= 0 then fail('GaussianBlur', 'if sigma is a single number, it must be positive') end
     sigma = {sigma, sigma}
   end
-  if sigma[1] <= 0 or sigma[1] > sigma[2] then
+  if type(sigma) ~= 'table' or type(sigma[1]) ~= 'number' or type(sigma[2]) ~= 'number'
+     or sigma[1] <= 0 or sigma[1] > sigma[2] then
     fail('GaussianBlur', 'sigma values should be positive and of the form (min, max)')
   end
   self.sigma = sigma

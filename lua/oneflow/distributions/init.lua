@@ -18,6 +18,13 @@ local constraints = require 'oneflow.distributions.constraints'
 
 local M = {constraints = constraints}
 local fail, is_tensor = A.fail, A.is_tensor
+-- a distribution argument (an instance with batch and event shapes)
+local function check_dist(op, d, pos, name)
+  if type(d) ~= 'table' or type(d.batch_shape) ~= 'table' or type(d.event_shape) ~= 'table' then
+    fail(('%s: argument %d (%s) must be a distribution, got %s'):format(op, pos, name, A.describe(d)))
+  end
+  return d
+end
 local EULER = 0.57721566490153286061
 local LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 local default_validate = true
@@ -29,7 +36,7 @@ local function size_list(s)
   if s == nil then return {} end
   if type(s) == 'number' then return {s} end
   if type(s) == 'table' and s.totable then return s:totable() end
-  return s
+  return A.arg('Distribution', nil, 'batch_shape and event_shape', s, 'table')
 end
 local function concat(a, b)
   local r = {}
@@ -529,6 +536,7 @@ local Independent = Distribution:subclass('Independent')
 M.Independent = Independent
 --- Independent(base, n): base with its n rightmost batch dims as event dims.
 function Independent:__init(base, n, validate_args)
+  check_dist('Independent', base, 1, 'base_distribution')
   if type(n) ~= 'number' or n < 0 or n > #base.batch_shape:totable() then
     fail(('Independent: reinterpreted_batch_ndims must be in [0, %d], got %s'):format(
       #base.batch_shape:totable(), tostring(n)))
@@ -1480,6 +1488,8 @@ M.TransformedDistribution = TransformedDistribution
 --- TransformedDistribution(base, transforms[, validate_args]): the law of
 -- t_n(...t_1(x)) for x ~ base (transforms a transform or a list).
 function TransformedDistribution:__init(base, ts, validate_args)
+  check_dist('TransformedDistribution', base, 1, 'base_distribution')
+  A.arg('TransformedDistribution', 2, 'transforms', ts, 'table|nil')
   if type(ts) == 'table' and ts.forward then ts = {ts} end
   self.base_dist, self.transforms = base, ts or {}
   self.has_rsample = base.has_rsample
@@ -2094,6 +2104,8 @@ end
 --- kl_divergence(p, q): KL(p || q) per batch element, for the registered pairs
 -- (the most specific classes registered win).
 function M.kl_divergence(p, q)
+  check_dist('kl_divergence', p, 1, 'p')
+  check_dist('kl_divergence', q, 2, 'q')
   local P = getmetatable(p)
   while P do
     local Q = getmetatable(q)

@@ -164,9 +164,13 @@ local Compose = Transform:subclass('ComposeTransform')
 M.ComposeTransform = Compose
 --- ComposeTransform({t1, t2, ...}): t1 first
 function Compose:__init(parts)
+  A.arg('ComposeTransform', 1, 'parts', parts, 'table|nil')
   self.parts = parts or {}
   local sign, ev, bij = 1, 0, true
-  for _, p in ipairs(self.parts) do
+  for i, p in ipairs(self.parts) do
+    if type(p) ~= 'table' or type(p.forward) ~= 'function' then
+      fail(('ComposeTransform: parts[%d] must be a transform, got %s'):format(i, A.describe(p)))
+    end
     sign = (sign and p.sign) and sign * p.sign or nil
     ev = math.max(ev, p.event_dim)
     bij = bij and p.bijective

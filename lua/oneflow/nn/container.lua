@@ -101,6 +101,7 @@ local function list_class(cls, reg, check)
   end
   function cls:extend(list)
     if is_module(list) then list = list:children() end
+    require('oneflow._args').arg(op, 1, 'list', list, 'table')
     for _, v in ipairs(list) do self:append(v) end
     return self
   end
@@ -128,8 +129,18 @@ local function list_class(cls, reg, check)
   function cls:len() return #self end
 end
 
-local function pairs_in_order(t)
-  if #t > 0 then return t end
+local function pairs_in_order(t, op)
+  local A = require('oneflow._args')
+  A.arg(op, 1, 'entries', t, 'table')
+  if #t > 0 then
+    -- a list of {name, value} pairs
+    for i = 1, #t do
+      if type(t[i]) ~= 'table' or type(t[i][1]) ~= 'string' then
+        A.fail(('%s: entries[%d] must be a {name, value} pair, got %s'):format(op, i, A.describe(t[i])))
+      end
+    end
+    return t
+  end
   local names, r = {}, {}
   for k in pairs(t) do names[#names + 1] = k end
   table.sort(names)
@@ -205,7 +216,9 @@ function ModuleDict:__init(modules)
 end
 
 function ModuleDict:update(modules)
-  for _, e in ipairs(pairs_in_order(modules)) do self:add_module(e[1], check_module(e[2], 'ModuleDict')) end
+  for _, e in ipairs(pairs_in_order(modules, 'ModuleDict')) do
+    self:add_module(e[1], check_module(e[2], 'ModuleDict'))
+  end
   return self
 end
 function ModuleDict:len() return #self._modules.names end
@@ -232,6 +245,7 @@ list_class(ParameterList, '_parameters', as_param)
 
 function ParameterList:__init(params)
   Module.__init(self)
+  require('oneflow._args').arg('ParameterList', 1, 'parameters', params, 'table|nil')
   for _, p in ipairs(params or {}) do self:append(p) end
 end
 function ParameterList:extra_repr()
@@ -253,7 +267,7 @@ function ParameterDict:__init(params)
   if params then self:update(params) end
 end
 function ParameterDict:update(params)
-  for _, e in ipairs(pairs_in_order(params)) do
+  for _, e in ipairs(pairs_in_order(params, 'ParameterDict')) do
     self:register_parameter(e[1], as_param(e[2], 'ParameterDict'))
   end
   return self

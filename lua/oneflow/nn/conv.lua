@@ -80,6 +80,7 @@ end
 -- input [N, C, *spatial] or unbatched [C, *spatial]; returns batched x and
 -- whether a batch dim was added
 local function check_input(self, x)
+  require('oneflow._args').arg(self.__name, 1, 'input', x, 'tensor|global')
   local nd, nsp = x:dim(), self.nsp
   if nd ~= nsp + 2 and nd ~= nsp + 1 then
     fail(('%s: expected %dD (unbatched) or %dD (batched) input, got input %s'):format(

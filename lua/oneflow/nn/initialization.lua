@@ -76,6 +76,7 @@ end
 --- nn.init.dirac_(w, groups = 1): identity convolution weights (3-5 dims).
 function I.dirac_(t, groups)
   groups = groups or 1
+  require('oneflow._args').arg('dirac_', 2, 'groups', groups, 'integer')
   local nd = t:dim()
   if nd < 3 or nd > 5 then fail('dirac_: only tensors with 3, 4, or 5 dimensions are supported') end
   local out_g = t:size(1) / groups
@@ -227,6 +228,7 @@ end
 --- nn.init.sparse_(w, sparsity, std = 0.01): 2-D; in each column a fraction
 -- `sparsity` of the rows is zero, the rest N(0, std).
 function I.sparse_(t, sparsity, std)
+  require('oneflow._args').arg('sparse_', 2, 'sparsity', sparsity, 'number')
   if t:dim() ~= 2 then fail('sparse_: only tensors with 2 dimensions are supported') end
   std = std or 0.01
   local rows, cols = t:size(1), t:size(2)

@@ -60,6 +60,10 @@ function Linear:reset_parameters()
 end
 
 function Linear:forward(x)
+  if not require('oneflow._args').is_tensor(x) and not (type(x) == 'table' and rawget(x, '_local') ~= nil) then
+    -- F.linear's error: 'linear: argument 1 (input) must be a tensor, got nil'
+    return F.linear(x, self.weight, self.bias)
+  end
   if x:dim() == 0 or x:size(-1) ~= self.in_features then
     fail(('Linear: expected input with last dim %d (in_features), got %s'):format(
       self.in_features, shape_str(x)))

@@ -75,8 +75,10 @@ end
 
 --- remove_weight_norm(m, {name = 'weight'}): m.<name> a plain parameter again.
 function M.remove_weight_norm(m, opts)
+  require('oneflow._args').arg('remove_weight_norm', 1, 'module', m, 'module')
   if type(opts) == 'string' then opts = {name = opts} end
-  local name = opts and opts.name or 'weight'
+  opts = require('oneflow._args').check_options('remove_weight_norm', opts, {'name'})
+  local name = opts.name or 'weight'
   local reg = rawget(m, '_weight_norm')
   local e = reg and reg[name]
   if not e then fail(("remove_weight_norm: weight_norm of '%s' not found in %s"):format(tostring(name), m.__name)) end
@@ -167,8 +169,10 @@ end
 --- remove_spectral_norm(m, {name = 'weight'}): m.<name> a plain parameter
 -- holding w_orig / sigma (no power iteration).
 function M.remove_spectral_norm(m, opts)
+  require('oneflow._args').arg('remove_spectral_norm', 1, 'module', m, 'module')
   if type(opts) == 'string' then opts = {name = opts} end
-  local name = opts and opts.name or 'weight'
+  opts = require('oneflow._args').check_options('remove_spectral_norm', opts, {'name'})
+  local name = opts.name or 'weight'
   local reg = rawget(m, '_spectral_norm')
   local e = reg and reg[name]
   if not e then

@@ -63,6 +63,8 @@ local base_spec = {{'input_size', U.REQUIRED}, {'hidden_size', U.REQUIRED}, {'nu
 
 function RNNBase:__init(mode, a)
   Module.__init(self)
+  require('oneflow._args').arg('RNNBase', 1, 'mode', mode, 'string')
+  require('oneflow._args').arg('RNNBase', 2, 'args', a, 'table')
   if a.proj_size ~= 0 then fail(self.__name .. ': proj_size is not supported') end
   if type(a.dropout) ~= 'number' or a.dropout < 0 or a.dropout > 1 then
     fail(self.__name .. ': dropout should be a number in range [0, 1]')

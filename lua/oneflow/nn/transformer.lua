@@ -198,7 +198,7 @@ local function stack_layers(self, name, layer, num_layers, opts)
   if type(num_layers) ~= 'number' or num_layers < 1 then
     fail(('%s: num_layers must be a positive number, got %s'):format(name, tostring(num_layers)))
   end
-  opts = opts or {}
+  opts = require('oneflow._args').check_options(name, opts, {'norm'})
   local layers = {}
   for i = 1, num_layers do layers[i] = layer:clone() end
   self.layers = container.ModuleList(layers)

@@ -21,6 +21,11 @@ local function param_list(params, op)
     fail(('%s: expected a tensor, a list of tensors or an iterator, got %s'):format(op, type(params)))
   end
   if type(params.parameters) == 'function' then return params:parameters() end
+  for i = 1, #params do
+    if not is_tensor(params[i]) then
+      fail(('%s: params[%d] must be a tensor, got %s'):format(op, i, require('oneflow._args').describe(params[i])))
+    end
+  end
   return params
 end
 
@@ -66,6 +71,7 @@ M.clip_grad_norm = M.clip_grad_norm_
 
 --- clip_grad_value_(params, clip_value): grads clamped to [-v, v] in place.
 function M.clip_grad_value_(params, clip_value)
+  require('oneflow._args').arg('clip_grad_value_', 2, 'clip_value', clip_value, 'number')
   local gs = grads_of(param_list(params, 'clip_grad_value_'))
   autograd.no_grad(function()
     for _, g in ipairs(gs) do g:clamp_(-clip_value, clip_value) end

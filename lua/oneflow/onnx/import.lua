@@ -578,6 +578,7 @@ end
 function M.run(model, inputs)
   if type(model) == 'string' then model = M.load(model) end
   if not module.is_module(model) then fail('run: expected a path or a loaded model, got %s', type(model)) end
+  require('oneflow._args').arg('onnx.run', 2, 'inputs', inputs, 'tensor|table|nil')
   model:eval()
   if is_tensor(inputs) then inputs = {inputs} end
   local F = flow()

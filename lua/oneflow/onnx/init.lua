@@ -294,6 +294,8 @@ end
 ------------------------------------------------------------------ writing
 --- The bytes of a model table (a Lua string).
 function M.encode(m)
+  require('oneflow._args').arg('onnx.encode', 1, 'model', m, 'table')
+  require('oneflow._args').arg('onnx.encode', 1, 'model.graph', m.graph, 'table')
   return pb.tostring(pb.model(m))
 end
 
@@ -352,7 +354,9 @@ function M.load(path, opts) return require('oneflow.onnx.import').load(path, opt
 -- @param model a path, or a module from flow.onnx.load
 -- @param inputs a tensor, a list of tensors or a table of tensors by input name
 -- @return the graph outputs, as several return values
-function M.run(model, inputs) return require('oneflow.onnx.import').run(model, inputs) end
+function M.run(model, inputs)
+  require('oneflow._args').arg('onnx.run', 1, 'model', model, 'table|string')
+  return require('oneflow.onnx.import').run(model, inputs) end
 
 --- Decodes an ONNX file into Lua tables (oneflow.onnx.reader).
 -- @function flow.onnx.read

@@ -382,6 +382,7 @@ end
 
 --- Reads and decodes a model file: returns the model table and the bytes.
 function M.read(path)
+  require('oneflow._args').arg('onnx.read', 1, 'path', path, 'string')
   local fh, err = io.open(path, 'rb')
   if not fh then error('onnx: cannot open ' .. tostring(err), 0) end
   local s = fh:read('*a')

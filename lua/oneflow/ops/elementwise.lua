@@ -174,6 +174,7 @@ end
 
 --- flow.where(cond, a, b); a or b may be numbers. where(cond) = nonzero.
 def('where', function(cond, a, b)
+  A.check_tensor('where', cond, 'condition', 1)
   if a == nil then return cond:nonzero() end
   if not is_tensor(a) and not is_tensor(b) then
     error('where: at least one of the value arguments must be a tensor', 2)

@@ -398,6 +398,7 @@ end)
 --- x:put(index, source[, {accumulate = false}]): x flattened, written (or
 -- added to, with accumulate) at index from source (flattened).
 local function put(x, idx, src, opts)
+  if type(opts) == 'table' then require('oneflow._args').check_options('put', opts, {'accumulate'}) end
   idx = index_tensor(idx, 'put', x):reshape(-1)
   check_tensor('put', src, 'source')
   if src:numel() ~= idx:numel() then

@@ -149,7 +149,7 @@ def('tensordot', function(a, b, dims, opts)
   local am = (#pa > 0 and a:permute(pa) or a):reshape(m, k)
   local bm = (#pb > 0 and b:permute(pb) or b):reshape(k, n)
   local r = am:mm(bm)
-  if opts and opts.out then error('tensordot: option out is not supported', 2) end
+  if A.check_options('tensordot', opts, {out = true}).out then error('tensordot: option out is not supported', 2) end
   return r:reshape(shape)
 end)
 

@@ -663,6 +663,8 @@ linalg.matmul = function(a, b) return T.flow.matmul(a, b) end
 
 --- linalg.vecdot(x, y, {dim = -1}): sum(x * y) over dim, broadcasting.
 function linalg.vecdot(x, y, o)
+  util.check_tensor('linalg.vecdot', x, 'x', 1)
+  util.check_tensor('linalg.vecdot', y, 'y', 2)
   local d = opt(checked('vecdot', o, {dim = true}), 'dim', 'number', -1)
   return (x * y):sum(d)
 end
@@ -804,7 +806,8 @@ local function ex_form(name, f, two, allowed)
       fo = {}
       for k, v in pairs(o) do if k ~= 'check_errors' then fo[k] = v end end
     end
-    util.check_tensor('linalg.' .. name, A, 'A')
+    util.check_tensor('linalg.' .. name, A, 'A', 1)
+    if two then util.check_tensor('linalg.' .. name, B, 'B', 2) end
     local bshape = A:size():totable()
     bshape[#bshape], bshape[#bshape - 1] = nil, nil
     local ok, r = pcall(f, A, B, fo)

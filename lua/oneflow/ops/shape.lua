@@ -65,6 +65,7 @@ def('unflatten', function(x, d, sizes)
   if type(sizes.totable) == 'function' then sizes = sizes:totable() end
   local prod, free = 1, nil
   for i = 1, #sizes do
+    A.integer('unflatten', sizes[i], nil, 'sizes[' .. i .. ']')
     if sizes[i] == -1 then free = i else prod = prod * sizes[i] end
   end
   local size = x:size(d)

@@ -27,11 +27,11 @@ def('reshape', shape_call(C.of_reshape, 'reshape'))
 -- @function flow.expand
 def('expand', shape_call(C.of_expand, 'expand'), 'method')
 --- x:view_as(other): x:view(other.shape).
-function methods.view_as(x, o) return x:view(o:size()) end
+function methods.view_as(x, o) return x:view(A.check_tensor('view_as', o, 'other', 1):size()) end
 --- x:reshape_as(other): x:reshape(other.shape).
-function methods.reshape_as(x, o) return x:reshape(o:size()) end
+function methods.reshape_as(x, o) return x:reshape(A.check_tensor('reshape_as', o, 'other', 1):size()) end
 --- x:expand_as(other): x:expand(other.shape).
-function methods.expand_as(x, o) return x:expand(o:size()) end
+function methods.expand_as(x, o) return x:expand(A.check_tensor('expand_as', o, 'other', 1):size()) end
 --- flow.broadcast_to(x, shape): x expanded to shape by broadcasting (a view).
 def('broadcast_to', function(x, ...) return x:expand(...) end)
 
@@ -264,12 +264,14 @@ for name, dt in pairs({float = 'float32', double = 'float64', half = 'float16',
   methods[name] = function(x) return to_dtype(x, dt) end
 end
 --- x:type_as(other): x converted to other's dtype.
-function methods.type_as(x, o) return to_dtype(x, o.dtype) end
+function methods.type_as(x, o) return to_dtype(x, A.check_tensor('type_as', o, 'other', 1).dtype) end
 --- x:cpu(): x on the CPU (x itself when it is there).
 function methods.cpu(x) return to_device(x, types.device('cpu')) end
 --- x:cuda(), x:cuda(1), x:cuda{non_blocking = true}, x:cuda(1, {non_blocking = true})
 function methods.cuda(x, index, opts)
   if type(index) == 'table' then index, opts = nil, index end
+  A.arg('cuda', 1, 'device', index, 'integer|nil')
+  A.arg('cuda', 2, 'options', opts, 'table|nil')
   if index == nil then index = C.of_cuda_current_device() end
   if index < 0 then index = 0 end   -- no CUDA: the copy reports why
   return to_device(x, types.device('cuda', index), opts and opts.non_blocking)

@@ -51,6 +51,7 @@ end
 -- an array of parameter groups ({params = {...}, lr = ...}).
 function Optimizer:__init(params, defaults)
   local name = self.__name
+  require('oneflow._args').arg(name, 2, 'defaults', defaults, 'table|nil')
   self.defaults = defaults or {}
   self.state = {}
   self.param_groups = {}

@@ -43,6 +43,8 @@ end
 --- fake_quantize_per_channel_affine(x, scales, zero_points, axis (1-based), quant_min, quant_max)
 function M.fake_quantize_per_channel_affine(x, scales, zps, axis, qmin, qmax)
   A.check_tensor('fake_quantize_per_channel_affine', x)
+  A.check_tensor('fake_quantize_per_channel_affine', scales, 'scales', 2)
+  A.check_tensor('fake_quantize_per_channel_affine', zps, 'zero_points', 3)
   local sh = along(x:dim(), axis, x:size(axis))
   return fake_quant(x, scales:to(x.dtype):view(sh), zps:to(x.dtype):view(sh), qmin, qmax)
 end

@@ -54,6 +54,7 @@ end
 
 --- Puts the quantized dtypes and tensor functions on flow.
 function M.attach(flow)
+  require('oneflow._args').arg('quantization.attach', 1, 'flow', flow, 'table')
   flow.qint8, flow.quint8, flow.qint32 = Q.qint8, Q.quint8, Q.qint32
   flow.quantize_per_tensor, flow.quantize_per_channel = Q.quantize_per_tensor, Q.quantize_per_channel
   flow.dequantize = function(x)

@@ -153,6 +153,10 @@ end
 
 -- the output's dtype, scale and zero point of a quantized module, checked
 local function set_out(self, name, scale, zero_point, dtype)
+  if dtype ~= nil and (type(dtype) ~= 'table' or type(dtype.qmin) ~= 'number') then
+    A.fail(('%s: argument 3 (dtype) must be a quantized dtype (flow.quint8, ...), got %s')
+      :format(name, A.describe(dtype)))
+  end
   rawset(self, 'out_dtype', dtype or Q.quint8)
   check_scale(name, scale, zero_point, self.out_dtype)
   rawset(self, 'scale', scale)

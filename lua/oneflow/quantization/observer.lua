@@ -455,6 +455,10 @@ end
 --- fbgemm's ChooseQuantizationParams (the run-time choice of dynamic
 -- quantization): -> scale (float32 value), zero_point.
 function M.choose_qparams(lo, hi, qmin, qmax, reduce_range)
+  A.arg('choose_qparams', 1, 'min', lo, 'number')
+  A.arg('choose_qparams', 2, 'max', hi, 'number')
+  A.arg('choose_qparams', 3, 'qmin', qmin, 'integer')
+  A.arg('choose_qparams', 4, 'qmax', qmax, 'integer')
   lo, hi = math.min(f32(lo), 0), math.max(f32(hi), 0)
   if reduce_range then qmin, qmax = math.floor(qmin / 2), math.floor(qmax / 2) end
   local scale = (hi - lo) / (qmax - qmin)

@@ -184,7 +184,10 @@ local function fold_bn(op, lin, bn, path)
   return out
 end
 --- quantization.fuse_conv_bn_eval(conv, bn): a Conv2d with the eval-mode BatchNorm folded into its weight and bias.
-M.fuse_conv_bn_eval = function(conv, bn) return fold_bn('fuse_conv_bn_eval', conv, bn, 'conv') end
+M.fuse_conv_bn_eval = function(conv, bn)
+  A.arg('fuse_conv_bn_eval', 1, 'conv', conv, 'module')
+  A.arg('fuse_conv_bn_eval', 2, 'bn', bn, 'module')
+  return fold_bn('fuse_conv_bn_eval', conv, bn, 'conv') end
 
 local FUSIONS = {
   {{'Conv2d', 'BatchNorm2d'}, function(op, p, c, b) return fold_bn(op, c, b, p) end},

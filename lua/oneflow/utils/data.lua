@@ -183,10 +183,10 @@ function TensorDataset:get_batch(indices)
 end
 
 local function index_list(indices, op)
-  if is_tensor(indices) then
+  if is_tensor(indices) and indices:dim() == 1 then
     indices = indices:totable()
   elseif type(indices) ~= 'table' then
-    error(op .. ': indices must be a Lua list or a tensor, got ' .. type(indices), 3)
+    error(op .. ': indices must be a Lua list or a 1-d tensor, got ' .. require('oneflow._args').describe(indices), 3)
   end
   local res = {}
   for i = 1, #indices do res[i] = indices[i] end
@@ -217,12 +217,23 @@ end
 
 --- ConcatDataset({ds1, ds2, ...}).
 -- @function utils.data.ConcatDataset
+-- a dataset argument: anything with a len method (a table, or the userdata
+-- proxy of a Dataset that gives #ds)
+local function check_dataset(op, ds, what)
+  local t = type(ds)
+  if (t ~= 'table' and t ~= 'userdata') or type(ds.len) ~= 'function' then
+    require('oneflow._args').fail(('%s: %s must be a dataset (with a len method), got %s')
+      :format(op, what, require('oneflow._args').describe(ds)))
+  end
+end
+
 local ConcatDataset = Dataset:subclass('ConcatDataset')
 M.ConcatDataset = ConcatDataset
 function ConcatDataset:init(list)
   if type(list) ~= 'table' or #list == 0 then error('ConcatDataset: expected a non-empty list of datasets', 3) end
   local cum, total = {}, 0
   for i, ds in ipairs(list) do
+    check_dataset('ConcatDataset', ds, 'datasets[' .. i .. ']')
     total = total + ds:len()
     cum[i] = total
   end
@@ -244,6 +255,7 @@ end
 -- fractions adding up to 1 (floored, the remainder handed out one by one
 -- from the first). Uses flow.randperm, so flow.manual_seed fixes it.
 function M.random_split(ds, lengths)
+  check_dataset('random_split', ds, 'argument 1 (dataset)')
   local n = ds:len()
   if type(lengths) ~= 'table' or #lengths == 0 then
     error('random_split: expected a list of lengths or fractions', 2)
@@ -401,6 +413,7 @@ local function pack(...) return {n = select('#', ...), ...} end
 
 --- default_collate(samples): see the file header.
 function M.default_collate(batch)
+  require('oneflow._args').arg('default_collate', 1, 'batch', batch, 'table')
   local elem = batch[1]
   if is_tensor(elem) then
     for i = 2, #batch do

@@ -44,6 +44,9 @@ end
 
 --- "Nice" tick values covering [lo, hi] with about n ticks (1, 2, 5 x 10^k steps).
 function M.ticks(lo, hi, n)
+  A.arg('ticks', 1, 'lo', lo, 'number')
+  A.arg('ticks', 2, 'hi', hi, 'number')
+  A.arg('ticks', 3, 'n', n, 'integer|nil')
   n = n or 6
   if hi < lo then lo, hi = hi, lo end
   if hi == lo then

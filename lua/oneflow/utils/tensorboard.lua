@@ -51,6 +51,7 @@ end
 
 --- crc32c(s) -> the CRC-32C of s as an unsigned number.
 function M.crc32c(s)
+  A.arg('crc32c', 1, 's', s, 'string')
   local c = tobit(0xFFFFFFFF)
   for i = 1, #s do
     c = bxor(rshift(c, 8), crc_table[band(bxor(c, byte(s, i)), 0xff)])
@@ -73,6 +74,7 @@ end
 
 --- One TFRecord: length, masked CRC of the length, data, masked CRC of the data.
 function M.record(data)
+  A.arg('record', 1, 'data', data, 'string')
   if #data >= 2 ^ 31 then A.fail('tensorboard: a record of ' .. #data .. ' bytes is too large') end
   local len = u32le(#data) .. '\0\0\0\0'
   return len .. u32le(M.masked_crc(len)) .. data .. u32le(M.masked_crc(data))
@@ -235,11 +237,13 @@ end
 -- bins: 'tensorflow' (the default edges, empty buckets at both ends left
 -- out, like PyTorch) or a number of equal-width buckets over [min, max].
 function M.histogram(values, bins)
+  A.arg('histogram', 1, 'values', values, 'table')
   local n = #values
   if n == 0 then A.fail('add_histogram: no values') end
   local lo, hi, sum, sq = math.huge, -math.huge, 0, 0
   for i = 1, n do
     local x = values[i]
+    if type(x) ~= 'number' then A.fail(('histogram: values[%d] must be a number, got %s'):format(i, A.describe(x))) end
     if x ~= x or x == math.huge or x == -math.huge then A.fail('add_histogram: values contain NaN or infinity') end
     if x < lo then lo = x end
     if x > hi then hi = x end
@@ -284,7 +288,7 @@ end
 local function image_hwc(op, img, fmt)
   local flow = require 'oneflow'
   if not flow.is_tensor(img) then A.fail(op .. ': expected an image tensor, got ' .. A.describe(img)) end
-  fmt = fmt or 'CHW'
+  fmt = A.arg(op, nil, 'dataformats', fmt or 'CHW', 'string')
   if #fmt ~= img:dim() then
     A.fail(('%s: dataformats %s needs a %d-d tensor, got shape %s'):format(op, fmt, #fmt, A.shape_str(img)))
   end
@@ -321,6 +325,8 @@ end
 -- and outputs are 'IO Node's, parameters/buffers 'Parameter' nodes, ops
 -- their op name; each node's _output_shapes and record ('attr') are attrs.
 function M.graph_def(ir)
+  A.arg('graph_def', 1, 'ir', ir, 'table')
+  A.arg('graph_def', 1, 'ir.inputs', ir.inputs, 'table')
   local GV = require 'oneflow.nn.graph_view'
   local g = pb.writer()
   local names, count = {}, 0
@@ -545,6 +551,10 @@ end
 -- PyTorch's compute_curve: prediction p falls in bucket floor(p * (n - 1)),
 -- counts are summed from each threshold up.
 function M.pr_curve(labels, preds, n, weights)
+  A.arg('pr_curve', 1, 'labels', labels, 'table')
+  A.arg('pr_curve', 2, 'predictions', preds, 'table')
+  A.arg('pr_curve', 3, 'num_thresholds', n, 'integer')
+  A.arg('pr_curve', 4, 'weights', weights, 'table|nil')
   local tp_b, fp_b = {}, {}
   for i = 1, n do tp_b[i], fp_b[i] = 0, 0 end
   for i = 1, #preds do

@@ -107,6 +107,8 @@ end
 
 --- F.prelu(x, weight): weight has 1 or C (= x:size(2)) elements.
 function F.prelu(x, weight)
+  require('oneflow._args').check_tensor('prelu', x)
+  require('oneflow._args').check_tensor('prelu', weight, 'weight', 2)
   local n = weight:numel()
   local w
   if n ~= 1 then

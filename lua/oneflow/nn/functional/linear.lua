@@ -52,6 +52,10 @@ end
 --- F.bilinear(x1, x2, weight[, bias]): y_k = x1^T W_k x2 + b_k with
 -- x1 [*, in1], x2 [*, in2], weight [out, in1, in2].
 function F.bilinear(x1, x2, w, b)
+  A.check_tensor('bilinear', x1, 'input1', 1)
+  A.check_tensor('bilinear', x2, 'input2', 2)
+  A.check_tensor('bilinear', w, 'weight', 3)
+  A.handle('bilinear', b, 'bias')
   local out_f, in1, in2 = w:size(1), w:size(2), w:size(3)
   if x1:size(-1) ~= in1 or x2:size(-1) ~= in2 then
     fail(('bilinear: inputs %s and %s do not match weight %s'):format(

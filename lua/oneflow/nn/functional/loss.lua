@@ -7,6 +7,11 @@ local U = require 'oneflow.nn._util'
 local act = require 'oneflow.nn.functional.activation'
 
 local fail, shape_str = U.fail, U.shape_str
+local check_tensor = require('oneflow._args').check_tensor
+-- three tensor arguments, each named in the error
+local function check3(op, a, na, b, nb, c, nc)
+  check_tensor(op, a, na, 1); check_tensor(op, b, nb, 2); check_tensor(op, c, nc, 3)
+end
 local legacy_reduction = require('oneflow.ops.nn_loss').legacy_reduction
 
 -- U.parse, then PyTorch's deprecated size_average / reduce (when the spec
@@ -259,6 +264,7 @@ local margin_spec = {{'margin', 0}, {'size_average'}, {'reduce'}, {'reduction', 
 
 --- F.margin_ranking_loss(x1, x2, y, {margin = 0}): max(0, -y (x1 - x2) + margin)
 function F.margin_ranking_loss(x1, x2, y, ...)
+  check3('margin_ranking_loss', x1, 'input1', x2, 'input2', y, 'target')
   local a = parse('margin_ranking_loss', margin_spec, ...)
   return reduce((-y * (x1 - x2) + a.margin):clamp(0, nil), a.reduction, 'margin_ranking_loss')
 end
@@ -281,6 +287,7 @@ end
 --- F.cosine_embedding_loss(x1, x2, y, {margin = 0}): 1 - cos where y = 1,
 -- max(0, cos - margin) where y = -1 (cosine over the last dim).
 function F.cosine_embedding_loss(x1, x2, y, ...)
+  check3('cosine_embedding_loss', x1, 'input1', x2, 'input2', y, 'target')
   local a = parse('cosine_embedding_loss', margin_spec, ...)
   local EPS = 1e-12
   local dot = (x1 * x2):sum(-1)
@@ -330,6 +337,7 @@ end
 local gauss_spec = {{'full', false}, {'eps', 1e-6}, {'reduction', 'mean'}}
 --- F.gaussian_nll_loss(input, target, var, {full = false, eps = 1e-6})
 function F.gaussian_nll_loss(input, target, var, ...)
+  check3('gaussian_nll_loss', input, 'input', target, 'target', var, 'var')
   local a = parse('gaussian_nll_loss', gauss_spec, ...)
   local v = var:clamp(a.eps, nil)
   local loss = (v:log() + (input - target):square() / v) * 0.5

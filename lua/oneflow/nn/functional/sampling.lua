@@ -370,7 +370,7 @@ end
 local function int_list(v)
   if flow.is_tensor(v) then return v:reshape(-1):totable() end
   if type(v) == 'number' then return {v} end
-  return v
+  return require('oneflow._args').arg('ctc_loss', nil, 'input_lengths and target_lengths', v, 'table')
 end
 
 local NEG = -1e30   -- log(0) stand-in: finite, so no inf - inf in the gradients

@@ -8,8 +8,11 @@ local F = {}
 ------------------------------------------------------------------ pixel_shuffle
 --- F.pixel_shuffle(x, r): [*, C r^2, H, W] -> [*, C, H r, W r].
 function F.pixel_shuffle(x, r)
+  require('oneflow._args').check_tensor('pixel_shuffle', x)
+  require('oneflow._args').arg('pixel_shuffle', 2, 'upscale_factor', r, 'integer')
   local s = x:size():totable()
   local nd = #s
+  if nd < 3 then fail(('pixel_shuffle: expected an input with at least 3 dims, got %s'):format(shape_str(x))) end
   local c, h, w = s[nd - 2], s[nd - 1], s[nd]
   if c % (r * r) ~= 0 then
     fail(('pixel_shuffle: channels %d are not divisible by upscale_factor^2 = %d'):format(c, r * r))
