@@ -1220,8 +1220,9 @@ typedef struct {
 static of_dtype dtype_code(const char *s) {
   /* safetensors codes by dtype id (serialization.lua writes the same) */
   static const char *codes[OF_NUM_DTYPES] = {"BOOL", "U8",  "I8",  "I32", "I64", "F16", "BF16",
-                                             "F32",  "F64", "I16", "U16", "U32", "U64"};
-  _Static_assert(OF_NUM_DTYPES == 13, "safetensors codes out of step with the dtypes");
+                                             "F32",  "F64", "I16", "U16", "U32", "U64",
+                                             "C64",  "C128"};
+  _Static_assert(OF_NUM_DTYPES == 15, "safetensors codes out of step with the dtypes");
   for (int i = 0; i < OF_NUM_DTYPES; i++)
     if (strcmp(s, codes[i]) == 0) return i;
   return -1;
