@@ -133,10 +133,18 @@ end
 local function resize(x, d, n)
   local have = x:size(d)
   if n == have then return x end
-  if n < have then return x:narrow(d, 1, n) end
-  local shape = x:size():totable()
-  shape[d] = n - have
-  return flow.cat({x, flow.zeros(shape, {dtype = x.dtype, device = x.device})}, d)
+  -- complex: through the (re, im) view, whose narrow and cat have gradients
+  local cx = x.dtype.is_complex
+  local r = cx and flow.view_as_real(x) or x
+  if n < have then
+    r = r:narrow(d, 1, n)
+  else
+    local shape = r:size():totable()
+    shape[d] = n - have
+    r = flow.cat({r, flow.zeros(shape, {dtype = r.dtype, device = r.device})}, d)
+  end
+  if not cx then return r end
+  return flow.view_as_complex(r:contiguous())
 end
 
 -- the options: positional (n or s, dim, norm) or a trailing table
