@@ -169,7 +169,7 @@ def('conj_physical', function(x) return methods.conj(x) end)
 --- flow.angle(z): atan2(imag, real); for real x, pi where x < 0, else 0.
 def('angle', function(x)
   if not is_complex(x) then
-    if not x.dtype.is_floating_point then x = x:to(flow.get_default_dtype()) end
+    if not x.dtype.is_floating_point then x = x:to(T.get_default_dtype()) end
     return flow.atan2(flow.zeros_like(x), x)
   end
   local r, i = parts(x)
