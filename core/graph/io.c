@@ -639,6 +639,19 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       break;
     }
     case OPK_MASKED_FILL: break;   /* any value */
+    case OPK_VIEW_AS_REAL: case OPK_VIEW_AS_COMPLEX: break;   /* the record is unused */
+    case OPK_FFT_C2C: case OPK_FFT_R2C: case OPK_FFT_C2R: {
+      const a_fft *a = p;
+      int32_t kind = n->op == OPK_FFT_C2C ? 0 : n->op == OPK_FFT_R2C ? 1 : 2;
+      CHECK_DIMS(a->ndims, "ndims", a->dims);
+      if (a->ndims < 1) BAD("attrs.ndims: %d (at least 1)", (int)a->ndims);
+      if (a->kind != kind) BAD("attrs.kind: %d for %s (%d)", (int)a->kind, kind == 0 ? "fft_c2c" : kind == 1 ? "fft_r2c" : "fft_c2r", (int)kind);
+      CHECK_FLAG(a->forward, "forward");
+      if (a->norm < 0 || a->norm > 2) BAD("attrs.norm: %d (0, 1 or 2)", (int)a->norm);
+      if (kind == 2 ? a->last_size < 1 : a->last_size != 0)
+        BAD("attrs.last_size: %lld", (long long)a->last_size);
+      break;
+    }
     case OPK_SPECIAL: {
       const a_special *a = p;
       if (a->fn < 0 || a->fn >= OF_NUM_SPECIAL) BAD("attrs.fn: unknown function %d", (int)a->fn);
