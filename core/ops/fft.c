@@ -13,8 +13,8 @@
  * norm: 0 none, 1 1/sqrt(N), 2 1/N, N the product of the signal sizes
  * (PyTorch's fft_norm_mode). No FFT library is allowed here (FFTW is not
  * among the project's packages), so the kernel is our own: a Stockham
- * autosort mixed-radix FFT (radix 4, 2, 3, 5 and generic odd radices up to
- * 13), Bluestein's chirp-z for sizes with a larger prime factor, plans
+ * autosort mixed-radix FFT (radix 8, 4, 2, 3, 5 and generic odd radices up
+ * to 13), Bluestein's chirp-z for sizes with a larger prime factor, plans
  * (factors and twiddles) cached per size, real transforms of even size
  * through a half-size complex FFT. Computed in float64 whatever the dtype;
  * complex64 / float32 results are rounded once at the end.
@@ -185,6 +185,7 @@ static const plan *get_plan(int64_t n, int32_t kind);
 
 static bool factorize(int64_t n, plan *p) {
   p->nf = 0;
+  while (n % 8 == 0) p->radix[p->nf++] = 8, n /= 8;   /* fewer passes over memory */
   while (n % 4 == 0) p->radix[p->nf++] = 4, n /= 4;
   while (n % 2 == 0) p->radix[p->nf++] = 2, n /= 2;
   for (int32_t r = 3; r <= MAX_RADIX; r += 2)
@@ -231,7 +232,7 @@ static plan *make_plan(int64_t n, int32_t kind) {
       cpx *t = p->tw + p->tw_off[s];
       for (int64_t k = 0; k < m; k++)
         for (int32_t j = 1; j < r; j++) t[k * (r - 1) + j - 1] = unit_root(k * j, len);
-      if (r > 5 && !p->roots[r]) {
+      if (r > 5 && r != 8 && !p->roots[r]) {
         p->roots[r] = malloc(sizeof(cpx) * (size_t)r);
         if (!p->roots[r]) goto fail;
         for (int32_t j = 0; j < r; j++) p->roots[r][j] = unit_root(j, r);
@@ -331,6 +332,30 @@ static void stage(const plan *p, int32_t si, int64_t len, int64_t s, const cpx *
         }
       }
       break;
+    case 8: {
+      const double h = 0.70710678118654752440;   /* sqrt(1/2) */
+      for (int64_t k = 0; k < m; k++) {
+        const cpx *w = tw + 7 * k;
+        for (int64_t q = 0; q < s; q++) {
+          cpx a[8];
+          for (int32_t j = 0; j < 8; j++) a[j] = x[q + s * (k + j * m)];
+          /* two 4-point DFTs (even and odd j), then the radix-2 step */
+          cpx e0 = cadd(a[0], a[4]), e1 = csub(a[0], a[4]), e2 = cadd(a[2], a[6]), e3 = csub(a[2], a[6]);
+          cpx o0 = cadd(a[1], a[5]), o1 = csub(a[1], a[5]), o2 = cadd(a[3], a[7]), o3 = csub(a[3], a[7]);
+          cpx E[4] = {cadd(e0, e2), csub(e1, cmuli(e3)), csub(e0, e2), cadd(e1, cmuli(e3))};
+          cpx O[4] = {cadd(o0, o2), csub(o1, cmuli(o3)), csub(o0, o2), cadd(o1, cmuli(o3))};
+          /* w8^t O_t: w8 = (h, -h), w8^2 = -i, w8^3 = (-h, -h) */
+          O[1] = (cpx){h * (O[1].re + O[1].im), h * (O[1].im - O[1].re)};
+          O[2] = (cpx){O[2].im, -O[2].re};
+          O[3] = (cpx){h * (O[3].im - O[3].re), -h * (O[3].re + O[3].im)};
+          cpx *o = y + q + s * (8 * k);
+          o[0] = cadd(E[0], O[0]);
+          for (int32_t t = 1; t < 4; t++) o[t * s] = cmul(cadd(E[t], O[t]), w[t - 1]);
+          for (int32_t t = 0; t < 4; t++) o[(t + 4) * s] = cmul(csub(E[t], O[t]), w[t + 3]);
+        }
+      }
+      break;
+    }
     case 3: {
       const double h = 0.86602540378443864676;   /* sqrt(3) / 2 */
       for (int64_t k = 0; k < m; k++) {
