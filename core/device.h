@@ -282,6 +282,12 @@ typedef struct of_device_ops {
   of_status (*sdpa_back)(const of_sdpa_desc *d, of_tensor *q, of_tensor *k, of_tensor *v,
                          of_tensor *mask, of_tensor *moff, of_tensor *o, of_tensor *go,
                          of_tensor *lse, of_tensor *gq, of_tensor *gk, of_tensor *gv);
+  /* ==== flow.fft through cuFFT (core/ops/fft.c): kind 0 c2c, 1 r2c
+   * (one-sided along the last of dims), 2 c2r (last_size: that dim's output
+   * size); dims 0-based, x contiguous, out allocated with its shape and dtype;
+   * norm 0 none, 1 1/sqrt(N), 2 1/N ==== */
+  of_status (*fft)(int32_t kind, of_tensor *x, const int32_t *dims, int32_t ndims,
+                   int32_t forward, int32_t norm, int64_t last_size, of_tensor *out);
 } of_device_ops;
 
 /* The CUDA library's entry point: fills ops; returns 0 or sets why (cap bytes). */

@@ -84,7 +84,8 @@ const char *of_shape_str(const int64_t *shape, int32_t ndim, char *buf, size_t c
  * signed overflow is undefined behaviour, and a wrapped element count once
  * let flow.zeros(2^32, 2^32) allocate nothing and write everywhere.
  * OF_MAX_NUMEL bounds any tensor's (or view's) element count so that its
- * byte size fits int64_t for every dtype (8 bytes at most). */
+ * byte size fits int64_t for every 8-byte dtype; complex128 (16 bytes) is
+ * checked against half of it where tensors are made (tensor.c). */
 #define OF_MAX_NUMEL (INT64_MAX / 8)
 /* a*b and a+b into *r; false (and *r unspecified) when they overflow int64_t */
 static inline bool of_mul_ok(int64_t a, int64_t b, int64_t *r) { return !__builtin_mul_overflow(a, b, r); }

@@ -15,6 +15,7 @@ void register_graph(of_device_ops *ops);
 void register_index(of_device_ops *ops);   // index.cu
 void register_nccl(of_device_ops *ops);    // nccl.cu
 void register_attention(of_device_ops *ops);   // attention.cu
+void register_fft(of_device_ops *ops);         // fft.cu (cuFFT)
 inline void register_kernels(of_device_ops *ops) {
   register_elementwise(ops);
   register_reduce(ops);
@@ -27,5 +28,6 @@ inline void register_kernels(of_device_ops *ops) {
   register_index(ops);
   register_nccl(ops);
   register_attention(ops);
+  register_fft(ops);
 }
 }  // namespace ofc

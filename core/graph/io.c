@@ -639,6 +639,19 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       break;
     }
     case OPK_MASKED_FILL: break;   /* any value */
+    case OPK_VIEW_AS_REAL: case OPK_VIEW_AS_COMPLEX: break;   /* the record is unused */
+    case OPK_FFT_C2C: case OPK_FFT_R2C: case OPK_FFT_C2R: {
+      const a_fft *a = p;
+      int32_t kind = n->op == OPK_FFT_C2C ? 0 : n->op == OPK_FFT_R2C ? 1 : 2;
+      CHECK_DIMS(a->ndims, "ndims", a->dims);
+      if (a->ndims < 1) BAD("attrs.ndims: %d (at least 1)", (int)a->ndims);
+      if (a->kind != kind) BAD("attrs.kind: %d for %s (%d)", (int)a->kind, kind == 0 ? "fft_c2c" : kind == 1 ? "fft_r2c" : "fft_c2r", (int)kind);
+      CHECK_FLAG(a->forward, "forward");
+      if (a->norm < 0 || a->norm > 2) BAD("attrs.norm: %d (0, 1 or 2)", (int)a->norm);
+      if (kind == 2 ? a->last_size < 1 : a->last_size != 0)
+        BAD("attrs.last_size: %lld", (long long)a->last_size);
+      break;
+    }
     case OPK_SPECIAL: {
       const a_special *a = p;
       if (a->fn < 0 || a->fn >= OF_NUM_SPECIAL) BAD("attrs.fn: unknown function %d", (int)a->fn);
@@ -1229,8 +1242,9 @@ typedef struct {
 static of_dtype dtype_code(const char *s) {
   /* safetensors codes by dtype id (serialization.lua writes the same) */
   static const char *codes[OF_NUM_DTYPES] = {"BOOL", "U8",  "I8",  "I32", "I64", "F16", "BF16",
-                                             "F32",  "F64", "I16", "U16", "U32", "U64"};
-  _Static_assert(OF_NUM_DTYPES == 13, "safetensors codes out of step with the dtypes");
+                                             "F32",  "F64", "I16", "U16", "U32", "U64",
+                                             "C64",  "C128"};
+  _Static_assert(OF_NUM_DTYPES == 15, "safetensors codes out of step with the dtypes");
   for (int i = 0; i < OF_NUM_DTYPES; i++)
     if (strcmp(s, codes[i]) == 0) return i;
   return -1;

@@ -87,6 +87,16 @@ INT_OPS(DEF_LOOP, uint16_t)
 INT_OPS(DEF_LOOP, uint32_t)
 INT_OPS(DEF_LOOP, uint64_t)
 BOOL_OPS(DEF_LOOP, bool)
+/* complex: add and sub (the autograd engine sums complex gradients with
+ * them) and equality; the rest of complex arithmetic is composed of real
+ * ops on view_as_real in Lua (lua/oneflow/ops/complex.lua), so that its
+ * gradients are PyTorch's without complex backward rules here */
+typedef float _Complex cfloat_t;
+typedef double _Complex cdouble_t;
+#define COMPLEX_OPS(X, TI) \
+  X(ADD, TI, TI, a + b) X(SUB, TI, TI, a - b) X(EQ, TI, bool, a == b) X(NE, TI, bool, a != b)
+COMPLEX_OPS(DEF_LOOP, cfloat_t)
+COMPLEX_OPS(DEF_LOOP, cdouble_t)
 
 /* ---- the op table ---- */
 typedef struct {
@@ -108,6 +118,8 @@ typedef struct {
 #define DT_uint16_t OF_UINT16
 #define DT_uint32_t OF_UINT32
 #define DT_uint64_t OF_UINT64
+#define DT_cfloat_t OF_COMPLEX64
+#define DT_cdouble_t OF_COMPLEX128
 #define DEF(OP, NAME, KIND) [OF_##OP].name = NAME, [OF_##OP].kind = KIND,
 
 static const binary_def binary_ops[OF_NUM_BINARY] = {
@@ -125,7 +137,7 @@ static const binary_def binary_ops[OF_NUM_BINARY] = {
     FLOAT_OPS(SET, float) FLOAT_OPS(SET, double)
     INT_OPS(SET, uint8_t) INT_OPS(SET, int8_t) INT_OPS(SET, int32_t) INT_OPS(SET, int64_t)
     INT_OPS(SET, int16_t) INT_OPS(SET, uint16_t) INT_OPS(SET, uint32_t) INT_OPS(SET, uint64_t)
-    BOOL_OPS(SET, bool)
+    BOOL_OPS(SET, bool) COMPLEX_OPS(SET, cfloat_t) COMPLEX_OPS(SET, cdouble_t)
 };
 _Static_assert(OF_NUM_BINARY == 23, "binary op table out of step with oneflow.h");
 
@@ -142,7 +154,8 @@ static of_status binary_result(of_binary_op op, const of_meta *a, const of_meta 
   of_dtype common;
   OF_CHECK(of_promote_for(def->name, a->dtype, b->dtype, &common));
   of_dtype result = common;
-  if (def->kind == TRUE_DIV && !of_dtype_is_floating(common)) result = common = OF_FLOAT32;
+  if (def->kind == TRUE_DIV && !of_dtype_is_floating(common) && !of_dtype_is_complex(common))
+    result = common = OF_FLOAT32;
   if (def->kind == COMPARE || def->kind == LOGICAL) result = OF_BOOL;
   if (!def->loop[of_compute_dtype(common)]) {
     char sa[96], sb[96];

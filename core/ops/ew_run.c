@@ -126,6 +126,15 @@ static of_status bf16_blocked(const char *op, of_loop_fn fn, of_ew_ctx *ctx, of_
 of_status of_ew_run(const char *op, of_loop_fn fn, of_ew_ctx *ctx, of_tensor **ins, int32_t nin,
                     of_dtype compute, of_dtype kernel_out, of_dtype result_dt,
                     const int64_t *shape, int32_t ndim, of_tensor *into, of_tensor **out) {
+  /* a complex operand computed in a real dtype would lose its imaginary
+   * part: only the complex kernels (add, sub, eq, ne) take one */
+  for (int32_t i = 0; i < nin; i++)
+    if (of_dtype_is_complex(ins[i]->dtype) && !of_dtype_is_complex(compute))
+      return of_fail(OF_ERR_DTYPE, "%s: %s is not supported (input %d, shape %s)", op,
+                     OF_DT(ins[i]), (int)i + 1, OF_SHAPE_STR(ins[i]));
+  if (into && of_dtype_is_complex(into->dtype) && !of_dtype_is_complex(result_dt))
+    return of_fail(OF_ERR_DTYPE, "%s: %s is not supported (output, shape %s)", op, OF_DT(into),
+                   OF_SHAPE_STR(into));
   OF_ROUTE(op, dev, dops, ew, ins[0], nin > 1 ? ins[1] : NULL, nin > 2 ? ins[2] : NULL, into);
   if (!dops && compute == OF_FLOAT32 && kernel_out == OF_FLOAT32 && result_dt == OF_BFLOAT16) {
     bool done = false;

@@ -68,6 +68,8 @@ typedef struct { double slope; } a_leaky;
 typedef struct { double value; } a_masked_fill;
 /* flow.special (special.c): the function (of_special_fn) and polygamma's n */
 typedef struct { double p; int32_t fn, pad_; } a_special;
+/* fft_c2c / fft_r2c / fft_c2r: dims 0-based; last_size: c2r's output size */
+typedef struct { int64_t last_size; int32_t dims[OF_MAX_DIMS]; int32_t ndims, kind, forward, norm; } a_fft;
 
 /* ---- reductions ---- */
 typedef struct { double p; int32_t dims[OF_MAX_DIMS]; int32_t op, ndims, keepdim, dtype; } a_reduce;

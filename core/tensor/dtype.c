@@ -4,14 +4,15 @@
 
 static const char *const names[OF_NUM_DTYPES] = {
     "bool", "uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64",
-    "int16", "uint16", "uint32", "uint64"};
-static const int32_t sizes[OF_NUM_DTYPES] = {1, 1, 1, 4, 8, 2, 2, 4, 8, 2, 2, 4, 8};
+    "int16", "uint16", "uint32", "uint64", "complex64", "complex128"};
+static const int32_t sizes[OF_NUM_DTYPES] = {1, 1, 1, 4, 8, 2, 2, 4, 8, 2, 2, 4, 8, 8, 16};
 
 static bool valid(of_dtype t) { return t >= 0 && t < OF_NUM_DTYPES; }
 
 const char *of_dtype_name(of_dtype t) { return valid(t) ? names[t] : "invalid"; }
 int32_t of_dtype_size(of_dtype t) { return valid(t) ? sizes[t] : 0; }
 int32_t of_dtype_is_floating(of_dtype t) { return t >= OF_FLOAT16 && t <= OF_FLOAT64; }
+int32_t of_dtype_is_complex(of_dtype t) { return t == OF_COMPLEX64 || t == OF_COMPLEX128; }
 bool of_dtype_is_int(of_dtype t) {
   return (t >= OF_UINT8 && t <= OF_INT64) || (t >= OF_INT16 && t <= OF_UINT64);
 }
@@ -20,10 +21,10 @@ bool of_dtype_is_unsigned(of_dtype t) {
 }
 
 /* Position in PyTorch's lattice bool < uint8 < int8 < int16 < int32 < int64
- * < float16 < bfloat16 < float32 < float64; the "barebones" unsigned types
- * uint16/32/64 stand outside it (rank -1). */
+ * < float16 < bfloat16 < float32 < float64 < complex64 < complex128; the
+ * "barebones" unsigned types uint16/32/64 stand outside it (rank -1). */
 static int rank(of_dtype t) {
-  static const int r[OF_NUM_DTYPES] = {0, 1, 2, 4, 5, 6, 7, 8, 9, 3, -1, -1, -1};
+  static const int r[OF_NUM_DTYPES] = {0, 1, 2, 4, 5, 6, 7, 8, 9, 3, -1, -1, -1, 10, 11};
   return r[t];
 }
 
@@ -36,6 +37,13 @@ of_dtype of_promote_types(of_dtype a, of_dtype b) {
   if ((a == OF_UINT8 && b == OF_INT8) || (a == OF_INT8 && b == OF_UINT8)) return OF_INT16;
   if ((a == OF_FLOAT16 && b == OF_BFLOAT16) || (a == OF_BFLOAT16 && b == OF_FLOAT16))
     return OF_FLOAT32;
+  /* complex64 with float64 is complex128 (PyTorch): the wider of the parts */
+  if ((a == OF_COMPLEX64 && b == OF_FLOAT64) || (a == OF_FLOAT64 && b == OF_COMPLEX64))
+    return OF_COMPLEX128;
+  if (of_dtype_is_complex(a) || of_dtype_is_complex(b)) {
+    if (of_dtype_is_complex(a) && of_dtype_is_complex(b)) return rank(a) > rank(b) ? a : b;
+    return of_dtype_is_complex(a) ? a : b;
+  }
   int ra = rank(a), rb = rank(b);
   if (ra < 0 || rb < 0) {
     if (of_dtype_is_floating(a)) return a;
@@ -129,6 +137,8 @@ double of_load_double(const void *p, of_dtype dt) {
     case OF_UINT16: return *(const uint16_t *)p;
     case OF_UINT32: return *(const uint32_t *)p;
     case OF_UINT64: return (double)*(const uint64_t *)p;
+    case OF_COMPLEX64: return *(const float *)p;     /* the real part */
+    case OF_COMPLEX128: return *(const double *)p;
     default: return 0;
   }
 }
@@ -162,6 +172,8 @@ void of_store_double(void *p, of_dtype dt, double v) {
     case OF_UINT16: *(uint16_t *)p = (uint16_t)to_i64(v); break;
     case OF_UINT32: *(uint32_t *)p = (uint32_t)to_i64(v); break;
     case OF_UINT64: *(uint64_t *)p = to_u64(v); break;
+    case OF_COMPLEX64: ((float *)p)[0] = (float)v; ((float *)p)[1] = 0; break;
+    case OF_COMPLEX128: ((double *)p)[0] = v; ((double *)p)[1] = 0; break;
     default: break;
   }
 }

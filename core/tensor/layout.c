@@ -124,6 +124,32 @@ static void conv_slow(char **p, const int64_t *s, int64_t n, void *c) {
     of_store_double(p[0] + i * s[0], k->dst, of_load_double(p[1] + i * s[1], k->src));
 }
 
+/* complex64/complex128 to and from anything: (re, im) through doubles; a
+ * real source has im = 0, a real destination keeps the real part (as
+ * PyTorch's casts, which warn). Same-dtype complex copies move the bits. */
+static void conv_complex(char **p, const int64_t *s, int64_t n, void *c) {
+  slow_ctx *k = c;
+  for (int64_t i = 0; i < n; i++) {
+    const char *x = p[1] + i * s[1];
+    char *d = p[0] + i * s[0];
+    double re, im = 0;
+    if (k->src == OF_COMPLEX64) re = ((const float *)x)[0], im = ((const float *)x)[1];
+    else if (k->src == OF_COMPLEX128) re = ((const double *)x)[0], im = ((const double *)x)[1];
+    else re = of_load_double(x, k->src);
+    if (k->dst == OF_COMPLEX64) ((float *)d)[0] = (float)re, ((float *)d)[1] = (float)im;
+    else if (k->dst == OF_COMPLEX128) ((double *)d)[0] = re, ((double *)d)[1] = im;
+    else of_store_double(d, k->dst, re);
+  }
+}
+static void copy_bits128(char **p, const int64_t *s, int64_t n, void *c) {
+  (void)c;
+  for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], p[1] + i * s[1], 16);
+}
+static void copy_bits64(char **p, const int64_t *s, int64_t n, void *c) {
+  (void)c;
+  for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], p[1] + i * s[1], 8);
+}
+
 /* Float to int conversion of NaN/inf is UB in C; send those through the
  * saturating slow path. Checked only for float -> int copies. */
 static bool needs_saturation(of_tensor *dst, of_tensor *src) {
@@ -155,6 +181,12 @@ of_status of_copy_data(of_tensor *dst, of_tensor *src) {
   slow_ctx ctx = {dst->dtype, src->dtype};
   if (a >= 0 && b >= 0 && !needs_saturation(dst, src))
     of_iter_run(&it, conv_table[a][b], NULL, true);
+  else if (dst->dtype == src->dtype && dst->dtype == OF_COMPLEX128)
+    of_iter_run(&it, copy_bits128, NULL, true);
+  else if (dst->dtype == src->dtype && dst->dtype == OF_COMPLEX64)
+    of_iter_run(&it, copy_bits64, NULL, true);
+  else if (of_dtype_is_complex(dst->dtype) || of_dtype_is_complex(src->dtype))
+    of_iter_run(&it, conv_complex, &ctx, true);
   else if (dst->dtype == src->dtype)   /* half to half: move the bits */
     of_iter_run(&it, copy_bits16, NULL, true);
   else if (dst->dtype == OF_BFLOAT16 && src->dtype == OF_FLOAT32)

@@ -83,7 +83,7 @@ of_status of_tensor_set_requires_grad(of_tensor *t, int32_t on) {
     return of_fail(OF_ERR_STATE, "requires_grad_: you can only change requires_grad of leaf "
                    "tensors; use detach() to get a tensor without history (shape %s)",
                    OF_SHAPE_STR(t));
-  if (on && !of_dtype_is_floating(t->dtype))
+  if (on && !of_dtype_is_floating(t->dtype) && !of_dtype_is_complex(t->dtype))
     return of_fail(OF_ERR_DTYPE, "requires_grad_: only floating point tensors can require "
                    "gradients, got %s (shape %s)", OF_DT(t), OF_SHAPE_STR(t));
   if (t->grad_fn) return OF_OK;
@@ -261,7 +261,7 @@ of_status of_record(const of_grad_def *def, of_tensor **ins, int32_t nin, of_ten
   for (int32_t j = 0; j < nout; j++) {
     of_tensor *o = outs[j];
     meta_of(&n->out_meta[j], o);
-    if (!of_dtype_is_floating(o->dtype)) continue;   /* indices etc. carry no grad */
+    if (!of_dtype_is_floating(o->dtype) && !of_dtype_is_complex(o->dtype)) continue;   /* indices etc. carry no grad */
     if (o->grad_fn) of_node_release(o->grad_fn);
     o->grad_fn = n;
     o->output_nr = j;

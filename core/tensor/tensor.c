@@ -64,9 +64,14 @@ of_status of_tensor_new_as(const char *op, const int64_t *shape, int32_t ndim, o
   OF_CHECK(of_check_shape(op, shape, ndim, &numel));
   if (dt < 0 || dt >= OF_NUM_DTYPES)
     return of_fail(OF_ERR_DTYPE, "%s: unknown dtype %d", op, (int)dt);
+  if (numel > INT64_MAX / 16 && of_dtype_size(dt) > 8) {
+    char b[96];
+    return of_fail(OF_ERR_SHAPE, "%s: shape %s has more elements than a %s tensor can hold "
+                   "(at most 2^59)", op, of_shape_str(shape, ndim, b, 96), of_dtype_name(dt));
+  }
   of_tensor *t = header_new();
   if (!t) return OF_ERR_OOM;
-  /* numel <= OF_MAX_NUMEL: the byte count cannot overflow */
+  /* numel <= OF_MAX_NUMEL (2^59 for complex128): the byte count cannot overflow */
   t->storage = storage_new(numel * of_dtype_size(dt), dev);
   if (!t->storage) {
     of_pool_put(OF_POOL_TENSOR, t);

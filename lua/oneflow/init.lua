@@ -14,7 +14,7 @@ local op_modules = {
   'oneflow.ops.index', 'oneflow.ops.linalg', 'oneflow.ops.einsum', 'oneflow.ops.random',
   'oneflow.ops.nn_conv', 'oneflow.ops.nn_norm', 'oneflow.ops.nn_loss', 'oneflow.ops.nn_pad',
   'oneflow.ops.nn_resample',
-  'oneflow.ops.linalg_ext', 'oneflow.ops.special',
+  'oneflow.ops.linalg_ext', 'oneflow.ops.special', 'oneflow.ops.complex',
 }
 for _, name in ipairs(op_modules) do require(name) end
 local printing = require 'oneflow.print'

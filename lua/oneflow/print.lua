@@ -79,9 +79,15 @@ function M.tostring(t)
   -- (held in `dense` so the copy outlives the pointer)
   local dense = dt.name == 'uint64' and t:contiguous():cpu()
   local u64 = dense and ffi.cast('const uint64_t *', C.of_tensor_data(dense.p))
+  -- complex: (re, im) pairs from a dense copy of the float view
+  local cdense = dt.is_complex and require('oneflow').view_as_real(t):detach():contiguous():cpu()
+  local cp = cdense and ffi.cast(dt.name == 'complex128' and 'const double *' or 'const float *',
+                                 C.of_tensor_data(cdense.p))
   shown_indices(shape, summarize, function(flat)
     local v
-    if u64 then
+    if cp then
+      v = {cp[2 * flat], cp[2 * flat + 1]}
+    elseif u64 then
       v = tostring(u64[flat]):gsub('ULL$', '')
     else
       C.of_tensor_get_flat(t.p, flat, dbl)
@@ -91,7 +97,14 @@ function M.tostring(t)
     order[#order + 1] = v
   end)
   local fmt
-  if dt.is_floating_point then
+  if cp then   -- PyTorch's 1.0000+3.0000j
+    local parts = {}
+    for _, v in ipairs(order) do parts[#parts + 1] = v[1]; parts[#parts + 1] = math.abs(v[2]) end
+    local ff = fmt_float_factory(parts, M.options.precision)
+    fmt = function(v)
+      return ff(v[1]) .. ((v[2] < 0 or 1 / v[2] < 0) and '-' or '+') .. ff(math.abs(v[2])) .. 'j'
+    end
+  elseif dt.is_floating_point then
     fmt = fmt_float_factory(order, M.options.precision)
   elseif dt.name == 'bool' then
     fmt = function(v) return v ~= 0 and 'True' or 'False' end

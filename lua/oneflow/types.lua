@@ -19,13 +19,15 @@ for id = 0, C.OF_NUM_DTYPES - 1 do
     ctype = ({bool = 'bool', uint8 = 'uint8_t', int8 = 'int8_t', int32 = 'int32_t',
               int64 = 'int64_t', float16 = 'uint16_t', bfloat16 = 'uint16_t',
               float32 = 'float', float64 = 'double', int16 = 'int16_t', uint16 = 'uint16_t',
-              uint32 = 'uint32_t', uint64 = 'uint64_t'})[name],
+              uint32 = 'uint32_t', uint64 = 'uint64_t', complex64 = 'float', complex128 = 'double'})[name],
+    is_complex = C.of_dtype_is_complex(id) ~= 0,
   }, DType)
   M.dtypes[id] = d
   M.by_name[name] = d
 end
 local aliases = {float = 'float32', double = 'float64', half = 'float16', long = 'int64',
-                 int = 'int32', char = 'int8', byte = 'uint8', short = 'int16'}
+                 int = 'int32', char = 'int8', byte = 'uint8', short = 'int16',
+                 cfloat = 'complex64', cdouble = 'complex128'}
 for alias, name in pairs(aliases) do M.by_name[alias] = M.by_name[name] end
 
 --- A dtype from a dtype object or its name ('float32', 'float', ...).

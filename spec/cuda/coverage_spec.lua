@@ -42,7 +42,7 @@ end
 local function filled_by_cuda()
   local filled = {}
   for _, f in ipairs({'runtime', 'elementwise', 'reduce', 'random', 'blas', 'optim', 'dnn',
-                      'nn', 'graph', 'index', 'nccl', 'attention'}) do
+                      'nn', 'graph', 'index', 'nccl', 'attention', 'fft'}) do
     local ok, s = pcall(read, 'cuda/' .. f .. '.cu')
     if ok then for e in s:gmatch('ops%->([%w_]+)%s*=') do filled[e] = true end end
   end

@@ -59,7 +59,8 @@ function M.record(root, struct, fields)
   return ffi.string(r, ffi.sizeof(r))
 end
 
-local DT = {bool = 0, uint8 = 1, int8 = 2, int32 = 3, int64 = 4, float32 = 7, float64 = 8}
+local DT = {bool = 0, uint8 = 1, int8 = 2, int32 = 3, int64 = 4, float32 = 7, float64 = 8,
+            complex64 = 13, complex128 = 14}
 M.DT = DT
 
 local function value(kind, dtype, shape, self)

@@ -50,7 +50,8 @@ enum {
   OF_BOOL = 0, OF_UINT8 = 1, OF_INT8 = 2, OF_INT32 = 3, OF_INT64 = 4,
   OF_FLOAT16 = 5, OF_BFLOAT16 = 6, OF_FLOAT32 = 7, OF_FLOAT64 = 8,
   OF_INT16 = 9, OF_UINT16 = 10, OF_UINT32 = 11, OF_UINT64 = 12,
-  OF_NUM_DTYPES = 13
+  OF_COMPLEX64 = 13, OF_COMPLEX128 = 14,   /* (re, im) pairs of float32 / float64 */
+  OF_NUM_DTYPES = 15
 };
 
 /* A device is `type | index << 8`: OF_CPU == 0, cuda:1 == OF_CUDA | 1 << 8. */
@@ -84,6 +85,7 @@ of_status of_set_cpu_capability(const char *name);
 const char *of_dtype_name(of_dtype t);          /* "float32", ... */
 int32_t of_dtype_size(of_dtype t);
 int32_t of_dtype_is_floating(of_dtype t);
+int32_t of_dtype_is_complex(of_dtype t);        /* complex64, complex128 */
 /* PyTorch's promotion table; -1 where PyTorch has none (uint16, uint32 and
  * uint64 with any other integer or bool dtype). */
 of_dtype of_promote_types(of_dtype a, of_dtype b);
@@ -290,6 +292,25 @@ enum {
 const char *of_special_name(of_special_fn fn);
 int32_t of_special_arity(of_special_fn fn);   /* 1 or 2 tensor inputs; 0: unknown fn */
 of_status of_special(of_special_fn fn, of_tensor *x, of_tensor *y, double p, of_tensor **out);
+
+/* Complex tensors (core/ops/fft.c). view_as_real: complex [*] -> its
+ * float (re, im) pairs [*, 2], a view; view_as_complex: the reverse (last
+ * dim of size 2 and stride 1). */
+of_status of_view_as_real(of_tensor *x, of_tensor **out);
+of_status of_view_as_complex(of_tensor *x, of_tensor **out);
+/* Discrete Fourier transforms over dims[ndims] (0-based, negative from the
+ * end), PyTorch's primitives. norm: 0 none, 1 1/sqrt(N), 2 1/N (N the
+ * product of the signal sizes). c2c: complex -> complex, forward (1: e^-)
+ * or inverse (0: e^+). r2c: float32/float64 -> complex, forward sign, the
+ * last of dims one-sided (n/2 + 1). c2r: one-sided complex -> real, inverse
+ * sign, last_size the output size along the last of dims (the input there
+ * must have last_size/2 + 1 entries). */
+of_status of_fft_c2c(of_tensor *x, const int32_t *dims, int32_t ndims, int32_t forward,
+                     int32_t norm, of_tensor **out);
+of_status of_fft_r2c(of_tensor *x, const int32_t *dims, int32_t ndims, int32_t norm,
+                     of_tensor **out);
+of_status of_fft_c2r(of_tensor *x, const int32_t *dims, int32_t ndims, int32_t norm,
+                     int64_t last_size, of_tensor **out);
 /* Clamp to [lo, hi]; has_lo/has_hi say which bounds apply. */
 of_status of_clamp(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
                    of_tensor *into, of_tensor **out);
