@@ -131,6 +131,8 @@ local function templates()
     {D.Normal(0, 1), {D.transforms.ExpTransform()}},
     {img, 1, 1, 4, 4}, {img, 1, 1, 2, 2, 0}, {img, {3, 3}}, {img, 0.1}, {img, 'CHW'},
     {img, 10, {0, 0}, 1, {0, 0}},
+    -- a complex tensor (view_as_real, imag) and a C host's handle (from_handle)
+    {flow.complex(x, x)}, {flow.to_handle(x)},
   }
 end
 local function method_templates()
@@ -140,6 +142,9 @@ local function method_templates()
           {1, ids, 0.5}, {1, ids:view(2, 1):expand(2, 3):contiguous(), flow.ones(2, 3)}, {1, 1, 1},
           {flow.ones(2, 3), 1}, {{1, 2}},
           {flow.ones(3, 2)}, {flow.tensor({1, 2}, {dtype = flow.int64})},
+          -- a method of complex tensors (imag, view_as_real) on a complex self,
+          -- view_as_complex on a float [*, 2]
+          {self = flow.complex(flow.ones(2, 3), flow.ones(2, 3))}, {self = flow.ones(3, 2)},
           {1, flow.tensor({{1, 2}}, {dtype = flow.int64})}, {{2, 3}}, {{1, 2}, 2}, {flow.ones(3)}}
 end
 
@@ -172,7 +177,10 @@ local function call(f, self, args, o)
   for i = 1, #args do a[#a + 1] = args[i] end
   a[#a + 1] = o
   -- a bounded call: a function that loops in Lua is stopped (random
-  -- arguments can make a sampler loop for minutes)
+  -- arguments can make a sampler loop for minutes). The count hook fires
+  -- only in interpreted code: a loop the JIT compiled runs on until the
+  -- spec's timeout, which names the function being probed (that is how the
+  -- endless-iterator loops of Optimizer and parameters_to_vector showed up)
   local n = #a
   if TRACE then
     local d = {}
@@ -201,7 +209,7 @@ local function walk_one(f, is_method)
   local tries = is_method and method_templates() or templates()
   local last_err, any_ok
   for _, args in ipairs(tries) do
-    local self = is_method and flow.ones(2, 3) or nil
+    local self = is_method and (args.self or flow.ones(2, 3)) or nil
     local reads = {}
     local ok, err = call(f, self, args, probe(PROBE, reads))
     if not ok and unknown_msg(err, PROBE) then
@@ -216,7 +224,7 @@ local function walk_one(f, is_method)
       end
       if not known then return 'strict', 'no known key seen' end
       local bad = misspell(known)
-      self = is_method and flow.ones(2, 3) or nil
+      self = is_method and (args.self or flow.ones(2, 3)) or nil
       local ok2, err2 = call(f, self, args, probe(bad, {}))
       if ok2 or not unknown_msg(err2, bad) then
         return 'nosuggest', ('misspelt %s: %s'):format(bad, ok2 and 'accepted' or err2)
@@ -237,7 +245,7 @@ local function walk_one(f, is_method)
       end
       -- no lookups: confirm with a plain table (a metatable may have made
       -- the function take the probe for a value)
-      self = is_method and flow.ones(2, 3) or nil
+      self = is_method and (args.self or flow.ones(2, 3)) or nil
       local ok2, err2 = call(f, self, args, {[PROBE] = 1})
       if not ok2 and unknown_msg(err2, PROBE) then return 'strict', 'plain table only' end
       -- the probe may have landed where no options go (f(probe) for

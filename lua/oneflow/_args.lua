@@ -233,6 +233,23 @@ function A.describe(v)
   return type(v)
 end
 
+--- iter_tensors(op, it) -> the tensors an iterator yields: pairs over named
+-- parameters gives (name, tensor), ipairs (index, tensor), an iterator of
+-- one's own the tensor first. Anything else is refused at its first value
+-- (an iterator that never ends, `function() return 1 end`, would loop forever).
+function A.iter_tensors(op, it)
+  local list = {}
+  for a, b in it do
+    local t = is_tensor(a) and a or b
+    if not is_tensor(t) and A.describe(t) ~= 'a global tensor' then
+      fail(('%s: params iterator yielded %s, %s; expected a tensor (pairs over named parameters)')
+           :format(op, A.describe(a), A.describe(b)))
+    end
+    list[#list + 1] = t
+  end
+  return list
+end
+
 --- check_tensor(op, v[, what[, pos]]): v must be a (local) tensor; what
 -- names the argument ('input', argument 1, by default) and pos its position:
 -- 'linear: argument 1 (input) must be a tensor, got nil'.

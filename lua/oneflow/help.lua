@@ -77,7 +77,7 @@ local function wrapped(fn)
   fn = unguard(fn)
   local out, seen, queue = {}, {[fn] = true}, {fn}
   local qi = 1
-  while qi <= #queue and #out < 12 do
+  while qi <= #queue and #out < 40 do
     local f = queue[qi]; qi = qi + 1
     out[#out + 1] = f
     for u = 1, 60 do

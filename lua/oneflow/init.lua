@@ -90,8 +90,8 @@ function flow.empty_cache()
 end
 flow.collect = core.collect
 
---- Shares a C host's `of_tensor*` with Lua (takes a reference of its own).
 local handle_types = {ffi.typeof('of_tensor*'), ffi.typeof('void*')}
+--- Shares a C host's `of_tensor*` with Lua (takes a reference of its own).
 function flow.from_handle(ptr)
   -- a NULL or non-pointer handle would crash in the core: refuse it here.
   -- Only a pointer: ffi.cast of a struct (a Lua tensor is one) gives the

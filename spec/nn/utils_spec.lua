@@ -55,6 +55,14 @@ describe('nn.utils parameter vectors', function()
     H.raises(function() utils.vector_to_parameters(flow.zeros(3), lin:parameters()) end,
              'vec has 3 elements, parameters need 8')
   end)
+
+  it('takes an iterator over named parameters and refuses one that yields no tensor', function()
+    local lin = nn.Linear(3, 2)
+    assert.same({8}, H.shape(utils.parameters_to_vector(lin:named_parameters())))
+    -- an endless iterator of numbers stops at its first value
+    H.raises(function() utils.parameters_to_vector(function() return 1 end) end,
+             'parameters_to_vector: params iterator yielded number, nil; expected a tensor')
+  end)
 end)
 
 describe('nn.utils.prune', function()

@@ -639,6 +639,11 @@ describe('optim argument errors', function()
     H.raises(function() optim.SGD({p * 2}) end, "can't optimize a non-leaf tensor")
     H.raises(function() optim.SGD({weight = p}) end, 'must be an array')
     H.raises(function() optim.SGD(42) end, 'params must be a tensor')
+    -- an iterator that yields no tensor (and would never end) is refused at once
+    H.raises(function() optim.SGD(function() return 1 end, {lr = 0.1}) end,
+             'SGD: params iterator yielded number, nil; expected a tensor')
+    local m = flow.nn.Linear(2, 2)
+    assert.equal(2, #optim.SGD(m:named_parameters(), {lr = 0.1}).param_groups[1].params)
   end)
 
   it('accepts and ignores foreach / fused / capturable / differentiable', function()

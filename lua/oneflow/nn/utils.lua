@@ -13,9 +13,7 @@ local M = {}
 local function param_list(params, op)
   if is_tensor(params) then return {params} end
   if type(params) == 'function' then
-    local list = {}
-    for a, b in params do list[#list + 1] = is_tensor(a) and a or b end
-    return list
+    return require('oneflow._args').iter_tensors(op, params)
   end
   if type(params) ~= 'table' then
     fail(('%s: expected a tensor, a list of tensors or an iterator, got %s'):format(op, type(params)))

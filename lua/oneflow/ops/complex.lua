@@ -46,6 +46,7 @@ end
 --- flow.complex(real, imag): the complex tensor real + i imag (float32 ->
 -- complex64, float64 -> complex128; shapes broadcast), as torch.complex.
 def('complex', function(re, im)
+  A.check_tensor('complex', re, 'real', 1)
   A.check_tensor('complex', im, 'imag', 2)
   local ok = {float32 = true, float64 = true}
   if not ok[re.dtype.name] or re.dtype ~= im.dtype then
@@ -165,6 +166,7 @@ def('conj', function(x)
   local r, i = parts(x)
   return make(r, -i)
 end)
+--- flow.conj_physical(z): the complex conjugate as a new tensor (conj is one too).
 def('conj_physical', function(x) return methods.conj(x) end)
 --- flow.angle(z): atan2(imag, real); for real x, pi where x < 0, else 0.
 def('angle', function(x)

@@ -25,9 +25,7 @@ Optimizer.ignored_options = {foreach = true, fused = true, capturable = true, di
 local function to_groups(name, params)
   if is_tensor(params) then return {{params = {params}}} end
   if type(params) == 'function' then   -- an iterator, e.g. pairs over named params
-    local list = {}
-    for a, b in params do list[#list + 1] = is_tensor(a) and a or b end
-    params = list
+    params = require('oneflow._args').iter_tensors(name, params)
   end
   if type(params) ~= 'table' then
     fail(('%s: params must be a tensor, a list of tensors or a list of parameter groups, got %s')
