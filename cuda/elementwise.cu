@@ -372,6 +372,8 @@ __global__ void fill_strided(int64_t n, Offsets<1> o, T *out, T v) {
   }
 }
 
+struct Bits128 { uint64_t lo, hi; };   // complex128 (re, im); 8-byte aligned like its views
+
 static of_status fill(of_tensor *t, double value) {
   int64_t n = t->numel;
   if (n == 0) return OF_OK;
@@ -379,14 +381,16 @@ static of_status fill(of_tensor *t, double value) {
   const of_tensor *all[1] = {t};
   Offsets<1> o = make_offsets<1>(t, all, true);
   // the value in the tensor's dtype, converted by the core's rules, as bits
-  uint64_t bits = 0;
-  of_store_double(&bits, t->dtype, value);
+  uint64_t b2[2] = {0, 0};   // 16 bytes: of_store_double writes both parts of a complex128
+  of_store_double(b2, t->dtype, value);
+  uint64_t bits = b2[0];
   cudaStream_t s = current_stream(dev);
   switch (of_dtype_size(t->dtype)) {
     case 1: fill_strided<uint8_t><<<blocks_for(n), kThreads, 0, s>>>(n, o, (uint8_t *)ptr(t), (uint8_t)bits); break;
     case 2: fill_strided<uint16_t><<<blocks_for(n), kThreads, 0, s>>>(n, o, (uint16_t *)ptr(t), (uint16_t)bits); break;
     case 4: fill_strided<uint32_t><<<blocks_for(n), kThreads, 0, s>>>(n, o, (uint32_t *)ptr(t), (uint32_t)bits); break;
-    default: fill_strided<uint64_t><<<blocks_for(n), kThreads, 0, s>>>(n, o, (uint64_t *)ptr(t), bits); break;
+    case 8: fill_strided<uint64_t><<<blocks_for(n), kThreads, 0, s>>>(n, o, (uint64_t *)ptr(t), bits); break;
+    default: fill_strided<Bits128><<<blocks_for(n), kThreads, 0, s>>>(n, o, (Bits128 *)ptr(t), Bits128{b2[0], b2[1]}); break;
   }
   return launched("fill_");
 }

@@ -5,12 +5,13 @@
 #include <stdlib.h>
 #include "family.h"
 
-typedef struct { uint64_t bits; } fill_ctx;
+/* the value's bits: 16 bytes, for complex128 (re, im) */
+typedef struct { uint64_t bits[2]; } fill_ctx;
 
 #define FILL_LOOP(T)                                                          \
   static void fill_##T(char **p, const int64_t *s, int64_t n, void *c) {      \
     T v;                                                                      \
-    memcpy(&v, &((fill_ctx *)c)->bits, sizeof v);                             \
+    memcpy(&v, ((fill_ctx *)c)->bits, sizeof v);                              \
     if (s[0] == sizeof(T)) {                                                  \
       T *d = (T *)p[0];                                                       \
       for (int64_t i = 0; i < n; i++) d[i] = v;                               \
@@ -22,6 +23,10 @@ FILL_LOOP(uint8_t)
 FILL_LOOP(uint16_t)
 FILL_LOOP(uint32_t)
 FILL_LOOP(uint64_t)
+static void fill_bits128(char **p, const int64_t *s, int64_t n, void *c) {   /* complex128 */
+  const uint64_t *v = ((fill_ctx *)c)->bits;
+  for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], v, 2 * sizeof *v);
+}
 
 static of_status fill__body(of_tensor *t, double value) {
   OF_CHECK(of_check_inplace("fill_", t));
@@ -32,14 +37,15 @@ static of_status fill__body(of_tensor *t, double value) {
     return OF_OK;
   }
   fill_ctx ctx = {0};
-  of_store_double(&ctx.bits, t->dtype, value);
+  of_store_double(ctx.bits, t->dtype, value);
   of_iter it;
   OF_CHECK(of_iter_init(&it, &t, 1, t->shape, t->ndim));
   switch (of_dtype_size(t->dtype)) {
     case 1: of_iter_run(&it, fill_uint8_t, &ctx, true); break;
     case 2: of_iter_run(&it, fill_uint16_t, &ctx, true); break;
     case 4: of_iter_run(&it, fill_uint32_t, &ctx, true); break;
-    default: of_iter_run(&it, fill_uint64_t, &ctx, true); break;
+    case 8: of_iter_run(&it, fill_uint64_t, &ctx, true); break;
+    default: of_iter_run(&it, fill_bits128, &ctx, true); break;
   }
   of_bump_version(t);
   return OF_OK;

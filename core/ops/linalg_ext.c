@@ -1,12 +1,12 @@
 /* linalg_ext.c -- kernels of flow.linalg: inv, det, slogdet, solve, cholesky,
- * svdvals, eigh, qr, svd.
+ * svdvals, eigh, qr, svd, eig.
  *
  * Inputs are float32 or float64 CPU tensors of shape (..., n, n) (solve's B:
  * (..., n, k) with the same batch dims; the Lua side broadcasts them first).
  * Each matrix is copied into a column-major float64 buffer (so LAPACK sees A
  * itself, as torch's LAPACK calls do, and pivots and error indices agree with
  * torch), factored with OpenBLAS's LAPACK (dgetrf, dgetri, dgetrs, dpotrf,
- * dgesdd, dsyevd, dgeqrf, dorgqr),
+ * dgesdd, dsyevd, dgeqrf, dorgqr, dgeev),
  * and the result is written back row-major in the input's dtype. float32 is
  * computed in float64.
  * Errors name the op and, for batches, the batch element (as torch).
@@ -996,6 +996,108 @@ of_status of_linalg_svd(of_tensor *a, int32_t full, of_tensor **u, of_tensor **s
   *sv = outs[1];
   *vh = outs[2];
   return OF_OK;
+}
+
+/* ---- eig: general real A (..., n, n) -> L (..., n), V (..., n, n) complex
+ * (complex64 for float32 A, complex128 for float64) through LAPACK's dgeev.
+ * L in dgeev's order (a conjugate pair with its positive imaginary part
+ * first, as torch); V's columns the right eigenvectors, each of unit 2-norm
+ * with its largest component real (dgeev's normalisation), a pair's built
+ * from two VR columns: v_j = vr_j + i vr_j+1, v_j+1 = conj(v_j). v NULL:
+ * eigenvalues only (eigvals). No autograd here: flow.linalg.eig records
+ * torch's rule in Lua (it needs complex products). */
+void dgeev_(const char *jobvl, const char *jobvr, const int *n, double *a, const int *lda,
+            double *wr, double *wi, double *vl, const int *ldvl, double *vr, const int *ldvr,
+            double *work, const int *lwork, int *info, size_t jobvl_len, size_t jobvr_len);
+
+/* element k of a new contiguous complex64/complex128 result (re, im pairs) */
+static void put_c(of_tensor *out, int64_t k, double re, double im) {
+  if (out->dtype == OF_COMPLEX64) {
+    float *p = (float *)of_ptr(out) + 2 * k;
+    p[0] = (float)re;
+    p[1] = (float)im;
+  } else {
+    double *p = (double *)of_ptr(out) + 2 * k;
+    p[0] = re;
+    p[1] = im;
+  }
+}
+
+static of_status eig_kernel(const char *op, of_tensor *a, of_tensor **l, of_tensor **v) {
+  OF_CHECK(check_square(op, a));
+  mats m;
+  OF_CHECK(load(a, &m));
+  int64_t n = m.rows, shape[OF_MAX_DIMS], nb = batch_shape(a, shape);
+  of_dtype cdt = a->dtype == OF_FLOAT32 ? OF_COMPLEX64 : OF_COMPLEX128;
+  of_tensor *res[2] = {NULL, NULL};
+  of_status st = OF_OK;
+  for (int64_t i = 0; i < m.batch * n * n; i++)
+    if (!isfinite(m.data[i])) {   /* dgeev would loop or return garbage; torch checks too */
+      st = of_fail(OF_ERR_ARG, "linalg.%s: input tensor should not contain infs or NaNs (A of "
+                   "shape %s, %s)", op, OF_SHAPE_STR(a), OF_DT(a));
+      break;
+    }
+  shape[nb] = n;
+  if (st == OF_OK) st = of_tensor_new(shape, (int32_t)nb + 1, cdt, OF_CPU, &res[0]);
+  if (v && st == OF_OK) st = of_tensor_new(a->shape, a->ndim, cdt, OF_CPU, &res[1]);
+  int ni = (int)n, lda = ni > 0 ? ni : 1, ldvr = v ? lda : 1, one = 1, info = 0, lwork = -1;
+  double q = 0, dummy = 0, *buf = NULL, *work = NULL;
+  const char *jobvr = v ? "V" : "N";
+  if (st == OF_OK && n > 0) {
+    /* A (n * n), wr, wi (n each), VR (n * n when vectors) */
+    buf = malloc(sizeof(double) * (size_t)(n * n + 2 * n + (v ? n * n : 1)));
+    if (buf) {   /* workspace query */
+      dgeev_("N", jobvr, &ni, buf, &lda, buf + n * n, buf + n * n + n, &dummy, &one,
+             buf + n * n + 2 * n, &ldvr, &q, &lwork, &info, 1, 1);
+      lwork = (int)q > 4 * ni ? (int)q : 4 * ni;
+      work = malloc(sizeof(double) * (size_t)lwork);
+    }
+    if (!buf || !work)
+      st = of_fail(OF_ERR_OOM, "linalg.%s: out of memory for %s", op, OF_SHAPE_STR(a));
+  }
+  for (int64_t b = 0; b < m.batch && st == OF_OK && n > 0; b++) {
+    double *wr = buf + n * n, *wi = wr + n, *vr = wi + n;
+    to_colmajor(m.data + b * n * n, n, n, buf);
+    dgeev_("N", jobvr, &ni, buf, &lda, wr, wi, &dummy, &one, vr, &ldvr, work, &lwork, &info, 1,
+           1);
+    if (info != 0) {
+      char pre[48];
+      st = of_fail(OF_ERR_ARG, info > 0 ? "linalg.%s: %sThe QR algorithm failed to compute all "
+                   "the eigenvalues (LAPACK dgeev info %d; A of shape %s, %s)"
+                   : "linalg.%s: %sLAPACK dgeev failed (info %d; A of shape %s, %s)",
+                   op, batch_prefix(a, b, pre, sizeof pre), info, OF_SHAPE_STR(a), OF_DT(a));
+      break;
+    }
+    for (int64_t i = 0; i < n; i++) put_c(res[0], b * n + i, wr[i], wi[i]);
+    if (!v) continue;
+    of_tensor *out = res[1];
+    for (int64_t j = 0; j < n; j++) {
+      if (wi[j] == 0 || j + 1 == n) {   /* a real eigenvalue: a real column */
+        for (int64_t i = 0; i < n; i++) put_c(out, b * n * n + i * n + j, vr[j * n + i], 0);
+        continue;
+      }
+      for (int64_t i = 0; i < n; i++) {   /* a pair: vr_j +- i vr_j+1 */
+        double re = vr[j * n + i], im = vr[(j + 1) * n + i];
+        put_c(out, b * n * n + i * n + j, re, im);
+        put_c(out, b * n * n + i * n + j + 1, re, -im);
+      }
+      j++;
+    }
+  }
+  free(buf);
+  free(work);
+  of_tensor_release(m.dense);
+  if (st != OF_OK) {
+    for (int32_t j = 0; j < 2; j++) of_tensor_release(res[j]);
+    return st;
+  }
+  *l = res[0];
+  if (v) *v = res[1];
+  return OF_OK;
+}
+
+of_status of_linalg_eig(of_tensor *a, of_tensor **l, of_tensor **v) {
+  return eig_kernel(v ? "eig" : "eigvals", a, l, v);
 }
 
 /* ---- lu_factor (dgetrf) and ldl_factor / ldl_solve (dsytrf / dsytrs) ----

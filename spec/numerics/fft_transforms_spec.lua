@@ -101,6 +101,14 @@ describe('flow.fft transforms', function()
     H.close(flat(flow.view_as_real(z:clone())), {1, 3, -2, 4, 0.5, -1})
     H.close(flat(flow.view_as_real(flow.tensor({1, 2}, f64):to(flow.cdouble))), {1, 0, 2, 0})
     assert.is_true(z:eq(z:clone()):all():item())
+    -- fill_ / zeros / full write both parts of each element (complex128: 16 bytes)
+    for _, dt in ipairs({flow.complex128, flow.complex64}) do
+      local zf = z:to(dt):clone()
+      zf:fill_(2)
+      H.close(flat(flow.view_as_real(zf)), {2, 0, 2, 0, 2, 0})
+      H.close(flat(flow.view_as_real(flow.full({2}, -1, {dtype = dt}))), {-1, 0, -1, 0})
+      H.close(flat(flow.view_as_real(flow.zeros(2, {dtype = dt}))), {0, 0, 0, 0})
+    end
     assert.is_true(tostring(z):find('1.0000+3.0000j', 1, true) ~= nil)
     -- gradient of |z w|^2 w.r.t. z: PyTorch's dL/dre + i dL/dim = 2 z |w|^2
     local zz = z:detach():requires_grad_(true)

@@ -370,6 +370,11 @@ of_status of_linalg_svdvals(of_tensor *a, of_tensor **out);
  * of symmetric A; reads the upper (upper != 0) or lower triangle; v NULL:
  * eigenvalues only (eigvalsh) */
 of_status of_linalg_eigh(of_tensor *a, int32_t upper, of_tensor **l, of_tensor **v);
+/* eigenvalues L (..., n) and eigenvectors V (..., n, n) (unit columns) of a
+ * general real A, both complex (complex64 for float32 A, complex128 for
+ * float64), in LAPACK dgeev's order; non-finite A fails; v NULL: eigenvalues
+ * only (eigvals). No autograd (flow.linalg.eig adds torch's rule in Lua). */
+of_status of_linalg_eig(of_tensor *a, of_tensor **l, of_tensor **v);
 /* A = QR; mode 0 reduced, 1 complete, 2 r (q: an empty tensor) */
 of_status of_linalg_qr(of_tensor *a, int32_t mode, of_tensor **q, of_tensor **r);
 /* A = U diag(S) Vh; full != 0: U (..., m, m), Vh (..., n, n), else thin */

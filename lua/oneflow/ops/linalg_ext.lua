@@ -11,6 +11,8 @@
 --   flow.linalg.inv(A), det(A), slogdet(A) -> sign, logabsdet
 --   flow.linalg.solve(A, B, {left = true}), cholesky(A, {upper = false}), svdvals(A)
 --   flow.linalg.eigh(A, {UPLO = 'L'}) -> L, V; eigvalsh(A, {UPLO = 'L'})
+--   flow.linalg.eig(A) -> L, V; eigvals(A)   complex results (complex64 /
+--     complex128) of real A; torch's backward for phase-invariant losses
 --   flow.linalg.qr(A, {mode = 'reduced'}) -> Q, R
 --   flow.linalg.svd(A, {full_matrices = true}) -> U, S, Vh
 --   flow.linalg.pinv(A, {atol =, rtol =, hermitian = false})
@@ -1267,6 +1269,124 @@ function linalg.polar(A)
     end
   end
   return F.apply(A, {U = U, H = H, Vh = Vh, S = S, A = A:detach()})
+end
+
+------------------------------------------------------------------ eig, eigvals
+-- LAPACK's dgeev (core/ops/linalg_ext.c) gives complex L, V; torch's
+-- linalg_eig_backward (real A) is recorded here with a custom Function. Flow
+-- has no complex matmul or solve, so the rule works on (re, im) pairs of real
+-- tensors: a complex product is four real matmuls, a complex solve one real
+-- solve of the 2n x 2n system [[Mr, -Mi], [Mi, Mr]].
+local function cparts(z)
+  local r = T.flow.view_as_real(z:contiguous())
+  return r:select(-1, 1), r:select(-1, 2)
+end
+
+local function cmm(ar, ai, br, bi)   -- (ar + i ai)(br + i bi)
+  return ar:matmul(br) - ai:matmul(bi), ar:matmul(bi) + ai:matmul(br)
+end
+
+local function cdiv(ar, ai, br, bi)   -- elementwise (ar + i ai) / (br + i bi)
+  local den = br * br + bi * bi
+  return (ar * br + ai * bi) / den, (ai * br - ar * bi) / den
+end
+
+local function diag_of(x) return x:diagonal(0, -2, -1) end
+
+local function diag_mat(d)   -- (..., n) -> (..., n, n)
+  local n = d:size(-1)
+  return d:unsqueeze(-1) * T.flow.eye(n, {dtype = d.dtype})
+end
+
+-- torch's linalg_eig_backward for real A (is_hermitian = false):
+--   gV: W = V^H gV, W = W - V^H V diag(Re(diag(W))) (the unit-norm
+--       normalisation), W_ij / E_ij off the diagonal with
+--       E_ij = conj(L_j) - conj(L_i) (1 on the diagonal); + diag(gL)
+--   gA = Re(V^-H (W V^H))
+-- A loss that depends on the eigenvectors' phases (Im diag(V^H gV) not ~0)
+-- raises, with torch's message.
+local function eig_backward(f, gL, gV)
+  local Vr, Vi = cparts(f.V)
+  local Hr, Hi = mT(Vr), -mT(Vi)   -- V^H
+  local Wr, Wi
+  if gV then
+    local gr, gi = cparts(gV)
+    Wr, Wi = cmm(Hr, Hi, gr, gi)
+    local dim = diag_of(Wi)
+    if dim:numel() > 0 and dim:abs():max():item() > 1e-2 then
+      error('linalg.eig: linalg_eig_backward: The eigenvectors in the complex case are specified up to '
+        .. 'multiplication by e^{i phi}. The specified loss function depends on this quantity, so it is '
+        .. 'ill-defined.', 0)
+    end
+    local dre = diag_of(Wr):unsqueeze(-2)
+    local pr, pi = cmm(Hr, Hi, Vr * dre, Vi * dre)
+    Wr, Wi = Wr - pr, Wi - pi
+    local Lr, Li = cparts(f.L)
+    local n = Lr:size(-1)
+    local Er = Lr:unsqueeze(-2) - Lr:unsqueeze(-1) + T.flow.eye(n, {dtype = Lr.dtype})
+    local Ei = Li:unsqueeze(-1) - Li:unsqueeze(-2)   -- Im(conj(L_j) - conj(L_i))
+    Wr, Wi = cdiv(Wr, Wi, Er, Ei)
+  end
+  if gL then
+    local lr, li = cparts(gL)
+    if Wr then
+      Wr, Wi = Wr + diag_mat(lr), Wi + diag_mat(li)
+    else
+      Wr, Wi = diag_mat(lr), diag_mat(li)
+    end
+  end
+  local Pr, Pi = cmm(Wr, Wi, Hr, Hi)
+  -- V^H X = P as [[Hr, -Hi], [Hi, Hr]] [Xr; Xi] = [Pr; Pi]; gA = Xr
+  local cat = T.flow.cat
+  local M = cat({cat({Hr, -Hi}, -1), cat({Hi, Hr}, -1)}, -2)
+  local X = linalg.solve(M, cat({Pr, Pi}, -2))
+  return X:narrow(-2, 1, Hr:size(-1)):contiguous()
+end
+
+local function eig_parts(op, A, o, vectors)
+  check_kernel_input(op, A)
+  checked(op, o, {})
+  if o ~= nil and not is_options(o) then
+    error(('linalg.%s: expected an options table, got %s'):format(op, type(o)), 3)
+  end
+  local grad = needs_grad(A)
+  local a = A:detach()   -- in a local: the sweep may release a temporary's handle
+  if C.of_linalg_eig(a.p, out1, (vectors or grad) and out2 or nil) ~= 0 then raise(3) end
+  local L = wrap(out1[0])
+  local V = (vectors or grad) and wrap(out2[0]) or nil
+  if not grad then return L, V end
+  local F = fn_class(vectors and 'LinalgEig' or 'LinalgEigvals')
+  if not F.forward then
+    function F.forward(ctx, _, f)
+      ctx.f = f
+      if f.vectors then return f.L:clone(), f.V:clone() end
+      return f.L:clone()
+    end
+    function F.backward(ctx, gL, gV)
+      -- the rule uses the forward's L and V as constants: refused (as svdvals)
+      no_double_backward(ctx.f.vectors and 'eig' or 'eigvals')
+      if not gL and not gV then return nil end
+      return eig_backward(ctx.f, gL, ctx.f.vectors and gV or nil)
+    end
+  end
+  return F.apply(A, {L = L, V = V, vectors = vectors})
+end
+
+--- linalg.eig(A) -> L, V: the eigenvalues (..., n) and right eigenvectors
+-- (..., n, n) (the columns, A V = V diag(L)) of the real square matrices A,
+-- complex64 for float32 A and complex128 for float64 (LAPACK dgeev, as
+-- torch: its order, a conjugate pair with the positive imaginary part first,
+-- each column of unit norm with its largest component real). Eigenvectors
+-- are unique only up to a complex phase: differentiable (torch's rule) for
+-- losses that do not depend on it; A with NaN or inf raises.
+function linalg.eig(A, o)
+  return eig_parts('eig', A, o, true)
+end
+
+--- linalg.eigvals(A): the eigenvalues of eig only (complex, (..., n)).
+-- Gradient: Re(V^-H diag(gL) V^H).
+function linalg.eigvals(A, o)
+  return (eig_parts('eigvals', A, o, false))
 end
 
 T.flow.linalg = linalg
