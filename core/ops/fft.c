@@ -565,12 +565,16 @@ static of_status c2c_axis(cpx *data, axis_t ax, bool inverse) {
   return failed ? of_fail(OF_ERR_OOM, "fft: out of memory (workspace)") : OF_OK;
 }
 
-/* real [.., n, ..] -> complex [.., n/2+1, ..] along one axis (contiguous) */
-static of_status r2c_axis(const double *in, cpx *out, axis_t ax) {
+/* One real transform along one axis (contiguous), blocks of BLOCK lines
+ * gathered into a workspace: forward (rfft) real [.., n, ..] -> complex
+ * [.., n/2+1, ..]; backward (irfft) complex [.., n/2+1, ..] -> real
+ * [.., n, ..] (ax.len = n, the real length, both ways). */
+static of_status real_axis(const void *in, void *out, axis_t ax, int forward) {
+  const char *op = forward ? "rfft" : "irfft";
   int64_t n = ax.len, h1 = n / 2 + 1;
   if (ax.outer * ax.inner == 0) return OF_OK;
   const plan *rp = get_plan(n, 1);
-  if (!rp) return of_fail(OF_ERR_OOM, "rfft: out of memory planning size %lld", (long long)n);
+  if (!rp) return of_fail(OF_ERR_OOM, "%s: out of memory planning size %lld", op, (long long)n);
   int64_t ws = workspace_of(rp);
   int64_t blocks_per = (ax.inner + BLOCK - 1) / BLOCK, nblocks = ax.outer * blocks_per;
   int32_t nt = threads_for(n * ax.outer * ax.inner);
@@ -585,50 +589,27 @@ static of_status r2c_axis(const double *in, cpx *out, axis_t ax) {
       cpx *spec = (cpx *)(line + n * BLOCK), *work = spec + h1 * BLOCK;
       int64_t o = b / blocks_per, i0 = (b % blocks_per) * BLOCK;
       int64_t nb = ax.inner - i0 < BLOCK ? ax.inner - i0 : BLOCK;
-      const double *src = in + o * n * ax.inner + i0;
-      cpx *dst = out + o * h1 * ax.inner + i0;
-      for (int64_t l = 0; l < n; l++)
-        for (int64_t j = 0; j < nb; j++) line[j * n + l] = src[l * ax.inner + j];
-      for (int64_t j = 0; j < nb; j++) rfft_line(rp, line + j * n, spec + j * h1, work);
-      for (int64_t l = 0; l < h1; l++)
-        for (int64_t j = 0; j < nb; j++) dst[l * ax.inner + j] = spec[j * h1 + l];
+      if (forward) {
+        const double *src = (const double *)in + o * n * ax.inner + i0;
+        cpx *dst = (cpx *)out + o * h1 * ax.inner + i0;
+        for (int64_t l = 0; l < n; l++)
+          for (int64_t j = 0; j < nb; j++) line[j * n + l] = src[l * ax.inner + j];
+        for (int64_t j = 0; j < nb; j++) rfft_line(rp, line + j * n, spec + j * h1, work);
+        for (int64_t l = 0; l < h1; l++)
+          for (int64_t j = 0; j < nb; j++) dst[l * ax.inner + j] = spec[j * h1 + l];
+      } else {
+        const cpx *src = (const cpx *)in + o * h1 * ax.inner + i0;
+        double *dst = (double *)out + o * n * ax.inner + i0;
+        for (int64_t l = 0; l < h1; l++)
+          for (int64_t j = 0; j < nb; j++) spec[j * h1 + l] = src[l * ax.inner + j];
+        for (int64_t j = 0; j < nb; j++) irfft_line(rp, spec + j * h1, line + j * n, work);
+        for (int64_t l = 0; l < n; l++)
+          for (int64_t j = 0; j < nb; j++) dst[l * ax.inner + j] = line[j * n + l];
+      }
     }
     free(line);
   }
-  return failed ? of_fail(OF_ERR_OOM, "rfft: out of memory (workspace)") : OF_OK;
-}
-
-/* complex [.., n/2+1, ..] -> real [.., n, ..] along one axis */
-static of_status c2r_axis(const cpx *in, double *out, axis_t ax /* len = n (output) */) {
-  int64_t n = ax.len, h1 = n / 2 + 1;
-  if (ax.outer * ax.inner == 0) return OF_OK;
-  const plan *rp = get_plan(n, 1);
-  if (!rp) return of_fail(OF_ERR_OOM, "irfft: out of memory planning size %lld", (long long)n);
-  int64_t ws = workspace_of(rp);
-  int64_t blocks_per = (ax.inner + BLOCK - 1) / BLOCK, nblocks = ax.outer * blocks_per;
-  int32_t nt = threads_for(n * ax.outer * ax.inner);
-  int failed = 0;
-#pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : failed)
-  {
-    double *line = malloc(sizeof(double) * (size_t)(n * BLOCK) + sizeof(cpx) * (size_t)(h1 * BLOCK + ws));
-    if (!line) failed = 1;
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < nblocks; b++) {
-      if (!line) continue;
-      cpx *spec = (cpx *)(line + n * BLOCK), *work = spec + h1 * BLOCK;
-      int64_t o = b / blocks_per, i0 = (b % blocks_per) * BLOCK;
-      int64_t nb = ax.inner - i0 < BLOCK ? ax.inner - i0 : BLOCK;
-      const cpx *src = in + o * h1 * ax.inner + i0;
-      double *dst = out + o * n * ax.inner + i0;
-      for (int64_t l = 0; l < h1; l++)
-        for (int64_t j = 0; j < nb; j++) spec[j * h1 + l] = src[l * ax.inner + j];
-      for (int64_t j = 0; j < nb; j++) irfft_line(rp, spec + j * h1, line + j * n, work);
-      for (int64_t l = 0; l < n; l++)
-        for (int64_t j = 0; j < nb; j++) dst[l * ax.inner + j] = line[j * n + l];
-    }
-    free(line);
-  }
-  return failed ? of_fail(OF_ERR_OOM, "irfft: out of memory (workspace)") : OF_OK;
+  return failed ? of_fail(OF_ERR_OOM, "%s: out of memory (workspace)", op) : OF_OK;
 }
 
 static void scale_buf(double *v, int64_t n, double s) {
@@ -706,8 +687,7 @@ static of_status fft_cpu(int32_t kind, of_tensor *x, const int32_t *d, int32_t n
   } else if (kind == 1) {
     st = of_tensor_new(oshape, x->ndim, OF_COMPLEX128, OF_CPU, &work);
     if (st == OF_OK)
-      st = r2c_axis((const double *)of_ptr(in), (cpx *)of_ptr(work),
-                    axis_of(in->shape, in->ndim, last));
+      st = real_axis(of_ptr(in), of_ptr(work), axis_of(in->shape, in->ndim, last), 1);
     for (int32_t i = 0; st == OF_OK && i + 1 < ndims; i++)
       st = c2c_axis((cpx *)of_ptr(work), axis_of(oshape, x->ndim, d[i]), false);
     if (st == OF_OK) scale_buf((double *)of_ptr(work), 2 * work->numel, norm_scale(norm, N));
@@ -721,8 +701,7 @@ static of_status fft_cpu(int32_t kind, of_tensor *x, const int32_t *d, int32_t n
       st = c2c_axis((cpx *)of_ptr(in), axis_of(in->shape, in->ndim, d[i]), true);
     if (st == OF_OK) st = of_tensor_new(oshape, x->ndim, OF_FLOAT64, OF_CPU, &work);
     if (st == OF_OK)
-      st = c2r_axis((const cpx *)of_ptr(in), (double *)of_ptr(work),
-                    axis_of(oshape, x->ndim, last));
+      st = real_axis(of_ptr(in), of_ptr(work), axis_of(oshape, x->ndim, last), 0);
     if (st == OF_OK) scale_buf((double *)of_ptr(work), work->numel, norm_scale(norm, N));
   }
   of_tensor_release(in);
