@@ -130,6 +130,18 @@ static of_status scratch_new(const char *op, int64_t n, int64_t extra, scratch *
   return OF_OK;
 }
 
+/* Hands a kernel's two results to the caller (b may be NULL: not wanted),
+ * or releases both when st is an error. */
+static of_status give_pair(of_status st, of_tensor *res[2], of_tensor **a, of_tensor **b) {
+  if (st != OF_OK) {
+    for (int32_t j = 0; j < 2; j++) of_tensor_release(res[j]);
+    return st;
+  }
+  *a = res[0];
+  if (b) *b = res[1];
+  return OF_OK;
+}
+
 static void scratch_free(scratch *s) {
   free(s->a);
   free(s->work);
@@ -699,13 +711,7 @@ static of_status eigh_kernel(const char *op, of_tensor *a, int32_t upper, of_ten
   free(work);
   free(iwork);
   of_tensor_release(m.dense);
-  if (st != OF_OK) {
-    for (int32_t j = 0; j < 2; j++) of_tensor_release(res[j]);
-    return st;
-  }
-  *l = res[0];
-  if (v) *v = res[1];
-  return OF_OK;
+  return give_pair(st, res, l, v);
 }
 
 /* ---- qr: A (..., m, n) -> Q (..., m, c), R (..., c, n); mode 0 reduced
@@ -760,13 +766,7 @@ static of_status qr_kernel(of_tensor *a, int32_t mode, of_tensor **q, of_tensor 
   free(buf);
   free(work);
   of_tensor_release(m.dense);
-  if (st != OF_OK) {
-    for (int32_t j = 0; j < 2; j++) of_tensor_release(res[j]);
-    return st;
-  }
-  *q = res[0];
-  *r = res[1];
-  return OF_OK;
+  return give_pair(st, res, q, r);
 }
 
 /* ---- backward helpers ---- */
@@ -1087,13 +1087,7 @@ static of_status eig_kernel(const char *op, of_tensor *a, of_tensor **l, of_tens
   free(buf);
   free(work);
   of_tensor_release(m.dense);
-  if (st != OF_OK) {
-    for (int32_t j = 0; j < 2; j++) of_tensor_release(res[j]);
-    return st;
-  }
-  *l = res[0];
-  if (v) *v = res[1];
-  return OF_OK;
+  return give_pair(st, res, l, v);
 }
 
 of_status of_linalg_eig(of_tensor *a, of_tensor **l, of_tensor **v) {
