@@ -201,6 +201,22 @@ describe('saved graphs: attribute ranges of every op kind', function()
     if row.attr_size ~= 0 and not row.flags.collective then rows[#rows + 1] = row end
   end
 
+  local recs = {}
+  for _, r in ipairs(rows) do recs[r.name] = r.attrs end
+  -- loads a one-node graph of op with these record fields (pcall's results)
+  local function load_node(op, fields, ins, outs)
+    write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
+    return pcall(flow.nn.Graph.load, path)
+  end
+  -- refused(want, ...): load(...) fails with an error containing want
+  local function refuser(load)
+    return function(want, ...)
+      local ok, err = load(...)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+  end
+
   it('has a case (or a reason) for every op with an attribute record', function()
     local missing = {}
     for _, row in ipairs(rows) do
@@ -236,12 +252,7 @@ describe('saved graphs: attribute ranges of every op kind', function()
   end)
 
   it('re-infers results at load with the op\'s own function where it has one (binary)', function()
-    local row
-    for _, r in ipairs(rows) do if r.name == 'binary' then row = r end end
-    local function load(ins, outs, op)
-      write(path, B.graph('binary', B.record(ROOT, row.attrs, {op = op or 0}), ins, outs))
-      return pcall(flow.nn.Graph.load, path)
-    end
+    local function load(ins, outs, op) return load_node('binary', {op = op or 0}, ins, outs) end
     assert.is_true((load({X, {{4}}}, {X})))                                      -- broadcast
     assert.is_true((load({X, {{4}, 'int64'}}, {X})))                             -- promotion
     local ok, err = load({X, {{5}}}, {X})
@@ -265,12 +276,7 @@ describe('saved graphs: attribute ranges of every op kind', function()
   end)
 
   it('re-infers binary_scalar results: the scalar\'s dtype, reversed operands', function()
-    local row
-    for _, r in ipairs(rows) do if r.name == 'binary_scalar' then row = r end end
-    local function load(ins, outs, fields)
-      write(path, B.graph('binary_scalar', B.record(ROOT, row.attrs, fields), ins, outs))
-      return pcall(flow.nn.Graph.load, path)
-    end
+    local function load(ins, outs, fields) return load_node('binary_scalar', fields, ins, outs) end
     local L2 = {{2}, 'int64'}
     assert.is_true((load({L2}, {L2}, {op = 2, s = 3})))                          -- int64 * 3
     assert.is_true((load({L2}, {{{2}}}, {op = 2, s = 0.5})))                     -- int64 * 0.5: float32
@@ -284,24 +290,15 @@ describe('saved graphs: attribute ranges of every op kind', function()
     assert.truthy(tostring(err):find('is recorded as [2,3] float32, its inputs give [2,3,4,4] float32',
                                      1, true), tostring(err))
     -- the result the graph then computes is the eager one
-    write(path, B.graph('binary_scalar', B.record(ROOT, row.attrs, {op = 1, s = 10, reverse = 1}),
+    write(path, B.graph('binary_scalar', B.record(ROOT, recs.binary_scalar, {op = 1, s = 10, reverse = 1}),
                         {{{3}}}, {{{3}}}))
     local g = flow.nn.Graph.load(path)
     assert.are.same({9, 8, 7}, g(flow.tensor({1, 2, 3})):totable())
   end)
 
   it('re-infers unary results: the dtype each op gives, the dtypes it refuses', function()
-    local row
-    for _, r in ipairs(rows) do if r.name == 'unary' then row = r end end
-    local function load(op, ins, outs)
-      write(path, B.graph('unary', B.record(ROOT, row.attrs, {op = op}), ins, outs))
-      return pcall(flow.nn.Graph.load, path)
-    end
-    local function refused(want, ...)
-      local ok, err = load(...)
-      assert.is_false(ok)
-      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
-    end
+    local function load(op, ins, outs) return load_node('unary', {op = op}, ins, outs) end
+    local refused = refuser(load)
     local L2, F2, B2 = {{2}, 'int64'}, {{2}}, {{2}, 'bool'}
     assert.is_true((load(11, {X}, {X})))                    -- relu
     assert.is_true((load(4, {L2}, {F2})))                   -- sqrt of int64: float32
@@ -312,24 +309,15 @@ describe('saved graphs: attribute ranges of every op kind', function()
     refused('result %1 is recorded as [3] float32, its inputs give [2] float32', 11, {F2}, {{{3}}})
     refused('node 1 (unary): the recorded inputs do not fit: neg: negation of a bool tensor', 0, {B2}, {B2})
     refused('the recorded inputs do not fit: bitwise_not: not supported for dtype float32', 38, {F2}, {F2})
-    write(path, B.graph('unary', B.record(ROOT, row.attrs, {op = 4}), {L2}, {F2}))
+    write(path, B.graph('unary', B.record(ROOT, recs.unary, {op = 4}), {L2}, {F2}))
     local g = flow.nn.Graph.load(path)
     local x = flow.tensor({4, 9}, {dtype = flow.int64})
     assert.are.same(flow.sqrt(x):totable(), g(x):totable())
   end)
 
   it('re-infers view, reshape and expand results from the record and the input shape', function()
-    local recs = {}
-    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
-    local function load(op, shape, ins, outs)
-      write(path, B.graph(op, B.record(ROOT, recs[op], {ndim = #shape, shape = shape}), ins, outs))
-      return pcall(flow.nn.Graph.load, path)
-    end
-    local function refused(want, ...)
-      local ok, err = load(...)
-      assert.is_false(ok)
-      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
-    end
+    local function load(op, shape, ins, outs) return load_node(op, {ndim = #shape, shape = shape}, ins, outs) end
+    local refused = refuser(load)
     assert.is_true((load('view', {-1, 16}, {X}, {{{6, 16}}})))
     assert.is_true((load('reshape', {6, -1}, {{{2, 3, 4, 4}, 'int64'}}, {{{6, 16}, 'int64'}})))
     assert.is_true((load('expand', {3, -1}, {{{1, 4}}}, {{{3, 4}}})))
@@ -348,17 +336,8 @@ describe('saved graphs: attribute ranges of every op kind', function()
   end)
 
   it('re-infers transpose, permute and flatten results', function()
-    local recs = {}
-    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
-    local function load(op, fields, ins, outs)
-      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
-      return pcall(flow.nn.Graph.load, path)
-    end
-    local function refused(want, ...)
-      local ok, err = load(...)
-      assert.is_false(ok)
-      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
-    end
+    local load = load_node
+    local refused = refuser(load)
     local X2 = {{2, 3, 4, 5}}
     assert.is_true((load('transpose', {a = 0, b = 3}, {X2}, {{{5, 3, 4, 2}}})))
     assert.is_true((load('permute', {n = 4, dims = {3, 2, 0, 1}}, {X2}, {{{5, 4, 2, 3}}})))
@@ -376,17 +355,8 @@ describe('saved graphs: attribute ranges of every op kind', function()
   end)
 
   it('re-infers narrow, slice, select, unsqueeze, squeeze, contiguous, clone, detach and to results', function()
-    local recs = {}
-    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
-    local function load(op, fields, ins, outs)
-      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
-      return pcall(flow.nn.Graph.load, path)
-    end
-    local function refused(want, ...)
-      local ok, err = load(...)
-      assert.is_false(ok)
-      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
-    end
+    local load = load_node
+    local refused = refuser(load)
     local X2 = {{2, 3, 4, 5}}
     -- valid records load: the results their bodies give
     assert.is_true((load('narrow', {dim = 3, a = 1, b = 3}, {X2}, {{{2, 3, 4, 3}}})))
@@ -426,17 +396,8 @@ describe('saved graphs: attribute ranges of every op kind', function()
   end)
 
   it('re-infers batch, instance, group, layer and rms norm results and checks their parameters', function()
-    local recs = {}
-    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
-    local function load(op, fields, ins, outs)
-      write(path, B.graph(op, B.record(ROOT, recs[op], merge({eps = 1e-5}, fields)), ins, outs))
-      return pcall(flow.nn.Graph.load, path)
-    end
-    local function refused(want, ...)
-      local ok, err = load(...)
-      assert.is_false(ok)
-      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
-    end
+    local function load(op, fields, ins, outs) return load_node(op, merge({eps = 1e-5}, fields), ins, outs) end
+    local refused = refuser(load)
     local C3, no = {{3}}, false
     assert.is_true((load('batch_norm', {}, {X, C3, C3, C3, C3}, {X})))
     assert.is_true((load('instance_norm', {flag = 1}, {X, no, no, C3, no}, {X})))
@@ -471,17 +432,8 @@ describe('saved graphs: attribute ranges of every op kind', function()
   end)
 
   it('re-infers clamp, leaky_relu, where and masked_fill results', function()
-    local recs = {}
-    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
-    local function load(op, fields, ins, outs)
-      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
-      return pcall(flow.nn.Graph.load, path)
-    end
-    local function refused(want, ...)
-      local ok, err = load(...)
-      assert.is_false(ok)
-      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
-    end
+    local load = load_node
+    local refused = refuser(load)
     local L2, M = {{2}, 'int64'}, {{4}, 'bool'}
     assert.is_true((load('clamp', {has_lo = 1, lo = 0}, {L2}, {L2})))
     assert.is_true((load('clamp', {has_hi = 1, hi = 0.5}, {L2}, {{{2}}})))       -- a fractional bound: float32
@@ -514,17 +466,8 @@ describe('saved graphs: attribute ranges of every op kind', function()
   end)
 
   it('re-infers reduce results: the kept dims, sums of integers in int64, mean of integers refused', function()
-    local recs = {}
-    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
-    local function load(fields, ins, outs)
-      write(path, B.graph('reduce', B.record(ROOT, recs.reduce, merge({dtype = -1}, fields)), ins, outs))
-      return pcall(flow.nn.Graph.load, path)
-    end
-    local function refused(want, ...)
-      local ok, err = load(...)
-      assert.is_false(ok)
-      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
-    end
+    local function load(fields, ins, outs) return load_node('reduce', merge({dtype = -1}, fields), ins, outs) end
+    local refused = refuser(load)
     local SUM, MEAN = flow._C.C.OF_RED_SUM, flow._C.C.OF_RED_MEAN
     assert.is_true((load({op = SUM, ndims = 1, dims = {1}}, {X}, {{{2, 4, 4}}})))
     assert.is_true((load({op = SUM, ndims = 2, dims = {1, -1}, keepdim = 1}, {X}, {{{2, 1, 4, 1}}})))
@@ -545,17 +488,8 @@ describe('saved graphs: attribute ranges of every op kind', function()
   end)
 
   it('re-infers tril / triu, flip, roll and repeat results', function()
-    local recs = {}
-    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
-    local function load(op, fields, ins, outs)
-      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
-      return pcall(flow.nn.Graph.load, path)
-    end
-    local function refused(want, ...)
-      local ok, err = load(...)
-      assert.is_false(ok)
-      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
-    end
+    local load = load_node
+    local refused = refuser(load)
     assert.is_true((load('tri', {k = 1, upper = 1}, {X}, {X})))
     assert.is_true((load('flip', {n = 1, dims = {2}}, {I64}, {I64})))
     assert.is_true((load('roll', {n = 1, shifts = {1}, dims = {0}}, {X}, {X})))
@@ -577,17 +511,8 @@ describe('saved graphs: attribute ranges of every op kind', function()
   end)
 
   it('checks sgd_update and adam_update operands at load: the parameter, grad, buffers and hyper', function()
-    local recs = {}
-    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
-    local function load(op, fields, ins)
-      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, {}))
-      return pcall(flow.nn.Graph.load, path)
-    end
-    local function refused(want, ...)
-      local ok, err = load(...)
-      assert.is_false(ok)
-      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
-    end
+    local function load(op, fields, ins) return load_node(op, fields, ins, {}) end
+    local refused = refuser(load)
     local H, no, W = {{2}, 'float64'}, false, {{4, 3}}
     local adam = {beta1 = 0.9, beta2 = 0.999, eps = 1e-8}
     assert.is_true((load('sgd_update', {momentum = 0.9}, {W, W, W, H})))
@@ -607,17 +532,8 @@ describe('saved graphs: attribute ranges of every op kind', function()
   end)
 
   it('re-infers softmax and cumsum / cumprod results: floating inputs, integer sums in int64', function()
-    local recs = {}
-    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
-    local function load(op, fields, ins, outs)
-      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
-      return pcall(flow.nn.Graph.load, path)
-    end
-    local function refused(want, ...)
-      local ok, err = load(...)
-      assert.is_false(ok)
-      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
-    end
+    local load = load_node
+    local refused = refuser(load)
     local I32 = {{2, 3}, 'int32'}
     assert.is_true((load('softmax', {dim = 1, flag = 1}, {X}, {X})))               -- log_softmax
     assert.is_true((load('cumulative', {dim = 1}, {I32}, {{{2, 3}, 'int64'}})))    -- cumsum of int32: int64
@@ -634,17 +550,8 @@ describe('saved graphs: attribute ranges of every op kind', function()
   end)
 
   it('re-infers matmul, mm, bmm and addmm results: ranks, dtypes, inner dims, batch broadcast', function()
-    local recs = {}
-    for _, r in ipairs(rows) do recs[r.name] = r.attrs end
-    local function load(op, ins, outs, fields)
-      write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
-      return pcall(flow.nn.Graph.load, path)
-    end
-    local function refused(want, ...)
-      local ok, err = load(...)
-      assert.is_false(ok)
-      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
-    end
+    local function load(op, ins, outs, fields) return load_node(op, fields, ins, outs) end
+    local refused = refuser(load)
     local A34, B45 = {{3, 4}}, {{4, 5}}
     assert.is_true((load('matmul', {A34, B45}, {{{3, 5}}})))
     assert.is_true((load('matmul', {{{4}}, B45}, {{{5}}})))                        -- vector @ matrix
@@ -684,9 +591,7 @@ describe('saved graphs: attribute ranges of every op kind', function()
     local msg = ffi.string(C.of_last_error())
     assert.truthy(msg:find('node 1 (softmax): attrs.dim: 9 is out of range for a 4-d input', 1, true), msg)
     -- and the results re-inferred at load
-    local mm
-    for _, r in ipairs(rows) do if r.name == 'matmul' then mm = r end end
-    write(path, B.graph('matmul', B.record(ROOT, mm.attrs, {}), {{{3, 4}}, {{4, 5}}}, {{{3, 4}}}))
+    write(path, B.graph('matmul', B.record(ROOT, recs.matmul, {}), {{{3, 4}}, {{4, 5}}}, {{{3, 4}}}))
     assert.are_not.equal(0, C.of_graph_load(path, g))
     msg = ffi.string(C.of_last_error())
     assert.truthy(msg:find('node 1 (matmul): result %2 is recorded as [3,4] float32, its inputs give [3,5] float32',
