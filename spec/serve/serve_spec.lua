@@ -340,17 +340,25 @@ describe('flow-serve', function()
     assert.is_truthy(metrics:find('nv_inference_request_failure{model="mlp",version="2"} %d+'))
   end)
 
-  it('merges concurrent requests into batches (dynamic batching)', function()
-    local xs, cmds = {}, {}
-    for i = 1, 4 do
+  -- n single-row requests to model at once (curl in the background);
+  -- returns their inputs and decoded answers, in order
+  local function concurrent_rows(model, n, tag)
+    local xs, cmds, answers = {}, {}, {}
+    for i = 1, n do
       xs[i] = flow.randn(1, 16)
-      write(('%s/b%d.json'):format(dir, i), infer_body('x', {1, 16}, flat(xs[i])))
-      cmds[i] = ("curl -s -o %s/o%d.json -X POST --data-binary @%s/b%d.json %s/v2/models/mlp_batched/infer &")
-                :format(dir, i, dir, i, url)
+      write(('%s/%s%d.json'):format(dir, tag, i), infer_body('x', {1, 16}, flat(xs[i])))
+      cmds[i] = ("curl -s -o %s/%so%d.json -X POST --data-binary @%s/%s%d.json %s/v2/models/%s/infer &")
+                :format(dir, tag, i, dir, tag, i, url, model)
     end
     os.execute(table.concat(cmds, ' ') .. ' wait')
+    for i = 1, n do answers[i] = json.decode(read(('%s/%so%d.json'):format(dir, tag, i))) end
+    return xs, answers
+  end
+
+  it('merges concurrent requests into batches (dynamic batching)', function()
+    local xs, answers = concurrent_rows('mlp_batched', 4, 'b')
     for i = 1, 4 do
-      local r = json.decode(read(('%s/o%d.json'):format(dir, i)))
+      local r = answers[i]
       H.close(flow.tensor(r.outputs[1].data, {dtype = flow.float32}), g2(xs[i]), 1e-6)
     end
     local metrics = select(2, http('GET', '/metrics'))
@@ -391,16 +399,9 @@ describe('flow-serve', function()
   end)
 
   it('runs a merged batch of no compiled size as exact parts (3 rows: 2 + 1), not padded', function()
-    local xs, cmds = {}, {}
+    local xs, answers = concurrent_rows('mlp_split', 3, 's')
     for i = 1, 3 do
-      xs[i] = flow.randn(1, 16)
-      write(('%s/s%d.json'):format(dir, i), infer_body('x', {1, 16}, flat(xs[i])))
-      cmds[i] = ("curl -s -o %s/so%d.json -X POST --data-binary @%s/s%d.json %s/v2/models/mlp_split/infer &")
-                :format(dir, i, dir, i, url)
-    end
-    os.execute(table.concat(cmds, ' ') .. ' wait')
-    for i = 1, 3 do
-      local r = json.decode(read(('%s/so%d.json'):format(dir, i)))
+      local r = answers[i]
       -- exactly the batch-1 or batch-2 graph's rows
       local got = flow.tensor(r.outputs[1].data, {dtype = flow.float32})
       H.close(got, g2(xs[i]), 1e-6)
