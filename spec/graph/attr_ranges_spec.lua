@@ -204,18 +204,8 @@ describe('saved graphs: attribute ranges of every op kind', function()
   local recs = {}
   for _, r in ipairs(rows) do recs[r.name] = r.attrs end
   -- loads a one-node graph of op with these record fields (pcall's results)
-  local function load_node(op, fields, ins, outs)
-    write(path, B.graph(op, B.record(ROOT, recs[op], fields), ins, outs))
-    return pcall(flow.nn.Graph.load, path)
-  end
-  -- refused(want, ...): load(...) fails with an error containing want
-  local function refuser(load)
-    return function(want, ...)
-      local ok, err = load(...)
-      assert.is_false(ok)
-      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
-    end
-  end
+  local load_node = B.loader(ROOT, path)
+  local refuser = B.refuser
 
   it('has a case (or a reason) for every op with an attribute record', function()
     local missing = {}

@@ -116,4 +116,29 @@ function M.graph(op, attrs, ins, outs)
   return pack('uint64_t', #header) .. header .. ir
 end
 
+-- loader(root, path): load_node(op, fields, ins, outs) writes a one-node
+-- graph of op, its record made of these fields, to path and loads it with
+-- flow.nn.Graph.load (pcall's results)
+function M.loader(root, path)
+  local flow = require 'oneflow'
+  local recs = {}
+  for _, r in ipairs(flow._C.op_schema()) do recs[r.name] = r.attrs end
+  return function(op, fields, ins, outs)
+    local f = assert(io.open(path, 'wb'))
+    f:write(M.graph(op, M.record(root, recs[op], fields), ins, outs))
+    f:close()
+    return pcall(flow.nn.Graph.load, path)
+  end
+end
+
+-- refuser(load): refused(want, ...) asserts that load(...) fails with an
+-- error containing want
+function M.refuser(load)
+  return function(want, ...)
+    local ok, err = load(...)
+    assert(not ok, 'loaded, wanted an error containing: ' .. want)
+    assert(tostring(err):find(want, 1, true), tostring(err))
+  end
+end
+
 return M
