@@ -13,28 +13,13 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
 PER=${1:-4}
 SIZE=${2:-224}
-BUILD=${OF_BUILD_DIR:-build}
-command -v hey >/dev/null || { echo "serve.sh: hey is not installed (apt-get install hey)"; exit 1; }
-[ -x "$BUILD/flow-serve" ] || { echo "serve.sh: $BUILD/flow-serve is not built"; exit 1; }
-export LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;;"
-TMP=$(mktemp -d)
-pids=""
-cleanup() { for p in $pids; do kill "$p" 2>/dev/null; done; rm -rf "$TMP"; }
-trap cleanup EXIT INT TERM
+. bench/serve_lib.sh
+need serve.sh hey
 echo "building the repository (ResNet-18 compiled for batch 1, 2, 4, 8)..." >&2
 luajit bench/serve_repo.lua "$TMP/repo" 2000 "$SIZE" || exit 1
 mv "$TMP/repo/body.bin" "$TMP/repo/body.len" "$TMP/repo/inproc_ms" "$TMP/"
 HLEN=$(cat "$TMP/body.len")
-"$BUILD/flow-serve" --model-repository "$TMP/repo" --http-port 0 --http-address 127.0.0.1 \
-  > "$TMP/serve.log" 2>&1 &
-pids="$pids $!"
-port=""
-for _ in $(seq 100); do
-  port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/serve.log")
-  [ -n "$port" ] && break
-  sleep 0.2
-done
-[ -n "$port" ] || { echo "serve.sh: flow-serve did not start"; cat "$TMP/serve.log"; exit 1; }
+start_serve "$TMP/repo" "$TMP/serve.log"
 
 # kserve + PyTorch 2.x
 KPORT=""

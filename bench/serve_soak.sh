@@ -9,13 +9,8 @@ set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
 N=${1:-100000}
-BUILD=${OF_BUILD_DIR:-build}
-command -v hey >/dev/null || { echo "serve_soak.sh: hey is not installed (apt-get install hey)"; exit 1; }
-export LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;;"
-TMP=$(mktemp -d)
-pid=""
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT INT TERM
+. bench/serve_lib.sh
+need serve_soak.sh hey
 luajit -e "
 local flow = require 'oneflow'
 local nn = flow.nn
@@ -31,15 +26,7 @@ os.execute('mkdir -p $TMP/repo/mlp/1')
 g:save('$TMP/repo/mlp/1/model.ofg')" || exit 1
 printf '{"inputs":[{"name":"INPUT__0","shape":[1,16],"datatype":"FP32","data":[%s]}]}' \
   "$(seq -s, 0 15)" > "$TMP/body.json"
-"$BUILD/flow-serve" --model-repository "$TMP/repo" --http-port 0 --http-address 127.0.0.1 > "$TMP/log" 2>&1 &
-pid=$!
-port=""
-for _ in $(seq 100); do
-  port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/log")
-  [ -n "$port" ] && break
-  sleep 0.1
-done
-[ -n "$port" ] || { echo "flow-serve did not start"; exit 1; }
+start_serve "$TMP/repo" "$TMP/log"
 URL="http://127.0.0.1:$port/v2/models/mlp/infer"
 rss() { sed -n 's/^VmRSS:[[:space:]]*//p' "/proc/$pid/status"; }
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"

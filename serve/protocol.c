@@ -2,6 +2,7 @@
 #include "protocol.h"
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,8 +49,46 @@ bool sv_errorf(char *e, size_t cap, const char *fmt, ...) {
   return false;
 }
 
+struct sv_block {
+  atomic_int refs;
+  char *base;          /* the allocation; the body starts inside it */
+};
+
+sv_block *sv_block_new(size_t bytes, size_t header_len, char **body) {
+  enum { ALIGN = 64 };
+  if (bytes > SIZE_MAX - 2 * ALIGN) return NULL;
+  sv_block *b = malloc(sizeof *b);
+  char *base = b ? malloc(bytes + 2 * ALIGN) : NULL;
+  if (!base) {
+    free(b);
+    return NULL;
+  }
+  atomic_init(&b->refs, 1);
+  b->base = base;
+  /* body + header_len on a multiple of ALIGN */
+  uintptr_t bin = ((uintptr_t)base + header_len % ALIGN + ALIGN - 1) / ALIGN * ALIGN;
+  *body = (char *)(bin - header_len % ALIGN);
+  return b;
+}
+
+void sv_block_retain(sv_block *b) { atomic_fetch_add(&b->refs, 1); }
+
+void sv_block_release(sv_block *b) {
+  if (b && atomic_fetch_sub(&b->refs, 1) == 1) {
+    free(b->base);
+    free(b);
+  }
+}
+
+void sv_tensor_release(sv_tensor *t) {
+  if (t->owner) sv_block_release(t->owner);
+  else free(t->data);
+  t->data = NULL;
+  t->owner = NULL;
+}
+
 void sv_request_free(sv_request *r) {
-  for (int32_t i = 0; i < r->nin; i++) free(r->in[i].data);
+  for (int32_t i = 0; i < r->nin; i++) sv_tensor_release(&r->in[i]);
   r->nin = 0;
 }
 
@@ -161,7 +200,7 @@ static bool fill(const js_doc *d, const js_val *a, void *data, int32_t dt, int64
 }
 
 static bool parse_input(const js_doc *d, const js_val *iv, sv_tensor *t, const char *bin,
-                        size_t binlen, size_t *binpos, char *e, size_t cap) {
+                        size_t binlen, size_t *binpos, sv_block *owner, char *e, size_t cap) {
   if (iv->type != JS_OBJ) return sv_errorf(e, cap, "each input must be an object");
   if (!get_str(d, iv, "name", t->name, sizeof t->name))
     return sv_errorf(e, cap, "an input has no \"name\" (a string of at most %d bytes)", SV_NAME - 1);
@@ -200,9 +239,15 @@ static bool parse_input(const js_doc *d, const js_val *iv, sv_tensor *t, const c
     if (nbytes > binlen - *binpos)
       return sv_errorf(e, cap, "input '%s': the binary data is truncated (%zu bytes expected, %zu left)",
                  t->name, nbytes, binlen - *binpos);
-    t->data = malloc(nbytes ? nbytes : 1);
-    if (!t->data) return sv_errorf(e, cap, "out of memory");
-    memcpy(t->data, bin + *binpos, nbytes);
+    if (owner && (uintptr_t)(bin + *binpos) % (uintptr_t)es == 0) {
+      t->data = (void *)(uintptr_t)(bin + *binpos);   /* the body's own bytes */
+      t->owner = owner;
+      sv_block_retain(owner);
+    } else {
+      t->data = malloc(nbytes ? nbytes : 1);
+      if (!t->data) return sv_errorf(e, cap, "out of memory");
+      memcpy(t->data, bin + *binpos, nbytes);
+    }
     *binpos += nbytes;
     t->nbytes = nbytes;
     return true;
@@ -224,7 +269,7 @@ static bool parse_input(const js_doc *d, const js_val *iv, sv_tensor *t, const c
 }
 
 bool sv_parse_request(const char *body, size_t n, size_t header_len, int32_t max_values,
-                      sv_request *r, char *e, size_t cap) {
+                      sv_block *owner, sv_request *r, char *e, size_t cap) {
   memset(r, 0, sizeof *r);
   if (header_len > n)
     return sv_errorf(e, cap, "Inference-Header-Content-Length %zu is larger than the body (%zu bytes)",
@@ -255,7 +300,7 @@ bool sv_parse_request(const char *body, size_t n, size_t header_len, int32_t max
   }
   for (const js_val *iv = js_first(&d, ins); iv; iv = js_next(&d, iv)) {
     sv_tensor *t = &r->in[r->nin++];
-    if (!parse_input(&d, iv, t, bin, binlen, &binpos, e, cap)) goto done;
+    if (!parse_input(&d, iv, t, bin, binlen, &binpos, owner, e, cap)) goto done;
     for (int32_t k = 0; k < r->nin - 1; k++)
       if (strcmp(r->in[k].name, t->name) == 0) {
         sv_errorf(e, cap, "input '%s' is given twice", t->name);

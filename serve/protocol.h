@@ -24,13 +24,28 @@ const char *sv_config_type_name(int32_t dt);       /* "TYPE_FP32" */
 int32_t sv_config_type_code(const char *name);     /* -1 when unknown */
 int32_t sv_dtype_size(int32_t dt);
 
+/* A request body that binary inputs point into instead of being copied out
+ * of it: counted references (the connection's, each input's), freed with
+ * the last, from whichever thread drops it. */
+typedef struct sv_block sv_block;
+/* A block for a body of `bytes` bytes whose binary data starts `header_len`
+ * bytes in: *body is where to write the body, placed so that its binary
+ * data is 64-byte aligned (the alignment tensors' kernels expect).
+ * NULL when out of memory. One reference, the caller's. */
+sv_block *sv_block_new(size_t bytes, size_t header_len, char **body);
+void sv_block_retain(sv_block *b);
+void sv_block_release(sv_block *b);   /* NULL: nothing */
+
 typedef struct sv_tensor {
   char name[SV_NAME];
   int32_t dtype, ndim;
   int64_t shape[SV_MAX_DIMS];
-  void *data;          /* malloc'd, contiguous, numel * size bytes */
+  void *data;          /* contiguous, numel * size bytes: malloc'd, or inside owner */
+  sv_block *owner;     /* non-NULL: data points into this body (a reference held) */
   size_t nbytes;
 } sv_tensor;
+/* frees t's data (or drops its reference to the body it points into) */
+void sv_tensor_release(sv_tensor *t);
 
 typedef struct sv_request {
   char id[SV_NAME];
@@ -44,10 +59,13 @@ typedef struct sv_request {
 
 /* body[0..n): the JSON, or when header_len > 0 the JSON in the first
  * header_len bytes and the inputs' binary data after it in input order.
- * max_values bounds the JSON values. On failure returns false with a
- * message in err (the protocol's error text) and frees what it made. */
+ * owner: the block body lives in, or NULL; with one, a binary input whose
+ * data is aligned to its element size points into the body (a reference to
+ * owner) instead of a copy. max_values bounds the JSON values. On failure
+ * returns false with a message in err (the protocol's error text) and frees
+ * what it made. */
 bool sv_parse_request(const char *body, size_t n, size_t header_len, int32_t max_values,
-                      sv_request *r, char *err, size_t errcap);
+                      sv_block *owner, sv_request *r, char *err, size_t errcap);
 void sv_request_free(sv_request *r);
 int64_t sv_numel(const int64_t *shape, int32_t ndim);
 

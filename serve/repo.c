@@ -136,6 +136,13 @@ static void finish(sv_job *j, int status, const char *msg) {
 static int64_t compiled_for(const sv_version *v, int64_t rows);
 
 /* runs jobs[0..n) as one batch (n == 1 without batching) */
+/* an input tensor's storage was the request's buffer: its own malloc'd
+ * copy (ctx NULL), or a part of the request body (ctx its block) */
+static void free_blob(void *data, void *ctx) {
+  if (ctx) sv_block_release(ctx);
+  else free(data);
+}
+
 static void run_batch(sv_version *v, sv_job **jobs, int32_t n) {
   sv_model *m = v->model;
   const sv_config *c = &m->cfg;
@@ -155,7 +162,11 @@ static void run_batch(sv_version *v, sv_job **jobs, int32_t n) {
     memcpy(shape, t0->shape, sizeof shape);
     if (c->max_batch_size > 0) shape[0] = B;
     if (n == 1 && B == rows) {
-      ok = of_from_buffer(t0->data, shape, t0->ndim, t0->dtype, &ins[i]) == OF_OK;
+      /* the request's buffer becomes the input tensor's storage (freed with
+       * the last view of it, which may outlive the job as an output that
+       * aliases its input), saving a copy of every input */
+      ok = of_from_blob(t0->data, shape, NULL, t0->ndim, t0->dtype, free_blob, t0->owner, &ins[i]) == OF_OK;
+      if (ok) jobs[0]->in[i].data = NULL, jobs[0]->in[i].owner = NULL;   /* the tensor's now */
     } else {
       ok = of_zeros(shape, t0->ndim, t0->dtype, OF_CPU, &ins[i]) == OF_OK;
       char *dst = ok ? of_tensor_data(ins[i]) : NULL;
@@ -676,6 +687,7 @@ sv_job *sv_infer_submit(sv_version *v, sv_request *req, char *e, size_t cap) {
     }
     j->in[i] = *t;
     t->data = NULL;   /* moved */
+    t->owner = NULL;
   }
   j->nin = c->nin;
   j->rows = rows > 0 ? rows : 0;
@@ -722,7 +734,7 @@ sv_job *sv_infer_submit(sv_version *v, sv_request *req, char *e, size_t cap) {
   return j;
 bad:
   v->stats.failure++;
-  for (int32_t i = 0; i < SV_MAX_TENSORS; i++) free(j->in[i].data);
+  for (int32_t i = 0; i < SV_MAX_TENSORS; i++) sv_tensor_release(&j->in[i]);
   free(j);
   return NULL;
 }
@@ -744,7 +756,7 @@ int sv_job_finish(sv_job *j, js_out *o, size_t *header_len) {
     sv_write_error(o, j->error);
   }
   for (int32_t i = 0; i < SV_MAX_TENSORS; i++) {
-    free(j->in[i].data);
+    sv_tensor_release(&j->in[i]);
     free(j->out[i].data);
   }
   pthread_mutex_destroy(&j->mu);

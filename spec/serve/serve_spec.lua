@@ -97,7 +97,19 @@ describe('flow-serve', function()
 
   setup(function()
     mkdirs('mlp/1', 'mlp/2', 'mlp_batched/1', 'mlp_auto/1', 'resnet/1', 'no_graph/1', 'bad_config/1',
-           'mlp_half/1', 'mlp_bf16/1')
+           'mlp_half/1', 'mlp_bf16/1', 'pair/1', 'same/1')
+    -- two inputs, uint8 then float32 (binary data: the second is not aligned
+    -- when the first has an odd length), and a graph whose output is its input
+    local Pair = nn.Graph:subclass('ServePair')
+    function Pair.build(_, a, b) return a:to(flow.float32) * 2 + b end
+    local gp = Pair()
+    gp(flow.ones(1, 3, {dtype = flow.uint8}), flow.ones(1, 3))
+    gp:save(repo .. '/pair/1/model.ofg')
+    local Same = nn.Graph:subclass('ServeSame')
+    function Same.build(_, x) return x end
+    local gs = Same()
+    gs(flow.ones(1, 5))
+    gs:save(repo .. '/same/1/model.ofg')
     -- x + x in the integer dtypes Triton has beyond the float ones (t_uint16
     -- with a config.json naming TYPE_UINT16, the others auto-completed)
     local Twice = nn.Graph:subclass('ServeTwice')
@@ -218,6 +230,7 @@ describe('flow-serve', function()
     for _, e in ipairs(json.decode(body)) do states[e.name .. '/' .. (e.version or '')] = e.state end
     assert.are.same({['mlp/1'] = 'READY', ['mlp/2'] = 'READY', ['mlp_batched/1'] = 'READY',
                      ['mlp_split/1'] = 'READY', ['mlp_auto/1'] = 'READY', ['resnet/1'] = 'READY',
+                     ['pair/1'] = 'READY', ['same/1'] = 'READY',
                      ['no_graph/1'] = 'UNAVAILABLE',
                      ['bad_config/'] = 'UNAVAILABLE', ['mlp_half/1'] = 'READY',
                      ['mlp_bf16/1'] = 'READY', ['t_int16/1'] = 'READY', ['t_uint8/1'] = 'READY',
@@ -246,6 +259,50 @@ describe('flow-serve', function()
     r = json.decode(body)
     assert.are.same({3, 4}, r.outputs[1].shape)
     assert.are.equal(bytes(g2(x4):narrow(1, 1, 3)), bytes(flow.tensor(r.outputs[1].data, {dtype = flow.float32})))
+  end)
+
+  it('reads binary inputs in place: any header length, unaligned inputs, chunked bodies', function()
+    -- the body's binary data sits after a JSON header of any length: ids of
+    -- 1 to 9 characters move it through every alignment
+    local x = flow.randn(2, 16)
+    for k = 1, 9 do
+      local hdr = json.encode({id = ('i'):rep(k), inputs = {{name = 'x', shape = {2, 16}, datatype = 'FP32',
+                                                             parameters = {binary_data_size = 128}}}})
+      local code, body = http('POST', '/v2/models/mlp/infer', hdr .. bytes(x),
+                              {'Inference-Header-Content-Length: ' .. #hdr})
+      assert.are.equal(200, code, body)
+      local r = json.decode(body)
+      assert.are.equal(('i'):rep(k), r.id)
+      assert.are.equal(bytes(g2(x)), bytes(flow.tensor(r.outputs[1].data, {dtype = flow.float32})))
+    end
+    -- uint8 [1,3] then float32 [1,3]: the float data 3 bytes after an
+    -- aligned start is copied out, the uint8 data read in place
+    local hdr = json.encode({inputs = {
+      {name = 'INPUT__0', shape = {1, 3}, datatype = 'UINT8', parameters = {binary_data_size = 3}},
+      {name = 'INPUT__1', shape = {1, 3}, datatype = 'FP32', parameters = {binary_data_size = 12}}}})
+    local b = flow.tensor({{0.5, -1, 3}})
+    local code, body = http('POST', '/v2/models/pair/infer', hdr .. '\1\2\250' .. bytes(b),
+                            {'Inference-Header-Content-Length: ' .. #hdr})
+    assert.are.equal(200, code, body)
+    assert.are.same({{2.5, 3, 503}}, flow.tensor(json.decode(body).outputs[1].data):view(1, 3):totable())
+    -- no Content-Length (chunked): the body grows as it arrives
+    hdr = json.encode({inputs = {{name = 'x', shape = {2, 16}, datatype = 'FP32',
+                                  parameters = {binary_data_size = 128}}}})
+    code, body = http('POST', '/v2/models/mlp/infer', hdr .. bytes(x),
+                      {'Inference-Header-Content-Length: ' .. #hdr, 'Transfer-Encoding: chunked'})
+    assert.are.equal(200, code, body)
+    assert.are.equal(bytes(g2(x)), bytes(flow.tensor(json.decode(body).outputs[1].data, {dtype = flow.float32})))
+    -- an output that is the input itself: the request's buffer outlives the
+    -- request as that tensor's storage, and the answer is the input's bytes
+    local v = flow.randn(1, 5)
+    hdr = json.encode({inputs = {{name = 'INPUT__0', shape = {1, 5}, datatype = 'FP32',
+                                  parameters = {binary_data_size = 20}}},
+                       outputs = {{name = 'OUTPUT__0', parameters = {binary_data = true}}}})
+    for _ = 1, 3 do
+      code, body = http('POST', '/v2/models/same/infer', hdr .. bytes(v), {'Inference-Header-Content-Length: ' .. #hdr})
+      assert.are.equal(200, code, body)
+      assert.are.equal(bytes(v), body:sub(-20))
+    end
   end)
 
   it('takes FP16 and BF16 tensors as JSON numbers, rounded to nearest even as a cast does', function()
