@@ -60,6 +60,9 @@ local CASES = {
   {'rms_norm_bwd_f32', 5, 'rms_norm forward + backward (x, weight grads)'},
   {'dropout_f32', 2, 'dropout forward, p = 0.5, training'},
   {'add_out_f32', 3, 'add into an existing output, 16M floats'},
+  {'sum_all_f32', 1, 'sum of all elements'},
+  {'sum_rows_f32', 1, 'sum over dim 1 (the rows: a bias grad)'},
+  {'mean_last_f32', 1, 'mean over the last dim'},
 }
 -- ONLY=name,name ...: run just these cases (a quick look; WRITE=1 wants them all)
 if os.getenv('ONLY') then
@@ -103,6 +106,9 @@ local function make(name)
   elseif op == 'silu' then fn = function() return F.silu(x) end
   elseif op == 'rms_norm' then fn = function() return F.rms_norm(x, {M}, w, 1e-6) end
   elseif op == 'dropout' then fn = function() return F.dropout(x, 0.5, true) end
+  elseif op == 'sum_all' then fn = function() return x:sum() end
+  elseif op == 'sum_rows' then fn = function() return x:sum(1) end
+  elseif op == 'mean_last' then fn = function() return x:mean(-1) end
   elseif op:match('_bwd$') then
     local xg = x:clone():requires_grad_()
     local wg, bg = w:clone():requires_grad_(), b:clone():requires_grad_()

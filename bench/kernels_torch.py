@@ -71,6 +71,12 @@ def make(name):
         return lambda: rms(x, w)
     if op == 'dropout':
         return lambda: F.dropout(x, 0.5, True)
+    if op == 'sum_all':
+        return lambda: x.sum()
+    if op == 'sum_rows':
+        return lambda: x.sum(0)
+    if op == 'mean_last':
+        return lambda: x.mean(-1)
     if op == 'add_out':
         a = torch.full((N_EW,), 1.0, dtype=dt)
         c = torch.full((N_EW,), 2.0, dtype=dt)

@@ -472,13 +472,11 @@ BESTS(i64, int64_t, int64_t, I)
 #define k_MIN_b8_best k_MIN_u8_best
 
 #define FLOAT_KERNELS(T, S)                                                               \
-  DEF_KERNEL(k_SUM_##S, T, double, 0.0, v, cadd_d, NOAUX)                                 \
   DEF_KERNEL(k_PROD_##S, T, double, 1.0, v, cmul_d, NOAUX)                                \
   DEF_MINMAX(k_MAX_##S, T, T, double, -INFINITY, cmax_d)                                  \
   DEF_MINMAX(k_MIN_##S, T, T, double, INFINITY, cmin_d)                                   \
   DEF_KERNEL(k_ALL_##S, T, int64_t, 1, v != 0, cand_i, NOAUX)                             \
   DEF_KERNEL(k_ANY_##S, T, int64_t, 0, v != 0, cor_i, NOAUX)                              \
-  DEF_KERNEL(k_ABSSUM_##S, T, double, 0.0, fabs((double)v), cadd_d, NOAUX)                \
   DEF_KERNEL(k_SQSUM_##S, T, double, 0.0, (double)v * (double)v, cadd_d, NOAUX)           \
   DEF_KERNEL(k_POWSUM_##S, T, double, 0.0, pow(fabs((double)v), c->p), cadd_d, NOAUX)     \
   DEF_KERNEL(k_NZSUM_##S, T, double, 0.0, v != 0, cadd_d, NOAUX)                          \
@@ -496,6 +494,52 @@ BESTS(i64, int64_t, int64_t, I)
 
 FLOAT_KERNELS(float, f32)
 FLOAT_KERNELS(double, f64)
+DEF_KERNEL(k_SUM_f64, double, double, 0.0, v, cadd_d, NOAUX)
+DEF_KERNEL(k_ABSSUM_f64, double, double, 0.0, fabs(v), cadd_d, NOAUX)
+
+/* float32 sums and sums of |x|: rowk's vector kernels (float32 partials of
+ * 16 elements, then double; run-time AVX2 / AVX-512), where the
+ * auto-vectoriser's double lanes ran at half PyTorch's speed. The cols
+ * kernel takes them when the kept dim is contiguous in both. */
+#define F32_SUM(NAME, AB, MAP)                                                                 \
+  static double NAME##_contig(const float *restrict x, int64_t n, double mu, const kctx *c) {  \
+    (void)mu, (void)c;                                                                         \
+    return of_rowk_sum_row(OF_FLOAT32, x, n, AB);                                              \
+  }                                                                                            \
+  static void NAME##_rows(void *acc_, const double *aux, int64_t as, const char *x, int64_t xk, \
+                          int64_t M, int64_t xr, int64_t N, const kctx *c) {                   \
+    double *acc = acc_;                                                                        \
+    (void)aux;                                                                                 \
+    for (int64_t m = 0; m < M; m++) {                                                          \
+      const char *xm = x + m * xk;                                                             \
+      double r = 0;                                                                            \
+      if (xr == 4) {                                                                           \
+        r = NAME##_contig((const float *)xm, N, 0, c);                                         \
+      } else {                                                                                 \
+        for (int64_t n = 0; n < N; n++) {                                                      \
+          float v = *(const float *)(xm + n * xr);                                             \
+          r += MAP;                                                                            \
+        }                                                                                      \
+      }                                                                                        \
+      acc[m * as] += r;                                                                        \
+    }                                                                                          \
+  }                                                                                            \
+  static void NAME##_cols(void *acc_, const double *aux, int64_t as, const char *x, int64_t xk, \
+                          int64_t M, int64_t xr, int64_t N, const kctx *c) {                   \
+    double *restrict acc = acc_;                                                               \
+    (void)aux, (void)c;                                                                        \
+    if (!AB && as == 1 && xk == 4 && xr % 4 == 0) {                                            \
+      of_rowk_sum_cols(OF_FLOAT32, acc, x, xr / 4, M, N);                                      \
+      return;                                                                                  \
+    }                                                                                          \
+    for (int64_t n = 0; n < N; n++)                                                            \
+      for (int64_t m = 0; m < M; m++) {                                                        \
+        float v = *(const float *)(x + n * xr + m * xk);                                       \
+        acc[m * as] += MAP;                                                                    \
+      }                                                                                        \
+  }
+F32_SUM(k_SUM_f32, 0, (double)v)
+F32_SUM(k_ABSSUM_f32, 1, fabs((double)v))
 INT_KERNELS(bool, b8, uint8_t)
 INT_KERNELS(uint8_t, u8, uint8_t)
 INT_KERNELS(int8_t, i8, int8_t)

@@ -31,6 +31,15 @@
 
 enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
 
+/* one element, widened (bfloat16 exactly) */
+static inline float ld1_f32(const float *p) { return *p; }
+static inline float ld1_bf16(const uint16_t *p) {
+  uint32_t u = (uint32_t)*p << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
 
 /* One instantiation: TS the data type's suffix (f32, bf16), T its C type,
  * ISA the instruction set's suffix, ATTR its target attribute. */
@@ -371,6 +380,68 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
       else stn_##TS##_##W(y + i, o, k);                                                         \
     }                                                                                           \
   }                                                                                             \
+  /* sum (ab 0) or sum of |x| (ab 1) of n contiguous elements: four float32                   \
+   * vectors take four elements each, are added and go into double lanes, so                   \
+   * every float32 partial is a sum of 16 elements (a few ulp of it; the                        \
+   * sums of partials are double), at float32 vector speed */                                   \
+  ATTR static double rsum_##TS##_##ISA(const void *x_, int64_t n, int32_t ab) {                 \
+    const T *x = x_;                                                                            \
+    vdh##W d0 = {0}, d1 = {0};                                                                  \
+    vi##W mask = (vi##W){0} + (ab ? 0x7fffffff : -1);                                           \
+    int64_t i = 0;                                                                              \
+    for (; i + 16 * W <= n; i += 16 * W) {                                                      \
+      vf##W s0 = vsplat##W(0), s1 = s0, s2 = s0, s3 = s0;                                       \
+      for (int k = 0; k < 16 * W; k += 4 * W) {                                                 \
+        s0 += (vf##W)((vi##W)ld_##TS##_##W(x + i + k) & mask);                                  \
+        s1 += (vf##W)((vi##W)ld_##TS##_##W(x + i + k + W) & mask);                              \
+        s2 += (vf##W)((vi##W)ld_##TS##_##W(x + i + k + 2 * W) & mask);                          \
+        s3 += (vf##W)((vi##W)ld_##TS##_##W(x + i + k + 3 * W) & mask);                          \
+      }                                                                                         \
+      vf##W s = (s0 + s1) + (s2 + s3);                                                          \
+      d0 += vlo_d##W(s);                                                                        \
+      d1 += vhi_d##W(s);                                                                        \
+    }                                                                                           \
+    vdh##W d = d0 + d1;                                                                         \
+    double r = 0;                                                                               \
+    for (int k = 0; k < W / 2; k++) r += d[k];                                                  \
+    for (; i < n; i++) {                                                                        \
+      double v = (double)ld1_##TS(x + i);                                                       \
+      r += ab ? fabs(v) : v;                                                                    \
+    }                                                                                           \
+    return r;                                                                                   \
+  }                                                                                             \
+  /* acc[m] += sum over N rows (rs elements apart) of x[row][m], m < M: blocks                 \
+   * of 4W columns in float32 vectors, eight rows at a time, then into acc */                   \
+  ATTR static void csum_##TS##_##ISA(double *acc, const void *x_, int64_t rs, int64_t M,         \
+                                     int64_t N) {                                               \
+    const T *x = x_;                                                                            \
+    int64_t mv = M / (4 * W) * (4 * W);                                                         \
+    for (int64_t r0 = 0; r0 < N; r0 += 8) {   /* eight rows, walked along together */          \
+      int64_t r1 = N - r0 < 8 ? N : r0 + 8;                                                     \
+      for (int64_t m = 0; m < mv; m += 4 * W) {                                                 \
+        vf##W s[4] = {vsplat##W(0), vsplat##W(0), vsplat##W(0), vsplat##W(0)};                  \
+        for (int64_t r = r0; r < r1; r++) {                                                     \
+          const T *p = x + r * rs + m;                                                          \
+          s[0] += ld_##TS##_##W(p);                                                             \
+          s[1] += ld_##TS##_##W(p + W);                                                         \
+          s[2] += ld_##TS##_##W(p + 2 * W);                                                     \
+          s[3] += ld_##TS##_##W(p + 3 * W);                                                     \
+        }                                                                                       \
+        for (int k = 0; k < 4; k++) {                                                           \
+          vdh##W a;                                                                             \
+          double *q = acc + m + k * W;                                                          \
+          memcpy(&a, q, sizeof a);                                                              \
+          a += vlo_d##W(s[k]);                                                                  \
+          memcpy(q, &a, sizeof a);                                                              \
+          memcpy(&a, q + W / 2, sizeof a);                                                      \
+          a += vhi_d##W(s[k]);                                                                  \
+          memcpy(q + W / 2, &a, sizeof a);                                                      \
+        }                                                                                       \
+      }                                                                                         \
+    }                                                                                           \
+    for (int64_t r = 0; r < N; r++)                                                             \
+      for (int64_t j = mv; j < M; j++) acc[j] += (double)ld1_##TS(x + r * rs + j);              \
+  }                                                                                             \
   /* one row: log(sum(exp(x))) (online over chunks) */                                          \
   ATTR static double lse_##TS##_##ISA(const void *x_, int64_t M) {                              \
     const T *x = x_;                                                                            \
@@ -479,6 +550,10 @@ typedef void (*ewg_fn)(int32_t, const void *, const void *, void *, int64_t);
 static const ewg_fn ewg_tab[2][3] = {ISA_TABLE(ewg, f32), ISA_TABLE(ewg, bf16)};
 typedef double (*lse_fn)(const void *, int64_t);
 static const lse_fn lse_tab[2][3] = {ISA_TABLE(lse, f32), ISA_TABLE(lse, bf16)};
+typedef double (*rsum_fn)(const void *, int64_t, int32_t);
+static const rsum_fn rsum_tab[2][3] = {ISA_TABLE(rsum, f32), ISA_TABLE(rsum, bf16)};
+typedef void (*csum_fn)(double *, const void *, int64_t, int64_t, int64_t);
+static const csum_fn csum_tab[2][3] = {ISA_TABLE(csum, f32), ISA_TABLE(csum, bf16)};
 typedef void (*expaff_fn)(const void *, void *, int64_t, double, double, double);
 static const expaff_fn expaff_tab[2][3] = {ISA_TABLE(expaff, f32), ISA_TABLE(expaff, bf16)};
 
@@ -611,6 +686,14 @@ bool of_rowk_unary(int32_t op, of_dtype dt, const void *x, void *y, int64_t n) {
 
 double of_rowk_logsumexp_row(of_dtype dt, const void *x, int64_t M) {
   return lse_tab[tix(dt)][of_cpu_isa()](x, M);
+}
+
+double of_rowk_sum_row(of_dtype dt, const void *x, int64_t n, int32_t ab) {
+  return rsum_tab[tix(dt)][of_cpu_isa()](x, n, ab);
+}
+
+void of_rowk_sum_cols(of_dtype dt, double *acc, const void *x, int64_t rs, int64_t M, int64_t N) {
+  csum_tab[tix(dt)][of_cpu_isa()](acc, x, rs, M, N);
 }
 
 void of_rowk_exp_affine_row(of_dtype dt, const void *x, void *y, int64_t M, double l, double a,

@@ -100,6 +100,19 @@
     vf##W e = vexp##W(-0.5f * v * v);                                                           \
     return 0.5f + 0.5f * verf##W(v * 0.70710678118654752f) + v * (e * 0.3989422804014327f);     \
   }                                                                                             \
+  /* half a vector, and its lanes as doubles (one register of each width) */                   \
+  typedef float vfh##W __attribute__((vector_size(2 * W)));                                     \
+  typedef double vdh##W __attribute__((vector_size(4 * W)));                                    \
+  AI VATTR_##W vdh##W vlo_d##W(vf##W v) {                                                       \
+    vfh##W h;                                                                                   \
+    memcpy(&h, &v, sizeof h);                                                                   \
+    return __builtin_convertvector(h, vdh##W);                                                  \
+  }                                                                                             \
+  AI VATTR_##W vdh##W vhi_d##W(vf##W v) {                                                       \
+    vfh##W h;                                                                                   \
+    memcpy(&h, (const char *)&v + sizeof h, sizeof h);                                          \
+    return __builtin_convertvector(h, vdh##W);                                                  \
+  }                                                                                             \
   /* lanes summed in double, in lane order */                                                   \
   AI VATTR_##W double hsum##W(vf##W v) {                                                                  \
     double s = 0;                                                                               \
