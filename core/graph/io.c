@@ -534,29 +534,6 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
         if (((a->has >> 3) & 1) && (a->extra[i] < -big || a->extra[i] > big))
           BAD("attrs.extra[%d]: %lld", (int)i + 1, (long long)a->extra[i]);
       }
-      /* the output's spatial sizes re-inferred from the recorded input and
-       * weight shapes: the op allocates its columns and result from them
-       * before any later check could see a mismatch */
-      if (n->op != OPK_CONV_WEIGHT_GRAD && n->nin >= 2 && n->in[0] >= 0 && n->in[1] >= 0 &&
-          n->out[0] >= 0) {
-        const of_gval *x = &g->vals[n->in[0]], *w = &g->vals[n->in[1]], *y = &g->vals[n->out[0]];
-        if (x->ndim == a->nsp + 2 && w->ndim == a->nsp + 2 && y->ndim == a->nsp + 2) {
-          for (int32_t i = 0; i < a->nsp; i++) {
-            int64_t st = (a->has & 1) ? a->stride[i] : 1, pd = (a->has & 2) ? a->padding[i] : 0;
-            int64_t dl = (a->has & 4) ? a->dilation[i] : 1, ex = (a->has & 8) ? a->extra[i] : 0;
-            int64_t in = x->shape[2 + i], k = w->shape[2 + i], want;
-            if (n->op == OPK_CONV) {
-              int64_t span = in + 2 * pd - dl * (k - 1) - 1;
-              want = span < 0 ? -1 : span / st + 1;
-            } else {
-              want = (in - 1) * st - 2 * pd + dl * (k - 1) + ex + 1;
-            }
-            if (want != y->shape[2 + i])
-              BAD("attrs: spatial dim %d gives %lld, the recorded result has %lld", (int)i + 1,
-                  (long long)want, (long long)y->shape[2 + i]);
-          }
-        }
-      }
       break;
     }
     case OPK_MAX_POOL: case OPK_AVG_POOL: case OPK_ADAPTIVE_AVG_POOL: case OPK_ADAPTIVE_MAX_POOL: {

@@ -1256,10 +1256,11 @@ static const char *input_dims_name(int32_t nsp) {
   return nsp == 1 ? "[N, C, L]" : nsp == 2 ? "[N, C, H, W]" : "[N, C, D, H, W]";
 }
 
-/* Dtype, device and argument checks shared by the ops. `what` names the
- * second operand in messages ("weight", "grad_output"). */
-static of_status check_common(const conv_args *a, of_tensor *x, of_tensor *w, of_tensor *b,
-                              const char *what) {
+/* Dtype and argument checks shared by the ops, on shapes and dtypes alone
+ * (b NULL: no bias), so that a loaded graph's node is checked by them too.
+ * `what` names the second operand in messages ("weight", "grad_output"). */
+static of_status check_args(const conv_args *a, const of_meta *x, const of_meta *w,
+                            const of_meta *b, const char *what) {
   const char *op = a->op;
   if (!is_float(x->dtype))
     return of_fail(OF_ERR_DTYPE, "%s: expected a floating-point input, got %s (input %s, %s %s)",
@@ -1272,13 +1273,6 @@ static of_status check_common(const conv_args *a, of_tensor *x, of_tensor *w, of
     return of_fail(OF_ERR_DTYPE, "%s: input and bias must have the same dtype, got %s and %s "
                    "(input %s, bias %s)", op, OF_DT(x), OF_DT(b), OF_SHAPE_STR(x),
                    OF_SHAPE_STR(b));
-  of_device dev;
-  OF_CHECK(of_common_device(op, (of_tensor *[]){x, w, b}, 3, &dev));
-  if (dev != OF_CPU) {
-    const of_device_ops *o = of_device_ops_for(op, dev);
-    if (!o) return OF_ERR_DEVICE;
-    if (!o->conv) return of_device_unsupported(op, dev);
-  }
   int32_t nsp = a->nsp;
   if (a->groups < 1)
     return of_fail(OF_ERR_ARG, "%s: groups must be positive, got %lld", op,
@@ -1295,6 +1289,26 @@ static of_status check_common(const conv_args *a, of_tensor *x, of_tensor *w, of
                      LIST(a->pad, nsp));
   }
   return OF_OK;
+}
+
+/* The operands' device: one for all, with a conv kernel. */
+static of_status check_device(const conv_args *a, of_tensor *x, of_tensor *w, of_tensor *b) {
+  of_device dev;
+  OF_CHECK(of_common_device(a->op, (of_tensor *[]){x, w, b}, 3, &dev));
+  if (dev != OF_CPU) {
+    const of_device_ops *o = of_device_ops_for(a->op, dev);
+    if (!o) return OF_ERR_DEVICE;
+    if (!o->conv) return of_device_unsupported(a->op, dev);
+  }
+  return OF_OK;
+}
+
+static of_meta meta_of(const of_tensor *t) {
+  of_meta m;
+  m.ndim = t->ndim;
+  m.dtype = t->dtype;
+  memcpy(m.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  return m;
 }
 
 static of_status init_args(conv_args *a, const char *kind, const int64_t *stride,
@@ -1687,10 +1701,13 @@ static of_status check_fit(const conv_args *a, const int64_t *in, const int64_t 
   return OF_OK;
 }
 
-/* conv(x, w, b) with the output's spatial sizes given (NULL: the natural
- * ones). x [N, CI, in], w [CO, CI/G, k]. */
-static of_status conv_fwd_op(of_tensor *x, of_tensor *w, of_tensor *b, const conv_args *a,
-                             const int64_t *out_sizes, of_tensor **out) {
+/* conv's result shape rshape [N, CO, out...] from the shapes and dtypes of
+ * x [N, CI, in], w [CO, CI/G, k] and b ([CO] or NULL), with the output's
+ * spatial sizes given (NULL: the natural ones): every check the op makes
+ * before it allocates, and what a loaded graph's node is re-inferred with
+ * (infer_conv). */
+static of_status fwd_geometry(const conv_args *a, const of_meta *x, const of_meta *w,
+                              const of_meta *b, const int64_t *out_sizes, int64_t *rshape) {
   const char *op = a->op;
   int32_t nsp = a->nsp;
   if (x->ndim != nsp + 2)
@@ -1699,7 +1716,7 @@ static of_status conv_fwd_op(of_tensor *x, of_tensor *w, of_tensor *b, const con
   if (w->ndim != nsp + 2)
     return of_fail(OF_ERR_SHAPE, "%s: expected weight with %d dims [C_out, C_in/groups, "
                    "kernel...], got %s", op, nsp + 2, OF_SHAPE_STR(w));
-  OF_CHECK(check_common(a, x, w, b, "weight"));
+  OF_CHECK(check_args(a, x, w, b, "weight"));
   OF_CHECK(of_check_window(op, x->shape + 2, w->shape + 2, a->stride, a->pad, a->dil, nsp));
   int64_t G = a->groups, CO = w->shape[0], CI = x->shape[1];
   if (CI != w->shape[1] * G)
@@ -1731,19 +1748,33 @@ static of_status conv_fwd_op(of_tensor *x, of_tensor *w, of_tensor *b, const con
     osz[i] = out_sizes ? out_sizes[i] : (padded - eff) / a->stride[i] + 1;
   }
   if (out_sizes) OF_CHECK(check_fit(a, in, k, osz));
-  int64_t rshape[5] = {x->shape[0], CO};
+  rshape[0] = x->shape[0];
+  rshape[1] = CO;
   for (int32_t i = 0; i < nsp; i++) rshape[2 + i] = osz[i];
+  return OF_OK;
+}
+
+/* conv(x, w, b) with the output's spatial sizes given (NULL: the natural
+ * ones). x [N, CI, in], w [CO, CI/G, k]. */
+static of_status conv_fwd_op(of_tensor *x, of_tensor *w, of_tensor *b, const conv_args *a,
+                             const int64_t *out_sizes, of_tensor **out) {
+  of_meta xm = meta_of(x), wm = meta_of(w), bm = b ? meta_of(b) : xm;
+  int64_t rshape[5];
+  OF_CHECK(fwd_geometry(a, &xm, &wm, b ? &bm : NULL, out_sizes, rshape));
+  OF_CHECK(check_device(a, x, w, b));
   geom g;
-  geom_init(&g, a, x->shape[0], CI, CO, in, k, osz);
-  OF_CHECK(run_op(a, RUN_FWD, &g, x, w, b, rshape, nsp + 2, out));
+  geom_init(&g, a, x->shape[0], x->shape[1], w->shape[0], x->shape + 2, w->shape + 2, rshape + 2);
+  OF_CHECK(run_op(a, RUN_FWD, &g, x, w, b, rshape, a->nsp + 2, out));
   return record(&conv_grad, OPK_CONV, a, NULL, x, w, b, 3, out);
 }
 
-/* conv_transpose(gy, w, b) = the input grad of conv, with the result's
- * spatial sizes given. gy [N, CO, out], w [CO, CI/G, k] -> [N, CI, in]. */
-static of_status conv_input_grad_op(of_tensor *gy, of_tensor *w, of_tensor *b,
-                                    const conv_args *a, const int64_t *in_sizes,
-                                    of_tensor **out) {
+/* conv_transpose(gy, w, b) = the input grad of conv: the result's shape
+ * rshape [N, CI, in...] from gy [N, CO, out], w [CO, CI/G, k], b ([CI] or
+ * NULL) and the result's spatial sizes in_sizes (the checks before it
+ * allocates; a loaded node's re-inference) */
+static of_status input_grad_geometry(const conv_args *a, const of_meta *gy, const of_meta *w,
+                                     const of_meta *b, const int64_t *in_sizes,
+                                     int64_t *rshape) {
   const char *op = a->op;
   int32_t nsp = a->nsp;
   if (gy->ndim != nsp + 2)
@@ -1752,7 +1783,7 @@ static of_status conv_input_grad_op(of_tensor *gy, of_tensor *w, of_tensor *b,
   if (w->ndim != nsp + 2)
     return of_fail(OF_ERR_SHAPE, "%s: expected weight with %d dims [C_in, C_out/groups, "
                    "kernel...], got %s", op, nsp + 2, OF_SHAPE_STR(w));
-  OF_CHECK(check_common(a, gy, w, b, "weight"));
+  OF_CHECK(check_args(a, gy, w, b, "weight"));
   int64_t G = a->groups, CO = gy->shape[1];
   if (w->shape[0] != CO)
     return of_fail(OF_ERR_SHAPE, "%s: input has %lld channels but weight expects %lld "
@@ -1770,10 +1801,23 @@ static of_status conv_input_grad_op(of_tensor *gy, of_tensor *w, of_tensor *b,
     if (k[i] < 1)
       return of_fail(OF_ERR_SHAPE, "%s: weight %s has an empty kernel", op, OF_SHAPE_STR(w));
   OF_CHECK(check_fit(a, in_sizes, k, gy->shape + 2));
-  int64_t rshape[5] = {gy->shape[0], CI};
+  rshape[0] = gy->shape[0];
+  rshape[1] = CI;
   for (int32_t i = 0; i < nsp; i++) rshape[2 + i] = in_sizes[i];
+  return OF_OK;
+}
+
+static of_status conv_input_grad_op(of_tensor *gy, of_tensor *w, of_tensor *b,
+                                    const conv_args *a, const int64_t *in_sizes,
+                                    of_tensor **out) {
+  int32_t nsp = a->nsp;
+  of_meta gm = meta_of(gy), wm = meta_of(w), bm = b ? meta_of(b) : gm;
+  int64_t rshape[5];
+  OF_CHECK(input_grad_geometry(a, &gm, &wm, b ? &bm : NULL, in_sizes, rshape));
+  OF_CHECK(check_device(a, gy, w, b));
+  const int64_t *k = w->shape + 2;
   geom g;
-  geom_init(&g, a, gy->shape[0], CI, CO, in_sizes, k, gy->shape + 2);
+  geom_init(&g, a, gy->shape[0], rshape[1], gy->shape[1], in_sizes, k, gy->shape + 2);
   OF_CHECK(run_op(a, RUN_BWD_INPUT, &g, gy, w, b, rshape, nsp + 2, out));
   /* output_padding: what the result has beyond the natural size */
   int64_t opad[3] = {0, 0, 0};
@@ -1784,9 +1828,9 @@ static of_status conv_input_grad_op(of_tensor *gy, of_tensor *w, of_tensor *b,
 }
 
 /* grad of conv w.r.t. its weight: x [N, CI, in], gy [N, CO, out] ->
- * [CO, CI/G, k]. */
-static of_status conv_weight_grad_op(of_tensor *x, of_tensor *gy, const conv_args *a,
-                                     const int64_t *k_sizes, of_tensor **out) {
+ * rshape [CO, CI/G, k] (the checks; a loaded node's re-inference) */
+static of_status weight_grad_geometry(const conv_args *a, const of_meta *x, const of_meta *gy,
+                                      const int64_t *k_sizes, int64_t *rshape) {
   const char *op = a->op;
   int32_t nsp = a->nsp;
   if (x->ndim != nsp + 2)
@@ -1796,7 +1840,7 @@ static of_status conv_weight_grad_op(of_tensor *x, of_tensor *gy, const conv_arg
     return of_fail(OF_ERR_SHAPE, "%s: expected grad_output with %d dims and %lld samples, got "
                    "%s (input %s)", op, nsp + 2, (long long)x->shape[0], OF_SHAPE_STR(gy),
                    OF_SHAPE_STR(x));
-  OF_CHECK(check_common(a, x, gy, NULL, "grad_output"));
+  OF_CHECK(check_args(a, x, gy, NULL, "grad_output"));
   int64_t G = a->groups, CI = x->shape[1], CO = gy->shape[1];
   if (CI % G != 0 || CO % G != 0)
     return of_fail(OF_ERR_SHAPE, "%s: groups %lld must divide the input's %lld channels and "
@@ -1807,11 +1851,21 @@ static of_status conv_weight_grad_op(of_tensor *x, of_tensor *gy, const conv_arg
       return of_fail(OF_ERR_ARG, "%s: kernel size must be positive, got %s", op,
                      LIST(k_sizes, nsp));
   OF_CHECK(check_fit(a, x->shape + 2, k_sizes, gy->shape + 2));
-  int64_t rshape[5] = {CO, CI / G};
+  rshape[0] = CO;
+  rshape[1] = CI / G;
   for (int32_t i = 0; i < nsp; i++) rshape[2 + i] = k_sizes[i];
+  return OF_OK;
+}
+
+static of_status conv_weight_grad_op(of_tensor *x, of_tensor *gy, const conv_args *a,
+                                     const int64_t *k_sizes, of_tensor **out) {
+  of_meta xm = meta_of(x), gm = meta_of(gy);
+  int64_t rshape[5];
+  OF_CHECK(weight_grad_geometry(a, &xm, &gm, k_sizes, rshape));
+  OF_CHECK(check_device(a, x, gy, NULL));
   geom g;
-  geom_init(&g, a, x->shape[0], CI, CO, x->shape + 2, k_sizes, gy->shape + 2);
-  OF_CHECK(run_op(a, RUN_BWD_WEIGHT, &g, x, gy, NULL, rshape, nsp + 2, out));
+  geom_init(&g, a, x->shape[0], x->shape[1], gy->shape[1], x->shape + 2, k_sizes, gy->shape + 2);
+  OF_CHECK(run_op(a, RUN_BWD_WEIGHT, &g, x, gy, NULL, rshape, a->nsp + 2, out));
   return record(&weight_grad_grad, OPK_CONV_WEIGHT_GRAD, a, k_sizes, x, gy, NULL, 2, out);
 }
 
@@ -1825,40 +1879,53 @@ static of_status conv_body(of_tensor *x, of_tensor *w, of_tensor *b, const int64
   return conv_fwd_op(x, w, b, &a, NULL, out);
 }
 
-static of_status conv_transpose_body(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
-                                 const int64_t *padding, const int64_t *output_padding,
-                                 const int64_t *dilation, int32_t nsp, int64_t groups,
-                                 of_tensor **out) {
-  conv_args a;
-  OF_CHECK(init_args(&a, "conv_transpose", stride, padding, dilation, nsp, groups));
-  const char *op = a.op;
+/* conv_transpose's result spatial sizes osz from x, w and output_padding
+ * (opad, NULL: zeros), then the input-grad geometry: the body's checks and
+ * a loaded node's re-inference (infer_conv_transpose) */
+static of_status transpose_geometry(const conv_args *a, const of_meta *x, const of_meta *w,
+                                    const of_meta *b, const int64_t *output_padding,
+                                    int64_t *osz, int64_t *rshape) {
+  const char *op = a->op;
+  int32_t nsp = a->nsp;
   if (x->ndim != nsp + 2)
     return of_fail(OF_ERR_SHAPE, "%s: expected input with %d dims %s, got %s", op, nsp + 2,
                    input_dims_name(nsp), OF_SHAPE_STR(x));
   if (w->ndim != nsp + 2)
     return of_fail(OF_ERR_SHAPE, "%s: expected weight with %d dims [C_in, C_out/groups, "
                    "kernel...], got %s", op, nsp + 2, OF_SHAPE_STR(w));
-  OF_CHECK(check_common(&a, x, w, b, "weight"));
-  OF_CHECK(of_check_window(op, x->shape + 2, w->shape + 2, a.stride, a.pad, a.dil, nsp));
-  int64_t opad[3] = {0, 0, 0}, osz[3];
+  OF_CHECK(check_args(a, x, w, b, "weight"));
+  OF_CHECK(of_check_window(op, x->shape + 2, w->shape + 2, a->stride, a->pad, a->dil, nsp));
+  int64_t opad[3] = {0, 0, 0};
   for (int32_t i = 0; i < nsp; i++) opad[i] = output_padding ? output_padding[i] : 0;
   for (int32_t i = 0; i < nsp; i++) {
-    int64_t lim = a.stride[i] > a.dil[i] ? a.stride[i] : a.dil[i];
+    int64_t lim = a->stride[i] > a->dil[i] ? a->stride[i] : a->dil[i];
     if (opad[i] < 0 || opad[i] >= lim)
       return of_fail(OF_ERR_ARG, "%s: output_padding %s must be non-negative and smaller than "
-                     "stride %s or dilation %s", op, LIST(opad, nsp), LIST(a.stride, nsp),
-                     LIST(a.dil, nsp));
+                     "stride %s or dilation %s", op, LIST(opad, nsp), LIST(a->stride, nsp),
+                     LIST(a->dil, nsp));
     int64_t k = w->shape[2 + i];
-    osz[i] = (x->shape[2 + i] - 1) * a.stride[i] - 2 * a.pad[i] + a.dil[i] * (k - 1) + 1 +
+    osz[i] = (x->shape[2 + i] - 1) * a->stride[i] - 2 * a->pad[i] + a->dil[i] * (k - 1) + 1 +
              opad[i];
   }
   for (int32_t i = 0; i < nsp; i++)
     if (osz[i] < 1)
       return of_fail(OF_ERR_SHAPE, "%s: output size %s is too small (input %s, weight %s, "
                      "stride %s, padding %s, dilation %s)", op, LIST(osz, nsp),
-                     OF_SHAPE_STR(x), OF_SHAPE_STR(w), LIST(a.stride, nsp), LIST(a.pad, nsp),
-                     LIST(a.dil, nsp));
+                     OF_SHAPE_STR(x), OF_SHAPE_STR(w), LIST(a->stride, nsp), LIST(a->pad, nsp),
+                     LIST(a->dil, nsp));
   OF_CHECK(of_check_shape(op, osz, nsp, NULL));   /* the spatial product must fit too */
+  return input_grad_geometry(a, x, w, b, osz, rshape);
+}
+
+static of_status conv_transpose_body(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
+                                 const int64_t *padding, const int64_t *output_padding,
+                                 const int64_t *dilation, int32_t nsp, int64_t groups,
+                                 of_tensor **out) {
+  conv_args a;
+  OF_CHECK(init_args(&a, "conv_transpose", stride, padding, dilation, nsp, groups));
+  of_meta xm = meta_of(x), wm = meta_of(w), bm = b ? meta_of(b) : xm;
+  int64_t osz[3], rshape[5];
+  OF_CHECK(transpose_geometry(&a, &xm, &wm, b ? &bm : NULL, output_padding, osz, rshape));
   return conv_input_grad_op(x, w, b, &a, osz, out);
 }
 
@@ -1948,6 +2015,43 @@ static of_status run_conv(const of_oprec *n, of_tensor **ins, void **outs) {
   return st;
 }
 
-OF_OP_IMPL(CONV, run_conv, NULL, NULL, describe_conv);
-OF_OP_IMPL(CONV_TRANSPOSE, run_conv, NULL, NULL, describe_conv);
-OF_OP_IMPL(CONV_WEIGHT_GRAD, run_conv, NULL, NULL, describe_conv);
+/* A loaded node's result from its record and the recorded operands, by the
+ * geometry functions the ops check and allocate with: an edited padding
+ * or kernel cannot make the first run allocate what the file never
+ * described (doc/reliability.md, "Shapes re-inferred"). */
+static of_status infer_conv_kind(int32_t op, const void *p, int32_t nin, const of_meta *ins,
+                                 of_meta *outs) {
+  const a_conv *r = p;
+  static const char *const kinds[] = {"conv", "conv_transpose", "conv_weight_grad"};
+  int32_t kind = op == OPK_CONV ? 0 : op == OPK_CONV_TRANSPOSE ? 1 : 2;
+  conv_args a;
+  OF_CHECK(init_args(&a, kinds[kind], (r->has & 1) ? r->stride : NULL,
+                     (r->has & 2) ? r->padding : NULL, (r->has & 4) ? r->dilation : NULL, r->nsp,
+                     r->groups));
+  if (nin < 2 || ins[0].ndim < 0 || ins[1].ndim < 0)
+    return of_fail(OF_ERR_ARG, "%s: the input and the %s are required", a.op,
+                   kind == 2 ? "grad_output" : "weight");
+  const of_meta *b = nin > 2 && ins[2].ndim >= 0 ? &ins[2] : NULL;
+  const int64_t *extra = (r->has & 8) ? r->extra : NULL;
+  int64_t osz[3];
+  if (kind == 0) OF_CHECK(fwd_geometry(&a, &ins[0], &ins[1], b, NULL, outs[0].shape));
+  else if (kind == 1) OF_CHECK(transpose_geometry(&a, &ins[0], &ins[1], b, extra, osz, outs[0].shape));
+  else {
+    if (!extra) return of_fail(OF_ERR_ARG, "%s: kernel_size is required", a.op);
+    OF_CHECK(weight_grad_geometry(&a, &ins[0], &ins[1], extra, outs[0].shape));
+  }
+  outs[0].ndim = a.nsp + 2;
+  outs[0].dtype = ins[0].dtype;
+  return OF_OK;
+}
+#define CONV_INFER(K)                                                                   \
+  static of_status infer_##K(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) { \
+    return infer_conv_kind(OPK_##K, p, nin, ins, outs);                                 \
+  }
+CONV_INFER(CONV)
+CONV_INFER(CONV_TRANSPOSE)
+CONV_INFER(CONV_WEIGHT_GRAD)
+
+OF_OP_IMPL_INFER(CONV, run_conv, NULL, NULL, describe_conv, infer_CONV);
+OF_OP_IMPL_INFER(CONV_TRANSPOSE, run_conv, NULL, NULL, describe_conv, infer_CONV_TRANSPOSE);
+OF_OP_IMPL_INFER(CONV_WEIGHT_GRAD, run_conv, NULL, NULL, describe_conv, infer_CONV_WEIGHT_GRAD);

@@ -95,7 +95,7 @@ local CASES = {
           bad = {{{groups = 0}, 'attrs.groups'}, {{nsp = 4}, 'attrs.nsp'}}},
   conv_transpose = {ins = {X, {{3, 5, 3, 3}}, false}, ok = {nsp = 2, groups = 1}, outs = {{{2, 5, 6, 6}}},
                     bad = {{{has = 1, stride = {0, 1}}, 'attrs.stride[1]'}}},
-  conv_weight_grad = {ins = {X, X, false}, ok = {nsp = 2, groups = 1}, outs = {{{5, 3, 3, 3}}},
+  conv_weight_grad = {ins = {X, X, false}, ok = {nsp = 2, groups = 1, has = 8, extra = {1, 1}}, outs = {{{3, 3, 1, 1}}},
                       bad = {{{has = 4, dilation = {1, 0}}, 'attrs.dilation[2]'}}},
   quantized_linear = {ins = {M2, M2, M2, M2, M2}, ok = {out_dtype = 7, x_scale = 1, out_scale = 1},
                       bad = {{{x_scale = 0}, 'attrs.x_scale'}, {{out_dtype = 4}, 'attrs.out_dtype'}}},
