@@ -43,6 +43,16 @@ typedef struct of_meta {     /* shape and dtype of an input or output */
   of_dtype dtype;
 } of_meta;
 
+/* a tensor's shape and dtype (NULL: absent, ndim -1): what the ops' checks
+ * on shapes take, so that a loaded graph's node runs them on its record */
+static inline of_meta of_meta_of(const of_tensor *t) {
+  of_meta m;
+  m.ndim = t ? t->ndim : -1;
+  m.dtype = t ? t->dtype : (of_dtype)0;
+  if (t) memcpy(m.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  return m;
+}
+
 typedef struct of_saved {
   of_tensor *t;              /* data alias, no history (no cycles) */
   int64_t version;           /* storage version when saved */

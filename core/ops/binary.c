@@ -168,19 +168,14 @@ static of_status binary_result(of_binary_op op, const of_meta *a, const of_meta 
   *common_out = common;
   return OF_OK;
 }
-static void meta_of(const of_tensor *t, of_meta *m) {
-  memcpy(m->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-  m->ndim = t->ndim;
-  m->dtype = t->dtype;
-}
 
 static of_status binary_compute(of_binary_op op, of_tensor *a, of_tensor *b, of_tensor *into,
                                of_tensor **out) {
   const binary_def *def = &binary_ops[op];
   of_meta ma, mb, r;
   of_dtype common = OF_FLOAT32;
-  meta_of(a, &ma);
-  meta_of(b, &mb);
+  ma = of_meta_of(a);
+  mb = of_meta_of(b);
   OF_CHECK(binary_result(op, &ma, &mb, &r, &common));
   of_dtype compute = of_compute_dtype(common);
   of_dtype kernel_out = (def->kind == COMPARE || def->kind == LOGICAL) ? OF_BOOL : compute;

@@ -1303,14 +1303,6 @@ static of_status check_device(const conv_args *a, of_tensor *x, of_tensor *w, of
   return OF_OK;
 }
 
-static of_meta meta_of(const of_tensor *t) {
-  of_meta m;
-  m.ndim = t->ndim;
-  m.dtype = t->dtype;
-  memcpy(m.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-  return m;
-}
-
 static of_status init_args(conv_args *a, const char *kind, const int64_t *stride,
                            const int64_t *padding, const int64_t *dilation, int32_t nsp,
                            int64_t groups) {
@@ -1758,7 +1750,7 @@ static of_status fwd_geometry(const conv_args *a, const of_meta *x, const of_met
  * ones). x [N, CI, in], w [CO, CI/G, k]. */
 static of_status conv_fwd_op(of_tensor *x, of_tensor *w, of_tensor *b, const conv_args *a,
                              const int64_t *out_sizes, of_tensor **out) {
-  of_meta xm = meta_of(x), wm = meta_of(w), bm = b ? meta_of(b) : xm;
+  of_meta xm = of_meta_of(x), wm = of_meta_of(w), bm = b ? of_meta_of(b) : xm;
   int64_t rshape[5];
   OF_CHECK(fwd_geometry(a, &xm, &wm, b ? &bm : NULL, out_sizes, rshape));
   OF_CHECK(check_device(a, x, w, b));
@@ -1811,7 +1803,7 @@ static of_status conv_input_grad_op(of_tensor *gy, of_tensor *w, of_tensor *b,
                                     const conv_args *a, const int64_t *in_sizes,
                                     of_tensor **out) {
   int32_t nsp = a->nsp;
-  of_meta gm = meta_of(gy), wm = meta_of(w), bm = b ? meta_of(b) : gm;
+  of_meta gm = of_meta_of(gy), wm = of_meta_of(w), bm = b ? of_meta_of(b) : gm;
   int64_t rshape[5];
   OF_CHECK(input_grad_geometry(a, &gm, &wm, b ? &bm : NULL, in_sizes, rshape));
   OF_CHECK(check_device(a, gy, w, b));
@@ -1859,7 +1851,7 @@ static of_status weight_grad_geometry(const conv_args *a, const of_meta *x, cons
 
 static of_status conv_weight_grad_op(of_tensor *x, of_tensor *gy, const conv_args *a,
                                      const int64_t *k_sizes, of_tensor **out) {
-  of_meta xm = meta_of(x), gm = meta_of(gy);
+  of_meta xm = of_meta_of(x), gm = of_meta_of(gy);
   int64_t rshape[5];
   OF_CHECK(weight_grad_geometry(a, &xm, &gm, k_sizes, rshape));
   OF_CHECK(check_device(a, x, gy, NULL));
@@ -1923,7 +1915,7 @@ static of_status conv_transpose_body(of_tensor *x, of_tensor *w, of_tensor *b, c
                                  of_tensor **out) {
   conv_args a;
   OF_CHECK(init_args(&a, "conv_transpose", stride, padding, dilation, nsp, groups));
-  of_meta xm = meta_of(x), wm = meta_of(w), bm = b ? meta_of(b) : xm;
+  of_meta xm = of_meta_of(x), wm = of_meta_of(w), bm = b ? of_meta_of(b) : xm;
   int64_t osz[3], rshape[5];
   OF_CHECK(transpose_geometry(&a, &xm, &wm, b ? &bm : NULL, output_padding, osz, rshape));
   return conv_input_grad_op(x, w, b, &a, osz, out);

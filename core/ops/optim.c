@@ -244,13 +244,6 @@ void of_adam_kernel(of_dtype dt, int64_t n, void *p, const void *g, void *m, voi
 /* the checks on shapes and dtypes work on of_meta (ndim < 0: absent), so
  * the graph loader runs them on a loaded update's recorded values
  * (infer_sgd / infer_adam); the tensor versions add contiguity */
-static of_meta meta_of(const of_tensor *t) {
-  of_meta m;
-  m.ndim = t ? t->ndim : -1;
-  m.dtype = t ? t->dtype : 0;
-  if (t) memcpy(m.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-  return m;
-}
 static of_status check_pair_meta(const char *op, const of_meta *p, const of_meta *t, bool contiguous,
                                  const char *what) {
   if (t->ndim < 0) return OF_OK;
@@ -265,7 +258,7 @@ static of_status check_pair_meta(const char *op, const of_meta *p, const of_meta
 }
 static of_status check_pair(const char *op, of_tensor *p, of_tensor *t, const char *what) {
   if (!t) return OF_OK;
-  of_meta pm = meta_of(p), tm = meta_of(t);
+  of_meta pm = of_meta_of(p), tm = of_meta_of(t);
   return check_pair_meta(op, &pm, &tm, of_tensor_is_contiguous(t), what);
 }
 
@@ -283,7 +276,7 @@ static of_status check_common_meta(const char *op, const of_meta *p, const of_me
 }
 static of_status check_common(const char *op, of_tensor *p, of_tensor *g, of_tensor *hyper) {
   if (!p || !g || !hyper) return of_fail(OF_ERR_ARG, "%s: param, grad and hyper are required", op);
-  of_meta pm = meta_of(p), gm = meta_of(g), hm = meta_of(hyper);
+  of_meta pm = of_meta_of(p), gm = of_meta_of(g), hm = of_meta_of(hyper);
   OF_CHECK(check_common_meta(op, &pm, &gm, &hm, of_tensor_is_contiguous(p)));
   if (!of_tensor_is_contiguous(hyper))
     return of_fail(OF_ERR_ARG, "%s: hyper must be a contiguous float64 tensor {lr, step}", op);

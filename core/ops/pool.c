@@ -562,7 +562,7 @@ static const char *dims_name(int32_t nsp, bool batched) {
 }
 
 /* Input checks common to all pools; *planes = product of the leading dims. */
-static of_status check_input(const pool_args *a, of_tensor *x, int64_t *planes) {
+static of_status check_input(const pool_args *a, const of_meta *x, int64_t *planes) {
   int32_t nsp = a->nsp;
   if (x->ndim != nsp + 1 && x->ndim != nsp + 2)
     return of_fail(OF_ERR_SHAPE, "%s: expected input with %d or %d dims (%s or %s), got %s",
@@ -619,7 +619,7 @@ static void args_of_node(const of_node *n, pool_args *a) {
 }
 
 /* kernel/stride/padding/dilation checks and the output size. */
-static of_status windowed_out(const pool_args *a, of_tensor *x, int64_t *out) {
+static of_status windowed_out(const pool_args *a, const of_meta *x, int64_t *out) {
   int32_t nsp = a->nsp, ceil_mode = a->rec.ceil_mode;
   if (!(a->rec.has & 1)) return of_fail(OF_ERR_ARG, "%s: kernel_size is required", a->op);
   for (int32_t i = 0; i < nsp; i++) {
@@ -652,10 +652,20 @@ static of_status windowed_out(const pool_args *a, of_tensor *x, int64_t *out) {
   return OF_OK;
 }
 
-static void result_shape(of_tensor *x, int32_t nsp, const int64_t *osz, int64_t *shape) {
+static void result_shape(const of_tensor *x, int32_t nsp, const int64_t *osz, int64_t *shape) {
   int32_t lead = x->ndim - nsp;
   for (int32_t i = 0; i < lead; i++) shape[i] = x->shape[i];
   for (int32_t i = 0; i < nsp; i++) shape[lead + i] = osz[i];
+}
+
+static of_status adaptive_sizes(const pool_args *a, const of_meta *x, int64_t *osz);
+/* The result's spatial sizes osz (and *planes, the product of the leading
+ * dims): every check a pool makes before it allocates, on the input's shape
+ * and dtype, and what a loaded graph's node is re-inferred with (infer_pool) */
+static of_status pool_geometry(const pool_args *a, const of_meta *x, int64_t *planes,
+                               int64_t *osz) {
+  OF_CHECK(check_input(a, x, planes));
+  return a->adaptive ? adaptive_sizes(a, x, osz) : windowed_out(a, x, osz);
 }
 
 /* ---- device kernels (cuda/nn.cu): the pool as 3-D, leading dims of 1 ---- */
@@ -972,13 +982,13 @@ static of_status max_pool_body(of_tensor *x, const int64_t *kernel, const int64_
   pool_args a;
   int64_t planes, osz[3];
   OF_CHECK(init_args(&a, "max_pool", OPK_MAX_POOL, &r));
-  OF_CHECK(check_input(&a, x, &planes));
-  OF_CHECK(windowed_out(&a, x, osz));
+  of_meta xm = of_meta_of(x);
+  OF_CHECK(pool_geometry(&a, &xm, &planes, osz));
   return max_run(&a, x, planes, osz, values, indices);
 }
 
 /* the output size (the record's kernel) */
-static of_status adaptive_sizes(const pool_args *a, of_tensor *x, int64_t *osz) {
+static of_status adaptive_sizes(const pool_args *a, const of_meta *x, int64_t *osz) {
   int32_t nsp = a->nsp;
   const int64_t *output_size = a->rec.kernel;
   if (!(a->rec.has & 1)) return of_fail(OF_ERR_ARG, "%s: output_size is required", a->op);
@@ -1005,8 +1015,8 @@ static of_status adaptive_max_pool_body(of_tensor *x, const int64_t *output_size
   pool_args a;
   int64_t planes, osz[3];
   OF_CHECK(init_args(&a, "adaptive_max_pool", OPK_ADAPTIVE_MAX_POOL, &r));
-  OF_CHECK(check_input(&a, x, &planes));
-  OF_CHECK(adaptive_sizes(&a, x, osz));
+  of_meta xm = of_meta_of(x);
+  OF_CHECK(pool_geometry(&a, &xm, &planes, osz));
   return max_run(&a, x, planes, osz, values, indices);
 }
 
@@ -1136,8 +1146,8 @@ static of_status avg_pool_body(of_tensor *x, const int64_t *kernel, const int64_
   pool_args a;
   int64_t planes, osz[3];
   OF_CHECK(init_args(&a, "avg_pool", OPK_AVG_POOL, &r));
-  OF_CHECK(check_input(&a, x, &planes));
-  OF_CHECK(windowed_out(&a, x, osz));
+  of_meta xm = of_meta_of(x);
+  OF_CHECK(pool_geometry(&a, &xm, &planes, osz));
   return avg_op(&a, x, osz, false, NULL, 0, out);
 }
 
@@ -1150,8 +1160,8 @@ static of_status adaptive_avg_pool_body(of_tensor *x, const int64_t *output_size
   pool_args a;
   int64_t planes, osz[3];
   OF_CHECK(init_args(&a, "adaptive_avg_pool", OPK_ADAPTIVE_AVG_POOL, &r));
-  OF_CHECK(check_input(&a, x, &planes));
-  OF_CHECK(adaptive_sizes(&a, x, osz));
+  of_meta xm = of_meta_of(x);
+  OF_CHECK(pool_geometry(&a, &xm, &planes, osz));
   return avg_op(&a, x, osz, false, NULL, 0, out);
 }
 
@@ -1271,7 +1281,34 @@ static of_status run_avg_pool(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_RUN1(of_adaptive_avg_pool(ins[0], OF_OPT(1, kernel), a->nsp, OF_R));
 }
 
-OF_OP_IMPL(MAX_POOL, run_max_pool, NULL, NULL, describe_pool);
-OF_OP_IMPL(AVG_POOL, run_avg_pool, NULL, NULL, describe_pool);
-OF_OP_IMPL(ADAPTIVE_AVG_POOL, run_avg_pool, NULL, NULL, describe_pool);
-OF_OP_IMPL(ADAPTIVE_MAX_POOL, run_max_pool, NULL, NULL, describe_pool);
+/* A loaded node's results from its record and the recorded input, by
+ * pool_geometry: the values in the input's dtype, max pools' indices int64 */
+static of_status infer_pool_kind(int32_t op, const char *kind, const void *p, const of_meta *ins,
+                                 of_meta *outs) {
+  pool_args a;
+  int64_t planes, osz[3];
+  OF_CHECK(init_args(&a, kind, op, p));
+  OF_CHECK(pool_geometry(&a, &ins[0], &planes, osz));
+  int32_t lead = ins[0].ndim - a.nsp;
+  outs[0] = ins[0];
+  for (int32_t i = 0; i < a.nsp; i++) outs[0].shape[lead + i] = osz[i];
+  if (op == OPK_MAX_POOL || op == OPK_ADAPTIVE_MAX_POOL) {
+    outs[1] = outs[0];
+    outs[1].dtype = OF_INT64;
+  }
+  return OF_OK;
+}
+#define POOL_INFER(K, NAME)                                                             \
+  static of_status infer_##K(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) { \
+    (void)nin;                                                                          \
+    return infer_pool_kind(OPK_##K, NAME, p, ins, outs);                                \
+  }
+POOL_INFER(MAX_POOL, "max_pool")
+POOL_INFER(AVG_POOL, "avg_pool")
+POOL_INFER(ADAPTIVE_AVG_POOL, "adaptive_avg_pool")
+POOL_INFER(ADAPTIVE_MAX_POOL, "adaptive_max_pool")
+
+OF_OP_IMPL_INFER(MAX_POOL, run_max_pool, NULL, NULL, describe_pool, infer_MAX_POOL);
+OF_OP_IMPL_INFER(AVG_POOL, run_avg_pool, NULL, NULL, describe_pool, infer_AVG_POOL);
+OF_OP_IMPL_INFER(ADAPTIVE_AVG_POOL, run_avg_pool, NULL, NULL, describe_pool, infer_ADAPTIVE_AVG_POOL);
+OF_OP_IMPL_INFER(ADAPTIVE_MAX_POOL, run_max_pool, NULL, NULL, describe_pool, infer_ADAPTIVE_MAX_POOL);

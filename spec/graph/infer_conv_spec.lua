@@ -1,12 +1,12 @@
--- Convolutions of a loaded graph are re-inferred before anything runs
--- (core/ops/conv.c: infer_conv_kind, by the geometry functions the ops
--- check and allocate with): a one-node graph written from scratch
+-- Convolutions and pools of a loaded graph are re-inferred before anything
+-- runs (core/ops/conv.c: infer_conv_kind; core/ops/pool.c: infer_pool_kind;
+-- by the geometry functions the ops check and allocate with): a one-node graph written from scratch
 -- (spec/graph/ir_build.lua) whose record or recorded shapes disagree is
 -- refused at load, naming the node; one that agrees runs as the eager op.
 local flow = require 'oneflow'
 local B = require 'spec.graph.ir_build'
 
-describe('saved graphs: convolutions re-inferred at load', function()
+describe('saved graphs: convolutions and pools re-inferred at load', function()
   local path = os.tmpname()
   teardown(function() os.remove(path) end)
   local load = B.loader('.', path)
@@ -58,6 +58,28 @@ describe('saved graphs: convolutions re-inferred at load', function()
             {{{5, 3, 4, 4}}})
     refused('conv_weight_grad2d: kernel_size is required', 'conv_weight_grad', {nsp = 2, groups = 1},
             {X, {{2, 5, 6, 6}}, false}, {{{5, 3, 3, 3}}})
+  end)
+
+  it('re-infers max, average and adaptive pools: windows, ceil mode, indices, dtypes', function()
+    local P = {nsp = 2, has = 1, kernel = {2, 2}}
+    assert.is_true((load('max_pool', P, {X}, {{{2, 3, 4, 4}}, {{2, 3, 4, 4}, 'int64'}})))
+    assert.is_true((load('avg_pool', {nsp = 2, has = 1 + 2 + 4, kernel = {3, 3}, stride = {2, 2}, padding = {1, 1},
+                                      ceil_mode = 1}, {X}, {{{2, 3, 5, 5}}})))
+    assert.is_true((load('adaptive_avg_pool', {nsp = 2, has = 1, kernel = {1, 1}}, {{{2, 3, 8, 8}, 'float64'}},
+                         {{{2, 3, 1, 1}, 'float64'}})))
+    assert.is_true((load('adaptive_max_pool', {nsp = 2, has = 1, kernel = {3, 5}}, {{{3, 8, 8}}},
+                         {{{3, 3, 5}}, {{3, 3, 5}, 'int64'}})))
+    refused('node 1 (max_pool): result %1 is recorded as [2,3,3,3] float32, its inputs give [2,3,4,4] float32',
+            'max_pool', P, {X}, {{{2, 3, 3, 3}}, {{2, 3, 4, 4}, 'int64'}})
+    refused('node 1 (max_pool): result %2 is recorded as [2,3,4,4] float32, its inputs give [2,3,4,4] int64',
+            'max_pool', P, {X}, {{{2, 3, 4, 4}}, {{2, 3, 4, 4}}})
+    refused('node 1 (avg_pool): the recorded inputs do not fit: avg_pool2d: expected a floating-point input, got int64',
+            'avg_pool', P, {{{2, 3, 8, 8}, 'int64'}}, {{{2, 3, 4, 4}, 'int64'}})
+    refused('max_pool2d: expected input with 3 or 4 dims', 'max_pool', P, {{{8, 8}}}, {{{4, 4}}, {{4, 4}, 'int64'}})
+    refused('max_pool2d: output size [0,0] is too small', 'max_pool', {nsp = 2, has = 1, kernel = {9, 9}}, {X},
+            {{{2, 3, 1, 1}}, {{2, 3, 1, 1}, 'int64'}})
+    refused('adaptive_avg_pool2d: expected non-empty spatial dims', 'adaptive_avg_pool',
+            {nsp = 2, has = 1, kernel = {1, 1}}, {{{2, 3, 0, 8}}}, {{{2, 3, 1, 1}}})
   end)
 
   it('runs a loaded convolution as the eager op', function()
