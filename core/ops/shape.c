@@ -43,82 +43,71 @@ static bool legacy_empty(const of_tensor *t) { return t->ndim == 1 && t->shape[0
 
 /* ---- cat / stack ---- */
 
-static of_status cat_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
-  if (!ts || n <= 0) return of_fail(OF_ERR_ARG, "cat: expected a non-empty list of tensors");
-  of_device dev;
-  OF_CHECK(of_common_device("cat", ts, n, &dev));
+static bool legacy_empty_meta(const of_meta *t) { return t->ndim == 1 && t->shape[0] == 0; }
+
+/* cat's result (*res) from its inputs' shapes and dtypes, the dim it joins
+ * along (*d) and the first input that is not a legacy empty [0] (*ref, -1:
+ * none): every check cat makes before it allocates, and what a loaded
+ * graph's node is re-inferred with (infer_cat) */
+static of_status cat_plan(const of_meta *ts, int32_t n, int32_t dim, of_meta *res, int32_t *d,
+                          int32_t *ref) {
+  if (n <= 0) return of_fail(OF_ERR_ARG, "cat: expected a non-empty list of tensors");
   of_dtype dt = -1;
-  int32_t ref = -1;
+  *ref = -1;
   for (int32_t i = 0; i < n; i++) {
-    if (!ts[i]) return of_fail(OF_ERR_ARG, "cat: tensor %d of %d is NULL", (int)i + 1, (int)n);
-    if (ts[i]->ndim == 0)
+    if (ts[i].ndim < 0) return of_fail(OF_ERR_ARG, "cat: tensor %d of %d is absent", (int)i + 1, (int)n);
+    if (ts[i].ndim == 0)
       return of_fail(OF_ERR_SHAPE, "cat: zero-dimensional tensor (at position %d) cannot be "
                      "concatenated; unsqueeze it first", (int)i + 1);
-    if (dt < 0) dt = ts[i]->dtype;
-    else OF_CHECK(of_promote_for("cat", dt, ts[i]->dtype, &dt));
-    if (ref < 0 && !legacy_empty(ts[i])) ref = i;
+    if (dt < 0) dt = ts[i].dtype;
+    else OF_CHECK(of_promote_for("cat", dt, ts[i].dtype, &dt));
+    if (*ref < 0 && !legacy_empty_meta(&ts[i])) *ref = i;
   }
-  if (ref < 0) {   /* only legacy empty tensors: an empty 1-D result */
-    int32_t d;
-    OF_CHECK(of_norm_dim("cat", dim, 1, &d));
-    int64_t zero = 0;
-    return of_tensor_new(&zero, 1, dt, dev, out);
+  res->dtype = dt;
+  if (*ref < 0) {   /* only legacy empty tensors: an empty 1-D result */
+    OF_CHECK(of_norm_dim("cat", dim, 1, d));
+    res->ndim = 1;
+    res->shape[0] = 0;
+    return OF_OK;
   }
-  const of_tensor *r = ts[ref];
-  int32_t d;
-  OF_CHECK(of_norm_dim("cat", dim, r->ndim, &d));
-  int64_t shape[OF_MAX_DIMS];
-  memcpy(shape, r->shape, sizeof shape);
-  shape[d] = 0;
+  const of_meta *r = &ts[*ref];
+  OF_CHECK(of_norm_dim("cat", dim, r->ndim, d));
+  res->ndim = r->ndim;
+  memcpy(res->shape, r->shape, sizeof(int64_t) * (size_t)r->ndim);
+  res->shape[*d] = 0;
   for (int32_t i = 0; i < n; i++) {
-    const of_tensor *t = ts[i];
-    if (legacy_empty(t) && r->ndim != 1) continue;
+    const of_meta *t = &ts[i];
+    if (legacy_empty_meta(t) && r->ndim != 1) continue;
     if (t->ndim != r->ndim)
       return of_fail(OF_ERR_SHAPE, "cat: tensors must have the same number of dims: tensor %d "
-                     "has shape %s, tensor %d has shape %s", (int)ref + 1, OF_SHAPE_STR(r),
+                     "has shape %s, tensor %d has shape %s", (int)*ref + 1, OF_SHAPE_STR(r),
                      (int)i + 1, OF_SHAPE_STR(t));
     for (int32_t k = 0; k < r->ndim; k++)
-      if (k != d && t->shape[k] != r->shape[k])
+      if (k != *d && t->shape[k] != r->shape[k])
         return of_fail(OF_ERR_SHAPE, "cat: sizes must match except in dim %d: tensor %d has "
-                       "shape %s, tensor %d has shape %s (dim %d: %lld vs %lld)", d + 1,
-                       (int)ref + 1, OF_SHAPE_STR(r), (int)i + 1, OF_SHAPE_STR(t), k + 1,
+                       "shape %s, tensor %d has shape %s (dim %d: %lld vs %lld)", *d + 1,
+                       (int)*ref + 1, OF_SHAPE_STR(r), (int)i + 1, OF_SHAPE_STR(t), k + 1,
                        (long long)r->shape[k], (long long)t->shape[k]);
-    shape[d] += t->shape[d];
+    if (__builtin_add_overflow(res->shape[*d], t->shape[*d], &res->shape[*d]))
+      return of_fail(OF_ERR_SHAPE, "cat: the joined dim %d overflows", *d + 1);
   }
-  of_tensor *res;
-  OF_CHECK(of_tensor_new(shape, r->ndim, dt, dev, &res));
-  int64_t pos = 0;
-  for (int32_t i = 0; i < n; i++) {
-    of_tensor *t = ts[i];
-    if ((legacy_empty(t) && r->ndim != 1) || t->shape[d] == 0) continue;
-    of_tensor v = stack_view(res, t->shape, res->strides, res->ndim, pos * res->strides[d]);
-    of_status st = of_copy_data(&v, t);
-    if (st != OF_OK) {
-      of_tensor_release(res);
-      return st;
-    }
-    pos += t->shape[d];
-  }
-  res->storage->version = 0;
-  *out = res;
   return OF_OK;
 }
 
-static of_status stack_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
-  if (!ts || n <= 0) return of_fail(OF_ERR_ARG, "stack: expected a non-empty list of tensors");
+/* stack's result (*res) and the new dim (*d) from its inputs' shapes and
+ * dtypes: its checks, and a loaded node's re-inference (infer_stack) */
+static of_status stack_plan(const of_meta *ts, int32_t n, int32_t dim, of_meta *res, int32_t *d) {
+  if (n <= 0) return of_fail(OF_ERR_ARG, "stack: expected a non-empty list of tensors");
   for (int32_t i = 0; i < n; i++)
-    if (!ts[i]) return of_fail(OF_ERR_ARG, "stack: tensor %d of %d is NULL", (int)i + 1, (int)n);
-  of_device dev;
-  OF_CHECK(of_common_device("stack", ts, n, &dev));
-  const of_tensor *r = ts[0];
+    if (ts[i].ndim < 0) return of_fail(OF_ERR_ARG, "stack: tensor %d of %d is absent", (int)i + 1, (int)n);
+  const of_meta *r = &ts[0];
   if (r->ndim >= OF_MAX_DIMS)
     return of_fail(OF_ERR_SHAPE, "stack: tensors already have %d dims (shape %s), the most "
                    "supported", OF_MAX_DIMS, OF_SHAPE_STR(r));
-  int32_t d;
-  OF_CHECK(of_norm_dim("stack", dim, r->ndim + 1, &d));
+  OF_CHECK(of_norm_dim("stack", dim, r->ndim + 1, d));
   of_dtype dt = r->dtype;
   for (int32_t i = 1; i < n; i++) {
-    const of_tensor *t = ts[i];
+    const of_meta *t = &ts[i];
     bool same = t->ndim == r->ndim;
     for (int32_t k = 0; same && k < r->ndim; k++) same = t->shape[k] == r->shape[k];
     if (!same)
@@ -126,16 +115,85 @@ static of_status stack_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor
                      "entry 1 and %s at entry %d", OF_SHAPE_STR(r), OF_SHAPE_STR(t), (int)i + 1);
     OF_CHECK(of_promote_for("stack", dt, t->dtype, &dt));
   }
-  int64_t shape[OF_MAX_DIMS];
-  for (int32_t k = 0, j = 0; k <= r->ndim; k++) shape[k] = k == d ? n : r->shape[j++];
+  res->dtype = dt;
+  res->ndim = r->ndim + 1;
+  for (int32_t k = 0, j = 0; k <= r->ndim; k++) res->shape[k] = k == *d ? n : r->shape[j++];
+  return OF_OK;
+}
+
+/* the inputs' metas for the plans: on the stack for short lists; NULL (an
+ * error set) when a tensor is NULL or memory runs out */
+static of_meta *metas_of(const char *op, of_tensor **ts, int32_t n, of_meta *buf, int32_t cap) {
+  if (!ts || n <= 0) {
+    of_fail(OF_ERR_ARG, "%s: expected a non-empty list of tensors", op);
+    return NULL;
+  }
+  of_meta *m = n <= cap ? buf : malloc(sizeof(of_meta) * (size_t)n);
+  if (!m) {
+    of_fail(OF_ERR_OOM, "%s: out of memory for %d inputs", op, (int)n);
+    return NULL;
+  }
+  for (int32_t i = 0; i < n; i++) {
+    if (!ts[i]) {
+      if (m != buf) free(m);
+      of_fail(OF_ERR_ARG, "%s: tensor %d of %d is NULL", op, (int)i + 1, (int)n);
+      return NULL;
+    }
+    m[i] = of_meta_of(ts[i]);
+  }
+  return m;
+}
+
+static of_status cat_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
+  of_meta buf[8], res;
+  of_meta *m = metas_of("cat", ts, n, buf, 8);
+  if (!m) return OF_ERR_ARG;
+  int32_t d, ref;
+  of_status st = cat_plan(m, n, dim, &res, &d, &ref);
+  if (m != buf) free(m);
+  OF_CHECK(st);
+  of_device dev;
+  OF_CHECK(of_common_device("cat", ts, n, &dev));
+  if (ref < 0) return of_tensor_new(res.shape, 1, res.dtype, dev, out);
+  int32_t nd = res.ndim;
+  of_tensor *r;
+  OF_CHECK(of_tensor_new(res.shape, nd, res.dtype, dev, &r));
+  int64_t pos = 0;
+  for (int32_t i = 0; i < n; i++) {
+    of_tensor *t = ts[i];
+    if ((legacy_empty(t) && nd != 1) || t->shape[d] == 0) continue;
+    of_tensor v = stack_view(r, t->shape, r->strides, nd, pos * r->strides[d]);
+    st = of_copy_data(&v, t);
+    if (st != OF_OK) {
+      of_tensor_release(r);
+      return st;
+    }
+    pos += t->shape[d];
+  }
+  r->storage->version = 0;
+  *out = r;
+  return OF_OK;
+}
+
+static of_status stack_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
+  of_meta buf[8], rm;
+  of_meta *m = metas_of("stack", ts, n, buf, 8);
+  if (!m) return OF_ERR_ARG;
+  int32_t d;
+  of_status st = stack_plan(m, n, dim, &rm, &d);
+  if (m != buf) free(m);
+  OF_CHECK(st);
+  of_device dev;
+  OF_CHECK(of_common_device("stack", ts, n, &dev));
+  const of_tensor *r = ts[0];
   of_tensor *res;
-  OF_CHECK(of_tensor_new(shape, r->ndim + 1, dt, dev, &res));
+  OF_CHECK(of_tensor_new(rm.shape, rm.ndim, rm.dtype, dev, &res));
   int64_t strides[OF_MAX_DIMS];
   for (int32_t k = 0, j = 0; k <= r->ndim; k++)
     if (k != d) strides[j++] = res->strides[k];
   for (int32_t i = 0; i < n && res->numel > 0; i++) {
     of_tensor v = stack_view(res, r->shape, strides, r->ndim, i * res->strides[d]);
-    of_status st = of_copy_data(&v, ts[i]);
+    st = of_copy_data(&v, ts[i]);
     if (st != OF_OK) {
       of_tensor_release(res);
       return st;
@@ -698,8 +756,17 @@ static of_status run_roll(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_RUN1(of_roll(ins[0], a->shifts, a->dims, a->n, OF_R));
 }
 
-OF_OP_IMPL(CAT, run_cat, NULL, NULL, of_describe_i1);
-OF_OP_IMPL(STACK, run_cat, NULL, NULL, of_describe_i1);
+/* a loaded cat / stack node: cat_plan / stack_plan on the recorded inputs */
+static of_status infer_cat(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  int32_t d, ref;
+  return cat_plan(ins, nin, ((const a_i1 *)p)->v, &outs[0], &d, &ref);
+}
+static of_status infer_stack(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  int32_t d;
+  return stack_plan(ins, nin, ((const a_i1 *)p)->v, &outs[0], &d);
+}
+OF_OP_IMPL_INFER(CAT, run_cat, NULL, NULL, of_describe_i1, infer_cat);
+OF_OP_IMPL_INFER(STACK, run_cat, NULL, NULL, of_describe_i1, infer_stack);
 /* loaded tri / flip / roll nodes: the input's shape and dtype (their dims
  * are range-checked with the record); tri needs 2 dims; repeat:
  * repeat_shape */
