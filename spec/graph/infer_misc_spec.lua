@@ -162,7 +162,8 @@ describe('saved graphs: creation, random, amp, fft and special ops re-inferred a
             'special', {fn = ERFINV}, {{{3}, 'bool'}}, {{{3}}})
     refused('special.polygamma: n must be a non-negative integer, got 0.5', 'special', {fn = POLY, p = 0.5},
             {{{3}}}, {{{3}}})
-    refused('node 1 (special): the recorded inputs do not fit: zeta: shapes [3] and [4] cannot be broadcast', 'special', {fn = ZETA}, {{{3}}, {{4}}}, {{{3}}})
+    refused('node 1 (special): the recorded inputs do not fit: zeta: shapes [3] and [4] cannot be broadcast',
+            'special', {fn = ZETA}, {{{3}}, {{4}}}, {{{3}}})
     assert.is_true((load('special', {fn = ERFINV}, {{{3}}}, {{{3}}})))
     local x = flow.tensor({-0.5, 0, 0.5})
     assert.are.same(flow.special.erfinv(x):totable(), flow.nn.Graph.load(path)(x):totable())
