@@ -168,4 +168,22 @@ describe('saved graphs: creation, random, amp, fft and special ops re-inferred a
     local x = flow.tensor({-0.5, 0, 0.5})
     assert.are.same(flow.special.erfinv(x):totable(), flow.nn.Graph.load(path)(x):totable())
   end)
+
+  it('re-infers the graph-only relu_max_pool and its backward', function()
+    local X, P, K = {{2, 3, 4, 6}}, {{2, 3, 2, 3}}, {kernel = {2, 2}, ['in'] = {4, 6}}
+    local CODE = {{2, 3, 2, 3}, 'int32'}
+    assert.is_true((load('relu_max_pool', K, {X}, {P, CODE})))
+    assert.is_true((load('relu_max_pool_backward', K, {P, CODE}, {X})))
+    refused('node 1 (relu_max_pool): result %2 is recorded as [2,3,2,3] uint8, its inputs give [2,3,2,3] int32',
+            'relu_max_pool', K, {X}, {P, {{2, 3, 2, 3}, 'uint8'}})
+    refused('node 1 (relu_max_pool): result %1 is recorded as [2,3,2,2] float32, its inputs give [2,3,2,3] float32',
+            'relu_max_pool', K, {X}, {{{2, 3, 2, 2}}, CODE})
+    refused('node 1 (relu_max_pool): the recorded inputs do not fit: relu_max_pool: input [2,3,4,4] float32 does '
+            .. 'not match the record', 'relu_max_pool', K, {{{2, 3, 4, 4}}}, {P, CODE})
+    refused('node 1 (relu_max_pool_backward): the recorded inputs do not fit: relu_max_pool_backward: grad '
+            .. '[2,3,2,3] float32 and code [2,3,2,3] int64 do not match', 'relu_max_pool_backward', K,
+            {P, {{2, 3, 2, 3}, 'int64'}}, {X})
+    refused('node 1 (relu_max_pool_backward): result %2 is recorded as [2,3,4,4] float32, its inputs give '
+            .. '[2,3,4,6] float32', 'relu_max_pool_backward', K, {P, CODE}, {{{2, 3, 4, 4}}})
+  end)
 end)
