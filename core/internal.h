@@ -122,6 +122,11 @@ of_status of_tensor_new(const int64_t *shape, int32_t ndim, of_dtype dt, of_devi
 /* The same, naming op in errors (shape checks, out of memory). */
 of_status of_tensor_new_as(const char *op, const int64_t *shape, int32_t ndim, of_dtype dt,
                            of_device dev, of_tensor **out);
+/* What of_tensor_new_as checks before it allocates (the shape, the dtype,
+ * the byte count): the graph loader's re-inference of creation ops (their
+ * infer hooks) runs it on a record without allocating. numel may be NULL. */
+of_status of_tensor_check_new(const char *op, const int64_t *shape, int32_t ndim, of_dtype dt,
+                              int64_t *numel);
 /* New view header sharing t's storage; NULL (error set) when the shape is
  * not a valid one (of_check_shape) or out of memory. */
 of_tensor *of_tensor_alias(const of_tensor *t, const int64_t *shape,

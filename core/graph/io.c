@@ -244,31 +244,6 @@ static int64_t meta_bytes(const int64_t *shape, int32_t ndim, of_dtype dt) {
   return n > lim / (es ? es : 1) ? -1 : n * es;
 }
 
-/* The output shape of a creation op, from its record alone: compared with
- * the recorded value so that an edited record cannot make the first run
- * allocate what the file never described. false: not a creation op. */
-static bool creation_shape(int32_t op, const void *attrs, int64_t *shape, int32_t *ndim,
-                           of_dtype *dt) {
-  switch (op) {
-    case OPK_EMPTY: case OPK_ZEROS: case OPK_FULL: case OPK_RAND: case OPK_RANDN: {
-      const a_create *a = attrs;
-      if (!NDIM_OK(a->ndim)) { *ndim = -1; return true; }
-      *ndim = a->ndim;
-      memcpy(shape, a->shape, sizeof(int64_t) * (size_t)a->ndim);
-      *dt = a->dtype;
-      return true;
-    }
-    case OPK_RANDPERM: {
-      const a_randperm *a = attrs;
-      *ndim = 1;
-      shape[0] = a->n;
-      *dt = a->dtype;
-      return true;
-    }
-    default: return false;
-  }
-}
-
 /* Attribute ranges that the record alone and its inputs' recorded ranks
  * decide: dims within the input's rank, enum codes and dtypes in range,
  * counts within their arrays, positive group and window counts. Writes the
@@ -1013,8 +988,10 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
       if (n->out[j] >= 0) g->vals[n->out[j]].dynamic = dyn;
     /* the results' shapes and dtypes re-inferred from the recorded inputs by
      * the op's own function (of_opimpl.infer), where it has one: they must
-     * be what the file records, before anything runs. (Every other op's
-     * results are checked against the file as its first run makes them.) */
+     * be what the file records, before anything runs -- a creation op's
+     * from its record alone, so that an edited record cannot make the first
+     * run allocate what the file never described. (Every other op's results
+     * are checked against the file as its first run makes them.) */
     if (d->infer && !dyn && nin_ <= OF_BACKWARD_MAX_IN && nreal <= OF_BACKWARD_MAX_IN) {
       of_meta im[OF_BACKWARD_MAX_IN], om[OF_BACKWARD_MAX_IN];
       memset(om, 0, sizeof(of_meta) * (size_t)(nreal ? nreal : 1));
@@ -1027,7 +1004,7 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
       if (d->infer(n->attrs, nin_, im, om) != OF_OK) {
         char msg[256];
         snprintf(msg, sizeof msg, "%s", of_last_error());
-        NODE_FAIL("the recorded inputs do not fit: %s", msg);
+        NODE_FAIL("the %s: %s", nin_ ? "recorded inputs do not fit" : "record does not fit", msg);
       }
       for (int32_t j = 0; j < nreal; j++) {
         if (n->out[j] < 0) continue;
@@ -1036,22 +1013,12 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
         for (int32_t k = 0; same && k < y->ndim; k++) same = y->shape[k] == om[j].shape[k];
         if (!same) {
           char a[96], b[96];
-          NODE_FAIL("result %%%d is recorded as %s %s, its inputs give %s %s", (int)n->out[j],
+          NODE_FAIL("result %%%d is recorded as %s %s, its %s %s %s", (int)n->out[j],
                     of_shape_str(y->shape, y->ndim, a, sizeof a), of_dtype_name(y->dtype),
+                    nin_ ? "inputs give" : "record gives",
                     of_shape_str(om[j].shape, om[j].ndim, b, sizeof b), of_dtype_name(om[j].dtype));
         }
       }
-    }
-    /* a creation op's result is what its record says: it must be the value
-     * the file describes */
-    int64_t cshape[OF_MAX_DIMS];
-    int32_t cnd = 0;
-    of_dtype cdt = 0;
-    if (creation_shape(op, n->attrs, cshape, &cnd, &cdt) && n->out[0] >= 0) {
-      const of_gval *x = &g->vals[n->out[0]];
-      bool same = cnd == x->ndim && cdt == x->dtype;
-      for (int32_t k = 0; same && k < cnd; k++) same = cshape[k] == x->shape[k];
-      if (!same) NODE_FAIL("attrs: the record's shape or dtype is not that of its result");
     }
 #undef NODE_FAIL
   }

@@ -58,12 +58,16 @@ static const struct {
   of_invoke_fn invoke;
   of_status (*check)(const void *attrs, int32_t size, int32_t nin);
   void (*describe)(const void *attrs, char *buf, size_t cap);
+  /* the results from the recorded inputs, as of_opimpl.infer; NULL: none */
+  of_status (*infer)(const void *attrs, int32_t nin, const of_meta *ins, of_meta *outs);
 } graph_rows[OPK_COUNT] = {
   [OF_OPK_ALIAS] = {sizeof(a_alias), inv_alias, NULL, d_alias},
   [OF_OPK_BACKWARD] = {sizeof(a_backward), of_backward_invoke, NULL, d_backward},
   [OF_OPK_FUSED] = {sizeof(fused_prog), of_fused_invoke, of_fused_check, of_fused_describe},
-  [OPK_RELU_MAX_POOL] = {sizeof(a_relu_pool), of_relu_pool_invoke, of_relu_pool_check, of_relu_pool_describe},
-  [OPK_RELU_MAX_POOL_BACKWARD] = {sizeof(a_relu_pool), of_relu_pool_invoke, of_relu_pool_check, of_relu_pool_describe},
+  [OPK_RELU_MAX_POOL] = {sizeof(a_relu_pool), of_relu_pool_invoke, of_relu_pool_check, of_relu_pool_describe,
+                         of_relu_pool_infer},
+  [OPK_RELU_MAX_POOL_BACKWARD] = {sizeof(a_relu_pool), of_relu_pool_invoke, of_relu_pool_check,
+                                  of_relu_pool_describe, of_relu_pool_backward_infer},
 };
 
 static of_opdef op_table[OPK_COUNT];
@@ -90,6 +94,7 @@ static void build_table(void) {
       d->invoke = graph_rows[op].invoke;
       d->check = graph_rows[op].check;
       d->describe = graph_rows[op].describe;
+      d->infer = graph_rows[op].infer;
     }
   }
 }

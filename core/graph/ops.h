@@ -17,4 +17,8 @@ of_status of_backward_invoke(of_gnode *n, of_tensor **ins, void **outs);
 of_status of_relu_pool_invoke(of_gnode *n, of_tensor **ins, void **outs);
 of_status of_relu_pool_check(const void *attrs, int32_t size, int32_t nin);
 void of_relu_pool_describe(const void *attrs, char *buf, size_t cap);
+/* their results from the recorded inputs (the graph loader's re-inference),
+ * by the functions the ops check and allocate with */
+of_status of_relu_pool_infer(const void *attrs, int32_t nin, const of_meta *ins, of_meta *outs);
+of_status of_relu_pool_backward_infer(const void *attrs, int32_t nin, const of_meta *ins, of_meta *outs);
 #endif

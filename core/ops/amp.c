@@ -223,22 +223,57 @@ void of_amp_end(of_tensor **in, of_tensor **cast, int32_t n, int32_t saved) {
 UNSCALE_KERNEL(float)
 UNSCALE_KERNEL(double)
 
-static of_status check_scalar(const char *op, const char *what, of_tensor *t, of_dtype dt) {
-  if (!t || t->dtype != dt || t->numel != 1)
-    return of_fail(OF_ERR_ARG, "%s: %s must be a %s tensor with one element%s%s%s", op, what,
-                   of_dtype_name(dt), t ? ", got " : "", t ? OF_SHAPE_STR(t) : "",
-                   t ? of_dtype_name(t->dtype) : "");
+/* The operands' shapes and dtypes, on of_meta (ndim < 0: absent), so that
+ * the graph loader runs the same checks on a loaded node's recorded values
+ * (infer_unscale / infer_update_scale); the bodies add contiguity and
+ * devices, which only the real tensors have. */
+static of_meta meta_of(const of_tensor *t) {
+  of_meta m;
+  m.ndim = t ? t->ndim : -1;
+  m.dtype = t ? t->dtype : 0;
+  if (t) memcpy(m.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  return m;
+}
+
+static of_status check_scalar(const char *op, const char *what, const of_meta *t, of_dtype dt) {
+  bool have = t->ndim >= 0;
+  if (!have || t->dtype != dt || of_shape_numel(t->shape, t->ndim) != 1)
+    return of_fail(OF_ERR_ARG, "%s: %s must be a %s tensor with one element%s%s%s%s", op, what,
+                   of_dtype_name(dt), have ? ", got " : "", have ? OF_SHAPE_STR(t) : "",
+                   have ? " " : "", have ? of_dtype_name(t->dtype) : "");
+  return OF_OK;
+}
+
+/* amp_unscale_(grad, scale, found_inf): a float32 / float64 grad, a
+ * one-element float32 scale and found_inf */
+static of_status unscale_check(const of_meta *grad, const of_meta *scale, const of_meta *found_inf,
+                               bool contiguous) {
+  const char *op = "amp_unscale_";
+  OF_CHECK(check_scalar(op, "scale", scale, OF_FLOAT32));
+  OF_CHECK(check_scalar(op, "found_inf", found_inf, OF_FLOAT32));
+  bool have = grad->ndim >= 0;
+  if (!have || (grad->dtype != OF_FLOAT32 && grad->dtype != OF_FLOAT64) || !contiguous)
+    return of_fail(OF_ERR_DTYPE, "%s: the grad must be a contiguous float32 or float64 tensor%s%s",
+                   op, have ? ", got " : "", have ? OF_DT(grad) : "");
+  return OF_OK;
+}
+
+/* amp_update_scale_(scale, growth_tracker, found_inf): one-element float32
+ * scale and found_inf, an int32 tracker, an interval of at least 1 */
+static of_status update_scale_check(const of_meta *scale, const of_meta *tracker,
+                                    const of_meta *found_inf, int64_t interval) {
+  const char *op = "amp_update_scale_";
+  OF_CHECK(check_scalar(op, "scale", scale, OF_FLOAT32));
+  OF_CHECK(check_scalar(op, "growth_tracker", tracker, OF_INT32));
+  OF_CHECK(check_scalar(op, "found_inf", found_inf, OF_FLOAT32));
+  if (interval < 1) return of_fail(OF_ERR_ARG, "%s: growth_interval must be >= 1", op);
   return OF_OK;
 }
 
 static of_status unscale_body(of_tensor *grad, of_tensor *scale, of_tensor *found_inf) {
   const char *op = "amp_unscale_";
-  OF_CHECK(check_scalar(op, "scale", scale, OF_FLOAT32));
-  OF_CHECK(check_scalar(op, "found_inf", found_inf, OF_FLOAT32));
-  if (!grad || (grad->dtype != OF_FLOAT32 && grad->dtype != OF_FLOAT64) ||
-      !of_tensor_is_contiguous(grad))
-    return of_fail(OF_ERR_DTYPE, "%s: the grad must be a contiguous float32 or float64 tensor%s%s",
-                   op, grad ? ", got " : "", grad ? OF_DT(grad) : "");
+  of_meta gm = meta_of(grad), sm = meta_of(scale), fm = meta_of(found_inf);
+  OF_CHECK(unscale_check(&gm, &sm, &fm, grad && of_tensor_is_contiguous(grad)));
   OF_ROUTE(op, dev, dops, amp_unscale, grad, scale, found_inf);
   if (dops) {
     if (of_dev(scale) != dev || of_dev(found_inf) != dev)   /* 0-d CPU tensors joined */
@@ -275,10 +310,8 @@ static of_status run_unscale(const of_oprec *n, of_tensor **ins, void **outs) {
 static of_status update_scale_body(of_tensor *scale, of_tensor *tracker, of_tensor *found_inf,
                                    double growth, double backoff, int64_t interval) {
   const char *op = "amp_update_scale_";
-  OF_CHECK(check_scalar(op, "scale", scale, OF_FLOAT32));
-  OF_CHECK(check_scalar(op, "growth_tracker", tracker, OF_INT32));
-  OF_CHECK(check_scalar(op, "found_inf", found_inf, OF_FLOAT32));
-  if (interval < 1) return of_fail(OF_ERR_ARG, "%s: growth_interval must be >= 1", op);
+  of_meta sm = meta_of(scale), tm = meta_of(tracker), fm = meta_of(found_inf);
+  OF_CHECK(update_scale_check(&sm, &tm, &fm, interval));
   OF_ROUTE(op, dev, dops, amp_update_scale, scale, tracker, found_inf);
   if (dops) {
     if (of_dev(scale) != dev || of_dev(tracker) != dev || of_dev(found_inf) != dev)
@@ -340,5 +373,20 @@ static int32_t mutates_update_scale(const void *p, int32_t nin, int32_t *idx) {
   return 2;
 }
 
-OF_OP_IMPL(AMP_UNSCALE, run_unscale, mutates_unscale, NULL, NULL);
-OF_OP_IMPL(AMP_UPDATE, run_update_scale, mutates_update_scale, NULL, NULL);
+/* a loaded node (no results): the bodies' checks on the recorded operands
+ * (the grad's contiguity is checked when it runs) */
+static of_status infer_unscale(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)p;
+  (void)outs;
+  if (nin < 3) return of_fail(OF_ERR_ARG, "amp_unscale_: %d inputs", (int)nin);
+  return unscale_check(&ins[0], &ins[1], &ins[2], true);
+}
+static of_status infer_update_scale(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_amp_update *a = p;
+  (void)outs;
+  if (nin < 3) return of_fail(OF_ERR_ARG, "amp_update_scale_: %d inputs", (int)nin);
+  return update_scale_check(&ins[0], &ins[1], &ins[2], a->interval);
+}
+
+OF_OP_IMPL_INFER(AMP_UNSCALE, run_unscale, mutates_unscale, NULL, NULL, infer_unscale);
+OF_OP_IMPL_INFER(AMP_UPDATE, run_update_scale, mutates_update_scale, NULL, NULL, infer_update_scale);

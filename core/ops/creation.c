@@ -51,6 +51,62 @@ static of_status fill__body(of_tensor *t, double value) {
   return OF_OK;
 }
 
+/* ---- the results' shapes and dtypes ----
+ * What each body allocates, from its arguments alone. The bodies call these
+ * before they allocate; the infer hooks (end of file) call them on a loaded
+ * record, so the graph loader re-infers a creation node by the op's own
+ * arithmetic before anything runs. */
+
+/* a record's double that the op takes as an int64 (eye's sizes, linspace's
+ * steps, randint_'s bounds: traced from int64 values): a fractional or
+ * out-of-range one is refused, never cast (that cast is undefined) */
+of_status of_record_int(const char *op, const char *what, double v, int64_t *out) {
+  if (!(v >= -0x1p63 && v < 0x1p63) || v != floor(v))
+    return of_fail(OF_ERR_ARG, "%s: %s %g is not an integer in the int64 range", op, what, v);
+  *out = (int64_t)v;
+  return OF_OK;
+}
+
+/* empty, zeros, full, rand, randn: the record's shape and dtype, as
+ * of_tensor_new_as checks them */
+of_status of_create_meta(const char *op, const a_create *a, of_meta *out) {
+  OF_CHECK(of_tensor_check_new(op, a->shape, a->ndim, a->dtype, NULL));
+  out->ndim = a->ndim;
+  out->dtype = a->dtype;
+  memcpy(out->shape, a->shape, sizeof(int64_t) * (size_t)a->ndim);
+  return OF_OK;
+}
+
+/* eye(n, m): [n, m] (m < 0: n) */
+static of_status eye_shape(int64_t n, int64_t m, of_dtype dt, int64_t shape[2]) {
+  if (m < 0) m = n;
+  if (n < 0) return of_fail(OF_ERR_SHAPE, "eye: negative size %lld", (long long)n);
+  shape[0] = n;
+  shape[1] = m;
+  return of_tensor_check_new("eye", shape, 2, dt, NULL);
+}
+
+/* arange(start, end, step): ceil((end - start) / step) elements */
+static of_status arange_count(double start, double end, double step, of_dtype dt, int64_t *n) {
+  if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
+    return of_fail(OF_ERR_ARG, "arange: invalid range start=%g end=%g step=%g", start, end, step);
+  if ((end - start) / step < 0)
+    return of_fail(OF_ERR_ARG, "arange: upper bound and step have inconsistent signs "
+                   "(start=%g end=%g step=%g)", start, end, step);
+  double count = ceil((end - start) / step);
+  if (!(count <= (double)OF_MAX_NUMEL))   /* before the cast: out of range is undefined */
+    return of_fail(OF_ERR_SHAPE, "arange: start=%g end=%g step=%g gives %g elements, more than a "
+                   "tensor can hold (at most 2^60)", start, end, step, count);
+  *n = (int64_t)count;
+  return of_tensor_check_new("arange", n, 1, dt, NULL);
+}
+
+/* linspace(start, end, steps): steps elements */
+static of_status linspace_count(int64_t steps, of_dtype dt) {
+  if (steps < 0) return of_fail(OF_ERR_ARG, "linspace: number of steps must be >= 0, got %lld", (long long)steps);
+  return of_tensor_check_new("linspace", &steps, 1, dt, NULL);
+}
+
 static of_status empty_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
                         of_tensor **out) {
   return of_tensor_new_as("empty", shape, ndim, dt, dev, out);
@@ -90,10 +146,9 @@ static of_status eye_body(int64_t n, int64_t m, of_dtype dt, of_device dev, of_t
     OF_CHECK(eye_body(n, m, dt, OF_CPU, &t));
     return moved(t, dev, out);
   }
-  if (m < 0) m = n;
-  if (n < 0) return of_fail(OF_ERR_SHAPE, "eye: negative size %lld", (long long)n);
-  int64_t shape[2] = {n, m};
-  OF_CHECK(of_check_shape("eye", shape, 2, NULL));
+  int64_t shape[2];
+  OF_CHECK(eye_shape(n, m, dt, shape));
+  m = shape[1];
   of_tensor *t;
   OF_CHECK(full_as("eye", shape, 2, 0.0, dt, dev, &t));
   int64_t k = n < m ? n : m, es = of_dtype_size(dt);
@@ -112,16 +167,8 @@ static of_status arange_body(double start, double end, double step, of_dtype dt,
     OF_CHECK(arange_body(start, end, step, dt, OF_CPU, &t));
     return moved(t, dev, out);
   }
-  if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
-    return of_fail(OF_ERR_ARG, "arange: invalid range start=%g end=%g step=%g", start, end, step);
-  if ((end - start) / step < 0)
-    return of_fail(OF_ERR_ARG, "arange: upper bound and step have inconsistent signs "
-                   "(start=%g end=%g step=%g)", start, end, step);
-  double count = ceil((end - start) / step);
-  if (!(count <= (double)OF_MAX_NUMEL))   /* before the cast: out of range is undefined */
-    return of_fail(OF_ERR_SHAPE, "arange: start=%g end=%g step=%g gives %g elements, more than a "
-                   "tensor can hold (at most 2^60)", start, end, step, count);
-  int64_t n = (int64_t)count;
+  int64_t n;
+  OF_CHECK(arange_count(start, end, step, dt, &n));
   of_tensor *t;
   OF_CHECK(of_tensor_new_as("arange", &n, 1, dt, dev, &t));
   if (dops) {   /* the same double arithmetic and conversion, on the device */
@@ -146,7 +193,7 @@ static of_status linspace_body(double start, double end, int64_t steps, of_dtype
     OF_CHECK(linspace_body(start, end, steps, dt, OF_CPU, &t));
     return moved(t, dev, out);
   }
-  if (steps < 0) return of_fail(OF_ERR_ARG, "linspace: number of steps must be >= 0, got %lld", (long long)steps);
+  OF_CHECK(linspace_count(steps, dt));
   of_tensor *t;
   OF_CHECK(of_tensor_new_as("linspace", &steps, 1, dt, dev, &t));
   int64_t es = of_dtype_size(dt);
@@ -340,9 +387,17 @@ static of_status run_range(const of_oprec *n, of_tensor **ins, void **outs) {
   (void)ins;
   of_tensor *r_ = NULL;
   of_status st;
-  if (n->op == OPK_EYE) st = of_eye((int64_t)a->a, (int64_t)a->b, a->dtype, a->device, &r_);
-  else if (n->op == OPK_ARANGE) st = of_arange(a->a, a->b, a->c, a->dtype, a->device, &r_);
-  else st = of_linspace(a->a, a->b, (int64_t)a->c, a->dtype, a->device, &r_);
+  int64_t x = 0, y = 0;
+  if (n->op == OPK_EYE) {
+    OF_CHECK(of_record_int("eye", "n", a->a, &x));
+    OF_CHECK(of_record_int("eye", "m", a->b, &y));
+    st = of_eye(x, y, a->dtype, a->device, &r_);
+  } else if (n->op == OPK_ARANGE) {
+    st = of_arange(a->a, a->b, a->c, a->dtype, a->device, &r_);
+  } else {
+    OF_CHECK(of_record_int("linspace", "steps", a->c, &x));
+    st = of_linspace(a->a, a->b, x, a->dtype, a->device, &r_);
+  }
   if (st == OF_OK) outs[0] = r_;
   return st;
 }
@@ -379,10 +434,63 @@ of_status of_tensor_to_doubles(const of_tensor *t, double *buf, int64_t n) {
   return tensor_to_doubles_body(t, buf, n);
 }
 
-OF_OP_IMPL(FILL_, run_fill_, of_mutates_first, NULL, of_describe_d1);
-OF_OP_IMPL(EMPTY, of_run_create, NULL, NULL, of_describe_create);
-OF_OP_IMPL(ZEROS, of_run_create, NULL, NULL, of_describe_create);
-OF_OP_IMPL(FULL, of_run_create, NULL, NULL, of_describe_create);
-OF_OP_IMPL(EYE, run_range, NULL, NULL, describe_range);
-OF_OP_IMPL(ARANGE, run_range, NULL, NULL, describe_range);
-OF_OP_IMPL(LINSPACE, run_range, NULL, NULL, describe_range);
+/* ---- infer hooks: a loaded record's result, by the functions above ---- */
+/* fill_ writes any value into any dtype and shape: nothing to decide from
+ * shapes (its in-place checks -- expanded dims, a leaf that requires grad --
+ * need the real tensor and are made when it runs) */
+static of_status infer_fill_(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)p;
+  (void)outs;
+  if (nin < 1 || ins[0].ndim < 0) return of_fail(OF_ERR_ARG, "fill_: tensor is NULL");
+  return OF_OK;
+}
+#define INFER_CREATE(NAME, OP)                                                                \
+  static of_status infer_##NAME(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) { \
+    (void)nin;                                                                                \
+    (void)ins;                                                                                \
+    return of_create_meta(OP, p, &outs[0]);                                                   \
+  }
+INFER_CREATE(empty, "empty")
+INFER_CREATE(zeros, "zeros")
+INFER_CREATE(full, "full")
+#undef INFER_CREATE
+/* eye, arange, linspace: run_range's conversions, then the bodies' counts */
+static of_status infer_range(int32_t op, const a_range *a, of_meta *out) {
+  int64_t x = 0, y = 0;
+  out->ndim = 1;
+  out->dtype = a->dtype;
+  if (op == OPK_EYE) {
+    OF_CHECK(of_record_int("eye", "n", a->a, &x));
+    OF_CHECK(of_record_int("eye", "m", a->b, &y));
+    out->ndim = 2;
+    return eye_shape(x, y, a->dtype, out->shape);
+  }
+  if (op == OPK_ARANGE) return arange_count(a->a, a->b, a->c, a->dtype, &out->shape[0]);
+  OF_CHECK(of_record_int("linspace", "steps", a->c, &x));
+  OF_CHECK(linspace_count(x, a->dtype));
+  out->shape[0] = x;
+  return OF_OK;
+}
+static of_status infer_eye(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)nin;
+  (void)ins;
+  return infer_range(OPK_EYE, p, &outs[0]);
+}
+static of_status infer_arange(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)nin;
+  (void)ins;
+  return infer_range(OPK_ARANGE, p, &outs[0]);
+}
+static of_status infer_linspace(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)nin;
+  (void)ins;
+  return infer_range(OPK_LINSPACE, p, &outs[0]);
+}
+
+OF_OP_IMPL_INFER(FILL_, run_fill_, of_mutates_first, NULL, of_describe_d1, infer_fill_);
+OF_OP_IMPL_INFER(EMPTY, of_run_create, NULL, NULL, of_describe_create, infer_empty);
+OF_OP_IMPL_INFER(ZEROS, of_run_create, NULL, NULL, of_describe_create, infer_zeros);
+OF_OP_IMPL_INFER(FULL, of_run_create, NULL, NULL, of_describe_create, infer_full);
+OF_OP_IMPL_INFER(EYE, run_range, NULL, NULL, describe_range, infer_eye);
+OF_OP_IMPL_INFER(ARANGE, run_range, NULL, NULL, describe_range, infer_arange);
+OF_OP_IMPL_INFER(LINSPACE, run_range, NULL, NULL, describe_range, infer_linspace);

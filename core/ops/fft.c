@@ -36,46 +36,80 @@ static of_dtype complex_of(of_dtype dt) {
   return dt == OF_FLOAT64 ? OF_COMPLEX128 : OF_COMPLEX64;
 }
 
-static of_status view_as_real_impl(of_tensor *x, of_tensor **out) {
+/* The views' shapes and dtypes, on of_meta: the impls below and the infer
+ * hooks (the graph loader's re-inference) share them. Strides and offsets
+ * are the real tensor's, checked by the impls only. */
+static of_meta meta_of(const of_tensor *t) {
+  of_meta m;
+  m.ndim = t->ndim;
+  m.dtype = t->dtype;
+  memcpy(m.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  return m;
+}
+
+/* view_as_real: a complex input; a trailing dim of 2 in the real dtype */
+static of_status view_as_real_meta(const of_meta *x, of_meta *r) {
   if (!of_dtype_is_complex(x->dtype))
     return of_fail(OF_ERR_DTYPE, "view_as_real: input must be complex64 or complex128, got %s "
                    "(shape %s)", OF_DT(x), OF_SHAPE_STR(x));
   if (x->ndim >= OF_MAX_DIMS)
     return of_fail(OF_ERR_SHAPE, "view_as_real: input has %d dims already (shape %s)",
                    (int)x->ndim, OF_SHAPE_STR(x));
-  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
-  for (int32_t i = 0; i < x->ndim; i++) shape[i] = x->shape[i], strides[i] = 2 * x->strides[i];
-  shape[x->ndim] = 2;
+  *r = *x;
+  r->shape[x->ndim] = 2;
+  r->ndim = x->ndim + 1;
+  r->dtype = real_of(x->dtype);
+  return OF_OK;
+}
+
+/* view_as_complex: a float32 / float64 input whose last dim is 2; that dim
+ * dropped, in the complex dtype */
+static of_status view_as_complex_meta(const of_meta *x, of_meta *r) {
+  if (x->dtype != OF_FLOAT32 && x->dtype != OF_FLOAT64)
+    return of_fail(OF_ERR_DTYPE, "view_as_complex: input must be float32 or float64, got %s "
+                   "(shape %s)", OF_DT(x), OF_SHAPE_STR(x));
+  if (x->ndim < 1 || x->shape[x->ndim - 1] != 2)
+    return of_fail(OF_ERR_SHAPE, "view_as_complex: the last dim must have size 2 and stride 1 "
+                   "(shape %s)", OF_SHAPE_STR(x));
+  *r = *x;
+  r->ndim = x->ndim - 1;
+  r->dtype = complex_of(x->dtype);
+  return OF_OK;
+}
+
+static of_status view_as_real_impl(of_tensor *x, of_tensor **out) {
+  of_meta xm = meta_of(x), rm;
+  OF_CHECK(view_as_real_meta(&xm, &rm));
+  int64_t strides[OF_MAX_DIMS];
+  for (int32_t i = 0; i < x->ndim; i++) strides[i] = 2 * x->strides[i];
   strides[x->ndim] = 1;
-  of_tensor *v = of_tensor_alias(x, shape, strides, x->ndim + 1, 2 * x->offset);
+  of_tensor *v = of_tensor_alias(x, rm.shape, strides, rm.ndim, 2 * x->offset);
   if (!v) return OF_ERR_OOM;
-  v->dtype = real_of(x->dtype);
+  v->dtype = rm.dtype;
   *out = v;
   return OF_OK;
 }
 
 static of_status view_as_complex_impl(of_tensor *x, of_tensor **out) {
-  if (x->dtype != OF_FLOAT32 && x->dtype != OF_FLOAT64)
-    return of_fail(OF_ERR_DTYPE, "view_as_complex: input must be float32 or float64, got %s "
-                   "(shape %s)", OF_DT(x), OF_SHAPE_STR(x));
-  if (x->ndim < 1 || x->shape[x->ndim - 1] != 2 || x->strides[x->ndim - 1] != 1)
+  of_meta xm = meta_of(x), rm;
+  OF_CHECK(view_as_complex_meta(&xm, &rm));
+  if (x->strides[x->ndim - 1] != 1)
     return of_fail(OF_ERR_SHAPE, "view_as_complex: the last dim must have size 2 and stride 1 "
                    "(shape %s)", OF_SHAPE_STR(x));
-  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
+  int64_t strides[OF_MAX_DIMS];
   for (int32_t i = 0; i + 1 < x->ndim; i++) {
     if (x->strides[i] % 2 != 0 && x->shape[i] > 1)
       return of_fail(OF_ERR_SHAPE, "view_as_complex: the stride of dim %d (%lld) is odd "
                      "(shape %s); call contiguous() first", (int)i + 1,
                      (long long)x->strides[i], OF_SHAPE_STR(x));
-    shape[i] = x->shape[i];
     strides[i] = x->strides[i] / 2;
   }
   if (x->offset % 2 != 0)
     return of_fail(OF_ERR_SHAPE, "view_as_complex: the storage offset (%lld) is odd (shape %s); "
                    "call contiguous() first", (long long)x->offset, OF_SHAPE_STR(x));
-  of_tensor *v = of_tensor_alias(x, shape, strides, x->ndim - 1, x->offset / 2);
+  of_tensor *v = of_tensor_alias(x, rm.shape, strides, rm.ndim, x->offset / 2);
   if (!v) return OF_ERR_OOM;
-  v->dtype = complex_of(x->dtype);
+  v->dtype = rm.dtype;
   *out = v;
   return OF_OK;
 }
@@ -137,8 +171,18 @@ static of_status run_view_as_complex(const of_oprec *n, of_tensor **ins, void **
   (void)n;
   OF_RUN1(of_view_as_complex(ins[0], OF_R));
 }
-OF_OP_IMPL(VIEW_AS_REAL, run_view_as_real, NULL, NULL, NULL);
-OF_OP_IMPL(VIEW_AS_COMPLEX, run_view_as_complex, NULL, NULL, NULL);
+static of_status infer_view_as_real(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)p;
+  (void)nin;
+  return view_as_real_meta(&ins[0], &outs[0]);
+}
+static of_status infer_view_as_complex(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)p;
+  (void)nin;
+  return view_as_complex_meta(&ins[0], &outs[0]);
+}
+OF_OP_IMPL_INFER(VIEW_AS_REAL, run_view_as_real, NULL, NULL, NULL, infer_view_as_real);
+OF_OP_IMPL_INFER(VIEW_AS_COMPLEX, run_view_as_complex, NULL, NULL, NULL, infer_view_as_complex);
 
 /* ======================= the 1-D kernel ======================= */
 
@@ -625,8 +669,12 @@ static double norm_scale(int32_t norm, double N) {
 /* kind: 0 c2c, 1 r2c, 2 c2r */
 static const char *const kind_name[3] = {"fft_c2c", "fft_r2c", "fft_c2r"};
 
-static of_status check_fft(int32_t kind, of_tensor *x, const int32_t *dims, int32_t ndims,
-                           int32_t norm, int64_t last_size, int32_t *d) {
+/* The transform's checks and its result (the one-sided last dim of r2c,
+ * c2r's given output size, the result dtype), on of_meta: the body, both
+ * kernels' allocations and the infer hook (the graph loader) share it.
+ * d: the dims, 0-based. */
+static of_status fft_plan(int32_t kind, const of_meta *x, const int32_t *dims, int32_t ndims,
+                          int32_t norm, int64_t last_size, int32_t *d, of_meta *res) {
   const char *op = kind_name[kind];
   if (kind == 1 ? !(x->dtype == OF_FLOAT32 || x->dtype == OF_FLOAT64)
                 : !of_dtype_is_complex(x->dtype))
@@ -656,19 +704,20 @@ static of_status check_fft(int32_t kind, of_tensor *x, const int32_t *dims, int3
     if (x->shape[d[i]] < 1 && !(kind == 2 && d[i] == last))
       return of_fail(OF_ERR_SHAPE, "%s: invalid number of data points (0) along dim %d "
                      "(shape %s)", op, (int)d[i] + 1, OF_SHAPE_STR(x));
+  *res = *x;
+  if (kind == 1) res->shape[last] = x->shape[last] / 2 + 1;
+  if (kind == 2) res->shape[last] = last_size;
+  res->dtype = kind == 2 ? real_of(x->dtype) : kind == 1 ? complex_of(x->dtype) : x->dtype;
   return OF_OK;
 }
 
 static of_status fft_cpu(int32_t kind, of_tensor *x, const int32_t *d, int32_t ndims,
-                         int32_t forward, int32_t norm, int64_t last_size, of_tensor **out) {
+                         int32_t forward, int32_t norm, const of_meta *rm, of_tensor **out) {
   int32_t last = d[ndims - 1];
-  int64_t oshape[OF_MAX_DIMS];
-  for (int32_t i = 0; i < x->ndim; i++) oshape[i] = x->shape[i];
-  if (kind == 1) oshape[last] = x->shape[last] / 2 + 1;
-  if (kind == 2) oshape[last] = last_size;
+  const int64_t *oshape = rm->shape;
   double N = 1;
   for (int32_t i = 0; i < ndims; i++) N *= (double)(kind == 2 ? oshape[d[i]] : x->shape[d[i]]);
-  of_dtype res_dt = kind == 2 ? real_of(x->dtype) : kind == 1 ? complex_of(x->dtype) : x->dtype;
+  of_dtype res_dt = rm->dtype;
   of_tensor *in = NULL, *work = NULL, *res = NULL;
   of_status st = of_dense(x, kind == 1 ? OF_FLOAT64 : OF_COMPLEX128, &in);
   if (st != OF_OK) return st;
@@ -715,19 +764,14 @@ static of_status fft_cpu(int32_t kind, of_tensor *x, const int32_t *d, int32_t n
 }
 
 static of_status fft_compute(int32_t kind, of_tensor *x, const int32_t *d, int32_t ndims,
-                             int32_t forward, int32_t norm, int64_t last_size, of_tensor **out) {
+                             int32_t forward, int32_t norm, int64_t last_size, const of_meta *rm,
+                             of_tensor **out) {
   if (of_dev(x) != OF_CPU) {
     OF_ROUTE(kind_name[kind], dev, o, fft, x);
     (void)dev;
-    int64_t oshape[OF_MAX_DIMS];
-    for (int32_t i = 0; i < x->ndim; i++) oshape[i] = x->shape[i];
-    int32_t last = d[ndims - 1];
-    if (kind == 1) oshape[last] = x->shape[last] / 2 + 1;
-    if (kind == 2) oshape[last] = last_size;
-    of_dtype res_dt = kind == 2 ? real_of(x->dtype) : kind == 1 ? complex_of(x->dtype) : x->dtype;
     of_tensor *xc = NULL, *res = NULL;
     OF_CHECK(of_contiguous_data(x, &xc));
-    of_status st = of_tensor_new_as(kind_name[kind], oshape, x->ndim, res_dt, of_dev(x), &res);
+    of_status st = of_tensor_new_as(kind_name[kind], rm->shape, rm->ndim, rm->dtype, of_dev(x), &res);
     if (st == OF_OK) st = o->fft(kind, xc, d, ndims, forward, norm, last_size, res);
     of_tensor_release(xc);
     if (st != OF_OK) {
@@ -737,7 +781,7 @@ static of_status fft_compute(int32_t kind, of_tensor *x, const int32_t *d, int32
     *out = res;
     return OF_OK;
   }
-  return fft_cpu(kind, x, d, ndims, forward, norm, last_size, out);
+  return fft_cpu(kind, x, d, ndims, forward, norm, rm, out);
 }
 
 /* ---- autograd ---- */
@@ -820,8 +864,9 @@ static void fill_rec(a_fft *a, int32_t kind, const int32_t *d, int32_t ndims, in
 static of_status fft_body(int32_t kind, of_tensor *x, const int32_t *dims, int32_t ndims,
                           int32_t forward, int32_t norm, int64_t last_size, of_tensor **out) {
   int32_t d[OF_MAX_DIMS];
-  OF_CHECK(check_fft(kind, x, dims, ndims, norm, last_size, d));
-  OF_CHECK(fft_compute(kind, x, d, ndims, forward, norm, last_size, out));
+  of_meta xm = meta_of(x), rm;
+  OF_CHECK(fft_plan(kind, &xm, dims, ndims, norm, last_size, d, &rm));
+  OF_CHECK(fft_compute(kind, x, d, ndims, forward, norm, last_size, &rm, out));
   if (!of_grad_needed(&x, 1)) return OF_OK;
   of_node *n;
   of_status st = of_record(&fft_grads[kind], &x, 1, out, 1, &n);
@@ -879,6 +924,16 @@ static void describe_fft(const void *p, char *b, size_t c) {
   of_catf(b, c, " norm=%d%s", (int)a->norm, a->kind == 0 && !a->forward ? " inverse" : "");
   if (a->kind == 2) of_catf(b, c, " n=%lld", (long long)a->last_size);
 }
-OF_OP_IMPL(FFT_C2C, run_fft, NULL, NULL, describe_fft);
-OF_OP_IMPL(FFT_R2C, run_fft, NULL, NULL, describe_fft);
-OF_OP_IMPL(FFT_C2R, run_fft, NULL, NULL, describe_fft);
+/* a loaded node: run_fft's record checks, then the body's plan */
+static of_status infer_fft(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_fft *a = p;
+  (void)nin;
+  if (a->kind < 0 || a->kind > 2 || a->ndims < 1 || a->ndims > OF_MAX_DIMS)
+    return of_fail(OF_ERR_ARG, "fft: kind %d with %d dims", (int)a->kind, (int)a->ndims);
+  int32_t d[OF_MAX_DIMS];
+  return fft_plan(a->kind, &ins[0], a->dims, a->ndims, a->norm, a->kind == 2 ? a->last_size : 0, d,
+                  &outs[0]);
+}
+OF_OP_IMPL_INFER(FFT_C2C, run_fft, NULL, NULL, describe_fft, infer_fft);
+OF_OP_IMPL_INFER(FFT_R2C, run_fft, NULL, NULL, describe_fft, infer_fft);
+OF_OP_IMPL_INFER(FFT_C2R, run_fft, NULL, NULL, describe_fft, infer_fft);

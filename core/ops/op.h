@@ -188,4 +188,10 @@ of_status of_record_create(int32_t op, const int64_t *shape, int32_t ndim, doubl
                            of_dtype dt, of_device dev, of_tensor **out);
 of_status of_run_create(const of_oprec *n, of_tensor **ins, void **outs);
 void of_describe_create(const void *p, char *b, size_t c);
+/* the result of a create record (the shape and dtype of_tensor_new_as
+ * allocates), for the creation ops' infer hooks */
+of_status of_create_meta(const char *op, const a_create *a, of_meta *out);
+/* a record's double that an op takes as int64: refused unless integral and
+ * in range (eye, linspace, randint_ records hold their integers as doubles) */
+of_status of_record_int(const char *op, const char *what, double v, int64_t *out);
 #endif

@@ -493,21 +493,99 @@ static void int_bounds(of_dtype dt, int64_t *mn, int64_t *mx) {
   }
 }
 
-static of_status need_float(const char *op, const of_tensor *t) {
+/* ---- the checks on shapes and dtypes ----
+ * On of_meta (shape and dtype), so that the graph loader runs them on a
+ * loaded node's recorded values (the infer hooks at the end of the file);
+ * the bodies run them on their tensors, with the checks that need the real
+ * tensor (in-place rules, devices) besides. */
+static of_meta meta_of(const of_tensor *t) {
+  of_meta m;
+  m.ndim = t->ndim;
+  m.dtype = t->dtype;
+  memcpy(m.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  return m;
+}
+
+static of_status need_float(const char *op, const of_meta *t) {
   if (!of_dtype_is_floating(t->dtype))
     return of_fail(OF_ERR_DTYPE, "%s: expected a floating dtype, got %s (tensor %s)", op,
                    OF_DT(t), OF_SHAPE_STR(t));
   return OF_OK;
 }
 
-/* ---- public ops ---------------------------------------------------------- */
-static of_status uniform__body(of_tensor *t, double lo, double hi) {
-  OF_CHECK(check_target("uniform_", t));
+static of_status uniform_check(const of_meta *t, double lo, double hi) {
   OF_CHECK(need_float("uniform_", t));
   if (!isfinite(lo) || !isfinite(hi) || !isfinite(hi - lo) || lo > hi)
     return of_fail(OF_ERR_ARG,
                    "uniform_: expects finite lo <= hi, got lo=%g hi=%g (tensor %s %s)", lo, hi,
                    OF_SHAPE_STR(t), OF_DT(t));
+  return OF_OK;
+}
+
+static of_status normal_check(const of_meta *t, double mean, double std) {
+  OF_CHECK(need_float("normal_", t));
+  if (!isfinite(mean) || !isfinite(std) || std < 0)
+    return of_fail(OF_ERR_ARG,
+                   "normal_: expects a finite mean and std >= 0, got mean=%g std=%g "
+                   "(tensor %s %s)", mean, std, OF_SHAPE_STR(t), OF_DT(t));
+  return OF_OK;
+}
+
+static of_status randint_check(const of_meta *t, int64_t lo, int64_t hi) {
+  if (hi <= lo)
+    return of_fail(OF_ERR_ARG,
+                   "randint_: expects lo < hi, got lo=%lld hi=%lld (tensor %s %s)",
+                   (long long)lo, (long long)hi, OF_SHAPE_STR(t), OF_DT(t));
+  int64_t mn, mx;
+  int_bounds(t->dtype, &mn, &mx);
+  if (lo < mn || hi - 1 > mx)
+    return of_fail(OF_ERR_ARG,
+                   "randint_: range [%lld, %lld) does not fit dtype %s ([%lld, %lld]) "
+                   "(tensor %s)", (long long)lo, (long long)hi, OF_DT(t), (long long)mn,
+                   (long long)mx, OF_SHAPE_STR(t));
+  return OF_OK;
+}
+
+static of_status bernoulli_p_check(const of_meta *t, double p) {
+  if (!(p >= 0 && p <= 1))
+    return of_fail(OF_ERR_ARG, "bernoulli_: probability p must be in [0, 1], got %g "
+                   "(tensor %s %s)", p, OF_SHAPE_STR(t), OF_DT(t));
+  return OF_OK;
+}
+
+/* bernoulli(p): draws of p's shape, in p's dtype (the values in [0, 1] are
+ * data, checked as it runs) */
+static of_meta bernoulli_result(const of_meta *p) { return *p; }
+
+/* randperm(n): [n] in dtype dt, whose range must hold n - 1 + index_base;
+ * the permutation is made in int64 first */
+static of_status randperm_shape(int64_t n, int64_t index_base, of_dtype dt) {
+  if (dt < 0 || dt >= OF_NUM_DTYPES)
+    return of_fail(OF_ERR_DTYPE, "randperm: unknown dtype %d", (int)dt);
+  if (n < 0)
+    return of_fail(OF_ERR_ARG, "randperm: n must be >= 0, got %lld", (long long)n);
+  int64_t mn, mx;
+  int_bounds(dt, &mn, &mx);
+  if (n > 0 && (index_base < mn || (__int128)n - 1 + index_base > mx))
+    return of_fail(OF_ERR_ARG, "randperm: values %lld..%lld do not fit dtype %s",
+                   (long long)index_base, (long long)(n - 1 + index_base), of_dtype_name(dt));
+  OF_CHECK(of_tensor_check_new("randperm", &n, 1, OF_INT64, NULL));
+  return of_tensor_check_new("randperm", &n, 1, dt, NULL);
+}
+
+/* rand, randn: a floating dtype */
+static of_status rand_dtype(const char *op, of_dtype dt) {
+  if (dt >= 0 && dt < OF_NUM_DTYPES && !of_dtype_is_floating(dt))
+    return of_fail(OF_ERR_DTYPE, "%s: dtype must be floating point, got %s", op,
+                   of_dtype_name(dt));
+  return OF_OK;
+}
+
+/* ---- public ops ---------------------------------------------------------- */
+static of_status uniform__body(of_tensor *t, double lo, double hi) {
+  OF_CHECK(check_target("uniform_", t));
+  of_meta m = meta_of(t);
+  OF_CHECK(uniform_check(&m, lo, hi));
   job j = {.gen = gen_uniform, .per_block = t->dtype == OF_FLOAT64 ? 2 : 4, .dt = t->dtype,
            .lo = lo, .hi = hi, .hi_below = lo};
   if (hi > lo) {
@@ -522,11 +600,8 @@ static of_status uniform__body(of_tensor *t, double lo, double hi) {
 
 static of_status normal__body(of_tensor *t, double mean, double std) {
   OF_CHECK(check_target("normal_", t));
-  OF_CHECK(need_float("normal_", t));
-  if (!isfinite(mean) || !isfinite(std) || std < 0)
-    return of_fail(OF_ERR_ARG,
-                   "normal_: expects a finite mean and std >= 0, got mean=%g std=%g "
-                   "(tensor %s %s)", mean, std, OF_SHAPE_STR(t), OF_DT(t));
+  of_meta m = meta_of(t);
+  OF_CHECK(normal_check(&m, mean, std));
   job j = {.gen = gen_normal, .per_block = 2, .dt = t->dtype, .lo = mean, .scale = std};
   run_fill(t, &j);
   return OF_OK;
@@ -534,17 +609,8 @@ static of_status normal__body(of_tensor *t, double mean, double std) {
 
 static of_status randint__body(of_tensor *t, int64_t lo, int64_t hi) {
   OF_CHECK(check_target("randint_", t));
-  if (hi <= lo)
-    return of_fail(OF_ERR_ARG,
-                   "randint_: expects lo < hi, got lo=%lld hi=%lld (tensor %s %s)",
-                   (long long)lo, (long long)hi, OF_SHAPE_STR(t), OF_DT(t));
-  int64_t mn, mx;
-  int_bounds(t->dtype, &mn, &mx);
-  if (lo < mn || hi - 1 > mx)
-    return of_fail(OF_ERR_ARG,
-                   "randint_: range [%lld, %lld) does not fit dtype %s ([%lld, %lld]) "
-                   "(tensor %s)", (long long)lo, (long long)hi, OF_DT(t), (long long)mn,
-                   (long long)mx, OF_SHAPE_STR(t));
+  of_meta m = meta_of(t);
+  OF_CHECK(randint_check(&m, lo, hi));
   uint64_t range = (uint64_t)hi - (uint64_t)lo;
   job j = {.gen = gen_randint, .per_block = 1, .ints = true, .dt = t->dtype, .ilo = lo,
            .range = range, .thresh = (0 - range) % range};
@@ -554,9 +620,8 @@ static of_status randint__body(of_tensor *t, int64_t lo, int64_t hi) {
 
 static of_status bernoulli__body(of_tensor *t, double p) {
   OF_CHECK(check_target("bernoulli_", t));
-  if (!(p >= 0 && p <= 1))
-    return of_fail(OF_ERR_ARG, "bernoulli_: probability p must be in [0, 1], got %g "
-                   "(tensor %s %s)", p, OF_SHAPE_STR(t), OF_DT(t));
+  of_meta m = meta_of(t);
+  OF_CHECK(bernoulli_p_check(&m, p));
   job j = {.gen = gen_bernoulli, .per_block = 2, .dt = t->dtype, .p = p};
   run_fill(t, &j);
   return OF_OK;
@@ -566,6 +631,7 @@ static of_status bernoulli__body(of_tensor *t, double p) {
  * stream (2 per block), so a float64 uniform_(0, 1) fill there gives the same
  * u and `u < p` the same elements; the [0, 1] check waits for the device. */
 static of_status bernoulli_device(of_tensor *p, of_tensor **out) {
+  of_meta pm = meta_of(p);
   of_tensor *p64 = NULL, *ge = NULL, *le = NULL, *ok = NULL, *all = NULL, *u = NULL,
             *lt = NULL;
   double allok = 0;
@@ -581,7 +647,7 @@ static of_status bernoulli_device(of_tensor *p, of_tensor **out) {
   if (st == OF_OK) st = of_tensor_new(p->shape, p->ndim, OF_FLOAT64, of_dev(p), &u);
   if (st == OF_OK) st = uniform__body(u, 0.0, 1.0);
   if (st == OF_OK) st = of_binary(OF_LT, u, p64, NULL, &lt);
-  if (st == OF_OK) st = of_cast_data(lt, p->dtype, out);
+  if (st == OF_OK) st = of_cast_data(lt, bernoulli_result(&pm).dtype, out);
   of_tensor *tmp[] = {p64, ge, le, ok, all, u, lt};
   for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
     if (tmp[i]) of_tensor_release(tmp[i]);
@@ -605,7 +671,8 @@ static of_status bernoulli_body(of_tensor *p, of_tensor **out) {
                      "(p %s %s)", v, (long long)i + 1, OF_SHAPE_STR(p), OF_DT(p));
     }
   }
-  of_status st = of_tensor_new(p->shape, p->ndim, p->dtype, OF_CPU, &r);
+  of_meta pm = meta_of(p), rm = bernoulli_result(&pm);
+  of_status st = of_tensor_new(rm.shape, rm.ndim, rm.dtype, OF_CPU, &r);
   if (st != OF_OK) {
     of_tensor_release(pc);
     return st;
@@ -620,15 +687,7 @@ static of_status bernoulli_body(of_tensor *p, of_tensor **out) {
 }
 
 static of_status randperm_body(int64_t n, int64_t index_base, of_dtype dt, of_tensor **out) {
-  if (dt < 0 || dt >= OF_NUM_DTYPES)
-    return of_fail(OF_ERR_DTYPE, "randperm: unknown dtype %d", (int)dt);
-  if (n < 0)
-    return of_fail(OF_ERR_ARG, "randperm: n must be >= 0, got %lld", (long long)n);
-  int64_t mn, mx;
-  int_bounds(dt, &mn, &mx);
-  if (n > 0 && (index_base < mn || (__int128)n - 1 + index_base > mx))
-    return of_fail(OF_ERR_ARG, "randperm: values %lld..%lld do not fit dtype %s",
-                   (long long)index_base, (long long)(n - 1 + index_base), of_dtype_name(dt));
+  OF_CHECK(randperm_shape(n, index_base, dt));
   of_tensor *a;
   OF_CHECK(of_tensor_new(&n, 1, OF_INT64, OF_CPU, &a));
   int64_t *v = (int64_t *)of_ptr(a);
@@ -667,11 +726,10 @@ static of_status randperm_body(int64_t n, int64_t index_base, of_dtype dt, of_te
 /* flow.rand / flow.randn in one call (the C API's convenience). */
 static of_status make_filled(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,
                              bool normal, of_tensor **out) {
-  if (dt >= 0 && dt < OF_NUM_DTYPES && !of_dtype_is_floating(dt))
-    return of_fail(OF_ERR_DTYPE, "%s: dtype must be floating point, got %s",
-                   normal ? "randn" : "rand", of_dtype_name(dt));
+  const char *op = normal ? "randn" : "rand";
+  OF_CHECK(rand_dtype(op, dt));
   of_tensor *t;
-  OF_CHECK(of_tensor_new(shape, ndim, dt, dev, &t));
+  OF_CHECK(of_tensor_new_as(op, shape, ndim, dt, dev, &t));
   of_status st = normal ? of_normal_(t, 0, 1) : of_uniform_(t, 0, 1);
   if (st != OF_OK) {
     of_tensor_release(t);
@@ -723,10 +781,14 @@ of_status of_bernoulli_(of_tensor *t, double p) {
 static of_status run_rand_(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_ATTRS(a_rand2);
   (void)outs;
+  int64_t lo, hi;
   switch (n->op) {
     case OPK_UNIFORM_: return of_uniform_(ins[0], a->a, a->b);
     case OPK_NORMAL_: return of_normal_(ins[0], a->a, a->b);
-    case OPK_RANDINT_: return of_randint_(ins[0], (int64_t)a->a, (int64_t)a->b);
+    case OPK_RANDINT_:
+      OF_CHECK(of_record_int("randint_", "low", a->a, &lo));
+      OF_CHECK(of_record_int("randint_", "high", a->b, &hi));
+      return of_randint_(ins[0], lo, hi);
     default: return of_bernoulli_(ins[0], a->a);
   }
 }
@@ -762,11 +824,68 @@ static of_status run_randperm(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_RUN1(of_randperm(a->n, a->base, a->dtype, OF_R));
 }
 
-OF_OP_IMPL(UNIFORM_, run_rand_, of_mutates_first, NULL, describe_rand2);
-OF_OP_IMPL(NORMAL_, run_rand_, of_mutates_first, NULL, describe_rand2);
-OF_OP_IMPL(RANDINT_, run_rand_, of_mutates_first, NULL, describe_rand2);
-OF_OP_IMPL(BERNOULLI, run_bernoulli, NULL, NULL, NULL);
-OF_OP_IMPL(BERNOULLI_, run_rand_, of_mutates_first, NULL, describe_rand2);
-OF_OP_IMPL(RANDPERM, run_randperm, NULL, NULL, NULL);
-OF_OP_IMPL(RAND, of_run_create, NULL, NULL, of_describe_create);
-OF_OP_IMPL(RANDN, of_run_create, NULL, NULL, of_describe_create);
+/* ---- infer hooks: a loaded node's checks and result, by the functions
+ * the bodies use ---- */
+/* the fills (no results): the tensor they fill, against the record */
+static of_status infer_fill(int32_t op, const a_rand2 *a, int32_t nin, const of_meta *ins) {
+  if (nin < 1 || ins[0].ndim < 0) return of_fail(OF_ERR_ARG, "%s: tensor is NULL", of_op_name(op));
+  int64_t lo, hi;
+  switch (op) {
+    case OPK_UNIFORM_: return uniform_check(&ins[0], a->a, a->b);
+    case OPK_NORMAL_: return normal_check(&ins[0], a->a, a->b);
+    case OPK_RANDINT_:
+      OF_CHECK(of_record_int("randint_", "low", a->a, &lo));
+      OF_CHECK(of_record_int("randint_", "high", a->b, &hi));
+      return randint_check(&ins[0], lo, hi);
+    default: return bernoulli_p_check(&ins[0], a->a);
+  }
+}
+#define INFER_FILL(NAME, K)                                                                   \
+  static of_status infer_##NAME(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) { \
+    (void)outs;                                                                               \
+    return infer_fill(OPK_##K, p, nin, ins);                                                  \
+  }
+INFER_FILL(uniform_, UNIFORM_)
+INFER_FILL(normal_, NORMAL_)
+INFER_FILL(randint_, RANDINT_)
+INFER_FILL(bernoulli_, BERNOULLI_)
+#undef INFER_FILL
+static of_status infer_bernoulli(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)p;
+  if (nin < 1 || ins[0].ndim < 0) return of_fail(OF_ERR_ARG, "bernoulli: tensor is NULL");
+  outs[0] = bernoulli_result(&ins[0]);
+  return OF_OK;
+}
+static of_status infer_randperm(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_randperm *a = p;
+  (void)nin;
+  (void)ins;
+  OF_CHECK(randperm_shape(a->n, a->base, a->dtype));
+  outs[0].ndim = 1;
+  outs[0].shape[0] = a->n;
+  outs[0].dtype = a->dtype;
+  return OF_OK;
+}
+static of_status infer_rand_kind(const char *op, const a_create *a, of_meta *out) {
+  OF_CHECK(rand_dtype(op, a->dtype));
+  return of_create_meta(op, a, out);
+}
+static of_status infer_rand(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)nin;
+  (void)ins;
+  return infer_rand_kind("rand", p, &outs[0]);
+}
+static of_status infer_randn(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)nin;
+  (void)ins;
+  return infer_rand_kind("randn", p, &outs[0]);
+}
+
+OF_OP_IMPL_INFER(UNIFORM_, run_rand_, of_mutates_first, NULL, describe_rand2, infer_uniform_);
+OF_OP_IMPL_INFER(NORMAL_, run_rand_, of_mutates_first, NULL, describe_rand2, infer_normal_);
+OF_OP_IMPL_INFER(RANDINT_, run_rand_, of_mutates_first, NULL, describe_rand2, infer_randint_);
+OF_OP_IMPL_INFER(BERNOULLI, run_bernoulli, NULL, NULL, NULL, infer_bernoulli);
+OF_OP_IMPL_INFER(BERNOULLI_, run_rand_, of_mutates_first, NULL, describe_rand2, infer_bernoulli_);
+OF_OP_IMPL_INFER(RANDPERM, run_randperm, NULL, NULL, NULL, infer_randperm);
+OF_OP_IMPL_INFER(RAND, of_run_create, NULL, NULL, of_describe_create, infer_rand);
+OF_OP_IMPL_INFER(RANDN, of_run_create, NULL, NULL, of_describe_create, infer_randn);

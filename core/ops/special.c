@@ -67,9 +67,30 @@ int32_t of_special_arity(of_special_fn fn) {
 OF_UNARY_LOOP(special1_loop, double, double, of_special1(ctx->op, a, ctx->p0))
 OF_BINARY_LOOP(special2_loop, double, double, of_special2(ctx->op, a, b))
 
-static of_status special_compute(of_special_fn fn, of_tensor *x, of_tensor *y, double p,
-                                 of_tensor **out) {
-  const char *name = special_ops[fn].name;
+static of_meta meta_of(const of_tensor *t) {
+  of_meta m;
+  m.ndim = t->ndim;
+  m.dtype = t->dtype;
+  memcpy(m.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  return m;
+}
+
+/* The function's checks and its result, on of_meta (y NULL: one input):
+ * the function and its arity, polygamma's n, no bool inputs; the input's
+ * floating dtype (the wider of two, float32 for integers) and the
+ * broadcast shape. The body and the infer hook (the graph loader's
+ * re-inference) share it. */
+static of_status special_plan(of_special_fn fn, const of_meta *x, const of_meta *y, double p,
+                              of_meta *res) {
+  if (fn < 0 || fn >= OF_NUM_SPECIAL)
+    return of_fail(OF_ERR_ARG, "special: unknown function %d", (int)fn);
+  const special_def *def = &special_ops[fn];
+  if ((def->nin == 2) != (y != NULL))
+    return of_fail(OF_ERR_ARG, "special.%s: expected %d tensor input%s, got %d", def->name,
+                   (int)def->nin, def->nin == 2 ? "s" : "", y ? 2 : 1);
+  if (fn == OF_SP_POLYGAMMA && (p < 0 || p != floor(p) || p > 1e6))
+    return of_fail(OF_ERR_ARG, "special.polygamma: n must be a non-negative integer, got %g", p);
+  const char *name = def->name;
   of_dtype result = x->dtype;
   if (y && of_dtype_is_floating(y->dtype) &&
       (!of_dtype_is_floating(result) || of_dtype_size(y->dtype) > of_dtype_size(result)))
@@ -78,16 +99,25 @@ static of_status special_compute(of_special_fn fn, of_tensor *x, of_tensor *y, d
   if (x->dtype == OF_BOOL || (y && y->dtype == OF_BOOL))
     return of_fail(OF_ERR_DTYPE, "special.%s: not supported for bool tensors (shape %s)", name,
                    OF_SHAPE_STR(x));
+  res->dtype = result;
+  if (!y) {
+    res->ndim = x->ndim;
+    memcpy(res->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    return OF_OK;
+  }
+  return of_broadcast_shapes(name, x->shape, x->ndim, y->shape, y->ndim, res->shape, &res->ndim);
+}
+
+static of_status special_compute(of_special_fn fn, of_tensor *x, of_tensor *y, const of_meta *rm,
+                                 double p, of_tensor **out) {
+  const char *name = special_ops[fn].name;
   of_ew_ctx ctx = {.p0 = p, .kind = y ? OF_EWK_SPECIAL2 : OF_EWK_SPECIAL1, .op = fn};
   if (!y)
-    return of_ew_run(name, special1_loop, &ctx, &x, 1, OF_FLOAT64, OF_FLOAT64, result, x->shape,
-                     x->ndim, NULL, out);
-  int64_t shape[OF_MAX_DIMS];
-  int32_t nd;
-  OF_CHECK(of_broadcast_shapes(name, x->shape, x->ndim, y->shape, y->ndim, shape, &nd));
+    return of_ew_run(name, special1_loop, &ctx, &x, 1, OF_FLOAT64, OF_FLOAT64, rm->dtype, rm->shape,
+                     rm->ndim, NULL, out);
   of_tensor *ins[2] = {x, y};
-  return of_ew_run(name, special2_loop, &ctx, ins, 2, OF_FLOAT64, OF_FLOAT64, result, shape, nd,
-                   NULL, out);
+  return of_ew_run(name, special2_loop, &ctx, ins, 2, OF_FLOAT64, OF_FLOAT64, rm->dtype, rm->shape,
+                   rm->ndim, NULL, out);
 }
 
 /* ---- autograd ----
@@ -167,14 +197,10 @@ static bool has_derivative(of_special_fn fn, int32_t k) {
 
 static of_status special_body(of_special_fn fn, of_tensor *x, of_tensor *y, double p,
                               of_tensor **out) {
-  if (fn < 0 || fn >= OF_NUM_SPECIAL)
-    return of_fail(OF_ERR_ARG, "special: unknown function %d", (int)fn);
+  if (!x) return of_fail(OF_ERR_ARG, "special: input is NULL");
+  of_meta xm = meta_of(x), ym = y ? meta_of(y) : xm, rm;
+  OF_CHECK(special_plan(fn, &xm, y ? &ym : NULL, p, &rm));
   const special_def *def = &special_ops[fn];
-  if ((def->nin == 2) != (y != NULL))
-    return of_fail(OF_ERR_ARG, "special.%s: expected %d tensor input%s, got %d", def->name,
-                   (int)def->nin, def->nin == 2 ? "s" : "", y ? 2 : 1);
-  if (fn == OF_SP_POLYGAMMA && (p < 0 || p != floor(p) || p > 1e6))
-    return of_fail(OF_ERR_ARG, "special.polygamma: n must be a non-negative integer, got %g", p);
   of_tensor *ins[2] = {x, y};
   int32_t nin = y ? 2 : 1;
   for (int32_t k = 0; k < nin; k++) {
@@ -183,7 +209,7 @@ static of_status special_body(of_special_fn fn, of_tensor *x, of_tensor *y, doub
                      "(as in PyTorch); detach() it (shape %s)", def->name, (int)k + 1,
                      OF_SHAPE_STR(ins[k]));
   }
-  OF_CHECK(special_compute(fn, x, y, p, out));
+  OF_CHECK(special_compute(fn, x, y, &rm, p, out));
   if (!of_grad_needed(ins, nin)) return OF_OK;
   of_node *n;
   of_status st = of_record(&special_grad, ins, nin, out, 1, &n);
@@ -225,4 +251,14 @@ static void describe_special(const void *p, char *b, size_t c) {
   of_catf(b, c, "%s", name ? name : "?");
   if (a->fn == OF_SP_POLYGAMMA) of_catf(b, c, " n=%g", a->p);
 }
-OF_OP_IMPL(SPECIAL, run_special, NULL, NULL, describe_special);
+/* a loaded node: run_special's input count, then the body's plan */
+static of_status infer_special(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_special *a = p;
+  const of_meta *y = nin > 1 && ins[1].ndim >= 0 ? &ins[1] : NULL;
+  OF_CHECK(special_plan(a->fn, &ins[0], y, a->p, &outs[0]));
+  if (nin != special_ops[a->fn].nin)   /* run_special refuses an absent second input's slot */
+    return of_fail(OF_ERR_ARG, "special.%s: expected %d tensor input%s, got %d", special_ops[a->fn].name,
+                   (int)special_ops[a->fn].nin, special_ops[a->fn].nin == 2 ? "s" : "", (int)nin);
+  return OF_OK;
+}
+OF_OP_IMPL_INFER(SPECIAL, run_special, NULL, NULL, describe_special, infer_special);

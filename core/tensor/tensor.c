@@ -58,17 +58,25 @@ static of_tensor *header_new(void) {
   return t;
 }
 
-of_status of_tensor_new_as(const char *op, const int64_t *shape, int32_t ndim, of_dtype dt,
-                           of_device dev, of_tensor **out) {
-  int64_t numel;
-  OF_CHECK(of_check_shape(op, shape, ndim, &numel));
+of_status of_tensor_check_new(const char *op, const int64_t *shape, int32_t ndim, of_dtype dt,
+                              int64_t *numel) {
+  int64_t n;
+  OF_CHECK(of_check_shape(op, shape, ndim, &n));
   if (dt < 0 || dt >= OF_NUM_DTYPES)
     return of_fail(OF_ERR_DTYPE, "%s: unknown dtype %d", op, (int)dt);
-  if (numel > INT64_MAX / 16 && of_dtype_size(dt) > 8) {
+  if (n > INT64_MAX / 16 && of_dtype_size(dt) > 8) {
     char b[96];
     return of_fail(OF_ERR_SHAPE, "%s: shape %s has more elements than a %s tensor can hold "
                    "(at most 2^59)", op, of_shape_str(shape, ndim, b, 96), of_dtype_name(dt));
   }
+  if (numel) *numel = n;
+  return OF_OK;
+}
+
+of_status of_tensor_new_as(const char *op, const int64_t *shape, int32_t ndim, of_dtype dt,
+                           of_device dev, of_tensor **out) {
+  int64_t numel;
+  OF_CHECK(of_tensor_check_new(op, shape, ndim, dt, &numel));
   of_tensor *t = header_new();
   if (!t) return OF_ERR_OOM;
   /* numel <= OF_MAX_NUMEL (2^59 for complex128): the byte count cannot overflow */

@@ -151,9 +151,9 @@ local CASES = {
              bad = {{{ndims = 0}, 'attrs.ndims'}, {{last_size = 3}, 'attrs.last_size'}}},
   fft_c2r = {ins = {{{2, 3}, 'complex64'}}, ok = {ndims = 1, dims = {1}, kind = 2, last_size = 4},
              outs = {{{2, 4}}}, bad = {{{last_size = 0}, 'attrs.last_size'}, {{norm = -1}, 'attrs.norm'}}},
-  relu_max_pool = {ok = {kernel = {2, 2}, ['in'] = {4, 4}}, outs = {{{2, 3, 2, 2}}, {{2, 3, 2, 2}, 'uint8'}},
+  relu_max_pool = {ok = {kernel = {2, 2}, ['in'] = {4, 4}}, outs = {{{2, 3, 2, 2}}, {{2, 3, 2, 2}, 'int32'}},
                    bad = {{{kernel = {0, 2}}, 'attrs'}}},
-  relu_max_pool_backward = {ins = {{{2, 3, 2, 2}}, {{2, 3, 2, 2}, 'uint8'}}, ok = {kernel = {2, 2}, ['in'] = {4, 4}},
+  relu_max_pool_backward = {ins = {{{2, 3, 2, 2}}, {{2, 3, 2, 2}, 'int32'}}, ok = {kernel = {2, 2}, ['in'] = {4, 4}},
                             bad = {{{kernel = {2, 2}, ['in'] = {-4, 4}}, 'attrs'}}},
 }
 

@@ -194,21 +194,72 @@ static int plane_threads(int64_t planes, int64_t numel) {
   return nt;
 }
 
-static of_status fwd(const a_relu_pool *a, of_tensor *y, void **outs) {
+static of_meta meta_of(const of_tensor *t) {
+  of_meta m;
+  m.ndim = t->ndim;
+  m.dtype = t->dtype;
+  memcpy(m.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  return m;
+}
+
+/* The forward's input (float [..., H, W], the record's H and W; in place,
+ * contiguous and on the CPU: `placed`, known only when it runs) and its
+ * results: the pooled [..., H / kh, W / kw] in the input's dtype and the
+ * int32 code of the same shape. fwd and the infer hook share it. */
+static of_status fwd_meta(const a_relu_pool *a, const of_meta *y, bool placed, of_meta *p, of_meta *code) {
   int64_t H = a->in[0], W = a->in[1], kh = a->kernel[0], kw = a->kernel[1];
   if (y->ndim < 2 || y->shape[y->ndim - 2] != H || y->shape[y->ndim - 1] != W ||
-      !float_dt(y->dtype) || !of_tensor_is_contiguous(y) || y->storage->device != OF_CPU)
+      !float_dt(y->dtype) || !placed)
     return of_fail(OF_ERR_SHAPE, "relu_max_pool: input %s %s does not match the record "
                    "(contiguous float [..., %lld, %lld] on the CPU)", OF_SHAPE_STR(y),
                    of_dtype_name(y->dtype), (long long)H, (long long)W);
-  int64_t OH = H / kh, OW = W / kw, planes = y->numel / (H * W);
-  int64_t shape[OF_MAX_DIMS];
-  memcpy(shape, y->shape, sizeof(int64_t) * (size_t)y->ndim);
-  shape[y->ndim - 2] = OH;
-  shape[y->ndim - 1] = OW;
+  *p = *y;
+  p->shape[y->ndim - 2] = H / kh;
+  p->shape[y->ndim - 1] = W / kw;
+  *code = *p;
+  code->dtype = OF_INT32;
+  return OF_OK;
+}
+
+/* The backward's grad and code (the forward's pooled shape, an int32 code;
+ * placed as above) and its result: the grad of the [..., H, W] input. */
+static of_status bwd_meta(const a_relu_pool *a, const of_meta *gp, const of_meta *code, bool placed,
+                          of_meta *gx) {
+  int64_t H = a->in[0], W = a->in[1], kh = a->kernel[0], kw = a->kernel[1];
+  int64_t OH = H / kh, OW = W / kw;
+  bool fits = gp->ndim >= 2 && code->ndim == gp->ndim && float_dt(gp->dtype) &&
+              code->dtype == OF_INT32 && gp->shape[gp->ndim - 2] == OH &&
+              gp->shape[gp->ndim - 1] == OW && placed;
+  for (int32_t d = 0; fits && d < gp->ndim; d++) fits = gp->shape[d] == code->shape[d];
+  if (!fits)
+    return of_fail(OF_ERR_SHAPE, "relu_max_pool_backward: grad %s %s and code %s %s do not "
+                   "match the record (pooled [..., %lld, %lld], int32 code, on the CPU)",
+                   OF_SHAPE_STR(gp), of_dtype_name(gp->dtype), OF_SHAPE_STR(code),
+                   of_dtype_name(code->dtype), (long long)OH, (long long)OW);
+  *gx = *gp;
+  gx->shape[gp->ndim - 2] = H;
+  gx->shape[gp->ndim - 1] = W;
+  return OF_OK;
+}
+
+of_status of_relu_pool_infer(const void *attrs, int32_t nin, const of_meta *ins, of_meta *outs) {
+  OF_CHECK(of_relu_pool_check(attrs, (int32_t)sizeof(a_relu_pool), nin));
+  return fwd_meta(attrs, &ins[0], true, &outs[0], &outs[1]);
+}
+of_status of_relu_pool_backward_infer(const void *attrs, int32_t nin, const of_meta *ins, of_meta *outs) {
+  OF_CHECK(of_relu_pool_check(attrs, (int32_t)sizeof(a_relu_pool), nin));
+  if (nin < 2) return of_fail(OF_ERR_ARG, "relu_max_pool_backward: grad and code are required");
+  return bwd_meta(attrs, &ins[0], &ins[1], true, &outs[0]);
+}
+
+static of_status fwd(const a_relu_pool *a, of_tensor *y, void **outs) {
+  int64_t H = a->in[0], W = a->in[1], kh = a->kernel[0], kw = a->kernel[1];
+  of_meta ym = meta_of(y), pm, cm;
+  OF_CHECK(fwd_meta(a, &ym, of_tensor_is_contiguous(y) && y->storage->device == OF_CPU, &pm, &cm));
+  int64_t OH = pm.shape[pm.ndim - 2], OW = pm.shape[pm.ndim - 1], planes = y->numel / (H * W);
   of_tensor *p = NULL, *code = NULL;
-  OF_CHECK(of_tensor_new(shape, y->ndim, y->dtype, OF_CPU, &p));
-  of_status st = of_tensor_new(shape, y->ndim, OF_INT32, OF_CPU, &code);
+  OF_CHECK(of_tensor_new(pm.shape, pm.ndim, pm.dtype, OF_CPU, &p));
+  of_status st = of_tensor_new(cm.shape, cm.ndim, cm.dtype, OF_CPU, &code);
   if (st != OF_OK) { of_tensor_release(p); return st; }
   int lanes = lanes_2x2(y->dtype, H, W, kh, kw, OW);
   int nt = plane_threads(planes, y->numel);
@@ -234,23 +285,13 @@ static of_status fwd(const a_relu_pool *a, of_tensor *y, void **outs) {
 static of_status bwd(const a_relu_pool *a, of_tensor *gp, of_tensor *code, void **outs) {
   int64_t H = a->in[0], W = a->in[1], kh = a->kernel[0], kw = a->kernel[1];
   int64_t OH = H / kh, OW = W / kw;
-  bool fits = gp->ndim >= 2 && code->ndim == gp->ndim && float_dt(gp->dtype) &&
-              code->dtype == OF_INT32 && gp->shape[gp->ndim - 2] == OH &&
-              gp->shape[gp->ndim - 1] == OW && of_tensor_is_contiguous(gp) &&
-              of_tensor_is_contiguous(code) && gp->storage->device == OF_CPU &&
-              code->storage->device == OF_CPU;
-  for (int32_t d = 0; fits && d < gp->ndim; d++) fits = gp->shape[d] == code->shape[d];
-  if (!fits)
-    return of_fail(OF_ERR_SHAPE, "relu_max_pool_backward: grad %s %s and code %s %s do not "
-                   "match the record (pooled [..., %lld, %lld], int32 code, on the CPU)",
-                   OF_SHAPE_STR(gp), of_dtype_name(gp->dtype), OF_SHAPE_STR(code),
-                   of_dtype_name(code->dtype), (long long)OH, (long long)OW);
-  int64_t shape[OF_MAX_DIMS];
-  memcpy(shape, gp->shape, sizeof(int64_t) * (size_t)gp->ndim);
-  shape[gp->ndim - 2] = H;
-  shape[gp->ndim - 1] = W;
+  of_meta gm = meta_of(gp), cm = meta_of(code), xm;
+  OF_CHECK(bwd_meta(a, &gm, &cm,
+                    of_tensor_is_contiguous(gp) && of_tensor_is_contiguous(code) &&
+                        gp->storage->device == OF_CPU && code->storage->device == OF_CPU,
+                    &xm));
   of_tensor *gx = NULL;
-  OF_CHECK(of_tensor_new(shape, gp->ndim, gp->dtype, OF_CPU, &gx));
+  OF_CHECK(of_tensor_new(xm.shape, xm.ndim, xm.dtype, OF_CPU, &gx));
   int64_t planes = gp->numel / (OH * OW);
   int lanes = lanes_2x2(gp->dtype, H, W, kh, kw, OW);
   int nt = plane_threads(planes, gx->numel);
