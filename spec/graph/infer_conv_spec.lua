@@ -173,7 +173,8 @@ describe('saved graphs: convolutions and pools re-inferred at load', function()
     refused('quantized_linear: weight must be int8 (qint8), got float32', 'quantized_linear',
             {out_dtype = f32, x_scale = 1, out_scale = 1}, {QX, {{5, 3}}, {{5}}, Z5, {{5}}}, {{{4, 5}}})
     refused('quantized_linear: weight scales must be float32 with 1 or 5 values, got float32 [3]', 'quantized_linear',
-            {out_dtype = f32, x_scale = 1, out_scale = 1}, {QX, {{5, 3}, 'int8'}, {{3}}, {{3}, 'int64'}, {{5}}}, {{{4, 5}}})
+            {out_dtype = f32, x_scale = 1, out_scale = 1}, {QX, {{5, 3}, 'int8'}, {{3}}, {{3}, 'int64'}, {{5}}},
+            {{{4, 5}}})
     local C = {out_dtype = f32, x_scale = 1, out_scale = 1, groups = 1, stride = {2, 2}, padding = {1, 1},
                dilation = {1, 1}}
     assert.is_true((load('quantized_conv2d', C, {{{1, 3, 8, 8}, 'uint8'}, {{4, 3, 3, 3}, 'int8'}, {{4}}, {{4}, 'int64'},
