@@ -645,11 +645,13 @@ static void release_all(of_tensor **ts, int32_t n) {
   for (int32_t i = 0; i < n; i++) of_tensor_release(ts[i]);
 }
 
-/* Checks shapes, dtypes and options; fills the desc's sizes. */
-static of_status check_inputs(of_tensor *q, of_tensor *k, of_tensor *v, of_tensor *mask,
-                              double p, int32_t causal, double scale, int32_t gqa,
-                              of_sdpa_desc *d) {
-  if (!q || !k || !v) return of_fail(OF_ERR_ARG, "%s: query, key and value are required", OP);
+/* Checks shapes, dtypes and options on the inputs' metas (ndim -1: absent);
+ * fills the desc's sizes. What the forward and backward check with and a
+ * loaded graph's node is re-inferred with (infer_SDPA). */
+static of_status check_inputs(const of_meta *q, const of_meta *k, const of_meta *v,
+                              const of_meta *mask, double p, int32_t causal, double scale,
+                              int32_t gqa, of_sdpa_desc *d) {
+  if (q->ndim < 0 || k->ndim < 0 || v->ndim < 0) return of_fail(OF_ERR_ARG, "%s: query, key and value are required", OP);
   if (!of_dtype_is_floating(q->dtype))
     return of_fail(OF_ERR_DTYPE, "%s: query must be floating, got %s", OP, OF_DT(q));
   if (k->dtype != q->dtype || v->dtype != q->dtype)
@@ -689,7 +691,7 @@ static of_status check_inputs(of_tensor *q, of_tensor *k, of_tensor *v, of_tenso
     return of_fail(OF_ERR_ARG, "%s: dropout_p must be in [0, 1), got %g", OP, p);
   if (!isfinite(scale))
     return of_fail(OF_ERR_ARG, "%s: scale must be finite, got %g", OP, scale);
-  if (causal && mask)
+  if (causal && mask->ndim >= 0)
     return of_fail(OF_ERR_ARG, "%s: give attn_mask or is_causal, not both", OP);
   d->L = q->shape[nd - 2];
   d->S = k->shape[nd - 2];
@@ -699,7 +701,7 @@ static of_status check_inputs(of_tensor *q, of_tensor *k, of_tensor *v, of_tenso
   d->p = p;
   d->scale = scale;
   d->causal = causal != 0;
-  if (!mask) return OF_OK;
+  if (mask->ndim < 0) return OF_OK;
   if (mask->dtype != OF_BOOL && !of_dtype_is_floating(mask->dtype))
     return of_fail(OF_ERR_DTYPE, "%s: attn_mask must be bool (true = attend) or floating "
                    "(added to the scores), got %s", OP, OF_DT(mask));
@@ -717,6 +719,13 @@ static of_status check_inputs(of_tensor *q, of_tensor *k, of_tensor *v, of_tenso
                    qs, ks);
   }
   return OF_OK;
+}
+
+/* The result: the query's shape with value's last dim Ev, in q's dtype */
+static of_meta sdpa_result(const of_meta *q, const of_sdpa_desc *d) {
+  of_meta y = *q;
+  y.shape[y.ndim - 1] = d->Ev;
+  return y;
 }
 
 /* The mask, dense (uint8 or cd), and its offsets per bh row into moff [BH]
@@ -778,7 +787,9 @@ static of_status sdpa_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   }
   of_sdpa_desc d;
   memset(&d, 0, sizeof d);
-  st = check_inputs(sv[0], sv[1], sv[2], sv[3], a->dropout_p, a->causal, a->scale, a->gqa, &d);
+  of_meta m[4];
+  for (int32_t x = 0; x < 4; x++) m[x] = of_meta_of(sv[x]);
+  st = check_inputs(&m[0], &m[1], &m[2], &m[3], a->dropout_p, a->causal, a->scale, a->gqa, &d);
   if (st != OF_OK) goto done;
   d.seed = a->seed;
   d.offset = a->offset;
@@ -854,7 +865,8 @@ static of_status sdpa_body(of_tensor *q, of_tensor *k, of_tensor *v, of_tensor *
                            int32_t causal, double scale, int32_t gqa, of_tensor **out) {
   of_sdpa_desc d;
   memset(&d, 0, sizeof d);
-  OF_CHECK(check_inputs(q, k, v, mask, p, causal, scale, gqa, &d));
+  of_meta qm = of_meta_of(q), km = of_meta_of(k), vm = of_meta_of(v), mm = of_meta_of(mask);
+  OF_CHECK(check_inputs(&qm, &km, &vm, &mm, p, causal, scale, gqa, &d));
   OF_ROUTE(OP, dev, dops, sdpa, q, k, v, mask);
   if (p > 0) {
     uint64_t n = (uint64_t)(d.BH * d.L * d.S);
@@ -869,10 +881,8 @@ static of_status sdpa_body(of_tensor *q, of_tensor *k, of_tensor *v, of_tensor *
   for (int32_t x = 0; x < 3 && st == OF_OK; x++)
     st = dev == OF_CPU ? cpu_rows(ins[x], cd, &dn[x], &offs[x], &rs[x]) : of_dense(ins[x], cd, &dn[x]);
   if (st == OF_OK) st = mask_layout(mask, nd, q->shape, cd, dev, &d, &dn[3], &moff);
-  int64_t os[OF_MAX_DIMS];
-  memcpy(os, q->shape, sizeof(int64_t) * (size_t)nd);
-  os[nd - 1] = d.Ev;
-  if (st == OF_OK) st = of_tensor_new_as(OP, os, nd, cd, dev, &o);
+  of_meta ym = sdpa_result(&qm, &d);
+  if (st == OF_OK) st = of_tensor_new_as(OP, ym.shape, nd, cd, dev, &o);
   if (st == OF_OK) st = of_tensor_new_as(OP, q->shape, nd - 1, cd, dev, &lse);
   if (st != OF_OK) goto done;
   if (dev != OF_CPU) {
@@ -947,4 +957,16 @@ static of_status run_sdpa(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_RUN1(of_scaled_dot_product_attention(ins[0], ins[1], ins[2], ins[3], a->dropout_p,
                                           a->causal, a->scale, a->gqa, OF_R));
 }
-OF_OP_IMPL(SDPA, run_sdpa, NULL, NULL, NULL);
+/* A loaded node's result from its record and recorded inputs (the mask
+ * absent: ndim -1), by check_inputs and sdpa_result, as the forward */
+static of_status infer_SDPA(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_sdpa *a = p;
+  of_sdpa_desc d;
+  memset(&d, 0, sizeof d);
+  of_meta none = {.ndim = -1};
+  OF_CHECK(check_inputs(&ins[0], &ins[1], &ins[2], nin > 3 ? &ins[3] : &none, a->dropout_p,
+                        a->causal, a->scale, a->gqa, &d));
+  outs[0] = sdpa_result(&ins[0], &d);
+  return OF_OK;
+}
+OF_OP_IMPL_INFER(SDPA, run_sdpa, NULL, NULL, NULL, infer_SDPA);

@@ -43,7 +43,7 @@ typedef struct {
   int32_t snd;
 } layout;
 
-static of_status parse_input(const char *op, of_tensor *x, layout *l) {
+static of_status parse_input(const char *op, const of_meta *x, layout *l) {
   if (!of_dtype_is_floating(x->dtype))
     return of_fail(OF_ERR_DTYPE, "%s: expected floating point input, got %s (shape %s)", op,
                    OF_DT(x), OF_SHAPE_STR(x));
@@ -82,10 +82,10 @@ static layout layout_of_meta(const of_meta *xm) {
   return l;
 }
 
-static of_status parse_weight(const char *op, of_tensor *w, const layout *l, const of_tensor *x,
-                              of_tensor **out) {
-  *out = NULL;
-  if (!w) return OF_OK;
+/* weight (ndim -1: absent): floating point, one per class */
+static of_status check_weight(const char *op, const of_meta *w, const layout *l,
+                              const of_meta *x) {
+  if (w->ndim < 0) return OF_OK;
   char b[96];
   if (!of_dtype_is_floating(w->dtype))
     return of_fail(OF_ERR_DTYPE, "%s: weight must be floating point, got %s (shape %s)", op,
@@ -94,13 +94,19 @@ static of_status parse_weight(const char *op, of_tensor *w, const layout *l, con
     return of_fail(OF_ERR_SHAPE, "%s: weight of shape %s should be [%lld], one per class of "
                    "the input %s", op, OF_SHAPE_STR(w), (long long)l->C,
                    of_shape_str(x->shape, x->ndim, b, 96));
-  return of_dense(w, OF_FLOAT64, out);
+  return OF_OK;
 }
 
-/* Class-index target: integer, shaped like the samples, every value a class
- * or ignore_index. -> contiguous int64 */
-static of_status check_class_target(const char *op, of_tensor *t, const layout *l,
-                                    const of_tensor *x) {
+/* weight [C] -> contiguous doubles (NULL stays NULL); loss_plan checked it */
+static of_status parse_weight(of_tensor *w, of_tensor **out) {
+  *out = NULL;
+  return w ? of_dense(w, OF_FLOAT64, out) : OF_OK;
+}
+
+/* Class-index target: integer, shaped like the samples (its values are
+ * checked by parse_class_target or the device kernel) */
+static of_status check_class_target(const char *op, const of_meta *t, const layout *l,
+                                    const of_meta *x) {
   char b1[96], b2[96];
   if (!of_dtype_is_int(t->dtype))
     return of_fail(OF_ERR_DTYPE, "%s: target must hold integer class indices (int64), got %s "
@@ -114,11 +120,11 @@ static of_status check_class_target(const char *op, of_tensor *t, const layout *
   return OF_OK;
 }
 
+/* every value of a class target a class or ignore_index (loss_plan checked
+ * its dtype and shape) -> contiguous int64 */
 static of_status parse_class_target(const char *op, of_tensor *t, const layout *l,
-                                    const of_tensor *x, int64_t ignore, int64_t base,
-                                    of_tensor **out) {
+                                    int64_t ignore, int64_t base, of_tensor **out) {
   char b1[96];
-  OF_CHECK(check_class_target(op, t, l, x));
   OF_CHECK(of_dense(t, OF_INT64, out));
   const int64_t *tv = of_tensor_data(*out);
   for (int64_t i = 0; i < (*out)->numel; i++) {
@@ -132,6 +138,40 @@ static of_status parse_class_target(const char *op, of_tensor *t, const layout *
                      (long long)(base + l->C - 1));
     }
   }
+  return OF_OK;
+}
+
+/* Every check a loss makes on its inputs' shapes and dtypes before it reads
+ * a value, its layout l, whether the target holds class probabilities
+ * (cross_entropy's floating targets) and its result y: the per-sample losses
+ * for 'none', else a scalar, in x's dtype. What the bodies run first and a
+ * loaded graph's node is re-inferred with (infer_loss); w->ndim -1: no weight */
+static of_status loss_plan(const char *op, bool ce, const of_meta *x, const of_meta *t,
+                           const of_meta *w, int32_t reduction, double smoothing, layout *l,
+                           bool *prob, of_meta *y) {
+  OF_CHECK(parse_input(op, x, l));
+  OF_CHECK(check_reduction(op, (of_loss_reduction)reduction));
+  *prob = false;
+  if (ce) {
+    if (!(smoothing >= 0 && smoothing <= 1))
+      return of_fail(OF_ERR_ARG, "%s: label_smoothing must be between 0 and 1, got %g", op,
+                     smoothing);
+    *prob = of_dtype_is_floating(t->dtype);
+  }
+  if (*prob) {
+    bool same = t->ndim == x->ndim;
+    for (int32_t d = 0; same && d < x->ndim; d++) same = t->shape[d] == x->shape[d];
+    char b[96];
+    if (!same)
+      return of_fail(OF_ERR_SHAPE, "%s: a floating target holds class probabilities and must "
+                     "have the input's shape %s, got %s (%s); class indices must be int64",
+                     op, of_shape_str(x->shape, x->ndim, b, 96), OF_SHAPE_STR(t), OF_DT(t));
+  }
+  OF_CHECK(check_weight(op, w, l, x));
+  if (!*prob) OF_CHECK(check_class_target(op, t, l, x));
+  y->dtype = x->dtype;
+  y->ndim = reduction == OF_LOSS_NONE ? l->snd : 0;
+  memcpy(y->shape, l->sshape, sizeof(int64_t) * (size_t)y->ndim);
   return OF_OK;
 }
 
@@ -392,9 +432,7 @@ static of_status dev_ops(const char *op, of_tensor *x, const of_device_ops **o) 
 }
 
 /* class targets as int64 on x's device; their range is checked by the kernel */
-static of_status dev_class_target(const char *op, of_tensor *t, const layout *l,
-                                  const of_tensor *x, of_tensor **out) {
-  OF_CHECK(check_class_target(op, t, l, x));
+static of_status dev_class_target(of_tensor *t, const of_tensor *x, of_tensor **out) {
   if (of_dev(t) == of_dev(x)) return of_dense(t, OF_INT64, out);
   of_tensor *m = NULL;
   OF_CHECK(of_to_device(t, of_dev(x), 0, &m));
@@ -405,9 +443,8 @@ static of_status dev_class_target(const char *op, of_tensor *t, const layout *l,
 
 /* weight as float64 on the device; wsum is the class count without weights,
  * 0 with them (the kernels sum the weights themselves, see of_loss_desc) */
-static of_status dev_weight(const char *op, of_tensor *weight, const layout *l,
-                            const of_tensor *x, of_tensor **w, double *wsum) {
-  OF_CHECK(parse_weight(op, weight, l, x, w));
+static of_status dev_weight(of_tensor *weight, const layout *l, of_tensor **w, double *wsum) {
+  OF_CHECK(parse_weight(weight, w));
   *wsum = *w ? 0 : (double)l->C;
   return OF_OK;
 }
@@ -500,7 +537,8 @@ static of_status ce_dev_backward(of_node *n, of_tensor **g, of_tensor **gi) {
     goto done;
   }
   layout l;
-  st = parse_input("cross_entropy", x, &l);
+  of_meta xm = of_meta_of(x);
+  st = parse_input("cross_entropy", &xm, &l);
   const of_device_ops *o = NULL;
   if (st == OF_OK) st = dev_ops("cross_entropy_backward", x, &o);
   of_dtype cd = of_compute_dtype(x->dtype);
@@ -543,8 +581,8 @@ static of_status ce_device(of_tensor *x, of_tensor *target, of_tensor *weight,
   int64_t ns = l->N * l->S;
   double wsum = 0;
   of_tensor *w = NULL, *t = NULL, *xc = NULL, *lse = NULL, *loss = NULL, *wt = NULL, *den = NULL;
-  of_status st = dev_weight(op, weight, l, x, &w, &wsum);
-  if (st == OF_OK) st = prob ? of_dense(target, cd, &t) : dev_class_target(op, target, l, x, &t);
+  of_status st = dev_weight(weight, l, &w, &wsum);
+  if (st == OF_OK) st = prob ? of_dense(target, cd, &t) : dev_class_target(target, x, &t);
   if (st == OF_OK) st = of_dense(x, cd, &xc);
   if (st == OF_OK) st = of_tensor_new(&ns, 1, OF_FLOAT64, dev, &lse);
   if (st == OF_OK) st = of_tensor_new(&ns, 1, OF_FLOAT64, dev, &loss);
@@ -620,8 +658,8 @@ static of_status nll_device(of_tensor *x, of_tensor *target, of_tensor *weight,
   int64_t ns = l->N * l->S;
   double wsum = 0;
   of_tensor *w = NULL, *t = NULL, *xc = NULL, *loss = NULL, *wt = NULL, *den = NULL;
-  of_status st = dev_weight(op, weight, l, x, &w, &wsum);
-  if (st == OF_OK) st = dev_class_target(op, target, l, x, &t);
+  of_status st = dev_weight(weight, l, &w, &wsum);
+  if (st == OF_OK) st = dev_class_target(target, x, &t);
   if (st == OF_OK) st = of_dense(x, of_compute_dtype(x->dtype), &xc);
   if (st == OF_OK) st = of_tensor_new(&ns, 1, OF_FLOAT64, dev, &loss);
   if (st == OF_OK) st = of_tensor_new(&ns, 1, OF_FLOAT64, dev, &wt);
@@ -725,7 +763,8 @@ static of_status ce_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_tensor *x = sv[0], *t = sv[1];
   bool prob = node_prob(n);
   layout l;
-  st = parse_input("cross_entropy", x, &l);
+  of_meta xm = of_meta_of(x);
+  st = parse_input("cross_entropy", &xm, &l);
   if (st != OF_OK) goto done;
   of_dtype cd = of_compute_dtype(x->dtype);
   st = of_dense(x, cd, &tmp[0]);
@@ -778,22 +817,9 @@ static of_status cross_entropy_body(of_tensor *x, of_tensor *target, of_tensor *
   (void)dops;
   const char *op = "cross_entropy";
   layout l;
-  OF_CHECK(parse_input(op, x, &l));
-  OF_CHECK(check_reduction(op, reduction));
-  if (!(label_smoothing >= 0 && label_smoothing <= 1))
-    return of_fail(OF_ERR_ARG, "%s: label_smoothing must be between 0 and 1, got %g", op,
-                   label_smoothing);
-  bool prob = of_dtype_is_floating(target->dtype);
-  if (prob) {
-    bool same = target->ndim == x->ndim;
-    for (int32_t d = 0; same && d < x->ndim; d++) same = target->shape[d] == x->shape[d];
-    char b[96];
-    if (!same)
-      return of_fail(OF_ERR_SHAPE, "%s: a floating target holds class probabilities and must "
-                     "have the input's shape %s, got %s (%s); class indices must be int64",
-                     op, of_shape_str(x->shape, x->ndim, b, 96), OF_SHAPE_STR(target),
-                     OF_DT(target));
-  }
+  bool prob;
+  of_meta ym, xm = of_meta_of(x), tm = of_meta_of(target), wm = of_meta_of(weight);
+  OF_CHECK(loss_plan(op, true, &xm, &tm, &wm, reduction, label_smoothing, &l, &prob, &ym));
   if (dev != OF_CPU)
     return ce_device(x, target, weight, reduction, ignore_index, label_smoothing, index_base,
                      &l, prob, out);
@@ -801,10 +827,9 @@ static of_status cross_entropy_body(of_tensor *x, of_tensor *target, of_tensor *
   of_tensor *w = NULL, *t = NULL, *xc = NULL, *lse = NULL;
   double *buf = NULL;
   int64_t ns = l.N * l.S;
-  of_status st = parse_weight(op, weight, &l, x, &w);
+  of_status st = parse_weight(weight, &w);
   if (st == OF_OK) st = prob ? of_dense(target, cd, &t)
-                             : parse_class_target(op, target, &l, x, ignore_index, index_base,
-                                                  &t);
+                             : parse_class_target(op, target, &l, ignore_index, index_base, &t);
   if (st == OF_OK) st = of_dense(x, cd, &xc);
   if (st == OF_OK) st = of_tensor_new(&ns, 1, OF_FLOAT64, OF_CPU, &lse);
   if (st == OF_OK && !(buf = malloc(sizeof(double) * (size_t)(2 * ns + 1))))
@@ -911,15 +936,16 @@ static of_status nll_loss_body(of_tensor *x, of_tensor *target, of_tensor *weigh
   (void)dops;
   const char *op = "nll_loss";
   layout l;
-  OF_CHECK(parse_input(op, x, &l));
-  OF_CHECK(check_reduction(op, reduction));
+  bool prob;
+  of_meta ym, xm = of_meta_of(x), tm = of_meta_of(target), wm = of_meta_of(weight);
+  OF_CHECK(loss_plan(op, false, &xm, &tm, &wm, reduction, 0, &l, &prob, &ym));
   if (dev != OF_CPU)
     return nll_device(x, target, weight, reduction, ignore_index, index_base, &l, out);
   of_tensor *w = NULL, *t = NULL, *xc = NULL;
   double *buf = NULL;
   int64_t ns = l.N * l.S;
-  of_status st = parse_weight(op, weight, &l, x, &w);
-  if (st == OF_OK) st = parse_class_target(op, target, &l, x, ignore_index, index_base, &t);
+  of_status st = parse_weight(weight, &w);
+  if (st == OF_OK) st = parse_class_target(op, target, &l, ignore_index, index_base, &t);
   if (st == OF_OK) st = of_dense(x, x->dtype, &xc);
   if (st == OF_OK && !(buf = malloc(sizeof(double) * (size_t)(2 * ns + 1))))
     st = of_fail(OF_ERR_OOM, "%s: out of memory", op);
@@ -1001,5 +1027,24 @@ static of_status run_loss(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_RUN1(of_nll_loss(ins[0], ins[1], ins[2], a->reduction, a->ignore, a->base, OF_R));
 }
 
-OF_OP_IMPL(CROSS_ENTROPY, run_loss, NULL, NULL, NULL);
-OF_OP_IMPL(NLL_LOSS, run_loss, NULL, NULL, NULL);
+/* A loaded node's result from its record and recorded inputs, by loss_plan
+ * (the checks and result shape the bodies run first) */
+static of_status infer_loss(bool ce, const void *p, const of_meta *ins, of_meta *outs) {
+  const a_loss *a = p;
+  layout l;
+  bool prob;
+  return loss_plan(ce ? "cross_entropy" : "nll_loss", ce, &ins[0], &ins[1], &ins[2],
+                   a->reduction, ce ? a->smoothing : 0, &l, &prob, &outs[0]);
+}
+static of_status infer_CROSS_ENTROPY(const void *p, int32_t nin, const of_meta *ins,
+                                     of_meta *outs) {
+  (void)nin;
+  return infer_loss(true, p, ins, outs);
+}
+static of_status infer_NLL_LOSS(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)nin;
+  return infer_loss(false, p, ins, outs);
+}
+
+OF_OP_IMPL_INFER(CROSS_ENTROPY, run_loss, NULL, NULL, NULL, infer_CROSS_ENTROPY);
+OF_OP_IMPL_INFER(NLL_LOSS, run_loss, NULL, NULL, NULL, infer_NLL_LOSS);

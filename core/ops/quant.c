@@ -354,21 +354,29 @@ static bool is_q8(of_dtype d) { return d == OF_UINT8 || d == OF_INT8; }
 static int32_t qlo(of_dtype d) { return d == OF_UINT8 ? 0 : -128; }
 static int32_t qhi(of_dtype d) { return d == OF_UINT8 ? 255 : 127; }
 
-static of_status check_params(const char *op, of_tensor *x, of_tensor *w, of_tensor *ws,
-                              of_tensor *wzp, of_tensor *bias, int64_t O, double xs, int64_t xzp,
-                              double os, int64_t ozp, int32_t odt) {
+/* the element count of a recorded input (0 when absent) */
+static int64_t meta_numel(const of_meta *m) {
+  return m->ndim < 0 ? 0 : of_shape_numel(m->shape, m->ndim);
+}
+
+/* On the inputs' metas (ndim -1: absent): what the ops' parameters must be */
+static of_status check_params(const char *op, const of_meta *x, const of_meta *w,
+                              const of_meta *ws, const of_meta *wzp, const of_meta *bias,
+                              int64_t O, double xs, int64_t xzp, double os, int64_t ozp,
+                              int32_t odt) {
+  const int64_t wsn = meta_numel(ws);
   if (!is_q8(x->dtype))
     return of_fail(OF_ERR_DTYPE, "%s: input must hold uint8 or int8 values (a quantized tensor's "
                    "int_repr), got %s", op, OF_DT(x));
   if (w->dtype != OF_INT8)
     return of_fail(OF_ERR_DTYPE, "%s: weight must be int8 (qint8), got %s", op, OF_DT(w));
-  if (ws->dtype != OF_FLOAT32 || (ws->numel != O && ws->numel != 1))
+  if (ws->dtype != OF_FLOAT32 || (wsn != O && wsn != 1))
     return of_fail(OF_ERR_ARG, "%s: weight scales must be float32 with 1 or %lld values, got %s %s",
                    op, (long long)O, OF_DT(ws), OF_SHAPE_STR(ws));
-  if (wzp && (wzp->dtype != OF_INT64 || wzp->numel != ws->numel))
+  if (wzp->ndim >= 0 && (wzp->dtype != OF_INT64 || meta_numel(wzp) != wsn))
     return of_fail(OF_ERR_ARG, "%s: weight zero points must be int64 like the scales (%lld), got %s %s",
-                   op, (long long)ws->numel, OF_DT(wzp), OF_SHAPE_STR(wzp));
-  if (bias && (bias->dtype != OF_FLOAT32 || bias->numel != O))
+                   op, (long long)wsn, OF_DT(wzp), OF_SHAPE_STR(wzp));
+  if (bias->ndim >= 0 && (bias->dtype != OF_FLOAT32 || meta_numel(bias) != O))
     return of_fail(OF_ERR_ARG, "%s: bias must be float32 [%lld], got %s %s", op, (long long)O,
                    OF_DT(bias), OF_SHAPE_STR(bias));
   if (!(xs > 0) || !isfinite(xs))
@@ -386,9 +394,14 @@ static of_status check_params(const char *op, of_tensor *x, of_tensor *w, of_ten
       return of_fail(OF_ERR_ARG, "%s: output zero point %lld is outside %s's range", op,
                      (long long)ozp, of_dtype_name(odt));
   }
-  of_tensor *ts[2] = {x, w};
+  return OF_OK;
+}
+
+/* the kernels are the CPU's: checked after the shapes (a loaded graph's
+ * re-inference knows no devices) */
+static of_status cpu_only(const char *op, of_tensor **ts, int32_t n) {
   of_device dev;
-  OF_CHECK(of_common_device(op, ts, 2, &dev));
+  OF_CHECK(of_common_device(op, ts, n, &dev));
   if (dev != OF_CPU) return of_fail(OF_ERR_DEVICE, "%s: quantized kernels run on the CPU only", op);
   return OF_OK;
 }
@@ -945,23 +958,41 @@ static of_status dnnl_gemm_exact(int64_t M, int64_t K, int64_t N, const uint8_t 
 }
 
 /* ---- quantized_linear ---- */
+/* Every check quantized_linear makes before it allocates, on the metas of
+ * x, w, w_scale, w_zero_point and bias (ndim -1: absent), and its result y:
+ * x's shape with the last dim O, in the output dtype. What the body runs
+ * first and a loaded graph's node is re-inferred with (infer_QUANTIZED_LINEAR). */
+static of_status qlinear_geometry(const of_meta *m, double xs, int64_t xzp, double os,
+                                  int64_t ozp, int32_t odt, of_meta *y) {
+  static const char op[] = "quantized_linear";
+  const of_meta *x = &m[0], *w = &m[1];
+  if (x->ndim < 0 || w->ndim < 0 || m[2].ndim < 0)
+    return of_fail(OF_ERR_ARG, "%s: input, weight and scales are required", op);
+  if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
+    return of_fail(OF_ERR_SHAPE, "%s: input %s and weight %s do not fit (weight [out, in], input "
+                   "[..., in])", op, OF_SHAPE_STR(x), OF_SHAPE_STR(w));
+  const int64_t O = w->shape[0], K = w->shape[1];
+  OF_CHECK(check_params(op, x, w, &m[2], &m[3], &m[4], O, xs, xzp, os, ozp, odt));
+  if (K > QK_MAX)
+    return of_fail(OF_ERR_SHAPE, "%s: %lld input features exceed the int32 accumulator's safe "
+                   "limit of %d", op, (long long)K, QK_MAX);
+  *y = *x;
+  y->shape[x->ndim - 1] = O;
+  y->dtype = (of_dtype)odt;
+  return OF_OK;
+}
+
 static of_status qlinear_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor *wzp,
                               of_tensor *bias, double xs, int64_t xzp, double os, int64_t ozp,
                               int32_t odt, int32_t relu, of_tensor **out) {
   static const char op[] = "quantized_linear";
-  if (!x || !w || !ws) return of_fail(OF_ERR_ARG, "%s: input, weight and scales are required", op);
-  if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
-    return of_fail(OF_ERR_SHAPE, "%s: input %s and weight %s do not fit (weight [out, in], input "
-                   "[..., in])", op, OF_SHAPE_STR(x), OF_SHAPE_STR(w));
+  of_meta ym, m[5] = {of_meta_of(x), of_meta_of(w), of_meta_of(ws), of_meta_of(wzp),
+                      of_meta_of(bias)};
+  OF_CHECK(qlinear_geometry(m, xs, xzp, os, ozp, odt, &ym));
+  of_tensor *ts[2] = {x, w};
+  OF_CHECK(cpu_only(op, ts, 2));
   const int64_t O = w->shape[0], K = w->shape[1], M = K ? x->numel / K : 0;
-  OF_CHECK(check_params(op, x, w, ws, wzp, bias, O, xs, xzp, os, ozp, odt));
-  if (K > QK_MAX)
-    return of_fail(OF_ERR_SHAPE, "%s: %lld input features exceed the int32 accumulator's safe "
-                   "limit of %d", op, (long long)K, QK_MAX);
-  int64_t shape[OF_MAX_DIMS];
-  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
-  shape[x->ndim - 1] = O;
-  OF_CHECK(of_tensor_new_as(op, shape, x->ndim, (of_dtype)odt, OF_CPU, out));
+  OF_CHECK(of_tensor_new_as(op, ym.shape, ym.ndim, ym.dtype, OF_CPU, out));
   const int64_t kp = (K + QK_ALIGN - 1) / QK_ALIGN * QK_ALIGN;
   int16_t *B = NULL, *A = NULL;
   int32_t *acc = NULL;
@@ -1051,10 +1082,15 @@ static of_status qlinear_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tens
 }
 
 /* ---- quantized_conv2d ---- */
-static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor *wzp,
-                            of_tensor *bias, const a_quant *p, of_tensor **out) {
+/* Every check quantized_conv2d makes before it allocates, on the metas of
+ * x, w, w_scale, w_zero_point and bias (ndim -1: absent), and its result y
+ * [N, O, oh, ow] in the output dtype. What the body runs first and a loaded
+ * graph's node is re-inferred with (infer_QUANTIZED_CONV2D). */
+static of_status qconv_geometry(const of_meta *m, const a_quant *p, of_meta *y) {
   static const char op[] = "quantized_conv2d";
-  if (!x || !w || !ws) return of_fail(OF_ERR_ARG, "%s: input, weight and scales are required", op);
+  const of_meta *x = &m[0], *w = &m[1];
+  if (x->ndim < 0 || w->ndim < 0 || m[2].ndim < 0)
+    return of_fail(OF_ERR_ARG, "%s: input, weight and scales are required", op);
   const int64_t G = p->groups;
   if (x->ndim != 4 || w->ndim != 4 || G < 1 || x->shape[1] % G || w->shape[0] % G ||
       x->shape[1] / G != w->shape[1])
@@ -1062,8 +1098,8 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
                    "[O, C/groups, kh, kw], groups %lld)", op, OF_SHAPE_STR(x), OF_SHAPE_STR(w),
                    (long long)G);
   const int64_t O = w->shape[0], Cg = w->shape[1], kh = w->shape[2], kw = w->shape[3];
-  OF_CHECK(check_params(op, x, w, ws, wzp, bias, O, p->x_scale, p->x_zp, p->out_scale, p->out_zp,
-                        p->out_dtype));
+  OF_CHECK(check_params(op, x, w, &m[2], &m[3], &m[4], O, p->x_scale, p->x_zp, p->out_scale,
+                        p->out_zp, p->out_dtype));
   for (int i = 0; i < 2; i++)
     if (p->stride[i] < 1 || p->padding[i] < 0 || p->dilation[i] < 1)
       return of_fail(OF_ERR_ARG, "%s: stride and dilation must be >= 1 and padding >= 0", op);
@@ -1076,12 +1112,32 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
       return of_fail(OF_ERR_SHAPE, "%s: input %s is smaller than the dilated kernel %s", op,
                      OF_SHAPE_STR(x), OF_SHAPE_STR(w));
   }
-  const int64_t K = Cg * kh * kw, L = osz[0] * osz[1], Og = O / G, N = x->shape[0];
+  const int64_t K = Cg * kh * kw;
   if (K > QK_MAX)
     return of_fail(OF_ERR_SHAPE, "%s: %lld products per output exceed the int32 accumulator's "
                    "safe limit of %d", op, (long long)K, QK_MAX);
-  int64_t shape[4] = {N, O, osz[0], osz[1]};
-  OF_CHECK(of_tensor_new_as(op, shape, 4, (of_dtype)p->out_dtype, OF_CPU, out));
+  y->ndim = 4;
+  y->shape[0] = x->shape[0];
+  y->shape[1] = O;
+  y->shape[2] = osz[0];
+  y->shape[3] = osz[1];
+  y->dtype = (of_dtype)p->out_dtype;
+  return OF_OK;
+}
+
+static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor *wzp,
+                            of_tensor *bias, const a_quant *p, of_tensor **out) {
+  static const char op[] = "quantized_conv2d";
+  of_meta ym, m[5] = {of_meta_of(x), of_meta_of(w), of_meta_of(ws), of_meta_of(wzp),
+                      of_meta_of(bias)};
+  OF_CHECK(qconv_geometry(m, p, &ym));
+  of_tensor *ts[2] = {x, w};
+  OF_CHECK(cpu_only(op, ts, 2));
+  const int64_t G = p->groups;
+  const int64_t O = w->shape[0], Cg = w->shape[1], kh = w->shape[2], kw = w->shape[3];
+  const int64_t in[2] = {x->shape[2], x->shape[3]}, osz[2] = {ym.shape[2], ym.shape[3]};
+  const int64_t K = Cg * kh * kw, L = osz[0] * osz[1], Og = O / G, N = x->shape[0];
+  OF_CHECK(of_tensor_new_as(op, ym.shape, 4, ym.dtype, OF_CPU, out));
   const int64_t kp = (K + QK_ALIGN - 1) / QK_ALIGN * QK_ALIGN;
   int16_t *B = NULL, *A = NULL;
   int32_t *acc = NULL;
@@ -1276,14 +1332,15 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
 
 /* ---- quantized_max_pool2d: max pooling of the integers (exact; the
  * scale and zero point are the input's, kept by the caller) ---- */
-static of_status qmaxpool_body(of_tensor *x, const a_quant *p, of_tensor **out) {
+/* Every check quantized_max_pool2d makes before it allocates, on x's meta,
+ * and its result y [N, C, oh, ow] in x's dtype; the window is the record's
+ * groups field (kh << 16 | kw). What the body runs first and a loaded graph's
+ * node is re-inferred with (infer_QUANTIZED_MAX_POOL2D). */
+static of_status qmaxpool_geometry(const of_meta *x, const a_quant *p, of_meta *y) {
   static const char op[] = "quantized_max_pool2d";
-  if (!x || x->ndim != 4 || !is_q8(x->dtype))
+  if (x->ndim != 4 || !is_q8(x->dtype))
     return of_fail(OF_ERR_ARG, "%s: input must be uint8/int8 [N, C, H, W], got %s %s", op,
-                   x ? OF_DT(x) : "none", x ? OF_SHAPE_STR(x) : "");
-  of_device dev;
-  OF_CHECK(of_common_device(op, &x, 1, &dev));
-  if (dev != OF_CPU) return of_fail(OF_ERR_DEVICE, "%s: quantized kernels run on the CPU only", op);
+                   x->ndim >= 0 ? OF_DT(x) : "none", x->ndim >= 0 ? OF_SHAPE_STR(x) : "");
   const int64_t kh = p->groups >> 16, kw = p->groups & 0xffff;
   for (int i = 0; i < 2; i++)
     if (p->stride[i] < 1 || p->padding[i] < 0 || p->dilation[i] < 1)
@@ -1293,17 +1350,27 @@ static of_status qmaxpool_body(of_tensor *x, const a_quant *p, of_tensor **out) 
                    op, (long long)kh, (long long)kw);
   const int64_t in[2] = {x->shape[2], x->shape[3]}, kk[2] = {kh, kw};
   OF_CHECK(of_check_window(op, in, kk, p->stride, p->padding, p->dilation, 2));
-  int64_t osz[2];
+  *y = *x;
   for (int i = 0; i < 2; i++) {
-    osz[i] = (in[i] + 2 * p->padding[i] - p->dilation[i] * (kk[i] - 1) - 1) / p->stride[i] + 1;
-    if (osz[i] < 1)
+    y->shape[2 + i] =
+        (in[i] + 2 * p->padding[i] - p->dilation[i] * (kk[i] - 1) - 1) / p->stride[i] + 1;
+    if (y->shape[2 + i] < 1)
       return of_fail(OF_ERR_SHAPE, "%s: input %s is smaller than the window", op, OF_SHAPE_STR(x));
   }
+  return OF_OK;
+}
+
+static of_status qmaxpool_body(of_tensor *x, const a_quant *p, of_tensor **out) {
+  static const char op[] = "quantized_max_pool2d";
+  of_meta ym, xm = of_meta_of(x);
+  OF_CHECK(qmaxpool_geometry(&xm, p, &ym));
+  OF_CHECK(cpu_only(op, &x, 1));
+  const int64_t kh = p->groups >> 16, kw = p->groups & 0xffff;
+  const int64_t in[2] = {x->shape[2], x->shape[3]}, osz[2] = {ym.shape[2], ym.shape[3]};
   const int64_t NC = x->shape[0] * x->shape[1], H = in[0], W = in[1], OH = osz[0], OW = osz[1];
-  int64_t shape[4] = {x->shape[0], x->shape[1], OH, OW};
   of_tensor *xc;
   OF_CHECK(of_dense(x, x->dtype, &xc));
-  of_status st = of_tensor_new_as(op, shape, 4, x->dtype, OF_CPU, out);
+  of_status st = of_tensor_new_as(op, ym.shape, 4, ym.dtype, OF_CPU, out);
   if (st == OF_OK) {
     const bool u8 = x->dtype == OF_UINT8;
     const char *xp = of_ptr(xc);
@@ -1394,10 +1461,14 @@ static of_status qmaxpool_body(of_tensor *x, const a_quant *p, of_tensor **out) 
  * (PyTorch's quantize_val: nearbyint, ties to even; the Lua fallback
  * (x * inv):round() + zp, clamp computes the same). NaN gives the zero
  * point. The int tensor has x's shape, contiguous. */
-static of_status qquant_body(of_tensor *x, const a_quant *p, of_tensor **out) {
+/* Every check quantize_per_tensor makes before it allocates, on x's meta,
+ * and its result y: x's shape in the 8-bit dtype. What the body runs first
+ * and a loaded graph's node is re-inferred with (infer_QUANTIZE_PER_TENSOR). */
+static of_status qquant_geometry(const of_meta *x, const a_quant *p, of_meta *y) {
   static const char op[] = "quantize_per_tensor";
-  if (!x || x->dtype != OF_FLOAT32)
-    return of_fail(OF_ERR_ARG, "%s: input must be float32, got %s", op, x ? OF_DT(x) : "none");
+  if (x->ndim < 0 || x->dtype != OF_FLOAT32)
+    return of_fail(OF_ERR_ARG, "%s: input must be float32, got %s", op,
+                   x->ndim >= 0 ? OF_DT(x) : "none");
   if (p->out_dtype != OF_UINT8 && p->out_dtype != OF_INT8)
     return of_fail(OF_ERR_ARG, "%s: dtype must be uint8 or int8 (quint8/qint8)", op);
   const bool u8 = p->out_dtype == OF_UINT8;
@@ -1405,12 +1476,21 @@ static of_status qquant_body(of_tensor *x, const a_quant *p, of_tensor **out) {
   if (!(p->x_scale > 0 && p->x_scale < INFINITY) || p->x_zp < qmin || p->x_zp > qmax)
     return of_fail(OF_ERR_ARG, "%s: scale %g must be positive and finite, zero_point %lld in [%lld, %lld]",
                    op, p->x_scale, (long long)p->x_zp, (long long)qmin, (long long)qmax);
-  of_device dev;
-  OF_CHECK(of_common_device(op, &x, 1, &dev));
-  if (dev != OF_CPU) return of_fail(OF_ERR_DEVICE, "%s: quantized kernels run on the CPU only", op);
+  *y = *x;
+  y->dtype = (of_dtype)p->out_dtype;
+  return OF_OK;
+}
+
+static of_status qquant_body(of_tensor *x, const a_quant *p, of_tensor **out) {
+  static const char op[] = "quantize_per_tensor";
+  of_meta ym, xm = of_meta_of(x);
+  OF_CHECK(qquant_geometry(&xm, p, &ym));
+  OF_CHECK(cpu_only(op, &x, 1));
+  const bool u8 = p->out_dtype == OF_UINT8;
+  const int64_t qmin = u8 ? 0 : -128, qmax = u8 ? 255 : 127;
   of_tensor *xc;
   OF_CHECK(of_dense(x, x->dtype, &xc));
-  of_status st = of_tensor_new_as(op, x->shape, x->ndim, (of_dtype)p->out_dtype, OF_CPU, out);
+  of_status st = of_tensor_new_as(op, ym.shape, ym.ndim, ym.dtype, OF_CPU, out);
   if (st == OF_OK) {
     const float *xp = (const float *)of_ptr(xc);
     const int64_t n = of_tensor_numel(xc);
@@ -1522,7 +1602,31 @@ static of_status run_quant(const of_oprec *n, of_tensor **ins, void **outs) {
                               a->dilation, a->groups, a->x_scale, a->x_zp, a->out_scale, a->out_zp,
                               (of_dtype)a->out_dtype, a->relu, OF_R));
 }
-OF_OP_IMPL(QUANTIZED_LINEAR, run_quant, NULL, NULL, NULL);
-OF_OP_IMPL(QUANTIZED_CONV2D, run_quant, NULL, NULL, NULL);
-OF_OP_IMPL(QUANTIZED_MAX_POOL2D, run_quant, NULL, NULL, NULL);
-OF_OP_IMPL(QUANTIZE_PER_TENSOR, run_quant, NULL, NULL, NULL);
+/* A loaded node's result from its record and recorded inputs, by the
+ * geometry functions the bodies check and allocate with */
+static of_status infer_QUANTIZED_LINEAR(const void *p, int32_t nin, const of_meta *ins,
+                                        of_meta *outs) {
+  (void)nin;
+  const a_quant *a = p;
+  return qlinear_geometry(ins, a->x_scale, a->x_zp, a->out_scale, a->out_zp, a->out_dtype,
+                          &outs[0]);
+}
+static of_status infer_QUANTIZED_CONV2D(const void *p, int32_t nin, const of_meta *ins,
+                                        of_meta *outs) {
+  (void)nin;
+  return qconv_geometry(ins, p, &outs[0]);
+}
+static of_status infer_QUANTIZED_MAX_POOL2D(const void *p, int32_t nin, const of_meta *ins,
+                                            of_meta *outs) {
+  (void)nin;
+  return qmaxpool_geometry(&ins[0], p, &outs[0]);
+}
+static of_status infer_QUANTIZE_PER_TENSOR(const void *p, int32_t nin, const of_meta *ins,
+                                           of_meta *outs) {
+  (void)nin;
+  return qquant_geometry(&ins[0], p, &outs[0]);
+}
+OF_OP_IMPL_INFER(QUANTIZED_LINEAR, run_quant, NULL, NULL, NULL, infer_QUANTIZED_LINEAR);
+OF_OP_IMPL_INFER(QUANTIZED_CONV2D, run_quant, NULL, NULL, NULL, infer_QUANTIZED_CONV2D);
+OF_OP_IMPL_INFER(QUANTIZED_MAX_POOL2D, run_quant, NULL, NULL, NULL, infer_QUANTIZED_MAX_POOL2D);
+OF_OP_IMPL_INFER(QUANTIZE_PER_TENSOR, run_quant, NULL, NULL, NULL, infer_QUANTIZE_PER_TENSOR);

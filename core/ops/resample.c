@@ -317,11 +317,11 @@ static of_status interp_adjoint_backward(of_node *n, of_tensor **g, of_tensor **
                         &gi[0]);
 }
 
-static of_status interpolate_body(of_tensor *x, const int64_t *size, const double *scales,
-                              int32_t nsp, of_interp_mode mode, int32_t align_corners,
-                              of_tensor **out) {
-  OF_ROUTE("interpolate", dev, dops, interpolate, x);
-  (void)dops;
+/* The result's shape yshape: every check interpolate makes before it
+ * allocates, on the input's shape and dtype, and what a loaded graph's node
+ * is re-inferred with (infer_INTERPOLATE) */
+static of_status interp_geometry(const of_meta *x, const int64_t *size, int32_t nsp,
+                                 int32_t mode, int64_t *yshape) {
   const char *op = "interpolate";
   if (mode != OF_INTERP_NEAREST && mode != OF_INTERP_LINEAR)
     return of_fail(OF_ERR_ARG, "%s: unknown mode %d", op, (int)mode);
@@ -338,8 +338,20 @@ static of_status interpolate_body(of_tensor *x, const int64_t *size, const doubl
                      "output size %lld for spatial dim %d of input %s (%s)", op,
                      (long long)size[k], (int)k + 1, OF_SHAPE_STR(x), OF_DT(x));
   }
-  int64_t yshape[OF_MAX_DIMS] = {x->shape[0], x->shape[1]};
+  yshape[0] = x->shape[0];
+  yshape[1] = x->shape[1];
   for (int32_t k = 0; k < nsp; k++) yshape[2 + k] = size[k];
+  return OF_OK;
+}
+
+static of_status interpolate_body(of_tensor *x, const int64_t *size, const double *scales,
+                              int32_t nsp, of_interp_mode mode, int32_t align_corners,
+                              of_tensor **out) {
+  OF_ROUTE("interpolate", dev, dops, interpolate, x);
+  (void)dops;
+  int64_t yshape[OF_MAX_DIMS];
+  of_meta xm = of_meta_of(x);
+  OF_CHECK(interp_geometry(&xm, size, nsp, mode, yshape));
   interp_plan p;
   OF_CHECK(plan_make(&p, x->shape, nsp, size, scales, mode, align_corners));
   of_dtype cd = mode == OF_INTERP_NEAREST ? x->dtype : of_compute_dtype(x->dtype);
@@ -604,10 +616,11 @@ static of_status pad_adjoint_backward(of_node *n, of_tensor **g, of_tensor **gi)
   return of_pad(g[0], a->pad, a->npad, (of_pad_mode)a->mode, 0, &gi[0]);
 }
 
-static of_status pad_body(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mode mode,
-                      double value, of_tensor **out) {
-  OF_ROUTE("pad", dev, dops, pad, x);
-  (void)dops;
+/* The result's shape yshape: every check pad makes before it allocates, on
+ * the input's shape and dtype, and what a loaded graph's node is re-inferred
+ * with (infer_PAD) */
+static of_status pad_geometry(const of_meta *x, const int64_t *pad, int32_t npad, int32_t mode,
+                              int64_t *yshape) {
   const char *op = "pad";
   if (mode < OF_PAD_CONSTANT || mode > OF_PAD_CIRCULAR)
     return of_fail(OF_ERR_ARG, "%s: unknown mode %d", op, (int)mode);
@@ -620,8 +633,7 @@ static of_status pad_body(of_tensor *x, const int64_t *pad, int32_t npad, of_pad
     return of_fail(OF_ERR_ARG, "%s: %s padding of %d dims needs an input with %d or %d dims, "
                    "got %s (%s)", op, mn, (int)npad, (int)npad + 1, (int)npad + 2,
                    OF_SHAPE_STR(x), OF_DT(x));
-  int64_t yshape[OF_MAX_DIMS];
-  memcpy(yshape, x->shape, sizeof yshape);
+  memcpy(yshape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
   for (int32_t j = 0; j < npad; j++) {
     int32_t d = x->ndim - 1 - j;
     int64_t D = x->shape[d], l = pad[2 * j], r = pad[2 * j + 1];
@@ -649,6 +661,16 @@ static of_status pad_body(of_tensor *x, const int64_t *pad, int32_t npad, of_pad
                      "negative (%lld)", op, (long long)l, (long long)r, (int)d + 1,
                      OF_SHAPE_STR(x), (long long)yshape[d]);
   }
+  return OF_OK;
+}
+
+static of_status pad_body(of_tensor *x, const int64_t *pad, int32_t npad, of_pad_mode mode,
+                      double value, of_tensor **out) {
+  OF_ROUTE("pad", dev, dops, pad, x);
+  (void)dops;
+  int64_t yshape[OF_MAX_DIMS];
+  of_meta xm = of_meta_of(x);
+  OF_CHECK(pad_geometry(&xm, pad, npad, mode, yshape));
   pad_plan p;
   OF_CHECK(pad_plan_make(&p, x->shape, x->ndim, pad, npad, mode, false));
   of_tensor *xc = NULL, *y = NULL;
@@ -722,5 +744,22 @@ static of_status run_pad(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_RUN1(of_pad(ins[0], a->pad, a->npad, a->mode, a->value, OF_R));
 }
 
-OF_OP_IMPL(INTERPOLATE, run_interp, NULL, NULL, NULL);
-OF_OP_IMPL(PAD, run_pad, NULL, NULL, NULL);
+/* A loaded node's result from its record and the recorded input, by the
+ * geometry functions the bodies check and allocate with (they check nsp and
+ * npad before reading the sizes); the dtype is x's */
+static of_status infer_INTERPOLATE(const void *p, int32_t nin, const of_meta *ins,
+                                   of_meta *outs) {
+  (void)nin;
+  const a_interp *a = p;
+  outs[0] = ins[0];
+  return interp_geometry(&ins[0], a->size, a->nsp, a->mode, outs[0].shape);
+}
+static of_status infer_PAD(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)nin;
+  const a_pad *a = p;
+  outs[0] = ins[0];
+  return pad_geometry(&ins[0], a->pad, a->npad, a->mode, outs[0].shape);
+}
+
+OF_OP_IMPL_INFER(INTERPOLATE, run_interp, NULL, NULL, NULL, infer_INTERPOLATE);
+OF_OP_IMPL_INFER(PAD, run_pad, NULL, NULL, NULL, infer_PAD);
