@@ -39,39 +39,53 @@ static of_status contig_data(of_tensor *t, of_tensor **out) {
   return of_clone_data(t, out);
 }
 
-static bool legacy_empty(const of_tensor *t) { return t->ndim == 1 && t->shape[0] == 0; }
+static bool legacy_empty(const of_meta *t) { return t->ndim == 1 && t->shape[0] == 0; }
+
+/* the shapes and dtypes of n tensors (absent: ndim -1), for the plans below */
+static of_status metas_of(const char *op, of_tensor **ts, int32_t n, of_meta **out) {
+  of_meta *m = malloc(sizeof(of_meta) * (size_t)n);
+  if (!m) return of_fail(OF_ERR_OOM, "%s: out of memory for %d tensors' shapes", op, (int)n);
+  for (int32_t i = 0; i < n; i++) m[i] = of_meta_of(ts[i]);
+  *out = m;
+  return OF_OK;
+}
 
 /* ---- cat / stack ---- */
 
-static of_status cat_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
-  if (!ts || n <= 0) return of_fail(OF_ERR_ARG, "cat: expected a non-empty list of tensors");
-  of_device dev;
-  OF_CHECK(of_common_device("cat", ts, n, &dev));
+/* cat's checks on the inputs' shapes and dtypes and its result (dim d
+ * summed over the inputs, the promoted dtype; only legacy empty [0]
+ * inputs: an empty 1-D result, *ref -1): cat_compute and infer_cat */
+static of_status cat_plan(const of_meta *ts, int32_t n, int32_t dim, int32_t *dout,
+                          int32_t *refout, of_meta *res) {
   of_dtype dt = -1;
   int32_t ref = -1;
   for (int32_t i = 0; i < n; i++) {
-    if (!ts[i]) return of_fail(OF_ERR_ARG, "cat: tensor %d of %d is NULL", (int)i + 1, (int)n);
-    if (ts[i]->ndim == 0)
+    if (ts[i].ndim < 0) return of_fail(OF_ERR_ARG, "cat: tensor %d of %d is NULL", (int)i + 1, (int)n);
+    if (ts[i].ndim == 0)
       return of_fail(OF_ERR_SHAPE, "cat: zero-dimensional tensor (at position %d) cannot be "
                      "concatenated; unsqueeze it first", (int)i + 1);
-    if (dt < 0) dt = ts[i]->dtype;
-    else OF_CHECK(of_promote_for("cat", dt, ts[i]->dtype, &dt));
-    if (ref < 0 && !legacy_empty(ts[i])) ref = i;
+    if (dt < 0) dt = ts[i].dtype;
+    else OF_CHECK(of_promote_for("cat", dt, ts[i].dtype, &dt));
+    if (ref < 0 && !legacy_empty(&ts[i])) ref = i;
   }
+  *refout = ref;
+  res->dtype = dt;
   if (ref < 0) {   /* only legacy empty tensors: an empty 1-D result */
     int32_t d;
     OF_CHECK(of_norm_dim("cat", dim, 1, &d));
-    int64_t zero = 0;
-    return of_tensor_new(&zero, 1, dt, dev, out);
+    *dout = d;
+    res->ndim = 1;
+    res->shape[0] = 0;
+    return OF_OK;
   }
-  const of_tensor *r = ts[ref];
+  const of_meta *r = &ts[ref];
   int32_t d;
   OF_CHECK(of_norm_dim("cat", dim, r->ndim, &d));
-  int64_t shape[OF_MAX_DIMS];
-  memcpy(shape, r->shape, sizeof shape);
-  shape[d] = 0;
+  memcpy(res->shape, r->shape, sizeof res->shape);
+  res->ndim = r->ndim;
+  res->shape[d] = 0;
   for (int32_t i = 0; i < n; i++) {
-    const of_tensor *t = ts[i];
+    const of_meta *t = &ts[i];
     if (legacy_empty(t) && r->ndim != 1) continue;
     if (t->ndim != r->ndim)
       return of_fail(OF_ERR_SHAPE, "cat: tensors must have the same number of dims: tensor %d "
@@ -83,14 +97,35 @@ static of_status cat_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor *
                        "shape %s, tensor %d has shape %s (dim %d: %lld vs %lld)", d + 1,
                        (int)ref + 1, OF_SHAPE_STR(r), (int)i + 1, OF_SHAPE_STR(t), k + 1,
                        (long long)r->shape[k], (long long)t->shape[k]);
-    shape[d] += t->shape[d];
+    if (!of_add_ok(res->shape[d], t->shape[d], &res->shape[d]))
+      return of_fail(OF_ERR_SHAPE, "cat: the result's dim %d overflows (tensor %d has shape %s)",
+                     d + 1, (int)i + 1, OF_SHAPE_STR(t));
   }
+  *dout = d;
+  return OF_OK;
+}
+
+static of_status cat_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
+  if (!ts || n <= 0) return of_fail(OF_ERR_ARG, "cat: expected a non-empty list of tensors");
+  of_device dev;
+  OF_CHECK(of_common_device("cat", ts, n, &dev));
+  for (int32_t i = 0; i < n; i++)
+    if (!ts[i]) return of_fail(OF_ERR_ARG, "cat: tensor %d of %d is NULL", (int)i + 1, (int)n);
+  of_meta *ms, rm;
+  int32_t d = 0, ref = -1;
+  OF_CHECK(metas_of("cat", ts, n, &ms));
+  of_status pst = cat_plan(ms, n, dim, &d, &ref, &rm);
+  free(ms);
+  OF_CHECK(pst);
+  if (ref < 0) return of_tensor_new(rm.shape, rm.ndim, rm.dtype, dev, out);
+  const of_tensor *r = ts[ref];
   of_tensor *res;
-  OF_CHECK(of_tensor_new(shape, r->ndim, dt, dev, &res));
+  OF_CHECK(of_tensor_new(rm.shape, rm.ndim, rm.dtype, dev, &res));
   int64_t pos = 0;
   for (int32_t i = 0; i < n; i++) {
     of_tensor *t = ts[i];
-    if ((legacy_empty(t) && r->ndim != 1) || t->shape[d] == 0) continue;
+    of_meta tm = of_meta_of(t);
+    if ((legacy_empty(&tm) && r->ndim != 1) || t->shape[d] == 0) continue;
     of_tensor v = stack_view(res, t->shape, res->strides, res->ndim, pos * res->strides[d]);
     of_status st = of_copy_data(&v, t);
     if (st != OF_OK) {
@@ -104,13 +139,14 @@ static of_status cat_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor *
   return OF_OK;
 }
 
-static of_status stack_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
-  if (!ts || n <= 0) return of_fail(OF_ERR_ARG, "stack: expected a non-empty list of tensors");
+/* stack's checks on the inputs' shapes and dtypes and its result (a new
+ * dim d of size n, the promoted dtype): stack_compute and infer_stack */
+static of_status stack_plan(const of_meta *ts, int32_t n, int32_t dim, int32_t *dout,
+                            of_meta *res) {
   for (int32_t i = 0; i < n; i++)
-    if (!ts[i]) return of_fail(OF_ERR_ARG, "stack: tensor %d of %d is NULL", (int)i + 1, (int)n);
-  of_device dev;
-  OF_CHECK(of_common_device("stack", ts, n, &dev));
-  const of_tensor *r = ts[0];
+    if (ts[i].ndim < 0)
+      return of_fail(OF_ERR_ARG, "stack: tensor %d of %d is NULL", (int)i + 1, (int)n);
+  const of_meta *r = &ts[0];
   if (r->ndim >= OF_MAX_DIMS)
     return of_fail(OF_ERR_SHAPE, "stack: tensors already have %d dims (shape %s), the most "
                    "supported", OF_MAX_DIMS, OF_SHAPE_STR(r));
@@ -118,7 +154,7 @@ static of_status stack_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor
   OF_CHECK(of_norm_dim("stack", dim, r->ndim + 1, &d));
   of_dtype dt = r->dtype;
   for (int32_t i = 1; i < n; i++) {
-    const of_tensor *t = ts[i];
+    const of_meta *t = &ts[i];
     bool same = t->ndim == r->ndim;
     for (int32_t k = 0; same && k < r->ndim; k++) same = t->shape[k] == r->shape[k];
     if (!same)
@@ -126,10 +162,28 @@ static of_status stack_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor
                      "entry 1 and %s at entry %d", OF_SHAPE_STR(r), OF_SHAPE_STR(t), (int)i + 1);
     OF_CHECK(of_promote_for("stack", dt, t->dtype, &dt));
   }
-  int64_t shape[OF_MAX_DIMS];
-  for (int32_t k = 0, j = 0; k <= r->ndim; k++) shape[k] = k == d ? n : r->shape[j++];
+  for (int32_t k = 0, j = 0; k <= r->ndim; k++) res->shape[k] = k == d ? n : r->shape[j++];
+  res->ndim = r->ndim + 1;
+  res->dtype = dt;
+  *dout = d;
+  return OF_OK;
+}
+
+static of_status stack_compute(of_tensor **ts, int32_t n, int32_t dim, of_tensor **out) {
+  if (!ts || n <= 0) return of_fail(OF_ERR_ARG, "stack: expected a non-empty list of tensors");
+  for (int32_t i = 0; i < n; i++)
+    if (!ts[i]) return of_fail(OF_ERR_ARG, "stack: tensor %d of %d is NULL", (int)i + 1, (int)n);
+  of_device dev;
+  OF_CHECK(of_common_device("stack", ts, n, &dev));
+  const of_tensor *r = ts[0];
+  of_meta *ms, rm;
+  int32_t d = 0;
+  OF_CHECK(metas_of("stack", ts, n, &ms));
+  of_status pst = stack_plan(ms, n, dim, &d, &rm);
+  free(ms);
+  OF_CHECK(pst);
   of_tensor *res;
-  OF_CHECK(of_tensor_new(shape, r->ndim + 1, dt, dev, &res));
+  OF_CHECK(of_tensor_new(rm.shape, rm.ndim, rm.dtype, dev, &res));
   int64_t strides[OF_MAX_DIMS];
   for (int32_t k = 0, j = 0; k <= r->ndim; k++)
     if (k != d) strides[j++] = res->strides[k];
@@ -698,8 +752,20 @@ static of_status run_roll(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_RUN1(of_roll(ins[0], a->shifts, a->dims, a->n, OF_R));
 }
 
-OF_OP_IMPL(CAT, run_cat, NULL, NULL, of_describe_i1);
-OF_OP_IMPL(STACK, run_cat, NULL, NULL, of_describe_i1);
+/* a loaded cat / stack node's result, by the bodies' cat_plan / stack_plan
+ * (the loader calls it for up to OF_BACKWARD_MAX_IN inputs) */
+static of_status infer_cat(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  int32_t d, ref;
+  if (nin <= 0) return of_fail(OF_ERR_ARG, "cat: expected a non-empty list of tensors");
+  return cat_plan(ins, nin, ((const a_i1 *)p)->v, &d, &ref, &outs[0]);
+}
+static of_status infer_stack(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  int32_t d;
+  if (nin <= 0) return of_fail(OF_ERR_ARG, "stack: expected a non-empty list of tensors");
+  return stack_plan(ins, nin, ((const a_i1 *)p)->v, &d, &outs[0]);
+}
+OF_OP_IMPL_INFER(CAT, run_cat, NULL, NULL, of_describe_i1, infer_cat);
+OF_OP_IMPL_INFER(STACK, run_cat, NULL, NULL, of_describe_i1, infer_stack);
 /* loaded tri / flip / roll nodes: the input's shape and dtype (their dims
  * are range-checked with the record); tri needs 2 dims; repeat:
  * repeat_shape */

@@ -108,6 +108,31 @@ describe('saved graphs: index ops re-inferred at load', function()
             .. 'integral dtype int64', 'var', {correction = 1}, {L{2}}, {L{}})
   end)
 
+  it('re-infers cat and stack: the summed or new dim, the promoted dtype', function()
+    assert.is_true((load('cat', {v = 1}, {X, {{2, 5, 4}}}, {{{2, 8, 4}}})))
+    assert.is_true((load('cat', {v = 0}, {X, {{2, 3, 4}, 'float64'}}, {{{4, 3, 4}, 'float64'}})))
+    refused('node 1 (cat): result %2 is recorded as [2,3,4] float32, its inputs give [2,8,4] float32',
+            'cat', {v = 1}, {X, {{2, 5, 4}}}, {X})
+    refused('node 1 (cat): the recorded inputs do not fit: cat: sizes must match except in dim 2: '
+            .. 'tensor 1 has shape [2,3,4], tensor 2 has shape [2,5,5] (dim 3: 4 vs 5)',
+            'cat', {v = 1}, {X, {{2, 5, 5}}}, {{{2, 8, 4}}})
+    assert.is_true((load('stack', {v = 1}, {X, X, X}, {{{2, 3, 3, 4}}})))
+    refused('node 1 (stack): result %2 is recorded as [2,3,4] float32, its inputs give [2,2,3,4] float32',
+            'stack', {v = 1}, {X, X}, {X})
+    refused('node 1 (stack): the recorded inputs do not fit: stack: expects each tensor to be equal '
+            .. 'size, but got [2,3,4] at entry 1 and [2,3] at entry 2', 'stack', {v = 0}, {X, {{2, 3}}},
+            {{{2, 2, 3, 4}}})
+  end)
+
+  it('re-infers as_strided: the record\'s shape, a view that reaches before the storage refused', function()
+    assert.is_true((load('as_strided', {ndim = 2, shape = {3, 2}, strides = {2, 1}}, {X}, {{{3, 2}}})))
+    refused('node 1 (as_strided): result %1 is recorded as [6] float32, its inputs give [3,2] float32',
+            'as_strided', {ndim = 2, shape = {3, 2}, strides = {2, 1}}, {X}, {{{6}}})
+    refused('node 1 (as_strided): the recorded inputs do not fit: as_strided: a view of shape [3,2], '
+            .. 'strides [-2,1] and offset 0 reaches outside', 'as_strided',
+            {ndim = 2, shape = {3, 2}, strides = {-2, 1}}, {X}, {{{3, 2}}})
+  end)
+
   it('runs a loaded gather, index_select, topk and one_hot as the eager ops', function()
     local x = flow.randn(2, 3, 4)
     local idx = flow.tensor({{{1, 3, 2, 1}, {3, 3, 1, 2}}, {{2, 1, 1, 3}, {1, 2, 3, 3}}}, {dtype = flow.int64})
