@@ -5,7 +5,7 @@ set -e
 PKGS="build-essential cmake pkg-config luajit libluajit-5.1-dev lua-busted lua-check
 libopenblas-dev libdnnl-dev zlib1g-dev libjpeg-dev libpng-dev dataset-fashion-mnist
 libopenmpi-dev openmpi-bin libreadline-dev lua-argparse lua-ldoc valgrind graphviz
-clang libclang-rt-14-dev libomp-dev libmicrohttpd-dev hey curl iproute2"
+clang libclang-rt-14-dev libomp-dev libmicrohttpd-dev hey wrk curl iproute2"
 # CI (CI=true, as .ci/run sets it) also installs what the PyTorch-parity specs
 # compare with, so that none of them is pending there: Debian's PyTorch and
 # torchvision (about 1 GB with their dependencies; `make test` on a fresh

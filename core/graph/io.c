@@ -981,8 +981,11 @@ static of_status parse_ir(const ctx_t *c, const uint8_t *bytes, size_t n, of_gra
         NODE_FAIL("mut[%d]: bad write target %d", (int)m + 1, (int)n->mut[m]);
     char awhy[160];
     if (!attrs_ok(g, n, awhy, sizeof awhy)) NODE_FAIL("%s", awhy);
-    /* results whose shape depends on data: checked for dtype and rank only */
-    bool dyn = op == OPK_NONZERO || op == OPK_MASKED_SELECT;
+    /* results whose shape depends on data: checked for dtype and rank only
+     * (one_hot with num_classes -1 takes its class count from the index's
+     * largest value, so its last dim is the data's as nonzero's count is) */
+    bool dyn = op == OPK_NONZERO || op == OPK_MASKED_SELECT ||
+               (op == OPK_ONE_HOT && ((const a_one_hot *)n->attrs)->n == -1);
     for (int32_t k = 0; k < nin_ && !dyn; k++) dyn = n->in[k] >= 0 && g->vals[n->in[k]].dynamic;
     for (int32_t j = 0; j < nout_; j++)
       if (n->out[j] >= 0) g->vals[n->out[j]].dynamic = dyn;

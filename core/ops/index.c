@@ -46,7 +46,8 @@ static of_status need_on(const char *op, const of_tensor *t, of_device dev) {
 
 /* ---- index checks ---- */
 
-static of_status check_index_dtype(const char *op, const of_tensor *idx) {
+/* on shapes and dtypes (of_meta), so a loaded graph's infer hooks run the very check */
+static of_status check_index_dtype_of(const char *op, const of_meta *idx) {
   if (idx->dtype == OF_INT64 || idx->dtype == OF_INT32) return OF_OK;
   return of_fail(OF_ERR_DTYPE, "%s: index must be an int64 (or int32) tensor, got %s (shape %s)",
                  op, OF_DT(idx), OF_SHAPE_STR(idx));
@@ -228,28 +229,43 @@ static void gather_line(const lines *L, char **p, void *vctx) {
 /* Sizes of t as an n-d tensor (0-d: [1]). */
 static int64_t size_at(const of_tensor *t, int32_t d) { return t->ndim > 0 ? t->shape[d] : 1; }
 
-static of_status gather_compute(of_tensor *x, int32_t dim, of_tensor *index,
-                               int64_t index_base, of_tensor **out) {
-  OF_ROUTE("gather", dev, dops, gather, x, index);
-  OF_CHECK(check_index_dtype("gather", index));
-  int32_t d;
+static int64_t size_at_of(const of_meta *t, int32_t d) { return t->ndim > 0 ? t->shape[d] : 1; }
+
+/* gather's checks on shapes and dtypes and its result (the index's shape,
+ * the input's dtype): the body and the graph loader's infer_gather */
+static of_status gather_plan(const of_meta *x, int32_t dim, const of_meta *index, int32_t *dout,
+                             of_meta *res) {
+  OF_CHECK(check_index_dtype_of("gather", index));
+  int32_t d = 0;
   OF_CHECK(of_norm_dim("gather", dim, x->ndim, &d));
   int32_t xn = x->ndim > 0 ? x->ndim : 1, in = index->ndim > 0 ? index->ndim : 1;
   if (xn != in)
     return of_fail(OF_ERR_SHAPE, "gather: index %s must have as many dims as the input %s "
                    "(%s)", OF_SHAPE_STR(index), OF_SHAPE_STR(x), OF_DT(x));
   for (int32_t k = 0; k < xn; k++)
-    if (k != d && size_at(index, k) > size_at(x, k))
+    if (k != d && size_at_of(index, k) > size_at_of(x, k))
       return of_fail(OF_ERR_SHAPE, "gather: index %s is larger than the input %s in dim %d "
                      "(%lld > %lld); only dim %d may be larger", OF_SHAPE_STR(index),
-                     OF_SHAPE_STR(x), k + 1, (long long)size_at(index, k),
-                     (long long)size_at(x, k), d + 1);
+                     OF_SHAPE_STR(x), k + 1, (long long)size_at_of(index, k),
+                     (long long)size_at_of(x, k), d + 1);
+  *dout = d;
+  *res = *index;
+  res->dtype = x->dtype;
+  return OF_OK;
+}
+
+static of_status gather_compute(of_tensor *x, int32_t dim, of_tensor *index,
+                               int64_t index_base, of_tensor **out) {
+  OF_ROUTE("gather", dev, dops, gather, x, index);
+  int32_t d = 0;
+  of_meta xm = of_meta_of(x), im = of_meta_of(index), rm;
+  OF_CHECK(gather_plan(&xm, dim, &im, &d, &rm));
   of_tensor *res;
   if (dops) {   /* index values are checked by the kernel */
     OF_CHECK(need_on("gather", x, dev));
     of_tensor *ix = NULL;
     of_status st = on_dev(index, dev, &ix);
-    if (st == OF_OK) st = of_tensor_new(index->shape, index->ndim, x->dtype, dev, &res);
+    if (st == OF_OK) st = of_tensor_new(rm.shape, rm.ndim, rm.dtype, dev, &res);
     if (st == OF_OK) {
       st = dops->gather(res, x, d, ix, index_base);
       if (st != OF_OK) of_tensor_release(res);
@@ -259,7 +275,7 @@ static of_status gather_compute(of_tensor *x, int32_t dim, of_tensor *index,
     return st;
   }
   OF_CHECK(check_range("gather", index, d, size_at(x, d), index_base));
-  OF_CHECK(of_tensor_new(index->shape, index->ndim, x->dtype, OF_CPU, &res));
+  OF_CHECK(of_tensor_new(rm.shape, rm.ndim, rm.dtype, OF_CPU, &res));
   /* lines along the index's innermost dim; x moves along dim by index value */
   lines L;
   lines_init(&L, index->shape, index->ndim, best_line(index->shape, index->ndim, d), -1);
@@ -320,13 +336,17 @@ static void scatter_line(const lines *L, char **p, void *vctx) {
 
 /* The tensor an in-place-capable op writes: a clone of x, x itself, or
  * `into` after copying x there. */
-static of_status check_into(const char *op, const of_tensor *x, const of_tensor *into) {
+static of_status check_into_of(const char *op, const of_meta *x, const of_meta *into) {
   bool same = into->ndim == x->ndim && into->dtype == x->dtype;
   for (int32_t i = 0; same && i < x->ndim; i++) same = into->shape[i] == x->shape[i];
   if (!same)
     return of_fail(OF_ERR_SHAPE, "%s: output %s (%s) must match the input %s (%s)", op,
                    OF_SHAPE_STR(into), OF_DT(into), OF_SHAPE_STR(x), OF_DT(x));
   return OF_OK;
+}
+static of_status check_into(const char *op, const of_tensor *x, const of_tensor *into) {
+  of_meta xm = of_meta_of(x), om = of_meta_of(into);
+  return check_into_of(op, &xm, &om);
 }
 
 static of_status inplace_target(const char *op, of_tensor *x, of_tensor *into, of_tensor **res) {
@@ -341,17 +361,20 @@ static of_status inplace_target(const char *op, of_tensor *x, of_tensor *into, o
   return OF_OK;
 }
 
-static of_status scatter_compute(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
-                                double value, int32_t use_value, int32_t reduce,
-                                int64_t index_base, of_tensor *into, of_tensor **out) {
+/* scatter's checks on shapes and dtypes (src NULL or absent: the value) and
+ * its result, the input's shape and dtype (or `into`'s, which must match):
+ * the body and the graph loader's infer_scatter */
+static of_status scatter_plan(const of_meta *x, int32_t dim, const of_meta *index,
+                              const of_meta *src, int32_t use_value, int32_t reduce,
+                              const of_meta *into, int32_t *dout, of_meta *res) {
   const char *op = reduce ? "scatter_add" : "scatter";
-  OF_ROUTE(op, dev, dops, scatter, x, index, use_value ? NULL : src, into);
   if (reduce != 0 && reduce != 1)
     return of_fail(OF_ERR_ARG, "scatter: reduce must be 0 (replace) or 1 (add), got %d",
                    (int)reduce);
-  OF_CHECK(check_index_dtype(op, index));
-  if (!use_value && !src) return of_fail(OF_ERR_ARG, "%s: src tensor or value required", op);
-  int32_t d;
+  OF_CHECK(check_index_dtype_of(op, index));
+  if (!use_value && (!src || src->ndim < 0))
+    return of_fail(OF_ERR_ARG, "%s: src tensor or value required", op);
+  int32_t d = 0;
   OF_CHECK(of_norm_dim(op, dim, x->ndim, &d));
   int32_t xn = x->ndim > 0 ? x->ndim : 1, in = index->ndim > 0 ? index->ndim : 1;
   if (xn != in)
@@ -361,16 +384,31 @@ static of_status scatter_compute(of_tensor *x, int32_t dim, of_tensor *index, of
     return of_fail(OF_ERR_SHAPE, "%s: src %s must have as many dims as the index %s", op,
                    OF_SHAPE_STR(src), OF_SHAPE_STR(index));
   for (int32_t k = 0; k < xn; k++) {
-    if (k != d && size_at(index, k) > size_at(x, k))
+    if (k != d && size_at_of(index, k) > size_at_of(x, k))
       return of_fail(OF_ERR_SHAPE, "%s: index %s is larger than the input %s in dim %d "
                      "(%lld > %lld); only dim %d may be larger", op, OF_SHAPE_STR(index),
-                     OF_SHAPE_STR(x), k + 1, (long long)size_at(index, k),
-                     (long long)size_at(x, k), d + 1);
-    if (!use_value && size_at(index, k) > size_at(src, k))
+                     OF_SHAPE_STR(x), k + 1, (long long)size_at_of(index, k),
+                     (long long)size_at_of(x, k), d + 1);
+    if (!use_value && size_at_of(index, k) > size_at_of(src, k))
       return of_fail(OF_ERR_SHAPE, "%s: index %s is larger than src %s in dim %d (%lld > %lld)",
                      op, OF_SHAPE_STR(index), OF_SHAPE_STR(src), k + 1,
-                     (long long)size_at(index, k), (long long)size_at(src, k));
+                     (long long)size_at_of(index, k), (long long)size_at_of(src, k));
   }
+  if (into && into->ndim >= 0) OF_CHECK(check_into_of(op, x, into));
+  *dout = d;
+  *res = *x;
+  return OF_OK;
+}
+
+static of_status scatter_compute(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
+                                double value, int32_t use_value, int32_t reduce,
+                                int64_t index_base, of_tensor *into, of_tensor **out) {
+  const char *op = reduce ? "scatter_add" : "scatter";
+  OF_ROUTE(op, dev, dops, scatter, x, index, use_value ? NULL : src, into);
+  int32_t d = 0;
+  of_meta xm = of_meta_of(x), im = of_meta_of(index), sm = of_meta_of(src), om = of_meta_of(into),
+          rm;
+  OF_CHECK(scatter_plan(&xm, dim, &im, &sm, use_value, reduce, &om, &d, &rm));
   of_tensor *s, *res;
   if (dops) {
     OF_CHECK(need_on(op, x, dev));
@@ -424,28 +462,39 @@ static of_status scatter_compute(of_tensor *x, int32_t dim, of_tensor *index, of
 
 /* ---- index_select ---- */
 
-static of_status index_select_compute(of_tensor *x, int32_t dim, of_tensor *index,
-                                     int64_t index_base, of_tensor **out) {
-  OF_ROUTE("index_select", dev, dops, index_select, x, index);
-  OF_CHECK(check_index_dtype("index_select", index));
+/* index_select's checks and result (the input's shape with dim sized by
+ * the index's count; a 0-d input and 1-d index give [n]): the body and
+ * the graph loader's infer_index_select */
+static of_status index_select_plan(const of_meta *x, int32_t dim, const of_meta *index,
+                                   int32_t *dout, of_meta *res) {
+  OF_CHECK(check_index_dtype_of("index_select", index));
   if (index->ndim > 1)
     return of_fail(OF_ERR_SHAPE, "index_select: index must be 0-d or 1-d, got shape %s",
                    OF_SHAPE_STR(index));
-  int32_t d;
+  int32_t d = 0;
   OF_CHECK(of_norm_dim("index_select", dim, x->ndim, &d));
+  int64_t n = index->ndim == 1 ? index->shape[0] : 1;
+  *res = *x;
+  if (res->ndim > 0) res->shape[d] = n;
+  else if (index->ndim == 1) {
+    res->shape[0] = n;
+    res->ndim = 1;
+  }
+  *dout = d;
+  return OF_OK;
+}
+
+static of_status index_select_compute(of_tensor *x, int32_t dim, of_tensor *index,
+                                     int64_t index_base, of_tensor **out) {
+  OF_ROUTE("index_select", dev, dops, index_select, x, index);
+  int32_t d = 0;
+  of_meta xm = of_meta_of(x), im = of_meta_of(index), rm;
+  OF_CHECK(index_select_plan(&xm, dim, &im, &d, &rm));
   int64_t size = size_at(x, d), n = index->numel;
   if (!dops) OF_CHECK(check_range("index_select", index, d, size, index_base));
   else OF_CHECK(need_on("index_select", x, dev));
-  int64_t shape[OF_MAX_DIMS];
-  int32_t nd = x->ndim;
-  memcpy(shape, x->shape, sizeof shape);
-  if (nd > 0) shape[d] = n;
-  else if (index->ndim == 1) {
-    shape[0] = n;
-    nd = 1;
-  }
   of_tensor *res, *xc = NULL, *ic = NULL, *id = NULL;
-  OF_CHECK(of_tensor_new(shape, nd, x->dtype, dev, &res));
+  OF_CHECK(of_tensor_new(rm.shape, rm.ndim, rm.dtype, dev, &res));
   if (res->numel == 0) {
     *out = res;
     return OF_OK;
@@ -495,20 +544,21 @@ static of_status index_select_compute(of_tensor *x, int32_t dim, of_tensor *inde
 
 /* ---- index_add: out.select(dim, index[k]) += alpha * src.select(dim, k) ---- */
 
-static of_status index_add_compute(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
-                                  double alpha, int64_t index_base, of_tensor *into,
-                                  of_tensor **out) {
-  OF_ROUTE("index_add", dev, dops, index_add, x, index, src, into);
-  OF_CHECK(check_index_dtype("index_add", index));
+/* index_add's checks on shapes and dtypes and its result, the input's shape
+ * and dtype (or `into`'s, which must match): the body and infer_index_add */
+static of_status index_add_plan(const of_meta *x, int32_t dim, const of_meta *index,
+                                const of_meta *src, double alpha, const of_meta *into,
+                                int32_t *dout, of_meta *res) {
+  OF_CHECK(check_index_dtype_of("index_add", index));
   if (index->ndim > 1)
     return of_fail(OF_ERR_SHAPE, "index_add: index must be 0-d or 1-d, got shape %s",
                    OF_SHAPE_STR(index));
-  int32_t d;
+  int32_t d = 0;
   OF_CHECK(of_norm_dim("index_add", dim, x->ndim, &d));
-  int64_t size = size_at(x, d), n = index->numel;
+  int64_t n = index->ndim == 1 ? index->shape[0] : 1;
   bool fits = (src->ndim > 0 ? src->ndim : 1) == (x->ndim > 0 ? x->ndim : 1);
   for (int32_t k = 0; fits && k < (x->ndim > 0 ? x->ndim : 1); k++)
-    fits = size_at(src, k) == (k == d ? n : size_at(x, k));
+    fits = size_at_of(src, k) == (k == d ? n : size_at_of(x, k));
   if (!fits)
     return of_fail(OF_ERR_SHAPE, "index_add: source %s must match the input %s except in dim "
                    "%d, whose size must be the number of indices (%lld)", OF_SHAPE_STR(src),
@@ -516,6 +566,21 @@ static of_status index_add_compute(of_tensor *x, int32_t dim, of_tensor *index, 
   if (!of_dtype_is_floating(x->dtype) && alpha != floor(alpha))
     return of_fail(OF_ERR_ARG, "index_add: alpha %g must be an integer for an input of dtype "
                    "%s", alpha, OF_DT(x));
+  if (into && into->ndim >= 0) OF_CHECK(check_into_of("index_add", x, into));
+  *dout = d;
+  *res = *x;
+  return OF_OK;
+}
+
+static of_status index_add_compute(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
+                                  double alpha, int64_t index_base, of_tensor *into,
+                                  of_tensor **out) {
+  OF_ROUTE("index_add", dev, dops, index_add, x, index, src, into);
+  int32_t d = 0;
+  of_meta xm = of_meta_of(x), im = of_meta_of(index), sm = of_meta_of(src), om = of_meta_of(into),
+          rm;
+  OF_CHECK(index_add_plan(&xm, dim, &im, &sm, alpha, &om, &d, &rm));
+  int64_t size = size_at(x, d), n = index->numel;
   if (!dops) OF_CHECK(check_range("index_add", index, d, size, index_base));
   if (dops) {
     OF_CHECK(need_on("index_add", x, dev));
@@ -805,17 +870,42 @@ static of_status device_sort(const char *op, const of_device_ops *dops, of_devic
 }
 
 /* values/indices have x's shape except `take` entries along dim. */
+/* sort's and topk's results: x's shape with dim d sized take, the values
+ * in x's dtype, the indices int64 (sort_impl and sort_plan) */
+static void sort_results(const of_meta *x, int32_t d, int64_t take, of_meta *v, of_meta *i) {
+  *v = *x;
+  if (x->ndim > 0) v->shape[d] = take;
+  *i = *v;
+  i->dtype = OF_INT64;
+}
+
+/* the checks of sort (the whole dim) and topk (k of it) on x's shape, and
+ * their results: the bodies and the graph loader's infer_sort / infer_topk */
+static of_status sort_plan(const char *op, const of_meta *x, int32_t dim, bool topk, int64_t k,
+                           int32_t *dout, int64_t *take, of_meta *v, of_meta *i) {
+  int32_t d = 0;
+  OF_CHECK(of_norm_dim(op, dim, x->ndim, &d));
+  int64_t len = x->ndim > 0 ? x->shape[d] : 1;
+  if (topk && (k < 0 || k > len))
+    return of_fail(OF_ERR_INDEX, "topk: k %lld out of range for dim %d of size %lld (expected "
+                   "0..%lld; shape %s)", (long long)k, d + 1, (long long)len, (long long)len,
+                   OF_SHAPE_STR(x));
+  *dout = d;
+  *take = topk ? k : len;
+  sort_results(x, d, *take, v, i);
+  return OF_OK;
+}
+
 static of_status sort_impl(const char *op, of_tensor *x, int32_t d, int64_t take,
                            int32_t descending, int64_t base, of_tensor **values,
                            of_tensor **indices) {
   OF_ROUTE(op, dev, dops, sort_rows, x);
   if (dops) return device_sort(op, dops, dev, x, d, take, descending, base, values, indices);
-  int64_t shape[OF_MAX_DIMS];
-  memcpy(shape, x->shape, sizeof shape);
-  if (x->ndim > 0) shape[d] = take;
+  of_meta xm = of_meta_of(x), vm, im;
+  sort_results(&xm, d, take, &vm, &im);
   of_tensor *v, *ix;
-  OF_CHECK(of_tensor_new(shape, x->ndim, x->dtype, OF_CPU, &v));
-  of_status st = of_tensor_new(shape, x->ndim, OF_INT64, OF_CPU, &ix);
+  OF_CHECK(of_tensor_new(vm.shape, vm.ndim, vm.dtype, OF_CPU, &v));
+  of_status st = of_tensor_new(im.shape, im.ndim, im.dtype, OF_CPU, &ix);
   if (st != OF_OK) {
     of_tensor_release(v);
     return st;
@@ -853,24 +943,43 @@ static of_status sort_impl(const char *op, of_tensor *x, int32_t d, int64_t take
 
 static of_status sort_compute(of_tensor *x, int32_t dim, int32_t descending,
                              int64_t index_base, of_tensor **values, of_tensor **indices) {
-  int32_t d;
-  OF_CHECK(of_norm_dim("sort", dim, x->ndim, &d));
-  return sort_impl("sort", x, d, size_at(x, d), descending, index_base, values, indices);
+  int32_t d = 0;
+  int64_t take = 0;
+  of_meta xm = of_meta_of(x), vm, im;
+  OF_CHECK(sort_plan("sort", &xm, dim, false, 0, &d, &take, &vm, &im));
+  return sort_impl("sort", x, d, take, descending, index_base, values, indices);
 }
 
 static of_status topk_compute(of_tensor *x, int64_t k, int32_t dim, int32_t largest,
                              int64_t index_base, of_tensor **values, of_tensor **indices) {
-  int32_t d;
-  OF_CHECK(of_norm_dim("topk", dim, x->ndim, &d));
-  int64_t len = size_at(x, d);
-  if (k < 0 || k > len)
-    return of_fail(OF_ERR_INDEX, "topk: k %lld out of range for dim %d of size %lld (expected "
-                   "0..%lld; shape %s)", (long long)k, d + 1, (long long)len, (long long)len,
-                   OF_SHAPE_STR(x));
-  return sort_impl("topk", x, d, k, largest, index_base, values, indices);
+  int32_t d = 0;
+  int64_t take = 0;
+  of_meta xm = of_meta_of(x), vm, im;
+  OF_CHECK(sort_plan("topk", &xm, dim, true, k, &d, &take, &vm, &im));
+  return sort_impl("topk", x, d, take, largest, index_base, values, indices);
 }
 
 /* ---- one_hot ---- */
+
+/* one_hot's checks on the index's shape and dtype and the class count
+ * (-1: from the data) -- the body and infer_one_hot */
+static of_status one_hot_check(const of_meta *index, int64_t num_classes) {
+  OF_CHECK(check_index_dtype_of("one_hot", index));
+  if (index->ndim >= OF_MAX_DIMS)
+    return of_fail(OF_ERR_SHAPE, "one_hot: index %s already has %d dims, the most supported",
+                   OF_SHAPE_STR(index), OF_MAX_DIMS);
+  if (num_classes < -1)
+    return of_fail(OF_ERR_ARG, "one_hot: num_classes must be -1 (infer) or >= 0, got %lld",
+                   (long long)num_classes);
+  return OF_OK;
+}
+/* one_hot's result for C classes: int64 [index's shape.., C] */
+static void one_hot_result(const of_meta *index, int64_t C, of_meta *res) {
+  *res = *index;
+  res->shape[index->ndim] = C;
+  res->ndim = index->ndim + 1;
+  res->dtype = OF_INT64;
+}
 
 /* On a device: zeros [.., C] with ones scattered along the new last dim. */
 static of_status device_one_hot(const of_device_ops *dops, of_device dev, of_tensor *index,
@@ -890,12 +999,13 @@ static of_status device_one_hot(const of_device_ops *dops, of_device dev, of_ten
   }
   int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
   const int32_t nd = index->ndim;
+  of_meta im = of_meta_of(index), rm;
+  one_hot_result(&im, num_classes, &rm);
   memcpy(shape, index->shape, sizeof shape);
   memcpy(strides, index->strides, sizeof strides);
-  shape[nd] = num_classes;
   strides[nd] = 0;
   of_tensor *res = NULL;
-  OF_CHECK(of_zeros(shape, nd + 1, OF_INT64, dev, &res));
+  OF_CHECK(of_zeros(rm.shape, rm.ndim, rm.dtype, dev, &res));
   if (index->numel > 0 && num_classes == 0) {
     of_tensor_release(res);
     return of_fail(OF_ERR_INDEX, "one_hot: index %s out of range for num_classes 0 (no index "
@@ -920,13 +1030,8 @@ static of_status device_one_hot(const of_device_ops *dops, of_device dev, of_ten
 static of_status one_hot_body(of_tensor *index, int64_t num_classes, int64_t index_base,
                           of_tensor **out) {
   OF_ROUTE("one_hot", dev, dops, scatter, index);
-  OF_CHECK(check_index_dtype("one_hot", index));
-  if (index->ndim >= OF_MAX_DIMS)
-    return of_fail(OF_ERR_SHAPE, "one_hot: index %s already has %d dims, the most supported",
-                   OF_SHAPE_STR(index), OF_MAX_DIMS);
-  if (num_classes < -1)
-    return of_fail(OF_ERR_ARG, "one_hot: num_classes must be -1 (infer) or >= 0, got %lld",
-                   (long long)num_classes);
+  of_meta im = of_meta_of(index);
+  OF_CHECK(one_hot_check(&im, num_classes));
   if (dops) return device_one_hot(dops, dev, index, num_classes, index_base, out);
   of_tensor *ic;
   OF_CHECK(contig_data(index, &ic));
@@ -947,11 +1052,10 @@ static of_status one_hot_body(of_tensor *index, int64_t num_classes, int64_t ind
     num_classes = mx - index_base + 1 > 0 ? mx - index_base + 1 : 0;
   }
   of_status st = check_range("one_hot", ic, -1, num_classes, index_base);
-  int64_t shape[OF_MAX_DIMS];
-  memcpy(shape, index->shape, sizeof shape);
-  shape[index->ndim] = num_classes;
+  of_meta rm;
+  one_hot_result(&im, num_classes, &rm);
   of_tensor *res = NULL;
-  if (st == OF_OK) st = of_zeros(shape, index->ndim + 1, OF_INT64, OF_CPU, &res);
+  if (st == OF_OK) st = of_zeros(rm.shape, rm.ndim, rm.dtype, OF_CPU, &res);
   if (st == OF_OK) {
     int64_t *o = (int64_t *)of_ptr(res);
     const int64_t base = index_base, C = num_classes;
@@ -1568,6 +1672,18 @@ static of_status run_gather(const of_oprec *n, of_tensor **ins, void **outs) {
 static void describe_gather(const void *p, char *b, size_t c) {
   of_catf(b, c, "dim=%d", (int)((const a_gather *)p)->dim);
 }
+/* a loaded gather / index_select node's result, by the bodies' plans */
+static of_status infer_gather(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  int32_t d = 0;
+  (void)nin;
+  return gather_plan(&ins[0], ((const a_gather *)p)->dim, &ins[1], &d, &outs[0]);
+}
+static of_status infer_index_select(const void *p, int32_t nin, const of_meta *ins,
+                                    of_meta *outs) {
+  int32_t d = 0;
+  (void)nin;
+  return index_select_plan(&ins[0], ((const a_gather *)p)->dim, &ins[1], &d, &outs[0]);
+}
 
 static of_status pack_scatter(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
                              double value, int32_t use_value, int32_t reduce, int64_t base,
@@ -1593,6 +1709,21 @@ static of_status run_scatter(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_ATTRS(a_scatter);
   OF_RUN1(of_scatter(ins[0], a->dim, ins[1], ins[2], a->value, a->use_value, a->reduce, a->base,
                   n->nin > 3 ? ins[3] : NULL, OF_R));
+}
+
+/* a loaded scatter / index_add node's result, by the bodies' plans (ins:
+ * x, index, src -- absent for a value --, the optional output tensor) */
+static of_status infer_scatter(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_scatter *a = p;
+  int32_t d = 0;
+  return scatter_plan(&ins[0], a->dim, &ins[1], &ins[2], a->use_value, a->reduce,
+                      nin > 3 ? &ins[3] : NULL, &d, &outs[0]);
+}
+static of_status infer_index_add(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_index_add *a = p;
+  int32_t d = 0;
+  return index_add_plan(&ins[0], a->dim, &ins[1], &ins[2], a->alpha, nin > 3 ? &ins[3] : NULL,
+                        &d, &outs[0]);
 }
 
 static of_status pack_index_add(of_tensor *x, int32_t dim, of_tensor *index, of_tensor *src,
@@ -1638,6 +1769,36 @@ of_status of_topk(of_tensor *x, int64_t k, int32_t dim, int32_t largest, int32_t
   OF_DISPATCH(topk_body(x, k, dim, largest, sorted, index_base, values, indices),
             pack_sort(OPK_TOPK, x, k, dim, largest, sorted, index_base, values, indices));
 }
+/* a loaded one_hot node's result. With num_classes -1 the class count is
+ * the index data's (the largest value), which a file's shapes cannot tell:
+ * the loader treats that node like nonzero's (its result dynamic, checked
+ * for dtype and rank only) and never calls this; were it called, it
+ * refuses rather than guess. */
+static of_status infer_one_hot(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_one_hot *a = p;
+  (void)nin;
+  OF_CHECK(one_hot_check(&ins[0], a->n));
+  if (a->n < 0)
+    return of_fail(OF_ERR_ARG, "one_hot: num_classes -1 takes the class count from the index's "
+                   "data (index %s)", OF_SHAPE_STR(&ins[0]));
+  one_hot_result(&ins[0], a->n, &outs[0]);
+  return OF_OK;
+}
+/* a loaded sort / topk node's values and indices, by the bodies' sort_plan */
+static of_status infer_sort(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_sort *a = p;
+  int32_t d = 0;
+  int64_t take = 0;
+  (void)nin;
+  return sort_plan("sort", &ins[0], a->dim, false, 0, &d, &take, &outs[0], &outs[1]);
+}
+static of_status infer_topk(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_sort *a = p;
+  int32_t d = 0;
+  int64_t take = 0;
+  (void)nin;
+  return sort_plan("topk", &ins[0], a->dim, true, a->k, &d, &take, &outs[0], &outs[1]);
+}
 static of_status run_sort(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_ATTRS(a_sort);
   of_tensor *v = NULL, *i = NULL;
@@ -1679,12 +1840,12 @@ static of_status run_masked_select(const of_oprec *n, of_tensor **ins, void **ou
   OF_RUN1(of_masked_select(ins[0], ins[1], OF_R));
 }
 
-OF_OP_IMPL(GATHER, run_gather, NULL, NULL, describe_gather);
-OF_OP_IMPL(SCATTER, run_scatter, NULL, NULL, NULL);
-OF_OP_IMPL(INDEX_SELECT, run_gather, NULL, NULL, describe_gather);
-OF_OP_IMPL(INDEX_ADD, run_index_add, NULL, NULL, NULL);
-OF_OP_IMPL(SORT, run_sort, NULL, NULL, NULL);
-OF_OP_IMPL(TOPK, run_sort, NULL, NULL, NULL);
-OF_OP_IMPL(ONE_HOT, run_one_hot, NULL, NULL, NULL);
+OF_OP_IMPL_INFER(GATHER, run_gather, NULL, NULL, describe_gather, infer_gather);
+OF_OP_IMPL_INFER(SCATTER, run_scatter, NULL, NULL, NULL, infer_scatter);
+OF_OP_IMPL_INFER(INDEX_SELECT, run_gather, NULL, NULL, describe_gather, infer_index_select);
+OF_OP_IMPL_INFER(INDEX_ADD, run_index_add, NULL, NULL, NULL, infer_index_add);
+OF_OP_IMPL_INFER(SORT, run_sort, NULL, NULL, NULL, infer_sort);
+OF_OP_IMPL_INFER(TOPK, run_sort, NULL, NULL, NULL, infer_topk);
+OF_OP_IMPL_INFER(ONE_HOT, run_one_hot, NULL, NULL, NULL, infer_one_hot);
 OF_OP_IMPL(MASKED_SELECT, run_masked_select, NULL, NULL, NULL);
 OF_OP_IMPL(NONZERO, run_one_hot, NULL, NULL, NULL);

@@ -36,9 +36,6 @@ static of_status with_input_meta(of_status st, const int64_t *shape, int32_t ndi
   snprintf(msg, sizeof msg, "%s", of_last_error());
   return of_fail(st, "%s (input %s, %s)", msg, of_shape_str(shape, ndim, b, 96), of_dtype_name(dt));
 }
-static of_status with_input(of_status st, const of_tensor *x) {
-  return with_input_meta(st, x->shape, x->ndim, x->dtype);
-}
 
 static int32_t choose_threads(int64_t work) {
   int32_t nt = of_threads();
@@ -71,10 +68,6 @@ static of_status parse_dims_meta(const char *op, const int64_t *xs, int32_t xn, 
   }
   return OF_OK;
 }
-static of_status parse_dims(const char *op, const of_tensor *x, const int32_t *dims,
-                            int32_t ndims, bool *red) {
-  return parse_dims_meta(op, x->shape, x->ndim, x->dtype, dims, ndims, red);
-}
 
 static void result_shape_of(const int64_t *xs, int32_t xn, const bool *red, int32_t keepdim,
                             int64_t *shape, int32_t *nd, int64_t *out_n, int64_t *red_n) {
@@ -92,12 +85,8 @@ static void result_shape_of(const int64_t *xs, int32_t xn, const bool *red, int3
   }
   *nd = n;
 }
-static void result_shape(const of_tensor *x, const bool *red, int32_t keepdim, int64_t *shape,
-                         int32_t *nd, int64_t *out_n, int64_t *red_n) {
-  result_shape_of(x->shape, x->ndim, red, keepdim, shape, nd, out_n, red_n);
-}
 
-static of_status fail_empty(const char *op, const of_tensor *x, int32_t dim1) {
+static of_status fail_empty_of(const char *op, const of_meta *x, int32_t dim1) {
   return of_fail(OF_ERR_SHAPE, "%s: expected reduction dim %d to have non-zero size; the "
                  "operation has no identity (input %s, %s)", op, (int)dim1, OF_SHAPE_STR(x),
                  OF_DT(x));
@@ -797,7 +786,7 @@ static of_dtype red_dtype(of_dtype dt) {
   return of_compute_dtype(dt);
 }
 /* uint64 beyond 2^63 would compare as negative int64: no ordering reductions */
-static of_status no_uint64_order(const char *op, const of_tensor *x) {
+static of_status no_uint64_order_of(const char *op, const of_meta *x) {
   if (x->dtype != OF_UINT64) return OF_OK;
   return of_fail(OF_ERR_DTYPE, "%s: not supported for dtype uint64 (input %s)", op,
                  OF_SHAPE_STR(x));
@@ -880,9 +869,6 @@ static of_status not_floating_meta(const char *op, const int64_t *shape, int32_t
   return of_fail(OF_ERR_DTYPE, "%s: expected a floating point input, got %s dtype %s (input %s); "
                  "convert it first, e.g. x:float()", op,
                  dt == OF_BOOL ? "bool" : "integral", of_dtype_name(dt), of_shape_str(shape, ndim, b, 96));
-}
-static of_status not_floating(const char *op, const of_tensor *x, of_dtype dt) {
-  return not_floating_meta(op, x->shape, x->ndim, dt);
 }
 
 /* a reduction's plan from the input's shape and dtype: the reduced dims,
@@ -1024,16 +1010,28 @@ done:
 }
 
 /* ------------------------------------------------------------ var / std */
+/* var's / std's checks on the input's shape and dtype and its result (the
+ * reduced shape, the input's dtype): var_compute and infer_var */
+static of_status var_plan(const char *name, const of_meta *x, const int32_t *dims, int32_t ndims,
+                          int32_t keepdim, bool *red, of_meta *res, int64_t *out_n,
+                          int64_t *red_n) {
+  OF_CHECK(parse_dims_meta(name, x->shape, x->ndim, x->dtype, dims, ndims, red));
+  if (!of_dtype_is_floating(x->dtype)) return not_floating_meta(name, x->shape, x->ndim, x->dtype);
+  result_shape_of(x->shape, x->ndim, red, keepdim, res->shape, &res->ndim, out_n, red_n);
+  res->dtype = x->dtype;
+  return OF_OK;
+}
+
 static of_status var_compute(of_tensor *x, const int32_t *dims, int32_t ndims, double correction,
                             int32_t keepdim, int32_t is_std, of_tensor **out) {
   const char *name = is_std ? "std" : "var";
   if (!x || !out) return of_fail(OF_ERR_ARG, "%s: NULL tensor argument", name);
   bool red[OF_MAX_DIMS];
-  OF_CHECK(parse_dims(name, x, dims, ndims, red));
-  if (!of_dtype_is_floating(x->dtype)) return not_floating(name, x, x->dtype);
-  int64_t shape[OF_MAX_DIMS], out_n, red_n;
-  int32_t nd;
-  result_shape(x, red, keepdim, shape, &nd, &out_n, &red_n);
+  of_meta xm = of_meta_of(x), rm;
+  int64_t out_n = 0, red_n = 0;
+  OF_CHECK(var_plan(name, &xm, dims, ndims, keepdim, red, &rm, &out_n, &red_n));
+  int64_t *shape = rm.shape;
+  int32_t nd = rm.ndim;
   if (of_dev(x) != OF_CPU) {
     OF_ROUTE(name, dev, o, var_rows, x);
     of_tensor *rows = NULL, *r = NULL;
@@ -1154,25 +1152,47 @@ typedef struct { md_fn rows, cols; md_part_fn part; md_better_fn better; } md_ke
    {md_rows_max_##S, md_cols_max_##S, md_part_max_##S, md_better_max_##S}},
 static const md_kern md_kernels[7][2] = {MAXDIM_TYPES(MD_ENT)};
 
-static of_status max_dim_impl(const char *name, of_tensor *x, int32_t dim, int32_t keepdim,
-                              int32_t is_max, int64_t index_base, const of_tensor *orig,
-                              of_tensor **values, of_tensor **indices) {
+/* max/min/argmax's checks along one dim of x (orig: the input as given,
+ * x flattened for argmax over all dims, flat) and its results' shape
+ * (values in x's dtype, int64 indices): max_dim_impl and the loader's
+ * infer_max_dim / infer_argmax */
+static of_status max_dim_plan(const char *name, const of_meta *x, int32_t dim, int32_t keepdim,
+                              int32_t is_max, const of_meta *orig, bool flat, int32_t *dout,
+                              bool *red, of_meta *vals, of_meta *idx, int64_t *out_n) {
   int32_t d;
   of_status st = of_norm_dim(name, dim, x->ndim, &d);
-  if (st != OF_OK) return with_input(st, orig);
-  bool red[OF_MAX_DIMS] = {false};
+  if (st != OF_OK) return with_input_meta(st, orig->shape, orig->ndim, orig->dtype);
+  for (int32_t k = 0; k < OF_MAX_DIMS; k++) red[k] = false;
   if (x->ndim > 0) red[d] = true;
-  int64_t shape[OF_MAX_DIMS], out_n, red_n;
-  int32_t nd;
-  result_shape(x, red, keepdim, shape, &nd, &out_n, &red_n);
+  int64_t red_n;
+  result_shape_of(x->shape, x->ndim, red, keepdim, vals->shape, &vals->ndim, out_n, &red_n);
   if (red_n == 0) {
-    if (x->ndim == 1 || orig != x)
+    if (x->ndim == 1 || flat)
       return of_fail(OF_ERR_SHAPE, "%s: cannot take the %s of an empty tensor; the operation "
                      "has no identity (input %s, %s)", name, is_max ? "maximum" : "minimum",
                      OF_SHAPE_STR(orig), OF_DT(orig));
-    return fail_empty(name, x, d + 1);
+    return fail_empty_of(name, x, d + 1);
   }
-  OF_CHECK(no_uint64_order(name, orig));
+  OF_CHECK(no_uint64_order_of(name, orig));
+  vals->dtype = x->dtype;
+  *idx = *vals;
+  idx->dtype = OF_INT64;
+  *dout = d;
+  return OF_OK;
+}
+
+static of_status max_dim_impl(const char *name, of_tensor *x, int32_t dim, int32_t keepdim,
+                              int32_t is_max, int64_t index_base, const of_tensor *orig,
+                              of_tensor **values, of_tensor **indices) {
+  int32_t d = 0;
+  of_status st;
+  bool red[OF_MAX_DIMS];
+  of_meta xm = of_meta_of(x), om = of_meta_of(orig), vm, im;
+  int64_t out_n = 0;
+  OF_CHECK(max_dim_plan(name, &xm, dim, keepdim, is_max, &om, orig != x, &d, red, &vm, &im,
+                        &out_n));
+  const int64_t *shape = vm.shape;
+  const int32_t nd = vm.ndim;
   of_dtype cdt = red_dtype(x->dtype);
   of_tensor *xc = NULL, *vals = NULL, *idx = NULL;
   if (of_dev(x) != OF_CPU) {
@@ -1258,25 +1278,47 @@ static of_status max_dim_compute(of_tensor *x, int32_t dim, int32_t keepdim, int
   return max_dim_impl(name, x, dim, keepdim, is_max, index_base, x, values, indices);
 }
 
+/* argmax's / argmin's result: max_dim_plan's indices along dim, or over all
+ * dims of x seen flat ([] or, with keepdim, x's rank of ones): argmax_body
+ * and infer_argmax */
+static of_status argmax_plan(const char *name, const of_meta *x, int32_t dim, int32_t keepdim,
+                             int32_t is_max, of_meta *res) {
+  int32_t d;
+  bool red[OF_MAX_DIMS];
+  int64_t out_n;
+  of_meta vm;
+  if (dim != OF_ALL_DIMS)
+    return max_dim_plan(name, x, dim, keepdim, is_max, x, false, &d, red, &vm, res, &out_n);
+  of_meta flat = *x;
+  flat.ndim = 1;
+  flat.shape[0] = of_shape_numel(x->shape, x->ndim);
+  OF_CHECK(max_dim_plan(name, &flat, 0, 0, is_max, x, true, &d, red, &vm, res, &out_n));
+  if (keepdim && x->ndim > 0) {
+    res->ndim = x->ndim;
+    for (int32_t i = 0; i < x->ndim; i++) res->shape[i] = 1;
+  }
+  return OF_OK;
+}
+
 static of_status argmax_body(of_tensor *x, int32_t dim, int32_t keepdim, int32_t is_max,
                          int64_t index_base, of_tensor **out) {
   const char *name = is_max ? "argmax" : "argmin";
   if (!x || !out) return of_fail(OF_ERR_ARG, "%s: NULL tensor argument", name);
   if (dim != OF_ALL_DIMS)
     return max_dim_impl(name, x, dim, keepdim, is_max, index_base, x, NULL, out);
+  of_meta xm = of_meta_of(x), rm;
+  OF_CHECK(argmax_plan(name, &xm, dim, keepdim, is_max, &rm));
   of_tensor *flat, *idx;
   int64_t n = x->numel;
   OF_CHECK(of_reshape(x, &n, 1, &flat));
   of_status st = max_dim_impl(name, flat, 0, 0, is_max, index_base, x, NULL, &idx);
   of_tensor_release(flat);
   if (st != OF_OK) return st;
-  if (!keepdim || x->ndim == 0) {
+  if (idx->ndim == rm.ndim) {
     *out = idx;
     return OF_OK;
   }
-  int64_t ones[OF_MAX_DIMS];
-  for (int32_t i = 0; i < x->ndim; i++) ones[i] = 1;
-  st = of_reshape(idx, ones, x->ndim, out);
+  st = of_reshape(idx, rm.shape, rm.ndim, out);
   of_tensor_release(idx);
   return st;
 }
@@ -2088,9 +2130,35 @@ static of_status infer_reduce(const void *p, int32_t nin, const of_meta *ins, of
 }
 
 OF_OP_IMPL_INFER(REDUCE, run_reduce, NULL, NULL, describe_reduce, infer_reduce);
-OF_OP_IMPL(MAX_DIM, run_max_dim, NULL, NULL, describe_max_dim);
-OF_OP_IMPL(ARGMAX, run_argmax, NULL, NULL, describe_max_dim);
-OF_OP_IMPL(VAR, run_var, NULL, NULL, NULL);
+/* a loaded max / min (values, indices) or argmax node's results, by the
+ * bodies' max_dim_plan and argmax_plan */
+static of_status infer_max_dim(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_max_dim *a = p;
+  int32_t d;
+  bool red[OF_MAX_DIMS];
+  int64_t out_n;
+  (void)nin;
+  return max_dim_plan(a->is_max ? "max" : "min", &ins[0], a->dim, a->keepdim, a->is_max, &ins[0],
+                      false, &d, red, &outs[0], &outs[1], &out_n);
+}
+static of_status infer_argmax(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_max_dim *a = p;
+  (void)nin;
+  return argmax_plan(a->is_max ? "argmax" : "argmin", &ins[0], a->dim, a->keepdim, a->is_max,
+                     &outs[0]);
+}
+OF_OP_IMPL_INFER(MAX_DIM, run_max_dim, NULL, NULL, describe_max_dim, infer_max_dim);
+OF_OP_IMPL_INFER(ARGMAX, run_argmax, NULL, NULL, describe_max_dim, infer_argmax);
+/* a loaded var / std node's result, by var_compute's var_plan */
+static of_status infer_var(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_var *a = p;
+  bool red[OF_MAX_DIMS];
+  int64_t out_n, red_n;
+  (void)nin;
+  return var_plan(a->is_std ? "std" : "var", &ins[0], a->dims, a->ndims, a->keepdim, red, &outs[0],
+                  &out_n, &red_n);
+}
+OF_OP_IMPL_INFER(VAR, run_var, NULL, NULL, NULL, infer_var);
 /* a loaded softmax / cumulative node's result: the input's shape, the plan's dtype */
 static of_status infer_softmax_op(bool cum, const void *p, const of_meta *ins, of_meta *outs) {
   const a_softmax *a = p;

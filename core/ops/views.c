@@ -99,14 +99,30 @@ static of_status reshape_impl(of_tensor *t, const int64_t *shape, int32_t ndim, 
   return st;
 }
 
+/* as_strided's check of the view against a storage of cap elements and its
+ * result (the given shape, the input's dtype): the body and
+ * infer_as_strided, which does not know the storage's extent (an input
+ * may view a larger storage than its shape spans) and so checks only
+ * that the view reaches no element before the storage's start and that
+ * its arithmetic does not overflow; the extent is checked as it runs */
+static of_status as_strided_plan(const of_meta *t, const int64_t *shape, const int64_t *strides,
+                                 int32_t ndim, int64_t offset, int64_t cap, of_meta *res) {
+  OF_CHECK(of_check_view("as_strided", shape, strides, ndim, offset, cap));
+  res->ndim = ndim;
+  memcpy(res->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  res->dtype = t->dtype;
+  return OF_OK;
+}
+
 static of_status as_strided_body(of_tensor *t, const int64_t *shape, const int64_t *strides,
                              int32_t ndim, int64_t offset, of_tensor **out) {
   if (of_grad_needed(&t, 1))
     return of_fail(OF_ERR_STATE, "as_strided: not differentiable; detach() the input %s first",
                    OF_SHAPE_STR(t));
   int64_t cap = t->storage->nbytes / of_dtype_size(t->dtype);
-  OF_CHECK(of_check_view("as_strided", shape, strides, ndim, offset, cap));
-  return alias_out(t, shape, strides, ndim, offset, out);
+  of_meta tm = of_meta_of(t), rm;
+  OF_CHECK(as_strided_plan(&tm, shape, strides, ndim, offset, cap, &rm));
+  return alias_out(t, rm.shape, strides, rm.ndim, offset, out);
 }
 
 /* transpose's and permute's source dim for each result dim, from the input's
@@ -834,7 +850,12 @@ INFER_SHAPE(EXPAND)
 
 OF_OP_IMPL_INFER(VIEW, run_shape, NULL, NULL, describe_shape, infer_VIEW);
 OF_OP_IMPL_INFER(RESHAPE, run_shape, NULL, NULL, describe_shape, infer_RESHAPE);
-OF_OP_IMPL(AS_STRIDED, run_as_strided, NULL, NULL, describe_strided);
+static of_status infer_as_strided(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  const a_strided *a = p;
+  (void)nin;
+  return as_strided_plan(&ins[0], a->shape, a->strides, a->ndim, a->offset, INT64_MAX, &outs[0]);
+}
+OF_OP_IMPL_INFER(AS_STRIDED, run_as_strided, NULL, NULL, describe_strided, infer_as_strided);
 /* a loaded transpose / permute / flatten node's result: the shape the
  * functions above give for the recorded input; the input's dtype */
 static void reorder_meta(const of_meta *x, const int32_t *src, of_meta *y) {
