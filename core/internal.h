@@ -157,6 +157,10 @@ static inline of_dtype of_compute_dtype(of_dtype t) {
 }
 
 /* Data movement without autograd recording (for use inside ops). */
+/* whether a source of shape ss broadcasts to a destination of shape ds, as
+ * of_copy_data requires (the copy_ op's infer hook checks a loaded node
+ * with it) */
+of_status of_copy_fits(const int64_t *ds, int32_t dn, const int64_t *ss, int32_t sn);
 of_status of_copy_data(of_tensor *dst, of_tensor *src);
 of_status of_clone_data(of_tensor *t, of_tensor **out);
 of_status of_cast_data(of_tensor *t, of_dtype dt, of_tensor **out);

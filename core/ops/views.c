@@ -959,5 +959,11 @@ OF_OP_IMPL_INFER(FLATTEN, run_flatten, NULL, NULL, describe_i2, infer_flatten);
 OF_OP_IMPL_INFER(CONTIGUOUS, run_contiguous, NULL, NULL, NULL, infer_same);
 OF_OP_IMPL_INFER(CLONE, run_clone, NULL, NULL, NULL, infer_same);
 OF_OP_IMPL_INFER(TO_DTYPE, run_to_dtype, NULL, NULL, describe_dtype, infer_to_dtype);
-OF_OP_IMPL(COPY_, run_copy_, of_mutates_first, NULL, NULL);
+/* a loaded copy_ node has no results; its src must broadcast to dst as
+ * of_copy_data checks (ins[0] dst, ins[1] src) */
+static of_status infer_copy_(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)p, (void)nin, (void)outs;
+  return of_copy_fits(ins[0].shape, ins[0].ndim, ins[1].shape, ins[1].ndim);
+}
+OF_OP_IMPL_INFER(COPY_, run_copy_, of_mutates_first, NULL, NULL, infer_copy_);
 OF_OP_IMPL_INFER(DETACH, run_detach, NULL, NULL, NULL, infer_same);

@@ -156,15 +156,20 @@ static bool needs_saturation(of_tensor *dst, of_tensor *src) {
   return of_dtype_is_int(dst->dtype) && of_dtype_is_floating(src->dtype);
 }
 
-of_status of_copy_data(of_tensor *dst, of_tensor *src) {
+of_status of_copy_fits(const int64_t *ds, int32_t dn, const int64_t *ss, int32_t sn) {
   int64_t shape[OF_MAX_DIMS];
   int32_t nd;
-  OF_CHECK(of_broadcast_shapes("copy_", dst->shape, dst->ndim, src->shape, src->ndim, shape, &nd));
-  if (nd != dst->ndim || of_shape_numel(shape, nd) != dst->numel) {
-    char b[96];
+  OF_CHECK(of_broadcast_shapes("copy_", ds, dn, ss, sn, shape, &nd));
+  if (nd != dn || of_shape_numel(shape, nd) != of_shape_numel(ds, dn)) {
+    char a[96], b[96];
     return of_fail(OF_ERR_SHAPE, "copy_: source %s does not broadcast to destination %s",
-                   OF_SHAPE_STR(src), of_shape_str(dst->shape, dst->ndim, b, 96));
+                   of_shape_str(ss, sn, a, 96), of_shape_str(ds, dn, b, 96));
   }
+  return OF_OK;
+}
+
+of_status of_copy_data(of_tensor *dst, of_tensor *src) {
+  OF_CHECK(of_copy_fits(dst->shape, dst->ndim, src->shape, src->ndim));
   if (of_dev(dst) != OF_CPU || of_dev(src) != OF_CPU) {
     if (of_dev(dst) != of_dev(src)) return of_copy_across(dst, src);
     const of_device_ops *o = of_device_ops_for("copy_", of_dev(dst));

@@ -1,9 +1,9 @@
 -- More op kinds of a loaded graph re-inferred before anything runs, each by
 -- the plan function its eager body checks and allocates with (cat_plan and
--- stack_plan in core/ops/shape.c, ...): a one-node graph written from
--- scratch (spec/graph/ir_build.lua) whose recorded shapes or dtypes
--- disagree is refused at load, naming the node; one that agrees runs as the
--- eager op.
+-- stack_plan in core/ops/shape.c, of_copy_fits in core/tensor/layout.c): a
+-- one-node graph written from scratch (spec/graph/ir_build.lua) whose
+-- recorded shapes or dtypes disagree is refused at load, naming the node;
+-- one that agrees runs as the eager op.
 local flow = require 'oneflow'
 local B = require 'spec.graph.ir_build'
 
@@ -36,5 +36,15 @@ describe('saved graphs: op results re-inferred at load', function()
     local g = flow.nn.Graph.load(path)
     local a, b = flow.randn(2, 3), flow.randn(2, 3)
     assert.are.same(flow.cat({a, b}, 2):totable(), g(a, b):totable())
+  end)
+
+  it('checks copy_ (no results): the source broadcasts to the destination', function()
+    assert.is_true((load('copy_', {}, {{{2, 3}}, {{3}, 'float64'}}, {})))
+    assert.is_true((load('copy_', {}, {{{2, 3}}, {{1, 3}, 'int64'}}, {})))
+    refused('copy_: source [1,1,3] does not broadcast to destination [2,3]', 'copy_', {}, {{{2, 3}}, {{1, 1, 3}}}, {})
+    refused('node 1 (copy_): the recorded inputs do not fit: copy_: shapes [2,3] and [4] cannot be '
+            .. 'broadcast (dim 2: 3 vs 4)', 'copy_', {}, {{{2, 3}}, {{4}}}, {})
+    refused('copy_: shapes [2,3] and [3,3] cannot be broadcast (dim 1: 2 vs 3)', 'copy_', {}, {{{2, 3}}, {{3, 3}}}, {})
+    refused('copy_: source [2,2,3] does not broadcast to destination [2,3]', 'copy_', {}, {{{2, 3}}, {{2, 2, 3}}}, {})
   end)
 end)
