@@ -39,13 +39,6 @@ static of_dtype complex_of(of_dtype dt) {
 /* The views' shapes and dtypes, on of_meta: the impls below and the infer
  * hooks (the graph loader's re-inference) share them. Strides and offsets
  * are the real tensor's, checked by the impls only. */
-static of_meta meta_of(const of_tensor *t) {
-  of_meta m;
-  m.ndim = t->ndim;
-  m.dtype = t->dtype;
-  memcpy(m.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-  return m;
-}
 
 /* view_as_real: a complex input; a trailing dim of 2 in the real dtype */
 static of_status view_as_real_meta(const of_meta *x, of_meta *r) {
@@ -78,7 +71,7 @@ static of_status view_as_complex_meta(const of_meta *x, of_meta *r) {
 }
 
 static of_status view_as_real_impl(of_tensor *x, of_tensor **out) {
-  of_meta xm = meta_of(x), rm;
+  of_meta xm = of_meta_of(x), rm;
   OF_CHECK(view_as_real_meta(&xm, &rm));
   int64_t strides[OF_MAX_DIMS];
   for (int32_t i = 0; i < x->ndim; i++) strides[i] = 2 * x->strides[i];
@@ -91,7 +84,7 @@ static of_status view_as_real_impl(of_tensor *x, of_tensor **out) {
 }
 
 static of_status view_as_complex_impl(of_tensor *x, of_tensor **out) {
-  of_meta xm = meta_of(x), rm;
+  of_meta xm = of_meta_of(x), rm;
   OF_CHECK(view_as_complex_meta(&xm, &rm));
   if (x->strides[x->ndim - 1] != 1)
     return of_fail(OF_ERR_SHAPE, "view_as_complex: the last dim must have size 2 and stride 1 "
@@ -864,7 +857,7 @@ static void fill_rec(a_fft *a, int32_t kind, const int32_t *d, int32_t ndims, in
 static of_status fft_body(int32_t kind, of_tensor *x, const int32_t *dims, int32_t ndims,
                           int32_t forward, int32_t norm, int64_t last_size, of_tensor **out) {
   int32_t d[OF_MAX_DIMS];
-  of_meta xm = meta_of(x), rm;
+  of_meta xm = of_meta_of(x), rm;
   OF_CHECK(fft_plan(kind, &xm, dims, ndims, norm, last_size, d, &rm));
   OF_CHECK(fft_compute(kind, x, d, ndims, forward, norm, last_size, &rm, out));
   if (!of_grad_needed(&x, 1)) return OF_OK;

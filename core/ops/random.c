@@ -498,14 +498,6 @@ static void int_bounds(of_dtype dt, int64_t *mn, int64_t *mx) {
  * loaded node's recorded values (the infer hooks at the end of the file);
  * the bodies run them on their tensors, with the checks that need the real
  * tensor (in-place rules, devices) besides. */
-static of_meta meta_of(const of_tensor *t) {
-  of_meta m;
-  m.ndim = t->ndim;
-  m.dtype = t->dtype;
-  memcpy(m.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-  return m;
-}
-
 static of_status need_float(const char *op, const of_meta *t) {
   if (!of_dtype_is_floating(t->dtype))
     return of_fail(OF_ERR_DTYPE, "%s: expected a floating dtype, got %s (tensor %s)", op,
@@ -584,7 +576,7 @@ static of_status rand_dtype(const char *op, of_dtype dt) {
 /* ---- public ops ---------------------------------------------------------- */
 static of_status uniform__body(of_tensor *t, double lo, double hi) {
   OF_CHECK(check_target("uniform_", t));
-  of_meta m = meta_of(t);
+  of_meta m = of_meta_of(t);
   OF_CHECK(uniform_check(&m, lo, hi));
   job j = {.gen = gen_uniform, .per_block = t->dtype == OF_FLOAT64 ? 2 : 4, .dt = t->dtype,
            .lo = lo, .hi = hi, .hi_below = lo};
@@ -600,7 +592,7 @@ static of_status uniform__body(of_tensor *t, double lo, double hi) {
 
 static of_status normal__body(of_tensor *t, double mean, double std) {
   OF_CHECK(check_target("normal_", t));
-  of_meta m = meta_of(t);
+  of_meta m = of_meta_of(t);
   OF_CHECK(normal_check(&m, mean, std));
   job j = {.gen = gen_normal, .per_block = 2, .dt = t->dtype, .lo = mean, .scale = std};
   run_fill(t, &j);
@@ -609,7 +601,7 @@ static of_status normal__body(of_tensor *t, double mean, double std) {
 
 static of_status randint__body(of_tensor *t, int64_t lo, int64_t hi) {
   OF_CHECK(check_target("randint_", t));
-  of_meta m = meta_of(t);
+  of_meta m = of_meta_of(t);
   OF_CHECK(randint_check(&m, lo, hi));
   uint64_t range = (uint64_t)hi - (uint64_t)lo;
   job j = {.gen = gen_randint, .per_block = 1, .ints = true, .dt = t->dtype, .ilo = lo,
@@ -620,7 +612,7 @@ static of_status randint__body(of_tensor *t, int64_t lo, int64_t hi) {
 
 static of_status bernoulli__body(of_tensor *t, double p) {
   OF_CHECK(check_target("bernoulli_", t));
-  of_meta m = meta_of(t);
+  of_meta m = of_meta_of(t);
   OF_CHECK(bernoulli_p_check(&m, p));
   job j = {.gen = gen_bernoulli, .per_block = 2, .dt = t->dtype, .p = p};
   run_fill(t, &j);
@@ -631,7 +623,7 @@ static of_status bernoulli__body(of_tensor *t, double p) {
  * stream (2 per block), so a float64 uniform_(0, 1) fill there gives the same
  * u and `u < p` the same elements; the [0, 1] check waits for the device. */
 static of_status bernoulli_device(of_tensor *p, of_tensor **out) {
-  of_meta pm = meta_of(p);
+  of_meta pm = of_meta_of(p);
   of_tensor *p64 = NULL, *ge = NULL, *le = NULL, *ok = NULL, *all = NULL, *u = NULL,
             *lt = NULL;
   double allok = 0;
@@ -671,7 +663,7 @@ static of_status bernoulli_body(of_tensor *p, of_tensor **out) {
                      "(p %s %s)", v, (long long)i + 1, OF_SHAPE_STR(p), OF_DT(p));
     }
   }
-  of_meta pm = meta_of(p), rm = bernoulli_result(&pm);
+  of_meta pm = of_meta_of(p), rm = bernoulli_result(&pm);
   of_status st = of_tensor_new(rm.shape, rm.ndim, rm.dtype, OF_CPU, &r);
   if (st != OF_OK) {
     of_tensor_release(pc);

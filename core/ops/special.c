@@ -67,13 +67,6 @@ int32_t of_special_arity(of_special_fn fn) {
 OF_UNARY_LOOP(special1_loop, double, double, of_special1(ctx->op, a, ctx->p0))
 OF_BINARY_LOOP(special2_loop, double, double, of_special2(ctx->op, a, b))
 
-static of_meta meta_of(const of_tensor *t) {
-  of_meta m;
-  m.ndim = t->ndim;
-  m.dtype = t->dtype;
-  memcpy(m.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-  return m;
-}
 
 /* The function's checks and its result, on of_meta (y NULL: one input):
  * the function and its arity, polygamma's n, no bool inputs; the input's
@@ -198,7 +191,7 @@ static bool has_derivative(of_special_fn fn, int32_t k) {
 static of_status special_body(of_special_fn fn, of_tensor *x, of_tensor *y, double p,
                               of_tensor **out) {
   if (!x) return of_fail(OF_ERR_ARG, "special: input is NULL");
-  of_meta xm = meta_of(x), ym = y ? meta_of(y) : xm, rm;
+  of_meta xm = of_meta_of(x), ym = y ? of_meta_of(y) : xm, rm;
   OF_CHECK(special_plan(fn, &xm, y ? &ym : NULL, p, &rm));
   const special_def *def = &special_ops[fn];
   of_tensor *ins[2] = {x, y};

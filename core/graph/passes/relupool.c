@@ -194,13 +194,6 @@ static int plane_threads(int64_t planes, int64_t numel) {
   return nt;
 }
 
-static of_meta meta_of(const of_tensor *t) {
-  of_meta m;
-  m.ndim = t->ndim;
-  m.dtype = t->dtype;
-  memcpy(m.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-  return m;
-}
 
 /* The forward's input (float [..., H, W], the record's H and W; in place,
  * contiguous and on the CPU: `placed`, known only when it runs) and its
@@ -254,7 +247,7 @@ of_status of_relu_pool_backward_infer(const void *attrs, int32_t nin, const of_m
 
 static of_status fwd(const a_relu_pool *a, of_tensor *y, void **outs) {
   int64_t H = a->in[0], W = a->in[1], kh = a->kernel[0], kw = a->kernel[1];
-  of_meta ym = meta_of(y), pm, cm;
+  of_meta ym = of_meta_of(y), pm, cm;
   OF_CHECK(fwd_meta(a, &ym, of_tensor_is_contiguous(y) && y->storage->device == OF_CPU, &pm, &cm));
   int64_t OH = pm.shape[pm.ndim - 2], OW = pm.shape[pm.ndim - 1], planes = y->numel / (H * W);
   of_tensor *p = NULL, *code = NULL;
@@ -285,7 +278,7 @@ static of_status fwd(const a_relu_pool *a, of_tensor *y, void **outs) {
 static of_status bwd(const a_relu_pool *a, of_tensor *gp, of_tensor *code, void **outs) {
   int64_t H = a->in[0], W = a->in[1], kh = a->kernel[0], kw = a->kernel[1];
   int64_t OH = H / kh, OW = W / kw;
-  of_meta gm = meta_of(gp), cm = meta_of(code), xm;
+  of_meta gm = of_meta_of(gp), cm = of_meta_of(code), xm;
   OF_CHECK(bwd_meta(a, &gm, &cm,
                     of_tensor_is_contiguous(gp) && of_tensor_is_contiguous(code) &&
                         gp->storage->device == OF_CPU && code->storage->device == OF_CPU,
