@@ -61,9 +61,9 @@ static const struct {
   /* the results from the recorded inputs, as of_opimpl.infer; NULL: none */
   of_status (*infer)(const void *attrs, int32_t nin, const of_meta *ins, of_meta *outs);
 } graph_rows[OPK_COUNT] = {
-  [OF_OPK_ALIAS] = {sizeof(a_alias), inv_alias, NULL, d_alias},
-  [OF_OPK_BACKWARD] = {sizeof(a_backward), of_backward_invoke, NULL, d_backward},
-  [OF_OPK_FUSED] = {sizeof(fused_prog), of_fused_invoke, of_fused_check, of_fused_describe},
+  [OF_OPK_ALIAS] = {sizeof(a_alias), inv_alias, NULL, d_alias, NULL},
+  [OF_OPK_BACKWARD] = {sizeof(a_backward), of_backward_invoke, NULL, d_backward, NULL},
+  [OF_OPK_FUSED] = {sizeof(fused_prog), of_fused_invoke, of_fused_check, of_fused_describe, NULL},
   [OPK_RELU_MAX_POOL] = {sizeof(a_relu_pool), of_relu_pool_invoke, of_relu_pool_check, of_relu_pool_describe,
                          of_relu_pool_infer},
   [OPK_RELU_MAX_POOL_BACKWARD] = {sizeof(a_relu_pool), of_relu_pool_invoke, of_relu_pool_check,
