@@ -869,7 +869,6 @@ static of_status device_sort(const char *op, const of_device_ops *dops, of_devic
   return OF_OK;
 }
 
-/* values/indices have x's shape except `take` entries along dim. */
 /* sort's and topk's results: x's shape with dim d sized take, the values
  * in x's dtype, the indices int64 (sort_impl and sort_plan) */
 static void sort_results(const of_meta *x, int32_t d, int64_t take, of_meta *v, of_meta *i) {
