@@ -224,6 +224,9 @@ static uint32_t optional_inputs(int32_t op) {
     case OPK_OPTIM_SGD: return 1u << 2;                 /* momentum buffer */
     case OPK_OPTIM_ADAM: return 1u << 4;                /* max_exp_avg_sq (amsgrad) */
     case OPK_SCATTER: return 1u << 2;                   /* src (a scalar value instead) */
+    case OPK_SDPA: return 1u << 3;                      /* attn_mask */
+    case OPK_QUANTIZED_LINEAR: case OPK_QUANTIZED_CONV2D:
+      return 3u << 3;                                   /* weight zero points, bias */
     case OF_OPK_BACKWARD: return ~1u;                   /* grads of unused outputs */
     default: return 0;
   }

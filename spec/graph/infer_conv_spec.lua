@@ -137,9 +137,12 @@ describe('saved graphs: convolutions and pools re-inferred at load', function()
   end)
 
   it('re-infers scaled_dot_product_attention: value dims, grouped heads, masks', function()
-    -- the record's four inputs are all required (ops.def): an additive float mask here
+    -- an additive float mask, a bool mask, or none (the mask is the record's one optional input)
     local Q, K, V, M = {{2, 4, 5, 8}}, {{2, 4, 6, 8}}, {{2, 4, 6, 7}}, {{1, 6}}
     assert.is_true((load('scaled_dot_product_attention', {}, {Q, K, V, M}, {{{2, 4, 5, 7}}})))
+    assert.is_true((load('scaled_dot_product_attention', {causal = 1}, {Q, K, V, false}, {{{2, 4, 5, 7}}})))
+    refused('node 1 (scaled_dot_product_attention): result %3 is recorded as [2,4,5,8] float32, its inputs give '
+            .. '[2,4,5,7] float32', 'scaled_dot_product_attention', {}, {Q, K, V, false}, {{{2, 4, 5, 8}}})
     assert.is_true((load('scaled_dot_product_attention', {gqa = 1}, {Q, {{2, 2, 6, 8}}, {{2, 2, 6, 8}}, M},
                          {{{2, 4, 5, 8}}})))
     assert.is_true((load('scaled_dot_product_attention', {}, {Q, K, V, {{5, 6}, 'bool'}}, {{{2, 4, 5, 7}}})))
@@ -154,14 +157,27 @@ describe('saved graphs: convolutions and pools re-inferred at load', function()
             'scaled_dot_product_attention', {}, {Q, K, V, {{5, 5}, 'bool'}}, {{{2, 4, 5, 7}}})
     refused('scaled_dot_product_attention: query, key and value must have one dtype, got float32, float64 and float32',
             'scaled_dot_product_attention', {}, {Q, {{2, 4, 6, 8}, 'float64'}, V, M}, {{{2, 4, 5, 7}}})
+    -- a traced graph without a mask (plain and causal) saves, loads and gives the eager result
+    local F = flow.nn.functional
+    local A = flow.nn.Graph:subclass('SdpaNoMask')
+    function A.build(_, q, k, v)
+      return F.scaled_dot_product_attention(q, k, v) + F.scaled_dot_product_attention(q, k, v, {is_causal = true})
+    end
+    local q, k, v = flow.randn(1, 2, 4, 8), flow.randn(1, 2, 4, 8), flow.randn(1, 2, 4, 8)
+    local g = A()
+    local want = g(q, k, v)
+    g:save(path)
+    assert.are.same(want:totable(), flow.nn.Graph.load(path)(q, k, v):totable())
   end)
 
   it('re-infers the quantized ops: linear, conv2d, max_pool2d, quantize_per_tensor', function()
     local f32, u8 = flow.float32.id, flow.uint8.id
-    -- the records' five inputs are all required (ops.def): zero points and biases given
+    -- the weight's zero points and the bias may be absent (a layer without bias)
     local QX, Z5, Z1 = {{4, 3}, 'uint8'}, {{5}, 'int64'}, {{1}, 'int64'}
     assert.is_true((load('quantized_linear', {out_dtype = f32, x_scale = 1, out_scale = 1},
                          {QX, {{5, 3}, 'int8'}, {{5}}, Z5, {{5}}}, {{{4, 5}}})))
+    assert.is_true((load('quantized_linear', {out_dtype = f32, x_scale = 1, out_scale = 1},
+                         {QX, {{5, 3}, 'int8'}, {{5}}, false, false}, {{{4, 5}}})))
     assert.is_true((load('quantized_linear', {out_dtype = u8, x_scale = 1, out_scale = 0.5, out_zp = 3},
                          {QX, {{5, 3}, 'int8'}, {{1}}, Z1, {{5}}}, {{{4, 5}, 'uint8'}})))
     refused('node 1 (quantized_linear): result %5 is recorded as [4,5] float32, its inputs give [4,5] uint8',
