@@ -7,6 +7,7 @@
  * machine, and of_set_cpu_capability changes it at run time. */
 #include "../internal.h"
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 static int32_t detected = OF_ISA_DEFAULT, selected = OF_ISA_DEFAULT;
@@ -53,4 +54,63 @@ of_status of_set_cpu_capability(const char *name) {
                    names[want], names[detected]);
   selected = want;
   return OF_OK;
+}
+
+/* ---- OpenBLAS's kernels -------------------------------------------------
+ * A DYNAMIC_ARCH OpenBLAS (Debian's) picks its kernels by CPU model when it
+ * loads, and a model newer than it knows falls back to its Prescott kernels
+ * (SSE3): Debian 12's 0.3.21 does so on an Emerald Rapids Xeon (family 6,
+ * model 207). There every float32 matmul and im2col convolution ran 2-3x
+ * slower than the CPU allows: flowvision's ResNet-50 forward at batch 1,
+ * 1 thread, took 317 ms CPU time on Prescott kernels and 124 ms on the
+ * AVX-512 ones (doc/benchmarks.md, "OpenBLAS's kernels").
+ *
+ * So when OpenBLAS has fallen back to Prescott on a CPU with AVX2 or
+ * AVX-512, it is asked again, as OPENBLAS_CORETYPE would ask it: Cooperlake
+ * (AVX-512 + BF16), SkylakeX (AVX-512) or Haswell (AVX2 + FMA). Each is
+ * asked only if this OpenBLAS has that core (its gotoblas_<CORE> table is
+ * there: an OpenBLAS that does not know the name would exit), and never
+ * over a user's own OPENBLAS_CORETYPE. The symbols are weak: an OpenBLAS
+ * built for one core (no DYNAMIC_ARCH) or another BLAS leaves them NULL and
+ * this does nothing. It runs from a constructor of this library, after
+ * OpenBLAS's own (a dependency is initialised first) and before any BLAS
+ * call. */
+extern char *openblas_get_corename(void) __attribute__((weak));
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+extern char gotoblas_COOPERLAKE[] __attribute__((weak));
+extern char gotoblas_SKYLAKEX[] __attribute__((weak));
+extern char gotoblas_HASWELL[] __attribute__((weak));
+
+static const char *blas_core_for_cpu(void) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  if (avx512 && __builtin_cpu_supports("avx512bf16") && gotoblas_COOPERLAKE)
+    return "Cooperlake";
+  if (avx512 && gotoblas_SKYLAKEX) return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && gotoblas_HASWELL)
+    return "Haswell";
+#endif
+  return NULL;
+}
+
+__attribute__((constructor)) static void blas_core_init(void) {
+  if (!openblas_get_corename || !gotoblas_dynamic_init || !gotoblas_dynamic_quit) return;
+  if (getenv("OPENBLAS_CORETYPE")) return;   /* the user's choice */
+  const char *now = openblas_get_corename();
+  if (!now || strcasecmp(now, "Prescott") != 0) return;
+  const char *want = blas_core_for_cpu();
+  if (!want) return;
+  /* OpenBLAS reads the core from the environment only; the variable is
+   * removed again so that child processes choose for themselves */
+  if (setenv("OPENBLAS_CORETYPE", want, 1) != 0) return;
+  gotoblas_dynamic_quit();
+  gotoblas_dynamic_init();
+  unsetenv("OPENBLAS_CORETYPE");
+}
+
+const char *of_get_blas_core(void) {
+  return openblas_get_corename ? openblas_get_corename() : "";
 }

@@ -141,6 +141,9 @@ flow.backends = flow.cuda.backends
 -- set_cpu_capability lowers or restores it (never above what the CPU has).
 flow.backends.cpu = {
   get_cpu_capability = function() return ffi.string(core.C.of_get_cpu_capability()) end,
+  -- OpenBLAS's kernels ('SkylakeX', 'Haswell', ...; '' for another BLAS),
+  -- chosen again when OpenBLAS fell back to SSE3 on a CPU it does not know
+  get_blas_core = function() return ffi.string(core.C.of_get_blas_core()) end,
   set_cpu_capability = function(name)
     if type(name) ~= 'string' then
       A.fail(('backends.cpu.set_cpu_capability: expected a string, got %s')

@@ -80,6 +80,36 @@ describe('backends.cpu', function()
     p:close()
     assert.equal('DEFAULT', out:match('%S+'))
   end)
+
+  -- Debian 12's OpenBLAS 0.3.21 does not know an Emerald Rapids Xeon and
+  -- fell back to its SSE3 kernels there: 2-3x slower matmuls
+  local function blas_core(env)
+    local p = io.popen(('env %s LUA_PATH=%q luajit -e %q'):format(env, package.path,
+      "local flow = require('oneflow') print(flow.backends.cpu.get_blas_core(), " ..
+      "os.getenv('OPENBLAS_CORETYPE'))"))
+    local out = p:read('*a')
+    p:close()
+    return out:match('^(%S*)%s+(%S+)')
+  end
+
+  it("runs OpenBLAS's kernels for this CPU's vector units, not its SSE3 fallback", function()
+    local core, env = blas_core('-u OPENBLAS_CORETYPE')
+    assert.equal('nil', env)   -- the variable used to ask OpenBLAS is not left behind
+    if core == '' then return end   -- not OpenBLAS: nothing to check
+    if native == 'AVX512' then
+      assert.truthy(core == 'SkylakeX' or core == 'Cooperlake' or core == 'SapphireRapids', core)
+    elseif native == 'AVX2' then
+      assert.are_not.equal('Prescott', core)
+    end
+    assert.equal(core, cpu.get_blas_core())
+  end)
+
+  it("keeps the user's OPENBLAS_CORETYPE", function()
+    if cpu.get_blas_core() == '' then return end
+    local core, env = blas_core('OPENBLAS_CORETYPE=Prescott')
+    assert.equal('Prescott', core)
+    assert.equal('Prescott', env)
+  end)
 end)
 
 describe('layer_norm row kernel', function()
