@@ -60,10 +60,10 @@ of_status of_set_cpu_capability(const char *name) {
  * A DYNAMIC_ARCH OpenBLAS (Debian's) picks its kernels by CPU model when it
  * loads, and a model newer than it knows falls back to its Prescott kernels
  * (SSE3): Debian 12's 0.3.21 does so on an Emerald Rapids Xeon (family 6,
- * model 207). There every float32 matmul and im2col convolution ran 2-3x
- * slower than the CPU allows: flowvision's ResNet-50 forward at batch 1,
- * 1 thread, took 317 ms CPU time on Prescott kernels and 124 ms on the
- * AVX-512 ones (doc/benchmarks.md, "OpenBLAS's kernels").
+ * model 207). There every float32 matmul and im2col convolution ran
+ * slower than the CPU allows: a 1024^3 matmul 4.6x, flowvision's ResNet-50
+ * forward at batch 1 2.5x (1 thread, `luajit bench/blas_core.lua`;
+ * doc/benchmarks.md, "Models", "Fifth pass").
  *
  * So when OpenBLAS has fallen back to Prescott on a CPU with AVX2 or
  * AVX-512, it is asked again, as OPENBLAS_CORETYPE would ask it: Cooperlake
@@ -74,10 +74,17 @@ of_status of_set_cpu_capability(const char *name) {
  * built for one core (no DYNAMIC_ARCH) or another BLAS leaves them NULL and
  * this does nothing. It runs from a constructor of this library, after
  * OpenBLAS's own (a dependency is initialised first) and before any BLAS
- * call. */
+ * call. OpenBLAS's own constructor has already started its pool of server
+ * threads, which read the kernel table as they start: they are stopped
+ * first (blas_thread_shutdown_, as OpenBLAS does around fork()), since the
+ * table is NULL for a moment while it is chosen again -- a thread starting
+ * late on a loaded machine crashed there (2 of ~2,000 processes in a
+ * `make test`). The pool is not needed anyway: OpenBLAS runs single-threaded
+ * here (threads.c), and it starts the pool again if it ever wants it. */
 extern char *openblas_get_corename(void) __attribute__((weak));
 extern void gotoblas_dynamic_init(void) __attribute__((weak));
 extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+extern int blas_thread_shutdown_(void) __attribute__((weak));
 extern char gotoblas_COOPERLAKE[] __attribute__((weak));
 extern char gotoblas_SKYLAKEX[] __attribute__((weak));
 extern char gotoblas_HASWELL[] __attribute__((weak));
@@ -97,7 +104,9 @@ static const char *blas_core_for_cpu(void) {
 }
 
 __attribute__((constructor)) static void blas_core_init(void) {
-  if (!openblas_get_corename || !gotoblas_dynamic_init || !gotoblas_dynamic_quit) return;
+  if (!openblas_get_corename || !gotoblas_dynamic_init || !gotoblas_dynamic_quit ||
+      !blas_thread_shutdown_)
+    return;
   if (getenv("OPENBLAS_CORETYPE")) return;   /* the user's choice */
   const char *now = openblas_get_corename();
   if (!now || strcasecmp(now, "Prescott") != 0) return;
@@ -106,6 +115,7 @@ __attribute__((constructor)) static void blas_core_init(void) {
   /* OpenBLAS reads the core from the environment only; the variable is
    * removed again so that child processes choose for themselves */
   if (setenv("OPENBLAS_CORETYPE", want, 1) != 0) return;
+  blas_thread_shutdown_();
   gotoblas_dynamic_quit();
   gotoblas_dynamic_init();
   unsetenv("OPENBLAS_CORETYPE");

@@ -105,6 +105,43 @@ describe('tensor lifetimes', function()
     assert.is_true(tonumber(hits) >= 1)   -- the last round still reuses cached blocks
   end)
 
+  it('gives back cached large blocks nobody asked for, so the blocks in use are cached', function()
+    -- a fresh process: 3 x 8 MiB, freed (the high-water mark is 24 MiB and
+    -- they fill the cache), then rounds of 3 x 2 MiB. Once a high-water
+    -- mark's worth has been allocated past the 8 MiB blocks they are stale
+    -- and go back to the system, and the 2 MiB blocks are reused; before,
+    -- the 8 MiB blocks held the room for good and every 2 MiB block was
+    -- mapped anew
+    local script = [[
+      local flow = require 'oneflow'
+      local function round(mib)
+        local t = {}
+        for i = 1, 3 do t[i] = flow.empty(mib * 262144) end
+        t = nil
+        flow.collect()
+      end
+      round(8)
+      for _ = 1, 10 do round(2) end
+      local h0 = flow.memory_stats().cache_hits
+      for _ = 1, 3 do round(2) end
+      local s = flow.memory_stats()
+      io.write(s.current_bytes + s.cached_bytes, ' ', s.peak_bytes, ' ', s.cache_hits - h0, '\n')
+    ]]
+    local path = os.tmpname()
+    local f = assert(io.open(path, 'w'))
+    f:write(script)
+    f:close()
+    local p = io.popen('luajit ' .. path)
+    local out = p:read('*a')
+    p:close()
+    os.remove(path)
+    local held, peak, hits = out:match('^(%d+) (%d+) (%d+)')
+    assert(held, out)
+    held, peak = tonumber(held), tonumber(peak)
+    assert(held <= peak, ('%d bytes in use + cached, more than the peak in use %d'):format(held, peak))
+    assert.equal(9, tonumber(hits))   -- every 2 MiB block of the last rounds came from the cache
+  end)
+
   it('shares tensors with C hosts through handles', function()
     local x = flow.tensor({1, 2})
     local p = flow.to_handle(x)
