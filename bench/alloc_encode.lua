@@ -8,6 +8,7 @@
 --   OF_LIBRARY=/other/build/liboneflow.so ... (the other build)
 local flow = require 'oneflow'
 local text = require 'flowtext'
+local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
 
 local n = tonumber(arg[1] or '') or 25
 flow.set_num_threads(1)
@@ -23,13 +24,7 @@ local function minflt()   -- field 10 of /proc/self/stat: minor faults
   return tonumber(s:match('%) %S+ ' .. ('%S+ '):rep(6) .. '(%d+)'))
 end
 
-local SHORT = {
-  'A man is eating food.', 'A man is eating a piece of bread.', 'The girl is carrying a baby.',
-  'A man is riding a horse.', 'A woman is playing violin.', 'Two men pushed carts through the woods.',
-  'A man is riding a white horse on an enclosed ground.', 'A monkey is playing drums.',
-}
-local short = {}
-for i = 1, 32 do short[i] = SHORT[(i - 1) % #SHORT + 1] .. (' Number %d of the batch.'):format(i) end
+local short = B.short_sentences()
 local st = text.SentenceTransformer(dir)
 for _ = 1, 3 do st:encode(short, {batch_size = 32}) end
 local f0, t0 = minflt(), os.clock()

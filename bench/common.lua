@@ -59,4 +59,17 @@ function M.write_atomic(path, text)
   assert(os.rename(tmp, path))
 end
 
+-- 32 short sentences (9 to 18 tokens) for the MiniLM benches (text.lua,
+-- alloc_encode.lua): eight of STS's, each numbered
+function M.short_sentences()
+  local base = {
+    'A man is eating food.', 'A man is eating a piece of bread.', 'The girl is carrying a baby.',
+    'A man is riding a horse.', 'A woman is playing violin.', 'Two men pushed carts through the woods.',
+    'A man is riding a white horse on an enclosed ground.', 'A monkey is playing drums.',
+  }
+  local t = {}
+  for i = 1, 32 do t[i] = base[(i - 1) % #base + 1] .. (' Number %d of the batch.'):format(i) end
+  return t
+end
+
 return M

@@ -52,13 +52,7 @@ if py2 ~= '' then pythons[#pythons + 1] = py2
 elseif want_torch2 then print('no PyTorch 2.x column: bench/st2_venv.sh failed') end
 
 ------------------------------------------------------------------ cases
-local SHORT = {
-  'A man is eating food.', 'A man is eating a piece of bread.', 'The girl is carrying a baby.',
-  'A man is riding a horse.', 'A woman is playing violin.', 'Two men pushed carts through the woods.',
-  'A man is riding a white horse on an enclosed ground.', 'A monkey is playing drums.',
-}
-local short = {}
-for i = 1, 32 do short[i] = SHORT[(i - 1) % #SHORT + 1] .. (' Number %d of the batch.'):format(i) end
+local short = B.short_sentences()
 local long = {}
 for i = 1, 8 do
   long[i] = ('Sentence %d: the quick brown fox jumps over the lazy dog near the riverbank. '):format(i):rep(25)

@@ -1,6 +1,44 @@
 local flow = require 'oneflow'
 local core = require 'oneflow._C'
 
+-- the output of a Lua script run by luajit in a process of its own
+local function fresh_process(script)
+  local path = os.tmpname()
+  local f = assert(io.open(path, 'w'))
+  f:write(script)
+  f:close()
+  local p = io.popen('luajit ' .. path)
+  local out = p:read('*a')
+  p:close()
+  os.remove(path)
+  return out
+end
+
+-- In a fresh process: `body` calls round(mib) (3 blocks of mib MiB made and
+-- freed) and sets h0 (cache hits counted from there; 0 if it does not).
+-- Checks that in use + cached never ends above the peak in use, and returns
+-- the cache hits since h0.
+local function allocator_rounds(body)
+  local out = fresh_process([[
+    local flow = require 'oneflow'
+    local function round(mib)
+      local t = {}
+      for i = 1, 3 do t[i] = flow.empty(mib * 262144) end
+      t = nil
+      flow.collect()
+    end
+    local h0 = 0
+  ]] .. body .. [[
+    local s = flow.memory_stats()
+    io.write(s.current_bytes + s.cached_bytes, ' ', s.peak_bytes, ' ', s.cache_hits - h0, '\n')
+  ]])
+  local held, peak, hits = out:match('^(%d+) (%d+) (%d+)')
+  assert(held, out)
+  held, peak = tonumber(held), tonumber(peak)
+  assert(held <= peak, ('%d bytes in use + cached, more than the peak in use %d'):format(held, peak))
+  return tonumber(hits)
+end
+
 describe('tensor lifetimes', function()
   it('releases C memory when Lua tensors are collected', function()
     flow.collect()
@@ -76,33 +114,8 @@ describe('tensor lifetimes', function()
     -- a fresh process: 3 x 4 MiB, freed, then 3 x 6 MiB (another size class,
     -- a miss each); caching every freed block would hold 30 MiB, more than
     -- was ever in use (18 MiB)
-    local script = [[
-      local flow = require 'oneflow'
-      local function round(mib)
-        local t = {}
-        for i = 1, 3 do t[i] = flow.empty(mib * 262144) end
-        t = nil
-        flow.collect()
-      end
-      round(4)
-      round(6)
-      round(4)
-      local s = flow.memory_stats()
-      io.write(s.current_bytes + s.cached_bytes, ' ', s.peak_bytes, ' ', s.cache_hits, '\n')
-    ]]
-    local path = os.tmpname()
-    local f = assert(io.open(path, 'w'))
-    f:write(script)
-    f:close()
-    local p = io.popen('luajit ' .. path)
-    local out = p:read('*a')
-    p:close()
-    os.remove(path)
-    local held, peak, hits = out:match('^(%d+) (%d+) (%d+)')
-    assert(held, out)
-    held, peak = tonumber(held), tonumber(peak)
-    assert(held <= peak, ('%d bytes in use + cached, more than the peak in use %d'):format(held, peak))
-    assert.is_true(tonumber(hits) >= 1)   -- the last round still reuses cached blocks
+    local hits = allocator_rounds('round(4) round(6) round(4)')
+    assert.is_true(hits >= 1)   -- the last round still reuses cached blocks
   end)
 
   it('gives back cached large blocks nobody asked for, so the blocks in use are cached', function()
@@ -112,34 +125,13 @@ describe('tensor lifetimes', function()
     -- and go back to the system, and the 2 MiB blocks are reused; before,
     -- the 8 MiB blocks held the room for good and every 2 MiB block was
     -- mapped anew
-    local script = [[
-      local flow = require 'oneflow'
-      local function round(mib)
-        local t = {}
-        for i = 1, 3 do t[i] = flow.empty(mib * 262144) end
-        t = nil
-        flow.collect()
-      end
+    local hits = allocator_rounds([[
       round(8)
       for _ = 1, 10 do round(2) end
-      local h0 = flow.memory_stats().cache_hits
+      h0 = flow.memory_stats().cache_hits
       for _ = 1, 3 do round(2) end
-      local s = flow.memory_stats()
-      io.write(s.current_bytes + s.cached_bytes, ' ', s.peak_bytes, ' ', s.cache_hits - h0, '\n')
-    ]]
-    local path = os.tmpname()
-    local f = assert(io.open(path, 'w'))
-    f:write(script)
-    f:close()
-    local p = io.popen('luajit ' .. path)
-    local out = p:read('*a')
-    p:close()
-    os.remove(path)
-    local held, peak, hits = out:match('^(%d+) (%d+) (%d+)')
-    assert(held, out)
-    held, peak = tonumber(held), tonumber(peak)
-    assert(held <= peak, ('%d bytes in use + cached, more than the peak in use %d'):format(held, peak))
-    assert.equal(9, tonumber(hits))   -- every 2 MiB block of the last rounds came from the cache
+    ]])
+    assert.equal(9, hits)   -- every 2 MiB block of the last rounds came from the cache
   end)
 
   it('shares tensors with C hosts through handles', function()
