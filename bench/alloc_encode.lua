@@ -12,9 +12,7 @@ local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. '
 
 local n = tonumber(arg[1] or '') or 25
 flow.set_num_threads(1)
-local p = io.popen('sh tools/minilm.sh 2>/dev/null')
-local dir = p:read('*a'):match('([^\n]*)\n?$')
-p:close()
+local dir = B.read_cmd('sh tools/minilm.sh 2>/dev/null'):match('([^\n]*)\n?$')
 assert(dir ~= '' and io.open(dir .. '/model.safetensors'), 'alloc_encode: no model (sh tools/minilm.sh failed)')
 
 local function minflt()   -- field 10 of /proc/self/stat: minor faults

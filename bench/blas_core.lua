@@ -30,11 +30,10 @@ if arg[1] == '--child' then
   return
 end
 
+local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
 local function run(env)
-  local p = assert(io.popen(('env %s LUA_PATH=%q luajit bench/blas_core.lua --child')
-                            :format(env, package.path)))
-  local out = p:read('*a')
-  p:close()
+  local out = B.read_cmd(('env %s LUA_PATH=%q luajit %s/blas_core.lua --child')
+                         :format(env, package.path, B.dir))
   local core, mm, r50 = out:match('(%S+)%s+(%S+)%s+(%S+)')
   assert(core, 'blas_core: the child printed ' .. out)
   return core, tonumber(mm), tonumber(r50)

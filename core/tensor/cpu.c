@@ -89,17 +89,15 @@ extern char gotoblas_COOPERLAKE[] __attribute__((weak));
 extern char gotoblas_SKYLAKEX[] __attribute__((weak));
 extern char gotoblas_HASWELL[] __attribute__((weak));
 
+/* the OpenBLAS core for this CPU's vector units (detect(), above), or NULL */
 static const char *blas_core_for_cpu(void) {
+  int32_t isa = detect();
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  if (avx512 && __builtin_cpu_supports("avx512bf16") && gotoblas_COOPERLAKE)
+  if (isa == OF_ISA_AVX512 && __builtin_cpu_supports("avx512bf16") && gotoblas_COOPERLAKE)
     return "Cooperlake";
-  if (avx512 && gotoblas_SKYLAKEX) return "SkylakeX";
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && gotoblas_HASWELL)
-    return "Haswell";
 #endif
+  if (isa == OF_ISA_AVX512 && gotoblas_SKYLAKEX) return "SkylakeX";
+  if (isa >= OF_ISA_AVX2 && gotoblas_HASWELL) return "Haswell";
   return NULL;
 }
 

@@ -72,24 +72,25 @@ describe('backends.cpu', function()
     end
   end)
 
-  it('takes a cap from OF_CPU_ISA', function()
-    local cmd = ('OF_CPU_ISA=default LUA_PATH=%q luajit -e %q'):format(package.path,
-      "print(require('oneflow').backends.cpu.get_cpu_capability())")
-    local p = io.popen(cmd)
+  -- what `code` prints in a fresh luajit, with `env` (env(1)'s arguments)
+  local function fresh(env, code)
+    local p = io.popen(('env %s LUA_PATH=%q luajit -e %q'):format(env, package.path, code))
     local out = p:read('*a')
     p:close()
+    return out
+  end
+
+  it('takes a cap from OF_CPU_ISA', function()
+    local out = fresh('OF_CPU_ISA=default',
+      "print(require('oneflow').backends.cpu.get_cpu_capability())")
     assert.equal('DEFAULT', out:match('%S+'))
   end)
 
   -- Debian 12's OpenBLAS 0.3.21 does not know an Emerald Rapids Xeon and
   -- fell back to its SSE3 kernels there: 2-3x slower matmuls
   local function blas_core(env)
-    local p = io.popen(('env %s LUA_PATH=%q luajit -e %q'):format(env, package.path,
-      "local flow = require('oneflow') print(flow.backends.cpu.get_blas_core(), " ..
-      "os.getenv('OPENBLAS_CORETYPE'))"))
-    local out = p:read('*a')
-    p:close()
-    return out:match('^(%S*)%s+(%S+)')
+    return fresh(env, "local flow = require('oneflow') print(flow.backends.cpu.get_blas_core(), " ..
+      "os.getenv('OPENBLAS_CORETYPE'))"):match('^(%S*)%s+(%S+)')
   end
 
   it("runs OpenBLAS's kernels for this CPU's vector units, not its SSE3 fallback", function()
