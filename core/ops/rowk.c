@@ -57,22 +57,34 @@ static inline float ld1_bf16(const uint16_t *p) {
       for (int64_t c0 = 0; c0 < M; c0 += CH) {                                                  \
         int64_t nc = M - c0 < CH ? M - c0 : CH, i = 0;                                          \
         const T *pc = px + c0;                                                                  \
-        vf##W s0 = vsplat##W(0), s1 = vsplat##W(0);                                             \
-        for (; i + 2 * W <= nc; i += 2 * W) {                                                   \
+        /* four independent sums (eight below) keep the adders busy: one chain                  \
+         * would wait out each add's latency */                                                 \
+        vf##W s0 = vsplat##W(0), s1 = vsplat##W(0), s2 = vsplat##W(0), s3 = vsplat##W(0);       \
+        for (; i + 4 * W <= nc; i += 4 * W) {                                                   \
           s0 += ld_##TS##_##W(pc + i);                                                          \
           s1 += ld_##TS##_##W(pc + i + W);                                                      \
+          s2 += ld_##TS##_##W(pc + i + 2 * W);                                                  \
+          s3 += ld_##TS##_##W(pc + i + 3 * W);                                                  \
         }                                                                                       \
         for (; i + W <= nc; i += W) s0 += ld_##TS##_##W(pc + i);                                \
         if (i < nc) s1 += ldn_##TS##_##W(pc + i, nc - i, 0.0f);                                 \
-        float cm = (float)(hsum##W(s0 + s1) / (double)nc);                                      \
+        float cm = (float)(hsum##W((s0 + s1) + (s2 + s3)) / (double)nc);                        \
         /* around cm (in L1): sum of d = x - cm and of d^2 */                                   \
-        vf##W d0 = vsplat##W(0), q0 = vsplat##W(0), q1 = vsplat##W(0);                          \
-        for (i = 0; i + 2 * W <= nc; i += 2 * W) {                                              \
+        vf##W d0 = vsplat##W(0), d1 = vsplat##W(0), q0 = vsplat##W(0), q1 = vsplat##W(0);       \
+        vf##W q2 = vsplat##W(0), q3 = vsplat##W(0);                                             \
+        for (i = 0; i + 4 * W <= nc; i += 4 * W) {                                              \
           vf##W da = ld_##TS##_##W(pc + i) - cm, db = ld_##TS##_##W(pc + i + W) - cm;           \
+          vf##W dc = ld_##TS##_##W(pc + i + 2 * W) - cm, dd = ld_##TS##_##W(pc + i + 3 * W) - cm; \
           d0 += da + db;                                                                        \
+          d1 += dc + dd;                                                                        \
           q0 += da * da;                                                                        \
           q1 += db * db;                                                                        \
+          q2 += dc * dc;                                                                        \
+          q3 += dd * dd;                                                                        \
         }                                                                                       \
+        d0 += d1;                                                                               \
+        q0 += q2;                                                                               \
+        q1 += q3;                                                                               \
         for (; i + W <= nc; i += W) {                                                           \
           vf##W d = ld_##TS##_##W(pc + i) - cm;                                                 \
           d0 += d;                                                                              \

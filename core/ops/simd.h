@@ -113,11 +113,15 @@
     memcpy(&h, (const char *)&v + sizeof h, sizeof h);                                          \
     return __builtin_convertvector(h, vdh##W);                                                  \
   }                                                                                             \
-  /* lanes summed in double, in lane order */                                                   \
-  AI VATTR_##W double hsum##W(vf##W v) {                                                                  \
-    double s = 0;                                                                               \
-    for (int i = 0; i < W; i++) s += (double)v[i];                                              \
-    return s;                                                                                   \
+  /* lanes summed in double as a tree (lane i with lane i + W/2, then halves                    \
+   * again): a fixed order, log2(W) dependent adds instead of W */                              \
+  AI VATTR_##W double hsum##W(vf##W v) {                                                        \
+    vdh##W s = vlo_d##W(v) + vhi_d##W(v);                                                       \
+    double t[W / 2];                                                                            \
+    memcpy(t, &s, sizeof t);                                                                    \
+    for (int n = W / 4; n >= 1; n /= 2)                                                         \
+      for (int i = 0; i < n; i++) t[i] += t[i + n];                                             \
+    return t[0];                                                                                \
   }                                                                                             \
   AI VATTR_##W float hmax##W(vf##W v) {                                                                   \
     float m = v[0];                                                                             \
