@@ -1552,12 +1552,19 @@ static bool dnnl_auto(run_kind kind, const geom *g) {
     int bit = kind == RUN_FWD ? 1 : kind == RUN_BWD_INPUT ? 2 : 4;
     return (atoi(e) & bit) != 0;
   }
-  /* float32 stays on im2col: the stem gain measured on AVX2 (0.79-0.89x,
-   * one run 1.37x) was within the noise, and oneDNN cannot run inside a
-   * graph scheduler wave (dnnl_run_op), so routing stems to it made a
-   * concurrent graph's results differ in the last bit from a sequential one */
-  (void)kind, (void)g;
-  return false;
+  /* below AVX-512, float32 stays on im2col: the stem gain measured on AVX2
+   * (0.79-0.89x, one run 1.37x) was within the noise */
+  /* On AVX-512 CPUs, oneDNN's float32 kernels win where im2col has to
+   * gather columns (doc/benchmarks.md, "Models", sixth pass): convolutions
+   * with a kernel larger than 1x1, no groups, and at least 196 output
+   * pixels over the batch (ResNet's 3x3 layers; at 7x7 and below, batch 1,
+   * its fixed costs lose: 1.5-2.7x the im2col time). 1x1 convolutions are
+   * one GEMM without columns, and grouped (depthwise) ones ran slower
+   * through oneDNN (MobileNetV2 b8 1.1x); both stay on im2col, as does the
+   * input grad of a stem (<= 4 input channels: 1.5-2.6x). */
+  if (of_cpu_isa() < OF_ISA_AVX512 || g->k_sz == 1 || g->G != 1) return false;
+  if (kind == RUN_BWD_INPUT && g->CI <= 4) return false;
+  return g->N * g->out_sz >= 196;
 }
 
 /* canonical element strides of a dense [N, C, sp...] in the layout */

@@ -152,6 +152,60 @@ print(y:size(1))
   end)
 end)
 
+describe('auto routing of float32 convolutions (OF_CONV_BACKEND unset)', function()
+  -- On AVX-512 CPUs auto sends float32 convolutions with a kernel above 1x1,
+  -- no groups and at least 196 output pixels over the batch to oneDNN;
+  -- 1x1, grouped and small ones stay on im2col, and below AVX-512 (or with
+  -- OF_CPU_ISA capping it) every float32 convolution does.
+  local function routed(env)
+    local script = os.tmpname()
+    local f = assert(io.open(script, 'w'))
+    f:write([[
+local flow = require 'oneflow'
+local F = flow.nn.functional
+local x = flow.randn(1, 16, 16, 16)
+local cases = {
+  function() return F.conv2d(x, flow.randn(16, 16, 3, 3), nil, {padding = 1}) end,   -- 256 pixels
+  function() return F.conv2d(x, flow.randn(16, 16, 1, 1)) end,                        -- 1x1
+  function() return F.conv2d(x, flow.randn(16, 1, 3, 3), nil, {padding = 1, groups = 16}) end,
+  function() return F.conv2d(flow.randn(1, 16, 7, 7), flow.randn(16, 16, 3, 3), nil, {padding = 1}) end,
+  function() return F.conv2d(flow.randn(4, 16, 7, 7), flow.randn(16, 16, 3, 3), nil, {padding = 1}) end,
+}
+for i, c in ipairs(cases) do
+  io.stdout:write('CASE', i, '\n') io.stdout:flush()
+  c()
+end
+io.stdout:write('CASE', #cases + 1, '\n') io.stdout:flush()
+]])
+    f:close()
+    local p = io.popen(('%s DNNL_VERBOSE=1 luajit %s 2>&1'):format(env, script))
+    local out = p:read('*a')
+    p:close()
+    os.remove(script)
+    local got = {}
+    for i = 1, 5 do
+      local a = assert(out:find('CASE' .. i .. '\n', 1, true), out)
+      local b = assert(out:find('CASE' .. (i + 1) .. '\n', a, true), out)
+      got[i] = out:sub(a, b):find('exec,cpu,convolution', 1, true) ~= nil
+    end
+    return got, out
+  end
+
+  it('oneDNN for 3x3 layers on AVX-512, im2col for 1x1, grouped and small ones', function()
+    if not BUILT then pending('built without oneDNN (OF_WITH_DNNL=OFF)') return end
+    local got, out = routed('env -u OF_CONV_BACKEND -u OF_CPU_ISA')
+    local avx512 = flow.backends.cpu.get_cpu_capability() == 'AVX512'
+    -- 3x3 on 16x16, 1x1, depthwise, 3x3 on 7x7 (49 pixels), 3x3 on 4 x 7x7 (196)
+    assert.are.same({avx512, false, false, false, avx512}, got, out)
+  end)
+
+  it('below AVX-512 (OF_CPU_ISA=avx2) every float32 convolution takes im2col', function()
+    if not BUILT then pending('built without oneDNN (OF_WITH_DNNL=OFF)') return end
+    local got, out = routed('env -u OF_CONV_BACKEND OF_CPU_ISA=avx2')
+    assert.are.same({false, false, false, false, false}, got, out)
+  end)
+end)
+
 describe('the weight-reorder cache (inference through oneDNN)', function()
   -- no_grad forwards keep a parameter's reordered weight, keyed by its
   -- storage and version: an in-place change, a new parameter, another dtype
