@@ -134,6 +134,26 @@ describe('tensor lifetimes', function()
     assert.equal(9, hits)   -- every 2 MiB block of the last rounds came from the cache
   end)
 
+  it('serves a large request from a larger cached block, split, not fresh pages', function()
+    -- a fresh process: 3 x 8 MiB, freed, then 3 x 6 MiB: no 6 MiB block is
+    -- cached, so each takes the head of an 8 MiB one (its pages already
+    -- mapped; the tail stays cached); before, each was mapped anew
+    local hits = allocator_rounds([[
+      round(8)
+      h0 = flow.memory_stats().cache_hits
+      round(6)
+    ]])
+    assert.equal(3, hits)
+    -- the split block holds what is written to it, to its last element
+    local n = 6 * 262144
+    do local _ = flow.empty(8 * 262144) end
+    flow.collect()
+    local t = flow.full({n}, 2)
+    t[n] = 5
+    assert.equal(2 * (n - 1) + 5, t:sum():item())
+    assert.equal(5, t[n]:item())
+  end)
+
   it('shares tensors with C hosts through handles', function()
     local x = flow.tensor({1, 2})
     local p = flow.to_handle(x)
