@@ -720,6 +720,54 @@ static inline void tap_range(int64_t o, int64_t s, int64_t d, int64_t p, int64_t
     for (; i < n; i++) s += y[i] * x[i * sx];                                              \
     for (int j = 0; j < 8; j++) s += acc[j];                                               \
     return s;                                                                              \
+  }                                                                                        \
+  /* One output row of a 3x3 depthwise tap set, all three input rows x0..x2 in              \
+   * range: y[i] += the nine taps, added in the generic path's order (row-major             \
+   * taps; only where a multiply-add contracts may the last bit differ from                 \
+   * nine axpy passes), reading and writing the row once instead of nine                   \
+   * times. Columns whose taps reach past the row's ends skip those taps. */               \
+  __attribute__((target_clones("avx512f", "avx2", "default")))                             \
+  static void dw3_row_##T(T *restrict y, const T *restrict x0, const T *restrict x1,        \
+                          const T *restrict x2, const T *w, int64_t s, int64_t p,          \
+                          int64_t W, int64_t OW) {                                         \
+    const T w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6],    \
+            w7 = w[7], w8 = w[8];                                                          \
+    /* interior columns: 0 <= i*s - p and i*s - p + 2 <= W - 1 */                          \
+    int64_t ilo = (p + s - 1) / s, ihi = W - 3 + p < 0 ? 0 : (W - 3 + p) / s + 1;         \
+    if (ihi > OW) ihi = OW;                                                                \
+    if (ilo > ihi) ilo = ihi;                                                              \
+    const T *rows[3] = {x0, x1, x2};                                                       \
+    for (int64_t i = 0; i < OW; i++) {                                                     \
+      if (i == ilo) i = ihi;                                                               \
+      if (i >= OW) break;                                                                  \
+      T acc = y[i];                                                                        \
+      for (int kh = 0; kh < 3; kh++)                                                       \
+        for (int kw = 0; kw < 3; kw++) {                                                   \
+          int64_t c = i * s - p + kw;                                                      \
+          if (c >= 0 && c < W) acc += w[kh * 3 + kw] * rows[kh][c];                        \
+        }                                                                                  \
+      y[i] = acc;                                                                          \
+    }                                                                                      \
+    if (s == 1) {                                                                          \
+      const T *a = x0 - p, *b = x1 - p, *c = x2 - p;                                       \
+      for (int64_t i = ilo; i < ihi; i++) {                                                \
+        T acc = y[i];                                                                      \
+        acc += w0 * a[i], acc += w1 * a[i + 1], acc += w2 * a[i + 2];                      \
+        acc += w3 * b[i], acc += w4 * b[i + 1], acc += w5 * b[i + 2];                      \
+        acc += w6 * c[i], acc += w7 * c[i + 1], acc += w8 * c[i + 2];                      \
+        y[i] = acc;                                                                        \
+      }                                                                                    \
+    } else {                                                                               \
+      const T *a = x0 - p, *b = x1 - p, *c = x2 - p;                                       \
+      for (int64_t i = ilo; i < ihi; i++) {                                                \
+        int64_t j = i * s;                                                                 \
+        T acc = y[i];                                                                      \
+        acc += w0 * a[j], acc += w1 * a[j + 1], acc += w2 * a[j + 2];                      \
+        acc += w3 * b[j], acc += w4 * b[j + 1], acc += w5 * b[j + 2];                      \
+        acc += w6 * c[j], acc += w7 * c[j + 1], acc += w8 * c[j + 2];                      \
+        y[i] = acc;                                                                        \
+      }                                                                                    \
+    }                                                                                      \
   }
 DW_ROWS(float)
 DW_ROWS(double)
@@ -731,6 +779,10 @@ DW_ROWS(double)
     const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];                          \
     const int64_t KD = g->k[0], KH = g->k[1], KW = g->k[2], mult = g->CO / g->CI;          \
     int64_t planes = g->N * g->CO;                                                         \
+    /* 2-D 3x3, dilation 1 (MobileNet's layers): rows with all three taps in                \
+     * range go through dw3_row */                                                         \
+    const bool dw3 = KD == 1 && KH == 3 && KW == 3 && g->d[1] == 1 && g->d[2] == 1 &&      \
+                     g->p[2] >= 0 && g->p[2] <= 2;                                         \
     int nt = planes > 1 && planes * g->out_sz * g->k_sz >= OF_PARALLEL_GRAIN ? of_threads() : 1; \
     _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")              \
     for (int64_t pl = 0; pl < planes; pl++) {                                              \
@@ -747,6 +799,11 @@ DW_ROWS(double)
           int64_t kh0, kh1;                                                                \
           tap_range(oh, g->s[1], g->d[1], g->p[1], KH, H, &kh0, &kh1);                     \
           T *yr = yp + (od * OH + oh) * OW;                                                \
+          if (dw3 && kh1 - kh0 == 3) {                                                     \
+            const T *xr = xp + (oh * g->s[1] - g->p[1]) * W;                               \
+            dw3_row_##T(yr, xr, xr + W, xr + 2 * W, wp, g->s[2], g->p[2], W, OW);          \
+            continue;                                                                      \
+          }                                                                                \
           for (int64_t kd = kd0; kd < kd1; kd++)                                           \
             for (int64_t kh = kh0; kh < kh1; kh++) {                                       \
               int64_t id = od * g->s[0] + kd * g->d[0] - g->p[0];                          \

@@ -168,6 +168,33 @@ describe('conv2d forward', function()
     end
   end)
 
+  it('3x3 depthwise rows (one pass per row): borders, strides, paddings, narrow maps', function()
+    -- float32 2-D 3x3 depthwise convolutions take a row kernel where all
+    -- three input rows are in range; columns past the row's ends skip taps
+    flow.manual_seed(4)
+    local cases = {
+      {x = {2, 3, 9, 13}, o = {padding = 1}},
+      {x = {1, 2, 8, 17}, o = {stride = 2, padding = 1}},
+      {x = {1, 2, 7, 11}, o = {stride = 3, padding = 2}},
+      {x = {1, 2, 6, 9}, o = {padding = {1, 0}}},
+      {x = {1, 2, 5, 8}, o = {stride = {1, 2}, padding = {2, 2}}},
+      {x = {1, 2, 5, 1}, o = {padding = 1}},
+      {x = {1, 2, 4, 2}, o = {padding = 1}},
+      {x = {1, 2, 4, 3}, o = {stride = 2, padding = 0}},
+      {x = {2, 2, 6, 6}, o = {padding = 1}, mult = 2},
+    }
+    for _, c in ipairs(cases) do
+      local C = c.x[2]
+      local xx, w, b = randn(c.x), randn({C * (c.mult or 1), 1, 3, 3}), randn({C * (c.mult or 1)})
+      local o = {groups = C}
+      for k, v in pairs(c.o) do o[k] = type(v) == 'number' and {v, v} or v end
+      local want = naive_conv2d(xx:totable(), w:totable(), b:totable(), o)
+      local kw = {groups = C}
+      for k, v in pairs(c.o) do kw[k] = v end
+      H.close(F.conv2d(xx:float(), w:float(), b:float(), kw), want, 1e-5)
+    end
+  end)
+
   it('gives the same result on the 1x1 fast path as on the general path', function()
     flow.manual_seed(2)
     local xx, w = randn({3, 8, 5, 6}), randn({4, 8, 1, 1})
