@@ -670,8 +670,9 @@ typedef enum { RUN_FWD, RUN_BWD_INPUT, RUN_BWD_WEIGHT } run_kind;
 
 /* ---- depthwise (every group one input channel): direct kernels ----
  * Output channel co reads input channel co / mult. Per output row, each
- * kernel tap updates the whole row; the column matrix would be k_sz times
- * the input for a gemm with a single row. */
+ * kernel tap updates the whole row (a 2-D 3x3 forward adds all nine in one
+ * pass over the row: dw3_row); the column matrix would be k_sz times the
+ * input for a gemm with a single row. */
 
 /* Range of kernel taps t with 0 <= o*s + t*d - p < n, for an output o. */
 static inline void tap_range(int64_t o, int64_t s, int64_t d, int64_t p, int64_t k, int64_t n,
@@ -721,6 +722,22 @@ static inline void tap_range(int64_t o, int64_t s, int64_t d, int64_t p, int64_t
     for (int j = 0; j < 8; j++) s += acc[j];                                               \
     return s;                                                                              \
   }                                                                                        \
+  /* columns [ilo, ihi) of dw3_row, every tap in range: a, b, c are the three              \
+   * input rows, p the padding */                                                          \
+  static inline __attribute__((always_inline)) void dw3_span_##T(                          \
+      T *restrict y, const T *restrict a, const T *restrict b, const T *restrict c,         \
+      const T *w, int64_t ilo, int64_t ihi, int64_t s, int64_t p) {                        \
+    const T w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6],    \
+            w7 = w[7], w8 = w[8];                                                          \
+    for (int64_t i = ilo; i < ihi; i++) {                                                  \
+      int64_t j = i * s - p;                                                               \
+      T acc = y[i];                                                                        \
+      acc += w0 * a[j], acc += w1 * a[j + 1], acc += w2 * a[j + 2];                        \
+      acc += w3 * b[j], acc += w4 * b[j + 1], acc += w5 * b[j + 2];                        \
+      acc += w6 * c[j], acc += w7 * c[j + 1], acc += w8 * c[j + 2];                        \
+      y[i] = acc;                                                                          \
+    }                                                                                      \
+  }                                                                                        \
   /* One output row of a 3x3 depthwise tap set, all three input rows x0..x2 in              \
    * range: y[i] += the nine taps, added in the generic path's order (row-major             \
    * taps; only where a multiply-add contracts may the last bit differ from                 \
@@ -730,8 +747,6 @@ static inline void tap_range(int64_t o, int64_t s, int64_t d, int64_t p, int64_t
   static void dw3_row_##T(T *restrict y, const T *restrict x0, const T *restrict x1,        \
                           const T *restrict x2, const T *w, int64_t s, int64_t p,          \
                           int64_t W, int64_t OW) {                                         \
-    const T w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6],    \
-            w7 = w[7], w8 = w[8];                                                          \
     /* interior columns: 0 <= i*s - p and i*s - p + 2 <= W - 1 */                          \
     int64_t ilo = (p + s - 1) / s, ihi = W - 3 + p < 0 ? 0 : (W - 3 + p) / s + 1;         \
     if (ihi > OW) ihi = OW;                                                                \
@@ -748,26 +763,9 @@ static inline void tap_range(int64_t o, int64_t s, int64_t d, int64_t p, int64_t
         }                                                                                  \
       y[i] = acc;                                                                          \
     }                                                                                      \
-    if (s == 1) {                                                                          \
-      const T *a = x0 - p, *b = x1 - p, *c = x2 - p;                                       \
-      for (int64_t i = ilo; i < ihi; i++) {                                                \
-        T acc = y[i];                                                                      \
-        acc += w0 * a[i], acc += w1 * a[i + 1], acc += w2 * a[i + 2];                      \
-        acc += w3 * b[i], acc += w4 * b[i + 1], acc += w5 * b[i + 2];                      \
-        acc += w6 * c[i], acc += w7 * c[i + 1], acc += w8 * c[i + 2];                      \
-        y[i] = acc;                                                                        \
-      }                                                                                    \
-    } else {                                                                               \
-      const T *a = x0 - p, *b = x1 - p, *c = x2 - p;                                       \
-      for (int64_t i = ilo; i < ihi; i++) {                                                \
-        int64_t j = i * s;                                                                 \
-        T acc = y[i];                                                                      \
-        acc += w0 * a[j], acc += w1 * a[j + 1], acc += w2 * a[j + 2];                      \
-        acc += w3 * b[j], acc += w4 * b[j + 1], acc += w5 * b[j + 2];                      \
-        acc += w6 * c[j], acc += w7 * c[j + 1], acc += w8 * c[j + 2];                      \
-        y[i] = acc;                                                                        \
-      }                                                                                    \
-    }                                                                                      \
+    /* s == 1 inlined with the constant: contiguous loads the loop vectorises */            \
+    if (s == 1) dw3_span_##T(y, x0, x1, x2, w, ilo, ihi, 1, p);                            \
+    else dw3_span_##T(y, x0, x1, x2, w, ilo, ihi, s, p);                                   \
   }
 DW_ROWS(float)
 DW_ROWS(double)
@@ -779,10 +777,10 @@ DW_ROWS(double)
     const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];                          \
     const int64_t KD = g->k[0], KH = g->k[1], KW = g->k[2], mult = g->CO / g->CI;          \
     int64_t planes = g->N * g->CO;                                                         \
-    /* 2-D 3x3, dilation 1 (MobileNet's layers): rows with all three taps in                \
-     * range go through dw3_row */                                                         \
+    /* 2-D 3x3, dilation 1, padding up to 2 (MobileNet's layers; what the spec               \
+     * covers): rows with all three taps in range go through dw3_row */                    \
     const bool dw3 = KD == 1 && KH == 3 && KW == 3 && g->d[1] == 1 && g->d[2] == 1 &&      \
-                     g->p[2] >= 0 && g->p[2] <= 2;                                         \
+                     g->p[2] <= 2;                                                         \
     int nt = planes > 1 && planes * g->out_sz * g->k_sz >= OF_PARALLEL_GRAIN ? of_threads() : 1; \
     _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")              \
     for (int64_t pl = 0; pl < planes; pl++) {                                              \
@@ -1609,8 +1607,6 @@ static bool dnnl_auto(run_kind kind, const geom *g) {
     int bit = kind == RUN_FWD ? 1 : kind == RUN_BWD_INPUT ? 2 : 4;
     return (atoi(e) & bit) != 0;
   }
-  /* below AVX-512, float32 stays on im2col: the stem gain measured on AVX2
-   * (0.79-0.89x, one run 1.37x) was within the noise */
   /* On AVX-512 CPUs, oneDNN's float32 kernels win where im2col has to
    * gather columns (doc/benchmarks.md, "Models", sixth pass): convolutions
    * with a kernel larger than 1x1, no groups, and at least 196 output
@@ -1618,7 +1614,9 @@ static bool dnnl_auto(run_kind kind, const geom *g) {
    * its fixed costs lose: 1.5-2.7x the im2col time). 1x1 convolutions are
    * one GEMM without columns, and grouped (depthwise) ones ran slower
    * through oneDNN (MobileNetV2 b8 1.1x); both stay on im2col, as does the
-   * input grad of a stem (<= 4 input channels: 1.5-2.6x). */
+   * input grad of a stem (<= 4 input channels: 1.5-2.6x). Below AVX-512
+   * float32 stays on im2col: the stem gain measured on AVX2 (0.79-0.89x,
+   * one run 1.37x) was within the noise. */
   if (of_cpu_isa() < OF_ISA_AVX512 || g->k_sz == 1 || g->G != 1) return false;
   if (kind == RUN_BWD_INPUT && g->CI <= 4) return false;
   return g->N * g->out_sz >= 196;
