@@ -90,6 +90,31 @@ describe('flowtext.BertTokenizer', function()
     H.raises(function() text.BertTokenizer(d) end, 'tokenizer.json', 'BPE', 'not supported')
   end)
 
+  it('looks tokens and ids up both ways; a repeated token keeps its first id', function()
+    -- the vocabulary lives in one string and FFI arrays (off the GC's way):
+    -- lookups of every token and id, absent ones, and duplicates in vocab.txt
+    local tok = text.BertTokenizer(vocab_dir())
+    for i, t in ipairs(VOCAB) do
+      assert.equal(i - 1, tok.vocab[t], t)
+      assert.same({t}, tok:convert_ids_to_tokens({i}))
+    end
+    assert.is_nil(tok.vocab['nothere'])
+    assert.is_nil(tok.vocab['hell'])    -- a prefix of a token
+    assert.is_nil(tok.vocab['hello!'])  -- a token plus more
+    assert.is_nil(tok.vocab[''])
+    assert.is_nil(tok.vocab[5])
+    H.raises(function() tok:convert_ids_to_tokens({#VOCAB + 1}) end, 'outside the vocabulary')
+    H.raises(function() tok:convert_ids_to_tokens({0}) end, 'outside the vocabulary')
+    local d = H.tmpdir()
+    write(d .. '/vocab.txt', table.concat(VOCAB, '\n') .. '\nhello\nzz\n')
+    local dup = text.BertTokenizer(d)
+    assert.equal(5, dup.vocab['hello'])              -- line 6, not the repeat on line 32
+    assert.equal(#VOCAB + 1, dup.vocab['zz'])
+    assert.same({'zz'}, dup:convert_ids_to_tokens({#VOCAB + 2}))
+    H.raises(function() dup:convert_ids_to_tokens({#VOCAB + 1}) end, 'outside the vocabulary')
+    assert.equal(#VOCAB + 2, dup.vocab_size)
+  end)
+
   it('rejects bad input with clear errors', function()
     local tok = text.BertTokenizer(vocab_dir())
     H.raises(function() tok:encode('ok \xff bad') end, 'BertTokenizer:encode', 'not valid UTF-8', 'byte 4')
