@@ -147,8 +147,8 @@ end
 local read_file, exists, read_json = files.read, files.exists, files.read_json
 
 -- The vocabulary outside the garbage collector's way: one string holding
--- every token, FFI arrays of offsets and lengths by id, and an open-addressed
--- hash table of ids (FNV-1a of the token's bytes). As two Lua tables of
+-- every token, FFI arrays of each token's offset, length and id, and an
+-- open-addressed hash table of them (FNV-1a of the token's bytes). As two Lua tables of
 -- 30,522 strings each (token -> id, id -> token), MiniLM's vocabulary cost
 -- every full collection 2.6 ms of 4.4 (the runtime forces one per 64 MiB of
 -- garbage tensors: two per encode of 32 sentences); now it is a handful of
@@ -164,8 +164,10 @@ local function fnv1a(p, n)
   return h
 end
 
--- list: {token, id} pairs; of two equal tokens the first keeps its id, and
--- vocab.token(id) is the token whose id that is (nil for ids no token has)
+-- list: {token, id} pairs -> vocab, token_of, size: vocab[token] is the id
+-- (of two equal tokens the first keeps its id), token_of(id) the token whose
+-- id that is (nil for ids no token has), size the largest id + 1. vocab has
+-- no fields of its own: every string key is a lookup ('size' is a token too).
 local function make_vocab(list)
   local n, nids = #list, 0
   local parts = {}
@@ -197,10 +199,9 @@ local function make_vocab(list)
     if first[id] == 0 then first[id] = k end
     pos = pos + #t
   end
-  local v = {size = nids}
   local function lookup(t) return (find(ffi.cast('const uint8_t *', t), #t)) end
   -- the token of a 0-based id, or nil
-  function v.token(id)
+  local function token_of(id)
     if type(id) ~= 'number' or id < 0 or id >= nids or id ~= math.floor(id) then return nil end
     local k = first[id] - 1
     if k < 0 then return nil end
@@ -208,10 +209,12 @@ local function make_vocab(list)
     if lookup(t) ~= id then return nil end   -- a later copy of an earlier token
     return t
   end
-  return setmetatable(v, {__index = function(_, k)
+  local vocab = setmetatable({}, {__index = function(_, k)
     if type(k) ~= 'string' then return nil end
     return lookup(k)
-  end, blob = blob})
+  end, __newindex = function() error('BertTokenizer: the vocabulary is read-only', 2) end,
+  blob = blob})
+  return vocab, token_of, nids
 end
 
 -- token -> HF id from vocab.txt (line n is id n - 1)
@@ -224,7 +227,8 @@ local function vocab_txt(op, path)
     list[#list + 1] = {line, n}
     n = n + 1
   end
-  return make_vocab(list), n
+  local vocab, token_of = make_vocab(list)
+  return vocab, token_of, n
 end
 
 -- Settings of a tokenizer.json this tokenizer can follow, or an error naming what differs.
@@ -276,12 +280,11 @@ function BertTokenizer:__init(dir, opts)
     end
     -- a fixed order (pairs has none): by id, then token
     table.sort(list, function(a, b) return a[2] < b[2] or (a[2] == b[2] and a[1] < b[1]) end)
-    self.vocab = make_vocab(list)
-    self.vocab_size = self.vocab.size
+    self.vocab, self.token_of, self.vocab_size = make_vocab(list)
     self.max_input_chars_per_word = tonumber(m.max_input_chars_per_word) or 100
     if type(m.unk_token) == 'string' then self.unk_token = m.unk_token end
   elseif exists(dir .. '/vocab.txt') then
-    self.vocab, self.vocab_size = vocab_txt(op, dir .. '/vocab.txt')
+    self.vocab, self.token_of, self.vocab_size = vocab_txt(op, dir .. '/vocab.txt')
   else
     fail(('%s: %s has neither tokenizer.json nor vocab.txt'):format(op, dir))
   end
@@ -362,7 +365,7 @@ end
 function BertTokenizer:convert_ids_to_tokens(ids)
   local out = {}
   for i, id in ipairs(ids) do
-    local t = type(id) == 'number' and self.vocab.token(id - 1) or nil
+    local t = type(id) == 'number' and self.token_of(id - 1) or nil
     if t == nil then
       fail(('BertTokenizer:convert_ids_to_tokens: id %s (position %d) is outside the vocabulary 1..%d'):format(
         tostring(id), i, self.vocab_size))
