@@ -213,7 +213,7 @@ local function make_vocab(list)
     if type(k) ~= 'string' then return nil end
     return lookup(k)
   end, __newindex = function() error('BertTokenizer: the vocabulary is read-only', 2) end,
-  blob = blob})
+  blob = blob})   -- the closures hold only `base`, a pointer into blob: this keeps blob alive
   return vocab, token_of, nids
 end
 

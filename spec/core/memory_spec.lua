@@ -119,19 +119,20 @@ describe('tensor lifetimes', function()
   end)
 
   it('gives back cached large blocks nobody asked for, so the blocks in use are cached', function()
-    -- a fresh process: 3 x 8 MiB, freed (the high-water mark is 24 MiB and
-    -- they fill the cache), then rounds of 3 x 2 MiB. Once a high-water
-    -- mark's worth has been allocated past the 8 MiB blocks they are stale
-    -- and go back to the system, and the 2 MiB blocks are reused; before,
-    -- the 8 MiB blocks held the room for good and every 2 MiB block was
-    -- mapped anew
+    -- a fresh process: 3 x 4 MiB, freed (they fill the cache), then rounds
+    -- of 3 x 6 MiB (the high-water mark becomes 18 MiB). The 4 MiB blocks are
+    -- smaller than anything asked for, so no request can take them; once a
+    -- high-water mark's worth has been allocated past them they are stale
+    -- and go back to the system, and all three 6 MiB blocks stay cached.
+    -- Without that they held 12 MiB of the room for good: one 6 MiB block
+    -- cached per round, two mapped anew
     local hits = allocator_rounds([[
-      round(8)
-      for _ = 1, 10 do round(2) end
+      round(4)
+      for _ = 1, 3 do round(6) end
       h0 = flow.memory_stats().cache_hits
-      for _ = 1, 3 do round(2) end
+      for _ = 1, 3 do round(6) end
     ]])
-    assert.equal(9, hits)   -- every 2 MiB block of the last rounds came from the cache
+    assert.equal(9, hits)   -- every 6 MiB block of the last rounds came from the cache
   end)
 
   it('serves a large request from a larger cached block, split, not fresh pages', function()
