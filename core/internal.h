@@ -174,6 +174,19 @@ of_status of_dense(of_tensor *t, of_dtype dt, of_tensor **out);
 bool of_is_channels_last(const of_tensor *t);
 /* Channels-last and not also contiguous (the layout an op should keep). */
 bool of_prefers_channels_last(const of_tensor *t);
+/* shape/strides dense channels-last (dims of size 1 aside), 4-d or 5-d */
+bool of_strides_channels_last(const int64_t *shape, const int64_t *strides, int32_t ndim);
+/* PyTorch's memory-format propagation for elementwise results: channels-last
+ * when the first operand of the result's full shape (4-d or 5-d) is strictly
+ * channels-last; a contiguous one first, ambiguous (C == 1, both layouts at
+ * once) and broadcast operands do not decide otherwise. A NULL shape skips
+ * an operand. Shared by the eager loops and the graph's fused nodes. */
+typedef struct {
+  const int64_t *shape, *strides;
+  int32_t ndim;
+} of_layout_ref;
+bool of_layout_wants_channels_last(const of_layout_ref *ops, int32_t n, const int64_t *shape,
+                                   int32_t ndim);
 of_status of_tensor_new_channels_last(const int64_t *shape, int32_t ndim, of_dtype dt,
                                       of_device dev, of_tensor **out);
 /* t dense in the layout (cl: channels-last, else contiguous) and dtype dt,

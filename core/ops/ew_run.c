@@ -4,23 +4,15 @@
 #include "../device.h"
 #include <string.h>
 
-/* PyTorch's memory-format propagation: without `into`, the result is laid
- * out channels-last when the first operand of the result's full shape is
- * (strictly) channels-last, so conv -> bn -> relu -> add chains keep NHWC
- * instead of converting back and forth. Ambiguous operands (C == 1, or
- * both layouts at once) and broadcast ones do not decide. */
+/* the result's layout (of_layout_wants_channels_last): conv -> bn -> relu ->
+ * add chains keep NHWC instead of converting back and forth */
 static bool wants_channels_last(of_tensor **ins, int32_t nin, const int64_t *shape, int32_t ndim) {
-  if (ndim != 4 && ndim != 5) return false;
-  for (int32_t i = 0; i < nin; i++) {
-    const of_tensor *t = ins[i];
-    if (!t || t->ndim != ndim) continue;
-    bool full = true;
-    for (int32_t d = 0; full && d < ndim; d++) full = t->shape[d] == shape[d];
-    if (!full) continue;
-    if (of_prefers_channels_last(t)) return true;
-    if (of_tensor_is_contiguous(t)) return false;
-  }
-  return false;
+  of_layout_ref r[OF_ITER_MAX];
+  if (nin > OF_ITER_MAX) nin = OF_ITER_MAX;
+  for (int32_t i = 0; i < nin; i++)
+    r[i] = ins[i] ? (of_layout_ref){ins[i]->shape, ins[i]->strides, ins[i]->ndim}
+                  : (of_layout_ref){NULL, NULL, 0};
+  return of_layout_wants_channels_last(r, nin, shape, ndim);
 }
 
 static void release_all(of_tensor **ts, int32_t n) {

@@ -316,6 +316,91 @@ static void chrow_affine_bf16(const uint16_t *restrict x, uint16_t *restrict y, 
 CHANNEL_KERNELS(float)
 CHANNEL_KERNELS(double)
 
+/* Channels-last (dense [N, spatial..., C]): x as [R, C] rows, R = N * S.
+ * Per-channel sums run over chunks of CL_ROWS rows (vectors along C) and
+ * the chunks' partials are combined in chunk order, so results do not
+ * depend on the thread count; the per-element formulas are the channel
+ * kernels' own (the eval affine gives the same bits as on a contiguous
+ * input). */
+enum { CL_ROWS = 64 };
+#define CL_ROWS_T(T)                                                                      \
+  /* acc[c] += x[c], or (x[c] - m[c])^2 when m is given */                                \
+  __attribute__((target_clones("avx512f", "avx2", "default"), OF_GCC_OPTIMIZE("fp-contract=off"))) \
+  static void clrow_sum_##T(const T *restrict x, int64_t C, const double *restrict m,      \
+                            double *restrict acc) {                                       \
+    if (m)                                                                                \
+      for (int64_t c = 0; c < C; c++) {                                                   \
+        double d = (double)x[c] - m[c];                                                   \
+        acc[c] += d * d;                                                                  \
+      }                                                                                   \
+    else                                                                                  \
+      for (int64_t c = 0; c < C; c++) acc[c] += (double)x[c];                             \
+  }                                                                                       \
+  __attribute__((target_clones("avx512f", "avx2", "default"), OF_GCC_OPTIMIZE("fp-contract=off"))) \
+  static void clrow_grad_sums_##T(const T *restrict x, const T *restrict g, int64_t C,      \
+                                  const double *restrict m, double *restrict sg,          \
+                                  double *restrict sgx) {                                 \
+    for (int64_t c = 0; c < C; c++) {                                                     \
+      sg[c] += (double)g[c];                                                              \
+      sgx[c] += (double)g[c] * ((double)x[c] - m[c]);                                     \
+    }                                                                                     \
+  }                                                                                       \
+  __attribute__((target_clones("avx512f", "avx2", "default"), OF_GCC_OPTIMIZE("fp-contract=off"))) \
+  static void clrow_affine_##T(const T *restrict x, T *restrict y, int64_t C,              \
+                               const double *restrict a, const double *restrict b) {      \
+    for (int64_t c = 0; c < C; c++) y[c] = (T)((double)x[c] * a[c] + b[c]);               \
+  }                                                                                       \
+  __attribute__((target_clones("avx512f", "avx2", "default"), OF_GCC_OPTIMIZE("fp-contract=off"))) \
+  static void clrow_grad_input_##T(const T *restrict x, const T *restrict g, T *restrict gx, \
+                                   int64_t C, const double *restrict m,                   \
+                                   const double *restrict a, const double *restrict b,    \
+                                   const double *restrict k) {                            \
+    for (int64_t c = 0; c < C; c++)                                                       \
+      gx[c] = (T)((double)g[c] * a[c] + ((double)x[c] - m[c]) * b[c] + k[c]);             \
+  }                                                                                       \
+  /* part[chunk * C + c]: the chunk's sums (of x, or (x - mu)^2 when mu is given) */      \
+  static void cl_sums_##T(const T *x, int64_t R, int64_t C, const double *mu, double *part) { \
+    int64_t nch = (R + CL_ROWS - 1) / CL_ROWS;                                            \
+    int32_t nt = nthreads(R * C);                                                         \
+    _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
+    for (int64_t k = 0; k < nch; k++) {                                                   \
+      double *acc = part + k * C;                                                         \
+      memset(acc, 0, sizeof(double) * (size_t)C);                                         \
+      int64_t r1 = (k + 1) * CL_ROWS < R ? (k + 1) * CL_ROWS : R;                         \
+      for (int64_t r = k * CL_ROWS; r < r1; r++) clrow_sum_##T(x + r * C, C, mu, acc);    \
+    }                                                                                     \
+  }                                                                                       \
+  static void cl_affine_##T(const T *x, T *y, int64_t R, int64_t C, const double *a,      \
+                            const double *b) {                                            \
+    int32_t nt = nthreads(R * C);                                                         \
+    _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
+    for (int64_t r = 0; r < R; r++) clrow_affine_##T(x + r * C, y + r * C, C, a, b);      \
+  }                                                                                       \
+  static void cl_grad_sums_##T(const T *x, const T *g, int64_t R, int64_t C,              \
+                               const double *mu, double *pg, double *pgx) {               \
+    int64_t nch = (R + CL_ROWS - 1) / CL_ROWS;                                            \
+    int32_t nt = nthreads(R * C);                                                         \
+    _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
+    for (int64_t k = 0; k < nch; k++) {                                                   \
+      double *sg = pg + k * C, *sgx = pgx + k * C;                                        \
+      memset(sg, 0, sizeof(double) * (size_t)C);                                          \
+      memset(sgx, 0, sizeof(double) * (size_t)C);                                         \
+      int64_t r1 = (k + 1) * CL_ROWS < R ? (k + 1) * CL_ROWS : R;                         \
+      for (int64_t r = k * CL_ROWS; r < r1; r++)                                          \
+        clrow_grad_sums_##T(x + r * C, g + r * C, C, mu, sg, sgx);                        \
+    }                                                                                     \
+  }                                                                                       \
+  static void cl_grad_input_##T(const T *x, const T *g, T *gx, int64_t R, int64_t C,      \
+                                const double *mu, const double *a, const double *b,       \
+                                const double *k) {                                        \
+    int32_t nt = nthreads(R * C);                                                         \
+    _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
+    for (int64_t r = 0; r < R; r++)                                                       \
+      clrow_grad_input_##T(x + r * C, g + r * C, gx + r * C, C, mu, a, b, k);             \
+  }
+CL_ROWS_T(float)
+CL_ROWS_T(double)
+
 static void ch_affine_bf16(const uint16_t *x, uint16_t *y, int64_t N, int64_t C, int64_t S,
                            const double *a, const double *b) {
   int32_t nt = nthreads(N * C * S);
@@ -609,9 +694,13 @@ static of_status bn_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   }
   of_dtype cd = of_compute_dtype(x->dtype);
   of_tensor *xc = NULL, *gc = NULL, *gx = NULL;
-  st = of_dense(x, cd, &xc);
-  if (st == OF_OK) st = of_dense(g[0], cd, &gc);
+  /* a channels-last input: the sums and the input grad run as [N * S, C]
+   * rows (cl_*), the grad channels-last */
+  bool cl = (x->ndim == 4 || x->ndim == 5) && of_prefers_channels_last(x);
   int64_t NC = d.N * d.C, M = d.N * d.S;
+  if (cl) NC = (M + CL_ROWS - 1) / CL_ROWS * d.C;   /* partials: chunks x channels */
+  st = of_dense_format(x, cl, cd, &xc);
+  if (st == OF_OK) st = of_dense_format(g[0], cl, cd, &gc);
   double *buf = st == OF_OK ? malloc(sizeof(double) * (size_t)(2 * NC + 5 * d.C + 1)) : NULL;
   if (st == OF_OK && !buf) st = of_fail(OF_ERR_OOM, "batch_norm backward: out of memory");
   if (st == OF_OK) {
@@ -626,7 +715,11 @@ static of_status bn_backward(of_node *n, of_tensor **g, of_tensor **gi) {
       goto done;
     }
     const double *mu = of_tensor_data(sv[2]), *is = of_tensor_data(sv[3]);
-    if (cd == OF_FLOAT64)
+    if (cl && cd == OF_FLOAT64)
+      cl_grad_sums_double(of_tensor_data(xc), of_tensor_data(gc), M, d.C, mu, pg, pgx);
+    else if (cl)
+      cl_grad_sums_float(of_tensor_data(xc), of_tensor_data(gc), M, d.C, mu, pg, pgx);
+    else if (cd == OF_FLOAT64)
       ch_grad_sums_double(of_tensor_data(xc), of_tensor_data(gc), d.N, d.C, d.S, mu, pg, pgx);
     else
       ch_grad_sums_float(of_tensor_data(xc), of_tensor_data(gc), d.N, d.C, d.S, mu, pg, pgx);
@@ -640,9 +733,16 @@ static of_status bn_backward(of_node *n, of_tensor **g, of_tensor **gi) {
       k[c] = training ? -a[c] * s1 / (double)M : 0;
     }
     if (n->needs[0]) {
-      st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &gx);
+      st = cl ? of_tensor_new_channels_last(x->shape, x->ndim, cd, OF_CPU, &gx)
+              : of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &gx);
       if (st == OF_OK) {
-        if (cd == OF_FLOAT64)
+        if (cl && cd == OF_FLOAT64)
+          cl_grad_input_double(of_tensor_data(xc), of_tensor_data(gc), of_tensor_data(gx), M,
+                               d.C, mu, a, b, k);
+        else if (cl)
+          cl_grad_input_float(of_tensor_data(xc), of_tensor_data(gc), of_tensor_data(gx), M,
+                              d.C, mu, a, b, k);
+        else if (cd == OF_FLOAT64)
           ch_grad_input_double(of_tensor_data(xc), of_tensor_data(gc), of_tensor_data(gx),
                                d.N, d.C, d.S, mu, a, b, k);
         else
@@ -876,23 +976,30 @@ static of_status batch_norm_body(of_tensor *x, of_tensor *running_mean, of_tenso
   of_dtype cd = bf_direct ? OF_BFLOAT16 : of_compute_dtype(x->dtype);
   of_tensor *xc = NULL, *mean = NULL, *invstd = NULL, *y = NULL;
   double *buf = NULL;
-  of_status st = of_dense(x, cd, &xc);
+  /* a channels-last input stays so: [N * S, C] rows, result channels-last */
+  bool cl = !bf_direct && (x->ndim == 4 || x->ndim == 5) && of_prefers_channels_last(x);
+  int64_t R = d.N * d.S, nparts = cl ? (R + CL_ROWS - 1) / CL_ROWS * d.C : NC;
+  of_status st = of_dense_format(x, cl, cd, &xc);
   if (st == OF_OK) st = new_doubles(d.C, &mean);
   if (st == OF_OK) st = new_doubles(d.C, &invstd);
-  if (st == OF_OK) st = of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &y);
-  if (st == OF_OK && !(buf = malloc(sizeof(double) * (size_t)(NC + 3 * d.C + 1))))
+  if (st == OF_OK)
+    st = cl ? of_tensor_new_channels_last(x->shape, x->ndim, cd, OF_CPU, &y)
+            : of_tensor_new(x->shape, x->ndim, cd, OF_CPU, &y);
+  if (st == OF_OK && !(buf = malloc(sizeof(double) * (size_t)(nparts + 3 * d.C + 1))))
     st = of_fail(OF_ERR_OOM, "%s: out of memory", op);
   if (st != OF_OK) goto done;
-  double *part = buf, *var = buf + NC, *a = var + d.C, *b = a + d.C;
+  double *part = buf, *var = buf + nparts, *a = var + d.C, *b = a + d.C;
   double *mu = of_tensor_data(mean), *is = of_tensor_data(invstd);
   const void *xp = of_tensor_data(xc);
   if (training) {
     for (int32_t pass = 0; pass < 2; pass++) {
-      if (cd == OF_FLOAT64) ch_sums_double(xp, d.N, d.C, d.S, pass ? mu : NULL, part);
+      if (cl && cd == OF_FLOAT64) cl_sums_double(xp, R, d.C, pass ? mu : NULL, part);
+      else if (cl) cl_sums_float(xp, R, d.C, pass ? mu : NULL, part);
+      else if (cd == OF_FLOAT64) ch_sums_double(xp, d.N, d.C, d.S, pass ? mu : NULL, part);
       else ch_sums_float(xp, d.N, d.C, d.S, pass ? mu : NULL, part);
       for (int64_t c = 0; c < d.C; c++) {
         double acc = 0;
-        for (int64_t q = c; q < NC; q += d.C) acc += part[q];
+        for (int64_t q = c; q < nparts; q += d.C) acc += part[q];
         (pass ? var : mu)[c] = acc / (double)M;
       }
     }
@@ -910,7 +1017,9 @@ static of_status batch_norm_body(of_tensor *x, of_tensor *running_mean, of_tenso
     a[c] = is[c] * (weight ? get1(weight, c) : 1.0);
     b[c] = (bias ? get1(bias, c) : 0.0) - mu[c] * a[c];
   }
-  if (cd == OF_FLOAT64) ch_affine_double(xp, of_tensor_data(y), d.N, d.C, d.S, a, b);
+  if (cl && cd == OF_FLOAT64) cl_affine_double(xp, of_tensor_data(y), R, d.C, a, b);
+  else if (cl) cl_affine_float(xp, of_tensor_data(y), R, d.C, a, b);
+  else if (cd == OF_FLOAT64) ch_affine_double(xp, of_tensor_data(y), d.N, d.C, d.S, a, b);
   else if (cd == OF_BFLOAT16) ch_affine_bf16(xp, of_tensor_data(y), d.N, d.C, d.S, a, b);
   else ch_affine_float(xp, of_tensor_data(y), d.N, d.C, d.S, a, b);
   st = of_finish_dtype(y, x->dtype, out);

@@ -473,6 +473,61 @@ ROW_ADD(double)
 POOL_KERNELS(float)
 POOL_KERNELS(double)
 
+/* Channels-last max pool (x dense [N, D, H, W, C]): each output pixel takes
+ * the max of its window's taps, a vector over C per tap (max_cl_tap), taps
+ * in (d, h, w) order with the plane kernels' rule (ties keep the first
+ * position, the last NaN wins, an all -inf window its first position, an
+ * empty one 0). y and the plane positions in idx are channels-last too. */
+#define MAX_CL(T)                                                                          \
+  __attribute__((target_clones("avx512f", "avx2", "default")))                             \
+  static void max_cl_tap_##T(const T *restrict xp, int64_t C, T *restrict y,               \
+                             int32_t *restrict t, int32_t pos) {                           \
+    for (int64_t c = 0; c < C; c++) {                                                      \
+      T v = xp[c], cur = y[c];                                                             \
+      bool take = (v > cur) | (v != v);                                                    \
+      y[c] = take ? v : cur;                                                               \
+      t[c] = take ? pos : t[c];                                                            \
+    }                                                                                      \
+  }                                                                                        \
+  static void max_cl_fwd_##T(const pgeom *g, int64_t N, int64_t C, const T *x, T *y,        \
+                             int64_t *idx, int64_t base, int32_t *scratch, int nt) {       \
+    const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];                          \
+    const int64_t H = g->in[1], W = g->in[2];                                              \
+    int64_t rows = N * OD * OH;                                                            \
+    _Pragma("omp parallel num_threads(nt) if (nt > 1)")                                   \
+    {                                                                                      \
+      int32_t *t = scratch + (int64_t)omp_get_thread_num() * C;                            \
+      _Pragma("omp for schedule(static)")                                                  \
+      for (int64_t r = 0; r < rows; r++) {                                                 \
+        int64_t oh = r % OH, od = (r / OH) % OD, n = r / (OH * OD);                        \
+        const T *xn = x + n * g->in_sz * C;                                                \
+        int64_t fd = g->first[0][od], nd = g->count[0][od];                                \
+        int64_t fh = g->first[1][oh], nh = g->count[1][oh];                                \
+        for (int64_t ow = 0; ow < OW; ow++) {                                              \
+          T *yp = y + (r * OW + ow) * C;                                                   \
+          int64_t *ip = idx + (r * OW + ow) * C;                                           \
+          int64_t fw = g->first[2][ow], nw = g->count[2][ow];                              \
+          for (int64_t c = 0; c < C; c++) yp[c] = (T)-INFINITY, t[c] = INT32_MIN;          \
+          for (int64_t a = 0; a < nd; a++)                                                 \
+            for (int64_t b = 0; b < nh; b++)                                               \
+              for (int64_t e = 0; e < nw; e++) {                                           \
+                int64_t pos = ((fd + a * g->step[0]) * H + fh + b * g->step[1]) * W + fw + \
+                              e * g->step[2];                                              \
+                max_cl_tap_##T(xn + pos * C, C, yp, t, (int32_t)pos);                      \
+              }                                                                            \
+          int64_t first = (fd * H + fh) * W + fw;                                          \
+          bool empty = nd * nh * nw == 0;                                                  \
+          for (int64_t c = 0; c < C; c++) {                                                \
+            if (empty) yp[c] = 0;                                                          \
+            ip[c] = (empty ? 0 : t[c] == INT32_MIN ? first : t[c]) + base;                 \
+          }                                                                                \
+        }                                                                                  \
+      }                                                                                    \
+    }                                                                                      \
+  }
+MAX_CL(float)
+MAX_CL(double)
+
 /* ---- max pool over small planes (max_plane) ---- */
 
 enum { PLANE_MAX_TABLE = 1 << 16 };   /* taps x outputs */
@@ -890,9 +945,32 @@ static of_status max_run(const pool_args *a, of_tensor *x, int64_t planes, const
   of_tensor *cx = NULL, *val = NULL, *idx = NULL;
   pgeom g = {0};
   of_device dev = of_dev(x);
-  of_status st = of_tensor_new(shape, x->ndim, cd, dev, &val);
-  if (st == OF_OK) st = of_tensor_new(shape, x->ndim, OF_INT64, dev, &idx);
-  if (st == OF_OK && val->numel > 0) {
+  /* a channels-last input on the CPU pools in place of the layout (max_cl_fwd) */
+  bool cl = dev == OF_CPU && !a->adaptive && of_prefers_channels_last(x);
+  of_status st = cl ? of_tensor_new_channels_last(shape, x->ndim, cd, dev, &val)
+                    : of_tensor_new(shape, x->ndim, cd, dev, &val);
+  if (st == OF_OK)
+    st = cl ? of_tensor_new_channels_last(shape, x->ndim, OF_INT64, dev, &idx)
+            : of_tensor_new(shape, x->ndim, OF_INT64, dev, &idx);
+  if (st == OF_OK && val->numel > 0 && cl) {
+    int64_t C = x->shape[1], N = x->shape[0];
+    st = of_dense_format(x, true, cd, &cx);
+    if (st == OF_OK) st = pgeom_init(&g, a, planes, x->shape + x->ndim - nsp, osz);
+    if (st == OF_OK && g.in_sz >= INT32_MAX)
+      st = of_fail(OF_ERR_SHAPE, "%s: a channels-last plane of %lld elements is too large",
+                   a->op, (long long)g.in_sz);
+    int nt = pool_threads(N * g.out[0] * g.out[1], g.planes * g.out_sz * 8);
+    int64_t sbytes = (int64_t)sizeof(int32_t) * nt * (C + 16);
+    int32_t *scratch = st == OF_OK ? of_alloc(OF_CPU, sbytes) : NULL;
+    if (st == OF_OK && !scratch) st = of_fail(OF_ERR_OOM, "%s: out of memory", a->op);
+    if (st == OF_OK && cd == OF_FLOAT32)
+      max_cl_fwd_float(&g, N, C, (const float *)of_ptr(cx), (float *)of_ptr(val),
+                       (int64_t *)of_ptr(idx), base, scratch, nt);
+    else if (st == OF_OK)
+      max_cl_fwd_double(&g, N, C, (const double *)of_ptr(cx), (double *)of_ptr(val),
+                        (int64_t *)of_ptr(idx), base, scratch, nt);
+    if (scratch) of_free(OF_CPU, scratch, sbytes);
+  } else if (st == OF_OK && val->numel > 0) {
     st = operand(x, cd, &cx);
     if (st == OF_OK && dev != OF_CPU) {
       of_pool_desc pd = pool_desc(a, planes, x->shape + x->ndim - nsp, osz);

@@ -287,13 +287,42 @@ static void channels_last_strides(const int64_t *shape, int32_t ndim, int64_t *s
   st[0] = acc;
 }
 
-bool of_is_channels_last(const of_tensor *t) {
-  if (!t || (t->ndim != 4 && t->ndim != 5)) return false;
+bool of_strides_channels_last(const int64_t *shape, const int64_t *strides, int32_t ndim) {
+  if (ndim != 4 && ndim != 5) return false;
   int64_t st[OF_MAX_DIMS];
-  channels_last_strides(t->shape, t->ndim, st);
-  for (int32_t d = 0; d < t->ndim; d++)
-    if (t->shape[d] != 1 && t->strides[d] != st[d]) return false;
+  channels_last_strides(shape, ndim, st);
+  for (int32_t d = 0; d < ndim; d++)
+    if (shape[d] != 1 && strides[d] != st[d]) return false;
   return true;
+}
+
+static bool strides_contiguous(const int64_t *shape, const int64_t *strides, int32_t ndim) {
+  int64_t s = 1;
+  for (int32_t i = ndim - 1; i >= 0; i--) {
+    if (shape[i] != 1 && strides[i] != s) return false;
+    s *= shape[i];
+  }
+  return true;
+}
+
+bool of_layout_wants_channels_last(const of_layout_ref *ops, int32_t n, const int64_t *shape,
+                                   int32_t ndim) {
+  if (ndim != 4 && ndim != 5) return false;
+  for (int32_t i = 0; i < n; i++) {
+    const of_layout_ref *t = &ops[i];
+    if (!t->shape || t->ndim != ndim) continue;
+    bool full = true;
+    for (int32_t d = 0; full && d < ndim; d++) full = t->shape[d] == shape[d];
+    if (!full) continue;
+    bool contig = strides_contiguous(t->shape, t->strides, ndim);
+    if (!contig && of_strides_channels_last(t->shape, t->strides, ndim)) return true;
+    if (contig) return false;
+  }
+  return false;
+}
+
+bool of_is_channels_last(const of_tensor *t) {
+  return t && of_strides_channels_last(t->shape, t->strides, t->ndim);
 }
 
 bool of_prefers_channels_last(const of_tensor *t) {

@@ -279,6 +279,36 @@ describe('nn.Graph passes', function()
     assert.are.equal(2, count(t, 'batch_norm'))
   end)
 
+  it('a channels-last eval graph folds, fuses and writes in place in that layout', function()
+    -- a ResNet basic block after a stem, all NHWC: bnfold, fuse and inplace
+    -- must keep the values' recorded layouts (this graph once failed with
+    -- "fused_elementwise: cannot write into input 1")
+    flow.manual_seed(4)
+    local cl = {memory_format = flow.channels_last}
+    local stem = nn.Sequential(nn.Conv2d(3, 16, 3, {padding = 1, bias = false}), nn.BatchNorm2d(16),
+                               nn.ReLU(), nn.MaxPool2d(3, {stride = 2, padding = 1}))
+    local body = nn.Sequential(nn.Conv2d(16, 16, 3, {padding = 1, bias = false}), nn.BatchNorm2d(16),
+                               nn.ReLU(), nn.Conv2d(16, 16, 3, {padding = 1, bias = false}),
+                               nn.BatchNorm2d(16))
+    local function fwd(x)
+      local h = stem(x)
+      return F.relu(body(h) + h) * 0.5 - 1
+    end
+    for _ = 1, 2 do fwd(flow.randn(4, 3, 12, 12)) end   -- running statistics
+    stem:eval(); body:eval()
+    stem:to(cl); body:to(cl)
+    local x = flow.randn(2, 3, 12, 12):to(cl)
+    local ref = fwd(x)
+    assert.is_true(ref:is_contiguous(cl))
+    local g = graph_of(function(_, z) return fwd(z) end)
+    local y = g(x)
+    H.close(y, ref, 1e-5)
+    H.close(g(x), ref, 1e-5)
+    assert.is_true(y:is_contiguous(cl))
+    assert.are.equal(0, count(g, 'batch_norm'))
+    assert.is_true(count(g, 'fused_elementwise') >= 1)
+  end)
+
   it('poolmask moves the relu-backward mask before the max-pool backward', function()
     local ffi = require 'ffi'
     -- relu -> max_pool, and a compare on the pool's input (y > 0.3) likewise;

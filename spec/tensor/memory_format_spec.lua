@@ -112,6 +112,69 @@ describe('ops on channels-last tensors (CPU)', function()
     H.close(F.relu(xc) + 1, F.relu(x) + 1, 0)
   end)
 
+  it('batch_norm keeps channels-last, train and eval, forward and grads equal to NCHW', function()
+    for _, dt in ipairs({flow.float32, flow.float64, flow.bfloat16}) do
+      for _, training in ipairs({false, true}) do
+        for _, shape in ipairs({{2, 5, 3, 4}, {3, 70, 9, 11}, {2, 4, 3, 2, 5}}) do
+          local fmt = #shape == 5 and {memory_format = flow.channels_last_3d} or cl
+          local x, C = flow.randn(unpack(shape)):to(dt), shape[2]
+          local w, b = flow.randn(C):to(dt):requires_grad_(), flow.randn(C):to(dt):requires_grad_()
+          local stats = {}
+          local function run(inp)
+            local rm, rv = flow.linspace(-1, 1, C):to(dt), flow.linspace(0.5, 2, C):to(dt)
+            local y = F.batch_norm(inp, rm, rv, {weight = w, bias = b, training = training})
+            stats[#stats + 1] = {rm, rv}
+            return y
+          end
+          local xa, xb = x:clone():requires_grad_(), x:to(fmt):detach():requires_grad_()
+          local ya, yb = run(xa), run(xb)
+          assert.is_true(yb:is_contiguous(fmt))
+          local g = flow.randn(unpack(shape)):to(dt)
+          local ga = flow.autograd.grad({ya}, {xa, w, b}, {g})
+          local gb = flow.autograd.grad({yb}, {xb, w, b}, {g:to(fmt)})
+          assert.is_true(gb[1]:is_contiguous(fmt))
+          -- the per-element formulas are the NCHW kernels'; sums in double
+          -- (float64: their order shows in the last bits)
+          local tol = dt == flow.float64 and 1e-12 or 0
+          H.close(yb, ya, tol)
+          for k = 1, 3 do H.close(gb[k], ga[k], tol) end
+          H.close(stats[2][1], stats[1][1], tol)
+          H.close(stats[2][2], stats[1][2], tol)
+        end
+      end
+    end
+  end)
+
+  it('max_pool keeps channels-last: values, indices and grads equal to NCHW', function()
+    for _, dt in ipairs({flow.float32, flow.float64}) do
+      for _, c in ipairs({{shape = {2, 5, 9, 8}, k = 3, o = {stride = 2, padding = 1}},
+                          {shape = {1, 3, 7, 6}, k = 2, o = {ceil_mode = true}},
+                          {shape = {2, 4, 9, 9}, k = 3, o = {stride = 1, padding = 1, dilation = 2}},
+                          {shape = {2, 17, 5, 5}, k = {2, 3}, o = {stride = {1, 2}, padding = {1, 0}}},
+                          {shape = {2, 3, 4, 5, 6}, k = 2, o = {stride = 2, padding = 1}}}) do
+        local five = #c.shape == 5
+        local fmt = five and {memory_format = flow.channels_last_3d} or cl
+        local x = flow.randn(unpack(c.shape)):to(dt)
+        x[{1, 2, 1, 1}] = 0 / 0                          -- NaN wins its windows
+        if not five then x[{1, 1}] = -math.huge end       -- all -inf: the first tap
+        x[{1, 3, 1}] = 0                                  -- ties keep the first tap
+        local f = five and F.max_pool3d or F.max_pool2d
+        c.o.return_indices = true
+        local xa, xb = x:clone():requires_grad_(), x:to(fmt):detach():requires_grad_()
+        local ya, ia = f(xa, c.k, c.o)
+        local yb, ib = f(xb, c.k, c.o)
+        assert.is_true(yb:is_contiguous(fmt) and ib:is_contiguous(fmt))
+        assert.is_true(flow.equal(ya:isnan(), yb:isnan()))
+        H.close(yb:nan_to_num(0), ya:nan_to_num(0), 0)
+        assert.is_true(flow.equal(ia, ib))
+        local g = flow.randn(unpack(H.shape(ya))):to(dt)
+        ya:backward(g)
+        yb:backward(g)
+        H.close(xb.grad, xa.grad, 0)
+      end
+    end
+  end)
+
   it('Module:to{memory_format =} lays out the 4-d parameters NHWC', function()
     local m = nn.Sequential(nn.Conv2d(3, 8, 3, {padding = 1}), nn.BatchNorm2d(8), nn.ReLU())
     local x = flow.randn(2, 3, 5, 5)

@@ -9,6 +9,7 @@
  * is gone. Numbers change within float rounding (~1e-6 relative). */
 #include "../ops.h"
 #include <stdlib.h>
+#include <string.h>
 
 static int32_t new_value(of_graph *g, of_dtype dt, const int64_t *shape, int32_t ndim) {
   int32_t v = of_graph_add_value(g, OF_GV_INTERNAL, NULL);
@@ -73,6 +74,13 @@ of_status of_pass_bnfold(of_graph *g, int32_t *removed) {
     of_gnode *cv = &g->nodes[ci];
     if (cv->dead || cv->op != OPK_CONV || cv->out[0] != y || (cv->flags & OF_GN_CAPTURE) ||
         g->vals[y].root != y)
+      continue;
+    /* the conv's result replaces the batch_norm's for its readers, whose
+     * recorded values (layouts) follow from the batch_norm's: the two must
+     * have one layout (a channels-last conv feeding a batch_norm that
+     * returned a contiguous result is left alone) */
+    const of_gval *yv = &g->vals[y], *bv = &g->vals[bn->out[0]];
+    if (yv->ndim != bv->ndim || memcmp(yv->strides, bv->strides, sizeof(int64_t) * (size_t)yv->ndim))
       continue;
     of_dtype dt = g->vals[y].dtype;
     int32_t W = cv->in[1];

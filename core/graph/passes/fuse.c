@@ -72,6 +72,21 @@ static of_dtype fusible(const of_graph *g, const of_gnode *n) {
   return T;
 }
 
+/* The fused node lays its result out by the eager rule over its own inputs
+ * (fused_channels_last); a chain whose recorded result came out otherwise
+ * (its ops decided on other operands) stays unfused, so the values the
+ * later passes see are the ones the runs make. */
+static bool layout_kept(const of_graph *g, const int32_t *ins, int32_t nin, const of_gval *out) {
+  of_layout_ref r[FUSED_MAX_IN];
+  for (int32_t k = 0; k < nin; k++) {
+    const of_gval *v = &g->vals[ins[k]];
+    r[k] = (of_layout_ref){v->shape, v->strides, v->ndim};
+  }
+  bool cl = of_layout_wants_channels_last(r, nin, out->shape, out->ndim);
+  return cl ? of_strides_channels_last(out->shape, out->strides, out->ndim)
+            : of_gval_contiguous(out);
+}
+
 /* ---- the pass ---- */
 typedef struct {
   int32_t *members;      /* node indices, in order */
@@ -237,6 +252,7 @@ of_status of_pass_fuse(of_graph *g, int32_t *removed) {
     int32_t ins[FUSED_MAX_IN], nin = 0;
     if (!build_prog(g, gr, owner, i, &prog, ins, &nin)) continue;
     int32_t out = g->nodes[i].out[0];
+    if (!layout_kept(g, ins, nin, &g->vals[out])) continue;
     int32_t ni = of_graph_add_node(g, OF_OPK_FUSED, &prog, sizeof prog, ins, nin, 1, 0);
     if (ni < 0) { st = of_fail(OF_ERR_OOM, "nn.Graph: fuse: out of memory"); break; }
     /* the fused node takes the root's place in the order */
@@ -358,12 +374,32 @@ static void gather_block(const operand *op, const int64_t *shape, int32_t ndim, 
   }
 }
 
+/* whether the program's result is channels-last: the eager rule over its
+ * inputs (of_layout_wants_channels_last), so a fused chain lays its result
+ * out as its last op did in eager mode (the pass checks the recorded value) */
+static bool fused_channels_last(of_tensor **ins, const fused_prog *p) {
+  of_layout_ref r[FUSED_MAX_IN];
+  for (int32_t k = 0; k < p->nin; k++)
+    r[k] = ins[k] ? (of_layout_ref){ins[k]->shape, ins[k]->strides, ins[k]->ndim}
+                  : (of_layout_ref){NULL, NULL, 0};
+  return of_layout_wants_channels_last(r, p->nin, p->shape, p->ndim);
+}
+
 of_status of_fused_invoke(of_gnode *n, of_tensor **ins, void **outs) {
   const fused_prog *p = n->attrs;
   OF_CHECK(of_fused_check(p, n->attr_size, n->nin));
   of_dtype dt = p->dtype;
   int32_t es = of_dtype_size(dt);
   operand ops[FUSED_MAX_IN];
+  /* The result's layout is the eager ops' (fused_channels_last). A
+   * channels-last program runs over the dims in memory order (N, spatial...,
+   * C): pshape and the operands' strides are permuted by perm, so the
+   * blocks below walk the output's memory linearly either way. */
+  bool cl = fused_channels_last(ins, p);
+  int32_t perm[OF_MAX_DIMS];
+  int64_t pshape[OF_MAX_DIMS];
+  for (int32_t d = 0; d < p->ndim; d++) perm[d] = cl ? (d == 0 ? 0 : d == p->ndim - 1 ? 1 : d + 1) : d;
+  for (int32_t d = 0; d < p->ndim; d++) pshape[d] = p->shape[perm[d]];
   for (int32_t k = 0; k < p->nin; k++) {
     of_tensor *t = ins[k];
     if (!t || t->dtype != (p->in_bool[k] ? OF_BOOL : dt) || t->ndim > p->ndim)
@@ -375,26 +411,30 @@ of_status of_fused_invoke(of_gnode *n, of_tensor **ins, void **outs) {
                      (int)k + 1, OF_DEV_STR(t->storage->device));
     operand *o = &ops[k];
     o->base = of_ptr(t);
-    bool same = t->ndim == p->ndim && of_tensor_is_contiguous(t);
+    bool same = t->ndim == p->ndim && (cl ? of_is_channels_last(t) : of_tensor_is_contiguous(t));
     int32_t lead = p->ndim - t->ndim;
+    int64_t bs[OF_MAX_DIMS];
     for (int32_t d = 0; d < p->ndim; d++) {
       int64_t sz = d < lead ? 1 : t->shape[d - lead];
       if (sz != p->shape[d] && sz != 1)
         return of_fail(OF_ERR_SHAPE, "fused_elementwise: input %d %s does not broadcast to the "
                        "output", (int)k + 1, OF_SHAPE_STR(t));
       same = same && sz == p->shape[d];
-      o->bstride[d] = (d < lead || sz == 1) ? 0 : t->strides[d - lead] * of_dtype_size(t->dtype);
+      bs[d] = (d < lead || sz == 1) ? 0 : t->strides[d - lead] * of_dtype_size(t->dtype);
     }
+    for (int32_t d = 0; d < p->ndim; d++) o->bstride[d] = bs[perm[d]];
     o->kind = same ? 0 : (t->numel == 1 ? 1 : 2);
   }
   of_tensor *res;
   if (p->into >= 0) {
     res = ins[p->into];
-    bool fits = res->ndim == p->ndim && of_tensor_is_contiguous(res);
+    bool fits = res->ndim == p->ndim && (cl ? of_is_channels_last(res) : of_tensor_is_contiguous(res));
     for (int32_t d = 0; fits && d < p->ndim; d++) fits = res->shape[d] == p->shape[d];
     if (!fits) return of_fail(OF_ERR_SHAPE, "fused_elementwise: cannot write into input %d",
                               (int)p->into + 1);
     of_tensor_retain(res);
+  } else if (cl) {
+    OF_CHECK(of_tensor_new_channels_last(p->shape, p->ndim, dt, OF_CPU, &res));
   } else {
     OF_CHECK(of_tensor_new(p->shape, p->ndim, dt, OF_CPU, &res));
   }
@@ -442,7 +482,7 @@ of_status of_fused_invoke(of_gnode *n, of_tensor **ins, void **outs) {
         else if (o->kind == 1) { ptr[k] = (char *)o->base; str[k] = 0; }
         else {
           char *buf = mine + (size_t)(p->nops + k) * BLOCK * (size_t)es;
-          gather_block(o, p->shape, p->ndim, start, len, buf, kes);
+          gather_block(o, pshape, p->ndim, start, len, buf, kes);
           ptr[k] = buf;
           str[k] = kes;
         }

@@ -2,9 +2,10 @@
  *
  * An elementwise node (or fused chain) whose operand dies at that node
  * writes its result into the operand's buffer instead of a fresh one:
- * same shape and dtype, contiguous, an internal value that owns its
- * storage, nothing else views that storage, it is not a graph output, and
- * no autograd node kept for an opaque backward (CAPTURE) holds it. A clone
+ * same shape, dtype and dense layout (contiguous or channels-last), an
+ * internal value that owns its storage, nothing else views that storage, it
+ * is not a graph output, and no autograd node kept for an opaque backward
+ * (CAPTURE) holds it. A clone
  * whose operand's storage nobody reads afterwards becomes an alias. */
 #include "../ops.h"
 #include "../fused.h"
@@ -15,6 +16,13 @@ static bool same_meta(const of_gval *a, const of_gval *b) {
   for (int32_t i = 0; i < a->ndim; i++)
     if (a->shape[i] != b->shape[i]) return false;
   return true;
+}
+
+/* 0: contiguous, 1: dense channels-last, -1: neither. A result written into
+ * an operand takes the operand's layout, so the two must share one. */
+static int32_t dense_layout(const of_gval *v) {
+  if (of_gval_contiguous(v)) return 0;
+  return of_strides_channels_last(v->shape, v->strides, v->ndim) ? 1 : -1;
 }
 
 /* number of operand inputs (before an `into`) the op takes */
@@ -104,8 +112,8 @@ of_status of_pass_inplace(of_graph *g, int32_t *removed) {
       if (x < 0) continue;
       const of_gval *xv = &g->vals[x];
       if (xv->kind != OF_GV_INTERNAL || xv->root != x || xv->same != x || sharers[x] != 1 ||
-          pinned[x] || last[x] != i || xv->offset != 0 || !of_gval_contiguous(xv) ||
-          !same_meta(xv, ov))
+          pinned[x] || last[x] != i || xv->offset != 0 || dense_layout(xv) < 0 ||
+          dense_layout(xv) != dense_layout(ov) || !same_meta(xv, ov))
         continue;
       if (n->op == OF_OPK_FUSED) {
         of_fused_set_into(n, k);
