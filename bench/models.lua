@@ -9,7 +9,9 @@
 --     momentum), batch 16, 3x112x112, 10 classes;
 --   * MobileNetV2 inference, batch 8, 3x224x224;
 --   * ResNet-50 inference batch 1 under bfloat16 autocast, and with the
---     model and input in bfloat16.
+--     model and input in bfloat16;
+--   * ResNet-50 (batch 1 and 8) and MobileNetV2 (batch 8) in eval
+--     nn.Graphs, against PyTorch's eager inference of the same cases.
 -- The contenders alternate: each round times one call of every case on our
 -- two backends, then runs one PyTorch process per version (one warm-up and
 -- one timed call per case); the figures are medians over the rounds (after
@@ -78,6 +80,11 @@ local cases = {
   {key = 'mb2_b8', name = 'MobileNetV2 inference, batch 8, 224'},
   {key = 'r50_bf16', name = 'ResNet-50 inference, batch 1, 224, bfloat16 autocast'},
   {key = 'r50_bf16t', name = 'ResNet-50 inference, batch 1, 224, bfloat16 model and input'},
+  -- eval nn.Graphs (layout 'auto': channels-last on AVX-512 with oneDNN),
+  -- against PyTorch's eager inference of the same case
+  {key = 'r50_b1_graph', torch = 'r50_b1', name = 'ResNet-50 eval nn.Graph, batch 1, 224 (PyTorch: eager)'},
+  {key = 'r50_b8_graph', torch = 'r50_b8', name = 'ResNet-50 eval nn.Graph, batch 8, 224 (PyTorch: eager)'},
+  {key = 'mb2_b8_graph', torch = 'mb2_b8', name = 'MobileNetV2 eval nn.Graph, batch 8, 224 (PyTorch: eager)'},
 }
 
 local function build_ours()
@@ -90,7 +97,17 @@ local function build_ours()
   local x1, x8 = flow.randn(1, 3, 224, 224), flow.randn(8, 3, 224, 224)
   local xt, yt = flow.randn(16, 3, 112, 112), flow.randint(1, 11, {16})
   local function infer(net, x) return function() flow.no_grad(function() return net(x) end) end end
+  local Eval = flow.nn.Graph:subclass('ModelsBench')
+  function Eval:__init(net) flow.nn.Graph.__init(self); self.net = net end
+  function Eval:build(x) return self.net(x) end
+  local function graph(net, x)
+    local g = Eval(net)
+    return function() return g(x) end
+  end
   return {
+    r50_b1_graph = graph(r50, x1),
+    r50_b8_graph = graph(r50, x8),
+    mb2_b8_graph = graph(mb2, x8),
     r50_b1 = infer(r50, x1),
     r50_b8 = infer(r50, x8),
     mb2_b8 = infer(mb2, x8),
@@ -355,9 +372,10 @@ for r = 1, rounds do
     local res = run_torch(p.py)
     p.version = p.version or res.version
     for _, c in ipairs(cases) do
-      if type(res[c.key]) == 'number' then
+      local v = res[c.torch or c.key]
+      if type(v) == 'number' then
         theirs[i][c.key] = theirs[i][c.key] or {}
-        table.insert(theirs[i][c.key], res[c.key])
+        table.insert(theirs[i][c.key], v)
       end
     end
   end

@@ -35,6 +35,8 @@
 
 bool of_dnnl_usable(void) { return false; }
 
+int32_t of_mkldnn_is_available(void) { return 0; }
+
 of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
                        const void *bias, void *r, bool native_bf16,
                        const of_dnnl_wkey *wkey, bool *done) {
@@ -70,6 +72,8 @@ of_status of_dnnl_gemm_s8(int64_t M, int64_t K, int64_t N, const void *a, bool a
 #include <string.h>
 
 bool of_dnnl_usable(void) { return !omp_in_parallel(); }
+
+int32_t of_mkldnn_is_available(void) { return 1; }
 
 enum { CACHE_SLOTS = 128 };
 /* operand slots of an entry: p, q, bias (in), r (out) */

@@ -1601,7 +1601,7 @@ static int conv_backend(void) {
 /* auto for float32: which problems go to oneDNN (bfloat16: see
  * dnnl_run_op). For measurements, OF_CONV_DNNL_KINDS=m sends the kinds of
  * the bit mask m (1 forward, 2 input grad, 4 weight grad) instead. */
-static bool dnnl_auto(run_kind kind, const geom *g) {
+static bool dnnl_auto(run_kind kind, const geom *g, bool cl) {
   const char *e = getenv("OF_CONV_DNNL_KINDS");
   if (e && *e) {
     int bit = kind == RUN_FWD ? 1 : kind == RUN_BWD_INPUT ? 2 : 4;
@@ -1617,7 +1617,15 @@ static bool dnnl_auto(run_kind kind, const geom *g) {
    * input grad of a stem (<= 4 input channels: 1.5-2.6x). Below AVX-512
    * float32 stays on im2col: the stem gain measured on AVX2 (0.79-0.89x,
    * one run 1.37x) was within the noise. */
-  if (of_cpu_isa() < OF_ISA_AVX512 || g->k_sz == 1 || g->G != 1) return false;
+  if (of_cpu_isa() < OF_ISA_AVX512) return false;
+  /* A channels-last input is oneDNN's own layout: no reorders in or out,
+   * and im2col would copy it to NCHW and back. 1x1 and grouped
+   * (depthwise) convolutions then win through oneDNN too (graphs at b1/b8,
+   * doc/benchmarks.md "Channels-last graphs"): MobileNetV2 b8 73 -> 28 ms,
+   * ResNet-18's 1x1 layers at b1 0.13 -> 0.06 ms; 3x3 layers keep the pixel
+   * rule below (7x7 maps at b1: 2.6 ms through oneDNN, 1.7 on im2col). */
+  if (cl && kind == RUN_FWD && (g->k_sz == 1 || g->G != 1)) return true;
+  if (g->k_sz == 1 || g->G != 1) return false;
   if (kind == RUN_BWD_INPUT && g->CI <= 4) return false;
   return g->N * g->out_sz >= 196;
 }
@@ -1649,11 +1657,12 @@ static of_status dnnl_run_op(const conv_args *a, run_kind kind, const geom *g, o
     return OF_OK;   /* empty operands: the im2col path's zeros */
   /* auto: bfloat16 always asks (and runs only where oneDNN computes in
    * bfloat16), float32 where dnnl_auto says */
-  bool native_bf16 = be == 1 && dt == OF_BFLOAT16 && !dnnl_auto(kind, g);
-  if (be == 1 && dt == OF_FLOAT32 && !dnnl_auto(kind, g)) return OF_OK;
-  if (kind == RUN_BWD_INPUT && bias) return OF_OK;   /* oneDNN's backward data has no bias */
   int32_t nsp = a->nsp, lead = 3 - nsp;
   bool cl = nsp >= 2 && of_prefers_channels_last(p);
+  bool pick = dnnl_auto(kind, g, cl);
+  bool native_bf16 = be == 1 && dt == OF_BFLOAT16 && !pick;
+  if (be == 1 && dt == OF_FLOAT32 && !pick) return OF_OK;
+  if (kind == RUN_BWD_INPUT && bias) return OF_OK;   /* oneDNN's backward data has no bias */
   of_tensor *cp = NULL, *cq = NULL, *cb = NULL, *res = NULL;
   of_status st = of_dense_format(p, cl, dt, &cp);
   if (st == OF_OK)

@@ -152,6 +152,9 @@ flow.backends.cpu = {
     A.check_status(core.C.of_set_cpu_capability(name))
   end,
 }
+-- flow.backends.mkldnn.is_available(): whether oneDNN is built in (it runs
+-- convolutions where it measured faster, doc/nn.md)
+flow.backends.mkldnn = {is_available = function() return core.C.of_mkldnn_is_available() ~= 0 end}
 do
   local mf = require 'oneflow.memory_format'
   flow.memory_format = mf.Format

@@ -155,7 +155,8 @@ end)
 describe('auto routing of float32 convolutions (OF_CONV_BACKEND unset)', function()
   -- On AVX-512 CPUs auto sends float32 convolutions with a kernel above 1x1,
   -- no groups and at least 196 output pixels over the batch to oneDNN;
-  -- 1x1, grouped and small ones stay on im2col, and below AVX-512 (or with
+  -- 1x1, grouped and small ones stay on im2col (channels-last inputs: 1x1
+  -- and grouped forwards go to oneDNN too), and below AVX-512 (or with
   -- OF_CPU_ISA capping it) every float32 convolution does.
   local function routed(env)
     local script = os.tmpname()
@@ -163,13 +164,17 @@ describe('auto routing of float32 convolutions (OF_CONV_BACKEND unset)', functio
     f:write([[
 local flow = require 'oneflow'
 local F = flow.nn.functional
-local x = flow.randn(1, 16, 16, 16)
+-- CLX=1: channels-last inputs
+local function L(t)
+  return os.getenv('CLX') == '1' and t:contiguous({memory_format = flow.channels_last}) or t
+end
+local x = L(flow.randn(1, 16, 16, 16))
 local cases = {
   function() return F.conv2d(x, flow.randn(16, 16, 3, 3), nil, {padding = 1}) end,   -- 256 pixels
   function() return F.conv2d(x, flow.randn(16, 16, 1, 1)) end,                        -- 1x1
   function() return F.conv2d(x, flow.randn(16, 1, 3, 3), nil, {padding = 1, groups = 16}) end,
-  function() return F.conv2d(flow.randn(1, 16, 7, 7), flow.randn(16, 16, 3, 3), nil, {padding = 1}) end,
-  function() return F.conv2d(flow.randn(4, 16, 7, 7), flow.randn(16, 16, 3, 3), nil, {padding = 1}) end,
+  function() return F.conv2d(L(flow.randn(1, 16, 7, 7)), flow.randn(16, 16, 3, 3), nil, {padding = 1}) end,
+  function() return F.conv2d(L(flow.randn(4, 16, 7, 7)), flow.randn(16, 16, 3, 3), nil, {padding = 1}) end,
 }
 for i, c in ipairs(cases) do
   io.stdout:write('CASE', i, '\n') io.stdout:flush()
@@ -199,9 +204,19 @@ io.stdout:write('CASE', #cases + 1, '\n') io.stdout:flush()
     assert.are.same({avx512, false, false, false, avx512}, got, out)
   end)
 
+  it('channels-last inputs on AVX-512: 1x1 and grouped layers go to oneDNN too', function()
+    -- oneDNN computes NHWC without reorders; im2col would copy to NCHW and back
+    if not BUILT then pending('built without oneDNN (OF_WITH_DNNL=OFF)') return end
+    local got, out = routed('env -u OF_CONV_BACKEND -u OF_CPU_ISA CLX=1')
+    local avx512 = flow.backends.cpu.get_cpu_capability() == 'AVX512'
+    assert.are.same({avx512, avx512, avx512, false, avx512}, got, out)
+  end)
+
   it('below AVX-512 (OF_CPU_ISA=avx2) every float32 convolution takes im2col', function()
     if not BUILT then pending('built without oneDNN (OF_WITH_DNNL=OFF)') return end
     local got, out = routed('env -u OF_CONV_BACKEND OF_CPU_ISA=avx2')
+    assert.are.same({false, false, false, false, false}, got, out)
+    got, out = routed('env -u OF_CONV_BACKEND OF_CPU_ISA=avx2 CLX=1')
     assert.are.same({false, false, false, false, false}, got, out)
   end)
 end)

@@ -80,6 +80,8 @@ int32_t of_in_forked_child(void);
  * (avx512 | avx2 | default). Setting one the CPU lacks is an error. */
 const char *of_get_cpu_capability(void);
 of_status of_set_cpu_capability(const char *name);
+/* 1 when the library was built with oneDNN (torch.backends.mkldnn.is_available()). */
+int32_t of_mkldnn_is_available(void);
 /* The kernels OpenBLAS runs ("SkylakeX", "Haswell", ...; "" when the BLAS
  * is not OpenBLAS). Where OpenBLAS fell back to its SSE3 "Prescott" kernels
  * on a CPU it does not know but that has AVX2 or AVX-512, the library asks

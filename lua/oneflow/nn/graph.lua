@@ -158,6 +158,22 @@ function Config:enable_auto_parallel(on, opts)
   self.auto_parallel = on ~= false and opts or nil
 end
 
+--- self.config:set_memory_format(f): the layout the graph computes 4-d
+-- convolutions in. 'auto' (the default): channels-last where that measured
+-- faster -- eval graphs on the CPU with a Conv2d, float32 inputs, oneDNN
+-- built in and an AVX-512 CPU (doc/graph.md "Layouts"); flow.channels_last:
+-- always; flow.contiguous_format: never. Channels-last graphs convert their
+-- 4-d float inputs as their first nodes and 4-d results back to contiguous
+-- as their last: callers see the layouts of eager mode.
+function Config:set_memory_format(f)
+  local mf = require 'oneflow.memory_format'
+  if f ~= 'auto' and f ~= mf.channels_last and f ~= mf.contiguous_format then
+    fail('set_memory_format: expected \'auto\', flow.channels_last or flow.contiguous_format, got '
+         .. tostring(f), 2)
+  end
+  self.memory_format = f ~= 'auto' and f or nil
+end
+
 --- self.config:set_passes('dce,cse,fold,fuse,inplace'): the optimization
 -- passes to run (in order); '' runs none.
 function Config:set_passes(list)
@@ -942,6 +958,64 @@ local function add_grad(e, g)
   end
 end
 
+-- Whether this compile runs in channels-last (Config:set_memory_format):
+-- 'auto' asks for an eval CPU graph (every module in eval mode, no
+-- optimizer) with a Conv2d module on an AVX-512 CPU
+-- with oneDNN (where oneDNN runs NHWC convolutions without reorders:
+-- doc/benchmarks.md "Channels-last graphs"), and a 4-d float32 input.
+local function wants_channels_last(self, training, pipe, acc, autocast, dev, ins)
+  local flow, mf = require 'oneflow', require 'oneflow.memory_format'
+  local f = self.config.memory_format
+  if f == mf.contiguous_format or pipe or acc > 1 then return false end
+  local any = false
+  for _, t in ipairs(ins) do
+    if t:dim() == 4 and t.dtype == flow.float32 then any = true end
+  end
+  if not any then return false end
+  if f == mf.channels_last then return true end
+  if training or autocast or dev.type ~= 'cpu' or not flow.backends.mkldnn.is_available()
+     or flow.backends.cpu.get_cpu_capability() ~= 'AVX512' then
+    return false
+  end
+  -- eval mode throughout: a graph that trains (a backward in build, even
+  -- without an optimizer) keeps eager mode's layout and numbers
+  local isinstance, Conv2d = require('oneflow.class').isinstance, flow.nn.Conv2d
+  local conv = false
+  for k, v in pairs(self) do
+    if type(k) == 'string' and is_module(v) then
+      for _, m in ipairs(v:modules()) do
+        if m.training then return false end
+        conv = conv or isinstance(m, Conv2d)
+      end
+    end
+  end
+  return conv
+end
+
+-- build, with 4-d float inputs laid out channels-last first and 4-d results
+-- made contiguous last (both recorded as nodes: the graph's edges)
+local function build_channels_last(self, ...)
+  local flow, mf = require 'oneflow', require 'oneflow.memory_format'
+  local args, n = {...}, select('#', ...)
+  for i = 1, n do
+    local a = args[i]
+    if is_tensor(a) and a:dim() == 4 and a.dtype == flow.float32 then
+      args[i] = a:contiguous({memory_format = mf.channels_last})
+    end
+  end
+  local function back(v, seen)
+    if is_tensor(v) then return v:dim() == 4 and v:contiguous() or v end
+    if type(v) ~= 'table' or is_module(v) or getmetatable(v) ~= nil or seen[v] then return v end
+    seen[v] = true
+    local r = {}
+    for k, x in pairs(v) do r[k] = back(x, seen) end
+    return r
+  end
+  local out = {self.build(self, unpack(args, 1, n))}
+  for i = 1, table.maxn(out) do out[i] = back(out[i], {}) end
+  return unpack(out, 1, table.maxn(out))
+end
+
 local function compile(self, key, rest, args, n, dev)
   local ins, ninputs, globals = {}, 0, false
   for i = 1, n do
@@ -993,9 +1067,10 @@ local function compile(self, key, rest, args, n, dev)
   local unmark = training and mark_segments(checkpointed(self)) or function() end
   local cins = tensor_list(math.max(ninputs, 1))
   for i = 1, ninputs do cins[i - 1] = ins[i].p end
+  local acc = self.config.acc_steps or 1
+  local nhwc = not globals and wants_channels_last(self, training, pipe, acc, autocast, dev, ins)
   if C.of_trace_begin(cins, ninputs) ~= 0 then raise() end
   local updated = {}
-  local acc = self.config.acc_steps or 1
   local res = {pcall(function()
     local prev = C.of_is_grad_enabled()
     if training then C.of_set_grad_enabled(1) end   -- else build runs in the caller's mode
@@ -1005,7 +1080,7 @@ local function compile(self, key, rest, args, n, dev)
     if pipe then
       out = {pcall(pipeline_call, self, pipe, acc, args, n)}
     elseif acc == 1 then
-      out = {pcall(self.build, self, unpack(args, 1, n))}
+      out = {pcall(nhwc and build_channels_last or self.build, self, unpack(args, 1, n))}
     else
       out = {pcall(accumulate, self, acc, args, n)}
     end
@@ -1139,7 +1214,8 @@ function Graph:__call(...)
   -- the signature of the inputs, then what else compiles differently
   local rest = '|' .. modes(self) .. '|' .. (cfg.acc_steps or 1) .. '|'
               .. (cfg.amp and tostring(cfg.amp_dtype or 'default') or '') .. '|'
-              .. (cfg.checkpointing and 'ck' or '') .. '|' .. (cfg.zero or '')
+              .. (cfg.checkpointing and 'ck' or '') .. '|' .. (cfg.zero or '') .. '|'
+              .. tostring(cfg.memory_format or 'auto')
   local key = signature(args, n) .. rest
   local entry = self._cache[key]
   if entry ~= nil and not state_current(entry) then
