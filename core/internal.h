@@ -28,6 +28,9 @@ typedef struct of_storage {
   int64_t version;
   of_deleter deleter;   /* from_blob memory; NULL: caching allocator */
   void *deleter_ctx;
+  bool frozen;          /* a graph keeps it across runs (exec.c, memo): it changes
+                           only with a version bump, so kernels may key caches on
+                           (id, version) as for parameters */
 } of_storage;
 
 struct of_node;
@@ -273,6 +276,10 @@ typedef struct of_arena of_arena;
 of_arena *of_arena_new(void);
 void of_arena_begin(of_arena *a);
 void of_arena_end(of_arena *a);
+/* this thread's allocations bypass its arena (not recorded, not handed out)
+ * until of_arena_resume with what suspend returned */
+of_arena *of_arena_suspend(void);
+void of_arena_resume(of_arena *a);
 void of_arena_release(of_arena *a);   /* freed once no block of it is in use */
 int64_t of_arena_bytes(const of_arena *a);
 #endif

@@ -107,6 +107,12 @@ typedef struct of_graph {
   /* a loaded graph saved with several input signatures: the next one
    * (owned; shares the externals' tensors) */
   struct of_graph *variant;
+  /* memo (exec.c): [nnodes] the kept results of nodes that read only
+   * externals nothing writes (or such nodes' results); NULL: none */
+  struct of_memo **memo;
+  bool memo_ready;        /* memo worked out (with the plan) */
+  pthread_mutex_t memo_lock;
+  int64_t memo_hits;      /* runs of memo nodes answered from their results */
 } of_graph;
 
 /* ---- op table (ops.c): the rows of core/ops plus the graph-only ops ---- */
@@ -191,6 +197,8 @@ of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor 
 of_status of_graph_exec_waves(of_graph *g, void **slot, bool *own, int32_t width);
 /* Frees a CUDA graph capture of g (exec.c; the next run captures again). */
 void of_graph_cuda_graph_drop(of_graph *g);
+/* Frees the memo's kept results (exec.c); worked out again at the next run. */
+void of_graph_memo_free(of_graph *g);
 /* Runs node n on ins; outs[] gets nout entries (tensors or autograd handles). */
 of_status of_graph_invoke(of_graph *g, of_gnode *n, of_tensor **ins, void **outs);
 /* a loaded graph: node i's result t for value v must match the recorded value (exec.c) */

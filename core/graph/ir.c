@@ -9,6 +9,7 @@ of_graph *of_graph_new_empty(void) {
   if (!g) return NULL;
   pthread_mutex_init(&g->lock, NULL);
   pthread_mutex_init(&g->cg_lock, NULL);
+  pthread_mutex_init(&g->memo_lock, NULL);
   const char *dbg = getenv("OF_DEBUG_PASS");
   g->debug = dbg && *dbg && strcmp(dbg, "0") != 0 ? 2 : 0;
   const char *prof = getenv("OF_GRAPH_PROFILE");
@@ -83,6 +84,7 @@ void of_graph_node_free(of_gnode *n) {
 }
 
 static void plan_free(of_graph *g) {
+  of_graph_memo_free(g);        /* node indices changed */
   of_arena_release(g->arena);   /* the node order changed: laid out again */
   g->arena = NULL;
   free(g->prof);
@@ -128,6 +130,7 @@ void of_graph_release(of_graph *g) {
   free(g->text);
   pthread_mutex_destroy(&g->lock);
   pthread_mutex_destroy(&g->cg_lock);
+  pthread_mutex_destroy(&g->memo_lock);
   free(g);
 }
 

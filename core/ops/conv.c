@@ -1686,13 +1686,15 @@ static of_status dnnl_run_op(const conv_args *a, run_kind kind, const geom *g, o
     dense_strides(cp->shape, cp->ndim, cl, d.ps);
     dense_strides(cq->shape, cq->ndim, kind == RUN_BWD_WEIGHT && cl, d.qs);
     dense_strides(res->shape, res->ndim, rcl, d.rs);
-    /* inference (no grad recorded) with a parameter's own numbers, or the
-     * copy of one that autocast keeps: the reordered weight is kept for the
-     * next call (the weight-reorder cache, dnnl.c) */
+    /* inference (no grad recorded) with a parameter's own numbers, the
+     * copy of one that autocast keeps, or a weight a graph keeps across runs
+     * (bnfold's folded weight: frozen storage): the reordered weight is kept
+     * for the next call (the weight-reorder cache, dnnl.c) */
     of_dnnl_wkey wk = {q->storage->id, q->storage->version, q->offset};
     bool keep = kind == RUN_FWD && !of_is_grad_enabled() && q->dtype == dt &&
                 of_tensor_is_contiguous(q) && cq->storage == q->storage &&
-                ((q->requires_grad && !q->grad_fn) || of_amp_is_kept_cast(q));
+                ((q->requires_grad && !q->grad_fn) || of_amp_is_kept_cast(q) ||
+                 q->storage->frozen);
     st = of_dnnl_conv(&d, of_ptr(cp), of_ptr(cq), cb ? of_ptr(cb) : NULL, of_ptr(res),
                       native_bf16, keep ? &wk : NULL, done);
   }

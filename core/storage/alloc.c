@@ -466,6 +466,14 @@ void of_arena_begin(of_arena *a) {
   cur_arena = a;
 }
 
+of_arena *of_arena_suspend(void) {
+  of_arena *a = cur_arena;
+  cur_arena = NULL;
+  return a;
+}
+
+void of_arena_resume(of_arena *a) { cur_arena = a; }
+
 typedef struct { int64_t off, end; } span;
 static int span_cmp(const void *x, const void *y) {
   const span *a = x, *b = y;

@@ -24,6 +24,7 @@ static of_storage *storage_new(int64_t nbytes, of_device dev) {
   s->version = 0;
   s->deleter = NULL;
   s->deleter_ctx = NULL;
+  s->frozen = false;
   return s;
 }
 

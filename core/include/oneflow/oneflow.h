@@ -833,7 +833,9 @@ enum {
   OF_GRAPH_ARENA_BYTES = 5,      /* the arena laid out after the first run (0: none yet) */
   OF_GRAPH_PARALLEL_WAVES = 6,   /* waves that ran several nodes side by side */
   OF_GRAPH_MAX_WAVE = 7,         /* most nodes run side by side */
-  OF_GRAPH_WORKER_NODES = 8      /* nodes that ran on a worker thread */
+  OF_GRAPH_WORKER_NODES = 8,     /* nodes that ran on a worker thread */
+  OF_GRAPH_MEMO_NODES = 9,       /* nodes whose results are kept across runs (exec.c) */
+  OF_GRAPH_MEMO_HITS = 10        /* their runs answered from the kept results */
 };
 int64_t of_graph_stat(const of_graph *g, int32_t what);
 const char *of_graph_dump(of_graph *g, int32_t verbose);   /* valid until the next call */
