@@ -2,7 +2,7 @@
 -- (config:set_memory_format(flow.contiguous_format)) and in the layout
 -- 'auto' picks (channels-last on AVX-512 CPUs with oneDNN: doc/graph.md
 -- "Layouts"), side by side in one process, calls alternating; wall-clock
--- medians per call and their ratio (doc/benchmarks.md "Channels-last graphs").
+-- medians per call and their ratio (doc/benchmarks.md "Models", seventh pass).
 --   luajit bench/graph_layout.lua [ROUNDS (default 3)] [CALLS per round (default 5)]
 --   MODELS=resnet18:1,resnet18:8,...  THREADS=n
 local flow = require 'oneflow'

@@ -1621,7 +1621,7 @@ static bool dnnl_auto(run_kind kind, const geom *g, bool cl) {
   /* A channels-last input is oneDNN's own layout: no reorders in or out,
    * and im2col would copy it to NCHW and back. 1x1 and grouped
    * (depthwise) convolutions then win through oneDNN too (graphs at b1/b8,
-   * doc/benchmarks.md "Channels-last graphs"): MobileNetV2 b8 73 -> 28 ms,
+   * doc/benchmarks.md "Models", seventh pass): MobileNetV2 b8 73 -> 28 ms,
    * ResNet-18's 1x1 layers at b1 0.13 -> 0.06 ms; 3x3 layers keep the pixel
    * rule below (7x7 maps at b1: 2.6 ms through oneDNN, 1.7 on im2col). */
   if (cl && kind == RUN_FWD && (g->k_sz == 1 || g->G != 1)) return true;

@@ -962,7 +962,7 @@ end
 -- 'auto' asks for an eval CPU graph (every module in eval mode, no
 -- optimizer) with a Conv2d module on an AVX-512 CPU
 -- with oneDNN (where oneDNN runs NHWC convolutions without reorders:
--- doc/benchmarks.md "Channels-last graphs"), and a 4-d float32 input.
+-- doc/benchmarks.md "Models", seventh pass), and a 4-d float32 input.
 local function wants_channels_last(self, training, pipe, acc, autocast, dev, ins)
   local flow, mf = require 'oneflow', require 'oneflow.memory_format'
   local f = self.config.memory_format
