@@ -155,9 +155,6 @@ static bool meta_matches(const of_gval *v, const of_tensor *t) {
   return true;
 }
 
-/* The graphs running on this thread, innermost last: a graph called from
- * inside its own run (a callback) is an error; other threads may run it. */
-enum { MAX_NESTED_RUNS = 16 };
 /* ---- memo ----
  * A node whose inputs are all externals that nothing in the graph writes
  * (parameters and buffers of an eval graph), or results of such nodes, and
@@ -287,6 +284,9 @@ static void memo_store(of_graph *g, of_memo *m, of_tensor **ins, void **outs) {
   pthread_mutex_unlock(&g->memo_lock);
 }
 
+/* The graphs running on this thread, innermost last: a graph called from
+ * inside its own run (a callback) is an error; other threads may run it. */
+enum { MAX_NESTED_RUNS = 16 };
 static _Thread_local of_graph *running[MAX_NESTED_RUNS];
 static _Thread_local int32_t nrunning;
 

@@ -69,8 +69,7 @@ describe('nn.Graph memo', function()
 
   it('OF_GRAPH_MEMO=0 turns it off', function()
     local script = os.tmpname()
-    local f = assert(io.open(script, 'w'))
-    f:write([[
+    H.write_file(script, [[
 local flow = require 'oneflow'
 local nn = flow.nn
 local m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
@@ -82,16 +81,10 @@ local g = G()
 for _ = 1, 3 do g(flow.randn(1, 3, 5, 5)) end
 print('memo', tonumber(flow.C.of_graph_stat(g:_graph(), flow.C.OF_GRAPH_MEMO_NODES)))
 ]])
-    f:close()
-    local function run(env)
-      local p = io.popen(('%s luajit %s 2>&1'):format(env, script))
-      local out = p:read('*a')
-      p:close()
-      return tonumber(out:match('memo%s+(%d+)')), out
-    end
-    local on, out1 = run('env -u OF_GRAPH_MEMO')
-    local off, out2 = run('OF_GRAPH_MEMO=0')
+    local out1 = H.capture(('env -u OF_GRAPH_MEMO luajit %s 2>&1'):format(script))
+    local out2 = H.capture(('OF_GRAPH_MEMO=0 luajit %s 2>&1'):format(script))
     os.remove(script)
+    local on, off = tonumber(out1:match('memo%s+(%d+)')), tonumber(out2:match('memo%s+(%d+)'))
     assert.is_true(on and on > 0, out1)
     assert.are.equal(0, off, out2)
   end)

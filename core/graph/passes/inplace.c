@@ -5,8 +5,8 @@
  * same shape, dtype and dense layout (contiguous or channels-last), an
  * internal value that owns its storage, nothing else views that storage, it
  * is not a graph output, and no autograd node kept for an opaque backward
- * (CAPTURE) holds it. A clone
- * whose operand's storage nobody reads afterwards becomes an alias. */
+ * (CAPTURE) holds it. A clone whose operand's storage nobody reads
+ * afterwards becomes an alias. */
 #include "../ops.h"
 #include "../fused.h"
 #include <stdlib.h>
