@@ -47,6 +47,8 @@ of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
 
 void of_dnnl_release_cached(void) {}
 
+void of_dnnl_forget_weight(int64_t sid) { (void)sid; }
+
 bool of_dnnl_native_bf16(void) { return false; }
 
 of_status of_dnnl_matmul_bf16(const of_dnnl_mm_desc *d, const void *a, const void *b, void *c,
@@ -513,6 +515,13 @@ of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
 void of_dnnl_release_cached(void) {
   pthread_mutex_lock(&lock);
   for (int i = 0; i < WEIGHT_SLOTS; i++) wslot_free(&wcache[i]);
+  pthread_mutex_unlock(&lock);
+}
+
+void of_dnnl_forget_weight(int64_t sid) {
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < WEIGHT_SLOTS; i++)
+    if (wcache[i].used && wcache[i].key.sid == sid) wslot_free(&wcache[i]);
   pthread_mutex_unlock(&lock);
 }
 

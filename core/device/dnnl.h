@@ -57,6 +57,10 @@ of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
 
 /* Frees the reordered weights the cache keeps (of_release_kernel_caches). */
 void of_dnnl_release_cached(void);
+/* Frees the reordered copies of storage sid's weights: a graph's kept
+ * result it replaces or drops (exec.c, memo) would otherwise hold a slot
+ * until the least recently used ones go. */
+void of_dnnl_forget_weight(int64_t sid);
 
 /* int8 gemm for the quantized kernels (core/ops/quant.c): C = A x B^T with
  * A [M, K] uint8 (a_u8) or int8, B [N, K] int8, both row-major and dense,

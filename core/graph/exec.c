@@ -8,6 +8,7 @@
  * graph runs: the recorded backward nodes are ordinary ops. */
 #include "ops.h"
 #include "../device.h"
+#include "../device/dnnl.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -176,9 +177,17 @@ typedef struct of_memo {
   of_tensor **res;        /* [nreal] */
 } of_memo;
 
+/* drops a kept result, and oneDNN's reordered copy of it (a slot per stale
+ * weight would pile up over a training loop's evaluations) */
+static void memo_drop(of_tensor *t) {
+  if (!t) return;
+  of_dnnl_forget_weight(t->storage->id);
+  of_tensor_release(t);
+}
+
 static void memo_entry_free(of_memo *m) {
   if (!m) return;
-  for (int32_t j = 0; j < m->nreal; j++) of_tensor_release(m->res[j]);
+  for (int32_t j = 0; j < m->nreal; j++) memo_drop(m->res[j]);
   free(m->sig);
   free(m->res);
   free(m);
@@ -272,7 +281,7 @@ static bool memo_hit(of_graph *g, of_memo *m, of_tensor **ins, void **outs) {
 static void memo_store(of_graph *g, of_memo *m, of_tensor **ins, void **outs) {
   pthread_mutex_lock(&g->memo_lock);
   for (int32_t j = 0; j < m->nreal; j++) {
-    of_tensor_release(m->res[j]);
+    memo_drop(m->res[j]);
     m->res[j] = outs[j];
     if (outs[j]) {
       of_tensor_retain(outs[j]);

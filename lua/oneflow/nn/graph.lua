@@ -958,11 +958,11 @@ local function add_grad(e, g)
   end
 end
 
--- Whether this compile runs in channels-last (Config:set_memory_format):
+-- Whether this compile runs in channels-last (Config:set_memory_format).
 -- 'auto' asks for an eval CPU graph (every module in eval mode, no
--- optimizer) with a Conv2d module on an AVX-512 CPU
--- with oneDNN (where oneDNN runs NHWC convolutions without reorders:
--- doc/benchmarks.md "Models", seventh pass), and a 4-d float32 input.
+-- optimizer) with a Conv2d module and a 4-d float32 input, on an AVX-512
+-- CPU with oneDNN, which runs NHWC convolutions without reorders
+-- (doc/benchmarks.md "Models", seventh pass).
 local function wants_channels_last(self, training, pipe, acc, autocast, dev, ins)
   local flow, mf = require 'oneflow', require 'oneflow.memory_format'
   local f = self.config.memory_format
