@@ -190,6 +190,9 @@ typedef struct {
 } of_layout_ref;
 bool of_layout_wants_channels_last(const of_layout_ref *ops, int32_t n, const int64_t *shape,
                                    int32_t ndim);
+/* the same over tensors (NULL entries skipped), the first 16 of them */
+bool of_tensors_want_channels_last(of_tensor *const *ins, int32_t n, const int64_t *shape,
+                                   int32_t ndim);
 of_status of_tensor_new_channels_last(const int64_t *shape, int32_t ndim, of_dtype dt,
                                       of_device dev, of_tensor **out);
 /* t dense in the layout (cl: channels-last, else contiguous) and dtype dt,

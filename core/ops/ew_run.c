@@ -4,17 +4,6 @@
 #include "../device.h"
 #include <string.h>
 
-/* the result's layout (of_layout_wants_channels_last): conv -> bn -> relu ->
- * add chains keep NHWC instead of converting back and forth */
-static bool wants_channels_last(of_tensor **ins, int32_t nin, const int64_t *shape, int32_t ndim) {
-  of_layout_ref r[OF_ITER_MAX];
-  if (nin > OF_ITER_MAX) nin = OF_ITER_MAX;
-  for (int32_t i = 0; i < nin; i++)
-    r[i] = ins[i] ? (of_layout_ref){ins[i]->shape, ins[i]->strides, ins[i]->ndim}
-                  : (of_layout_ref){NULL, NULL, 0};
-  return of_layout_wants_channels_last(r, nin, shape, ndim);
-}
-
 static void release_all(of_tensor **ts, int32_t n) {
   for (int32_t i = 0; i < n; i++) of_tensor_release(ts[i]);
 }
@@ -148,7 +137,8 @@ of_status of_ew_run(const char *op, of_loop_fn fn, of_ew_ctx *ctx, of_tensor **i
     }
   }
   of_tensor *res = NULL, *direct = NULL;
-  bool cl = !into && wants_channels_last(ins, nin, shape, ndim);
+  /* the result's layout: conv -> bn -> relu -> add chains keep NHWC */
+  bool cl = !into && of_tensors_want_channels_last(ins, nin, shape, ndim);
   of_status st = cl ? of_tensor_new_channels_last(shape, ndim, result_dt, dev, &res)
                     : of_prepare_out_on(op, into, shape, ndim, result_dt, dev, &res);
   if (st != OF_OK) goto done;

@@ -696,7 +696,7 @@ static of_status bn_backward(of_node *n, of_tensor **g, of_tensor **gi) {
   of_tensor *xc = NULL, *gc = NULL, *gx = NULL;
   /* a channels-last input: the sums and the input grad run as [N * S, C]
    * rows (cl_*), the grad channels-last */
-  bool cl = (x->ndim == 4 || x->ndim == 5) && of_prefers_channels_last(x);
+  bool cl = of_prefers_channels_last(x);
   int64_t NC = d.N * d.C, M = d.N * d.S;
   if (cl) NC = (M + CL_ROWS - 1) / CL_ROWS * d.C;   /* partials: chunks x channels */
   st = of_dense_format(x, cl, cd, &xc);
@@ -977,7 +977,7 @@ static of_status batch_norm_body(of_tensor *x, of_tensor *running_mean, of_tenso
   of_tensor *xc = NULL, *mean = NULL, *invstd = NULL, *y = NULL;
   double *buf = NULL;
   /* a channels-last input stays so: [N * S, C] rows, result channels-last */
-  bool cl = !bf_direct && (x->ndim == 4 || x->ndim == 5) && of_prefers_channels_last(x);
+  bool cl = !bf_direct && of_prefers_channels_last(x);
   int64_t R = d.N * d.S, nparts = cl ? (R + CL_ROWS - 1) / CL_ROWS * d.C : NC;
   of_status st = of_dense_format(x, cl, cd, &xc);
   if (st == OF_OK) st = new_doubles(d.C, &mean);

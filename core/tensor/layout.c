@@ -321,6 +321,16 @@ bool of_layout_wants_channels_last(const of_layout_ref *ops, int32_t n, const in
   return false;
 }
 
+bool of_tensors_want_channels_last(of_tensor *const *ins, int32_t n, const int64_t *shape,
+                                   int32_t ndim) {
+  of_layout_ref r[16];
+  if (n > 16) n = 16;   /* elementwise ops and fused nodes take at most 16 */
+  for (int32_t i = 0; i < n; i++)
+    r[i] = ins[i] ? (of_layout_ref){ins[i]->shape, ins[i]->strides, ins[i]->ndim}
+                  : (of_layout_ref){NULL, NULL, 0};
+  return of_layout_wants_channels_last(r, n, shape, ndim);
+}
+
 bool of_is_channels_last(const of_tensor *t) {
   return t && of_strides_channels_last(t->shape, t->strides, t->ndim);
 }

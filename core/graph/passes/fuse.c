@@ -73,7 +73,7 @@ static of_dtype fusible(const of_graph *g, const of_gnode *n) {
 }
 
 /* The fused node lays its result out by the eager rule over its own inputs
- * (fused_channels_last); a chain whose recorded result came out otherwise
+ * (of_tensors_want_channels_last); a chain whose recorded result came out otherwise
  * (its ops decided on other operands) stays unfused, so the values the
  * later passes see are the ones the runs make. */
 static bool layout_kept(const of_graph *g, const int32_t *ins, int32_t nin, const of_gval *out) {
@@ -374,28 +374,18 @@ static void gather_block(const operand *op, const int64_t *shape, int32_t ndim, 
   }
 }
 
-/* whether the program's result is channels-last: the eager rule over its
- * inputs (of_layout_wants_channels_last), so a fused chain lays its result
- * out as its last op did in eager mode (the pass checks the recorded value) */
-static bool fused_channels_last(of_tensor **ins, const fused_prog *p) {
-  of_layout_ref r[FUSED_MAX_IN];
-  for (int32_t k = 0; k < p->nin; k++)
-    r[k] = ins[k] ? (of_layout_ref){ins[k]->shape, ins[k]->strides, ins[k]->ndim}
-                  : (of_layout_ref){NULL, NULL, 0};
-  return of_layout_wants_channels_last(r, p->nin, p->shape, p->ndim);
-}
-
 of_status of_fused_invoke(of_gnode *n, of_tensor **ins, void **outs) {
   const fused_prog *p = n->attrs;
   OF_CHECK(of_fused_check(p, n->attr_size, n->nin));
   of_dtype dt = p->dtype;
   int32_t es = of_dtype_size(dt);
   operand ops[FUSED_MAX_IN];
-  /* The result's layout is the eager ops' (fused_channels_last). A
+  /* The result's layout is the eager ops' (the same rule over the inputs;
+   * the pass checked it against the recorded value). A
    * channels-last program runs over the dims in memory order (N, spatial...,
    * C): pshape and the operands' strides are permuted by perm, so the
    * blocks below walk the output's memory linearly either way. */
-  bool cl = fused_channels_last(ins, p);
+  bool cl = of_tensors_want_channels_last(ins, p->nin, p->shape, p->ndim);
   int32_t perm[OF_MAX_DIMS];
   int64_t pshape[OF_MAX_DIMS];
   for (int32_t d = 0; d < p->ndim; d++) perm[d] = cl ? (d == 0 ? 0 : d == p->ndim - 1 ? 1 : d + 1) : d;
