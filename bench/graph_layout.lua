@@ -3,8 +3,11 @@
 -- 'auto' picks (channels-last on AVX-512 CPUs with oneDNN: doc/graph.md
 -- "Layouts"), side by side in one process, calls alternating; wall-clock
 -- medians per call and their ratio (doc/benchmarks.md "Models", seventh pass).
+-- COMPARE=convfuse compares instead, both in the 'auto' layout, the
+-- default passes without and with convfuse (conv + residual add + relu as
+-- one oneDNN kernel: doc/graph.md "Passes").
 --   luajit bench/graph_layout.lua [ROUNDS (default 3)] [CALLS per round (default 5)]
---   MODELS=resnet18:1,resnet18:8,...  THREADS=n
+--   MODELS=resnet18:1,resnet18:8,...  THREADS=n  COMPARE=layout|convfuse
 local flow = require 'oneflow'
 local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
 
@@ -18,25 +21,31 @@ for m, b in (os.getenv('MODELS') or 'resnet18:1,resnet18:8,resnet50:1,resnet50:8
 end
 
 local Eval = flow.nn.Graph:subclass('LayoutBench')
-function Eval:__init(m, fmt)
+function Eval:__init(m, fmt, passes)
   flow.nn.Graph.__init(self)
   self.model = m
   self.config:set_memory_format(fmt)
+  if passes then self.config:set_passes(passes) end
 end
+local CONVFUSE = os.getenv('COMPARE') == 'convfuse'
+local WITHOUT = 'dce,cse,bnfold,fold,dce,checkpoint,poolmask,relupool,fuse,inplace,schedule'
 function Eval:build(x) return self.model(x) end
 
 print(('cpu %s, oneDNN %s, %d threads, load %s'):format(flow.backends.cpu.get_cpu_capability(),
       tostring(flow.backends.mkldnn.is_available()), THREADS, B.loadavg()))
-print('| model | batch | NCHW ms | auto ms | auto / NCHW | same result |')
+print(CONVFUSE and '| model | batch | without convfuse ms | with ms | with / without | same result |'
+      or '| model | batch | NCHW ms | auto ms | auto / NCHW | same result |')
 print('|---|---|---|---|---|---|')
 local function run(c)
   flow.manual_seed(0)
   local model = require('flowvision.models')[c.model]()
   model:eval()
   local x = flow.randn(c.batch, 3, 224, 224)
-  local plain, auto = Eval(model, flow.contiguous_format), Eval(model, 'auto')
+  local plain = CONVFUSE and Eval(model, 'auto', WITHOUT) or Eval(model, flow.contiguous_format)
+  local auto = Eval(model, 'auto')
+  plain(x); auto(x)   -- the first calls trace (they run the eager ops)
   local diff = (plain(x) - auto(x)):abs():max():item()
-  for _ = 1, 2 do plain(x); auto(x) end
+  plain(x); auto(x)
   local tp, ta = {}, {}
   for _ = 1, ROUNDS do
     for _ = 1, CALLS do

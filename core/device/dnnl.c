@@ -236,9 +236,27 @@ static dnnl_primitive_desc_t make_pd(const of_dnnl_conv_desc *d, dnnl_data_type_
     if (op_desc(&cd, &f, dnnl_forward_training, OF_DNNL_FWD, t) != dnnl_success) return NULL;
     if (dnnl_primitive_desc_create(&hint, &cd, NULL, engine, NULL) != dnnl_success) return NULL;
   }
+  /* the forward's post-ops: the residual sum, then the activation */
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t ops = NULL;
+  if (d->kind == OF_DNNL_FWD && (d->post_sum || d->post_act)) {
+    bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success &&
+              dnnl_post_ops_create(&ops) == dnnl_success &&
+              (!d->post_sum || dnnl_post_ops_append_sum(ops, 1.0f) == dnnl_success) &&
+              (d->post_act != OF_DNNL_ACT_CLIP ||
+               dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_clip, d->act_lo, d->act_hi) ==
+                   dnnl_success) &&
+              dnnl_primitive_attr_set_post_ops(attr, ops) == dnnl_success;
+    if (ops) dnnl_post_ops_destroy(ops);
+    if (!ok) {
+      if (attr) dnnl_primitive_attr_destroy(attr);
+      return NULL;
+    }
+  }
   if (op_desc(&cd, d, dnnl_prop_kind_undef, d->kind, t) == dnnl_success &&
-      dnnl_primitive_desc_create(&pd, &cd, NULL, engine, hint) != dnnl_success)
+      dnnl_primitive_desc_create(&pd, &cd, attr, engine, hint) != dnnl_success)
     pd = NULL;
+  if (attr) dnnl_primitive_attr_destroy(attr);
   if (hint) dnnl_primitive_desc_destroy(hint);
   /* oneDNN's reference kernels ("ref:any", plain loops) are far slower than
    * the im2col path, and its bfloat16 one than float32 conversion */
@@ -502,7 +520,10 @@ of_status of_dnnl_conv(const of_dnnl_conv_desc *d, const void *p, const void *q,
   }
   entry *e = lookup(d);
   of_status st = OF_OK;
-  if (!e->unsupported && !(native_bf16 && e->via_f32)) {
+  /* a sum post-op reads the result buffer: it must be r itself, not a
+   * compute-layout copy (nor a float32 one) */
+  bool sum_ok = !d->post_sum || (!e->reo[OP_R] && !e->via_f32);
+  if (!e->unsupported && !(native_bf16 && e->via_f32) && sum_ok) {
     const void *ptr[NOPS] = {p, q, bias, r};
     bool keep = wkey && d->kind == OF_DNNL_FWD && e->reo[OP_Q] && !e->via_f32;
     st = run(e, ptr, d->has_bias, keep ? wkey : NULL);

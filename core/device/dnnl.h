@@ -27,7 +27,13 @@ typedef struct of_dnnl_conv_desc {
   int64_t N, CI, CO, groups;
   int64_t in[3], out[3], k[3], stride[3], pad[3], dil[3];
   int64_t ps[5], qs[5], rs[5];
+  /* forward only, after the bias: post_sum adds what r holds before the
+   * call (a residual; oneDNN's sum post-op), then post_act applies
+   * OF_DNNL_ACT_CLIP, min(max(x, act_lo), act_hi) (an eltwise post-op) */
+  int32_t post_sum, post_act;
+  float act_lo, act_hi;
 } of_dnnl_conv_desc;
+enum { OF_DNNL_ACT_NONE = 0, OF_DNNL_ACT_CLIP = 1 };
 
 /* Whether oneDNN can run here: the build has it, and the caller is not
  * inside an OpenMP parallel region (an nn.Graph scheduler wave). Nested
@@ -46,7 +52,9 @@ typedef struct of_dnnl_wkey {
 } of_dnnl_wkey;
 
 /* Runs the convolution through oneDNN. *done is false (and nothing was
- * written) when oneDNN has no implementation for it, or, with native_bf16,
+ * written) when oneDNN has no implementation for it (with post_sum: also
+ * when its result layout is not r's, which r's residual would have to be
+ * reordered into), or, with native_bf16,
  * when bfloat16 operands would be computed in float32 (no bfloat16 kernel on
  * this CPU); the caller then runs its own kernels. wkey (forward only, may
  * be NULL) keeps the reordered weight for the next call with the same key.

@@ -501,6 +501,7 @@ static const struct { const char *name; pass_fn fn; } passes[] = {
   {"bnfold", of_pass_bnfold}, {"checkpoint", of_pass_checkpoint},
   {"fuse", of_pass_fuse},   {"inplace", of_pass_inplace}, {"schedule", of_pass_schedule},
   {"plan", of_pass_plan},     {"poolmask", of_pass_poolmask}, {"relupool", of_pass_relupool},
+  {"convfuse", of_pass_convfuse},
 };
 
 static of_status run_pass(of_graph *g, const char *name, size_t len) {
@@ -520,12 +521,12 @@ static of_status run_pass(of_graph *g, const char *name, size_t len) {
     return OF_OK;
   }
   return of_fail(OF_ERR_ARG, "nn.Graph: unknown pass '%.*s' (dce, cse, bnfold, fold, "
-                 "checkpoint, poolmask, relupool, fuse, inplace, schedule, plan)", (int)len, name);
+                 "checkpoint, poolmask, relupool, convfuse, fuse, inplace, schedule, plan)", (int)len, name);
 }
 
 of_status of_graph_optimize(of_graph *g, const char *list) {
   if (!g) return of_fail(OF_ERR_ARG, "nn.Graph: no graph");
-  if (!list) list = "dce,cse,bnfold,fold,dce,checkpoint,poolmask,relupool,fuse,inplace,schedule";
+  if (!list) list = "dce,cse,bnfold,fold,dce,checkpoint,poolmask,relupool,convfuse,fuse,inplace,schedule";
   const char *p = list;
   while (*p) {
     while (*p == ',' || *p == ' ') p++;

@@ -1,6 +1,6 @@
 /* ops.c -- the graph compiler's op table: the rows of the op families
  * (core/ops, generated from ops.def) and the graph-only ops (alias,
- * backward, fused elementwise, relu_max_pool). A public op's run function
+ * backward, fused elementwise, relu_max_pool, conv_fused). A public op's run function
  * takes the node's record (of_oprec); graph-only ops take the node. */
 #include "ops.h"
 #include "fused.h"
@@ -68,6 +68,8 @@ static const struct {
                          of_relu_pool_infer},
   [OPK_RELU_MAX_POOL_BACKWARD] = {sizeof(a_relu_pool), of_relu_pool_invoke, of_relu_pool_check,
                                   of_relu_pool_describe, of_relu_pool_backward_infer},
+  [OPK_CONV_FUSED] = {sizeof(a_conv_fused), of_conv_fused_invoke, of_conv_fused_check,
+                      of_conv_fused_describe, of_conv_fused_infer},
 };
 
 static of_opdef op_table[OPK_COUNT];

@@ -58,6 +58,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "family.h"
+#include "conv.h"
 
 /* ---- arguments and geometry ---- */
 
@@ -1648,7 +1649,7 @@ static void dense_strides(const int64_t *shape, int32_t nd, bool cl, int64_t *st
  * result), in the operands' own dtype: bfloat16 stays bfloat16. */
 static of_status dnnl_run_op(const conv_args *a, run_kind kind, const geom *g, of_tensor *p,
                              of_tensor *q, of_tensor *bias, const int64_t *rshape, int32_t rnd,
-                             of_tensor **out, bool *done) {
+                             const of_conv_post *post, of_tensor **out, bool *done) {
   *done = false;
   of_dtype dt = p->dtype;
   int be = conv_backend();
@@ -1669,15 +1670,37 @@ static of_status dnnl_run_op(const conv_args *a, run_kind kind, const geom *g, o
     st = kind == RUN_BWD_WEIGHT ? of_dense_format(q, cl, dt, &cq) : of_dense(q, dt, &cq);
   if (st == OF_OK && bias) st = of_dense(bias, dt, &cb);
   bool rcl = cl && kind != RUN_BWD_WEIGHT;
-  if (st == OF_OK)
+  if (st == OF_OK && post && post->acc) {
+    /* the residual's buffer is the result: dense in the result's layout */
+    of_tensor *acc = post->acc;
+    int64_t want[5];
+    dense_strides(rshape, rnd, rcl, want);
+    bool fits = of_dev(acc) == OF_CPU && acc->dtype == dt && acc->ndim == rnd &&
+                !memcmp(acc->shape, rshape, sizeof(int64_t) * (size_t)rnd) &&
+                !memcmp(acc->strides, want, sizeof(int64_t) * (size_t)rnd);
+    if (!fits) {   /* not taken: the caller's unfused ops run */
+      of_tensor_release(cp);
+      of_tensor_release(cq);
+      of_tensor_release(cb);
+      return OF_OK;
+    }
+    of_tensor_retain(acc);
+    res = acc;
+  } else if (st == OF_OK) {
     st = rcl ? of_tensor_new_channels_last(rshape, rnd, dt, OF_CPU, &res)
              : of_tensor_new(rshape, rnd, dt, OF_CPU, &res);
+  }
   if (st == OF_OK) {
     of_dnnl_conv_desc d;
     memset(&d, 0, sizeof d);
     d.kind = kind == RUN_FWD ? OF_DNNL_FWD : kind == RUN_BWD_INPUT ? OF_DNNL_BWD_DATA
                                                                    : OF_DNNL_BWD_WEIGHTS;
     d.nsp = nsp, d.dt = dt, d.has_bias = cb != NULL;
+    if (post) {
+      d.post_sum = post->acc != NULL;
+      d.post_act = post->act;
+      d.act_lo = post->lo, d.act_hi = post->hi;
+    }
     d.N = g->N, d.CI = g->CI, d.CO = g->CO, d.groups = g->G;
     for (int32_t i = 0; i < nsp; i++) {
       d.in[i] = g->in[lead + i], d.out[i] = g->out[lead + i], d.k[i] = g->k[lead + i];
@@ -1714,7 +1737,7 @@ static of_status run_op(const conv_args *a, run_kind kind, const geom *g, of_ten
                         of_tensor **out) {
   if (of_dev(p) != OF_CPU) return device_run_op(a, kind, p, q, bias, rshape, rnd, out);
   bool done = false;
-  OF_CHECK(dnnl_run_op(a, kind, g, p, q, bias, rshape, rnd, out, &done));
+  OF_CHECK(dnnl_run_op(a, kind, g, p, q, bias, rshape, rnd, NULL, out, &done));
   if (done) return OF_OK;
   OF_CHECK(check_blas_sizes(a, g));
   of_dtype dt = p->dtype, cd = compute_dtype(dt);
@@ -1942,6 +1965,31 @@ static of_status conv_body(of_tensor *x, of_tensor *w, of_tensor *b, const int64
   conv_args a;
   OF_CHECK(init_args(&a, "conv", stride, padding, dilation, nsp, groups));
   return conv_fwd_op(x, w, b, &a, NULL, out);
+}
+
+/* The graph's fused convolution (core/graph/passes/convfuse.c): the forward
+ * through oneDNN with post->acc's residual summed in place and the
+ * activation applied in the same kernel. *done false (nothing written):
+ * not float32 on the CPU, or a problem the im2col path would take (the
+ * routing of dnnl_auto), or acc not dense in the result's layout; the
+ * caller then runs conv and the elementwise ops. */
+of_status of_conv_post_dnnl(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
+                            const int64_t *padding, const int64_t *dilation, int32_t nsp,
+                            int64_t groups, const of_conv_post *post, of_tensor **out,
+                            bool *done) {
+  *done = false;
+  if (!x || !w || of_dev(x) != OF_CPU || x->dtype != OF_FLOAT32 || w->dtype != OF_FLOAT32 ||
+      (b && b->dtype != OF_FLOAT32))
+    return OF_OK;
+  conv_args a;
+  OF_CHECK(init_args(&a, "conv", stride, padding, dilation, nsp, groups));
+  of_meta xm = of_meta_of(x), wm = of_meta_of(w), bm = b ? of_meta_of(b) : xm;
+  int64_t rshape[5];
+  OF_CHECK(fwd_geometry(&a, &xm, &wm, b ? &bm : NULL, NULL, rshape));
+  OF_CHECK(check_device(&a, x, w, b));
+  geom g;
+  geom_init(&g, &a, x->shape[0], x->shape[1], w->shape[0], x->shape + 2, w->shape + 2, rshape + 2);
+  return dnnl_run_op(&a, RUN_FWD, &g, x, w, b, rshape, nsp + 2, post, out, done);
 }
 
 /* conv_transpose's result spatial sizes osz from x, w and output_padding

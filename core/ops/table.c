@@ -19,6 +19,7 @@ typedef struct fused_prog fused_prog;   /* graph-only records: names only */
 typedef struct a_alias a_alias;
 typedef struct a_backward a_backward;
 typedef struct a_relu_pool a_relu_pool;
+typedef struct a_conv_fused a_conv_fused;
 static const of_opschema_row schema[OPK_COUNT] = {
 #include "ops.def"
 };

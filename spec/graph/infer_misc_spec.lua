@@ -186,4 +186,24 @@ describe('saved graphs: creation, random, amp, fft and special ops re-inferred a
     refused('node 1 (relu_max_pool_backward): result %2 is recorded as [2,3,4,4] float32, its inputs give '
             .. '[2,3,4,6] float32', 'relu_max_pool_backward', K, {P, CODE}, {{{2, 3, 4, 4}}})
   end)
+
+  it('re-infers the graph-only conv_fused as conv, and checks its residual and record', function()
+    local X, W, Y = {{2, 3, 6, 6}}, {{4, 3, 3, 3}}, {{2, 4, 6, 6}}
+    local K = {nsp = 2, has = 7, groups = 1, stride = {1, 1}, padding = {1, 1}, dilation = {1, 1}, act = 1}
+    assert.is_true((load('conv_fused', K, {X, W, {{4}}, Y}, {Y})))
+    local x, w, b, r = flow.randn(2, 3, 6, 6), flow.randn(4, 3, 3, 3), flow.randn(4), flow.randn(2, 4, 6, 6)
+    local want = flow.nn.functional.relu(flow.nn.functional.conv2d(x, w, b, {padding = 1}) + r)
+    local got = flow.nn.Graph.load(path)(x, w, b, r)
+    assert.is_true((got - want):abs():max():item() < 1e-5)
+    refused('node 1 (conv_fused): result %4 is recorded as [2,4,5,5] float32, its inputs give [2,4,6,6] float32',
+            'conv_fused', K, {X, W, {{4}}, Y}, {{{2, 4, 5, 5}}})
+    refused('node 1 (conv_fused): the recorded inputs do not fit: conv_fused: the residual [2,4,5,5] float32 does '
+            .. 'not match the result [2,4,6,6] float32', 'conv_fused', K, {X, W, {{4}}, {{2, 4, 5, 5}}}, {Y})
+    refused('conv_fused: bad record (attrs.act and its bounds)', 'conv_fused',
+            {nsp = 2, has = 7, groups = 1, stride = {1, 1}, padding = {1, 1}, dilation = {1, 1}, act = 2},
+            {X, W, {{4}}, Y}, {Y})
+    refused('conv_fused: bad record (attrs.stride, padding or dilation)', 'conv_fused',
+            {nsp = 2, has = 7, groups = 1, stride = {0, 1}, padding = {1, 1}, dilation = {1, 1}},
+            {X, W, {{4}}}, {Y})
+  end)
 end)

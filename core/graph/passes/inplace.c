@@ -1,7 +1,8 @@
 /* inplace.c -- in-place rewriting.
  *
- * An elementwise node (or fused chain) whose operand dies at that node
- * writes its result into the operand's buffer instead of a fresh one:
+ * An elementwise node (or fused chain, or a conv_fused node's residual)
+ * whose operand dies at that node writes its result into the operand's
+ * buffer instead of a fresh one:
  * same shape, dtype and dense layout (contiguous or channels-last), an
  * internal value that owns its storage, nothing else views that storage, it
  * is not a graph output, and no autograd node kept for an opaque backward
@@ -31,6 +32,7 @@ static int32_t operands(const of_gnode *n) {
     case OPK_BINARY: return 2;
     case OPK_BINARY_SCALAR: case OPK_UNARY: case OPK_CLAMP: case OPK_LEAKY_RELU: return 1;
     case OF_OPK_FUSED: return n->nin;
+    case OPK_CONV_FUSED: return 4;   /* x, W, b, residual: only the residual */
     default: return -1;
   }
 }
@@ -65,6 +67,33 @@ static bool clone_as_alias(of_graph *g, int32_t i, const int32_t *last, const bo
   n->attr_size = (int32_t)sizeof a;
   n->op = OF_OPK_ALIAS;
   ov->root = r;
+  return true;
+}
+
+/* whether conv_fused node n's convolution reads x's storage: a residual
+ * that is also its input cannot take the result (the convolution would
+ * read what it already wrote) */
+static bool conv_reads(const of_graph *g, const of_gnode *n, int32_t x) {
+  for (int32_t k = 0; k < 3; k++)
+    if (n->in[k] >= 0 && g->vals[n->in[k]].root == g->vals[x].root) return true;
+  return false;
+}
+
+/* A conv_fused residual x that is itself an in-place result (the previous
+ * block's output, written into its residual): x is the runtime tensor of
+ * its root's storage, which nothing reads after node i and nothing keeps.
+ * (ResNet's blocks chain this way: without it every other block's sum
+ * could not be written in place.) */
+static bool in_place_version(const of_graph *g, const of_gnode *n, int32_t x, int32_t i,
+                             const int32_t *last, const bool *pinned) {
+  const of_gval *xv = &g->vals[x];
+  int32_t r = xv->root;
+  if (n->op != OPK_CONV_FUSED || r == x || xv->same != g->vals[r].same || g->vals[r].same != r ||
+      g->vals[r].kind != OF_GV_INTERNAL || g->vals[r].root != r || pinned[r] ||
+      g->vals[r].offset != 0)
+    return false;
+  for (int32_t v = 0; v < g->nvals; v++)
+    if (g->vals[v].root == r && (last[v] > i || pinned[v])) return false;
   return true;
 }
 
@@ -109,9 +138,11 @@ of_status of_pass_inplace(of_graph *g, int32_t *removed) {
     if (ov->kind != OF_GV_INTERNAL || ov->same != o || ov->root != o) continue;
     for (int32_t k = 0; k < nops; k++) {
       int32_t x = n->in[k];
-      if (x < 0) continue;
+      if (x < 0 || (n->op == OPK_CONV_FUSED && (k != 3 || conv_reads(g, n, x)))) continue;
       const of_gval *xv = &g->vals[x];
-      if (xv->kind != OF_GV_INTERNAL || xv->root != x || xv->same != x || sharers[x] != 1 ||
+      int32_t r = in_place_version(g, n, x, i, last, pinned) ? xv->root : x;
+      if (xv->kind != OF_GV_INTERNAL || (r == x && (xv->root != x || xv->same != x ||
+                                                    sharers[x] != 1)) ||
           pinned[x] || last[x] != i || xv->offset != 0 || dense_layout(xv) < 0 ||
           dense_layout(xv) != dense_layout(ov) || !same_meta(xv, ov))
         continue;
@@ -123,9 +154,9 @@ of_status of_pass_inplace(of_graph *g, int32_t *removed) {
         n->in = in;
         n->in[n->nin++] = x;
       }
-      ov->same = x;
-      ov->root = x;
-      sharers[x]++;
+      ov->same = g->vals[x].same;
+      ov->root = r;
+      sharers[r]++;
       count++;
       break;
     }

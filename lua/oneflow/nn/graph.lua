@@ -181,7 +181,7 @@ function Config:set_passes(list)
   self.passes = list
 end
 
---- self.config:enable_fusion(false): every pass but the fusions (relupool, fuse).
+--- self.config:enable_fusion(false): every pass but the fusions (relupool, convfuse, fuse).
 function Config:enable_fusion(on)
   if on == false then self.passes = 'dce,cse,bnfold,fold,dce,checkpoint,poolmask,inplace,schedule'
   else self.passes = nil end   -- the default list

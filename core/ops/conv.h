@@ -1,0 +1,24 @@
+/* conv.h -- the convolution with post-ops that conv.c runs for the graph's
+ * fused conv_fused node (core/graph/passes/convfuse.c). */
+#ifndef ONEFLOW_OPS_CONV_H
+#define ONEFLOW_OPS_CONV_H
+#include "../internal.h"
+
+/* acc (or NULL): a dense tensor of the result's shape, dtype and layout
+ * holding the residual; the result is conv + residual, written into acc.
+ * act: OF_DNNL_ACT_NONE or OF_DNNL_ACT_CLIP, min(max(x, lo), hi), applied
+ * after the sum (core/device/dnnl.h). */
+typedef struct {
+  of_tensor *acc;
+  int32_t act;
+  float lo, hi;
+} of_conv_post;
+
+/* The float32 CPU forward through oneDNN with the post-ops; *done false
+ * (nothing written, OF_OK) where conv's routing would not take oneDNN, or
+ * acc does not fit; errors are returned as statuses. */
+of_status of_conv_post_dnnl(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
+                            const int64_t *padding, const int64_t *dilation, int32_t nsp,
+                            int64_t groups, const of_conv_post *post, of_tensor **out,
+                            bool *done);
+#endif
