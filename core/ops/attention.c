@@ -303,7 +303,10 @@ static double expsum_f64(double *s, int64_t n, double mx) {
     memset(dKa + ja * Ep, 0, sizeof(T) * (size_t)((js - ja) * Ep));                             \
     memset(dVa + ja * Evp, 0, sizeof(T) * (size_t)((js - ja) * Evp));                           \
     memset(Qs, 0, sizeof(T) * (size_t)(BQ * (Ep + Evp)));                                       \
-    pack_kv_##SUF(g, K, V, Kt, Vt, Kp, NULL, ja, jb, BK, E, Ev);                                \
+    /* dq's products read k's rows as they are when they need no padding */                    \
+    bool kdirect = E == Ep;                                                                     \
+    pack_kv_##SUF(g, K, V, Kt, Vt, kdirect ? NULL : Kp, NULL, ja, jb, BK, E, Ev);               \
+    const T *Kq = kdirect ? K : Kp;                                                             \
     for (int64_t bh = kv * d->group; bh < (kv + 1) * d->group; bh++) {                          \
       for (int64_t i0 = 0; i0 < L; i0 += BQ) {                                                  \
         int64_t nq = min64(BQ, L - i0);                                                         \
@@ -343,7 +346,7 @@ static double expsum_f64(double *s, int64_t n, double mx) {
             for (int64_t c = 0; c < BK; c++) dp[c] = s[c] * (dp[c] - D[r]);                     \
           }                                                                                     \
           /* dQ += dS K, dK += dS^T (scale Q) */                                                \
-          gemm_##SUF(nq, Ep, nk, dP, BK, 1, Kp + j0 * Ep, Ep, dQa, Ep, 1);                      \
+          gemm_##SUF(nq, Ep, nk, dP, BK, 1, Kq + j0 * Ep, Ep, dQa, Ep, 1);                      \
           gemm_##SUF(nk, Ep, nq, dP, 1, BK, Qs, Ep, dKa + j0 * Ep, Ep, 1);                      \
         }                                                                                       \
         for (int64_t r = 0; r < nq; r++)                                                        \
@@ -593,6 +596,14 @@ static of_status cpu_backward(const geo *g, of_dtype cd, const void *q, const vo
   int64_t es = cd == OF_FLOAT64 ? 8 : 4, nq = d->BH * d->L * d->E;
   int32_t nt = task_threads(nkv * nkb, d->BH * d->L * d->S * (d->E + d->Ev));
   int64_t split = nt > 1 ? min64(nkb, (4 * nt + nkv - 1) / nkv) : 1;
+  /* without causality every key block costs the same: the fewest tasks that
+   * share out evenly (two heads on two threads: one task each, no partial
+   * dq buffers to sum) */
+  if (nt > 1 && !d->causal) {
+    int64_t a = nkv, b = nt;
+    while (b) { int64_t r = a % b; a = b; b = r; }   /* a = gcd(nkv, nt) */
+    split = min64(nkb, nt / a);
+  }
   if (split < 1) split = 1;
   int64_t tasks = nkv * split, nbuf = nt * (per * es + BQ * BK * 4);
   int64_t npart = split > 1 ? split * nq * es : 0;

@@ -279,6 +279,34 @@ describe('F.scaled_dot_product_attention', function()
     assert.is_true((a - b):abs():max():item() > 0)
   end)
 
+  it('splits the backward over threads by key/value heads and key blocks: grads as the composed ops', function()
+    -- 2 threads: 2 heads take a task each (no partial dq), 1 or 3 heads split
+    -- their keys (partial dq summed), causal keeps the finer split; head dims
+    -- 64 (k read in place) and 40 (a padded copy)
+    local prev = flow.get_num_threads()
+    flow.set_num_threads(2)
+    for _, c in ipairs({{2, 2, 64}, {4, 1, 64}, {3, 3, 40}, {6, 3, 32, true}}) do
+      local Hq, Hk, E, causal = c[1], c[2], c[3], c[4] or false
+      flow.manual_seed(5)
+      local q = flow.randn(1, Hq, 300, E):requires_grad_()
+      local k = flow.randn(1, Hk, 300, E):requires_grad_()
+      local v = flow.randn(1, Hk, 300, E):requires_grad_()
+      local g = flow.randn(1, Hq, 300, E)
+      sdpa(q, k, v, {enable_gqa = Hq ~= Hk, is_causal = causal}):backward(g)
+      local got = {q.grad, k.grad, v.grad}
+      q.grad, k.grad, v.grad = nil, nil, nil
+      local kk = k:repeat_interleave(Hq / Hk, 2)
+      local vv = v:repeat_interleave(Hq / Hk, 2)
+      local s = flow.matmul(q, kk:transpose(3, 4)) / math.sqrt(E)
+      if causal then s = s:masked_fill(flow.ones(300, 300, {dtype = flow.bool}):triu(1), -math.huge) end
+      flow.matmul(F.softmax(s, 4), vv):backward(g)
+      for j, want in ipairs({q.grad, k.grad, v.grad}) do
+        H.close(got[j], want, 1e-5, ('%d/%d heads, head dim %d, grad %d'):format(Hq, Hk, E, j))
+      end
+    end
+    flow.set_num_threads(prev)
+  end)
+
   it('weighs keys far below the row maximum exactly 0, on every ISA; head dim 0', function()
     -- key 3 scores ~205, the others within +-20: exp of the differences (< -180)
     -- underflows to 0 and the output is v's row 3 bit for bit
