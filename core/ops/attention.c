@@ -386,10 +386,11 @@ AI VATTR_16 __m512 exp512(__m512 x0) {
    * underflowing result costs a microcode assist (~150 cycles) per vector -- every
    * masked score (-inf) took one */
   __mmask16 zero = _mm512_cmp_ps_mask(x0, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-  __m512 x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x0);   /* a NaN x is kept (the second operand) */
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  /* no clamp of x: the lanes below -87 (-inf included, whose reduction
+   * gives NaN) are zeroed by the mask at the end; a NaN x stays NaN */
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x0, _mm512_set1_ps(1.44269504088896341f)),
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x0);
   r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
   __m512 p = _mm512_set1_ps(1.9875691500e-4f);
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
@@ -397,7 +398,9 @@ AI VATTR_16 __m512 exp512(__m512 x0) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+  /* p r^2 + r + 1 as (p r + 1) r + 1: two FMAs, not a multiply, an FMA and an add */
+  __m512 one = _mm512_set1_ps(1.0f);
+  __m512 y = _mm512_fmadd_ps(_mm512_fmadd_ps(p, r, one), r, one);
   return _mm512_maskz_scalef_ps((__mmask16)~zero, y, n);
 }
 
