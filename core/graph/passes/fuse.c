@@ -360,6 +360,25 @@ static void gather_block(const operand *op, const int64_t *shape, int32_t ndim, 
     off += idx[d] * op->bstride[d];
   }
   int32_t last = ndim - 1;
+  if (ndim > 0 && op->bstride[last] == esize) {
+    /* the last dim is contiguous (a bias broadcast over rows): whole runs
+     * of it at a time, not one element per step */
+    for (int64_t i = 0; i < len;) {
+      int64_t run = shape[last] - idx[last];
+      if (run > len - i) run = len - i;
+      memcpy(dst + i * esize, op->base + off, (size_t)(run * esize));
+      i += run;
+      idx[last] += run;
+      off += run * op->bstride[last];
+      for (int32_t d = last; d > 0 && idx[d] == shape[d]; d--) {
+        off -= idx[d] * op->bstride[d];
+        idx[d] = 0;
+        idx[d - 1]++;
+        off += op->bstride[d - 1];
+      }
+    }
+    return;
+  }
   for (int64_t i = 0; i < len; i++) {
     memcpy(dst + i * esize, op->base + off, (size_t)esize);
     if (ndim == 0) continue;
@@ -490,7 +509,8 @@ of_status of_fused_invoke(of_gnode *n, of_tensor **ins, void **outs) {
         str[base + i] = oes;
         char *pp[3] = {dst, ptr[in->a], in->kind == FUSED_BINARY ? ptr[in->b] : NULL};
         int64_t ss[3] = {oes, str[in->a], in->kind == FUSED_BINARY ? str[in->b] : 0};
-        of_ew_ctx ctx = {.p0 = in->p0, .p1 = in->p1};
+        of_ew_ctx ctx = {.p0 = in->p0, .p1 = in->p1,
+                         .op = in->kind == FUSED_UNARY ? in->op : 0};   /* GELU / SiLU's fast loop */
         fn[i](pp, ss, len, &ctx);
       }
     }
