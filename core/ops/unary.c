@@ -171,6 +171,8 @@ typedef struct {
   of_loop_fn fn;
 } unary_plan;
 
+of_loop_fn of_unary_kernel(int32_t op, of_dtype dt);   /* below; graph.h declares it too */
+
 static of_status unary_plan_for(of_unary_op op, of_dtype dt, const int64_t *shape, int32_t ndim,
                                 unary_plan *p) {
   const unary_def *def = &unary_ops[op];
@@ -182,8 +184,7 @@ static of_status unary_plan_for(of_unary_op op, of_dtype dt, const int64_t *shap
     result = OF_BOOL;
   }
   if (op == OF_SIGN && dt == OF_BOOL) compute = result = OF_BOOL;
-  of_loop_fn fn = def->loop[compute];
-  if (compute == OF_FLOAT32 && (op == OF_GELU || op == OF_SILU)) fn = un_fast_float;
+  of_loop_fn fn = of_unary_kernel(op, compute);
   if (op == OF_SIGN && compute == OF_BOOL) fn = unary_ops[OF_ABS].loop[OF_BOOL];
   char sb[96];
   if (op == OF_NEG && dt == OF_BOOL)
@@ -863,13 +864,13 @@ static of_status masked_fill_body(of_tensor *x, of_tensor *mask, double value, o
   return OF_OK;
 }
 
-/* Kernels at a compute dtype, for nn.Graph's fused elementwise nodes. */
+/* The loop of op at a compute dtype: the eager ops' (unary_plan_for) and
+ * nn.Graph's fused elementwise nodes'. Float32 GELU / SiLU take the
+ * vectorised loop (it reads the op from the loop's of_ew_ctx): the generic
+ * loops call libm's scalar erf and expf, ~15x slower (a fused bias + GELU
+ * of ViT-S's MLP took 9.9 ms with them, eager GELU 1.3 ms). */
 of_loop_fn of_unary_kernel(int32_t op, of_dtype dt) {
   if (op < 0 || op >= OF_NUM_UNARY || dt < 0 || dt >= OF_NUM_DTYPES) return NULL;
-  /* the vectorised GELU / SiLU, as unary_plan_for picks (it reads the op
-   * from the loop's of_ew_ctx): the generic loops call libm's scalar erf
-   * and expf, ~15x slower (a fused bias + GELU of ViT-S's MLP took 9.9 ms,
-   * GELU alone 1.3 ms eagerly) */
   if (dt == OF_FLOAT32 && (op == OF_GELU || op == OF_SILU)) return un_fast_float;
   return unary_ops[op].loop[dt];
 }

@@ -230,13 +230,15 @@ of_status of_conv_fused_infer(const void *attrs, int32_t nin, const of_meta *ins
   return OF_OK;
 }
 
+/* the record's stride, padding and dilation as conv takes them (NULL: not given) */
+#define CONV_OPTS(a) ((a)->has & 1) ? (a)->stride : NULL, ((a)->has & 2) ? (a)->padding : NULL, \
+                     ((a)->has & 4) ? (a)->dilation : NULL
+
 /* the unfused ops, as the graph had them: conv, add (into the residual's
  * buffer when given), then the activation in place */
 static of_status unfused(const a_conv_fused *a, of_tensor **ins, int32_t nin, of_tensor **out) {
-  const int64_t *st = (a->has & 1) ? a->stride : NULL, *pd = (a->has & 2) ? a->padding : NULL,
-                *dl = (a->has & 4) ? a->dilation : NULL;
   of_tensor *y = NULL, *z = NULL;
-  OF_CHECK(of_conv(ins[IN_X], ins[IN_W], ins[IN_B], st, pd, dl, a->nsp, a->groups, &y));
+  OF_CHECK(of_conv(ins[IN_X], ins[IN_W], ins[IN_B], CONV_OPTS(a), a->nsp, a->groups, &y));
   of_status s = OF_OK;
   if (nin > IN_RES) {
     s = of_binary(OF_ADD, y, ins[IN_RES], nin > IN_INTO ? ins[IN_INTO] : NULL, &z);
@@ -275,9 +277,7 @@ of_status of_conv_fused_invoke(of_gnode *n, of_tensor **ins, void **outs) {
       post.lo = a->has_lo ? (float)a->lo : -INFINITY;
       post.hi = a->has_hi ? (float)a->hi : INFINITY;
     }
-    const int64_t *st = (a->has & 1) ? a->stride : NULL, *pd = (a->has & 2) ? a->padding : NULL,
-                  *dl = (a->has & 4) ? a->dilation : NULL;
-    OF_CHECK(of_conv_post_dnnl(ins[IN_X], ins[IN_W], ins[IN_B], st, pd, dl, a->nsp, a->groups,
+    OF_CHECK(of_conv_post_dnnl(ins[IN_X], ins[IN_W], ins[IN_B], CONV_OPTS(a), a->nsp, a->groups,
                                &post, &r, &done));
   }
   if (!done) OF_CHECK(unfused(a, ins, n->nin, &r));

@@ -360,30 +360,17 @@ static void gather_block(const operand *op, const int64_t *shape, int32_t ndim, 
     off += idx[d] * op->bstride[d];
   }
   int32_t last = ndim - 1;
-  if (ndim > 0 && op->bstride[last] == esize) {
-    /* the last dim is contiguous (a bias broadcast over rows): whole runs
-     * of it at a time, not one element per step */
-    for (int64_t i = 0; i < len;) {
-      int64_t run = shape[last] - idx[last];
-      if (run > len - i) run = len - i;
-      memcpy(dst + i * esize, op->base + off, (size_t)(run * esize));
-      i += run;
-      idx[last] += run;
-      off += run * op->bstride[last];
-      for (int32_t d = last; d > 0 && idx[d] == shape[d]; d--) {
-        off -= idx[d] * op->bstride[d];
-        idx[d] = 0;
-        idx[d - 1]++;
-        off += op->bstride[d - 1];
-      }
-    }
-    return;
-  }
-  for (int64_t i = 0; i < len; i++) {
-    memcpy(dst + i * esize, op->base + off, (size_t)esize);
+  /* a contiguous last dim (a bias broadcast over rows) goes a run at a time,
+   * other operands an element at a time */
+  bool runs = ndim > 0 && op->bstride[last] == esize;
+  for (int64_t i = 0; i < len;) {
+    int64_t run = runs ? shape[last] - idx[last] : 1;
+    if (run > len - i) run = len - i;
+    memcpy(dst + i * esize, op->base + off, (size_t)(run * esize));
+    i += run;
     if (ndim == 0) continue;
-    idx[last]++;
-    off += op->bstride[last];
+    idx[last] += run;
+    off += run * op->bstride[last];
     for (int32_t d = last; d > 0 && idx[d] == shape[d]; d--) {
       off -= idx[d] * op->bstride[d];
       idx[d] = 0;
