@@ -375,7 +375,7 @@ ONLINE_GENERIC(float, f32_avx2, VATTR_8)
  * tile of 2 vectors for a last 32 columns, and the same tiles with fewer rows
  * for the last rows (the generic kernel fell back to one row at a time there,
  * a quarter of the work at BQ = 64). exp512 is vexp_core of simd.h (Cephes'
- * reduction and polynomial, ~1.3 ulp) with 2^n by vscalefps; below -87 (and
+ * reduction, a degree-6 polynomial, ~1 ulp) with 2^n by vscalefps; below -87 (and
  * for -inf) it gives 0 without computing (an underflow costs an assist);
  * the online softmax takes the block's row maxima first and its rescale
  * factors exp(m_old - m) sixteen rows at a time. */
@@ -392,16 +392,16 @@ AI VATTR_16 __m512 exp512(__m512 x0) {
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x0);
   r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  /* p r^2 + r + 1 as (p r + 1) r + 1: two FMAs, not a multiply, an FMA and an add */
+  /* vexp_core's degree-6 polynomial: six FMAs */
+  __m512 p = _mm512_fmadd_ps(r, _mm512_set1_ps(1.3843653723597527e-3f),
+                             _mm512_set1_ps(8.37415549904108e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.166800156235695e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666431725025177e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.999999403953552e-1f));
   __m512 one = _mm512_set1_ps(1.0f);
-  __m512 y = _mm512_fmadd_ps(_mm512_fmadd_ps(p, r, one), r, one);
-  return _mm512_maskz_scalef_ps((__mmask16)~zero, y, n);
+  p = _mm512_fmadd_ps(p, r, one);
+  p = _mm512_fmadd_ps(p, r, one);
+  return _mm512_maskz_scalef_ps((__mmask16)~zero, p, n);
 }
 
 /* C[MR rows][16 NV columns] (+)= A[MR][K] B[K][16 NV] */

@@ -260,7 +260,17 @@ static inline float ld1_bf16(const uint16_t *p) {
         if (i < M) m1 = vmaxq##W(m1, ldn_##TS##_##W(px + i, M - i, -INFINITY));                  \
         mx = hmax##W(vmax##W(m0, m1));                                                          \
         vf##W e0 = vsplat##W(0), e1 = e0;                                                       \
+        /* the next row's lines are asked for while this one's exps run: its                   \
+         * reads and the result's ownership then overlap the arithmetic */                      \
+        const char *nx = r + 1 < r1 ? (const char *)(px + M) : NULL;                            \
+        char *ny = (char *)(py + M);                                                            \
         for (i = 0; i + 2 * W <= M; i += 2 * W) {   /* two exps in flight */                    \
+          if (nx) {                                                                             \
+            for (int64_t o = i * (int64_t)sizeof(T); o < (i + 2 * W) * (int64_t)sizeof(T); o += 64) { \
+              __builtin_prefetch(nx + o, 0, 3);                                                 \
+              __builtin_prefetch(ny + o, 1, 3);                                                 \
+            }                                                                                   \
+          }                                                                                     \
           vf##W ea = vexpn##W(ld_##TS##_##W(px + i) - mx);                                       \
           vf##W eb = vexpn##W(ld_##TS##_##W(px + i + W) - mx);                                   \
           if (!lg) {                                                                            \

@@ -34,38 +34,41 @@
     for (int i = 0; i < W; i++) iota[i] = i;                                                    \
     return vsel##W(iota < (int32_t)n, v, vsplat##W(0));                                         \
   }                                                                                             \
-  /* exp of x already clamped to [-87.33, 88.3]: Cephes' range reduction and                    \
-   * polynomial (about 1.3 ulp) */                                                              \
+  /* exp of x already clamped to [-87.33, 88.3]: Cephes' range reduction (n = round(x /     \
+   * ln 2), r = x - n ln 2 in two steps), then a degree-6 polynomial fitted to exp on          \
+   * [-ln2/2, ln2/2] (minimax relative error 2e-9) in Horner form: six FMAs where Cephes'     \
+   * form takes nine operations, with the same accuracy (about 1 ulp against the exact exp    \
+   * on 4M points); the arithmetic of softmax's exp pass is its time (doc/benchmarks.md,      \
+   * "Memory-bound kernels") */                                                               \
   AI VATTR_##W vf##W vexp_core##W(vf##W xc) {                                                   \
     vf##W t = xc * 1.44269504088896341f + 12582912.0f; /* 1.5 * 2^23: rounds to an integer */   \
     vf##W n = t - 12582912.0f;                                                                  \
     vf##W r = xc - n * 0.693359375f;                                                            \
     r = r + n * 2.12194440e-4f;                                                                 \
-    vf##W p = vsplat##W(1.9875691500e-4f);                                                      \
-    p = p * r + 1.3981999507e-3f;                                                               \
-    p = p * r + 8.3334519073e-3f;                                                               \
-    p = p * r + 4.1665795894e-2f;                                                               \
-    p = p * r + 1.6666665459e-1f;                                                               \
-    p = p * r + 5.0000001201e-1f;                                                               \
-    vf##W y = p * r * r + r + 1.0f;                                                             \
+    vf##W p = r * 1.3843653723597527e-3f + 8.37415549904108e-3f;                                \
+    p = p * r + 4.166800156235695e-2f;                                                          \
+    p = p * r + 1.6666431725025177e-1f;                                                         \
+    p = p * r + 4.999999403953552e-1f;                                                          \
+    p = p * r + 1.0f;                                                                           \
+    p = p * r + 1.0f;                                                                           \
     vu##W eb = ((vu##W)t - 0x4B400000u + 127u) << 23; /* 2^n */                                 \
-    return y * (vf##W)eb;                                                                       \
+    return p * (vf##W)eb;                                                                       \
   }                                                                                             \
   /* exp(x), float32: below -87.33 the result is 0, above 88.3 it saturates;                    \
    * NaN stays NaN. */                                                                          \
   AI VATTR_##W vf##W vexp##W(vf##W x) {                                                         \
-    vf##W xc = vsel##W(x < -87.33f, vsplat##W(-87.33f), x);                                     \
-    xc = vsel##W(xc > 88.3f, vsplat##W(88.3f), xc);                                             \
-    return vsel##W(x < -87.33f, vsplat##W(0), vexp_core##W(xc));                                \
+    vf##W xc = VMINPS_##W(vsplat##W(88.3f), VMAXPS_##W(vsplat##W(-87.33f), x));                \
+    return (vf##W)(~(x < -87.33f) & (vi##W)vexp_core##W(xc));                                   \
   }                                                                                             \
-  /* exp(x) for x <= 0 (softmax's x - max), one clamp fewer; NaN stays NaN */                   \
+  /* exp(x) for x <= 0 (softmax's x - max), one clamp fewer; NaN stays NaN (the clamp is     \
+   * one max instruction that passes a NaN x through, the zeroing one and-not) */               \
   AI VATTR_##W vf##W vexpn##W(vf##W x) {                                                        \
     vi##W lo = x < -87.33f;                                                                     \
-    return vsel##W(lo, vsplat##W(0), vexp_core##W(vsel##W(lo, vsplat##W(-87.33f), x)));         \
+    return (vf##W)(~lo & (vi##W)vexp_core##W(VMAXPS_##W(vsplat##W(-87.33f), x)));              \
   }                                                                                             \
   /* max(a, b) without NaN handling (b when a NaN, a when b NaN): for maxima                    \
    * that only shift an exp, whose NaN input reaches the result anyway */                       \
-  AI VATTR_##W vf##W vmaxq##W(vf##W a, vf##W b) { return vsel##W(b > a, b, a); }                \
+  AI VATTR_##W vf##W vmaxq##W(vf##W a, vf##W b) { return VMAXPS_##W(b, a); }                   \
   /* erf(z) as the rational function of Eigen's and XLA's float erf (odd degree-13 over         \
    * even degree-8 polynomial in z, z clamped to +-3.8325, where erf is 1 in float): about      \
    * 1e-7 absolute error, the accuracy of PyTorch's vectorised erf, with no exp and half        \
@@ -172,6 +175,25 @@
     st_bf16_##W(h, v);                                                                          \
     memcpy(p, h, sizeof(uint16_t) * (size_t)n);                                                 \
   }
+
+/* VMAXPS_W(a, b): a > b ? a : b in one instruction (x86's maxps: b when
+ * either is NaN), VMINPS_W a < b ? a : b; GCC's generic vectors have no select it would emit as one */
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define VMAXPS_4(a, b) ((vf4)_mm_max_ps((__m128)(a), (__m128)(b)))
+#define VMAXPS_8(a, b) ((vf8)_mm256_max_ps((__m256)(a), (__m256)(b)))
+#define VMAXPS_16(a, b) ((vf16)_mm512_max_ps((__m512)(a), (__m512)(b)))
+#define VMINPS_4(a, b) ((vf4)_mm_min_ps((__m128)(a), (__m128)(b)))
+#define VMINPS_8(a, b) ((vf8)_mm256_min_ps((__m256)(a), (__m256)(b)))
+#define VMINPS_16(a, b) ((vf16)_mm512_min_ps((__m512)(a), (__m512)(b)))
+#else
+#define VMAXPS_4(a, b) vsel4((a) > (b), (a), (b))
+#define VMAXPS_8(a, b) vsel8((a) > (b), (a), (b))
+#define VMAXPS_16(a, b) vsel16((a) > (b), (a), (b))
+#define VMINPS_4(a, b) vsel4((a) < (b), (a), (b))
+#define VMINPS_8(a, b) vsel8((a) < (b), (a), (b))
+#define VMINPS_16(a, b) vsel16((a) < (b), (a), (b))
+#endif
 
 /* each width's helpers carry its instruction set: clang refuses 8- and
  * 16-lane vector arguments in a function built for the baseline (the AVX
