@@ -10,6 +10,7 @@
 --   WRITE=1 ...      also replace the section "Memory-bound kernels" of doc/benchmarks.md
 --   NO_TORCH2=1 ...  skip PyTorch 2.x (else bench/torch_venv.sh is run first)
 --   REPEATS=N ...    calls timed per case, round and side (default 15)
+--   ROWS=N ...       N rows of 1024 instead of 4096 (ROWS=128: in cache)
 --
 -- Threads: the first argument, else $OF_BENCH_THREADS, else 2. The table is
 -- written to build/bench_kernels.md (not tracked) and, with WRITE=1, into
@@ -29,7 +30,10 @@ local rounds = tonumber(arg and arg[2] or '') or 3
 local REPEATS = tonumber(os.getenv('REPEATS') or '') or 15   -- calls timed per round and side
 flow.set_num_threads(threads)
 
-local R, M = 4096, 1024           -- rows x row length (as bench/kernels_torch.py)
+-- ROWS=128 ...: another row count (both sides): 128 rows are 512 KB, in
+-- cache, where the arithmetic shows instead of the memory's speed
+local R, M = tonumber(os.getenv('ROWS') or '') or 4096, 1024   -- as bench/kernels_torch.py
+assert(R == 4096 or os.getenv('WRITE') ~= '1', 'kernels: WRITE=1 is for the 4096 rows of the doc')
 local N_EW = 16 * 1024 * 1024     -- floats of the elementwise cases
 
 ------------------------------------------------------------------ helpers
@@ -58,6 +62,12 @@ local CASES = {
   {'rms_norm_f32', 2, 'rms_norm forward, weight'},
   {'rms_norm_bf16', 2, 'rms_norm forward, weight, bfloat16'},
   {'rms_norm_bwd_f32', 5, 'rms_norm forward + backward (x, weight grads)'},
+  {'exp_f32', 2, 'exp'},
+  {'log_f32', 2, 'log (of |x| + 0.1)'},
+  {'tanh_f32', 2, 'tanh'},
+  {'sigmoid_f32', 2, 'sigmoid'},
+  {'erf_f32', 2, 'erf'},
+  {'relu_f32', 2, 'relu'},
   {'dropout_f32', 2, 'dropout forward, p = 0.5, training'},
   {'add_out_f32', 3, 'add into an existing output, 16M floats'},
   {'sum_all_f32', 1, 'sum of all elements'},
@@ -104,6 +114,12 @@ local function make(name)
     fn = function() return F.cross_entropy(x, t) end
   elseif op == 'gelu' then fn = function() return F.gelu(x) end
   elseif op == 'silu' then fn = function() return F.silu(x) end
+  elseif op == 'exp' or op == 'tanh' or op == 'sigmoid' or op == 'erf' or op == 'relu' then
+    local f = flow[op]
+    fn = function() return f(x) end
+  elseif op == 'log' then
+    local xp = x:abs() + 0.1
+    fn = function() return flow.log(xp) end
   elseif op == 'rms_norm' then fn = function() return F.rms_norm(x, {M}, w, 1e-6) end
   elseif op == 'dropout' then fn = function() return F.dropout(x, 0.5, true) end
   elseif op == 'sum_all' then fn = function() return x:sum() end

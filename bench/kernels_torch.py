@@ -16,7 +16,7 @@ clock = time.thread_time if os.environ.get('METRIC') == 'cpu' else time.perf_cou
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 
-R, M = 4096, 1024           # rows x row length of the row-kernel cases
+R, M = int(os.environ.get('ROWS', '4096')), 1024   # rows x row length of the row-kernel cases
 N_EW = 16 * 1024 * 1024     # floats of the elementwise cases
 
 
@@ -62,6 +62,11 @@ def make(name):
             else:
                 fwd().backward(g)
         return step
+    if op in ('exp', 'tanh', 'sigmoid', 'erf', 'relu'):
+        return lambda f=getattr(torch, op): f(x)
+    if op == 'log':
+        xp = x.abs() + 0.1
+        return lambda: torch.log(xp)
     if op == 'gelu':
         return lambda: F.gelu(x)
     if op == 'silu':

@@ -38,6 +38,12 @@ void of_rowk_softmax_backward(of_dtype dt, const void *y, const void *g, void *g
 /* y = op(x) over n contiguous elements, one thread (of_iter splits the work):
  * op OF_GELU (erf form) or OF_SILU; false (nothing done) for other ops/dtypes */
 bool of_rowk_unary(int32_t op, of_dtype dt, const void *x, void *y, int64_t n);
+/* y = op(x) over n contiguous float32 elements, one thread, through the
+ * vector loops of vmath.c (exp, log, sin, tanh, sigmoid, erf, sqrt, relu, ...
+ * on AVX2 / AVX-512); false (nothing done) where op has none on this CPU.
+ * of_vmath_has(op) says which. */
+bool of_vmath_has(int32_t op);
+bool of_vmath_unary(int32_t op, const float *x, float *y, int64_t n);
 /* gx = g * op'(x) over n contiguous elements of dtype dt (threaded): op
  * OF_GELU (erf form) or OF_SILU; false (nothing done) for other ops/dtypes */
 bool of_rowk_unary_grad(int32_t op, of_dtype dt, const void *x, const void *g, void *gx,
