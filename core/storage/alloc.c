@@ -161,8 +161,9 @@ static int64_t class_size(int cls) {
                  : ((int64_t)(5 + (cls - 8) % 4)) << ((cls - 8) / 4 + 9 - 2);
 }
 
-/* Large blocks are cached only while in use + cached stays within the
- * high-water mark (of_free). Blocks of a class nobody asks for any more
+/* Large blocks are cached while in use + cached stays within the
+ * high-water mark, and past it up to twice the mark once the stale blocks
+ * are gone (of_free). Blocks of a class nobody asks for any more
  * then held that room for good, and every block of the classes in use
  * went back to the OS and was faulted in anew: after loading a MiniLM,
  * 92 MiB of its loading buffers stayed cached, and each encode of 32
@@ -314,14 +315,23 @@ void of_free(of_device dev, void *p, int64_t nbytes) {
   cpu.stats.current_bytes -= size;
   /* Blocks of a size class serve only that class, so a cache that keeps
    * everything holds each class's own peak: a ResNet-18 training step held
-   * 112 MiB more than it ever used at once. Large blocks are kept only while
-   * in use + cached stays within the most ever in use. */
+   * 112 MiB more than it ever used at once. So once in use + cached would
+   * pass the most ever in use, stale blocks (of any class) go back to the
+   * system first. The block being freed is still kept up to twice that
+   * mark: giving it back whenever the sum passed the mark (until
+   * 2026-12-06) made the mix of classes churn -- a request no cached class
+   * fitted was mapped anew, pushing the sum over, and the next block freed
+   * went back to the system -- and the pages were faulted in again the next
+   * time: a ResNet-18 training step (b16, 112x112) faulted 15,800 pages,
+   * 1,100 now (peak RSS 313 -> 322 MiB), a ResNet-50 b8 inference forward
+   * 983 -> 88 (same peak RSS); a batch-32 training step's peak RSS grew
+   * 12% (doc/tensor.md, "Memory"). */
   free_block *stale = NULL;
   int64_t over = size < HUGE_MIN ? 0
                  : cpu.stats.current_bytes + cpu.stats.cached_bytes + size - cpu.high_water;
   if (over > 0) {
     stale = evict_stale_locked(over);
-    over = cpu.stats.current_bytes + cpu.stats.cached_bytes + size - cpu.high_water;
+    over = cpu.stats.current_bytes + cpu.stats.cached_bytes + size - 2 * cpu.high_water;
   }
   bool keep = cpu.stats.cached_bytes + size <= cache_limit() && over <= 0;
   if (keep) {
