@@ -348,7 +348,10 @@ describe('flow.onnx.load', function()
       return I.load_bytes(pb.tostring(pb.model(m)))
     end
     local function u8(str)
-      return flow.from_blob(ffi.new('uint8_t[?]', #str, str), {#str}, {dtype = flow.uint8}):clone()
+      -- (this was from_blob over ffi.new('uint8_t[?]', #str, str): a string
+      -- initializer also copies the terminating zero, one byte past the
+      -- array onto LuaJIT's heap, and the process crashed at exit)
+      return flow.tensor({str:byte(1, -1)}, {dtype = flow.uint8})
     end
     -- a 2x2 image: red, green / blue, white
     local rgb = {{{255, 0, 0}, {0, 255, 0}}, {{0, 0, 255}, {255, 255, 255}}}
