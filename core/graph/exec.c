@@ -501,7 +501,7 @@ static const struct { const char *name; pass_fn fn; } passes[] = {
   {"bnfold", of_pass_bnfold}, {"checkpoint", of_pass_checkpoint},
   {"fuse", of_pass_fuse},   {"inplace", of_pass_inplace}, {"schedule", of_pass_schedule},
   {"plan", of_pass_plan},     {"poolmask", of_pass_poolmask}, {"relupool", of_pass_relupool},
-  {"convfuse", of_pass_convfuse},
+  {"convfuse", of_pass_convfuse}, {"functionalize", of_pass_functionalize},
 };
 
 static of_status run_pass(of_graph *g, const char *name, size_t len) {
@@ -520,13 +520,16 @@ static of_status run_pass(of_graph *g, const char *name, size_t len) {
     of_graph_debug_print(g, when);
     return OF_OK;
   }
-  return of_fail(OF_ERR_ARG, "nn.Graph: unknown pass '%.*s' (dce, cse, bnfold, fold, "
-                 "checkpoint, poolmask, relupool, convfuse, fuse, inplace, schedule, plan)", (int)len, name);
+  return of_fail(OF_ERR_ARG, "nn.Graph: unknown pass '%.*s' (functionalize, dce, cse, "
+                 "bnfold, fold, checkpoint, poolmask, relupool, convfuse, fuse, inplace, schedule, "
+                 "plan)", (int)len, name);
 }
 
 of_status of_graph_optimize(of_graph *g, const char *list) {
   if (!g) return of_fail(OF_ERR_ARG, "nn.Graph: no graph");
-  if (!list) list = "dce,cse,bnfold,fold,dce,checkpoint,poolmask,relupool,convfuse,fuse,inplace,schedule";
+  if (!list)
+    list = "functionalize,dce,cse,bnfold,fold,dce,checkpoint,poolmask,relupool,convfuse,fuse,inplace,"
+           "schedule";
   const char *p = list;
   while (*p) {
     while (*p == ',' || *p == ' ') p++;

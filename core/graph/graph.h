@@ -190,6 +190,7 @@ of_status of_pass_checkpoint(of_graph *g, int32_t *removed);
 of_status of_pass_poolmask(of_graph *g, int32_t *removed);
 of_status of_pass_relupool(of_graph *g, int32_t *removed);
 of_status of_pass_convfuse(of_graph *g, int32_t *removed);
+of_status of_pass_functionalize(of_graph *g, int32_t *removed);
 
 /* ---- runtime (exec.c) ---- */
 of_status of_graph_exec(of_graph *g, of_tensor **inputs, int32_t nin, of_tensor **outputs,

@@ -1,6 +1,7 @@
 -- nn.Graph passes, each on its own (config:set_passes) on small graphs:
 -- dead-code elimination, common subexpressions, constant folding,
--- elementwise fusion, in-place rewriting, and the memory plan.
+-- elementwise fusion, in-place rewriting and its inverse (functionalize),
+-- and the memory plan.
 local flow = require 'oneflow'
 local H = require 'spec.helpers'
 local nn, F = flow.nn, flow.nn.functional
@@ -611,5 +612,84 @@ print('SUMMARY ' .. tostring(g))
     g:debug(1, {write = function(_, s) parts[#parts + 1] = s end})
     local text = table.concat(parts)
     assert.is_truthy(text:find('fused_elementwise', 1, true))
+  end)
+end)
+
+-- functionalize: in-place elementwise ops (relu_, add_, clamp_, mul_) become
+-- out-of-place nodes where nothing reads the overwritten value afterwards.
+-- ResNet's basic block written both ways: torchvision's in place
+-- (ReLU(inplace = true), out += identity) and out of place
+local function blocks(inplace)
+  flow.manual_seed(5)
+  local stem = nn.Sequential(nn.Conv2d(3, 8, 3, {padding = 1, bias = false}), nn.BatchNorm2d(8),
+                             nn.ReLU({inplace = inplace}))
+  local c1 = nn.Sequential(nn.Conv2d(8, 8, 3, {padding = 1, bias = false}), nn.BatchNorm2d(8),
+                           nn.ReLU({inplace = inplace}))
+  local c2 = nn.Sequential(nn.Conv2d(8, 8, 3, {padding = 1, bias = false}), nn.BatchNorm2d(8))
+  local six = nn.ReLU6({inplace = inplace})
+  local mods = {stem, c1, c2}
+  local function fwd(x)
+    local h = stem(x)
+    local out = c2(c1(h))
+    out = inplace and out:add_(h) or out + h
+    out = inplace and F.relu(out, true) or F.relu(out)
+    out = inplace and out:mul_(0.5) or out * 0.5
+    return six(out)
+  end
+  for _ = 1, 2 do fwd(flow.randn(2, 3, 8, 8)) end
+  for _, m in ipairs(mods) do m:eval() end
+  return fwd
+end
+
+describe('nn.Graph functionalize', function()
+  it("gives in-place model code the out-of-place graph's fusions and eager's numbers", function()
+    local x = flow.randn(2, 3, 8, 8)
+    local graphs = {}
+    for _, inplace in ipairs({false, true}) do
+      local fwd = blocks(inplace)
+      local ref = flow.no_grad(function() return fwd(x:clone()) end)
+      local g = graph_of(function(_, z) return fwd(z) end)
+      g(x)
+      local got = g(x)
+      H.close(got, ref, 1e-5, inplace and 'in place' or 'out of place')
+      graphs[inplace] = g
+    end
+    for _, op in ipairs({'conv', 'conv_fused', 'batch_norm', 'unary', 'binary', 'binary_scalar',
+                         'clamp', 'fused_elementwise'}) do
+      assert.equal(count(graphs[false], op), count(graphs[true], op), op)
+    end
+    assert.is_true(count(graphs[true], 'conv_fused') >= 1)
+    assert.equal(0, count(graphs[true], 'batch_norm'))
+    -- without the pass the in-place graph keeps its unfused nodes
+    local fwd = blocks(true)
+    local g = graph_of(function(_, z) return fwd(z) end,
+                       'dce,cse,bnfold,fold,dce,checkpoint,poolmask,relupool,convfuse,fuse,inplace,schedule')
+    g(x)
+    H.close(g(x), flow.no_grad(function() return fwd(x:clone()) end), 1e-5, 'without the pass')
+    assert.is_true(count(g, 'conv_fused') < count(graphs[true], 'conv_fused'))
+  end)
+
+  it('leaves an in-place op in place when an earlier view of its storage is read later', function()
+    local function build(_, z)
+      local h = z * 2
+      local v = h:view(-1)        -- a view made before the write ...
+      h:relu_()
+      local w = h + 1
+      return v * 3 + w:view(-1)   -- ... read after it: it sees the relu
+    end
+    local x = flow.randn(3, 5)
+    local g = graph_of(build)
+    g(x)
+    H.close(g(x), build(nil, x), 0, 'view read after relu_')
+    -- and the same without the view: functionalized, same numbers
+    local function plain(_, z)
+      local h = z * 2
+      h:relu_()
+      return h + 1
+    end
+    local g2 = graph_of(plain)
+    g2(x)
+    H.close(g2(x), plain(nil, x), 0, 'relu_ alone')
+    assert.equal(0, count(g2, 'unary'))   -- relu became part of a fused chain
   end)
 end)

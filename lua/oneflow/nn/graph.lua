@@ -183,7 +183,7 @@ end
 
 --- self.config:enable_fusion(false): every pass but the fusions (relupool, convfuse, fuse).
 function Config:enable_fusion(on)
-  if on == false then self.passes = 'dce,cse,bnfold,fold,dce,checkpoint,poolmask,inplace,schedule'
+  if on == false then self.passes = 'functionalize,dce,cse,bnfold,fold,dce,checkpoint,poolmask,inplace,schedule'
   else self.passes = nil end   -- the default list
 end
 
