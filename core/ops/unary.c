@@ -880,10 +880,11 @@ static of_status masked_fill_body(of_tensor *x, of_tensor *mask, double value, o
 }
 
 /* The loop of op at a compute dtype: the eager ops' (unary_plan_for) and
- * nn.Graph's fused elementwise nodes'. Float32 GELU / SiLU take the
- * vectorised loop (it reads the op from the loop's of_ew_ctx): the generic
- * loops call libm's scalar erf and expf, ~15x slower (a fused bias + GELU
- * of ViT-S's MLP took 9.9 ms with them, eager GELU 1.3 ms). */
+ * nn.Graph's fused elementwise nodes'. Float32 GELU / SiLU and the ops of
+ * vmath.c take the vectorised loop (it reads the op from the loop's
+ * of_ew_ctx, which both callers fill): the generic loops call libm's scalar
+ * erf and expf, ~15x slower (a fused bias + GELU of ViT-S's MLP took 9.9 ms
+ * with them, eager GELU 1.3 ms). */
 of_loop_fn of_unary_kernel(int32_t op, of_dtype dt) {
   if (op < 0 || op >= OF_NUM_UNARY || dt < 0 || dt >= OF_NUM_DTYPES) return NULL;
   if (dt == OF_FLOAT32 && (op == OF_GELU || op == OF_SILU || of_vmath_has(op)))

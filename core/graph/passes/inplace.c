@@ -13,10 +13,10 @@
  * elementwise ops the model wrote (relu_, add_, mul_, clamp_:
  * `nn.ReLU({inplace = true})`, `out:add_(identity)`, as torchvision's ResNet
  * does) become out-of-place nodes when nothing reads the overwritten value
- * afterwards, so the passes that follow see the
- * chains they match: bnfold, convfuse and fuse look for values that own
- * their storage, and an in-place result shares its operand's. The `inplace`
- * pass at the end writes results into dying operands again where it may.
+ * afterwards, so the passes that follow see the chains they match: bnfold,
+ * convfuse and fuse look for values that own their storage, and an in-place
+ * result shares its operand's. The `inplace` pass at the end writes results
+ * into dying operands again where it may.
  *
  * Why: eager code is faster in place (no new buffer: fewer bytes for Lua's
  * collector to wait on; a ResNet-50 inference forward at batch 8 ran 18 full
