@@ -520,9 +520,10 @@ static of_status run_pass(of_graph *g, const char *name, size_t len) {
     of_graph_debug_print(g, when);
     return OF_OK;
   }
-  return of_fail(OF_ERR_ARG, "nn.Graph: unknown pass '%.*s' (functionalize, dce, cse, "
-                 "bnfold, fold, checkpoint, poolmask, relupool, convfuse, fuse, inplace, schedule, "
-                 "plan)", (int)len, name);
+  char known[256] = "";   /* the table's names: the message cannot miss one */
+  for (size_t i = 0, at = 0; i < sizeof passes / sizeof *passes && at < sizeof known; i++)
+    at += (size_t)snprintf(known + at, sizeof known - at, "%s%s", i ? ", " : "", passes[i].name);
+  return of_fail(OF_ERR_ARG, "nn.Graph: unknown pass '%.*s' (%s)", (int)len, name, known);
 }
 
 of_status of_graph_optimize(of_graph *g, const char *list) {

@@ -392,15 +392,7 @@ AI VATTR_16 __m512 exp512(__m512 x0) {
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x0);
   r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  /* vexp_core's degree-6 polynomial: six FMAs */
-  __m512 p = _mm512_fmadd_ps(r, _mm512_set1_ps(1.3843653723597527e-3f),
-                             _mm512_set1_ps(8.37415549904108e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.166800156235695e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666431725025177e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.999999403953552e-1f));
-  __m512 one = _mm512_set1_ps(1.0f);
-  p = _mm512_fmadd_ps(p, r, one);
-  p = _mm512_fmadd_ps(p, r, one);
+  __m512 p = (__m512)vexp_poly16((vf16)r);   /* simd.h's polynomial: six FMAs */
   return _mm512_maskz_scalef_ps((__mmask16)~zero, p, n);
 }
 

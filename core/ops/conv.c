@@ -1844,14 +1844,22 @@ static of_status fwd_geometry(const conv_args *a, const of_meta *x, const of_met
 
 /* conv(x, w, b) with the output's spatial sizes given (NULL: the natural
  * ones). x [N, CI, in], w [CO, CI/G, k]. */
-static of_status conv_fwd_op(of_tensor *x, of_tensor *w, of_tensor *b, const conv_args *a,
-                             const int64_t *out_sizes, of_tensor **out) {
+/* the forward's checks, result shape rshape and geometry g (conv_fwd_op
+ * and the graph's fused convolution, of_conv_post_dnnl) */
+static of_status fwd_setup(const conv_args *a, of_tensor *x, of_tensor *w, of_tensor *b,
+                           const int64_t *out_sizes, int64_t *rshape, geom *g) {
   of_meta xm = of_meta_of(x), wm = of_meta_of(w), bm = b ? of_meta_of(b) : xm;
-  int64_t rshape[5];
   OF_CHECK(fwd_geometry(a, &xm, &wm, b ? &bm : NULL, out_sizes, rshape));
   OF_CHECK(check_device(a, x, w, b));
+  geom_init(g, a, x->shape[0], x->shape[1], w->shape[0], x->shape + 2, w->shape + 2, rshape + 2);
+  return OF_OK;
+}
+
+static of_status conv_fwd_op(of_tensor *x, of_tensor *w, of_tensor *b, const conv_args *a,
+                             const int64_t *out_sizes, of_tensor **out) {
+  int64_t rshape[5];
   geom g;
-  geom_init(&g, a, x->shape[0], x->shape[1], w->shape[0], x->shape + 2, w->shape + 2, rshape + 2);
+  OF_CHECK(fwd_setup(a, x, w, b, out_sizes, rshape, &g));
   OF_CHECK(run_op(a, RUN_FWD, &g, x, w, b, rshape, a->nsp + 2, out));
   return record(&conv_grad, OPK_CONV, a, NULL, x, w, b, 3, out);
 }
@@ -1983,12 +1991,9 @@ of_status of_conv_post_dnnl(of_tensor *x, of_tensor *w, of_tensor *b, const int6
     return OF_OK;
   conv_args a;
   OF_CHECK(init_args(&a, "conv", stride, padding, dilation, nsp, groups));
-  of_meta xm = of_meta_of(x), wm = of_meta_of(w), bm = b ? of_meta_of(b) : xm;
   int64_t rshape[5];
-  OF_CHECK(fwd_geometry(&a, &xm, &wm, b ? &bm : NULL, NULL, rshape));
-  OF_CHECK(check_device(&a, x, w, b));
   geom g;
-  geom_init(&g, &a, x->shape[0], x->shape[1], w->shape[0], x->shape + 2, w->shape + 2, rshape + 2);
+  OF_CHECK(fwd_setup(&a, x, w, b, NULL, rshape, &g));
   return dnnl_run_op(&a, RUN_FWD, &g, x, w, b, rshape, nsp + 2, post, out, done);
 }
 

@@ -40,8 +40,8 @@ void of_rowk_softmax_backward(of_dtype dt, const void *y, const void *g, void *g
 bool of_rowk_unary(int32_t op, of_dtype dt, const void *x, void *y, int64_t n);
 /* y = op(x) over n contiguous float32 elements, one thread, through the
  * vector loops of vmath.c (exp, log, sin, tanh, sigmoid, erf, sqrt, relu, ...
- * on AVX2 / AVX-512); false (nothing done) where op has none on this CPU.
- * of_vmath_has(op) says which. */
+ * on AVX2 / AVX-512) or rowk.c (GELU, SiLU); false (nothing done) where op
+ * has none on this CPU. of_vmath_has(op) says which. */
 bool of_vmath_has(int32_t op);
 bool of_vmath_unary(int32_t op, const float *x, float *y, int64_t n);
 /* gx = g * op'(x) over n contiguous elements of dtype dt (threaded): op

@@ -40,19 +40,22 @@
    * form takes nine operations, with the same accuracy (about 1 ulp against the exact exp    \
    * on 4M points); the arithmetic of softmax's exp pass is its time (doc/benchmarks.md,      \
    * "Memory-bound kernels") */                                                               \
-  AI VATTR_##W vf##W vexp_core##W(vf##W xc) {                                                   \
-    vf##W t = xc * 1.44269504088896341f + 12582912.0f; /* 1.5 * 2^23: rounds to an integer */   \
-    vf##W n = t - 12582912.0f;                                                                  \
-    vf##W r = xc - n * 0.693359375f;                                                            \
-    r = r + n * 2.12194440e-4f;                                                                 \
+  /* exp(r) for |r| <= ln2/2: the polynomial (also SDPA's exp512) */                            \
+  AI VATTR_##W vf##W vexp_poly##W(vf##W r) {                                                    \
     vf##W p = r * 1.3843653723597527e-3f + 8.37415549904108e-3f;                                \
     p = p * r + 4.166800156235695e-2f;                                                          \
     p = p * r + 1.6666431725025177e-1f;                                                         \
     p = p * r + 4.999999403953552e-1f;                                                          \
     p = p * r + 1.0f;                                                                           \
-    p = p * r + 1.0f;                                                                           \
+    return p * r + 1.0f;                                                                        \
+  }                                                                                             \
+  AI VATTR_##W vf##W vexp_core##W(vf##W xc) {                                                   \
+    vf##W t = xc * 1.44269504088896341f + 12582912.0f; /* 1.5 * 2^23: rounds to an integer */   \
+    vf##W n = t - 12582912.0f;                                                                  \
+    vf##W r = xc - n * 0.693359375f;                                                            \
+    r = r + n * 2.12194440e-4f;                                                                 \
     vu##W eb = ((vu##W)t - 0x4B400000u + 127u) << 23; /* 2^n */                                 \
-    return p * (vf##W)eb;                                                                       \
+    return vexp_poly##W(r) * (vf##W)eb;                                                         \
   }                                                                                             \
   /* exp(x), float32: below -87.33 the result is 0, above 88.3 it saturates;                    \
    * NaN stays NaN. */                                                                          \

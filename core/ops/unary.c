@@ -157,20 +157,16 @@ const char *of_unary_name(of_unary_op op) {
  * into a block, computed by the same loop and scattered, so a value's result
  * does not depend on the layout. Where the CPU or the build has no vector
  * loop for the op, the generic loop runs. */
-static bool fast_run(int32_t op, const float *x, float *y, int64_t n) {
-  return op == OF_GELU || op == OF_SILU ? of_rowk_unary(op, OF_FLOAT32, x, y, n)
-                                        : of_vmath_unary(op, x, y, n);
-}
 static void un_fast_float(char **p, const int64_t *s, int64_t n, void *ctx_) {
   of_ew_ctx *ctx = ctx_;
   if (s[0] == sizeof(float) && s[1] == sizeof(float)) {
-    if (fast_run(ctx->op, (const float *)p[1], (float *)p[0], n)) return;
-  } else if (ctx->op == OF_GELU || ctx->op == OF_SILU || of_vmath_has(ctx->op)) {
+    if (of_vmath_unary(ctx->op, (const float *)p[1], (float *)p[0], n)) return;
+  } else if (of_vmath_has(ctx->op)) {
     float buf[256];
     for (int64_t i0 = 0; i0 < n; i0 += 256) {
       int64_t k = n - i0 < 256 ? n - i0 : 256;
       for (int64_t i = 0; i < k; i++) memcpy(&buf[i], p[1] + (i0 + i) * s[1], sizeof(float));
-      fast_run(ctx->op, buf, buf, k);
+      of_vmath_unary(ctx->op, buf, buf, k);
       for (int64_t i = 0; i < k; i++) memcpy(p[0] + (i0 + i) * s[0], &buf[i], sizeof(float));
     }
     return;
@@ -887,8 +883,7 @@ static of_status masked_fill_body(of_tensor *x, of_tensor *mask, double value, o
  * with them, eager GELU 1.3 ms). */
 of_loop_fn of_unary_kernel(int32_t op, of_dtype dt) {
   if (op < 0 || op >= OF_NUM_UNARY || dt < 0 || dt >= OF_NUM_DTYPES) return NULL;
-  if (dt == OF_FLOAT32 && (op == OF_GELU || op == OF_SILU || of_vmath_has(op)))
-    return un_fast_float;
+  if (dt == OF_FLOAT32 && of_vmath_has(op)) return un_fast_float;
   return unary_ops[op].loop[dt];
 }
 of_loop_fn of_clamp_kernel(of_dtype dt) {

@@ -108,9 +108,12 @@ static vm_fn vm_pick(int32_t op) {
 #endif
 }
 
-bool of_vmath_has(int32_t op) { return vm_pick(op) != NULL; }
+/* GELU and SiLU have their loops in rowk.c (float32 and bfloat16, every
+ * instruction set) */
+bool of_vmath_has(int32_t op) { return op == OF_GELU || op == OF_SILU || vm_pick(op) != NULL; }
 
 bool of_vmath_unary(int32_t op, const float *x, float *y, int64_t n) {
+  if (op == OF_GELU || op == OF_SILU) return of_rowk_unary(op, OF_FLOAT32, x, y, n);
   vm_fn f = vm_pick(op);
   if (!f) return false;
   if (n > 0) f(x, y, n);
