@@ -721,8 +721,16 @@ static bool wants_inplace_autograd(of_tensor *x, of_tensor *into, bool diff) {
 static of_status unary_body(of_unary_op op, of_tensor *x, of_tensor *into, of_tensor **out) {
   if (op < 0 || op >= OF_NUM_UNARY) return of_fail(OF_ERR_ARG, "unary: unknown op %d", (int)op);
   const of_grad_def *gd = unary_grads[op].name ? &unary_grads[op] : NULL;
-  if (wants_inplace_autograd(x, into, gd != NULL))
+  /* x:relu_() (sigmoid_, tanh_, exp_ ...) whose derivative reads only the
+   * result: computed in place, as PyTorch does -- the node's edge is x's
+   * history before the write, its saved value the written tensor (a later
+   * write to it fails the backward's version check). The general path below
+   * clones x and copies a result back: two passes and two blocks more, per
+   * ReLU of a torchvision-style ResNet's training step. */
+  bool in_place = into == x && gd && unary_grad_uses_y(op) && of_dtype_is_floating(x->dtype);
+  if (!in_place && wants_inplace_autograd(x, into, gd != NULL))
     return inplace_via_result(unary_ops[op].name, x, into, out, unary_again, &op);
+  if (in_place && of_grad_needed(&x, 1)) OF_CHECK(of_check_inplace(unary_ops[op].name, into));
   OF_CHECK(unary_compute(op, x, into, out));
   if (!gd || !of_grad_needed(&x, 1) || !of_dtype_is_floating((*out)->dtype)) return OF_OK;
   of_node *n;

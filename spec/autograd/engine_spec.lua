@@ -144,6 +144,47 @@ describe('autograd engine', function()
     H.close(z.grad, {0, 1})
   end)
 
+  it('relu_, sigmoid_, add_ and sub_ under autograd write in place, as PyTorch does', function()
+    -- their derivatives read only the result (or nothing): no clone and no
+    -- copy back, the tensor keeps its storage, grads equal the out-of-place ops'
+    local v = {{-1, 2, -3}, {4, -5, 6}}
+    local x1, x2 = leaf(v), leaf(v)
+    local b = flow.tensor({0.5, -1, 2}, {dtype = flow.float64})
+    local r = x1 * 3
+    local ptr = r:data_ptr()
+    r:add_(b):sub_(1):relu_()
+    local s1 = (r * 2):sigmoid_()
+    assert.equal(ptr, r:data_ptr())
+    local y = (x2 * 3 + b - 1):relu()
+    local s2 = (y * 2):sigmoid()
+    H.close(r, y, 1e-15)
+    H.close(s1, s2, 1e-15)
+    r, y = r + s1, y + s2
+    local w = flow.tensor({{1, 2, 3}, {4, 5, 6}}, {dtype = flow.float64})
+    local lr, ly = (r * w):sum(), (y * w):sum()
+    lr:backward()
+    ly:backward()
+    H.close(x1.grad, x2.grad, 1e-15)
+    -- no block allocated for the in-place steps (float32: the one product)
+    local z = flow.randn(256, 256, {requires_grad = true})
+    local t = z * 2
+    flow.reset_peak_memory_stats()
+    local before = flow.memory_stats().peak_bytes
+    t:relu_():add_(z)
+    assert.equal(before, flow.memory_stats().peak_bytes)
+    -- a later write to the result a node saved is caught, as in PyTorch
+    local u = leaf({-1, 2}) * 1
+    u:relu_()
+    u:add_(1)
+    H.raises(function() u:sum():backward() end, 'ReluBackward', 'modified by an in-place operation')
+    -- the input of the relu is not saved: writing it earlier is fine
+    local q = leaf({-1, 2})
+    local p = q * 1
+    p:add_(1):relu_()
+    p:sum():backward()
+    H.close(q.grad, {0, 1})
+  end)
+
   it('requires_grad only on floating leaves', function()
     H.raises(function() flow.tensor({1}, {dtype = flow.int64}):requires_grad_() end, 'floating')
     local y = leaf({1}) * 2

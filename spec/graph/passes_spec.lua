@@ -669,6 +669,33 @@ describe('nn.Graph functionalize', function()
     assert.is_true(count(g, 'conv_fused') < count(graphs[true], 'conv_fused'))
   end)
 
+  it('trains in-place model code (torchvision-style ResNet blocks) to eager\'s numbers', function()
+    -- relu_ and add_ in a training graph: their backward rules read the
+    -- written tensor, which the trace knows as the op's new version
+    local vision = require 'flowvision'
+    local function make()
+      flow.manual_seed(3)
+      local m = vision.models.resnet18({num_classes = 5})
+      return m, flow.optim.SGD(m:parameters(), {lr = 0.05, momentum = 0.9})
+    end
+    local T = nn.Graph:subclass('InplaceTrain')
+    function T:__init(m, o) nn.Graph.__init(self); self.m = m; self:add_optimizer(o) end
+    function T:build(a, b) local l = F.cross_entropy(self.m(a), b); l:backward(); return l end
+    local m1, o1 = make()
+    local m2, o2 = make()
+    local g = T(m2, o2)
+    flow.manual_seed(9)
+    for step = 1, 3 do
+      local x, y = flow.randn(2, 3, 32, 32), flow.randint(1, 6, {2})
+      local l = F.cross_entropy(m1(x), y)
+      o1:zero_grad()
+      l:backward()
+      o1:step()
+      H.close(g(x, y), l, 1e-5, 'loss of step ' .. step)
+    end
+    H.close(m2.layer1[1].conv1.weight, m1.layer1[1].conv1.weight, 1e-5, 'weights after 3 steps')
+  end)
+
   it('leaves an in-place op in place when an earlier view of its storage is read later', function()
     local function build(_, z)
       local h = z * 2

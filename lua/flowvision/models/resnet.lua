@@ -32,18 +32,22 @@ function BasicBlock:__init(inplanes, planes, o)
   if (o.dilation or 1) > 1 then error('BasicBlock: dilation > 1 is not supported', 3) end
   self.conv1 = conv3x3(inplanes, planes, o.stride)
   self.bn1 = norm(planes)
-  self.relu = nn.ReLU()
+  self.relu = nn.ReLU({inplace = true})
   self.conv2 = conv3x3(planes, planes)
   self.bn2 = norm(planes)
   if o.downsample then self.downsample = o.downsample end
   self.stride = o.stride or 1
 end
 
+-- In place as torchvision's blocks are (ReLU(inplace=True), out += identity):
+-- each saves a tensor the size of the block's output, which eager mode
+-- would otherwise hold until Lua's collector finds it (a ResNet-50 forward
+-- at batch 8 ran 18 full collections, 11 in place).
 function BasicBlock:forward(x)
   local out = self.relu(self.bn1(self.conv1(x)))
   out = self.bn2(self.conv2(out))
   local identity = self.downsample and self.downsample(x) or x
-  return self.relu(out + identity)
+  return self.relu(out:add_(identity))
 end
 
 local Bottleneck = nn.Module:subclass('Bottleneck')
@@ -60,7 +64,7 @@ function Bottleneck:__init(inplanes, planes, o)
   self.bn2 = norm(width)
   self.conv3 = conv1x1(width, planes * 4)
   self.bn3 = norm(planes * 4)
-  self.relu = nn.ReLU()
+  self.relu = nn.ReLU({inplace = true})
   if o.downsample then self.downsample = o.downsample end
   self.stride = o.stride or 1
 end
@@ -70,7 +74,7 @@ function Bottleneck:forward(x)
   out = self.relu(self.bn2(self.conv2(out)))
   out = self.bn3(self.conv3(out))
   local identity = self.downsample and self.downsample(x) or x
-  return self.relu(out + identity)
+  return self.relu(out:add_(identity))
 end
 
 ------------------------------------------------------------------ ResNet
@@ -133,7 +137,7 @@ function ResNet:__init(block, layers, opts)
   self.groups, self.base_width = opts.groups or 1, opts.width_per_group or 64
   self.conv1 = nn.Conv2d(3, 64, 7, {stride = 2, padding = 3, bias = false})
   self.bn1 = norm(64)
-  self.relu = nn.ReLU()
+  self.relu = nn.ReLU({inplace = true})
   self.maxpool = nn.MaxPool2d(3, {stride = 2, padding = 1})
   self.layer1 = make_layer(self, block, 64, layers[1])
   self.layer2 = make_layer(self, block, 128, layers[2], 2, rswd[1])
