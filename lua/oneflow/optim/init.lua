@@ -1,6 +1,6 @@
 -- oneflow.optim: optimizers with PyTorch's update rules and state-dict
 -- layout, and learning-rate schedulers (flow.optim.lr_scheduler).
-return {
+return setmetatable({
   Optimizer = require 'oneflow.optim.optimizer',
   SGD = require 'oneflow.optim.sgd',
   Adam = require 'oneflow.optim.adam',
@@ -16,6 +16,11 @@ return {
   ASGD = require 'oneflow.optim.asgd',
   SparseAdam = require 'oneflow.optim.sparse_adam',
   LBFGS = require 'oneflow.optim.lbfgs',
-  lr_scheduler = require 'oneflow.optim.lr_scheduler',
   REQUIRED = require('oneflow.optim._util').REQUIRED,
-}
+}, {__index = function(t, k)
+  -- the schedulers load on first use (heap the GC walks, oneflow/init.lua)
+  if k ~= 'lr_scheduler' then return nil end
+  local m = require 'oneflow.optim.lr_scheduler'
+  rawset(t, k, m)
+  return m
+end})
