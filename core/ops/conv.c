@@ -1628,6 +1628,13 @@ static bool dnnl_auto(run_kind kind, const geom *g, bool cl) {
   if (cl && kind == RUN_FWD && (g->k_sz == 1 || g->G != 1)) return true;
   if (g->k_sz == 1 || g->G != 1) return false;
   if (kind == RUN_BWD_INPUT && g->CI <= 4) return false;
+  /* Maps under 7x7 per sample stay on im2col at any batch: oneDNN blocks
+   * its kernels along output rows, and 4-wide rows waste them. ResNet-18's
+   * 512-channel 3x3 layers at 112x112 input (4x4 maps), batch 16, 2
+   * threads: forward 4.91 ms through oneDNN, 3.44 on im2col, weight grad
+   * 4.39 / 3.23 (an AMD EPYC Zen 5, `luajit bench/conv_layers.lua 16 2`);
+   * the Xeon that chose the pixel rule measured 1.3-2.7x on 4x4 maps too. */
+  if (g->out_sz < 49) return false;
   return g->N * g->out_sz >= 196;
 }
 

@@ -154,7 +154,8 @@ end)
 
 describe('auto routing of float32 convolutions (OF_CONV_BACKEND unset)', function()
   -- On AVX-512 CPUs auto sends float32 convolutions with a kernel above 1x1,
-  -- no groups and at least 196 output pixels over the batch to oneDNN;
+  -- no groups, maps of 7x7 or more and at least 196 output pixels over the
+  -- batch to oneDNN;
   -- 1x1, grouped and small ones stay on im2col (channels-last inputs: 1x1
   -- and grouped forwards go to oneDNN too), and below AVX-512 (or with
   -- OF_CPU_ISA capping it) every float32 convolution does.
@@ -175,6 +176,7 @@ local cases = {
   function() return F.conv2d(x, flow.randn(16, 1, 3, 3), nil, {padding = 1, groups = 16}) end,
   function() return F.conv2d(L(flow.randn(1, 16, 7, 7)), flow.randn(16, 16, 3, 3), nil, {padding = 1}) end,
   function() return F.conv2d(L(flow.randn(4, 16, 7, 7)), flow.randn(16, 16, 3, 3), nil, {padding = 1}) end,
+  function() return F.conv2d(L(flow.randn(16, 16, 4, 4)), flow.randn(16, 16, 3, 3), nil, {padding = 1}) end,
 }
 for i, c in ipairs(cases) do
   io.stdout:write('CASE', i, '\n') io.stdout:flush()
@@ -188,7 +190,7 @@ io.stdout:write('CASE', #cases + 1, '\n') io.stdout:flush()
     p:close()
     os.remove(script)
     local got = {}
-    for i = 1, 5 do
+    for i = 1, 6 do
       local a = assert(out:find('CASE' .. i .. '\n', 1, true), out)
       local b = assert(out:find('CASE' .. (i + 1) .. '\n', a, true), out)
       got[i] = out:sub(a, b):find('exec,cpu,convolution', 1, true) ~= nil
@@ -200,8 +202,9 @@ io.stdout:write('CASE', #cases + 1, '\n') io.stdout:flush()
     if not BUILT then pending('built without oneDNN (OF_WITH_DNNL=OFF)') return end
     local got, out = routed('env -u OF_CONV_BACKEND -u OF_CPU_ISA')
     local avx512 = flow.backends.cpu.get_cpu_capability() == 'AVX512'
-    -- 3x3 on 16x16, 1x1, depthwise, 3x3 on 7x7 (49 pixels), 3x3 on 4 x 7x7 (196)
-    assert.are.same({avx512, false, false, false, avx512}, got, out)
+    -- 3x3 on 16x16, 1x1, depthwise, 3x3 on 7x7 (49 pixels), 3x3 on 4 x 7x7 (196),
+    -- 3x3 on 16 x 4x4 (256 pixels, but 4-wide rows)
+    assert.are.same({avx512, false, false, false, avx512, false}, got, out)
   end)
 
   it('channels-last inputs on AVX-512: 1x1 and grouped layers go to oneDNN too', function()
@@ -209,15 +212,15 @@ io.stdout:write('CASE', #cases + 1, '\n') io.stdout:flush()
     if not BUILT then pending('built without oneDNN (OF_WITH_DNNL=OFF)') return end
     local got, out = routed('env -u OF_CONV_BACKEND -u OF_CPU_ISA CLX=1')
     local avx512 = flow.backends.cpu.get_cpu_capability() == 'AVX512'
-    assert.are.same({avx512, avx512, avx512, false, avx512}, got, out)
+    assert.are.same({avx512, avx512, avx512, false, avx512, false}, got, out)
   end)
 
   it('below AVX-512 (OF_CPU_ISA=avx2) every float32 convolution takes im2col', function()
     if not BUILT then pending('built without oneDNN (OF_WITH_DNNL=OFF)') return end
     local got, out = routed('env -u OF_CONV_BACKEND OF_CPU_ISA=avx2')
-    assert.are.same({false, false, false, false, false}, got, out)
+    assert.are.same({false, false, false, false, false, false}, got, out)
     got, out = routed('env -u OF_CONV_BACKEND OF_CPU_ISA=avx2 CLX=1')
-    assert.are.same({false, false, false, false, false}, got, out)
+    assert.are.same({false, false, false, false, false, false}, got, out)
   end)
 end)
 
