@@ -91,6 +91,16 @@ struct of_node {
 };
 
 bool of_grad_needed(of_tensor **ins, int32_t nin);
+/* The seq the next node will get: nodes with seq >= a value read before an
+ * op were made by that op (nn.Graph's tracer tells a new node from one the
+ * tensor already had). */
+int64_t of_node_seq_next(void);
+/* Thread-local: while set, an in-place op may write a leaf that requires
+ * grad. nn.Graph sets it around a recorded forward op it runs with grad on
+ * (exec.c, a CAPTURE node): its inputs then require grad only so that the
+ * op makes its autograd node, and the graph routes the grads itself. */
+void of_set_inplace_leaf_ok(int32_t on);
+int32_t of_inplace_leaf_ok(void);
 of_status of_record(const of_grad_def *def, of_tensor **ins, int32_t nin, of_tensor **outs,
                     int32_t nout, of_node **node);
 void of_node_save(of_node *n, int32_t slot, of_tensor *t);

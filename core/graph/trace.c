@@ -46,6 +46,7 @@ struct of_trace {
   int32_t scope;           /* checkpointed segment being traced (of_trace_set_scope) */
   bool rule_bad;
   bool grad_was;
+  int64_t seq_mark;        /* of_node_seq_next() after the last recorded op */
 };
 
 /* ---- maps ---- */
@@ -285,8 +286,10 @@ static of_status output_value(of_trace *tr, of_tensor *t, int32_t node, int32_t 
     if (latest >= 0) g->vals[v].root = g->vals[latest].root;   /* a view */
   }
   OF_CHECK(bind(tr, t, v));
-  /* remember which forward node owns the output's autograd node */
-  if (t->grad_fn && version_of < 0 && nr >= 0) {
+  /* remember which forward node owns the output's autograd node: a new
+   * tensor's, or the new node of a tensor this op wrote in place (x:mul_(2)
+   * under autograd; a node the tensor already had is older than the op) */
+  if (t->grad_fn && nr >= 0 && (version_of < 0 || t->grad_fn->seq >= tr->seq_mark)) {
     int32_t had = ptrmap_get(&tr->nodes, t->grad_fn);
     if (had < 0) __atomic_add_fetch(&t->grad_fn->refcount, 1, __ATOMIC_RELAXED);
     if (ptrmap_put(&tr->nodes, t->grad_fn, node << 8 | (nr & 0xff)) == -2) return oom();
@@ -345,6 +348,7 @@ of_status of_trace_record(int32_t op, const void *attrs, int32_t attr_size, of_t
   }
   if (inv != in_v) free(inv);
   if (st != OF_OK) release_outs(outs, nreal);
+  tr->seq_mark = of_node_seq_next();
   return st;
 }
 
@@ -600,6 +604,7 @@ of_status of_trace_begin(of_tensor **inputs, int32_t n) {
     return oom();
   }
   tr->first_sid = probe->storage->id;
+  tr->seq_mark = of_node_seq_next();
   of_tensor_release(probe);
   tr->g = g;
   g->inputs = calloc((size_t)(n ? n : 1), sizeof *g->inputs);

@@ -39,7 +39,7 @@ of_status of_sum_to(of_tensor *g, const of_meta *m, of_tensor **out) {
 
 of_status of_check_inplace(const char *op, of_tensor *into) {
   OF_CHECK(of_check_overlap(op, into));
-  if (!of_is_grad_enabled()) return OF_OK;
+  if (!of_is_grad_enabled() || of_inplace_leaf_ok()) return OF_OK;
   if (into->requires_grad && !into->grad_fn)
     return of_fail(OF_ERR_STATE, "%s: a leaf tensor that requires grad (shape %s) is being used "
                    "in an in-place operation; wrap it in flow.no_grad or use an out-of-place op",

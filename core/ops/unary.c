@@ -767,9 +767,66 @@ static of_status clamp_again(of_tensor *x, of_tensor **r, void *ctx) {
   return of_clamp(x, a->lo, a->hi, a->has_lo, a->has_hi, NULL, r);
 }
 
+/* x:clamp_(lo, hi) under autograd (nn.ReLU6({inplace = true}), as
+ * torchvision's MobileNets): the derivative needs where x was within the
+ * bounds, so the general path keeps a clone of x and copies the result back
+ * (three passes, two blocks). On a contiguous float32 CPU tensor one pass
+ * clamps in place and writes that as a byte mask (inclusive bounds, as
+ * torch.clamp's derivative), which the node keeps. */
+static of_status clamp_mask_backward(of_node *n, of_tensor **g, of_tensor **gi) {
+  if (!g[0]) return OF_OK;
+  of_scope s = {0};
+  of_tensor *m = of_s_saved(&s, n, 0);
+  return of_s_end(&s, MUL(g[0], of_s_cast(&s, m, g[0]->dtype)), &gi[0]);
+}
+static const of_grad_def clamp_mask_grad = {"ClampBackward", clamp_mask_backward};
+
+static of_status clamp_inplace_masked(of_tensor *x, double lo, double hi, int32_t has_lo,
+                                      int32_t has_hi, of_tensor **out, bool *done) {
+  *done = false;
+  if (x->dtype != OF_FLOAT32 || of_dev(x) != OF_CPU || !of_tensor_is_contiguous(x) ||
+      x->numel == 0 || (has_lo && isnan(lo)) || (has_hi && isnan(hi)) || (!has_lo && !has_hi))
+    return OF_OK;
+  OF_CHECK(of_check_inplace("clamp", x));
+  of_tensor *m;
+  OF_CHECK(of_tensor_new(x->shape, x->ndim, OF_BOOL, OF_CPU, &m));
+  float *p = (float *)of_ptr(x);
+  uint8_t *mp = (uint8_t *)of_ptr(m);
+  const float l = has_lo ? (float)lo : -INFINITY, h = has_hi ? (float)hi : INFINITY;
+  const int64_t nel = x->numel, nb = (nel + 4095) / 4096;
+  /* NaN: outside both bounds (mask 0) and kept, as the clamp kernel keeps it */
+  _Pragma("omp parallel for schedule(static) if (nel > 4 * OF_PARALLEL_GRAIN) num_threads(of_threads())")
+  for (int64_t blk = 0; blk < nb; blk++) {
+    const int64_t e = blk * 4096 + 4096 < nel ? blk * 4096 + 4096 : nel;
+    for (int64_t i = blk * 4096; i < e; i++) {
+      float v = p[i];
+      mp[i] = (uint8_t)((v >= l) & (v <= h));
+      p[i] = v < l ? l : v > h ? h : v;
+    }
+  }
+  of_bump_version(x);
+  of_node *n;
+  of_status st = of_record(&clamp_mask_grad, &x, 1, &x, 1, &n);
+  if (st == OF_OK) {
+    a_clamp a = {lo, hi, has_lo, has_hi};
+    OF_NODE_KEEP(n, OPK_CLAMP, a);
+    of_node_save(n, 0, m);
+    of_tensor_retain(x);
+    *out = x;
+    *done = true;
+  }
+  of_tensor_release(m);
+  return st;
+}
+
 static of_status clamp_body(of_tensor *x, double lo, double hi, int32_t has_lo, int32_t has_hi,
                         of_tensor *into, of_tensor **out) {
   a_clamp a = {lo, hi, has_lo, has_hi};
+  if (into == x && of_grad_needed(&x, 1)) {
+    bool done;
+    OF_CHECK(clamp_inplace_masked(x, lo, hi, has_lo, has_hi, out, &done));
+    if (done) return OF_OK;
+  }
   if (wants_inplace_autograd(x, into, true))
     return inplace_via_result("clamp", x, into, out, clamp_again, &a);
   OF_CHECK(clamp_compute(x, lo, hi, has_lo, has_hi, into, out));

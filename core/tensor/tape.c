@@ -50,6 +50,11 @@ int32_t of_host_take_released(int64_t *ids, int32_t cap) {
   return n;
 }
 
+static _Thread_local int32_t inplace_leaf_ok;
+void of_set_inplace_leaf_ok(int32_t on) { inplace_leaf_ok = on; }
+int32_t of_inplace_leaf_ok(void) { return inplace_leaf_ok; }
+int64_t of_node_seq_next(void) { return atomic_load(&node_seq); }
+
 int32_t of_is_grad_enabled(void) { return grad_disabled == 0; }
 void of_set_grad_enabled(int32_t on) { grad_disabled = on ? 0 : 1; }
 void of_set_host_callback(of_host_fn fn) { host_fn = fn; }

@@ -185,6 +185,38 @@ describe('autograd engine', function()
     H.close(q.grad, {0, 1})
   end)
 
+  it('clamp_ under autograd writes in place and keeps a byte mask: torch.clamp\'s values and grads', function()
+    -- special values and the bounds themselves (inclusive: grad 1 there)
+    local v = {-1, 0, 0.5, 6, 7, -0.0, 1 / 0, -1 / 0, 0 / 0, 5.999, 6.001, -1e-30}
+    for _, b in ipairs({{0, 6}, {-0.5, nil}, {nil, 2}}) do
+      local x1 = flow.tensor(v, {dtype = flow.float32, requires_grad = true})
+      local x2 = flow.tensor(v, {dtype = flow.float32, requires_grad = true})
+      local r = x1 * 1
+      r:clamp_(b[1], b[2])
+      local y = (x2 * 1):clamp(b[1], b[2])
+      -- the same values: NaN where NaN, zeros of the same sign
+      local rl, yl = r:tolist(), y:tolist()
+      for i = 1, #v do
+        local a, c = rl[i], yl[i]
+        assert.is_true((a ~= a and c ~= c) or (a == c and 1 / a == 1 / c), ('element %d: %s vs %s'):format(i, a, c))
+      end
+      local w = flow.arange(1, 13, {dtype = flow.float32})
+      local lr, ly = (r * w):sum(), (y * w):sum()
+      lr:backward()
+      ly:backward()
+      assert.are.same(x2.grad:tolist(), x1.grad:tolist())
+    end
+    -- one byte per element kept, not a float32 clone and a result
+    local z = flow.randn(512, 512, {requires_grad = true})
+    local t = z * 2
+    collectgarbage()
+    flow.reset_peak_memory_stats()
+    local before = flow.memory_stats().peak_bytes
+    t:clamp_(-1, 1)
+    assert.is_true(flow.memory_stats().peak_bytes - before <= 512 * 512 + 4096)
+    assert.equal('ClampBackward', t.grad_fn:name())
+  end)
+
   it('requires_grad only on floating leaves', function()
     H.raises(function() flow.tensor({1}, {dtype = flow.int64}):requires_grad_() end, 'floating')
     local y = leaf({1}) * 2

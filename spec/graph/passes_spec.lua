@@ -696,6 +696,41 @@ describe('nn.Graph functionalize', function()
     H.close(m2.layer1[1].conv1.weight, m1.layer1[1].conv1.weight, 1e-5, 'weights after 3 steps')
   end)
 
+  it('trains in-place ops whose backward keeps a copy (mul_, clamp_, div_) to eager\'s numbers', function()
+    -- their rules read a clone the trace cannot see: the forward node runs
+    -- with autograd on at run time (a captured node) and writes its input,
+    -- which requires grad only for that call
+    local function make(inplace)
+      flow.manual_seed(4)
+      local l1, l2 = nn.Linear(4, 8), nn.Linear(8, 2)
+      local m = nn.Sequential(l1, l2)
+      local function fwd(x)
+        local h = l1(x)
+        if inplace then h:add_(1):mul_(1.5):clamp_(-1, 2) else h = ((h + 1) * 1.5):clamp(-1, 2) end
+        local z = l2(h)
+        if inplace then z:div_(2):sigmoid_() else z = (z / 2):sigmoid() end
+        return z:pow(2):sum()
+      end
+      return m, fwd, flow.optim.SGD(m:parameters(), {lr = 0.1, momentum = 0.9})
+    end
+    local T = nn.Graph:subclass('InplaceCopyTrain')
+    function T:__init(m, f, o) nn.Graph.__init(self); self.m, self.f = m, f; self:add_optimizer(o) end
+    function T:build(a) local l = self.f(a); l:backward(); return l end
+    local m1, f1, o1 = make(false)
+    local m2, f2, o2 = make(true)
+    local g = T(m2, f2, o2)
+    flow.manual_seed(8)
+    for step = 1, 4 do
+      local x = flow.randn(5, 4)
+      local l = f1(x)
+      o1:zero_grad()
+      l:backward()
+      o1:step()
+      H.close(g(x), l, 1e-6, 'loss of step ' .. step)
+    end
+    H.close(m2[1].weight, m1[1].weight, 1e-6, 'weights after 4 steps')
+  end)
+
   it('leaves an in-place op in place when an earlier view of its storage is read later', function()
     local function build(_, z)
       local h = z * 2

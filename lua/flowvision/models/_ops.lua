@@ -36,8 +36,12 @@ function M.batch_norm(opts)
   return function(c) return nn.BatchNorm2d(c, {eps = opts.eps or 1e-5, momentum = opts.momentum or 0.1}) end
 end
 
---- A factory of activation modules: act(nn.ReLU6)().
-function M.act(cls) return function() return cls() end end
+--- A factory of activation modules: act(nn.ReLU6)(); act(nn.ReLU6, true)
+-- makes them in place, as torchvision's Conv2dNormActivation does.
+function M.act(cls, inplace)
+  if inplace then return function() return cls({inplace = true}) end end
+  return function() return cls() end
+end
 
 --- fn(m) for every module of the tree that is an instance of cls.
 function M.each(model, cls, fn)

@@ -22,7 +22,7 @@ function InvertedResidualV2:__init(inp, oup, stride, expand_ratio, norm)
   self.stride = stride
   local hidden = math.floor(inp * expand_ratio + 0.5)
   self.use_res_connect = stride == 1 and inp == oup
-  local relu6 = ops.act(nn.ReLU6)
+  local relu6 = ops.act(nn.ReLU6, true)   -- in place, as torchvision's
   local layers = {}
   if expand_ratio ~= 1 then
     layers[#layers + 1] = CNA(inp, hidden, {kernel_size = 1, norm_layer = norm, activation_layer = relu6})
@@ -60,7 +60,7 @@ function MobileNetV2:__init(opts)
   end
   local cin = make_divisible(32 * wm, rn)
   self.last_channel = make_divisible(1280 * math.max(1, wm), rn)
-  local relu6 = ops.act(nn.ReLU6)
+  local relu6 = ops.act(nn.ReLU6, true)   -- in place, as torchvision's
   local features = {CNA(3, cin, {stride = 2, norm_layer = norm, activation_layer = relu6})}
   for _, s in ipairs(setting) do
     local t, c, n, st = unpack(s)
