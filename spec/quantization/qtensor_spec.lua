@@ -407,6 +407,19 @@ describe('quantized max pooling', function()
     end
     H.raises(function() F.max_pool2d(q, 2, {return_indices = true}) end, 'max_pool2d (return_indices)')
   end)
+
+  it('2x2 stride-2 windows (the vector row kernel): odd widths, rows over 64 bytes, both byte types', function()
+    local F = flow.nn.functional
+    flow.manual_seed(9)
+    for _, shape in ipairs({{2, 3, 10, 9}, {1, 2, 6, 150}, {3, 1, 5, 129}, {1, 1, 2, 2}}) do
+      local x = flow.randn(unpack(shape)) * 3
+      for _, q in ipairs({flow.quantize_per_tensor(x, 0.02, -3, flow.qint8),
+                          flow.quantize_per_tensor(x, 0.02, 128, flow.quint8)}) do
+        local got = F.max_pool2d(q, 2)
+        H.close(got:int_repr(), F.max_pool2d(q:int_repr():to(flow.float32), 2), 0, table.concat(shape, 'x'))
+      end
+    end
+  end)
 end)
 
 describe('flow.quantization.set_backend', function()
