@@ -6,7 +6,7 @@
 -- cannot install it, or with --no-torch2), all at the same thread count:
 --   * ResNet-50 inference (eval, no_grad), batch 1 and 8, 3x224x224;
 --   * ResNet-18 training step (forward, cross-entropy, backward, SGD
---     momentum), batch 16, 3x112x112, 10 classes;
+--     momentum), batch 16, 3x112x112 and 3x224x224, 10 classes;
 --   * MobileNetV2 inference, batch 8, 3x224x224;
 --   * ResNet-50 inference batch 1 under bfloat16 autocast, and with the
 --     model and input in bfloat16;
@@ -77,6 +77,7 @@ local cases = {
   {key = 'r50_b1', name = 'ResNet-50 inference, batch 1, 224'},
   {key = 'r50_b8', name = 'ResNet-50 inference, batch 8, 224'},
   {key = 'r18_train', name = 'ResNet-18 training step, batch 16, 112'},
+  {key = 'r18_train224', name = 'ResNet-18 training step, batch 16, 224'},
   {key = 'mb2_b8', name = 'MobileNetV2 inference, batch 8, 224'},
   {key = 'r50_bf16', name = 'ResNet-50 inference, batch 1, 224, bfloat16 autocast'},
   {key = 'r50_bf16t', name = 'ResNet-50 inference, batch 1, 224, bfloat16 model and input'},
@@ -96,6 +97,13 @@ local function build_ours()
   local opt = flow.optim.SGD(r18:parameters(), {lr = 0.01, momentum = 0.9})
   local x1, x8 = flow.randn(1, 3, 224, 224), flow.randn(8, 3, 224, 224)
   local xt, yt = flow.randn(16, 3, 112, 112), flow.randint(1, 11, {16})
+  local xt2 = flow.randn(16, 3, 224, 224)
+  local function step(x)
+    local loss = F.cross_entropy(r18(x), yt)
+    opt:zero_grad()
+    loss:backward()
+    opt:step()
+  end
   local function infer(net, x) return function() flow.no_grad(function() return net(x) end) end end
   local Eval = flow.nn.Graph:subclass('ModelsBench')
   function Eval:__init(net) flow.nn.Graph.__init(self); self.net = net end
@@ -111,12 +119,8 @@ local function build_ours()
     r50_b1 = infer(r50, x1),
     r50_b8 = infer(r50, x8),
     mb2_b8 = infer(mb2, x8),
-    r18_train = function()
-      local loss = F.cross_entropy(r18(xt), yt)
-      opt:zero_grad()
-      loss:backward()
-      opt:step()
-    end,
+    r18_train = function() step(xt) end,
+    r18_train224 = function() step(xt2) end,
     r50_bf16t = infer(r50h, x1:to(flow.bfloat16)),
     r50_bf16 = function()
       flow.no_grad(function()
@@ -153,15 +157,19 @@ r18 = m.resnet18(num_classes=10).train()
 opt = torch.optim.SGD(r18.parameters(), lr=0.01, momentum=0.9)
 x1 = torch.randn(1, 3, 224, 224); x8 = torch.randn(8, 3, 224, 224)
 xt = torch.randn(16, 3, 112, 112); yt = torch.randint(0, 10, (16,))
+xt2 = torch.randn(16, 3, 224, 224)
 def infer(net, x):
     def f():
         with torch.no_grad(): net(x)
     return f
-def train():
-    loss = F.cross_entropy(r18(xt), yt); opt.zero_grad(); loss.backward(); opt.step()
+def train(x):
+    def f():
+        loss = F.cross_entropy(r18(x), yt); opt.zero_grad(); loss.backward(); opt.step()
+    return f
 def bf16():
     with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16): r50(x1)
-cases = {'r50_b1': infer(r50, x1), 'r50_b8': infer(r50, x8), 'r18_train': train,
+cases = {'r50_b1': infer(r50, x1), 'r50_b8': infer(r50, x8), 'r18_train': train(xt),
+         'r18_train224': train(xt2),
          'mb2_b8': infer(mb2, x8), 'r50_bf16': bf16,
          'r50_bf16t': infer(r50h, x1.to(torch.bfloat16))}
 print('version', torch.__version__, flush=True)
