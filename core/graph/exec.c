@@ -39,9 +39,10 @@ of_status of_graph_invoke(of_graph *g, of_gnode *n, of_tensor **ins, void **outs
   of_set_grad_enabled(1);
   /* an in-place op (x:mul_(2), clamp_) writes an input made to require
    * grad just above: not a user's leaf */
+  int32_t ok_was = of_inplace_leaf_ok();
   of_set_inplace_leaf_ok(1);
   of_status st = d->invoke(n, ins, outs);
-  of_set_inplace_leaf_ok(0);
+  of_set_inplace_leaf_ok(ok_was);
   of_set_grad_enabled(was);
   for (int32_t k = 0; k < n->nin && k < 32; k++)
     if (made[k]) ins[k]->requires_grad = false;

@@ -799,9 +799,9 @@ static of_status clamp_inplace_masked(of_tensor *x, double lo, double hi, int32_
   for (int64_t blk = 0; blk < nb; blk++) {
     const int64_t e = blk * 4096 + 4096 < nel ? blk * 4096 + 4096 : nel;
     for (int64_t i = blk * 4096; i < e; i++) {
-      float v = p[i];
+      float v = p[i], t = v < l ? l : v;   /* min(max(v, l), h): h when l > h */
       mp[i] = (uint8_t)((v >= l) & (v <= h));
-      p[i] = v < l ? l : v > h ? h : v;
+      p[i] = t > h ? h : t;
     }
   }
   of_bump_version(x);

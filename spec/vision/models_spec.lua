@@ -174,6 +174,39 @@ describe('flowvision.models registry', function()
     assert.is_table(require('flowvision').models)
   end)
 
+  it('loads a family on first use: a ResNet needs resnet.lua alone; a user\'s name stays the user\'s', function()
+    local out
+    local script = os.tmpname()
+    local f = assert(io.open(script, 'w'))
+    f:write([[
+local vision = require 'flowvision'
+local m = vision.models
+m.register('vgg11', function() return 'mine' end)     -- before the vgg family loads
+local r = m.resnet18({num_classes = 3})
+local loaded = {}
+for _, fam in ipairs({'resnet', 'vgg', 'mobilenet', 'vit', 'detection'}) do
+  loaded[#loaded + 1] = package.loaded['flowvision.models.' .. fam] and fam or '-'
+end
+print(table.concat(loaded, ','), r.fc.weight:size(1), m.ResNet ~= nil, #m.list(), m.vgg11(),
+      m.MobileNetV2 ~= nil, m.detection ~= nil, m.no_such_model == nil)
+]])
+    f:close()
+    local p = io.popen('luajit ' .. script .. ' 2>&1')
+    out = p:read('*a')
+    p:close()
+    os.remove(script)
+    local fams, nc, cls, n, vgg, mb, det, none = out:match(
+      '^(%S+)%s+(%d+)%s+(%S+)%s+(%d+)%s+(%S+)%s+(%S+)%s+(%S+)%s+(%S+)')
+    assert.equal('resnet,-,-,-,-', fams, out)
+    assert.equal('3', nc)
+    assert.equal('true', cls)
+    assert.equal(#models.list(), tonumber(n))
+    assert.equal('mine', vgg)
+    assert.equal('true', mb)
+    assert.equal('true', det)
+    assert.equal('true', none)
+  end)
+
   it('names the known models for an unknown name, and checks the options', function()
     H.raises(function() models.create('resnet17') end, "unknown model 'resnet17'", 'resnet18, resnet34')
     H.raises(function() models.resnet18(10) end, 'options must be a table')

@@ -19,6 +19,19 @@ local registry = {}   -- name -> {build = fn(opts), prepare = fn(opts), finish =
 
 local families = {'resnet', 'vgg', 'densenet', 'mobilenet', 'efficientnet', 'regnet', 'convnext',
                   'googlenet', 'inception', 'squeezenet', 'shufflenet', 'alexnet'}
+-- transformer / MLP, detection, segmentation and style-transfer families
+-- (their classes stay in flowvision.models.<family>.classes)
+local plain = {'vit', 'deit', 'swin', 'pvt', 'mlp_mixer', 'resmlp', 'gmlp', 'detection', 'segmentation',
+               'stylenet'}
+
+-- The families load on first use, in this order, until a name asked for
+-- is there (models.resnet50 loads resnet.lua alone; models.list() all):
+-- loaded code is heap that every full collection of Lua's GC walks again
+-- (oneflow/init.lua). A name the user registered first stays the user's.
+local pending = {}
+for _, f in ipairs(families) do pending[#pending + 1] = {f, true} end
+for _, f in ipairs(plain) do pending[#pending + 1] = {f, false} end
+local load_next
 
 --- models.register(name, build[, hooks]): adds a constructor build(opts) to
 -- the registry; hooks.prepare(opts) -> opts and hooks.finish(model, opts)
@@ -34,6 +47,7 @@ end
 
 --- The registered model names, sorted.
 function M.list()
+  while load_next() do end
   local names = {}
   for name in pairs(registry) do names[#names + 1] = name end
   table.sort(names)
@@ -88,6 +102,7 @@ end
 -- plus the model's own options (dropout, width_mult, ...)
 -- @treturn Module
 function M.create(name, opts)
+  while not registry[name] and load_next() do end
   local entry = registry[name]
   if not entry then
     error(("flowvision.models: unknown model '%s'; known models: %s"):format(tostring(name),
@@ -107,21 +122,24 @@ function M.create(name, opts)
   return model
 end
 
-for _, family in ipairs(families) do
+function load_next()
+  local f = table.remove(pending, 1)
+  if not f then return false end
+  local family, zoo = f[1], f[2]
   local mod = require('flowvision.models.' .. family)
-  local hooks = mod.pretrained or {}
-  for name, build in pairs(mod.models) do M.register(name, build, hooks[name]) end
-  for cname, cls in pairs(mod.classes or {}) do M[cname] = cls end
+  local hooks = zoo and mod.pretrained or {}
+  for name, build in pairs(mod.models) do
+    if not registry[name] then M.register(name, build, hooks[name]) end
+  end
+  for cname, cls in pairs(zoo and mod.classes or {}) do rawset(M, cname, cls) end
+  if family == 'detection' or family == 'segmentation' then rawset(M, family, mod) end
+  return true
 end
 M.ops = require 'flowvision.models._ops'
 
--- transformer / MLP, detection, segmentation and style-transfer families
--- (their classes stay in flowvision.models.<family>.classes)
-for _, family in ipairs({'vit', 'deit', 'swin', 'pvt', 'mlp_mixer', 'resmlp', 'gmlp', 'detection', 'segmentation',
-                         'stylenet'}) do
-  for name, build in pairs(require('flowvision.models.' .. family).models) do M.register(name, build) end
-end
-M.detection = require 'flowvision.models.detection'
-M.segmentation = require 'flowvision.models.segmentation'
-
-return M
+-- models.resnet50, models.ResNet, models.detection ...: the families up to
+-- the one that has it
+return setmetatable(M, {__index = function(t, k)
+  while rawget(t, k) == nil and load_next() do end
+  return rawget(t, k)
+end})
