@@ -123,15 +123,11 @@ local torchio = require 'oneflow.io.torch'
 flow.load_torch, flow.save_torch = torchio.load, torchio.save
 flow.load_t7 = require('oneflow.io.t7').load
 -- flow.utils.data, .progress, .summary, .plot, .tensorboard: each loaded
--- on first use (see the lazy modules below)
-flow.utils = setmetatable({}, {__index = function(t, k)
-  if k ~= 'data' and k ~= 'progress' and k ~= 'summary' and k ~= 'plot' and k ~= 'tensorboard' then
-    return nil
-  end
-  local m = require('oneflow.utils.' .. k)
-  rawset(t, k, m)
-  return m
-end})
+-- on first use (oneflow/lazy.lua)
+local lazy = require 'oneflow.lazy'
+flow.utils = lazy.fields({}, {data = 'oneflow.utils.data', progress = 'oneflow.utils.progress',
+                              summary = 'oneflow.utils.summary', plot = 'oneflow.utils.plot',
+                              tensorboard = 'oneflow.utils.tensorboard'})
 flow.optim = require 'oneflow.optim'
 flow.cuda = require 'oneflow.cuda'
 flow.backends = flow.cuda.backends
@@ -166,20 +162,9 @@ flow.nn = require 'oneflow.nn'
 flow.quantization = require 'oneflow.quantization'
 flow.quantization.attach(flow)
 flow.amp = require 'oneflow.amp'
--- Loaded on first use (flow.onnx, flow.distributions ...): every module
--- loaded is heap that each full collection of Lua's GC walks again, and
--- eager programs run one every 64 MiB of tensors (_C.lua): a MobileNetV2
--- forward at batch 8 ran 9 of them at ~0.8 ms per MiB of heap, with the
--- heap evicted from the caches by the tensors in between.
-local lazy = {distributions = 'oneflow.distributions', fft = 'oneflow.fft',
-              onnx = 'oneflow.onnx', profiler = 'oneflow.profiler'}
-setmetatable(flow, {__index = function(t, k)
-  local name = lazy[k]
-  if not name then return nil end
-  local m = require(name)
-  rawset(t, k, m)
-  return m
-end})
+-- loaded on first use (oneflow/lazy.lua: less heap for the collector)
+lazy.fields(flow, {distributions = 'oneflow.distributions', fft = 'oneflow.fft',
+                   onnx = 'oneflow.onnx', profiler = 'oneflow.profiler'})
 flow.distributed = require 'oneflow.distributed'
 flow.env, flow.comm = flow.distributed.env, flow.distributed.comm
 require('oneflow.distributed.global').attach(flow)

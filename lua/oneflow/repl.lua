@@ -187,6 +187,10 @@ local KEYWORDS = {'and', 'break', 'do', 'else', 'elseif', 'end', 'false', 'for',
 local function keys_of(t, out, depth)
   if depth > 6 or type(t) ~= 'table' then return end
   for k in pairs(t) do if is_ident(k) then out[k] = true end end
+  -- fields that load their module on first use (oneflow/lazy.lua)
+  for _, k in ipairs(require('oneflow.lazy').names(t)) do
+    if type(k) == 'string' and is_ident(k) then out[k] = true end
+  end
   local mt = getmetatable(t)
   if type(mt) == 'table' then
     if type(rawget(mt, '__index')) == 'table' and rawget(mt, '__index') ~= t then

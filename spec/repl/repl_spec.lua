@@ -104,6 +104,16 @@ describe('repl completion', function()
     assert.same({}, repl.complete('nope.x', env))
     assert.truthy(table.concat(repl.complete('s:up', env), ' '):find('s:upper', 1, true))
   end)
+
+  it('completes fields that load their module on first use, without loading them', function()
+    -- a table of its own, so that nothing the other specs loaded is in it
+    local t = require('oneflow.lazy').fields({here = 1}, {later = 'oneflow.spec_never_loaded'})
+    local e = setmetatable({t = t}, {__index = _G})
+    assert.same({'t.here', 't.later'}, repl.complete('t.', e))
+    assert.is_nil(rawget(t, 'later'))
+    assert.same({'flow.optim.lr_scheduler'}, repl.complete('flow.optim.lr_s', env))
+    assert.truthy(table.concat(repl.complete('flow.utils.', env), ' '):find('flow.utils.data', 1, true))
+  end)
 end)
 
 -- A real terminal: tmux runs bin/flow; keys go in with send-keys, the screen

@@ -139,7 +139,11 @@ M.ops = require 'flowvision.models._ops'
 
 -- models.resnet50, models.ResNet, models.detection ...: the families up to
 -- the one that has it
-return setmetatable(M, {__index = function(t, k)
-  while rawget(t, k) == nil and load_next() do end
-  return rawget(t, k)
-end})
+-- the REPL's completion lists every name (oneflow/lazy.lua's __lazy)
+return setmetatable(M, {
+  __lazy = M.list,
+  __index = function(t, k)
+    while rawget(t, k) == nil and load_next() do end
+    return rawget(t, k)
+  end,
+})

@@ -1,6 +1,7 @@
 -- oneflow.optim: optimizers with PyTorch's update rules and state-dict
 -- layout, and learning-rate schedulers (flow.optim.lr_scheduler).
-return setmetatable({
+-- flow.optim.lr_scheduler loads on first use (oneflow/lazy.lua)
+return require('oneflow.lazy').fields({
   Optimizer = require 'oneflow.optim.optimizer',
   SGD = require 'oneflow.optim.sgd',
   Adam = require 'oneflow.optim.adam',
@@ -17,10 +18,4 @@ return setmetatable({
   SparseAdam = require 'oneflow.optim.sparse_adam',
   LBFGS = require 'oneflow.optim.lbfgs',
   REQUIRED = require('oneflow.optim._util').REQUIRED,
-}, {__index = function(t, k)
-  -- the schedulers load on first use (heap the GC walks, oneflow/init.lua)
-  if k ~= 'lr_scheduler' then return nil end
-  local m = require 'oneflow.optim.lr_scheduler'
-  rawset(t, k, m)
-  return m
-end})
+}, {lr_scheduler = 'oneflow.optim.lr_scheduler'})
