@@ -4,7 +4,7 @@
 --   ./bin/flow examples/mnist/train.lua [--epochs 3] [--batch-size 64]
 --       [--lr 0.001] [--threads 2] [--data /usr/share/datasets/fashion-mnist]
 --       [--out /tmp/fashion_lenet.safetensors] [--limit N] [--log-every N]
---       [--plot loss.svg]
+--       [--plot loss.svg] [--amp bf16]
 --   ./bin/flow examples/mnist/train.lua --help
 --
 -- Data: Debian's dataset-fashion-mnist (`make example` installs it).
@@ -31,6 +31,10 @@ local function parse_args(argv)
   p:option('--log-every', 'Print the loss every N steps (0: only when stderr is not a terminal, '
     .. 'every tenth of an epoch).', '0', tonumber)
   p:option('--plot', 'Write the per-step training loss curve to this SVG file.')
+  p:option('--amp', 'Mixed precision: run forward and loss under '
+    .. "flow.amp.autocast('cpu', {dtype = bfloat16}) (bf16; the weights, grads and "
+    .. 'optimizer stay float32), training and evaluation alike.')
+    :choices({'bf16'})
   return p:parse(argv)
 end
 
@@ -63,13 +67,20 @@ local function load(opts, train)
   return flow.utils.data.TensorDataset(x, y)
 end
 
-local function accuracy(model, ds, batch_size)
+-- fn() under bfloat16 autocast when amp is set, as it is otherwise
+local function maybe_autocast(amp, fn)
+  if not amp then return fn() end
+  return flow.amp.autocast('cpu', {dtype = flow.bfloat16}, fn)
+end
+
+local function accuracy(model, ds, batch_size, amp)
   model:eval()
   local correct, total = 0, 0
   flow.no_grad(function()
     local loader = flow.utils.data.DataLoader(ds, {batch_size = batch_size * 4})
     for x, y in loader:iter() do
-      correct = correct + model(x):argmax(2):eq(y):sum():item()
+      local out = maybe_autocast(amp, function() return model(x) end)
+      correct = correct + out:argmax(2):eq(y):sum():item()
       total = total + y:size(1)
     end
   end)
@@ -82,8 +93,8 @@ local function main(argv)
   flow.set_num_threads(opts.threads)
   flow.manual_seed(0)
   local train_ds, test_ds = load(opts, true), load(opts, false)
-  print(('Fashion-MNIST: %d training and %d test images, %d threads'):format(
-    #train_ds, #test_ds, flow.get_num_threads()))
+  print(('Fashion-MNIST: %d training and %d test images, %d threads%s'):format(
+    #train_ds, #test_ds, flow.get_num_threads(), opts.amp and ', bfloat16 autocast' or ''))
 
   local model = LeNet()
   local opt = optim.Adam(model:parameters(), {lr = opts.lr})
@@ -98,7 +109,9 @@ local function main(argv)
     local t0, sum, n = os.time(), 0, 0
     local clock0 = os.clock()
     for x, y in flow.utils.progress(loader:iter(), {total = #loader, desc = 'epoch ' .. epoch}) do
-      local loss = F.cross_entropy(model(x), y)
+      -- the backward runs outside autocast, as PyTorch recommends: its ops
+      -- follow the dtypes the forward recorded
+      local loss = maybe_autocast(opts.amp, function() return F.cross_entropy(model(x), y) end)
       opt:zero_grad()
       loss:backward()
       opt:step()
@@ -108,7 +121,7 @@ local function main(argv)
         print(('epoch %d: step %d/%d, loss %.4f'):format(epoch, n, #loader, sum / n))
       end
     end
-    acc = accuracy(model, test_ds, opts.batch_size)
+    acc = accuracy(model, test_ds, opts.batch_size, opts.amp)
     print(('epoch %d: train loss %.4f, test accuracy %.2f%% (%ds, %.1f ms/step cpu)'):format(
       epoch, sum / n, 100 * acc, os.time() - t0, (os.clock() - clock0) * 1000 / n))
   end
@@ -120,7 +133,7 @@ local function main(argv)
   flow.save(model:state_dict(), opts.out)
   local reloaded = LeNet()
   reloaded:load_state_dict(flow.load(opts.out))
-  local acc2 = accuracy(reloaded, test_ds, opts.batch_size)
+  local acc2 = accuracy(reloaded, test_ds, opts.batch_size, opts.amp)
   print(('checkpoint %s reloaded: test accuracy %.2f%% (%s)'):format(
     opts.out, 100 * acc2, acc2 == acc and 'identical' or 'DIFFERENT'))
   if acc2 ~= acc then os.exit(1) end
