@@ -377,14 +377,15 @@ static of_status binary_body(of_binary_op op, of_tensor *a, of_tensor *b, of_ten
   of_tensor *ins[2] = {a, b};
   const of_grad_def *gd = binary_grads[op].name ? &binary_grads[op] : NULL;
   bool grad = gd && of_grad_needed(ins, 2);
+  bool tracked = into && (grad || (into->requires_grad && of_is_grad_enabled()));
   /* a:add_(b), a:sub_(b): their grads read no operand, so they run in place
    * under autograd too (the node's edges are a's history before the write),
    * as PyTorch does; the general path below clones and copies back */
   bool in_place = into == a && (op == OF_ADD || op == OF_SUB) && b->storage != into->storage &&
                   of_dtype_is_floating(into->dtype);
-  if (in_place && (grad || (into->requires_grad && of_is_grad_enabled())))
+  if (tracked && in_place) {
     OF_CHECK(of_check_inplace(binary_ops[op].name, into));
-  else if (into && (grad || (into->requires_grad && of_is_grad_enabled()))) {
+  } else if (tracked) {
     /* in-place under autograd: compute out of place (operands that alias the
      * output are cloned first, so saved values stay intact), then take over
      * the result's data and history */

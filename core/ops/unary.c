@@ -730,9 +730,10 @@ static of_status unary_body(of_unary_op op, of_tensor *x, of_tensor *into, of_te
   bool in_place = into == x && gd && unary_grad_uses_y(op) && of_dtype_is_floating(x->dtype);
   if (!in_place && wants_inplace_autograd(x, into, gd != NULL))
     return inplace_via_result(unary_ops[op].name, x, into, out, unary_again, &op);
-  if (in_place && of_grad_needed(&x, 1)) OF_CHECK(of_check_inplace(unary_ops[op].name, into));
+  const bool grad = gd && of_grad_needed(&x, 1);
+  if (in_place && grad) OF_CHECK(of_check_inplace(unary_ops[op].name, into));
   OF_CHECK(unary_compute(op, x, into, out));
-  if (!gd || !of_grad_needed(&x, 1) || !of_dtype_is_floating((*out)->dtype)) return OF_OK;
+  if (!grad || !of_dtype_is_floating((*out)->dtype)) return OF_OK;
   of_node *n;
   of_status st = of_record(gd, &x, 1, out, 1, &n);
   if (st != OF_OK) {

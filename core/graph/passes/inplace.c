@@ -23,9 +23,9 @@
  * collections and 11 with torchvision's in-place ReLU and add, 0.88x the
  * time), but traced into an eval graph the same model lost its conv + add +
  * relu fusion (ResNet-18: 17 conv_fused nodes, 1 with the in-place ops; 17
- * again with this pass). (Training graphs cannot record an in-place op's
- * backward yet -- the tracer refuses it -- so flowvision's models stay out
- * of place.)
+ * again with this pass). flowvision's ResNets and MobileNetV2 are written
+ * in place since training graphs record in-place ops too (a captured node
+ * keeps its op in place: it is skipped here).
  *
  * A node qualifies when it is an elementwise op written into its first
  * operand x (the `into` input), x is an internal value that owns its storage
