@@ -704,6 +704,19 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       if (a->interval < 1) BAD("attrs.growth_interval: %lld", (long long)a->interval);
       break;
     }
+    case OPK_QUANTIZED_ADD: {
+      const a_qadd *a = p;
+      if (a->out_dtype != OF_UINT8 && a->out_dtype != OF_INT8)
+        BAD("attrs.out_dtype: %d (uint8 or int8)", (int)a->out_dtype);
+      if (!(a->a_scale > 0 && a->a_scale < INFINITY)) BAD("attrs.a_scale: %g", a->a_scale);
+      if (!(a->b_scale > 0 && a->b_scale < INFINITY)) BAD("attrs.b_scale: %g", a->b_scale);
+      if (!(a->out_scale > 0 && a->out_scale < INFINITY)) BAD("attrs.out_scale: %g", a->out_scale);
+      if (a->a_zp < -128 || a->a_zp > 255) BAD("attrs.a_zero_point: %lld", (long long)a->a_zp);
+      if (a->b_zp < -128 || a->b_zp > 255) BAD("attrs.b_zero_point: %lld", (long long)a->b_zp);
+      if (a->out_zp < -128 || a->out_zp > 255) BAD("attrs.out_zero_point: %lld", (long long)a->out_zp);
+      CHECK_FLAG(a->relu, "relu");
+      break;
+    }
     case OPK_QUANTIZED_LINEAR: case OPK_QUANTIZED_CONV2D: case OPK_QUANTIZED_MAX_POOL2D:
     case OPK_QUANTIZE_PER_TENSOR: {
       const a_quant *a = p;

@@ -160,6 +160,7 @@ void of_release_kernel_caches(void) {
     if (kept[i].c) kept_drop(&kept[i]);
   pthread_mutex_unlock(&kept_lock);
   of_dnnl_release_cached();
+  of_quant_release_cached();
 }
 
 of_status of_amp_begin(int32_t cls, of_tensor **in, of_tensor **cast, int32_t n,

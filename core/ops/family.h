@@ -5,6 +5,10 @@
 #define ONEFLOW_OPS_FAMILY_H
 #include "op.h"
 
+/* Frees the int8 kernels' packed weights (quant.c); of_release_kernel_caches
+ * (amp.c) calls it. */
+void of_quant_release_cached(void);
+
 /* ---- helpers for entry points and run functions ---- */
 #define OF_ATTRS(T) const T *a = (const T *)n->attrs
 #define OF_ZERO(a) memset(&(a), 0, sizeof(a))

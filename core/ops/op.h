@@ -115,6 +115,12 @@ typedef struct {
   int64_t x_zp, out_zp, stride[2], padding[2], dilation[2], groups;
   int32_t out_dtype, relu;
 } a_quant;
+/* quantized_add (quant.c): both operands' and the output's parameters */
+typedef struct {
+  double a_scale, b_scale, out_scale;
+  int64_t a_zp, b_zp, out_zp;
+  int32_t out_dtype, relu;
+} a_qadd;
 typedef struct { int64_t size[3]; double scales[3]; int32_t nsp, mode, align, has; } a_interp;
 typedef struct { int64_t pad[2 * OF_MAX_DIMS]; double value; int32_t npad, mode; } a_pad;
 typedef struct { double smoothing; int64_t ignore, base; int32_t reduction, pad_; } a_loss;

@@ -512,49 +512,6 @@ vnni_tile(const vnni_job *j, const int mr, const int nv, int64_t i, int64_t v0) 
     }
 }
 
-/* 16 x 16 int32 block: dst[c * ds + r] = src[r * ss + c] */
-__attribute__((target("avx512f"))) static void tr16x16(const int32_t *src, int64_t ss, int32_t *dst,
-                                                       int64_t ds) {
-  __m512i r[16], t[16];
-  for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(src + i * ss);
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int h = 0; h < 16; h += 8)
-    for (int i = 0; i < 4; i++) {
-      t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0x88);
-      t[h + i + 4] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0xdd);
-    }
-  for (int i = 0; i < 8; i++) {
-    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-  }
-  for (int i = 0; i < 16; i++) _mm512_storeu_si512(dst + i * ds, r[i]);
-}
-
-/* results of positions [l0, l1) (rows of n ints) into planes (rows of L
- * ints, at + n_ * L + l_): 16 x 16 blocks in registers, the edges by
- * element */
-__attribute__((target("avx512f"))) static void vnni_transpose(const int32_t *ac, int32_t *at, int64_t n,
-                                                               int64_t L, int64_t l0, int64_t l1) {
-  int64_t l = l0;
-  for (; l + 16 <= l1; l += 16) {
-    int64_t c = 0;
-    for (; c + 16 <= n; c += 16) tr16x16(ac + l * n + c, n, at + c * L + l, L);
-    for (; c < n; c++)
-      for (int64_t i = l; i < l + 16; i++) at[c * L + i] = ac[i * n + c];
-  }
-  for (; l < l1; l++)
-    for (int64_t c = 0; c < n; c++) at[c * L + l] = ac[l * n + c];
-}
-
 /* rows [i0, i1) against channel vectors [v0, v1) */
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
 vnni_gemm(const vnni_job *j, int64_t i0, int64_t i1, int64_t v0, int64_t v1) {
@@ -583,8 +540,12 @@ vnni_gemm(const vnni_job *j, int64_t i0, int64_t i1, int64_t v0, int64_t v1) {
  * Packed weights are cached, as PyTorch's prepacked ones: a quantized model
  * packs each weight once. The key is the weight's and zero points'
  * storages (unique ids) with their version counters, which every in-place
- * write bumps, and the layout; a few entries, least recently used out,
- * refcounted so that a thread still using an evicted one keeps it. */
+ * write bumps, and the layout; least recently used out, refcounted so
+ * that a thread still using an evicted one keeps it. 256 entries, as
+ * oneDNN's reordered weights (dnnl.c): a ResNet-18 has 21 weights, a
+ * ResNet-50 54, and a cyclic walk over more weights than entries misses
+ * every time (16 entries repacked ResNet-18's at every forward: 3.3 ms a
+ * convolution instead of 0.3). of_release_kernel_caches empties it. */
 typedef struct {
   int64_t refs;
   int64_t key[16];
@@ -592,7 +553,7 @@ typedef struct {
   int32_t *rowsum;   /* per group, padded to a multiple of 16 */
   bool fits;
 } packed_w;
-enum { WCACHE_N = 16 };
+enum { WCACHE_N = 256 };
 static packed_w *wcache[WCACHE_N];
 static uint64_t wcache_used[WCACHE_N], wcache_tick;
 static pthread_mutex_t wcache_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -690,6 +651,14 @@ static of_status pack_weight_s8(const char *op, of_tensor *w, of_tensor *wzp, in
   return OF_OK;
 }
 
+void of_quant_release_cached(void) {
+  packed_w *drop[WCACHE_N];
+  pthread_mutex_lock(&wcache_mu);
+  for (int i = 0; i < WCACHE_N; i++) drop[i] = wcache[i], wcache[i] = NULL;
+  pthread_mutex_unlock(&wcache_mu);
+  for (int i = 0; i < WCACHE_N; i++) packed_release(drop[i]);
+}
+
 /* xz times each channel's sum: the input zero point's share of the sums */
 static int32_t *zp_terms(const packed_w *e, int64_t n, int32_t xz) {
   int32_t *c = malloc((size_t)n * sizeof *c);
@@ -761,19 +730,25 @@ static of_status qlinear_vnni(const char *op, of_tensor *xc, of_tensor *w, of_te
 #endif
 }
 
-/* quantized_conv2d through vnni_gemm (*done as qlinear_vnni): per sample
- * and group, the input channels-last as bytes inside a border of the zero
- * point, rows = output positions, taps = kernel elements; the results
- * (positions x channels) requantised into the NCHW planes. fac holds
- * each group's requantisation factors (2 * Og floats a group). */
-static of_status qconv_vnni(const char *op, of_tensor *xc, of_tensor *w, of_tensor *wzp, const a_quant *p,
-                            const float *fac, char *obase, bool *done) {
+/* quantized_conv2d through vnni_gemm (*done as qlinear_vnni), channels-last
+ * in and out as PyTorch's quantized convolutions: per sample and group,
+ * the input's channels-last bytes copied row by row into a plane inside a
+ * border of the zero point, rows = output positions, taps = kernel
+ * elements; each row's results (the group's channels) requantised straight
+ * into the output's channels-last row. An NCHW input is made channels-last
+ * first (one copy; a converted model's convolutions feed each other
+ * channels-last, so only the first one pays it). Before, the input bytes
+ * were scattered from NCHW and the int32 results transposed back to NCHW
+ * planes at every layer. fac holds each group's requantisation factors
+ * (2 * Og floats a group); *out is the channels-last result. */
+static of_status qconv_vnni(const char *op, of_tensor *x, of_tensor *w, of_tensor *wzp, const a_quant *p,
+                            const float *fac, const of_meta *ym, of_tensor **out, bool *done) {
   *done = false;
 #if defined(__x86_64__)
   if (!have_vnni()) return OF_OK;
-  const bool u8 = xc->dtype == OF_UINT8;
+  const bool u8 = x->dtype == OF_UINT8;
   const int32_t xz = (int32_t)p->x_zp + (u8 ? 0 : 128);
-  const int64_t N = xc->shape[0], C = xc->shape[1], H = xc->shape[2], W = xc->shape[3];
+  const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
   const int64_t O = w->shape[0], Cg = w->shape[1], kh = w->shape[2], kw = w->shape[3];
   const int64_t G = p->groups, Og = O / G, Ogp = (Og + 15) / 16 * 16, nvec = Ogp / 16;
   /* without dilation along W a kernel row's kw * Cg bytes lie together:
@@ -784,7 +759,7 @@ static of_status qconv_vnni(const char *op, of_tensor *xc, of_tensor *w, of_tens
   const int64_t ntap = rowtaps ? kh : kh * kw, tapl = rowtaps ? (kw * Cg + 3) / 4 * 4 : cp;
   const int64_t sh = p->stride[0], sw = p->stride[1], ph = p->padding[0], pw = p->padding[1];
   const int64_t dh = p->dilation[0], dw = p->dilation[1];
-  const int64_t OH = (H + 2 * ph - dh * (kh - 1) - 1) / sh + 1, OW = (W + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+  const int64_t OH = ym->shape[2], OW = ym->shape[3];
   const int64_t L = OH * OW, Hp = H + 2 * ph, Wp = W + 2 * pw, plane = Hp * Wp * cp + 4;
   const int64_t esz = of_dtype_size((of_dtype)p->out_dtype);
   packed_w *pk;
@@ -799,27 +774,35 @@ static of_status qconv_vnni(const char *op, of_tensor *xc, of_tensor *w, of_tens
   /* scratch from the caching allocator: fresh pages from malloc (mmap
    * above its threshold) cost more to fault in than the convolution */
   const int64_t pbytes = nbuf * plane, abytes = nbuf * L * Og * (int64_t)sizeof(int32_t);
-  uint8_t *P = of_alloc(OF_CPU, pbytes);
-  int32_t *acc = of_alloc(OF_CPU, abytes), *act = of_alloc(OF_CPU, abytes);
+  of_tensor *xl = NULL;
+  of_status st = of_dense_format(x, true, x->dtype, &xl);
+  if (st == OF_OK) st = of_tensor_new_channels_last(ym->shape, 4, ym->dtype, OF_CPU, out);
+  uint8_t *P = st == OF_OK ? of_alloc(OF_CPU, pbytes) : NULL;
+  int32_t *acc = st == OF_OK ? of_alloc(OF_CPU, abytes) : NULL;
   int32_t *corr = zp_terms(pk, G * Ogp, xz);
   int64_t *roff = malloc((size_t)L * sizeof *roff), *toff = malloc((size_t)ntap * sizeof *toff);
-  of_status st = P && acc && act && corr && roff && toff ? OF_OK
-                 : of_fail(OF_ERR_OOM, "%s: out of memory for the input planes", op);
+  if (st == OF_OK && !(P && acc && corr && roff && toff))
+    st = of_fail(OF_ERR_OOM, "%s: out of memory for the input planes", op);
   for (int64_t l = 0; st == OF_OK && l < L; l++) roff[l] = ((l / OW) * sh * Wp + (l % OW) * sw) * cp;
   for (int64_t t = 0; st == OF_OK && t < ntap; t++)
     toff[t] = rowtaps ? t * dh * Wp * cp : ((t / kw) * dh * Wp + (t % kw) * dw) * cp;
-  const uint8_t *xb = (const uint8_t *)of_ptr(xc);
+  /* the border (and padding channels, which meet zero weights) holds the
+   * zero point once for all samples: the copies below write the interior */
+  for (int b = 0; st == OF_OK && b < nbuf; b++) memset(P + b * plane, xz, (size_t)plane);
+  const uint8_t *xb = st == OF_OK ? (const uint8_t *)of_ptr(xl) : NULL;
+  char *obase = st == OF_OK ? of_ptr(*out) : NULL;
   const uint8_t shift = u8 ? 0 : 128;
-  /* sample s, group g's channels-last bytes into pl: the border (and the
-   * rows' padding channels, which meet zero weights) the zero point */
+  /* sample s, group g's channels-last bytes into the plane pl's interior */
 #define VPLANE(pl, s, g)                                                                 \
   do {                                                                                   \
-    memset((pl), xz, (size_t)plane);                                                     \
-    for (int64_t c = 0; c < Cg; c++) {                                                   \
-      const uint8_t *src = xb + ((s) * C + (g) * Cg + c) * H * W;                        \
-      for (int64_t h = 0; h < H; h++) {                                                  \
-        uint8_t *d = (pl) + ((h + ph) * Wp + pw) * cp + c;                               \
-        for (int64_t w_ = 0; w_ < W; w_++) d[w_ * cp] = (uint8_t)(src[h * W + w_] + shift); \
+    for (int64_t h = 0; h < H; h++) {                                                    \
+      const uint8_t *src = xb + (((s) * H + h) * W * C) + (g) * Cg;                      \
+      uint8_t *d = (pl) + ((h + ph) * Wp + pw) * cp;                                     \
+      if (Cg == C && cp == C && !shift) {                                                \
+        memcpy(d, src, (size_t)(W * C));                                                 \
+      } else {                                                                           \
+        for (int64_t w_ = 0; w_ < W; w_++)                                               \
+          for (int64_t c = 0; c < Cg; c++) d[w_ * cp + c] = (uint8_t)(src[w_ * C + c] + shift); \
       }                                                                                  \
     }                                                                                    \
   } while (0)
@@ -829,6 +812,8 @@ static of_status qconv_vnni(const char *op, of_tensor *xc, of_tensor *w, of_tens
 #define VRQ(g)                                                                           \
   {fac + 2 * (g) * Og, fac + 2 * (g) * Og + Og, (int32_t)p->out_zp, p->relu, p->out_dtype, \
    qlo((of_dtype)p->out_dtype), qhi((of_dtype)p->out_dtype)}
+  /* sample s, group g's results: row l at (s * L + l) * O + g * Og */
+#define VOUT(s, g) (obase + ((s) * L * O + (g) * Og) * esz)
   if (st == OF_OK && by_sample) {
 #pragma omp parallel for num_threads(nth) schedule(static)
     for (int64_t s_ = 0; s_ < N; s_++) {
@@ -840,15 +825,14 @@ static of_status qconv_vnni(const char *op, of_tensor *xc, of_tensor *w, of_tens
         VPLANE(pl, s_, g);
         const vnni_job j = VJOB(pl, ac, g);
         vnni_gemm(&j, 0, L, 0, nvec);
-        vnni_transpose(ac, act + t * L * Og, Og, L, 0, L);
-        requant_rows(&r, act + t * L * Og, 0, L, Og, obase + ((s_ * O + g * Og) * L) * esz, 1, L, 1, L);
+        requant_rows(&r, ac, 0, L, Og, VOUT(s_, g), O, 1, Og, 1);
       }
     }
   } else if (st == OF_OK) {
     for (int64_t s_ = 0; s_ < N; s_++)
       for (int64_t g = 0; g < G; g++) {
         const rq r = VRQ(g);
-        char *ob = obase + ((s_ * O + g * Og) * L) * esz;
+        char *ob = VOUT(s_, g);
         VPLANE(P, s_, g);
         const vnni_job j = VJOB(P, acc, g);
 #pragma omp parallel num_threads(nth) if (nth > 1)
@@ -858,24 +842,25 @@ static of_status qconv_vnni(const char *op, of_tensor *xc, of_tensor *w, of_tens
           const int64_t l1 = l0 + per < L ? l0 + per : L;
           if (l1 > l0) {
             vnni_gemm(&j, l0, l1, 0, nvec);
-            vnni_transpose(acc, act, Og, L, l0, l1);
-            requant_rows(&r, act, l0, l1, Og, ob, 1, L, 1, L);
+            requant_rows(&r, acc, l0, l1, Og, ob, O, 1, Og, 1);
           }
         }
       }
   }
+#undef VOUT
 #undef VRQ
 #undef VJOB
 #undef VPLANE
   if (st == OF_OK) *done = true;
+  else if (*out) of_tensor_release(*out), *out = NULL;
+  if (xl) of_tensor_release(xl);
   if (P) of_free(OF_CPU, P, pbytes);
   if (acc) of_free(OF_CPU, acc, abytes);
-  if (act) of_free(OF_CPU, act, abytes);
   free(corr), free(roff), free(toff);
   packed_release(pk);
   return st;
 #else
-  (void)op, (void)xc, (void)w, (void)wzp, (void)p, (void)fac, (void)obase;
+  (void)op, (void)x, (void)w, (void)wzp, (void)p, (void)fac, (void)ym, (void)out;
   return OF_OK;
 #endif
 }
@@ -1137,19 +1122,31 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
   const int64_t O = w->shape[0], Cg = w->shape[1], kh = w->shape[2], kw = w->shape[3];
   const int64_t in[2] = {x->shape[2], x->shape[3]}, osz[2] = {ym.shape[2], ym.shape[3]};
   const int64_t K = Cg * kh * kw, L = osz[0] * osz[1], Og = O / G, N = x->shape[0];
-  OF_CHECK(of_tensor_new_as(op, ym.shape, 4, ym.dtype, OF_CPU, out));
+  *out = NULL;
   const int64_t kp = (K + QK_ALIGN - 1) / QK_ALIGN * QK_ALIGN;
   int16_t *B = NULL, *A = NULL;
   int32_t *acc = NULL;
   of_tensor *xc = NULL, *wsc = NULL, *bc = NULL;
   /* with oneDNN the weight is packed up front for its zero points' check */
   of_status st = use_dnnl() ? pack_weight(op, w, wzp, O, K, kp, &B) : OF_OK;
-  if (st == OF_OK) st = of_dense(x, x->dtype, &xc);
   if (st == OF_OK) st = of_dense(ws, OF_FLOAT32, &wsc);
   if (st == OF_OK && bias) st = of_dense(bias, OF_FLOAT32, &bc);
+  /* the VNNI kernel first: channels-last in and out (its own result) */
+  bool done = false;
+  if (st == OF_OK && N * L > 0 && !use_dnnl()) {
+    float *fv = malloc((size_t)(2 * O) * sizeof *fv);
+    if (!fv) st = of_fail(OF_ERR_OOM, "%s: out of memory", op);
+    for (int64_t g = 0; fv && g < G; g++)
+      requant_factors((const float *)of_ptr(wsc), wsc->numel, bc ? (const float *)of_ptr(bc) : NULL,
+                      (float)p->x_scale, (float)p->out_scale, p->out_dtype, g * Og, Og, fv + 2 * g * Og);
+    if (fv) st = qconv_vnni(op, x, w, wzp, p, fv, &ym, out, &done);
+    free(fv);
+  }
+  /* the other kernels: NCHW in and out */
+  if (st == OF_OK && !done) st = of_dense(x, x->dtype, &xc);
+  if (st == OF_OK && !done) st = of_tensor_new_as(op, ym.shape, 4, ym.dtype, OF_CPU, out);
   /* oneDNN: the columns of all samples as bytes (padding = the zero point)
    * and one int8 matmul per group, [Og, N * L] transposed for requantising */
-  bool done = false;
   if (st == OF_OK && N * L > 0 && use_dnnl()) {
     const bool u8 = x->dtype == OF_UINT8;
     const int64_t C = x->shape[1], H = in[0], W = in[1], OW = osz[1], NL = N * L;
@@ -1206,15 +1203,6 @@ static of_status qconv_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor
     free(cols), free(ac), free(at), free(fc);
     if (wc) of_tensor_release(wc);
     if (zc) of_tensor_release(zc);
-  }
-  if (st == OF_OK && N * L > 0 && !done && !use_dnnl()) {
-    float *fv = malloc((size_t)(2 * O) * sizeof *fv);
-    if (!fv) st = of_fail(OF_ERR_OOM, "%s: out of memory", op);
-    for (int64_t g = 0; fv && g < G; g++)
-      requant_factors((const float *)of_ptr(wsc), wsc->numel, bc ? (const float *)of_ptr(bc) : NULL,
-                      (float)p->x_scale, (float)p->out_scale, p->out_dtype, g * Og, Og, fv + 2 * g * Og);
-    if (fv) st = qconv_vnni(op, xc, w, wzp, p, fv, of_ptr(*out), &done);
-    free(fv);
   }
   /* samples split over threads when there are enough of them (each thread
    * its own columns), else all threads on one sample's rows */
@@ -1393,6 +1381,52 @@ static of_status qmaxpool_body(of_tensor *x, const a_quant *p, of_tensor **out) 
   const int64_t in[2] = {x->shape[2], x->shape[3]}, osz[2] = {ym.shape[2], ym.shape[3]};
   const int64_t NC = x->shape[0] * x->shape[1], H = in[0], W = in[1], OH = osz[0], OW = osz[1];
   of_tensor *xc;
+  /* channels-last in (a quantized convolution's output), channels-last
+   * out: each window's rows of C bytes, maximum element by element (loops
+   * the compiler vectorises over the channels) */
+  if (of_prefers_channels_last(x)) {
+    const int64_t N = x->shape[0], C = x->shape[1];
+    const int64_t sh = p->stride[0], sw = p->stride[1], ph = p->padding[0], pw = p->padding[1];
+    const int64_t dh = p->dilation[0], dw = p->dilation[1];
+    OF_CHECK(of_dense_format(x, true, x->dtype, &xc));
+    of_status st = of_tensor_new_channels_last(ym.shape, 4, ym.dtype, OF_CPU, out);
+    const int nt = NC * OH * OW * kh * kw >= OF_PARALLEL_GRAIN ? of_threads() : 1;
+#define QPOOL_CL(T, TMIN)                                                                \
+  do {                                                                                   \
+    const T *xt = (const T *)of_ptr(xc);                                                 \
+    T *yt = (T *)of_ptr(*out);                                                           \
+    _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")             \
+    for (int64_t r = 0; r < N * OH; r++) {                                               \
+      const int64_t n = r / OH, oh = r % OH;                                             \
+      for (int64_t ow = 0; ow < OW; ow++) {                                              \
+        T *y = yt + ((n * OH + oh) * OW + ow) * C;                                       \
+        bool first = true;                                                               \
+        for (int64_t i = 0; i < kh; i++) {                                               \
+          const int64_t ih = oh * sh - ph + i * dh;                                      \
+          if (ih < 0 || ih >= H) continue;                                               \
+          for (int64_t j = 0; j < kw; j++) {                                             \
+            const int64_t iw = ow * sw - pw + j * dw;                                    \
+            if (iw < 0 || iw >= W) continue;                                             \
+            const T *v = xt + ((n * H + ih) * W + iw) * C;                               \
+            if (first) {                                                                 \
+              memcpy(y, v, (size_t)C * sizeof(T));                                       \
+              first = false;                                                             \
+            } else {                                                                     \
+              for (int64_t c = 0; c < C; c++) y[c] = v[c] > y[c] ? v[c] : y[c];          \
+            }                                                                            \
+          }                                                                              \
+        }                                                                                \
+        if (first)                                                                       \
+          for (int64_t c = 0; c < C; c++) y[c] = TMIN;                                   \
+      }                                                                                  \
+    }                                                                                    \
+  } while (0)
+    if (st == OF_OK && x->dtype == OF_UINT8) QPOOL_CL(uint8_t, 0);
+    else if (st == OF_OK) QPOOL_CL(int8_t, INT8_MIN);
+#undef QPOOL_CL
+    of_tensor_release(xc);
+    return st;
+  }
   OF_CHECK(of_dense(x, x->dtype, &xc));
   of_status st = of_tensor_new_as(op, ym.shape, 4, ym.dtype, OF_CPU, out);
   if (st == OF_OK) {
@@ -1558,6 +1592,144 @@ static of_status qquant_body(of_tensor *x, const a_quant *p, of_tensor **out) {
   return st;
 }
 
+/* ---- quantized_add: two quantized tensors of one shape summed (and
+ * ReLU'd) into the output's integers. Each step is the float32 one that
+ * dequantize ((q - zp) * scale), add, relu and quantize_per_tensor (rint of
+ * y * (1 / scale), + zp, clamped) compute, so the one pass equals that
+ * chain to the bit; it replaces five tensor ops and four float32
+ * temporaries per residual sum of a quantized ResNet. */
+static bool q_params_ok(double s, int64_t zp, int32_t dt) {
+  return s > 0 && s < INFINITY && zp >= qlo((of_dtype)dt) && zp <= qhi((of_dtype)dt);
+}
+
+static of_status qadd_geometry(const of_meta *a, const of_meta *b, const a_qadd *p, of_meta *y) {
+  static const char op[] = "quantized_add";
+  if (a->ndim < 0 || b->ndim < 0 || !is_q8(a->dtype) || !is_q8(b->dtype))
+    return of_fail(OF_ERR_ARG, "%s: operands must be uint8 or int8 integers, got %s and %s", op,
+                   a->ndim >= 0 ? OF_DT(a) : "none", b->ndim >= 0 ? OF_DT(b) : "none");
+  bool same = a->ndim == b->ndim;
+  for (int32_t i = 0; same && i < a->ndim; i++) same = a->shape[i] == b->shape[i];
+  if (!same) {
+    char sa[96], sb[96];
+    of_shape_str(a->shape, a->ndim, sa, sizeof sa);
+    of_shape_str(b->shape, b->ndim, sb, sizeof sb);
+    return of_fail(OF_ERR_SHAPE, "%s: operands must have one shape, got %s and %s", op, sa, sb);
+  }
+  if (p->out_dtype != OF_UINT8 && p->out_dtype != OF_INT8)
+    return of_fail(OF_ERR_ARG, "%s: out_dtype must be uint8 or int8", op);
+  if (!q_params_ok(p->a_scale, p->a_zp, a->dtype) || !q_params_ok(p->b_scale, p->b_zp, b->dtype) ||
+      !q_params_ok(p->out_scale, p->out_zp, p->out_dtype))
+    return of_fail(OF_ERR_ARG,
+                   "%s: scales must be positive and finite and zero points in their dtype's range, "
+                   "got a %g/%lld, b %g/%lld, out %g/%lld", op, p->a_scale, (long long)p->a_zp,
+                   p->b_scale, (long long)p->b_zp, p->out_scale, (long long)p->out_zp);
+  *y = *a;
+  y->dtype = (of_dtype)p->out_dtype;
+  return OF_OK;
+}
+
+typedef struct {
+  float sa, za, sb, zb, inv, zo, lo, hi;
+  bool ua, ub, uo, relu;
+} qadd_k;
+
+/* no FMA contraction: the sum rounds its two products as the add op does */
+__attribute__((OF_GCC_OPTIMIZE("fp-contract=off"))) static inline float qadd_one(const qadd_k *k, const void *a,
+                                                                                 const void *b, int64_t i) {
+  const float fa = k->ua ? (float)((const uint8_t *)a)[i] : (float)((const int8_t *)a)[i];
+  const float fb = k->ub ? (float)((const uint8_t *)b)[i] : (float)((const int8_t *)b)[i];
+  float y = (fa - k->za) * k->sa + (fb - k->zb) * k->sb;
+  if (k->relu) y = y > 0.f ? y : 0.f;
+  float v = rintf(y * k->inv) + k->zo;
+  v = v > k->lo ? v : k->lo;
+  return v < k->hi ? v : k->hi;
+}
+
+__attribute__((OF_GCC_OPTIMIZE("fp-contract=off"))) static void qadd_run_ref(const qadd_k *k, const void *a,
+                                                                             const void *b, void *y, int64_t i0,
+                                                                             int64_t i1) {
+  for (int64_t i = i0; i < i1; i++) {
+    const float v = qadd_one(k, a, b, i);
+    if (k->uo) ((uint8_t *)y)[i] = (uint8_t)v;
+    else ((int8_t *)y)[i] = (int8_t)v;
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m512 qadd_load(const void *p, bool u8,
+                                                                                    int64_t i) {
+  const __m128i v = _mm_loadu_si128((const __m128i *)((const char *)p + i));
+  return _mm512_cvtepi32_ps(u8 ? _mm512_cvtepu8_epi32(v) : _mm512_cvtepi8_epi32(v));
+}
+
+/* 16 at a time; roundscale is rintf (nearest, ties to even), and the
+ * clamped float converts exactly */
+__attribute__((target("avx512f,avx512bw,avx512vl"), OF_GCC_OPTIMIZE("fp-contract=off"))) static void qadd_run_avx512(
+    const qadd_k *k, const void *a, const void *b, void *y, int64_t i0, int64_t i1) {
+  const __m512 sa = _mm512_set1_ps(k->sa), za = _mm512_set1_ps(k->za), sb = _mm512_set1_ps(k->sb);
+  const __m512 zb = _mm512_set1_ps(k->zb), inv = _mm512_set1_ps(k->inv), zo = _mm512_set1_ps(k->zo);
+  const __m512 lo = _mm512_set1_ps(k->lo), hi = _mm512_set1_ps(k->hi), zero = _mm512_setzero_ps();
+  int64_t i = i0;
+  for (; i + 16 <= i1; i += 16) {
+    __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(qadd_load(a, k->ua, i), za), sa),
+                             _mm512_mul_ps(_mm512_sub_ps(qadd_load(b, k->ub, i), zb), sb));
+    if (k->relu) v = _mm512_max_ps(v, zero);
+    v = _mm512_roundscale_ps(_mm512_mul_ps(v, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(v, zo), lo), hi);
+    _mm_storeu_si128((__m128i *)((char *)y + i), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
+  }
+  qadd_run_ref(k, a, b, y, i, i1);
+}
+#endif
+
+static of_status qadd_body(of_tensor *a, of_tensor *b, const a_qadd *p, of_tensor **out) {
+  static const char op[] = "quantized_add";
+  of_meta ym, am = of_meta_of(a), bm = of_meta_of(b);
+  OF_CHECK(qadd_geometry(&am, &bm, p, &ym));
+  of_tensor *ts[2] = {a, b};
+  OF_CHECK(cpu_only(op, ts, 2));
+  /* elementwise over memory in a's layout: channels-last operands (a
+   * quantized convolution's) stay channels-last */
+  const bool cl = of_prefers_channels_last(a);
+  of_tensor *ac = NULL, *bc = NULL;
+  of_status st = of_dense_format(a, cl, a->dtype, &ac);
+  if (st == OF_OK) st = of_dense_format(b, cl, b->dtype, &bc);
+  if (st == OF_OK)
+    st = cl ? of_tensor_new_channels_last(ym.shape, ym.ndim, ym.dtype, OF_CPU, out)
+            : of_tensor_new_as(op, ym.shape, ym.ndim, ym.dtype, OF_CPU, out);
+  if (st == OF_OK) {
+    const qadd_k k = {(float)p->a_scale, (float)p->a_zp, (float)p->b_scale, (float)p->b_zp,
+                      (float)(1.0 / (double)(float)p->out_scale), (float)p->out_zp,
+                      (float)qlo((of_dtype)p->out_dtype), (float)qhi((of_dtype)p->out_dtype),
+                      a->dtype == OF_UINT8, b->dtype == OF_UINT8, p->out_dtype == OF_UINT8, p->relu != 0};
+    const void *ap = of_ptr(ac), *bp = of_ptr(bc);
+    void *yp = of_ptr(*out);
+    const int64_t n = of_tensor_numel(ac);
+    const int nt = n >= 8 * OF_PARALLEL_GRAIN ? of_threads() : 1;
+#if defined(__x86_64__)
+    const bool v512 = of_cpu_isa() >= OF_ISA_AVX512;
+#else
+    const bool v512 = false;
+#endif
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+      const int t = omp_get_thread_num(), m = omp_get_num_threads();
+      const int64_t per = (n + m - 1) / m / 64 * 64 + 64;
+      const int64_t i0 = per * t < n ? per * t : n, i1 = i0 + per < n ? i0 + per : n;
+#if defined(__x86_64__)
+      if (v512) qadd_run_avx512(&k, ap, bp, yp, i0, i1);
+      else qadd_run_ref(&k, ap, bp, yp, i0, i1);
+#else
+      (void)v512;
+      qadd_run_ref(&k, ap, bp, yp, i0, i1);
+#endif
+    }
+  }
+  if (ac) of_tensor_release(ac);
+  if (bc) of_tensor_release(bc);
+  return st;
+}
+
 /* ---- entry points, run functions, table rows ---- */
 static of_status pack_quant(int32_t op, of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor *wzp,
                             of_tensor *bias, const a_quant *a, of_tensor **out) {
@@ -1622,7 +1794,24 @@ of_status of_quantize_per_tensor(of_tensor *x, double scale, int64_t zero_point,
   OF_DISPATCH(qquant_body(x, &a, out), OF_RECORD(OPK_QUANTIZE_PER_TENSOR, a, ins, 1, out, 1));
 }
 
+of_status of_quantized_add(of_tensor *a, of_tensor *b, double a_scale, int64_t a_zero_point,
+                           double b_scale, int64_t b_zero_point, double out_scale,
+                           int64_t out_zero_point, of_dtype out_dtype, int32_t relu, of_tensor **out) {
+  a_qadd p;
+  OF_ZERO(p);
+  p.a_scale = a_scale, p.b_scale = b_scale, p.out_scale = out_scale;
+  p.a_zp = a_zero_point, p.b_zp = b_zero_point, p.out_zp = out_zero_point;
+  p.out_dtype = (int32_t)out_dtype, p.relu = relu != 0;
+  of_tensor *ins[2] = {a, b};
+  OF_DISPATCH(qadd_body(a, b, &p, out), OF_RECORD(OPK_QUANTIZED_ADD, p, ins, 2, out, 1));
+}
+
 static of_status run_quant(const of_oprec *n, of_tensor **ins, void **outs) {
+  if (n->op == OPK_QUANTIZED_ADD) {
+    const a_qadd *q = (const a_qadd *)n->attrs;
+    OF_RUN1(of_quantized_add(ins[0], ins[1], q->a_scale, q->a_zp, q->b_scale, q->b_zp, q->out_scale,
+                             q->out_zp, (of_dtype)q->out_dtype, q->relu, OF_R));
+  }
   OF_ATTRS(a_quant);
   if (n->op == OPK_QUANTIZED_MAX_POOL2D) {
     const int64_t k[2] = {a->groups >> 16, a->groups & 0xffff};
@@ -1663,7 +1852,12 @@ static of_status infer_QUANTIZE_PER_TENSOR(const void *p, int32_t nin, const of_
   (void)nin;
   return qquant_geometry(&ins[0], p, &outs[0]);
 }
+static of_status infer_QUANTIZED_ADD(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
+  (void)nin;
+  return qadd_geometry(&ins[0], &ins[1], p, &outs[0]);
+}
 OF_OP_IMPL_INFER(QUANTIZED_LINEAR, run_quant, NULL, NULL, NULL, infer_QUANTIZED_LINEAR);
 OF_OP_IMPL_INFER(QUANTIZED_CONV2D, run_quant, NULL, NULL, NULL, infer_QUANTIZED_CONV2D);
 OF_OP_IMPL_INFER(QUANTIZED_MAX_POOL2D, run_quant, NULL, NULL, NULL, infer_QUANTIZED_MAX_POOL2D);
 OF_OP_IMPL_INFER(QUANTIZE_PER_TENSOR, run_quant, NULL, NULL, NULL, infer_QUANTIZE_PER_TENSOR);
+OF_OP_IMPL_INFER(QUANTIZED_ADD, run_quant, NULL, NULL, NULL, infer_QUANTIZED_ADD);

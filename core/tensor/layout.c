@@ -168,8 +168,56 @@ of_status of_copy_fits(const int64_t *ds, int32_t dn, const int64_t *ss, int32_t
   return OF_OK;
 }
 
+static bool strides_contiguous(const int64_t *shape, const int64_t *strides, int32_t ndim);
+
+/* A 4-d copy between channels-last and contiguous of one dtype and shape
+ * is a transpose per sample, [HW, C] <-> [C, HW]: done in 16 x 16 tiles,
+ * where the element iterator would walk rows of W elements C apart
+ * (a quantized LeNet's last feature map, 8 x 64 x 7 x 7 bytes, in 12 us
+ * that way). true when it applied. */
+static bool copy_nhwc_nchw(of_tensor *dst, of_tensor *src) {
+  if (dst->ndim != 4 || src->ndim != 4 || dst->dtype != src->dtype) return false;
+  for (int i = 0; i < 4; i++)
+    if (dst->shape[i] != src->shape[i]) return false;
+  const int64_t *sh = dst->shape;
+  const bool d_c = strides_contiguous(sh, dst->strides, 4), s_c = strides_contiguous(sh, src->strides, 4);
+  const bool d_cl = !d_c && of_strides_channels_last(sh, dst->strides, 4);
+  const bool s_cl = !s_c && of_strides_channels_last(sh, src->strides, 4);
+  if (!((d_c && s_cl) || (d_cl && s_c))) return false;
+  const size_t es = of_dtype_size(dst->dtype);
+  if (es != 1 && es != 2 && es != 4 && es != 8) return false;
+  const int64_t N = sh[0], C = sh[1], L = sh[2] * sh[3];
+  /* rows x cols per sample: the source's [rows, cols] into the destination's [cols, rows] */
+  const int64_t rows = s_cl ? L : C, cols = s_cl ? C : L;
+  const char *sp = of_ptr(src);
+  char *dp = of_ptr(dst);
+#define TR(T)                                                                            \
+  do {                                                                                   \
+    for (int64_t n = 0; n < N; n++) {                                                    \
+      const T *a = (const T *)sp + n * rows * cols;                                      \
+      T *b = (T *)dp + n * rows * cols;                                                  \
+      for (int64_t r0 = 0; r0 < rows; r0 += 16)                                          \
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) {                                      \
+          const int64_t r1 = r0 + 16 < rows ? r0 + 16 : rows, c1 = c0 + 16 < cols ? c0 + 16 : cols; \
+          for (int64_t c = c0; c < c1; c++)                                              \
+            for (int64_t r = r0; r < r1; r++) b[c * rows + r] = a[r * cols + c];         \
+        }                                                                                \
+    }                                                                                    \
+  } while (0)
+  if (es == 1) TR(uint8_t);
+  else if (es == 2) TR(uint16_t);
+  else if (es == 4) TR(uint32_t);
+  else TR(uint64_t);
+#undef TR
+  return true;
+}
+
 of_status of_copy_data(of_tensor *dst, of_tensor *src) {
   OF_CHECK(of_copy_fits(dst->shape, dst->ndim, src->shape, src->ndim));
+  if (of_dev(dst) == OF_CPU && of_dev(src) == OF_CPU && copy_nhwc_nchw(dst, src)) {
+    of_bump_version(dst);
+    return OF_OK;
+  }
   if (of_dev(dst) != OF_CPU || of_dev(src) != OF_CPU) {
     if (of_dev(dst) != of_dev(src)) return of_copy_across(dst, src);
     const of_device_ops *o = of_device_ops_for("copy_", of_dev(dst));

@@ -82,7 +82,8 @@ describe('onnx export of int8 models (QDQ)', function()
       local y = q(x)
       local m = reader.read(path)
       local ops = reader.op_types(m.graph)
-      assert.are.equal(4, count(ops, 'QuantizeLinear'))   -- the input, conv1, conv2, fc
+      assert.are.equal(5, count(ops, 'QuantizeLinear'))   -- the input, conv1, conv2, the skip add, fc
+      assert.are.equal(1, count(ops, 'Add'))
       assert.are.equal(2, count(ops, 'Conv'))
       assert.are.equal(1, count(ops, 'Gemm'))
       assert.are.equal(1, count(ops, 'MaxPool'))

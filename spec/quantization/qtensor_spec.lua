@@ -6,6 +6,8 @@ local H = require 'spec.helpers'
 local ffi = require 'ffi'
 
 local C = require('oneflow._C').C
+local Qz = flow.quantization
+local Q = require 'oneflow.quantization.qtensor'
 
 describe('quantized tensors', function()
   it('quantize_per_tensor rounds half to even and saturates', function()
@@ -417,6 +419,108 @@ describe('quantized max pooling', function()
                           flow.quantize_per_tensor(x, 0.02, 128, flow.quint8)}) do
         local got = F.max_pool2d(q, 2)
         H.close(got:int_repr(), F.max_pool2d(q:int_repr():to(flow.float32), 2), 0, table.concat(shape, 'x'))
+      end
+    end
+  end)
+end)
+
+describe('channels-last quantized activations', function()
+  local F = flow.nn.functional
+  local CL = {memory_format = flow.channels_last}
+  after_each(function() flow.backends.cpu.set_cpu_capability(best) end)
+
+  -- a quantized conv's output fed on, against the same integers contiguous
+  -- (the VNNI kernel reads channels-last rows, the others NCHW planes)
+  for _, isa in ipairs(isas) do
+    it('a convolution takes NCHW, channels-last and strided inputs alike, ' .. isa, function()
+      flow.backends.cpu.set_cpu_capability(isa)
+      flow.manual_seed(21)
+      local conv = function(cin, cout, o)
+        local w = flow.randn(cout, cin / (o.groups or 1), 3, 3) * 0.1
+        local m = Qz.nn.quantized.Conv2d({weight = flow.quantize_per_channel(w,
+                                  flow.rand(cout):to(flow.float64) * 0.002 + 0.001, flow.zeros(cout):to(flow.int64), 1,
+                                  flow.qint8),
+                                bias = flow.randn(cout), stride = o.stride or 1, padding = o.padding or 1,
+                                dilation = o.dilation or 1, groups = o.groups or 1, scale = 0.05, zero_point = 7,
+                                dtype = flow.quint8})
+        return m
+      end
+      local x = flow.quantize_per_tensor(flow.randn(3, 8, 11, 9), 0.04, 120, flow.quint8)
+      local c1, c2 = conv(8, 16, {}), conv(16, 12, {stride = 2, groups = 2, dilation = {1, 2}, padding = {1, 2}})
+      local y1 = c1(x)
+      if isa ~= 'DEFAULT' and isa:find('AVX512') and C.of_quantized_backend(-1) == 0 then
+        assert.is_true(y1:int_repr():is_contiguous(CL) or not y1:int_repr():is_contiguous(), 'channels-last out')
+      end
+      local ycl = c2(y1)
+      local yc = c2(Q.from_int_repr(y1:int_repr():contiguous(), y1:q_scale(), y1:q_zero_point()))
+      H.close(ycl:int_repr(), yc:int_repr(), 0)
+      -- a transposed view (neither layout) reads the same integers
+      local xt = Q.from_int_repr(x:int_repr():transpose(3, 4):contiguous():transpose(3, 4), 0.04, 120)
+      H.close(c1(xt):int_repr(), y1:int_repr(), 0)
+    end)
+  end
+
+  it('quantized add / add_relu: one pass equal to the float chain to the bit, layouts kept', function()
+    flow.manual_seed(22)
+    local function chain(a, b, s, z, dt, relu)
+      local y = a:dequantize() + b:dequantize()
+      if relu then y = F.relu(y) end
+      return flow.quantize_per_tensor(y, s, z, dt)
+    end
+    for _, shape in ipairs({{2, 5, 7, 3}, {1, 40, 17, 23}, {300}, {4, 6}}) do
+      for _, dts in ipairs({{flow.quint8, flow.quint8, flow.quint8}, {flow.qint8, flow.quint8, flow.qint8},
+                            {flow.quint8, flow.qint8, flow.quint8}}) do
+        local a = flow.quantize_per_tensor(flow.randn(unpack(shape)) * 2, 0.021,
+                                           dts[1] == flow.quint8 and 130 or -3, dts[1])
+        local b = flow.quantize_per_tensor(flow.randn(unpack(shape)), 0.013, dts[2] == flow.quint8 and 99 or 5, dts[2])
+        for _, relu in ipairs({false, true}) do
+          local f = Qz.QFunctional(0.03, dts[3] == flow.quint8 and 64 or -10, dts[3])
+          local got = relu and f:add_relu(a, b) or f:add(a, b)
+          local want = chain(a, b, 0.03, dts[3] == flow.quint8 and 64 or -10, dts[3], relu)
+          H.close(got:int_repr(), want:int_repr(), 0, table.concat(shape, 'x'))
+          assert.are.equal(dts[3], got.dtype)
+          if #shape == 4 then
+            -- channels-last operands stay channels-last; mixed layouts agree
+            local acl = Q.from_int_repr(a:int_repr():contiguous(CL), a:q_scale(), a:q_zero_point(), a.dtype)
+            local bcl = Q.from_int_repr(b:int_repr():contiguous(CL), b:q_scale(), b:q_zero_point(), b.dtype)
+            local g2 = relu and f:add_relu(acl, bcl) or f:add(acl, bcl)
+            if shape[2] > 1 and shape[3] * shape[4] > 1 then
+              assert.is_true(g2:int_repr():is_contiguous(CL), 'channels-last kept')
+            end
+            H.close(g2:int_repr(), want:int_repr(), 0)
+            H.close((relu and f:add_relu(acl, b) or f:add(acl, b)):int_repr(), want:int_repr(), 0)
+          end
+        end
+      end
+    end
+    -- broadcasting operands take the float chain (as before)
+    local a = flow.quantize_per_tensor(flow.randn(2, 3, 4), 0.02, 128, flow.quint8)
+    local b = flow.quantize_per_tensor(flow.randn(1, 3, 1), 0.02, 128, flow.quint8)
+    local f = Qz.QFunctional(0.03, 100, flow.quint8)
+    H.close(f:add(a, b):int_repr(), chain(a, b, 0.03, 100, flow.quint8, false):int_repr(), 0)
+    -- the C entry point refuses what it does not take, naming itself
+    local p = ffi.new('of_tensor*[1]')
+    local ai = flow.zeros(2, 3):to(flow.uint8)
+    assert.are_not.equal(0, C.of_quantized_add(ai.p, flow.zeros(3, 2):to(flow.uint8).p, 0.1, 0, 0.1, 0, 0.1, 0,
+      flow.uint8.id, 0, p))
+    assert.matches('quantized_add: operands must have one shape', ffi.string(C.of_last_error()))
+    assert.are_not.equal(0, C.of_quantized_add(ai.p, flow.zeros(2, 3).p, 0.1, 0, 0.1, 0, 0.1, 0, flow.uint8.id, 0, p))
+    assert.matches('quantized_add: operands must be uint8 or int8', ffi.string(C.of_last_error()))
+    assert.are_not.equal(0, C.of_quantized_add(ai.p, ai.p, 0.1, 0, -1, 0, 0.1, 0, flow.uint8.id, 0, p))
+    assert.matches('quantized_add: scales must be positive', ffi.string(C.of_last_error()))
+    assert.are_not.equal(0, C.of_quantized_add(ai.p, ai.p, 0.1, 300, 0.1, 0, 0.1, 0, flow.uint8.id, 0, p))
+  end)
+
+  it('max pooling of channels-last integers equals the NCHW path and stays channels-last', function()
+    flow.manual_seed(23)
+    for _, o in ipairs({{2, {}}, {3, {stride = 2, padding = 1}}, {{3, 2}, {stride = {1, 2}, dilation = {2, 1}}},
+                        {{2, 3}, {stride = 1}}}) do
+      for _, q in ipairs({flow.quantize_per_tensor(flow.randn(2, 5, 9, 8), 0.03, -4, flow.qint8),
+                          flow.quantize_per_tensor(flow.randn(1, 67, 7, 6), 0.03, 128, flow.quint8)}) do
+        local qcl = Q.from_int_repr(q:int_repr():contiguous(CL), q:q_scale(), q:q_zero_point(), q.dtype)
+        local got = F.max_pool2d(qcl, o[1], o[2])
+        assert.is_true(got:int_repr():is_contiguous(CL))
+        H.close(got:int_repr(), F.max_pool2d(q, o[1], o[2]):int_repr(), 0)
       end
     end
   end)

@@ -111,8 +111,9 @@ void of_memory_mark(of_device dev);           /* zero bytes_since_sweep */
 void of_memory_reset_peak(of_device dev);
 void of_empty_cache(of_device dev);
 /* Frees what the kernels keep for inference: the bfloat16/float16 copies of
- * parameters that autocast made (core/ops/amp.c) and the convolution
- * weights oneDNN keeps reordered (core/device/dnnl.c); flow.empty_cache()
+ * parameters that autocast made (core/ops/amp.c), the convolution
+ * weights oneDNN keeps reordered (core/device/dnnl.c) and the int8
+ * kernels' packed weights (core/ops/quant.c); flow.empty_cache()
  * calls it before of_empty_cache. */
 void of_release_kernel_caches(void);
 
@@ -541,20 +542,29 @@ of_status of_quantized_conv2d(of_tensor *x, of_tensor *w, of_tensor *w_scale,
                               double x_scale, int64_t x_zero_point, double out_scale,
                               int64_t out_zero_point, of_dtype out_dtype, int32_t relu,
                               of_tensor **out);
-/* Max pooling of uint8/int8 integers [N, C, H, W] (a quantized tensor's
- * int_repr; exact). kernel, stride, padding, dilation: int64_t[2] (stride
- * NULL: the kernel; padding NULL: 0; dilation NULL: 1). */
 /* The int8 gemm behind quantized_linear/conv2d: 0 auto (the own AVX2 /
  * AVX-512 VNNI / scalar kernels: measured faster, core/ops/quant.c), 1 the
  * own kernels, 2 oneDNN's int8 matmul where the build has it and it can run.
  * set < 0 only reads. Returns the setting. */
 int32_t of_quantized_backend(int32_t set);
+/* Max pooling of uint8/int8 integers [N, C, H, W] (a quantized tensor's
+ * int_repr; exact). kernel, stride, padding, dilation: int64_t[2] (stride
+ * NULL: the kernel; padding NULL: 0; dilation NULL: 1). */
 of_status of_quantized_max_pool2d(of_tensor *x, const int64_t *kernel, const int64_t *stride,
                                   const int64_t *padding, const int64_t *dilation, of_tensor **out);
 /* float32 x -> its uint8/int8 (dtype) integers clamp(zero_point + rint(x /
  * scale)), ties to even, NaN -> zero_point: one pass (quantize_per_tensor). */
 of_status of_quantize_per_tensor(of_tensor *x, double scale, int64_t zero_point, of_dtype dtype,
                                  of_tensor **out);
+/* The sum of two per-tensor quantized tensors of one shape (their uint8 /
+ * int8 integers a, b with scales and zero points), ReLU'd when relu is set,
+ * as out_dtype integers of out_scale / out_zero_point:
+ *   clamp(rint(relu((a - a_zp) * a_scale + (b - b_zp) * b_scale) / out_scale) + out_zp)
+ * each step in float32 as dequantize, add, relu and quantize_per_tensor
+ * compute it, in one pass (quantized_add; PyTorch's quantized::add[_relu]). */
+of_status of_quantized_add(of_tensor *a, of_tensor *b, double a_scale, int64_t a_zero_point,
+                           double b_scale, int64_t b_zero_point, double out_scale,
+                           int64_t out_zero_point, of_dtype out_dtype, int32_t relu, of_tensor **out);
 /* Pooling over the last nsp dims of x ([N, C, *spatial] or [C, *spatial]).
  * stride NULL: the kernel size. Indices (int64) point into each flattened
  * input plane, plus index_base. */

@@ -9,9 +9,10 @@
 --
 -- A quantized tensor is traced as its integers (QTensor.__onnx_tensor), so
 -- views, flatten, relu (a clamp at the zero point), average pooling (on the
--- float values) and QFunctional's add/mul/cat are recorded op by op through
--- the ordinary rules; the layers that call C kernels directly are recorded
--- as a whole (module rules) and max pooling on the integers has a rule here.
+-- float values) and QFunctional's mul/cat are recorded op by op through
+-- the ordinary rules; the layers that call C kernels directly (convolution,
+-- linear, QFunctional's add) are recorded as a whole (module rules) and
+-- max pooling on the integers has a rule here.
 local graph = require 'oneflow.onnx.graph'
 local ops = require 'oneflow.onnx.ops'
 
@@ -139,6 +140,22 @@ local function int_max_pool(g, out, x, ...)
   return ops.rules['F.max_pool2d'](g, {out[1]._int, n = 1}, x._int, ...)
 end
 
+-- QFunctional's add / add_relu (one C kernel on the integers): both
+-- operands dequantized, Add (and Relu), QuantizeLinear to the module's
+-- output parameters; onnxruntime fuses it into QLinearAdd
+local function qadd_rule(relu, what)
+  return function(g, out, mod, a, b)
+    local function operand(v)
+      if type(v) == 'table' and v._int then
+        if v._qscheme ~= 'per_tensor_affine' then fail(what .. ': per-channel operands cannot be exported') end
+        return dequantized(g, v, what)
+      end
+      return g:val(v)
+    end
+    requantize(g, out, mod, g:node('Add', {operand(a), operand(b)}), relu, what)
+  end
+end
+
 --- The extra rules for oneflow.onnx.tracer.run.
 function M.rules()
   local Qm = require 'oneflow.quantization.modules'
@@ -152,6 +169,8 @@ function M.rules()
       {Qm.Linear, linear_rule(false, 'QuantizedLinear'), 'QuantizedLinear'},
       {Qm.LinearReLU_q, linear_rule(true, 'QuantizedLinearReLU'), 'QuantizedLinearReLU'},
       {Qm.dynamic.Linear, refuse_dynamic, 'DynamicQuantizedLinear'},
+      {Qm.QFunctional, qadd_rule(false, 'QFunctional.add'), 'QFunctional.add', 'add'},
+      {Qm.QFunctional, qadd_rule(true, 'QFunctional.add_relu'), 'QFunctional.add_relu', 'add_relu'},
     },
   }
 end

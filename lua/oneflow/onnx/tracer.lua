@@ -261,9 +261,9 @@ function Tracer:install()
     self:patch(F, k, wrap('F.' .. k, 'F.' .. k .. '()', F[k]))
   end
   for _, m in ipairs(self.modules) do
-    local cls, rule, display = m[1], m[2], m[3]
-    local orig = cls.forward
-    self:patch(cls, 'forward', function(mod, ...)
+    local cls, rule, display, method = m[1], m[2], m[3], m[4] or 'forward'
+    local orig = cls[method]
+    self:patch(cls, method, function(mod, ...)
       local tr = active
       if tr == nil or tr.depth > 0 then return orig(mod, ...) end
       return tr:call_module(display, rule, orig, mod, ...)
@@ -306,7 +306,8 @@ end
 -- oneflow.onnx.ops); returns fn's results (packed). Everything patched is
 -- restored before returning or raising. extra (optional): `wrapped`, rules
 -- by op name for calls with a wrapped argument; `modules`, a list of
--- {class, rule, display name} for modules recorded as a whole.
+-- {class, rule, display name[, method]} for modules whose forward (or the
+-- named method) is recorded as a whole.
 function M.run(g, rules, fn, unfold, extra)
   if active ~= nil then error('onnx.export: already tracing (nested export)', 2) end
   extra = extra or {}

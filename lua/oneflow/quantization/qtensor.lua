@@ -171,7 +171,15 @@ function methods.dequantize(q)
          * q._scales:to(flow.float32):view(sh)
 end
 
-function methods.int_repr(q) return q._int:clone() end
+-- a copy in the integers' layout, as PyTorch's (a quantized convolution's
+-- channels-last output gives channels-last integers)
+function methods.int_repr(q)
+  local r = q._int
+  if r:dim() == 4 and not r:is_contiguous() and r:is_contiguous({memory_format = flow.channels_last}) then
+    return r:permute(1, 3, 4, 2):clone():permute(1, 4, 2, 3)
+  end
+  return r:clone()
+end
 function methods.qscheme(q) return q._qscheme end
 --- x:is_quantized(): true for a quantized tensor (flow.quantize_per_tensor / per_channel).
 function methods.is_quantized() return true end
