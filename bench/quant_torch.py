@@ -1,6 +1,9 @@
 """PyTorch's side of the "Model optimisation" figures (doc/benchmarks.md):
-the same Fashion-MNIST LeNet (weights exported by
-examples/quantization/ptq.lua --export DIR), fp32 vs int8 through
+the same Fashion-MNIST LeNet or ResNet-18 (weights exported by
+examples/quantization/ptq.lua [--model resnet18] --export DIR: the file
+DIR/lenet_fp32.pt or DIR/resnet18_fp32.pt says which; the ResNet is
+torchvision.models.quantization.resnet18 with the same CIFAR-style stem),
+fp32 vs int8 through
 torch.ao.quantization (fuse, HistogramObserver/per-channel qconfig of the
 engine, calibration on the same batches, convert): accuracy, size of the
 saved state dict and median forward time at a batch size.
@@ -10,6 +13,7 @@ saved state dict and median forward time at a batch size.
 METRIC=cpu: the calling thread's CPU time (as ptq.lua; meaningful at 1
 thread on a loaded machine).
 """
+import copy
 import io
 import os
 import sys
@@ -42,6 +46,14 @@ class QLeNet(nn.Module):
         return self.dequant(self.fc2(x))
 
 
+def resnet18():
+    import torchvision.models.quantization as qv
+    m = qv.resnet18(num_classes=10)
+    m.conv1 = nn.Conv2d(1, 64, 3, 1, 1, bias=False)
+    m.maxpool = nn.Identity()
+    return m
+
+
 def accuracy(m, x, y):
     with torch.no_grad():
         return sum((m(x[i:i + 256]).argmax(1) == y[i:i + 256]).sum().item()
@@ -62,11 +74,16 @@ def main():
     engines = torch.backends.quantized.supported_engines
     engine = next(e for e in ('x86', 'fbgemm', 'onednn', 'qnnpack') if e in engines)
     torch.backends.quantized.engine = engine
-    m = QLeNet()
-    m.load_state_dict(torch.load(d + '/lenet_fp32.pt'), strict=False)
+    is_resnet = os.path.exists(d + '/resnet18_fp32.pt')
+    m = resnet18() if is_resnet else QLeNet()
+    m.load_state_dict(torch.load(d + ('/resnet18_fp32.pt' if is_resnet else '/lenet_fp32.pt')), strict=False)
     m.eval()
     data = torch.load(d + '/data.pt')
-    f = tq.fuse_modules(m, [['conv1', 'relu1'], ['conv2', 'relu2'], ['fc1', 'relu3']])
+    if is_resnet:
+        f = copy.deepcopy(m)
+        f.fuse_model()
+    else:
+        f = tq.fuse_modules(m, [['conv1', 'relu1'], ['conv2', 'relu2'], ['fc1', 'relu3']])
     f.qconfig = tq.get_default_qconfig(engine)
     p = tq.prepare(f)
     t = time.perf_counter()

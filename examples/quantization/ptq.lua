@@ -1,13 +1,16 @@
--- Post-training int8 quantization of the Fashion-MNIST LeNet: fp32 vs int8
--- accuracy, size on disk and inference speed; optionally QAT fine-tuning and
--- 50% channel pruning (+ fine-tuning) of the same model.
+-- Post-training int8 quantization of a Fashion-MNIST model -- the LeNet, or
+-- a ResNet-18 (flowvision.models.quantization.resnet18 with a CIFAR-style
+-- stem: 3x3 stride-1 conv1 on the one channel, no max pooling): fp32 vs
+-- int8 accuracy, size on disk and inference speed; optionally QAT
+-- fine-tuning and (LeNet) 50% channel pruning (+ fine-tuning).
 --
---   ./bin/flow examples/quantization/ptq.lua [--checkpoint lenet.safetensors]
---       [--epochs 1] [--limit N] [--calib-batches 32] [--threads 2]
---       [--bench-batch 8] [--iters 50] [--qat] [--prune] [--export DIR]
+--   ./bin/flow examples/quantization/ptq.lua [--model lenet|resnet18]
+--       [--checkpoint model.safetensors] [--epochs 1] [--limit N]
+--       [--calib-batches 32] [--threads 2] [--bench-batch 8] [--iters 50]
+--       [--qat] [--prune] [--export DIR]
 --
--- Without --checkpoint (a state dict of examples/mnist/train.lua's LeNet or
--- of lenet.lua's QLeNet: the same keys) the float model is trained first.
+-- Without --checkpoint (a state dict of the model; for the LeNet also one of
+-- examples/mnist/train.lua's: the same keys) the float model is trained first.
 -- --export DIR writes the float weights, calibration and test tensors as
 -- PyTorch files for bench/quant_torch.py (the side-by-side figures).
 local here = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
@@ -17,12 +20,14 @@ local flow = require 'oneflow'
 local posix = require 'oneflow.utils.posix'
 local QLeNet = require 'lenet'
 local common = require 'common'
+local vision = require 'flowvision'
 
 local nn, Qz = flow.nn, flow.quantization
 
 local function parse_args(argv)
-  local p = argparse('ptq.lua', 'int8 post-training quantization of the Fashion-MNIST LeNet.')
-  p:option('--checkpoint', 'Float LeNet state dict (trained here when absent).')
+  local p = argparse('ptq.lua', 'int8 post-training quantization of a Fashion-MNIST model.')
+  p:option('--model', 'lenet or resnet18.', 'lenet'):choices({'lenet', 'resnet18'})
+  p:option('--checkpoint', 'Float model state dict (trained here when absent).')
   p:option('--epochs', 'Training epochs when there is no checkpoint.', '1', tonumber)
   p:option('--data', 'Fashion-MNIST directory.', '/usr/share/datasets/fashion-mnist')
   p:option('--limit', 'Use only the first N training and test images.', nil, tonumber)
@@ -75,8 +80,23 @@ local function speed(models, x, iters)
   return times
 end
 
+-- the float model, and a fused copy of it (eval-mode BatchNorm folded)
+local function build(kind)
+  if kind == 'lenet' then return QLeNet() end
+  local m = vision.models.quantization.resnet18({num_classes = 10})
+  m.conv1 = nn.Conv2d(1, 64, 3, {padding = 1, bias = false})
+  m.maxpool = nn.Identity()
+  return m
+end
+local function fused(model)
+  if model.fuse_model == nil then return Qz.fuse_modules(model, QLeNet.fusable) end
+  local c = model:clone()
+  c:eval()
+  return c:fuse_model()
+end
+
 local function ptq(model, xcal, batches)
-  local f = Qz.fuse_modules(model, QLeNet.fusable)
+  local f = fused(model)
   f.qconfig = Qz.get_default_qconfig('x86')
   local p = Qz.prepare(f)
   local list = {}
@@ -97,7 +117,11 @@ local function main(argv)
   local xtr, ytr, xte, yte = datasets(opts)
   print(('Fashion-MNIST: %d training, %d test images; %d threads; load %s'):format(xtr:size(1), xte:size(1),
     flow.get_num_threads(), io.open('/proc/loadavg'):read('*l')))
-  local model = QLeNet()
+  if opts.prune and opts.model ~= 'lenet' then
+    error('ptq.lua: --prune shrinks the LeNet\'s conv chains; a ResNet\'s residual sums tie its channels ' ..
+          'across blocks (not supported here)', 0)
+  end
+  local model = build(opts.model)
   if opts.checkpoint then
     model:load_state_dict(flow.load(opts.checkpoint))
   else
@@ -123,7 +147,7 @@ local function main(argv)
 
   if opts.qat then
     print('QAT: 1 epoch of fake-quantized fine-tuning')
-    local f = Qz.fuse_modules(model, QLeNet.fusable)
+    local f = fused(model)
     f:train()
     f.qconfig = Qz.get_default_qat_qconfig('x86')
     local p = Qz.prepare_qat(f)
@@ -158,7 +182,7 @@ local function main(argv)
   print(('load after: %s'):format(io.open('/proc/loadavg'):read('*l')))
 
   if opts.export then
-    flow.save_torch(model:state_dict(), opts.export .. '/lenet_fp32.pt')
+    flow.save_torch(model:state_dict(), ('%s/%s_fp32.pt'):format(opts.export, opts.model))
     local cal = xtr:narrow(1, 1, math.min(xtr:size(1), 64 * opts.calib_batches))
     flow.save_torch({calib = cal, test_x = xte, test_y = yte - 1}, opts.export .. '/data.pt')
     print('exported to ' .. opts.export)

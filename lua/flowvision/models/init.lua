@@ -20,14 +20,16 @@ local registry = {}   -- name -> {build = fn(opts), prepare = fn(opts), finish =
 local families = {'resnet', 'vgg', 'densenet', 'mobilenet', 'efficientnet', 'regnet', 'convnext',
                   'googlenet', 'inception', 'squeezenet', 'shufflenet', 'alexnet'}
 -- transformer / MLP, detection, segmentation and style-transfer families
--- (their classes stay in flowvision.models.<family>.classes)
+-- (their classes stay in flowvision.models.<family>.classes); quantization:
+-- the quantizable ResNets (models.quantization.resnet18, as torchvision's)
 local plain = {'vit', 'deit', 'swin', 'pvt', 'mlp_mixer', 'resmlp', 'gmlp', 'detection', 'segmentation',
-               'stylenet'}
+               'stylenet', 'quantization'}
 
 -- The families load on first use, in this order, until a name asked for
 -- is there (models.resnet50 loads resnet.lua alone; models.list() all):
 -- loaded code is heap that every full collection of Lua's GC walks again
 -- (oneflow/init.lua). A name the user registered first stays the user's.
+local NAMESPACES = {detection = true, segmentation = true, quantization = true}
 local pending = {}
 for _, f in ipairs(families) do pending[#pending + 1] = {f, true} end
 for _, f in ipairs(plain) do pending[#pending + 1] = {f, false} end
@@ -122,8 +124,8 @@ function M.create(name, opts)
   return model
 end
 
-function load_next()
-  local f = table.remove(pending, 1)
+function load_next(i)
+  local f = table.remove(pending, i or 1)
   if not f then return false end
   local family, zoo = f[1], f[2]
   local mod = require('flowvision.models.' .. family)
@@ -132,7 +134,7 @@ function load_next()
     if not registry[name] then M.register(name, build, hooks[name]) end
   end
   for cname, cls in pairs(zoo and mod.classes or {}) do rawset(M, cname, cls) end
-  if family == 'detection' or family == 'segmentation' then rawset(M, family, mod) end
+  if NAMESPACES[family] then rawset(M, family, mod) end
   return true
 end
 M.ops = require 'flowvision.models._ops'
@@ -143,6 +145,10 @@ M.ops = require 'flowvision.models._ops'
 return setmetatable(M, {
   __lazy = M.list,
   __index = function(t, k)
+    -- a namespace (models.detection, models.quantization): its file alone
+    for i, f in ipairs(pending) do
+      if f[1] == k and NAMESPACES[k] then load_next(i) end
+    end
     while rawget(t, k) == nil and load_next() do end
     return rawget(t, k)
   end,
