@@ -1,10 +1,23 @@
--- Helpers shared by ptq.lua and distill.lua: Fashion-MNIST tensors,
--- accuracy, parameter counts, a plain training loop.
+-- Helpers shared by ptq.lua and distill.lua: the models, Fashion-MNIST
+-- tensors, accuracy, parameter counts, a plain training loop.
 local flow = require 'oneflow'
 local vision = require 'flowvision'
+local QLeNet = require 'lenet'
 
 local M = {}
 local MEAN, STD = 0.2860, 0.3530   -- Fashion-MNIST training-set statistics
+
+--- A float model for 1 x 28 x 28 images: 'lenet' (lenet.lua's QLeNet), or
+-- 'resnet18': flowvision.models.quantization.resnet18 with a CIFAR-style
+-- stem (3x3 stride-1 conv1 on the one channel, no max pooling), 10 classes.
+function M.model(kind)
+  if kind == 'lenet' then return QLeNet() end
+  assert(kind == 'resnet18', 'common.model: lenet or resnet18')
+  local m = vision.models.quantization.resnet18({num_classes = 10})
+  m.conv1 = flow.nn.Conv2d(1, 64, 3, {padding = 1, bias = false})
+  m.maxpool = flow.nn.Identity()
+  return m
+end
 
 --- (x, y) of the training or test set, the first opts.limit images when given.
 function M.load(opts, train)

@@ -1,10 +1,15 @@
--- Knowledge distillation on Fashion-MNIST: a small LeNet student learns
--- from the full LeNet teacher (F.distillation_loss: soft targets at a
--- temperature + hard labels), next to the same student trained on the
--- labels alone; accuracy, size and speed of the three in one table.
+-- Knowledge distillation on Fashion-MNIST: a small CNN student (a LeNet
+-- 8-16-32) learns from a ResNet-18 teacher (or, --teacher-model lenet, the
+-- full LeNet) through F.distillation_loss (soft targets at a temperature +
+-- hard labels), next to the same student trained on the labels alone;
+-- accuracy, size and speed of the three in one table.
 --
---   ./bin/flow examples/quantization/distill.lua [--teacher lenet.safetensors]
---       [--epochs 1] [--limit N] [--temperature 4] [--alpha 0.9] [--threads 2]
+--   ./bin/flow examples/quantization/distill.lua [--teacher-model resnet18|lenet]
+--       [--teacher model.safetensors] [--epochs 1] [--limit N]
+--       [--temperature 4] [--alpha 0.9] [--threads 2]
+--
+-- --teacher: a state dict of that model (ptq.lua --model resnet18 leaves its
+-- float ResNet-18 in $TMPDIR/ptq_fp32.safetensors); trained here when absent.
 local here = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
 package.path = ('%s/?.lua;%s/../../lua/?.lua;%s/../../lua/?/init.lua;'):format(here, here, here) .. package.path
 local argparse = require 'argparse'
@@ -18,7 +23,8 @@ local STUDENT = {8, 16, 32}
 
 local function parse_args(argv)
   local p = argparse('distill.lua', 'Distil the Fashion-MNIST LeNet into a small student.')
-  p:option('--teacher', 'Teacher state dict (LeNet keys; trained here when absent).')
+  p:option('--teacher-model', 'resnet18 or lenet.', 'resnet18'):choices({'resnet18', 'lenet'})
+  p:option('--teacher', 'Teacher state dict (trained here when absent).')
   p:option('--epochs', 'Epochs for each training run.', '1', tonumber)
   p:option('--data', 'Fashion-MNIST directory.', '/usr/share/datasets/fashion-mnist')
   p:option('--limit', 'Use only the first N training and test images.', nil, tonumber)
@@ -51,7 +57,7 @@ local function main(argv)
   local xtr, ytr = load(opts, true)
   local xte, yte = load(opts, false)
   flow.manual_seed(0)
-  local teacher = QLeNet()
+  local teacher = common.model(opts.teacher_model)
   if opts.teacher then
     teacher:load_state_dict(flow.load(opts.teacher))
   else
@@ -69,7 +75,8 @@ local function main(argv)
   local xb = xte:narrow(1, 1, 64)
   print(('\n%-28s %9s %10s %16s   (load %s)'):format('model', 'accuracy', 'params', 'batch 64 (ms)',
     io.open('/proc/loadavg'):read('*l')))
-  for _, r in ipairs({{'teacher (LeNet 32-64-128)', teacher}, {'student, labels only', plain},
+  local tname = opts.teacher_model == 'lenet' and 'teacher (LeNet 32-64-128)' or 'teacher (ResNet-18)'
+  for _, r in ipairs({{tname, teacher}, {'student, labels only', plain},
                       {'student, distilled', distilled}}) do
     print(('%-28s %8.2f%% %10d %16.3f'):format(r[1], 100 * accuracy(r[2], xte, yte), nparams(r[2]),
       ms_per_batch(r[2], xb)))

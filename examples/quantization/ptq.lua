@@ -20,7 +20,6 @@ local flow = require 'oneflow'
 local posix = require 'oneflow.utils.posix'
 local QLeNet = require 'lenet'
 local common = require 'common'
-local vision = require 'flowvision'
 
 local nn, Qz = flow.nn, flow.quantization
 
@@ -80,14 +79,7 @@ local function speed(models, x, iters)
   return times
 end
 
--- the float model, and a fused copy of it (eval-mode BatchNorm folded)
-local function build(kind)
-  if kind == 'lenet' then return QLeNet() end
-  local m = vision.models.quantization.resnet18({num_classes = 10})
-  m.conv1 = nn.Conv2d(1, 64, 3, {padding = 1, bias = false})
-  m.maxpool = nn.Identity()
-  return m
-end
+-- a fused copy of the float model (eval-mode BatchNorm folded)
 local function fused(model)
   if model.fuse_model == nil then return Qz.fuse_modules(model, QLeNet.fusable) end
   local c = model:clone()
@@ -121,7 +113,7 @@ local function main(argv)
     error('ptq.lua: --prune shrinks the LeNet\'s conv chains; a ResNet\'s residual sums tie its channels ' ..
           'across blocks (not supported here)', 0)
   end
-  local model = build(opts.model)
+  local model = common.model(opts.model)
   if opts.checkpoint then
     model:load_state_dict(flow.load(opts.checkpoint))
   else

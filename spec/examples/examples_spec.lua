@@ -100,7 +100,7 @@ describe('examples', function()
     assert.truthy(bad:find("'--amp' must be one of 'bf16'", 1, true), bad)
   end)
 
-  it('quantization/ptq.lua and distill.lua run end to end on a few images', function()
+  it('quantization/ptq.lua (LeNet and ResNet-18) and distill.lua run end to end on a few images', function()
     local f = io.open('/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz') or
               io.open('/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte')
     if not f then pending('dataset-fashion-mnist is not installed') return end
@@ -112,9 +112,20 @@ describe('examples', function()
                           'int8 pruned 50%'}) do
       assert.truthy(out:find(row, 1, true), out)
     end
+    -- the ResNet-18 (flowvision.models.quantization) through the same steps
+    out, rc = sh(('cd /tmp && %s/bin/flow %s/examples/quantization/ptq.lua --model resnet18 --limit 100 '
+                  .. '--calib-batches 1 --iters 1 --threads 2 --qat'):format(root, root))
+    assert.equal(0, rc, out)
+    for _, row in ipairs({'fp32 ', 'int8 static (PTQ)', 'int8 QAT'}) do assert.truthy(out:find(row, 1, true), out) end
+    out, rc = sh(('cd /tmp && %s/bin/flow %s/examples/quantization/ptq.lua --model resnet18 --limit 50 --prune')
+                 :format(root, root))
+    assert.are_not.equal(0, rc)
+    assert.truthy(out:find('--prune shrinks the LeNet', 1, true), out)
+    -- distillation from a ResNet-18 teacher (the default) into the small LeNet
     out, rc = sh(('cd /tmp && %s/bin/flow %s/examples/quantization/distill.lua --limit 200 --threads 1')
                  :format(root, root))
     assert.equal(0, rc, out)
     assert.truthy(out:find('student, distilled', 1, true), out)
+    assert.truthy(out:find('teacher (ResNet-18)', 1, true), out)
   end)
 end)

@@ -132,6 +132,58 @@ describe('onnx export of int8 models (QDQ)', function()
     end)
   end
 
+  it('a quantized ResNet-18 (residual add_relu): our importer and onnxruntime within a few steps', function()
+    flow.manual_seed(6)
+    local m = require('flowvision').models.quantization.resnet18({num_classes = 10})
+    m.conv1 = nn.Conv2d(1, 64, 3, {padding = 1, bias = false})
+    m.maxpool = nn.Identity()
+    m:eval()
+    m:fuse_model()
+    m.qconfig = Qz.get_default_qconfig('x86')
+    local p = Qz.prepare(m)
+    local x = flow.randn(4, 1, 28, 28)
+    Qz.calibrate(p, {flow.randn(16, 1, 28, 28), x})
+    local q = Qz.convert(p)
+    local path = dir .. '/qresnet18.onnx'
+    flow.onnx.export(q, {x}, path)
+    local ops = reader.op_types(reader.read(path).graph)
+    assert.are.equal(8, count(ops, 'Add'))   -- one per block
+    assert.are.equal(20, count(ops, 'Conv'))
+    -- run as written the file computes each conv in float32 (K up to
+    -- 4608 products) where the int8 model accumulates exactly: a sum that
+    -- lands beside a rounding boundary moves an output a step
+    local y = q(x)
+    -- (measured: 6 steps at most on these 40 logits)
+    local steps = (flow.onnx.load(path)(x) - y):abs() / q.fc.scale
+    assert(steps:max():item() <= 12.01, ('our importer: logits off by %.1f steps'):format(steps:max():item()))
+    local py = H.onnx_python()
+    if not py then
+      pending('python with onnx and onnxruntime not found (run spec/onnx/setup_onnxruntime.sh)')
+      return
+    end
+    flow.save({input = x}, dir .. '/in.safetensors')
+    H.write_file(dir .. '/ort.py', ORT)
+    local lines = {}
+    local pp = io.popen(("'%s' %s/ort.py %s %s/in.safetensors 2>&1"):format(py, dir, path, dir))
+    for line in pp:lines() do lines[#lines + 1] = line end
+    pp:close()
+    assert(#lines == 3, table.concat(lines, '\n'))
+    -- as written: float convolutions again (measured: 4 steps at most);
+    -- fused into integer kernels (QLinearConv, QLinearAdd), what a
+    -- deployment runs: our integers (measured: all equal)
+    assert.is_truthy(lines[3]:find('QLinearAdd', 1, true), lines[3])
+    local want = y:view(-1):totable()
+    for li = 1, 2 do
+      local got = H.numbers(lines[li])
+      assert.are.equal(#want, #got)
+      local worst = 0
+      for i = 1, #want do worst = math.max(worst, math.abs(got[i] - want[i]) / q.fc.scale) end
+      local bound = li == 1 and 12.01 or 1.01
+      assert(worst <= bound, ('onnxruntime (%s): logits off by %.1f steps'):format(li == 1 and 'plain' or 'fused',
+        worst))
+    end
+  end)
+
   it('refuses what has no QDQ form, naming it', function()
     local dyn = Qz.quantize_dynamic(nn.Sequential(nn.Linear(4, 3)))
     local ok, err = pcall(flow.onnx.export, dyn, {flow.randn(2, 4)}, dir .. '/dyn.onnx')

@@ -277,8 +277,8 @@ describe('int8 kernels', function()
   -- int8): output channels not a multiple of 16 and more than 4 vectors,
   -- positions past a 16-block, input channels not a multiple of 4, groups,
   -- strides, dilation, int8 and uint8 inputs, 1 and 2 threads (samples or
-  -- positions over threads). Where the CPU has no VNNI these run the int16
-  -- kernel: the same integers.
+  -- positions over threads; small maps: several samples' rows a gemm).
+  -- Where the CPU has no VNNI these run the int16 kernel: the same integers.
   for _, isa in ipairs(isas) do
     it('quantized_conv2d / linear with int8-range weights, every layout, ' .. isa, function()
       flow.backends.cpu.set_cpu_capability(isa)
@@ -290,6 +290,10 @@ describe('int8 kernels', function()
         {x = {1, 8, 9, 10}, w = {20, 4, 3, 2}, stride = {2, 1}, pad = {1, 0}, dil = {1, 2}, g = 2, u8 = false},
         {x = {2, 1, 28, 28}, w = {32, 1, 3, 3}, stride = {1, 1}, pad = {1, 1}, dil = {1, 1}, g = 1, u8 = true},
         {x = {1, 3, 6, 6}, w = {16, 3, 1, 1}, stride = {1, 1}, pad = {0, 0}, dil = {1, 1}, g = 1, u8 = true},
+        -- small maps, several samples a thread: samples' rows in one gemm
+        -- (3 a gemm; then 2 and a last one alone, with groups)
+        {x = {6, 16, 5, 5}, w = {20, 16, 3, 3}, stride = {1, 1}, pad = {1, 1}, dil = {1, 1}, g = 1, u8 = true},
+        {x = {5, 32, 6, 6}, w = {64, 16, 3, 3}, stride = {2, 2}, pad = {1, 1}, dil = {1, 1}, g = 2, u8 = false},
       }
       for _, nt in ipairs({1, 2}) do
         flow.set_num_threads(nt)
