@@ -48,16 +48,19 @@ function M.nparams(m)
   return n
 end
 
---- Adam over shuffled batches of 64: loss_fn(logits, x, y) (cross entropy by default).
-function M.train(model, x, y, epochs, lr, loss_fn, log)
+--- Adam over shuffled batches of 64: loss_fn(logits, x, y, extra) (cross
+-- entropy by default); extra (optional) is a tensor with a row per image,
+-- batched with it (a teacher's logits).
+function M.train(model, x, y, epochs, lr, loss_fn, log, extra)
   loss_fn = loss_fn or function(s, _, t) return flow.nn.functional.cross_entropy(s, t) end
   model:train()
   local opt = flow.optim.Adam(model:parameters(), {lr = lr or 1e-3})
-  local loader = flow.utils.data.DataLoader(flow.utils.data.TensorDataset(x, y), {batch_size = 64, shuffle = true})
+  local data = extra and flow.utils.data.TensorDataset(x, y, extra) or flow.utils.data.TensorDataset(x, y)
+  local loader = flow.utils.data.DataLoader(data, {batch_size = 64, shuffle = true})
   for e = 1, epochs do
     local sum, n = 0, 0
-    for xb, yb in loader:iter() do
-      local loss = loss_fn(model(xb), xb, yb)
+    for xb, yb, eb in loader:iter() do
+      local loss = loss_fn(model(xb), xb, yb, eb)
       opt:zero_grad(); loss:backward(); opt:step()
       sum, n = sum + loss:item(), n + 1
     end

@@ -73,6 +73,24 @@ describe('onnx export of int8 models (QDQ)', function()
   setup(function() dir = H.tmpdir() end)
   teardown(H.remove_tmpdirs)
 
+  -- onnxruntime's three lines for the model at path and input x (ORT above),
+  -- nil (the test pending) without onnxruntime
+  local function run_ort(path, x)
+    local py = H.onnx_python()
+    if not py then
+      pending('python with onnx and onnxruntime not found (run spec/onnx/setup_onnxruntime.sh)')
+      return nil
+    end
+    flow.save({input = x}, dir .. '/in.safetensors')
+    H.write_file(dir .. '/ort.py', ORT)
+    local lines = {}
+    local p = io.popen(("'%s' %s/ort.py %s %s/in.safetensors 2>&1"):format(py, dir, path, dir))
+    for line in p:lines() do lines[#lines + 1] = line end
+    p:close()
+    assert(#lines == 3, table.concat(lines, '\n'))
+    return lines
+  end
+
   for _, backend in ipairs({'x86', 'qnnpack'}) do   -- per-channel and per-tensor int8 weights
     it(backend .. ': writes QuantizeLinear/DequantizeLinear around float ops, int8 weights; '
        .. 'our importer and onnxruntime give the same integers', function()
@@ -99,18 +117,8 @@ describe('onnx export of int8 models (QDQ)', function()
       local back = flow.onnx.load(path)
       assert.are.equal(0, (back(x) - y):abs():max():item())
 
-      local py = H.onnx_python()
-      if not py then
-        pending('python with onnx and onnxruntime not found (run spec/onnx/setup_onnxruntime.sh)')
-        return
-      end
-      flow.save({input = x}, dir .. '/in.safetensors')
-      H.write_file(dir .. '/ort.py', ORT)
-      local lines = {}
-      local p = io.popen(("'%s' %s/ort.py %s %s/in.safetensors 2>&1"):format(py, dir, path, dir))
-      for line in p:lines() do lines[#lines + 1] = line end
-      p:close()
-      assert(#lines == 3, table.concat(lines, '\n'))
+      local lines = run_ort(path, x)
+      if not lines then return end
       local want = y:view(-1):totable()
       local plain, fused = H.numbers(lines[1]), H.numbers(lines[2])
       assert.are.equal(#want, #plain)
@@ -156,18 +164,8 @@ describe('onnx export of int8 models (QDQ)', function()
     -- (measured: 6 steps at most on these 40 logits)
     local steps = (flow.onnx.load(path)(x) - y):abs() / q.fc.scale
     assert(steps:max():item() <= 12.01, ('our importer: logits off by %.1f steps'):format(steps:max():item()))
-    local py = H.onnx_python()
-    if not py then
-      pending('python with onnx and onnxruntime not found (run spec/onnx/setup_onnxruntime.sh)')
-      return
-    end
-    flow.save({input = x}, dir .. '/in.safetensors')
-    H.write_file(dir .. '/ort.py', ORT)
-    local lines = {}
-    local pp = io.popen(("'%s' %s/ort.py %s %s/in.safetensors 2>&1"):format(py, dir, path, dir))
-    for line in pp:lines() do lines[#lines + 1] = line end
-    pp:close()
-    assert(#lines == 3, table.concat(lines, '\n'))
+    local lines = run_ort(path, x)
+    if not lines then return end
     -- as written: float convolutions again (measured: 4 steps at most);
     -- fused into integer kernels (QLinearConv, QLinearAdd), what a
     -- deployment runs: our integers (measured: all equal)

@@ -1,9 +1,11 @@
 -- flowvision.models.quantization: the quantizable ResNets (torchvision's
 -- torchvision.models.quantization API): float parity with models.resnet*,
--- fuse_model, post-training quantization end to end (also in nn.Graph and
--- as a saved graph), the quantize = true builder, bad input, and the int8
--- ResNet-18 against torchvision's quantized one on the same weights.
+-- fuse_model, post-training quantization end to end (also in nn.Graph, as
+-- a saved graph, and that graph run by the C host without Lua), the
+-- quantize = true builder, bad input, and the int8 ResNet-18 against
+-- torchvision's quantized one on the same weights.
 local flow = require 'oneflow'
+local ffi = require 'ffi'
 local H = require 'spec.helpers'
 local R = require 'spec.quantization.torch_ref'
 local vision = require 'flowvision'
@@ -33,6 +35,15 @@ local function randomise_bn(m)
       end
     end
   end)
+end
+
+-- the small-stem float model, eval mode, BatchNorm statistics randomised
+local function float_model(name, seed)
+  flow.manual_seed(seed)
+  local m = small(q[name]({num_classes = 10}))
+  randomise_bn(m)
+  m:eval()
+  return m
 end
 
 local function ptq(m, batches)
@@ -67,10 +78,7 @@ describe('flowvision.models.quantization', function()
 
   it('fuse_model folds every Conv+BN(+ReLU) with the float outputs kept', function()
     for _, name in ipairs({'resnet18', 'resnet50'}) do
-      flow.manual_seed(2)
-      local m = small(q[name]({num_classes = 10}))
-      randomise_bn(m)
-      m:eval()
+      local m = float_model(name, 2)
       local x = flow.randn(3, 1, 28, 28)
       local before = m(x)
       m:fuse_model()
@@ -83,10 +91,7 @@ describe('flowvision.models.quantization', function()
 
   it('post-training quantization: int8 ResNets track the float ones, in eager, nn.Graph and a saved graph', function()
     for _, name in ipairs({'resnet18', 'resnet50'}) do
-      flow.manual_seed(3)
-      local m = small(q[name]({num_classes = 10}))
-      randomise_bn(m)
-      m:eval()
+      local m = float_model(name, 3)
       local x = flow.randn(4, 1, 28, 28)
       local ref = m(x)
       local qm = ptq(m, {flow.randn(16, 1, 28, 28), x})
@@ -105,7 +110,24 @@ describe('flowvision.models.quantization', function()
         H.close(g(x2), qm(x2), 0)
         local dir = H.tmpdir()
         g:save(dir .. '/qresnet18.ofg')
-        H.close(flow.nn.Graph.load(dir .. '/qresnet18.ofg')(x2), qm(x2), 0)
+        local y2 = qm(x2)
+        H.close(flow.nn.Graph.load(dir .. '/qresnet18.ofg')(x2), y2, 0)
+        -- and from C with no Lua (examples/graph/host.c): the same numbers
+        local host = (os.getenv('OF_BUILD_DIR') or 'build') .. '/graph_host'
+        local hf = io.open(host)
+        if hf then
+          hf:close()
+          local f = assert(io.open(dir .. '/qresnet18.ofg.check', 'wb'))
+          for _, t in ipairs({x2:contiguous(), y2:contiguous()}) do
+            f:write(ffi.string(ffi.new('int64_t[1]', t:numel()), 8), ffi.string(t:data_ptr(), t:numel() * 4))
+          end
+          f:close()
+          local p = io.popen(host .. ' ' .. dir .. '/qresnet18.ofg 2>&1; echo "rc=$?"')
+          local out = p:read('*a')
+          p:close()
+          assert.is_truthy(out:find('max difference from the Lua run 0,', 1, true), out)
+          assert.is_truthy(out:find('rc=0', 1, true), out)
+        end
         H.remove_tmpdirs()
       end
     end
@@ -147,10 +169,7 @@ describe('the int8 ResNet-18 against torchvision.models.quantization', function(
       pending('torchvision not installed for /usr/bin/python3')
       return
     end
-    flow.manual_seed(5)
-    local m = small(q.resnet18({num_classes = 10}))
-    randomise_bn(m)
-    m:eval()
+    local m = float_model('resnet18', 5)
     local dir = H.tmpdir()
     flow.save_torch(m:state_dict(), dir .. '/w.pt')
     local cal, x = flow.randn(16, 1, 28, 28), flow.randn(4, 1, 28, 28)

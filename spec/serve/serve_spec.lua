@@ -68,7 +68,7 @@ describe('flow-serve', function()
   local dir = H.tmpdir()
   local repo = dir .. '/repo'
   local url, pid, port
-  local g1, g2, gr, gh, gb
+  local g1, g2, gr, gh, gb, gq
   local function mkdirs(...) for _, d in ipairs({...}) do os.execute('mkdir -p ' .. repo .. '/' .. d) end end
 
   local function http(method, path, body, headers)
@@ -96,7 +96,7 @@ describe('flow-serve', function()
   end
 
   setup(function()
-    mkdirs('mlp/1', 'mlp/2', 'mlp_batched/1', 'mlp_auto/1', 'resnet/1', 'no_graph/1', 'bad_config/1',
+    mkdirs('mlp/1', 'mlp/2', 'mlp_batched/1', 'mlp_auto/1', 'resnet/1', 'resnet_int8/1', 'no_graph/1', 'bad_config/1',
            'mlp_half/1', 'mlp_bf16/1', 'pair/1', 'same/1')
     -- two inputs, uint8 then float32 (binary data: the second is not aligned
     -- when the first has an odd length), and a graph whose output is its input
@@ -152,6 +152,16 @@ describe('flow-serve', function()
     flow.manual_seed(5)
     gr = compiled(require('flowvision.models').resnet18(), function(b) return {b, 3, 64, 64} end,
                   {1, 2}, repo .. '/resnet/1/model.ofg')
+    -- its int8 form (flowvision.models.quantization, post-training quantized)
+    flow.manual_seed(6)
+    local Qz = flow.quantization
+    local qm = require('flowvision.models').quantization.resnet18({num_classes = 10})
+    qm:eval()
+    qm:fuse_model()
+    qm.qconfig = Qz.get_default_qconfig('x86')
+    local qp = Qz.prepare(qm)
+    Qz.calibrate(qp, {flow.rand(4, 3, 64, 64)})
+    gq = compiled(Qz.convert(qp), function(b) return {b, 3, 64, 64} end, {1, 2}, repo .. '/resnet_int8/1/model.ofg')
     -- an identity Linear in float16 and bfloat16 (configs completed from the
     -- graphs): its outputs are the server's conversions of the JSON inputs
     local function typed(dt)
@@ -230,11 +240,21 @@ describe('flow-serve', function()
     for _, e in ipairs(json.decode(body)) do states[e.name .. '/' .. (e.version or '')] = e.state end
     assert.are.same({['mlp/1'] = 'READY', ['mlp/2'] = 'READY', ['mlp_batched/1'] = 'READY',
                      ['mlp_split/1'] = 'READY', ['mlp_auto/1'] = 'READY', ['resnet/1'] = 'READY',
+                     ['resnet_int8/1'] = 'READY',
                      ['pair/1'] = 'READY', ['same/1'] = 'READY',
                      ['no_graph/1'] = 'UNAVAILABLE',
                      ['bad_config/'] = 'UNAVAILABLE', ['mlp_half/1'] = 'READY',
                      ['mlp_bf16/1'] = 'READY', ['t_int16/1'] = 'READY', ['t_uint8/1'] = 'READY',
                      ['t_uint16/1'] = 'READY', ['t_uint32/1'] = 'READY', ['t_uint64/1'] = 'READY'}, states)
+  end)
+
+  it('serves a saved int8 graph (a quantized ResNet-18): outputs equal the in-process graph exactly', function()
+    local x = flow.rand(2, 3, 64, 64)
+    local code, body = http('POST', '/v2/models/resnet_int8/infer', infer_body('INPUT__0', {2, 3, 64, 64}, flat(x)))
+    assert.are.equal(200, code, body)
+    local r = json.decode(body)
+    assert.are.same({2, 10}, r.outputs[1].shape)
+    assert.are.equal(bytes(gq(x)), bytes(flow.tensor(r.outputs[1].data, {dtype = flow.float32})))
   end)
 
   it('infers with JSON tensors: outputs equal the in-process graph exactly, per version', function()

@@ -21,12 +21,12 @@ local flow = require 'oneflow'
 local R = require 'flowvision.models.resnet'
 local ops = require 'flowvision.models._ops'
 
-local nn = flow.nn
+local nn, Qz = flow.nn, flow.quantization
+-- no names in the model registry: models.quantization.resnet18 is its own
+-- namespace, as torchvision.models.quantization
 local M = {models = {}}
 
-local function Qz() return flow.quantization end
-
-local function fuse(m, groups) Qz().fuse_modules(m, groups, {inplace = true}) end
+local function fuse(m, groups) Qz.fuse_modules(m, groups, {inplace = true}) end
 
 ------------------------------------------------------------------ blocks
 local QBasicBlock = R.BasicBlock:subclass('QuantizableBasicBlock')
@@ -36,7 +36,7 @@ M.QuantizableBasicBlock = QBasicBlock
 function QBasicBlock:__init(inplanes, planes, o)
   R.BasicBlock.__init(self, inplanes, planes, o)
   self.relu = nn.ReLU()
-  self.add_relu = Qz().FloatFunctional()
+  self.add_relu = Qz.FloatFunctional()
 end
 
 function QBasicBlock:forward(x)
@@ -61,7 +61,7 @@ function QBottleneck:__init(inplanes, planes, o)
   R.Bottleneck.__init(self, inplanes, planes, o)
   self.relu = nil
   self.relu1, self.relu2 = nn.ReLU(), nn.ReLU()
-  self.skip_add_relu = Qz().FloatFunctional()
+  self.skip_add_relu = Qz.FloatFunctional()
 end
 
 function QBottleneck:forward(x)
@@ -84,8 +84,8 @@ M.QuantizableResNet = QResNet
 function QResNet:__init(block, layers, opts)
   R.ResNet.__init(self, block, layers, opts)
   self.relu = nn.ReLU()
-  self.quant = Qz().QuantStub()
-  self.dequant = Qz().DeQuantStub()
+  self.quant = Qz.QuantStub()
+  self.dequant = Qz.DeQuantStub()
 end
 
 function QResNet:forward(x)
@@ -115,11 +115,10 @@ local OPTS = {backend = true, calibration_data = true, groups = true, norm_layer
 -- when it has no quantized weights; so does this without
 -- calibration_data), convert
 local function quantize_model(name, model, opts)
-  local Q = Qz()
   model:eval()
   model:fuse_model()
-  model.qconfig = Q.get_default_qconfig(opts.backend or 'x86')
-  local p = Q.prepare(model, {inplace = true})
+  model.qconfig = Qz.get_default_qconfig(opts.backend or 'x86')
+  local p = Qz.prepare(model, {inplace = true})
   local batches = opts.calibration_data
   if batches == nil then
     batches = {flow.rand(1, 3, 224, 224)}
@@ -127,8 +126,8 @@ local function quantize_model(name, model, opts)
     A.fail(('flowvision.models.quantization.%s: calibration_data must be a non-empty list of input batches'):format(
       name))
   end
-  Q.calibrate(p, batches)
-  return Q.convert(p, {inplace = true})
+  Qz.calibrate(p, batches)
+  return Qz.convert(p, {inplace = true})
 end
 
 local function builder(name, block, layers)
