@@ -294,6 +294,10 @@ describe('int8 kernels', function()
         -- (3 a gemm; then 2 and a last one alone, with groups)
         {x = {6, 16, 5, 5}, w = {20, 16, 3, 3}, stride = {1, 1}, pad = {1, 1}, dil = {1, 1}, g = 1, u8 = true},
         {x = {5, 32, 6, 6}, w = {64, 16, 3, 3}, stride = {2, 2}, pad = {1, 1}, dil = {1, 1}, g = 2, u8 = false},
+        -- 1x1 (a ResNet's downsample): stride 2 with samples grouped,
+        -- stride 1 with positions over threads
+        {x = {4, 64, 9, 9}, w = {48, 64, 1, 1}, stride = {2, 2}, pad = {0, 0}, dil = {1, 1}, g = 1, u8 = true},
+        {x = {1, 16, 10, 12}, w = {32, 16, 1, 1}, stride = {1, 1}, pad = {0, 0}, dil = {1, 1}, g = 1, u8 = true},
       }
       for _, nt in ipairs({1, 2}) do
         flow.set_num_threads(nt)

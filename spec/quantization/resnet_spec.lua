@@ -158,6 +158,7 @@ describe('flowvision.models.quantization', function()
     H.raises(function() q.resnet18({quantize = true, calibration_data = {}}) end,
       'calibration_data must be a non-empty list')
     H.raises(function() q.resnet18():fuse_model() end, 'needs eval mode')
+    H.raises(function() q.resnet18():fuse_model('yes') end, 'is_qat must be a boolean or nil')
     H.raises(function() q.resnet18({pretrained = '/nonexistent/w.safetensors'}) end, 'not found')
   end)
 end)

@@ -94,10 +94,16 @@ function QResNet:forward(x)
   return self.dequant(self.fc(self.avgpool(x):flatten(2)))
 end
 
---- model:fuse_model(): folds every Conv+BatchNorm(+ReLU) of the stem and the
--- blocks, in place; the model must be in eval mode (the BatchNorm running
--- statistics are folded into the weights, also before prepare_qat).
-function QResNet:fuse_model()
+--- model:fuse_model([is_qat]): folds every Conv+BatchNorm(+ReLU) of the stem
+-- and the blocks, in place; the model must be in eval mode (the BatchNorm
+-- running statistics are folded into the weights). is_qat is torchvision's
+-- argument: there it keeps BatchNorm inside QAT modules (ConvBnReLU2d),
+-- which flow.quantization does not have, so QAT also starts from the folded
+-- model (call model:train() after fuse_model, then prepare_qat).
+function QResNet:fuse_model(is_qat)
+  if is_qat ~= nil and type(is_qat) ~= 'boolean' then
+    A.fail('QuantizableResNet:fuse_model: is_qat must be a boolean or nil, got ' .. A.describe(is_qat))
+  end
   fuse(self, {{'conv1', 'bn1', 'relu'}})
   for _, m in self:named_modules() do
     if ops.is_a(m, QBasicBlock) or ops.is_a(m, QBottleneck) then m:fuse_model() end
