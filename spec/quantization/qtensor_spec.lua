@@ -456,8 +456,12 @@ describe('channels-last quantized activations', function()
       local x = flow.quantize_per_tensor(flow.randn(3, 8, 11, 9), 0.04, 120, flow.quint8)
       local c1, c2 = conv(8, 16, {}), conv(16, 12, {stride = 2, groups = 2, dilation = {1, 2}, padding = {1, 2}})
       local y1 = c1(x)
-      if isa ~= 'DEFAULT' and isa:find('AVX512') and C.of_quantized_backend(-1) == 0 then
-        assert.is_true(y1:int_repr():is_contiguous(CL) or not y1:int_repr():is_contiguous(), 'channels-last out')
+      -- the VNNI kernel answers channels-last (the int16 one NCHW)
+      local f = io.open('/proc/cpuinfo')
+      local vnni = f and f:read('*a'):find('avx512_vnni', 1, true) ~= nil
+      if f then f:close() end
+      if isa:find('AVX512') and vnni and C.of_quantized_backend(-1) == 0 then
+        assert.is_true(y1:int_repr():is_contiguous(CL), 'channels-last out')
       end
       local ycl = c2(y1)
       local yc = c2(Q.from_int_repr(y1:int_repr():contiguous(), y1:q_scale(), y1:q_zero_point()))
