@@ -170,6 +170,27 @@ of_status of_copy_fits(const int64_t *ds, int32_t dn, const int64_t *ss, int32_t
 
 static bool strides_contiguous(const int64_t *shape, const int64_t *strides, int32_t ndim);
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+/* 8 x 8 bytes: dst[c * ds + r] = src[r * ss + c], by SSE2 unpacks (rows
+ * interleaved by bytes, then 16-bit pairs, then 32-bit quads: each 8-byte
+ * half of the result is a column) */
+static void tr8x8_u8(const uint8_t *src, int64_t ss, uint8_t *dst, int64_t ds) {
+  __m128i a[8];
+  for (int i = 0; i < 8; i++) a[i] = _mm_loadl_epi64((const __m128i *)(src + i * ss));
+  const __m128i r01 = _mm_unpacklo_epi8(a[0], a[1]), r23 = _mm_unpacklo_epi8(a[2], a[3]);
+  const __m128i r45 = _mm_unpacklo_epi8(a[4], a[5]), r67 = _mm_unpacklo_epi8(a[6], a[7]);
+  const __m128i q0 = _mm_unpacklo_epi16(r01, r23), q1 = _mm_unpackhi_epi16(r01, r23);
+  const __m128i q2 = _mm_unpacklo_epi16(r45, r67), q3 = _mm_unpackhi_epi16(r45, r67);
+  const __m128i c[4] = {_mm_unpacklo_epi32(q0, q2), _mm_unpackhi_epi32(q0, q2), _mm_unpacklo_epi32(q1, q3),
+                        _mm_unpackhi_epi32(q1, q3)};
+  for (int i = 0; i < 4; i++) {
+    _mm_storel_epi64((__m128i *)(dst + (2 * i) * ds), c[i]);
+    _mm_storel_epi64((__m128i *)(dst + (2 * i + 1) * ds), _mm_srli_si128(c[i], 8));
+  }
+}
+#endif
+
 /* A 4-d copy between channels-last and contiguous of one dtype and shape
  * is a transpose per sample, [HW, C] <-> [C, HW]: done in 16 x 16 tiles,
  * where the element iterator would walk rows of W elements C apart
@@ -204,6 +225,24 @@ static bool copy_nhwc_nchw(of_tensor *dst, of_tensor *src) {
         }                                                                                \
     }                                                                                    \
   } while (0)
+#if defined(__x86_64__)
+  if (es == 1) {   /* bytes (quantized activations): 8 x 8 blocks in registers */
+    for (int64_t n = 0; n < N; n++) {
+      const uint8_t *a = (const uint8_t *)sp + n * rows * cols;
+      uint8_t *b = (uint8_t *)dp + n * rows * cols;
+      int64_t r0 = 0;
+      for (; r0 + 8 <= rows; r0 += 8) {
+        int64_t c0 = 0;
+        for (; c0 + 8 <= cols; c0 += 8) tr8x8_u8(a + r0 * cols + c0, cols, b + c0 * rows + r0, rows);
+        for (int64_t c = c0; c < cols; c++)
+          for (int64_t r = r0; r < r0 + 8; r++) b[c * rows + r] = a[r * cols + c];
+      }
+      for (int64_t r = r0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) b[c * rows + r] = a[r * cols + c];
+    }
+    return true;
+  }
+#endif
   if (es == 1) TR(uint8_t);
   else if (es == 2) TR(uint16_t);
   else if (es == 4) TR(uint32_t);

@@ -74,6 +74,28 @@ describe('memory formats', function()
     H.close(c, y, 0)
     assert.are.same(H.shape(y), H.shape(c))
   end)
+
+  -- NCHW <-> NHWC of one dtype is a tiled transpose per sample (8 x 8
+  -- byte blocks in registers for 1-byte dtypes): sizes around the blocks,
+  -- both directions, every element size
+  it('converts between NCHW and channels-last exactly: every element size, odd sizes', function()
+    local CL = {memory_format = flow.channels_last}
+    flow.manual_seed(4)
+    for _, sh in ipairs({{8, 64, 7, 7}, {3, 13, 5, 9}, {2, 8, 8, 8}, {1, 17, 1, 19}, {2, 3, 4, 5}, {1, 1, 3, 3}}) do
+      for _, dt in ipairs({flow.uint8, flow.int8, flow.int16, flow.float32, flow.float64}) do
+        local x = (flow.rand(unpack(sh)) * 100):to(dt)
+        local y = x:contiguous(CL)
+        assert.is_true(y:is_contiguous(CL))
+        H.close(y:to(flow.float64), x:to(flow.float64), 0, table.concat(sh, 'x') .. ' ' .. dt.name)
+        local back = y:contiguous()
+        assert.is_true(back:is_contiguous())
+        H.close(back:to(flow.float64), x:to(flow.float64), 0, table.concat(sh, 'x') .. ' ' .. dt.name .. ' back')
+        local into = flow.empty(sh, {dtype = dt}):contiguous(CL)
+        into:copy_(x)
+        H.close(into:to(flow.float64), x:to(flow.float64), 0, 'copy_ into channels-last')
+      end
+    end
+  end)
 end)
 
 describe('ops on channels-last tensors (CPU)', function()
