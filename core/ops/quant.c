@@ -1438,6 +1438,9 @@ static of_status qmaxpool_body(of_tensor *x, const a_quant *p, of_tensor **out) 
     OF_CHECK(of_dense_format(x, true, x->dtype, &xc));
     of_status st = of_tensor_new_channels_last(ym.shape, 4, ym.dtype, OF_CPU, out);
     const int nt = NC * OH * OW * kh * kw >= OF_PARALLEL_GRAIN ? of_threads() : 1;
+    /* the 2 x 2 stride-2 window without padding (LeNet's) takes the four
+     * neighbours' channel rows at once, with no bounds checks */
+    const bool w22 = kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && dh == 1 && dw == 1;
 #define QPOOL_CL(T, TMIN)                                                                \
   do {                                                                                   \
     const T *xt = (const T *)of_ptr(xc);                                                 \
@@ -1445,6 +1448,17 @@ static of_status qmaxpool_body(of_tensor *x, const a_quant *p, of_tensor **out) 
     _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")             \
     for (int64_t r = 0; r < N * OH; r++) {                                               \
       const int64_t n = r / OH, oh = r % OH;                                             \
+      if (w22) {                                                                         \
+        const T *r0 = xt + (n * H + 2 * oh) * W * C, *r1 = r0 + W * C;                   \
+        T *y = yt + r * OW * C;                                                          \
+        for (int64_t ow = 0; ow < OW; ow++, y += C, r0 += 2 * C, r1 += 2 * C)            \
+          for (int64_t c = 0; c < C; c++) {                                              \
+            const T a = r0[c] > r0[C + c] ? r0[c] : r0[C + c];                           \
+            const T b = r1[c] > r1[C + c] ? r1[c] : r1[C + c];                           \
+            y[c] = a > b ? a : b;                                                        \
+          }                                                                              \
+        continue;                                                                        \
+      }                                                                                  \
       for (int64_t ow = 0; ow < OW; ow++) {                                              \
         T *y = yt + ((n * OH + oh) * OW + ow) * C;                                       \
         bool first = true;                                                               \
@@ -1468,31 +1482,8 @@ static of_status qmaxpool_body(of_tensor *x, const a_quant *p, of_tensor **out) 
       }                                                                                  \
     }                                                                                    \
   } while (0)
-    /* the 2 x 2 stride-2 window without padding (LeNet's): the four
-     * neighbours' channel rows at once, no bounds checks */
-#define QPOOL_CL22(T)                                                                    \
-  do {                                                                                   \
-    const T *xt = (const T *)of_ptr(xc);                                                 \
-    T *yt = (T *)of_ptr(*out);                                                           \
-    _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")             \
-    for (int64_t r = 0; r < N * OH; r++) {                                               \
-      const int64_t n = r / OH, oh = r % OH;                                             \
-      const T *r0 = xt + (n * H + 2 * oh) * W * C, *r1 = r0 + W * C;                     \
-      T *y = yt + r * OW * C;                                                            \
-      for (int64_t ow = 0; ow < OW; ow++, y += C, r0 += 2 * C, r1 += 2 * C)              \
-        for (int64_t c = 0; c < C; c++) {                                                \
-          const T a = r0[c] > r0[C + c] ? r0[c] : r0[C + c];                             \
-          const T b = r1[c] > r1[C + c] ? r1[c] : r1[C + c];                             \
-          y[c] = a > b ? a : b;                                                          \
-        }                                                                                \
-    }                                                                                    \
-  } while (0)
-    const bool w22 = kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && dh == 1 && dw == 1;
-    if (st == OF_OK && w22 && x->dtype == OF_UINT8) QPOOL_CL22(uint8_t);
-    else if (st == OF_OK && w22) QPOOL_CL22(int8_t);
-    else if (st == OF_OK && x->dtype == OF_UINT8) QPOOL_CL(uint8_t, 0);
+    if (st == OF_OK && x->dtype == OF_UINT8) QPOOL_CL(uint8_t, 0);
     else if (st == OF_OK) QPOOL_CL(int8_t, INT8_MIN);
-#undef QPOOL_CL22
 #undef QPOOL_CL
     of_tensor_release(xc);
     return st;

@@ -192,12 +192,14 @@ static void tr8x8_u8(const uint8_t *src, int64_t ss, uint8_t *dst, int64_t ds) {
 #endif
 
 /* A 4-d copy between channels-last and contiguous of one dtype and shape
- * is a transpose per sample, [HW, C] <-> [C, HW]: done in 16 x 16 tiles,
- * where the element iterator would walk rows of W elements C apart
- * (a quantized LeNet's last feature map, 8 x 64 x 7 x 7 bytes, in 12 us
- * that way). true when it applied. */
+ * is a transpose per sample, [HW, C] <-> [C, HW]: done in 16 x 16 tiles
+ * (8 x 8 byte blocks in SSE2 registers for 1-byte dtypes), where the
+ * element iterator would walk rows of W elements C apart (a quantized
+ * LeNet's last feature map, 8 x 64 x 7 x 7 bytes, took 12 us that way).
+ * Not for a copy within one storage. true when it applied. */
 static bool copy_nhwc_nchw(of_tensor *dst, of_tensor *src) {
   if (dst->ndim != 4 || src->ndim != 4 || dst->dtype != src->dtype) return false;
+  if (dst->storage == src->storage) return false;
   for (int i = 0; i < 4; i++)
     if (dst->shape[i] != src->shape[i]) return false;
   const int64_t *sh = dst->shape;
