@@ -810,15 +810,19 @@ static of_status qconv_vnni(const char *op, of_tensor *x, of_tensor *w, of_tenso
   const int nbuf = by_sample ? nth : 1;
   /* scratch from the caching allocator: fresh pages from malloc (mmap
    * above its threshold) cost more to fault in than the convolution */
-  const int64_t pbytes = nbuf * S * plane, abytes = nbuf * S * L * Og * (int64_t)sizeof(int32_t);
+  /* 8-bit outputs are requantised in the gemm's registers (fused); only a
+   * float32 output goes through int32 rows (acc) */
+  const bool fused = p->out_dtype != OF_FLOAT32;
+  const int64_t pbytes = nbuf * S * plane;
+  const int64_t abytes = fused ? 0 : nbuf * S * L * Og * (int64_t)sizeof(int32_t);
   of_tensor *xl = NULL;
   of_status st = of_dense_format(x, true, x->dtype, &xl);
   if (st == OF_OK) st = of_tensor_new_channels_last(ym->shape, 4, ym->dtype, OF_CPU, out);
   uint8_t *P = st == OF_OK ? of_alloc(OF_CPU, pbytes) : NULL;
-  int32_t *acc = st == OF_OK ? of_alloc(OF_CPU, abytes) : NULL;
+  int32_t *acc = st == OF_OK && !fused ? of_alloc(OF_CPU, abytes) : NULL;
   int32_t *corr = zp_terms(pk, G * Ogp, xz);
   int64_t *roff = malloc((size_t)(S * L) * sizeof *roff), *toff = malloc((size_t)ntap * sizeof *toff);
-  if (st == OF_OK && !(P && acc && corr && roff && toff))
+  if (st == OF_OK && !(P && (acc || fused) && corr && roff && toff))
     st = of_fail(OF_ERR_OOM, "%s: out of memory for the input planes", op);
   for (int64_t l = 0; st == OF_OK && l < S * L; l++)
     roff[l] = l / L * plane + ((l % L / OW) * sh * Wp + (l % L % OW) * sw) * cp;
@@ -844,9 +848,7 @@ static of_status qconv_vnni(const char *op, of_tensor *x, of_tensor *w, of_tenso
       }                                                                                  \
     }                                                                                    \
   } while (0)
-  /* 8-bit outputs are requantised in the gemm's registers (fused: q and
-   * the output rows ob), float ones through the int32 rows ac */
-  const bool fused = p->out_dtype != OF_FLOAT32;
+  /* fused: q requantises into the output rows ob; else int32 rows ac */
 #define VJOB(pl, ac, g, q, ob) \
   {(pl), roff, toff, ntap, tapl / 4, pk->B + (g) * Ogp * ntap * tapl, ntap * tapl * 16, (ac), Og, Og, \
    corr + (g) * Ogp, fused ? (q) : NULL, (ob), O * esz}
@@ -863,7 +865,7 @@ static of_status qconv_vnni(const char *op, of_tensor *x, of_tensor *w, of_tenso
       const int t = omp_get_thread_num(), n = omp_get_num_threads();
       const int64_t per = (N + n - 1) / n, s0 = per * t < N ? per * t : N, s1 = s0 + per < N ? s0 + per : N;
       uint8_t *pl = P + t * S * plane;
-      int32_t *ac = acc + t * S * L * Og;
+      int32_t *ac = acc ? acc + t * S * L * Og : NULL;
       for (int64_t s_ = s0; s_ < s1; s_ += S) {
         const int64_t sc = s1 - s_ < S ? s1 - s_ : S;
         for (int64_t g = 0; g < G; g++) {

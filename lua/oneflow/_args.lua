@@ -316,6 +316,14 @@ function A.check_status(st)
   if st ~= 0 then fail(ffi.string(core.C.of_last_error())) end
 end
 
+--- true when tensors a and b have the same sizes.
+function A.same_shape(a, b)
+  local sa, sb = a:size(), b:size()
+  if #sa ~= #sb then return false end
+  for i = 1, #sa do if sa[i] ~= sb[i] then return false end end
+  return true
+end
+
 --- '[2,3]' for a tensor, a Size or a list of sizes (sep ', ' gives '[2, 3]').
 function A.shape_str(x, sep)
   if is_tensor(x) then

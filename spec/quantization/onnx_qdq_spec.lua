@@ -182,6 +182,26 @@ describe('onnx export of int8 models (QDQ)', function()
     end
   end)
 
+  it('QFunctional.add of a quantized tensor and a number: DequantizeLinear, Add, QuantizeLinear', function()
+    local N = nn.Module:subclass('QdqAddScalar')
+    function N:__init()
+      nn.Module.__init(self)
+      self.quant, self.add, self.dequant = Qz.QuantStub(), Qz.FloatFunctional(), Qz.DeQuantStub()
+    end
+    function N:forward(x) return self.dequant(self.add:add(self.quant(x), 0.5)) end
+    local m = N()
+    m:eval()
+    m.qconfig = Qz.get_default_qconfig('x86')
+    local p = Qz.prepare(m)
+    local x = flow.randn(4, 8)
+    Qz.calibrate(p, {x})
+    local q = Qz.convert(p)
+    local path = dir .. '/add_scalar.onnx'
+    flow.onnx.export(q, {x}, path)
+    assert.are.equal(1, count(reader.op_types(reader.read(path).graph), 'Add'))
+    assert.are.equal(0, (flow.onnx.load(path)(x) - q(x)):abs():max():item())
+  end)
+
   it('refuses what has no QDQ form, naming it', function()
     local dyn = Qz.quantize_dynamic(nn.Sequential(nn.Linear(4, 3)))
     local ok, err = pcall(flow.onnx.export, dyn, {flow.randn(2, 4)}, dir .. '/dyn.onnx')

@@ -320,6 +320,12 @@ describe('int8 kernels', function()
           local d = (y:to(flow.float32) - want):abs()
           assert.is_true(d:max():item() <= 1, 'case ' .. ci .. ', threads ' .. nt)
           assert.is_true(d:gt(0):sum():item() <= math.max(1, y:numel() / 100), 'case ' .. ci .. ' exact')
+          -- float32 out: the int32 rows path (8-bit outputs requantise in registers)
+          assert.are.equal(0, C.of_quantized_conv2d(xi.p, wi.p, ws.p, wz.p, bias.p, buf(c.stride), buf(c.pad),
+            buf(c.dil), c.g, xs, xzp, 1, 0, flow.float32.id, 0, p), ffi.string(C.of_last_error()))
+          local sc = (ws * f32(xs)):view(1, -1, 1, 1)
+          H.close(require('oneflow._C').wrap(p[0]), acc:to(flow.float32) * sc + bias:view(1, -1, 1, 1), 1e-5,
+            'float out, case ' .. ci .. ', threads ' .. nt)
         end
         for _, shape in ipairs({{8, 37, 33}, {1, 300, 10}, {2, 16, 100}, {33, 64, 17}}) do
           local M_, K, N = shape[1], shape[2], shape[3]

@@ -15,7 +15,9 @@
 -- layer1.0.conv1, ..., fc), so a checkpoint of models.resnet18 loads. The
 -- blocks differ from the float ones in what quantization needs: the
 -- residual sum is a FloatFunctional (add_relu: one observed output), the
--- input and output pass QuantStub / DeQuantStub, and no ReLU is in place.
+-- input and output pass QuantStub / DeQuantStub (torch.ao.quantization's
+-- names for where convert puts the Quantize / DeQuantize modules; prepare
+-- observes the input there), and no ReLU is in place.
 local A = require 'oneflow._args'
 local flow = require 'oneflow'
 local R = require 'flowvision.models.resnet'

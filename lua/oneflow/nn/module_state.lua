@@ -2,6 +2,7 @@
 -- tensors -- state_dict / load_state_dict (PyTorch key names), _apply and
 -- the dtype/device conversions, and clone (a deep copy). Installed on
 -- nn.Module by oneflow.nn.module.
+local A = require 'oneflow._args'
 local T = require 'oneflow.tensor'
 local autograd = require 'oneflow.autograd'
 local mf = require 'oneflow.memory_format'
@@ -65,13 +66,6 @@ local function extra_entries(m, prefix, out)
   return out
 end
 
-local function same_shape(a, b)
-  local sa, sb = a:size(), b:size()
-  if #sa ~= #sb then return false end
-  for i = 1, #sa do if sa[i] ~= sb[i] then return false end end
-  return true
-end
-
 local function load_problems(self, sd, strict)
   local problems, missing, unexpected, seen = {}, {}, {}, {}
   local to_copy = {}
@@ -82,7 +76,7 @@ local function load_problems(self, sd, strict)
     if src == nil then missing[#missing + 1] = k
     elseif not is_tensor(src) then
       problems[#problems + 1] = ('value for %s is a %s, not a tensor'):format(k, type(src))
-    elseif not same_shape(src, dst) then
+    elseif not A.same_shape(src, dst) then
       problems[#problems + 1] = ('size mismatch for %s: checkpoint %s, model %s'):format(
         k, U.shape_str(src), U.shape_str(dst))
     else

@@ -150,7 +150,7 @@ local function qadd_rule(relu, what)
         if v._qscheme ~= 'per_tensor_affine' then fail(what .. ': per-channel operands cannot be exported') end
         return dequantized(g, v, what)
       end
-      return g:val(v)
+      return g:scalar(v, 'float32')   -- QFunctional takes numbers beside quantized tensors
     end
     requantize(g, out, mod, g:node('Add', {operand(a), operand(b)}), relu, what)
   end

@@ -515,15 +515,9 @@ end
 function QFunctional:_out(y) return Q.quantize_per_tensor(y, self.scale, self.zero_point, self.out_dtype) end
 -- two per-tensor quantized operands of one shape: one C pass
 -- (of_quantized_add, equal to the float chain below to the bit)
-local function same_shape(x, y)
-  local sx, sy = x.shape, y.shape
-  if #sx ~= #sy then return false end
-  for i = 1, #sx do if sx[i] ~= sy[i] then return false end end
-  return true
-end
 local function qadd(self, a, b, relu)
   if not (is_q(a) and is_q(b) and a._qscheme == 'per_tensor_affine' and b._qscheme == 'per_tensor_affine'
-          and same_shape(a._int, b._int)) then
+          and A.same_shape(a._int, b._int)) then
     return nil
   end
   if C.of_quantized_add(a._int.p, b._int.p, a._scale, a._zp, b._scale, b._zp, self.scale, self.zero_point,
