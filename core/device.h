@@ -137,6 +137,11 @@ typedef struct of_device_ops {
    * below hi), 1 normal (mean, std), 2 bernoulli (p) */
   of_status (*random)(of_tensor *t, int32_t dist, const double *p, uint64_t seed,
                       uint64_t offset);
+  /* dropout (core/ops/random.c's stream): y = x * keep / (1 - p) and mask = keep
+   * (bool), keep = the element's Philox word >= ceil(p 2^24) << 8; x, y, mask
+   * contiguous, of x's shape */
+  of_status (*dropout)(of_tensor *x, double p, uint64_t seed, uint64_t offset, of_tensor *y,
+                       of_tensor *mask);
   /* c [batch, m, n] = alpha * a @ b + beta * c, a [batch, m, k] / [batch, k, m]
    * when ta, batch strides in elements (0: broadcast) */
   of_status (*gemm)(int32_t ta, int32_t tb, int64_t m, int64_t n, int64_t k, double alpha,

@@ -76,6 +76,52 @@ static of_status random(of_tensor *t, int32_t dist, const double *p, uint64_t se
   });
 }
 
-void register_random(of_device_ops *ops) { ops->random = random; }
+// dropout: element i keeps when word i % 4 of block offset + i / 4 is >= thr
+// (core/ops/random.c's dropout, the CPU's masks); each thread draws one block.
+// Kept values: x * scale in float (double for double), as the CPU rounds them.
+template <typename T> struct DropMul {
+  __device__ static T go(T x, double s) { return Cvt<T, float>::go(Cvt<float, T>::go(x) * (float)s); }
+};
+template <> struct DropMul<double> {
+  __device__ static double go(double x, double s) { return x * s; }
+};
+template <typename T>
+__global__ void dropout_kernel(const T *x, T *y, bool *mask, int64_t n, uint32_t k0,
+                               uint32_t k1, uint64_t offset, uint64_t thr, double s) {
+  for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; 4 * b < n;
+       b += (int64_t)gridDim.x * blockDim.x) {
+    uint32_t w[4];
+    philox(offset + (uint64_t)b, k0, k1, w);
+    for (int q = 0; q < 4 && 4 * b + q < n; q++) {
+      int64_t i = 4 * b + q;
+      bool keep = (uint64_t)w[q] >= thr;
+      mask[i] = keep;
+      y[i] = keep ? DropMul<T>::go(x[i], s) : Cvt<T, float>::go(0.0f);
+    }
+  }
+}
+
+static of_status dropout(of_tensor *x, double p, uint64_t seed, uint64_t offset, of_tensor *y,
+                         of_tensor *mask) {
+  int64_t n = x->numel;
+  if (n == 0) return OF_OK;
+  int dev = use_device(of_dev(x));
+  cudaStream_t st = current_stream(dev);
+  uint64_t thr = (uint64_t)ceil(p * 0x1p24) << 8;
+  double s = p < 1 ? 1.0 / (1.0 - p) : 0.0;
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+  int64_t blocks = (n + 3) / 4;
+  return dispatch_float(x->dtype, "dropout", [&](auto z) -> of_status {
+    typedef decltype(z) T;
+    dropout_kernel<T><<<blocks_for(blocks), kThreads, 0, st>>>(
+        (const T *)ptr(x), (T *)ptr(y), (bool *)ptr(mask), n, k0, k1, offset, thr, s);
+    return launched("dropout");
+  });
+}
+
+void register_random(of_device_ops *ops) {
+  ops->random = random;
+  ops->dropout = dropout;
+}
 
 }  // namespace ofc

@@ -632,9 +632,11 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       if (a->n != 0) BAD("attrs.n: %lld (unused by nonzero: must be 0)", (long long)a->n);
       break;
     }
-    case OPK_UNIFORM_: case OPK_NORMAL_: case OPK_RANDINT_: case OPK_BERNOULLI_: {
+    case OPK_UNIFORM_: case OPK_NORMAL_: case OPK_RANDINT_: case OPK_BERNOULLI_:
+    case OPK_DROPOUT: {
       const a_rand2 *a = p;
-      if (n->op == OPK_BERNOULLI_) {
+      if (n->op == OPK_DROPOUT && a->b != 0) BAD("attrs.b: %g (unused by dropout: must be 0)", a->b);
+      if (n->op == OPK_BERNOULLI_ || n->op == OPK_DROPOUT) {
         if (!(a->a >= 0 && a->a <= 1)) BAD("attrs.p: %g is not a probability", a->a);
         break;
       }

@@ -90,6 +90,7 @@ local CASES = {
   randint_ = {ok = {a = 0, b = 10}, outs = {}, bad = {{{b = 0}, 'an empty range'}}},
   bernoulli_ = {ok = {a = 0.5}, outs = {}, bad = {{{a = 2}, 'attrs.p'}}},
   bernoulli = {bad = {{{v = 1}, 'attrs.v'}}},
+  dropout = {ok = {a = 0.5}, outs = {X, {{2, 3, 4, 4}, 'bool'}}, bad = {{{a = -0.5}, 'attrs.p'}, {{b = 1}, 'attrs.b'}}},
   randperm = {ins = {}, ok = {n = 3, dtype = 4}, outs = {{{3}, 'int64'}}, bad = {{{base = 7}, 'attrs.index_base'}}},
   conv = {ins = {X, {{5, 3, 3, 3}}, false}, ok = {nsp = 2, groups = 1}, outs = {{{2, 5, 2, 2}}},
           bad = {{{groups = 0}, 'attrs.groups'}, {{nsp = 4}, 'attrs.nsp'}}},

@@ -2,6 +2,9 @@ local flow = require 'oneflow'
 local H = require 'spec.helpers'
 local nn, F = flow.nn, flow.nn.functional
 
+-- the same values, bit for bit
+local function same(a, b) return a:eq(b):all():item() end
+
 describe('dropout', function()
   it('zeroes about p of the values and scales the rest by 1 / (1 - p)', function()
     flow.manual_seed(3)
@@ -35,6 +38,111 @@ describe('dropout', function()
     local y = F.dropout(x, 0.5)
     y:sum():backward()
     H.close(x.grad, y:detach():totable())
+  end)
+
+  it('native_dropout: one pass, its mask is rand(shape) >= p from the same generator state', function()
+    -- sizes around the 128-element vector steps and the 4096-element tasks
+    for _, n in ipairs({1, 63, 129, 4096 * 3 + 17, 70001}) do
+      for _, p in ipairs({0.1, 0.5, 0.9}) do
+        local x = flow.randn(n)
+        flow.manual_seed(7)
+        local u = flow.rand(n):double()
+        flow.manual_seed(7)
+        local y, m = flow.native_dropout(x, p, true)
+        assert.equals(flow.bool, m.dtype)
+        assert.is_true(m:eq(u:ge(p)):all():item(), 'mask n=' .. n .. ' p=' .. p)
+        local scale = flow.tensor(1 / (1 - p)):float()
+        assert.is_true(y:eq(x * m:float() * scale):all():item(), 'values n=' .. n .. ' p=' .. p)
+      end
+    end
+    -- the generator moves on as flow.rand's fill does (4 elements a block)
+    flow.manual_seed(3)
+    flow.native_dropout(flow.ones(10), 0.5, true)
+    local after = flow.rand(5)
+    flow.manual_seed(3)
+    flow.rand(10)
+    assert.is_true(same(after, flow.rand(5)))
+  end)
+
+  it('native_dropout gives the same bits for every instruction set, thread count, dtype and layout', function()
+    local x = flow.randn(257, 301)
+    local ref_y, ref_m
+    H.each_isa(function(isa)
+      for _, th in ipairs({1, 2}) do
+        local before = flow.get_num_threads()
+        flow.set_num_threads(th)
+        flow.manual_seed(11)
+        local y, m = flow.native_dropout(x, 0.3, true)
+        flow.set_num_threads(before)
+        if not ref_y then ref_y, ref_m = y, m end
+        assert.is_true(y:eq(ref_y):all():item() and m:eq(ref_m):all():item(), isa .. ' threads ' .. th)
+      end
+    end)
+    -- float64, bfloat16 and float16 take the same draws (the scalar path)
+    for _, dt in ipairs({flow.float64, flow.bfloat16, flow.float16}) do
+      flow.manual_seed(11)
+      local y, m = flow.native_dropout(x:to(dt), 0.3, true)
+      assert.equals(dt, y.dtype)
+      assert.is_true(m:eq(ref_m):all():item(), tostring(dt))
+      local want = (x:to(dt):float() * m:float() * flow.tensor(1 / 0.7):float()):to(dt)
+      if dt == flow.float64 then want = x:double() * m:double() * (1 / 0.7) end
+      assert.is_true(y:eq(want):all():item(), tostring(dt) .. ' values')
+    end
+    -- a transposed input: the mask follows the logical order
+    local xt = flow.randn(301, 257):t()
+    flow.manual_seed(5)
+    local y1, m1 = flow.native_dropout(xt, 0.4, true)
+    flow.manual_seed(5)
+    local y2, m2 = flow.native_dropout(xt:contiguous(), 0.4, true)
+    assert.is_true(y1:eq(y2):all():item() and m1:eq(m2):all():item())
+  end)
+
+  it('native_dropout: p = 0 keeps all, p = 1 drops all, train = false copies, empty and bad input', function()
+    local x = flow.randn(40, 7)
+    local y, m = flow.native_dropout(x, 0, true)
+    assert.is_true(same(x, y))
+    assert.is_true(m:all():item())
+    y, m = flow.native_dropout(x, 1, true)
+    assert.is_true(y:eq(0):all():item() and not m:any():item())
+    y, m = flow.native_dropout(x, 0.5, false)
+    assert.is_true(same(x, y))
+    assert.is_true(m:all():item())
+    y:add_(1)
+    assert.is_false(x:eq(y):all():item(), 'train = false returns a copy')
+    y, m = flow.native_dropout(flow.empty(0, 3), 0.5, true)
+    assert.same({0, 3}, H.shape(y))
+    assert.same({0, 3}, H.shape(m))
+    H.raises(function() flow.native_dropout(flow.ones(3, {dtype = flow.int64}), 0.5, true) end,
+             'dropout', 'floating', 'int64')
+    H.raises(function() flow.native_dropout(flow.ones(3), 1.5, true) end, 'dropout', 'p', '1.5')
+    H.raises(function() flow.native_dropout(flow.ones(3), 0 / 0, true) end, 'dropout', 'p')
+    H.raises(function() flow.native_dropout(3, 0.5, true) end, 'native_dropout', 'tensor')
+  end)
+
+  it('dropout backward is g * mask / (1 - p), in place too; gradcheck (graphs: spec/graph/graph_spec.lua)', function()
+    local x = flow.randn(33, 65, {requires_grad = true})
+    flow.manual_seed(9)
+    local y = F.dropout(x, 0.25)
+    local g = flow.randn(33, 65)
+    y:backward(g)
+    flow.manual_seed(9)
+    local _, m = flow.native_dropout(x:detach(), 0.25, true)
+    H.close(x.grad, (g * m:float() / 0.75):totable(), 1e-6)
+    assert.equals('DropoutBackward', flow.native_dropout(x, 0.25, true).grad_fn:name())
+    -- in place: the values of the out-of-place call
+    local z = flow.randn(8, 9)
+    flow.manual_seed(4)
+    local want = F.dropout(z, 0.5)
+    flow.manual_seed(4)
+    local zi = z:clone()
+    assert.equals(zi, F.dropout(zi, {p = 0.5, inplace = true}))
+    assert.is_true(same(want, zi))
+    -- float64 gradcheck with the mask fixed by reseeding before each call
+    local x64 = flow.randn(5, 6, {dtype = flow.float64, requires_grad = true})
+    assert.is_true(flow.autograd.gradcheck(function(t)
+      flow.manual_seed(2)
+      return F.dropout(t, 0.4)
+    end, {x64}))
   end)
 
   it('dropout2d drops whole channels', function()

@@ -442,6 +442,10 @@ of_status of_normal_(of_tensor *t, double mean, double std);
 of_status of_randint_(of_tensor *t, int64_t lo, int64_t hi);      /* [lo, hi) */
 of_status of_bernoulli(of_tensor *p, of_tensor **out);            /* p in [0,1] */
 of_status of_bernoulli_(of_tensor *t, double p);
+/* Dropout in one pass: out = x * keep / (1 - p), mask = keep (bool), p in
+ * [0, 1]; element i keeps when the float32 uniform_ draw for element i from
+ * the same generator state is >= p. */
+of_status of_dropout(of_tensor *x, double p, of_tensor **out, of_tensor **mask);
 of_status of_randperm(int64_t n, int64_t index_base, of_dtype dt, of_tensor **out);
 /* New tensors from U[0, 1) and N(0, 1) (floating dt). */
 of_status of_rand(const int64_t *shape, int32_t ndim, of_dtype dt, of_device dev,

@@ -37,6 +37,7 @@ local RANDOM = {
   rand = true, randn = true, randint = true, randperm = true, normal = true, rand_like = true,
   randn_like = true, randint_like = true, uniform_ = true, normal_ = true, random_ = true,
   bernoulli = true, bernoulli_ = true, multinomial = true, exponential_ = true,
+  native_dropout = true,
 }
 -- tensor operators -> rule name, display name
 local OPERATORS = {

@@ -23,6 +23,7 @@
 --   flow.rand_like, randn_like, randint_like(x, [low,] high)
 --   x:uniform_(a, b), x:normal_(mean, std), x:random_([lo,] hi),
 --   x:bernoulli_(p)  (p a number or a tensor broadcastable to x)
+--   flow.native_dropout(x, p, train)  (output, bool mask) in one pass
 local ffi = require 'ffi'
 local core = require 'oneflow._C'
 local types = require 'oneflow.types'
@@ -330,6 +331,20 @@ def('bernoulli', function(p, q)
     return t
   end
   return T.call1(C.of_bernoulli, p.p, out1)
+end)
+--- flow.native_dropout(x, p, train): PyTorch's fused dropout, returning
+-- (output, mask): output = x * mask / (1 - p) and mask a bool tensor of the
+-- kept elements, in one pass (core/ops/random.c). Element i is kept when the
+-- float32 uniform draw flow.rand would give element i from the same
+-- generator state is >= p. train = false gives (a copy of x, all true).
+def('native_dropout', function(x, p, train)
+  if not is_tensor(x) then error('native_dropout: expected a tensor, got ' .. type(x), 2) end
+  p = num(p, 0.5, 'native_dropout', 'p')
+  if train == false then
+    return x:clone(), T.flow.ones(x:size():totable(), {dtype = 'bool', device = x.device})
+  end
+  if C.of_dropout(x.p, p, out1, core.out2) ~= 0 then raise(2) end
+  return core.wrap(out1[0]), core.wrap(core.out2[0])
 end)
 local flow, check_tensor, shape_str, int64 = T.flow, A.check_tensor, A.shape_str, types.by_name.int64
 

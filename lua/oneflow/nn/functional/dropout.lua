@@ -1,6 +1,7 @@
 -- oneflow.nn.functional.dropout: dropout, channel-wise dropout and alpha
--- dropout. Masks come from flow's bernoulli; kept values are scaled by
--- 1 / (1 - p) so the expectation is unchanged. In eval (training = false)
+-- dropout. F.dropout is flow.native_dropout (one fused pass); the channel
+-- masks come from flow's bernoulli. Kept values are scaled by 1 / (1 - p)
+-- so the expectation is unchanged. In eval (training = false)
 -- every function is the identity.
 --   F.dropout(x, 0.5, self.training)   F.dropout(x, {p = 0.2, training = true})
 local flow = require 'oneflow'   -- the table being built (used at call time)
@@ -37,7 +38,10 @@ function F.dropout(x, ...)
   local a = args('dropout', ...)
   if not a.training or a.p == 0 then return x end
   if a.p == 1 then return apply(x, x:new_zeros(x:size():totable()), a.inplace) end
-  return apply(x, scaled_mask(x, x:size():totable(), a.p), a.inplace)
+  -- one fused pass (mask and product); its bool mask is what backward keeps
+  local y = flow.native_dropout(x, a.p, true)
+  if a.inplace then return x:copy_(y) end
+  return y
 end
 
 -- Whole channels are zeroed: the mask has shape [N, C, 1, ...] (or [C, 1, ...]
@@ -114,7 +118,13 @@ local function global_dropout(name, mask_shape)
     if not a.training or a.p == 0 or a.p == 1 then return orig(unpack(largs, 1, ctx.n)) end
     local x, shape = largs[1], ctx.shapes[1]
     local mshape = mask_shape(name, shape)
-    local full = flow.empty(mshape, {dtype = x.dtype}):bernoulli_(1 - a.p)
+    -- F.dropout's own draws (native_dropout's mask), the channel masks bernoulli_'s
+    local full
+    if name == 'dropout' then
+      full = select(2, flow.native_dropout(flow.ones(mshape, {dtype = x.dtype}), a.p, true))
+    else
+      full = flow.empty(mshape, {dtype = x.dtype}):bernoulli_(1 - a.p)
+    end
     if not P:has_me() then return x end
     local s, g = ctx.in_sbps[1], P:group()
     local mine = mask_part(full, shape, mshape, P, s, P.coord):size():totable()
