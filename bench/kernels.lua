@@ -55,6 +55,7 @@ local CASES = {
   {'log_softmax_bwd_f32', 5, 'log_softmax forward + backward'},
   {'cross_entropy_f32', 1, 'cross_entropy forward, class indices, mean'},
   {'cross_entropy_bwd_f32', 3, 'cross_entropy forward + backward'},
+  {'logsumexp_f32', 1, 'logsumexp over the last dim'},
   {'gelu_f32', 2, 'GELU (erf) forward'},
   {'gelu_bwd_f32', 5, 'GELU forward + backward'},
   {'silu_f32', 2, 'SiLU forward'},
@@ -112,6 +113,7 @@ local function make(name)
   elseif op == 'cross_entropy' then
     local t = flow.randint(1, M + 1, {R}, {dtype = flow.int64})
     fn = function() return F.cross_entropy(x, t) end
+  elseif op == 'logsumexp' then fn = function() return x:logsumexp(-1) end
   elseif op == 'gelu' then fn = function() return F.gelu(x) end
   elseif op == 'silu' then fn = function() return F.silu(x) end
   elseif op == 'exp' or op == 'tanh' or op == 'sigmoid' or op == 'erf' or op == 'relu' then

@@ -67,6 +67,8 @@ def make(name):
     if op == 'log':
         xp = x.abs() + 0.1
         return lambda: torch.log(xp)
+    if op == 'logsumexp':
+        return lambda: x.logsumexp(-1)
     if op == 'gelu':
         return lambda: F.gelu(x)
     if op == 'silu':

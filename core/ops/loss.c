@@ -203,7 +203,7 @@ typedef struct {
       const T *xi = x + base;                                                             \
       double l, v = 0;                                                                    \
       if (S == 1 && ROWK_##T) {   /* a contiguous row: the vector kernel (rowk.c) */      \
-        l = of_rowk_logsumexp_row(OF_FLOAT32, xi, C);                                     \
+        l = of_rowk_logsumexp_row(OF_FLOAT32, xi, C, i + 1 < ns ? xi + C : NULL);         \
       } else {                                                                            \
         double m = -INFINITY, se = 0;                                                     \
         for (int64_t c = 0; c < C; c++) m = fmax(m, (double)xi[c * S]);                   \

@@ -464,30 +464,52 @@ static inline float ld1_bf16(const uint16_t *p) {
     for (int64_t r = 0; r < N; r++)                                                             \
       for (int64_t j = mv; j < M; j++) acc[j] += (double)ld1_##TS(x + r * rs + j);              \
   }                                                                                             \
-  /* one row: log(sum(exp(x))) (online over chunks) */                                          \
-  ATTR static double lse_##TS##_##ISA(const void *x_, int64_t M) {                              \
+  /* one row: log(sum(exp(x))) (online over chunks); the lines of `next` (the next row, or   \
+   * NULL) are asked for while the exps run, as softmax's rows do */                           \
+  ATTR static double lse_##TS##_##ISA(const void *x_, int64_t M, const void *next) {            \
     const T *x = x_;                                                                            \
+    const char *nx = next;                                                                      \
     float mx = -INFINITY;                                                                       \
     double s = 0;                                                                               \
     for (int64_t c0 = 0; c0 < M; c0 += CH) {                                                    \
       int64_t nc = M - c0 < CH ? M - c0 : CH, i = 0;                                            \
       const T *pc = x + c0;                                                                     \
-      vf##W m0 = vsplat##W(-INFINITY), m1 = m0;                                                 \
-      for (; i + 2 * W <= nc; i += 2 * W) {                                                     \
-        m0 = vmax##W(m0, ld_##TS##_##W(pc + i));                                                \
-        m1 = vmax##W(m1, ld_##TS##_##W(pc + i + W));                                            \
+      /* four chains of the quiet max and of the sums: a NaN in the row still reaches    \
+       * the sum through its exp, as in softmax's rows; a chunk whose quiet max is -inf is \
+       * rescanned with the NaN-keeping max (all -inf, or -inf and NaN) */                 \
+      vf##W m0 = vsplat##W(-INFINITY), m1 = m0, m2 = m0, m3 = m0;                               \
+      for (; i + 4 * W <= nc; i += 4 * W) {                                                     \
+        m0 = vmaxq##W(m0, ld_##TS##_##W(pc + i));                                               \
+        m1 = vmaxq##W(m1, ld_##TS##_##W(pc + i + W));                                           \
+        m2 = vmaxq##W(m2, ld_##TS##_##W(pc + i + 2 * W));                                       \
+        m3 = vmaxq##W(m3, ld_##TS##_##W(pc + i + 3 * W));                                       \
       }                                                                                         \
-      for (; i + W <= nc; i += W) m0 = vmax##W(m0, ld_##TS##_##W(pc + i));                      \
-      if (i < nc) m1 = vmax##W(m1, ldn_##TS##_##W(pc + i, nc - i, -INFINITY));                  \
-      float cm = hmax##W(vmax##W(m0, m1));                                                      \
-      if (cm == -INFINITY) continue;                                                            \
-      vf##W e0 = vsplat##W(0), e1 = e0;                                                         \
-      for (i = 0; i + 2 * W <= nc; i += 2 * W) {                                                \
+      for (; i + W <= nc; i += W) m0 = vmaxq##W(m0, ld_##TS##_##W(pc + i));                     \
+      if (i < nc) m1 = vmaxq##W(m1, ldn_##TS##_##W(pc + i, nc - i, -INFINITY));                 \
+      float cm = hmax##W(vmax##W(vmax##W(m0, m1), vmax##W(m2, m3)));                            \
+      if (cm == -INFINITY) {                                                                    \
+        for (i = 0; i + W <= nc; i += W) m0 = vmax##W(m0, ld_##TS##_##W(pc + i));               \
+        if (i < nc) m0 = vmax##W(m0, ldn_##TS##_##W(pc + i, nc - i, -INFINITY));                \
+        cm = hmax##W(m0);                                                                       \
+        if (cm == -INFINITY) continue;                                                          \
+        mx = cm;   /* NaN */                                                                    \
+        break;                                                                                  \
+      }                                                                                         \
+      vf##W e0 = vsplat##W(0), e1 = e0, e2 = e0, e3 = e0;                                       \
+      for (i = 0; i + 4 * W <= nc; i += 4 * W) {                                                \
+        if (nx)                                                                                 \
+          for (int64_t o = (c0 + i) * (int64_t)sizeof(T); o < (c0 + i + 4 * W) * (int64_t)sizeof(T); \
+               o += 64)                                                                         \
+            __builtin_prefetch(nx + o, 0, 3);                                                   \
         e0 += vexpn##W(ld_##TS##_##W(pc + i) - cm);                                              \
         e1 += vexpn##W(ld_##TS##_##W(pc + i + W) - cm);                                          \
+        e2 += vexpn##W(ld_##TS##_##W(pc + i + 2 * W) - cm);                                      \
+        e3 += vexpn##W(ld_##TS##_##W(pc + i + 3 * W) - cm);                                      \
       }                                                                                         \
       for (; i + W <= nc; i += W) e0 += vexpn##W(ld_##TS##_##W(pc + i) - cm);                    \
       if (i < nc) e1 += vfirst##W(vexpn##W(ldn_##TS##_##W(pc + i, nc - i, 0.0f) - cm), nc - i);  \
+      e0 += e2;                                                                                 \
+      e1 += e3;                                                                                 \
       double cs = hsum##W(e0 + e1);                                                             \
       if (cm > mx || cm != cm) {                                                                \
         s = s * exp((double)mx - (double)cm) + cs;                                              \
@@ -570,7 +592,7 @@ typedef void (*ew_fn)(int32_t, const void *, void *, int64_t);
 static const ew_fn ew_tab[2][3] = {ISA_TABLE(ew, f32), ISA_TABLE(ew, bf16)};
 typedef void (*ewg_fn)(int32_t, const void *, const void *, void *, int64_t);
 static const ewg_fn ewg_tab[2][3] = {ISA_TABLE(ewg, f32), ISA_TABLE(ewg, bf16)};
-typedef double (*lse_fn)(const void *, int64_t);
+typedef double (*lse_fn)(const void *, int64_t, const void *);
 static const lse_fn lse_tab[2][3] = {ISA_TABLE(lse, f32), ISA_TABLE(lse, bf16)};
 typedef double (*rsum_fn)(const void *, int64_t, int32_t);
 static const rsum_fn rsum_tab[2][3] = {ISA_TABLE(rsum, f32), ISA_TABLE(rsum, bf16)};
@@ -706,8 +728,8 @@ bool of_rowk_unary(int32_t op, of_dtype dt, const void *x, void *y, int64_t n) {
   return true;
 }
 
-double of_rowk_logsumexp_row(of_dtype dt, const void *x, int64_t M) {
-  return lse_tab[tix(dt)][of_cpu_isa()](x, M);
+double of_rowk_logsumexp_row(of_dtype dt, const void *x, int64_t M, const void *next) {
+  return lse_tab[tix(dt)][of_cpu_isa()](x, M, next);
 }
 
 double of_rowk_sum_row(of_dtype dt, const void *x, int64_t n, int32_t ab) {

@@ -51,7 +51,7 @@ bool of_rowk_unary_grad(int32_t op, of_dtype dt, const void *x, const void *g, v
 
 /* One row, on the calling thread (cross_entropy's own loops split the rows):
  * log(sum(exp(x))) over M elements (-inf when all are -inf) ... */
-double of_rowk_logsumexp_row(of_dtype dt, const void *x, int64_t M);
+double of_rowk_logsumexp_row(of_dtype dt, const void *x, int64_t M, const void *next);
 /* ... the sum of x (ab 0) or of |x| (ab 1) over n elements, float32 partials
  * of 16 elements each summed in double ... */
 double of_rowk_sum_row(of_dtype dt, const void *x, int64_t n, int32_t ab);

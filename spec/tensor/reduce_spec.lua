@@ -233,6 +233,32 @@ describe('logsumexp', function()
     assert.are.equal(-inf, flow.tensor({-inf, -inf}):logsumexp(1):item())
     assert.are.equal(flow.float32, flow.tensor({1, 2}, {dtype = flow.int64}):logsumexp(1).dtype)
   end)
+
+  it('float32 / bfloat16 rows over trailing dims (the vector row kernel) agree with float64', function()
+    -- rows around the 16-lane vectors and the 2048-element chunks, every ISA
+    H.each_isa(function(isa)
+      for _, shape in ipairs({{3, 1}, {5, 17}, {64, 1024}, {4, 2049}, {2, 3, 70}}) do
+        local x = flow.randn(shape) * 4
+        local dims = #shape == 3 and {2, 3} or 2
+        local want = x:double():logsumexp(dims)
+        H.close(x:logsumexp(dims):double(), want:totable(), 1e-6, isa .. ' ' .. table.concat(shape, 'x'))
+        local xb = x:bfloat16()
+        H.close(xb:logsumexp(dims):double(), xb:double():logsumexp(dims):bfloat16():double():totable(),
+                2e-2, isa .. ' bfloat16')
+      end
+      -- infinities and NaN, one row each: inf, -inf, NaN, NaN beside -inf, a -inf among finite
+      local r = flow.tensor({{inf, 1, 2}, {-inf, -inf, -inf}, {0 / 0, 1, 2}, {0 / 0, -inf, -inf},
+                             {-inf, 1, 2}}):logsumexp(2):totable()
+      assert.are.equal(inf, r[1], isa)
+      assert.are.equal(-inf, r[2], isa)
+      assert.is_true(r[3] ~= r[3] and r[4] ~= r[4], isa .. ' NaN rows')
+      H.close(r[5], math.log(math.exp(1) + math.exp(2)), 1e-6)
+    end)
+    -- a reduced dim that is not trailing, and a transposed input, take the general path
+    local x = flow.randn(4, 5, 6)
+    H.close(x:logsumexp(2):double(), x:double():logsumexp(2):totable(), 1e-6)
+    H.close(x:transpose(2, 3):logsumexp(3):double(), x:double():logsumexp(2):totable(), 1e-6)
+  end)
 end)
 
 describe('norm', function()
