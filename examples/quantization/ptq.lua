@@ -2,7 +2,8 @@
 -- a ResNet-18 (flowvision.models.quantization.resnet18 with a CIFAR-style
 -- stem: 3x3 stride-1 conv1 on the one channel, no max pooling): fp32 vs
 -- int8 accuracy, size on disk and inference speed; optionally QAT
--- fine-tuning and (LeNet) 50% channel pruning (+ fine-tuning).
+-- fine-tuning and 50% channel pruning (+ fine-tuning): the LeNet's conv
+-- chains, a ResNet's block-internal channels (ResNet:prunable_chains).
 --
 --   ./bin/flow examples/quantization/ptq.lua [--model lenet|resnet18]
 --       [--checkpoint model.safetensors] [--epochs 1] [--limit N]
@@ -109,10 +110,6 @@ local function main(argv)
   local xtr, ytr, xte, yte = datasets(opts)
   print(('Fashion-MNIST: %d training, %d test images; %d threads; load %s'):format(xtr:size(1), xte:size(1),
     flow.get_num_threads(), io.open('/proc/loadavg'):read('*l')))
-  if opts.prune and opts.model ~= 'lenet' then
-    error('ptq.lua: --prune shrinks the LeNet\'s conv chains; a ResNet\'s residual sums tie its channels ' ..
-          'across blocks (not supported here)', 0)
-  end
   local model = common.model(opts.model)
   if opts.checkpoint then
     model:load_state_dict(flow.load(opts.checkpoint))
@@ -150,8 +147,11 @@ local function main(argv)
     row('int8 QAT', qq, file_size(dir .. '/ptq_qat.safetensors'))
   end
   if opts.prune then
-    print('pruning 50% of the conv channels (L1), 1 epoch of fine-tuning')
-    local pruned = nn.utils.prune.prune_channels(model, QLeNet.prunable, {amount = 0.5})
+    -- the LeNet's conv chains; a ResNet's block-internal channels (its residual
+    -- stream stays: every block of a stage sums into it)
+    local chains = model.prunable_chains and model:prunable_chains() or QLeNet.prunable
+    print(('pruning 50%% of the channels of %d conv chains (L1), 1 epoch of fine-tuning'):format(#chains))
+    local pruned = nn.utils.prune.prune_channels(model, chains, {amount = 0.5})
     train(pruned, xtr, ytr, 1, 5e-4)
     flow.save(pruned:state_dict(), dir .. '/ptq_pruned.safetensors')
     row(('fp32 pruned 50%% (%d params vs %d)'):format(nparams(pruned), nparams(model)), pruned,

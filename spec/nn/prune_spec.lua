@@ -99,6 +99,49 @@ describe('prune.prune_channels', function()
     H.close(s(x), m(x), 1e-5)
   end)
 
+  it("a ResNet's block-internal chains (flowvision ResNet:prunable_chains): same outputs as zeroing", function()
+    local R_ = require('flowvision.models.resnet')
+    for _, block in ipairs({R_.BasicBlock, R_.Bottleneck}) do
+      flow.manual_seed(5)
+      local m = R_.ResNet(block, {1, 2, 1, 1}, {num_classes = 5})
+      flow.no_grad(function()
+        for _, mod in ipairs(m:modules()) do
+          if mod.running_mean ~= nil then
+            mod.running_mean:copy_(flow.randn(mod.num_features) * 0.1)
+            mod.running_var:copy_(flow.rand(mod.num_features) + 0.5)
+          end
+        end
+      end)
+      m:eval()
+      local chains = m:prunable_chains()
+      local per = block == R_.Bottleneck and 2 or 1
+      assert.equals(5 * per, #chains)
+      local s, kept = prune.prune_channels(m, chains, {amount = 0.5})
+      local b0 = s.layer2[1]
+      assert.equals(b0.conv1.out_channels, b0.conv2.in_channels)
+      assert.equals(64, b0.conv1.out_channels)   -- 128 inner channels, half kept
+      -- the residual stream keeps its channels: the block's last BatchNorm
+      local last = per == 2 and b0.bn3 or b0.bn2
+      assert.equals(128 * block.expansion, last.num_features)
+      if per == 2 then assert.equals(64, b0.bn2.num_features) end
+      assert.is_true(nparams(s) < 0.6 * nparams(m), nparams(s) .. ' of ' .. nparams(m))
+      -- the original with the dropped channels' inputs zeroed in each consumer
+      flow.no_grad(function()
+        for ci, chain in ipairs(chains) do
+          local cons = m
+          for part in chain[#chain]:gmatch('[^.]+') do cons = cons[tonumber(part) and tonumber(part) + 1 or part] end
+          local keep = {}
+          for _, v in ipairs(kept[ci]:totable()) do keep[v] = true end
+          for ch = 1, cons.weight:size(2) do if not keep[ch] then cons.weight:select(2, ch):zero_() end end
+        end
+      end)
+      local x = flow.randn(2, 3, 32, 32)
+      H.close(s(x), m(x), 1e-4, tostring(block))
+    end
+    local rx = require('flowvision').models.resnext50_32x4d({num_classes = 3})
+    H.raises(function() rx:prunable_chains() end, 'prunable_chains', 'grouped conv2', 'groups = 32')
+  end)
+
   it('refuses chains it cannot shrink', function()
     H.raises(function() prune.prune_channels(net(), {{'0', '2', '3'}}, {amount = 0.5}) end,
       'must be a BatchNorm')

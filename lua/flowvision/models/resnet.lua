@@ -154,6 +154,31 @@ function ResNet:forward(x)
   return self.fc(self.avgpool(x):flatten(2))
 end
 
+--- model:prunable_chains(): the channel chains that nn.utils.prune.prune_channels
+-- can shrink without touching a residual sum: inside each block, conv1 -> bn1
+-- -> conv2 (and in a Bottleneck also conv2 -> bn2 -> conv3). The channels a
+-- block adds to its input (the residual stream, and so each block's last
+-- conv, the downsample and the stem) stay: every block of a stage sums into
+-- the same channels. Grouped convolutions (ResNeXt) have no such chains.
+--   local pruned = prune.prune_channels(model, model:prunable_chains(), {amount = 0.5})
+function ResNet:prunable_chains()
+  local chains = {}
+  for name, m in self:named_modules() do
+    local p = name .. '.'
+    if ops.is_a(m, Bottleneck) then
+      if m.conv2.groups ~= 1 then
+        error(('ResNet:prunable_chains: %s has a grouped conv2 (groups = %d): no channel chain to prune')
+              :format(name, m.conv2.groups), 2)
+      end
+      chains[#chains + 1] = {p .. 'conv1', p .. 'bn1', p .. 'conv2'}
+      chains[#chains + 1] = {p .. 'conv2', p .. 'bn2', p .. 'conv3'}
+    elseif ops.is_a(m, BasicBlock) then
+      chains[#chains + 1] = {p .. 'conv1', p .. 'bn1', p .. 'conv2'}
+    end
+  end
+  return chains
+end
+
 ------------------------------------------------------------------ builders
 local function builder(block, layers, extra)
   return function(opts)
