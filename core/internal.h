@@ -242,6 +242,15 @@ enum { OF_PARALLEL_GRAIN = 32768 };
  * (core/tensor/cpu.c): at most what the CPU has, capped by OF_CPU_ISA. */
 enum { OF_ISA_DEFAULT = 0, OF_ISA_AVX2 = 1, OF_ISA_AVX512 = 2 };
 int32_t of_cpu_isa(void);
+/* Streaming (non-temporal) stores for outputs that cannot stay in the cache
+ * (core/tensor/cpu.c): a loop writing at least of_stream_min_bytes() bytes
+ * computes blocks into a buffer and stores them with of_stream_store, which
+ * writes around the cache -- a normal store first reads each line it
+ * writes, a third more traffic for c = a + b -- then calls
+ * of_stream_fence() before it returns. */
+int64_t of_stream_min_bytes(void);
+void of_stream_store(void *dst, const void *src, int64_t bytes);
+void of_stream_fence(void);
 
 /* Dtype dispatch at the leaf: X(enum, ctype) for each arithmetic dtype the
  * kernels instantiate. Half types are computed through float32. */

@@ -15,13 +15,25 @@ typedef struct {
   int32_t kind, op, flags;
 } of_ew_ctx;
 
+/* elements a block of a streamed output (of_stream_store) */
+enum { OF_STREAM_BLOCK = 1024 };
+
 #define OF_BINARY_LOOP(NAME, TI, TO, EXPR)                                        \
   static void NAME(char **p, const int64_t *s, int64_t n, void *ctx_) {           \
     of_ew_ctx *ctx = ctx_;                                                        \
     (void)ctx;                                                                    \
     TO *o = (TO *)p[0];                                                           \
     const TI *x = (const TI *)p[1], *y = (const TI *)p[2];                        \
-    if (s[0] == sizeof(TO) && s[1] == sizeof(TI) && s[2] == sizeof(TI)) {         \
+    if (s[0] == sizeof(TO) && s[1] == sizeof(TI) && s[2] == sizeof(TI) &&         \
+        n * (int64_t)sizeof(TO) >= of_stream_min_bytes()) {                       \
+      TO buf[OF_STREAM_BLOCK];   /* too big for the cache: written around it */   \
+      for (int64_t i0 = 0; i0 < n; i0 += OF_STREAM_BLOCK) {                       \
+        int64_t m = n - i0 < OF_STREAM_BLOCK ? n - i0 : OF_STREAM_BLOCK;          \
+        for (int64_t i = 0; i < m; i++) { TI a = x[i0 + i], b = y[i0 + i]; buf[i] = (TO)(EXPR); } \
+        of_stream_store(o + i0, buf, m * (int64_t)sizeof(TO));                    \
+      }                                                                           \
+      of_stream_fence();                                                          \
+    } else if (s[0] == sizeof(TO) && s[1] == sizeof(TI) && s[2] == sizeof(TI)) {  \
       for (int64_t i = 0; i < n; i++) { TI a = x[i], b = y[i]; o[i] = (TO)(EXPR); } \
     } else if (s[0] == sizeof(TO) && s[1] == sizeof(TI) && s[2] == 0) {           \
       const TI b = *y; (void)b;                                                          \

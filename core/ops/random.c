@@ -751,7 +751,7 @@ static of_status randn_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_
  * u24(w) < p <=> (w >> 8) < ceil(p 2^24) <=> w < ceil(p 2^24) << 8: one
  * unsigned compare of the word (dropout_threshold). The mask (bool) is the
  * backward's: g * mask / (1 - p). */
-enum { DROP_TILE = 4096 };   /* elements a task: a multiple of 64 */
+enum { DROP_TILE = 4096 };   /* elements a task: a multiple of the 128-element steps */
 
 /* keep <=> word >= thr; thr = 2^32 (p = 1) keeps nothing */
 static uint64_t dropout_threshold(double p) { return (uint64_t)ceil(p * 0x1p24) << 8; }
@@ -765,6 +765,7 @@ typedef struct {
   uint64_t thr;
   pkey key;
   uint64_t offset;
+  int64_t n;   /* elements */
 } drop_job;
 
 /* elements [b, e) of the job, b a multiple of 4, any dtype */
@@ -801,7 +802,7 @@ static void dropout_span(const drop_job *j, int64_t b, int64_t e) {
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define DROP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,bmi2")))
-/* float32 elements [b, e), b a multiple of 64: 32 blocks (128 elements) a
+/* float32 elements [b, e), b a multiple of 128: 32 blocks (128 elements) a
  * step in registers. Each counter word sits in the low half of a 64-bit lane
  * (vector 2h: the even blocks of 16, 2h + 1: the odd ones), so one vpmuludq
  * gives Philox's whole 32x32 -> 64 product and a shift its high half; the
@@ -822,8 +823,9 @@ DROP_AVX512 static void dropout_f32_avx512(const drop_job *j, int64_t b, int64_t
   float *y = (float *)j->y;
   int64_t i = b;
   for (; i + 32 * DROP_CH <= e; i += 32 * DROP_CH) {
-    for (int q = 0; q < 2 * DROP_CH; q++)
-      _mm_prefetch((const char *)(x + i + 1024 + 16 * q), _MM_HINT_T0);
+    if (i + 1024 + 32 * DROP_CH <= j->n)   /* eight steps ahead */
+      for (int q = 0; q < 2 * DROP_CH; q++)
+        _mm_prefetch((const char *)(x + i + 1024 + 16 * q), _MM_HINT_T0);
     __m512i c[DROP_CH][4];
     uint64_t first = j->offset + (uint64_t)(i / 4);
     for (int v = 0; v < DROP_CH; v++) {   /* vector v: blocks 16 (v / 2) + 2 l + v % 2 */
@@ -921,7 +923,7 @@ static of_status dropout_body(of_tensor *x, double p, of_tensor **out, of_tensor
       st = ops->dropout(xc, p, seed, offset, y, k);
     } else if (n > 0) {
       drop_job j = {x->dtype, of_tensor_data(xc), of_tensor_data(y), of_tensor_data(k),
-                    p, dropout_threshold(p), key_of(seed), offset};
+                    p, dropout_threshold(p), key_of(seed), offset, n};
       dropout_cpu(&j, n);
     }
   }

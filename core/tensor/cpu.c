@@ -6,9 +6,11 @@
  * caps the choice, so a spec or a user can run the fallback paths on any
  * machine, and of_set_cpu_capability changes it at run time. */
 #include "../internal.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 static int32_t detected = OF_ISA_DEFAULT, selected = OF_ISA_DEFAULT;
 static const char *const names[3] = {"DEFAULT", "AVX2", "AVX512"};
@@ -41,6 +43,73 @@ __attribute__((constructor)) static void isa_init(void) {
 }
 
 int32_t of_cpu_isa(void) { return selected; }
+
+/* ---- streaming stores ------------------------------------------------------
+ * An output of at least half the last-level cache in one loop call (a
+ * thread's share of an elementwise op) leaves the cache before it is read
+ * again, so it is written around it. Measured on a Zen 5 VM (32 MB L3), 2
+ * threads, c = a + b over 16M floats (64 MB each): 3.7 -> 3.0 ms. Half the
+ * cache, not all of it: the inputs take the other half. OF_STREAM_MIN_BYTES
+ * sets the threshold (0: never stream). */
+static int64_t stream_min = -1;
+
+__attribute__((constructor)) static void stream_init(void) {
+  const char *env = getenv("OF_STREAM_MIN_BYTES");
+  if (env && *env) {
+    long long v = atoll(env);
+    stream_min = v > 0 ? v : INT64_MAX;
+    return;
+  }
+  /* the kernel's view of cpu0's last cache; glibc's sysconf reads CPUID,
+   * which in a VM can describe the host's (384 MB for one 32 MB L3 here) */
+  long llc = -1;
+  for (int idx = 3; idx >= 2 && llc <= 0; idx--) {
+    char path[80], buf[32];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", idx);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    if (fgets(buf, sizeof buf, f)) {
+      char *end;
+      long v = strtol(buf, &end, 10);
+      if (v > 0) llc = *end == 'K' ? v << 10 : *end == 'M' ? v << 20 : v;
+    }
+    fclose(f);
+  }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  if (llc <= 0) llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+  if (llc <= 0) llc = 8l << 20;
+  stream_min = llc / 2;
+}
+
+int64_t of_stream_min_bytes(void) { return stream_min; }
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+void of_stream_store(void *dst, const void *src, int64_t bytes) {
+  char *d = dst;
+  const char *s = src;
+  int64_t head = (int64_t)((16 - ((uintptr_t)d & 15)) & 15);
+  if (head > bytes) head = bytes;
+  memcpy(d, s, (size_t)head);
+  d += head, s += head, bytes -= head;
+  for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
+    _mm_stream_si128((__m128i *)d, a);
+    _mm_stream_si128((__m128i *)(d + 16), b);
+    _mm_stream_si128((__m128i *)(d + 32), c);
+    _mm_stream_si128((__m128i *)(d + 48), e);
+  }
+  for (; bytes >= 16; bytes -= 16, d += 16, s += 16)
+    _mm_stream_si128((__m128i *)d, _mm_loadu_si128((const __m128i *)s));
+  memcpy(d, s, (size_t)bytes);
+}
+void of_stream_fence(void) { _mm_sfence(); }
+#else
+void of_stream_store(void *dst, const void *src, int64_t bytes) { memcpy(dst, src, (size_t)bytes); }
+void of_stream_fence(void) {}
+#endif
 
 const char *of_get_cpu_capability(void) { return names[selected]; }
 

@@ -307,3 +307,38 @@ describe('large tensors', function()
     for _, i in ipairs({1, 2, 65536, 500000, n}) do assert.are.equal(2 * (i - 1) + 1, y[i]) end
   end)
 end)
+
+describe('streamed outputs (of_stream_store)', function()
+  it('binary ops over outputs past the streaming threshold equal the cached path, any alignment', function()
+    -- OF_STREAM_MIN_BYTES is read when the library loads: a child process with a
+    -- 256-byte threshold streams every output of 64+ floats; the parent does not
+    local script = [[
+      local flow = require 'oneflow'
+      flow.manual_seed(1)
+      local out = {}
+      for _, n in ipairs({1, 63, 64, 1000, 4099, 70001}) do
+        for _, off in ipairs({0, 1, 3}) do
+          -- a view starting `off` floats into its storage: unaligned output rows
+          local a, b = flow.randn(n + off):narrow(1, off + 1, n), flow.randn(n)
+          local d = flow.randn(n, {dtype = flow.float64})
+          local prod, diff = a * b, d - d * 2
+          a:add_(b)
+          for _, t in ipairs({prod, diff, a}) do
+            for _, v in ipairs(t:double():totable()) do out[#out + 1] = string.format('%.17g', v) end
+          end
+        end
+      end
+      print(#out, table.concat(out, ';'))
+    ]]
+    local path = os.tmpname()
+    local f = assert(io.open(path, 'w'))
+    f:write(script)
+    f:close()
+    local env = "LUA_PATH='lua/?.lua;lua/?/init.lua;;' "
+    local streamed = H.capture(env .. 'OF_STREAM_MIN_BYTES=256 luajit ' .. path)
+    local cached = H.capture(env .. 'OF_STREAM_MIN_BYTES=0 luajit ' .. path)
+    os.remove(path)
+    assert.is_true(#streamed > 100, streamed)
+    assert.equals(cached, streamed)
+  end)
+end)
