@@ -802,7 +802,7 @@ static void dropout_span(const drop_job *j, int64_t b, int64_t e) {
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define DROP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,bmi2")))
-/* float32 elements [b, e), b a multiple of 128: 32 blocks (128 elements) a
+/* float32 or bfloat16 elements [b, e), b a multiple of 128: 32 blocks (128 elements) a
  * step in registers. Each counter word sits in the low half of a 64-bit lane
  * (vector 2h: the even blocks of 16, 2h + 1: the odd ones), so one vpmuludq
  * gives Philox's whole 32x32 -> 64 product and a shift its high half; the
@@ -813,7 +813,21 @@ static void dropout_span(const drop_job *j, int64_t b, int64_t e) {
  * E | O << 1 has bit l for block l, and pdep spreads word w's mask to
  * element bits 4 l + w. */
 enum { DROP_CH = 4 };   /* vectors of 8 blocks a step */
-DROP_AVX512 static void dropout_f32_avx512(const drop_job *j, int64_t b, int64_t e) {
+/* 16 bfloat16 as float32, and back rounded to nearest even with NaN kept
+ * quiet: of_bf16_to_f32 / of_f32_to_bf16 (dtype.c), lane by lane */
+DROP_AVX512 static inline __m512 ld_bf16x16(const uint16_t *p) {
+  __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+}
+DROP_AVX512 static inline void st_bf16x16(uint16_t *p, __m512 v) {
+  __m512i u = _mm512_castps_si512(v);
+  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+  __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+  _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
+}
+DROP_AVX512 static void dropout_avx512(const drop_job *j, int64_t b, int64_t e) {
   const __m512i even = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
   const __m512i m0 = _mm512_set1_epi64(PHILOX_M0), m1 = _mm512_set1_epi64(PHILOX_M1);
   const __m512i one8 = _mm512_set1_epi8(1);
@@ -821,11 +835,14 @@ DROP_AVX512 static void dropout_f32_avx512(const drop_job *j, int64_t b, int64_t
   const __m512i thr = _mm512_set1_epi32((int)(uint32_t)j->thr);
   const float *x = (const float *)j->x;
   float *y = (float *)j->y;
-  int64_t i = b;
+  const uint16_t *xb = (const uint16_t *)j->x;
+  uint16_t *yb = (uint16_t *)j->y;
+  bool bf = j->dt == OF_BFLOAT16;
+  int64_t es = bf ? 2 : 4, i = b;
   for (; i + 32 * DROP_CH <= e; i += 32 * DROP_CH) {
     if (i + 1024 + 32 * DROP_CH <= j->n)   /* eight steps ahead */
-      for (int q = 0; q < 2 * DROP_CH; q++)
-        _mm_prefetch((const char *)(x + i + 1024 + 16 * q), _MM_HINT_T0);
+      for (int q = 0; q < 2 * DROP_CH * (int)es / 4; q++)
+        _mm_prefetch(j->x + (i + 1024) * es + 64 * q, _MM_HINT_T0);
     __m512i c[DROP_CH][4];
     uint64_t first = j->offset + (uint64_t)(i / 4);
     for (int v = 0; v < DROP_CH; v++) {   /* vector v: blocks 16 (v / 2) + 2 l + v % 2 */
@@ -856,10 +873,16 @@ DROP_AVX512 static void dropout_f32_avx512(const drop_job *j, int64_t b, int64_t
         keep |= _pdep_u64(k16, 0x1111111111111111ull << w);
       }
       int64_t o = i + 64 * h;
-      for (int q = 0; q < 4; q++)
-        _mm512_storeu_ps(y + o + 16 * q,
-                         _mm512_maskz_mul_ps((__mmask16)(keep >> (16 * q)),
-                                             _mm512_loadu_ps(x + o + 16 * q), sc));
+      if (bf)
+        for (int q = 0; q < 4; q++) {
+          __m512 v = _mm512_maskz_mul_ps((__mmask16)(keep >> (16 * q)), ld_bf16x16(xb + o + 16 * q), sc);
+          st_bf16x16(yb + o + 16 * q, v);
+        }
+      else
+        for (int q = 0; q < 4; q++)
+          _mm512_storeu_ps(y + o + 16 * q,
+                           _mm512_maskz_mul_ps((__mmask16)(keep >> (16 * q)),
+                                               _mm512_loadu_ps(x + o + 16 * q), sc));
       _mm512_storeu_si512((void *)(j->mask + o), _mm512_maskz_mov_epi8((__mmask64)keep, one8));
     }
   }
@@ -869,19 +892,20 @@ static bool dropout_avx512_ok(void) {
   return of_cpu_isa() >= OF_ISA_AVX512 && __builtin_cpu_supports("bmi2");
 }
 #else
-static void dropout_f32_avx512(const drop_job *j, int64_t b, int64_t e) { dropout_span(j, b, e); }
+static void dropout_avx512(const drop_job *j, int64_t b, int64_t e) { dropout_span(j, b, e); }
 static bool dropout_avx512_ok(void) { return false; }
 #endif
 
 static void dropout_cpu(const drop_job *j, int64_t n) {
-  bool vec = j->dt == OF_FLOAT32 && j->thr < (1ull << 32) && dropout_avx512_ok();
+  bool vec = (j->dt == OF_FLOAT32 || j->dt == OF_BFLOAT16) && j->thr < (1ull << 32) &&
+             dropout_avx512_ok();
   int64_t ntiles = (n + DROP_TILE - 1) / DROP_TILE;
   int32_t nt = of_threads();
   if (nt > ntiles) nt = (int32_t)ntiles;
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= OF_PARALLEL_GRAIN && nt > 1)
   for (int64_t t = 0; t < ntiles; t++) {
     int64_t b = t * DROP_TILE, e = b + DROP_TILE < n ? b + DROP_TILE : n;
-    if (vec) dropout_f32_avx512(j, b, e);
+    if (vec) dropout_avx512(j, b, e);
     else dropout_span(j, b, e);
   }
 }

@@ -66,17 +66,31 @@ describe('dropout', function()
 
   it('native_dropout gives the same bits for every instruction set, thread count, dtype and layout', function()
     local x = flow.randn(257, 301)
-    local ref_y, ref_m
+    local ref_y, ref_m, ref_b
     H.each_isa(function(isa)
       for _, th in ipairs({1, 2}) do
         local before = flow.get_num_threads()
         flow.set_num_threads(th)
         flow.manual_seed(11)
         local y, m = flow.native_dropout(x, 0.3, true)
+        flow.manual_seed(11)
+        local yb = flow.native_dropout(x:bfloat16(), 0.3, true)
         flow.set_num_threads(before)
-        if not ref_y then ref_y, ref_m = y, m end
+        if not ref_y then ref_y, ref_m, ref_b = y, m, yb end
         assert.is_true(y:eq(ref_y):all():item() and m:eq(ref_m):all():item(), isa .. ' threads ' .. th)
+        assert.is_true(yb:eq(ref_b):all():item(), isa .. ' bfloat16 threads ' .. th)
       end
+    end)
+    -- NaN and infinities in bfloat16: kept NaN stays NaN, dropped ones give 0, on every ISA
+    local special = flow.tensor({0 / 0, math.huge, -math.huge, 1.5}):expand(100, 4):reshape(-1):bfloat16()
+    local ref_s
+    H.each_isa(function(isa)
+      flow.manual_seed(3)
+      local ys, ms = flow.native_dropout(special, 0.5, true)
+      local nan = ys:isnan()
+      assert.is_true(nan:eq(special:isnan():logical_and(ms)):all():item(), isa .. ' NaN where kept')
+      if not ref_s then ref_s = ys end
+      assert.is_true(ys:eq(ref_s):logical_or(nan):all():item(), isa .. ' bfloat16 specials')
     end)
     -- float64, bfloat16 and float16 take the same draws (the scalar path)
     for _, dt in ipairs({flow.float64, flow.bfloat16, flow.float16}) do
