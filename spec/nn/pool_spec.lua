@@ -59,6 +59,29 @@ describe('max_pool', function()
     end
   end)
 
+  it('3x3 stride-2 padding-1 float32 pools (the vector path) equal the row kernel of every ISA', function()
+    -- sizes below, around and past 16 outputs a row; ties, NaN, -inf windows
+    for _, hw in ipairs({{1, 1}, {2, 3}, {5, 7}, {9, 33}, {34, 31}, {112, 112}}) do
+      local x = (flow.randn(2, 3, hw[1], hw[2]) * 2):round()   -- many equal values
+      x:view(-1):narrow(1, 1, math.min(5, x:numel())):fill_(-math.huge)
+      if x:numel() > 20 then x:view(-1)[12] = 0 / 0 end
+      local ref_v, ref_i
+      H.each_isa(function(isa)
+        local v, i = F.max_pool2d(x, 3, {stride = 2, padding = 1, return_indices = true})
+        if not ref_v then ref_v, ref_i = v, i end
+        local both_nan = v:isnan():logical_and(ref_v:isnan())
+        assert.is_true(v:eq(ref_v):logical_or(both_nan):all():item(), isa .. ' values ' .. hw[1] .. 'x' .. hw[2])
+        assert.is_true(i:eq(ref_i):all():item(), isa .. ' indices ' .. hw[1] .. 'x' .. hw[2])
+      end)
+    end
+    -- a channels-last input and ceil_mode take other kernels; the result is the same
+    local x = flow.randn(1, 4, 9, 10)
+    local v1 = F.max_pool2d(x, 3, {stride = 2, padding = 1})
+    local xcl = x:contiguous({memory_format = flow.channels_last})
+    H.close(F.max_pool2d(xcl, 3, {stride = 2, padding = 1}), v1:totable(), 0)
+    H.close(F.max_pool2d(x, 3, {stride = 2, padding = 1, ceil_mode = true}):narrow(4, 1, 5), v1:totable(), 0)
+  end)
+
   it('sends the grad to the max of each window, summing overlaps', function()
     local x = x4:clone():requires_grad_(true)
     local y = F.max_pool2d(x, 3, {stride = 1, padding = 1})
