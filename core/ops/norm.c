@@ -468,6 +468,26 @@ static double get1(const of_tensor *t, int64_t i) {
   if (t->ndim > 1) st = 1;   /* [1, C] and similar: contiguous in practice */
   return of_load_double(of_ptr(t) + i * st * of_dtype_size(t->dtype), t->dtype);
 }
+/* v[c] = t[c] for c < C, or dflt when t is NULL: get1's values, a float32
+ * or float64 vector read directly (get1 per channel took ~12 of the 41 us
+ * of a [1, 1024, 14, 14] eval batch_norm inside a ResNet-50 forward) */
+static void get_all(const of_tensor *t, int64_t C, double dflt, double *v) {
+  if (!t) {
+    for (int64_t c = 0; c < C; c++) v[c] = dflt;
+    return;
+  }
+  int64_t st = t->ndim ? t->strides[t->ndim - 1] : 1;
+  if (t->ndim > 1) st = 1;
+  if (t->dtype == OF_FLOAT32) {
+    const float *p = (const float *)of_ptr(t);
+    for (int64_t c = 0; c < C; c++) v[c] = p[c * st];
+  } else if (t->dtype == OF_FLOAT64) {
+    const double *p = (const double *)of_ptr(t);
+    for (int64_t c = 0; c < C; c++) v[c] = p[c * st];
+  } else {
+    for (int64_t c = 0; c < C; c++) v[c] = get1(t, c);
+  }
+}
 static void set1(of_tensor *t, int64_t i, double v) {
   int64_t st = t->ndim ? t->strides[t->ndim - 1] : 1;
   if (t->ndim > 1) st = 1;
@@ -1008,14 +1028,15 @@ static of_status batch_norm_body(of_tensor *x, of_tensor *running_mean, of_tenso
     for (int64_t c = 0; c < d.C; c++) var[c] *= (double)M / (double)(M - 1);   /* unbiased */
     update_running(running_var, var, d.C, momentum);
   } else {
-    for (int64_t c = 0; c < d.C; c++) {
-      mu[c] = get1(running_mean, c);
-      is[c] = 1.0 / sqrt(get1(running_var, c) + eps);
-    }
+    get_all(running_mean, d.C, 0.0, mu);
+    get_all(running_var, d.C, 0.0, is);
+    for (int64_t c = 0; c < d.C; c++) is[c] = 1.0 / sqrt(is[c] + eps);
   }
+  get_all(weight, d.C, 1.0, a);
+  get_all(bias, d.C, 0.0, b);
   for (int64_t c = 0; c < d.C; c++) {
-    a[c] = is[c] * (weight ? get1(weight, c) : 1.0);
-    b[c] = (bias ? get1(bias, c) : 0.0) - mu[c] * a[c];
+    a[c] *= is[c];
+    b[c] -= mu[c] * a[c];
   }
   if (cl && cd == OF_FLOAT64) cl_affine_double(xp, of_tensor_data(y), R, d.C, a, b);
   else if (cl) cl_affine_float(xp, of_tensor_data(y), R, d.C, a, b);
