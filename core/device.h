@@ -18,6 +18,12 @@ enum { OF_DEVICE_ABI = 2 };
 static inline int32_t of_device_type(of_device d) { return d & 0xff; }
 static inline int32_t of_device_index(of_device d) { return d >> 8; }
 static inline of_device of_dev(const of_tensor *t) { return t->storage->device; }
+/* dropout keeps an element when its 32-bit Philox word w is >= this: u24(w) < p
+ * <=> (w >> 8) < ceil(p 2^24) <=> w < ceil(p 2^24) << 8; 2^32 (p = 1) keeps
+ * nothing. One definition for the CPU kernels and the device's. */
+static inline uint64_t of_dropout_threshold(double p) {
+  return (uint64_t)__builtin_ceil(p * 0x1p24) << 8;
+}
 /* "cpu", "cuda:1" (for messages; buf of >= 16 bytes) */
 const char *of_device_str(of_device d, char *buf);
 #define OF_DEV_STR(d) of_device_str((d), (char[16]){0})
@@ -138,8 +144,8 @@ typedef struct of_device_ops {
   of_status (*random)(of_tensor *t, int32_t dist, const double *p, uint64_t seed,
                       uint64_t offset);
   /* dropout (core/ops/random.c's stream): y = x * keep / (1 - p) and mask = keep
-   * (bool), keep = the element's Philox word >= ceil(p 2^24) << 8; x, y, mask
-   * contiguous, of x's shape */
+   * (bool), keep = the element's Philox word >= of_dropout_threshold(p); x, y,
+   * mask contiguous, of x's shape */
   of_status (*dropout)(of_tensor *x, double p, uint64_t seed, uint64_t offset, of_tensor *y,
                        of_tensor *mask);
   /* c [batch, m, n] = alpha * a @ b + beta * c, a [batch, m, k] / [batch, k, m]

@@ -107,7 +107,7 @@ static of_status dropout(of_tensor *x, double p, uint64_t seed, uint64_t offset,
   if (n == 0) return OF_OK;
   int dev = use_device(of_dev(x));
   cudaStream_t st = current_stream(dev);
-  uint64_t thr = (uint64_t)ceil(p * 0x1p24) << 8;
+  uint64_t thr = of_dropout_threshold(p);
   double s = p < 1 ? 1.0 / (1.0 - p) : 0.0;
   uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
   int64_t blocks = (n + 3) / 4;

@@ -748,13 +748,9 @@ static of_status randn_body(const int64_t *shape, int32_t ndim, of_dtype dt, of_
  * row-major order) takes word i % 4 of block offset + i / 4 -- the words a
  * float32 uniform_ takes -- so the mask is `flow.rand(shape) >= p` from the
  * same generator state; SDPA's dropout (of_philox_u24) draws the same way.
- * u24(w) < p <=> (w >> 8) < ceil(p 2^24) <=> w < ceil(p 2^24) << 8: one
- * unsigned compare of the word (dropout_threshold). The mask (bool) is the
- * backward's: g * mask / (1 - p). */
+ * u24(w) < p is one unsigned compare of the word (of_dropout_threshold,
+ * device.h). The mask (bool) is the backward's: g * mask / (1 - p). */
 enum { DROP_TILE = 4096 };   /* elements a task: a multiple of the 128-element steps */
-
-/* keep <=> word >= thr; thr = 2^32 (p = 1) keeps nothing */
-static uint64_t dropout_threshold(double p) { return (uint64_t)ceil(p * 0x1p24) << 8; }
 
 typedef struct {
   of_dtype dt;
@@ -776,23 +772,31 @@ static void dropout_span(const drop_job *j, int64_t b, int64_t e) {
   while (b < e) {
     int64_t n = e - b < 1024 ? e - b : 1024;
     philox_blocks(j->offset + (uint64_t)(b / 4), (n + 3) / 4, j->key, words);
-    for (int64_t k = 0; k < n; k++) {
-      int64_t i = b + k;
-      bool keep = words[k] >= j->thr;
-      j->mask[i] = keep;
-      switch (j->dt) {
-        case OF_FLOAT32: ((float *)j->y)[i] = keep ? ((const float *)j->x)[i] * sf : 0.0f; break;
-        case OF_FLOAT64: ((double *)j->y)[i] = keep ? ((const double *)j->x)[i] * s : 0.0; break;
-        case OF_BFLOAT16: {
-          float v = keep ? of_bf16_to_f32(((const uint16_t *)j->x)[i]) * sf : 0.0f;
-          ((uint16_t *)j->y)[i] = of_f32_to_bf16(v);
-          break;
+    /* the mask first, then one loop per dtype (no dtype switch per element) */
+    uint8_t *m = j->mask + b;
+    for (int64_t k = 0; k < n; k++) m[k] = words[k] >= j->thr;
+    switch (j->dt) {
+      case OF_FLOAT32: {
+        const float *x = (const float *)j->x + b;
+        float *y = (float *)j->y + b;
+        for (int64_t k = 0; k < n; k++) y[k] = m[k] ? x[k] * sf : 0.0f;
+        break;
+      }
+      case OF_FLOAT64: {
+        const double *x = (const double *)j->x + b;
+        double *y = (double *)j->y + b;
+        for (int64_t k = 0; k < n; k++) y[k] = m[k] ? x[k] * s : 0.0;
+        break;
+      }
+      default: {   /* bfloat16, float16 (the body admits floating dtypes only) */
+        bool bf = j->dt == OF_BFLOAT16;
+        const uint16_t *x = (const uint16_t *)j->x + b;
+        uint16_t *y = (uint16_t *)j->y + b;
+        for (int64_t k = 0; k < n; k++) {
+          float v = m[k] ? (bf ? of_bf16_to_f32(x[k]) : of_f16_to_f32(x[k])) * sf : 0.0f;
+          y[k] = bf ? of_f32_to_bf16(v) : of_f32_to_f16(v);
         }
-        default: {   /* float16 (the body admits floating dtypes only) */
-          float v = keep ? of_f16_to_f32(((const uint16_t *)j->x)[i]) * sf : 0.0f;
-          ((uint16_t *)j->y)[i] = of_f32_to_f16(v);
-          break;
-        }
+        break;
       }
     }
     b += n;
@@ -947,7 +951,7 @@ static of_status dropout_body(of_tensor *x, double p, of_tensor **out, of_tensor
       st = ops->dropout(xc, p, seed, offset, y, k);
     } else if (n > 0) {
       drop_job j = {x->dtype, of_tensor_data(xc), of_tensor_data(y), of_tensor_data(k),
-                    p, dropout_threshold(p), key_of(seed), offset, n};
+                    p, of_dropout_threshold(p), key_of(seed), offset, n};
       dropout_cpu(&j, n);
     }
   }
