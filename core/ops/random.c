@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include "family.h"
 #include "random.h"
+#include "simd.h"
 
 /* ---- the generator state --------------------------------------------------
  * One CPU generator per process, as in PyTorch's default generator. It is one
@@ -818,19 +819,9 @@ static void dropout_span(const drop_job *j, int64_t b, int64_t e) {
  * element bits 4 l + w. */
 enum { DROP_CH = 4 };   /* vectors of 8 blocks a step */
 /* 16 bfloat16 as float32, and back rounded to nearest even with NaN kept
- * quiet: of_bf16_to_f32 / of_f32_to_bf16 (dtype.c), lane by lane */
-DROP_AVX512 static inline __m512 ld_bf16x16(const uint16_t *p) {
-  __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
-}
-DROP_AVX512 static inline void st_bf16x16(uint16_t *p, __m512 v) {
-  __m512i u = _mm512_castps_si512(v);
-  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
-  __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
-  _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
-}
+ * quiet (simd.h's forms of of_bf16_to_f32 / of_f32_to_bf16) */
+DROP_AVX512 static inline __m512 ld_bf16x16(const uint16_t *p) { return (__m512)BF16_LD_16(p); }
+DROP_AVX512 static inline void st_bf16x16(uint16_t *p, __m512 v) { BF16_ST_16(p, (vf16)v); }
 DROP_AVX512 static void dropout_avx512(const drop_job *j, int64_t b, int64_t e) {
   const __m512i even = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
   const __m512i m0 = _mm512_set1_epi64(PHILOX_M0), m1 = _mm512_set1_epi64(PHILOX_M1);

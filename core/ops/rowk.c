@@ -12,9 +12,12 @@
  *
  * The arithmetic is float32 in 16-lane GCC vectors (one zmm, two ymm or
  * four xmm registers); bfloat16 is widened on load and rounded to nearest
- * even on store. Every lane order is fixed, so the three instruction sets
- * give the same sums in the same order (they may differ in the last bit
- * where AVX2/AVX-512 contract a multiply-add into an FMA).
+ * even on store (with AVX512-BF16 by its conversion instruction: simd.h's
+ * "bf16n" helpers, the same bits), and the norms widen a one-chunk row
+ * once into an L1 buffer that their later passes read. Every lane order
+ * is fixed, so the three instruction sets give the same sums in the same
+ * order (they may differ in the last bit where AVX2/AVX-512 contract a
+ * multiply-add into an FMA).
  *
  * The kernels are compiled three times from one body: for AVX-512
  * (F/BW/VL/DQ), for AVX2 + FMA and for the build's baseline, and a table
@@ -39,6 +42,7 @@ static inline float ld1_bf16(const uint16_t *p) {
   memcpy(&f, &u, 4);
   return f;
 }
+#define ld1_bf16n ld1_bf16
 
 
 /* One instantiation: TS the data type's suffix (f32, bf16), T its C type,
@@ -50,6 +54,13 @@ static inline float ld1_bf16(const uint16_t *p) {
                                        double *mean, double *rstd) {                            \
     const T *x = x_;                                                                            \
     T *y = y_;                                                                                  \
+    /* bfloat16 chunks are widened once into buf: the second pass, and the                      \
+     * output pass of a one-chunk row, read floats from L1 instead of                           \
+     * converting again (float32 rows are read in place: wide is 0) */                          \
+    enum { wide = sizeof(T) != sizeof(float) };                                                 \
+    float buf[wide ? CH : 1] __attribute__((aligned(64)));                                      \
+    const float invm = 1.0f / (float)M;                                                         \
+    const double invmd = 1.0 / (double)M;                                                       \
     for (int64_t r = r0; r < r1; r++) {                                                         \
       const T *px = x + r * M;                                                                  \
       T *py = y + r * M;                                                                        \
@@ -57,24 +68,44 @@ static inline float ld1_bf16(const uint16_t *p) {
       for (int64_t c0 = 0; c0 < M; c0 += CH) {                                                  \
         int64_t nc = M - c0 < CH ? M - c0 : CH, i = 0;                                          \
         const T *pc = px + c0;                                                                  \
+        const float *fc = wide ? buf : (const float *)(const void *)pc;                         \
         /* four independent sums (eight below) keep the adders busy: one chain                  \
          * would wait out each add's latency */                                                 \
         vf##W s0 = vsplat##W(0), s1 = vsplat##W(0), s2 = vsplat##W(0), s3 = vsplat##W(0);       \
         for (; i + 4 * W <= nc; i += 4 * W) {                                                   \
-          s0 += ld_##TS##_##W(pc + i);                                                          \
-          s1 += ld_##TS##_##W(pc + i + W);                                                      \
-          s2 += ld_##TS##_##W(pc + i + 2 * W);                                                  \
-          s3 += ld_##TS##_##W(pc + i + 3 * W);                                                  \
+          vf##W a0 = ld_##TS##_##W(pc + i), a1 = ld_##TS##_##W(pc + i + W);                     \
+          vf##W a2 = ld_##TS##_##W(pc + i + 2 * W), a3 = ld_##TS##_##W(pc + i + 3 * W);         \
+          if (wide) {                                                                           \
+            st_f32_##W(buf + i, a0);                                                            \
+            st_f32_##W(buf + i + W, a1);                                                        \
+            st_f32_##W(buf + i + 2 * W, a2);                                                    \
+            st_f32_##W(buf + i + 3 * W, a3);                                                    \
+          }                                                                                     \
+          s0 += a0;                                                                             \
+          s1 += a1;                                                                             \
+          s2 += a2;                                                                             \
+          s3 += a3;                                                                             \
         }                                                                                       \
-        for (; i + W <= nc; i += W) s0 += ld_##TS##_##W(pc + i);                                \
-        if (i < nc) s1 += ldn_##TS##_##W(pc + i, nc - i, 0.0f);                                 \
-        float cm = (float)(hsum##W((s0 + s1) + (s2 + s3)) / (double)nc);                        \
+        for (; i + W <= nc; i += W) {                                                           \
+          vf##W a = ld_##TS##_##W(pc + i);                                                      \
+          if (wide) st_f32_##W(buf + i, a);                                                     \
+          s0 += a;                                                                              \
+        }                                                                                       \
+        if (i < nc) {                                                                           \
+          vf##W a = ldn_##TS##_##W(pc + i, nc - i, 0.0f);                                       \
+          if (wide) stn_f32_##W(buf + i, a, nc - i);                                            \
+          s1 += a;                                                                              \
+        }                                                                                       \
+        /* cm only shifts the second pass (whose sums correct it), so a float sum               \
+         * and an inexact quotient do: their latency is the row's critical path;                \
+         * the lanes are scaled first, so the sum stays in range where they do */               \
+        float cm = hsumf##W(((s0 + s1) + (s2 + s3)) * (nc == M ? invm : 1.0f / (float)nc));     \
         /* around cm (in L1): sum of d = x - cm and of d^2 */                                   \
         vf##W d0 = vsplat##W(0), d1 = vsplat##W(0), q0 = vsplat##W(0), q1 = vsplat##W(0);       \
         vf##W q2 = vsplat##W(0), q3 = vsplat##W(0);                                             \
         for (i = 0; i + 4 * W <= nc; i += 4 * W) {                                              \
-          vf##W da = ld_##TS##_##W(pc + i) - cm, db = ld_##TS##_##W(pc + i + W) - cm;           \
-          vf##W dc = ld_##TS##_##W(pc + i + 2 * W) - cm, dd = ld_##TS##_##W(pc + i + 3 * W) - cm; \
+          vf##W da = ld_f32_##W(fc + i) - cm, db = ld_f32_##W(fc + i + W) - cm;                 \
+          vf##W dc = ld_f32_##W(fc + i + 2 * W) - cm, dd = ld_f32_##W(fc + i + 3 * W) - cm;     \
           d0 += da + db;                                                                        \
           d1 += dc + dd;                                                                        \
           q0 += da * da;                                                                        \
@@ -86,35 +117,50 @@ static inline float ld1_bf16(const uint16_t *p) {
         q0 += q2;                                                                               \
         q1 += q3;                                                                               \
         for (; i + W <= nc; i += W) {                                                           \
-          vf##W d = ld_##TS##_##W(pc + i) - cm;                                                 \
+          vf##W d = ld_f32_##W(fc + i) - cm;                                                    \
           d0 += d;                                                                              \
           q0 += d * d;                                                                          \
         }                                                                                       \
         if (i < nc) {                                                                           \
-          vf##W d = ldn_##TS##_##W(pc + i, nc - i, cm) - cm;                                    \
+          vf##W d = ldn_f32_##W(fc + i, nc - i, cm) - cm;                                       \
           d0 += d;                                                                              \
           q1 += d * d;                                                                          \
         }                                                                                       \
-        double sd = hsum##W(d0), nb = (double)nc;                                               \
-        double mub = (double)cm + sd / nb, m2b = hsum##W(q0 + q1) - sd * sd / nb;               \
+        double sd = hsum##W(d0), nb = (double)nc, rb = nc == M ? invmd : 1.0 / nb;              \
+        double mub = (double)cm + sd * rb, m2b = hsum##W(q0 + q1) - sd * sd * rb;               \
         if (m2b < 0) m2b = 0;                                                                   \
-        double n = na + nb, delta = mub - mua;                                                  \
-        mua += delta * nb / n;                                                                  \
-        m2a += m2b + delta * delta * na * nb / n;                                               \
-        na = n;                                                                                 \
+        if (c0 == 0) {   /* the first chunk: no merge (and no divisions) */                     \
+          mua = mub;                                                                            \
+          m2a = m2b;                                                                            \
+        } else {                                                                                \
+          double n = na + nb, delta = mub - mua;                                                \
+          mua += delta * nb / n;                                                                \
+          m2a += m2b + delta * delta * na * nb / n;                                             \
+        }                                                                                       \
+        na += nb;                                                                               \
       }                                                                                         \
-      double rs = 1.0 / sqrt(m2a / (double)M + eps);                                            \
+      double rs = 1.0 / sqrt(m2a * invmd + eps);                                                \
       mean[r] = mua;                                                                            \
       rstd[r] = rs;                                                                             \
       /* the mean as hi + lo: x - hi is exact near the mean, so a mean far from 0               \
        * (large against the spread) keeps the deviations' digits */                             \
       float mf = (float)mua, ml = (float)(mua - (double)mf), rf = (float)rs;                    \
       int64_t i = 0;                                                                            \
-      for (; i + W <= M; i += W) {                                                              \
-        vf##W v = ((ld_##TS##_##W(px + i) - mf) - ml) * rf;                                     \
-        if (w) v *= ld_f32_##W(w + i);                                                          \
-        if (b) v += ld_f32_##W(b + i);                                                          \
-        st_##TS##_##W(py + i, v);                                                               \
+      if (!wide || M <= CH) {   /* the row as floats: in place, or in buf */                    \
+        const float *fx = wide ? buf : (const float *)(const void *)px;                         \
+        for (; i + W <= M; i += W) {                                                            \
+          vf##W v = ((ld_f32_##W(fx + i) - mf) - ml) * rf;                                      \
+          if (w) v *= ld_f32_##W(w + i);                                                        \
+          if (b) v += ld_f32_##W(b + i);                                                        \
+          st_##TS##_##W(py + i, v);                                                             \
+        }                                                                                       \
+      } else {                                                                                  \
+        for (; i + W <= M; i += W) {                                                            \
+          vf##W v = ((ld_##TS##_##W(px + i) - mf) - ml) * rf;                                   \
+          if (w) v *= ld_f32_##W(w + i);                                                        \
+          if (b) v += ld_f32_##W(b + i);                                                        \
+          st_##TS##_##W(py + i, v);                                                             \
+        }                                                                                       \
       }                                                                                         \
       if (i < M) {                                                                              \
         int64_t k = M - i;                                                                      \
@@ -134,6 +180,10 @@ static inline float ld1_bf16(const uint16_t *p) {
     T *y = y_;                                                                                  \
     (void)b;                                                                                    \
     (void)mean;                                                                                 \
+    /* a one-chunk bfloat16 row is widened once into buf (as in ln_fwd) */                      \
+    enum { wide = sizeof(T) != sizeof(float) };                                                 \
+    float buf[wide ? CH : 1] __attribute__((aligned(64)));                                      \
+    const double invmd = 1.0 / (double)M;                                                       \
     for (int64_t r = r0; r < r1; r++) {                                                         \
       const T *px = x + r * M;                                                                  \
       T *py = y + r * M;                                                                        \
@@ -144,11 +194,16 @@ static inline float ld1_bf16(const uint16_t *p) {
         vf##W q0 = vsplat##W(0), q1 = vsplat##W(0);                                             \
         for (; i + 2 * W <= nc; i += 2 * W) {                                                   \
           vf##W a = ld_##TS##_##W(pc + i), c = ld_##TS##_##W(pc + i + W);                       \
+          if (wide) {                                                                           \
+            st_f32_##W(buf + i, a);                                                             \
+            st_f32_##W(buf + i + W, c);                                                         \
+          }                                                                                     \
           q0 += a * a;                                                                          \
           q1 += c * c;                                                                          \
         }                                                                                       \
         for (; i + W <= nc; i += W) {                                                           \
           vf##W a = ld_##TS##_##W(pc + i);                                                      \
+          if (wide) st_f32_##W(buf + i, a);                                                     \
           q0 += a * a;                                                                          \
         }                                                                                       \
         if (i < nc) {                                                                           \
@@ -157,14 +212,23 @@ static inline float ld1_bf16(const uint16_t *p) {
         }                                                                                       \
         ss += hsum##W(q0 + q1);                                                                 \
       }                                                                                         \
-      double rs = 1.0 / sqrt(ss / (double)M + eps);                                             \
+      double rs = 1.0 / sqrt(ss * invmd + eps);                                                 \
       rstd[r] = rs;                                                                             \
       float rf = (float)rs;                                                                     \
       int64_t i = 0;                                                                            \
-      for (; i + W <= M; i += W) {                                                              \
-        vf##W v = ld_##TS##_##W(px + i) * rf;                                                   \
-        if (w) v *= ld_f32_##W(w + i);                                                          \
-        st_##TS##_##W(py + i, v);                                                               \
+      if (!wide || M <= CH) {   /* the row as floats: in place, or in buf */                    \
+        const float *fx = wide ? buf : (const float *)(const void *)px;                         \
+        for (; i + W <= M; i += W) {                                                            \
+          vf##W v = ld_f32_##W(fx + i) * rf;                                                    \
+          if (w) v *= ld_f32_##W(w + i);                                                        \
+          st_##TS##_##W(py + i, v);                                                             \
+        }                                                                                       \
+      } else {                                                                                  \
+        for (; i + W <= M; i += W) {                                                            \
+          vf##W v = ld_##TS##_##W(px + i) * rf;                                                 \
+          if (w) v *= ld_f32_##W(w + i);                                                        \
+          st_##TS##_##W(py + i, v);                                                             \
+        }                                                                                       \
       }                                                                                         \
       if (i < M) {                                                                              \
         int64_t k = M - i;                                                                      \
@@ -191,7 +255,21 @@ static inline float ld1_bf16(const uint16_t *p) {
         double sa = 0, sb = 0;                                                                  \
         for (int64_t c0 = 0; c0 < M; c0 += CH) {                                                \
           int64_t nc = M - c0 < CH ? M - c0 : CH, i = 0;                                        \
-          vf##W a0 = vsplat##W(0), b0 = vsplat##W(0);                                           \
+          /* two chains of each sum: one would wait out each add's latency */                   \
+          vf##W a0 = vsplat##W(0), b0 = vsplat##W(0), a1 = a0, b1 = b0;                         \
+          for (; i + 2 * W <= nc; i += 2 * W) {                                                 \
+            vf##W gv = ld_##TS##_##W(pg + c0 + i), gu = ld_##TS##_##W(pg + c0 + i + W);         \
+            if (w) {                                                                            \
+              gv *= ld_f32_##W(w + c0 + i);                                                     \
+              gu *= ld_f32_##W(w + c0 + i + W);                                                 \
+            }                                                                                   \
+            a0 += gv;                                                                           \
+            a1 += gu;                                                                           \
+            b0 += gv * ((ld_##TS##_##W(px + c0 + i) - mf) - ml);                                \
+            b1 += gu * ((ld_##TS##_##W(px + c0 + i + W) - mf) - ml);                            \
+          }                                                                                     \
+          a0 += a1;                                                                             \
+          b0 += b1;                                                                             \
           for (; i + W <= nc; i += W) {                                                         \
             vf##W gv = ld_##TS##_##W(pg + c0 + i);                                              \
             if (w) gv *= ld_f32_##W(w + c0 + i);                                                \
@@ -570,12 +648,17 @@ ROW_KERNELS(f32, float, avx2, VATTR_8, 8)
 ROW_KERNELS(bf16, uint16_t, avx2, VATTR_8, 8)
 ROW_KERNELS(f32, float, avx512, VATTR_16, 16)
 ROW_KERNELS(bf16, uint16_t, avx512, VATTR_16, 16)
+ROW_KERNELS(bf16n, uint16_t, avx512, VATTR_16B, 16)
 #define ISA_TABLE(NAME, TS) {NAME##_##TS##_def, NAME##_##TS##_avx2, NAME##_##TS##_avx512}
+/* bfloat16 with AVX512-BF16 stores: the emulated kernels below AVX-512 */
+#define BF16N_TABLE(NAME) {NAME##_bf16_def, NAME##_bf16_avx2, NAME##_bf16n_avx512}
 #else
 #define ISA_TABLE(NAME, TS) {NAME##_##TS##_def, NAME##_##TS##_def, NAME##_##TS##_def}
+#define BF16N_TABLE(NAME) ISA_TABLE(NAME, bf16)
 #endif
+#define DT_TABLES(NAME) {ISA_TABLE(NAME, f32), ISA_TABLE(NAME, bf16), BF16N_TABLE(NAME)}
 
-/* [dtype: 0 float32, 1 bfloat16][of_cpu_isa()] */
+/* [dtype: tix()][of_cpu_isa()] */
 typedef void (*ln_fwd_fn)(const void *, void *, int64_t, int64_t, int64_t, const float *,
                           const float *, double, double *, double *);
 typedef void (*ln_bwd_fn)(const void *, const void *, void *, int64_t, int64_t, int64_t,
@@ -583,25 +666,33 @@ typedef void (*ln_bwd_fn)(const void *, const void *, void *, int64_t, int64_t, 
 typedef void (*sm_fwd_fn)(const void *, void *, int64_t, int64_t, int64_t, int32_t);
 typedef void (*sm_bwd_fn)(const void *, const void *, void *, int64_t, int64_t, int64_t,
                           int32_t);
-static const ln_fwd_fn ln_fwd_tab[2][3] = {ISA_TABLE(ln_fwd, f32), ISA_TABLE(ln_fwd, bf16)};
-static const ln_fwd_fn rms_fwd_tab[2][3] = {ISA_TABLE(rms_fwd, f32), ISA_TABLE(rms_fwd, bf16)};
-static const ln_bwd_fn ln_bwd_tab[2][3] = {ISA_TABLE(ln_bwd, f32), ISA_TABLE(ln_bwd, bf16)};
-static const sm_fwd_fn sm_fwd_tab[2][3] = {ISA_TABLE(sm_fwd, f32), ISA_TABLE(sm_fwd, bf16)};
-static const sm_bwd_fn sm_bwd_tab[2][3] = {ISA_TABLE(sm_bwd, f32), ISA_TABLE(sm_bwd, bf16)};
+static const ln_fwd_fn ln_fwd_tab[3][3] = DT_TABLES(ln_fwd);
+static const ln_fwd_fn rms_fwd_tab[3][3] = DT_TABLES(rms_fwd);
+static const ln_bwd_fn ln_bwd_tab[3][3] = DT_TABLES(ln_bwd);
+static const sm_fwd_fn sm_fwd_tab[3][3] = DT_TABLES(sm_fwd);
+static const sm_bwd_fn sm_bwd_tab[3][3] = DT_TABLES(sm_bwd);
 typedef void (*ew_fn)(int32_t, const void *, void *, int64_t);
-static const ew_fn ew_tab[2][3] = {ISA_TABLE(ew, f32), ISA_TABLE(ew, bf16)};
+static const ew_fn ew_tab[3][3] = DT_TABLES(ew);
 typedef void (*ewg_fn)(int32_t, const void *, const void *, void *, int64_t);
-static const ewg_fn ewg_tab[2][3] = {ISA_TABLE(ewg, f32), ISA_TABLE(ewg, bf16)};
+static const ewg_fn ewg_tab[3][3] = DT_TABLES(ewg);
 typedef double (*lse_fn)(const void *, int64_t, const void *);
-static const lse_fn lse_tab[2][3] = {ISA_TABLE(lse, f32), ISA_TABLE(lse, bf16)};
+static const lse_fn lse_tab[3][3] = DT_TABLES(lse);
 typedef double (*rsum_fn)(const void *, int64_t, int32_t);
-static const rsum_fn rsum_tab[2][3] = {ISA_TABLE(rsum, f32), ISA_TABLE(rsum, bf16)};
+static const rsum_fn rsum_tab[3][3] = DT_TABLES(rsum);
 typedef void (*csum_fn)(double *, const void *, int64_t, int64_t, int64_t);
-static const csum_fn csum_tab[2][3] = {ISA_TABLE(csum, f32), ISA_TABLE(csum, bf16)};
+static const csum_fn csum_tab[3][3] = DT_TABLES(csum);
 typedef void (*expaff_fn)(const void *, void *, int64_t, double, double, double);
-static const expaff_fn expaff_tab[2][3] = {ISA_TABLE(expaff, f32), ISA_TABLE(expaff, bf16)};
+static const expaff_fn expaff_tab[3][3] = DT_TABLES(expaff);
 
-static int tix(of_dtype dt) { return dt == OF_BFLOAT16; }
+/* the tables' row: float32, bfloat16, bfloat16 on a CPU with AVX512-BF16 */
+static int tix(of_dtype dt) {
+  if (dt != OF_BFLOAT16) return 0;
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx512bf16") ? 2 : 1;   /* a load and a bit test */
+#else
+  return 1;
+#endif
+}
 
 /* threads for R rows of M elements: one per OF_PARALLEL_GRAIN / 4
  * elements at most, as the other kernels, and never more than rows */

@@ -77,8 +77,9 @@
    * 1e-7 absolute error, the accuracy of PyTorch's vectorised erf, with no exp and half        \
    * the arithmetic of erfc by Abramowitz-Stegun; NaN stays NaN */                              \
   AI VATTR_##W vf##W verf##W(vf##W z) {                                                         \
-    vf##W zc = vsel##W(z > 3.832506856900711f, vsplat##W(3.832506856900711f), z);               \
-    zc = vsel##W(zc < -3.832506856900711f, vsplat##W(-3.832506856900711f), zc);                 \
+    /* min / max instructions: a NaN z is their second operand, so it passes */                 \
+    vf##W zc = VMAXPS_##W(vsplat##W(-3.832506856900711f), z);                                   \
+    zc = VMINPS_##W(vsplat##W(3.832506856900711f), zc);                                         \
     vf##W z2 = zc * zc;                                                                         \
     vf##W p = z2 * -2.72614225801306e-10f + 2.77068142495902e-08f;                              \
     p = p * z2 - 2.10102402082508e-06f;                                                         \
@@ -92,8 +93,8 @@
     q = q * z2 - 1.42647390514189e-02f;                                                         \
     /* at the clamp the quotient rounds to 1 - 2^-24, not to 1: so gelu(-88) is 0, not -2.6e-6 */\
     vf##W e = zc * p / q;                                                                       \
-    e = vsel##W(z >= 3.832506856900711f, vsplat##W(1.0f), e);                                   \
-    return vsel##W(z <= -3.832506856900711f, vsplat##W(-1.0f), e);                              \
+    e = VSET_GE_##W(z, 3.832506856900711f, 1.0f, e);                                            \
+    return VSET_LE_##W(z, -3.832506856900711f, -1.0f, e);                                       \
   }                                                                                             \
   /* gelu(x) = x / 2 (1 + erf(x / sqrt 2)); inf gives inf and -inf NaN (-inf * 0, as the        \
    * float64 kernel) */                                                                         \
@@ -129,6 +130,19 @@
       for (int i = 0; i < n; i++) t[i] += t[i + n];                                             \
     return t[0];                                                                                \
   }                                                                                             \
+  /* lanes summed in float, as a tree: for a value whose rounding does not                     \
+   * matter (a shift that is corrected afterwards) */                                           \
+  AI VATTR_##W float hsumf##W(vf##W v) {                                                        \
+    vfh##W a, b;                                                                                \
+    memcpy(&a, &v, sizeof a);                                                                   \
+    memcpy(&b, (const char *)&v + sizeof a, sizeof b);                                          \
+    a += b;                                                                                     \
+    float t[W / 2];                                                                             \
+    memcpy(t, &a, sizeof t);                                                                    \
+    for (int n = W / 4; n >= 1; n /= 2)                                                         \
+      for (int i = 0; i < n; i++) t[i] += t[i + n];                                             \
+    return t[0];                                                                                \
+  }                                                                                             \
   AI VATTR_##W float hmax##W(vf##W v) {                                                                   \
     float m = v[0];                                                                             \
     for (int i = 1; i < W; i++)                                                                 \
@@ -143,19 +157,8 @@
     return v;                                                                                   \
   }                                                                                             \
   AI VATTR_##W void st_f32_##W(float *p, vf##W v) { memcpy(p, &v, sizeof v); }                            \
-  AI VATTR_##W vf##W ld_bf16_##W(const uint16_t *p) {                                                     \
-    vh##W h;                                                                                    \
-    memcpy(&h, p, sizeof h);                                                                    \
-    return (vf##W)(__builtin_convertvector(h, vu##W) << 16);                                    \
-  }                                                                                             \
-  AI VATTR_##W void st_bf16_##W(uint16_t *p, vf##W v) {                                                   \
-    vu##W u = (vu##W)v;                                                                         \
-    vu##W r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;                                           \
-    vi##W nan = v != v;   /* one float compare, not an unsigned one */                          \
-    r = (vu##W)((nan & (vi##W)((u >> 16) | 0x40u)) | (~nan & (vi##W)r));                        \
-    vh##W h = __builtin_convertvector(r, vh##W);                                                \
-    memcpy(p, &h, sizeof h);                                                                    \
-  }                                                                                             \
+  AI VATTR_##W vf##W ld_bf16_##W(const uint16_t *p) { return BF16_LD_##W(p); }                \
+  AI VATTR_##W void st_bf16_##W(uint16_t *p, vf##W v) { BF16_ST_##W(p, v); }                   \
   /* n < W elements; the other lanes hold pad */                                                \
   AI VATTR_##W vf##W ldn_f32_##W(const float *p, int64_t n, float pad) {                                  \
     float b[W];                                                                                 \
@@ -179,10 +182,75 @@
     memcpy(p, h, sizeof(uint16_t) * (size_t)n);                                                 \
   }
 
+/* bfloat16 loads (widened exactly) and stores (rounded to nearest even, a
+ * NaN kept quiet: of_f32_to_bf16 in dtype.c, lane by lane). The generic
+ * form serves the baseline; GCC 12 splits the 16-lane widening into two
+ * 8-lane halves and narrows with a permute, so AVX2 and AVX-512 spell the
+ * one-instruction forms (vpmovzxwd, vpmovdw) out. */
+#define BF16_LD_GENERIC(W, p)                                                                   \
+  ({                                                                                            \
+    vh##W h_;                                                                                   \
+    memcpy(&h_, (p), sizeof h_);                                                                \
+    (vf##W)(__builtin_convertvector(h_, vu##W) << 16);                                          \
+  })
+#define BF16_ST_GENERIC(W, p, v)                                                                \
+  do {                                                                                          \
+    vf##W v_ = (v);                                                                             \
+    vu##W u_ = (vu##W)v_;                                                                       \
+    vu##W r_ = (u_ + 0x7fffu + ((u_ >> 16) & 1u)) >> 16;                                        \
+    vi##W nan_ = v_ != v_; /* one float compare, not an unsigned one */                         \
+    r_ = (vu##W)((nan_ & (vi##W)((u_ >> 16) | 0x40u)) | (~nan_ & (vi##W)r_));                   \
+    vh##W h_ = __builtin_convertvector(r_, vh##W);                                              \
+    memcpy((p), &h_, sizeof h_);                                                                \
+  } while (0)
+#define BF16_LD_4(p) BF16_LD_GENERIC(4, p)
+#define BF16_ST_4(p, v) BF16_ST_GENERIC(4, p, v)
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define BF16_LD_8(p)                                                                            \
+  ((vf8)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define BF16_ST_8(p, v) BF16_ST_GENERIC(8, p, v)
+#define BF16_LD_16(p)                                                                           \
+  ((vf16)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#define BF16_ST_16(p, v)                                                                        \
+  do {                                                                                          \
+    __m512i u_ = (__m512i)(v);                                                                  \
+    __m512i hi_ = _mm512_srli_epi32(u_, 16);                                                    \
+    __m512i r_ = _mm512_add_epi32(u_, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),               \
+                                                       _mm512_and_si512(hi_, _mm512_set1_epi32(1)))); \
+    r_ = _mm512_srli_epi32(r_, 16);                                                             \
+    __mmask16 nan_ = _mm512_cmp_ps_mask((__m512)u_, (__m512)u_, _CMP_UNORD_Q);                  \
+    r_ = _mm512_mask_mov_epi32(r_, nan_, _mm512_or_si512(hi_, _mm512_set1_epi32(0x40)));         \
+    _mm256_storeu_si256((__m256i *)(p), _mm512_cvtepi32_epi16(r_));                             \
+  } while (0)
+#else
+#define BF16_LD_8(p) BF16_LD_GENERIC(8, p)
+#define BF16_ST_8(p, v) BF16_ST_GENERIC(8, p, v)
+#define BF16_LD_16(p) BF16_LD_GENERIC(16, p)
+#define BF16_ST_16(p, v) BF16_ST_GENERIC(16, p, v)
+#endif
+
+/* VSET_GE_W(z, c, val, e): val in the lanes where z >= c, e in the others
+ * (VSET_LE_W: z <= c); AVX-512 writes val under a compare's mask, one
+ * instruction where the generic select takes two */
+#if defined(__x86_64__) || defined(__i386__)
+#define VSET_CMP_16(z, cmp, c, val, e)                                                          \
+  ((vf16)_mm512_mask_mov_ps((__m512)(e), _mm512_cmp_ps_mask((__m512)(z), _mm512_set1_ps(c), cmp), \
+                            _mm512_set1_ps(val)))
+#define VSET_GE_16(z, c, val, e) VSET_CMP_16(z, _CMP_GE_OQ, c, val, e)
+#define VSET_LE_16(z, c, val, e) VSET_CMP_16(z, _CMP_LE_OQ, c, val, e)
+#else
+#define VSET_GE_16(z, c, val, e) vsel16((z) >= (c), vsplat16(val), (e))
+#define VSET_LE_16(z, c, val, e) vsel16((z) <= (c), vsplat16(val), (e))
+#endif
+#define VSET_GE_8(z, c, val, e) vsel8((z) >= (c), vsplat8(val), (e))
+#define VSET_LE_8(z, c, val, e) vsel8((z) <= (c), vsplat8(val), (e))
+#define VSET_GE_4(z, c, val, e) vsel4((z) >= (c), vsplat4(val), (e))
+#define VSET_LE_4(z, c, val, e) vsel4((z) <= (c), vsplat4(val), (e))
+
 /* VMAXPS_W(a, b): a > b ? a : b in one instruction (x86's maxps: b when
  * either is NaN), VMINPS_W a < b ? a : b; GCC's generic vectors have no select it would emit as one */
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
 #define VMAXPS_4(a, b) ((vf4)_mm_max_ps((__m128)(a), (__m128)(b)))
 #define VMAXPS_8(a, b) ((vf8)_mm256_max_ps((__m256)(a), (__m256)(b)))
 #define VMAXPS_16(a, b) ((vf16)_mm512_max_ps((__m512)(a), (__m512)(b)))
@@ -212,4 +280,29 @@
 VEC_HELPERS(4)
 VEC_HELPERS(8)
 VEC_HELPERS(16)
+
+#if defined(__x86_64__) || defined(__i386__)
+/* "bf16n": bfloat16 stores through AVX512-BF16's vcvtneps2bf16 (one
+ * instruction for the nine of BF16_ST_16) where the CPU has it. It rounds
+ * to nearest even and keeps a NaN quiet as of_f32_to_bf16 does, but reads
+ * a denormal input as zero (checked against the integer rounding over all
+ * 2^32 float32 patterns: the denormals are the only difference), so a
+ * vector holding one is stored by the integer rounding: the same bits on
+ * every instruction set. */
+#define VATTR_16B                                                                               \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
+AI VATTR_16B vf16 ld_bf16n_16(const uint16_t *p) { return BF16_LD_16(p); }
+AI VATTR_16B void st_bf16n_16(uint16_t *p, vf16 v) {
+  __mmask16 den = _mm512_fpclass_ps_mask((__m512)v, 0x20);   /* denormal lanes */
+  if (__builtin_expect(den != 0, 0)) {
+    BF16_ST_16(p, v);
+    return;
+  }
+  _mm256_storeu_si256((__m256i *)p, (__m256i)_mm512_cvtneps_pbh((__m512)v));
+}
+AI VATTR_16B vf16 ldn_bf16n_16(const uint16_t *p, int64_t n, float pad) {
+  return ldn_bf16_16(p, n, pad);
+}
+AI VATTR_16B void stn_bf16n_16(uint16_t *p, vf16 v, int64_t n) { stn_bf16_16(p, v, n); }
+#endif
 #endif

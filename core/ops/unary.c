@@ -160,7 +160,20 @@ const char *of_unary_name(of_unary_op op) {
 static void un_fast_float(char **p, const int64_t *s, int64_t n, void *ctx_) {
   of_ew_ctx *ctx = ctx_;
   if (s[0] == sizeof(float) && s[1] == sizeof(float)) {
-    if (of_vmath_unary(ctx->op, (const float *)p[1], (float *)p[0], n)) return;
+    const float *x = (const float *)p[1];
+    float *y = (float *)p[0];
+    if (n * (int64_t)sizeof(float) >= of_stream_min_bytes() && of_vmath_has(ctx->op)) {
+      /* too big for the cache: written around it, as OF_BINARY_LOOP does */
+      float buf[OF_STREAM_BLOCK];
+      for (int64_t i0 = 0; i0 < n; i0 += OF_STREAM_BLOCK) {
+        int64_t m = n - i0 < OF_STREAM_BLOCK ? n - i0 : OF_STREAM_BLOCK;
+        of_vmath_unary(ctx->op, x + i0, buf, m);
+        of_stream_store(y + i0, buf, m * (int64_t)sizeof(float));
+      }
+      of_stream_fence();
+      return;
+    }
+    if (of_vmath_unary(ctx->op, x, y, n)) return;
   } else if (of_vmath_has(ctx->op)) {
     float buf[256];
     for (int64_t i0 = 0; i0 < n; i0 += 256) {

@@ -309,7 +309,8 @@ describe('large tensors', function()
 end)
 
 describe('streamed outputs (of_stream_store)', function()
-  it('binary ops over outputs past the streaming threshold equal the cached path, any alignment', function()
+  it('binary and unary ops over outputs past the streaming threshold equal the cached path, any alignment',
+     function()
     -- OF_STREAM_MIN_BYTES is read when the library loads: a child process with a
     -- 256-byte threshold streams every output of 64+ floats; the parent does not
     local script = [[
@@ -322,8 +323,10 @@ describe('streamed outputs (of_stream_store)', function()
           local a, b = flow.randn(n + off):narrow(1, off + 1, n), flow.randn(n)
           local d = flow.randn(n, {dtype = flow.float64})
           local prod, diff = a * b, d - d * 2
+          -- unary float32 ops with vector loops (vmath.c, rowk.c)
+          local ex, ge, sg, re = a:exp(), flow.nn.functional.gelu(a), a:sigmoid(), a:relu()
           a:add_(b)
-          for _, t in ipairs({prod, diff, a}) do
+          for _, t in ipairs({prod, diff, a, ex, ge, sg, re}) do
             for _, v in ipairs(t:double():totable()) do out[#out + 1] = string.format('%.17g', v) end
           end
         end
