@@ -48,18 +48,28 @@ local CASES = {
   {'layer_norm_f32', 2, 'layer_norm forward, weight + bias'},
   {'layer_norm_bf16', 2, 'layer_norm forward, bfloat16'},
   {'layer_norm_bwd_f32', 5, 'layer_norm forward + backward (x, weight, bias grads)'},
+  {'layer_norm_bwd_bf16', 5, 'layer_norm forward + backward, bfloat16'},
   {'softmax_f32', 2, 'softmax forward'},
   {'softmax_bf16', 2, 'softmax forward, bfloat16'},
   {'log_softmax_f32', 2, 'log_softmax forward'},
   {'softmax_bwd_f32', 5, 'softmax forward + backward'},
+  {'softmax_bwd_bf16', 5, 'softmax forward + backward, bfloat16'},
   {'log_softmax_bwd_f32', 5, 'log_softmax forward + backward'},
   {'cross_entropy_f32', 1, 'cross_entropy forward, class indices, mean'},
   {'cross_entropy_bwd_f32', 3, 'cross_entropy forward + backward'},
   {'logsumexp_f32', 1, 'logsumexp over the last dim'},
   {'gelu_f32', 2, 'GELU (erf) forward'},
   {'gelu_bwd_f32', 5, 'GELU forward + backward'},
+  {'gelu_bf16', 2, 'GELU forward, bfloat16'},
   {'silu_f32', 2, 'SiLU forward'},
   {'silu_bwd_f32', 5, 'SiLU forward + backward'},
+  {'silu_bf16', 2, 'SiLU forward, bfloat16'},
+  {'bias_gelu_f32', 2, 'bias add + GELU, eager (x + b, then GELU; b over the last dim)'},
+  {'bias_gelu_graph_f32', 2, 'bias add + GELU in an eval nn.Graph (one fused node; PyTorch: eager)'},
+  {'batch_norm_eval_f32', 2, 'batch_norm eval, NCHW, 64 channels'},
+  {'batch_norm_eval_bf16', 2, 'batch_norm eval, NCHW, 64 channels, bfloat16'},
+  {'batch_norm_train_f32', 2, 'batch_norm training forward (batch statistics, running stats updated)'},
+  {'batch_norm_bwd_f32', 5, 'batch_norm training forward + backward (x, weight, bias grads)'},
   {'rms_norm_f32', 2, 'rms_norm forward, weight'},
   {'rms_norm_bf16', 2, 'rms_norm forward, weight, bfloat16'},
   {'rms_norm_bwd_f32', 5, 'rms_norm forward + backward (x, weight grads)'},
@@ -107,7 +117,22 @@ local function make(name)
   local g = flow.randn(R, M):to(dt)
   local es = ({f32 = 4, bf16 = 2})[dts]
   local fn
+  -- batch_norm: the rows as [R / 64, 64, 32, 32] (each row one plane of 1024)
+  local C4 = 64
+  local x4 = op:match('^batch_norm') and x:view(R / C4, C4, 32, 32)
+  local w4, b4 = flow.randn(C4):to(dt), flow.randn(C4):to(dt)
+  local rm, rv = flow.zeros(C4, {dtype = dt}), flow.ones(C4, {dtype = dt})
   if op == 'layer_norm' then fn = function() return F.layer_norm(x, {M}, w, b, 1e-5) end
+  elseif op == 'batch_norm_eval' then fn = function() return F.batch_norm(x4, rm, rv, w4, b4, false, 0.1, 1e-5) end
+  elseif op == 'batch_norm_train' then fn = function() return F.batch_norm(x4, rm, rv, w4, b4, true, 0.1, 1e-5) end
+  elseif op == 'bias_gelu' then fn = function() return F.gelu(x + b) end
+  elseif op == 'bias_gelu_graph' then
+    local G = flow.nn.Graph:subclass('BiasGelu')
+    function G:__init() flow.nn.Graph.__init(self); self.b = b end
+    function G:build(z) return F.gelu(z + self.b) end
+    local graph = G()
+    graph(x)   -- the first call traces
+    fn = function() return graph(x) end
   elseif op == 'softmax' then fn = function() return flow.softmax(x, -1) end
   elseif op == 'log_softmax' then fn = function() return flow.log_softmax(x, -1) end
   elseif op == 'cross_entropy' then
@@ -130,8 +155,11 @@ local function make(name)
   elseif op:match('_bwd$') then
     local xg = x:clone():requires_grad_()
     local wg, bg = w:clone():requires_grad_(), b:clone():requires_grad_()
+    local x4g = xg:view(R / C4, C4, 32, 32)
+    local w4g, b4g = w4:clone():requires_grad_(), b4:clone():requires_grad_()
     local fwd = ({
       layer_norm_bwd = function() return F.layer_norm(xg, {M}, wg, bg, 1e-5) end,
+      batch_norm_bwd = function() return F.batch_norm(x4g, rm, rv, w4g, b4g, true, 0.1, 1e-5):view(R, M) end,
       rms_norm_bwd = function() return F.rms_norm(xg, {M}, wg, 1e-6) end,
       softmax_bwd = function() return flow.softmax(xg, -1) end,
       log_softmax_bwd = function() return flow.log_softmax(xg, -1) end,
@@ -141,7 +169,7 @@ local function make(name)
     })[op]
     local scalar = op == 'cross_entropy_bwd'
     fn = function()
-      xg.grad, wg.grad, bg.grad = nil, nil, nil
+      xg.grad, wg.grad, bg.grad, w4g.grad, b4g.grad = nil, nil, nil, nil, nil
       if scalar then fwd():backward() else fwd():backward(g) end
     end
   else

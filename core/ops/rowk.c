@@ -456,6 +456,15 @@ static inline float ld1_bf16(const uint16_t *p) {
     T *y = y_;                                                                                  \
     int64_t i = 0;                                                                              \
     if (op == OF_SILU) {                                                                        \
+      for (; i + 4 * W <= n; i += 4 * W) {   /* four exps in flight, as GELU's erfs below */    \
+        vf##W v[4];                                                                             \
+        for (int u = 0; u < 4; u++) v[u] = ld_##TS##_##W(x + i + u * W);                        \
+        for (int u = 0; u < 4; u++) {                                                           \
+          vf##W o = v[u] / (1.0f + vexp##W(-v[u]));                                             \
+          o = vsel##W(v[u] == -INFINITY, vsplat##W(NAN), o);                                    \
+          st_##TS##_##W(y + i + u * W, o);                                                      \
+        }                                                                                       \
+      }                                                                                         \
       for (; i < n; i += W) {                                                                   \
         int64_t k = n - i < W ? n - i : W;                                                      \
         vf##W v = k == W ? ld_##TS##_##W(x + i) : ldn_##TS##_##W(x + i, k, 0.0f);               \
@@ -466,12 +475,16 @@ static inline float ld1_bf16(const uint16_t *p) {
       }                                                                                         \
       return;                                                                                   \
     }                                                                                           \
-    /* two vectors per step: the erf's two polynomials and its division are a long             \
-     * dependency chain, and two in flight keep both FMA pipes busy */                          \
-    for (; i + 2 * W <= n; i += 2 * W) {                                                        \
+    /* four vectors per step: the erf's two polynomials and its division are a long            \
+     * dependency chain, and more in flight keep both FMA pipes busy (4M bfloat16 on            \
+     * one Zen 5 thread: two 0.85, four 0.82 ms) */                                             \
+    for (; i + 4 * W <= n; i += 4 * W) {                                                        \
       vf##W a = ld_##TS##_##W(x + i), b = ld_##TS##_##W(x + i + W);                             \
+      vf##W c = ld_##TS##_##W(x + i + 2 * W), d = ld_##TS##_##W(x + i + 3 * W);                 \
       st_##TS##_##W(y + i, vgelu##W(a));                                                        \
       st_##TS##_##W(y + i + W, vgelu##W(b));                                                    \
+      st_##TS##_##W(y + i + 2 * W, vgelu##W(c));                                                \
+      st_##TS##_##W(y + i + 3 * W, vgelu##W(d));                                                \
     }                                                                                           \
     for (; i < n; i += W) {                                                                     \
       int64_t k = n - i < W ? n - i : W;                                                        \

@@ -133,6 +133,22 @@ describe('nn.Graph passes', function()
     end
   end)
 
+  it('fuse reads a bias repeating within its blocks once per thread, any period', function()
+    -- biases whose length divides the node's block (2048 elements) are gathered
+    -- once per thread; the others, and channel vectors, block by block
+    local function build(_, x, b) return F.gelu(x * 0.5 + b) end
+    local g = graph_of(build, 'fuse')
+    for _, shapes in ipairs({{{300, 1024}, {1024}}, {{5000, 64}, {64}}, {{70, 2048}, {2048}},
+                             {{9, 512}, {512}}, {{300, 1000}, {1000}}, {{3, 4096}, {4096}},
+                             {{40, 16, 7, 9}, {16, 1, 1}}, {{40, 16, 7, 8}, {7, 8}}}) do
+      local x, b = flow.randn(unpack(shapes[1])), flow.randn(unpack(shapes[2]))
+      g(x, b)   -- a new shape traces (eager ops); the next call runs the graph
+      assert.are.equal(0, (g(x, b) - build(nil, x, b)):abs():max():item(),
+                       table.concat(shapes[1], 'x') .. ' + ' .. table.concat(shapes[2], 'x'))
+    end
+    assert.are.equal(1, count(g, 'fused_elementwise'))
+  end)
+
   it('fuse leaves results with other readers materialised', function()
     local function build(_, x)
       local t = x:exp()

@@ -349,7 +349,23 @@ typedef struct {
   const char *base;
   int64_t bstride[OF_MAX_DIMS];   /* bytes, 0 on broadcast dims (output's dims) */
   int kind;                       /* 0 direct contiguous, 1 scalar, 2 gather */
+  /* a gathered operand that repeats with a period dividing BLOCK (a bias
+   * broadcast over rows): every block gathers the same elements, so each
+   * thread gathers them once */
+  bool same_blocks;
 } operand;
+
+/* Whether o (kind 2) is contiguous over trailing dims of P elements, P
+ * dividing BLOCK, and broadcast over the dims before them. */
+static bool repeats_per_block(const operand *o, const int64_t *shape, int32_t ndim,
+                              int32_t esize) {
+  int64_t P = 1;
+  int32_t d = ndim - 1;
+  for (; d >= 0 && (shape[d] == 1 || o->bstride[d] == P * esize); d--) P *= shape[d];
+  for (; d >= 0; d--)
+    if (shape[d] != 1 && o->bstride[d] != 0) return false;
+  return P > 0 && BLOCK % P == 0;
+}
 
 static void gather_block(const operand *op, const int64_t *shape, int32_t ndim, int64_t start,
                          int64_t len, char *dst, int32_t esize) {
@@ -420,6 +436,8 @@ of_status of_fused_invoke(of_gnode *n, of_tensor **ins, void **outs) {
     }
     for (int32_t d = 0; d < p->ndim; d++) o->bstride[d] = bs[perm[d]];
     o->kind = same ? 0 : (t->numel == 1 ? 1 : 2);
+    o->same_blocks = o->kind == 2 &&
+                     repeats_per_block(o, pshape, p->ndim, p->in_bool[k] ? 1 : es);
   }
   of_tensor *res;
   if (p->into >= 0) {
@@ -469,6 +487,7 @@ of_status of_fused_invoke(of_gnode *n, of_tensor **ins, void **outs) {
     char *ptr[FUSED_MAX_IN + 2 * FUSED_MAX_OPS];
     int64_t str[FUSED_MAX_IN + 2 * FUSED_MAX_OPS];
     int64_t b0 = nblocks * tid / nt, b1 = nblocks * (tid + 1) / nt;
+    bool gathered[FUSED_MAX_IN] = {false};
     for (int64_t b = b0; b < b1; b++) {
       int64_t start = b * BLOCK, len = total - start < BLOCK ? total - start : BLOCK;
       for (int32_t k = 0; k < p->nin; k++) {
@@ -478,7 +497,12 @@ of_status of_fused_invoke(of_gnode *n, of_tensor **ins, void **outs) {
         else if (o->kind == 1) { ptr[k] = (char *)o->base; str[k] = 0; }
         else {
           char *buf = mine + (size_t)(p->nops + k) * BLOCK * (size_t)es;
-          gather_block(o, pshape, p->ndim, start, len, buf, kes);
+          if (!o->same_blocks || !gathered[k]) {
+            /* a repeating operand: a whole block's worth, valid for every block */
+            gather_block(o, pshape, p->ndim, o->same_blocks ? 0 : start,
+                         o->same_blocks ? (total < BLOCK ? total : BLOCK) : len, buf, kes);
+            gathered[k] = o->same_blocks;
+          }
           ptr[k] = buf;
           str[k] = kes;
         }
