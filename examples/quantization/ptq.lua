@@ -3,12 +3,13 @@
 -- stem: 3x3 stride-1 conv1 on the one channel, no max pooling): fp32 vs
 -- int8 accuracy, size on disk and inference speed; optionally QAT
 -- fine-tuning and 50% channel pruning (+ fine-tuning): the LeNet's conv
--- chains, a ResNet's block-internal channels (ResNet:prunable_chains).
+-- chains, a ResNet's block-internal channels (ResNet:prunable_chains), with
+-- --prune-residual also its residual streams (every conv's channels).
 --
 --   ./bin/flow examples/quantization/ptq.lua [--model lenet|resnet18]
 --       [--checkpoint model.safetensors] [--epochs 1] [--limit N]
 --       [--calib-batches 32] [--threads 2] [--bench-batch 8] [--iters 50]
---       [--qat] [--prune] [--export DIR]
+--       [--qat] [--prune [--prune-residual]] [--export DIR]
 --
 -- Without --checkpoint (a state dict of the model; for the LeNet also one of
 -- examples/mnist/train.lua's: the same keys) the float model is trained first.
@@ -37,9 +38,14 @@ local function parse_args(argv)
   p:option('--iters', 'Timed forward passes per model and round.', '50', tonumber)
   p:flag('--qat', 'Also fine-tune with fake quantization (1 epoch) and convert.')
   p:flag('--prune', 'Also prune 50% of the conv channels, fine-tune 1 epoch, and quantize.')
+  p:flag('--prune-residual', "With --prune and a ResNet: also its residual streams' channels.")
   p:option('--export', 'Write weights and data as PyTorch files into this directory.')
   p:option('--backend', 'int8 gemm: auto (= own), own, onednn (where built).', 'auto')
-  return p:parse(argv)
+  local opts = p:parse(argv)
+  if opts.prune_residual and (opts.model ~= 'resnet18' or not opts.prune) then
+    p:error('--prune-residual needs --prune and a ResNet (--model resnet18)')
+  end
+  return opts
 end
 
 local function datasets(opts)
@@ -149,8 +155,10 @@ local function main(argv)
   if opts.prune then
     -- the LeNet's conv chains; a ResNet's block-internal channels (its residual
     -- stream stays: every block of a stage sums into it)
-    local chains = model.prunable_chains and model:prunable_chains() or QLeNet.prunable
-    print(('pruning 50%% of the channels of %d conv chains (L1), 1 epoch of fine-tuning'):format(#chains))
+    local chains = model.prunable_chains and model:prunable_chains({residual = opts.prune_residual})
+      or QLeNet.prunable
+    print(('pruning 50%% of the channels of %d conv chains and groups (L1), 1 epoch of fine-tuning')
+          :format(#chains))
     local pruned = nn.utils.prune.prune_channels(model, chains, {amount = 0.5})
     train(pruned, xtr, ytr, 1, 5e-4)
     flow.save(pruned:state_dict(), dir .. '/ptq_pruned.safetensors')

@@ -121,6 +121,18 @@ describe('examples', function()
                           'fp32 pruned 50% (5678154 params vs 11172810)', 'int8 pruned 50%'}) do
       assert.truthy(out:find(row, 1, true), out)
     end
+    -- --prune-residual: the residual streams too, a quarter of the parameters left
+    out, rc = sh(('cd /tmp && %s/bin/flow %s/examples/quantization/ptq.lua --model resnet18 --limit 100 '
+                  .. '--calib-batches 1 --iters 1 --threads 2 --prune --prune-residual'):format(root, root))
+    assert.equal(0, rc, out)
+    for _, row in ipairs({'channels of 12 conv chains and groups', 'fp32 pruned 50% (2797034 params vs 11172810)',
+                          'int8 pruned 50%'}) do
+      assert.truthy(out:find(row, 1, true), out)
+    end
+    out, rc = sh(('cd /tmp && %s/bin/flow %s/examples/quantization/ptq.lua --limit 100 --iters 1 --prune '
+                  .. '--prune-residual 2>&1'):format(root, root))
+    assert.is_not.equal(0, rc)
+    assert.truthy(out:find('--prune-residual needs --prune and a ResNet', 1, true), out)
     -- distillation from a ResNet-18 teacher (the default) into the small LeNet
     out, rc = sh(('cd /tmp && %s/bin/flow %s/examples/quantization/distill.lua --limit 200 --threads 1')
                  :format(root, root))

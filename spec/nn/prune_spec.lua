@@ -142,6 +142,67 @@ describe('prune.prune_channels', function()
     H.raises(function() rx:prunable_chains() end, 'prunable_chains', 'grouped conv2', 'groups = 32')
   end)
 
+  it("a ResNet's residual streams as groups (prunable_chains{residual = true}): same outputs as zeroing",
+     function()
+    local R_ = require('flowvision.models.resnet')
+    local function get(m, path)
+      for part in path:gmatch('[^.]+') do m = m[tonumber(part) and tonumber(part) + 1 or part] end
+      return m
+    end
+    for _, block in ipairs({R_.BasicBlock, R_.Bottleneck}) do
+      flow.manual_seed(6)
+      local m = R_.ResNet(block, {2, 1, 2, 1}, {num_classes = 5})
+      flow.no_grad(function()
+        for _, mod in ipairs(m:modules()) do
+          if mod.running_mean ~= nil then
+            mod.running_mean:copy_(flow.randn(mod.num_features) * 0.1)
+            mod.running_var:copy_(flow.rand(mod.num_features) + 0.5)
+            mod.bias:copy_(flow.randn(mod.num_features) * 0.1)
+          end
+        end
+      end)
+      m:eval()
+      local chains = m:prunable_chains({residual = true})
+      local groups = 0
+      for _, c in ipairs(chains) do if c.producers then groups = groups + 1 end end
+      -- BasicBlock: layer1 has no downsample, so the stem's stream is layer1's
+      assert.equals(block == R_.Bottleneck and 5 or 4, groups)
+      local s, kept = prune.prune_channels(m, chains, {amount = 0.5})
+      assert.equals(32, s.conv1.out_channels)
+      assert.equals(256 * block.expansion, s.fc.in_features)
+      assert.is_true(nparams(s) < 0.3 * nparams(m), nparams(s) .. ' of ' .. nparams(m))
+      -- the original with every dropped channel zeroed where it is made and read
+      flow.no_grad(function()
+        for ci, c in ipairs(chains) do
+          local keep = {}
+          for _, v in ipairs(kept[ci]:totable()) do keep[v] = true end
+          local prods = c.producers or {c[1]}
+          local norms = c.norms or {}
+          if not c.producers then for i = 2, #c - 1 do norms[#norms + 1] = c[i] end end
+          local conss = c.consumers or {c[#c]}
+          local O = get(m, prods[1]).weight:size(1)
+          for ch = 1, O do
+            if not keep[ch] then
+              for _, p in ipairs(prods) do get(m, p).weight:select(1, ch):zero_() end
+              for _, p in ipairs(norms) do
+                get(m, p).weight:narrow(1, ch, 1):zero_()
+                get(m, p).bias:narrow(1, ch, 1):zero_()
+              end
+              for _, p in ipairs(conss) do get(m, p).weight:select(2, ch):zero_() end
+            end
+          end
+        end
+      end)
+      local x = flow.randn(2, 3, 32, 32)
+      H.close(s(x), m(x), 1e-4, tostring(block))
+    end
+    H.raises(function() flow.nn.utils.prune.prune_channels(R_.ResNet(R_.BasicBlock, {1, 1, 1, 1}),
+      {{producers = {'conv1'}, consumers = {'layer3.0.conv1'}}}, {amount = 0.5}) end,
+      'layer3.0.conv1 takes 128 channels', 'producers make 64')
+    H.raises(function() R_.ResNet(R_.BasicBlock, {1, 1, 1, 1}):prunable_chains({resid = true}) end,
+      'prunable_chains', 'resid')
+  end)
+
   it('refuses chains it cannot shrink', function()
     H.raises(function() prune.prune_channels(net(), {{'0', '2', '3'}}, {amount = 0.5}) end,
       'must be a BatchNorm')

@@ -154,14 +154,21 @@ function ResNet:forward(x)
   return self.fc(self.avgpool(x):flatten(2))
 end
 
---- model:prunable_chains(): the channel chains that nn.utils.prune.prune_channels
--- can shrink without touching a residual sum: inside each block, conv1 -> bn1
+--- model:prunable_chains([{residual = false}]): the channel chains that
+-- nn.utils.prune.prune_channels can shrink: inside each block, conv1 -> bn1
 -- -> conv2 (and in a Bottleneck also conv2 -> bn2 -> conv3). The channels a
--- block adds to its input (the residual stream, and so each block's last
--- conv, the downsample and the stem) stay: every block of a stage sums into
--- the same channels. Grouped convolutions (ResNeXt) have no such chains.
+-- block adds to its input -- the residual stream -- are summed by every
+-- block of a stage, so they can only go together: with residual = true the
+-- list also holds one group per stream, {producers, norms, consumers}: the
+-- convs writing the stream (the stem or a downsample, and each block's last
+-- conv), their BatchNorms, and the convs reading it (each block's conv1, the
+-- next stage's downsample, the fc). An identity shortcut carries a stream
+-- into the next block unchanged, so the stem's channels are layer1's when
+-- its first block has no downsample. Grouped convolutions (ResNeXt) have no
+-- block chains.
 --   local pruned = prune.prune_channels(model, model:prunable_chains(), {amount = 0.5})
-function ResNet:prunable_chains()
+function ResNet:prunable_chains(opts)
+  opts = A.check_options('ResNet:prunable_chains', opts, {residual = true}) or {}
   local chains = {}
   for name, m in self:named_modules() do
     local p = name .. '.'
@@ -176,6 +183,25 @@ function ResNet:prunable_chains()
       chains[#chains + 1] = {p .. 'conv1', p .. 'bn1', p .. 'conv2'}
     end
   end
+  if not opts.residual then return chains end
+  local stream = {producers = {'conv1'}, norms = {'bn1'}, consumers = {}}
+  for li = 1, 4 do
+    local layer = self['layer' .. li]
+    for j = 1, #layer do
+      local blk, p = layer[j], ('layer%d.%d.'):format(li, j - 1)
+      local last = ops.is_a(blk, Bottleneck) and '3' or '2'
+      table.insert(stream.consumers, p .. 'conv1')
+      if blk.downsample ~= nil then
+        table.insert(stream.consumers, p .. 'downsample.0')
+        chains[#chains + 1] = stream
+        stream = {producers = {p .. 'downsample.0'}, norms = {p .. 'downsample.1'}, consumers = {}}
+      end
+      table.insert(stream.producers, p .. 'conv' .. last)
+      table.insert(stream.norms, p .. 'bn' .. last)
+    end
+  end
+  table.insert(stream.consumers, 'fc')
+  chains[#chains + 1] = stream
   return chains
 end
 

@@ -240,72 +240,117 @@ local function is_a(m, name)
   return require('oneflow.class').isinstance(m, nn[name])
 end
 
+local PRODUCER = 'must be a Conv2d with groups 1 or a Linear'
+
+local function check_prod_cons(op, path, m)
+  if not ((is_a(m, 'Conv2d') and m.groups == 1) or is_a(m, 'Linear')) then
+    fail(('%s: %s (%s) %s'):format(op, path, m.__name, PRODUCER))
+  end
+end
+
+local function out_count(m) return m.weight:size(1) end
+
+-- the producer keeps output channels `keep` (1-based, ascending) of O
+local function shrink_producer(prod, keep, n_kept)
+  prod.weight = param(prod.weight:detach():index_select(1, keep))
+  if prod.bias ~= nil then prod.bias = param(prod.bias:index_select(1, keep)) end
+  if is_a(prod, 'Conv2d') then rawset(prod, 'out_channels', n_kept) else rawset(prod, 'out_features', n_kept) end
+end
+
+local function shrink_norm(op, path, bn, keep, O, n_kept)
+  if not (is_a(bn, 'BatchNorm2d') or is_a(bn, 'BatchNorm1d')) then
+    fail(('%s: %s (%s) between producer and consumer must be a BatchNorm'):format(op, path, bn.__name))
+  end
+  if bn.num_features ~= O then
+    fail(('%s: %s has %d features, its producers make %d'):format(op, path, bn.num_features, O))
+  end
+  if bn.weight ~= nil then bn.weight = param(bn.weight:index_select(1, keep)) end
+  if bn.bias ~= nil then bn.bias = param(bn.bias:index_select(1, keep)) end
+  if bn.running_mean ~= nil then
+    bn.running_mean = bn.running_mean:index_select(1, keep):contiguous()
+    bn.running_var = bn.running_var:index_select(1, keep):contiguous()
+  end
+  rawset(bn, 'num_features', n_kept)
+end
+
+-- the consumer keeps inputs `keep` of O channels (a Linear: H*W features each)
+local function shrink_consumer(op, path, cons, keep, O, n_kept)
+  local cw = cons.weight:detach()
+  if is_a(cons, 'Conv2d') then
+    if cw:size(2) ~= O then
+      fail(('%s: %s takes %d channels, its producers make %d'):format(op, path, cw:size(2), O))
+    end
+    cons.weight = param(cw:index_select(2, keep))
+    rawset(cons, 'in_channels', n_kept)
+  else
+    local F_ = cw:size(2)
+    if F_ % O ~= 0 then
+      fail(('%s: %s has %d inputs, not a multiple of the %d channels of its producers'):format(op, path, F_, O))
+    end
+    local S = math.floor(F_ / O)
+    local idx = ((keep - 1):view(-1, 1) * S + flow.arange(1, S + 1):view(1, -1)):reshape(-1)
+    cons.weight = param(cw:index_select(2, idx))
+    rawset(cons, 'in_features', n_kept * S)
+  end
+end
+
+-- A chain {producer, [bn...], consumer} as a group of one producer.
+local function as_group(op, ci, chain)
+  if chain.producers ~= nil then
+    for _, key in ipairs({'producers', 'consumers'}) do
+      if type(chain[key]) ~= 'table' or #chain[key] < 1 then
+        fail(('%s: group %d needs a non-empty list of %s'):format(op, ci, key))
+      end
+    end
+    return {producers = chain.producers, norms = chain.norms or {}, consumers = chain.consumers}
+  end
+  if #chain < 2 then fail(('%s: chain %d needs a producer and a consumer'):format(op, ci)) end
+  local norms = {}
+  for i = 2, #chain - 1 do norms[#norms + 1] = chain[i] end
+  return {producers = {chain[1]}, norms = norms, consumers = {chain[#chain]}}
+end
+
 function P.prune_channels(model, chains, opts)
   local op = 'prune.prune_channels'
   opts = A.check_options(op, opts, {amount = true, n = true, inplace = true}) or {}
   if not module.is_module(model) then fail(op .. ': expected a module') end
   if type(chains) ~= 'table' or type(chains[1]) ~= 'table' then
-    fail(op .. ': chains must be a list of {producer, [batchnorm...], consumer} path lists')
+    fail(op .. ': chains must be a list of {producer, [batchnorm...], consumer} path lists or '
+         .. '{producers =, norms =, consumers =} groups')
   end
   if not opts.inplace then model = model:clone() end
   local kept_all = {}
   for ci, chain in ipairs(chains) do
-    if #chain < 2 then fail(('%s: chain %d needs a producer and a consumer'):format(op, ci)) end
-    local mods = {}
-    for i, path in ipairs(chain) do mods[i] = lookup(model, path) end
-    local prod, cons = mods[1], mods[#mods]
-    if not ((is_a(prod, 'Conv2d') and prod.groups == 1) or is_a(prod, 'Linear')) then
-      fail(('%s: %s (%s) must be a Conv2d with groups 1 or a Linear'):format(op, chain[1], prod.__name))
+    local g = as_group(op, ci, chain)
+    local function mods(paths)
+      local r = {}
+      for i, path in ipairs(paths) do r[i] = lookup(model, path) end
+      return r
     end
-    if not ((is_a(cons, 'Conv2d') and cons.groups == 1) or is_a(cons, 'Linear')) then
-      fail(('%s: %s (%s) must be a Conv2d with groups 1 or a Linear'):format(op, chain[#chain], cons.__name))
+    local prods, norms, conss = mods(g.producers), mods(g.norms), mods(g.consumers)
+    for i, m in ipairs(prods) do check_prod_cons(op, g.producers[i], m) end
+    for i, m in ipairs(conss) do check_prod_cons(op, g.consumers[i], m) end
+    -- the producers' output channels are one set (a residual stream: they are
+    -- summed), ranked by the sum of their filters' L-n norms
+    local O = out_count(prods[1])
+    local score
+    for i, prod in ipairs(prods) do
+      if out_count(prod) ~= O then
+        fail(('%s: %s makes %d channels, %s %d'):format(op, g.producers[i], out_count(prod), g.producers[1], O))
+      end
+      local w = prod.weight:detach()
+      local norms_i = w:reshape(O, -1):double():norm(opts.n or 1, 2)
+      score = score and score + norms_i or norms_i
     end
-    local w = prod.weight:detach()
-    local O = w:size(1)
-    local norms = w:reshape(O, -1):norm(opts.n or 1, 2)
     local k = P._count(opts.amount or 0, O)
-    if k >= O then fail(('%s: pruning %d of %d channels of %s leaves none'):format(op, k, O, chain[1])) end
-    local _, order = norms:sort(1, {descending = true})
+    if k >= O then fail(('%s: pruning %d of %d channels of %s leaves none'):format(op, k, O, g.producers[1])) end
+    local _, order = score:sort(1, {descending = true})
     local keep = order:narrow(1, 1, O - k):sort(1)            -- 1-based, ascending
     kept_all[ci] = keep
     no_grad(function()
-      prod.weight = param(w:index_select(1, keep))
-      if prod.bias ~= nil then prod.bias = param(prod.bias:index_select(1, keep)) end
-      if is_a(prod, 'Conv2d') then rawset(prod, 'out_channels', O - k) else rawset(prod, 'out_features', O - k) end
-      for i = 2, #mods - 1 do
-        local bn = mods[i]
-        if not (is_a(bn, 'BatchNorm2d') or is_a(bn, 'BatchNorm1d')) then
-          fail(('%s: %s (%s) between producer and consumer must be a BatchNorm'):format(op, chain[i], bn.__name))
-        end
-        if bn.num_features ~= O then
-          fail(('%s: %s has %d features, %s makes %d'):format(op, chain[i], bn.num_features, chain[1], O))
-        end
-        if bn.weight ~= nil then bn.weight = param(bn.weight:index_select(1, keep)) end
-        if bn.bias ~= nil then bn.bias = param(bn.bias:index_select(1, keep)) end
-        if bn.running_mean ~= nil then
-          bn.running_mean = bn.running_mean:index_select(1, keep):contiguous()
-          bn.running_var = bn.running_var:index_select(1, keep):contiguous()
-        end
-        rawset(bn, 'num_features', O - k)
-      end
-      local cw = cons.weight:detach()
-      if is_a(cons, 'Conv2d') then
-        if cw:size(2) ~= O then
-          fail(('%s: %s takes %d channels, %s makes %d'):format(op, chain[#chain], cw:size(2), chain[1], O))
-        end
-        cons.weight = param(cw:index_select(2, keep))
-        rawset(cons, 'in_channels', O - k)
-      else
-        local F_ = cw:size(2)
-        if F_ % O ~= 0 then
-          fail(('%s: %s has %d inputs, not a multiple of the %d channels of %s'):format(op, chain[#chain],
-            F_, O, chain[1]))
-        end
-        local S = math.floor(F_ / O)
-        local idx = ((keep - 1):view(-1, 1) * S + flow.arange(1, S + 1):view(1, -1)):reshape(-1)
-        cons.weight = param(cw:index_select(2, idx))
-        rawset(cons, 'in_features', (O - k) * S)
-      end
+      for _, prod in ipairs(prods) do shrink_producer(prod, keep, O - k) end
+      for i, bn in ipairs(norms) do shrink_norm(op, g.norms[i], bn, keep, O, O - k) end
+      for i, cons in ipairs(conss) do shrink_consumer(op, g.consumers[i], cons, keep, O, O - k) end
     end)
   end
   return model, kept_all
