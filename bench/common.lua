@@ -40,6 +40,17 @@ end
 -- the folder of the bench scripts (this file's), e.g. 'bench'
 M.dir = debug.getinfo(1, 'S').source:match('^@(.*)/') or '.'
 
+-- the PyTorch sides of a comparison: {name, py} for Debian's PyTorch 1.13 and,
+-- when bench/torch_venv.sh gives one, PyTorch 2.x (else a message naming
+-- `who` says its column is skipped)
+function M.torch_sides(who)
+  local torch2 = M.read_cmd(('sh %s/torch_venv.sh 2>/dev/null'):format(M.dir)):match('(%S+/bin/python3)%s*$')
+  local sides = {{name = 'PyTorch 1.13', py = '/usr/bin/python3'}}
+  if torch2 then sides[2] = {name = 'PyTorch 2.x', py = torch2}
+  else print(who .. ': no PyTorch 2.x venv (bench/torch_venv.sh): its column is skipped') end
+  return sides
+end
+
 -- the 1, 5 and 15 minute load averages, e.g. '1.02 0.98 0.90'
 function M.loadavg()
   local f = io.open('/proc/loadavg')

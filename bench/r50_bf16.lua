@@ -14,10 +14,7 @@ local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. '
 local THREADS, ROUNDS, CALLS = tonumber(arg[1]) or 2, tonumber(arg[2]) or 3, tonumber(arg[3]) or 15
 flow.set_num_threads(THREADS)
 
-local torch2 = B.read_cmd(('sh %s/torch_venv.sh 2>/dev/null'):format(B.dir)):match('(%S+/bin/python3)%s*$')
-if not torch2 then print('r50_bf16: no PyTorch 2.x venv (bench/torch_venv.sh): its column is skipped') end
-local sides = {{name = 'PyTorch 1.13', py = '/usr/bin/python3'}}
-if torch2 then sides[2] = {name = 'PyTorch 2.x', py = torch2} end
+local sides = B.torch_sides('r50_bf16')
 
 flow.manual_seed(0)
 local r50 = vision.models.resnet50():eval()

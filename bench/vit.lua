@@ -14,10 +14,7 @@ local THREADS, ROUNDS, CALLS = tonumber(arg[1]) or 2, tonumber(arg[2]) or 3, ton
 local BATCH = tonumber(os.getenv('BATCH')) or 8
 flow.set_num_threads(THREADS)
 
-local torch2 = B.read_cmd(('sh %s/torch_venv.sh 2>/dev/null'):format(B.dir)):match('(%S+/bin/python3)%s*$')
-if not torch2 then print('vit: no PyTorch 2.x venv (bench/torch_venv.sh): its column is skipped') end
-local sides = {{name = 'PyTorch 1.13', py = '/usr/bin/python3'}}
-if torch2 then sides[2] = {name = 'PyTorch 2.x', py = torch2} end
+local sides = B.torch_sides('vit')
 
 flow.manual_seed(0)
 local model = vision.models.vit_small_patch16_224()

@@ -99,19 +99,25 @@ describe('prune.prune_channels', function()
     H.close(s(x), m(x), 1e-5)
   end)
 
+  -- BatchNorms with statistics (and biases) other than their initial ones
+  local function random_stats(m, biases)
+    flow.no_grad(function()
+      for _, mod in ipairs(m:modules()) do
+        if mod.running_mean ~= nil then
+          mod.running_mean:copy_(flow.randn(mod.num_features) * 0.1)
+          mod.running_var:copy_(flow.rand(mod.num_features) + 0.5)
+          if biases then mod.bias:copy_(flow.randn(mod.num_features) * 0.1) end
+        end
+      end
+    end)
+  end
+
   it("a ResNet's block-internal chains (flowvision ResNet:prunable_chains): same outputs as zeroing", function()
     local R_ = require('flowvision.models.resnet')
     for _, block in ipairs({R_.BasicBlock, R_.Bottleneck}) do
       flow.manual_seed(5)
       local m = R_.ResNet(block, {1, 2, 1, 1}, {num_classes = 5})
-      flow.no_grad(function()
-        for _, mod in ipairs(m:modules()) do
-          if mod.running_mean ~= nil then
-            mod.running_mean:copy_(flow.randn(mod.num_features) * 0.1)
-            mod.running_var:copy_(flow.rand(mod.num_features) + 0.5)
-          end
-        end
-      end)
+      random_stats(m)
       m:eval()
       local chains = m:prunable_chains()
       local per = block == R_.Bottleneck and 2 or 1
@@ -152,15 +158,7 @@ describe('prune.prune_channels', function()
     for _, block in ipairs({R_.BasicBlock, R_.Bottleneck}) do
       flow.manual_seed(6)
       local m = R_.ResNet(block, {2, 1, 2, 1}, {num_classes = 5})
-      flow.no_grad(function()
-        for _, mod in ipairs(m:modules()) do
-          if mod.running_mean ~= nil then
-            mod.running_mean:copy_(flow.randn(mod.num_features) * 0.1)
-            mod.running_var:copy_(flow.rand(mod.num_features) + 0.5)
-            mod.bias:copy_(flow.randn(mod.num_features) * 0.1)
-          end
-        end
-      end)
+      random_stats(m, true)
       m:eval()
       local chains = m:prunable_chains({residual = true})
       local groups = 0
