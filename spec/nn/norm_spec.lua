@@ -125,6 +125,31 @@ describe('batch_norm', function()
     assert.are.equal('BatchNormBackward', F.batch_norm(x, rm, rv).grad_fn:name())
   end)
 
+  it('float32 training on 1 or 8 threads: the same bits, float64\'s values', function()
+    -- per-row partial sums combined in a fixed order: the thread count does
+    -- not change a bit of the output, the running stats or the grads
+    flow.manual_seed(3)
+    local x0, g = flow.randn(5, 8, 7, 9) * 2 + 0.5, flow.randn(5, 8, 7, 9)
+    local w0, b0 = flow.randn(8), flow.randn(8)
+    local function run(threads, dt)
+      local before = flow.get_num_threads()
+      flow.set_num_threads(threads)
+      -- fresh leaves (`to` of the same dtype would return x0 itself)
+      local x, w, b = x0:clone():to(dt):requires_grad_(), w0:clone():to(dt):requires_grad_(),
+                      b0:clone():to(dt):requires_grad_()
+      local rm, rv = flow.zeros(8, {dtype = dt}), flow.ones(8, {dtype = dt})
+      local y = F.batch_norm(x, rm, rv, w, b, true, 0.1, 1e-5)
+      y:backward(g:to(dt))
+      flow.set_num_threads(before)
+      return {y:detach(), rm, rv, x.grad, w.grad, b.grad}
+    end
+    local one, eight, ref = run(1, flow.float32), run(8, flow.float32), run(1, f64)
+    for i, name in ipairs({'output', 'running_mean', 'running_var', 'x grad', 'weight grad', 'bias grad'}) do
+      assert.is_true(flow.equal(one[i], eight[i]), name)
+      H.close(one[i]:double(), ref[i], 1e-4, name)
+    end
+  end)
+
   it('has second derivatives under create_graph', function()
     local x, w = randn({3, 2, 2}), randn({2})
     assert.is_true(gradgradcheck(function(a, c)
