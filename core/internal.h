@@ -204,8 +204,21 @@ bool of_nhwc_enabled(void);
 /* ---- scalar conversion (dtype.c) ---- */
 uint16_t of_f32_to_f16(float f);
 float of_f16_to_f32(uint16_t h);
-uint16_t of_f32_to_bf16(float f);
-float of_bf16_to_f32(uint16_t h);
+/* bfloat16 <-> float32, one element: widening is exact; rounding is to
+ * nearest even, a NaN stays a quiet NaN (the vector forms: ops/simd.h).
+ * Inline, so that the loops over blocks vectorise. */
+static inline uint16_t of_f32_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t r = x + 0x7fffu + ((x >> 16) & 1);
+  return (x & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((x >> 16) | 0x40) : (uint16_t)(r >> 16);
+}
+static inline float of_bf16_to_f32(uint16_t h) {
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
 double of_load_double(const void *p, of_dtype dt);
 void of_store_double(void *p, of_dtype dt, double v);
 bool of_dtype_is_int(of_dtype dt);   /* integral, not bool */
@@ -242,6 +255,9 @@ enum { OF_PARALLEL_GRAIN = 32768 };
  * (core/tensor/cpu.c): at most what the CPU has, capped by OF_CPU_ISA. */
 enum { OF_ISA_DEFAULT = 0, OF_ISA_AVX2 = 1, OF_ISA_AVX512 = 2 };
 int32_t of_cpu_isa(void);
+/* whether the AVX-512 kernels are in use and the CPU has AVX512-BF16's
+ * conversions (their bfloat16 stores then use them: ops/simd.h "bf16n") */
+bool of_cpu_bf16_native(void);
 /* Streaming (non-temporal) stores for outputs that cannot stay in the cache
  * (core/tensor/cpu.c): a loop writing at least of_stream_min_bytes() bytes
  * computes blocks into a buffer and stores them with of_stream_store, which

@@ -18,44 +18,30 @@ static void release_all(of_tensor **ts, int32_t n) {
  * numbers: the float32 kernel's, rounded once). *done false: not taken. */
 enum { BF_BLOCK = 1024 };
 
-static inline float bf_widen(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static inline uint16_t bf_round(float f) {
-  uint32_t v;
-  memcpy(&v, &f, 4);
-  uint32_t r = v + 0x7fffu + ((v >> 16) & 1);
-  return (v & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((v >> 16) | 0x40) : (uint16_t)(r >> 16);
-}
-
 /* the block loops, built per ISA (baseline SSE2 has no 32 -> 16 bit
  * narrowing: the rounding loop ran ~3x slower there) */
 __attribute__((target_clones("avx512f", "avx2", "default")))
 static void widen_block(const uint16_t *restrict x, float *restrict d, int64_t n) {
-  for (int64_t j = 0; j < n; j++) d[j] = bf_widen(x[j]);
+  for (int64_t j = 0; j < n; j++) d[j] = of_bf16_to_f32(x[j]);
 }
 
-/* Rounding: GCC's vectorised form of bf_round took 28% of a bfloat16
+/* Rounding: GCC's vectorised form of of_f32_to_bf16 took 28% of a bfloat16
  * GELU's time (more than widening and the float32 kernel's buffer
  * traffic together), so AVX-512 uses simd.h's stores: the integer
  * rounding in one narrowing, or AVX512-BF16's conversion (same bits). */
 static void round_block_def(const float *restrict x, uint16_t *restrict d, int64_t n) {
-  for (int64_t j = 0; j < n; j++) d[j] = bf_round(x[j]);
+  for (int64_t j = 0; j < n; j++) d[j] = of_f32_to_bf16(x[j]);
 }
 #if defined(__x86_64__) || defined(__i386__)
 __attribute__((target("avx2")))
 static void round_block_avx2(const float *restrict x, uint16_t *restrict d, int64_t n) {
-  for (int64_t j = 0; j < n; j++) d[j] = bf_round(x[j]);
+  for (int64_t j = 0; j < n; j++) d[j] = of_f32_to_bf16(x[j]);
 }
 #define ROUND_BLOCK_16(NAME, ATTR, ST)                                                          \
   ATTR static void NAME(const float *restrict x, uint16_t *restrict d, int64_t n) {             \
     int64_t j = 0;                                                                              \
     for (; j + 16 <= n; j += 16) ST(d + j, ld_f32_16(x + j));                                   \
-    for (; j < n; j++) d[j] = bf_round(x[j]);                                                   \
+    for (; j < n; j++) d[j] = of_f32_to_bf16(x[j]);                                                   \
   }
 ROUND_BLOCK_16(round_block_avx512, VATTR_16, st_bf16_16)
 ROUND_BLOCK_16(round_block_bf16n, VATTR_16B, st_bf16n_16)
@@ -65,8 +51,7 @@ typedef void (*round_fn)(const float *restrict, uint16_t *restrict, int64_t);
 static round_fn pick_round(void) {
 #if defined(__x86_64__) || defined(__i386__)
   int32_t isa = of_cpu_isa();
-  if (isa == OF_ISA_AVX512)
-    return __builtin_cpu_supports("avx512bf16") ? round_block_bf16n : round_block_avx512;
+  if (isa == OF_ISA_AVX512) return of_cpu_bf16_native() ? round_block_bf16n : round_block_avx512;
   if (isa == OF_ISA_AVX2) return round_block_avx2;
 #endif
   return round_block_def;
@@ -123,7 +108,7 @@ static of_status bf16_blocked(const char *op, of_loop_fn fn, of_ew_ctx *ctx, of_
     for (int32_t k = 0; k < nin; k++) {
       float *d = buf[k + 1];
       if (ins[k]->numel == 1) {
-        d[0] = bf_widen(src[k][0]);
+        d[0] = of_bf16_to_f32(src[k][0]);
         st[k + 1] = 0;
       } else {
         widen_block(src[k] + i0, d, n);

@@ -127,16 +127,8 @@ CH_ROWS(double)
 __attribute__((target_clones("avx512f", "avx2", "default"), OF_GCC_OPTIMIZE("fp-contract=off")))
 static void chrow_affine_bf16_gen(const uint16_t *restrict x, uint16_t *restrict y, int64_t n,
                                   double a, double b) {
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t u = (uint32_t)x[i] << 16;
-    float xf, yf;
-    memcpy(&xf, &u, 4);
-    yf = xf * (float)a + (float)b;
-    uint32_t v;
-    memcpy(&v, &yf, 4);
-    uint32_t r = v + 0x7fffu + ((v >> 16) & 1);
-    y[i] = (v & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((v >> 16) | 0x40) : (uint16_t)(r >> 16);
-  }
+  float af = (float)a, bf = (float)b;
+  for (int64_t i = 0; i < n; i++) y[i] = of_f32_to_bf16(of_bf16_to_f32(x[i]) * af + bf);
 }
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -164,7 +156,7 @@ static void chrow_affine_bf16(const uint16_t *restrict x, uint16_t *restrict y, 
                               double a, double b) {
 #if defined(__x86_64__) || defined(__i386__)
   if (of_cpu_isa() == OF_ISA_AVX512) {
-    if (__builtin_cpu_supports("avx512bf16")) chrow_affine_bf16_bf16n(x, y, n, a, b);
+    if (of_cpu_bf16_native()) chrow_affine_bf16_bf16n(x, y, n, a, b);
     else chrow_affine_bf16_avx512(x, y, n, a, b);
     return;
   }

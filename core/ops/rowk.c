@@ -36,12 +36,7 @@ enum { CH = 2048, PRB = 64 };   /* chunk, rows per param-grad block */
 
 /* one element, widened (bfloat16 exactly) */
 static inline float ld1_f32(const float *p) { return *p; }
-static inline float ld1_bf16(const uint16_t *p) {
-  uint32_t u = (uint32_t)*p << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
+static inline float ld1_bf16(const uint16_t *p) { return of_bf16_to_f32(*p); }
 #define ld1_bf16n ld1_bf16
 
 
@@ -698,14 +693,7 @@ typedef void (*expaff_fn)(const void *, void *, int64_t, double, double, double)
 static const expaff_fn expaff_tab[3][3] = DT_TABLES(expaff);
 
 /* the tables' row: float32, bfloat16, bfloat16 on a CPU with AVX512-BF16 */
-static int tix(of_dtype dt) {
-  if (dt != OF_BFLOAT16) return 0;
-#if defined(__x86_64__) || defined(__i386__)
-  return __builtin_cpu_supports("avx512bf16") ? 2 : 1;   /* a load and a bit test */
-#else
-  return 1;
-#endif
-}
+static int tix(of_dtype dt) { return dt != OF_BFLOAT16 ? 0 : of_cpu_bf16_native() ? 2 : 1; }
 
 /* threads for R rows of M elements: one per OF_PARALLEL_GRAIN / 4
  * elements at most, as the other kernels, and never more than rows */

@@ -183,7 +183,7 @@
   }
 
 /* bfloat16 loads (widened exactly) and stores (rounded to nearest even, a
- * NaN kept quiet: of_f32_to_bf16 in dtype.c, lane by lane). The generic
+ * NaN kept quiet: internal.h's of_f32_to_bf16, lane by lane). The generic
  * form serves the baseline; GCC 12 splits the 16-lane widening into two
  * 8-lane halves and narrows with a permute, so AVX2 and AVX-512 spell the
  * one-instruction forms (vpmovzxwd, vpmovdw) out. */

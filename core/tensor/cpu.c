@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 static int32_t detected = OF_ISA_DEFAULT, selected = OF_ISA_DEFAULT;
+static bool has_bf16;   /* AVX512-BF16's conversions */
 static const char *const names[3] = {"DEFAULT", "AVX2", "AVX512"};
 
 static int32_t detect(void) {
@@ -38,11 +39,16 @@ static int32_t parse(const char *name) {
 __attribute__((constructor)) static void isa_init(void) {
   detected = detect();
   selected = detected;
+#if defined(__x86_64__) || defined(__i386__)
+  has_bf16 = detected == OF_ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
+#endif
   int32_t want = parse(getenv("OF_CPU_ISA"));
   if (want >= 0 && want < selected) selected = want;   /* a cap, never more than the CPU has */
 }
 
 int32_t of_cpu_isa(void) { return selected; }
+
+bool of_cpu_bf16_native(void) { return has_bf16 && selected == OF_ISA_AVX512; }
 
 /* ---- streaming stores ------------------------------------------------------
  * An output of at least half the last-level cache in one loop call (a

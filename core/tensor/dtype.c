@@ -107,21 +107,6 @@ float of_f16_to_f32(uint16_t h) {
   return f;
 }
 
-uint16_t of_f32_to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
-  x += 0x7fffu + ((x >> 16) & 1);
-  return (uint16_t)(x >> 16);
-}
-
-float of_bf16_to_f32(uint16_t h) {
-  uint32_t x = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &x, 4);
-  return f;
-}
-
 double of_load_double(const void *p, of_dtype dt) {
   switch (dt) {
     case OF_BOOL: return *(const bool *)p ? 1.0 : 0.0;
