@@ -33,10 +33,9 @@ enum { NCLASS = 200, ALIGN = 64 };
 #define HUGE_MIN ((int64_t)1 << 20)
 #define HUGE_ALIGN ((int64_t)2 << 20)
 
-/* stamp: cpu.total_bytes when the block was cached (large blocks' age) */
+/* a cached small block (under 1 MiB) holds its list's link */
 typedef struct free_block {
   struct free_block *next;
-  int64_t stamp;
 } free_block;
 
 static struct {
@@ -161,77 +160,229 @@ static int64_t class_size(int cls) {
                  : ((int64_t)(5 + (cls - 8) % 4)) << ((cls - 8) / 4 + 9 - 2);
 }
 
-/* Large blocks are cached while in use + cached stays within the
- * high-water mark, and past it up to twice the mark once the stale blocks
- * are gone (of_free). Blocks of a class nobody asks for any more
- * then held that room for good, and every block of the classes in use
- * went back to the OS and was faulted in anew: after loading a MiniLM,
- * 92 MiB of its loading buffers stayed cached, and each encode of 32
- * sentences mapped 66 fresh blocks (13,800 page faults, a fifth of its
- * time). A cached block is stale once a high-water mark's worth of
- * allocations has gone by without it; to make room for a freed block,
- * stale blocks (any class) are unlinked here and returned to the OS by the
- * caller, outside the lock. Returns the unlinked list. cpu.lock held. */
-static free_block *evict_stale_locked(int64_t need) {
-  free_block *out = NULL;
-  int first = 0;
-  size_class(HUGE_MIN, &first);
-  for (int c = NCLASS - 1; c >= first && need > 0; c--) {
-    int64_t size = class_size(c);
-    for (free_block **pp = &cpu.free[c]; *pp && need > 0;) {
-      free_block *b = *pp;
-      if (cpu.total_bytes - b->stamp <= cpu.high_water) {
-        pp = &b->next;
-        continue;
-      }
-      *pp = b->next;
-      b->stamp = size;   /* from here on: the block's size, for the caller */
-      b->next = out;
-      out = b;
-      cpu.stats.cached_bytes -= size;
-      need -= size;
+/* ---- large blocks: segments, split on demand and merged when freed ----
+ * A block of 1 MiB or more is a range of a segment (one mmap). A request
+ * takes the smallest free range that holds it (the most recently freed of
+ * equal ones: its lines may still be in the caches) and splits off the
+ * rest, which stays free; a freed range merges with free neighbours. So
+ * what a garbage collection frees at once -- blocks of many sizes, side by
+ * side -- becomes ranges that serve whatever the next calls ask for.
+ * Before (until 2026-12-06) each size class kept its own list and a miss
+ * split a larger class's block for good: a MobileNetV2 forward at batch 8
+ * cut its 40 MiB blocks into the next layers' sizes, the pieces went back
+ * to the system as stale, and each forward mapped 128 MiB anew (134 faults
+ * of 2 MiB pages a forward, now 5; doc/tensor.md "Memory").
+ * Whole free segments go back to the system (least recently freed first)
+ * while in use + cached passes twice the high-water mark, or the cache
+ * passes OF_CPU_CACHE_LIMIT_MB; past the mark itself, segments free for
+ * several high-water marks' worth of allocations (stale) go first: a model's
+ * loading buffers do not hold the room for good (a MiniLM load left 92 MiB
+ * cached, and each encode mapped 66 fresh blocks). Segments are exact
+ * multiples of 256 KiB (the large classes), so every split is page
+ * aligned. The descriptors live outside the blocks; those in use are found
+ * by address in a hash table. cpu.lock guards all of it. */
+typedef struct lblk {
+  char *ptr;
+  int64_t size;
+  int64_t stamp;              /* free: cpu.total_bytes when freed */
+  struct lblk *prev, *next;   /* neighbours in the segment, by address */
+  struct lblk *fprev, *fnext; /* the free ranges */
+  struct lblk *hnext;         /* in use: the hash chain */
+  bool free;
+} lblk;
+
+enum { LG_BUCKETS = 1024 };
+static struct {
+  lblk *free;                 /* free ranges, any order */
+  lblk *used[LG_BUCKETS];
+} lg;
+
+static unsigned lg_hash(const void *p) {
+  return (unsigned)((((uintptr_t)p >> 18) * 0x9E3779B97F4A7C15ull) >> 54) & (LG_BUCKETS - 1);
+}
+
+static void lg_push_free(lblk *b) {
+  b->free = true;
+  b->fprev = NULL;
+  b->fnext = lg.free;
+  if (lg.free) lg.free->fprev = b;
+  lg.free = b;
+}
+
+static void lg_unlink_free(lblk *b) {
+  if (b->fprev) b->fprev->fnext = b->fnext;
+  else lg.free = b->fnext;
+  if (b->fnext) b->fnext->fprev = b->fprev;
+  b->free = false;
+}
+
+static void lg_put_used(lblk *b) {
+  unsigned h = lg_hash(b->ptr);
+  b->hnext = lg.used[h];
+  lg.used[h] = b;
+}
+
+static lblk *lg_take_used(const void *p) {
+  for (lblk **pp = &lg.used[lg_hash(p)]; *pp; pp = &(*pp)->hnext)
+    if ((*pp)->ptr == p) {
+      lblk *b = *pp;
+      *pp = b->hnext;
+      return b;
     }
+  return NULL;
+}
+
+/* The smallest free range of at least size bytes, its head handed out;
+ * NULL when none holds it. `spare` is a descriptor for the rest (the
+ * caller's, so no malloc under the lock fails halfway); *used_spare says
+ * whether it was taken. */
+static lblk *lg_take_locked(int64_t size, lblk *spare, bool *used_spare) {
+  lblk *best = NULL;
+  for (lblk *b = lg.free; b; b = b->fnext)
+    if (b->size >= size && (!best || b->size < best->size ||
+                            (b->size == best->size && b->stamp > best->stamp)))
+      best = b;
+  *used_spare = false;
+  if (!best) return NULL;
+  lg_unlink_free(best);
+  cpu.stats.cached_bytes -= best->size;
+  if (best->size > size && spare) {   /* the rest stays free, after the head */
+    lblk *t = spare;
+    *used_spare = true;
+    t->ptr = best->ptr + size;
+    t->size = best->size - size;
+    t->stamp = best->stamp;
+    t->prev = best;
+    t->next = best->next;
+    if (best->next) best->next->prev = t;
+    best->next = t;
+    best->size = size;
+    lg_push_free(t);
+    cpu.stats.cached_bytes += t->size;
   }
+  lg_put_used(best);
+  return best;
+}
+
+/* Marks b free and merges it with free neighbours; returns the range.
+ * Descriptors merged away are linked through hnext onto *dead. */
+static lblk *lg_release_locked(lblk *b, lblk **dead) {
+  cpu.stats.cached_bytes += b->size;
+  b->stamp = cpu.total_bytes;
+  lblk *n = b->next;
+  if (n && n->free) {   /* b absorbs its free successor */
+    lg_unlink_free(n);
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next) n->next->prev = b;
+    n->hnext = *dead;
+    *dead = n;
+  }
+  lblk *p = b->prev;
+  if (p && p->free) {   /* its free predecessor absorbs b */
+    lg_unlink_free(p);
+    p->size += b->size;
+    p->next = b->next;
+    if (b->next) b->next->prev = p;
+    p->stamp = b->stamp;
+    b->hnext = *dead;
+    *dead = b;
+    b = p;
+  }
+  lg_push_free(b);
+  return b;
+}
+
+/* Unlinks whole free segments, least recently freed first, while
+ * lg_over(pass): the stale pass takes only those free for STALE_MARKS
+ * high-water marks' worth of allocations (all: every whole free segment).
+ * Returns them through hnext. One mark was too short: a MobileNetV2
+ * forward at batch 8 allocates 2.4 marks, so its first layer's 40 MiB
+ * segment went back to the system in every forward and was faulted in
+ * again by the next (sys time 0.49 -> 0.11 s over 13 forwards with 4). */
+enum { TRIM_STALE, TRIM_ANY, STALE_MARKS = 4 };
+static bool lg_over(int pass) {
+  int64_t held = cpu.stats.current_bytes + cpu.stats.cached_bytes;
+  if (pass == TRIM_STALE) return held > cpu.high_water;
+  return held > 2 * cpu.high_water || cpu.stats.cached_bytes > cache_limit();
+}
+
+static lblk *lg_trim_locked(lblk *out, bool all) {
+  for (int pass = TRIM_STALE; pass <= TRIM_ANY; pass++)
+    while (all || lg_over(pass)) {
+      lblk *old = NULL;
+      for (lblk *b = lg.free; b; b = b->fnext)
+        if (!b->prev && !b->next && (!old || b->stamp < old->stamp) &&
+            (all || pass == TRIM_ANY || cpu.total_bytes - b->stamp > STALE_MARKS * cpu.high_water))
+          old = b;
+      if (!old) break;
+      lg_unlink_free(old);
+      cpu.stats.cached_bytes -= old->size;
+      old->hnext = out;
+      out = old;
+    }
   return out;
 }
 
-/* A large request whose class has no cached block takes the smallest
- * cached block of a larger class and splits it: the request gets its
- * head, the tail stays cached as a block of the largest class it holds
- * (what is left past that goes back to the OS). The pages stay mapped, so
- * nothing is faulted in. Freed blocks serve only their own class, so the
- * mix of sizes that a garbage collection frees at once rarely matched what
- * the next calls asked for: a ResNet-50 forward at batch 8 faulted in 117
- * MiB of fresh pages each time (30,000 faults; clear_page a quarter of its
- * CPU time) while the cache held 115 MiB of other classes. (Large blocks
- * are page ranges of their own -- os_free unmaps exactly a block's bytes
- * -- and large class sizes are multiples of 256 KiB, so any split is page
- * aligned.) cpu.lock held; returns the head and sets *rest / *rest_size to
- * a range the caller unmaps outside the lock (NULL / 0: none). */
-static void *split_larger_locked(int cls, int64_t size, void **rest, int64_t *rest_size) {
-  *rest = NULL, *rest_size = 0;
-  for (int c = cls + 1; c < NCLASS; c++) {
-    free_block *b = cpu.free[c];
-    if (!b) continue;
-    cpu.free[c] = b->next;
-    int64_t bsize = class_size(c), stamp = b->stamp;
-    cpu.stats.cached_bytes -= bsize;
-    char *tail = (char *)b + size;
-    int64_t tsize = bsize - size, keep = 0;
-    if (tsize >= HUGE_MIN) {
-      int tc;
-      keep = size_class(tsize, &tc);
-      if (keep > tsize) keep = class_size(--tc);   /* the class below: size_class rounds up */
-      free_block *t = (free_block *)tail;
-      t->next = cpu.free[tc];
-      t->stamp = stamp;
-      cpu.free[tc] = t;
-      cpu.stats.cached_bytes += keep;
-    }
-    if (tsize > keep) *rest = tail + keep, *rest_size = tsize - keep;
-    return b;
+/* Outside the lock: frees the descriptors of a list from lg_trim_locked
+ * (unmap: and their segments) or lg_release_locked (descriptors only). */
+static void lg_dispose(lblk *list, bool unmap) {
+  while (list) {
+    lblk *next = list->hnext;
+    if (unmap) os_free(list->ptr, list->size);
+    free(list);
+    list = next;
   }
-  return NULL;
+}
+
+static void *lg_alloc(int64_t nbytes, int64_t size) {
+  lblk *spare = malloc(sizeof *spare);
+  bool used_spare = false;
+  pthread_mutex_lock(&cpu.lock);
+  lblk *b = lg_take_locked(size, spare, &used_spare);
+  if (b) {   /* b->size: all of the range when no spare descriptor split it */
+    cpu.stats.cache_hits++;
+    account_alloc_locked(b->size);
+  }
+  const int64_t cached = cpu.stats.cached_bytes;
+  pthread_mutex_unlock(&cpu.lock);
+  if (b) {
+    if (!used_spare) free(spare);
+    return b->ptr;
+  }
+  if (!spare) {
+    of_fail(OF_ERR_OOM, "alloc: out of memory allocating %lld bytes", (long long)nbytes);
+    return NULL;
+  }
+  if (!within_memory(size, cached)) {
+    free(spare);
+    return NULL;
+  }
+  void *p = os_alloc(size);
+  if (!p) {
+    of_empty_cache(OF_CPU);
+    p = os_alloc(size);
+  }
+  if (!p) {
+    free(spare);
+    of_fail(OF_ERR_OOM, "alloc: out of memory allocating %lld bytes", (long long)nbytes);
+    return NULL;
+  }
+  *spare = (lblk){.ptr = p, .size = size};
+  pthread_mutex_lock(&cpu.lock);
+  lg_put_used(spare);
+  account_alloc_locked(size);
+  pthread_mutex_unlock(&cpu.lock);
+  return p;
+}
+
+/* cpu.lock held; returns what the caller disposes of outside the lock */
+static void lg_free_locked(void *p, lblk **dead, lblk **unmap) {
+  lblk *b = lg_take_used(p);
+  if (!b) return;   /* not a block of ours: nothing to give back */
+  cpu.stats.current_bytes -= b->size;
+  lg_release_locked(b, dead);
+  *unmap = lg_trim_locked(NULL, false);
 }
 
 void *of_alloc(of_device dev, int64_t nbytes) {
@@ -254,6 +405,11 @@ void *of_alloc(of_device dev, int64_t nbytes) {
     of_fail(OF_ERR_OOM, "alloc: %lld bytes is beyond any size class", (long long)nbytes);
     return NULL;
   }
+  if (size >= HUGE_MIN) {
+    void *q = lg_alloc(nbytes, size);
+    if (q && ar && arena_recording(ar)) arena_record(ar, q, nbytes);
+    return q;
+  }
   pthread_mutex_lock(&cpu.lock);
   free_block *b = cpu.free[cls];
   if (b) {   /* a cache hit: one critical section (small ops allocate per call) */
@@ -265,22 +421,7 @@ void *of_alloc(of_device dev, int64_t nbytes) {
     if (ar && arena_recording(ar)) arena_record(ar, b, nbytes);
     return b;
   }
-  /* read under the lock: of_free writes it there (ThreadSanitizer) */
-  const int64_t cached = cpu.stats.cached_bytes;
-  void *rest = NULL;
-  int64_t rest_size = 0;
-  void *q = size >= HUGE_MIN ? split_larger_locked(cls, size, &rest, &rest_size) : NULL;
-  if (q) {
-    cpu.stats.cache_hits++;
-    account_alloc_locked(size);
-  }
   pthread_mutex_unlock(&cpu.lock);
-  if (q) {
-    if (rest) munmap(rest, (size_t)rest_size);
-    if (ar && arena_recording(ar)) arena_record(ar, q, nbytes);
-    return q;
-  }
-  if (!within_memory(size, cached)) return NULL;
   void *p = os_alloc(size);
   if (!p) {
     of_empty_cache(OF_CPU);
@@ -312,42 +453,25 @@ void of_free(of_device dev, void *p, int64_t nbytes) {
     pthread_mutex_unlock(&cpu.lock);
     return;
   }
-  cpu.stats.current_bytes -= size;
-  /* Blocks of a size class serve only that class, so a cache that keeps
-   * everything holds each class's own peak: a ResNet-18 training step held
-   * 112 MiB more than it ever used at once. So once in use + cached would
-   * pass the most ever in use, stale blocks (of any class) go back to the
-   * system first. The block being freed is still kept up to twice that
-   * mark: giving it back whenever the sum passed the mark (until
-   * 2026-12-06) made the mix of classes churn -- a request no cached class
-   * fitted was mapped anew, pushing the sum over, and the next block freed
-   * went back to the system -- and the pages were faulted in again the next
-   * time: a ResNet-18 training step (b16, 112x112) faulted 15,800 pages,
-   * 1,100 now (peak RSS 313 -> 322 MiB), a ResNet-50 b8 inference forward
-   * 983 -> 88 (same peak RSS); a batch-32 training step's peak RSS grew
-   * 12% (doc/tensor.md, "Memory"). */
-  free_block *stale = NULL;
-  int64_t over = size < HUGE_MIN ? 0
-                 : cpu.stats.current_bytes + cpu.stats.cached_bytes + size - cpu.high_water;
-  if (over > 0) {
-    stale = evict_stale_locked(over);
-    over = cpu.stats.current_bytes + cpu.stats.cached_bytes + size - 2 * cpu.high_water;
+  if (size >= HUGE_MIN) {
+    lblk *dead = NULL, *unmap = NULL;
+    lg_free_locked(p, &dead, &unmap);
+    pthread_mutex_unlock(&cpu.lock);
+    lg_dispose(dead, false);
+    lg_dispose(unmap, true);
+    return;
   }
-  bool keep = cpu.stats.cached_bytes + size <= cache_limit() && over <= 0;
+  /* Small blocks stay cached up to OF_CPU_CACHE_LIMIT_MB in all. */
+  cpu.stats.current_bytes -= size;
+  bool keep = cpu.stats.cached_bytes + size <= cache_limit();
   if (keep) {
     free_block *b = p;
     b->next = cpu.free[cls];
-    b->stamp = cpu.total_bytes;
     cpu.free[cls] = b;
     cpu.stats.cached_bytes += size;
   }
   pthread_mutex_unlock(&cpu.lock);
   if (!keep) os_free(p, size);
-  while (stale) {
-    free_block *next = stale->next;
-    os_free(stale, stale->stamp);
-    stale = next;
-  }
 }
 
 void of_empty_cache(of_device dev) {
@@ -368,7 +492,9 @@ void of_empty_cache(of_device dev) {
       b = next;
     }
   }
+  lblk *unmap = lg_trim_locked(NULL, true);
   pthread_mutex_unlock(&cpu.lock);
+  lg_dispose(unmap, true);
 }
 
 const of_memory_stats *of_memory_stats_get(of_device dev) {

@@ -135,24 +135,51 @@ describe('tensor lifetimes', function()
   it('gives back cached large blocks nobody asked for, so the blocks in use are cached', function()
     -- a fresh process: 3 x 4 MiB, freed (they fill the cache), then rounds
     -- of 3 x 6 MiB (the high-water mark becomes 18 MiB). The 4 MiB blocks are
-    -- smaller than anything asked for, so no request can take them; once a
-    -- high-water mark's worth has been allocated past them they are stale
-    -- and go back to the system, and all three 6 MiB blocks stay cached.
-    -- Without that they held 12 MiB of the room for good: one 6 MiB block
-    -- cached per round, two mapped anew
-    local hits = allocator_rounds([[
+    -- smaller than anything asked for, so no request can take them; once
+    -- several high-water marks' worth has been allocated past them they are
+    -- stale and go back to the system, and all three 6 MiB blocks stay cached
+    local out = fresh_process([[
+      local flow = require 'oneflow'
+      local function round(mib)
+        local t = {}
+        for i = 1, 3 do t[i] = flow.empty(mib * 262144) end
+        t = nil
+        flow.collect()
+      end
       round(4)
       for _ = 1, 3 do round(6) end
-      h0 = flow.memory_stats().cache_hits
-      for _ = 1, 3 do round(6) end
+      local h0 = flow.memory_stats().cache_hits
+      for _ = 1, 6 do round(6) end
+      local s = flow.memory_stats()
+      io.write(s.current_bytes + s.cached_bytes, ' ', s.cache_hits - h0, '\n')
     ]])
-    assert.equal(9, hits)   -- every 6 MiB block of the last rounds came from the cache
+    local held, hits = out:match('^(%d+) (%d+)')
+    assert(held, out)
+    assert.equal(18, tonumber(hits))   -- every 6 MiB block of the last rounds came from the cache
+    assert.equal(18 * 1048576, tonumber(held))   -- and the 4 MiB ones are gone
+  end)
+
+  it('merges freed neighbours, so a request finds the room its pieces left', function()
+    -- a fresh process: 3 x 12 MiB, freed, then nine 4 MiB blocks (each
+    -- 12 MiB block split in three), freed: the thirds merge back, and three
+    -- 12 MiB requests take them without mapping anything. Blocks that kept
+    -- their pieces' sizes (before 2026-12-06) missed all three
+    local hits = allocator_rounds([[
+      round(12)
+      local t = {}
+      for i = 1, 9 do t[i] = flow.empty(4 * 262144) end
+      t = nil
+      flow.collect()
+      h0 = flow.memory_stats().cache_hits
+      round(12)
+    ]])
+    assert.equal(3, hits)
   end)
 
   it('serves a large request from a larger cached block, split, not fresh pages', function()
     -- a fresh process: 3 x 8 MiB, freed, then 3 x 6 MiB: no 6 MiB block is
     -- cached, so each takes the head of an 8 MiB one (its pages already
-    -- mapped; the tail stays cached); before, each was mapped anew
+    -- mapped; the rest stays cached); before 2026-12-05, each was mapped anew
     local hits = allocator_rounds([[
       round(8)
       h0 = flow.memory_stats().cache_hits
