@@ -196,6 +196,50 @@ describe('tensor lifetimes', function()
     assert.equal(5, t[n]:item())
   end)
 
+  it('reads the Lua heap into the caches before a full collection, safely', function()
+    local warm = core.gc_warm
+    flow.collect()
+    if not warm.on then
+      -- a system that refuses process_vm_readv (seccomp): warming is off and
+      -- collections go on
+      pending('process_vm_readv refused here: heap warming is off')
+      return
+    end
+    assert.is_true(warm.n > 0, 'no heap pages found')
+    -- a piece unmapped since the scan is an error returned, not a crash: the
+    -- next collection rescans
+    warm.remote[0].base = core.ffi.cast('void *', 4096)
+    flow.collect()
+    assert.is_true(warm.on)
+    assert.is_true(warm.rescan)
+    flow.collect()
+    -- and so is a short read, past the first piece
+    warm.remote[warm.n - 1].base = core.ffi.cast('void *', 4096)
+    flow.collect()
+    assert.is_true(warm.on)
+    assert.is_true(warm.rescan)
+    flow.collect()
+    assert.is_false(warm.rescan)
+    assert.is_true(warm.n > 0)
+    -- tensors are still released
+    local before = flow.memory_stats().current_bytes
+    do local _ = flow.zeros(1024, 1024) end
+    flow.collect()
+    assert.are.equal(before, flow.memory_stats().current_bytes)
+    -- OF_GC_WARM=0 turns it off
+    local out = fresh_process([[
+      local core = require 'oneflow._C'
+      require('oneflow').collect()
+      io.write(tostring(core.gc_warm.on), ' ', core.gc_warm.n)
+    ]])
+    assert.are.equal('true', out:match('^(%S+)'))
+    local p = io.popen('OF_GC_WARM=0 luajit -e "local c = require [[oneflow._C]]; ' ..
+                       'require([[oneflow]]).collect(); io.write(tostring(c.gc_warm.on))"')
+    local off = p:read('*a')
+    p:close()
+    assert.are.equal('false', off)
+  end)
+
   it('loads rarely used modules on first use, so full collections walk less heap', function()
     local out = fresh_process([[
       local flow = require 'oneflow'
