@@ -52,6 +52,7 @@
 #include "../autograd.h"
 #include "../device.h"
 #include "../device/dnnl.h"
+#include "simd.h"
 #include <cblas.h>
 #include <limits.h>
 #include <omp.h>
@@ -904,11 +905,189 @@ DW_ROWS(double)
 DW_KERNELS(float)
 DW_KERNELS(double)
 
+/* 3x3 float depthwise planes, stride 1 or 2 (MobileNet's layers), through a
+ * zero-padded copy of the input plane in the thread's buffer: every tap of
+ * every output is then a load from the buffer, so a row is W outputs a
+ * vector (a masked store for its tail) where dw3_row took rows of 7-28
+ * columns mostly scalar, one call per row. Stride 2 keeps each padded row
+ * as its even and odd columns (E, O): tap kw of output column c reads E[c],
+ * O[c] and E[c + 1], all contiguous. Four output rows are in flight (nine
+ * dependent multiply-adds each). The taps are added in dw3_row's order,
+ * from the bias (a tap past the input adds w * 0). Measured on MobileNetV2's
+ * layers at batch 8 (doc/benchmarks.md "Models"). */
+enum { DW3P_SLACK = 32 };   /* floats past a row that a vector may read */
+
+typedef struct {
+  int64_t H, W, OH, OW, s, p;
+  int64_t rows;    /* padded rows: H + 2p */
+  int64_t pitch;   /* floats per padded row in the buffer */
+  int64_t half;    /* stride 2: O's offset in a row */
+} dw3p_geom;
+
+static bool dw3p_setup(const geom *g, dw3p_geom *q) {
+  if (g->in[0] != 1 || g->k[0] != 1) return false;   /* 2-D */
+  int64_t s = g->s[2], p = g->p[2];
+  if (g->s[1] != s || g->p[1] != p || (s != 1 && s != 2) || p > 2) return false;
+  q->H = g->in[1], q->W = g->in[2], q->OH = g->out[1], q->OW = g->out[2], q->s = s, q->p = p;
+  q->rows = q->H + 2 * p;
+  int64_t pw = q->W + 2 * p;
+  q->half = s == 1 ? 0 : (pw + 1) / 2 + DW3P_SLACK;
+  q->pitch = s == 1 ? pw + DW3P_SLACK : 2 * q->half;
+  return q->rows * q->pitch <= (1 << 18);   /* a buffer of at most 1 MiB a thread */
+}
+
+/* The taps of output rows oh..oh+3 (S: the stride) at column chunk c, kh-major as
+ * dw3_row adds them; kw = 0, 1, 2 read at 0, E1 and E2 past the chunk
+ * (stride 1: 0, 1, 2; stride 2: E[c], O[c], E[c + 1]) */
+#define DW3P_TAPS4(VW, S)                                                                   \
+  for (int kh = 0; kh < 3; kh++) {                                                          \
+    const float *q0 = r + (0 * S + kh) * P + c, *q1 = r + (1 * S + kh) * P + c;             \
+    const float *q2 = r + (2 * S + kh) * P + c, *q3 = r + (3 * S + kh) * P + c;             \
+    a0 += wv[kh * 3] * ld_f32_##VW(q0), a1 += wv[kh * 3] * ld_f32_##VW(q1);                 \
+    a2 += wv[kh * 3] * ld_f32_##VW(q2), a3 += wv[kh * 3] * ld_f32_##VW(q3);                 \
+    a0 += wv[kh * 3 + 1] * ld_f32_##VW(q0 + E1), a1 += wv[kh * 3 + 1] * ld_f32_##VW(q1 + E1); \
+    a2 += wv[kh * 3 + 1] * ld_f32_##VW(q2 + E1), a3 += wv[kh * 3 + 1] * ld_f32_##VW(q3 + E1); \
+    a0 += wv[kh * 3 + 2] * ld_f32_##VW(q0 + E2), a1 += wv[kh * 3 + 2] * ld_f32_##VW(q1 + E2); \
+    a2 += wv[kh * 3 + 2] * ld_f32_##VW(q2 + E2), a3 += wv[kh * 3 + 2] * ld_f32_##VW(q3 + E2); \
+  }
+
+/* E[c] = t[2c], O[c] = t[2c + 1] for c < n (t readable to 2 * n + 32) */
+#if defined(__x86_64__) || defined(__i386__)
+AI VATTR_16 void dw3p_split16(float *e, float *o, const float *t, int64_t n) {
+  const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+  for (int64_t c = 0; c < n; c += 16) {
+    __m512 lo = _mm512_loadu_ps(t + 2 * c), hi = _mm512_loadu_ps(t + 2 * c + 16);
+    _mm512_storeu_ps(e + c, _mm512_permutex2var_ps(lo, ie, hi));
+    _mm512_storeu_ps(o + c, _mm512_permutex2var_ps(lo, io, hi));
+  }
+}
+#endif
+AI VATTR_8 void dw3p_split8(float *e, float *o, const float *t, int64_t n) {
+  for (int64_t c = 0; c < n; c++) e[c] = t[2 * c], o[c] = t[2 * c + 1];
+}
+#define DW3P_SPLIT_16 dw3p_split16
+#define DW3P_SPLIT_8 dw3p_split8
+
+/* One plane: the padded copy of x (row r: input row r - p, zeros around;
+ * stride 2: each row's even columns, then its odd ones at `half`) in buf,
+ * then the outputs. S is a constant in each instance. */
+#define DW3P_PLANE(VW, VT, STN, S)                                                          \
+  VATTR_##VW static void dw3p_plane_##VW##_s##S(const dw3p_geom *q, const float *x,         \
+                                                float *buf, float *tmp, const float *w,     \
+                                                float bias, float *y) {                     \
+    const int64_t OH = q->OH, OW = q->OW, P = q->pitch, half = q->half;                     \
+    /* only what valid outputs read is written: padded columns [0, W + 2p) */            \
+    const int64_t pw = q->W + 2 * q->p, ew = (pw + 1) / 2;                                  \
+    for (int64_t rr = 0; rr < q->rows; rr++) {                                              \
+      float *row = buf + rr * P, *t = S == 1 ? row : tmp;                                   \
+      int64_t ir = rr - q->p;                                                               \
+      if (ir < 0 || ir >= q->H) {                                                           \
+        memset(row, 0, sizeof(float) * (size_t)(S == 1 ? pw : ew));                        \
+        if (S == 2) memset(row + half, 0, sizeof(float) * (size_t)ew);                      \
+        continue;                                                                           \
+      }                                                                                     \
+      for (int64_t c = 0; c < q->p; c++) t[c] = 0, t[q->p + q->W + c] = 0;                  \
+      memcpy(t + q->p, x + ir * q->W, sizeof(float) * (size_t)q->W);                       \
+      if (S == 2) DW3P_SPLIT_##VW(row, row + half, t, ew);                                  \
+    }                                                                                       \
+    const int64_t E1 = S == 1 ? 1 : half, E2 = S == 1 ? 2 : 1;                              \
+    VT wv[9], vb = vsplat##VW(bias);                                                        \
+    for (int t = 0; t < 9; t++) wv[t] = vsplat##VW(w[t]);                                  \
+    int64_t oh = 0;                                                                         \
+    for (; oh + 4 <= OH; oh += 4) {                                                         \
+      const float *r = buf + oh * S * P;                                                    \
+      for (int64_t c = 0; c < OW; c += VW) {                                                \
+        VT a0 = vb, a1 = vb, a2 = vb, a3 = vb;                                              \
+        DW3P_TAPS4(VW, S)                                                                   \
+        int64_t n = OW - c < VW ? OW - c : VW;                                              \
+        float *o = y + oh * OW + c;                                                         \
+        STN(o, a0, n), STN(o + OW, a1, n), STN(o + 2 * OW, a2, n), STN(o + 3 * OW, a3, n);  \
+      }                                                                                     \
+    }                                                                                       \
+    for (; oh < OH; oh++) {                                                                 \
+      const float *r = buf + oh * S * P;                                                    \
+      for (int64_t c = 0; c < OW; c += VW) {                                                \
+        VT a0 = vb;                                                                         \
+        for (int kh = 0; kh < 3; kh++) {                                                    \
+          const float *q0 = r + kh * P + c;                                                 \
+          a0 += wv[kh * 3] * ld_f32_##VW(q0);                                               \
+          a0 += wv[kh * 3 + 1] * ld_f32_##VW(q0 + E1);                                      \
+          a0 += wv[kh * 3 + 2] * ld_f32_##VW(q0 + E2);                                      \
+        }                                                                                   \
+        STN(y + oh * OW + c, a0, OW - c < VW ? OW - c : VW);                                \
+      }                                                                                     \
+    }                                                                                       \
+  }
+
+#if defined(__x86_64__) || defined(__i386__)
+/* n <= W floats of v at p: a plain store when all, else a masked one */
+AI VATTR_16 void dw3p_st16(float *p, vf16 v, int64_t n) {
+  if (n == 16) st_f32_16(p, v);
+  else _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v);
+}
+AI VATTR_8 void dw3p_st8(float *p, vf8 v, int64_t n) {
+  __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  if (n == 8) st_f32_8(p, v);
+  else _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), idx), (__m256)v);
+}
+DW3P_PLANE(16, vf16, dw3p_st16, 1)
+DW3P_PLANE(16, vf16, dw3p_st16, 2)
+DW3P_PLANE(8, vf8, dw3p_st8, 1)
+DW3P_PLANE(8, vf8, dw3p_st8, 2)
+#endif
+
+/* y planes of a 3x3 float depthwise forward; false where dw3p does not
+ * apply (then dw_fwd_float runs). */
+static bool dw3p_fwd(const geom *g, const float *x, const float *w, const float *b, float *y) {
+#if defined(__x86_64__) || defined(__i386__)
+  dw3p_geom q;
+  int isa = of_cpu_isa();
+  const char *e = getenv("OF_CONV_DW_PLANE");   /* =0: dw_fwd_float's rows (measurements) */
+  if ((e && e[0] == '0') || isa < OF_ISA_AVX2 || g->k[1] != 3 || g->k[2] != 3 || g->d[1] != 1 || g->d[2] != 1 ||
+      !dw3p_setup(g, &q))
+    return false;
+  const int64_t mult = g->CO / g->CI, planes = g->N * g->CO;
+  int nt = planes > 1 && planes * g->out_sz * 9 >= OF_PARALLEL_GRAIN ? of_threads() : 1;
+  /* one buffer a thread, from the caches (a malloc per thread and call let
+   * glibc trim and fault the pages in again: 9% of the time at 112x112) */
+  int64_t per = q.rows * q.pitch + 2 * q.half + DW3P_SLACK;
+  per = (per + 15) / 16 * 16;
+  float *bufs = of_alloc(OF_CPU, (int64_t)sizeof(float) * per * nt);
+  if (!bufs) {
+    of_clear_error();
+    return false;
+  }
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    float *buf = bufs + per * omp_get_thread_num(), *tmp = buf + q.rows * q.pitch;
+#pragma omp for schedule(static)
+    for (int64_t pl = 0; pl < planes; pl++) {
+      int64_t n = pl / g->CO, co = pl % g->CO;
+      const float *xp = x + (n * g->CI + co / mult) * g->in_sz, *wp = w + co * 9;
+      float bias = b ? b[co] : 0, *yp = y + pl * g->out_sz;
+      if (isa >= OF_ISA_AVX512 && q.s == 1) dw3p_plane_16_s1(&q, xp, buf, tmp, wp, bias, yp);
+      else if (isa >= OF_ISA_AVX512) dw3p_plane_16_s2(&q, xp, buf, tmp, wp, bias, yp);
+      else if (q.s == 1) dw3p_plane_8_s1(&q, xp, buf, tmp, wp, bias, yp);
+      else dw3p_plane_8_s2(&q, xp, buf, tmp, wp, bias, yp);
+    }
+  }
+  of_free(OF_CPU, bufs, (int64_t)sizeof(float) * per * nt);
+  return true;
+#else
+  (void)g, (void)x, (void)w, (void)b, (void)y;
+  return false;
+#endif
+}
+
 static bool is_depthwise(const geom *g) { return g->G > 1 && g->G == g->CI; }
 
 static void dw_run(run_kind kind, const geom *g, of_dtype dt, const char *a, const char *b,
                    const char *bias, char *res) {
   if (dt == OF_FLOAT32) {
+    if (kind == RUN_FWD && dw3p_fwd(g, (const float *)a, (const float *)b, (const float *)bias,
+                                    (float *)res))
+      return;
     if (kind == RUN_FWD)
       dw_fwd_float(g, (const float *)a, (const float *)b, (const float *)bias, (float *)res);
     else if (kind == RUN_BWD_INPUT)

@@ -195,6 +195,42 @@ describe('conv2d forward', function()
     end
   end)
 
+  it('3x3 depthwise planes (padded copy, whole-vector rows): MobileNet sizes, odd maps, strides', function()
+    -- float32 2-D 3x3 depthwise convolutions with equal strides (1 or 2) and
+    -- paddings (0-2) run through a padded copy of each plane on AVX2 and
+    -- AVX-512; against float64 and against the row kernel they replaced
+    -- (OF_CONV_DW_PLANE=0)
+    local ffi = require 'ffi'
+    pcall(ffi.cdef, 'int setenv(const char *, const char *, int); int unsetenv(const char *);')
+    flow.manual_seed(5)
+    local n = 0
+    for _, hw in ipairs({{1, 1}, {2, 3}, {3, 3}, {5, 40}, {7, 7}, {13, 17}, {14, 14}, {28, 28}, {33, 31},
+                         {56, 56}, {112, 112}}) do
+      for _, st in ipairs({1, 2}) do
+        for _, pd in ipairs({0, 1, 2}) do
+          if hw[1] + 2 * pd >= 3 and hw[2] + 2 * pd >= 3 then
+            n = n + 1
+            local C, mult = 3, n % 3 == 0 and 2 or 1
+            local N = hw[1] >= 56 and 1 or 2
+            local xin = flow.randn(N, C, hw[1], hw[2])
+            if n % 4 == 0 then xin = flow.randn(N, C, hw[2], hw[1]):transpose(3, 4) end
+            local w = flow.randn(C * mult, 1, 3, 3)
+            local b = n % 2 == 0 and flow.randn(C * mult) or nil
+            local o = {stride = st, padding = pd, groups = C}
+            local y = F.conv2d(xin, w, b, o)
+            local want = F.conv2d(xin:double(), w:double(), b and b:double(), o)
+            H.close(y, want, 1e-5)
+            ffi.C.setenv('OF_CONV_DW_PLANE', '0', 1)
+            local rows = F.conv2d(xin, w, b, o)
+            ffi.C.unsetenv('OF_CONV_DW_PLANE')
+            H.close(y, rows, 1e-5)
+          end
+        end
+      end
+    end
+    assert.is_true(n >= 50)
+  end)
+
   it('gives the same result on the 1x1 fast path as on the general path', function()
     flow.manual_seed(2)
     local xx, w = randn({3, 8, 5, 6}), randn({4, 8, 1, 1})
