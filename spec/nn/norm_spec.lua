@@ -349,3 +349,125 @@ describe('norms under autograd', function()
     H.close(x.grad, {{0, 0, 0}, {0, 0, 0}}, 1e-9)   -- a constant grad has no effect on x
   end)
 end)
+
+describe('eval batch norm written into a conv output (nn.Sequential, flowvision blocks)', function()
+  local nn = flow.nn
+
+  -- a conv + norm with statistics and affine parameters of their own
+  local function pair(cin, cout)
+    local conv, bn = nn.Conv2d(cin, cout, 3, {padding = 1}), nn.BatchNorm2d(cout)
+    flow.no_grad(function()
+      bn.running_mean:copy_(flow.randn(cout) * 0.5)
+      bn.running_var:copy_(flow.rand(cout) + 0.5)
+      bn.weight:copy_(flow.randn(cout))
+      bn.bias:copy_(flow.randn(cout))
+    end)
+    return conv, bn
+  end
+
+  local function same_bits(a, b, what)
+    assert.are.same(a:size(), b:size())
+    assert(flow.equal(a, b), what .. ': not the same bits, max diff ' .. (a - b):abs():max():item())
+  end
+
+  -- the ops a call runs, by name
+  local function ops_of(fn)
+    local names = {}
+    local prof = flow.profiler.profile({}, fn)
+    for _, e in ipairs(prof:events()) do names[e.name] = (names[e.name] or 0) + 1 end
+    return names
+  end
+
+  it('gives the bits of conv then batch_norm, without a batch_norm call', function()
+    flow.manual_seed(11)
+    local conv, bn = pair(3, 5)
+    local seq = nn.Sequential(conv, bn, nn.ReLU()):eval()
+    local x = flow.randn(2, 3, 9, 7)
+    local want = flow.no_grad(function() return F.relu(bn(conv(x))) end)
+    local got
+    local names = ops_of(function() got = flow.no_grad(function() return seq(x) end) end)
+    same_bits(got, want, 'Sequential')
+    assert.is_nil(names.batch_norm)
+    -- the same without no_grad when nothing needs a gradient
+    for _, p in ipairs(seq:parameters()) do p.requires_grad = false end
+    same_bits(seq(x), want, 'no parameter requires grad')
+    -- no bias, no affine
+    local conv2 = nn.Conv2d(3, 4, 1, {bias = false})
+    local bn2 = nn.BatchNorm2d(4, {affine = false})
+    flow.no_grad(function() bn2.running_mean:copy_(flow.randn(4)); bn2.running_var:copy_(flow.rand(4) + 1) end)
+    local s2 = nn.Sequential(conv2, bn2):eval()
+    same_bits(flow.no_grad(function() return s2(x) end),
+              flow.no_grad(function() return bn2(conv2(x)) end), 'affine = false')
+  end)
+
+  it('follows changed statistics and parameters (in-place writes, load_state_dict)', function()
+    flow.manual_seed(12)
+    local conv, bn = pair(2, 3)
+    local seq = nn.Sequential(conv, bn):eval()
+    local x = flow.randn(1, 2, 5, 5)
+    local first = flow.no_grad(function() return seq(x) end)
+    flow.no_grad(function() bn.running_mean:add_(1); bn.weight:mul_(2) end)
+    local want = flow.no_grad(function() return bn(conv(x)) end)
+    local got = flow.no_grad(function() return seq(x) end)
+    same_bits(got, want, 'after in-place writes')
+    assert.is_false(flow.equal(got, first))
+    local other = nn.BatchNorm2d(3)
+    flow.no_grad(function() other.running_var:fill_(4) end)
+    bn:load_state_dict(other:state_dict())
+    same_bits(flow.no_grad(function() return seq(x) end),
+              flow.no_grad(function() return bn(conv(x)) end), 'after load_state_dict')
+    bn.eps = 0.5
+    same_bits(flow.no_grad(function() return seq(x) end),
+              flow.no_grad(function() return bn(conv(x)) end), 'after a new eps')
+  end)
+
+  it('leaves hooks, training, gradients and other dtypes to the plain calls', function()
+    flow.manual_seed(13)
+    local conv, bn = pair(3, 4)
+    local seq = nn.Sequential(conv, bn):eval()
+    local x = flow.randn(2, 3, 6, 6)
+    -- a hook that keeps the conv's output sees it unchanged
+    local kept
+    local h = conv:register_forward_hook(function(_, _, out) kept = out end)
+    local y = flow.no_grad(function() return seq(x) end)
+    h:remove()
+    same_bits(kept, flow.no_grad(function() return conv(x) end), 'the hooked output')
+    same_bits(y, flow.no_grad(function() return bn(conv(x)) end), 'with a hook')
+    -- parameters that need gradients get them, as from the plain calls
+    local g = seq(x):sum()
+    g:backward()
+    assert.is_not_nil(bn.weight.grad)
+    assert.is_not_nil(conv.weight.grad)
+    -- training mode updates the running statistics
+    local rm = bn.running_mean:clone()
+    seq:train()
+    flow.no_grad(function() return seq(x) end)
+    assert.is_false(flow.equal(rm, bn.running_mean))
+    -- float64: the plain calls
+    local s64 = nn.Sequential(nn.Conv2d(3, 2, 1), nn.BatchNorm2d(2)):double():eval()
+    local x64 = x:double()
+    local names = ops_of(function() flow.no_grad(function() return s64(x64) end) end)
+    assert.are.equal(1, names.batch_norm)
+  end)
+
+  it('flowvision blocks: a ResNet in eval mode gives the bits of its plain modules', function()
+    flow.manual_seed(14)
+    local vision = require 'flowvision'
+    local m = vision.models.resnet18({num_classes = 10}):eval()
+    for _, mod in ipairs(m:modules()) do
+      if mod.running_var then
+        flow.no_grad(function() mod.running_var:copy_(flow.rand(mod.num_features) + 0.5) end)
+      end
+    end
+    local x = flow.randn(1, 3, 32, 32)
+    local got = flow.no_grad(function() return m(x) end)
+    -- a hook on every BatchNorm2d turns the in-place path off
+    local hs = {}
+    for _, mod in ipairs(m:modules()) do
+      if mod.running_var then hs[#hs + 1] = mod:register_forward_hook(function() end) end
+    end
+    local want = flow.no_grad(function() return m(x) end)
+    for _, h in ipairs(hs) do h:remove() end
+    same_bits(got, want, 'resnet18')
+  end)
+end)

@@ -4,6 +4,7 @@
 -- make_divisible, norm-layer factories and the init helpers.
 local A = require 'oneflow._args'
 local flow = require 'oneflow'
+local conv_bn_into = require('oneflow.nn.normalization').conv_bn_into
 
 local nn = flow.nn
 local F = nn.functional
@@ -53,6 +54,15 @@ end
 --- The "kaiming_normal_ fan_out for convs, BN 1/0, Linear normal(0, std)"
 -- initialisation shared by MobileNet and EfficientNet-like models;
 -- linear_init(w) initialises Linear weights (biases become zero).
+--- bn(conv(x)), the norm written into the conv's fresh output where
+-- oneflow.nn.normalization.conv_bn_into allows (eval, nothing to record, no
+-- hooks): what nn.Sequential does for its conv + norm pairs.
+function M.conv_bn(conv, bn, x)
+  local y = conv(x)
+  if conv_bn_into(conv, bn, y) then return y end
+  return bn(y)
+end
+
 function M.init_conv_bn_linear(model, linear_init)
   local init = nn.init
   for _, m in model:named_modules() do

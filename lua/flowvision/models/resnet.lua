@@ -6,6 +6,7 @@ local flow = require 'oneflow'
 local ops = require 'flowvision.models._ops'
 
 local nn = flow.nn
+local conv_bn = ops.conv_bn
 local M = {}
 
 local function conv3x3(cin, cout, stride, groups, dilation)
@@ -44,8 +45,8 @@ end
 -- would otherwise hold until Lua's collector finds it (a ResNet-50 forward
 -- at batch 8 ran 18 full collections, 11 in place).
 function BasicBlock:forward(x)
-  local out = self.relu(self.bn1(self.conv1(x)))
-  out = self.bn2(self.conv2(out))
+  local out = self.relu(conv_bn(self.conv1, self.bn1, x))
+  out = conv_bn(self.conv2, self.bn2, out)
   local identity = self.downsample and self.downsample(x) or x
   return self.relu(out:add_(identity))
 end
@@ -70,9 +71,9 @@ function Bottleneck:__init(inplanes, planes, o)
 end
 
 function Bottleneck:forward(x)
-  local out = self.relu(self.bn1(self.conv1(x)))
-  out = self.relu(self.bn2(self.conv2(out)))
-  out = self.bn3(self.conv3(out))
+  local out = self.relu(conv_bn(self.conv1, self.bn1, x))
+  out = self.relu(conv_bn(self.conv2, self.bn2, out))
+  out = conv_bn(self.conv3, self.bn3, out)
   local identity = self.downsample and self.downsample(x) or x
   return self.relu(out:add_(identity))
 end
@@ -149,7 +150,7 @@ function ResNet:__init(block, layers, opts)
 end
 
 function ResNet:forward(x)
-  x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+  x = self.maxpool(self.relu(conv_bn(self.conv1, self.bn1, x)))
   x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
   return self.fc(self.avgpool(x):flatten(2))
 end

@@ -4,6 +4,7 @@
 local T = require 'oneflow.tensor'
 local U = require 'oneflow.nn._util'
 local module = require 'oneflow.nn.module'
+local norm = require 'oneflow.nn.normalization'
 
 local Module, is_module, is_parameter = module.Module, module.is_module, module.is_parameter
 local is_tensor, fail = T.is_tensor, U.fail
@@ -173,8 +174,18 @@ function Sequential:__init(...)
   for i = 1, select('#', ...) do self:append((select(i, ...))) end
 end
 
+-- A Conv2d followed by an eval BatchNorm2d: the norm is written into the
+-- conv's fresh output where normalization.conv_bn_into allows (the same
+-- numbers, one tensor less for Lua's collector to find).
 function Sequential:forward(x, ...)
-  for i = 1, #self do x = self[i](x, ...) end
+  local n = #self
+  local i = 1
+  while i <= n do
+    local m = self[i]
+    x = m(x, ...)
+    if i < n and norm.conv_bn_into(m, self[i + 1], x) then i = i + 1 end
+    i = i + 1
+  end
   return x
 end
 
