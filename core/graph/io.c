@@ -588,6 +588,12 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       if (!a->has_lo && !a->has_hi) BAD("attrs: neither min nor max is given");
       break;
     }
+    case OPK_CHANNEL_AFFINE: {   /* the clamp is optional here */
+      const a_clamp *a = p;
+      CHECK_FLAG(a->has_lo, "has_lo");
+      CHECK_FLAG(a->has_hi, "has_hi");
+      break;
+    }
     case OPK_LEAKY_RELU: {
       const a_leaky *a = p;
       CHECK_FINITE(a->slope, "negative_slope");

@@ -1689,6 +1689,107 @@ static int32_t mutates_norm(const void *p, int32_t nin, int32_t *idx) {
   idx[1] = 2;
   return 2;
 }
+/* ---- channel_affine: eval batch_norm's arithmetic into a given tensor ----
+ * y[n, c, *] = x * scale[c] + shift[c], the product and the sum each rounded
+ * in x's dtype (no FMA, as the eval batch_norm above), then clamped to
+ * [lo, hi] as of_clamp does (a NaN stays NaN). For nn.Sequential's conv +
+ * eval BatchNorm2d (+ ReLU6) pairs (lua/oneflow/nn/normalization.lua), which
+ * write it into the conv's fresh output: one pass where a mul_, an add_ and
+ * a clamp_ made three. Other dtypes, devices, layouts and anything needing a
+ * gradient run as those ops (of_binary, of_clamp), with the same numbers. */
+#define CHAFF_ROW(T)                                                                       \
+  __attribute__((target_clones("avx512f", "avx2", "default"),                             \
+                 OF_GCC_OPTIMIZE("fp-contract=off"))) static void chaff_row_##T(          \
+      const T *x, T *y, int64_t n, T s, T b, T lo, T hi, int lo_on, int hi_on) {           \
+    if (!lo_on && !hi_on)                                                                  \
+      for (int64_t i = 0; i < n; i++) y[i] = x[i] * s + b;                                 \
+    else                                                                                   \
+      for (int64_t i = 0; i < n; i++) {                                                    \
+        T v = x[i] * s + b;                                                                \
+        T w = lo_on && v < lo ? lo : v;                                                    \
+        w = hi_on && w > hi ? hi : w;                                                      \
+        y[i] = v != v ? v : w;                                                             \
+      }                                                                                    \
+  }
+CHAFF_ROW(float)
+CHAFF_ROW(double)
+
+static of_status chaff_check(const char *op, of_tensor *x, of_tensor *scale, of_tensor *shift) {
+  OF_CHECK(check_input(op, x, 2));
+  if (!scale || !shift)
+    return of_fail(OF_ERR_ARG, "%s: scale and shift are needed (input %s, %s)", op,
+                   OF_SHAPE_STR(x), OF_DT(x));
+  of_meta xm = meta_of_tensor(x);
+  nc_shape d = nc_of(&xm);
+  OF_CHECK(check_param(op, "scale", scale, d.C, x));
+  OF_CHECK(check_param(op, "shift", shift, d.C, x));
+  if (scale->dtype != x->dtype || shift->dtype != x->dtype)
+    return of_fail(OF_ERR_DTYPE, "%s: scale (%s) and shift (%s) must have the input's dtype %s",
+                   op, OF_DT(scale), OF_DT(shift), OF_DT(x));
+  return OF_OK;
+}
+
+/* the same numbers through the elementwise ops (they record gradients) */
+static of_status chaff_composite(of_tensor *x, of_tensor *scale, of_tensor *shift, double lo,
+                                 double hi, int32_t has_lo, int32_t has_hi, of_tensor *into,
+                                 of_tensor **out) {
+  int64_t shape[OF_MAX_DIMS];
+  for (int32_t i = 0; i < x->ndim; i++) shape[i] = i == 1 ? x->shape[1] : 1;
+  of_tensor *sv = NULL, *bv = NULL, *t = NULL, *u = NULL;
+  of_status st = of_view(scale, shape, x->ndim, &sv);
+  if (st == OF_OK) st = of_view(shift, shape, x->ndim, &bv);
+  if (st == OF_OK) st = of_binary(OF_MUL, x, sv, into, &t);
+  if (st == OF_OK) st = of_binary(OF_ADD, t, bv, into ? t : NULL, &u);
+  if (st == OF_OK && (has_lo || has_hi)) st = of_clamp(u, lo, hi, has_lo, has_hi, into ? u : NULL, out);
+  else if (st == OF_OK) {
+    *out = u;
+    u = NULL;
+  }
+  release_all((of_tensor *[]){sv, bv, t, u}, 4);
+  return st;
+}
+
+static of_status channel_affine_body(of_tensor *x, of_tensor *scale, of_tensor *shift, double lo,
+                                     double hi, int32_t has_lo, int32_t has_hi, of_tensor *into,
+                                     of_tensor **out) {
+  const char *op = "channel_affine";
+  of_device dev;
+  OF_CHECK(of_common_device(op, (of_tensor *[]){x, scale, shift, into}, 4, &dev));
+  OF_CHECK(chaff_check(op, x, scale, shift));
+  of_tensor *ins[3] = {x, scale, shift};
+  bool direct = dev == OF_CPU && (x->dtype == OF_FLOAT32 || x->dtype == OF_FLOAT64) &&
+                !of_grad_needed(ins, 3) && !(into && of_grad_needed(&into, 1)) &&
+                of_tensor_is_contiguous(x) && of_tensor_is_contiguous(scale) &&
+                of_tensor_is_contiguous(shift) && (!into || into == x || of_tensor_is_contiguous(into));
+  if (!direct) return chaff_composite(x, scale, shift, lo, hi, has_lo, has_hi, into, out);
+  OF_CHECK(of_prepare_out(op, into, x->shape, x->ndim, x->dtype, out));
+  if ((*out)->dtype != x->dtype) {   /* an `into` of another floating dtype: the ops' casts */
+    of_tensor_release(*out);
+    *out = NULL;
+    return chaff_composite(x, scale, shift, lo, hi, has_lo, has_hi, into, out);
+  }
+  of_meta xm = meta_of_tensor(x);
+  nc_shape d = nc_of(&xm);
+  const char *xp = of_ptr(x), *sp = of_ptr(scale), *bp = of_ptr(shift);
+  char *yp = of_ptr(*out);
+  const bool f32 = x->dtype == OF_FLOAT32;
+  const int64_t es = f32 ? 4 : 8;
+  int32_t nt = nthreads(d.N * d.C * d.S);
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t q = 0; q < d.N * d.C; q++) {
+    int64_t c = q % d.C, off = q * d.S * es;
+    if (f32)
+      chaff_row_float((const float *)(xp + off), (float *)(yp + off), d.S, ((const float *)sp)[c],
+                      ((const float *)bp)[c], (float)lo, (float)hi, has_lo != 0, has_hi != 0);
+    else
+      chaff_row_double((const double *)(xp + off), (double *)(yp + off), d.S,
+                       ((const double *)sp)[c], ((const double *)bp)[c], lo, hi, has_lo != 0,
+                       has_hi != 0);
+  }
+  if (into) of_bump_version(*out);
+  return OF_OK;
+}
+
 static int32_t mutates_none(const void *p, int32_t nin, int32_t *idx) {
   (void)p; (void)nin; (void)idx;
   return 0;
@@ -1734,6 +1835,39 @@ of_status of_rms_norm(of_tensor *x, int32_t normalized_ndim, of_tensor *weight, 
   OF_DISPATCH(rms_norm_body(x, normalized_ndim, weight, eps, out),
               pack_norm(OPK_RMS_NORM, x, NULL, NULL, weight, NULL, 0, 0, eps, normalized_ndim,
                         out));
+}
+static of_status pack_channel_affine(of_tensor *x, of_tensor *scale, of_tensor *shift, double lo,
+                                     double hi, int32_t has_lo, int32_t has_hi, of_tensor *into,
+                                     of_tensor **out) {
+  a_clamp a;
+  OF_ZERO(a);
+  a.lo = lo;
+  a.hi = hi;
+  a.has_lo = has_lo;
+  a.has_hi = has_hi;
+  of_tensor *ins[4] = {x, scale, shift, into};
+  return OF_RECORD(OPK_CHANNEL_AFFINE, a, ins, into ? 4 : 3, out, 1);
+}
+of_status of_channel_affine(of_tensor *x, of_tensor *scale, of_tensor *shift, double lo, double hi,
+                            int32_t has_lo, int32_t has_hi, of_tensor *into, of_tensor **out) {
+  OF_DISPATCH(channel_affine_body(x, scale, shift, lo, hi, has_lo, has_hi, into, out),
+              pack_channel_affine(x, scale, shift, lo, hi, has_lo, has_hi, into, out));
+}
+static of_status run_channel_affine(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_clamp);
+  OF_RUN1(of_channel_affine(ins[0], ins[1], ins[2], a->lo, a->hi, a->has_lo, a->has_hi,
+                            n->nin > 3 ? ins[3] : NULL, OF_R));
+}
+static of_status infer_channel_affine(const void *p, int32_t nin, const of_meta *ins,
+                                      of_meta *outs) {
+  (void)p;
+  const char *op = "channel_affine";
+  OF_CHECK(check_input_meta(op, &ins[0], 2));
+  OF_CHECK(check_param_meta(op, "scale", &ins[1], ins[0].shape[1], &ins[0]));
+  OF_CHECK(check_param_meta(op, "shift", &ins[2], ins[0].shape[1], &ins[0]));
+  outs[0] = ins[0];
+  if (nin > 3 && ins[3].ndim >= 0) outs[0].dtype = ins[3].dtype;
+  return OF_OK;
 }
 static of_status run_norm(const of_oprec *n, of_tensor **ins, void **outs) {
   OF_ATTRS(a_norm);
@@ -1816,3 +1950,4 @@ OF_OP_IMPL_INFER(LAYER_NORM, run_norm, mutates_none, NULL, describe_norm, infer_
 OF_OP_IMPL_INFER(RMS_NORM, run_norm, mutates_none, NULL, describe_norm, infer_RMS_NORM);
 OF_OP_IMPL_INFER(GROUP_NORM, run_norm, mutates_none, NULL, describe_norm, infer_GROUP_NORM);
 OF_OP_IMPL_INFER(INSTANCE_NORM, run_norm, mutates_norm, NULL, describe_norm, infer_INSTANCE_NORM);
+OF_OP_IMPL_INFER(CHANNEL_AFFINE, run_channel_affine, NULL, NULL, NULL, infer_channel_affine);

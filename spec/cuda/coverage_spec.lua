@@ -261,6 +261,11 @@ describe('CUDA coverage of the public ops', function()
       return F.adaptive_avg_pool2d(x, 3) + F.adaptive_max_pool2d(x, 3) end, {img}, 1e-5, true)
     check('batch_norm', function(x) return F.batch_norm(x, nil, nil, {training = true}) end,
           {img}, 1e-4, true)
+    local core = require 'oneflow._C'
+    check('channel_affine', function(x, sc, sh)
+      if core.C.of_channel_affine(x.p, sc.p, sh.p, 0, 6, 1, 1, nil, core.out1) ~= 0 then core.raise(1) end
+      return core.wrap(core.out1[0])
+    end, {img, flow.randn(3), flow.randn(3)}, 1e-6, true)
     check('layer/group/instance norm', function(x)
       return F.layer_norm(x, {8}) + F.group_norm(x, 1) + F.instance_norm(x) end, {img}, 1e-4, true)
     check('interpolate/pad', function(x)

@@ -54,6 +54,7 @@ local CASES = {
   unary = {bad = {{{op = -1}, 'attrs.op'}}},
   clamp = {ok = {has_lo = 1}, bad = {{{has_hi = 5}, 'attrs.has_hi'}, {{has_lo = 0}, 'neither min nor max'}}},
   leaky_relu = {ok = {slope = 0.01}, bad = {{{slope = 1 / 0}, 'attrs.negative_slope'}}},
+  channel_affine = {ins = {X, {{3}}, {{3}}}, ok = {has_lo = 1}, bad = {{{has_lo = 2}, 'attrs.has_lo'}}},
   where = {ins = {{{2, 3, 4, 4}, 'bool'}, X, X}, outs = {X}, bad = {{{v = 1}, 'attrs.v'}}},
   reduce = {ok = {dtype = -1}, outs = {S}, bad = {{{op = 99}, 'attrs.op'}, {{keepdim = 2}, 'attrs.keepdim'},
                                                  {{ndims = 1, dims = {7}}, 'attrs.dims[1]'}}},

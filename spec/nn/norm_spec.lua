@@ -400,6 +400,64 @@ describe('eval batch norm written into a conv output (nn.Sequential, flowvision 
               flow.no_grad(function() return bn2(conv2(x)) end), 'affine = false')
   end)
 
+  it('folds a ReLU6 after the norm into the same pass (the bits of clamp)', function()
+    flow.manual_seed(15)
+    for _, inplace in ipairs({true, false}) do
+      local conv, bn = pair(3, 6)
+      local seq = nn.Sequential(conv, bn, nn.ReLU6({inplace = inplace}), nn.Conv2d(6, 2, 1)):eval()
+      local x = flow.randn(2, 3, 8, 8) * 3
+      local want = flow.no_grad(function() return seq[4](F.relu6(bn(conv(x)))) end)
+      local got
+      local names = ops_of(function() got = flow.no_grad(function() return seq(x) end) end)
+      same_bits(got, want, 'ReLU6 inplace=' .. tostring(inplace))
+      assert.is_nil(names.batch_norm)
+      assert.is_nil(names.clamp)
+      assert.are.equal(1, names.channel_affine)
+    end
+  end)
+
+  it('of_channel_affine: values, NaN, gradients through the ops, errors', function()
+    local core = require 'oneflow._C'
+    local C = core.C
+    local function affine(x, sc, sh, lo, hi, into)
+      local st = C.of_channel_affine(x.p, sc and sc.p, sh and sh.p, lo or 0, hi or 0, lo and 1 or 0,
+                                     hi and 1 or 0, into and into.p, core.out1)
+      if st ~= 0 then return nil, core.ffi.string(C.of_last_error()) end
+      return core.wrap(core.out1[0])
+    end
+    flow.manual_seed(16)
+    local x = flow.randn(2, 3, 4, 5, {dtype = f64})
+    local sc, sh = flow.randn(3, {dtype = f64}), flow.randn(3, {dtype = f64})
+    local want = (x * sc:view(1, 3, 1, 1) + sh:view(1, 3, 1, 1)):clamp(-0.5, 0.5)
+    same_bits(affine(x, sc, sh, -0.5, 0.5), want, 'float64')
+    -- non-contiguous input: the ops' path, the same values
+    local xt = x:transpose(3, 4)
+    same_bits(affine(xt, sc, sh), xt * sc:view(1, 3, 1, 1) + sh:view(1, 3, 1, 1), 'transposed')
+    -- a NaN stays NaN through the clamp, as clamp keeps it
+    local xf = flow.randn(1, 2, 3, 3)
+    xf[{1, 1, 1, 1}] = 0 / 0
+    local y = affine(xf, flow.ones(2), flow.zeros(2), 0, 6)
+    assert.is_true(y[{1, 1, 1, 1}]:item() ~= y[{1, 1, 1, 1}]:item())
+    same_bits(y[{{}, {}, {2, 3}}], xf:clamp(0, 6)[{{}, {}, {2, 3}}], 'float32 clamp')
+    -- into x itself
+    local xi = xf:clone()
+    local r = affine(xi, flow.full({2}, 2), flow.ones(2), nil, nil, xi)
+    assert.are.equal(core.C.of_tensor_storage_id(xi.p), core.C.of_tensor_storage_id(r.p))
+    -- an input needing a gradient: recorded through the elementwise ops
+    local xg = flow.randn(2, 3, 2, 2, {dtype = f64, requires_grad = true})
+    local sg = flow.randn(3, {dtype = f64, requires_grad = true})
+    affine(xg, sg, sh):sum():backward()
+    H.close(sg.grad, xg:detach():sum({1, 3, 4}), 1e-12)
+    -- errors name the op, the argument, shapes and dtypes
+    local _, e1 = affine(x, sc:float(), sh)
+    assert.matches('channel_affine: scale %(float32%) and shift %(float64%) must have the input\'s dtype float64', e1)
+    local _, e2 = affine(x, flow.randn(4, {dtype = f64}), sh)
+    assert.matches('channel_affine', e2)
+    assert.matches('scale', e2)
+    local _, e3 = affine(x, nil, sh)
+    assert.matches('channel_affine: scale and shift are needed', e3)
+  end)
+
   it('follows changed statistics and parameters (in-place writes, load_state_dict)', function()
     flow.manual_seed(12)
     local conv, bn = pair(2, 3)

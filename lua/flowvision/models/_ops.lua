@@ -59,7 +59,7 @@ end
 -- hooks): what nn.Sequential does for its conv + norm pairs.
 function M.conv_bn(conv, bn, x)
   local y = conv(x)
-  if conv_bn_into(conv, bn, y) then return y end
+  if conv_bn_into(conv, bn, y) > 0 then return y end
   return bn(y)
 end
 

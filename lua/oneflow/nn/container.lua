@@ -174,16 +174,17 @@ function Sequential:__init(...)
   for i = 1, select('#', ...) do self:append((select(i, ...))) end
 end
 
--- A Conv2d followed by an eval BatchNorm2d: the norm is written into the
--- conv's fresh output where normalization.conv_bn_into allows (the same
--- numbers, one tensor less for Lua's collector to find).
+-- A Conv2d followed by an eval BatchNorm2d (and a ReLU6): the norm (and
+-- the clamp) are written into the conv's fresh output where
+-- normalization.conv_bn_into allows (the same numbers, one pass, one tensor
+-- less for Lua's collector to find).
 function Sequential:forward(x, ...)
   local n = #self
   local i = 1
   while i <= n do
     local m = self[i]
     x = m(x, ...)
-    if i < n and norm.conv_bn_into(m, self[i + 1], x) then i = i + 1 end
+    if i < n then i = i + norm.conv_bn_into(m, self[i + 1], x, i + 1 < n and self[i + 2] or nil) end
     i = i + 1
   end
   return x
