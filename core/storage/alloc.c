@@ -497,6 +497,11 @@ void of_empty_cache(of_device dev) {
   lg_dispose(unmap, true);
 }
 
+void of_prefetch(const void *p, int64_t bytes) {
+  const char *c = p;
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(c + i, 0, 3);
+}
+
 const of_memory_stats *of_memory_stats_get(of_device dev) {
   static const of_memory_stats none;
   if (dev != OF_CPU) {

@@ -110,6 +110,11 @@ const of_memory_stats *of_memory_stats_get(of_device dev);
 void of_memory_mark(of_device dev);           /* zero bytes_since_sweep */
 void of_memory_reset_peak(of_device dev);
 void of_empty_cache(of_device dev);
+/* Asks the CPU to bring [p, p + bytes) into its caches (prefetch hints, one
+ * a 64-byte line): never faults, also where the range is not mapped, and
+ * changes nothing. The Lua runtime warms its heap with it before a forced
+ * full collection (lua/oneflow/_C.lua). */
+void of_prefetch(const void *p, int64_t bytes);
 /* Frees what the kernels keep for inference: the bfloat16/float16 copies of
  * parameters that autocast made (core/ops/amp.c), the convolution
  * weights oneDNN keeps reordered (core/device/dnnl.c) and the int8
