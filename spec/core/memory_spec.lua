@@ -17,7 +17,7 @@ end
 -- In a fresh process: `body` calls round(mib) (3 blocks of mib MiB made and
 -- freed) and sets h0 (cache hits counted from there; 0 if it does not).
 -- Checks that in use + cached never ends above twice the peak in use, and
--- returns the cache hits since h0.
+-- returns the cache hits since h0 and the bytes in use + cached at the end.
 local function allocator_rounds(body)
   local out = fresh_process([[
     local flow = require 'oneflow'
@@ -36,7 +36,7 @@ local function allocator_rounds(body)
   assert(held, out)
   held, peak = tonumber(held), tonumber(peak)
   assert(held <= 2 * peak, ('%d bytes in use + cached, more than twice the peak in use %d'):format(held, peak))
-  return tonumber(hits)
+  return tonumber(hits), held
 end
 
 describe('tensor lifetimes', function()
@@ -138,25 +138,14 @@ describe('tensor lifetimes', function()
     -- smaller than anything asked for, so no request can take them; once
     -- several high-water marks' worth has been allocated past them they are
     -- stale and go back to the system, and all three 6 MiB blocks stay cached
-    local out = fresh_process([[
-      local flow = require 'oneflow'
-      local function round(mib)
-        local t = {}
-        for i = 1, 3 do t[i] = flow.empty(mib * 262144) end
-        t = nil
-        flow.collect()
-      end
+    local hits, held = allocator_rounds([[
       round(4)
       for _ = 1, 3 do round(6) end
-      local h0 = flow.memory_stats().cache_hits
+      h0 = flow.memory_stats().cache_hits
       for _ = 1, 6 do round(6) end
-      local s = flow.memory_stats()
-      io.write(s.current_bytes + s.cached_bytes, ' ', s.cache_hits - h0, '\n')
     ]])
-    local held, hits = out:match('^(%d+) (%d+)')
-    assert(held, out)
-    assert.equal(18, tonumber(hits))   -- every 6 MiB block of the last rounds came from the cache
-    assert.equal(18 * 1048576, tonumber(held))   -- and the 4 MiB ones are gone
+    assert.equal(18, hits)   -- every 6 MiB block of the last rounds came from the cache
+    assert.equal(18 * 1048576, held)   -- and the 4 MiB ones are gone
   end)
 
   it('merges freed neighbours, so a request finds the room its pieces left', function()

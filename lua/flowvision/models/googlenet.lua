@@ -21,7 +21,9 @@ function BasicConv2d:__init(cin, cout, kernel_size, o)
   self.bn = nn.BatchNorm2d(cout, {eps = 0.001})
 end
 
-function BasicConv2d:forward(x) return F.relu(self.bn(self.conv(x))) end
+-- relu in place, as torchvision's; the norm written into the conv's output
+-- where _ops.conv_bn allows (eval, nothing to record, no hooks)
+function BasicConv2d:forward(x) return F.relu(ops.conv_bn(self.conv, self.bn, x), {inplace = true}) end
 
 local Inception = nn.Module:subclass('Inception')
 M.Inception = Inception
