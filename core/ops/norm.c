@@ -1760,7 +1760,9 @@ static of_status channel_affine_body(of_tensor *x, of_tensor *scale, of_tensor *
   bool direct = dev == OF_CPU && (x->dtype == OF_FLOAT32 || x->dtype == OF_FLOAT64) &&
                 !of_grad_needed(ins, 3) && !(into && of_grad_needed(&into, 1)) &&
                 of_tensor_is_contiguous(x) && of_tensor_is_contiguous(scale) &&
-                of_tensor_is_contiguous(shift) && (!into || into == x || of_tensor_is_contiguous(into));
+                of_tensor_is_contiguous(shift) &&
+                (!into || into == x || (of_tensor_is_contiguous(into) &&
+                                        into->storage != x->storage));   /* no partial overlap */
   if (!direct) return chaff_composite(x, scale, shift, lo, hi, has_lo, has_hi, into, out);
   OF_CHECK(of_prepare_out(op, into, x->shape, x->ndim, x->dtype, out));
   if ((*out)->dtype != x->dtype) {   /* an `into` of another floating dtype: the ops' casts */

@@ -443,6 +443,11 @@ describe('eval batch norm written into a conv output (nn.Sequential, flowvision 
     local xi = xf:clone()
     local r = affine(xi, flow.full({2}, 2), flow.ones(2), nil, nil, xi)
     assert.are.equal(core.C.of_tensor_storage_id(xi.p), core.C.of_tensor_storage_id(r.p))
+    -- into a view of x's own storage that is not x: the ops' path and checks
+    local xs = flow.randn(2, 4, 3, 3)
+    local r2, e = affine(xs:narrow(2, 1, 2), flow.ones(2), flow.zeros(2), nil, nil, xs:narrow(2, 3, 2))
+    assert(r2, e)
+    same_bits(xs:narrow(2, 3, 2), xs:narrow(2, 1, 2), 'into another part of the storage')
     -- an input needing a gradient: recorded through the elementwise ops
     local xg = flow.randn(2, 3, 2, 2, {dtype = f64, requires_grad = true})
     local sg = flow.randn(3, {dtype = f64, requires_grad = true})
