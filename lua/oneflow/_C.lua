@@ -236,7 +236,7 @@ end
 
 --- Releases every handle whose Lua tensor is gone (also runs on its own).
 M.collect = full_sweep
--- the heap warming's state, for the specs: on, n (pieces read), remote
+-- the heap warming's state, for the specs: on, n ranges at base[i], len[i], rescan
 M.gc_warm = warm
 
 --- Releases the handles of tensors the GC has collected since the last
