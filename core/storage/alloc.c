@@ -162,8 +162,9 @@ static int64_t class_size(int cls) {
 
 /* ---- large blocks: segments, split on demand and merged when freed ----
  * A block of 1 MiB or more is a range of a segment (one mmap). A request
- * takes the smallest free range that holds it (the most recently freed of
- * equal ones: its lines may still be in the caches) and splits off the
+ * takes the smallest free range that holds it (of equal ones, the most
+ * recently handed out: its lines are the likeliest still in the caches,
+ * as a collection frees a burst of blocks at once) and splits off the
  * rest, which stays free; a freed range merges with free neighbours. So
  * what a garbage collection frees at once -- blocks of many sizes, side by
  * side -- becomes ranges that serve whatever the next calls ask for.
@@ -185,6 +186,7 @@ typedef struct lblk {
   char *ptr;
   int64_t size;
   int64_t stamp;              /* free: cpu.total_bytes when freed */
+  int64_t born;               /* cpu.total_bytes when last handed out (merged: the latest) */
   struct lblk *prev, *next;   /* neighbours in the segment, by address */
   struct lblk *fprev, *fnext; /* the free ranges */
   struct lblk *hnext;         /* in use: the hash chain */
@@ -240,7 +242,7 @@ static lblk *lg_take_locked(int64_t size, lblk *spare, bool *used_spare) {
   lblk *best = NULL;
   for (lblk *b = lg.free; b; b = b->fnext)
     if (b->size >= size && (!best || b->size < best->size ||
-                            (b->size == best->size && b->stamp > best->stamp)))
+                            (b->size == best->size && b->born > best->born)))
       best = b;
   *used_spare = false;
   if (!best) return NULL;
@@ -252,6 +254,7 @@ static lblk *lg_take_locked(int64_t size, lblk *spare, bool *used_spare) {
     t->ptr = best->ptr + size;
     t->size = best->size - size;
     t->stamp = best->stamp;
+    t->born = best->born;
     t->prev = best;
     t->next = best->next;
     if (best->next) best->next->prev = t;
@@ -260,6 +263,7 @@ static lblk *lg_take_locked(int64_t size, lblk *spare, bool *used_spare) {
     lg_push_free(t);
     cpu.stats.cached_bytes += t->size;
   }
+  best->born = cpu.total_bytes;
   lg_put_used(best);
   return best;
 }
@@ -273,6 +277,7 @@ static lblk *lg_release_locked(lblk *b, lblk **dead) {
   if (n && n->free) {   /* b absorbs its free successor */
     lg_unlink_free(n);
     b->size += n->size;
+    if (n->born > b->born) b->born = n->born;
     b->next = n->next;
     if (n->next) n->next->prev = b;
     n->hnext = *dead;
@@ -282,6 +287,7 @@ static lblk *lg_release_locked(lblk *b, lblk **dead) {
   if (p && p->free) {   /* its free predecessor absorbs b */
     lg_unlink_free(p);
     p->size += b->size;
+    if (b->born > p->born) p->born = b->born;
     p->next = b->next;
     if (b->next) b->next->prev = p;
     p->stamp = b->stamp;
@@ -370,6 +376,7 @@ static void *lg_alloc(int64_t nbytes, int64_t size) {
   }
   *spare = (lblk){.ptr = p, .size = size};
   pthread_mutex_lock(&cpu.lock);
+  spare->born = cpu.total_bytes;
   lg_put_used(spare);
   account_alloc_locked(size);
   pthread_mutex_unlock(&cpu.lock);
