@@ -40,6 +40,11 @@ static inline float ld1_bf16(const uint16_t *p) { return of_bf16_to_f32(*p); }
 #define ld1_bf16n ld1_bf16
 
 
+/* W elements of a row at i, as floats: from fx (the row itself, or its
+ * widened copy) when as_f32, else widened from px; as_f32 is loop-invariant
+ * (constant for float32), so the loop is unswitched, not branched */
+#define ROWK_LD(TS, W, as_f32, fx, px, i) ((as_f32) ? ld_f32_##W((fx) + (i)) : ld_##TS##_##W((px) + (i)))
+
 /* One instantiation: TS the data type's suffix (f32, bf16), T its C type,
  * ISA the instruction set's suffix, ATTR its target attribute. */
 #define ROW_KERNELS(TS, T, ISA, ATTR, W)                                                        \
@@ -141,21 +146,14 @@ static inline float ld1_bf16(const uint16_t *p) { return of_bf16_to_f32(*p); }
        * (large against the spread) keeps the deviations' digits */                             \
       float mf = (float)mua, ml = (float)(mua - (double)mf), rf = (float)rs;                    \
       int64_t i = 0;                                                                            \
-      if (!wide || M <= CH) {   /* the row as floats: in place, or in buf */                    \
-        const float *fx = wide ? buf : (const float *)(const void *)px;                         \
-        for (; i + W <= M; i += W) {                                                            \
-          vf##W v = ((ld_f32_##W(fx + i) - mf) - ml) * rf;                                      \
-          if (w) v *= ld_f32_##W(w + i);                                                        \
-          if (b) v += ld_f32_##W(b + i);                                                        \
-          st_##TS##_##W(py + i, v);                                                             \
-        }                                                                                       \
-      } else {                                                                                  \
-        for (; i + W <= M; i += W) {                                                            \
-          vf##W v = ((ld_##TS##_##W(px + i) - mf) - ml) * rf;                                   \
-          if (w) v *= ld_f32_##W(w + i);                                                        \
-          if (b) v += ld_f32_##W(b + i);                                                        \
-          st_##TS##_##W(py + i, v);                                                             \
-        }                                                                                       \
+      /* the row as floats (in place, or a one-chunk row in buf), else widened again */     \
+      const bool as_f32 = !wide || M <= CH;                                                     \
+      const float *fx = wide ? buf : (const float *)(const void *)px;                           \
+      for (; i + W <= M; i += W) {                                                              \
+        vf##W v = ((ROWK_LD(TS, W, as_f32, fx, px, i) - mf) - ml) * rf;                         \
+        if (w) v *= ld_f32_##W(w + i);                                                          \
+        if (b) v += ld_f32_##W(b + i);                                                          \
+        st_##TS##_##W(py + i, v);                                                               \
       }                                                                                         \
       if (i < M) {                                                                              \
         int64_t k = M - i;                                                                      \
@@ -211,19 +209,12 @@ static inline float ld1_bf16(const uint16_t *p) { return of_bf16_to_f32(*p); }
       rstd[r] = rs;                                                                             \
       float rf = (float)rs;                                                                     \
       int64_t i = 0;                                                                            \
-      if (!wide || M <= CH) {   /* the row as floats: in place, or in buf */                    \
-        const float *fx = wide ? buf : (const float *)(const void *)px;                         \
-        for (; i + W <= M; i += W) {                                                            \
-          vf##W v = ld_f32_##W(fx + i) * rf;                                                    \
-          if (w) v *= ld_f32_##W(w + i);                                                        \
-          st_##TS##_##W(py + i, v);                                                             \
-        }                                                                                       \
-      } else {                                                                                  \
-        for (; i + W <= M; i += W) {                                                            \
-          vf##W v = ld_##TS##_##W(px + i) * rf;                                                 \
-          if (w) v *= ld_f32_##W(w + i);                                                        \
-          st_##TS##_##W(py + i, v);                                                             \
-        }                                                                                       \
+      const bool as_f32 = !wide || M <= CH;   /* as in ln_fwd */                                \
+      const float *fx = wide ? buf : (const float *)(const void *)px;                           \
+      for (; i + W <= M; i += W) {                                                              \
+        vf##W v = ROWK_LD(TS, W, as_f32, fx, px, i) * rf;                                       \
+        if (w) v *= ld_f32_##W(w + i);                                                          \
+        st_##TS##_##W(py + i, v);                                                               \
       }                                                                                         \
       if (i < M) {                                                                              \
         int64_t k = M - i;                                                                      \
