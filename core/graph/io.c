@@ -220,6 +220,7 @@ static uint32_t optional_inputs(int32_t op) {
     case OPK_BATCH_NORM: case OPK_INSTANCE_NORM: case OPK_LAYER_NORM: case OPK_GROUP_NORM:
     case OPK_RMS_NORM:
       return 0x1eu;                                     /* running stats, weight, bias */
+    case OPK_BATCH_NORM_EVAL: return 3u << 3;          /* weight, bias */
     case OPK_CROSS_ENTROPY: case OPK_NLL_LOSS: return 1u << 2;   /* class weights */
     case OPK_OPTIM_SGD: return 1u << 2;                 /* momentum buffer */
     case OPK_OPTIM_ADAM: return 1u << 4;                /* max_exp_avg_sq (amsgrad) */
@@ -588,8 +589,9 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       if (!a->has_lo && !a->has_hi) BAD("attrs: neither min nor max is given");
       break;
     }
-    case OPK_CHANNEL_AFFINE: {   /* the clamp is optional here */
-      const a_clamp *a = p;
+    case OPK_BATCH_NORM_EVAL: {   /* the clamp is optional here */
+      const a_bn_eval *a = p;
+      if (!(a->eps >= 0 && a->eps < INFINITY)) BAD("attrs.eps: %g", a->eps);
       CHECK_FLAG(a->has_lo, "has_lo");
       CHECK_FLAG(a->has_hi, "has_hi");
       break;

@@ -56,6 +56,13 @@ typedef double v8d_t __attribute__((vector_size(64)));
 #define LOAD8_double(v, p) memcpy(&(v), (p), sizeof(v8d_t))
 #define HSUM8(a) ((((a)[0] + (a)[1]) + ((a)[2] + (a)[3])) + (((a)[4] + (a)[5]) + ((a)[6] + (a)[7])))
 
+/* the clamp of_batch_norm_eval applies after the affine (of_clamp's rule; the
+ * bounds rounded to the data's type, as clamp's float32 loop does) */
+typedef struct {
+  double lo, hi;
+  bool lo_on, hi_on;
+} bn_clamp;
+
 #define CH_ROWS(T)                                                                        \
   /* sum of x, or of (x - m)^2 when sq */                                                 \
   __attribute__((target_clones("avx512f", "avx2", "default"), OF_GCC_OPTIMIZE("fp-contract=off"))) \
@@ -103,12 +110,23 @@ typedef double v8d_t __attribute__((vector_size(64)));
     *sgx = HSUM8(b) + tb;                                                                 \
   }                                                                                       \
   /* y = x * a + b in T (a product and a sum, each rounded: PyTorch's float              \
-   * arithmetic, without its FMA so that every instruction set agrees) */                 \
+   * arithmetic, without its FMA so that every instruction set agrees), then clamped     \
+   * as k says (NULL: not); y may be x (of_batch_norm_eval in place) */                   \
   __attribute__((target_clones("avx512f", "avx2", "default"), OF_GCC_OPTIMIZE("fp-contract=off"))) \
-  static void chrow_affine_##T(const T *restrict x, T *restrict y, int64_t n, double a,   \
-                             double b) {                                                  \
+  static void chrow_affine_##T(const T *x, T *y, int64_t n, double a, double b,           \
+                               const bn_clamp *k) {                                       \
     T at = (T)a, bt = (T)b;                                                               \
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] * at + bt;                                \
+    if (!k) {                                                                             \
+      for (int64_t i = 0; i < n; i++) y[i] = x[i] * at + bt;                              \
+      return;                                                                             \
+    }                                                                                     \
+    T lo = (T)k->lo, hi = (T)k->hi;                                                       \
+    const bool lo_on = k->lo_on, hi_on = k->hi_on;                                        \
+    for (int64_t i = 0; i < n; i++) {                                                     \
+      T v = x[i] * at + bt, w = lo_on && v < lo ? lo : v;                                 \
+      w = hi_on && w > hi ? hi : w;                                                       \
+      y[i] = v != v ? v : w;   /* clamp's rule: a NaN stays NaN */                        \
+    }                                                                                     \
   }                                                                                       \
   /* gx = g * a + (x - m) * b + k */                                                      \
   __attribute__((target_clones("avx512f", "avx2", "default"), OF_GCC_OPTIMIZE("fp-contract=off"))) \
@@ -176,11 +194,11 @@ static void chrow_affine_bf16(const uint16_t *restrict x, uint16_t *restrict y, 
   }                                                                                       \
   /* y = x * a[c] + b[c] */                                                               \
   static void ch_affine_##T(const T *x, T *y, int64_t N, int64_t C, int64_t S,            \
-                            const double *a, const double *b) {                           \
+                            const double *a, const double *b, const bn_clamp *k) {        \
     int32_t nt = nthreads(N * C * S);                                                     \
     _Pragma("omp parallel for num_threads(nt) schedule(static)")                          \
     for (int64_t q = 0; q < N * C; q++)                                                   \
-      chrow_affine_##T(x + q * S, y + q * S, S, a[q % C], b[q % C]);                      \
+      chrow_affine_##T(x + q * S, y + q * S, S, a[q % C], b[q % C], k);                   \
   }                                                                                       \
   /* pg[q] = sum_s g, pgx[q] = sum_s g * (x - mu[c]) */                                   \
   static void ch_grad_sums_##T(const T *x, const T *g, int64_t N, int64_t C, int64_t S,   \
@@ -992,6 +1010,24 @@ done:
   return st;
 }
 
+/* eval mode's statistics: mu = running_mean, is = 1 / sqrt(running_var + eps) */
+static void eval_stats(of_tensor *running_mean, of_tensor *running_var, int64_t C, double eps,
+                       double *mu, double *is) {
+  get_all(running_mean, C, 0.0, mu);
+  get_all(running_var, C, 0.0, is);
+  for (int64_t c = 0; c < C; c++) is[c] = 1.0 / sqrt(is[c] + eps);
+}
+/* y = x * a + b per channel: a = weight * is, b = bias - mu * a (in double) */
+static void affine_coeffs(of_tensor *weight, of_tensor *bias, int64_t C, const double *mu,
+                          const double *is, double *a, double *b) {
+  get_all(weight, C, 1.0, a);
+  get_all(bias, C, 0.0, b);
+  for (int64_t c = 0; c < C; c++) {
+    a[c] *= is[c];
+    b[c] -= mu[c] * a[c];
+  }
+}
+
 static of_status batch_norm_body(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
                              of_tensor *weight, of_tensor *bias, int32_t training, double momentum,
                              double eps, of_tensor **out) {
@@ -1056,21 +1092,14 @@ static of_status batch_norm_body(of_tensor *x, of_tensor *running_mean, of_tenso
     for (int64_t c = 0; c < d.C; c++) var[c] *= (double)M / (double)(M - 1);   /* unbiased */
     update_running(running_var, var, d.C, momentum);
   } else {
-    get_all(running_mean, d.C, 0.0, mu);
-    get_all(running_var, d.C, 0.0, is);
-    for (int64_t c = 0; c < d.C; c++) is[c] = 1.0 / sqrt(is[c] + eps);
+    eval_stats(running_mean, running_var, d.C, eps, mu, is);
   }
-  get_all(weight, d.C, 1.0, a);
-  get_all(bias, d.C, 0.0, b);
-  for (int64_t c = 0; c < d.C; c++) {
-    a[c] *= is[c];
-    b[c] -= mu[c] * a[c];
-  }
+  affine_coeffs(weight, bias, d.C, mu, is, a, b);
   if (cl && cd == OF_FLOAT64) cl_affine_double(xp, of_tensor_data(y), R, d.C, a, b);
   else if (cl) cl_affine_float(xp, of_tensor_data(y), R, d.C, a, b);
-  else if (cd == OF_FLOAT64) ch_affine_double(xp, of_tensor_data(y), d.N, d.C, d.S, a, b);
+  else if (cd == OF_FLOAT64) ch_affine_double(xp, of_tensor_data(y), d.N, d.C, d.S, a, b, NULL);
   else if (cd == OF_BFLOAT16) ch_affine_bf16(xp, of_tensor_data(y), d.N, d.C, d.S, a, b);
-  else ch_affine_float(xp, of_tensor_data(y), d.N, d.C, d.S, a, b);
+  else ch_affine_float(xp, of_tensor_data(y), d.N, d.C, d.S, a, b, NULL);
   st = of_finish_dtype(y, x->dtype, out);
   y = NULL;
   if (st == OF_OK && of_grad_needed(ins, 3)) {
@@ -1689,107 +1718,81 @@ static int32_t mutates_norm(const void *p, int32_t nin, int32_t *idx) {
   idx[1] = 2;
   return 2;
 }
-/* ---- channel_affine: eval batch_norm's arithmetic into a given tensor ----
- * y[n, c, *] = x * scale[c] + shift[c], the product and the sum each rounded
- * in x's dtype (no FMA, as the eval batch_norm above), then clamped to
- * [lo, hi] as of_clamp does (a NaN stays NaN). For nn.Sequential's conv +
- * eval BatchNorm2d (+ ReLU6) pairs (lua/oneflow/nn/normalization.lua), which
- * write it into the conv's fresh output: one pass where a mul_, an add_ and
- * a clamp_ made three. Other dtypes, devices, layouts and anything needing a
- * gradient run as those ops (of_binary, of_clamp), with the same numbers. */
-#define CHAFF_ROW(T)                                                                       \
-  __attribute__((target_clones("avx512f", "avx2", "default"),                             \
-                 OF_GCC_OPTIMIZE("fp-contract=off"))) static void chaff_row_##T(          \
-      const T *x, T *y, int64_t n, T s, T b, T lo, T hi, int lo_on, int hi_on) {           \
-    if (!lo_on && !hi_on)                                                                  \
-      for (int64_t i = 0; i < n; i++) y[i] = x[i] * s + b;                                 \
-    else                                                                                   \
-      for (int64_t i = 0; i < n; i++) {                                                    \
-        T v = x[i] * s + b;                                                                \
-        T w = lo_on && v < lo ? lo : v;                                                    \
-        w = hi_on && w > hi ? hi : w;                                                      \
-        y[i] = v != v ? v : w;                                                             \
-      }                                                                                    \
+/* ---- batch_norm_eval: eval batch_norm (+ a clamp) into a given tensor ----
+ * For nn.Sequential's conv + eval BatchNorm2d (+ ReLU6) runs and flowvision's
+ * blocks (lua/oneflow/nn/normalization.lua), which write it into the conv's
+ * fresh output: no new tensor, and one pass where the norm and a clamp_ made
+ * two. The numbers are batch_norm_body's eval ones (eval_stats,
+ * affine_coeffs, ch_affine) and then of_clamp's. Other devices, dtypes,
+ * layouts, an `into` sharing x's storage, and anything needing a gradient
+ * run as of_batch_norm then of_clamp (and copy_ into `into`). */
+static of_status bn_eval_composite(of_tensor *x, of_tensor *running_mean,
+                                   of_tensor *running_var, of_tensor *weight, of_tensor *bias,
+                                   double eps, const bn_clamp *k, of_tensor *into,
+                                   of_tensor **out) {
+  of_tensor *y = NULL, *t = NULL;
+  of_status st = of_batch_norm(x, running_mean, running_var, weight, bias, 0, 0.0, eps, &y);
+  if (st == OF_OK && k) {   /* y is new: clamped in place */
+    st = of_clamp(y, k->lo, k->hi, k->lo_on, k->hi_on, y, &t);
+    of_tensor_release(t);
   }
-CHAFF_ROW(float)
-CHAFF_ROW(double)
+  if (st == OF_OK && into) st = of_copy_(into, y);
+  if (st != OF_OK) {
+    of_tensor_release(y);
+    return st;
+  }
+  if (into) {
+    of_tensor_release(y);
+    of_tensor_retain(into);
+    y = into;
+  }
+  *out = y;
+  return OF_OK;
+}
 
-static of_status chaff_check(const char *op, of_tensor *x, of_tensor *scale, of_tensor *shift) {
+static of_status bn_eval_body(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
+                              of_tensor *weight, of_tensor *bias, double eps, double lo,
+                              double hi, int32_t has_lo, int32_t has_hi, of_tensor *into,
+                              of_tensor **out) {
+  const char *op = "batch_norm_eval";
+  of_device dev;
+  OF_CHECK(of_common_device(op, (of_tensor *[]){x, running_mean, running_var, weight, bias, into},
+                            6, &dev));
   OF_CHECK(check_input(op, x, 2));
-  if (!scale || !shift)
-    return of_fail(OF_ERR_ARG, "%s: scale and shift are needed (input %s, %s)", op,
+  if (!running_mean || !running_var)
+    return of_fail(OF_ERR_ARG, "%s: running_mean and running_var are needed (input %s, %s)", op,
                    OF_SHAPE_STR(x), OF_DT(x));
   of_meta xm = meta_of_tensor(x);
   nc_shape d = nc_of(&xm);
-  OF_CHECK(check_param(op, "scale", scale, d.C, x));
-  OF_CHECK(check_param(op, "shift", shift, d.C, x));
-  if (scale->dtype != x->dtype || shift->dtype != x->dtype)
-    return of_fail(OF_ERR_DTYPE, "%s: scale (%s) and shift (%s) must have the input's dtype %s",
-                   op, OF_DT(scale), OF_DT(shift), OF_DT(x));
-  return OF_OK;
-}
-
-/* the same numbers through the elementwise ops (they record gradients) */
-static of_status chaff_composite(of_tensor *x, of_tensor *scale, of_tensor *shift, double lo,
-                                 double hi, int32_t has_lo, int32_t has_hi, of_tensor *into,
-                                 of_tensor **out) {
-  int64_t shape[OF_MAX_DIMS];
-  for (int32_t i = 0; i < x->ndim; i++) shape[i] = i == 1 ? x->shape[1] : 1;
-  of_tensor *sv = NULL, *bv = NULL, *t = NULL, *u = NULL;
-  of_status st = of_view(scale, shape, x->ndim, &sv);
-  if (st == OF_OK) st = of_view(shift, shape, x->ndim, &bv);
-  if (st == OF_OK) st = of_binary(OF_MUL, x, sv, into, &t);
-  if (st == OF_OK) st = of_binary(OF_ADD, t, bv, into ? t : NULL, &u);
-  if (st == OF_OK && (has_lo || has_hi)) st = of_clamp(u, lo, hi, has_lo, has_hi, into ? u : NULL, out);
-  else if (st == OF_OK) {
-    *out = u;
-    u = NULL;
-  }
-  release_all((of_tensor *[]){sv, bv, t, u}, 4);
-  return st;
-}
-
-static of_status channel_affine_body(of_tensor *x, of_tensor *scale, of_tensor *shift, double lo,
-                                     double hi, int32_t has_lo, int32_t has_hi, of_tensor *into,
-                                     of_tensor **out) {
-  const char *op = "channel_affine";
-  of_device dev;
-  OF_CHECK(of_common_device(op, (of_tensor *[]){x, scale, shift, into}, 4, &dev));
-  OF_CHECK(chaff_check(op, x, scale, shift));
-  of_tensor *ins[3] = {x, scale, shift};
+  OF_CHECK(check_stat(op, "running_mean", running_mean, d.C, x));
+  OF_CHECK(check_stat(op, "running_var", running_var, d.C, x));
+  OF_CHECK(check_param(op, "weight", weight, d.C, x));
+  OF_CHECK(check_param(op, "bias", bias, d.C, x));
+  bn_clamp kc = {lo, hi, has_lo != 0, has_hi != 0};
+  const bn_clamp *k = has_lo || has_hi ? &kc : NULL;
+  of_tensor *ins[3] = {x, weight, bias};
   bool direct = dev == OF_CPU && (x->dtype == OF_FLOAT32 || x->dtype == OF_FLOAT64) &&
                 !of_grad_needed(ins, 3) && !(into && of_grad_needed(&into, 1)) &&
-                of_tensor_is_contiguous(x) && of_tensor_is_contiguous(scale) &&
-                of_tensor_is_contiguous(shift) &&
-                (!into || into == x || (of_tensor_is_contiguous(into) &&
+                of_tensor_is_contiguous(x) &&
+                (!into || into == x || (of_tensor_is_contiguous(into) && into->dtype == x->dtype &&
                                         into->storage != x->storage));   /* no partial overlap */
-  if (!direct) return chaff_composite(x, scale, shift, lo, hi, has_lo, has_hi, into, out);
-  OF_CHECK(of_prepare_out(op, into, x->shape, x->ndim, x->dtype, out));
-  if ((*out)->dtype != x->dtype) {   /* an `into` of another floating dtype: the ops' casts */
-    of_tensor_release(*out);
-    *out = NULL;
-    return chaff_composite(x, scale, shift, lo, hi, has_lo, has_hi, into, out);
-  }
-  of_meta xm = meta_of_tensor(x);
-  nc_shape d = nc_of(&xm);
-  const char *xp = of_ptr(x), *sp = of_ptr(scale), *bp = of_ptr(shift);
-  char *yp = of_ptr(*out);
-  const bool f32 = x->dtype == OF_FLOAT32;
-  const int64_t es = f32 ? 4 : 8;
-  int32_t nt = nthreads(d.N * d.C * d.S);
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t q = 0; q < d.N * d.C; q++) {
-    int64_t c = q % d.C, off = q * d.S * es;
-    if (f32)
-      chaff_row_float((const float *)(xp + off), (float *)(yp + off), d.S, ((const float *)sp)[c],
-                      ((const float *)bp)[c], (float)lo, (float)hi, has_lo != 0, has_hi != 0);
+  if (!direct)
+    return bn_eval_composite(x, running_mean, running_var, weight, bias, eps, k, into, out);
+  double *buf = malloc(sizeof(double) * (size_t)(4 * d.C + 1));
+  if (!buf) return of_fail(OF_ERR_OOM, "%s: out of memory", op);
+  double *mu = buf, *is = mu + d.C, *a = is + d.C, *b = a + d.C;
+  of_status st = of_prepare_out(op, into, x->shape, x->ndim, x->dtype, out);
+  if (st == OF_OK) {
+    eval_stats(running_mean, running_var, d.C, eps, mu, is);
+    affine_coeffs(weight, bias, d.C, mu, is, a, b);
+    if (x->dtype == OF_FLOAT32)
+      ch_affine_float((const float *)of_ptr(x), (float *)of_ptr(*out), d.N, d.C, d.S, a, b, k);
     else
-      chaff_row_double((const double *)(xp + off), (double *)(yp + off), d.S,
-                       ((const double *)sp)[c], ((const double *)bp)[c], lo, hi, has_lo != 0,
-                       has_hi != 0);
+      ch_affine_double((const double *)of_ptr(x), (double *)of_ptr(*out), d.N, d.C, d.S, a, b, k);
+    if (into) of_bump_version(*out);
   }
-  if (into) of_bump_version(*out);
-  return OF_OK;
+  free(buf);
+  return st;
 }
 
 static int32_t mutates_none(const void *p, int32_t nin, int32_t *idx) {
@@ -1838,37 +1841,43 @@ of_status of_rms_norm(of_tensor *x, int32_t normalized_ndim, of_tensor *weight, 
               pack_norm(OPK_RMS_NORM, x, NULL, NULL, weight, NULL, 0, 0, eps, normalized_ndim,
                         out));
 }
-static of_status pack_channel_affine(of_tensor *x, of_tensor *scale, of_tensor *shift, double lo,
-                                     double hi, int32_t has_lo, int32_t has_hi, of_tensor *into,
-                                     of_tensor **out) {
-  a_clamp a;
+static of_status pack_bn_eval(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
+                              of_tensor *weight, of_tensor *bias, double eps, double lo, double hi,
+                              int32_t has_lo, int32_t has_hi, of_tensor *into, of_tensor **out) {
+  a_bn_eval a;
   OF_ZERO(a);
+  a.eps = eps;
   a.lo = lo;
   a.hi = hi;
   a.has_lo = has_lo;
   a.has_hi = has_hi;
-  of_tensor *ins[4] = {x, scale, shift, into};
-  return OF_RECORD(OPK_CHANNEL_AFFINE, a, ins, into ? 4 : 3, out, 1);
+  of_tensor *ins[6] = {x, running_mean, running_var, weight, bias, into};
+  return OF_RECORD(OPK_BATCH_NORM_EVAL, a, ins, into ? 6 : 5, out, 1);
 }
-of_status of_channel_affine(of_tensor *x, of_tensor *scale, of_tensor *shift, double lo, double hi,
-                            int32_t has_lo, int32_t has_hi, of_tensor *into, of_tensor **out) {
-  OF_DISPATCH(channel_affine_body(x, scale, shift, lo, hi, has_lo, has_hi, into, out),
-              pack_channel_affine(x, scale, shift, lo, hi, has_lo, has_hi, into, out));
+of_status of_batch_norm_eval(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
+                             of_tensor *weight, of_tensor *bias, double eps, double lo, double hi,
+                             int32_t has_lo, int32_t has_hi, of_tensor *into, of_tensor **out) {
+  OF_DISPATCH(bn_eval_body(x, running_mean, running_var, weight, bias, eps, lo, hi, has_lo, has_hi,
+                           into, out),
+              pack_bn_eval(x, running_mean, running_var, weight, bias, eps, lo, hi, has_lo, has_hi,
+                           into, out));
 }
-static of_status run_channel_affine(const of_oprec *n, of_tensor **ins, void **outs) {
-  OF_ATTRS(a_clamp);
-  OF_RUN1(of_channel_affine(ins[0], ins[1], ins[2], a->lo, a->hi, a->has_lo, a->has_hi,
-                            n->nin > 3 ? ins[3] : NULL, OF_R));
+static of_status run_bn_eval(const of_oprec *n, of_tensor **ins, void **outs) {
+  OF_ATTRS(a_bn_eval);
+  OF_RUN1(of_batch_norm_eval(ins[0], ins[1], ins[2], ins[3], ins[4], a->eps, a->lo, a->hi,
+                             a->has_lo, a->has_hi, n->nin > 5 ? ins[5] : NULL, OF_R));
 }
-static of_status infer_channel_affine(const void *p, int32_t nin, const of_meta *ins,
-                                      of_meta *outs) {
+static of_status infer_bn_eval(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
   (void)p;
-  const char *op = "channel_affine";
+  const char *op = "batch_norm_eval";
   OF_CHECK(check_input_meta(op, &ins[0], 2));
-  OF_CHECK(check_param_meta(op, "scale", &ins[1], ins[0].shape[1], &ins[0]));
-  OF_CHECK(check_param_meta(op, "shift", &ins[2], ins[0].shape[1], &ins[0]));
+  int64_t C = ins[0].shape[1];
+  OF_CHECK(check_param_meta(op, "running_mean", &ins[1], C, &ins[0]));
+  OF_CHECK(check_param_meta(op, "running_var", &ins[2], C, &ins[0]));
+  OF_CHECK(check_param_meta(op, "weight", &ins[3], C, &ins[0]));
+  OF_CHECK(check_param_meta(op, "bias", &ins[4], C, &ins[0]));
   outs[0] = ins[0];
-  if (nin > 3 && ins[3].ndim >= 0) outs[0].dtype = ins[3].dtype;
+  if (nin > 5 && ins[5].ndim >= 0) outs[0].dtype = ins[5].dtype;
   return OF_OK;
 }
 static of_status run_norm(const of_oprec *n, of_tensor **ins, void **outs) {
@@ -1952,4 +1961,4 @@ OF_OP_IMPL_INFER(LAYER_NORM, run_norm, mutates_none, NULL, describe_norm, infer_
 OF_OP_IMPL_INFER(RMS_NORM, run_norm, mutates_none, NULL, describe_norm, infer_RMS_NORM);
 OF_OP_IMPL_INFER(GROUP_NORM, run_norm, mutates_none, NULL, describe_norm, infer_GROUP_NORM);
 OF_OP_IMPL_INFER(INSTANCE_NORM, run_norm, mutates_norm, NULL, describe_norm, infer_INSTANCE_NORM);
-OF_OP_IMPL_INFER(CHANNEL_AFFINE, run_channel_affine, NULL, NULL, NULL, infer_channel_affine);
+OF_OP_IMPL_INFER(BATCH_NORM_EVAL, run_bn_eval, NULL, NULL, NULL, infer_bn_eval);

@@ -108,6 +108,7 @@ typedef struct {
                                          4 indices wanted */
 } a_pool;
 typedef struct { double momentum, eps; int64_t groups; int32_t flag, pad_; } a_norm;
+typedef struct { double eps, lo, hi; int32_t has_lo, has_hi; } a_bn_eval;   /* + a clamp */
 /* quantized_linear / quantized_conv2d (quant.c): the scales and zero points
  * of input and output; the conv's geometry (2-D) */
 typedef struct {

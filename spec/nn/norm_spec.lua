@@ -412,55 +412,64 @@ describe('eval batch norm written into a conv output (nn.Sequential, flowvision 
       same_bits(got, want, 'ReLU6 inplace=' .. tostring(inplace))
       assert.is_nil(names.batch_norm)
       assert.is_nil(names.clamp)
-      assert.are.equal(1, names.channel_affine)
+      assert.are.equal(1, names.batch_norm_eval)
     end
   end)
 
-  it('of_channel_affine: values, NaN, gradients through the ops, errors', function()
+  it('of_batch_norm_eval: batch_norm\'s bits, the clamp, in place, gradients, errors', function()
     local core = require 'oneflow._C'
     local C = core.C
-    local function affine(x, sc, sh, lo, hi, into)
-      local st = C.of_channel_affine(x.p, sc and sc.p, sh and sh.p, lo or 0, hi or 0, lo and 1 or 0,
-                                     hi and 1 or 0, into and into.p, core.out1)
+    -- bn_eval(x, {rm, rv, w, b}, lo, hi, into)
+    local function bn_eval(x, t, lo, hi, into)
+      local st = C.of_batch_norm_eval(x.p, t[1] and t[1].p, t[2] and t[2].p, t[3] and t[3].p,
+                                      t[4] and t[4].p, 1e-5, lo or 0, hi or 0, lo and 1 or 0,
+                                      hi and 1 or 0, into and into.p, core.out1)
       if st ~= 0 then return nil, core.ffi.string(C.of_last_error()) end
       return core.wrap(core.out1[0])
     end
+    local function bn_stats(c, dt)
+      return {flow.randn(c, {dtype = dt}), flow.rand(c, {dtype = dt}) + 0.5, flow.randn(c, {dtype = dt}),
+              flow.randn(c, {dtype = dt})}
+    end
+    local function bn(x, t) return F.batch_norm(x, t[1], t[2], {weight = t[3], bias = t[4]}) end
     flow.manual_seed(16)
-    local x = flow.randn(2, 3, 4, 5, {dtype = f64})
-    local sc, sh = flow.randn(3, {dtype = f64}), flow.randn(3, {dtype = f64})
-    local want = (x * sc:view(1, 3, 1, 1) + sh:view(1, 3, 1, 1)):clamp(-0.5, 0.5)
-    same_bits(affine(x, sc, sh, -0.5, 0.5), want, 'float64')
-    -- non-contiguous input: the ops' path, the same values
+    local x, t = flow.randn(2, 3, 4, 5, {dtype = f64}), bn_stats(3, f64)
+    same_bits(bn_eval(x, t, -0.5, 0.5), bn(x, t):clamp(-0.5, 0.5), 'float64')
+    -- no weight, no bias
+    same_bits(bn_eval(x, {t[1], t[2]}), bn(x, {t[1], t[2]}), 'no affine')
+    -- non-contiguous input: batch_norm and clamp, the same values
     local xt = x:transpose(3, 4)
-    same_bits(affine(xt, sc, sh), xt * sc:view(1, 3, 1, 1) + sh:view(1, 3, 1, 1), 'transposed')
+    same_bits(bn_eval(xt, t), bn(xt, t), 'transposed')
     -- a NaN stays NaN through the clamp, as clamp keeps it
-    local xf = flow.randn(1, 2, 3, 3)
+    local xf, tf = flow.randn(1, 2, 3, 3), bn_stats(2, flow.float32)
     xf[{1, 1, 1, 1}] = 0 / 0
-    local y = affine(xf, flow.ones(2), flow.zeros(2), 0, 6)
+    local y = bn_eval(xf, tf, 0, 6)
     assert.is_true(y[{1, 1, 1, 1}]:item() ~= y[{1, 1, 1, 1}]:item())
-    same_bits(y[{{}, {}, {2, 3}}], xf:clamp(0, 6)[{{}, {}, {2, 3}}], 'float32 clamp')
+    same_bits(y[{{}, {}, {2, 3}}], bn(xf, tf):clamp(0, 6)[{{}, {}, {2, 3}}], 'float32 clamp')
     -- into x itself
-    local xi = xf:clone()
-    local r = affine(xi, flow.full({2}, 2), flow.ones(2), nil, nil, xi)
-    assert.are.equal(core.C.of_tensor_storage_id(xi.p), core.C.of_tensor_storage_id(r.p))
-    -- into a view of x's own storage that is not x: the ops' path and checks
+    local x0 = flow.randn(1, 2, 3, 3)
+    local xi = x0:clone()
+    local r = bn_eval(xi, tf, nil, nil, xi)
+    assert.are.equal(C.of_tensor_storage_id(xi.p), C.of_tensor_storage_id(r.p))
+    same_bits(xi, bn(x0, tf), 'in place')
+    -- into a view of x's own storage that is not x: batch_norm, then copy_
     local xs = flow.randn(2, 4, 3, 3)
-    local r2, e = affine(xs:narrow(2, 1, 2), flow.ones(2), flow.zeros(2), nil, nil, xs:narrow(2, 3, 2))
+    local want = bn(xs:narrow(2, 1, 2), tf)
+    local r2, e = bn_eval(xs:narrow(2, 1, 2), tf, nil, nil, xs:narrow(2, 3, 2))
     assert(r2, e)
-    same_bits(xs:narrow(2, 3, 2), xs:narrow(2, 1, 2), 'into another part of the storage')
-    -- an input needing a gradient: recorded through the elementwise ops
-    local xg = flow.randn(2, 3, 2, 2, {dtype = f64, requires_grad = true})
-    local sg = flow.randn(3, {dtype = f64, requires_grad = true})
-    affine(xg, sg, sh):sum():backward()
-    H.close(sg.grad, xg:detach():sum({1, 3, 4}), 1e-12)
+    same_bits(xs:narrow(2, 3, 2), want, 'into another part of the storage')
+    -- parameters needing a gradient: recorded through batch_norm
+    local wg = flow.randn(3, {dtype = f64, requires_grad = true})
+    bn_eval(x, {t[1], t[2], wg, t[4]}):sum():backward()
+    local wg2 = wg:detach():clone():requires_grad_(true)
+    bn(x, {t[1], t[2], wg2, t[4]}):sum():backward()
+    H.close(wg.grad, wg2.grad, 1e-12)
     -- errors name the op, the argument, shapes and dtypes
-    local _, e1 = affine(x, sc:float(), sh)
-    assert.matches('channel_affine: scale %(float32%) and shift %(float64%) must have the input\'s dtype float64', e1)
-    local _, e2 = affine(x, flow.randn(4, {dtype = f64}), sh)
-    assert.matches('channel_affine', e2)
-    assert.matches('scale', e2)
-    local _, e3 = affine(x, nil, sh)
-    assert.matches('channel_affine: scale and shift are needed', e3)
+    local _, e1 = bn_eval(x, {nil, t[2]})
+    assert.matches('batch_norm_eval: running_mean and running_var are needed %(input %[2,3,4,5%], float64%)', e1)
+    local _, e2 = bn_eval(x, {flow.randn(4, {dtype = f64}), t[2]})
+    assert.matches('batch_norm_eval', e2)
+    assert.matches('running_mean', e2)
   end)
 
   it('follows changed statistics and parameters (in-place writes, load_state_dict)', function()

@@ -600,12 +600,12 @@ of_status of_adaptive_max_pool(of_tensor *x, const int64_t *output_size, int32_t
 of_status of_batch_norm(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
                         of_tensor *weight, of_tensor *bias, int32_t training,
                         double momentum, double eps, of_tensor **out);
-/* y[n, c, *] = x * scale[c] + shift[c] (x [N, C, *]; scale, shift [C] of x's
- * dtype), the product and the sum each rounded (eval batch_norm's arithmetic,
- * no FMA), then clamped to [lo, hi] where has_lo / has_hi, as of_clamp.
- * `into` may be x: in place. */
-of_status of_channel_affine(of_tensor *x, of_tensor *scale, of_tensor *shift, double lo, double hi,
-                            int32_t has_lo, int32_t has_hi, of_tensor *into, of_tensor **out);
+/* of_batch_norm with training 0 (running_mean and running_var needed), then
+ * a clamp to [lo, hi] where has_lo / has_hi, as of_clamp: the same numbers,
+ * written into `into` (x itself: in place) or a new tensor. */
+of_status of_batch_norm_eval(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
+                             of_tensor *weight, of_tensor *bias, double eps, double lo, double hi,
+                             int32_t has_lo, int32_t has_hi, of_tensor *into, of_tensor **out);
 /* Over the last normalized_ndim dims; weight/bias have that trailing shape. */
 of_status of_layer_norm(of_tensor *x, int32_t normalized_ndim, of_tensor *weight,
                         of_tensor *bias, double eps, of_tensor **out);

@@ -120,61 +120,24 @@ end
 make_batch_norm('BatchNorm1d', {2, 3})
 make_batch_norm('BatchNorm2d', {4})
 ------------------------------------------------------------------ eval batch norm after a convolution
--- In eval mode with no gradient to record, BatchNorm2d is y * a + b per
--- channel. After a convolution whose fresh output only the caller holds
--- (nn.Sequential's next element, flowvision's blocks), it is written into
--- that output in one pass (of_channel_affine), with a ReLU6 after it folded
--- in as its clamp, instead of a new tensor: eager mode frees tensors only
--- when Lua's collector runs, so every new result is memory that stays
--- taken, faulted in or evicted from the caches until then (MobileNetV2 at
--- batch 8: a forward 46.6-58.3 -> 39.4-42.6 ms written in place by a mul_
--- and an add_, 38.7-39.4 -> 33.1-36.1 ms in one pass). The numbers are the
--- kernel's own: a and b in double from the running statistics as norm.c
--- computes them, rounded to float32, then a float32 product and sum (no
--- FMA) and clamp's comparisons, so the bits equal the out-of-place calls.
+-- In eval mode with no gradient to record, BatchNorm2d after a convolution
+-- whose fresh output only the caller holds (nn.Sequential's next element,
+-- flowvision's blocks) is written into that output in one pass
+-- (of_batch_norm_eval: batch_norm's own eval arithmetic, so the same bits),
+-- with a ReLU6 after it folded in as its clamp, instead of a new tensor:
+-- eager mode frees tensors only when Lua's collector runs, so every new
+-- result is memory that stays taken, faulted in or evicted from the caches
+-- until then (MobileNetV2 at batch 8: a forward 46.6-58.3 -> 33.1-36.1 ms).
 -- Not when a module has hooks or an own forward, under graph tracing, for
--- other dtypes or devices, or when the result would need a gradient. a
--- and b are kept per module while its four tensors and their versions
--- (in-place writes count) stay the same.
+-- other dtypes or devices, or when the result would need a gradient.
 local core = require 'oneflow._C'
 local C = core.C
 local BatchNorm2d = M.BatchNorm2d
-local eval_ab = setmetatable({}, {__mode = 'k'})
 local conv2d_class, relu6_class
 
 local function plain(m, cls)
   return getmetatable(m) == cls and m.forward == cls.forward and rawget(m, '_forward_hooks') == nil
          and rawget(m, '_forward_pre_hooks') == nil
-end
-
-local function stamp(t) return tonumber(C.of_tensor_storage_id(t.p)), tonumber(C.of_tensor_version(t.p)) end
-
-local function affine_of(bn)
-  local ts = {bn.running_mean, bn.running_var, bn.weight or false, bn.bias or false}
-  local e = eval_ab[bn]
-  local same = e and e.eps == bn.eps
-  for i = 1, 4 do
-    local t = ts[i]
-    if not same then break end
-    if t then
-      local sid, ver = stamp(t)
-      same = e.t[i] == t and e.sid[i] == sid and e.ver[i] == ver
-    else
-      same = e.t[i] == false
-    end
-  end
-  if same then return e.a, e.b end
-  local mean, var = ts[1]:detach():double(), ts[2]:detach():double()
-  local a = (var + bn.eps):sqrt():reciprocal()   -- norm.c: 1 / sqrt(var + eps), then * weight
-  if ts[3] then a = ts[3]:detach():double() * a end
-  local b = (ts[4] and ts[4]:detach():double() or flow.zeros_like(mean)) - mean * a
-  e = {t = {}, sid = {}, ver = {}, eps = bn.eps, a = a:float():contiguous(), b = b:float():contiguous()}
-  for i = 1, 4 do
-    e.t[i] = ts[i]
-    if ts[i] then e.sid[i], e.ver[i] = stamp(ts[i]) end
-  end
-  eval_ab[bn] = e
-  return e.a, e.b
 end
 
 --- Applies bn to y, the fresh output of conv that only the caller holds, in
@@ -189,19 +152,19 @@ function M.conv_bn_into(conv, bn, y, act)
      or C.of_tensor_device(y.p) ~= 0 then
     return 0
   end
-  if flow.is_grad_enabled() and (y.requires_grad or (bn.weight and bn.weight.requires_grad)
-                                 or (bn.bias and bn.bias.requires_grad)) then
+  local w, b = bn.weight, bn.bias
+  if flow.is_grad_enabled() and (y.requires_grad or (w and w.requires_grad) or (b and b.requires_grad)) then
     return 0
   end
   if y:size(2) ~= bn.num_features then return 0 end   -- the module's own error then
-  local a, b = affine_of(bn)
-  local six = act ~= nil and plain(act, relu6_class)
+  local six = act ~= nil and plain(act, relu6_class) and 1 or 0
   -- nothing here needs a gradient (checked above): nothing is recorded
-  if C.of_channel_affine(y.p, a.p, b.p, 0, 6, six and 1 or 0, six and 1 or 0, y.p, core.out1) ~= 0 then
+  if C.of_batch_norm_eval(y.p, bn.running_mean.p, bn.running_var.p, w and w.p, b and b.p, bn.eps,
+                          0, 6, six, six, y.p, core.out1) ~= 0 then
     core.raise(2)
   end
   C.of_tensor_release(core.out1[0])
-  return six and 2 or 1
+  return six + 1
 end
 
 --- nn.BatchNorm3d(num_features, {eps = 1e-5, momentum = 0.1, affine = true, track_running_stats = true}): batch
