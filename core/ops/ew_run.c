@@ -29,14 +29,13 @@ static void widen_block(const uint16_t *restrict x, float *restrict d, int64_t n
  * GELU's time (more than widening and the float32 kernel's buffer
  * traffic together), so AVX-512 uses simd.h's stores: the integer
  * rounding in one narrowing, or AVX512-BF16's conversion (same bits). */
-static void round_block_def(const float *restrict x, uint16_t *restrict d, int64_t n) {
-  for (int64_t j = 0; j < n; j++) d[j] = of_f32_to_bf16(x[j]);
-}
+#define ROUND_BLOCK(NAME, ATTR)                                                                 \
+  ATTR static void NAME(const float *restrict x, uint16_t *restrict d, int64_t n) {             \
+    for (int64_t j = 0; j < n; j++) d[j] = of_f32_to_bf16(x[j]);                                \
+  }
+ROUND_BLOCK(round_block_def, )
 #if defined(__x86_64__) || defined(__i386__)
-__attribute__((target("avx2")))
-static void round_block_avx2(const float *restrict x, uint16_t *restrict d, int64_t n) {
-  for (int64_t j = 0; j < n; j++) d[j] = of_f32_to_bf16(x[j]);
-}
+ROUND_BLOCK(round_block_avx2, __attribute__((target("avx2"))))
 #define ROUND_BLOCK_16(NAME, ATTR, ST)                                                          \
   ATTR static void NAME(const float *restrict x, uint16_t *restrict d, int64_t n) {             \
     int64_t j = 0;                                                                              \
