@@ -1028,6 +1028,24 @@ static void affine_coeffs(of_tensor *weight, of_tensor *bias, int64_t C, const d
   }
 }
 
+/* batch_norm's inputs: x [N, C, *], the per-channel tensors of C elements;
+ * the running statistics required when need_stats (eval); *d x's N, C, S */
+static of_status bn_check(const char *op, of_tensor *x, of_tensor *running_mean,
+                          of_tensor *running_var, of_tensor *weight, of_tensor *bias,
+                          bool need_stats, nc_shape *d) {
+  OF_CHECK(check_input(op, x, 2));
+  of_meta xm = meta_of_tensor(x);
+  *d = nc_of(&xm);
+  OF_CHECK(check_stat(op, "running_mean", running_mean, d->C, x));
+  OF_CHECK(check_stat(op, "running_var", running_var, d->C, x));
+  OF_CHECK(check_param(op, "weight", weight, d->C, x));
+  OF_CHECK(check_param(op, "bias", bias, d->C, x));
+  if (need_stats && (!running_mean || !running_var))
+    return of_fail(OF_ERR_ARG, "%s: running_mean and running_var are needed when not "
+                   "training (input %s, %s)", op, OF_SHAPE_STR(x), OF_DT(x));
+  return OF_OK;
+}
+
 static of_status batch_norm_body(of_tensor *x, of_tensor *running_mean, of_tensor *running_var,
                              of_tensor *weight, of_tensor *bias, int32_t training, double momentum,
                              double eps, of_tensor **out) {
@@ -1035,16 +1053,8 @@ static of_status batch_norm_body(of_tensor *x, of_tensor *running_mean, of_tenso
   of_device dev;
   OF_CHECK(of_common_device(op, (of_tensor *[]){x, running_mean, running_var, weight, bias}, 5,
                             &dev));
-  OF_CHECK(check_input(op, x, 2));
-  of_meta xm = meta_of_tensor(x);
-  nc_shape d = nc_of(&xm);
-  OF_CHECK(check_stat(op, "running_mean", running_mean, d.C, x));
-  OF_CHECK(check_stat(op, "running_var", running_var, d.C, x));
-  OF_CHECK(check_param(op, "weight", weight, d.C, x));
-  OF_CHECK(check_param(op, "bias", bias, d.C, x));
-  if (!training && (!running_mean || !running_var))
-    return of_fail(OF_ERR_ARG, "%s: running_mean and running_var are needed when not "
-                   "training (input %s, %s)", op, OF_SHAPE_STR(x), OF_DT(x));
+  nc_shape d;
+  OF_CHECK(bn_check(op, x, running_mean, running_var, weight, bias, !training, &d));
   int64_t M = d.N * d.S, NC = d.N * d.C;
   if (training && M <= 1)
     return of_fail(OF_ERR_SHAPE, "%s: expected more than 1 value per channel when training, "
@@ -1758,16 +1768,8 @@ static of_status bn_eval_body(of_tensor *x, of_tensor *running_mean, of_tensor *
   of_device dev;
   OF_CHECK(of_common_device(op, (of_tensor *[]){x, running_mean, running_var, weight, bias, into},
                             6, &dev));
-  OF_CHECK(check_input(op, x, 2));
-  if (!running_mean || !running_var)
-    return of_fail(OF_ERR_ARG, "%s: running_mean and running_var are needed (input %s, %s)", op,
-                   OF_SHAPE_STR(x), OF_DT(x));
-  of_meta xm = meta_of_tensor(x);
-  nc_shape d = nc_of(&xm);
-  OF_CHECK(check_stat(op, "running_mean", running_mean, d.C, x));
-  OF_CHECK(check_stat(op, "running_var", running_var, d.C, x));
-  OF_CHECK(check_param(op, "weight", weight, d.C, x));
-  OF_CHECK(check_param(op, "bias", bias, d.C, x));
+  nc_shape d;
+  OF_CHECK(bn_check(op, x, running_mean, running_var, weight, bias, true, &d));
   bn_clamp kc = {lo, hi, has_lo != 0, has_hi != 0};
   const bn_clamp *k = has_lo || has_hi ? &kc : NULL;
   of_tensor *ins[3] = {x, weight, bias};
