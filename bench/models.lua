@@ -23,9 +23,11 @@
 --   METRIC=cpu luajit bench/models.lua ...   process CPU time instead of wall
 --
 -- --memory: instead of times, the peak memory of two training steps
--- (ResNet-18 and ResNet-50, batch 32, 3x112x112, SGD momentum), each side
--- in a fresh process: ours as the allocator's high-water mark and as the
--- process's peak RSS (VmHWM) over its RSS before the model was made;
+-- (ResNet-18 and ResNet-50, batch 32, 3x112x112, SGD momentum) and of five
+-- eval no_grad forwards (ResNet-50 batch 1 and 8, MobileNetV2 batch 8,
+-- 3x224x224), each side in a fresh process: ours as the allocator's
+-- high-water mark and as the process's peak RSS (VmHWM) over its RSS before
+-- the model was made (inference: after the model and input were made);
 -- PyTorch's as the same RSS delta (it has no CPU allocator statistics).
 --
 -- Writes the table to doc/benchmarks.md (section "Models: oneDNN
@@ -229,13 +231,21 @@ end
 if torch2_note then io.stderr:write('models.lua: ' .. torch2_note .. '\n') end
 
 ------------------------------------------------------------------ peak memory (--memory)
-local MEM_MODELS = {{key = 'resnet18', name = 'ResNet-18'}, {key = 'resnet50', name = 'ResNet-50'}}
-local MEM_BATCH, MEM_SIZE = 32, 112
--- both sides: kB of VmRSS now and of VmHWM (the process's peak RSS)
+-- rows: training steps (batch 32, 3x112x112) and eval inference (5 no_grad
+-- forwards, 3x224x224); each side in a fresh process
+local MEM_MODELS = {
+  {key = 'resnet18', name = 'ResNet-18', mode = 'train', batch = 32, size = 112},
+  {key = 'resnet50', name = 'ResNet-50', mode = 'train', batch = 32, size = 112},
+  {key = 'resnet50', name = 'ResNet-50, batch 1', mode = 'infer', batch = 1, size = 224},
+  {key = 'resnet50', name = 'ResNet-50, batch 8', mode = 'infer', batch = 8, size = 224},
+  {key = 'mobilenet_v2', name = 'MobileNetV2, batch 8', mode = 'infer', batch = 8, size = 224},
+}
+-- both sides: kB of VmRSS just before the model is made and of VmHWM (the
+-- process's peak RSS) at the end
 local ours_mem = [[
 local flow = require 'oneflow'
 local vision = require 'flowvision'
-local name, threads, batch, size = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4])
+local name, threads, batch, size, mode = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4]), arg[5]
 flow.set_num_threads(threads)
 local function status(k)
   local f = assert(io.open('/proc/self/status'))
@@ -247,14 +257,22 @@ flow.manual_seed(0)
 flow.collect()
 local base_rss, base_bytes = status('VmRSS'), flow.memory_stats().current_bytes
 flow.reset_peak_memory_stats()
-local net = vision.models[name]({num_classes = 10}):train()
-local opt = flow.optim.SGD(net:parameters(), {lr = 0.01, momentum = 0.9})
-local x, y = flow.randn(batch, 3, size, size), flow.randint(1, 11, {batch})
-for _ = 1, 2 do
-  local loss = flow.nn.functional.cross_entropy(net(x), y)
-  opt:zero_grad()
-  loss:backward()
-  opt:step()
+if mode == 'train' then
+  local net = vision.models[name]({num_classes = 10}):train()
+  local opt = flow.optim.SGD(net:parameters(), {lr = 0.01, momentum = 0.9})
+  local x, y = flow.randn(batch, 3, size, size), flow.randint(1, 11, {batch})
+  for _ = 1, 2 do
+    local loss = flow.nn.functional.cross_entropy(net(x), y)
+    opt:zero_grad()
+    loss:backward()
+    opt:step()
+  end
+else
+  local net = vision.models[name]():eval()
+  local x = flow.randn(batch, 3, size, size)
+  base_rss, base_bytes = status('VmRSS'), flow.memory_stats().current_bytes
+  flow.reset_peak_memory_stats()
+  for _ = 1, 5 do flow.no_grad(function() return net(x) end) end
 end
 print('alloc', (flow.memory_stats().peak_bytes - base_bytes) / 2 ^ 20)
 print('rss', (status('VmHWM') - base_rss) / 1024)
@@ -262,17 +280,24 @@ print('rss', (status('VmHWM') - base_rss) / 1024)
 local torch_mem = [[
 import sys, re
 import torch, torch.nn.functional as F, torchvision
-name, threads, batch, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+name, threads, batch, size, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 torch.set_num_threads(threads)
 def status(k):
     return int(re.search(k + r':\s*(\d+)', open('/proc/self/status').read()).group(1))
 torch.manual_seed(0)
 base = status('VmRSS')
-net = getattr(torchvision.models, name)(num_classes=10).train()
-opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-x, y = torch.randn(batch, 3, size, size), torch.randint(0, 10, (batch,))
-for _ in range(2):
-    loss = F.cross_entropy(net(x), y); opt.zero_grad(); loss.backward(); opt.step()
+if mode == 'train':
+    net = getattr(torchvision.models, name)(num_classes=10).train()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    x, y = torch.randn(batch, 3, size, size), torch.randint(0, 10, (batch,))
+    for _ in range(2):
+        loss = F.cross_entropy(net(x), y); opt.zero_grad(); loss.backward(); opt.step()
+else:
+    net = getattr(torchvision.models, name)().eval()
+    x = torch.randn(batch, 3, size, size)
+    base = status('VmRSS')
+    with torch.no_grad():
+        for _ in range(5): net(x)
 print('rss', (status('VmHWM') - base) / 1024)
 print('version', torch.__version__)
 ]]
@@ -311,44 +336,53 @@ if memory then
   local load0 = loadavg()
   local rows = {}
   for _, m in ipairs(MEM_MODELS) do
-    local args = ('%s %d %d %d'):format(m.key, threads, MEM_BATCH, MEM_SIZE)
+    local args = ('%s %d %d %d %s'):format(m.key, threads, m.batch, m.size, m.mode)
     local r = {ours = run_kv(('luajit %s %s 2>/dev/null'):format(lua_path, args)), torch = {}}
     for i, p in ipairs(pythons) do
       r.torch[i] = run_kv(('%s %s %s 2>/dev/null'):format(p.py, py_path, args))
       p.version = p.version or r.torch[i].version
     end
     rows[#rows + 1] = r
-    io.stderr:write(('models.lua: memory %s done\n'):format(m.name))
+    io.stderr:write(('models.lua: memory %s (%s) done\n'):format(m.name, m.mode))
   end
   os.remove(lua_path)
   os.remove(py_path)
-  local head = '| Training step, batch 32, 3x112x112 | ours: allocator peak MiB | ours: peak RSS delta MiB |'
-  local rule = '|---|---|---|'
-  for _, p in ipairs(pythons) do
-    head = head .. (' %s %s: peak RSS delta MiB |'):format(p.label, p.version or '?')
-    rule = rule .. '---|'
-  end
-  head = head .. ' ours RSS / smaller PyTorch RSS |'
-  rule = rule .. '---|'
   local lines = {('%s; %d thread(s) on every side; load average %s before, %s after; %s; '
     .. '`luajit bench/models.lua %d --memory`.'):format(cpu_name(), threads, load0, loadavg(),
-    os.date('!%Y-%m-%d %H:%M UTC'), threads), '', head, rule}
-  for i, m in ipairs(MEM_MODELS) do
-    local r = rows[i]
-    local row = ('| %s | %s | %s |'):format(m.name, fmt(r.ours.alloc), fmt(r.ours.rss))
-    local best
-    for k = 1, #pythons do
-      local v = r.torch[k].rss
-      row = row .. (' %s |'):format(fmt(type(v) == 'number' and v or nil))
-      if type(v) == 'number' and (not best or v < best) then best = v end
+    os.date('!%Y-%m-%d %H:%M UTC'), threads)}
+  for _, mode in ipairs({'train', 'infer'}) do
+    local head = mode == 'train' and '| Training step, batch 32, 3x112x112 |'
+                 or '| Inference, 5 no_grad forwards, 3x224x224 |'
+    head = head .. ' ours: allocator peak MiB | ours: peak RSS delta MiB |'
+    local rule = '|---|---|---|'
+    for _, p in ipairs(pythons) do
+      head = head .. (' %s %s: peak RSS delta MiB |'):format(p.label, p.version or '?')
+      rule = rule .. '---|'
     end
-    lines[#lines + 1] = row .. (' %s |'):format(ratio(r.ours.rss, best))
+    lines[#lines + 1] = ''
+    lines[#lines + 1] = head .. ' ours RSS / smaller PyTorch RSS |'
+    lines[#lines + 1] = rule .. '---|'
+    for i, m in ipairs(MEM_MODELS) do
+      if m.mode == mode then
+        local r = rows[i]
+        local row = ('| %s | %s | %s |'):format(m.name, fmt(r.ours.alloc), fmt(r.ours.rss))
+        local best
+        for k = 1, #pythons do
+          local v = r.torch[k].rss
+          row = row .. (' %s |'):format(fmt(type(v) == 'number' and v or nil))
+          if type(v) == 'number' and (not best or v < best) then best = v end
+        end
+        lines[#lines + 1] = row .. (' %s |'):format(ratio(r.ours.rss, best))
+      end
+    end
   end
   lines[#lines + 1] = ''
-  lines[#lines + 1] = 'Each figure from a fresh process running two steps; RSS delta: VmHWM (peak '
-    .. 'resident set) less VmRSS just before the model was made (PyTorch: after `import torch, '
-    .. 'torchvision`), so it counts parameters, grads, momentum, activations and whatever the '
-    .. 'allocators keep cached, plus code pages first touched by the steps.'
+  lines[#lines + 1] = 'Each figure from a fresh process; RSS delta: VmHWM (peak resident set) less '
+    .. 'VmRSS just before the model was made (PyTorch: after `import torch, torchvision`), for '
+    .. 'training two steps, so it counts parameters, grads, momentum, activations and whatever the '
+    .. 'allocators keep cached, plus code pages first touched by the steps; for inference VmRSS '
+    .. 'after the model and its input were made, so it counts activations, caches (ours: the '
+    .. 'oneDNN weights kept in its layouts), library work buffers and code pages first touched.'
   if torch2_note then lines[#lines + 1] = torch2_note .. '.' end
   local text = table.concat(lines, '\n')
   print(text)

@@ -68,10 +68,10 @@ if C.of_version() ~= C.OF_VERSION then
 end
 M.C, M.ffi, M.library_path = C, ffi, path
 
--- A Lua tensor is a one-field struct holding the C handle, not the bare
--- pointer: LuaJIT gives pointers built-in `p[i]` indexing, which would
--- shadow Torch-style `x[i]`. Pass `x.p` to C.
-ffi.cdef('struct of_lua_tensor { of_tensor *p; };')
+-- A Lua tensor is a struct holding the C handle, not the bare pointer:
+-- LuaJIT gives pointers built-in `p[i]` indexing, which would shadow
+-- Torch-style `x[i]`. Pass `x.p` to C. `_slot` is its entry in `slots`.
+ffi.cdef('struct of_lua_tensor { of_tensor *p; int32_t _slot; };')
 local Handle = ffi.typeof('struct of_lua_tensor')
 M.Handle = Handle
 
@@ -229,9 +229,24 @@ function M.wrap(p)
     id = top
   end
   slots[id] = p
-  local h = Handle(p)
+  local h = Handle(p, id)
   live[id] = h
   return h
+end
+
+--- Releases Lua tensor h's C handle now, not when the collector finds h
+-- dead: for a caller that made h and knows nothing else holds it (the
+-- values nn forwards pass on, oneflow.nn.module's free). h must not be
+-- used after: its pointer is NULL. False when h is not a live handle.
+function M.release(h)
+  local id = h._slot
+  if not rawequal(live[id], h) then return false end
+  C.of_tensor_release(h.p)
+  slots[id], live[id] = nil, nil
+  nfree = nfree + 1
+  free_ids[nfree] = id
+  h.p = nil
+  return true
 end
 
 --- Releases every handle whose Lua tensor is gone (also runs on its own).

@@ -5,6 +5,7 @@
 local A = require 'oneflow._args'
 local flow = require 'oneflow'
 local conv_bn_into = require('oneflow.nn.normalization').conv_bn_into
+local module = require 'oneflow.nn.module'
 
 local nn = flow.nn
 local F = nn.functional
@@ -56,11 +57,28 @@ end
 -- linear_init(w) initialises Linear weights (biases become zero).
 --- bn(conv(x)), the norm written into the conv's fresh output where
 -- oneflow.nn.normalization.conv_bn_into allows (eval, nothing to record, no
--- hooks): what nn.Sequential does for its conv + norm pairs.
-function M.conv_bn(conv, bn, x)
+-- hooks): what nn.Sequential does for its conv + norm pairs. free: the
+-- caller's forward frees its values (oneflow.nn.module's frees), so the
+-- conv's output is released when bn made a new tensor of it.
+function M.conv_bn(conv, bn, x, free)
   local y = conv(x)
   if conv_bn_into(conv, bn, y) > 0 then return y end
-  return bn(y)
+  local z = bn(y)
+  if free then module.free(y, z) end
+  return z
+end
+
+-- The values a block's forward makes, freed once read where
+-- oneflow.nn.module's rules allow: frees(self) says whether they do,
+-- free(t, keep) releases t unless it is keep, apart(a, b) says whether a can
+-- be written without touching b.
+M.frees, M.free, M.apart = module.frees, module.free, module.apart
+
+--- m(x), and x released after when free and m made a new tensor.
+function M.step(m, x, free)
+  local y = m(x)
+  if free then module.free(x, y) end
+  return y
 end
 
 function M.init_conv_bn_linear(model, linear_init)
@@ -112,6 +130,7 @@ function CNA:__init(cin, cout, opts)
   nn.Sequential.__init(self, unpack(layers))
   self.out_channels = cout
 end
+CNA._keeps_none = true   -- Sequential's forward (oneflow.nn.module's rule)
 
 ------------------------------------------------------------------ SqueezeExcitation
 local SE = nn.Module:subclass('SqueezeExcitation')

@@ -35,10 +35,16 @@ function InvertedResidualV2:__init(inp, oup, stride, expand_ratio, norm)
   self.out_channels = oup
 end
 
+-- With oneflow.nn.module's rules (no gradient, nothing traced, plain
+-- children) the residual is added into the block's own value (the same
+-- bits as x + y), and the values made are freed once read; never x.
 function InvertedResidualV2:forward(x)
-  if self.use_res_connect then return x + self.conv(x) end
-  return self.conv(x)
+  if not self.use_res_connect then return self.conv(x) end
+  local y = self.conv(x)
+  if ops.frees(self) and ops.apart(y, x) then return y:add_(x) end
+  return x + y
 end
+InvertedResidualV2._keeps_none = true
 
 local MobileNetV2 = nn.Module:subclass('MobileNetV2')
 M.MobileNetV2 = MobileNetV2
@@ -79,9 +85,15 @@ function MobileNetV2:__init(opts)
 end
 
 function MobileNetV2:forward(x)
-  x = F.adaptive_avg_pool2d(self.features(x), {1, 1}):flatten(2)
-  return self.classifier(x)
+  local f = ops.frees(self)
+  local y = self.features(x)
+  local pooled = F.adaptive_avg_pool2d(y, {1, 1})
+  if f then ops.free(y, x) end
+  local flat = pooled:flatten(2)
+  if f then ops.free(pooled, flat) end
+  return ops.step(self.classifier, flat, f)
 end
+MobileNetV2._keeps_none = true
 
 ------------------------------------------------------------------ V3
 --- One inverted-residual block's settings (torchvision's InvertedResidualConfig).

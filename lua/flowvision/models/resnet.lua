@@ -6,7 +6,7 @@ local flow = require 'oneflow'
 local ops = require 'flowvision.models._ops'
 
 local nn = flow.nn
-local conv_bn = ops.conv_bn
+local conv_bn, frees, free, step = ops.conv_bn, ops.frees, ops.free, ops.step
 local M = {}
 
 local function conv3x3(cin, cout, stride, groups, dilation)
@@ -44,12 +44,20 @@ end
 -- each saves a tensor the size of the block's output, which eager mode
 -- would otherwise hold until Lua's collector finds it (a ResNet-50 forward
 -- at batch 8 ran 18 full collections, 11 in place).
+-- Each value made here is freed once read, where oneflow.nn.module's rules
+-- allow (_ops.frees: eval or not, no gradient recorded, nothing traced,
+-- plain children); never x.
 function BasicBlock:forward(x)
-  local out = self.relu(conv_bn(self.conv1, self.bn1, x))
-  out = conv_bn(self.conv2, self.bn2, out)
+  local f = frees(self)
+  local mid = step(self.relu, conv_bn(self.conv1, self.bn1, x, f), f)
+  local out = conv_bn(self.conv2, self.bn2, mid, f)
+  if f then free(mid) end
   local identity = self.downsample and self.downsample(x) or x
-  return self.relu(out:add_(identity))
+  out:add_(identity)
+  if f then free(identity, x) end
+  return step(self.relu, out, f)
 end
+BasicBlock._keeps_none = true
 
 local Bottleneck = nn.Module:subclass('Bottleneck')
 Bottleneck.expansion = 4
@@ -71,12 +79,18 @@ function Bottleneck:__init(inplanes, planes, o)
 end
 
 function Bottleneck:forward(x)
-  local out = self.relu(conv_bn(self.conv1, self.bn1, x))
-  out = self.relu(conv_bn(self.conv2, self.bn2, out))
-  out = conv_bn(self.conv3, self.bn3, out)
+  local f = frees(self)
+  local a = step(self.relu, conv_bn(self.conv1, self.bn1, x, f), f)
+  local b = step(self.relu, conv_bn(self.conv2, self.bn2, a, f), f)
+  if f then free(a) end
+  local out = conv_bn(self.conv3, self.bn3, b, f)
+  if f then free(b) end
   local identity = self.downsample and self.downsample(x) or x
-  return self.relu(out:add_(identity))
+  out:add_(identity)
+  if f then free(identity, x) end
+  return step(self.relu, out, f)
 end
+Bottleneck._keeps_none = true
 
 ------------------------------------------------------------------ ResNet
 local ResNet = nn.Module:subclass('ResNet')
@@ -150,10 +164,15 @@ function ResNet:__init(block, layers, opts)
 end
 
 function ResNet:forward(x)
-  x = self.maxpool(self.relu(conv_bn(self.conv1, self.bn1, x)))
-  x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-  return self.fc(self.avgpool(x):flatten(2))
+  local f = frees(self)
+  local y = step(self.maxpool, step(self.relu, conv_bn(self.conv1, self.bn1, x, f), f), f)
+  y = step(self.layer4, step(self.layer3, step(self.layer2, step(self.layer1, y, f), f), f), f)
+  y = step(self.avgpool, y, f)
+  local flat = y:flatten(2)
+  if f then free(y, flat) end
+  return step(self.fc, flat, f)
 end
+ResNet._keeps_none = true
 
 --- model:prunable_chains([{residual = false}]): the channel chains that
 -- nn.utils.prune.prune_channels can shrink: inside each block, conv1 -> bn1

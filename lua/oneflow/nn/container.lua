@@ -7,6 +7,7 @@ local module = require 'oneflow.nn.module'
 local norm = require 'oneflow.nn.normalization'
 
 local Module, is_module, is_parameter = module.Module, module.is_module, module.is_parameter
+local keeps_none_of, free = module.keeps_none, module.free
 local is_tensor, fail = T.is_tensor, U.fail
 local M = {}
 
@@ -177,18 +178,31 @@ end
 -- A Conv2d followed by an eval BatchNorm2d (and a ReLU6): the norm (and
 -- the clamp) are written into the conv's fresh output where
 -- normalization.conv_bn_into allows (the same numbers, one pass, one tensor
--- less for Lua's collector to find).
+-- less for Lua's collector to find). A value made here is freed once the
+-- next element has read it, where nn.module's rules allow (the elements
+-- keep nothing, no gradient, no tracing); the input and the result never.
 function Sequential:forward(x, ...)
   local n = #self
+  local may_free = module.may_free()
+  local made = false   -- x was made here, by an element that keeps no reference to it
   local i = 1
   while i <= n do
     local m = self[i]
-    x = m(x, ...)
+    local keeps_none = may_free and keeps_none_of(m)
+    local y = m(x, ...)
+    if rawequal(y, x) then   -- in place: still x, still ours if it was
+      made = made and keeps_none
+    else
+      if made and keeps_none then free(x) end
+      made = keeps_none
+    end
+    x = y
     if i < n then i = i + norm.conv_bn_into(m, self[i + 1], x, i + 1 < n and self[i + 2] or nil) end
     i = i + 1
   end
   return x
 end
+Sequential._keeps_none = true
 
 --- seq:slice(i, j): a Sequential of elements i..j (PyTorch's seq[i:j]).
 function Sequential:slice(i, j)

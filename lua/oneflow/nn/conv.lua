@@ -133,6 +133,7 @@ local function make_conv(nsp)
   function cls:__init(...) Module.__init(self); setup(self, name, parse(name, conv_spec, ...), nsp, false) end
   cls.reset_parameters = reset
   cls.extra_repr = conv_repr
+  cls._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
   function cls:forward(x)
     local xb, unbatched = check_input(self, x)
     local y
@@ -188,6 +189,7 @@ local function make_conv_transpose(nsp)
   end
   cls.reset_parameters = reset
   cls.extra_repr = conv_repr
+  cls._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
   --- forward(x[, output_size]): output_size picks the output_padding.
   function cls:forward(x, output_size)
     local xb, unbatched = check_input(self, x)

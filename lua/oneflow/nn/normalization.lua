@@ -112,6 +112,7 @@ local function make_batch_norm(name, dims)
     return F.batch_norm(x, track and self.running_mean or nil, track and self.running_var or nil,
       {weight = self.weight, bias = self.bias, training = use_batch, momentum = momentum, eps = self.eps})
   end
+  cls._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
   M[name] = cls
 end
 --- nn.BatchNorm1d(num_features, {eps = 1e-5, momentum = 0.1, affine = true, track_running_stats = true}): batch
@@ -196,6 +197,7 @@ local function make_instance_norm(name, nsp)
     if unbatched then y = y:squeeze(1) end
     return y
   end
+  cls._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
   M[name] = cls
 end
 --- nn.InstanceNorm1d(num_features, {eps = 1e-5, momentum = 0.1, affine = false, track_running_stats = false}):
@@ -250,6 +252,8 @@ function LayerNorm:forward(x)
   return F.layer_norm(x, self.normalized_shape, {weight = self.weight, bias = self.bias, eps = self.eps})
 end
 
+LayerNorm._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
+
 function LayerNorm:extra_repr()
   return ('%s, eps=%s, elementwise_affine=%s'):format(U.tuple_str(self.normalized_shape),
     tostring(self.eps), pyrepr(self.elementwise_affine))
@@ -289,6 +293,8 @@ function RMSNorm:forward(x)
   return F.rms_norm(x, self.normalized_shape, {weight = self.weight, eps = self.eps})
 end
 
+RMSNorm._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
+
 function RMSNorm:extra_repr()
   return ('%s, eps=%s, elementwise_affine=%s'):format(U.tuple_str(self.normalized_shape),
     self.eps == nil and 'None' or tostring(self.eps), pyrepr(self.elementwise_affine))
@@ -327,6 +333,8 @@ function GroupNorm:forward(x)
   end
   return F.group_norm(x, self.num_groups, {weight = self.weight, bias = self.bias, eps = self.eps})
 end
+
+GroupNorm._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
 
 function GroupNorm:extra_repr()
   return ('%d, %d, eps=%s, affine=%s'):format(self.num_groups, self.num_channels, tostring(self.eps),

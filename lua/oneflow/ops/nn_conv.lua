@@ -189,13 +189,15 @@ local function make_max_pool(nsp)
     local stride = a.stride ~= nil and per_dim(op, 'stride', a.stride, nsp, nil, 2) or nil
     local padding = per_dim(op, 'padding', a.padding, nsp, 0, 3)
     local dilation = per_dim(op, 'dilation', a.dilation, nsp, 1, 4)
+    -- indices not asked for stay in C (freed there, or kept by the autograd
+    -- node), not a tensor for Lua's collector to find
+    local want = a.return_indices
     if C.of_max_pool(x.p, k, stride, padding, dilation, nsp, flag(a.ceil_mode, 0), 1,
-                     out1, out2) ~= 0 then
+                     out1, want and out2 or nil) ~= 0 then
       raise_c()
     end
-    local v, i = wrap(out1[0]), wrap(out2[0])
-    if a.return_indices then return v, i end
-    return v
+    if want then return wrap(out1[0]), wrap(out2[0]) end
+    return wrap(out1[0])
   end
 end
 
@@ -252,13 +254,13 @@ local function make_adaptive_max(nsp)
   return function(x, output_size, ...)
     check_tensor(op, x)
     local a = parse(op, amax_spec, ...)
+    local want = a.return_indices   -- as max_pool's
     if C.of_adaptive_max_pool(x.p, adaptive_size(op, x, output_size, nsp), nsp, 1,
-                              out1, out2) ~= 0 then
+                              out1, want and out2 or nil) ~= 0 then
       raise_c()
     end
-    local v, i = wrap(out1[0]), wrap(out2[0])
-    if a.return_indices then return v, i end
-    return v
+    if want then return wrap(out1[0]), wrap(out2[0]) end
+    return wrap(out1[0])
   end
 end
 

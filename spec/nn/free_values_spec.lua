@@ -1,0 +1,159 @@
+-- Values a forward makes and passes on are freed once read (oneflow.nn.module's
+-- keeps_none / may_free / free, _C.release), where nothing else can hold them.
+local flow = require 'oneflow'
+local core = require 'oneflow._C'
+local module = require 'oneflow.nn.module'
+local vision = require 'flowvision'
+local H = require 'spec.helpers'
+local nn = flow.nn
+
+local MiB = 1024 * 1024
+
+-- bytes the allocator holds after fn() less before, with Lua's collector
+-- stopped (so only what the forward itself frees is freed), and fn's result
+local function held_by(fn)
+  flow.collect()
+  collectgarbage('stop')
+  local before = flow.memory_stats().current_bytes
+  local ok, y = pcall(fn)
+  local after = flow.memory_stats().current_bytes
+  collectgarbage('restart')
+  assert(ok, y)
+  return after - before, y
+end
+
+-- four Linear layers of 256 features: every value at batch 4096 is 4 MiB
+local function mlp()
+  return nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256), nn.Tanh(),
+                       nn.Linear(256, 256), nn.Linear(256, 256)):eval()
+end
+
+describe('values a forward makes', function()
+  it('_C.release frees a tensor at once, once', function()
+    local t = flow.empty(1024, 1024)
+    local n, bytes = core.live_handles(), flow.memory_stats().current_bytes
+    assert.is_true(core.release(t))
+    assert.equals(n - 1, core.live_handles())
+    assert.is_true(flow.memory_stats().current_bytes <= bytes - 4 * MiB)
+    assert.is_true(t.p == nil)
+    assert.is_false(core.release(t))
+    local other = flow.ones(3)   -- may take the freed slot; t stays released
+    assert.is_false(core.release(t))
+    assert.same({1, 1, 1}, other:totable())
+  end)
+
+  it('nn.Sequential frees each value once the next element read it (no_grad)', function()
+    local net, x = mlp(), flow.randn(4096, 256)
+    local held, y = held_by(function() return flow.no_grad(function() return net(x) end) end)
+    assert.is_true(held <= 5 * MiB, ('held %.1f MiB, the output is 4'):format(held / MiB))
+    local want = flow.enable_grad(function() return net(x) end)   -- recorded: nothing freed
+    assert.is_true(flow.equal(y, want))
+    assert.equals(256, x:size(2))   -- the input is never freed
+  end)
+
+  it('keeps every value while gradients are recorded, and backward runs', function()
+    local net, x = mlp(), flow.randn(4096, 256)
+    local held, y = held_by(function() return net(x) end)
+    assert.is_true(held >= 16 * MiB, ('held %.1f MiB'):format(held / MiB))
+    y:sum():backward()
+    assert.equals(256, net[1].weight.grad:size(2))
+  end)
+
+  it('never frees what a hook, a module of the user or an own forward can hold', function()
+    local Keep = nn.Module:subclass('Keep')
+    function Keep:forward(v) self.seen = v; return v * 2 end
+    local Sub = nn.Linear:subclass('KeepLinear')   -- a subclass says keeps_none again, or not
+    function Sub:forward(v) self.seen = v; return nn.Linear.forward(self, v) end
+    local x = flow.randn(64, 8)
+    local cases = {
+      function()
+        local s = nn.Sequential(nn.Linear(8, 8), Keep(), nn.ReLU())
+        return s, function() return s[2].seen end
+      end,
+      function()
+        local s = nn.Sequential(nn.Linear(8, 8), Sub(8, 8), nn.ReLU())
+        return s, function() return s[2].seen end
+      end,
+      function()
+        local s, seen = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)), nil
+        s[1]:register_forward_hook(function(_, _, out) seen = out end)
+        return s, function() return seen end
+      end,
+      function()
+        local s, seen = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)), nil
+        s[2]:register_forward_pre_hook(function(_, inp) seen = inp[1] end)
+        return s, function() return seen end
+      end,
+      function()
+        local s, seen = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)), nil
+        local relu = s[2]
+        relu.forward = function(_, v) seen = v; return v:relu() end
+        return s, function() return seen end
+      end,
+    }
+    for i, make in ipairs(cases) do
+      local s, seen = make()
+      flow.no_grad(function() return s(x) end)
+      local kept = seen()
+      assert.is_true(kept.p ~= nil, 'case ' .. i .. ': the kept value was freed')
+      H.close(kept, s[1](x), 1e-6, 'case ' .. i)
+    end
+  end)
+
+  it('an in-place first element returns the input, which stays the caller\'s', function()
+    local s = nn.Sequential(nn.ReLU({inplace = true}), nn.Linear(4, 4), nn.Identity(), nn.ReLU({inplace = true}))
+    local x = flow.randn(3, 4)
+    local y = flow.no_grad(function() return s(x) end)
+    assert.is_true(x.p ~= nil and y.p ~= nil)
+    H.close(y, s[2](x):relu(), 1e-6)
+  end)
+
+  it('keeps_none: plain instances of classes that say so, with such children', function()
+    assert.is_true(module.keeps_none(nn.Sequential(nn.Conv2d(1, 1, 1), nn.BatchNorm2d(1), nn.ReLU6())))
+    assert.is_false(module.keeps_none(nn.Module()))
+    assert.is_false(module.keeps_none(nn.Sequential(nn.Linear(1, 1), nn.Module())))
+    local l = nn.Linear(1, 1)
+    l:register_forward_hook(function() end)
+    assert.is_false(module.keeps_none(nn.Sequential(l)))
+    assert.is_true(flow.no_grad(module.may_free))
+    assert.is_false(flow.enable_grad(module.may_free))
+  end)
+
+  it('flowvision ResNet and MobileNetV2 free their values: the same bits, the output held', function()
+    flow.manual_seed(0)
+    for _, case in ipairs({{'resnet18', {2, 3, 64, 64}}, {'resnet50', {1, 3, 64, 64}},
+                           {'mobilenet_v2', {2, 3, 64, 64}}}) do
+      local net = vision.models[case[1]]({num_classes = 10}):eval()
+      local x = flow.randn(unpack(case[2]))
+      flow.no_grad(function() return net(x) end)   -- the convolutions' first-call state
+      local held, y = held_by(function() return flow.no_grad(function() return net(x) end) end)
+      assert.is_true(held < 64 * 1024, ('%s held %d bytes'):format(case[1], held))
+      for _, p in ipairs(net:parameters()) do p:requires_grad_(false) end
+      local want = flow.enable_grad(function() return net(x) end)   -- nothing freed when recording
+      assert.is_true(flow.equal(y, want), case[1])
+    end
+  end)
+
+  it('max_pool2d without return_indices leaves no indices tensor behind', function()
+    local x = flow.randn(2, 16, 64, 64)
+    local held, y = held_by(function() return flow.no_grad(function() return nn.functional.max_pool2d(x, 2) end) end)
+    assert.is_true(held <= y:numel() * 4 + 4096, ('held %d bytes for a %d-byte output'):format(held, y:numel() * 4))
+    local v, i = nn.functional.max_pool2d(x, 2, {return_indices = true})
+    assert.is_true(flow.equal(v, y))
+    assert.equals('oneflow.int64', tostring(i.dtype))
+  end)
+end)
+
+describe('values while the ONNX exporter traces', function()
+  it('are all held (it keys them by their C address)', function()
+    local Probe = nn.Module:subclass('Probe')
+    local seen
+    function Probe.forward(_, v) seen = module.may_free(); return v end
+    local net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), Probe(), nn.Linear(4, 2))
+    local path = os.tmpname()
+    flow.onnx.export(net, flow.randn(2, 4), path)
+    os.remove(path)
+    assert.is_false(seen)
+    assert.is_true(flow.no_grad(module.may_free))   -- and freed again after
+  end)
+end)
