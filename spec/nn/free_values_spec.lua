@@ -90,10 +90,17 @@ describe('values a forward makes', function()
         relu.forward = function(_, v) seen = v; return v:relu() end
         return s, function() return seen end
       end,
+      function()   -- a forward put on the class after it was vouched for
+        local s, seen = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8)), nil
+        local orig = nn.Tanh.forward
+        nn.Tanh.forward = function(self, v) seen = v; return orig(self, v) end
+        return s, function() return seen end, function() nn.Tanh.forward = orig end
+      end,
     }
     for i, make in ipairs(cases) do
-      local s, seen = make()
+      local s, seen, restore = make()
       flow.no_grad(function() return s(x) end)
+      if restore then restore() end
       local kept = seen()
       assert.is_true(kept.p ~= nil, 'case ' .. i .. ': the kept value was freed')
       H.close(kept, s[1](x), 1e-6, 'case ' .. i)

@@ -73,6 +73,7 @@ end
 -- free(t, keep) releases t unless it is keep, apart(a, b) says whether a can
 -- be written without touching b.
 M.frees, M.free, M.apart = module.frees, module.free, module.apart
+M.keeps_no_tensors = module.keeps_no_tensors
 
 --- m(x), and x released after when free and m made a new tensor.
 function M.step(m, x, free)
@@ -130,7 +131,7 @@ function CNA:__init(cin, cout, opts)
   nn.Sequential.__init(self, unpack(layers))
   self.out_channels = cout
 end
-CNA._keeps_none = true   -- Sequential's forward (oneflow.nn.module's rule)
+module.keeps_no_tensors(CNA)   -- Sequential's forward (oneflow.nn.module's rule)
 
 ------------------------------------------------------------------ SqueezeExcitation
 local SE = nn.Module:subclass('SqueezeExcitation')

@@ -44,7 +44,7 @@ function InvertedResidualV2:forward(x)
   if ops.frees(self) and ops.apart(y, x) then return y:add_(x) end
   return x + y
 end
-InvertedResidualV2._keeps_none = true
+ops.keeps_no_tensors(InvertedResidualV2)
 
 local MobileNetV2 = nn.Module:subclass('MobileNetV2')
 M.MobileNetV2 = MobileNetV2
@@ -93,7 +93,7 @@ function MobileNetV2:forward(x)
   if f then ops.free(pooled, flat) end
   return ops.step(self.classifier, flat, f)
 end
-MobileNetV2._keeps_none = true
+ops.keeps_no_tensors(MobileNetV2)
 
 ------------------------------------------------------------------ V3
 --- One inverted-residual block's settings (torchvision's InvertedResidualConfig).

@@ -57,7 +57,7 @@ function BasicBlock:forward(x)
   if f then free(identity, x) end
   return step(self.relu, out, f)
 end
-BasicBlock._keeps_none = true
+ops.keeps_no_tensors(BasicBlock)
 
 local Bottleneck = nn.Module:subclass('Bottleneck')
 Bottleneck.expansion = 4
@@ -90,7 +90,7 @@ function Bottleneck:forward(x)
   if f then free(identity, x) end
   return step(self.relu, out, f)
 end
-Bottleneck._keeps_none = true
+ops.keeps_no_tensors(Bottleneck)
 
 ------------------------------------------------------------------ ResNet
 local ResNet = nn.Module:subclass('ResNet')
@@ -172,7 +172,7 @@ function ResNet:forward(x)
   if f then free(y, flat) end
   return step(self.fc, flat, f)
 end
-ResNet._keeps_none = true
+ops.keeps_no_tensors(ResNet)
 
 --- model:prunable_chains([{residual = false}]): the channel chains that
 -- nn.utils.prune.prune_channels can shrink: inside each block, conv1 -> bn1

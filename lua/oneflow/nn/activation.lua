@@ -19,7 +19,7 @@ local function activation(name, spec, fn, shown)
     for _, s in ipairs(spec) do self[s[1]] = a[s[1]] end
   end
   cls.forward = fn
-  cls._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
+  module.keeps_no_tensors(cls)   -- nn.module's rule: its forward keeps none
   function cls:extra_repr()
     local parts = {}
     for _, k in ipairs(shown or {}) do parts[#parts + 1] = k .. '=' .. pyrepr(self[k]) end

@@ -202,7 +202,7 @@ function Sequential:forward(x, ...)
   end
   return x
 end
-Sequential._keeps_none = true
+module.keeps_no_tensors(Sequential)
 
 --- seq:slice(i, j): a Sequential of elements i..j (PyTorch's seq[i:j]).
 function Sequential:slice(i, j)

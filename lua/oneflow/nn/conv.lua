@@ -133,7 +133,6 @@ local function make_conv(nsp)
   function cls:__init(...) Module.__init(self); setup(self, name, parse(name, conv_spec, ...), nsp, false) end
   cls.reset_parameters = reset
   cls.extra_repr = conv_repr
-  cls._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
   function cls:forward(x)
     local xb, unbatched = check_input(self, x)
     local y
@@ -146,6 +145,7 @@ local function make_conv(nsp)
     if unbatched then y = y:squeeze(1) end
     return y
   end
+  module.keeps_no_tensors(cls)   -- nn.module's rule: its forward keeps none
   M[name] = cls
 end
 
@@ -189,7 +189,6 @@ local function make_conv_transpose(nsp)
   end
   cls.reset_parameters = reset
   cls.extra_repr = conv_repr
-  cls._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
   --- forward(x[, output_size]): output_size picks the output_padding.
   function cls:forward(x, output_size)
     local xb, unbatched = check_input(self, x)
@@ -199,6 +198,7 @@ local function make_conv_transpose(nsp)
     if unbatched then y = y:squeeze(1) end
     return y
   end
+  module.keeps_no_tensors(cls)   -- nn.module's rule: its forward keeps none
   M[name] = cls
 end
 

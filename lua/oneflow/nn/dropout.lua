@@ -27,7 +27,7 @@ local function dropout_class(name, fn)
     self.p, self.inplace = a.p, a.inplace
   end
   function cls:forward(x) return fn(x, self.p, self.training, self.inplace) end
-  cls._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
+  module.keeps_no_tensors(cls)   -- nn.module's rule: its forward keeps none
   function cls:extra_repr() return ('p=%s, inplace=%s'):format(self.p, U.pyrepr(self.inplace)) end
   M[name] = cls
 end

@@ -21,7 +21,7 @@ M._empty_param = empty_param
 local Identity = Module:subclass('Identity')
 M.Identity = Identity
 function Identity.forward(_, x) return x end
-Identity._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
+module.keeps_no_tensors(Identity)   -- nn.module's rule: its forward keeps none
 
 ------------------------------------------------------------------ Linear
 local Linear = Module:subclass('Linear')
@@ -72,7 +72,7 @@ function Linear:forward(x)
   return F.linear(x, self.weight, self.bias)
 end
 
-Linear._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
+module.keeps_no_tensors(Linear)   -- nn.module's rule: its forward keeps none
 
 function Linear:extra_repr()
   return ('in_features=%d, out_features=%d, bias=%s'):format(
@@ -128,7 +128,7 @@ function Flatten:__init(...)
   self.start_dim, self.end_dim = a.start_dim, a.end_dim
 end
 function Flatten:forward(x) return x:flatten(self.start_dim, self.end_dim) end
-Flatten._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
+module.keeps_no_tensors(Flatten)   -- nn.module's rule: its forward keeps none
 function Flatten:extra_repr()
   return ('start_dim=%d, end_dim=%d'):format(self.start_dim, self.end_dim)
 end

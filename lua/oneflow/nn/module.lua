@@ -268,16 +268,23 @@ end
 -- the block goes back to the allocator's cache while still in the caches.
 --
 -- A class says its forward keeps nothing, given children that keep nothing,
--- with `Cls._keeps_none = true` (rawget: a subclass says it again). An
--- instance qualifies when its class says so, it has no forward of its own,
--- no hooks, and every child qualifies.
+-- with keeps_no_tensors(Cls), which notes that forward function: a subclass
+-- says it again, and a forward put in its place later (on the class or an
+-- instance) is not vouched for. An instance qualifies when its forward is
+-- the one noted, it has no hooks, and every child qualifies.
 local C = require('oneflow._C').C
 local release = require('oneflow._C').release
+
+--- keeps_no_tensors(Cls): Cls's forward, as it is now, keeps no reference
+-- to its inputs or outputs once it returns (given children that keep none).
+function M.keeps_no_tensors(cls)
+  rawset(cls, '_keeps_none', cls.forward)
+end
 
 --- Does m's forward keep no reference to its inputs and outputs?
 function M.keeps_none(m)
   local cls = getmetatable(m)
-  if type(cls) ~= 'table' or rawget(cls, '_keeps_none') ~= true or m.forward ~= cls.forward
+  if type(cls) ~= 'table' or m.forward ~= rawget(cls, '_keeps_none') or m.forward == nil
      or rawget(m, '_forward_hooks') or rawget(m, '_forward_pre_hooks') then
     return false
   end

@@ -112,7 +112,7 @@ local function make_batch_norm(name, dims)
     return F.batch_norm(x, track and self.running_mean or nil, track and self.running_var or nil,
       {weight = self.weight, bias = self.bias, training = use_batch, momentum = momentum, eps = self.eps})
   end
-  cls._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
+  module.keeps_no_tensors(cls)   -- nn.module's rule: its forward keeps none
   M[name] = cls
 end
 --- nn.BatchNorm1d(num_features, {eps = 1e-5, momentum = 0.1, affine = true, track_running_stats = true}): batch
@@ -197,7 +197,7 @@ local function make_instance_norm(name, nsp)
     if unbatched then y = y:squeeze(1) end
     return y
   end
-  cls._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
+  module.keeps_no_tensors(cls)   -- nn.module's rule: its forward keeps none
   M[name] = cls
 end
 --- nn.InstanceNorm1d(num_features, {eps = 1e-5, momentum = 0.1, affine = false, track_running_stats = false}):
@@ -252,7 +252,7 @@ function LayerNorm:forward(x)
   return F.layer_norm(x, self.normalized_shape, {weight = self.weight, bias = self.bias, eps = self.eps})
 end
 
-LayerNorm._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
+module.keeps_no_tensors(LayerNorm)   -- nn.module's rule: its forward keeps none
 
 function LayerNorm:extra_repr()
   return ('%s, eps=%s, elementwise_affine=%s'):format(U.tuple_str(self.normalized_shape),
@@ -293,7 +293,7 @@ function RMSNorm:forward(x)
   return F.rms_norm(x, self.normalized_shape, {weight = self.weight, eps = self.eps})
 end
 
-RMSNorm._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
+module.keeps_no_tensors(RMSNorm)   -- nn.module's rule: its forward keeps none
 
 function RMSNorm:extra_repr()
   return ('%s, eps=%s, elementwise_affine=%s'):format(U.tuple_str(self.normalized_shape),
@@ -334,7 +334,7 @@ function GroupNorm:forward(x)
   return F.group_norm(x, self.num_groups, {weight = self.weight, bias = self.bias, eps = self.eps})
 end
 
-GroupNorm._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
+module.keeps_no_tensors(GroupNorm)   -- nn.module's rule: its forward keeps none
 
 function GroupNorm:extra_repr()
   return ('%d, %d, eps=%s, affine=%s'):format(self.num_groups, self.num_channels, tostring(self.eps),

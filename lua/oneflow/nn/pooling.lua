@@ -18,7 +18,7 @@ local function pool_class(name, spec, shown, forward)
     if self.stride == nil and self.kernel_size ~= nil then self.stride = self.kernel_size end
   end
   cls.forward = forward
-  cls._keeps_none = true   -- nn.module's rule: the forward keeps no tensor
+  module.keeps_no_tensors(cls)   -- nn.module's rule: its forward keeps none
   function cls:extra_repr()
     local parts = {}
     for _, k in ipairs(shown) do parts[#parts + 1] = k .. '=' .. pyrepr(self[k]) end
