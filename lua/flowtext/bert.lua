@@ -18,11 +18,16 @@ local A = require 'oneflow._args'
 local flow = require 'oneflow'
 local json = require 'oneflow.utils.json'
 local tracer = require 'oneflow.onnx.tracer'
+local module = require 'oneflow.nn.module'
 
 local nn = flow.nn
 local F = nn.functional
 local fail = A.fail
 local M = {}
+-- The forwards below free each value they made once it was read, where
+-- oneflow.nn.module's rules allow (doc/nn.md, "Values a forward frees");
+-- the same numbers either way.
+local frees, free, step, keeps_no_tensors = module.frees, module.free, module.step, module.keeps_no_tensors
 
 local CONFIG_KEYS = {
   vocab_size = 30522, hidden_size = 768, num_hidden_layers = 12, num_attention_heads = 12,
@@ -113,13 +118,23 @@ end
 function BertEmbeddings:forward(input_ids, token_type_ids, position_ids)
   -- made from input_ids (not from Lua sizes) so that an ONNX export keeps
   -- the batch and sequence axes dynamic: positions 1..L are a running sum of ones
-  local ones = flow.ones_like(input_ids)
+  local f = frees(self, input_ids)
+  local ones, made_pos = flow.ones_like(input_ids), position_ids == nil
   if position_ids == nil then position_ids = ones:cumsum(2) end
   if token_type_ids == nil then token_type_ids = ones end
-  local x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
-    + self.position_embeddings(position_ids)
-  return self.dropout(self.LayerNorm(x))
+  local words, types = self.word_embeddings(input_ids), self.token_type_embeddings(token_type_ids)
+  local sum = words + types
+  free(words, f, sum)
+  free(types, f, sum)
+  local positions = self.position_embeddings(position_ids)
+  local x = sum + positions
+  free(sum, f, x)
+  free(positions, f, x)
+  if made_pos then free(position_ids, f) end
+  free(ones, f)
+  return step(self.dropout, step(self.LayerNorm, x, f), f)
 end
+keeps_no_tensors(BertEmbeddings)
 
 local BertSelfAttention = nn.Module:subclass('BertSelfAttention')
 M.BertSelfAttention = BertSelfAttention
@@ -134,20 +149,32 @@ function BertSelfAttention:__init(c)
   self.dropout_p = c.attention_probs_dropout_prob
 end
 
--- [B, L, H*D] -> [B, H, L, D]
-function BertSelfAttention:heads(x)
+-- [B, L, H*D] -> [B, H, L, D] (f: the caller's frees; the reshaped view
+-- between them is freed)
+function BertSelfAttention:heads(x, f)
   local b, l = x:size(1), x:size(2)
-  return x:reshape(b, l, self.num_attention_heads, self.attention_head_size):transpose(2, 3)
+  local r = x:reshape(b, l, self.num_attention_heads, self.attention_head_size)
+  local t = r:transpose(2, 3)
+  if not rawequal(r, x) then free(r, f, t) end
+  return t
 end
 
 --- mask: boolean [B, 1, 1, L] (true where a key may be attended) or nil.
 function BertSelfAttention:forward(x, mask)
-  local q, k, v = self:heads(self.query(x)), self:heads(self.key(x)), self:heads(self.value(x))
+  local f = frees(self, x)
+  local ql, kl, vl = self.query(x), self.key(x), self.value(x)
+  local q, k, v = self:heads(ql, f), self:heads(kl, f), self:heads(vl, f)
   local o = F.scaled_dot_product_attention(q, k, v, {attn_mask = mask,
                                                      dropout_p = self.training and self.dropout_p or 0})
+  for _, t in ipairs({ql, kl, vl, q, k, v}) do free(t, f, o) end
   local b, l = x:size(1), x:size(2)
-  return o:transpose(2, 3):reshape(b, l, self.num_attention_heads * self.attention_head_size)
+  local ot = o:transpose(2, 3)
+  local out = ot:reshape(b, l, self.num_attention_heads * self.attention_head_size)
+  free(o, f, out)
+  free(ot, f, out)
+  return out
 end
+keeps_no_tensors(BertSelfAttention)
 
 -- dense -> dropout -> LayerNorm(x + residual): BertSelfOutput and BertOutput
 local BertResidual = nn.Module:subclass('BertResidual')
@@ -161,8 +188,13 @@ function BertResidual:__init(c, inner)
 end
 
 function BertResidual:forward(x, residual)
-  return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+  local f = frees(self, x)
+  local d = step(self.dropout, self.dense(x), f)
+  local sum = d + residual
+  if not rawequal(d, residual) then free(d, f, sum) end
+  return step(self.LayerNorm, sum, f)
 end
+keeps_no_tensors(BertResidual)
 
 local BertAttention = nn.Module:subclass('BertAttention')
 M.BertAttention = BertAttention
@@ -174,8 +206,13 @@ function BertAttention:__init(c)
 end
 
 function BertAttention:forward(x, mask)
-  return self.output(self.self(x, mask), x)
+  local f = frees(self, x)
+  local s = self.self(x, mask)
+  local out = self.output(s, x)
+  free(s, f, out)
+  return out
 end
+keeps_no_tensors(BertAttention)
 
 local BertIntermediate = nn.Module:subclass('BertIntermediate')
 M.BertIntermediate = BertIntermediate
@@ -186,7 +223,8 @@ function BertIntermediate:__init(c)
   self.act = ACT[c.hidden_act]
 end
 
-function BertIntermediate:forward(x) return self.act(self.dense(x)) end
+function BertIntermediate:forward(x) return step(self.act, self.dense(x), frees(self, x)) end
+keeps_no_tensors(BertIntermediate)
 
 local BertLayer = nn.Module:subclass('BertLayer')
 M.BertLayer = BertLayer
@@ -199,9 +237,15 @@ function BertLayer:__init(c)
 end
 
 function BertLayer:forward(x, mask)
+  local f = frees(self, x)
   local a = self.attention(x, mask)
-  return self.output(self.intermediate(a), a)
+  local i = self.intermediate(a)
+  local out = self.output(i, a)
+  if not rawequal(i, a) then free(i, f, out) end
+  free(a, f, out)
+  return out
 end
+keeps_no_tensors(BertLayer)
 
 local BertEncoder = nn.Module:subclass('BertEncoder')
 M.BertEncoder = BertEncoder
@@ -214,9 +258,15 @@ function BertEncoder:__init(c)
 end
 
 function BertEncoder:forward(x, mask)
-  for _, l in ipairs(self.layer:children()) do x = l(x, mask) end
+  local f = frees(self, x)
+  for _, l in ipairs(self.layer:children()) do
+    local y = l(x, mask)
+    free(x, f, y)
+    x = y
+  end
   return x
 end
+keeps_no_tensors(BertEncoder)
 
 local BertPooler = nn.Module:subclass('BertPooler')
 M.BertPooler = BertPooler
@@ -226,7 +276,12 @@ function BertPooler:__init(c)
   self.dense = nn.Linear(c.hidden_size, c.hidden_size)
 end
 
-function BertPooler:forward(x) return flow.tanh(self.dense(x:select(2, 1))) end
+function BertPooler:forward(x)
+  local f = frees(self, x)
+  local first = x:select(2, 1)
+  return step(flow.tanh, step(self.dense, first, f), f)
+end
+keeps_no_tensors(BertPooler)
 
 ------------------------------------------------------------------ BertModel
 local BertModel = nn.Module:subclass('BertModel')
@@ -288,10 +343,13 @@ function BertModel:forward(input_ids, opts)
     end
     key_mask = mask:ne(0):unsqueeze(2):unsqueeze(2)   -- [B, 1, 1, L]; no sizes baked into an export
   end
-  local x = self.embeddings(input_ids, opts.token_type_ids, opts.position_ids)
-  x = self.encoder(x, key_mask)
+  local f = frees(self, input_ids)
+  local e = self.embeddings(input_ids, opts.token_type_ids, opts.position_ids)
+  local x = self.encoder(e, key_mask)
+  free(e, f, x)
   return {last_hidden_state = x, pooler_output = self.pooler and self.pooler(x) or nil}
 end
+keeps_no_tensors(BertModel)
 
 ------------------------------------------------------------------ loading
 local read_json = require('flowtext._files').read_json

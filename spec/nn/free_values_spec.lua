@@ -141,6 +141,63 @@ describe('values a forward makes', function()
     end
   end)
 
+  it('flowvision ViT / DeiT blocks free their values: the same bits, the output held', function()
+    flow.manual_seed(0)
+    for _, name in ipairs({'vit_tiny_patch16_224', 'deit_tiny_patch16_224'}) do
+      local net = vision.models[name]({img_size = 32, depth = 3, num_classes = 10}):eval()
+      local x = flow.randn(2, 3, 32, 32)
+      flow.no_grad(function() return net(x) end)
+      local held, y = held_by(function() return flow.no_grad(function() return net(x) end) end)
+      -- the patch embedding, the token sequence and its norm (3 x 2 x 5 x 192
+      -- floats) are not freed by the model's own forward; every block's are
+      assert.is_true(held < 64 * 1024, ('%s held %d bytes'):format(name, held))
+      for _, p in ipairs(net:parameters()) do p:requires_grad_(false) end
+      local want = flow.enable_grad(function() return net(x) end)
+      assert.is_true(flow.equal(y, want), name)
+    end
+  end)
+
+  it('a block whose layers give back their input never frees it', function()
+    local L = require 'flowvision.models.transformer_layers'
+    local block = L.Block(8, {num_heads = 2, norm_layer = function() return nn.Identity() end}):eval()
+    local x = flow.randn(2, 3, 8)
+    local y = flow.no_grad(function() return block(x) end)
+    assert.is_true(x.p ~= nil)
+    local want = flow.enable_grad(function() return block(x) end)
+    assert.is_true(flow.equal(y, want))
+  end)
+
+  it('flowtext BERT frees its values: the same bits, the caller\'s ids and the output held', function()
+    local text = require 'flowtext'
+    flow.manual_seed(0)
+    local bert = text.BertModel({vocab_size = 50, hidden_size = 64, num_hidden_layers = 2, num_attention_heads = 4,
+                                 intermediate_size = 256, max_position_embeddings = 40}):eval()
+    assert.is_true(module.keeps_none(bert))
+    local ids = flow.randint(1, 51, {4, 32})
+    local types = flow.zeros(4, 32, {dtype = flow.int64}):add_(1)
+    local mask = flow.ones(4, 32, {dtype = flow.int64})
+    local function run() return bert(ids, {attention_mask = mask, token_type_ids = types}).last_hidden_state end
+    flow.no_grad(run)
+    local held, y = held_by(function() return flow.no_grad(run) end)
+    assert.is_true(held < 64 * 1024, ('held %d bytes'):format(held))
+    assert.is_true(ids.p ~= nil and types.p ~= nil and mask.p ~= nil)
+    module.hold_values(1)
+    local want = flow.no_grad(run)
+    module.hold_values(-1)
+    assert.is_true(flow.equal(y, want))
+  end)
+
+  it('F.linear on a batch of sequences leaves nothing but its result', function()
+    local x, w, b = flow.randn(8, 64, 256), flow.randn(512, 256), flow.randn(512)
+    flow.collect()
+    local handles = core.live_handles()
+    local linear = flow.nn.functional.linear
+    local held, y = held_by(function() return flow.no_grad(function() return linear(x, w, b) end) end)
+    assert.equals(handles + 1, core.live_handles())
+    assert.is_true(held <= y:numel() * 4 + 4096, ('held %d bytes for a %d-byte result'):format(held, y:numel() * 4))
+    H.close(y, x:matmul(w:t()) + b, 1e-4)
+  end)
+
   it('max_pool2d without return_indices leaves no indices tensor behind', function()
     local x = flow.randn(2, 16, 64, 64)
     local held, y = held_by(function() return flow.no_grad(function() return nn.functional.max_pool2d(x, 2) end) end)

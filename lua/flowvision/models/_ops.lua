@@ -57,30 +57,23 @@ end
 -- linear_init(w) initialises Linear weights (biases become zero).
 --- bn(conv(x)), the norm written into the conv's fresh output where
 -- oneflow.nn.normalization.conv_bn_into allows (eval, nothing to record, no
--- hooks): what nn.Sequential does for its conv + norm pairs. free: the
--- caller's forward frees its values (oneflow.nn.module's frees), so the
--- conv's output is released when bn made a new tensor of it.
-function M.conv_bn(conv, bn, x, free)
+-- hooks): what nn.Sequential does for its conv + norm pairs. f: the
+-- caller's oneflow.nn.module frees(self, x), under which the conv's output
+-- is freed when bn made a new tensor of it.
+function M.conv_bn(conv, bn, x, f)
   local y = conv(x)
   if conv_bn_into(conv, bn, y) > 0 then return y end
   local z = bn(y)
-  if free then module.free(y, z) end
+  module.free(y, f, z)
   return z
 end
 
 -- The values a block's forward makes, freed once read where
--- oneflow.nn.module's rules allow: frees(self) says whether they do,
--- free(t, keep) releases t unless it is keep, apart(a, b) says whether a can
--- be written without touching b.
-M.frees, M.free, M.apart = module.frees, module.free, module.apart
+-- oneflow.nn.module's rules allow: f = frees(self, x) says whether they do,
+-- free(t, f[, keep]) releases t (never x, nor keep), step(m, v, f) is m(v)
+-- then v freed, apart(a, b) says whether a can be written without touching b.
+M.frees, M.free, M.apart, M.step = module.frees, module.free, module.apart, module.step
 M.keeps_no_tensors = module.keeps_no_tensors
-
---- m(x), and x released after when free and m made a new tensor.
-function M.step(m, x, free)
-  local y = m(x)
-  if free then module.free(x, y) end
-  return y
-end
 
 function M.init_conv_bn_linear(model, linear_init)
   local init = nn.init

@@ -41,7 +41,7 @@ end
 function InvertedResidualV2:forward(x)
   if not self.use_res_connect then return self.conv(x) end
   local y = self.conv(x)
-  if ops.frees(self) and ops.apart(y, x) then return y:add_(x) end
+  if ops.frees(self, x) and ops.apart(y, x) then return y:add_(x) end
   return x + y
 end
 ops.keeps_no_tensors(InvertedResidualV2)
@@ -85,12 +85,12 @@ function MobileNetV2:__init(opts)
 end
 
 function MobileNetV2:forward(x)
-  local f = ops.frees(self)
+  local f = ops.frees(self, x)
   local y = self.features(x)
   local pooled = F.adaptive_avg_pool2d(y, {1, 1})
-  if f then ops.free(y, x) end
+  ops.free(y, f, pooled)
   local flat = pooled:flatten(2)
-  if f then ops.free(pooled, flat) end
+  ops.free(pooled, f, flat)
   return ops.step(self.classifier, flat, f)
 end
 ops.keeps_no_tensors(MobileNetV2)

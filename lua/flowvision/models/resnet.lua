@@ -48,13 +48,13 @@ end
 -- allow (_ops.frees: eval or not, no gradient recorded, nothing traced,
 -- plain children); never x.
 function BasicBlock:forward(x)
-  local f = frees(self)
+  local f = frees(self, x)
   local mid = step(self.relu, conv_bn(self.conv1, self.bn1, x, f), f)
   local out = conv_bn(self.conv2, self.bn2, mid, f)
-  if f then free(mid) end
+  free(mid, f, out)
   local identity = self.downsample and self.downsample(x) or x
   out:add_(identity)
-  if f then free(identity, x) end
+  free(identity, f, out)
   return step(self.relu, out, f)
 end
 ops.keeps_no_tensors(BasicBlock)
@@ -79,15 +79,15 @@ function Bottleneck:__init(inplanes, planes, o)
 end
 
 function Bottleneck:forward(x)
-  local f = frees(self)
+  local f = frees(self, x)
   local a = step(self.relu, conv_bn(self.conv1, self.bn1, x, f), f)
   local b = step(self.relu, conv_bn(self.conv2, self.bn2, a, f), f)
-  if f then free(a) end
+  free(a, f, b)
   local out = conv_bn(self.conv3, self.bn3, b, f)
-  if f then free(b) end
+  free(b, f, out)
   local identity = self.downsample and self.downsample(x) or x
   out:add_(identity)
-  if f then free(identity, x) end
+  free(identity, f, out)
   return step(self.relu, out, f)
 end
 ops.keeps_no_tensors(Bottleneck)
@@ -164,12 +164,12 @@ function ResNet:__init(block, layers, opts)
 end
 
 function ResNet:forward(x)
-  local f = frees(self)
+  local f = frees(self, x)
   local y = step(self.maxpool, step(self.relu, conv_bn(self.conv1, self.bn1, x, f), f), f)
   y = step(self.layer4, step(self.layer3, step(self.layer2, step(self.layer1, y, f), f), f), f)
   y = step(self.avgpool, y, f)
   local flat = y:flatten(2)
-  if f then free(y, flat) end
+  free(y, f, flat)
   return step(self.fc, flat, f)
 end
 ops.keeps_no_tensors(ResNet)

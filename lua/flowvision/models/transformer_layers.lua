@@ -4,10 +4,14 @@
 -- PatchEmbed (proj, norm), Mlp (fc1, act, fc2), DropPath, Attention (qkv,
 -- proj), Block (norm1, attn, norm2, mlp), plus timm's weight init.
 local flow = require 'oneflow'
+local module = require 'oneflow.nn.module'
 
 local nn, F = flow.nn, flow.nn.functional
 local init = nn.init
 local L = {}
+-- The forwards below free each value they made once it was read, where
+-- oneflow.nn.module's rules allow (doc/nn.md, "Values a forward frees").
+local frees, free, step, apart = module.frees, module.free, module.step, module.apart
 
 local function pair(v) if type(v) == 'table' then return v end return {v, v} end
 L.pair = pair
@@ -39,6 +43,7 @@ function DropPath:forward(x)
   local keep = flow.empty(shape, {dtype = x.dtype}):bernoulli_(1 - p)
   return x * (keep / (1 - p))
 end
+module.keeps_no_tensors(DropPath)
 
 function DropPath:extra_repr() return ('drop_prob=%s'):format(self.drop_prob) end
 
@@ -80,10 +85,20 @@ function PatchEmbed:forward(x)
     error(('PatchEmbed: expected input [B, C, %d, %d] (img_size), got [%s]'):format(
       self.img_size[1], self.img_size[2], table.concat(x:size():totable(), ',')), 2)
   end
-  x = self.proj(x)
-  if self.flatten then x = x:flatten(3):transpose(2, 3)
-  elseif self.output_fmt == 'NHWC' then x = x:permute(1, 3, 4, 2) end
-  return self.norm(x)
+  local f = frees(self, x)
+  local y = self.proj(x)
+  local flat, v = nil, y
+  if self.flatten then
+    flat = y:flatten(3)
+    v = flat:transpose(2, 3)
+  elseif self.output_fmt == 'NHWC' then
+    v = y:permute(1, 3, 4, 2)
+  end
+  local out = self.norm(v)
+  free(y, f, out)
+  free(flat, f, out)
+  free(v, f, out)
+  return out
 end
 
 ------------------------------------------------------------------ Mlp
@@ -103,17 +118,34 @@ function Mlp:__init(in_f, hidden, out_f, o)
 end
 
 function Mlp:forward(x)
-  return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+  local f = frees(self, x)
+  return step(self.drop2, step(self.fc2, step(self.drop1, step(self.act, self.fc1(x), f), f), f), f)
 end
+module.keeps_no_tensors(Mlp)
 
 ------------------------------------------------------------------ attention
---- softmax(q k^T * scale + bias) v for q, k, v [B, H, N, d].
-function L.attention(q, k, v, scale, bias, drop, training)
-  local attn = (q * scale):matmul(k:transpose(-2, -1))
-  if bias ~= nil then attn = attn + bias end
-  attn = F.softmax(attn, -1)
-  if drop and drop > 0 then attn = F.dropout(attn, drop, training) end
-  return attn:matmul(v)
+--- softmax(q k^T * scale + bias) v for q, k, v [B, H, N, d]; with f (the
+-- caller's frees(self, x)) each value made here is freed once read.
+function L.attention(q, k, v, scale, bias, drop, training, f)
+  local qs, kt = q * scale, k:transpose(-2, -1)
+  local attn = qs:matmul(kt)
+  free(qs, f, attn)
+  free(kt, f, attn)
+  if bias ~= nil then
+    local biased = attn + bias
+    free(attn, f, biased)
+    attn = biased
+  end
+  local p = F.softmax(attn, -1)
+  free(attn, f, p)
+  if drop and drop > 0 then
+    local dropped = F.dropout(p, drop, training)
+    free(p, f, dropped)
+    p = dropped
+  end
+  local out = p:matmul(v)
+  free(p, f, out)
+  return out
 end
 
 local Attention = nn.Module:subclass('Attention')
@@ -133,13 +165,21 @@ function Attention:__init(dim, o)
 end
 
 function Attention:forward(x)
+  local f = frees(self, x)
   local b, n, c = x:size(1), x:size(2), x:size(3)
-  local qkv = self.qkv(x):reshape(b, n, 3, self.num_heads, self.head_dim):permute(3, 1, 4, 2, 5)
+  local lin = self.qkv(x)
+  local split = lin:reshape(b, n, 3, self.num_heads, self.head_dim)
+  local qkv = split:permute(3, 1, 4, 2, 5)
   local q, k, v = qkv[1], qkv[2], qkv[3]
-  x = L.attention(q, k, v, self.scale, nil, self.attn_drop_p, self.training)
-  x = x:transpose(2, 3):reshape(b, n, c)
-  return self.proj_drop(self.proj(x))
+  local o = L.attention(q, k, v, self.scale, nil, self.attn_drop_p, self.training, f)
+  for _, t in ipairs({lin, split, qkv, q, k, v}) do free(t, f, o) end
+  local ot = o:transpose(2, 3)
+  local merged = ot:reshape(b, n, c)
+  free(o, f, merged)
+  free(ot, f, merged)
+  return step(self.proj_drop, step(self.proj, merged, f), f)
 end
+module.keeps_no_tensors(Attention)
 
 ------------------------------------------------------------------ Block
 local Block = nn.Module:subclass('Block')
@@ -160,10 +200,29 @@ function Block:__init(dim, o)
   self.drop_path2 = L.drop_path(o.drop_path)
 end
 
-function Block:forward(x)
-  x = x + self.drop_path1(self.attn(self.norm1(x)))
-  return x + self.drop_path2(self.mlp(self.norm2(x)))
+-- Freeing (f), the residual is added into the branch's own value (the
+-- same bits as x + branch), when the branch is not x nor shares its storage.
+local function residual(x, branch, f)
+  if f and not rawequal(branch, f) and apart(branch, x) then return branch:add_(x) end
+  local y = x + branch
+  if not rawequal(branch, x) then free(branch, f, y) end
+  return y
 end
+
+-- (a norm may be an Identity: its output is then the value it read, which
+-- stays live for the residual)
+function Block:forward(x)
+  local f = frees(self, x)
+  local n1 = self.norm1(x)
+  local x1 = residual(x, step(self.drop_path1, step(self.attn, n1, f), f), f)
+  local n2 = self.norm2(x1)
+  local m = self.mlp(n2)
+  if not rawequal(n2, x1) then free(n2, f, m) end
+  local out = residual(x1, step(self.drop_path2, m, f), f)
+  free(x1, f, out)
+  return out
+end
+module.keeps_no_tensors(Block)
 
 --- A norm_layer constructor: LayerNorm(dim) with the given eps.
 function L.layer_norm(eps)

@@ -193,7 +193,7 @@ function Sequential:forward(x, ...)
     if rawequal(y, x) then   -- in place: still x, still ours if it was
       made = made and keeps_none
     else
-      if made and keeps_none then free(x) end
+      if made and keeps_none then free(x, true) end
       made = keeps_none
     end
     x = y
@@ -230,6 +230,7 @@ end
 function ModuleList.forward()
   fail('ModuleList: has no forward; iterate over it in the parent module')
 end
+module.keeps_no_tensors(ModuleList)   -- (it has none): its elements decide
 
 ------------------------------------------------------------------ ModuleDict
 local ModuleDict = Module:subclass('ModuleDict')

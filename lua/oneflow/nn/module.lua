@@ -308,9 +308,13 @@ function M.may_free()
   return holders == 0 and C.of_is_grad_enabled() == 0 and C.of_tracing() == 0
 end
 
---- May m's forward free the values it makes (may_free, and m keeps_none)?
-function M.frees(m)
-  return M.may_free() and M.keeps_none(m)
+--- frees(m, x): may m's forward, called on x, free the values it makes
+-- (may_free, and m keeps_none)? false, or a true value for free and step
+-- that holds x: a forward's input is never freed, also where a layer gave
+-- it back as its result (an in-place layer, Identity).
+function M.frees(m, x)
+  if M.may_free() and M.keeps_none(m) then return x or true end
+  return false
 end
 
 --- Are tensors a and b apart (no shared storage), so that writing into a
@@ -319,11 +323,20 @@ function M.apart(a, b)
   return is_tensor(a) and is_tensor(b) and C.of_tensor_storage_id(a.p) ~= C.of_tensor_storage_id(b.p)
 end
 
---- Releases t, a value a forward made and passed on, unless it is `keep`
--- (the same tensor came back, as from an in-place op); only for callers
--- that checked keeps_none on its makers and readers and may_free.
-function M.free(t, keep)
-  if is_tensor(t) and not rawequal(t, keep) then release(t) end
+--- free(t, f[, keep]): releases t, a value the forward passed on, when f
+-- (its frees(self, x)) allows, unless t is the forward's input or `keep`
+-- (the same tensor came back, as from an in-place op). t's makers and
+-- readers are the forward's children, which keeps_none checked.
+function M.free(t, f, keep)
+  if f and is_tensor(t) and not rawequal(t, keep) and not rawequal(t, f) then release(t) end
+end
+
+--- step(m, v, f): m(v), and v freed after it (free(v, f, m(v))): a
+-- forward's step from one of its values to the next.
+function M.step(m, v, f)
+  local y = m(v)
+  M.free(v, f, y)
+  return y
 end
 
 ------------------------------------------------------------------ repr

@@ -58,6 +58,8 @@ function Embedding:forward(ids)
                                         norm_type = self.norm_type, sparse = self.sparse})
 end
 
+module.keeps_no_tensors(Embedding)   -- nn.module's rule: its forward keeps none
+
 function Embedding:extra_repr()
   local s = ('%d, %d'):format(self.num_embeddings, self.embedding_dim)
   if self.padding_idx then s = s .. ', padding_idx=' .. self.padding_idx end

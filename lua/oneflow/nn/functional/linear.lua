@@ -4,7 +4,7 @@ local flow = require 'oneflow'   -- the table being built (used at call time)
 local autograd = require 'oneflow.autograd'
 local U = require 'oneflow.nn._util'
 local A = require 'oneflow._args'
-local C = require('oneflow._C').C
+local C, release = require('oneflow._C').C, require('oneflow._C').release
 local T = require 'oneflow.tensor'
 local B = require 'oneflow.distributed.boxing'
 local tracer = require 'oneflow.onnx.tracer'
@@ -35,10 +35,24 @@ function F.linear(x, w, b, ...)
       and x:numel() > 0 and x:is_contiguous() and C.of_autocast_enabled() == 0
       and C.of_tracing() == 0 and not tracer.active()
       and not (autograd.is_grad_enabled() and (x.requires_grad or w.requires_grad or b.requires_grad)) then
-    if x:dim() == 2 then return flow.addmm(b, x, w:t()) end
+    -- the views and the 2-d product never leave here: released at once, so
+    -- that the result's storage goes with the result (a forward that frees
+    -- its values, doc/nn.md) and x's is not held by a dead view
+    local wt = w:t()
+    if x:dim() == 2 then
+      local y = flow.addmm(b, x, wt)
+      release(wt)
+      return y
+    end
     local shape = x:size():totable()
     shape[#shape] = w:size(1)
-    return flow.addmm(b, x:view(-1, in_f), w:t()):view(shape)
+    local x2 = x:view(-1, in_f)
+    local y2 = flow.addmm(b, x2, wt)
+    local y = y2:view(shape)
+    release(wt)
+    release(x2)
+    release(y2)
+    return y
   end
   local y = x:matmul(w:t())
   if b ~= nil then
@@ -139,16 +153,29 @@ function F.embedding(ids, weight, ...)
   local flat = ids:reshape(-1)
   local ok, out = pcall(weight.index_select, weight, 1, flat)
   if not ok then fail('embedding: ' .. tostring(out):gsub('^.-index_select: ', '')) end
+  local made = {out}   -- the tensors made here that do not leave
   if a.sparse and weight.requires_grad and autograd.is_grad_enabled() then
     if weight:dim() ~= 2 then fail('embedding: sparse gradients need a 2-D weight') end
-    out = SparseLookup.apply(weight, flat, pad)
+    out = SparseLookup.apply(weight, flat, pad)   -- its backward keeps flat
+    made = {}
   elseif pad then
     local keep = flat:ne(pad):unsqueeze(2)
-    out = flow.where(keep, out, out:detach())
+    local detached = out:detach()
+    out = flow.where(keep, out, detached)
+    made[2], made[3], made[4] = keep, detached, out
   end
   local shape = ids:size():totable()
   shape[#shape + 1] = dim
-  return out:view(shape)
+  local y = out:view(shape)
+  -- released at once (as F.linear's), so that the result's storage goes
+  -- with the result; not while a tracer keys values by their address
+  if C.of_tracing() == 0 and not tracer.active() then
+    if #made > 0 and not rawequal(flat, ids) then release(flat) end
+    for _, t in ipairs(made) do
+      if not rawequal(t, y) then release(t) end
+    end
+  end
+  return y
 end
 
 --- F.one_hot(x, num_classes = -1): int64 one-hot vectors of the 1-based class ids in x.
