@@ -71,9 +71,10 @@ end
 -- The values a block's forward makes, freed once read where
 -- oneflow.nn.module's rules allow: f = frees(self, x) says whether they do,
 -- free(t, f[, keep]) releases t (never x, nor keep), step(m, v, f) is m(v)
--- then v freed, apart(a, b) says whether a can be written without touching b.
+-- then v freed, residual(x, branch, f) is x + branch, apart(a, b) says
+-- whether a can be written without touching b.
 M.frees, M.free, M.apart, M.step = module.frees, module.free, module.apart, module.step
-M.keeps_no_tensors = module.keeps_no_tensors
+M.keeps_no_tensors, M.residual = module.keeps_no_tensors, module.residual
 
 function M.init_conv_bn_linear(model, linear_init)
   local init = nn.init
@@ -143,9 +144,15 @@ function SE:__init(cin, squeeze, opts)
 end
 
 function SE:forward(x)
-  local s = self.scale_activation(self.fc2(self.activation(self.fc1(self.avgpool(x)))))
-  return s * x
+  local f = M.frees(self, x)
+  local step = M.step
+  local h = step(self.activation, step(self.fc1, self.avgpool(x), f), f)
+  local s = step(self.scale_activation, step(self.fc2, h, f), f)
+  local y = s * x
+  M.free(s, f, y)
+  return y
 end
+M.keeps_no_tensors(SE)
 
 ------------------------------------------------------------------ StochasticDepth
 --- stochastic_depth(x, p, mode, training): torchvision.ops.stochastic_depth;
@@ -173,6 +180,7 @@ function SD:__init(p, mode)
   self.p, self.mode = p, mode
 end
 function SD:forward(x) return M.stochastic_depth(x, self.p, self.mode, self.training) end
+M.keeps_no_tensors(SD)
 function SD:extra_repr() return ('p=%s, mode=%s'):format(self.p, self.mode) end
 
 ------------------------------------------------------------------ LayerNorm2d, Permute
@@ -185,6 +193,7 @@ function LN2d:forward(x)
   x = F.layer_norm(x, self.normalized_shape, {weight = self.weight, bias = self.bias, eps = self.eps})
   return x:permute(1, 4, 2, 3)
 end
+M.keeps_no_tensors(LN2d)
 
 local Permute = nn.Module:subclass('Permute')
 M.Permute = Permute
@@ -195,5 +204,6 @@ function Permute:__init(dims)
   self.dims = dims
 end
 function Permute:forward(x) return x:permute(unpack(self.dims)) end
+M.keeps_no_tensors(Permute)
 
 return M

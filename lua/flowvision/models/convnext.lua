@@ -24,9 +24,13 @@ function CNBlock:__init(dim, layer_scale, sd_prob)
 end
 
 function CNBlock:forward(x)
-  local y = self.layer_scale * self.block(x)
-  return self.stochastic_depth(y) + x
+  local f = ops.frees(self, x)
+  local b = self.block(x)
+  local y = self.layer_scale * b
+  ops.free(b, f, y)
+  return ops.residual(x, ops.step(self.stochastic_depth, y, f), f)
 end
+ops.keeps_no_tensors(CNBlock)
 
 --- A stage setting: {input_channels, out_channels (nil for the last), num_layers}.
 function M.block_conf(cin, cout, n) return {input_channels = cin, out_channels = cout, num_layers = n} end

@@ -53,12 +53,15 @@ function MBConv:__init(cnf, sd_prob, norm)
   self.out_channels = cnf.out_channels
 end
 
+-- values freed once read where oneflow.nn.module's rules allow (_ops.frees)
 local function residual_forward(self, x)
+  local f = ops.frees(self, x)
   local y = self.block(x)
-  if self.use_res_connect then y = self.stochastic_depth(y) + x end
-  return y
+  if not self.use_res_connect then return y end
+  return ops.residual(x, ops.step(self.stochastic_depth, y, f), f)
 end
 MBConv.forward = residual_forward
+ops.keeps_no_tensors(MBConv)
 
 local FusedMBConv = nn.Module:subclass('FusedMBConv')
 M.FusedMBConv = FusedMBConv
@@ -82,6 +85,7 @@ function FusedMBConv:__init(cnf, sd_prob, norm)
   self.out_channels = cnf.out_channels
 end
 FusedMBConv.forward = residual_forward
+ops.keeps_no_tensors(FusedMBConv)
 
 ------------------------------------------------------------------ EfficientNet
 local EfficientNet = nn.Module:subclass('EfficientNet')

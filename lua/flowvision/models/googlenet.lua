@@ -24,6 +24,7 @@ end
 -- relu in place, as torchvision's; the norm written into the conv's output
 -- where _ops.conv_bn allows (eval, nothing to record, no hooks)
 function BasicConv2d:forward(x) return F.relu(ops.conv_bn(self.conv, self.bn, x), {inplace = true}) end
+ops.keeps_no_tensors(BasicConv2d)
 
 local Inception = nn.Module:subclass('Inception')
 M.Inception = Inception
@@ -40,6 +41,7 @@ end
 function Inception:forward(x)
   return flow.cat({self.branch1(x), self.branch2(x), self.branch3(x), self.branch4(x)}, 2)
 end
+ops.keeps_no_tensors(Inception)
 
 local InceptionAux = nn.Module:subclass('InceptionAux')
 M.InceptionAux = InceptionAux

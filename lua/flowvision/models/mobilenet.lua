@@ -130,9 +130,12 @@ end
 
 function InvertedResidualV3:forward(x)
   local y = self.block(x)
-  if self.use_res_connect then y = y + x end
-  return y
+  if not self.use_res_connect then return y end
+  local f = ops.frees(self, x)
+  if f and not rawequal(y, x) and ops.apart(y, x) then return y:add_(x) end
+  return y + x
 end
+ops.keeps_no_tensors(InvertedResidualV3)
 
 local MobileNetV3 = nn.Module:subclass('MobileNetV3')
 M.MobileNetV3 = MobileNetV3
@@ -158,8 +161,13 @@ function MobileNetV3:__init(setting, last_channel, opts)
 end
 
 function MobileNetV3:forward(x)
-  return self.classifier(self.avgpool(self.features(x)):flatten(2))
+  local f = ops.frees(self, x)
+  local pooled = ops.step(self.avgpool, self.features(x), f)
+  local flat = pooled:flatten(2)
+  ops.free(pooled, f, flat)
+  return ops.step(self.classifier, flat, f)
 end
+ops.keeps_no_tensors(MobileNetV3)
 
 --- The block settings and last channel of 'mobilenet_v3_large' / 'mobilenet_v3_small'
 -- ({width_mult = 1, reduced_tail = false, dilated = false}).

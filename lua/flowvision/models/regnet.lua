@@ -93,6 +93,7 @@ function ResBottleneckBlock:forward(x)
   if self.proj then return self.activation(self.proj(x) + self.f(x)) end
   return self.activation(x + self.f(x))
 end
+ops.keeps_no_tensors(ResBottleneckBlock)
 
 local function any_stage(win, wout, stride, depth, norm, act, gw, bm, se_ratio, index)
   local blocks = {}

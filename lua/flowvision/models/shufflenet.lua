@@ -50,6 +50,7 @@ function InvertedResidual:forward(x)
   end
   return M.channel_shuffle(out, 2)
 end
+require('oneflow.nn.module').keeps_no_tensors(InvertedResidual)   -- its forward keeps no tensor
 
 local ShuffleNetV2 = nn.Module:subclass('ShuffleNetV2')
 M.ShuffleNetV2 = ShuffleNetV2

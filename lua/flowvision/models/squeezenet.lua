@@ -25,6 +25,7 @@ function Fire:forward(x)
   return flow.cat({self.expand1x1_activation(self.expand1x1(x)),
                    self.expand3x3_activation(self.expand3x3(x))}, 2)
 end
+require('oneflow.nn.module').keeps_no_tensors(Fire)   -- its forward keeps no tensor
 
 local function pool() return nn.MaxPool2d(3, {stride = 2, ceil_mode = true}) end
 

@@ -11,7 +11,7 @@ local init = nn.init
 local L = {}
 -- The forwards below free each value they made once it was read, where
 -- oneflow.nn.module's rules allow (doc/nn.md, "Values a forward frees").
-local frees, free, step, apart = module.frees, module.free, module.step, module.apart
+local frees, free, step, residual = module.frees, module.free, module.step, module.residual
 
 local function pair(v) if type(v) == 'table' then return v end return {v, v} end
 L.pair = pair
@@ -198,15 +198,6 @@ function Block:__init(dim, o)
   self.norm2 = norm(dim)
   self.mlp = Mlp(dim, math.floor(dim * (o.mlp_ratio or 4)), dim, {drop = o.proj_drop})
   self.drop_path2 = L.drop_path(o.drop_path)
-end
-
--- Freeing (f), the residual is added into the branch's own value (the
--- same bits as x + branch), when the branch is not x nor shares its storage.
-local function residual(x, branch, f)
-  if f and not rawequal(branch, f) and apart(branch, x) then return branch:add_(x) end
-  local y = x + branch
-  if not rawequal(branch, x) then free(branch, f, y) end
-  return y
 end
 
 -- (a norm may be an Identity: its output is then the value it read, which

@@ -339,6 +339,17 @@ function M.step(m, v, f)
   return y
 end
 
+--- residual(x, branch, f): x + branch, a residual block's sum; with f
+-- (its frees(self, x)) added into the branch's own value (the same bits)
+-- when that is neither x nor shares its storage, else the branch is freed
+-- after.
+function M.residual(x, branch, f)
+  if f and not rawequal(branch, f) and M.apart(branch, x) then return branch:add_(x) end
+  local y = x + branch
+  if not rawequal(branch, x) then M.free(branch, f, y) end
+  return y
+end
+
 ------------------------------------------------------------------ repr
 local function indent(s)
   return (s:gsub('\n', '\n  '))
