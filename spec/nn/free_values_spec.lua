@@ -204,6 +204,34 @@ describe('values a forward makes', function()
     assert.is_true(flow.equal(y, want))
   end)
 
+  it('nn.TransformerEncoder and MultiheadAttention free their values: the same bits, less held', function()
+    flow.manual_seed(0)
+    for _, norm_first in ipairs({false, true}) do
+      local layer = nn.TransformerEncoderLayer(64, 4, {dim_feedforward = 256, dropout = 0, batch_first = true,
+                                                       norm_first = norm_first, activation = 'gelu'})
+      local enc = nn.TransformerEncoder(layer, 3, {norm = nn.LayerNorm(64)}):eval()
+      local x = flow.randn(8, 32, 64)
+      local mask = flow.ones(32, 32, {dtype = flow.bool}):triu(1)
+      local function run() return flow.no_grad(function() return enc(x, {mask = mask}) end) end
+      run()
+      local held, y = held_by(run)
+      module.hold_values(1)
+      local kept, want = held_by(run)
+      module.hold_values(-1)
+      assert.is_true(flow.equal(y, want))
+      assert.is_true(x.p ~= nil and mask.p ~= nil)
+      assert.is_true(held * 4 < kept, ('held %d bytes, %d without freeing'):format(held, kept))
+    end
+    -- an activation function of the user may keep what it is given: not freed
+    local seen
+    local layer = nn.TransformerEncoderLayer(16, 2, {dim_feedforward = 32, dropout = 0,
+                                                     activation = function(v) seen = v; return v:relu() end}):eval()
+    local x = flow.randn(5, 3, 16)
+    flow.no_grad(function() return layer(x) end)
+    assert.is_true(seen.p ~= nil)
+    assert.equals(32, seen:size(3))
+  end)
+
   it('F.linear on a batch of sequences leaves nothing but its result', function()
     local x, w, b = flow.randn(8, 64, 256), flow.randn(512, 256), flow.randn(512)
     flow.collect()

@@ -16,6 +16,7 @@ local dropout = require 'oneflow.nn.dropout'
 local normalization = require 'oneflow.nn.normalization'
 
 local Module, Parameter = module.Module, module.Parameter
+local frees, free, step, residual = module.frees, module.free, module.step, module.residual
 local parse, fail, shape_str = U.parse, U.fail, U.shape_str
 local M = {}
 
@@ -100,14 +101,18 @@ function MHA:forward(query, key, value, opts)
     use_separate_proj_weight = not self._qkv_same_embed_dim, q_proj_weight = self.q_proj_weight,
     k_proj_weight = self.k_proj_weight, v_proj_weight = self.v_proj_weight,
     average_attn_weights = opts.average_attn_weights ~= false, is_causal = opts.is_causal})
+  local raw = out
   if unbatched then
     out = out:squeeze(2)
     if w ~= nil then w = w:squeeze(1) end
   elseif self.batch_first then out = out:transpose(1, 2) end
+  -- the function's result handle goes now (its storage stays with out's view)
+  free(raw, frees(self, query), out)
   return out, w
 end
 
 function MHA.extra_repr() return '' end
+module.keeps_no_tensors(MHA)   -- (doc/nn.md, "Values a forward frees")
 
 ------------------------------------------------------------------ TransformerEncoderLayer
 local Layer = Module:subclass('TransformerEncoderLayer')
@@ -152,9 +157,17 @@ local function attend(mha, drop, x, kv, mask, kpm, is_causal)
                               is_causal = is_causal}))
 end
 
--- linear2(dropout(activation(linear1(x)))), then the given dropout module
-local function feed_forward(self, x, drop)
-  return drop(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+-- linear2(dropout(activation(linear1(x)))), then the given dropout module;
+-- with f (the layer's frees(self, x)) each value made here is freed once
+-- read, when the activation is one of ours or a module (a function of the
+-- user might keep what it was given)
+local builtin_activation = {[F.relu] = true, [F.gelu] = true}
+local function feed_forward(self, x, drop, f)
+  if f and not (builtin_activation[self.activation] or module.is_module(self.activation)) then f = false end
+  local h = self.linear1(x)
+  local a = self.activation(h)
+  if not rawequal(h, x) then free(h, f, a) end
+  return step(drop, step(self.linear2, step(self.dropout, a, f), f), f)
 end
 
 --- nn.TransformerEncoderLayer(d_model, nhead, {dim_feedforward = 2048,
@@ -169,20 +182,31 @@ function Layer:__init(...)
 end
 
 --- forward(src, {src_mask =, src_key_padding_mask =, is_causal =})
+-- where oneflow.nn.module's rules allow (frees), the values made here are
+-- freed once read and the residuals added into the branch's value (the
+-- same bits as x + branch)
 function Layer:forward(src, opts)
   opts = check_options('TransformerEncoderLayer', opts, {'src_mask', 'src_key_padding_mask', 'is_causal'})
-  local x = src
+  local f = frees(self, src)
   local mask, kpm, causal = opts.src_mask, opts.src_key_padding_mask, opts.is_causal
+  local x, out
   if self.norm_first then
-    local h = self.norm1(x)
-    x = x + attend(self.self_attn, self.dropout1, h, h, mask, kpm, causal)
-    x = x + feed_forward(self, self.norm2(x), self.dropout2)
+    local h = self.norm1(src)
+    local a = attend(self.self_attn, self.dropout1, h, h, mask, kpm, causal)
+    free(h, f, a)
+    x = residual(src, a, f)
+    local n2 = self.norm2(x)
+    local b = feed_forward(self, n2, self.dropout2, f)
+    if not rawequal(n2, x) then free(n2, f, b) end
+    out = residual(x, b, f)
   else
-    x = self.norm1(x + attend(self.self_attn, self.dropout1, x, x, mask, kpm, causal))
-    x = self.norm2(x + feed_forward(self, x, self.dropout2))
+    x = step(self.norm1, residual(src, attend(self.self_attn, self.dropout1, src, src, mask, kpm, causal), f), f)
+    out = step(self.norm2, residual(x, feed_forward(self, x, self.dropout2, f), f), f)
   end
-  return x
+  free(x, f, out)
+  return out
 end
+module.keeps_no_tensors(Layer)
 
 ------------------------------------------------------------------ TransformerEncoder
 local Encoder = Module:subclass('TransformerEncoder')
@@ -216,11 +240,17 @@ function Encoder:forward(src, opts)
   opts = check_options('TransformerEncoder', opts, {'mask', 'src_key_padding_mask', 'is_causal'})
   local layer_opts = {src_mask = opts.mask, src_key_padding_mask = opts.src_key_padding_mask,
                       is_causal = opts.is_causal}
+  local f = frees(self, src)
   local x = src
-  for _, layer in ipairs(self.layers) do x = layer(x, layer_opts) end
-  if self.norm ~= nil then x = self.norm(x) end
+  for _, layer in ipairs(self.layers) do
+    local y = layer(x, layer_opts)
+    free(x, f, y)
+    x = y
+  end
+  if self.norm ~= nil then x = step(self.norm, x, f) end
   return x
 end
+module.keeps_no_tensors(Encoder)
 
 -- for the decoder (transformer_decoder.lua): the parts both layers share
 M._parts = {layer_spec = layer_spec, feed_forward_parts = feed_forward_parts, attend = attend,

@@ -10,6 +10,7 @@ local dropout = require 'oneflow.nn.functional.dropout'
 local linear = require 'oneflow.nn.functional.linear'
 
 local C, out1 = core.C, core.out1
+local tracer = require 'oneflow.onnx.tracer'
 local parse, fail, shape_str = U.parse, U.fail, U.shape_str
 local F = {}
 
@@ -90,12 +91,29 @@ local function sdpa_mask(attn_mask, kpm, n, h, l, s, like)
   return sum
 end
 
--- heads [N * H, L, hd] -> [L, N, E] through out_proj (unbatched: [L, E])
-local function finish(out, a, l, n, e, unbatched)
-  out = out:transpose(1, 2):contiguous():view(l, n, e)
+-- heads [N * H, L, hd] -> [L, N, E] through out_proj (unbatched: [L, E]);
+-- mk(t) notes a tensor made here that does not leave, and returns it
+local function finish(out, a, l, n, e, unbatched, mk)
+  out = mk(mk(mk(out:transpose(1, 2)):contiguous()):view(l, n, e))
   out = linear.linear(out, a.out_proj_weight, a.out_proj_bias)
-  if unbatched then out = out:squeeze(2) end
+  if unbatched then out = mk(out):squeeze(2) end
   return out
+end
+
+local function same(t) return t end
+
+-- Without weights to return, the tensors made on the way (projections,
+-- head views, copies, the kernel's output) are released as soon as the
+-- result is made, where no gradient is recorded and nothing traces (which
+-- key values by address): their storage goes at once, not when Lua's
+-- collector runs (doc/nn.md, "Values a forward frees"). Never a tensor
+-- given (`given`: the inputs, masks and weights) nor the result.
+local function release_made(made, result, given)
+  for _, t in ipairs(made) do
+    local keep = rawequal(t, result)
+    for i = 1, given.n do keep = keep or rawequal(t, given[i]) end
+    if not keep then core.release(t) end
+  end
 end
 
 -- x [S, N*H or N, ...] with one more step along dim 1 holding `row`
@@ -120,13 +138,22 @@ end
 function F.multi_head_attention_forward(...)
   local a = parse('multi_head_attention_forward', mha_spec, ...)
   local q, k, v = a.query, a.key, a.value
+  local given = {n = 14, q, k, v, a.key_padding_mask, a.attn_mask, a.static_k, a.static_v, a.in_proj_weight,
+                 a.in_proj_bias, a.q_proj_weight, a.k_proj_weight, a.v_proj_weight, a.bias_k, a.bias_v}
+  local made, mk = {}, same
+  if not a.need_weights and C.of_is_grad_enabled() == 0 and C.of_tracing() == 0 and not tracer.active() then
+    mk = function(t)
+      if t ~= nil then made[#made + 1] = t end
+      return t
+    end
+  end
   local unbatched = q:dim() == 2
   if q:dim() ~= 2 and q:dim() ~= 3 then
     fail(('multi_head_attention_forward: expected query of 2 or 3 dims, got %s'):format(shape_str(q)))
   end
   if unbatched then
-    q, k, v = q:unsqueeze(2), k:unsqueeze(2), v:unsqueeze(2)
-    if a.key_padding_mask ~= nil then a.key_padding_mask = a.key_padding_mask:unsqueeze(1) end
+    q, k, v = mk(q:unsqueeze(2)), mk(k:unsqueeze(2)), mk(v:unsqueeze(2))
+    if a.key_padding_mask ~= nil then a.key_padding_mask = mk(a.key_padding_mask:unsqueeze(1)) end
   end
   local l, n, e = q:size(1), q:size(2), q:size(3)
   local h = a.num_heads
@@ -150,15 +177,19 @@ function F.multi_head_attention_forward(...)
       fail('multi_head_attention_forward: in_proj_weight is required without use_separate_proj_weight')
     end
     wq, wk, wv = unpack(a.in_proj_weight:chunk(3, 1))
+    mk(wq); mk(wk); mk(wv)
   end
   local bq, bk, bv
-  if a.in_proj_bias ~= nil then bq, bk, bv = unpack(a.in_proj_bias:chunk(3, 1)) end
-  q = linear.linear(q, wq, bq)
-  if a.static_k == nil then k = linear.linear(k, wk, bk) end
-  if a.static_v == nil then v = linear.linear(v, wv, bv) end
+  if a.in_proj_bias ~= nil then
+    bq, bk, bv = unpack(a.in_proj_bias:chunk(3, 1))
+    mk(bq); mk(bk); mk(bv)
+  end
+  q = mk(linear.linear(q, wq, bq))
+  if a.static_k == nil then k = mk(linear.linear(k, wk, bk)) end
+  if a.static_v == nil then v = mk(linear.linear(v, wv, bv)) end
   local attn_mask, kpm = a.attn_mask, a.key_padding_mask
   if attn_mask == nil and a.is_causal then
-    attn_mask = flow.ones(l, k:size(1), {dtype = flow.bool}):triu(1)
+    attn_mask = mk(mk(flow.ones(l, k:size(1), {dtype = flow.bool})):triu(1))
   end
   if (a.bias_k == nil) ~= (a.bias_v == nil) then
     fail('multi_head_attention_forward: give both bias_k and bias_v or neither')
@@ -172,9 +203,9 @@ function F.multi_head_attention_forward(...)
     attn_mask, kpm = pad_last(attn_mask), pad_last(kpm)
   end
   -- [L, N, E] -> [N * H, L, hd]
-  q = q:reshape(l, n * h, hd):transpose(1, 2)
-  k = a.static_k or k:reshape(k:size(1), n * h, hd):transpose(1, 2)
-  v = a.static_v or v:reshape(v:size(1), n * h, hd):transpose(1, 2)
+  q = mk(mk(q:reshape(l, n * h, hd)):transpose(1, 2))
+  k = a.static_k or mk(mk(k:reshape(k:size(1), n * h, hd)):transpose(1, 2))
+  v = a.static_v or mk(mk(v:reshape(v:size(1), n * h, hd)):transpose(1, 2))
   if a.add_zero_attn then
     k = flow.cat({k, flow.zeros({n * h, 1, hd}, {dtype = k.dtype})}, 2)
     v = flow.cat({v, flow.zeros({n * h, 1, v:size(3)}, {dtype = v.dtype})}, 2)
@@ -187,11 +218,13 @@ function F.multi_head_attention_forward(...)
   end
   if not a.need_weights then
     -- no weights to return: the fused kernel, which never forms [L, S]
-    local out = F.scaled_dot_product_attention(q:contiguous():view(n, h, l, hd),
-      k:contiguous():view(n, h, s, hd), v:contiguous():view(n, h, s, v:size(3)),
-      {attn_mask = sdpa_mask(attn_mask, kpm, n, h, l, s, q),
-       dropout_p = a.training and a.dropout_p or 0, scale = 1 / math.sqrt(hd)})
-    return finish(out:view(n * h, l, v:size(3)), a, l, n, e, unbatched), nil
+    local out = mk(F.scaled_dot_product_attention(mk(mk(q:contiguous()):view(n, h, l, hd)),
+      mk(mk(k:contiguous()):view(n, h, s, hd)), mk(mk(v:contiguous()):view(n, h, s, v:size(3))),
+      {attn_mask = mk(sdpa_mask(attn_mask, kpm, n, h, l, s, q)),
+       dropout_p = a.training and a.dropout_p or 0, scale = 1 / math.sqrt(hd)}))
+    local result = finish(mk(out:view(n * h, l, v:size(3))), a, l, n, e, unbatched, mk)
+    release_made(made, result, given)
+    return result, nil
   end
   local scores = flow.bmm(q * (1 / math.sqrt(hd)), k:transpose(2, 3)):view(n, h, l, s)
   if attn_mask ~= nil then
@@ -204,7 +237,7 @@ function F.multi_head_attention_forward(...)
   end
   local attn = flow.softmax(scores, -1)
   if a.dropout_p > 0 and a.training then attn = dropout.dropout(attn, a.dropout_p, true) end
-  local out = finish(flow.bmm(attn:reshape(n * h, l, s), v), a, l, n, e, unbatched)
+  local out = finish(flow.bmm(attn:reshape(n * h, l, s), v), a, l, n, e, unbatched, same)
   local w = attn
   if a.average_attn_weights then w = w:mean(2) end
   if unbatched then w = w:squeeze(1) end

@@ -54,11 +54,18 @@ function F.linear(x, w, b, ...)
     release(y2)
     return y
   end
-  local y = x:matmul(w:t())
+  local wt = w:t()
+  local y = x:matmul(wt)
+  -- with no gradient recorded and nothing tracing, the transposed view and
+  -- the product go at once, as in the addmm path above
+  local free = C.of_is_grad_enabled() == 0 and C.of_tracing() == 0 and not tracer.active()
+  if free then release(wt) end
   if b ~= nil then
     -- under autocast linear runs in the low dtype as a whole, bias included
     if b.dtype ~= y.dtype and C.of_autocast_enabled() ~= 0 then b = b:to(y.dtype) end
-    y = y + b
+    local sum = y + b
+    if free and not rawequal(y, x) then release(y) end
+    y = sum
   end
   return y
 end
