@@ -222,6 +222,21 @@ describe('values a forward makes', function()
       assert.is_true(x.p ~= nil and mask.p ~= nil)
       assert.is_true(held * 4 < kept, ('held %d bytes, %d without freeing'):format(held, kept))
     end
+    for _, norm_first in ipairs({false, true}) do   -- and the decoder, in nn.Transformer
+      local t = nn.Transformer({d_model = 32, nhead = 4, num_encoder_layers = 2, num_decoder_layers = 2,
+                                dim_feedforward = 64, dropout = 0, batch_first = true, norm_first = norm_first}):eval()
+      local src, tgt = flow.randn(4, 12, 32), flow.randn(4, 7, 32)
+      local tmask = flow.ones(7, 7, {dtype = flow.bool}):triu(1)
+      local function run() return flow.no_grad(function() return t(src, tgt, {tgt_mask = tmask}) end) end
+      run()
+      local held, y = held_by(run)
+      module.hold_values(1)
+      local kept, want = held_by(run)
+      module.hold_values(-1)
+      assert.is_true(flow.equal(y, want))
+      assert.is_true(src.p ~= nil and tgt.p ~= nil and tmask.p ~= nil)
+      assert.is_true(held * 4 < kept, ('Transformer held %d bytes, %d without freeing'):format(held, kept))
+    end
     -- an activation function of the user may keep what it is given: not freed
     local seen
     local layer = nn.TransformerEncoderLayer(16, 2, {dim_feedforward = 32, dropout = 0,

@@ -21,6 +21,9 @@ local M = {}
 
 local parts = transformer._parts
 local attend, feed_forward = parts.attend, parts.feed_forward
+-- values freed once read where oneflow.nn.module's rules allow (doc/nn.md,
+-- "Values a forward frees"); memory, the encoder's output, is never freed here
+local frees, free, step, residual = module.frees, module.free, module.step, module.residual
 
 ------------------------------------------------------------------ TransformerDecoderLayer
 local Layer = Module:subclass('TransformerDecoderLayer')
@@ -56,19 +59,31 @@ function Layer:forward(tgt, memory, opts)
   check_memory('TransformerDecoderLayer', tgt, memory)
   local tm, tk, tc = opts.tgt_mask, opts.tgt_key_padding_mask, opts.tgt_is_causal
   local mm, mk, mc = opts.memory_mask, opts.memory_key_padding_mask, opts.memory_is_causal
-  local x = tgt
+  local f = frees(self, tgt)
+  local x, x2, out
   if self.norm_first then
-    local h = self.norm1(x)
-    x = x + attend(self.self_attn, self.dropout1, h, h, tm, tk, tc)
-    x = x + attend(self.multihead_attn, self.dropout2, self.norm2(x), memory, mm, mk, mc)
-    x = x + feed_forward(self, self.norm3(x), self.dropout3)
+    local h = self.norm1(tgt)
+    local a = attend(self.self_attn, self.dropout1, h, h, tm, tk, tc)
+    free(h, f, a)
+    x = residual(tgt, a, f)
+    local n2 = self.norm2(x)
+    local c = attend(self.multihead_attn, self.dropout2, n2, memory, mm, mk, mc)
+    if not rawequal(n2, x) then free(n2, f, c) end
+    x2 = residual(x, c, f)
+    local n3 = self.norm3(x2)
+    local b = feed_forward(self, n3, self.dropout3, f)
+    if not rawequal(n3, x2) then free(n3, f, b) end
+    out = residual(x2, b, f)
   else
-    x = self.norm1(x + attend(self.self_attn, self.dropout1, x, x, tm, tk, tc))
-    x = self.norm2(x + attend(self.multihead_attn, self.dropout2, x, memory, mm, mk, mc))
-    x = self.norm3(x + feed_forward(self, x, self.dropout3))
+    x = step(self.norm1, residual(tgt, attend(self.self_attn, self.dropout1, tgt, tgt, tm, tk, tc), f), f)
+    x2 = step(self.norm2, residual(x, attend(self.multihead_attn, self.dropout2, x, memory, mm, mk, mc), f), f)
+    out = step(self.norm3, residual(x2, feed_forward(self, x2, self.dropout3, f), f), f)
   end
-  return x
+  free(x, f, x2)
+  free(x2, f, out)
+  return out
 end
+module.keeps_no_tensors(Layer)
 
 ------------------------------------------------------------------ TransformerDecoder
 local Decoder = Module:subclass('TransformerDecoder')
@@ -89,11 +104,17 @@ function Decoder:forward(tgt, memory, opts)
                       tgt_key_padding_mask = opts.tgt_key_padding_mask,
                       memory_key_padding_mask = opts.memory_key_padding_mask,
                       tgt_is_causal = opts.tgt_is_causal, memory_is_causal = opts.memory_is_causal}
+  local f = frees(self, tgt)
   local x = tgt
-  for _, layer in ipairs(self.layers) do x = layer(x, memory, layer_opts) end
-  if self.norm ~= nil then x = self.norm(x) end
+  for _, layer in ipairs(self.layers) do
+    local y = layer(x, memory, layer_opts)
+    free(x, f, y)
+    x = y
+  end
+  if self.norm ~= nil then x = step(self.norm, x, f) end
   return x
 end
+module.keeps_no_tensors(Decoder)
 
 ------------------------------------------------------------------ Transformer
 local Transformer = Module:subclass('Transformer')
@@ -160,12 +181,15 @@ function Transformer:forward(src, tgt, opts)
   end
   local memory = self.encoder(src, {mask = opts.src_mask, src_key_padding_mask = opts.src_key_padding_mask,
                                     is_causal = opts.src_is_causal})
-  return self.decoder(tgt, memory, {tgt_mask = opts.tgt_mask, memory_mask = opts.memory_mask,
-                                    tgt_key_padding_mask = opts.tgt_key_padding_mask,
-                                    memory_key_padding_mask = opts.memory_key_padding_mask,
-                                    tgt_is_causal = opts.tgt_is_causal,
-                                    memory_is_causal = opts.memory_is_causal})
+  local out = self.decoder(tgt, memory, {tgt_mask = opts.tgt_mask, memory_mask = opts.memory_mask,
+                                         tgt_key_padding_mask = opts.tgt_key_padding_mask,
+                                         memory_key_padding_mask = opts.memory_key_padding_mask,
+                                         tgt_is_causal = opts.tgt_is_causal,
+                                         memory_is_causal = opts.memory_is_causal})
+  if not rawequal(memory, tgt) then free(memory, frees(self, src), out) end
+  return out
 end
+module.keeps_no_tensors(Transformer)
 
 --- nn.Transformer.generate_square_subsequent_mask(sz, {device =, dtype =}):
 -- [sz, sz] float mask, -inf above the diagonal and 0 elsewhere (also callable
