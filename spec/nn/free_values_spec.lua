@@ -22,6 +22,17 @@ local function held_by(fn)
   return after - before, y
 end
 
+-- run() after a first call, freeing and with every value held: the bytes
+-- held after each, and each result
+local function freeing_and_not(run)
+  run()
+  local held, y = held_by(run)
+  module.hold_values(1)
+  local kept, want = held_by(run)
+  module.hold_values(-1)
+  return held, kept, y, want
+end
+
 -- four Linear layers of 256 features: every value at batch 4096 is 4 MiB
 local function mlp()
   return nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256), nn.Tanh(),
@@ -162,12 +173,7 @@ describe('values a forward makes', function()
     for _, name in ipairs({'efficientnet_b0', 'convnext_tiny', 'mobilenet_v3_small', 'regnet_y_400mf'}) do
       local net = vision.models[name]({num_classes = 10}):eval()
       local x = flow.randn(2, 3, 64, 64)
-      local function run() return flow.no_grad(function() return net(x) end) end
-      run()
-      local held, y = held_by(run)
-      module.hold_values(1)
-      local kept, want = held_by(run)
-      module.hold_values(-1)
+      local held, kept, y, want = freeing_and_not(function() return flow.no_grad(function() return net(x) end) end)
       assert.is_true(flow.equal(y, want), name)
       assert.is_true(x.p ~= nil, name)
       assert.is_true(held * 2 < kept, ('%s held %d bytes, %d without freeing'):format(name, held, kept))
@@ -212,12 +218,9 @@ describe('values a forward makes', function()
       local enc = nn.TransformerEncoder(layer, 3, {norm = nn.LayerNorm(64)}):eval()
       local x = flow.randn(8, 32, 64)
       local mask = flow.ones(32, 32, {dtype = flow.bool}):triu(1)
-      local function run() return flow.no_grad(function() return enc(x, {mask = mask}) end) end
-      run()
-      local held, y = held_by(run)
-      module.hold_values(1)
-      local kept, want = held_by(run)
-      module.hold_values(-1)
+      local held, kept, y, want = freeing_and_not(function()
+        return flow.no_grad(function() return enc(x, {mask = mask}) end)
+      end)
       assert.is_true(flow.equal(y, want))
       assert.is_true(x.p ~= nil and mask.p ~= nil)
       assert.is_true(held * 4 < kept, ('held %d bytes, %d without freeing'):format(held, kept))
@@ -227,12 +230,9 @@ describe('values a forward makes', function()
                                 dim_feedforward = 64, dropout = 0, batch_first = true, norm_first = norm_first}):eval()
       local src, tgt = flow.randn(4, 12, 32), flow.randn(4, 7, 32)
       local tmask = flow.ones(7, 7, {dtype = flow.bool}):triu(1)
-      local function run() return flow.no_grad(function() return t(src, tgt, {tgt_mask = tmask}) end) end
-      run()
-      local held, y = held_by(run)
-      module.hold_values(1)
-      local kept, want = held_by(run)
-      module.hold_values(-1)
+      local held, kept, y, want = freeing_and_not(function()
+        return flow.no_grad(function() return t(src, tgt, {tgt_mask = tmask}) end)
+      end)
       assert.is_true(flow.equal(y, want))
       assert.is_true(src.p ~= nil and tgt.p ~= nil and tmask.p ~= nil)
       assert.is_true(held * 4 < kept, ('Transformer held %d bytes, %d without freeing'):format(held, kept))
