@@ -118,6 +118,46 @@ describe('values a forward makes', function()
     end
   end)
 
+  it('random chains of layers, in place or not, views, user modules and hooks: the same values, nothing kept lost',
+     function()
+    flow.manual_seed(0)
+    math.randomseed(7)
+    local Keep = nn.Module:subclass('KeepInput')
+    function Keep:forward(v) self.seen = v; return v:tanh() end
+    local makers = {
+      function() return nn.Linear(6, 6) end,
+      function() return nn.ReLU() end,
+      function() return nn.ReLU({inplace = true}) end,
+      function() return nn.Identity() end,
+      function() return nn.Dropout(0.5) end,
+      function() return nn.Sequential(nn.Flatten(1), nn.Unflatten(1, {3, 6})) end,
+      function() return Keep() end,
+      function()
+        local m = nn.Tanh()
+        m:register_forward_hook(function(mod, _, out) mod.hooked = out end)
+        return m
+      end,
+      function() return nn.Sequential(nn.Linear(6, 6), nn.Sigmoid()) end,
+    }
+    for _ = 1, 60 do
+      local mods = {}
+      for i = 1, math.random(1, 7) do mods[i] = makers[math.random(#makers)]() end
+      local seq = nn.Sequential(unpack(mods)):eval()
+      local x = flow.randn(3, 6)
+      local x0 = x:clone()
+      local y = flow.no_grad(function() return seq(x) end)
+      for _, m in ipairs(mods) do   -- what a user module or a hook kept is still there
+        if m.seen then assert.is_true(m.seen.p ~= nil); m.seen:sum() end
+        if m.hooked then assert.is_true(m.hooked.p ~= nil); m.hooked:sum() end
+      end
+      assert.is_true(x.p ~= nil and y.p ~= nil)
+      module.hold_values(1)
+      local want = flow.no_grad(function() return seq(x0:clone()) end)
+      module.hold_values(-1)
+      assert.is_true(flow.equal(y, want))
+    end
+  end)
+
   it('an in-place first element returns the input, which stays the caller\'s', function()
     local s = nn.Sequential(nn.ReLU({inplace = true}), nn.Linear(4, 4), nn.Identity(), nn.ReLU({inplace = true}))
     local x = flow.randn(3, 4)
