@@ -208,9 +208,11 @@ describe('values a forward makes', function()
     end
   end)
 
-  it('EfficientNet, ConvNeXt, MobileNetV3, RegNet blocks free their values: the same bits, less held', function()
+  it('EfficientNet, ConvNeXt, MobileNetV3, RegNet, DenseNet blocks free their values: the same bits, less held',
+     function()
     flow.manual_seed(0)
-    for _, name in ipairs({'efficientnet_b0', 'convnext_tiny', 'mobilenet_v3_small', 'regnet_y_400mf'}) do
+    local names = {'efficientnet_b0', 'convnext_tiny', 'mobilenet_v3_small', 'regnet_y_400mf', 'densenet121'}
+    for _, name in ipairs(names) do
       local net = vision.models[name]({num_classes = 10}):eval()
       local x = flow.randn(2, 3, 64, 64)
       local held, kept, y, want = freeing_and_not(function() return flow.no_grad(function() return net(x) end) end)

@@ -24,13 +24,24 @@ function DenseLayer:__init(cin, growth_rate, bn_size, drop_rate)
 end
 
 --- forward(features): features a Lua array of the tensors so far.
+-- Its values are freed once read where oneflow.nn.module's rules allow
+-- (_ops.frees; the features, the block's, never).
 function DenseLayer:forward(features)
-  local x = #features == 1 and features[1] or flow.cat(features, 2)
-  x = self.conv1(self.relu1(self.norm1(x)))
-  x = self.conv2(self.relu2(self.norm2(x)))
-  if self.drop_rate > 0 then x = F.dropout(x, self.drop_rate, self.training) end
+  local f = ops.frees(self, features[1])
+  local step = ops.step
+  local cat = #features == 1 and features[1] or flow.cat(features, 2)
+  local x = self.norm1(cat)
+  if #features > 1 then ops.free(cat, f, x) end
+  x = step(self.conv1, step(self.relu1, x, f), f)
+  x = step(self.conv2, step(self.relu2, step(self.norm2, x, f), f), f)
+  if self.drop_rate > 0 then
+    local d = F.dropout(x, self.drop_rate, self.training)
+    ops.free(x, f, d)
+    x = d
+  end
   return x
 end
+ops.keeps_no_tensors(DenseLayer)
 
 local DenseBlock = nn.Module:subclass('_DenseBlock')
 M.DenseBlock = DenseBlock
@@ -44,12 +55,16 @@ function DenseBlock:__init(num_layers, cin, bn_size, growth_rate, drop_rate)
 end
 
 function DenseBlock:forward(x)
+  local f = ops.frees(self, x)
   local features = {x}
   for i = 1, self.num_layers do
     features[#features + 1] = self['denselayer' .. i](features)
   end
-  return flow.cat(features, 2)
+  local out = flow.cat(features, 2)
+  for i = 2, #features do ops.free(features[i], f, out) end
+  return out
 end
+ops.keeps_no_tensors(DenseBlock)
 
 local function transition(cin, cout)
   return nn.Sequential({{'norm', nn.BatchNorm2d(cin)}, {'relu', nn.ReLU()},
@@ -96,10 +111,17 @@ function DenseNet:__init(opts)
 end
 
 function DenseNet:forward(x)
-  local out = F.relu(self.features(x))
-  out = F.adaptive_avg_pool2d(out, {1, 1}):flatten(2)
-  return self.classifier(out)
+  local f = ops.frees(self, x)
+  local feat = self.features(x)
+  local out = F.relu(feat)
+  ops.free(feat, f, out)
+  local pooled = F.adaptive_avg_pool2d(out, {1, 1})
+  ops.free(out, f, pooled)
+  local flat = pooled:flatten(2)
+  ops.free(pooled, f, flat)
+  return ops.step(self.classifier, flat, f)
 end
+ops.keeps_no_tensors(DenseNet)
 
 local function builder(growth, cfg, nf)
   return function(opts)
