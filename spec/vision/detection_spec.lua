@@ -234,6 +234,14 @@ describe('flowvision detection / segmentation / style transfer models', function
     assert.equal('FrozenBatchNorm2d', m.backbone.body.bn1.__name)
   end)
 
+  -- the exported weights (about 700 MB) go with the spec, once the export ended
+  teardown(function()
+    if export.dir then
+      exported()
+      os.execute('rm -rf ' .. export.dir)
+    end
+  end)
+
   for _, c in ipairs(CASES) do
     local check = TV and it or pending
     check(c[2] .. ' matches torchvision (names, shapes, eval outputs 1e-4)', function()
