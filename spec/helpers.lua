@@ -57,6 +57,36 @@ function H.remove_tmpdirs()
   tmpdirs = {}
 end
 
+--- A reference export run in the background into a fresh folder while the
+-- spec goes on: when `enabled`, the shell command make_cmd(dir) starts now.
+-- e.wait() waits for it and returns dir (e.log its output, e.ok its
+-- status); e.remove() waits and deletes the folder (the specs' teardown:
+-- model exports are hundreds of MB). Not enabled: wait returns nil.
+function H.background_export(enabled, make_cmd)
+  local e = {}
+  if enabled then
+    e.dir = os.tmpname()
+    os.remove(e.dir)
+    assert(os.execute('mkdir -p ' .. e.dir) == 0)
+    e.pipe = io.popen('(' .. make_cmd(e.dir) .. ') 2>&1')
+  end
+  function e.wait()
+    if e.pipe then
+      e.log = e.pipe:read('*a')
+      e.ok = e.pipe:close()
+      e.pipe = nil
+    end
+    return e.dir
+  end
+  function e.remove()
+    if e.dir then
+      e.wait()
+      os.execute('rm -rf ' .. e.dir)
+    end
+  end
+  return e
+end
+
 -- A file's bytes (nil when it cannot be opened), and writing them.
 function H.read_file(path)
   local f = io.open(path, 'rb')

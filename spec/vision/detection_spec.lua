@@ -56,24 +56,12 @@ end
 ------------------------------------------------------------------ torchvision export (background)
 local PY = os.getenv('FLOWVISION_PYTHON') or '/usr/bin/python3'
 local TV = os.execute(PY .. ' -c "import torch, torchvision" >/dev/null 2>&1') == 0
-local export = {}
-if TV then
-  export.dir = os.tmpname()
-  os.remove(export.dir)
-  os.execute('mkdir -p ' .. export.dir)
+local export = H.background_export(TV, function(dir)
   local names = {}
   for i, c in ipairs(CASES) do names[i] = c[2] end
-  export.pipe = io.popen(('%s tools/export_timm.py %s %s 2>&1'):format(PY, export.dir, table.concat(names, ' ')))
-end
-
-local function exported()
-  if export.pipe then
-    export.log = export.pipe:read('*a')
-    export.ok = export.pipe:close()
-    export.pipe = nil
-  end
-  return export.dir
-end
+  return ('%s tools/export_timm.py %s %s'):format(PY, dir, table.concat(names, ' '))
+end)
+local exported = export.wait
 
 local built = {}
 
@@ -234,13 +222,7 @@ describe('flowvision detection / segmentation / style transfer models', function
     assert.equal('FrozenBatchNorm2d', m.backbone.body.bn1.__name)
   end)
 
-  -- the exported weights (about 700 MB) go with the spec, once the export ended
-  teardown(function()
-    if export.dir then
-      exported()
-      os.execute('rm -rf ' .. export.dir)
-    end
-  end)
+  teardown(export.remove)   -- the exported weights: about 700 MB
 
   for _, c in ipairs(CASES) do
     local check = TV and it or pending

@@ -108,24 +108,12 @@ local function torchvision_available()
     .. 'sys.exit(0 if u.find_spec(\'torch\') and u.find_spec(\'torchvision\') else 1)" >/dev/null 2>&1') == 0
 end
 local TV = torchvision_available()
-local export = {}
-
-if TV then
-  export.dir = tmpdir()
+local export = H.background_export(TV, function(dir)
   local tool = 'tools/export_torchvision.py'
-  local cmd = ('%s %s --shapes %s %s && %s %s %s %s'):format(PY, tool, export.dir,
-    table.concat(CNN, ' '), PY, tool, export.dir, table.concat(PARITY, ' '))
-  export.pipe = io.popen('(' .. cmd .. ') 2>&1')
-end
-
-local function exported()
-  if export.pipe then
-    export.log = export.pipe:read('*a')
-    export.pipe:close()
-    export.pipe = nil
-  end
-  return export.dir
-end
+  return ('%s %s --shapes %s %s && %s %s %s %s'):format(PY, tool, dir, table.concat(CNN, ' '), PY, tool, dir,
+                                                        table.concat(PARITY, ' '))
+end)
+local exported = export.wait
 
 local function export_file(name)
   local path = exported() .. '/' .. name
@@ -378,10 +366,5 @@ describe('flowvision.models against torchvision', function()
     end)
   end
 
-  teardown(function()
-    if export.dir then
-      exported()
-      os.execute('rm -rf ' .. export.dir)
-    end
-  end)
+  teardown(export.remove)
 end)

@@ -50,26 +50,15 @@ end
 ------------------------------------------------------------------ timm export (background)
 local PY = os.getenv('FLOWVISION_PYTHON') or '/usr/bin/python3'
 local TIMM = os.execute(PY .. ' -c "import torch, timm" >/dev/null 2>&1') == 0
-local export = {}
-if TIMM then
-  export.dir = os.tmpname()
-  os.remove(export.dir)
-  os.execute('mkdir -p ' .. export.dir)
+local export = H.background_export(TIMM, function(dir)
   local names = {}
   for i, c in ipairs(CASES) do names[i] = c[2] end
-  export.pipe = io.popen(('%s tools/export_timm.py %s %s 2>&1'):format(PY, export.dir, table.concat(names, ' ')))
-end
-
-local function exported()
-  if export.pipe then
-    export.log = export.pipe:read('*a')
-    export.ok = export.pipe:close()
-    export.pipe = nil
-  end
-  return export.dir
-end
+  return ('%s tools/export_timm.py %s %s'):format(PY, dir, table.concat(names, ' '))
+end)
+local exported = export.wait
 
 describe('flowvision transformer / MLP models', function()
+  teardown(export.remove)   -- the exported weights: about 500 MB
   it('are in the registry', function()
     local have = {}
     for _, n in ipairs(models.list()) do have[n] = true end
