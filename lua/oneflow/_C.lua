@@ -249,6 +249,20 @@ function M.release(h)
   return true
 end
 
+-- Tracers that key values by their C address (the ONNX exporter) hold
+-- every value while they run: a released value's address would pass to a
+-- new tensor, which would then read as the old one.
+local holders = 0
+--- hold_values(1) before such a tracer runs, hold_values(-1) after.
+function M.hold_values(d) holders = holders + d end
+
+--- May code that made a tensor release it early (M.release)? Not while a
+-- gradient is recorded (autograd may save it), a graph is traced or a
+-- tracer holds values. The one answer for nn forwards and functionals.
+function M.may_release()
+  return holders == 0 and C.of_is_grad_enabled() == 0 and C.of_tracing() == 0
+end
+
 --- Releases every handle whose Lua tensor is gone (also runs on its own).
 M.collect = full_sweep
 -- the heap warming's state, for the specs: on, n ranges at base[i], len[i], rescan

@@ -71,9 +71,8 @@ end
 -- The values a block's forward makes, freed once read where
 -- oneflow.nn.module's rules allow: f = frees(self, x) says whether they do,
 -- free(t, f[, keep]) releases t (never x, nor keep), step(m, v, f) is m(v)
--- then v freed, residual(x, branch, f) is x + branch, apart(a, b) says
--- whether a can be written without touching b.
-M.frees, M.free, M.apart, M.step = module.frees, module.free, module.apart, module.step
+-- then v freed, residual(x, branch, f) is x + branch.
+M.frees, M.free, M.step = module.frees, module.free, module.step
 M.keeps_no_tensors, M.residual = module.keeps_no_tensors, module.residual
 
 function M.init_conv_bn_linear(model, linear_init)

@@ -40,9 +40,7 @@ end
 -- bits as x + y), and the values made are freed once read; never x.
 function InvertedResidualV2:forward(x)
   if not self.use_res_connect then return self.conv(x) end
-  local y = self.conv(x)
-  if ops.frees(self, x) and ops.apart(y, x) then return y:add_(x) end
-  return x + y
+  return ops.residual(x, self.conv(x), ops.frees(self, x))
 end
 ops.keeps_no_tensors(InvertedResidualV2)
 
@@ -131,9 +129,7 @@ end
 function InvertedResidualV3:forward(x)
   local y = self.block(x)
   if not self.use_res_connect then return y end
-  local f = ops.frees(self, x)
-  if f and not rawequal(y, x) and ops.apart(y, x) then return y:add_(x) end
-  return y + x
+  return ops.residual(x, y, ops.frees(self, x))
 end
 ops.keeps_no_tensors(InvertedResidualV3)
 

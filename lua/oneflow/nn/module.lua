@@ -272,8 +272,8 @@ end
 -- says it again, and a forward put in its place later (on the class or an
 -- instance) is not vouched for. An instance qualifies when its forward is
 -- the one noted, it has no hooks, and every child qualifies.
-local C = require('oneflow._C').C
-local release = require('oneflow._C').release
+local core = require 'oneflow._C'
+local C, release = core.C, core.release
 
 --- keeps_no_tensors(Cls): Cls's forward, as it is now, keeps no reference
 -- to its inputs or outputs once it returns (given children that keep none).
@@ -296,17 +296,9 @@ function M.keeps_none(m)
   return true
 end
 
--- Tracers that key values by their C address (the ONNX exporter) hold
--- every value while they run: a freed value's address would pass to a new
--- tensor, which would then read as the old one.
-local holders = 0
---- hold_values(1) before such a tracer runs, hold_values(-1) after.
-function M.hold_values(d) holders = holders + d end
-
---- May a forward free its values now (nothing recorded, nothing traced)?
-function M.may_free()
-  return holders == 0 and C.of_is_grad_enabled() == 0 and C.of_tracing() == 0
-end
+-- may_free(): may a forward free its values now (nothing recorded, nothing
+-- traced, no tracer holding values: _C.may_release)? hold_values(d) is _C's.
+M.may_free, M.hold_values = core.may_release, core.hold_values
 
 --- frees(m, x): may m's forward, called on x, free the values it makes
 -- (may_free, and m keeps_none)? false, or a true value for free and step
@@ -317,9 +309,9 @@ function M.frees(m, x)
   return false
 end
 
---- Are tensors a and b apart (no shared storage), so that writing into a
+-- Are tensors a and b apart (no shared storage), so that writing into a
 -- leaves b alone?
-function M.apart(a, b)
+local function apart(a, b)
   return is_tensor(a) and is_tensor(b) and C.of_tensor_storage_id(a.p) ~= C.of_tensor_storage_id(b.p)
 end
 
@@ -344,7 +336,7 @@ end
 -- when that is neither x nor shares its storage, else the branch is freed
 -- after.
 function M.residual(x, branch, f)
-  if f and not rawequal(branch, f) and M.apart(branch, x) then return branch:add_(x) end
+  if f and not rawequal(branch, f) and apart(branch, x) then return branch:add_(x) end
   local y = x + branch
   if not rawequal(branch, x) then M.free(branch, f, y) end
   return y

@@ -236,10 +236,8 @@ function M.trace(model, example_inputs, opts)
   flow.set_grad_enabled(false)
   -- quantized modules export in QDQ form once flow.quantization is loaded
   local extra = package.loaded['oneflow.quantization.modules'] and require('oneflow.onnx.quantized').rules()
-  module.hold_values(1)   -- the tracer keys values by address: forwards free none
   local ok, res = pcall(tracer.run, g, ops.rules, function() return fn(unpack(args, 1, n)) end, ops.unfold,
                         extra)
-  module.hold_values(-1)
   flow.set_grad_enabled(grad)
   restore()
   if not ok then

@@ -317,12 +317,15 @@ function M.run(g, rules, fn, unfold, extra)
   local jit_on = jit.status()
   jit.off()
   jit.flush()
+  local core = require 'oneflow._C'
+  core.hold_values(1)   -- values are keyed by address: none released early meanwhile
   local ok, res = pcall(function()
     tr:install()
     active = tr
     return pack(fn())
   end)
   active = nil
+  core.hold_values(-1)
   tr:restore()
   jit.flush()
   if jit_on then jit.on() end

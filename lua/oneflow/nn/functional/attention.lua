@@ -10,7 +10,6 @@ local dropout = require 'oneflow.nn.functional.dropout'
 local linear = require 'oneflow.nn.functional.linear'
 
 local C, out1 = core.C, core.out1
-local tracer = require 'oneflow.onnx.tracer'
 local parse, fail, shape_str = U.parse, U.fail, U.shape_str
 local F = {}
 
@@ -141,7 +140,7 @@ function F.multi_head_attention_forward(...)
   local given = {n = 14, q, k, v, a.key_padding_mask, a.attn_mask, a.static_k, a.static_v, a.in_proj_weight,
                  a.in_proj_bias, a.q_proj_weight, a.k_proj_weight, a.v_proj_weight, a.bias_k, a.bias_v}
   local made, mk = {}, same
-  if not a.need_weights and C.of_is_grad_enabled() == 0 and C.of_tracing() == 0 and not tracer.active() then
+  if not a.need_weights and core.may_release() then
     mk = function(t)
       if t ~= nil then made[#made + 1] = t end
       return t

@@ -4,7 +4,8 @@ local flow = require 'oneflow'   -- the table being built (used at call time)
 local autograd = require 'oneflow.autograd'
 local U = require 'oneflow.nn._util'
 local A = require 'oneflow._args'
-local C, release = require('oneflow._C').C, require('oneflow._C').release
+local core = require 'oneflow._C'
+local C, release, may_release = core.C, core.release, core.may_release
 local T = require 'oneflow.tensor'
 local B = require 'oneflow.distributed.boxing'
 local tracer = require 'oneflow.onnx.tracer'
@@ -58,7 +59,7 @@ function F.linear(x, w, b, ...)
   local y = x:matmul(wt)
   -- with no gradient recorded and nothing tracing, the transposed view and
   -- the product go at once, as in the addmm path above
-  local free = C.of_is_grad_enabled() == 0 and C.of_tracing() == 0 and not tracer.active()
+  local free = may_release()
   if free then release(wt) end
   if b ~= nil then
     -- under autocast linear runs in the low dtype as a whole, bias included
@@ -175,8 +176,8 @@ function F.embedding(ids, weight, ...)
   shape[#shape + 1] = dim
   local y = out:view(shape)
   -- released at once (as F.linear's), so that the result's storage goes
-  -- with the result; not while a tracer keys values by their address
-  if C.of_tracing() == 0 and not tracer.active() then
+  -- with the result, where _C.may_release allows
+  if may_release() then
     if #made > 0 and not rawequal(flat, ids) then release(flat) end
     for _, t in ipairs(made) do
       if not rawequal(t, y) then release(t) end
