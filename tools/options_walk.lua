@@ -73,6 +73,8 @@ local SKIP = {
   ['flow.utils.tensorboard.SummaryWriter'] = true,
   -- takes the parsed arguments of a loss (size_average, reduce, reduction), not options
   ['F.legacy_reduction'] = true,
+  -- puts the quantized names on oneflow's table (once, when oneflow loads)
+  ['flow.quantization.attach'] = true,
 }
 local SKIP_PATTERNS = {
   '^flow%.set_', '^flow%.manual_seed', '^flow%.seed', '^flow%.use_', '%.set_default',
@@ -133,6 +135,12 @@ local function templates()
     {img, 10, {0, 0}, 1, {0, 0}},
     -- a complex tensor (view_as_real, imag) and a C host's handle (from_handle)
     {flow.complex(x, x)}, {flow.to_handle(x)},
+    -- per-channel scales and zero points, BatchNorm statistics to fold, a
+    -- module with an empty qconfig_dict (quantization's positional forms)
+    {x, flow.ones(2), flow.zeros(2), 1, 0, 255},
+    {w4, flow.ones(2), flow.zeros(2), flow.ones(2), 1e-5, flow.ones(2), flow.zeros(2)},
+    {x, flow.ones(2), flow.zeros(2), flow.ones(2), 1e-5, flow.ones(2), flow.zeros(2)},
+    {nn.Linear(3, 2), {}},
   }
 end
 local function method_templates()

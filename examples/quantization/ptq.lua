@@ -9,7 +9,7 @@
 --   ./bin/flow examples/quantization/ptq.lua [--model lenet|resnet18]
 --       [--checkpoint model.safetensors] [--epochs 1] [--limit N]
 --       [--calib-batches 32] [--threads 2] [--bench-batch 8] [--iters 50]
---       [--qat] [--prune [--prune-residual]] [--export DIR]
+--       [--qat] [--qat-bn] [--prune [--prune-residual]] [--export DIR]
 --
 -- Without --checkpoint (a state dict of the model; for the LeNet also one of
 -- examples/mnist/train.lua's: the same keys) the float model is trained first.
@@ -37,6 +37,7 @@ local function parse_args(argv)
   p:option('--bench-batch', 'Batch size of the speed measurement.', '8', tonumber)
   p:option('--iters', 'Timed forward passes per model and round.', '50', tonumber)
   p:flag('--qat', 'Also fine-tune with fake quantization (1 epoch) and convert.')
+  p:flag('--qat-bn', 'Also QAT with BatchNorm kept and trained (fuse_modules_qat; a ResNet), 1 epoch.')
   p:flag('--prune', 'Also prune 50% of the conv channels, fine-tune 1 epoch, and quantize.')
   p:flag('--prune-residual', "With --prune and a ResNet: also its residual streams' channels.")
   p:option('--export', 'Write weights and data as PyTorch files into this directory.')
@@ -92,6 +93,14 @@ local function fused(model)
   local c = model:clone()
   c:eval()
   return c:fuse_model()
+end
+
+-- a copy fused for QAT with BatchNorm kept (ConvBnReLU2d ...), in training mode
+local function fused_qat(model)
+  local c = model:clone()
+  c:train()
+  if model.fuse_model == nil then return Qz.fuse_modules_qat(c, QLeNet.fusable) end
+  return c:fuse_model(true)
 end
 
 local function ptq(model, xcal, batches)
@@ -151,6 +160,20 @@ local function main(argv)
     local qq = Qz.convert(p)
     flow.save(qq:state_dict(), dir .. '/ptq_qat.safetensors')
     row('int8 QAT', qq, file_size(dir .. '/ptq_qat.safetensors'))
+  end
+  if opts.qat_bn then
+    -- PyTorch's recipe: BatchNorm trains its statistics under fake
+    -- quantization, is frozen at the end, and convert folds it
+    print('QAT with BatchNorm kept: 1 epoch of fake-quantized fine-tuning')
+    local p = fused_qat(model)
+    p.qconfig = Qz.get_default_qat_qconfig('x86')
+    p = Qz.prepare_qat(p)
+    train(p, xtr, ytr, 1, 1e-4)
+    p:apply(Qz.nn.qat.freeze_bn_stats)
+    p:apply(Qz.disable_observer)
+    local qq = Qz.convert(p)
+    flow.save(qq:state_dict(), dir .. '/ptq_qat_bn.safetensors')
+    row('int8 QAT, BatchNorm kept', qq, file_size(dir .. '/ptq_qat_bn.safetensors'))
   end
   if opts.prune then
     -- the LeNet's conv chains; a ResNet's block-internal channels (its residual

@@ -115,9 +115,10 @@ describe('examples', function()
     -- the ResNet-18 (flowvision.models.quantization) through the same steps; pruning
     -- shrinks its 8 blocks' inner channels
     out, rc = sh(('cd /tmp && %s/bin/flow %s/examples/quantization/ptq.lua --model resnet18 --limit 100 '
-                  .. '--calib-batches 1 --iters 1 --threads 2 --qat --prune'):format(root, root))
+                  .. '--calib-batches 1 --iters 1 --threads 2 --qat --qat-bn --prune'):format(root, root))
     assert.equal(0, rc, out)
-    for _, row in ipairs({'fp32 ', 'int8 static (PTQ)', 'int8 QAT', 'channels of 8 conv chains',
+    for _, row in ipairs({'fp32 ', 'int8 static (PTQ)', 'int8 QAT', 'int8 QAT, BatchNorm kept',
+                          'channels of 8 conv chains',
                           'fp32 pruned 50% (5678154 params vs 11172810)', 'int8 pruned 50%'}) do
       assert.truthy(out:find(row, 1, true), out)
     end

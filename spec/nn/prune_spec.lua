@@ -57,6 +57,123 @@ print('done')
   end)
 end)
 
+describe('prune methods: classes, containers, user methods', function()
+  -- a user method: every other entry of what it is given (PyTorch's tutorial
+  -- FooBarPruningMethod), and a structured one that drops the first slice
+  local Every2nd = prune.BasePruningMethod:subclass('Every2nd')
+  Every2nd.PRUNING_TYPE = 'unstructured'
+  function Every2nd.compute_mask(_, _, default_mask)
+    local mask = default_mask:clone()
+    local flat = mask:view(-1)
+    for i = 1, flat:numel(), 2 do flat[i] = 0 end
+    return mask
+  end
+  local FirstSlice = prune.BasePruningMethod:subclass('FirstSlice')
+  FirstSlice.PRUNING_TYPE = 'structured'
+  function FirstSlice:__init(dim) self.dim = dim end
+  function FirstSlice:compute_mask(_, default_mask)
+    local mask = default_mask:clone()
+    mask:select(self.dim, 1):fill_(0)
+    return mask
+  end
+
+  it('a user method prunes among what is kept, in a PruningContainer, as torch.nn.utils.prune', function()
+    if not R.available() then pending('PyTorch not installed for /usr/bin/python3') return end
+    flow.manual_seed(5)
+    local a, c = nn.Linear(6, 4), nn.Conv2d(3, 5, 2)
+    local wa, wc = a.weight:clone(), c.weight:clone()
+    prune.l1_unstructured(a, 'weight', 0.5)
+    local meth = Every2nd.apply(a, 'weight')
+    assert.are.equal('PruningContainer', meth.__name)
+    assert.are.equal(2, #meth:methods())
+    assert.are.equal(meth, prune.method_of(a, 'weight'))
+    prune.ln_structured(c, 'weight', 2, 2, 1)
+    FirstSlice:apply(c, 'weight', 1)          -- the colon form too
+    prune.l1_unstructured(c, 'weight', 0.25)
+    local g1, g2 = nn.Linear(4, 3), nn.Linear(3, 2)
+    local w1, w2 = g1.weight:clone(), g2.weight:clone()
+    prune.global_unstructured({{g1, 'weight'}, {g2, 'weight'}}, {pruning_method = Every2nd})
+    local t = R.run(([==[
+import torch, torch.nn as nn, torch.nn.utils.prune as prune
+def T(l, *s): return torch.tensor(l, dtype=torch.float32).reshape(*s)
+class Every2nd(prune.BasePruningMethod):
+    PRUNING_TYPE = 'unstructured'
+    def compute_mask(self, t, default_mask):
+        mask = default_mask.clone(); mask.view(-1)[::2] = 0; return mask
+class FirstSlice(prune.BasePruningMethod):
+    PRUNING_TYPE = 'structured'
+    def __init__(self, dim): self.dim = dim
+    def compute_mask(self, t, default_mask):
+        mask = default_mask.clone(); mask.select(self.dim, 0).fill_(0); return mask
+a, c = nn.Linear(6, 4), nn.Conv2d(3, 5, 2)
+g1, g2 = nn.Linear(4, 3), nn.Linear(3, 2)
+with torch.no_grad():
+    a.weight.copy_(T(%s, 4, 6)); c.weight.copy_(T(%s, 5, 3, 2, 2))
+    g1.weight.copy_(T(%s, 3, 4)); g2.weight.copy_(T(%s, 2, 3))
+prune.l1_unstructured(a, 'weight', 0.5)
+Every2nd.apply(a, 'weight')
+prune.ln_structured(c, 'weight', 2, 2, 0)
+FirstSlice.apply(c, 'weight', 0)
+prune.l1_unstructured(c, 'weight', 0.25)
+prune.global_unstructured([(g1, 'weight'), (g2, 'weight')], pruning_method=Every2nd)
+def out(k, t): print(k, ' '.join(repr(float(v)) for v in t.flatten().tolist()))
+out('a', a.weight_mask); out('c', c.weight_mask); out('g1', g1.weight_mask); out('g2', g2.weight_mask)
+print('done')
+]==]):format(R.list(wa), R.list(wc), R.list(w1), R.list(w2)))
+    H.close(a.weight_mask, t.a, 0, 'unstructured user method after l1')
+    H.close(c.weight_mask, t.c, 0, 'structured user method between ln_structured and l1')
+    H.close(g1.weight_mask, t.g1, 0, 'global_unstructured with a user method')
+    H.close(g2.weight_mask, t.g2, 0, 'global_unstructured with a user method (second)')
+  end)
+
+  it('random_structured drops whole kept slices; the classes prune as the functions do', function()
+    flow.manual_seed(8)
+    local c = nn.Conv2d(4, 10, 3)
+    prune.random_structured(c, 'weight', 0.3, 1)
+    local per = c.weight_mask:sum({2, 3, 4})
+    assert.are.equal(3, per:eq(0):sum():item())
+    assert.are.equal(7, per:eq(36):sum():item())
+    prune.random_structured(c, 'weight', {amount = 2, dim = 1})   -- among the 7 kept
+    per = c.weight_mask:sum({2, 3, 4})
+    assert.are.equal(5, per:eq(0):sum():item())
+    prune.random_structured(c, 'weight', 1, -1)                  -- the last dim: one of 3 columns
+    assert.are.equal(5 * 4 * 3 * 2, c.weight_mask:sum():item())
+    local l1, l2 = nn.Linear(5, 5), nn.Linear(5, 5)
+    flow.no_grad(function() l2.weight:copy_(l1.weight) end)
+    prune.l1_unstructured(l1, 'weight', 0.4)
+    prune.L1Unstructured.apply(l2, 'weight', 0.4)
+    H.close(l2.weight_mask, l1.weight_mask, 0)
+    assert.are.equal('L1Unstructured', prune.method_of(l2, 'weight').__name)
+    assert.are.equal('unstructured', prune.LnStructured.PRUNING_TYPE == 'structured' and 'unstructured')
+    local m = prune.LnStructured({amount = 1, n = 2, dim = 1})
+    local w = flow.tensor({{1.0, 1.0}, {0.1, 0.1}, {2.0, 0.0}})
+    H.close(m:prune(w), {{1, 1}, {0, 0}, {2, 0}}, 0, 'method:prune')
+    prune.remove(l2, 'weight')
+    assert.is_nil(prune.method_of(l2, 'weight'))
+  end)
+
+  it('bad input: amounts, dims, shapes, methods', function()
+    H.raises(function() prune.random_structured(nn.Linear(3, 3), 'weight', 0.5, 3) end,
+      'prune.RandomStructured: dim is 1-based (or negative from the end) for a 2-d tensor, got 3')
+    H.raises(function() prune.random_structured(nn.Linear(3, 3), 'weight', 4, 1) end,
+      'amount=4 should be smaller than the number of parameters to prune=3')
+    H.raises(function() prune.L1Unstructured(1.5) end, 'amount must be a fraction in [0, 1] or a whole number')
+    H.raises(function() prune.custom_from_mask(nn.Linear(3, 2), 'weight', flow.ones(3, 2)) end,
+      'prune.CustomFromMask: mask of shape')
+    H.raises(function() prune.l1_unstructured(nn.Linear(3, 2), 'weight', 0.5,
+      {importance_scores = flow.ones(3)}) end, 'importance_scores of shape')
+    local Bare = prune.BasePruningMethod:subclass('Bare')
+    Bare.PRUNING_TYPE = 'unstructured'
+    H.raises(function() Bare.apply(nn.Linear(2, 2), 'weight') end,
+      'prune.Bare: compute_mask(t, default_mask) is not defined')
+    H.raises(function() prune.global_unstructured({{nn.Linear(2, 2), 'weight'}},
+      {pruning_method = prune.LnStructured, amount = 1}) end, "only 'unstructured' methods prune globally")
+    local lin = nn.Linear(2, 2)
+    H.raises(function() Bare.apply(lin, 'weight') end, 'compute_mask')
+    assert.is_true(lin._parameters:has('weight'), 'a failed pruning leaves the parameter as it was')
+  end)
+end)
+
 describe('prune.prune_channels', function()
   local function net()
     flow.manual_seed(3)

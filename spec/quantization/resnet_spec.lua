@@ -89,6 +89,44 @@ describe('flowvision.models.quantization', function()
     end
   end)
 
+  it('fuse_model(true) keeps BatchNorm for QAT; prepare_qat trains it, convert folds it', function()
+    local m = float_model('resnet18', 2)
+    m:train()
+    local x = flow.randn(4, 1, 12, 12)
+    m:fuse_model(true)
+    assert.are.equal('ConvBnReLU2d', m.conv1.__name)
+    assert.are.equal('ConvBn2d', m.layer1[1].conv2.__name)
+    assert.are.equal('ConvBn2d', m.layer2[1].downsample[1].__name)
+    -- min/max ranges (not moving averages), so that the ranges seen in
+    -- training and in the eval pass below cover what the int8 model meets
+    local FQ = Qz.FakeQuantize
+    m.qconfig = Qz.QConfig({
+      activation = FQ:with_args({observer = Qz.MinMaxObserver, reduce_range = true}),
+      weight = FQ:with_args({observer = Qz.PerChannelMinMaxObserver, dtype = flow.qint8,
+                             qscheme = 'per_channel_symmetric'})})
+    local p = Qz.prepare_qat(m)
+    assert.are.equal('QATConvBnReLU2d', p.conv1.__name)
+    local rv = p.layer2[1].conv1.bn.running_var:clone()
+    local opt = flow.optim.SGD(p:parameters(), {lr = 0.01})
+    local y = flow.randint(1, 11, {4})
+    local loss = nn.functional.cross_entropy(p(x), y)
+    opt:zero_grad(); loss:backward(); opt:step()
+    assert.is_true((p.layer2[1].conv1.bn.running_var - rv):abs():max():item() > 0, 'statistics train')
+    p:apply(Qz.nn.qat.freeze_bn_stats)
+    p:eval()
+    p(x)                                  -- the observers see the frozen, folded weights once
+    p:apply(Qz.disable_observer)
+    local qm = Qz.convert(p)
+    assert.are.equal('QuantizedConvReLU2d', qm.conv1.__name)
+    for _, mod in qm:named_modules() do
+      assert.is_not.equal('BatchNorm2d', mod.__name, 'a BatchNorm was left')
+    end
+    local fq, qo = p(x), qm(x)
+    local d = (qo - fq):abs():max():item()
+    assert.is_true(d <= 0.1 * fq:abs():max():item(), ("int8 vs fake-quantized: %g of %g"):format(d,
+      fq:abs():max():item()))
+  end)
+
   it('post-training quantization: int8 ResNets track the float ones, in eager, nn.Graph and a saved graph', function()
     for _, name in ipairs({'resnet18', 'resnet50'}) do
       local m = float_model(name, 3)

@@ -272,3 +272,173 @@ print('done')
     local _ = p
   end)
 end)
+
+describe("torch.ao.quantization's named defaults and one-call forms", function()
+  it('default observers and fake quantizers give torch.ao.quantization qparams', function()
+    if not R.available() then pending('PyTorch not installed for /usr/bin/python3') return end
+    flow.manual_seed(12)
+    -- integral extremes: PyTorch 1.13's HistogramObserver truncates its range to integers
+    local v = (flow.randn(500) * 2 + 0.3):clamp(-7, 8)
+    v[1], v[2] = -7, 8
+    local w = flow.randn(4, 3, 3) * 0.2
+    local got = {}
+    local function run(name, o, x)
+      o(x)
+      local s, z = o:calculate_qparams()
+      got[name] = {s, z}
+      return o
+    end
+    run('obs', Qz.default_observer(), v)
+    run('hist', Qz.default_histogram_observer(), v)
+    run('wobs', Qz.default_weight_observer(), w)
+    run('pcw', Qz.default_per_channel_weight_observer(), w)
+    local fq = run('fq', Qz.default_fake_quant(), v)
+    local wfq = run('wfq', Qz.default_weight_fake_quant(), w)
+    local pcfq = run('pcfq', Qz.default_per_channel_weight_fake_quant(), w)
+    local fq_out = fq(v)
+    local t = R.run(([==[
+import torch
+import torch.ao.quantization as tq
+def T(l, *shape): return torch.tensor(l, dtype=torch.float32).reshape(*shape)
+def out(k, t): print(k, ' '.join(repr(float(x)) for x in torch.as_tensor(t).flatten().tolist()))
+v, w = T(%s, 500), T(%s, 4, 3, 3)
+for name, ctor, x in [('obs', tq.default_observer, v), ('hist', tq.default_histogram_observer, v),
+                      ('wobs', tq.default_weight_observer, w), ('pcw', tq.default_per_channel_weight_observer, w),
+                      ('fq', tq.default_fake_quant, v), ('wfq', tq.default_weight_fake_quant, w),
+                      ('pcfq', tq.default_per_channel_weight_fake_quant, w)]:
+    o = ctor(); o(x); s, z = o.calculate_qparams(); out(name + '_s', s); out(name + '_z', z)
+    if name == 'fq': out('fq_out', o(v).detach())
+    out(name + '_range', [o.quant_min, o.quant_max])
+print('done')
+]==]):format(R.list(v), R.list(w)))
+    for _, name in ipairs({'obs', 'hist', 'wobs', 'pcw', 'fq', 'wfq', 'pcfq'}) do
+      local s, z = got[name][1], got[name][2]
+      H.close(flow.is_tensor(s) and s or {s}, t[name .. '_s'], 1e-6, name .. ' scale')
+      H.close(flow.is_tensor(z) and z or {z}, t[name .. '_z'], 0, name .. ' zero point')
+    end
+    H.close({fq.quant_min, fq.quant_max}, t.fq_range, 0, 'default_fake_quant range (reduce_range halves 0..255)')
+    H.close({wfq.quant_min, wfq.quant_max}, t.wfq_range, 0)
+    H.close({pcfq.quant_min, pcfq.quant_max}, t.pcfq_range, 0)
+    H.close(fq_out, t.fq_out, 1e-6, 'default_fake_quant output')
+  end)
+
+  it('quantize and quantize_qat in one call equal the steps they stand for', function()
+    local m = Qz.fuse_modules(make_net(), {{'conv1', 'bn1', 'relu1'}})
+    m.qconfig = minmax_qconfig
+    flow.manual_seed(4)
+    local b1, b2 = flow.randn(4, 2, 10, 10), flow.randn(4, 2, 10, 10)
+    local seen = 0
+    local function calibrate(model, a, b)
+      model(a); model(b)
+      seen = seen + 2
+    end
+    local q1 = Qz.quantize(m, calibrate, {b1, b2})
+    assert.are.equal(2, seen)
+    assert.is_nil(rawget(m.conv1, 'activation_post_process'), 'the model itself is left as it was')
+    local p = Qz.prepare(m)
+    p(b1); p(b2)
+    local q2 = Qz.convert(p)
+    H.close(q1(b1), q2(b1), 0, 'quantize = prepare, run_fn, convert')
+    -- quantize_qat: run_fn trains the QAT model; one argument that is not a list passes as is
+    local trained = 0
+    local qat = Qz.fuse_modules(make_net(), {{'conv1', 'bn1', 'relu1'}})
+    qat.qconfig = Qz.get_default_qat_qconfig('x86')
+    local q3 = Qz.quantize_qat(qat, function(model, x)
+      assert.is_true(model.training)
+      assert.are.equal('QATConvReLU2d', model.conv1.__name)
+      local opt = flow.optim.SGD(model:parameters(), {lr = 0.01})
+      for _ = 1, 2 do
+        local loss = model(x):pow(2):mean()
+        opt:zero_grad(); loss:backward(); opt:step()
+        trained = trained + 1
+      end
+    end, b1)
+    assert.are.equal(2, trained)
+    assert.are.equal('QuantizedConvReLU2d', q3.conv1.__name)
+    assert.is_false(q3.training)
+    H.raises(function() Qz.quantize(m, 'calibrate', {}) end, 'quantize: argument 2 (run_fn) must be a function')
+    H.raises(function() Qz.quantize(m, calibrate, {b1, b2}, {mapping = {}}) end, "unknown option 'mapping'")
+  end)
+
+  it('QuantWrapper, propagate_qconfig_ and add_quant_dequant make the modules and keys PyTorch makes', function()
+    local m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 3)))
+    local qc = Qz.get_default_qconfig('x86')
+    m.qconfig = qc
+    Qz.propagate_qconfig_(m, {['2.0'] = Qz.default_qconfig})
+    assert.are.equal(qc, rawget(m[1], 'qconfig'))
+    assert.are.equal(Qz.default_qconfig, rawget(m[3][1], 'qconfig'))
+    local keyed = nn.Sequential(nn.Linear(2, 2), nn.Conv2d(1, 1, 1))
+    Qz.propagate_qconfig_(keyed, {[nn.Conv2d] = qc})
+    assert.is_nil(rawget(keyed[1], 'qconfig'))
+    assert.are.equal(qc, rawget(keyed[2], 'qconfig'))
+    Qz.add_quant_dequant(m)
+    assert.are.equal('QuantWrapper', m[1].__name)
+    assert.are.equal('QuantWrapper', m[3][1].__name)
+    local keys = {}
+    for k in pairs(m:state_dict()) do keys[#keys + 1] = k end
+    table.sort(keys)
+    assert.are.same({'0.module.bias', '0.module.weight', '2.0.module.bias', '2.0.module.weight'}, keys)
+    -- the wrapped model quantizes: each Linear between its own Quantize / DeQuantize
+    local p = Qz.prepare(m)
+    local x = flow.randn(6, 4)
+    p(x)
+    local q = Qz.convert(p)
+    assert.are.equal('Quantize', q[1].quant.__name)
+    assert.are.equal('QuantizedLinear', q[1].module.__name)
+    local d = (q(x) - m(x)):abs():max():item()
+    assert.is_true(d < 0.1 * m(x):abs():max():item(), 'wrapped int8 model tracks the float one: ' .. d)
+    H.raises(function() Qz.propagate_qconfig_(m, {['0'] = 'x86'}) end,
+      "propagate_qconfig_: qconfig_dict[0] must be a QConfig or false")
+    H.raises(function() Qz.QuantWrapper(3) end, 'QuantWrapper')
+  end)
+
+  it('nn.utils.fuse_conv_bn_weights / fuse_linear_bn_weights give torch.nn.utils.fusion bits', function()
+    if not R.available() then pending('PyTorch not installed for /usr/bin/python3') return end
+    flow.manual_seed(6)
+    local cw, cb = flow.randn(5, 3, 3, 3), flow.randn(5)
+    local lw, lb = flow.randn(5, 7), flow.randn(5)
+    local rm, rv, g, beta = flow.randn(5) * 0.3, flow.rand(5) + 0.2, flow.rand(5) + 0.5, flow.randn(5)
+    local U = flow.nn.utils
+    local fcw, fcb = U.fuse_conv_bn_weights(cw, cb, rm, rv, 1e-5, g, beta)
+    local fcw0, fcb0 = U.fuse_conv_bn_weights(cw, nil, rm, rv, 1e-3, nil, nil)
+    local flw, flb = U.fuse_linear_bn_weights(lw, lb, rm, rv, 1e-5, g, beta)
+    assert.is_true(fcw.requires_grad, 'parameters, as PyTorch returns')
+    local t = R.run(([==[
+import torch
+from torch.nn.utils.fusion import fuse_conv_bn_weights, fuse_linear_bn_weights
+def T(l, *shape): return torch.tensor(l, dtype=torch.float32).reshape(*shape)
+def out(k, t): print(k, ' '.join(repr(float(x)) for x in t.detach().flatten().tolist()))
+cw, cb, lw, lb = T(%s, 5, 3, 3, 3), T(%s, 5), T(%s, 5, 7), T(%s, 5)
+rm, rv, g, b = T(%s, 5), T(%s, 5), T(%s, 5), T(%s, 5)
+w, bb = fuse_conv_bn_weights(cw, cb, rm, rv, 1e-5, g, b); out('cw', w); out('cb', bb)
+w, bb = fuse_conv_bn_weights(cw, None, rm, rv, 1e-3, None, None); out('cw0', w); out('cb0', bb)
+w, bb = fuse_linear_bn_weights(lw, lb, rm, rv, 1e-5, g, b); out('lw', w); out('lb', bb)
+print('done')
+]==]):format(R.list(cw), R.list(cb), R.list(lw), R.list(lb), R.list(rm), R.list(rv), R.list(g), R.list(beta)))
+    H.close(fcw, t.cw, 0, 'conv weight'); H.close(fcb, t.cb, 0, 'conv bias')
+    H.close(fcw0, t.cw0, 0, 'conv weight, no bias or affine'); H.close(fcb0, t.cb0, 0, 'conv bias, no bias or affine')
+    H.close(flw, t.lw, 0, 'linear weight'); H.close(flb, t.lb, 0, 'linear bias')
+  end)
+
+  it('torch-style names: flow.fake_quantize_*, qschemes, flow.nn.quantized / intrinsic / qat, flow.ao', function()
+    local x = flow.tensor({-1.0, 0.26, 3.0})
+    H.close(flow.fake_quantize_per_tensor_affine(x, 0.1, 3, 0, 40),
+            Qz.fake_quantize_per_tensor_affine(x, 0.1, 3, 0, 40), 0)
+    H.close(flow.fake_quantize_per_channel_affine(x:view(3, 1), flow.tensor({0.1, 0.2, 0.5}), flow.zeros(3), 1, -8, 7),
+            {{-0.8}, {0.2}, {3.0}}, 1e-6)
+    local q = flow.quantize_per_tensor(x, 0.1, 3, flow.quint8)
+    assert.are.equal(flow.per_tensor_affine, q:qscheme())
+    assert.are.equal(flow.per_channel_affine,
+      flow.quantize_per_channel(x:view(3, 1), flow.tensor({0.1, 0.2, 0.5}), flow.zeros(3, {dtype = flow.int64}), 1,
+                                flow.qint8):qscheme())
+    assert.are.equal(Qz.nn.quantized.Linear, flow.nn.quantized.Linear)
+    assert.are.equal(Qz.nn.quantized.dynamic.LSTM, flow.nn.quantized.dynamic.LSTM)
+    assert.are.equal(Qz.nn.qat.ConvBn2d, flow.nn.intrinsic.qat.ConvBn2d)
+    assert.are.equal(Qz.nn.intrinsic.ConvBnReLU2d, flow.nn.intrinsic.ConvBnReLU2d)
+    assert.are.equal(Qz, flow.ao.quantization)
+    local fused = Qz.FusedMovingAvgObsFakeQuantize:with_args({quant_min = 0, quant_max = 255, reduce_range = true})()
+    local plain = Qz.default_fake_quant()
+    H.close(fused(x), plain(x), 0, 'FusedMovingAvgObsFakeQuantize is FakeQuantize with a moving average')
+    assert.are.equal(flow.nn.qat.Linear, flow.ao.nn.qat.Linear)
+  end)
+end)

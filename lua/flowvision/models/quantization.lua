@@ -28,7 +28,10 @@ local nn, Qz = flow.nn, flow.quantization
 -- namespace, as torchvision.models.quantization
 local M = {models = {}}
 
-local function fuse(m, groups) Qz.fuse_modules(m, groups, {inplace = true}) end
+-- is_qat (torchvision's _fuse_modules): keep BatchNorm for QAT modules
+local function fuse(m, groups, is_qat)
+  (is_qat and Qz.fuse_modules_qat or Qz.fuse_modules)(m, groups, {inplace = true})
+end
 
 ------------------------------------------------------------------ blocks
 local QBasicBlock = R.BasicBlock:subclass('QuantizableBasicBlock')
@@ -48,10 +51,10 @@ function QBasicBlock:forward(x)
   return self.add_relu:add_relu(out, identity)
 end
 
---- block:fuse_model(): conv1+bn1+relu, conv2+bn2 and the downsample's conv+bn, in place (eval mode).
-function QBasicBlock:fuse_model()
-  fuse(self, {{'conv1', 'bn1', 'relu'}, {'conv2', 'bn2'}})
-  if self.downsample then fuse(self.downsample, {{'0', '1'}}) end
+--- block:fuse_model([is_qat]): conv1+bn1+relu, conv2+bn2 and the downsample's conv+bn, in place.
+function QBasicBlock:fuse_model(is_qat)
+  fuse(self, {{'conv1', 'bn1', 'relu'}, {'conv2', 'bn2'}}, is_qat)
+  if self.downsample then fuse(self.downsample, {{'0', '1'}}, is_qat) end
 end
 
 local QBottleneck = R.Bottleneck:subclass('QuantizableBottleneck')
@@ -74,9 +77,9 @@ function QBottleneck:forward(x)
   return self.skip_add_relu:add_relu(out, identity)
 end
 
-function QBottleneck:fuse_model()
-  fuse(self, {{'conv1', 'bn1', 'relu1'}, {'conv2', 'bn2', 'relu2'}, {'conv3', 'bn3'}})
-  if self.downsample then fuse(self.downsample, {{'0', '1'}}) end
+function QBottleneck:fuse_model(is_qat)
+  fuse(self, {{'conv1', 'bn1', 'relu1'}, {'conv2', 'bn2', 'relu2'}, {'conv3', 'bn3'}}, is_qat)
+  if self.downsample then fuse(self.downsample, {{'0', '1'}}, is_qat) end
 end
 
 ------------------------------------------------------------------ ResNet
@@ -96,19 +99,18 @@ function QResNet:forward(x)
   return self.dequant(self.fc(self.avgpool(x):flatten(2)))
 end
 
---- model:fuse_model([is_qat]): folds every Conv+BatchNorm(+ReLU) of the stem
--- and the blocks, in place; the model must be in eval mode (the BatchNorm
--- running statistics are folded into the weights). is_qat is torchvision's
--- argument: there it keeps BatchNorm inside QAT modules (ConvBnReLU2d),
--- which flow.quantization does not have, so QAT also starts from the folded
--- model (call model:train() after fuse_model, then prepare_qat).
+--- model:fuse_model([is_qat]): fuses every Conv+BatchNorm(+ReLU) of the stem
+-- and the blocks, in place. Without is_qat the model must be in eval mode
+-- (the BatchNorm running statistics are folded into the weights); with
+-- is_qat = true (torchvision's argument) BatchNorm is kept (ConvBnReLU2d,
+-- ConvBn2d: fuse_modules_qat), for prepare_qat in training mode.
 function QResNet:fuse_model(is_qat)
   if is_qat ~= nil and type(is_qat) ~= 'boolean' then
     A.fail('QuantizableResNet:fuse_model: is_qat must be a boolean or nil, got ' .. A.describe(is_qat))
   end
-  fuse(self, {{'conv1', 'bn1', 'relu'}})
+  fuse(self, {{'conv1', 'bn1', 'relu'}}, is_qat)
   for _, m in self:named_modules() do
-    if ops.is_a(m, QBasicBlock) or ops.is_a(m, QBottleneck) then m:fuse_model() end
+    if ops.is_a(m, QBasicBlock) or ops.is_a(m, QBottleneck) then m:fuse_model(is_qat) end
   end
   return self
 end

@@ -12,6 +12,7 @@
 local flow = require 'oneflow'
 local A = require 'oneflow._args'
 local O = require 'oneflow.quantization.observer'
+local Q = require 'oneflow.quantization.qtensor'
 
 local M = {}
 local nn = flow.nn
@@ -140,10 +141,28 @@ function FakeQuantize.with_args(cls, opts)
   end
 end
 
+--- FusedMovingAvgObsFakeQuantize(opts): PyTorch's default QAT fake quantizer,
+-- observation and fake quantization in one kernel there; the same
+-- arithmetic as FakeQuantize with its default moving-average observer here.
+-- @function quantization.FusedMovingAvgObsFakeQuantize
+M.FusedMovingAvgObsFakeQuantize = FakeQuantize:subclass('FusedMovingAvgObsFakeQuantize')
+
 --- Applied with model:apply(...): switch fake quantization / observers of every FakeQuantize.
 function M.disable_observer(m) if flow.class.isinstance(m, FakeQuantize) then m:disable_observer() end end
 function M.enable_observer(m) if flow.class.isinstance(m, FakeQuantize) then m:enable_observer() end end
 function M.disable_fake_quant(m) if flow.class.isinstance(m, FakeQuantize) then m:disable_fake_quant() end end
 function M.enable_fake_quant(m) if flow.class.isinstance(m, FakeQuantize) then m:enable_fake_quant() end end
+
+-- torch.ao.quantization's named fake quantizers, with its arguments
+--- quantization.default_fake_quant(): FakeQuantize of quint8 activations (moving average, 0..255 reduce_range).
+M.default_fake_quant = FakeQuantize:with_args({observer = O.MovingAverageMinMaxObserver, quant_min = 0,
+                                               quant_max = 255, dtype = Q.quint8, reduce_range = true})
+--- quantization.default_weight_fake_quant(): FakeQuantize of int8 weights, per-tensor symmetric.
+M.default_weight_fake_quant = FakeQuantize:with_args({observer = O.MovingAverageMinMaxObserver,
+  quant_min = -128, quant_max = 127, dtype = Q.qint8, qscheme = 'per_tensor_symmetric'})
+--- quantization.default_per_channel_weight_fake_quant(): FakeQuantize of int8 weights, per-channel symmetric.
+M.default_per_channel_weight_fake_quant = FakeQuantize:with_args({
+  observer = O.MovingAveragePerChannelMinMaxObserver, quant_min = -128, quant_max = 127, dtype = Q.qint8,
+  qscheme = 'per_channel_symmetric'})
 
 return M

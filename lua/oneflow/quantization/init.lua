@@ -23,10 +23,14 @@ for _, src in ipairs({O, FQ, W}) do
 end
 M.QuantStub, M.DeQuantStub, M.FloatFunctional, M.QFunctional = QM.QuantStub, QM.DeQuantStub,
   QM.FloatFunctional, QM.QFunctional
+M.QuantWrapper = QM.QuantWrapper
 M.quantize_per_tensor, M.quantize_per_channel = Q.quantize_per_tensor, Q.quantize_per_channel
 M.is_quantized = Q.is_quantized
+-- torch.ao.nn's namespaces (also flow.nn.intrinsic, flow.nn.qat, flow.nn.quantized)
 M.nn = {
-  intrinsic = {ConvReLU2d = QM.ConvReLU2d, LinearReLU = QM.LinearReLU},
+  intrinsic = {ConvReLU2d = QM.ConvReLU2d, LinearReLU = QM.LinearReLU, ConvBn2d = QM.ConvBn2d,
+               ConvBnReLU2d = QM.ConvBnReLU2d, LinearBn1d = QM.LinearBn1d, qat = QM.qat,
+               quantized = {ConvReLU2d = QM.ConvReLU2d_q, LinearReLU = QM.LinearReLU_q}},
   qat = QM.qat,
   quantized = {Conv2d = QM.Conv2d, ConvReLU2d = QM.ConvReLU2d_q, Linear = QM.Linear,
                LinearReLU = QM.LinearReLU_q, ReLU = QM.ReLU, Quantize = QM.Quantize,
@@ -66,6 +70,22 @@ function M.attach(flow)
   end
   flow.is_quantized = Q.is_quantized
   flow._make_per_tensor_quantized_tensor = Q.from_int_repr
+  flow.fake_quantize_per_tensor_affine = FQ.fake_quantize_per_tensor_affine
+  flow.fake_quantize_per_channel_affine = FQ.fake_quantize_per_channel_affine
+  -- the quantization schemes are their names (q:qscheme() == flow.per_tensor_affine)
+  for _, q in ipairs({'per_tensor_affine', 'per_tensor_symmetric', 'per_channel_affine',
+                      'per_channel_symmetric'}) do flow[q] = q end
+  if type(flow.nn) == 'table' then   -- oneflow's table (nn loaded first)
+    flow.nn.intrinsic, flow.nn.qat, flow.nn.quantized = M.nn.intrinsic, M.nn.qat, M.nn.quantized
+    -- torch.nn.utils' fusion helpers
+    local U = flow.nn.utils
+    if type(U) == 'table' then
+      U.fuse_conv_bn_eval, U.fuse_conv_bn_weights = W.fuse_conv_bn_eval, W.fuse_conv_bn_weights
+      U.fuse_linear_bn_eval, U.fuse_linear_bn_weights = W.fuse_linear_bn_eval, W.fuse_linear_bn_weights
+    end
+  end
+  -- torch.ao.quantization / torch.ao.nn, for code written against those paths
+  flow.ao = {quantization = M, nn = M.nn}
 end
 
 

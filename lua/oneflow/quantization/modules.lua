@@ -1,7 +1,9 @@
 -- oneflow.quantization.modules: the modules of the quantization workflow.
---   fused float modules   ConvReLU2d, LinearReLU (fuse_modules makes them)
+--   fused float modules   ConvReLU2d, LinearReLU (fuse_modules makes them),
+--                         ConvBn2d, ConvBnReLU2d, LinearBn1d (fuse_modules_qat)
 --   QAT modules           qat.Conv2d, qat.ConvReLU2d, qat.Linear, qat.LinearReLU
---                         (weight fake-quantized in forward)
+--                         (weight fake-quantized in forward), qat.ConvBn2d,
+--                         qat.ConvBnReLU2d, qat.LinearBn1d (BatchNorm kept)
 --   quantized modules     Quantize, DeQuantize, Conv2d, ConvReLU2d, Linear,
 --                         LinearReLU, ReLU, QFunctional (add, add_relu, mul, cat),
 --                         dynamic Linear (float in and out, int8 weights)
@@ -22,6 +24,7 @@ local C, out1, wrap = core.C, core.out1, core.wrap
 local M = {qat = {}, dynamic = {}}
 
 local function is_q(v) return Q.is_quantized(v) end
+local class_of = require('oneflow.class').of
 
 ------------------------------------------------------------------ stubs
 --- quantization.QuantStub(): marks where tensors enter the quantized region (convert makes it a Quantize).
@@ -52,50 +55,80 @@ function FloatFunctional:add_relu(a, b) return self.activation_post_process(F.re
 function FloatFunctional:mul(a, b) return self.activation_post_process(a * b) end
 function FloatFunctional:cat(xs, dim) return self.activation_post_process(flow.cat(xs, dim or 1)) end
 
+--- quantization.QuantWrapper(module): QuantStub, the module, DeQuantStub
+-- (with the module's qconfig, in its mode), as torch.ao.quantization's.
+-- @function quantization.QuantWrapper
+local QuantWrapper = nn.Module:subclass('QuantWrapper')
+M.QuantWrapper = QuantWrapper
+function QuantWrapper:__init(mod)
+  nn.Module.__init(self)
+  A.arg('QuantWrapper', 1, 'module', mod, 'module')
+  self.quant = QuantStub()
+  self.dequant = DeQuantStub()
+  self.module = mod
+  local qc = rawget(mod, 'qconfig')
+  if qc ~= nil then rawset(self, 'qconfig', qc) end
+  self:train(mod.training)
+end
+function QuantWrapper:forward(x) return self.dequant(self.module(self.quant(x))) end
+
 ------------------------------------------------------------------ fused float modules
--- children '0' and '1' (PyTorch's state-dict keys: conv1.0.weight); a plain
--- module, not a Sequential, so that prepare can hang an observer on it
+-- children '0', '1' (, '2') (PyTorch's state-dict keys: conv1.0.weight,
+-- conv1.1.running_mean); a plain module, not a Sequential, so that prepare
+-- can hang an observer on it
 local registry = require('oneflow.nn.module').registry
 local function fused(name, kinds)
   local cls = nn.Module:subclass(name)
   cls._fused_kinds = kinds
-  function cls:__init(a, b)
+  function cls:__init(...)
     nn.Module.__init(self)
-    self:add_module('0', a)
-    self:add_module('1', b)
+    local parts = {...}
+    if #parts ~= #kinds then
+      A.fail(('%s: expected %d modules (%s), got %d'):format(name, #kinds, table.concat(kinds, ', '), #parts))
+    end
+    for i, m in ipairs(parts) do self:add_module(tostring(i - 1), m) end
   end
   function cls:part(i) return registry(self, '_modules'):get(tostring(i - 1)) end
-  function cls:forward(x) return self:part(2)(self:part(1)(x)) end
+  function cls:forward(x)
+    for i = 1, #kinds do x = self:part(i)(x) end
+    return x
+  end
   return cls
 end
 M.ConvReLU2d = fused('ConvReLU2d', {'Conv2d', 'ReLU'})
 M.LinearReLU = fused('LinearReLU', {'Linear', 'ReLU'})
+-- fuse_modules_qat keeps BatchNorm: prepare_qat turns these into the QAT
+-- modules below, which train BatchNorm's statistics (as torch.ao.nn.intrinsic)
+M.ConvBn2d = fused('ConvBn2d', {'Conv2d', 'BatchNorm2d'})
+M.ConvBnReLU2d = fused('ConvBnReLU2d', {'Conv2d', 'BatchNorm2d', 'ReLU'})
+M.LinearBn1d = fused('LinearBn1d', {'Linear', 'BatchNorm1d'})
 
 ------------------------------------------------------------------ QAT modules
+local FLOAT_ATTRS = {'stride', 'padding', 'dilation', 'groups', 'in_channels', 'out_channels',
+                     'kernel_size', 'in_features', 'out_features', 'padding_mode'}
+local function take_float(self, name, float_mod, qconfig)
+  if not qconfig then A.fail(name .. ': needs a qconfig') end
+  self.weight = float_mod.weight
+  if float_mod.bias ~= nil then self.bias = float_mod.bias else self:register_parameter('bias', nil) end
+  for _, k in ipairs(FLOAT_ATTRS) do rawset(self, k, rawget(float_mod, k)) end
+  rawset(self, 'qconfig', qconfig)
+  self.weight_fake_quant = qconfig.weight()
+end
+
+local function linear_or_conv(self, float_kind, x, w, b)
+  if float_kind == 'Conv2d' then
+    return F.conv2d(x, w, b, self.stride, self.padding, self.dilation, self.groups)
+  end
+  return F.linear(x, w, b)
+end
+
 -- a float conv/linear whose weight goes through weight_fake_quant
 local function qat_class(name, float_kind, relu)
   local cls = nn.Module:subclass(name)
   cls._float_kind, cls._relu = float_kind, relu
-  function cls:__init(float_mod, qconfig)
-    nn.Module.__init(self)
-    if not qconfig then A.fail(name .. ': needs a qconfig') end
-    self.weight = float_mod.weight
-    if float_mod.bias ~= nil then self.bias = float_mod.bias else self:register_parameter('bias', nil) end
-    for _, k in ipairs({'stride', 'padding', 'dilation', 'groups', 'in_channels', 'out_channels',
-                        'kernel_size', 'in_features', 'out_features', 'padding_mode'}) do
-      rawset(self, k, rawget(float_mod, k))
-    end
-    rawset(self, 'qconfig', qconfig)
-    self.weight_fake_quant = qconfig.weight()
-  end
+  function cls:__init(float_mod, qconfig) nn.Module.__init(self); take_float(self, name, float_mod, qconfig) end
   function cls:forward(x)
-    local w = self.weight_fake_quant(self.weight)
-    local y
-    if float_kind == 'Conv2d' then
-      y = F.conv2d(x, w, self.bias, self.stride, self.padding, self.dilation, self.groups)
-    else
-      y = F.linear(x, w, self.bias)
-    end
+    local y = linear_or_conv(self, float_kind, x, self.weight_fake_quant(self.weight), self.bias)
     if relu then y = F.relu(y) end
     return y
   end
@@ -105,6 +138,74 @@ M.qat.Conv2d = qat_class('QATConv2d', 'Conv2d', false)
 M.qat.ConvReLU2d = qat_class('QATConvReLU2d', 'Conv2d', true)
 M.qat.Linear = qat_class('QATLinear', 'Linear', false)
 M.qat.LinearReLU = qat_class('QATLinearReLU', 'Linear', true)
+
+-- Conv2d/Linear + BatchNorm for QAT (torch.ao.nn.intrinsic.qat.ConvBn2d,
+-- ConvBnReLU2d, LinearBn1d; PyTorch's forward, term for term): the weight
+-- is scaled by gamma / sqrt(running_var + eps) before fake quantization,
+-- as the converted model will fold it; the product is scaled back and the
+-- BatchNorm then runs as usual (batch statistics, running stats updated in
+-- training), so training sees the quantized folded weight while BatchNorm
+-- keeps learning. freeze_bn_stats() keeps BatchNorm in eval mode (running
+-- statistics) from then on; convert folds BatchNorm into the weight.
+local function qat_bn_class(name, float_kind, relu)
+  local cls = nn.Module:subclass(name)
+  cls._float_kind, cls._relu, cls._bn = float_kind, relu, true
+  function cls:__init(fused_mod, qconfig)
+    nn.Module.__init(self)
+    local lin, bn = fused_mod:part(1), fused_mod:part(2)
+    take_float(self, name, lin, qconfig)
+    if bn.running_var == nil then
+      A.fail(('%s: the BatchNorm needs running statistics (track_running_stats = true)'):format(name))
+    end
+    self.bn = bn
+    rawset(self, 'freeze_bn', false)
+  end
+  function cls:forward(x)
+    local bn = self.bn
+    local std = (bn.running_var + bn.eps):sqrt()
+    local sf = bn.weight ~= nil and bn.weight / std or 1 / std
+    local nd = self.weight:dim()
+    local wsh, bsh = {-1}, {1, -1}
+    for i = 2, nd do wsh[i] = 1 end
+    for i = 3, nd do bsh[i] = 1 end
+    local w = self.weight_fake_quant(self.weight * sf:reshape(wsh))
+    -- PyTorch adds a zero bias here; x + 0 is x
+    local y = linear_or_conv(self, float_kind, x, w, nil) / sf:reshape(bsh)
+    if self.bias ~= nil then y = y + self.bias:reshape(bsh) end
+    y = bn(y)
+    if relu then y = F.relu(y) end
+    return y
+  end
+  --- BatchNorm uses (and no longer updates) its running statistics, also in training mode.
+  function cls:freeze_bn_stats()
+    rawset(self, 'freeze_bn', true)
+    self.bn:train(false)
+    return self
+  end
+  --- BatchNorm follows the module's mode again.
+  function cls:update_bn_stats()
+    rawset(self, 'freeze_bn', false)
+    self.bn:train(self.training)
+    return self
+  end
+  function cls:train(mode)
+    if mode == nil then mode = true end
+    nn.Module.train(self, mode)
+    if rawget(self, 'freeze_bn') then self.bn:train(false) end
+    return self
+  end
+  return cls
+end
+M.qat.ConvBn2d = qat_bn_class('QATConvBn2d', 'Conv2d', false)
+M.qat.ConvBnReLU2d = qat_bn_class('QATConvBnReLU2d', 'Conv2d', true)
+M.qat.LinearBn1d = qat_bn_class('QATLinearBn1d', 'Linear', false)
+
+--- qat.freeze_bn_stats(m) / qat.update_bn_stats(m): for model:apply (PyTorch's
+-- torch.ao.nn.intrinsic.qat.freeze_bn_stats): switch every QAT Conv/Linear+BN.
+local function has_bn(m) local c = class_of(m); return c ~= nil and c._bn == true end
+M.has_bn = has_bn
+function M.qat.freeze_bn_stats(m) if has_bn(m) then m:freeze_bn_stats() end end
+function M.qat.update_bn_stats(m) if has_bn(m) then m:update_bn_stats() end end
 
 ------------------------------------------------------------------ quantized modules
 local function f32(v) return tonumber(ffi.new('float', v)) end

@@ -63,11 +63,11 @@ function Observer:_setup(name, opts, extra, defaults)
         name, tostring(qmin), tostring(qmax), dt.name))
     end
   end
-  if opts.reduce_range then
-    if dt == Q.qint8 then qmin, qmax = -64, 63 else qmin, qmax = 0, 127 end
+  if opts.reduce_range then   -- PyTorch's calculate_qmin_qmax: a given range is halved
     if rawget(self, 'has_customized_qrange') then
       qmin, qmax = math.floor(qmin / 2), math.floor(qmax / 2)
-    end
+    elseif dt == Q.qint8 then qmin, qmax = -64, 63
+    else qmin, qmax = 0, 127 end
   end
   rawset(self, 'dtype', dt)
   rawset(self, 'qscheme', qscheme)
@@ -485,5 +485,17 @@ function M.choose_qparams(lo, hi, qmin, qmax, reduce_range)
   end
   return f32(scale), z
 end
+
+------------------------------------------------------------------ named defaults
+-- torch.ao.quantization's, with its arguments (7-bit activations)
+--- quantization.default_observer(): MinMaxObserver with quant_min 0, quant_max 127 (PyTorch's default_observer).
+M.default_observer = MinMax:with_args({quant_min = 0, quant_max = 127})
+--- quantization.default_histogram_observer(): HistogramObserver with quant_min 0, quant_max 127.
+M.default_histogram_observer = M.HistogramObserver:with_args({quant_min = 0, quant_max = 127})
+--- quantization.default_weight_observer(): MinMaxObserver for int8 weights, per-tensor symmetric.
+M.default_weight_observer = MinMax:with_args({dtype = Q.qint8, qscheme = 'per_tensor_symmetric'})
+--- quantization.default_per_channel_weight_observer(): PerChannelMinMaxObserver for int8 weights, symmetric.
+M.default_per_channel_weight_observer = M.PerChannelMinMaxObserver:with_args({dtype = Q.qint8,
+                                                                             qscheme = 'per_channel_symmetric'})
 
 return M

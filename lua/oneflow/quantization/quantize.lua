@@ -82,8 +82,17 @@ function M.get_default_qat_qconfig(backend)
     name_w = 'FakeQuantize(MovingAveragePerChannelMinMaxObserver)'})
 end
 
-M.default_qconfig = M.QConfig({activation = O.MinMaxObserver:with_args({}), weight = per_tensor_weight,
-                               name_a = 'MinMaxObserver', name_w = 'MinMaxObserver(qint8, per_tensor_symmetric)'})
+-- torch.ao.quantization's named qconfigs (their constructors: observer.lua,
+-- fake_quantize.lua)
+M.default_qconfig = M.QConfig({activation = O.default_observer, weight = per_tensor_weight,
+                               name_a = 'MinMaxObserver(quant_min=0, quant_max=127)',
+                               name_w = 'MinMaxObserver(qint8, per_tensor_symmetric)'})
+M.default_per_channel_qconfig = M.QConfig({activation = O.default_observer, weight = per_channel_weight,
+                                           name_a = 'MinMaxObserver(quant_min=0, quant_max=127)',
+                                           name_w = 'PerChannelMinMaxObserver(qint8, per_channel_symmetric)'})
+M.default_qat_qconfig = M.QConfig({activation = FQ.default_fake_quant, weight = FQ.default_weight_fake_quant,
+                                   name_a = 'FakeQuantize(MovingAverageMinMaxObserver, reduce_range)',
+                                   name_w = 'FakeQuantize(MovingAverageMinMaxObserver, qint8, per_tensor_symmetric)'})
 M.default_dynamic_qconfig = M.QConfig({activation = O.PlaceholderObserver:with_args({is_dynamic = true}),
                                        weight = per_tensor_weight, name_a = 'PlaceholderObserver',
                                        name_w = 'MinMaxObserver(qint8, per_tensor_symmetric)'})
@@ -122,11 +131,17 @@ local function label(path, m) return ('%s (%s)'):format(path == '' and '<model>'
 
 -- classes that produce an output to observe, and those that pass a
 -- quantized tensor through unchanged
+local QAT_BN_FLOAT = {QM.ConvBn2d, QM.ConvBnReLU2d, QM.LinearBn1d}
+local function float_bn(m)
+  for _, c in ipairs(QAT_BN_FLOAT) do if isinstance(m, c) then return true end end
+  return false
+end
 local function observed(m)
   return isinstance(m, nn.Conv2d) or isinstance(m, nn.Linear) or isinstance(m, QM.ConvReLU2d)
     or isinstance(m, QM.LinearReLU) or isinstance(m, QM.QuantStub)
     or isinstance(m, QM.qat.Conv2d) or isinstance(m, QM.qat.ConvReLU2d)
     or isinstance(m, QM.qat.Linear) or isinstance(m, QM.qat.LinearReLU)
+    or QM.has_bn(m) or float_bn(m)
 end
 local PASS = {'ReLU', 'MaxPool2d', 'AvgPool2d', 'AdaptiveAvgPool2d', 'Flatten', 'Identity', 'Dropout',
               'DeQuantStub', 'FloatFunctional'}
@@ -142,10 +157,16 @@ local function check_supported(op, model)
   walk(model, function(path, m, _, _, qc)
     if not qc then return false end
     if observed(m) then
-      if isinstance(m, nn.Conv2d) then
-        if m.padding_mode ~= 'zeros' then
+      if float_bn(m) and op ~= 'prepare_qat' then
+        A.fail(('%s: %s keeps its BatchNorm for quantization-aware training (fuse_modules_qat); use '
+          .. 'prepare_qat, or fuse_modules in eval mode to fold the BatchNorm for post-training '
+          .. 'quantization'):format(op, label(path, m)))
+      end
+      local conv = float_bn(m) and m:part(1) or m
+      if isinstance(conv, nn.Conv2d) then
+        if conv.padding_mode ~= 'zeros' then
           A.fail(('%s: %s has padding_mode %s; quantized convolutions pad with zeros only'):format(
-            op, label(path, m), tostring(m.padding_mode)))
+            op, label(path, m), tostring(conv.padding_mode)))
         end
       end
       return true
@@ -161,6 +182,52 @@ local function check_supported(op, model)
 end
 
 ------------------------------------------------------------------ fusion
+--- fuse_conv_bn_weights(conv_w, conv_b, bn_rm, bn_rv, bn_eps, bn_w, bn_b):
+-- the weight and bias of a convolution with the BatchNorm (its running
+-- statistics) folded in, PyTorch's formula term for term
+-- (torch.nn.utils.fuse_conv_bn_weights); conv_b, bn_w, bn_b may be nil.
+function M.fuse_conv_bn_weights(conv_w, conv_b, rm, rv, eps, bn_w, bn_b)
+  local op = 'fuse_conv_bn_weights'
+  A.check_tensor(op, conv_w, 'conv_w', 1)
+  A.check_tensor(op, rm, 'bn_rm', 3)
+  A.check_tensor(op, rv, 'bn_rv', 4)
+  if type(eps) ~= 'number' then A.fail(op .. ': argument 5 (bn_eps) must be a number, got ' .. A.describe(eps)) end
+  return flow.no_grad(function()
+    conv_b = conv_b ~= nil and conv_b:detach() or flow.zeros_like(rm)
+    bn_w = bn_w ~= nil and bn_w:detach() or flow.ones_like(rm)
+    bn_b = bn_b ~= nil and bn_b:detach() or flow.zeros_like(rm)
+    local rsqrt = (rv + eps):rsqrt()
+    local sh = {-1}
+    for i = 2, conv_w:dim() do sh[i] = 1 end
+    local w = conv_w:detach() * (bn_w * rsqrt):reshape(sh)
+    local b = (conv_b - rm) * rsqrt * bn_w + bn_b
+    return nn.Parameter(w), nn.Parameter(b)
+  end)
+end
+
+--- fuse_linear_bn_weights(linear_w, linear_b, bn_rm, bn_rv, bn_eps, bn_w, bn_b):
+-- as fuse_conv_bn_weights for a Linear (torch.nn.utils.fuse_linear_bn_weights).
+function M.fuse_linear_bn_weights(lin_w, lin_b, rm, rv, eps, bn_w, bn_b)
+  local op = 'fuse_linear_bn_weights'
+  A.check_tensor(op, lin_w, 'linear_w', 1)
+  A.check_tensor(op, rm, 'bn_rm', 3)
+  A.check_tensor(op, rv, 'bn_rv', 4)
+  if type(eps) ~= 'number' then A.fail(op .. ': argument 5 (bn_eps) must be a number, got ' .. A.describe(eps)) end
+  return flow.no_grad(function()
+    lin_b = lin_b ~= nil and lin_b:detach() or flow.zeros_like(rm)
+    bn_w = bn_w ~= nil and bn_w:detach() or flow.ones_like(rm)
+    bn_b = bn_b ~= nil and bn_b:detach() or flow.zeros_like(rm)
+    local s = bn_w * (rv + eps):rsqrt()
+    return nn.Parameter(lin_w:detach() * s:unsqueeze(-1)), nn.Parameter((lin_b - rm) * s + bn_b)
+  end)
+end
+
+-- a BatchNorm's folded weight and bias for the conv/linear (or QAT) module lin
+local function folded(lin, bn, is_conv)
+  local fuse = is_conv and M.fuse_conv_bn_weights or M.fuse_linear_bn_weights
+  return fuse(lin.weight, lin.bias, bn.running_mean, bn.running_var, bn.eps, bn.weight, bn.bias)
+end
+
 -- BatchNorm folded into the preceding conv/linear (eval statistics)
 local function fold_bn(op, lin, bn, path)
   if bn.training or lin.training then
@@ -170,17 +237,7 @@ local function fold_bn(op, lin, bn, path)
     A.fail(('%s: %s BatchNorm has no running statistics to fold'):format(op, path))
   end
   local out = lin:clone()
-  flow.no_grad(function()
-    local inv = (bn.running_var + bn.eps):rsqrt()
-    local g = bn.weight and bn.weight:detach() or flow.ones_like(inv)
-    local beta = bn.bias and bn.bias:detach() or flow.zeros_like(inv)
-    local s = g * inv
-    local sh = {s:numel()}
-    for _ = 2, lin.weight:dim() do sh[#sh + 1] = 1 end
-    out.weight = nn.Parameter(lin.weight:detach() * s:view(sh))
-    local b = lin.bias ~= nil and lin.bias:detach() or flow.zeros_like(bn.running_mean)
-    out.bias = nn.Parameter((b - bn.running_mean) * s + beta)
-  end)
+  out.weight, out.bias = folded(lin, bn, isinstance(lin, nn.Conv2d))
   return out
 end
 --- quantization.fuse_conv_bn_eval(conv, bn): a Conv2d with the eval-mode BatchNorm folded into its weight and bias.
@@ -188,6 +245,11 @@ M.fuse_conv_bn_eval = function(conv, bn)
   A.arg('fuse_conv_bn_eval', 1, 'conv', conv, 'module')
   A.arg('fuse_conv_bn_eval', 2, 'bn', bn, 'module')
   return fold_bn('fuse_conv_bn_eval', conv, bn, 'conv') end
+--- quantization.fuse_linear_bn_eval(linear, bn): a Linear with the eval-mode BatchNorm1d folded in.
+M.fuse_linear_bn_eval = function(linear, bn)
+  A.arg('fuse_linear_bn_eval', 1, 'linear', linear, 'module')
+  A.arg('fuse_linear_bn_eval', 2, 'bn', bn, 'module')
+  return fold_bn('fuse_linear_bn_eval', linear, bn, 'linear') end
 
 local FUSIONS = {
   {{'Conv2d', 'BatchNorm2d'}, function(op, p, c, b) return fold_bn(op, c, b, p) end},
@@ -195,6 +257,19 @@ local FUSIONS = {
   {{'Conv2d', 'ReLU'}, function(_, _, c, r) return QM.ConvReLU2d(c, r) end},
   {{'Linear', 'ReLU'}, function(_, _, l, r) return QM.LinearReLU(l, r) end},
   {{'Linear', 'BatchNorm1d'}, function(op, p, l, b) return fold_bn(op, l, b, p) end},
+}
+-- for QAT: BatchNorm kept (prepare_qat makes the fused modules QAT modules)
+local function same_mode(op, p, a, b)
+  if a.training ~= b.training then
+    A.fail(('%s: %s and its BatchNorm must both be in training or both in eval mode'):format(op, p))
+  end
+end
+local FUSIONS_QAT = {
+  {{'Conv2d', 'BatchNorm2d'}, function(op, p, c, b) same_mode(op, p, c, b); return QM.ConvBn2d(c, b) end},
+  {{'Conv2d', 'BatchNorm2d', 'ReLU'}, function(op, p, c, b, r)
+    same_mode(op, p, c, b); return QM.ConvBnReLU2d(c, b, r) end},
+  FUSIONS[3], FUSIONS[4],
+  {{'Linear', 'BatchNorm1d'}, function(op, p, l, b) same_mode(op, p, l, b); return QM.LinearBn1d(l, b) end},
 }
 
 local function lookup(model, path, op)
@@ -208,12 +283,8 @@ local function lookup(model, path, op)
   return m, parent, name
 end
 
---- fuse_modules(model, groups, {inplace = false}): each group, a list of
--- dotted paths, becomes one module in the first path (the others become
--- nn.Identity). Conv2d+BatchNorm2d(+ReLU), Conv2d+ReLU, Linear+ReLU,
--- Linear+BatchNorm1d; BatchNorm is folded into the weights (eval mode).
-function M.fuse_modules(model, groups, opts)
-  local op = 'fuse_modules'
+-- each group of paths fused by the first matching entry of fusions
+local function fuse(op, fusions, model, groups, opts)
   opts = A.check_options(op, opts, {inplace = true}) or {}
   if not module.is_module(model) then A.fail(op .. ': expected a module') end
   if type(groups) ~= 'table' then A.fail(op .. ': groups must be a list of lists of module paths') end
@@ -226,7 +297,7 @@ function M.fuse_modules(model, groups, opts)
       mods[i], kinds[i], where[i] = m, kind(m), {parent, name}
     end
     local fn
-    for _, f in ipairs(FUSIONS) do
+    for _, f in ipairs(fusions) do
       if #f[1] == #kinds then
         local ok = true
         for i = 1, #kinds do
@@ -239,11 +310,29 @@ function M.fuse_modules(model, groups, opts)
       A.fail(('%s: no fusion for (%s) at %s; supported: Conv2d+BatchNorm2d(+ReLU), Conv2d+ReLU, '
         .. 'Linear+ReLU, Linear+BatchNorm1d'):format(op, table.concat(kinds, ', '), table.concat(g, ', ')))
     end
+    for i = 2, #mods do
+      if mods[i] == mods[1] then A.fail(('%s: %s names one module twice'):format(op, table.concat(g, ', '))) end
+    end
     local fused = fn(op, g[1], unpack(mods))
     replace(where[1][1], where[1][2], fused)
     for i = 2, #g do replace(where[i][1], where[i][2], nn.Identity()) end
   end
   return model
+end
+
+--- fuse_modules(model, groups, {inplace = false}): each group, a list of
+-- dotted paths, becomes one module in the first path (the others become
+-- nn.Identity). Conv2d+BatchNorm2d(+ReLU), Conv2d+ReLU, Linear+ReLU,
+-- Linear+BatchNorm1d; BatchNorm is folded into the weights (eval mode).
+function M.fuse_modules(model, groups, opts) return fuse('fuse_modules', FUSIONS, model, groups, opts) end
+
+--- fuse_modules_qat(model, groups, {inplace = false}): as fuse_modules, for
+-- quantization-aware training: Conv2d+BatchNorm2d(+ReLU) and
+-- Linear+BatchNorm1d keep their BatchNorm (ConvBn2d, ConvBnReLU2d,
+-- LinearBn1d; prepare_qat makes them QAT modules that train it, convert
+-- folds it), in either mode. Conv2d+ReLU and Linear+ReLU as fuse_modules.
+function M.fuse_modules_qat(model, groups, opts)
+  return fuse('fuse_modules_qat', FUSIONS_QAT, model, groups, opts)
 end
 
 ------------------------------------------------------------------ prepare
@@ -292,12 +381,14 @@ end
 
 local QAT_SWAP = {
   {QM.ConvReLU2d, QM.qat.ConvReLU2d}, {QM.LinearReLU, QM.qat.LinearReLU},
+  {QM.ConvBn2d, QM.qat.ConvBn2d}, {QM.ConvBnReLU2d, QM.qat.ConvBnReLU2d}, {QM.LinearBn1d, QM.qat.LinearBn1d},
   {nn.Conv2d, QM.qat.Conv2d}, {nn.Linear, QM.qat.Linear},
 }
 
 --- prepare_qat(model, {inplace = false}): conv/linear layers become QAT
 -- modules (fake-quantized weights) and fake quantization follows every
 -- quantized layer; train as usual (eagerly or in an nn.Graph), then convert.
+-- The modules fuse_modules_qat made keep training their BatchNorm.
 function M.prepare_qat(model, opts)
   local op = 'prepare_qat'
   opts = A.check_options(op, opts, {inplace = true}) or {}
@@ -312,7 +403,7 @@ function M.prepare_qat(model, opts)
         if isinstance(m, QM.ConvReLU2d) or isinstance(m, QM.LinearReLU) then inner = m:part(1) end
         local q = sw[2](inner, qc)
         rawset(q, 'qconfig', qc)
-        if not m.training then q:eval() end
+        q:train(m.training)
         replace(parent, name, q)
         return true
       end
@@ -381,6 +472,10 @@ local function quantize_weight(w, qc, fq)
 end
 
 local function conv_of(m) return (isinstance(m, QM.ConvReLU2d) or isinstance(m, QM.LinearReLU)) and m:part(1) or m end
+local function is_qat_conv(m)
+  return isinstance(m, QM.qat.Conv2d) or isinstance(m, QM.qat.ConvReLU2d) or isinstance(m, QM.qat.ConvBn2d)
+    or isinstance(m, QM.qat.ConvBnReLU2d)
+end
 
 local function padding_of(path, c)
   local p = c.padding
@@ -398,15 +493,18 @@ local function padding_of(path, c)
 end
 
 local function convert_one(path, m, qc)
-  local is_conv = isinstance(m, nn.Conv2d) or isinstance(m, QM.ConvReLU2d) or isinstance(m, QM.qat.Conv2d)
-    or isinstance(m, QM.qat.ConvReLU2d)
+  local is_conv = isinstance(m, nn.Conv2d) or isinstance(m, QM.ConvReLU2d) or is_qat_conv(m)
   local relu = isinstance(m, QM.ConvReLU2d) or isinstance(m, QM.LinearReLU) or isinstance(m, QM.qat.ConvReLU2d)
-    or isinstance(m, QM.qat.LinearReLU)
+    or isinstance(m, QM.qat.LinearReLU) or isinstance(m, QM.qat.ConvBnReLU2d)
   local s, z, dt = obs_qparams(m, path)
   local inner = conv_of(m)
   local fq = registry(inner, '_modules'):get('weight_fake_quant')
-  local w = quantize_weight(inner.weight, qc, fq)
-  local b = inner.bias ~= nil and inner.bias:detach() or nil
+  local weight, bias = inner.weight, inner.bias
+  -- a QAT module's BatchNorm is folded in (running statistics), and its
+  -- fake quantizer then sees the folded weight (PyTorch's from_float)
+  if QM.has_bn(m) then weight, bias = folded(inner, inner.bn, is_conv) end
+  local w = quantize_weight(weight, qc, fq)
+  local b = bias ~= nil and bias:detach() or nil
   if is_conv then
     local cls = relu and QM.ConvReLU2d_q or QM.Conv2d
     return cls({weight = w, bias = b, stride = inner.stride, padding = padding_of(path, inner),
@@ -451,6 +549,90 @@ function M.convert(model, opts)
   end, '', nil, nil, nil)
   model:eval()
   return model
+end
+
+------------------------------------------------------------------ one-call forms
+-- run_args: a plain list of arguments after the model (PyTorch's *run_args),
+-- or one argument (a tensor, a DataLoader ...)
+local function run_with(model, run_fn, run_args)
+  if type(run_args) == 'table' and getmetatable(run_args) == nil then run_fn(model, unpack(run_args))
+  elseif run_args == nil then run_fn(model)
+  else run_fn(model, run_args) end
+end
+
+--- quantize(model, run_fn, run_args, {inplace = false}): post-training static
+-- quantization in one call, as torch.ao.quantization.quantize: eval mode,
+-- prepare, run_fn(prepared, unpack(run_args)) to calibrate, convert.
+function M.quantize(model, run_fn, run_args, opts)
+  local op = 'quantize'
+  opts = A.check_options(op, opts, {inplace = true}) or {}
+  A.arg(op, 1, 'model', model, 'module')
+  A.arg(op, 2, 'run_fn', run_fn, 'function')
+  if not opts.inplace then model = model:clone() end
+  model:eval()
+  M.prepare(model, {inplace = true})
+  run_with(model, run_fn, run_args)
+  return M.convert(model, {inplace = true})
+end
+
+--- quantize_qat(model, run_fn, run_args, {inplace = false}): quantization-aware
+-- training in one call (torch.ao.quantization.quantize_qat): training mode,
+-- prepare_qat, run_fn(model, unpack(run_args)) trains, convert.
+function M.quantize_qat(model, run_fn, run_args, opts)
+  local op = 'quantize_qat'
+  opts = A.check_options(op, opts, {inplace = true}) or {}
+  A.arg(op, 1, 'model', model, 'module')
+  A.arg(op, 2, 'run_fn', run_fn, 'function')
+  if not opts.inplace then model = model:clone() end
+  model:train()
+  M.prepare_qat(model, {inplace = true})
+  run_with(model, run_fn, run_args)
+  return M.convert(model, {inplace = true})
+end
+
+--- propagate_qconfig_(model[, qconfig_dict]): sets every submodule's own
+-- qconfig to the one that applies to it (torch.ao.quantization's): its own,
+-- else qconfig_dict[its dotted path], else qconfig_dict[its class], else its
+-- parent's. In place; returns nothing, as PyTorch's.
+function M.propagate_qconfig_(model, qconfig_dict)
+  local op = 'propagate_qconfig_'
+  A.arg(op, 1, 'model', model, 'module')
+  A.arg(op, 2, 'qconfig_dict', qconfig_dict, 'table|nil')
+  qconfig_dict = qconfig_dict or {}
+  for k, v in pairs(qconfig_dict) do
+    if v ~= false and not M.is_qconfig(v) then
+      A.fail(('%s: qconfig_dict[%s] must be a QConfig or false, got %s'):format(op, tostring(k), A.describe(v)))
+    end
+  end
+  local function visit(m, path, parent_qc)
+    local qc = parent_qc
+    local c = class.of(m)
+    while c do   -- the most derived class named in the dict
+      if qconfig_dict[c] ~= nil then qc = qconfig_dict[c]; break end
+      c = rawget(c, 'super')
+    end
+    if qconfig_dict[path] ~= nil then qc = qconfig_dict[path] end
+    local own = rawget(m, 'qconfig')
+    if own ~= nil then qc = own end
+    if qc ~= nil then rawset(m, 'qconfig', qc) end
+    for name, child in registry(m, '_modules'):items() do
+      visit(child, path == '' and name or (path .. '.' .. name), qc)
+    end
+  end
+  visit(model, '', nil)
+end
+
+--- add_quant_dequant(model): wraps every leaf module that has its own
+-- qconfig in a QuantWrapper (after propagate_qconfig_: every leaf under a
+-- qconfig), in place; returns the model (or the wrapper, for a leaf).
+function M.add_quant_dequant(m)
+  if not module.is_module(m) then A.fail('add_quant_dequant: expected a module, got ' .. A.describe(m)) end
+  local mods = registry(m, '_modules')
+  if mods:len() == 0 and rawget(m, 'qconfig') then return QM.QuantWrapper(m) end
+  local names = {}
+  for name in mods:items() do names[#names + 1] = name end
+  for _, name in ipairs(names) do replace(m, name, M.add_quant_dequant(mods:get(name))) end
+  return m
 end
 
 ------------------------------------------------------------------ dynamic
