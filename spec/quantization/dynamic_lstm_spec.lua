@@ -102,7 +102,8 @@ describe('quantize_dynamic LSTM', function()
     H.raises(function() q.lstm(nan) end, 'DynamicQuantizedLSTM: input has NaN or infinite values')
     local packed = nn.utils.rnn.pack_padded_sequence(flow.randn(3, 2, 6), {3, 2})
     H.raises(function() q.lstm(packed) end, 'DynamicQuantizedLSTM: a PackedSequence input is not supported')
-    H.raises(function() Qz.quantize_dynamic(q, {nn.GRU}) end, 'only nn.Linear and nn.LSTM')
+    H.raises(function() Qz.quantize_dynamic(q, {nn.RNN}) end,
+      'quantize_dynamic: spec[1] must be one of nn.Linear, nn.LSTM, nn.GRU')
   end)
 
   it('matches torch.ao.quantization.quantize_dynamic LSTM (1.13, fbgemm / onednn engine)', function()
@@ -153,5 +154,101 @@ print('done')
     assert.is_true(maxdiff(s[2], flow.tensor(t.c):view(4, 3, 5)) < 2e-4, 'c_n vs PyTorch')
     -- and PyTorch's int8 LSTM is not its float one: the check can tell
     assert.is_true(maxdiff(fy, ty) > 1e-3)
+  end)
+
+  it('GRU, the LSTM/GRU/RNN cells and per-channel Linear weights match torch.ao.quantization.quantize_dynamic',
+     function()
+    if not R.available() then pending('PyTorch not installed for /usr/bin/python3') return end
+    flow.manual_seed(23)
+    local M = nn.Module:subclass('DynAll')
+    function M:__init()
+      nn.Module.__init(self)
+      self.gru = nn.GRU(6, 5, {num_layers = 2, bidirectional = true})
+      self.lc, self.gc, self.rc = nn.LSTMCell(6, 4), nn.GRUCell(6, 4), nn.RNNCell(6, 4, {nonlinearity = 'relu'})
+      self.fc = nn.Linear(6, 3)
+    end
+    local m = M()
+    local x = flow.randn(7, 3, 6) * 1.5
+    local h0 = flow.randn(4, 3, 5) * 0.3
+    local hc, cc = flow.randn(3, 4) * 0.5, flow.randn(3, 4) * 0.5
+    local q = Qz.quantize_dynamic(m, {[nn.Linear] = Qz.per_channel_dynamic_qconfig, nn.GRU, nn.LSTMCell,
+                                      nn.GRUCell, nn.RNNCell})
+    assert.are.equal('DynamicQuantizedGRU', q.gru.__name)
+    assert.are.equal('DynamicQuantizedRNNCell', q.rc.__name)
+    assert.are.equal('per_channel_affine', q.fc:weight():qscheme())
+    local gy, gh = q.gru(x, h0)
+    local lh, lc = q.lc(x[1], {hc, cc})
+    local gch, rch = q.gc(x[1], hc), q.rc(x[1], hc)
+    local fy = q.fc(x[1])
+    local sd = m:state_dict()
+    local names = {}
+    for k in pairs(sd) do names[#names + 1] = k end
+    table.sort(names)
+    local lines = {}
+    for _, k in ipairs(names) do
+      lines[#lines + 1] = ("sd['%s'] = T(%s, %s)"):format(k, R.list(sd[k]), table.concat(sd[k]:size():totable(), ','))
+    end
+    local t = R.run(([==[
+import torch, torch.nn as nn
+import torch.ao.quantization as tq
+torch.backends.quantized.engine = [e for e in ('fbgemm', 'x86', 'onednn')
+                                   if e in torch.backends.quantized.supported_engines][0]
+def T(l, *shape): return torch.tensor(l, dtype=torch.float32).reshape(*shape)
+def out(k, t): print(k, ' '.join(repr(float(v)) for v in torch.as_tensor(t).flatten().tolist()))
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(6, 5, num_layers=2, bidirectional=True)
+        self.lc, self.gc, self.rc = nn.LSTMCell(6, 4), nn.GRUCell(6, 4), nn.RNNCell(6, 4, nonlinearity='relu')
+        self.fc = nn.Linear(6, 3)
+sd = {}
+%s
+m = M(); m.load_state_dict(sd); m.eval()
+q = tq.quantize_dynamic(m, {nn.Linear: tq.per_channel_dynamic_qconfig, nn.GRU: tq.default_dynamic_qconfig,
+                            nn.LSTMCell: tq.default_dynamic_qconfig, nn.GRUCell: tq.default_dynamic_qconfig,
+                            nn.RNNCell: tq.default_dynamic_qconfig}, dtype=torch.qint8)
+x, h0, hc, cc = T(%s, 7, 3, 6), T(%s, 4, 3, 5), T(%s, 3, 4), T(%s, 3, 4)
+with torch.no_grad():
+    y, h = q.gru(x, h0); out('gy', y); out('gh', h)
+    h1, c1 = q.lc(x[0], (hc, cc)); out('lh', h1); out('lc', c1)
+    out('gch', q.gc(x[0], hc)); out('rch', q.rc(x[0], hc)); out('fy', q.fc(x[0]))
+    out('fw', q.fc.weight().int_repr()); out('fs', q.fc.weight().q_per_channel_scales())
+print('done')
+]==]):format(table.concat(lines, '\n'), R.list(x), R.list(h0), R.list(hc), R.list(cc)))
+    H.close(q.fc:weight():int_repr(), flow.tensor(t.fw):view(3, 6), 0, 'per-channel int8 weight')
+    H.close(q.fc:weight():q_per_channel_scales(), t.fs, 1e-6, 'per-channel scales')
+    local function near(a, b, what) assert.is_true(maxdiff(a, b) < 2e-4, what .. ' vs PyTorch ' .. maxdiff(a, b)) end
+    near(gy, flow.tensor(t.gy):view(7, 3, 10), 'GRU output')
+    near(gh, flow.tensor(t.gh):view(4, 3, 5), 'GRU h_n')
+    near(lh, flow.tensor(t.lh):view(3, 4), 'LSTMCell h')
+    near(lc, flow.tensor(t.lc):view(3, 4), 'LSTMCell c')
+    near(gch, flow.tensor(t.gch):view(3, 4), 'GRUCell')
+    near(rch, flow.tensor(t.rch):view(3, 4), 'RNNCell')
+    near(fy, flow.tensor(t.fy):view(3, 3), 'per-channel Linear')
+    assert.is_true(maxdiff(m.gru(x, h0), gy) > 1e-3, 'the int8 GRU is not the float one')
+    -- state dicts round trip, per-channel weights included
+    local q2 = Qz.quantize_dynamic(M(), {[nn.Linear] = Qz.per_channel_dynamic_qconfig, nn.GRU, nn.LSTMCell,
+                                         nn.GRUCell, nn.RNNCell})
+    q2:load_state_dict(q:state_dict())
+    H.close(q2.gru(x, h0), gy, 0, 'GRU after loading')
+    H.close(q2.fc(x[1]), fy, 0, 'per-channel Linear after loading')
+    H.close(q2.rc(x[1], hc), rch, 0, 'RNNCell after loading')
+  end)
+
+  it('spec by module path, false keeps a module float; bad specs are refused', function()
+    local m = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4), nn.GRUCell(4, 4)), nn.Linear(4, 2))
+    local q = Qz.quantize_dynamic(m, {['1'] = Qz.per_channel_dynamic_qconfig, ['2'] = false, nn.Linear})
+    assert.are.equal('DynamicQuantizedLinear', q[1].__name)
+    assert.are.equal('Linear', q[3].__name, 'false keeps it float')
+    assert.are.equal('per_channel_affine', q[2][1]:weight():qscheme(), 'a path covers what is inside it')
+    assert.are.equal('DynamicQuantizedGRUCell', q[2][2].__name, "the path's qconfig over the class list")
+    assert.are.equal('per_tensor_affine', q[1]:weight():qscheme())
+    H.raises(function() Qz.quantize_dynamic(m, {[nn.Conv2d] = Qz.default_dynamic_qconfig}) end,
+      'quantize_dynamic: spec keys must be module paths or one of nn.Linear')
+    H.raises(function() Qz.quantize_dynamic(m, {[nn.Linear] = 'x86'}) end, 'must be a QConfig')
+    H.raises(function() Qz.quantize_dynamic(m, {['0'] = 1}) end, "spec['0'] must be a QConfig or false")
+    H.raises(function() Qz.quantize_dynamic(m, {[nn.Linear] = Qz.QConfig({
+      activation = Qz.PlaceholderObserver, weight = Qz.MinMaxObserver})}) end,
+      'the qconfig must observe weights as qint8')
   end)
 end)

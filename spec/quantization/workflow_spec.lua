@@ -148,7 +148,7 @@ describe('post-training static quantization', function()
     local t = make_net()
     t:train()
     H.raises(function() Qz.fuse_modules(t, {{'conv1', 'bn1'}}) end, 'needs eval mode')
-    H.raises(function() Qz.quantize_dynamic(make_net(), {nn.GRU}) end, 'only nn.Linear and nn.LSTM')
+    H.raises(function() Qz.quantize_dynamic(make_net(), {nn.RNN}) end, 'spec[1] must be one of nn.Linear, nn.LSTM')
   end)
 
   it('quantize_dynamic: int8 Linear weights, float in and out', function()

@@ -108,7 +108,7 @@ function RNNBase:extra_repr()
 end
 
 -- x W^T + b for weight_<which><sfx> (which: 'ih' or 'hh'); the dynamically
--- quantized LSTM (quantization.modules) overrides it with int8 weights
+-- quantized LSTM and GRU (quantization.modules) override it with int8 weights
 function RNNBase:_gates(x, which, sfx)
   return affine(x, self['weight_' .. which .. sfx], self['bias_' .. which .. sfx])
 end
@@ -306,6 +306,9 @@ local function cell_class(name, mode)
     self:reset_parameters()
   end
   cls.reset_parameters = RNNBase.reset_parameters
+  -- x W^T + b for weight_<which> ('ih' or 'hh'); the dynamically quantized
+  -- cells (quantization.modules) override it with int8 weights
+  function cls:_affine(x, which) return affine(x, self['weight_' .. which], self['bias_' .. which]) end
   function cls:extra_repr()
     local s = ('%d, %d'):format(self.input_size, self.hidden_size)
     if not self.bias then s = s .. ', bias=' .. pyrepr(false) end
@@ -325,8 +328,8 @@ local function cell_class(name, mode)
     end
     local h, c
     if mode == 'LSTM' then h, c = state(hx and hx[1]), state(hx and hx[2]) else h = state(hx) end
-    local gi = affine(x, self.weight_ih, self.bias_ih)
-    local h1, c1 = cells[self.mode](gi, affine(h, self.weight_hh, self.bias_hh), h, c)
+    local gi = self:_affine(x, 'ih')
+    local h1, c1 = cells[self.mode](gi, self:_affine(h, 'hh'), h, c)
     if unbatched then
       h1 = h1:squeeze(1)
       if c1 then c1 = c1:squeeze(1) end

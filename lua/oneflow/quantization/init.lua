@@ -35,7 +35,7 @@ M.nn = {
   quantized = {Conv2d = QM.Conv2d, ConvReLU2d = QM.ConvReLU2d_q, Linear = QM.Linear,
                LinearReLU = QM.LinearReLU_q, ReLU = QM.ReLU, Quantize = QM.Quantize,
                DeQuantize = QM.DeQuantize, QFunctional = QM.QFunctional,
-               dynamic = {Linear = QM.dynamic.Linear, LSTM = QM.dynamic.LSTM}},
+               dynamic = QM.dynamic},
 }
 M.f32 = nil
 

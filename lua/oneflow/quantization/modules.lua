@@ -452,104 +452,150 @@ function DynLinear:extra_repr()
     w.dtype.name, w._qscheme)
 end
 
--- dynamic LSTM (torch.ao.nn.quantized.dynamic.LSTM): every weight_ih/hh is
--- int8 (per-tensor symmetric), each gate affine a dynamic_linear -- the
--- input-hidden one over the whole sequence at once, the hidden-hidden one per
--- step -- with fbgemm's reduce_range as PyTorch's (version 2) LSTM; the cell
--- maths, layouts and state handling are nn.LSTM's (RNNBase:_gates is the hook)
-local DynLSTM = nn.LSTM:subclass('DynamicQuantizedLSTM')
-M.dynamic.LSTM = DynLSTM
-local LSTM_KEYS = {'mode', 'input_size', 'hidden_size', 'num_layers', 'bias', 'batch_first', 'dropout',
-                   'bidirectional'}
---- quantization.nn.quantized.dynamic.LSTM(float_lstm, quantize_weight): the
--- dynamically quantized copy of an nn.LSTM (quantize_dynamic makes it).
-function DynLSTM:__init(float, quantize_weight)
-  nn.Module.__init(self)
-  for _, k in ipairs(LSTM_KEYS) do rawset(self, k, float[k]) end
-  local w, names = {}, {}
-  local dirs = float.bidirectional and 2 or 1
-  for l = 0, float.num_layers - 1 do
-    for d = 0, dirs - 1 do
-      local sfx = ('_l%d%s'):format(l, d == 1 and '_reverse' or '')
-      for _, which in ipairs({'ih', 'hh'}) do
-        local k = which .. sfx
-        names[#names + 1] = k
-        local b = float.bias and float['bias_' .. k] or nil
-        local qw = quantize_weight(float['weight_' .. k])
-        local ws, wz = weight_params(self.__name, qw)
-        w[k] = {weight = qw, ws = ws, wz = wz, bias = b and b:detach():to(flow.float32):contiguous() or nil}
+-- dynamic LSTM and GRU (torch.ao.nn.quantized.dynamic.LSTM / GRU): every
+-- weight_ih/hh is int8 (per-tensor symmetric, or the qconfig's), each gate
+-- affine a dynamic_linear -- the input-hidden one over the whole sequence
+-- at once, the hidden-hidden one per step -- with fbgemm's reduce_range as
+-- PyTorch's (ATen's FullLayer precomputes the input products the same way
+-- for both); the cell maths, layouts and state handling are nn.LSTM's /
+-- nn.GRU's (RNNBase:_gates is the hook). The cells (LSTMCell, GRUCell,
+-- RNNCell) quantize each step's input and state (their _affine hook).
+local RNN_KEYS = {'mode', 'input_size', 'hidden_size', 'num_layers', 'bias', 'batch_first', 'dropout',
+                  'bidirectional'}
+local CELL_KEYS = {'mode', 'input_size', 'hidden_size', 'bias'}
+
+-- {weight = qint8, ws, wz, bias = float or nil} for weight_<k> / bias_<k> of float
+local function qentry(name, float, k, quantize_weight)
+  local b = float.bias and float['bias_' .. k] or nil
+  local qw = quantize_weight(float['weight_' .. k])
+  local ws, wz = weight_params(name, qw)
+  return {weight = qw, ws = ws, wz = wz, bias = b and b:detach():to(flow.float32):contiguous() or nil}
+end
+
+-- the methods every dynamic recurrent module shares: weights by suffix in
+-- _qw (names in _qnames), state_dict as the float module's keys
+local function dyn_recurrent(cls)
+  --- get_weight(): {weight_ih_l0 = qint8 tensor, weight_hh_l0 = ..., ...} (PyTorch's _weight_bias()[0]).
+  function cls:get_weight()
+    local r = {}
+    for k, e in pairs(rawget(self, '_qw')) do r['weight_' .. k] = e.weight end
+    return r
+  end
+  --- get_bias(): {bias_ih_l0 = float tensor, ...} (empty without bias).
+  function cls:get_bias()
+    local r = {}
+    for k, e in pairs(rawget(self, '_qw')) do r['bias_' .. k] = e.bias end
+    return r
+  end
+  -- state_dict: weight_ih_l0 (qint8 tensor), bias_ih_l0 (float), ... in
+  -- the float module's order
+  function cls:__extra_state(prefix, out, keys)
+    local w = rawget(self, '_qw')
+    for _, k in ipairs(rawget(self, '_qnames')) do
+      out[prefix .. 'weight_' .. k] = w[k].weight
+      keys[#keys + 1] = prefix .. 'weight_' .. k
+    end
+    if self.bias then
+      for _, k in ipairs(rawget(self, '_qnames')) do
+        out[prefix .. 'bias_' .. k] = w[k].bias
+        keys[#keys + 1] = prefix .. 'bias_' .. k
       end
     end
   end
-  rawset(self, '_qw', w)
-  rawset(self, '_qnames', names)
-end
-function DynLSTM:_gates(x, which, sfx)
-  local e = rawget(self, '_qw')[which .. sfx]
-  return dynamic_linear(self.__name, x, e.weight, e.ws, e.wz, e.bias, true)
-end
-function DynLSTM:forward(input, hx)
-  if require('oneflow.nn.packed').is_packed(input) then
-    A.fail(self.__name .. ': a PackedSequence input is not supported (PyTorch quantizes each step\'s rows '
-      .. 'separately); pad the batch (nn.utils.rnn.pad_packed_sequence) first')
-  end
-  A.check_tensor(self.__name, input)
-  return nn.LSTM.forward(self, input, hx)
-end
---- get_weight(): {weight_ih_l0 = qint8 tensor, weight_hh_l0 = ..., ...} (PyTorch's _weight_bias()[0]).
-function DynLSTM:get_weight()
-  local r = {}
-  for k, e in pairs(rawget(self, '_qw')) do r['weight_' .. k] = e.weight end
-  return r
-end
---- get_bias(): {bias_ih_l0 = float tensor, ...} (empty without bias).
-function DynLSTM:get_bias()
-  local r = {}
-  for k, e in pairs(rawget(self, '_qw')) do r['bias_' .. k] = e.bias end
-  return r
-end
--- state_dict: weight_ih_l0 (qint8 tensor), bias_ih_l0 (float), ... in
--- nn.LSTM's order
-function DynLSTM:__extra_state(prefix, out, keys)
-  local w = rawget(self, '_qw')
-  for _, k in ipairs(rawget(self, '_qnames')) do
-    out[prefix .. 'weight_' .. k] = w[k].weight
-    keys[#keys + 1] = prefix .. 'weight_' .. k
-  end
-  if self.bias then
+  function cls:__load_extra(prefix, sd, seen)
+    local w, new = rawget(self, '_qw'), {}
     for _, k in ipairs(rawget(self, '_qnames')) do
-      out[prefix .. 'bias_' .. k] = w[k].bias
-      keys[#keys + 1] = prefix .. 'bias_' .. k
+      local wk, bk = prefix .. 'weight_' .. k, prefix .. 'bias_' .. k
+      seen[wk], seen[bk] = true, true
+      local v, b, cur = sd[wk], sd[bk], w[k]
+      if not is_q(v) or v.dtype ~= Q.qint8 or v._qscheme ~= cur.weight._qscheme then
+        A.fail(('load_state_dict: %s must be a qint8 %s quantized tensor, got %s'):format(wk,
+          cur.weight._qscheme == 'per_tensor_affine' and 'per-tensor' or 'per-channel', A.describe(v)))
+      end
+      if tostring(v:size()) ~= tostring(cur.weight:size()) then
+        A.fail(('load_state_dict: size mismatch for %s: checkpoint %s, model %s'):format(wk,
+          A.shape_str(v._int), A.shape_str(cur.weight._int)))
+      end
+      if v._qscheme == 'per_tensor_affine' then M.check_loaded(wk .. ' ', v._scale, v._zp, Q.qint8) end
+      if (b ~= nil) ~= (cur.bias ~= nil) then
+        A.fail(('load_state_dict: %s is %s in the checkpoint but %s in the model'):format(bk,
+          b ~= nil and 'present' or 'missing', cur.bias ~= nil and 'present' or 'absent'))
+      end
+      if b ~= nil and (not flow.is_tensor(b) or tostring(b:size()) ~= tostring(cur.bias:size())) then
+        A.fail(('load_state_dict: size mismatch for %s: checkpoint %s, model %s'):format(bk,
+          A.describe(b), A.shape_str(cur.bias)))
+      end
+      local ws, wz = weight_params(self.__name, v)
+      new[k] = {weight = v, ws = ws, wz = wz, bias = b and b:detach():to(flow.float32):contiguous() or nil}
     end
+    return function() rawset(self, '_qw', new) end
   end
 end
-function DynLSTM:__load_extra(prefix, sd, seen)
-  local w, new = rawget(self, '_qw'), {}
-  for _, k in ipairs(rawget(self, '_qnames')) do
-    local wk, bk = prefix .. 'weight_' .. k, prefix .. 'bias_' .. k
-    seen[wk], seen[bk] = true, true
-    local v, b, cur = sd[wk], sd[bk], w[k]
-    if not is_q(v) or v.dtype ~= Q.qint8 or v._qscheme ~= 'per_tensor_affine' then
-      A.fail(('load_state_dict: %s must be a qint8 per-tensor quantized tensor, got %s'):format(wk, A.describe(v)))
+
+local function dyn_rnn(name, float_cls)
+  local cls = float_cls:subclass(name)
+  --- quantization.nn.quantized.dynamic.LSTM / GRU(float_rnn, quantize_weight): the
+  -- dynamically quantized copy of an nn.LSTM / nn.GRU (quantize_dynamic makes it).
+  function cls:__init(float, quantize_weight)
+    nn.Module.__init(self)
+    for _, k in ipairs(RNN_KEYS) do rawset(self, k, float[k]) end
+    local w, names = {}, {}
+    for l = 0, float.num_layers - 1 do
+      for d = 0, (float.bidirectional and 2 or 1) - 1 do
+        for _, which in ipairs({'ih', 'hh'}) do
+          local k = ('%s_l%d%s'):format(which, l, d == 1 and '_reverse' or '')
+          names[#names + 1] = k
+          w[k] = qentry(name, float, k, quantize_weight)
+        end
+      end
     end
-    if tostring(v:size()) ~= tostring(cur.weight:size()) then
-      A.fail(('load_state_dict: size mismatch for %s: checkpoint %s, model %s'):format(wk,
-        A.shape_str(v._int), A.shape_str(cur.weight._int)))
-    end
-    M.check_loaded(wk .. ' ', v._scale, v._zp, Q.qint8)
-    if (b ~= nil) ~= (cur.bias ~= nil) then
-      A.fail(('load_state_dict: %s is %s in the checkpoint but %s in the model'):format(bk,
-        b ~= nil and 'present' or 'missing', cur.bias ~= nil and 'present' or 'absent'))
-    end
-    if b ~= nil and (not flow.is_tensor(b) or tostring(b:size()) ~= tostring(cur.bias:size())) then
-      A.fail(('load_state_dict: size mismatch for %s: checkpoint %s, model %s'):format(bk,
-        A.describe(b), A.shape_str(cur.bias)))
-    end
-    local ws, wz = weight_params(self.__name, v)
-    new[k] = {weight = v, ws = ws, wz = wz, bias = b and b:detach():to(flow.float32):contiguous() or nil}
+    rawset(self, '_qw', w)
+    rawset(self, '_qnames', names)
   end
-  return function() rawset(self, '_qw', new) end
+  function cls:_gates(x, which, sfx)
+    local e = rawget(self, '_qw')[which .. sfx]
+    return dynamic_linear(self.__name, x, e.weight, e.ws, e.wz, e.bias, true)
+  end
+  function cls:forward(input, hx)
+    if require('oneflow.nn.packed').is_packed(input) then
+      A.fail(self.__name .. ': a PackedSequence input is not supported (PyTorch quantizes each step\'s rows '
+        .. 'separately); pad the batch (nn.utils.rnn.pad_packed_sequence) first')
+    end
+    A.check_tensor(self.__name, input)
+    return float_cls.forward(self, input, hx)
+  end
+  dyn_recurrent(cls)
+  return cls
 end
+M.dynamic.LSTM = dyn_rnn('DynamicQuantizedLSTM', nn.LSTM)
+M.dynamic.GRU = dyn_rnn('DynamicQuantizedGRU', nn.GRU)
+
+local function dyn_cell(name, float_cls)
+  local cls = float_cls:subclass(name)
+  --- quantization.nn.quantized.dynamic.LSTMCell / GRUCell / RNNCell(float_cell, quantize_weight):
+  -- the dynamically quantized copy of a recurrent cell (quantize_dynamic makes it).
+  function cls:__init(float, quantize_weight)
+    nn.Module.__init(self)
+    for _, k in ipairs(CELL_KEYS) do rawset(self, k, float[k]) end
+    local w = {}
+    for _, k in ipairs({'ih', 'hh'}) do w[k] = qentry(name, float, k, quantize_weight) end
+    rawset(self, '_qw', w)
+    rawset(self, '_qnames', {'ih', 'hh'})
+  end
+  function cls:_affine(x, which)
+    local e = rawget(self, '_qw')[which]
+    return dynamic_linear(self.__name, x, e.weight, e.ws, e.wz, e.bias, true)
+  end
+  function cls:forward(x, hx)
+    A.check_tensor(self.__name, x)
+    return float_cls.forward(self, x, hx)
+  end
+  dyn_recurrent(cls)
+  return cls
+end
+M.dynamic.LSTMCell = dyn_cell('DynamicQuantizedLSTMCell', nn.LSTMCell)
+M.dynamic.GRUCell = dyn_cell('DynamicQuantizedGRUCell', nn.GRUCell)
+M.dynamic.RNNCell = dyn_cell('DynamicQuantizedRNNCell', nn.RNNCell)
 
 ------------------------------------------------------------------ other quantized modules
 local Quantize = nn.Module:subclass('Quantize')

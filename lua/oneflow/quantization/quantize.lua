@@ -636,50 +636,125 @@ function M.add_quant_dequant(m)
 end
 
 ------------------------------------------------------------------ dynamic
---- quantize_dynamic(model, {nn.Linear, nn.LSTM}, {dtype = flow.qint8, inplace = false}):
--- Linear and LSTM layers get int8 weights (per-tensor symmetric) and quantize
--- their inputs per batch (an LSTM: the sequence, then the hidden state at
--- each step); input and output stay float.
+M.per_channel_dynamic_qconfig = M.QConfig({activation = O.PlaceholderObserver:with_args({is_dynamic = true}),
+                                           weight = per_channel_weight, name_a = 'PlaceholderObserver',
+                                           name_w = 'PerChannelMinMaxObserver(qint8, per_channel_symmetric)'})
+
+-- the float classes quantize_dynamic knows and their dynamic versions (the
+-- classes' names for messages)
+local function dynamic_map()
+  return {{nn.Linear, QM.dynamic.Linear, 'nn.Linear'}, {nn.LSTM, QM.dynamic.LSTM, 'nn.LSTM'},
+          {nn.GRU, QM.dynamic.GRU, 'nn.GRU'}, {nn.LSTMCell, QM.dynamic.LSTMCell, 'nn.LSTMCell'},
+          {nn.GRUCell, QM.dynamic.GRUCell, 'nn.GRUCell'}, {nn.RNNCell, QM.dynamic.RNNCell, 'nn.RNNCell'}}
+end
+
+--- quantize_dynamic(model, spec, {dtype = flow.qint8, inplace = false}):
+-- Linear, LSTM, GRU and the LSTM/GRU/RNN cells get int8 weights and quantize
+-- their inputs per call (an LSTM/GRU: the sequence, then the hidden state at
+-- each step); input and output stay float. spec (PyTorch's qconfig_spec):
+-- a list of those classes (default: all six; per-tensor symmetric weights),
+-- or a table of class or dotted module path -> QConfig (its weight observer
+-- quantizes the weights: per_channel_dynamic_qconfig for per-channel), or
+-- both. A path's qconfig also covers what is inside that module and wins
+-- over a class's; false there keeps a module float.
 function M.quantize_dynamic(model, spec, opts)
   local op = 'quantize_dynamic'
   opts = A.check_options(op, opts, {dtype = true, inplace = true}) or {}
-  if not module.is_module(model) then A.fail(op .. ': expected a module') end
+  A.arg(op, 1, 'model', model, 'module')
   local dt = opts.dtype or Q.qint8
   if dt ~= Q.qint8 then
     A.fail(('%s: dtype must be flow.qint8 (int8 weights), got %s'):format(op, tostring(dt)))
   end
-  spec = spec or {nn.Linear, nn.LSTM}
-  local want = {}
-  for k, v in pairs(spec) do
-    local cls = type(k) == 'number' and v or k
-    if cls ~= nn.Linear and cls ~= nn.LSTM then
-      A.fail(('%s: only nn.Linear and nn.LSTM have dynamic quantized versions, got %s'):format(op, tostring(cls)))
+  A.arg(op, 2, 'spec', spec, 'table|nil')
+  local map = dynamic_map()
+  local by_class, by_path = {}, {}
+  local function known(cls)
+    for _, e in ipairs(map) do if e[1] == cls then return true end end
+    return false
+  end
+  local function names()
+    local n = {}
+    for _, e in ipairs(map) do n[#n + 1] = e[3] end
+    return table.concat(n, ', ')
+  end
+  if spec == nil then
+    for _, e in ipairs(map) do by_class[e[1]] = M.default_dynamic_qconfig end
+  else
+    for k, v in pairs(spec) do
+      if type(k) == 'number' then
+        if not known(v) then
+          A.fail(('%s: spec[%d] must be one of %s, got %s'):format(op, k, names(), A.describe(v)))
+        end
+        by_class[v] = by_class[v] or M.default_dynamic_qconfig
+      elseif type(k) == 'string' then
+        if v ~= false and not M.is_qconfig(v) then
+          A.fail(("%s: spec['%s'] must be a QConfig or false, got %s"):format(op, k, A.describe(v)))
+        end
+        by_path[k] = v
+      else
+        if not known(k) then A.fail(('%s: spec keys must be module paths or one of %s, got %s'):format(
+          op, names(), A.describe(k))) end
+        if not M.is_qconfig(v) then
+          A.fail(('%s: spec[%s] must be a QConfig, got %s'):format(op, tostring(k), A.describe(v)))
+        end
+        by_class[k] = v
+      end
     end
-    want[cls] = true
   end
   if not opts.inplace then model = model:clone() end
-  local function qweight(w) return quantize_weight(w, M.default_dynamic_qconfig) end
-  local function swap(m, parent, name)
+  local function swap(m, parent, name, qc)
+    local function qweight(w)
+      local obs = qc.weight()
+      if obs.dtype ~= Q.qint8 then
+        A.fail(('%s: the qconfig must observe weights as qint8, got %s'):format(op, obs.dtype.name))
+      end
+      return quantize_weight(w, qc, obs)
+    end
     local new
-    if isinstance(m, nn.Linear) then
-      new = QM.dynamic.Linear({weight = qweight(m.weight), bias = m.bias ~= nil and m.bias:detach() or nil})
-    else
-      new = QM.dynamic.LSTM(m, qweight)
+    for _, e in ipairs(map) do
+      if isinstance(m, e[1]) then
+        if e[1] == nn.Linear then
+          new = QM.dynamic.Linear({weight = qweight(m.weight), bias = m.bias ~= nil and m.bias:detach() or nil})
+        else
+          new = e[2](m, qweight)
+        end
+        break
+      end
     end
     new:eval()
     if parent then replace(parent, name, new) end
     return new
   end
-  local function wanted(m)
-    return (want[nn.Linear] and isinstance(m, nn.Linear))
-      or (want[nn.LSTM] and isinstance(m, nn.LSTM) and not isinstance(m, QM.dynamic.LSTM))
+  -- the qconfig for m: its path's (or an enclosing path's), else its class's
+  local function qconfig_of(m, path_qc)
+    if path_qc ~= nil then return path_qc or nil end
+    for _, e in ipairs(map) do
+      if isinstance(m, e[1]) then
+        if isinstance(m, e[2]) then return nil end   -- already dynamic
+        return by_class[e[1]]
+      end
+    end
+    return nil
   end
-  if wanted(model) then return swap(model) end
-  walk(model, function(_, m, parent, name)
-    if parent and wanted(m) then swap(m, parent, name); return true end
+  local function dynamic_kind(m)
+    for _, e in ipairs(map) do if isinstance(m, e[1]) and not isinstance(m, e[2]) then return true end end
     return false
-  end, '', nil, nil, nil)
-  return model
+  end
+  local function visit(m, parent, name, path, path_qc)
+    if by_path[path] ~= nil then path_qc = by_path[path] end
+    if dynamic_kind(m) then
+      local qc = qconfig_of(m, path_qc)
+      if qc then return swap(m, parent, name, qc) end
+      return m
+    end
+    local kids = {}
+    for cname, c in registry(m, '_modules'):items() do kids[#kids + 1] = {cname, c} end
+    for _, kc in ipairs(kids) do
+      visit(kc[2], m, kc[1], path == '' and kc[1] or (path .. '.' .. kc[1]), path_qc)
+    end
+    return m
+  end
+  return visit(model, nil, nil, '', nil)
 end
 
 return M
