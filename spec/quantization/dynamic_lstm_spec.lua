@@ -22,6 +22,17 @@ end
 
 local function maxdiff(a, b) return (a - b):abs():max():item() end
 
+-- Python lines filling a dict sd with m's state dict (sorted keys)
+local function state_lines(m)
+  local sd, names, lines = m:state_dict(), {}, {}
+  for k in pairs(sd) do names[#names + 1] = k end
+  table.sort(names)
+  for _, k in ipairs(names) do
+    lines[#lines + 1] = ("sd['%s'] = T(%s, %s)"):format(k, R.list(sd[k]), table.concat(sd[k]:size():totable(), ','))
+  end
+  return table.concat(lines, '\n')
+end
+
 describe('quantize_dynamic LSTM', function()
   it('swaps nn.LSTM (and nn.Linear) for the dynamic versions; the float model is kept', function()
     flow.manual_seed(3)
@@ -115,13 +126,6 @@ describe('quantize_dynamic LSTM', function()
     local q = Qz.quantize_dynamic(m, {nn.LSTM})
     local y, s = q(x, {h0, c0})
     local fy = m(x, {h0, c0})
-    local names, sd = {}, m:state_dict()
-    for k in pairs(sd) do names[#names + 1] = k end
-    table.sort(names)
-    local lines = {}
-    for _, k in ipairs(names) do
-      lines[#lines + 1] = ("sd['%s'] = T(%s, %s)"):format(k, R.list(sd[k]), table.concat(sd[k]:size():totable(), ','))
-    end
     local script = ([==[
 import torch, torch.nn as nn
 import torch.ao.quantization as tq
@@ -143,7 +147,7 @@ with torch.no_grad():
     out('y', y); out('h', h); out('c', c)
     out('w', q.get_weight()['weight_hh_l1_reverse'].int_repr())
 print('done')
-]==]):format(table.concat(lines, '\n'), R.list(x), R.list(h0), R.list(c0))
+]==]):format(state_lines(m), R.list(x), R.list(h0), R.list(c0))
     local t = R.run(script)
     -- the same int8 weights (layer 1 reverse, weight_hh) ...
     H.close(q:get_weight().weight_hh_l1_reverse:int_repr(), flow.tensor(t.w):view(20, 5), 0, 'int8 weight')
@@ -180,14 +184,6 @@ print('done')
     local lh, lc = q.lc(x[1], {hc, cc})
     local gch, rch = q.gc(x[1], hc), q.rc(x[1], hc)
     local fy = q.fc(x[1])
-    local sd = m:state_dict()
-    local names = {}
-    for k in pairs(sd) do names[#names + 1] = k end
-    table.sort(names)
-    local lines = {}
-    for _, k in ipairs(names) do
-      lines[#lines + 1] = ("sd['%s'] = T(%s, %s)"):format(k, R.list(sd[k]), table.concat(sd[k]:size():totable(), ','))
-    end
     local t = R.run(([==[
 import torch, torch.nn as nn
 import torch.ao.quantization as tq
@@ -214,7 +210,7 @@ with torch.no_grad():
     out('gch', q.gc(x[0], hc)); out('rch', q.rc(x[0], hc)); out('fy', q.fc(x[0]))
     out('fw', q.fc.weight().int_repr()); out('fs', q.fc.weight().q_per_channel_scales())
 print('done')
-]==]):format(table.concat(lines, '\n'), R.list(x), R.list(h0), R.list(hc), R.list(cc)))
+]==]):format(state_lines(m), R.list(x), R.list(h0), R.list(hc), R.list(cc)))
     H.close(q.fc:weight():int_repr(), flow.tensor(t.fw):view(3, 6), 0, 'per-channel int8 weight')
     H.close(q.fc:weight():q_per_channel_scales(), t.fs, 1e-6, 'per-channel scales')
     local function near(a, b, what) assert.is_true(maxdiff(a, b) < 2e-4, what .. ' vs PyTorch ' .. maxdiff(a, b)) end

@@ -202,6 +202,56 @@ describe('onnx export of int8 models (QDQ)', function()
     assert.are.equal(0, (flow.onnx.load(path)(x) - q(x)):abs():max():item())
   end)
 
+  it('a QAT model (fake quantization, BatchNorm kept) exports as QuantizeLinear/Clip/DequantizeLinear pairs',
+     function()
+    flow.manual_seed(11)
+    local m = nn.Sequential(Qz.QuantStub(), nn.Conv2d(1, 4, 3, {padding = 1}), nn.BatchNorm2d(4), nn.ReLU(),
+      nn.Flatten(), nn.Linear(4 * 36, 3), Qz.DeQuantStub())
+    m:train()
+    local f = Qz.fuse_modules_qat(m, {{'1', '2', '3'}})
+    f.qconfig = Qz.get_default_qat_qconfig('x86')
+    local p = Qz.prepare_qat(f)
+    local x = flow.randn(8, 1, 6, 6)
+    local opt = flow.optim.SGD(p:parameters(), {lr = 0.05})
+    for _ = 1, 3 do
+      local l = p(x):pow(2):mean()
+      opt:zero_grad(); l:backward(); opt:step()
+    end
+    p:eval(); p:apply(Qz.disable_observer)
+    local y = p(x)
+    local path = dir .. '/qat.onnx'
+    flow.onnx.export(p, {x}, path)
+    local g = reader.read(path).graph
+    local ops = reader.op_types(g)
+    -- activations (the input, the conv block, the Linear: 7-bit, so a Clip
+    -- to 0..127 each) and the two weights (int8, full range: no Clip)
+    assert.are.equal(5, count(ops, 'QuantizeLinear'))
+    assert.are.equal(5, count(ops, 'DequantizeLinear'))
+    assert.are.equal(3, count(ops, 'Clip'))
+    assert.are.equal(1, count(ops, 'BatchNormalization'))
+    local per_channel = 0
+    for _, n in ipairs(g.nodes) do
+      if n.op_type == 'QuantizeLinear' and n.attrs.axis then per_channel = per_channel + 1 end
+    end
+    assert.are.equal(2, per_channel, 'the weights per channel (axis 0)')
+    assert.are.equal(0, (flow.onnx.load(path)(x) - y):abs():max():item(), 'our importer: the same values')
+    -- fake quantization off: the values pass through, no pair written
+    p:apply(Qz.disable_fake_quant)
+    flow.onnx.export(p, {x}, dir .. '/qat_off.onnx')
+    assert.are.equal(0, count(reader.op_types(reader.read(dir .. '/qat_off.onnx').graph), 'QuantizeLinear'))
+    p:apply(Qz.enable_fake_quant)
+    local lines = run_ort(path, x)
+    if not lines then return end
+    -- onnxruntime divides by the scale where fake quantization multiplies by
+    -- its reciprocal: a value on a rounding tie may land one step apart
+    local want, got = y:view(-1):totable(), H.numbers(lines[1])
+    local step = p[6].activation_post_process.scale:item()
+    assert.are.equal(#want, #got)
+    for i = 1, #want do
+      assert(math.abs(got[i] - want[i]) <= step * 1.001, ('output %d: %g vs %g'):format(i, got[i], want[i]))
+    end
+  end)
+
   it('refuses what has no QDQ form, naming it', function()
     local dyn = Qz.quantize_dynamic(nn.Sequential(nn.Linear(4, 3)))
     local ok, err = pcall(flow.onnx.export, dyn, {flow.randn(2, 4)}, dir .. '/dyn.onnx')

@@ -156,6 +156,38 @@ local function qadd_rule(relu, what)
   end
 end
 
+-- FakeQuantize (a QAT model, not converted) as QuantizeLinear (+ Clip where
+-- quant_min/quant_max narrow the dtype's range, as reduce_range's 0..127)
+-- and DequantizeLinear: PyTorch's export of fake_quantize_per_tensor_affine
+-- / _per_channel_affine, the form TensorRT and onnxruntime read for QAT
+-- models. Weights too (constants = true): their Q/DQ pair stays in the
+-- file rather than being folded into float values.
+local QDTYPE = {quint8 = {'uint8', 0, 255}, qint8 = {'int8', -128, 127}}
+local function fake_quant_rule(g, out, mod, x)
+  local y = out[1]
+  if rawget(mod, '_fq_off') then   -- fake quantization off: the value passes
+    if not g:knows(y) then g:bind(y, g:val(x)) end
+    return
+  end
+  local q = QDTYPE[mod.dtype.name]
+  if not q then fail(('FakeQuantize: %s has no QuantizeLinear form (quint8 and qint8 only)'):format(mod.dtype.name)) end
+  local dt = q[1]
+  local s, z, attrs
+  if mod.is_per_channel then
+    local axis = mod.ch_axis < 0 and x:dim() + mod.ch_axis or mod.ch_axis - 1
+    s, z = g:list(mod.scale:to(require('oneflow').float64):totable(), 'float32'),
+           g:list(mod.zero_point:totable(), dt)
+    attrs = {axis = A_i(axis)}
+  else
+    s, z = g:scalar(mod.scale:view(-1)[1]:item(), 'float32'), g:scalar(mod.zero_point:view(-1)[1]:item(), dt)
+  end
+  local v = g:node('QuantizeLinear', {g:cast(g:val(x), x.dtype.name, 'float32'), s, z}, attrs)
+  if mod.quant_min ~= q[2] or mod.quant_max ~= q[3] then
+    v = g:node('Clip', {v, g:scalar(mod.quant_min, dt), g:scalar(mod.quant_max, dt)})
+  end
+  g:bind(y, g:cast(g:node('DequantizeLinear', {v, s, z}, attrs), 'float32', x.dtype.name))
+end
+
 --- The extra rules for oneflow.onnx.tracer.run.
 function M.rules()
   local Qm = require 'oneflow.quantization.modules'
@@ -171,6 +203,8 @@ function M.rules()
       {Qm.dynamic.Linear, refuse_dynamic, 'DynamicQuantizedLinear'},
       {Qm.QFunctional, qadd_rule(false, 'QFunctional.add'), 'QFunctional.add', 'add'},
       {Qm.QFunctional, qadd_rule(true, 'QFunctional.add_relu'), 'QFunctional.add_relu', 'add_relu'},
+      {require('oneflow.quantization.fake_quantize').FakeQuantize, fake_quant_rule, 'FakeQuantize',
+       constants = true},
     },
   }
 end

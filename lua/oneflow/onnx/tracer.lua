@@ -189,7 +189,7 @@ end
 
 --- A module whose forward has an export rule: rule(g, out, module, ...)
 -- adds the nodes after the forward ran with recording off.
-function Tracer:call_module(display, rule, orig, mod, ...)
+function Tracer:call_module(display, rule, orig, constants, mod, ...)
   local g, n = self.g, select('#', ...)
   self.depth = self.depth + 1
   local res = pack(pcall(orig, mod, ...))
@@ -198,7 +198,7 @@ function Tracer:call_module(display, rule, orig, mod, ...)
     error(res[2], 0)
   end
   local out = pack(unpack(res, 2, res.n))
-  if not any_bound(g, n, ...) then
+  if not constants and not any_bound(g, n, ...) then
     self.depth = self.depth - 1
     each_tensor(out, function(t) if not g:knows(t) then g:mark_folded(t) end end)
     return unpack(out, 1, out.n)
@@ -262,12 +262,12 @@ function Tracer:install()
     self:patch(F, k, wrap('F.' .. k, 'F.' .. k .. '()', F[k]))
   end
   for _, m in ipairs(self.modules) do
-    local cls, rule, display, method = m[1], m[2], m[3], m[4] or 'forward'
+    local cls, rule, display, method, constants = m[1], m[2], m[3], m[4] or 'forward', m.constants
     local orig = cls[method]
     self:patch(cls, method, function(mod, ...)
       local tr = active
       if tr == nil or tr.depth > 0 then return orig(mod, ...) end
-      return tr:call_module(display, rule, orig, mod, ...)
+      return tr:call_module(display, rule, orig, constants, mod, ...)
     end)
   end
   local mt = T.metatable_ops
@@ -307,8 +307,9 @@ end
 -- oneflow.onnx.ops); returns fn's results (packed). Everything patched is
 -- restored before returning or raising. extra (optional): `wrapped`, rules
 -- by op name for calls with a wrapped argument; `modules`, a list of
--- {class, rule, display name[, method]} for modules whose forward (or the
--- named method) is recorded as a whole.
+-- {class, rule, display name[, method], constants = true} for modules whose
+-- forward (or the named method) is recorded as a whole -- with constants,
+-- also when its inputs are constants (else their results are folded).
 function M.run(g, rules, fn, unfold, extra)
   if active ~= nil then error('onnx.export: already tracing (nested export)', 2) end
   extra = extra or {}

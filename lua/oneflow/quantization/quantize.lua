@@ -182,44 +182,43 @@ local function check_supported(op, model)
 end
 
 ------------------------------------------------------------------ fusion
+-- checks the arguments, fills in the optional ones (nil bias: zeros; nil
+-- affine: ones and zeros) and returns formula's weight and bias as parameters
+local function fold_weights(op, wname, w, b, rm, rv, eps, bn_w, bn_b, formula)
+  A.check_tensor(op, w, wname, 1)
+  A.check_tensor(op, rm, 'bn_rm', 3)
+  A.check_tensor(op, rv, 'bn_rv', 4)
+  if type(eps) ~= 'number' then A.fail(op .. ': argument 5 (bn_eps) must be a number, got ' .. A.describe(eps)) end
+  return flow.no_grad(function()
+    local fw, fb = formula(w:detach(), b ~= nil and b:detach() or flow.zeros_like(rm), rm, rv, eps,
+                           bn_w ~= nil and bn_w:detach() or flow.ones_like(rm),
+                           bn_b ~= nil and bn_b:detach() or flow.zeros_like(rm))
+    return nn.Parameter(fw), nn.Parameter(fb)
+  end)
+end
+
 --- fuse_conv_bn_weights(conv_w, conv_b, bn_rm, bn_rv, bn_eps, bn_w, bn_b):
 -- the weight and bias of a convolution with the BatchNorm (its running
 -- statistics) folded in, PyTorch's formula term for term
 -- (torch.nn.utils.fuse_conv_bn_weights); conv_b, bn_w, bn_b may be nil.
 function M.fuse_conv_bn_weights(conv_w, conv_b, rm, rv, eps, bn_w, bn_b)
-  local op = 'fuse_conv_bn_weights'
-  A.check_tensor(op, conv_w, 'conv_w', 1)
-  A.check_tensor(op, rm, 'bn_rm', 3)
-  A.check_tensor(op, rv, 'bn_rv', 4)
-  if type(eps) ~= 'number' then A.fail(op .. ': argument 5 (bn_eps) must be a number, got ' .. A.describe(eps)) end
-  return flow.no_grad(function()
-    conv_b = conv_b ~= nil and conv_b:detach() or flow.zeros_like(rm)
-    bn_w = bn_w ~= nil and bn_w:detach() or flow.ones_like(rm)
-    bn_b = bn_b ~= nil and bn_b:detach() or flow.zeros_like(rm)
-    local rsqrt = (rv + eps):rsqrt()
-    local sh = {-1}
-    for i = 2, conv_w:dim() do sh[i] = 1 end
-    local w = conv_w:detach() * (bn_w * rsqrt):reshape(sh)
-    local b = (conv_b - rm) * rsqrt * bn_w + bn_b
-    return nn.Parameter(w), nn.Parameter(b)
-  end)
+  return fold_weights('fuse_conv_bn_weights', 'conv_w', conv_w, conv_b, rm, rv, eps, bn_w, bn_b,
+    function(w, b, m, v, e, g, beta)
+      local rsqrt = (v + e):rsqrt()
+      local sh = {-1}
+      for i = 2, w:dim() do sh[i] = 1 end
+      return w * (g * rsqrt):reshape(sh), (b - m) * rsqrt * g + beta
+    end)
 end
 
 --- fuse_linear_bn_weights(linear_w, linear_b, bn_rm, bn_rv, bn_eps, bn_w, bn_b):
 -- as fuse_conv_bn_weights for a Linear (torch.nn.utils.fuse_linear_bn_weights).
 function M.fuse_linear_bn_weights(lin_w, lin_b, rm, rv, eps, bn_w, bn_b)
-  local op = 'fuse_linear_bn_weights'
-  A.check_tensor(op, lin_w, 'linear_w', 1)
-  A.check_tensor(op, rm, 'bn_rm', 3)
-  A.check_tensor(op, rv, 'bn_rv', 4)
-  if type(eps) ~= 'number' then A.fail(op .. ': argument 5 (bn_eps) must be a number, got ' .. A.describe(eps)) end
-  return flow.no_grad(function()
-    lin_b = lin_b ~= nil and lin_b:detach() or flow.zeros_like(rm)
-    bn_w = bn_w ~= nil and bn_w:detach() or flow.ones_like(rm)
-    bn_b = bn_b ~= nil and bn_b:detach() or flow.zeros_like(rm)
-    local s = bn_w * (rv + eps):rsqrt()
-    return nn.Parameter(lin_w:detach() * s:unsqueeze(-1)), nn.Parameter((lin_b - rm) * s + bn_b)
-  end)
+  return fold_weights('fuse_linear_bn_weights', 'linear_w', lin_w, lin_b, rm, rv, eps, bn_w, bn_b,
+    function(w, b, m, v, e, g, beta)
+      local sc = g * (v + e):rsqrt()
+      return w * sc:unsqueeze(-1), (b - m) * sc + beta
+    end)
 end
 
 -- a BatchNorm's folded weight and bias for the conv/linear (or QAT) module lin
@@ -560,34 +559,30 @@ local function run_with(model, run_fn, run_args)
   else run_fn(model, run_args) end
 end
 
---- quantize(model, run_fn, run_args, {inplace = false}): post-training static
--- quantization in one call, as torch.ao.quantization.quantize: eval mode,
--- prepare, run_fn(prepared, unpack(run_args)) to calibrate, convert.
-function M.quantize(model, run_fn, run_args, opts)
-  local op = 'quantize'
+-- prepare (or prepare_qat) in the given mode, run_fn, convert
+local function one_call(op, prep, training, model, run_fn, run_args, opts)
   opts = A.check_options(op, opts, {inplace = true}) or {}
   A.arg(op, 1, 'model', model, 'module')
   A.arg(op, 2, 'run_fn', run_fn, 'function')
   if not opts.inplace then model = model:clone() end
-  model:eval()
-  M.prepare(model, {inplace = true})
+  model:train(training)
+  prep(model, {inplace = true})
   run_with(model, run_fn, run_args)
   return M.convert(model, {inplace = true})
+end
+
+--- quantize(model, run_fn, run_args, {inplace = false}): post-training static
+-- quantization in one call, as torch.ao.quantization.quantize: eval mode,
+-- prepare, run_fn(prepared, unpack(run_args)) to calibrate, convert.
+function M.quantize(model, run_fn, run_args, opts)
+  return one_call('quantize', M.prepare, false, model, run_fn, run_args, opts)
 end
 
 --- quantize_qat(model, run_fn, run_args, {inplace = false}): quantization-aware
 -- training in one call (torch.ao.quantization.quantize_qat): training mode,
 -- prepare_qat, run_fn(model, unpack(run_args)) trains, convert.
 function M.quantize_qat(model, run_fn, run_args, opts)
-  local op = 'quantize_qat'
-  opts = A.check_options(op, opts, {inplace = true}) or {}
-  A.arg(op, 1, 'model', model, 'module')
-  A.arg(op, 2, 'run_fn', run_fn, 'function')
-  if not opts.inplace then model = model:clone() end
-  model:train()
-  M.prepare_qat(model, {inplace = true})
-  run_with(model, run_fn, run_args)
-  return M.convert(model, {inplace = true})
+  return one_call('quantize_qat', M.prepare_qat, true, model, run_fn, run_args, opts)
 end
 
 --- propagate_qconfig_(model[, qconfig_dict]): sets every submodule's own
