@@ -335,11 +335,37 @@ if memory then
   local lua_path, py_path = write_tmp(ours_mem, '.lua'), write_tmp(torch_mem, '.py')
   local load0 = loadavg()
   local rows = {}
+  -- the median of MEM_REPS fresh processes a side (3 for inference, 1 for
+  -- training), the sides in turn: one process's RSS delta varies by up to a
+  -- third (PyTorch 1.13's ResNet-50 at batch 1: 30.7-43.1 MiB in six runs)
+  local function median_of(list, key)
+    local v = {}
+    for _, r in ipairs(list) do if type(r[key]) == 'number' then v[#v + 1] = r[key] end end
+    if #v == 0 then return nil end
+    table.sort(v)
+    return v[math.floor((#v + 1) / 2)], v[1], v[#v]
+  end
+  local function summary(list)
+    local out = {version = list[1] and list[1].version}
+    out.alloc = median_of(list, 'alloc')
+    out.rss, out.rss_lo, out.rss_hi = median_of(list, 'rss')
+    out.n = #list
+    return out
+  end
   for _, m in ipairs(MEM_MODELS) do
     local args = ('%s %d %d %d %s'):format(m.key, threads, m.batch, m.size, m.mode)
-    local r = {ours = run_kv(('luajit %s %s 2>/dev/null'):format(lua_path, args)), torch = {}}
+    local reps = tonumber(os.getenv('MEM_REPS') or '') or (m.mode == 'infer' and 3 or 1)
+    local ours, torch = {}, {}
+    for k = 1, reps do
+      ours[k] = run_kv(('luajit %s %s 2>/dev/null'):format(lua_path, args))
+      for i, p in ipairs(pythons) do
+        torch[i] = torch[i] or {}
+        torch[i][k] = run_kv(('%s %s %s 2>/dev/null'):format(p.py, py_path, args))
+      end
+    end
+    local r = {ours = summary(ours), torch = {}}
     for i, p in ipairs(pythons) do
-      r.torch[i] = run_kv(('%s %s %s 2>/dev/null'):format(p.py, py_path, args))
+      r.torch[i] = summary(torch[i])
       p.version = p.version or r.torch[i].version
     end
     rows[#rows + 1] = r
@@ -365,11 +391,17 @@ if memory then
     for i, m in ipairs(MEM_MODELS) do
       if m.mode == mode then
         local r = rows[i]
-        local row = ('| %s | %s | %s |'):format(m.name, fmt(r.ours.alloc), fmt(r.ours.rss))
+        -- a median of several processes shows their range
+        local function rss(t)
+          if type(t.rss) ~= 'number' then return fmt(nil) end
+          if t.n > 1 then return ('%s (%s-%s)'):format(fmt(t.rss), fmt(t.rss_lo), fmt(t.rss_hi)) end
+          return fmt(t.rss)
+        end
+        local row = ('| %s | %s | %s |'):format(m.name, fmt(r.ours.alloc), rss(r.ours))
         local best
         for k = 1, #pythons do
           local v = r.torch[k].rss
-          row = row .. (' %s |'):format(fmt(type(v) == 'number' and v or nil))
+          row = row .. (' %s |'):format(rss(r.torch[k]))
           if type(v) == 'number' and (not best or v < best) then best = v end
         end
         lines[#lines + 1] = row .. (' %s |'):format(ratio(r.ours.rss, best))
@@ -377,7 +409,8 @@ if memory then
     end
   end
   lines[#lines + 1] = ''
-  lines[#lines + 1] = 'Each figure from a fresh process; RSS delta: VmHWM (peak resident set) less '
+  lines[#lines + 1] = 'Each figure from a fresh process (inference: the median of three, their range '
+    .. 'in brackets, the sides in turn; the ratio divides medians); RSS delta: VmHWM (peak resident set) less '
     .. 'VmRSS just before the model was made (PyTorch: after `import torch, torchvision`), for '
     .. 'training two steps, so it counts parameters, grads, momentum, activations and whatever the '
     .. 'allocators keep cached, plus code pages first touched by the steps; for inference VmRSS '

@@ -165,6 +165,42 @@ describe('tensor lifetimes', function()
     assert.equal(3, hits)
   end)
 
+  it('sizes blocks of 64 KiB and more to 64 KiB multiples, and lets sizes share them', function()
+    -- a fresh process. A 3,211,264-byte activation (56x56x256 floats, 49 x
+    -- 64 KiB) takes just that, not its size class's 3.5 MiB; a 0.8 MB block
+    -- (802,816 bytes: 851,968 taken), freed,
+    -- serves two 0.4 MB requests without mapping anything (until
+    -- 2026-12-06 blocks under 1 MiB stayed in their own class's list); a
+    -- 50,000-byte request stays in the small classes (57,344 bytes)
+    local out = fresh_process([[
+      local flow = require 'oneflow'
+      local function used() return flow.memory_stats().current_bytes end
+      flow.collect()
+      local u0 = used()
+      local a = flow.empty(802816)            -- 3,211,264 bytes
+      local big = used() - u0
+      a = nil
+      flow.collect()
+      local b = flow.empty(200704)            -- 802,816 bytes
+      local mid = used() - u0
+      b = nil
+      flow.collect()
+      local h0 = flow.memory_stats().cache_hits
+      local c, d = flow.empty(100352), flow.empty(100352)   -- 401,408 bytes each
+      local hits = flow.memory_stats().cache_hits - h0
+      local u1 = used()
+      local e = flow.empty(12500)             -- 50,000 bytes
+      io.write(big, ' ', mid, ' ', hits, ' ', used() - u1, '\n')
+      local _ = {c, d, e}
+    ]])
+    local big, mid, hits, small = out:match('^(%d+) (%d+) (%d+) (%d+)')
+    assert(big, out)
+    assert.are.equal(3211264, tonumber(big))
+    assert.are.equal(851968, tonumber(mid))
+    assert.are.equal(2, tonumber(hits))
+    assert.are.equal(57344, tonumber(small))
+  end)
+
   it('hands out the free block written most recently of equal ones (its lines may be cached)', function()
     -- a fresh process: a, then b (4 MiB each); b is freed first, a later. The
     -- next 4 MiB request gets b's block, the one written last, where the
