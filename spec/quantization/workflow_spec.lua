@@ -420,6 +420,54 @@ print('done')
     H.close(flw, t.lw, 0, 'linear weight'); H.close(flb, t.lb, 0, 'linear bias')
   end)
 
+  it('quantize_per_tensor_dynamic, list forms and reset_min_max_vals as torch', function()
+    flow.manual_seed(13)
+    local xs = {flow.randn(50) * 3 + 1, flow.rand(40) * 0.01, flow.randn(3, 7) - 2, flow.zeros(5)}
+    local got = {}
+    for i, x in ipairs(xs) do
+      for _, c in ipairs({{flow.quint8, false}, {flow.quint8, true}, {flow.qint8, false}, {flow.qint8, true}}) do
+        local q = flow.quantize_per_tensor_dynamic(x, c[1], c[2])
+        got[#got + 1] = {i, q}
+      end
+    end
+    H.raises(function() flow.quantize_per_tensor_dynamic(xs[1], flow.qint32) end,
+      'quantize_per_tensor_dynamic: dtype must be flow.quint8 or flow.qint8')
+    local nan = flow.tensor({1, 0 / 0})
+    H.raises(function() flow.quantize_per_tensor_dynamic(nan, flow.quint8) end, 'NaN')
+    -- lists, as torch.quantize_per_tensor / torch.dequantize take them
+    local l = flow.quantize_per_tensor({xs[1], xs[2]}, {0.1, 0.01}, {3, 0}, flow.quint8)
+    assert.are.equal(2, #l)
+    H.close(flow.dequantize(l)[2], l[2]:dequantize(), 0)
+    H.raises(function() flow.quantize_per_tensor({xs[1]}, {0.1, 0.2}, {1}, flow.quint8) end,
+      'a list of 1 tensors needs as many scales and zero points')
+    local o = Qz.MinMaxObserver()
+    o(xs[1]); o:reset_min_max_vals(); o(xs[2])
+    H.close({o.min_val:item(), o.max_val:item()}, {xs[2]:min():item(), xs[2]:max():item()}, 0, 'reset')
+    local pc = Qz.PerChannelMinMaxObserver()
+    pc(xs[3]); pc:reset_min_max_vals()
+    assert.are.equal(0, pc.min_val:numel())
+    if not R.available() then pending('PyTorch not installed for /usr/bin/python3') return end
+    local t = R.run(([==[
+import torch
+def T(l, *s): return torch.tensor(l, dtype=torch.float32).reshape(*s)
+xs = [T(%s, 50), T(%s, 40), T(%s, 3, 7), T(%s, 5)]
+cases = [(torch.quint8, False), (torch.quint8, True), (torch.qint8, False), (torch.qint8, True)]
+for i, x in enumerate(xs):
+    for j, (dt, rr) in enumerate(cases):
+        q = torch.quantize_per_tensor_dynamic(x, dt, rr)
+        ints = ' '.join(str(int(v)) for v in q.int_repr().flatten())
+        print('q%%d_%%d' %% (i, j), q.q_scale(), q.q_zero_point(), ints)
+print('done')
+]==]):format(R.list(xs[1]), R.list(xs[2]), R.list(xs[3]), R.list(xs[4])))
+    for k, e in ipairs(got) do
+      local want = t[('q%d_%d'):format(e[1] - 1, (k - 1) % 4)]
+      local q = e[2]
+      assert.are.equal(want[1], q:q_scale(), 'scale ' .. k)
+      assert.are.equal(want[2], q:q_zero_point(), 'zero point ' .. k)
+      H.close(q:int_repr():to(flow.float64):view(-1), {unpack(want, 3)}, 0, 'integers ' .. k)
+    end
+  end)
+
   it('torch-style names: flow.fake_quantize_*, qschemes, flow.nn.quantized / intrinsic / qat, flow.ao', function()
     local x = flow.tensor({-1.0, 0.26, 3.0})
     H.close(flow.fake_quantize_per_tensor_affine(x, 0.1, 3, 0, 40),

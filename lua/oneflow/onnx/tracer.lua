@@ -188,7 +188,8 @@ function Tracer:call(name, display, orig, ...)
 end
 
 --- A module whose forward has an export rule: rule(g, out, module, ...)
--- adds the nodes after the forward ran with recording off.
+-- adds the nodes after the forward ran with recording off (with constants,
+-- also when no input is bound to the graph: else the results are folded).
 function Tracer:call_module(display, rule, orig, constants, mod, ...)
   local g, n = self.g, select('#', ...)
   self.depth = self.depth + 1

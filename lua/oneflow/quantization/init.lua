@@ -10,6 +10,8 @@
 --   functional ops           functional.lua (relu, pools, flatten accept
 --                            quantized tensors)
 --   kernels                  core/ops/quant.c
+local A = require 'oneflow._args'
+local oneflow = require 'oneflow'   -- the table being built (used at call time)
 local Q = require 'oneflow.quantization.qtensor'
 local O = require 'oneflow.quantization.observer'
 local FQ = require 'oneflow.quantization.fake_quantize'
@@ -24,8 +26,45 @@ end
 M.QuantStub, M.DeQuantStub, M.FloatFunctional, M.QFunctional = QM.QuantStub, QM.DeQuantStub,
   QM.FloatFunctional, QM.QFunctional
 M.QuantWrapper = QM.QuantWrapper
-M.quantize_per_tensor, M.quantize_per_channel = Q.quantize_per_tensor, Q.quantize_per_channel
+M.quantize_per_channel = Q.quantize_per_channel
+
+--- quantize_per_tensor(x, scale, zero_point, dtype): x quantized; a list of
+-- tensors with lists of scales and zero points gives a list (PyTorch's form).
+function M.quantize_per_tensor(x, scale, zero_point, dtype)
+  if type(x) == 'table' and not oneflow.is_tensor(x) then
+    if type(scale) ~= 'table' or type(zero_point) ~= 'table' or #scale ~= #x or #zero_point ~= #x then
+      A.fail(('quantize_per_tensor: a list of %d tensors needs as many scales and zero points'):format(#x))
+    end
+    local out = {}
+    for i, t in ipairs(x) do out[i] = Q.quantize_per_tensor(t, scale[i], zero_point[i], dtype) end
+    return out
+  end
+  return Q.quantize_per_tensor(x, scale, zero_point, dtype)
+end
 M.is_quantized = Q.is_quantized
+
+--- quantize_per_tensor_dynamic(x, dtype, reduce_range): x quantized with a
+-- scale and zero point chosen from its own min and max (fbgemm's
+-- ChooseQuantizationParams, as torch.quantize_per_tensor_dynamic; the range
+-- halved with reduce_range).
+function M.quantize_per_tensor_dynamic(x, dtype, reduce_range)
+  local op = 'quantize_per_tensor_dynamic'
+  A.check_tensor(op, x)
+  local dt = Q.qdtype(op, dtype)
+  if dt ~= Q.quint8 and dt ~= Q.qint8 then
+    A.fail(('%s: dtype must be flow.quint8 or flow.qint8, got %s'):format(op, dt.name))
+  end
+  A.arg(op, 3, 'reduce_range', reduce_range, 'boolean|nil')
+  local lo, hi = 0, 0
+  if x:numel() > 0 then
+    local xf = x:detach():to(oneflow.float32)
+    lo, hi = xf:min():item(), xf:max():item()
+  end
+  if lo ~= lo or hi ~= hi then A.fail(op .. ': input has NaN values, which have no quantization range') end
+  local qmin, qmax = dt.qmin, dt.qmax
+  local s, z = O.choose_qparams(lo, hi, qmin, qmax, reduce_range or false, true)
+  return Q.quantize_per_tensor(x, s, z, dt)
+end
 -- torch.ao.nn's namespaces (also flow.nn.intrinsic, flow.nn.qat, flow.nn.quantized)
 M.nn = {
   intrinsic = {ConvReLU2d = QM.ConvReLU2d, LinearReLU = QM.LinearReLU, ConvBn2d = QM.ConvBn2d,
@@ -60,8 +99,14 @@ end
 function M.attach(flow)
   require('oneflow._args').arg('quantization.attach', 1, 'flow', flow, 'table')
   flow.qint8, flow.quint8, flow.qint32 = Q.qint8, Q.quint8, Q.qint32
-  flow.quantize_per_tensor, flow.quantize_per_channel = Q.quantize_per_tensor, Q.quantize_per_channel
+  flow.quantize_per_tensor, flow.quantize_per_channel = M.quantize_per_tensor, Q.quantize_per_channel
+  flow.quantize_per_tensor_dynamic = M.quantize_per_tensor_dynamic
   flow.dequantize = function(x)
+    if type(x) == 'table' and not flow.is_tensor(x) and not Q.is_quantized(x) then
+      local out = {}
+      for i, t in ipairs(x) do out[i] = flow.dequantize(t) end
+      return out
+    end
     if not Q.is_quantized(x) then
       require('oneflow._args').fail('dequantize: expected a quantized tensor, got ' ..
         require('oneflow._args').describe(x))
@@ -91,7 +136,7 @@ end
 
 -- Doc comments of the functions made in loops above (help() and LDoc read them).
 
---- flow.dequantize(q): a quantized tensor back to float32.
+--- flow.dequantize(q): a quantized tensor back to float32 (a list: each of them).
 -- @function flow.dequantize
 
 return M

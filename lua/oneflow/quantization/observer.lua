@@ -46,7 +46,7 @@ M.ObserverBase = Observer
 function Observer:_setup(name, opts, extra, defaults)
   local allowed = copy(COMMON)
   for k in pairs(extra or {}) do allowed[k] = true end
-  opts = A.check_options(name, opts, allowed) or {}
+  opts = copy(A.check_options(name, opts, allowed) or {})   -- (a read-only empty table without options)
   for k, v in pairs(defaults or {}) do if opts[k] == nil then opts[k] = v end end
   local dt = Q.qdtype(name, opts.dtype or Q.quint8)
   local qscheme = opts.qscheme or 'per_tensor_affine'
@@ -164,6 +164,16 @@ function MinMax:calculate_qparams(who)
   local s, z = self:_calculate_qparams(self.min_val, self.max_val)
   if self:is_per_channel() then return s, z end
   return s:item(), z:item()
+end
+
+--- observer:reset_min_max_vals(): forgets the range seen so far (PyTorch's).
+function MinMax:reset_min_max_vals()
+  if self:is_per_channel() then
+    self.min_val, self.max_val = flow.empty(0), flow.empty(0)
+  else
+    self.min_val:fill_(math.huge)
+    self.max_val:fill_(-math.huge)
+  end
 end
 
 function MinMax:extra_repr()
@@ -453,25 +463,28 @@ function Placeholder:calculate_qparams()
 end
 
 --- fbgemm's ChooseQuantizationParams (the run-time choice of dynamic
--- quantization): -> scale (float32 value), zero_point.
-function M.choose_qparams(lo, hi, qmin, qmax, reduce_range)
+-- quantization): -> scale (a float32 value; double with as_double, as
+-- ATen's copy of it returns), zero_point.
+function M.choose_qparams(lo, hi, qmin, qmax, reduce_range, as_double)
   A.arg('choose_qparams', 1, 'min', lo, 'number')
   A.arg('choose_qparams', 2, 'max', hi, 'number')
   A.arg('choose_qparams', 3, 'qmin', qmin, 'integer')
   A.arg('choose_qparams', 4, 'qmax', qmax, 'integer')
   lo, hi = math.min(f32(lo), 0), math.max(f32(hi), 0)
-  if reduce_range then qmin, qmax = math.floor(qmin / 2), math.floor(qmax / 2) end
+  -- C's integer division (toward zero), min and max floats, scale a double
+  local function half(q) return q < 0 and -math.floor(-q / 2) or math.floor(q / 2) end
+  if reduce_range then qmin, qmax = half(qmin), half(qmax) end
   local scale = (hi - lo) / (qmax - qmin)
   if f32(scale) == 0 or 1 / f32(scale) == math.huge then scale = 0.1 end
-  local SMALL = 6.1e-5
+  local SMALL = f32(6.1e-5)   -- a float constant there
   if scale < SMALL then
-    local org = scale
+    local org = f32(scale)
     scale = SMALL
-    if lo == 0 then hi = SMALL * (qmax - qmin)
-    elseif hi == 0 then lo = -SMALL * (qmax - qmin)
+    if lo == 0 then hi = f32(SMALL * (qmax - qmin))
+    elseif hi == 0 then lo = f32(-SMALL * (qmax - qmin))
     else
-      local amp = SMALL / org
-      lo, hi = lo * amp, hi * amp
+      local amp = f32(SMALL / org)
+      lo, hi = f32(lo * amp), f32(hi * amp)
     end
   end
   local zfm, zfx = qmin - lo / scale, qmax - hi / scale
@@ -483,7 +496,7 @@ function M.choose_qparams(lo, hi, qmin, qmax, reduce_range)
     z = math.floor(z0 + 0.5)
     if z - z0 == 0.5 and z % 2 == 1 then z = z - 1 end   -- nearbyint: half to even
   end
-  return f32(scale), z
+  return as_double and scale or f32(scale), z
 end
 
 ------------------------------------------------------------------ named defaults
