@@ -135,12 +135,13 @@ describe('post-training static quantization', function()
     local p = Qz.prepare(f)
     H.raises(function() Qz.calibrate(p, {}) end, 'calibrate: no batches')
     H.raises(function() Qz.convert(p) end, 'convert: quant: the observer has seen no data')
-    -- BatchNorm left unfused has no quantized version
+    -- a layer without a quantized version
     local u = make_net()
+    u.relu1 = nn.Sigmoid()
     u.qconfig = minmax_qconfig
-    H.raises(function() Qz.prepare(u) end, 'prepare: bn1 (BatchNorm2d) has no quantized version')
+    H.raises(function() Qz.prepare(u) end, 'prepare: relu1 (Sigmoid) has no quantized version')
     -- ... unless it is kept float
-    u.bn1.qconfig = false
+    u.relu1.qconfig = false
     assert.truthy(Qz.prepare(u))
     H.raises(function() Qz.prepare(make_net()) end, 'prepare: no qconfig set')
     H.raises(function() Qz.fuse_modules(make_net(), {{'conv1', 'pool'}}) end,
@@ -390,6 +391,73 @@ print('done')
     H.raises(function() Qz.propagate_qconfig_(m, {['0'] = 'x86'}) end,
       "propagate_qconfig_: qconfig_dict[0] must be a QConfig or false")
     H.raises(function() Qz.QuantWrapper(3) end, 'QuantWrapper')
+  end)
+
+  it('a BatchNorm2d nothing was fused into converts to a quantized BatchNorm2d, as nnq.BatchNorm2d', function()
+    flow.manual_seed(17)
+    local function net()
+      local m = nn.Sequential(Qz.QuantStub(), nn.Conv2d(2, 4, 3, {padding = 1}), nn.ReLU(), nn.BatchNorm2d(4),
+                              Qz.DeQuantStub())
+      flow.no_grad(function()
+        m[4].running_mean:copy_(flow.tensor({0.2, -0.1, 0.5, 0.0}))
+        m[4].running_var:copy_(flow.tensor({0.7, 1.3, 0.9, 2.0}))
+        m[4].weight:copy_(flow.tensor({1.2, 0.8, -0.5, 1.0}))
+        m[4].bias:copy_(flow.tensor({0.1, -0.2, 0.3, 0.0}))
+      end)
+      return m:eval()
+    end
+    local m = net()
+    m.qconfig = minmax_qconfig
+    local p = Qz.prepare(m)
+    local x = flow.randn(6, 2, 5, 5)
+    p(x)
+    local q = Qz.convert(p)
+    assert.are.equal('QuantizedBatchNorm2d', q[4].__name)
+    local y = q(x)
+    assert.is_true((y - m(x)):abs():max():item() <= 3 * q[4].scale, 'int8 tracks float')
+    -- the state dict: the float BatchNorm's entries plus scale and zero point; it round trips
+    local sd = q:state_dict()
+    assert.is_truthy(sd['3.running_var'] and sd['3.scale'] and sd['3.zero_point'])
+    local m2 = net()
+    m2.qconfig = minmax_qconfig
+    local p2 = Qz.prepare(m2)
+    p2(x * 2)
+    local q2 = Qz.convert(p2)
+    q2:load_state_dict(sd)
+    H.close(q2(x), y, 0, 'after loading')
+    local path = os.tmpname()
+    flow.onnx.export(q, {x}, path)
+    H.close(flow.onnx.load(path)(x), y, 0, 'ONNX: DequantizeLinear, BatchNormalization, QuantizeLinear')
+    os.remove(path)
+    if not R.available() then pending('PyTorch not installed for /usr/bin/python3') return end
+    local w = m:state_dict()
+    local t = R.run(([==[
+import torch, torch.nn as nn
+import torch.ao.quantization as tq
+torch.backends.quantized.engine = [e for e in ('x86', 'fbgemm', 'onednn')
+                                   if e in torch.backends.quantized.supported_engines][0]
+def T(l, *s): return torch.tensor(l, dtype=torch.float32).reshape(*s)
+def out(k, t): print(k, ' '.join(repr(float(v)) for v in torch.as_tensor(t).flatten().tolist()))
+m = nn.Sequential(tq.QuantStub(), nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), nn.BatchNorm2d(4), tq.DeQuantStub())
+m.load_state_dict({'1.weight': T(%s, 4, 2, 3, 3), '1.bias': T(%s, 4), '3.weight': T(%s, 4), '3.bias': T(%s, 4),
+                   '3.running_mean': T(%s, 4), '3.running_var': T(%s, 4)}, strict=False)
+m.eval()
+m.qconfig = tq.QConfig(activation=tq.MinMaxObserver.with_args(dtype=torch.quint8),
+    weight=tq.PerChannelMinMaxObserver.with_args(dtype=torch.qint8, qscheme=torch.per_channel_symmetric))
+p = tq.prepare(m)
+x = T(%s, 6, 2, 5, 5)
+with torch.no_grad():
+    p(x)
+    q = tq.convert(p)
+    print('kind', 1 if type(q[3]).__name__ == 'BatchNorm2d' else 0)
+    out('s', [q[3].scale, q[3].zero_point])
+    out('y', q(x))
+print('done')
+]==]):format(R.list(w['1.weight']), R.list(w['1.bias']), R.list(w['3.weight']), R.list(w['3.bias']),
+             R.list(w['3.running_mean']), R.list(w['3.running_var']), R.list(x)))
+    H.close({q[4].scale, q[4].zero_point}, t.s, 1e-6, 'output scale and zero point')
+    local d = (y - flow.tensor(t.y):view(6, 4, 5, 5)):abs():max():item()
+    assert.is_true(d <= q[4].scale * 1.001, 'vs nnq.BatchNorm2d: ' .. d)
   end)
 
   it('nn.utils.fuse_conv_bn_weights / fuse_linear_bn_weights give torch.nn.utils.fusion bits', function()

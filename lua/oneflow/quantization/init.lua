@@ -73,7 +73,7 @@ M.nn = {
   qat = QM.qat,
   quantized = {Conv2d = QM.Conv2d, ConvReLU2d = QM.ConvReLU2d_q, Linear = QM.Linear,
                LinearReLU = QM.LinearReLU_q, ReLU = QM.ReLU, Quantize = QM.Quantize,
-               DeQuantize = QM.DeQuantize, QFunctional = QM.QFunctional,
+               DeQuantize = QM.DeQuantize, QFunctional = QM.QFunctional, BatchNorm2d = QM.BatchNorm2d_q,
                dynamic = QM.dynamic},
 }
 M.f32 = nil

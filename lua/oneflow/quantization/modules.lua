@@ -629,6 +629,45 @@ function Quantize:__load_extra(prefix, sd, seen)
   return function() rawset(self, 'scale', scale); rawset(self, 'zero_point', zp) end
 end
 
+-- BatchNorm2d on a quantized activation (PyTorch's nnq.BatchNorm2d, what
+-- convert makes of a BatchNorm that nothing was fused into): the eval-mode
+-- normalisation of the dequantized values, requantised to the observed
+-- output scale and zero point. Its state dict is the float BatchNorm's plus
+-- scale and zero_point.
+local QBatchNorm2d = nn.BatchNorm2d:subclass('QuantizedBatchNorm2d')
+M.BatchNorm2d_q = QBatchNorm2d
+--- quantization.nn.quantized.BatchNorm2d(float_bn, scale, zero_point, dtype): convert makes it.
+function QBatchNorm2d:__init(float, scale, zero_point, dtype)
+  A.arg('QuantizedBatchNorm2d', 1, 'float_bn', float, 'module')
+  nn.BatchNorm2d.__init(self, float.num_features, {eps = float.eps, momentum = float.momentum,
+                                                   affine = float.affine, track_running_stats = true})
+  if float.running_mean == nil or float.running_var == nil then
+    A.fail('QuantizedBatchNorm2d: the BatchNorm has no running statistics to normalise with')
+  end
+  flow.no_grad(function()
+    self.running_mean:copy_(float.running_mean)
+    self.running_var:copy_(float.running_var)
+    if float.affine then
+      self.weight:copy_(float.weight)
+      self.bias:copy_(float.bias)
+    end
+  end)
+  set_out(self, 'QuantizedBatchNorm2d', scale, zero_point, dtype)
+  self:eval()
+end
+function QBatchNorm2d:forward(x)
+  check_input(self.__name, x)
+  if x:dim() ~= 4 then A.fail(('%s: expected a 4-d input, got %d-d'):format(self.__name, x:dim())) end
+  local y = F.batch_norm(x:dequantize(), self.running_mean, self.running_var,
+                         {weight = self.weight, bias = self.bias, training = false, eps = self.eps})
+  return Q.quantize_per_tensor(y, self.scale, self.zero_point, self.out_dtype)
+end
+function QBatchNorm2d:extra_repr()
+  return ('%d, eps=%g, scale=%.6g, zero_point=%d'):format(self.num_features, self.eps, self.scale, self.zero_point)
+end
+QBatchNorm2d.__extra_state = Quantize.__extra_state
+QBatchNorm2d.__load_extra = Quantize.__load_extra
+
 local DeQuantize = nn.Module:subclass('DeQuantize')
 M.DeQuantize = DeQuantize
 function DeQuantize.forward(_, x)

@@ -10,7 +10,7 @@
 --   Q.prepare_qat(model) ... train ... Q.convert(model)
 -- A module's qconfig applies to its submodules unless they set their own;
 -- `m.qconfig = false` keeps m (and what it contains) float. A leaf layer
--- under a qconfig that has no quantized version (BatchNorm not fused, LSTM,
+-- under a qconfig that has no quantized version (LSTM,
 -- LayerNorm, Sigmoid ...) is an error at prepare naming it, rather than a
 -- model that fails later.
 local flow = require 'oneflow'
@@ -141,7 +141,7 @@ local function observed(m)
     or isinstance(m, QM.LinearReLU) or isinstance(m, QM.QuantStub)
     or isinstance(m, QM.qat.Conv2d) or isinstance(m, QM.qat.ConvReLU2d)
     or isinstance(m, QM.qat.Linear) or isinstance(m, QM.qat.LinearReLU)
-    or QM.has_bn(m) or float_bn(m)
+    or QM.has_bn(m) or float_bn(m) or (isinstance(m, nn.BatchNorm2d) and not isinstance(m, QM.BatchNorm2d_q))
 end
 local PASS = {'ReLU', 'MaxPool2d', 'AvgPool2d', 'AdaptiveAvgPool2d', 'Flatten', 'Identity', 'Dropout',
               'DeQuantStub', 'FloatFunctional'}
@@ -532,6 +532,9 @@ function M.convert(model, opts)
     elseif isinstance(m, QM.FloatFunctional) then
       local s, z, dt = obs_qparams(m, path)
       new = QM.QFunctional(s, z, dt)
+    elseif isinstance(m, nn.BatchNorm2d) and not isinstance(m, QM.BatchNorm2d_q) then
+      local s, z, dt = obs_qparams(m, path)
+      new = QM.BatchNorm2d_q(m, s, z, dt)
     elseif observed(m) then
       new = convert_one(path, m, qc)
     elseif isinstance(m, nn.ReLU) then
