@@ -342,8 +342,7 @@ if memory then
     local v = {}
     for _, r in ipairs(list) do if type(r[key]) == 'number' then v[#v + 1] = r[key] end end
     if #v == 0 then return nil end
-    table.sort(v)
-    return v[math.floor((#v + 1) / 2)], v[1], v[#v]
+    return median(v), math.min(unpack(v)), math.max(unpack(v))
   end
   local function summary(list)
     local out = {version = list[1] and list[1].version}

@@ -80,15 +80,18 @@ function M.of(obj)
   return nil
 end
 
---- Whether obj is an instance of cls or of one of its subclasses.
-function M.isinstance(obj, cls)
-  local c = M.of(obj)
+--- Whether class c is cls or one of its subclasses (false for what is not a class).
+function M.issubclass(c, cls)
+  if not M.is_class(c) then return false end
   while c ~= nil do
     if c == cls then return true end
     c = rawget(c, 'super')
   end
   return false
 end
+
+--- Whether obj is an instance of cls or of one of its subclasses.
+function M.isinstance(obj, cls) return M.issubclass(M.of(obj), cls) end
 
 M.new = make
 M.subclass = subclass

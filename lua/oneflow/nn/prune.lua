@@ -397,13 +397,13 @@ function P.global_unstructured(params, opts)
   if type(opts) ~= 'table' then fail(op .. ': options {pruning_method =, amount =, ...} are required') end
   local cls = opts.pruning_method or 'l1'
   if cls == 'l1' then cls = P.L1Unstructured elseif cls == 'random' then cls = P.RandomUnstructured end
-  if class.is_class(cls) and rawget(cls, '_keys') then   -- a built-in method: its keywords are known
+  if class.issubclass(cls, Base) and rawget(cls, '_keys') then   -- a built-in method: its keywords are known
     local allowed = {pruning_method = true}
     for _, k in ipairs(cls._keys) do allowed[k] = true end
     A.check_options(op, opts, allowed)
   end
   if cls == 'l1' then cls = P.L1Unstructured elseif cls == 'random' then cls = P.RandomUnstructured end
-  if not (class.is_class(cls) and cls ~= Base and class.isinstance(setmetatable({}, cls), Base)) then
+  if cls == Base or not class.issubclass(cls, Base) then
     fail(op .. ": pruning_method must be 'l1', 'random' or a pruning method class, got " .. A.describe(cls))
   end
   if cls.PRUNING_TYPE ~= 'unstructured' then

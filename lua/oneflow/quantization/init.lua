@@ -55,14 +55,8 @@ function M.quantize_per_tensor_dynamic(x, dtype, reduce_range)
     A.fail(('%s: dtype must be flow.quint8 or flow.qint8, got %s'):format(op, dt.name))
   end
   A.arg(op, 3, 'reduce_range', reduce_range, 'boolean|nil')
-  local lo, hi = 0, 0
-  if x:numel() > 0 then
-    local xf = x:detach():to(oneflow.float32)
-    lo, hi = xf:min():item(), xf:max():item()
-  end
-  if lo ~= lo or hi ~= hi then A.fail(op .. ': input has NaN values, which have no quantization range') end
-  local qmin, qmax = dt.qmin, dt.qmax
-  local s, z = O.choose_qparams(lo, hi, qmin, qmax, reduce_range or false, true)
+  local lo, hi = QM.dynamic_range(op, x)
+  local s, z = O.choose_qparams(lo, hi, dt.qmin, dt.qmax, reduce_range or false, true)
   return Q.quantize_per_tensor(x, s, z, dt)
 end
 -- torch.ao.nn's namespaces (also flow.nn.intrinsic, flow.nn.qat, flow.nn.quantized)

@@ -420,13 +420,23 @@ end
 -- x (float, [..., in]) -> float [..., out]: x quantized to quint8 with its
 -- own range (fbgemm's apply_dynamic), int8 weight w (scales ws, zero points
 -- wz), float bias b; name is the module that calls it
-local function dynamic_linear(name, x, w, ws, wz, b, reduce_range)
-  local xf = x:to(flow.float32)
+--- x's min and max as numbers (0, 0 when empty), for a scale chosen at run
+-- time; NaN or infinite values are an error naming the caller.
+function M.dynamic_range(name, x)
   local lo, hi = 0, 0
-  if xf:numel() > 0 then lo, hi = xf:min():item(), xf:max():item() end
+  if x:numel() > 0 then
+    local xf = x:detach():to(flow.float32)
+    lo, hi = xf:min():item(), xf:max():item()
+  end
   if lo ~= lo or hi ~= hi or lo == -math.huge or hi == math.huge then
     A.fail(name .. ': input has NaN or infinite values, which cannot be quantized')
   end
+  return lo, hi
+end
+
+local function dynamic_linear(name, x, w, ws, wz, b, reduce_range)
+  local xf = x:to(flow.float32)
+  local lo, hi = M.dynamic_range(name, xf)
   local s, z = O.choose_qparams(lo, hi, 0, 255, reduce_range)
   local lead = xf:size():totable()
   local xq = Q.quantize_per_tensor(xf:reshape({-1, lead[#lead]}), s, z, Q.quint8)
@@ -532,28 +542,38 @@ local function dyn_recurrent(cls)
   end
 end
 
-local function dyn_rnn(name, float_cls)
-  local cls = float_cls:subclass(name)
-  --- quantization.nn.quantized.dynamic.LSTM / GRU(float_rnn, quantize_weight): the
-  -- dynamically quantized copy of an nn.LSTM / nn.GRU (quantize_dynamic makes it).
-  function cls:__init(float, quantize_weight)
-    nn.Module.__init(self)
-    for _, k in ipairs(RNN_KEYS) do rawset(self, k, float[k]) end
-    local w, names = {}, {}
-    for l = 0, float.num_layers - 1 do
-      for d = 0, (float.bidirectional and 2 or 1) - 1 do
-        for _, which in ipairs({'ih', 'hh'}) do
-          local k = ('%s_l%d%s'):format(which, l, d == 1 and '_reverse' or '')
-          names[#names + 1] = k
-          w[k] = qentry(name, float, k, quantize_weight)
-        end
+-- the weight names of a float recurrent module: ih/hh per layer and
+-- direction (LSTM, GRU), or ih and hh (the cells)
+local function rnn_names(float)
+  local names = {}
+  for l = 0, float.num_layers - 1 do
+    for d = 0, (float.bidirectional and 2 or 1) - 1 do
+      for _, which in ipairs({'ih', 'hh'}) do
+        names[#names + 1] = ('%s_l%d%s'):format(which, l, d == 1 and '_reverse' or '')
       end
     end
+  end
+  return names
+end
+local function cell_names() return {'ih', 'hh'} end
+
+-- the dynamic version of float_cls: its weights int8, its affine hook
+-- (RNNBase:_gates(x, which, sfx), a cell's _affine(x, which)) a
+-- dynamic_linear, everything else float_cls's
+local function dyn_class(name, float_cls, keys, names_of, hook)
+  local cls = float_cls:subclass(name)
+  --- quantization.nn.quantized.dynamic.LSTM / GRU / LSTMCell / GRUCell / RNNCell(float, quantize_weight):
+  -- the dynamically quantized copy of a recurrent module (quantize_dynamic makes it).
+  function cls:__init(float, quantize_weight)
+    nn.Module.__init(self)
+    for _, k in ipairs(keys) do rawset(self, k, float[k]) end
+    local w, names = {}, names_of(float)
+    for _, k in ipairs(names) do w[k] = qentry(name, float, k, quantize_weight) end
     rawset(self, '_qw', w)
     rawset(self, '_qnames', names)
   end
-  function cls:_gates(x, which, sfx)
-    local e = rawget(self, '_qw')[which .. sfx]
+  cls[hook] = function(self, x, which, sfx)
+    local e = rawget(self, '_qw')[which .. (sfx or '')]
     return dynamic_linear(self.__name, x, e.weight, e.ws, e.wz, e.bias, true)
   end
   function cls:forward(input, hx)
@@ -567,35 +587,11 @@ local function dyn_rnn(name, float_cls)
   dyn_recurrent(cls)
   return cls
 end
-M.dynamic.LSTM = dyn_rnn('DynamicQuantizedLSTM', nn.LSTM)
-M.dynamic.GRU = dyn_rnn('DynamicQuantizedGRU', nn.GRU)
-
-local function dyn_cell(name, float_cls)
-  local cls = float_cls:subclass(name)
-  --- quantization.nn.quantized.dynamic.LSTMCell / GRUCell / RNNCell(float_cell, quantize_weight):
-  -- the dynamically quantized copy of a recurrent cell (quantize_dynamic makes it).
-  function cls:__init(float, quantize_weight)
-    nn.Module.__init(self)
-    for _, k in ipairs(CELL_KEYS) do rawset(self, k, float[k]) end
-    local w = {}
-    for _, k in ipairs({'ih', 'hh'}) do w[k] = qentry(name, float, k, quantize_weight) end
-    rawset(self, '_qw', w)
-    rawset(self, '_qnames', {'ih', 'hh'})
-  end
-  function cls:_affine(x, which)
-    local e = rawget(self, '_qw')[which]
-    return dynamic_linear(self.__name, x, e.weight, e.ws, e.wz, e.bias, true)
-  end
-  function cls:forward(x, hx)
-    A.check_tensor(self.__name, x)
-    return float_cls.forward(self, x, hx)
-  end
-  dyn_recurrent(cls)
-  return cls
-end
-M.dynamic.LSTMCell = dyn_cell('DynamicQuantizedLSTMCell', nn.LSTMCell)
-M.dynamic.GRUCell = dyn_cell('DynamicQuantizedGRUCell', nn.GRUCell)
-M.dynamic.RNNCell = dyn_cell('DynamicQuantizedRNNCell', nn.RNNCell)
+M.dynamic.LSTM = dyn_class('DynamicQuantizedLSTM', nn.LSTM, RNN_KEYS, rnn_names, '_gates')
+M.dynamic.GRU = dyn_class('DynamicQuantizedGRU', nn.GRU, RNN_KEYS, rnn_names, '_gates')
+M.dynamic.LSTMCell = dyn_class('DynamicQuantizedLSTMCell', nn.LSTMCell, CELL_KEYS, cell_names, '_affine')
+M.dynamic.GRUCell = dyn_class('DynamicQuantizedGRUCell', nn.GRUCell, CELL_KEYS, cell_names, '_affine')
+M.dynamic.RNNCell = dyn_class('DynamicQuantizedRNNCell', nn.RNNCell, CELL_KEYS, cell_names, '_affine')
 
 ------------------------------------------------------------------ other quantized modules
 local Quantize = nn.Module:subclass('Quantize')
