@@ -12,19 +12,22 @@
 -- the faster PyTorch. Prints two markdown tables, wall time and process CPU
 -- time (all threads: os.clock here, time.process_time there; under a
 -- loaded machine the CPU time is the steadier figure), and the machine load.
+-- --int8: both sides dynamically quantized first (quantize_dynamic of the
+-- Linear layers to qint8, PyTorch's torch.ao.quantization.quantize_dynamic).
 --
---   sh tools/minilm.sh && luajit bench/text.lua [threads] [--rounds N] [--reps N] [--no-torch2]
+--   sh tools/minilm.sh && luajit bench/text.lua [threads] [--rounds N] [--reps N] [--no-torch2] [--int8]
 local flow = require 'oneflow'
 local json = require 'oneflow.utils.json'
 local text = require 'flowtext'
 
-local threads, rounds, reps, want_torch2 = 2, 3, 3, true
+local threads, rounds, reps, want_torch2, int8 = 2, 3, 3, true, false
 do
   local argv, i = arg or {}, 1
   while i <= #argv do
     if argv[i] == '--rounds' then rounds = tonumber(argv[i + 1]); i = i + 1
     elseif argv[i] == '--reps' then reps = tonumber(argv[i + 1]); i = i + 1
     elseif argv[i] == '--no-torch2' then want_torch2 = false
+    elseif argv[i] == '--int8' then int8 = true
     elseif tonumber(argv[i]) then threads = tonumber(argv[i])
     else error('text.lua: unknown argument ' .. argv[i]) end
     i = i + 1
@@ -71,6 +74,7 @@ end
 
 ------------------------------------------------------------------ rounds
 local st = text.SentenceTransformer(dir)
+if int8 then st = flow.quantization.quantize_dynamic(st, {flow.nn.Linear}, {dtype = flow.qint8}) end
 for _, c in ipairs(cases) do st:encode(c.list, {batch_size = #c.list}) end   -- warm-up
 local ours, theirs, versions = {}, {}, {}
 local ours_cpu, theirs_cpu = {}, {}
@@ -87,7 +91,8 @@ for r = 1, rounds do
     end
   end
   for i, py in ipairs(pythons) do
-    local line, all = last_line(('%s bench/text_torch.py %s %s %d %d 2>&1'):format(py, dir, cases_path, threads, reps))
+    local line, all = last_line(('%s bench/text_torch.py %s %s %d %d%s 2>&1'):format(
+    py, dir, cases_path, threads, reps, int8 and ' int8' or ''))
     local ok, res = pcall(json.decode, line)
     if not ok then error('text.lua: ' .. py .. ' failed:\n' .. all) end
     versions[i] = res.torch
@@ -132,5 +137,5 @@ local function report(title, mine, other)
 end
 report('wall time per encode call (median)', ours, theirs)
 report('process CPU time per encode call, all threads (median)', ours_cpu, theirs_cpu)
-print(('threads %d, %d rounds x %d calls; load average before %s, after %s'):format(
-  threads, rounds, reps, load_before, loadavg()))
+print(('%sthreads %d, %d rounds x %d calls; load average before %s, after %s'):format(
+  int8 and 'int8 (quantize_dynamic of the Linear layers); ' or '', threads, rounds, reps, load_before, loadavg()))

@@ -226,7 +226,7 @@ static uint32_t optional_inputs(int32_t op) {
     case OPK_OPTIM_ADAM: return 1u << 4;                /* max_exp_avg_sq (amsgrad) */
     case OPK_SCATTER: return 1u << 2;                   /* src (a scalar value instead) */
     case OPK_SDPA: return 1u << 3;                      /* attn_mask */
-    case OPK_QUANTIZED_LINEAR: case OPK_QUANTIZED_CONV2D:
+    case OPK_QUANTIZED_LINEAR: case OPK_QUANTIZED_CONV2D: case OPK_DYNAMIC_QUANTIZED_LINEAR:
       return 3u << 3;                                   /* weight zero points, bias */
     case OF_OPK_BACKWARD: return ~1u;                   /* grads of unused outputs */
     default: return 0;
@@ -712,6 +712,11 @@ static bool attrs_ok(const of_graph *g, const of_gnode *n, char *why, size_t cap
       if (!(a->growth >= 1 && a->growth < INFINITY)) BAD("attrs.growth_factor: %g", a->growth);
       if (!(a->backoff > 0 && a->backoff <= 1)) BAD("attrs.backoff_factor: %g is not in (0, 1]", a->backoff);
       if (a->interval < 1) BAD("attrs.growth_interval: %lld", (long long)a->interval);
+      break;
+    }
+    case OPK_DYNAMIC_QUANTIZED_LINEAR: {
+      const a_i1 *a = p;
+      CHECK_FLAG(a->v, "reduce_range");
       break;
     }
     case OPK_QUANTIZED_ADD: {

@@ -508,6 +508,24 @@ vnni_tile(const vnni_job *j, const int mr, const int nv, int64_t i, int64_t v0) 
       }
     }
   }
+  if (j->q && j->q->odt == OF_FLOAT32) {
+    /* float results (dynamic quantization's): requant_rows' s_n * acc +
+     * bias on the registers, multiply and add unfused as there */
+    const rq *q = j->q;
+    const __m512 zero = _mm512_setzero_ps();
+    for (int v = 0; v < nv; v++) {
+      const int64_t n0 = (v0 + v) * 16, left = j->nvalid - n0;
+      const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+      const __m512i corr = _mm512_loadu_si512(j->corr + n0);
+      const __m512 f = _mm512_maskz_loadu_ps(m, q->scale + n0), g = _mm512_maskz_loadu_ps(m, q->bias + n0);
+      for (int r = 0; r < mr; r++) {
+        __m512 x = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(c[r][v], corr)), f), g);
+        if (q->relu) x = _mm512_max_ps(x, zero);
+        _mm512_mask_storeu_ps((float *)(j->O + (i + r) * j->oi) + n0, m, x);
+      }
+    }
+    return;
+  }
   if (j->q) {
     /* requant_run_avx512's steps on the registers: no int32 round trip
      * through memory (a ResNet-18 stage-1 layer wrote and read 1.6 MB of
@@ -545,7 +563,7 @@ vnni_tile(const vnni_job *j, const int mr, const int nv, int64_t i, int64_t v0) 
  * bytes: 295 KB for a 3x3 conv of 512 inputs) stay in L2 while the rows
  * pass, instead of every 4 rows streaming the whole weight (2.4 MB there)
  * from L3 */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), OF_GCC_OPTIMIZE("fp-contract=off"))) static void
 vnni_gemm(const vnni_job *j, int64_t i0, int64_t i1, int64_t v0, int64_t v1) {
   for (int64_t v = v0; v < v1; v += 4) {
     const int nv = v1 - v < 4 ? (int)(v1 - v) : 4;
@@ -715,22 +733,31 @@ static of_status qlinear_vnni(const char *op, of_tensor *xc, of_tensor *w, of_te
     packed_release(pk);
     return OF_OK;
   }
-  const int64_t xbytes = M * kq, abytes = M * O * (int64_t)sizeof(int32_t);
-  uint8_t *A = of_alloc(OF_CPU, xbytes);
-  int32_t *acc = of_alloc(OF_CPU, abytes), *corr = zp_terms(pk, nvec * 16, xz);
+  /* uint8 rows of a multiple of 4 bytes are read where they are; else
+   * copied (int8 shifted to uint8, rows padded to 4 bytes) */
+  const bool direct = u8 && kq == K;
+  const int64_t xbytes = direct ? 0 : M * kq;
+  uint8_t *A = direct ? NULL : of_alloc(OF_CPU, xbytes);
+  int32_t *corr = zp_terms(pk, nvec * 16, xz);
   int64_t *roff = malloc((size_t)M * sizeof *roff), toff = 0;
-  of_status st = A && acc && corr && roff ? OF_OK
+  of_status st = (A || direct) && corr && roff
+                 ? OF_OK
                  : of_fail(OF_ERR_OOM, "%s: out of memory (%lld x %lld)", op, (long long)M, (long long)kq);
   if (st == OF_OK) {
     const uint8_t *xp = (const uint8_t *)of_ptr(xc);
     const uint8_t shift = u8 ? 0 : 128;
     for (int64_t m = 0; m < M; m++) {
+      roff[m] = m * kq;
+      if (direct) continue;
       uint8_t *a = A + m * kq;
       for (int64_t k = 0; k < K; k++) a[k] = (uint8_t)(xp[m * K + k] + shift);
       for (int64_t k = K; k < kq; k++) a[k] = 0;
-      roff[m] = m * kq;
     }
-    const vnni_job j = {A, roff, &toff, 1, kq / 4, pk->B, kq * 16, acc, O, O, corr, NULL, NULL, 0};
+    /* results requantised (or scaled to float) in registers, straight
+     * into the output rows */
+    const int64_t esz = r->odt == OF_FLOAT32 ? 4 : 1;
+    const vnni_job j = {direct ? xp : A, roff, &toff, 1, kq / 4, pk->B, kq * 16, NULL, 0, O, corr,
+                        r, outp, O * esz};
     const int nt = M * O * K >= OF_PARALLEL_GRAIN ? of_threads() : 1;
     /* rows over threads when there are enough, else the channels */
     const bool by_rows = M >= 4 * nt;
@@ -740,19 +767,13 @@ static of_status qlinear_vnni(const char *op, of_tensor *xc, of_tensor *w, of_te
       const int64_t R = by_rows ? M : nvec, per = (R + n - 1) / n;
       const int64_t a0 = per * t < R ? per * t : R, a1 = a0 + per < R ? a0 + per : R;
       if (a1 > a0) {
-        if (by_rows) {
-          vnni_gemm(&j, a0, a1, 0, nvec);
-          requant_rows(r, acc, a0, a1, O, outp, O, 1, O, 1);
-        } else {
-          vnni_gemm(&j, 0, M, a0, a1);
-        }
+        if (by_rows) vnni_gemm(&j, a0, a1, 0, nvec);
+        else vnni_gemm(&j, 0, M, a0, a1);
       }
     }
-    if (!by_rows) requant_rows(r, acc, 0, M, O, outp, O, 1, O, 1);
     *done = true;
   }
   if (A) of_free(OF_CPU, A, xbytes);
-  if (acc) of_free(OF_CPU, acc, abytes);
   free(corr), free(roff);
   packed_release(pk);
   return st;
@@ -996,9 +1017,8 @@ static of_status dnnl_gemm_exact(int64_t M, int64_t K, int64_t N, const uint8_t 
  * x, w, w_scale, w_zero_point and bias (ndim -1: absent), and its result y:
  * x's shape with the last dim O, in the output dtype. What the body runs
  * first and a loaded graph's node is re-inferred with (infer_QUANTIZED_LINEAR). */
-static of_status qlinear_geometry(const of_meta *m, double xs, int64_t xzp, double os,
-                                  int64_t ozp, int32_t odt, of_meta *y) {
-  static const char op[] = "quantized_linear";
+static of_status qlinear_geometry_of(const char *op, const of_meta *m, double xs, int64_t xzp,
+                                     double os, int64_t ozp, int32_t odt, of_meta *y) {
   const of_meta *x = &m[0], *w = &m[1];
   if (x->ndim < 0 || w->ndim < 0 || m[2].ndim < 0)
     return of_fail(OF_ERR_ARG, "%s: input, weight and scales are required", op);
@@ -1014,6 +1034,10 @@ static of_status qlinear_geometry(const of_meta *m, double xs, int64_t xzp, doub
   y->shape[x->ndim - 1] = O;
   y->dtype = (of_dtype)odt;
   return OF_OK;
+}
+static of_status qlinear_geometry(const of_meta *m, double xs, int64_t xzp, double os, int64_t ozp,
+                                  int32_t odt, of_meta *y) {
+  return qlinear_geometry_of("quantized_linear", m, xs, xzp, os, ozp, odt, y);
 }
 
 static of_status qlinear_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor *wzp,
@@ -1615,45 +1639,240 @@ static of_status qquant_geometry(const of_meta *x, const a_quant *p, of_meta *y)
   return OF_OK;
 }
 
+/* x[i0, i1) quantized: rint(x * inv) + zp clamped to [lo, hi]; NaN -> zp */
+static inline __attribute__((always_inline)) void qquant_run_ref(const float *xp, float inv, float zp,
+                                                                 float lo, float hi, bool u8, void *y,
+                                                                 int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; i++) {
+    float v = rintf(xp[i] * inv) + zp;
+    v = v > lo ? v : lo; /* NaN -> lo, then */
+    v = v < hi ? v : hi;
+    v = xp[i] == xp[i] ? v : zp;
+    if (u8) ((uint8_t *)y)[i] = (uint8_t)v;
+    else ((int8_t *)y)[i] = (int8_t)v;
+  }
+}
+
+#if defined(__x86_64__)
+/* the scalar loop where SSE4.1's round makes rintf one instruction */
+__attribute__((target("avx2"))) static void qquant_run_avx2(const float *xp, float inv, float zp, float lo,
+                                                           float hi, bool u8, void *y, int64_t i0, int64_t i1) {
+  qquant_run_ref(xp, inv, zp, lo, hi, u8, y, i0, i1);
+}
+
+/* 16 at a time, the same values: roundscale is rintf (nearest, ties to
+ * even), max / min take lo for a NaN, which the ordered mask then replaces
+ * by zp, and the clamped float converts exactly; the store keeps each
+ * lane's low byte. rintf is a libm call in the scalar loop (the baseline
+ * has no SSE4.1 round): the vector form took a dynamic Linear's 640 x 384
+ * activation from 0.26 to 0.02 ms (doc/benchmarks.md, "Sentence
+ * embeddings"). */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void qquant_run_avx512(
+    const float *xp, float inv_, float zp_, float lo_, float hi_, void *y, int64_t i0, int64_t i1) {
+  const __m512 inv = _mm512_set1_ps(inv_), zp = _mm512_set1_ps(zp_);
+  const __m512 lo = _mm512_set1_ps(lo_), hi = _mm512_set1_ps(hi_);
+  for (int64_t i = i0; i < i1; i += 16) {
+    const __mmask16 m = i + 16 <= i1 ? (__mmask16)0xffff : (__mmask16)((1u << (i1 - i)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(m, xp + i);
+    __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(x, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(v, zp), lo), hi);
+    v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), zp, v);
+    _mm512_mask_cvtepi32_storeu_epi8((char *)y + i, m, _mm512_cvttps_epi32(v));
+  }
+}
+#endif
+
 static of_status qquant_body(of_tensor *x, const a_quant *p, of_tensor **out) {
   static const char op[] = "quantize_per_tensor";
   of_meta ym, xm = of_meta_of(x);
   OF_CHECK(qquant_geometry(&xm, p, &ym));
   OF_CHECK(cpu_only(op, &x, 1));
   const bool u8 = p->out_dtype == OF_UINT8;
-  const int64_t qmin = u8 ? 0 : -128, qmax = u8 ? 255 : 127;
   of_tensor *xc;
   OF_CHECK(of_dense(x, x->dtype, &xc));
   of_status st = of_tensor_new_as(op, ym.shape, ym.ndim, ym.dtype, OF_CPU, out);
   if (st == OF_OK) {
     const float *xp = (const float *)of_ptr(xc);
+    void *yp = of_ptr(*out);
     const int64_t n = of_tensor_numel(xc);
     const float inv = (float)(1.0 / (double)(float)p->x_scale), zp = (float)p->x_zp;
-    const float lo = (float)qmin, hi = (float)qmax;
-    int nt = n >= 16 * OF_PARALLEL_GRAIN ? of_threads() : 1;
-    if (u8) {
-      uint8_t *yp = (uint8_t *)of_ptr(*out);
-#pragma omp parallel for num_threads(nt) schedule(static)
-      for (int64_t i = 0; i < n; i++) {
-        float v = rintf(xp[i] * inv) + zp;
-        v = v > lo ? v : lo;   /* NaN -> lo, then */
-        v = v < hi ? v : hi;
-        yp[i] = (uint8_t)(xp[i] == xp[i] ? v : zp);
-      }
-    } else {
-      int8_t *yp = (int8_t *)of_ptr(*out);
-#pragma omp parallel for num_threads(nt) schedule(static)
-      for (int64_t i = 0; i < n; i++) {
-        float v = rintf(xp[i] * inv) + zp;
-        v = v > lo ? v : lo;
-        v = v < hi ? v : hi;
-        yp[i] = (int8_t)(xp[i] == xp[i] ? v : zp);
-      }
+    const float lo = u8 ? 0.0f : -128.0f, hi = u8 ? 255.0f : 127.0f;
+    const int nt = n >= 16 * OF_PARALLEL_GRAIN ? of_threads() : 1;
+#if defined(__x86_64__)
+    const bool v512 = of_cpu_isa() >= OF_ISA_AVX512, v256 = of_cpu_isa() >= OF_ISA_AVX2;
+#else
+    const bool v512 = false;
+#endif
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+      const int t = omp_get_thread_num(), m = omp_get_num_threads();
+      const int64_t per = (n + m - 1) / m / 64 * 64 + 64;
+      const int64_t i0 = per * t < n ? per * t : n, i1 = i0 + per < n ? i0 + per : n;
+#if defined(__x86_64__)
+      if (v512) qquant_run_avx512(xp, inv, zp, lo, hi, yp, i0, i1);
+      else if (v256) qquant_run_avx2(xp, inv, zp, lo, hi, u8, yp, i0, i1);
+      else qquant_run_ref(xp, inv, zp, lo, hi, u8, yp, i0, i1);
+#else
+      (void)v512;
+      qquant_run_ref(xp, inv, zp, lo, hi, u8, yp, i0, i1);
+#endif
     }
   }
   of_tensor_release(xc);
   return st;
 }
+
+/* ---- quant_range: min and max in one pass (dynamic quantization's range;
+ * two reductions and two item() round trips took 55 us a MiniLM linear
+ * layer, 2 of its 23 ms) ---- */
+static void qrange_run_ref(const float *x, int64_t i0, int64_t i1, float *lo, float *hi, bool *nan) {
+  float mn = INFINITY, mx = -INFINITY;
+  bool bad = false;
+  for (int64_t i = i0; i < i1; i++) {
+    const float v = x[i];
+    mn = v < mn ? v : mn;
+    mx = v > mx ? v : mx;
+    bad |= v != v;
+  }
+  *lo = mn, *hi = mx, *nan = bad;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static void qrange_run_avx512(const float *x, int64_t i0, int64_t i1,
+                                                                 float *lo, float *hi, bool *nan) {
+  __m512 mn = _mm512_set1_ps(INFINITY), mx = _mm512_set1_ps(-INFINITY);
+  __mmask16 bad = 0;
+  for (int64_t i = i0; i < i1; i += 16) {
+    const __mmask16 m = i + 16 <= i1 ? (__mmask16)0xffff : (__mmask16)((1u << (i1 - i)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    mn = _mm512_mask_min_ps(mn, m, mn, v);
+    mx = _mm512_mask_max_ps(mx, m, mx, v);
+    bad |= _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
+  }
+  *lo = _mm512_reduce_min_ps(mn), *hi = _mm512_reduce_max_ps(mx), *nan = bad != 0;
+}
+#endif
+
+static of_status qrange_body(const char *op, of_tensor *x, double *min, double *max) {
+  if (x->dtype != OF_FLOAT32)
+    return of_fail(OF_ERR_DTYPE, "%s: input must be float32, got %s", op, of_dtype_name(x->dtype));
+  OF_CHECK(cpu_only(op, &x, 1));
+  *min = 0, *max = 0;
+  const int64_t n = of_tensor_numel(x);
+  if (n == 0) return OF_OK;
+  of_tensor *xc;
+  OF_CHECK(of_dense(x, OF_FLOAT32, &xc));
+  const float *xp = (const float *)of_ptr(xc);
+  enum { T = 64 };
+  float lo[T], hi[T];
+  bool nan[T];
+  int nt = n >= 16 * OF_PARALLEL_GRAIN ? of_threads() : 1;
+  nt = nt > T ? T : nt;
+#if defined(__x86_64__)
+  const bool v512 = of_cpu_isa() >= OF_ISA_AVX512;
+#else
+  const bool v512 = false;
+#endif
+  int used = 1;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int t = omp_get_thread_num(), m = omp_get_num_threads();
+    if (t == 0) used = m;
+    const int64_t per = (n + m - 1) / m / 64 * 64 + 64;
+    const int64_t i0 = per * t < n ? per * t : n, i1 = i0 + per < n ? i0 + per : n;
+#if defined(__x86_64__)
+    if (v512) qrange_run_avx512(xp, i0, i1, &lo[t], &hi[t], &nan[t]);
+    else qrange_run_ref(xp, i0, i1, &lo[t], &hi[t], &nan[t]);
+#else
+    (void)v512;
+    qrange_run_ref(xp, i0, i1, &lo[t], &hi[t], &nan[t]);
+#endif
+  }
+  float mn = INFINITY, mx = -INFINITY;
+  bool bad = false;
+  for (int t = 0; t < used; t++) {
+    mn = lo[t] < mn ? lo[t] : mn;
+    mx = hi[t] > mx ? hi[t] : mx;
+    bad |= nan[t];
+  }
+  of_tensor_release(xc);
+  *min = bad ? NAN : (double)mn, *max = bad ? NAN : (double)mx;
+  return OF_OK;
+}
+
+of_status of_quant_range(of_tensor *x, double *min, double *max) {
+  if (!x || !min || !max) return of_fail(OF_ERR_ARG, "quant_range: x, min and max must not be NULL");
+  OF_CHECK(of_dispatch_data_read(x));   /* values: refused while a graph is traced */
+  return qrange_body("quant_range", x, min, max);
+}
+
+/* ---- dynamic_quantized_linear: float in, float out, int8 weights; the
+ * input's uint8 parameters chosen from its range at every call (PyTorch's
+ * quantized::linear_dynamic) ----
+ * fbgemm's ChooseQuantizationParams with ATen's float constants (as
+ * observer.lua's choose_qparams, which PyTorch's specs check): the range
+ * widened to hold 0, a scale in double rounded to float at the end, the
+ * zero point nudged into [qmin, qmax] and rounded half to even. */
+static void choose_qparams(double lo, double hi, int32_t qmin, int32_t qmax, bool reduce_range,
+                           double *scale_out, int64_t *zp_out) {
+  lo = (float)lo < 0 ? (double)(float)lo : 0.0;
+  hi = (float)hi > 0 ? (double)(float)hi : 0.0;
+  if (reduce_range) qmin /= 2, qmax /= 2;   /* C's division, toward zero */
+  double scale = (hi - lo) / (double)(qmax - qmin);
+  if ((float)scale == 0.0f || isinf(1.0f / (float)scale)) scale = 0.1;
+  const double small = (double)6.1e-5f;
+  if (scale < small) {
+    const float org = (float)scale;
+    scale = small;
+    if (lo == 0) hi = (double)(float)(small * (qmax - qmin));
+    else if (hi == 0) lo = (double)(float)(-small * (qmax - qmin));
+    else {
+      const double amp = (double)(float)(small / (double)org);
+      lo = (double)(float)(lo * amp), hi = (double)(float)(hi * amp);
+    }
+  }
+  const double zfm = qmin - lo / scale, zfx = qmax - hi / scale;
+  const double efm = fabs((double)qmin) - fabs(lo / scale), efx = fabs((double)qmax) - fabs(hi / scale);
+  const double z0 = efm < efx ? zfm : zfx;
+  *zp_out = z0 < qmin ? qmin : z0 > qmax ? qmax : (int64_t)nearbyint(z0);
+  *scale_out = (double)(float)scale;
+}
+
+static of_status dqlinear_geometry(const of_meta *m, of_meta *y) {
+  static const char op[] = "dynamic_quantized_linear";
+  if (m[0].ndim >= 0 && m[0].dtype != OF_FLOAT32)
+    return of_fail(OF_ERR_DTYPE, "%s: input must be float32, got %s", op, of_dtype_name(m[0].dtype));
+  of_meta q[5] = {m[0], m[1], m[2], m[3], m[4]};
+  q[0].dtype = OF_UINT8;   /* what the body multiplies */
+  OF_CHECK(qlinear_geometry_of(op, q, 1, 0, 1, 0, OF_FLOAT32, y));
+  y->dtype = OF_FLOAT32;
+  return OF_OK;
+}
+
+static of_status dqlinear_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tensor *wzp,
+                               of_tensor *bias, int32_t reduce_range, of_tensor **out) {
+  static const char op[] = "dynamic_quantized_linear";
+  of_meta ym, m[5] = {of_meta_of(x), of_meta_of(w), of_meta_of(ws), of_meta_of(wzp),
+                      of_meta_of(bias)};
+  OF_CHECK(dqlinear_geometry(m, &ym));
+  of_tensor *ts[2] = {x, w};
+  OF_CHECK(cpu_only(op, ts, 2));
+  double lo, hi, scale;
+  int64_t zp;
+  OF_CHECK(qrange_body(op, x, &lo, &hi));
+  if (!isfinite(lo) || !isfinite(hi))
+    return of_fail(OF_ERR_ARG, "%s: input has NaN or infinite values, which cannot be quantized", op);
+  choose_qparams(lo, hi, 0, 255, reduce_range != 0, &scale, &zp);
+  a_quant qa;
+  OF_ZERO(qa);
+  qa.x_scale = scale, qa.x_zp = zp, qa.out_dtype = OF_UINT8, qa.out_scale = 1;
+  of_tensor *xq;
+  OF_CHECK(qquant_body(x, &qa, &xq));
+  const of_status st = qlinear_body(xq, w, ws, wzp, bias, scale, zp, 1, 0, OF_FLOAT32, 0, out);
+  of_tensor_release(xq);
+  return st;
+}
+
 
 /* ---- quantized_add: two quantized tensors of one shape summed (and
  * ReLU'd) into the output's integers. Each step is the float32 one that
@@ -1857,6 +2076,17 @@ of_status of_quantize_per_tensor(of_tensor *x, double scale, int64_t zero_point,
   OF_DISPATCH(qquant_body(x, &a, out), OF_RECORD(OPK_QUANTIZE_PER_TENSOR, a, ins, 1, out, 1));
 }
 
+of_status of_dynamic_quantized_linear(of_tensor *x, of_tensor *w, of_tensor *w_scale,
+                                      of_tensor *w_zero_point, of_tensor *bias, int32_t reduce_range,
+                                      of_tensor **out) {
+  a_i1 a;
+  OF_ZERO(a);
+  a.v = reduce_range != 0;
+  of_tensor *ins[5] = {x, w, w_scale, w_zero_point, bias};
+  OF_DISPATCH(dqlinear_body(x, w, w_scale, w_zero_point, bias, a.v, out),
+              OF_RECORD(OPK_DYNAMIC_QUANTIZED_LINEAR, a, ins, 5, out, 1));
+}
+
 of_status of_quantized_add(of_tensor *a, of_tensor *b, double a_scale, int64_t a_zero_point,
                            double b_scale, int64_t b_zero_point, double out_scale,
                            int64_t out_zero_point, of_dtype out_dtype, int32_t relu, of_tensor **out) {
@@ -1874,6 +2104,11 @@ static of_status run_quant(const of_oprec *n, of_tensor **ins, void **outs) {
     const a_qadd *q = (const a_qadd *)n->attrs;
     OF_RUN1(of_quantized_add(ins[0], ins[1], q->a_scale, q->a_zp, q->b_scale, q->b_zp, q->out_scale,
                              q->out_zp, (of_dtype)q->out_dtype, q->relu, OF_R));
+  }
+  if (n->op == OPK_DYNAMIC_QUANTIZED_LINEAR) {
+    const a_i1 *d = (const a_i1 *)n->attrs;
+    OF_NEED(d->v == 0 || d->v == 1, "reduce_range");
+    OF_RUN1(of_dynamic_quantized_linear(ins[0], ins[1], ins[2], ins[3], ins[4], d->v, OF_R));
   }
   OF_ATTRS(a_quant);
   if (n->op == OPK_QUANTIZED_MAX_POOL2D) {
@@ -1915,6 +2150,11 @@ static of_status infer_QUANTIZE_PER_TENSOR(const void *p, int32_t nin, const of_
   (void)nin;
   return qquant_geometry(&ins[0], p, &outs[0]);
 }
+static of_status infer_DYNAMIC_QUANTIZED_LINEAR(const void *p, int32_t nin, const of_meta *ins,
+                                                of_meta *outs) {
+  (void)p, (void)nin;
+  return dqlinear_geometry(ins, &outs[0]);
+}
 static of_status infer_QUANTIZED_ADD(const void *p, int32_t nin, const of_meta *ins, of_meta *outs) {
   (void)nin;
   return qadd_geometry(&ins[0], &ins[1], p, &outs[0]);
@@ -1924,3 +2164,4 @@ OF_OP_IMPL_INFER(QUANTIZED_CONV2D, run_quant, NULL, NULL, NULL, infer_QUANTIZED_
 OF_OP_IMPL_INFER(QUANTIZED_MAX_POOL2D, run_quant, NULL, NULL, NULL, infer_QUANTIZED_MAX_POOL2D);
 OF_OP_IMPL_INFER(QUANTIZE_PER_TENSOR, run_quant, NULL, NULL, NULL, infer_QUANTIZE_PER_TENSOR);
 OF_OP_IMPL_INFER(QUANTIZED_ADD, run_quant, NULL, NULL, NULL, infer_QUANTIZED_ADD);
+OF_OP_IMPL_INFER(DYNAMIC_QUANTIZED_LINEAR, run_quant, NULL, NULL, NULL, infer_DYNAMIC_QUANTIZED_LINEAR);

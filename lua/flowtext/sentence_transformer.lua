@@ -9,7 +9,6 @@
 --   local e = st:encode({'A man is eating food.', 'A man rides a horse.'})  -- [2, 384] float32
 --   print(e[1]:dot(e[2]):item())                                          -- cosine similarity
 local A = require 'oneflow._args'
-local class = require 'oneflow.class'
 local flow = require 'oneflow'
 local bert = require 'flowtext.bert'
 local files = require 'flowtext._files'
@@ -29,7 +28,9 @@ local MODULES = {
 local POOL_MODES = {'pooling_mode_cls_token', 'pooling_mode_mean_tokens', 'pooling_mode_max_tokens',
                     'pooling_mode_mean_sqrt_len_tokens'}
 
-local SentenceTransformer = class('SentenceTransformer')
+-- a module, as sentence-transformers' is (an nn.Sequential), so that what
+-- takes a model takes it: quantize_dynamic, state_dict, to / half, eval
+local SentenceTransformer = flow.nn.Module:subclass('SentenceTransformer')
 M.SentenceTransformer = SentenceTransformer
 
 --- SentenceTransformer(dir[, {max_seq_length =}]): the model folder (the
@@ -38,6 +39,7 @@ M.SentenceTransformer = SentenceTransformer
 -- sentence_bert_config.json's (else the tokenizer's max length).
 function SentenceTransformer:__init(dir, opts)
   local op = 'SentenceTransformer'
+  flow.nn.Module.__init(self)
   if type(dir) ~= 'string' then fail(('%s: expected a model folder (string), got %s'):format(op, type(dir))) end
   opts = A.check_options(op, opts, {'max_seq_length'})
   local pooling_dir, normalize = '1_Pooling', false
@@ -117,8 +119,8 @@ function SentenceTransformer:forward(batch)
 end
 
 --- st:encode(list_of_strings[, {batch_size = 32}]) -> float32 [N, H].
--- Sentences are batched by length (as sentence-transformers does, so a
--- batch pads little) and the rows come back in the list's order; sentences
+-- Sentences are batched by length in characters (as sentence-transformers
+-- does, so a batch pads little) and the rows come back in the list's order; sentences
 -- longer than max_seq_length tokens are truncated. No gradients.
 function SentenceTransformer:encode(list, opts)
   local op = 'SentenceTransformer:encode'
@@ -133,7 +135,10 @@ function SentenceTransformer:encode(list, opts)
   local lens, order = {}, {}
   for i, s in ipairs(list) do
     if type(s) ~= 'string' then fail(('%s: item %d is %s, not a string'):format(op, i, A.describe(s))) end
-    lens[i] = #s
+    -- characters (code points), as sentence-transformers' len(text): the
+    -- batches hold the same sentences as its, which dynamic quantization
+    -- (a range per batch) can tell apart
+    lens[i] = #s - select(2, s:gsub('[\128-\191]', ''))
     order[i] = i
   end
   table.sort(order, function(a, b) if lens[a] ~= lens[b] then return lens[a] > lens[b] end return a < b end)

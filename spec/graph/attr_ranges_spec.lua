@@ -110,6 +110,8 @@ local CASES = {
   quantize_per_tensor = {ok = {out_dtype = flow.uint8.id, x_scale = 0.5, x_zp = 3}, outs = {{X[1], 'uint8'}},
                          bad = {{{x_scale = -1}, 'attrs.x_scale'}, {{out_dtype = flow.float32.id}, 'attrs.out_dtype'},
                                 {{x_zp = 300}, 'attrs.x_zero_point'}}},
+  dynamic_quantized_linear = {ins = {{{3, 3}}, {{3, 3}, 'int8'}, {{3}}, {{3}, 'int64'}, {{3}}}, ok = {v = 1},
+                              outs = {M2}, bad = {{{v = 2}, 'attrs.reduce_range'}}},
   quantized_add = {ins = {{X[1], 'uint8'}, {X[1], 'int8'}},
                    ok = {out_dtype = flow.uint8.id, a_scale = 0.1, b_scale = 0.2, out_scale = 0.3, out_zp = 4},
                    outs = {{X[1], 'uint8'}},

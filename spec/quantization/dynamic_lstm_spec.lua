@@ -110,7 +110,8 @@ describe('quantize_dynamic LSTM', function()
     H.raises(function() q.lstm(flow.randn(3, 2, 7)) end, 'expected input with last dim 6')
     local nan = flow.randn(3, 2, 6)
     nan[1][1][1] = 0 / 0
-    H.raises(function() q.lstm(nan) end, 'DynamicQuantizedLSTM: input has NaN or infinite values')
+    H.raises(function() q.lstm(nan) end,
+             'DynamicQuantizedLSTM: dynamic_quantized_linear: input has NaN or infinite values')
     local packed = nn.utils.rnn.pack_padded_sequence(flow.randn(3, 2, 6), {3, 2})
     H.raises(function() q.lstm(packed) end, 'DynamicQuantizedLSTM: a PackedSequence input is not supported')
     H.raises(function() Qz.quantize_dynamic(q, {nn.RNN}) end,

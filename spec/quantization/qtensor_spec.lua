@@ -27,32 +27,52 @@ describe('quantized tensors', function()
     H.close(i32:int_repr(), {-20, -2, 0, 2, 2, 20, 2000})
   end)
 
-  it('quantize_per_tensor: the one-pass C kernel equals the tensor-op formula', function()
-    -- float32 inputs take of_quantize_per_tensor (one pass); float64 the
-    -- tensor ops (x * inv):round() + zp, clamp: both must give the same integers
+  it('quantize_per_tensor: the one-pass C kernel equals the tensor-op formula, every instruction set', function()
+    -- float32 inputs take of_quantize_per_tensor (one pass: scalar, AVX2 or
+    -- AVX-512 by the CPU); float64 the tensor ops (x * inv):round() + zp,
+    -- clamp: every kernel must give the same integers
     flow.manual_seed(9)
     local big = flow.randn(3, 70001) * 40   -- > the parallel grain: the threaded loop
+    local odd = flow.randn(37) * 50          -- two full vectors and a masked tail
+    odd[3], odd[20], odd[37] = 1 / 0, -1 / 0, 1e30
     local cases = {
       {flow.tensor({0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, 127.5, -128.5, 1e9, -1e9}), 1, 0},
       {flow.randn(5, 7) * 3, 0.0371, 17},
       {(flow.randn(6, 4) * 3):t(), 0.02, 200},         -- not contiguous
       {flow.randn(2, 3, 4, 5):permute(1, 3, 4, 2), 0.05, 128},
       {big, 0.3, 100},
+      {odd, 0.7, 60},
+      {flow.arange(-40, 40):to(flow.float32) * 0.25 + 0.125, 0.25, 7},   -- every value a tie
       {flow.zeros(0, 3), 0.1, 5},
     }
-    for i, c in ipairs(cases) do
-      local x, sc, zp = c[1], c[2], c[3]
-      for _, dt in ipairs({flow.quint8, flow.qint8}) do
-        local z = dt == flow.qint8 and zp - 128 or zp
-        local q = flow.quantize_per_tensor(x, sc, z, dt)
-        local ref = flow.quantize_per_tensor(x:to(flow.float64), sc, z, dt)
-        assert.are.same(x:size():totable(), q:size():totable())
-        assert.are.equal(dt.storage, q:int_repr().dtype)
-        if x:numel() > 0 then
-          local d = (q:int_repr():to(flow.int32) - ref:int_repr():to(flow.int32)):abs():max():item()
-          assert.are.equal(0, d, 'case ' .. i .. ' ' .. dt.name)
+    local best = flow.backends.cpu.get_cpu_capability()
+    finally(function() flow.backends.cpu.set_cpu_capability(best) end)
+    local caps = {'DEFAULT'}
+    for _, c in ipairs({'AVX2', 'AVX512'}) do
+      if c == best or (c == 'AVX2' and best == 'AVX512') then caps[#caps + 1] = c end
+    end
+    for _, cap in ipairs(caps) do
+      flow.backends.cpu.set_cpu_capability(cap)
+      for i, c in ipairs(cases) do
+        local x, sc, zp = c[1], c[2], c[3]
+        for _, dt in ipairs({flow.quint8, flow.qint8}) do
+          local z = dt == flow.qint8 and zp - 128 or zp
+          local q = flow.quantize_per_tensor(x, sc, z, dt)
+          local ref = flow.quantize_per_tensor(x:to(flow.float64), sc, z, dt)
+          assert.are.same(x:size():totable(), q:size():totable())
+          assert.are.equal(dt.storage, q:int_repr().dtype)
+          if x:numel() > 0 then
+            local d = (q:int_repr():to(flow.int32) - ref:int_repr():to(flow.int32)):abs():max():item()
+            assert.are.equal(0, d, 'case ' .. i .. ' ' .. dt.name .. ' ' .. cap)
+          end
         end
       end
+      -- NaN quantizes to the zero point in every lane, the tail's too
+      local nan = flow.full({19}, 0 / 0)
+      nan[2] = 1.0
+      local q = flow.quantize_per_tensor(nan, 0.5, 7, flow.quint8):int_repr()
+      assert.are.equal(9, q[2]:item(), cap)
+      assert.are.equal(7 * 18 + 9, q:to(flow.int32):sum():item(), cap)
     end
     -- ties to even and saturation, spelled out
     H.close(flow.quantize_per_tensor(cases[1][1], 1, 0, flow.qint8):int_repr(),

@@ -167,6 +167,51 @@ describe('flowtext on all-MiniLM-L6-v2', function()
     H.close(e:norm({dim = 2}), flow.ones(#SENTENCES), 1e-5)
   end)
 
+  check('quantize_dynamic(model, {nn.Linear}) gives PyTorch\'s int8 embeddings' .. why, function()
+    -- the SentenceTransformer is a module, as sentence-transformers' is: the
+    -- call PyTorch users make on theirs works on it. Same algorithm (int8
+    -- per-tensor weights, 7-bit dynamic activations): most sentences agree
+    -- to float rounding; where a rounding step flips, six layers carry it on
+    -- (with 8-bit activations instead none would agree to 1e-4)
+    local q = flow.quantization.quantize_dynamic(model(), {flow.nn.Linear}, {dtype = flow.qint8})
+    assert.is_true(q ~= st and st.model.encoder.layer[1].intermediate.dense.weight ~= nil, 'a copy')
+    local eq = q:encode(SENTENCES, {batch_size = 1})
+    local r = reference()
+    local tq = flow.tensor(r.embeddings_int8, {dtype = flow.float32})
+    local e, te = st:encode(SENTENCES), flow.tensor(r.embeddings, {dtype = flow.float32})
+    local cos = (eq * tq):sum(2)
+    local same = cos:ge(0.9999):sum():item()
+    assert.is_true(same >= 0.6 * #SENTENCES, ('%d of %d sentences agree to 1e-4'):format(same, #SENTENCES))
+    assert.is_true(cos:min():item() >= 0.95, ('cosine to PyTorch\'s int8 %.4f'):format(cos:min():item()))
+    local ours, theirs = (eq * e):sum(2):mean():item(), (tq * te):sum(2):mean():item()
+    assert.is_true(math.abs(ours - theirs) < 0.005,
+                   ('mean cosine to fp32 %.4f, PyTorch\'s %.4f'):format(ours, theirs))
+  end)
+
+  check_model('int8 linear layers and a quint8 vocabulary: a quarter of the size, saved and loaded' .. why,
+              function()
+    local Qz, nn = flow.quantization, flow.nn
+    local spec = {[nn.Linear] = Qz.default_dynamic_qconfig, [nn.Embedding] = Qz.float_qparams_weight_only_qconfig}
+    local q = Qz.quantize_dynamic(model(), spec)
+    assert.are.equal('QuantizedEmbedding', q.model.embeddings.word_embeddings.__name)
+    local list = {SENTENCES[1], SENTENCES[2], SENTENCES[8], SENTENCES[13]}
+    local e, eq = st:encode(list), q:encode(list)
+    assert.is_true((e * eq):sum(2):min():item() > 0.9, 'close to the float embeddings')
+    local dir = H.tmpdir()
+    flow.save(st:state_dict(), dir .. '/f.safetensors')
+    flow.save(q:state_dict(), dir .. '/q.safetensors')
+    local function size(p) local f = io.open(p, 'rb'); local n = f:seek('end'); f:close(); return n end
+    local ratio = size(dir .. '/q.safetensors') / size(dir .. '/f.safetensors')
+    assert.is_true(ratio < 0.27, ('the int8 file is %.2f of the float one'):format(ratio))
+    local other = text.SentenceTransformer(DIR)
+    other.model:init_weights()                  -- random weights: only the file can restore them
+    local again = Qz.quantize_dynamic(other, spec)
+    assert.is_true((again:encode(list) * eq):sum(2):min():item() < 0.9)
+    again:load_state_dict(flow.load(dir .. '/q.safetensors'))
+    H.close(again:encode(list), eq, 0)
+    H.remove_tmpdirs()
+  end)
+
   check_model('ranks a paraphrase above unrelated sentences' .. why, function()
     local e = model():encode({'A man is eating food.', 'A man is eating a piece of bread.',
                               'A monkey is playing drums.', 'Quantum computers use qubits.'})

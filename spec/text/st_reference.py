@@ -6,12 +6,16 @@ SENTENCES.json is {"sentences": [...], "max_length": N}. Prints a JSON
 object: "ids" (the fast tokenizer's ids with [CLS]/[SEP], truncated to
 max_length; 0-based, as Hugging Face gives them), "ids512" (the same with
 the tokenizer's own 512), "padded" (input_ids and attention_mask of the
-whole list padded to the longest) and "embeddings" (SentenceTransformer
-.encode of the list, [N, dim]). Exits with status 3 when the libraries are
+whole list padded to the longest), "embeddings" (SentenceTransformer
+.encode of the list, [N, dim]) and "embeddings_int8" (the same after
+torch.ao.quantization.quantize_dynamic of the model's nn.Linear layers to
+qint8, one sentence a batch: dynamic quantization takes a range per
+batch). Exits with status 3 when the libraries are
 missing, so that the spec can mark its parity tests pending.
 """
 import json
 import sys
+import warnings
 
 try:
     import torch
@@ -36,4 +40,8 @@ out['padded'] = {'input_ids': b['input_ids'], 'attention_mask': b['attention_mas
 st = SentenceTransformer(model_dir, device='cpu')
 out['max_seq_length'] = st.max_seq_length
 out['embeddings'] = st.encode(sentences, batch_size=16).astype('float64').tolist()
+with warnings.catch_warnings():   # PyTorch 2.x: eager quantization moves to torchao
+    warnings.simplefilter('ignore')
+    q = torch.ao.quantization.quantize_dynamic(st, {torch.nn.Linear}, dtype=torch.qint8)
+    out['embeddings_int8'] = q.encode(sentences, batch_size=1).astype('float64').tolist()
 json.dump(out, sys.stdout)

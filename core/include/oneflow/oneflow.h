@@ -565,6 +565,22 @@ of_status of_quantized_max_pool2d(of_tensor *x, const int64_t *kernel, const int
  * scale)), ties to even, NaN -> zero_point: one pass (quantize_per_tensor). */
 of_status of_quantize_per_tensor(of_tensor *x, double scale, int64_t zero_point, of_dtype dtype,
                                  of_tensor **out);
+/* A linear layer on float32 x [..., in] with int8 weights (dynamic
+ * quantization; PyTorch's quantized::linear_dynamic): at every call x's own
+ * range gives its uint8 scale and zero point (fbgemm's
+ * ChooseQuantizationParams over 0..255, or 0..127 with reduce_range), x is
+ * quantized with them and multiplied in exact int32 with w [out, in]
+ * (w_scale, w_zero_point as of_quantized_linear's; w_zero_point and bias
+ * may be NULL); the result is float32 [..., out]. NaN or infinite input is
+ * an error. Recorded in graphs as one node, so a saved graph chooses the
+ * input's parameters at each run too. */
+of_status of_dynamic_quantized_linear(of_tensor *x, of_tensor *w, of_tensor *w_scale,
+                                      of_tensor *w_zero_point, of_tensor *bias, int32_t reduce_range,
+                                      of_tensor **out);
+/* The smallest and largest value of a float32 tensor in one pass (the range
+ * that dynamic quantization chooses its scale from): 0 and 0 when empty,
+ * NaN for both when x holds a NaN. */
+of_status of_quant_range(of_tensor *x, double *min, double *max);
 /* The sum of two per-tensor quantized tensors of one shape (their uint8 /
  * int8 integers a, b with scales and zero points), ReLU'd when relu is set,
  * as out_dtype integers of out_scale / out_zero_point:

@@ -68,7 +68,7 @@ M.nn = {
   quantized = {Conv2d = QM.Conv2d, ConvReLU2d = QM.ConvReLU2d_q, Linear = QM.Linear,
                LinearReLU = QM.LinearReLU_q, ReLU = QM.ReLU, Quantize = QM.Quantize,
                DeQuantize = QM.DeQuantize, QFunctional = QM.QFunctional, BatchNorm2d = QM.BatchNorm2d_q,
-               dynamic = QM.dynamic},
+               Embedding = QM.Embedding, EmbeddingBag = QM.EmbeddingBag, dynamic = QM.dynamic},
 }
 M.f32 = nil
 
@@ -113,7 +113,7 @@ function M.attach(flow)
   flow.fake_quantize_per_channel_affine = FQ.fake_quantize_per_channel_affine
   -- the quantization schemes are their names (q:qscheme() == flow.per_tensor_affine)
   for _, q in ipairs({'per_tensor_affine', 'per_tensor_symmetric', 'per_channel_affine',
-                      'per_channel_symmetric'}) do flow[q] = q end
+                      'per_channel_symmetric', 'per_channel_affine_float_qparams'}) do flow[q] = q end
   if type(flow.nn) == 'table' then   -- oneflow's table (nn loaded first)
     flow.nn.intrinsic, flow.nn.qat, flow.nn.quantized = M.nn.intrinsic, M.nn.qat, M.nn.quantized
     -- torch.nn.utils' fusion helpers

@@ -305,7 +305,7 @@ function QuantizedBase:__load_extra(prefix, sd, seen)
     A.fail(('load_state_dict: size mismatch for %s: checkpoint %s, model %s'):format(wk,
       A.shape_str(w._int), A.shape_str(cur._int)))
   end
-  if w._qscheme == 'per_channel_affine' and (w._axis ~= cur._axis or w._scales:numel() ~= cur._scales:numel()) then
+  if w._qscheme:find('per_channel', 1, true) and (w._axis ~= cur._axis or w._scales:numel() ~= cur._scales:numel()) then
     A.fail(('load_state_dict: %s has %d per-channel scales along axis %d, the module %d along axis %d')
       :format(wk, w._scales:numel(), w._axis, cur._scales:numel(), cur._axis))
   end
@@ -422,11 +422,20 @@ end
 -- wz), float bias b; name is the module that calls it
 --- x's min and max as numbers (0, 0 when empty), for a scale chosen at run
 -- time; NaN or infinite values are an error naming the caller.
+local range2 = ffi.new('double[2]')
 function M.dynamic_range(name, x)
   local lo, hi = 0, 0
   if x:numel() > 0 then
     local xf = x:detach():to(flow.float32)
-    lo, hi = xf:min():item(), xf:max():item()
+    local tracer = package.loaded['oneflow.onnx.tracer']
+    if not xf.is_cuda and not (tracer and tracer.active()) then
+      -- one pass in C (of_quant_range) instead of two reductions; refused
+      -- while an nn.Graph traces (it reads values)
+      if C.of_quant_range(xf.p, range2, range2 + 1) ~= 0 then A.raise_c() end
+      lo, hi = range2[0], range2[1]
+    else
+      lo, hi = xf:min():item(), xf:max():item()
+    end
   end
   if lo ~= lo or hi ~= hi or lo == -math.huge or hi == math.huge then
     A.fail(name .. ': input has NaN or infinite values, which cannot be quantized')
@@ -436,6 +445,16 @@ end
 
 local function dynamic_linear(name, x, w, ws, wz, b, reduce_range)
   local xf = x:to(flow.float32)
+  local tracer = package.loaded['oneflow.onnx.tracer']
+  if not xf.is_cuda and not (tracer and tracer.active()) then
+    -- one op in C (range, parameters, quantization, int8 product), recorded
+    -- as one node in nn.Graph so that a graph chooses them at every run
+    if C.of_dynamic_quantized_linear(xf.p, w._int.p, ws.p, wz.p, b and b.p or nil, reduce_range and 1 or 0,
+                                     out1) ~= 0 then
+      A.fail(name .. ': ' .. ffi.string(C.of_last_error()))
+    end
+    return wrap(out1[0])
+  end
   local lo, hi = M.dynamic_range(name, xf)
   local s, z = O.choose_qparams(lo, hi, 0, 255, reduce_range)
   local lead = xf:size():totable()
@@ -727,4 +746,97 @@ QFunctional.__extra_state = Quantize.__extra_state
 QFunctional.__load_extra = Quantize.__load_extra
 
 M.f32 = f32
+------------------------------------------------------------------ embeddings
+-- Weight-only quantized lookups (torch.ao.nn.quantized.Embedding /
+-- EmbeddingBag, made by quantize_dynamic or convert with
+-- float_qparams_weight_only_qconfig): the table is quint8 rows, each with a
+-- float scale and zero point (per_channel_affine_float_qparams, 4x smaller
+-- than float32); a lookup dequantizes only the rows it reads, as fbgemm's
+-- q * scale + bias with bias = -(zero_point * scale) per row.
+local QEmbBase = QuantizedBase:subclass('QuantizedEmbeddingBase')
+function QEmbBase:_set_weight_bias(w)
+  if not is_q(w) or w.dtype ~= Q.quint8 or w._qscheme ~= 'per_channel_affine_float_qparams' or w._axis ~= 1
+     or w:dim() ~= 2 then
+    A.fail(('%s: weight must be a 2-d quint8 tensor quantized per row (per_channel_affine_float_qparams, '
+      .. 'axis 1), got %s'):format(self.__name, is_q(w) and (w.dtype.name .. ' ' .. w._qscheme) or A.describe(w)))
+  end
+  rawset(self, '_weight', w)
+  rawset(self, '_row_scale', w._scales:to(flow.float32):contiguous())
+  rawset(self, '_row_bias', -(w._zps:to(flow.float32) * w._scales:to(flow.float32)))
+  rawset(self, 'num_embeddings', w:size(1))
+  rawset(self, 'embedding_dim', w:size(2))
+end
+
+-- ids (integer, any shape, 1-based) -> float32 [n, dim] rows of the flat ids
+function QEmbBase:_rows(ids)
+  A.check_tensor(self.__name, ids, 'input', 1)
+  if ids.dtype.is_floating_point or ids.dtype == flow.bool then
+    A.fail(('%s: input must hold integer ids, got %s'):format(self.__name, ids.dtype.name))
+  end
+  local flat = ids:reshape(-1):to(flow.int64)
+  local n = self.num_embeddings
+  if flat:numel() > 0 then
+    local lo, hi = flat:min():item(), flat:max():item()
+    if lo < 1 or hi > n then
+      A.fail(('%s: id %d is outside 1..%d'):format(self.__name, lo < 1 and lo or hi, n))
+    end
+  end
+  local q = rawget(self, '_weight')._int:index_select(1, flat):to(flow.float32)
+  return q * self._row_scale:index_select(1, flat):unsqueeze(2) + self._row_bias:index_select(1, flat):unsqueeze(2)
+end
+
+function QEmbBase:extra_repr()
+  local s = ('num_embeddings=%d, embedding_dim=%d, dtype=quint8, qscheme=per_channel_affine_float_qparams'):format(
+    self.num_embeddings, self.embedding_dim)
+  if rawget(self, 'mode') then s = s .. (", mode='%s'"):format(self.mode) end
+  if rawget(self, 'padding_idx') then s = s .. ', padding_idx=' .. self.padding_idx end
+  return s
+end
+
+local QEmbedding = QEmbBase:subclass('QuantizedEmbedding')
+--- quantization.nn.quantized.Embedding({weight =, padding_idx =}): a lookup in a quint8 table
+-- quantized per row (PyTorch's nnq.Embedding); forward(ids) -> float32 [..., dim].
+-- @function quantization.nn.quantized.Embedding
+M.Embedding = QEmbedding
+function QEmbedding:__init(o)
+  nn.Module.__init(self)
+  self:_set_weight_bias(o.weight)
+  rawset(self, 'padding_idx', o.padding_idx)
+end
+function QEmbedding:forward(ids)
+  local rows = self:_rows(ids)
+  local shape = ids:size():totable()
+  shape[#shape + 1] = self.embedding_dim
+  return rows:view(shape)
+end
+
+local QEmbeddingBag = QEmbBase:subclass('QuantizedEmbeddingBag')
+--- quantization.nn.quantized.EmbeddingBag({weight =, mode = 'sum', include_last_offset =, padding_idx =}):
+-- nn.EmbeddingBag over a quint8 table quantized per row; forward(input, offsets, per_sample_weights).
+-- @function quantization.nn.quantized.EmbeddingBag
+M.EmbeddingBag = QEmbeddingBag
+function QEmbeddingBag:__init(o)
+  nn.Module.__init(self)
+  self:_set_weight_bias(o.weight)
+  rawset(self, 'mode', o.mode or 'sum')
+  rawset(self, 'include_last_offset', o.include_last_offset or false)
+  rawset(self, 'padding_idx', o.padding_idx)
+end
+-- the bag's rows are gathered and dequantized first; F.embedding_bag then
+-- reduces them as a table of its own (ids 1..n; padding_idx's positions
+-- point at a zero row n + 1 that is the padding row there)
+function QEmbeddingBag:forward(input, offsets, per_sample_weights)
+  local rows = self:_rows(input)
+  local n = rows:size(1)
+  local ids = flow.arange(1, n + 1):view(input:size():totable())
+  local pad
+  if self.padding_idx then
+    pad = n + 1
+    rows = flow.cat({rows, flow.zeros(1, self.embedding_dim)}, 1)
+    ids = flow.where(input:to(flow.int64):eq(self.padding_idx), flow.full_like(ids, pad), ids)
+  end
+  return F.embedding_bag(ids, rows, offsets, {mode = self.mode, per_sample_weights = per_sample_weights,
+                                              padding_idx = pad, include_last_offset = self.include_last_offset})
+end
+
 return M

@@ -29,7 +29,7 @@ local EPS = 1.1920928955078125e-07   -- torch.finfo(torch.float32).eps
 local function f32(v) return tonumber(ffi.new('float', v)) end
 
 local SCHEMES = {per_tensor_affine = true, per_tensor_symmetric = true,
-                 per_channel_affine = true, per_channel_symmetric = true}
+                 per_channel_affine = true, per_channel_symmetric = true, per_channel_affine_float_qparams = true}
 local COMMON = {dtype = true, qscheme = true, reduce_range = true, quant_min = true,
                 quant_max = true, eps = true, is_dynamic = true}
 
@@ -52,7 +52,8 @@ function Observer:_setup(name, opts, extra, defaults)
   local qscheme = opts.qscheme or 'per_tensor_affine'
   if not SCHEMES[qscheme] then
     A.fail(('%s: qscheme must be one of per_tensor_affine, per_tensor_symmetric, '
-      .. 'per_channel_affine, per_channel_symmetric, got %s'):format(name, tostring(qscheme)))
+      .. 'per_channel_affine, per_channel_symmetric, per_channel_affine_float_qparams, got %s'):format(
+        name, tostring(qscheme)))
   end
   local qmin, qmax = dt.qmin, dt.qmax
   rawset(self, 'has_customized_qrange', opts.quant_min ~= nil or opts.quant_max ~= nil)
@@ -86,6 +87,12 @@ function Observer:is_per_channel() return self.qscheme:find('per_channel') ~= ni
 -- (same shape); -> scale float32, zero_point int64 (same shape)
 function Observer:_calculate_qparams(min_val, max_val)
   local qmin, qmax = self.quant_min, self.quant_max
+  if self.qscheme == 'per_channel_affine_float_qparams' then
+    -- the range as seen (not widened to 0); float zero points: x = min maps to 0
+    local scale = (max_val - min_val) / f32(qmax - qmin)
+    scale = flow.where(scale:gt(self.eps), scale, flow.ones_like(scale))
+    return scale, -min_val / scale
+  end
   local zero = flow.zeros_like(min_val)
   local min_neg = flow.minimum(min_val, zero)
   local max_pos = flow.maximum(max_val, zero)
@@ -215,7 +222,8 @@ function PerChannel:__init(opts, extra)
   Observer.__init(self)
   opts = self:_setup(self.__name, opts, ex, {qscheme = 'per_channel_affine'})
   if not self:is_per_channel() then
-    A.fail(self.__name .. ': qscheme must be per_channel_affine or per_channel_symmetric')
+    A.fail(self.__name .. ': qscheme must be per_channel_affine, per_channel_symmetric or '
+      .. 'per_channel_affine_float_qparams')
   end
   rawset(self, 'ch_axis', opts.ch_axis or 1)
   -- empty until the first batch says how many channels there are
@@ -510,5 +518,11 @@ M.default_weight_observer = MinMax:with_args({dtype = Q.qint8, qscheme = 'per_te
 --- quantization.default_per_channel_weight_observer(): PerChannelMinMaxObserver for int8 weights, symmetric.
 M.default_per_channel_weight_observer = M.PerChannelMinMaxObserver:with_args({dtype = Q.qint8,
                                                                              qscheme = 'per_channel_symmetric'})
+--- quantization.default_float_qparams_observer(): PerChannelMinMaxObserver over rows (ch_axis 1),
+-- quint8, per_channel_affine_float_qparams: embedding tables' (PyTorch's).
+M.default_float_qparams_observer = M.PerChannelMinMaxObserver:with_args({
+  dtype = Q.quint8, qscheme = 'per_channel_affine_float_qparams', ch_axis = 1})
+--- quantization.default_placeholder_observer(): PlaceholderObserver (a float activation, weight-only qconfigs).
+M.default_placeholder_observer = M.PlaceholderObserver:with_args({})
 
 return M

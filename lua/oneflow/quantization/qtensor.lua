@@ -130,7 +130,30 @@ local function along(nd, axis, c)
   return s
 end
 
+-- per_channel_affine_float_qparams (PyTorch's scheme for embedding tables):
+-- float32 scales and float zero points, q = clamp(rint(x * (1 / scale) +
+-- zero_point)), value = (q - zero_point) * scale, all in float32 as ATen's
+local function quantize_float_qparams(op, x, scales, zero_points, axis, dt)
+  if dt ~= M.quint8 then
+    A.fail(('%s: float zero points (per_channel_affine_float_qparams) need flow.quint8, got %s'):format(
+      op, dt.name))
+  end
+  local z = zero_points:to(flow.float32)
+  if not z:isfinite():all():item() then A.fail(op .. ': zero_points must be finite') end
+  local sh = along(x:dim(), axis, scales:numel())
+  local s = scales:to(flow.float32)
+  local y = (x:to(flow.float32) * (1 / s):view(sh) + z:view(sh)):round()
+  return new(y:clamp(dt.qmin, dt.qmax):to(dt.storage), dt, {_qscheme = 'per_channel_affine_float_qparams',
+                                                          _scales = s, _zps = z, _axis = axis})
+end
+
+M.quantize_float_qparams = quantize_float_qparams
+
 --- flow.quantize_per_channel(x, scales, zero_points, axis, dtype); axis 1-based.
+-- Integer zero points give per_channel_affine; zero points that are not
+-- integers in the dtype's range (float ones, with flow.quint8) give
+-- per_channel_affine_float_qparams, as PyTorch's float zero points do. (A
+-- Lua list of whole numbers makes a float32 tensor: those stay integers.)
 function M.quantize_per_channel(x, scales, zero_points, axis, dtype)
   local op = 'quantize_per_channel'
   A.check_tensor(op, x)
@@ -149,6 +172,11 @@ function M.quantize_per_channel(x, scales, zero_points, axis, dtype)
   end
   if scales:le(0):any():item() or not scales:isfinite():all():item() then
     A.fail(op .. ': scales must be positive and finite')
+  end
+  if zero_points.dtype.is_floating_point and zero_points:numel() > 0
+     and (zero_points:ne(zero_points:round()):any():item() or zero_points:lt(dt.qmin):any():item()
+          or zero_points:gt(dt.qmax):any():item()) then
+    return quantize_float_qparams(op, x, scales, zero_points, axis, dt)
   end
   local z = zero_points:to(flow.int64)
   if z:lt(dt.qmin):any():item() or z:gt(dt.qmax):any():item() then
@@ -170,6 +198,7 @@ function methods.dequantize(q)
   return (q._int:to(flow.float32) - q._zps:to(flow.float32):view(sh))
          * q._scales:to(flow.float32):view(sh)
 end
+local PER_CHANNEL = {per_channel_affine = true, per_channel_affine_float_qparams = true}
 
 -- a copy in the integers' layout, as PyTorch's (a quantized convolution's
 -- channels-last output gives channels-last integers)
@@ -190,7 +219,7 @@ local function per_tensor_only(q, op)
   end
 end
 local function per_channel_only(q, op)
-  if q._qscheme ~= 'per_channel_affine' then
+  if not PER_CHANNEL[q._qscheme] then
     A.fail(('%s: the tensor is quantized %s, not per channel'):format(op, q._qscheme))
   end
 end
@@ -277,8 +306,8 @@ function QTensor.__tostring(q)
   if q._qscheme == 'per_tensor_affine' then
     extra = ('quantization_scheme=per_tensor_affine, scale=%.10g, zero_point=%d'):format(q._scale, q._zp)
   else
-    extra = ('quantization_scheme=per_channel_affine,\n       scale=%s,\n       zero_point=%s, axis=%d')
-      :format(tostring(q._scales):gsub('\n%s*', ' '), tostring(q._zps):gsub('\n%s*', ' '), q._axis)
+    extra = ('quantization_scheme=%s,\n       scale=%s,\n       zero_point=%s, axis=%d')
+      :format(q._qscheme, tostring(q._scales):gsub('\n%s*', ' '), tostring(q._zps):gsub('\n%s*', ' '), q._axis)
   end
   return ('%s, size=(%s), dtype=%s,\n       %s)'):format(s, table.concat(q._int:size():totable(), ', '),
                                                        tostring(q.dtype), extra)
@@ -331,6 +360,17 @@ serialization.codecs.qtensor = {
         bad('qtensor per-channel scales/zero_points out of range')
       end
       return new(int, dt, {_qscheme = 'per_channel_affine', _scales = s, _zps = z, _axis = axis})
+    elseif n.qscheme == 'per_channel_affine_float_qparams' then
+      local s, z, axis = tensor_of(n.scales), tensor_of(n.zero_points), n.axis
+      if dt ~= M.quint8 or type(axis) ~= 'number' or axis ~= math.floor(axis) or axis < 1 or axis > int:dim()
+         or s:numel() ~= int:size(axis) or z:numel() ~= int:size(axis)
+         or s.dtype ~= flow.float32 or z.dtype ~= flow.float32 then
+        bad('qtensor float-qparams parameters do not fit the integers')
+      end
+      if s:le(0):any():item() or not s:isfinite():all():item() or not z:isfinite():all():item() then
+        bad('qtensor per-channel scales/zero_points out of range')
+      end
+      return new(int, dt, {_qscheme = n.qscheme, _scales = s, _zps = z, _axis = axis})
     end
     bad('qtensor scheme ' .. tostring(n.qscheme))
   end,

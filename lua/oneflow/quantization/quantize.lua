@@ -153,6 +153,48 @@ local function passes(m)
   return isinstance(m, O.ObserverBase) or isinstance(m, FQ.FakeQuantize)
 end
 
+--- quantization.float_qparams_weight_only_qconfig: weight-only quint8 rows with float scale and zero point
+-- (PyTorch's; the only qconfig for nn.Embedding / nn.EmbeddingBag).
+M.float_qparams_weight_only_qconfig = M.QConfig({activation = O.default_placeholder_observer,
+                                                 weight = O.default_float_qparams_observer,
+                                                 name_a = 'PlaceholderObserver',
+                                                 name_w = 'PerChannelMinMaxObserver(quint8, '
+                                                   .. 'per_channel_affine_float_qparams)'})
+
+-- whether qc quantizes weights per row with float qparams (embeddings')
+local function is_float_qparams(qc)
+  return qc.weight().qscheme == 'per_channel_affine_float_qparams'
+end
+
+-- the weight-only classes (embeddings): float_qparams_weight_only_qconfig only
+local function weight_only_map()
+  return {{nn.Embedding, QM.Embedding, 'nn.Embedding'}, {nn.EmbeddingBag, QM.EmbeddingBag, 'nn.EmbeddingBag'}}
+end
+
+-- a float embedding's weight as quint8 rows, by qc's observer
+local function quantize_rows(op, w, qc)
+  local obs = qc.weight()
+  if obs.qscheme ~= 'per_channel_affine_float_qparams' then
+    A.fail(('%s: embeddings are quantized only with float_qparams_weight_only_qconfig (quint8 rows, '
+      .. 'float scale and zero point), got a %s weight observer'):format(op, obs.qscheme))
+  end
+  obs(w:detach())
+  local s, z = obs:calculate_qparams()
+  return Q.quantize_float_qparams(op, w:detach(), s, z, obs.ch_axis or 1, obs.dtype)
+end
+
+-- a float embedding module's weight-only quantized copy
+local function quantize_embedding(op, m, qc)
+  if isinstance(m, nn.EmbeddingBag) then
+    return QM.EmbeddingBag({weight = quantize_rows(op, m.weight, qc), mode = m.mode,
+                            include_last_offset = m.include_last_offset, padding_idx = m.padding_idx})
+  end
+  if m.max_norm then
+    A.fail(op .. ': an nn.Embedding with max_norm renormalises its float rows at lookup; it cannot be quantized')
+  end
+  return QM.Embedding({weight = quantize_rows(op, m.weight, qc), padding_idx = m.padding_idx})
+end
+
 local function check_supported(op, model)
   walk(model, function(path, m, _, _, qc)
     if not qc then return false end
@@ -168,6 +210,14 @@ local function check_supported(op, model)
           A.fail(('%s: %s has padding_mode %s; quantized convolutions pad with zeros only'):format(
             op, label(path, m), tostring(conv.padding_mode)))
         end
+      end
+      return true
+    end
+    if isinstance(m, nn.Embedding) or isinstance(m, nn.EmbeddingBag) then
+      -- weight-only: no observer; convert quantizes the table per row
+      if not is_float_qparams(qc) then
+        A.fail(('%s: %s: embedding quantization is only supported with float_qparams_weight_only_qconfig '
+          .. '(or set its qconfig to false to keep it float)'):format(op, label(path, m)))
       end
       return true
     end
@@ -535,6 +585,8 @@ function M.convert(model, opts)
     elseif isinstance(m, nn.BatchNorm2d) and not isinstance(m, QM.BatchNorm2d_q) then
       local s, z, dt = obs_qparams(m, path)
       new = QM.BatchNorm2d_q(m, s, z, dt)
+    elseif isinstance(m, nn.Embedding) or isinstance(m, nn.EmbeddingBag) then
+      new = quantize_embedding(op, m, qc)
     elseif observed(m) then
       new = convert_one(path, m, qc)
     elseif isinstance(m, nn.ReLU) then
@@ -664,15 +716,20 @@ function M.quantize_dynamic(model, spec, opts)
     A.fail(('%s: dtype must be flow.qint8 (int8 weights), got %s'):format(op, tostring(dt)))
   end
   A.arg(op, 2, 'spec', spec, 'table|nil')
-  local map = dynamic_map()
+  local map, wmap = dynamic_map(), weight_only_map()
   local by_class, by_path = {}, {}
   local function known(cls)
     for _, e in ipairs(map) do if e[1] == cls then return true end end
     return false
   end
+  local function weight_only(cls)
+    for _, e in ipairs(wmap) do if e[1] == cls then return e[3] end end
+    return nil
+  end
   local function names()
     local n = {}
     for _, e in ipairs(map) do n[#n + 1] = e[3] end
+    for _, e in ipairs(wmap) do n[#n + 1] = e[3] end
     return table.concat(n, ', ')
   end
   if spec == nil then
@@ -680,6 +737,11 @@ function M.quantize_dynamic(model, spec, opts)
   else
     for k, v in pairs(spec) do
       if type(k) == 'number' then
+        if weight_only(v) then
+          A.fail(('%s: %s quantization is only supported with float_qparams_weight_only_qconfig: '
+            .. 'spec = {[%s] = flow.quantization.float_qparams_weight_only_qconfig}'):format(
+              op, weight_only(v), weight_only(v)))
+        end
         if not known(v) then
           A.fail(('%s: spec[%d] must be one of %s, got %s'):format(op, k, names(), A.describe(v)))
         end
@@ -690,10 +752,15 @@ function M.quantize_dynamic(model, spec, opts)
         end
         by_path[k] = v
       else
-        if not known(k) then A.fail(('%s: spec keys must be module paths or one of %s, got %s'):format(
-          op, names(), A.describe(k))) end
+        if not known(k) and not weight_only(k) then
+          A.fail(('%s: spec keys must be module paths or one of %s, got %s'):format(op, names(), A.describe(k)))
+        end
         if not M.is_qconfig(v) then
           A.fail(('%s: spec[%s] must be a QConfig, got %s'):format(op, tostring(k), A.describe(v)))
+        end
+        if weight_only(k) and not is_float_qparams(v) then
+          A.fail(('%s: %s quantization is only supported with float_qparams_weight_only_qconfig'):format(
+            op, weight_only(k)))
         end
         by_class[k] = v
       end
@@ -701,6 +768,12 @@ function M.quantize_dynamic(model, spec, opts)
   end
   if not opts.inplace then model = model:clone() end
   local function swap(m, parent, name, qc)
+    if isinstance(m, nn.Embedding) or isinstance(m, nn.EmbeddingBag) then
+      local new = quantize_embedding(op, m, qc)
+      new:eval()
+      if parent then replace(parent, name, new) end
+      return new
+    end
     local function qweight(w)
       local obs = qc.weight()
       if obs.dtype ~= Q.qint8 then
@@ -732,10 +805,12 @@ function M.quantize_dynamic(model, spec, opts)
         return by_class[e[1]]
       end
     end
+    for _, e in ipairs(wmap) do if isinstance(m, e[1]) then return by_class[e[1]] end end
     return nil
   end
   local function dynamic_kind(m)
     for _, e in ipairs(map) do if isinstance(m, e[1]) and not isinstance(m, e[2]) then return true end end
+    for _, e in ipairs(wmap) do if isinstance(m, e[1]) then return true end end
     return false
   end
   local function visit(m, parent, name, path, path_qc)
