@@ -5,7 +5,7 @@
 -- quantized_linear) to the bit, in every regime of fbgemm's parameter
 -- choice; it runs as one node in nn.Graph, choosing the parameters at each
 -- run (it used to be refused there: its range was read with item()), and
--- from a saved graph.
+-- from a saved graph; and float16 dynamic quantization (float16 weights).
 local flow = require 'oneflow'
 local H = require 'spec.helpers'
 local ffi = require 'ffi'
@@ -96,6 +96,48 @@ describe('dynamic_quantized_linear', function()
     assert.is_true(r[0] ~= r[0] and r[1] ~= r[1])
     assert.are_not.equal(0, C.of_quant_range(flow.tensor({1}, {dtype = flow.int32}).p, r, r + 1))
     assert.is_truthy(ffi.string(C.of_last_error()):find('quant_range: input must be float32, got int32', 1, true))
+  end)
+
+  it('float16 dynamic quantization: float16 weights, float products, saturation, state dicts', function()
+    -- PyTorch's quantize_dynamic(..., dtype=torch.float16) computes x @ fp16(w)^T + b in
+    -- float32 (PyTorch 2.15 with fbgemm: within 1.2e-7 of that, measured 2026-12-07;
+    -- Debian's 1.13 runs onednn, which has no float16 linear)
+    flow.manual_seed(8)
+    local m = nn.Sequential(nn.Linear(16, 8), nn.LSTM(8, 5, {batch_first = true}), nn.GRUCell(5, 3))
+    local q = Qz.quantize_dynamic(m, {nn.Linear, nn.LSTM, nn.GRUCell}, {dtype = flow.float16})
+    assert.is_truthy(tostring(q[1]):find('dtype=float16', 1, true))
+    assert.are.equal(flow.float16, q[1]:weight().dtype)
+    assert.are.equal(flow.float16, q[2]:get_weight().weight_hh_l0.dtype)
+    local x = flow.randn(2, 3, 16)
+    local w16 = m[1].weight:detach():half():float()
+    H.close(q[1](x), x:matmul(w16:t()) + m[1].bias:detach(), 0, 'x @ fp16(w) + b')
+    -- the LSTM and the cell: the float modules with float16-rounded weights
+    local ref = m:clone()
+    flow.no_grad(function()
+      for _, p in ipairs(ref:parameters()) do
+        if p:dim() == 2 then p:copy_(p:half():float()) end
+      end
+    end)
+    local y = q[1](x)
+    local o = q[2](y)
+    H.close(o, ref[2](y), 1e-6, 'LSTM')
+    H.close(q[3](o[1]), ref[3](o[1]), 1e-6, 'GRUCell')
+    -- beyond float16's range the weights saturate at 65504 (fbgemm's packing), not inf
+    local big = nn.Linear(2, 2)
+    flow.no_grad(function() big.weight:copy_(flow.tensor({{1e6, 1.0}, {-1e6, 2.0}})) end)
+    local qb = Qz.quantize_dynamic(nn.Sequential(big), nil, {dtype = flow.float16})[1]
+    H.close(qb(flow.tensor({{1.0, 1.0}})) - big.bias:detach(), flow.tensor({{65505, -65502}}), 0)
+    -- state dicts: float16 weights, checked on load
+    local q2 = Qz.quantize_dynamic(m:clone(), {nn.Linear, nn.LSTM, nn.GRUCell}, {dtype = flow.float16})
+    local sd = q:state_dict()
+    assert.are.equal(flow.float16, sd['0.weight'].dtype)
+    flow.no_grad(function() q2[1]:weight():zero_() end)
+    q2:load_state_dict(sd)
+    H.close(q2[1](x), q[1](x), 0)
+    sd['0.weight'] = flow.quantize_per_tensor(flow.randn(8, 16), 0.1, 0, flow.qint8)
+    H.raises(function() q2:load_state_dict(sd) end, '0.weight must be a float16 tensor')
+    H.raises(function() Qz.quantize_dynamic(m, nil, {dtype = flow.bfloat16}) end,
+             'dtype must be flow.qint8 (int8 weights) or flow.float16')
   end)
 
   it('a dynamically quantized model in nn.Graph chooses the range at every run, and saved', function()

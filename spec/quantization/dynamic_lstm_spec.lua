@@ -112,10 +112,56 @@ describe('quantize_dynamic LSTM', function()
     nan[1][1][1] = 0 / 0
     H.raises(function() q.lstm(nan) end,
              'DynamicQuantizedLSTM: dynamic_quantized_linear: input has NaN or infinite values')
-    local packed = nn.utils.rnn.pack_padded_sequence(flow.randn(3, 2, 6), {3, 2})
-    H.raises(function() q.lstm(packed) end, 'DynamicQuantizedLSTM: a PackedSequence input is not supported')
     H.raises(function() Qz.quantize_dynamic(q, {nn.RNN}) end,
       'quantize_dynamic: spec[1] must be one of nn.Linear, nn.LSTM, nn.GRU')
+  end)
+
+  it('a PackedSequence: each step\'s active rows quantized alone, as torch.ao.quantization\'s LSTM and GRU',
+     function()
+    if not R.available() then pending('PyTorch not installed for /usr/bin/python3') return end
+    flow.manual_seed(31)
+    local lstm = nn.LSTM(6, 5, {num_layers = 2, bidirectional = true})
+    local gru = nn.GRU(6, 4)
+    local x = flow.randn(5, 3, 6) * 2                   -- [L, N, in], lengths 5, 3, 2 (unsorted below)
+    local lengths = {3, 5, 2}
+    local ql = Qz.quantize_dynamic(nn.Sequential(lstm), {nn.LSTM})[1]
+    local qg = Qz.quantize_dynamic(nn.Sequential(gru), {nn.GRU})[1]
+    local P = nn.utils.rnn
+    local pk = P.pack_padded_sequence(x, lengths, {enforce_sorted = false})
+    local lo, ls = ql(pk)
+    local go, gh = qg(pk)
+    local ly = P.pad_packed_sequence(lo)
+    local gy = P.pad_packed_sequence(go)
+    local t = R.run(([==[
+import torch, torch.nn as nn
+import torch.ao.quantization as tq
+torch.backends.quantized.engine = [e for e in ('fbgemm', 'x86', 'onednn')
+                                   if e in torch.backends.quantized.supported_engines][0]
+def T(l, *shape): return torch.tensor(l, dtype=torch.float32).reshape(*shape)
+def out(k, t): print(k, ' '.join(repr(float(v)) for v in torch.as_tensor(t).flatten().tolist()))
+sd = {}
+%s
+lstm, gru = nn.LSTM(6, 5, num_layers=2, bidirectional=True), nn.GRU(6, 4)
+lstm.load_state_dict({k[2:]: v for k, v in sd.items() if k.startswith('l.')})
+gru.load_state_dict({k[2:]: v for k, v in sd.items() if k.startswith('g.')})
+ql = tq.quantize_dynamic(nn.Sequential(lstm), {nn.LSTM}, dtype=torch.qint8)[0]
+qg = tq.quantize_dynamic(nn.Sequential(gru), {nn.GRU}, dtype=torch.qint8)[0]
+P = nn.utils.rnn
+pk = P.pack_padded_sequence(T(%s, 5, 3, 6), torch.tensor([3, 5, 2]), enforce_sorted=False)
+with torch.no_grad():
+    lo, (h, c) = ql(pk)
+    go, gh = qg(pk)
+    out('ly', P.pad_packed_sequence(lo)[0]); out('h', h); out('c', c)
+    out('gy', P.pad_packed_sequence(go)[0]); out('gh', gh)
+print('done')
+]==]):format(state_lines(nn.Sequential(lstm)):gsub("sd%['0%.", "sd['l.") .. '\n'
+               .. state_lines(nn.Sequential(gru)):gsub("sd%['0%.", "sd['g."), R.list(x)))
+    local want = flow.tensor(t.ly):view(5, 3, 10)
+    assert.is_true(maxdiff(ly, want) < 2e-4, 'LSTM output ' .. maxdiff(ly, want))
+    assert.is_true(maxdiff(ls[1], flow.tensor(t.h):view(4, 3, 5)) < 2e-4, 'h_n')
+    assert.is_true(maxdiff(ls[2], flow.tensor(t.c):view(4, 3, 5)) < 2e-4, 'c_n')
+    assert.is_true(maxdiff(gy, flow.tensor(t.gy):view(5, 3, 4)) < 2e-4, 'GRU output')
+    assert.is_true(maxdiff(gh, flow.tensor(t.gh):view(1, 3, 4)) < 2e-4, 'GRU h_n')
   end)
 
   it('matches torch.ao.quantization.quantize_dynamic LSTM (1.13, fbgemm / onednn engine)', function()

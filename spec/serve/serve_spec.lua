@@ -68,7 +68,7 @@ describe('flow-serve', function()
   local dir = H.tmpdir()
   local repo = dir .. '/repo'
   local url, pid, port
-  local g1, g2, gr, gh, gb, gq
+  local g1, g2, gr, gh, gb, gq, gd
   local function mkdirs(...) for _, d in ipairs({...}) do os.execute('mkdir -p ' .. repo .. '/' .. d) end end
 
   local function http(method, path, body, headers)
@@ -97,7 +97,7 @@ describe('flow-serve', function()
 
   setup(function()
     mkdirs('mlp/1', 'mlp/2', 'mlp_batched/1', 'mlp_auto/1', 'resnet/1', 'resnet_int8/1', 'no_graph/1', 'bad_config/1',
-           'mlp_half/1', 'mlp_bf16/1', 'pair/1', 'same/1')
+           'mlp_half/1', 'mlp_bf16/1', 'pair/1', 'same/1', 'mlp_dyn/1')
     -- two inputs, uint8 then float32 (binary data: the second is not aligned
     -- when the first has an odd length), and a graph whose output is its input
     local Pair = nn.Graph:subclass('ServePair')
@@ -162,6 +162,10 @@ describe('flow-serve', function()
     local qp = Qz.prepare(qm)
     Qz.calibrate(qp, {flow.rand(4, 3, 64, 64)})
     gq = compiled(Qz.convert(qp), function(b) return {b, 3, 64, 64} end, {1, 2}, repo .. '/resnet_int8/1/model.ofg')
+    -- the MLP dynamically quantized (int8 weights; each run picks its input's
+    -- range: one dynamic_quantized_linear node a layer)
+    gd = compiled(flow.quantization.quantize_dynamic(mlp(3)), function(b) return {b, 16} end, {1, 2},
+                  repo .. '/mlp_dyn/1/model.ofg')
     -- an identity Linear in float16 and bfloat16 (configs completed from the
     -- graphs): its outputs are the server's conversions of the JSON inputs
     local function typed(dt)
@@ -240,7 +244,7 @@ describe('flow-serve', function()
     for _, e in ipairs(json.decode(body)) do states[e.name .. '/' .. (e.version or '')] = e.state end
     assert.are.same({['mlp/1'] = 'READY', ['mlp/2'] = 'READY', ['mlp_batched/1'] = 'READY',
                      ['mlp_split/1'] = 'READY', ['mlp_auto/1'] = 'READY', ['resnet/1'] = 'READY',
-                     ['resnet_int8/1'] = 'READY',
+                     ['resnet_int8/1'] = 'READY', ['mlp_dyn/1'] = 'READY',
                      ['pair/1'] = 'READY', ['same/1'] = 'READY',
                      ['no_graph/1'] = 'UNAVAILABLE',
                      ['bad_config/'] = 'UNAVAILABLE', ['mlp_half/1'] = 'READY',
@@ -255,6 +259,15 @@ describe('flow-serve', function()
     local r = json.decode(body)
     assert.are.same({2, 10}, r.outputs[1].shape)
     assert.are.equal(bytes(gq(x)), bytes(flow.tensor(r.outputs[1].data, {dtype = flow.float32})))
+  end)
+
+  it('serves a saved dynamically quantized graph: each request quantized with its own range', function()
+    for _, x in ipairs({flow.randn(2, 16), flow.randn(2, 16) * 50}) do
+      local code, body = http('POST', '/v2/models/mlp_dyn/infer', infer_body('INPUT__0', {2, 16}, flat(x)))
+      assert.are.equal(200, code, body)
+      local r = json.decode(body)
+      assert.are.equal(bytes(gd(x)), bytes(flow.tensor(r.outputs[1].data, {dtype = flow.float32})))
+    end
   end)
 
   it('infers with JSON tensors: outputs equal the in-process graph exactly, per version', function()

@@ -113,10 +113,11 @@ function RNNBase:_gates(x, which, sfx)
   return affine(x, self['weight_' .. which .. sfx], self['bias_' .. which .. sfx])
 end
 
--- rows 1..bs of a (the sequences still running), the rest from b
-local function take_rows(a, b, bs)
-  if bs == a:size(1) then return a end
-  return flow.cat({a:narrow(1, 1, bs), b:narrow(1, bs + 1, b:size(1) - bs)}, 1)
+-- a (the bs sequences still running) over rows 1..bs of full, the rest of full's
+local function merge_rows(a, full, bs)
+  local n = full:size(1)
+  if bs == n then return a end
+  return flow.cat({a, full:narrow(1, bs + 1, n - bs)}, 1)
 end
 
 -- one direction of one layer over x [L, N, in]: outputs [L, N, H], final h (and c).
@@ -129,12 +130,17 @@ local function run_direction(self, x, l, d, h, c, batch_sizes)
   local outs = {}
   for step = 1, L do
     local t = d == 1 and L - step + 1 or step
-    local h1, c1 = cell(pre:select(1, t), self:_gates(h, 'hh', sfx), h, c)
     if batch_sizes then
+      -- a packed batch: the step's active rows only (the first bs: sorted by
+      -- length), as PyTorch's packed layer -- so a dynamically quantized
+      -- module takes its hidden state's range over those rows alone
       local bs = batch_sizes[t]
-      h, c = take_rows(h1, h, bs), c1 and take_rows(c1, c, bs)
-      outs[t] = take_rows(h1, flow.zeros_like(h1), bs)
+      local ha, ca = h:narrow(1, 1, bs), c and c:narrow(1, 1, bs)
+      local h1, c1 = cell(pre:select(1, t):narrow(1, 1, bs), self:_gates(ha, 'hh', sfx), ha, ca)
+      h, c = merge_rows(h1, h, bs), c1 and merge_rows(c1, c, bs)
+      outs[t] = merge_rows(h1, flow.zeros_like(h), bs)
     else
+      local h1, c1 = cell(pre:select(1, t), self:_gates(h, 'hh', sfx), h, c)
       h, c = h1, c1
       outs[t] = h
     end

@@ -415,7 +415,25 @@ M.dynamic.Linear = DynLinear
 function DynLinear:__init(o)
   nn.Module.__init(self)
   rawset(self, 'reduce_range', o.reduce_range ~= false)
+  if M.is_fp16_weight(o.weight) then   -- float16_dynamic_qconfig: float16 weights, float products
+    rawset(self, '_weight', o.weight)
+    rawset(self, '_bias', o.bias and o.bias:detach():to(flow.float32):contiguous() or nil)
+    return
+  end
   self:_set_weight_bias(o.weight, o.bias)
+end
+
+-- float16 dynamic quantization (PyTorch's float16_dynamic_qconfig,
+-- quantize_dynamic(..., {dtype = flow.float16})): the weights are stored as
+-- float16 (saturated at +-65504 as fbgemm's packing does), the input and
+-- the products stay float32 (fbgemm's fp16 gemm widens the weights too)
+function M.is_fp16_weight(w) return flow.is_tensor(w) and w.dtype == flow.float16 end
+--- The float16 copy of a float weight: values beyond float16's range saturate (fbgemm's).
+function M.fp16_weight(w)
+  return w:detach():to(flow.float32):clamp(-65504, 65504):to(flow.float16)
+end
+local function fp16_linear(x, w16, b)
+  return F.linear(x:to(flow.float32), w16:to(flow.float32), b)
 end
 -- x (float, [..., in]) -> float [..., out]: x quantized to quint8 with its
 -- own range (fbgemm's apply_dynamic), int8 weight w (scales ws, zero points
@@ -472,13 +490,35 @@ M.dynamic_linear = dynamic_linear
 
 function DynLinear:forward(x)
   A.check_tensor(self.__name, x)
-  return dynamic_linear(self.__name, x, rawget(self, '_weight'), self._ws, self._wz, rawget(self, '_bias'),
-                        self.reduce_range)
+  local w = rawget(self, '_weight')
+  if M.is_fp16_weight(w) then return fp16_linear(x, w, rawget(self, '_bias')) end
+  return dynamic_linear(self.__name, x, w, self._ws, self._wz, rawget(self, '_bias'), self.reduce_range)
 end
 function DynLinear:extra_repr()
   local w = rawget(self, '_weight')
+  if M.is_fp16_weight(w) then return ('in_features=%d, out_features=%d, dtype=float16'):format(w:size(2), w:size(1)) end
   return ('in_features=%d, out_features=%d, dtype=%s, qscheme=%s'):format(w:size(2), w:size(1),
     w.dtype.name, w._qscheme)
+end
+-- a float16 layer's state dict: weight (float16) and bias, checked on load
+function DynLinear:__load_extra(prefix, sd, seen)
+  local cur = rawget(self, '_weight')
+  if not M.is_fp16_weight(cur) then return QuantizedBase.__load_extra(self, prefix, sd, seen) end
+  local wk, bk = prefix .. 'weight', prefix .. 'bias'
+  seen[wk], seen[bk] = true, true
+  local w, b = sd[wk], sd[bk]
+  if not M.is_fp16_weight(w) or tostring(w:size()) ~= tostring(cur:size()) then
+    A.fail(('load_state_dict: %s must be a float16 tensor of size %s, got %s'):format(wk, A.shape_str(cur),
+      A.describe(w)))
+  end
+  if (b ~= nil) ~= (rawget(self, '_bias') ~= nil) then
+    A.fail(('load_state_dict: %s is %s in the checkpoint but %s in the model'):format(bk,
+      b and 'present' or 'missing', rawget(self, '_bias') and 'present' or 'absent'))
+  end
+  return function()
+    rawset(self, '_weight', w)
+    rawset(self, '_bias', b and b:detach():to(flow.float32):contiguous() or nil)
+  end
 end
 
 -- dynamic LSTM and GRU (torch.ao.nn.quantized.dynamic.LSTM / GRU): every
@@ -497,6 +537,7 @@ local CELL_KEYS = {'mode', 'input_size', 'hidden_size', 'bias'}
 local function qentry(name, float, k, quantize_weight)
   local b = float.bias and float['bias_' .. k] or nil
   local qw = quantize_weight(float['weight_' .. k])
+  if M.is_fp16_weight(qw) then return {weight = qw, bias = b and b:detach():to(flow.float32):contiguous() or nil} end
   local ws, wz = weight_params(name, qw)
   return {weight = qw, ws = ws, wz = wz, bias = b and b:detach():to(flow.float32):contiguous() or nil}
 end
@@ -537,7 +578,10 @@ local function dyn_recurrent(cls)
       local wk, bk = prefix .. 'weight_' .. k, prefix .. 'bias_' .. k
       seen[wk], seen[bk] = true, true
       local v, b, cur = sd[wk], sd[bk], w[k]
-      if not is_q(v) or v.dtype ~= Q.qint8 or v._qscheme ~= cur.weight._qscheme then
+      local fp16 = M.is_fp16_weight(cur.weight)
+      if fp16 and not M.is_fp16_weight(v) then
+        A.fail(('load_state_dict: %s must be a float16 tensor, got %s'):format(wk, A.describe(v)))
+      elseif not fp16 and (not is_q(v) or v.dtype ~= Q.qint8 or v._qscheme ~= cur.weight._qscheme) then
         A.fail(('load_state_dict: %s must be a qint8 %s quantized tensor, got %s'):format(wk,
           cur.weight._qscheme == 'per_tensor_affine' and 'per-tensor' or 'per-channel', A.describe(v)))
       end
@@ -545,7 +589,7 @@ local function dyn_recurrent(cls)
         A.fail(('load_state_dict: size mismatch for %s: checkpoint %s, model %s'):format(wk,
           A.shape_str(v._int), A.shape_str(cur.weight._int)))
       end
-      if v._qscheme == 'per_tensor_affine' then M.check_loaded(wk .. ' ', v._scale, v._zp, Q.qint8) end
+      if not fp16 and v._qscheme == 'per_tensor_affine' then M.check_loaded(wk .. ' ', v._scale, v._zp, Q.qint8) end
       if (b ~= nil) ~= (cur.bias ~= nil) then
         A.fail(('load_state_dict: %s is %s in the checkpoint but %s in the model'):format(bk,
           b ~= nil and 'present' or 'missing', cur.bias ~= nil and 'present' or 'absent'))
@@ -554,7 +598,8 @@ local function dyn_recurrent(cls)
         A.fail(('load_state_dict: size mismatch for %s: checkpoint %s, model %s'):format(bk,
           A.describe(b), A.shape_str(cur.bias)))
       end
-      local ws, wz = weight_params(self.__name, v)
+      local ws, wz
+      if not fp16 then ws, wz = weight_params(self.__name, v) end
       new[k] = {weight = v, ws = ws, wz = wz, bias = b and b:detach():to(flow.float32):contiguous() or nil}
     end
     return function() rawset(self, '_qw', new) end
@@ -593,14 +638,12 @@ local function dyn_class(name, float_cls, keys, names_of, hook)
   end
   cls[hook] = function(self, x, which, sfx)
     local e = rawget(self, '_qw')[which .. (sfx or '')]
+    if not e.ws then return fp16_linear(x, e.weight, e.bias) end
     return dynamic_linear(self.__name, x, e.weight, e.ws, e.wz, e.bias, true)
   end
   function cls:forward(input, hx)
-    if require('oneflow.nn.packed').is_packed(input) then
-      A.fail(self.__name .. ': a PackedSequence input is not supported (PyTorch quantizes each step\'s rows '
-        .. 'separately); pad the batch (nn.utils.rnn.pad_packed_sequence) first')
-    end
-    A.check_tensor(self.__name, input)
+    -- a PackedSequence runs each step on its active rows (nn.RNNBase)
+    if not require('oneflow.nn.packed').is_packed(input) then A.check_tensor(self.__name, input) end
     return float_cls.forward(self, input, hx)
   end
   dyn_recurrent(cls)

@@ -463,7 +463,14 @@ local Placeholder = Observer:subclass('PlaceholderObserver')
 M.PlaceholderObserver = Placeholder
 function Placeholder:__init(opts)
   Observer.__init(self)
+  -- a float dtype (float16_dynamic_qconfig's) marks float16 weights
+  local float = opts and (opts.dtype == flow.float16 or opts.dtype == flow.float32) and opts.dtype
+  if float then
+    opts = copy(opts)
+    opts.dtype = nil
+  end
   self:_setup(self.__name, opts)
+  if float then rawset(self, 'dtype', float) end
 end
 function Placeholder.forward(_, x) return x end
 function Placeholder:calculate_qparams()

@@ -686,6 +686,11 @@ function M.add_quant_dequant(m)
 end
 
 ------------------------------------------------------------------ dynamic
+--- quantization.float16_dynamic_qconfig: float16 weights, float32 inputs and products (PyTorch's).
+M.float16_dynamic_qconfig = M.QConfig({
+  activation = O.PlaceholderObserver:with_args({dtype = flow.float16, is_dynamic = true}),
+  weight = O.PlaceholderObserver:with_args({dtype = flow.float16}),
+  name_a = 'PlaceholderObserver(float16, is_dynamic)', name_w = 'PlaceholderObserver(float16)'})
 M.per_channel_dynamic_qconfig = M.QConfig({activation = O.PlaceholderObserver:with_args({is_dynamic = true}),
                                            weight = per_channel_weight, name_a = 'PlaceholderObserver',
                                            name_w = 'PerChannelMinMaxObserver(qint8, per_channel_symmetric)'})
@@ -712,9 +717,11 @@ function M.quantize_dynamic(model, spec, opts)
   opts = A.check_options(op, opts, {dtype = true, inplace = true}) or {}
   A.arg(op, 1, 'model', model, 'module')
   local dt = opts.dtype or Q.qint8
-  if dt ~= Q.qint8 then
-    A.fail(('%s: dtype must be flow.qint8 (int8 weights), got %s'):format(op, tostring(dt)))
+  if dt ~= Q.qint8 and dt ~= flow.float16 then
+    A.fail(('%s: dtype must be flow.qint8 (int8 weights) or flow.float16, got %s'):format(op, tostring(dt)))
   end
+  -- the qconfig of the classes a list names (PyTorch's choice by dtype)
+  local default_qc = dt == flow.float16 and M.float16_dynamic_qconfig or M.default_dynamic_qconfig
   A.arg(op, 2, 'spec', spec, 'table|nil')
   local map, wmap = dynamic_map(), weight_only_map()
   local by_class, by_path = {}, {}
@@ -733,7 +740,7 @@ function M.quantize_dynamic(model, spec, opts)
     return table.concat(n, ', ')
   end
   if spec == nil then
-    for _, e in ipairs(map) do by_class[e[1]] = M.default_dynamic_qconfig end
+    for _, e in ipairs(map) do by_class[e[1]] = default_qc end
   else
     for k, v in pairs(spec) do
       if type(k) == 'number' then
@@ -745,7 +752,7 @@ function M.quantize_dynamic(model, spec, opts)
         if not known(v) then
           A.fail(('%s: spec[%d] must be one of %s, got %s'):format(op, k, names(), A.describe(v)))
         end
-        by_class[v] = by_class[v] or M.default_dynamic_qconfig
+        by_class[v] = by_class[v] or default_qc
       elseif type(k) == 'string' then
         if v ~= false and not M.is_qconfig(v) then
           A.fail(("%s: spec['%s'] must be a QConfig or false, got %s"):format(op, k, A.describe(v)))
@@ -776,6 +783,7 @@ function M.quantize_dynamic(model, spec, opts)
     end
     local function qweight(w)
       local obs = qc.weight()
+      if obs.dtype == flow.float16 then return QM.fp16_weight(w) end
       if obs.dtype ~= Q.qint8 then
         A.fail(('%s: the qconfig must observe weights as qint8, got %s'):format(op, obs.dtype.name))
       end
