@@ -135,6 +135,25 @@ print('done')
     assert.is_truthy(tostring(back['emb.weight']):find('per_channel_affine_float_qparams', 1, true))
   end)
 
+  it('runs in nn.Graph and from a saved graph, equal to eager; a bad id there is index_select\'s error', function()
+    flow.manual_seed(2)
+    local m = nn.Sequential(nn.Embedding(20, 8), nn.Linear(8, 3))
+    local q = Qz.quantize_dynamic(m, {[nn.Embedding] = Qz.float_qparams_weight_only_qconfig,
+                                      [nn.Linear] = Qz.default_dynamic_qconfig})
+    local G = nn.Graph:subclass('QEmbGraph')
+    function G:__init(mm) nn.Graph.__init(self); self.mm = mm end
+    function G:build(i) return self.mm(i) end
+    local g = G(q)
+    local i1, i2 = ids({{1, 2, 3}, {20, 5, 6}}), ids({{7, 7, 19}, {2, 4, 8}})
+    H.close(g(i1), q(i1), 0)
+    H.close(g(i2), q(i2), 0)
+    local dir = H.tmpdir()
+    g:save(dir .. '/emb.ofg')
+    H.close(nn.Graph.load(dir .. '/emb.ofg')(i2), q(i2), 0)
+    H.raises(function() g(ids({{1, 2, 21}, {1, 1, 1}})) end, 'index_select: index 21 out of range')
+    H.remove_tmpdirs()
+  end)
+
   it('refuses other qconfigs for embeddings, float-qparams weights for Linear, bad ids and tables', function()
     local m = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 2))
     H.raises(function() Qz.quantize_dynamic(m, {nn.Embedding}) end,

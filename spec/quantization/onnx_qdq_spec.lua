@@ -252,10 +252,47 @@ describe('onnx export of int8 models (QDQ)', function()
     end
   end)
 
+  it('dynamically quantized Linear layers: the input\'s 7-bit parameters computed in the graph', function()
+    flow.manual_seed(12)
+    local m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    local q = Qz.quantize_dynamic(m)
+    local x = flow.randn(5, 8) * 3
+    local path = dir .. '/dyn.onnx'
+    flow.onnx.export(q, {x}, path)
+    local ops = reader.op_types(reader.read(path).graph)
+    assert.are.equal(2, count(ops, 'QuantizeLinear'))    -- the inputs' (the weights are int8 initializers)
+    assert.are.equal(4, count(ops, 'DequantizeLinear'))
+    assert.are.equal(2, count(ops, 'ReduceMin'))
+    local y = q(x)
+    H.close(flow.onnx.load(path)(x), y, 1e-6, 'our importer')
+    -- another input: another range, computed by the file (not the example's)
+    local x2 = flow.randn(5, 8) * 40
+    H.close(flow.onnx.load(path)(x2), q(x2), 1e-5, 'our importer, another range')
+    -- float16 weights: a Cast of the float16 initializer
+    local q16 = Qz.quantize_dynamic(m, nil, {dtype = flow.float16})
+    flow.onnx.export(q16, {x}, dir .. '/dyn16.onnx')
+    H.close(flow.onnx.load(dir .. '/dyn16.onnx')(x), q16(x), 0, 'float16 weights')
+    local lines = run_ort(path, x)
+    if not lines then return end
+    -- the same scales and zero points, the same integers: only the float
+    -- sums' order differs (4.8e-7 measured, both optimisation levels)
+    for i = 1, 2 do
+      local got = flow.tensor(H.numbers(lines[i])):view(5, 4)
+      assert.is_true((got - y):abs():max():item() <= 1e-5, ('onnxruntime %d: %g'):format(i,
+        (got - y):abs():max():item()))
+    end
+  end)
+
   it('refuses what has no QDQ form, naming it', function()
-    local dyn = Qz.quantize_dynamic(nn.Sequential(nn.Linear(4, 3)))
-    local ok, err = pcall(flow.onnx.export, dyn, {flow.randn(2, 4)}, dir .. '/dyn.onnx')
+    local dyn = Qz.quantize_dynamic(nn.Sequential(nn.LSTM(4, 3)))
+    local ok, err = pcall(flow.onnx.export, dyn, {flow.randn(2, 1, 4)}, dir .. '/dyn.onnx')
     assert.is_false(ok)
-    assert.is_truthy(tostring(err):find('DynamicQuantizedLinear: dynamic quantization', 1, true), err)
+    assert.is_truthy(tostring(err):find('DynamicQuantizedLSTM: dynamically quantized recurrent modules', 1, true),
+                     err)
+    local bag = Qz.quantize_dynamic(nn.Sequential(nn.EmbeddingBag(10, 4)),
+                                    {[nn.EmbeddingBag] = Qz.float_qparams_weight_only_qconfig})
+    ok, err = pcall(flow.onnx.export, bag, {flow.tensor({{1, 2}, {3, 4}}, {dtype = flow.int64})}, dir .. '/bag.onnx')
+    assert.is_false(ok)
+    assert.is_truthy(tostring(err):find('QuantizedEmbeddingBag: embedding bags have no ONNX form here', 1, true), err)
   end)
 end)

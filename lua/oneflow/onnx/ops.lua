@@ -102,6 +102,8 @@ local function index0(g, idx)
   return g:const(flow.tensor(idx, {dtype = flow.int64}) - 1, 'index')
 end
 
+M.index0 = index0
+
 local function plus_one(g, name) return g:node('Add', {name, g:scalar(1, 'int64')}) end
 
 -- trunc of a float value: sign(x) * floor(|x|)

@@ -128,10 +128,80 @@ local function dequantize_rule(g, out, _, x)
   g:bind(out[1], dequantized(g, x, 'DeQuantize'))
 end
 
+-- DynamicQuantizedLinear: the input's scale and zero point computed in the
+-- graph at run time as fbgemm chooses them (ONNX's DynamicQuantizeLinear
+-- takes 0..255 where PyTorch's and ours take reduce_range's 0..127): the
+-- range with 0 in it (ReduceMin / ReduceMax), scale = (hi - lo) / qmax, at
+-- least fbgemm's 6.1e-5, zero point = round(-lo / scale) clamped (fbgemm's
+-- nudge computes the same point; below the smallest scale it widens the
+-- range, which leaves the point at -lo over the unwidened scale), then
+-- QuantizeLinear / DequantizeLinear on the input and the int8 weight's
+-- DequantizeLinear into a MatMul (+ bias). float16 weights: a Cast of the
+-- float16 initializer. onnxruntime runs the input's pair as written (its
+-- scale is not a constant), so outputs agree with ours within a step.
+local function dynamic_linear_rule(g, out, mod, x)
+  local w, b = rawget(mod, '_weight'), rawget(mod, '_bias')
+  local xv = g:cast(g:val(x), x.dtype.name, 'float32')
+  local wf
+  if w.dtype == require('oneflow').float16 then
+    wf = g:cast(g:val(w), 'float16', 'float32')
+  else
+    local qmax = mod.reduce_range and 127 or 255
+    local zero = g:scalar(0, 'float32')
+    local lo = g:node('Min', {g:node('ReduceMin', {xv}, {keepdims = A_i(0)}), zero})
+    local hi = g:node('Max', {g:node('ReduceMax', {xv}, {keepdims = A_i(0)}), zero})
+    local raw = g:node('Div', {g:node('Sub', {hi, lo}), g:scalar(qmax, 'float32')})
+    local scale = g:node('Max', {raw, g:scalar(6.1e-5, 'float32')})
+    local z = g:node('Div', {g:node('Neg', {lo}), g:node('Max', {raw, g:scalar(1e-30, 'float32')})})
+    z = g:node('Round', {z})
+    z = g:cast(g:node('Clip', {z, zero, g:scalar(qmax, 'float32')}), 'float32', 'uint8')
+    xv = g:node('DequantizeLinear', {g:node('QuantizeLinear', {xv, scale, z}), scale, z})
+    wf = weight(g, mod, mod.__name)
+  end
+  local v
+  if x:dim() == 2 then
+    local inputs = {xv, wf}
+    if b ~= nil then inputs[3] = g:val(b) end
+    v = g:node('Gemm', inputs, {transB = A_i(1)})
+  else
+    v = g:node('MatMul', {xv, g:node('Transpose', {wf}, {perm = A_ints({1, 0})})})
+    if b ~= nil then v = g:node('Add', {v, g:val(b)}) end
+  end
+  g:bind(out[1], g:cast(v, 'float32', out[1].dtype.name))
+end
+
+-- QuantizedEmbedding (weight-only, float qparams per row): Gather of the
+-- quint8 rows and of each row's scale and bias (-(zero_point * scale)),
+-- then rows * scale + bias, the module's own two float steps
+local function row_column(g, t, hint)
+  local ck = 'qemb:' .. graph.key(t)
+  if not g.cache[ck] then
+    g.cache[ck] = g:const(t:view(-1, 1), hint)
+    g:anchor(t)
+  end
+  return g.cache[ck]
+end
+local function qembedding_rule(g, out, mod, ids)
+  local w = rawget(mod, '_weight')
+  local idx = ops.index0(g, ids)
+  local gather = function(name) return g:node('Gather', {name, idx}, {axis = A_i(0)}) end
+  local ck = 'qemb_rows:' .. graph.key(w._int)
+  if not g.cache[ck] then
+    g.cache[ck] = g:const(w._int, 'embedding_quantized')
+    g:anchor(w._int)
+  end
+  local rows = g:cast(gather(g.cache[ck]), 'uint8', 'float32')
+  local v = g:node('Mul', {rows, gather(row_column(g, mod._row_scale, 'embedding_scale'))})
+  g:bind(out[1], g:node('Add', {v, gather(row_column(g, mod._row_bias, 'embedding_bias'))}))
+end
+
+-- the dynamic recurrent modules and the quantized bags have no form here
 local function refuse_dynamic(_, _, mod)
-  fail(('%s: dynamic quantization picks its input scale at run time with fbgemm\'s reduced range, '
-        .. 'which ONNX\'s DynamicQuantizeLinear does not reproduce; export the float model, or a '
-        .. 'statically quantized one (flow.quantization.prepare/convert)'):format(mod.__name))
+  fail(('%s: dynamically quantized recurrent modules have no ONNX form here; export the float '
+        .. 'model'):format(mod.__name))
+end
+local function refuse_bag(_, _, mod)
+  fail(('%s: embedding bags have no ONNX form here; export the float model'):format(mod.__name))
 end
 
 -- max pooling on the integers is the float rule applied to them
@@ -200,7 +270,14 @@ function M.rules()
       {Qm.ConvReLU2d_q, conv_rule(true, 'QuantizedConvReLU2d'), 'QuantizedConvReLU2d'},
       {Qm.Linear, linear_rule(false, 'QuantizedLinear'), 'QuantizedLinear'},
       {Qm.LinearReLU_q, linear_rule(true, 'QuantizedLinearReLU'), 'QuantizedLinearReLU'},
-      {Qm.dynamic.Linear, refuse_dynamic, 'DynamicQuantizedLinear'},
+      {Qm.dynamic.Linear, dynamic_linear_rule, 'DynamicQuantizedLinear'},
+      {Qm.Embedding, qembedding_rule, 'QuantizedEmbedding'},
+      {Qm.EmbeddingBag, refuse_bag, 'QuantizedEmbeddingBag'},
+      {Qm.dynamic.LSTM, refuse_dynamic, 'DynamicQuantizedLSTM'},
+      {Qm.dynamic.GRU, refuse_dynamic, 'DynamicQuantizedGRU'},
+      {Qm.dynamic.LSTMCell, refuse_dynamic, 'DynamicQuantizedLSTMCell'},
+      {Qm.dynamic.GRUCell, refuse_dynamic, 'DynamicQuantizedGRUCell'},
+      {Qm.dynamic.RNNCell, refuse_dynamic, 'DynamicQuantizedRNNCell'},
       {Qm.QFunctional, qadd_rule(false, 'QFunctional.add'), 'QFunctional.add', 'add'},
       {Qm.QFunctional, qadd_rule(true, 'QFunctional.add_relu'), 'QFunctional.add_relu', 'add_relu'},
       {require('oneflow.quantization.fake_quantize').FakeQuantize, fake_quant_rule, 'FakeQuantize',
