@@ -68,7 +68,7 @@ describe('flow-serve', function()
   local dir = H.tmpdir()
   local repo = dir .. '/repo'
   local url, pid, port
-  local g1, g2, gr, gh, gb, gq, gd
+  local g1, g2, gr, gh, gb, gq, gd, gt
   local function mkdirs(...) for _, d in ipairs({...}) do os.execute('mkdir -p ' .. repo .. '/' .. d) end end
 
   local function http(method, path, body, headers)
@@ -97,7 +97,7 @@ describe('flow-serve', function()
 
   setup(function()
     mkdirs('mlp/1', 'mlp/2', 'mlp_batched/1', 'mlp_auto/1', 'resnet/1', 'resnet_int8/1', 'no_graph/1', 'bad_config/1',
-           'mlp_half/1', 'mlp_bf16/1', 'pair/1', 'same/1', 'mlp_dyn/1')
+           'mlp_half/1', 'mlp_bf16/1', 'pair/1', 'same/1', 'mlp_dyn/1', 'bert_int8/1')
     -- two inputs, uint8 then float32 (binary data: the second is not aligned
     -- when the first has an odd length), and a graph whose output is its input
     local Pair = nn.Graph:subclass('ServePair')
@@ -166,6 +166,27 @@ describe('flow-serve', function()
     -- range: one dynamic_quantized_linear node a layer)
     gd = compiled(flow.quantization.quantize_dynamic(mlp(3)), function(b) return {b, 16} end, {1, 2},
                   repo .. '/mlp_dyn/1/model.ofg')
+    -- a small BERT's mean-pooled embeddings, int8 linear layers and quint8
+    -- tables: token ids and mask in (int64), float embeddings out
+    flow.manual_seed(9)
+    local bert = require('flowtext').BertModel({vocab_size = 60, hidden_size = 16, num_hidden_layers = 2,
+                                                 num_attention_heads = 4, intermediate_size = 32,
+                                                 max_position_embeddings = 16})
+    local qb = Qz.quantize_dynamic(bert, {[nn.Linear] = Qz.default_dynamic_qconfig,
+                                          [nn.Embedding] = Qz.float_qparams_weight_only_qconfig})
+    qb:eval()
+    local Emb = nn.Graph:subclass('ServeEmbed')
+    function Emb:__init(m) nn.Graph.__init(self); self.m = m end
+    function Emb:build(ids, mask)
+      local h = self.m(ids, {attention_mask = mask}).last_hidden_state
+      local w = mask:to(h.dtype):unsqueeze(3)
+      return (h * w):sum(2) / w:sum(2):clamp({min = 1e-9})
+    end
+    gt = Emb(qb)
+    for _, b in ipairs({1, 2}) do
+      gt(flow.randint(1, 61, {b, 8}), flow.ones(b, 8, {dtype = flow.int64}))
+    end
+    gt:save(repo .. '/bert_int8/1/model.ofg')
     -- an identity Linear in float16 and bfloat16 (configs completed from the
     -- graphs): its outputs are the server's conversions of the JSON inputs
     local function typed(dt)
@@ -244,7 +265,7 @@ describe('flow-serve', function()
     for _, e in ipairs(json.decode(body)) do states[e.name .. '/' .. (e.version or '')] = e.state end
     assert.are.same({['mlp/1'] = 'READY', ['mlp/2'] = 'READY', ['mlp_batched/1'] = 'READY',
                      ['mlp_split/1'] = 'READY', ['mlp_auto/1'] = 'READY', ['resnet/1'] = 'READY',
-                     ['resnet_int8/1'] = 'READY', ['mlp_dyn/1'] = 'READY',
+                     ['resnet_int8/1'] = 'READY', ['mlp_dyn/1'] = 'READY', ['bert_int8/1'] = 'READY',
                      ['pair/1'] = 'READY', ['same/1'] = 'READY',
                      ['no_graph/1'] = 'UNAVAILABLE',
                      ['bad_config/'] = 'UNAVAILABLE', ['mlp_half/1'] = 'READY',
@@ -268,6 +289,19 @@ describe('flow-serve', function()
       local r = json.decode(body)
       assert.are.equal(bytes(gd(x)), bytes(flow.tensor(r.outputs[1].data, {dtype = flow.float32})))
     end
+  end)
+
+  it('serves a quantized BERT\'s embeddings: int64 ids and mask in, equal to the in-process graph', function()
+    local ids = flow.randint(1, 61, {2, 8})
+    local mask = flow.tensor({{1, 1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 0, 0, 0, 0}}, {dtype = flow.int64})
+    local body = json.encode({inputs = {
+      {name = 'INPUT__0', shape = {2, 8}, datatype = 'INT64', data = flat(ids)},
+      {name = 'INPUT__1', shape = {2, 8}, datatype = 'INT64', data = flat(mask)}}})
+    local code, out = http('POST', '/v2/models/bert_int8/infer', body)
+    assert.are.equal(200, code, out)
+    local r = json.decode(out)
+    assert.are.same({2, 16}, r.outputs[1].shape)
+    assert.are.equal(bytes(gt(ids, mask)), bytes(flow.tensor(r.outputs[1].data, {dtype = flow.float32})))
   end)
 
   it('infers with JSON tensors: outputs equal the in-process graph exactly, per version', function()

@@ -212,6 +212,27 @@ describe('flowtext on all-MiniLM-L6-v2', function()
     H.remove_tmpdirs()
   end)
 
+  check_model('compiles into an nn.Graph over ids and mask, float and quantized, equal to eager' .. why, function()
+    local Qz, nn = flow.quantization, flow.nn
+    local G = nn.Graph:subclass('MiniLMGraph')
+    function G:__init(m) nn.Graph.__init(self); self.st = m end
+    function G:build(ids, mask) return self.st:forward({input_ids = ids, attention_mask = mask}) end
+    local b = model().tokenizer({SENTENCES[1], SENTENCES[13], SENTENCES[2]},
+                                {max_length = 24, padding = 'max_length'})
+    local g = G(st)
+    -- (the graph's fused kernels round a few float sums differently: 4e-9)
+    H.close(g(b.input_ids, b.attention_mask), flow.no_grad(function() return st:forward(b) end), 1e-6)
+    local q = Qz.quantize_dynamic(st, {[nn.Linear] = Qz.default_dynamic_qconfig,
+                                       [nn.Embedding] = Qz.float_qparams_weight_only_qconfig})
+    local gq = G(q)
+    local want = flow.no_grad(function() return q:forward(b) end)
+    H.close(gq(b.input_ids, b.attention_mask), want, 1e-5)
+    local dir = H.tmpdir()
+    gq:save(dir .. '/q.ofg')
+    H.close(nn.Graph.load(dir .. '/q.ofg')(b.input_ids, b.attention_mask), gq(b.input_ids, b.attention_mask), 0)
+    H.remove_tmpdirs()
+  end)
+
   check_model('ranks a paraphrase above unrelated sentences' .. why, function()
     local e = model():encode({'A man is eating food.', 'A man is eating a piece of bread.',
                               'A monkey is playing drums.', 'Quantum computers use qubits.'})
