@@ -1639,6 +1639,14 @@ static of_status qquant_geometry(const of_meta *x, const a_quant *p, of_meta *y)
   return OF_OK;
 }
 
+/* this OpenMP thread's part [*i0, *i1) of n elements, in runs of 64 */
+static inline void thread_part(int64_t n, int64_t *i0, int64_t *i1) {
+  const int t = omp_get_thread_num(), m = omp_get_num_threads();
+  const int64_t per = (n + m - 1) / m / 64 * 64 + 64;
+  *i0 = per * t < n ? per * t : n;
+  *i1 = *i0 + per < n ? *i0 + per : n;
+}
+
 /* x[i0, i1) quantized: rint(x * inv) + zp clamped to [lo, hi]; NaN -> zp */
 static inline __attribute__((always_inline)) void qquant_run_ref(const float *xp, float inv, float zp,
                                                                  float lo, float hi, bool u8, void *y,
@@ -1705,9 +1713,8 @@ static of_status qquant_body(of_tensor *x, const a_quant *p, of_tensor **out) {
 #endif
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-      const int t = omp_get_thread_num(), m = omp_get_num_threads();
-      const int64_t per = (n + m - 1) / m / 64 * 64 + 64;
-      const int64_t i0 = per * t < n ? per * t : n, i1 = i0 + per < n ? i0 + per : n;
+      int64_t i0, i1;
+      thread_part(n, &i0, &i1);
 #if defined(__x86_64__)
       if (v512) qquant_run_avx512(xp, inv, zp, lo, hi, yp, i0, i1);
       else if (v256) qquant_run_avx2(xp, inv, zp, lo, hi, u8, yp, i0, i1);
@@ -1776,10 +1783,10 @@ static of_status qrange_body(const char *op, of_tensor *x, double *min, double *
   int used = 1;
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
-    const int t = omp_get_thread_num(), m = omp_get_num_threads();
-    if (t == 0) used = m;
-    const int64_t per = (n + m - 1) / m / 64 * 64 + 64;
-    const int64_t i0 = per * t < n ? per * t : n, i1 = i0 + per < n ? i0 + per : n;
+    const int t = omp_get_thread_num();
+    if (t == 0) used = omp_get_num_threads();
+    int64_t i0, i1;
+    thread_part(n, &i0, &i1);
 #if defined(__x86_64__)
     if (v512) qrange_run_avx512(xp, i0, i1, &lo[t], &hi[t], &nan[t]);
     else qrange_run_ref(xp, i0, i1, &lo[t], &hi[t], &nan[t]);
@@ -1995,9 +2002,8 @@ static of_status qadd_body(of_tensor *a, of_tensor *b, const a_qadd *p, of_tenso
 #endif
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-      const int t = omp_get_thread_num(), m = omp_get_num_threads();
-      const int64_t per = (n + m - 1) / m / 64 * 64 + 64;
-      const int64_t i0 = per * t < n ? per * t : n, i1 = i0 + per < n ? i0 + per : n;
+      int64_t i0, i1;
+      thread_part(n, &i0, &i1);
 #if defined(__x86_64__)
       if (v512) qadd_run_avx512(&k, ap, bp, yp, i0, i1);
       else qadd_run_ref(&k, ap, bp, yp, i0, i1);

@@ -96,19 +96,22 @@ local function conv_rule(relu, what)
   end
 end
 
+-- xf W^T + b for float values xf of the nd-input and wf of the weight:
+-- Gemm for a matrix, else MatMul + Add
+local function affine(g, nd, xf, wf, b)
+  if nd == 2 then
+    local inputs = {xf, wf}
+    if b ~= nil then inputs[3] = g:val(b) end
+    return g:node('Gemm', inputs, {transB = A_i(1)})
+  end
+  local v = g:node('MatMul', {xf, g:node('Transpose', {wf}, {perm = A_ints({1, 0})})})
+  if b ~= nil then v = g:node('Add', {v, g:val(b)}) end
+  return v
+end
+
 local function linear_rule(relu, what)
   return function(g, out, mod, x)
-    local b = rawget(mod, '_bias')
-    local xf, wf = dequantized(g, x, what), weight(g, mod, what)
-    local v
-    if x:dim() == 2 then
-      local inputs = {xf, wf}
-      if b ~= nil then inputs[3] = g:val(b) end
-      v = g:node('Gemm', inputs, {transB = A_i(1)})
-    else
-      v = g:node('MatMul', {xf, g:node('Transpose', {wf}, {perm = A_ints({1, 0})})})
-      if b ~= nil then v = g:node('Add', {v, g:val(b)}) end
-    end
+    local v = affine(g, x:dim(), dequantized(g, x, what), weight(g, mod, what), rawget(mod, '_bias'))
     requantize(g, out, mod, v, relu, what)
   end
 end
@@ -158,16 +161,7 @@ local function dynamic_linear_rule(g, out, mod, x)
     xv = g:node('DequantizeLinear', {g:node('QuantizeLinear', {xv, scale, z}), scale, z})
     wf = weight(g, mod, mod.__name)
   end
-  local v
-  if x:dim() == 2 then
-    local inputs = {xv, wf}
-    if b ~= nil then inputs[3] = g:val(b) end
-    v = g:node('Gemm', inputs, {transB = A_i(1)})
-  else
-    v = g:node('MatMul', {xv, g:node('Transpose', {wf}, {perm = A_ints({1, 0})})})
-    if b ~= nil then v = g:node('Add', {v, g:val(b)}) end
-  end
-  g:bind(out[1], g:cast(v, 'float32', out[1].dtype.name))
+  g:bind(out[1], g:cast(affine(g, x:dim(), xv, wf, b), 'float32', out[1].dtype.name))
 end
 
 -- QuantizedEmbedding (weight-only, float qparams per row): Gather of the

@@ -843,7 +843,7 @@ local QEmbedding = QEmbBase:subclass('QuantizedEmbedding')
 -- quantized per row (PyTorch's nnq.Embedding); forward(ids) -> float32 [..., dim].
 -- @function quantization.nn.quantized.Embedding
 M.Embedding = QEmbedding
-function QEmbedding:__init(o)
+function QEmbBase:__init(o)
   nn.Module.__init(self)
   self:_set_weight_bias(o.weight)
   rawset(self, 'padding_idx', o.padding_idx)
@@ -861,11 +861,9 @@ local QEmbeddingBag = QEmbBase:subclass('QuantizedEmbeddingBag')
 -- @function quantization.nn.quantized.EmbeddingBag
 M.EmbeddingBag = QEmbeddingBag
 function QEmbeddingBag:__init(o)
-  nn.Module.__init(self)
-  self:_set_weight_bias(o.weight)
+  QEmbBase.__init(self, o)
   rawset(self, 'mode', o.mode or 'sum')
   rawset(self, 'include_last_offset', o.include_last_offset or false)
-  rawset(self, 'padding_idx', o.padding_idx)
 end
 -- the bag's rows are gathered and dequantized first; F.embedding_bag then
 -- reduces them as a table of its own (ids 1..n; padding_idx's positions
