@@ -29,7 +29,7 @@ local POOL_MODES = {'pooling_mode_cls_token', 'pooling_mode_mean_tokens', 'pooli
                     'pooling_mode_mean_sqrt_len_tokens'}
 
 -- a module, as sentence-transformers' is (an nn.Sequential), so that what
--- takes a model takes it: quantize_dynamic, state_dict, to / half, eval
+-- takes a model takes it: quantize_dynamic, state_dict, to / bfloat16, eval
 local SentenceTransformer = flow.nn.Module:subclass('SentenceTransformer')
 M.SentenceTransformer = SentenceTransformer
 
