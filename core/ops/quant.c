@@ -1068,6 +1068,22 @@ static of_status qlinear_body(of_tensor *x, of_tensor *w, of_tensor *ws, of_tens
     if (!A || !acc || !fac) st = of_fail(OF_ERR_OOM, "%s: out of memory (%lld x %lld)", op,
                                          (long long)M, (long long)kp);
   }
+  /* no input features: each output row is the bias alone (requantised for
+   * 8-bit outputs), as a float Linear with in_features 0 gives */
+  const int64_t rows = K || !O ? 0 : of_tensor_numel(*out) / O;
+  if (st == OF_OK && rows > 0) {
+    int32_t *zero = calloc((size_t)(rows * O), sizeof *zero);
+    float *f = malloc((size_t)(2 * O) * sizeof *f);
+    if (!zero || !f) {
+      st = of_fail(OF_ERR_OOM, "%s: out of memory (%lld x %lld)", op, (long long)rows, (long long)O);
+    } else {
+      requant_factors((const float *)of_ptr(wsc), wsc->numel, bc ? (const float *)of_ptr(bc) : NULL,
+                      (float)xs, (float)os, odt, 0, O, f);
+      const rq r = {f, f + O, (int32_t)ozp, relu, odt, qlo((of_dtype)odt), qhi((of_dtype)odt)};
+      requant_rows(&r, zero, 0, rows, O, of_ptr(*out), O, 1, O, 1);
+    }
+    free(zero), free(f);
+  }
   bool done = false;
   if (st == OF_OK && M > 0 && use_dnnl()) {
     of_tensor *wc = NULL, *zc = NULL;

@@ -71,6 +71,15 @@ describe('dynamic_quantized_linear', function()
     -- empty input: an empty result of the right shape
     local w = flow.randint(-127, 128, {3, 4}):to(flow.int8)
     assert.are.same({0, 3}, op(flow.zeros(0, 4), w, flow.rand(3), nil, nil, true):size():totable())
+    -- no input features: the bias in every row (a float Linear's answer), also
+    -- through the static op's float and 8-bit outputs
+    local b = flow.tensor({1.0, -2.0, 3.5})
+    local w0, ws0 = flow.zeros(3, 0):to(flow.int8), flow.rand(3)
+    H.close(op(flow.zeros(2, 0), w0, ws0, nil, b, true), b:view(1, 3):expand(2, 3), 0)
+    H.close(op(flow.zeros(2, 0), w0, ws0, nil, nil, true), flow.zeros(2, 3), 0)
+    local xq = flow.zeros(2, 0):to(flow.uint8)
+    assert(C.of_quantized_linear(xq.p, w0.p, ws0.p, nil, b.p, 0.1, 0, 0.5, 10, flow.uint8.id, 0, core.out1) == 0)
+    H.close(core.wrap(core.out1[0]):to(flow.float32), flow.tensor({{12, 6, 17}, {12, 6, 17}}), 0, 'requantised bias')
   end)
 
   it('refuses bad input with the op named', function()
