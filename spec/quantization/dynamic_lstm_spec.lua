@@ -164,6 +164,40 @@ print('done')
     assert.is_true(maxdiff(gh, flow.tensor(t.gh):view(1, 3, 4)) < 2e-4, 'GRU h_n')
   end)
 
+  it('a TransformerEncoderLayer: the feed-forward quantized, MultiheadAttention\'s out_proj kept float, '
+     .. 'as torch.ao.quantization', function()
+    flow.manual_seed(41)
+    local layer = nn.TransformerEncoderLayer(16, 4, {dim_feedforward = 32})
+    layer:eval()
+    local q = Qz.quantize_dynamic(layer)
+    assert.are.equal('NonDynamicallyQuantizableLinear', q.self_attn.out_proj.__name)
+    assert.are.equal('DynamicQuantizedLinear', q.linear1.__name)
+    local x = flow.randn(5, 2, 16)
+    local y = q(x)   -- the attention reads out_proj.weight: it must still be a tensor
+    assert.is_true(maxdiff(y, layer(x)) < 0.05)
+    layer.qconfig = Qz.get_default_qconfig('x86')
+    H.raises(function() Qz.prepare(layer) end, "MultiheadAttention's output projection, which has no quantized")
+    if not R.available() then pending('PyTorch not installed for /usr/bin/python3') return end
+    local t = R.run(([==[
+import torch, torch.nn as nn
+import torch.ao.quantization as tq
+torch.backends.quantized.engine = [e for e in ('fbgemm', 'x86', 'onednn')
+                                   if e in torch.backends.quantized.supported_engines][0]
+def T(l, *shape): return torch.tensor(l, dtype=torch.float32).reshape(*shape)
+def out(k, t): print(k, ' '.join(repr(float(v)) for v in torch.as_tensor(t).flatten().tolist()))
+sd = {}
+%s
+m = nn.TransformerEncoderLayer(16, 4, dim_feedforward=32)
+m.load_state_dict(sd); m.eval()
+q = tq.quantize_dynamic(m, {nn.Linear}, dtype=torch.qint8)
+with torch.no_grad():
+    out('y', q(T(%s, 5, 2, 16)))
+print('done')
+]==]):format(state_lines(layer), R.list(x)))
+    local want = flow.tensor(t.y):view(5, 2, 16)
+    assert.is_true(maxdiff(y, want) < 2e-4, 'vs PyTorch ' .. maxdiff(y, want))
+  end)
+
   it('matches torch.ao.quantization.quantize_dynamic LSTM (1.13, fbgemm / onednn engine)', function()
     if not R.available() then pending('PyTorch not installed for /usr/bin/python3') return end
     flow.manual_seed(21)

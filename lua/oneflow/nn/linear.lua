@@ -79,6 +79,12 @@ function Linear:extra_repr()
     self.in_features, self.out_features, pyrepr(self.bias ~= nil))
 end
 
+--- nn.NonDynamicallyQuantizableLinear(in, out[, bias]): an nn.Linear that quantization leaves float
+-- (PyTorch's class of MultiheadAttention's out_proj, whose weight the attention reads itself).
+-- @function nn.NonDynamicallyQuantizableLinear
+M.NonDynamicallyQuantizableLinear = Linear:subclass('NonDynamicallyQuantizableLinear')
+module.keeps_no_tensors(M.NonDynamicallyQuantizableLinear)   -- Linear's forward: it keeps none
+
 ------------------------------------------------------------------ Bilinear
 local Bilinear = Module:subclass('Bilinear')
 M.Bilinear = Bilinear

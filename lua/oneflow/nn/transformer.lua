@@ -51,7 +51,8 @@ function MHA:__init(...)
   end
   if a.bias then self.in_proj_bias = Parameter(flow.empty({3 * e}, o))
   else self:register_parameter('in_proj_bias', nil) end
-  self.out_proj = linear.Linear(e, e, a.bias, {dtype = a.dtype})
+  -- quantize_dynamic leaves it float, as PyTorch's: forward reads its weight
+  self.out_proj = linear.NonDynamicallyQuantizableLinear(e, e, a.bias, {dtype = a.dtype})
   self:reset_parameters()
 end
 

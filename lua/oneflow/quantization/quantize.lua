@@ -137,6 +137,7 @@ local function float_bn(m)
   return false
 end
 local function observed(m)
+  if isinstance(m, nn.NonDynamicallyQuantizableLinear) then return false end   -- MultiheadAttention's
   return isinstance(m, nn.Conv2d) or isinstance(m, nn.Linear) or isinstance(m, QM.ConvReLU2d)
     or isinstance(m, QM.LinearReLU) or isinstance(m, QM.QuantStub)
     or isinstance(m, QM.qat.Conv2d) or isinstance(m, QM.qat.ConvReLU2d)
@@ -222,6 +223,11 @@ local function check_supported(op, model)
       return true
     end
     if passes(m) then return true end
+    if isinstance(m, nn.NonDynamicallyQuantizableLinear) then
+      A.fail(('%s: %s is MultiheadAttention\'s output projection, which has no quantized version here; '
+        .. 'set the attention\'s qconfig to false to keep it float (quantize_dynamic quantizes the layers '
+        .. 'around it)'):format(op, label(path, m)))
+    end
     if registry(m, '_modules'):len() == 0 then
       A.fail(('%s: %s has no quantized version; fuse it first (fuse_modules: Conv2d+BatchNorm2d(+ReLU), '
         .. 'Linear+ReLU), or set its qconfig to false to keep it float between a DeQuantStub and a '
@@ -806,6 +812,7 @@ function M.quantize_dynamic(model, spec, opts)
   end
   -- the qconfig for m: its path's (or an enclosing path's), else its class's
   local function qconfig_of(m, path_qc)
+    if isinstance(m, nn.NonDynamicallyQuantizableLinear) then return nil end   -- PyTorch's exclusion
     if path_qc ~= nil then return path_qc or nil end
     for _, e in ipairs(map) do
       if isinstance(m, e[1]) then
