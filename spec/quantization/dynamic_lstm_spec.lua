@@ -22,6 +22,18 @@ end
 
 local function maxdiff(a, b) return (a - b):abs():max():item() end
 
+-- the lines every PyTorch reference script starts with: fbgemm's dynamic
+-- kernels (reduce_range; Debian's build has onednn's, which follow them,
+-- where qnnpack's do not reduce the range), T(list, shape...), out(key, tensor)
+local PY_HEAD = [==[
+import torch, torch.nn as nn
+import torch.ao.quantization as tq
+torch.backends.quantized.engine = [e for e in ('fbgemm', 'x86', 'onednn')
+                                   if e in torch.backends.quantized.supported_engines][0]
+def T(l, *shape): return torch.tensor(l, dtype=torch.float32).reshape(*shape)
+def out(k, t): print(k, ' '.join(repr(float(v)) for v in torch.as_tensor(t).flatten().tolist()))
+]==]
+
 -- Python lines filling a dict sd with m's state dict (sorted keys)
 local function state_lines(m)
   local sd, names, lines = m:state_dict(), {}, {}
@@ -132,13 +144,7 @@ describe('quantize_dynamic LSTM', function()
     local go, gh = qg(pk)
     local ly = P.pad_packed_sequence(lo)
     local gy = P.pad_packed_sequence(go)
-    local t = R.run(([==[
-import torch, torch.nn as nn
-import torch.ao.quantization as tq
-torch.backends.quantized.engine = [e for e in ('fbgemm', 'x86', 'onednn')
-                                   if e in torch.backends.quantized.supported_engines][0]
-def T(l, *shape): return torch.tensor(l, dtype=torch.float32).reshape(*shape)
-def out(k, t): print(k, ' '.join(repr(float(v)) for v in torch.as_tensor(t).flatten().tolist()))
+    local t = R.run(PY_HEAD .. ([==[
 sd = {}
 %s
 lstm, gru = nn.LSTM(6, 5, num_layers=2, bidirectional=True), nn.GRU(6, 4)
@@ -178,13 +184,7 @@ print('done')
     layer.qconfig = Qz.get_default_qconfig('x86')
     H.raises(function() Qz.prepare(layer) end, "MultiheadAttention's output projection, which has no quantized")
     if not R.available() then pending('PyTorch not installed for /usr/bin/python3') return end
-    local t = R.run(([==[
-import torch, torch.nn as nn
-import torch.ao.quantization as tq
-torch.backends.quantized.engine = [e for e in ('fbgemm', 'x86', 'onednn')
-                                   if e in torch.backends.quantized.supported_engines][0]
-def T(l, *shape): return torch.tensor(l, dtype=torch.float32).reshape(*shape)
-def out(k, t): print(k, ' '.join(repr(float(v)) for v in torch.as_tensor(t).flatten().tolist()))
+    local t = R.run(PY_HEAD .. ([==[
 sd = {}
 %s
 m = nn.TransformerEncoderLayer(16, 4, dim_feedforward=32)
@@ -207,17 +207,7 @@ print('done')
     local q = Qz.quantize_dynamic(m, {nn.LSTM})
     local y, s = q(x, {h0, c0})
     local fy = m(x, {h0, c0})
-    local script = ([==[
-import torch, torch.nn as nn
-import torch.ao.quantization as tq
-# fbgemm's dynamic kernels (reduce_range); Debian's build has onednn's, which
-# follow them (qnnpack's do not reduce the range)
-torch.backends.quantized.engine = [e for e in ('fbgemm', 'x86', 'onednn')
-                                   if e in torch.backends.quantized.supported_engines][0]
-def T(l, *shape): return torch.tensor(l, dtype=torch.float32).reshape(*shape)
-def out(k, t):
-    t = torch.as_tensor(t).flatten().tolist()
-    print(k, ' '.join(repr(float(x)) for x in t))
+    local script = PY_HEAD .. ([==[
 sd = {}
 %s
 m = nn.LSTM(6, 5, num_layers=2, bidirectional=True, batch_first=True)
@@ -265,13 +255,7 @@ print('done')
     local lh, lc = q.lc(x[1], {hc, cc})
     local gch, rch = q.gc(x[1], hc), q.rc(x[1], hc)
     local fy = q.fc(x[1])
-    local t = R.run(([==[
-import torch, torch.nn as nn
-import torch.ao.quantization as tq
-torch.backends.quantized.engine = [e for e in ('fbgemm', 'x86', 'onednn')
-                                   if e in torch.backends.quantized.supported_engines][0]
-def T(l, *shape): return torch.tensor(l, dtype=torch.float32).reshape(*shape)
-def out(k, t): print(k, ' '.join(repr(float(v)) for v in torch.as_tensor(t).flatten().tolist()))
+    local t = R.run(PY_HEAD .. ([==[
 class M(nn.Module):
     def __init__(self):
         super().__init__()
