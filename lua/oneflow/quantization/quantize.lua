@@ -717,7 +717,10 @@ end
 -- or a table of class or dotted module path -> QConfig (its weight observer
 -- quantizes the weights: per_channel_dynamic_qconfig for per-channel), or
 -- both. A path's qconfig also covers what is inside that module and wins
--- over a class's; false there keeps a module float.
+-- over a class's; false there keeps a module float. {dtype = flow.float16}
+-- (float16_dynamic_qconfig): float16 weights, float products instead.
+-- nn.Embedding / nn.EmbeddingBag: with float_qparams_weight_only_qconfig only
+-- (quint8 rows). MultiheadAttention's out_proj stays float, as PyTorch's.
 function M.quantize_dynamic(model, spec, opts)
   local op = 'quantize_dynamic'
   opts = A.check_options(op, opts, {dtype = true, inplace = true}) or {}
