@@ -17,7 +17,6 @@ local flow = require 'oneflow'
 local A = require 'oneflow._args'
 local core = require 'oneflow._C'
 local Q = require 'oneflow.quantization.qtensor'
-local O = require 'oneflow.quantization.observer'
 
 local nn, F = flow.nn, flow.nn.functional
 local C, out1, wrap = core.C, core.out1, core.wrap
@@ -461,32 +460,17 @@ function M.dynamic_range(name, x)
   return lo, hi
 end
 
+-- one op in C (range, parameters, quantization, int8 product), recorded as
+-- one node in nn.Graph so that a graph chooses them at every run; it refuses
+-- CUDA tensors (the int8 kernels are the CPU's), and ONNX export writes the
+-- layers through their module rules (oneflow.onnx.quantized) instead
 local function dynamic_linear(name, x, w, ws, wz, b, reduce_range)
-  local xf = x:to(flow.float32)
-  local tracer = package.loaded['oneflow.onnx.tracer']
-  if not xf.is_cuda and not (tracer and tracer.active()) then
-    -- one op in C (range, parameters, quantization, int8 product), recorded
-    -- as one node in nn.Graph so that a graph chooses them at every run
-    if C.of_dynamic_quantized_linear(xf.p, w._int.p, ws.p, wz.p, b and b.p or nil, reduce_range and 1 or 0,
-                                     out1) ~= 0 then
-      A.fail(name .. ': ' .. ffi.string(C.of_last_error()))
-    end
-    return wrap(out1[0])
+  if C.of_dynamic_quantized_linear(x:to(flow.float32).p, w._int.p, ws.p, wz.p, b and b.p or nil,
+                                   reduce_range and 1 or 0, out1) ~= 0 then
+    A.fail(name .. ': ' .. ffi.string(C.of_last_error()))
   end
-  local lo, hi = M.dynamic_range(name, xf)
-  local s, z = O.choose_qparams(lo, hi, 0, 255, reduce_range)
-  local lead = xf:size():totable()
-  local xq = Q.quantize_per_tensor(xf:reshape({-1, lead[#lead]}), s, z, Q.quint8)
-  if C.of_quantized_linear(xq._int.p, w._int.p, ws.p, wz.p, b and b.p or nil, s, z,
-                           1, 0, flow.float32.id, 0, out1) ~= 0 then
-    A.raise_c()
-  end
-  local y = wrap(out1[0])
-  if #lead == 2 then return y end
-  lead[#lead] = w:size(1)
-  return y:view(lead)
+  return wrap(out1[0])
 end
-M.dynamic_linear = dynamic_linear
 
 function DynLinear:forward(x)
   A.check_tensor(self.__name, x)
