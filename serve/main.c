@@ -28,6 +28,7 @@ typedef struct {
   bool strict_ready;
   atomic_int inflight;
   atomic_bool draining;
+  sv_shm shm;          /* system shared memory regions (shm.h) */
 } server;
 
 typedef struct {
@@ -127,6 +128,39 @@ static enum MHD_Result infer(server *sv, struct MHD_Connection *c, const char *m
     pthread_mutex_unlock(&sv->repo.mu);
     return error(c, 400, "%s", err);
   }
+  /* inputs in shared memory are copied in now, outputs' regions checked
+   * before the graph runs (their bytes are copied out by sv_job_finish) */
+  bool shm_ok = true;
+  char msg[768];
+  for (int32_t i = 0; i < req.nin && shm_ok; i++) {
+    sv_tensor *t = &req.in[i];
+    if (!t->shm.region[0]) continue;
+    /* 64-byte aligned, as the binary inputs placed in the body */
+    t->data = aligned_alloc(64, (t->nbytes + 63) / 64 * 64 + 64);
+    if (!t->data) {
+      snprintf(err, sizeof err, "out of memory");
+      shm_ok = false;
+    } else if (!sv_shm_read(&sv->shm, t->shm.region, t->shm.offset, t->data, t->nbytes, msg, sizeof msg)) {
+      snprintf(err, sizeof err, "input '%s': %s", t->name, msg);
+      shm_ok = false;
+    }
+  }
+  for (int32_t i = 0; i < req.nout && shm_ok; i++) {
+    const sv_shm_ref *ref = &req.out_shm[i];
+    if (ref->region[0] && !sv_shm_check(&sv->shm, ref->region, ref->offset, ref->byte_size, msg, sizeof msg)) {
+      snprintf(err, sizeof err, "output '%s': %s", req.out_name[i], msg);
+      shm_ok = false;
+    }
+  }
+  if (!shm_ok) {
+    sv_request_free(&req);
+    pthread_mutex_lock(&sv->repo.mu);
+    sv_model *m = sv_repo_find(&sv->repo, model);
+    sv_version *v = m ? sv_model_version(m, ver) : NULL;
+    if (v) v->stats.failure++;
+    pthread_mutex_unlock(&sv->repo.mu);
+    return error(c, 400, "%s", err);
+  }
   int64_t t0;
   {
     struct timespec ts;
@@ -153,7 +187,7 @@ static enum MHD_Result infer(server *sv, struct MHD_Connection *c, const char *m
   if (!j) return error(c, status, "%s", err);
   js_out o = {0};
   size_t out_header = 0;
-  status = sv_job_finish(j, &o, &out_header);
+  status = sv_job_finish(j, &sv->shm, &o, &out_header);
   /* v stays valid: unloading joins the workers, and this request's worker
    * is done with it; the counters are read under the repo lock */
   pthread_mutex_lock(&sv->repo.mu);
@@ -191,7 +225,8 @@ static enum MHD_Result route(server *sv, struct MHD_Connection *c, const char *u
   if (n < 1 || strcmp(p[0], "v2") != 0) return error(c, 404, "unknown path %.200s", url);
   if (n == 1 && get) {
     jo_fmt(&o, "{\"name\":\"flow-serve\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\","
-           "\"model_repository\",\"model_configuration\",\"statistics\"]}", FLOW_SERVE_VERSION);
+           "\"model_repository\",\"model_configuration\",\"statistics\",\"system_shared_memory\"]}",
+           FLOW_SERVE_VERSION);
     return reply(c, 200, &o, 0, NULL);
   }
   if (n == 3 && strcmp(p[1], "health") == 0 && get) {
@@ -254,6 +289,39 @@ static enum MHD_Result route(server *sv, struct MHD_Connection *c, const char *u
     }
     if (strcmp(p[4], "unload") == 0) {
       if (!sv_repo_unload(&sv->repo, p[3], err, sizeof err)) return error(c, 400, "%s", err);
+      return empty(c, 200);
+    }
+  }
+  /* v2/systemsharedmemory[/region/<name>]/{status,register,unregister};
+   * v2/cudasharedmemory answers as a server without GPU regions */
+  bool sysm = n >= 2 && strcmp(p[1], "systemsharedmemory") == 0;
+  if ((sysm || (n >= 2 && strcmp(p[1], "cudasharedmemory") == 0)) &&
+      (n == 3 || (n == 5 && strcmp(p[2], "region") == 0))) {
+    const char *name = n == 5 ? p[3] : NULL, *what = p[n - 1];
+    if (strcmp(what, "status") == 0) {
+      if (!get) return error(c, 405, "status takes GET");
+      if (!sysm) {
+        if (name) return error(c, 400, "unable to find cuda shared memory region '%.128s'", name);
+        JO_LIT(&o, "[]");
+        return reply(c, 200, &o, 0, NULL);
+      }
+      if (!sv_shm_status(&sv->shm, name, &o))
+        return error(c, 400, "unable to find system shared memory region '%.128s'", name);
+      return reply(c, 200, &o, 0, NULL);
+    }
+    if (strcmp(what, "register") == 0 && name) {
+      if (!post) return error(c, 405, "register takes POST");
+      if (!sysm)
+        return error(c, 400, "CUDA shared memory is not supported: flow-serve's instances run on "
+                     "the CPU (register system shared memory instead)");
+      char err[1024];
+      if (!sv_shm_register(&sv->shm, name, rc->body, rc->len, err, sizeof err))
+        return error(c, 400, "%s", err);
+      return empty(c, 200);
+    }
+    if (strcmp(what, "unregister") == 0) {
+      if (!post) return error(c, 405, "unregister takes POST");
+      if (sysm) sv_shm_unregister(&sv->shm, name);
       return empty(c, 200);
     }
   }
@@ -398,7 +466,9 @@ static void usage(FILE *f) {
           "  --max-connections N    (default 1024)\n"
           "  --timeout S            idle/slow connections are closed after S seconds (default 30)\n"
           "  --drain-timeout S      on SIGTERM, wait up to S seconds for requests (default 30)\n"
-          "  --strict-readiness B   /v2/health/ready only when every model is (default true)\n");
+          "  --strict-readiness B   /v2/health/ready only when every model is (default true)\n"
+          "  --allow-client-shm B   let clients register system shared memory regions (default\n"
+          "                         false: a region names any shared memory object this user can open)\n");
 }
 
 /* OpenMP's threads spin up to 300000 pauses for the next parallel region
@@ -432,6 +502,7 @@ int main(int argc, char **argv) {
   unsigned timeout = 30, max_conn = 1024, drain = 30;
   sv.max_body = (size_t)64 << 20;
   sv.strict_ready = true;
+  bool allow_shm = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     char *eq = strchr(a, '=');
@@ -458,6 +529,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--drain-timeout") && x >= 0) drain = (unsigned)x;
     else if (!strcmp(a, "--strict-readiness") && (!strcmp(val, "true") || !strcmp(val, "false")))
       sv.strict_ready = !strcmp(val, "true");
+    else if (!strcmp(a, "--allow-client-shm") && (!strcmp(val, "true") || !strcmp(val, "false")))
+      allow_shm = !strcmp(val, "true");
     else {
       fprintf(stderr, "flow-serve: bad option %s %s\n", a, val);
       usage(stderr);
@@ -475,6 +548,7 @@ int main(int argc, char **argv) {
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, NULL);
   signal(SIGPIPE, SIG_IGN);
+  sv_shm_init(&sv.shm, allow_shm);
   char err[1024];
   if (!sv_repo_open(&sv.repo, &opt, err, sizeof err)) {
     fprintf(stderr, "flow-serve: %s\n", err);
@@ -517,6 +591,7 @@ int main(int argc, char **argv) {
   int left = sv.inflight;
   MHD_stop_daemon(d);
   sv_repo_close(&sv.repo);
+  sv_shm_close(&sv.shm);
   printf("flow-serve: %s: stopped (%d requests unfinished)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", left);
   return 0;
 }

@@ -199,6 +199,30 @@ static bool fill(const js_doc *d, const js_val *a, void *data, int32_t dt, int64
   return true;
 }
 
+/* The shared memory parameters in params (an input's or a requested
+ * output's): region and byte size go together, the offset is optional. */
+static bool parse_shm(const js_doc *d, const js_val *params, const char *what, const char *name,
+                      sv_shm_ref *ref, char *e, size_t cap) {
+  const js_val *reg = js_get(d, params, "shared_memory_region");
+  const js_val *size = js_get(d, params, "shared_memory_byte_size");
+  const js_val *off = js_get(d, params, "shared_memory_offset");
+  if (!reg && !size && !off) return true;
+  if (!reg || !size)
+    return sv_errorf(e, cap, "%s '%s': shared_memory_region and shared_memory_byte_size must be given "
+                     "together", what, name);
+  if (reg->type != JS_STR || reg->slen == 0 || reg->slen >= SV_NAME || strlen(reg->s) != reg->slen)
+    return sv_errorf(e, cap, "%s '%s': shared_memory_region must be a string of 1 to %d bytes", what,
+                     name, SV_NAME - 1);
+  if (size->type != JS_NUM || !size->is_int || size->i < 0 ||
+      (off && (off->type != JS_NUM || !off->is_int || off->i < 0)))
+    return sv_errorf(e, cap, "%s '%s': shared_memory_byte_size and shared_memory_offset must be "
+                     "non-negative integers", what, name);
+  memcpy(ref->region, reg->s, reg->slen + 1);
+  ref->byte_size = (uint64_t)size->i;
+  ref->offset = off ? (uint64_t)off->i : 0;
+  return true;
+}
+
 static bool parse_input(const js_doc *d, const js_val *iv, sv_tensor *t, const char *bin,
                         size_t binlen, size_t *binpos, sv_block *owner, char *e, size_t cap) {
   if (iv->type != JS_OBJ) return sv_errorf(e, cap, "each input must be an object");
@@ -227,6 +251,17 @@ static bool parse_input(const js_doc *d, const js_val *iv, sv_tensor *t, const c
   size_t nbytes = (size_t)numel * (size_t)es;
   const js_val *params = js_get(d, iv, "parameters"), *bsz = js_get(d, params, "binary_data_size");
   const js_val *data = js_get(d, iv, "data");
+  if (!parse_shm(d, params, "input", t->name, &t->shm, e, cap)) return false;
+  if (t->shm.region[0]) {
+    if (data || bsz)
+      return sv_errorf(e, cap, "input '%s': shared memory and %s together", t->name,
+                       data ? "\"data\"" : "binary_data_size");
+    if (t->shm.byte_size != nbytes)
+      return sv_errorf(e, cap, "input '%s': shared_memory_byte_size %llu, but shape and datatype make "
+                       "%zu bytes", t->name, (unsigned long long)t->shm.byte_size, nbytes);
+    t->nbytes = nbytes;
+    return true;
+  }
   if (bsz) {
     if (data) return sv_errorf(e, cap, "input '%s': both \"data\" and binary_data_size", t->name);
     if (!bin) return sv_errorf(e, cap, "input '%s': binary_data_size without the "
@@ -327,6 +362,9 @@ bool sv_parse_request(const char *body, size_t n, size_t header_len, int32_t max
       r->out_binary[k] = r->binary_default;
       get_bool_param(&d, ov, "binary_data", &r->out_binary[k]);
       r->nout++;
+      if (!parse_shm(&d, js_get(&d, ov, "parameters"), "output", r->out_name[k], &r->out_shm[k], e,
+                     cap))
+        goto done;
     }
   }
   ok = true;
@@ -391,6 +429,12 @@ bool sv_write_response(js_out *o, const char *model, const char *version, const 
     jo_fmt(o, ",\"datatype\":\"%s\",\"shape\":[", sv_datatype_name(t->dtype));
     for (int32_t k = 0; k < t->ndim; k++) jo_fmt(o, "%s%lld", k ? "," : "", (long long)t->shape[k]);
     JO_LIT(o, "]");
+    if (t->shm_region) {   /* the data is in the region, as Triton's: no "data" */
+      JO_LIT(o, ",\"parameters\":{\"shared_memory_region\":");
+      jo_str(o, t->shm_region);
+      jo_fmt(o, ",\"shared_memory_byte_size\":%lld}}", (long long)numel * sv_dtype_size(t->dtype));
+      continue;
+    }
     if (t->binary) {
       any_binary = true;
       jo_fmt(o, ",\"parameters\":{\"binary_data_size\":%lld}}",
@@ -412,7 +456,7 @@ bool sv_write_response(js_out *o, const char *model, const char *version, const 
   JO_LIT(o, "]}");
   *header_len = any_binary ? o->len : 0;
   for (int32_t i = 0; i < nout && any_binary; i++)
-    if (outs[i].binary)
+    if (outs[i].binary && !outs[i].shm_region)
       jo_raw(o, outs[i].data, (size_t)sv_numel(outs[i].shape, outs[i].ndim) *
                                   (size_t)sv_dtype_size(outs[i].dtype));
   return !o->oom;

@@ -36,6 +36,13 @@ sv_block *sv_block_new(size_t bytes, size_t header_len, char **body);
 void sv_block_retain(sv_block *b);
 void sv_block_release(sv_block *b);   /* NULL: nothing */
 
+/* Triton's shared memory parameters of an input or a requested output
+ * (shared_memory_region, _offset, _byte_size; shm.h has the regions) */
+typedef struct sv_shm_ref {
+  char region[SV_NAME];   /* "": not in shared memory */
+  uint64_t offset, byte_size;
+} sv_shm_ref;
+
 typedef struct sv_tensor {
   char name[SV_NAME];
   int32_t dtype, ndim;
@@ -43,6 +50,8 @@ typedef struct sv_tensor {
   void *data;          /* contiguous, numel * size bytes: malloc'd, or inside owner */
   sv_block *owner;     /* non-NULL: data points into this body (a reference held) */
   size_t nbytes;
+  sv_shm_ref shm;      /* an input in shared memory: data is NULL until the
+                          caller copies the region in (shm.h) */
 } sv_tensor;
 /* frees t's data (or drops its reference to the body it points into) */
 void sv_tensor_release(sv_tensor *t);
@@ -54,11 +63,14 @@ typedef struct sv_request {
   int32_t nout;        /* requested outputs; 0: all */
   char out_name[SV_MAX_TENSORS][SV_NAME];
   bool out_binary[SV_MAX_TENSORS];
+  sv_shm_ref out_shm[SV_MAX_TENSORS];   /* outputs to write into shared memory */
   bool binary_default; /* parameters.binary_data_output */
 } sv_request;
 
 /* body[0..n): the JSON, or when header_len > 0 the JSON in the first
  * header_len bytes and the inputs' binary data after it in input order.
+ * An input in shared memory is parsed and checked against its shape and
+ * datatype, but its data is the caller's to copy in.
  * owner: the block body lives in, or NULL; with one, a binary input whose
  * data is aligned to its element size points into the body (a reference to
  * owner) instead of a copy. max_values bounds the JSON values. On failure
@@ -76,6 +88,7 @@ typedef struct sv_output {
   const int64_t *shape;
   const void *data;
   bool binary;
+  const char *shm_region;   /* non-NULL: written into this shared memory region */
 } sv_output;
 
 /* The response body: the JSON, then the binary outputs' bytes; *header_len

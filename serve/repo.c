@@ -19,6 +19,7 @@ struct sv_job {
   int32_t nout;                        /* outputs to return */
   int32_t out_index[SV_MAX_TENSORS];   /* graph output of each */
   bool out_binary[SV_MAX_TENSORS];
+  sv_shm_ref out_shm[SV_MAX_TENSORS];
   char out_name[SV_MAX_TENSORS][SV_NAME];
   sv_tensor out[SV_MAX_TENSORS];       /* results (all graph outputs) */
   int32_t ngraph_out;
@@ -708,6 +709,7 @@ sv_job *sv_infer_submit(sv_version *v, sv_request *req, char *e, size_t cap) {
       }
       j->out_index[i] = k;
       j->out_binary[i] = req->out_binary[i];
+      j->out_shm[i] = req->out_shm[i];
       snprintf(j->out_name[i], SV_NAME, "%s", req->out_name[i]);
     }
     j->nout = req->nout;
@@ -739,18 +741,31 @@ bad:
   return NULL;
 }
 
-int sv_job_finish(sv_job *j, js_out *o, size_t *header_len) {
+int sv_job_finish(sv_job *j, sv_shm *shm, js_out *o, size_t *header_len) {
   pthread_mutex_lock(&j->mu);
   while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
   pthread_mutex_unlock(&j->mu);
   int status = j->status;
   *header_len = 0;
-  if (status == 200) {
-    sv_output outs[SV_MAX_TENSORS];
-    for (int32_t i = 0; i < j->nout; i++) {
-      const sv_tensor *t = &j->out[j->out_index[i]];
-      outs[i] = (sv_output){j->out_name[i], t->dtype, t->ndim, t->shape, t->data, j->out_binary[i]};
+  sv_output outs[SV_MAX_TENSORS];
+  for (int32_t i = 0; i < j->nout && status == 200; i++) {
+    const sv_tensor *t = &j->out[j->out_index[i]];
+    const sv_shm_ref *ref = &j->out_shm[i];
+    outs[i] = (sv_output){j->out_name[i], t->dtype, t->ndim, t->shape, t->data, j->out_binary[i],
+                          ref->region[0] ? ref->region : NULL};
+    if (!ref->region[0]) continue;
+    size_t nbytes = (size_t)sv_numel(t->shape, t->ndim) * (size_t)sv_dtype_size(t->dtype);
+    char msg[SV_REASON - 64];
+    if (nbytes > ref->byte_size) {
+      snprintf(j->error, sizeof j->error, "output '%s': %zu bytes, more than its shared_memory_byte_size "
+               "%llu", j->out_name[i], nbytes, (unsigned long long)ref->byte_size);
+      status = 400;
+    } else if (!sv_shm_write(shm, ref->region, ref->offset, t->data, nbytes, msg, sizeof msg)) {
+      snprintf(j->error, sizeof j->error, "output '%.100s': %.380s", j->out_name[i], msg);
+      status = 400;
     }
+  }
+  if (status == 200) {
     if (!sv_write_response(o, j->model, j->version, j->id, outs, j->nout, header_len)) status = 500;
   } else {
     sv_write_error(o, j->error);

@@ -7,6 +7,7 @@
 #ifndef FLOW_SERVE_REPO_H
 #define FLOW_SERVE_REPO_H
 #include "protocol.h"
+#include "shm.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <oneflow/oneflow.h>
@@ -119,9 +120,10 @@ bool sv_model_ready(const sv_model *m);
  * releases the lock and waits with sv_job_wait. NULL with err/status on a
  * bad request. req's input buffers move into the job. */
 sv_job *sv_infer_submit(sv_version *v, sv_request *req, char *err, size_t cap);
-/* Waits for the job; writes the response (or error) into o and returns the
- * HTTP status; *header_len as sv_write_response. Frees the job. */
-int sv_job_finish(sv_job *j, js_out *o, size_t *header_len);
+/* Waits for the job; copies the outputs requested in shared memory into
+ * their regions of shm, writes the response (or error) into o and returns
+ * the HTTP status; *header_len as sv_write_response. Frees the job. */
+int sv_job_finish(sv_job *j, sv_shm *shm, js_out *o, size_t *header_len);
 
 void sv_repo_metrics(sv_repo *r, js_out *o);
 /* The statistics extension's {"model_stats": [...]}: every version of every

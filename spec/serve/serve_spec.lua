@@ -87,6 +87,20 @@ describe('flow-serve', function()
     return json.encode({inputs = {{name = name, shape = shape, datatype = dtype or 'FP32', data = data}}})
   end
   local function req(...) return {http(...)} end
+  -- flow-serve over root (log: its output; extra: more arguments): its pid and port
+  local function start(root, log, extra)
+    local p = tonumber(sh(('env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY %s --model-repository %s --http-port 0 '
+                           .. '--http-address 127.0.0.1 --max-body-bytes 1000000 --timeout 2 %s > %s 2>&1 & echo $!')
+                          :format(BIN, root, extra or '', log)))
+    local listening
+    for _ = 1, 300 do
+      listening = (read(log) or ''):match('listening on 127%.0%.0%.1:(%d+)')
+      if listening then break end
+      os.execute('sleep 0.1')
+    end
+    assert(listening, 'flow-serve did not start: ' .. (read(log) or ''))
+    return p, listening
+  end
   local function check_error(r, want_code, ...)
     local code, body = r[1], r[2]
     assert.are.equal(want_code, code, body)
@@ -210,15 +224,7 @@ describe('flow-serve', function()
     write(repo .. '/no_graph/1/model.onnx', 'not served')
     write(repo .. '/bad_config/config.json', '{"max_batch_size": ')
     os.execute(('cp %s/mlp/1/model.ofg %s/bad_config/1/'):format(repo, repo))
-    pid = tonumber(sh(('env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY %s --model-repository %s --http-port 0 '
-                       .. '--http-address 127.0.0.1 --max-body-bytes 1000000 --timeout 2 > %s/log 2>&1 & echo $!')
-                      :format(BIN, repo, dir)))
-    for _ = 1, 300 do
-      port = (read(dir .. '/log') or ''):match('listening on 127%.0%.0%.1:(%d+)')
-      if port then break end
-      os.execute('sleep 0.1')
-    end
-    assert(port, 'flow-serve did not start: ' .. (read(dir .. '/log') or ''))
+    pid, port = start(repo, dir .. '/log')
     url = 'http://127.0.0.1:' .. port
   end)
 
@@ -609,6 +615,120 @@ describe('flow-serve', function()
       assert.are.equal(want, read(('%s/y%d.bin'):format(dir, bin)), out)
       assert.are.equal(wantr, read(('%s/yr%d.bin'):format(dir, bin)), out)
     end
+  end)
+
+  it('reads inputs from and writes outputs into system shared memory (--allow-client-shm=true)', function()
+    -- off unless the server was started with it: a region names any shared
+    -- memory object the server's user may open
+    check_error(req('POST', '/v2/systemsharedmemory/region/r/register', '{"key": "/x", "byte_size": 4}'), 400,
+                '--allow-client-shm=true')
+    local code, body = http('GET', '/v2/systemsharedmemory/status')
+    assert.are.equal(200, code, body)
+    assert.are.equal('[]', body)
+    local repo2 = dir .. '/repo_shm'
+    os.execute(('mkdir -p %s && cp -r %s/mlp %s/'):format(repo2, repo, repo2))
+    local pid2, port2 = start(repo2, dir .. '/log_shm', '--allow-client-shm=true')
+    local main_url = url
+    url = 'http://127.0.0.1:' .. port2
+    -- shm_open's objects are the files of /dev/shm
+    local key = ('of_spec_%d'):format(pid2)
+    local fin, fout = '/dev/shm/' .. key .. '_in', '/dev/shm/' .. key .. '_out'
+    finally(function()
+      url = main_url
+      os.execute('kill -9 ' .. pid2 .. ' 2>/dev/null')
+      os.remove(fin); os.remove(fout); os.remove('/dev/shm/' .. key .. '_link')
+    end)
+    local x = flow.randn(2, 16)
+    write(fin, ('\0'):rep(64) .. bytes(x))
+    write(fout, ('\0'):rep(256))
+    local function register(name, k, off, size)
+      return req('POST', '/v2/systemsharedmemory/region/' .. name .. '/register',
+                 json.encode({key = k, offset = off, byte_size = size}))
+    end
+    assert.are.equal(200, register('in', '/' .. key .. '_in', 0, 192)[1])
+    assert.are.equal(200, register('out', '/' .. key .. '_out', 16, 240)[1])
+    code, body = http('GET', '/v2/systemsharedmemory/region/out/status')
+    assert.are.equal(200, code, body)
+    assert.are.same({{name = 'out', key = '/' .. key .. '_out', offset = 16, byte_size = 240}}, json.decode(body))
+    assert.are.equal(2, #json.decode(select(2, http('GET', '/v2/systemsharedmemory/status'))))
+    local function infer(inp, outp)
+      return req('POST', '/v2/models/mlp/infer', json.encode({inputs = {inp}, outputs = outp and {outp}}))
+    end
+    local function shm_in(params)
+      return {name = 'x', shape = {2, 16}, datatype = 'FP32', parameters = params}
+    end
+    local good_in = shm_in({shared_memory_region = 'in', shared_memory_offset = 64, shared_memory_byte_size = 128})
+    local r = infer(good_in, {name = 'y', parameters = {shared_memory_region = 'out', shared_memory_offset = 8,
+                                                        shared_memory_byte_size = 32}})
+    assert.are.equal(200, r[1], r[2])
+    local out = json.decode(r[2]).outputs[1]
+    assert.are.same({2, 4}, out.shape)
+    assert.is_nil(out.data)
+    assert.are.equal('out', out.parameters.shared_memory_region)
+    assert.are.equal(32, out.parameters.shared_memory_byte_size)
+    -- the region starts 16 bytes into the object, the output 8 into the region
+    local want = bytes(g2(x))
+    assert.are.equal(want, read(fout):sub(25, 24 + 32))
+    -- a shared memory input with a JSON output
+    r = infer(good_in)
+    assert.are.equal(200, r[1], r[2])
+    H.close(flow.tensor(json.decode(r[2]).outputs[1].data, {dtype = flow.float32}):view(2, 4), g2(x), 1e-6)
+    -- bad requests: the protocol's error, and the server stays up
+    check_error(infer(shm_in({shared_memory_region = 'nope', shared_memory_byte_size = 128})), 400,
+                "unable to find system shared memory region 'nope'")
+    check_error(infer(shm_in({shared_memory_region = 'in', shared_memory_byte_size = 64})), 400,
+                'shared_memory_byte_size 64', '128 bytes')
+    check_error(infer(shm_in({shared_memory_region = 'in', shared_memory_offset = 65, shared_memory_byte_size = 128})),
+                400, 'outside shared memory region')
+    check_error(infer(shm_in({shared_memory_region = 'in'})), 400, 'must be given together')
+    check_error(infer(shm_in({shared_memory_region = 'in', shared_memory_byte_size = -1})), 400, 'non-negative')
+    local both = shm_in({shared_memory_region = 'in', shared_memory_offset = 64, shared_memory_byte_size = 128})
+    both.data = flat(x)
+    check_error(infer(both), 400, 'shared memory and "data" together')
+    check_error(infer(good_in, {name = 'y', parameters = {shared_memory_region = 'out', shared_memory_byte_size = 16}}),
+                400, "output 'y'", '32 bytes, more than its shared_memory_byte_size 16')
+    check_error(infer(good_in, {name = 'y', parameters = {shared_memory_region = 'out', shared_memory_offset = 230,
+                                                          shared_memory_byte_size = 32}}), 400, 'outside')
+    check_error(register('in', '/' .. key .. '_in', 0, 8), 400, "'in' is already registered")
+    check_error(register('gone', '/' .. key .. '_none', 0, 8), 400, 'unable to open shared memory object')
+    check_error(register('long', '/' .. key .. '_in', 100, 100), 400, 'past the end')
+    check_error(register('up', '/../etc/passwd', 0, 8), 400, 'is not a shared memory key')
+    -- a link under /dev/shm is not followed
+    os.execute(('ln -sf %s /dev/shm/%s_link'):format(fin, key))
+    check_error(register('link', '/' .. key .. '_link', 0, 8), 400, 'unable to open shared memory object')
+    check_error(req('POST', '/v2/systemsharedmemory/region/k/register', '{"key": "/a", "byte_size": 1, "size": 2}'),
+                400, "unknown member 'size'")
+    check_error(req('POST', '/v2/systemsharedmemory/region/k/register', '{"offset": 0}'), 400, 'needs "key"')
+    check_error(req('POST', '/v2/cudasharedmemory/region/k/register', '{}'), 400, 'CUDA shared memory is not supported')
+    -- the client shrinks its object after registering it: an error for
+    -- that request (the server reads with pread, never through a mapping)
+    write(fin, ('\0'):rep(100))
+    check_error(infer(good_in), 400, 'smaller than the region now')
+    write(fin, ('\0'):rep(64) .. bytes(x))
+    assert.are.equal(200, infer(good_in)[1])
+    -- unregister one, then all
+    assert.are.equal(200, http('POST', '/v2/systemsharedmemory/region/in/unregister'))
+    check_error(req('GET', '/v2/systemsharedmemory/region/in/status'), 400, "region 'in'")
+    check_error(infer(good_in), 400, "unable to find system shared memory region 'in'")
+    assert.are.equal(200, http('POST', '/v2/systemsharedmemory/unregister'))
+    assert.are.equal('[]', select(2, http('GET', '/v2/systemsharedmemory/status')))
+    assert.are.equal('[]', select(2, http('GET', '/v2/cudasharedmemory/status')))
+    assert.are.equal(200, http('GET', '/v2/health/live'))
+    -- NVIDIA's client: tritonclient.utils.shared_memory makes the regions
+    local py = os.getenv('TRITONCLIENT_PYTHON') or ((os.getenv('XDG_CACHE_HOME') or
+               (os.getenv('HOME') .. '/.cache')) .. '/oneflow/tritonclient-venv/bin/python')
+    if os.execute(py .. " -c 'import tritonclient.utils.shared_memory' 2>/dev/null") ~= 0 then
+      pending('tritonclient[http] cannot be installed (no PyPI?): run spec/serve/setup_tritonclient.sh')
+      return
+    end
+    write(dir .. '/xs.bin', bytes(x))
+    local pout = sh(('%s spec/serve/shm_check.py 127.0.0.1:%s mlp x y 2,16 32 %s/xs.bin %s/ys.bin 2>&1')
+                    :format(py, port2, dir, dir))
+    assert.is_truthy(pout:find('extension True', 1, true), pout)
+    assert.is_truthy(pout:find("status [('tc_in', True, 128), ('tc_out', True, 32)]", 1, true), pout)
+    assert.is_truthy(pout:find('output FP32 [2, 4] False', 1, true), pout)
+    assert.is_truthy(pout:find('after []', 1, true), pout)
+    assert.are.equal(want, read(dir .. '/ys.bin'), pout)
   end)
 
   it('drains and exits cleanly on SIGTERM', function()

@@ -60,7 +60,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!parsed) return 0;
   sv_output outs[SV_MAX_TENSORS];
   for (int32_t i = 0; i < r.nin; i++)
-    outs[i] = (sv_output){r.in[i].name, r.in[i].dtype, r.in[i].ndim, r.in[i].shape, r.in[i].data, i % 2 == 1};
+    /* an input in shared memory has no data here: it answers as a
+     * shared memory output (parameters, no bytes) */
+    outs[i] = (sv_output){r.in[i].name, r.in[i].dtype, r.in[i].ndim, r.in[i].shape, r.in[i].data, i % 2 == 1,
+                          r.in[i].shm.region[0] ? r.in[i].shm.region : NULL};
   js_out o = {0};
   size_t hl = 0;
   if (sv_write_response(&o, "m", "1", r.id, outs, r.nin, &hl)) {
