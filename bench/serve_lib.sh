@@ -1,5 +1,5 @@
 # serve_lib.sh -- what the serving benchmarks (serve.sh, serve_latency.sh,
-# serve_soak.sh) share, sourced once ROOT is set and the shell is in it: the
+# serve_soak.sh, serve_shm.sh) share, sourced once ROOT is set and the shell is in it: the
 # build folder, LUA_PATH, a temporary folder and the processes removed at
 # exit, and starting flow-serve.
 BUILD=${OF_BUILD_DIR:-build}
@@ -21,9 +21,10 @@ need() {
 }
 
 # start_serve REPO LOG: flow-serve over REPO on a free loopback port, its
-# output in LOG; sets pid and port
+# output in LOG (SERVE_ARGS: more options); sets pid and port
 start_serve() {
-  "$BUILD/flow-serve" --model-repository "$1" --http-port 0 --http-address 127.0.0.1 > "$2" 2>&1 &
+  # shellcheck disable=SC2086
+  "$BUILD/flow-serve" --model-repository "$1" --http-port 0 --http-address 127.0.0.1 ${SERVE_ARGS:-} > "$2" 2>&1 &
   pid=$!
   pids="$pids $pid"
   port=""
