@@ -7,6 +7,7 @@
  *
  * flow-serve --model-repository DIR [--http-port 8000] [--threads N] ... */
 #include "repo.h"
+#include "log.h"
 #include <microhttpd.h>
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,7 +37,20 @@ typedef struct {
   char *body;
   size_t len, cap;
   bool too_big;
+  int64_t t0;          /* ns, when its headers arrived */
 } req_ctx;
+
+/* What the connection's thread answered last (one thread a connection):
+ * for the request log line */
+static _Thread_local int last_status;
+static _Thread_local size_t last_bytes;
+static _Thread_local char last_error[256];
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static enum MHD_Result reply(struct MHD_Connection *c, int status, js_out *o, size_t header_len,
                              const char *ctype) {
@@ -49,6 +63,11 @@ static enum MHD_Result reply(struct MHD_Connection *c, int status, js_out *o, si
   size_t len = o->len;
   char *buf = o->p;
   o->p = NULL;
+  last_status = status;
+  last_bytes = len;
+  /* an error's body is {"error": ...}: the log quotes it */
+  snprintf(last_error, sizeof last_error, "%.*s", status >= 400 && buf ? (int)(len < 255 ? len : 255) : 0,
+           buf ? buf : "");
   struct MHD_Response *r = MHD_create_response_from_buffer(len, buf ? buf : (void *)"",
                                                            buf ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
   if (!r) {
@@ -225,8 +244,18 @@ static enum MHD_Result route(server *sv, struct MHD_Connection *c, const char *u
   if (n < 1 || strcmp(p[0], "v2") != 0) return error(c, 404, "unknown path %.200s", url);
   if (n == 1 && get) {
     jo_fmt(&o, "{\"name\":\"flow-serve\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\","
-           "\"model_repository\",\"model_configuration\",\"statistics\",\"system_shared_memory\"]}",
-           FLOW_SERVE_VERSION);
+           "\"model_repository\",\"model_configuration\",\"statistics\",\"system_shared_memory\","
+           "\"logging\"]}", FLOW_SERVE_VERSION);
+    return reply(c, 200, &o, 0, NULL);
+  }
+  if (n == 2 && strcmp(p[1], "logging") == 0) {   /* the logging extension */
+    if (post) {
+      char err[512];
+      if (!sv_log_update(rc->body, rc->len, err, sizeof err)) return error(c, 400, "%s", err);
+    } else if (!get) {
+      return error(c, 405, "logging takes GET or POST");
+    }
+    sv_log_settings(&o);
     return reply(c, 200, &o, 0, NULL);
   }
   if (n == 3 && strcmp(p[1], "health") == 0 && get) {
@@ -381,6 +410,22 @@ static enum MHD_Result route(server *sv, struct MHD_Connection *c, const char *u
   return error(c, 404, "unknown path %.200s (%s)", url, method);
 }
 
+/* verbose 1: a line a request; 2: and a 4xx answer's error text; a 5xx
+ * answer is an error at any level */
+static void log_request(const char *method, const char *url, size_t in, int64_t t0) {
+  if (last_status >= 500) {
+    sv_log(SV_LOG_ERROR, "%s %.300s: %d %s", method, url, last_status, last_error);
+    return;
+  }
+  if (!sv_log_verbose(1)) return;
+  double ms = (double)(mono_ns() - t0) / 1e6;
+  if (last_status >= 400 && sv_log_verbose(2))
+    sv_logv(2, "%s %.300s %d, %zu bytes in, %zu out, %.3f ms: %s", method, url, last_status, in, last_bytes,
+            ms, last_error);
+  else
+    sv_logv(1, "%s %.300s %d, %zu bytes in, %zu out, %.3f ms", method, url, last_status, in, last_bytes, ms);
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url,
                                const char *method, const char *version, const char *upload,
                                size_t *upload_size, void **con_cls) {
@@ -391,13 +436,16 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     rc = calloc(1, sizeof *rc);
     if (!rc) return MHD_NO;
     *con_cls = rc;
+    rc->t0 = mono_ns();
     sv->inflight++;
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     unsigned long long want = cl ? strtoull(cl, NULL, 10) : 0;
     if (want > sv->max_body) {
       rc->too_big = true;
-      return error(c, 413, "the request body (%s bytes) is larger than the limit, %zu bytes "
-                   "(--max-body-bytes)", cl, sv->max_body);
+      enum MHD_Result r = error(c, 413, "the request body (%s bytes) is larger than the limit, %zu bytes "
+                                "(--max-body-bytes)", cl, sv->max_body);
+      log_request(method, url, 0, rc->t0);
+      return r;
     }
     /* the whole body in one block when its length is announced (growing by
      * doubling copied a 600 KB image body 1 MB over), laid out so that the
@@ -435,10 +483,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     rc->len += n;
     return MHD_YES;
   }
-  if (rc->too_big)
-    return error(c, 413, "the request body is larger than the limit, %zu bytes (--max-body-bytes)",
-                 sv->max_body);
-  return route(sv, c, url, method, rc);
+  last_status = 0;
+  enum MHD_Result r = rc->too_big
+      ? error(c, 413, "the request body is larger than the limit, %zu bytes (--max-body-bytes)", sv->max_body)
+      : route(sv, c, url, method, rc);
+  log_request(method, url, rc->len, rc->t0);
+  return r;
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -468,7 +518,11 @@ static void usage(FILE *f) {
           "  --drain-timeout S      on SIGTERM, wait up to S seconds for requests (default 30)\n"
           "  --strict-readiness B   /v2/health/ready only when every model is (default true)\n"
           "  --allow-client-shm B   let clients register system shared memory regions (default\n"
-          "                         false: a region names any shared memory object this user can open)\n");
+          "                         false: a region names any shared memory object this user can open)\n"
+          "  --log-file PATH        append the log to PATH (default: stderr)\n"
+          "  --log-info B, --log-warning B, --log-error B   log those levels (default true)\n"
+          "  --log-verbose N        1: a line a request, 2: and 4xx errors (default 0)\n"
+          "  --log-format F         default or ISO8601 (GET/POST /v2/logging changes these)\n");
 }
 
 /* OpenMP's threads spin up to 300000 pauses for the next parallel region
@@ -503,6 +557,7 @@ int main(int argc, char **argv) {
   sv.max_body = (size_t)64 << 20;
   sv.strict_ready = true;
   bool allow_shm = false;
+  const char *log_file = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     char *eq = strchr(a, '=');
@@ -531,6 +586,8 @@ int main(int argc, char **argv) {
       sv.strict_ready = !strcmp(val, "true");
     else if (!strcmp(a, "--allow-client-shm") && (!strcmp(val, "true") || !strcmp(val, "false")))
       allow_shm = !strcmp(val, "true");
+    else if (!strcmp(a, "--log-file")) log_file = val;
+    else if (!strncmp(a, "--log-", 6) && sv_log_option(a, val)) continue;
     else {
       fprintf(stderr, "flow-serve: bad option %s %s\n", a, val);
       usage(stderr);
@@ -548,6 +605,10 @@ int main(int argc, char **argv) {
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, NULL);
   signal(SIGPIPE, SIG_IGN);
+  if (!sv_log_open(log_file)) {
+    fprintf(stderr, "flow-serve: cannot open --log-file %s: %s\n", log_file, strerror(errno));
+    return 1;
+  }
   sv_shm_init(&sv.shm, allow_shm);
   char err[1024];
   if (!sv_repo_open(&sv.repo, &opt, err, sizeof err)) {
@@ -592,6 +653,7 @@ int main(int argc, char **argv) {
   MHD_stop_daemon(d);
   sv_repo_close(&sv.repo);
   sv_shm_close(&sv.shm);
+  sv_log_close();
   printf("flow-serve: %s: stopped (%d requests unfinished)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", left);
   return 0;
 }

@@ -1,6 +1,7 @@
 /* repo.c -- the model repository, the request queues and the instance
  * threads (see repo.h). */
 #include "repo.h"
+#include "log.h"
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -240,6 +241,9 @@ static void run_batch(sv_version *v, sv_job **jobs, int32_t n) {
     clock_gettime(CLOCK_REALTIME, &wall);
     s->last_ms = (long long)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
   }
+  if (!ok)
+    sv_log(SV_LOG_ERROR, "model '%s' version %lld: a batch of %lld rows failed: %s", v->model->name,
+           (long long)v->version, (long long)rows, why);
   for (int32_t k = 0; k < n; k++) {
     if (ok) s->queue_ns += t_in - jobs[k]->t_enqueue;
     finish(jobs[k], ok ? 200 : 500, ok ? NULL : why);
@@ -506,6 +510,13 @@ static sv_model *model_load(const sv_options *opt, const char *name, const char 
     for (int32_t k = 0; k < m->nversions; k++) first &= m->versions[k]->state != SV_READY;
     load_version(m, v, vdir, opt, first);
     m->versions[m->nversions++] = v;
+    if (v->state == SV_READY)
+      sv_log(SV_LOG_INFO, "model '%s' version %lld loaded: %d instance%s, %d compiled input signature%s",
+             m->name, (long long)v->version, (int)v->nworkers, v->nworkers == 1 ? "" : "s",
+             (int)v->nvariants, v->nvariants == 1 ? "" : "s");
+    else
+      sv_log(SV_LOG_ERROR, "model '%s' version %lld failed to load: %s", m->name, (long long)v->version,
+             v->reason);
   }
   if (m->nversions == 0) {
     snprintf(m->reason, sizeof m->reason, "no version folder (%.300s/<n>/model.ofg) matches the "
@@ -573,7 +584,10 @@ bool sv_repo_load(sv_repo *r, const char *name, const char *config, size_t n, ch
   sv_model *old = swap_model(r, name, m);
   pthread_mutex_unlock(&r->mu);
   model_free(old);
-  if (m->state != SV_READY) return sv_errorf(e, cap, "failed to load '%s': %s", name, m->reason);
+  if (m->state != SV_READY) {
+    if (m->nversions == 0) sv_log(SV_LOG_ERROR, "model '%s' failed to load: %s", name, m->reason);
+    return sv_errorf(e, cap, "failed to load '%s': %s", name, m->reason);
+  }
   return true;
 }
 
@@ -583,6 +597,7 @@ bool sv_repo_unload(sv_repo *r, const char *name, char *e, size_t cap) {
   pthread_mutex_unlock(&r->mu);
   if (!old) return sv_errorf(e, cap, "unknown model '%s'", name);
   model_free(old);   /* the queued requests finish first */
+  sv_log(SV_LOG_INFO, "model '%s' unloaded", name);
   return true;
 }
 
@@ -598,8 +613,7 @@ void sv_repo_load_all(sv_repo *r) {
   }
   if (d) closedir(d);
   char e[SV_REASON];
-  for (int32_t i = 0; i < n; i++)
-    if (!sv_repo_load(r, names[i], NULL, 0, e, sizeof e)) fprintf(stderr, "flow-serve: %s\n", e);
+  for (int32_t i = 0; i < n; i++) sv_repo_load(r, names[i], NULL, 0, e, sizeof e);   /* logged */
 }
 
 void sv_repo_close(sv_repo *r) {

@@ -3,7 +3,8 @@
 usage: client_check.py URL CASES
 CASES: lines "model input output shape(comma) infile outfile binary(0|1)"; each
 infile holds float32 values; the output is written as float32 to outfile.
-Prints the server's name, each model's metadata and readiness, the
+Prints the server's name, its log settings (the logging extension), each
+model's metadata and readiness, the
 ResNet's statistics (get_inference_statistics), and the MLP's max_batch_size
 after load_model with a configuration override and after a plain reload.
 """
@@ -19,6 +20,10 @@ def main():
     c = httpclient.InferenceServerClient(url=url)
     meta = c.get_server_metadata()
     print("server", meta["name"], c.is_server_live())
+    # the logging extension: update_log_settings answers the settings after it
+    s = c.update_log_settings({"log_verbose_level": 1})
+    print("log verbose", s["log_verbose_level"], c.get_log_settings()["log_format"])
+    c.update_log_settings({"log_verbose_level": 0})
     for line in open(cases):
         model, inp, out, shape, infile, outfile, binary = line.split()
         shape = [int(s) for s in shape.split(",")]

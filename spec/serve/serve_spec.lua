@@ -600,6 +600,7 @@ describe('flow-serve', function()
     write(dir .. '/cases', table.concat(lines, '\n') .. '\n')
     local out = sh(('%s spec/serve/client_check.py 127.0.0.1:%s %s/cases 2>&1'):format(py, port, dir))
     assert.is_truthy(out:find('server flow-serve True', 1, true), out)
+    assert.is_truthy(out:find('log verbose 1 default', 1, true), out)
     assert.is_truthy(out:find('"name": "resnet"', 1, true), out)
     -- get_inference_statistics: the client's two inferences of the ResNet counted
     assert.is_truthy(out:find('stats resnet 1 2 2', 1, true), out)
@@ -627,7 +628,9 @@ describe('flow-serve', function()
     assert.are.equal('[]', body)
     local repo2 = dir .. '/repo_shm'
     os.execute(('mkdir -p %s && cp -r %s/mlp %s/'):format(repo2, repo, repo2))
-    local pid2, port2 = start(repo2, dir .. '/log_shm', '--allow-client-shm=true')
+    local shm_log = dir .. '/shm_server.log'
+    local pid2, port2 = start(repo2, dir .. '/log_shm',
+                              '--allow-client-shm=true --log-verbose 1 --log-file ' .. shm_log)
     local main_url = url
     url = 'http://127.0.0.1:' .. port2
     -- shm_open's objects are the files of /dev/shm
@@ -714,6 +717,14 @@ describe('flow-serve', function()
     assert.are.equal('[]', select(2, http('GET', '/v2/systemsharedmemory/status')))
     assert.are.equal('[]', select(2, http('GET', '/v2/cudasharedmemory/status')))
     assert.are.equal(200, http('GET', '/v2/health/live'))
+    -- this server logs into --log-file, a line a request (--log-verbose 1)
+    local slog = read(shm_log)
+    assert.is_truthy(slog:find("I%d+ [%d:.]+ %d+ flow%-serve%] model 'mlp' version 2 loaded"), slog)
+    assert.is_truthy(slog:find('POST /v2/systemsharedmemory/region/in/register 200, %d+ bytes in, 0 out'), slog)
+    assert.is_truthy(slog:find('POST /v2/models/mlp/infer 400, ', 1, true), slog)
+    assert.are.equal(shm_log, json.decode(select(2, http('GET', '/v2/logging'))).log_file)
+    -- the file may be named again, not changed
+    assert.are.equal(200, http('POST', '/v2/logging', json.encode({log_file = shm_log})))
     -- NVIDIA's client: tritonclient.utils.shared_memory makes the regions
     local py = os.getenv('TRITONCLIENT_PYTHON') or ((os.getenv('XDG_CACHE_HOME') or
                (os.getenv('HOME') .. '/.cache')) .. '/oneflow/tritonclient-venv/bin/python')
@@ -729,6 +740,49 @@ describe('flow-serve', function()
     assert.is_truthy(pout:find('output FP32 [2, 4] False', 1, true), pout)
     assert.is_truthy(pout:find('after []', 1, true), pout)
     assert.are.equal(want, read(dir .. '/ys.bin'), pout)
+  end)
+
+  it('logs loads, failures and requests; GET / POST /v2/logging change the settings', function()
+    local log = read(dir .. '/log')
+    assert.is_truthy(log:find("E%d%d%d%d [%d:.]+ %d+ flow%-serve%] model 'bad_config' failed to load: "), log)
+    assert.is_truthy(log:find("I%d+ [%d:.]+ %d+ flow%-serve%] model 'resnet' version 1 loaded: 1 instance, "
+                              .. "2 compiled input signatures"), log)
+    local code, body = http('GET', '/v2/logging')
+    assert.are.equal(200, code, body)
+    assert.are.same({log_file = '', log_info = true, log_warnings = true, log_errors = true, log_verbose_level = 0,
+                     log_format = 'default'}, json.decode(body))
+    -- quiet at verbose 0: no line for a request
+    local n = #read(dir .. '/log')
+    http('GET', '/v2/health/live')
+    assert.are.equal(n, #read(dir .. '/log'))
+    code, body = http('POST', '/v2/logging', '{"log_verbose_level": 2, "log_format": "ISO8601"}')
+    assert.are.equal(200, code, body)
+    assert.are.equal(2, json.decode(body).log_verbose_level)
+    http('GET', '/v2/models/no_such_model')
+    http('GET', '/v2/health/live')
+    log = read(dir .. '/log'):sub(n + 1)
+    -- the line is written before the answer is sent
+    assert.is_truthy(log:find("%d%d%d%d%-%d%d%-%d%dT[%d:]+Z I %d+ flow%-serve%] GET /v2/models/no_such_model 404, "
+                              .. '0 bytes in, %d+ out, [%d.]+ ms: {"error":"unknown model \'no_such_model\'"}'), log)
+    assert.is_truthy(log:find('GET /v2/health/live 200, 0 bytes in, 0 out', 1, true), log)
+    -- bad settings are refused and change nothing
+    check_error(req('POST', '/v2/logging', '{"log_verbose_level": 0, "log_format": "xml"}'), 400, 'log_format must be')
+    check_error(req('POST', '/v2/logging', '{"log_file": "/tmp/x"}'), 400, 'command line only')
+    check_error(req('POST', '/v2/logging', '{"verbose": 1}'), 400, "unknown setting 'verbose'")
+    check_error(req('POST', '/v2/logging', '{"log_info": "yes"}'), 400, 'log_info must be true or false')
+    check_error(req('POST', '/v2/logging', '{"log_verbose_level": -1}'), 400, 'non-negative integer')
+    check_error(req('POST', '/v2/logging', '[1]'), 400, 'an object of settings')
+    check_error(req('PUT', '/v2/logging'), 405, 'GET or POST')
+    assert.are.equal(2, json.decode(select(2, http('GET', '/v2/logging'))).log_verbose_level)
+    -- log_info false silences verbose lines too (they are INFO lines)
+    assert.are.equal(200, http('POST', '/v2/logging', '{"log_info": false}'))
+    n = #read(dir .. '/log')
+    http('GET', '/v2/health/live')
+    assert.are.equal(n, #read(dir .. '/log'))
+    code, body = http('POST', '/v2/logging', '{"log_info": true, "log_verbose_level": 0, "log_format": "default"}')
+    assert.are.equal(200, code, body)
+    assert.is_truthy(body:find('"logging"', 1, true) == nil)
+    assert.is_truthy(select(2, http('GET', '/v2')):find('"logging"', 1, true))
   end)
 
   it('drains and exits cleanly on SIGTERM', function()
