@@ -5,6 +5,7 @@
  *   1: an inference request with binary tensor data; the next two bytes
  *      are the JSON header's length (Inference-Header-Content-Length)
  *   2: a model's config.json
+ *   3: a POST /v2/logging body (serve/log.c)
  * A request that parses is written back as a response (its inputs as
  * outputs, alternately JSON and binary) so that the writer sees what the
  * parser accepts; a config that parses is written back too.
@@ -12,6 +13,7 @@
  * fuzz_serve_replay and run by ctest) main() replays files and folders. */
 #include "../../serve/protocol.h"
 #include "../../serve/repo.h"
+#include "../../serve/log.h"
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +23,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
-  int mode = data[0] % 3;
+  int mode = data[0] % 4;
   const char *body = (const char *)data + 1;
   size_t n = size - 1, header = 0;
   char err[1024];
@@ -30,6 +32,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     header = (size_t)data[1] | (size_t)data[2] << 8;
     body += 2;
     n -= 2;
+  }
+  if (mode == 3) {
+    char e[512];
+    sv_log_update(body, n, e, sizeof e);
+    js_out o = {0};
+    sv_log_settings(&o);
+    js_doc d;   /* the settings read back */
+    if (!o.oom && !js_parse(&d, o.p, o.len, 0)) abort();
+    js_free(&d);
+    jo_free(&o);
+    return 0;
   }
   if (mode == 2) {
     sv_config c;
