@@ -1,5 +1,5 @@
--- Weight-only quantized embeddings (float_qparams_weight_only_qconfig):
--- quint8 rows with a float scale and zero point each
+-- Weight-only quantized embeddings (float_qparams_weight_only_qconfig and
+-- its _4bit form): quint8 or quint4x2 rows with a float scale and zero point each
 -- (per_channel_affine_float_qparams), against PyTorch 1.13's
 -- torch.ao.quantization on the same table (the same integers, scales, zero
 -- points and lookups), through quantize_dynamic and prepare / convert; the
@@ -96,6 +96,127 @@ print('done')
     H.close(q[2](x, off), flow.tensor(t.bag):view(3, 13), 1e-5, 'sum bags')
   end)
 
+  it('4-bit tables (quint4x2) match torch.ao.quantization: packed integers, qparams, lookups', function()
+    if not R.available() then pending('PyTorch not installed for /usr/bin/python3') return end
+    flow.manual_seed(12)
+    local wt = flow.randn(40, 14) * 3
+    wt[9]:fill_(-1.5)                    -- a constant row: scale 1, zero point 1.5
+    local qc = Qz.float_qparams_weight_only_qconfig_4bit
+    local q = Qz.quantize_dynamic(nn.Sequential(nn.Embedding.from_pretrained(wt),
+                                                nn.EmbeddingBag.from_pretrained(wt, {mode = 'sum'})),
+                                  {[nn.Embedding] = qc, [nn.EmbeddingBag] = qc})
+    local x, off = ids({1, 9, 40, 7, 7, 2, 11, 33}), ids({1, 3, 4})
+    local psw = flow.tensor({0.5, -1, 2, 1, 0.25, 3, -0.5, 1.5})
+    local t = R.run(([==[
+import torch, warnings
+warnings.simplefilter('ignore')
+import torch.nn as nn
+import torch.ao.quantization as tq
+def out(k, t): print(k, ' '.join(repr(float(v)) for v in torch.as_tensor(t).flatten().tolist()))
+w = torch.tensor(%s, dtype=torch.float32).reshape(40, 14)
+qc = tq.float_qparams_weight_only_qconfig_4bit
+m = nn.Sequential(nn.Embedding.from_pretrained(w), nn.EmbeddingBag.from_pretrained(w, mode='sum'))
+q = tq.quantize_dynamic(m, {nn.Embedding: qc, nn.EmbeddingBag: qc})
+qw = q[1].weight()
+assert qw.dtype == torch.quint4x2
+out('int', qw.int_repr()); out('scale', qw.q_per_channel_scales()); out('zp', qw.q_per_channel_zero_points())
+x = torch.tensor(%s) - 1
+# PyTorch's 4-bit nn.Embedding runs its 8-bit lookup on the packed rows
+# (1.13 and 2.15: [8, 3] for ids [8]); its one-id bags are the lookups
+out('emb', q[1](x, torch.arange(len(x)))); out('bag', q[1](x, torch.tensor([0, 2, 3])))
+out('wbag', q[1](x, torch.tensor([0, 2, 3]), per_sample_weights=torch.tensor(%s)))
+p = torch.quantize_per_channel(w[:3, :5], torch.tensor([0.1, 0.2, 0.3]), torch.tensor([-0.5, 0.0, 7.25]), 0,
+                               torch.quint4x2)
+out('pint', p.int_repr()); out('pdq', p.dequantize())
+t = torch.quantize_per_tensor(w[:2, :7], 0.5, 6, torch.quint4x2)
+out('tint', t.int_repr()); out('tdq', t.dequantize())
+print('done')
+]==]):format(R.list(wt), R.list(x), R.list(psw)))
+    local w = q[2]:weight()
+    assert.are.equal(flow.quint4x2, w.dtype)
+    assert.are.same({40, 14}, w:size():totable())
+    -- int_repr: two values a byte, row-major, the first in the low nibble
+    H.close(w:int_repr():to(flow.float32), flow.tensor(t.int), 0, 'packed integers')
+    H.close(w:q_per_channel_scales(), flow.tensor(t.scale), 0, 'scales')
+    H.close(w:q_per_channel_zero_points(), flow.tensor(t.zp), 0, 'zero points')
+    -- lookups read float16 scales and biases, as fbgemm's 4-bit rows: the
+    -- same numbers; the float32 qparams would be 1e-3 off (the spec sees it)
+    H.close(q[1](x), flow.tensor(t.emb):view(8, 14), 1e-6, 'lookups')
+    H.close(q[2](x, off), flow.tensor(t.bag):view(3, 14), 1e-5, 'sum bags')
+    H.close(q[2](x, off, psw), flow.tensor(t.wbag):view(3, 14), 1e-5, 'weighted bags')
+    assert.is_true(maxdiff(q[1](x), w:dequantize():index_select(1, x)) > 1e-4)
+    local p = flow.quantize_per_channel(wt:narrow(1, 1, 3):narrow(2, 1, 5), flow.tensor({0.1, 0.2, 0.3}),
+                                        flow.tensor({-0.5, 0.0, 7.25}), 1, flow.quint4x2)
+    H.close(p:int_repr():to(flow.float32), flow.tensor(t.pint), 0, 'per-channel packed')
+    H.close(p:dequantize(), flow.tensor(t.pdq):view(3, 5), 1e-7, 'per-channel values')
+    local pt = flow.quantize_per_tensor(wt:narrow(1, 1, 2):narrow(2, 1, 7), 0.5, 6, flow.quint4x2)
+    H.close(pt:int_repr():to(flow.float32), flow.tensor(t.tint), 0, 'per-tensor packed (odd count)')
+    H.close(pt:dequantize(), flow.tensor(t.tdq):view(2, 7), 0, 'per-tensor values')
+  end)
+
+  it('4-bit tables: packed in the module and on disk, odd dims, graphs, and refusals', function()
+    flow.manual_seed(13)
+    local wt = flow.randn(500, 33)   -- an odd embedding_dim: rows padded to 17 bytes
+    local qc = Qz.float_qparams_weight_only_qconfig_4bit
+    local m = nn.Sequential(nn.EmbeddingBag.from_pretrained(wt, {mode = 'mean'}))
+    local q = Qz.quantize_dynamic(m, {[nn.EmbeddingBag] = qc})
+    assert.is_truthy(tostring(q):find('dtype=quint4x2', 1, true), tostring(q))
+    assert.are.same({500, 17}, rawget(q[1], '_packed'):size():totable())
+    assert.is_nil(rawget(q[1], '_weight'))
+    local x, off = ids({3, 500, 1, 42, 42, 7}), ids({1, 4})
+    local y = q[1](x, off)
+    assert.are.same({2, 33}, y:size():totable())
+    -- the bag of the table's values read as the module does (float16 qparams)
+    local w = q[1]:weight()
+    local s16 = w:q_per_channel_scales():to(flow.float16):to(flow.float32)
+    local b16 = (-(w:q_per_channel_zero_points() * w:q_per_channel_scales())):to(flow.float16):to(flow.float32)
+    local rows = w._int:to(flow.float32) * s16:view(-1, 1) + b16:view(-1, 1)
+    local function bag(a, k) return rows:index_select(1, x:narrow(1, a, k)):mean(1) end
+    local want = flow.stack({bag(1, 3), bag(4, 3)})
+    H.close(y, want, 1e-6, 'mean bags, odd dim')
+    -- within half a step of the float table
+    assert.is_true(maxdiff(rows, wt) <= (w:q_per_channel_scales():max():item() / 2) * 1.01 + 1e-3)
+    -- the state dict: packed on disk (about 1 / 8 of float32), loads into a fresh model
+    local dir = H.tmpdir()
+    flow.save(m:state_dict(), dir .. '/f32.bin')
+    flow.save(q:state_dict(), dir .. '/q4.bin')
+    local f32, q4 = #H.read_file(dir .. '/f32.bin'), #H.read_file(dir .. '/q4.bin')
+    -- half a byte a value plus a float32 scale and zero point a row, and the header
+    assert.is_true(q4 < 500 * (17 + 8) + 2048, ('%d bytes against %d'):format(q4, f32))
+    assert.is_true(q4 < f32 / 5)
+    local fresh = Qz.quantize_dynamic(nn.Sequential(nn.EmbeddingBag(500, 33, {mode = 'mean'})),
+                                      {[nn.EmbeddingBag] = qc})
+    fresh:load_state_dict(flow.load(dir .. '/q4.bin'))
+    H.close(fresh[1](x, off), y, 0, 'reloaded')
+    -- a file whose shape does not fit its packed bytes is refused on load
+    local bytes = H.read_file(dir .. '/q4.bin')
+    local at = bytes:find('[500,33]', 1, true)
+    assert.is_truthy(at)
+    H.write_file(dir .. '/bad.bin', bytes:sub(1, at - 1) .. '[500,35]' .. bytes:sub(at + 8))
+    H.raises(function() flow.load(dir .. '/bad.bin') end, 'qtensor quint4x2: 8250 bytes for 17500 values')
+    local back = flow.load(dir .. '/q4.bin')['0.weight']
+    assert.are.equal(flow.quint4x2, back.dtype)
+    H.close(back:int_repr():to(flow.float32), w:int_repr():to(flow.float32), 0, 'saved integers')
+    -- a quint8 checkpoint does not load into the 4-bit module
+    local q8 = Qz.quantize_dynamic(nn.Sequential(nn.EmbeddingBag.from_pretrained(wt, {mode = 'mean'})),
+                                   {[nn.EmbeddingBag] = Qz.float_qparams_weight_only_qconfig})
+    H.raises(function() fresh:load_state_dict(q8:state_dict()) end, 'is quint8 per_channel_affine_float_qparams, '
+             .. 'the module has quint4x2')
+    -- a table quantized per tensor is refused
+    local per_tensor = flow.quantize_per_tensor(wt, 0.1, 3, flow.quint4x2)
+    H.raises(function() Qz.nn.quantized.EmbeddingBag({weight = per_tensor}) end, 'quantized per row')
+    -- a 4-bit nn.Embedding (odd dim) in an nn.Graph, equal to eager
+    local qe = Qz.quantize_dynamic(nn.Sequential(nn.Embedding.from_pretrained(wt)), {[nn.Embedding] = qc})
+    local G = nn.Graph:subclass('Q4Emb')
+    function G:__init() nn.Graph.__init(self); self.q = qe end
+    function G:build(a) return self.q(a) end
+    local xi = ids({{3, 500}, {1, 42}})
+    local ye = qe(xi)
+    assert.are.same({2, 2, 33}, ye:size():totable())
+    H.close(ye:view(4, 33), rows:index_select(1, xi:view(-1)), 1e-6, 'lookups, odd dim')
+    H.close(G()(xi), ye, 0, 'graph')
+  end)
+
   it('prepare / convert with the qconfig on the embedding only, and a state dict round trip', function()
     flow.manual_seed(7)
     local Net = nn.Module:subclass('EmbNet')
@@ -175,7 +296,7 @@ print('done')
     H.raises(function() q(ids({11})) end, 'QuantizedEmbedding: id 11 is outside 1..10')
     H.raises(function() q(flow.tensor({1.0})) end, 'QuantizedEmbedding: input must hold integer ids, got float32')
     H.raises(function() Qz.nn.quantized.Embedding({weight = flow.quantize_per_tensor(flow.randn(3, 2), 0.1, 0,
-      flow.quint8)}) end, 'weight must be a 2-d quint8 tensor quantized per row')
+      flow.quint8)}) end, 'weight must be a 2-d quint8 or quint4x2 tensor quantized per row')
     -- float zero points need quint8; whole ones in range are integer zero points
     H.raises(function() flow.quantize_per_channel(flow.randn(3, 2), flow.ones(3), flow.full({3}, 0.5), 1,
                                                   flow.qint8) end,

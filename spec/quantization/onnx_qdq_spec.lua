@@ -283,6 +283,18 @@ describe('onnx export of int8 models (QDQ)', function()
     end
   end)
 
+  it('a 4-bit embedding table exports as Gather of its values with the float16-rounded row parameters', function()
+    flow.manual_seed(14)
+    local m = nn.Sequential(nn.Embedding(50, 9))
+    local q = Qz.quantize_dynamic(m, {[nn.Embedding] = Qz.float_qparams_weight_only_qconfig_4bit})
+    local ids = flow.tensor({{1, 50, 7}, {7, 3, 2}}, {dtype = flow.int64})
+    local path = dir .. '/emb4.onnx'
+    flow.onnx.export(q, {ids}, path)
+    local ops = reader.op_types(reader.read(path).graph)
+    assert.are.equal(3, count(ops, 'Gather'))   -- the values, the scales, the biases
+    H.close(flow.onnx.load(path)(ids), q(ids), 0, 'our importer')
+  end)
+
   it('refuses what has no QDQ form, naming it', function()
     local dyn = Qz.quantize_dynamic(nn.Sequential(nn.LSTM(4, 3)))
     local ok, err = pcall(flow.onnx.export, dyn, {flow.randn(2, 1, 4)}, dir .. '/dyn.onnx')

@@ -166,7 +166,9 @@ end
 
 -- QuantizedEmbedding (weight-only, float qparams per row): Gather of the
 -- quint8 rows and of each row's scale and bias (-(zero_point * scale)),
--- then rows * scale + bias, the module's own two float steps
+-- then rows * scale + bias, the module's own two float steps. A quint4x2
+-- table goes in as its values one a byte (opset 17 has no 4-bit type), with
+-- the module's float16-rounded scales and biases: the same lookups.
 local function row_column(g, t, hint)
   local ck = 'qemb:' .. graph.key(t)
   if not g.cache[ck] then
@@ -176,10 +178,10 @@ local function row_column(g, t, hint)
   return g.cache[ck]
 end
 local function qembedding_rule(g, out, mod, ids)
-  local w = rawget(mod, '_weight')
+  local w = mod:weight()
   local idx = ops.index0(g, ids)
   local gather = function(name) return g:node('Gather', {name, idx}, {axis = A_i(0)}) end
-  local ck = 'qemb_rows:' .. graph.key(w._int)
+  local ck = 'qemb_rows:' .. graph.key(rawget(mod, '_packed') or w._int)
   if not g.cache[ck] then
     g.cache[ck] = g:const(w._int, 'embedding_quantized')
     g:anchor(w._int)

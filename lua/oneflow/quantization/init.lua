@@ -92,7 +92,7 @@ end
 --- Puts the quantized dtypes and tensor functions on flow.
 function M.attach(flow)
   require('oneflow._args').arg('quantization.attach', 1, 'flow', flow, 'table')
-  flow.qint8, flow.quint8, flow.qint32 = Q.qint8, Q.quint8, Q.qint32
+  flow.qint8, flow.quint8, flow.qint32, flow.quint4x2 = Q.qint8, Q.quint8, Q.qint32, Q.quint4x2
   flow.quantize_per_tensor, flow.quantize_per_channel = M.quantize_per_tensor, Q.quantize_per_channel
   flow.quantize_per_tensor_dynamic = M.quantize_per_tensor_dynamic
   flow.dequantize = function(x)

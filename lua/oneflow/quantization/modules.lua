@@ -294,7 +294,7 @@ function QuantizedBase:__load_extra(prefix, sd, seen)
   local wk = prefix .. 'weight'
   local w, b = sd[wk], sd[prefix .. 'bias']
   seen[wk], seen[prefix .. 'bias'] = true, true
-  local cur = rawget(self, '_weight')
+  local cur = self:weight()
   if not is_q(w) then A.fail(('load_state_dict: %s must be a quantized tensor, got %s'):format(wk, A.describe(w))) end
   if w.dtype ~= cur.dtype or w._qscheme ~= cur._qscheme then
     A.fail(('load_state_dict: %s is %s %s, the module has %s %s'):format(wk, w.dtype.name, w._qscheme,
@@ -776,22 +776,64 @@ M.f32 = f32
 ------------------------------------------------------------------ embeddings
 -- Weight-only quantized lookups (torch.ao.nn.quantized.Embedding /
 -- EmbeddingBag, made by quantize_dynamic or convert with
--- float_qparams_weight_only_qconfig): the table is quint8 rows, each with a
--- float scale and zero point (per_channel_affine_float_qparams, 4x smaller
--- than float32); a lookup dequantizes only the rows it reads, as fbgemm's
--- q * scale + bias with bias = -(zero_point * scale) per row.
+-- float_qparams_weight_only_qconfig[_4bit]): the table is quint8 or
+-- quint4x2 rows, each with a float scale and zero point
+-- (per_channel_affine_float_qparams: 4x / 8x smaller than float32); a
+-- lookup dequantizes only the rows it reads, as fbgemm's q * scale + bias
+-- with bias = -(zero_point * scale) per row. quint4x2 tables are kept packed
+-- two values a byte, each row padded to whole bytes (an odd embedding_dim
+-- too), and their scale and bias rounded to float16, as fbgemm's 4-bit rows
+-- store them: lookups equal PyTorch's.
 local QEmbBase = QuantizedBase:subclass('QuantizedEmbeddingBase')
 function QEmbBase:_set_weight_bias(w)
-  if not is_q(w) or w.dtype ~= Q.quint8 or w._qscheme ~= 'per_channel_affine_float_qparams' or w._axis ~= 1
-     or w:dim() ~= 2 then
-    A.fail(('%s: weight must be a 2-d quint8 tensor quantized per row (per_channel_affine_float_qparams, '
-      .. 'axis 1), got %s'):format(self.__name, is_q(w) and (w.dtype.name .. ' ' .. w._qscheme) or A.describe(w)))
+  if not is_q(w) or (w.dtype ~= Q.quint8 and w.dtype ~= Q.quint4x2)
+     or w._qscheme ~= 'per_channel_affine_float_qparams' or w._axis ~= 1 or w:dim() ~= 2 then
+    A.fail(('%s: weight must be a 2-d quint8 or quint4x2 tensor quantized per row '
+      .. '(per_channel_affine_float_qparams, axis 1), got %s'):format(self.__name,
+      is_q(w) and (w.dtype.name .. ' ' .. w._qscheme) or A.describe(w)))
   end
-  rawset(self, '_weight', w)
-  rawset(self, '_row_scale', w._scales:to(flow.float32):contiguous())
-  rawset(self, '_row_bias', -(w._zps:to(flow.float32) * w._scales:to(flow.float32)))
-  rawset(self, 'num_embeddings', w:size(1))
-  rawset(self, 'embedding_dim', w:size(2))
+  local s32 = w._scales:to(flow.float32):contiguous()
+  local bias = -(w._zps:to(flow.float32) * s32)
+  local n, d = w:size(1), w:size(2)
+  if w.dtype == Q.quint4x2 then
+    -- rows padded to an even length, packed: [n, ceil(d / 2)] bytes
+    local int = w._int
+    if d % 2 == 1 then int = flow.cat({int, flow.zeros(n, 1, {dtype = flow.uint8})}, 2) end
+    rawset(self, '_packed', Q.pack4(int):view(n, -1))
+    rawset(self, '_qparams', {s32, w._zps:to(flow.float32):contiguous()})
+    rawset(self, '_weight', nil)
+    s32, bias = s32:to(flow.float16):to(flow.float32), bias:to(flow.float16):to(flow.float32)
+  else
+    rawset(self, '_weight', w)
+  end
+  rawset(self, '_row_scale', s32)
+  rawset(self, '_row_bias', bias)
+  rawset(self, 'num_embeddings', n)
+  rawset(self, 'embedding_dim', d)
+end
+
+--- m:weight(): the quantized table (a quint4x2 one unpacked from its rows).
+function QEmbBase:weight()
+  local w = rawget(self, '_weight')
+  if w then return w end
+  local n, d = self.num_embeddings, self.embedding_dim
+  local packed = rawget(self, '_packed')
+  local int = Q.unpack4(packed, {n, packed:size(2) * 2}):narrow(2, 1, d):contiguous()
+  local qp = rawget(self, '_qparams')
+  return Q.quantize_float_qparams_from_int(int, Q.quint4x2, qp[1], qp[2], 1)
+end
+
+-- the integers of the rows flat (int64 ids, 1-based) picks, as uint8 [k, dim]
+function QEmbBase:_row_ints(flat)
+  local packed = rawget(self, '_packed')
+  if not packed then return rawget(self, '_weight')._int:index_select(1, flat) end
+  local k = flat:numel()
+  return Q.unpack4(packed:index_select(1, flat), {k, packed:size(2) * 2}):narrow(2, 1, self.embedding_dim)
+end
+
+function QEmbBase:__extra_state(prefix, out, keys)
+  out[prefix .. 'weight'] = self:weight()
+  keys[#keys + 1] = prefix .. 'weight'
 end
 
 -- ids (integer, any shape, 1-based) -> float32 [n, dim] rows of the flat ids
@@ -810,13 +852,13 @@ function QEmbBase:_rows(ids)
       A.fail(('%s: id %d is outside 1..%d'):format(self.__name, lo < 1 and lo or hi, n))
     end
   end
-  local q = rawget(self, '_weight')._int:index_select(1, flat):to(flow.float32)
+  local q = self:_row_ints(flat):to(flow.float32)
   return q * self._row_scale:index_select(1, flat):unsqueeze(2) + self._row_bias:index_select(1, flat):unsqueeze(2)
 end
 
 function QEmbBase:extra_repr()
-  local s = ('num_embeddings=%d, embedding_dim=%d, dtype=quint8, qscheme=per_channel_affine_float_qparams'):format(
-    self.num_embeddings, self.embedding_dim)
+  local s = ('num_embeddings=%d, embedding_dim=%d, dtype=%s, qscheme=per_channel_affine_float_qparams'):format(
+    self.num_embeddings, self.embedding_dim, rawget(self, '_packed') and 'quint4x2' or 'quint8')
   if rawget(self, 'mode') then s = s .. (", mode='%s'"):format(self.mode) end
   if rawget(self, 'padding_idx') then s = s .. ', padding_idx=' .. self.padding_idx end
   return s

@@ -529,6 +529,9 @@ M.default_per_channel_weight_observer = M.PerChannelMinMaxObserver:with_args({dt
 -- quint8, per_channel_affine_float_qparams: embedding tables' (PyTorch's).
 M.default_float_qparams_observer = M.PerChannelMinMaxObserver:with_args({
   dtype = Q.quint8, qscheme = 'per_channel_affine_float_qparams', ch_axis = 1})
+--- quantization.default_float_qparams_observer_4bit(): the same with quint4x2 (16 levels a row).
+M.default_float_qparams_observer_4bit = M.PerChannelMinMaxObserver:with_args({
+  dtype = Q.quint4x2, qscheme = 'per_channel_affine_float_qparams', ch_axis = 1})
 --- quantization.default_placeholder_observer(): PlaceholderObserver (a float activation, weight-only qconfigs).
 M.default_placeholder_observer = M.PlaceholderObserver:with_args({})
 

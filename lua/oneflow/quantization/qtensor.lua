@@ -1,5 +1,5 @@
 -- oneflow.quantization.qtensor: quantized tensors (flow.qint8, flow.quint8,
--- flow.qint32), as PyTorch's:
+-- flow.qint32, flow.quint4x2), as PyTorch's:
 --   q = flow.quantize_per_tensor(x, scale, zero_point, flow.quint8)
 --   q = flow.quantize_per_channel(x, scales, zero_points, axis, flow.qint8)
 --   q:dequantize(), q:int_repr(), q:q_scale(), q:q_zero_point(),
@@ -28,14 +28,18 @@ local M = {}
 local QDType = A.value_type({})
 QDType.__index = QDType
 QDType.__tostring = function(d) return 'oneflow.' .. d.name end
-local function qdtype(name, storage, lo, hi)
+local function qdtype(name, storage, lo, hi, bits)
   return setmetatable({name = name, storage = storage, qmin = lo, qmax = hi, is_quantized = true,
-                       is_floating_point = false, itemsize = storage.itemsize}, QDType)
+                       is_floating_point = false, itemsize = storage.itemsize, bits = bits}, QDType)
 end
-M.qint8 = qdtype('qint8', flow.int8, -128, 127)
-M.quint8 = qdtype('quint8', flow.uint8, 0, 255)
-M.qint32 = qdtype('qint32', flow.int32, -2147483648, 2147483647)
-M.by_name = {qint8 = M.qint8, quint8 = M.quint8, qint32 = M.qint32}
+M.qint8 = qdtype('qint8', flow.int8, -128, 127, 8)
+M.quint8 = qdtype('quint8', flow.uint8, 0, 255, 8)
+M.qint32 = qdtype('qint32', flow.int32, -2147483648, 2147483647, 32)
+-- two 4-bit values a byte where stored (int_repr, files, embedding tables);
+-- a quint4x2 tensor in memory holds its values one a byte (0..15) so that
+-- views and dequantize() are quint8's
+M.quint4x2 = qdtype('quint4x2', flow.uint8, 0, 15, 4)
+M.by_name = {qint8 = M.qint8, quint8 = M.quint8, qint32 = M.qint32, quint4x2 = M.quint4x2}
 function M.is_qdtype(d) return getmetatable(d) == QDType end
 
 --- The quantized dtype of d (a qdtype or its name), or an error naming op.
@@ -43,7 +47,8 @@ function M.qdtype(op, d)
   if M.is_qdtype(d) then return d end
   local r = type(d) == 'string' and M.by_name[d:gsub('^oneflow%.', '')]
   if not r then
-    A.fail(('%s: dtype must be flow.qint8, flow.quint8 or flow.qint32, got %s'):format(op, tostring(d)))
+    A.fail(('%s: dtype must be flow.qint8, flow.quint8, flow.qint32 or flow.quint4x2, got %s'):format(
+      op, tostring(d)))
   end
   return r
 end
@@ -113,7 +118,7 @@ function M.quantize_per_tensor(x, scale, zero_point, dtype)
   local int
   -- (the ONNX tracer records tensor ops: while it runs, the op by op form)
   local tracer = package.loaded['oneflow.onnx.tracer']
-  if x.dtype == flow.float32 and dt ~= M.qint32 and not x.is_cuda and not (tracer and tracer.active()) then
+  if x.dtype == flow.float32 and dt.bits == 8 and not x.is_cuda and not (tracer and tracer.active()) then
     -- one pass in C (core/ops/quant.c), the same values as quantize_values
     if core.C.of_quantize_per_tensor(x.p, scale, zero_point, dt.storage.id, core.out1) ~= 0 then A.raise_c() end
     int = core.wrap(core.out1[0])
@@ -134,9 +139,9 @@ end
 -- float32 scales and float zero points, q = clamp(rint(x * (1 / scale) +
 -- zero_point)), value = (q - zero_point) * scale, all in float32 as ATen's
 local function quantize_float_qparams(op, x, scales, zero_points, axis, dt)
-  if dt ~= M.quint8 then
-    A.fail(('%s: float zero points (per_channel_affine_float_qparams) need flow.quint8, got %s'):format(
-      op, dt.name))
+  if dt ~= M.quint8 and dt ~= M.quint4x2 then
+    A.fail(('%s: float zero points (per_channel_affine_float_qparams) need flow.quint8 or flow.quint4x2, '
+      .. 'got %s'):format(op, dt.name))
   end
   local z = zero_points:to(flow.float32)
   if not z:isfinite():all():item() then A.fail(op .. ': zero_points must be finite') end
@@ -148,6 +153,12 @@ local function quantize_float_qparams(op, x, scales, zero_points, axis, dt)
 end
 
 M.quantize_float_qparams = quantize_float_qparams
+--- A float-qparams quantized tensor from its integers (no rounding): scales
+-- and zero points float32 [C] along axis (1-based).
+function M.quantize_float_qparams_from_int(int, dt, scales, zero_points, axis)
+  return new(int, dt, {_qscheme = 'per_channel_affine_float_qparams', _scales = scales, _zps = zero_points,
+                       _axis = axis})
+end
 
 --- flow.quantize_per_channel(x, scales, zero_points, axis, dtype); axis 1-based.
 -- Integer zero points give per_channel_affine; zero points that are not
@@ -200,10 +211,30 @@ function methods.dequantize(q)
 end
 local PER_CHANNEL = {per_channel_affine = true, per_channel_affine_float_qparams = true}
 
+--- The values of a quint4x2 tensor (uint8, 0..15) packed two a byte in
+-- row-major order, the first in the low nibble (PyTorch's int_repr): a flat
+-- uint8 tensor of ceil(numel / 2) bytes.
+function M.pack4(int)
+  local v = int:contiguous():view(-1)
+  if v:numel() % 2 == 1 then v = flow.cat({v, flow.zeros(1, {dtype = flow.uint8})}) end
+  local pairs2 = v:view(-1, 2)
+  return pairs2:select(2, 1) + pairs2:select(2, 2) * 16
+end
+--- pack4's inverse: bytes (uint8, ceil(n / 2) of them, any shape) -> the
+-- first n values as uint8 0..15 in shape
+function M.unpack4(bytes, shape)
+  local b = bytes:contiguous():view(-1)
+  local lo, hi = flow.bitwise_and(b, 15), b:div(16, {rounding_mode = 'floor'})
+  local n = 1
+  for _, d in ipairs(shape) do n = n * d end
+  return flow.stack({lo, hi}, 2):view(-1):narrow(1, 1, n):view(shape)
+end
+
 -- a copy in the integers' layout, as PyTorch's (a quantized convolution's
--- channels-last output gives channels-last integers)
+-- channels-last output gives channels-last integers; quint4x2 packed)
 function methods.int_repr(q)
   local r = q._int
+  if q.dtype == M.quint4x2 then return M.pack4(r) end
   if r:dim() == 4 and not r:is_contiguous() and r:is_contiguous({memory_format = flow.channels_last}) then
     return r:permute(1, 3, 4, 2):clone():permute(1, 4, 2, 3)
   end
@@ -327,7 +358,11 @@ local serialization = require 'oneflow.serialization'
 serialization.codecs.qtensor = {
   is = M.is_quantized,
   encode = function(q, tensor_node)
-    local n = {dtype = q.dtype.name, qscheme = q._qscheme, int = tensor_node(q._int, 'int_repr')}
+    -- quint4x2: packed two a byte, with the shape they unpack to
+    local four = q.dtype == M.quint4x2
+    local n = {dtype = q.dtype.name, qscheme = q._qscheme,
+               int = tensor_node(four and M.pack4(q._int) or q._int, 'int_repr'),
+               shape = four and q._int:size():totable() or nil}
     if q._qscheme == 'per_tensor_affine' then
       n.scale, n.zero_point = q._scale, q._zp
     else
@@ -341,6 +376,19 @@ serialization.codecs.qtensor = {
     if not dt then bad('qtensor dtype ' .. tostring(n.dtype)) end
     local int = tensor_of(n.int)
     if int.dtype ~= dt.storage then bad(('qtensor integers are %s, not %s'):format(int.dtype.name, dt.storage.name)) end
+    if dt == M.quint4x2 then
+      local shape, count = n.shape, 1
+      if type(shape) ~= 'table' or #shape > 8 then bad('qtensor quint4x2 needs its shape') end
+      for i = 1, #shape do
+        local d = shape[i]
+        if type(d) ~= 'number' or d ~= math.floor(d) or d < 0 or d > 2 ^ 40 then bad('qtensor quint4x2 shape') end
+        count = count * d
+      end
+      if int:dim() ~= 1 or int:numel() ~= math.ceil(count / 2) then
+        bad(('qtensor quint4x2: %d bytes for %d values'):format(int:numel(), count))
+      end
+      int = M.unpack4(int, shape)
+    end
     if n.qscheme == 'per_tensor_affine' then
       if type(n.scale) ~= 'number' or n.scale ~= n.scale or n.scale <= 0 or n.scale == math.huge
          or type(n.zero_point) ~= 'number' or n.zero_point ~= math.floor(n.zero_point)
@@ -362,7 +410,8 @@ serialization.codecs.qtensor = {
       return new(int, dt, {_qscheme = 'per_channel_affine', _scales = s, _zps = z, _axis = axis})
     elseif n.qscheme == 'per_channel_affine_float_qparams' then
       local s, z, axis = tensor_of(n.scales), tensor_of(n.zero_points), n.axis
-      if dt ~= M.quint8 or type(axis) ~= 'number' or axis ~= math.floor(axis) or axis < 1 or axis > int:dim()
+      if (dt ~= M.quint8 and dt ~= M.quint4x2) or type(axis) ~= 'number' or axis ~= math.floor(axis)
+         or axis < 1 or axis > int:dim()
          or s:numel() ~= int:size(axis) or z:numel() ~= int:size(axis)
          or s.dtype ~= flow.float32 or z.dtype ~= flow.float32 then
         bad('qtensor float-qparams parameters do not fit the integers')

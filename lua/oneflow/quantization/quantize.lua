@@ -162,6 +162,14 @@ M.float_qparams_weight_only_qconfig = M.QConfig({activation = O.default_placehol
                                                  name_w = 'PerChannelMinMaxObserver(quint8, '
                                                    .. 'per_channel_affine_float_qparams)'})
 
+--- quantization.float_qparams_weight_only_qconfig_4bit: the same with quint4x2 rows (two values a
+-- byte: tables 8x smaller than float32; PyTorch's, for nn.EmbeddingBag and nn.Embedding).
+M.float_qparams_weight_only_qconfig_4bit = M.QConfig({activation = O.default_placeholder_observer,
+                                                      weight = O.default_float_qparams_observer_4bit,
+                                                      name_a = 'PlaceholderObserver',
+                                                      name_w = 'PerChannelMinMaxObserver(quint4x2, '
+                                                        .. 'per_channel_affine_float_qparams)'})
+
 -- whether qc quantizes weights per row with float qparams (embeddings')
 local function is_float_qparams(qc)
   return qc.weight().qscheme == 'per_channel_affine_float_qparams'
