@@ -55,6 +55,15 @@ static bool parse_ios(const js_doc *d, const js_val *a, sv_io *io, int32_t *n, c
                     "not supported: a saved graph has fixed shapes)", what, x->name);
       x->dims[x->ndim++] = k;
     }
+    const js_val *lf = js_get(d, t, "label_filename");
+    if (lf) {
+      /* a file of the model's folder, named alone */
+      if (strcmp(what, "output") != 0 || lf->type != JS_STR || lf->slen == 0 || lf->slen >= SV_NAME ||
+          strlen(lf->s) != lf->slen || strchr(lf->s, '/') || lf->s[0] == '.')
+        return sv_errorf(e, cap, "%s '%s': label_filename must name a file in the model's folder (no "
+                         "'/', not starting with '.'; outputs only)", what, x->name);
+      memcpy(x->label_filename, lf->s, lf->slen + 1);
+    }
     for (int32_t k = 0; k < *n - 1; k++)
       if (strcmp(io[k].name, x->name) == 0)
         return sv_errorf(e, cap, "%s '%s' is named twice", what, x->name);
@@ -183,7 +192,12 @@ static void write_ios(js_out *o, const sv_io *io, int32_t n) {
     jo_str(o, io[i].name);
     jo_fmt(o, ",\"data_type\":\"%s\",\"dims\":[", sv_config_type_name(io[i].dtype));
     for (int32_t k = 0; k < io[i].ndim; k++) jo_fmt(o, "%s%lld", k ? "," : "", (long long)io[i].dims[k]);
-    JO_LIT(o, "]}");
+    JO_LIT(o, "]");
+    if (io[i].label_filename[0]) {
+      JO_LIT(o, ",\"label_filename\":");
+      jo_str(o, io[i].label_filename);
+    }
+    JO_LIT(o, "}");
   }
 }
 

@@ -245,7 +245,7 @@ static enum MHD_Result route(server *sv, struct MHD_Connection *c, const char *u
   if (n == 1 && get) {
     jo_fmt(&o, "{\"name\":\"flow-serve\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\","
            "\"model_repository\",\"model_configuration\",\"statistics\",\"system_shared_memory\","
-           "\"logging\"]}", FLOW_SERVE_VERSION);
+           "\"logging\",\"classification\"]}", FLOW_SERVE_VERSION);
     return reply(c, 200, &o, 0, NULL);
   }
   if (n == 2 && strcmp(p[1], "logging") == 0) {   /* the logging extension */

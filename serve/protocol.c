@@ -12,7 +12,9 @@ static const char *const DT_NAMES[SV_NUM_DTYPES] = {"BOOL", "UINT8", "INT8", "IN
                                                     "UINT16", "UINT32", "UINT64"};
 static const int32_t DT_SIZES[SV_NUM_DTYPES] = {1, 1, 1, 4, 8, 2, 2, 4, 8, 2, 2, 4, 8};
 
-const char *sv_datatype_name(int32_t dt) { return dt >= 0 && dt < SV_NUM_DTYPES ? DT_NAMES[dt] : NULL; }
+const char *sv_datatype_name(int32_t dt) {
+  return dt >= 0 && dt < SV_NUM_DTYPES ? DT_NAMES[dt] : dt == SV_BYTES ? "BYTES" : NULL;
+}
 int32_t sv_dtype_size(int32_t dt) { return dt >= 0 && dt < SV_NUM_DTYPES ? DT_SIZES[dt] : 0; }
 
 int32_t sv_datatype_code(const char *name) {
@@ -362,9 +364,20 @@ bool sv_parse_request(const char *body, size_t n, size_t header_len, int32_t max
       r->out_binary[k] = r->binary_default;
       get_bool_param(&d, ov, "binary_data", &r->out_binary[k]);
       r->nout++;
-      if (!parse_shm(&d, js_get(&d, ov, "parameters"), "output", r->out_name[k], &r->out_shm[k], e,
-                     cap))
-        goto done;
+      const js_val *op = js_get(&d, ov, "parameters");
+      if (!parse_shm(&d, op, "output", r->out_name[k], &r->out_shm[k], e, cap)) goto done;
+      const js_val *cls = js_get(&d, op, "classification");
+      if (cls) {
+        if (cls->type != JS_NUM || !cls->is_int || cls->i < 1 || cls->i > (1 << 20)) {
+          sv_errorf(e, cap, "output '%s': classification must be an integer in 1..%d", r->out_name[k], 1 << 20);
+          goto done;
+        }
+        if (r->out_shm[k].region[0]) {
+          sv_errorf(e, cap, "output '%s': classification results cannot go to shared memory", r->out_name[k]);
+          goto done;
+        }
+        r->out_class[k] = (int32_t)cls->i;
+      }
     }
   }
   ok = true;
@@ -429,6 +442,30 @@ bool sv_write_response(js_out *o, const char *model, const char *version, const 
     jo_fmt(o, ",\"datatype\":\"%s\",\"shape\":[", sv_datatype_name(t->dtype));
     for (int32_t k = 0; k < t->ndim; k++) jo_fmt(o, "%s%lld", k ? "," : "", (long long)t->shape[k]);
     JO_LIT(o, "]");
+    if (t->dtype == SV_BYTES) {   /* strings: serialized, each a 4-byte length and its bytes */
+      if (t->binary) {
+        any_binary = true;
+        jo_fmt(o, ",\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
+        continue;
+      }
+      JO_LIT(o, ",\"data\":[");
+      const unsigned char *b = t->data;
+      for (size_t at = 0, k = 0; at + 4 <= t->nbytes && !o->oom; k++) {
+        uint32_t len = (uint32_t)b[at] | (uint32_t)b[at + 1] << 8 | (uint32_t)b[at + 2] << 16 |
+                       (uint32_t)b[at + 3] << 24;
+        at += 4;
+        if (len > t->nbytes - at) break;
+        char s[512];
+        size_t m = len < sizeof s - 1 ? len : sizeof s - 1;
+        memcpy(s, b + at, m);
+        s[m] = 0;
+        if (k) JO_LIT(o, ",");
+        jo_str(o, s);
+        at += len;
+      }
+      JO_LIT(o, "]}");
+      continue;
+    }
     if (t->shm_region) {   /* the data is in the region, as Triton's: no "data" */
       JO_LIT(o, ",\"parameters\":{\"shared_memory_region\":");
       jo_str(o, t->shm_region);
@@ -457,9 +494,68 @@ bool sv_write_response(js_out *o, const char *model, const char *version, const 
   *header_len = any_binary ? o->len : 0;
   for (int32_t i = 0; i < nout && any_binary; i++)
     if (outs[i].binary && !outs[i].shm_region)
-      jo_raw(o, outs[i].data, (size_t)sv_numel(outs[i].shape, outs[i].ndim) *
-                                  (size_t)sv_dtype_size(outs[i].dtype));
+      jo_raw(o, outs[i].data, outs[i].dtype == SV_BYTES
+                                  ? outs[i].nbytes
+                                  : (size_t)sv_numel(outs[i].shape, outs[i].ndim) *
+                                        (size_t)sv_dtype_size(outs[i].dtype));
   return !o->oom;
+}
+
+typedef struct {
+  double v;
+  int64_t i;
+} ranked;
+static int by_rank(const void *a, const void *b) {
+  const ranked *x = a, *y = b;
+  /* descending values, a NaN last; equal values by index */
+  if (x->v != y->v) {
+    if (x->v != x->v) return 1;
+    if (y->v != y->v) return -1;
+    return x->v > y->v ? -1 : 1;
+  }
+  return x->i < y->i ? -1 : x->i > y->i;
+}
+
+char *sv_classify(const void *data, int32_t dt, int64_t rows, int64_t per_row, int32_t k,
+                  const char *const *labels, int32_t nlabels, size_t *nbytes) {
+  if (k > per_row) k = (int32_t)per_row;
+  ranked *r = malloc(sizeof *r * (size_t)(per_row > 0 ? per_row : 1));
+  js_out o = {0};
+  bool floating = dt == 5 || dt == 6 || dt == 7 || dt == 8;
+  for (int64_t row = 0; r && row < rows && !o.oom; row++) {
+    for (int64_t i = 0; i < per_row; i++) {
+      int64_t at = row * per_row + i;
+      r[i].i = i;
+      r[i].v = dt == 4 ? (double)((const int64_t *)data)[at] : dt == 12 ? (double)((const uint64_t *)data)[at]
+               : elem(data, dt, at);
+    }
+    qsort(r, (size_t)per_row, sizeof *r, by_rank);
+    for (int32_t q = 0; q < k; q++) {
+      char s[512];
+      int n;
+      int64_t at = row * per_row + r[q].i;
+      long long idx = (long long)r[q].i;
+      /* 64-bit integers exactly (a double rounds them past 2^53) */
+      if (floating) n = snprintf(s, sizeof s, "%f:%lld", r[q].v, idx);
+      else if (dt == 12) n = snprintf(s, sizeof s, "%llu:%lld", (unsigned long long)((const uint64_t *)data)[at], idx);
+      else if (dt == 4) n = snprintf(s, sizeof s, "%lld:%lld", (long long)((const int64_t *)data)[at], idx);
+      else n = snprintf(s, sizeof s, "%.0f:%lld", r[q].v, idx);
+      if (r[q].i < nlabels && labels[r[q].i][0])
+        n += snprintf(s + n, sizeof s - (size_t)n, ":%.400s", labels[r[q].i]);
+      if (n > (int)sizeof s - 1) n = (int)sizeof s - 1;
+      unsigned char len[4] = {(unsigned char)n, (unsigned char)(n >> 8), 0, 0};
+      jo_raw(&o, (const char *)len, 4);
+      jo_raw(&o, s, (size_t)n);
+    }
+  }
+  free(r);
+  if (!r || o.oom) {
+    jo_free(&o);
+    return NULL;
+  }
+  *nbytes = o.len;
+  if (!o.p) return calloc(1, 1);   /* no rows: an empty buffer */
+  return o.p;
 }
 
 void sv_write_error(js_out *o, const char *msg) {

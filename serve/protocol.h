@@ -12,6 +12,10 @@
 #include <stdint.h>
 
 enum { SV_MAX_TENSORS = 64, SV_MAX_DIMS = 8, SV_NAME = 128, SV_NUM_DTYPES = 13 };
+/* Triton's BYTES, for outputs only (the classification extension's
+ * strings): held serialized as Triton's binary form, each element a 4-byte
+ * little-endian length and its bytes */
+enum { SV_BYTES = 64 };
 
 /* vsnprintf into e (cap bytes); returns false, for `return sv_errorf(...)` */
 bool sv_errorf(char *e, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -64,6 +68,7 @@ typedef struct sv_request {
   char out_name[SV_MAX_TENSORS][SV_NAME];
   bool out_binary[SV_MAX_TENSORS];
   sv_shm_ref out_shm[SV_MAX_TENSORS];   /* outputs to write into shared memory */
+  int32_t out_class[SV_MAX_TENSORS];    /* parameters.classification: top k; 0 none */
   bool binary_default; /* parameters.binary_data_output */
 } sv_request;
 
@@ -89,7 +94,16 @@ typedef struct sv_output {
   const void *data;
   bool binary;
   const char *shm_region;   /* non-NULL: written into this shared memory region */
+  size_t nbytes;            /* SV_BYTES: data's serialized length */
 } sv_output;
+
+/* Triton's classification extension: for each of `rows` rows of `per_row`
+ * values (dtype dt), the k largest (values descending, then indices
+ * ascending) as strings "value:index" or "value:index:label" (labels[index]
+ * when index < nlabels; value as %f for floating dtypes), serialized as
+ * SV_BYTES; k is at most per_row. NULL when out of memory. */
+char *sv_classify(const void *data, int32_t dt, int64_t rows, int64_t per_row, int32_t k,
+                  const char *const *labels, int32_t nlabels, size_t *nbytes);
 
 /* The response body: the JSON, then the binary outputs' bytes; *header_len
  * is the JSON's length when some output is binary (the

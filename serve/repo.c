@@ -21,6 +21,11 @@ struct sv_job {
   int32_t out_index[SV_MAX_TENSORS];   /* graph output of each */
   bool out_binary[SV_MAX_TENSORS];
   sv_shm_ref out_shm[SV_MAX_TENSORS];
+  int32_t out_class[SV_MAX_TENSORS];   /* classification: top k, 0 none */
+  char *cls[SV_MAX_TENSORS];           /* its strings (SV_BYTES), made by the worker */
+  size_t cls_bytes[SV_MAX_TENSORS];
+  int64_t cls_rows[SV_MAX_TENSORS];    /* 0: no batch dimension */
+  int32_t cls_k[SV_MAX_TENSORS];
   char out_name[SV_MAX_TENSORS][SV_NAME];
   sv_tensor out[SV_MAX_TENSORS];       /* results (all graph outputs) */
   int32_t ngraph_out;
@@ -224,6 +229,25 @@ static void run_batch(sv_version *v, sv_job **jobs, int32_t n) {
     of_tensor_release(ct);   /* of_contiguous returns a reference of its own */
   }
   for (int32_t i = 0; i < nout; i++) of_tensor_release(outs[i]);
+  /* the classification extension: each job's top k of each of its rows */
+  for (int32_t k = 0; ok && k < n; k++) {
+    sv_job *j = jobs[k];
+    for (int32_t i = 0; ok && i < j->nout; i++) {
+      if (!j->out_class[i]) continue;
+      int32_t gi = j->out_index[i];
+      const sv_tensor *t = &j->out[gi];
+      int64_t rws = c->max_batch_size > 0 ? j->rows : 1;
+      int64_t per = rws ? sv_numel(t->shape, t->ndim) / rws : 0;
+      j->cls_k[i] = j->out_class[i] < per ? j->out_class[i] : (int32_t)per;
+      j->cls_rows[i] = c->max_batch_size > 0 ? rws : 0;
+      j->cls[i] = sv_classify(t->data, t->dtype, rws, per, j->cls_k[i], m->labels[gi], m->nlabels[gi],
+                              &j->cls_bytes[i]);
+      if (!j->cls[i]) {
+        ok = false;
+        snprintf(why, sizeof why, "out of memory");
+      }
+    }
+  }
   int64_t t2 = now_ns();
   sv_stats *s = &v->stats;
   if (ok) {
@@ -366,6 +390,10 @@ static void version_free(sv_version *v) {
 static void model_free(sv_model *m) {
   if (!m) return;
   for (int32_t i = 0; i < m->nversions; i++) version_free(m->versions[i]);
+  for (int32_t i = 0; i < SV_MAX_TENSORS; i++) {
+    free(m->label_text[i]);
+    free(m->labels[i]);
+  }
   free(m);
 }
 
@@ -480,6 +508,44 @@ static sv_model *model_load(const sv_options *opt, const char *name, const char 
     m->auto_config = true;
   }
   snprintf(m->cfg.name, sizeof m->cfg.name, "%s", name);
+  /* the outputs' label files (classification), at most 16 MiB and 1 << 20 labels each */
+  for (int32_t i = 0; i < m->cfg.nout; i++) {
+    const char *lf = m->cfg.out[i].label_filename;
+    if (!*lf) continue;
+    char lpath[4400];
+    size_t ln = 0;
+    snprintf(lpath, sizeof lpath, "%s/%s", dir, lf);
+    char *txt = read_file(lpath, &ln, 16 << 20);
+    if (!txt) {
+      snprintf(m->reason, sizeof m->reason, "output '%s': cannot read its label_filename %.300s (a file "
+               "of at most 16 MiB)", m->cfg.out[i].name, lpath);
+      return m;
+    }
+    int32_t count = 0;
+    for (size_t k = 0; k < ln && count < (1 << 20); k++) count += txt[k] == '\n';
+    count++;
+    if (count > (1 << 20)) count = 1 << 20;
+    const char **lines = malloc(sizeof *lines * (size_t)count);
+    if (!lines) {
+      free(txt);
+      snprintf(m->reason, sizeof m->reason, "out of memory");
+      return m;
+    }
+    /* lines in place: a newline (and a CR before it) ends each; a NUL byte ends the text */
+    int32_t nl = 0;
+    char *p = txt, *end = txt + strlen(txt);
+    while (p < end && nl < count) {
+      char *q = memchr(p, '\n', (size_t)(end - p));
+      if (!q) q = end;
+      *q = 0;
+      if (q > p && q[-1] == '\r') q[-1] = 0;
+      lines[nl++] = p;
+      p = q + 1;
+    }
+    m->label_text[i] = txt;
+    m->labels[i] = lines;
+    m->nlabels[i] = nl;
+  }
   /* the version folders, newest first */
   int64_t vs[256];
   int32_t nv = 0;
@@ -724,6 +790,7 @@ sv_job *sv_infer_submit(sv_version *v, sv_request *req, char *e, size_t cap) {
       j->out_index[i] = k;
       j->out_binary[i] = req->out_binary[i];
       j->out_shm[i] = req->out_shm[i];
+      j->out_class[i] = req->out_class[i];
       snprintf(j->out_name[i], SV_NAME, "%s", req->out_name[i]);
     }
     j->nout = req->nout;
@@ -762,11 +829,20 @@ int sv_job_finish(sv_job *j, sv_shm *shm, js_out *o, size_t *header_len) {
   int status = j->status;
   *header_len = 0;
   sv_output outs[SV_MAX_TENSORS];
+  int64_t cls_shape[SV_MAX_TENSORS][2];
   for (int32_t i = 0; i < j->nout && status == 200; i++) {
     const sv_tensor *t = &j->out[j->out_index[i]];
     const sv_shm_ref *ref = &j->out_shm[i];
     outs[i] = (sv_output){j->out_name[i], t->dtype, t->ndim, t->shape, t->data, j->out_binary[i],
-                          ref->region[0] ? ref->region : NULL};
+                          ref->region[0] ? ref->region : NULL, 0};
+    if (j->cls[i]) {   /* classification: [rows, k] (or [k]) strings */
+      cls_shape[i][0] = j->cls_rows[i];
+      cls_shape[i][1] = j->cls_k[i];
+      outs[i] = (sv_output){j->out_name[i], SV_BYTES, j->cls_rows[i] ? 2 : 1,
+                            j->cls_rows[i] ? cls_shape[i] : cls_shape[i] + 1, j->cls[i], j->out_binary[i],
+                            NULL, j->cls_bytes[i]};
+      continue;
+    }
     if (!ref->region[0]) continue;
     size_t nbytes = (size_t)sv_numel(t->shape, t->ndim) * (size_t)sv_dtype_size(t->dtype);
     char msg[SV_REASON - 64];
@@ -787,6 +863,7 @@ int sv_job_finish(sv_job *j, sv_shm *shm, js_out *o, size_t *header_len) {
   for (int32_t i = 0; i < SV_MAX_TENSORS; i++) {
     sv_tensor_release(&j->in[i]);
     free(j->out[i].data);
+    free(j->cls[i]);
   }
   pthread_mutex_destroy(&j->mu);
   pthread_cond_destroy(&j->cv);

@@ -18,6 +18,7 @@ typedef struct sv_io {
   char name[SV_NAME];
   int32_t dtype, ndim;
   int64_t dims[SV_MAX_DIMS];   /* without the batch dimension when max_batch_size > 0 */
+  char label_filename[SV_NAME];   /* an output's class labels, a file in the model folder; "" none */
 } sv_io;
 
 typedef struct sv_config {
@@ -82,6 +83,10 @@ typedef struct sv_model {
   char reason[SV_REASON];
   int32_t nversions;
   sv_version *versions[SV_MAX_VERSIONS];   /* newest first */
+  /* each output's labels (its label_filename's lines), for classification */
+  char *label_text[SV_MAX_TENSORS];
+  const char **labels[SV_MAX_TENSORS];
+  int32_t nlabels[SV_MAX_TENSORS];
 } sv_model;
 
 typedef struct sv_options {

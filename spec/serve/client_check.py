@@ -3,7 +3,8 @@
 usage: client_check.py URL CASES
 CASES: lines "model input output shape(comma) infile outfile binary(0|1)"; each
 infile holds float32 values; the output is written as float32 to outfile.
-Prints the server's name, its log settings (the logging extension), each
+Prints the server's name, the MLP's top 2 classes for a fixed input (the
+classification extension), its log settings (the logging extension), each
 model's metadata and readiness, the
 ResNet's statistics (get_inference_statistics), and the MLP's max_batch_size
 after load_model with a configuration override and after a plain reload.
@@ -20,6 +21,13 @@ def main():
     c = httpclient.InferenceServerClient(url=url)
     meta = c.get_server_metadata()
     print("server", meta["name"], c.is_server_live())
+    # the classification extension: the top 2 of each row as binary BYTES
+    xc = (np.arange(32, dtype=np.float32).reshape(2, 16) - 10) / 7
+    i = httpclient.InferInput("x", [2, 16], "FP32")
+    i.set_data_from_numpy(xc)
+    o = httpclient.InferRequestedOutput("y", binary_data=True, class_count=2)
+    top = c.infer("mlp_cls", [i], outputs=[o]).as_numpy("y")
+    print("classes", list(top.shape), " ".join(s.decode() for s in top.flatten()))
     # the logging extension: update_log_settings answers the settings after it
     s = c.update_log_settings({"log_verbose_level": 1})
     print("log verbose", s["log_verbose_level"], c.get_log_settings()["log_format"])

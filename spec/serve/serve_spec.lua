@@ -162,6 +162,18 @@ describe('flow-serve', function()
     mkdirs('mlp_split/1')
     os.execute(('cp %s/mlp/2/model.ofg %s/mlp_split/1/'):format(repo, repo))
     write(repo .. '/mlp_split/config.json', json.encode(cfg))
+    -- the MLP's classes (the classification extension): 3 labels for its 4
+    -- outputs (CRLF and LF lines); a folder whose label file is missing
+    cfg.name, cfg.dynamic_batching = 'mlp_cls', nil
+    cfg.output[1].label_filename = 'labels.txt'
+    mkdirs('mlp_cls/1', 'cls_nolabels/1')
+    os.execute(('cp %s/mlp/2/model.ofg %s/mlp_cls/1/ && cp %s/mlp/2/model.ofg %s/cls_nolabels/1/')
+               :format(repo, repo, repo, repo))
+    write(repo .. '/mlp_cls/config.json', json.encode(cfg))
+    write(repo .. '/mlp_cls/labels.txt', 'zero\r\none\ntwo\n')
+    cfg.name = 'cls_nolabels'
+    write(repo .. '/cls_nolabels/config.json', json.encode(cfg))
+    cfg.output[1].label_filename = nil
     -- ResNet-18 (flowvision, random init) on 64x64 images, batch 1 and 2
     flow.manual_seed(5)
     gr = compiled(require('flowvision.models').resnet18(), function(b) return {b, 3, 64, 64} end,
@@ -272,11 +284,61 @@ describe('flow-serve', function()
     assert.are.same({['mlp/1'] = 'READY', ['mlp/2'] = 'READY', ['mlp_batched/1'] = 'READY',
                      ['mlp_split/1'] = 'READY', ['mlp_auto/1'] = 'READY', ['resnet/1'] = 'READY',
                      ['resnet_int8/1'] = 'READY', ['mlp_dyn/1'] = 'READY', ['bert_int8/1'] = 'READY',
-                     ['pair/1'] = 'READY', ['same/1'] = 'READY',
+                     ['pair/1'] = 'READY', ['same/1'] = 'READY', ['mlp_cls/1'] = 'READY',
+                     ['cls_nolabels/'] = 'UNAVAILABLE',
                      ['no_graph/1'] = 'UNAVAILABLE',
                      ['bad_config/'] = 'UNAVAILABLE', ['mlp_half/1'] = 'READY',
                      ['mlp_bf16/1'] = 'READY', ['t_int16/1'] = 'READY', ['t_uint8/1'] = 'READY',
                      ['t_uint16/1'] = 'READY', ['t_uint32/1'] = 'READY', ['t_uint64/1'] = 'READY'}, states)
+  end)
+
+  it('answers an output\'s top classes with their labels (the classification extension)', function()
+    local x = flow.randn(2, 16)
+    local y = g2(x)
+    -- Triton's strings: value (%f), index (0-based) and the label of that index
+    local labels = {'zero', 'one', 'two'}
+    local function top(k)
+      local want = {}
+      for r = 1, 2 do
+        local row = y[r]:totable()
+        local idx = {}
+        for i = 1, #row do idx[i] = i end
+        table.sort(idx, function(a, b) if row[a] ~= row[b] then return row[a] > row[b] end return a < b end)
+        for q = 1, math.min(k, #row) do
+          local s = ('%f:%d'):format(row[idx[q]], idx[q] - 1)
+          want[#want + 1] = labels[idx[q]] and (s .. ':' .. labels[idx[q]]) or s
+        end
+      end
+      return want
+    end
+    local function ask(k, extra)
+      local body = {inputs = {{name = 'x', shape = {2, 16}, datatype = 'FP32', data = flat(x)}},
+                    outputs = {{name = 'y', parameters = {classification = k}}}}
+      for key, v in pairs(extra or {}) do body.outputs[1].parameters[key] = v end
+      return req('POST', '/v2/models/mlp_cls/infer', json.encode(body))
+    end
+    for _, k in ipairs({1, 3, 10}) do   -- 10: all 4
+      local r = ask(k)
+      assert.are.equal(200, r[1], r[2])
+      local out = json.decode(r[2]).outputs[1]
+      assert.are.equal('BYTES', out.datatype)
+      assert.are.same({2, math.min(k, 4)}, out.shape)
+      assert.are.same(top(k), out.data)
+    end
+    -- the configuration names the file; bad requests and configurations
+    assert.are.equal('labels.txt', json.decode(select(2, http('GET', '/v2/models/mlp_cls/config'))).output[1]
+                     .label_filename)
+    check_error(ask(0), 400, 'classification must be an integer in 1..')
+    check_error(ask(2, {shared_memory_region = 'r', shared_memory_byte_size = 64}), 400,
+                'cannot go to shared memory')
+    check_error(req('GET', '/v2/models/cls_nolabels/ready'), 400, 'cannot read its label_filename')
+    check_error(req('POST', '/v2/repository/models/mlp_cls/load', json.encode({parameters = {config = json.encode({
+      name = 'mlp_cls', max_batch_size = 4, input = {{name = 'x', data_type = 'TYPE_FP32', dims = {16}}},
+      output = {{name = 'y', data_type = 'TYPE_FP32', dims = {4}, label_filename = '../mlp/config.json'}}})}})),
+      400, 'label_filename must name a file in the model')
+    -- the folder's own config again
+    assert.are.equal(200, http('POST', '/v2/repository/models/mlp_cls/load'))
+    assert.is_truthy(select(2, http('GET', '/v2')):find('"classification"', 1, true))
   end)
 
   it('serves a saved int8 graph (a quantized ResNet-18): outputs equal the in-process graph exactly', function()
@@ -601,6 +663,19 @@ describe('flow-serve', function()
     local out = sh(('%s spec/serve/client_check.py 127.0.0.1:%s %s/cases 2>&1'):format(py, port, dir))
     assert.is_truthy(out:find('server flow-serve True', 1, true), out)
     assert.is_truthy(out:find('log verbose 1 default', 1, true), out)
+    -- the classes the client read from binary BYTES: g2 of its input, top 2 a row
+    local yc = g2((flow.arange(0, 32):view(2, 16) - 10) / 7)
+    local classes = {}
+    for r = 1, 2 do
+      local row = yc[r]:totable()
+      local idx = {1, 2, 3, 4}
+      table.sort(idx, function(a, b) if row[a] ~= row[b] then return row[a] > row[b] end return a < b end)
+      for q = 1, 2 do
+        local lab = ({'zero', 'one', 'two'})[idx[q]]
+        classes[#classes + 1] = ('%f:%d'):format(row[idx[q]], idx[q] - 1) .. (lab and (':' .. lab) or '')
+      end
+    end
+    assert.is_truthy(out:find('classes [2, 2] ' .. table.concat(classes, ' '), 1, true), out)
     assert.is_truthy(out:find('"name": "resnet"', 1, true), out)
     -- get_inference_statistics: the client's two inferences of the ResNet counted
     assert.is_truthy(out:find('stats resnet 1 2 2', 1, true), out)

@@ -72,11 +72,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sv_block_release(blk);
   if (!parsed) return 0;
   sv_output outs[SV_MAX_TENSORS];
-  for (int32_t i = 0; i < r.nin; i++)
+  char *cls[SV_MAX_TENSORS] = {0};
+  int64_t cls_shape[SV_MAX_TENSORS][2];
+  static const char *const labels[] = {"zero", "", "two:with:colons"};
+  for (int32_t i = 0; i < r.nin; i++) {
     /* an input in shared memory has no data here: it answers as a
      * shared memory output (parameters, no bytes) */
     outs[i] = (sv_output){r.in[i].name, r.in[i].dtype, r.in[i].ndim, r.in[i].shape, r.in[i].data, i % 2 == 1,
-                          r.in[i].shm.region[0] ? r.in[i].shm.region : NULL};
+                          r.in[i].shm.region[0] ? r.in[i].shm.region : NULL, 0};
+    /* every third input with data answers as a classification of its
+     * values, the top (request's first output's class count or 2) of each
+     * of its first dim's rows */
+    int64_t numel = sv_numel(r.in[i].shape, r.in[i].ndim);
+    if (i % 3 == 2 && r.in[i].data && r.in[i].ndim >= 1 && r.in[i].shape[0] > 0 && numel <= (1 << 16)) {
+      int64_t rows = r.in[i].shape[0], per = numel / rows;
+      int32_t k = r.nout > 0 && r.out_class[0] ? r.out_class[0] : 2;
+      if (k > per) k = (int32_t)per;
+      size_t nb = 0;
+      cls[i] = sv_classify(r.in[i].data, r.in[i].dtype, rows, per, k, labels, 3, &nb);
+      if (!cls[i]) abort();
+      cls_shape[i][0] = rows;
+      cls_shape[i][1] = k;
+      outs[i] = (sv_output){r.in[i].name, SV_BYTES, 2, cls_shape[i], cls[i], i % 2 == 1, NULL, nb};
+    }
+  }
   js_out o = {0};
   size_t hl = 0;
   if (sv_write_response(&o, "m", "1", r.id, outs, r.nin, &hl)) {
@@ -85,6 +104,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     js_free(&d);
   }
   jo_free(&o);
+  for (int32_t i = 0; i < r.nin; i++) free(cls[i]);
   sv_request_free(&r);
   return 0;
 }
