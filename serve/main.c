@@ -8,6 +8,7 @@
  * flow-serve --model-repository DIR [--http-port 8000] [--threads N] ... */
 #include "repo.h"
 #include "log.h"
+#include "trace.h"
 #include <microhttpd.h>
 #include <arpa/inet.h>
 #include <errno.h>
@@ -132,6 +133,10 @@ static enum MHD_Result infer(server *sv, struct MHD_Connection *c, const char *m
     if (x <= 0) return error(c, 400, "bad Inference-Header-Content-Length '%.40s'", hl);
     header_len = (size_t)x;
   }
+  sv_job_trace tr = {{0}, ""};
+  bool traced = sv_trace_sample();
+  tr.ts[SV_TRACE_RECV] = rc->t0;
+  tr.ts[SV_TRACE_REQUEST] = mono_ns();
   pthread_mutex_lock(&sv->repo.mu);
   bool known = sv_repo_find(&sv->repo, model) != NULL;
   pthread_mutex_unlock(&sv->repo.mu);
@@ -206,7 +211,13 @@ static enum MHD_Result infer(server *sv, struct MHD_Connection *c, const char *m
   if (!j) return error(c, status, "%s", err);
   js_out o = {0};
   size_t out_header = 0;
-  status = sv_job_finish(j, &sv->shm, &o, &out_header);
+  char request_id[SV_NAME];
+  snprintf(request_id, sizeof request_id, "%s", req.id);
+  status = sv_job_finish(j, &sv->shm, &o, &out_header, traced ? &tr : NULL);
+  if (traced) {
+    tr.ts[SV_TRACE_REQUEST_END] = mono_ns();
+    sv_trace_record(model, tr.version, request_id, tr.ts);
+  }
   /* v stays valid: unloading joins the workers, and this request's worker
    * is done with it; the counters are read under the repo lock */
   pthread_mutex_lock(&sv->repo.mu);
@@ -245,7 +256,20 @@ static enum MHD_Result route(server *sv, struct MHD_Connection *c, const char *u
   if (n == 1 && get) {
     jo_fmt(&o, "{\"name\":\"flow-serve\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\","
            "\"model_repository\",\"model_configuration\",\"statistics\",\"system_shared_memory\","
-           "\"logging\",\"classification\"]}", FLOW_SERVE_VERSION);
+           "\"logging\",\"classification\",\"trace\"]}", FLOW_SERVE_VERSION);
+    return reply(c, 200, &o, 0, NULL);
+  }
+  /* the trace extension: global settings; a model's own are refused */
+  if ((n == 3 && strcmp(p[1], "trace") == 0 && strcmp(p[2], "setting") == 0) ||
+      (n == 5 && strcmp(p[1], "models") == 0 && strcmp(p[3], "trace") == 0 && strcmp(p[4], "setting") == 0)) {
+    if (!get && !post) return error(c, 405, "trace setting takes GET or POST");
+    if (n == 5 && post)
+      return error(c, 400, "trace settings are the server's only (POST v2/trace/setting), not per model");
+    if (post) {
+      char err[512];
+      if (!sv_trace_update(rc->body, rc->len, err, sizeof err)) return error(c, 400, "%s", err);
+    }
+    sv_trace_settings(&o);
     return reply(c, 200, &o, 0, NULL);
   }
   if (n == 2 && strcmp(p[1], "logging") == 0) {   /* the logging extension */
@@ -270,7 +294,21 @@ static enum MHD_Result route(server *sv, struct MHD_Connection *c, const char *u
     }
   }
   if (n == 3 && strcmp(p[1], "repository") == 0 && strcmp(p[2], "index") == 0 && post) {
-    sv_repo_index(&sv->repo, &o);
+    /* an optional body {"ready": true}: the ready versions only (Triton's) */
+    bool ready_only = false;
+    if (rc->body && rc->len) {
+      js_doc d;
+      bool ok = js_parse(&d, rc->body, rc->len, 64);
+      const js_val *root = ok ? js_root(&d) : NULL;
+      ok = root && root->type == JS_OBJ;
+      for (const js_val *k = ok ? js_first(&d, root) : NULL; k && ok; k = js_next(&d, k)) {
+        ok = strcmp(k->key, "ready") == 0 && k->type == JS_BOOL;
+        if (ok) ready_only = k->b;
+      }
+      js_free(&d);
+      if (!ok) return error(c, 400, "repository index: the body must be {} or {\"ready\": true|false}");
+    }
+    sv_repo_index(&sv->repo, ready_only, &o);
     return reply(c, 200, &o, 0, NULL);
   }
   if (n == 5 && strcmp(p[1], "repository") == 0 && strcmp(p[2], "models") == 0 && post) {
@@ -522,7 +560,12 @@ static void usage(FILE *f) {
           "  --log-file PATH        append the log to PATH (default: stderr)\n"
           "  --log-info B, --log-warning B, --log-error B   log those levels (default true)\n"
           "  --log-verbose N        1: a line a request, 2: and 4xx errors (default 0)\n"
-          "  --log-format F         default or ISO8601 (GET/POST /v2/logging changes these)\n");
+          "  --log-format F         default or ISO8601 (GET/POST /v2/logging changes these)\n"
+          "  --trace-file PATH      where request traces go (the trace extension)\n"
+          "  --trace-level L        OFF or TIMESTAMPS (default OFF)\n"
+          "  --trace-rate N, --trace-count N, --trace-log-frequency N\n"
+          "                         trace 1 request in N (1000); at most N traces (-1: no limit);\n"
+          "                         write every N traces to FILE.<k> (0: FILE, at exit)\n");
 }
 
 /* OpenMP's threads spin up to 300000 pauses for the next parallel region
@@ -588,6 +631,7 @@ int main(int argc, char **argv) {
       allow_shm = !strcmp(val, "true");
     else if (!strcmp(a, "--log-file")) log_file = val;
     else if (!strncmp(a, "--log-", 6) && sv_log_option(a, val)) continue;
+    else if (!strncmp(a, "--trace-", 8) && sv_trace_option(a, val)) continue;
     else {
       fprintf(stderr, "flow-serve: bad option %s %s\n", a, val);
       usage(stderr);
@@ -605,6 +649,10 @@ int main(int argc, char **argv) {
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, NULL);
   signal(SIGPIPE, SIG_IGN);
+  if (sv_trace_check()) {
+    fprintf(stderr, "flow-serve: %s\n", sv_trace_check());
+    return 2;
+  }
   if (!sv_log_open(log_file)) {
     fprintf(stderr, "flow-serve: cannot open --log-file %s: %s\n", log_file, strerror(errno));
     return 1;
@@ -653,6 +701,7 @@ int main(int argc, char **argv) {
   MHD_stop_daemon(d);
   sv_repo_close(&sv.repo);
   sv_shm_close(&sv.shm);
+  sv_trace_flush();
   sv_log_close();
   printf("flow-serve: %s: stopped (%d requests unfinished)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", left);
   return 0;

@@ -31,6 +31,7 @@ struct sv_job {
   int32_t ngraph_out;
   char model[SV_NAME], version[32], id[SV_NAME];
   int64_t t_enqueue, t_start, t_end;   /* ns */
+  int64_t t_in, t_infer_end, t_out_end;   /* the batch's input copy began, its graph ended, outputs copied */
   int status;                          /* HTTP status when done */
   char error[SV_REASON];
   bool done;
@@ -249,6 +250,11 @@ static void run_batch(sv_version *v, sv_job **jobs, int32_t n) {
     }
   }
   int64_t t2 = now_ns();
+  for (int32_t k = 0; k < n; k++) {
+    jobs[k]->t_in = t_in;
+    jobs[k]->t_infer_end = t1;
+    jobs[k]->t_out_end = t2;
+  }
   sv_stats *s = &v->stats;
   if (ok) {
     int32_t b = rows < 256 ? (int32_t)rows : 256;
@@ -822,10 +828,18 @@ bad:
   return NULL;
 }
 
-int sv_job_finish(sv_job *j, sv_shm *shm, js_out *o, size_t *header_len) {
+int sv_job_finish(sv_job *j, sv_shm *shm, js_out *o, size_t *header_len, sv_job_trace *trace) {
   pthread_mutex_lock(&j->mu);
   while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
   pthread_mutex_unlock(&j->mu);
+  if (trace) {
+    trace->ts[SV_TRACE_QUEUE] = j->t_enqueue;
+    trace->ts[SV_TRACE_COMPUTE] = j->t_in;
+    trace->ts[SV_TRACE_INPUT_END] = j->t_start;
+    trace->ts[SV_TRACE_OUTPUT_START] = j->t_infer_end;
+    trace->ts[SV_TRACE_COMPUTE_END] = j->t_out_end;
+    snprintf(trace->version, sizeof trace->version, "%s", j->version);
+  }
   int status = j->status;
   *header_len = 0;
   sv_output outs[SV_MAX_TENSORS];
@@ -876,7 +890,7 @@ static const char *state_name(int32_t s) {
   return s == SV_READY ? "READY" : s == SV_LOADING ? "LOADING" : s == SV_UNLOADING ? "UNLOADING" : "UNAVAILABLE";
 }
 
-void sv_repo_index(sv_repo *r, js_out *o) {
+void sv_repo_index(sv_repo *r, bool ready_only, js_out *o) {
   pthread_mutex_lock(&r->mu);
   JO_LIT(o, "[");
   bool first = true;
@@ -884,6 +898,7 @@ void sv_repo_index(sv_repo *r, js_out *o) {
     const sv_model *m = r->models[i];
     for (int32_t k = 0; k < (m->nversions ? m->nversions : 1); k++) {
       const sv_version *v = m->nversions ? m->versions[k] : NULL;
+      if (ready_only && (!v || v->state != SV_READY)) continue;
       if (!first) JO_LIT(o, ",");
       first = false;
       JO_LIT(o, "{\"name\":");

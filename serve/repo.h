@@ -8,6 +8,7 @@
 #define FLOW_SERVE_REPO_H
 #include "protocol.h"
 #include "shm.h"
+#include "trace.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <oneflow/oneflow.h>
@@ -127,13 +128,21 @@ bool sv_model_ready(const sv_model *m);
 sv_job *sv_infer_submit(sv_version *v, sv_request *req, char *err, size_t cap);
 /* Waits for the job; copies the outputs requested in shared memory into
  * their regions of shm, writes the response (or error) into o and returns
- * the HTTP status; *header_len as sv_write_response. Frees the job. */
-int sv_job_finish(sv_job *j, sv_shm *shm, js_out *o, size_t *header_len);
+ * the HTTP status; *header_len as sv_write_response; fills trace when not
+ * NULL. Frees the job. */
+/* what a trace records of a finished job (trace.h): its timestamps from
+ * QUEUE_START to COMPUTE_END and the version that ran it */
+typedef struct sv_job_trace {
+  int64_t ts[SV_TRACE_N];
+  char version[32];
+} sv_job_trace;
+int sv_job_finish(sv_job *j, sv_shm *shm, js_out *o, size_t *header_len, sv_job_trace *trace);
 
 void sv_repo_metrics(sv_repo *r, js_out *o);
 /* The statistics extension's {"model_stats": [...]}: every version of every
  * model (m NULL), of one model (v NULL), or one version. Caller holds r->mu. */
 void sv_repo_stats(sv_repo *r, sv_model *m, sv_version *v, js_out *o);
-void sv_repo_index(sv_repo *r, js_out *o);
+/* POST v2/repository/index: every model version (ready_only: the READY ones) */
+void sv_repo_index(sv_repo *r, bool ready_only, js_out *o);
 void sv_model_metadata(sv_model *m, sv_version *v, js_out *o);
 #endif

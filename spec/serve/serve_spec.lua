@@ -290,6 +290,19 @@ describe('flow-serve', function()
                      ['bad_config/'] = 'UNAVAILABLE', ['mlp_half/1'] = 'READY',
                      ['mlp_bf16/1'] = 'READY', ['t_int16/1'] = 'READY', ['t_uint8/1'] = 'READY',
                      ['t_uint16/1'] = 'READY', ['t_uint32/1'] = 'READY', ['t_uint64/1'] = 'READY'}, states)
+    -- {"ready": true}: the ready versions only
+    code, body = http('POST', '/v2/repository/index', '{"ready": true}')
+    assert.are.equal(200, code, body)
+    local ready = {}
+    for _, e in ipairs(json.decode(body)) do
+      assert.are.equal('READY', e.state)
+      ready[#ready + 1] = e.name
+    end
+    local n_ready = 0
+    for _, st in pairs(states) do n_ready = n_ready + (st == 'READY' and 1 or 0) end
+    assert.are.equal(n_ready, #ready)
+    check_error(req('POST', '/v2/repository/index', '{"ready": 1}'), 400, '{"ready": true|false}')
+    check_error(req('POST', '/v2/repository/index', '{"state": "READY"}'), 400, 'the body must be')
   end)
 
   it('answers an output\'s top classes with their labels (the classification extension)', function()
@@ -858,6 +871,59 @@ describe('flow-serve', function()
     assert.are.equal(200, code, body)
     assert.is_truthy(body:find('"logging"', 1, true) == nil)
     assert.is_truthy(select(2, http('GET', '/v2')):find('"logging"', 1, true))
+  end)
+
+  it('traces requests to a file (the trace extension): rate, count, log frequency, refused settings', function()
+    local code, body = http('GET', '/v2/trace/setting')
+    assert.are.equal(200, code, body)
+    assert.are.same({trace_file = '', trace_level = {'OFF'}, trace_rate = '1000', trace_count = '-1',
+                     log_frequency = '0'}, json.decode(body))
+    check_error(req('POST', '/v2/trace/setting', '{"trace_level": ["TIMESTAMPS"]}'), 400, 'needs a trace file')
+    check_error(req('POST', '/v2/trace/setting', '{"trace_file": "/tmp/t.json"}'), 400, 'command line only')
+    check_error(req('POST', '/v2/trace/setting', '{"trace_level": ["TENSORS"]}'), 400, 'TENSORS is not supported')
+    check_error(req('POST', '/v2/trace/setting', '{"trace_rate": "0"}'), 400, 'positive integer')
+    check_error(req('POST', '/v2/trace/setting', '{"rate": 1}'), 400, "unknown setting 'rate'")
+    check_error(req('POST', '/v2/models/mlp/trace/setting', '{"trace_rate": "1"}'), 400, 'not per model')
+    assert.are.equal('OFF', json.decode(select(2, http('GET', '/v2/models/mlp/trace/setting'))).trace_level[1])
+    assert.is_truthy(select(2, http('GET', '/v2')):find('"trace"', 1, true))
+    -- a server that traces every second request, at most 3, two a file
+    local repo3 = dir .. '/repo_trace'
+    os.execute(('mkdir -p %s && cp -r %s/mlp %s/'):format(repo3, repo, repo3))
+    local tf = dir .. '/trace.json'
+    local opts = ('--trace-file %s --trace-level TIMESTAMPS --trace-rate 2 --trace-count 3 '
+                  .. '--trace-log-frequency 2'):format(tf)
+    local pid3, port3 = start(repo3, dir .. '/log_trace', opts)
+    finally(function() os.execute('kill -9 ' .. pid3 .. ' 2>/dev/null') end)
+    local x = flow.randn(1, 16)
+    for k = 0, 7 do
+      write(dir .. '/treq', json.encode({id = 'r' .. k, inputs = {{name = 'x', shape = {1, 16}, datatype = 'FP32',
+                                                                   data = flat(x)}}}))
+      assert.are.equal('200', sh(("curl -s -o /dev/null -w '%%{http_code}' --data-binary @%s/treq "
+                                  .. "http://127.0.0.1:%s/v2/models/mlp/infer"):format(dir, port3)))
+    end
+    local first = json.decode(read(tf .. '.0'))
+    assert.are.same({'r0', 'r2'}, {first[1].request_id, first[2].request_id})
+    assert.is_nil(read(tf .. '.1'))   -- the third waits for a second one, or the exit
+    os.execute('kill -TERM ' .. pid3)
+    for _ = 1, 100 do
+      if (read(dir .. '/log_trace') or ''):find('stopped', 1, true) then break end
+      os.execute('sleep 0.1')
+    end
+    local second = json.decode(read(tf .. '.1'))
+    assert.are.equal(1, #second)
+    assert.are.equal('r4', second[1].request_id)
+    -- Triton's timestamps, in order of time
+    local t = first[1]
+    assert.are.equal('mlp', t.model_name)
+    assert.are.equal(2, t.model_version)
+    local names, last = {}, 0
+    for i, ts in ipairs(t.timestamps) do
+      names[i] = ts.name
+      assert.is_true(ts.ns >= last, ts.name)
+      last = ts.ns
+    end
+    assert.are.same({'HTTP_RECV_START', 'REQUEST_START', 'QUEUE_START', 'COMPUTE_START', 'COMPUTE_INPUT_END',
+                     'COMPUTE_OUTPUT_START', 'COMPUTE_END', 'REQUEST_END'}, names)
   end)
 
   it('drains and exits cleanly on SIGTERM', function()
