@@ -121,6 +121,17 @@ static int64_t parse_version(const char *s) {
   return strtoll(s, NULL, 10);
 }
 
+/* a bad inference request: counted as the model version's failure, 400 */
+static enum MHD_Result refused(server *sv, struct MHD_Connection *c, const char *model, int64_t ver,
+                               const char *err) {
+  pthread_mutex_lock(&sv->repo.mu);
+  sv_model *m = sv_repo_find(&sv->repo, model);
+  sv_version *v = m ? sv_model_version(m, ver) : NULL;
+  if (v) v->stats.failure++;
+  pthread_mutex_unlock(&sv->repo.mu);
+  return error(c, 400, "%s", err);
+}
+
 static enum MHD_Result infer(server *sv, struct MHD_Connection *c, const char *model, int64_t ver,
                              const req_ctx *rc) {
   const char *enc = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
@@ -144,14 +155,8 @@ static enum MHD_Result infer(server *sv, struct MHD_Connection *c, const char *m
   sv_request req;
   char err[1024];
   if (!sv_parse_request(rc->body ? rc->body : "", rc->len, header_len, sv->repo.opt.max_json_values,
-                        rc->blk, &req, err, sizeof err)) {
-    pthread_mutex_lock(&sv->repo.mu);
-    sv_model *m = sv_repo_find(&sv->repo, model);
-    sv_version *v = m ? sv_model_version(m, ver) : NULL;
-    if (v) v->stats.failure++;
-    pthread_mutex_unlock(&sv->repo.mu);
-    return error(c, 400, "%s", err);
-  }
+                        rc->blk, &req, err, sizeof err))
+    return refused(sv, c, model, ver, err);
   /* inputs in shared memory are copied in now, outputs' regions checked
    * before the graph runs (their bytes are copied out by sv_job_finish) */
   bool shm_ok = true;
@@ -178,12 +183,7 @@ static enum MHD_Result infer(server *sv, struct MHD_Connection *c, const char *m
   }
   if (!shm_ok) {
     sv_request_free(&req);
-    pthread_mutex_lock(&sv->repo.mu);
-    sv_model *m = sv_repo_find(&sv->repo, model);
-    sv_version *v = m ? sv_model_version(m, ver) : NULL;
-    if (v) v->stats.failure++;
-    pthread_mutex_unlock(&sv->repo.mu);
-    return error(c, 400, "%s", err);
+    return refused(sv, c, model, ver, err);
   }
   int64_t t0;
   {

@@ -87,6 +87,18 @@ describe('flow-serve', function()
     return json.encode({inputs = {{name = name, shape = shape, datatype = dtype or 'FP32', data = data}}})
   end
   local function req(...) return {http(...)} end
+  -- the tritonclient venv's python when it imports module (made by
+  -- spec/serve/setup_tritonclient.sh, which .ci/run calls; not here: without
+  -- PyPI, pip would retry for minutes); nil, the test pending, without it
+  local function tritonclient_python(module)
+    local py = os.getenv('TRITONCLIENT_PYTHON') or ((os.getenv('XDG_CACHE_HOME') or
+               (os.getenv('HOME') .. '/.cache')) .. '/oneflow/tritonclient-venv/bin/python')
+    if os.execute(py .. (" -c 'import %s' 2>/dev/null"):format(module)) ~= 0 then
+      pending('tritonclient[http] cannot be installed (no PyPI?): run spec/serve/setup_tritonclient.sh')
+      return nil
+    end
+    return py
+  end
   -- flow-serve over root (log: its output; extra: more arguments): its pid and port
   local function start(root, log, extra)
     local p = tonumber(sh(('env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY %s --model-repository %s --http-port 0 '
@@ -656,14 +668,8 @@ describe('flow-serve', function()
   end)
 
   it('serves tritonclient: JSON and binary inference on the MLP and ResNet-18', function()
-    -- made by spec/serve/setup_tritonclient.sh (.ci/run calls it); not here:
-    -- without PyPI, pip would retry for minutes
-    local py = os.getenv('TRITONCLIENT_PYTHON') or ((os.getenv('XDG_CACHE_HOME') or
-               (os.getenv('HOME') .. '/.cache')) .. '/oneflow/tritonclient-venv/bin/python')
-    if os.execute(py .. " -c 'import tritonclient.http' 2>/dev/null") ~= 0 then
-      pending('tritonclient[http] cannot be installed (no PyPI?): run spec/serve/setup_tritonclient.sh')
-      return
-    end
+    local py = tritonclient_python('tritonclient.http')
+    if not py then return end
     local x, xr = flow.randn(2, 16), flow.randn(1, 3, 64, 64)
     write(dir .. '/x.bin', bytes(x))
     write(dir .. '/xr.bin', bytes(xr))
@@ -814,12 +820,8 @@ describe('flow-serve', function()
     -- the file may be named again, not changed
     assert.are.equal(200, http('POST', '/v2/logging', json.encode({log_file = shm_log})))
     -- NVIDIA's client: tritonclient.utils.shared_memory makes the regions
-    local py = os.getenv('TRITONCLIENT_PYTHON') or ((os.getenv('XDG_CACHE_HOME') or
-               (os.getenv('HOME') .. '/.cache')) .. '/oneflow/tritonclient-venv/bin/python')
-    if os.execute(py .. " -c 'import tritonclient.utils.shared_memory' 2>/dev/null") ~= 0 then
-      pending('tritonclient[http] cannot be installed (no PyPI?): run spec/serve/setup_tritonclient.sh')
-      return
-    end
+    local py = tritonclient_python('tritonclient.utils.shared_memory')
+    if not py then return end
     write(dir .. '/xs.bin', bytes(x))
     local pout = sh(('%s spec/serve/shm_check.py 127.0.0.1:%s mlp x y 2,16 32 %s/xs.bin %s/ys.bin 2>&1')
                     :format(py, port2, dir, dir))
@@ -854,12 +856,14 @@ describe('flow-serve', function()
                               .. '0 bytes in, %d+ out, [%d.]+ ms: {"error":"unknown model \'no_such_model\'"}'), log)
     assert.is_truthy(log:find('GET /v2/health/live 200, 0 bytes in, 0 out', 1, true), log)
     -- bad settings are refused and change nothing
-    check_error(req('POST', '/v2/logging', '{"log_verbose_level": 0, "log_format": "xml"}'), 400, 'log_format must be')
-    check_error(req('POST', '/v2/logging', '{"log_file": "/tmp/x"}'), 400, 'command line only')
-    check_error(req('POST', '/v2/logging', '{"verbose": 1}'), 400, "unknown setting 'verbose'")
-    check_error(req('POST', '/v2/logging', '{"log_info": "yes"}'), 400, 'log_info must be true or false')
-    check_error(req('POST', '/v2/logging', '{"log_verbose_level": -1}'), 400, 'non-negative integer')
-    check_error(req('POST', '/v2/logging', '[1]'), 400, 'an object of settings')
+    for _, bad in ipairs({{'{"log_verbose_level": 0, "log_format": "xml"}', 'log_format must be'},
+                          {'{"log_file": "/tmp/x"}', 'command line only'},
+                          {'{"verbose": 1}', "unknown setting 'verbose'"},
+                          {'{"log_info": "yes"}', 'log_info must be true or false'},
+                          {'{"log_verbose_level": -1}', 'non-negative integer'},
+                          {'[1]', 'an object of settings'}}) do
+      check_error(req('POST', '/v2/logging', bad[1]), 400, bad[2])
+    end
     check_error(req('PUT', '/v2/logging'), 405, 'GET or POST')
     assert.are.equal(2, json.decode(select(2, http('GET', '/v2/logging'))).log_verbose_level)
     -- log_info false silences verbose lines too (they are INFO lines)
@@ -878,11 +882,13 @@ describe('flow-serve', function()
     assert.are.equal(200, code, body)
     assert.are.same({trace_file = '', trace_level = {'OFF'}, trace_rate = '1000', trace_count = '-1',
                      log_frequency = '0'}, json.decode(body))
-    check_error(req('POST', '/v2/trace/setting', '{"trace_level": ["TIMESTAMPS"]}'), 400, 'needs a trace file')
-    check_error(req('POST', '/v2/trace/setting', '{"trace_file": "/tmp/t.json"}'), 400, 'command line only')
-    check_error(req('POST', '/v2/trace/setting', '{"trace_level": ["TENSORS"]}'), 400, 'TENSORS is not supported')
-    check_error(req('POST', '/v2/trace/setting', '{"trace_rate": "0"}'), 400, 'positive integer')
-    check_error(req('POST', '/v2/trace/setting', '{"rate": 1}'), 400, "unknown setting 'rate'")
+    for _, bad in ipairs({{'{"trace_level": ["TIMESTAMPS"]}', 'needs a trace file'},
+                          {'{"trace_file": "/tmp/t.json"}', 'command line only'},
+                          {'{"trace_level": ["TENSORS"]}', 'TENSORS is not supported'},
+                          {'{"trace_rate": "0"}', 'positive integer'},
+                          {'{"rate": 1}', "unknown setting 'rate'"}}) do
+      check_error(req('POST', '/v2/trace/setting', bad[1]), 400, bad[2])
+    end
     check_error(req('POST', '/v2/models/mlp/trace/setting', '{"trace_rate": "1"}'), 400, 'not per model')
     assert.are.equal('OFF', json.decode(select(2, http('GET', '/v2/models/mlp/trace/setting'))).trace_level[1])
     assert.is_truthy(select(2, http('GET', '/v2')):find('"trace"', 1, true))

@@ -42,7 +42,7 @@ make -s -C "$OUT" -f objs.mk -j "$JOBS" liboneflow_fuzz.a
 LIBS="-lopenblas -ljpeg -lpng -lz -lm -ldl -lpthread"
 # fuzz_serve: flow-serve's request/JSON/config parsers (serve/), which it
 # compiles itself
-SERVE_SRCS="$ROOT/serve/json.c $ROOT/serve/protocol.c $ROOT/serve/config.c $ROOT/serve/log.c"
+SERVE_SRCS="$ROOT/serve/json.c $ROOT/serve/protocol.c $ROOT/serve/config.c $ROOT/serve/log.c $ROOT/serve/trace.c"
 for h in "$ROOT"/tools/fuzz/fuzz_*.c; do
   name=$(basename "$h" .c)
   extra=""

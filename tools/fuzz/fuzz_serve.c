@@ -6,6 +6,7 @@
  *      are the JSON header's length (Inference-Header-Content-Length)
  *   2: a model's config.json
  *   3: a POST /v2/logging body (serve/log.c)
+ *   4: a POST /v2/trace/setting body (serve/trace.c)
  * A request that parses is written back as a response (its inputs as
  * outputs, alternately JSON and binary) so that the writer sees what the
  * parser accepts; a config that parses is written back too.
@@ -14,6 +15,7 @@
 #include "../../serve/protocol.h"
 #include "../../serve/repo.h"
 #include "../../serve/log.h"
+#include "../../serve/trace.h"
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +25,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
-  int mode = data[0] % 4;
+  int mode = data[0] % 5;
   const char *body = (const char *)data + 1;
   size_t n = size - 1, header = 0;
   char err[1024];
@@ -33,11 +35,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     body += 2;
     n -= 2;
   }
-  if (mode == 3) {
+  if (mode == 3 || mode == 4) {
     char e[512];
-    sv_log_update(body, n, e, sizeof e);
+    if (mode == 3) sv_log_update(body, n, e, sizeof e);
+    else sv_trace_update(body, n, e, sizeof e);
     js_out o = {0};
-    sv_log_settings(&o);
+    if (mode == 3) sv_log_settings(&o);
+    else sv_trace_settings(&o);
     js_doc d;   /* the settings read back */
     if (!o.oom && !js_parse(&d, o.p, o.len, 0)) abort();
     js_free(&d);
