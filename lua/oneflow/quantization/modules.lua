@@ -805,6 +805,7 @@ function QEmbBase:_set_weight_bias(w)
     s32, bias = s32:to(flow.float16):to(flow.float32), bias:to(flow.float16):to(flow.float32)
   else
     rawset(self, '_weight', w)
+    rawset(self, '_packed', nil)
   end
   rawset(self, '_row_scale', s32)
   rawset(self, '_row_bias', bias)
