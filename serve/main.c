@@ -145,7 +145,7 @@ static enum MHD_Result infer(server *sv, struct MHD_Connection *c, const char *m
     header_len = (size_t)x;
   }
   sv_job_trace tr = {{0}, ""};
-  bool traced = sv_trace_sample();
+  bool traced = sv_trace_sample(model);
   tr.ts[SV_TRACE_RECV] = rc->t0;
   tr.ts[SV_TRACE_REQUEST] = mono_ns();
   pthread_mutex_lock(&sv->repo.mu);
@@ -259,17 +259,22 @@ static enum MHD_Result route(server *sv, struct MHD_Connection *c, const char *u
            "\"logging\",\"classification\",\"trace\"]}", FLOW_SERVE_VERSION);
     return reply(c, 200, &o, 0, NULL);
   }
-  /* the trace extension: global settings; a model's own are refused */
+  /* the trace extension: the server's settings, or a model's */
   if ((n == 3 && strcmp(p[1], "trace") == 0 && strcmp(p[2], "setting") == 0) ||
       (n == 5 && strcmp(p[1], "models") == 0 && strcmp(p[3], "trace") == 0 && strcmp(p[4], "setting") == 0)) {
     if (!get && !post) return error(c, 405, "trace setting takes GET or POST");
-    if (n == 5 && post)
-      return error(c, 400, "trace settings are the server's only (POST v2/trace/setting), not per model");
+    const char *model = n == 5 ? p[2] : NULL;
+    if (model) {
+      pthread_mutex_lock(&sv->repo.mu);
+      bool known = sv_repo_find(&sv->repo, model) != NULL;
+      pthread_mutex_unlock(&sv->repo.mu);
+      if (!known) return error(c, 404, "unknown model '%.128s'", model);
+    }
     if (post) {
       char err[512];
-      if (!sv_trace_update(rc->body, rc->len, err, sizeof err)) return error(c, 400, "%s", err);
+      if (!sv_trace_update(model, rc->body, rc->len, err, sizeof err)) return error(c, 400, "%s", err);
     }
-    sv_trace_settings(&o);
+    sv_trace_settings(model, &o);
     return reply(c, 200, &o, 0, NULL);
   }
   if (n == 2 && strcmp(p[1], "logging") == 0) {   /* the logging extension */

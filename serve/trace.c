@@ -10,9 +10,19 @@
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char file[1024];
-static atomic_bool on;             /* trace_level TIMESTAMPS */
-static int64_t rate = 1000, count = -1, frequency;
-static int64_t seen;               /* inference requests since tracing began */
+static int64_t frequency;
+/* the server's settings, and a model's own (Triton's per-model settings:
+ * made from the server's when first set, removed by an empty POST) */
+typedef struct {
+  char model[128];
+  bool on;                         /* trace_level TIMESTAMPS */
+  int64_t rate, count;
+  int64_t seen;                    /* inference requests since tracing began */
+} settings;
+static settings global = {"", false, 1000, -1, 0};
+static settings models[256];
+static int32_t nmodels;
+static atomic_bool any_on;         /* some settings trace: the fast path's test */
 static int64_t next_id = 1;
 static js_out buf;                 /* traces not yet written, comma-separated */
 static int64_t buffered, file_index;
@@ -64,11 +74,11 @@ bool sv_trace_option(const char *name, const char *v) {
     snprintf(file, sizeof file, "%s", v);
   } else if (!strcmp(name, "--trace-level")) {
     if (strcmp(v, "OFF") && strcmp(v, "TIMESTAMPS")) return false;
-    on = !strcmp(v, "TIMESTAMPS");
+    any_on = global.on = !strcmp(v, "TIMESTAMPS");
   } else if (!strcmp(name, "--trace-rate")) {
-    return integer(v, 1, &rate);
+    return integer(v, 1, &global.rate);
   } else if (!strcmp(name, "--trace-count")) {
-    return integer(v, -1, &count);
+    return integer(v, -1, &global.count);
   } else if (!strcmp(name, "--trace-log-frequency")) {
     return integer(v, 0, &frequency);
   } else {
@@ -77,14 +87,30 @@ bool sv_trace_option(const char *name, const char *v) {
   return true;
 }
 
-void sv_trace_settings(js_out *o) {
+/* model's own settings (NULL: none); caller holds mu */
+static settings *find_locked(const char *model) {
+  for (int32_t i = 0; model && i < nmodels; i++)
+    if (!strcmp(models[i].model, model)) return &models[i];
+  return NULL;
+}
+
+void sv_trace_settings(const char *model, js_out *o) {
   pthread_mutex_lock(&mu);
+  const settings *st = find_locked(model);
+  if (!st) st = &global;
   JO_LIT(o, "{\"trace_file\":");
   jo_str(o, file);
   jo_fmt(o, ",\"trace_level\":[\"%s\"],\"trace_rate\":\"%lld\",\"trace_count\":\"%lld\","
-         "\"log_frequency\":\"%lld\"}", on ? "TIMESTAMPS" : "OFF", (long long)rate, (long long)count,
-         (long long)frequency);
+         "\"log_frequency\":\"%lld\"}", st->on ? "TIMESTAMPS" : "OFF", (long long)st->rate,
+         (long long)st->count, (long long)frequency);
   pthread_mutex_unlock(&mu);
+}
+
+/* whether any settings trace; caller holds mu */
+static bool any_locked(void) {
+  bool a = global.on;
+  for (int32_t i = 0; i < nmodels; i++) a = a || models[i].on;
+  return a;
 }
 
 /* a setting's value: Triton's are strings (the level an array of them); numbers are taken too */
@@ -95,7 +121,7 @@ static bool number(const js_val *v, int64_t lo, int64_t *out) {
   return true;
 }
 
-bool sv_trace_update(const char *body, size_t n, char *e, size_t cap) {
+bool sv_trace_update(const char *model, const char *body, size_t n, char *e, size_t cap) {
   js_doc d;
   if (!js_parse(&d, body ? body : "", n, 64)) {
     snprintf(e, cap, "trace setting: %s", d.error);
@@ -137,26 +163,50 @@ bool sv_trace_update(const char *body, size_t n, char *e, size_t cap) {
     ok = false;
     snprintf(e, cap, "trace setting: tracing needs a trace file (start flow-serve with --trace-file)");
   }
-  if (ok) {
-    if (level == 0 && on) flush_locked();   /* tracing stops: what it collected is written */
-    if (level >= 0) {
-      if (level && !on) seen = 0;
-      on = level;
+  settings *st = &global;
+  if (ok && model) {
+    st = find_locked(model);
+    if (root->n == 0) {   /* an empty body removes the model's own settings */
+      if (st) *st = models[--nmodels];
+      st = NULL;
+    } else if (!st) {
+      if (nmodels == (int32_t)(sizeof models / sizeof *models)) {
+        ok = false;
+        snprintf(e, cap, "trace setting: %d models have settings of their own already (the most)", nmodels);
+      } else {
+        st = &models[nmodels++];
+        *st = global;
+        snprintf(st->model, sizeof st->model, "%s", model);
+        st->seen = 0;
+      }
     }
-    if (r > 0) rate = r;
-    if (c >= -1) count = c;
+  }
+  if (ok) {
+    bool was = any_locked();
+    if (st) {
+      if (level >= 0) {
+        if (level && !st->on) st->seen = 0;
+        st->on = level;
+      }
+      if (r > 0) st->rate = r;
+      if (c >= -1) st->count = c;
+    }
     if (f >= 0) frequency = f;
+    any_on = any_locked();
+    if (was && !any_on) flush_locked();   /* tracing stops: what it collected is written */
   }
   pthread_mutex_unlock(&mu);
   js_free(&d);
   return ok;
 }
 
-bool sv_trace_sample(void) {
-  if (!on) return false;   /* a racy read: a request during a settings change may go either way */
+bool sv_trace_sample(const char *model) {
+  if (!any_on) return false;   /* a request during a settings change may go either way */
   pthread_mutex_lock(&mu);
-  bool take = on && count != 0 && seen++ % rate == 0;
-  if (take && count > 0) count--;
+  settings *st = find_locked(model);
+  if (!st) st = &global;
+  bool take = st->on && st->count != 0 && st->seen++ % st->rate == 0;
+  if (take && st->count > 0) st->count--;
   pthread_mutex_unlock(&mu);
   return take;
 }
@@ -188,7 +238,7 @@ void sv_trace_record(const char *model, const char *version, const char *request
 }
 
 const char *sv_trace_check(void) {
-  return on && !*file ? "--trace-level TIMESTAMPS needs --trace-file" : NULL;
+  return global.on && !*file ? "--trace-level TIMESTAMPS needs --trace-file" : NULL;
 }
 
 void sv_trace_flush(void) {

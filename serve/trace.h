@@ -11,7 +11,10 @@
  * POST turning it off, or the server's exit). Files are written to a
  * temporary name and renamed. trace_file is the command line's only
  * (--trace-file), as log_file: a request could otherwise have the server
- * write to any file. "TENSORS" and per-model settings are refused. */
+ * write to any file; "TENSORS" is refused. A model may have settings of its
+ * own (v2/models/<m>/trace/setting, as Triton's: made from the server's
+ * when first set, removed by a POST of {}); the file and log_frequency are
+ * the server's. */
 #ifndef FLOW_SERVE_TRACE_H
 #define FLOW_SERVE_TRACE_H
 #include "json.h"
@@ -25,11 +28,13 @@ enum { SV_TRACE_RECV, SV_TRACE_REQUEST, SV_TRACE_QUEUE, SV_TRACE_COMPUTE, SV_TRA
 /* --trace-file, --trace-level (OFF or TIMESTAMPS), --trace-rate,
  * --trace-count, --trace-log-frequency; false on a bad value */
 bool sv_trace_option(const char *name, const char *value);
-void sv_trace_settings(js_out *o);
-/* POST v2/trace/setting: all the body's settings or none; false with a message */
-bool sv_trace_update(const char *body, size_t n, char *err, size_t cap);
-/* whether to trace the next inference request (counts it) */
-bool sv_trace_sample(void);
+/* the settings of model (its own, else the server's), or the server's (NULL) */
+void sv_trace_settings(const char *model, js_out *o);
+/* POST v2[/models/<m>]/trace/setting: all the body's settings or none;
+ * false with a message */
+bool sv_trace_update(const char *model, const char *body, size_t n, char *err, size_t cap);
+/* whether to trace the next inference request of model (counts it) */
+bool sv_trace_sample(const char *model);
 /* a traced request's timestamps (ns, CLOCK_MONOTONIC; 0: not reached) */
 void sv_trace_record(const char *model, const char *version, const char *request_id,
                      const int64_t ts[SV_TRACE_N]);

@@ -889,8 +889,18 @@ describe('flow-serve', function()
                           {'{"rate": 1}', "unknown setting 'rate'"}}) do
       check_error(req('POST', '/v2/trace/setting', bad[1]), 400, bad[2])
     end
-    check_error(req('POST', '/v2/models/mlp/trace/setting', '{"trace_rate": "1"}'), 400, 'not per model')
-    assert.are.equal('OFF', json.decode(select(2, http('GET', '/v2/models/mlp/trace/setting'))).trace_level[1])
+    -- a model's own settings: made from the server's, removed by {}
+    code, body = http('POST', '/v2/models/mlp/trace/setting', '{"trace_rate": "5", "trace_count": 7}')
+    assert.are.equal(200, code, body)
+    assert.are.same({trace_file = '', trace_level = {'OFF'}, trace_rate = '5', trace_count = '7',
+                     log_frequency = '0'}, json.decode(body))
+    assert.are.equal('5', json.decode(select(2, http('GET', '/v2/models/mlp/trace/setting'))).trace_rate)
+    assert.are.equal('1000', json.decode(select(2, http('GET', '/v2/trace/setting'))).trace_rate)
+    assert.are.equal('1000', json.decode(select(2, http('GET', '/v2/models/resnet/trace/setting'))).trace_rate)
+    assert.are.equal('1000', json.decode(select(2, http('POST', '/v2/models/mlp/trace/setting', '{}'))).trace_rate)
+    check_error(req('POST', '/v2/models/mlp/trace/setting', '{"trace_level": ["TIMESTAMPS"]}'), 400,
+                'needs a trace file')
+    check_error(req('GET', '/v2/models/no_such_model/trace/setting'), 404, "unknown model 'no_such_model'")
     assert.is_truthy(select(2, http('GET', '/v2')):find('"trace"', 1, true))
     -- a server that traces every second request, at most 3, two a file
     local repo3 = dir .. '/repo_trace'
@@ -901,23 +911,33 @@ describe('flow-serve', function()
     local pid3, port3 = start(repo3, dir .. '/log_trace', opts)
     finally(function() os.execute('kill -9 ' .. pid3 .. ' 2>/dev/null') end)
     local x = flow.randn(1, 16)
-    for k = 0, 7 do
+    local function send(k)
       write(dir .. '/treq', json.encode({id = 'r' .. k, inputs = {{name = 'x', shape = {1, 16}, datatype = 'FP32',
                                                                    data = flat(x)}}}))
       assert.are.equal('200', sh(("curl -s -o /dev/null -w '%%{http_code}' --data-binary @%s/treq "
                                   .. "http://127.0.0.1:%s/v2/models/mlp/infer"):format(dir, port3)))
     end
+    for k = 0, 7 do send(k) end
     local first = json.decode(read(tf .. '.0'))
     assert.are.same({'r0', 'r2'}, {first[1].request_id, first[2].request_id})
     assert.is_nil(read(tf .. '.1'))   -- the third waits for a second one, or the exit
+    -- the model's own settings (from the server's: tracing, 1 file a 2):
+    -- every request, at most 2
+    local set = sh(("curl -s -d '{\"trace_rate\": \"1\", \"trace_count\": \"2\"}' "
+                    .. 'http://127.0.0.1:%s/v2/models/mlp/trace/setting'):format(port3))
+    assert.are.equal('TIMESTAMPS', json.decode(set).trace_level[1], set)
+    for k = 10, 12 do send(k) end
+    local second = json.decode(read(tf .. '.1'))
+    assert.are.same({'r4', 'r10'}, {second[1].request_id, second[2].request_id})
     os.execute('kill -TERM ' .. pid3)
     for _ = 1, 100 do
       if (read(dir .. '/log_trace') or ''):find('stopped', 1, true) then break end
       os.execute('sleep 0.1')
     end
-    local second = json.decode(read(tf .. '.1'))
-    assert.are.equal(1, #second)
-    assert.are.equal('r4', second[1].request_id)
+    local third = json.decode(read(tf .. '.2'))
+    assert.are.equal(1, #third)
+    assert.are.equal('r11', third[1].request_id)
+    assert.is_nil(read(tf .. '.3'))
     -- Triton's timestamps, in order of time
     local t = first[1]
     assert.are.equal('mlp', t.model_name)

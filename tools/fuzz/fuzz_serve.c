@@ -38,10 +38,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (mode == 3 || mode == 4) {
     char e[512];
     if (mode == 3) sv_log_update(body, n, e, sizeof e);
-    else sv_trace_update(body, n, e, sizeof e);
+    else sv_trace_update(n % 2 ? "m" : NULL, body, n, e, sizeof e);
     js_out o = {0};
     if (mode == 3) sv_log_settings(&o);
-    else sv_trace_settings(&o);
+    else sv_trace_settings(n % 2 ? "m" : NULL, &o);
     js_doc d;   /* the settings read back */
     if (!o.oom && !js_parse(&d, o.p, o.len, 0)) abort();
     js_free(&d);
