@@ -163,6 +163,7 @@ bool sv_trace_update(const char *model, const char *body, size_t n, char *e, siz
     ok = false;
     snprintf(e, cap, "trace setting: tracing needs a trace file (start flow-serve with --trace-file)");
   }
+  bool was = any_locked();
   settings *st = &global;
   if (ok && model) {
     st = find_locked(model);
@@ -182,7 +183,6 @@ bool sv_trace_update(const char *model, const char *body, size_t n, char *e, siz
     }
   }
   if (ok) {
-    bool was = any_locked();
     if (st) {
       if (level >= 0) {
         if (level && !st->on) st->seen = 0;
