@@ -39,22 +39,31 @@ static int32_t nthreads(int64_t work) {
 
 /* Row helpers of the channel kernels, compiled per instruction set (the
  * kernels' OpenMP bodies are outlined before target_clones could reach them,
- * so they ran on SSE2). Sums keep eight partial sums in one 8-double vector
- * (one zmm, two ymm or four xmm registers) combined in a fixed order, with
- * no contraction into FMAs, so results do not depend on the instruction set
- * either. */
-typedef float v8f_t __attribute__((vector_size(32)));
-typedef double v8d_t __attribute__((vector_size(64)));
-/* 8 elements at p as doubles into the v8d_t lvalue v (macros: vector
- * arguments and results would depend on the instruction set's ABI) */
-#define LOAD8_float(v, p)                                                                 \
+ * so they ran on SSE2). Sums keep eight partial sums, lane i taking the
+ * elements i mod 8, combined in a fixed order, with no contraction into
+ * FMAs, so results do not depend on the instruction set either. The eight
+ * lanes are two 4-double vectors (one ymm each on AVX2 and AVX-512, two
+ * xmm on SSE2): one 8-double vector is no register on AVX2, and GCC's AVX2
+ * clone kept it on the stack, a store and reload an element group (batch
+ * norm's statistics at 11% of the triad on a Zen 3, bench/kernels.lua). */
+typedef float v4f_t __attribute__((vector_size(16)));
+typedef double v4d_t __attribute__((vector_size(32)));
+/* 8 elements at p as doubles into the v4d_t lvalues lo and hi (macros:
+ * vector arguments and results would depend on the instruction set's ABI) */
+#define LOAD8_float(lo, hi, p)                                                            \
   do {                                                                                    \
-    v8f_t f_;                                                                             \
-    memcpy(&f_, (p), sizeof f_);                                                          \
-    (v) = __builtin_convertvector(f_, v8d_t);                                             \
+    v4f_t f0_, f1_;                                                                       \
+    memcpy(&f0_, (p), sizeof f0_);                                                        \
+    memcpy(&f1_, (p) + 4, sizeof f1_);                                                    \
+    (lo) = __builtin_convertvector(f0_, v4d_t);                                           \
+    (hi) = __builtin_convertvector(f1_, v4d_t);                                           \
   } while (0)
-#define LOAD8_double(v, p) memcpy(&(v), (p), sizeof(v8d_t))
-#define HSUM8(a) ((((a)[0] + (a)[1]) + ((a)[2] + (a)[3])) + (((a)[4] + (a)[5]) + ((a)[6] + (a)[7])))
+#define LOAD8_double(lo, hi, p)                                                           \
+  do {                                                                                    \
+    memcpy(&(lo), (p), sizeof(v4d_t));                                                    \
+    memcpy(&(hi), (p) + 4, sizeof(v4d_t));                                                \
+  } while (0)
+#define HSUM8(a, b) ((((a)[0] + (a)[1]) + ((a)[2] + (a)[3])) + (((b)[0] + (b)[1]) + ((b)[2] + (b)[3])))
 
 /* the clamp of_batch_norm_eval applies after the affine (of_clamp's rule; the
  * bounds rounded to the data's type, as clamp's float32 loop does) */
@@ -67,47 +76,47 @@ typedef struct {
   /* sum of x, or of (x - m)^2 when sq */                                                 \
   __attribute__((target_clones("avx512f", "avx2", "default"), OF_GCC_OPTIMIZE("fp-contract=off"))) \
   static double chrow_sum_##T(const T *p, int64_t n, double m, int sq) {                  \
-    v8d_t acc = {0, 0, 0, 0, 0, 0, 0, 0};                                                 \
+    v4d_t a0 = {0, 0, 0, 0}, a1 = a0;                                                    \
     double t = 0;                                                                         \
     int64_t i = 0;                                                                        \
     if (sq) {                                                                             \
       for (; i + 8 <= n; i += 8) {                                                        \
-        v8d_t d;                                                                          \
-        LOAD8_##T(d, p + i);                                                              \
-        d -= m;                                                                           \
-        acc += d * d;                                                                     \
+        v4d_t d0, d1;                                                                     \
+        LOAD8_##T(d0, d1, p + i);                                                         \
+        d0 -= m, d1 -= m;                                                                 \
+        a0 += d0 * d0, a1 += d1 * d1;                                                     \
       }                                                                                   \
       for (; i < n; i++) t += ((double)p[i] - m) * ((double)p[i] - m);                    \
     } else {                                                                              \
       for (; i + 8 <= n; i += 8) {                                                        \
-        v8d_t v;                                                                          \
-        LOAD8_##T(v, p + i);                                                              \
-        acc += v;                                                                         \
+        v4d_t v0, v1;                                                                     \
+        LOAD8_##T(v0, v1, p + i);                                                         \
+        a0 += v0, a1 += v1;                                                               \
       }                                                                                   \
       for (; i < n; i++) t += (double)p[i];                                               \
     }                                                                                     \
-    return HSUM8(acc) + t;                                                                \
+    return HSUM8(a0, a1) + t;                                                             \
   }                                                                                       \
   /* *sg = sum g, *sgx = sum g * (x - m) */                                               \
   __attribute__((target_clones("avx512f", "avx2", "default"), OF_GCC_OPTIMIZE("fp-contract=off"))) \
   static void chrow_grad_sums_##T(const T *x, const T *g, int64_t n, double m, double *sg, \
                                   double *sgx) {                                          \
-    v8d_t a = {0, 0, 0, 0, 0, 0, 0, 0}, b = a;                                            \
+    v4d_t a0 = {0, 0, 0, 0}, a1 = a0, b0 = a0, b1 = a0;                                  \
     double ta = 0, tb = 0;                                                                \
     int64_t i = 0;                                                                        \
     for (; i + 8 <= n; i += 8) {                                                          \
-      v8d_t gv, xv;                                                                       \
-      LOAD8_##T(gv, g + i);                                                               \
-      LOAD8_##T(xv, x + i);                                                               \
-      a += gv;                                                                            \
-      b += gv * (xv - m);                                                                 \
+      v4d_t g0, g1, x0, x1;                                                               \
+      LOAD8_##T(g0, g1, g + i);                                                           \
+      LOAD8_##T(x0, x1, x + i);                                                           \
+      a0 += g0, a1 += g1;                                                                 \
+      b0 += g0 * (x0 - m), b1 += g1 * (x1 - m);                                           \
     }                                                                                     \
     for (; i < n; i++) {                                                                  \
       ta += (double)g[i];                                                                 \
       tb += (double)g[i] * ((double)x[i] - m);                                            \
     }                                                                                     \
-    *sg = HSUM8(a) + ta;                                                                  \
-    *sgx = HSUM8(b) + tb;                                                                 \
+    *sg = HSUM8(a0, a1) + ta;                                                             \
+    *sgx = HSUM8(b0, b1) + tb;                                                            \
   }                                                                                       \
   /* y = x * a + b in T (a product and a sum, each rounded: PyTorch's float              \
    * arithmetic, without its FMA so that every instruction set agrees), then clamped     \
