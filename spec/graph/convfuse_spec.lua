@@ -157,7 +157,13 @@ local c1 = nn.Conv2d(8, 8, 3, {padding = 1})
 local c2 = nn.Conv2d(8, 8, 3, {padding = 1})
 c1:eval(); c2:eval()
 local G = nn.Graph:subclass('G')
-function G:__init() nn.Graph.__init(self); self.c1 = c1; self.c2 = c2 end
+-- channels-last on every CPU: oneDNN's own layout, so the sum post-op adds
+-- into the result buffer itself ('auto' picks channels-last on AVX-512 only;
+-- an NCHW graph on AVX2 gets blocked results, where the add stays unfused)
+function G:__init()
+  nn.Graph.__init(self); self.c1 = c1; self.c2 = c2
+  self.config:set_memory_format(flow.channels_last)
+end
 function G:build(x) local h = F.relu(self.c1(x)) return F.relu6(self.c2(h) + x * 2) end
 local x = flow.randn(2, 8, 16, 16)
 local g = G()

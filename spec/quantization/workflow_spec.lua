@@ -431,10 +431,14 @@ print('done')
     os.remove(path)
     if not R.available() then pending('PyTorch not installed for /usr/bin/python3') return end
     local w = m:state_dict()
+    -- qnnpack before onednn: where PyTorch has no fbgemm (Debian's 1.13 on an
+    -- AVX2-only Zen 3), its onednn conv with full-range (8-bit) activations
+    -- saturates the int16 pair sums of AVX2's u8 x s8 multiply (0.38 off
+    -- here; with reduce_range it equals qnnpack), while ours sums exactly
     local t = R.run(([==[
 import torch, torch.nn as nn
 import torch.ao.quantization as tq
-torch.backends.quantized.engine = [e for e in ('x86', 'fbgemm', 'onednn')
+torch.backends.quantized.engine = [e for e in ('x86', 'fbgemm', 'qnnpack', 'onednn')
                                    if e in torch.backends.quantized.supported_engines][0]
 def T(l, *s): return torch.tensor(l, dtype=torch.float32).reshape(*s)
 def out(k, t): print(k, ' '.join(repr(float(v)) for v in torch.as_tensor(t).flatten().tolist()))
