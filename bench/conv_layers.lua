@@ -6,6 +6,8 @@
 -- What conv.c's auto routing (dnnl_auto) was decided from.
 --
 --   luajit bench/conv_layers.lua [batch] [threads]
+--   SHAPES=r50 ...        ResNet-50's layer shapes at 224x224 input instead
+--   KINDS=forward ...     only the forwards (inference)
 local ffi = require 'ffi'
 local flow = require 'oneflow'
 local F = require 'oneflow.ops.nn_conv'
@@ -21,6 +23,13 @@ local shapes = {
   {3, 64, 112, 7, 2, 3}, {64, 64, 28, 3, 1, 1}, {128, 128, 14, 3, 1, 1}, {256, 256, 7, 3, 1, 1},
   {512, 512, 4, 3, 1, 1}, {64, 128, 28, 1, 2, 0}, {256, 64, 56, 1, 1, 0},
 }
+if os.getenv('SHAPES') == 'r50' then
+  shapes = {
+    {3, 64, 224, 7, 2, 3}, {64, 64, 56, 3, 1, 1}, {128, 128, 28, 3, 1, 1}, {256, 256, 14, 3, 1, 1},
+    {512, 512, 7, 3, 1, 1}, {256, 64, 56, 1, 1, 0}, {1024, 256, 14, 1, 1, 0},
+  }
+end
+local kinds = os.getenv('KINDS') == 'forward' and {'forward'} or {'forward', 'input grad', 'weight grad'}
 local f = io.open('/proc/loadavg')
 print(('batch %d, %d threads, load average %s'):format(N, threads, f and f:read('*l') or 'n/a'))
 if f then f:close() end
@@ -41,7 +50,7 @@ for _, s in ipairs(shapes) do
     end,
     ['weight grad'] = function() return F.conv_weight_grad(x, gy, {k, k}, o) end,
   }
-  for _, kind in ipairs({'forward', 'input grad', 'weight grad'}) do
+  for _, kind in ipairs(kinds) do
     local times = {ref = {}, dnnl = {}}
     for i = 0, 5 do
       for _, be in ipairs({'ref', 'dnnl'}) do

@@ -1794,10 +1794,21 @@ static bool dnnl_auto(run_kind kind, const geom *g, bool cl) {
    * its fixed costs lose: 1.5-2.7x the im2col time). 1x1 convolutions are
    * one GEMM without columns, and grouped (depthwise) ones ran slower
    * through oneDNN (MobileNetV2 b8 1.1x); both stay on im2col, as does the
-   * input grad of a stem (<= 4 input channels: 1.5-2.6x). Below AVX-512
-   * float32 stays on im2col: the stem gain measured on AVX2 (0.79-0.89x,
-   * one run 1.37x) was within the noise. */
-  if (of_cpu_isa() < OF_ISA_AVX512) return false;
+   * input grad of a stem (<= 4 input channels: 1.5-2.6x). */
+  if (of_cpu_isa() < OF_ISA_AVX2) return false;
+  if (of_cpu_isa() == OF_ISA_AVX2) {
+    /* AVX2 (oneDNN's jit:avx2, nChw8c): only forwards with a kernel larger
+     * than 1x1, no groups and maps of at least 28x28 a sample win there
+     * (doc/benchmarks.md "Models", fifteenth pass; a Zen 3, 2 threads,
+     * against im2col: ResNet-50's 7x7 stem at 224 0.24-0.82x at batch 1-16,
+     * 3x3 layers on 56x56 and 28x28 maps 0.62-1.05x, mostly 0.75-0.92x;
+     * on 14x14 maps 0.80-1.11x, 7x7 1.01-1.37x, 1x1 1.24-1.68x). Gradients
+     * stay on im2col: weight grads ran 1.2-1.5x through oneDNN, input
+     * grads 0.8-0.87x in one run only. A channels-last input (a layout
+     * asked for: 'auto' graphs stay NCHW on AVX2) follows the rules below,
+     * as im2col would copy it to NCHW and back. */
+    if (!cl) return kind == RUN_FWD && g->k_sz > 1 && g->G == 1 && g->out_sz >= 784;
+  }
   /* A channels-last input is oneDNN's own layout: no reorders in or out,
    * and im2col would copy it to NCHW and back. 1x1 and grouped
    * (depthwise) convolutions then win through oneDNN too (graphs at b1/b8,

@@ -157,8 +157,11 @@ describe('auto routing of float32 convolutions (OF_CONV_BACKEND unset)', functio
   -- no groups, maps of 7x7 or more and at least 196 output pixels over the
   -- batch to oneDNN;
   -- 1x1, grouped and small ones stay on im2col (channels-last inputs: 1x1
-  -- and grouped forwards go to oneDNN too), and below AVX-512 (or with
-  -- OF_CPU_ISA capping it) every float32 convolution does.
+  -- and grouped forwards go to oneDNN too). On AVX2 only NCHW forwards with
+  -- a kernel above 1x1, no groups and maps of 28x28 or more go (gradients
+  -- stay on im2col; channels-last inputs follow the AVX-512 rules), and
+  -- below AVX2 (or with OF_CPU_ISA capping it) every float32 convolution
+  -- takes im2col.
   local function routed(env)
     local script = os.tmpname()
     local f = assert(io.open(script, 'w'))
@@ -177,7 +180,14 @@ local cases = {
   function() return F.conv2d(L(flow.randn(1, 16, 7, 7)), flow.randn(16, 16, 3, 3), nil, {padding = 1}) end,
   function() return F.conv2d(L(flow.randn(4, 16, 7, 7)), flow.randn(16, 16, 3, 3), nil, {padding = 1}) end,
   function() return F.conv2d(L(flow.randn(16, 16, 4, 4)), flow.randn(16, 16, 3, 3), nil, {padding = 1}) end,
+  function() return F.conv2d(L(flow.randn(1, 8, 28, 28)), flow.randn(8, 8, 3, 3), nil, {padding = 1}) end,
+  function() return F.conv2d(L(flow.randn(1, 8, 28, 28)), flow.randn(8, 8, 1, 1)) end,
 }
+-- the gradients of a 3x3 layer on 28x28 maps (its forward is case 7's)
+local gx, gw = flow.randn(1, 8, 28, 28):requires_grad_(), flow.randn(8, 8, 3, 3):requires_grad_()
+local gy = F.conv2d(gx, gw, nil, {padding = 1})
+io.stdout:write('BACKWARD\n') io.stdout:flush()
+gy:sum():backward()
 for i, c in ipairs(cases) do
   io.stdout:write('CASE', i, '\n') io.stdout:flush()
   c()
@@ -190,37 +200,61 @@ io.stdout:write('CASE', #cases + 1, '\n') io.stdout:flush()
     p:close()
     os.remove(script)
     local got = {}
-    for i = 1, 6 do
+    for i = 1, 8 do
       local a = assert(out:find('CASE' .. i .. '\n', 1, true), out)
       local b = assert(out:find('CASE' .. (i + 1) .. '\n', a, true), out)
       got[i] = out:sub(a, b):find('exec,cpu,convolution', 1, true) ~= nil
     end
-    return got, out
+    local at = out:find('BACKWARD\n', 1, true)
+    assert(at, out)
+    return got, out, out:find('backward', at, true) ~= nil
   end
+  local isa = flow.backends.cpu.get_cpu_capability()
 
-  it('oneDNN for 3x3 layers on AVX-512, im2col for 1x1, grouped and small ones', function()
+  -- per instruction set: the routes of cases 1-8 (NCHW, channels-last) and
+  -- whether the gradients of case 7 go to oneDNN. The cases: 3x3 on 16x16,
+  -- 1x1, depthwise, 3x3 on 7x7 (49 pixels), 3x3 on 4 x 7x7 (196), 3x3 on
+  -- 16 x 4x4 (256 pixels, but 4-wide rows), 3x3 on 28x28, 1x1 on 28x28
+  local want = {
+    AVX512 = {{true, false, false, false, true, false, true, false},
+              {true, true, true, false, true, false, true, true}, true},
+    AVX2 = {{false, false, false, false, false, false, true, false},
+            {true, true, true, false, true, false, true, true}, false},
+    DEFAULT = {{false, false, false, false, false, false, false, false},
+               {false, false, false, false, false, false, false, false}, false},
+  }
+
+  it('oneDNN for 3x3 layers, im2col for 1x1, grouped and small ones, as the CPU has it', function()
     if not BUILT then pending('built without oneDNN (OF_WITH_DNNL=OFF)') return end
-    local got, out = routed('env -u OF_CONV_BACKEND -u OF_CPU_ISA')
-    local avx512 = flow.backends.cpu.get_cpu_capability() == 'AVX512'
-    -- 3x3 on 16x16, 1x1, depthwise, 3x3 on 7x7 (49 pixels), 3x3 on 4 x 7x7 (196),
-    -- 3x3 on 16 x 4x4 (256 pixels, but 4-wide rows)
-    assert.are.same({avx512, false, false, false, avx512, false}, got, out)
+    local got, out, bwd = routed('env -u OF_CONV_BACKEND -u OF_CPU_ISA')
+    assert.are.same(want[isa][1], got, out)
+    assert.are.equal(want[isa][3], bwd, out)
   end)
 
-  it('channels-last inputs on AVX-512: 1x1 and grouped layers go to oneDNN too', function()
+  it('channels-last inputs: 1x1 and grouped layers go to oneDNN too (AVX2 and AVX-512)', function()
     -- oneDNN computes NHWC without reorders; im2col would copy to NCHW and back
     if not BUILT then pending('built without oneDNN (OF_WITH_DNNL=OFF)') return end
     local got, out = routed('env -u OF_CONV_BACKEND -u OF_CPU_ISA CLX=1')
-    local avx512 = flow.backends.cpu.get_cpu_capability() == 'AVX512'
-    assert.are.same({avx512, avx512, avx512, false, avx512, false}, got, out)
+    assert.are.same(want[isa][2], got, out)
   end)
 
-  it('below AVX-512 (OF_CPU_ISA=avx2) every float32 convolution takes im2col', function()
+  it('on AVX2 (native or OF_CPU_ISA=avx2): forwards on 28x28 maps or more, no gradients', function()
     if not BUILT then pending('built without oneDNN (OF_WITH_DNNL=OFF)') return end
-    local got, out = routed('env -u OF_CONV_BACKEND OF_CPU_ISA=avx2')
-    assert.are.same({false, false, false, false, false, false}, got, out)
+    if isa ~= 'AVX512' and isa ~= 'AVX2' then pending('the CPU has no AVX2 (' .. isa .. ')') return end
+    local got, out, bwd = routed('env -u OF_CONV_BACKEND OF_CPU_ISA=avx2')
+    assert.are.same(want.AVX2[1], got, out)
+    assert.is_false(bwd, out)
     got, out = routed('env -u OF_CONV_BACKEND OF_CPU_ISA=avx2 CLX=1')
-    assert.are.same({false, false, false, false, false, false}, got, out)
+    assert.are.same(want.AVX2[2], got, out)
+  end)
+
+  it('below AVX2 (OF_CPU_ISA=default) every float32 convolution takes im2col', function()
+    if not BUILT then pending('built without oneDNN (OF_WITH_DNNL=OFF)') return end
+    local got, out, bwd = routed('env -u OF_CONV_BACKEND OF_CPU_ISA=default')
+    assert.are.same(want.DEFAULT[1], got, out)
+    assert.is_false(bwd, out)
+    got, out = routed('env -u OF_CONV_BACKEND OF_CPU_ISA=default CLX=1')
+    assert.are.same(want.DEFAULT[2], got, out)
   end)
 end)
 
