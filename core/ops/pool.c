@@ -998,12 +998,69 @@ MAX3_ATTR static void max3s2_row(const float *const rows[3], int64_t ih0, int64_
     _mm512_mask_storeu_epi64(idx + o + 8, (__mmask8)(live >> 8), hi);
   }
 }
-static bool max3s2_isa(void) { return of_cpu_isa() >= OF_ISA_AVX512; }
+/* AVX2: the same, 8 outputs at a time. The even lanes of the two 8-wide
+ * loads come out of a shuffle (lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6) and a
+ * 64-bit permute that puts the pairs in order; masked loads do not fault
+ * either, and their zeros are replaced by -inf. Before it an AVX2 CPU ran
+ * the row kernel: [1, 64, 112, 112] 2.19 -> 1.41 ms, [8, 64, 112, 112]
+ * 13.5 -> 5.1 ms on a Zen 3, 2 threads (PyTorch 1.13: 3.1 and 24.8 ms). */
+#define MAX3_ATTR2 __attribute__((target("avx2,fma")))
+MAX3_ATTR2 static inline __m256 max3_load8(const float *q, __m256i col, int64_t W, __m256 ninf) {
+  /* lanes whose column lies in [0, W) */
+  __m256i in = _mm256_and_si256(_mm256_cmpgt_epi32(col, _mm256_set1_epi32(-1)),
+                                _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)W), col));
+  return _mm256_blendv_ps(ninf, _mm256_maskload_ps(q, in), _mm256_castsi256_ps(in));
+}
+MAX3_ATTR2 static void max3s2_row8(const float *const rows[3], int64_t ih0, int64_t fh, int64_t W,
+                                   int64_t OW, float *y, int64_t *idx, int64_t base) {
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i ev = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+  const __m256i none = _mm256_set1_epi32(INT32_MIN);
+  const __m256 ninf = _mm256_set1_ps(-INFINITY);
+  for (int64_t o = 0; o < OW; o += 8) {
+    int64_t nl = OW - o < 8 ? OW - o : 8;
+    __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)nl), iota);
+    __m256 cur = ninf;
+    __m256i cp = none;
+    __m256i col = _mm256_add_epi32(_mm256_set1_epi32((int32_t)(2 * o - 1)), ev);   /* 2 ow - 1 */
+    for (int a = 0; a < 3; a++) {
+      if (!rows[a]) continue;
+      __m256i p0 = _mm256_add_epi32(col, _mm256_set1_epi32((int32_t)((ih0 + a) * W)));
+      for (int b = 0; b < 3; b++) {
+        int64_t c0 = 2 * o - 1 + b;
+        const float *q = rows[a] + c0;
+        __m256i cl = _mm256_add_epi32(_mm256_set1_epi32((int32_t)c0), iota);
+        __m256 lo = max3_load8(q, cl, W, ninf);
+        __m256 hi = max3_load8(q + 8, _mm256_add_epi32(cl, _mm256_set1_epi32(8)), W, ninf);
+        __m256 v = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
+        v = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), _MM_SHUFFLE(3, 1, 2, 0)));
+        __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, cur, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        cur = _mm256_blendv_ps(cur, v, take);
+        __m256i at = _mm256_add_epi32(p0, _mm256_set1_epi32(b));
+        cp = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(cp), _mm256_castsi256_ps(at), take));
+      }
+    }
+    /* only -inf in the window: its first position, (fh, max(2 ow - 1, 0)) */
+    __m256i lost = _mm256_cmpeq_epi32(cp, none);
+    __m256i first = _mm256_add_epi32(_mm256_max_epi32(col, _mm256_setzero_si256()),
+                                     _mm256_set1_epi32((int32_t)(fh * W)));
+    cp = _mm256_blendv_epi8(cp, first, lost);
+    _mm256_maskstore_ps(y + o, live, cur);
+    __m256i b64 = _mm256_set1_epi64x(base);
+    __m256i lo = _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(cp)), b64);
+    __m256i hi = _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(cp, 1)), b64);
+    _mm256_maskstore_epi64((long long *)(idx + o), _mm256_cvtepi32_epi64(_mm256_castsi256_si128(live)), lo);
+    _mm256_maskstore_epi64((long long *)(idx + o + 4), _mm256_cvtepi32_epi64(_mm256_extracti128_si256(live, 1)),
+                           hi);
+  }
+}
+static bool max3s2_isa(void) { return of_cpu_isa() >= OF_ISA_AVX2; }
 #else
 static void max3s2_row(const float *const rows[3], int64_t ih0, int64_t fh, int64_t W,
                        int64_t OW, float *y, int64_t *idx, int64_t base) {
   (void)rows, (void)ih0, (void)fh, (void)W, (void)OW, (void)y, (void)idx, (void)base;
 }
+#define max3s2_row8 max3s2_row
 static bool max3s2_isa(void) { return false; }
 #endif
 
@@ -1018,12 +1075,14 @@ static void max3s2_fwd_float(const pgeom *g, const float *x, float *y, int64_t *
                              int64_t base, int nt) {
   const int64_t H = g->in[1], W = g->in[2], OH = g->out[1], OW = g->out[2];
   int64_t rows = g->planes * OH;
+  const bool v512 = of_cpu_isa() >= OF_ISA_AVX512;
   _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")
   for (int64_t r = 0; r < rows; r++) {
     int64_t oh = r % OH, pl = r / OH, ih0 = 2 * oh - 1;
     const float *xp = x + pl * g->in_sz, *rp[3];
     for (int a = 0; a < 3; a++) rp[a] = ih0 + a >= 0 && ih0 + a < H ? xp + (ih0 + a) * W : NULL;
-    max3s2_row(rp, ih0, ih0 < 0 ? 0 : ih0, W, OW, y + r * OW, idx + r * OW, base);
+    if (v512) max3s2_row(rp, ih0, ih0 < 0 ? 0 : ih0, W, OW, y + r * OW, idx + r * OW, base);
+    else max3s2_row8(rp, ih0, ih0 < 0 ? 0 : ih0, W, OW, y + r * OW, idx + r * OW, base);
   }
 }
 
