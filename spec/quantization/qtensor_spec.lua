@@ -213,7 +213,10 @@ end
 
 local best = flow.backends.cpu.get_cpu_capability()
 local isas = {'DEFAULT'}
-if best ~= 'DEFAULT' then isas[#isas + 1] = best end
+-- AVX2 also where the CPU has more: its kernels (pmaddubsw for 7-bit
+-- activations) run on AVX2-only CPUs, which the developers' machines may not be
+if best ~= 'DEFAULT' then isas[#isas + 1] = 'AVX2' end
+if best ~= 'DEFAULT' and best ~= 'AVX2' then isas[#isas + 1] = best end
 
 describe('int8 kernels', function()
   local F = flow.nn.functional
@@ -298,7 +301,10 @@ describe('int8 kernels', function()
   -- positions past a 16-block, input channels not a multiple of 4, groups,
   -- strides, dilation, int8 and uint8 inputs, 1 and 2 threads (samples or
   -- positions over threads; small maps: several samples' rows a gemm).
-  -- Where the CPU has no VNNI these run the int16 kernel: the same integers.
+  -- Where the CPU has no VNNI these run the int16 kernel: the same integers;
+  -- uint8 inputs also as 7-bit bytes (reduce_range's, zero point below
+  -- 128), which AVX2 multiplies with pmaddubsw in the VNNI kernel's layout
+  -- (channels-last results), else the int16 kernel.
   for _, isa in ipairs(isas) do
     it('quantized_conv2d / linear with int8-range weights, every layout, ' .. isa, function()
       flow.backends.cpu.set_cpu_capability(isa)
@@ -321,13 +327,20 @@ describe('int8 kernels', function()
       }
       for _, nt in ipairs({1, 2}) do
         flow.set_num_threads(nt)
-        for ci, c in ipairs(cases) do
-          local xi = c.u8 and flow.randint(0, 256, c.x):to(flow.uint8) or flow.randint(-128, 128, c.x):to(flow.int8)
+        for ci, c in ipairs(cases) do for _, kind in ipairs(c.u8 and {'full', 'seven', 'sparse', 'many'} or {'int8'}) do
+          local seven = kind == 'seven' or kind == 'sparse' or kind == 'many'
+          local xi = c.u8 and flow.randint(0, kind == 'seven' and 128 or 256, c.x):to(flow.uint8)
+                     or flow.randint(-128, 128, c.x):to(flow.int8)
+          if kind == 'sparse' then
+            -- 7-bit but for about 1% of bytes in 128..255 (AVX2: their
+            -- excess added to the byte kernel's sums)
+            xi = flow.where(flow.rand(unpack(c.x)):lt(0.01), xi, xi % 128)
+          end
           local wi = flow.randint(-120, 121, c.w):to(flow.int8)
           local wz = flow.randint(-7, 8, {c.w[1]})
           local ws = flow.rand(c.w[1]) * 0.001 + 0.0005
           local bias = flow.randn(c.w[1])
-          local xs, xzp = 0.03, c.u8 and 131 or -9
+          local xs, xzp = 0.03, seven and 61 or c.u8 and 131 or -9
           local acc = F.conv2d(xi:to(flow.float64) - xzp, wi:to(flow.float64) - wz:to(flow.float64):view(-1, 1, 1, 1),
             nil, {stride = c.stride, padding = c.pad, dilation = c.dil, groups = c.g})
           local buf = function(t) return ffi.new('int64_t[2]', t) end
@@ -340,24 +353,38 @@ describe('int8 kernels', function()
           local d = (y:to(flow.float32) - want):abs()
           assert.is_true(d:max():item() <= 1, 'case ' .. ci .. ', threads ' .. nt)
           assert.is_true(d:gt(0):sum():item() <= math.max(1, y:numel() / 100), 'case ' .. ci .. ' exact')
+          if (kind == 'seven' or kind == 'sparse') and isa ~= 'DEFAULT' then
+            assert.is_true(y:is_contiguous({memory_format = flow.channels_last}), 'the byte kernel, case ' .. ci)
+          end
           -- float32 out: the int32 rows path (8-bit outputs requantise in registers)
           assert.are.equal(0, C.of_quantized_conv2d(xi.p, wi.p, ws.p, wz.p, bias.p, buf(c.stride), buf(c.pad),
             buf(c.dil), c.g, xs, xzp, 1, 0, flow.float32.id, 0, p), ffi.string(C.of_last_error()))
           local sc = (ws * f32(xs)):view(1, -1, 1, 1)
           H.close(require('oneflow._C').wrap(p[0]), acc:to(flow.float32) * sc + bias:view(1, -1, 1, 1), 1e-5,
             'float out, case ' .. ci .. ', threads ' .. nt)
-        end
+        end end
         for _, shape in ipairs({{8, 37, 33}, {1, 300, 10}, {2, 16, 100}, {33, 64, 17}}) do
           local M_, K, N = shape[1], shape[2], shape[3]
-          local xi = flow.randint(-128, 128, {M_, K}):to(flow.int8)
           local wi = flow.randint(-128, 128, {N, K}):to(flow.int8)
           local ws, bias = flow.rand(N) * 0.01 + 0.001, flow.randn(N)
-          local acc = (xi:to(flow.float64) + 5):matmul(wi:to(flow.float64):t())
-          local p = ffi.new('of_tensor*[1]')
-          assert.are.equal(0, C.of_quantized_linear(xi.p, wi.p, ws.p, nil, bias.p, 0.02, -5, 1, 0,
-            flow.float32.id, 0, p))
-          local want = acc:to(flow.float32) * (ws * f32(0.02)):view(1, N) + bias:view(1, N)
-          H.close(require('oneflow._C').wrap(p[0]), want, 1e-5, 'linear ' .. M_ .. 'x' .. K .. 'x' .. N)
+          -- int8 inputs, then 7-bit uint8 ones (zero point 70)
+          for _, u7 in ipairs({false, true}) do
+            local xi = u7 and flow.randint(0, 128, {M_, K}):to(flow.uint8)
+                       or flow.randint(-128, 128, {M_, K}):to(flow.int8)
+            local xzp = u7 and 70 or -5
+            local acc = (xi:to(flow.float64) - xzp):matmul(wi:to(flow.float64):t())
+            local p = ffi.new('of_tensor*[1]')
+            assert.are.equal(0, C.of_quantized_linear(xi.p, wi.p, ws.p, nil, bias.p, 0.02, xzp, 1, 0,
+              flow.float32.id, 0, p))
+            local want = acc:to(flow.float32) * (ws * f32(0.02)):view(1, N) + bias:view(1, N)
+            H.close(require('oneflow._C').wrap(p[0]), want, 1e-5, 'linear ' .. M_ .. 'x' .. K .. 'x' .. N)
+            assert.are.equal(0, C.of_quantized_linear(xi.p, wi.p, ws.p, nil, bias.p, 0.02, xzp, 0.3, -4,
+              flow.int8.id, 1, p))
+            local yq = require('oneflow._C').wrap(p[0])
+            local d = (yq:to(flow.float32) - fref(acc:to(flow.float32), 0.02, ws, bias, 0.3, -4, true, -128, 127)):abs()
+            assert.is_true(d:max():item() <= 1 and d:gt(0):sum():item() <= math.max(1, yq:numel() / 100),
+              'int8 out, linear ' .. M_ .. 'x' .. K .. 'x' .. N)
+          end
         end
       end
       flow.set_num_threads(threads)
@@ -505,32 +532,38 @@ describe('channels-last quantized activations', function()
       if relu then y = F.relu(y) end
       return flow.quantize_per_tensor(y, s, z, dt)
     end
-    for _, shape in ipairs({{2, 5, 7, 3}, {1, 40, 17, 23}, {300}, {4, 6}}) do
-      for _, dts in ipairs({{flow.quint8, flow.quint8, flow.quint8}, {flow.qint8, flow.quint8, flow.qint8},
-                            {flow.quint8, flow.qint8, flow.quint8}}) do
-        local a = flow.quantize_per_tensor(flow.randn(unpack(shape)) * 2, 0.021,
-                                           dts[1] == flow.quint8 and 130 or -3, dts[1])
-        local b = flow.quantize_per_tensor(flow.randn(unpack(shape)), 0.013, dts[2] == flow.quint8 and 99 or 5, dts[2])
-        for _, relu in ipairs({false, true}) do
-          local f = Qz.QFunctional(0.03, dts[3] == flow.quint8 and 64 or -10, dts[3])
-          local got = relu and f:add_relu(a, b) or f:add(a, b)
-          local want = chain(a, b, 0.03, dts[3] == flow.quint8 and 64 or -10, dts[3], relu)
-          H.close(got:int_repr(), want:int_repr(), 0, table.concat(shape, 'x'))
-          assert.are.equal(dts[3], got.dtype)
-          if #shape == 4 then
-            -- channels-last operands stay channels-last; mixed layouts agree
-            local acl = Q.from_int_repr(a:int_repr():contiguous(CL), a:q_scale(), a:q_zero_point(), a.dtype)
-            local bcl = Q.from_int_repr(b:int_repr():contiguous(CL), b:q_scale(), b:q_zero_point(), b.dtype)
-            local g2 = relu and f:add_relu(acl, bcl) or f:add(acl, bcl)
-            if shape[2] > 1 and shape[3] * shape[4] > 1 then
-              assert.is_true(g2:int_repr():is_contiguous(CL), 'channels-last kept')
+    -- every instruction set's vector loop (AVX-512, AVX2) and the scalar one
+    for _, isa in ipairs(isas) do
+      flow.backends.cpu.set_cpu_capability(isa)
+      for _, shape in ipairs({{2, 5, 7, 3}, {1, 40, 17, 23}, {300}, {4, 6}}) do
+        for _, dts in ipairs({{flow.quint8, flow.quint8, flow.quint8}, {flow.qint8, flow.quint8, flow.qint8},
+                              {flow.quint8, flow.qint8, flow.quint8}}) do
+          local a = flow.quantize_per_tensor(flow.randn(unpack(shape)) * 2, 0.021,
+                                             dts[1] == flow.quint8 and 130 or -3, dts[1])
+          local b = flow.quantize_per_tensor(flow.randn(unpack(shape)), 0.013, dts[2] == flow.quint8 and 99 or 5,
+                                             dts[2])
+          for _, relu in ipairs({false, true}) do
+            local f = Qz.QFunctional(0.03, dts[3] == flow.quint8 and 64 or -10, dts[3])
+            local got = relu and f:add_relu(a, b) or f:add(a, b)
+            local want = chain(a, b, 0.03, dts[3] == flow.quint8 and 64 or -10, dts[3], relu)
+            H.close(got:int_repr(), want:int_repr(), 0, table.concat(shape, 'x'))
+            assert.are.equal(dts[3], got.dtype)
+            if #shape == 4 then
+              -- channels-last operands stay channels-last; mixed layouts agree
+              local acl = Q.from_int_repr(a:int_repr():contiguous(CL), a:q_scale(), a:q_zero_point(), a.dtype)
+              local bcl = Q.from_int_repr(b:int_repr():contiguous(CL), b:q_scale(), b:q_zero_point(), b.dtype)
+              local g2 = relu and f:add_relu(acl, bcl) or f:add(acl, bcl)
+              if shape[2] > 1 and shape[3] * shape[4] > 1 then
+                assert.is_true(g2:int_repr():is_contiguous(CL), 'channels-last kept')
+              end
+              H.close(g2:int_repr(), want:int_repr(), 0)
+              H.close((relu and f:add_relu(acl, b) or f:add(acl, b)):int_repr(), want:int_repr(), 0)
             end
-            H.close(g2:int_repr(), want:int_repr(), 0)
-            H.close((relu and f:add_relu(acl, b) or f:add(acl, b)):int_repr(), want:int_repr(), 0)
           end
         end
       end
     end
+    flow.backends.cpu.set_cpu_capability(best)
     -- broadcasting operands take the float chain (as before)
     local a = flow.quantize_per_tensor(flow.randn(2, 3, 4), 0.02, 128, flow.quint8)
     local b = flow.quantize_per_tensor(flow.randn(1, 3, 1), 0.02, 128, flow.quint8)
