@@ -105,6 +105,25 @@ describe('dynamic_quantized_linear', function()
     assert.is_true(r[0] ~= r[0] and r[1] ~= r[1])
     assert.are_not.equal(0, C.of_quant_range(flow.tensor({1}, {dtype = flow.int32}).p, r, r + 1))
     assert.is_truthy(ffi.string(C.of_last_error()):find('quant_range: input must be float32, got int32', 1, true))
+    -- every instruction set's loop (vectors of 16 and 8 and their tails):
+    -- extremes and a NaN in the vector part and in the tail
+    local best = flow.backends.cpu.get_cpu_capability()
+    for _, isa in ipairs(best == 'DEFAULT' and {'DEFAULT'} or {'DEFAULT', 'AVX2', best}) do
+      flow.backends.cpu.set_cpu_capability(isa)
+      for _, n in ipairs({7, 37, 1000}) do
+        for _, at in ipairs({1, n}) do
+          local x = flow.randn(n)
+          x[at] = 50
+          x[n + 1 - at] = -60
+          assert.are.equal(0, C.of_quant_range(x.p, r, r + 1))
+          assert.are.same({-60, 50}, {r[0], r[1]}, isa .. ' n=' .. n)
+          x[at] = 0 / 0
+          assert.are.equal(0, C.of_quant_range(x.p, r, r + 1))
+          assert.is_true(r[0] ~= r[0] and r[1] ~= r[1], isa .. ' NaN at ' .. at .. ' of ' .. n)
+        end
+      end
+    end
+    flow.backends.cpu.set_cpu_capability(best)
   end)
 
   it('float16 dynamic quantization: float16 weights, float products, saturation, state dicts', function()
