@@ -8,7 +8,7 @@
 -- alternate the sides, each a fresh PyTorch process; a side's figure is
 -- the median over rounds of its medians of 5 x 20 calls.
 --
---   luajit bench/quant_layers.lua [batch = 8] [threads = 2] [rounds = 3]
+--   ./bin/flow bench/quant_layers.lua [batch = 8] [threads = 2] [rounds = 3]
 local ffi = require 'ffi'
 local flow = require 'oneflow'
 local C = require('oneflow._C').C

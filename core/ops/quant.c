@@ -597,9 +597,9 @@ vnni_gemm(const vnni_job *j, int64_t i0, int64_t i1, int64_t v0, int64_t v1) {
  * pmaddwd by ones then sums the pairs into int32 lanes, exactly as
  * vpdpbusd would. This kernel runs vnni_job's layouts (the same packed
  * weights, taps and fused requantisation) for uint8 inputs whose zero
- * point is below 128: a linear layer's bytes must all be below 128
- * (checked per call, one pass), a convolution's few bytes above 127 are
- * handled by u7_add_excess; otherwise the exact int16 kernel runs. On a
+ * point is below 128; their few bytes above 127 (counted per call, one
+ * pass) are handled by u7_add_excess, and with many of them (or other
+ * inputs) the exact int16 kernel runs. On a
  * Zen 3 (doc/benchmarks.md "Model optimisation") the 4-row block ran a
  * ResNet-18's 3x3 layers at about 90 GMAC/s a thread where the int16
  * kernel (im2col, a dot product per output) ran at 16-39, and a block of
@@ -911,76 +911,6 @@ static int32_t *zp_terms(const packed_w *e, int64_t n, int32_t xz) {
 }
 #endif
 
-/* quantized_linear through vnni_gemm: *done false where it does not apply
- * (no VNNI, or weights minus zero points outside int8) */
-static of_status qlinear_vnni(const char *op, of_tensor *xc, of_tensor *w, of_tensor *wzp, int64_t M,
-                              int64_t K, int64_t O, int32_t xzp, const rq *r, char *outp, bool *done) {
-  *done = false;
-#if defined(__x86_64__)
-  const bool vnni = have_vnni();
-  if (!vnni && !have_u7()) return OF_OK;
-  const bool u8 = xc->dtype == OF_UINT8;
-  const int32_t xz = xzp + (u8 ? 0 : 128);
-  /* pmaddubsw (no VNNI): 7-bit uint8 activations only */
-  if (!vnni && !(u8 && xz < 128 && high_bytes((const uint8_t *)of_ptr(xc), M * K, NULL) == 0)) return OF_OK;
-  const job_gemm_fn gemm = vnni ? vnni_gemm : u7_gemm;
-  const int64_t kq = (K + 3) / 4 * 4, nvec = (O + 15) / 16;
-  packed_w *pk;
-  OF_CHECK(pack_weight_s8(op, w, wzp, O, 1, K, 1, 1, kq, true, &pk));
-  if (!pk->fits) {
-    packed_release(pk);
-    return OF_OK;
-  }
-  /* uint8 rows of a multiple of 4 bytes are read where they are; else
-   * copied (int8 shifted to uint8, rows padded to 4 bytes) */
-  const bool direct = u8 && kq == K;
-  const int64_t xbytes = direct ? 0 : M * kq;
-  uint8_t *A = direct ? NULL : of_alloc(OF_CPU, xbytes);
-  int32_t *corr = zp_terms(pk, nvec * 16, xz);
-  int64_t *roff = malloc((size_t)M * sizeof *roff), toff = 0;
-  of_status st = (A || direct) && corr && roff
-                 ? OF_OK
-                 : of_fail(OF_ERR_OOM, "%s: out of memory (%lld x %lld)", op, (long long)M, (long long)kq);
-  if (st == OF_OK) {
-    const uint8_t *xp = (const uint8_t *)of_ptr(xc);
-    const uint8_t shift = u8 ? 0 : 128;
-    for (int64_t m = 0; m < M; m++) {
-      roff[m] = m * kq;
-      if (direct) continue;
-      uint8_t *a = A + m * kq;
-      for (int64_t k = 0; k < K; k++) a[k] = (uint8_t)(xp[m * K + k] + shift);
-      for (int64_t k = K; k < kq; k++) a[k] = 0;
-    }
-    /* results requantised (or scaled to float) in registers, straight
-     * into the output rows */
-    const int64_t esz = r->odt == OF_FLOAT32 ? 4 : 1;
-    const vnni_job j = {direct ? xp : A, roff, &toff, 1, kq / 4, pk->B, kq * 16, NULL, 0, O, corr,
-                        r, outp, O * esz};
-    const int nt = M * O * K >= OF_PARALLEL_GRAIN ? of_threads() : 1;
-    /* rows over threads when there are enough, else the channels */
-    const bool by_rows = M >= 4 * nt;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-      const int t = omp_get_thread_num(), n = omp_get_num_threads();
-      const int64_t R = by_rows ? M : nvec, per = (R + n - 1) / n;
-      const int64_t a0 = per * t < R ? per * t : R, a1 = a0 + per < R ? a0 + per : R;
-      if (a1 > a0) {
-        if (by_rows) gemm(&j, a0, a1, 0, nvec);
-        else gemm(&j, 0, M, a0, a1);
-      }
-    }
-    *done = true;
-  }
-  if (A) of_free(OF_CPU, A, xbytes);
-  free(corr), free(roff);
-  packed_release(pk);
-  return st;
-#else
-  (void)op, (void)xc, (void)w, (void)wzp, (void)M, (void)K, (void)O, (void)xzp, (void)r, (void)outp;
-  return OF_OK;
-#endif
-}
-
 #if defined(__x86_64__)
 /* The AVX2 byte kernel's bytes above 127. A calibrated model's activations
  * are 7-bit by reduce_range, but the histogram observer clips its ranges,
@@ -1032,6 +962,99 @@ static void u7_add_excess(const u7_excess *e, int64_t g, int64_t s0, int64_t sc,
   }
 }
 #endif
+
+/* quantized_linear through vnni_gemm (u7_gemm on AVX2): *done false where
+ * it does not apply (neither, int8 or full-range inputs without VNNI, or
+ * weights minus zero points outside int8) */
+static of_status qlinear_vnni(const char *op, of_tensor *xc, of_tensor *w, of_tensor *wzp, int64_t M,
+                              int64_t K, int64_t O, int32_t xzp, const rq *r, char *outp, bool *done) {
+  *done = false;
+#if defined(__x86_64__)
+  const bool vnni = have_vnni();
+  if (!vnni && !have_u7()) return OF_OK;
+  const bool u8 = xc->dtype == OF_UINT8;
+  const int32_t xz = xzp + (u8 ? 0 : 128);
+  /* pmaddubsw (no VNNI): uint8 activations with a zero point below 128,
+   * bytes above 127 as in qconv_vnni (u7_add_excess) */
+  if (!vnni && !(u8 && xz < 128)) return OF_OK;
+  const uint8_t *xp = (const uint8_t *)of_ptr(xc);
+  const int64_t nhi = vnni ? 0 : high_bytes(xp, M * K, NULL);
+  if (nhi > M * K / 32) return OF_OK;
+  const job_gemm_fn gemm = vnni ? vnni_gemm : u7_gemm;
+  const int64_t kq = (K + 3) / 4 * 4, nvec = (O + 15) / 16;
+  packed_w *pk;
+  OF_CHECK(pack_weight_s8(op, w, wzp, O, 1, K, 1, 1, kq, true, &pk));
+  if (!pk->fits) {
+    packed_release(pk);
+    return OF_OK;
+  }
+  /* uint8 rows of a multiple of 4 bytes are read where they are; else
+   * copied (int8 shifted to uint8, rows padded to 4 bytes, bytes above 127
+   * as 127) */
+  const bool direct = u8 && kq == K && nhi == 0;
+  const int64_t xbytes = direct ? 0 : M * kq, abytes = nhi ? M * O * (int64_t)sizeof(int32_t) : 0;
+  uint8_t *A = direct ? NULL : of_alloc(OF_CPU, xbytes);
+  int32_t *corr = zp_terms(pk, nvec * 16, xz), *acc = nhi ? of_alloc(OF_CPU, abytes) : NULL;
+  int64_t *roff = malloc((size_t)M * sizeof *roff), toff = 0;
+  int64_t *hi_at = nhi ? malloc((size_t)nhi * sizeof *hi_at) : NULL;
+  of_status st = (A || direct) && corr && roff && (!nhi || (acc && hi_at))
+                 ? OF_OK
+                 : of_fail(OF_ERR_OOM, "%s: out of memory (%lld x %lld)", op, (long long)M, (long long)kq);
+  if (st == OF_OK) {
+    const uint8_t shift = u8 ? 0 : 128;
+    for (int64_t m = 0; m < M; m++) {
+      roff[m] = m * kq;
+      if (direct) continue;
+      uint8_t *a = A + m * kq;
+      for (int64_t k = 0; k < K; k++) {
+        const uint8_t v = (uint8_t)(xp[m * K + k] + shift);
+        a[k] = nhi && v > 127 ? 127 : v;
+      }
+      for (int64_t k = K; k < kq; k++) a[k] = 0;
+    }
+    if (nhi) high_bytes(xp, M * K, hi_at);
+    /* results requantised (or scaled to float) in registers, straight
+     * into the output rows; with an excess to add, int32 rows first */
+    const int64_t esz = r->odt == OF_FLOAT32 ? 4 : 1;
+    const vnni_job j = {direct ? xp : A, roff, &toff, 1, kq / 4, pk->B, kq * 16, acc, O, O, corr,
+                        nhi ? NULL : r, outp, O * esz};
+    const int nt = M * O * K >= OF_PARALLEL_GRAIN ? of_threads() : 1;
+    /* rows over threads when there are enough, else the channels */
+    const bool by_rows = M >= 4 * nt;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+      const int t = omp_get_thread_num(), n = omp_get_num_threads();
+      const int64_t R = by_rows ? M : nvec, per = (R + n - 1) / n;
+      const int64_t a0 = per * t < R ? per * t : R, a1 = a0 + per < R ? a0 + per : R;
+      if (a1 > a0) {
+        if (by_rows) gemm(&j, a0, a1, 0, nvec);
+        else gemm(&j, 0, M, a0, a1);
+      }
+    }
+    if (nhi) {
+      /* a linear layer as a 1x1 convolution of M samples of K channels */
+      const u7_excess ex = {xp, hi_at, nhi, 1, 1, K, K, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, O, nvec * 16, kq, kq, true,
+                            pk->B};
+      u7_add_excess(&ex, 0, 0, M, 0, 1, acc);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+      {
+        int64_t m0, m1;
+        split_rows(M, omp_get_num_threads(), omp_get_thread_num(), &m0, &m1);
+        if (m1 > m0) requant_rows(r, acc, m0, m1, O, outp, O, 1, O, 1);
+      }
+    }
+    *done = true;
+  }
+  if (A) of_free(OF_CPU, A, xbytes);
+  if (acc) of_free(OF_CPU, acc, abytes);
+  free(corr), free(roff), free(hi_at);
+  packed_release(pk);
+  return st;
+#else
+  (void)op, (void)xc, (void)w, (void)wzp, (void)M, (void)K, (void)O, (void)xzp, (void)r, (void)outp;
+  return OF_OK;
+#endif
+}
 
 /* quantized_conv2d through vnni_gemm (*done as qlinear_vnni), channels-last
  * in and out as PyTorch's quantized convolutions: per sample and group,

@@ -301,10 +301,12 @@ describe('int8 kernels', function()
   -- positions past a 16-block, input channels not a multiple of 4, groups,
   -- strides, dilation, int8 and uint8 inputs, 1 and 2 threads (samples or
   -- positions over threads; small maps: several samples' rows a gemm).
-  -- Where the CPU has no VNNI these run the int16 kernel: the same integers;
-  -- uint8 inputs also as 7-bit bytes (reduce_range's, zero point below
-  -- 128), which AVX2 multiplies with pmaddubsw in the VNNI kernel's layout
-  -- (channels-last results), else the int16 kernel.
+  -- Where the CPU has no VNNI these run the int16 kernel: the same integers.
+  -- uint8 inputs come four ways: full-range bytes with a zero point of 131;
+  -- with a zero point of 61, 7-bit bytes (reduce_range's), 7-bit bytes but
+  -- for about 1% (AVX2: pmaddubsw in the VNNI kernel's layout, channels-last
+  -- results, the excess of the high bytes added), and full-range bytes
+  -- (over 1/32 high: the int16 kernel on AVX2).
   for _, isa in ipairs(isas) do
     it('quantized_conv2d / linear with int8-range weights, every layout, ' .. isa, function()
       flow.backends.cpu.set_cpu_capability(isa)
@@ -328,19 +330,17 @@ describe('int8 kernels', function()
       for _, nt in ipairs({1, 2}) do
         flow.set_num_threads(nt)
         for ci, c in ipairs(cases) do for _, kind in ipairs(c.u8 and {'full', 'seven', 'sparse', 'many'} or {'int8'}) do
-          local seven = kind == 'seven' or kind == 'sparse' or kind == 'many'
+          local low_zp = kind == 'seven' or kind == 'sparse' or kind == 'many'
           local xi = c.u8 and flow.randint(0, kind == 'seven' and 128 or 256, c.x):to(flow.uint8)
                      or flow.randint(-128, 128, c.x):to(flow.int8)
           if kind == 'sparse' then
-            -- 7-bit but for about 1% of bytes in 128..255 (AVX2: their
-            -- excess added to the byte kernel's sums)
             xi = flow.where(flow.rand(unpack(c.x)):lt(0.01), xi, xi % 128)
           end
           local wi = flow.randint(-120, 121, c.w):to(flow.int8)
           local wz = flow.randint(-7, 8, {c.w[1]})
           local ws = flow.rand(c.w[1]) * 0.001 + 0.0005
           local bias = flow.randn(c.w[1])
-          local xs, xzp = 0.03, seven and 61 or c.u8 and 131 or -9
+          local xs, xzp = 0.03, low_zp and 61 or c.u8 and 131 or -9
           local acc = F.conv2d(xi:to(flow.float64) - xzp, wi:to(flow.float64) - wz:to(flow.float64):view(-1, 1, 1, 1),
             nil, {stride = c.stride, padding = c.pad, dilation = c.dil, groups = c.g})
           local buf = function(t) return ffi.new('int64_t[2]', t) end
@@ -367,10 +367,16 @@ describe('int8 kernels', function()
           local M_, K, N = shape[1], shape[2], shape[3]
           local wi = flow.randint(-128, 128, {N, K}):to(flow.int8)
           local ws, bias = flow.rand(N) * 0.01 + 0.001, flow.randn(N)
-          -- int8 inputs, then 7-bit uint8 ones (zero point 70)
-          for _, u7 in ipairs({false, true}) do
+          -- int8 inputs, then uint8 ones with zero point 70: 7-bit, and
+          -- 7-bit but for about 1% (AVX2: the byte kernel, the excess added)
+          for _, kind in ipairs({'int8', 'seven', 'sparse'}) do
+            local u7 = kind ~= 'int8'
             local xi = u7 and flow.randint(0, 128, {M_, K}):to(flow.uint8)
                        or flow.randint(-128, 128, {M_, K}):to(flow.int8)
+            if kind == 'sparse' then
+              xi = flow.where(flow.rand(M_, K):lt(0.01), xi + 128, xi)
+              xi[1][K] = 255   -- at least one
+            end
             local xzp = u7 and 70 or -5
             local acc = (xi:to(flow.float64) - xzp):matmul(wi:to(flow.float64):t())
             local p = ffi.new('of_tensor*[1]')
