@@ -633,6 +633,18 @@ __attribute__((target("avx2"))) static void copy_min127(uint8_t *d, const uint8_
   for (; i < n; i++) d[i] = s[i] > 127 ? 127 : s[i];
 }
 
+/* the bytes above 127 among n: their count, with their offsets in *at
+ * (malloc'd, NULL when there are none or more than n / 32: the callers run
+ * the int16 kernel then); -1 when out of memory */
+static int64_t high_offsets(const uint8_t *p, int64_t n, int64_t **at) {
+  const int64_t cnt = high_bytes(p, n, NULL);
+  *at = NULL;
+  if (cnt == 0 || cnt > n / 32) return cnt;
+  if (!(*at = malloc((size_t)cnt * sizeof **at))) return -1;
+  high_bytes(p, n, *at);
+  return cnt;
+}
+
 /* lanes [0, left) set */
 __attribute__((target("avx2"), always_inline)) static inline __m256i lanes_upto(int64_t left) {
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -774,6 +786,14 @@ u7_gemm(const vnni_job *j, int64_t i0, int64_t i1, int64_t v0, int64_t v1) {
 }
 
 typedef void (*job_gemm_fn)(const vnni_job *, int64_t, int64_t, int64_t, int64_t);
+
+/* the byte kernel for inputs of zero point xz (int8 ones shifted to uint8
+ * with it): VNNI's where the CPU has it, else on AVX2 pmaddubsw's for
+ * uint8 inputs with xz below 128; NULL where neither applies */
+static job_gemm_fn byte_gemm(bool u8, int32_t xz) {
+  if (have_vnni()) return vnni_gemm;
+  return have_u7() && u8 && xz < 128 ? u7_gemm : NULL;
+}
 
 /* A weight [O, Cg, kh, kw] (per group of Og channels) minus its zero
  * points as int8 in qconv_vnni's tap order (row taps: i, then (j, c) in a
@@ -970,17 +990,15 @@ static of_status qlinear_vnni(const char *op, of_tensor *xc, of_tensor *w, of_te
                               int64_t K, int64_t O, int32_t xzp, const rq *r, char *outp, bool *done) {
   *done = false;
 #if defined(__x86_64__)
-  const bool vnni = have_vnni();
-  if (!vnni && !have_u7()) return OF_OK;
   const bool u8 = xc->dtype == OF_UINT8;
   const int32_t xz = xzp + (u8 ? 0 : 128);
-  /* pmaddubsw (no VNNI): uint8 activations with a zero point below 128,
-   * bytes above 127 as in qconv_vnni (u7_add_excess) */
-  if (!vnni && !(u8 && xz < 128)) return OF_OK;
+  const job_gemm_fn gemm = byte_gemm(u8, xz);
+  if (!gemm) return OF_OK;
+  /* pmaddubsw: bytes above 127 as in qconv_vnni (u7_add_excess) */
   const uint8_t *xp = (const uint8_t *)of_ptr(xc);
-  const int64_t nhi = vnni ? 0 : high_bytes(xp, M * K, NULL);
+  int64_t *hi_at = NULL;
+  const int64_t nhi = gemm == u7_gemm ? high_offsets(xp, M * K, &hi_at) : 0;
   if (nhi > M * K / 32) return OF_OK;
-  const job_gemm_fn gemm = vnni ? vnni_gemm : u7_gemm;
   const int64_t kq = (K + 3) / 4 * 4, nvec = (O + 15) / 16;
   packed_w *pk;
   OF_CHECK(pack_weight_s8(op, w, wzp, O, 1, K, 1, 1, kq, true, &pk));
@@ -996,8 +1014,7 @@ static of_status qlinear_vnni(const char *op, of_tensor *xc, of_tensor *w, of_te
   uint8_t *A = direct ? NULL : of_alloc(OF_CPU, xbytes);
   int32_t *corr = zp_terms(pk, nvec * 16, xz), *acc = nhi ? of_alloc(OF_CPU, abytes) : NULL;
   int64_t *roff = malloc((size_t)M * sizeof *roff), toff = 0;
-  int64_t *hi_at = nhi ? malloc((size_t)nhi * sizeof *hi_at) : NULL;
-  of_status st = (A || direct) && corr && roff && (!nhi || (acc && hi_at))
+  of_status st = (A || direct) && corr && roff && nhi >= 0 && (!nhi || acc)
                  ? OF_OK
                  : of_fail(OF_ERR_OOM, "%s: out of memory (%lld x %lld)", op, (long long)M, (long long)kq);
   if (st == OF_OK) {
@@ -1012,7 +1029,6 @@ static of_status qlinear_vnni(const char *op, of_tensor *xc, of_tensor *w, of_te
       }
       for (int64_t k = K; k < kq; k++) a[k] = 0;
     }
-    if (nhi) high_bytes(xp, M * K, hi_at);
     /* results requantised (or scaled to float) in registers, straight
      * into the output rows; with an excess to add, int32 rows first */
     const int64_t esz = r->odt == OF_FLOAT32 ? 4 : 1;
@@ -1071,13 +1087,10 @@ static of_status qconv_vnni(const char *op, of_tensor *x, of_tensor *w, of_tenso
                             const float *fac, const of_meta *ym, of_tensor **out, bool *done) {
   *done = false;
 #if defined(__x86_64__)
-  const bool vnni = have_vnni();
-  if (!vnni && !have_u7()) return OF_OK;
   const bool u8 = x->dtype == OF_UINT8;
   const int32_t xz = (int32_t)p->x_zp + (u8 ? 0 : 128);
-  /* pmaddubsw (no VNNI): uint8 activations with a zero point below 128 */
-  if (!vnni && !(u8 && xz < 128)) return OF_OK;
-  const job_gemm_fn gemm = vnni ? vnni_gemm : u7_gemm;
+  const job_gemm_fn gemm = byte_gemm(u8, xz);
+  if (!gemm) return OF_OK;
   const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
   const int64_t O = w->shape[0], Cg = w->shape[1], kh = w->shape[2], kw = w->shape[3];
   const int64_t G = p->groups, Og = O / G, Ogp = (Og + 15) / 16 * 16, nvec = Ogp / 16;
@@ -1113,17 +1126,13 @@ static of_status qconv_vnni(const char *op, of_tensor *x, of_tensor *w, of_tenso
   const int64_t xn = N * C * H * W;
   const uint8_t *xraw = st == OF_OK ? (const uint8_t *)of_ptr(xl) : NULL;
   int64_t *hi_at = NULL;
-  const int64_t nhi = st == OF_OK && !vnni ? high_bytes(xraw, xn, NULL) : 0;
+  int64_t nhi = st == OF_OK && gemm == u7_gemm ? high_offsets(xraw, xn, &hi_at) : 0;
   if (nhi > xn / 32) {
     of_tensor_release(xl);
     packed_release(pk);
     return OF_OK;
   }
-  if (nhi) {
-    hi_at = malloc((size_t)nhi * sizeof *hi_at);
-    if (hi_at) high_bytes(xraw, xn, hi_at);
-    else st = of_fail(OF_ERR_OOM, "%s: out of memory", op);
-  }
+  if (nhi < 0) st = of_fail(OF_ERR_OOM, "%s: out of memory", op), nhi = 0;
   const u7_excess ex = {xraw, hi_at, nhi, H, W, C, Cg, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, Og, Ogp,
                         ntap * tapl, tapl, rowtaps, pk->B};
   /* scratch from the caching allocator: fresh pages from malloc (mmap
