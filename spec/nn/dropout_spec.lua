@@ -43,7 +43,7 @@ describe('dropout', function()
   it('native_dropout: one pass, its mask is rand(shape) >= p from the same generator state', function()
     -- sizes around the 128-element vector steps and the 4096-element tasks
     for _, n in ipairs({1, 63, 129, 4096 * 3 + 17, 70001}) do
-      for _, p in ipairs({0.1, 0.5, 0.9}) do
+      for _, p in ipairs({0, 0.1, 0.5, 0.9}) do
         local x = flow.randn(n)
         flow.manual_seed(7)
         local u = flow.rand(n):double()
@@ -55,6 +55,9 @@ describe('dropout', function()
         assert.is_true(y:eq(x * m:float() * scale):all():item(), 'values n=' .. n .. ' p=' .. p)
       end
     end
+    -- p = 1 drops everything, NaN and infinities included
+    local y1, m1 = flow.native_dropout(flow.tensor({0 / 0, math.huge, -1, 2}):expand(100, 4):reshape(-1), 1, true)
+    assert.is_true(y1:eq(0):all():item() and not m1:any():item())
     -- the generator moves on as flow.rand's fill does (4 elements a block)
     flow.manual_seed(3)
     flow.native_dropout(flow.ones(10), 0.5, true)
