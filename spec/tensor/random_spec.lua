@@ -176,6 +176,23 @@ describe('random: distributions', function()
     assert.are.same({2, 2}, flow.empty(2):uniform_(2, 2):totable())
   end)
 
+  it('uniform_ in float32 is float(lo + u * (hi - lo)), u the value rand gives, to the bit', function()
+    -- the two roundings of the double expression, no fused multiply-add
+    -- (the fill's loops are compiled per instruction set)
+    local ffi = require 'ffi'
+    local lo, hi, n = -3.7, 11.1, 4099
+    flow.manual_seed(21)
+    local u = flow.rand(n):contiguous()
+    flow.manual_seed(21)
+    local y = flow.empty(n):uniform_(lo, hi):contiguous()
+    local up, yp = ffi.cast('const float *', u:data_ptr()), ffi.cast('const float *', y:data_ptr())
+    local f = ffi.new('float[1]')
+    for i = 0, n - 1 do
+      f[0] = lo + up[i] * (hi - lo)
+      if f[0] ~= yp[i] then error(('element %d: %.9g, expected %.9g'):format(i, yp[i], f[0])) end
+    end
+  end)
+
   it('randn is standard normal; normal_ shifts and scales', function()
     flow.manual_seed(0)
     local s = stats(flow.randn(1000000))
