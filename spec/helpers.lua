@@ -201,6 +201,23 @@ function H.numbers(line)
   return r
 end
 
+--- fn() with the environment variable `name` set to `value` for the C
+-- core's per-call switches (OF_CONV_WINO, ...); the old value (or its
+-- absence) is restored, an error from fn raised again.
+function H.with_env(name, value, fn)
+  local ffi = require 'ffi'
+  pcall(ffi.cdef, [[
+int setenv(const char *name, const char *value, int overwrite);
+int unsetenv(const char *name);
+]])
+  local prev = os.getenv(name)
+  ffi.C.setenv(name, value, 1)
+  local ok, a = pcall(fn)
+  if prev then ffi.C.setenv(name, prev, 1) else ffi.C.unsetenv(name) end
+  if not ok then error(a, 0) end
+  return a
+end
+
 --- The instruction sets this CPU runs (flow.backends.cpu), best first.
 function H.isas()
   local native = flow.backends.cpu.get_cpu_capability()

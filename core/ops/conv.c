@@ -8,7 +8,9 @@
  *   weight grad  gW  += gy[n] @ col(x[n])^T              (summed over n)
  * A 1x1 convolution with stride 1 and no padding needs no columns: the input
  * is its own column matrix. Depthwise convolutions (one input channel per
- * group) skip the columns too: direct per-row kernels.
+ * group) skip the columns too: direct per-row kernels. Large float32 3x3
+ * stride-1 forwards on AVX2 CPUs take Winograd's F(2x2, 3x3) instead
+ * (winograd.c; wino_pick below), others may go to oneDNN (dnnl_auto).
  *
  * Small maps (L = out_sz < 64 outputs per sample, i.e. ResNet's later stages:
  * 4x4 and 2x2 at 64x64 input) take the wide path instead: a chunk of samples
@@ -134,12 +136,12 @@ static void geom_init(geom *g, const conv_args *a, int64_t N, int64_t CI, int64_
 
 /* OpenBLAS (pthreads build) runs every call on its own thread pool; inside
  * our batch-parallel regions each call must stay on the calling thread. */
-static int blas_single_begin(void) {
+int of_blas_single_begin(void) {
   int prev = openblas_get_num_threads();
   if (prev != 1) openblas_set_num_threads(1);
   return prev;
 }
-static void blas_single_end(int prev) {
+void of_blas_single_end(int prev) {
   if (prev != 1) openblas_set_num_threads(prev);
 }
 
@@ -1184,7 +1186,7 @@ static of_status wide_run(const char *op, run_kind kind, const geom *g, of_dtype
   geom gp = *g;
   gp.parts = split ? 1 : nt;
   g = &gp;
-  int prev = nt > 1 ? blas_single_begin() : 1;
+  int prev = nt > 1 ? of_blas_single_begin() : 1;
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     int tid = omp_get_thread_num(), nth = omp_get_num_threads();
@@ -1237,7 +1239,7 @@ static of_status wide_run(const char *op, run_kind kind, const geom *g, of_dtype
       }
     }
   }
-  if (nt > 1) blas_single_end(prev);
+  if (nt > 1) of_blas_single_end(prev);
   of_free(OF_CPU, buf, bytes);
   return OF_OK;
 }
@@ -1412,7 +1414,7 @@ static of_status conv_run_cols(const char *op, run_kind kind, const geom *g, of_
     gp.parts = batch ? 1 : nt;
     g = &gp;
     /* OpenBLAS stays on the calling thread inside the region */
-    int prev = blas_single_begin();
+    int prev = of_blas_single_begin();
 #pragma omp parallel num_threads(nt)
     {
       int tid = omp_get_thread_num(), nth = omp_get_num_threads();
@@ -1455,7 +1457,7 @@ static of_status conv_run_cols(const char *op, run_kind kind, const geom *g, of_
         }
       }
     }
-    blas_single_end(prev);
+    of_blas_single_end(prev);
   }
 #undef SAMPLE
   if (buf) of_free(OF_CPU, buf, bytes);
@@ -1929,13 +1931,35 @@ static of_status dnnl_run_op(const conv_args *a, run_kind kind, const geom *g, o
   return OF_OK;
 }
 
+/* Winograd F(2x2, 3x3) for float32 forwards (winograd.c): 3x3 kernels,
+ * stride 1, no dilation, one group, NCHW. OF_CONV_WINO=1 / =0 forces it on
+ * or off (measurements). */
+static bool wino_pick(const conv_args *a, run_kind kind, const geom *g, const of_tensor *p) {
+  if (kind != RUN_FWD || a->nsp != 2 || p->dtype != OF_FLOAT32 || of_prefers_channels_last(p) ||
+      g->k[1] != 3 || g->k[2] != 3 || g->s[1] != 1 || g->s[2] != 1 || g->d[1] != 1 || g->d[2] != 1 ||
+      g->G != 1 || g->N * g->out_sz == 0 || g->CI * g->CO == 0)
+    return false;
+  const char *e = getenv("OF_CONV_WINO");
+  if (e && *e) return *e == '1';
+  /* AVX2 only: oneDNN has no Winograd kernel there (its jit:avx2 is a
+   * direct convolution). Many tiles (the 16 GEMMs want wide blocks and
+   * the weight transform, 16 K C products, wants many tiles to share it)
+   * and at least 128 channels each way (64-channel layers ran as fast
+   * through oneDNN). doc/benchmarks.md, "Models", sixteenth pass. */
+  const int64_t tiles = g->N * ((g->out[1] + 1) / 2) * ((g->out[2] + 1) / 2);
+  return of_cpu_isa() == OF_ISA_AVX2 && tiles >= 384 && g->CI >= 128 && g->CO >= 128;
+}
+
 static of_status run_op(const conv_args *a, run_kind kind, const geom *g, of_tensor *p,
                         of_tensor *q, of_tensor *bias, const int64_t *rshape, int32_t rnd,
                         of_tensor **out) {
   if (of_dev(p) != OF_CPU) return device_run_op(a, kind, p, q, bias, rshape, rnd, out);
-  bool done = false;
-  OF_CHECK(dnnl_run_op(a, kind, g, p, q, bias, rshape, rnd, NULL, out, &done));
-  if (done) return OF_OK;
+  const bool wino = wino_pick(a, kind, g, p);
+  if (!wino) {
+    bool done = false;
+    OF_CHECK(dnnl_run_op(a, kind, g, p, q, bias, rshape, rnd, NULL, out, &done));
+    if (done) return OF_OK;
+  }
   OF_CHECK(check_blas_sizes(a, g));
   of_dtype dt = p->dtype, cd = compute_dtype(dt);
   of_tensor *cp = NULL, *cq = NULL, *cb = NULL, *res = NULL;
@@ -1944,7 +1968,12 @@ static of_status run_op(const conv_args *a, run_kind kind, const geom *g, of_ten
     st = operand(p, cd, &cp);
     if (st == OF_OK) st = operand(q, cd, &cq);
     if (st == OF_OK && bias) st = operand(bias, cd, &cb);
-    if (st == OF_OK)
+    if (st == OF_OK && wino)   /* float32: cd is the input's dtype */
+      st = of_conv_winograd(a->op, g->N, g->CI, g->in[1], g->in[2], g->CO, g->p[1], g->p[2],
+                            g->out[1], g->out[2], (const float *)of_ptr(cp),
+                            (const float *)of_ptr(cq), cb ? (const float *)of_ptr(cb) : NULL,
+                            (float *)of_ptr(res));
+    else if (st == OF_OK)
       st = conv_run(a->op, kind, g, cd, of_ptr(cp), of_ptr(cq), cb ? of_ptr(cb) : NULL,
                     of_ptr(res));
   }

@@ -21,4 +21,16 @@ of_status of_conv_post_dnnl(of_tensor *x, of_tensor *w, of_tensor *b, const int6
                             const int64_t *padding, const int64_t *dilation, int32_t nsp,
                             int64_t groups, const of_conv_post *post, of_tensor **out,
                             bool *done);
+
+/* OpenBLAS on the calling thread only (its own pool against OpenMP's
+ * spinning threads made a conv 4-7x slower); returns what to restore. */
+int of_blas_single_begin(void);
+void of_blas_single_end(int prev);
+
+/* The float32 forward of a 3x3 convolution with stride 1, no dilation and
+ * one group by Winograd's F(2x2, 3x3) (winograd.c): x [N, C, H, W] and y
+ * [N, K, OH, OW] contiguous, w [K, C, 3, 3], bias [K] or NULL. */
+of_status of_conv_winograd(const char *op, int64_t N, int64_t C, int64_t H, int64_t W, int64_t K,
+                           int64_t ph, int64_t pw, int64_t OH, int64_t OW, const float *x,
+                           const float *w, const float *bias, float *y);
 #endif
