@@ -372,8 +372,9 @@ static of_status check_target(const char *op, of_tensor *t) {
 }
 
 static void run_fill(of_tensor *t, job *j);
-static void gen_uniform(const job *j, int64_t b, int64_t n, const uint32_t *w, double *dv,
-                        int64_t *iv);
+/* (clang wants the clones' attribute on the first declaration) */
+TILE_LOOPS static void gen_uniform(const job *j, int64_t b, int64_t n, const uint32_t *w, double *dv,
+                                   int64_t *iv);
 static void gen_normal(const job *j, int64_t b, int64_t n, const uint32_t *w, double *dv,
                        int64_t *iv);
 static void gen_bernoulli(const job *j, int64_t b, int64_t n, const uint32_t *w, double *dv,
