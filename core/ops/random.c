@@ -100,8 +100,8 @@ static inline void philox(uint64_t block, uint64_t sub, pkey k, uint32_t out[4])
 }
 
 /* out[4 j + w] = word w of block first + j (substream 0), j < n. Batches of
- * blocks in struct-of-arrays form let the compiler vectorise the rounds. */
-__attribute__((target_clones("avx512f", "avx2", "default")))
+ * blocks in struct-of-arrays form let the compiler vectorise the rounds
+ * (SSE2: AVX2 and above take philox_avx2, through philox_words). */
 static void philox_blocks(uint64_t first, int64_t n, pkey k, uint32_t *out) {
   int64_t j = 0;
   for (; j + PHILOX_BATCH <= n; j += PHILOX_BATCH) {

@@ -72,24 +72,21 @@ static inline void load_row(const wgeom *q, const float *xc, int64_t yr, float *
     return;
   }
   const float *s = xc + yr * q->W - q->pw;   /* s[j]: column j of the padded row */
-  /* interior: columns 2 j and 2 j + 1 both inside [pw, pw + W) */
-  int64_t j0 = (q->pw + 1) / 2, j1 = (q->pw + q->W - 1) / 2;   /* [j0, j1) */
+  /* interior [j0, j1): columns 2 j and 2 j + 1 both inside [pw, pw + W);
+   * the few pairs on either side are checked one by one */
+  int64_t j0 = (q->pw + 1) / 2, j1 = (q->pw + q->W - 1) / 2;
   if (j1 > n) j1 = n;
   if (j0 > j1) j0 = j1;
-  for (int64_t j = 0; j < j0; j++) {
-    const int64_t c = 2 * j - q->pw;
-    e[j] = c >= 0 && c < q->W ? s[2 * j] : 0.0f;
-    o[j] = c + 1 >= 0 && c + 1 < q->W ? s[2 * j + 1] : 0.0f;
-  }
-  for (int64_t j = j0; j < j1; j++) {
-    e[j] = s[2 * j];
-    o[j] = s[2 * j + 1];
-  }
-  for (int64_t j = j1; j < n; j++) {
-    const int64_t c = 2 * j - q->pw;
-    e[j] = c >= 0 && c < q->W ? s[2 * j] : 0.0f;
-    o[j] = c + 1 >= 0 && c + 1 < q->W ? s[2 * j + 1] : 0.0f;
-  }
+#define EDGE(j)                                                  \
+  do {                                                           \
+    const int64_t c_ = 2 * (j) - q->pw;                          \
+    e[j] = c_ >= 0 && c_ < q->W ? s[2 * (j)] : 0.0f;             \
+    o[j] = c_ + 1 >= 0 && c_ + 1 < q->W ? s[2 * (j) + 1] : 0.0f; \
+  } while (0)
+  for (int64_t j = 0; j < j0; j++) EDGE(j);
+  for (int64_t j = j0; j < j1; j++) e[j] = s[2 * j], o[j] = s[2 * j + 1];
+  for (int64_t j = j1; j < n; j++) EDGE(j);
+#undef EDGE
 }
 
 /* V[e][c][t0 + j] for the tiles j of one tile row (sample n, row i) */
@@ -104,16 +101,13 @@ static void input_row(const wgeom *q, const float *x, int64_t n, int64_t i, floa
     const float *xc = x + (n * q->C + c) * q->H * q->W;
     const int64_t y0 = 2 * i - q->ph;
     for (int r = 0; r < 4; r++) load_row(q, xc, y0 + r, E[r], O[r]);
-    for (int a = 0; a < 4; a++) {   /* row a of B^T d (even and odd columns), then times B */
-      const float *p = a == 0 ? E[0] : E[1], *pq = a == 0 ? E[2] : a == 3 ? E[3] : E[2];
-      const float *po = a == 0 ? O[0] : O[1], *poq = a == 0 ? O[2] : a == 3 ? O[3] : O[2];
-      if (a == 1) {
-        for (int64_t j = 0; j < m; j++) te[j] = p[j] + pq[j], to[j] = po[j] + poq[j];
-      } else if (a == 2) {
-        for (int64_t j = 0; j < m; j++) te[j] = pq[j] - p[j], to[j] = poq[j] - po[j];
-      } else {
-        for (int64_t j = 0; j < m; j++) te[j] = p[j] - pq[j], to[j] = po[j] - poq[j];
-      }
+    /* row a of B^T d is row L[a] + S[a] * row R[a] (r0 - r2, r1 + r2,
+     * r2 - r1, r1 - r3; the sign product is exact), even and odd columns */
+    static const int L[4] = {0, 1, 2, 1}, R[4] = {2, 2, 1, 3};
+    static const float S[4] = {-1.0f, 1.0f, -1.0f, -1.0f};
+    for (int a = 0; a < 4; a++) {   /* then its columns times B */
+      const float *el = E[L[a]], *er = E[R[a]], *ol = O[L[a]], *orr = O[R[a]], sg = S[a];
+      for (int64_t j = 0; j < m; j++) te[j] = el[j] + sg * er[j], to[j] = ol[j] + sg * orr[j];
       float *restrict v0 = v + (4 * a) * estride + c * ldv + t0, *restrict v1 = v0 + estride;
       float *restrict v2 = v1 + estride, *restrict v3 = v2 + estride;
       for (int64_t j = 0; j < tw; j++) {   /* columns 2 j ... 2 j + 3 = te[j], to[j], te[j+1], to[j+1] */
