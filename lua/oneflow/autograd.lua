@@ -209,6 +209,7 @@ methods.backward = interpreted(function(t, grad, opts)
   end
   local roots = ffi.new('of_tensor*[1]', t.p)
   local grads = ffi.new('of_tensor*[1]', grad and grad.p or nil)
+  core.sweep_for_backward()
   if C.of_backward(roots, grads, 1, opts.retain_graph and 1 or 0,
                    opts.create_graph and 1 or 0) ~= 0 then
     raise(2)
@@ -220,6 +221,7 @@ M.backward = interpreted(function(tensors, grads, opts)
   tensors = tensor_list(tensors, 'backward')
   grads = tensor_list(grads, 'backward')
   opts = A.check_options('autograd.backward', opts, {create_graph = true, retain_graph = true})
+  core.sweep_for_backward()
   if C.of_backward(ptr_array(tensors), ptr_array(grads), #tensors,
                    opts.retain_graph and 1 or 0, opts.create_graph and 1 or 0) ~= 0 then
     raise(2)

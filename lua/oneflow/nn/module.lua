@@ -332,11 +332,14 @@ function M.step(m, v, f)
 end
 
 --- residual(x, branch, f): x + branch, a residual block's sum; with f
--- (its frees(self, x)) added into the branch's own value (the same bits)
--- when that is neither x nor shares its storage, else the branch is freed
--- after.
+-- (its frees(self, x)) and no gradient recorded added into the branch's own
+-- value (the same bits) when that is neither x nor shares its storage, else
+-- the branch is freed after. (Recorded, the branch may be a view of a
+-- tensor that requires grad or a value a node saved: no writing into it.)
 function M.residual(x, branch, f)
-  if f and not rawequal(branch, f) and apart(branch, x) then return branch:add_(x) end
+  if f and C.of_is_grad_enabled() == 0 and not rawequal(branch, f) and apart(branch, x) then
+    return branch:add_(x)
+  end
   local y = x + branch
   if not rawequal(branch, x) then M.free(branch, f, y) end
   return y
