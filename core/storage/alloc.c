@@ -403,10 +403,10 @@ static void lg_dispose(lblk *list, bool unmap) {
  * batch 64 then missed and gathered twice a step in steady state, with 1.4
  * and 1.6 times the request cached; with the rule, once, about 0.3 ms of a
  * 30 ms step). ResNet-18's 24.5 MiB gradient had 5.5 times. A piece that
- * cannot be moved is
- * unmapped, and that part of the segment faults in fresh, as it would
- * without the gather; so is every piece when the new segment cannot be
- * mapped. GATHER_MAX bounds the syscalls (and the mappings) of one miss. */
+ * cannot be moved is unmapped, and that part of the segment faults in
+ * fresh, as it would without the gather; so is every piece when the new
+ * segment cannot be mapped. GATHER_MAX bounds the syscalls (and the
+ * mappings) of one miss. */
 enum { GATHER_MAX = 32, GATHER_SLACK = 2 };
 typedef struct {
   char *ptr;

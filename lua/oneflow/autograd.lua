@@ -241,6 +241,7 @@ M.grad = interpreted(function(outputs, inputs, grad_outputs, opts)
   local res = ffi.new('of_tensor*[?]', math.max(#inputs, 1))
   local retain = opts.retain_graph
   if retain == nil then retain = opts.create_graph end
+  core.sweep_for_backward()
   if C.of_autograd_grad(ptr_array(outputs), ptr_array(grad_outputs), #outputs,
                         ptr_array(inputs), #inputs, retain and 1 or 0,
                         opts.create_graph and 1 or 0, opts.allow_unused and 1 or 0, res) ~= 0 then
