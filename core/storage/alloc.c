@@ -450,7 +450,7 @@ static int lg_gather_locked(int64_t size, lg_piece *out, lblk **dead) {
 static void lg_move(char *src, int64_t len, char *dst) {
   if (mremap(src, (size_t)len, (size_t)len, MREMAP_MAYMOVE | MREMAP_FIXED, dst) != MAP_FAILED) return;
   if (errno != EFAULT || len < 2 * LARGE_QUANTUM) {
-    munmap(src, (size_t)len);
+    os_free(src, len);
     return;
   }
   int64_t half = len / 2 / LARGE_QUANTUM * LARGE_QUANTUM;
@@ -463,9 +463,12 @@ static void lg_move(char *src, int64_t len, char *dst) {
 static void lg_move_pieces(char *dst, const lg_piece *pc, int n) {
   int64_t off = 0;
   for (int i = 0; i < n; off += pc[i].len, i++) {
+    if (!dst) {
+      os_free(pc[i].ptr, pc[i].len);   /* pieces are LARGE_QUANTUM multiples: unmapped */
+      continue;
+    }
     UNPOISON(pc[i].ptr, pc[i].len);   /* the old addresses may be mapped again by anyone */
-    if (dst) lg_move(pc[i].ptr, pc[i].len, dst + off);
-    else munmap(pc[i].ptr, (size_t)pc[i].len);
+    lg_move(pc[i].ptr, pc[i].len, dst + off);
   }
 }
 
