@@ -298,6 +298,10 @@ void of_amp_end(of_tensor **in, of_tensor **cast, int32_t n, int32_t saved);
  * calls (inference, see amp.c): its numbers change only with the parameter,
  * which then gets a new copy (so kernels may key caches on its storage). */
 bool of_amp_is_kept_cast(const of_tensor *t);
+/* Drops what the kernels keep for the weight on storage sid (oneDNN's
+ * reordered copy, the Winograd transform; ops/amp.c): a graph calls it
+ * when a folded weight it kept goes. */
+void of_forget_kept_weight(int64_t sid);
 /* Graph arenas (alloc.c): allocations on this thread between begin and end
  * come from one block laid out from the first run's record. */
 typedef struct of_arena of_arena;

@@ -8,7 +8,6 @@
  * graph runs: the recorded backward nodes are ordinary ops. */
 #include "ops.h"
 #include "../device.h"
-#include "../device/dnnl.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -182,11 +181,12 @@ typedef struct of_memo {
   of_tensor **res;        /* [nreal] */
 } of_memo;
 
-/* drops a kept result, and oneDNN's reordered copy of it (a slot per stale
- * weight would pile up over a training loop's evaluations) */
+/* drops a kept result, and what the kernels keep of it (oneDNN's reordered
+ * copy, the Winograd transform: a slot per stale weight would pile up over
+ * a training loop's evaluations) */
 static void memo_drop(of_tensor *t) {
   if (!t) return;
-  of_dnnl_forget_weight(t->storage->id);
+  of_forget_kept_weight(t->storage->id);
   of_tensor_release(t);
 }
 

@@ -161,6 +161,12 @@ void of_release_kernel_caches(void) {
   pthread_mutex_unlock(&kept_lock);
   of_dnnl_release_cached();
   of_quant_release_cached();
+  of_wino_release_cached();
+}
+
+void of_forget_kept_weight(int64_t sid) {
+  of_dnnl_forget_weight(sid);
+  of_wino_forget_weight(sid);
 }
 
 of_status of_amp_begin(int32_t cls, of_tensor **in, of_tensor **cast, int32_t n,

@@ -57,6 +57,7 @@
 #include "simd.h"
 #include <cblas.h>
 #include <limits.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1842,6 +1843,18 @@ static void dense_strides(const int64_t *shape, int32_t nd, bool cl, int64_t *st
   st[0] = s;
 }
 
+/* Whether a forward's weight q (its operand: cq) may have its reordered or
+ * transformed form kept for later calls: inference (no grad recorded) with
+ * a parameter's own numbers, the copy of one that autocast keeps, or a
+ * weight a graph keeps across runs (bnfold's folded weight: frozen
+ * storage). The keys are the storage's id and version, which every write
+ * bumps. */
+static bool keep_weight(const of_tensor *q, const of_tensor *cq) {
+  return !of_is_grad_enabled() && q->dtype == cq->dtype && of_tensor_is_contiguous(q) &&
+         cq->storage == q->storage &&
+         ((q->requires_grad && !q->grad_fn) || of_amp_is_kept_cast(q) || q->storage->frozen);
+}
+
 /* run_op through oneDNN: *done false (nothing made) when it is not chosen
  * or has no kernel for the problem. Activations go in as they are when
  * contiguous or channels-last (a channels-last input gives a channels-last
@@ -1908,15 +1921,10 @@ static of_status dnnl_run_op(const conv_args *a, run_kind kind, const geom *g, o
     dense_strides(cp->shape, cp->ndim, cl, d.ps);
     dense_strides(cq->shape, cq->ndim, kind == RUN_BWD_WEIGHT && cl, d.qs);
     dense_strides(res->shape, res->ndim, rcl, d.rs);
-    /* inference (no grad recorded) with a parameter's own numbers, the
-     * copy of one that autocast keeps, or a weight a graph keeps across runs
-     * (bnfold's folded weight: frozen storage): the reordered weight is kept
-     * for the next call (the weight-reorder cache, dnnl.c) */
+    /* the reordered weight is kept for the next call (the weight-reorder
+     * cache, dnnl.c) */
     of_dnnl_wkey wk = {q->storage->id, q->storage->version, q->offset};
-    bool keep = kind == RUN_FWD && !of_is_grad_enabled() && q->dtype == dt &&
-                of_tensor_is_contiguous(q) && cq->storage == q->storage &&
-                ((q->requires_grad && !q->grad_fn) || of_amp_is_kept_cast(q) ||
-                 q->storage->frozen);
+    bool keep = kind == RUN_FWD && keep_weight(q, cq);
     st = of_dnnl_conv(&d, of_ptr(cp), of_ptr(cq), cb ? of_ptr(cb) : NULL, of_ptr(res),
                       native_bf16, keep ? &wk : NULL, done);
   }
@@ -1931,35 +1939,106 @@ static of_status dnnl_run_op(const conv_args *a, run_kind kind, const geom *g, o
   return OF_OK;
 }
 
-/* Winograd F(2x2, 3x3) for float32 forwards (winograd.c): 3x3 kernels,
- * stride 1, no dilation, one group, NCHW. OF_CONV_WINO=1 / =0 forces it on
- * or off (measurements). */
-static bool wino_pick(const conv_args *a, run_kind kind, const geom *g, const of_tensor *p) {
+/* Winograd for float32 forwards (winograd.c): 3x3 kernels, stride 1, no
+ * dilation, one group, NCHW; the tile side (4: F(4x4, 3x3), 2: F(2x2,
+ * 3x3)) or 0. OF_CONV_WINO=4 / =1 (F(2x2)) / =0 forces the choice on every
+ * such convolution (measurements, tests). */
+static int wino_pick(const conv_args *a, run_kind kind, const geom *g, const of_tensor *p) {
   if (kind != RUN_FWD || a->nsp != 2 || p->dtype != OF_FLOAT32 || of_prefers_channels_last(p) ||
       g->k[1] != 3 || g->k[2] != 3 || g->s[1] != 1 || g->s[2] != 1 || g->d[1] != 1 || g->d[2] != 1 ||
       g->G != 1 || g->N * g->out_sz == 0 || g->CI * g->CO == 0)
-    return false;
+    return 0;
   const char *e = getenv("OF_CONV_WINO");
-  if (e && *e) return *e == '1';
+  if (e && *e) return *e == '4' ? 4 : *e == '1' ? 2 : 0;
   /* AVX2 only: oneDNN has no Winograd kernel there (its jit:avx2 is a
-   * direct convolution). Many tiles (the 16 GEMMs want wide blocks and
-   * the weight transform, 16 K C products, wants many tiles to share it)
-   * and at least 128 channels each way (64-channel layers ran as fast
-   * through oneDNN). doc/benchmarks.md, "Models", sixteenth pass. */
-  const int64_t tiles = g->N * ((g->out[1] + 1) / 2) * ((g->out[2] + 1) / 2);
-  return of_cpu_isa() == OF_ISA_AVX2 && tiles >= 384 && g->CI >= 128 && g->CO >= 128;
+   * direct convolution). F(4x4) on maps of 28x28 and more (its 4x4 tiles
+   * cover them) with 96 tiles or more over the batch; F(2x2) on maps of
+   * 10x10 and more with 192 tiles or more and 128 channels each way (the
+   * GEMMs want wide blocks, and the weight transform, 16 or 36 K C values,
+   * wants many tiles to share it where it is not kept). Single layers on a
+   * Zen 3, against the direct paths: F(4x4) 0.51-0.91x on ResNet's 56x56
+   * and 28x28 layers from 96 tiles (1.08-1.18x at 49), F(2x2) 0.68-0.95x on
+   * 14x14 layers from 196 tiles (0.9-1.36x below, 0.9-1.2x on 7x7 maps,
+   * where 8x8 outputs are computed for 49). doc/benchmarks.md, "Models",
+   * sixteenth and seventeenth passes. */
+  if (of_cpu_isa() != OF_ISA_AVX2) return 0;
+  const int64_t t4 = g->N * ((g->out[1] + 3) / 4) * ((g->out[2] + 3) / 4);
+  if (g->out[1] >= 28 && g->out[2] >= 28 && t4 >= 96 && g->CI >= 64 && g->CO >= 64) return 4;
+  const int64_t t2 = g->N * ((g->out[1] + 1) / 2) * ((g->out[2] + 1) / 2);
+  return g->out[1] >= 10 && g->out[2] >= 10 && t2 >= 192 && g->CI >= 128 && g->CO >= 128 ? 2 : 0;
+}
+
+/* OF_CONV_VERBOSE=1: a line on stderr for each CPU convolution, naming the
+ * path that ran it and its post-ops (for tuning the routing, and for the
+ * specs that check it), as DNNL_VERBOSE does for oneDNN's primitives. */
+static void conv_verbose(const char *path, run_kind kind, const geom *g, const of_conv_post *post) {
+  const char *e = getenv("OF_CONV_VERBOSE");
+  if (!e || e[0] != '1') return;
+  char extra[64] = "";
+  if (post && post->act == OF_DNNL_ACT_CLIP)
+    snprintf(extra, sizeof extra, " clamp=%g:%g", (double)post->lo, (double)post->hi);
+  fprintf(stderr, "oneflow conv: %s %s N=%lld C=%lld K=%lld in=%lldx%lld out=%lldx%lld k=%lldx%lld%s%s\n",
+          kind == RUN_FWD ? "forward" : kind == RUN_BWD_INPUT ? "input_grad" : "weight_grad", path,
+          (long long)g->N, (long long)g->CI, (long long)g->CO, (long long)g->in[1],
+          (long long)g->in[2], (long long)g->out[1], (long long)g->out[2], (long long)g->k[1],
+          (long long)g->k[2], post && post->acc ? " sum" : "", extra);
+}
+
+/* The forward through Winograd with tile side `tile`, into a fresh result
+ * or (post->acc) added to the residual in post->acc, which must be dense
+ * NCHW float32 of the result's shape (else *done stays false). */
+static of_status wino_run(const conv_args *a, const geom *g, int tile, of_tensor *p, of_tensor *q,
+                          of_tensor *bias, const int64_t *rshape, int32_t rnd,
+                          const of_conv_post *post, of_tensor **out, bool *done) {
+  *done = false;
+  of_tensor *res = NULL;
+  if (post && post->acc) {
+    of_tensor *acc = post->acc;
+    if (of_dev(acc) != OF_CPU || acc->dtype != OF_FLOAT32 || acc->ndim != rnd ||
+        memcmp(acc->shape, rshape, sizeof(int64_t) * (size_t)rnd) ||
+        !of_tensor_is_contiguous(acc))
+      return OF_OK;   /* not taken: the caller's unfused ops run */
+    of_tensor_retain(acc);
+    res = acc;
+  } else {
+    OF_CHECK(of_tensor_new(rshape, rnd, OF_FLOAT32, OF_CPU, &res));
+  }
+  of_tensor *cp = NULL, *cq = NULL, *cb = NULL;
+  of_status st = operand(p, OF_FLOAT32, &cp);
+  if (st == OF_OK) st = operand(q, OF_FLOAT32, &cq);
+  if (st == OF_OK && bias) st = operand(bias, OF_FLOAT32, &cb);
+  if (st == OF_OK) {
+    const int64_t wkey[3] = {q->storage->id, q->storage->version, q->offset};
+    of_wino_args w = {g->N, g->CI, g->in[1], g->in[2], g->CO, g->p[1], g->p[2], g->out[1],
+                      g->out[2], tile, (const float *)of_ptr(cp), (const float *)of_ptr(cq),
+                      cb ? (const float *)of_ptr(cb) : NULL, (float *)of_ptr(res),
+                      post && post->acc, -INFINITY, INFINITY, keep_weight(q, cq) ? wkey : NULL};
+    if (post && post->act == OF_DNNL_ACT_CLIP) w.lo = post->lo, w.hi = post->hi;
+    st = of_conv_winograd(a->op, &w);
+  }
+  of_tensor_release(cp);
+  of_tensor_release(cq);
+  of_tensor_release(cb);
+  if (st != OF_OK) {
+    of_tensor_release(res);
+    return st;
+  }
+  *out = res;
+  *done = true;
+  return OF_OK;
 }
 
 static of_status run_op(const conv_args *a, run_kind kind, const geom *g, of_tensor *p,
                         of_tensor *q, of_tensor *bias, const int64_t *rshape, int32_t rnd,
                         of_tensor **out) {
   if (of_dev(p) != OF_CPU) return device_run_op(a, kind, p, q, bias, rshape, rnd, out);
-  const bool wino = wino_pick(a, kind, g, p);
-  if (!wino) {
-    bool done = false;
-    OF_CHECK(dnnl_run_op(a, kind, g, p, q, bias, rshape, rnd, NULL, out, &done));
-    if (done) return OF_OK;
-  }
+  bool done = false;
+  const int tile = wino_pick(a, kind, g, p);
+  if (tile) OF_CHECK(wino_run(a, g, tile, p, q, bias, rshape, rnd, NULL, out, &done));
+  else OF_CHECK(dnnl_run_op(a, kind, g, p, q, bias, rshape, rnd, NULL, out, &done));
+  conv_verbose(!done ? "gemm" : tile == 4 ? "winograd_f4" : tile ? "winograd_f2" : "onednn", kind,
+               g, NULL);
+  if (done) return OF_OK;
   OF_CHECK(check_blas_sizes(a, g));
   of_dtype dt = p->dtype, cd = compute_dtype(dt);
   of_tensor *cp = NULL, *cq = NULL, *cb = NULL, *res = NULL;
@@ -1968,12 +2047,7 @@ static of_status run_op(const conv_args *a, run_kind kind, const geom *g, of_ten
     st = operand(p, cd, &cp);
     if (st == OF_OK) st = operand(q, cd, &cq);
     if (st == OF_OK && bias) st = operand(bias, cd, &cb);
-    if (st == OF_OK && wino)   /* float32: cd is the input's dtype */
-      st = of_conv_winograd(a->op, g->N, g->CI, g->in[1], g->in[2], g->CO, g->p[1], g->p[2],
-                            g->out[1], g->out[2], (const float *)of_ptr(cp),
-                            (const float *)of_ptr(cq), cb ? (const float *)of_ptr(cb) : NULL,
-                            (float *)of_ptr(res));
-    else if (st == OF_OK)
+    if (st == OF_OK)
       st = conv_run(a->op, kind, g, cd, of_ptr(cp), of_ptr(cq), cb ? of_ptr(cb) : NULL,
                     of_ptr(res));
   }
@@ -2202,12 +2276,12 @@ static of_status conv_body(of_tensor *x, of_tensor *w, of_tensor *b, const int64
 }
 
 /* The graph's fused convolution (core/graph/passes/convfuse.c): the forward
- * through oneDNN with post->acc's residual summed in place and the
- * activation applied in the same kernel. *done false (nothing written):
- * not float32 on the CPU, or a problem the im2col path would take (the
- * routing of dnnl_auto), or acc not dense in the result's layout; the
- * caller then runs conv and the elementwise ops. */
-of_status of_conv_post_dnnl(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
+ * through Winograd or oneDNN, as the routing picks (wino_pick, dnnl_auto),
+ * with post->acc's residual summed in place and the activation applied in
+ * the same kernel. *done false (nothing written): not float32 on the CPU, a
+ * problem the im2col path would take, or acc not dense in the result's
+ * layout; the caller then runs conv and the elementwise ops. */
+of_status of_conv_with_post(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
                             const int64_t *padding, const int64_t *dilation, int32_t nsp,
                             int64_t groups, const of_conv_post *post, of_tensor **out,
                             bool *done) {
@@ -2220,7 +2294,12 @@ of_status of_conv_post_dnnl(of_tensor *x, of_tensor *w, of_tensor *b, const int6
   int64_t rshape[5];
   geom g;
   OF_CHECK(fwd_setup(&a, x, w, b, NULL, rshape, &g));
-  return dnnl_run_op(&a, RUN_FWD, &g, x, w, b, rshape, nsp + 2, post, out, done);
+  const int tile = wino_pick(&a, RUN_FWD, &g, x);
+  if (tile) OF_CHECK(wino_run(&a, &g, tile, x, w, b, rshape, nsp + 2, post, out, done));
+  else OF_CHECK(dnnl_run_op(&a, RUN_FWD, &g, x, w, b, rshape, nsp + 2, post, out, done));
+  if (*done) conv_verbose(tile == 4 ? "winograd_f4" : tile ? "winograd_f2" : "onednn", RUN_FWD, &g,
+                          post);
+  return OF_OK;
 }
 
 /* conv_transpose's result spatial sizes osz from x, w and output_padding

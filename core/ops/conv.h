@@ -14,10 +14,10 @@ typedef struct {
   float lo, hi;
 } of_conv_post;
 
-/* The float32 CPU forward through oneDNN with the post-ops; *done false
- * (nothing written, OF_OK) where conv's routing would not take oneDNN, or
- * acc does not fit; errors are returned as statuses. */
-of_status of_conv_post_dnnl(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
+/* The float32 CPU forward with the post-ops, through Winograd or oneDNN as
+ * conv's routing picks them; *done false (nothing written, OF_OK) where it
+ * picks neither, or acc does not fit; errors are returned as statuses. */
+of_status of_conv_with_post(of_tensor *x, of_tensor *w, of_tensor *b, const int64_t *stride,
                             const int64_t *padding, const int64_t *dilation, int32_t nsp,
                             int64_t groups, const of_conv_post *post, of_tensor **out,
                             bool *done);
@@ -28,9 +28,20 @@ int of_blas_single_begin(void);
 void of_blas_single_end(int prev);
 
 /* The float32 forward of a 3x3 convolution with stride 1, no dilation and
- * one group by Winograd's F(2x2, 3x3) (winograd.c): x [N, C, H, W] and y
- * [N, K, OH, OW] contiguous, w [K, C, 3, 3], bias [K] or NULL. */
-of_status of_conv_winograd(const char *op, int64_t N, int64_t C, int64_t H, int64_t W, int64_t K,
-                           int64_t ph, int64_t pw, int64_t OH, int64_t OW, const float *x,
-                           const float *w, const float *bias, float *y);
+ * one group by Winograd's F(2x2, 3x3) or F(4x4, 3x3) (winograd.c): x
+ * [N, C, H, W] and y [N, K, OH, OW] contiguous, w [K, C, 3, 3], bias [K] or
+ * NULL. acc: y holds a residual, and the result is added to it; then
+ * clamped to [lo, hi] (-inf, inf: none). wkey: the weight's storage id,
+ * version and offset where its transform may be kept for later calls,
+ * else NULL. */
+typedef struct {
+  int64_t N, C, H, W, K, ph, pw, OH, OW;
+  int tile;                 /* 2 or 4 */
+  const float *x, *w, *bias;
+  float *y;
+  bool acc;
+  float lo, hi;
+  const int64_t *wkey;
+} of_wino_args;
+of_status of_conv_winograd(const char *op, const of_wino_args *a);
 #endif

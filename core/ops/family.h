@@ -8,6 +8,10 @@
 /* Frees the int8 kernels' packed weights (quant.c); of_release_kernel_caches
  * (amp.c) calls it. */
 void of_quant_release_cached(void);
+/* Frees the kept Winograd weight transforms (winograd.c), all of them or
+ * those of the weight on storage sid (of_forget_kept_weight, amp.c). */
+void of_wino_release_cached(void);
+void of_wino_forget_weight(int64_t sid);
 
 /* ---- helpers for entry points and run functions ---- */
 #define OF_ATTRS(T) const T *a = (const T *)n->attrs

@@ -1,201 +1,433 @@
 /* winograd.c -- float32 3x3 convolutions with stride 1 by Winograd's
- * minimal filtering F(2x2, 3x3) (Lavin and Gray, "Fast Algorithms for
- * Convolutional Neural Networks", 2016): each 2x2 output tile is
- * A^T [(G g G^T) .* (B^T d B)] A for the 4x4 input tile d, so the products
- * per output fall from 9 to 4 (16 per 2x2 tile), and the sums over input
- * channels become 16 GEMMs: M[e] (K x T) = U[e] (K x C) V[e] (C x T),
- * e = 4 a + b one of the 16 points, T tiles.
+ * minimal filtering (Lavin and Gray, "Fast Algorithms for Convolutional
+ * Neural Networks", 2016). Each m x m output tile is
+ * A^T [(G g G^T) .* (B^T d B)] A for the (m+2) x (m+2) input tile d, so the
+ * sums over input channels become (m+2)^2 GEMMs, one a point e:
+ * M[e] (K x T) = U[e] (K x C) V[e] (C x T), T tiles. Two tile sizes:
  *
- *   U = G g G^T     G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]
- *   V = B^T d B     B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
- *   Y = A^T M A     A^T = [1 1 1 0; 0 1 -1 -1]
+ * F(2x2, 3x3): 16 products per 4 outputs (the direct sum: 36).
+ *   G   = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]
+ *   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
+ *   A^T = [1 1 1 0; 0 1 -1 -1]
+ * F(4x4, 3x3): 36 products per 16 outputs (the direct sum: 144), with the
+ * points 0, 1, -1, 1/2, -2 (and infinity) rather than Lavin's 0, +-1, +-2:
+ * Barabasz et al. ("Error analysis and improving the accuracy of Winograd
+ * convolution for deep neural networks", 2019) found them among the most
+ * accurate. Measured here, max error over the largest output against
+ * float64, normal inputs: a float32 simulation (128 channels) 2.8e-6
+ * against Lavin's points' 9.9e-6; this code 1.7e-6 to 4.6e-6 on ResNet-50's
+ * layers, F(2x2, 3x3) 2.4e-7 to 4.7e-7, oneDNN's direct kernel 3.4e-7 to
+ * 1.7e-6 (spec/nn/conv_winograd_spec.lua holds all to 1e-5).
+ *   G   = [1 0 0; 1/3 1/3 1/3; -1/3 1/3 -1/3; -16/15 -8/15 -4/15;
+ *          1/15 -2/15 4/15; 0 0 1]
+ *   B^T = [1 -3/2 -2 3/2 1 0; 0 -1 1/2 5/2 1 0; 0 1 -5/2 1/2 1 0;
+ *          0 -2 -1 2 1 0; 0 1/2 -1 -1/2 1 0; 0 1 -3/2 -2 3/2 1]
+ *   A^T = [1 1 1 1 1 0; 0 1 -1 1/2 -2 0; 0 1 1 1/4 4 0;
+ *          0 1 -1 1/8 -8 1]
  *
- * The transforms add and subtract (G also halves), so F(2x2, 3x3) stays
- * within a few float32 roundings of the direct sum (measured: 1.3e-7 to
- * 5.4e-7 of the largest output against float64, the direct paths 1.2e-7 to
- * 7.9e-7). Larger tiles (F(4x4, 3x3): 2.25x fewer products again) take
- * points up to +-2, transforms that multiply by up to 8, and lose more
- * accuracy; they are not used.
- *
- * Work is split over blocks of whole tile rows (of one or more samples):
- * a thread transforms a block's input into V, runs the 16 GEMMs (OpenBLAS
- * on the calling thread) into M and transforms M into the output rows, so
- * V and M stay in the thread's caches. conv.c decides where this runs
- * (conv.h: of_conv_winograd). */
+ * Work is split over blocks of whole tile rows (of one or more samples): a
+ * thread transforms a block's input into V, runs the GEMMs (OpenBLAS on the
+ * calling thread) into M and transforms M into the output rows, so V and M
+ * stay in the thread's caches. The transforms run over all of a block's
+ * tiles at once (a tile row alone has as few as 2-14 tiles, too few for
+ * vectors: the F(4x4) transforms ran scalar and took half the time). The
+ * output transform adds the bias, and for the graph's fused convolution a
+ * residual and a clamp (ReLU). U, 16 or 36 floats per 9 weights, is kept
+ * for the next call when the caller names the weight (inference with a
+ * parameter or a graph's folded weight, as oneDNN's reordered weights in
+ * device/dnnl.c). conv.c decides where this runs (wino_pick). */
 #include "../internal.h"
 #include <cblas.h>
+#include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "conv.h"
 
-/* tiles a block aims at (at most: two blocks a thread at least); 96 and
- * 384 ran up to 1.4x slower on ResNet-50's 28x28 and 14x14 layers */
+/* tiles a block aims at (at most: two blocks a thread at least); F(2x2):
+ * 96 and 384 ran up to 1.4x slower on ResNet-50's 28x28 and 14x14 layers;
+ * F(4x4) on its 56x56 and 28x28 layers at batch 8: 96 0.98-1.09x, 384
+ * 0.97-1.13x the time of 192 */
 enum { WINO_TILES = 192 };
-
-/* U[e][k][c] = (G g G^T)[e] for g = w[k][c] (3x3) */
-static void weights_u(const float *w, int64_t K, int64_t C, float *u) {
-  const int64_t kc = K * C;
-  const int nt = of_threads();
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && kc >= 4096)
-  for (int64_t i = 0; i < kc; i++) {
-    const float *g = w + i * 9;
-    float t[4][3];
-    for (int c = 0; c < 3; c++) {
-      t[0][c] = g[c];
-      t[1][c] = 0.5f * (g[c] + g[3 + c] + g[6 + c]);
-      t[2][c] = 0.5f * (g[c] - g[3 + c] + g[6 + c]);
-      t[3][c] = g[6 + c];
-    }
-    for (int r = 0; r < 4; r++) {
-      u[(4 * r + 0) * kc + i] = t[r][0];
-      u[(4 * r + 1) * kc + i] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
-      u[(4 * r + 2) * kc + i] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
-      u[(4 * r + 3) * kc + i] = t[r][2];
-    }
-  }
-}
 
 typedef struct {
   int64_t N, C, H, W, K, ph, pw, OH, OW, th, tw;
+  int mt, al;   /* tile side m, input tile side m + 2 */
 } wgeom;
 
-/* Input row yr of one channel, columns -pw ... -pw + 2 tw + 1 (zeros
- * outside the map), split by parity: e[j] = column 2 j, o[j] = 2 j + 1,
- * j <= tw. The parity split makes every later access unit-stride. */
-static inline void load_row(const wgeom *q, const float *xc, int64_t yr, float *restrict e,
-                            float *restrict o) {
-  const int64_t n = q->tw + 1;
-  if (yr < 0 || yr >= q->H) {
-    memset(e, 0, (size_t)n * sizeof(float));
-    memset(o, 0, (size_t)n * sizeof(float));
+/* ---- the one-dimensional transforms, over n tiles at once ---- */
+
+/* t[0..al) = G (g0, g1, g2): in double, as F(4x4)'s thirds and fifteenths
+ * are not floats */
+static inline void g_col(int mt, double g0, double g1, double g2, double *t) {
+  if (mt == 2) {
+    t[0] = g0, t[1] = 0.5 * (g0 + g1 + g2), t[2] = 0.5 * (g0 - g1 + g2), t[3] = g2;
     return;
   }
-  const float *s = xc + yr * q->W - q->pw;   /* s[j]: column j of the padded row */
-  /* interior [j0, j1): columns 2 j and 2 j + 1 both inside [pw, pw + W);
-   * the few pairs on either side are checked one by one */
-  int64_t j0 = (q->pw + 1) / 2, j1 = (q->pw + q->W - 1) / 2;
-  if (j1 > n) j1 = n;
-  if (j0 > j1) j0 = j1;
-#define EDGE(j)                                                  \
-  do {                                                           \
-    const int64_t c_ = 2 * (j) - q->pw;                          \
-    e[j] = c_ >= 0 && c_ < q->W ? s[2 * (j)] : 0.0f;             \
-    o[j] = c_ + 1 >= 0 && c_ + 1 < q->W ? s[2 * (j) + 1] : 0.0f; \
-  } while (0)
-  for (int64_t j = 0; j < j0; j++) EDGE(j);
-  for (int64_t j = j0; j < j1; j++) e[j] = s[2 * j], o[j] = s[2 * j + 1];
-  for (int64_t j = j1; j < n; j++) EDGE(j);
-#undef EDGE
+  const double third = 1.0 / 3.0, fifteenth = 1.0 / 15.0;
+  t[0] = g0;
+  t[1] = (g0 + g1 + g2) * third;
+  t[2] = (g1 - g0 - g2) * third;
+  t[3] = (-16.0 * g0 - 8.0 * g1 - 4.0 * g2) * fifteenth;
+  t[4] = (g0 - 2.0 * g1 + 4.0 * g2) * fifteenth;
+  t[5] = g2;
 }
 
-/* V[e][c][t0 + j] for the tiles j of one tile row (sample n, row i) */
-__attribute__((target_clones("avx2", "default")))
-static void input_row(const wgeom *q, const float *x, int64_t n, int64_t i, float *v, int64_t ldv,
-                      int64_t t0, float *scratch) {
-  const int64_t m = q->tw + 1, tw = q->tw, estride = q->C * ldv;
-  float *E[4], *O[4];
-  for (int r = 0; r < 4; r++) E[r] = scratch + 2 * r * m, O[r] = E[r] + m;
-  float *te = scratch + 8 * m, *to = te + m;
-  for (int64_t c = 0; c < q->C; c++) {
-    const float *xc = x + (n * q->C + c) * q->H * q->W;
-    const int64_t y0 = 2 * i - q->ph;
-    for (int r = 0; r < 4; r++) load_row(q, xc, y0 + r, E[r], O[r]);
-    /* row a of B^T d is row L[a] + S[a] * row R[a] (r0 - r2, r1 + r2,
-     * r2 - r1, r1 - r3; the sign product is exact), even and odd columns */
-    static const int L[4] = {0, 1, 2, 1}, R[4] = {2, 2, 1, 3};
-    static const float S[4] = {-1.0f, 1.0f, -1.0f, -1.0f};
-    for (int a = 0; a < 4; a++) {   /* then its columns times B */
-      const float *el = E[L[a]], *er = E[R[a]], *ol = O[L[a]], *orr = O[R[a]], sg = S[a];
-      for (int64_t j = 0; j < m; j++) te[j] = el[j] + sg * er[j], to[j] = ol[j] + sg * orr[j];
-      float *restrict v0 = v + (4 * a) * estride + c * ldv + t0, *restrict v1 = v0 + estride;
-      float *restrict v2 = v1 + estride, *restrict v3 = v2 + estride;
-      for (int64_t j = 0; j < tw; j++) {   /* columns 2 j ... 2 j + 3 = te[j], to[j], te[j+1], to[j+1] */
-        v0[j] = te[j] - te[j + 1];
-        v1[j] = to[j] + te[j + 1];
-        v2[j] = te[j + 1] - to[j];
-        v3[j] = to[j] - to[j + 1];
+/* U[e][k][c] = (G g G^T)[e], e = al a + b, for g = w[k][c] (3x3); a chunk
+ * of UCHUNK (k, c) pairs at a time into a local buffer, then one row a
+ * plane (writing each pair's points into the planes directly, 16 or 36
+ * lines apart, ran at ~550 cycles a pair) */
+enum { UCHUNK = 64 };
+static void weights_u(int mt, const float *w, int64_t K, int64_t C, float *u) {
+  const int64_t kc = K * C, nch = (kc + UCHUNK - 1) / UCHUNK;
+  const int al = mt + 2, nt = of_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && kc >= 4096)
+  for (int64_t ch = 0; ch < nch; ch++) {
+    const int64_t i0 = ch * UCHUNK, n = kc - i0 < UCHUNK ? kc - i0 : UCHUNK;
+    float buf[36][UCHUNK];
+    for (int64_t i = 0; i < n; i++) {
+      const float *g = w + (i0 + i) * 9;
+      double t[3][6], o[6];   /* t[c]: G times column c of the kernel */
+      for (int c = 0; c < 3; c++) g_col(mt, g[c], g[3 + c], g[6 + c], t[c]);
+      for (int r = 0; r < al; r++) {   /* row r of G g, times G^T */
+        g_col(mt, t[0][r], t[1][r], t[2][r], o);
+        for (int b = 0; b < al; b++) buf[al * r + b][i] = (float)o[b];
       }
     }
+    for (int e = 0; e < al * al; e++) memcpy(u + e * kc + i0, buf[e], (size_t)n * sizeof(float));
   }
 }
 
-/* the output rows 2 i, 2 i + 1 of sample n from M[e][k][t0 + j] */
+/* d[0..al) = B^T (s[0..al)): rows of n values, strides ss and ds */
+static inline void bt(int mt, const float *restrict s, int64_t ss, float *restrict d, int64_t ds,
+                      int64_t n) {
+  const float *s0 = s, *s1 = s + ss, *s2 = s1 + ss, *s3 = s2 + ss;
+  float *d0 = d, *d1 = d + ds, *d2 = d1 + ds, *d3 = d2 + ds;
+  if (mt == 2) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) {
+      const float x0 = s0[j], x1 = s1[j], x2 = s2[j], x3 = s3[j];
+      d0[j] = x0 - x2, d1[j] = x1 + x2, d2[j] = x2 - x1, d3[j] = x1 - x3;
+    }
+    return;
+  }
+  const float *s4 = s3 + ss, *s5 = s4 + ss;
+  float *d4 = d3 + ds, *d5 = d4 + ds;
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) {
+    const float x0 = s0[j], x1 = s1[j], x2 = s2[j], x3 = s3[j], x4 = s4[j], x5 = s5[j];
+    const float a = x4 - x2, b = x3 - x1;
+    d0[j] = (x0 + x4) - 2.0f * x2 + 1.5f * b;
+    d1[j] = (x4 - x1) + 0.5f * x2 + 2.5f * x3;
+    d2[j] = (x4 + x1) - 2.5f * x2 + 0.5f * x3;
+    d3[j] = a + 2.0f * b;
+    d4[j] = a - 0.5f * b;
+    d5[j] = (x5 + x1) - 2.0f * x3 + 1.5f * a;
+  }
+}
+
+/* d[0..mt) = A^T (s[0..al)) + b */
+static inline void at(int mt, const float *restrict s, int64_t ss, float *restrict d, int64_t ds,
+                      int64_t n, float b) {
+  const float *s0 = s, *s1 = s + ss, *s2 = s1 + ss, *s3 = s2 + ss;
+  float *d0 = d, *d1 = d + ds;
+  if (mt == 2) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) {
+      d0[j] = s0[j] + s1[j] + s2[j] + b;
+      d1[j] = s1[j] - s2[j] - s3[j] + b;
+    }
+    return;
+  }
+  const float *s4 = s3 + ss, *s5 = s4 + ss;
+  float *d2 = d1 + ds, *d3 = d2 + ds;
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) {
+    const float p12 = s1[j] + s2[j], m12 = s1[j] - s2[j];
+    d0[j] = s0[j] + p12 + (s3[j] + s4[j]) + b;
+    d1[j] = m12 + 0.5f * s3[j] - 2.0f * s4[j] + b;
+    d2[j] = p12 + 0.25f * s3[j] + 4.0f * s4[j] + b;
+    d3[j] = m12 + 0.125f * s3[j] - 8.0f * s4[j] + s5[j] + b;
+  }
+}
+
+/* ---- input: V[e][c][t] for the tiles of tile rows r0 ... r1 - 1 ---- */
+
+/* Input row yr of one channel split by phase: p[k][j] = column
+ * mt j + k - pw (zero outside the map), k < mt, j <= tw, so column k of
+ * tile j is p[k % mt][j + k / mt]. */
+static inline void load_row(const wgeom *q, const float *xc, int64_t yr, float *restrict p) {
+  const int64_t n = q->tw + 1, mt = q->mt;
+  if (yr < 0 || yr >= q->H) {
+    memset(p, 0, (size_t)(mt * n) * sizeof(float));
+    return;
+  }
+  const float *s = xc + yr * q->W - q->pw;   /* s[c]: column c of the padded row */
+  /* interior [j0, j1): columns mt j ... mt j + mt - 1 all inside
+   * [pw, pw + W); the few on either side are checked one by one */
+  int64_t j0 = (q->pw + mt - 1) / mt, j1 = (q->pw + q->W - mt + 1) / mt;
+  if (j1 > n) j1 = n;
+  if (j0 > j1) j0 = j1;
+  if (mt == 2)
+    for (int64_t j = j0; j < j1; j++) p[j] = s[2 * j], p[n + j] = s[2 * j + 1];
+  else
+    for (int64_t j = j0; j < j1; j++)
+      p[j] = s[4 * j], p[n + j] = s[4 * j + 1], p[2 * n + j] = s[4 * j + 2],
+      p[3 * n + j] = s[4 * j + 3];
+  for (int64_t j = 0; j < n; j++) {
+    if (j == j0) j = j1;
+    if (j >= n) break;
+    for (int64_t k = 0; k < mt; k++) {
+      const int64_t c = mt * j + k - q->pw;
+      p[k * n + j] = c >= 0 && c < q->W ? s[mt * j + k] : 0.0f;
+    }
+  }
+}
+
+/* Per channel, the input tiles are first copied out as D[al r + k][t] (row
+ * r, column k of tile t), then H = D B (columns) and V = B^T H (rows). */
 __attribute__((target_clones("avx2", "default")))
-static void output_row(const wgeom *q, const float *m, int64_t ldm, int64_t t0, int64_t n, int64_t i,
-                       const float *bias, float *y, float *scratch) {
-  const int64_t estride = q->K * ldm, tw = q->tw, OW = q->OW, full = OW / 2;
-  const bool two = 2 * i + 1 < q->OH;
-  float *restrict a0 = scratch, *restrict a1 = a0 + tw, *restrict b0 = a1 + tw, *restrict b1 = b0 + tw;
-  for (int64_t k = 0; k < q->K; k++) {
-    const float b = bias ? bias[k] : 0.0f;
-    const float *mk = m + k * ldm + t0;
-    const float *m0 = mk, *m1 = mk + estride, *m2 = mk + 2 * estride, *m3 = mk + 3 * estride;
-    const float *m4 = mk + 4 * estride, *m5 = mk + 5 * estride, *m6 = mk + 6 * estride;
-    const float *m7 = mk + 7 * estride, *m8 = mk + 8 * estride, *m9 = mk + 9 * estride;
-    const float *m10 = mk + 10 * estride, *m11 = mk + 11 * estride, *m12 = mk + 12 * estride;
-    const float *m13 = mk + 13 * estride, *m14 = mk + 14 * estride, *m15 = mk + 15 * estride;
-    for (int64_t j = 0; j < tw; j++) {   /* A^T: rows, then columns */
-      const float s00 = m0[j] + m4[j] + m8[j], s01 = m1[j] + m5[j] + m9[j];
-      const float s02 = m2[j] + m6[j] + m10[j], s03 = m3[j] + m7[j] + m11[j];
-      const float s10 = m4[j] - m8[j] - m12[j], s11 = m5[j] - m9[j] - m13[j];
-      const float s12 = m6[j] - m10[j] - m14[j], s13 = m7[j] - m11[j] - m15[j];
-      a0[j] = s00 + s01 + s02 + b;
-      a1[j] = s01 - s02 - s03 + b;
-      b0[j] = s10 + s11 + s12 + b;
-      b1[j] = s11 - s12 - s13 + b;
+static void input_block(const wgeom *q, const float *x, int64_t r0, int64_t r1, float *v,
+                        int64_t ldv, float *scratch) {
+  const int mt = q->mt, al = q->al;
+  const int64_t m = q->tw + 1, tw = q->tw, nt = (r1 - r0) * tw, estride = q->C * ldv;
+  float *ph = scratch, *d = ph + 4 * m, *h = d + 36 * ldv;
+  const size_t row = (size_t)tw * sizeof(float);
+  for (int64_t c = 0; c < q->C; c++) {
+    for (int64_t r = r0; r < r1; r++) {
+      const int64_t n = r / q->th, i = r % q->th, t0 = (r - r0) * tw;
+      const float *xc = x + (n * q->C + c) * q->H * q->W;
+      for (int rr = 0; rr < al; rr++) {
+        load_row(q, xc, mt * i - q->ph + rr, ph);
+        float *dr = d + al * rr * ldv + t0;
+        for (int k = 0; k < al; k++) memcpy(dr + k * ldv, ph + (k % mt) * m + k / mt, row);
+      }
     }
-    float *ya = y + ((n * q->K + k) * q->OH + 2 * i) * OW, *yb = ya + OW;
-    for (int64_t j = 0; j < full; j++) ya[2 * j] = a0[j], ya[2 * j + 1] = a1[j];
-    if (OW & 1) ya[2 * full] = a0[full];
-    if (two) {
-      for (int64_t j = 0; j < full; j++) yb[2 * j] = b0[j], yb[2 * j + 1] = b1[j];
-      if (OW & 1) yb[2 * full] = b0[full];
+    for (int rr = 0; rr < al; rr++) bt(mt, d + al * rr * ldv, ldv, h + al * rr * ldv, ldv, nt);
+    for (int b = 0; b < al; b++)
+      bt(mt, h + b * ldv, al * ldv, v + b * estride + c * ldv, al * estride, nt);
+  }
+}
+
+/* ---- output: the rows of tile rows r0 ... r1 - 1 from M[e][k][t] ---- */
+
+typedef struct {
+  const float *bias;
+  bool acc;        /* y holds a residual: add to it */
+  float lo, hi;    /* then clamp (-inf, inf: none) */
+} wpost;
+
+/* one output row's mt column phases o[c][j] (stride ld) into yr; with
+ * post-ops through row (OW floats), so that the sum and clamp run over
+ * whole rows */
+static inline void store_row(const wgeom *q, const float *o, int64_t ld, float *restrict yr,
+                             const wpost *p, float *restrict row) {
+  const int64_t OW = q->OW, mt = q->mt, full = OW / mt;
+  const bool clamp = p->lo > -INFINITY || p->hi < INFINITY, post = p->acc || clamp;
+  float *restrict d = post ? row : yr;
+  if (mt == 2)
+    for (int64_t j = 0; j < full; j++) d[2 * j] = o[j], d[2 * j + 1] = o[ld + j];
+  else
+    for (int64_t j = 0; j < full; j++)
+      d[4 * j] = o[j], d[4 * j + 1] = o[ld + j], d[4 * j + 2] = o[2 * ld + j],
+      d[4 * j + 3] = o[3 * ld + j];
+  for (int64_t c = mt * full; c < OW; c++) d[c] = o[(c % mt) * ld + full];
+  if (!post) return;
+  /* comparisons, not fminf/fmaxf: a NaN stays NaN, as through relu */
+  const float lo = p->lo, hi = p->hi;
+  if (p->acc) {
+#pragma omp simd
+    for (int64_t c = 0; c < OW; c++) {
+      const float s = row[c] + yr[c];
+      yr[c] = s < lo ? lo : s > hi ? hi : s;
+    }
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < OW; c++) {
+      const float s = row[c];
+      yr[c] = s < lo ? lo : s > hi ? hi : s;
     }
   }
 }
 
-of_status of_conv_winograd(const char *op, int64_t N, int64_t C, int64_t H, int64_t W, int64_t K,
-                           int64_t ph, int64_t pw, int64_t OH, int64_t OW, const float *x,
-                           const float *w, const float *bias, float *y) {
-  wgeom q = {N, C, H, W, K, ph, pw, OH, OW, (OH + 1) / 2, (OW + 1) / 2};
-  const int64_t rows = N * q.th;                       /* tile rows, all samples */
+/* per output channel S = A^T M (rows), O = S A (columns) over the block's
+ * tiles, then O[mt a + c][t] to row mt i + a, column mt j + c */
+__attribute__((target_clones("avx2", "default")))
+static void output_block(const wgeom *q, const float *mm, int64_t ldm, int64_t r0, int64_t r1,
+                         const wpost *p, float *y, float *scratch) {
+  const int mt = q->mt, al = q->al;
+  const int64_t estride = q->K * ldm, tw = q->tw, nt = (r1 - r0) * tw;
+  float *sb = scratch, *o = sb + 24 * ldm, *row = o + 16 * ldm;
+  for (int64_t k = 0; k < q->K; k++) {
+    const float *mk = mm + k * ldm;
+    for (int b = 0; b < al; b++) at(mt, mk + b * estride, al * estride, sb + b * ldm, al * ldm, nt, 0);
+    const float bk = p->bias ? p->bias[k] : 0.0f;
+    for (int a = 0; a < mt; a++) at(mt, sb + al * a * ldm, ldm, o + mt * a * ldm, ldm, nt, bk);
+    for (int64_t r = r0; r < r1; r++) {
+      const int64_t n = r / q->th, i = r % q->th, t0 = (r - r0) * tw;
+      for (int a = 0; a < mt && mt * i + a < q->OH; a++)
+        store_row(q, o + mt * a * ldm + t0, ldm, y + ((n * q->K + k) * q->OH + mt * i + a) * q->OW,
+                  p, row);
+    }
+  }
+}
+
+/* ---- kept transforms of weights ----
+ * Entries by (weight storage id, version, offset, K, C, tile), refcounted so
+ * that a thread still using an evicted one keeps it, least recently used
+ * out past KEEP_N entries or KEEP_BYTES in all (ResNet-50's Winograd
+ * layers keep ~30 MB). of_release_kernel_caches (amp.c) empties it, and a
+ * graph's dropped folded weight goes with of_forget_kept_weight (amp.c). */
+enum { KEEP_N = 64 };
+static const int64_t KEEP_BYTES = 256ll << 20;
+typedef struct {
+  int64_t refs, bytes;
+  int64_t key[6];
+  uint64_t used;
+  float *u;
+} kept_u;
+static kept_u *kept[KEEP_N];
+static int64_t kept_bytes;
+static uint64_t kept_tick;
+static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void kept_unref_locked(kept_u *e) {
+  if (--e->refs == 0) free(e->u), free(e);
+}
+
+static void kept_release(kept_u *e) {
+  if (!e) return;
+  pthread_mutex_lock(&kept_mu);
+  kept_unref_locked(e);
+  pthread_mutex_unlock(&kept_mu);
+}
+
+static void kept_drop_locked(int i) {
+  kept_bytes -= kept[i]->bytes;
+  kept_unref_locked(kept[i]);
+  kept[i] = NULL;
+}
+
+void of_wino_release_cached(void) {
+  pthread_mutex_lock(&kept_mu);
+  for (int i = 0; i < KEEP_N; i++)
+    if (kept[i]) kept_drop_locked(i);
+  pthread_mutex_unlock(&kept_mu);
+}
+
+void of_wino_forget_weight(int64_t sid) {
+  pthread_mutex_lock(&kept_mu);
+  for (int i = 0; i < KEEP_N; i++)
+    if (kept[i] && kept[i]->key[0] == sid) kept_drop_locked(i);
+  pthread_mutex_unlock(&kept_mu);
+}
+
+static kept_u *kept_find(const int64_t *key) {
+  kept_u *e = NULL;
+  pthread_mutex_lock(&kept_mu);
+  for (int i = 0; i < KEEP_N && !e; i++)
+    if (kept[i] && !memcmp(kept[i]->key, key, sizeof kept[i]->key)) {
+      e = kept[i];
+      e->refs++;
+      e->used = ++kept_tick;
+    }
+  pthread_mutex_unlock(&kept_mu);
+  return e;
+}
+
+/* A fresh entry with the transform of w, taken into the table (the caller
+ * holds one reference); NULL (no error set) when there is no memory for it:
+ * the caller transforms into scratch instead. */
+static kept_u *kept_make(const int64_t *key, int mt, const float *w, int64_t K, int64_t C,
+                         int64_t bytes) {
+  if (bytes > KEEP_BYTES) return NULL;
+  kept_u *e = calloc(1, sizeof *e);
+  float *u = e ? aligned_alloc(64, (size_t)((bytes + 63) / 64 * 64)) : NULL;
+  if (!u) {
+    free(e);
+    return NULL;
+  }
+  weights_u(mt, w, K, C, u);
+  e->refs = 2, e->bytes = bytes, e->u = u;
+  memcpy(e->key, key, sizeof e->key);
+  pthread_mutex_lock(&kept_mu);
+  e->used = ++kept_tick;
+  /* the same weight for the same tile at an older version (or another
+   * thread's copy of this one) goes first; then the least recently used while over the bounds */
+  int freeslot = -1;
+  for (int i = 0; i < KEEP_N; i++) {
+    if (kept[i] && kept[i]->key[0] == key[0] && kept[i]->key[2] == key[2] &&
+        kept[i]->key[5] == key[5])
+      kept_drop_locked(i);
+    if (!kept[i] && freeslot < 0) freeslot = i;
+  }
+  while (freeslot < 0 || kept_bytes + bytes > KEEP_BYTES) {
+    int lru = -1;
+    for (int i = 0; i < KEEP_N; i++)
+      if (kept[i] && (lru < 0 || kept[i]->used < kept[lru]->used)) lru = i;
+    if (lru < 0) break;
+    kept_drop_locked(lru);
+    if (freeslot < 0) freeslot = lru;
+  }
+  kept[freeslot] = e;
+  kept_bytes += bytes;
+  pthread_mutex_unlock(&kept_mu);
+  return e;
+}
+
+/* ---- the driver ---- */
+
+of_status of_conv_winograd(const char *op, const of_wino_args *a) {
+  const int mt = a->tile == 4 ? 4 : 2, al = mt + 2;
+  const int64_t np = al * al, C = a->C, K = a->K;
+  wgeom q = {a->N, C, a->H, a->W, K, a->ph, a->pw, a->OH, a->OW,
+             (a->OH + mt - 1) / mt, (a->OW + mt - 1) / mt, mt, al};
+  const wpost post = {a->bias, a->acc, a->lo, a->hi};
+  const int64_t rows = q.N * q.th;                     /* tile rows, all samples */
   int nt = of_threads();
   int64_t rb = WINO_TILES / q.tw;                      /* tile rows a block */
   if (rb > (rows + 2 * nt - 1) / (2 * nt)) rb = (rows + 2 * nt - 1) / (2 * nt);   /* two a thread */
   if (rb < 1) rb = 1;
   const int64_t nblk = (rows + rb - 1) / rb, tb = rb * q.tw;
   if (nt > nblk) nt = (int)nblk;
-  const int64_t ubytes = 16 * K * C * (int64_t)sizeof(float);
-  const int64_t per = (16 * (C + K) * tb + 10 * (q.tw + 1)) * (int64_t)sizeof(float);
-  float *u = of_alloc(OF_CPU, ubytes);
-  char *bufs = of_alloc(OF_CPU, per * nt);
-  if (!u || !bufs) {
-    if (u) of_free(OF_CPU, u, ubytes);
-    if (bufs) of_free(OF_CPU, bufs, per * nt);
+  const int64_t ubytes = np * K * C * (int64_t)sizeof(float);
+  /* scratch: the phases of a row, then D and H (input), or S, O and an
+   * output row (output; OW <= mt tw <= 4 tb) */
+  const int64_t per = (np * (C + K) * tb + 4 * (q.tw + 1) + 72 * tb) * (int64_t)sizeof(float);
+  kept_u *ke = NULL;
+  if (a->wkey) {
+    const int64_t key[6] = {a->wkey[0], a->wkey[1], a->wkey[2], K, C, mt};
+    ke = kept_find(key);
+    if (!ke) ke = kept_make(key, mt, a->w, K, C, ubytes);
+  }
+  float *u = ke ? ke->u : of_alloc(OF_CPU, ubytes);
+  char *bufs = u ? of_alloc(OF_CPU, per * nt) : NULL;
+  if (!bufs) {
+    if (u && !ke) of_free(OF_CPU, u, ubytes);
+    kept_release(ke);
     return of_fail(OF_ERR_OOM, "%s: out of memory for the Winograd buffers (%lld bytes)", op,
                    (long long)(ubytes + per * nt));
   }
-  weights_u(w, K, C, u);
+  if (!ke) weights_u(mt, a->w, K, C, u);
   const int prev = of_blas_single_begin();
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     const int t = omp_get_thread_num();
-    float *v = (float *)(bufs + per * t), *m = v + 16 * C * tb, *scratch = m + 16 * K * tb;
+    float *v = (float *)(bufs + per * t), *m = v + np * C * tb, *scratch = m + np * K * tb;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bk = 0; bk < nblk; bk++) {
       const int64_t r0 = bk * rb, r1 = r0 + rb < rows ? r0 + rb : rows, ntile = (r1 - r0) * q.tw;
-      for (int64_t r = r0; r < r1; r++)
-        input_row(&q, x, r / q.th, r % q.th, v, tb, (r - r0) * q.tw, scratch);
-      for (int e = 0; e < 16; e++)
+      input_block(&q, a->x, r0, r1, v, tb, scratch);
+      for (int64_t e = 0; e < np; e++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)K, (int)ntile, (int)C, 1.0f,
                     u + e * K * C, (int)C, v + e * C * tb, (int)tb, 0.0f, m + e * K * tb, (int)tb);
-      for (int64_t r = r0; r < r1; r++)
-        output_row(&q, m, tb, (r - r0) * q.tw, r / q.th, r % q.th, bias, y, scratch);
+      output_block(&q, m, tb, r0, r1, &post, a->y, scratch);
     }
   }
   of_blas_single_end(prev);
   of_free(OF_CPU, bufs, per * nt);
-  of_free(OF_CPU, u, ubytes);
+  if (ke) kept_release(ke);
+  else of_free(OF_CPU, u, ubytes);
   return OF_OK;
 }

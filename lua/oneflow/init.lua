@@ -84,7 +84,7 @@ end
 function flow.reset_peak_memory_stats() core.C.of_memory_reset_peak(0) end
 --- flow.empty_cache(): returns the CPU allocator's cached blocks to the system and drops
 -- the kernel caches (oneDNN's reordered weights, autocast's bfloat16 weight copies, the int8
--- kernels' packed weights).
+-- kernels' packed weights, Winograd's weight transforms).
 function flow.empty_cache()
   core.C.of_release_kernel_caches()
   core.C.of_empty_cache(0)

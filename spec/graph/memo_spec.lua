@@ -69,9 +69,11 @@ describe('nn.Graph memo', function()
 
   it("leaves no stale reordered weights behind when parameters keep changing", function()
     -- an eval graph called between training steps: every call refolds the
-    -- weights, and oneDNN's reordered copy of the old ones must go with them
-    -- (40 calls kept 360 MiB of them before)
-    -- float32 convolutions go to oneDNN on AVX-512 from 7x7 maps, on AVX2 from 28x28
+    -- weights, and oneDNN's reordered copy of the old ones (or their
+    -- Winograd transform) must go with them (40 calls kept 360 MiB of
+    -- oneDNN's before, 242 MiB of transforms with the Winograd cache alone)
+    -- float32 convolutions go to oneDNN on AVX-512 from 7x7 maps, on AVX2
+    -- from 28x28 (to Winograd F(2x2) at this size: doc/nn.md)
     local isa = flow.backends.cpu.get_cpu_capability()
     if not (flow.backends.mkldnn.is_available() and (isa == 'AVX512' or isa == 'AVX2')) then
       pending('oneDNN float32 convolutions run on AVX2 and AVX-512 CPUs only')

@@ -1,8 +1,8 @@
--- Float32 3x3 convolutions with stride 1 through Winograd's F(2x2, 3x3)
--- (core/ops/winograd.c), forced per call with OF_CONV_WINO=1, against the
--- same convolution in float64 and against the path it replaces
--- (OF_CONV_WINO=0): within 1e-5 of the largest output, as oneDNN's kernels
--- are held to (spec/nn/conv_dnnl_spec.lua).
+-- Float32 3x3 convolutions with stride 1 through Winograd's F(2x2, 3x3) and
+-- F(4x4, 3x3) (core/ops/winograd.c), forced per call with OF_CONV_WINO=1
+-- and =4, against the same convolution in float64 and against the path
+-- they replace (OF_CONV_WINO=0): within 1e-5 of the largest output, as
+-- oneDNN's kernels are held to (spec/nn/conv_dnnl_spec.lua).
 local flow = require 'oneflow'
 local H = require 'spec.helpers'
 local F = flow.nn.functional
@@ -15,7 +15,9 @@ local function rel_err(y, ref)
   return (y:double() - ref):abs():max():item() / scale
 end
 
-describe('conv2d through Winograd F(2x2, 3x3)', function()
+local TILES = {'1', '4'}   -- OF_CONV_WINO: F(2x2, 3x3), F(4x4, 3x3)
+
+describe('conv2d through Winograd F(2x2, 3x3) and F(4x4, 3x3)', function()
   it('matches float64 and the direct path: odd and even maps, paddings, bias, batch', function()
     flow.manual_seed(1)
     -- {N, C, K, H, W, padding}
@@ -29,13 +31,15 @@ describe('conv2d through Winograd F(2x2, 3x3)', function()
       for _, bias in ipairs({b, false}) do
         local bb = bias or nil
         local ref = F.conv2d(x:double(), w:double(), bb and bb:double(), {padding = p})
-        local y = with_wino('1', function() return F.conv2d(x, w, bb, {padding = p}) end)
         local d = with_wino('0', function() return F.conv2d(x, w, bb, {padding = p}) end)
-        local name = table.concat(c, ',') .. (bias and ' bias' or '')
-        assert.same(ref:size():totable(), y:size():totable(), name)
-        assert.equals(flow.float32, y.dtype)
-        assert.is_true(rel_err(y, ref) < 1e-5, name .. ': ' .. rel_err(y, ref))
-        assert.is_true(rel_err(y, d:double()) < 1e-5, name)
+        for _, v in ipairs(TILES) do
+          local y = with_wino(v, function() return F.conv2d(x, w, bb, {padding = p}) end)
+          local name = table.concat(c, ',') .. (bias and ' bias' or '') .. ' OF_CONV_WINO=' .. v
+          assert.same(ref:size():totable(), y:size():totable(), name)
+          assert.equals(flow.float32, y.dtype)
+          assert.is_true(rel_err(y, ref) < 1e-5, name .. ': ' .. rel_err(y, ref))
+          assert.is_true(rel_err(y, d:double()) < 1e-5, name)
+        end
       end
     end
   end)
@@ -45,18 +49,83 @@ describe('conv2d through Winograd F(2x2, 3x3)', function()
     local x = flow.randn(2, 6, 9, 8):transpose(3, 4)   -- [2, 6, 8, 9], not contiguous
     local w = flow.randn(4, 6, 3, 3)
     local ref = F.conv2d(x:double(), w:double(), nil, {padding = 1})
-    local y = with_wino('1', function() return F.conv2d(x, w, nil, {padding = 1}) end)
-    assert.is_true(rel_err(y, ref) < 1e-5)
+    for _, v in ipairs(TILES) do
+      local y = with_wino(v, function() return F.conv2d(x, w, nil, {padding = 1}) end)
+      assert.is_true(rel_err(y, ref) < 1e-5, v)
+    end
   end)
 
-  it('a layer the routing sends there (128 channels, 392 tiles) agrees with float64', function()
+  it('layers the routing sends there agree with float64 (ResNet-50\'s 56x56 and 14x14 layers)', function()
     flow.manual_seed(3)
-    local x, w, b = flow.randn(8, 128, 14, 14), flow.randn(128, 128, 3, 3) * 0.05, flow.randn(128)
-    local ref = F.conv2d(x:double(), w:double(), b:double(), {padding = 1})
-    for _, v in ipairs({'1', ''}) do   -- forced, and the CPU's own routing
-      local y = with_wino(v, function() return F.conv2d(x, w, b, {padding = 1}) end)
-      assert.is_true(rel_err(y, ref) < 1e-5, 'OF_CONV_WINO=' .. v)
+    -- {N, C, H}: 64 channels on 56x56 maps (F(4x4) on AVX2), 128 on 14x14
+    -- (F(2x2)), 256 on 28x28 (F(4x4), the most channels it meets there)
+    for _, c in ipairs({{2, 64, 56}, {8, 128, 14}, {2, 256, 28}}) do
+      local N, Ch, Hh = unpack(c)
+      local x, w = flow.randn(N, Ch, Hh, Hh), flow.randn(Ch, Ch, 3, 3) * (1 / math.sqrt(9 * Ch))
+      local b = flow.randn(Ch)
+      local ref = F.conv2d(x:double(), w:double(), b:double(), {padding = 1})
+      for _, v in ipairs({'1', '4', ''}) do   -- forced, and the CPU's own routing
+        local y = with_wino(v, function() return F.conv2d(x, w, b, {padding = 1}) end)
+        local e = rel_err(y, ref)
+        assert.is_true(e < 1e-5, table.concat(c, ',') .. ' OF_CONV_WINO=' .. v .. ': ' .. e)
+      end
     end
+  end)
+
+  it('keeps an inference weight\'s transform, and drops it when the weight changes', function()
+    flow.manual_seed(6)
+    local x = flow.randn(2, 8, 12, 12)
+    local w = flow.randn(8, 8, 3, 3):requires_grad_()   -- a parameter's kind: kept under no_grad
+    flow.no_grad(function()
+      for _, v in ipairs(TILES) do
+        for round = 1, 3 do
+          local ref = F.conv2d(x:double(), w:double(), nil, {padding = 1})
+          -- twice: the second call takes the kept transform
+          for _ = 1, 2 do
+            local y = with_wino(v, function() return F.conv2d(x, w, nil, {padding = 1}) end)
+            assert.is_true(rel_err(y, ref) < 1e-5, v .. ' round ' .. round)
+          end
+          w:mul_(-1.5)   -- an in-place write: a new version, so a new transform
+          if round == 2 then flow.empty_cache() end
+        end
+      end
+      -- a view of another part of the same storage is another weight
+      local big = flow.randn(2, 8, 8, 3, 3):requires_grad_()
+      for i = 1, 2 do
+        local wi = big[i]
+        local y = with_wino('4', function() return F.conv2d(x, wi, nil, {padding = 1}) end)
+        local ref = F.conv2d(x:double(), wi:double(), nil, {padding = 1})
+        assert.is_true(rel_err(y, ref) < 1e-5, 'view ' .. i)
+      end
+    end)
+  end)
+
+  it('OF_CONV_VERBOSE names the path each forward took', function()
+    local script = os.tmpname()
+    local f = assert(io.open(script, 'w'))
+    f:write([[
+local flow = require 'oneflow'
+local F = flow.nn.functional
+flow.no_grad(function()
+  F.conv2d(flow.randn(2, 64, 28, 28), flow.randn(64, 64, 3, 3), nil, {padding = 1})
+  F.conv2d(flow.randn(2, 64, 28, 28), flow.randn(64, 64, 1, 1))
+end)
+]])
+    f:close()
+    local function run(env)
+      local p = io.popen(('%s OF_CONV_VERBOSE=1 LUA_PATH=%q luajit %s 2>&1'):format(env,
+        package.path, script))
+      local out = p:read('*a')
+      p:close()
+      return out
+    end
+    local four, two = run('OF_CONV_WINO=4'), run('OF_CONV_WINO=1')
+    os.remove(script)
+    assert.truthy(four:find('oneflow conv: forward winograd_f4 N=2 C=64 K=64 in=28x28 out=28x28 k=3x3',
+      1, true), four)
+    assert.truthy(two:find('forward winograd_f2 N=2 C=64', 1, true), two)
+    -- the 1x1 layer is no Winograd problem either way
+    assert.truthy(four:find('forward gemm N=2 C=64 K=64 in=28x28 out=28x28 k=1x1', 1, true), four)
   end)
 
   it('gradients through a forward computed by Winograd', function()
@@ -67,9 +136,11 @@ describe('conv2d through Winograd F(2x2, 3x3)', function()
       with_wino(v, function() F.conv2d(x, w, nil, {padding = 1}):square():sum():backward() end)
       return x.grad, w.grad
     end
-    local gx, gw = grads('1')
     local rx, rw = grads('0')
-    assert.is_true(rel_err(gx, rx:double()) < 1e-5 and rel_err(gw, rw:double()) < 1e-5)
+    for _, v in ipairs(TILES) do
+      local gx, gw = grads(v)
+      assert.is_true(rel_err(gx, rx:double()) < 1e-5 and rel_err(gw, rw:double()) < 1e-5, v)
+    end
   end)
 
   it('leaves other convolutions alone: strides, dilation, groups, 1x1, float64', function()
@@ -81,15 +152,17 @@ describe('conv2d through Winograd F(2x2, 3x3)', function()
       {flow.randn(4, 2, 3, 3), {groups = 2, padding = 1}},
       {flow.randn(4, 4, 1, 1), {}},
     }
-    for i, c in ipairs(cases) do
-      local a = with_wino('1', function() return F.conv2d(x, c[1], nil, c[2]) end)
-      local b = with_wino('0', function() return F.conv2d(x, c[1], nil, c[2]) end)
-      assert.is_true(a:eq(b):all():item(), 'case ' .. i)   -- the same kernel: the same bits
-    end
     local xd, wd = x:double(), flow.randn(2, 4, 3, 3):double()
-    local a = with_wino('1', function() return F.conv2d(xd, wd, nil, {padding = 1}) end)
-    local b = with_wino('0', function() return F.conv2d(xd, wd, nil, {padding = 1}) end)
-    assert.equals(flow.float64, a.dtype)
-    assert.is_true(a:eq(b):all():item())
+    for _, v in ipairs(TILES) do
+      for i, c in ipairs(cases) do
+        local a = with_wino(v, function() return F.conv2d(x, c[1], nil, c[2]) end)
+        local b = with_wino('0', function() return F.conv2d(x, c[1], nil, c[2]) end)
+        assert.is_true(a:eq(b):all():item(), 'case ' .. i)   -- the same kernel: the same bits
+      end
+      local a = with_wino(v, function() return F.conv2d(xd, wd, nil, {padding = 1}) end)
+      local b = with_wino('0', function() return F.conv2d(xd, wd, nil, {padding = 1}) end)
+      assert.equals(flow.float64, a.dtype)
+      assert.is_true(a:eq(b):all():item())
+    end
   end)
 end)

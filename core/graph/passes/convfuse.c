@@ -277,7 +277,7 @@ of_status of_conv_fused_invoke(of_gnode *n, of_tensor **ins, void **outs) {
       post.lo = a->has_lo ? (float)a->lo : -INFINITY;
       post.hi = a->has_hi ? (float)a->hi : INFINITY;
     }
-    OF_CHECK(of_conv_post_dnnl(ins[IN_X], ins[IN_W], ins[IN_B], CONV_OPTS(a), a->nsp, a->groups,
+    OF_CHECK(of_conv_with_post(ins[IN_X], ins[IN_W], ins[IN_B], CONV_OPTS(a), a->nsp, a->groups,
                                &post, &r, &done));
   }
   if (!done) OF_CHECK(unfused(a, ins, n->nin, &r));

@@ -117,9 +117,10 @@ void of_empty_cache(of_device dev);
 void of_prefetch(const void *p, int64_t bytes);
 /* Frees what the kernels keep for inference: the bfloat16/float16 copies of
  * parameters that autocast made (core/ops/amp.c), the convolution
- * weights oneDNN keeps reordered (core/device/dnnl.c) and the int8
- * kernels' packed weights (core/ops/quant.c); flow.empty_cache()
- * calls it before of_empty_cache. */
+ * weights oneDNN keeps reordered (core/device/dnnl.c), the int8
+ * kernels' packed weights (core/ops/quant.c) and the Winograd weight
+ * transforms (core/ops/winograd.c); flow.empty_cache() calls it before
+ * of_empty_cache. */
 void of_release_kernel_caches(void);
 
 /* ---- devices (core/device/device.c; kernels in cuda/, liboneflow_cuda.so) ------
