@@ -109,6 +109,17 @@ function H.capture(cmd)
   return s
 end
 
+-- What a Lua script (source src) prints on stdout and stderr, run by a
+-- fresh luajit with this process's LUA_PATH and the environment settings
+-- env (a string of NAME=value words put before the command, or nil).
+function H.run_lua(src, env)
+  local script = os.tmpname()
+  H.write_file(script, src)
+  local out = H.capture(('%s LUA_PATH=%q luajit %s 2>&1'):format(env or '', package.path, script))
+  os.remove(script)
+  return out
+end
+
 -- The names in directory d (hidden ones too), sorted.
 function H.listdir(d)
   local p = io.popen('ls -A ' .. d)

@@ -1943,7 +1943,8 @@ static of_status dnnl_run_op(const conv_args *a, run_kind kind, const geom *g, o
  * dilation, one group, NCHW; the tile side (4: F(4x4, 3x3), 2: F(2x2,
  * 3x3)) or 0. OF_CONV_WINO=4 / =1 (F(2x2)) / =0 forces the choice on every
  * such convolution (measurements, tests). */
-static int wino_pick(const conv_args *a, run_kind kind, const geom *g, const of_tensor *p) {
+static int wino_pick(const conv_args *a, run_kind kind, const geom *g, const of_tensor *p,
+                     const of_tensor *q) {
   if (kind != RUN_FWD || a->nsp != 2 || p->dtype != OF_FLOAT32 || of_prefers_channels_last(p) ||
       g->k[1] != 3 || g->k[2] != 3 || g->s[1] != 1 || g->s[2] != 1 || g->d[1] != 1 || g->d[2] != 1 ||
       g->G != 1 || g->N * g->out_sz == 0 || g->CI * g->CO == 0)
@@ -1953,19 +1954,22 @@ static int wino_pick(const conv_args *a, run_kind kind, const geom *g, const of_
   /* AVX2 only: oneDNN has no Winograd kernel there (its jit:avx2 is a
    * direct convolution). F(4x4) on maps of 28x28 and more (its 4x4 tiles
    * cover them) with 96 tiles or more over the batch; F(2x2) on maps of
-   * 10x10 and more with 192 tiles or more and 128 channels each way (the
-   * GEMMs want wide blocks, and the weight transform, 16 or 36 K C values,
-   * wants many tiles to share it where it is not kept). Single layers on a
-   * Zen 3, against the direct paths: F(4x4) 0.51-0.91x on ResNet's 56x56
-   * and 28x28 layers from 96 tiles (1.08-1.18x at 49), F(2x2) 0.68-0.95x on
-   * 14x14 layers from 196 tiles (0.9-1.36x below, 0.9-1.2x on 7x7 maps,
-   * where 8x8 outputs are computed for 49). doc/benchmarks.md, "Models",
-   * sixteenth and seventeenth passes. */
+   * 10x10 and more with 128 channels each way and 192 tiles or more where
+   * the weight's transform is kept (inference), 384 where it is made at
+   * every call (16 or 36 K C values: few tiles do not pay for it). Single
+   * layers on a Zen 3 against the direct paths (`luajit
+   * bench/conv_wino.lua`): F(4x4) 0.56-0.82x on ResNet's 56x56 and 28x28
+   * layers from 96 tiles, 0.58-0.94x made at every call; F(2x2) 0.67-0.72x
+   * on 14x14 and 28x28 layers from 196 tiles kept, 0.92x-1.29x made at every
+   * call below 384; 7x7 maps (8x8 outputs computed for 49) 0.88-1.48x.
+   * doc/benchmarks.md, "Models", sixteenth and seventeenth passes. */
   if (of_cpu_isa() != OF_ISA_AVX2) return 0;
   const int64_t t4 = g->N * ((g->out[1] + 3) / 4) * ((g->out[2] + 3) / 4);
   if (g->out[1] >= 28 && g->out[2] >= 28 && t4 >= 96 && g->CI >= 64 && g->CO >= 64) return 4;
   const int64_t t2 = g->N * ((g->out[1] + 1) / 2) * ((g->out[2] + 1) / 2);
-  return g->out[1] >= 10 && g->out[2] >= 10 && t2 >= 192 && g->CI >= 128 && g->CO >= 128 ? 2 : 0;
+  const bool kept = q->dtype == OF_FLOAT32 && keep_weight(q, q);   /* as wino_run will key it */
+  if (g->out[1] < 10 || g->out[2] < 10 || g->CI < 128 || g->CO < 128) return 0;
+  return t2 >= (kept ? 192 : 384) ? 2 : 0;
 }
 
 /* OF_CONV_VERBOSE=1: a line on stderr for each CPU convolution, naming the
@@ -2019,13 +2023,9 @@ static of_status wino_run(const conv_args *a, const geom *g, int tile, of_tensor
   of_tensor_release(cp);
   of_tensor_release(cq);
   of_tensor_release(cb);
-  if (st != OF_OK) {
-    of_tensor_release(res);
-    return st;
-  }
-  *out = res;
-  *done = true;
-  return OF_OK;
+  if (st == OF_OK) *out = res, *done = true;
+  else of_tensor_release(res);
+  return st;
 }
 
 static of_status run_op(const conv_args *a, run_kind kind, const geom *g, of_tensor *p,
@@ -2033,7 +2033,7 @@ static of_status run_op(const conv_args *a, run_kind kind, const geom *g, of_ten
                         of_tensor **out) {
   if (of_dev(p) != OF_CPU) return device_run_op(a, kind, p, q, bias, rshape, rnd, out);
   bool done = false;
-  const int tile = wino_pick(a, kind, g, p);
+  const int tile = wino_pick(a, kind, g, p, q);
   if (tile) OF_CHECK(wino_run(a, g, tile, p, q, bias, rshape, rnd, NULL, out, &done));
   else OF_CHECK(dnnl_run_op(a, kind, g, p, q, bias, rshape, rnd, NULL, out, &done));
   conv_verbose(!done ? "gemm" : tile == 4 ? "winograd_f4" : tile ? "winograd_f2" : "onednn", kind,
@@ -2294,7 +2294,7 @@ of_status of_conv_with_post(of_tensor *x, of_tensor *w, of_tensor *b, const int6
   int64_t rshape[5];
   geom g;
   OF_CHECK(fwd_setup(&a, x, w, b, NULL, rshape, &g));
-  const int tile = wino_pick(&a, RUN_FWD, &g, x);
+  const int tile = wino_pick(&a, RUN_FWD, &g, x, w);
   if (tile) OF_CHECK(wino_run(&a, &g, tile, x, w, b, rshape, nsp + 2, post, out, done));
   else OF_CHECK(dnnl_run_op(&a, RUN_FWD, &g, x, w, b, rshape, nsp + 2, post, out, done));
   if (*done) conv_verbose(tile == 4 ? "winograd_f4" : tile ? "winograd_f2" : "onednn", RUN_FWD, &g,

@@ -69,6 +69,38 @@ local function resnetish()
   return fwd, list
 end
 
+-- A script that runs an eval graph of conv + BatchNorm + relu, then conv +
+-- residual + relu6 (two conv_fused nodes) in the memory format fmt (Lua
+-- source), twice, prints 'graph done' on stderr, and then the largest
+-- difference from eager's direct convolutions over the largest value.
+local function post_ops_script(fmt)
+  return ([[
+local flow = require 'oneflow'
+local nn, F = flow.nn, flow.nn.functional
+flow.manual_seed(3)
+local c1 = nn.Sequential(nn.Conv2d(8, 8, 3, {padding = 1, bias = false}), nn.BatchNorm2d(8))
+local c2 = nn.Conv2d(8, 8, 3, {padding = 1})
+c1(flow.randn(2, 8, 16, 16))   -- running statistics away from 0 and 1
+c1:eval(); c2:eval()
+local G = nn.Graph:subclass('G')
+function G:__init()
+  nn.Graph.__init(self); self.c1 = c1; self.c2 = c2
+  self.config:set_memory_format(%s)
+end
+function G:build(x) local h = F.relu(self.c1(x)) return F.relu6(self.c2(h) + x * 2) end
+local x = flow.randn(2, 8, 16, 16)
+local g = G()
+local y = g(x)   -- the first call traces (eager ops), the second runs the graph
+y = g(x)
+io.stderr:write('graph done\n')
+local ffi = require 'ffi'
+ffi.cdef 'int setenv(const char *name, const char *value, int overwrite);'
+ffi.C.setenv('OF_CONV_WINO', '0', 1)
+local ref = flow.no_grad(function() return F.relu6(c2(F.relu(c1(x))) + x * 2) end)
+print((y - ref):abs():max():item() / ref:abs():max():item())
+]]):format(fmt)
+end
+
 describe('nn.Graph convfuse', function()
   it('fuses conv + BatchNorm + add + relu / clamp in eval graphs, same numbers as eager', function()
     local fwd = resnetish()
@@ -148,74 +180,21 @@ describe('nn.Graph convfuse', function()
       pending('built without oneDNN (OF_WITH_DNNL=OFF)')
       return
     end
-    local script = os.tmpname()
-    local f = assert(io.open(script, 'w'))
-    f:write([[
-local flow = require 'oneflow'
-local nn, F = flow.nn, flow.nn.functional
-local c1 = nn.Conv2d(8, 8, 3, {padding = 1})
-local c2 = nn.Conv2d(8, 8, 3, {padding = 1})
-c1:eval(); c2:eval()
-local G = nn.Graph:subclass('G')
--- channels-last on every CPU: oneDNN's own layout, so the sum post-op adds
--- into the result buffer itself ('auto' picks channels-last on AVX-512 only;
--- an NCHW graph on AVX2 gets blocked results, where the add stays unfused)
-function G:__init()
-  nn.Graph.__init(self); self.c1 = c1; self.c2 = c2
-  self.config:set_memory_format(flow.channels_last)
-end
-function G:build(x) local h = F.relu(self.c1(x)) return F.relu6(self.c2(h) + x * 2) end
-local x = flow.randn(2, 8, 16, 16)
-local g = G()
-local y = g(x)   -- the first call traces (eager ops), the second runs the graph
-y = g(x)
-print((y - F.relu6(c2(F.relu(c1(x))) + x * 2)):abs():max():item())
-]])
-    f:close()
-    local p = io.popen(('OF_CONV_BACKEND=dnnl DNNL_VERBOSE=1 LUA_PATH=%q luajit %s 2>&1'):format(
-      package.path, script))
-    local out = p:read('*a')
-    p:close()
-    os.remove(script)
+    -- channels-last on every CPU: oneDNN's own layout, so the sum post-op
+    -- adds into the result buffer itself ('auto' picks channels-last on
+    -- AVX-512 only; an NCHW graph on AVX2 gets blocked results, where the
+    -- add stays unfused)
+    local out = H.run_lua(post_ops_script('flow.channels_last'),
+      'OF_CONV_BACKEND=dnnl DNNL_VERBOSE=1')
     assert.truthy(out:find('post-ops:eltwise_clip:0:inf', 1, true), out)
     assert.truthy(out:find('post-ops:sum+eltwise_clip:0:6', 1, true), out)
     assert.is_true(tonumber(out:match('([%d%.e%-]+)%s*$')) < 1e-5, out)
   end)
 
   it('adds the residual and clamps in Winograd\'s output transform where conv takes Winograd', function()
-    local script = os.tmpname()
-    local f = assert(io.open(script, 'w'))
-    f:write([[
-local flow = require 'oneflow'
-local nn, F = flow.nn, flow.nn.functional
-flow.manual_seed(3)
-local c1 = nn.Sequential(nn.Conv2d(8, 8, 3, {padding = 1, bias = false}), nn.BatchNorm2d(8))
-local c2 = nn.Conv2d(8, 8, 3, {padding = 1})
-c1(flow.randn(2, 8, 16, 16))   -- running statistics away from 0 and 1
-c1:eval(); c2:eval()
-local G = nn.Graph:subclass('G')
-function G:__init()
-  nn.Graph.__init(self); self.c1 = c1; self.c2 = c2
-  self.config:set_memory_format(flow.contiguous_format)   -- Winograd's layout
-end
-function G:build(x) local h = F.relu(self.c1(x)) return F.relu6(self.c2(h) + x * 2) end
-local x = flow.randn(2, 8, 16, 16)
-local g = G()
-local y = g(x)   -- the first call traces (eager ops), the second runs the graph
-y = g(x)
-io.stderr:write('graph done\n')
-local ffi = require 'ffi'
-ffi.cdef 'int setenv(const char *name, const char *value, int overwrite);'
-ffi.C.setenv('OF_CONV_WINO', '0', 1)
-local ref = flow.no_grad(function() return F.relu6(c2(F.relu(c1(x))) + x * 2) end)
-print((y - ref):abs():max():item() / ref:abs():max():item())
-]])
-    f:close()
+    local src = post_ops_script('flow.contiguous_format')   -- Winograd's layout
     for _, v in ipairs({'4', '1'}) do
-      local p = io.popen(('OF_CONV_WINO=%s OF_CONV_VERBOSE=1 LUA_PATH=%q luajit %s 2>&1'):format(v,
-        package.path, script))
-      local out = p:read('*a')
-      p:close()
+      local out = H.run_lua(src, 'OF_CONV_WINO=' .. v .. ' OF_CONV_VERBOSE=1')
       local graph = out:match('^(.-)graph done') or ''
       local path = v == '4' and 'winograd_f4' or 'winograd_f2'
       -- the graph's run: relu fused into the first, sum and relu6 into the second
@@ -223,7 +202,6 @@ print((y - ref):abs():max():item() / ref:abs():max():item())
       assert.truthy(graph:find(path .. ' N=2 C=8 K=8 in=16x16 out=16x16 k=3x3 sum clamp=0:6\n', 1, true), out)
       assert.is_true(tonumber(out:match('([%d%.e%-]+)%s*$')) < 1e-5, out)
     end
-    os.remove(script)
   end)
 
   it('a saved graph with fused convolutions loads and runs the same', function()

@@ -101,26 +101,16 @@ describe('conv2d through Winograd F(2x2, 3x3) and F(4x4, 3x3)', function()
   end)
 
   it('OF_CONV_VERBOSE names the path each forward took', function()
-    local script = os.tmpname()
-    local f = assert(io.open(script, 'w'))
-    f:write([[
+    local src = [[
 local flow = require 'oneflow'
 local F = flow.nn.functional
 flow.no_grad(function()
   F.conv2d(flow.randn(2, 64, 28, 28), flow.randn(64, 64, 3, 3), nil, {padding = 1})
   F.conv2d(flow.randn(2, 64, 28, 28), flow.randn(64, 64, 1, 1))
 end)
-]])
-    f:close()
-    local function run(env)
-      local p = io.popen(('%s OF_CONV_VERBOSE=1 LUA_PATH=%q luajit %s 2>&1'):format(env,
-        package.path, script))
-      local out = p:read('*a')
-      p:close()
-      return out
-    end
-    local four, two = run('OF_CONV_WINO=4'), run('OF_CONV_WINO=1')
-    os.remove(script)
+]]
+    local four = H.run_lua(src, 'OF_CONV_WINO=4 OF_CONV_VERBOSE=1')
+    local two = H.run_lua(src, 'OF_CONV_WINO=1 OF_CONV_VERBOSE=1')
     assert.truthy(four:find('oneflow conv: forward winograd_f4 N=2 C=64 K=64 in=28x28 out=28x28 k=3x3',
       1, true), four)
     assert.truthy(two:find('forward winograd_f2 N=2 C=64', 1, true), two)

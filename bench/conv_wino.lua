@@ -1,0 +1,65 @@
+-- bench/conv_wino.lua -- single float32 3x3 stride-1 convolutions through
+-- the direct paths (OF_CONV_WINO=0: oneDNN or im2col, as conv's routing
+-- picks), Winograd F(2x2, 3x3) (=1), F(4x4, 3x3) (=4) and the routing's
+-- own choice (auto), alternating call by call; medians after a warm-up,
+-- ratios to the direct paths. ResNet-50's 3x3 layer shapes (56x56, 28x28,
+-- 14x14, 7x7 maps) at several batches: what wino_pick (core/ops/conv.c)
+-- was decided from.
+--
+--   luajit bench/conv_wino.lua [threads] [rounds]
+--   KEEP=0 ...     plain weights (a training forward: the weight transform
+--                  runs at every call) instead of parameters under no_grad
+--                  (inference: the transform is kept)
+--   SHAPES=NxCxH,... other layers (N samples, C channels each way, H x H)
+local ffi = require 'ffi'
+local flow = require 'oneflow'
+local F = flow.nn.functional
+
+local threads, rounds = tonumber(arg and arg[1]) or 2, tonumber(arg and arg[2]) or 9
+flow.set_num_threads(threads)
+pcall(ffi.cdef, 'int setenv(const char *name, const char *value, int overwrite);')
+local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
+local keep = os.getenv('KEEP') ~= '0'
+
+local shapes = {}
+local spec = os.getenv('SHAPES') or
+  '8x64x56,8x128x28,8x256x14,8x512x7,16x512x7,4x256x14,2x256x14,2x128x28,1x128x28,1x64x56,16x64x28,16x128x14'
+for s in spec:gmatch('[^,]+') do
+  local n, c, h = s:match('^(%d+)x(%d+)x(%d+)$')
+  if not n then error('conv_wino.lua: SHAPES wants NxCxH items, got ' .. s) end
+  shapes[#shapes + 1] = {tonumber(n), tonumber(c), tonumber(h)}
+end
+
+local variants = {{'0', 'direct'}, {'1', 'F(2x2)'}, {'4', 'F(4x4)'}, {'', 'auto'}}
+local f = io.open('/proc/loadavg')
+print(('%d threads, %d rounds, %s weights, load average %s'):format(threads, rounds,
+  keep and 'kept (parameters, no_grad)' or 'plain', f and f:read('*l') or 'n/a'))
+if f then f:close() end
+print('| N, C, H | direct ms | F(2x2) | F(4x4) | auto |')
+print('|---|---|---|---|---|')
+for _, s in ipairs(shapes) do
+  local N, C, H = unpack(s)
+  local x, w = flow.randn(N, C, H, H), flow.randn(C, C, 3, 3)
+  if keep then w:requires_grad_(true) end
+  local times = {}
+  flow.no_grad(function()
+    for _, v in ipairs(variants) do
+      times[v[1]] = {}
+      ffi.C.setenv('OF_CONV_WINO', v[1], 1)
+      F.conv2d(x, w, nil, {padding = 1})
+    end
+    for i = 1, rounds do
+      for _, v in ipairs(variants) do
+        ffi.C.setenv('OF_CONV_WINO', v[1], 1)
+        local t0 = B.now()
+        F.conv2d(x, w, nil, {padding = 1})
+        times[v[1]][i] = (B.now() - t0) * 1000
+      end
+    end
+  end)
+  local med = {}
+  for _, v in ipairs(variants) do med[v[1]] = B.median(times[v[1]]) end
+  print(('| %d, %d, %dx%d | %.2f | %.2fx | %.2fx | %.2fx |'):format(N, C, H, H, med['0'],
+    med['1'] / med['0'], med['4'] / med['0'], med[''] / med['0']))
+end
+ffi.C.setenv('OF_CONV_WINO', '', 1)
