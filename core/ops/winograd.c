@@ -338,7 +338,9 @@ static kept_u *kept_find(const int64_t *key) {
 
 /* A fresh entry with the transform of w, taken into the table (the caller
  * holds one reference); NULL (no error set) when there is no memory for it:
- * the caller transforms into scratch instead. */
+ * the caller transforms into scratch instead. Plain heap memory, not
+ * of_alloc, as oneDNN's kept weights (dnnl.c): one made while a compiled
+ * graph runs must not come from (or shift) the graph's arena plan. */
 static kept_u *kept_make(const int64_t *key, int mt, const float *w, int64_t K, int64_t C,
                          int64_t bytes) {
   if (bytes > KEEP_BYTES) return NULL;
