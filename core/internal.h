@@ -2,6 +2,7 @@
 #ifndef ONEFLOW_INTERNAL_H
 #define ONEFLOW_INTERNAL_H
 #include "oneflow/oneflow.h"
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -28,7 +29,8 @@ typedef struct of_storage {
   int64_t version;
   of_deleter deleter;   /* from_blob memory; NULL: caching allocator */
   void *deleter_ctx;
-  bool frozen;          /* a graph keeps it across runs (exec.c, memo): it changes
+  bool frozen;          /* a graph keeps it across runs (exec.c, memo), or it is
+                           autocast's kept copy of a parameter (amp.c): it changes
                            only with a version bump, so kernels may key caches on
                            (id, version) as for parameters */
 } of_storage;
@@ -294,14 +296,45 @@ enum { OF_AMP_LOW = 0, OF_AMP_F32 = 1 };
  * releases the casts and restores the state. */
 of_status of_amp_begin(int32_t cls, of_tensor **in, of_tensor **cast, int32_t n, int32_t *saved);
 void of_amp_end(of_tensor **in, of_tensor **cast, int32_t n, int32_t saved);
-/* Whether t is a parameter's low-precision copy that autocast keeps between
- * calls (inference, see amp.c): its numbers change only with the parameter,
- * which then gets a new copy (so kernels may key caches on its storage). */
-bool of_amp_is_kept_cast(const of_tensor *t);
 /* Drops what the kernels keep for the weight on storage sid (oneDNN's
- * reordered copy, the Winograd transform; ops/amp.c): a graph calls it
- * when a folded weight it kept goes. */
+ * reordered copy, the Winograd transform, the packed int8 weight;
+ * ops/amp.c): a graph calls it when a folded weight it kept goes, autocast
+ * when a kept copy goes. */
 void of_forget_kept_weight(int64_t sid);
+/* Kept tables (storage/kept.c): bounded, keyed, refcounted entries that
+ * kernels keep between calls. An entry is embedded first in the keeper's
+ * own struct; key[0] is the source storage's id, key[1] its version, the
+ * rest what the kept thing depends on (unused places zero). */
+enum { OF_KEPT_KEY = 24 };
+typedef struct of_kept {
+  int64_t key[OF_KEPT_KEY];
+  int64_t bytes;                  /* counted against the table's max_bytes */
+  int64_t refs;                   /* the table's reference and each user's */
+  uint64_t used;
+  void (*free)(struct of_kept *); /* frees the whole entry */
+  struct of_kept *next;           /* kept.c's list of entries to free */
+} of_kept;
+typedef struct of_kept_table {
+  of_kept **slot;
+  int32_t n;
+  int64_t max_bytes;
+  int64_t bytes;
+  uint64_t tick;
+  pthread_mutex_t mu;
+} of_kept_table;
+#define OF_KEPT_TABLE(slots, max_bytes) \
+  {(slots), (int32_t)(sizeof(slots) / sizeof((slots)[0])), (max_bytes), 0, 0, PTHREAD_MUTEX_INITIALIZER}
+/* The entry with exactly this key, with a reference for the caller; NULL. */
+of_kept *of_kept_find(of_kept_table *t, const int64_t *key);
+/* Takes e (refs 1: the caller's) into the table, which adds its reference;
+ * the entry with the same key but another version goes, then the least
+ * recently used while over the slots or bytes. One larger than max_bytes
+ * stays out (freed when the caller releases it). */
+void of_kept_put(of_kept_table *t, of_kept *e);
+/* Lets go of a reference (NULL: nothing); the last frees the entry. */
+void of_kept_release(of_kept_table *t, of_kept *e);
+/* Takes out the entries made from storage sid, or all of them. */
+void of_kept_forget(of_kept_table *t, int64_t sid, bool all);
 /* Graph arenas (alloc.c): allocations on this thread between begin and end
  * come from one block laid out from the first run's record. */
 typedef struct of_arena of_arena;

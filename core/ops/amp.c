@@ -15,7 +15,7 @@
 #include "../device.h"
 #include "../device/dnnl.h"
 #include <math.h>
-#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include "family.h"
 
@@ -65,21 +65,18 @@ static bool low_float(of_dtype dt) { return dt == OF_FLOAT16 || dt == OF_BFLOAT1
  * of one such as linear's weight.t(), on the CPU) is kept, keyed by its
  * storage, version, offset, shape and strides, so an in-place update
  * (optimizer step, load_state_dict, mul_) makes a new one.
- * A bounded table (CAST_SLOTS, least recently used out); of_release_kernel_
- * caches (flow.empty_cache) frees it all. */
-enum { CAST_SLOTS = 256 };
+ * A kept table (storage/kept.c: 256 entries, least recently used out);
+ * of_release_kernel_caches (flow.empty_cache) frees it all. The copy's
+ * storage is marked frozen (it changes only with a version bump), so the
+ * convolutions keep their reordered or transformed forms of it too; those
+ * go with the copy (of_forget_kept_weight). */
 typedef struct {
-  int64_t sid, version, offset, numel;
-  int64_t shape[OF_MAX_DIMS], strides[OF_MAX_DIMS];
-  int32_t ndim;
-  of_dtype to;
+  of_kept k;           /* first: the table's entry */
   of_tensor *c;        /* retained */
-  int64_t csid, cver;  /* the copy's storage and version when made */
-  uint64_t tick;
+  int64_t cver;        /* the copy's version when made */
 } kept_cast;
-static kept_cast kept[CAST_SLOTS];
-static uint64_t kept_ticks;
-static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+static of_kept *kept_slots[256];
+static of_kept_table kept = OF_KEPT_TABLE(kept_slots, INT64_MAX);
 
 /* a parameter, or a view of one (linear's weight.t()) */
 static bool param_or_view(const of_tensor *t) {
@@ -94,71 +91,45 @@ static bool keep_cast_of(const of_tensor *t) {
          param_or_view(t);
 }
 
-static bool kept_match(const kept_cast *k, const of_tensor *t, of_dtype to) {
-  size_t nb = sizeof(int64_t) * (size_t)t->ndim;
-  return k->c && k->sid == t->storage->id && k->version == t->storage->version &&
-         k->offset == t->offset && k->to == to && k->ndim == t->ndim &&
-         !memcmp(k->shape, t->shape, nb) && !memcmp(k->strides, t->strides, nb);
-}
-
-static void kept_drop(kept_cast *k) {
-  of_tensor *c = k->c;
-  memset(k, 0, sizeof *k);
+static void kept_cast_free(of_kept *k) {
+  of_tensor *c = ((kept_cast *)k)->c;
+  free(k);
+  of_forget_kept_weight(c->storage->id);
   of_tensor_release(c);
 }
 
 /* t cast to `to` through the kept table (*out retained) */
 static of_status kept_cast_get(of_tensor *t, of_dtype to, of_tensor **out) {
-  pthread_mutex_lock(&kept_lock);
-  kept_cast *victim = &kept[0];
-  for (int i = 0; i < CAST_SLOTS; i++) {
-    kept_cast *k = &kept[i];
-    if (kept_match(k, t, to) && k->c->storage->id == k->csid &&
-        k->c->storage->version == k->cver) {
-      k->tick = ++kept_ticks;
-      of_tensor_retain(k->c);
-      *out = k->c;
-      pthread_mutex_unlock(&kept_lock);
-      return OF_OK;
-    }
-    if (!k->c) victim = &kept[i];
-    else if (victim->c && k->tick < victim->tick) victim = k;
+  int64_t key[OF_KEPT_KEY] = {t->storage->id, t->storage->version, t->offset, to, t->ndim};
+  memcpy(key + 5, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  memcpy(key + 5 + OF_MAX_DIMS, t->strides, sizeof(int64_t) * (size_t)t->ndim);
+  kept_cast *e = (kept_cast *)of_kept_find(&kept, key);
+  /* a copy written into since (a user's in-place op on it) is made again */
+  if (e && e->c->storage->version == e->cver) {
+    of_tensor_retain(e->c);
+    *out = e->c;
+    of_kept_release(&kept, &e->k);
+    return OF_OK;
   }
-  pthread_mutex_unlock(&kept_lock);
+  if (e) of_kept_release(&kept, &e->k);
   of_tensor *c = NULL;
   OF_CHECK(of_to_dtype(t, to, &c));
-  pthread_mutex_lock(&kept_lock);
-  /* the slot may have been taken meanwhile (another thread): replace it */
-  if (victim->c) kept_drop(victim);
-  victim->sid = t->storage->id, victim->version = t->storage->version;
-  victim->offset = t->offset, victim->numel = t->numel, victim->ndim = t->ndim;
-  memcpy(victim->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-  memcpy(victim->strides, t->strides, sizeof(int64_t) * (size_t)t->ndim);
-  victim->to = to;
-  victim->c = c;
-  of_tensor_retain(c);
-  victim->csid = c->storage->id, victim->cver = c->storage->version;
-  victim->tick = ++kept_ticks;
-  pthread_mutex_unlock(&kept_lock);
+  e = calloc(1, sizeof *e);
+  if (e) {   /* else not kept: made again next call */
+    c->storage->frozen = true;
+    memcpy(e->k.key, key, sizeof key);
+    e->k.refs = 1, e->k.free = kept_cast_free;
+    e->c = c, e->cver = c->storage->version;
+    of_tensor_retain(c);
+    of_kept_put(&kept, &e->k);
+    of_kept_release(&kept, &e->k);
+  }
   *out = c;
   return OF_OK;
 }
 
-bool of_amp_is_kept_cast(const of_tensor *t) {
-  bool yes = false;
-  pthread_mutex_lock(&kept_lock);
-  for (int i = 0; i < CAST_SLOTS && !yes; i++)
-    yes = kept[i].c && kept[i].csid == t->storage->id && kept[i].cver == t->storage->version &&
-          t->offset == 0 && t->numel == kept[i].c->numel;
-  pthread_mutex_unlock(&kept_lock);
-  return yes;
-}
-
 void of_release_kernel_caches(void) {
-  pthread_mutex_lock(&kept_lock);
-  for (int i = 0; i < CAST_SLOTS; i++)
-    if (kept[i].c) kept_drop(&kept[i]);
-  pthread_mutex_unlock(&kept_lock);
+  of_kept_forget(&kept, 0, true);
   of_dnnl_release_cached();
   of_quant_release_cached();
   of_wino_release_cached();
@@ -167,6 +138,7 @@ void of_release_kernel_caches(void) {
 void of_forget_kept_weight(int64_t sid) {
   of_dnnl_forget_weight(sid);
   of_wino_forget_weight(sid);
+  of_quant_forget_weight(sid);
 }
 
 of_status of_amp_begin(int32_t cls, of_tensor **in, of_tensor **cast, int32_t n,

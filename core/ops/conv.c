@@ -1845,14 +1845,13 @@ static void dense_strides(const int64_t *shape, int32_t nd, bool cl, int64_t *st
 
 /* Whether a forward's weight q (its operand: cq) may have its reordered or
  * transformed form kept for later calls: inference (no grad recorded) with
- * a parameter's own numbers, the copy of one that autocast keeps, or a
- * weight a graph keeps across runs (bnfold's folded weight: frozen
- * storage). The keys are the storage's id and version, which every write
- * bumps. */
+ * a parameter's own numbers, or a frozen storage (the copy of a parameter
+ * that autocast keeps, a weight a graph keeps across runs such as bnfold's
+ * folded weight). The keys are the storage's id and version, which every
+ * write bumps. */
 static bool keep_weight(const of_tensor *q, const of_tensor *cq) {
-  return !of_is_grad_enabled() && q->dtype == cq->dtype && of_tensor_is_contiguous(q) &&
-         cq->storage == q->storage &&
-         ((q->requires_grad && !q->grad_fn) || of_amp_is_kept_cast(q) || q->storage->frozen);
+  return !of_is_grad_enabled() && (q->storage->frozen || (q->requires_grad && !q->grad_fn)) &&
+         q->dtype == cq->dtype && cq->storage == q->storage && of_tensor_is_contiguous(q);
 }
 
 /* run_op through oneDNN: *done false (nothing made) when it is not chosen
@@ -1944,13 +1943,15 @@ static of_status dnnl_run_op(const conv_args *a, run_kind kind, const geom *g, o
  * 3x3)) or 0. OF_CONV_WINO=4 / =1 (F(2x2)) / =0 forces the choice on every
  * such convolution (measurements, tests). */
 static int wino_pick(const conv_args *a, run_kind kind, const geom *g, const of_tensor *p,
-                     const of_tensor *q) {
+                     const of_tensor *q, bool *keep) {
+  *keep = false;
   if (kind != RUN_FWD || a->nsp != 2 || p->dtype != OF_FLOAT32 || of_prefers_channels_last(p) ||
       g->k[1] != 3 || g->k[2] != 3 || g->s[1] != 1 || g->s[2] != 1 || g->d[1] != 1 || g->d[2] != 1 ||
       g->G != 1 || g->N * g->out_sz == 0 || g->CI * g->CO == 0)
     return 0;
   const char *e = getenv("OF_CONV_WINO");
-  if (e && *e) return *e == '4' ? 4 : *e == '1' ? 2 : 0;
+  int tile = -1;   /* not yet chosen */
+  if (e && *e) tile = *e == '4' ? 4 : *e == '1' ? 2 : 0;
   /* AVX2 only: oneDNN has no Winograd kernel there (its jit:avx2 is a
    * direct convolution). F(4x4) on maps of 28x28 and more (its 4x4 tiles
    * cover them) with 96 tiles or more over the batch; F(2x2) on maps of
@@ -1963,13 +1964,17 @@ static int wino_pick(const conv_args *a, run_kind kind, const geom *g, const of_
    * on 14x14 and 28x28 layers from 196 tiles kept, 0.92x-1.29x made at every
    * call below 384; 7x7 maps (8x8 outputs computed for 49) 0.88-1.48x.
    * doc/benchmarks.md, "Models", sixteenth and seventeenth passes. */
-  if (of_cpu_isa() != OF_ISA_AVX2) return 0;
+  else if (of_cpu_isa() != OF_ISA_AVX2) tile = 0;
   const int64_t t4 = g->N * ((g->out[1] + 3) / 4) * ((g->out[2] + 3) / 4);
-  if (g->out[1] >= 28 && g->out[2] >= 28 && t4 >= 96 && g->CI >= 64 && g->CO >= 64) return 4;
+  if (tile < 0 && g->out[1] >= 28 && g->out[2] >= 28 && t4 >= 96 && g->CI >= 64 && g->CO >= 64)
+    tile = 4;
+  if (tile == 0 ||
+      (tile < 0 && (g->out[1] < 10 || g->out[2] < 10 || g->CI < 128 || g->CO < 128)))
+    return 0;
+  /* as wino_run keys it: its operand of a float32 weight is the weight */
+  *keep = q->dtype == OF_FLOAT32 && keep_weight(q, q);
   const int64_t t2 = g->N * ((g->out[1] + 1) / 2) * ((g->out[2] + 1) / 2);
-  const bool kept = q->dtype == OF_FLOAT32 && keep_weight(q, q);   /* as wino_run will key it */
-  if (g->out[1] < 10 || g->out[2] < 10 || g->CI < 128 || g->CO < 128) return 0;
-  return t2 >= (kept ? 192 : 384) ? 2 : 0;
+  return tile > 0 ? tile : t2 >= (*keep ? 192 : 384) ? 2 : 0;
 }
 
 /* OF_CONV_VERBOSE=1: a line on stderr for each CPU convolution, naming the
@@ -1990,9 +1995,10 @@ static void conv_verbose(const char *path, run_kind kind, const geom *g, const o
 
 /* The forward through Winograd with tile side `tile`, into a fresh result
  * or (post->acc) added to the residual in post->acc, which must be dense
- * NCHW float32 of the result's shape (else *done stays false). */
-static of_status wino_run(const conv_args *a, const geom *g, int tile, of_tensor *p, of_tensor *q,
-                          of_tensor *bias, const int64_t *rshape, int32_t rnd,
+ * NCHW float32 of the result's shape (else *done stays false); keep: the
+ * weight's transform is kept (wino_pick). */
+static of_status wino_run(const conv_args *a, const geom *g, int tile, bool keep, of_tensor *p,
+                          of_tensor *q, of_tensor *bias, const int64_t *rshape, int32_t rnd,
                           const of_conv_post *post, of_tensor **out, bool *done) {
   *done = false;
   of_tensor *res = NULL;
@@ -2016,7 +2022,7 @@ static of_status wino_run(const conv_args *a, const geom *g, int tile, of_tensor
     of_wino_args w = {g->N, g->CI, g->in[1], g->in[2], g->CO, g->p[1], g->p[2], g->out[1],
                       g->out[2], tile, (const float *)of_ptr(cp), (const float *)of_ptr(cq),
                       cb ? (const float *)of_ptr(cb) : NULL, (float *)of_ptr(res),
-                      post && post->acc, -INFINITY, INFINITY, keep_weight(q, cq) ? wkey : NULL};
+                      post && post->acc, -INFINITY, INFINITY, keep ? wkey : NULL};
     if (post && post->act == OF_DNNL_ACT_CLIP) w.lo = post->lo, w.hi = post->hi;
     st = of_conv_winograd(a->op, &w);
   }
@@ -2033,8 +2039,9 @@ static of_status run_op(const conv_args *a, run_kind kind, const geom *g, of_ten
                         of_tensor **out) {
   if (of_dev(p) != OF_CPU) return device_run_op(a, kind, p, q, bias, rshape, rnd, out);
   bool done = false;
-  const int tile = wino_pick(a, kind, g, p, q);
-  if (tile) OF_CHECK(wino_run(a, g, tile, p, q, bias, rshape, rnd, NULL, out, &done));
+  bool keep;
+  const int tile = wino_pick(a, kind, g, p, q, &keep);
+  if (tile) OF_CHECK(wino_run(a, g, tile, keep, p, q, bias, rshape, rnd, NULL, out, &done));
   else OF_CHECK(dnnl_run_op(a, kind, g, p, q, bias, rshape, rnd, NULL, out, &done));
   conv_verbose(!done ? "gemm" : tile == 4 ? "winograd_f4" : tile ? "winograd_f2" : "onednn", kind,
                g, NULL);
@@ -2294,8 +2301,9 @@ of_status of_conv_with_post(of_tensor *x, of_tensor *w, of_tensor *b, const int6
   int64_t rshape[5];
   geom g;
   OF_CHECK(fwd_setup(&a, x, w, b, NULL, rshape, &g));
-  const int tile = wino_pick(&a, RUN_FWD, &g, x, w);
-  if (tile) OF_CHECK(wino_run(&a, &g, tile, x, w, b, rshape, nsp + 2, post, out, done));
+  bool keep;
+  const int tile = wino_pick(&a, RUN_FWD, &g, x, w, &keep);
+  if (tile) OF_CHECK(wino_run(&a, &g, tile, keep, x, w, b, rshape, nsp + 2, post, out, done));
   else OF_CHECK(dnnl_run_op(&a, RUN_FWD, &g, x, w, b, rshape, nsp + 2, post, out, done));
   if (*done) conv_verbose(tile == 4 ? "winograd_f4" : tile ? "winograd_f2" : "onednn", RUN_FWD, &g,
                           post);

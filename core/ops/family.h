@@ -5,9 +5,11 @@
 #define ONEFLOW_OPS_FAMILY_H
 #include "op.h"
 
-/* Frees the int8 kernels' packed weights (quant.c); of_release_kernel_caches
- * (amp.c) calls it. */
+/* Frees the int8 kernels' packed weights (quant.c), all of them or those of
+ * the weight on storage sid; of_release_kernel_caches and
+ * of_forget_kept_weight (amp.c) call them. */
 void of_quant_release_cached(void);
+void of_quant_forget_weight(int64_t sid);
 /* Frees the kept Winograd weight transforms (winograd.c), all of them or
  * those of the weight on storage sid (of_forget_kept_weight, amp.c). */
 void of_wino_release_cached(void);

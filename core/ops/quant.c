@@ -36,7 +36,6 @@
 #include "../device/dnnl.h"
 #include <math.h>
 #include <omp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -801,52 +800,40 @@ static job_gemm_fn byte_gemm(bool u8, int32_t xz) {
  * [group][Og / 16][K' / 4][16][4], and each channel's sum; a linear
  * layer's weight is Cg = K, kh = kw = 1. fits:
  * false where some w - wz leaves int8 (the int16 kernel runs then).
- * Packed weights are cached, as PyTorch's prepacked ones: a quantized model
- * packs each weight once. The key is the weight's and zero points'
- * storages (unique ids) with their version counters, which every in-place
- * write bumps, and the layout; least recently used out, refcounted so
- * that a thread still using an evicted one keeps it. 256 entries, as
+ * Packed weights are kept (a kept table, storage/kept.c), as PyTorch's
+ * prepacked ones: a quantized model packs each weight once. The key is the
+ * weight's and zero points' storages (unique ids) with their version
+ * counters, which every in-place write bumps, and the layout. 256 entries, as
  * oneDNN's reordered weights (dnnl.c): a ResNet-18 has 21 weights, a
  * ResNet-50 54, and a cyclic walk over more weights than entries misses
  * every time (16 entries repacked ResNet-18's at every forward: 3.3 ms a
  * convolution instead of 0.3). of_release_kernel_caches empties it. */
 typedef struct {
-  int64_t refs;
-  int64_t key[16];
+  of_kept k;   /* first: the kept table's entry */
   int8_t *B;
   int32_t *rowsum;   /* per group, padded to a multiple of 16 */
   bool fits;
 } packed_w;
-enum { WCACHE_N = 256 };
-static packed_w *wcache[WCACHE_N];
-static uint64_t wcache_used[WCACHE_N], wcache_tick;
-static pthread_mutex_t wcache_mu = PTHREAD_MUTEX_INITIALIZER;
+static of_kept *wcache_slots[256];
+static of_kept_table wcache = OF_KEPT_TABLE(wcache_slots, INT64_MAX);
+
+static void packed_free(of_kept *k) {
+  packed_w *e = (packed_w *)k;
+  free(e->B), free(e->rowsum), free(e);
+}
 
 static void packed_release(packed_w *e) {
-  if (!e) return;
-  pthread_mutex_lock(&wcache_mu);
-  const bool last = --e->refs == 0;
-  pthread_mutex_unlock(&wcache_mu);
-  if (last) free(e->B), free(e->rowsum), free(e);
+  if (e) of_kept_release(&wcache, &e->k);
 }
 
 static of_status pack_weight_s8(const char *op, of_tensor *w, of_tensor *wzp, int64_t O, int64_t G,
                                 int64_t Cg, int64_t kh, int64_t kw, int64_t tapl, bool rowtaps,
                                 packed_w **out) {
-  const int64_t key[16] = {w->storage->id, w->storage->version, w->offset, O, G, Cg, kh, kw, tapl,
+  const int64_t key[OF_KEPT_KEY] = {w->storage->id, w->storage->version, w->offset, O, G, Cg, kh, kw, tapl,
                            rowtaps, w->strides[0], w->strides[1], w->ndim > 2 ? w->strides[2] : 0,
                            wzp ? wzp->storage->id : -1, wzp ? wzp->storage->version : 0,
                            wzp ? wzp->offset : 0};
-  *out = NULL;
-  pthread_mutex_lock(&wcache_mu);
-  for (int i = 0; i < WCACHE_N; i++)
-    if (wcache[i] && !memcmp(wcache[i]->key, key, sizeof key)) {
-      wcache[i]->refs++;
-      wcache_used[i] = ++wcache_tick;
-      *out = wcache[i];
-      break;
-    }
-  pthread_mutex_unlock(&wcache_mu);
+  *out = (packed_w *)of_kept_find(&wcache, key);
   if (*out) return OF_OK;
 
   const int64_t Og = O / G, Ogp = (Og + 15) / 16 * 16, khw = kh * kw, K = Cg * khw;
@@ -856,8 +843,8 @@ static of_status pack_weight_s8(const char *op, of_tensor *w, of_tensor *wzp, in
   of_status st = wzp ? of_dense(wzp, OF_INT64, &zc) : OF_OK;
   packed_w *e = st == OF_OK ? calloc(1, sizeof *e) : NULL;
   if (e) {
-    e->refs = 1, e->fits = true;
-    memcpy(e->key, key, sizeof key);
+    e->k.refs = 1, e->k.free = packed_free, e->fits = true;
+    memcpy(e->k.key, key, sizeof key);
     e->B = calloc((size_t)(G * Ogp * kq), 1);
     e->rowsum = calloc((size_t)(G * Ogp), sizeof *e->rowsum);
   }
@@ -891,37 +878,19 @@ static of_status pack_weight_s8(const char *op, of_tensor *w, of_tensor *wzp, in
   of_tensor_release(wc);
   if (zc) of_tensor_release(zc);
   if (st != OF_OK) {
-    if (e) free(e->B), free(e->rowsum), free(e);
+    if (e) packed_free(&e->k);
     return st;
   }
   if (!e->fits) free(e->B), free(e->rowsum), e->B = NULL, e->rowsum = NULL;
-  /* into the cache: a free slot or the least recently used one */
-  pthread_mutex_lock(&wcache_mu);
-  int slot = 0;
-  for (int i = 0; i < WCACHE_N; i++) {
-    if (!wcache[i]) {
-      slot = i;
-      break;
-    }
-    if (wcache_used[i] < wcache_used[slot]) slot = i;
-  }
-  packed_w *old = wcache[slot];
-  e->refs++;   /* the cache's reference */
-  wcache[slot] = e;
-  wcache_used[slot] = ++wcache_tick;
-  pthread_mutex_unlock(&wcache_mu);
-  packed_release(old);
+  e->k.bytes = e->fits ? G * Ogp * (kq + (int64_t)sizeof *e->rowsum) : 0;
+  of_kept_put(&wcache, &e->k);
   *out = e;
   return OF_OK;
 }
 
-void of_quant_release_cached(void) {
-  packed_w *drop[WCACHE_N];
-  pthread_mutex_lock(&wcache_mu);
-  for (int i = 0; i < WCACHE_N; i++) drop[i] = wcache[i], wcache[i] = NULL;
-  pthread_mutex_unlock(&wcache_mu);
-  for (int i = 0; i < WCACHE_N; i++) packed_release(drop[i]);
-}
+void of_quant_release_cached(void) { of_kept_forget(&wcache, 0, true); }
+
+void of_quant_forget_weight(int64_t sid) { of_kept_forget(&wcache, sid, false); }
 
 /* xz times each channel's sum: the input zero point's share of the sums */
 static int32_t *zp_terms(const packed_w *e, int64_t n, int32_t xz) {

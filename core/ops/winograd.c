@@ -40,7 +40,6 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "conv.h"
@@ -274,107 +273,47 @@ static void output_block(const wgeom *q, const float *mm, int64_t ldm, int64_t r
 }
 
 /* ---- kept transforms of weights ----
- * Entries by (weight storage id, version, offset, K, C, tile), refcounted so
- * that a thread still using an evicted one keeps it, least recently used
- * out past KEEP_N entries or KEEP_BYTES in all (ResNet-50's Winograd
- * layers keep ~30 MB). of_release_kernel_caches (amp.c) empties it, and a
- * graph's dropped folded weight goes with of_forget_kept_weight (amp.c). */
-enum { KEEP_N = 64 };
-static const int64_t KEEP_BYTES = 256ll << 20;
+ * A kept table (storage/kept.c) keyed by (weight storage id, version,
+ * offset, K, C, tile), at most 64 entries and 256 MiB (ResNet-50's
+ * Winograd layers keep ~30 MB). of_release_kernel_caches (amp.c) empties
+ * it, and a graph's dropped folded weight goes with of_forget_kept_weight
+ * (amp.c). */
 typedef struct {
-  int64_t refs, bytes;
-  int64_t key[6];
-  uint64_t used;
+  of_kept k;   /* first: the table's entry */
   float *u;
 } kept_u;
-static kept_u *kept[KEEP_N];
-static int64_t kept_bytes;
-static uint64_t kept_tick;
-static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
+static of_kept *kept_slots[64];
+static of_kept_table kept = OF_KEPT_TABLE(kept_slots, 256ll << 20);
 
-static void kept_unref_locked(kept_u *e) {
-  if (--e->refs == 0) free(e->u), free(e);
+static void kept_free(of_kept *k) {
+  free(((kept_u *)k)->u);
+  free(k);
 }
 
-static void kept_release(kept_u *e) {
-  if (!e) return;
-  pthread_mutex_lock(&kept_mu);
-  kept_unref_locked(e);
-  pthread_mutex_unlock(&kept_mu);
-}
+void of_wino_release_cached(void) { of_kept_forget(&kept, 0, true); }
 
-static void kept_drop_locked(int i) {
-  kept_bytes -= kept[i]->bytes;
-  kept_unref_locked(kept[i]);
-  kept[i] = NULL;
-}
+void of_wino_forget_weight(int64_t sid) { of_kept_forget(&kept, sid, false); }
 
-void of_wino_release_cached(void) {
-  pthread_mutex_lock(&kept_mu);
-  for (int i = 0; i < KEEP_N; i++)
-    if (kept[i]) kept_drop_locked(i);
-  pthread_mutex_unlock(&kept_mu);
-}
-
-void of_wino_forget_weight(int64_t sid) {
-  pthread_mutex_lock(&kept_mu);
-  for (int i = 0; i < KEEP_N; i++)
-    if (kept[i] && kept[i]->key[0] == sid) kept_drop_locked(i);
-  pthread_mutex_unlock(&kept_mu);
-}
-
-static kept_u *kept_find(const int64_t *key) {
-  kept_u *e = NULL;
-  pthread_mutex_lock(&kept_mu);
-  for (int i = 0; i < KEEP_N && !e; i++)
-    if (kept[i] && !memcmp(kept[i]->key, key, sizeof kept[i]->key)) {
-      e = kept[i];
-      e->refs++;
-      e->used = ++kept_tick;
-    }
-  pthread_mutex_unlock(&kept_mu);
-  return e;
-}
-
-/* A fresh entry with the transform of w, taken into the table (the caller
- * holds one reference); NULL (no error set) when there is no memory for it:
- * the caller transforms into scratch instead. Plain heap memory, not
- * of_alloc, as oneDNN's kept weights (dnnl.c): one made while a compiled
- * graph runs must not come from (or shift) the graph's arena plan. */
-static kept_u *kept_make(const int64_t *key, int mt, const float *w, int64_t K, int64_t C,
-                         int64_t bytes) {
-  if (bytes > KEEP_BYTES) return NULL;
-  kept_u *e = calloc(1, sizeof *e);
+/* The kept transform of w under key (a reference for the caller), made and
+ * taken into the table on a miss; NULL (no error set) when there is no
+ * memory for it: the caller transforms into scratch instead. Plain heap
+ * memory, not of_alloc, as oneDNN's kept weights (dnnl.c): one made while
+ * a compiled graph runs must not come from (or shift) the graph's arena
+ * plan. */
+static kept_u *kept_get(const int64_t *key, int mt, const float *w, int64_t K, int64_t C,
+                        int64_t bytes) {
+  kept_u *e = (kept_u *)of_kept_find(&kept, key);
+  if (e) return e;
+  e = calloc(1, sizeof *e);
   float *u = e ? aligned_alloc(64, (size_t)((bytes + 63) / 64 * 64)) : NULL;
   if (!u) {
     free(e);
     return NULL;
   }
   weights_u(mt, w, K, C, u);
-  e->refs = 2, e->bytes = bytes, e->u = u;
-  memcpy(e->key, key, sizeof e->key);
-  pthread_mutex_lock(&kept_mu);
-  e->used = ++kept_tick;
-  /* the same weight for the same tile at an older version (or another
-   * thread's copy of this one) goes first; then the least recently used while over the bounds */
-  int freeslot = -1;
-  for (int i = 0; i < KEEP_N; i++) {
-    if (kept[i] && kept[i]->key[0] == key[0] && kept[i]->key[2] == key[2] &&
-        kept[i]->key[5] == key[5])
-      kept_drop_locked(i);
-    if (!kept[i] && freeslot < 0) freeslot = i;
-  }
-  while (freeslot < 0 || kept_bytes + bytes > KEEP_BYTES) {
-    int lru = -1;
-    for (int i = 0; i < KEEP_N; i++)
-      if (kept[i] && (lru < 0 || kept[i]->used < kept[lru]->used)) lru = i;
-    if (lru < 0) break;
-    kept_drop_locked(lru);
-    if (freeslot < 0) freeslot = lru;
-  }
-  kept[freeslot] = e;
-  kept_bytes += bytes;
-  pthread_mutex_unlock(&kept_mu);
+  memcpy(e->k.key, key, sizeof e->k.key);
+  e->k.bytes = bytes, e->k.refs = 1, e->k.free = kept_free, e->u = u;
+  of_kept_put(&kept, &e->k);
   return e;
 }
 
@@ -399,15 +338,14 @@ of_status of_conv_winograd(const char *op, const of_wino_args *a) {
   const int64_t per = (np * (C + K) * tb + 4 * (q.tw + 1) + 72 * tb) * (int64_t)sizeof(float);
   kept_u *ke = NULL;
   if (a->wkey) {
-    const int64_t key[6] = {a->wkey[0], a->wkey[1], a->wkey[2], K, C, mt};
-    ke = kept_find(key);
-    if (!ke) ke = kept_make(key, mt, a->w, K, C, ubytes);
+    const int64_t key[OF_KEPT_KEY] = {a->wkey[0], a->wkey[1], a->wkey[2], K, C, mt};
+    ke = kept_get(key, mt, a->w, K, C, ubytes);
   }
   float *u = ke ? ke->u : of_alloc(OF_CPU, ubytes);
   char *bufs = u ? of_alloc(OF_CPU, per * nt) : NULL;
   if (!bufs) {
     if (u && !ke) of_free(OF_CPU, u, ubytes);
-    kept_release(ke);
+    if (ke) of_kept_release(&kept, &ke->k);
     return of_fail(OF_ERR_OOM, "%s: out of memory for the Winograd buffers (%lld bytes)", op,
                    (long long)(ubytes + per * nt));
   }
@@ -429,7 +367,7 @@ of_status of_conv_winograd(const char *op, const of_wino_args *a) {
   }
   of_blas_single_end(prev);
   of_free(OF_CPU, bufs, per * nt);
-  if (ke) kept_release(ke);
+  if (ke) of_kept_release(&kept, &ke->k);
   else of_free(OF_CPU, u, ubytes);
   return OF_OK;
 }
