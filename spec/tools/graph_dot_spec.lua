@@ -27,24 +27,25 @@ describe('nn.Graph to_dot / render', function()
     local g = small_graph()
     local dot = g:to_dot()
     local ir = GV.ir(g)
-    -- transpose, matmul and one fused add*2 tanh chain (the fuse pass)
+    -- transpose, addmm (an eval graph's nn.Linear) and one fused *2 tanh
+    -- chain (the fuse pass)
     local ops = {}
     for _, n in ipairs(ir.nodes) do ops[#ops + 1] = n.op end
-    assert.are.same({'transpose', 'matmul', 'fused_elementwise'}, ops)
+    assert.are.same({'transpose', 'addmm', 'fused_elementwise'}, ops)
     assert.truthy(dot:match('^digraph "DotG" {'))
     assert.are.equal(1, count(dot, '\n  in1 %['))
     assert.are.equal(1, count(dot, '\n  out1 %['))
     assert.are.equal(2, count(dot, 'shape=note'))                  -- m.weight, m.bias
     assert.truthy(dot:find('label="m.weight\\nfloat32[3, 4]"', 1, true))
     assert.are.equal(3, count(dot, '\n  n%d+ %[shape=box'))
-    -- edges: weight->transpose, input->matmul, transpose->matmul,
-    -- matmul->fused, bias->fused, fused->output
+    -- edges: weight->transpose, input->addmm, transpose->addmm,
+    -- bias->addmm, addmm->fused, fused->output
     assert.are.equal(6, count(dot, ' %-> '))
     assert.truthy(dot:find('  p1 -> n0;', 1, true))
-    assert.truthy(dot:find('  in1 -> n1 [label="in1"];', 1, true))
+    assert.truthy(dot:find('  in1 -> n1 [label="in2"];', 1, true))   -- addmm(bias, x, w^T)
     assert.truthy(dot:find('  n2 -> out1;', 1, true))
     -- the fused node is marked, with its chain and type
-    assert.truthy(dot:find('#2 fused_elementwise (fused)\\n{add,mul,tanh into=0}\\nfloat32[2, 3]', 1, true), dot)
+    assert.truthy(dot:find('#2 fused_elementwise (fused)\\n{mul,tanh into=0}\\nfloat32[2, 3]', 1, true), dot)
     assert.truthy(dot:find('peripheries=2', 1, true))
     -- without parameters
     local bare = g:to_dot({params = false})

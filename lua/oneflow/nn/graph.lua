@@ -1076,6 +1076,9 @@ local function compile(self, key, rest, args, n, dev)
     if training then C.of_set_grad_enabled(1) end   -- else build runs in the caller's mode
     if autocast then autocast:enter() end
     if sc then autograd._loss_scale = sc.scaler._scale end
+    -- an eval graph's build records no backward of its own: F.linear then
+    -- traces eager inference's addmm (the bias as the gemm's C)
+    autograd._eval_trace = not training
     local out
     if pipe then
       out = {pcall(pipeline_call, self, pipe, acc, args, n)}
@@ -1085,6 +1088,7 @@ local function compile(self, key, rest, args, n, dev)
       out = {pcall(accumulate, self, acc, args, n)}
     end
     autograd._loss_scale = nil
+    autograd._eval_trace = nil
     if autocast then autocast:exit() end
     C.of_set_grad_enabled(prev)
     if not out[1] then error(out[2], 0) end

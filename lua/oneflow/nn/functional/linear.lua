@@ -28,21 +28,28 @@ function F.linear(x, w, b, ...)
   -- inference with a bias: one addmm (the bias is the gemm's C, beta = 1)
   -- instead of a product and a broadcast add over the whole result -- on the
   -- CPU, for contiguous float32/float64 input, when no gradient is recorded
-  -- (training keeps matmul + add: same bits as nn.Graph, whose fuse pass
-  -- folds the bias add into the activation after it), outside autocast and
-  -- ONNX export (which records linear as MatMul + Add with dynamic axes)
+  -- (training keeps matmul + add: same bits as a training nn.Graph, whose
+  -- fuse pass folds the bias add into the activation after it), also while
+  -- an eval graph traces (autograd._eval_trace, nn/graph.lua: the bits of
+  -- eager inference, and no separate zeroing and bias passes over the
+  -- result; addmm records its gradient where one is asked for), outside
+  -- autocast and ONNX export (which records linear as MatMul + Add with
+  -- dynamic axes)
   if b ~= nil and x:dim() >= 2 and b:dim() == 1 and not x.is_cuda and not w.is_cuda
       and x.dtype == w.dtype and b.dtype == w.dtype and (w.dtype == flow.float32 or w.dtype == flow.float64)
       and x:numel() > 0 and x:is_contiguous() and C.of_autocast_enabled() == 0
-      and C.of_tracing() == 0 and not tracer.active()
-      and not (autograd.is_grad_enabled() and (x.requires_grad or w.requires_grad or b.requires_grad)) then
-    -- the views and the 2-d product never leave here: released at once, so
-    -- that the result's storage goes with the result (a forward that frees
-    -- its values, doc/nn.md) and x's is not held by a dead view
+      and not tracer.active()
+      and (autograd._eval_trace or not (autograd.is_grad_enabled()
+           and (x.requires_grad or w.requires_grad or b.requires_grad))) then
+    -- the views and the 2-d product never leave here: released at once
+    -- (not while a graph traces them), so that the result's storage goes
+    -- with the result (a forward that frees its values, doc/nn.md) and x's
+    -- is not held by a dead view
+    local free = may_release()
     local wt = w:t()
     if x:dim() == 2 then
       local y = flow.addmm(b, x, wt)
-      release(wt)
+      if free then release(wt) end
       return y
     end
     local shape = x:size():totable()
@@ -50,9 +57,11 @@ function F.linear(x, w, b, ...)
     local x2 = x:view(-1, in_f)
     local y2 = flow.addmm(b, x2, wt)
     local y = y2:view(shape)
-    release(wt)
-    release(x2)
-    release(y2)
+    if free then
+      release(wt)
+      release(x2)
+      release(y2)
+    end
     return y
   end
   local wt = w:t()
