@@ -1949,9 +1949,6 @@ static int wino_pick(const conv_args *a, run_kind kind, const geom *g, const of_
       g->k[1] != 3 || g->k[2] != 3 || g->s[1] != 1 || g->s[2] != 1 || g->d[1] != 1 || g->d[2] != 1 ||
       g->G != 1 || g->N * g->out_sz == 0 || g->CI * g->CO == 0)
     return 0;
-  const char *e = getenv("OF_CONV_WINO");
-  int tile = -1;   /* not yet chosen */
-  if (e && *e) tile = *e == '4' ? 4 : *e == '1' ? 2 : 0;
   /* AVX2 only: oneDNN has no Winograd kernel there (its jit:avx2 is a
    * direct convolution). F(4x4) on maps of 28x28 and more (its 4x4 tiles
    * cover them) with 96 tiles or more over the batch; F(2x2) on maps of
@@ -1964,7 +1961,9 @@ static int wino_pick(const conv_args *a, run_kind kind, const geom *g, const of_
    * on 14x14 and 28x28 layers from 196 tiles kept, 0.92x-1.29x made at every
    * call below 384; 7x7 maps (8x8 outputs computed for 49) 0.88-1.48x.
    * doc/benchmarks.md, "Models", sixteenth and seventeenth passes. */
-  else if (of_cpu_isa() != OF_ISA_AVX2) tile = 0;
+  const char *e = getenv("OF_CONV_WINO");
+  int tile = e && *e ? (*e == '4' ? 4 : *e == '1' ? 2 : 0)   /* forced */
+             : of_cpu_isa() != OF_ISA_AVX2 ? 0 : -1;        /* -1: chosen below */
   const int64_t t4 = g->N * ((g->out[1] + 3) / 4) * ((g->out[2] + 3) / 4);
   if (tile < 0 && g->out[1] >= 28 && g->out[2] >= 28 && t4 >= 96 && g->CI >= 64 && g->CO >= 64)
     tile = 4;

@@ -295,15 +295,16 @@ void of_wino_release_cached(void) { of_kept_forget(&kept, 0, true); }
 void of_wino_forget_weight(int64_t sid) { of_kept_forget(&kept, sid, false); }
 
 /* The kept transform of w under key (a reference for the caller), made and
- * taken into the table on a miss; NULL (no error set) when there is no
- * memory for it: the caller transforms into scratch instead. Plain heap
+ * taken into the table on a miss; NULL (no error set) when it is larger
+ * than the table holds or there is no memory for it: the caller transforms
+ * into scratch instead. Plain heap
  * memory, not of_alloc, as oneDNN's kept weights (dnnl.c): one made while
  * a compiled graph runs must not come from (or shift) the graph's arena
  * plan. */
 static kept_u *kept_get(const int64_t *key, int mt, const float *w, int64_t K, int64_t C,
                         int64_t bytes) {
   kept_u *e = (kept_u *)of_kept_find(&kept, key);
-  if (e) return e;
+  if (e || bytes > kept.max_bytes) return e;   /* too large to keep: scratch */
   e = calloc(1, sizeof *e);
   float *u = e ? aligned_alloc(64, (size_t)((bytes + 63) / 64 * 64)) : NULL;
   if (!u) {
