@@ -12,11 +12,10 @@
 --     model and input in bfloat16;
 --   * ResNet-50 (batch 1 and 8) and MobileNetV2 (batch 8) in eval
 --     nn.Graphs, against PyTorch's eager inference of the same cases.
--- The contenders alternate: each round times one call of every case on our
--- two backends, then runs one PyTorch process per version (two warm-up
--- calls, then the median of three timed calls per case); the figures are
--- medians over the rounds (after one warm-up call of ours per case and
--- backend). Ratios are to the faster PyTorch.
+-- The contenders alternate: each round times every case on our two
+-- backends, then runs one PyTorch process per version; each side makes two
+-- warm-up calls of a case, then takes the median of three timed calls; the
+-- figures are medians over the rounds. Ratios are to the faster PyTorch.
 --
 --   luajit bench/models.lua [threads] [--rounds N] [--no-torch2] [--no-write]
 --   luajit bench/models.lua [threads] --memory [--no-torch2] [--no-write]
@@ -137,13 +136,22 @@ local backends = {'ref', 'auto'}
 -- time.process_time in PyTorch's) instead of wall time, for a loaded machine
 local cpu_metric = os.getenv('METRIC') == 'cpu'
 local function clock() return cpu_metric and os.clock() or now() end
+-- As the PyTorch side below: two warm-up calls, then the median of three
+-- (until 2026-12-07 one call a round, right after the other backend's call
+-- of the same case: ResNet-50 b1 took 32 ms that way, 26 ms in a loop).
 local function time_ours(fn, backend)
   ffi.C.setenv('OF_CONV_BACKEND', backend, 1)
-  local t0 = clock()
   fn()
-  local t = (clock() - t0) * 1000
+  fn()
   flow.collect()
-  return t
+  local ts = {}
+  for i = 1, 3 do
+    local t0 = clock()
+    fn()
+    ts[i] = (clock() - t0) * 1000
+    flow.collect()
+  end
+  return median(ts)
 end
 
 ------------------------------------------------------------------ PyTorch
@@ -435,9 +443,6 @@ end
 ------------------------------------------------------------------ rounds
 local load_before = loadavg()
 local fns = build_ours()
-for _, c in ipairs(cases) do
-  for _, be in ipairs(backends) do time_ours(fns[c.key], be) end   -- warm-up (and primitives)
-end
 local ours = {ref = {}, auto = {}}
 local theirs = {}
 for i = 1, #pythons do theirs[i] = {} end

@@ -1949,8 +1949,8 @@ static int wino_pick(const conv_args *a, run_kind kind, const geom *g, const of_
       g->k[1] != 3 || g->k[2] != 3 || g->s[1] != 1 || g->s[2] != 1 || g->d[1] != 1 || g->d[2] != 1 ||
       g->G != 1 || g->N * g->out_sz == 0 || g->CI * g->CO == 0)
     return 0;
-  /* AVX2 only: oneDNN has no Winograd kernel there (its jit:avx2 is a
-   * direct convolution). F(4x4) on maps of 28x28 and more (its 4x4 tiles
+  /* AVX2 and AVX-512 (oneDNN's kernels there are direct convolutions).
+   * F(4x4) on maps of 28x28 and more (its 4x4 tiles
    * cover them) with 96 tiles or more over the batch; F(2x2) on maps of
    * 10x10 and more with 128 channels each way and 192 tiles or more where
    * the weight's transform is kept (inference), 384 where it is made at
@@ -1960,15 +1960,20 @@ static int wino_pick(const conv_args *a, run_kind kind, const geom *g, const of_
    * layers from 96 tiles, 0.58-0.94x made at every call; F(2x2) 0.67-0.72x
    * on 14x14 and 28x28 layers from 196 tiles kept, 0.92x-1.29x made at every
    * call below 384; 7x7 maps (8x8 outputs computed for 49) 0.88-1.48x.
-   * doc/benchmarks.md, "Models", sixteenth and seventeenth passes. */
+   * A Zen 5 against oneDNN's AVX-512 NCHW kernel: F(4x4) 0.58-0.72x on
+   * 56x56 and 28x28 layers kept, 0.63-0.85x made at every call; F(2x2)
+   * 0.84-1.46x on 14x14 layers, so not there. doc/benchmarks.md,
+   * "Models", sixteenth to eighteenth passes. */
   const char *e = getenv("OF_CONV_WINO");
+  const int isa = of_cpu_isa();
   int tile = e && *e ? (*e == '4' ? 4 : *e == '1' ? 2 : 0)   /* forced */
-             : of_cpu_isa() != OF_ISA_AVX2 ? 0 : -1;        /* -1: chosen below */
+             : isa == OF_ISA_AVX2 || isa == OF_ISA_AVX512 ? -1 : 0;   /* -1: chosen below */
   const int64_t t4 = g->N * ((g->out[1] + 3) / 4) * ((g->out[2] + 3) / 4);
   if (tile < 0 && g->out[1] >= 28 && g->out[2] >= 28 && t4 >= 96 && g->CI >= 64 && g->CO >= 64)
     tile = 4;
-  if (tile == 0 ||
-      (tile < 0 && (g->out[1] < 10 || g->out[2] < 10 || g->CI < 128 || g->CO < 128)))
+  /* F(2x2) on AVX2 only: against oneDNN's AVX-512 kernels it ran 0.84-1.46x */
+  if (tile == 0 || (tile < 0 && (isa != OF_ISA_AVX2 || g->out[1] < 10 || g->out[2] < 10 ||
+                                 g->CI < 128 || g->CO < 128)))
     return 0;
   /* as wino_run keys it: its operand of a float32 weight is the weight */
   *keep = q->dtype == OF_FLOAT32 && keep_weight(q, q);

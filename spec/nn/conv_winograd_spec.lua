@@ -118,6 +118,32 @@ end)
     assert.truthy(four:find('forward gemm N=2 C=64 K=64 in=28x28 out=28x28 k=1x1', 1, true), four)
   end)
 
+  it('the routing: F(4x4) on AVX2 and AVX-512, F(2x2) on AVX2 only', function()
+    local src = [[
+local flow = require 'oneflow'
+local F = flow.nn.functional
+io.write(flow.backends.cpu.get_cpu_capability(), '\n')
+flow.no_grad(function()
+  F.conv2d(flow.randn(2, 64, 56, 56), flow.randn(64, 64, 3, 3), nil, {padding = 1})
+  F.conv2d(flow.randn(8, 128, 14, 14), flow.randn(128, 128, 3, 3), nil, {padding = 1})
+end)
+]]
+    local out = H.run_lua(src, 'OF_CONV_WINO= OF_CONV_VERBOSE=1')
+    -- the capability line (stdout) and the conv lines (stderr) interleave in any order
+    local isa = out:match('%f[%w](AVX512)%f[%W]') or out:match('%f[%w](AVX2)%f[%W]')
+    local f4 = out:find('forward winograd_f4 N=2 C=64 K=64 in=56x56', 1, true)
+    local f2 = out:find('forward winograd_f2 N=8 C=128 K=128 in=14x14', 1, true)
+    local other = out:find('forward [%w_]+ N=8 C=128 K=128 in=14x14')
+    assert.truthy(other, out)
+    if isa == 'AVX2' then
+      assert.truthy(f4 and f2, out)
+    elseif isa == 'AVX512' then
+      assert.truthy(f4 and not f2, out)
+    else   -- the baseline: no Winograd unless asked for
+      assert.truthy(not f4 and not f2, out)
+    end
+  end)
+
   it('gradients through a forward computed by Winograd', function()
     flow.manual_seed(4)
     local x0, w0 = flow.randn(2, 3, 6, 7), flow.randn(4, 3, 3, 3)
