@@ -1939,13 +1939,13 @@ static of_status dnnl_run_op(const conv_args *a, run_kind kind, const geom *g, o
 }
 
 /* Winograd for float32 forwards (winograd.c): 3x3 kernels, stride 1, no
- * dilation, one group, NCHW; the tile side (4: F(4x4, 3x3), 2: F(2x2,
- * 3x3)) or 0. OF_CONV_WINO=4 / =1 (F(2x2)) / =0 forces the choice on every
- * such convolution (measurements, tests). */
+ * dilation, one group, NCHW or channels-last; the tile side (4: F(4x4,
+ * 3x3), 2: F(2x2, 3x3)) or 0. OF_CONV_WINO=4 / =1 (F(2x2)) / =0 forces
+ * the choice on every such convolution (measurements, tests). */
 static int wino_pick(const conv_args *a, run_kind kind, const geom *g, const of_tensor *p,
                      const of_tensor *q, bool *keep) {
   *keep = false;
-  if (kind != RUN_FWD || a->nsp != 2 || p->dtype != OF_FLOAT32 || of_prefers_channels_last(p) ||
+  if (kind != RUN_FWD || a->nsp != 2 || p->dtype != OF_FLOAT32 ||
       g->k[1] != 3 || g->k[2] != 3 || g->s[1] != 1 || g->s[2] != 1 || g->d[1] != 1 || g->d[2] != 1 ||
       g->G != 1 || g->N * g->out_sz == 0 || g->CI * g->CO == 0)
     return 0;
@@ -1966,9 +1966,21 @@ static int wino_pick(const conv_args *a, run_kind kind, const geom *g, const of_
    * "Models", sixteenth to eighteenth passes. */
   const char *e = getenv("OF_CONV_WINO");
   const int isa = of_cpu_isa();
+  const bool cl = of_prefers_channels_last(p);
   int tile = e && *e ? (*e == '4' ? 4 : *e == '1' ? 2 : 0)   /* forced */
+             : cl ? (isa == OF_ISA_AVX512 ? -1 : 0)
              : isa == OF_ISA_AVX2 || isa == OF_ISA_AVX512 ? -1 : 0;   /* -1: chosen below */
   const int64_t t4 = g->N * ((g->out[1] + 3) / 4) * ((g->out[2] + 3) / 4);
+  if (tile < 0 && cl) {
+    /* Channels-last (the eval graphs on AVX-512; NHWC tiles, winograd.c)
+     * against oneDNN's NHWC kernel on a Zen 5: F(4x4) 0.47-0.61x on 56x56
+     * and 28x28 layers at any batch (64 channels or more), on 14x14 maps
+     * 0.72-0.79x from 8 samples (128 tiles), 0.84-1.12x below; 7x7 maps
+     * 1.3-3.3x; F(2x2) slower than F(4x4) on every one of them. */
+    const bool big = g->out[1] >= 28 && g->out[2] >= 28;
+    const bool mid = g->out[1] >= 14 && g->out[2] >= 14 && t4 >= 128;
+    tile = g->CI >= 64 && g->CO >= 64 && (big || mid) ? 4 : 0;
+  }
   if (tile < 0 && g->out[1] >= 28 && g->out[2] >= 28 && t4 >= 96 && g->CI >= 64 && g->CO >= 64)
     tile = 4;
   /* F(2x2) on AVX2 only: against oneDNN's AVX-512 kernels it ran 0.84-1.46x */
@@ -2006,19 +2018,25 @@ static of_status wino_run(const conv_args *a, const geom *g, int tile, bool keep
                           const of_conv_post *post, of_tensor **out, bool *done) {
   *done = false;
   of_tensor *res = NULL;
+  /* a channels-last input keeps its layout: NHWC tiles, an NHWC result */
+  const bool cl = of_prefers_channels_last(p);
   if (post && post->acc) {
     of_tensor *acc = post->acc;
+    int64_t want[5];
+    dense_strides(rshape, rnd, cl, want);
     if (of_dev(acc) != OF_CPU || acc->dtype != OF_FLOAT32 || acc->ndim != rnd ||
         memcmp(acc->shape, rshape, sizeof(int64_t) * (size_t)rnd) ||
-        !of_tensor_is_contiguous(acc))
+        (cl ? memcmp(acc->strides, want, sizeof(int64_t) * (size_t)rnd) != 0
+            : !of_tensor_is_contiguous(acc)))
       return OF_OK;   /* not taken: the caller's unfused ops run */
     of_tensor_retain(acc);
     res = acc;
   } else {
-    OF_CHECK(of_tensor_new(rshape, rnd, OF_FLOAT32, OF_CPU, &res));
+    OF_CHECK(cl ? of_tensor_new_channels_last(rshape, rnd, OF_FLOAT32, OF_CPU, &res)
+                : of_tensor_new(rshape, rnd, OF_FLOAT32, OF_CPU, &res));
   }
   of_tensor *cp = NULL, *cq = NULL, *cb = NULL;
-  of_status st = operand(p, OF_FLOAT32, &cp);
+  of_status st = cl ? of_dense_format(p, true, OF_FLOAT32, &cp) : operand(p, OF_FLOAT32, &cp);
   if (st == OF_OK) st = operand(q, OF_FLOAT32, &cq);
   if (st == OF_OK && bias) st = operand(bias, OF_FLOAT32, &cb);
   if (st == OF_OK) {
@@ -2026,7 +2044,7 @@ static of_status wino_run(const conv_args *a, const geom *g, int tile, bool keep
     of_wino_args w = {g->N, g->CI, g->in[1], g->in[2], g->CO, g->p[1], g->p[2], g->out[1],
                       g->out[2], tile, (const float *)of_ptr(cp), (const float *)of_ptr(cq),
                       cb ? (const float *)of_ptr(cb) : NULL, (float *)of_ptr(res),
-                      post && post->acc, -INFINITY, INFINITY, keep ? wkey : NULL};
+                      post && post->acc, -INFINITY, INFINITY, keep ? wkey : NULL, cl};
     if (post && post->act == OF_DNNL_ACT_CLIP) w.lo = post->lo, w.hi = post->hi;
     st = of_conv_winograd(a->op, &w);
   }

@@ -29,7 +29,8 @@ void of_blas_single_end(int prev);
 
 /* The float32 forward of a 3x3 convolution with stride 1, no dilation and
  * one group by Winograd's F(2x2, 3x3) or F(4x4, 3x3) (winograd.c): x
- * [N, C, H, W] and y [N, K, OH, OW] contiguous, w [K, C, 3, 3], bias [K] or
+ * [N, C, H, W] and y [N, K, OH, OW] contiguous (cl: both dense
+ * channels-last, NHWC in memory), w [K, C, 3, 3] contiguous, bias [K] or
  * NULL. acc: y holds a residual, and the result is added to it; then
  * clamped to [lo, hi] (-inf, inf: none). wkey: the weight's storage id,
  * version and offset where its transform may be kept for later calls,
@@ -42,6 +43,7 @@ typedef struct {
   bool acc;
   float lo, hi;
   const int64_t *wkey;
+  bool cl;
 } of_wino_args;
 of_status of_conv_winograd(const char *op, const of_wino_args *a);
 #endif

@@ -35,7 +35,11 @@
  * residual and a clamp (ReLU). U, 16 or 36 floats per 9 weights, is kept
  * for the next call when the caller names the weight (inference with a
  * parameter or a graph's folded weight, as oneDNN's reordered weights in
- * device/dnnl.c). conv.c decides where this runs (wino_pick). */
+ * device/dnnl.c). A channels-last (NHWC) input runs its own block
+ * functions (input_block_cl, output_block_cl): every pixel is a row of
+ * channels, so the transforms run along the channels and the GEMMs are
+ * transposed; the result is channels-last, nothing is reordered. conv.c
+ * decides where this runs (wino_pick). */
 #include "../internal.h"
 #include <cblas.h>
 #include <math.h>
@@ -78,7 +82,7 @@ static inline void g_col(int mt, double g0, double g1, double g2, double *t) {
  * plane (writing each pair's points into the planes directly, 16 or 36
  * lines apart, ran at ~550 cycles a pair) */
 enum { UCHUNK = 64 };
-static void weights_u(int mt, const float *w, int64_t K, int64_t C, float *u) {
+static void weights_u(int mt, const float *w, int64_t K, int64_t C, bool ck, float *u) {
   const int64_t kc = K * C, nch = (kc + UCHUNK - 1) / UCHUNK;
   const int al = mt + 2, nt = of_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && kc >= 4096)
@@ -94,7 +98,16 @@ static void weights_u(int mt, const float *w, int64_t K, int64_t C, float *u) {
         for (int b = 0; b < al; b++) buf[al * r + b][i] = (float)o[b];
       }
     }
-    for (int e = 0; e < al * al; e++) memcpy(u + e * kc + i0, buf[e], (size_t)n * sizeof(float));
+    if (!ck) {
+      for (int e = 0; e < al * al; e++) memcpy(u + e * kc + i0, buf[e], (size_t)n * sizeof(float));
+      continue;
+    }
+    /* ck (channels-last's GEMM operand): U[e][c][k] for pair i0 + i = k C + c */
+    for (int e = 0; e < al * al; e++)
+      for (int64_t i = 0; i < n; i++) {
+        const int64_t k = (i0 + i) / C, c = (i0 + i) % C;
+        u[e * kc + c * K + k] = buf[e][i];
+      }
   }
 }
 
@@ -272,9 +285,106 @@ static void output_block(const wgeom *q, const float *mm, int64_t ldm, int64_t r
   }
 }
 
+/* ---- channels-last (NHWC): the transforms run along the channels ----
+ * A tile's al x al input pixels are C contiguous floats each, so B^T d B is
+ * computed on whole channel rows (the same bt / at over n = C or K values):
+ * V[e][t][c] and M[e][t][k], and the GEMMs are M[e] (T x K) = V[e] (T x C)
+ * U[e] (C x K). No reorder of the input or the result: an eval graph's
+ * layout (doc/graph.md "Layouts") runs through as it is. */
+
+/* the input tiles of tile rows r0 ... r1 - 1 into v (V[e] ldv floats
+ * apart, tile tt at tt C); scratch: a border tile's zero-padded copy, then
+ * the column transforms */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void input_block_cl(const wgeom *q, const float *x, int64_t r0, int64_t r1, float *v,
+                           int64_t ldv, float *scratch) {
+  const int mt = q->mt, al = q->al;
+  const int64_t C = q->C, W = q->W, H = q->H, rs = W * C, ps = al * C;
+  float *patch = scratch, *tmp = patch + al * ps;
+  for (int64_t r = r0; r < r1; r++) {
+    const int64_t n = r / q->th, i = r % q->th, y0 = mt * i - q->ph;
+    for (int64_t j = 0; j < q->tw; j++) {
+      const int64_t x0 = mt * j - q->pw, tt = (r - r0) * q->tw + j;
+      const float *base;
+      int64_t bs;   /* row stride of base */
+      if (y0 >= 0 && y0 + al <= H && x0 >= 0 && x0 + al <= W) {
+        base = x + ((n * H + y0) * W + x0) * C, bs = rs;
+      } else {   /* zeros outside the map */
+        for (int a = 0; a < al; a++)
+          for (int b = 0; b < al; b++) {
+            const int64_t yy = y0 + a, xx = x0 + b;
+            float *d = patch + a * ps + b * C;
+            if (yy >= 0 && yy < H && xx >= 0 && xx < W)
+              memcpy(d, x + ((n * H + yy) * W + xx) * C, (size_t)C * sizeof(float));
+            else
+              memset(d, 0, (size_t)C * sizeof(float));
+          }
+        base = patch, bs = ps;
+      }
+      /* columns: tmp[a][b] = (B^T d)[a][b]; rows: V[al a + b'] = (tmp B)[a][b'] */
+      for (int b = 0; b < al; b++) bt(mt, base + b * C, bs, tmp + b * C, ps, C);
+      for (int a = 0; a < al; a++) bt(mt, tmp + a * ps, C, v + al * a * ldv + tt * C, ldv, C);
+    }
+  }
+}
+
+/* the output pixels of tile rows r0 ... r1 - 1 from mm (M[e] ldm floats
+ * apart, tile tt at tt K), with the bias, residual and clamp; scratch: the
+ * row transforms, the mt x mt outputs, K zeros */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void output_block_cl(const wgeom *q, const float *mm, int64_t ldm, int64_t r0, int64_t r1,
+                            const wpost *p, float *y, float *scratch) {
+  const int mt = q->mt, al = q->al;
+  const int64_t K = q->K;
+  float *sb = scratch, *o = sb + mt * al * K, *zero = o + mt * mt * K;
+  const bool clamp = p->lo > -INFINITY || p->hi < INFINITY;
+  const float lo = p->lo, hi = p->hi;
+  const float *restrict bias = p->bias;
+  if (!bias) {   /* + 0, as the NCHW transform adds its bias term */
+    memset(zero, 0, (size_t)K * sizeof(float));
+    bias = zero;
+  }
+  for (int64_t r = r0; r < r1; r++) {
+    const int64_t n = r / q->th, i = r % q->th;
+    for (int64_t j = 0; j < q->tw; j++) {
+      const int64_t tt = (r - r0) * q->tw + j;
+      /* sb[a][b] = (A^T M)[a][b], then o[a][c] = (sb A)[a][c] */
+      for (int b = 0; b < al; b++) at(mt, mm + b * ldm + tt * K, al * ldm, sb + b * K, al * K, K, 0);
+      for (int a = 0; a < mt; a++) at(mt, sb + a * al * K, K, o + a * mt * K, K, K, 0);
+      for (int a = 0; a < mt && mt * i + a < q->OH; a++)
+        for (int c = 0; c < mt && mt * j + c < q->OW; c++) {
+          const float *restrict src = o + (a * mt + c) * K;
+          float *restrict dst = y + ((n * q->OH + mt * i + a) * q->OW + mt * j + c) * K;
+          /* one loop per case, so that each vectorises (one with the tests
+           * inside ran scalar: a fifth of a ResNet-18 graph's time);
+           * comparisons, not fminf/fmaxf: a NaN stays NaN, as through relu */
+          if (p->acc && clamp) {
+#pragma omp simd
+            for (int64_t k = 0; k < K; k++) {
+              const float s0 = src[k] + bias[k] + dst[k];
+              dst[k] = s0 < lo ? lo : s0 > hi ? hi : s0;
+            }
+          } else if (p->acc) {
+#pragma omp simd
+            for (int64_t k = 0; k < K; k++) dst[k] = src[k] + bias[k] + dst[k];
+          } else if (clamp) {
+#pragma omp simd
+            for (int64_t k = 0; k < K; k++) {
+              const float s0 = src[k] + bias[k];
+              dst[k] = s0 < lo ? lo : s0 > hi ? hi : s0;
+            }
+          } else {
+#pragma omp simd
+            for (int64_t k = 0; k < K; k++) dst[k] = src[k] + bias[k];
+          }
+        }
+    }
+  }
+}
+
 /* ---- kept transforms of weights ----
  * A kept table (storage/kept.c) keyed by (weight storage id, version,
- * offset, K, C, tile), at most 64 entries and 256 MiB (ResNet-50's
+ * offset, K, C, tile, layout), at most 64 entries and 256 MiB (ResNet-50's
  * Winograd layers keep ~30 MB). of_release_kernel_caches (amp.c) empties
  * it, and a graph's dropped folded weight goes with of_forget_kept_weight
  * (amp.c). */
@@ -301,7 +411,7 @@ void of_wino_forget_weight(int64_t sid) { of_kept_forget(&kept, sid, false); }
  * memory, not of_alloc, as oneDNN's kept weights (dnnl.c): one made while
  * a compiled graph runs must not come from (or shift) the graph's arena
  * plan. */
-static kept_u *kept_get(const int64_t *key, int mt, const float *w, int64_t K, int64_t C,
+static kept_u *kept_get(const int64_t *key, int mt, const float *w, int64_t K, int64_t C, bool ck,
                         int64_t bytes) {
   kept_u *e = (kept_u *)of_kept_find(&kept, key);
   if (e || bytes > kept.max_bytes) return e;   /* too large to keep: scratch */
@@ -311,7 +421,7 @@ static kept_u *kept_get(const int64_t *key, int mt, const float *w, int64_t K, i
     free(e);
     return NULL;
   }
-  weights_u(mt, w, K, C, u);
+  weights_u(mt, w, K, C, ck, u);
   memcpy(e->k.key, key, sizeof e->k.key);
   e->k.bytes = bytes, e->k.refs = 1, e->k.free = kept_free, e->u = u;
   of_kept_put(&kept, &e->k);
@@ -335,12 +445,16 @@ of_status of_conv_winograd(const char *op, const of_wino_args *a) {
   if (nt > nblk) nt = (int)nblk;
   const int64_t ubytes = np * K * C * (int64_t)sizeof(float);
   /* scratch: the phases of a row, then D and H (input), or S, O and an
-   * output row (output; OW <= mt tw <= 4 tb) */
-  const int64_t per = (np * (C + K) * tb + 4 * (q.tw + 1) + 72 * tb) * (int64_t)sizeof(float);
+   * output row (output; OW <= mt tw <= 4 tb); channels-last: a padded
+   * tile and its column transforms (input), or S and O (output) */
+  const int64_t scr = a->cl ? (2 * np * C > (mt * al + mt * mt + 1) * K
+                                   ? 2 * np * C : (mt * al + mt * mt + 1) * K)
+                            : 4 * (q.tw + 1) + 72 * tb;
+  const int64_t per = (np * (C + K) * tb + scr + 16) * (int64_t)sizeof(float);
   kept_u *ke = NULL;
-  if (a->wkey) {
-    const int64_t key[OF_KEPT_KEY] = {a->wkey[0], a->wkey[1], a->wkey[2], K, C, mt};
-    ke = kept_get(key, mt, a->w, K, C, ubytes);
+  if (a->wkey) {   /* the transform's layout follows the input's */
+    const int64_t key[OF_KEPT_KEY] = {a->wkey[0], a->wkey[1], a->wkey[2], K, C, mt, a->cl};
+    ke = kept_get(key, mt, a->w, K, C, a->cl, ubytes);
   }
   float *u = ke ? ke->u : of_alloc(OF_CPU, ubytes);
   char *bufs = u ? of_alloc(OF_CPU, per * nt) : NULL;
@@ -350,7 +464,7 @@ of_status of_conv_winograd(const char *op, const of_wino_args *a) {
     return of_fail(OF_ERR_OOM, "%s: out of memory for the Winograd buffers (%lld bytes)", op,
                    (long long)(ubytes + per * nt));
   }
-  if (!ke) weights_u(mt, a->w, K, C, u);
+  if (!ke) weights_u(mt, a->w, K, C, a->cl, u);
   const int prev = of_blas_single_begin();
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
@@ -359,6 +473,14 @@ of_status of_conv_winograd(const char *op, const of_wino_args *a) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bk = 0; bk < nblk; bk++) {
       const int64_t r0 = bk * rb, r1 = r0 + rb < rows ? r0 + rb : rows, ntile = (r1 - r0) * q.tw;
+      if (a->cl) {
+        input_block_cl(&q, a->x, r0, r1, v, C * tb, scratch);
+        for (int64_t e = 0; e < np; e++)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)ntile, (int)K, (int)C, 1.0f,
+                      v + e * C * tb, (int)C, u + e * K * C, (int)K, 0.0f, m + e * K * tb, (int)K);
+        output_block_cl(&q, m, K * tb, r0, r1, &post, a->y, scratch);
+        continue;
+      }
       input_block(&q, a->x, r0, r1, v, tb, scratch);
       for (int64_t e = 0; e < np; e++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)K, (int)ntile, (int)C, 1.0f,

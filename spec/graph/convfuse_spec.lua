@@ -192,8 +192,10 @@ describe('nn.Graph convfuse', function()
   end)
 
   it('adds the residual and clamps in Winograd\'s output transform where conv takes Winograd', function()
-    local src = post_ops_script('flow.contiguous_format')   -- Winograd's layout
-    for _, v in ipairs({'4', '1'}) do
+    -- NCHW tiles, and NHWC tiles in a channels-last graph (no reorder between layers)
+    for _, v in ipairs({'4', '1', '4cl', '1cl'}) do
+      local src = post_ops_script(v:find('cl') and 'flow.channels_last' or 'flow.contiguous_format')
+      v = v:sub(1, 1)
       local out = H.run_lua(src, 'OF_CONV_WINO=' .. v .. ' OF_CONV_VERBOSE=1')
       local graph = out:match('^(.-)graph done') or ''
       local path = v == '4' and 'winograd_f4' or 'winograd_f2'

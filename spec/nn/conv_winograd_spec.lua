@@ -44,6 +44,42 @@ describe('conv2d through Winograd F(2x2, 3x3) and F(4x4, 3x3)', function()
     end
   end)
 
+  it('channels-last inputs: NHWC tiles, a channels-last result, the same numbers', function()
+    flow.manual_seed(7)
+    local mf = flow.channels_last
+    -- {N, C, K, H, W, padding}: border tiles on every side, odd maps, one column
+    local cases = {
+      {1, 3, 5, 7, 7, 1}, {2, 8, 16, 9, 10, 1}, {3, 5, 4, 6, 5, 0}, {2, 16, 24, 13, 1, 2},
+      {1, 4, 3, 2, 2, 1}, {2, 7, 9, 11, 12, 2}, {1, 32, 40, 17, 15, 1}, {2, 64, 64, 28, 28, 1},
+    }
+    for _, c in ipairs(cases) do
+      local N, C, K, Hh, W, p = unpack(c)
+      local x = flow.randn(N, C, Hh, W):contiguous({memory_format = mf})
+      local w, b = flow.randn(K, C, 3, 3), flow.randn(K)
+      local ref = F.conv2d(x:double(), w:double(), b:double(), {padding = p})
+      for _, v in ipairs(TILES) do
+        local y = with_wino(v, function() return F.conv2d(x, w, b, {padding = p}) end)
+        local name = table.concat(c, ',') .. ' OF_CONV_WINO=' .. v
+        assert.is_true(y:is_contiguous({memory_format = mf}), name)
+        assert.is_true(rel_err(y, ref) < 1e-5, name .. ': ' .. rel_err(y, ref))
+      end
+    end
+    -- a kept transform is per layout: the same parameter through both
+    local w = flow.randn(8, 8, 3, 3):requires_grad_()
+    local x = flow.randn(2, 8, 12, 12)
+    flow.no_grad(function()
+      for _, v in ipairs(TILES) do
+        for _ = 1, 2 do
+          for _, xx in ipairs({x, x:contiguous({memory_format = mf})}) do
+            local y = with_wino(v, function() return F.conv2d(xx, w, nil, {padding = 1}) end)
+            local ref = F.conv2d(xx:double(), w:double(), nil, {padding = 1})
+            assert.is_true(rel_err(y, ref) < 1e-5, v)
+          end
+        end
+      end
+    end)
+  end)
+
   it('reads non-contiguous and float64-cast inputs as the direct path does', function()
     flow.manual_seed(2)
     local x = flow.randn(2, 6, 9, 8):transpose(3, 4)   -- [2, 6, 8, 9], not contiguous
@@ -118,7 +154,7 @@ end)
     assert.truthy(four:find('forward gemm N=2 C=64 K=64 in=28x28 out=28x28 k=1x1', 1, true), four)
   end)
 
-  it('the routing: F(4x4) on AVX2 and AVX-512, F(2x2) on AVX2 only', function()
+  it('the routing: F(4x4) on AVX2 and AVX-512, F(2x2) on AVX2 only, NHWC tiles on AVX-512', function()
     local src = [[
 local flow = require 'oneflow'
 local F = flow.nn.functional
@@ -126,6 +162,12 @@ io.write(flow.backends.cpu.get_cpu_capability(), '\n')
 flow.no_grad(function()
   F.conv2d(flow.randn(2, 64, 56, 56), flow.randn(64, 64, 3, 3), nil, {padding = 1})
   F.conv2d(flow.randn(8, 128, 14, 14), flow.randn(128, 128, 3, 3), nil, {padding = 1})
+  -- channels-last: 28x28 maps at batch 1, 14x14 from 8 samples, not 7x7
+  local cl = {memory_format = flow.channels_last}
+  for _, s in ipairs({{1, 28}, {8, 14}, {8, 7}}) do
+    F.conv2d(flow.randn(s[1], 64, s[2], s[2]):contiguous(cl), flow.randn(64, 64, 3, 3), nil,
+             {padding = 1})
+  end
 end)
 ]]
     local out = H.run_lua(src, 'OF_CONV_WINO= OF_CONV_VERBOSE=1')
@@ -135,12 +177,15 @@ end)
     local f2 = out:find('forward winograd_f2 N=8 C=128 K=128 in=14x14', 1, true)
     local other = out:find('forward [%w_]+ N=8 C=128 K=128 in=14x14')
     assert.truthy(other, out)
-    if isa == 'AVX2' then
-      assert.truthy(f4 and f2, out)
+    local function cl(n, h)
+      return out:find(('forward winograd_f4 N=%d C=64 K=64 in=%dx%d'):format(n, h, h), 1, true)
+    end
+    if isa == 'AVX2' then   -- NHWC tiles measured on AVX-512 only
+      assert.truthy(f4 and f2 and not cl(1, 28) and not cl(8, 14), out)
     elseif isa == 'AVX512' then
-      assert.truthy(f4 and not f2, out)
+      assert.truthy(f4 and not f2 and cl(1, 28) and cl(8, 14) and not cl(8, 7), out)
     else   -- the baseline: no Winograd unless asked for
-      assert.truthy(not f4 and not f2, out)
+      assert.truthy(not f4 and not f2 and not cl(1, 28), out)
     end
   end)
 
