@@ -44,23 +44,25 @@ else
   echo "kserve or PyTorch 2.x unavailable: the KServe column is skipped" >&2
 fi
 
-# one hey run: "req/s | p50 ms | p95 ms | ok/n" (hey 0.1.4 computes no 99th
-# percentile below 100 requests)
+# one hey run: "req/s | p50 ms | p95 ms | p99 ms | ok/n" ("-" where hey
+# computes no such percentile: 0.1.4 has no 99th below 100 requests)
 run() {   # url concurrency
   n=$(( $2 * PER ))
-  [ "$n" -lt 16 ] && n=16
+  [ "$n" -lt 100 ] && n=100   # hey computes a 99th percentile from 100 requests
   hey -n "$n" -c "$2" -t 300 -m POST -T application/octet-stream \
     -H "Inference-Header-Content-Length: $HLEN" -D "$TMP/body.bin" "$1" > "$TMP/hey.txt" 2>&1
   # (hey 0.1.4 prints its percentiles as "50%% in")
   rps=$(sed -n 's/^[[:space:]]*Requests\/sec:[[:space:]]*\([0-9.]*\).*/\1/p' "$TMP/hey.txt")
   p50=$(sed -n 's/^[[:space:]]*50%*[[:space:]]*in[[:space:]]*\([0-9.]*\) secs.*/\1/p' "$TMP/hey.txt")
-  p99=$(sed -n 's/^[[:space:]]*95%*[[:space:]]*in[[:space:]]*\([0-9.]*\) secs.*/\1/p' "$TMP/hey.txt")
+  p95=$(sed -n 's/^[[:space:]]*95%*[[:space:]]*in[[:space:]]*\([0-9.]*\) secs.*/\1/p' "$TMP/hey.txt")
+  p99=$(sed -n 's/^[[:space:]]*99%*[[:space:]]*in[[:space:]]*\([0-9.]*\) secs.*/\1/p' "$TMP/hey.txt")
   ok=$(sed -n 's/^ *\[200\][[:space:]]*\([0-9]*\) responses.*/\1/p' "$TMP/hey.txt")
-  awk -v r="${rps:-0}" -v a="${p50:-0}" -v b="${p99:-0}" -v ok="${ok:-0}" -v n="$n" \
-    'BEGIN { printf "%.1f | %.1f | %.1f | %d/%d", r, a * 1000, b * 1000, ok, n }'
+  awk -v r="${rps:-0}" -v a="${p50:-0}" -v b="$p95" -v c="$p99" -v ok="${ok:-0}" -v n="$n" \
+    'function ms(v) { return (v == "" || v + 0 == 0) ? "-" : sprintf("%.1f", v * 1000) }
+     BEGIN { printf "%.1f | %.1f | %s | %s | %d/%d", r, a * 1000, ms(b), ms(c), ok, n }'
 }
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "ResNet-18 on 3x${SIZE}x${SIZE}, $PER requests per client (at least 16)"
+echo "ResNet-18 on 3x${SIZE}x${SIZE}, $PER requests per client (at least 100 a run)"
 echo "in-process graph, batch 1: $(cat "$TMP/inproc_ms") ms (median of 20)"
 echo
 # warm-up: the first runs of each server (arena layout, thread pools) are not timed
@@ -69,8 +71,8 @@ for u in "http://127.0.0.1:$port/v2/models/resnet18/infer" "http://127.0.0.1:$po
   hey -n 4 -c 1 -t 300 -m POST -T application/octet-stream -H "Inference-Header-Content-Length: $HLEN" \
     -D "$TMP/body.bin" "$u" > /dev/null 2>&1
 done
-echo "| server | concurrency | req/s | p50 ms | p95 ms | ok |"
-echo "|---|---|---|---|---|---|"
+echo "| server | concurrency | req/s | p50 ms | p95 ms | p99 ms | ok |"
+echo "|---|---|---|---|---|---|---|"
 for c in 1 8 32; do
   echo "| flow-serve | $c | $(run "http://127.0.0.1:$port/v2/models/resnet18/infer" "$c") |"
   echo "| flow-serve, dynamic batching | $c | $(run "http://127.0.0.1:$port/v2/models/resnet18_db/infer" "$c") |"

@@ -2056,15 +2056,72 @@ static of_status wino_run(const conv_args *a, const geom *g, int tile, bool keep
   return st;
 }
 
+/* The input grad of a 3x3 stride-1 convolution is a forward one: dx =
+ * conv(gy, W') with W'[c][k] = W[k][c] turned by 180 degrees and padding
+ * 2 - p. Winograd runs it where wino_pick would take that forward, on
+ * AVX-512 (or where OF_CONV_WINO forces it) on maps of 56x56 and more,
+ * or 28x28 and more with 128 channels each way: against oneDNN's
+ * backward-data kernel on a Zen 5, [16, 64, 56, 56] 0.57x, [16, 128, 28,
+ * 28] 0.56x, [16, 64, 28, 28] 0.85x alone but a slower training step,
+ * [16, 256, 14, 14] 0.77x (14x14 not taken: doc/benchmarks.md "Models",
+ * eighteenth pass). W' is made at every call
+ * and never kept (it is not the weight the kept table's key would name).
+ * *tile: the tile side that ran, 0 when *done stays false. */
+static of_status wino_input_grad(const conv_args *a, const geom *g, of_tensor *gy, of_tensor *w,
+                                 of_tensor *bias, const int64_t *rshape, int32_t rnd, int *tile,
+                                 of_tensor **out, bool *done) {
+  *done = false, *tile = 0;
+  const char *e = getenv("OF_CONV_WINO");
+  const bool forced = e && *e;
+  if (!forced && of_cpu_isa() != OF_ISA_AVX512) return OF_OK;
+  if (a->nsp != 2 || gy->dtype != OF_FLOAT32 || w->dtype != OF_FLOAT32 || g->k[1] != 3 ||
+      g->k[2] != 3 || g->s[1] != 1 || g->s[2] != 1 || g->d[1] != 1 || g->d[2] != 1 || g->G != 1 ||
+      g->p[1] > 2 || g->p[2] > 2 || g->N * g->in_sz == 0 || g->CI * g->CO == 0)
+    return OF_OK;
+  const int64_t C = g->CI, K = g->CO;
+  /* a ResNet-18 training step at 112x112 (batch 16) ran 4-12% slower with
+   * its 28x28 64-channel layers here: maps of 56x56, or 128 channels */
+  if (!forced && !(g->in[1] >= 56 && g->in[2] >= 56) && (C < 128 || K < 128)) return OF_OK;
+  conv_args a2 = *a;
+  a2.pad[0] = 2 - a->pad[0], a2.pad[1] = 2 - a->pad[1];
+  const int64_t k[2] = {3, 3}, gin[2] = {g->out[1], g->out[2]}, gout[2] = {g->in[1], g->in[2]};
+  geom g2;
+  geom_init(&g2, &a2, g->N, K, C, gin, k, gout);
+  bool keep;   /* (not used: W' below is made at every call) */
+  const int t = wino_pick(&a2, RUN_FWD, &g2, gy, w, &keep);
+  if (!t) return OF_OK;
+  /* W' [C, K, 3, 3], written in order */
+  const int64_t wshape[4] = {C, K, 3, 3};
+  of_tensor *cw = NULL, *wt = NULL;
+  OF_CHECK(operand(w, OF_FLOAT32, &cw));
+  of_status st = of_tensor_new(wshape, 4, OF_FLOAT32, OF_CPU, &wt);
+  if (st == OF_OK) {
+    const float *src = (const float *)of_ptr(cw);
+    float *dst = (float *)of_ptr(wt);
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t kk = 0; kk < K; kk++, dst += 9) {
+        const float *s9 = src + (kk * C + c) * 9;
+        for (int i = 0; i < 9; i++) dst[i] = s9[8 - i];
+      }
+    st = wino_run(&a2, &g2, t, false, gy, wt, bias, rshape, rnd, NULL, out, done);
+    if (*done) *tile = t;
+  }
+  of_tensor_release(cw);
+  of_tensor_release(wt);
+  return st;
+}
+
 static of_status run_op(const conv_args *a, run_kind kind, const geom *g, of_tensor *p,
                         of_tensor *q, of_tensor *bias, const int64_t *rshape, int32_t rnd,
                         of_tensor **out) {
   if (of_dev(p) != OF_CPU) return device_run_op(a, kind, p, q, bias, rshape, rnd, out);
   bool done = false;
   bool keep;
-  const int tile = wino_pick(a, kind, g, p, q, &keep);
+  int tile = wino_pick(a, kind, g, p, q, &keep);
   if (tile) OF_CHECK(wino_run(a, g, tile, keep, p, q, bias, rshape, rnd, NULL, out, &done));
-  else OF_CHECK(dnnl_run_op(a, kind, g, p, q, bias, rshape, rnd, NULL, out, &done));
+  else if (kind == RUN_BWD_INPUT)
+    OF_CHECK(wino_input_grad(a, g, p, q, bias, rshape, rnd, &tile, out, &done));
+  if (!tile) OF_CHECK(dnnl_run_op(a, kind, g, p, q, bias, rshape, rnd, NULL, out, &done));
   conv_verbose(!done ? "gemm" : tile == 4 ? "winograd_f4" : tile ? "winograd_f2" : "onednn", kind,
                g, NULL);
   if (done) return OF_OK;

@@ -204,6 +204,58 @@ end)
     end
   end)
 
+  it('input grads of 3x3 stride-1 layers (and conv_transpose2d) as a forward on turned weights', function()
+    flow.manual_seed(8)
+    -- {N, C, K, H, W, padding}: every padding a 3x3 kernel allows, odd maps
+    local cases = {{2, 3, 4, 7, 6, 1}, {1, 5, 6, 9, 9, 0}, {2, 8, 8, 11, 13, 2}, {1, 16, 12, 17, 3, 1}}
+    for _, c in ipairs(cases) do
+      local N, C, K, Hh, W, p = unpack(c)
+      for _, mf in ipairs({flow.contiguous_format, flow.channels_last}) do
+        local x0 = flow.randn(N, C, Hh, W):contiguous({memory_format = mf})
+        local w0 = flow.randn(K, C, 3, 3)
+        local xd = x0:double():requires_grad_()
+        local yd = F.conv2d(xd, w0:double(), nil, {padding = p})
+        local gy = flow.randn(unpack(yd:size():totable()))
+        yd:backward(gy:double())
+        for _, v in ipairs(TILES) do
+          local x = x0:clone():requires_grad_()
+          with_wino(v, function() F.conv2d(x, w0, nil, {padding = p}):backward(gy) end)
+          local name = table.concat(c, ',') .. ' ' .. tostring(mf) .. ' OF_CONV_WINO=' .. v
+          assert.is_true(rel_err(x.grad, xd.grad) < 1e-5, name .. ': ' .. rel_err(x.grad, xd.grad))
+        end
+      end
+      -- conv_transpose2d with stride 1 is the same input grad, with a bias
+      local xt, wt, bt = flow.randn(N, K, Hh + 2 - 2 * p, W + 2 - 2 * p), flow.randn(K, C, 3, 3),
+                         flow.randn(C)
+      if xt:size(3) > 0 and xt:size(4) > 0 then
+        local ref = F.conv_transpose2d(xt:double(), wt:double(), bt:double(), {padding = p})
+        for _, v in ipairs(TILES) do
+          local y = with_wino(v, function() return F.conv_transpose2d(xt, wt, bt, {padding = p}) end)
+          assert.is_true(rel_err(y, ref) < 1e-5, 'conv_transpose2d ' .. table.concat(c, ','))
+        end
+      end
+    end
+    -- the routing: on AVX-512, 56x56 maps (64 channels) and 28x28 maps with
+    -- 128 channels; not 28x28 with 64, nor another instruction set
+    local out = H.run_lua([[
+local flow = require 'oneflow'
+local F = flow.nn.functional
+io.write(flow.backends.cpu.get_cpu_capability(), '\n')
+for _, s in ipairs({{2, 64, 56}, {2, 128, 28}, {2, 64, 28}}) do
+  local x = flow.randn(s[1], s[2], s[3], s[3]):requires_grad_()
+  F.conv2d(x, flow.randn(s[2], s[2], 3, 3), nil, {padding = 1}):sum():backward()
+end
+]], 'OF_CONV_WINO= OF_CONV_VERBOSE=1')
+    local function ig(c, h)
+      return out:find(('input_grad winograd_f4 N=2 C=%d K=%d in=%dx%d'):format(c, c, h, h), 1, true)
+    end
+    if out:match('%f[%w](AVX512)%f[%W]') then
+      assert.truthy(ig(64, 56) and ig(128, 28) and not ig(64, 28), out)
+    else
+      assert.truthy(not ig(64, 56) and not ig(128, 28), out)
+    end
+  end)
+
   it('leaves other convolutions alone: strides, dilation, groups, 1x1, float64', function()
     flow.manual_seed(5)
     local x = flow.randn(1, 4, 9, 9)
