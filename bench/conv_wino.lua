@@ -11,6 +11,10 @@
 --                  runs at every call) instead of parameters under no_grad
 --                  (inference: the transform is kept)
 --   SHAPES=NxCxH,... other layers (N samples, C channels each way, H x H)
+--   LAYOUT=channels_last  channels-last inputs (NHWC tiles; the direct path
+--                  is then oneDNN's NHWC kernel)
+--   PASS=input_grad  time the input grad (autograd.grad of the layer's
+--                  output, the graph kept) instead of the forward
 local ffi = require 'ffi'
 local flow = require 'oneflow'
 local F = flow.nn.functional
@@ -20,6 +24,15 @@ flow.set_num_threads(threads)
 pcall(ffi.cdef, 'int setenv(const char *name, const char *value, int overwrite);')
 local B = dofile((debug.getinfo(1, 'S').source:match('^@(.-)[^/]*$') or '') .. 'common.lua')
 local keep = os.getenv('KEEP') ~= '0'
+local layout = os.getenv('LAYOUT') or 'contiguous'
+local pass = os.getenv('PASS') or 'forward'
+if pass ~= 'forward' and pass ~= 'input_grad' then
+  error('conv_wino.lua: PASS wants forward or input_grad, got ' .. pass)
+end
+keep = keep and pass == 'forward'   -- an input grad alone: the weight needs none
+if layout ~= 'contiguous' and layout ~= 'channels_last' then
+  error('conv_wino.lua: LAYOUT wants contiguous or channels_last, got ' .. layout)
+end
 
 local shapes = {}
 local spec = os.getenv('SHAPES') or
@@ -32,27 +45,38 @@ end
 
 local variants = {{'0', 'direct'}, {'1', 'F(2x2)'}, {'4', 'F(4x4)'}, {'', 'auto'}}
 local f = io.open('/proc/loadavg')
-print(('%d threads, %d rounds, %s weights, load average %s'):format(threads, rounds,
-  keep and 'kept (parameters, no_grad)' or 'plain', f and f:read('*l') or 'n/a'))
+print(('%d threads, %d rounds, %s, %s weights, %s inputs, load average %s'):format(threads,
+  rounds, pass, keep and 'kept (parameters, no_grad)' or 'plain', layout,
+  f and f:read('*l') or 'n/a'))
 if f then f:close() end
 print('| N, C, H | direct ms | F(2x2) | F(4x4) | auto |')
 print('|---|---|---|---|---|')
 for _, s in ipairs(shapes) do
   local N, C, H = unpack(s)
   local x, w = flow.randn(N, C, H, H), flow.randn(C, C, 3, 3)
+  if layout == 'channels_last' then x = x:contiguous({memory_format = flow.channels_last}) end
   if keep then w:requires_grad_(true) end
   local times = {}
-  flow.no_grad(function()
+  local call = function() F.conv2d(x, w, nil, {padding = 1}) end
+  local run = flow.no_grad
+  if pass == 'input_grad' then   -- the backward reads OF_CONV_WINO when it runs
+    x:requires_grad_(true)
+    local y = F.conv2d(x, w, nil, {padding = 1})
+    local gy = flow.randn(unpack(y:size():totable()))
+    call = function() flow.autograd.grad({y}, {x}, {gy}, {retain_graph = true}) end
+    run = function(fn) fn() end
+  end
+  run(function()
     for _, v in ipairs(variants) do
       times[v[1]] = {}
       ffi.C.setenv('OF_CONV_WINO', v[1], 1)
-      F.conv2d(x, w, nil, {padding = 1})
+      call()
     end
     for i = 1, rounds do
       for _, v in ipairs(variants) do
         ffi.C.setenv('OF_CONV_WINO', v[1], 1)
         local t0 = B.now()
-        F.conv2d(x, w, nil, {padding = 1})
+        call()
         times[v[1]][i] = (B.now() - t0) * 1000
       end
     end

@@ -1973,10 +1973,11 @@ static int wino_pick(const conv_args *a, run_kind kind, const geom *g, const of_
   const int64_t t4 = g->N * ((g->out[1] + 3) / 4) * ((g->out[2] + 3) / 4);
   if (tile < 0 && cl) {
     /* Channels-last (the eval graphs on AVX-512; NHWC tiles, winograd.c)
-     * against oneDNN's NHWC kernel on a Zen 5: F(4x4) 0.47-0.61x on 56x56
-     * and 28x28 layers at any batch (64 channels or more), on 14x14 maps
-     * 0.72-0.79x from 8 samples (128 tiles), 0.84-1.12x below; 7x7 maps
-     * 1.3-3.3x; F(2x2) slower than F(4x4) on every one of them. */
+     * against oneDNN's NHWC kernel on a Zen 5 (`LAYOUT=channels_last luajit
+     * bench/conv_wino.lua`): F(4x4) 0.39-0.61x on 56x56 and 28x28 layers
+     * at any batch (64 channels or more), on 14x14 maps 0.59-0.80x from 8
+     * samples (128 tiles), 0.67-1.12x below; 7x7 maps 1.3-3.3x; F(2x2)
+     * 0.70-1.6x, behind F(4x4) but for one 14x14 layer. */
     const bool big = g->out[1] >= 28 && g->out[2] >= 28;
     const bool mid = g->out[1] >= 14 && g->out[2] >= 14 && t4 >= 128;
     tile = g->CI >= 64 && g->CO >= 64 && (big || mid) ? 4 : 0;
@@ -2061,10 +2062,11 @@ static of_status wino_run(const conv_args *a, const geom *g, int tile, bool keep
  * 2 - p. Winograd runs it where wino_pick would take that forward, on
  * AVX-512 (or where OF_CONV_WINO forces it) on maps of 56x56 and more,
  * or 28x28 and more with 128 channels each way: against oneDNN's
- * backward-data kernel on a Zen 5, [16, 64, 56, 56] 0.57x, [16, 128, 28,
- * 28] 0.56x, [16, 64, 28, 28] 0.85x alone but a slower training step,
- * [16, 256, 14, 14] 0.77x (14x14 not taken: doc/benchmarks.md "Models",
- * eighteenth pass). W' is made at every call
+ * backward-data kernel on a Zen 5 (`PASS=input_grad luajit
+ * bench/conv_wino.lua`), [16, 64, 56, 56] 0.57-0.63x, [16, 128, 28, 28]
+ * 0.56x, [16, 64, 28, 28] 0.83-0.85x alone but a slower training step,
+ * [16, 256, 14, 14] 0.71-0.77x (14x14 not taken, as for forwards:
+ * doc/benchmarks.md "Models", eighteenth pass). W' is made at every call
  * and never kept (it is not the weight the kept table's key would name).
  * *tile: the tile side that ran, 0 when *done stays false. */
 static of_status wino_input_grad(const conv_args *a, const geom *g, of_tensor *gy, of_tensor *w,

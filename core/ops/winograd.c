@@ -230,6 +230,27 @@ typedef struct {
   float lo, hi;    /* then clamp (-inf, inf: none) */
 } wpost;
 
+/* y = clamp(r + y) (acc) or clamp(r) over n floats: the post-ops of both
+ * layouts' output stores, one loop each so that it vectorises (comparisons,
+ * not fminf/fmaxf: a NaN stays NaN, as through relu; no clamp is -inf,
+ * inf) */
+static inline void post_store(float *restrict y, const float *restrict r, int64_t n, bool acc,
+                              float lo, float hi) {
+  if (acc) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+      const float s = r[i] + y[i];
+      y[i] = s < lo ? lo : s > hi ? hi : s;
+    }
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+      const float s = r[i];
+      y[i] = s < lo ? lo : s > hi ? hi : s;
+    }
+  }
+}
+
 /* one output row's mt column phases o[c][j] (stride ld) into yr; with
  * post-ops through row (OW floats), so that the sum and clamp run over
  * whole rows */
@@ -245,22 +266,7 @@ static inline void store_row(const wgeom *q, const float *o, int64_t ld, float *
       d[4 * j] = o[j], d[4 * j + 1] = o[ld + j], d[4 * j + 2] = o[2 * ld + j],
       d[4 * j + 3] = o[3 * ld + j];
   for (int64_t c = mt * full; c < OW; c++) d[c] = o[(c % mt) * ld + full];
-  if (!post) return;
-  /* comparisons, not fminf/fmaxf: a NaN stays NaN, as through relu */
-  const float lo = p->lo, hi = p->hi;
-  if (p->acc) {
-#pragma omp simd
-    for (int64_t c = 0; c < OW; c++) {
-      const float s = row[c] + yr[c];
-      yr[c] = s < lo ? lo : s > hi ? hi : s;
-    }
-  } else {
-#pragma omp simd
-    for (int64_t c = 0; c < OW; c++) {
-      const float s = row[c];
-      yr[c] = s < lo ? lo : s > hi ? hi : s;
-    }
-  }
+  if (post) post_store(yr, row, OW, p->acc, p->lo, p->hi);
 }
 
 /* per output channel S = A^T M (rows), O = S A (columns) over the block's
@@ -338,7 +344,6 @@ static void output_block_cl(const wgeom *q, const float *mm, int64_t ldm, int64_
   const int64_t K = q->K;
   float *sb = scratch, *o = sb + mt * al * K, *zero = o + mt * mt * K;
   const bool clamp = p->lo > -INFINITY || p->hi < INFINITY;
-  const float lo = p->lo, hi = p->hi;
   const float *restrict bias = p->bias;
   if (!bias) {   /* + 0, as the NCHW transform adds its bias term */
     memset(zero, 0, (size_t)K * sizeof(float));
@@ -353,30 +358,15 @@ static void output_block_cl(const wgeom *q, const float *mm, int64_t ldm, int64_
       for (int a = 0; a < mt; a++) at(mt, sb + a * al * K, K, o + a * mt * K, K, K, 0);
       for (int a = 0; a < mt && mt * i + a < q->OH; a++)
         for (int c = 0; c < mt && mt * j + c < q->OW; c++) {
-          const float *restrict src = o + (a * mt + c) * K;
+          float *restrict src = o + (a * mt + c) * K;
           float *restrict dst = y + ((n * q->OH + mt * i + a) * q->OW + mt * j + c) * K;
-          /* one loop per case, so that each vectorises (one with the tests
-           * inside ran scalar: a fifth of a ResNet-18 graph's time);
-           * comparisons, not fminf/fmaxf: a NaN stays NaN, as through relu */
-          if (p->acc && clamp) {
+          /* loops without tests inside, so that they vectorise (one that
+           * tested the post-ops per element ran scalar: a fifth of a
+           * ResNet-18 graph's time) */
 #pragma omp simd
-            for (int64_t k = 0; k < K; k++) {
-              const float s0 = src[k] + bias[k] + dst[k];
-              dst[k] = s0 < lo ? lo : s0 > hi ? hi : s0;
-            }
-          } else if (p->acc) {
-#pragma omp simd
-            for (int64_t k = 0; k < K; k++) dst[k] = src[k] + bias[k] + dst[k];
-          } else if (clamp) {
-#pragma omp simd
-            for (int64_t k = 0; k < K; k++) {
-              const float s0 = src[k] + bias[k];
-              dst[k] = s0 < lo ? lo : s0 > hi ? hi : s0;
-            }
-          } else {
-#pragma omp simd
-            for (int64_t k = 0; k < K; k++) dst[k] = src[k] + bias[k];
-          }
+          for (int64_t k = 0; k < K; k++) src[k] += bias[k];
+          if (p->acc || clamp) post_store(dst, src, K, p->acc, p->lo, p->hi);
+          else memcpy(dst, src, (size_t)K * sizeof(float));
         }
     }
   }
@@ -450,7 +440,7 @@ of_status of_conv_winograd(const char *op, const of_wino_args *a) {
   const int64_t scr = a->cl ? (2 * np * C > (mt * al + mt * mt + 1) * K
                                    ? 2 * np * C : (mt * al + mt * mt + 1) * K)
                             : 4 * (q.tw + 1) + 72 * tb;
-  const int64_t per = (np * (C + K) * tb + scr + 16) * (int64_t)sizeof(float);
+  const int64_t per = (np * (C + K) * tb + scr) * (int64_t)sizeof(float);
   kept_u *ke = NULL;
   if (a->wkey) {   /* the transform's layout follows the input's */
     const int64_t key[OF_KEPT_KEY] = {a->wkey[0], a->wkey[1], a->wkey[2], K, C, mt, a->cl};
