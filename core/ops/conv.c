@@ -2075,10 +2075,10 @@ static of_status wino_input_grad(const conv_args *a, const geom *g, of_tensor *g
   *done = false, *tile = 0;
   const char *e = getenv("OF_CONV_WINO");
   const bool forced = e && *e;
-  if (!forced && of_cpu_isa() != OF_ISA_AVX512) return OF_OK;
-  if (a->nsp != 2 || gy->dtype != OF_FLOAT32 || w->dtype != OF_FLOAT32 || g->k[1] != 3 ||
-      g->k[2] != 3 || g->s[1] != 1 || g->s[2] != 1 || g->d[1] != 1 || g->d[2] != 1 || g->G != 1 ||
-      g->p[1] > 2 || g->p[2] > 2 || g->N * g->in_sz == 0 || g->CI * g->CO == 0)
+  /* (wino_pick checks the rest on the forward's geometry: dtype, 3x3,
+   * stride, dilation, groups, empty operands) */
+  if ((!forced && of_cpu_isa() != OF_ISA_AVX512) || a->nsp != 2 || w->dtype != OF_FLOAT32 ||
+      g->p[1] > 2 || g->p[2] > 2)
     return OF_OK;
   const int64_t C = g->CI, K = g->CO;
   /* a ResNet-18 training step at 112x112 (batch 16) ran 4-12% slower with
@@ -2086,7 +2086,8 @@ static of_status wino_input_grad(const conv_args *a, const geom *g, of_tensor *g
   if (!forced && !(g->in[1] >= 56 && g->in[2] >= 56) && (C < 128 || K < 128)) return OF_OK;
   conv_args a2 = *a;
   a2.pad[0] = 2 - a->pad[0], a2.pad[1] = 2 - a->pad[1];
-  const int64_t k[2] = {3, 3}, gin[2] = {g->out[1], g->out[2]}, gout[2] = {g->in[1], g->in[2]};
+  const int64_t k[2] = {g->k[1], g->k[2]}, gin[2] = {g->out[1], g->out[2]},
+                gout[2] = {g->in[1], g->in[2]};
   geom g2;
   geom_init(&g2, &a2, g->N, K, C, gin, k, gout);
   bool keep;   /* (not used: W' below is made at every call) */
